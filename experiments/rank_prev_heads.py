@@ -1,0 +1,77 @@
+"""Rank every head by how previous-token-like it is (GPT-2 post: "a taxonomy of previous-token heads").
+
+    python experiments/rank_prev_heads.py                       # GPT-2 small from the hub
+    python experiments/rank_prev_heads.py --model-dir data/mini-gpt2
+
+Writes ranking.csv, summary.json, diagonal masses (heads x offsets) and a layer x head grid of ratios.
+"""
+import numpy as np
+import plotly.graph_objects as go
+
+from gpt2_posheads.cli import Output, experiment_parser, model_from_args, model_label
+from gpt2_posheads.diagonals import count_prev_heads, diagonal_attention, rank_from_diagonals
+from gpt2_posheads.plotting import heatmap
+from gpt2_posheads.prompts import documents, make_prompts
+
+SEED_TOP = {"L4H11": 0.01, "L5H6": 0.18, "L3H3": 0.33, "L2H2": 0.33, "L6H8": 0.43, "L7H0": 0.45,
+            "L2H4": 0.46, "L1H0": 0.47, "L3H7": 0.50, "L8H7": 0.51, "L3H2": 0.52}
+
+
+def main(argv=None):
+    p = experiment_parser(__doc__)
+    p.add_argument("--n-prompts", type=int, default=64)
+    p.add_argument("--seq-len", type=int, default=256, help="tokens per prompt, BOS included (capped at n_ctx)")
+    p.add_argument("--prompts", default="auto", help="auto | openwebtext | wikitext | path to .txt/.jsonl")
+    p.add_argument("--max-offset", type=int, default=None, help="largest diagonal offset (default: seq_len-1)")
+    p.add_argument("--include-bos", action="store_true", help="count attention to key 0 in the diagonals")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--top", type=int, default=15, help="rows of the ranking to print")
+    args = p.parse_args(argv)
+    out = Output.from_args(args, __file__)
+    model = model_from_args(args)
+    seq_len = min(args.seq_len, model.cfg.n_ctx)
+    docs, source = documents(args.prompts)
+    prompts = make_prompts(model.tokenizer, args.n_prompts, seq_len, seed=args.seed, docs=docs)
+    print(f"{model_label(args)}: {args.n_prompts} prompts x {seq_len} tokens from {source}")
+
+    diag = diagonal_attention(model, prompts, max_offset=args.max_offset, exclude_bos=not args.include_bos,
+                              batch_size=args.batch_size)
+    df = rank_from_diagonals(diag)
+    n_prev = count_prev_heads(df)
+    n_heads = len(df)
+    print(df.head(args.top)[["rank", "name", "top_offset", "top_mass", "second_mass", "ratio"]]
+          .to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print(f"\n{n_prev} of {n_heads} heads have the previous-token diagonal greatest (GPT-2 post: 69 of 144)")
+
+    out.csv(df, "ranking")
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    ratio_grid = np.full((L, H), np.nan)
+    for r in df.itertuples():
+        ratio_grid[r.layer, r.head] = r.ratio if r.is_prev_token else np.nan
+    fig = heatmap(ratio_grid, x=list(range(H)), y=list(range(L)), colorscale="Viridis_r", xlabel="head", ylabel="layer",
+                  title="second / greatest diagonal mass, previous-token heads only (lower = cleaner)",
+                  text=[[f"L{l}H{h}" for h in range(H)] for l in range(L)], hovertemplate="%{text}: %{z:.3f}")
+    out.figure(fig, "ratio_grid")
+    n_show = min(diag.shape[-1], 16)
+    order = df["name"].tolist()
+    z = np.stack([diag[r.layer, r.head, :n_show].numpy() for r in df.itertuples()])
+    fig2 = go.Figure(go.Heatmap(z=z, x=list(range(n_show)), y=order, colorscale="Viridis"))
+    fig2.update_layout(title="mean attention per diagonal (heads in ranking order)", xaxis_title="offset q - k",
+                       height=max(500, 12 * len(order)))
+    fig2.update_yaxes(autorange="reversed")
+    out.figure(fig2, "diagonal_masses", height=max(500, 12 * len(order)))
+
+    top = df.head(11)
+    out.summary({
+        "model": model_label(args), "prompt_source": source, "n_prompts": args.n_prompts, "seq_len": seq_len,
+        "exclude_bos": not args.include_bos, "max_offset": int(diag.shape[-1] - 1), "seed": args.seed,
+        "n_heads": n_heads, "n_prev_token_heads": n_prev, "seed_post_n_prev_token_heads": 69,
+        "top": [{"name": r.name, "ratio": r.ratio, "top_offset": r.top_offset, "seed_post_ratio": SEED_TOP.get(r.name)}
+                for r in top.itertuples()],
+    })
+    out.report()
+    return df
+
+
+if __name__ == "__main__":
+    main()

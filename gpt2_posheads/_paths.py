@@ -1,0 +1,37 @@
+"""Where the data beside the project lives (``../shared``), found at run time, never copied."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_ENV = "GPT2_POSHEADS_SHARED"
+
+
+def shared_dir(required: bool = False) -> Path | None:
+    """The ``shared/`` folder: ``$GPT2_POSHEADS_SHARED``, else ``../shared`` beside the repo or cwd.
+
+    Returns ``None`` (or raises, with ``required=True``) when none exists.
+    """
+    candidates = []
+    if os.environ.get(SHARED_ENV):
+        candidates.append(Path(os.environ[SHARED_ENV]))
+    candidates += [REPO_ROOT.parent / "shared", Path.cwd().parent / "shared", Path.cwd() / "shared"]
+    for c in candidates:
+        if (c / "gpt2-small").is_dir() or (c / "corpus").is_dir():
+            return c.resolve()
+    if required:
+        raise FileNotFoundError(
+            f"No shared/ data folder found (looked at {[str(c) for c in candidates]}). "
+            f"Set ${SHARED_ENV} to the folder holding gpt2-small/ and corpus/."
+        )
+    return None
+
+
+def shared_file(*parts: str) -> Path | None:
+    """A file under ``shared/`` if it exists, else ``None``."""
+    root = shared_dir()
+    if root is None:
+        return None
+    p = root.joinpath(*parts)
+    return p if p.exists() else None

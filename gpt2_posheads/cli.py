@@ -1,0 +1,113 @@
+"""Command-line pieces every experiment script shares: model options, output folder, summaries."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ._paths import REPO_ROOT
+from .loading import ModelLoadError, load_model
+from .plotting import save_figure
+
+
+def experiment_parser(description: str, model: bool = True, default_out: str | None = None) -> argparse.ArgumentParser:
+    """An ``argparse`` parser with the options every experiment takes."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    if model:
+        p.add_argument("--model", default="gpt2", help="Hugging Face hub name of the model")
+        p.add_argument("--model-dir", default=None, help="local Hugging Face-format model directory (overrides --model); "
+                       "e.g. data/mini-gpt2 offline")
+        p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--out", default=default_out, help="output folder (default: results/<script name>)")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--no-png", action="store_true", help="write HTML figures only (skip kaleido/Chromium)")
+    return p
+
+
+def model_from_args(args):
+    """Load ``--model-dir`` or ``--model``; a load failure exits with the loader's message, not a traceback."""
+    try:
+        return load_model(args.model_dir or args.model, device=args.device)
+    except (ModelLoadError, FileNotFoundError) as e:
+        sys.exit(f"error: {e}")
+
+
+def model_label(args) -> str:
+    return str(args.model_dir or args.model)
+
+
+def _jsonable(x):
+    if isinstance(x, torch.Tensor):
+        return _jsonable(x.detach().cpu().tolist())
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, (np.floating, float)):
+        return None if not math.isfinite(float(x)) else float(x)
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.bool_,)):
+        return bool(x)
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, pd.DataFrame):
+        return _jsonable(x.to_dict(orient="records"))
+    if isinstance(x, Path):
+        return str(x)
+    return x
+
+
+def write_json(path: str | Path, obj) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_jsonable(obj), indent=2) + "\n")
+    return path
+
+
+def read_json(path: str | Path):
+    return json.loads(Path(path).read_text())
+
+
+@dataclass
+class Output:
+    """An experiment's output folder: figures (HTML+PNG), CSV tables and the JSON summary."""
+
+    out_dir: Path
+    png: bool = True
+    written: list[Path] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+
+    @classmethod
+    def from_args(cls, args, script_file: str) -> "Output":
+        out = Path(args.out) if args.out else REPO_ROOT / "results" / Path(script_file).stem
+        out.mkdir(parents=True, exist_ok=True)
+        return cls(out, png=not args.no_png)
+
+    def figure(self, fig, stem: str, **kw) -> None:
+        self.written += save_figure(fig, self.out_dir, stem, png=self.png, **kw)
+
+    def csv(self, df: pd.DataFrame, stem: str) -> None:
+        p = self.out_dir / f"{stem}.csv"
+        df.to_csv(p, index=False)
+        self.written.append(p)
+
+    def summary(self, obj: dict, stem: str = "summary") -> Path:
+        obj = dict(obj)
+        obj.setdefault("elapsed_s", round(time.time() - self.started, 2))
+        p = write_json(self.out_dir / f"{stem}.json", obj)
+        self.written.append(p)
+        return p
+
+    def report(self) -> None:
+        print(f"\nwrote {len(self.written)} files to {self.out_dir}:")
+        for p in self.written:
+            print(f"  {p.name}")

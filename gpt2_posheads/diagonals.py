@@ -1,0 +1,150 @@
+"""Average attention per diagonal, and the previous-token head ranking built on it.
+
+For a head with attention pattern ``A[q, k]`` (query ``q`` attends to key ``k <= q``), the diagonal at
+offset ``d`` is the set of entries ``A[q, q - d]``: offset 0 is attention to the current token, 1 to
+the previous token, and so on. Its *mass* is the mean of those entries over every query where the key
+exists (``q >= d``) and over all prompts — the quantity the GPT-2 post ranks heads by.
+
+Prompts are streamed in batches through hooks on ``blocks.{l}.attn.hook_pattern`` that reduce each
+pattern to per-diagonal sums on the spot, so memory does not grow with the number of prompts and no
+activation cache is ever held. The forward pass stops right after the last layer's pattern: the rest
+of that block and the unembedding are never computed.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from .forward import run_until
+from .tokens import as_token_batches, model_device, to_token_list
+from .validation import check_int_range, head_name
+
+
+@lru_cache(maxsize=8)
+def _diagonal_index(n_pos: int, n_offsets: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Key index ``k = q - d`` for every ``[q, d]`` (clamped) and the mask of entries that exist."""
+    q = torch.arange(n_pos, device=device)[:, None]
+    d = torch.arange(n_offsets, device=device)[None, :]
+    k = q - d
+    return k.clamp(min=0), k >= 0
+
+
+def diagonal_sums(pattern: torch.Tensor, n_offsets: int, exclude_bos: bool) -> torch.Tensor:
+    """Per-head sums of each diagonal of a batch of patterns.
+
+    pattern: ``[batch, head, q, k]``. Returns ``[head, n_offsets]`` float64 sums of ``A[q, q - d]``
+    over batch and queries, with key 0 left out when ``exclude_bos``.
+    """
+    p = pattern.sum(0, dtype=torch.float64)  # [head, q, k]
+    if exclude_bos:
+        p[..., 0] = 0.0
+    idx, mask = _diagonal_index(p.shape[-1], n_offsets, str(p.device))
+    g = torch.gather(p, 2, idx.expand(p.shape[0], -1, -1))  # [head, q, d] = A[q, q - d]
+    return (g * mask).sum(1)
+
+
+def diagonal_counts(n_pos: int, n_offsets: int, exclude_bos: bool) -> torch.Tensor:
+    """Entries per diagonal in one ``n_pos``-token prompt: ``n_pos - d`` (minus one without key 0)."""
+    d = torch.arange(n_offsets, dtype=torch.float64)
+    return (n_pos - d - int(exclude_bos)).clamp(min=0)
+
+
+def diagonal_attention(
+    model,
+    prompts,
+    max_offset: int | None = None,
+    exclude_bos: bool = True,
+    batch_size: int = 8,
+    progress: bool = True,
+) -> torch.Tensor:
+    """Mean attention on each diagonal for every head: ``[n_layers, n_heads, max_offset + 1]``.
+
+    Entry ``[l, h, d]`` is the mean of ``A_{l,h}[q, q - d]`` over all queries ``q >= d`` of all prompts
+    (pooled: long prompts weigh by their number of entries).
+
+    BOS: with ``exclude_bos=True`` (default) key position 0 is left out of every diagonal, since GPT-2
+    heads park spare attention on the first token whatever it is; otherwise the sink would make every
+    such head's longest diagonals look large. Short diagonals: offset ``d`` has ``pos - d`` entries per
+    prompt, so the last few offsets rest on few entries; they are kept (set ``max_offset`` to cut
+    them), and offsets with no entries at all are NaN.
+
+    Args:
+        prompts: ``[batch, pos]`` token ids, a list of token tensors, or a list of strings.
+        max_offset: largest offset ``d`` (default: longest prompt length − 1); must be >= 1.
+    """
+    seqs = to_token_list(model, prompts)
+    longest = max(len(s) for s in seqs)
+    if max_offset is None:
+        max_offset = max(longest - 1, 1)
+    check_int_range("max_offset", max_offset, 1, max(model.cfg.n_ctx - 1, 1))
+    n_off = max_offset + 1
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    sums = torch.zeros(L, H, n_off, dtype=torch.float64)
+    counts = torch.zeros(n_off, dtype=torch.float64)
+    exclude = exclude_bos
+
+    def make_hook(layer: int):
+        def hook(pattern, hook):
+            width = min(n_off, pattern.shape[-1])
+            sums[layer, :, :width] += diagonal_sums(pattern, width, exclude).cpu()
+        return hook
+
+    hooks = [(f"blocks.{l}.attn.hook_pattern", make_hook(l)) for l in range(L)]
+    device = model_device(model)
+    batches = list(as_token_batches(model, seqs, batch_size))
+    with torch.inference_mode():
+        for toks in tqdm(batches, desc="diagonal attention", disable=not progress):
+            n_pos = toks.shape[1]
+            width = min(n_off, n_pos)
+            counts[:width] += toks.shape[0] * diagonal_counts(n_pos, width, exclude)
+            run_until(model, toks.to(device), hooks, stop_at=f"blocks.{L - 1}.attn.hook_pattern")
+    return (sums / counts).float()
+
+
+def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:
+    """The previous-token ranking from per-diagonal masses ``[n_layers, n_heads, n_offsets]``.
+
+    One row per head: ``top_offset`` (offset of the greatest diagonal), ``top_mass``, ``second_mass``
+    (second-greatest diagonal), ``ratio = second_mass / top_mass``, ``prev_mass`` (offset 1),
+    ``is_prev_token`` (top offset is 1). Previous-token heads come first, by ratio ascending (the GPT-2
+    post's L4H11: 0.01); the other heads follow by ``prev_mass`` descending.
+    """
+    L, H, _ = diag.shape
+    d = torch.nan_to_num(diag.double(), nan=-1.0)
+    top2 = d.topk(2, dim=-1)
+    rows = []
+    for l in range(L):
+        for h in range(H):
+            top, second = top2.values[l, h].tolist()
+            rows.append(dict(
+                layer=l, head=h, name=head_name(l, h),
+                top_offset=int(top2.indices[l, h, 0]), top_mass=top, second_mass=second,
+                ratio=second / top if top > 0 else float("nan"),
+                prev_mass=float(d[l, h, 1]),
+            ))
+    df = pd.DataFrame(rows)
+    df["is_prev_token"] = df["top_offset"] == 1
+    prev = df[df.is_prev_token].sort_values("ratio", kind="stable")
+    rest = df[~df.is_prev_token].sort_values("prev_mass", ascending=False, kind="stable")
+    out = pd.concat([prev, rest], ignore_index=True)
+    out.insert(0, "rank", range(1, len(out) + 1))
+    return out
+
+
+def rank_prev_heads(model, prompts, max_offset: int | None = None, exclude_bos: bool = True,
+                    batch_size: int = 8, progress: bool = True) -> pd.DataFrame:
+    """Rank all heads by how previous-token-like they are (see :func:`rank_from_diagonals`).
+
+    ``int(df.is_prev_token.sum())`` is the number of heads whose greatest diagonal is the previous
+    one (69 of 144 for GPT-2 small in the post).
+    """
+    diag = diagonal_attention(model, prompts, max_offset=max_offset, exclude_bos=exclude_bos,
+                              batch_size=batch_size, progress=progress)
+    return rank_from_diagonals(diag)
+
+
+def count_prev_heads(ranking: pd.DataFrame) -> int:
+    return int(ranking["is_prev_token"].sum())

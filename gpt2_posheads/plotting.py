@@ -1,0 +1,115 @@
+"""Figure output shared by every experiment: self-contained HTML plus a PNG through kaleido."""
+from __future__ import annotations
+
+import atexit
+import warnings
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+_server_started: bool | None = None
+
+
+def _start_kaleido() -> bool:
+    """One Chromium for all PNGs of a run (kaleido otherwise starts one per image)."""
+    global _server_started
+    if _server_started is None:
+        try:
+            import kaleido
+
+            kaleido.start_sync_server(silence_warnings=True)
+            atexit.register(kaleido.stop_sync_server, silence_warnings=True)
+            _server_started = True
+        except Exception:
+            _server_started = False
+    return _server_started
+
+
+def save_figure(fig: go.Figure, out_dir: str | Path, stem: str, png: bool = True,
+                width: int = 1000, height: int | None = None) -> list[Path]:
+    """Write ``stem.html`` (always) and ``stem.png`` (when ``png`` and kaleido+Chromium work).
+
+    A PNG failure is a warning, not an error: the HTML and the numbers are what matter, and a
+    machine without Chromium should still run every analysis.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    html = out / f"{stem}.html"
+    fig.write_html(html, include_plotlyjs=True)
+    written = [html]
+    if png:
+        _start_kaleido()
+        try:
+            fig.write_image(out / f"{stem}.png", width=width, height=height or fig.layout.height or 600)
+            written.append(out / f"{stem}.png")
+        except Exception as e:  # noqa: BLE001 - any renderer failure degrades to HTML only
+            warnings.warn(f"PNG export of {stem} failed ({type(e).__name__}: {e}); install kaleido and chromium")
+    return written
+
+
+def heatmap(z, x=None, y=None, title: str = "", colorscale: str = "Viridis", zmid=None,
+            xlabel: str = "", ylabel: str = "", reversed_y: bool = True, **kw) -> go.Figure:
+    """A single heat map; ``z`` ``[rows, cols]`` (tensor or array)."""
+    z = np.asarray(z.detach().cpu() if hasattr(z, "detach") else z, dtype=float)
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=y, colorscale=colorscale, zmid=zmid, **kw))
+    fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel)
+    if reversed_y:
+        fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def heatmap_grid(mats: dict[str, "np.ndarray"], cols: int = 2, title: str = "", colorscale: str = "Viridis",
+                 zmid=None, shared_scale: bool = True, x0: int = 0, y0: int = 0, height_per_row: int = 380) -> go.Figure:
+    """Side-by-side heat maps (attention sub-matrices etc.), one panel per dict entry.
+
+    ``x0``/``y0`` label the first key/query position of each sub-matrix.
+    """
+    names = list(mats)
+    rows = (len(names) + cols - 1) // cols
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=names, horizontal_spacing=0.08, vertical_spacing=0.12)
+    arrs = [np.asarray(m.detach().cpu() if hasattr(m, "detach") else m, dtype=float) for m in mats.values()]
+    finite = np.concatenate([a[np.isfinite(a)].ravel() for a in arrs]) if arrs else np.zeros(1)
+    zmin, zmax = (float(finite.min()), float(finite.max())) if shared_scale and finite.size else (None, None)
+    for i, a in enumerate(arrs):
+        r, c = divmod(i, cols)
+        fig.add_trace(go.Heatmap(
+            z=a, x=np.arange(a.shape[1]) + x0, y=np.arange(a.shape[0]) + y0, colorscale=colorscale,
+            zmin=zmin, zmax=zmax, zmid=zmid, showscale=(i == 0), coloraxis=None,
+        ), row=r + 1, col=c + 1)
+        fig.update_yaxes(autorange="reversed", row=r + 1, col=c + 1)
+    fig.update_layout(title=title, height=height_per_row * rows + 80)
+    return fig
+
+
+def scatter3d_positions(points: dict[str, "np.ndarray"], title: str = "", axis_titles=("PC1", "PC2", "PC3"),
+                        colorscales=("Viridis", "Reds", "Blues")) -> go.Figure:
+    """3-D scatter of one or more ``[pos, 3]`` point sets, colour = position."""
+    fig = go.Figure()
+    for (name, p), cs in zip(points.items(), list(colorscales) * 4):
+        p = np.asarray(p.detach().cpu() if hasattr(p, "detach") else p)
+        fig.add_trace(go.Scatter3d(
+            x=p[:, 0], y=p[:, 1], z=p[:, 2], mode="markers", name=name,
+            marker=dict(size=2.5, color=np.arange(len(p)), colorscale=cs, showscale=len(points) == 1,
+                        colorbar=dict(title="position")),
+        ))
+    fig.update_layout(title=title, scene=dict(xaxis_title=axis_titles[0], yaxis_title=axis_titles[1],
+                                              zaxis_title=axis_titles[2]), height=700)
+    return fig
+
+
+def line_figure(series: dict[str, tuple], title: str = "", xlabel: str = "", ylabel: str = "",
+                log_x: bool = False, log_y: bool = False, error_y: dict[str, "np.ndarray"] | None = None,
+                mode: str = "lines") -> go.Figure:
+    """Lines ``{name: (x, y)}``, optionally with symmetric error bars ``{name: err}``."""
+    fig = go.Figure()
+    for name, (x, y) in series.items():
+        err = None if not error_y or name not in error_y else dict(type="data", array=np.asarray(error_y[name]), visible=True)
+        fig.add_trace(go.Scatter(x=np.asarray(x), y=np.asarray(y), mode=mode, name=name, error_y=err))
+    fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel)
+    if log_x:
+        fig.update_xaxes(type="log")
+    if log_y:
+        fig.update_yaxes(type="log")
+    return fig

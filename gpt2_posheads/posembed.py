@@ -1,0 +1,104 @@
+"""Extended positional embeddings: what the residual stream at a layer says about position.
+
+Feed prompts that repeat a single token ``seq_len`` times. At layer 0 the residual stream is
+``W_E[t] + W_pos[p]``; subtracting the mean over positions removes the token (and the mean position),
+leaving ``W_pos[p] - mean_p W_pos``. At a later layer the same recipe isolates the positional part of
+the residual stream as the earlier blocks have rewritten it: the *extended positional embedding*.
+Averaging over several repeated tokens removes what little token dependence is left.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import einops
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .forward import capture, resid_hook_name
+from .tokens import model_device
+from .validation import check_int_range, check_layer, check_learned_pos_embed
+
+
+def load_w_pos(source) -> torch.Tensor:
+    """``W_pos`` ``[n_ctx, d_model]`` from a model (``model.W_pos``) or a ``.npy``/``.pt`` file."""
+    if isinstance(source, (str, Path)):
+        p = Path(source)
+        if not p.exists():
+            raise FileNotFoundError(f"W_pos file {p} does not exist")
+        arr = np.load(p) if p.suffix == ".npy" else torch.load(p, map_location="cpu")
+        w = torch.as_tensor(np.asarray(arr), dtype=torch.float32)
+    else:
+        check_learned_pos_embed(source)
+        w = source.W_pos.detach().float().cpu()
+    if w.ndim != 2:
+        raise ValueError(f"W_pos must be [n_ctx, d_model], got shape {tuple(w.shape)}")
+    return w
+
+
+def random_token_ids(model, n: int, seed: int = 0) -> torch.Tensor:
+    """``n`` distinct random token ids (special tokens avoided), reproducible from ``seed``."""
+    gen = torch.Generator().manual_seed(seed)
+    special = set(getattr(model.tokenizer, "all_special_ids", []) or []) if getattr(model, "tokenizer", None) else set()
+    perm = torch.randperm(model.cfg.d_vocab, generator=gen)
+    return torch.tensor([t for t in perm.tolist() if t not in special][:n])
+
+
+def extended_pos_embeddings(
+    model,
+    layer: int,
+    tokens=None,
+    n_prompts: int = 16,
+    seq_len: int | None = None,
+    batch_size: int = 4,
+    seed: int = 0,
+    return_per_token: bool = False,
+    progress: bool = False,
+):
+    """The extended positional embedding matrix at ``layer``: ``[seq_len, d_model]``.
+
+    For each token ``t`` (``tokens``, or ``n_prompts`` random ids from ``seed``) the prompt is ``t``
+    repeated ``seq_len`` times (default ``n_ctx``, no BOS). ``E_t = R_t - mean_p R_t`` where ``R_t``
+    ``[seq_len, d_model]`` is the residual stream entering block ``layer`` (``blocks.{layer}.hook_resid_pre``;
+    ``layer == n_layers`` is the final residual, before ``ln_final``). Returns ``mean_t E_t``, and with
+    ``return_per_token`` also the stack ``[n_tokens, seq_len, d_model]``.
+
+    Only blocks ``< layer`` run (the pass stops at the hook), in batches, without an activation cache.
+    At ``layer=0`` this equals ``W_pos[:seq_len] - W_pos[:seq_len].mean(0)``.
+    """
+    check_learned_pos_embed(model)
+    check_layer(model, layer, allow_final=True)
+    seq_len = model.cfg.n_ctx if seq_len is None else seq_len
+    check_int_range("seq_len", seq_len, 2, model.cfg.n_ctx)
+    check_int_range("batch_size", batch_size, 1, 1 << 20)
+    if tokens is None:
+        check_int_range("n_prompts", n_prompts, 1, model.cfg.d_vocab)
+        tokens = random_token_ids(model, n_prompts, seed)
+    tokens = torch.as_tensor(tokens, dtype=torch.long).flatten()
+    if tokens.numel() == 0:
+        raise ValueError("tokens is empty: pass at least one token id")
+    if int(tokens.max()) >= model.cfg.d_vocab or int(tokens.min()) < 0:
+        raise ValueError(f"token ids must lie in 0..{model.cfg.d_vocab - 1}")
+    name = resid_hook_name(model, layer)
+    device = model_device(model)
+    total = torch.zeros(seq_len, model.cfg.d_model, dtype=torch.float64)
+    per_token = [] if return_per_token else None
+    with torch.inference_mode():
+        for i in tqdm(range(0, len(tokens), batch_size), desc=f"ext pos emb L{layer}", disable=not progress):
+            tok = tokens[i : i + batch_size]
+            prompts = einops.repeat(tok, "b -> b pos", pos=seq_len).to(device)
+            resid = capture(model, prompts, name).float().cpu()  # [batch, pos, d_model]
+            centred = resid - resid.mean(dim=1, keepdim=True)
+            total += centred.sum(0).double()
+            if per_token is not None:
+                per_token.append(centred)
+    ext = (total / len(tokens)).float()
+    if return_per_token:
+        return ext, torch.cat(per_token)
+    return ext
+
+
+def centred_w_pos(w_pos: torch.Tensor, seq_len: int | None = None) -> torch.Tensor:
+    """``W_pos[:seq_len] - mean``: the layer-0 extended positional embedding."""
+    w = w_pos[:seq_len] if seq_len else w_pos
+    return w - w.mean(0)

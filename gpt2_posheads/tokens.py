@@ -1,0 +1,51 @@
+"""Turning the prompts users pass (token tensors, lists of them, or strings) into batches."""
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import torch
+
+from .validation import check_int_range
+
+
+def as_token_batches(model, prompts, batch_size: int) -> Iterator[torch.Tensor]:
+    """Yield ``[batch, pos]`` token tensors; prompts of equal length share a batch.
+
+    ``prompts``: a ``[n, pos]`` tensor, a list of 1-D tensors, or a list of strings (tokenized with the
+    model's tokenizer, BOS prepended as ``model.to_tokens`` does). Raises on an empty list or a prompt
+    longer than ``n_ctx``.
+    """
+    check_int_range("batch_size", batch_size, 1, 1 << 30)
+    seqs = to_token_list(model, prompts)
+    by_len: dict[int, list[torch.Tensor]] = {}
+    for s in seqs:
+        by_len.setdefault(len(s), []).append(s)
+    for _, group in sorted(by_len.items()):
+        for i in range(0, len(group), batch_size):
+            yield torch.stack(group[i : i + batch_size])
+
+
+def to_token_list(model, prompts) -> list[torch.Tensor]:
+    if isinstance(prompts, torch.Tensor):
+        if prompts.ndim == 1:
+            prompts = prompts[None]
+        if prompts.ndim != 2:
+            raise ValueError(f"prompts tensor must be [batch, pos], got shape {tuple(prompts.shape)}")
+        seqs = list(prompts)
+    elif isinstance(prompts, Sequence) and not isinstance(prompts, str):
+        seqs = [model.to_tokens(p)[0] if isinstance(p, str) else torch.as_tensor(p) for p in prompts]
+    else:
+        raise TypeError("prompts must be a [batch, pos] tensor, a list of token tensors, or a list of strings")
+    if len(seqs) == 0:
+        raise ValueError("prompts is empty: pass at least one prompt")
+    n_ctx = model.cfg.n_ctx
+    for s in seqs:
+        if len(s) > n_ctx:
+            raise ValueError(f"prompt length {len(s)} exceeds the model's context: allowed 1..{n_ctx} tokens (n_ctx)")
+        if len(s) < 1:
+            raise ValueError("prompt of length 0")
+    return [s.long() for s in seqs]
+
+
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device

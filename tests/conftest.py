@@ -1,0 +1,129 @@
+"""Shared fixtures: small GPT-2-architecture models built here (random or with hand-set heads)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpt2_posheads._paths import REPO_ROOT, SHARED_ENV, shared_dir
+
+MINI_DIR = REPO_ROOT / "data" / "mini-gpt2"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--shared-dir", default=None, help="path to the shared/ data folder (GPT-2 W_pos, tokenizer, corpus)")
+
+
+def pytest_configure(config):
+    p = config.getoption("--shared-dir")
+    if p:
+        os.environ[SHARED_ENV] = str(Path(p).resolve())
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture(scope="session")
+def shared():
+    root = shared_dir()
+    if root is None:
+        pytest.skip("shared/ data folder not given (pytest --shared-dir PATH or $GPT2_POSHEADS_SHARED)")
+    return root
+
+
+@pytest.fixture(scope="session")
+def small_tokenizer():
+    """A small real BPE tokenizer: the mini model's (4k vocab) when shipped, else GPT-2's from shared/."""
+    if (MINI_DIR / "tokenizer.json").exists():
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(MINI_DIR)
+    if shared_dir() is not None:
+        from gpt2_posheads import gpt2_tokenizer
+
+        return gpt2_tokenizer()
+    pytest.skip("no tokenizer available: neither data/mini-gpt2 nor shared/ is present")
+
+
+def conv1d_zero_outputs(n_layers: int, d_model: int, layers=None) -> dict[str, torch.Tensor]:
+    """HF parameter overrides that zero attention and MLP outputs of ``layers`` (default: all)."""
+    layers = range(n_layers) if layers is None else layers
+    sd = {}
+    for l in layers:
+        sd[f"transformer.h.{l}.attn.c_proj.weight"] = torch.zeros(d_model, d_model)
+        sd[f"transformer.h.{l}.attn.c_proj.bias"] = torch.zeros(d_model)
+        sd[f"transformer.h.{l}.mlp.c_proj.weight"] = torch.zeros(4 * d_model, d_model)
+        sd[f"transformer.h.{l}.mlp.c_proj.bias"] = torch.zeros(d_model)
+    return sd
+
+
+HANDSET = dict(n_layers=2, n_heads=4, d_model=64, n_ctx=16)
+
+
+def handset_state_dict(vocab_size: int, scale: float = 1.0) -> dict[str, torch.Tensor]:
+    """Weights for a model whose residual stream is ``W_pos`` at every layer, with known heads.
+
+    Token embeddings are zero and every block writes nothing, so each head reads
+    ``LN(W_pos[p]) ~ 7.9 * e_p`` (positions one-hot in dims 0..15). Layer 0:
+    head 0 attends to the previous position (query slot i reads dim i+1, key slot i reads dim i),
+    head 1 to the current position (query = key = identity), heads 2 and 3 uniformly (zero query).
+    Layer 1 keeps GPT-2's random N(0, 0.02) initialisation: nearly uniform heads.
+    """
+    c = HANDSET
+    d, n_ctx, dh = c["d_model"], c["n_ctx"], c["d_model"] // c["n_heads"]
+    sd = conv1d_zero_outputs(c["n_layers"], d)
+    sd["transformer.wte.weight"] = torch.zeros(vocab_size, d)
+    sd["transformer.wpe.weight"] = torch.eye(n_ctx, d)
+    w = torch.zeros(d, 3 * d)
+    for i in range(dh):
+        if i + 1 < n_ctx:
+            w[i + 1, 0 * dh + i] = scale  # head 0 query: slot i <- position i+1
+        w[i, d + 0 * dh + i] = scale  # head 0 key: slot i <- position i
+        w[i, 1 * dh + i] = scale  # head 1 query: identity
+        w[i, d + 1 * dh + i] = scale  # head 1 key: identity
+    sd["transformer.h.0.attn.c_attn.weight"] = w
+    sd["transformer.h.0.attn.c_attn.bias"] = torch.zeros(3 * d)
+    return sd
+
+
+@pytest.fixture(scope="session")
+def handset_dir(tmp_path_factory, small_tokenizer):
+    from gpt2_posheads import make_random_model_dir
+
+    out = tmp_path_factory.mktemp("handset")
+    return make_random_model_dir(out, tokenizer=small_tokenizer, state_dict=handset_state_dict(len(small_tokenizer)), **HANDSET)
+
+
+@pytest.fixture(scope="session")
+def handset_model(handset_dir):
+    from gpt2_posheads import load_model
+
+    return load_model(handset_dir, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory, small_tokenizer):
+    from gpt2_posheads import make_random_model_dir
+
+    return make_random_model_dir(tmp_path_factory.mktemp("tiny"), n_layers=3, n_heads=4, d_model=64, n_ctx=64,
+                                 tokenizer=small_tokenizer, seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_dir):
+    from gpt2_posheads import load_model
+
+    return load_model(tiny_dir, device="cpu")
+
+
+def run_script(module_path: Path, argv: list[str]):
+    """Import an experiment script by path and call its ``main(argv)``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(module_path.stem, module_path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.main(argv)
+
+
+EXPERIMENTS = REPO_ROOT / "experiments"
