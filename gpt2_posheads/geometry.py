@@ -42,7 +42,7 @@ def principal_angles(a: torch.Tensor, b: torch.Tensor, k: int = 3, center: bool 
     va = pca(a, k, center)[0].double().T
     vb = pca(b, k, center)[0].double().T
     cos = torch.linalg.svdvals(va.T @ vb).clamp(-1.0, 1.0)
-    return torch.rad2deg(torch.arccos(cos)).flip(0).float()
+    return torch.rad2deg(torch.arccos(cos)).float()
 
 
 def large_entry_fraction(x: torch.Tensor, k: float = 1.0) -> float:

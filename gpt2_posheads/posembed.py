@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .forward import capture, resid_hook_name
+from .forward import resid_hook_name, run_until
 from .tokens import model_device
 from .validation import check_int_range, check_layer, check_learned_pos_embed
 
@@ -66,8 +66,28 @@ def extended_pos_embeddings(
     Only blocks ``< layer`` run (the pass stops at the hook), in batches, without an activation cache.
     At ``layer=0`` this equals ``W_pos[:seq_len] - W_pos[:seq_len].mean(0)``.
     """
+    res = extended_pos_embeddings_by_layer(model, [layer], tokens, n_prompts, seq_len, batch_size, seed,
+                                           return_per_token, progress)
+    return (res[0][layer], res[1][layer]) if return_per_token else res[layer]
+
+
+def extended_pos_embeddings_by_layer(
+    model,
+    layers,
+    tokens=None,
+    n_prompts: int = 16,
+    seq_len: int | None = None,
+    batch_size: int = 4,
+    seed: int = 0,
+    return_per_token: bool = False,
+    progress: bool = False,
+):
+    """:func:`extended_pos_embeddings` at several layers from one pass: ``{layer: [seq_len, d_model]}``
+    (and ``{layer: [n_tokens, seq_len, d_model]}`` with ``return_per_token``)."""
     check_learned_pos_embed(model)
-    check_layer(model, layer, allow_final=True)
+    layers = sorted({check_layer(model, int(l), allow_final=True) for l in layers})
+    if not layers:
+        raise ValueError("layers is empty: pass at least one layer")
     seq_len = model.cfg.n_ctx if seq_len is None else seq_len
     check_int_range("seq_len", seq_len, 2, model.cfg.n_ctx)
     check_int_range("batch_size", batch_size, 1, 1 << 20)
@@ -79,22 +99,28 @@ def extended_pos_embeddings(
         raise ValueError("tokens is empty: pass at least one token id")
     if int(tokens.max()) >= model.cfg.d_vocab or int(tokens.min()) < 0:
         raise ValueError(f"token ids must lie in 0..{model.cfg.d_vocab - 1}")
-    name = resid_hook_name(model, layer)
+    names = {l: resid_hook_name(model, l) for l in layers}
     device = model_device(model)
-    total = torch.zeros(seq_len, model.cfg.d_model, dtype=torch.float64)
-    per_token = [] if return_per_token else None
+    totals = {l: torch.zeros(seq_len, model.cfg.d_model, dtype=torch.float64) for l in layers}
+    per_token: dict[int, list[torch.Tensor]] = {l: [] for l in layers}
+
+    def make_hook(layer):
+        def hook(resid, hook):  # resid: [batch, pos, d_model]
+            r = resid.float().cpu()
+            centred = r - r.mean(dim=1, keepdim=True)
+            totals[layer] += centred.sum(0).double()
+            if return_per_token:
+                per_token[layer].append(centred)
+        return hook
+
+    hooks = [(names[l], make_hook(l)) for l in layers]
     with torch.inference_mode():
-        for i in tqdm(range(0, len(tokens), batch_size), desc=f"ext pos emb L{layer}", disable=not progress):
-            tok = tokens[i : i + batch_size]
-            prompts = einops.repeat(tok, "b -> b pos", pos=seq_len).to(device)
-            resid = capture(model, prompts, name).float().cpu()  # [batch, pos, d_model]
-            centred = resid - resid.mean(dim=1, keepdim=True)
-            total += centred.sum(0).double()
-            if per_token is not None:
-                per_token.append(centred)
-    ext = (total / len(tokens)).float()
+        for i in tqdm(range(0, len(tokens), batch_size), desc="extended pos emb", disable=not progress):
+            prompts = einops.repeat(tokens[i : i + batch_size], "b -> b pos", pos=seq_len).to(device)
+            run_until(model, prompts, hooks, stop_at=names[layers[-1]])
+    ext = {l: (totals[l] / len(tokens)).float() for l in layers}
     if return_per_token:
-        return ext, torch.cat(per_token)
+        return ext, {l: torch.cat(per_token[l]) for l in layers}
     return ext
 
 
