@@ -111,3 +111,39 @@ class Output:
         print(f"\nwrote {len(self.written)} files to {self.out_dir}:")
         for p in self.written:
             print(f"  {p.name}")
+
+
+def add_prompt_args(p: argparse.ArgumentParser, n_prompts: int = 16, seq_len: int = 256) -> None:
+    p.add_argument("--prompts", default="auto", help="auto | openwebtext | wikitext | path to .txt/.jsonl")
+    p.add_argument("--n-prompts", type=int, default=n_prompts, help="natural-text prompts")
+    p.add_argument("--seq-len", type=int, default=seq_len, help="tokens per prompt, BOS included (capped at n_ctx)")
+
+
+def corpus_prompts(model, args) -> tuple[torch.Tensor, str]:
+    """``[n_prompts, seq_len]`` natural-text prompts for ``args`` and a description of their source."""
+    from .prompts import documents, make_prompts
+
+    docs, source = documents(args.prompts)
+    seq_len = min(args.seq_len, model.cfg.n_ctx)
+    return make_prompts(model.tokenizer, args.n_prompts, seq_len, seed=args.seed, docs=docs), source
+
+
+def add_heads_arg(p: argparse.ArgumentParser, default: str, help: str = "heads") -> None:
+    p.add_argument("--heads", default=default,
+                   help=f"{help}: comma-separated names like L4H11, or 'auto:N' for the model's N most "
+                        f"previous-token-like heads (by the diagonal ranking)")
+
+
+def resolve_heads(model, spec: str, prompts: torch.Tensor | None = None) -> list[tuple[int, int]]:
+    """Head names → ``[(layer, head)]``, checked against the model; ``auto:N`` ranks the model's heads."""
+    from .validation import parse_head
+
+    if spec.startswith("auto"):
+        from .diagonals import rank_prev_heads
+
+        n = int(spec.split(":")[1]) if ":" in spec else 3
+        if prompts is None:
+            raise ValueError("--heads auto needs prompts to rank heads on")
+        df = rank_prev_heads(model, prompts[: min(8, len(prompts))], max_offset=16, progress=False)
+        return [(int(r.layer), int(r.head)) for r in df.head(n).itertuples()]
+    return [parse_head(s, model) for s in spec.split(",") if s.strip()]

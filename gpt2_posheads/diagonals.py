@@ -59,6 +59,7 @@ def diagonal_attention(
     exclude_bos: bool = True,
     batch_size: int = 8,
     progress: bool = True,
+    fwd_hooks=(),
 ) -> torch.Tensor:
     """Mean attention on each diagonal for every head: ``[n_layers, n_heads, max_offset + 1]``.
 
@@ -74,6 +75,7 @@ def diagonal_attention(
     Args:
         prompts: ``[batch, pos]`` token ids, a list of token tensors, or a list of strings.
         max_offset: largest offset ``d`` (default: longest prompt length − 1); must be >= 1.
+        fwd_hooks: extra TransformerLens hooks (interventions) applied during the pass.
     """
     seqs = to_token_list(model, prompts)
     longest = max(len(s) for s in seqs)
@@ -92,7 +94,7 @@ def diagonal_attention(
             sums[layer, :, :width] += diagonal_sums(pattern, width, exclude).cpu()
         return hook
 
-    hooks = [(f"blocks.{l}.attn.hook_pattern", make_hook(l)) for l in range(L)]
+    hooks = list(fwd_hooks) + [(f"blocks.{l}.attn.hook_pattern", make_hook(l)) for l in range(L)]
     device = model_device(model)
     batches = list(as_token_batches(model, seqs, batch_size))
     with torch.inference_mode():

@@ -66,7 +66,8 @@ def handset_state_dict(vocab_size: int, scale: float = 1.0) -> dict[str, torch.T
     Token embeddings are zero and every block writes nothing, so each head reads
     ``LN(W_pos[p]) ~ 7.9 * e_p`` (positions one-hot in dims 0..15). Layer 0:
     head 0 attends to the previous position (query slot i reads dim i+1, key slot i reads dim i),
-    head 1 to the current position (query = key = identity), heads 2 and 3 uniformly (zero query).
+    head 1 to the current position (query = key = identity), head 2 uniformly (zero query), head 3
+    away from the current position (query = -key): a self-suppressing head.
     Layer 1 keeps GPT-2's random N(0, 0.02) initialisation: nearly uniform heads.
     """
     c = HANDSET
@@ -81,6 +82,8 @@ def handset_state_dict(vocab_size: int, scale: float = 1.0) -> dict[str, torch.T
         w[i, d + 0 * dh + i] = scale  # head 0 key: slot i <- position i
         w[i, 1 * dh + i] = scale  # head 1 query: identity
         w[i, d + 1 * dh + i] = scale  # head 1 key: identity
+        w[i, 3 * dh + i] = -scale  # head 3 query: minus identity (suppresses its own position)
+        w[i, d + 3 * dh + i] = scale  # head 3 key: identity
     sd["transformer.h.0.attn.c_attn.weight"] = w
     sd["transformer.h.0.attn.c_attn.bias"] = torch.zeros(3 * d)
     return sd

@@ -28,7 +28,8 @@ def test_handset_current_and_uniform_heads(handset_model):
     assert df.loc["L0H1", "ratio"] < 0.05
     # uniform attention 1/(q+1): neighbouring diagonals differ only by their share of late queries
     assert df.loc["L0H2", "ratio"] > 0.8
-    assert df.loc["L0H3", "ratio"] > 0.8
+    # self-suppressing: uniform over earlier keys, so the previous diagonal is greatest but barely
+    assert df.loc["L0H3", "top_offset"] == 1 and df.loc["L0H3", "ratio"] > 0.8
 
 
 def test_diagonal_masses_match_direct_computation(tiny_model):

@@ -1,0 +1,177 @@
+"""Causal interventions of the GPT-2 post, as small hook factories.
+
+Each factory validates its arguments at once and returns an :class:`Intervention`; binding it to a
+model (``iv.hooks(model)``) checks layers/heads against ``model.cfg`` and returns TransformerLens
+``fwd_hooks`` — ``[(hook_name, fn), ...]`` — ready for ``model.run_with_hooks(tokens, fwd_hooks=...)``
+or ``with model.hooks(fwd_hooks=...)``. :func:`hooks_for` concatenates several interventions.
+
+Maths, per intervention (``A`` a head's attention pattern ``[q, k]``, ``g`` a group size):
+
+* ``average_pos_embed(g)``: ``W_pos[p] <- mean(W_pos[k : k+g])`` for ``p`` in group ``[k, k+g)``,
+  ``k = g * floor(p / g)``; the last group of ``n_ctx`` averages the rows it has. ``g = 1`` is the identity.
+* ``average_ext_pos_embed(L, g)``: ``resid_pre_L[p] += Ē[p] - E[p]`` where ``E`` is the extended
+  positional embedding at layer ``L`` and ``Ē`` its group average — position information at ``L`` is
+  blurred to ``g``-wide blocks while everything else in the residual stream is kept.
+* ``mask_previous_attention(every, layers)``: ``A[p, p-1] <- 0`` for queries ``p > 0`` with ``p % every == 0``
+  in every head of ``layers`` (post-softmax; rows optionally renormalised to sum to 1).
+* ``edit_head_pattern(L, H, mapping)``: row ``A[q]`` of head ``(L, H)`` becomes one-hot at ``mapping[q]``
+  (or the given distribution over keys).
+* ``scale_head_output(L, H, f)``: ``z_{L,H} <- f * z_{L,H}`` (``hook_z``); the head's write to the residual
+  stream, ``z W_O``, scales by ``f`` exactly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping
+
+import einops
+import torch
+
+from .posembed import extended_pos_embeddings, load_w_pos
+from .validation import check_head, check_int_range, check_layer, check_layers, check_learned_pos_embed
+
+Hook = tuple[str, Callable]
+
+
+@dataclass
+class Intervention:
+    """A named intervention; ``bind(model)`` returns its ``fwd_hooks``."""
+
+    name: str
+    bind: Callable[[object], list[Hook]]
+
+    def hooks(self, model) -> list[Hook]:
+        return self.bind(model)
+
+
+def hooks_for(model, *interventions: Intervention) -> list[Hook]:
+    """The ``fwd_hooks`` of several interventions, in order."""
+    out: list[Hook] = []
+    for iv in interventions:
+        out += iv.hooks(model)
+    return out
+
+
+def group_average_rows(x: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``[pos, d]`` → same shape, rows replaced by the mean of their consecutive ``group_size`` block.
+
+    The last block may be partial and averages the rows it has.
+    """
+    check_int_range("group_size", group_size, 1, 1 << 30)
+    n = x.shape[0]
+    n_full = (n // group_size) * group_size
+    out = x.clone()
+    if n_full:
+        blocks = einops.reduce(x[:n_full], "(g s) d -> g d", "mean", s=group_size)
+        out[:n_full] = einops.repeat(blocks, "g d -> (g s) d", s=group_size)
+    if n_full < n:
+        out[n_full:] = x[n_full:].mean(0, keepdim=True)
+    return out
+
+
+def _replace_positions(new: torch.Tensor):
+    def hook(x, hook):  # x: [batch, pos, d_model] (or [pos, d_model])
+        return new[: x.shape[-2]].to(x.dtype).expand_as(x).clone()
+    return hook
+
+
+def _add_positions(delta: torch.Tensor):
+    def hook(x, hook):  # x: [batch, pos, d_model]
+        return x + delta[: x.shape[-2]].to(x.dtype)
+    return hook
+
+
+def average_pos_embed(group_size: int, w_pos: torch.Tensor | None = None) -> Intervention:
+    """Average the rows of ``W_pos`` (the model's, or ``w_pos``) in consecutive groups of ``group_size``."""
+    check_int_range("group_size", group_size, 1, 1 << 30)
+
+    def bind(model):
+        check_learned_pos_embed(model)
+        w = load_w_pos(model) if w_pos is None else w_pos.float()
+        avg = group_average_rows(w, group_size).to(model.W_pos.device)
+        return [("hook_pos_embed", _replace_positions(avg))]
+
+    return Intervention(f"average W_pos in groups of {group_size}", bind)
+
+
+def average_ext_pos_embed(layer: int, group_size: int, ext: torch.Tensor | None = None, **ext_kwargs) -> Intervention:
+    """Replace the extended positional embedding at ``layer`` by its group average (see module doc).
+
+    ``ext`` ``[pos, d_model]`` defaults to :func:`extended_pos_embeddings` ``(model, layer, **ext_kwargs)``.
+    """
+    check_int_range("group_size", group_size, 1, 1 << 30)
+
+    def bind(model):
+        check_layer(model, layer)
+        e = extended_pos_embeddings(model, layer, **ext_kwargs) if ext is None else ext.float()
+        delta = (group_average_rows(e, group_size) - e).to(model.W_pos.device)
+        return [(f"blocks.{layer}.hook_resid_pre", _add_positions(delta))]
+
+    return Intervention(f"average extended pos emb at layer {layer} in groups of {group_size}", bind)
+
+
+def mask_previous_attention(every: int = 5, layers: Iterable[int] = range(4), renormalize: bool = False) -> Intervention:
+    """Zero attention from query ``p`` to key ``p-1`` for every ``p % every == 0`` (``p > 0``), all heads of ``layers``."""
+    check_int_range("every", every, 1, 1 << 30)
+    layers = list(layers)
+
+    def hook(pattern, hook):  # pattern: [batch, head, q, k]
+        n = pattern.shape[-1]
+        q = torch.arange(every, n, every, device=pattern.device)
+        pattern = pattern.clone()
+        pattern[..., q, q - 1] = 0.0
+        if renormalize:
+            pattern = pattern / pattern.sum(-1, keepdim=True).clamp_min(1e-12)
+        return pattern
+
+    def bind(model):
+        return [(f"blocks.{l}.attn.hook_pattern", hook) for l in check_layers(model, layers)]
+
+    return Intervention(f"mask attention to p-1 every {every} positions in layers {layers}", bind)
+
+
+def edit_head_pattern(layer: int, head: int, mapping: Mapping[int, int | Mapping[int, float]]) -> Intervention:
+    """Make query ``q`` of head ``(layer, head)`` attend to ``mapping[q]``: a key position (one-hot) or a
+    ``{key: weight}`` distribution (normalised to sum to 1). Keys must not lie after their query."""
+    rows: dict[int, dict[int, float]] = {}
+    for q, target in mapping.items():
+        dist = {int(target): 1.0} if not isinstance(target, Mapping) else {int(k): float(w) for k, w in target.items()}
+        if any(k > int(q) or k < 0 for k in dist):
+            raise ValueError(f"mapping[{q}] = {target}: key positions must lie in 0..{q} (causal attention)")
+        total = sum(dist.values())
+        if total <= 0:
+            raise ValueError(f"mapping[{q}] weights must sum to a positive number")
+        rows[int(q)] = {k: w / total for k, w in dist.items()}
+
+    def hook(pattern, hook):  # pattern: [batch, head, q, k]
+        pattern = pattern.clone()
+        for q, dist in rows.items():
+            if q >= pattern.shape[-2]:
+                raise ValueError(f"mapping query position {q} is beyond the prompt length {pattern.shape[-2]}")
+            pattern[:, head, q, :] = 0.0
+            for k, w in dist.items():
+                pattern[:, head, q, k] = w
+        return pattern
+
+    def bind(model):
+        check_head(model, layer, head)
+        for q in rows:
+            check_int_range("mapping query position", q, 0, model.cfg.n_ctx - 1)
+        return [(f"blocks.{layer}.attn.hook_pattern", hook)]
+
+    return Intervention(f"edit L{layer}H{head} pattern {dict(mapping)}", bind)
+
+
+def scale_head_output(layer: int, head: int, factor: float) -> Intervention:
+    """Multiply head ``(layer, head)``'s output by ``factor`` (on ``hook_z``, before ``W_O``)."""
+
+    def hook(z, hook):  # z: [batch, pos, head, d_head]
+        z = z.clone()
+        z[:, :, head, :] *= factor
+        return z
+
+    def bind(model):
+        check_head(model, layer, head)
+        return [(f"blocks.{layer}.attn.hook_z", hook)]
+
+    return Intervention(f"scale L{layer}H{head} output by {factor}", bind)

@@ -1,0 +1,81 @@
+"""What an intervention changed: next-token distributions, KL over a corpus, attention patterns."""
+from __future__ import annotations
+
+import torch
+from tqdm.auto import tqdm
+
+from .forward import capture
+from .tokens import as_token_batches, model_device, to_token_list
+
+
+def next_token_probs(model, tokens: torch.Tensor, fwd_hooks=()) -> torch.Tensor:
+    """Probabilities of the next token after the last position: ``[batch, d_vocab]``."""
+    toks = tokens[None] if tokens.ndim == 1 else tokens
+    with torch.inference_mode():
+        logits = model.run_with_hooks(toks.to(model_device(model)), fwd_hooks=list(fwd_hooks))
+    return logits[:, -1].float().softmax(-1).cpu()
+
+
+def top_tokens(model, probs: torch.Tensor, k: int = 5) -> list[tuple[str, float]]:
+    """``k`` most likely tokens of a ``[d_vocab]`` distribution as ``(string, probability)``."""
+    p, i = probs.topk(k)
+    return [(model.tokenizer.decode([int(t)]), float(v)) for v, t in zip(p, i)]
+
+
+def kl_divergence(model, prompts, fwd_hooks, batch_size: int = 4, progress: bool = False) -> float:
+    """Mean ``KL(clean || intervened)`` (nats) of next-token distributions over every position of
+    every prompt."""
+    total, count = 0.0, 0
+    device = model_device(model)
+    with torch.inference_mode():
+        for toks in tqdm(list(as_token_batches(model, prompts, batch_size)), desc="KL", disable=not progress):
+            toks = toks.to(device)
+            clean = model(toks).float().log_softmax(-1)
+            patched = model.run_with_hooks(toks, fwd_hooks=list(fwd_hooks)).float().log_softmax(-1)
+            kl = (clean.exp() * (clean - patched)).sum(-1)
+            total += float(kl.sum())
+            count += kl.numel()
+    return total / count
+
+
+def head_patterns(model, prompt, heads: list[tuple[int, int]], fwd_hooks=()) -> dict[tuple[int, int], torch.Tensor]:
+    """Attention patterns ``{(layer, head): [pos, pos]}`` on one prompt, under ``fwd_hooks``."""
+    toks = to_token_list(model, [prompt] if isinstance(prompt, str) else prompt)[0][None].to(model_device(model))
+    out = {}
+    last = max(l for l, _ in heads)
+    box: dict[int, torch.Tensor] = {}
+
+    def grab(layer):
+        def hook(x, hook):
+            box[layer] = x.detach()
+        return hook
+
+    extra = [(f"blocks.{l}.attn.hook_pattern", grab(l)) for l in sorted({l for l, _ in heads}) if l != last]
+    with torch.inference_mode():
+        box[last] = capture(model, toks, f"blocks.{last}.attn.hook_pattern", extra_hooks=list(fwd_hooks) + extra)
+    for l, h in heads:
+        out[(l, h)] = box[l][0, h].float().cpu()
+    return out
+
+
+def pattern_distance(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
+    """Distances between two attention patterns ``[..., q, k]`` (rows are distributions):
+    mean absolute difference per entry of the causal triangle, and mean Jensen–Shannon divergence per row
+    (nats, in ``[0, ln 2]``)."""
+    a, b = a.double(), b.double()
+    n = a.shape[-1]
+    tri = torch.ones(n, n, dtype=torch.bool).tril()
+    mad = float((a - b).abs()[..., tri].mean())
+    m = (a + b) / 2
+
+    def kl(p, q):
+        return torch.where(p > 0, p * (p.clamp_min(1e-30).log() - q.clamp_min(1e-30).log()), torch.zeros_like(p)).sum(-1)
+
+    js = float((0.5 * kl(a, m) + 0.5 * kl(b, m)).mean())
+    return {"mean_abs_diff": mad, "js_divergence": js}
+
+
+def prev_token_score(pattern: torch.Tensor, skip_first: int = 1) -> float:
+    """Mean attention from each query to the previous position, ``mean_q A[q, q-1]`` for ``q > skip_first``."""
+    d = pattern.diagonal(offset=-1, dim1=-2, dim2=-1)
+    return float(d[..., skip_first:].mean())
