@@ -29,7 +29,7 @@ def main(argv=None):
     model = model_from_args(args)
     prompts = corpus_prompts(model, args)[0] if args.heads.startswith("auto") else None
     (l, h) = resolve_heads(model, args.heads, prompts)[0]
-    rp = repeat_string_prompt(model.tokenizer, args.target, n_given=1, seed=args.seed)
+    rp = repeat_string_prompt(model.tokenizer, args.target, n_given=1, seed=args.seed, max_len=model.cfg.n_ctx)
     if len(rp.words) < 3:
         raise SystemExit("--target needs three words, e.g. ' ninja turtle pirate'")
     tok = model.tokenizer

@@ -32,7 +32,7 @@ def main(argv=None):
     heads = resolve_heads(model, args.heads, prompts)
     groups = [int(g) for g in args.group_sizes.split(",")]
     targets = [t if t.startswith(" ") else " " + t for t in args.targets.split(",")]
-    reps = [repeat_string_prompt(model.tokenizer, t, n_given=0, seed=args.seed) for t in targets]
+    reps = [repeat_string_prompt(model.tokenizer, t, n_given=0, seed=args.seed, max_len=model.cfg.n_ctx) for t in targets]
 
     rows = []
     for g in groups:

@@ -146,4 +146,7 @@ def resolve_heads(model, spec: str, prompts: torch.Tensor | None = None) -> list
             raise ValueError("--heads auto needs prompts to rank heads on")
         df = rank_prev_heads(model, prompts[: min(8, len(prompts))], max_offset=16, progress=False)
         return [(int(r.layer), int(r.head)) for r in df.head(n).itertuples()]
-    return [parse_head(s, model) for s in spec.split(",") if s.strip()]
+    try:
+        return [parse_head(s, model) for s in spec.split(",") if s.strip()]
+    except ValueError as e:
+        sys.exit(f"error: --heads: {e}")

@@ -10,7 +10,7 @@ from .tokens import as_token_batches, model_device, to_token_list
 
 def next_token_probs(model, tokens: torch.Tensor, fwd_hooks=()) -> torch.Tensor:
     """Probabilities of the next token after the last position: ``[batch, d_vocab]``."""
-    toks = tokens[None] if tokens.ndim == 1 else tokens
+    toks = torch.stack(to_token_list(model, tokens[None] if tokens.ndim == 1 else tokens))
     with torch.inference_mode():
         logits = model.run_with_hooks(toks.to(model_device(model)), fwd_hooks=list(fwd_hooks))
     return logits[:, -1].float().softmax(-1).cpu()

@@ -61,10 +61,24 @@ def split_words(target: str) -> list[str]:
 
 
 def repeat_string_prompt(tokenizer, target: str = " ninja turtle pirate", n_given: int = 1, n_demos: int = 12,
-                         seed: int = 0) -> RepeatPrompt:
+                         seed: int = 0, max_len: int | None = None) -> RepeatPrompt:
     """Build the prompt with ``n_demos`` demonstrations and the first ``n_given`` words of ``target`` in
     the reply. Segments are tokenized separately (boundaries are quotes/spaces, where GPT-2's
-    pre-tokenizer splits anyway) so every word's token positions are known exactly."""
+    pre-tokenizer splits anyway) so every word's token positions are known exactly.
+
+    ``max_len`` (a model's ``n_ctx``): demonstrations are dropped from the end until the prompt fits.
+    """
+    rp = _build(tokenizer, target, n_given, n_demos, seed)
+    while max_len is not None and len(rp.tokens) > max_len:
+        if n_demos == 1:
+            raise ValueError(f"the repeat-string prompt needs {len(rp.tokens)} tokens even with one demonstration; "
+                             f"max_len={max_len}")
+        n_demos -= 1
+        rp = _build(tokenizer, target, n_given, n_demos, seed)
+    return rp
+
+
+def _build(tokenizer, target: str, n_given: int, n_demos: int, seed: int) -> RepeatPrompt:
     words = split_words(target)
     if not 0 <= n_given <= len(words):
         raise ValueError(f"n_given={n_given} must lie in 0..{len(words)} for target {target!r}")
