@@ -1,0 +1,101 @@
+"""Sparse attention 3 (001): one attention layer is inefficient at retrieving the most similar
+token. Perplexity converges near V/2 (n_embd 2, C 3); final perplexity vs C against (C-2)/(C-1)*V;
+best perplexity vs n_embd; embeddings of numerically close tokens end up close. Then the posts'
+proposed fix, never tested there: a distance kernel (-|q-k|^2) and a harmonic one (1/|q-k|^n),
+with n_embd 1 and 2.
+
+    python experiments/toy_similar_content.py           # ~6 min on 2 cores
+    python experiments/toy_similar_content.py --quick
+"""
+import plotly.graph_objects as go
+import torch
+
+from gpt2_posheads.geometry import pca
+from gpt2_posheads.plotting import line_figure
+from gpt2_posheads.toy import ToyConfig, train_sweep
+from gpt2_posheads.toy.analysis import distance_rank_correlation, perplexity_curve
+from gpt2_posheads.toy.cli import claim, toy_parser, toy_setup
+
+
+def main(argv=None):
+    p = toy_parser(__doc__, steps=4000, quick_steps=300)
+    args = p.parse_args(argv)
+    out, steps, runs = toy_setup(args, __file__)
+    q = args.quick
+    base = ToyConfig(task="most_similar", C=3, n_embd=2, steps=steps, lr=args.lr, init_std=args.init_std,
+                     batch_size=args.batch_size, log_every=max(steps // 100, 1))
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    mk = lambda **kw: [ToyConfig(**{**base.__dict__, **kw, "seed": s}) for s in seeds]  # noqa: E731
+    vocab = [8, 32] if q else [8, 16, 32, 64]
+    contexts = [3, 5] if q else [3, 4, 6, 8]
+    dims = [1, 2, 4] if q else [1, 2, 4, 8, 16]
+    groups = {
+        "V": [c for v in vocab for c in mk(V=v)],
+        "C": [c for C in contexts for c in mk(V=32, C=C)],
+        "n_embd": [c for d in dims for c in mk(V=32, n_embd=d)],
+        "kernel": [c for kern in ("distance", "harmonic") for d in (1, 2) for c in mk(V=32, n_embd=d, kernel=kern)],
+    }
+    flat = [c for g in groups.values() for c in g]
+    res = dict(zip([c.id() for c in flat], train_sweep(flat, runs)))
+    get = lambda cs: [res[c.id()] for c in cs]  # noqa: E731
+    mean_final = lambda rs: sum(r["final_perplexity"] for r in rs) / len(rs)  # noqa: E731
+    claims = {}
+
+    out.figure(line_figure({f"V={r['config']['V']} seed={r['config']['seed']}": (r["steps"], perplexity_curve(r))
+                            for r in get(groups["V"])}, title="most-similar token, n_embd=2, C=3", xlabel="step",
+                           ylabel="perplexity", log_y=True), "perplexity_vs_V")
+    for v in vocab:
+        ppl = mean_final(get([c for c in groups["V"] if c.V == v]))
+        claims[f"converges_near_V/2 (V={v})"] = claim(f"<= V/2 = {v / 2}", ppl, held=ppl <= 0.6 * v and ppl > 1.5)
+
+    cs = sorted({c.C for c in groups["C"]})
+    ppl_c = [mean_final(get([c for c in groups["C"] if c.C == C])) for C in cs]
+    theory = [(C - 2) / (C - 1) * 32 for C in cs]
+    out.figure(line_figure({"measured": (cs, ppl_c), "(C-2)/(C-1) V": (cs, theory)}, mode="lines+markers",
+                           title="V=32, n_embd=2: final perplexity vs context length", xlabel="C", ylabel="perplexity"),
+               "perplexity_vs_C")
+    claims["follows_(C-2)/(C-1)V_qualitatively"] = claim(theory, ppl_c, held=ppl_c[-1] > ppl_c[0])
+
+    ds = sorted({c.n_embd for c in groups["n_embd"]})
+    best = [min(min(perplexity_curve(r)) for r in get([c for c in groups["n_embd"] if c.n_embd == d])) for d in ds]
+    out.figure(line_figure({"best perplexity": (ds, best), "V / n_embd": (ds, [32 / d for d in ds])}, log_x=True,
+                           log_y=True, mode="lines+markers", title="V=32, C=3: best perplexity vs n_embd",
+                           xlabel="n_embd", ylabel="perplexity"), "perplexity_vs_n_embd")
+    claims["best_perplexity_falls_with_n_embd"] = claim("decreasing, faster than V/n_embd", dict(zip(ds, best)),
+                                                        held=all(b2 <= b1 * 1.05 for b1, b2 in zip(best, best[1:])),
+                                                        faster_than_V_over_n=best[-1] < 32 / ds[-1])
+
+    r2 = get([c for c in groups["n_embd"] if c.n_embd == 2])[0]
+    emb = torch.tensor(r2["params"]["W_E"])
+    _, _, proj = pca(emb, 2)
+    fig = go.Figure(go.Scatter(x=proj[:, 0], y=proj[:, 1], mode="markers+text", text=[str(i) for i in range(len(emb))],
+                               marker=dict(color=list(range(len(emb))), colorscale="Viridis", size=9)))
+    fig.update_layout(title="V=32, n_embd=2: learned token embeddings (colour = token value)")
+    out.figure(fig, "embeddings")
+    rho = distance_rank_correlation(emb)
+    claims["close_tokens_embedded_close"] = claim("numerically close tokens are close", {"spearman(|i-j|, dist)": rho},
+                                                  held=rho > 0.3)
+
+    kseries, kfinal = {}, {}
+    for c, r in zip(groups["kernel"], get(groups["kernel"])):
+        kseries[f"{c.kernel} n_embd={c.n_embd} seed={c.seed}"] = (r["steps"], perplexity_curve(r))
+        kfinal.setdefault(f"{c.kernel} n_embd={c.n_embd}", []).append(r["final_perplexity"])
+    dot2 = mean_final(get([c for c in groups["n_embd"] if c.n_embd == 2]))
+    dot1 = mean_final(get([c for c in groups["n_embd"] if c.n_embd == 1]))
+    for c, r in zip(groups["n_embd"], get(groups["n_embd"])):
+        if c.n_embd in (1, 2):
+            kseries[f"dot n_embd={c.n_embd} seed={c.seed}"] = (r["steps"], perplexity_curve(r))
+    out.figure(line_figure(kseries, title="V=32, C=3: inner-product vs distance kernels", xlabel="step",
+                           ylabel="perplexity", log_y=True), "kernels")
+    kmean = {k: sum(v) / len(v) for k, v in kfinal.items()}
+    claims["distance_kernel_helps (untested in the post)"] = claim(
+        "a distance kernel should make even n_embd=1 sufficient", {**kmean, "dot n_embd=1": dot1, "dot n_embd=2": dot2},
+        held=min(kmean.values()) < min(dot1, dot2))
+    for k, v in claims.items():
+        print(f"{k}: measured={v['measured']} held={v['held']}")
+    out.summary({"steps": steps, "init_std": args.init_std, "lr": args.lr, "seeds": seeds, "claims": claims})
+    out.report()
+
+
+if __name__ == "__main__":
+    main()

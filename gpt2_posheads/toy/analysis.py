@@ -1,0 +1,113 @@
+"""Reading training curves and embeddings of toy models: plateaus, spikes, order swaps, geometry."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+
+def perplexity_curve(result: dict, which: str = "eval_loss") -> np.ndarray:
+    return np.exp(np.asarray(result[which], dtype=float))
+
+
+def plateau(steps, ppl, tol: float = 0.1, floor: float = 1.5) -> dict:
+    """The longest stretch where perplexity stays within ``±tol`` (relative) of its value at the stretch's
+    start, while above ``floor`` (a solved task's plateau at 1 does not count).
+
+    Returns ``{"length_steps", "start_step", "end_step", "perplexity"}`` (perplexity = median over the
+    stretch; NaN and length 0 when there is none).
+    """
+    steps, ppl = np.asarray(steps), np.asarray(ppl, dtype=float)
+    best = (0, 0, 0)
+    i = 0
+    while i < len(ppl):
+        j = i
+        while j + 1 < len(ppl) and abs(ppl[j + 1] - ppl[i]) <= tol * ppl[i] and ppl[j + 1] > floor:
+            j += 1
+        if ppl[i] > floor and steps[j] - steps[i] > best[0]:
+            best = (steps[j] - steps[i], i, j)
+        i = j + 1
+    length, a, b = best
+    if length == 0:
+        return {"length_steps": 0, "start_step": None, "end_step": None, "perplexity": math.nan}
+    return {"length_steps": int(length), "start_step": int(steps[a]), "end_step": int(steps[b]),
+            "perplexity": float(np.median(ppl[a : b + 1]))}
+
+
+def loss_spikes(losses, factor: float = 2.0, min_jump: float = 0.1) -> list[int]:
+    """Indices where the loss jumps above ``factor`` x its running minimum (and by ``min_jump`` nats)
+    after having come down: the "confidently wrong" spikes of a too-large learning rate."""
+    out, low, in_spike = [], math.inf, False
+    for i, l in enumerate(losses):
+        if l > factor * low and l - low > min_jump:
+            if not in_spike:
+                out.append(i)
+            in_spike = True
+        else:
+            in_spike = False
+        low = min(low, l)
+    return out
+
+
+def angular_order(emb: torch.Tensor) -> list[int]:
+    """Tokens sorted by the angle of their (2-D projected) embedding: their order around the circle."""
+    e = torch.as_tensor(emb, dtype=torch.float64)
+    e = e - e.mean(0)
+    if e.shape[1] > 2:
+        e = e @ torch.linalg.svd(e, full_matrices=False)[2][:2].T
+    ang = torch.atan2(e[:, 1], e[:, 0])
+    return ang.argsort().tolist()
+
+
+def same_cyclic_order(a: list[int], b: list[int]) -> bool:
+    """Whether two orders around a circle agree up to rotation and reflection."""
+    n = len(a)
+    if n != len(b):
+        return False
+    i = b.index(a[0])
+    rot = b[i:] + b[:i]
+    rev = list(reversed(b))
+    j = rev.index(a[0])
+    return rot == a or rev[j:] + rev[:j] == a
+
+
+def order_swaps(snapshots: list[dict], key: str = "W_E") -> int:
+    """How many times the cyclic order of token embeddings changes between consecutive snapshots."""
+    orders = [angular_order(torch.tensor(s[key])) for s in snapshots]
+    return sum(not same_cyclic_order(orders[i], orders[i + 1]) for i in range(len(orders) - 1))
+
+
+def pairing(emb: torch.Tensor, cos_threshold: float = 0.95) -> int:
+    """Number of direction clusters: tokens whose embeddings have cosine > threshold share a cluster.
+
+    Used for the two-stage branching of 003: on the sticky plateau V=4 tokens form 2 clusters."""
+    e = torch.as_tensor(emb, dtype=torch.float64)
+    e = e / e.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    cos = e @ e.T
+    n, seen, clusters = len(e), set(), 0
+    for i in range(n):
+        if i in seen:
+            continue
+        clusters += 1
+        stack = [i]
+        while stack:
+            a = stack.pop()
+            if a in seen:
+                continue
+            seen.add(a)
+            stack += [b for b in range(n) if b not in seen and cos[a, b] > cos_threshold]
+    return clusters
+
+
+def distance_rank_correlation(emb: torch.Tensor) -> float:
+    """Spearman correlation between ``|i - j|`` and ``||e_i - e_j||`` over token pairs: near 1 when
+    numerically close tokens are embedded close together (001's "continuous structure")."""
+    e = torch.as_tensor(emb, dtype=torch.float64)
+    n = len(e)
+    i, j = torch.triu_indices(n, n, 1)
+    a = (i - j).abs().double()
+    b = (e[i] - e[j]).norm(dim=1)
+    ra, rb = a.argsort().argsort().double(), b.argsort().argsort().double()
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    return float((ra * rb).sum() / (ra.norm() * rb.norm()))

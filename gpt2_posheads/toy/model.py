@@ -1,0 +1,136 @@
+"""A toy attention-only transformer, written once for a whole stack of models.
+
+Every parameter carries a leading *model* axis ``m``: ``M`` models of one shape train as one batched
+computation (einsum over ``m``), and ``M = 1`` is the ordinary single model. Parameters of different
+models never mix, so each model's gradients — and, with the element-wise AdamW of ``train.py``, its
+whole trajectory — are those it would have alone.
+
+Architecture (each part optional, as in the sparse-attention posts)::
+
+    h = W_E[x] (+ W_pos[:C])
+    for each layer:  a = Attn(LN?(h));  h = h + a  (residual)  or  h = a
+                     (MLP: h = h + MLP(LN?(h))  or  h = MLP(h))
+    logits = LN?(h[:, -1]) @ W_U
+
+Attention kernels (scores before the causal mask and softmax):
+
+* ``dot``:       ``q·k / sqrt(d_head)``
+* ``distance``:  ``-||q - k||²``  (attention ∝ a Gaussian of the query–key distance)
+* ``harmonic``:  ``-n · log ||q - k||``  (attention ∝ ``1 / ||q - k||^n``; the posts' proposed fix)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import einops
+import torch
+
+KERNELS = ("dot", "distance", "harmonic")
+
+
+@dataclass(frozen=True)
+class ToyShape:
+    V: int
+    C: int
+    n_embd: int
+    n_layers: int = 1
+    n_heads: int = 1
+    pos_emb: bool = False
+    residual: bool = False
+    mlp: bool = False
+    layernorm: bool = False
+    kernel: str = "dot"
+    harmonic_n: float = 2.0
+
+    def validate(self) -> None:
+        for name, lo in (("V", 2), ("C", 2), ("n_embd", 1), ("n_layers", 1), ("n_heads", 1)):
+            if getattr(self, name) < lo:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= {lo}")
+        if self.n_embd % self.n_heads:
+            raise ValueError(f"n_embd={self.n_embd} must be divisible by n_heads={self.n_heads}")
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel {self.kernel!r} is unknown: allowed {KERNELS}")
+
+
+def init_params(shape: ToyShape, gens: list[torch.Generator], init_std: float = 0.02) -> dict[str, torch.Tensor]:
+    """Parameters for ``len(gens)`` models, model ``i`` drawn from N(0, init_std²) with ``gens[i]`` alone."""
+    shape.validate()
+    D, H, V, C = shape.n_embd, shape.n_heads, shape.V, shape.C
+    dh = D // H
+    sizes: dict[str, tuple[int, ...]] = {"W_E": (V, D), "W_U": (D, V)}
+    if shape.pos_emb:
+        sizes["W_pos"] = (C, D)
+    for l in range(shape.n_layers):
+        for n in ("Q", "K", "V"):
+            sizes[f"{l}.W_{n}"] = (H, D, dh)
+        sizes[f"{l}.W_O"] = (H, dh, D)
+        if shape.mlp:
+            sizes[f"{l}.W_in"] = (D, 4 * D)
+            sizes[f"{l}.W_out"] = (4 * D, D)
+    out = {}
+    for name, sz in sizes.items():  # one generator per model, fixed name order: independent of M
+        out[name] = torch.stack([torch.randn(sz, generator=g) * init_std for g in gens])
+    if shape.mlp:
+        for l in range(shape.n_layers):
+            out[f"{l}.b_in"] = torch.zeros(len(gens), 4 * shape.n_embd)
+            out[f"{l}.b_out"] = torch.zeros(len(gens), shape.n_embd)
+    return out
+
+
+def _ln(h: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.layer_norm(h, h.shape[-1:])
+
+
+def attention_scores(q: torch.Tensor, k: torch.Tensor, kernel: str, harmonic_n: float = 2.0) -> torch.Tensor:
+    """Scores ``[..., q, k]`` from queries/keys ``[..., pos, d_head]`` under ``kernel`` (before the mask)."""
+    if kernel == "dot":
+        return q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    sq = (q * q).sum(-1)[..., :, None] + (k * k).sum(-1)[..., None, :] - 2 * q @ k.transpose(-1, -2)
+    sq = sq.clamp_min(0.0)
+    if kernel == "distance":
+        return -sq
+    if kernel == "harmonic":
+        return -0.5 * harmonic_n * torch.log(sq + 1e-8)
+    raise ValueError(f"kernel {kernel!r} is unknown: allowed {KERNELS}")
+
+
+def forward(params: dict[str, torch.Tensor], x: torch.Tensor, shape: ToyShape, return_pattern: bool = False):
+    """Logits at the last position ``[M, batch, V]`` for tokens ``x`` ``[M, batch, C]``.
+
+    With ``return_pattern`` also each layer's attention ``[M, batch, head, C, C]``.
+    """
+    M, B, C = x.shape
+    h = params["W_E"][torch.arange(M, device=x.device)[:, None, None], x]  # [M, B, C, D]
+    if shape.pos_emb:
+        h = h + params["W_pos"][:, None, :C]
+    causal = torch.ones(C, C, dtype=torch.bool, device=x.device).triu(1)
+    patterns = []
+    for l in range(shape.n_layers):
+        hin = _ln(h) if shape.layernorm else h
+        q = torch.einsum("mbcd,mhde->mbhce", hin, params[f"{l}.W_Q"])
+        k = torch.einsum("mbcd,mhde->mbhce", hin, params[f"{l}.W_K"])
+        v = torch.einsum("mbcd,mhde->mbhce", hin, params[f"{l}.W_V"])
+        s = attention_scores(q, k, shape.kernel, shape.harmonic_n).masked_fill(causal, float("-inf"))
+        a = s.softmax(-1)
+        if return_pattern:
+            patterns.append(a.detach())
+        out = torch.einsum("mbhqk,mbhke,mhed->mbqd", a, v, params[f"{l}.W_O"])
+        h = h + out if shape.residual else out
+        if shape.mlp:
+            hin = _ln(h) if shape.layernorm else h
+            mid = torch.nn.functional.gelu(torch.einsum("mbcd,mdf->mbcf", hin, params[f"{l}.W_in"])
+                                           + params[f"{l}.b_in"][:, None, None])
+            mo = torch.einsum("mbcf,mfd->mbcd", mid, params[f"{l}.W_out"]) + params[f"{l}.b_out"][:, None, None]
+            h = h + mo if shape.residual else mo
+    last = h[:, :, -1]
+    if shape.layernorm:
+        last = _ln(last)
+    logits = torch.einsum("mbd,mdv->mbv", last, params["W_U"])
+    return (logits, patterns) if return_pattern else logits
+
+
+def per_model_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy per model ``[M]`` from logits ``[M, batch, V]`` and targets ``[M, batch]``."""
+    lp = logits.log_softmax(-1)
+    return -einops.reduce(lp.gather(-1, y[..., None])[..., 0], "m b -> m", "mean")

@@ -1,0 +1,213 @@
+"""Training toy models — many at once.
+
+:func:`train_sweep` groups configurations that share a shape (seeds, ``k`` values, learning rates,
+tasks...), stacks each group along the model axis of :mod:`.model` and trains it as one batched
+computation with an element-wise AdamW whose learning rate is per model. Each model draws its
+initialisation and data from its own generators (seeded from its config), so a model trained in a
+sweep follows the trajectory it would follow alone. Results are written per model as each group
+finishes; a rerun skips models whose result file exists, so an interrupted sweep resumes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+from tqdm.auto import tqdm
+
+from .metrics import effective_rank
+from .model import ToyShape, forward, init_params, per_model_loss
+from .tasks import check_task, make_batch
+
+
+@dataclass(frozen=True)
+class ToyConfig:
+    task: str = "copy_current"
+    V: int = 16
+    C: int = 4
+    n_embd: int = 2
+    n_layers: int = 1
+    n_heads: int = 1
+    k: int | None = None
+    pos_emb: bool = False
+    residual: bool = False
+    mlp: bool = False
+    layernorm: bool = False
+    kernel: str = "dot"
+    harmonic_n: float = 2.0
+    init_std: float = 0.02
+    lr: float = 0.01
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    steps: int = 5000
+    batch_size: int = 128
+    seed: int = 0
+    log_every: int = 50
+    snapshot_every: int = 0  # 0: no snapshots of embeddings / Q,K,V
+    eval_size: int = 2048
+
+    def shape(self) -> ToyShape:
+        return ToyShape(self.V, self.C, self.n_embd, self.n_layers, self.n_heads, self.pos_emb, self.residual,
+                        self.mlp, self.layernorm, self.kernel, self.harmonic_n)
+
+    def validate(self) -> "ToyConfig":
+        self.shape().validate()
+        check_task(self.task, self.V, self.C, self.k)
+        for name, lo in (("steps", 1), ("batch_size", 1), ("log_every", 1)):
+            if getattr(self, name) < lo:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= {lo}")
+        if not self.lr > 0:
+            raise ValueError(f"lr={self.lr} must be > 0")
+        if not self.init_std > 0:
+            raise ValueError(f"init_std={self.init_std} must be > 0")
+        return self
+
+    def group_key(self) -> tuple:
+        """Configs with the same key train together (everything but seed, k, lr, weight decay, task)."""
+        per_model = {"seed", "k", "lr", "weight_decay", "task"}
+        return tuple((f.name, getattr(self, f.name)) for f in fields(self) if f.name not in per_model)
+
+    def id(self) -> str:
+        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _adamw_step(params, grads, state, t: int, lr: torch.Tensor, wd: torch.Tensor, betas, eps: float = 1e-8):
+    """AdamW applied element-wise with per-model ``lr``/``wd`` ``[M]`` (decoupled weight decay)."""
+    b1, b2 = betas
+    for name, p in params.items():
+        g = grads[name]
+        m, v = state.setdefault(name, (torch.zeros_like(p), torch.zeros_like(p)))
+        m.mul_(b1).add_(g, alpha=1 - b1)
+        v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        view = (-1,) + (1,) * (p.ndim - 1)
+        step = lr.view(view) / (1 - b1**t)
+        denom = (v / (1 - b2**t)).sqrt().add_(eps)
+        p.mul_(1 - (lr * wd).view(view)).addcdiv_(m * step, denom, value=-1.0)
+
+
+def _snapshot(params: dict[str, torch.Tensor], i: int) -> dict[str, list]:
+    snap = {n: params[n][i].tolist() for n in ("W_E", "W_pos") if n in params}
+    for n in ("0.W_Q", "0.W_K", "0.W_V"):
+        snap[n] = params[n][i].tolist()
+    return snap
+
+
+def train_group(configs: list[ToyConfig], progress: bool = True, chunk: int = 500,
+                device: str | torch.device = "cpu") -> list[dict]:
+    """Train configs that share a shape as one batched computation; one result dict per config."""
+    for c in configs:
+        c.validate()
+    keys = {c.group_key() for c in configs}
+    if len(keys) != 1:
+        raise ValueError("train_group needs configs that share every shape setting (use train_sweep)")
+    c0 = configs[0]
+    shape, M = c0.shape(), len(configs)
+    init_gens = [torch.Generator().manual_seed(c.seed) for c in configs]
+    data_gens = [torch.Generator().manual_seed(c.seed + 1_000_003) for c in configs]
+    eval_gens = [torch.Generator().manual_seed(c.seed + 2_000_003) for c in configs]
+    params = {n: p.to(device).requires_grad_(True) for n, p in init_params(shape, init_gens, c0.init_std).items()}
+    lr = torch.tensor([c.lr for c in configs], device=device)
+    wd = torch.tensor([c.weight_decay for c in configs], device=device)
+    evals = [make_batch(c.task, c.V, c.C, c.eval_size, g, c.k) for c, g in zip(configs, eval_gens)]
+    ex = torch.stack([e[0] for e in evals]).to(device)
+    ey = torch.stack([e[1] for e in evals]).to(device)
+    state: dict = {}
+    logs = {"step": [], "loss": [], "eval_loss": []}
+    snaps: list[list[dict]] = [[] for _ in configs]
+    snap_steps: list[int] = []
+    eff = {"step": [], "W_E": [[] for _ in configs], "W_Q": [[] for _ in configs], "W_K": [[] for _ in configs]}
+    running = torch.zeros(M, device=device)
+    n_running = 0
+    bar = tqdm(total=c0.steps, desc=f"train {M} toy model(s)", disable=not progress)
+    for start in range(0, c0.steps, chunk):
+        n = min(chunk, c0.steps - start)
+        batches = [make_batch(c.task, c.V, c.C, c.batch_size, g, c.k, n=n) for c, g in zip(configs, data_gens)]
+        xs = torch.stack([b[0] for b in batches], 1).to(device)  # [n, M, B, C]
+        ys = torch.stack([b[1] for b in batches], 1).to(device)
+        for j in range(n):
+            t = start + j + 1
+            loss = per_model_loss(forward(params, xs[j], shape), ys[j])
+            grads = torch.autograd.grad(loss.sum(), list(params.values()))
+            with torch.no_grad():
+                _adamw_step(params, dict(zip(params, grads)), state, t, lr, wd, c0.betas)
+                running += loss.detach()
+                n_running += 1
+                if t % c0.log_every == 0 or t == c0.steps:
+                    el = per_model_loss(forward(params, ex, shape), ey)
+                    logs["step"].append(t)
+                    logs["loss"].append((running / n_running).tolist())
+                    logs["eval_loss"].append(el.tolist())
+                    running.zero_()
+                    n_running = 0
+                if c0.snapshot_every and (t % c0.snapshot_every == 0 or t == 1):
+                    snap_steps.append(t)
+                    eff["step"].append(t)
+                    for i in range(M):
+                        snaps[i].append(_snapshot(params, i))
+                        eff["W_E"][i].append(effective_rank(params["W_E"][i]))
+                        eff["W_Q"][i].append(effective_rank(params["0.W_Q"][i].flatten(0, 1)))
+                        eff["W_K"][i].append(effective_rank(params["0.W_K"][i].flatten(0, 1)))
+        bar.update(n)
+    bar.close()
+    results = []
+    with torch.no_grad():
+        for i, c in enumerate(configs):
+            final = logs["eval_loss"][-1][i]
+            results.append({
+                "config": asdict(c), "id": c.id(),
+                "steps": logs["step"], "loss": [row[i] for row in logs["loss"]],
+                "eval_loss": [row[i] for row in logs["eval_loss"]],
+                "final_loss": final, "final_perplexity": math.exp(final),
+                "params": {n: p[i].detach().cpu().tolist() for n, p in params.items()},
+                "snapshot_steps": snap_steps, "snapshots": snaps[i],
+                "effective_rank": {"step": eff["step"], **{n: eff[n][i] for n in ("W_E", "W_Q", "W_K")}},
+            })
+    return results
+
+
+def result_params(result: dict) -> dict[str, torch.Tensor]:
+    """A trained model's parameters as tensors with a model axis of 1 (ready for :func:`forward`)."""
+    return {n: torch.tensor(v)[None] for n, v in result["params"].items()}
+
+
+def train_sweep(configs: Iterable[ToyConfig], out_dir: str | Path | None = None, progress: bool = True,
+                max_models_per_group: int = 64, on_group_done: Callable[[list[dict]], None] | None = None) -> list[dict]:
+    """Train every config (grouped and batched by shape); results in the order of ``configs``.
+
+    With ``out_dir`` each result is saved as ``<out_dir>/<config id>.json`` when its group finishes,
+    and configs whose file already exists are loaded instead of trained (resume after interruption).
+    """
+    configs = [c.validate() for c in configs]
+    out = Path(out_dir) if out_dir else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    done: dict[str, dict] = {}
+    todo: dict[tuple, list[ToyConfig]] = {}
+    for c in configs:
+        f = out / f"{c.id()}.json" if out else None
+        if f is not None and f.exists():
+            done[c.id()] = json.loads(f.read_text())
+        elif c.id() not in done:
+            todo.setdefault(c.group_key(), [])
+            if c not in todo[c.group_key()]:
+                todo[c.group_key()].append(c)
+    groups = [g[i : i + max_models_per_group] for g in todo.values() for i in range(0, len(g), max_models_per_group)]
+    for group in groups:
+        results = train_group(group, progress=progress)
+        for r in results:
+            done[r["id"]] = r
+            if out:
+                tmp = out / f"{r['id']}.json.tmp"
+                tmp.write_text(json.dumps(r))
+                tmp.replace(out / f"{r['id']}.json")  # atomic: an interrupt never leaves half a file
+        if on_group_done:
+            on_group_done(results)
+    return [done[c.id()] for c in configs]
+
+
+def with_(config: ToyConfig, **changes) -> ToyConfig:
+    return replace(config, **changes)
