@@ -35,8 +35,8 @@ def worker(which: str, n_prompts: int, seq_len: int):
     toks = [model.to_tokens(t)[0][:seq_len] for t in texts]
     base_rss = peak_rss_mb()
     t = time.perf_counter()
-    if which == "ours":
-        rank_prev_heads(model, toks, max_offset=32, batch_size=4, progress=False)
+    if which.startswith("ours"):
+        rank_prev_heads(model, toks, max_offset=32, batch_size=4, progress=False, bf16=which == "ours-bf16")
     else:
         from transformer_lens.head_detector import detect_head
 
@@ -59,12 +59,15 @@ def main():
     args = ["--n-prompts", str(a.n_prompts), "--seq-len", str(a.seq_len)]
     ours = run_worker(__file__, ["ours", *args])
     base = run_worker(__file__, ["baseline", *args])
+    ours_bf16 = run_worker(__file__, ["ours-bf16", *args])
     ours4 = run_worker(__file__, ["ours", "--n-prompts", str(4 * a.n_prompts), "--seq-len", str(a.seq_len)])
     print(f"{a.n_prompts} prompts x {a.seq_len} tokens, 12 layers x 12 heads, d_model 768, CPU threads 2")
     print(f"  head_detector baseline : {base['seconds']:7.2f} s   peak RSS {base['peak_rss_mb']:7.0f} MB")
     print(f"  rank_prev_heads (ours) : {ours['seconds']:7.2f} s   peak RSS {ours['peak_rss_mb']:7.0f} MB")
+    print(f"  ours, bf16 autocast    : {ours_bf16['seconds']:7.2f} s   peak RSS {ours_bf16['peak_rss_mb']:7.0f} MB")
     print(f"  ours, {4 * a.n_prompts} prompts       : {ours4['seconds']:7.2f} s   peak RSS {ours4['peak_rss_mb']:7.0f} MB")
-    print(f"speed-up vs head_detector: {base['seconds'] / ours['seconds']:.1f}x (target >= 5x)")
+    print(f"speed-up vs head_detector: {base['seconds'] / ours['seconds']:.1f}x float32, "
+          f"{base['seconds'] / ours_bf16['seconds']:.1f}x bf16 autocast (target >= 5x)")
     print(f"peak memory growth for 4x prompts: {ours4['peak_rss_mb'] - ours['peak_rss_mb']:+.0f} MB")
 
 

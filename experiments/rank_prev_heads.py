@@ -26,6 +26,7 @@ def main(argv=None):
     p.add_argument("--include-bos", action="store_true", help="count attention to key 0 in the diagonals")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--top", type=int, default=15, help="rows of the ranking to print")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 matmuls (autocast): faster on CPUs with AMX")
     args = p.parse_args(argv)
     out = Output.from_args(args, __file__)
     model = model_from_args(args)
@@ -35,7 +36,7 @@ def main(argv=None):
     print(f"{model_label(args)}: {args.n_prompts} prompts x {seq_len} tokens from {source}")
 
     diag = diagonal_attention(model, prompts, max_offset=args.max_offset, exclude_bos=not args.include_bos,
-                              batch_size=args.batch_size)
+                              batch_size=args.batch_size, bf16=args.bf16)
     df = rank_from_diagonals(diag)
     n_prev = count_prev_heads(df)
     n_heads = len(df)

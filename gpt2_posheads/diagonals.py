@@ -60,6 +60,7 @@ def diagonal_attention(
     batch_size: int = 8,
     progress: bool = True,
     fwd_hooks=(),
+    bf16: bool = False,
 ) -> torch.Tensor:
     """Mean attention on each diagonal for every head: ``[n_layers, n_heads, max_offset + 1]``.
 
@@ -76,6 +77,8 @@ def diagonal_attention(
         prompts: ``[batch, pos]`` token ids, a list of token tensors, or a list of strings.
         max_offset: largest offset ``d`` (default: longest prompt length − 1); must be >= 1.
         fwd_hooks: extra TransformerLens hooks (interventions) applied during the pass.
+        bf16: run matmuls under ``torch.autocast`` in bfloat16 (softmax stays float32): ~1.5x faster
+            on CPUs with AMX/AVX512-BF16, patterns within ~3e-3 of float32.
     """
     seqs = to_token_list(model, prompts)
     longest = max(len(s) for s in seqs)
@@ -102,7 +105,8 @@ def diagonal_attention(
             n_pos = toks.shape[1]
             width = min(n_off, n_pos)
             counts[:width] += toks.shape[0] * diagonal_counts(n_pos, width, exclude)
-            run_until(model, toks.to(device), hooks, stop_at=f"blocks.{L - 1}.attn.hook_pattern")
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                run_until(model, toks.to(device), hooks, stop_at=f"blocks.{L - 1}.attn.hook_pattern")
     return (sums / counts).float()
 
 
@@ -137,14 +141,17 @@ def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:
 
 
 def rank_prev_heads(model, prompts, max_offset: int | None = None, exclude_bos: bool = True,
-                    batch_size: int = 8, progress: bool = True) -> pd.DataFrame:
+                    batch_size: int = 8, progress: bool = True, bf16: bool = False) -> pd.DataFrame:
     """Rank all heads by how previous-token-like they are (see :func:`rank_from_diagonals`).
 
     ``int(df.is_prev_token.sum())`` is the number of heads whose greatest diagonal is the previous
-    one (69 of 144 for GPT-2 small in the post).
+    one (69 of 144 for GPT-2 small in the post). ``model`` may be a :class:`~gpt2_posheads.cache.PosheadsCache`
+    (then ``prompts`` is ignored and the stored diagonals are ranked).
     """
+    if hasattr(model, "diagonals") and hasattr(model, "tensors"):
+        return model.ranking()
     diag = diagonal_attention(model, prompts, max_offset=max_offset, exclude_bos=exclude_bos,
-                              batch_size=batch_size, progress=progress)
+                              batch_size=batch_size, progress=progress, bf16=bf16)
     return rank_from_diagonals(diag)
 
 

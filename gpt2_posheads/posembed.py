@@ -64,8 +64,13 @@ def extended_pos_embeddings(
     ``return_per_token`` also the stack ``[n_tokens, seq_len, d_model]``.
 
     Only blocks ``< layer`` run (the pass stops at the hook), in batches, without an activation cache.
-    At ``layer=0`` this equals ``W_pos[:seq_len] - W_pos[:seq_len].mean(0)``.
+    At ``layer=0`` this equals ``W_pos[:seq_len] - W_pos[:seq_len].mean(0)``. ``model`` may be a
+    :class:`~gpt2_posheads.cache.PosheadsCache` holding the layer (then the stored matrix is returned).
     """
+    if hasattr(model, "ext_pos") and hasattr(model, "tensors"):
+        if return_per_token:
+            raise ValueError("a cache holds only the token-averaged matrix: return_per_token needs a model")
+        return model.ext_pos(layer)[:seq_len]
     res = extended_pos_embeddings_by_layer(model, [layer], tokens, n_prompts, seq_len, batch_size, seed,
                                            return_per_token, progress)
     return (res[0][layer], res[1][layer]) if return_per_token else res[layer]

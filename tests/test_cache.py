@@ -1,0 +1,98 @@
+"""The committed activation cache of the shipped mini model, against numbers recomputed from the model;
+and, marked ``gpt2``, the GPT-2 post's numbers against a real GPT-2 cache when one has been built."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpt2_posheads import load_model, rank_prev_heads
+from gpt2_posheads._paths import REPO_ROOT
+from gpt2_posheads.cache import PosheadsCache
+from gpt2_posheads.diagonals import diagonal_attention
+from gpt2_posheads.geometry import principal_angles
+from gpt2_posheads.measures import next_token_probs
+from gpt2_posheads.posembed import extended_pos_embeddings
+from gpt2_posheads.scores import attention_scores
+
+MINI = REPO_ROOT / "data" / "mini-gpt2"
+MINI_CACHE = REPO_ROOT / "data" / "mini-gpt2-cache.safetensors"
+GPT2_CACHE = REPO_ROOT / "data" / "gpt2-cache.safetensors"
+
+
+@pytest.fixture(scope="module")
+def mini():
+    if not MINI_CACHE.exists() or not (MINI / "model.safetensors").exists():
+        pytest.skip("data/mini-gpt2 or its cache is missing")
+    return load_model(MINI, device="cpu"), PosheadsCache.load(MINI_CACHE)
+
+
+def test_cache_provenance(mini):
+    model, cache = mini
+    assert cache.meta["model"].endswith("mini-gpt2")
+    assert cache.meta["cfg"]["n_layers"] == model.cfg.n_layers == 4
+    assert cache.layers() == list(range(model.cfg.n_layers + 1))
+
+
+def test_diagonals_recomputed_match_cache(mini):
+    model, cache = mini
+    prompts = cache.tensors["prompts"]
+    diag = diagonal_attention(model, prompts[:8], max_offset=cache.meta["max_offset"], progress=False)
+    ref = diagonal_attention(model, prompts[:8], max_offset=cache.meta["max_offset"], batch_size=3, progress=False)
+    torch.testing.assert_close(diag, ref, atol=1e-6, rtol=1e-5)
+    full = diagonal_attention(model, prompts, max_offset=cache.meta["max_offset"], progress=False)
+    torch.testing.assert_close(full, cache.diagonals, atol=1e-5, rtol=1e-4)
+    assert rank_prev_heads(cache, None)["name"].tolist() == cache.ranking()["name"].tolist()
+
+
+def test_ext_pos_recomputed_match_cache(mini):
+    model, cache = mini
+    for layer in (0, 2):
+        ext = extended_pos_embeddings(model, layer, n_prompts=cache.meta["ext_n_prompts"], seed=cache.meta["seed"])
+        torch.testing.assert_close(ext, cache.ext_pos(layer), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(extended_pos_embeddings(cache, layer), cache.ext_pos(layer))
+    torch.testing.assert_close(cache.ext_pos(0), cache.tensors["w_pos"] - cache.tensors["w_pos"].mean(0), atol=1e-5, rtol=0)
+
+
+def test_patterns_scores_and_repeat_probs_match_cache(mini):
+    model, cache = mini
+    head = cache.meta["heads"][0]
+    from gpt2_posheads.validation import parse_head
+
+    l, h = parse_head(head)
+    s = attention_scores(model, cache.tensors["prompts"][0], l, h)
+    torch.testing.assert_close(s["pattern"], cache.pattern(head), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(s["raw"], cache.raw_scores(head), atol=1e-4, rtol=1e-4)
+    for name in ("apple_orange", "ninja_turtle_pirate"):
+        p = next_token_probs(model, cache.tensors[f"repeat.{name}.tokens"])[0]
+        torch.testing.assert_close(p, cache.repeat_probs(name), atol=1e-5, rtol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def gpt2_cache():
+    if not GPT2_CACHE.exists():
+        pytest.skip(f"{GPT2_CACHE.relative_to(REPO_ROOT)} is absent: build it on a machine with the hub via "
+                    f"`python experiments/cache_activations.py --model gpt2`")
+    return PosheadsCache.load(GPT2_CACHE)
+
+
+@pytest.mark.gpt2
+def test_gpt2_l4h11_first(gpt2_cache):
+    df = gpt2_cache.ranking()
+    assert df.iloc[0]["name"] == "L4H11" and df.iloc[0]["ratio"] < 0.05
+
+
+@pytest.mark.gpt2
+def test_gpt2_top_five(gpt2_cache):
+    top5 = set(gpt2_cache.ranking().head(5)["name"])
+    assert {"L4H11", "L5H6", "L3H3", "L2H2"} <= top5
+
+
+@pytest.mark.gpt2
+def test_gpt2_count_prev_heads(gpt2_cache):
+    assert 60 <= int(gpt2_cache.ranking()["is_prev_token"].sum()) <= 80
+
+
+@pytest.mark.gpt2
+def test_gpt2_ext_pos_angles(gpt2_cache):
+    ang = principal_angles(gpt2_cache.ext_pos(0), gpt2_cache.ext_pos(2), k=3)
+    assert float(ang.max()) < 15

@@ -1,0 +1,114 @@
+import json
+import math
+
+import pytest
+import torch
+
+from gpt2_posheads.toy import ToyConfig, attention_scores, effective_rank, targets, train_group, train_sweep
+from gpt2_posheads.toy.analysis import distance_rank_correlation, loss_spikes, pairing, plateau, same_cyclic_order
+from gpt2_posheads.toy.metrics import relative_perplexity, separation_direction
+
+
+def test_task_targets_hand_checked():
+    x = torch.tensor([[1, 5, 10, 6], [3, 0, 2, 9]])
+    assert targets("copy_current", x).tolist() == [6, 9]
+    assert targets("copy_offset", x, k=1).tolist() == [10, 2]
+    assert targets("copy_offset", x, k=3).tolist() == [1, 3]
+    assert targets("kth_token", x, k=1).tolist() == [5, 0]
+    assert targets("most_similar", x).tolist() == [5, 3]  # post's example: [1][5][10][6] -> [5]
+    # ties between different values go to the smaller value; an equal token wins (distance 0)
+    assert targets("most_similar", torch.tensor([[7, 5, 6], [4, 6, 6]])).tolist() == [5, 6]
+
+
+def test_bad_configs():
+    with pytest.raises(ValueError, match="C=1"):
+        ToyConfig(C=1).validate()
+    with pytest.raises(ValueError, match="k=4"):
+        ToyConfig(task="kth_token", C=4, k=4).validate()
+    with pytest.raises(ValueError, match="k=None"):
+        ToyConfig(task="copy_offset", C=4).validate()
+    with pytest.raises(ValueError, match="n_embd=0"):
+        ToyConfig(n_embd=0).validate()
+    with pytest.raises(ValueError, match="kernel"):
+        ToyConfig(kernel="cosine").validate()
+    with pytest.raises(ValueError, match="task"):
+        ToyConfig(task="copy_everything").validate()
+
+
+def test_effective_rank_known_matrices():
+    assert effective_rank(torch.eye(5)) == pytest.approx(5.0)
+    assert effective_rank(torch.outer(torch.arange(1.0, 4), torch.arange(1.0, 5))) == pytest.approx(1.0, abs=1e-6)
+    assert effective_rank(torch.diag(torch.tensor([1.0, 1.0, 0.0]))) == pytest.approx(2.0)
+    assert relative_perplexity(0.0, 10) == 0.0
+    assert relative_perplexity(math.log(11), 10) == pytest.approx(1.0)
+
+
+def test_distance_kernels_on_hand_vectors():
+    q = torch.tensor([[0.0, 0.0]])
+    k = torch.tensor([[0.0, 0.0], [3.0, 4.0], [1.0, 0.0]])
+    torch.testing.assert_close(attention_scores(q, k, "dot"), torch.tensor([[0.0, 0.0, 0.0]]))
+    torch.testing.assert_close(attention_scores(q, k, "distance"), torch.tensor([[0.0, -25.0, -1.0]]))
+    h = attention_scores(q, k, "harmonic", harmonic_n=2.0)
+    # softmax of -n log|q-k| is proportional to 1/|q-k|^n: the ratio of the weights of keys 2 and 1 is (5/1)^2
+    assert float((h[0, 2] - h[0, 1]).exp()) == pytest.approx(25.0, rel=1e-4)
+    q2 = torch.tensor([[1.0, 2.0]])
+    torch.testing.assert_close(attention_scores(q2, k, "dot"), torch.tensor([[0.0, 11.0, 1.0]]) / math.sqrt(2))
+
+
+def test_batched_sweep_matches_individual_training():
+    cfgs = [ToyConfig(task="kth_token", V=6, C=5, n_embd=4, n_layers=2, k=k, seed=s, steps=60, log_every=20,
+                      lr=lr) for k, s, lr in [(0, 0, 0.01), (2, 1, 0.03), (4, 2, 0.01)]]
+    batched = train_group(cfgs, progress=False)
+    for c, b in zip(cfgs, batched):
+        alone = train_group([c], progress=False)[0]
+        assert alone["eval_loss"] == pytest.approx(b["eval_loss"], rel=1e-4, abs=1e-5)
+        torch.testing.assert_close(torch.tensor(alone["params"]["0.W_Q"]), torch.tensor(b["params"]["0.W_Q"]),
+                                   atol=1e-5, rtol=1e-4)
+    assert batched[0]["eval_loss"] != batched[1]["eval_loss"]
+
+
+def test_copy_current_seed_numbers():
+    """Seed 0 numbers of a short run: the V=4 model is still on its plateau near perplexity V/2 = 2."""
+    r = train_group([ToyConfig(V=4, C=4, n_embd=2, steps=300, log_every=100, seed=0)], progress=False)[0]
+    assert r["steps"] == [100, 200, 300]
+    assert 1.8 < r["final_perplexity"] < 2.2
+    again = train_group([ToyConfig(V=4, C=4, n_embd=2, steps=300, log_every=100, seed=0)], progress=False)[0]
+    assert again["eval_loss"] == r["eval_loss"]
+
+
+def test_sweep_resumes_after_interruption(tmp_path):
+    cfgs = [ToyConfig(V=v, C=3, n_embd=2, steps=20, log_every=10, seed=0) for v in (4, 5, 6)]
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_first(results):
+        raise Stop
+
+    with pytest.raises(Stop):
+        train_sweep(cfgs, tmp_path, progress=False, on_group_done=stop_after_first)
+    files = sorted(tmp_path.glob("*.json"))
+    assert len(files) == 1
+    first = json.loads(files[0].read_text())
+    mtime = files[0].stat().st_mtime_ns
+    trained = []
+    results = train_sweep(cfgs, tmp_path, progress=False, on_group_done=trained.append)
+    assert len(trained) == 2  # the finished model was loaded, not retrained
+    assert files[0].stat().st_mtime_ns == mtime
+    assert [r["id"] for r in results] == [c.id() for c in cfgs]
+    assert any(r["eval_loss"] == first["eval_loss"] for r in results)
+
+
+def test_analysis_helpers():
+    steps = list(range(0, 100, 10))
+    ppl = [8, 8.1, 8.0, 7.9, 8.0, 4, 2, 1.1, 1.0, 1.0]
+    pl = plateau(steps, ppl)
+    assert pl["start_step"] == 0 and pl["end_step"] == 40 and pl["perplexity"] == pytest.approx(8.0)
+    assert loss_spikes([2, 1, 0.5, 0.4, 1.5, 0.3, 0.2, 0.9]) == [4, 7]
+    assert same_cyclic_order([0, 1, 2, 3], [2, 3, 0, 1]) and same_cyclic_order([0, 1, 2, 3], [3, 2, 1, 0])
+    assert not same_cyclic_order([0, 1, 2, 3], [0, 2, 1, 3])
+    assert pairing(torch.tensor([[1.0, 0], [2.0, 0.01], [0, 1.0], [0.01, 3]])) == 2
+    line = torch.arange(8.0)[:, None] * torch.tensor([[1.0, 0.5]])
+    assert distance_rank_correlation(line) == pytest.approx(1.0)
+    pos = torch.tensor([[1.0, 1.0], [1.0, 1.0], [-1.0, -1.0], [1.0, 1.0]])
+    torch.testing.assert_close(separation_direction(pos, 1), torch.tensor([-1.0, -1.0]) / math.sqrt(2))
