@@ -48,4 +48,4 @@ if ! command -v chromium >/dev/null 2>&1 && ! command -v google-chrome >/dev/nul
     echo "note: no Chromium found; install one (e.g. apt-get install chromium) for PNG figures, HTML is written regardless"
   fi
 fi
-"$PY" -c "import gpt2_posheads, transformer_lens; print('gpt2_posheads ready (transformer_lens', transformer_lens.__version__ if hasattr(transformer_lens, '__version__') else '', ')')"
+"$PY" -c "import gpt2_posheads, importlib.metadata as m; print('gpt2_posheads ready: torch', m.version('torch'), '| transformer-lens', m.version('transformer-lens'))"

@@ -5,10 +5,10 @@
 Every query p with p % every == 0 loses its attention to p-1 in every head of --layers (post-softmax);
 the W_pos matrix is untouched. Side by side: the head's 50x50 pattern submatrix clean vs masked.
 """
-from gpt2_posheads.cli import (Output, add_heads_arg, add_prompt_args, corpus_prompts, experiment_parser,
-                               model_from_args, model_label, resolve_heads)
+from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, gpt2_experiment,
+                               model_label, submatrix)
 from gpt2_posheads.interventions import mask_previous_attention
-from gpt2_posheads.measures import head_patterns, pattern_distance, prev_token_score
+from gpt2_posheads.measures import compare_head_patterns
 from gpt2_posheads.plotting import heatmap_grid
 from gpt2_posheads.validation import head_name
 
@@ -20,37 +20,19 @@ def main(argv=None):
     p.add_argument("--layers", default=None, help="layers to mask (default: every layer below the head's)")
     p.add_argument("--every", type=int, default=5)
     p.add_argument("--renormalize", action="store_true")
-    p.add_argument("--start", type=int, default=60, help="first position of the 50x50 submatrix")
-    p.add_argument("--size", type=int, default=50)
+    add_submatrix_args(p)
     args = p.parse_args(argv)
-    out = Output.from_args(args, __file__)
-    model = model_from_args(args)
-    prompts, source = corpus_prompts(model, args)
-    heads = resolve_heads(model, args.heads, prompts)
+    out, model, prompts, source, heads = gpt2_experiment(args, __file__)
     results, panels = [], {}
     for l, h in heads:
         layers = [int(x) for x in args.layers.split(",")] if args.layers else list(range(l))
         if not layers:
             raise SystemExit(f"{head_name(l, h)} is in layer 0: there is no earlier layer to mask (pass --layers)")
-        iv = mask_previous_attention(args.every, layers, args.renormalize)
-        hooks = iv.hooks(model)
-        dists, clean_s, masked_s = [], [], []
-        for i, prompt in enumerate(prompts):
-            clean = head_patterns(model, prompt, [(l, h)])[(l, h)]
-            masked = head_patterns(model, prompt, [(l, h)], hooks)[(l, h)]
-            dists.append(pattern_distance(clean, masked))
-            clean_s.append(prev_token_score(clean))
-            masked_s.append(prev_token_score(masked))
-            if i == 0:
-                s, e = args.start, min(args.start + args.size, clean.shape[0])
-                panels[f"{head_name(l, h)} clean"] = clean[s:e, s:e]
-                panels[f"{head_name(l, h)} masked (layers {layers}, every {args.every})"] = masked[s:e, s:e]
-        n = len(prompts)
-        res = {"head": head_name(l, h), "masked_layers": layers, "every": args.every,
-               "prev_score_clean": sum(clean_s) / n, "prev_score_masked": sum(masked_s) / n,
-               "mean_abs_diff": sum(d["mean_abs_diff"] for d in dists) / n,
-               "js_divergence": sum(d["js_divergence"] for d in dists) / n}
-        res["held"] = res["prev_score_masked"] < 0.8 * res["prev_score_clean"]
+        cmp = compare_head_patterns(model, prompts, (l, h), mask_previous_attention(args.every, layers, args.renormalize).hooks(model))
+        panels[f"{head_name(l, h)} clean"] = submatrix(cmp.pop("clean"), args)
+        panels[f"{head_name(l, h)} masked (layers {layers}, every {args.every})"] = submatrix(cmp.pop("intervened"), args)
+        res = {"head": head_name(l, h), "masked_layers": layers, "every": args.every, **cmp}
+        res["held"] = res["prev_score_intervened"] < 0.8 * res["prev_score_clean"]
         results.append(res)
         print(res)
     out.figure(heatmap_grid(panels, cols=2, title=f"{model_label(args)}: attention submatrix, clean vs masked",

@@ -10,8 +10,7 @@ Post: output unchanged up to ~20, breaks down around 50-100; L2H2, L3H3, L4H11 u
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from gpt2_posheads.cli import (Output, add_heads_arg, add_prompt_args, corpus_prompts, experiment_parser,
-                               model_from_args, model_label, resolve_heads)
+from gpt2_posheads.cli import add_heads_arg, add_prompt_args, experiment_parser, gpt2_experiment, model_label
 from gpt2_posheads.diagonals import diagonal_attention
 from gpt2_posheads.interventions import average_pos_embed
 from gpt2_posheads.measures import kl_divergence, next_token_probs
@@ -26,10 +25,7 @@ def main(argv=None):
     p.add_argument("--group-sizes", default="1,5,10,20,50,100")
     p.add_argument("--targets", default=" apple orange, orange apple", help="comma-separated repeat-string targets")
     args = p.parse_args(argv)
-    out = Output.from_args(args, __file__)
-    model = model_from_args(args)
-    prompts, source = corpus_prompts(model, args)
-    heads = resolve_heads(model, args.heads, prompts)
+    out, model, prompts, source, heads = gpt2_experiment(args, __file__)
     groups = [int(g) for g in args.group_sizes.split(",")]
     targets = [t if t.startswith(" ") else " " + t for t in args.targets.split(",")]
     reps = [repeat_string_prompt(model.tokenizer, t, n_given=0, seed=args.seed, max_len=model.cfg.n_ctx) for t in targets]

@@ -9,8 +9,8 @@ CSV: the classification of all heads. Post: six self-suppressing early heads, L4
 """
 import plotly.express as px
 
-from gpt2_posheads.cli import (Output, add_heads_arg, add_prompt_args, corpus_prompts, experiment_parser,
-                               model_from_args, model_label, resolve_heads)
+from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, gpt2_experiment,
+                               model_label, submatrix)
 from gpt2_posheads.plotting import heatmap_grid
 from gpt2_posheads.scores import attention_scores, classify_prev_heads, score_profile
 from gpt2_posheads.validation import head_name
@@ -24,20 +24,13 @@ def main(argv=None):
     add_heads_arg(p, "L1H0,L2H2,L3H3,L2H4,L3H7,L3H2,L4H11", "heads whose raw scores are shown")
     p.add_argument("--window", type=int, default=3, help="offsets -w..+w in the score profile")
     p.add_argument("--threshold", type=float, default=0.5, help="dip/peak (in profile std units) that labels a head")
-    p.add_argument("--start", type=int, default=60)
-    p.add_argument("--size", type=int, default=50)
+    add_submatrix_args(p)
     args = p.parse_args(argv)
-    out = Output.from_args(args, __file__)
-    model = model_from_args(args)
-    prompts, source = corpus_prompts(model, args)
-    heads = resolve_heads(model, args.heads, prompts)
-    s, e = args.start, min(args.start + args.size, prompts.shape[1])
-    panels = {}
-    for l, h in heads:
-        raw = attention_scores(model, prompts[0], l, h)["raw"]
-        panels[head_name(l, h)] = raw[s:e, s:e]
+    out, model, prompts, source, heads = gpt2_experiment(args, __file__)
+    panels = {head_name(l, h): submatrix(attention_scores(model, prompts[0], l, h)["raw"], args) for l, h in heads}
     out.figure(heatmap_grid(panels, cols=4, title=f"{model_label(args)}: raw attention scores (before the causal mask)",
-                            colorscale="Greys_r", shared_scale=False, x0=s, y0=s, height_per_row=330),
+                            colorscale="Greys_r", shared_scale=False, x0=args.start, y0=args.start,
+                            height_per_row=330),
                "raw_scores", width=1500)
 
     profile = score_profile(model, prompts, window=args.window, progress=True)

@@ -150,3 +150,21 @@ def resolve_heads(model, spec: str, prompts: torch.Tensor | None = None) -> list
         return [parse_head(s, model) for s in spec.split(",") if s.strip()]
     except ValueError as e:
         sys.exit(f"error: --heads: {e}")
+
+
+def add_submatrix_args(p: argparse.ArgumentParser, start: int = 60, size: int = 50) -> None:
+    p.add_argument("--start", type=int, default=start, help="first position of the submatrix shown")
+    p.add_argument("--size", type=int, default=size, help="side of the submatrix shown (the post: 50)")
+
+
+def submatrix(m: torch.Tensor, args) -> torch.Tensor:
+    e = min(args.start + args.size, m.shape[0])
+    return m[args.start : e, args.start : e]
+
+
+def gpt2_experiment(args, script_file: str):
+    """The set-up of a GPT-2 experiment: ``(output, model, prompts, prompt source, heads)``."""
+    out = Output.from_args(args, script_file)
+    model = model_from_args(args)
+    prompts, source = corpus_prompts(model, args)
+    return out, model, prompts, source, resolve_heads(model, args.heads, prompts)

@@ -79,3 +79,27 @@ def prev_token_score(pattern: torch.Tensor, skip_first: int = 1) -> float:
     """Mean attention from each query to the previous position, ``mean_q A[q, q-1]`` for ``q > skip_first``."""
     d = pattern.diagonal(offset=-1, dim1=-2, dim2=-1)
     return float(d[..., skip_first:].mean())
+
+
+def compare_head_patterns(model, prompts, head: tuple[int, int], fwd_hooks) -> dict:
+    """A head's attention clean vs under ``fwd_hooks``, over every prompt of ``prompts``.
+
+    Returns the mean previous-token score of each run, the mean pattern distances, the relative drop of
+    the previous-token score, and the first prompt's two patterns (``clean``, ``intervened``) for figures.
+    """
+    clean_s, new_s, dists, first = [], [], [], None
+    for prompt in prompts:
+        clean = head_patterns(model, prompt, [head])[head]
+        new = head_patterns(model, prompt, [head], fwd_hooks)[head]
+        clean_s.append(prev_token_score(clean))
+        new_s.append(prev_token_score(new))
+        dists.append(pattern_distance(clean, new))
+        if first is None:
+            first = (clean, new)
+    n = len(clean_s)
+    out = {"prev_score_clean": sum(clean_s) / n, "prev_score_intervened": sum(new_s) / n,
+           "mean_abs_diff": sum(d["mean_abs_diff"] for d in dists) / n,
+           "js_divergence": sum(d["js_divergence"] for d in dists) / n}
+    out["relative_drop"] = 1 - out["prev_score_intervened"] / max(out["prev_score_clean"], 1e-12)
+    out["clean"], out["intervened"] = first
+    return out

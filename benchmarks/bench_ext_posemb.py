@@ -1,0 +1,65 @@
+"""Extended positional embeddings at layer 2 of a GPT-2-small-shaped model (seq_len 1024, 8 tokens):
+ours vs (a) a naive ``run_with_cache`` of the whole model and (b) the bare Hugging Face ``GPT2Model``
+computing the same first two blocks (the practical floor).
+
+    python benchmarks/bench_ext_posemb.py
+"""
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import einops  # noqa: E402
+import torch  # noqa: E402
+
+from _common import best_time, gpt2_shaped_dir  # noqa: E402
+
+
+def main():
+    from transformers import GPT2Model
+
+    from gpt2_posheads import load_model
+    from gpt2_posheads.posembed import extended_pos_embeddings, random_token_ids
+
+    torch.set_num_threads(2)
+    layer, seq_len, n_tok, batch = 2, 1024, 8, 4
+    d = gpt2_shaped_dir()
+    model = load_model(d, device="cpu")
+    tokens = random_token_ids(model, n_tok, seed=0)
+
+    def ours():
+        return extended_pos_embeddings(model, layer, tokens=tokens, seq_len=seq_len, batch_size=batch)
+
+    def naive():
+        acc = 0
+        with torch.inference_mode():
+            for t in tokens:  # one prompt at a time: a whole-model cache of 8 x 1024 tokens needs ~10 GB
+                _, cache = model.run_with_cache(einops.repeat(t[None], "b -> b pos", pos=seq_len))
+                r = cache[f"blocks.{layer}.hook_resid_pre"][0]
+                acc = acc + (r - r.mean(0))
+                del cache
+        return acc / n_tok
+
+    hf = GPT2Model.from_pretrained(d).eval()
+    hf.h = hf.h[:layer]  # only the blocks before `layer`
+
+    def floor():
+        acc = 0
+        with torch.inference_mode():
+            for i in range(0, n_tok, batch):
+                x = einops.repeat(tokens[i : i + batch], "b -> b pos", pos=seq_len)
+                r = hf(x, output_hidden_states=True).hidden_states[layer]
+                acc = acc + (r - r.mean(1, keepdim=True)).sum(0)
+        return acc / n_tok
+
+    t_ours, t_naive, t_floor = best_time(ours, 2), best_time(naive, 1), best_time(floor, 2)
+    diff = float((ours() - naive()).abs().max())
+    print(f"layer {layer}, {n_tok} tokens x {seq_len} positions, 12 x 768 GPT-2 shape, CPU threads 2")
+    print(f"  (a) naive run_with_cache : {t_naive:7.2f} s")
+    print(f"  (b) bare HF, 2 blocks    : {t_floor:7.2f} s")
+    print(f"  ours                     : {t_ours:7.2f} s   (max |ours - naive| = {diff:.1e})")
+    print(f"speed-up vs naive: {t_naive / t_ours:.1f}x (target >= 4x); ours / HF floor: {t_ours / t_floor:.2f}x (target <= 1.5x)")
+
+
+if __name__ == "__main__":
+    main()
