@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from gpt2_posheads.toy import ToyConfig, attention_scores, effective_rank, targets, train_group, train_sweep
-from gpt2_posheads.toy.analysis import distance_rank_correlation, loss_spikes, pairing, plateau, same_cyclic_order
+from gpt2_posheads.toy.analysis import (distance_rank_correlation, loss_spikes, pairing, plateau, plateaus,
+                                        same_cyclic_order)
 from gpt2_posheads.toy.metrics import relative_perplexity, separation_direction
 
 
@@ -104,6 +105,8 @@ def test_analysis_helpers():
     ppl = [8, 8.1, 8.0, 7.9, 8.0, 4, 2, 1.1, 1.0, 1.0]
     pl = plateau(steps, ppl)
     assert pl["start_step"] == 0 and pl["end_step"] == 40 and pl["perplexity"] == pytest.approx(8.0)
+    two = plateaus([0, 10, 20, 30, 40, 50, 60], [8, 8, 8, 4, 4, 4, 1], min_steps=15)
+    assert [(p["start_step"], p["perplexity"]) for p in two] == [(0, 8.0), (30, 4.0)]
     assert loss_spikes([2, 1, 0.5, 0.4, 1.5, 0.3, 0.2, 0.9]) == [4, 7]
     assert same_cyclic_order([0, 1, 2, 3], [2, 3, 0, 1]) and same_cyclic_order([0, 1, 2, 3], [3, 2, 1, 0])
     assert not same_cyclic_order([0, 1, 2, 3], [0, 2, 1, 3])

@@ -11,28 +11,30 @@ def perplexity_curve(result: dict, which: str = "eval_loss") -> np.ndarray:
     return np.exp(np.asarray(result[which], dtype=float))
 
 
-def plateau(steps, ppl, tol: float = 0.1, floor: float = 1.5) -> dict:
-    """The longest stretch where perplexity stays within ``±tol`` (relative) of its value at the stretch's
-    start, while above ``floor`` (a solved task's plateau at 1 does not count).
-
-    Returns ``{"length_steps", "start_step", "end_step", "perplexity"}`` (perplexity = median over the
-    stretch; NaN and length 0 when there is none).
-    """
+def plateaus(steps, ppl, tol: float = 0.1, floor: float = 1.5, min_steps: int = 1) -> list[dict]:
+    """Every stretch, in order, where perplexity stays within ``±tol`` (relative) of its value at the
+    stretch's start while above ``floor`` (a solved task sitting at 1 does not count), lasting at
+    least ``min_steps``. Each: ``{"length_steps", "start_step", "end_step", "perplexity"}`` (median)."""
     steps, ppl = np.asarray(steps), np.asarray(ppl, dtype=float)
-    best = (0, 0, 0)
-    i = 0
+    out, i = [], 0
     while i < len(ppl):
         j = i
         while j + 1 < len(ppl) and abs(ppl[j + 1] - ppl[i]) <= tol * ppl[i] and ppl[j + 1] > floor:
             j += 1
-        if ppl[i] > floor and steps[j] - steps[i] > best[0]:
-            best = (steps[j] - steps[i], i, j)
+        length = int(steps[j] - steps[i])
+        if ppl[i] > floor and length >= max(min_steps, 1):
+            out.append({"length_steps": length, "start_step": int(steps[i]), "end_step": int(steps[j]),
+                        "perplexity": float(np.median(ppl[i : j + 1]))})
         i = j + 1
-    length, a, b = best
-    if length == 0:
+    return out
+
+
+def plateau(steps, ppl, tol: float = 0.1, floor: float = 1.5) -> dict:
+    """The longest of :func:`plateaus` (length 0 and NaN perplexity when there is none)."""
+    found = plateaus(steps, ppl, tol, floor)
+    if not found:
         return {"length_steps": 0, "start_step": None, "end_step": None, "perplexity": math.nan}
-    return {"length_steps": int(length), "start_step": int(steps[a]), "end_step": int(steps[b]),
-            "perplexity": float(np.median(ppl[a : b + 1]))}
+    return max(found, key=lambda p: p["length_steps"])
 
 
 def loss_spikes(losses, factor: float = 2.0, min_jump: float = 0.1) -> list[int]:
