@@ -84,15 +84,27 @@ def _ln(h: torch.Tensor) -> torch.Tensor:
 
 def attention_scores(q: torch.Tensor, k: torch.Tensor, kernel: str, harmonic_n: float = 2.0) -> torch.Tensor:
     """Scores ``[..., q, k]`` from queries/keys ``[..., pos, d_head]`` under ``kernel`` (before the mask)."""
+    dot = q @ k.transpose(-1, -2)
     if kernel == "dot":
-        return q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    sq = (q * q).sum(-1)[..., :, None] + (k * k).sum(-1)[..., None, :] - 2 * q @ k.transpose(-1, -2)
-    sq = sq.clamp_min(0.0)
+        return dot / math.sqrt(q.shape[-1])
+    sq = ((q * q).sum(-1)[..., :, None] + (k * k).sum(-1)[..., None, :] - 2 * dot).clamp_min(0.0)
     if kernel == "distance":
         return -sq
     if kernel == "harmonic":
         return -0.5 * harmonic_n * torch.log(sq + 1e-8)
     raise ValueError(f"kernel {kernel!r} is unknown: allowed {KERNELS}")
+
+
+def causal_softmax(s: torch.Tensor) -> torch.Tensor:
+    """Softmax over keys of ``[..., q, k]`` scores with future keys masked.
+
+    The key axis is moved to the front first: a softmax along a short last axis does not vectorise
+    on CPUs, one along the leading axis does (3x faster for 10 keys).
+    """
+    C = s.shape[-1]
+    causal = torch.ones(C, C, dtype=torch.bool, device=s.device).triu(1)
+    s = s.masked_fill(causal, float("-inf"))
+    return s.movedim(-1, 0).contiguous().softmax(0).movedim(0, -1)
 
 
 def forward(params: dict[str, torch.Tensor], x: torch.Tensor, shape: ToyShape, return_pattern: bool = False):
@@ -104,18 +116,17 @@ def forward(params: dict[str, torch.Tensor], x: torch.Tensor, shape: ToyShape, r
     h = params["W_E"][torch.arange(M, device=x.device)[:, None, None], x]  # [M, B, C, D]
     if shape.pos_emb:
         h = h + params["W_pos"][:, None, :C]
-    causal = torch.ones(C, C, dtype=torch.bool, device=x.device).triu(1)
     patterns = []
     for l in range(shape.n_layers):
         hin = _ln(h) if shape.layernorm else h
         q = torch.einsum("mbcd,mhde->mbhce", hin, params[f"{l}.W_Q"])
         k = torch.einsum("mbcd,mhde->mbhce", hin, params[f"{l}.W_K"])
         v = torch.einsum("mbcd,mhde->mbhce", hin, params[f"{l}.W_V"])
-        s = attention_scores(q, k, shape.kernel, shape.harmonic_n).masked_fill(causal, float("-inf"))
-        a = s.softmax(-1)
+        a = causal_softmax(attention_scores(q, k, shape.kernel, shape.harmonic_n))  # [M, B, head, q, k]
         if return_pattern:
             patterns.append(a.detach())
-        out = torch.einsum("mbhqk,mbhke,mhed->mbqd", a, v, params[f"{l}.W_O"])
+        z = a @ v  # [M, B, head, q, d_head]
+        out = torch.einsum("mbhqe,mhed->mbqd", z, params[f"{l}.W_O"])
         h = h + out if shape.residual else out
         if shape.mlp:
             hin = _ln(h) if shape.layernorm else h
