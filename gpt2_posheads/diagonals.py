@@ -148,7 +148,9 @@ def rank_prev_heads(model, prompts, max_offset: int | None = None, exclude_bos: 
     one (69 of 144 for GPT-2 small in the post). ``model`` may be a :class:`~gpt2_posheads.cache.PosheadsCache`
     (then ``prompts`` is ignored and the stored diagonals are ranked).
     """
-    if hasattr(model, "diagonals") and hasattr(model, "tensors"):
+    from .cache import PosheadsCache  # here: cache.py imports this module
+
+    if isinstance(model, PosheadsCache):
         return model.ranking()
     diag = diagonal_attention(model, prompts, max_offset=max_offset, exclude_bos=exclude_bos,
                               batch_size=batch_size, progress=progress, bf16=bf16)

@@ -67,7 +67,9 @@ def extended_pos_embeddings(
     At ``layer=0`` this equals ``W_pos[:seq_len] - W_pos[:seq_len].mean(0)``. ``model`` may be a
     :class:`~gpt2_posheads.cache.PosheadsCache` holding the layer (then the stored matrix is returned).
     """
-    if hasattr(model, "ext_pos") and hasattr(model, "tensors"):
+    from .cache import PosheadsCache  # here: cache.py imports this module
+
+    if isinstance(model, PosheadsCache):
         if return_per_token:
             raise ValueError("a cache holds only the token-averaged matrix: return_per_token needs a model")
         return model.ext_pos(layer)[:seq_len]

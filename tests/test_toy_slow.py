@@ -1,0 +1,28 @@
+"""Seed numbers of full-length toy runs (minutes): ``pytest -m slow``."""
+import pytest
+
+from gpt2_posheads.toy import ToyConfig, train_group
+from gpt2_posheads.toy.analysis import pairing, perplexity_curve, plateaus
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("V", [4, 8])
+def test_sticky_plateau_at_half_vocab_then_solved(V):
+    """003 at its defaults (n_embd 2, C 4, init N(0, 0.02), lr 0.01, seed 0): first plateau at V/2, then solved."""
+    r = train_group([ToyConfig(V=V, C=4, n_embd=2, steps=5000, log_every=25, snapshot_every=50)], progress=False)[0]
+    first = plateaus(r["steps"], perplexity_curve(r), min_steps=250)[0]
+    assert first["perplexity"] == pytest.approx(V / 2, rel=0.1)
+    assert r["final_perplexity"] < 1.05
+    if V == 4:  # two-stage branching: pairs on the plateau, four directions at the end
+        mid = (first["start_step"] + first["end_step"]) // 2
+        i = min(range(len(r["snapshot_steps"])), key=lambda j: abs(r["snapshot_steps"][j] - mid))
+        assert pairing(r["snapshots"][i]["W_E"]) == 2 and pairing(r["snapshots"][-1]["W_E"]) == 4
+
+
+@pytest.mark.slow
+def test_lost_in_middle_two_layers_u_shape():
+    """002: 2 layers, n_embd 10, 800 steps, seed 0: first and last tokens easier than the middle."""
+    cfgs = [ToyConfig(task="kth_token", V=10, C=10, n_embd=10, n_layers=2, k=k, steps=800, log_every=100)
+            for k in (0, 5, 9)]
+    first, middle, last = (r["final_loss"] for r in train_group(cfgs, progress=False))
+    assert first < middle - 0.5 and last < middle - 0.3
