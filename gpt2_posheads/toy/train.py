@@ -51,8 +51,8 @@ class ToyConfig:
     eval_size: int = 2048
 
     def shape(self) -> ToyShape:
-        return ToyShape(self.V, self.C, self.n_embd, self.n_layers, self.n_heads, self.pos_emb, self.residual,
-                        self.mlp, self.layernorm, self.kernel, self.harmonic_n)
+        """The architecture part of this config (by field name, so the two dataclasses cannot drift)."""
+        return ToyShape(**{f.name: getattr(self, f.name) for f in fields(ToyShape)})
 
     def validate(self) -> "ToyConfig":
         self.shape().validate()
