@@ -5,7 +5,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .forward import capture
-from .tokens import as_token_batches, model_device, to_token_list
+from .tokens import as_token_batches, model_device, single_prompt, to_token_list
 
 
 def next_token_probs(model, tokens: torch.Tensor, fwd_hooks=()) -> torch.Tensor:
@@ -40,7 +40,7 @@ def kl_divergence(model, prompts, fwd_hooks, batch_size: int = 4, progress: bool
 
 def head_patterns(model, prompt, heads: list[tuple[int, int]], fwd_hooks=()) -> dict[tuple[int, int], torch.Tensor]:
     """Attention patterns ``{(layer, head): [pos, pos]}`` on one prompt, under ``fwd_hooks``."""
-    toks = to_token_list(model, [prompt] if isinstance(prompt, str) else prompt)[0][None].to(model_device(model))
+    toks = single_prompt(model, prompt)
     out = {}
     last = max(l for l, _ in heads)
     box: dict[int, torch.Tensor] = {}

@@ -14,7 +14,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .forward import run_until
-from .tokens import as_token_batches, model_device, to_token_list
+from .tokens import as_token_batches, model_device, single_prompt
 from .validation import check_head, check_int_range, head_name
 
 
@@ -35,7 +35,7 @@ def attention_scores(model, prompt, layer: int, head: int, fwd_hooks=()) -> dict
     """One head on one prompt: ``raw`` (before the causal mask), ``masked`` (future = -inf) and
     ``pattern`` (softmax), each ``[pos, pos]``. ``fwd_hooks`` apply interventions upstream."""
     check_head(model, layer, head)
-    toks = to_token_list(model, [prompt] if isinstance(prompt, str) else prompt)[0][None]
+    toks = single_prompt(model, prompt)
     box: dict[str, torch.Tensor] = {}
 
     def grab(name):
@@ -45,7 +45,7 @@ def attention_scores(model, prompt, layer: int, head: int, fwd_hooks=()) -> dict
 
     pre = f"blocks.{layer}.attn."
     with torch.inference_mode():
-        run_until(model, toks.to(model_device(model)), list(fwd_hooks) + [
+        run_until(model, toks, list(fwd_hooks) + [
             (pre + "hook_q", grab("q")), (pre + "hook_k", grab("k")), (pre + "hook_pattern", grab("pattern"))],
             stop_at=pre + "hook_pattern")
     raw = raw_scores_from_qk(box["q"], box["k"], _scale(model))[0, head].cpu()

@@ -47,5 +47,10 @@ def to_token_list(model, prompts) -> list[torch.Tensor]:
     return [s.long() for s in seqs]
 
 
+def single_prompt(model, prompt) -> torch.Tensor:
+    """One prompt (a string or a 1-D token tensor) as a checked ``[1, pos]`` batch on the model's device."""
+    return to_token_list(model, [prompt] if isinstance(prompt, str) else prompt)[0][None].to(model_device(model))
+
+
 def model_device(model) -> torch.device:
     return next(model.parameters()).device
