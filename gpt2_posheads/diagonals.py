@@ -5,10 +5,11 @@ offset ``d`` is the set of entries ``A[q, q - d]``: offset 0 is attention to the
 the previous token, and so on. Its *mass* is the mean of those entries over every query where the key
 exists (``q >= d``) and over all prompts — the quantity the GPT-2 post ranks heads by.
 
-Prompts are streamed in batches through hooks on ``blocks.{l}.attn.hook_pattern`` that reduce each
-pattern to per-diagonal sums on the spot, so memory does not grow with the number of prompts and no
-activation cache is ever held. The forward pass stops right after the last layer's pattern: the rest
-of that block and the unembedding are never computed.
+Prompts are streamed in batches and each pattern is reduced to per-diagonal sums on the spot, so
+memory does not grow with the number of prompts and no activation cache is ever held. The forward
+pass stops right after the last layer's pattern: the rest of that block and the unembedding are never
+computed. Patterns come from the verified hook-free pass of :mod:`gpt2_posheads.fastpath` when it
+applies, else from hooks on ``blocks.{l}.attn.hook_pattern`` (always so with ``fwd_hooks``).
 """
 from __future__ import annotations
 
@@ -18,32 +19,32 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from .fastpath import fast_forward
 from .forward import run_until
 from .tokens import as_token_batches, model_device, to_token_list
 from .validation import check_int_range, head_name
 
 
 @lru_cache(maxsize=8)
-def _diagonal_index(n_pos: int, n_offsets: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Key index ``k = q - d`` for every ``[q, d]`` (clamped) and the mask of entries that exist."""
+def _diagonal_index(n_pos: int, n_offsets: int, exclude_bos: bool, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Key index ``k = q - d`` for every ``[q, d]`` (clamped to 0) and the float mask of the entries
+    that count: ``k >= 0``, and ``k >= 1`` when ``exclude_bos``."""
     q = torch.arange(n_pos, device=device)[:, None]
     d = torch.arange(n_offsets, device=device)[None, :]
     k = q - d
-    return k.clamp(min=0), k >= 0
+    return k.clamp(min=0), (k >= int(exclude_bos)).float()
 
 
 def diagonal_sums(pattern: torch.Tensor, n_offsets: int, exclude_bos: bool) -> torch.Tensor:
     """Per-head sums of each diagonal of a batch of patterns.
 
     pattern: ``[batch, head, q, k]``. Returns ``[head, n_offsets]`` float64 sums of ``A[q, q - d]``
-    over batch and queries, with key 0 left out when ``exclude_bos``.
+    over batch and queries, with key 0 left out when ``exclude_bos``. Only the ``n_offsets`` diagonals
+    are gathered (``[batch, head, q, n_offsets]``) before anything is summed or widened.
     """
-    p = pattern.sum(0, dtype=torch.float64)  # [head, q, k]
-    if exclude_bos:
-        p[..., 0] = 0.0
-    idx, mask = _diagonal_index(p.shape[-1], n_offsets, str(p.device))
-    g = torch.gather(p, 2, idx.expand(p.shape[0], -1, -1))  # [head, q, d] = A[q, q - d]
-    return (g * mask).sum(1)
+    idx, mask = _diagonal_index(pattern.shape[-1], n_offsets, exclude_bos, str(pattern.device))
+    g = torch.gather(pattern, -1, idx.expand(*pattern.shape[:2], -1, -1))  # [b, h, q, d] = A[q, q - d]
+    return (g.float() * mask).sum((0, 2), dtype=torch.float64)
 
 
 def diagonal_counts(n_pos: int, n_offsets: int, exclude_bos: bool) -> torch.Tensor:
@@ -61,6 +62,7 @@ def diagonal_attention(
     progress: bool = True,
     fwd_hooks=(),
     bf16: bool = False,
+    engine: str = "auto",
 ) -> torch.Tensor:
     """Mean attention on each diagonal for every head: ``[n_layers, n_heads, max_offset + 1]``.
 
@@ -77,8 +79,10 @@ def diagonal_attention(
         prompts: ``[batch, pos]`` token ids, a list of token tensors, or a list of strings.
         max_offset: largest offset ``d`` (default: longest prompt length − 1); must be >= 1.
         fwd_hooks: extra TransformerLens hooks (interventions) applied during the pass.
-        bf16: run matmuls under ``torch.autocast`` in bfloat16 (softmax stays float32): ~1.5x faster
-            on CPUs with AMX/AVX512-BF16, patterns within ~3e-3 of float32.
+        bf16: matmuls in bfloat16 (LayerNorm, softmax and the residual stay float32): ~2.5x faster on
+            CPUs with AMX/AVX512-BF16; diagonal masses within ~1e-3 of float32.
+        engine: ``"auto"`` (hook-free fast path when it applies), ``"fast"`` or ``"hooks"``; see
+            :func:`gpt2_posheads.fastpath.fast_forward`. Both give the same numbers to ~1e-6.
     """
     seqs = to_token_list(model, prompts)
     longest = max(len(s) for s in seqs)
@@ -91,12 +95,14 @@ def diagonal_attention(
     counts = torch.zeros(n_off, dtype=torch.float64)
     exclude = exclude_bos
 
-    def make_hook(layer: int):
-        def hook(pattern, hook):
-            width = min(n_off, pattern.shape[-1])
-            sums[layer, :, :width] += diagonal_sums(pattern, width, exclude).cpu()
-        return hook
+    def accumulate(layer: int, pattern: torch.Tensor) -> None:
+        width = min(n_off, pattern.shape[-1])
+        sums[layer, :, :width] += diagonal_sums(pattern, width, exclude).cpu()
 
+    def make_hook(layer: int):
+        return lambda pattern, hook: accumulate(layer, pattern)
+
+    fast = fast_forward(model, engine, torch.bfloat16 if bf16 else torch.float32, has_hooks=bool(fwd_hooks))
     hooks = list(fwd_hooks) + [(f"blocks.{l}.attn.hook_pattern", make_hook(l)) for l in range(L)]
     device = model_device(model)
     batches = list(as_token_batches(model, seqs, batch_size))
@@ -105,6 +111,9 @@ def diagonal_attention(
             n_pos = toks.shape[1]
             width = min(n_off, n_pos)
             counts[:width] += toks.shape[0] * diagonal_counts(n_pos, width, exclude)
+            if fast is not None:
+                fast.patterns(toks.to(device), accumulate)
+                continue
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 run_until(model, toks.to(device), hooks, stop_at=f"blocks.{L - 1}.attn.hook_pattern")
     return (sums / counts).float()
@@ -141,7 +150,8 @@ def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:
 
 
 def rank_prev_heads(model, prompts, max_offset: int | None = None, exclude_bos: bool = True,
-                    batch_size: int = 8, progress: bool = True, bf16: bool = False) -> pd.DataFrame:
+                    batch_size: int = 8, progress: bool = True, bf16: bool = False,
+                    engine: str = "auto") -> pd.DataFrame:
     """Rank all heads by how previous-token-like they are (see :func:`rank_from_diagonals`).
 
     ``int(df.is_prev_token.sum())`` is the number of heads whose greatest diagonal is the previous
@@ -153,7 +163,7 @@ def rank_prev_heads(model, prompts, max_offset: int | None = None, exclude_bos: 
     if isinstance(model, PosheadsCache):
         return model.ranking()
     diag = diagonal_attention(model, prompts, max_offset=max_offset, exclude_bos=exclude_bos,
-                              batch_size=batch_size, progress=progress, bf16=bf16)
+                              batch_size=batch_size, progress=progress, bf16=bf16, engine=engine)
     return rank_from_diagonals(diag)
 
 

@@ -1,0 +1,288 @@
+"""A hook-free forward pass for the two read-only workloads: attention patterns and the residual stream.
+
+Diagonal statistics need every layer's attention pattern and nothing else; extended positional
+embeddings need the residual stream entering one block and nothing else. Through TransformerLens
+hooks both pay for machinery they do not use: the 4.x bridge forces eager attention, checks its
+masks on every call, and (under ``torch.autocast``) re-casts every weight on every call. This module
+recomputes the same GPT-2 block straight from the model's TransformerLens weights
+(``W_E``, ``W_pos``, ``blocks[l].attn.W_Q`` ... ``blocks[l].mlp.W_out``, ``ln1.w``/``ln1.b``), so it
+works on a 4.x bridge and a 3.x ``HookedTransformer`` alike:
+
+    resid_0      = W_E[tok] + W_pos[pos]
+    x            = LN1(resid_l)
+    q, k, v      = x W_Q + b_Q, x W_K + b_K, x W_V + b_V          per head, [batch, head, pos, d_head]
+    A            = softmax(q k^T * scale + causal mask)            [batch, head, q, k]
+    resid_mid    = resid_l + sum_h (A v)_h W_O[h] + b_O
+    resid_{l+1}  = resid_mid + act(LN2(resid_mid) W_in + b_in) W_out + b_out
+
+When only the residual is wanted, ``A v`` goes through ``scaled_dot_product_attention`` (a fused
+kernel that never stores ``A``). Weights are gathered once per model (and per dtype), fused into one
+QKV matrix, and reused until a parameter changes.
+
+The fast path is *verified, not trusted*: the first time it meets a model it runs a short random
+prompt both ways and compares every pattern and the final residual with the hooked pass. A model it
+does not reproduce (an architecture outside the GPT-2 family, an unusual attention scale) falls back
+to the hooks with a warning, so results never depend on which path ran. Interventions
+(``fwd_hooks``) always take the hooked path.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import warnings
+import weakref
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
+
+import einops
+import torch
+import torch.nn.functional as F
+
+from .forward import resid_hook_name, run_until
+from .tokens import model_device
+
+ENGINES = ("auto", "fast", "hooks")
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu": F.gelu,
+    "relu": F.relu,
+    "silu": F.silu,
+}
+
+
+@lru_cache(maxsize=8)
+def _causal_bias(n: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """``[n, n]`` additive mask: 0 on and below the diagonal, -inf above (keys after the query)."""
+    return torch.full((n, n), float("-inf"), dtype=dtype, device=device).triu_(1)
+
+
+class FastPathUnsupported(ValueError):
+    """The model is outside what the fast path reproduces; use ``engine="hooks"``."""
+
+
+@dataclass
+class _Block:
+    ln1: tuple[torch.Tensor | None, torch.Tensor | None]
+    W_qkv: torch.Tensor  # [3 * n_heads * d_head, d_model], F.linear layout
+    b_qkv: torch.Tensor  # [3 * n_heads * d_head]
+    W_O: torch.Tensor  # [d_model, n_heads * d_head]
+    b_O: torch.Tensor  # [d_model]
+    ln2: tuple[torch.Tensor | None, torch.Tensor | None]
+    W_in: torch.Tensor | None  # [d_mlp, d_model]
+    b_in: torch.Tensor | None
+    W_out: torch.Tensor | None  # [d_model, d_mlp]
+    b_out: torch.Tensor | None
+    scale: float
+
+
+def unsupported_reason(model) -> str | None:
+    """Why the fast path cannot run ``model`` (``None`` when it can)."""
+    cfg = model.cfg
+    checks = [
+        (getattr(cfg, "positional_embedding_type", "standard") == "standard", "positional embeddings are not learned absolute ones"),
+        (getattr(cfg, "normalization_type", "LN") in ("LN", "LNPre", None), f"normalization_type {getattr(cfg, 'normalization_type', None)!r}"),
+        (getattr(cfg, "attn_only", False) or getattr(cfg, "act_fn", None) in _ACTIVATIONS, f"act_fn {getattr(cfg, 'act_fn', None)!r}"),
+        (not getattr(cfg, "parallel_attn_mlp", False), "parallel attention and MLP"),
+        (getattr(cfg, "n_key_value_heads", None) in (None, cfg.n_heads), "grouped-query attention"),
+        (not getattr(cfg, "use_local_attn", False), "local attention"),
+        (getattr(model, "W_pos", None) is not None and getattr(model, "W_E", None) is not None, "no W_E/W_pos"),
+    ]
+    for ok, why in checks:
+        if not ok:
+            return why
+    return None
+
+
+def _ln_params(ln) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    w, b = getattr(ln, "w", None), getattr(ln, "b", None)
+    return tuple(t.detach().float() if isinstance(t, torch.Tensor) else None for t in (w, b))
+
+
+def _attn_scale(cfg, layer: int) -> float:
+    """Multiplier of ``q . k``: ``1/attn_scale``, where TL's default ``attn_scale`` is ``sqrt(d_head)``
+    (the 4.x bridge stores -1 as 'default')."""
+    if not getattr(cfg, "use_attn_scale", True):
+        scale = 1.0
+    else:
+        given = float(getattr(cfg, "attn_scale", -1.0) or -1.0)
+        scale = 1.0 / (given if given > 0 else math.sqrt(cfg.d_head))
+    if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
+        scale /= layer + 1
+    return scale
+
+
+class FastGPT2:
+    """The model's GPT-2 blocks as plain tensor maths, in ``dtype`` (matmuls) with float32 softmax and LN."""
+
+    def __init__(self, model, dtype: torch.dtype = torch.float32):
+        why = unsupported_reason(model)
+        if why is not None:
+            raise FastPathUnsupported(f"fast path does not support this model: {why}")
+        cfg = model.cfg
+        self.n_layers, self.n_heads, self.d_model = cfg.n_layers, cfg.n_heads, cfg.d_model
+        self.eps = float(getattr(cfg, "eps", 1e-5))
+        self.dtype = dtype
+        self.act = None if getattr(cfg, "attn_only", False) else _ACTIVATIONS[cfg.act_fn]
+        with torch.no_grad():
+            self.W_E = model.W_E.detach().float()
+            self.W_pos = model.W_pos.detach().float()
+            self.blocks = [self._gather(model, l) for l in range(cfg.n_layers)]
+
+    def to(self, dtype: torch.dtype) -> "FastGPT2":
+        """A copy whose matmul weights are in ``dtype`` (LayerNorm, embeddings stay float32)."""
+        out = copy.copy(self)
+        out.dtype = dtype
+        cast = lambda t: t if t is None or not isinstance(t, torch.Tensor) else t.to(dtype)  # noqa: E731
+        keep = {"ln1", "ln2", "scale"}
+        out.blocks = [dataclasses.replace(b, **{f.name: cast(getattr(b, f.name)) for f in dataclasses.fields(b)
+                                                if f.name not in keep}) for b in self.blocks]
+        return out
+
+    def _gather(self, model, layer: int) -> _Block:
+        blk, dt = model.blocks[layer], self.dtype
+        a = blk.attn
+        W = torch.stack([a.W_Q.detach(), a.W_K.detach(), a.W_V.detach()])  # [3, head, d_model, d_head]
+        b = torch.stack([a.b_Q.detach(), a.b_K.detach(), a.b_V.detach()])  # [3, head, d_head]
+        mlp = None if self.act is None else blk.mlp
+        return _Block(
+            ln1=_ln_params(blk.ln1),
+            W_qkv=einops.rearrange(W, "three h d dh -> (three h dh) d").to(dt).contiguous(),
+            b_qkv=einops.rearrange(b, "three h dh -> (three h dh)").to(dt).contiguous(),
+            W_O=einops.rearrange(a.W_O.detach(), "h dh d -> d (h dh)").to(dt).contiguous(),
+            b_O=a.b_O.detach().to(dt),
+            ln2=_ln_params(blk.ln2) if mlp is not None else (None, None),
+            W_in=None if mlp is None else mlp.W_in.detach().T.to(dt).contiguous(),
+            b_in=None if mlp is None else mlp.b_in.detach().to(dt),
+            W_out=None if mlp is None else mlp.W_out.detach().T.to(dt).contiguous(),
+            b_out=None if mlp is None else mlp.b_out.detach().to(dt),
+            scale=_attn_scale(model.cfg, layer),
+        )
+
+    def _norm(self, x: torch.Tensor, wb) -> torch.Tensor:
+        return F.layer_norm(x.float(), (self.d_model,), wb[0], wb[1], self.eps).to(self.dtype)
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``[batch, pos]`` ids → ``resid_pre`` of block 0, ``[batch, pos, d_model]`` float32."""
+        return self.W_E[tokens] + self.W_pos[: tokens.shape[1]]
+
+    def block(self, resid: torch.Tensor, layer: int, on_pattern=None, attn_only_patterns: bool = False):
+        """One block on the float32 residual ``[batch, pos, d_model]``.
+
+        With ``on_pattern``, the softmaxed pattern ``[batch, head, q, k]`` (float32) is passed to it;
+        with ``attn_only_patterns`` the block stops there (returns ``None``).
+        """
+        w = self.blocks[layer]
+        qkv = F.linear(self._norm(resid, w.ln1), w.W_qkv, w.b_qkv)
+        q, k, v = einops.rearrange(qkv, "b p (three h dh) -> three b h p dh", three=3, h=self.n_heads)
+        if on_pattern is None:
+            z = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=w.scale)
+        else:
+            # scale and causal mask ride on the matmul (baddbmm), softmax widens to float32 itself
+            b, h, n, dh = q.shape
+            scores = torch.baddbmm(_causal_bias(n, q.dtype, str(q.device)), q.reshape(b * h, n, dh),
+                                   k.reshape(b * h, n, dh).transpose(1, 2), alpha=w.scale)
+            pattern = torch.softmax(scores, -1, dtype=torch.float32).view(b, h, n, n)
+            on_pattern(layer, pattern)
+            if attn_only_patterns:
+                return None
+            z = torch.matmul(pattern.to(v.dtype), v)
+        attn_out = F.linear(einops.rearrange(z, "b h p dh -> b p (h dh)"), w.W_O, w.b_O)
+        resid = resid + attn_out.float()
+        if self.act is None:
+            return resid
+        hidden = self.act(F.linear(self._norm(resid, w.ln2), w.W_in, w.b_in))
+        return resid + F.linear(hidden, w.W_out, w.b_out).float()
+
+    def residuals(self, tokens: torch.Tensor, layers) -> dict[int, torch.Tensor]:
+        """``{layer: resid entering block layer}`` (``n_layers``: the final residual), each
+        ``[batch, pos, d_model]`` float32; blocks after the largest layer never run."""
+        want, out = set(layers), {}
+        resid = self.embed(tokens)
+        for l in range(max(want) + 1):
+            if l in want:
+                out[l] = resid
+            if l < self.n_layers and l < max(want):
+                resid = self.block(resid, l)
+        return out
+
+    def patterns(self, tokens: torch.Tensor, on_pattern: Callable[[int, torch.Tensor], None]) -> None:
+        """Call ``on_pattern(layer, pattern [batch, head, q, k])`` for every layer; stops after the last
+        layer's pattern (its values, output and MLP are never computed)."""
+        resid = self.embed(tokens)
+        for l in range(self.n_layers):
+            resid = self.block(resid, l, on_pattern, attn_only_patterns=l == self.n_layers - 1)
+
+
+def _param_state(model) -> tuple:
+    return tuple((p.data_ptr(), p._version, p.dtype, str(p.device)) for p in model.parameters())
+
+
+_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _verify(model, fast: FastGPT2) -> str | None:
+    """Compare the fast path with the hooked pass on one short random prompt; ``None`` when they agree.
+
+    Tolerance 1e-3 (absolute on patterns, relative on the residual) for a float32 model; a model loaded
+    in half precision computes its own pass more coarsely, so 3e-2 there.
+    """
+    cfg = model.cfg
+    tol = 1e-3 if next(model.parameters()).dtype == torch.float32 else 3e-2
+    n = min(12, cfg.n_ctx)
+    toks = torch.randint(0, cfg.d_vocab, (2, n), generator=torch.Generator().manual_seed(0)).to(model_device(model))
+    fast_p: dict[int, torch.Tensor] = {}
+    ref_p: dict[int, torch.Tensor] = {}
+    final_name = resid_hook_name(model, cfg.n_layers)
+    hooks = [(f"blocks.{l}.attn.hook_pattern", lambda p, hook, l=l: ref_p.__setitem__(l, p.float().clone()))
+             for l in range(cfg.n_layers)]
+    hooks.append((final_name, lambda r, hook: ref_p.__setitem__("final", r.float().clone())))
+    with torch.inference_mode():
+        fast.patterns(toks, lambda l, p: fast_p.__setitem__(l, p))
+        final = fast.residuals(toks, [cfg.n_layers])[cfg.n_layers]
+        run_until(model, toks, hooks, stop_at=final_name)
+    for l in range(cfg.n_layers):
+        if not torch.allclose(fast_p[l], ref_p[l], atol=tol, rtol=tol):
+            return f"layer {l} attention patterns differ by {float((fast_p[l] - ref_p[l]).abs().max()):.2e}"
+    ref = ref_p["final"]
+    err = float((final - ref).abs().max()) / (1.0 + float(ref.abs().max()))
+    if err > tol:
+        return f"final residual differs by {err:.2e} (relative)"
+    return None
+
+
+def fast_forward(model, engine: str = "auto", dtype: torch.dtype = torch.float32, has_hooks: bool = False):
+    """The :class:`FastGPT2` for ``model``, or ``None`` when the hooked pass must run.
+
+    ``engine``: ``"auto"`` (fast path when the model is supported, verified and no ``fwd_hooks`` are
+    given), ``"fast"`` (raise instead of falling back), ``"hooks"`` (always TransformerLens hooks).
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r} is not one of {ENGINES}")
+    if engine == "hooks":
+        return None
+    if has_hooks:
+        if engine == "fast":
+            raise FastPathUnsupported("engine='fast' cannot apply fwd_hooks: use engine='auto' or 'hooks'")
+        return None
+    state = _param_state(model)
+    entry = _CACHE.get(model)
+    if entry is None or entry["state"] != state:
+        entry = {"state": state, "by_dtype": {}, "problem": unsupported_reason(model)}
+        if entry["problem"] is None:
+            entry["by_dtype"][torch.float32] = FastGPT2(model, torch.float32)
+            entry["problem"] = _verify(model, entry["by_dtype"][torch.float32])
+        _CACHE[model] = entry
+    if entry["problem"] is not None:
+        if engine == "fast":
+            raise FastPathUnsupported(f"fast path does not reproduce this model: {entry['problem']}")
+        if not entry.get("warned"):
+            warnings.warn(f"fast path disabled for this model ({entry['problem']}); using TransformerLens hooks")
+            entry["warned"] = True
+        return None
+    if dtype not in entry["by_dtype"]:
+        entry["by_dtype"][dtype] = entry["by_dtype"][torch.float32].to(dtype)
+    return entry["by_dtype"][dtype]

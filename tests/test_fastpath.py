@@ -1,0 +1,90 @@
+"""The hook-free fast path reproduces the TransformerLens pass, checks itself, and steps aside for hooks."""
+import pytest
+import torch
+
+from conftest import MINI_DIR
+from gpt2_posheads import load_model
+from gpt2_posheads import fastpath
+from gpt2_posheads.diagonals import diagonal_attention
+from gpt2_posheads.fastpath import FastPathUnsupported, fast_forward
+from gpt2_posheads.interventions import mask_previous_attention
+from gpt2_posheads.posembed import extended_pos_embeddings_by_layer
+
+
+@pytest.fixture(scope="module")
+def trained_model():
+    """The trained mini model: sharp, varied attention, unlike N(0, 0.02) random weights."""
+    if not (MINI_DIR / "model.safetensors").exists():
+        pytest.skip("data/mini-gpt2 is not present")
+    return load_model(MINI_DIR, device="cpu")
+
+
+def _prompts(n, pos, vocab, seed):
+    return torch.randint(0, vocab, (n, pos), generator=torch.Generator().manual_seed(seed))
+
+
+def test_fast_diagonals_equal_hooked(trained_model):
+    toks = _prompts(3, 48, trained_model.cfg.d_vocab, seed=0)
+    hooked = diagonal_attention(trained_model, toks, max_offset=40, progress=False, engine="hooks")
+    fast = diagonal_attention(trained_model, toks, max_offset=40, progress=False, engine="fast")
+    assert hooked[:, :, 1].std() > 1e-2  # the heads differ: the comparison has something to compare
+    torch.testing.assert_close(fast, hooked, atol=1e-6, rtol=1e-5)
+    bf16 = diagonal_attention(trained_model, toks, max_offset=40, progress=False, engine="fast", bf16=True)
+    torch.testing.assert_close(bf16, hooked, atol=2e-3, rtol=0)
+
+
+def test_fast_ext_pos_equal_hooked(trained_model):
+    layers = [0, 2, trained_model.cfg.n_layers]
+    kw = dict(n_prompts=3, seq_len=64, batch_size=2)
+    hooked = extended_pos_embeddings_by_layer(trained_model, layers, engine="hooks", **kw)
+    fast = extended_pos_embeddings_by_layer(trained_model, layers, engine="fast", **kw)
+    for layer in layers:
+        scale = float(hooked[layer].abs().max())
+        torch.testing.assert_close(fast[layer], hooked[layer], atol=1e-5 * scale, rtol=1e-5)
+
+
+def test_interventions_take_the_hooked_path(trained_model):
+    toks = _prompts(2, 32, trained_model.cfg.d_vocab, seed=1)
+    hooks = mask_previous_attention(every=1, layers=[0]).hooks(trained_model)
+    auto = diagonal_attention(trained_model, toks, max_offset=8, progress=False, fwd_hooks=hooks)
+    hooked = diagonal_attention(trained_model, toks, max_offset=8, progress=False, fwd_hooks=hooks, engine="hooks")
+    torch.testing.assert_close(auto, hooked)
+    assert float(auto[0, :, 1].abs().max()) < 1e-6  # the mask really ran: layer 0 no longer sees offset 1
+    with pytest.raises(FastPathUnsupported, match="fwd_hooks"):
+        diagonal_attention(trained_model, toks, max_offset=8, progress=False, fwd_hooks=hooks, engine="fast")
+
+
+def test_unknown_engine(tiny_model):
+    with pytest.raises(ValueError, match="engine='turbo'"):
+        diagonal_attention(tiny_model, _prompts(1, 8, 100, 0), progress=False, engine="turbo")
+
+
+def test_unreproduced_model_falls_back_to_hooks(tiny_dir, monkeypatch):
+    model = load_model(tiny_dir, device="cpu")
+    monkeypatch.setattr(fastpath, "_attn_scale", lambda cfg, layer: 1.0)  # a wrong softmax temperature
+    toks = _prompts(2, 20, model.cfg.d_vocab, seed=2)
+    with pytest.raises(FastPathUnsupported, match="does not reproduce"):
+        fast_forward(model, engine="fast")
+    with pytest.warns(UserWarning, match="fast path disabled"):
+        auto = diagonal_attention(model, toks, max_offset=8, progress=False)
+    hooked = diagonal_attention(model, toks, max_offset=8, progress=False, engine="hooks")
+    torch.testing.assert_close(auto, hooked)
+
+
+def test_unsupported_config_is_named(tiny_dir, monkeypatch):
+    model = load_model(tiny_dir, device="cpu")
+    monkeypatch.setattr(model.cfg, "act_fn", "solu_ln")
+    with pytest.raises(FastPathUnsupported, match="act_fn 'solu_ln'"):
+        fast_forward(model, engine="fast")
+
+
+def test_weight_edits_are_seen(tiny_dir):
+    model = load_model(tiny_dir, device="cpu")
+    before = extended_pos_embeddings_by_layer(model, [0], n_prompts=1, seq_len=16)[0]
+    wpe = next(p for n, p in model.named_parameters() if "wpe" in n or "pos_embed" in n)
+    with torch.no_grad():
+        wpe[:16] += torch.linspace(0, 1, 16)[:, None]  # in place: same storage, new version
+    after = extended_pos_embeddings_by_layer(model, [0], n_prompts=1, seq_len=16)[0]
+    w = model.W_pos.detach()[:16]
+    torch.testing.assert_close(after, w - w.mean(0), atol=1e-6, rtol=1e-5)
+    assert not torch.allclose(before, after)
