@@ -97,9 +97,12 @@ def main():
     labels = {"ours-auto-fp32": "ours, fast path, float32", "ours-auto-bf16": "ours, fast path, bfloat16",
               "ours-hooks-fp32": "ours, TL hooks, float32"}
     print(f"  {'':28s}   cold (1st call)  warm (2nd call)   peak RSS")
-    row = lambda label, r: (f"  {label:28s}: {r['seconds']:6.2f} s {base['seconds'] / r['seconds']:5.1f}x"  # noqa: E731
-                            f"  {r['warm_seconds']:6.2f} s {base['warm_seconds'] / r['warm_seconds']:5.1f}x"
-                            f"   {r['peak_rss_mb']:6.0f} MB")
+
+    def row(label: str, r: dict) -> str:
+        return (f"  {label:28s}: {r['seconds']:6.2f} s {base['seconds'] / r['seconds']:5.1f}x"
+                f"  {r['warm_seconds']:6.2f} s {base['warm_seconds'] / r['warm_seconds']:5.1f}x"
+                f"   {r['peak_rss_mb']:6.0f} MB")
+
     print(row("head_detector baseline", base))
     for w, r in runs.items():
         print(row(labels[w], r))

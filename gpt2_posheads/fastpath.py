@@ -134,12 +134,13 @@ class FastGPT2:
 
     def to(self, dtype: torch.dtype) -> "FastGPT2":
         """A copy whose matmul weights are in ``dtype`` (LayerNorm, embeddings stay float32)."""
+        def cast(block: _Block) -> _Block:
+            return dataclasses.replace(block, **{
+                f.name: getattr(block, f.name).to(dtype) for f in dataclasses.fields(block)
+                if f.name not in ("ln1", "ln2", "scale") and getattr(block, f.name) is not None})
+
         out = copy.copy(self)
-        out.dtype = dtype
-        cast = lambda t: t if t is None or not isinstance(t, torch.Tensor) else t.to(dtype)  # noqa: E731
-        keep = {"ln1", "ln2", "scale"}
-        out.blocks = [dataclasses.replace(b, **{f.name: cast(getattr(b, f.name)) for f in dataclasses.fields(b)
-                                                if f.name not in keep}) for b in self.blocks]
+        out.dtype, out.blocks = dtype, [cast(b) for b in self.blocks]
         return out
 
     def _gather(self, model, layer: int) -> _Block:
@@ -200,12 +201,12 @@ class FastGPT2:
     def residuals(self, tokens: torch.Tensor, layers) -> dict[int, torch.Tensor]:
         """``{layer: resid entering block layer}`` (``n_layers``: the final residual), each
         ``[batch, pos, d_model]`` float32; blocks after the largest layer never run."""
-        want, out = set(layers), {}
-        resid = self.embed(tokens)
-        for l in range(max(want) + 1):
+        want, last = set(layers), max(layers)
+        out, resid = {}, self.embed(tokens)
+        for l in range(last + 1):
             if l in want:
                 out[l] = resid
-            if l < self.n_layers and l < max(want):
+            if l < last:
                 resid = self.block(resid, l)
         return out
 
@@ -241,6 +242,7 @@ def _verify(model, fast: FastGPT2) -> str | None:
              for l in range(cfg.n_layers)]
     hooks.append((final_name, lambda r, hook: ref_p.__setitem__("final", r.float().clone())))
     with torch.inference_mode():
+        # two fast passes: the explicit-softmax branch (patterns) and the fused SDPA branch (residual)
         fast.patterns(toks, lambda l, p: fast_p.__setitem__(l, p))
         final = fast.residuals(toks, [cfg.n_layers])[cfg.n_layers]
         run_until(model, toks, hooks, stop_at=final_name)
