@@ -7,14 +7,13 @@ with n_embd 1 and 2.
     python experiments/toy_similar_content.py           # ~6 min on 2 cores
     python experiments/toy_similar_content.py --quick
 """
-import pandas as pd
 import plotly.graph_objects as go
 import torch
 
 from gpt2_posheads.geometry import pca
 from gpt2_posheads.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, train_sweep
-from gpt2_posheads.toy.analysis import distance_rank_correlation, perplexity_curve
+from gpt2_posheads.toy.analysis import distance_rank_correlation, perplexity_curve, spearman
 from gpt2_posheads.toy.cli import claim, toy_parser, toy_setup
 
 
@@ -55,7 +54,7 @@ def main(argv=None):
     out.figure(line_figure({"measured": (cs, ppl_c), "(C-2)/(C-1) V": (cs, theory)}, mode="lines+markers",
                            title="V=32, n_embd=2: final perplexity vs context length", xlabel="C", ylabel="perplexity"),
                "perplexity_vs_C")
-    rho = float(pd.Series(ppl_c).corr(pd.Series(theory), method="spearman"))
+    rho = spearman(ppl_c, theory)
     claims["follows_(C-2)/(C-1)V_qualitatively"] = claim(theory, ppl_c, held=rho >= 0.8, spearman_with_theory=rho)
 
     ds = sorted({c.n_embd for c in groups["n_embd"]})

@@ -6,7 +6,7 @@ import torch
 
 from gpt2_posheads.toy import ToyConfig, attention_scores, effective_rank, targets, train_group, train_sweep
 from gpt2_posheads.toy.analysis import (distance_rank_correlation, loss_spikes, pairing, plateau, plateaus,
-                                        same_cyclic_order)
+                                        same_cyclic_order, spearman)
 from gpt2_posheads.toy.metrics import relative_perplexity, separation_direction
 
 
@@ -113,5 +113,8 @@ def test_analysis_helpers():
     assert pairing(torch.tensor([[1.0, 0], [2.0, 0.01], [0, 1.0], [0.01, 3]])) == 2
     line = torch.arange(8.0)[:, None] * torch.tensor([[1.0, 0.5]])
     assert distance_rank_correlation(line) == pytest.approx(1.0)
+    # ties share their average rank: ranks [1, 2.5, 2.5, 4] vs [1, 2, 3, 4] give 3 / sqrt(10)
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(3 / math.sqrt(10))
+    assert spearman([3, 2, 1], [10, 20, 30]) == pytest.approx(-1.0)
     pos = torch.tensor([[1.0, 1.0], [1.0, 1.0], [-1.0, -1.0], [1.0, 1.0]])
     torch.testing.assert_close(separation_direction(pos, 1), torch.tensor([-1.0, -1.0]) / math.sqrt(2))

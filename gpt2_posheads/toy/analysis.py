@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import torch
 
 
@@ -102,14 +103,15 @@ def pairing(emb: torch.Tensor, cos_threshold: float = 0.95) -> int:
     return clusters
 
 
+def spearman(a, b) -> float:
+    """Spearman rank correlation: Pearson on ranks, tied values sharing their average rank (as
+    ``scipy.stats.spearmanr``, without needing scipy)."""
+    return float(pd.Series(np.asarray(a, dtype=float)).rank().corr(pd.Series(np.asarray(b, dtype=float)).rank()))
+
+
 def distance_rank_correlation(emb: torch.Tensor) -> float:
     """Spearman correlation between ``|i - j|`` and ``||e_i - e_j||`` over token pairs: near 1 when
     numerically close tokens are embedded close together (001's "continuous structure")."""
     e = torch.as_tensor(emb, dtype=torch.float64)
-    n = len(e)
-    i, j = torch.triu_indices(n, n, 1)
-    a = (i - j).abs().double()
-    b = (e[i] - e[j]).norm(dim=1)
-    ra, rb = a.argsort().argsort().double(), b.argsort().argsort().double()
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    return float((ra * rb).sum() / (ra.norm() * rb.norm()))
+    i, j = torch.triu_indices(len(e), len(e), 1)
+    return spearman((i - j).abs().numpy(), (e[i] - e[j]).norm(dim=1).numpy())
