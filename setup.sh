@@ -35,7 +35,7 @@ else
     pip_install torch --index-url https://download.pytorch.org/whl/cpu
   fi
 fi
-"$PY" -c "import torch" || { echo "torch failed to install" >&2; exit 1; }
+"$PY" -W ignore -c "import torch" || { echo "torch failed to install" >&2; exit 1; }
 
 pip_install -e ".[dev]"
 
