@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .fastpath import fast_forward
+from .fastpath import Workspace, fast_forward
 from .forward import run_until
 from .tokens import as_token_batches, model_device, to_token_list
 from .validation import check_int_range, head_name
@@ -103,6 +103,7 @@ def diagonal_attention(
         return lambda pattern, hook: accumulate(layer, pattern)
 
     fast = fast_forward(model, engine, torch.bfloat16 if bf16 else torch.float32, has_hooks=bool(fwd_hooks))
+    workspace = Workspace()
     hooks = list(fwd_hooks) + [(f"blocks.{l}.attn.hook_pattern", make_hook(l)) for l in range(L)]
     device = model_device(model)
     batches = list(as_token_batches(model, seqs, batch_size))
@@ -112,7 +113,7 @@ def diagonal_attention(
             width = min(n_off, n_pos)
             counts[:width] += toks.shape[0] * diagonal_counts(n_pos, width, exclude)
             if fast is not None:
-                fast.patterns(toks.to(device), accumulate)
+                fast.patterns(toks.to(device), accumulate, workspace)
                 continue
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 run_until(model, toks.to(device), hooks, stop_at=f"blocks.{L - 1}.attn.hook_pattern")

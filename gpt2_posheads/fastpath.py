@@ -170,11 +170,13 @@ class FastGPT2:
         """``[batch, pos]`` ids → ``resid_pre`` of block 0, ``[batch, pos, d_model]`` float32."""
         return self.W_E[tokens] + self.W_pos[: tokens.shape[1]]
 
-    def block(self, resid: torch.Tensor, layer: int, on_pattern=None, attn_only_patterns: bool = False):
+    def block(self, resid: torch.Tensor, layer: int, on_pattern=None, attn_only_patterns: bool = False,
+              workspace: "Workspace | None" = None):
         """One block on the float32 residual ``[batch, pos, d_model]``.
 
         With ``on_pattern``, the softmaxed pattern ``[batch, head, q, k]`` (float32) is passed to it;
-        with ``attn_only_patterns`` the block stops there (returns ``None``).
+        with ``attn_only_patterns`` the block stops there (returns ``None``). The pattern lives in a
+        ``workspace`` buffer that the next layer overwrites: copy it to keep it.
         """
         w = self.blocks[layer]
         qkv = F.linear(self._norm(resid, w.ln1), w.W_qkv, w.b_qkv)
@@ -182,15 +184,21 @@ class FastGPT2:
         if on_pattern is None:
             z = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=w.scale)
         else:
-            # scale and causal mask ride on the matmul (baddbmm), softmax widens to float32 itself
+            # Scale and causal mask ride on the matmul (baddbmm). The [batch*head, q, k] tensors go to
+            # reused buffers: freshly allocated ones this large cost more in page faults than softmax.
+            ws = workspace if workspace is not None else Workspace()
             b, h, n, dh = q.shape
             scores = torch.baddbmm(_causal_bias(n, q.dtype, str(q.device)), q.reshape(b * h, n, dh),
-                                   k.reshape(b * h, n, dh).transpose(1, 2), alpha=w.scale)
-            pattern = torch.softmax(scores, -1, dtype=torch.float32).view(b, h, n, n)
+                                   k.reshape(b * h, n, dh).transpose(1, 2), alpha=w.scale,
+                                   out=ws.get("scores", (b * h, n, n), q.dtype, q.device))
+            pattern = torch.softmax(scores, -1, dtype=torch.float32,
+                                    out=ws.get("pattern", (b * h, n, n), torch.float32, q.device)).view(b, h, n, n)
             on_pattern(layer, pattern)
             if attn_only_patterns:
                 return None
-            z = torch.matmul(pattern.to(v.dtype), v)
+            if v.dtype != pattern.dtype:
+                pattern = ws.get("pattern_v", (b, h, n, n), v.dtype, v.device).copy_(pattern)
+            z = torch.matmul(pattern, v)
         attn_out = F.linear(einops.rearrange(z, "b h p dh -> b p (h dh)"), w.W_O, w.b_O)
         resid = resid + attn_out.float()
         if self.act is None:
@@ -210,12 +218,27 @@ class FastGPT2:
                 resid = self.block(resid, l)
         return out
 
-    def patterns(self, tokens: torch.Tensor, on_pattern: Callable[[int, torch.Tensor], None]) -> None:
+    def patterns(self, tokens: torch.Tensor, on_pattern: Callable[[int, torch.Tensor], None],
+                 workspace: "Workspace | None" = None) -> None:
         """Call ``on_pattern(layer, pattern [batch, head, q, k])`` for every layer; stops after the last
-        layer's pattern (its values, output and MLP are never computed)."""
-        resid = self.embed(tokens)
+        layer's pattern (its values, output and MLP are never computed). Pass one ``workspace`` to
+        successive calls to reuse its buffers across batches; each pattern is overwritten by the next."""
+        resid, ws = self.embed(tokens), workspace if workspace is not None else Workspace()
         for l in range(self.n_layers):
-            resid = self.block(resid, l, on_pattern, attn_only_patterns=l == self.n_layers - 1)
+            resid = self.block(resid, l, on_pattern, attn_only_patterns=l == self.n_layers - 1, workspace=ws)
+
+
+class Workspace:
+    """Named scratch buffers, reallocated only when the shape, dtype or device asked for changes."""
+
+    def __init__(self):
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape != shape or buf.dtype != dtype or buf.device != torch.device(device):
+            buf = self._buffers[name] = torch.empty(shape, dtype=dtype, device=device)
+        return buf
 
 
 def _param_state(model) -> tuple:
@@ -243,7 +266,7 @@ def _verify(model, fast: FastGPT2) -> str | None:
     hooks.append((final_name, lambda r, hook: ref_p.__setitem__("final", r.float().clone())))
     with torch.inference_mode():
         # two fast passes: the explicit-softmax branch (patterns) and the fused SDPA branch (residual)
-        fast.patterns(toks, lambda l, p: fast_p.__setitem__(l, p))
+        fast.patterns(toks, lambda l, p: fast_p.__setitem__(l, p.clone()))
         final = fast.residuals(toks, [cfg.n_layers])[cfg.n_layers]
         run_until(model, toks, hooks, stop_at=final_name)
     for l in range(cfg.n_layers):

@@ -33,6 +33,14 @@ def test_fast_diagonals_equal_hooked(trained_model):
     torch.testing.assert_close(bf16, hooked, atol=2e-3, rtol=0)
 
 
+def test_fast_diagonals_mixed_lengths(trained_model):
+    # prompts of two lengths: the scratch buffers are reused within a length and reallocated across
+    toks = list(_prompts(3, 30, trained_model.cfg.d_vocab, seed=5)) + list(_prompts(2, 17, trained_model.cfg.d_vocab, seed=6))
+    hooked = diagonal_attention(trained_model, toks, max_offset=20, batch_size=2, progress=False, engine="hooks")
+    fast = diagonal_attention(trained_model, toks, max_offset=20, batch_size=2, progress=False, engine="fast")
+    torch.testing.assert_close(fast, hooked, atol=1e-6, rtol=1e-5)
+
+
 def test_fast_ext_pos_equal_hooked(trained_model):
     layers = [0, 2, trained_model.cfg.n_layers]
     kw = dict(n_prompts=3, seq_len=64, batch_size=2)
