@@ -16,8 +16,9 @@ works on a 4.x bridge and a 3.x ``HookedTransformer`` alike:
     resid_{l+1}  = resid_mid + act(LN2(resid_mid) W_in + b_in) W_out + b_out
 
 When only the residual is wanted, ``A v`` goes through ``scaled_dot_product_attention`` (a fused
-kernel that never stores ``A``). Weights are gathered once per model (and per dtype), fused into one
-QKV matrix, and reused until a parameter changes.
+kernel that never stores ``A``). Weights are gathered once per model (and per dtype) and reused until a
+parameter changes; in float32 they share the model's storage except the fused QKV matrix (a quarter
+of the block weights), and ``bf16`` adds a bfloat16 copy. :func:`release` drops them.
 
 The fast path is *verified, not trusted*: the first time it meets a model it runs a short random
 prompt both ways and compares every pattern and the final residual with the hooked pass. A model it
@@ -66,17 +67,23 @@ class FastPathUnsupported(ValueError):
 
 @dataclass
 class _Block:
+    """One block's weights in ``x @ W + b`` layout ([in, out]); only ``W_qkv`` is a copy (the fusion)."""
     ln1: tuple[torch.Tensor | None, torch.Tensor | None]
-    W_qkv: torch.Tensor  # [3 * n_heads * d_head, d_model], F.linear layout
+    W_qkv: torch.Tensor  # [d_model, 3 * n_heads * d_head]
     b_qkv: torch.Tensor  # [3 * n_heads * d_head]
-    W_O: torch.Tensor  # [d_model, n_heads * d_head]
+    W_O: torch.Tensor  # [n_heads * d_head, d_model]
     b_O: torch.Tensor  # [d_model]
     ln2: tuple[torch.Tensor | None, torch.Tensor | None]
-    W_in: torch.Tensor | None  # [d_mlp, d_model]
+    W_in: torch.Tensor | None  # [d_model, d_mlp]
     b_in: torch.Tensor | None
-    W_out: torch.Tensor | None  # [d_model, d_mlp]
+    W_out: torch.Tensor | None  # [d_mlp, d_model]
     b_out: torch.Tensor | None
     scale: float
+
+
+def _affine(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``x @ W + b`` for ``W`` [in, out], as one GEMM (``F.linear`` takes the transposed view, no copy)."""
+    return F.linear(x, W.T, b)
 
 
 def unsupported_reason(model) -> str | None:
@@ -151,14 +158,14 @@ class FastGPT2:
         mlp = None if self.act is None else blk.mlp
         return _Block(
             ln1=_ln_params(blk.ln1),
-            W_qkv=einops.rearrange(W, "three h d dh -> (three h dh) d").to(dt).contiguous(),
-            b_qkv=einops.rearrange(b, "three h dh -> (three h dh)").to(dt).contiguous(),
-            W_O=einops.rearrange(a.W_O.detach(), "h dh d -> d (h dh)").to(dt).contiguous(),
+            W_qkv=einops.rearrange(W, "three h d dh -> d (three h dh)").to(dt),
+            b_qkv=einops.rearrange(b, "three h dh -> (three h dh)").to(dt),
+            W_O=einops.rearrange(a.W_O.detach(), "h dh d -> (h dh) d").to(dt),
             b_O=a.b_O.detach().to(dt),
             ln2=_ln_params(blk.ln2) if mlp is not None else (None, None),
-            W_in=None if mlp is None else mlp.W_in.detach().T.to(dt).contiguous(),
+            W_in=None if mlp is None else mlp.W_in.detach().to(dt),
             b_in=None if mlp is None else mlp.b_in.detach().to(dt),
-            W_out=None if mlp is None else mlp.W_out.detach().T.to(dt).contiguous(),
+            W_out=None if mlp is None else mlp.W_out.detach().to(dt),
             b_out=None if mlp is None else mlp.b_out.detach().to(dt),
             scale=_attn_scale(model.cfg, layer),
         )
@@ -179,7 +186,7 @@ class FastGPT2:
         ``workspace`` buffer that the next layer overwrites: copy it to keep it.
         """
         w = self.blocks[layer]
-        qkv = F.linear(self._norm(resid, w.ln1), w.W_qkv, w.b_qkv)
+        qkv = _affine(self._norm(resid, w.ln1), w.W_qkv, w.b_qkv)
         q, k, v = einops.rearrange(qkv, "b p (three h dh) -> three b h p dh", three=3, h=self.n_heads)
         if on_pattern is None:
             z = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=w.scale)
@@ -199,12 +206,12 @@ class FastGPT2:
             if v.dtype != pattern.dtype:
                 pattern = ws.get("pattern_v", (b, h, n, n), v.dtype, v.device).copy_(pattern)
             z = torch.matmul(pattern, v)
-        attn_out = F.linear(einops.rearrange(z, "b h p dh -> b p (h dh)"), w.W_O, w.b_O)
+        attn_out = _affine(einops.rearrange(z, "b h p dh -> b p (h dh)"), w.W_O, w.b_O)
         resid = resid + attn_out.float()
         if self.act is None:
             return resid
-        hidden = self.act(F.linear(self._norm(resid, w.ln2), w.W_in, w.b_in))
-        return resid + F.linear(hidden, w.W_out, w.b_out).float()
+        hidden = self.act(_affine(self._norm(resid, w.ln2), w.W_in, w.b_in))
+        return resid + _affine(hidden, w.W_out, w.b_out).float()
 
     def residuals(self, tokens: torch.Tensor, layers) -> dict[int, torch.Tensor]:
         """``{layer: resid entering block layer}`` (``n_layers``: the final residual), each
@@ -311,3 +318,8 @@ def fast_forward(model, engine: str = "auto", dtype: torch.dtype = torch.float32
     if dtype not in entry["by_dtype"]:
         entry["by_dtype"][dtype] = entry["by_dtype"][torch.float32].to(dtype)
     return entry["by_dtype"][dtype]
+
+
+def release(model) -> None:
+    """Forget the fast path's weights (fused QKV, bfloat16 copies) and self-check for ``model``."""
+    _CACHE.pop(model, None)

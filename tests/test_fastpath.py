@@ -96,3 +96,11 @@ def test_weight_edits_are_seen(tiny_dir):
     w = model.W_pos.detach()[:16]
     torch.testing.assert_close(after, w - w.mean(0), atol=1e-6, rtol=1e-5)
     assert not torch.allclose(before, after)
+
+
+def test_release_forgets_the_model(tiny_dir):
+    model = load_model(tiny_dir, device="cpu")
+    first = fast_forward(model)
+    assert fast_forward(model) is first  # gathered once, reused
+    fastpath.release(model)
+    assert fast_forward(model) is not first
