@@ -278,11 +278,12 @@ def _verify(model, fast: FastGPT2) -> str | None:
         run_until(model, toks, hooks, stop_at=final_name)
     for l in range(cfg.n_layers):
         if not torch.allclose(fast_p[l], ref_p[l], atol=tol, rtol=tol):
-            return f"layer {l} attention patterns differ by {float((fast_p[l] - ref_p[l]).abs().max()):.2e}"
+            gap = float((fast_p[l] - ref_p[l]).abs().max())
+            return f"it does not reproduce it: layer {l} attention patterns differ by {gap:.2e}"
     ref = ref_p["final"]
     err = float((final - ref).abs().max()) / (1.0 + float(ref.abs().max()))
     if err > tol:
-        return f"final residual differs by {err:.2e} (relative)"
+        return f"it does not reproduce it: the final residual differs by {err:.2e} (relative)"
     return None
 
 
@@ -310,7 +311,7 @@ def fast_forward(model, engine: str = "auto", dtype: torch.dtype = torch.float32
         _CACHE[model] = entry
     if entry["problem"] is not None:
         if engine == "fast":
-            raise FastPathUnsupported(f"fast path does not reproduce this model: {entry['problem']}")
+            raise FastPathUnsupported(f"fast path cannot run this model: {entry['problem']}")
         if not entry.get("warned"):
             warnings.warn(f"fast path disabled for this model ({entry['problem']}); using TransformerLens hooks")
             entry["warned"] = True
