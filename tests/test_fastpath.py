@@ -104,3 +104,10 @@ def test_release_forgets_the_model(tiny_dir):
     assert fast_forward(model) is first  # gathered once, reused
     fastpath.release(model)
     assert fast_forward(model) is not first
+
+
+def test_bf16_without_native_support_warns(tiny_dir, monkeypatch):
+    model = load_model(tiny_dir, device="cpu")
+    monkeypatch.setattr(fastpath, "_cpu_has_bf16", lambda: False)
+    with pytest.warns(UserWarning, match="slower than float32"):
+        fast_forward(model, dtype=torch.bfloat16)
