@@ -20,11 +20,13 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--text", default="wikitext", help="wikitext | openwebtext | path to .txt/.jsonl files")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast: ~1.8x faster steps on CPUs with AMX")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = MiniConfig(n_layers=args.n_layers, n_heads=args.n_heads, d_model=args.d_model, n_ctx=args.n_ctx,
-                     vocab_size=args.vocab_size, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+                     vocab_size=args.vocab_size, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+                     bf16=args.bf16)
     docs, source = documents(args.text)
     print(f"training on {len(docs)} documents from {source}")
     out = Output.from_args(args, __file__)

@@ -36,6 +36,7 @@ class MiniConfig:
     seed: int = 0
     checkpoint_every: int = 250
     eval_every: int = 500
+    bf16: bool = False  # bfloat16 autocast for forward/backward (weights and AdamW stay float32)
 
 
 def train_tokenizer(docs: Sequence[str], vocab_size: int):
@@ -141,8 +142,9 @@ def train_mini_gpt2(docs: Sequence[str], out_dir: str | Path, cfg: MiniConfig = 
         xy = sample_batch(train_stream, cfg.batch_size, cfg.n_ctx, gen)
         for g in opt.param_groups:
             g["lr"] = lr_at(s)
-        logits = model(xy[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), xy[:, 1:].flatten())
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+            logits = model(xy[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), xy[:, 1:].flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
