@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 
 from gpt2_posheads.cli import Output, experiment_parser, model_from_args, model_label
 from gpt2_posheads.diagonals import count_prev_heads, diagonal_attention, rank_from_diagonals
+from gpt2_posheads.fastpath import ENGINES
 from gpt2_posheads.plotting import heatmap
 from gpt2_posheads.prompts import documents, make_prompts
 
@@ -27,9 +28,9 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--top", type=int, default=15, help="rows of the ranking to print")
     p.add_argument("--bf16", action="store_true",
-                   help="bfloat16 matmuls (softmax, LayerNorm, residual in float32): ~2.4x faster on CPUs with "
+                   help="bfloat16 matmuls (softmax, LayerNorm, residual in float32): ~3x faster on CPUs with "
                         "AMX/AVX512-BF16, diagonal masses within ~1e-3")
-    p.add_argument("--engine", default="auto", choices=["auto", "fast", "hooks"],
+    p.add_argument("--engine", default="auto", choices=ENGINES,
                    help="auto: hook-free fast path when it reproduces the model (checked), else TransformerLens hooks")
     args = p.parse_args(argv)
     out = Output.from_args(args, __file__)

@@ -79,7 +79,7 @@ def diagonal_attention(
         prompts: ``[batch, pos]`` token ids, a list of token tensors, or a list of strings.
         max_offset: largest offset ``d`` (default: longest prompt length − 1); must be >= 1.
         fwd_hooks: extra TransformerLens hooks (interventions) applied during the pass.
-        bf16: matmuls in bfloat16 (LayerNorm, softmax and the residual stay float32): ~2.5x faster on
+        bf16: matmuls in bfloat16 (LayerNorm, softmax and the residual stay float32): ~3x faster on
             CPUs with AMX/AVX512-BF16; diagonal masses within ~1e-3 of float32.
         engine: ``"auto"`` (hook-free fast path when it applies), ``"fast"`` or ``"hooks"``; see
             :func:`gpt2_posheads.fastpath.fast_forward`. Both give the same numbers to ~1e-6.
