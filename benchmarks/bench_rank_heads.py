@@ -87,10 +87,19 @@ def main():
     a = p.parse_args()
     if a.worker:
         return worker(a.worker, a.n_prompts, a.seq_len)
+    from gpt2_posheads.precision import bf16_native, describe_line
+
+    print(describe_line())
     gpt2_shaped_dir()
     args = ["--n-prompts", str(a.n_prompts), "--seq-len", str(a.seq_len)]
     base = run_worker(__file__, ["baseline", *args])
-    runs = {w: run_worker(__file__, [w, *args]) for w in ("ours-auto-fp32", "ours-auto-bf16", "ours-hooks-fp32")}
+    variants = ["ours-auto-fp32", "ours-hooks-fp32"]
+    if bf16_native("cpu"):
+        variants.insert(1, "ours-auto-bf16")
+    else:
+        print("  (bfloat16 variant skipped: this CPU has no native bfloat16 units, where it ran >= 85x slower; "
+              "--bf16 falls back to float32 here)")
+    runs = {w: run_worker(__file__, [w, *args]) for w in variants}
     floor = run_worker(__file__, ["floor", *args])
     ours4 = run_worker(__file__, ["ours-auto-fp32", "--n-prompts", str(4 * a.n_prompts), "--seq-len", str(a.seq_len)])
     print(f"{a.n_prompts} prompts x {a.seq_len} tokens, 12 layers x 12 heads, d_model 768, CPU threads {torch.get_num_threads()}")

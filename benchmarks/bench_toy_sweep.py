@@ -27,6 +27,9 @@ def main():
     loop = [train_group([c], progress=False)[0] for c in cfgs]
     tl = time.perf_counter() - t
     diff = max(abs(x["final_loss"] - y["final_loss"]) for x, y in zip(batched, loop))
+    from gpt2_posheads.precision import describe_line
+
+    print(describe_line())
     print(f"40 models (k 0..9 x 4 seeds), 2 layers, {a.steps} steps, CPU threads 2")
     print(f"  one at a time: {tl:7.2f} s")
     print(f"  batched      : {tb:7.2f} s")

@@ -1,49 +1,69 @@
-"""Averaging extended positional embeddings in groups of 10 hurts L2H2 much more than L4H11
-(GPT-2 post: L4H11 aggregates earlier heads' signals rather than reading positions itself).
+"""Averaging extended positional embeddings in groups of 10 hurts early previous-token heads much more
+than the aggregator (GPT-2 post: L4H11 aggregates earlier heads' signals rather than reading positions).
 
-    python experiments/ext_pos_averaging.py --model-dir data/mini-gpt2 --heads auto:2
+    python experiments/ext_pos_averaging.py --model-dir data/mini-gpt2
+    python experiments/ext_pos_averaging.py --heads L2H2,L4H11          # the post's pair
 
 For each head, the extended positional embeddings at the head's own layer are group-averaged just
-before it, and its attention is compared with the clean run.
+before it, and its attention is compared with the clean run. Default heads on a model other than GPT-2
+small: its sharpest previous-token head (the aggregator) and the sharpest previous-token head in a
+lower layer. Not testable unless both are previous-token heads and the first sits below the second.
 """
+from gpt2_posheads.claims import is_prev_token_head, judge_claim
 from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, gpt2_experiment,
-                               model_label, submatrix)
+                               is_gpt2_small, main_entry, model_label, positive, submatrix)
+from gpt2_posheads.diagonals import aggregator_and_early, diagonal_attention, rank_from_diagonals
 from gpt2_posheads.interventions import average_ext_pos_embed
 from gpt2_posheads.measures import compare_head_patterns
 from gpt2_posheads.plotting import heatmap_grid
+from gpt2_posheads.verdicts import Precondition
 from gpt2_posheads.validation import head_name
 
 
 def main(argv=None):
     p = experiment_parser(__doc__)
     add_prompt_args(p, n_prompts=8, seq_len=256)
-    add_heads_arg(p, "L2H2,L4H11", "heads to compare (each averaged just before its own layer)")
-    p.add_argument("--group-size", type=int, default=10)
+    add_heads_arg(p, "L2H2,L4H11", "an early head and the aggregator (each averaged just before its own layer)")
+    p.add_argument("--group-size", type=int, default=10, help="rows averaged together")
     p.add_argument("--ext-prompts", type=int, default=16, help="repeated-token prompts for the extended embeddings")
     add_submatrix_args(p)
     args = p.parse_args(argv)
+    positive("--group-size", args.group_size, 2)
+    positive("--ext-prompts", args.ext_prompts)
+    explicit = args.heads is not None
     out, model, prompts, source, heads = gpt2_experiment(args, __file__)
-    results, panels = [], {}
+    diag = diagonal_attention(model, prompts, max_offset=16, progress=False)
+    rank = rank_from_diagonals(diag)
+    if not explicit and not is_gpt2_small(model):  # the post's pair means nothing on another model
+        heads = aggregator_and_early(rank)
+    tokens = [model.tokenizer.decode([int(t)]) for t in prompts[0]]
+    results, panels, start = [], {}, 0
     for l, h in heads:
         hooks = average_ext_pos_embed(l, args.group_size, n_prompts=args.ext_prompts, seed=args.seed).hooks(model)
         cmp = compare_head_patterns(model, prompts, (l, h), hooks)
-        panels[f"{head_name(l, h)} clean"] = submatrix(cmp.pop("clean"), args)
-        panels[f"{head_name(l, h)} ext. pos. averaged (g={args.group_size})"] = submatrix(cmp.pop("intervened"), args)
-        res = {"head": head_name(l, h), "layer": l, **cmp}
-        results.append(res)
-        print(res)
-    out.figure(heatmap_grid(panels, cols=2, title=f"{model_label(args)}: averaging extended positional embeddings",
-                            x0=args.start, y0=args.start), "ext_pos_averaging", width=1100)
-    claim = None
-    if len(results) >= 2:
-        first, last = results[0], results[-1]
-        claim = {"post": f"{first['head']} damaged much more than {last['head']}",
-                 "measured_js": {first["head"]: first["js_divergence"], last["head"]: last["js_divergence"]},
-                 "held": first["js_divergence"] > 2 * last["js_divergence"]}
+        panels[f"{head_name(l, h)} clean"], start = submatrix(cmp.pop("clean"), args)
+        panels[f"{head_name(l, h)} ext. pos. averaged (g={args.group_size})"], _ = submatrix(cmp.pop("intervened"), args)
+        results.append({"head": head_name(l, h), "layer": l, **cmp})
+        print(f"{head_name(l, h)}: previous-token mass {cmp['prev_score_clean']:.3f} -> {cmp['prev_score_intervened']:.3f}, "
+              f"JS {cmp['js_divergence']:.4f}")
+    out.figure(heatmap_grid(panels, cols=2, zrange=(0, 1), tokens=tokens, x0=start, mark_offset=1,
+                            colorbar_title="attention",
+                            title=f"{model_label(args)}: averaging extended positional embeddings just before each head "
+                                  f"(prompt 0, {source}); dotted: previous token"), "ext_pos_averaging", width=1100)
+    first, last = results[0], results[-1]
+    pre = [Precondition("two heads: an early one and the aggregator", len(results) >= 2, f"{len(results)} head(s)")]
+    pre += [is_prev_token_head(r["head"], int(diag[r["layer"], int(r["head"].split("H")[1])].nan_to_num(-1).argmax()))
+            for r in results]
+    pre.append(Precondition("the early head sits below the aggregator", first["layer"] < last["layer"],
+                            f"{first['head']} in layer {first['layer']}, {last['head']} in layer {last['layer']}"))
+    claims = [judge_claim("ext_avg_hurts_early_more", {"js": {r["head"]: r["js_divergence"] for r in results},
+                                                       "prev_mass": {r["head"]: [r["prev_score_clean"], r["prev_score_intervened"]]
+                                                                     for r in results}},
+                          value=(first["js_divergence"], last["js_divergence"]), preconditions=pre)]
     out.summary({"model": model_label(args), "prompt_source": source, "n_prompts": len(prompts),
-                 "group_size": args.group_size, "results": results, "claim": claim})
+                 "group_size": args.group_size, "results": results}, claims)
     out.report()
 
 
 if __name__ == "__main__":
-    main()
+    main_entry(main)

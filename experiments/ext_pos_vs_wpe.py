@@ -12,7 +12,9 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from gpt2_posheads.cli import Output, experiment_parser, model_from_args, model_label
+from gpt2_posheads.claims import judge_claim
+from gpt2_posheads.cli import (Output, experiment_parser, main_entry, model_from_args, model_label, positive, postcheck,
+                               precheck)
 from gpt2_posheads.geometry import large_entry_fraction, pca, principal_angles, project, token_dependence
 from gpt2_posheads.plotting import line_figure
 from gpt2_posheads.posembed import centred_w_pos, extended_pos_embeddings_by_layer, load_w_pos
@@ -27,20 +29,30 @@ def three_panel(w, ext, layer):
             p = project(x, comps)
             fig.add_trace(go.Scatter3d(x=p[:, 0], y=p[:, 1], z=p[:, 2], mode="markers", name=label,
                                        marker=dict(size=2, color=colour), showlegend=i == 0), row=1, col=i + 1)
-    fig.update_layout(title=f"red: extended positional embeddings at layer {layer}; blue: W_pos", height=550)
+    axes = dict(xaxis_title="PC1", yaxis_title="PC2", zaxis_title="PC3", aspectmode="cube")
+    fig.update_layout(title=f"red: extended positional embeddings at layer {layer}; blue: W_pos", height=550,
+                      margin=dict(l=0, r=0, t=70, b=0), scene=axes, scene2=axes, scene3=axes)
     return fig
 
 
 def main(argv=None):
     p = experiment_parser(__doc__)
-    p.add_argument("--layer", type=int, default=2, help="layer of the three-panel comparison")
+    p.add_argument("--layer", type=int, default=2, help="layer of the three-panel comparison (0..n_layers; "
+                   "n_layers = the final residual stream)")
+    p.set_defaults(_layer_final=True)
     p.add_argument("--n-prompts", type=int, default=16, help="repeated-token prompts averaged")
     p.add_argument("--n-token-dependence", type=int, default=4, help="tokens kept separately for token dependence")
     p.add_argument("--seq-len", type=int, default=None, help="positions (default n_ctx)")
     p.add_argument("--k", type=int, default=3, help="subspace dimension of the principal angles")
     args = p.parse_args(argv)
+    precheck(args)
+    positive("--n-prompts", args.n_prompts)
+    positive("--n-token-dependence", args.n_token_dependence, 2)
+    positive("--k", args.k, 1)
     out = Output.from_args(args, __file__)
     model = model_from_args(args)
+    postcheck(args, model)
+    positive("--seq-len", args.seq_len, 2, model.cfg.n_ctx)
     layers = list(range(model.cfg.n_layers + 1))
     seq_len = args.seq_len or model.cfg.n_ctx
     w = centred_w_pos(load_w_pos(model), seq_len)
@@ -58,7 +70,7 @@ def main(argv=None):
     df["sparsity_vs_layer0"] = df["large_entry_fraction"][0] / df["large_entry_fraction"]
     print(df.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     out.csv(df, "per_layer")
-    layer = min(args.layer, model.cfg.n_layers)
+    layer = args.layer
     out.figure(three_panel(w, ext[layer], layer), f"three_panel_L{layer}", width=1500)
     out.figure(line_figure({f"angle {i + 1}": (df.layer, df[f"angle_{i + 1}_deg"]) for i in range(args.k)},
                            title="principal angles between W_pos and the extended positional embeddings",
@@ -68,16 +80,25 @@ def main(argv=None):
     out.figure(line_figure({"relative spread across tokens": (df.layer, df.token_dependence)},
                            title="token dependence of the extended positional embeddings", xlabel="layer",
                            mode="lines+markers"), "token_dependence")
-    a2 = df.set_index("layer").loc[min(2, model.cfg.n_layers)]
+    l2 = min(2, model.cfg.n_layers)
+    a2 = df.set_index("layer").loc[l2]
+    angles = [a2[f"angle_{i + 1}_deg"] for i in range(args.k)]
+    sparsity = float(df.sparsity_vs_layer0[1:].mean())
+    claims = [
+        judge_claim("ext_same_subspace", {"layer": l2, "angles_deg": angles}, value=max(angles)),
+        judge_claim("ext_sparser", {"ratio": sparsity, "per_layer": df.large_entry_fraction.tolist()}, value=sparsity),
+        judge_claim("ext_token_independent", {"layer": l2, "spread": float(a2.token_dependence)},
+                    value=float(a2.token_dependence)),
+    ]
     out.summary({
         "model": model_label(args), "seq_len": seq_len, "n_prompts": args.n_prompts, "k": args.k,
         "sparsity_rule": "fraction of entries with |x| > 1 * RMS of the matrix",
         "per_layer": df,
         "layer2_angles_deg": [a2[f"angle_{i + 1}_deg"] for i in range(args.k)], "seed_post_layer2_angles_deg": [8, 9, 10],
-        "mean_sparsity_ratio_layers_gt0": float(df.sparsity_vs_layer0[1:].mean()), "seed_post_sparsity_ratio": 3.0,
-    })
+        "mean_sparsity_ratio_layers_gt0": sparsity, "seed_post_sparsity_ratio": 3.0,
+    }, claims)
     out.report()
 
 
 if __name__ == "__main__":
-    main()
+    main_entry(main)

@@ -1,47 +1,69 @@
-"""Masking attention to the previous position in early layers disrupts L4H11 (GPT-2 post).
+"""Masking attention to the previous position in earlier layers disrupts the aggregator (GPT-2 post).
 
-    python experiments/mask_prev_attention.py --model-dir data/mini-gpt2 --heads auto:1 --layers 0,1
+    python experiments/mask_prev_attention.py --model-dir data/mini-gpt2
+    python experiments/mask_prev_attention.py --heads L4H11 --layers 0,1,2,3      # the post's setting
 
 Every query p with p % every == 0 loses its attention to p-1 in every head of --layers (post-softmax);
-the W_pos matrix is untouched. Side by side: the head's 50x50 pattern submatrix clean vs masked.
+W_pos is untouched. Default --layers: every layer below the head's own (masking the head's own layer
+would test the mask, not the mechanism). Side by side: the head's 50x50 pattern clean vs masked.
+Not testable for a head that is not a previous-token head or sits in layer 0.
 """
+from gpt2_posheads.claims import is_prev_token_head, judge_claim, layer_above
 from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, gpt2_experiment,
-                               model_label, submatrix)
+                               main_entry, model_label, positive, submatrix)
+from gpt2_posheads.diagonals import diagonal_attention
 from gpt2_posheads.interventions import mask_previous_attention
 from gpt2_posheads.measures import compare_head_patterns
 from gpt2_posheads.plotting import heatmap_grid
+from gpt2_posheads.verdicts import Precondition
 from gpt2_posheads.validation import head_name
 
 
 def main(argv=None):
     p = experiment_parser(__doc__)
     add_prompt_args(p, n_prompts=8, seq_len=256)
-    add_heads_arg(p, "L4H11", "head(s) whose pattern is shown")
-    p.add_argument("--layers", default=None, help="layers to mask (default: every layer below the head's)")
-    p.add_argument("--every", type=int, default=5)
-    p.add_argument("--renormalize", action="store_true")
+    add_heads_arg(p, "L4H11", "head(s) whose pattern is shown", auto_default=1)
+    p.add_argument("--layers", default=None, help="comma-separated layers to mask (default: every layer below the head's)")
+    p.add_argument("--every", type=int, default=5, help="mask queries p with p %% every == 0")
+    p.add_argument("--renormalize", action="store_true", help="renormalise masked rows to sum to 1")
     add_submatrix_args(p)
     args = p.parse_args(argv)
+    positive("--every", args.every, 1)
     out, model, prompts, source, heads = gpt2_experiment(args, __file__)
-    results, panels = [], {}
+    diag = diagonal_attention(model, prompts, max_offset=16, progress=False)
+    results, panels, claims = [], {}, []
+    tokens = [model.tokenizer.decode([int(t)]) for t in prompts[0]]
     for l, h in heads:
-        layers = [int(x) for x in args.layers.split(",")] if args.layers else list(range(l))
+        name = head_name(l, h)
+        layers = args.layers if args.layers is not None else list(range(l))
+        pre = [is_prev_token_head(name, int(diag[l, h].nan_to_num(-1).argmax())), layer_above(name, l, 0),
+               Precondition("every masked layer lies below the head's own", bool(layers) and max(layers) < l,
+                            f"masked layers {layers}, head in layer {l}")]
         if not layers:
-            raise SystemExit(f"{head_name(l, h)} is in layer 0: there is no earlier layer to mask (pass --layers)")
-        cmp = compare_head_patterns(model, prompts, (l, h), mask_previous_attention(args.every, layers, args.renormalize).hooks(model))
-        panels[f"{head_name(l, h)} clean"] = submatrix(cmp.pop("clean"), args)
-        panels[f"{head_name(l, h)} masked (layers {layers}, every {args.every})"] = submatrix(cmp.pop("intervened"), args)
-        res = {"head": head_name(l, h), "masked_layers": layers, "every": args.every, **cmp}
-        res["held"] = res["prev_score_intervened"] < 0.8 * res["prev_score_clean"]
+            results.append({"head": name, "masked_layers": layers})
+            claims.append(judge_claim("mask_disrupts", {"head": name}, value=(0.0, 0.0), preconditions=pre))
+            continue
+        iv = mask_previous_attention(args.every, layers, args.renormalize)
+        cmp = compare_head_patterns(model, prompts, (l, h), iv.hooks(model))
+        clean, start = submatrix(cmp.pop("clean"), args)
+        masked, _ = submatrix(cmp.pop("intervened"), args)
+        panels[f"{name} clean"] = clean
+        panels[f"{name} masked (layers {layers}, every {args.every})"] = masked
+        res = {"head": name, "masked_layers": layers, "every": args.every, **cmp}
         results.append(res)
-        print(res)
-    out.figure(heatmap_grid(panels, cols=2, title=f"{model_label(args)}: attention submatrix, clean vs masked",
-                            x0=args.start, y0=args.start), "mask_prev_attention", width=1100)
+        claims.append(judge_claim("mask_disrupts", {"head": name, "masked_layers": layers,
+                                                    "prev_mass_clean": cmp["prev_score_clean"],
+                                                    "prev_mass_masked": cmp["prev_score_intervened"]},
+                                  value=(cmp["prev_score_clean"], cmp["prev_score_intervened"]), preconditions=pre))
+    if panels:
+        out.figure(heatmap_grid(panels, cols=2, zrange=(0, 1), tokens=tokens, x0=start, mark_offset=1,
+                                colorbar_title="attention",
+                                title=f"{model_label(args)}: attention submatrix on prompt 0 ({source}), clean vs masked; "
+                                      f"dotted: previous token"), "mask_prev_attention", width=1100)
     out.summary({"model": model_label(args), "prompt_source": source, "n_prompts": len(prompts),
-                 "submatrix": [args.start, args.start + args.size], "results": results,
-                 "post": "L4H11's pattern visibly disrupted; held = previous-token score drops by more than 20%"})
+                 "results": results}, claims)
     out.report()
 
 
 if __name__ == "__main__":
-    main()
+    main_entry(main)

@@ -8,7 +8,9 @@ Writes ranking.csv, summary.json, diagonal masses (heads x offsets) and a layer 
 import numpy as np
 import plotly.graph_objects as go
 
-from gpt2_posheads.cli import Output, experiment_parser, model_from_args, model_label
+from gpt2_posheads.claims import judge_claim
+from gpt2_posheads.cli import (Output, experiment_parser, is_gpt2_small, main_entry, model_from_args, model_label,
+                               positive, postcheck, precheck)
 from gpt2_posheads.diagonals import count_prev_heads, diagonal_attention, rank_from_diagonals
 from gpt2_posheads.fastpath import ENGINES
 from gpt2_posheads.plotting import heatmap
@@ -20,12 +22,12 @@ SEED_TOP = {"L4H11": 0.01, "L5H6": 0.18, "L3H3": 0.33, "L2H2": 0.33, "L6H8": 0.4
 
 def main(argv=None):
     p = experiment_parser(__doc__)
-    p.add_argument("--n-prompts", type=int, default=64)
+    p.add_argument("--n-prompts", type=int, default=64, help="natural-text prompts")
     p.add_argument("--seq-len", type=int, default=256, help="tokens per prompt, BOS included (capped at n_ctx)")
     p.add_argument("--prompts", default="auto", help="auto | openwebtext | wikitext | path to .txt/.jsonl")
     p.add_argument("--max-offset", type=int, default=None, help="largest diagonal offset (default: seq_len-1)")
     p.add_argument("--include-bos", action="store_true", help="count attention to key 0 in the diagonals")
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=8, help="prompts per forward pass")
     p.add_argument("--top", type=int, default=15, help="rows of the ranking to print")
     p.add_argument("--bf16", action="store_true",
                    help="bfloat16 matmuls (softmax, LayerNorm, residual in float32): ~3x faster on CPUs with "
@@ -33,9 +35,17 @@ def main(argv=None):
     p.add_argument("--engine", default="auto", choices=ENGINES,
                    help="auto: hook-free fast path when it reproduces the model (checked), else TransformerLens hooks")
     args = p.parse_args(argv)
+    precheck(args)
+    positive("--batch-size", args.batch_size)
+    positive("--top", args.top)
+    positive("--max-offset", args.max_offset)
     out = Output.from_args(args, __file__)
     model = model_from_args(args)
+    postcheck(args, model)
     seq_len = min(args.seq_len, model.cfg.n_ctx)
+    if args.max_offset is not None and args.max_offset >= seq_len:
+        from gpt2_posheads.validation import UsageError
+        raise UsageError("--max-offset", f"{args.max_offset} is out of range", f"allowed 1..{seq_len - 1} (seq_len - 1)")
     docs, source = documents(args.prompts)
     prompts = make_prompts(model.tokenizer, args.n_prompts, seq_len, seed=args.seed, docs=docs)
     print(f"{model_label(args)}: {args.n_prompts} prompts x {seq_len} tokens from {source}")
@@ -55,29 +65,47 @@ def main(argv=None):
     for r in df.itertuples():
         ratio_grid[r.layer, r.head] = r.ratio if r.is_prev_token else np.nan
     fig = heatmap(ratio_grid, x=list(range(H)), y=list(range(L)), colorscale="Viridis_r", xlabel="head", ylabel="layer",
-                  title="second / greatest diagonal mass, previous-token heads only (lower = cleaner)",
-                  text=[[f"L{l}H{h}" for h in range(H)] for l in range(L)], hovertemplate="%{text}: %{z:.3f}")
+                  title=f"{model_label(args)}: second / greatest diagonal mass, previous-token heads only "
+                        f"(lower = cleaner; blank = not a previous-token head)",
+                  text=[[f"L{l}H{h}" for h in range(H)] for l in range(L)], hovertemplate="%{text}: %{z:.3f}",
+                  zmin=0, zmax=1, colorbar=dict(title="ratio"))
     out.figure(fig, "ratio_grid")
     n_show = min(diag.shape[-1], 16)
     order = df["name"].tolist()
     z = np.stack([diag[r.layer, r.head, :n_show].numpy() for r in df.itertuples()])
-    fig2 = go.Figure(go.Heatmap(z=z, x=list(range(n_show)), y=order, colorscale="Viridis"))
-    fig2.update_layout(title="mean attention per diagonal (heads in ranking order)", xaxis_title="offset q - k",
+    fig2 = go.Figure(go.Heatmap(z=z, x=list(range(n_show)), y=order, colorscale="Viridis", zmin=0, zmax=1,
+                                colorbar=dict(title="mean attention")))
+    fig2.update_layout(title=f"{model_label(args)}: mean attention per diagonal (heads in ranking order)",
+                       xaxis_title="offset q - k (1 = previous token)", yaxis_title="head",
                        height=max(500, 12 * len(order)))
+    fig2.update_xaxes(dtick=1)
     fig2.update_yaxes(autorange="reversed")
     out.figure(fig2, "diagonal_masses", height=max(500, 12 * len(order)))
 
     top = df.head(11)
+    gpt2 = is_gpt2_small(model)
+    prev = df[df.is_prev_token]
+    ratios = prev.ratio.tolist()
+    claims = [
+        judge_claim("sharp_prev_head", {"head": prev.name.iloc[0] if len(prev) else None,
+                                        "ratio": ratios[0] if ratios else None},
+                    value=ratios[0] if ratios else float("nan")),
+        judge_claim("sharpest_stands_alone", {"ratios": ratios[:2]},
+                    value=(ratios[1], ratios[0]) if len(ratios) >= 2 else (float("nan"), float("nan"))),
+        judge_claim("half_prev_heads", {"n_prev": n_prev, "n_heads": n_heads}, value=n_prev / n_heads),
+    ]
     out.summary({
         "model": model_label(args), "prompt_source": source, "n_prompts": args.n_prompts, "seq_len": seq_len,
         "exclude_bos": not args.include_bos, "bf16": args.bf16, "max_offset": int(diag.shape[-1] - 1), "seed": args.seed,
         "n_heads": n_heads, "n_prev_token_heads": n_prev, "seed_post_n_prev_token_heads": 69,
-        "top": [{"name": r.name, "ratio": r.ratio, "top_offset": r.top_offset, "seed_post_ratio": SEED_TOP.get(r.name)}
-                for r in top.itertuples()],
-    })
+        "is_gpt2_small": gpt2,
+        # the post's per-head ratios belong to GPT-2 small's heads only, never to another model's head of that name
+        "top": [{"name": r.name, "ratio": r.ratio, "top_offset": r.top_offset,
+                 **({"seed_post_ratio": SEED_TOP.get(r.name)} if gpt2 else {})} for r in top.itertuples()],
+    }, claims)
     out.report()
     return df
 
 
 if __name__ == "__main__":
-    main()
+    main_entry(main)

@@ -15,6 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from gpt2_posheads.toy import ToyConfig, train_sweep
+from gpt2_posheads.cli import main_entry
 from gpt2_posheads.toy.cli import claim, toy_parser, toy_setup
 
 
@@ -42,7 +43,7 @@ def main(argv=None):
     flat = [c for rows in grid.values() for row in rows for c in row]
     res = dict(zip([c.id() for c in flat], train_sweep(flat, runs)))
     fig = go.Figure()
-    table, claims = {}, {}
+    table, claims, Q = {}, [], args.quick
     for name, rows in grid.items():
         losses = np.array([[res[c.id()]["final_loss"] for c in row] for row in rows])  # [k, seed]
         mean, std = losses.mean(1), losses.std(1)
@@ -55,23 +56,25 @@ def main(argv=None):
 
     one = np.array(table["1 layer, n_embd 10"]["mean_final_loss"])
     two = np.array(table["2 layers, n_embd 10"]["mean_final_loss"])
-    claims["1_layer_only_last"] = claim("only k = C-1 retrievable", one.tolist(),
-                                        held=one[-1] < 0.3 * math.log(V) and one[:-1].min() > 0.6 * math.log(V))
+    claims.append(claim("1_layer_only_last", "one layer retrieves only the current token (k = C-1)",
+                        "only k = C-1 retrievable", "held if the final loss at k = C-1 is < 0.3 ln V and at every other "
+                        "k > 0.6 ln V", one.tolist(),
+                        held=one[-1] < 0.3 * math.log(V) and one[:-1].min() > 0.6 * math.log(V), quick=Q))
     middle = two[2:-2].mean()
-    claims["2_layers_U_shape"] = claim("first and last easy, middle hard", two.tolist(),
-                                       held=two[0] < middle and two[-1] < middle)
+    claims.append(claim("2_layers_U_shape", "two layers: first and last tokens easy, the middle hard (lost in the middle)",
+                        "U shape", "held if the final loss at k = 0 and at k = C-1 are both below the mean over "
+                        "k = 2..C-3", two.tolist(), held=two[0] < middle and two[-1] < middle, quick=Q))
     for name in table:
         if "residual" in name:
             l = np.array(table[name]["mean_final_loss"])
-            claims[f"plateau_broken ({name})"] = claim(
-                "middle plateau replaced by a spikier profile",
-                {"middle_std": float(l[2:-2].std()), "middle_std_without": float(two[2:-2].std())},
-                held=float(l[2:-2].std()) > float(two[2:-2].std()))
-    for k, v in claims.items():
-        print(f"{k}: held={v['held']}")
-    out.summary({"steps": steps, "seeds": seeds, "init_std": args.init_std, "lr": args.lr, "table": table, "claims": claims})
+            claims.append(claim(f"plateau_broken ({name})", "residual + MLP replace the middle plateau by a spikier "
+                                "profile", "spiky", "held if the spread (std) of the final loss over the middle "
+                                "k = 2..C-3 exceeds the plain 2-layer model's",
+                                {"middle_std": float(l[2:-2].std()), "middle_std_without": float(two[2:-2].std())},
+                                held=float(l[2:-2].std()) > float(two[2:-2].std()), quick=Q))
+    out.summary({"steps": steps, "seeds": seeds, "init_std": args.init_std, "lr": args.lr, "table": table}, claims)
     out.report()
 
 
 if __name__ == "__main__":
-    main()
+    main_entry(main)

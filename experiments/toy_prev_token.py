@@ -17,18 +17,32 @@ from plotly.subplots import make_subplots
 from gpt2_posheads.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, relative_perplexity, separation_direction, train_sweep, wq_wk
 from gpt2_posheads.toy.analysis import loss_spikes, order_swaps, perplexity_curve
+from gpt2_posheads.cli import main_entry
+from gpt2_posheads.toy.analysis import learned, fails
 from gpt2_posheads.toy.cli import claim, toy_parser, toy_setup
 from gpt2_posheads.toy.metrics import bilinear
 
 
 def embedding_animation(result, title):
+    """Token embeddings over training: each token's path (static, so the PNG shows the whole trajectory)
+    with its final position labelled; the HTML's play button animates the markers frame by frame."""
     snaps = result["snapshots"]
-    frames = [go.Frame(data=[go.Scatter(x=[e[0] for e in s["W_E"]], y=[e[1] for e in s["W_E"]], mode="markers+text",
-                                        text=[str(i) for i in range(len(s["W_E"]))])], name=str(st))
-              for s, st in zip(snaps, result["snapshot_steps"])]
-    lim = float(np.abs(np.array([s["W_E"] for s in snaps])).max()) * 1.1
-    fig = go.Figure(data=frames[0].data, frames=frames)
-    fig.update_layout(title=title, xaxis=dict(range=[-lim, lim]), yaxis=dict(range=[-lim, lim]), height=650, width=700,
+    traj = np.array([s["W_E"] for s in snaps])  # [snapshot, V, 2]
+    n_tok = traj.shape[1]
+    paths = [go.Scatter(x=traj[:, t, 0], y=traj[:, t, 1], mode="lines", line=dict(width=1), opacity=0.5,
+                        showlegend=False, hoverinfo="skip") for t in range(n_tok)]
+
+    def markers(e):
+        return go.Scatter(x=e[:, 0], y=e[:, 1], mode="markers+text", text=[str(i) for i in range(n_tok)],
+                          textposition="top center", marker=dict(size=7, color="black"), name="tokens")
+
+    frames = [go.Frame(data=[markers(traj[i])], traces=[n_tok], name=str(st))
+              for i, st in enumerate(result["snapshot_steps"])]
+    lim = float(np.abs(traj).max()) * 1.1
+    fig = go.Figure(data=paths + [markers(traj[-1])], frames=frames)
+    fig.update_layout(title=f"{title} (lines: paths from step 0; labels: final positions)",
+                      xaxis=dict(range=[-lim, lim], title="dimension 1"),
+                      yaxis=dict(range=[-lim, lim], title="dimension 2", scaleanchor="x"), height=650, width=700,
                       updatemenus=[dict(type="buttons", buttons=[dict(label="play", method="animate",
                                                                       args=[None, {"frame": {"duration": 60}}])])],
                       sliders=[dict(steps=[dict(method="animate", args=[[f.name], {"mode": "immediate"}], label=f.name)
@@ -56,7 +70,8 @@ def main(argv=None):
     flat = [with_pos, no_pos] + [c for g in sweep.values() for c in g] + lr_cfgs
     res = dict(zip([c.id() for c in flat], train_sweep(flat, runs)))
     R = lambda c: res[c.id()]  # noqa: E731
-    claims = {}
+    claims = []
+    Q = args.quick
 
     rp, rn = R(with_pos), R(no_pos)
     W_pos = torch.tensor(rp["params"]["W_pos"])
@@ -75,14 +90,25 @@ def main(argv=None):
     fig.update_yaxes(type="log", row=1, col=1)
     fig.update_layout(title="V=30, C=4, n_embd=2: copying the previous token", height=450)
     out.figure(fig, "positional_embeddings", width=1500)
-    claims["fails_without_pos_emb"] = claim("not learned", {"final_ppl_without": rn["final_perplexity"],
-                                                            "final_ppl_with": rp["final_perplexity"]},
-                                            held=rn["final_perplexity"] > 2 * rp["final_perplexity"])
-    claims["separation_direction"] = claim("p_-1 on one side of s, p_0, p_-2, p_-3 on the other",
-                                           {"s": s.tolist(), "projections p_-3..p_0": proj},
-                                           held=all(np.sign(o) != np.sign(proj[base.C - 2]) for o in others))
-    claims["sT_WQWKT_s_negative"] = claim(-1.1, {"W_Q W_K^T": M.tolist(), "s^T W_Q W_K^T s": bilinear(s, M)},
-                                          held=bilinear(s, M) < 0)
+    rel_with, rel_without = (relative_perplexity(r["final_loss"], base.V) for r in (rp, rn))
+    claims.append(claim("learned_with_pos_emb", "the task can be reasonably learned with positional embeddings",
+                        "learned (plot: perplexity near 1)",
+                        "held if the final perplexity with positional embeddings is <= 1.5 or its relative perplexity "
+                        "(ppl-1)/V <= 0.05", {"final_ppl": rp["final_perplexity"], "relative": rel_with},
+                        held=learned(rp["final_perplexity"], base.V), quick=Q))
+    claims.append(claim("fails_without_pos_emb", "it cannot be learned without positional embeddings", "not learned",
+                        "held if the final relative perplexity (ppl-1)/V without positional embeddings is >= 0.5",
+                        {"final_ppl": rn["final_perplexity"], "relative": rel_without},
+                        held=fails(rn["final_perplexity"], base.V), quick=Q))
+    learned_ok = (learned(rp["final_perplexity"], base.V), "the model with positional embeddings learned the task")
+    claims.append(claim("separation_direction", "p_-1 lies on one side of a direction s, p_0, p_-2, p_-3 on the other",
+                        "s ~ (1, 1)", "held if the projection of p_-1 on s has the opposite sign of every other position's",
+                        {"s": s.tolist(), "projections p_-3..p_0": proj},
+                        held=all(np.sign(o) != np.sign(proj[base.C - 2]) for o in others), quick=Q,
+                        precondition=learned_ok))
+    claims.append(claim("sT_WQWKT_s_negative", "s^T W_Q W_K^T s < 0", -1.1, "held if s^T W_Q W_K^T s < 0",
+                        {"W_Q W_K^T": M.tolist(), "s^T W_Q W_K^T s": bilinear(s, M)}, held=bilinear(s, M) < 0, quick=Q,
+                        precondition=learned_ok))
 
     hyper = {}
     fig = make_subplots(rows=1, cols=3, subplot_titles=["vs V", "vs C", "vs n_embd"])
@@ -94,9 +120,12 @@ def main(argv=None):
     fig.update_layout(title="relative perplexity (ppl - 1) / V", height=420)
     out.figure(fig, "hyperparameters", width=1300)
     mono = lambda d, up: all((b > a) if up else (b < a) for a, b in zip(list(d.values()), list(d.values())[1:]))  # noqa: E731
-    claims["rel_ppl_up_with_V"] = claim("increases", hyper["V"], held=mono(hyper["V"], True))
-    claims["rel_ppl_up_with_C"] = claim("increases", hyper["C"], held=mono(hyper["C"], True))
-    claims["rel_ppl_down_with_n_embd"] = claim("decreases", hyper["n_embd"], held=mono(hyper["n_embd"], False))
+    for name, up in (("V", True), ("C", True), ("n_embd", False)):
+        claims.append(claim(f"rel_ppl_{'up' if up else 'down'}_with_{name}",
+                            f"relative perplexity {'rises' if up else 'falls'} with {name}",
+                            "increases" if up else "decreases",
+                            f"held if (ppl-1)/V {'rises' if up else 'falls'} at every step of the {name} sweep",
+                            hyper[name], held=mono(hyper[name], up), quick=Q))
 
     lr_series, lr_stats = {}, {}
     for c in lr_cfgs:
@@ -110,18 +139,22 @@ def main(argv=None):
     big = next(c for c in lr_cfgs if c.V == 30 and c.lr == 0.1)
     out.figure(embedding_animation(R(big), "V=30, lr=0.1: token embeddings over training"), "embedding_animation")
     st = lr_stats
-    claims["lr0.1_faster_at_V30"] = claim("lr 0.1 learns faster than 0.01", {k: v for k, v in st.items() if "V=30" in k},
-                                          held=st["V=30 lr=0.1"]["mean_eval_loss"] < st["V=30 lr=0.01"]["mean_eval_loss"])
-    claims["lr0.1_slower_at_V100"] = claim("lr 0.1 learns slower than 0.01", {k: v for k, v in st.items() if "V=100" in k},
-                                           held=st["V=100 lr=0.1"]["mean_eval_loss"] > st["V=100 lr=0.01"]["mean_eval_loss"])
-    claims["spikes_and_swaps_at_large_lr"] = claim("loss spikes with token-order swaps at lr 0.1",
-                                                   {k: (v["spikes"], v["order_swaps"]) for k, v in st.items()},
-                                                   held=any(v["spikes"] > 0 and v["order_swaps"] > 0 for k, v in st.items() if "0.1" in k))
-    for k, v in claims.items():
-        print(f"{k}: held={v['held']}")
-    out.summary({"steps": steps, "lr_steps": lr_steps, "init_std": args.init_std, "lr": args.lr, "claims": claims})
+    claims.append(claim("lr0.1_faster_at_V30", "at V=30, lr 0.1 learns faster than 0.01", "faster",
+                        "held if the mean eval loss over training is lower at lr 0.1 than at 0.01 (V=30)",
+                        {k: v for k, v in st.items() if "V=30" in k},
+                        held=st["V=30 lr=0.1"]["mean_eval_loss"] < st["V=30 lr=0.01"]["mean_eval_loss"], quick=Q))
+    claims.append(claim("lr0.1_slower_at_V100", "at V=100, lr 0.1 learns slower than 0.01", "slower",
+                        "held if the mean eval loss over training is higher at lr 0.1 than at 0.01 (V=100)",
+                        {k: v for k, v in st.items() if "V=100" in k},
+                        held=st["V=100 lr=0.1"]["mean_eval_loss"] > st["V=100 lr=0.01"]["mean_eval_loss"], quick=Q))
+    claims.append(claim("spikes_and_swaps_at_large_lr", "at lr 0.1 loss spikes come with token-order swaps",
+                        "a spike around step 6000 with a swap", "held if some lr-0.1 run has both a loss spike and a "
+                        "token-order swap (swaps counted once tokens are separated)",
+                        {k: (v["spikes"], v["order_swaps"]) for k, v in st.items()},
+                        held=any(v["spikes"] > 0 and v["order_swaps"] > 0 for k, v in st.items() if "0.1" in k), quick=Q))
+    out.summary({"steps": steps, "lr_steps": lr_steps, "init_std": args.init_std, "lr": args.lr}, claims)
     out.report()
 
 
 if __name__ == "__main__":
-    main()
+    main_entry(main)

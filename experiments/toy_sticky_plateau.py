@@ -12,6 +12,8 @@ from plotly.subplots import make_subplots
 from gpt2_posheads.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, train_sweep
 from gpt2_posheads.toy.analysis import pairing, perplexity_curve, plateau, plateaus
+from gpt2_posheads.cli import main_entry
+from gpt2_posheads.toy.analysis import v_half_plateau
 from gpt2_posheads.toy.cli import claim, toy_parser, toy_setup
 
 
@@ -31,18 +33,17 @@ def main(argv=None):
     res = train_sweep(v_cfgs + g_cfgs, runs)
     v_res, g_res = res[: len(v_cfgs)], res[len(v_cfgs):]
 
-    claims, series = {}, {}
+    claims, series, Q = [], {}, args.quick
     for r in v_res:
         c = r["config"]
         ppl = perplexity_curve(r)
-        found = plateaus(r["steps"], ppl, min_steps=steps // 20)  # the first plateau is the sticky one
-        first = found[0] if found else {"perplexity": float("nan"), "length_steps": 0}
+        found = v_half_plateau(r["steps"], ppl, c["V"], tol=0.2, min_points=5)
         key = f"V={c['V']} seed={c['seed']}"
         series[key] = (r["steps"], ppl)
-        claims[f"plateau_near_V/2 ({key})"] = claim(
-            c["V"] / 2, {"first_plateau": first, "later_plateaus": found[1:]},
-            held=bool(found) and abs(first["perplexity"] - c["V"] / 2) <= 0.25 * c["V"] / 2,
-            final_perplexity=r["final_perplexity"])
+        claims.append(claim(f"plateau_near_V/2 ({key})", f"a sticky plateau at perplexity V/2 (V={c['V']})", c["V"] / 2,
+                            "held if, after perplexity first falls below 0.8 V, at least 5 consecutive logged steps "
+                            "lie within ±20% of V/2", {"plateau": found, "final_perplexity": r["final_perplexity"]},
+                            held=found is not None, quick=Q))
     fig = line_figure(series, title="perplexity, n_embd=2, C=4 (dotted: V/2)", xlabel="step", ylabel="perplexity", log_y=True)
     for v in vocab:
         fig.add_hline(y=v / 2, line_dash="dot", opacity=0.4)
@@ -64,18 +65,21 @@ def main(argv=None):
         pl = plateau(r4["steps"], perplexity_curve(r4))
         mid = (pl["start_step"] + pl["end_step"]) / 2 if pl["start_step"] is not None else None
         at_mid = clusters[int(np.argmin(np.abs(np.array(r4["snapshot_steps"]) - mid)))] if mid else None
-        claims["two_stage_branching (V=4)"] = claim("2 groups of 2 tokens on the plateau, 4 separate tokens after",
-                                                    {"clusters_mid_plateau": at_mid, "clusters_end": clusters[-1]},
-                                                    held=at_mid == 2 and clusters[-1] == 4)
+        claims.append(claim("two_stage_branching (V=4)", "tokens split in two groups on the plateau, then all four "
+                            "separate", "2 groups of 2, then 4", "held if the embeddings form 2 direction clusters "
+                            "(cos > 0.95) mid-plateau and 4 at the end", {"clusters_mid_plateau": at_mid,
+                                                                         "clusters_end": clusters[-1]},
+                            held=at_mid == 2 and clusters[-1] == 4, quick=Q))
         er = r4["effective_rank"]
         out.figure(line_figure({k: (er["step"], er[k]) for k in ("W_E", "W_Q", "W_K")},
                                title="V=4: effective rank (exp entropy of normalised singular values)",
                                xlabel="step", ylabel="effective rank"), "effective_rank")
-        claims["rank_dynamics (V=4)"] = claim(
-            "Q/K stay low-rank (sticky) during the plateau, and grow after it",
-            {"effective_rank_W_Q_mid_plateau": er["W_Q"][int(np.argmin(np.abs(np.array(er["step"]) - (mid or 0))))],
-             "effective_rank_W_Q_end": er["W_Q"][-1]},
-            held=er["W_Q"][int(np.argmin(np.abs(np.array(er["step"]) - (mid or 0))))] < er["W_Q"][-1])
+        claims.append(claim("rank_dynamics (V=4)", "Q/K stay low-rank (sticky) during the plateau and grow after it",
+                            "sticky Q/K", "held if W_Q's effective rank mid-plateau is below its final effective rank",
+                            {"effective_rank_W_Q_mid_plateau": er["W_Q"][int(np.argmin(np.abs(np.array(er["step"]) - (mid or 0))))],
+                             "effective_rank_W_Q_end": er["W_Q"][-1]},
+                            held=er["W_Q"][int(np.argmin(np.abs(np.array(er["step"]) - (mid or 0))))] < er["W_Q"][-1],
+                            quick=Q))
 
     gseries, glens = {}, {}
     for r in g_res:
@@ -86,17 +90,17 @@ def main(argv=None):
                            ylabel="perplexity", log_y=True), "generality")
     big = max(d for d, _ in gen_settings)
     longest_c = max(c for d, c in gen_settings if d == big)
-    claims["plateau_gone_for_larger_n_embd"] = claim("no plateau at larger n_embd",
-                                                     {f"plateau_steps n_embd={d} C=4": glens[(d, 4)] for d, c in gen_settings if c == 4},
-                                                     held=glens[(big, 4)] < glens[(2, 4)])
-    claims["plateau_back_for_larger_C"] = claim("the plateau returns at larger C",
-                                                {f"plateau_steps n_embd={big} C={c}": glens[(big, c)] for d, c in gen_settings if d == big},
-                                                held=glens[(big, longest_c)] > glens[(big, 4)])
-    for k, v in claims.items():
-        print(f"{k}: held={v.get('held')}")
-    out.summary({"steps": steps, "init_std": args.init_std, "lr": args.lr, "claims": claims})
+    claims.append(claim("plateau_gone_for_larger_n_embd", "the plateau disappears at larger n_embd", "no plateau",
+                        f"held if the longest plateau at n_embd={big}, C=4 is shorter than at n_embd=2, C=4",
+                        {f"plateau_steps n_embd={d} C=4": glens[(d, 4)] for d, c in gen_settings if c == 4},
+                        held=glens[(big, 4)] < glens[(2, 4)], quick=Q))
+    claims.append(claim("plateau_back_for_larger_C", "the plateau returns at larger C", "plateau returns",
+                        f"held if the longest plateau at n_embd={big}, C={longest_c} is longer than at C=4",
+                        {f"plateau_steps n_embd={big} C={c}": glens[(big, c)] for d, c in gen_settings if d == big},
+                        held=glens[(big, longest_c)] > glens[(big, 4)], quick=Q))
+    out.summary({"steps": steps, "init_std": args.init_std, "lr": args.lr}, claims)
     out.report()
 
 
 if __name__ == "__main__":
-    main()
+    main_entry(main)

@@ -22,9 +22,11 @@ import pandas as pd
 import torch
 
 from .diagonals import diagonal_attention, rank_from_diagonals
+from .induction import induction_scores
+from .interventions import average_pos_embed, mask_previous_attention
 from .measures import next_token_probs
 from .posembed import extended_pos_embeddings_by_layer, load_w_pos
-from .repeat_prompt import repeat_string_prompt
+from .repeat_prompt import repeat_string_prompt, single_token_target
 from .scores import attention_scores, classify_prev_heads, score_profile
 from .validation import head_name, parse_head
 
@@ -101,10 +103,29 @@ def build_cache(model, prompts: torch.Tensor, heads, model_label: str, max_offse
                                            progress=progress)
     for l, e in ext.items():
         t[f"ext_pos.L{l}"] = e
-    for name, (target, n_given) in REPEAT_TARGETS.items():
+    names = list(REPEAT_TARGETS)
+    # words that are several tokens in this vocabulary become single-token nouns (the same in every target)
+    single = single_token_target(model.tokenizer, [REPEAT_TARGETS[n][0] for n in names])
+    for name, target in zip(names, single):
+        n_given = REPEAT_TARGETS[name][1]
         rp = repeat_string_prompt(model.tokenizer, target, n_given=n_given, seed=seed, max_len=model.cfg.n_ctx)
         t[f"repeat.{name}.tokens"] = rp.tokens
         t[f"repeat.{name}.probs"] = next_token_probs(model, rp.tokens)[0]
+    # the mechanism of the GPT-2 post, measured once: induction, and the sharpest previous-token head
+    # ("aggregator") under previous-position masking in the layers below it and under W_pos averaging
+    ind = induction_scores(model, n_seqs=8, seg_len=min(50, (model.cfg.n_ctx - 1) // 2), seed=seed)
+    t["induction.scores"] = ind.scores
+    t["induction.losses"] = torch.tensor([ind.loss_first, ind.loss_second])
+    rank = rank_from_diagonals(t["diagonals"])
+    agg = rank.iloc[0]
+    agg_l, agg_h = int(agg["layer"]), int(agg["head"])
+    masked = float("nan")
+    if agg_l > 0:
+        masked = float(diagonal_attention(model, prompts, max_offset=2, progress=False,
+                                          fwd_hooks=mask_previous_attention(5, range(agg_l)).hooks(model))[agg_l, agg_h, 1])
+    averaged = float(diagonal_attention(model, prompts, max_offset=2, progress=False,
+                                        fwd_hooks=average_pos_embed(10).hooks(model))[agg_l, agg_h, 1])
+    t["mechanism.aggregator_prev_mass"] = torch.tensor([float(t["diagonals"][agg_l, agg_h, 1]), masked, averaged])
     import transformer_lens
 
     meta = {"model": model_label, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -112,5 +133,8 @@ def build_cache(model, prompts: torch.Tensor, heads, model_label: str, max_offse
             "prompt_source": prompt_source, "n_prompts": int(prompts.shape[0]), "seq_len": int(prompts.shape[1]),
             "max_offset": max_offset, "exclude_bos": True, "window": window, "ext_n_prompts": ext_n_prompts,
             "seed": seed, "heads": [head_name(l, h) for l, h in heads], "repeat_targets": REPEAT_TARGETS,
+            "aggregator": head_name(agg_l, agg_h),
+            "mechanism": "aggregator_prev_mass = [clean, previous position masked every 5th query in the layers "
+                         "below it, W_pos averaged in groups of 10]; induction.losses = [first copy, second copy]",
             "cfg": {k: int(getattr(model.cfg, k)) for k in ("n_layers", "n_heads", "d_model", "n_ctx", "d_vocab")}}
     return PosheadsCache(t, meta)

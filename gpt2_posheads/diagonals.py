@@ -20,6 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .fastpath import Workspace, fast_forward
+from .precision import resolve_bf16
 from .forward import run_until
 from .tokens import as_token_batches, model_device, to_token_list
 from .validation import check_int_range, head_name
@@ -80,10 +81,12 @@ def diagonal_attention(
         max_offset: largest offset ``d`` (default: longest prompt length − 1); must be >= 1.
         fwd_hooks: extra TransformerLens hooks (interventions) applied during the pass.
         bf16: matmuls in bfloat16 (LayerNorm, softmax and the residual stay float32): ~3x faster on
-            CPUs with AMX/AVX512-BF16; diagonal masses within ~1e-3 of float32.
+            CPUs with AMX/AVX512-BF16; diagonal masses within ~1e-3 of float32. Where the CPU has no
+            native bfloat16 it runs float32 and says so (:func:`gpt2_posheads.precision.resolve_bf16`).
         engine: ``"auto"`` (hook-free fast path when it applies), ``"fast"`` or ``"hooks"``; see
             :func:`gpt2_posheads.fastpath.fast_forward`. Both give the same numbers to ~1e-6.
     """
+    bf16 = resolve_bf16(bf16, model_device(model))  # float32 (and one line why) where bfloat16 is emulated
     seqs = to_token_list(model, prompts)
     longest = max(len(s) for s in seqs)
     if max_offset is None:
@@ -166,6 +169,19 @@ def rank_prev_heads(model, prompts, max_offset: int | None = None, exclude_bos: 
     diag = diagonal_attention(model, prompts, max_offset=max_offset, exclude_bos=exclude_bos,
                               batch_size=batch_size, progress=progress, bf16=bf16, engine=engine)
     return rank_from_diagonals(diag)
+
+
+def aggregator_and_early(ranking: pd.DataFrame) -> list[tuple[int, int]]:
+    """``[early, aggregator]``: the sharpest previous-token head (the aggregator candidate, like L4H11)
+    preceded by the sharpest previous-token head in a lower layer (like L2H2); just ``[aggregator]``
+    when no previous-token head sits below it, the top-ranked head when there is no previous-token head."""
+    prev = ranking[ranking.is_prev_token]
+    if prev.empty:
+        return [(int(ranking.iloc[0]["layer"]), int(ranking.iloc[0]["head"]))]
+    agg = prev.iloc[0]
+    below = prev[prev.layer < agg["layer"]]
+    early = [(int(below.iloc[0]["layer"]), int(below.iloc[0]["head"]))] if len(below) else []
+    return early + [(int(agg["layer"]), int(agg["head"]))]
 
 
 def count_prev_heads(ranking: pd.DataFrame) -> int:

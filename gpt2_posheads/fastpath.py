@@ -248,13 +248,6 @@ class Workspace:
         return buf
 
 
-def _cpu_has_bf16() -> bool:
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):  # private op: absent from some builds
-        return False
-
-
 def _param_state(model) -> tuple:
     return tuple((p.data_ptr(), p._version, p.dtype, str(p.device)) for p in model.parameters())
 
@@ -324,9 +317,6 @@ def fast_forward(model, engine: str = "auto", dtype: torch.dtype = torch.float32
             entry["warned"] = True
         return None
     if dtype not in entry["by_dtype"]:
-        if dtype == torch.bfloat16 and model_device(model).type == "cpu" and not _cpu_has_bf16():
-            warnings.warn("bf16=True on a CPU without native bfloat16 (AVX512-BF16/AMX): expect it to be slower "
-                          "than float32")
         entry["by_dtype"][dtype] = entry["by_dtype"][torch.float32].to(dtype)
     return entry["by_dtype"][dtype]
 

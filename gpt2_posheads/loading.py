@@ -107,6 +107,12 @@ def load_model(
     :class:`ModelLoadError` within seconds.
     """
     source = resolve_model_source(name_or_path)
+    try:  # transformers' "Loading weights" bar is noise on every script's stderr
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except Exception:  # pragma: no cover
+        pass
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     local = Path(source).is_dir()
@@ -152,6 +158,9 @@ def _local_tokenizer(path: str):
 # --------------------------------------------------------------------------------------------
 # The GPT-2 tokenizer from vocab.json + merges.txt, and small model directories for tests/demos.
 # --------------------------------------------------------------------------------------------
+_REPAIRED_WARNED: set[str] = set()
+
+
 def _read_merges(vocab: dict[str, int], merges_path: Path) -> list[tuple[str, str]]:
     """Merge pairs, repairing lines whose left part is not a vocabulary token.
 
@@ -175,7 +184,8 @@ def _read_merges(vocab: dict[str, int], merges_path: Path) -> list[tuple[str, st
             t = cands[0]
             orphans.remove(t)
             fixed.append((t[: -len(b)], b))
-    if n_bad:
+    if n_bad and str(merges_path) not in _REPAIRED_WARNED:  # once per process is enough
+        _REPAIRED_WARNED.add(str(merges_path))
         warnings.warn(f"{merges_path}: repaired or dropped {n_bad} merge line(s) naming tokens outside the vocabulary")
     return fixed
 

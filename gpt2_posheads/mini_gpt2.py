@@ -1,8 +1,24 @@
-"""Training a miniature GPT-2 (Hugging Face ``GPT2LMHeadModel``) on local text, resumably.
+"""Training a miniature GPT-2 (Hugging Face ``GPT2LMHeadModel``) that has previous-token and induction heads.
 
 The result is a Hugging Face-format directory (``config.json``, ``model.safetensors``, tokenizer
-files) that :func:`gpt2_posheads.load_model` boots like GPT-2, so every GPT-2 analysis can run on a
-*trained* model offline.
+files, ``training.json``) that :func:`gpt2_posheads.load_model` boots like GPT-2, so every GPT-2
+analysis can run offline on a *trained* model with the mechanism the GPT-2 post is about.
+
+Why the data mix. Previous-token heads exist to serve induction (the post's causal story: early
+heads find the previous token, L4H11 aggregates them, induction heads read it). A small model trained
+on a few million tokens of plain text barely needs to copy, so neither forms sharply. The recipe
+therefore gives the model reasons to copy:
+
+* ``synthetic_steps``: a first phase of pure *repeated random sequences* — every window is a chain of
+  segments ``s s`` (a random segment of ``seg_min..seg_max`` tokens drawn from ids below
+  ``synthetic_vocab``, then the segment again). Only induction lowers the loss on the second copy.
+* afterwards, text windows, a fraction ``repeat_fraction`` of which have a span of their own text
+  copied to a later place, mixed with a fraction ``synthetic_fraction`` of synthetic windows.
+
+Every ``probe_every`` steps :func:`probe` measures the mechanism (sharpest previous-token ratio on
+held-out text and on random tokens, best induction score, loss on the first and second copy), so the
+training record shows when each piece appears. Checkpoints are written every ``checkpoint_minutes``
+of wall-clock time; a run resumes exactly (batches depend on the step number only).
 """
 from __future__ import annotations
 
@@ -10,11 +26,12 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 EOT = "<|endoftext|>"
@@ -22,20 +39,35 @@ EOT = "<|endoftext|>"
 
 @dataclass
 class MiniConfig:
+    """Architecture, data mix and optimisation of a mini GPT-2 run (recorded in ``training.json``)."""
+
     n_layers: int = 4
     n_heads: int = 4
     d_model: int = 128
     n_ctx: int = 256
     vocab_size: int = 4096
-    steps: int = 1600
+    steps: int = 6000
     batch_size: int = 16
     lr: float = 2e-3
     warmup: int = 100
     weight_decay: float = 0.1
     val_fraction: float = 0.05
     seed: int = 0
-    checkpoint_every: int = 250
-    eval_every: int = 500
+    # data mix
+    synthetic_steps: int = 1500       # phase 1: windows of repeated random segments only
+    synthetic_vocab: int = 4096       # synthetic token ids are drawn from [1, synthetic_vocab)
+    synthetic_fraction: float = 0.1   # phase 2: share of windows still synthetic
+    repeat_fraction: float = 0.5      # phase 2: share of text windows with a span of their own text repeated
+    seg_min: int = 8
+    seg_max: int = 64
+    synthetic_ctx: int = 0            # phase-1 window length (0: n_ctx); shorter windows, same tokens per step
+    skip_fraction: float = 0.0        # share of synthetic windows from the skip-bigram language t+1 = pi(t-1)
+    skip_vocab: int = 256             # its tokens: ids 1..skip_vocab-1
+    skip_noise: float = 0.2           # chance that a token of that language is uniform instead of pi(t-1)
+    pos_init: str = "random"          # "random" (GPT-2's N(0, 0.02)) or "sinusoidal" (same RMS)
+    # bookkeeping
+    checkpoint_minutes: float = 5.0
+    probe_every: int = 250
     bf16: bool = False  # bfloat16 autocast for forward/backward (weights and AdamW stay float32)
 
 
@@ -59,20 +91,101 @@ def split_docs(docs: Sequence[str], val_fraction: float, seed: int) -> tuple[lis
 def encode_stream(tok, docs: Sequence[str]) -> torch.Tensor:
     """All documents as one token stream, each preceded by ``<|endoftext|>`` as GPT-2 was trained."""
     ids: list[int] = []
-    for d in docs:
+    for enc in tok(list(docs), add_special_tokens=False)["input_ids"]:
         ids.append(tok.bos_token_id)
-        ids += tok(d, add_special_tokens=False)["input_ids"]
+        ids += enc
     return torch.tensor(ids, dtype=torch.long)
 
 
 def sample_batch(stream: torch.Tensor, batch_size: int, n_ctx: int, gen: torch.Generator) -> torch.Tensor:
+    """``[batch, n_ctx + 1]`` random windows of ``stream``."""
     starts = torch.randint(0, len(stream) - n_ctx - 1, (batch_size,), generator=gen)
     return torch.stack([stream[s : s + n_ctx + 1] for s in starts.tolist()])
+
+
+def repeated_segments(batch_size: int, length: int, vocab_hi: int, seg_min: int, seg_max: int,
+                      gen: torch.Generator, bos: int = 0) -> torch.Tensor:
+    """``[batch, length]`` windows made of ``BOS`` then pairs ``s s`` of random segments.
+
+    Each segment has ``seg_min..seg_max`` tokens drawn uniformly from ids ``1..vocab_hi-1``; the
+    last pair is cut at ``length``. The second copy of every segment is predictable only by induction.
+    """
+    out = torch.empty(batch_size, length, dtype=torch.long)
+    for b in range(batch_size):
+        row = [bos]
+        while len(row) < length:
+            n = int(torch.randint(seg_min, seg_max + 1, (1,), generator=gen))
+            seg = torch.randint(1, vocab_hi, (n,), generator=gen).tolist()
+            row += seg + seg
+        out[b] = torch.tensor(row[:length])
+    return out
+
+
+def skip_table(vocab_hi: int, seed: int) -> torch.Tensor:
+    """A random permutation ``pi`` of ids ``1..vocab_hi-1`` (index 0 unused): the skip-bigram language's rule."""
+    g = torch.Generator().manual_seed(seed + 7919)
+    return torch.cat([torch.zeros(1, dtype=torch.long), 1 + torch.randperm(vocab_hi - 1, generator=g)])
+
+
+def skip_bigram_windows(batch_size: int, length: int, table: torch.Tensor, noise: float, gen: torch.Generator,
+                        bos: int = 0) -> torch.Tensor:
+    """``[batch, length]`` windows ``BOS t1 t2 ...`` with ``t_{i+1} = pi(t_{i-1})`` except, with chance
+    ``noise``, a uniform token. The next token is a fixed function of the *previous* one, not of the
+    current one: predicting it needs the previous token at the current position, the plainest reason for
+    a previous-token head to form (the task of the ``000`` toy post, inside a language)."""
+    hi = table.shape[0]
+    out = torch.empty(batch_size, length, dtype=torch.long)
+    out[:, 0] = bos
+    out[:, 1:3] = torch.randint(1, hi, (batch_size, 2), generator=gen)
+    fresh = torch.randint(1, hi, (batch_size, length), generator=gen)
+    flip = torch.rand(batch_size, length, generator=gen) < noise
+    for i in range(3, length):
+        out[:, i] = torch.where(flip[:, i], fresh[:, i], table[out[:, i - 2]])
+    return out
+
+
+def insert_repeats(windows: torch.Tensor, seg_min: int, seg_max: int, gen: torch.Generator) -> torch.Tensor:
+    """Copy, in each row, a span of ``seg_min..seg_max`` of its own tokens to a later place (a new tensor).
+
+    The copy starts anywhere after the span ends, so the gap between the two occurrences varies.
+    """
+    out = windows.clone()
+    n = out.shape[1]
+    for b in range(out.shape[0]):
+        L = int(torch.randint(seg_min, min(seg_max, n // 2 - 1) + 1, (1,), generator=gen))
+        a = int(torch.randint(1, n - 2 * L + 1, (1,), generator=gen))
+        c = int(torch.randint(a + L, n - L + 1, (1,), generator=gen))
+        out[b, c : c + L] = windows[b, a : a + L]
+    return out
+
+
+def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int) -> torch.Tensor:
+    """The ``[batch, n_ctx + 1]`` batch of ``step`` (a function of the step number alone: resumes are exact)."""
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+    args = (cfg.synthetic_vocab, cfg.seg_min, cfg.seg_max, gen, bos)
+    if step < cfg.synthetic_steps:
+        ctx = cfg.synthetic_ctx or cfg.n_ctx
+        n = max(1, cfg.batch_size * cfg.n_ctx // ctx)
+        n_skip = int(round(cfg.skip_fraction * n))
+        rep = repeated_segments(n - n_skip, ctx + 1, cfg.synthetic_vocab, cfg.seg_min, min(cfg.seg_max, ctx // 2), gen, bos)
+        if not n_skip:
+            return rep
+        skip = skip_bigram_windows(n_skip, ctx + 1, skip_table(cfg.skip_vocab, cfg.seed), cfg.skip_noise, gen, bos)
+        return torch.cat([skip, rep])
+    n_syn = int(round(cfg.synthetic_fraction * cfg.batch_size))
+    n_rep = int(round(cfg.repeat_fraction * (cfg.batch_size - n_syn)))
+    text = sample_batch(stream, cfg.batch_size - n_syn, cfg.n_ctx, gen)
+    if n_rep:
+        text[:n_rep] = insert_repeats(text[:n_rep], cfg.seg_min, cfg.seg_max, gen)
+    if n_syn:
+        text = torch.cat([text, repeated_segments(n_syn, cfg.n_ctx + 1, *args)])
+    return text
 
 
 @torch.no_grad()
 def evaluate(model, stream: torch.Tensor, n_ctx: int, max_windows: int = 64) -> float:
     """Mean next-token loss over non-overlapping windows of ``stream``."""
+    was_training = model.training
     model.eval()
     n = min(max_windows, (len(stream) - 1) // n_ctx)
     x = stream[: n * n_ctx + 1]
@@ -81,16 +194,117 @@ def evaluate(model, stream: torch.Tensor, n_ctx: int, max_windows: int = 64) -> 
     losses = []
     for i in range(0, n, 16):
         logits = model(inp[i : i + 16]).logits
-        losses.append(torch.nn.functional.cross_entropy(logits.flatten(0, 1), tgt[i : i + 16].flatten(), reduction="sum"))
-    model.train()
+        losses.append(F.cross_entropy(logits.flatten(0, 1), tgt[i : i + 16].flatten(), reduction="sum"))
+    model.train(was_training)
     return float(torch.stack(losses).sum() / tgt.numel())
 
 
+def _prev_ratio(patterns: Sequence[torch.Tensor]) -> tuple[float, str]:
+    """Sharpest previous-token head from HF attention patterns ``[batch, head, q, k]`` per layer:
+    (ratio second-greatest / previous diagonal, head name); BOS key left out, offsets 0..16."""
+    from .diagonals import diagonal_counts, diagonal_sums
+
+    best = (float("inf"), "none")
+    for layer, pat in enumerate(patterns):
+        n_pos = pat.shape[-1]
+        mass = diagonal_sums(pat, 17, True) / (pat.shape[0] * diagonal_counts(n_pos, 17, True))
+        for h in range(mass.shape[0]):
+            top = mass[h].topk(2)
+            if int(top.indices[0]) == 1:
+                best = min(best, (float(top.values[1] / top.values[0]), f"L{layer}H{h}"))
+    return best
+
+
+@torch.no_grad()
+def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int = 0, n: int = 8,
+          seg: int = 50) -> dict:
+    """The mechanism's vital signs on held-out text and on random tokens repeated twice.
+
+    * ``prev_ratio_text`` / ``prev_ratio_random``: the sharpest previous-token head's ratio
+      (second-greatest diagonal / previous diagonal) on ``n`` held-out text windows and ``n`` windows of
+      random tokens; ``inf`` when no head has the previous diagonal greatest.
+    * ``induction``: the best head's mean attention from each token of the second copy of a random
+      ``seg``-token sequence (``BOS r r``) to the token after its first occurrence.
+    * ``loss_first`` / ``loss_second``: next-token loss on the first and second copy.
+    """
+    was_training = model.training
+    model.eval()
+    impl = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    gen = torch.Generator().manual_seed(10_000 + seed)
+    text = sample_batch(val_stream, n, n_ctx - 1, gen)[:, : n_ctx]
+    r_text = _prev_ratio(model(text, output_attentions=True).attentions)
+    rand = torch.randint(1, vocab_hi, (n, n_ctx), generator=gen)
+    rand[:, 0] = val_stream[0]
+    r_rand = _prev_ratio(model(rand, output_attentions=True).attentions)
+    r = torch.randint(1, vocab_hi, (n, seg), generator=gen)
+    rep = torch.cat([torch.full((n, 1), int(val_stream[0])), r, r], dim=1)
+    out = model(rep, output_attentions=True)
+    q = torch.arange(seg + 1, 2 * seg + 1)           # second-copy positions
+    k = q - seg + 1                                   # the token after the first occurrence
+    ind = torch.stack([a[:, :, q, k].mean((0, 2)) for a in out.attentions])  # [layer, head]
+    lp = F.cross_entropy(out.logits[:, :-1].flatten(0, 1), rep[:, 1:].flatten(), reduction="none").view(n, -1)
+    model.set_attn_implementation(impl)
+    model.train(was_training)
+    il, ih = divmod(int(ind.argmax()), ind.shape[1])
+    return dict(prev_ratio_text=r_text[0], prev_head_text=r_text[1], prev_ratio_random=r_rand[0],
+                prev_head_random=r_rand[1], induction=float(ind.max()), induction_head=f"L{il}H{ih}",
+                loss_first=float(lp[:, 1:seg].mean()), loss_second=float(lp[:, seg:].mean()))
+
+
+def sinusoidal_positions(n_ctx: int, d_model: int, rms: float) -> torch.Tensor:
+    """``[n_ctx, d_model]`` sines and cosines of geometric frequencies (Vaswani et al.), scaled to ``rms``.
+
+    A shift by one position is a rotation in each (sin, cos) pair, so "the previous position" is a
+    linear map of the current one: an initialisation from which previous-token attention is easy to learn.
+    """
+    pos = torch.arange(n_ctx, dtype=torch.float64)[:, None]
+    freq = 10_000 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    out = torch.zeros(n_ctx, d_model, dtype=torch.float64)
+    out[:, 0::2], out[:, 1::2] = torch.sin(pos * freq), torch.cos(pos * freq)
+    return (out / out.pow(2).mean().sqrt() * rms).float()
+
+
+def lr_at(cfg: MiniConfig, s: int) -> float:
+    """Linear warm-up then cosine decay to a tenth of ``cfg.lr``."""
+    if s < cfg.warmup:
+        return cfg.lr * (s + 1) / cfg.warmup
+    frac = (s - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+@dataclass
+class _Run:
+    model: object
+    opt: torch.optim.Optimizer
+    record: dict
+    step: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def _load_tokenizer(work: Path, train_docs: Sequence[str], cfg: MiniConfig, tokenizer_dir: str | Path | None):
+    from transformers import PreTrainedTokenizerFast
+
+    tok_dir = work / "tokenizer"
+    if (tok_dir / "tokenizer.json").exists():
+        return PreTrainedTokenizerFast.from_pretrained(tok_dir)
+    if tokenizer_dir is not None:
+        tok = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+    else:
+        tok = train_tokenizer(train_docs, cfg.vocab_size)
+    tok.save_pretrained(tok_dir)
+    return tok
+
+
 def train_mini_gpt2(docs: Sequence[str], out_dir: str | Path, cfg: MiniConfig = MiniConfig(),
-                    work_dir: str | Path | None = None, progress: bool = True) -> dict:
+                    work_dir: str | Path | None = None, progress: bool = True,
+                    val_docs: Sequence[str] | None = None, tokenizer_dir: str | Path | None = None) -> dict:
     """Train and save a miniature GPT-2; resumes from ``work_dir/checkpoint.pt`` if present.
 
-    Returns the training record (losses, validation loss, timings), also saved as ``training.json``.
+    ``val_docs``: held-out documents (default: a seeded ``val_fraction`` of ``docs``).
+    ``tokenizer_dir``: reuse that directory's tokenizer (so held-out losses compare with another model
+    token for token) instead of training a new BPE on ``docs``.
+    Returns the training record (losses, validation losses, probes, timings), also saved as ``training.json``.
     """
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -98,27 +312,28 @@ def train_mini_gpt2(docs: Sequence[str], out_dir: str | Path, cfg: MiniConfig = 
     work = Path(work_dir) if work_dir else out_dir.with_name(out_dir.name + "-work")
     work.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
-    train_docs, val_docs = split_docs(docs, cfg.val_fraction, cfg.seed)
-    tok_dir = work / "tokenizer"
-    if (tok_dir / "tokenizer.json").exists():
-        from transformers import PreTrainedTokenizerFast
-
-        tok = PreTrainedTokenizerFast.from_pretrained(tok_dir)
+    if val_docs is None:
+        train_docs, val_docs = split_docs(docs, cfg.val_fraction, cfg.seed)
     else:
-        tok = train_tokenizer(train_docs, cfg.vocab_size)
-        tok.save_pretrained(tok_dir)
+        train_docs = list(docs)
+    tok = _load_tokenizer(work, train_docs, cfg, tokenizer_dir)
     train_stream, val_stream = encode_stream(tok, train_docs), encode_stream(tok, val_docs)
+    if cfg.synthetic_vocab > len(tok):
+        cfg.synthetic_vocab = len(tok)
 
     hf_cfg = GPT2Config(n_layer=cfg.n_layers, n_head=cfg.n_heads, n_embd=cfg.d_model, n_positions=cfg.n_ctx,
                         vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     model = GPT2LMHeadModel(hf_cfg)
+    if cfg.pos_init == "sinusoidal":
+        with torch.no_grad():
+            model.transformer.wpe.weight.copy_(sinusoidal_positions(cfg.n_ctx, cfg.d_model, hf_cfg.initializer_range))
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
     record = {"config": asdict(cfg), "train_tokens": len(train_stream), "val_tokens": len(val_stream),
-              "loss": [], "val_loss": [], "seconds": 0.0}
+              "loss": [], "val_loss": [], "probes": [], "seconds": 0.0}
     step = 0
     ckpt = work / "checkpoint.pt"
     if ckpt.exists():
@@ -126,40 +341,52 @@ def train_mini_gpt2(docs: Sequence[str], out_dir: str | Path, cfg: MiniConfig = 
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         record, step = state["record"], state["step"]
-        print(f"resuming from step {step}")
+        record["config"] = asdict(cfg)  # a resumed run may extend steps; the record says what finished it
+        print(f"resuming from step {step} ({ckpt})")
 
-    def lr_at(s: int) -> float:
-        if s < cfg.warmup:
-            return cfg.lr * (s + 1) / cfg.warmup
-        frac = (s - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+    def save_checkpoint(done: int) -> None:
+        record["seconds"] = time.time() - t0
+        tmp = ckpt.with_suffix(".tmp")
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "record": record, "step": done}, tmp)
+        tmp.replace(ckpt)  # never leave a half-written checkpoint behind
 
     model.train()
     t0 = time.time() - record["seconds"]
+    last_ckpt = time.time()
+    bos = tok.bos_token_id
     bar = tqdm(range(step, cfg.steps), initial=step, total=cfg.steps, desc="train mini-gpt2", disable=not progress)
     for s in bar:
-        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + s)  # batch depends on step only: resume is exact
-        xy = sample_batch(train_stream, cfg.batch_size, cfg.n_ctx, gen)
+        xy = training_batch(cfg, train_stream, s, bos)
         for g in opt.param_groups:
-            g["lr"] = lr_at(s)
+            g["lr"] = lr_at(cfg, s)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
             logits = model(xy[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), xy[:, 1:].flatten())
+        loss = F.cross_entropy(logits.float().flatten(0, 1), xy[:, 1:].flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        record["loss"].append([s, float(loss)])
-        bar.set_postfix(loss=f"{float(loss):.3f}")
+        record["loss"].append([s, float(loss.detach())])
+        bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
         done = s + 1
-        if done % cfg.eval_every == 0 or done == cfg.steps:
-            record["val_loss"].append([done, evaluate(model, val_stream, cfg.n_ctx)])
-            bar.write(f"step {done}: val loss {record['val_loss'][-1][1]:.3f}")
-        if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-            record["seconds"] = time.time() - t0
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "record": record, "step": done}, ckpt)
+        if done % cfg.probe_every == 0 or done == cfg.steps:
+            pr = probe(model, val_stream, cfg.n_ctx, cfg.synthetic_vocab, seed=cfg.seed)
+            pr["step"] = done
+            recent = [l for _, l in record["loss"][-cfg.probe_every:]]
+            pr["train_loss"] = sum(recent) / len(recent)
+            pr["val_loss"] = evaluate(model, val_stream, cfg.n_ctx, max_windows=32)
+            pr["seconds"] = round(time.time() - t0, 1)
+            record["probes"].append(pr)
+            record["val_loss"].append([done, pr["val_loss"]])
+            bar.write(f"step {done}: train {pr['train_loss']:.3f} val {pr['val_loss']:.3f} | prev ratio text {pr['prev_ratio_text']:.2f} "
+                      f"({pr['prev_head_text']}) random {pr['prev_ratio_random']:.2f} | induction "
+                      f"{pr['induction']:.2f} ({pr['induction_head']}) | copy loss {pr['loss_first']:.2f} -> "
+                      f"{pr['loss_second']:.2f} | {pr['seconds'] / 60:.1f} min")
+        if time.time() - last_ckpt >= 60 * cfg.checkpoint_minutes or done == cfg.steps:
+            save_checkpoint(done)
+            last_ckpt = time.time()
     record["seconds"] = time.time() - t0
-    record["final_val_loss"] = record["val_loss"][-1][1] if record["val_loss"] else evaluate(model, val_stream, cfg.n_ctx)
+    record["final_val_loss"] = evaluate(model, val_stream, cfg.n_ctx)
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import atexit
+import os
 import warnings
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -27,6 +29,22 @@ def _start_kaleido() -> bool:
     return _server_started
 
 
+def shared_plotlyjs(out_dir: Path) -> str:
+    """The ``include_plotlyjs`` value for a figure in ``out_dir``: a relative link to one
+    ``plotly.min.js`` at the top of the ``results/`` tree (written once, CDN-free), so each HTML is a
+    few kB instead of 4.8 MB; outside ``results/`` the file sits beside the figure ("directory")."""
+    out_dir = Path(out_dir).resolve()
+    root = next((p for p in [out_dir, *out_dir.parents] if p.name == "results"), None)
+    if root is None:
+        return "directory"
+    js = root / "plotly.min.js"
+    if not js.exists():
+        from plotly.offline import get_plotlyjs
+
+        js.write_text(get_plotlyjs(), encoding="utf-8")
+    return os.path.relpath(js, out_dir).replace(os.sep, "/")
+
+
 def save_figure(fig: go.Figure, out_dir: str | Path, stem: str, png: bool = True,
                 width: int = 1000, height: int | None = None) -> list[Path]:
     """Write ``stem.html`` (always) and ``stem.png`` (when ``png`` and kaleido+Chromium work).
@@ -37,12 +55,15 @@ def save_figure(fig: go.Figure, out_dir: str | Path, stem: str, png: bool = True
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     html = out / f"{stem}.html"
-    fig.write_html(html, include_plotlyjs=True)
+    fig.write_html(html, include_plotlyjs=shared_plotlyjs(out))
     written = [html]
     if png:
         _start_kaleido()
         try:
-            fig.write_image(out / f"{stem}.png", width=width, height=height or fig.layout.height or 600)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*kopts.*")
+                warnings.filterwarnings("ignore", category=DeprecationWarning)
+                fig.write_image(out / f"{stem}.png", width=width, height=height or fig.layout.height or 600)
             written.append(out / f"{stem}.png")
         except Exception as e:  # noqa: BLE001 - any renderer failure degrades to HTML only
             warnings.warn(f"PNG export of {stem} failed ({type(e).__name__}: {e}); install kaleido and chromium")
@@ -55,30 +76,55 @@ def heatmap(z, x=None, y=None, title: str = "", colorscale: str = "Viridis", zmi
     z = np.asarray(z.detach().cpu() if hasattr(z, "detach") else z, dtype=float)
     fig = go.Figure(go.Heatmap(z=z, x=x, y=y, colorscale=colorscale, zmid=zmid, **kw))
     fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel)
+    if max(z.shape) <= 48:  # layer x head grids: one tick per integer, never 0.5
+        fig.update_xaxes(dtick=1)
+        fig.update_yaxes(dtick=1)
     if reversed_y:
         fig.update_yaxes(autorange="reversed")
     return fig
 
 
 def heatmap_grid(mats: dict[str, "np.ndarray"], cols: int = 2, title: str = "", colorscale: str = "Viridis",
-                 zmid=None, shared_scale: bool = True, x0: int = 0, y0: int = 0, height_per_row: int = 380) -> go.Figure:
+                 zmid=None, shared_scale: bool = True, x0: int | Sequence[int] = 0, y0: int | Sequence[int] | None = None,
+                 height_per_row: int = 380, zrange: tuple[float, float] | None = None, tokens: Sequence[str] | None = None,
+                 colorbar_title: str = "", mark_offset: int | None = None) -> go.Figure:
     """Side-by-side heat maps (attention sub-matrices etc.), one panel per dict entry.
 
-    ``x0``/``y0`` label the first key/query position of each sub-matrix.
+    ``x0``/``y0`` label the first key/query position of each sub-matrix (one per panel, or one for all);
+    ``tokens`` (the prompt's token strings) show on hover; ``zrange`` fixes the colour range (attention:
+    ``(0, 1)``); ``mark_offset`` draws the diagonal ``k = q - mark_offset`` (1: the previous token).
     """
+    n_panels = len(mats)
+    x0s = list(x0) if isinstance(x0, (list, tuple)) else [x0] * n_panels
+    y0s = x0s if y0 is None else (list(y0) if isinstance(y0, (list, tuple)) else [y0] * n_panels)
     names = list(mats)
     rows = (len(names) + cols - 1) // cols
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=names, horizontal_spacing=0.08, vertical_spacing=0.12)
     arrs = [np.asarray(m.detach().cpu() if hasattr(m, "detach") else m, dtype=float) for m in mats.values()]
     finite = np.concatenate([a[np.isfinite(a)].ravel() for a in arrs]) if arrs else np.zeros(1)
     zmin, zmax = (float(finite.min()), float(finite.max())) if shared_scale and finite.size else (None, None)
+    if zrange is not None:
+        zmin, zmax = zrange
     for i, a in enumerate(arrs):
         r, c = divmod(i, cols)
+        xs, ys = np.arange(a.shape[1]) + x0s[i], np.arange(a.shape[0]) + y0s[i]
+        hover = None
+        if tokens is not None:
+            tk = lambda j: repr(tokens[j]) if 0 <= j < len(tokens) else ""  # noqa: E731
+            hover = [[f"query {q} {tk(q)}<br>key {k} {tk(k)}" for k in xs] for q in ys]
         fig.add_trace(go.Heatmap(
-            z=a, x=np.arange(a.shape[1]) + x0, y=np.arange(a.shape[0]) + y0, colorscale=colorscale,
-            zmin=zmin, zmax=zmax, zmid=zmid, showscale=(i == 0), coloraxis=None,
+            z=a, x=xs, y=ys, colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid, showscale=(i == 0),
+            text=hover, hovertemplate="%{text}<br>value %{z:.3f}<extra></extra>" if hover else None,
+            colorbar=dict(title=colorbar_title) if colorbar_title else None,
         ), row=r + 1, col=c + 1)
-        fig.update_yaxes(autorange="reversed", row=r + 1, col=c + 1)
+        if mark_offset is not None:
+            lo, hi = max(xs[0], ys[0] - mark_offset), min(xs[-1], ys[-1] - mark_offset)
+            if hi > lo:
+                fig.add_trace(go.Scatter(x=[lo, hi], y=[lo + mark_offset, hi + mark_offset], mode="lines",
+                                         line=dict(color="red", width=1, dash="dot"), showlegend=False,
+                                         hoverinfo="skip"), row=r + 1, col=c + 1)
+        fig.update_yaxes(autorange="reversed", title_text="query position", row=r + 1, col=c + 1)
+        fig.update_xaxes(title_text="key position", row=r + 1, col=c + 1)
     fig.update_layout(title=title, height=height_per_row * rows + 80)
     return fig
 
@@ -95,7 +141,8 @@ def scatter3d_positions(points: dict[str, "np.ndarray"], title: str = "", axis_t
                         colorbar=dict(title="position")),
         ))
     fig.update_layout(title=title, scene=dict(xaxis_title=axis_titles[0], yaxis_title=axis_titles[1],
-                                              zaxis_title=axis_titles[2]), height=700)
+                                              zaxis_title=axis_titles[2], aspectmode="cube"), height=700,
+                      margin=dict(l=0, r=0, t=60, b=0))
     return fig
 
 

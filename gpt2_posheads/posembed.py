@@ -18,22 +18,28 @@ from tqdm.auto import tqdm
 from .fastpath import fast_forward
 from .forward import resid_hook_name, run_until
 from .tokens import model_device
-from .validation import check_int_range, check_layer, check_learned_pos_embed
+from .validation import UsageError, check_int_range, check_layer, check_learned_pos_embed
 
 
 def load_w_pos(source) -> torch.Tensor:
     """``W_pos`` ``[n_ctx, d_model]`` from a model (``model.W_pos``) or a ``.npy``/``.pt`` file."""
     if isinstance(source, (str, Path)):
         p = Path(source)
+        if p.suffix not in (".npy", ".pt"):
+            raise UsageError("w_pos", f"{p} is not a .npy or .pt file", "allowed a .npy (numpy) or .pt (torch) file",
+                             "GPT-2's real one: ../shared/gpt2-small/W_pos.npy")
         if not p.exists():
-            raise FileNotFoundError(f"W_pos file {p} does not exist")
-        arr = np.load(p) if p.suffix == ".npy" else torch.load(p, map_location="cpu")
+            raise UsageError("w_pos", f"{p} does not exist", "a .npy or .pt file of shape [n_ctx, d_model]")
+        try:
+            arr = np.load(p) if p.suffix == ".npy" else torch.load(p, map_location="cpu")
+        except Exception as e:  # noqa: BLE001 - any unreadable file is the user's to fix
+            raise UsageError("w_pos", f"{p} could not be read ({type(e).__name__})", "a .npy or .pt matrix") from None
         w = torch.as_tensor(np.asarray(arr), dtype=torch.float32)
     else:
         check_learned_pos_embed(source)
         w = source.W_pos.detach().float().cpu()
     if w.ndim != 2:
-        raise ValueError(f"W_pos must be [n_ctx, d_model], got shape {tuple(w.shape)}")
+        raise UsageError("w_pos", f"has shape {tuple(w.shape)}", "W_pos must be a [n_ctx, d_model] matrix")
     return w
 
 

@@ -16,6 +16,7 @@ import torch
 
 from ._paths import shared_dir
 from .loading import hub_reachable
+from .validation import UsageError
 
 OPENWEBTEXT = "stas/openwebtext-10k"
 
@@ -75,15 +76,28 @@ def file_documents(paths: Iterable[str | Path]) -> list[str]:
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            docs += file_documents(sorted(list(p.glob("*.txt")) + list(p.glob("*.jsonl"))))
+            files = [f for f in sorted(list(p.glob("*.txt")) + list(p.glob("*.jsonl")))
+                     if f.name not in ("SOURCE.txt", "README.txt")]  # a corpus folder's notes are not text
+            if not files:
+                raise UsageError("prompts", f"folder {p} holds no .txt or .jsonl files", "a folder of .txt/.jsonl files")
+            docs += file_documents(files)
         elif p.suffix == ".jsonl":
-            for line in p.read_text(encoding="utf-8").splitlines():
-                if line.strip():
-                    docs.append(json.loads(line)["text"])
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    raise UsageError("prompts", f"{p} line {i} is not JSON", "one JSON object per line") from None
+                if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+                    keys = sorted(row) if isinstance(row, dict) else type(row).__name__
+                    raise UsageError("prompts", f"{p} line {i} has no 'text' string (keys: {keys})",
+                                     'each line must be {"text": "..."}')
+                docs.append(row["text"])
         elif p.exists():
             docs += [c for c in re.split(r"\n\s*\n", p.read_text(encoding="utf-8")) if c.strip()]
         else:
-            raise FileNotFoundError(f"prompt source {p} does not exist")
+            raise UsageError("prompts", f"{p} does not exist", "auto, openwebtext, wikitext, or a .txt/.jsonl path")
     return docs
 
 
@@ -99,6 +113,9 @@ def documents(source: str | Sequence[str] = "auto") -> tuple[list[str], str]:
         return openwebtext_documents(), OPENWEBTEXT
     if source == "wikitext":
         return wikitext_documents(), "wikitext-2"
+    if not Path(source).exists():
+        raise UsageError("prompts", f"{source!r} is neither a known source nor an existing file",
+                         "allowed auto, openwebtext, wikitext, or a path to .txt/.jsonl files")
     return file_documents([source]), f"files:{source}"
 
 
@@ -110,19 +127,25 @@ def make_prompts(
     seed: int = 0,
     prepend_bos: bool = True,
     docs: list[str] | None = None,
+    model=None,
 ) -> torch.Tensor:
     """Token ids ``[n_prompts, seq_len]`` from documents long enough to fill ``seq_len``.
 
     Documents are shuffled with ``seed`` and each contributes its first ``seq_len`` tokens (BOS first
     when ``prepend_bos``), so the same seed gives the same prompts. Raises if too few documents are
-    long enough.
+    long enough. With ``model`` (or a tokenizer that knows its ``model_max_length``) ``seq_len`` is
+    checked against the model's context.
     """
     if n_prompts < 1:
-        raise ValueError(f"n_prompts={n_prompts} must be >= 1")
+        raise UsageError("n_prompts", f"{n_prompts} is out of range", "allowed >= 1")
     if seq_len < 2:
-        raise ValueError(f"seq_len={seq_len} must be >= 2")
+        raise UsageError("seq_len", f"{seq_len} is out of range", "allowed >= 2")
+    if model is not None and seq_len > model.cfg.n_ctx:
+        raise UsageError("seq_len", f"{seq_len} exceeds the model's context", f"allowed 2..{model.cfg.n_ctx} (n_ctx)")
     if docs is None:
         docs, _ = documents(source)
+    if not docs:
+        raise UsageError("prompts", "the source holds no documents (empty file?)", "give a file with text in it")
     order = list(range(len(docs)))
     random.Random(seed).shuffle(order)
     n_text = seq_len - int(prepend_bos)
@@ -133,4 +156,6 @@ def make_prompts(
             out.append(([tokenizer.bos_token_id] if prepend_bos else []) + ids[:n_text])
             if len(out) == n_prompts:
                 return torch.tensor(out, dtype=torch.long)
-    raise ValueError(f"only {len(out)} documents have >= {n_text} tokens; asked for n_prompts={n_prompts}")
+    raise UsageError("n_prompts", f"only {len(out)} of the source's {len(docs)} documents have the {n_text} tokens "
+                     f"a prompt needs, {n_prompts} asked", f"allowed n_prompts <= {len(out)} at this seq_len",
+                     "lower --seq-len or --n-prompts, or use a source with longer documents")

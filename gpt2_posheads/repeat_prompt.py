@@ -104,3 +104,35 @@ def _build(tokenizer, target: str, n_given: int, n_demos: int, seed: int) -> Rep
         reply_positions=[where[f"rep{i}"] for i in range(n_given)],
         next_word=words[n_given] if n_given < len(words) else None,
     )
+
+
+# Concrete nouns to fall back on when a target word is several tokens in a model's vocabulary.
+_FALLBACK_WORDS = (" apple", " orange", " ninja", " turtle", " pirate", " river", " horse", " garden", " church",
+                   " island", " music", " paper", " water", " house", " king", " ship", " bird", " tree", " road",
+                   " book", " city", " army", " school", " fire", " dog", " car", " money", " song", " wine", " gold")
+
+
+def single_token_words(tokenizer, words) -> dict[str, str]:
+    """``{word: replacement}``: each word that is one token of ``tokenizer`` maps to itself, every other
+    to a distinct single-token noun from a fixed list (deterministic, in order of first appearance)."""
+    is_one = lambda w: len(tokenizer(w, add_special_tokens=False)["input_ids"]) == 1  # noqa: E731
+    words = list(dict.fromkeys(words))
+    out = {w: w for w in words if is_one(w)}
+    spare = [w for w in _FALLBACK_WORDS if is_one(w) and w not in out.values()]
+    for w in words:
+        if w not in out:
+            if not spare:
+                raise ValueError(f"no single-token word left to replace {w!r} in this vocabulary")
+            out[w] = spare.pop(0)
+    return out
+
+
+def single_token_target(tokenizer, preferred: str | list[str]) -> str | list[str]:
+    """``preferred`` (e.g. ``" ninja turtle pirate"``, or a list of such targets) with every word that is
+    several tokens in ``tokenizer`` replaced by a single-token noun; the same word gets the same
+    replacement in every target, so ``" apple orange"`` and ``" orange apple"`` stay each other's swap.
+    The copy claims need one token per word."""
+    targets = [preferred] if isinstance(preferred, str) else list(preferred)
+    mapping = single_token_words(tokenizer, [w for t in targets for w in split_words(t)])
+    out = ["".join(mapping[w] for w in split_words(t)) for t in targets]
+    return out[0] if isinstance(preferred, str) else out

@@ -7,12 +7,24 @@ from typing import Iterable
 HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
 
 
+class UsageError(ValueError):
+    """A caller's mistake, told in one line: ``<parameter>: <what is wrong>; <allowed>; <hint>``.
+
+    Scripts print it as ``error: ...`` and exit with status 2, without a traceback; library callers
+    get an ordinary ``ValueError``.
+    """
+
+    def __init__(self, param: str, problem: str, allowed: str = "", hint: str = ""):
+        self.param, self.problem, self.allowed, self.hint = param, problem, allowed, hint
+        super().__init__("; ".join(x for x in (f"{param}: {problem}", allowed, hint) if x))
+
+
 def check_int_range(name: str, value: int, low: int, high: int) -> int:
     """Raise ``ValueError`` unless ``low <= value <= high`` (inclusive)."""
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
     if not low <= value <= high:
-        raise ValueError(f"{name}={value} is out of range: allowed {low} <= {name} <= {high}")
+        raise UsageError(name, f"{value} is out of range", f"allowed {low}..{high}")
     return value
 
 
@@ -40,16 +52,15 @@ def parse_head(spec, model=None) -> tuple[int, int]:
     if isinstance(spec, str):
         m = HEAD_NAME.match(spec.strip().upper())
         if not m:
-            raise ValueError(f"head {spec!r} is not of the form 'L<layer>H<head>', e.g. 'L4H11'")
+            raise UsageError("head", f"{spec!r} is not a head name", "names look like L<layer>H<head>, e.g. L4H11",
+                             "or use auto:N for the model's N most previous-token-like heads")
         layer, head = int(m.group(1)), int(m.group(2))
     else:
         layer, head = (int(x) for x in spec)
     if model is not None:
         if not 0 <= layer < model.cfg.n_layers or not 0 <= head < model.cfg.n_heads:
-            raise ValueError(
-                f"unknown head {head_name(layer, head)}: this model has layers 0..{model.cfg.n_layers - 1} "
-                f"and heads 0..{model.cfg.n_heads - 1}"
-            )
+            raise UsageError("head", f"unknown head {head_name(layer, head)}",
+                             f"this model has layers 0..{model.cfg.n_layers - 1} and heads 0..{model.cfg.n_heads - 1}")
     return layer, head
 
 
@@ -65,7 +76,5 @@ def check_learned_pos_embed(model) -> None:
     """Extended positional embeddings and ``W_pos`` interventions need learned absolute positions."""
     kind = getattr(model.cfg, "positional_embedding_type", "standard")
     if kind != "standard" or getattr(model, "W_pos", None) is None:
-        raise ValueError(
-            f"this analysis needs a model with learned absolute positional embeddings "
-            f"(cfg.positional_embedding_type == 'standard'); this model has {kind!r}"
-        )
+        raise UsageError("model", f"has {kind!r} positional embeddings",
+                         "this analysis needs learned absolute positional embeddings (cfg.positional_embedding_type == 'standard')")

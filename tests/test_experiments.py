@@ -26,6 +26,7 @@ GPT2_SCRIPTS = {
     "ext_pos_averaging": W + ["--heads", "L1H0,L2H1", "--n-prompts", "2", "--seq-len", "48", "--start", "5",
                               "--size", "20", "--ext-prompts", "2"],
     "l4h11_edit": ["--heads", "L2H1", "--factors", "1,2"],
+    "prev_head_sources": W + ["--heads", "L2H1", "--n-prompts", "2", "--seq-len", "48"],
     "cache_activations": W + ["--heads", "L1H0", "--n-prompts", "2", "--seq-len", "48", "--max-offset", "8",
                               "--ext-prompts", "2"],
 }
@@ -41,6 +42,13 @@ def test_gpt2_script_runs_on_tiny_model(script, script_model, tmp_path, shared):
         return
     summary = json.loads((out / "summary.json").read_text())
     assert summary and list(out.glob("*.html"))
+    for c in summary["claims"]:  # one vocabulary, each verdict with its rule and the reason
+        assert set(c) >= {"claim", "post", "measured", "rule", "verdict", "why"}
+        assert c["verdict"] in ("held", "not held", "not testable") and c["rule"]
+    if script != "pos_embed_helix":  # a random model has no mechanism: nothing about it may be "held" by accident
+        assert not [c for c in summary["claims"] if c.get("key") in ("sharp_prev_head", "edit_moves_copy",
+                                                                        "avg_output_unchanged", "mask_disrupts")
+                    and c["verdict"] == "held"]
 
 
 def test_helix_of_real_w_pos(shared, tmp_path):
@@ -50,14 +58,63 @@ def test_helix_of_real_w_pos(shared, tmp_path):
     assert abs(sum(evr) - 0.90) < 0.02
 
 
-def test_unknown_head_exits_with_message(script_model, tmp_path, shared):
-    with pytest.raises(SystemExit, match="unknown head L4H11"):
-        run_script(EXPERIMENTS / "l4h11_edit.py", ["--model-dir", str(script_model), "--out", str(tmp_path), "--no-png"])
+def test_unknown_head_is_a_usage_error(script_model, tmp_path, shared):
+    from gpt2_posheads import UsageError
+
+    with pytest.raises(UsageError, match="unknown head L4H11"):
+        run_script(EXPERIMENTS / "l4h11_edit.py", ["--model-dir", str(script_model), "--out", str(tmp_path), "--no-png",
+                                                  "--heads", "L4H11"])
+
+
+def test_default_heads_are_the_models_own(script_model, tmp_path, shared):
+    """On any model but GPT-2 small the post's head names are not defaults: --heads falls back to auto."""
+    run_script(EXPERIMENTS / "l4h11_edit.py", ["--model-dir", str(script_model), "--out", str(tmp_path), "--no-png"])
+    assert json.loads((tmp_path / "summary.json").read_text())["head"] != "L4H11"
+
+
+def test_run_all_quick_writes_the_index(script_model, tmp_path, monkeypatch):
+    import importlib.util
+
+    from gpt2_posheads import runner
+
+    calls = []
+
+    def fake_run(name, args, check=False):  # the scripts themselves are tested above; here: the orchestration
+        out = tmp_path / name / "m"
+        out.mkdir(parents=True)
+        (out / "summary.json").write_text(json.dumps({"script": name, "model": "m", "figures": ["f.html"], "claims": [
+            {"claim": "c", "post": "p", "measured": 1, "rule": "held if x", "verdict": "not testable", "why": "w"}]}))
+        calls.append((name, args))
+        return 0
+
+    spec = importlib.util.spec_from_file_location("run_all", EXPERIMENTS / "run_all.py")
+    run_all = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_all)
+    monkeypatch.setattr(run_all, "run_experiment", fake_run)
+    monkeypatch.setattr(run_all, "write_index", lambda: runner.write_index(tmp_path))
+    assert run_all.main(["--model-dir", str(script_model), "--quick"]) == 0
+    assert [n for n, _ in calls] == list(runner.GPT2_SCRIPTS + runner.TOY_SCRIPTS)
+    assert all("--quick" in a for n, a in calls if n.startswith("toy_"))
+    assert all("--model-dir" in a for n, a in calls if not n.startswith("toy_"))
+    page = (tmp_path / "index.html").read_text()
+    assert page.count(">not testable</td>") == len(calls) and 'href="rank_prev_heads/m/f.html"' in page
+
+
+def test_module_entry_point_lists_and_rejects(capsys):
+    from gpt2_posheads.__main__ import main
+
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "rank_prev_heads" in out and "prev_head_sources" in out
+    assert main(["rank_prev_head"]) == 2
+    assert "did you mean rank_prev_heads" in capsys.readouterr().err
 
 
 def test_offline_hub_model_exits_with_message(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(SystemExit, match="local"):
+    from gpt2_posheads import UsageError
+
+    with pytest.raises(UsageError, match="local"):
         run_script(EXPERIMENTS / "rank_prev_heads.py", ["--model", "some-org/not-cached", "--out", str(tmp_path)])
 
 
@@ -65,5 +122,7 @@ def test_offline_hub_model_exits_with_message(tmp_path, monkeypatch):
 def test_toy_script_quick(script, tmp_path):
     run_script(EXPERIMENTS / f"{script}.py", ["--quick", "--out", str(tmp_path), "--no-png", "--steps", "60"])
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["claims"] and all("held" in c or isinstance(c, dict) for c in summary["claims"].values())
+    assert summary["quick"] and summary["claims"]
+    # a --quick run is a smoke test: none of its claims may be judged
+    assert {c["verdict"] for c in summary["claims"]} == {"not testable"}
     assert list((tmp_path / "runs").glob("*.json"))

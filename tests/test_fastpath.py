@@ -106,8 +106,19 @@ def test_release_forgets_the_model(tiny_dir):
     assert fast_forward(model) is not first
 
 
-def test_bf16_without_native_support_warns(tiny_dir, monkeypatch):
+def test_bf16_falls_back_to_float32_without_native_support(tiny_dir, monkeypatch):
+    from gpt2_posheads import precision
+    from gpt2_posheads.diagonals import diagonal_attention
+
     model = load_model(tiny_dir, device="cpu")
-    monkeypatch.setattr(fastpath, "_cpu_has_bf16", lambda: False)
-    with pytest.warns(UserWarning, match="slower than float32"):
-        fast_forward(model, dtype=torch.bfloat16)
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.delenv(precision.FORCE_ENV, raising=False)
+    precision._WARNED.clear()
+    prompts = torch.randint(0, 100, (2, 16))
+    with pytest.warns(UserWarning, match="running float32 instead"):
+        got = diagonal_attention(model, prompts, bf16=True, progress=False)
+    torch.testing.assert_close(got, diagonal_attention(model, prompts, progress=False), equal_nan=True)  # float32
+    assert precision.resolve_bf16(True, "cpu", force=True) is True  # the override
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    assert precision.resolve_bf16(True, "cpu") is True
+    assert precision.resolve_bf16(False, "cpu") is False

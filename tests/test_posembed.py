@@ -59,7 +59,7 @@ def test_bad_input(tiny_model, tmp_path):
 
     with pytest.raises(ValueError, match="learned absolute positional"):
         extended_pos_embeddings(NoPos(), 0)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ValueError, match="does not exist"):
         load_w_pos(tmp_path / "missing.npy")
 
 

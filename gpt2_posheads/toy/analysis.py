@@ -30,6 +30,40 @@ def plateaus(steps, ppl, tol: float = 0.1, floor: float = 1.5, min_steps: int = 
     return out
 
 
+def learned(ppl: float, V: int) -> bool:
+    """The posts' "learned": final perplexity <= 1.5, or relative perplexity (ppl - 1) / V <= 0.05."""
+    return bool(ppl <= 1.5 or (ppl - 1) / V <= 0.05)
+
+
+def fails(ppl: float, V: int) -> bool:
+    """The posts' "cannot be learned": relative perplexity (ppl - 1) / V >= 0.5."""
+    return bool((ppl - 1) / V >= 0.5)
+
+
+def v_half_plateau(steps, ppl, V: int, tol: float = 0.2, min_points: int = 5) -> dict | None:
+    """The sticky plateau at V/2: the first run of >= ``min_points`` consecutive logged steps with
+    perplexity within ``±tol`` of ``V/2``, counted only after perplexity first falls below ``0.8 V``
+    (so the initial phase at perplexity ~V is never taken for it). ``None`` when there is none."""
+    steps, ppl = np.asarray(steps), np.asarray(ppl, dtype=float)
+    below = np.nonzero(ppl < 0.8 * V)[0]
+    if not len(below):
+        return None
+    near = np.abs(ppl - V / 2) <= tol * V / 2
+    i = int(below[0])
+    while i < len(ppl):
+        if near[i]:
+            j = i
+            while j + 1 < len(ppl) and near[j + 1]:
+                j += 1
+            if j - i + 1 >= min_points:
+                return {"start_step": int(steps[i]), "end_step": int(steps[j]), "n_points": j - i + 1,
+                        "length_steps": int(steps[j] - steps[i]), "perplexity": float(np.median(ppl[i : j + 1]))}
+            i = j + 1
+        else:
+            i += 1
+    return None
+
+
 def plateau(steps, ppl, tol: float = 0.1, floor: float = 1.5) -> dict:
     """The longest of :func:`plateaus` (length 0 and NaN perplexity when there is none)."""
     found = plateaus(steps, ppl, tol, floor)
@@ -75,9 +109,16 @@ def same_cyclic_order(a: list[int], b: list[int]) -> bool:
     return rot == a or rev[j:] + rev[:j] == a
 
 
-def order_swaps(snapshots: list[dict], key: str = "W_E") -> int:
-    """How many times the cyclic order of token embeddings changes between consecutive snapshots."""
-    orders = [angular_order(torch.tensor(s[key])) for s in snapshots]
+def order_swaps(snapshots: list[dict], key: str = "W_E", min_norm_fraction: float = 0.5) -> int:
+    """How many times the cyclic order of token embeddings changes between consecutive snapshots, counted
+    only once tokens are separated: from the first snapshot whose mean embedding norm reaches
+    ``min_norm_fraction`` of the last one's (near zero, the angular order is noise, not a swap)."""
+    embs = [torch.tensor(s[key], dtype=torch.float64) for s in snapshots]
+    if not embs:
+        return 0
+    final = float(embs[-1].norm(dim=-1).mean())
+    start = next((i for i, e in enumerate(embs) if float(e.norm(dim=-1).mean()) >= min_norm_fraction * final), len(embs))
+    orders = [angular_order(e.float()) for e in embs[start:]]
     return sum(not same_cyclic_order(orders[i], orders[i + 1]) for i in range(len(orders) - 1))
 
 

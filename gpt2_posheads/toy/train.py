@@ -24,6 +24,11 @@ from .model import ToyShape, forward, init_params, per_model_loss
 from .tasks import check_task, make_batch
 
 
+# Bump when a change to the model, task or training code changes what a run computes: cached runs
+# under results/<script>/runs/ with another version are then trained again instead of reused.
+CODE_VERSION = 2
+
+
 @dataclass(frozen=True)
 class ToyConfig:
     task: str = "copy_current"
@@ -72,7 +77,10 @@ class ToyConfig:
         return tuple((f.name, getattr(self, f.name)) for f in fields(self) if f.name not in per_model)
 
     def id(self) -> str:
-        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        """The run's key: its settings and :data:`CODE_VERSION`, so a cached run trained by other code or
+        settings is never reused silently."""
+        key = {**asdict(self), "code_version": CODE_VERSION}
+        return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _adamw_step(params, grads, state, t: int, lr: torch.Tensor, wd: torch.Tensor, betas, eps: float = 1e-8):
@@ -196,7 +204,13 @@ def train_sweep(configs: Iterable[ToyConfig], out_dir: str | Path | None = None,
             if c not in todo[c.group_key()]:
                 todo[c.group_key()].append(c)
     groups = [g[i : i + max_models_per_group] for g in todo.values() for i in range(0, len(g), max_models_per_group)]
-    for group in groups:
+    n_unique = len({c.id() for c in configs})
+    if out and progress:
+        print(f"toy sweep: {len(done)} of {n_unique} runs already finished in {out} (reused; --fresh retrains), "
+              f"{n_unique - len(done)} to train in {len(groups)} batched group(s)", flush=True)
+    for gi, group in enumerate(groups, start=1):
+        if progress:
+            print(f"toy sweep: group {gi} of {len(groups)} ({len(group)} models)", flush=True)
         results = train_group(group, progress=progress)
         for r in results:
             done[r["id"]] = r

@@ -1,0 +1,98 @@
+"""Where bfloat16 is fast, and what this machine is (for benchmarks and the bfloat16 fallback).
+
+On a CPU without bfloat16 matrix units (no AVX512-BF16, no AMX) PyTorch emulates bfloat16 matmuls:
+on a 2-core AMD EPYC with AVX2 only, ``bf16=True`` was at least 85x *slower* than float32. So a
+bfloat16 request is honoured only where the hardware has native support; elsewhere it falls back to
+float32 with one line saying why. ``GPT2_POSHEADS_FORCE_BF16=1`` (or ``force=True``) overrides.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import warnings
+from functools import lru_cache
+
+import torch
+
+FORCE_ENV = "GPT2_POSHEADS_FORCE_BF16"
+_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+@lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from ``/proc/cpuinfo`` (empty where that file does not exist)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+@lru_cache(maxsize=1)
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_has_native_bf16() -> bool:
+    """True when bfloat16 matmuls run on matrix/vector units (AVX512-BF16 or AMX), not emulated."""
+    if any(f in cpu_flags() for f in _BF16_FLAGS):
+        return True
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and bool(cpu_flags() & {"avx512_bf16", "amx_tile"})
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def bf16_native(device: str | torch.device = "cpu") -> bool:
+    d = torch.device(device)
+    if d.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return cpu_has_native_bf16()
+
+
+_WARNED: set[str] = set()
+
+
+def resolve_bf16(requested: bool, device: str | torch.device = "cpu", force: bool | None = None) -> bool:
+    """Whether to run in bfloat16: ``requested`` and (native support here, or forced). Falling back says so once."""
+    if not requested:
+        return False
+    if force is None:
+        force = os.environ.get(FORCE_ENV, "0") not in ("0", "", "false", "False")
+    if force or bf16_native(device):
+        return True
+    msg = (f"bf16: {cpu_name()} has no native bfloat16 matrix units (no AVX512-BF16 or AMX), where emulated "
+           f"bfloat16 ran >= 85x slower than float32; running float32 instead (set {FORCE_ENV}=1 to force bfloat16)")
+    if msg not in _WARNED:
+        _WARNED.add(msg)
+        warnings.warn(msg, stacklevel=2)
+    return False
+
+
+def machine_description(device: str | torch.device = "cpu") -> dict:
+    """What a benchmark ran on: CPU model and its vector/matrix extensions (or the GPU), torch, threads."""
+    d = torch.device(device)
+    flags = cpu_flags()
+    ext = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16") if f in flags]
+    out = {"cpu": cpu_name(), "cpu_extensions": ext, "cpu_native_bf16": cpu_has_native_bf16(), "cores": os.cpu_count(),
+           "torch": torch.__version__, "threads": torch.get_num_threads()}
+    if d.type == "cuda" and torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name(d)
+    return out
+
+
+def describe_line(device: str | torch.device = "cpu") -> str:
+    m = machine_description(device)
+    where = m.get("gpu") or f"{m['cpu']} ({', '.join(m['cpu_extensions']) or 'no AVX2'}; native bf16: " \
+                             f"{'yes' if m['cpu_native_bf16'] else 'no'})"
+    return f"machine: {where} | {m['cores']} cores, torch {m['torch']}, {m['threads']} threads"

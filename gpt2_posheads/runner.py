@@ -1,0 +1,109 @@
+"""Finding, running and summarising the experiment scripts; the ``results/index.html`` page.
+
+Each script under ``experiments/`` is one command per claim; this module lists them (with the first
+line of their docstring), runs one in a fresh process with its options, and gathers every
+``summary.json`` under ``results/`` into one HTML table of claims and verdicts with links to figures.
+"""
+from __future__ import annotations
+
+import ast
+import html
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ._paths import REPO_ROOT
+
+EXPERIMENTS = REPO_ROOT / "experiments"
+RESULTS = REPO_ROOT / "results"
+
+# Claim scripts, in the order of the story: GPT-2 post (004), then the toy posts.
+GPT2_SCRIPTS = ("rank_prev_heads", "pos_embed_helix", "ext_pos_vs_wpe", "pos_embed_averaging", "mask_prev_attention",
+                "raw_scores_taxonomy", "ext_pos_averaging", "l4h11_edit", "prev_head_sources")
+TOY_SCRIPTS = ("toy_sticky_plateau", "toy_similar_content", "toy_prev_token", "toy_lost_in_middle")
+VERDICT_COLOURS = {"held": "#1a7f37", "not held": "#cf222e", "not testable": "#6e7781"}
+
+
+def list_experiments() -> dict[str, str]:
+    """``{script name: first line of its docstring}`` for every script in ``experiments/``."""
+    out = {}
+    for p in sorted(EXPERIMENTS.glob("*.py")):
+        if p.name.startswith("_"):
+            continue
+        doc = ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) or ""
+        out[p.stem] = doc.strip().splitlines()[0] if doc.strip() else ""
+    return out
+
+
+def run_experiment(name: str, args: list[str], check: bool = False) -> int:
+    """Run ``experiments/<name>.py`` with ``args`` in a fresh Python process; its exit status."""
+    path = EXPERIMENTS / f"{name}.py"
+    if not path.exists():
+        raise FileNotFoundError(name)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, str(path), *args], env=env, check=check).returncode
+
+
+def collect_summaries(root: Path = RESULTS) -> list[tuple[Path, dict]]:
+    """Every ``summary.json`` under ``root`` (sorted by script order, then path)."""
+    order = {n: i for i, n in enumerate(GPT2_SCRIPTS + TOY_SCRIPTS)}
+    found = []
+    for p in root.rglob("summary.json"):
+        if "runs" in p.parts:
+            continue
+        try:
+            found.append((p, json.loads(p.read_text())))
+        except ValueError:
+            continue
+    return sorted(found, key=lambda t: (order.get(t[1].get("script", t[0].parent.name), 99), str(t[0])))
+
+
+def _short(x, width: int = 90) -> str:
+    s = json.dumps(x) if not isinstance(x, str) else x
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def index_html(summaries: list[tuple[Path, dict]], root: Path = RESULTS, title: str = "gpt2_posheads results") -> str:
+    """One page: a table of every claim (script, model, claim, post, measured, verdict, rule, why, figures)."""
+    counts = {v: 0 for v in VERDICT_COLOURS}
+    rows = []
+    for path, s in summaries:
+        rel = path.parent.relative_to(root)
+        figs = [f for f in s.get("figures", []) if f.endswith(".html")]
+        links = " ".join(f'<a href="{html.escape(str(rel / f))}">{html.escape(Path(f).stem)}</a>' for f in figs)
+        label = html.escape(str(s.get("model", "toy model")))
+        quick = " <b>(quick)</b>" if s.get("quick") else ""
+        for c in s.get("claims", []):
+            v = c.get("verdict", "?")
+            counts[v] = counts.get(v, 0) + 1
+            rows.append(
+                f"<tr><td>{html.escape(s.get('script', rel.parts[0]))}{quick}</td><td>{label}</td>"
+                f"<td>{html.escape(c.get('claim', ''))}</td><td>{html.escape(str(c.get('post', '')))}</td>"
+                f"<td><code>{html.escape(_short(c.get('measured')))}</code></td>"
+                f"<td style='color:white;background:{VERDICT_COLOURS.get(v, '#444')};white-space:nowrap'>{html.escape(v)}</td>"
+                f"<td>{html.escape(c.get('rule', ''))}<br><i>{html.escape(c.get('why', ''))}</i></td><td>{links}</td></tr>")
+        if not s.get("claims"):
+            rows.append(f"<tr><td>{html.escape(s.get('script', rel.parts[0]))}{quick}</td><td>{label}</td>"
+                        f"<td colspan=6><i>no claims (a tool run)</i> {links}</td></tr>")
+    summary = ", ".join(f"{n} {v}" for v, n in counts.items())
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:13px}}
+td,th{{border:1px solid #ccc;padding:4px 6px;vertical-align:top}}th{{background:#f3f3f3}}</style></head><body>
+<h1>{html.escape(title)}</h1>
+<p>Generated {time.strftime('%Y-%m-%d %H:%M')}. Verdicts: {summary}. Each claim is judged by a rule written
+before the measurement: <b>held</b>, <b>not held</b>, or <b>not testable</b> (a precondition failed: the model
+does not copy, the head is not a previous-token head, the run is <code>--quick</code>, ...).</p>
+<table><tr><th>script</th><th>model</th><th>claim</th><th>post</th><th>measured</th><th>verdict</th>
+<th>rule / why</th><th>figures</th></tr>
+{''.join(rows)}
+</table></body></html>"""
+
+
+def write_index(root: Path = RESULTS) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    p = root / "index.html"
+    p.write_text(index_html(collect_summaries(root), root), encoding="utf-8")
+    return p

@@ -1,0 +1,276 @@
+"""Which upstream heads make a head previous-token: composition scores and direct-path ablation.
+
+The GPT-2 post's central claim is that L4H11 *aggregates* what earlier previous-token heads wrote,
+while early heads such as L2H2 compute position themselves. Two ways to ask a target head ``(L, H)``
+which upstream head it reads, and through which side of its attention:
+
+**Weight-based composition** (Elhage et al. 2021, "A Mathematical Framework for Transformer
+Circuits"). In TransformerLens's row-vector convention an upstream head ``u`` writes
+``x W_OV^u`` with ``W_OV^u = W_V^u W_O^u`` ``[d_model, d_model]``, and the target scores keys with
+``x_q W_QK x_k^T``, ``W_QK = W_Q W_K^T``. The three composition scores are Frobenius-norm ratios
+
+    Q:  ||W_OV^u W_QK||  / (||W_OV^u|| ||W_QK||)      (u's output read as the target's query)
+    K:  ||W_QK W_OV^u^T|| / (||W_OV^u|| ||W_QK||)     (... as its key)
+    V:  ||W_OV^u W_OV||  / (||W_OV^u|| ||W_OV||)      (... as its value)
+
+each in ``[0, 1]``; 0 for circuits whose row and column spaces are orthogonal. A score means little
+alone: :func:`composition_baseline` gives the mean score of random Gaussian matrices of the same
+shapes (the same low ranks), so ``score / baseline`` reads as above or below chance. LayerNorm: the
+weights are the model's as loaded (``load_model`` folds each LayerNorm's scale into the reading
+weights and centres the writing weights); the per-token normalisation (division by the residual's
+norm) is a positive scalar per token and is left out, as in the paper.
+
+**Causal direct-path ablation.** One forward captures the residual stream entering layer ``L`` and
+every upstream head's output ``z^u W_O^u`` ``[batch, pos, d_model]``. The target's pattern is then
+recomputed from that residual with one upstream head's output replaced *only in its query input*
+(or only in its key input): ``x_q <- x - (o^u - ablated o^u)``; every other path, including that head's
+effect on later heads, is untouched. The recomputed clean pattern is checked against the model's own
+``hook_pattern`` (to 1e-4) so the recomputation is exact. Ablations: ``mean`` (the head's mean output
+over prompts and positions, the default), ``zero``, ``resample`` (the same position of another prompt).
+The positional route is ablated the same way: ``W_pos`` group-averaged (groups of 10) only in the
+target's query or key input. The cost beyond the one forward is a LayerNorm and two small matmuls per
+(source, side).
+"""
+from __future__ import annotations
+
+import math
+from typing import Literal, Sequence
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from .fastpath import _attn_scale, _ln_params
+from .forward import run_until
+from .interventions import group_average_rows
+from .posembed import load_w_pos
+from .tokens import as_token_batches, model_device
+from .validation import UsageError, check_head, head_name
+
+Ablation = Literal["mean", "zero", "resample"]
+ABLATIONS = ("mean", "zero", "resample")
+
+
+# --- composition -------------------------------------------------------------------------------------
+
+def _fro(x: torch.Tensor) -> torch.Tensor:
+    return x.double().flatten(-2).norm(dim=-1)
+
+
+def composition_score(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """``||left @ right|| / (||left|| ||right||)`` (Frobenius); broadcasts over leading axes."""
+    return _fro(left.double() @ right.double()) / (_fro(left) * _fro(right)).clamp_min(1e-30)
+
+
+def _circuits(model, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``W_OV`` and ``W_QK`` of every head of ``layer``: ``[n_heads, d_model, d_model]`` each (float64)."""
+    a = model.blocks[layer].attn
+    W_V, W_O, W_Q, W_K = (t.detach().double().cpu() for t in (a.W_V, a.W_O, a.W_Q, a.W_K))
+    return W_V @ W_O, W_Q @ W_K.transpose(-1, -2)
+
+
+def composition_scores(model, layer: int, head: int) -> pd.DataFrame:
+    """Q-, K- and V-composition of every head in layers ``< layer`` into ``(layer, head)``, with the
+    random baseline and each score's ratio to it; one row per upstream head, sorted by max(Q, K) ratio."""
+    check_head(model, layer, head)
+    if layer == 0:
+        raise UsageError("head", f"{head_name(layer, head)} is in layer 0", "a head in layer >= 1 has upstream heads")
+    ov_t, qk_t = (c[head] for c in _circuits(model, layer))
+    base = composition_baseline(model.cfg.d_model, model.cfg.d_head)
+    rows = []
+    for l in range(layer):
+        ov_u, _ = _circuits(model, l)
+        q = composition_score(ov_u, qk_t)
+        k = composition_score(qk_t, ov_u.transpose(-1, -2))
+        v = composition_score(ov_u, ov_t)
+        for h in range(model.cfg.n_heads):
+            rows.append(dict(source=head_name(l, h), layer=l, head=h, q_comp=float(q[h]), k_comp=float(k[h]),
+                             v_comp=float(v[h]), baseline=base, q_ratio=float(q[h]) / base, k_ratio=float(k[h]) / base,
+                             v_ratio=float(v[h]) / base))
+    df = pd.DataFrame(rows)
+    df["qk_ratio_max"] = df[["q_ratio", "k_ratio"]].max(axis=1)
+    return df.sort_values("qk_ratio_max", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def composition_baseline(d_model: int, d_head: int, n_samples: int = 64, seed: int = 0) -> float:
+    """Mean composition score of random Gaussian circuits of the model's shapes: ``W_OV = A B`` and
+    ``W_QK = C D^T`` with ``A, C, D`` ``[d_model, d_head]``, ``B`` ``[d_head, d_model]``."""
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    ov = r(n_samples, d_model, d_head) @ r(n_samples, d_head, d_model)
+    qk = r(n_samples, d_model, d_head) @ r(n_samples, d_head, d_model)
+    return float(composition_score(ov, qk).mean())
+
+
+# --- direct-path ablation ----------------------------------------------------------------------------
+
+def _prev_stats(pattern: torch.Tensor, n_offsets: int = 17) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sums over batch and queries of ``A[q, q - d]`` (key 0 left out) for ``d < n_offsets`` and their counts."""
+    from .diagonals import diagonal_counts, diagonal_sums
+
+    n = pattern.shape[-1]
+    d = min(n_offsets, n)
+    return diagonal_sums(pattern[:, None], d, True)[0], pattern.shape[0] * diagonal_counts(n, d, True)
+
+
+class _Target:
+    """The target head's attention recomputed from ``resid_pre`` ``[batch, pos, d_model]``."""
+
+    def __init__(self, model, layer: int, head: int):
+        a = model.blocks[layer].attn
+        self.w, self.b = (t.cpu() if t is not None else None for t in _ln_params(model.blocks[layer].ln1))
+        self.eps, self.d_model = float(getattr(model.cfg, "eps", 1e-5)), model.cfg.d_model
+        self.W_Q, self.b_Q = a.W_Q[head].detach().float().cpu(), a.b_Q[head].detach().float().cpu()
+        self.W_K, self.b_K = a.W_K[head].detach().float().cpu(), a.b_K[head].detach().float().cpu()
+        self.scale = _attn_scale(model.cfg, layer)
+
+    def _ln(self, x):
+        return F.layer_norm(x.float(), (self.d_model,), self.w, self.b, self.eps)
+
+    def pattern(self, x_q: torch.Tensor, x_k: torch.Tensor) -> torch.Tensor:
+        q = self._ln(x_q) @ self.W_Q + self.b_Q
+        k = self._ln(x_k) @ self.W_K + self.b_K
+        n = q.shape[1]
+        scores = (q @ k.transpose(1, 2)) * self.scale
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        return scores.softmax(-1)  # [batch, q, k]
+
+
+def _ablated(out: torch.Tensor, how: Ablation, mean: torch.Tensor | None) -> torch.Tensor:
+    """What replaces a head's output ``out`` ``[batch, pos, d_model]``."""
+    if how == "zero":
+        return torch.zeros_like(out)
+    if how == "mean":
+        return mean.expand_as(out)
+    if out.shape[0] < 2:
+        raise UsageError("ablation", "resample needs at least two prompts in a batch", "use mean or zero, or more prompts")
+    perm = torch.roll(torch.arange(out.shape[0]), 1)  # a derangement: every prompt takes the next one's output
+    return out[perm]
+
+
+def path_ablation(model, prompts, layer: int, head: int, ablation: Ablation = "mean", pos_group: int = 10,
+                  batch_size: int = 8, progress: bool = False) -> pd.DataFrame:
+    """Effect on ``(layer, head)``'s previous-token attention of removing each upstream head's output
+    (and the fine-grained part of ``W_pos``) from only its query or only its key input.
+
+    One row per (source, side): ``prev_mass`` (mean ``A[q, q-1]``, key 0 left out) and ``ratio``
+    (second-greatest / greatest diagonal over offsets 0..16) under the ablation, the clean values, and
+    ``drop = clean prev_mass - ablated prev_mass``. Rows ``source == "none"`` (nothing ablated: exactly
+    the clean numbers) and ``source == "W_pos/<g>"`` (the positional route) are included. Sorted by
+    ``drop``, largest first. Needs mean outputs, so prompts are read twice for ``ablation="mean"``.
+    """
+    check_head(model, layer, head)
+    if ablation not in ABLATIONS:
+        raise UsageError("ablation", f"{ablation!r} is not an ablation", f"allowed {', '.join(ABLATIONS)}")
+    if layer == 0:
+        raise UsageError("head", f"{head_name(layer, head)} is in layer 0", "a head in layer >= 1 has upstream heads")
+    H = model.cfg.n_heads
+    sources = [(l, h) for l in range(layer) for h in range(H)]
+    target = _Target(model, layer, head)
+    W_O = [model.blocks[l].attn.W_O.detach().float() for l in range(layer)]  # [head, d_head, d_model]
+    w_pos = load_w_pos(model)
+    pos_delta = w_pos - group_average_rows(w_pos, pos_group) if pos_group > 1 else None
+    device = model_device(model)
+
+    def capture(toks):
+        box = {}
+
+        def grab(name):
+            def hook(x, hook):
+                box[name] = x.detach().float().cpu()
+            return hook
+
+        hooks = [(f"blocks.{l}.attn.hook_z", grab(f"z{l}")) for l in range(layer)]
+        hooks += [(f"blocks.{layer}.hook_resid_pre", grab("resid")), (f"blocks.{layer}.attn.hook_pattern", grab("pattern"))]
+        with torch.inference_mode():
+            run_until(model, toks.to(device), hooks, stop_at=f"blocks.{layer}.attn.hook_pattern")
+        outs = torch.stack([torch.einsum("bpd,dm->bpm", box[f"z{l}"][:, :, h], W_O[l][h].cpu()) for l, h in sources])
+        return box["resid"], outs, box["pattern"][:, head]  # [b,p,d], [S,b,p,d], [b,q,k]
+
+    batches = list(as_token_batches(model, prompts, batch_size))
+    means = None
+    if ablation == "mean":
+        total, count = None, 0
+        for toks in batches:
+            _, outs, _ = capture(toks)
+            s = outs.sum((1, 2))
+            total = s if total is None else total + s
+            count += outs.shape[1] * outs.shape[2]
+        means = total / count  # [S, d_model]
+
+    keys = [("none", "-")] + [(head_name(l, h), side) for l, h in sources for side in ("query", "key")]
+    if pos_delta is not None:
+        keys += [(f"W_pos/{pos_group}", side) for side in ("query", "key")]
+    sums = {k: None for k in keys}
+    counts = None
+    max_err = 0.0
+    for toks in batches:
+        resid, outs, pattern = capture(toks)
+        clean = target.pattern(resid, resid)
+        max_err = max(max_err, float((clean - pattern).abs().max()))
+        s, c = _prev_stats(clean)
+        counts = c if counts is None else counts + c
+        sums[("none", "-")] = s if sums[("none", "-")] is None else sums[("none", "-")] + s
+        for i, (l, h) in enumerate(sources):
+            repl = _ablated(outs[i], ablation, means[i] if means is not None else None)
+            x_abl = resid - outs[i] + repl
+            for side in ("query", "key"):
+                pat = target.pattern(x_abl, resid) if side == "query" else target.pattern(resid, x_abl)
+                key = (head_name(l, h), side)
+                st, _ = _prev_stats(pat)
+                sums[key] = st if sums[key] is None else sums[key] + st
+        if pos_delta is not None:
+            x_pos = resid - pos_delta[: resid.shape[1]]
+            for side in ("query", "key"):
+                pat = target.pattern(x_pos, resid) if side == "query" else target.pattern(resid, x_pos)
+                key = (f"W_pos/{pos_group}", side)
+                st, _ = _prev_stats(pat)
+                sums[key] = st if sums[key] is None else sums[key] + st
+    if max_err > 1e-4:
+        raise RuntimeError(f"recomputed pattern of {head_name(layer, head)} differs from the model's by {max_err:.2e}: "
+                           f"this model's attention is not the GPT-2 form path_ablation assumes")
+
+    def stats(v):
+        m = (v / counts).float()
+        top = m.topk(2)
+        return float(m[1]), float(top.values[1] / top.values[0]) if int(top.indices[0]) == 1 else float("nan")
+
+    clean_prev, clean_ratio = stats(sums[("none", "-")])
+    rows = []
+    for (src, side), v in sums.items():
+        pm, ratio = stats(v)
+        layer_of = int(src[1:src.index("H")]) if src.startswith("L") else (-1 if src == "none" else None)
+        rows.append(dict(source=src, side=side, layer=layer_of, prev_mass=pm, ratio=ratio, clean_prev_mass=clean_prev,
+                         clean_ratio=clean_ratio, drop=clean_prev - pm,
+                         relative_drop=(clean_prev - pm) / clean_prev if clean_prev > 0 else math.nan))
+    df = pd.DataFrame(rows).sort_values("drop", ascending=False, kind="stable").reset_index(drop=True)
+    df.attrs.update(target=head_name(layer, head), ablation=ablation, pattern_check_max_abs_err=max_err)
+    return df
+
+
+def top_sources(df: pd.DataFrame, n: int = 5) -> list[str]:
+    """The ``n`` upstream heads with the largest drop on either side (heads only, positional route excluded)."""
+    heads = df[df.source.str.match(r"^L\d+H\d+$")]
+    best = heads.groupby("source")["drop"].max().sort_values(ascending=False)
+    return best.head(n).index.tolist()
+
+
+def drop_grid(df: pd.DataFrame, n_layers: int, n_heads: int, side: str) -> torch.Tensor:
+    """``[n_layers, n_heads]`` drops of one side (NaN for layers at or above the target)."""
+    g = torch.full((n_layers, n_heads), float("nan"))
+    for r in df[(df.side == side) & df.source.str.match(r"^L\d+H\d+$")].itertuples():
+        l, h = (int(x) for x in r.source[1:].split("H"))
+        g[l, h] = r.drop
+    return g
+
+
+def sources_summary(df: pd.DataFrame, prev_heads: Sequence[str], n: int = 5) -> dict:
+    """Top sources, how many are previous-token heads, the side that carries the signal, the W_pos route."""
+    top = top_sources(df, n)
+    by = df.set_index(["source", "side"])["drop"]
+    sides = {s: ("query" if by.get((s, "query"), 0) >= by.get((s, "key"), 0) else "key") for s in top}
+    pos = df[df.source.str.startswith("W_pos")]
+    return {"top_sources": top, "sides": sides, "n_prev_token_among_top": sum(s in set(prev_heads) for s in top),
+            "top_drop": float(df[df.source.str.match(r"^L\d+H\d+$")]["drop"].max()),
+            "wpos_drop": float(pos["drop"].max()) if len(pos) else float("nan"),
+            "clean_prev_mass": float(df.clean_prev_mass.iloc[0])}

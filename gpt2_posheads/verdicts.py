@@ -1,0 +1,185 @@
+"""One verdict vocabulary for every claim of every script: ``held``, ``not held``, ``not testable``.
+
+A claim is judged by a :class:`Rule` — a sentence written down *before* the measurement and a small
+pure function that applies it to the measured numbers. Preconditions come first: if the model does
+not copy, a head is not a previous-token head, or the run is a ``--quick`` smoke test, the claim is
+``not testable`` and says why, instead of a verdict that would look good on a model where the
+phenomenon is absent. Every record has the same keys::
+
+    {"claim", "post", "measured", "rule", "verdict", "why"}
+
+Usage::
+
+    rule = at_most(0.10, "ratio of the sharpest previous-token head")
+    c = judge("a head attends almost only to the previous token", post="L4H11: 0.01",
+              rule=rule, measured={"ratio": 0.04}, value=0.04)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Sequence
+
+Verdict = Literal["held", "not held", "not testable"]
+HELD, NOT_HELD, NOT_TESTABLE = "held", "not held", "not testable"
+VERDICTS: tuple[str, ...] = (HELD, NOT_HELD, NOT_TESTABLE)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A decision rule: ``text`` says it in words, ``decide(value) -> (held, why)`` applies it."""
+
+    text: str
+    decide: Callable[[Any], tuple[bool, str]]
+    allow_quick: bool = False  # a --quick run can still test it (e.g. a property of a fixed matrix)
+
+
+@dataclass(frozen=True)
+class Precondition:
+    """Something that must be true for a claim to be testable on this model or run."""
+
+    text: str
+    ok: bool
+    why: str = ""
+
+
+@dataclass
+class Claim:
+    claim: str
+    post: str
+    measured: Any
+    rule: str
+    verdict: Verdict
+    why: str
+    key: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        d = {"claim": self.claim, "post": self.post, "measured": self.measured, "rule": self.rule,
+             "verdict": self.verdict, "why": self.why}
+        if self.key:
+            d["key"] = self.key
+        d.update(self.extra)
+        return d
+
+
+def _finite(x) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def judge(claim: str, post: str, rule: Rule, measured: Any, value: Any = None,
+          preconditions: Sequence[Precondition] = (), quick: bool = False, key: str = "") -> Claim:
+    """Apply ``rule`` to ``value`` (default: ``measured``) unless a precondition fails or the run is quick."""
+    value = measured if value is None else value
+    failed = [p for p in preconditions if not p.ok]
+    if failed:
+        why = "; ".join(f"precondition failed: {p.text}" + (f" ({p.why})" if p.why else "") for p in failed)
+        return Claim(claim, post, measured, rule.text, NOT_TESTABLE, why, key)
+    if quick and not rule.allow_quick:
+        return Claim(claim, post, measured, rule.text, NOT_TESTABLE,
+                     "--quick run: too short or too small to test this claim; run without --quick", key)
+    held, why = rule.decide(value)
+    return Claim(claim, post, measured, rule.text, HELD if held else NOT_HELD, why, key)
+
+
+# --- rule builders: each returns a Rule whose text is fixed before anything is measured ---------------
+
+def at_most(threshold: float, what: str) -> Rule:
+    def decide(v):
+        if not _finite(v):
+            return False, f"{what} is {v}, not a finite number"
+        return float(v) <= threshold, f"{what} = {float(v):.4g} {'<=' if float(v) <= threshold else '>'} {threshold:g}"
+    return Rule(f"held if {what} <= {threshold:g}", decide)
+
+
+def at_least(threshold: float, what: str) -> Rule:
+    def decide(v):
+        if not _finite(v):
+            return False, f"{what} is {v}, not a finite number"
+        return float(v) >= threshold, f"{what} = {float(v):.4g} {'>=' if float(v) >= threshold else '<'} {threshold:g}"
+    return Rule(f"held if {what} >= {threshold:g}", decide)
+
+
+def within(low: float, high: float, what: str) -> Rule:
+    def decide(v):
+        if not _finite(v):
+            return False, f"{what} is {v}, not a finite number"
+        ok = low <= float(v) <= high
+        return ok, f"{what} = {float(v):.4g} is {'inside' if ok else 'outside'} [{low:g}, {high:g}]"
+    return Rule(f"held if {low:g} <= {what} <= {high:g}", decide)
+
+
+def ratio_at_least(factor: float, num: str, den: str) -> Rule:
+    """Held if ``value[0] >= factor * value[1]`` (value = ``(num, den)``)."""
+    def decide(v):
+        a, b = v
+        if not (_finite(a) and _finite(b)):
+            return False, f"{num} = {a}, {den} = {b}: not finite"
+        ok = float(a) >= factor * float(b)
+        return ok, f"{num} = {float(a):.4g} {'>=' if ok else '<'} {factor:g} x {den} = {factor * float(b):.4g}"
+    return Rule(f"held if {num} >= {factor:g} x {den}", decide)
+
+
+def monotone(direction: Literal["up", "down"], what: str, tolerance: float = 0.0) -> Rule:
+    """Held if the sequence rises (falls) at every step, allowing a relative slack of ``tolerance``."""
+    def decide(v):
+        xs = [float(x) for x in v]
+        if len(xs) < 2 or not all(math.isfinite(x) for x in xs):
+            return False, f"{what}: need two or more finite values, got {xs}"
+        bad = [(a, b) for a, b in zip(xs, xs[1:])
+               if (b < a * (1 - tolerance) if direction == "up" else b > a * (1 + tolerance))]
+        shown = ", ".join(f"{x:.3g}" for x in xs)
+        return (not bad), f"{what}: {shown} ({'monotone' if not bad else f'{len(bad)} step(s) against the trend'})"
+    slack = f" (each step may go against it by at most {tolerance:.0%})" if tolerance else ""
+    return Rule(f"held if {what} {'rises' if direction == 'up' else 'falls'} at every step{slack}", decide)
+
+
+def all_of(text: str, *parts: Rule) -> Rule:
+    """Held if every part holds; ``value`` is a sequence with one entry per part."""
+    def decide(v):
+        results = [r.decide(x) for r, x in zip(parts, v)]
+        return all(ok for ok, _ in results), "; ".join(w for _, w in results)
+    return Rule(text, decide, allow_quick=all(p.allow_quick for p in parts))
+
+
+def predicate(text: str, fn: Callable[[Any], tuple[bool, str]], allow_quick: bool = False) -> Rule:
+    """A rule from any pure function ``value -> (held, why)``."""
+    return Rule(text, fn, allow_quick)
+
+
+# --- presentation ------------------------------------------------------------------------------------
+
+def _short(x, width: int = 48) -> str:
+    if hasattr(x, "tolist"):  # tensors, numpy arrays and scalars
+        x = x.tolist()
+    if isinstance(x, float):
+        s = f"{x:.4g}"
+    elif isinstance(x, dict):
+        s = ", ".join(f"{k}={_short(v, 16)}" for k, v in x.items())
+    elif isinstance(x, (list, tuple)):
+        s = "[" + ", ".join(_short(v, 12) for v in x) + "]"
+    else:
+        s = str(x)
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def claims_table(claims: Sequence[Claim | dict]) -> str:
+    """A plain-text table: claim / post / measured / verdict (the why on its own indented line)."""
+    rows = [c.as_dict() if isinstance(c, Claim) else c for c in claims]
+    if not rows:
+        return "(no claims)"
+    cols = [("claim", 44), ("post", 22), ("measured", 40), ("verdict", 12)]
+    lines = ["  ".join(name.ljust(w) for name, w in cols), "  ".join("-" * w for _, w in cols)]
+    for r in rows:
+        lines.append("  ".join(_short(r[name], w).ljust(w) for name, w in cols))
+        lines.append(f"    rule: {r['rule']}")
+        lines.append(f"    why:  {r['why']}")
+    return "\n".join(lines)
+
+
+def verdict_counts(claims: Sequence[Claim | dict]) -> dict[str, int]:
+    rows = [c.as_dict() if isinstance(c, Claim) else c for c in claims]
+    return {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}

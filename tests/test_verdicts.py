@@ -1,0 +1,93 @@
+"""Verdict rules on made-up numbers: every outcome of every rule, preconditions and --quick."""
+import math
+
+import pytest
+
+from gpt2_posheads.claims import CLAIMS, is_prev_token_head, judge_claim, model_copies
+from gpt2_posheads.verdicts import (Precondition, at_least, at_most, claims_table, judge, monotone, ratio_at_least,
+                                    verdict_counts, within)
+
+
+@pytest.mark.parametrize("rule, value, held", [
+    (at_most(0.1, "x"), 0.05, True), (at_most(0.1, "x"), 0.1, True), (at_most(0.1, "x"), 0.2, False),
+    (at_most(0.1, "x"), float("inf"), False), (at_most(0.1, "x"), float("nan"), False),
+    (at_least(0.4, "x"), 0.5, True), (at_least(0.4, "x"), 0.39, False),
+    (within(0.3, 0.65, "x"), 0.48, True), (within(0.3, 0.65, "x"), 0.2, False), (within(0.3, 0.65, "x"), 0.7, False),
+    (ratio_at_least(2, "a", "b"), (3.0, 1.0), True), (ratio_at_least(2, "a", "b"), (1.5, 1.0), False),
+    (monotone("up", "x"), [1, 2, 3], True), (monotone("up", "x"), [1, 3, 2], False),
+    (monotone("down", "x"), [3, 2, 1], True), (monotone("up", "x", tolerance=0.1), [1, 2, 1.9], True),
+    (monotone("up", "x"), [1], False),
+])
+def test_rule_outcomes(rule, value, held):
+    ok, why = rule.decide(value)
+    assert ok is held and why
+
+
+def test_judge_vocabulary_and_keys():
+    c = judge("c", "post", at_most(0.1, "ratio"), {"ratio": 0.05}, 0.05).as_dict()
+    assert set(c) == {"claim", "post", "measured", "rule", "verdict", "why"}
+    assert c["verdict"] == "held" and c["rule"] == "held if ratio <= 0.1"
+    assert judge("c", "p", at_most(0.1, "r"), 0.5).verdict == "not held"
+
+
+def test_failed_precondition_is_not_testable_even_if_the_number_looks_good():
+    c = judge("c", "p", at_least(0.4, "score"), 0.9, preconditions=[Precondition("model copies", False, "P = 0.00005")])
+    assert c.verdict == "not testable" and "model copies" in c.why and "0.00005" in c.why
+
+
+def test_quick_runs_are_not_testable_unless_the_rule_allows():
+    assert judge("c", "p", at_most(0.1, "r"), 0.05, quick=True).verdict == "not testable"
+    assert judge_claim("wpos_helix", {}, value=0.9, quick=True).verdict == "held"  # a fixed matrix's property
+
+
+def test_the_l4h11_edit_on_a_model_that_does_not_copy_is_not_testable():
+    # the shipped v1 model: clean P(turtle) 0.00005, and P(pirate) > P(turtle) already before the edit
+    c = judge_claim("edit_moves_copy", {}, value=(0.0001, 0.00005, 0.0002),
+                    preconditions=[model_copies({"P(turtle | ninja)": 0.00005})])
+    assert c.verdict == "not testable"
+    held = judge_claim("edit_moves_copy", {}, value=(0.001, 0.26, 0.65), preconditions=[model_copies({"P": 0.99})])
+    assert held.verdict == "held"
+    # the third word must rise, not only beat a collapsed second word
+    assert judge_claim("edit_moves_copy", {}, value=(0.001, 0.01, 0.05)).verdict == "not held"
+
+
+@pytest.mark.parametrize("key, value, verdict", [
+    ("sharp_prev_head", 0.01, "held"), ("sharp_prev_head", 0.6, "not held"),
+    ("half_prev_heads", 69 / 144, "held"), ("half_prev_heads", 0.1, "not held"),
+    ("sharpest_stands_alone", (0.18, 0.01), "held"), ("sharpest_stands_alone", (0.8, 0.6), "not held"),
+    ("avg_output_unchanged", {"a": (0.99, 0.98)}, "held"), ("avg_output_unchanged", {"a": (0.99, 0.5)}, "not held"),
+    ("avg_breaks_down", (1.0, 0.1), "held"), ("avg_breaks_down", (0.15, 0.1), "not held"),
+    ("avg_prev_heads_unaffected", {"L4H11": (0.9, 0.88)}, "held"),
+    ("avg_prev_heads_unaffected", {"L4H11": (0.9, 0.3)}, "not held"),
+    ("mask_disrupts", (0.9, 0.5), "held"), ("mask_disrupts", (0.9, 0.85), "not held"),
+    ("early_self_suppressing", (6, 6), "held"), ("early_self_suppressing", (1, 6), "not held"),
+    ("early_self_suppressing", (0, 0), "not held"),
+    ("aggregator_prev_boosting", ("L4H11", "prev_boosting"), "held"),
+    ("aggregator_prev_boosting", ("L4H11", "self_suppressing"), "not held"),
+    ("ext_avg_hurts_early_more", (0.3, 0.01), "held"), ("ext_avg_hurts_early_more", (0.3, 0.2), "not held"),
+    ("ext_same_subspace", 10.0, "held"), ("ext_same_subspace", 80.0, "not held"),
+    ("ext_sparser", 3.0, "held"), ("ext_sparser", 1.0, "not held"),
+    ("induction_heads_exist", 0.5, "held"), ("induction_heads_exist", 0.01, "not held"),
+])
+def test_every_post_claim_rule(key, value, verdict):
+    assert judge_claim(key, {}, value=value).verdict == verdict
+
+
+def test_every_claim_has_a_rule_in_words():
+    for spec in CLAIMS.values():
+        assert spec.rule.text.startswith("held if") and spec.post and spec.claim
+
+
+def test_preconditions_say_what_failed():
+    p = is_prev_token_head("L2H1", 0)
+    assert not p.ok and "offset 0" in p.why
+    assert model_copies({"a": 0.6, "b": 0.7}).ok and not model_copies({"a": 0.6, "b": 0.4}).ok
+
+
+def test_table_and_counts():
+    cs = [judge("a", "p", at_most(1, "x"), 0.5), judge("b", "p", at_most(1, "x"), 2.0),
+          judge("c", "p", at_most(1, "x"), 0.5, preconditions=[Precondition("t", False)])]
+    t = claims_table(cs)
+    assert "held" in t and "not held" in t and "not testable" in t and "np.float64" not in t
+    assert verdict_counts(cs) == {"held": 1, "not held": 1, "not testable": 1}
+    assert not math.isnan(len(t))
