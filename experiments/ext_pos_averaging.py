@@ -9,7 +9,7 @@ before it, and its attention is compared with the clean run. Default heads on a 
 small: its sharpest previous-token head (the aggregator) and the sharpest previous-token head in a
 lower layer. Not testable unless both are previous-token heads and the first sits below the second.
 """
-from gpt2_posheads.claims import is_prev_token_head, judge_claim
+from gpt2_posheads.claims import judge_claim, prev_head_precondition
 from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, gpt2_experiment,
                                is_gpt2_small, main_entry, model_label, positive, submatrix)
 from gpt2_posheads.diagonals import aggregator_and_early, diagonal_attention, rank_from_diagonals
@@ -52,8 +52,7 @@ def main(argv=None):
                                   f"(prompt 0, {source}); dotted: previous token"), "ext_pos_averaging", width=1100)
     first, last = results[0], results[-1]
     pre = [Precondition("two heads: an early one and the aggregator", len(results) >= 2, f"{len(results)} head(s)")]
-    pre += [is_prev_token_head(r["head"], int(diag[r["layer"], int(r["head"].split("H")[1])].nan_to_num(-1).argmax()))
-            for r in results]
+    pre += [prev_head_precondition(r["head"], diag[r["layer"], int(r["head"].split("H")[1])]) for r in results]
     pre.append(Precondition("the early head sits below the aggregator", first["layer"] < last["layer"],
                             f"{first['head']} in layer {first['layer']}, {last['head']} in layer {last['layer']}"))
     claims = [judge_claim("ext_avg_hurts_early_more", {"js": {r["head"]: r["js_divergence"] for r in results},

@@ -13,7 +13,7 @@ Not testable on a model that does not copy the clean prompt, or for a head that 
 """
 import plotly.graph_objects as go
 
-from gpt2_posheads.claims import is_prev_token_head, judge_claim, model_copies
+from gpt2_posheads.claims import judge_claim, model_copies, prev_head_precondition
 from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, experiment_parser, float_list, gpt2_experiment,
                                main_entry, model_label)
 from gpt2_posheads.diagonals import diagonal_attention
@@ -66,7 +66,7 @@ def main(argv=None):
 
     diag = diagonal_attention(model, prompts, max_offset=16, progress=False)
     pre = [model_copies({f"P({second.strip()} | {rp.words[0].strip()})": rows[0][f"P({second.strip()})"]}),
-           is_prev_token_head(name, int(diag[l, h].nan_to_num(-1).argmax()))]
+           prev_head_precondition(name, diag[l, h])]
     x2 = next((r for r in rows if r["factor"] == 2.0), None)
     if x2 is None:
         raise UsageError("--factors", f"{args.factors!r} lacks 2", "include 2 (the post's factor)", "e.g. 1,2,3")

@@ -8,7 +8,7 @@ W_pos is untouched. Default --layers: every layer below the head's own (masking 
 would test the mask, not the mechanism). Side by side: the head's 50x50 pattern clean vs masked.
 Not testable for a head that is not a previous-token head or sits in layer 0.
 """
-from gpt2_posheads.claims import is_prev_token_head, judge_claim, layer_above
+from gpt2_posheads.claims import judge_claim, layer_above, prev_head_precondition
 from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, gpt2_experiment,
                                main_entry, model_label, positive, submatrix)
 from gpt2_posheads.diagonals import diagonal_attention
@@ -36,7 +36,7 @@ def main(argv=None):
     for l, h in heads:
         name = head_name(l, h)
         layers = args.layers if args.layers is not None else list(range(l))
-        pre = [is_prev_token_head(name, int(diag[l, h].nan_to_num(-1).argmax())), layer_above(name, l, 0),
+        pre = [prev_head_precondition(name, diag[l, h]), layer_above(name, l, 0),
                Precondition("every masked layer lies below the head's own", bool(layers) and max(layers) < l,
                             f"masked layers {layers}, head in layer {l}")]
         if not layers:

@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from gpt2_posheads.claims import is_prev_token_head, judge_claim, model_copies
+from gpt2_posheads.claims import judge_claim, model_copies, prev_head_precondition
 from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, experiment_parser, gpt2_experiment, int_list,
                                main_entry, model_label)
 from gpt2_posheads.diagonals import diagonal_attention
@@ -38,7 +38,7 @@ def main(argv=None):
                                                      for t in args.targets.split(",") if t.strip()])
     reps = [repeat_string_prompt(model.tokenizer, t, n_given=0, seed=args.seed, max_len=model.cfg.n_ctx) for t in targets]
 
-    rows = []
+    rows, clean_diag = [], {}
     for g in groups:
         hooks = average_pos_embed(g).hooks(model) if g > 1 else []
         kl = kl_divergence(model, prompts, hooks) if hooks else 0.0
@@ -50,7 +50,7 @@ def main(argv=None):
         for l, h in heads:
             row[f"prev_mass {head_name(l, h)}"] = float(diag[l, h, 1])
             if g == 1:
-                row[f"top_offset {head_name(l, h)}"] = int(diag[l, h].nan_to_num(-1).argmax())
+                clean_diag[head_name(l, h)] = diag[l, h]
         rows.append(row)
         print(f"group {g:>4}: KL {kl:.4f} | " + " | ".join(f"{k} {v:.3f}" for k, v in row.items()
                                                          if k.startswith(("P(", "prev_mass"))))
@@ -86,7 +86,7 @@ def main(argv=None):
     names = [head_name(l, h) for l, h in heads]
     kept = {n: (clean[f"prev_mass {n}"], g10[f"prev_mass {n}"]) for n in names}
     claims.append(judge_claim("avg_prev_heads_unaffected", {f"{n} clean -> g{g10['group_size']}": v for n, v in kept.items()},
-                              value=kept, preconditions=[is_prev_token_head(n, clean[f"top_offset {n}"]) for n in names]))
+                              value=kept, preconditions=[prev_head_precondition(n, clean_diag[n]) for n in names]))
     out.csv(pd.DataFrame(rows), "pos_embed_averaging")
     out.summary({"model": model_label(args), "prompt_source": source, "n_prompts": len(prompts),
                  "seq_len": prompts.shape[1], "heads": names, "targets": targets, "rows": rows}, claims)

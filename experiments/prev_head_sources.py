@@ -14,6 +14,7 @@ previous-token head and the sharpest previous-token head in a lower layer.
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from gpt2_posheads.claims import prev_head_precondition
 from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, experiment_parser, gpt2_experiment, is_gpt2_small,
                                main_entry, model_label, positive)
 from gpt2_posheads.diagonals import aggregator_and_early, diagonal_attention, rank_from_diagonals
@@ -45,7 +46,8 @@ def main(argv=None):
     positive("--batch-size", args.batch_size)
     explicit = args.heads is not None
     out, model, prompts, source, heads = gpt2_experiment(args, __file__)
-    rank = rank_from_diagonals(diagonal_attention(model, prompts, max_offset=16, progress=False))
+    diag = diagonal_attention(model, prompts, max_offset=16, progress=False)
+    rank = rank_from_diagonals(diag)
     prev_heads = rank[rank.is_prev_token].name.tolist()
     if not explicit and not is_gpt2_small(model):
         heads = aggregator_and_early(rank)[::-1]  # the aggregator first
@@ -77,8 +79,7 @@ def main(argv=None):
                                      hovertemplate="L%{y}H%{x}: drop %{z:.4f}<extra></extra>"), row=i + 1, col=j + 1)
             fig.update_xaxes(title_text="head", dtick=1, row=i + 1, col=j + 1)
             fig.update_yaxes(title_text="layer", dtick=1, autorange="reversed", row=i + 1, col=j + 1)
-        is_prev = name in prev_heads
-        pre = [Precondition(f"{name} is a previous-token head", is_prev, "its greatest diagonal is not offset 1")]
+        pre = [prev_head_precondition(name, diag[l, h])]
         if i == 0:
             claims.append(judge("the aggregator reads earlier previous-token heads", "L4H11 aggregates six early heads",
                                 RULE_UPSTREAM, {k: summ[k] for k in ("top_sources", "sides", "n_prev_token_among_top",

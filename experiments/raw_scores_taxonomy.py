@@ -11,7 +11,7 @@ in layers below it.
 """
 import plotly.express as px
 
-from gpt2_posheads.claims import judge_claim, layer_above
+from gpt2_posheads.claims import judge_claim, layer_above, prev_head_precondition
 from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, gpt2_experiment,
                                main_entry, model_label, positive, submatrix)
 from gpt2_posheads.diagonals import diagonal_attention, rank_from_diagonals
@@ -48,7 +48,8 @@ def main(argv=None):
     w = args.window
     for i, o in enumerate(range(-w, w + 1)):
         df[f"s({o:+d})"] = profile.flatten(0, 1)[:, i].numpy()
-    rank = rank_from_diagonals(diagonal_attention(model, prompts, max_offset=16, progress=False))
+    diag = diagonal_attention(model, prompts, max_offset=16, progress=False)
+    rank = rank_from_diagonals(diag)
     prev_names = set(rank[rank.is_prev_token].name)
     df["is_prev_token"] = df.name.isin(prev_names)
     out.csv(df, "classification")
@@ -62,11 +63,10 @@ def main(argv=None):
     counts = df.label.value_counts().to_dict()
 
     agg = rank.iloc[0]
-    has_prev = bool(agg.is_prev_token)
     early = df[df.is_prev_token & (df.layer < int(agg.layer))]
     n_self = int((early.label == "self_suppressing").sum())
     agg_label = df.set_index("name").loc[agg["name"], "label"]
-    pre_agg = [Precondition("the model has a previous-token head", has_prev, "no head has the previous diagonal greatest")]
+    pre_agg = [prev_head_precondition(agg["name"], diag[int(agg["layer"]), int(agg["head"])])]
     claims = [
         judge_claim("early_self_suppressing", {"aggregator": agg["name"], "early_prev_heads": early.name.tolist(),
                                                "self_suppressing": early[early.label == "self_suppressing"].name.tolist()},

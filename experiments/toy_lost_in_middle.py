@@ -36,7 +36,7 @@ def main(argv=None):
     out, steps, runs = toy_setup(args, __file__)
     C, V = 10, 10
     base = ToyConfig(task="kth_token", V=V, C=C, n_heads=1, pos_emb=False, steps=steps, lr=args.lr,
-                     init_std=args.init_std, batch_size=args.batch_size, log_every=max(steps // 50, 1))
+                     init_std=args.init_std, out_proj=args.out_proj, batch_size=args.batch_size, log_every=max(steps // 50, 1))
     seeds = list(range(args.seed, args.seed + args.seeds))
     grid = {name: [[ToyConfig(**{**base.__dict__, **kw, "k": k, "seed": s}) for s in seeds] for k in range(C)]
             for name, kw in settings(args.quick)}

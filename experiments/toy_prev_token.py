@@ -57,7 +57,7 @@ def main(argv=None):
     out, steps, runs = toy_setup(args, __file__)
     q = args.quick
     base = ToyConfig(task="copy_offset", k=1, V=30, C=4, n_embd=2, pos_emb=True, steps=steps, lr=args.lr,
-                     init_std=args.init_std, batch_size=args.batch_size, log_every=max(steps // 100, 1), seed=args.seed)
+                     init_std=args.init_std, out_proj=args.out_proj, batch_size=args.batch_size, log_every=max(steps // 100, 1), seed=args.seed)
     mk = lambda **kw: ToyConfig(**{**base.__dict__, **kw})  # noqa: E731
     with_pos = mk(snapshot_every=max(steps // 100, 1))
     no_pos = mk(pos_emb=False)

@@ -23,7 +23,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     out, steps, runs = toy_setup(args, __file__)
     q = args.quick
-    base = ToyConfig(task="most_similar", C=3, n_embd=2, steps=steps, lr=args.lr, init_std=args.init_std,
+    base = ToyConfig(task="most_similar", C=3, n_embd=2, steps=steps, lr=args.lr, init_std=args.init_std, out_proj=args.out_proj,
                      batch_size=args.batch_size, log_every=max(steps // 100, 1))
     seeds = list(range(args.seed, args.seed + args.seeds))
     mk = lambda **kw: [ToyConfig(**{**base.__dict__, **kw, "seed": s}) for s in seeds]  # noqa: E731

@@ -23,7 +23,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     out, steps, runs = toy_setup(args, __file__)
     vocab = [int(v) for v in args.vocab.split(",")][: 2 if args.quick else None]
-    base = ToyConfig(task="copy_current", C=4, n_embd=2, steps=steps, lr=args.lr, init_std=args.init_std,
+    base = ToyConfig(task="copy_current", C=4, n_embd=2, steps=steps, lr=args.lr, init_std=args.init_std, out_proj=args.out_proj,
                      batch_size=args.batch_size, log_every=max(steps // 200, 1), snapshot_every=max(steps // 100, 1))
     seeds = range(args.seed, args.seed + args.seeds)
     v_cfgs = [ToyConfig(**{**base.__dict__, "V": v, "seed": s}) for v in vocab for s in seeds]

@@ -66,6 +66,9 @@ def main(argv=None):
             "synthetic_steps": "steps of the first, synthetic-only phase", "seg_min": "shortest repeated segment",
             "seg_max": "longest repeated segment", "synthetic_vocab": "synthetic token ids are drawn below this",
             "skip_vocab": "the skip-bigram language's tokens are ids below this", "warmup": "linear warm-up steps",
+            "synthetic_ctx": "synthetic window length at step 0 (0: n_ctx)",
+            "skip_only_steps": "first steps on the skip-bigram language alone",
+            "ctx_double_every": "the synthetic window length doubles every this many steps (0: never)",
             "probe_every": "steps between measurements of the mechanism"}
     for name, h in ints.items():
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name), help=h)
@@ -85,7 +88,8 @@ def main(argv=None):
     p.add_argument("--overwrite", action="store_true", help="allow --out to replace the shipped data/mini-gpt2")
     args = p.parse_args(argv)
     for name in ints:
-        positive("--" + name.replace("_", "-"), getattr(args, name), 0 if name in ("synthetic_steps", "warmup") else 1)
+        positive("--" + name.replace("_", "-"), getattr(args, name),
+                 0 if name in ("synthetic_steps", "warmup", "synthetic_ctx", "ctx_double_every", "skip_only_steps") else 1)
     positive("--threads", args.threads, 1)
     if not args.lr > 0:
         raise UsageError("--lr", f"{args.lr} is out of range", "allowed > 0")

@@ -135,9 +135,25 @@ def model_copies(p_clean: dict[str, float]) -> Precondition:
                         worst >= COPY_THRESHOLD, f"clean P = {shown}")
 
 
-def is_prev_token_head(name: str, top_offset: int) -> Precondition:
-    return Precondition(f"{name} is a previous-token head (its greatest diagonal is offset 1)", top_offset == 1,
-                        f"its greatest diagonal is offset {top_offset}")
+PREV_HEAD_MAX_RATIO = 0.5  # the post's heads under test have ratios 0.01 (L4H11) to 0.33 (L2H2, L3H3)
+
+
+def is_prev_token_head(name: str, top_offset: int, ratio: float | None = None) -> Precondition:
+    """The head's greatest diagonal is the previous one and (when ``ratio`` is given) it is clearly so:
+    second-greatest / greatest <= 0.5. A weak head 'unaffected' by an intervention tells nothing."""
+    ok = top_offset == 1 and (ratio is None or ratio <= PREV_HEAD_MAX_RATIO)
+    why = f"its greatest diagonal is offset {top_offset}" if top_offset != 1 else f"its ratio is {ratio:.2f}"
+    return Precondition(f"{name} is a previous-token head (greatest diagonal offset 1"
+                        + (f", ratio <= {PREV_HEAD_MAX_RATIO}" if ratio is not None else "") + ")", ok, why)
+
+
+def prev_head_precondition(name: str, diag_row) -> Precondition:
+    """:func:`is_prev_token_head` from a head's per-diagonal masses ``[n_offsets]`` (NaN-safe)."""
+    import torch
+
+    d = torch.nan_to_num(torch.as_tensor(diag_row, dtype=torch.float64), nan=-1.0)
+    top = d.topk(2)
+    return is_prev_token_head(name, int(top.indices[0]), float(top.values[1] / top.values[0]) if top.values[0] > 0 else None)
 
 
 def layer_above(name: str, layer: int, low: int) -> Precondition:

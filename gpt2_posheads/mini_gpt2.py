@@ -55,13 +55,15 @@ class MiniConfig:
     seed: int = 0
     # data mix
     synthetic_steps: int = 1500       # phase 1: windows of repeated random segments only
-    synthetic_vocab: int = 4096       # synthetic token ids are drawn from [1, synthetic_vocab)
+    synthetic_vocab: int = 512        # phase-1 synthetic token ids are drawn from [1, synthetic_vocab)
     synthetic_fraction: float = 0.1   # phase 2: share of windows still synthetic
     repeat_fraction: float = 0.5      # phase 2: share of text windows with a span of their own text repeated
-    seg_min: int = 8
+    seg_min: int = 8                  # repeated segment lengths (capped at a quarter / half of a short window)
     seg_max: int = 64
-    synthetic_ctx: int = 0            # phase-1 window length (0: n_ctx); shorter windows, same tokens per step
+    synthetic_ctx: int = 0            # phase-1 window length at step 0 (0: n_ctx); shorter windows, same tokens per step
+    ctx_double_every: int = 0         # phase 1: the window length doubles every this many steps (0: never), up to n_ctx
     skip_fraction: float = 0.0        # share of synthetic windows from the skip-bigram language t+1 = pi(t-1)
+    skip_only_steps: int = 0          # the first steps use that language alone (the previous-token head forms first)
     skip_vocab: int = 256             # its tokens: ids 1..skip_vocab-1
     skip_noise: float = 0.2           # chance that a token of that language is uniform instead of pi(t-1)
     pos_init: str = "random"          # "random" (GPT-2's N(0, 0.02)) or "sinusoidal" (same RMS)
@@ -159,15 +161,28 @@ def insert_repeats(windows: torch.Tensor, seg_min: int, seg_max: int, gen: torch
     return out
 
 
-def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int) -> torch.Tensor:
+def synthetic_ctx_at(cfg: MiniConfig, step: int) -> int:
+    """Phase-1 window length at ``step``: ``synthetic_ctx`` doubling every ``ctx_double_every`` steps, at most n_ctx.
+
+    Short windows first: in a 16-token window a head attending uniformly already gives the previous
+    token 1/8 of its weight on average, so the gradient towards previous-token attention is strong from
+    step 0 (in a 256-token window it is 1/128 and the model sits on a plateau for hundreds of steps).
+    """
+    ctx = cfg.synthetic_ctx or cfg.n_ctx
+    if cfg.ctx_double_every:
+        ctx *= 2 ** (step // cfg.ctx_double_every)
+    return min(ctx, cfg.n_ctx)
+
+
+def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int, vocab_size: int = 4096) -> torch.Tensor:
     """The ``[batch, n_ctx + 1]`` batch of ``step`` (a function of the step number alone: resumes are exact)."""
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-    args = (cfg.synthetic_vocab, cfg.seg_min, cfg.seg_max, gen, bos)
     if step < cfg.synthetic_steps:
-        ctx = cfg.synthetic_ctx or cfg.n_ctx
+        ctx = synthetic_ctx_at(cfg, step)
         n = max(1, cfg.batch_size * cfg.n_ctx // ctx)
-        n_skip = int(round(cfg.skip_fraction * n))
-        rep = repeated_segments(n - n_skip, ctx + 1, cfg.synthetic_vocab, cfg.seg_min, min(cfg.seg_max, ctx // 2), gen, bos)
+        n_skip = n if step < cfg.skip_only_steps else int(round(cfg.skip_fraction * n))
+        lo, hi = max(2, min(cfg.seg_min, ctx // 4)), max(2, min(cfg.seg_max, ctx // 2))
+        rep = repeated_segments(n - n_skip, ctx + 1, cfg.synthetic_vocab, lo, hi, gen, bos)
         if not n_skip:
             return rep
         skip = skip_bigram_windows(n_skip, ctx + 1, skip_table(cfg.skip_vocab, cfg.seed), cfg.skip_noise, gen, bos)
@@ -177,8 +192,8 @@ def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int) -
     text = sample_batch(stream, cfg.batch_size - n_syn, cfg.n_ctx, gen)
     if n_rep:
         text[:n_rep] = insert_repeats(text[:n_rep], cfg.seg_min, cfg.seg_max, gen)
-    if n_syn:
-        text = torch.cat([text, repeated_segments(n_syn, cfg.n_ctx + 1, *args)])
+    if n_syn:  # after phase 1 the synthetic copies range over the whole vocabulary
+        text = torch.cat([text, repeated_segments(n_syn, cfg.n_ctx + 1, vocab_size, cfg.seg_min, cfg.seg_max, gen, bos)])
     return text
 
 
@@ -356,7 +371,7 @@ def train_mini_gpt2(docs: Sequence[str], out_dir: str | Path, cfg: MiniConfig = 
     bos = tok.bos_token_id
     bar = tqdm(range(step, cfg.steps), initial=step, total=cfg.steps, desc="train mini-gpt2", disable=not progress)
     for s in bar:
-        xy = training_batch(cfg, train_stream, s, bos)
+        xy = training_batch(cfg, train_stream, s, bos, len(tok))
         for g in opt.param_groups:
             g["lr"] = lr_at(cfg, s)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
@@ -370,7 +385,7 @@ def train_mini_gpt2(docs: Sequence[str], out_dir: str | Path, cfg: MiniConfig = 
         bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
         done = s + 1
         if done % cfg.probe_every == 0 or done == cfg.steps:
-            pr = probe(model, val_stream, cfg.n_ctx, cfg.synthetic_vocab, seed=cfg.seed)
+            pr = probe(model, val_stream, cfg.n_ctx, len(tok), seed=cfg.seed)
             pr["step"] = done
             recent = [l for _, l in record["loss"][-cfg.probe_every:]]
             pr["train_loss"] = sum(recent) / len(recent)

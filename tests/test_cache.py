@@ -96,3 +96,34 @@ def test_gpt2_count_prev_heads(gpt2_cache):
 def test_gpt2_ext_pos_angles(gpt2_cache):
     ang = principal_angles(gpt2_cache.ext_pos(0), gpt2_cache.ext_pos(2), k=3)
     assert float(ang.max()) < 15
+
+
+def test_mechanism_entries_match_recomputation(mini):
+    """The cache's induction scores and the aggregator's previous-token masses are what the model gives."""
+    import math
+
+    from gpt2_posheads.interventions import average_pos_embed
+    from gpt2_posheads.induction import induction_scores
+    from gpt2_posheads.validation import parse_head
+
+    model, cache = mini
+    ind = induction_scores(model, n_seqs=8, seg_len=min(50, (model.cfg.n_ctx - 1) // 2), seed=cache.meta["seed"])
+    torch.testing.assert_close(ind.scores, cache.tensors["induction.scores"], atol=1e-5, rtol=1e-4)
+    l, h = parse_head(cache.meta["aggregator"])
+    assert cache.meta["aggregator"] == cache.ranking().iloc[0]["name"]
+    clean, masked, averaged = cache.tensors["mechanism.aggregator_prev_mass"].tolist()
+    assert clean == pytest.approx(float(cache.diagonals[l, h, 1]), abs=1e-6)
+    avg = diagonal_attention(model, cache.tensors["prompts"], max_offset=2, progress=False,
+                             fwd_hooks=average_pos_embed(10).hooks(model))
+    assert averaged == pytest.approx(float(avg[l, h, 1]), abs=1e-5)
+    assert math.isnan(masked) == (l == 0)  # nothing below layer 0 to mask
+
+
+def test_shipped_model_lacks_the_mechanism(mini):
+    """Measured facts of the shipped v1 model (why its copy claims are 'not testable'): no sharp
+    previous-token head, no induction head, no copying. A retrained organism must change these."""
+    _, cache = mini
+    assert cache.ranking().iloc[0]["ratio"] > 0.4  # GPT-2's L4H11: 0.01
+    assert float(cache.tensors["induction.scores"].max()) < 0.1  # target for an organism: >= 0.4
+    first, second = cache.tensors["induction.losses"].tolist()
+    assert second > 7.0 and abs(second - first) < 1.0  # the second copy is no easier than the first

@@ -23,7 +23,10 @@ def _prompts(n, pos, vocab, seed):
     return torch.randint(0, vocab, (n, pos), generator=torch.Generator().manual_seed(seed))
 
 
-def test_fast_diagonals_equal_hooked(trained_model):
+def test_fast_diagonals_equal_hooked(trained_model, monkeypatch):
+    from gpt2_posheads import precision
+
+    monkeypatch.setenv(precision.FORCE_ENV, "1")  # the bfloat16 path itself, even on a CPU that emulates it
     toks = _prompts(3, 48, trained_model.cfg.d_vocab, seed=0)
     hooked = diagonal_attention(trained_model, toks, max_offset=40, progress=False, engine="hooks")
     fast = diagonal_attention(trained_model, toks, max_offset=40, progress=False, engine="fast")
@@ -31,6 +34,7 @@ def test_fast_diagonals_equal_hooked(trained_model):
     torch.testing.assert_close(fast, hooked, atol=1e-6, rtol=1e-5)
     bf16 = diagonal_attention(trained_model, toks, max_offset=40, progress=False, engine="fast", bf16=True)
     torch.testing.assert_close(bf16, hooked, atol=2e-3, rtol=0)
+    assert not torch.equal(bf16, fast)  # it really ran in bfloat16
 
 
 def test_fast_diagonals_mixed_lengths(trained_model):

@@ -118,3 +118,24 @@ def test_analysis_helpers():
     assert spearman([3, 2, 1], [10, 20, 30]) == pytest.approx(-1.0)
     pos = torch.tensor([[1.0, 1.0], [1.0, 1.0], [-1.0, -1.0], [1.0, 1.0]])
     torch.testing.assert_close(separation_direction(pos, 1), torch.tensor([-1.0, -1.0]) / math.sqrt(2))
+
+
+def test_learned_and_fails_rules():
+    from gpt2_posheads.toy.analysis import fails, learned
+
+    assert learned(1.02, 30) and learned(2.4, 30) and not learned(10.3, 30)  # 10.3: the old W_O plateau
+    assert fails(24.0, 30) and not fails(10.3, 30) and not fails(1.02, 30)
+
+
+def test_v_half_plateau_ignores_the_initial_phase():
+    from gpt2_posheads.toy.analysis import v_half_plateau
+
+    steps = list(range(0, 200, 10))
+    V = 8
+    start = [8.0, 7.9, 7.9, 7.8, 7.9]  # perplexity ~V at first: never the plateau
+    curve = start + [4.1, 4.0, 3.9, 4.2, 4.0, 3.8] + [2.0, 1.2] + [1.01] * 7
+    p = v_half_plateau(steps, curve, V)
+    assert p is not None and p["start_step"] == 50 and p["n_points"] == 6
+    assert v_half_plateau(steps, [8.0] * 20, V) is None  # never falls below 0.8 V
+    assert v_half_plateau(steps, start + [4.0, 4.1] + [1.0] * 13, V) is None  # too short a stay at V/2
+    assert v_half_plateau(steps, start + [2.0] * 15, V) is None  # falls past V/2 without stopping there

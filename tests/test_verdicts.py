@@ -81,6 +81,9 @@ def test_every_claim_has_a_rule_in_words():
 def test_preconditions_say_what_failed():
     p = is_prev_token_head("L2H1", 0)
     assert not p.ok and "offset 0" in p.why
+    assert is_prev_token_head("L2H2", 1, 0.33).ok  # the post's early heads qualify
+    weak = is_prev_token_head("L0H0", 1, 0.58)  # the v1 mini model's best head: too weak for "unaffected" to mean much
+    assert not weak.ok and "0.58" in weak.why
     assert model_copies({"a": 0.6, "b": 0.7}).ok and not model_copies({"a": 0.6, "b": 0.4}).ok
 
 

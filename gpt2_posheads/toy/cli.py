@@ -22,6 +22,8 @@ def toy_parser(description: str, steps: int, quick_steps: int) -> argparse.Argum
     p.add_argument("--batch-size", type=int, default=128, help="sequences per step")
     p.add_argument("--seeds", type=int, default=1, help="seeds per setting")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--out-proj", action="store_true", help="add an attention output matrix W_O (the posts' model "
+                   "has none: embedding, one attention layer, unembedding)")
     p.add_argument("--fresh", action="store_true", help="ignore finished runs in <out>/runs and train everything again")
     p.set_defaults(_steps=steps, _quick_steps=quick_steps)
     return p

@@ -42,6 +42,7 @@ class ToyShape:
     layernorm: bool = False
     kernel: str = "dot"
     harmonic_n: float = 2.0
+    out_proj: bool = False  # an attention output matrix W_O; the posts' model has none (embed, attend, unembed)
 
     def validate(self) -> None:
         for name, lo in (("V", 2), ("C", 2), ("n_embd", 1), ("n_layers", 1), ("n_heads", 1)):
@@ -64,7 +65,8 @@ def init_params(shape: ToyShape, gens: list[torch.Generator], init_std: float = 
     for l in range(shape.n_layers):
         for n in ("Q", "K", "V"):
             sizes[f"{l}.W_{n}"] = (H, D, dh)
-        sizes[f"{l}.W_O"] = (H, dh, D)
+        if shape.out_proj:
+            sizes[f"{l}.W_O"] = (H, dh, D)
         if shape.mlp:
             sizes[f"{l}.W_in"] = (D, 4 * D)
             sizes[f"{l}.W_out"] = (4 * D, D)
@@ -126,7 +128,10 @@ def forward(params: dict[str, torch.Tensor], x: torch.Tensor, shape: ToyShape, r
         if return_pattern:
             patterns.append(a.detach())
         z = a @ v  # [M, B, head, q, d_head]
-        out = torch.einsum("mbhqe,mhed->mbqd", z, params[f"{l}.W_O"])
+        if shape.out_proj:
+            out = torch.einsum("mbhqe,mhed->mbqd", z, params[f"{l}.W_O"])
+        else:  # heads' outputs side by side: the value vectors are written to the residual as they are
+            out = einops.rearrange(z, "m b h q e -> m b q (h e)")
         h = h + out if shape.residual else out
         if shape.mlp:
             hin = _ln(h) if shape.layernorm else h

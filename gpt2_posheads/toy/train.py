@@ -26,7 +26,7 @@ from .tasks import check_task, make_batch
 
 # Bump when a change to the model, task or training code changes what a run computes: cached runs
 # under results/<script>/runs/ with another version are then trained again instead of reused.
-CODE_VERSION = 2
+CODE_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ class ToyConfig:
     layernorm: bool = False
     kernel: str = "dot"
     harmonic_n: float = 2.0
+    out_proj: bool = False
     init_std: float = 0.02
     lr: float = 0.01
     weight_decay: float = 0.0
