@@ -10,9 +10,9 @@ small: its sharpest previous-token head (the aggregator) and the sharpest previo
 lower layer. Not testable unless both are previous-token heads and the first sits below the second.
 """
 from gpt2_posheads.claims import judge_claim, prev_head_precondition
-from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, gpt2_experiment,
-                               is_gpt2_small, main_entry, model_label, positive, submatrix)
-from gpt2_posheads.diagonals import aggregator_and_early, diagonal_attention, rank_from_diagonals
+from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, main_entry,
+                               model_label, positive, ranked_experiment, submatrix)
+from gpt2_posheads.diagonals import aggregator_and_early
 from gpt2_posheads.interventions import average_ext_pos_embed
 from gpt2_posheads.measures import compare_head_patterns
 from gpt2_posheads.plotting import heatmap_grid
@@ -30,12 +30,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     positive("--group-size", args.group_size, 2)
     positive("--ext-prompts", args.ext_prompts)
-    explicit = args.heads is not None
-    out, model, prompts, source, heads = gpt2_experiment(args, __file__)
-    diag = diagonal_attention(model, prompts, max_offset=16, progress=False)
-    rank = rank_from_diagonals(diag)
-    if not explicit and not is_gpt2_small(model):  # the post's pair means nothing on another model
-        heads = aggregator_and_early(rank)
+    out, model, prompts, source, heads, diag, _ = ranked_experiment(args, __file__, pick=aggregator_and_early)
     tokens = [model.tokenizer.decode([int(t)]) for t in prompts[0]]
     results, panels, start = [], {}, 0
     for l, h in heads:

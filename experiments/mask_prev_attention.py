@@ -9,9 +9,8 @@ would test the mask, not the mechanism). Side by side: the head's 50x50 pattern 
 Not testable for a head that is not a previous-token head or sits in layer 0.
 """
 from gpt2_posheads.claims import judge_claim, layer_above, prev_head_precondition
-from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, gpt2_experiment,
-                               main_entry, model_label, positive, submatrix)
-from gpt2_posheads.diagonals import diagonal_attention
+from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, main_entry,
+                               model_label, positive, ranked_experiment, submatrix)
 from gpt2_posheads.interventions import mask_previous_attention
 from gpt2_posheads.measures import compare_head_patterns
 from gpt2_posheads.plotting import heatmap_grid
@@ -22,15 +21,17 @@ from gpt2_posheads.validation import head_name
 def main(argv=None):
     p = experiment_parser(__doc__)
     add_prompt_args(p, n_prompts=8, seq_len=256)
-    add_heads_arg(p, "L4H11", "head(s) whose pattern is shown", auto_default=1)
+    add_heads_arg(p, "L4H11", "head(s) whose pattern is shown (default off GPT-2 small: the model's most "
+                  "previous-token-like head in layer >= 1)", auto_default=1)
     p.add_argument("--layers", default=None, help="comma-separated layers to mask (default: every layer below the head's)")
     p.add_argument("--every", type=int, default=5, help="mask queries p with p %% every == 0")
     p.add_argument("--renormalize", action="store_true", help="renormalise masked rows to sum to 1")
     add_submatrix_args(p)
     args = p.parse_args(argv)
     positive("--every", args.every, 1)
-    out, model, prompts, source, heads = gpt2_experiment(args, __file__)
-    diag = diagonal_attention(model, prompts, max_offset=16, progress=False)
+    # a head in layer 0 has no layer below it to mask: off GPT-2 small, the most previous-token-like head above it
+    out, model, prompts, source, heads, diag, _ = ranked_experiment(
+        args, __file__, pick=lambda r: [(int(x.layer), int(x.head)) for x in r[r.layer >= 1].head(1).itertuples()])
     results, panels, claims = [], {}, []
     tokens = [model.tokenizer.decode([int(t)]) for t in prompts[0]]
     for l, h in heads:

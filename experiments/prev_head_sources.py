@@ -15,9 +15,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from gpt2_posheads.claims import prev_head_precondition
-from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, experiment_parser, gpt2_experiment, is_gpt2_small,
-                               main_entry, model_label, positive)
-from gpt2_posheads.diagonals import aggregator_and_early, diagonal_attention, rank_from_diagonals
+from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, experiment_parser, is_gpt2_small, main_entry,
+                               model_label, positive, ranked_experiment)
+from gpt2_posheads.diagonals import aggregator_and_early
 from gpt2_posheads.sources import ABLATIONS, composition_scores, drop_grid, path_ablation, sources_summary
 from gpt2_posheads.validation import head_name
 from gpt2_posheads.verdicts import Precondition, judge, predicate
@@ -44,13 +44,10 @@ def main(argv=None):
     args = p.parse_args(argv)
     positive("--pos-group", args.pos_group, 2)
     positive("--batch-size", args.batch_size)
-    explicit = args.heads is not None
-    out, model, prompts, source, heads = gpt2_experiment(args, __file__)
-    diag = diagonal_attention(model, prompts, max_offset=16, progress=False)
-    rank = rank_from_diagonals(diag)
+    # the aggregator first: the sharpest previous-token head with upstream heads (layer >= 1)
+    out, model, prompts, source, heads, diag, rank = ranked_experiment(
+        args, __file__, pick=lambda r: aggregator_and_early(r[r.layer >= 1])[::-1])
     prev_heads = rank[rank.is_prev_token].name.tolist()
-    if not explicit and not is_gpt2_small(model):
-        heads = aggregator_and_early(rank)[::-1]  # the aggregator first
     heads = [(l, h) for l, h in heads if l >= 1] or [(max(1, heads[0][0]), heads[0][1])]
     L, H = model.cfg.n_layers, model.cfg.n_heads
     claims, results = [], {}
@@ -75,7 +72,7 @@ def main(argv=None):
             g = drop_grid(df, l, H, side)
             fig.add_trace(go.Heatmap(z=g.numpy(), x=list(range(H)), y=list(range(l)), zmin=-zmax, zmax=zmax, zmid=0,
                                      colorscale="RdBu_r", showscale=(i == 0 and j == 0),
-                                     colorbar=dict(title="drop in prev. mass"),
+                                     colorbar=dict(title="drop in prev. mass", tickformat=".2g"),
                                      hovertemplate="L%{y}H%{x}: drop %{z:.4f}<extra></extra>"), row=i + 1, col=j + 1)
             fig.update_xaxes(title_text="head", dtick=1, row=i + 1, col=j + 1)
             fig.update_yaxes(title_text="layer", dtick=1, autorange="reversed", row=i + 1, col=j + 1)
@@ -87,9 +84,11 @@ def main(argv=None):
                                 preconditions=pre, key="sources_upstream"))
             gpt2 = is_gpt2_small(model)
             top10 = df[df.source.str.match(r"^L\d+H\d+$")].groupby("source")["drop"].max().nlargest(10).index
-            named = [s for s in SEED_SOURCES if s in set(top10)]
+            named = [s for s in SEED_SOURCES if s in set(top10)] if gpt2 and name == "L4H11" else []
+            # on another model the post's head names mean nothing: nothing is matched against them
+            shown = {"named_in_top10": named} if gpt2 and name == "L4H11" else "n/a: not GPT-2 small's L4H11"
             claims.append(judge("the post's six named heads feed L4H11", "L1H0, L2H2, L3H3, L2H4, L3H7, L3H2", RULE_NAMED,
-                                {"named_in_top10": named}, named, key="sources_named_heads",
+                                shown, named, key="sources_named_heads",
                                 preconditions=[Precondition("the model is GPT-2 small and the target is L4H11",
                                                             gpt2 and name == "L4H11",
                                                             "the post's head names only mean something on GPT-2 small")]))

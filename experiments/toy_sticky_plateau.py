@@ -12,17 +12,17 @@ from plotly.subplots import make_subplots
 from gpt2_posheads.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, train_sweep
 from gpt2_posheads.toy.analysis import pairing, perplexity_curve, plateau, plateaus
-from gpt2_posheads.cli import main_entry
+from gpt2_posheads.cli import int_list, main_entry
 from gpt2_posheads.toy.analysis import v_half_plateau
 from gpt2_posheads.toy.cli import claim, toy_parser, toy_setup
 
 
 def main(argv=None):
     p = toy_parser(__doc__, steps=5000, quick_steps=300)
-    p.add_argument("--vocab", default="4,8,16,32")
+    p.add_argument("--vocab", default="4,8,16,32", help="comma-separated vocabulary sizes V")
     args = p.parse_args(argv)
     out, steps, runs = toy_setup(args, __file__)
-    vocab = [int(v) for v in args.vocab.split(",")][: 2 if args.quick else None]
+    vocab = int_list("--vocab", args.vocab, 2)[: 2 if args.quick else None]
     base = ToyConfig(task="copy_current", C=4, n_embd=2, steps=steps, lr=args.lr, init_std=args.init_std, out_proj=args.out_proj,
                      batch_size=args.batch_size, log_every=max(steps // 200, 1), snapshot_every=max(steps // 100, 1))
     seeds = range(args.seed, args.seed + args.seeds)

@@ -126,6 +126,17 @@ def build_cache(model, prompts: torch.Tensor, heads, model_label: str, max_offse
     averaged = float(diagonal_attention(model, prompts, max_offset=2, progress=False,
                                         fwd_hooks=average_pos_embed(10).hooks(model))[agg_l, agg_h, 1])
     t["mechanism.aggregator_prev_mass"] = torch.tensor([float(t["diagonals"][agg_l, agg_h, 1]), masked, averaged])
+    # which upstream heads feed the sharpest previous-token head above layer 0 (direct-path ablation)
+    above = rank[rank.layer >= 1]
+    src_head = None
+    if len(above):
+        from .sources import path_ablation
+
+        src_l, src_h = int(above.iloc[0]["layer"]), int(above.iloc[0]["head"])
+        src_head = head_name(src_l, src_h)
+        df = path_ablation(model, prompts[:16], src_l, src_h)
+        order = [f"{r.source}|{r.side}" for r in df.itertuples()]
+        t[f"sources.{src_head}.drop"] = torch.tensor(df["drop"].to_numpy(), dtype=torch.float32)
     import transformer_lens
 
     meta = {"model": model_label, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -134,6 +145,7 @@ def build_cache(model, prompts: torch.Tensor, heads, model_label: str, max_offse
             "max_offset": max_offset, "exclude_bos": True, "window": window, "ext_n_prompts": ext_n_prompts,
             "seed": seed, "heads": [head_name(l, h) for l, h in heads], "repeat_targets": REPEAT_TARGETS,
             "aggregator": head_name(agg_l, agg_h),
+            "sources_target": src_head, "sources_order": order if src_head else [],
             "mechanism": "aggregator_prev_mass = [clean, previous position masked every 5th query in the layers "
                          "below it, W_pos averaged in groups of 10]; induction.losses = [first copy, second copy]",
             "cfg": {k: int(getattr(model.cfg, k)) for k in ("n_layers", "n_heads", "d_model", "n_ctx", "d_vocab")}}

@@ -512,3 +512,21 @@ def gpt2_experiment(args, script_file: str):
 
 def head_names(heads: Sequence[tuple[int, int]]) -> list[str]:
     return [head_name(l, h) for l, h in heads]
+
+
+def ranked_experiment(args, script_file: str, pick: Callable | None = None):
+    """:func:`gpt2_experiment` plus the model's per-diagonal masses ``[n_layers, n_heads, 17]`` and its
+    previous-token ranking on the prompts: ``(output, model, prompts, source, heads, diag, ranking)``.
+
+    ``pick(ranking) -> [(layer, head)]`` chooses the heads when ``--heads`` was not given on a model other
+    than GPT-2 small (where the post's head names mean nothing); an empty pick keeps ``auto:N``.
+    """
+    from .diagonals import diagonal_attention, rank_from_diagonals
+
+    explicit = getattr(args, "heads", None) is not None
+    out, model, prompts, source, heads = gpt2_experiment(args, script_file)
+    diag = diagonal_attention(model, prompts, max_offset=16, progress=False)
+    rank = rank_from_diagonals(diag)
+    if pick is not None and not explicit and not is_gpt2_small(model):
+        heads = pick(rank) or heads
+    return out, model, prompts, source, heads, diag, rank

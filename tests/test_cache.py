@@ -127,3 +127,24 @@ def test_shipped_model_lacks_the_mechanism(mini):
     assert float(cache.tensors["induction.scores"].max()) < 0.1  # target for an organism: >= 0.4
     first, second = cache.tensors["induction.losses"].tolist()
     assert second > 7.0 and abs(second - first) < 1.0  # the second copy is no easier than the first
+
+
+def test_sources_ranking_matches_cache(mini):
+    """The direct-path-ablation ranking of the upstream heads of the shipped model's sharpest previous-token
+    head above layer 0, recomputed, is the cached one; removing nothing changes nothing."""
+    from gpt2_posheads.sources import path_ablation
+    from gpt2_posheads.validation import parse_head
+
+    model, cache = mini
+    target = cache.meta["sources_target"]
+    l, h = parse_head(target)
+    df = path_ablation(model, cache.tensors["prompts"][:16], l, h)
+    cached = dict(zip(cache.meta["sources_order"], cache.tensors[f"sources.{target}.drop"].tolist()))
+    got = {f"{r.source}|{r.side}": r.drop for r in df.itertuples()}
+    assert set(got) == set(cached)
+    assert max(abs(got[k] - cached[k]) for k in got) < 1e-6  # per (source, side), whatever the order of near-ties
+    assert next(iter(got)) == cache.meta["sources_order"][0]  # the largest effect is the same source and side
+    none = df[df.source == "none"].iloc[0]
+    assert none["drop"] == 0.0
+    assert none["clean_prev_mass"] == pytest.approx(float(diagonal_attention(
+        model, cache.tensors["prompts"][:16], max_offset=2, progress=False)[l, h, 1]), abs=1e-5)

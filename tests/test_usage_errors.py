@@ -113,8 +113,9 @@ def test_help_keeps_examples_and_shows_defaults_once(capsys):
 def test_every_option_has_help():
     import argparse
 
-    for name in ("rank_prev_heads", "pos_embed_averaging", "mask_prev_attention", "l4h11_edit", "prev_head_sources",
-                 "toy_prev_token", "run_all", "mini_gpt2_report"):
+    from gpt2_posheads.runner import list_experiments
+
+    for name in list_experiments():
         mod = load_script(name)
         captured = {}
         orig = argparse.ArgumentParser.parse_args
