@@ -39,7 +39,7 @@ def main(argv=None):
         out.figure(fig, "w_pos_helix")
         summary["w_pos"] = {"source": args.w_pos, "shape": list(w.shape), "explained_variance_top3": evr,
                             "row0_norm": float(w[0].norm()), "last_row_norm": float(w[-1].norm())}
-        claims.append(judge_claim("wpos_helix", {"top3": evr}, value=float(sum(evr))))
+        claims.append(judge_claim("wpos_helix", {"top3": evr}, value=[float(x) for x in evr]))
     else:
         precheck(args)
         out = Output.from_args(args, __file__)
@@ -54,8 +54,8 @@ def main(argv=None):
         out.figure(fig2, f"ext_pos_helix_L{args.layer}")
         summary = {"model": model_label(args), "layer": args.layer, "n_prompts": args.n_prompts,
                    "w_pos": {"explained_variance_top3": evr}, "ext": {"explained_variance_top3": evr2}}
-        claims += [judge_claim("wpos_helix", {"top3": evr}, value=float(sum(evr))),
-                   judge_claim("ext_helix", {"layer": args.layer, "top3": evr2}, value=float(sum(evr2)))]
+        claims += [judge_claim("wpos_helix", {"top3": evr}, value=[float(x) for x in evr]),
+                   judge_claim("ext_helix", {"layer": args.layer, "top3": evr2}, value=[float(x) for x in evr2])]
     for k, v in summary.items():
         if isinstance(v, dict) and "explained_variance_top3" in v:
             e = [round(float(x), 3) for x in v["explained_variance_top3"]]

@@ -64,6 +64,17 @@ def _is_label(label: str):
     return decide
 
 
+_HELIX_RULE = ("held if the top-3 principal components of {what} explain >= 60% of its variance and the third "
+               "explains >= 1/4 of the first (a curve in three dimensions, not a line)")
+
+
+def _helix(evr) -> tuple[bool, str]:
+    """``evr``: the top-3 explained-variance ratios."""
+    e = [float(x) for x in evr]
+    ok = sum(e) >= 0.60 and e[2] >= 0.25 * e[0]
+    return ok, f"top-3 PCs explain {', '.join(f'{x:.1%}' for x in e)} (sum {sum(e):.1%}; third / first {e[2] / e[0]:.2f})"
+
+
 CLAIMS: dict[str, ClaimSpec] = {c.key: c for c in [
     ClaimSpec("sharp_prev_head", "a head attends almost only to the previous token", "L4H11: ratio 0.01",
               at_most(0.10, "ratio of the sharpest previous-token head")),
@@ -72,10 +83,9 @@ CLAIMS: dict[str, ClaimSpec] = {c.key: c for c in [
     ClaimSpec("half_prev_heads", "about half the heads have the previous diagonal greatest", "69 of 144 (48%)",
               within(0.30, 0.65, "fraction of heads whose greatest diagonal is the previous one")),
     ClaimSpec("wpos_helix", "W_pos lies on a low-dimensional helix", "top-3 PCs: 33%, 32%, 25%",
-              Rule("held if the top-3 principal components of centred W_pos explain >= 60% of its variance",
-                   at_least(0.60, "variance explained by the top-3 PCs").decide, allow_quick=True)),
+              Rule(_HELIX_RULE.format(what="centred W_pos"), _helix, allow_quick=True)),
     ClaimSpec("ext_helix", "the extended positional embeddings also form a low-dimensional helix",
-              "a helix at layer 2", at_least(0.60, "variance explained by the top-3 PCs of the extended embeddings")),
+              "a helix at layer 2", Rule(_HELIX_RULE.format(what="the extended embeddings"), _helix)),
     ClaimSpec("ext_same_subspace", "extended embeddings at layer 2 span nearly W_pos's top-3 subspace",
               "angles 8°, 9°, 10°", at_most(20.0, "largest principal angle at layer 2 (degrees)")),
     ClaimSpec("ext_sparser", "extended embeddings past layer 0 are sparser than W_pos", "about 3x fewer large entries",

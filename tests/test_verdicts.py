@@ -37,7 +37,7 @@ def test_failed_precondition_is_not_testable_even_if_the_number_looks_good():
 
 def test_quick_runs_are_not_testable_unless_the_rule_allows():
     assert judge("c", "p", at_most(0.1, "r"), 0.05, quick=True).verdict == "not testable"
-    assert judge_claim("wpos_helix", {}, value=0.9, quick=True).verdict == "held"  # a fixed matrix's property
+    assert judge_claim("wpos_helix", {}, value=[0.33, 0.32, 0.25], quick=True).verdict == "held"  # a fixed matrix
 
 
 def test_the_l4h11_edit_on_a_model_that_does_not_copy_is_not_testable():
@@ -65,6 +65,9 @@ def test_the_l4h11_edit_on_a_model_that_does_not_copy_is_not_testable():
     ("aggregator_prev_boosting", ("L4H11", "prev_boosting"), "held"),
     ("aggregator_prev_boosting", ("L4H11", "self_suppressing"), "not held"),
     ("ext_avg_hurts_early_more", (0.3, 0.01), "held"), ("ext_avg_hurts_early_more", (0.3, 0.2), "not held"),
+    ("wpos_helix", [0.334, 0.323, 0.246], "held"),  # GPT-2's real W_pos
+    ("wpos_helix", [0.553, 0.066, 0.032], "not held"),  # the v1 mini model: one dominant direction, not a helix
+    ("ext_helix", [0.961, 0.009, 0.003], "not held"), ("wpos_helix", [0.3, 0.1, 0.05], "not held"),
     ("ext_same_subspace", 10.0, "held"), ("ext_same_subspace", 80.0, "not held"),
     ("ext_sparser", 3.0, "held"), ("ext_sparser", 1.0, "not held"),
     ("induction_heads_exist", 0.5, "held"), ("induction_heads_exist", 0.01, "not held"),
