@@ -15,7 +15,7 @@ from gpt2_posheads.cli import (Output, experiment_parser, main_entry, model_from
                                postcheck, precheck, read_json)
 from gpt2_posheads.organism import REFERENCE_HELDOUT, heldout_stream, organism_targets
 from gpt2_posheads.plotting import heatmap
-from gpt2_posheads.prompts import make_prompts, wikitext_documents
+from gpt2_posheads.prompts import wikitext_documents
 from gpt2_posheads.runner import GPT2_SCRIPTS, RESULTS, run_experiment
 from gpt2_posheads.verdicts import claims_table
 

@@ -49,7 +49,7 @@ def main(argv=None):
         args, __file__, pick=lambda r: aggregator_and_early(r[r.layer >= 1])[::-1])
     prev_heads = rank[rank.is_prev_token].name.tolist()
     heads = [(l, h) for l, h in heads if l >= 1] or [(max(1, heads[0][0]), heads[0][1])]
-    L, H = model.cfg.n_layers, model.cfg.n_heads
+    H = model.cfg.n_heads
     claims, results = [], {}
     fig = make_subplots(rows=len(heads), cols=2, subplot_titles=[f"{head_name(l, h)}: {s} side" for l, h in heads
                                                                   for s in ("query", "key")], vertical_spacing=0.12)

@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 
 from gpt2_posheads.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, train_sweep
-from gpt2_posheads.toy.analysis import pairing, perplexity_curve, plateau, plateaus
+from gpt2_posheads.toy.analysis import pairing, perplexity_curve, plateau
 from gpt2_posheads.cli import int_list, main_entry
 from gpt2_posheads.toy.analysis import v_half_plateau
 from gpt2_posheads.toy.cli import claim, toy_parser, toy_setup

@@ -26,7 +26,7 @@ import torch
 from ._paths import REPO_ROOT
 from .loading import ModelLoadError, load_model
 from .plotting import save_figure
-from .validation import HEAD_NAME, UsageError, head_name, parse_head
+from .validation import HEAD_NAME, UsageError, parse_head
 from .verdicts import Claim, claims_table, verdict_counts
 
 PROMPT_SOURCES = ("auto", "openwebtext", "wikitext")
@@ -508,10 +508,6 @@ def gpt2_experiment(args, script_file: str):
     heads = resolve_heads(model, getattr(args, "heads", None), prompts, getattr(args, "_post_heads", ()),
                           getattr(args, "_auto_heads", 3))
     return out, model, prompts, source, heads
-
-
-def head_names(heads: Sequence[tuple[int, int]]) -> list[str]:
-    return [head_name(l, h) for l, h in heads]
 
 
 def ranked_experiment(args, script_file: str, pick: Callable | None = None):

@@ -26,7 +26,7 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -286,15 +286,6 @@ def lr_at(cfg: MiniConfig, s: int) -> float:
         return cfg.lr * (s + 1) / cfg.warmup
     frac = (s - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
-
-
-@dataclass
-class _Run:
-    model: object
-    opt: torch.optim.Optimizer
-    record: dict
-    step: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 def _load_tokenizer(work: Path, train_docs: Sequence[str], cfg: MiniConfig, tokenizer_dir: str | Path | None):

@@ -64,11 +64,10 @@ def heldout_loss(model, tokens: torch.Tensor, n_ctx: int | None = None, max_wind
 
 
 def heldout_stream(model, docs) -> torch.Tensor:
-    """Held-out documents as one stream, each after ``<|endoftext|>`` (as :mod:`mini_gpt2` trains)."""
-    ids: list[int] = []
-    for enc in model.tokenizer(list(docs), add_special_tokens=False)["input_ids"]:
-        ids += [model.tokenizer.bos_token_id] + enc
-    return torch.tensor(ids)
+    """Held-out documents as one stream, each after ``<|endoftext|>``, exactly as :mod:`mini_gpt2` evaluates."""
+    from .mini_gpt2 import encode_stream
+
+    return encode_stream(model.tokenizer, docs)
 
 
 def organism_targets(model, text_prompts: torch.Tensor, heldout: torch.Tensor | None = None,

@@ -149,7 +149,7 @@ def _ablated(out: torch.Tensor, how: Ablation, mean: torch.Tensor | None) -> tor
 
 
 def path_ablation(model, prompts, layer: int, head: int, ablation: Ablation = "mean", pos_group: int = 10,
-                  batch_size: int = 8, progress: bool = False) -> pd.DataFrame:
+                  batch_size: int = 8) -> pd.DataFrame:
     """Effect on ``(layer, head)``'s previous-token attention of removing each upstream head's output
     (and the fine-grained part of ``W_pos``) from only its query or only its key input.
 

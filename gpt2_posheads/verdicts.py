@@ -137,14 +137,6 @@ def monotone(direction: Literal["up", "down"], what: str, tolerance: float = 0.0
     return Rule(f"held if {what} {'rises' if direction == 'up' else 'falls'} at every step{slack}", decide)
 
 
-def all_of(text: str, *parts: Rule) -> Rule:
-    """Held if every part holds; ``value`` is a sequence with one entry per part."""
-    def decide(v):
-        results = [r.decide(x) for r, x in zip(parts, v)]
-        return all(ok for ok, _ in results), "; ".join(w for _, w in results)
-    return Rule(text, decide, allow_quick=all(p.allow_quick for p in parts))
-
-
 def predicate(text: str, fn: Callable[[Any], tuple[bool, str]], allow_quick: bool = False) -> Rule:
     """A rule from any pure function ``value -> (held, why)``."""
     return Rule(text, fn, allow_quick)
