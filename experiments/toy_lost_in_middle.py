@@ -10,13 +10,41 @@ as one batched computation.
     python experiments/toy_lost_in_middle.py --quick
 """
 import math
+from dataclasses import replace
 
 import numpy as np
 import plotly.graph_objects as go
 
 from gpt2_posheads.toy import ToyConfig, train_sweep
 from gpt2_posheads.cli import main_entry
-from gpt2_posheads.toy.cli import claim, toy_parser, toy_setup
+from gpt2_posheads.toy.cli import claim, robustness_section, toy_parser, toy_setup
+from gpt2_posheads.toy.robustness import GridClaim
+
+# The rules, fixed before any run; the default run and the --robustness grid judge with the same words.
+RULE_ONLY_LAST = "held if the final loss at k = C-1 is < 0.3 ln V and at every other k > 0.6 ln V"
+RULE_U = "held if the final loss at k = 0 and at k = C-1 are both below the mean over k = 2..C-3"
+
+
+def only_last(loss_by_k, V: int) -> bool:
+    loss_by_k = np.asarray(loss_by_k)
+    return bool(loss_by_k[-1] < 0.3 * math.log(V) and loss_by_k[:-1].min() > 0.6 * math.log(V))
+
+
+def u_shape(loss_by_k) -> bool:
+    loss_by_k = np.asarray(loss_by_k)
+    middle = loss_by_k[2:-2].mean()
+    return bool(loss_by_k[0] < middle and loss_by_k[-1] < middle)
+
+
+def grid_claims(C: int) -> list[GridClaim]:
+    """The headline claims as tests runnable at any setting (one seed: every k of one model shape)."""
+    def every_k(**kw):
+        return lambda b: {f"k={k}": replace(b, **kw, k=k) for k in range(C)}
+
+    losses = lambda r: [r[f"k={k}"]["final_loss"] for k in range(C)]  # noqa: E731
+    return [GridClaim("1_layer_only_last", RULE_ONLY_LAST, every_k(n_layers=1, n_embd=10),
+                      lambda r: only_last(losses(r), r["k=0"]["config"]["V"])),
+            GridClaim("2_layers_U_shape", RULE_U, every_k(n_layers=2, n_embd=10), lambda r: u_shape(losses(r)))]
 
 
 def settings(quick: bool):
@@ -57,13 +85,9 @@ def main(argv=None):
     one = np.array(table["1 layer, n_embd 10"]["mean_final_loss"])
     two = np.array(table["2 layers, n_embd 10"]["mean_final_loss"])
     claims.append(claim("1_layer_only_last", "one layer retrieves only the current token (k = C-1)",
-                        "only k = C-1 retrievable", "held if the final loss at k = C-1 is < 0.3 ln V and at every other "
-                        "k > 0.6 ln V", one.tolist(),
-                        held=one[-1] < 0.3 * math.log(V) and one[:-1].min() > 0.6 * math.log(V), quick=Q))
-    middle = two[2:-2].mean()
+                        "only k = C-1 retrievable", RULE_ONLY_LAST, one.tolist(), held=only_last(one, V), quick=Q))
     claims.append(claim("2_layers_U_shape", "two layers: first and last tokens easy, the middle hard (lost in the middle)",
-                        "U shape", "held if the final loss at k = 0 and at k = C-1 are both below the mean over "
-                        "k = 2..C-3", two.tolist(), held=two[0] < middle and two[-1] < middle, quick=Q))
+                        "U shape", RULE_U, two.tolist(), held=u_shape(two), quick=Q))
     for name in table:
         if "residual" in name:
             l = np.array(table[name]["mean_final_loss"])
@@ -72,7 +96,9 @@ def main(argv=None):
                                 "k = 2..C-3 exceeds the plain 2-layer model's",
                                 {"middle_std": float(l[2:-2].std()), "middle_std_without": float(two[2:-2].std())},
                                 held=float(l[2:-2].std()) > float(two[2:-2].std()), quick=Q))
-    out.summary({"steps": steps, "seeds": seeds, "init_std": args.init_std, "lr": args.lr, "table": table}, claims)
+    robust = robustness_section(out, grid_claims(C), base, args, runs, "002: lost in the middle")
+    out.summary({"steps": steps, "seeds": seeds, "init_std": args.init_std, "lr": args.lr, "table": table,
+                 **({"robustness": robust} if robust else {})}, claims)
     out.report()
 
 

@@ -9,6 +9,8 @@ n_embd; lr 0.1 beats 0.01 at V 30 but not at V 100, where loss spikes come with 
     python experiments/toy_prev_token.py          # ~6 min on 2 cores
     python experiments/toy_prev_token.py --quick
 """
+from dataclasses import replace
+
 import numpy as np
 import plotly.graph_objects as go
 import torch
@@ -19,8 +21,49 @@ from gpt2_posheads.toy import ToyConfig, relative_perplexity, separation_directi
 from gpt2_posheads.toy.analysis import loss_spikes, order_swaps, perplexity_curve
 from gpt2_posheads.cli import main_entry
 from gpt2_posheads.toy.analysis import learned, fails
-from gpt2_posheads.toy.cli import claim, toy_parser, toy_setup
+from gpt2_posheads.toy.cli import claim, robustness_section, toy_parser, toy_setup
 from gpt2_posheads.toy.metrics import bilinear
+from gpt2_posheads.toy.robustness import GridClaim
+
+# The rules, fixed before any run; the default run and the --robustness grid judge with the same words.
+RULE_LEARNED = "held if the final perplexity with positional embeddings is <= 1.5 or its relative perplexity (ppl-1)/V <= 0.05"
+RULE_FAILS = "held if the final relative perplexity (ppl-1)/V without positional embeddings is >= 0.5"
+RULE_SIGN = "held if s^T W_Q W_K^T s < 0"
+RULE_MONO = "held if (ppl-1)/V {verb} at every step of the {name} sweep"
+
+
+def sign_of_previous_direction(result: dict) -> float:
+    """s^T W_Q W_K^T s for the direction s separating the previous position's embedding from the others."""
+    s = separation_direction(torch.tensor(result["params"]["W_pos"]), 1)
+    return bilinear(s, wq_wk(torch.tensor(result["params"]["0.W_Q"])[0], torch.tensor(result["params"]["0.W_K"])[0]))
+
+
+def rel_ppl(result: dict) -> float:
+    return relative_perplexity(result["final_loss"], result["config"]["V"])
+
+
+def monotone(values, up: bool) -> bool:
+    return all((b > a) if up else (b < a) for a, b in zip(values, values[1:]))
+
+
+def grid_claims() -> list[GridClaim]:
+    """The headline claims as tests runnable at any setting (base: V 30, C 4, n_embd 2, positional embeddings)."""
+    def sweep(name, values):
+        return lambda b: {f"{name}={v}": replace(b, **{name: v}) for v in values}
+
+    return [
+        GridClaim("learned_with_pos_emb", RULE_LEARNED, lambda b: {"pos": b},
+                  lambda r: learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])),
+        GridClaim("fails_without_pos_emb", RULE_FAILS, lambda b: {"no_pos": replace(b, pos_emb=False)},
+                  lambda r: fails(r["no_pos"]["final_perplexity"], r["no_pos"]["config"]["V"])),
+        GridClaim("sT_WQWKT_s_negative", "held if the model learned the task (rule above) and " + RULE_SIGN[8:],
+                  lambda b: {"pos": b}, lambda r: learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])
+                  and sign_of_previous_direction(r["pos"]) < 0),
+        GridClaim("rel_ppl_up_with_V", RULE_MONO.format(verb="rises", name="V (10, 30, 100)"), sweep("V", (10, 30, 100)),
+                  lambda r: monotone([rel_ppl(r[f"V={v}"]) for v in (10, 30, 100)], True)),
+        GridClaim("rel_ppl_up_with_C", RULE_MONO.format(verb="rises", name="C (3, 4, 8)"), sweep("C", (3, 4, 8)),
+                  lambda r: monotone([rel_ppl(r[f"C={c}"]) for c in (3, 4, 8)], True)),
+    ]
 
 
 def embedding_animation(result, title):
@@ -93,11 +136,10 @@ def main(argv=None):
     rel_with, rel_without = (relative_perplexity(r["final_loss"], base.V) for r in (rp, rn))
     claims.append(claim("learned_with_pos_emb", "the task can be reasonably learned with positional embeddings",
                         "learned (plot: perplexity near 1)",
-                        "held if the final perplexity with positional embeddings is <= 1.5 or its relative perplexity "
-                        "(ppl-1)/V <= 0.05", {"final_ppl": rp["final_perplexity"], "relative": rel_with},
+                        RULE_LEARNED, {"final_ppl": rp["final_perplexity"], "relative": rel_with},
                         held=learned(rp["final_perplexity"], base.V), quick=Q))
     claims.append(claim("fails_without_pos_emb", "it cannot be learned without positional embeddings", "not learned",
-                        "held if the final relative perplexity (ppl-1)/V without positional embeddings is >= 0.5",
+                        RULE_FAILS,
                         {"final_ppl": rn["final_perplexity"], "relative": rel_without},
                         held=fails(rn["final_perplexity"], base.V), quick=Q))
     learned_ok = (learned(rp["final_perplexity"], base.V), "the model with positional embeddings learned the task")
@@ -106,7 +148,7 @@ def main(argv=None):
                         {"s": s.tolist(), "projections p_-3..p_0": proj},
                         held=all(np.sign(o) != np.sign(proj[base.C - 2]) for o in others), quick=Q,
                         precondition=learned_ok))
-    claims.append(claim("sT_WQWKT_s_negative", "s^T W_Q W_K^T s < 0", -1.1, "held if s^T W_Q W_K^T s < 0",
+    claims.append(claim("sT_WQWKT_s_negative", "s^T W_Q W_K^T s < 0", -1.1, RULE_SIGN,
                         {"W_Q W_K^T": M.tolist(), "s^T W_Q W_K^T s": bilinear(s, M)}, held=bilinear(s, M) < 0, quick=Q,
                         precondition=learned_ok))
 
@@ -119,13 +161,12 @@ def main(argv=None):
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=name), 1, col)
     fig.update_layout(title="relative perplexity (ppl - 1) / V", height=420)
     out.figure(fig, "hyperparameters", width=1300)
-    mono = lambda d, up: all((b > a) if up else (b < a) for a, b in zip(list(d.values()), list(d.values())[1:]))  # noqa: E731
     for name, up in (("V", True), ("C", True), ("n_embd", False)):
         claims.append(claim(f"rel_ppl_{'up' if up else 'down'}_with_{name}",
                             f"relative perplexity {'rises' if up else 'falls'} with {name}",
                             "increases" if up else "decreases",
-                            f"held if (ppl-1)/V {'rises' if up else 'falls'} at every step of the {name} sweep",
-                            hyper[name], held=mono(hyper[name], up), quick=Q))
+                            RULE_MONO.format(verb="rises" if up else "falls", name=name),
+                            hyper[name], held=monotone(list(hyper[name].values()), up), quick=Q))
 
     lr_series, lr_stats = {}, {}
     for c in lr_cfgs:
@@ -152,7 +193,9 @@ def main(argv=None):
                         "token-order swap (swaps counted once tokens are separated)",
                         {k: (v["spikes"], v["order_swaps"]) for k, v in st.items()},
                         held=any(v["spikes"] > 0 and v["order_swaps"] > 0 for k, v in st.items() if "0.1" in k), quick=Q))
-    out.summary({"steps": steps, "lr_steps": lr_steps, "init_std": args.init_std, "lr": args.lr}, claims)
+    robust = robustness_section(out, grid_claims(), base, args, runs, "000: previous-token copying")
+    out.summary({"steps": steps, "lr_steps": lr_steps, "init_std": args.init_std, "lr": args.lr,
+                 **({"robustness": robust} if robust else {})}, claims)
     out.report()
 
 

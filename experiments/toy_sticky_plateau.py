@@ -5,6 +5,8 @@ disappears with more embedding dimensions and returns with a longer context; eff
     python experiments/toy_sticky_plateau.py            # ~5 min on 2 cores
     python experiments/toy_sticky_plateau.py --quick    # smoke test
 """
+from dataclasses import replace
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -14,7 +16,38 @@ from gpt2_posheads.toy import ToyConfig, train_sweep
 from gpt2_posheads.toy.analysis import pairing, perplexity_curve, plateau
 from gpt2_posheads.cli import int_list, main_entry
 from gpt2_posheads.toy.analysis import v_half_plateau
-from gpt2_posheads.toy.cli import claim, toy_parser, toy_setup
+from gpt2_posheads.toy.cli import claim, robustness_section, toy_parser, toy_setup
+from gpt2_posheads.toy.robustness import GridClaim
+
+# The rules, fixed before any run; the default run and the --robustness grid judge with the same words.
+RULE_PLATEAU = ("held if, after perplexity first falls below 0.8 V, at least 5 consecutive logged steps lie within "
+                "±20% of V/2")
+RULE_GONE = "held if the longest plateau at n_embd={big}, C=4 is shorter than at n_embd=2, C=4"
+RULE_BACK = "held if the longest plateau at n_embd={big}, C={C} is longer than at C=4"
+
+
+def has_v_half_plateau(result: dict) -> bool:
+    return v_half_plateau(result["steps"], perplexity_curve(result), result["config"]["V"], tol=0.2, min_points=5) is not None
+
+
+def plateau_steps(result: dict) -> int:
+    return plateau(result["steps"], perplexity_curve(result))["length_steps"]
+
+
+def grid_claims() -> list[GridClaim]:
+    """The headline claims as tests runnable at any setting (base: V 16, C 4, n_embd 2, no positions)."""
+    def dims(b):
+        return {"d2": replace(b, V=16, n_embd=2, C=4), "d8": replace(b, V=16, n_embd=8, C=4),
+                "d8C64": replace(b, V=16, n_embd=8, C=64)}
+
+    return [
+        GridClaim("plateau_near_V/2 (V=16)", RULE_PLATEAU, lambda b: {"v": replace(b, V=16)},
+                  lambda r: has_v_half_plateau(r["v"])),
+        GridClaim("plateau_gone_for_larger_n_embd", RULE_GONE.format(big=8), dims,
+                  lambda r: plateau_steps(r["d8"]) < plateau_steps(r["d2"])),
+        GridClaim("plateau_back_for_larger_C", RULE_BACK.format(big=8, C=64), dims,
+                  lambda r: plateau_steps(r["d8C64"]) > plateau_steps(r["d8"])),
+    ]
 
 
 def main(argv=None):
@@ -37,12 +70,11 @@ def main(argv=None):
     for r in v_res:
         c = r["config"]
         ppl = perplexity_curve(r)
-        found = v_half_plateau(r["steps"], ppl, c["V"], tol=0.2, min_points=5)
+        found = v_half_plateau(r["steps"], ppl, c["V"], tol=0.2, min_points=5)  # RULE_PLATEAU
         key = f"V={c['V']} seed={c['seed']}"
         series[key] = (r["steps"], ppl)
         claims.append(claim(f"plateau_near_V/2 ({key})", f"a sticky plateau at perplexity V/2 (V={c['V']})", c["V"] / 2,
-                            "held if, after perplexity first falls below 0.8 V, at least 5 consecutive logged steps "
-                            "lie within ±20% of V/2", {"plateau": found, "final_perplexity": r["final_perplexity"]},
+                            RULE_PLATEAU, {"plateau": found, "final_perplexity": r["final_perplexity"]},
                             held=found is not None, quick=Q))
     fig = line_figure(series, title="perplexity, n_embd=2, C=4 (dotted: V/2)", xlabel="step", ylabel="perplexity", log_y=True)
     for v in vocab:
@@ -91,14 +123,16 @@ def main(argv=None):
     big = max(d for d, _ in gen_settings)
     longest_c = max(c for d, c in gen_settings if d == big)
     claims.append(claim("plateau_gone_for_larger_n_embd", "the plateau disappears at larger n_embd", "no plateau",
-                        f"held if the longest plateau at n_embd={big}, C=4 is shorter than at n_embd=2, C=4",
+                        RULE_GONE.format(big=big),
                         {f"plateau_steps n_embd={d} C=4": glens[(d, 4)] for d, c in gen_settings if c == 4},
                         held=glens[(big, 4)] < glens[(2, 4)], quick=Q))
     claims.append(claim("plateau_back_for_larger_C", "the plateau returns at larger C", "plateau returns",
-                        f"held if the longest plateau at n_embd={big}, C={longest_c} is longer than at C=4",
+                        RULE_BACK.format(big=big, C=longest_c),
                         {f"plateau_steps n_embd={big} C={c}": glens[(big, c)] for d, c in gen_settings if d == big},
                         held=glens[(big, longest_c)] > glens[(big, 4)], quick=Q))
-    out.summary({"steps": steps, "init_std": args.init_std, "lr": args.lr}, claims)
+    robust = robustness_section(out, grid_claims(), base, args, runs, "003: sticky plateau")
+    out.summary({"steps": steps, "init_std": args.init_std, "lr": args.lr, **({"robustness": robust} if robust else {})},
+                claims)
     out.report()
 
 

@@ -75,10 +75,17 @@ def main(argv=None):
     floats = {"lr": "peak learning rate (cosine decay to a tenth)", "skip_fraction": "share of skip-bigram windows "
               "in the synthetic phase", "synthetic_fraction": "share of synthetic windows after it",
               "repeat_fraction": "share of text windows with a span of their own text repeated",
-              "checkpoint_minutes": "wall-clock minutes between checkpoints"}
+              "checkpoint_minutes": "wall-clock minutes between checkpoints",
+              "skip_noise": "chance that a skip-bigram token is uniform instead of pi(t-1)"}
     for name, h in floats.items():
         p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(d, name), help=h)
     p.add_argument("--pos-init", default=d.pos_init, choices=("random", "sinusoidal"), help="W_pos initialisation")
+    p.add_argument("--skip-rule", default=d.skip_rule, choices=("permutation", "copy"), help="the skip-bigram "
+                   "language's pi: a random permutation, or the identity (t+1 = t-1, copy the previous token)")
+    p.add_argument("--repeat-kind", default=d.repeat_kind, choices=("pairs", "span"), help="synthetic repeats: "
+                   "segment pairs tiled across the window, or random tokens with one span copied at a random place")
+    p.add_argument("--position-offsets", action="store_true", help="short synthetic windows start at a random "
+                   "absolute position, so every W_pos row trains while windows are short")
     p.add_argument("--text", default="wikitext,nltk", help=f"comma-separated training text: {', '.join(TEXT_SOURCES)} "
                    "or .txt/.jsonl paths (WikiText-2's held-out split is never trained on)")
     p.add_argument("--tokenizer-dir", default=str(SHIPPED), help="reuse this model folder's tokenizer ('' trains a new BPE)")
@@ -93,7 +100,7 @@ def main(argv=None):
     positive("--threads", args.threads, 1)
     if not args.lr > 0:
         raise UsageError("--lr", f"{args.lr} is out of range", "allowed > 0")
-    for name in ("skip_fraction", "synthetic_fraction", "repeat_fraction"):
+    for name in ("skip_fraction", "synthetic_fraction", "repeat_fraction", "skip_noise"):
         positive("--" + name.replace("_", "-"), getattr(args, name), 0, 1)
     out_dir = Path(args.out)
     if out_dir.resolve() == SHIPPED.resolve() and (SHIPPED / "model.safetensors").exists() and not args.overwrite:
@@ -102,6 +109,7 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = MiniConfig(**{k: getattr(args, k) for k in list(ints) + list(floats)}, pos_init=args.pos_init,
+                     skip_rule=args.skip_rule, repeat_kind=args.repeat_kind, position_offsets=args.position_offsets,
                      seed=args.seed, bf16=resolve_bf16(args.bf16, "cpu"))
     train_docs, held_docs, source = training_documents(args.text, args.seed)
     print(f"training on {len(train_docs)} documents ({source}); held out: {len(held_docs)} WikiText-2 documents")

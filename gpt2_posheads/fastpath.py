@@ -45,14 +45,32 @@ from .forward import resid_hook_name, run_until
 from .tokens import model_device
 
 ENGINES = ("auto", "fast", "hooks")
-_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu": F.gelu,
-    "relu": F.relu,
-    "silu": F.silu,
+_GELU_C = 2.0 * math.sqrt(2.0 / math.pi)
+
+
+def gelu_tanh_(x: torch.Tensor) -> torch.Tensor:
+    """GPT-2's ``gelu_new`` in place: ``0.5 x (1 + tanh(u)) = x * sigmoid(2u)``, ``u = sqrt(2/pi) (x + 0.044715 x^3)``.
+
+    The same function as ``F.gelu(x, approximate="tanh")`` (max difference ~5e-7 on N(0, 9) inputs, float
+    rounding), written with ``sigmoid`` and in-place passes: on a cache-sized chunk it runs about twice as
+    fast on AVX2 CPUs, where PyTorch's vectorised tanh is slow. ``x`` is overwritten and returned.
+    """
+    t = x * x
+    t.mul_(_GELU_C * 0.044715).add_(_GELU_C).mul_(x)
+    return x.mul_(t.sigmoid_())
+
+
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {  # in place on a fresh tensor
+    "gelu_new": gelu_tanh_,
+    "gelu_fast": gelu_tanh_,
+    "gelu_pytorch_tanh": gelu_tanh_,
+    "gelu": lambda x: F.gelu(x),
+    "relu": torch.relu_,
+    "silu": lambda x: F.silu(x, inplace=True),
 }
+# MLP rows per chunk: the [chunk, d_mlp] hidden activations stay in cache between the two matmuls and
+# the activation (1024 rows x 3072 floats = 12 MB would not)
+MLP_CHUNK = 256
 
 
 @lru_cache(maxsize=8)
@@ -210,8 +228,17 @@ class FastGPT2:
         resid = resid + attn_out.float()
         if self.act is None:
             return resid
-        hidden = self.act(_affine(self._norm(resid, w.ln2), w.W_in, w.b_in))
-        return resid + _affine(hidden, w.W_out, w.b_out).float()
+        return self._mlp(resid, w)
+
+    def _mlp(self, resid: torch.Tensor, w: _Block) -> torch.Tensor:
+        """``resid + act(LN2(resid) W_in + b_in) W_out + b_out`` in chunks of :data:`MLP_CHUNK` rows."""
+        flat = resid.reshape(-1, self.d_model)
+        out = torch.empty_like(flat)
+        for i in range(0, flat.shape[0], MLP_CHUNK):
+            rows = flat[i : i + MLP_CHUNK]
+            hidden = self.act(_affine(self._norm(rows, w.ln2), w.W_in, w.b_in))
+            torch.add(rows, _affine(hidden, w.W_out, w.b_out).float(), out=out[i : i + MLP_CHUNK])
+        return out.view_as(resid)
 
     def residuals(self, tokens: torch.Tensor, layers) -> dict[int, torch.Tensor]:
         """``{layer: resid entering block layer}`` (``n_layers``: the final residual), each

@@ -66,6 +66,9 @@ class MiniConfig:
     skip_only_steps: int = 0          # the first steps use that language alone (the previous-token head forms first)
     skip_vocab: int = 256             # its tokens: ids 1..skip_vocab-1
     skip_noise: float = 0.2           # chance that a token of that language is uniform instead of pi(t-1)
+    skip_rule: str = "permutation"    # pi: "permutation" (random) or "copy" (identity: t+1 = t-1, any vocabulary size)
+    repeat_kind: str = "pairs"        # synthetic repeats: "pairs" (s s s' s' ... tiled) or "span" (random tokens, one span copied once)
+    position_offsets: bool = False    # short synthetic windows start at a random absolute position (every W_pos row trains)
     pos_init: str = "random"          # "random" (GPT-2's N(0, 0.02)) or "sinusoidal" (same RMS)
     # bookkeeping
     checkpoint_minutes: float = 5.0
@@ -123,10 +126,31 @@ def repeated_segments(batch_size: int, length: int, vocab_hi: int, seg_min: int,
     return out
 
 
-def skip_table(vocab_hi: int, seed: int) -> torch.Tensor:
-    """A random permutation ``pi`` of ids ``1..vocab_hi-1`` (index 0 unused): the skip-bigram language's rule."""
+def skip_table(vocab_hi: int, seed: int, rule: str = "permutation") -> torch.Tensor:
+    """The skip-bigram language's rule ``pi`` on ids ``1..vocab_hi-1`` (index 0 unused): a random
+    permutation, or with ``rule="copy"`` the identity (t+1 = t-1: the previous token is copied, which a
+    previous-token head with a copying OV circuit predicts for every token, no table to learn)."""
+    if rule == "copy":
+        return torch.arange(vocab_hi)
+    if rule != "permutation":
+        raise ValueError(f"skip rule {rule!r} is not 'permutation' or 'copy'")
     g = torch.Generator().manual_seed(seed + 7919)
     return torch.cat([torch.zeros(1, dtype=torch.long), 1 + torch.randperm(vocab_hi - 1, generator=g)])
+
+
+def repeated_span(batch_size: int, length: int, vocab_hi: int, seg_min: int, seg_max: int, gen: torch.Generator,
+                  bos: int = 0) -> torch.Tensor:
+    """``[batch, length]`` windows of uniform random tokens (ids ``1..vocab_hi-1``) after ``BOS`` in which one
+    span of ``seg_min..seg_max`` tokens is copied right after itself at a random place: the gap to the
+    first occurrence varies from row to row, so only induction (match the current token, read the one
+    after its earlier occurrence), not a fixed positional offset, predicts the copy."""
+    out = torch.randint(1, vocab_hi, (batch_size, length), generator=gen)
+    out[:, 0] = bos
+    for b in range(batch_size):
+        n = int(torch.randint(seg_min, min(seg_max, (length - 1) // 2) + 1, (1,), generator=gen))
+        a = int(torch.randint(1, length - 2 * n + 1, (1,), generator=gen))
+        out[b, a + n : a + 2 * n] = out[b, a : a + n]
+    return out
 
 
 def skip_bigram_windows(batch_size: int, length: int, table: torch.Tensor, noise: float, gen: torch.Generator,
@@ -161,6 +185,17 @@ def insert_repeats(windows: torch.Tensor, seg_min: int, seg_max: int, gen: torch
     return out
 
 
+def position_ids(cfg: MiniConfig, step: int, batch: torch.Tensor) -> torch.Tensor | None:
+    """``[batch, pos]`` absolute positions of a step's inputs: ``None`` (0, 1, ...) except for synthetic
+    windows shorter than ``n_ctx`` with ``position_offsets``, which start at a random position so every row
+    of ``W_pos`` trains while attention spans stay short (seeded by the step: resumes are exact)."""
+    n = batch.shape[1] - 1
+    if not cfg.position_offsets or step >= cfg.synthetic_steps or n >= cfg.n_ctx:
+        return None
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step + 555_555)
+    return torch.randint(0, cfg.n_ctx - n + 1, (batch.shape[0], 1), generator=gen) + torch.arange(n)
+
+
 def synthetic_ctx_at(cfg: MiniConfig, step: int) -> int:
     """Phase-1 window length at ``step``: ``synthetic_ctx`` doubling every ``ctx_double_every`` steps, at most n_ctx.
 
@@ -182,10 +217,12 @@ def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int, v
         n = max(1, cfg.batch_size * cfg.n_ctx // ctx)
         n_skip = n if step < cfg.skip_only_steps else int(round(cfg.skip_fraction * n))
         lo, hi = max(2, min(cfg.seg_min, ctx // 4)), max(2, min(cfg.seg_max, ctx // 2))
-        rep = repeated_segments(n - n_skip, ctx + 1, cfg.synthetic_vocab, lo, hi, gen, bos)
+        make = repeated_span if cfg.repeat_kind == "span" else repeated_segments
+        rep = make(n - n_skip, ctx + 1, cfg.synthetic_vocab, lo, hi, gen, bos)
         if not n_skip:
             return rep
-        skip = skip_bigram_windows(n_skip, ctx + 1, skip_table(cfg.skip_vocab, cfg.seed), cfg.skip_noise, gen, bos)
+        skip = skip_bigram_windows(n_skip, ctx + 1, skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule), cfg.skip_noise,
+                                   gen, bos)
         return torch.cat([skip, rep])
     n_syn = int(round(cfg.synthetic_fraction * cfg.batch_size))
     n_rep = int(round(cfg.repeat_fraction * (cfg.batch_size - n_syn)))
@@ -242,6 +279,7 @@ def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int 
       ``seg``-token sequence (``BOS r r``) to the token after its first occurrence.
     * ``loss_first`` / ``loss_second``: next-token loss on the first and second copy.
     """
+    seg = min(seg, (n_ctx - 1) // 2)  # BOS r r must fit the context
     was_training = model.training
     model.eval()
     impl = model.config._attn_implementation
@@ -366,7 +404,7 @@ def train_mini_gpt2(docs: Sequence[str], out_dir: str | Path, cfg: MiniConfig = 
         for g in opt.param_groups:
             g["lr"] = lr_at(cfg, s)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
-            logits = model(xy[:, :-1]).logits
+            logits = model(xy[:, :-1], position_ids=position_ids(cfg, s, xy)).logits
         loss = F.cross_entropy(logits.float().flatten(0, 1), xy[:, 1:].flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -89,6 +89,7 @@ def index_html(summaries: list[tuple[Path, dict]], root: Path = RESULTS, title: 
             rows.append(f"<tr><td>{html.escape(s.get('script', rel.parts[0]))}{quick}</td><td>{label}</td>"
                         f"<td colspan=6><i>no claims (a tool run)</i> {links}</td></tr>")
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())
+    robust = robustness_html(summaries, root)
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:4px 6px;vertical-align:top}}th{{background:#f3f3f3}}</style></head><body>
@@ -99,7 +100,29 @@ does not copy, the head is not a previous-token head, the run is <code>--quick</
 <table><tr><th>script</th><th>model</th><th>claim</th><th>post</th><th>measured</th><th>verdict</th>
 <th>rule / why</th><th>figures</th></tr>
 {''.join(rows)}
-</table></body></html>"""
+</table>{robust}</body></html>"""
+
+
+def robustness_html(summaries: list[tuple[Path, dict]], root: Path = RESULTS) -> str:
+    """The toy scripts' ``--robustness`` totals: per claim, held in k of n runs over the grid of unstated
+    settings, and in how many settings it held for every seed / for none (empty when no script ran it)."""
+    rows = []
+    for path, s in summaries:
+        r = s.get("robustness")
+        if not r:
+            continue
+        link = html.escape(str(path.parent.relative_to(root) / "robustness.html"))
+        for claim, t in r["totals"].items():
+            rows.append(f"<tr><td>{html.escape(s.get('script', ''))}</td><td>{html.escape(claim)}</td>"
+                        f"<td>{t['held_runs']} of {t['runs']}</td><td>{t['settings_all_seeds']} / {t['settings_no_seed']}"
+                        f" of {t['settings']}</td><td>{html.escape(r['rules'].get(claim, ''))}</td>"
+                        f"<td><a href=\"{link}\">robustness</a></td></tr>")
+    if not rows:
+        return ""
+    return ("<h2>Robustness over the settings the posts do not state</h2><p>lr x {0.3, 1, 3}, batch {128, 256}, "
+            "init std {0.02, 1.0}, W_O off/on; each claim's rule as in the table above, per seed.</p>"
+            "<table><tr><th>script</th><th>claim</th><th>held (runs)</th><th>settings held in every seed / in none"
+            "</th><th>rule</th><th>figure</th></tr>" + "".join(rows) + "</table>")
 
 
 def write_index(root: Path = RESULTS) -> Path:

@@ -1,6 +1,7 @@
 """The hook-free fast path reproduces the TransformerLens pass, checks itself, and steps aside for hooks."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 from conftest import MINI_DIR
 from gpt2_posheads import load_model
@@ -126,3 +127,13 @@ def test_bf16_falls_back_to_float32_without_native_support(tiny_dir, monkeypatch
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
     assert precision.resolve_bf16(True, "cpu") is True
     assert precision.resolve_bf16(False, "cpu") is False
+
+
+def test_inplace_activations_match_torch():
+    from gpt2_posheads.fastpath import _ACTIVATIONS
+
+    x = torch.randn(300, 64, generator=torch.Generator().manual_seed(0)) * 3
+    want = {"gelu_new": F.gelu(x, approximate="tanh"), "gelu": F.gelu(x), "relu": F.relu(x), "silu": F.silu(x)}
+    for name, ref in want.items():
+        got = _ACTIVATIONS[name](x.clone())
+        torch.testing.assert_close(got, ref, atol=2e-6, rtol=1e-6)

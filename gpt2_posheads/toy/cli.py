@@ -25,6 +25,10 @@ def toy_parser(description: str, steps: int, quick_steps: int) -> argparse.Argum
     p.add_argument("--out-proj", action="store_true", help="add an attention output matrix W_O (the posts' model "
                    "has none: embedding, one attention layer, unembedding)")
     p.add_argument("--fresh", action="store_true", help="ignore finished runs in <out>/runs and train everything again")
+    p.add_argument("--robustness", action="store_true", help="also run the headline claims over a grid of the settings "
+                   "the posts do not state (lr x {0.3, 1, 3}, batch {128, 256}, init std {0.02, 1.0}, W_O off/on) and "
+                   "--robustness-seeds seeds: a 'held in k of n' table and figure (much longer than the default run)")
+    p.add_argument("--robustness-seeds", type=int, default=5, help="seeds per setting of --robustness")
     p.set_defaults(_steps=steps, _quick_steps=quick_steps)
     return p
 
@@ -34,6 +38,7 @@ def check_toy_args(args) -> None:
     if args.steps is not None:
         positive("--steps", args.steps, 1)
     positive("--seeds", args.seeds, 1)
+    positive("--robustness-seeds", args.robustness_seeds, 1)
     positive("--batch-size", args.batch_size, 1)
     positive("--threads", args.threads, 1)
     if not args.lr > 0:
@@ -53,6 +58,25 @@ def toy_setup(args, script_file: str) -> tuple[Output, int, Path]:
     if getattr(args, "fresh", False) and runs.exists():
         shutil.rmtree(runs)
     return out, steps, runs
+
+
+def robustness_section(out: Output, claims, base, args, runs: Path, title: str) -> dict | None:
+    """With ``--robustness``: the grid of :mod:`.robustness` for ``claims`` (a list of ``GridClaim``) around
+    ``base``; writes ``robustness.csv`` and a heatmap, returns the part of ``summary.json`` (else None).
+    ``--quick`` shrinks it to 2 seeds (still every setting)."""
+    if not args.robustness:
+        return None
+    from .robustness import UNSTATED, robustness_figure, settings, robustness_records, robustness_table, robustness_totals
+
+    n_seeds = 2 if args.quick else args.robustness_seeds
+    seeds = list(range(args.seed, args.seed + n_seeds))
+    print(f"robustness grid: {len(claims)} claims x {len(settings())} settings x {n_seeds} seeds", flush=True)
+    table = robustness_table(claims, base, seeds, runs)
+    out.csv(table, "robustness")
+    out.figure(robustness_figure(table, f"{title}: held in k of n seeds per setting"), "robustness")
+    return {"grid": {k: list(v) for k, v in UNSTATED.items()}, "seeds": seeds, "base_lr": base.lr,
+            "rules": {c.key: c.rule for c in claims}, "totals": robustness_totals(table),
+            "table": robustness_records(table)}
 
 
 def claim(key: str, claim_text: str, post, rule: str, measured, held: bool, quick: bool = False,

@@ -20,6 +20,8 @@ Attention kernels (scores before the causal mask and softmax):
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import math
 from dataclasses import dataclass
 
@@ -54,9 +56,14 @@ class ToyShape:
             raise ValueError(f"kernel {self.kernel!r} is unknown: allowed {KERNELS}")
 
 
-def init_params(shape: ToyShape, gens: list[torch.Generator], init_std: float = 0.02) -> dict[str, torch.Tensor]:
-    """Parameters for ``len(gens)`` models, model ``i`` drawn from N(0, init_std²) with ``gens[i]`` alone."""
+def init_params(shape: ToyShape, gens: list[torch.Generator],
+                init_std: float | Sequence[float] = 0.02) -> dict[str, torch.Tensor]:
+    """Parameters for ``len(gens)`` models, model ``i`` drawn from N(0, init_std[i]²) with ``gens[i]`` alone
+    (one ``init_std`` for all models, or one per model)."""
     shape.validate()
+    stds = [float(init_std)] * len(gens) if isinstance(init_std, (int, float)) else [float(s) for s in init_std]
+    if len(stds) != len(gens):
+        raise ValueError(f"{len(stds)} init stds for {len(gens)} models")
     D, H, V, C = shape.n_embd, shape.n_heads, shape.V, shape.C
     dh = D // H
     sizes: dict[str, tuple[int, ...]] = {"W_E": (V, D), "W_U": (D, V)}
@@ -72,7 +79,7 @@ def init_params(shape: ToyShape, gens: list[torch.Generator], init_std: float = 
             sizes[f"{l}.W_out"] = (4 * D, D)
     out = {}
     for name, sz in sizes.items():  # one generator per model, fixed name order: independent of M
-        out[name] = torch.stack([torch.randn(sz, generator=g) * init_std for g in gens])
+        out[name] = torch.stack([torch.randn(sz, generator=g) * std for g, std in zip(gens, stds)])
     if shape.mlp:
         for l in range(shape.n_layers):
             out[f"{l}.b_in"] = torch.zeros(len(gens), 4 * shape.n_embd)

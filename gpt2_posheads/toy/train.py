@@ -73,8 +73,8 @@ class ToyConfig:
         return self
 
     def group_key(self) -> tuple:
-        """Configs with the same key train together (everything but seed, k, lr, weight decay, task)."""
-        per_model = {"seed", "k", "lr", "weight_decay", "task"}
+        """Configs with the same key train together (everything but seed, k, lr, weight decay, task, init std)."""
+        per_model = {"seed", "k", "lr", "weight_decay", "task", "init_std"}
         return tuple((f.name, getattr(self, f.name)) for f in fields(self) if f.name not in per_model)
 
     def id(self) -> str:
@@ -118,7 +118,7 @@ def train_group(configs: list[ToyConfig], progress: bool = True, chunk: int = 50
     init_gens = [torch.Generator().manual_seed(c.seed) for c in configs]
     data_gens = [torch.Generator().manual_seed(c.seed + 1_000_003) for c in configs]
     eval_gens = [torch.Generator().manual_seed(c.seed + 2_000_003) for c in configs]
-    params = {n: p.to(device).requires_grad_(True) for n, p in init_params(shape, init_gens, c0.init_std).items()}
+    params = {n: p.to(device).requires_grad_(True) for n, p in init_params(shape, init_gens, [c.init_std for c in configs]).items()}
     lr = torch.tensor([c.lr for c in configs], device=device)
     wd = torch.tensor([c.weight_decay for c in configs], device=device)
     evals = [make_batch(c.task, c.V, c.C, c.eval_size, g, c.k) for c, g in zip(configs, eval_gens)]

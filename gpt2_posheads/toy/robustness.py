@@ -1,0 +1,131 @@
+"""Which toy claims survive the settings the posts do not state?
+
+The posts give the task, V, C and n_embd, but not the learning rate, batch size, initialisation scale,
+or whether attention has an output projection. :func:`robustness_table` re-runs each claim's test at
+every point of a grid of those settings (:data:`UNSTATED`) and over several seeds, and counts
+"held in k of n runs" per setting and claim:
+
+    setting s = (lr x f, batch b, init std sigma, W_O on/off),   k(claim, s) = #{seeds : held(claim, s, seed)}
+
+A claim is a :class:`GridClaim`: the named runs its test needs (built from one setting's base config and
+seed) and a pure function of their results. Every run of the grid goes through :func:`train_sweep`, so
+runs that share a shape train as one batched computation and finished runs are reused.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from .train import ToyConfig, train_sweep
+
+# The posts' unstated settings and the values tried: learning rate as a factor of the script's default,
+# batch size, std of the N(0, s^2) initialisation, attention output projection W_O.
+UNSTATED: dict[str, tuple] = {"lr_factor": (0.3, 1.0, 3.0), "batch_size": (128, 256), "init_std": (0.02, 1.0),
+                              "out_proj": (False, True)}
+
+
+@dataclass(frozen=True)
+class GridClaim:
+    """One claim's test, runnable at any setting.
+
+    ``configs(base)``: the runs the test needs, by name, built from ``base`` (a setting's config with its seed);
+    ``held(results)``: those runs' results (same names) -> whether the claim holds.
+    """
+
+    key: str
+    rule: str
+    configs: Callable[[ToyConfig], Mapping[str, ToyConfig]]
+    held: Callable[[Mapping[str, dict]], bool]
+
+
+def settings(grid: Mapping[str, Sequence] = UNSTATED) -> list[dict]:
+    """Every point of ``grid`` (the Cartesian product of its values), as dicts."""
+    names = list(grid)
+    return [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
+
+
+def at_setting(base: ToyConfig, setting: Mapping, seed: int) -> ToyConfig:
+    """``base`` with a setting of :data:`UNSTATED` applied (``lr_factor`` scales ``base.lr``) and ``seed``;
+    no snapshots (grid tests read final parameters and logged losses only)."""
+    changes = {k: v for k, v in setting.items() if k != "lr_factor"}
+    return replace(base, lr=base.lr * setting.get("lr_factor", 1.0), seed=seed, snapshot_every=0, **changes)
+
+
+def setting_label(setting: Mapping) -> str:
+    parts = []
+    for k, v in setting.items():
+        if k == "lr_factor":
+            parts.append(f"lr x{v:g}")
+        elif k == "out_proj":
+            parts.append("W_O" if v else "no W_O")
+        elif k == "init_std":
+            parts.append(f"init {v:g}")
+        elif k == "batch_size":
+            parts.append(f"batch {v}")
+        else:
+            parts.append(f"{k} {v}")
+    return ", ".join(parts)
+
+
+def robustness_table(claims: Sequence[GridClaim], base: ToyConfig, seeds: Sequence[int],
+                     runs_dir: str | Path | None = None, grid: Mapping[str, Sequence] = UNSTATED,
+                     progress: bool = True) -> pd.DataFrame:
+    """Held count of every claim at every setting of ``grid``, over ``seeds``.
+
+    Returns one row per (setting, claim): the setting's values, ``setting`` (a label), ``claim``, ``held``
+    (k), ``n`` (number of seeds) and ``fraction`` = k / n. The posts' setting is the row with
+    ``lr_factor`` 1, ``out_proj`` False (the scripts' defaults).
+    """
+    points = settings(grid)
+    needs = [(p, s, c, dict(c.configs(at_setting(base, p, s)))) for p in points for s in seeds for c in claims]
+    flat = list({cfg.id(): cfg for _, _, _, named in needs for cfg in named.values()}.values())
+    results = dict(zip([c.id() for c in flat], train_sweep(flat, runs_dir, progress=progress)))
+    counts: dict[tuple[int, str], int] = {}
+    for p, _, c, named in needs:
+        key = (points.index(p), c.key)
+        counts[key] = counts.get(key, 0) + bool(c.held({name: results[cfg.id()] for name, cfg in named.items()}))
+    rows = []
+    for i, p in enumerate(points):
+        for c in claims:
+            k = counts[(i, c.key)]
+            rows.append({**p, "setting": setting_label(p), "claim": c.key, "held": k, "n": len(seeds),
+                         "fraction": k / len(seeds)})
+    return pd.DataFrame(rows)
+
+
+def robustness_totals(table: pd.DataFrame) -> dict[str, dict]:
+    """Per claim: runs held over the whole grid, and the settings where it held in every seed / in none."""
+    out = {}
+    for claim, g in table.groupby("claim", sort=False):
+        out[claim] = {"held_runs": int(g.held.sum()), "runs": int(g.n.sum()),
+                      "settings_all_seeds": int((g.held == g.n).sum()), "settings_no_seed": int((g.held == 0).sum()),
+                      "settings": len(g)}
+    return out
+
+
+def robustness_figure(table: pd.DataFrame, title: str) -> go.Figure:
+    """Heatmap: claims (rows) x settings (columns), colour = fraction of seeds where the claim held, text k/n."""
+    claims = list(dict.fromkeys(table.claim))
+    labels = list(dict.fromkeys(table.setting))
+    frac = table.pivot(index="claim", columns="setting", values="fraction").loc[claims, labels]
+    text = (table.assign(t=table.held.astype(str) + "/" + table.n.astype(str))
+            .pivot(index="claim", columns="setting", values="t").loc[claims, labels])
+    fig = go.Figure(go.Heatmap(z=frac.to_numpy(dtype=float), x=labels, y=claims, text=text.to_numpy(),
+                               texttemplate="%{text}", zmin=0, zmax=1, colorscale="RdYlGn",
+                               colorbar=dict(title="held<br>fraction")))
+    fig.update_layout(title=title, height=220 + 40 * len(claims), width=max(900, 70 * len(labels) + 300),
+                      xaxis=dict(title="setting (posts' default: lr x1, no W_O)", tickangle=-50),
+                      yaxis=dict(title="claim", autorange="reversed"))
+    return fig
+
+
+def robustness_records(table: pd.DataFrame) -> list[dict]:
+    """The table as JSON-ready rows for ``summary.json``."""
+    return [{k: (v.item() if isinstance(v, np.generic) else v) for k, v in row.items()}
+            for row in table.to_dict(orient="records")]
