@@ -3,12 +3,16 @@
     python experiments/train_mini_gpt2.py --out data/mini-gpt2-new            # the shipped recipe
     python experiments/train_mini_gpt2.py --out data/mini-gpt2 --overwrite    # replace the shipped model
 
-The recipe (see gpt2_posheads/mini_gpt2.py and data/mini-gpt2/README.md): a first phase of synthetic
-windows — random segments repeated ("s s", only induction predicts the second copy) mixed with a
-skip-bigram language (t+1 = pi(t-1): only a previous-token head predicts it) — then text (WikiText-2
-minus its held-out split, plus NLTK's English corpora) with repeated spans and a share of synthetic
-windows. Held-out: the WikiText-2 split the previous model held out, with the same tokenizer, so losses
-compare token for token.
+The recipe (defaults; gpt2_posheads/mini_gpt2.py and data/mini-gpt2/README.md). Phase 1, 1,400 synthetic
+steps: 200 steps of a "copy the previous token" language over the whole vocabulary (t+1 = t-1 with 20%
+noise: only a previous-token head with a copying OV circuit predicts it), then 75% windows of random
+segment pairs "s s s' s' ..." (only induction predicts a second copy) + 25% that language. Windows start
+at 16 tokens and double every 400 steps (16, 32, 64, 128), each at a random absolute position so every
+W_pos row trains: in a 16-token window uniform attention already gives the right key 1/8 of its weight,
+so both heads form within a few hundred steps (in 48- or 256-token windows neither did in 1,000+ steps).
+Phase 2: text (WikiText-2 minus its held-out split, plus NLTK's English corpora) in 256-token windows,
+half of them with a span of their own text repeated, plus 12.5% synthetic pairs. Held-out: the WikiText-2
+split the previous model held out, with the same tokenizer, so losses compare token for token.
 
 Speed (float32, 4 layers x 4 heads x d_model 128, batch 16 x 256): about 0.85 s per step on 2 cores of
 an AMD EPYC with AVX2 only, about 1.2 s with one thread, several times slower when another job shares
@@ -17,6 +21,7 @@ the cores. --bf16 runs bfloat16 autocast only where the CPU has native bfloat16 
 times slower. Checkpoints every --checkpoint-minutes of wall-clock time to <out>-work/checkpoint.pt;
 rerunning the same command resumes exactly. Ctrl-C keeps the last checkpoint.
 """
+import argparse
 import sys
 from pathlib import Path
 
@@ -84,8 +89,9 @@ def main(argv=None):
                    "language's pi: a random permutation, or the identity (t+1 = t-1, copy the previous token)")
     p.add_argument("--repeat-kind", default=d.repeat_kind, choices=("pairs", "span"), help="synthetic repeats: "
                    "segment pairs tiled across the window, or random tokens with one span copied at a random place")
-    p.add_argument("--position-offsets", action="store_true", help="short synthetic windows start at a random "
-                   "absolute position, so every W_pos row trains while windows are short")
+    p.add_argument("--position-offsets", action=argparse.BooleanOptionalAction, default=d.position_offsets,
+                   help="short synthetic windows start at a random absolute position, so every W_pos row trains while "
+                   "windows are short")
     p.add_argument("--text", default="wikitext,nltk", help=f"comma-separated training text: {', '.join(TEXT_SOURCES)} "
                    "or .txt/.jsonl paths (WikiText-2's held-out split is never trained on)")
     p.add_argument("--tokenizer-dir", default=str(SHIPPED), help="reuse this model folder's tokenizer ('' trains a new BPE)")

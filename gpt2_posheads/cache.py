@@ -117,7 +117,10 @@ def build_cache(model, prompts: torch.Tensor, heads, model_label: str, max_offse
     t["induction.scores"] = ind.scores
     t["induction.losses"] = torch.tensor([ind.loss_first, ind.loss_second])
     rank = rank_from_diagonals(t["diagonals"])
-    agg = rank.iloc[0]
+    # the aggregator candidate: the sharpest previous-token head above layer 0 (L4H11 reads the heads below
+    # it; a layer-0 head has nothing below to mask), else the top-ranked head
+    above0 = rank[rank.is_prev_token & (rank.layer >= 1)]
+    agg = above0.iloc[0] if len(above0) else rank.iloc[0]
     agg_l, agg_h = int(agg["layer"]), int(agg["head"])
     masked = float("nan")
     if agg_l > 0:

@@ -7,11 +7,16 @@ analysis can run offline on a *trained* model with the mechanism the GPT-2 post 
 Why the data mix. Previous-token heads exist to serve induction (the post's causal story: early
 heads find the previous token, L4H11 aggregates them, induction heads read it). A small model trained
 on a few million tokens of plain text barely needs to copy, so neither forms sharply. The recipe
-therefore gives the model reasons to copy:
+therefore gives the model reasons to copy, in windows short enough for the heads to find their keys:
 
-* ``synthetic_steps``: a first phase of pure *repeated random sequences* — every window is a chain of
-  segments ``s s`` (a random segment of ``seg_min..seg_max`` tokens drawn from ids below
-  ``synthetic_vocab``, then the segment again). Only induction lowers the loss on the second copy.
+* ``synthetic_steps``: a first phase of synthetic windows. For ``skip_only_steps`` a skip-bigram
+  language ``t+1 = pi(t-1)`` alone (``skip_rule="copy"``: pi is the identity, so a previous-token head
+  whose OV circuit copies predicts it over the whole vocabulary); then windows of *repeated random
+  segments* ``s s s' s' ...`` (ids below ``synthetic_vocab``; only induction lowers the loss on a second
+  copy) with a share ``skip_fraction`` of the skip-bigram language. Windows start at ``synthetic_ctx``
+  tokens and double every ``ctx_double_every`` steps; with ``position_offsets`` each starts at a random
+  absolute position. Short windows are the ingredient: uniform attention over 16 keys gives the right
+  one 1/8 of its weight, over 256 keys 1/128, and the heads sit on a plateau.
 * afterwards, text windows, a fraction ``repeat_fraction`` of which have a span of their own text
   copied to a later place, mixed with a fraction ``synthetic_fraction`` of synthetic windows.
 
@@ -46,33 +51,33 @@ class MiniConfig:
     d_model: int = 128
     n_ctx: int = 256
     vocab_size: int = 4096
-    steps: int = 6000
+    steps: int = 3400
     batch_size: int = 16
     lr: float = 2e-3
     warmup: int = 100
     weight_decay: float = 0.1
     val_fraction: float = 0.05
     seed: int = 0
-    # data mix
-    synthetic_steps: int = 1500       # phase 1: windows of repeated random segments only
-    synthetic_vocab: int = 512        # phase-1 synthetic token ids are drawn from [1, synthetic_vocab)
-    synthetic_fraction: float = 0.1   # phase 2: share of windows still synthetic
+    # data mix (defaults: the shipped organism's recipe, data/mini-gpt2/README.md)
+    synthetic_steps: int = 1400       # phase 1: synthetic windows only
+    synthetic_vocab: int = 4096       # phase-1 synthetic token ids are drawn from [1, synthetic_vocab)
+    synthetic_fraction: float = 0.125 # phase 2: share of windows still synthetic
     repeat_fraction: float = 0.5      # phase 2: share of text windows with a span of their own text repeated
-    seg_min: int = 8                  # repeated segment lengths (capped at a quarter / half of a short window)
-    seg_max: int = 64
-    synthetic_ctx: int = 0            # phase-1 window length at step 0 (0: n_ctx); shorter windows, same tokens per step
-    ctx_double_every: int = 0         # phase 1: the window length doubles every this many steps (0: never), up to n_ctx
-    skip_fraction: float = 0.0        # share of synthetic windows from the skip-bigram language t+1 = pi(t-1)
-    skip_only_steps: int = 0          # the first steps use that language alone (the previous-token head forms first)
-    skip_vocab: int = 256             # its tokens: ids 1..skip_vocab-1
+    seg_min: int = 4                  # repeated segment lengths (capped at a quarter / half of a short window)
+    seg_max: int = 32
+    synthetic_ctx: int = 16           # phase-1 window length at step 0 (0: n_ctx); shorter windows, same tokens per step
+    ctx_double_every: int = 400       # phase 1: the window length doubles every this many steps (0: never), up to n_ctx
+    skip_fraction: float = 0.25       # share of synthetic windows from the skip-bigram language t+1 = pi(t-1)
+    skip_only_steps: int = 200        # the first steps use that language alone (the previous-token head forms first)
+    skip_vocab: int = 4096            # its tokens: ids 1..skip_vocab-1
     skip_noise: float = 0.2           # chance that a token of that language is uniform instead of pi(t-1)
-    skip_rule: str = "permutation"    # pi: "permutation" (random) or "copy" (identity: t+1 = t-1, any vocabulary size)
+    skip_rule: str = "copy"           # pi: "permutation" (random) or "copy" (identity: t+1 = t-1, any vocabulary size)
     repeat_kind: str = "pairs"        # synthetic repeats: "pairs" (s s s' s' ... tiled) or "span" (random tokens, one span copied once)
-    position_offsets: bool = False    # short synthetic windows start at a random absolute position (every W_pos row trains)
+    position_offsets: bool = True     # short synthetic windows start at a random absolute position (every W_pos row trains)
     pos_init: str = "random"          # "random" (GPT-2's N(0, 0.02)) or "sinusoidal" (same RMS)
     # bookkeeping
     checkpoint_minutes: float = 5.0
-    probe_every: int = 250
+    probe_every: int = 100
     bf16: bool = False  # bfloat16 autocast for forward/backward (weights and AdamW stay float32)
 
 
