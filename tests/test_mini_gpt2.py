@@ -48,7 +48,7 @@ def test_position_offsets_only_for_short_synthetic_windows():
     assert pos.min() >= 0 and pos.max() <= 63 and len(set(pos[:, 0].tolist())) > 1
     assert torch.equal(pos, position_ids(cfg, 0, xb))  # a function of the step: resumes are exact
     assert position_ids(cfg, 5, xb) is None  # text phase
-    assert position_ids(MiniConfig(n_ctx=64, synthetic_steps=5, synthetic_ctx=16), 0, xb) is None  # option off
+    assert position_ids(MiniConfig(n_ctx=64, synthetic_steps=5, synthetic_ctx=16, position_offsets=False), 0, xb) is None
     assert torch.equal(training_batch(cfg, torch.arange(1000), 3, bos=0), training_batch(cfg, torch.arange(1000), 3, bos=0))
 
 
