@@ -30,6 +30,7 @@ from gpt2_posheads.toy.robustness import GridClaim
 RULE_LEARNED = "held if the final perplexity with positional embeddings is <= 1.5 or its relative perplexity (ppl-1)/V <= 0.05"
 RULE_FAILS = "held if the final relative perplexity (ppl-1)/V without positional embeddings is >= 0.5"
 RULE_SIGN = "held if s^T W_Q W_K^T s < 0"
+RULE_SIGN_GRID = "held if the model learned the task (rule above) and s^T W_Q W_K^T s < 0"
 RULE_MONO = "held if (ppl-1)/V {verb} at every step of the {name} sweep"
 
 
@@ -57,7 +58,7 @@ def grid_claims() -> list[GridClaim]:
                   lambda r: learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])),
         GridClaim("fails_without_pos_emb", RULE_FAILS, lambda b: {"no_pos": replace(b, pos_emb=False)},
                   lambda r: fails(r["no_pos"]["final_perplexity"], r["no_pos"]["config"]["V"])),
-        GridClaim("sT_WQWKT_s_negative", "held if the model learned the task (rule above) and " + RULE_SIGN[8:],
+        GridClaim("sT_WQWKT_s_negative", RULE_SIGN_GRID,
                   lambda b: {"pos": b}, lambda r: learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])
                   and sign_of_previous_direction(r["pos"]) < 0),
         GridClaim("rel_ppl_up_with_V", RULE_MONO.format(verb="rises", name="V (10, 30, 100)"), sweep("V", (10, 30, 100)),

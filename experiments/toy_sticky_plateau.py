@@ -26,8 +26,9 @@ RULE_GONE = "held if the longest plateau at n_embd={big}, C=4 is shorter than at
 RULE_BACK = "held if the longest plateau at n_embd={big}, C={C} is longer than at C=4"
 
 
-def has_v_half_plateau(result: dict) -> bool:
-    return v_half_plateau(result["steps"], perplexity_curve(result), result["config"]["V"], tol=0.2, min_points=5) is not None
+def v_half(result: dict) -> dict | None:
+    """The plateau at V/2 by :data:`RULE_PLATEAU`, or None."""
+    return v_half_plateau(result["steps"], perplexity_curve(result), result["config"]["V"], tol=0.2, min_points=5)
 
 
 def plateau_steps(result: dict) -> int:
@@ -42,7 +43,7 @@ def grid_claims() -> list[GridClaim]:
 
     return [
         GridClaim("plateau_near_V/2 (V=16)", RULE_PLATEAU, lambda b: {"v": replace(b, V=16)},
-                  lambda r: has_v_half_plateau(r["v"])),
+                  lambda r: v_half(r["v"]) is not None),
         GridClaim("plateau_gone_for_larger_n_embd", RULE_GONE.format(big=8), dims,
                   lambda r: plateau_steps(r["d8"]) < plateau_steps(r["d2"])),
         GridClaim("plateau_back_for_larger_C", RULE_BACK.format(big=8, C=64), dims,
@@ -70,7 +71,7 @@ def main(argv=None):
     for r in v_res:
         c = r["config"]
         ppl = perplexity_curve(r)
-        found = v_half_plateau(r["steps"], ppl, c["V"], tol=0.2, min_points=5)  # RULE_PLATEAU
+        found = v_half(r)
         key = f"V={c['V']} seed={c['seed']}"
         series[key] = (r["steps"], ppl)
         claims.append(claim(f"plateau_near_V/2 ({key})", f"a sticky plateau at perplexity V/2 (V={c['V']})", c["V"] / 2,
@@ -117,7 +118,7 @@ def main(argv=None):
     for r in g_res:
         c = r["config"]
         gseries[f"n_embd={c['n_embd']} C={c['C']}"] = (r["steps"], perplexity_curve(r))
-        glens[(c["n_embd"], c["C"])] = plateau(r["steps"], perplexity_curve(r))["length_steps"]
+        glens[(c["n_embd"], c["C"])] = plateau_steps(r)
     out.figure(line_figure(gseries, title="V=16: plateau vs embedding dimension and context length", xlabel="step",
                            ylabel="perplexity", log_y=True), "generality")
     big = max(d for d, _ in gen_settings)

@@ -29,7 +29,7 @@ import torch
 
 from gpt2_posheads._paths import REPO_ROOT, shared_dir
 from gpt2_posheads.cli import Output, experiment_parser, main_entry, positive
-from gpt2_posheads.mini_gpt2 import MiniConfig, split_docs, train_mini_gpt2
+from gpt2_posheads.mini_gpt2 import REPEAT_KINDS, MiniConfig, split_docs, train_mini_gpt2
 from gpt2_posheads.plotting import line_figure
 from gpt2_posheads.precision import resolve_bf16
 from gpt2_posheads.prompts import documents, file_documents, wikitext_documents
@@ -87,7 +87,7 @@ def main(argv=None):
     p.add_argument("--pos-init", default=d.pos_init, choices=("random", "sinusoidal"), help="W_pos initialisation")
     p.add_argument("--skip-rule", default=d.skip_rule, choices=("permutation", "copy"), help="the skip-bigram "
                    "language's pi: a random permutation, or the identity (t+1 = t-1, copy the previous token)")
-    p.add_argument("--repeat-kind", default=d.repeat_kind, choices=("pairs", "span"), help="synthetic repeats: "
+    p.add_argument("--repeat-kind", default=d.repeat_kind, choices=tuple(REPEAT_KINDS), help="synthetic repeats: "
                    "segment pairs tiled across the window, or random tokens with one span copied at a random place")
     p.add_argument("--position-offsets", action=argparse.BooleanOptionalAction, default=d.position_offsets,
                    help="short synthetic windows start at a random absolute position, so every W_pos row trains while "

@@ -119,8 +119,9 @@ def build_cache(model, prompts: torch.Tensor, heads, model_label: str, max_offse
     rank = rank_from_diagonals(t["diagonals"])
     # the aggregator candidate: the sharpest previous-token head above layer 0 (L4H11 reads the heads below
     # it; a layer-0 head has nothing below to mask), else the top-ranked head
-    above0 = rank[rank.is_prev_token & (rank.layer >= 1)]
-    agg = above0.iloc[0] if len(above0) else rank.iloc[0]
+    above = rank[rank.layer >= 1]
+    above_prev = above[above.is_prev_token]
+    agg = above_prev.iloc[0] if len(above_prev) else rank.iloc[0]
     agg_l, agg_h = int(agg["layer"]), int(agg["head"])
     masked = float("nan")
     if agg_l > 0:
@@ -130,7 +131,6 @@ def build_cache(model, prompts: torch.Tensor, heads, model_label: str, max_offse
                                         fwd_hooks=average_pos_embed(10).hooks(model))[agg_l, agg_h, 1])
     t["mechanism.aggregator_prev_mass"] = torch.tensor([float(t["diagonals"][agg_l, agg_h, 1]), masked, averaged])
     # which upstream heads feed the sharpest previous-token head above layer 0 (direct-path ablation)
-    above = rank[rank.layer >= 1]
     src_head = None
     if len(above):
         from .sources import path_ablation

@@ -60,11 +60,11 @@ def gelu_tanh_(x: torch.Tensor) -> torch.Tensor:
     return x.mul_(t.sigmoid_())
 
 
-_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {  # in place on a fresh tensor
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {  # may overwrite their (fresh) input
     "gelu_new": gelu_tanh_,
     "gelu_fast": gelu_tanh_,
     "gelu_pytorch_tanh": gelu_tanh_,
-    "gelu": lambda x: F.gelu(x),
+    "gelu": F.gelu,
     "relu": torch.relu_,
     "silu": lambda x: F.silu(x, inplace=True),
 }

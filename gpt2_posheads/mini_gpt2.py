@@ -158,6 +158,9 @@ def repeated_span(batch_size: int, length: int, vocab_hi: int, seg_min: int, seg
     return out
 
 
+REPEAT_KINDS = {"pairs": repeated_segments, "span": repeated_span}
+
+
 def skip_bigram_windows(batch_size: int, length: int, table: torch.Tensor, noise: float, gen: torch.Generator,
                         bos: int = 0) -> torch.Tensor:
     """``[batch, length]`` windows ``BOS t1 t2 ...`` with ``t_{i+1} = pi(t_{i-1})`` except, with chance
@@ -222,7 +225,9 @@ def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int, v
         n = max(1, cfg.batch_size * cfg.n_ctx // ctx)
         n_skip = n if step < cfg.skip_only_steps else int(round(cfg.skip_fraction * n))
         lo, hi = max(2, min(cfg.seg_min, ctx // 4)), max(2, min(cfg.seg_max, ctx // 2))
-        make = repeated_span if cfg.repeat_kind == "span" else repeated_segments
+        make = REPEAT_KINDS.get(cfg.repeat_kind)
+        if make is None:
+            raise ValueError(f"repeat kind {cfg.repeat_kind!r} is not one of {sorted(REPEAT_KINDS)}")
         rep = make(n - n_skip, ctx + 1, cfg.synthetic_vocab, lo, hi, gen, bos)
         if not n_skip:
             return rep

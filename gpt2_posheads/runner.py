@@ -113,7 +113,8 @@ def robustness_html(summaries: list[tuple[Path, dict]], root: Path = RESULTS) ->
             continue
         link = html.escape(str(path.parent.relative_to(root) / "robustness.html"))
         for claim, t in r["totals"].items():
-            rows.append(f"<tr><td>{html.escape(s.get('script', ''))}</td><td>{html.escape(claim)}</td>"
+            quick = " <b>(quick)</b>" if s.get("quick") else ""
+            rows.append(f"<tr><td>{html.escape(s.get('script', ''))}{quick}</td><td>{html.escape(claim)}</td>"
                         f"<td>{t['held_runs']} of {t['runs']}</td><td>{t['settings_all_seeds']} / {t['settings_no_seed']}"
                         f" of {t['settings']}</td><td>{html.escape(r['rules'].get(claim, ''))}</td>"
                         f"<td><a href=\"{link}\">robustness</a></td></tr>")

@@ -50,6 +50,9 @@ def test_position_offsets_only_for_short_synthetic_windows():
     assert position_ids(cfg, 5, xb) is None  # text phase
     assert position_ids(MiniConfig(n_ctx=64, synthetic_steps=5, synthetic_ctx=16, position_offsets=False), 0, xb) is None
     assert torch.equal(training_batch(cfg, torch.arange(1000), 3, bos=0), training_batch(cfg, torch.arange(1000), 3, bos=0))
+    with pytest.raises(ValueError, match="repeat kind 'spans'"):
+        training_batch(MiniConfig(n_ctx=64, batch_size=2, synthetic_steps=5, synthetic_ctx=16, skip_only_steps=0,
+                                  repeat_kind="spans"), torch.arange(1000), 0, bos=0)
 
 
 def test_training_resumes_exactly(tmp_path):

@@ -78,3 +78,6 @@ def test_index_page_shows_robustness_totals(tmp_path):
     assert "Robustness over the settings" in page and "7 of 120" in page and "1 / 20 of 24" in page
     assert 'href="toy_prev_token/toy/robustness.html"' in page
     assert "Robustness" not in runner.index_html([], tmp_path)
+    (out / "summary.json").write_text(json.dumps({**summary, "quick": True}))  # a smoke run's counts say so
+    page = runner.index_html(runner.collect_summaries(tmp_path), tmp_path)
+    assert "toy_prev_token <b>(quick)</b></td><td>learned" in page

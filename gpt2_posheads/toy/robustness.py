@@ -83,12 +83,12 @@ def robustness_table(claims: Sequence[GridClaim], base: ToyConfig, seeds: Sequen
     ``lr_factor`` 1, ``out_proj`` False (the scripts' defaults).
     """
     points = settings(grid)
-    needs = [(p, s, c, dict(c.configs(at_setting(base, p, s)))) for p in points for s in seeds for c in claims]
-    flat = list({cfg.id(): cfg for _, _, _, named in needs for cfg in named.values()}.values())
+    needs = [(i, c, dict(c.configs(at_setting(base, p, s)))) for i, p in enumerate(points) for s in seeds for c in claims]
+    flat = list({cfg.id(): cfg for _, _, named in needs for cfg in named.values()}.values())
     results = dict(zip([c.id() for c in flat], train_sweep(flat, runs_dir, progress=progress)))
     counts: dict[tuple[int, str], int] = {}
-    for p, _, c, named in needs:
-        key = (points.index(p), c.key)
+    for i, c, named in needs:
+        key = (i, c.key)
         counts[key] = counts.get(key, 0) + bool(c.held({name: results[cfg.id()] for name, cfg in named.items()}))
     rows = []
     for i, p in enumerate(points):
