@@ -51,7 +51,7 @@ class MiniConfig:
     d_model: int = 128
     n_ctx: int = 256
     vocab_size: int = 4096
-    steps: int = 3400
+    steps: int = 5000
     batch_size: int = 16
     lr: float = 2e-3
     warmup: int = 100

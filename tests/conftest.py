@@ -119,14 +119,20 @@ def tiny_model(tiny_dir):
     return load_model(tiny_dir, device="cpu")
 
 
-def run_script(module_path: Path, argv: list[str]):
-    """Import an experiment script by path and call its ``main(argv)``."""
+EXPERIMENTS = REPO_ROOT / "experiments"
+
+
+def load_script(name_or_path: str | Path):
+    """An experiment script (``experiments/<name>.py`` or a path) as a module; its ``main`` is not run."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(module_path.stem, module_path)
+    path = Path(name_or_path) if str(name_or_path).endswith(".py") else EXPERIMENTS / f"{name_or_path}.py"
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.main(argv)
+    return mod
 
 
-EXPERIMENTS = REPO_ROOT / "experiments"
+def run_script(module_path: Path, argv: list[str]):
+    """Import an experiment script by path and call its ``main(argv)``."""
+    return load_script(module_path).main(argv)

@@ -122,11 +122,11 @@ def test_mechanism_entries_match_recomputation(mini):
 
 
 def test_shipped_organism_has_the_mechanism(mini):
-    """Measured facts of the shipped organism (v2) through its cache, with margins: a sharp previous-token
-    head ranks first (L0H1, ratio 0.002), an induction head copies a repeated random sequence (score 0.84,
-    8.38 -> 0.46 nats), and the aggregator candidate (sharpest previous-token head above layer 0: L1H1, ratio
-    0.06) loses previous-token mass when the previous position is masked in the layers below it (0.304 ->
-    0.269). Unlike GPT-2's L4H11 it does *not* survive W_pos averaging in groups of 10 (0.304 -> 0.050):
+    """Measured facts of the shipped organism (v3) through its cache, with margins: a sharp previous-token
+    head ranks first (L0H1, ratio 0.001), an induction head copies a repeated random sequence (score 0.84,
+    8.36 -> 0.36 nats), and the aggregator candidate (sharpest previous-token head above layer 0: L1H0, ratio
+    0.14) loses previous-token mass when the previous position is masked in the layers below it (0.370 ->
+    0.326). Unlike GPT-2's L4H11 it does *not* survive W_pos averaging in groups of 10 (0.370 -> 0.085):
     it reads positions itself (a finding the report lists as a disagreement with the post)."""
     _, cache = mini
     rank = cache.ranking()

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from conftest import EXPERIMENTS, run_script
+from conftest import EXPERIMENTS, load_script, run_script
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +73,6 @@ def test_default_heads_are_the_models_own(script_model, tmp_path, shared):
 
 
 def test_run_all_quick_writes_the_index(script_model, tmp_path, monkeypatch):
-    import importlib.util
-
     from gpt2_posheads import runner
 
     calls = []
@@ -87,9 +85,7 @@ def test_run_all_quick_writes_the_index(script_model, tmp_path, monkeypatch):
         calls.append((name, args))
         return 0
 
-    spec = importlib.util.spec_from_file_location("run_all", EXPERIMENTS / "run_all.py")
-    run_all = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run_all)
+    run_all = load_script("run_all")
     monkeypatch.setattr(run_all, "run_experiment", fake_run)
     monkeypatch.setattr(run_all, "write_index", lambda: runner.write_index(tmp_path))
     assert run_all.main(["--model-dir", str(script_model), "--quick"]) == 0

@@ -56,6 +56,23 @@ def test_distance_kernels_on_hand_vectors():
     torch.testing.assert_close(attention_scores(q2, k, "dot"), torch.tensor([[0.0, 11.0, 1.0]]) / math.sqrt(2))
 
 
+@pytest.mark.parametrize("C", [4, 12, 40])
+def test_forward_paths_agree(C):
+    """The leading-axis softmax (few keys), the last-axis one and the fused SDPA path (many keys, no patterns
+    recorded) compute the same logits; the patterns are causal rows that sum to 1."""
+    from gpt2_posheads.toy.model import ToyShape, forward, init_params
+
+    shape = ToyShape(V=9, C=C, n_embd=6, n_layers=2, n_heads=2)
+    params = init_params(shape, [torch.Generator().manual_seed(i) for i in range(3)], 0.5)
+    x = torch.randint(0, 9, (3, 5, C), generator=torch.Generator().manual_seed(1))
+    logits = forward(params, x, shape)
+    ref, patterns = forward(params, x, shape, return_pattern=True)  # always the unfused path
+    torch.testing.assert_close(logits, ref, atol=1e-5, rtol=1e-5)
+    for a in patterns:
+        torch.testing.assert_close(a.sum(-1), torch.ones(a.shape[:-1]))
+        assert float(a.triu(1).abs().max()) == 0.0
+
+
 def test_batched_sweep_matches_individual_training():
     cfgs = [ToyConfig(task="kth_token", V=6, C=5, n_embd=4, n_layers=2, k=k, seed=s, steps=60, log_every=20,
                       lr=lr) for k, s, lr in [(0, 0, 0.01), (2, 1, 0.03), (4, 2, 0.01)]]

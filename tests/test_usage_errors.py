@@ -1,18 +1,9 @@
 """Every class of user mistake is one line `error: <parameter>: ...`, exit status 2, no traceback, and
 (where the check needs no model) before any model is loaded."""
-import importlib.util
-
 import pytest
 
 import gpt2_posheads.cli as cli
-from conftest import EXPERIMENTS, MINI_DIR
-
-
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, EXPERIMENTS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from conftest import EXPERIMENTS, MINI_DIR, load_script
 
 
 @pytest.fixture

@@ -104,15 +104,26 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, kernel: str, harmonic_n: 
     raise ValueError(f"kernel {kernel!r} is unknown: allowed {KERNELS}")
 
 
+# Below this many keys the softmax runs along a leading axis (see causal_softmax); from SDPA_MIN_C keys on,
+# dot-product attention without recorded patterns runs fused (F.scaled_dot_product_attention). Measured on
+# one AVX2 core, 29 models x batch 128, forward + backward: 4 keys 2.6 ms (leading axis) vs 3.8 (last);
+# 16 keys 43 vs 21; 64 keys 1,286 (leading) vs 648 (last) vs 403 ms (fused).
+LEADING_AXIS_MAX_C = 8
+SDPA_MIN_C = 32
+
+
 def causal_softmax(s: torch.Tensor) -> torch.Tensor:
     """Softmax over keys of ``[..., q, k]`` scores with future keys masked.
 
-    The key axis is moved to the front first: a softmax along a short last axis does not vectorise
-    on CPUs, one along the leading axis does (3x faster for 10 keys).
+    For a few keys (<= :data:`LEADING_AXIS_MAX_C`) the key axis is moved to the front first: a softmax
+    along a very short last axis does not vectorise on CPUs, one along the leading axis does. For more
+    keys the transposing copy costs more than it saves.
     """
     C = s.shape[-1]
     causal = torch.ones(C, C, dtype=torch.bool, device=s.device).triu(1)
     s = s.masked_fill(causal, float("-inf"))
+    if C > LEADING_AXIS_MAX_C:
+        return s.softmax(-1)
     return s.movedim(-1, 0).contiguous().softmax(0).movedim(0, -1)
 
 
@@ -128,13 +139,17 @@ def forward(params: dict[str, torch.Tensor], x: torch.Tensor, shape: ToyShape, r
     patterns = []
     for l in range(shape.n_layers):
         hin = _ln(h) if shape.layernorm else h
-        q = torch.einsum("mbcd,mhde->mbhce", hin, params[f"{l}.W_Q"])
-        k = torch.einsum("mbcd,mhde->mbhce", hin, params[f"{l}.W_K"])
-        v = torch.einsum("mbcd,mhde->mbhce", hin, params[f"{l}.W_V"])
-        a = causal_softmax(attention_scores(q, k, shape.kernel, shape.harmonic_n))  # [M, B, head, q, k]
-        if return_pattern:
-            patterns.append(a.detach())
-        z = a @ v  # [M, B, head, q, d_head]
+        # one einsum for Q, K and V: these matrices are tiny (d_head ~ 1-16), so the batched matmul's
+        # per-call cost dominates and one call of 3x the width is ~40% cheaper than three (fwd + bwd)
+        w_qkv = torch.cat([params[f"{l}.W_Q"], params[f"{l}.W_K"], params[f"{l}.W_V"]], dim=-1)  # [M, head, D, 3 d_head]
+        q, k, v = torch.einsum("mbcd,mhde->mbhce", hin, w_qkv).chunk(3, dim=-1)
+        if shape.kernel == "dot" and not return_pattern and C >= SDPA_MIN_C:
+            z = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # same maths, fused
+        else:
+            a = causal_softmax(attention_scores(q, k, shape.kernel, shape.harmonic_n))  # [M, B, head, q, k]
+            if return_pattern:
+                patterns.append(a.detach())
+            z = a @ v  # [M, B, head, q, d_head]
         if shape.out_proj:
             out = torch.einsum("mbhqe,mhed->mbqd", z, params[f"{l}.W_O"])
         else:  # heads' outputs side by side: the value vectors are written to the residual as they are

@@ -26,7 +26,7 @@ from .tasks import check_task, make_batch
 
 # Bump when a change to the model, task or training code changes what a run computes: cached runs
 # under results/<script>/runs/ with another version are then trained again instead of reused.
-CODE_VERSION = 3
+CODE_VERSION = 5
 
 
 @dataclass(frozen=True)
