@@ -7,15 +7,16 @@ Both read the same 16 prompts of 256 tokens on a random 12x12, d_model-768 model
 prompt). Each variant runs in its own process so peak memory is measured per variant; ours also runs
 with 4x the prompts to show its peak memory does not grow with the number of prompts.
 
-The default run (about 1.5 minutes on 2 AVX2 cores) times the baseline, our hook-free fast path in float32
+The default run (64-68 s on 2 AVX2 cores of an AMD EPYC) times the baseline, our hook-free fast path in float32
 (and in bfloat16 where the CPU has native bfloat16 units) and the floor: only the float32 weight matmuls
 any exact method must do (the weights' FLOPs for 16 x 256 tokens). ``--full`` adds our pass through
 TransformerLens hooks and a run with 4x the prompts (peak memory must not grow).
 
 What made the fast path faster on an AVX2-only CPU (AMD EPYC, 2 cores), each measured against the one
-before it in the same run: the MLP in chunks of 256 rows (its [rows, 3072] hidden activations stay in
-cache between the two matmuls) with GELU written as ``x * sigmoid(2u)`` in place (PyTorch's vectorised
-tanh is slow there; same function to 5e-7). See the README for the numbers.
+before it in the same run: the MLP in chunks of 256 rows per thread (its [rows, 3072] hidden activations
+stay in cache between the two matmuls; 512 rows at two threads was 7-13% faster than 256) with GELU
+written as ``x * sigmoid(2u)`` in place (PyTorch's vectorised tanh is slow there; same function to 5e-7).
+The ratio to the floor is printed against the floor's faster call. See the README for the numbers.
 """
 import argparse
 import json
@@ -133,8 +134,10 @@ def main():
         print(row(labels[w], r))
     print(row("float32 matmuls alone", floor) + "   (the float32 floor of any exact method)")
     fast = runs["ours-auto-fp32"]
-    print(f"  fast path / floor: {fast['seconds'] / floor['seconds']:.2f}x cold, "
-          f"{fast['warm_seconds'] / floor['warm_seconds']:.2f}x warm (target <= 1.25x)")
+    # the floor's two calls differ by up to 30% on a shared 2-core machine: judge against the faster one
+    best_floor = min(floor["seconds"], floor["warm_seconds"])
+    print(f"  fast path / floor (the floor's faster call, {best_floor:.2f} s): {fast['seconds'] / best_floor:.2f}x cold, "
+          f"{fast['warm_seconds'] / best_floor:.2f}x warm (target <= 1.25x)")
     if ours4 is not None:
         print(f"  {f'ours, float32, {4 * a.n_prompts} prompts':28s}: peak RSS {ours4['peak_rss_mb']:6.0f} MB   "
               f"(growth for 4x prompts: {ours4['peak_rss_mb'] - fast['peak_rss_mb']:+.0f} MB)")

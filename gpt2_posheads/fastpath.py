@@ -68,9 +68,11 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {  # may overw
     "relu": torch.relu_,
     "silu": lambda x: F.silu(x, inplace=True),
 }
-# MLP rows per chunk: the [chunk, d_mlp] hidden activations stay in cache between the two matmuls and
-# the activation (1024 rows x 3072 floats = 12 MB would not)
-MLP_CHUNK = 256
+# MLP rows per chunk and per CPU thread: the [chunk, d_mlp] hidden activations stay in cache between the
+# two matmuls and the activation (1024 rows x 3072 floats = 12 MB would not), while each thread still gets
+# a full share of rows. Measured on 2 AVX2 cores (16 x 256 tokens, GPT-2-small shape, 3 alternating runs):
+# 256 rows at 2 threads 6.86-7.54 s, 512 rows 5.92-6.61 s; at 1 thread 256 rows was best.
+MLP_CHUNK_PER_THREAD = 256
 
 
 @lru_cache(maxsize=8)
@@ -231,13 +233,15 @@ class FastGPT2:
         return self._mlp(resid, w)
 
     def _mlp(self, resid: torch.Tensor, w: _Block) -> torch.Tensor:
-        """``resid + act(LN2(resid) W_in + b_in) W_out + b_out`` in chunks of :data:`MLP_CHUNK` rows."""
+        """``resid + act(LN2(resid) W_in + b_in) W_out + b_out`` in chunks of :data:`MLP_CHUNK_PER_THREAD`
+        rows per CPU thread (any chunking gives the same rows: each row's MLP is independent)."""
         flat = resid.reshape(-1, self.d_model)
         out = torch.empty_like(flat)
-        for i in range(0, flat.shape[0], MLP_CHUNK):
-            rows = flat[i : i + MLP_CHUNK]
+        chunk = MLP_CHUNK_PER_THREAD * (torch.get_num_threads() if flat.device.type == "cpu" else 16)
+        for i in range(0, flat.shape[0], chunk):
+            rows = flat[i : i + chunk]
             hidden = self.act(_affine(self._norm(rows, w.ln2), w.W_in, w.b_in))
-            torch.add(rows, _affine(hidden, w.W_out, w.b_out).float(), out=out[i : i + MLP_CHUNK])
+            torch.add(rows, _affine(hidden, w.W_out, w.b_out).float(), out=out[i : i + chunk])
         return out.view_as(resid)
 
     def residuals(self, tokens: torch.Tensor, layers) -> dict[int, torch.Tensor]:

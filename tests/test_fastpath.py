@@ -46,6 +46,18 @@ def test_fast_diagonals_mixed_lengths(trained_model):
     torch.testing.assert_close(fast, hooked, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("rows_per_thread", [7, 4096])
+def test_mlp_chunking_changes_nothing(trained_model, monkeypatch, rows_per_thread):
+    """3 x 48 = 144 rows through the MLP in chunks of 7 per thread (ragged last chunk) or all at once: the
+    hooked pass's diagonals either way (each row's MLP is independent of the others)."""
+    monkeypatch.setattr(fastpath, "MLP_CHUNK_PER_THREAD", rows_per_thread)
+    fastpath.release(trained_model)
+    toks = _prompts(3, 48, trained_model.cfg.d_vocab, seed=3)
+    hooked = diagonal_attention(trained_model, toks, max_offset=40, progress=False, engine="hooks")
+    fast = diagonal_attention(trained_model, toks, max_offset=40, progress=False, engine="fast")
+    torch.testing.assert_close(fast, hooked, atol=1e-6, rtol=1e-5)
+
+
 def test_fast_ext_pos_equal_hooked(trained_model):
     layers = [0, 2, trained_model.cfg.n_layers]
     kw = dict(n_prompts=3, seq_len=64, batch_size=2)
