@@ -5,7 +5,8 @@ best perplexity vs n_embd; embeddings of numerically close tokens end up close. 
 proposed fix, never tested there: a distance kernel (-|q-k|^2) and a harmonic one (1/|q-k|^n),
 with n_embd 1 and 2.
 
-    python experiments/toy_similar_content.py           # 4.5 min on 2 AVX2 cores
+    python experiments/toy_similar_content.py           # 11 min on 2 AVX2 cores shared with another job
+                                                        # (4.5 min alone with one seed per C; the C trend now uses 3)
     python experiments/toy_similar_content.py --quick
 """
 from dataclasses import replace
@@ -25,8 +26,11 @@ from gpt2_posheads.toy.robustness import GridClaim
 RULE_NEAR_HALF = "held if the final perplexity (mean over seeds) lies in (1.5, 0.6 V]"
 RULE_TREND = ("held if, at every V of {V}, the Spearman correlation over C of the final perplexity with "
               "(C-2)/(C-1) V is >= 0.8")
-RULE_RISE = ("held if, at every V of {V}, the final perplexity at C=5 exceeds that at C=3 (the comparison of an "
-             "independent implementation: 0.30 V at C=3, 0.41 V at C=5)")
+RULE_RISE = ("held if, at every V of {V}, the final perplexity at C=5 exceeds that at C=3 by at least 5% (the "
+             "comparison of an independent implementation: 0.30 V at C=3, 0.41 V at C=5)")
+RISE_MARGIN = 1.05  # one seed at V=20 gave 6.99 -> 7.03 (+0.6%): noise, not a rise
+PRE_CONFUSED = "the model sits in the confused regime at C=3 and C=5 for every V (1.5 < perplexity <= 0.9 V)"
+TREND_SEEDS = 3  # at least this many seeds per (V, C) of the trend (they batch with each other: little extra time)
 GRID_C = (3, 4, 5, 6, 8)
 TREND_V = (10, 20, 40)  # the vocabularies of the independent implementation's comparison
 GRID_V = (20,)  # the --robustness grid tests the trend at one of them (3x fewer runs)
@@ -43,9 +47,15 @@ def follows_trend(ppl_by_v_c: dict[int, list[float]], cs) -> tuple[bool, dict[in
 
 
 def rises_3_to_5(ppl_by_v_c: dict[int, list[float]], cs) -> bool:
-    """:data:`RULE_RISE`: perplexity at C=5 above C=3 at every V."""
+    """:data:`RULE_RISE`: perplexity at C=5 at least :data:`RISE_MARGIN` times that at C=3, at every V."""
     i3, i5 = list(cs).index(3), list(cs).index(5)
-    return all(ppl[i5] > ppl[i3] for ppl in ppl_by_v_c.values())
+    return all(ppl[i5] >= RISE_MARGIN * ppl[i3] for ppl in ppl_by_v_c.values())
+
+
+def confused(ppl_by_v_c: dict[int, list[float]], cs) -> bool:
+    """:data:`PRE_CONFUSED`: neither learned nor at chance at C=3 and C=5, so a C trend means something."""
+    i3, i5 = list(cs).index(3), list(cs).index(5)
+    return all(1.5 < ppl[i] <= 0.9 * V for V, ppl in ppl_by_v_c.items() for i in (i3, i5))
 
 
 def grid_claims() -> list[GridClaim]:
@@ -59,9 +69,10 @@ def grid_claims() -> list[GridClaim]:
     return [
         GridClaim("converges_near_V/2 (V=32)", RULE_NEAR_HALF.replace("mean over seeds", "one seed"),
                   lambda b: {"v": replace(b, V=32)}, lambda r: near_half(r["v"]["final_perplexity"], 32)),
-        GridClaim("follows_(C-2)/(C-1)V_qualitatively", RULE_TREND.format(V=GRID_V), by_v_c,
-                  lambda r: follows_trend(table(r), GRID_C)[0]),
-        GridClaim("rises_from_C=3_to_C=5", RULE_RISE.format(V=GRID_V), by_v_c, lambda r: rises_3_to_5(table(r), GRID_C)),
+        GridClaim("follows_(C-2)/(C-1)V_qualitatively", f"{RULE_TREND.format(V=GRID_V)}, and {PRE_CONFUSED}", by_v_c,
+                  lambda r: confused(table(r), GRID_C) and follows_trend(table(r), GRID_C)[0]),
+        GridClaim("rises_from_C=3_to_C=5", f"{RULE_RISE.format(V=GRID_V)}, and {PRE_CONFUSED}", by_v_c,
+                  lambda r: confused(table(r), GRID_C) and rises_3_to_5(table(r), GRID_C)),
     ]
 
 
@@ -79,7 +90,8 @@ def main(argv=None):
     dims = [1, 2, 4] if q else [1, 2, 4, 8, 16]
     groups = {
         "V": [c for v in vocab for c in mk(V=v)],
-        "C": [c for v in trend_v for C in contexts for c in mk(V=v, C=C)],
+        "C": [ToyConfig(**{**base.__dict__, "V": v, "C": C, "seed": s}) for v in trend_v for C in contexts
+              for s in range(args.seed, args.seed + max(args.seeds, TREND_SEEDS))],
         "n_embd": [c for d in dims for c in mk(V=32, n_embd=d)],
         "kernel": [c for kern in ("distance", "harmonic") for d in (1, 2) for c in mk(V=32, n_embd=d, kernel=kern)],
     }
@@ -108,11 +120,12 @@ def main(argv=None):
                 for v in trend_v}
     claims.append(claim("follows_(C-2)/(C-1)V_qualitatively", "perplexity follows (C-2)/(C-1) V qualitatively",
                         {"C": cs, "(C-2)/(C-1)": [(C - 2) / (C - 1) for C in cs]}, RULE_TREND.format(V=tuple(trend_v)),
-                        {"C": cs, **measured}, held=trend, quick=Q))
+                        {"C": cs, **measured}, held=trend, quick=Q,
+                        precondition=(confused(ppl_vc, cs), PRE_CONFUSED)))
     claims.append(claim("rises_from_C=3_to_C=5", "perplexity rises with C (checked where an independent "
                         "implementation saw it rise: C=3 to C=5)", "rises with C", RULE_RISE.format(V=tuple(trend_v)),
                         {f"V={v}": {"C=3": ppl_vc[v][cs.index(3)], "C=5": ppl_vc[v][cs.index(5)]} for v in trend_v},
-                        held=rises_3_to_5(ppl_vc, cs), quick=Q))
+                        held=rises_3_to_5(ppl_vc, cs), quick=Q, precondition=(confused(ppl_vc, cs), PRE_CONFUSED)))
 
     ds = sorted({c.n_embd for c in groups["n_embd"]})
     best = [min(min(perplexity_curve(r)) for r in get([c for c in groups["n_embd"] if c.n_embd == d])) for d in ds]

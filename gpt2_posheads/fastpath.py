@@ -234,10 +234,13 @@ class FastGPT2:
 
     def _mlp(self, resid: torch.Tensor, w: _Block) -> torch.Tensor:
         """``resid + act(LN2(resid) W_in + b_in) W_out + b_out`` in chunks of :data:`MLP_CHUNK_PER_THREAD`
-        rows per CPU thread (any chunking gives the same rows: each row's MLP is independent)."""
+        rows per CPU thread, in one chunk on a GPU (any chunking gives the same rows: each row's MLP is
+        independent)."""
         flat = resid.reshape(-1, self.d_model)
         out = torch.empty_like(flat)
-        chunk = MLP_CHUNK_PER_THREAD * (torch.get_num_threads() if flat.device.type == "cpu" else 16)
+        # the cache argument is a CPU one: on a GPU all rows go at once
+        chunk = (MLP_CHUNK_PER_THREAD * torch.get_num_threads() if flat.device.type == "cpu"
+                 else max(flat.shape[0], 1))
         for i in range(0, flat.shape[0], chunk):
             rows = flat[i : i + chunk]
             hidden = self.act(_affine(self._norm(rows, w.ln2), w.W_in, w.b_in))

@@ -44,6 +44,14 @@ def test_rise_from_three_to_five(similar):
     assert similar.rises_3_to_5(peaked, CS)
     flat_then_down = {10: [3.4, 3.9, 3.3, 3.0, 2.7], 20: peaked[20]}
     assert not similar.rises_3_to_5(flat_then_down, CS)
+    noise = {10: peaked[10], 20: [6.99, 8.07, 7.03, 7.59, 5.54]}  # one seed at V=20: +0.6%
+    assert not similar.rises_3_to_5(noise, CS)
+
+
+def test_c_claims_need_the_confused_regime(similar):
+    assert similar.confused({V: [0.34 * V, 0.39 * V, 0.37 * V, 0.33 * V, 0.27 * V] for V in (10, 20)}, CS)
+    assert not similar.confused({10: [1.01, 1.02, 1.05, 1.01, 1.0]}, CS)  # learned: no C trend to speak of
+    assert not similar.confused({10: [9.8, 9.9, 9.95, 9.9, 9.9]}, CS)  # at chance
 
 
 V = 10

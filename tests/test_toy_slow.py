@@ -47,14 +47,17 @@ def test_prev_token_learned_with_pos_emb_and_not_without(seed):
 
 @pytest.mark.slow
 def test_most_similar_converges_near_half_vocab_and_rises_from_c3_to_c5():
-    """001 with the posts' architecture (n_embd 2, 4,000 steps, seed 0): V=32, C=3 ends near V/2 (measured
-    10.8), and at V=20 the final perplexity at C=5 exceeds C=3 (measured 0.39 V against 0.35 V, 3 seeds)."""
+    """001 with the posts' architecture (n_embd 2, 4,000 steps): V=32, C=3 ends near V/2 (seed 0, measured
+    10.8), and at V=20 the mean final perplexity of seeds 0-2 rises from C=3 to C=5 by the rule's 5% (measured
+    0.35 V -> 0.39 V)."""
     sim = load_script("toy_similar_content")
-    cfg = lambda V, C: ToyConfig(task="most_similar", V=V, C=C, n_embd=2, steps=4000, log_every=100)  # noqa: E731
+    cfg = lambda V, C, s=0: ToyConfig(task="most_similar", V=V, C=C, n_embd=2, steps=4000, log_every=100, seed=s)  # noqa: E731
     half = train_group([cfg(32, 3)], progress=False)[0]
     assert sim.near_half(half["final_perplexity"], 32)
-    c3, c5 = (train_group([cfg(20, C)], progress=False)[0]["final_perplexity"] for C in (3, 5))
-    assert c5 > c3
+    ppl = {C: sum(r["final_perplexity"] for r in train_group([cfg(20, C, s) for s in range(sim.TREND_SEEDS)],
+                                                             progress=False)) / sim.TREND_SEEDS for C in (3, 5)}
+    table = {20: [ppl[3], 0.0, ppl[5], 0.0, 0.0]}  # only C=3 and C=5 enter these rules
+    assert sim.confused(table, sim.GRID_C) and sim.rises_3_to_5(table, sim.GRID_C)
 
 
 @pytest.mark.slow
