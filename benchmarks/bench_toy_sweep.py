@@ -3,14 +3,19 @@
     python benchmarks/bench_toy_sweep.py [--steps 300]
 
 Both train the same 40 models for the same steps; the batched sweep stacks them on the model axis.
-Also checks that both give the same final losses.
+Also checks that both give the same final losses. Then the same 40 models for 3x the steps as two
+batched groups of 20: in this process with 2 threads, and in 2 worker processes of 1 thread each
+(``train_sweep(workers=2)``, what the toy scripts do by default): small batched models use a second
+thread poorly, a second process well, once the groups run long enough to pay for starting the processes
+(about 4 s here: at 300 steps the processes were 0.86x, start-up included).
 """
 import argparse
 import time
+from dataclasses import replace
 
 import torch
 
-from gpt2_posheads.toy import ToyConfig, train_group
+from gpt2_posheads.toy import ToyConfig, train_group, train_sweep
 
 
 def main():
@@ -27,6 +32,11 @@ def main():
     loop = [train_group([c], progress=False)[0] for c in cfgs]
     tl = time.perf_counter() - t
     diff = max(abs(x["final_loss"] - y["final_loss"]) for x, y in zip(batched, loop))
+    timed, longer = {}, [replace(c, steps=3 * a.steps, log_every=3 * a.steps) for c in cfgs]
+    for workers in (1, 2):
+        t = time.perf_counter()
+        train_sweep(longer, progress=False, max_models_per_group=20, workers=workers)
+        timed[workers] = time.perf_counter() - t
     from gpt2_posheads.precision import describe_line
 
     print(describe_line())
@@ -34,6 +44,9 @@ def main():
     print(f"  one at a time: {tl:7.2f} s")
     print(f"  batched      : {tb:7.2f} s")
     print(f"speed-up: {tl / tb:.1f}x (target >= 5x); max |final loss difference| = {diff:.2e}")
+    print(f"  2 groups of 20, {3 * a.steps} steps, one process, 2 threads  : {timed[1]:7.2f} s")
+    print(f"  2 groups of 20, {3 * a.steps} steps, 2 processes of 1 thread : {timed[2]:7.2f} s  ({timed[1] / timed[2]:.2f}x; "
+          "process start-up included)")
 
 
 if __name__ == "__main__":

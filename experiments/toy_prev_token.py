@@ -113,7 +113,7 @@ def main(argv=None):
     lr_cfgs = [mk(V=v, lr=lr, steps=lr_steps, log_every=max(lr_steps // 200, 1), snapshot_every=max(lr_steps // 100, 1))
                for v in (30, 100) for lr in (0.1, 0.01)]
     flat = [with_pos, no_pos] + [c for g in sweep.values() for c in g] + lr_cfgs
-    res = dict(zip([c.id() for c in flat], train_sweep(flat, runs)))
+    res = dict(zip([c.id() for c in flat], train_sweep(flat, runs, workers=args.workers)))
     R = lambda c: res[c.id()]  # noqa: E731
     claims = []
     Q = args.quick

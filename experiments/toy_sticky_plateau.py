@@ -69,7 +69,7 @@ def main(argv=None):
     gen_settings = [(2, 4), (8, 4), (8, 32)] if args.quick else [(2, 4), (4, 4), (8, 4), (8, 16), (8, 64)]
     g_cfgs = [ToyConfig(**{**base.__dict__, "V": 16, "n_embd": d, "C": c, "seed": args.seed, "snapshot_every": 0})
               for d, c in gen_settings]
-    res = train_sweep(v_cfgs + g_cfgs, runs)
+    res = train_sweep(v_cfgs + g_cfgs, runs, workers=args.workers)
     v_res, g_res = res[: len(v_cfgs)], res[len(v_cfgs):]
 
     claims, series, Q = [], {}, args.quick

@@ -96,6 +96,16 @@ def test_unreproduced_model_falls_back_to_hooks(tiny_dir, monkeypatch):
     torch.testing.assert_close(auto, hooked)
 
 
+def test_a_wrong_fused_attention_is_caught(tiny_dir, monkeypatch):
+    # the residual-only workloads run the fused SDPA branch: the self-check compares it with the explicit one
+    model = load_model(tiny_dir, device="cpu")
+    sdpa = fastpath.F.scaled_dot_product_attention
+    monkeypatch.setattr(fastpath.F, "scaled_dot_product_attention",
+                        lambda q, k, v, is_causal=False, scale=None: sdpa(q, k, v, is_causal=False, scale=scale))
+    with pytest.raises(FastPathUnsupported, match="fused attention disagrees"):
+        fast_forward(model, engine="fast")
+
+
 def test_unsupported_config_is_named(tiny_dir, monkeypatch):
     model = load_model(tiny_dir, device="cpu")
     monkeypatch.setattr(model.cfg, "act_fn", "solu_ln")

@@ -156,3 +156,41 @@ def test_v_half_plateau_ignores_the_initial_phase():
     assert v_half_plateau(steps, [8.0] * 20, V) is None  # never falls below 0.8 V
     assert v_half_plateau(steps, start + [4.0, 4.1] + [1.0] * 13, V) is None  # too short a stay at V/2
     assert v_half_plateau(steps, start + [2.0] * 15, V) is None  # falls past V/2 without stopping there
+
+
+def test_sweep_in_worker_processes_matches_one_process(tmp_path):
+    # three shapes (three groups) trained by two spawned 1-thread workers vs in this process
+    cfgs = [ToyConfig(V=v, C=3, n_embd=2, steps=30, log_every=10, seed=s) for v in (4, 5, 6) for s in (0, 1)]
+    here = train_sweep(cfgs, progress=False)
+    there = train_sweep(cfgs, tmp_path, progress=False, workers=2)
+    assert [r["id"] for r in there] == [c.id() for c in cfgs]
+    for a, b in zip(here, there):
+        assert b["eval_loss"] == pytest.approx(a["eval_loss"], abs=1e-6)
+    assert len(list(tmp_path.glob("*.json"))) == len(cfgs)
+
+
+def test_a_dominant_group_trains_here_with_every_thread(tmp_path, capsys):
+    # one group is most of the work (10x the steps): it cannot be balanced, so it trains in this process
+    # and only the two small groups go to the worker processes
+    cfgs = [ToyConfig(V=4, C=3, n_embd=2, steps=300, log_every=100)] + \
+        [ToyConfig(V=v, C=3, n_embd=2, steps=30, log_every=10) for v in (5, 6)]
+    train_sweep(cfgs, tmp_path, workers=2)
+    out = capsys.readouterr().out
+    assert "group 1 of 3 (1 models)" in out and "2 groups in 2 processes" in out
+
+
+def test_sweep_in_workers_stops_at_an_error_and_keeps_finished_groups(tmp_path):
+    cfgs = [ToyConfig(V=v, C=3, n_embd=2, steps=20, log_every=10, seed=0) for v in (4, 5, 6, 7)]
+
+    class Stop(Exception):
+        pass
+
+    def stop(results):
+        raise Stop
+
+    with pytest.raises(Stop):
+        train_sweep(cfgs, tmp_path, progress=False, on_group_done=stop, workers=2)
+    assert 1 <= len(list(tmp_path.glob("*.json"))) < len(cfgs)
+    assert not list(tmp_path.glob("*.tmp"))
+    with pytest.raises(ValueError, match="workers"):
+        train_sweep(cfgs, workers=0)

@@ -75,17 +75,17 @@ def setting_label(setting: Mapping) -> str:
 
 def robustness_table(claims: Sequence[GridClaim], base: ToyConfig, seeds: Sequence[int],
                      runs_dir: str | Path | None = None, grid: Mapping[str, Sequence] = UNSTATED,
-                     progress: bool = True) -> pd.DataFrame:
+                     progress: bool = True, workers: int = 1) -> pd.DataFrame:
     """Held count of every claim at every setting of ``grid``, over ``seeds``.
 
     Returns one row per (setting, claim): the setting's values, ``setting`` (a label), ``claim``, ``held``
     (k), ``n`` (number of seeds) and ``fraction`` = k / n. The posts' setting is the row with
-    ``lr_factor`` 1, ``out_proj`` False (the scripts' defaults).
+    ``lr_factor`` 1, ``out_proj`` False (the scripts' defaults). ``workers``: as in :func:`train_sweep`.
     """
     points = settings(grid)
     needs = [(i, c, dict(c.configs(at_setting(base, p, s)))) for i, p in enumerate(points) for s in seeds for c in claims]
     flat = list({cfg.id(): cfg for _, _, named in needs for cfg in named.values()}.values())
-    results = dict(zip([c.id() for c in flat], train_sweep(flat, runs_dir, progress=progress)))
+    results = dict(zip([c.id() for c in flat], train_sweep(flat, runs_dir, progress=progress, workers=workers)))
     counts: dict[tuple[int, str], int] = {}
     for i, c, named in needs:
         key = (i, c.key)
