@@ -5,7 +5,7 @@ best perplexity vs n_embd; embeddings of numerically close tokens end up close. 
 proposed fix, never tested there: a distance kernel (-|q-k|^2) and a harmonic one (1/|q-k|^n),
 with n_embd 1 and 2.
 
-    python experiments/toy_similar_content.py           # 2.6 min on 2 AVX2 cores, no bf16 units (2 processes)
+    python experiments/toy_similar_content.py           # 2.2 min on 2 AVX2 cores, no bf16 units (2 processes, --no-png)
     python experiments/toy_similar_content.py --robustness  # + 720 grid runs: 27 min on one such core
     python experiments/toy_similar_content.py --quick
 """

@@ -57,17 +57,27 @@ def test_distance_kernels_on_hand_vectors():
 
 
 @pytest.mark.parametrize("C", [4, 12, 40])
-def test_forward_paths_agree(C):
-    """The leading-axis softmax (few keys), the last-axis one and the fused SDPA path (many keys, no patterns
-    recorded) compute the same logits; the patterns are causal rows that sum to 1."""
+@pytest.mark.parametrize("kernel, n_layers, extras", [
+    ("dot", 2, {}), ("dot", 1, {"out_proj": True}), ("distance", 2, {"residual": True, "mlp": True}),
+    ("harmonic", 3, {"residual": True, "mlp": True, "layernorm": True, "out_proj": True})])
+def test_forward_paths_agree(C, kernel, n_layers, extras):
+    """The training path (last layer: the last query alone; earlier layers: leading-axis softmax for few keys,
+    fused SDPA for many) computes the logits and gradients of the full path that records every pattern;
+    the patterns are causal rows that sum to 1."""
     from gpt2_posheads.toy.model import ToyShape, forward, init_params
 
-    shape = ToyShape(V=9, C=C, n_embd=6, n_layers=2, n_heads=2)
+    shape = ToyShape(V=9, C=C, n_embd=6, n_layers=n_layers, n_heads=2, kernel=kernel, **extras)
     params = init_params(shape, [torch.Generator().manual_seed(i) for i in range(3)], 0.5)
+    params = {n: p.requires_grad_(True) for n, p in params.items()}
     x = torch.randint(0, 9, (3, 5, C), generator=torch.Generator().manual_seed(1))
     logits = forward(params, x, shape)
-    ref, patterns = forward(params, x, shape, return_pattern=True)  # always the unfused path
+    ref, patterns = forward(params, x, shape, return_pattern=True)  # every position, every pattern
     torch.testing.assert_close(logits, ref, atol=1e-5, rtol=1e-5)
+    grads = torch.autograd.grad(logits.square().sum(), list(params.values()))
+    ref_grads = torch.autograd.grad(ref.square().sum(), list(params.values()))
+    for name, g, r in zip(params, grads, ref_grads):
+        torch.testing.assert_close(g, r, atol=1e-4, rtol=1e-4, msg=name)
+    assert len(patterns) == n_layers
     for a in patterns:
         torch.testing.assert_close(a.sum(-1), torch.ones(a.shape[:-1]))
         assert float(a.triu(1).abs().max()) == 0.0
