@@ -123,19 +123,23 @@ LEADING_AXIS_MAX_C = 8
 SDPA_MIN_C = 32
 
 
-def causal_softmax(s: torch.Tensor) -> torch.Tensor:
-    """Softmax over keys of ``[..., q, k]`` scores with future keys masked.
+def key_softmax(s: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last (key) axis of ``[..., k]`` scores.
 
     For a few keys (<= :data:`LEADING_AXIS_MAX_C`) the key axis is moved to the front first: a softmax
     along a very short last axis does not vectorise on CPUs, one along the leading axis does. For more
     keys the transposing copy costs more than it saves.
     """
-    C = s.shape[-1]
-    causal = torch.ones(C, C, dtype=torch.bool, device=s.device).triu(1)
-    s = s.masked_fill(causal, float("-inf"))
-    if C > LEADING_AXIS_MAX_C:
+    if s.shape[-1] > LEADING_AXIS_MAX_C:
         return s.softmax(-1)
     return s.movedim(-1, 0).contiguous().softmax(0).movedim(0, -1)
+
+
+def causal_softmax(s: torch.Tensor) -> torch.Tensor:
+    """Softmax over keys of ``[..., q, k]`` scores with future keys masked (:func:`key_softmax`)."""
+    C = s.shape[-1]
+    causal = torch.ones(C, C, dtype=torch.bool, device=s.device).triu(1)
+    return key_softmax(s.masked_fill(causal, float("-inf")))
 
 
 def last_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: str,
@@ -155,7 +159,7 @@ def last_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kern
     norms = kernel != "dot"
     s = _kernel(dot, (q * q).sum(-1, keepdim=True) if norms else None, (k * k).sum(-1) if norms else None,
                 kernel, harmonic_n, q.shape[-1])
-    a = s.movedim(-1, 0).contiguous().softmax(0).movedim(0, -1) if C <= LEADING_AXIS_MAX_C else s.softmax(-1)
+    a = key_softmax(s)
     return (a[..., None, :] @ v)[..., 0, :] if wide else (a[..., None] * v).sum(-2)
 
 
