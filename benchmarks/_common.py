@@ -22,7 +22,7 @@ def gpt2_shaped_dir(n_ctx: int = 1024, tokenizer_dir: str | None = None) -> Path
     vocabulary size does not enter what the benchmarks time except through the unembedding.
     """
     from gpt2_posheads import gpt2_tokenizer, make_random_model_dir
-    from gpt2_posheads._paths import REPO_ROOT, shared_dir
+    from gpt2_posheads.model.paths import REPO_ROOT, shared_dir
 
     out = Path(tempfile.gettempdir()) / f"gpt2_posheads_bench_gpt2shape_{n_ctx}"
     if (out / "model.safetensors").exists():

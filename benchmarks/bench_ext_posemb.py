@@ -19,7 +19,7 @@ def main():
     from transformers import GPT2Model
 
     from gpt2_posheads import load_model
-    from gpt2_posheads.posembed import extended_pos_embeddings, random_token_ids
+    from gpt2_posheads.analysis.posembed import extended_pos_embeddings, random_token_ids
 
     torch.set_num_threads(2)
     layer, seq_len, n_tok, batch = 2, 1024, 8, 4
@@ -54,7 +54,7 @@ def main():
 
     t_ours, t_naive, t_floor = best_time(ours, 2), best_time(naive, 1), best_time(floor, 2)
     diff = float((ours() - naive()).abs().max())
-    from gpt2_posheads.precision import describe_line
+    from gpt2_posheads.model.precision import describe_line
 
     print(describe_line())
     print(f"layer {layer}, {n_tok} tokens x {seq_len} positions, 12 x 768 GPT-2 shape, CPU threads 2")

@@ -31,7 +31,7 @@ from _common import GPT2_SHAPE, gpt2_shaped_dir, peak_rss_mb, run_worker  # noqa
 
 
 def prompts_text(model, n, seq_len, seed=0):
-    from gpt2_posheads.prompts import make_prompts
+    from gpt2_posheads.analysis.prompts import make_prompts
 
     toks = make_prompts(model.tokenizer, n, seq_len, source="wikitext", seed=seed, prepend_bos=False)
     return [model.tokenizer.decode(t) for t in toks]
@@ -117,7 +117,7 @@ def main():
     a = p.parse_args()
     if a.worker:
         return worker(a.worker, a.n_prompts, a.seq_len)
-    from gpt2_posheads.precision import bf16_native, describe_line
+    from gpt2_posheads.model.precision import bf16_native, describe_line
 
     started = time.perf_counter()
     print(describe_line())

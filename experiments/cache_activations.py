@@ -1,4 +1,4 @@
-"""Build the activation cache the tests and reports read (see gpt2_posheads.cache).
+"""Build the activation cache the tests and reports read (see gpt2_posheads.store.cache).
 
     python experiments/cache_activations.py --model gpt2 --out data/gpt2-cache.safetensors   # with the hub
     python experiments/cache_activations.py --model-dir data/mini-gpt2 --heads auto:4 \\
@@ -6,8 +6,8 @@
 """
 from pathlib import Path
 
-from gpt2_posheads.cache import build_cache
-from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, corpus_prompts, experiment_parser, main_entry,
+from gpt2_posheads.store.cache import build_cache
+from gpt2_posheads.cli.common import (add_heads_arg, add_prompt_args, corpus_prompts, experiment_parser, main_entry,
                                model_from_args, model_label, positive, postcheck, precheck, resolve_heads)
 
 

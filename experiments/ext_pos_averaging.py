@@ -9,15 +9,15 @@ before it, and its attention is compared with the clean run. Default heads on a 
 small: its sharpest previous-token head (the aggregator) and the sharpest previous-token head in a
 lower layer. Not testable unless both are previous-token heads and the first sits below the second.
 """
-from gpt2_posheads.claims import judge_claim, prev_head_precondition
-from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, main_entry,
+from gpt2_posheads.claims.gpt2_post import judge_claim, prev_head_precondition
+from gpt2_posheads.cli.common import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, main_entry,
                                model_label, positive, ranked_experiment, submatrix)
-from gpt2_posheads.diagonals import aggregator_and_early
-from gpt2_posheads.interventions import average_ext_pos_embed
-from gpt2_posheads.measures import compare_head_patterns
-from gpt2_posheads.plotting import heatmap_grid
-from gpt2_posheads.verdicts import Precondition
-from gpt2_posheads.validation import head_name
+from gpt2_posheads.analysis.diagonals import aggregator_and_early
+from gpt2_posheads.analysis.interventions import average_ext_pos_embed
+from gpt2_posheads.analysis.measures import compare_head_patterns
+from gpt2_posheads.report.plotting import heatmap_grid
+from gpt2_posheads.claims.verdicts import Precondition
+from gpt2_posheads.model.validation import head_name
 
 
 def main(argv=None):

@@ -12,12 +12,12 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from gpt2_posheads.claims import judge_claim
-from gpt2_posheads.cli import (Output, experiment_parser, main_entry, model_from_args, model_label, positive, postcheck,
+from gpt2_posheads.claims.gpt2_post import judge_claim
+from gpt2_posheads.cli.common import (Output, experiment_parser, main_entry, model_from_args, model_label, positive, postcheck,
                                precheck)
-from gpt2_posheads.geometry import large_entry_fraction, pca, principal_angles, project, token_dependence
-from gpt2_posheads.plotting import line_figure
-from gpt2_posheads.posembed import centred_w_pos, extended_pos_embeddings_by_layer, load_w_pos
+from gpt2_posheads.analysis.geometry import large_entry_fraction, pca, principal_angles, project, token_dependence
+from gpt2_posheads.report.plotting import line_figure
+from gpt2_posheads.analysis.posembed import centred_w_pos, extended_pos_embeddings_by_layer, load_w_pos
 
 
 def three_panel(w, ext, layer):

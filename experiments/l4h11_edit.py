@@ -13,14 +13,14 @@ Not testable on a model that does not copy the clean prompt, or for a head that 
 """
 import plotly.graph_objects as go
 
-from gpt2_posheads.claims import judge_claim, model_copies, prev_head_precondition
-from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, experiment_parser, float_list, gpt2_experiment,
+from gpt2_posheads.claims.gpt2_post import judge_claim, model_copies, prev_head_precondition
+from gpt2_posheads.cli.common import (add_heads_arg, add_prompt_args, experiment_parser, float_list, gpt2_experiment,
                                main_entry, model_label)
-from gpt2_posheads.diagonals import diagonal_attention
-from gpt2_posheads.interventions import edit_head_pattern, hooks_for, scale_head_output
-from gpt2_posheads.measures import next_token_probs, top_tokens
-from gpt2_posheads.repeat_prompt import repeat_string_prompt, single_token_target, split_words
-from gpt2_posheads.validation import UsageError, head_name
+from gpt2_posheads.analysis.diagonals import diagonal_attention
+from gpt2_posheads.analysis.interventions import edit_head_pattern, hooks_for, scale_head_output
+from gpt2_posheads.analysis.measures import next_token_probs, top_tokens
+from gpt2_posheads.analysis.repeat_prompt import repeat_string_prompt, single_token_target, split_words
+from gpt2_posheads.model.validation import UsageError, head_name
 
 
 def main(argv=None):

@@ -8,14 +8,14 @@ W_pos is untouched. Default --layers: every layer below the head's own (masking 
 would test the mask, not the mechanism). Side by side: the head's 50x50 pattern clean vs masked.
 Not testable for a head that is not a previous-token head or sits in layer 0.
 """
-from gpt2_posheads.claims import judge_claim, layer_above, prev_head_precondition
-from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, main_entry,
+from gpt2_posheads.claims.gpt2_post import judge_claim, layer_above, prev_head_precondition
+from gpt2_posheads.cli.common import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, main_entry,
                                model_label, positive, ranked_experiment, submatrix)
-from gpt2_posheads.interventions import mask_previous_attention
-from gpt2_posheads.measures import compare_head_patterns
-from gpt2_posheads.plotting import heatmap_grid
-from gpt2_posheads.verdicts import Precondition
-from gpt2_posheads.validation import head_name
+from gpt2_posheads.analysis.interventions import mask_previous_attention
+from gpt2_posheads.analysis.measures import compare_head_patterns
+from gpt2_posheads.report.plotting import heatmap_grid
+from gpt2_posheads.claims.verdicts import Precondition
+from gpt2_posheads.model.validation import head_name
 
 
 def main(argv=None):

@@ -3,7 +3,7 @@ post's causal story hold on it?
 
     python experiments/mini_gpt2_report.py --model-dir data/mini-gpt2          # ~3 min on 2 CPU cores
 
-Part 1, the targets (gpt2_posheads.organism): a sharp previous-token head on held-out text and on random
+Part 1, the targets (gpt2_posheads.claims.organism): a sharp previous-token head on held-out text and on random
 tokens, an induction head and copying, the repeat-string prompt, held-out loss against the previous
 shipped model. Part 2, the story: runs every GPT-2 claim script on the model (results/<script>/<model>/)
 and lists each claim as the post's result, the model's, and agrees / disagrees / not testable (why).
@@ -11,13 +11,13 @@ Writes report.html and summary.json under results/mini_gpt2_report/<model>/.
 """
 import html
 
-from gpt2_posheads.cli import (Output, experiment_parser, main_entry, model_from_args, model_label, model_slug, positive,
+from gpt2_posheads.cli.common import (Output, experiment_parser, main_entry, model_from_args, model_label, model_slug, positive,
                                postcheck, precheck, read_json)
-from gpt2_posheads.organism import REFERENCE_HELDOUT, heldout_stream, organism_targets
-from gpt2_posheads.plotting import heatmap
-from gpt2_posheads.prompts import wikitext_documents
-from gpt2_posheads.runner import GPT2_SCRIPTS, RESULTS, run_experiment
-from gpt2_posheads.verdicts import claims_table
+from gpt2_posheads.claims.organism import REFERENCE_HELDOUT, heldout_stream, organism_targets
+from gpt2_posheads.report.plotting import heatmap
+from gpt2_posheads.analysis.prompts import wikitext_documents
+from gpt2_posheads.cli.runner import GPT2_SCRIPTS, RESULTS, run_experiment
+from gpt2_posheads.claims.verdicts import claims_table
 
 AGREE = {"held": "agrees", "not held": "disagrees", "not testable": "not testable"}
 # The causal story of the post, in order: which script's claim answers each step.
@@ -80,7 +80,7 @@ def main(argv=None):
     out = Output.from_args(args, __file__)
     model = model_from_args(args)
     postcheck(args, model)
-    from gpt2_posheads.mini_gpt2 import split_docs
+    from gpt2_posheads.organism.train import split_docs
 
     _, val_docs = split_docs(wikitext_documents(), 0.05, 0)  # the organism's held-out split (never trained on)
     seq = min(args.seq_len, model.cfg.n_ctx)

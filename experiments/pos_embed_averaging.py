@@ -13,14 +13,14 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from gpt2_posheads.claims import judge_claim, model_copies, prev_head_precondition
-from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, experiment_parser, gpt2_experiment, int_list,
+from gpt2_posheads.claims.gpt2_post import judge_claim, model_copies, prev_head_precondition
+from gpt2_posheads.cli.common import (add_heads_arg, add_prompt_args, experiment_parser, gpt2_experiment, int_list,
                                main_entry, model_label)
-from gpt2_posheads.diagonals import diagonal_attention
-from gpt2_posheads.interventions import average_pos_embed
-from gpt2_posheads.measures import kl_divergence, next_token_probs
-from gpt2_posheads.repeat_prompt import repeat_string_prompt, single_token_target
-from gpt2_posheads.validation import UsageError, head_name
+from gpt2_posheads.analysis.diagonals import diagonal_attention
+from gpt2_posheads.analysis.interventions import average_pos_embed
+from gpt2_posheads.analysis.measures import kl_divergence, next_token_probs
+from gpt2_posheads.analysis.repeat_prompt import repeat_string_prompt, single_token_target
+from gpt2_posheads.model.validation import UsageError, head_name
 
 
 def main(argv=None):

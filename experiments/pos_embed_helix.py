@@ -3,14 +3,14 @@
     python experiments/pos_embed_helix.py --w-pos ../shared/gpt2-small/W_pos.npy   # real GPT-2, offline
     python experiments/pos_embed_helix.py --model-dir data/mini-gpt2 --layer 2
 """
-from gpt2_posheads.claims import judge_claim
-from gpt2_posheads.cli import (Output, experiment_parser, main_entry, model_from_args, model_label, positive, postcheck,
+from gpt2_posheads.claims.gpt2_post import judge_claim
+from gpt2_posheads.cli.common import (Output, experiment_parser, main_entry, model_from_args, model_label, positive, postcheck,
                                precheck)
 from pathlib import Path
 
-from gpt2_posheads.geometry import pca
-from gpt2_posheads.plotting import scatter3d_positions
-from gpt2_posheads.posembed import centred_w_pos, extended_pos_embeddings, load_w_pos
+from gpt2_posheads.analysis.geometry import pca
+from gpt2_posheads.report.plotting import scatter3d_positions
+from gpt2_posheads.analysis.posembed import centred_w_pos, extended_pos_embeddings, load_w_pos
 
 
 def helix_figure(x, title):

@@ -14,13 +14,13 @@ previous-token head and the sharpest previous-token head in a lower layer.
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from gpt2_posheads.claims import prev_head_precondition
-from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, experiment_parser, is_gpt2_small, main_entry,
+from gpt2_posheads.claims.gpt2_post import prev_head_precondition
+from gpt2_posheads.cli.common import (add_heads_arg, add_prompt_args, experiment_parser, is_gpt2_small, main_entry,
                                model_label, positive, ranked_experiment)
-from gpt2_posheads.diagonals import aggregator_and_early
-from gpt2_posheads.sources import ABLATIONS, composition_scores, drop_grid, path_ablation, sources_summary
-from gpt2_posheads.validation import head_name
-from gpt2_posheads.verdicts import Precondition, judge, predicate
+from gpt2_posheads.analysis.diagonals import aggregator_and_early
+from gpt2_posheads.analysis.sources import ABLATIONS, composition_scores, drop_grid, path_ablation, sources_summary
+from gpt2_posheads.model.validation import head_name
+from gpt2_posheads.claims.verdicts import Precondition, judge, predicate
 
 SEED_SOURCES = ["L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2"]
 

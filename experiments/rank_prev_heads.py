@@ -8,13 +8,13 @@ Writes ranking.csv, summary.json, diagonal masses (heads x offsets) and a layer 
 import numpy as np
 import plotly.graph_objects as go
 
-from gpt2_posheads.claims import judge_claim
-from gpt2_posheads.cli import (Output, experiment_parser, is_gpt2_small, main_entry, model_from_args, model_label,
+from gpt2_posheads.claims.gpt2_post import judge_claim
+from gpt2_posheads.cli.common import (Output, experiment_parser, is_gpt2_small, main_entry, model_from_args, model_label,
                                positive, postcheck, precheck)
-from gpt2_posheads.diagonals import count_prev_heads, diagonal_attention, rank_from_diagonals
-from gpt2_posheads.fastpath import ENGINES
-from gpt2_posheads.plotting import heatmap
-from gpt2_posheads.prompts import documents, make_prompts
+from gpt2_posheads.analysis.diagonals import count_prev_heads, diagonal_attention, rank_from_diagonals
+from gpt2_posheads.model.fastpath import ENGINES
+from gpt2_posheads.report.plotting import heatmap
+from gpt2_posheads.analysis.prompts import documents, make_prompts
 
 SEED_TOP = {"L4H11": 0.01, "L5H6": 0.18, "L3H3": 0.33, "L2H2": 0.33, "L6H8": 0.43, "L7H0": 0.45,
             "L2H4": 0.46, "L1H0": 0.47, "L3H7": 0.50, "L8H7": 0.51, "L3H2": 0.52}
@@ -44,7 +44,7 @@ def main(argv=None):
     postcheck(args, model)
     seq_len = min(args.seq_len, model.cfg.n_ctx)
     if args.max_offset is not None and args.max_offset >= seq_len:
-        from gpt2_posheads.validation import UsageError
+        from gpt2_posheads.model.validation import UsageError
         raise UsageError("--max-offset", f"{args.max_offset} is out of range", f"allowed 1..{seq_len - 1} (seq_len - 1)")
     docs, source = documents(args.prompts)
     prompts = make_prompts(model.tokenizer, args.n_prompts, seq_len, seed=args.seed, docs=docs)

@@ -11,14 +11,14 @@ in layers below it.
 """
 import plotly.express as px
 
-from gpt2_posheads.claims import judge_claim, layer_above, prev_head_precondition
-from gpt2_posheads.cli import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, gpt2_experiment,
+from gpt2_posheads.claims.gpt2_post import judge_claim, layer_above, prev_head_precondition
+from gpt2_posheads.cli.common import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, gpt2_experiment,
                                main_entry, model_label, positive, submatrix)
-from gpt2_posheads.diagonals import diagonal_attention, rank_from_diagonals
-from gpt2_posheads.plotting import heatmap_grid
-from gpt2_posheads.scores import attention_scores, classify_prev_heads, score_profile
-from gpt2_posheads.verdicts import Precondition
-from gpt2_posheads.validation import head_name
+from gpt2_posheads.analysis.diagonals import diagonal_attention, rank_from_diagonals
+from gpt2_posheads.report.plotting import heatmap_grid
+from gpt2_posheads.analysis.scores import attention_scores, classify_prev_heads, score_profile
+from gpt2_posheads.claims.verdicts import Precondition
+from gpt2_posheads.model.validation import head_name
 
 SEED_SELF_SUPPRESSING = ["L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2"]
 

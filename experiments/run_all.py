@@ -10,9 +10,9 @@ claims are all 'not testable'). A failing script is reported and the others stil
 import sys
 import time
 
-from gpt2_posheads.cli import Parser, _Formatter, check_device, check_model_dir, main_entry
-from gpt2_posheads.runner import GPT2_SCRIPTS, TOY_SCRIPTS, run_experiment, write_index
-from gpt2_posheads.validation import UsageError
+from gpt2_posheads.cli.common import Parser, _Formatter, check_device, check_model_dir, main_entry
+from gpt2_posheads.cli.runner import GPT2_SCRIPTS, TOY_SCRIPTS, run_experiment, write_index
+from gpt2_posheads.model.validation import UsageError
 
 
 def main(argv=None):

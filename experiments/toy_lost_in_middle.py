@@ -17,7 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from gpt2_posheads.toy import ToyConfig, train_sweep
-from gpt2_posheads.cli import main_entry, positive
+from gpt2_posheads.cli.common import main_entry, positive
 from gpt2_posheads.toy.cli import claim, robustness_section, toy_parser, toy_setup
 from gpt2_posheads.toy.robustness import GridClaim
 

@@ -17,10 +17,10 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from gpt2_posheads.plotting import line_figure
+from gpt2_posheads.report.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, relative_perplexity, separation_direction, train_sweep, wq_wk
 from gpt2_posheads.toy.analysis import loss_spikes, order_swaps, perplexity_curve
-from gpt2_posheads.cli import main_entry
+from gpt2_posheads.cli.common import main_entry
 from gpt2_posheads.toy.analysis import learned, fails
 from gpt2_posheads.toy.cli import claim, robustness_section, toy_parser, toy_setup
 from gpt2_posheads.toy.metrics import bilinear

@@ -14,11 +14,11 @@ from dataclasses import replace
 import plotly.graph_objects as go
 import torch
 
-from gpt2_posheads.geometry import pca
-from gpt2_posheads.plotting import line_figure
+from gpt2_posheads.analysis.geometry import pca
+from gpt2_posheads.report.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, train_sweep
 from gpt2_posheads.toy.analysis import distance_rank_correlation, perplexity_curve, spearman
-from gpt2_posheads.cli import main_entry
+from gpt2_posheads.cli.common import main_entry
 from gpt2_posheads.toy.cli import claim, robustness_section, toy_parser, toy_setup
 from gpt2_posheads.toy.robustness import GridClaim
 

@@ -12,10 +12,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from gpt2_posheads.plotting import line_figure
+from gpt2_posheads.report.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, train_sweep
 from gpt2_posheads.toy.analysis import pairing, perplexity_curve, plateau
-from gpt2_posheads.cli import int_list, main_entry
+from gpt2_posheads.cli.common import int_list, main_entry
 from gpt2_posheads.toy.analysis import v_half_plateau
 from gpt2_posheads.toy.cli import claim, robustness_section, toy_parser, toy_setup
 from gpt2_posheads.toy.robustness import GridClaim

@@ -29,13 +29,13 @@ from pathlib import Path
 
 import torch
 
-from gpt2_posheads._paths import REPO_ROOT, shared_dir
-from gpt2_posheads.cli import Output, experiment_parser, main_entry, positive
-from gpt2_posheads.mini_gpt2 import REPEAT_KINDS, MiniConfig, split_docs, train_mini_gpt2
-from gpt2_posheads.plotting import line_figure
-from gpt2_posheads.precision import resolve_bf16
-from gpt2_posheads.prompts import documents, file_documents, wikitext_documents
-from gpt2_posheads.validation import UsageError
+from gpt2_posheads.model.paths import REPO_ROOT, shared_dir
+from gpt2_posheads.cli.common import Output, experiment_parser, main_entry, positive
+from gpt2_posheads.organism.train import POS_INITS, REPEAT_KINDS, MiniConfig, split_docs, train_mini_gpt2
+from gpt2_posheads.report.plotting import line_figure
+from gpt2_posheads.model.precision import resolve_bf16
+from gpt2_posheads.analysis.prompts import documents, file_documents, wikitext_documents
+from gpt2_posheads.model.validation import UsageError
 
 SHIPPED = REPO_ROOT / "data" / "mini-gpt2"
 TEXT_SOURCES = ("wikitext", "nltk", "openwebtext")
@@ -76,17 +76,25 @@ def main(argv=None):
             "synthetic_ctx": "synthetic window length at step 0 (0: n_ctx)",
             "skip_only_steps": "first steps on the skip-bigram language alone",
             "ctx_double_every": "the synthetic window length doubles every this many steps (0: never)",
-            "probe_every": "steps between measurements of the mechanism"}
+            "probe_every": "steps between measurements of the mechanism",
+            "pos_avg_max": "largest W_pos group size of the averaging augmentation"}
     for name, h in ints.items():
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name), help=h)
     floats = {"lr": "peak learning rate (cosine decay to a tenth)", "skip_fraction": "share of skip-bigram windows "
               "in the synthetic phase", "synthetic_fraction": "share of synthetic windows after it",
               "repeat_fraction": "share of text windows with a span of their own text repeated",
               "checkpoint_minutes": "wall-clock minutes between checkpoints",
-              "skip_noise": "chance that a skip-bigram token is uniform instead of pi(t-1)"}
+              "skip_noise": "chance that a skip-bigram token is uniform instead of pi(t-1)",
+              "pos_rms": "RMS of a sinusoidal or gpt2 W_pos (0: the initializer range, 0.02)",
+              "pos_lr": "W_pos learning rate as a multiple of --lr (0: frozen)",
+              "pos_smooth": "weight of the W_pos roughness penalty mean|W[p+1]-W[p]|^2 / mean|W[p]-mean W|^2",
+              "pos_avg_prob": "chance that a step trains on W_pos averaged in groups of 2..--pos-avg-max at a "
+                              "random offset (augmentation: it trains the averaging claim in)"}
     for name, h in floats.items():
         p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(d, name), help=h)
-    p.add_argument("--pos-init", default=d.pos_init, choices=("random", "sinusoidal"), help="W_pos initialisation")
+    p.add_argument("--pos-init", default=d.pos_init, choices=POS_INITS, help="W_pos initialisation: random, "
+                   "sinusoidal, gpt2 (GPT-2's own rows projected onto their top d_model principal components) or none "
+                   "(no positional embeddings at all)")
     p.add_argument("--skip-rule", default=d.skip_rule, choices=("permutation", "copy"), help="the skip-bigram "
                    "language's pi: a random permutation, or the identity (t+1 = t-1, copy the previous token)")
     p.add_argument("--repeat-kind", default=d.repeat_kind, choices=tuple(REPEAT_KINDS), help="synthetic repeats: "
@@ -108,7 +116,11 @@ def main(argv=None):
     positive("--threads", args.threads, 1)
     if not args.lr > 0:
         raise UsageError("--lr", f"{args.lr} is out of range", "allowed > 0")
-    for name in ("skip_fraction", "synthetic_fraction", "repeat_fraction", "skip_noise"):
+    for name in ("pos_rms", "pos_lr", "pos_smooth"):
+        if not getattr(args, name) >= 0:
+            raise UsageError("--" + name.replace("_", "-"), f"{getattr(args, name)} is out of range", "allowed >= 0")
+    positive("--pos-avg-max", args.pos_avg_max, 2)
+    for name in ("skip_fraction", "synthetic_fraction", "repeat_fraction", "skip_noise", "pos_avg_prob"):
         positive("--" + name.replace("_", "-"), getattr(args, name), 0, 1)
     out_dir = Path(args.out)
     if out_dir.resolve() == SHIPPED.resolve() and (SHIPPED / "model.safetensors").exists() and not args.overwrite:

@@ -1,12 +1,12 @@
 """gpt2_posheads: positional information and previous-token heads, in GPT-2 and in toy models."""
-from .diagonals import count_prev_heads, diagonal_attention, rank_from_diagonals, rank_prev_heads
-from .induction import induction_scores
-from .interventions import (average_ext_pos_embed, average_pos_embed, edit_head_pattern, hooks_for,
+from .analysis.diagonals import count_prev_heads, diagonal_attention, rank_from_diagonals, rank_prev_heads
+from .analysis.induction import induction_scores
+from .analysis.interventions import (average_ext_pos_embed, average_pos_embed, edit_head_pattern, hooks_for,
                             mask_previous_attention, scale_head_output)
-from .loading import ModelLoadError, gpt2_tokenizer, hub_reachable, load_model, make_random_model_dir
-from .posembed import extended_pos_embeddings, extended_pos_embeddings_by_layer, load_w_pos
-from .prompts import make_prompts
-from .validation import UsageError
+from .model.loading import ModelLoadError, gpt2_tokenizer, hub_reachable, load_model, make_random_model_dir
+from .analysis.posembed import extended_pos_embeddings, extended_pos_embeddings_by_layer, load_w_pos
+from .analysis.prompts import make_prompts
+from .model.validation import UsageError
 
 __all__ = [
     "ModelLoadError", "UsageError", "average_ext_pos_embed", "average_pos_embed", "count_prev_heads",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import sys
 
-from .runner import list_experiments, run_experiment
+from .cli.runner import list_experiments, run_experiment
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpt2_posheads._paths import REPO_ROOT, SHARED_ENV, shared_dir
+from gpt2_posheads.model.paths import REPO_ROOT, SHARED_ENV, shared_dir
 
 MINI_DIR = REPO_ROOT / "data" / "mini-gpt2"
 

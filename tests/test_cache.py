@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from gpt2_posheads import load_model, rank_prev_heads
-from gpt2_posheads._paths import REPO_ROOT
-from gpt2_posheads.cache import PosheadsCache
-from gpt2_posheads.diagonals import diagonal_attention
-from gpt2_posheads.geometry import principal_angles
-from gpt2_posheads.measures import next_token_probs
-from gpt2_posheads.posembed import extended_pos_embeddings
-from gpt2_posheads.scores import attention_scores
+from gpt2_posheads.model.paths import REPO_ROOT
+from gpt2_posheads.store.cache import PosheadsCache
+from gpt2_posheads.analysis.diagonals import diagonal_attention
+from gpt2_posheads.analysis.geometry import principal_angles
+from gpt2_posheads.analysis.measures import next_token_probs
+from gpt2_posheads.analysis.posembed import extended_pos_embeddings
+from gpt2_posheads.analysis.scores import attention_scores
 
 MINI = REPO_ROOT / "data" / "mini-gpt2"
 MINI_CACHE = REPO_ROOT / "data" / "mini-gpt2-cache.safetensors"
@@ -56,7 +56,7 @@ def test_ext_pos_recomputed_match_cache(mini):
 def test_patterns_scores_and_repeat_probs_match_cache(mini):
     model, cache = mini
     head = cache.meta["heads"][0]
-    from gpt2_posheads.validation import parse_head
+    from gpt2_posheads.model.validation import parse_head
 
     l, h = parse_head(head)
     s = attention_scores(model, cache.tensors["prompts"][0], l, h)
@@ -102,9 +102,9 @@ def test_mechanism_entries_match_recomputation(mini):
     """The cache's induction scores and the aggregator's previous-token masses are what the model gives."""
     import math
 
-    from gpt2_posheads.interventions import average_pos_embed
-    from gpt2_posheads.induction import induction_scores
-    from gpt2_posheads.validation import parse_head
+    from gpt2_posheads.analysis.interventions import average_pos_embed
+    from gpt2_posheads.analysis.induction import induction_scores
+    from gpt2_posheads.model.validation import parse_head
 
     model, cache = mini
     ind = induction_scores(model, n_seqs=8, seg_len=min(50, (model.cfg.n_ctx - 1) // 2), seed=cache.meta["seed"])
@@ -142,8 +142,8 @@ def test_shipped_organism_has_the_mechanism(mini):
 def test_sources_ranking_matches_cache(mini):
     """The direct-path-ablation ranking of the upstream heads of the shipped model's sharpest previous-token
     head above layer 0, recomputed, is the cached one; removing nothing changes nothing."""
-    from gpt2_posheads.sources import path_ablation
-    from gpt2_posheads.validation import parse_head
+    from gpt2_posheads.analysis.sources import path_ablation
+    from gpt2_posheads.model.validation import parse_head
 
     model, cache = mini
     target = cache.meta["sources_target"]

@@ -20,8 +20,8 @@ def prompts():
 def test_analyses_match_cpu(device, tiny_dir, cpu_model):
     from gpt2_posheads import (average_pos_embed, diagonal_attention, extended_pos_embeddings, induction_scores,
                                load_model, mask_previous_attention)
-    from gpt2_posheads.measures import next_token_probs
-    from gpt2_posheads.sources import path_ablation
+    from gpt2_posheads.analysis.measures import next_token_probs
+    from gpt2_posheads.analysis.sources import path_ablation
 
     model = load_model(tiny_dir, device=device)
     p = prompts()

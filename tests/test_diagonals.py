@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from gpt2_posheads import diagonal_attention, rank_prev_heads
-from gpt2_posheads.diagonals import diagonal_counts, diagonal_sums
+from gpt2_posheads.analysis.diagonals import diagonal_counts, diagonal_sums
 
 from conftest import HANDSET
 

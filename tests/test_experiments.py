@@ -73,7 +73,7 @@ def test_default_heads_are_the_models_own(script_model, tmp_path, shared):
 
 
 def test_run_all_quick_writes_the_index(script_model, tmp_path, monkeypatch):
-    from gpt2_posheads import runner
+    from gpt2_posheads.cli import runner
 
     calls = []
 

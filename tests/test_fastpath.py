@@ -5,11 +5,11 @@ import torch.nn.functional as F
 
 from conftest import MINI_DIR
 from gpt2_posheads import load_model
-from gpt2_posheads import fastpath
-from gpt2_posheads.diagonals import diagonal_attention
-from gpt2_posheads.fastpath import FastPathUnsupported, fast_forward
-from gpt2_posheads.interventions import mask_previous_attention
-from gpt2_posheads.posembed import extended_pos_embeddings_by_layer
+from gpt2_posheads.model import fastpath
+from gpt2_posheads.analysis.diagonals import diagonal_attention
+from gpt2_posheads.model.fastpath import FastPathUnsupported, fast_forward
+from gpt2_posheads.analysis.interventions import mask_previous_attention
+from gpt2_posheads.analysis.posembed import extended_pos_embeddings_by_layer
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def _prompts(n, pos, vocab, seed):
 
 
 def test_fast_diagonals_equal_hooked(trained_model, monkeypatch):
-    from gpt2_posheads import precision
+    from gpt2_posheads.model import precision
 
     monkeypatch.setenv(precision.FORCE_ENV, "1")  # the bfloat16 path itself, even on a CPU that emulates it
     toks = _prompts(3, 48, trained_model.cfg.d_vocab, seed=0)
@@ -134,8 +134,8 @@ def test_release_forgets_the_model(tiny_dir):
 
 
 def test_bf16_falls_back_to_float32_without_native_support(tiny_dir, monkeypatch):
-    from gpt2_posheads import precision
-    from gpt2_posheads.diagonals import diagonal_attention
+    from gpt2_posheads.model import precision
+    from gpt2_posheads.analysis.diagonals import diagonal_attention
 
     model = load_model(tiny_dir, device="cpu")
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
@@ -152,7 +152,7 @@ def test_bf16_falls_back_to_float32_without_native_support(tiny_dir, monkeypatch
 
 
 def test_inplace_activations_match_torch():
-    from gpt2_posheads.fastpath import _ACTIVATIONS
+    from gpt2_posheads.model.fastpath import _ACTIVATIONS
 
     x = torch.randn(300, 64, generator=torch.Generator().manual_seed(0)) * 3
     want = {"gelu_new": F.gelu(x, approximate="tanh"), "gelu": F.gelu(x), "relu": F.relu(x), "silu": F.silu(x)}

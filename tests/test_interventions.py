@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from gpt2_posheads.interventions import (average_ext_pos_embed, average_pos_embed, edit_head_pattern,
+from gpt2_posheads.analysis.interventions import (average_ext_pos_embed, average_pos_embed, edit_head_pattern,
                                          group_average_rows, hooks_for, mask_previous_attention, scale_head_output)
-from gpt2_posheads.measures import head_patterns, kl_divergence, next_token_probs, pattern_distance
+from gpt2_posheads.analysis.measures import head_patterns, kl_divergence, next_token_probs, pattern_distance
 
 
 def _toks(model, n=2, pos=24, seed=0):

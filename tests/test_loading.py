@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from gpt2_posheads import ModelLoadError, load_model, make_random_model_dir
-from gpt2_posheads.loading import resolve_model_source
+from gpt2_posheads.model.loading import resolve_model_source
 
 
 def test_missing_local_directory_is_clear(tmp_path):

@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from gpt2_posheads.mini_gpt2 import (MiniConfig, position_ids, repeated_segments, repeated_span, skip_bigram_windows,
+from gpt2_posheads.organism.train import (MiniConfig, position_ids, repeated_segments, repeated_span, skip_bigram_windows,
                                      skip_table, train_mini_gpt2, training_batch)
 
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from gpt2_posheads import load_model, make_random_model_dir
-from gpt2_posheads.geometry import large_entry_fraction, pca, principal_angles, token_dependence
-from gpt2_posheads.posembed import centred_w_pos, extended_pos_embeddings, extended_pos_embeddings_by_layer, load_w_pos
+from gpt2_posheads.analysis.geometry import large_entry_fraction, pca, principal_angles, token_dependence
+from gpt2_posheads.analysis.posembed import centred_w_pos, extended_pos_embeddings, extended_pos_embeddings_by_layer, load_w_pos
 
 from conftest import conv1d_zero_outputs
 

@@ -1,7 +1,7 @@
 import torch
 
-from gpt2_posheads.repeat_prompt import repeat_string_prompt, split_words
-from gpt2_posheads.scores import attention_scores, classify_prev_heads, score_profile
+from gpt2_posheads.analysis.repeat_prompt import repeat_string_prompt, split_words
+from gpt2_posheads.analysis.scores import attention_scores, classify_prev_heads, score_profile
 
 from conftest import HANDSET
 

@@ -59,7 +59,7 @@ def test_target_is_a_previous_token_head(route_model):
 
 
 def test_path_ablation_finds_the_only_route(route_model):
-    from gpt2_posheads.sources import path_ablation
+    from gpt2_posheads.analysis.sources import path_ablation
 
     df = path_ablation(route_model, prompts(), 1, 0).set_index(["source", "side"])
     assert df.attrs["pattern_check_max_abs_err"] < 1e-4
@@ -75,14 +75,14 @@ def test_path_ablation_finds_the_only_route(route_model):
 
 @pytest.mark.parametrize("how", ["zero", "resample"])
 def test_other_ablations_agree_on_the_route(route_model, how):
-    from gpt2_posheads.sources import path_ablation, top_sources
+    from gpt2_posheads.analysis.sources import path_ablation, top_sources
 
     df = path_ablation(route_model, prompts(), 1, 0, ablation=how)
     assert top_sources(df, 1) == ["L0H0"]
 
 
 def test_composition_of_orthogonal_circuits_is_zero():
-    from gpt2_posheads.sources import composition_score
+    from gpt2_posheads.analysis.sources import composition_score
 
     a = torch.zeros(8, 8)
     a[:4, :4] = torch.randn(4, 4)
@@ -93,7 +93,7 @@ def test_composition_of_orthogonal_circuits_is_zero():
 
 
 def test_composition_scores_name_the_query_route(route_model):
-    from gpt2_posheads.sources import composition_scores
+    from gpt2_posheads.analysis.sources import composition_scores
 
     c = composition_scores(route_model, 1, 0).set_index("source")
     # rank-16 circuits aligned exactly score 1/sqrt(16) = 0.25: about 2.8x the random baseline at most
@@ -103,7 +103,7 @@ def test_composition_scores_name_the_query_route(route_model):
 
 
 def test_baseline_matches_random_circuits():
-    from gpt2_posheads.sources import composition_baseline
+    from gpt2_posheads.analysis.sources import composition_baseline
 
     b = composition_baseline(64, 16)
     assert 0.05 < b < 0.4
@@ -111,8 +111,8 @@ def test_baseline_matches_random_circuits():
 
 
 def test_bad_arguments(route_model):
-    from gpt2_posheads.sources import path_ablation
-    from gpt2_posheads.validation import UsageError
+    from gpt2_posheads.analysis.sources import path_ablation
+    from gpt2_posheads.model.validation import UsageError
 
     with pytest.raises(UsageError, match="layer 0"):
         path_ablation(route_model, prompts(), 0, 0)

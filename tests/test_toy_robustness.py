@@ -65,7 +65,7 @@ def test_table_counts_held_seeds_per_setting(tmp_path):
 
 
 def test_index_page_shows_robustness_totals(tmp_path):
-    from gpt2_posheads import runner
+    from gpt2_posheads.cli import runner
 
     out = tmp_path / "toy_prev_token" / "toy"
     out.mkdir(parents=True)

@@ -2,7 +2,7 @@
 (where the check needs no model) before any model is loaded."""
 import pytest
 
-import gpt2_posheads.cli as cli
+import gpt2_posheads.cli.common as cli
 from conftest import EXPERIMENTS, MINI_DIR, load_script
 
 
@@ -104,7 +104,7 @@ def test_help_keeps_examples_and_shows_defaults_once(capsys):
 def test_every_option_has_help():
     import argparse
 
-    from gpt2_posheads.runner import list_experiments
+    from gpt2_posheads.cli.runner import list_experiments
 
     for name in list_experiments():
         mod = load_script(name)

@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from gpt2_posheads.claims import CLAIMS, is_prev_token_head, judge_claim, model_copies
-from gpt2_posheads.verdicts import (Precondition, at_least, at_most, claims_table, judge, monotone, ratio_at_least,
+from gpt2_posheads.claims.gpt2_post import CLAIMS, is_prev_token_head, judge_claim, model_copies
+from gpt2_posheads.claims.verdicts import (Precondition, at_least, at_most, claims_table, judge, monotone, ratio_at_least,
                                     verdict_counts, within)
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from ..cli import Output, experiment_parser, positive
-from ..validation import UsageError
-from ..verdicts import HELD, NOT_HELD, NOT_TESTABLE
+from ..cli.common import Output, experiment_parser, positive
+from ..model.validation import UsageError
+from ..claims.verdicts import HELD, NOT_HELD, NOT_TESTABLE
 
 
 MAX_DEFAULT_WORKERS = 8

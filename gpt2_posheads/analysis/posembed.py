@@ -15,10 +15,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .fastpath import fast_forward
-from .forward import resid_hook_name, run_until
-from .tokens import model_device
-from .validation import UsageError, check_int_range, check_layer, check_learned_pos_embed
+from ..model.fastpath import fast_forward
+from ..model.forward import resid_hook_name, run_until
+from ..model.tokens import model_device
+from ..model.validation import UsageError, check_int_range, check_layer, check_learned_pos_embed
 
 
 def load_w_pos(source) -> torch.Tensor:
@@ -72,12 +72,12 @@ def extended_pos_embeddings(
     ``return_per_token`` also the stack ``[n_tokens, seq_len, d_model]``.
 
     Only blocks ``< layer`` run, in batches, without an activation cache: through the hook-free fused
-    attention of :mod:`gpt2_posheads.fastpath` when ``engine`` allows it (``"auto"``, the default),
+    attention of :mod:`gpt2_posheads.model.fastpath` when ``engine`` allows it (``"auto"``, the default),
     else through TransformerLens hooks (``engine="hooks"``); the two agree to ~1e-6.
     At ``layer=0`` this equals ``W_pos[:seq_len] - W_pos[:seq_len].mean(0)``. ``model`` may be a
-    :class:`~gpt2_posheads.cache.PosheadsCache` holding the layer (then the stored matrix is returned).
+    :class:`~gpt2_posheads.store.cache.PosheadsCache` holding the layer (then the stored matrix is returned).
     """
-    from .cache import PosheadsCache  # here: cache.py imports this module
+    from ..store.cache import PosheadsCache  # here: cache.py imports this module
 
     if isinstance(model, PosheadsCache):
         if return_per_token:

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from ._paths import shared_file
+from .paths import shared_file
 
 
 class ModelLoadError(RuntimeError):

@@ -14,11 +14,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .diagonals import diagonal_attention, rank_from_diagonals
-from .induction import induction_scores
-from .measures import next_token_probs
-from .repeat_prompt import repeat_string_prompt, single_token_target
-from .tokens import model_device
+from ..analysis.diagonals import diagonal_attention, rank_from_diagonals
+from ..analysis.induction import induction_scores
+from ..analysis.measures import next_token_probs
+from ..analysis.repeat_prompt import repeat_string_prompt, single_token_target
+from ..model.tokens import model_device
 from .verdicts import Claim, at_least, at_most, judge, predicate
 
 # The model shipped before the organism (4 layers, WikiText-2 only, 1,600 steps), evaluated by
@@ -65,7 +65,7 @@ def heldout_loss(model, tokens: torch.Tensor, n_ctx: int | None = None, max_wind
 
 def heldout_stream(model, docs) -> torch.Tensor:
     """Held-out documents as one stream, each after ``<|endoftext|>``, exactly as :mod:`mini_gpt2` evaluates."""
-    from .mini_gpt2 import encode_stream
+    from ..organism.train import encode_stream
 
     return encode_stream(model.tokenizer, docs)
 

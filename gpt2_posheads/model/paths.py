@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_ENV = "GPT2_POSHEADS_SHARED"
 
 

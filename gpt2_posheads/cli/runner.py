@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._paths import REPO_ROOT
+from ..model.paths import REPO_ROOT
 
 EXPERIMENTS = REPO_ROOT / "experiments"
 RESULTS = REPO_ROOT / "results"

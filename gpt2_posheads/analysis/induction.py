@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .tokens import model_device
-from .validation import UsageError
+from ..model.tokens import model_device
+from ..model.validation import UsageError
 
 
 def repeated_random_tokens(model, n_seqs: int = 8, seg_len: int = 50, seed: int = 0,

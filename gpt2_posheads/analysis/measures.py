@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
-from .forward import capture
-from .tokens import as_token_batches, model_device, single_prompt, to_token_list
+from ..model.forward import capture
+from ..model.tokens import as_token_batches, model_device, single_prompt, to_token_list
 
 
 def next_token_probs(model, tokens: torch.Tensor, fwd_hooks=()) -> torch.Tensor:

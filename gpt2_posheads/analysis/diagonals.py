@@ -8,7 +8,7 @@ exists (``q >= d``) and over all prompts — the quantity the GPT-2 post ranks h
 Prompts are streamed in batches and each pattern is reduced to per-diagonal sums on the spot, so
 memory does not grow with the number of prompts and no activation cache is ever held. The forward
 pass stops right after the last layer's pattern: the rest of that block and the unembedding are never
-computed. Patterns come from the verified hook-free pass of :mod:`gpt2_posheads.fastpath` when it
+computed. Patterns come from the verified hook-free pass of :mod:`gpt2_posheads.model.fastpath` when it
 applies, else from hooks on ``blocks.{l}.attn.hook_pattern`` (always so with ``fwd_hooks``).
 """
 from __future__ import annotations
@@ -19,11 +19,11 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .fastpath import Workspace, fast_forward
-from .precision import resolve_bf16
-from .forward import run_until
-from .tokens import as_token_batches, model_device, to_token_list
-from .validation import check_int_range, head_name
+from ..model.fastpath import Workspace, fast_forward
+from ..model.precision import resolve_bf16
+from ..model.forward import run_until
+from ..model.tokens import as_token_batches, model_device, to_token_list
+from ..model.validation import check_int_range, head_name
 
 
 @lru_cache(maxsize=8)
@@ -82,9 +82,9 @@ def diagonal_attention(
         fwd_hooks: extra TransformerLens hooks (interventions) applied during the pass.
         bf16: matmuls in bfloat16 (LayerNorm, softmax and the residual stay float32): ~3x faster on
             CPUs with AMX/AVX512-BF16; diagonal masses within ~1e-3 of float32. Where the CPU has no
-            native bfloat16 it runs float32 and says so (:func:`gpt2_posheads.precision.resolve_bf16`).
+            native bfloat16 it runs float32 and says so (:func:`gpt2_posheads.model.precision.resolve_bf16`).
         engine: ``"auto"`` (hook-free fast path when it applies), ``"fast"`` or ``"hooks"``; see
-            :func:`gpt2_posheads.fastpath.fast_forward`. Both give the same numbers to ~1e-6.
+            :func:`gpt2_posheads.model.fastpath.fast_forward`. Both give the same numbers to ~1e-6.
     """
     bf16 = resolve_bf16(bf16, model_device(model))  # float32 (and one line why) where bfloat16 is emulated
     seqs = to_token_list(model, prompts)
@@ -159,10 +159,10 @@ def rank_prev_heads(model, prompts, max_offset: int | None = None, exclude_bos: 
     """Rank all heads by how previous-token-like they are (see :func:`rank_from_diagonals`).
 
     ``int(df.is_prev_token.sum())`` is the number of heads whose greatest diagonal is the previous
-    one (69 of 144 for GPT-2 small in the post). ``model`` may be a :class:`~gpt2_posheads.cache.PosheadsCache`
+    one (69 of 144 for GPT-2 small in the post). ``model`` may be a :class:`~gpt2_posheads.store.cache.PosheadsCache`
     (then ``prompts`` is ignored and the stored diagonals are ranked).
     """
-    from .cache import PosheadsCache  # here: cache.py imports this module
+    from ..store.cache import PosheadsCache  # here: cache.py imports this module
 
     if isinstance(model, PosheadsCache):
         return model.ranking()

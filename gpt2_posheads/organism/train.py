@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 EOT = "<|endoftext|>"
+POS_INITS = ("random", "sinusoidal", "gpt2", "none")
 
 
 @dataclass
@@ -74,7 +75,13 @@ class MiniConfig:
     skip_rule: str = "copy"           # pi: "permutation" (random) or "copy" (identity: t+1 = t-1, any vocabulary size)
     repeat_kind: str = "pairs"        # synthetic repeats: "pairs" (s s s' s' ... tiled) or "span" (random tokens, one span copied once)
     position_offsets: bool = True     # short synthetic windows start at a random absolute position (every W_pos row trains)
-    pos_init: str = "random"          # "random" (GPT-2's N(0, 0.02)) or "sinusoidal" (same RMS)
+    pos_init: str = "random"          # "random" (GPT-2's N(0, 0.02)), "sinusoidal", "gpt2" (GPT-2's own W_pos rows
+                                      # projected onto their top d_model principal components) or "none" (no W_pos)
+    pos_rms: float = 0.0              # RMS of a "sinusoidal" / "gpt2" W_pos (0: the initializer range, 0.02)
+    pos_lr: float = 1.0               # W_pos learning rate as a multiple of lr (0: frozen)
+    pos_smooth: float = 0.0           # weight of the roughness penalty on W_pos (see :func:`pos_roughness`)
+    pos_avg_prob: float = 0.0         # chance that a step sees W_pos averaged in groups (training augmentation)
+    pos_avg_max: int = 20             # ... of a random size 2..pos_avg_max, at a random offset
     # bookkeeping
     checkpoint_minutes: float = 5.0
     probe_every: int = 100
@@ -261,19 +268,23 @@ def evaluate(model, stream: torch.Tensor, n_ctx: int, max_windows: int = 64) -> 
     return float(torch.stack(losses).sum() / tgt.numel())
 
 
-def _prev_ratio(patterns: Sequence[torch.Tensor]) -> tuple[float, str]:
-    """Sharpest previous-token head from HF attention patterns ``[batch, head, q, k]`` per layer:
-    (ratio second-greatest / previous diagonal, head name); BOS key left out, offsets 0..16."""
-    from .diagonals import diagonal_counts, diagonal_sums
+def _diagonal_masses(patterns: Sequence[torch.Tensor], n_offsets: int = 17) -> torch.Tensor:
+    """``[layer, head, n_offsets]`` mean attention per diagonal from HF patterns ``[batch, head, q, k]`` per
+    layer, BOS key left out."""
+    from ..analysis.diagonals import diagonal_counts, diagonal_sums
 
-    best = (float("inf"), "none")
-    for layer, pat in enumerate(patterns):
-        n_pos = pat.shape[-1]
-        mass = diagonal_sums(pat, 17, True) / (pat.shape[0] * diagonal_counts(n_pos, 17, True))
-        for h in range(mass.shape[0]):
-            top = mass[h].topk(2)
+    return torch.stack([diagonal_sums(p, n_offsets, True) / (p.shape[0] * diagonal_counts(p.shape[-1], n_offsets, True))
+                        for p in patterns])
+
+
+def _sharpest(mass: torch.Tensor, min_layer: int = 0) -> tuple[float, int, int]:
+    """``(ratio, layer, head)`` of the sharpest previous-token head in layers ``>= min_layer`` (``inf`` if none)."""
+    best = (float("inf"), -1, -1)
+    for layer in range(min_layer, mass.shape[0]):
+        for h in range(mass.shape[1]):
+            top = mass[layer, h].topk(2)
             if int(top.indices[0]) == 1:
-                best = min(best, (float(top.values[1] / top.values[0]), f"L{layer}H{h}"))
+                best = min(best, (float(top.values[1] / top.values[0]), layer, h))
     return best
 
 
@@ -283,11 +294,16 @@ def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int 
     """The mechanism's vital signs on held-out text and on random tokens repeated twice.
 
     * ``prev_ratio_text`` / ``prev_ratio_random``: the sharpest previous-token head's ratio
-      (second-greatest diagonal / previous diagonal) on ``n`` held-out text windows and ``n`` windows of
-      random tokens; ``inf`` when no head has the previous diagonal greatest.
+      (second-greatest / previous diagonal, offsets 0..16) on ``n`` held-out text windows and ``n`` windows of
+      random tokens; ``inf`` when no head has the previous diagonal greatest. ``prev_ratio_above0`` /
+      ``prev_head_above0``: the same for the sharpest head above layer 0 on text.
+    * ``prev_keep_avg10`` / ``prev_keep_avg10_above0``: the share of those heads' previous-token mass that
+      survives averaging ``W_pos`` in groups of 10 (the post's L4H11 keeps nearly all of it; a head that reads
+      the previous position off ``W_pos`` loses most of it: the toy route, seen early).
     * ``induction``: the best head's mean attention from each token of the second copy of a random
       ``seg``-token sequence (``BOS r r``) to the token after its first occurrence.
-    * ``loss_first`` / ``loss_second``: next-token loss on the first and second copy.
+    * ``loss_first`` / ``loss_second``: next-token loss on the first copy (its first token left out: BOS
+      does not predict it) and on the second copy (its first token left out too: nothing predicts it).
     """
     seg = min(seg, (n_ctx - 1) // 2)  # BOS r r must fit the context
     was_training = model.training
@@ -296,10 +312,15 @@ def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int 
     model.set_attn_implementation("eager")
     gen = torch.Generator().manual_seed(10_000 + seed)
     text = sample_batch(val_stream, n, n_ctx - 1, gen)[:, : n_ctx]
-    r_text = _prev_ratio(model(text, output_attentions=True).attentions)
+    mass = _diagonal_masses(model(text, output_attentions=True).attentions)
+    wpe = model.transformer.wpe.weight
+    clean_wpe = wpe.detach().clone()
+    wpe.copy_(group_average_matrix(wpe.shape[0], 10) @ clean_wpe)
+    mass_avg = _diagonal_masses(model(text, output_attentions=True).attentions)
+    wpe.copy_(clean_wpe)
     rand = torch.randint(1, vocab_hi, (n, n_ctx), generator=gen)
     rand[:, 0] = val_stream[0]
-    r_rand = _prev_ratio(model(rand, output_attentions=True).attentions)
+    r_rand = _sharpest(_diagonal_masses(model(rand, output_attentions=True).attentions))
     r = torch.randint(1, vocab_hi, (n, seg), generator=gen)
     rep = torch.cat([torch.full((n, 1), int(val_stream[0])), r, r], dim=1)
     out = model(rep, output_attentions=True)
@@ -310,9 +331,18 @@ def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int 
     model.set_attn_implementation(impl)
     model.train(was_training)
     il, ih = divmod(int(ind.argmax()), ind.shape[1])
-    return dict(prev_ratio_text=r_text[0], prev_head_text=r_text[1], prev_ratio_random=r_rand[0],
-                prev_head_random=r_rand[1], induction=float(ind.max()), induction_head=f"L{il}H{ih}",
-                loss_first=float(lp[:, 1:seg].mean()), loss_second=float(lp[:, seg:].mean()))
+
+    def keep(layer: int, head: int) -> float:
+        return float(mass_avg[layer, head, 1] / mass[layer, head, 1]) if layer >= 0 else float("nan")
+
+    r_text, r_above = _sharpest(mass), _sharpest(mass, min_layer=1)
+    name = lambda r: f"L{r[1]}H{r[2]}" if r[1] >= 0 else "none"  # noqa: E731
+    # lp[:, i] predicts rep[:, i + 1]: the first copy is rep[1..seg], the second rep[seg+1..2 seg]
+    return dict(prev_ratio_text=r_text[0], prev_head_text=name(r_text), prev_keep_avg10=keep(*r_text[1:]),
+                prev_ratio_above0=r_above[0], prev_head_above0=name(r_above), prev_keep_avg10_above0=keep(*r_above[1:]),
+                prev_ratio_random=r_rand[0], prev_head_random=name(r_rand), induction=float(ind.max()),
+                induction_head=f"L{il}H{ih}", loss_first=float(lp[:, 1:seg].mean()),
+                loss_second=float(lp[:, seg + 1:].mean()))
 
 
 def sinusoidal_positions(n_ctx: int, d_model: int, rms: float) -> torch.Tensor:
@@ -326,6 +356,65 @@ def sinusoidal_positions(n_ctx: int, d_model: int, rms: float) -> torch.Tensor:
     out = torch.zeros(n_ctx, d_model, dtype=torch.float64)
     out[:, 0::2], out[:, 1::2] = torch.sin(pos * freq), torch.cos(pos * freq)
     return (out / out.pow(2).mean().sqrt() * rms).float()
+
+
+def gpt2_positions(n_ctx: int, d_model: int, rms: float, w_pos: torch.Tensor | None = None) -> torch.Tensor:
+    """``[n_ctx, d_model]``: GPT-2 small's own positional geometry at this size.
+
+    The first ``n_ctx`` rows of GPT-2's ``W_pos`` ``[1024, 768]`` (``w_pos``, default ``shared/gpt2-small/W_pos.npy``),
+    mean-centred and projected onto their top ``d_model`` principal components, scaled to ``rms``. Neighbouring
+    rows stay almost the same vector (cosine ~0.99, the smooth helix), so a head cannot read "the previous
+    position" off them as sharply as off a learned ``W_pos`` whose neighbours alternate in sign.
+    """
+    if w_pos is None:
+        import numpy as np
+
+        from ..model.paths import shared_file
+
+        path = shared_file("gpt2-small", "W_pos.npy")
+        if path is None:
+            raise FileNotFoundError("pos_init='gpt2' needs shared/gpt2-small/W_pos.npy (set $GPT2_POSHEADS_SHARED)")
+        w_pos = torch.from_numpy(np.load(path))
+    if n_ctx > w_pos.shape[0] or d_model > min(n_ctx, w_pos.shape[1]):
+        raise ValueError(f"GPT-2's W_pos {tuple(w_pos.shape)} cannot give {n_ctx} positions x {d_model} components")
+    w = w_pos[:n_ctx].double()
+    w = w - w.mean(0)
+    _, _, vh = torch.linalg.svd(w, full_matrices=False)
+    x = w @ vh[:d_model].T
+    return (x / x.pow(2).mean().sqrt() * rms).float()
+
+
+def pos_roughness(w: torch.Tensor) -> torch.Tensor:
+    """``mean_p |W[p+1] - W[p]|^2 / mean_p |W[p] - mean W|^2`` of ``W`` ``[n_ctx, d_model]`` (scale-free).
+
+    About 2 for independent random rows, ``2 (1 - c)`` for a curve whose neighbours have cosine ``c``
+    (GPT-2's helix: ~0.02), up to 4 for rows alternating in sign. ``pos_smooth`` adds it to the loss.
+    """
+    step = (w[1:] - w[:-1]).pow(2).sum(-1).mean()
+    spread = (w - w.mean(0)).pow(2).sum(-1).mean()
+    return step / spread.clamp_min(1e-12)
+
+
+def group_average_matrix(n: int, group_size: int, offset: int = 0) -> torch.Tensor:
+    """``[n, n]`` matrix ``M`` with ``(M @ W)[p]`` the mean of ``W`` over ``p``'s group: groups ``[0, offset)``,
+    then ``[offset + k g, offset + (k+1) g)``; a last partial group averages the rows it has. With
+    ``offset = 0`` this is the post's averaging (:func:`gpt2_posheads.analysis.interventions.group_average_rows`),
+    as a linear map so that gradients reach every row."""
+    group = (torch.arange(n) - offset + group_size) // group_size if offset else torch.arange(n) // group_size
+    same = (group[:, None] == group[None, :]).float()
+    return same / same.sum(1, keepdim=True)
+
+
+def pos_average_at(cfg: MiniConfig, step: int) -> tuple[int, int] | None:
+    """``(group size, offset)`` when step ``step`` trains on group-averaged ``W_pos`` (chance ``pos_avg_prob``;
+    size uniform in 2..``pos_avg_max``, offset uniform below it), else ``None``; seeded by the step."""
+    if cfg.pos_avg_prob <= 0:
+        return None
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step + 777_777)
+    if float(torch.rand(1, generator=gen)) >= cfg.pos_avg_prob:
+        return None
+    g = int(torch.randint(2, cfg.pos_avg_max + 1, (1,), generator=gen))
+    return g, int(torch.randint(0, g, (1,), generator=gen))
 
 
 def lr_at(cfg: MiniConfig, s: int) -> float:
@@ -379,13 +468,24 @@ def train_mini_gpt2(docs: Sequence[str], out_dir: str | Path, cfg: MiniConfig = 
                         vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     model = GPT2LMHeadModel(hf_cfg)
-    if cfg.pos_init == "sinusoidal":
-        with torch.no_grad():
-            model.transformer.wpe.weight.copy_(sinusoidal_positions(cfg.n_ctx, cfg.d_model, hf_cfg.initializer_range))
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    wpe = model.transformer.wpe.weight
+    rms = cfg.pos_rms or hf_cfg.initializer_range
+    with torch.no_grad():
+        if cfg.pos_init == "sinusoidal":
+            wpe.copy_(sinusoidal_positions(cfg.n_ctx, cfg.d_model, rms))
+        elif cfg.pos_init == "gpt2":
+            wpe.copy_(gpt2_positions(cfg.n_ctx, cfg.d_model, rms))
+        elif cfg.pos_init == "none":
+            wpe.zero_()
+        elif cfg.pos_init != "random":
+            raise ValueError(f"pos_init {cfg.pos_init!r} is not one of {POS_INITS}")
+    wpe.requires_grad_(cfg.pos_lr > 0 and cfg.pos_init != "none")
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p is not wpe]
+    groups = [{"params": [p for _, p in params if p.ndim >= 2], "weight_decay": cfg.weight_decay, "lr_scale": 1.0},
+              {"params": [p for _, p in params if p.ndim < 2], "weight_decay": 0.0, "lr_scale": 1.0}]
+    if wpe.requires_grad:
+        groups.append({"params": [wpe], "weight_decay": cfg.weight_decay, "lr_scale": cfg.pos_lr})
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
     record = {"config": asdict(cfg), "train_tokens": len(train_stream), "val_tokens": len(val_stream),
               "loss": [], "val_loss": [], "probes": [], "seconds": 0.0}
     step = 0
@@ -412,12 +512,20 @@ def train_mini_gpt2(docs: Sequence[str], out_dir: str | Path, cfg: MiniConfig = 
     for s in bar:
         xy = training_batch(cfg, train_stream, s, bos, len(tok))
         for g in opt.param_groups:
-            g["lr"] = lr_at(cfg, s)
+            g["lr"] = lr_at(cfg, s) * g["lr_scale"]
+        averaged = pos_average_at(cfg, s)
+        handle = None
+        if averaged is not None:  # this step sees W_pos averaged in groups: gradients still reach every row
+            avg = group_average_matrix(cfg.n_ctx, *averaged)
+            handle = model.transformer.wpe.register_forward_hook(lambda m, inp, out: F.embedding(inp[0], avg @ m.weight))
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
             logits = model(xy[:, :-1], position_ids=position_ids(cfg, s, xy)).logits
+        if handle is not None:
+            handle.remove()
         loss = F.cross_entropy(logits.float().flatten(0, 1), xy[:, 1:].flatten())
+        objective = loss + cfg.pos_smooth * pos_roughness(wpe) if cfg.pos_smooth else loss
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        objective.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         record["loss"].append([s, float(loss.detach())])
@@ -433,7 +541,9 @@ def train_mini_gpt2(docs: Sequence[str], out_dir: str | Path, cfg: MiniConfig = 
             record["probes"].append(pr)
             record["val_loss"].append([done, pr["val_loss"]])
             bar.write(f"step {done}: train {pr['train_loss']:.3f} val {pr['val_loss']:.3f} | prev ratio text {pr['prev_ratio_text']:.2f} "
-                      f"({pr['prev_head_text']}) random {pr['prev_ratio_random']:.2f} | induction "
+                      f"({pr['prev_head_text']}, keeps {pr['prev_keep_avg10']:.0%} under W_pos/10) random "
+                      f"{pr['prev_ratio_random']:.2f} | above L0 {pr['prev_ratio_above0']:.2f} ({pr['prev_head_above0']}, "
+                      f"keeps {pr['prev_keep_avg10_above0']:.0%}) | induction "
                       f"{pr['induction']:.2f} ({pr['induction_head']}) | copy loss {pr['loss_first']:.2f} -> "
                       f"{pr['loss_second']:.2f} | {pr['seconds'] / 60:.1f} min")
         if time.time() - last_ckpt >= 60 * cfg.checkpoint_minutes or done == cfg.steps:

@@ -2,7 +2,7 @@
 
 A script's life: parse → :func:`precheck` everything that does not need the model (model directory,
 device, prompt source, numbers) → load → check what needs the model (layers, heads, ``seq_len``) →
-compute → judge claims (:mod:`gpt2_posheads.verdicts`) → write figures and ``summary.json``.
+compute → judge claims (:mod:`gpt2_posheads.claims.verdicts`) → write figures and ``summary.json``.
 A user's mistake at any step is one line ``error: <parameter>: <what is wrong>; <allowed>; <hint>``
 and exit status 2 (:func:`main_entry`); internal errors keep their traceback.
 """
@@ -23,11 +23,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ._paths import REPO_ROOT
-from .loading import ModelLoadError, load_model
-from .plotting import save_figure
-from .validation import HEAD_NAME, UsageError, parse_head
-from .verdicts import Claim, claims_table, verdict_counts
+from ..model.paths import REPO_ROOT
+from ..model.loading import ModelLoadError, load_model
+from ..report.plotting import save_figure
+from ..model.validation import HEAD_NAME, UsageError, parse_head
+from ..claims.verdicts import Claim, claims_table, verdict_counts
 
 PROMPT_SOURCES = ("auto", "openwebtext", "wikitext")
 
@@ -170,7 +170,7 @@ def check_prompt_source(source: str) -> None:
         if not p.read_text(encoding="utf-8", errors="replace").strip():
             raise UsageError("--prompts", f"{source} is empty", "a .txt of documents separated by blank lines, or "
                              ".jsonl with a 'text' field")
-    from .prompts import file_documents
+    from ..analysis.prompts import file_documents
 
     try:
         file_documents([p])  # reads and checks every document (a .jsonl line without 'text', ...)
@@ -268,7 +268,7 @@ def is_gpt2_small(model) -> bool:
     if (c.n_layers, c.n_heads, c.d_model, c.n_ctx) != (12, 12, 768, 1024):
         return False
     try:
-        from .posembed import load_w_pos
+        from ..analysis.posembed import load_w_pos
 
         w = load_w_pos(model)[0, :3].float().cpu()
     except Exception:
@@ -287,7 +287,7 @@ def resolve_heads(model, spec: "HeadSpec | str | None", prompts: torch.Tensor | 
         spec = HeadSpec(names=tuple(post_default)) if post_default and is_gpt2_small(model) else HeadSpec(auto=auto_default)
     spec.check(ModelShape.of(model))
     if spec.auto is not None:
-        from .diagonals import rank_prev_heads
+        from ..analysis.diagonals import rank_prev_heads
 
         if prompts is None:
             raise ValueError("auto heads need prompts to rank heads on")
@@ -332,7 +332,7 @@ def add_prompt_args(p: argparse.ArgumentParser, n_prompts: int = 16, seq_len: in
 
 def corpus_prompts(model, args) -> tuple[torch.Tensor, str]:
     """``[n_prompts, seq_len]`` natural-text prompts for ``args`` and a description of their source."""
-    from .prompts import documents, make_prompts
+    from ..analysis.prompts import documents, make_prompts
 
     docs, source = documents(args.prompts)
     seq_len = min(args.seq_len, model.cfg.n_ctx)
@@ -517,7 +517,7 @@ def ranked_experiment(args, script_file: str, pick: Callable | None = None):
     ``pick(ranking) -> [(layer, head)]`` chooses the heads when ``--heads`` was not given on a model other
     than GPT-2 small (where the post's head names mean nothing); an empty pick keeps ``auto:N``.
     """
-    from .diagonals import diagonal_attention, rank_from_diagonals
+    from ..analysis.diagonals import diagonal_attention, rank_from_diagonals
 
     explicit = getattr(args, "heads", None) is not None
     out, model, prompts, source, heads = gpt2_experiment(args, script_file)

@@ -13,9 +13,9 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .forward import run_until
-from .tokens import as_token_batches, model_device, single_prompt
-from .validation import check_head, check_int_range, head_name
+from ..model.forward import run_until
+from ..model.tokens import as_token_batches, model_device, single_prompt
+from ..model.validation import check_head, check_int_range, head_name
 
 
 def _scale(model) -> float:

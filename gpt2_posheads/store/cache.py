@@ -21,14 +21,14 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .diagonals import diagonal_attention, rank_from_diagonals
-from .induction import induction_scores
-from .interventions import average_pos_embed, mask_previous_attention
-from .measures import next_token_probs
-from .posembed import extended_pos_embeddings_by_layer, load_w_pos
-from .repeat_prompt import repeat_string_prompt, single_token_target
-from .scores import attention_scores, classify_prev_heads, score_profile
-from .validation import head_name, parse_head
+from ..analysis.diagonals import diagonal_attention, rank_from_diagonals
+from ..analysis.induction import induction_scores
+from ..analysis.interventions import average_pos_embed, mask_previous_attention
+from ..analysis.measures import next_token_probs
+from ..analysis.posembed import extended_pos_embeddings_by_layer, load_w_pos
+from ..analysis.repeat_prompt import repeat_string_prompt, single_token_target
+from ..analysis.scores import attention_scores, classify_prev_heads, score_profile
+from ..model.validation import head_name, parse_head
 
 REPEAT_TARGETS = {"apple_orange": (" apple orange", 0), "orange_apple": (" orange apple", 0),
                   "ninja_turtle_pirate": (" ninja turtle pirate", 1)}
@@ -133,7 +133,7 @@ def build_cache(model, prompts: torch.Tensor, heads, model_label: str, max_offse
     # which upstream heads feed the sharpest previous-token head above layer 0 (direct-path ablation)
     src_head = None
     if len(above):
-        from .sources import path_ablation
+        from ..analysis.sources import path_ablation
 
         src_l, src_h = int(above.iloc[0]["layer"]), int(above.iloc[0]["head"])
         src_head = head_name(src_l, src_h)

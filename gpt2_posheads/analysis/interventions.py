@@ -28,7 +28,7 @@ import einops
 import torch
 
 from .posembed import extended_pos_embeddings, load_w_pos
-from .validation import check_head, check_int_range, check_layer, check_layers, check_learned_pos_embed
+from ..model.validation import check_head, check_int_range, check_layer, check_layers, check_learned_pos_embed
 
 Hook = tuple[str, Callable]
 

@@ -40,12 +40,12 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from .fastpath import _attn_scale, _ln_params
-from .forward import run_until
+from ..model.fastpath import _attn_scale, _ln_params
+from ..model.forward import run_until
 from .interventions import group_average_rows
 from .posembed import load_w_pos
-from .tokens import as_token_batches, model_device
-from .validation import UsageError, check_head, head_name
+from ..model.tokens import as_token_batches, model_device
+from ..model.validation import UsageError, check_head, head_name
 
 Ablation = Literal["mean", "zero", "resample"]
 ABLATIONS = ("mean", "zero", "resample")

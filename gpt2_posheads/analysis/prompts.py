@@ -14,9 +14,9 @@ from typing import Iterable, Sequence
 
 import torch
 
-from ._paths import shared_dir
-from .loading import hub_reachable
-from .validation import UsageError
+from ..model.paths import shared_dir
+from ..model.loading import hub_reachable
+from ..model.validation import UsageError
 
 OPENWEBTEXT = "stas/openwebtext-10k"
 
