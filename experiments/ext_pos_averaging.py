@@ -4,59 +4,67 @@ than the aggregator (GPT-2 post: L4H11 aggregates earlier heads' signals rather 
     python experiments/ext_pos_averaging.py --model-dir data/mini-gpt2
     python experiments/ext_pos_averaging.py --heads L2H2,L4H11          # the post's pair
 
-For each head, the extended positional embeddings at the head's own layer are group-averaged just
-before it, and its attention is compared with the clean run. Default heads on a model other than GPT-2
-small: its sharpest previous-token head (the aggregator) and the sharpest previous-token head in a
-lower layer. Not testable unless both are previous-token heads and the first sits below the second.
+For each head, the extended positional embeddings at the head's own layer are group-averaged just before
+it, and its attention is compared with the clean run. Default heads on a model other than GPT-2 small:
+the sharpest previous-token head below the aggregator, then the aggregator (its sharpest previous-token
+head). Not testable unless both are previous-token heads and the first sits below the second.
 """
-from gpt2_posheads.claims.gpt2_post import judge_claim, prev_head_precondition
-from gpt2_posheads.cli.common import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, main_entry,
-                               model_label, positive, ranked_experiment, submatrix)
-from gpt2_posheads.analysis.diagonals import aggregator_and_early
 from gpt2_posheads.analysis.interventions import average_ext_pos_embed
 from gpt2_posheads.analysis.measures import compare_head_patterns
-from gpt2_posheads.report.plotting import heatmap_grid
+from gpt2_posheads.claims.gpt2_post import judge_claim, prev_head_precondition
 from gpt2_posheads.claims.verdicts import Precondition
-from gpt2_posheads.model.validation import head_name
+from gpt2_posheads.cli import (HeadDefault, add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser,
+                               main_entry, positive, setup, submatrix)
+from gpt2_posheads.report.plotting import heatmap_grid
+
+HEADS = HeadDefault(("L2H2", "L4H11"), "aggregator+early",
+                    what="an early head and the aggregator (each averaged just before its own layer)")
 
 
 def main(argv=None):
     p = experiment_parser(__doc__)
     add_prompt_args(p, n_prompts=8, seq_len=256)
-    add_heads_arg(p, "L2H2,L4H11", "an early head and the aggregator (each averaged just before its own layer)")
+    add_heads_arg(p, HEADS)
     p.add_argument("--group-size", type=int, default=10, help="rows averaged together")
     p.add_argument("--ext-prompts", type=int, default=16, help="repeated-token prompts for the extended embeddings")
     add_submatrix_args(p)
     args = p.parse_args(argv)
     positive("--group-size", args.group_size, 2)
     positive("--ext-prompts", args.ext_prompts)
-    out, model, prompts, source, heads, diag, _ = ranked_experiment(args, __file__, pick=aggregator_and_early)
+    exp = setup(args, __file__, heads=HEADS)
+    model, prompts, out = exp.model, exp.prompts, exp.out
+    positive("--group-size", args.group_size, 2, model.cfg.n_ctx)
     tokens = [model.tokenizer.decode([int(t)]) for t in prompts[0]]
     results, panels, start = [], {}, 0
-    for l, h in heads:
+    for (l, h), name in zip(exp.heads, exp.head_names):
         hooks = average_ext_pos_embed(l, args.group_size, n_prompts=args.ext_prompts, seed=args.seed).hooks(model)
         cmp = compare_head_patterns(model, prompts, (l, h), hooks)
-        panels[f"{head_name(l, h)} clean"], start = submatrix(cmp.pop("clean"), args)
-        panels[f"{head_name(l, h)} ext. pos. averaged (g={args.group_size})"], _ = submatrix(cmp.pop("intervened"), args)
-        results.append({"head": head_name(l, h), "layer": l, **cmp})
-        print(f"{head_name(l, h)}: previous-token mass {cmp['prev_score_clean']:.3f} -> {cmp['prev_score_intervened']:.3f}, "
+        panels[f"{name} clean"], start = submatrix(cmp.pop("clean"), args.start, args.size)
+        panels[f"{name} ext. pos. averaged (g={args.group_size})"], _ = submatrix(cmp.pop("intervened"), args.start, args.size)
+        results.append({"head": name, "layer": l, **cmp})
+        print(f"{name}: previous-token mass {cmp['prev_score_clean']:.3f} -> {cmp['prev_score_intervened']:.3f}, "
               f"JS {cmp['js_divergence']:.4f}")
     out.figure(heatmap_grid(panels, cols=2, zrange=(0, 1), tokens=tokens, x0=start, mark_offset=1,
                             colorbar_title="attention",
-                            title=f"{model_label(args)}: averaging extended positional embeddings just before each head "
-                                  f"(prompt 0, {source}); dotted: previous token"), "ext_pos_averaging", width=1100)
+                            title=f"{exp.label}: extended positional embeddings averaged just before each head<br>"
+                                  f"<sup>prompt 0 ({exp.source}); dotted: previous token</sup>"), "ext_pos_averaging",
+               width=1100)
     first, last = results[0], results[-1]
-    pre = [Precondition("two heads: an early one and the aggregator", len(results) >= 2, f"{len(results)} head(s)")]
-    pre += [prev_head_precondition(r["head"], diag[r["layer"], int(r["head"].split("H")[1])]) for r in results]
+    pre = [Precondition("two heads: an early one and the aggregator", len(results) >= 2,
+                        f"only {results[0]['head']}: the model has no previous-token head below it")]
+    pre += [prev_head_precondition(n, exp.diag[l, h]) for (l, h), n in zip(exp.heads, exp.head_names)]
     pre.append(Precondition("the early head sits below the aggregator", first["layer"] < last["layer"],
-                            f"{first['head']} in layer {first['layer']}, {last['head']} in layer {last['layer']}"))
-    claims = [judge_claim("ext_avg_hurts_early_more", {"js": {r["head"]: r["js_divergence"] for r in results},
-                                                       "prev_mass": {r["head"]: [r["prev_score_clean"], r["prev_score_intervened"]]
-                                                                     for r in results}},
-                          value=(first["js_divergence"], last["js_divergence"]), preconditions=pre)]
-    out.summary({"model": model_label(args), "prompt_source": source, "n_prompts": len(prompts),
-                 "group_size": args.group_size, "results": results}, claims)
-    out.report()
+                            f"{first['head']} (layer {first['layer']}) does not sit below {last['head']} "
+                            f"(layer {last['layer']})"))
+    claims = [judge_claim("ext_avg_hurts_early_more",
+                          {"js": {r["head"]: r["js_divergence"] for r in results},
+                           "prev_mass": {r["head"]: [r["prev_score_clean"], r["prev_score_intervened"]] for r in results}},
+                          value=(first["js_divergence"], last["js_divergence"]), preconditions=pre,
+                          head=",".join(exp.head_names),
+                          shown=f"JS {first['js_divergence']:.3g} ({first['head']}) vs {last['js_divergence']:.3g} "
+                                f"({last['head']})" if len(results) >= 2 else "")]
+    out.summary({**exp.describe(), "group_size": args.group_size, "results": results}, claims)
+    out.commit()
 
 
 if __name__ == "__main__":

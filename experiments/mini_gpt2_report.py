@@ -1,29 +1,36 @@
-"""One page on a model organism: does it have the GPT-2 post's mechanism, and claim by claim, does the
-post's causal story hold on it?
+"""One page on a model organism: does it have the GPT-2 post's mechanism, does it take the post's route, and
+claim by claim, does the post's causal story hold on it?
 
-    python experiments/mini_gpt2_report.py --model-dir data/mini-gpt2          # ~3 min on 2 CPU cores
+    python experiments/mini_gpt2_report.py --model-dir data/mini-gpt2            # ~5 min on 2 CPU cores
+    python experiments/mini_gpt2_report.py --model-dir data/mini-gpt2-wpos
+    python experiments/mini_gpt2_report.py --model-dir data/mini-gpt2 --skip-scripts   # targets only
 
-Part 1, the targets (gpt2_posheads.claims.organism): a sharp previous-token head on held-out text and on random
-tokens, an induction head and copying, the repeat-string prompt, held-out loss against the previous
-shipped model. Part 2, the story: runs every GPT-2 claim script on the model (results/<script>/<model>/)
-and lists each claim as the post's result, the model's, and agrees / disagrees / not testable (why).
-Writes report.html and summary.json under results/mini_gpt2_report/<model>/.
+Part 1, the targets (gpt2_posheads.claims.organism), each a rule fixed before any model was trained: a sharp
+previous-token head, induction and copying, held-out loss; and the route: the sharp head above layer 0, intact
+under W_pos averaging, disrupted by masking the previous position below it, self-suppressing early heads, the
+extended-embedding averaging contrast, the post's edit. Part 2, the story: every GPT-2 claim script on this model
+(results/<script>/<model>/), in three columns: this model, the --compare model (its latest results, when it has
+any) and the post's GPT-2 numbers. Writes report.html and summary.json under results/mini_gpt2_report/<model>/.
 """
 import html
+from pathlib import Path
 
-from gpt2_posheads.cli.common import (Output, experiment_parser, main_entry, model_from_args, model_label, model_slug, positive,
-                               postcheck, precheck, read_json)
-from gpt2_posheads.claims.organism import REFERENCE_HELDOUT, heldout_stream, organism_targets
-from gpt2_posheads.report.plotting import heatmap
 from gpt2_posheads.analysis.prompts import wikitext_documents
-from gpt2_posheads.cli.runner import GPT2_SCRIPTS, RESULTS, run_experiment
+from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS
+from gpt2_posheads.claims.gpt2_post import CLAIMS
+from gpt2_posheads.claims.organism import REFERENCE_HELDOUT, ROUTE_TARGETS, heldout_stream, organism_targets
 from gpt2_posheads.claims.verdicts import claims_table
+from gpt2_posheads.cli import RESULTS, experiment_parser, main_entry, positive, read_json, setup
+from gpt2_posheads.cli.args import check_model_dir
+from gpt2_posheads.cli.runner import run_experiment
+from gpt2_posheads.model.paths import REPO_ROOT
+from gpt2_posheads.organism.data import split_docs
+from gpt2_posheads.report.plotting import heatmap
 
-AGREE = {"held": "agrees", "not held": "disagrees", "not testable": "not testable"}
 # The causal story of the post, in order: which script's claim answers each step.
 STORY = [
     ("rank_prev_heads", "sharp_prev_head"), ("rank_prev_heads", "sharpest_stands_alone"),
-    ("rank_prev_heads", "half_prev_heads"),
+    ("rank_prev_heads", "aggregator_above_layer0"), ("rank_prev_heads", "half_prev_heads"),
     ("raw_scores_taxonomy", "early_self_suppressing"), ("raw_scores_taxonomy", "aggregator_prev_boosting"),
     ("mask_prev_attention", "mask_disrupts"),
     ("pos_embed_averaging", "avg_prev_heads_unaffected"), ("pos_embed_averaging", "avg_output_unchanged"),
@@ -34,97 +41,101 @@ STORY = [
     ("pos_embed_helix", "wpos_helix"), ("pos_embed_helix", "ext_helix"),
     ("ext_pos_vs_wpe", "ext_same_subspace"), ("ext_pos_vs_wpe", "ext_sparser"), ("ext_pos_vs_wpe", "ext_token_independent"),
 ]
+CONTRAST = {"mini-gpt2": "data/mini-gpt2-wpos", "mini-gpt2-wpos": "data/mini-gpt2"}
 
 
-def story_rows(slug: str) -> list[dict]:
-    rows = []
+def story_rows(slug: str) -> dict[str, dict]:
+    """``{claim key: the claim of this model's latest run}`` for every step of :data:`STORY`."""
+    rows = {}
     for script, key in STORY:
         path = RESULTS / script / slug / "summary.json"
-        if not path.exists():
-            rows.append({"script": script, "key": key, "claim": key, "post": "", "measured": "(script not run)",
-                         "verdict": "not testable", "why": f"no {path.relative_to(RESULTS)}", "rule": ""})
-            continue
-        found = [c for c in read_json(path).get("claims", []) if c.get("key") == key]
-        for c in found:
-            rows.append({"script": script, **c})
+        found = [c for c in read_json(path).get("claims", []) if c.get("key") == key] if path.exists() else []
+        rows[key] = found[0] if found else {"claim": CLAIMS[key].claim, "post": CLAIMS[key].post, "measured": "",
+                                            "verdict": "not testable", "rule": CLAIMS[key].rule.text,
+                                            "why": f"{script} has not run on this model (no {path.relative_to(REPO_ROOT)})"}
     return rows
 
 
-def page(title: str, targets: list[dict], story: list[dict], figs: list[str]) -> str:
-    def table(rows, agree: bool):
-        head = "<tr><th>claim</th><th>post (GPT-2)</th><th>this model</th><th>verdict</th><th>rule / why</th></tr>"
-        body = "".join(
-            f"<tr><td>{html.escape(r['claim'])}</td><td>{html.escape(str(r['post']))}</td>"
-            f"<td><code>{html.escape(str(r['measured']))[:300]}</code></td>"
-            f"<td><b>{html.escape(AGREE[r['verdict']] if agree else r['verdict'])}</b></td>"
-            f"<td>{html.escape(r['rule'])}<br><i>{html.escape(r['why'])}</i></td></tr>" for r in rows)
-        return f"<table>{head}{body}</table>"
+def _cell(c: dict | None) -> str:
+    if c is None:
+        return "<td>-</td>"
+    colour = {"held": "#1a7f37", "not held": "#cf222e"}.get(c["verdict"], "#6e7781")
+    head = f" ({html.escape(c['head'])})" if c.get("head") else ""
+    return (f"<td><b style='color:{colour}'>{html.escape(c['verdict'])}</b>{head}<br>{html.escape(c.get('shown', ''))}"
+            f"<br><i>{html.escape(c.get('why', ''))}</i></td>")
+
+
+def page(title: str, targets: list[dict], story: dict, contrast: dict | None, contrast_name: str, figs: list[str]) -> str:
+    t_rows = "".join(f"<tr><td>{html.escape(c['claim'])}{' <small>(route)</small>' if c.get('key') in ROUTE_TARGETS else ''}"
+                     f"</td><td>{html.escape(c['post'])}</td>{_cell(c)}<td>{html.escape(c['rule'])}</td></tr>" for c in targets)
+    s_rows = "".join(f"<tr><td>{html.escape(CLAIMS[k].claim)}</td>{_cell(story[k])}"
+                     f"{_cell(contrast.get(k)) if contrast else '<td>(not run)</td>'}<td>{html.escape(CLAIMS[k].post)}</td>"
+                     f"<td>{html.escape(CLAIMS[k].rule.text)}</td></tr>" for _, k in STORY)
     links = " · ".join(f'<a href="{html.escape(f)}">{html.escape(f)}</a>' for f in figs)
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>
-body{{font-family:sans-serif;margin:2em;max-width:1300px}}table{{border-collapse:collapse;font-size:13px}}
+body{{font-family:sans-serif;margin:2em;max-width:1400px}}table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:4px 6px;vertical-align:top}}th{{background:#f3f3f3}}</style></head><body>
-<h1>{html.escape(title)}</h1><h2>1. Does it have the mechanism? (targets)</h2>{table(targets, False)}
+<h1>{html.escape(title)}</h1><h2>1. The targets</h2>
+<table><tr><th>target</th><th>GPT-2 (post)</th><th>this model</th><th>rule</th></tr>{t_rows}</table>
 <h2>2. The post's causal story, claim by claim</h2>
-<p>agrees = the post's claim held on this model by the stated rule; disagrees = it did not (a finding);
-not testable = a precondition failed.</p>{table(story, True)}
-<p>Figures: {links}</p></body></html>"""
+<table><tr><th>claim</th><th>this model</th><th>{html.escape(contrast_name)}</th><th>GPT-2 small (post)</th><th>rule</th></tr>
+{s_rows}</table><p>Figures: {links}</p></body></html>"""
 
 
 def main(argv=None):
     p = experiment_parser(__doc__)
     p.add_argument("--n-prompts", type=int, default=32, help="held-out text prompts (WikiText-2 held-out split)")
     p.add_argument("--seq-len", type=int, default=256, help="tokens per prompt (capped at n_ctx)")
+    p.add_argument("--compare", default=None, help="a second model folder whose latest claim results fill the middle "
+                   "column (default: the other shipped organism)")
     p.add_argument("--skip-scripts", action="store_true", help="only the targets; reuse the claim scripts' last results")
     args = p.parse_args(argv)
-    precheck(args)
-    out = Output.from_args(args, __file__)
-    model = model_from_args(args)
-    postcheck(args, model)
-    from gpt2_posheads.organism.train import split_docs
-
+    positive("--n-prompts", args.n_prompts)
+    check_model_dir(args.compare)
+    exp = setup(args, __file__, prompts=False, ranking=False)
+    model, out = exp.model, exp.out
     _, val_docs = split_docs(wikitext_documents(), 0.05, 0)  # the organism's held-out split (never trained on)
     seq = min(args.seq_len, model.cfg.n_ctx)
     stream = heldout_stream(model, val_docs)
     n = min(args.n_prompts, (len(stream) - 1) // seq)
-    positive("--n-prompts", n)
     text = stream[: n * seq].view(n, seq).clone()
     text[:, 0] = model.tokenizer.bos_token_id
     claims, m = organism_targets(model, text, heldout=stream, seed=args.seed)
-    L = model.cfg.n_layers
-    out.figure(heatmap(m["induction_scores"], x=list(range(model.cfg.n_heads)), y=list(range(L)), zmin=0, zmax=1,
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    out.figure(heatmap(m["induction_scores"], x=list(range(H)), y=list(range(L)), zmin=0, zmax=1,
                        colorbar=dict(title="score"), xlabel="head", ylabel="layer",
-                       title=f"{model_label(args)}: induction score (attention to the token after the earlier "
-                             f"occurrence; 0..1)"), "induction_scores")
-    rt = m["ranking_text"]
-    grid = [[float("nan")] * model.cfg.n_heads for _ in range(L)]
-    for r in rt.itertuples():
+                       title=f"{exp.label}: induction score<br><sup>attention to the token after the earlier occurrence"
+                             f"</sup>"), "induction_scores")
+    grid = [[float("nan")] * H for _ in range(L)]
+    for r in m["ranking_text"].itertuples():
         grid[r.layer][r.head] = r.ratio if r.is_prev_token else float("nan")
-    out.figure(heatmap(grid, x=list(range(model.cfg.n_heads)), y=list(range(L)), zmin=0, zmax=1, colorscale="Viridis_r",
+    out.figure(heatmap(grid, x=list(range(H)), y=list(range(L)), zmin=0, zmax=1, colorscale="Viridis_r",
                        colorbar=dict(title="ratio"), xlabel="head", ylabel="layer",
-                       title=f"{model_label(args)}: previous-token ratio on held-out text (lower = sharper; "
-                             f"blank = not a previous-token head)"), "prev_token_ratio")
+                       title=f"{exp.label}: previous-token ratio on held-out text<br><sup>lower = sharper; blank = not a "
+                             f"previous-token head</sup>"), "prev_token_ratio")
     print(claims_table(claims))
 
-    slug = model_slug(args)
+    slug = Path(args.model_dir).resolve().name if args.model_dir else args.model.replace("/", "--")
     if not args.skip_scripts:
         margs = (["--model-dir", args.model_dir] if args.model_dir else ["--model", args.model]) + \
                 (["--device", args.device] if args.device else []) + (["--no-png"] if args.no_png else [])
-        for i, name in enumerate(GPT2_SCRIPTS, 1):
-            print(f"\n=== [{i}/{len(GPT2_SCRIPTS)}] {name}", flush=True)
-            if not (RESULTS.parent / "experiments" / f"{name}.py").exists():
-                continue
-            run_experiment(name, margs + ["--out", str(RESULTS / name / slug)])
+        for i, name in enumerate(MODEL_SCRIPTS, 1):
+            print(f"\n=== [{i}/{len(MODEL_SCRIPTS)}] {name}", flush=True)
+            if run_experiment(name, margs) == 130:
+                raise KeyboardInterrupt
     story = story_rows(slug)
-    print("\nthe post's causal story on this model:\n" + claims_table(story))
+    contrast_dir = args.compare or CONTRAST.get(slug)
+    contrast_slug = Path(contrast_dir).resolve().name if contrast_dir else None
+    contrast = story_rows(contrast_slug) if contrast_slug and (RESULTS / "rank_prev_heads" / contrast_slug).exists() else None
+    print("\nthe post's causal story on this model:\n" + claims_table([story[k] for _, k in STORY]))
     figs = [f.name for f in out.written if f.suffix == ".html"]
-    (out.out_dir / "report.html").write_text(page(f"{model_label(args)} as a model organism of the GPT-2 post",
-                                                  [c.as_dict() for c in claims], story, figs), encoding="utf-8")
-    out.written.append(out.out_dir / "report.html")
-    out.summary({"model": model_label(args), "targets": {k: v for k, v in m.items()
-                                                         if k not in ("induction_scores", "ranking_text")},
-                 "reference_heldout": REFERENCE_HELDOUT,
-                 "story": [{**r, "agreement": AGREE[r["verdict"]]} for r in story]}, claims)
-    out.report()
+    report = out.path("report.html")
+    report.write_text(page(f"{exp.label} as a model organism of the GPT-2 post", [c.as_dict() for c in claims], story,
+                           contrast, contrast_dir or "(no comparison model)", figs), encoding="utf-8")
+    out.summary({**exp.describe(), "targets": {k: v for k, v in m.items() if k not in ("induction_scores", "ranking_text")},
+                 "reference_heldout": REFERENCE_HELDOUT, "compare": contrast_dir,
+                 "story": [{**story[k], "key": k} for _, k in STORY]}, claims)
+    out.commit()
 
 
 if __name__ == "__main__":

@@ -3,44 +3,48 @@ the previous one (GPT-2 post, "Early previous-token heads: how do they work?").
 
     python experiments/raw_scores_taxonomy.py --model-dir data/mini-gpt2
 
-Figures: 50x50 raw-score submatrices (before the causal mask) of the chosen heads, and every head's
-score profile summarised as dip (dark main diagonal) vs peak (bright previous diagonal).
-CSV: the classification of all heads. Post: six self-suppressing early heads, L4H11 prev-boosting.
-The aggregator is the model's sharpest previous-token head; "early" heads are the previous-token heads
-in layers below it.
+Figures: 50x50 raw-score submatrices (before the causal mask, so the upper triangle shows the scores the
+mask removes) of the chosen heads, and every head's score profile summarised as dip (dark main diagonal)
+vs peak (bright previous diagonal). CSV: the classification of all heads. Post: six self-suppressing early
+heads, L4H11 prev-boosting. The aggregator is the model's sharpest previous-token head; "early" heads are
+the previous-token heads in layers below it.
 """
 import plotly.express as px
 
-from gpt2_posheads.claims.gpt2_post import judge_claim, layer_above, prev_head_precondition
-from gpt2_posheads.cli.common import (add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, gpt2_experiment,
-                               main_entry, model_label, positive, submatrix)
-from gpt2_posheads.analysis.diagonals import diagonal_attention, rank_from_diagonals
-from gpt2_posheads.report.plotting import heatmap_grid
+from gpt2_posheads.analysis.diagonals import choose_aggregator, early_prev_heads
 from gpt2_posheads.analysis.scores import attention_scores, classify_prev_heads, score_profile
+from gpt2_posheads.claims.gpt2_post import judge_claim, layer_above, prev_head_precondition
 from gpt2_posheads.claims.verdicts import Precondition
+from gpt2_posheads.cli import (HeadDefault, add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser,
+                               main_entry, positive, setup, submatrix)
 from gpt2_posheads.model.validation import head_name
+from gpt2_posheads.report.plotting import heatmap_grid
 
-SEED_SELF_SUPPRESSING = ["L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2"]
+HEADS = HeadDefault(("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2", "L4H11"), "top", n=4,
+                    what="heads whose raw scores are shown")
 
 
 def main(argv=None):
     p = experiment_parser(__doc__)
     add_prompt_args(p, n_prompts=16, seq_len=256)
-    add_heads_arg(p, "L1H0,L2H2,L3H3,L2H4,L3H7,L3H2,L4H11", "heads whose raw scores are shown", auto_default=4)
+    add_heads_arg(p, HEADS)
     p.add_argument("--window", type=int, default=3, help="offsets -w..+w in the score profile")
     p.add_argument("--threshold", type=float, default=0.5, help="dip/peak (in profile std units) that labels a head")
     add_submatrix_args(p)
     args = p.parse_args(argv)
     positive("--window", args.window, 2, 32)
-    out, model, prompts, source, heads = gpt2_experiment(args, __file__)
+    positive("--threshold", args.threshold, 0, kind="a number")
+    exp = setup(args, __file__, heads=HEADS)
+    model, prompts, out = exp.model, exp.prompts, exp.out
+    positive("--window", args.window, 2, (prompts.shape[1] - 9) // 2)
     tokens = [model.tokenizer.decode([int(t)]) for t in prompts[0]]
     panels, start = {}, 0
-    for l, h in heads:
-        panels[head_name(l, h)], start = submatrix(attention_scores(model, prompts[0], l, h)["raw"], args)
+    for (l, h), name in zip(exp.heads, exp.head_names):
+        panels[name], start = submatrix(attention_scores(model, prompts[0], l, h)["raw"], args.start, args.size)
     out.figure(heatmap_grid(panels, cols=4, colorscale="Greys_r", shared_scale=False, x0=start, tokens=tokens,
                             mark_offset=1, colorbar_title="raw score", height_per_row=330,
-                            title=f"{model_label(args)}: raw attention scores (before the causal mask) on prompt 0 "
-                                  f"({source}); dotted: previous token"),
+                            title=f"{exp.label}: raw attention scores before the causal mask<br><sup>prompt 0 "
+                                  f"({exp.source}); dotted: previous token</sup>"),
                "raw_scores", width=1500)
 
     profile = score_profile(model, prompts, window=args.window, progress=True)
@@ -48,41 +52,41 @@ def main(argv=None):
     w = args.window
     for i, o in enumerate(range(-w, w + 1)):
         df[f"s({o:+d})"] = profile.flatten(0, 1)[:, i].numpy()
-    diag = diagonal_attention(model, prompts, max_offset=16, progress=False)
-    rank = rank_from_diagonals(diag)
-    prev_names = set(rank[rank.is_prev_token].name)
-    df["is_prev_token"] = df.name.isin(prev_names)
+    rank = exp.ranking
+    df["is_prev_token"] = df.name.isin(set(rank[rank.is_prev_token].name))
     out.csv(df, "classification")
     fig = px.scatter(df, x="dip", y="peak", color="label", text="name", symbol="is_prev_token", hover_data=["trend"],
-                     title=f"{model_label(args)}: score profile, dip at the current token vs peak at the previous "
-                           f"token (std units)")
+                     title=f"{exp.label}: score profile<br><sup>dip at the current token vs peak at the previous token "
+                           f"(std units)</sup>")
     fig.update_traces(textposition="top center", textfont_size=8)
     out.figure(fig, "taxonomy")
-    chosen = df[df.name.isin([head_name(l, h) for l, h in heads])]
+    chosen = df[df.name.isin(exp.head_names)]
     print(chosen[["name", "dip", "peak", "trend", "label"]].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
-    counts = df.label.value_counts().to_dict()
 
-    agg = rank.iloc[0]
-    early = df[df.is_prev_token & (df.layer < int(agg.layer))]
+    agg_l, agg_h = choose_aggregator(rank)
+    agg = head_name(agg_l, agg_h)
+    early_names = early_prev_heads(rank, agg_l).name.tolist()
+    early = df[df.name.isin(early_names)]
     n_self = int((early.label == "self_suppressing").sum())
-    agg_label = df.set_index("name").loc[agg["name"], "label"]
-    pre_agg = [prev_head_precondition(agg["name"], diag[int(agg["layer"]), int(agg["head"])])]
+    agg_label = df.set_index("name").loc[agg, "label"]
+    pre_agg = [prev_head_precondition(agg, exp.diag[agg_l, agg_h])]
     claims = [
-        judge_claim("early_self_suppressing", {"aggregator": agg["name"], "early_prev_heads": early.name.tolist(),
+        judge_claim("early_self_suppressing", {"aggregator": agg, "early_prev_heads": early.name.tolist(),
                                                "self_suppressing": early[early.label == "self_suppressing"].name.tolist()},
-                    value=(n_self, len(early)),
+                    value=(n_self, len(early)), head=",".join(early.name),
+                    shown=f"{n_self} of {len(early)} self-suppressing",
                     preconditions=pre_agg + [Precondition("there are previous-token heads below the aggregator",
-                                                          len(early) > 0, f"none below layer {int(agg.layer)}")]),
-        judge_claim("aggregator_prev_boosting", {"head": agg["name"], "label": agg_label},
-                    value=(agg["name"], agg_label), preconditions=pre_agg + [layer_above(agg["name"], int(agg.layer), 0)]),
+                                                          len(early) > 0, f"no previous-token head sits below {agg} "
+                                                                          f"(layer {agg_l})")]),
+        judge_claim("aggregator_prev_boosting", {"head": agg, "label": agg_label}, value=(agg, agg_label), head=agg,
+                    shown=str(agg_label).replace("_", "-"), preconditions=pre_agg + [layer_above(agg, agg_l, 0)]),
     ]
     out.summary({
-        "model": model_label(args), "prompt_source": source, "n_prompts": len(prompts), "window": w,
-        "threshold": args.threshold, "label_counts": counts, "aggregator": agg["name"],
-        "early_prev_heads": early[["name", "dip", "peak", "trend", "label"]],
+        **exp.describe(), "window": w, "threshold": args.threshold, "label_counts": df.label.value_counts().to_dict(),
+        "aggregator": agg, "early_prev_heads": early[["name", "dip", "peak", "trend", "label"]],
         "chosen_heads": chosen[["name", "dip", "peak", "trend", "label"]],
     }, claims)
-    out.report()
+    out.commit()
 
 
 if __name__ == "__main__":

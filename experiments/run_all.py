@@ -1,57 +1,111 @@
-"""Run every claim script and write results/index.html: one table of every claim with its verdict.
+"""The main job: every claim script of every post, then results/index.html (verdicts side by side per model) and an
+offline attention explorer per model.
 
-    python experiments/run_all.py --model-dir data/mini-gpt2 --quick    # a few minutes on 2 CPU cores
-    python experiments/run_all.py --model-dir data/mini-gpt2            # full toy runs: much longer
-    python experiments/run_all.py --model gpt2                          # real GPT-2 small (needs the hub)
+    python experiments/run_all.py                       # the shipped organisms + the four toy posts
+    python experiments/run_all.py --models gpt2         # also real GPT-2 small (needs the Hugging Face hub)
+    python experiments/run_all.py --quick               # smoke test: toy claims 'not testable'
 
-GPT-2 scripts run on the given model; toy scripts need no model (--quick makes them smoke tests, whose
-claims are all 'not testable'). A failing script is reported and the others still run.
+The GPT-2 post's scripts run on each model (--model-dirs, --models); the toy scripts train their own models at
+settings that test every headline claim (--quick makes them smoke tests). Each script runs in its own process;
+a failing one is reported and the others still run. Ctrl-C stops the job and still rewrites the index page:
+what finished is shown with the time it was measured, the interrupted script and those that did not run are
+marked. The run record is results/run_all.json.
 """
 import sys
 import time
+from pathlib import Path
 
-from gpt2_posheads.cli.common import Parser, _Formatter, check_device, check_model_dir, main_entry
-from gpt2_posheads.cli.runner import GPT2_SCRIPTS, TOY_SCRIPTS, run_experiment, write_index
+from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, TOY_SCRIPTS
+from gpt2_posheads.cli import RESULTS, Parser, check_device, check_model_dir, main_entry, write_json
+from gpt2_posheads.cli.output import acquire_lock, now_iso
+from gpt2_posheads.cli.runner import run_experiment
+from gpt2_posheads.model.loading import hub_reachable
+from gpt2_posheads.model.precision import machine_description
 from gpt2_posheads.model.validation import UsageError
+from gpt2_posheads.report.index import write_index
+
+SHIPPED = ("data/mini-gpt2", "data/mini-gpt2-wpos")
 
 
 def main(argv=None):
-    p = Parser(description=__doc__, formatter_class=_Formatter)
-    p.add_argument("--model", default="gpt2", help="Hugging Face hub name of the model")
-    p.add_argument("--model-dir", default=None, help="local Hugging Face-format model directory, e.g. data/mini-gpt2")
+    p = Parser(description=__doc__)
+    p.add_argument("--model-dirs", default=",".join(SHIPPED), help="comma-separated local model folders the GPT-2 "
+                   "post's scripts run on ('' for none)")
+    p.add_argument("--models", default="", help="comma-separated Hugging Face hub names too, e.g. gpt2 (needs the hub)")
     p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N")
     p.add_argument("--quick", action="store_true", help="toy scripts as smoke tests (their claims: not testable)")
     p.add_argument("--only", default=None, help="comma-separated script names to run (default: all)")
     p.add_argument("--no-png", action="store_true", help="HTML figures only")
+    p.add_argument("--no-explorer", action="store_true", help="skip the attention explorer pages")
     args = p.parse_args(argv)
-    check_model_dir(args.model_dir)
+    dirs = [d.strip() for d in args.model_dirs.split(",") if d.strip()]
+    for d in dirs:
+        try:
+            check_model_dir(d)
+        except UsageError as e:
+            raise UsageError("--model-dirs", e.problem, e.allowed, e.hint) from None
+    hub = [m.strip() for m in args.models.split(",") if m.strip()]
+    if hub and not hub_reachable():
+        raise UsageError("--models", f"{', '.join(hub)} need the Hugging Face hub, which is unreachable",
+                         "hub names on a machine with internet", "or --model-dirs with local copies")
     check_device(args.device)
-    scripts = list(GPT2_SCRIPTS + TOY_SCRIPTS)
+    scripts = list(MODEL_SCRIPTS + TOY_SCRIPTS)
     if args.only:
         wanted = [s.strip() for s in args.only.split(",") if s.strip()]
         unknown = [s for s in wanted if s not in scripts]
         if unknown:
             raise UsageError("--only", f"unknown script(s) {unknown}", f"allowed {', '.join(scripts)}")
-        scripts = wanted
-    model_args = ["--model-dir", args.model_dir] if args.model_dir else ["--model", args.model]
-    if args.device:
-        model_args += ["--device", args.device]
-    failed = []
-    for i, name in enumerate(scripts, start=1):
-        extra = model_args if name in GPT2_SCRIPTS else (["--quick"] if args.quick else [])
-        if args.no_png:
-            extra = extra + ["--no-png"]
-        print(f"\n=== [{i}/{len(scripts)}] {name} {' '.join(extra)}", flush=True)
-        t = time.time()
-        rc = run_experiment(name, extra)
-        print(f"=== {name}: {'ok' if rc == 0 else f'exit {rc}'} in {time.time() - t:.0f} s", flush=True)
-        if rc != 0:
-            failed.append(name)
-        if rc == 130:
-            break
-    index = write_index()
-    print(f"\nwrote {index}" + (f"; failed: {', '.join(failed)}" if failed else ""))
-    return 1 if failed else 0
+        scripts = [s for s in scripts if s in wanted]
+    models = [["--model-dir", d] for d in dirs] + [["--model", m] for m in hub]
+    jobs = []  # (script, model label or None, arguments)
+    for name in scripts:
+        if name in MODEL_SCRIPTS:
+            jobs += [(name, m[1], m + (["--device", args.device] if args.device else [])) for m in models]
+        else:
+            jobs.append((name, None, ["--quick"] if args.quick else []))
+    if not jobs:
+        raise UsageError("--model-dirs", "no model and no toy script to run", "at least one model folder or script")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    lock = acquire_lock(RESULTS, "run_all")
+    record = {"started": now_iso(), "machine": machine_description(), "quick": args.quick, "models": [m[1] for m in models],
+              "jobs": [{"script": s, "model": m, "status": "not run"} for s, m, _ in jobs]}
+    failed, t_all = [], time.time()
+    try:
+        for i, ((name, model, extra), rec) in enumerate(zip(jobs, record["jobs"]), start=1):
+            extra = extra + (["--no-png"] if args.no_png else [])
+            print(f"\n=== [{i}/{len(jobs)}] {name} {' '.join(extra)}", flush=True)
+            t = time.time()
+            rec.update(status="running", started=now_iso())
+            rc = run_experiment(name, extra)
+            rec.update(seconds=round(time.time() - t, 1), exit=rc,
+                       status="ok" if rc == 0 else "interrupted" if rc == 130 else "failed")
+            print(f"=== {name}: {rec['status']} in {rec['seconds']:.0f} s", flush=True)
+            if rc == 130:
+                raise KeyboardInterrupt
+            if rc != 0:
+                failed.append(name)
+        if not args.no_explorer:
+            from gpt2_posheads.report.explorer import write_explorers
+
+            for d, m in zip(dirs + hub, models):
+                print(f"\n=== attention explorer: {d}", flush=True)
+                write_explorers(m, device=args.device)
+    except KeyboardInterrupt:
+        for rec in record["jobs"]:
+            if rec["status"] == "running":
+                rec["status"] = "interrupted"
+        print("\ninterrupted: the index page marks what did not finish", file=sys.stderr)
+        return finish(record, lock, t_all, failed, 130)
+    return finish(record, lock, t_all, failed, 1 if failed else 0)
+
+
+def finish(record: dict, lock: Path, t_all: float, failed: list[str], code: int) -> int:
+    record.update(finished=now_iso(), seconds=round(time.time() - t_all, 1), interrupted=code == 130)
+    write_json(RESULTS / "run_all.json", record)
+    index = write_index(RESULTS)
+    lock.unlink(missing_ok=True)
+    print(f"\nwrote {index} ({record['seconds'] / 60:.1f} min in all)" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return code
 
 
 if __name__ == "__main__":

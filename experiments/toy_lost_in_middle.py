@@ -17,7 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from gpt2_posheads.toy import ToyConfig, train_sweep
-from gpt2_posheads.cli.common import main_entry, positive
+from gpt2_posheads.cli import main_entry, positive
 from gpt2_posheads.toy.cli import claim, robustness_section, toy_parser, toy_setup
 from gpt2_posheads.toy.robustness import GridClaim
 
@@ -134,7 +134,7 @@ def main(argv=None):
     out.summary({"steps": steps, "three_layer_steps": args.three_layer_steps, "seeds": seeds, "init_std": args.init_std,
                  "lr": args.lr, "table": table,
                  **({"robustness": robust} if robust else {})}, claims)
-    out.report()
+    out.commit()
 
 
 if __name__ == "__main__":

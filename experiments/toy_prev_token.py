@@ -20,7 +20,7 @@ from plotly.subplots import make_subplots
 from gpt2_posheads.report.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, relative_perplexity, separation_direction, train_sweep, wq_wk
 from gpt2_posheads.toy.analysis import loss_spikes, order_swaps, perplexity_curve
-from gpt2_posheads.cli.common import main_entry
+from gpt2_posheads.cli import main_entry
 from gpt2_posheads.toy.analysis import learned, fails
 from gpt2_posheads.toy.cli import claim, robustness_section, toy_parser, toy_setup
 from gpt2_posheads.toy.metrics import bilinear
@@ -198,7 +198,7 @@ def main(argv=None):
     robust = robustness_section(out, grid_claims(), base, args, runs, "000: previous-token copying")
     out.summary({"steps": steps, "lr_steps": lr_steps, "init_std": args.init_std, "lr": args.lr,
                  **({"robustness": robust} if robust else {})}, claims)
-    out.report()
+    out.commit()
 
 
 if __name__ == "__main__":

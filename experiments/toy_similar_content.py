@@ -18,7 +18,7 @@ from gpt2_posheads.analysis.geometry import pca
 from gpt2_posheads.report.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, train_sweep
 from gpt2_posheads.toy.analysis import distance_rank_correlation, perplexity_curve, spearman
-from gpt2_posheads.cli.common import main_entry
+from gpt2_posheads.cli import main_entry
 from gpt2_posheads.toy.cli import claim, robustness_section, toy_parser, toy_setup
 from gpt2_posheads.toy.robustness import GridClaim
 
@@ -173,7 +173,7 @@ def main(argv=None):
     robust = robustness_section(out, grid_claims(), base, args, runs, "001: most-similar token")
     out.summary({"steps": steps, "init_std": args.init_std, "lr": args.lr, "seeds": seeds,
                  **({"robustness": robust} if robust else {})}, claims)
-    out.report()
+    out.commit()
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from plotly.subplots import make_subplots
 from gpt2_posheads.report.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, train_sweep
 from gpt2_posheads.toy.analysis import pairing, perplexity_curve, plateau
-from gpt2_posheads.cli.common import int_list, main_entry
+from gpt2_posheads.cli import int_list, main_entry
 from gpt2_posheads.toy.analysis import v_half_plateau
 from gpt2_posheads.toy.cli import claim, robustness_section, toy_parser, toy_setup
 from gpt2_posheads.toy.robustness import GridClaim
@@ -141,7 +141,7 @@ def main(argv=None):
     robust = robustness_section(out, grid_claims(), base, args, runs, "003: sticky plateau")
     out.summary({"steps": steps, "init_std": args.init_std, "lr": args.lr, **({"robustness": robust} if robust else {})},
                 claims)
-    out.report()
+    out.commit()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ an AMD EPYC with AVX2 only, about 1.2 s with one thread, several times slower wh
 the cores. --bf16 runs bfloat16 autocast only where the CPU has native bfloat16 units (AVX512-BF16/AMX;
 1.8x faster there); elsewhere it falls back to float32 and says so, since emulated bfloat16 is many
 times slower. Checkpoints every --checkpoint-minutes of wall-clock time to <out>-work/checkpoint.pt;
-rerunning the same command resumes exactly. Ctrl-C keeps the last checkpoint.
+rerunning the same command resumes exactly. Ctrl-C keeps the last checkpoint; a run that
+finishes writes the model into --out and removes <out>-work.
 """
 import argparse
 import sys
@@ -29,13 +30,15 @@ from pathlib import Path
 
 import torch
 
-from gpt2_posheads.model.paths import REPO_ROOT, shared_dir
-from gpt2_posheads.cli.common import Output, experiment_parser, main_entry, positive
-from gpt2_posheads.organism.train import POS_INITS, REPEAT_KINDS, MiniConfig, split_docs, train_mini_gpt2
-from gpt2_posheads.report.plotting import line_figure
-from gpt2_posheads.model.precision import resolve_bf16
+import shutil
+
 from gpt2_posheads.analysis.prompts import documents, file_documents, wikitext_documents
+from gpt2_posheads.cli import Output, experiment_parser, main_entry, positive
+from gpt2_posheads.model.paths import REPO_ROOT, shared_dir
+from gpt2_posheads.model.precision import resolve_bf16
 from gpt2_posheads.model.validation import UsageError
+from gpt2_posheads.organism import POS_INITS, REPEAT_KINDS, MiniConfig, split_docs, train_mini_gpt2
+from gpt2_posheads.report.plotting import line_figure
 
 SHIPPED = REPO_ROOT / "data" / "mini-gpt2"
 TEXT_SOURCES = ("wikitext", "nltk", "openwebtext")
@@ -66,7 +69,8 @@ def training_documents(spec: str, seed: int) -> tuple[list[str], list[str], str]
 
 
 def main(argv=None):
-    p = experiment_parser(__doc__, model=False, default_out=str(SHIPPED))
+    p = experiment_parser(__doc__, model=False, out_help="the model folder to write (required; a folder holding "
+                          "anything else is refused; the shipped data/mini-gpt2 needs --overwrite)")
     d = MiniConfig()
     ints = {"n_layers": "transformer blocks", "n_heads": "heads per block", "d_model": "residual width",
             "n_ctx": "context length", "steps": "optimizer steps in all", "batch_size": "windows per step",
@@ -108,7 +112,9 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast where the CPU has native bfloat16 units "
                    "(AVX512-BF16/AMX); float32 elsewhere, with a note (emulated bfloat16 is many times slower)")
-    p.add_argument("--overwrite", action="store_true", help="allow --out to replace the shipped data/mini-gpt2")
+    p.add_argument("--overwrite", action="store_true", help="replace the model in --out (e.g. the shipped data/mini-gpt2)")
+    p.add_argument("--keep-work", action="store_true", help="keep <out>-work (the checkpoint and tokenizer used to "
+                   "resume) after a successful run; by default it is removed once the model is written")
     args = p.parse_args(argv)
     for name in ints:
         positive("--" + name.replace("_", "-"), getattr(args, name),
@@ -122,6 +128,15 @@ def main(argv=None):
     positive("--pos-avg-max", args.pos_avg_max, 2)
     for name in ("skip_fraction", "synthetic_fraction", "repeat_fraction", "skip_noise", "pos_avg_prob"):
         positive("--" + name.replace("_", "-"), getattr(args, name), 0, 1)
+    if args.d_model % args.n_heads:
+        raise UsageError("--d-model", f"{args.d_model} is not divisible by --n-heads {args.n_heads}",
+                         "a width that the heads divide", f"e.g. --d-model {args.n_heads * max(1, args.d_model // args.n_heads)}")
+    if args.pos_init == "gpt2" and (args.n_ctx > 1024 or args.d_model > min(args.n_ctx, 768)):
+        raise UsageError("--pos-init", f"gpt2 needs --n-ctx <= 1024 and --d-model <= min(n_ctx, 768) (GPT-2's W_pos is "
+                         f"1024 x 768), got {args.n_ctx} and {args.d_model}", "smaller --n-ctx / --d-model, or another "
+                         "--pos-init")
+    if args.out is None:
+        raise UsageError("--out", "is required", "a new folder for the model", "e.g. --out data/mini-gpt2-new")
     out_dir = Path(args.out)
     if out_dir.resolve() == SHIPPED.resolve() and (SHIPPED / "model.safetensors").exists() and not args.overwrite:
         raise UsageError("--out", f"{args.out} is the shipped model", "pass --overwrite to replace it",
@@ -131,13 +146,16 @@ def main(argv=None):
     cfg = MiniConfig(**{k: getattr(args, k) for k in list(ints) + list(floats)}, pos_init=args.pos_init,
                      skip_rule=args.skip_rule, repeat_kind=args.repeat_kind, position_offsets=args.position_offsets,
                      seed=args.seed, bf16=resolve_bf16(args.bf16, "cpu"))
-    train_docs, held_docs, source = training_documents(args.text, args.seed)
-    print(f"training on {len(train_docs)} documents ({source}); held out: {len(held_docs)} WikiText-2 documents")
     tok_dir = args.tokenizer_dir or None
     if tok_dir and not (Path(tok_dir) / "tokenizer.json").exists():
         raise UsageError("--tokenizer-dir", f"{tok_dir} has no tokenizer.json", "a model folder, or '' for a new BPE")
-    rec = train_mini_gpt2(train_docs, out_dir, cfg, val_docs=held_docs, tokenizer_dir=tok_dir)
-    out = Output(out_dir, png=not args.no_png, script="train_mini_gpt2")
+    train_docs, held_docs, source = training_documents(args.text, args.seed)
+    print(f"training on {len(train_docs)} documents ({source}); held out: {len(held_docs)} WikiText-2 documents")
+    out = Output.open(out_dir, "train_mini_gpt2", png=not args.no_png, force=args.force, adopt=args.overwrite)
+    work = out_dir.with_name(out_dir.name + "-work")
+    rec = train_mini_gpt2(train_docs, out.out_dir, cfg, work_dir=work, val_docs=held_docs, tokenizer_dir=tok_dir)
+    for f in sorted(out.out_dir.iterdir()):  # the model, tokenizer and training record written by the trainer
+        out.path(f.name)
     steps, losses = zip(*rec["loss"])
     vs, vl = zip(*rec["val_loss"])
     out.figure(line_figure({"train": (steps, losses), "held-out": (vs, vl)}, title="mini GPT-2 training loss",
@@ -149,7 +167,10 @@ def main(argv=None):
                            title="the mechanism during training", xlabel="step", ylabel="ratio / score"), "mechanism")
     print(f"held-out loss {rec['final_val_loss']:.3f} (perplexity {torch.tensor(rec['final_val_loss']).exp():.1f}) "
           f"after {rec['seconds'] / 60:.1f} min")
-    out.report()
+    out.commit()
+    if not args.keep_work:
+        shutil.rmtree(work, ignore_errors=True)
+        print(f"removed {work} (the checkpoint and tokenizer used to resume; --keep-work keeps it)")
     return 0
 
 

@@ -27,8 +27,7 @@ GPT2_SCRIPTS = {
                               "--size", "20", "--ext-prompts", "2"],
     "l4h11_edit": ["--heads", "L2H1", "--factors", "1,2"],
     "prev_head_sources": W + ["--heads", "L2H1", "--n-prompts", "2", "--seq-len", "48"],
-    "cache_activations": W + ["--heads", "L1H0", "--n-prompts", "2", "--seq-len", "48", "--max-offset", "8",
-                              "--ext-prompts", "2"],
+    "cache_activations": W + ["--heads", "L1H0", "--n-prompts", "2", "--seq-len", "48", "--ext-prompts", "2"],
 }
 
 
@@ -67,9 +66,21 @@ def test_unknown_head_is_a_usage_error(script_model, tmp_path, shared):
 
 
 def test_default_heads_are_the_models_own(script_model, tmp_path, shared):
-    """On any model but GPT-2 small the post's head names are not defaults: --heads falls back to auto."""
-    run_script(EXPERIMENTS / "l4h11_edit.py", ["--model-dir", str(script_model), "--out", str(tmp_path), "--no-png"])
-    assert json.loads((tmp_path / "summary.json").read_text())["head"] != "L4H11"
+    """On any model but GPT-2 small the post's head names are not defaults: the script measures the model's own
+    aggregator (its sharpest previous-token head) and says so."""
+    from gpt2_posheads import load_model, rank_prev_heads
+    from gpt2_posheads.analysis.diagonals import choose_aggregator
+    from gpt2_posheads.cli import corpus_prompts
+    from types import SimpleNamespace
+
+    argv = ["--model-dir", str(script_model), "--out", str(tmp_path), "--no-png", "--prompts", "wikitext"]
+    run_script(EXPERIMENTS / "l4h11_edit.py", argv)
+    s = json.loads((tmp_path / "summary.json").read_text())
+    model = load_model(script_model, device="cpu")
+    prompts, _ = corpus_prompts(model, SimpleNamespace(prompts="wikitext", n_prompts=8, seq_len=128, seed=0))
+    l, h = choose_aggregator(rank_prev_heads(model, prompts, progress=False))
+    assert s["heads"] == [f"L{l}H{h}"] and "aggregator" in s["heads_chosen"]
+    assert s["claims"][0]["head"] == f"L{l}H{h}"
 
 
 def test_run_all_quick_writes_the_index(script_model, tmp_path, monkeypatch):

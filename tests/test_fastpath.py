@@ -86,7 +86,7 @@ def test_unknown_engine(tiny_model):
 
 def test_unreproduced_model_falls_back_to_hooks(tiny_dir, monkeypatch):
     model = load_model(tiny_dir, device="cpu")
-    monkeypatch.setattr(fastpath, "_attn_scale", lambda cfg, layer: 1.0)  # a wrong softmax temperature
+    monkeypatch.setattr(fastpath, "attn_scale", lambda cfg, layer: 1.0)  # a wrong softmax temperature
     toks = _prompts(2, 20, model.cfg.d_vocab, seed=2)
     with pytest.raises(FastPathUnsupported, match="does not reproduce it"):
         fast_forward(model, engine="fast")

@@ -4,8 +4,9 @@ import json
 import pytest
 import torch
 
-from gpt2_posheads.organism.train import (MiniConfig, position_ids, repeated_segments, repeated_span, skip_bigram_windows,
-                                     skip_table, train_mini_gpt2, training_batch)
+from gpt2_posheads.organism import MiniConfig, train_mini_gpt2
+from gpt2_posheads.organism.data import (position_ids, repeated_segments, repeated_span, skip_bigram_windows, skip_table,
+                                         training_batch)
 
 
 def gen(seed=0):
@@ -64,6 +65,7 @@ def test_training_resumes_exactly(tmp_path):
     straight = train_mini_gpt2(docs, tmp_path / "a", MiniConfig(steps=4, **cfg), progress=False)
     train_mini_gpt2(docs, tmp_path / "b", MiniConfig(steps=2, **cfg), progress=False)
     resumed = train_mini_gpt2(docs, tmp_path / "b", MiniConfig(steps=4, **cfg), progress=False)
+    assert (tmp_path / "b-work" / "checkpoint.pt").exists()
     assert [l for _, l in resumed["loss"]] == pytest.approx([l for _, l in straight["loss"]], rel=1e-5)
     rec = json.loads((tmp_path / "b" / "training.json").read_text())
     assert rec["config"]["steps"] == 4 and len(rec["probes"]) == 2

@@ -1,8 +1,12 @@
-"""Every class of user mistake is one line `error: <parameter>: ...`, exit status 2, no traceback, and
-(where the check needs no model) before any model is loaded."""
-import pytest
+"""Every class of user mistake is one line `error: <parameter>: ...`, exit status 2, no traceback, and (where the
+check needs no model) before any model is loaded; a legitimate input that must be adjusted is adjusted and said."""
+import json
 
-import gpt2_posheads.cli.common as cli
+import pytest
+import torch
+
+import gpt2_posheads.cli.experiment as cliexp
+from gpt2_posheads.cli import main_entry
 from conftest import EXPERIMENTS, MINI_DIR, load_script
 
 
@@ -10,7 +14,7 @@ from conftest import EXPERIMENTS, MINI_DIR, load_script
 def no_model_load(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("the model was loaded before the mistake was reported")
-    monkeypatch.setattr(cli, "load_model", refuse)
+    monkeypatch.setattr(cliexp, "load_model", refuse)
 
 
 @pytest.fixture
@@ -19,6 +23,16 @@ def files(tmp_path):
     (tmp_path / "short.txt").write_text("one two three\n\nfour five\n")
     (tmp_path / "notext.jsonl").write_text('{"body": "hello"}\n')
     (tmp_path / "w.np").write_text("x")
+    (tmp_path / "binary.txt").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    (tmp_path / "a_file").write_text("x")
+    bad = tmp_path / "badcfg"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    (bad / "model.safetensors").write_bytes(b"")
+    noweights = tmp_path / "noweights"
+    noweights.mkdir()
+    (noweights / "config.json").write_text(json.dumps({"n_layer": 2, "n_head": 2, "n_positions": 16, "n_embd": 8}))
     return tmp_path
 
 
@@ -32,18 +46,32 @@ PRELOAD = [
     ("pos_embed_averaging", M + ["--heads", "auto:0"], "--heads", "no heads"),
     ("raw_scores_taxonomy", M + ["--heads", "L9H0"], "--heads", "unknown head"),
     ("raw_scores_taxonomy", M + ["--heads", "L4X11"], "--heads", "not a head name"),
+    ("prev_head_sources", M + ["--heads", "L0H0"], "--heads", "layer 0: nothing upstream"),
     ("mask_prev_attention", M + ["--layers", "0,7"], "--layers", "0..3"),
     ("mask_prev_attention", M + ["--layers", "a,b"], "--layers", "integers"),
+    ("mask_prev_attention", M + ["--every", "1"], "--every", "out of range"),
     ("rank_prev_heads", M + ["--prompts", "{d}/empty.txt"], "--prompts", "empty"),
+    ("rank_prev_heads", M + ["--prompts", "{d}/binary.txt"], "--prompts", "binary"),
+    ("rank_prev_heads", M + ["--prompts", "{d}/latin1.txt"], "--prompts", "not UTF-8"),
     ("rank_prev_heads", M + ["--prompts", "wikitxt"], "--prompts", "wikitext"),
     ("rank_prev_heads", M + ["--prompts", "{d}/notext.jsonl"], "--prompts", "'text'"),
     ("rank_prev_heads", M + ["--n-prompts", "0"], "--n-prompts", "out of range"),
-    ("rank_prev_heads", M + ["--device", "cuda:7" if cli.torch.cuda.is_available() else "cuda"], "--device", "cuda"),
+    ("rank_prev_heads", M + ["--device", "cuda:7" if torch.cuda.is_available() else "cuda"], "--device", "cuda"),
     ("rank_prev_heads", M + ["--device", "gpu"], "--device", "allowed cpu"),
     ("rank_prev_heads", ["--model-dir", "data/mini-gpt", "--no-png"], "--model-dir", "did you mean"),
+    ("rank_prev_heads", ["--model-dir", "{d}/a_file", "--no-png"], "--model-dir", "is a file, not a folder"),
+    ("rank_prev_heads", ["--model-dir", "{d}/badcfg", "--no-png"], "--model-dir", "not valid JSON"),
+    ("rank_prev_heads", ["--model-dir", "{d}/noweights", "--no-png"], "--model-dir", "no model weights"),
+    ("rank_prev_heads", M + ["--out", "{d}/a_file"], "--out", "is a file"),
     ("pos_embed_helix", ["--w-pos", "{d}/w.np", "--no-png"], "w_pos", ".npy"),
     ("l4h11_edit", M + ["--target", " ninja turtle"], "--target", "three words"),
     ("l4h11_edit", M + ["--factors", "1,x"], "--factors", "numbers"),
+    ("l4h11_edit", M + ["--factors", "1,3"], "--factors", "lacks 2"),
+    ("train_mini_gpt2", ["--out", "{d}/new", "--d-model", "100", "--n-heads", "3", "--no-png"], "--d-model",
+     "not divisible"),
+    ("train_mini_gpt2", ["--out", "{d}/new", "--pos-lr", "-1", "--no-png"], "--pos-lr", "out of range"),
+    ("train_mini_gpt2", ["--no-png", "{no-out}"], "--out", "required"),
+    ("cache_activations", M + ["--out", "{d}/a_file.safetensors"], "--out", "not a cache"),
     ("toy_similar_content", ["--quick", "--seeds", "0", "--no-png"], "--seeds", "out of range"),
     ("toy_prev_token", ["--quick", "--steps", "0", "--no-png"], "--steps", "out of range"),
     ("toy_sticky_plateau", ["--quick", "--lr", "-1", "--no-png"], "--lr", "> 0"),
@@ -54,10 +82,15 @@ PRELOAD = [
 @pytest.mark.parametrize("script, argv, param, word", PRELOAD, ids=[f"{s}:{' '.join(a[3:] if a[:1] == ['--model-dir'] else a)}"
                                                                      for s, a, _, _ in PRELOAD])
 def test_mistake_is_one_line_before_loading(script, argv, param, word, files, tmp_path, capsys, no_model_load):
-    argv = [a.replace("{d}", str(files)) for a in argv] + ["--out", str(tmp_path / "out")]
+    (files / "a_file.safetensors").write_text("not a cache")
+    argv = [a.replace("{d}", str(files)) for a in argv]
+    if "{no-out}" in argv:
+        argv.remove("{no-out}")
+    elif "--out" not in argv:
+        argv += ["--out", str(tmp_path / "out")]
     mod = load_script(script)
     with pytest.raises(SystemExit) as e:
-        cli.main_entry(mod.main, argv)
+        main_entry(mod.main, argv)
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
@@ -68,10 +101,40 @@ def test_mistake_is_one_line_before_loading(script, argv, param, word, files, tm
 def test_prompts_too_short_for_seq_len(files, tmp_path, capsys):
     mod = load_script("rank_prev_heads")
     with pytest.raises(SystemExit) as e:
-        cli.main_entry(mod.main, M + ["--prompts", str(files / "short.txt"), "--out", str(tmp_path)])
+        main_entry(mod.main, M + ["--prompts", str(files / "short.txt"), "--out", str(tmp_path / "o")])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: n_prompts:") and "--seq-len" in err and "\n" not in err
+    assert not (tmp_path / "o" / "summary.json").exists()  # the failed run left nothing behind
+
+
+def test_adjusted_inputs_are_said(tmp_path, capsys, small_tokenizer):
+    """A legitimate input that must be changed is changed and said: a --seq-len above the context, group sizes
+    above it, a word that is several tokens in the vocabulary, a submatrix that does not fit the prompt."""
+    mod = load_script("pos_embed_averaging")
+    main_entry(mod.main, M + ["--prompts", "wikitext", "--n-prompts", "2", "--seq-len", "100000", "--group-sizes",
+                              "1,10,1000", "--out", str(tmp_path / "a")])
+    err = capsys.readouterr().err
+    assert "note: --seq-len 100000 is capped at the model's context, 256" in err
+    assert "note: --group-sizes: 1000 capped at the model's context, 256" in err
+    assert "note: --targets: ' apple' is 2 tokens in this model's vocabulary: replaced by" in err
+    s = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert s["seq_len"] == 256 and s["group_sizes"] == [1, 10, 256]
+    mod = load_script("mask_prev_attention")
+    main_entry(mod.main, M + ["--prompts", "wikitext", "--n-prompts", "2", "--seq-len", "64", "--start", "40", "--heads", "L1H0",
+                              "--out", str(tmp_path / "b")])
+    assert "the 50x50 submatrix from position 40 does not fit a 64-token prompt: showing 50x50 from position 14" in \
+        capsys.readouterr().err
+
+
+def test_api_refuses_float_and_out_of_vocabulary_token_ids(tiny_model):
+    from gpt2_posheads import UsageError, diagonal_attention
+
+    with pytest.raises(UsageError, match="prompts: token ids are torch.float32; an integer tensor"):
+        diagonal_attention(tiny_model, torch.zeros(1, 8), progress=False)
+    bad = torch.full((1, 8), tiny_model.cfg.d_vocab)
+    with pytest.raises(UsageError, match=f"token id {tiny_model.cfg.d_vocab} is outside the vocabulary"):
+        diagonal_attention(tiny_model, bad, progress=False)
 
 
 def test_make_prompts_checks_the_model_context(small_tokenizer):
@@ -88,7 +151,7 @@ def test_internal_errors_keep_their_traceback():
     def broken(argv):
         raise KeyError("a bug")
     with pytest.raises(KeyError):
-        cli.main_entry(broken, [])
+        main_entry(broken, [])
 
 
 def test_help_keeps_examples_and_shows_defaults_once(capsys):

@@ -1,11 +1,9 @@
 """Verdict rules on made-up numbers: every outcome of every rule, preconditions and --quick."""
-import math
-
 import pytest
 
-from gpt2_posheads.claims.gpt2_post import CLAIMS, is_prev_token_head, judge_claim, model_copies
-from gpt2_posheads.claims.verdicts import (Precondition, at_least, at_most, claims_table, judge, monotone, ratio_at_least,
-                                    verdict_counts, within)
+from gpt2_posheads.claims.gpt2_post import CLAIMS, is_prev_token_head, judge_claim, layer_above, model_copies
+from gpt2_posheads.claims.verdicts import (Precondition, at_least, at_most, claims_table, fmt, judge, monotone,
+                                           ratio_at_least, verdict_counts, within)
 
 
 @pytest.mark.parametrize("rule, value, held", [
@@ -24,15 +22,23 @@ def test_rule_outcomes(rule, value, held):
 
 
 def test_judge_vocabulary_and_keys():
-    c = judge("c", "post", at_most(0.1, "ratio"), {"ratio": 0.05}, 0.05).as_dict()
-    assert set(c) == {"claim", "post", "measured", "rule", "verdict", "why"}
+    c = judge("c", "post", at_most(0.1, "ratio"), {"ratio": 0.05}, 0.05, head="L4H11").as_dict()
+    assert set(c) == {"claim", "post", "measured", "rule", "verdict", "why", "head", "shown"}
     assert c["verdict"] == "held" and c["rule"] == "held if ratio <= 0.1"
+    assert c["head"] == "L4H11" and c["shown"] == "0.0500"  # the measured number for a person, 3 digits
     assert judge("c", "p", at_most(0.1, "r"), 0.5).verdict == "not held"
 
 
+@pytest.mark.parametrize("x, shown", [(0.0123456, "0.0123"), (4.0762, "4.08"), (123.456, "123"), (69, "69"),
+                                      (1e-19, "1.00e-19"), (12345678.0, "1.23e+07"), (float("nan"), "nan")])
+def test_numbers_for_a_person(x, shown):
+    assert fmt(x) == shown
+
+
 def test_failed_precondition_is_not_testable_even_if_the_number_looks_good():
-    c = judge("c", "p", at_least(0.4, "score"), 0.9, preconditions=[Precondition("model copies", False, "P = 0.00005")])
-    assert c.verdict == "not testable" and "model copies" in c.why and "0.00005" in c.why
+    c = judge("c", "p", at_least(0.4, "score"), 0.9,
+              preconditions=[Precondition("model copies", False, "the model does not copy (P = 0.00005)")])
+    assert c.verdict == "not testable" and c.why == "not testable here: the model does not copy (P = 0.00005)"
 
 
 def test_quick_runs_are_not_testable_unless_the_rule_allows():
@@ -71,6 +77,12 @@ def test_the_l4h11_edit_on_a_model_that_does_not_copy_is_not_testable():
     ("ext_same_subspace", 10.0, "held"), ("ext_same_subspace", 80.0, "not held"),
     ("ext_sparser", 3.0, "held"), ("ext_sparser", 1.0, "not held"),
     ("induction_heads_exist", 0.5, "held"), ("induction_heads_exist", 0.01, "not held"),
+    ("aggregator_above_layer0", ("L4H11", 4), "held"), ("aggregator_above_layer0", ("L0H1", 0), "not held"),
+    ("sources_named_heads", ["L1H0", "L2H2", "L3H3", "L2H4"], "held"), ("sources_named_heads", ["L1H0"], "not held"),
+    ("sources_upstream", {"n_prev_token_among_top": 3, "top_drop": 0.2, "clean_prev_mass": 0.9, "top_sources": ["a"]},
+     "held"),
+    ("sources_upstream", {"n_prev_token_among_top": 3, "top_drop": 0.05, "clean_prev_mass": 0.9, "top_sources": ["a"]},
+     "not held"),
 ])
 def test_every_post_claim_rule(key, value, verdict):
     assert judge_claim(key, {}, value=value).verdict == verdict
@@ -81,13 +93,15 @@ def test_every_claim_has_a_rule_in_words():
         assert spec.rule.text.startswith("held if") and spec.post and spec.claim
 
 
-def test_preconditions_say_what_failed():
+def test_preconditions_say_what_was_found():
     p = is_prev_token_head("L2H1", 0)
-    assert not p.ok and "offset 0" in p.why
+    assert not p.ok and p.failure() == "L2H1 is not a previous-token head (its greatest diagonal is offset 0, not 1)"
     assert is_prev_token_head("L2H2", 1, 0.33).ok  # the post's early heads qualify
-    weak = is_prev_token_head("L0H0", 1, 0.58)  # the v1 mini model's best head: too weak for "unaffected" to mean much
-    assert not weak.ok and "0.58" in weak.why
+    weak = is_prev_token_head("L0H0", 1, 0.95)  # too weak for "unaffected" to mean much
+    assert not weak.ok and weak.failure() == "L0H0 is not a clear previous-token head (ratio 0.95 > 0.5)"
     assert model_copies({"a": 0.6, "b": 0.7}).ok and not model_copies({"a": 0.6, "b": 0.4}).ok
+    assert "does not copy" in model_copies({"P(turtle | ninja)": 0.4}).failure()
+    assert layer_above("L0H1", 0, 0).failure() == "L0H1 sits in layer 0: there is no layer below it"
 
 
 def test_table_and_counts():
@@ -96,4 +110,5 @@ def test_table_and_counts():
     t = claims_table(cs)
     assert "held" in t and "not held" in t and "not testable" in t and "np.float64" not in t
     assert verdict_counts(cs) == {"held": 1, "not held": 1, "not testable": 1}
-    assert not math.isnan(len(t))
+    rows = t.splitlines()[2::3]  # header, rule line and why line per claim: each claim's row ends in its verdict
+    assert [r.rstrip()[-12:].strip() for r in rows] == ["held", "not held", "not testable"]

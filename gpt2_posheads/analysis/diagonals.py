@@ -24,6 +24,7 @@ from ..model.precision import resolve_bf16
 from ..model.forward import run_until
 from ..model.tokens import as_token_batches, model_device, to_token_list
 from ..model.validation import check_int_range, head_name
+from .stored import StoredActivations
 
 
 @lru_cache(maxsize=8)
@@ -123,26 +124,45 @@ def diagonal_attention(
     return (sums / counts).float()
 
 
+def prev_token_stats(mass: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The previous-token statistics of per-diagonal masses ``[..., n_offsets]`` (NaN = no entries).
+
+    The one definition every part of the toolkit uses (ranking, preconditions, ``auto:N``, the cache, the
+    organism's targets and training probe, the sources). With ``m_d`` the mass of offset ``d``:
+
+    * ``top_offset = argmax_d m_d``; a head is a *previous-token head* when ``top_offset == 1``;
+    * ``ratio = (second-greatest m_d) / (greatest m_d)``: the post's "what fraction of the attention mass
+      of the greatest diagonal the second-greatest diagonal has" (L4H11: 0.01);
+    * ``prev_mass = m_1``.
+
+    The window is every offset the masses hold: :func:`diagonal_attention` computes all of them by default
+    (the post averages "each diagonal"), with key 0 left out.
+    """
+    d = torch.nan_to_num(mass.double(), nan=-1.0)
+    top2 = d.topk(2, dim=-1)
+    top, second = top2.values[..., 0], top2.values[..., 1]
+    ratio = torch.where(top > 0, second / top.clamp_min(1e-300), torch.full_like(top, float("nan")))
+    return {"top_offset": top2.indices[..., 0], "top_mass": top, "second_mass": second, "ratio": ratio,
+            "prev_mass": d[..., 1]}
+
+
 def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:
     """The previous-token ranking from per-diagonal masses ``[n_layers, n_heads, n_offsets]``.
 
-    One row per head: ``top_offset`` (offset of the greatest diagonal), ``top_mass``, ``second_mass``
-    (second-greatest diagonal), ``ratio = second_mass / top_mass``, ``prev_mass`` (offset 1),
-    ``is_prev_token`` (top offset is 1). Previous-token heads come first, by ratio ascending (the GPT-2
-    post's L4H11: 0.01); the other heads follow by ``prev_mass`` descending.
+    One row per head with the columns of :func:`prev_token_stats` (``top_offset``, ``top_mass``,
+    ``second_mass``, ``ratio``, ``prev_mass``) and ``is_prev_token`` (top offset is 1). Previous-token heads
+    come first, by ratio ascending (the GPT-2 post's L4H11: 0.01); the other heads follow by ``prev_mass``
+    descending.
     """
     L, H, _ = diag.shape
-    d = torch.nan_to_num(diag.double(), nan=-1.0)
-    top2 = d.topk(2, dim=-1)
+    st = prev_token_stats(diag)
     rows = []
     for l in range(L):
         for h in range(H):
-            top, second = top2.values[l, h].tolist()
             rows.append(dict(
-                layer=l, head=h, name=head_name(l, h),
-                top_offset=int(top2.indices[l, h, 0]), top_mass=top, second_mass=second,
-                ratio=second / top if top > 0 else float("nan"),
-                prev_mass=float(d[l, h, 1]),
+                layer=l, head=h, name=head_name(l, h), top_offset=int(st["top_offset"][l, h]),
+                top_mass=float(st["top_mass"][l, h]), second_mass=float(st["second_mass"][l, h]),
+                ratio=float(st["ratio"][l, h]), prev_mass=float(st["prev_mass"][l, h]),
             ))
     df = pd.DataFrame(rows)
     df["is_prev_token"] = df["top_offset"] == 1
@@ -153,35 +173,50 @@ def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:
     return out
 
 
-def rank_prev_heads(model, prompts, max_offset: int | None = None, exclude_bos: bool = True,
+def rank_prev_heads(model, prompts=None, max_offset: int | None = None, exclude_bos: bool = True,
                     batch_size: int = 8, progress: bool = True, bf16: bool = False,
                     engine: str = "auto") -> pd.DataFrame:
     """Rank all heads by how previous-token-like they are (see :func:`rank_from_diagonals`).
 
     ``int(df.is_prev_token.sum())`` is the number of heads whose greatest diagonal is the previous
-    one (69 of 144 for GPT-2 small in the post). ``model`` may be a :class:`~gpt2_posheads.store.cache.PosheadsCache`
-    (then ``prompts`` is ignored and the stored diagonals are ranked).
+    one (69 of 144 for GPT-2 small in the post). ``model`` may be stored activations (anything with a
+    ``diagonals`` tensor, such as :class:`~gpt2_posheads.store.cache.PosheadsCache`): then the stored
+    diagonals are ranked and ``prompts`` must be ``None`` (they were fixed when the store was built).
     """
-    from ..store.cache import PosheadsCache  # here: cache.py imports this module
-
-    if isinstance(model, PosheadsCache):
-        return model.ranking()
+    if isinstance(model, StoredActivations):
+        if prompts is not None or max_offset is not None or not exclude_bos:
+            raise ValueError("stored activations fix the prompts, offsets and BOS handling: call "
+                             "rank_prev_heads(store) without prompts, max_offset or exclude_bos")
+        return rank_from_diagonals(model.diagonals)
+    if prompts is None:
+        raise ValueError("prompts is None: rank_prev_heads(model, prompts) needs prompts to run the model on")
     diag = diagonal_attention(model, prompts, max_offset=max_offset, exclude_bos=exclude_bos,
                               batch_size=batch_size, progress=progress, bf16=bf16, engine=engine)
     return rank_from_diagonals(diag)
 
 
-def aggregator_and_early(ranking: pd.DataFrame) -> list[tuple[int, int]]:
-    """``[early, aggregator]``: the sharpest previous-token head (the aggregator candidate, like L4H11)
-    preceded by the sharpest previous-token head in a lower layer (like L2H2); just ``[aggregator]``
-    when no previous-token head sits below it, the top-ranked head when there is no previous-token head."""
+def choose_aggregator(ranking: pd.DataFrame) -> tuple[int, int]:
+    """The aggregator (the post's L4H11 on another model): the sharpest previous-token head, whatever its
+    layer; the top-ranked head when the model has no previous-token head (claims about it then fail their
+    "is a previous-token head" precondition). Every script and the cache use this one rule."""
     prev = ranking[ranking.is_prev_token]
-    if prev.empty:
-        return [(int(ranking.iloc[0]["layer"]), int(ranking.iloc[0]["head"]))]
-    agg = prev.iloc[0]
-    below = prev[prev.layer < agg["layer"]]
+    row = prev.iloc[0] if len(prev) else ranking.iloc[0]
+    return int(row["layer"]), int(row["head"])
+
+
+def early_prev_heads(ranking: pd.DataFrame, layer: int) -> pd.DataFrame:
+    """The previous-token heads in layers below ``layer`` (the post's early heads below L4H11), sharpest first."""
+    prev = ranking[ranking.is_prev_token]
+    return prev[prev.layer < layer]
+
+
+def aggregator_and_early(ranking: pd.DataFrame) -> list[tuple[int, int]]:
+    """``[early, aggregator]``: the aggregator (:func:`choose_aggregator`) preceded by the sharpest
+    previous-token head in a lower layer (like L2H2 below L4H11); just ``[aggregator]`` when there is none."""
+    layer, head = choose_aggregator(ranking)
+    below = early_prev_heads(ranking, layer)
     early = [(int(below.iloc[0]["layer"]), int(below.iloc[0]["head"]))] if len(below) else []
-    return early + [(int(agg["layer"]), int(agg["head"]))]
+    return early + [(layer, head)]
 
 
 def count_prev_heads(ranking: pd.DataFrame) -> int:

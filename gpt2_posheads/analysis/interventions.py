@@ -52,20 +52,27 @@ def hooks_for(model, *interventions: Intervention) -> list[Hook]:
     return out
 
 
-def group_average_rows(x: torch.Tensor, group_size: int) -> torch.Tensor:
-    """``[pos, d]`` → same shape, rows replaced by the mean of their consecutive ``group_size`` block.
+def group_average_rows(x: torch.Tensor, group_size: int, offset: int = 0) -> torch.Tensor:
+    """``[pos, d]`` → same shape, rows replaced by the mean of their group of consecutive rows.
 
-    The last block may be partial and averages the rows it has.
+    Groups are ``[0, offset)`` (when ``offset > 0``), then ``[offset + k g, offset + (k+1) g)``; the last
+    may be partial and averages the rows it has. The post's averaging is ``offset = 0``. Differentiable in
+    ``x`` (the organism trains through it as augmentation).
     """
     check_int_range("group_size", group_size, 1, 1 << 30)
     n = x.shape[0]
-    n_full = (n // group_size) * group_size
+    check_int_range("offset", offset, 0, max(n - 1, 0))
     out = x.clone()
+    if offset:
+        out[:offset] = x[:offset].mean(0, keepdim=True)
+    rest = x[offset:]
+    m = rest.shape[0]
+    n_full = (m // group_size) * group_size
     if n_full:
-        blocks = einops.reduce(x[:n_full], "(g s) d -> g d", "mean", s=group_size)
-        out[:n_full] = einops.repeat(blocks, "g d -> (g s) d", s=group_size)
-    if n_full < n:
-        out[n_full:] = x[n_full:].mean(0, keepdim=True)
+        blocks = einops.reduce(rest[:n_full], "(g s) d -> g d", "mean", s=group_size)
+        out[offset : offset + n_full] = einops.repeat(blocks, "g d -> (g s) d", s=group_size)
+    if n_full < m:
+        out[offset + n_full :] = rest[n_full:].mean(0, keepdim=True)
     return out
 
 

@@ -19,6 +19,7 @@ from ..model.fastpath import fast_forward
 from ..model.forward import resid_hook_name, run_until
 from ..model.tokens import model_device
 from ..model.validation import UsageError, check_int_range, check_layer, check_learned_pos_embed
+from .stored import StoredActivations
 
 
 def load_w_pos(source) -> torch.Tensor:
@@ -74,15 +75,20 @@ def extended_pos_embeddings(
     Only blocks ``< layer`` run, in batches, without an activation cache: through the hook-free fused
     attention of :mod:`gpt2_posheads.model.fastpath` when ``engine`` allows it (``"auto"``, the default),
     else through TransformerLens hooks (``engine="hooks"``); the two agree to ~1e-6.
-    At ``layer=0`` this equals ``W_pos[:seq_len] - W_pos[:seq_len].mean(0)``. ``model`` may be a
-    :class:`~gpt2_posheads.store.cache.PosheadsCache` holding the layer (then the stored matrix is returned).
+    At ``layer=0`` this equals ``W_pos[:seq_len] - W_pos[:seq_len].mean(0)``. ``model`` may be stored
+    activations holding the layer (:class:`~gpt2_posheads.analysis.stored.StoredActivations`, e.g. the
+    activation cache): the stored matrix, re-centred over the first ``seq_len`` positions when given.
     """
-    from ..store.cache import PosheadsCache  # here: cache.py imports this module
-
-    if isinstance(model, PosheadsCache):
+    if isinstance(model, StoredActivations):
         if return_per_token:
-            raise ValueError("a cache holds only the token-averaged matrix: return_per_token needs a model")
-        return model.ext_pos(layer)[:seq_len]
+            raise ValueError("stored activations hold only the token-averaged matrix: return_per_token needs a model")
+        stored = model.ext_pos(layer)
+        if seq_len is not None:
+            check_int_range("seq_len", seq_len, 2, stored.shape[0])
+            # causal attention: the first seq_len positions of a longer repeated-token prompt are the residuals
+            # of a seq_len-token prompt; only the centring differs, so centre again over those positions
+            stored = stored[:seq_len] - stored[:seq_len].mean(0)
+        return stored
     res = extended_pos_embeddings_by_layer(model, [layer], tokens, n_prompts, seq_len, batch_size, seed,
                                            return_per_token, progress, engine)
     return (res[0][layer], res[1][layer]) if return_per_token else res[layer]

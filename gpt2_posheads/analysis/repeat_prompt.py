@@ -106,6 +106,17 @@ def _build(tokenizer, target: str, n_given: int, n_demos: int, seed: int) -> Rep
     )
 
 
+def edit_mapping(rp: RepeatPrompt) -> dict[int, int]:
+    """The post's edit of the aggregator's pattern, as ``{query position: key position}`` in the request
+    (first token of each word): the second word attends to the token before the first word, the third word
+    to the first word (its own previous token is the second word). An induction head looking for "the token
+    after word 1" then finds word 3. Needs a target of at least three words."""
+    if len(rp.request_positions) < 3:
+        raise ValueError(f"the edit needs three words in the target, got {len(rp.request_positions)}")
+    w1, w2, w3 = rp.request_positions[:3]
+    return {w2[0]: w1[0] - 1, w3[0]: w1[-1]}
+
+
 # Concrete nouns to fall back on when a target word is several tokens in a model's vocabulary.
 _FALLBACK_WORDS = (" apple", " orange", " ninja", " turtle", " pirate", " river", " horse", " garden", " church",
                    " island", " music", " paper", " water", " house", " king", " ship", " bird", " tree", " road",

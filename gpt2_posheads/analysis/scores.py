@@ -13,22 +13,16 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from ..model.attention import attn_scale
 from ..model.forward import run_until
 from ..model.tokens import as_token_batches, model_device, single_prompt
 from ..model.validation import check_head, check_int_range, head_name
 
 
-def _scale(model) -> float:
-    """TL 3.x stores the score divisor in ``cfg.attn_scale``; the 4.x bridge leaves a -1 sentinel there."""
-    s = getattr(model.cfg, "attn_scale", None)
-    if not getattr(model.cfg, "use_attn_scale", True):
-        return 1.0
-    return float(s) if s is not None and s > 0 else float(model.cfg.d_head) ** 0.5
-
-
 def raw_scores_from_qk(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """``[batch, pos, head, d_head]`` queries and keys → pre-mask scores ``[batch, head, q, k]``."""
-    return torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) / scale
+    """``[batch, pos, head, d_head]`` queries and keys → pre-mask scores ``[batch, head, q, k]`` =
+    ``(q . k) * scale`` (``scale`` from :func:`~gpt2_posheads.model.attention.attn_scale`)."""
+    return torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) * scale
 
 
 def attention_scores(model, prompt, layer: int, head: int, fwd_hooks=()) -> dict[str, torch.Tensor]:
@@ -48,7 +42,7 @@ def attention_scores(model, prompt, layer: int, head: int, fwd_hooks=()) -> dict
         run_until(model, toks, list(fwd_hooks) + [
             (pre + "hook_q", grab("q")), (pre + "hook_k", grab("k")), (pre + "hook_pattern", grab("pattern"))],
             stop_at=pre + "hook_pattern")
-    raw = raw_scores_from_qk(box["q"], box["k"], _scale(model))[0, head].cpu()
+    raw = raw_scores_from_qk(box["q"], box["k"], attn_scale(model.cfg, layer))[0, head].cpu()
     n = raw.shape[-1]
     future = torch.ones(n, n, dtype=torch.bool).triu(1)
     return {"raw": raw, "masked": raw.masked_fill(future, float("-inf")), "pattern": box["pattern"][0, head].float().cpu()}
@@ -68,7 +62,6 @@ def score_profile(model, prompts, window: int = 3, batch_size: int = 4, skip_fir
     L, H, w = model.cfg.n_layers, model.cfg.n_heads, window
     sums = torch.zeros(L, H, 2 * w + 1, dtype=torch.float64)
     count = 0
-    scale = _scale(model)
     box: dict[str, torch.Tensor] = {}
 
     def make_hooks(layer):
@@ -82,7 +75,7 @@ def score_profile(model, prompts, window: int = 3, batch_size: int = 4, skip_fir
             offs = torch.arange(-w, w + 1, device=k.device)
             keys = qs[:, None] + offs[None, :]  # [n_q, 2w+1]
             kk = k[:, keys]  # [batch, n_q, 2w+1, head, d_head]
-            s = torch.einsum("bqhd,bqohd->bhqo", q[:, qs].float(), kk.float()) / scale
+            s = torch.einsum("bqhd,bqohd->bhqo", q[:, qs].float(), kk.float()) * attn_scale(model.cfg, layer)
             s = s - s.mean(-1, keepdim=True)
             sums[layer] += s.sum((0, 2)).double().cpu()
         return [(f"blocks.{layer}.attn.hook_q", grab_q), (f"blocks.{layer}.attn.hook_k", reduce_k)]

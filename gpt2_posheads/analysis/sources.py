@@ -40,7 +40,9 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..model.fastpath import _attn_scale, _ln_params
+from ..model.attention import attn_scale
+from .diagonals import diagonal_counts, diagonal_sums, prev_token_stats
+from ..model.fastpath import _ln_params
 from ..model.forward import run_until
 from .interventions import group_average_rows
 from .posembed import load_w_pos
@@ -104,13 +106,10 @@ def composition_baseline(d_model: int, d_head: int, n_samples: int = 64, seed: i
 
 # --- direct-path ablation ----------------------------------------------------------------------------
 
-def _prev_stats(pattern: torch.Tensor, n_offsets: int = 17) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sums over batch and queries of ``A[q, q - d]`` (key 0 left out) for ``d < n_offsets`` and their counts."""
-    from .diagonals import diagonal_counts, diagonal_sums
-
+def _prev_stats(pattern: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sums over batch and queries of ``A[q, q - d]`` (key 0 left out) for every offset ``d`` and their counts."""
     n = pattern.shape[-1]
-    d = min(n_offsets, n)
-    return diagonal_sums(pattern[:, None], d, True)[0], pattern.shape[0] * diagonal_counts(n, d, True)
+    return diagonal_sums(pattern[:, None], n, True)[0], pattern.shape[0] * diagonal_counts(n, n, True)
 
 
 class _Target:
@@ -122,7 +121,7 @@ class _Target:
         self.eps, self.d_model = float(getattr(model.cfg, "eps", 1e-5)), model.cfg.d_model
         self.W_Q, self.b_Q = a.W_Q[head].detach().float().cpu(), a.b_Q[head].detach().float().cpu()
         self.W_K, self.b_K = a.W_K[head].detach().float().cpu(), a.b_K[head].detach().float().cpu()
-        self.scale = _attn_scale(model.cfg, layer)
+        self.scale = attn_scale(model.cfg, layer)
 
     def _ln(self, x):
         return F.layer_norm(x.float(), (self.d_model,), self.w, self.b, self.eps)
@@ -154,7 +153,7 @@ def path_ablation(model, prompts, layer: int, head: int, ablation: Ablation = "m
     (and the fine-grained part of ``W_pos``) from only its query or only its key input.
 
     One row per (source, side): ``prev_mass`` (mean ``A[q, q-1]``, key 0 left out) and ``ratio``
-    (second-greatest / greatest diagonal over offsets 0..16) under the ablation, the clean values, and
+    (:func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`, every offset) under the ablation, the clean values, and
     ``drop = clean prev_mass - ablated prev_mass``. Rows ``source == "none"`` (nothing ablated: exactly
     the clean numbers) and ``source == "W_pos/<g>"`` (the positional route) are included. Sorted by
     ``drop``, largest first. Needs mean outputs, so prompts are read twice for ``ablation="mean"``.
@@ -188,6 +187,19 @@ def path_ablation(model, prompts, layer: int, head: int, ablation: Ablation = "m
         return box["resid"], outs, box["pattern"][:, head]  # [b,p,d], [S,b,p,d], [b,q,k]
 
     batches = list(as_token_batches(model, prompts, batch_size))
+    if ablation == "resample":
+        # every prompt takes another prompt's output, so no batch may hold a single prompt: a lone last batch
+        # joins the one before it (prompts of different lengths batch separately, so check each batch)
+        merged: list[torch.Tensor] = []
+        for b in batches:
+            if b.shape[0] == 1 and merged and merged[-1].shape[1] == b.shape[1]:
+                merged[-1] = torch.cat([merged[-1], b])
+            else:
+                merged.append(b)
+        if any(b.shape[0] < 2 for b in merged):
+            raise UsageError("ablation", "resample needs at least two prompts of each length",
+                             "use mean or zero, or more prompts")
+        batches = merged
     means = None
     if ablation == "mean":
         total, count = None, 0
@@ -231,9 +243,8 @@ def path_ablation(model, prompts, layer: int, head: int, ablation: Ablation = "m
                            f"this model's attention is not the GPT-2 form path_ablation assumes")
 
     def stats(v):
-        m = (v / counts).float()
-        top = m.topk(2)
-        return float(m[1]), float(top.values[1] / top.values[0]) if int(top.indices[0]) == 1 else float("nan")
+        st = prev_token_stats(v / counts)
+        return float(st["prev_mass"]), float(st["ratio"]) if int(st["top_offset"]) == 1 else float("nan")
 
     clean_prev, clean_ratio = stats(sums[("none", "-")])
     rows = []

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..analysis.diagonals import prev_token_stats
 from .verdicts import Claim, Precondition, Rule, at_least, at_most, judge, predicate, ratio_at_least, within
 
 # model-level preconditions, shared by several scripts
@@ -64,6 +65,15 @@ def _is_label(label: str):
     return decide
 
 
+POST_SOURCES = ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2")  # the early heads the post says L4H11 aggregates
+
+
+def _upstream(v) -> tuple[bool, str]:
+    return (v["n_prev_token_among_top"] >= 3 and v["top_drop"] >= 0.1 * v["clean_prev_mass"],
+            f"{v['n_prev_token_among_top']} of the top 5 ({', '.join(v['top_sources'])}) are previous-token heads; "
+            f"largest drop {v['top_drop']:.3g} of {v['clean_prev_mass']:.3g}")
+
+
 _HELIX_RULE = ("held if the top-3 principal components of {what} explain >= 60% of its variance and the third "
                "explains >= 1/4 of the first (a curve in three dimensions, not a line)")
 
@@ -80,6 +90,10 @@ CLAIMS: dict[str, ClaimSpec] = {c.key: c for c in [
               at_most(0.10, "ratio of the sharpest previous-token head")),
     ClaimSpec("sharpest_stands_alone", "the sharpest head is in a class of its own", "0.01 vs next 0.18",
               ratio_at_least(5, "second-sharpest ratio", "sharpest ratio")),
+    ClaimSpec("aggregator_above_layer0", "the sharp head is built from earlier layers, not from the embeddings alone",
+              "L4H11 sits in layer 4", predicate(
+                  "held if the sharpest previous-token head sits in a layer >= 1 (a layer-0 head can only read the "
+                  "token and positional embeddings)", lambda v: (v[1] >= 1, f"{v[0]} sits in layer {v[1]}"))),
     ClaimSpec("half_prev_heads", "about half the heads have the previous diagonal greatest", "69 of 144 (48%)",
               within(0.30, 0.65, "fraction of heads whose greatest diagonal is the previous one")),
     ClaimSpec("wpos_helix", "W_pos lies on a low-dimensional helix", "top-3 PCs: 33%, 32%, 25%",
@@ -118,21 +132,29 @@ CLAIMS: dict[str, ClaimSpec] = {c.key: c for c in [
               "P(pirate) 65%, P(turtle) 26%", predicate(
                   "held if, with the edit and output x2, P(third word) > P(second word) and P(third) rose by >= 0.2",
                   _edit_moves_copy)),
+    ClaimSpec("sources_upstream", "the aggregator reads earlier previous-token heads", "L4H11 aggregates six early heads",
+              predicate("held if at least 3 of the aggregator's 5 largest upstream sources (drop in previous-token mass, "
+                        "either side) are previous-token heads and the largest drop is >= 10% of its clean previous-token "
+                        "mass", _upstream)),
+    ClaimSpec("sources_named_heads", "the post's six named heads feed L4H11", ", ".join(POST_SOURCES),
+              predicate("held if at least 4 of the post's six named heads are among L4H11's 10 largest upstream sources",
+                        lambda v: (len(v) >= 4, f"{len(v)} of 6 named heads in the top 10: {', '.join(v) or 'none'}"))),
     ClaimSpec("induction_heads_exist", "induction heads read the previous-token heads' output", "L5H1, L6H9, ...",
               at_least(0.4, "best induction score")),
 ]}
 
 
 def judge_claim(key: str, measured, value=None, preconditions: Sequence[Precondition] = (),
-                quick: bool = False, post: str | None = None) -> Claim:
+                quick: bool = False, post: str | None = None, head: str = "", shown: str = "") -> Claim:
     """Judge the post's claim ``key`` (see :data:`CLAIMS`) on a measurement.
 
     ``post`` overrides the post's number (scripts pass ``"(GPT-2 small only)"`` style text when the
-    post's per-head figure would be misread next to another model's head of the same name).
+    post's per-head figure would be misread next to another model's head of the same name); ``head`` names
+    the head the claim was measured on, ``shown`` the measured number for a person.
     """
     spec = CLAIMS[key]
     return judge(spec.claim, spec.post if post is None else post, spec.rule, measured, value,
-                 preconditions, quick, key=key)
+                 preconditions, quick, key=key, head=head, shown=shown)
 
 
 # --- preconditions -----------------------------------------------------------------------------------
@@ -140,9 +162,10 @@ def judge_claim(key: str, measured, value=None, preconditions: Sequence[Precondi
 def model_copies(p_clean: dict[str, float]) -> Precondition:
     """The model continues the repeat-string prompt correctly (P >= 0.5 on every prompt)."""
     worst = min(p_clean.values()) if p_clean else 0.0
-    shown = ", ".join(f"{k}: {v:.3g}" for k, v in p_clean.items())
+    shown = ", ".join(f"{k} = {v:.3g}" for k, v in p_clean.items())
     return Precondition(f"the model copies on the repeat-string prompt (P(right continuation) >= {COPY_THRESHOLD})",
-                        worst >= COPY_THRESHOLD, f"clean P = {shown}")
+                        worst >= COPY_THRESHOLD,
+                        f"the model does not copy on the repeat-string prompt ({shown}; needs >= {COPY_THRESHOLD})")
 
 
 PREV_HEAD_MAX_RATIO = 0.5  # the post's heads under test have ratios 0.01 (L4H11) to 0.33 (L2H2, L3H3)
@@ -151,20 +174,27 @@ PREV_HEAD_MAX_RATIO = 0.5  # the post's heads under test have ratios 0.01 (L4H11
 def is_prev_token_head(name: str, top_offset: int, ratio: float | None = None) -> Precondition:
     """The head's greatest diagonal is the previous one and (when ``ratio`` is given) it is clearly so:
     second-greatest / greatest <= 0.5. A weak head 'unaffected' by an intervention tells nothing."""
-    ok = top_offset == 1 and (ratio is None or ratio <= PREV_HEAD_MAX_RATIO)
-    why = f"its greatest diagonal is offset {top_offset}" if top_offset != 1 else f"its ratio is {ratio:.2f}"
-    return Precondition(f"{name} is a previous-token head (greatest diagonal offset 1"
-                        + (f", ratio <= {PREV_HEAD_MAX_RATIO}" if ratio is not None else "") + ")", ok, why)
+    text = f"{name} is a previous-token head (greatest diagonal offset 1" + \
+        (f", ratio <= {PREV_HEAD_MAX_RATIO})" if ratio is not None else ")")
+    if top_offset != 1:
+        return Precondition(text, False, f"{name} is not a previous-token head (its greatest diagonal is offset "
+                                         f"{top_offset}, not 1)")
+    if ratio is not None and not ratio <= PREV_HEAD_MAX_RATIO:
+        return Precondition(text, False, f"{name} is not a clear previous-token head (ratio {ratio:.2f} > "
+                                         f"{PREV_HEAD_MAX_RATIO})")
+    return Precondition(text, True)
 
 
 def prev_head_precondition(name: str, diag_row) -> Precondition:
-    """:func:`is_prev_token_head` from a head's per-diagonal masses ``[n_offsets]`` (NaN-safe)."""
+    """:func:`is_prev_token_head` from a head's per-diagonal masses ``[n_offsets]`` (the one ratio:
+    :func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`)."""
     import torch
 
-    d = torch.nan_to_num(torch.as_tensor(diag_row, dtype=torch.float64), nan=-1.0)
-    top = d.topk(2)
-    return is_prev_token_head(name, int(top.indices[0]), float(top.values[1] / top.values[0]) if top.values[0] > 0 else None)
+    st = prev_token_stats(torch.as_tensor(diag_row))
+    return is_prev_token_head(name, int(st["top_offset"]), float(st["ratio"]))
 
 
 def layer_above(name: str, layer: int, low: int) -> Precondition:
-    return Precondition(f"{name} sits above layer {low}", layer > low, f"it is in layer {layer}")
+    return Precondition(f"{name} sits above layer {low}", layer > low,
+                        f"{name} sits in layer {layer}: there is no layer below it" if layer == 0 else
+                        f"{name} sits in layer {layer}, not above layer {low}")

@@ -36,11 +36,18 @@ class Rule:
 
 @dataclass(frozen=True)
 class Precondition:
-    """Something that must be true for a claim to be testable on this model or run."""
+    """Something that must be true for a claim to be testable on this model or run.
+
+    ``text`` states the requirement; ``found`` says, when it fails, what was found instead, as a sentence
+    that reads on its own ("L2H1 is not a previous-token head (ratio 0.95 > 0.5)").
+    """
 
     text: str
     ok: bool
-    why: str = ""
+    found: str = ""
+
+    def failure(self) -> str:
+        return self.found or f"not met: {self.text}"
 
 
 @dataclass
@@ -52,13 +59,16 @@ class Claim:
     verdict: Verdict
     why: str
     key: str = ""
+    head: str = ""   # the head the claim was measured on ("" for a claim about the whole model)
+    shown: str = ""  # the measured number for a person: 3 significant digits, units
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         d = {"claim": self.claim, "post": self.post, "measured": self.measured, "rule": self.rule,
              "verdict": self.verdict, "why": self.why}
-        if self.key:
-            d["key"] = self.key
+        for k in ("key", "head", "shown"):
+            if getattr(self, k):
+                d[k] = getattr(self, k)
         d.update(self.extra)
         return d
 
@@ -71,18 +81,43 @@ def _finite(x) -> bool:
 
 
 def judge(claim: str, post: str, rule: Rule, measured: Any, value: Any = None,
-          preconditions: Sequence[Precondition] = (), quick: bool = False, key: str = "") -> Claim:
-    """Apply ``rule`` to ``value`` (default: ``measured``) unless a precondition fails or the run is quick."""
+          preconditions: Sequence[Precondition] = (), quick: bool = False, key: str = "", head: str = "",
+          shown: str = "") -> Claim:
+    """Apply ``rule`` to ``value`` (default: ``measured``) unless a precondition fails or the run is quick.
+
+    ``head``: the head the claim was measured on; ``shown``: the measured number for a person (default: ``value``
+    at 3 significant digits when it is a number).
+    """
     value = measured if value is None else value
+    if not shown and _finite(value) and not isinstance(value, bool):
+        shown = fmt(value)
     failed = [p for p in preconditions if not p.ok]
     if failed:
-        why = "; ".join(f"precondition failed: {p.text}" + (f" ({p.why})" if p.why else "") for p in failed)
-        return Claim(claim, post, measured, rule.text, NOT_TESTABLE, why, key)
+        why = "not testable here: " + "; ".join(p.failure() for p in failed)
+        return Claim(claim, post, measured, rule.text, NOT_TESTABLE, why, key, head, shown)
     if quick and not rule.allow_quick:
         return Claim(claim, post, measured, rule.text, NOT_TESTABLE,
-                     "--quick run: too short or too small to test this claim; run without --quick", key)
+                     "--quick run: too short or too small to test this claim; run without --quick", key, head, shown)
     held, why = rule.decide(value)
-    return Claim(claim, post, measured, rule.text, HELD if held else NOT_HELD, why, key)
+    return Claim(claim, post, measured, rule.text, HELD if held else NOT_HELD, why, key, head, shown)
+
+
+def fmt(x, digits: int = 3) -> str:
+    """A number for a person: ``digits`` significant digits, no exponent between 1e-4 and 1e6."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return str(x)
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    if not math.isfinite(v):
+        return str(v)
+    if v == 0:
+        return "0"
+    if 1e-4 <= abs(v) < 1e6:
+        s = f"{v:.{max(digits - 1 - math.floor(math.log10(abs(v))), 0)}f}"
+        return s
+    return f"{v:.{digits - 1}e}"
 
 
 # --- rule builders: each returns a Rule whose text is fixed before anything is measured ---------------

@@ -41,6 +41,7 @@ import einops
 import torch
 import torch.nn.functional as F
 
+from .attention import attn_scale
 from .forward import resid_hook_name, run_until
 from .tokens import model_device
 
@@ -129,19 +130,6 @@ def _ln_params(ln) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     return tuple(t.detach().float() if isinstance(t, torch.Tensor) else None for t in (w, b))
 
 
-def _attn_scale(cfg, layer: int) -> float:
-    """Multiplier of ``q . k``: ``1/attn_scale``, where TL's default ``attn_scale`` is ``sqrt(d_head)``
-    (the 4.x bridge stores -1 as 'default')."""
-    if not getattr(cfg, "use_attn_scale", True):
-        scale = 1.0
-    else:
-        given = float(getattr(cfg, "attn_scale", -1.0) or -1.0)
-        scale = 1.0 / (given if given > 0 else math.sqrt(cfg.d_head))
-    if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
-        scale /= layer + 1
-    return scale
-
-
 class FastGPT2:
     """The model's GPT-2 blocks as plain tensor maths, in ``dtype`` (matmuls) with float32 softmax and LN."""
 
@@ -187,7 +175,7 @@ class FastGPT2:
             b_in=None if mlp is None else mlp.b_in.detach().to(dt),
             W_out=None if mlp is None else mlp.W_out.detach().to(dt),
             b_out=None if mlp is None else mlp.b_out.detach().to(dt),
-            scale=_attn_scale(model.cfg, layer),
+            scale=attn_scale(model.cfg, layer),
         )
 
     def _norm(self, x: torch.Tensor, wb) -> torch.Tensor:

@@ -5,7 +5,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from .validation import check_int_range
+from .validation import UsageError, check_int_range
 
 
 def as_token_batches(model, prompts, batch_size: int) -> Iterator[torch.Tensor]:
@@ -38,12 +38,20 @@ def to_token_list(model, prompts) -> list[torch.Tensor]:
         raise TypeError("prompts must be a [batch, pos] tensor, a list of token tensors, or a list of strings")
     if len(seqs) == 0:
         raise ValueError("prompts is empty: pass at least one prompt")
-    n_ctx = model.cfg.n_ctx
+    n_ctx, d_vocab = model.cfg.n_ctx, model.cfg.d_vocab
     for s in seqs:
+        if s.dtype.is_floating_point or s.dtype.is_complex or s.dtype == torch.bool:
+            raise UsageError("prompts", f"token ids are {s.dtype}", "an integer tensor of token ids",
+                             "e.g. model.to_tokens(text), or tensor.long() if the values are whole numbers")
         if len(s) > n_ctx:
-            raise ValueError(f"prompt length {len(s)} exceeds the model's context: allowed 1..{n_ctx} tokens (n_ctx)")
+            raise UsageError("prompts", f"prompt length {len(s)} exceeds the model's context", f"allowed 1..{n_ctx} tokens "
+                             "(n_ctx)")
         if len(s) < 1:
-            raise ValueError("prompt of length 0")
+            raise UsageError("prompts", "a prompt has length 0", "at least one token")
+        lo, hi = int(s.min()), int(s.max())
+        if lo < 0 or hi >= d_vocab:
+            raise UsageError("prompts", f"token id {hi if hi >= d_vocab else lo} is outside the vocabulary",
+                             f"allowed 0..{d_vocab - 1} (d_vocab {d_vocab})")
     return [s.long() for s in seqs]
 
 

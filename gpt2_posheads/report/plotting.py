@@ -55,8 +55,9 @@ def save_figure(fig: go.Figure, out_dir: str | Path, stem: str, png: bool = True
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     html = out / f"{stem}.html"
-    fig.write_html(html, include_plotlyjs=shared_plotlyjs(out))
-    written = [html]
+    js = shared_plotlyjs(out)
+    fig.write_html(html, include_plotlyjs=js)
+    written = [html] + ([out / "plotly.min.js"] if js == "directory" else [])
     if png:
         _start_kaleido()
         try:

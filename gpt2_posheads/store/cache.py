@@ -21,10 +21,11 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..analysis.diagonals import diagonal_attention, rank_from_diagonals
+from ..analysis.diagonals import choose_aggregator, diagonal_attention, rank_from_diagonals
 from ..analysis.induction import induction_scores
 from ..analysis.interventions import average_pos_embed, mask_previous_attention
 from ..analysis.measures import next_token_probs
+from ..analysis.sources import path_ablation
 from ..analysis.posembed import extended_pos_embeddings_by_layer, load_w_pos
 from ..analysis.repeat_prompt import repeat_string_prompt, single_token_target
 from ..analysis.scores import attention_scores, classify_prev_heads, score_profile
@@ -49,13 +50,28 @@ class PosheadsCache:
         return cls(tensors, meta)
 
     def save(self, path: str | Path) -> Path:
+        """Write the file atomically (a temporary file renamed over ``path``): an interrupted save leaves the
+        previous cache intact."""
         from safetensors.torch import save_file
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in self.tensors.items()}, str(path),
+        tmp = path.with_name(f".{path.name}.partial")
+        save_file({k: v.contiguous() for k, v in self.tensors.items()}, str(tmp),
                   metadata={"provenance": json.dumps(self.meta)})
+        tmp.replace(path)
         return path
+
+    @staticmethod
+    def is_cache_file(path: str | Path) -> bool:
+        """True for a safetensors file with this toolkit's provenance (a file a cache may replace)."""
+        try:
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="pt") as f:
+                return "provenance" in (f.metadata() or {})
+        except Exception:  # noqa: BLE001 - any unreadable file is not a cache
+            return False
 
     # --- what the analyses read -------------------------------------------------------------
     @property
@@ -87,12 +103,17 @@ class PosheadsCache:
         return self.tensors[f"repeat.{name}.probs"]
 
 
-def build_cache(model, prompts: torch.Tensor, heads, model_label: str, max_offset: int = 32, window: int = 3,
-                ext_n_prompts: int = 16, seed: int = 0, prompt_source: str = "", progress: bool = True) -> PosheadsCache:
-    """Run ``model`` once over everything the analyses need (see module doc)."""
+def build_cache(model, prompts: torch.Tensor, heads, model_label: str, window: int = 3, ext_n_prompts: int = 16,
+                seed: int = 0, prompt_source: str = "", heads_chosen: str = "", progress: bool = True) -> PosheadsCache:
+    """Run ``model`` once over everything the analyses need (see the module doc).
+
+    The diagonals hold every offset of the prompts (the one window rule of
+    :func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`); the aggregator is
+    :func:`~gpt2_posheads.analysis.diagonals.choose_aggregator` of their ranking, as in every script.
+    """
     heads = [parse_head(h, model) for h in heads]
     t: dict[str, torch.Tensor] = {"prompts": prompts.clone()}
-    t["diagonals"] = diagonal_attention(model, prompts, max_offset=max_offset, progress=progress)
+    t["diagonals"] = diagonal_attention(model, prompts, progress=progress)
     t["score_profile"] = score_profile(model, prompts, window=window)
     for l, h in heads:
         s = attention_scores(model, prompts[0], l, h)
@@ -111,45 +132,41 @@ def build_cache(model, prompts: torch.Tensor, heads, model_label: str, max_offse
         rp = repeat_string_prompt(model.tokenizer, target, n_given=n_given, seed=seed, max_len=model.cfg.n_ctx)
         t[f"repeat.{name}.tokens"] = rp.tokens
         t[f"repeat.{name}.probs"] = next_token_probs(model, rp.tokens)[0]
-    # the mechanism of the GPT-2 post, measured once: induction, and the sharpest previous-token head
-    # ("aggregator") under previous-position masking in the layers below it and under W_pos averaging
-    ind = induction_scores(model, n_seqs=8, seg_len=min(50, (model.cfg.n_ctx - 1) // 2), seed=seed)
+    # the mechanism of the GPT-2 post, measured once: induction (with and without BOS), and the aggregator
+    # under previous-position masking in the layers below it and under W_pos averaging
+    seg = min(50, (model.cfg.n_ctx - 1) // 2)
+    ind = induction_scores(model, n_seqs=8, seg_len=seg, seed=seed)
+    ind_nobos = induction_scores(model, n_seqs=8, seg_len=seg, seed=seed, bos=False)
     t["induction.scores"] = ind.scores
     t["induction.losses"] = torch.tensor([ind.loss_first, ind.loss_second])
+    t["induction.losses_no_bos"] = torch.tensor([ind_nobos.loss_first, ind_nobos.loss_second])
     rank = rank_from_diagonals(t["diagonals"])
-    # the aggregator candidate: the sharpest previous-token head above layer 0 (L4H11 reads the heads below
-    # it; a layer-0 head has nothing below to mask), else the top-ranked head
-    above = rank[rank.layer >= 1]
-    above_prev = above[above.is_prev_token]
-    agg = above_prev.iloc[0] if len(above_prev) else rank.iloc[0]
-    agg_l, agg_h = int(agg["layer"]), int(agg["head"])
+    agg_l, agg_h = choose_aggregator(rank)
     masked = float("nan")
     if agg_l > 0:
-        masked = float(diagonal_attention(model, prompts, max_offset=2, progress=False,
+        masked = float(diagonal_attention(model, prompts, progress=False,
                                           fwd_hooks=mask_previous_attention(5, range(agg_l)).hooks(model))[agg_l, agg_h, 1])
-    averaged = float(diagonal_attention(model, prompts, max_offset=2, progress=False,
+    averaged = float(diagonal_attention(model, prompts, progress=False,
                                         fwd_hooks=average_pos_embed(10).hooks(model))[agg_l, agg_h, 1])
     t["mechanism.aggregator_prev_mass"] = torch.tensor([float(t["diagonals"][agg_l, agg_h, 1]), masked, averaged])
-    # which upstream heads feed the sharpest previous-token head above layer 0 (direct-path ablation)
-    src_head = None
-    if len(above):
-        from ..analysis.sources import path_ablation
-
-        src_l, src_h = int(above.iloc[0]["layer"]), int(above.iloc[0]["head"])
-        src_head = head_name(src_l, src_h)
-        df = path_ablation(model, prompts[:16], src_l, src_h)
+    # which upstream heads feed the aggregator (direct-path ablation); none for a layer-0 aggregator
+    order: list[str] = []
+    if agg_l > 0:
+        df = path_ablation(model, prompts[:16], agg_l, agg_h)
         order = [f"{r.source}|{r.side}" for r in df.itertuples()]
-        t[f"sources.{src_head}.drop"] = torch.tensor(df["drop"].to_numpy(), dtype=torch.float32)
+        t[f"sources.{head_name(agg_l, agg_h)}.drop"] = torch.tensor(df["drop"].to_numpy(), dtype=torch.float32)
     import transformer_lens
 
     meta = {"model": model_label, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "transformer_lens": getattr(transformer_lens, "__version__", "unknown"), "torch": torch.__version__,
             "prompt_source": prompt_source, "n_prompts": int(prompts.shape[0]), "seq_len": int(prompts.shape[1]),
-            "max_offset": max_offset, "exclude_bos": True, "window": window, "ext_n_prompts": ext_n_prompts,
-            "seed": seed, "heads": [head_name(l, h) for l, h in heads], "repeat_targets": REPEAT_TARGETS,
-            "aggregator": head_name(agg_l, agg_h),
-            "sources_target": src_head, "sources_order": order if src_head else [],
+            "exclude_bos": True, "window": window, "ext_n_prompts": ext_n_prompts, "seed": seed,
+            "heads": [head_name(l, h) for l, h in heads], "heads_chosen": heads_chosen, "repeat_targets": REPEAT_TARGETS,
+            "aggregator": head_name(agg_l, agg_h), "induction_seg_len": seg,
+            "sources_target": head_name(agg_l, agg_h) if order else None, "sources_order": order,
             "mechanism": "aggregator_prev_mass = [clean, previous position masked every 5th query in the layers "
-                         "below it, W_pos averaged in groups of 10]; induction.losses = [first copy, second copy]",
+                         "below it (NaN for a layer-0 aggregator), W_pos averaged in groups of 10]; induction.losses "
+                         "= [first copy, second copy] on BOS r r, induction.losses_no_bos on r r (each copy's first "
+                         "token left out)",
             "cfg": {k: int(getattr(model.cfg, k)) for k in ("n_layers", "n_heads", "d_model", "n_ctx", "d_vocab")}}
     return PosheadsCache(t, meta)

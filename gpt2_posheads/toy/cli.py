@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ..cli.common import Output, experiment_parser, positive
+from ..cli import Output, experiment_parser, open_output, positive
 from ..model.validation import UsageError
 from ..claims.verdicts import HELD, NOT_HELD, NOT_TESTABLE
 
@@ -62,11 +62,12 @@ def toy_setup(args, script_file: str) -> tuple[Output, int, Path]:
         # small batched models use one thread best: one process per thread, capped because each process
         # holds its group's pre-drawn batches (up to ~1.8 GB for 64 models at batch 256)
         args.workers = min(torch.get_num_threads(), MAX_DEFAULT_WORKERS)
-    out = Output.from_args(args, script_file)
+    out = open_output(args, script_file, per_model=False, quick=args.quick)
     steps = args.steps or (args._quick_steps if args.quick else args._steps)
-    runs = out.out_dir / "runs"
-    if getattr(args, "fresh", False) and runs.exists():
+    runs = out.persistent_dir("runs")  # finished runs, reused on the next run (resume); kept if this run fails
+    if getattr(args, "fresh", False):
         shutil.rmtree(runs)
+        runs.mkdir()
     return out, steps, runs
 
 

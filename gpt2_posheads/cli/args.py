@@ -1,0 +1,328 @@
+"""Options every script shares, and the checks that need no model.
+
+A script's life: parse → :func:`precheck` everything that does not need the model (model folder, device,
+prompt source, numbers, ``--heads`` and layers against the folder's ``config.json``) → open the output
+folder → load → check what needs the model → measure → judge → write. A user's mistake at any step is
+one line ``error: <parameter>: <what is wrong>; <allowed>; <hint>`` and exit status 2 (:func:`main_entry`);
+a legitimate input that must be adjusted is adjusted and said (:func:`note`); internal errors keep their
+traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from ..model.paths import REPO_ROOT
+from ..model.validation import UsageError
+from .heads import HeadSpec
+from .output import abort_open_outputs
+
+PROMPT_SOURCES = ("auto", "openwebtext", "wikitext")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the description's example blocks as written; adds each default once (unless the help names it)."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if ("default" in h.lower() or action.default is None or action.default is False
+                or action.default is argparse.SUPPRESS or not action.option_strings):
+            return h
+        return h + " (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """``argparse`` whose errors are the one-line ``error: ...`` of every other user mistake."""
+
+    def __init__(self, *a, **kw):
+        kw.setdefault("formatter_class", _Formatter)
+        super().__init__(*a, **kw)
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        message = re.sub(r"^argument (\S+?)(/\S+)?: ", r"\1: ", message)
+        print(f"error: {message}; see --help", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def experiment_parser(description: str, model: bool = True, out_help: str | None = None) -> Parser:
+    """A parser with the options every experiment takes."""
+    p = Parser(description=description)
+    if model:
+        p.add_argument("--model", default="gpt2", help="Hugging Face hub name of the model")
+        p.add_argument("--model-dir", default=None, help="local Hugging Face-format model directory (overrides "
+                       "--model), e.g. data/mini-gpt2 offline")
+        p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: cuda if available)")
+    p.add_argument("--out", default=None, help=out_help or "output folder (default: results/<script>/<model>); a "
+                   "folder holding files this toolkit did not write is refused unless --force")
+    p.add_argument("--force", action="store_true", help="write into an --out folder that holds other files "
+                   "(they are kept; none is replaced)")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--no-png", action="store_true", help="write HTML figures only (skip kaleido/Chromium)")
+    return p
+
+
+def main_entry(main: Callable, argv: Sequence[str] | None = None):
+    """Run a script's ``main``: a :class:`UsageError` is one ``error:`` line and exit status 2; Ctrl-C or an
+    error leaves every earlier result as it was (staged outputs are dropped); anything else keeps its
+    traceback (it is a bug)."""
+    try:
+        return main(argv)
+    except UsageError as e:
+        abort_open_outputs()
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        abort_open_outputs()
+        print("\ninterrupted: earlier results are kept as they were (resumable work resumes on the next run)",
+              file=sys.stderr)
+        raise SystemExit(130) from None
+    except BaseException:
+        abort_open_outputs()
+        raise
+
+
+def note(message: str) -> None:
+    """Say that a legitimate input was adjusted (one line on stderr)."""
+    print(f"note: {message}", file=sys.stderr)
+
+
+# --- numbers -------------------------------------------------------------------------------------------
+
+def positive(name: str, value, low: float = 1, high: float | None = None, kind: str = "an integer"):
+    """``value`` unless it lies outside ``low..high`` (then a :class:`UsageError` naming ``name``)."""
+    if value is None:
+        return value
+    if not (isinstance(value, (int, float)) and math.isfinite(value)) or value < low or (high is not None and value > high):
+        allowed = f"allowed {low:g}..{high:g}" if high is not None else f"allowed {kind} >= {low:g}"
+        raise UsageError(name, f"{value} is out of range", allowed)
+    return value
+
+
+def int_list(name: str, text: str | None, low: int = 0, high: int | None = None) -> list[int] | None:
+    """``"0,1,3"`` → ``[0, 1, 3]``, each within ``low..high``."""
+    if text is None:
+        return None
+    try:
+        vals = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(name, f"{text!r} is not a comma-separated list of integers", "e.g. 0,1,2") from None
+    if not vals:
+        raise UsageError(name, "is empty", "give at least one value, e.g. 0,1")
+    for v in vals:
+        if v < low or (high is not None and v > high):
+            raise UsageError(name, f"{v} is out of range", f"allowed {low}..{high}" if high is not None else f">= {low}")
+    return vals
+
+
+def float_list(name: str, text: str, low: float | None = None) -> list[float]:
+    try:
+        vals = [float(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(name, f"{text!r} is not a comma-separated list of numbers", "e.g. 1,2,3") from None
+    if not vals or not all(math.isfinite(v) for v in vals) or (low is not None and min(vals) < low):
+        raise UsageError(name, f"{text!r} has no values, a non-finite value or a value below {low}", "e.g. 1,2,3")
+    return vals
+
+
+# --- model folder, device, prompts -------------------------------------------------------------------------
+
+def _nearest_dir(path: Path) -> str | None:
+    parent = path.parent if path.parent.is_dir() else REPO_ROOT / "data"
+    cands = [str(c) for c in parent.iterdir() if c.is_dir() and (c / "config.json").exists()] if parent.is_dir() else []
+    best = difflib.get_close_matches(str(path), cands, n=1, cutoff=0.5)
+    return best[0] if best else None
+
+
+def check_model_dir(model_dir: str | None) -> dict | None:
+    """A ``--model-dir`` must be a Hugging Face folder: ``config.json`` that is a JSON object, and weights.
+    Returns the parsed config (``None`` without ``--model-dir``). It is never taken as a hub name."""
+    if model_dir is None:
+        return None
+    p = Path(model_dir).expanduser()
+    if p.is_file():
+        raise UsageError("--model-dir", f"{model_dir} is a file, not a folder",
+                         "a folder with config.json and model weights", f"its folder is {p.parent}")
+    if not p.is_dir():
+        near = _nearest_dir(p)
+        raise UsageError("--model-dir", f"{model_dir} does not exist", "a folder with config.json and model weights",
+                         f"did you mean {near}?" if near else "the repository ships data/mini-gpt2")
+    if not (p / "config.json").is_file():
+        raise UsageError("--model-dir", f"{model_dir} has no config.json", "a Hugging Face-format model folder",
+                         "e.g. data/mini-gpt2")
+    try:
+        cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise UsageError("--model-dir", f"{p / 'config.json'} is not valid JSON ({type(e).__name__})",
+                         "a Hugging Face config.json", "re-save the model with save_pretrained") from None
+    if not isinstance(cfg, dict):
+        raise UsageError("--model-dir", f"{p / 'config.json'} is not a JSON object", "a Hugging Face config.json")
+    if not any((p / w).is_file() for w in WEIGHT_FILES) and not list(p.glob("*.safetensors")):
+        raise UsageError("--model-dir", f"{model_dir} holds no model weights", f"one of {', '.join(WEIGHT_FILES)}",
+                         "re-save the model with save_pretrained")
+    return cfg
+
+
+def check_device(device: str | None) -> None:
+    if device is None:
+        return
+    if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", device):
+        raise UsageError("--device", f"{device!r} is not a device", "allowed cpu, cuda, cuda:N, mps")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError("--device", f"{device} asked but CUDA is not available on this machine", "use --device cpu")
+        if ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
+            raise UsageError("--device", f"{device} does not exist", f"allowed cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    if device == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise UsageError("--device", "mps asked but not available", "use --device cpu")
+
+
+def check_prompt_source(source: str) -> None:
+    """``auto``/``openwebtext``/``wikitext`` or an existing, non-empty UTF-8 ``.txt``/``.jsonl`` file or folder."""
+    if source in PROMPT_SOURCES:
+        return
+    p = Path(source)
+    if not p.exists():
+        near = difflib.get_close_matches(source, PROMPT_SOURCES, n=1)
+        raise UsageError("--prompts", f"{source!r} is neither a known source nor an existing file",
+                         "allowed auto, openwebtext, wikitext, or a path to .txt/.jsonl files",
+                         f"did you mean {near[0]}?" if near else "check the path")
+    if p.is_file():
+        if p.suffix not in (".txt", ".jsonl"):
+            raise UsageError("--prompts", f"{source} is a {p.suffix or 'suffix-less'} file", "allowed .txt or .jsonl files")
+        raw = p.read_bytes()
+        if b"\x00" in raw[:65536]:
+            raise UsageError("--prompts", f"{source} is a binary file", "UTF-8 text: .txt of documents separated by "
+                             "blank lines, or .jsonl with a 'text' field")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UsageError("--prompts", f"{source} is not UTF-8 text (byte {e.start})", "UTF-8 .txt or .jsonl") from None
+        if not text.strip():
+            raise UsageError("--prompts", f"{source} is empty", "a .txt of documents separated by blank lines, or "
+                             ".jsonl with a 'text' field")
+    from ..analysis.prompts import file_documents
+
+    try:
+        file_documents([p])  # reads and checks every document (a .jsonl line without 'text', ...)
+    except UsageError as e:
+        raise UsageError("--prompts", e.problem, e.allowed, e.hint) from None
+
+
+# --- what the checks know of the model -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the checks need to know of a model: from ``config.json`` before loading, or ``model.cfg`` after."""
+
+    n_layers: int
+    n_heads: int
+    n_ctx: int
+    d_model: int | None = None
+
+    @classmethod
+    def of(cls, model) -> "ModelShape":
+        return cls(model.cfg.n_layers, model.cfg.n_heads, model.cfg.n_ctx, model.cfg.d_model)
+
+    @classmethod
+    def from_config(cls, cfg: dict | None) -> "ModelShape | None":
+        """From a Hugging Face ``config.json`` (GPT-2, GPT-Neo(X), OPT, Llama names), or ``None``."""
+        if not cfg:
+            return None
+        get = lambda *ks: next((cfg[k] for k in ks if isinstance(cfg.get(k), int)), None)  # noqa: E731
+        shape = (get("n_layer", "num_hidden_layers", "num_layers"), get("n_head", "num_attention_heads", "num_heads"),
+                 get("n_positions", "max_position_embeddings", "n_ctx"), get("n_embd", "hidden_size", "d_model"))
+        return cls(*shape) if all(v is not None for v in shape[:3]) else None
+
+
+def check_layer_arg(name: str, layer: int | None, shape: ModelShape | None, allow_final: bool = False) -> None:
+    if shape is None or layer is None:
+        return
+    top = shape.n_layers if allow_final else shape.n_layers - 1
+    if not 0 <= layer <= top:
+        what = f"0..{top}" + (" (the last is the final residual stream)" if allow_final else "")
+        raise UsageError(name, f"{layer} is out of range for this {shape.n_layers}-layer model", f"allowed {what}")
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What :func:`precheck` parsed (``args`` itself is never changed)."""
+
+    shape: ModelShape | None = None
+    heads: HeadSpec | None = None
+    layers: tuple[int, ...] | None = None
+
+
+def precheck(args, *, layer_final: bool = False) -> Checked:
+    """Every check that needs no model: model folder, device, prompt source and counts, ``--heads``,
+    ``--layer``/``--layers`` against the folder's ``config.json``."""
+    shape = None
+    if hasattr(args, "model_dir"):
+        shape = ModelShape.from_config(check_model_dir(args.model_dir))
+        check_device(args.device)
+    if hasattr(args, "prompts"):
+        check_prompt_source(args.prompts)
+    if hasattr(args, "n_prompts"):
+        positive("--n-prompts", args.n_prompts)
+    if getattr(args, "seq_len", None) is not None:
+        positive("--seq-len", args.seq_len, 2)
+    heads = HeadSpec.parse(getattr(args, "heads", None))
+    if heads is not None:
+        heads.check(shape)
+    if getattr(args, "layer", None) is not None:
+        check_layer_arg("--layer", args.layer, shape, allow_final=layer_final)
+    layers = None
+    if getattr(args, "layers", None) is not None:
+        layers = tuple(int_list("--layers", args.layers, 0, shape.n_layers - 1 if shape else None))
+    return Checked(shape, heads, layers)
+
+
+def postcheck(args, checked: Checked, model, *, layer_final: bool = False) -> ModelShape:
+    """The checks of :func:`precheck` that needed the model (a hub model has no ``config.json`` to peek)."""
+    shape = ModelShape.of(model)
+    if checked.heads is not None:
+        checked.heads.check(shape)
+    if getattr(args, "layer", None) is not None:
+        check_layer_arg("--layer", args.layer, shape, allow_final=layer_final)
+    for v in checked.layers or ():
+        if v >= shape.n_layers:
+            raise UsageError("--layers", f"{v} is out of range", f"allowed 0..{shape.n_layers - 1}")
+    return shape
+
+
+def add_prompt_args(p: argparse.ArgumentParser, n_prompts: int = 16, seq_len: int = 256) -> None:
+    p.add_argument("--prompts", default="auto", help="auto | openwebtext | wikitext | path to .txt/.jsonl files")
+    p.add_argument("--n-prompts", type=int, default=n_prompts, help="natural-text prompts")
+    p.add_argument("--seq-len", type=int, default=seq_len, help="tokens per prompt, BOS included (a value above the "
+                   "model's context is capped at it, and said)")
+
+
+def add_submatrix_args(p: argparse.ArgumentParser, start: int = 60, size: int = 50) -> None:
+    p.add_argument("--start", type=int, default=start, help="first position of the submatrix shown")
+    p.add_argument("--size", type=int, default=size, help="side of the submatrix shown (the post: 50)")
+
+
+def check_submatrix_args(args) -> None:
+    positive("--start", args.start, 0)
+    positive("--size", args.size, 2)
+
+
+def submatrix(m: torch.Tensor, start: int, size: int) -> tuple[torch.Tensor, int]:
+    """The ``size`` square of ``m`` ``[pos, pos]`` from ``start`` and its first position; a square that does not
+    fit the prompt is moved back (or shrunk) to fit, and said."""
+    n = m.shape[0]
+    first = max(0, min(start, n - size))
+    if first != start or size > n:
+        note(f"the {size}x{size} submatrix from position {start} does not fit a {n}-token prompt: showing "
+             f"{min(size, n)}x{min(size, n)} from position {first}")
+    e = min(first + size, n)
+    return m[first:e, first:e], first

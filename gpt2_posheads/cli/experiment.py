@@ -1,0 +1,164 @@
+"""The set-up every model script shares: checks, output folder, model, prompts, the ranking, the heads.
+
+A script is ``parse → setup → measure → judge → write``::
+
+    exp = setup(args, __file__, heads=HEADS)     # everything checked before the model loads, then loaded
+    ... measure on exp.model / exp.prompts / exp.heads ...
+    exp.out.summary({**exp.describe(), ...}, claims)
+    exp.out.commit()
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from ..analysis.diagonals import diagonal_attention, rank_from_diagonals
+from ..analysis.prompts import documents, make_prompts
+from ..model.identity import is_gpt2_small, position_kind
+from ..model.loading import ModelLoadError, load_model
+from ..model.validation import UsageError, head_name
+from .args import Checked, note, postcheck, precheck
+from .heads import HeadDefault, require_above_layer0, resolve_heads
+from .output import Output, default_target
+
+
+def model_from_args(args):
+    """Load ``--model-dir`` or ``--model``; a load failure is a one-line error."""
+    try:
+        return load_model(args.model_dir or args.model, device=args.device)
+    except (ModelLoadError, FileNotFoundError) as e:
+        raise UsageError("--model-dir" if args.model_dir else "--model", str(e)) from None
+
+
+def model_label(args) -> str:
+    return str(args.model_dir or args.model)
+
+
+def model_slug(args) -> str:
+    """A folder name for the model: the directory's name or the hub id with '/' → '--'."""
+    if getattr(args, "model_dir", None):
+        return Path(args.model_dir).resolve().name
+    return str(getattr(args, "model", "model")).replace("/", "--")
+
+
+def open_output(args, script_file: str, per_model: bool = True, quick: bool = False) -> Output:
+    """The run's output folder: ``--out`` or ``results/<script>/<model>/`` (see :class:`Output`)."""
+    script = Path(script_file).stem
+    target = Path(args.out) if args.out else default_target(script, model_slug(args) if per_model and hasattr(args, "model") else None)
+    return Output.open(target, script, png=not args.no_png, quick=quick, force=getattr(args, "force", False))
+
+
+def capped_seq_len(model, seq_len: int) -> int:
+    """``seq_len`` capped at the model's context, saying so when it is."""
+    if seq_len > model.cfg.n_ctx:
+        note(f"--seq-len {seq_len} is capped at the model's context, {model.cfg.n_ctx}")
+        return model.cfg.n_ctx
+    return seq_len
+
+
+def corpus_prompts(model, args) -> tuple[torch.Tensor, str]:
+    """``[n_prompts, seq_len]`` natural-text prompts for ``args`` and a description of their source."""
+    docs, source = documents(args.prompts)
+    seq_len = capped_seq_len(model, args.seq_len)
+    return make_prompts(model.tokenizer, args.n_prompts, seq_len, seed=args.seed, docs=docs), source
+
+
+@dataclass
+class Experiment:
+    """Everything a model script measures on, set up and checked."""
+
+    args: object
+    checked: Checked
+    out: Output
+    model: object
+    prompts: torch.Tensor | None = None
+    source: str = ""
+    diag: torch.Tensor | None = None        # [n_layers, n_heads, n_offsets] on the prompts (every offset)
+    ranking: pd.DataFrame | None = None     # the previous-token ranking from diag
+    heads: list[tuple[int, int]] = field(default_factory=list)
+    heads_chosen: str = ""
+
+    @property
+    def label(self) -> str:
+        return model_label(self.args)
+
+    @property
+    def head_names(self) -> list[str]:
+        return [head_name(l, h) for l, h in self.heads]
+
+    def describe(self) -> dict:
+        """The facts every summary of a model script records."""
+        d = {"model": self.label, "is_gpt2_small": is_gpt2_small(self.model), "positions": position_kind(self.model),
+             "seed": getattr(self.args, "seed", 0)}
+        if self.prompts is not None:
+            d.update(prompt_source=self.source, n_prompts=int(self.prompts.shape[0]), seq_len=int(self.prompts.shape[1]))
+        if self.heads:
+            d.update(heads=self.head_names, heads_chosen=self.heads_chosen)
+        return d
+
+
+def setup(args, script_file: str, heads: HeadDefault | None = None, prompts: bool = True, ranking: bool = True,
+          above_layer0: bool = False, layer_final: bool = False) -> Experiment:
+    """Check every option that needs no model, open the output folder, load the model, check the rest, make
+    the prompts, rank the heads on them (:func:`rank_from_diagonals`, every offset) and choose the heads.
+
+    ``above_layer0``: explicit ``--heads`` in layer 0 are refused (the script needs heads with something
+    upstream). Nothing is loaded before every model-free check has passed.
+    """
+    checked = precheck(args, layer_final=layer_final)
+    if above_layer0:
+        require_above_layer0(checked.heads)
+    if hasattr(args, "start"):
+        from .args import check_submatrix_args
+
+        check_submatrix_args(args)
+    out = open_output(args, script_file)
+    model = model_from_args(args)
+    postcheck(args, checked, model, layer_final=layer_final)
+    exp = Experiment(args, checked, out, model)
+    if prompts:
+        exp.prompts, exp.source = corpus_prompts(model, args)
+    if ranking and exp.prompts is not None:
+        exp.diag = diagonal_attention(model, exp.prompts, progress=False)
+        exp.ranking = rank_from_diagonals(exp.diag)
+    if heads is not None and exp.ranking is not None:
+        exp.heads, exp.heads_chosen = resolve_heads(model, checked.heads, heads, exp.ranking)
+    return exp
+
+
+def not_applicable(exp: Experiment, reason: str, claim_keys: list[str], extra: dict | None = None) -> None:
+    """End a script that does not apply to this model: one line ``not applicable: <reason>``, every claim
+    ``not testable`` with that reason in ``summary.json``, exit status 0."""
+    from ..claims.gpt2_post import judge_claim
+    from ..claims.verdicts import Precondition
+
+    print(f"not applicable: {reason}")
+    pre = [Precondition("the script applies to this model", False, f"not applicable: {reason}")]
+    claims = [judge_claim(k, {"not_applicable": reason}, value=float("nan"), preconditions=pre) for k in claim_keys]
+    exp.out.summary({**exp.describe(), "not_applicable": reason, **(extra or {})}, claims)
+    exp.out.commit()
+
+
+def wpos_reason(model, label: str) -> str | None:
+    """Why ``W_pos`` interventions do not apply to ``model`` (``None`` when they do)."""
+    from ..model.identity import has_learned_positions
+
+    if has_learned_positions(model):
+        return None
+    return (f"{label} has {position_kind(model)} positions; W_pos interventions need learned absolute positions")
+
+
+def one_token_targets(tokenizer, targets: list[str], param: str = "--target") -> list[str]:
+    """``targets`` with every word that is several tokens in ``tokenizer`` replaced by a single-token noun
+    (the copy claims need one token per word), saying each replacement."""
+    from ..analysis.repeat_prompt import single_token_target, single_token_words, split_words
+
+    words = [w for t in targets for w in split_words(t)]
+    for w, r in single_token_words(tokenizer, words).items():
+        if w != r:
+            n = len(tokenizer(w, add_special_tokens=False)["input_ids"])
+            note(f"{param}: {w!r} is {n} tokens in this model's vocabulary: replaced by {r!r} (one token per word)")
+    return single_token_target(tokenizer, list(targets))

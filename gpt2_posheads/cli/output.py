@@ -1,0 +1,314 @@
+"""Output folders that never lose or mix results.
+
+A script's results go to one folder (``results/<script>/<model>/`` or ``--out``). Three rules keep what a
+user has:
+
+* **Only the toolkit's own files are replaced.** Every folder the toolkit writes holds a manifest
+  (:data:`MANIFEST`) naming the files and sub-folders it wrote. A later run replaces exactly those; a
+  folder holding anything else (a user's ``notes.csv``, a model's ``config.json``) is refused unless
+  ``--force``, and even then nothing of the user's is replaced or deleted.
+* **A run that fails changes nothing.** Files are written into a staging folder beside the target
+  (``.<name>.partial-<pid>``) and moved into place only when the run succeeds; an error or Ctrl-C removes
+  the staging folder and leaves the earlier results as they were.
+* **Two runs never mix.** A lock file (:data:`LOCK`) names the process writing the folder; a second run
+  refuses with one line naming it. A lock whose process is gone (same machine) is taken over.
+
+Sub-folders that must outlive a failed run (a toy sweep's resumable ``runs/``) are written in place
+through :meth:`Output.persistent_dir`.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import shutil
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..claims.verdicts import Claim, claims_table, verdict_counts
+from ..model.paths import REPO_ROOT
+from ..model.validation import UsageError
+from ..report.plotting import save_figure
+
+RESULTS = REPO_ROOT / "results"
+MANIFEST = ".gpt2_posheads.json"
+LOCK = ".gpt2_posheads.lock"
+_OPEN: list["Output"] = []  # outputs of this process not yet committed (aborted by main_entry on failure)
+
+
+# --- JSON -----------------------------------------------------------------------------------------------
+
+def jsonable(x):
+    """``x`` with tensors, arrays, DataFrames, paths and non-finite floats made JSON-safe (NaN/inf -> null)."""
+    if isinstance(x, Claim):
+        return jsonable(x.as_dict())
+    if isinstance(x, torch.Tensor):
+        return jsonable(x.detach().cpu().tolist())
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist())
+    if isinstance(x, (np.floating, float)):
+        return None if not math.isfinite(float(x)) else float(x)
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.bool_,)):
+        return bool(x)
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, pd.DataFrame):
+        return jsonable(x.to_dict(orient="records"))
+    if isinstance(x, Path):
+        return str(x)
+    return x
+
+
+def write_json(path: str | Path, obj) -> Path:
+    """Write ``obj`` as JSON atomically (a temporary file renamed over the target)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(jsonable(obj), indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_json(path: str | Path):
+    return json.loads(Path(path).read_text())
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+# --- the lock and the manifest --------------------------------------------------------------------------
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
+    """Create ``folder/LOCK`` or refuse (:class:`UsageError`) while another live process holds it."""
+    lock = folder / LOCK
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "script": script, "started": now_iso()}
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                other = json.loads(lock.read_text() or "{}")
+            except (OSError, ValueError):
+                other = {}
+            pid, host = int(other.get("pid", -1)), other.get("host")
+            if host == me["host"] and pid > 0 and not _pid_alive(pid):
+                lock.unlink(missing_ok=True)  # its process is gone: a stale lock from a killed run
+                continue
+            raise UsageError(param, f"{folder} is being written by another run ({other.get('script', '?')}, "
+                             f"pid {pid} on {host}, started {other.get('started', '?')})",
+                             "one run per output folder", "wait for it to finish, or choose another --out") from None
+        with os.fdopen(fd, "w") as f:
+            json.dump(me, f)
+        return lock
+    raise UsageError(param, f"could not lock {folder}", "a writable folder")
+
+
+def read_manifest(folder: Path) -> dict:
+    """The manifest of ``folder`` (``{"files": [...], "folders": [...], ...}``), empty when there is none."""
+    try:
+        m = json.loads((folder / MANIFEST).read_text())
+        return m if isinstance(m, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def foreign_entries(folder: Path, script: str | None = None) -> list[str]:
+    """Names in ``folder`` that this script may not replace: not in its manifest (a manifest written by another
+    script protects that script's files too), not the manifest or lock, not a staging folder, and not a
+    sub-folder holding a manifest of its own (a nested toolkit output)."""
+    if not folder.is_dir():
+        return []
+    m = read_manifest(folder)
+    mine = script is None or m.get("script") in (None, script)
+    ours = (set(m.get("files", [])) | set(m.get("folders", [])) if mine else set()) | {MANIFEST, LOCK}
+    out = []
+    for p in sorted(folder.iterdir()):
+        if p.name in ours or (p.name.startswith(".") and ".partial-" in p.name):
+            continue
+        if p.is_dir() and (p / MANIFEST).exists():
+            continue
+        out.append(p.name)
+    return out
+
+
+# --- the output folder -----------------------------------------------------------------------------------
+
+@dataclass
+class Output:
+    """One run's output folder: figures (HTML + PNG), CSV tables, ``summary.json``; staged, locked, manifested.
+
+    ``out_dir`` is where this run writes (the staging folder); ``target`` is where the files land when
+    :meth:`commit` succeeds. Use :meth:`open`; never construct directly.
+    """
+
+    target: Path
+    out_dir: Path
+    lock: Path
+    script: str
+    png: bool = True
+    quick: bool = False
+    written: list[Path] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+    committed: bool = False
+    foreign: frozenset[str] = frozenset()  # the user's files in the target (kept; never written over)
+
+    @classmethod
+    def open(cls, target: str | Path, script: str, png: bool = True, quick: bool = False, force: bool = False,
+             param: str = "--out", adopt: bool = False) -> "Output":
+        """Check ``target``, lock it and make a staging folder beside it (see the module doc).
+
+        ``adopt``: the user asked to replace what the folder holds (e.g. ``train_mini_gpt2.py --overwrite`` on a
+        model folder): its files count as this run's to replace.
+        """
+        target = Path(target).expanduser()
+        if target.exists() and not target.is_dir():
+            raise UsageError(param, f"{target} is a file", "a folder (new, empty, or written by an earlier run)",
+                             "choose another --out")
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(param, f"{target} cannot be created ({e.strerror})", "a writable folder") from None
+        foreign = [] if adopt else foreign_entries(target, script)
+        other = read_manifest(target).get("script")
+        if other not in (None, script) and not force and not adopt:
+            raise UsageError(param, f"{target} holds the results of {other}", "a folder of this script's own results",
+                             "choose another --out")
+        if foreign and not force:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise UsageError(param, f"{target} holds files this toolkit did not write ({shown})",
+                             "a new or empty folder, or one an earlier run of the toolkit wrote",
+                             "choose another --out, or pass --force to write beside them (they are kept)")
+        lock = acquire_lock(target, script, param)
+        staging = target.parent / f".{target.name}.partial-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        out = cls(target=target, out_dir=staging, lock=lock, script=script, png=png, quick=quick,
+                  foreign=frozenset(foreign))
+        _OPEN.append(out)
+        return out
+
+    # --- writing ---
+    def path(self, name: str) -> Path:
+        """A file of this run (in the staging folder), recorded as written."""
+        p = self.out_dir / name
+        if name in self.foreign:
+            raise UsageError("--out", f"{self.target / name} belongs to you, not to this toolkit",
+                             "a folder without a file of that name", "choose another --out")
+        self.written.append(p)
+        return p
+
+    def persistent_dir(self, name: str) -> Path:
+        """A sub-folder written in place (it survives a failed run: resumable work), recorded in the manifest."""
+        if name in self.foreign:
+            raise UsageError("--out", f"{self.target / name} belongs to you, not to this toolkit",
+                             "a folder without an entry of that name", "choose another --out")
+        d = self.target / name
+        d.mkdir(parents=True, exist_ok=True)
+        if name not in self.folders:
+            self.folders.append(name)
+        # recorded at once, so a run that fails after writing resumable work leaves a folder the next run may use
+        m = read_manifest(self.target)
+        if m.get("script") in (None, self.script) and name not in m.get("folders", []):
+            write_json(self.target / MANIFEST, {**m, "script": self.script, "files": m.get("files", []),
+                                                "folders": sorted(set(m.get("folders", [])) | {name})})
+        return d
+
+    def figure(self, fig, stem: str, **kw) -> None:
+        for p in save_figure(fig, self.out_dir, stem, png=self.png, **kw):
+            if p.parent == self.out_dir:
+                self.path(p.name)
+
+    def csv(self, df: pd.DataFrame, stem: str) -> None:
+        df.to_csv(self.path(f"{stem}.csv"), index=False)
+
+    def summary(self, obj: dict, claims: Sequence[Claim | dict] = (), stem: str = "summary") -> Path:
+        """Write ``summary.json``: ``obj`` plus ``claims`` (each ``{claim, post, measured, rule, verdict, why}``),
+        their verdict counts, the figures, when it was measured and how long it took; prints the claim table."""
+        obj = dict(obj)
+        obj.setdefault("script", self.script)
+        obj.setdefault("quick", self.quick)
+        obj["claims"] = [c.as_dict() if isinstance(c, Claim) else c for c in claims]
+        obj["verdicts"] = verdict_counts(obj["claims"])
+        obj.setdefault("elapsed_s", round(time.time() - self.started, 2))
+        obj["finished_at"] = now_iso()
+        obj["figures"] = [p.name for p in self.written if p.suffix in (".html", ".png")]
+        p = write_json(self.path(f"{stem}.json"), obj)
+        if obj["claims"]:
+            print("\n" + claims_table(obj["claims"]))
+        return p
+
+    # --- finishing ---
+    def commit(self, quiet: bool = False) -> None:
+        """Move this run's files into the target, replacing only what the previous manifest lists, write the
+        new manifest and release the lock; then list what was written."""
+        if self.committed:
+            return
+        old = read_manifest(self.target)
+        if old.get("script") not in (None, self.script):
+            old = {}  # another script's files stay (they were foreign to this run)
+        names = sorted({p.name for p in self.written})
+        for name in old.get("files", []):
+            if name not in names:
+                (self.target / name).unlink(missing_ok=True)  # the earlier run's file that this run does not write
+        for name in names:
+            src = self.out_dir / name
+            if src.exists():
+                os.replace(src, self.target / name)
+        folders = sorted(set(self.folders) | set(old.get("folders", [])))
+        write_json(self.target / MANIFEST, {"files": names, "folders": folders, "script": self.script,
+                                            "written_at": now_iso(), "quick": self.quick})
+        self._close()
+        self.committed = True
+        self.written = [self.target / n for n in names]
+        self.out_dir = self.target
+        if not quiet:
+            print(f"\nwrote {len(names)} files to {self.target}:")
+            for n in names:
+                print(f"  {n}")
+
+    def abort(self) -> None:
+        """Drop this run's staged files; the target keeps what it had."""
+        if not self.committed:
+            self._close()
+
+    def _close(self) -> None:
+        if self.out_dir != self.target:
+            shutil.rmtree(self.out_dir, ignore_errors=True)
+        self.lock.unlink(missing_ok=True)
+        if self in _OPEN:
+            _OPEN.remove(self)
+
+
+def abort_open_outputs() -> None:
+    """Abort every output of this process that was not committed (on an error or Ctrl-C)."""
+    for out in list(_OPEN):
+        out.abort()
+
+
+def default_target(script: str, model_slug: str | None = None) -> Path:
+    """``results/<script>/<model>/`` (or ``results/<script>/`` for a script without a model)."""
+    return RESULTS / script / model_slug if model_slug else RESULTS / script

@@ -1,0 +1,168 @@
+"""The organism's training data: a tokenizer, text streams, and the synthetic languages that give the heads
+reasons to form (a step's batch depends on the step number alone, so resumes are exact).
+
+* ``skip_bigram_windows``: ``t_{i+1} = pi(t_{i-1})`` (``pi`` the identity for ``skip_rule="copy"``): predicting
+  the next token needs the previous one at the current position, the plainest reason for a previous-token head.
+* ``repeated_segments`` / ``repeated_span``: random tokens whose second copy only induction predicts.
+* ``insert_repeats``: a span of a text window copied to a later place.
+"""
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+import torch
+
+from .config import MiniConfig
+
+EOT = "<|endoftext|>"
+
+def train_tokenizer(docs: Sequence[str], vocab_size: int):
+    """A byte-level BPE tokenizer (GPT-2's scheme) trained on ``docs``, wrapped for ``transformers``."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = ByteLevelBPETokenizer(add_prefix_space=False)
+    bpe.train_from_iterator(docs, vocab_size=vocab_size, min_frequency=2, special_tokens=[EOT], show_progress=False)
+    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token=EOT, eos_token=EOT, unk_token=EOT)
+
+def split_docs(docs: Sequence[str], val_fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    order = list(range(len(docs)))
+    random.Random(seed).shuffle(order)
+    n_val = max(1, int(round(val_fraction * len(docs))))
+    return [docs[i] for i in order[n_val:]], [docs[i] for i in order[:n_val]]
+
+def encode_stream(tok, docs: Sequence[str]) -> torch.Tensor:
+    """All documents as one token stream, each preceded by ``<|endoftext|>`` as GPT-2 was trained."""
+    ids: list[int] = []
+    for enc in tok(list(docs), add_special_tokens=False)["input_ids"]:
+        ids.append(tok.bos_token_id)
+        ids += enc
+    return torch.tensor(ids, dtype=torch.long)
+
+def sample_batch(stream: torch.Tensor, batch_size: int, n_ctx: int, gen: torch.Generator) -> torch.Tensor:
+    """``[batch, n_ctx + 1]`` random windows of ``stream``."""
+    starts = torch.randint(0, len(stream) - n_ctx - 1, (batch_size,), generator=gen)
+    return torch.stack([stream[s : s + n_ctx + 1] for s in starts.tolist()])
+
+def repeated_segments(batch_size: int, length: int, vocab_hi: int, seg_min: int, seg_max: int,
+                      gen: torch.Generator, bos: int = 0) -> torch.Tensor:
+    """``[batch, length]`` windows made of ``BOS`` then pairs ``s s`` of random segments.
+
+    Each segment has ``seg_min..seg_max`` tokens drawn uniformly from ids ``1..vocab_hi-1``; the
+    last pair is cut at ``length``. The second copy of every segment is predictable only by induction.
+    """
+    out = torch.empty(batch_size, length, dtype=torch.long)
+    for b in range(batch_size):
+        row = [bos]
+        while len(row) < length:
+            n = int(torch.randint(seg_min, seg_max + 1, (1,), generator=gen))
+            seg = torch.randint(1, vocab_hi, (n,), generator=gen).tolist()
+            row += seg + seg
+        out[b] = torch.tensor(row[:length])
+    return out
+
+def skip_table(vocab_hi: int, seed: int, rule: str = "permutation") -> torch.Tensor:
+    """The skip-bigram language's rule ``pi`` on ids ``1..vocab_hi-1`` (index 0 unused): a random
+    permutation, or with ``rule="copy"`` the identity (t+1 = t-1: the previous token is copied, which a
+    previous-token head with a copying OV circuit predicts for every token, no table to learn)."""
+    if rule == "copy":
+        return torch.arange(vocab_hi)
+    if rule != "permutation":
+        raise ValueError(f"skip rule {rule!r} is not 'permutation' or 'copy'")
+    g = torch.Generator().manual_seed(seed + 7919)
+    return torch.cat([torch.zeros(1, dtype=torch.long), 1 + torch.randperm(vocab_hi - 1, generator=g)])
+
+def repeated_span(batch_size: int, length: int, vocab_hi: int, seg_min: int, seg_max: int, gen: torch.Generator,
+                  bos: int = 0) -> torch.Tensor:
+    """``[batch, length]`` windows of uniform random tokens (ids ``1..vocab_hi-1``) after ``BOS`` in which one
+    span of ``seg_min..seg_max`` tokens is copied right after itself at a random place: the gap to the
+    first occurrence varies from row to row, so only induction (match the current token, read the one
+    after its earlier occurrence), not a fixed positional offset, predicts the copy."""
+    out = torch.randint(1, vocab_hi, (batch_size, length), generator=gen)
+    out[:, 0] = bos
+    for b in range(batch_size):
+        n = int(torch.randint(seg_min, min(seg_max, (length - 1) // 2) + 1, (1,), generator=gen))
+        a = int(torch.randint(1, length - 2 * n + 1, (1,), generator=gen))
+        out[b, a + n : a + 2 * n] = out[b, a : a + n]
+    return out
+
+REPEAT_KINDS = {"pairs": repeated_segments, "span": repeated_span}
+
+def skip_bigram_windows(batch_size: int, length: int, table: torch.Tensor, noise: float, gen: torch.Generator,
+                        bos: int = 0) -> torch.Tensor:
+    """``[batch, length]`` windows ``BOS t1 t2 ...`` with ``t_{i+1} = pi(t_{i-1})`` except, with chance
+    ``noise``, a uniform token. The next token is a fixed function of the *previous* one, not of the
+    current one: predicting it needs the previous token at the current position, the plainest reason for
+    a previous-token head to form (the task of the ``000`` toy post, inside a language)."""
+    hi = table.shape[0]
+    out = torch.empty(batch_size, length, dtype=torch.long)
+    out[:, 0] = bos
+    out[:, 1:3] = torch.randint(1, hi, (batch_size, 2), generator=gen)
+    fresh = torch.randint(1, hi, (batch_size, length), generator=gen)
+    flip = torch.rand(batch_size, length, generator=gen) < noise
+    for i in range(3, length):
+        out[:, i] = torch.where(flip[:, i], fresh[:, i], table[out[:, i - 2]])
+    return out
+
+def insert_repeats(windows: torch.Tensor, seg_min: int, seg_max: int, gen: torch.Generator) -> torch.Tensor:
+    """Copy, in each row, a span of ``seg_min..seg_max`` of its own tokens to a later place (a new tensor).
+
+    The copy starts anywhere after the span ends, so the gap between the two occurrences varies.
+    """
+    out = windows.clone()
+    n = out.shape[1]
+    for b in range(out.shape[0]):
+        L = int(torch.randint(seg_min, min(seg_max, n // 2 - 1) + 1, (1,), generator=gen))
+        a = int(torch.randint(1, n - 2 * L + 1, (1,), generator=gen))
+        c = int(torch.randint(a + L, n - L + 1, (1,), generator=gen))
+        out[b, c : c + L] = windows[b, a : a + L]
+    return out
+
+def position_ids(cfg: MiniConfig, step: int, batch: torch.Tensor) -> torch.Tensor | None:
+    """``[batch, pos]`` absolute positions of a step's inputs: ``None`` (0, 1, ...) except for synthetic
+    windows shorter than ``n_ctx`` with ``position_offsets``, which start at a random position so every row
+    of ``W_pos`` trains while attention spans stay short (seeded by the step: resumes are exact)."""
+    n = batch.shape[1] - 1
+    if not cfg.position_offsets or step >= cfg.synthetic_steps or n >= cfg.n_ctx:
+        return None
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step + 555_555)
+    return torch.randint(0, cfg.n_ctx - n + 1, (batch.shape[0], 1), generator=gen) + torch.arange(n)
+
+def synthetic_ctx_at(cfg: MiniConfig, step: int) -> int:
+    """Phase-1 window length at ``step``: ``synthetic_ctx`` doubling every ``ctx_double_every`` steps, at most n_ctx.
+
+    Short windows first: in a 16-token window a head attending uniformly already gives the previous
+    token 1/8 of its weight on average, so the gradient towards previous-token attention is strong from
+    step 0 (in a 256-token window it is 1/128 and the model sits on a plateau for hundreds of steps).
+    """
+    ctx = cfg.synthetic_ctx or cfg.n_ctx
+    if cfg.ctx_double_every:
+        ctx *= 2 ** (step // cfg.ctx_double_every)
+    return min(ctx, cfg.n_ctx)
+
+def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int, vocab_size: int = 4096) -> torch.Tensor:
+    """The ``[batch, n_ctx + 1]`` batch of ``step`` (a function of the step number alone: resumes are exact)."""
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+    if step < cfg.synthetic_steps:
+        ctx = synthetic_ctx_at(cfg, step)
+        n = max(1, cfg.batch_size * cfg.n_ctx // ctx)
+        n_skip = n if step < cfg.skip_only_steps else int(round(cfg.skip_fraction * n))
+        lo, hi = max(2, min(cfg.seg_min, ctx // 4)), max(2, min(cfg.seg_max, ctx // 2))
+        make = REPEAT_KINDS.get(cfg.repeat_kind)
+        if make is None:
+            raise ValueError(f"repeat kind {cfg.repeat_kind!r} is not one of {sorted(REPEAT_KINDS)}")
+        rep = make(n - n_skip, ctx + 1, cfg.synthetic_vocab, lo, hi, gen, bos)
+        if not n_skip:
+            return rep
+        skip = skip_bigram_windows(n_skip, ctx + 1, skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule), cfg.skip_noise,
+                                   gen, bos)
+        return torch.cat([skip, rep])
+    n_syn = int(round(cfg.synthetic_fraction * cfg.batch_size))
+    n_rep = int(round(cfg.repeat_fraction * (cfg.batch_size - n_syn)))
+    text = sample_batch(stream, cfg.batch_size - n_syn, cfg.n_ctx, gen)
+    if n_rep:
+        text[:n_rep] = insert_repeats(text[:n_rep], cfg.seg_min, cfg.seg_max, gen)
+    if n_syn:  # after phase 1 the synthetic copies range over the whole vocabulary
+        text = torch.cat([text, repeated_segments(n_syn, cfg.n_ctx + 1, vocab_size, cfg.seg_min, cfg.seg_max, gen, bos)])
+    return text
