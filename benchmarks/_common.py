@@ -10,7 +10,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
 
 GPT2_SHAPE = dict(n_layers=12, n_heads=12, d_model=768)
 

@@ -5,7 +5,6 @@ computing the same first two blocks (the practical floor).
     python benchmarks/bench_ext_posemb.py
 """
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -19,9 +19,10 @@ from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, TOY_SCRIPTS
 from gpt2_posheads.cli import RESULTS, Parser, check_device, check_model_dir, main_entry, write_json
 from gpt2_posheads.cli.output import acquire_lock, now_iso
 from gpt2_posheads.cli.runner import run_experiment
-from gpt2_posheads.model.loading import hub_reachable
+from gpt2_posheads.model.loading import hub_reachable, load_model
 from gpt2_posheads.model.precision import machine_description
 from gpt2_posheads.model.validation import UsageError
+from gpt2_posheads.report.explorer import write_explorer
 from gpt2_posheads.report.index import write_index
 
 SHIPPED = ("data/mini-gpt2", "data/mini-gpt2-wpos")
@@ -85,11 +86,11 @@ def main(argv=None):
             if rc != 0:
                 failed.append(name)
         if not args.no_explorer:
-            from gpt2_posheads.report.explorer import write_explorers
-
-            for d, m in zip(dirs + hub, models):
-                print(f"\n=== attention explorer: {d}", flush=True)
-                write_explorers(m, device=args.device)
+            for kind, name in models:
+                print(f"\n=== attention explorer: {name}", flush=True)
+                model = load_model(name, device=args.device)
+                path = write_explorer(model, RESULTS / "explorer" / f"{Path(name).name if kind == '--model-dir' else name.replace('/', '--')}.html", name)
+                print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
     except KeyboardInterrupt:
         for rec in record["jobs"]:
             if rec["status"] == "running":

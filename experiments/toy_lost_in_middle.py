@@ -11,51 +11,18 @@ as one batched computation.
     python experiments/toy_lost_in_middle.py --quick
 """
 import math
-from dataclasses import replace
-
 import numpy as np
 import plotly.graph_objects as go
 
-from gpt2_posheads.toy import ToyConfig, train_sweep
+from gpt2_posheads.claims.toy import RULE_ONLY_LAST, RULE_U, only_last, u_shape
+from gpt2_posheads.claims.toy import toy_claim as claim
 from gpt2_posheads.cli import main_entry, positive
-from gpt2_posheads.toy.cli import claim, robustness_section, toy_parser, toy_setup
-from gpt2_posheads.toy.robustness import GridClaim
-
-# The rules, fixed before any run; the default run and the --robustness grid judge with the same words.
-RULE_ONLY_LAST = "held if the final loss at k = C-1 is < 0.3 ln V and at every other k > 0.6 ln V"
-RULE_U = ("held if the final losses at k = 0 and at k = C-1 are both at least 0.2 ln V below the mean over "
-          "k = 2..C-3 (a margin well above the seed-to-seed noise of a model at chance)")
+from gpt2_posheads.toy import ToyConfig, train_sweep
+from gpt2_posheads.toy.cli import robustness_section, toy_parser, toy_setup
+from gpt2_posheads.toy.posts import THREE_LAYER_STEPS, lost_in_middle_grid
 
 
-def only_last(loss_by_k, V: int) -> bool:
-    loss_by_k = np.asarray(loss_by_k)
-    return bool(loss_by_k[-1] < 0.3 * math.log(V) and loss_by_k[:-1].min() > 0.6 * math.log(V))
 
-
-def u_shape(loss_by_k, V: int) -> bool:
-    """:data:`RULE_U` on the final loss at each k ``[C]``."""
-    loss_by_k = np.asarray(loss_by_k)
-    bar = loss_by_k[2:-2].mean() - 0.2 * math.log(V)
-    return bool(loss_by_k[0] < bar and loss_by_k[-1] < bar)
-
-
-def grid_claims(C: int) -> list[GridClaim]:
-    """The headline claims as tests runnable at any setting (one seed: every k of one model shape)."""
-    def every_k(**kw):
-        return lambda b: {f"k={k}": replace(b, **kw, k=k) for k in range(C)}
-
-    losses = lambda r: [r[f"k={k}"]["final_loss"] for k in range(C)]  # noqa: E731
-    return [GridClaim("1_layer_only_last", RULE_ONLY_LAST, every_k(n_layers=1, n_embd=10),
-                      lambda r: only_last(losses(r), r["k=0"]["config"]["V"])),
-            GridClaim("2_layers_U_shape", RULE_U, every_k(n_layers=2, n_embd=10),
-                      lambda r: u_shape(losses(r), r["k=0"]["config"]["V"]))]
-
-
-# Three stacked attention layers without residual connections escape the chance plateau much later than
-# two (measured over seeds 0-2: at 800 steps every k but 0 was at chance; with n_embd 10, k = C-1 leaves
-# chance by step 2,500; with n_embd 2, k = 0 leaves it between steps 3,000 and 4,000 and settles by 5,000);
-# the post trains to convergence, so they get THREE_LAYER_STEPS (--three-layer-steps; or the --steps given, if longer).
-THREE_LAYER_STEPS = 5000
 PLAIN = [(2, 2), (2, 10), (3, 2), (3, 10)]  # (n_layers, n_embd): the post's "embedding dimension and layers" grid
 # Evaluations per run in the default run, which judges final losses only. Each evaluation (2,048 sequences
 # per model) costs about 8 training steps (measured: 30 two-layer models, 200 steps, 50 evaluations 55 s,
@@ -130,7 +97,7 @@ def main(argv=None):
                                 "k = 2..C-3 exceeds the plain 2-layer model's",
                                 {"middle_std": float(l[2:-2].std()), "middle_std_without": float(two[2:-2].std())},
                                 held=float(l[2:-2].std()) > float(two[2:-2].std()), quick=Q))
-    robust = robustness_section(out, grid_claims(C), base, args, runs, "002: lost in the middle")
+    robust = robustness_section(out, lost_in_middle_grid(C), base, args, runs, "002: lost in the middle")
     out.summary({"steps": steps, "three_layer_steps": args.three_layer_steps, "seeds": seeds, "init_std": args.init_std,
                  "lr": args.lr, "table": table,
                  **({"robustness": robust} if robust else {})}, claims)

@@ -10,62 +10,21 @@ n_embd; lr 0.1 beats 0.01 at V 30 but not at V 100, where loss spikes come with 
     python experiments/toy_prev_token.py --robustness  # + 720 grid runs: ~30 min on one such core
     python experiments/toy_prev_token.py --quick
 """
-from dataclasses import replace
-
 import numpy as np
 import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
+from gpt2_posheads.claims.toy import RULE_FAILS, RULE_LEARNED, RULE_MONO, RULE_SIGN, fails, learned, monotone
+from gpt2_posheads.claims.toy import toy_claim as claim
+from gpt2_posheads.cli import main_entry
 from gpt2_posheads.report.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, relative_perplexity, separation_direction, train_sweep, wq_wk
 from gpt2_posheads.toy.analysis import loss_spikes, order_swaps, perplexity_curve
-from gpt2_posheads.cli import main_entry
-from gpt2_posheads.toy.analysis import learned, fails
-from gpt2_posheads.toy.cli import claim, robustness_section, toy_parser, toy_setup
+from gpt2_posheads.toy.cli import robustness_section, toy_parser, toy_setup
 from gpt2_posheads.toy.metrics import bilinear
-from gpt2_posheads.toy.robustness import GridClaim
+from gpt2_posheads.toy.posts import prev_token_grid
 
-# The rules, fixed before any run; the default run and the --robustness grid judge with the same words.
-RULE_LEARNED = "held if the final perplexity with positional embeddings is <= 1.5 or its relative perplexity (ppl-1)/V <= 0.05"
-RULE_FAILS = "held if the final relative perplexity (ppl-1)/V without positional embeddings is >= 0.5"
-RULE_SIGN = "held if s^T W_Q W_K^T s < 0"
-RULE_SIGN_GRID = "held if the model learned the task (rule above) and s^T W_Q W_K^T s < 0"
-RULE_MONO = "held if (ppl-1)/V {verb} at every step of the {name} sweep"
-
-
-def sign_of_previous_direction(result: dict) -> float:
-    """s^T W_Q W_K^T s for the direction s separating the previous position's embedding from the others."""
-    s = separation_direction(torch.tensor(result["params"]["W_pos"]), 1)
-    return bilinear(s, wq_wk(torch.tensor(result["params"]["0.W_Q"])[0], torch.tensor(result["params"]["0.W_K"])[0]))
-
-
-def rel_ppl(result: dict) -> float:
-    return relative_perplexity(result["final_loss"], result["config"]["V"])
-
-
-def monotone(values, up: bool) -> bool:
-    return all((b > a) if up else (b < a) for a, b in zip(values, values[1:]))
-
-
-def grid_claims() -> list[GridClaim]:
-    """The headline claims as tests runnable at any setting (base: V 30, C 4, n_embd 2, positional embeddings)."""
-    def sweep(name, values):
-        return lambda b: {f"{name}={v}": replace(b, **{name: v}) for v in values}
-
-    return [
-        GridClaim("learned_with_pos_emb", RULE_LEARNED, lambda b: {"pos": b},
-                  lambda r: learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])),
-        GridClaim("fails_without_pos_emb", RULE_FAILS, lambda b: {"no_pos": replace(b, pos_emb=False)},
-                  lambda r: fails(r["no_pos"]["final_perplexity"], r["no_pos"]["config"]["V"])),
-        GridClaim("sT_WQWKT_s_negative", RULE_SIGN_GRID,
-                  lambda b: {"pos": b}, lambda r: learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])
-                  and sign_of_previous_direction(r["pos"]) < 0),
-        GridClaim("rel_ppl_up_with_V", RULE_MONO.format(verb="rises", name="V (10, 30, 100)"), sweep("V", (10, 30, 100)),
-                  lambda r: monotone([rel_ppl(r[f"V={v}"]) for v in (10, 30, 100)], True)),
-        GridClaim("rel_ppl_up_with_C", RULE_MONO.format(verb="rises", name="C (3, 4, 8)"), sweep("C", (3, 4, 8)),
-                  lambda r: monotone([rel_ppl(r[f"C={c}"]) for c in (3, 4, 8)], True)),
-    ]
 
 
 def embedding_animation(result, title):
@@ -195,7 +154,7 @@ def main(argv=None):
                         "token-order swap (swaps counted once tokens are separated)",
                         {k: (v["spikes"], v["order_swaps"]) for k, v in st.items()},
                         held=any(v["spikes"] > 0 and v["order_swaps"] > 0 for k, v in st.items() if "0.1" in k), quick=Q))
-    robust = robustness_section(out, grid_claims(), base, args, runs, "000: previous-token copying")
+    robust = robustness_section(out, prev_token_grid(), base, args, runs, "000: previous-token copying")
     out.summary({"steps": steps, "lr_steps": lr_steps, "init_std": args.init_std, "lr": args.lr,
                  **({"robustness": robust} if robust else {})}, claims)
     out.commit()

@@ -9,71 +9,20 @@ with n_embd 1 and 2.
     python experiments/toy_similar_content.py --robustness  # + 720 grid runs: 27 min on one such core
     python experiments/toy_similar_content.py --quick
 """
-from dataclasses import replace
-
 import plotly.graph_objects as go
 import torch
 
 from gpt2_posheads.analysis.geometry import pca
+from gpt2_posheads.claims.toy import (PRE_CONFUSED, RULE_NEAR_HALF, RULE_RISE, RULE_TREND, TREND_SEEDS, TREND_V, confused,
+                                      follows_trend, near_half, rises_3_to_5)
+from gpt2_posheads.claims.toy import toy_claim as claim
+from gpt2_posheads.cli import main_entry
 from gpt2_posheads.report.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, train_sweep
-from gpt2_posheads.toy.analysis import distance_rank_correlation, perplexity_curve, spearman
-from gpt2_posheads.cli import main_entry
-from gpt2_posheads.toy.cli import claim, robustness_section, toy_parser, toy_setup
-from gpt2_posheads.toy.robustness import GridClaim
+from gpt2_posheads.toy.analysis import distance_rank_correlation, perplexity_curve
+from gpt2_posheads.toy.cli import robustness_section, toy_parser, toy_setup
+from gpt2_posheads.toy.posts import GRID_C, similar_content_grid
 
-# The rules, fixed before any run; the default run and the --robustness grid judge with the same words.
-RULE_NEAR_HALF = "held if the final perplexity (mean over seeds) lies in (1.5, 0.6 V]"
-RULE_TREND = ("held if, at every V of {V}, the Spearman correlation over C of the final perplexity with "
-              "(C-2)/(C-1) V is >= 0.8")
-RULE_RISE = ("held if, at every V of {V}, the final perplexity at C=5 exceeds that at C=3 by at least 5% (the "
-             "comparison of an independent implementation: 0.30 V at C=3, 0.41 V at C=5)")
-RISE_MARGIN = 1.05  # one seed at V=20 gave 6.99 -> 7.03 (+0.6%): noise, not a rise
-PRE_CONFUSED = "the model sits in the confused regime at C=3 and C=5 for every V (1.5 < perplexity <= 0.9 V)"
-TREND_SEEDS = 3  # at least this many seeds per (V, C) of the trend (they batch with each other: little extra time)
-GRID_C = (3, 4, 5, 6, 8)
-TREND_V = (10, 20, 40)  # the vocabularies of the independent implementation's comparison
-GRID_V = (20,)  # the --robustness grid tests the trend at one of them (3x fewer runs)
-
-
-def near_half(ppl: float, V: int) -> bool:
-    return 1.5 < ppl <= 0.6 * V
-
-
-def follows_trend(ppl_by_v_c: dict[int, list[float]], cs) -> tuple[bool, dict[int, float]]:
-    """``ppl_by_v_c``: ``{V: [final perplexity at each C of cs]}`` -> (held by :data:`RULE_TREND`, Spearman by V)."""
-    rho = {V: spearman(ppl, [(C - 2) / (C - 1) * V for C in cs]) for V, ppl in ppl_by_v_c.items()}
-    return all(r >= 0.8 for r in rho.values()), rho
-
-
-def rises_3_to_5(ppl_by_v_c: dict[int, list[float]], cs) -> bool:
-    """:data:`RULE_RISE`: perplexity at C=5 at least :data:`RISE_MARGIN` times that at C=3, at every V."""
-    i3, i5 = list(cs).index(3), list(cs).index(5)
-    return all(ppl[i5] >= RISE_MARGIN * ppl[i3] for ppl in ppl_by_v_c.values())
-
-
-def confused(ppl_by_v_c: dict[int, list[float]], cs) -> bool:
-    """:data:`PRE_CONFUSED`: neither learned nor at chance at C=3 and C=5, so a C trend means something."""
-    i3, i5 = list(cs).index(3), list(cs).index(5)
-    return all(1.5 < ppl[i] <= 0.9 * V for V, ppl in ppl_by_v_c.items() for i in (i3, i5))
-
-
-def grid_claims() -> list[GridClaim]:
-    """The headline claims as tests runnable at any setting (base: C 3, n_embd 2; one seed per test)."""
-    def by_v_c(b):
-        return {f"V={V} C={C}": replace(b, V=V, C=C) for V in GRID_V for C in GRID_C}
-
-    def table(r):
-        return {V: [r[f"V={V} C={C}"]["final_perplexity"] for C in GRID_C] for V in GRID_V}
-
-    return [
-        GridClaim("converges_near_V/2 (V=32)", RULE_NEAR_HALF.replace("mean over seeds", "one seed"),
-                  lambda b: {"v": replace(b, V=32)}, lambda r: near_half(r["v"]["final_perplexity"], 32)),
-        GridClaim("follows_(C-2)/(C-1)V_qualitatively", f"{RULE_TREND.format(V=GRID_V)}, and {PRE_CONFUSED}", by_v_c,
-                  lambda r: confused(table(r), GRID_C) and follows_trend(table(r), GRID_C)[0]),
-        GridClaim("rises_from_C=3_to_C=5", f"{RULE_RISE.format(V=GRID_V)}, and {PRE_CONFUSED}", by_v_c,
-                  lambda r: confused(table(r), GRID_C) and rises_3_to_5(table(r), GRID_C)),
-    ]
 
 
 def main(argv=None):
@@ -170,7 +119,7 @@ def main(argv=None):
                         "with a distance kernel a 1-D embedding suffices", "proposed, untested",
                         "held if the best distance kernel at n_embd=1 reaches perplexity < 2",
                         {"best kernel n_embd=1": k1}, held=k1 < 2.0, quick=Q))
-    robust = robustness_section(out, grid_claims(), base, args, runs, "001: most-similar token")
+    robust = robustness_section(out, similar_content_grid(), base, args, runs, "001: most-similar token")
     out.summary({"steps": steps, "init_std": args.init_std, "lr": args.lr, "seeds": seeds,
                  **({"robustness": robust} if robust else {})}, claims)
     out.commit()

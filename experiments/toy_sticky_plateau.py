@@ -6,56 +6,19 @@ disappears with more embedding dimensions and returns with a longer context; eff
     python experiments/toy_sticky_plateau.py --robustness  # + 480 grid runs: under 1 h (C=64 runs: 23 min on 2 cores)
     python experiments/toy_sticky_plateau.py --quick    # smoke test
 """
-from dataclasses import replace
-
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from gpt2_posheads.claims.toy import RULE_BACK, RULE_GONE, RULE_PLATEAU, plateau
+from gpt2_posheads.claims.toy import toy_claim as claim
+from gpt2_posheads.cli import int_list, main_entry
 from gpt2_posheads.report.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, train_sweep
-from gpt2_posheads.toy.analysis import pairing, perplexity_curve, plateau
-from gpt2_posheads.cli import int_list, main_entry
-from gpt2_posheads.toy.analysis import v_half_plateau
-from gpt2_posheads.toy.cli import claim, robustness_section, toy_parser, toy_setup
-from gpt2_posheads.toy.robustness import GridClaim
+from gpt2_posheads.toy.analysis import pairing, perplexity_curve
+from gpt2_posheads.toy.cli import robustness_section, toy_parser, toy_setup
+from gpt2_posheads.toy.posts import plateau_steps, sticky_plateau_grid, v_half
 
-# The rules, fixed before any run; the default run and the --robustness grid judge with the same words.
-RULE_PLATEAU = ("held if, after perplexity first falls below 0.8 V, at least 5 consecutive logged steps lie within "
-                "±20% of V/2")
-RULE_GONE = "held if the longest plateau at n_embd={big}, C=4 is shorter than at n_embd=2, C=4"
-RULE_BACK = "held if the longest plateau at n_embd={big}, C={C} is longer than at C=4"
-
-
-def v_half(result: dict) -> dict | None:
-    """The plateau at V/2 by :data:`RULE_PLATEAU`, or None."""
-    return v_half_plateau(result["steps"], perplexity_curve(result), result["config"]["V"], tol=0.2, min_points=5)
-
-
-def plateau_steps(result: dict) -> int:
-    return plateau(result["steps"], perplexity_curve(result))["length_steps"]
-
-
-# The --robustness grid tests "the plateau returns at larger C" at the default run's C=64 and at C=16. C=64
-# became affordable when the last layer started attending from the last query alone (30 models, n_embd 8,
-# one AVX2 core: ~0.55 s per step before, ~0.05 s after).
-GRID_LONG_CS = (16, 64)
-
-
-def grid_claims() -> list[GridClaim]:
-    """The headline claims as tests runnable at any setting (base: V 16, C 4, n_embd 2, no positions)."""
-    def dims(b):
-        return {"d2": replace(b, V=16, n_embd=2, C=4), "d8": replace(b, V=16, n_embd=8, C=4),
-                **{f"d8C{c}": replace(b, V=16, n_embd=8, C=c) for c in GRID_LONG_CS}}
-
-    return [
-        GridClaim("plateau_near_V/2 (V=16)", RULE_PLATEAU, lambda b: {"v": replace(b, V=16)},
-                  lambda r: v_half(r["v"]) is not None),
-        GridClaim("plateau_gone_for_larger_n_embd", RULE_GONE.format(big=8), dims,
-                  lambda r: plateau_steps(r["d8"]) < plateau_steps(r["d2"])),
-        *[GridClaim(f"plateau_back_for_larger_C (C={c})", RULE_BACK.format(big=8, C=c), dims,
-                    lambda r, c=c: plateau_steps(r[f"d8C{c}"]) > plateau_steps(r["d8"])) for c in GRID_LONG_CS],
-    ]
 
 
 def main(argv=None):
@@ -138,7 +101,7 @@ def main(argv=None):
                         RULE_BACK.format(big=big, C=longest_c),
                         {f"plateau_steps n_embd={big} C={c}": glens[(big, c)] for d, c in gen_settings if d == big},
                         held=glens[(big, longest_c)] > glens[(big, 4)], quick=Q))
-    robust = robustness_section(out, grid_claims(), base, args, runs, "003: sticky plateau")
+    robust = robustness_section(out, sticky_plateau_grid(), base, args, runs, "003: sticky plateau")
     out.summary({"steps": steps, "init_std": args.init_std, "lr": args.lr, **({"robustness": robust} if robust else {})},
                 claims)
     out.commit()

@@ -1,6 +1,5 @@
 """The committed activation cache of the shipped mini model, against numbers recomputed from the model;
 and, marked ``gpt2``, the GPT-2 post's numbers against a real GPT-2 cache when one has been built."""
-from pathlib import Path
 
 import pytest
 import torch

@@ -83,28 +83,70 @@ def test_default_heads_are_the_models_own(script_model, tmp_path, shared):
     assert s["claims"][0]["head"] == f"L{l}H{h}"
 
 
-def test_run_all_quick_writes_the_index(script_model, tmp_path, monkeypatch):
-    from gpt2_posheads.cli import runner
-
-    calls = []
-
-    def fake_run(name, args, check=False):  # the scripts themselves are tested above; here: the orchestration
-        out = tmp_path / name / "m"
-        out.mkdir(parents=True)
-        (out / "summary.json").write_text(json.dumps({"script": name, "model": "m", "figures": ["f.html"], "claims": [
-            {"claim": "c", "post": "p", "measured": 1, "rule": "held if x", "verdict": "not testable", "why": "w"}]}))
+def fake_runner(results, calls, interrupt_at=None):
+    """A stand-in for running a script: writes a summary the way the script would (the scripts themselves are
+    tested above; here: the orchestration and the page)."""
+    def run(name, args, check=False):
         calls.append((name, args))
+        if name == interrupt_at:
+            return 130
+        model = args[args.index("--model-dir") + 1] if "--model-dir" in args else None
+        out = results / name / (model.rstrip("/").split("/")[-1] if model else "")
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps({
+            "script": name, "model": model, "figures": ["f.html"], "finished_at": "2026-11-23T10:00:00+00:00",
+            "claims": [{"key": f"{name}_c", "claim": f"claim of {name}", "post": "0.01", "measured": {"ratio": 0.0123456},
+                        "rule": "held if x", "verdict": "held" if model and "wpos" not in model else "not held",
+                        "why": "w", "head": "L1H2"}]}))
         return 0
+    return run
+
+
+def test_run_all_runs_every_script_per_model_and_writes_the_page(tmp_path, monkeypatch):
+    from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, TOY_SCRIPTS
+    from gpt2_posheads.report import index
 
     run_all = load_script("run_all")
-    monkeypatch.setattr(run_all, "run_experiment", fake_run)
-    monkeypatch.setattr(run_all, "write_index", lambda: runner.write_index(tmp_path))
-    assert run_all.main(["--model-dir", str(script_model), "--quick"]) == 0
-    assert [n for n, _ in calls] == list(runner.GPT2_SCRIPTS + runner.TOY_SCRIPTS)
+    calls = []
+    dirs = []
+    for name in ("mini-gpt2", "mini-gpt2-wpos"):  # two model folders (the runner never loads them here)
+        d = tmp_path / "models" / name
+        d.mkdir(parents=True)
+        (d / "config.json").write_text("{}")
+        (d / "model.safetensors").write_bytes(b"")
+        dirs.append(str(d))
+    monkeypatch.setattr(run_all, "RESULTS", tmp_path)
+    monkeypatch.setattr(run_all, "run_experiment", fake_runner(tmp_path, calls))
+    monkeypatch.setattr(run_all, "write_index", lambda root: index.write_index(tmp_path))
+    assert run_all.main(["--model-dirs", ",".join(dirs), "--quick", "--no-explorer"]) == 0
+    assert [n for n, _ in calls] == [s for s in MODEL_SCRIPTS for _ in (0, 1)] + list(TOY_SCRIPTS)
     assert all("--quick" in a for n, a in calls if n.startswith("toy_"))
-    assert all("--model-dir" in a for n, a in calls if not n.startswith("toy_"))
     page = (tmp_path / "index.html").read_text()
-    assert page.count(">not testable</td>") == len(calls) and 'href="rank_prev_heads/m/f.html"' in page
+    # grouped by post, one column per model, numbers for a person (no JSON), the head named
+    assert page.index("004: The positional embedding") < page.index("003: Sparse attention 1")
+    assert f"<th>{dirs[0]}</th><th>{dirs[1]}</th>" in page
+    assert "ratio 0.0123" in page and "{" not in page.split("<body>")[1].split("<style>")[0].replace("{{", "")
+    assert "on L1H2" in page and "measured 2026-11-23 10:00" in page
+    record = json.loads((tmp_path / "run_all.json").read_text())
+    assert {j["status"] for j in record["jobs"]} == {"ok"} and not record["interrupted"]
+
+
+def test_run_all_interrupted_still_writes_a_page_that_says_so(tmp_path, monkeypatch):
+    from gpt2_posheads.report import index
+
+    run_all = load_script("run_all")
+    calls = []
+    monkeypatch.setattr(run_all, "RESULTS", tmp_path)
+    monkeypatch.setattr(run_all, "run_experiment", fake_runner(tmp_path, calls, interrupt_at="mask_prev_attention"))
+    monkeypatch.setattr(run_all, "write_index", lambda root: index.write_index(tmp_path))
+    assert run_all.main(["--model-dirs", "data/mini-gpt2", "--no-explorer"]) == 130
+    record = json.loads((tmp_path / "run_all.json").read_text())
+    status = {j["script"]: j["status"] for j in record["jobs"]}
+    assert status["rank_prev_heads"] == "ok" and status["mask_prev_attention"] == "interrupted"
+    assert status["l4h11_edit"] == "not run" and record["interrupted"]
+    page = (tmp_path / "index.html").read_text()
+    assert "did not finish every script (1 interrupted, 8 not run)" in page
+    assert "no results: interrupted" in page and "no results: not run" in page
 
 
 def test_module_entry_point_lists_and_rejects(capsys):

@@ -65,7 +65,7 @@ def test_table_counts_held_seeds_per_setting(tmp_path):
 
 
 def test_index_page_shows_robustness_totals(tmp_path):
-    from gpt2_posheads.cli import runner
+    from gpt2_posheads.report import index as runner
 
     out = tmp_path / "toy_prev_token" / "toy"
     out.mkdir(parents=True)
@@ -80,4 +80,4 @@ def test_index_page_shows_robustness_totals(tmp_path):
     assert "Robustness" not in runner.index_html([], tmp_path)
     (out / "summary.json").write_text(json.dumps({**summary, "quick": True}))  # a smoke run's counts say so
     page = runner.index_html(runner.collect_summaries(tmp_path), tmp_path)
-    assert "toy_prev_token <b>(quick)</b></td><td>learned" in page
+    assert "toy_prev_token <b>(quick)</b></td><td>learned" in page  # a smoke run's counts say so

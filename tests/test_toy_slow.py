@@ -1,7 +1,7 @@
 """Seed numbers of full-length toy runs (minutes): ``pytest -m slow``."""
 import pytest
 
-from conftest import load_script
+from gpt2_posheads.claims import toy as rules
 from gpt2_posheads.toy import ToyConfig, train_group
 from gpt2_posheads.toy.analysis import pairing, perplexity_curve, plateaus
 
@@ -36,13 +36,11 @@ def test_lost_in_middle_two_layers_u_shape():
 def test_prev_token_learned_with_pos_emb_and_not_without(seed):
     """000 with the posts' architecture (no W_O), V 30, C 4, n_embd 2, lr 0.01, 2,000 steps: learned with
     positional embeddings (measured 1.02-1.03), fails without (relative perplexity >= 0.5; measured 20-25)."""
-    from gpt2_posheads.toy.analysis import fails, learned
-
     cfgs = [ToyConfig(task="copy_offset", k=1, V=30, C=4, n_embd=2, pos_emb=p, steps=2000, lr=0.01, batch_size=128,
                       log_every=100, seed=seed) for p in (True, False)]
     with_pos, without = train_group(cfgs[:1], progress=False)[0], train_group(cfgs[1:], progress=False)[0]
-    assert learned(with_pos["final_perplexity"], 30) and with_pos["final_perplexity"] < 1.1
-    assert fails(without["final_perplexity"], 30)
+    assert rules.learned(with_pos["final_perplexity"], 30) and with_pos["final_perplexity"] < 1.1
+    assert rules.fails(without["final_perplexity"], 30)
 
 
 @pytest.mark.slow
@@ -50,21 +48,24 @@ def test_most_similar_converges_near_half_vocab_and_rises_from_c3_to_c5():
     """001 with the posts' architecture (n_embd 2, 4,000 steps): V=32, C=3 ends near V/2 (seed 0, measured
     10.8), and at V=20 the mean final perplexity of seeds 0-2 rises from C=3 to C=5 by the rule's 5% (measured
     0.35 V -> 0.39 V)."""
-    sim = load_script("toy_similar_content")
+    from gpt2_posheads.toy.posts import GRID_C
+
+    sim = rules
     cfg = lambda V, C, s=0: ToyConfig(task="most_similar", V=V, C=C, n_embd=2, steps=4000, log_every=100, seed=s)  # noqa: E731
     half = train_group([cfg(32, 3)], progress=False)[0]
     assert sim.near_half(half["final_perplexity"], 32)
     ppl = {C: sum(r["final_perplexity"] for r in train_group([cfg(20, C, s) for s in range(sim.TREND_SEEDS)],
                                                              progress=False)) / sim.TREND_SEEDS for C in (3, 5)}
     table = {20: [ppl[3], 0.0, ppl[5], 0.0, 0.0]}  # only C=3 and C=5 enter these rules
-    assert sim.confused(table, sim.GRID_C) and sim.rises_3_to_5(table, sim.GRID_C)
+    assert sim.confused(table, GRID_C) and sim.rises_3_to_5(table, GRID_C)
 
 
 @pytest.mark.slow
 def test_lost_in_middle_three_layers_u_shape_after_convergence():
     """002, 3 layers, n_embd 10, no W_O, seed 0, trained to convergence (5,000 steps): the first and the last
     token are retrieved, the middle is not (measured at 5,100 steps: k=0 0.06, k=9 1.57, middle ~2.1 nats)."""
-    lim = load_script("toy_lost_in_middle")
-    cfgs = [ToyConfig(task="kth_token", V=10, C=10, n_embd=10, n_layers=3, k=k, steps=lim.THREE_LAYER_STEPS,
+    from gpt2_posheads.toy.posts import THREE_LAYER_STEPS
+
+    cfgs = [ToyConfig(task="kth_token", V=10, C=10, n_embd=10, n_layers=3, k=k, steps=THREE_LAYER_STEPS,
                       log_every=500) for k in range(10)]
-    assert lim.u_shape([r["final_loss"] for r in train_group(cfgs, progress=False)], 10)
+    assert rules.u_shape([r["final_loss"] for r in train_group(cfgs, progress=False)], 10)

@@ -7,7 +7,7 @@ import torch
 
 import gpt2_posheads.cli.experiment as cliexp
 from gpt2_posheads.cli import main_entry
-from conftest import EXPERIMENTS, MINI_DIR, load_script
+from conftest import MINI_DIR, load_script
 
 
 @pytest.fixture

@@ -1,71 +1,198 @@
-"""The ``results/index.html`` page: every claim of every ``summary.json`` with its verdict."""
+"""The ``results/index.html`` page: every post's claims, one column per model, readable in a minute.
+
+Grouped by post (:data:`gpt2_posheads.claims.catalogue.POSTS`), then claim. Each cell: the verdict, the measured
+number for a person (3 significant digits, the head it was measured on), the reason in words, when it was
+measured, and thumbnails of the script's figures. The header gives the date, the machine and each script's run
+time from ``run_all.json``, and marks a run that was interrupted and the scripts that did not run. The page links
+only to files beside it, so it works from ``file://`` with no network.
+"""
 from __future__ import annotations
 
 import html
 import json
+import math
 import time
 from pathlib import Path
 
-from ..claims.catalogue import POSTS
+from ..claims.catalogue import POSTS, SCRIPT_POST
+from ..claims.verdicts import fmt
 
 VERDICT_COLOURS = {"held": "#1a7f37", "not held": "#cf222e", "not testable": "#6e7781"}
 SCRIPT_ORDER = {s: i for i, s in enumerate(s for p in POSTS for s in p.scripts)}
+TOY_COLUMN = "toy models"
 
 
 def collect_summaries(root: Path) -> list[tuple[Path, dict]]:
-    """Every ``summary.json`` under ``root`` (sorted by script order, then path)."""
-    order = SCRIPT_ORDER
+    """Every ``summary.json`` under ``root`` of a claim script (sorted by script order, then path)."""
     found = []
     for p in root.rglob("summary.json"):
-        if "runs" in p.parts:
+        if "runs" in p.parts or any(part.startswith(".") for part in p.relative_to(root).parts):
             continue
         try:
-            found.append((p, json.loads(p.read_text())))
+            s = json.loads(p.read_text())
         except ValueError:
             continue
-    return sorted(found, key=lambda t: (order.get(t[1].get("script", t[0].parent.name), 99), str(t[0])))
+        if isinstance(s, dict):
+            found.append((p, s))
+    return sorted(found, key=lambda t: (SCRIPT_ORDER.get(t[1].get("script", ""), 99), str(t[0])))
 
 
-def _short(x, width: int = 90) -> str:
-    s = json.dumps(x) if not isinstance(x, str) else x
+def present(x, width: int = 140) -> str:
+    """A measured value for a person: numbers at 3 significant digits, dicts as ``key value; ...``, never JSON."""
+    if isinstance(x, bool):
+        s = "yes" if x else "no"
+    elif isinstance(x, (int, float)):
+        s = fmt(x) if not (isinstance(x, float) and math.isnan(x)) else "n/a"
+    elif x is None:
+        s = "n/a"
+    elif isinstance(x, str):
+        s = x
+    elif isinstance(x, dict):
+        s = "; ".join(f"{k} {present(v, 60)}" for k, v in x.items())
+    elif isinstance(x, (list, tuple)):
+        s = ", ".join(present(v, 40) for v in x[:8]) + (f", … ({len(x)} in all)" if len(x) > 8 else "")
+    else:
+        s = str(x)
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
-def index_html(summaries: list[tuple[Path, dict]], root: Path, title: str = "gpt2_posheads results") -> str:
-    """One page: a table of every claim (script, model, claim, post, measured, verdict, rule, why, figures)."""
+def _model_of(summary: dict, path: Path, root: Path) -> str:
+    if SCRIPT_POST.get(summary.get("script", ""), None) is not None and not SCRIPT_POST[summary["script"]].needs_model:
+        return TOY_COLUMN
+    return str(summary.get("model") or path.parent.name)
+
+
+def _thumbs(summary: dict, folder: Path, root: Path) -> str:
+    figs = [f for f in summary.get("figures", []) if f.endswith(".html")]
+    out = []
+    for f in figs:
+        rel = (folder / f).relative_to(root)
+        png = folder / f.replace(".html", ".png")
+        label = html.escape(Path(f).stem)
+        if png.exists():
+            out.append(f'<a href="{html.escape(str(rel))}" title="{label}"><img src="{html.escape(str(png.relative_to(root)))}" '
+                       f'alt="{label}" loading="lazy"></a>')
+        else:
+            out.append(f'<a href="{html.escape(str(rel))}">{label}</a>')
+    return f'<div class="thumbs">{"".join(out)}</div>' if out else ""
+
+
+def _cell(c: dict | None, when: str) -> str:
+    if c is None:
+        return '<td class="none">not measured</td>'
+    v = c.get("verdict", "?")
+    shown = c.get("shown") or present(c.get("measured"))
+    head = f' <span class="head">on {html.escape(c["head"])}</span>' if c.get("head") else ""
+    return (f'<td><span class="v" style="background:{VERDICT_COLOURS.get(v, "#444")}">{html.escape(v)}</span>{head}'
+            f'<div class="m">{html.escape(shown)}</div><div class="why">{html.escape(c.get("why", ""))}</div>'
+            f'<div class="when">measured {html.escape(when)}</div></td>')
+
+
+def _when(s: dict) -> str:
+    t = s.get("finished_at", "")
+    return t.replace("T", " ")[:16] if t else "(time not recorded)"
+
+
+def run_header(record: dict | None) -> str:
+    """Date, machine, total time and each script's time and status from ``run_all.json``."""
+    if not record:
+        return "<p>No run record (results/run_all.json): the rows below come from scripts run one by one.</p>"
+    m = record.get("machine", {})
+    machine = m.get("gpu") or f"{m.get('cpu', '?')} ({', '.join(m.get('cpu_extensions', [])) or 'no AVX2'}), " \
+                              f"{m.get('cores', '?')} cores"
+    jobs = record.get("jobs", [])
+    n_bad = sum(j["status"] != "ok" for j in jobs)
+    banner = ""
+    if record.get("interrupted") or n_bad:
+        parts = [f"{sum(j['status'] == s for j in jobs)} {s}" for s in ("interrupted", "failed", "not run")
+                 if any(j["status"] == s for j in jobs)]
+        banner = (f'<p class="warn">This run did not finish every script ({", ".join(parts)}). Rows of scripts that did '
+                  f'not finish show an earlier run\'s results, with the time they were measured, or none.</p>')
+    rows = "".join(f"<tr><td>{html.escape(j['script'])}</td><td>{html.escape(str(j.get('model') or TOY_COLUMN))}</td>"
+                   f"<td class='s-{html.escape(j['status'].replace(' ', '-'))}'>{html.escape(j['status'])}</td>"
+                   f"<td>{fmt(j['seconds']) + ' s' if 'seconds' in j else ''}</td></tr>" for j in jobs)
+    total = record.get("seconds")
+    return (f"<p>Main job started {html.escape(str(record.get('started', '?')).replace('T', ' ')[:16])}"
+            f"{f', {total / 60:.1f} min in all' if total else ''}, on {html.escape(machine)}"
+            f"{' (toy scripts as --quick smoke tests)' if record.get('quick') else ''}.</p>{banner}"
+            f"<details><summary>run time of each script</summary><table class='jobs'><tr><th>script</th><th>model</th>"
+            f"<th>status</th><th>time</th></tr>{rows}</table></details>")
+
+
+def index_html(summaries: list[tuple[Path, dict]], root: Path, record: dict | None = None,
+               title: str = "gpt2_posheads: the posts' claims, measured") -> str:
+    """The page (see the module doc)."""
     counts = {v: 0 for v in VERDICT_COLOURS}
-    rows = []
+    # (script, claim key) -> {model: (claim, summary, folder)}
+    cells: dict[tuple[str, str], dict[str, tuple[dict, dict, Path]]] = {}
+    order: list[tuple[str, str]] = []
+    models: list[str] = list((record or {}).get("models", []))
     for path, s in summaries:
-        rel = path.parent.relative_to(root)
-        figs = [f for f in s.get("figures", []) if f.endswith(".html")]
-        links = " ".join(f'<a href="{html.escape(str(rel / f))}">{html.escape(Path(f).stem)}</a>' for f in figs)
-        label = html.escape(str(s.get("model", "toy model")))
-        quick = " <b>(quick)</b>" if s.get("quick") else ""
-        for c in s.get("claims", []):
-            v = c.get("verdict", "?")
-            counts[v] = counts.get(v, 0) + 1
-            rows.append(
-                f"<tr><td>{html.escape(s.get('script', rel.parts[0]))}{quick}</td><td>{label}</td>"
-                f"<td>{html.escape(c.get('claim', ''))}</td><td>{html.escape(str(c.get('post', '')))}</td>"
-                f"<td><code>{html.escape(_short(c.get('measured')))}</code></td>"
-                f"<td style='color:white;background:{VERDICT_COLOURS.get(v, '#444')};white-space:nowrap'>{html.escape(v)}</td>"
-                f"<td>{html.escape(c.get('rule', ''))}<br><i>{html.escape(c.get('why', ''))}</i></td><td>{links}</td></tr>")
-        if not s.get("claims"):
-            rows.append(f"<tr><td>{html.escape(s.get('script', rel.parts[0]))}{quick}</td><td>{label}</td>"
-                        f"<td colspan=6><i>no claims (a tool run)</i> {links}</td></tr>")
+        model = _model_of(s, path, root)
+        if model != TOY_COLUMN and model not in models:
+            models.append(model)
+        for i, c in enumerate(s.get("claims", [])):
+            k = (s.get("script", path.parent.name), c.get("key") or c.get("claim", str(i)))
+            if k not in cells:
+                order.append(k)
+            cells.setdefault(k, {})[model] = (c, s, path.parent)
+            counts[c.get("verdict")] = counts.get(c.get("verdict"), 0) + 1
+    status = {(j["script"], j.get("model") or TOY_COLUMN): j["status"] for j in (record or {}).get("jobs", [])}
+    sections = []
+    for post in POSTS:
+        keys = [k for k in order if k[0] in post.scripts]
+        if not keys and not any(s in {sc for sc, _ in status} for s in post.scripts):
+            continue
+        cols = models if post.needs_model else [TOY_COLUMN]
+        head = "".join(f"<th>{html.escape(m)}</th>" for m in cols)
+        body = []
+        for script in post.scripts:
+            measured = {m for k in keys if k[0] == script for m in cells[k]}
+            missing = [m for m in cols if m not in measured]
+            if missing and any((script, m) in status for m in missing):  # no results at all from this run for them
+                cells_html = "".join(f'<td class="none">no results: {html.escape(status.get((script, m), "not run"))}</td>'
+                                     if m in missing else "<td></td>" for m in cols)
+                body.append(f"<tr><td><b>{html.escape(script)}</b><div class='rule'>this run did not produce its claims"
+                            f"</div></td><td></td>{cells_html}</tr>")
+            for k in (k for k in keys if k[0] == script):
+                first = next(iter(cells[k].values()))[0]
+                row = "".join(_cell(cells[k][m][0] if m in cells[k] else None,
+                                    _when(cells[k][m][1]) if m in cells[k] else "") for m in cols)
+                body.append(f"<tr><td><b>{html.escape(first.get('claim', ''))}</b><div class='rule'>"
+                            f"{html.escape(first.get('rule', ''))}</div><div class='script'>{html.escape(script)}</div></td>"
+                            f"<td>{html.escape(present(first.get('post', '')))}</td>{row}</tr>")
+            figs = [(m, s, folder) for m, (c, s, folder) in
+                    ((m, v) for k in keys if k[0] == script for m, v in cells[k].items())]
+            seen, thumbs = set(), []
+            for m, s, folder in figs:
+                if folder in seen:
+                    continue
+                seen.add(folder)
+                t = _thumbs(s, folder, root)
+                if t:
+                    thumbs.append(f"<div class='figs'><span>{html.escape(script)} · {html.escape(m)}</span>{t}</div>")
+            if thumbs:
+                body.append(f"<tr class='figrow'><td colspan='{2 + len(cols)}'>{''.join(thumbs)}</td></tr>")
+        sections.append(f"<h2>{html.escape(post.key)}: {html.escape(post.title)}</h2>"
+                        f"<table><tr><th>claim and rule</th><th>the post</th>{head}</tr>{''.join(body)}</table>")
+    explorers = sorted((root / "explorer").glob("*.html")) if (root / "explorer").is_dir() else []
+    explore = ("<p>Attention explorer (offline): " + " · ".join(
+        f'<a href="{html.escape(str(p.relative_to(root)))}">{html.escape(p.stem)}</a>' for p in explorers) + "</p>"
+               ) if explorers else ""
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())
-    robust = robustness_html(summaries, root)
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:13px}}
-td,th{{border:1px solid #ccc;padding:4px 6px;vertical-align:top}}th{{background:#f3f3f3}}</style></head><body>
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>
+body{{font-family:system-ui,sans-serif;margin:1.5em 2em;color:#1f2328}}table{{border-collapse:collapse;font-size:13px;
+margin-bottom:1.5em}}td,th{{border:1px solid #d0d7de;padding:5px 7px;vertical-align:top;max-width:420px}}th{{background:#f6f8fa;
+text-align:left}}.v{{color:#fff;padding:1px 6px;border-radius:3px;font-weight:600;white-space:nowrap}}.head{{color:#57606a}}
+.m{{margin-top:3px}}.why,.rule,.when,.script{{color:#57606a;font-size:12px;margin-top:2px}}.script{{font-family:monospace}}
+.thumbs img{{height:72px;border:1px solid #d0d7de;margin:2px}}.figs{{display:inline-block;margin-right:14px}}
+.figs span{{display:block;font-size:11px;color:#57606a}}.warn{{background:#fff8c5;padding:6px 10px;border:1px solid #d4a72c}}
+td.none{{color:#8c959f}}.s-failed,.s-interrupted{{color:#cf222e}}.s-not-run{{color:#6e7781}}</style></head><body>
 <h1>{html.escape(title)}</h1>
-<p>Generated {time.strftime('%Y-%m-%d %H:%M')}. Verdicts: {summary}. Each claim is judged by a rule written
-before the measurement: <b>held</b>, <b>not held</b>, or <b>not testable</b> (a precondition failed: the model
-does not copy, the head is not a previous-token head, the run is <code>--quick</code>, ...).</p>
-<table><tr><th>script</th><th>model</th><th>claim</th><th>post</th><th>measured</th><th>verdict</th>
-<th>rule / why</th><th>figures</th></tr>
-{''.join(rows)}
-</table>{robust}</body></html>"""
+<p>Page written {time.strftime('%Y-%m-%d %H:%M')}. Verdicts: {summary}. Every claim is judged by a rule written before the
+measurement: <b>held</b>, <b>not held</b>, or <b>not testable</b> (a precondition failed, e.g. the model does not copy,
+the head is not a previous-token head, the run is a --quick smoke test, or the model has no learned W_pos; the
+reason is given).</p>{run_header(record)}{explore}{''.join(sections)}{robustness_html(summaries, root)}</body></html>"""
 
 
 def robustness_html(summaries: list[tuple[Path, dict]], root: Path) -> str:
@@ -86,13 +213,22 @@ def robustness_html(summaries: list[tuple[Path, dict]], root: Path) -> str:
     if not rows:
         return ""
     return ("<h2>Robustness over the settings the posts do not state</h2><p>lr x {0.3, 1, 3}, batch {128, 256}, "
-            "init std {0.02, 1.0}, W_O off/on; each claim's rule as in the table above, per seed.</p>"
+            "init std {0.02, 1.0}, W_O off/on; each claim's rule as in the tables above, per seed.</p>"
             "<table><tr><th>script</th><th>claim</th><th>held (runs)</th><th>settings held in every seed / in none"
             "</th><th>rule</th><th>figure</th></tr>" + "".join(rows) + "</table>")
 
 
 def write_index(root: Path) -> Path:
+    """Write ``root/index.html`` from every summary under ``root`` and ``root/run_all.json`` (when present)."""
     root.mkdir(parents=True, exist_ok=True)
+    record = None
+    if (root / "run_all.json").exists():
+        try:
+            record = json.loads((root / "run_all.json").read_text())
+        except ValueError:
+            record = None
     p = root / "index.html"
-    p.write_text(index_html(collect_summaries(root), root), encoding="utf-8")
+    tmp = root / ".index.html.partial"
+    tmp.write_text(index_html(collect_summaries(root), root, record), encoding="utf-8")
+    tmp.replace(p)
     return p

@@ -4,72 +4,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 import torch
+
+from ..claims.toy import fails, learned, plateau, plateaus, spearman, v_half_plateau  # noqa: F401 - the rules, shared
 
 
 def perplexity_curve(result: dict, which: str = "eval_loss") -> np.ndarray:
     return np.exp(np.asarray(result[which], dtype=float))
-
-
-def plateaus(steps, ppl, tol: float = 0.1, floor: float = 1.5, min_steps: int = 1) -> list[dict]:
-    """Every stretch, in order, where perplexity stays within ``±tol`` (relative) of its value at the
-    stretch's start while above ``floor`` (a solved task sitting at 1 does not count), lasting at
-    least ``min_steps``. Each: ``{"length_steps", "start_step", "end_step", "perplexity"}`` (median)."""
-    steps, ppl = np.asarray(steps), np.asarray(ppl, dtype=float)
-    out, i = [], 0
-    while i < len(ppl):
-        j = i
-        while j + 1 < len(ppl) and abs(ppl[j + 1] - ppl[i]) <= tol * ppl[i] and ppl[j + 1] > floor:
-            j += 1
-        length = int(steps[j] - steps[i])
-        if ppl[i] > floor and length >= max(min_steps, 1):
-            out.append({"length_steps": length, "start_step": int(steps[i]), "end_step": int(steps[j]),
-                        "perplexity": float(np.median(ppl[i : j + 1]))})
-        i = j + 1
-    return out
-
-
-def learned(ppl: float, V: int) -> bool:
-    """The posts' "learned": final perplexity <= 1.5, or relative perplexity (ppl - 1) / V <= 0.05."""
-    return bool(ppl <= 1.5 or (ppl - 1) / V <= 0.05)
-
-
-def fails(ppl: float, V: int) -> bool:
-    """The posts' "cannot be learned": relative perplexity (ppl - 1) / V >= 0.5."""
-    return bool((ppl - 1) / V >= 0.5)
-
-
-def v_half_plateau(steps, ppl, V: int, tol: float = 0.2, min_points: int = 5) -> dict | None:
-    """The sticky plateau at V/2: the first run of >= ``min_points`` consecutive logged steps with
-    perplexity within ``±tol`` of ``V/2``, counted only after perplexity first falls below ``0.8 V``
-    (so the initial phase at perplexity ~V is never taken for it). ``None`` when there is none."""
-    steps, ppl = np.asarray(steps), np.asarray(ppl, dtype=float)
-    below = np.nonzero(ppl < 0.8 * V)[0]
-    if not len(below):
-        return None
-    near = np.abs(ppl - V / 2) <= tol * V / 2
-    i = int(below[0])
-    while i < len(ppl):
-        if near[i]:
-            j = i
-            while j + 1 < len(ppl) and near[j + 1]:
-                j += 1
-            if j - i + 1 >= min_points:
-                return {"start_step": int(steps[i]), "end_step": int(steps[j]), "n_points": j - i + 1,
-                        "length_steps": int(steps[j] - steps[i]), "perplexity": float(np.median(ppl[i : j + 1]))}
-            i = j + 1
-        else:
-            i += 1
-    return None
-
-
-def plateau(steps, ppl, tol: float = 0.1, floor: float = 1.5) -> dict:
-    """The longest of :func:`plateaus` (length 0 and NaN perplexity when there is none)."""
-    found = plateaus(steps, ppl, tol, floor)
-    if not found:
-        return {"length_steps": 0, "start_step": None, "end_step": None, "perplexity": math.nan}
-    return max(found, key=lambda p: p["length_steps"])
 
 
 def loss_spikes(losses, factor: float = 2.0, min_jump: float = 0.1) -> list[int]:
@@ -142,12 +83,6 @@ def pairing(emb: torch.Tensor, cos_threshold: float = 0.95) -> int:
             seen.add(a)
             stack += [b for b in range(n) if b not in seen and cos[a, b] > cos_threshold]
     return clusters
-
-
-def spearman(a, b) -> float:
-    """Spearman rank correlation: Pearson on ranks, tied values sharing their average rank (as
-    ``scipy.stats.spearmanr``, without needing scipy)."""
-    return float(pd.Series(np.asarray(a, dtype=float)).rank().corr(pd.Series(np.asarray(b, dtype=float)).rank()))
 
 
 def distance_rank_correlation(emb: torch.Tensor) -> float:

@@ -9,7 +9,6 @@ import torch
 
 from ..cli import Output, experiment_parser, open_output, positive
 from ..model.validation import UsageError
-from ..claims.verdicts import HELD, NOT_HELD, NOT_TESTABLE
 
 
 MAX_DEFAULT_WORKERS = 8
@@ -88,21 +87,3 @@ def robustness_section(out: Output, claims, base, args, runs: Path, title: str) 
     return {"grid": {k: list(v) for k, v in UNSTATED.items()}, "seeds": seeds, "base_lr": base.lr,
             "rules": {c.key: c.rule for c in claims}, "totals": robustness_totals(table),
             "table": robustness_records(table)}
-
-
-def claim(key: str, claim_text: str, post, rule: str, measured, held: bool, quick: bool = False,
-          precondition: tuple[bool, str] | None = None, **extra) -> dict:
-    """One toy claim in the shared vocabulary: ``{key, claim, post, measured, rule, verdict, why}``.
-
-    ``rule`` states, in words, the test that ``held`` computes; scripts write it as a literal next to the
-    expression, before the runs. ``--quick`` runs and failed preconditions give ``not testable``.
-    """
-    if precondition is not None and not precondition[0]:
-        verdict, why = NOT_TESTABLE, f"precondition failed: {precondition[1]}"
-    elif quick:
-        verdict, why = NOT_TESTABLE, "--quick run: too short or too small to test this claim; run without --quick"
-    else:
-        verdict = HELD if held else NOT_HELD
-        why = "the measured values meet the rule" if held else "the measured values do not meet the rule"
-    return {"key": key, "claim": claim_text, "post": post, "measured": measured, "rule": rule, "verdict": verdict,
-            "why": why, **extra}
