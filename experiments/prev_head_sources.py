@@ -18,7 +18,8 @@ from plotly.subplots import make_subplots
 from gpt2_posheads.analysis.sources import ABLATIONS, composition_scores, drop_grid, path_ablation, sources_summary
 from gpt2_posheads.claims.gpt2_post import POST_SOURCES, judge_claim, layer_above, prev_head_precondition
 from gpt2_posheads.claims.verdicts import Precondition
-from gpt2_posheads.cli import HeadDefault, add_heads_arg, add_prompt_args, experiment_parser, main_entry, positive, setup
+from gpt2_posheads.cli import (HeadDefault, add_heads_arg, add_prompt_args, experiment_parser, main_entry, note, positive,
+                               setup)
 from gpt2_posheads.model.identity import is_gpt2_small
 from gpt2_posheads.model.validation import UsageError, head_name
 
@@ -60,14 +61,19 @@ def main(argv=None):
         print(f"\n{name}: path ablation over {l * H} upstream heads x 2 sides ({args.ablation})", flush=True)
         df = path_ablation(model, prompts, l, h, ablation=args.ablation, pos_group=args.pos_group,
                            batch_size=args.batch_size)
-        comp = composition_scores(model, l, h)
-        df = df.merge(comp[["source", "q_comp", "k_comp", "v_comp", "q_ratio", "k_ratio"]], on="source", how="left")
+        try:
+            comp = composition_scores(model, l, h)
+        except UsageError as e:
+            note(f"composition scores skipped: {e}")
+            comp = None
+        if comp is not None:
+            df = df.merge(comp[["source", "q_comp", "k_comp", "v_comp", "q_ratio", "k_ratio"]], on="source", how="left")
+            out.csv(comp, f"composition_{name}")
         out.csv(df, f"ablation_{name}")
-        out.csv(comp, f"composition_{name}")
         summ = sources_summary(df, prev_heads)
         results[name] = {**summ, "pattern_check_max_abs_err": df.attrs.get("pattern_check_max_abs_err"),
                          "top_rows": df.head(10)[["source", "side", "drop", "relative_drop", "prev_mass"]]}
-        print(df.head(10)[["source", "side", "drop", "relative_drop", "q_ratio", "k_ratio"]]
+        print(df.head(10)[[c for c in ("source", "side", "drop", "relative_drop", "q_ratio", "k_ratio") if c in df]]
               .to_string(index=False, float_format=lambda x: f"{x:.4f}"))
         zmax = max(1e-6, float(df["drop"].abs().max()))
         for j, side in enumerate(("query", "key")):

@@ -86,6 +86,7 @@ def main(argv=None):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name), help=h)
     floats = {"lr": "peak learning rate (cosine decay to a tenth)", "skip_fraction": "share of skip-bigram windows "
               "in the synthetic phase", "synthetic_fraction": "share of synthetic windows after it",
+              "skip_text_fraction": "share of skip-bigram-language windows after the synthetic phase",
               "repeat_fraction": "share of text windows with a span of their own text repeated",
               "checkpoint_minutes": "wall-clock minutes between checkpoints",
               "skip_noise": "chance that a skip-bigram token is uniform instead of pi(t-1)",
@@ -126,8 +127,11 @@ def main(argv=None):
         if not getattr(args, name) >= 0:
             raise UsageError("--" + name.replace("_", "-"), f"{getattr(args, name)} is out of range", "allowed >= 0")
     positive("--pos-avg-max", args.pos_avg_max, 2)
-    for name in ("skip_fraction", "synthetic_fraction", "repeat_fraction", "skip_noise", "pos_avg_prob"):
+    for name in ("skip_fraction", "synthetic_fraction", "repeat_fraction", "skip_noise", "pos_avg_prob", "skip_text_fraction"):
         positive("--" + name.replace("_", "-"), getattr(args, name), 0, 1)
+    if args.synthetic_fraction + args.skip_text_fraction > 1:
+        raise UsageError("--skip-text-fraction", f"{args.skip_text_fraction} + --synthetic-fraction {args.synthetic_fraction} "
+                         "exceeds 1", "shares of the text phase that sum to at most 1")
     if args.d_model % args.n_heads:
         raise UsageError("--d-model", f"{args.d_model} is not divisible by --n-heads {args.n_heads}",
                          "a width that the heads divide", f"e.g. --d-model {args.n_heads * max(1, args.d_model // args.n_heads)}")

@@ -14,6 +14,10 @@ Maths, per intervention (``A`` a head's attention pattern ``[q, k]``, ``g`` a gr
   blurred to ``g``-wide blocks while everything else in the residual stream is kept.
 * ``mask_previous_attention(every, layers)``: ``A[p, p-1] <- 0`` for queries ``p > 0`` with ``p % every == 0``
   in every head of ``layers`` (post-softmax; rows optionally renormalised to sum to 1).
+
+Pattern edits go through :func:`~gpt2_posheads.model.patterns.pattern_edit_hooks`, exact on every model (through
+``hook_z`` where ``hook_pattern`` does not feed the output); every other intervention first checks that its hook
+changes the model's output (:func:`~gpt2_posheads.model.hooks.require_live`), so none can silently do nothing.
 * ``edit_head_pattern(L, H, mapping)``: row ``A[q]`` of head ``(L, H)`` becomes one-hot at ``mapping[q]``
   (or the given distribution over keys).
 * ``scale_head_output(L, H, f)``: ``z_{L,H} <- f * z_{L,H}`` (``hook_z``); the head's write to the residual
@@ -28,6 +32,9 @@ import einops
 import torch
 
 from .posembed import extended_pos_embeddings, load_w_pos
+from ..model.hooks import require_live
+from ..model.patterns import pattern_edit_hooks
+from ..model.tokens import model_device
 from ..model.validation import check_head, check_int_range, check_layer, check_layers, check_learned_pos_embed
 
 Hook = tuple[str, Callable]
@@ -94,6 +101,7 @@ def average_pos_embed(group_size: int, w_pos: torch.Tensor | None = None) -> Int
 
     def bind(model):
         check_learned_pos_embed(model)
+        require_live(model, "hook_pos_embed", "averaging W_pos")
         w = load_w_pos(model) if w_pos is None else w_pos.float()
         avg = group_average_rows(w, group_size).to(model.W_pos.device)
         return [("hook_pos_embed", _replace_positions(avg))]
@@ -110,8 +118,9 @@ def average_ext_pos_embed(layer: int, group_size: int, ext: torch.Tensor | None 
 
     def bind(model):
         check_layer(model, layer)
+        require_live(model, "hook_resid_pre", "averaging the extended positional embeddings")
         e = extended_pos_embeddings(model, layer, **ext_kwargs) if ext is None else ext.float()
-        delta = (group_average_rows(e, group_size) - e).to(model.W_pos.device)
+        delta = (group_average_rows(e, group_size) - e).to(model_device(model))
         return [(f"blocks.{layer}.hook_resid_pre", _add_positions(delta))]
 
     return Intervention(f"average extended pos emb at layer {layer} in groups of {group_size}", bind)
@@ -122,7 +131,7 @@ def mask_previous_attention(every: int = 5, layers: Iterable[int] = range(4), re
     check_int_range("every", every, 1, 1 << 30)
     layers = list(layers)
 
-    def hook(pattern, hook):  # pattern: [batch, head, q, k]
+    def edit(pattern):  # pattern: [batch, head, q, k]
         n = pattern.shape[-1]
         q = torch.arange(every, n, every, device=pattern.device)
         pattern = pattern.clone()
@@ -132,7 +141,7 @@ def mask_previous_attention(every: int = 5, layers: Iterable[int] = range(4), re
         return pattern
 
     def bind(model):
-        return [(f"blocks.{l}.attn.hook_pattern", hook) for l in check_layers(model, layers)]
+        return [h for l in check_layers(model, layers) for h in pattern_edit_hooks(model, l, edit)]
 
     return Intervention(f"mask attention to p-1 every {every} positions in layers {layers}", bind)
 
@@ -150,7 +159,7 @@ def edit_head_pattern(layer: int, head: int, mapping: Mapping[int, int | Mapping
             raise ValueError(f"mapping[{q}] weights must sum to a positive number")
         rows[int(q)] = {k: w / total for k, w in dist.items()}
 
-    def hook(pattern, hook):  # pattern: [batch, head, q, k]
+    def edit(pattern):  # pattern: [batch, head, q, k]
         pattern = pattern.clone()
         for q, dist in rows.items():
             if q >= pattern.shape[-2]:
@@ -164,7 +173,7 @@ def edit_head_pattern(layer: int, head: int, mapping: Mapping[int, int | Mapping
         check_head(model, layer, head)
         for q in rows:
             check_int_range("mapping query position", q, 0, model.cfg.n_ctx - 1)
-        return [(f"blocks.{layer}.attn.hook_pattern", hook)]
+        return pattern_edit_hooks(model, layer, edit)
 
     return Intervention(f"edit L{layer}H{head} pattern {dict(mapping)}", bind)
 
@@ -179,6 +188,7 @@ def scale_head_output(layer: int, head: int, factor: float) -> Intervention:
 
     def bind(model):
         check_head(model, layer, head)
+        require_live(model, "attn.hook_z", "scaling a head's output")
         return [(f"blocks.{layer}.attn.hook_z", hook)]
 
     return Intervention(f"scale L{layer}H{head} output by {factor}", bind)

@@ -107,8 +107,8 @@ def extended_pos_embeddings_by_layer(
     engine: str = "auto",
 ):
     """:func:`extended_pos_embeddings` at several layers from one pass: ``{layer: [seq_len, d_model]}``
-    (and ``{layer: [n_tokens, seq_len, d_model]}`` with ``return_per_token``)."""
-    check_learned_pos_embed(model)
+    (and ``{layer: [n_tokens, seq_len, d_model]}`` with ``return_per_token``). Defined for every model (the
+    residual on repeated-token prompts); on a model without ``W_pos`` layer 0 holds no position (zeros)."""
     layers = sorted({check_layer(model, int(l), allow_final=True) for l in layers})
     if not layers:
         raise ValueError("layers is empty: pass at least one layer")

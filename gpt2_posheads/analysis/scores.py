@@ -1,6 +1,8 @@
 """Raw attention scores and the score profile that separates the two kinds of previous-token head.
 
-The GPT-2 post looks at raw scores ``S[q, k] = q_q · k_k / sqrt(d_head)`` *before* the causal mask.
+The GPT-2 post looks at raw scores ``S[q, k] = q_q · k_k / sqrt(d_head)`` *before* the causal mask (on a rotary
+model the queries and keys rotated as the model rotates them; with grouped-query attention each query head's
+shared key head: :class:`~gpt2_posheads.model.attention.QKCapture`).
 Early previous-token heads (L2H2, L3H3, ...) show a *dark main diagonal*: ``S[q, q]`` dips below the
 trend of its neighbours (negative self-attention), and with the future masked off the previous token
 is left as the most advanced key. L4H11 instead shows a *bright previous diagonal*: ``S[q, q-1]`` is
@@ -13,21 +15,27 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from ..model.attention import attn_scale
+from ..model.attention import QKCapture, attn_scale, expand_kv, scale_from_pattern
 from ..model.forward import run_until
 from ..model.tokens import as_token_batches, model_device, single_prompt
-from ..model.validation import check_head, check_int_range, head_name
+from ..model.validation import UsageError, check_head, check_int_range, head_name
 
 
 def raw_scores_from_qk(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """``[batch, pos, head, d_head]`` queries and keys → pre-mask scores ``[batch, head, q, k]`` =
-    ``(q . k) * scale`` (``scale`` from :func:`~gpt2_posheads.model.attention.attn_scale`)."""
-    return torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) * scale
+    """``[batch, pos, head, d_head]`` queries and keys (as :class:`~gpt2_posheads.model.attention.QKCapture` gives
+    them) → pre-mask scores ``[batch, head, q, k]`` = ``(q . k) * scale`` (``scale``:
+    :func:`~gpt2_posheads.model.attention.attn_scale`)."""
+    return torch.einsum("bqhd,bkhd->bhqk", q.float(), expand_kv(k, q.shape[2]).float()) * scale
 
 
 def attention_scores(model, prompt, layer: int, head: int, fwd_hooks=()) -> dict[str, torch.Tensor]:
-    """One head on one prompt: ``raw`` (before the causal mask), ``masked`` (future = -inf) and
-    ``pattern`` (softmax), each ``[pos, pos]``. ``fwd_hooks`` apply interventions upstream."""
+    """One head on one prompt: ``raw`` (before the causal mask, the upper triangle included), ``masked`` (future =
+    -inf) and ``pattern`` (softmax), each ``[pos, pos]``. ``fwd_hooks`` apply interventions upstream.
+
+    ``raw = (q . k) * scale`` with the queries and keys as the model uses them, the scale checked (or read off)
+    against the model's own pattern (:func:`~gpt2_posheads.model.attention.scale_from_pattern`: ``softmax(raw +
+    mask)`` must reproduce it to 1e-4); a model whose attention is not of that form (a position bias) is an error.
+    """
     check_head(model, layer, head)
     toks = single_prompt(model, prompt)
     box: dict[str, torch.Tensor] = {}
@@ -38,14 +46,18 @@ def attention_scores(model, prompt, layer: int, head: int, fwd_hooks=()) -> dict
         return hook
 
     pre = f"blocks.{layer}.attn."
-    with torch.inference_mode():
-        run_until(model, toks, list(fwd_hooks) + [
-            (pre + "hook_q", grab("q")), (pre + "hook_k", grab("k")), (pre + "hook_pattern", grab("pattern"))],
-            stop_at=pre + "hook_pattern")
-    raw = raw_scores_from_qk(box["q"], box["k"], attn_scale(model.cfg, layer))[0, head].cpu()
-    n = raw.shape[-1]
-    future = torch.ones(n, n, dtype=torch.bool).triu(1)
-    return {"raw": raw, "masked": raw.masked_fill(future, float("-inf")), "pattern": box["pattern"][0, head].float().cpu()}
+    qk = QKCapture(model, layer)
+    with torch.inference_mode():  # to the end of the block: some bridges fire hook_pattern after the output
+        run_until(model, toks, list(fwd_hooks) + qk.hooks() + [(pre + "hook_pattern", grab("pattern"))],
+                  stop_at=f"blocks.{layer}.hook_resid_post")
+    dot = raw_scores_from_qk(qk.q, qk.k, 1.0)[0, head].cpu()
+    pattern = box["pattern"][0, head].float().cpu()
+    scale, mask, err = scale_from_pattern(dot, pattern, attn_scale(model.cfg, layer))
+    if err > 1e-4:
+        raise UsageError("model", f"layer {layer}'s attention is not softmax(scale * q . k + mask) (off by {err:.2e})",
+                         "models whose scores are q . k times a constant", "raw scores need the pre-mask scores")
+    raw = (dot.double() * scale).float()
+    return {"raw": raw, "masked": raw.masked_fill(mask, float("-inf")), "pattern": pattern}
 
 
 def score_profile(model, prompts, window: int = 3, batch_size: int = 4, skip_first: int = 8,
@@ -62,14 +74,19 @@ def score_profile(model, prompts, window: int = 3, batch_size: int = 4, skip_fir
     L, H, w = model.cfg.n_layers, model.cfg.n_heads, window
     sums = torch.zeros(L, H, 2 * w + 1, dtype=torch.float64)
     count = 0
-    box: dict[str, torch.Tensor] = {}
 
     def make_hooks(layer):
-        def grab_q(x, hook):
-            box["q"] = x
+        qk = QKCapture(model, layer)
 
-        def reduce_k(k, hook):  # k: [batch, pos, head, d_head]
-            q = box.pop("q")
+        def then(hook_fn):  # the captures may arrive in any order: reduce once all are in
+            def hook(x, hook):
+                hook_fn(x, hook)
+                if qk.ready():
+                    reduce(qk.q, qk.k)
+                    qk.box.clear()
+            return hook
+
+        def reduce(q, k):  # [batch, pos, head, d_head] each
             n = k.shape[1]
             qs = torch.arange(max(w, skip_first), n - w, device=k.device)
             offs = torch.arange(-w, w + 1, device=k.device)
@@ -78,7 +95,7 @@ def score_profile(model, prompts, window: int = 3, batch_size: int = 4, skip_fir
             s = torch.einsum("bqhd,bqohd->bhqo", q[:, qs].float(), kk.float()) * attn_scale(model.cfg, layer)
             s = s - s.mean(-1, keepdim=True)
             sums[layer] += s.sum((0, 2)).double().cpu()
-        return [(f"blocks.{layer}.attn.hook_q", grab_q), (f"blocks.{layer}.attn.hook_k", reduce_k)]
+        return [(name, then(fn)) for name, fn in qk.hooks()]
 
     hooks = [h for l in range(L) for h in make_hooks(l)]
     device = model_device(model)
@@ -88,7 +105,7 @@ def score_profile(model, prompts, window: int = 3, batch_size: int = 4, skip_fir
             if n_q == 0:
                 continue
             count += toks.shape[0] * n_q
-            run_until(model, toks.to(device), hooks, stop_at=f"blocks.{L - 1}.attn.hook_k")
+            run_until(model, toks.to(device), hooks, stop_at=f"blocks.{L - 1}.hook_resid_post")
     if count == 0:
         raise ValueError(f"prompts are too short for window={window} and skip_first={skip_first}")
     return (sums / count).float()

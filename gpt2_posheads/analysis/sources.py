@@ -34,15 +34,17 @@ target's query or key input. The cost beyond the one forward is a LayerNorm and 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Literal, Sequence
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..model.attention import attn_scale
+from ..model.attention import QKCapture, attn_scale, scale_from_pattern
 from .diagonals import diagonal_counts, diagonal_sums, prev_token_stats
-from ..model.fastpath import _ln_params
+from ..model.fastpath import _ln_params, unsupported_reason
+from ..model.identity import has_learned_positions, position_kind
 from ..model.forward import run_until
 from .interventions import group_average_rows
 from .posembed import load_w_pos
@@ -77,6 +79,10 @@ def composition_scores(model, layer: int, head: int) -> pd.DataFrame:
     check_head(model, layer, head)
     if layer == 0:
         raise UsageError("head", f"{head_name(layer, head)} is in layer 0", "a head in layer >= 1 has upstream heads")
+    if position_kind(model) == "rotary":
+        raise UsageError("model", "has rotary positions: W_Q W_K^T depends on the relative position, so weight-based "
+                         "Q/K composition is not defined", "models with learned or no positions",
+                         "path_ablation measures the same question causally on any model")
     ov_t, qk_t = (c[head] for c in _circuits(model, layer))
     base = composition_baseline(model.cfg.d_model, model.cfg.d_head)
     rows = []
@@ -113,7 +119,9 @@ def _prev_stats(pattern: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class _Target:
-    """The target head's attention recomputed from ``resid_pre`` ``[batch, pos, d_model]``."""
+    """The target head's queries and keys recomputed from the weights: ``LN(x) W_Q + b_Q`` and ``LN(x) W_K + b_K``
+    (GPT-2's form: LayerNorm, learned positions, one key per query head). Cheap, and checked against the model's
+    own pattern on every batch."""
 
     def __init__(self, model, layer: int, head: int):
         a = model.blocks[layer].attn
@@ -122,17 +130,52 @@ class _Target:
         self.W_Q, self.b_Q = a.W_Q[head].detach().float().cpu(), a.b_Q[head].detach().float().cpu()
         self.W_K, self.b_K = a.W_K[head].detach().float().cpu(), a.b_K[head].detach().float().cpu()
         self.scale = attn_scale(model.cfg, layer)
+        self.mask = None  # causal
 
-    def _ln(self, x):
-        return F.layer_norm(x.float(), (self.d_model,), self.w, self.b, self.eps)
+    def start(self, toks: torch.Tensor, clean_pattern: torch.Tensor) -> None:
+        """Nothing to prepare: the recomputation needs only the residual."""
 
-    def pattern(self, x_q: torch.Tensor, x_k: torch.Tensor) -> torch.Tensor:
-        q = self._ln(x_q) @ self.W_Q + self.b_Q
-        k = self._ln(x_k) @ self.W_K + self.b_K
-        n = q.shape[1]
-        scores = (q @ k.transpose(1, 2)) * self.scale
-        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-        return scores.softmax(-1)  # [batch, q, k]
+    def qk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x`` ``[batch, pos, d_model]`` → the head's queries and keys ``[batch, pos, d_head]`` each."""
+        ln = F.layer_norm(x.float(), (self.d_model,), self.w, self.b, self.eps)
+        return ln @ self.W_Q + self.b_Q, ln @ self.W_K + self.b_K
+
+
+class _HookedTarget:
+    """The target head's queries and keys from the model itself: one pass with ``blocks.{layer}.hook_resid_pre``
+    replaced by ``x`` (the rotated ones on a rotary model; a shared key head under grouped-query attention). Exact
+    for any attention whose scores are a scaled ``q . k`` plus a mask; the mask (causal, and any attention window)
+    and the scale are read off the model's own clean pattern: masked entries are exactly 0, and within a row
+    ``log A[q, k] - mean = scale * (q . k - mean)``."""
+
+    def __init__(self, model, layer: int, head: int):
+        self.model, self.layer, self.head = model, layer, head
+        self.toks = None
+
+    def start(self, toks: torch.Tensor, clean_pattern: torch.Tensor) -> None:
+        """The batch's tokens (layers below the target still run), and its mask and scale from ``clean_pattern``
+        ``[batch, q, k]`` (the model's own pattern of the clean pass)."""
+        self.toks = toks
+        q, k = self.qk(None)
+        self.scale, self.mask, _ = scale_from_pattern(q @ k.transpose(1, 2), clean_pattern,
+                                                      attn_scale(self.model.cfg, self.layer))
+
+    def qk(self, x: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        cap = QKCapture(self.model, self.layer)
+        hooks = cap.hooks()
+        if x is not None:
+            hooks.insert(0, (f"blocks.{self.layer}.hook_resid_pre", lambda r, hook: x.to(r.device, r.dtype)))
+        with torch.inference_mode():
+            run_until(self.model, self.toks.to(model_device(self.model)), hooks, stop_at=f"blocks.{self.layer}.attn.hook_z")
+        return cap.q[:, :, self.head].float().cpu(), cap.k[:, :, self.head].float().cpu()
+
+
+def _pattern(target, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``softmax(q k^T * scale + mask)`` ``[batch, q, k]`` with the target's scale and mask (default causal)."""
+    n = q.shape[1]
+    scores = (q @ k.transpose(1, 2)) * target.scale
+    mask = target.mask if target.mask is not None else torch.ones(n, n, dtype=torch.bool).triu(1)
+    return scores.masked_fill(mask, float("-inf")).softmax(-1)
 
 
 def _ablated(out: torch.Tensor, how: Ablation, mean: torch.Tensor | None) -> torch.Tensor:
@@ -165,10 +208,12 @@ def path_ablation(model, prompts, layer: int, head: int, ablation: Ablation = "m
         raise UsageError("head", f"{head_name(layer, head)} is in layer 0", "a head in layer >= 1 has upstream heads")
     H = model.cfg.n_heads
     sources = [(l, h) for l in range(layer) for h in range(H)]
-    target = _Target(model, layer, head)
+    target = _Target(model, layer, head) if unsupported_reason(model) is None else _HookedTarget(model, layer, head)
     W_O = [model.blocks[l].attn.W_O.detach().float() for l in range(layer)]  # [head, d_head, d_model]
-    w_pos = load_w_pos(model)
-    pos_delta = w_pos - group_average_rows(w_pos, pos_group) if pos_group > 1 else None
+    pos_delta = None
+    if pos_group > 1 and has_learned_positions(model):
+        w_pos = load_w_pos(model)
+        pos_delta = w_pos - group_average_rows(w_pos, pos_group)
     device = model_device(model)
 
     def capture(toks):
@@ -181,8 +226,8 @@ def path_ablation(model, prompts, layer: int, head: int, ablation: Ablation = "m
 
         hooks = [(f"blocks.{l}.attn.hook_z", grab(f"z{l}")) for l in range(layer)]
         hooks += [(f"blocks.{layer}.hook_resid_pre", grab("resid")), (f"blocks.{layer}.attn.hook_pattern", grab("pattern"))]
-        with torch.inference_mode():
-            run_until(model, toks.to(device), hooks, stop_at=f"blocks.{layer}.attn.hook_pattern")
+        with torch.inference_mode():  # to the end of the block: some bridges fire hook_pattern after the output
+            run_until(model, toks.to(device), hooks, stop_at=f"blocks.{layer}.hook_resid_post")
         outs = torch.stack([torch.einsum("bpd,dm->bpm", box[f"z{l}"][:, :, h], W_O[l][h].cpu()) for l, h in sources])
         return box["resid"], outs, box["pattern"][:, head]  # [b,p,d], [S,b,p,d], [b,q,k]
 
@@ -216,31 +261,41 @@ def path_ablation(model, prompts, layer: int, head: int, ablation: Ablation = "m
     sums = {k: None for k in keys}
     counts = None
     max_err = 0.0
+
+    def add(key, pat):
+        st, _ = _prev_stats(pat)
+        sums[key] = st if sums[key] is None else sums[key] + st
+
     for toks in batches:
         resid, outs, pattern = capture(toks)
-        clean = target.pattern(resid, resid)
-        max_err = max(max_err, float((clean - pattern).abs().max()))
-        s, c = _prev_stats(clean)
+        target.start(toks, pattern)
+        q0, k0 = target.qk(resid)
+        clean = _pattern(target, q0, k0)
+        err = float((clean - pattern).abs().max())
+        if err > 1e-4 and isinstance(target, _Target):  # the weights do not give this model's attention: ask the model
+            warnings.warn(f"path_ablation: recomputing {head_name(layer, head)}'s attention from the weights is off by "
+                          f"{err:.1e}; running one hooked pass per source instead (exact, slower)")
+            target = _HookedTarget(model, layer, head)
+            target.start(toks, pattern)
+            q0, k0 = target.qk(resid)
+            clean = _pattern(target, q0, k0)
+            err = float((clean - pattern).abs().max())
+        max_err = max(max_err, err)
+        _, c = _prev_stats(clean)
         counts = c if counts is None else counts + c
-        sums[("none", "-")] = s if sums[("none", "-")] is None else sums[("none", "-")] + s
+        add(("none", "-"), clean)
         for i, (l, h) in enumerate(sources):
             repl = _ablated(outs[i], ablation, means[i] if means is not None else None)
-            x_abl = resid - outs[i] + repl
-            for side in ("query", "key"):
-                pat = target.pattern(x_abl, resid) if side == "query" else target.pattern(resid, x_abl)
-                key = (head_name(l, h), side)
-                st, _ = _prev_stats(pat)
-                sums[key] = st if sums[key] is None else sums[key] + st
+            q1, k1 = target.qk(resid - outs[i] + repl)
+            add((head_name(l, h), "query"), _pattern(target, q1, k0))
+            add((head_name(l, h), "key"), _pattern(target, q0, k1))
         if pos_delta is not None:
-            x_pos = resid - pos_delta[: resid.shape[1]]
-            for side in ("query", "key"):
-                pat = target.pattern(x_pos, resid) if side == "query" else target.pattern(resid, x_pos)
-                key = (f"W_pos/{pos_group}", side)
-                st, _ = _prev_stats(pat)
-                sums[key] = st if sums[key] is None else sums[key] + st
+            q1, k1 = target.qk(resid - pos_delta[: resid.shape[1]])
+            add((f"W_pos/{pos_group}", "query"), _pattern(target, q1, k0))
+            add((f"W_pos/{pos_group}", "key"), _pattern(target, q0, k1))
     if max_err > 1e-4:
         raise RuntimeError(f"recomputed pattern of {head_name(layer, head)} differs from the model's by {max_err:.2e}: "
-                           f"this model's attention is not the GPT-2 form path_ablation assumes")
+                           f"its attention is not a scaled q . k plus a mask")
 
     def stats(v):
         st = prev_token_stats(v / counts)

@@ -1,7 +1,10 @@
-"""The one home of the attention-score scale: ``scores = (q . k) * attn_scale(cfg, layer)``."""
+"""Attention plumbing every analysis shares: the one home of the score scale (``scores = (q . k) *
+attn_scale(cfg, layer)``), which hooks hold the queries and keys, and grouped-query keys per query head."""
 from __future__ import annotations
 
 import math
+
+import torch
 
 
 def attn_scale(cfg, layer: int) -> float:
@@ -17,3 +20,86 @@ def attn_scale(cfg, layer: int) -> float:
     if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
         scale /= layer + 1
     return scale
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding of ``x`` ``[batch, pos, head, d_head]`` with the model's own ``cos``/``sin``
+    ``[batch, pos, r]`` (GPT-NeoX's rotate-half on the first ``r`` dimensions; ``r < d_head`` for Pythia's partial
+    rotary): ``x_r cos + rotate_half(x_r) sin``, the rest unchanged."""
+    r = cos.shape[-1]
+    xr, rest = x[..., :r], x[..., r:]
+    half = r // 2
+    rotated = torch.cat([-xr[..., half:], xr[..., :half]], dim=-1)
+    c, s = cos[:, :, None, :].to(x.dtype), sin[:, :, None, :].to(x.dtype)
+    return torch.cat([xr * c + rotated * s, rest], dim=-1)
+
+
+def expand_kv(k: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Keys ``[batch, pos, n_kv_heads, d_head]`` of grouped-query attention → one per query head ``[batch, pos,
+    n_heads, d_head]`` (query head ``h`` reads key head ``h // (n_heads / n_kv_heads)``, as the models compute it)."""
+    if k.shape[2] == n_heads:
+        return k
+    return k.repeat_interleave(n_heads // k.shape[2], dim=2)
+
+
+class QKCapture:
+    """Hooks that catch layer ``layer``'s queries and keys as its scores use them: rotated with the model's own
+    ``hook_cos``/``hook_sin`` where it fires them (rotary models), one key per query head (grouped-query attention).
+    ``hooks()`` for ``run_with_hooks``; after the pass, ``q`` and ``k`` are ``[batch, pos, head, d_head]``."""
+
+    def __init__(self, model, layer: int):
+        from .hooks import hook_status
+
+        pre = f"blocks.{layer}.attn."
+        self.names = {"q": pre + "hook_q", "k": pre + "hook_k"}
+        if hook_status(model).get("attn.hook_cos") in ("live", "dead"):
+            self.names.update(cos=pre + "hook_cos", sin=pre + "hook_sin")
+        self.box: dict[str, torch.Tensor] = {}
+
+    def hooks(self) -> list:
+        def grab(key):
+            def hook(x, hook):
+                self.box[key] = x.detach()
+            return hook
+        return [(name, grab(key)) for key, name in self.names.items()]
+
+    def ready(self) -> bool:
+        return all(k in self.box for k in self.names)
+
+    @property
+    def q(self) -> torch.Tensor:
+        q = self.box["q"]
+        return rotate(q, self.box["cos"], self.box["sin"]) if "cos" in self.box else q
+
+    @property
+    def k(self) -> torch.Tensor:
+        k = self.box["k"]
+        k = rotate(k, self.box["cos"], self.box["sin"]) if "cos" in self.box else k
+        return expand_kv(k, self.box["q"].shape[2])
+
+
+def scale_from_pattern(dot: torch.Tensor, pattern: torch.Tensor, declared: float) -> tuple[float, torch.Tensor, float]:
+    """``(scale, mask, error)``: how a head turns ``dot = q . k`` ``[..., q, k]`` into its own ``pattern`` (same shape).
+
+    The mask is where the pattern is exactly 0 (the future, and any attention window). The scale is ``declared``
+    (:func:`attn_scale`) when ``softmax(dot * declared + mask)`` reproduces the pattern; otherwise it is read off
+    the pattern (within each row ``log A - mean = scale * (dot - mean)``, a least-squares fit), which is how a
+    configuration that misstates the scale is caught (the TransformerLens 4 bridge gives GPT-Neo, which does not
+    scale its scores, the default 1/sqrt(d_head)). ``error``: the largest difference of the reproduced pattern.
+    Never read a bridge's ``hook_attn_scores`` for this: on GPT-Neo and OPT it holds the pattern.
+    """
+    dot, pattern = dot.double(), pattern.double()
+    mask = pattern <= 0
+
+    def error(scale: float) -> float:
+        return float((torch.softmax((dot * scale).masked_fill(mask, float("-inf")), -1) - pattern).abs().max())
+
+    if error(declared) <= 1e-4:
+        return declared, mask, error(declared)
+    keep = (~mask).double()
+    n_keep = keep.sum(-1, keepdim=True).clamp_min(1)
+    logp = torch.where(mask, torch.zeros_like(dot), pattern.clamp_min(1e-300).log())
+    centred_logp = (logp - (logp * keep).sum(-1, keepdim=True) / n_keep) * keep
+    centred_dot = (dot - (dot * keep).sum(-1, keepdim=True) / n_keep) * keep
+    fitted = float((centred_dot * centred_logp).sum() / (centred_dot ** 2).sum().clamp_min(1e-30))
+    return fitted, mask, error(fitted)

@@ -116,7 +116,7 @@ def unsupported_reason(model) -> str | None:
         (getattr(cfg, "attn_only", False) or getattr(cfg, "act_fn", None) in _ACTIVATIONS, f"act_fn {getattr(cfg, 'act_fn', None)!r}"),
         (not getattr(cfg, "parallel_attn_mlp", False), "parallel attention and MLP"),
         (getattr(cfg, "n_key_value_heads", None) in (None, cfg.n_heads), "grouped-query attention"),
-        (not getattr(cfg, "use_local_attn", False), "local attention"),
+        (not getattr(cfg, "use_local_attn", False) and not getattr(cfg, "window_size", None), "local attention windows"),
         (getattr(model, "W_pos", None) is not None and getattr(model, "W_E", None) is not None, "no W_E/W_pos"),
     ]
     for ok, why in checks:

@@ -26,7 +26,9 @@ class MiniConfig:
     # data mix (defaults: the shipped organism's recipe, data/mini-gpt2/README.md)
     synthetic_steps: int = 1400       # phase 1: synthetic windows only
     synthetic_vocab: int = 4096       # phase-1 synthetic token ids are drawn from [1, synthetic_vocab)
-    synthetic_fraction: float = 0.125 # phase 2: share of windows still synthetic
+    synthetic_fraction: float = 0.125 # phase 2: share of windows still synthetic (segment pairs)
+    skip_text_fraction: float = 0.0   # phase 2: share of windows from the skip-bigram language (it keeps asking for the
+                                      # exact previous token while the model learns text)
     repeat_fraction: float = 0.5      # phase 2: share of text windows with a span of their own text repeated
     seg_min: int = 4                  # repeated segment lengths (capped at a quarter / half of a short window)
     seg_max: int = 32

@@ -159,10 +159,14 @@ def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int, v
                                    gen, bos)
         return torch.cat([skip, rep])
     n_syn = int(round(cfg.synthetic_fraction * cfg.batch_size))
-    n_rep = int(round(cfg.repeat_fraction * (cfg.batch_size - n_syn)))
-    text = sample_batch(stream, cfg.batch_size - n_syn, cfg.n_ctx, gen)
+    n_skip = int(round(cfg.skip_text_fraction * cfg.batch_size))
+    n_rep = int(round(cfg.repeat_fraction * (cfg.batch_size - n_syn - n_skip)))
+    text = sample_batch(stream, cfg.batch_size - n_syn - n_skip, cfg.n_ctx, gen)
     if n_rep:
         text[:n_rep] = insert_repeats(text[:n_rep], cfg.seg_min, cfg.seg_max, gen)
     if n_syn:  # after phase 1 the synthetic copies range over the whole vocabulary
         text = torch.cat([text, repeated_segments(n_syn, cfg.n_ctx + 1, vocab_size, cfg.seg_min, cfg.seg_max, gen, bos)])
+    if n_skip:
+        text = torch.cat([text, skip_bigram_windows(n_skip, cfg.n_ctx + 1, skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule),
+                                                    cfg.skip_noise, gen, bos)])
     return text

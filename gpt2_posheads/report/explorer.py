@@ -35,7 +35,7 @@ from ..analysis.interventions import (average_ext_pos_embed, average_pos_embed, 
 from ..analysis.repeat_prompt import edit_mapping, repeat_string_prompt, single_token_target
 from ..analysis.posembed import extended_pos_embeddings_by_layer
 from ..analysis.scores import raw_scores_from_qk
-from ..model.attention import attn_scale
+from ..model.attention import QKCapture, attn_scale
 from ..model.identity import has_learned_positions
 from ..model.tokens import model_device
 from ..model.validation import head_name
@@ -54,13 +54,12 @@ def _capture(model, tokens: torch.Tensor, hooks=()) -> tuple[torch.Tensor, torch
             box[name] = x.detach()
         return hook
 
-    names = [h for l in range(L) for h in (f"blocks.{l}.attn.hook_q", f"blocks.{l}.attn.hook_k", f"blocks.{l}.attn.hook_pattern")]
+    caps = [QKCapture(model, l) for l in range(L)]
+    extra = [h for c in caps for h in c.hooks()] + [(f"blocks.{l}.attn.hook_pattern", grab(l)) for l in range(L)]
     with torch.inference_mode():
-        model.run_with_hooks(tokens[None].to(model_device(model)), fwd_hooks=list(hooks) + [(n, grab(n)) for n in names],
-                             return_type=None)
-    pat = torch.stack([box[f"blocks.{l}.attn.hook_pattern"][0].float().cpu() for l in range(L)])
-    raw = torch.stack([raw_scores_from_qk(box[f"blocks.{l}.attn.hook_q"], box[f"blocks.{l}.attn.hook_k"],
-                                          attn_scale(model.cfg, l))[0].cpu() for l in range(L)])
+        model.run_with_hooks(tokens[None].to(model_device(model)), fwd_hooks=list(hooks) + extra, return_type=None)
+    pat = torch.stack([box[l][0].float().cpu() for l in range(L)])
+    raw = torch.stack([raw_scores_from_qk(c.q, c.k, attn_scale(model.cfg, l))[0].cpu() for l, c in enumerate(caps)])
     return pat, raw
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from ..model.identity import has_learned_positions
 from ..analysis.diagonals import choose_aggregator, diagonal_attention, rank_from_diagonals
 from ..analysis.induction import induction_scores
 from ..analysis.interventions import average_pos_embed, mask_previous_attention
@@ -119,7 +120,9 @@ def build_cache(model, prompts: torch.Tensor, heads, model_label: str, window: i
         s = attention_scores(model, prompts[0], l, h)
         t[f"pattern.{head_name(l, h)}"] = s["pattern"]
         t[f"raw_scores.{head_name(l, h)}"] = s["raw"]
-    t["w_pos"] = load_w_pos(model)
+    learned = has_learned_positions(model)
+    if learned:
+        t["w_pos"] = load_w_pos(model)
     ext = extended_pos_embeddings_by_layer(model, range(model.cfg.n_layers + 1), n_prompts=ext_n_prompts, seed=seed,
                                            progress=progress)
     for l, e in ext.items():
@@ -147,7 +150,7 @@ def build_cache(model, prompts: torch.Tensor, heads, model_label: str, window: i
         masked = float(diagonal_attention(model, prompts, progress=False,
                                           fwd_hooks=mask_previous_attention(5, range(agg_l)).hooks(model))[agg_l, agg_h, 1])
     averaged = float(diagonal_attention(model, prompts, progress=False,
-                                        fwd_hooks=average_pos_embed(10).hooks(model))[agg_l, agg_h, 1])
+                                        fwd_hooks=average_pos_embed(10).hooks(model))[agg_l, agg_h, 1]) if learned else float("nan")
     t["mechanism.aggregator_prev_mass"] = torch.tensor([float(t["diagonals"][agg_l, agg_h, 1]), masked, averaged])
     # which upstream heads feed the aggregator (direct-path ablation); none for a layer-0 aggregator
     order: list[str] = []
@@ -165,7 +168,7 @@ def build_cache(model, prompts: torch.Tensor, heads, model_label: str, window: i
             "aggregator": head_name(agg_l, agg_h), "induction_seg_len": seg,
             "sources_target": head_name(agg_l, agg_h) if order else None, "sources_order": order,
             "mechanism": "aggregator_prev_mass = [clean, previous position masked every 5th query in the layers "
-                         "below it (NaN for a layer-0 aggregator), W_pos averaged in groups of 10]; induction.losses "
+                         "below it (NaN for a layer-0 aggregator), W_pos averaged in groups of 10 (NaN without learned positions)]; induction.losses "
                          "= [first copy, second copy] on BOS r r, induction.losses_no_bos on r r (each copy's first "
                          "token left out)",
             "cfg": {k: int(getattr(model.cfg, k)) for k in ("n_layers", "n_heads", "d_model", "n_ctx", "d_vocab")}}
