@@ -1,4 +1,5 @@
 """Helpers shared by the benchmarks: a GPT-2-small-shaped random model and timing."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
 
 GPT2_SHAPE = dict(n_layers=12, n_heads=12, d_model=768)
 
@@ -53,6 +53,11 @@ def peak_rss_mb() -> float:
 
 def run_worker(script: str, args: list[str]) -> dict:
     """Run ``script --worker ...`` in a fresh process (so peak memory is its own) and parse its JSON."""
-    out = subprocess.run([sys.executable, script, "--worker", *args], capture_output=True, text=True, check=True,
-                         env={**os.environ, "TQDM_DISABLE": "1"})
+    out = subprocess.run(
+        [sys.executable, script, "--worker", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TQDM_DISABLE": "1"},
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])

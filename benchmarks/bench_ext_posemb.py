@@ -4,13 +4,13 @@ computing the same first two blocks (the practical floor).
 
     python benchmarks/bench_ext_posemb.py
 """
+
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import einops  # noqa: E402
 import torch  # noqa: E402
-
 from _common import best_time, gpt2_shaped_dir  # noqa: E402
 
 
@@ -60,7 +60,10 @@ def main():
     print(f"  (a) naive run_with_cache : {t_naive:7.2f} s")
     print(f"  (b) bare HF, 2 blocks    : {t_floor:7.2f} s")
     print(f"  ours                     : {t_ours:7.2f} s   (max |ours - naive| = {diff:.1e})")
-    print(f"speed-up vs naive: {t_naive / t_ours:.1f}x (target >= 4x); ours / HF floor: {t_ours / t_floor:.2f}x (target <= 1.5x)")
+    print(
+        f"speed-up vs naive: {t_naive / t_ours:.1f}x (target >= 4x); "
+        f"ours / HF floor: {t_ours / t_floor:.2f}x (target <= 1.5x)"
+    )
 
 
 if __name__ == "__main__":

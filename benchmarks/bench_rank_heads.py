@@ -18,6 +18,7 @@ stay in cache between the two matmuls; 512 rows at two threads was 7-13% faster 
 written as ``x * sigmoid(2u)`` in place (PyTorch's vectorised tanh is slow there; same function to 5e-7).
 The ratio to the floor is printed against the floor's fastest call. See the README for the numbers.
 """
+
 import argparse
 import json
 import sys
@@ -26,7 +27,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import torch  # noqa: E402
-
 from _common import GPT2_SHAPE, gpt2_shaped_dir, peak_rss_mb, run_worker  # noqa: E402
 
 
@@ -56,8 +56,10 @@ def worker(which: str, n_prompts: int, seq_len: int):
 
     torch.set_num_threads(2)
     if which == "floor":  # needs the shape only: no model to load
+
         def job():
             matmul_floor(GPT2_SHAPE["d_model"], GPT2_SHAPE["n_layers"], n_prompts * seq_len)
+
         return _time_job(which, n_prompts, job, calls=FLOOR_CALLS, base_rss=peak_rss_mb())
     model = load_model(gpt2_shaped_dir(), device="cpu")
     texts = prompts_text(model, n_prompts, seq_len)
@@ -67,14 +69,16 @@ def worker(which: str, n_prompts: int, seq_len: int):
         _, engine, precision = which.split("-")
 
         def job():
-            rank_prev_heads(model, toks, max_offset=32, batch_size=4, progress=False, bf16=precision == "bf16",
-                            engine=engine)
+            rank_prev_heads(
+                model, toks, max_offset=32, batch_size=4, progress=False, bf16=precision == "bf16", engine=engine
+            )
     else:
         from transformer_lens.head_detector import detect_head
 
         def job():
             with torch.inference_mode():
                 detect_head(model, texts, "previous_token_head")
+
     # the baseline keeps no state between calls (its two calls measured 15.2 and 16.0 s), so one call
     # stands for both columns and saves a quarter of the run
     return _time_job(which, n_prompts, job, calls=1 if which == "baseline" else CALLS, base_rss=base_rss)
@@ -96,15 +100,29 @@ def _time_job(which: str, n_prompts: int, job, calls: int, base_rss: float) -> N
         t = time.perf_counter()
         job()
         times.append(time.perf_counter() - t)
-    print(json.dumps({"which": which, "n_prompts": n_prompts, "seconds": times[0], "warm_seconds": min(times[1:] or times),
-                      "peak_rss_mb": peak_rss_mb(), "rss_after_load_mb": base_rss}))
+    print(
+        json.dumps(
+            {
+                "which": which,
+                "n_prompts": n_prompts,
+                "seconds": times[0],
+                "warm_seconds": min(times[1:] or times),
+                "peak_rss_mb": peak_rss_mb(),
+                "rss_after_load_mb": base_rss,
+            }
+        )
+    )
 
 
 def best_of(results: list[dict]) -> dict:
     """Workers' JSON lines combined: the fastest cold and warm times, the largest peak memory."""
-    return {**results[0], "seconds": min(r["seconds"] for r in results),
-            "warm_seconds": min(r["warm_seconds"] for r in results),
-            "peak_rss_mb": max(r["peak_rss_mb"] for r in results), "processes": len(results)}
+    return {
+        **results[0],
+        "seconds": min(r["seconds"] for r in results),
+        "warm_seconds": min(r["warm_seconds"] for r in results),
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
+        "processes": len(results),
+    }
 
 
 def main():
@@ -112,8 +130,12 @@ def main():
     p.add_argument("--worker", default=None)
     p.add_argument("--n-prompts", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--full", action="store_true", help="also time our pass through TransformerLens hooks and "
-                   "check peak memory with 4x the prompts (about twice as long)")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="also time our pass through TransformerLens hooks and "
+        "check peak memory with 4x the prompts (about twice as long)",
+    )
     a = p.parse_args()
     if a.worker:
         return worker(a.worker, a.n_prompts, a.seq_len)
@@ -128,22 +150,37 @@ def main():
     if bf16_native("cpu"):
         variants.insert(1, "ours-auto-bf16")
     else:
-        print("  (bfloat16 variant skipped: this CPU has no native bfloat16 units, where it ran >= 85x slower; "
-              "--bf16 falls back to float32 here)")
-    runs = {w: best_of([run_worker(__file__, [w, *args]) for _ in range(PROCESSES if w == "ours-auto-fp32" else 1)])
-            for w in variants}
+        print(
+            "  (bfloat16 variant skipped: this CPU has no native bfloat16 units, where it ran >= 85x slower; "
+            "--bf16 falls back to float32 here)"
+        )
+    runs = {
+        w: best_of([run_worker(__file__, [w, *args]) for _ in range(PROCESSES if w == "ours-auto-fp32" else 1)])
+        for w in variants
+    }
     floor = run_worker(__file__, ["floor", *args])
-    ours4 = (run_worker(__file__, ["ours-auto-fp32", "--n-prompts", str(4 * a.n_prompts), "--seq-len", str(a.seq_len)])
-             if a.full else None)
-    print(f"{a.n_prompts} prompts x {a.seq_len} tokens, 12 layers x 12 heads, d_model 768, CPU threads {torch.get_num_threads()}")
-    labels = {"ours-auto-fp32": "ours, fast path, float32", "ours-auto-bf16": "ours, fast path, bfloat16",
-              "ours-hooks-fp32": "ours, TL hooks, float32"}
+    ours4 = (
+        run_worker(__file__, ["ours-auto-fp32", "--n-prompts", str(4 * a.n_prompts), "--seq-len", str(a.seq_len)])
+        if a.full
+        else None
+    )
+    print(
+        f"{a.n_prompts} prompts x {a.seq_len} tokens, 12 layers x 12 heads, d_model 768, "
+        f"CPU threads {torch.get_num_threads()}"
+    )
+    labels = {
+        "ours-auto-fp32": "ours, fast path, float32",
+        "ours-auto-bf16": "ours, fast path, bfloat16",
+        "ours-hooks-fp32": "ours, TL hooks, float32",
+    }
     print(f"  {'':28s}   cold (1st call)  warm (later call)  peak RSS   (fast path: best of {PROCESSES} processes)")
 
     def row(label: str, r: dict) -> str:
-        return (f"  {label:28s}: {r['seconds']:6.2f} s {base['seconds'] / r['seconds']:5.1f}x"
-                f"  {r['warm_seconds']:6.2f} s {base['warm_seconds'] / r['warm_seconds']:5.1f}x"
-                f"   {r['peak_rss_mb']:6.0f} MB")
+        return (
+            f"  {label:28s}: {r['seconds']:6.2f} s {base['seconds'] / r['seconds']:5.1f}x"
+            f"  {r['warm_seconds']:6.2f} s {base['warm_seconds'] / r['warm_seconds']:5.1f}x"
+            f"   {r['peak_rss_mb']:6.0f} MB"
+        )
 
     print(row("head_detector baseline", base))
     for w, r in runs.items():
@@ -152,11 +189,16 @@ def main():
     fast = runs["ours-auto-fp32"]
     # the floor's calls differ by up to 30% on a shared 2-core machine: judge against its fastest
     best_floor = min(floor["seconds"], floor["warm_seconds"])
-    print(f"  fast path / floor (the floor's fastest call, {best_floor:.2f} s): {fast['seconds'] / best_floor:.2f}x cold, "
-          f"{fast['warm_seconds'] / best_floor:.2f}x warm (target <= 1.25x)")
+    print(
+        f"  fast path / floor (the floor's fastest call, {best_floor:.2f} s): "
+        f"{fast['seconds'] / best_floor:.2f}x cold, "
+        f"{fast['warm_seconds'] / best_floor:.2f}x warm (target <= 1.25x)"
+    )
     if ours4 is not None:
-        print(f"  {f'ours, float32, {4 * a.n_prompts} prompts':28s}: peak RSS {ours4['peak_rss_mb']:6.0f} MB   "
-              f"(growth for 4x prompts: {ours4['peak_rss_mb'] - fast['peak_rss_mb']:+.0f} MB)")
+        print(
+            f"  {f'ours, float32, {4 * a.n_prompts} prompts':28s}: peak RSS {ours4['peak_rss_mb']:6.0f} MB   "
+            f"(growth for 4x prompts: {ours4['peak_rss_mb'] - fast['peak_rss_mb']:+.0f} MB)"
+        )
     print("speed-up = baseline time / time (target >= 5x)")
     print(f"whole benchmark: {time.perf_counter() - started:.0f} s (model build, loads and every process included)")
 

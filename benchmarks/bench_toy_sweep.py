@@ -10,6 +10,7 @@ only), start-up of about 4 s included: 32.35 s vs 24.32 s at 900 steps (1.33x) s
 from the last query alone; before it, 42.87 vs 42.98 s (1.00x), and 0.86x at 300 steps. In the toy scripts'
 longer runs the processes bought 1.16-1.3x (002's default run 11.2 vs 13 minutes).
 """
+
 import argparse
 import time
 from dataclasses import replace
@@ -24,8 +25,11 @@ def main():
     p.add_argument("--steps", type=int, default=300)
     a = p.parse_args()
     torch.set_num_threads(2)
-    cfgs = [ToyConfig(task="kth_token", V=10, C=10, n_embd=10, n_layers=2, k=k, seed=s, steps=a.steps,
-                      log_every=a.steps) for k in range(10) for s in range(4)]
+    cfgs = [
+        ToyConfig(task="kth_token", V=10, C=10, n_embd=10, n_layers=2, k=k, seed=s, steps=a.steps, log_every=a.steps)
+        for k in range(10)
+        for s in range(4)
+    ]
     t = time.perf_counter()
     batched = train_group(cfgs, progress=False)
     tb = time.perf_counter() - t
@@ -46,8 +50,11 @@ def main():
     print(f"  batched      : {tb:7.2f} s")
     print(f"speed-up: {tl / tb:.1f}x (target >= 5x); max |final loss difference| = {diff:.2e}")
     print(f"  2 groups of 20, {3 * a.steps} steps, one process, 2 threads  : {timed[1]:7.2f} s")
-    print(f"  2 groups of 20, {3 * a.steps} steps, 2 processes of 1 thread : {timed[2]:7.2f} s  ({timed[1] / timed[2]:.2f}x; "
-          "process start-up included)")
+    print(
+        f"  2 groups of 20, {3 * a.steps} steps, 2 processes of 1 thread : {timed[2]:7.2f} s  "
+        f"({timed[1] / timed[2]:.2f}x; "
+        "process start-up included)"
+    )
 
 
 if __name__ == "__main__":

@@ -9,16 +9,29 @@ it, and its attention is compared with the clean run. Default heads on a model o
 the sharpest previous-token head below the aggregator, then the aggregator (its sharpest previous-token
 head). Not testable unless both are previous-token heads and the first sits below the second.
 """
+
 from gpt2_posheads.analysis.interventions import average_ext_pos_embed
 from gpt2_posheads.analysis.measures import compare_head_patterns
 from gpt2_posheads.claims.gpt2_post import judge_claim, prev_head_precondition
 from gpt2_posheads.claims.verdicts import Precondition
-from gpt2_posheads.cli import (HeadDefault, add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser,
-                               main_entry, positive, setup, submatrix)
+from gpt2_posheads.cli import (
+    HeadDefault,
+    add_heads_arg,
+    add_prompt_args,
+    add_submatrix_args,
+    experiment_parser,
+    main_entry,
+    positive,
+    setup,
+    submatrix,
+)
 from gpt2_posheads.report.plotting import heatmap_grid
 
-HEADS = HeadDefault(("L2H2", "L4H11"), "aggregator+early",
-                    what="an early head and the aggregator (each averaged just before its own layer)")
+HEADS = HeadDefault(
+    ("L2H2", "L4H11"),
+    "aggregator+early",
+    what="an early head and the aggregator (each averaged just before its own layer)",
+)
 
 
 def main(argv=None):
@@ -40,29 +53,60 @@ def main(argv=None):
         hooks = average_ext_pos_embed(l, args.group_size, n_prompts=args.ext_prompts, seed=args.seed).hooks(model)
         cmp = compare_head_patterns(model, prompts, (l, h), hooks)
         panels[f"{name} clean"], start = submatrix(cmp.pop("clean"), args.start, args.size)
-        panels[f"{name} ext. pos. averaged (g={args.group_size})"], _ = submatrix(cmp.pop("intervened"), args.start, args.size)
+        panels[f"{name} ext. pos. averaged (g={args.group_size})"], _ = submatrix(
+            cmp.pop("intervened"), args.start, args.size
+        )
         results.append({"head": name, "layer": l, **cmp})
-        print(f"{name}: previous-token mass {cmp['prev_score_clean']:.3f} -> {cmp['prev_score_intervened']:.3f}, "
-              f"JS {cmp['js_divergence']:.4f}")
-    out.figure(heatmap_grid(panels, cols=2, zrange=(0, 1), tokens=tokens, x0=start, mark_offset=1,
-                            colorbar_title="attention",
-                            title=f"{exp.label}: extended positional embeddings averaged just before each head<br>"
-                                  f"<sup>prompt 0 ({exp.source}); dotted: previous token</sup>"), "ext_pos_averaging",
-               width=1100)
+        print(
+            f"{name}: previous-token mass {cmp['prev_score_clean']:.3f} -> {cmp['prev_score_intervened']:.3f}, "
+            f"JS {cmp['js_divergence']:.4f}"
+        )
+    out.figure(
+        heatmap_grid(
+            panels,
+            cols=2,
+            zrange=(0, 1),
+            tokens=tokens,
+            x0=start,
+            mark_offset=1,
+            colorbar_title="attention",
+            title=f"{exp.label}: extended positional embeddings averaged just before each head<br>"
+            f"<sup>prompt 0 ({exp.source}); dotted: previous token</sup>",
+        ),
+        "ext_pos_averaging",
+        width=1100,
+    )
     first, last = results[0], results[-1]
-    pre = [Precondition("two heads: an early one and the aggregator", len(results) >= 2,
-                        f"only {results[0]['head']}: the model has no previous-token head below it")]
+    pre = [
+        Precondition(
+            "two heads: an early one and the aggregator",
+            len(results) >= 2,
+            f"only {results[0]['head']}: the model has no previous-token head below it",
+        )
+    ]
     pre += [prev_head_precondition(n, exp.diag[l, h]) for (l, h), n in zip(exp.heads, exp.head_names)]
-    pre.append(Precondition("the early head sits below the aggregator", first["layer"] < last["layer"],
-                            f"{first['head']} (layer {first['layer']}) does not sit below {last['head']} "
-                            f"(layer {last['layer']})"))
-    claims = [judge_claim("ext_avg_hurts_early_more",
-                          {"js": {r["head"]: r["js_divergence"] for r in results},
-                           "prev_mass": {r["head"]: [r["prev_score_clean"], r["prev_score_intervened"]] for r in results}},
-                          value=(first["js_divergence"], last["js_divergence"]), preconditions=pre,
-                          head=",".join(exp.head_names),
-                          shown=f"JS {first['js_divergence']:.3g} ({first['head']}) vs {last['js_divergence']:.3g} "
-                                f"({last['head']})" if len(results) >= 2 else "")]
+    pre.append(
+        Precondition(
+            "the early head sits below the aggregator",
+            first["layer"] < last["layer"],
+            f"{first['head']} (layer {first['layer']}) does not sit below {last['head']} (layer {last['layer']})",
+        )
+    )
+    claims = [
+        judge_claim(
+            "ext_avg_hurts_early_more",
+            {
+                "js": {r["head"]: r["js_divergence"] for r in results},
+                "prev_mass": {r["head"]: [r["prev_score_clean"], r["prev_score_intervened"]] for r in results},
+            },
+            value=(first["js_divergence"], last["js_divergence"]),
+            preconditions=pre,
+            head=",".join(exp.head_names),
+            shown=f"JS {first['js_divergence']:.3g} ({first['head']}) vs {last['js_divergence']:.3g} ({last['head']})"
+            if len(results) >= 2
+            else "",
+        )
+    ]
     out.summary({**exp.describe(), "group_size": args.group_size, "results": results}, claims)
     out.commit()
 

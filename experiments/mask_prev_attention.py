@@ -8,12 +8,22 @@ W_pos is untouched. Default --layers: every layer below the head's own (masking 
 would test the mask, not the mechanism). Side by side: the head's 50x50 pattern clean vs masked.
 Not testable for a head that is not a previous-token head or sits in layer 0.
 """
+
 from gpt2_posheads.analysis.interventions import mask_previous_attention
 from gpt2_posheads.analysis.measures import compare_head_patterns
 from gpt2_posheads.claims.gpt2_post import judge_claim, layer_above, prev_head_precondition
 from gpt2_posheads.claims.verdicts import Precondition
-from gpt2_posheads.cli import (HeadDefault, add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser,
-                               main_entry, positive, setup, submatrix)
+from gpt2_posheads.cli import (
+    HeadDefault,
+    add_heads_arg,
+    add_prompt_args,
+    add_submatrix_args,
+    experiment_parser,
+    main_entry,
+    positive,
+    setup,
+    submatrix,
+)
 from gpt2_posheads.model.validation import head_name
 from gpt2_posheads.report.plotting import heatmap_grid
 
@@ -24,7 +34,9 @@ def main(argv=None):
     p = experiment_parser(__doc__)
     add_prompt_args(p, n_prompts=8, seq_len=256)
     add_heads_arg(p, HEADS)
-    p.add_argument("--layers", default=None, help="comma-separated layers to mask (default: every layer below the head's)")
+    p.add_argument(
+        "--layers", default=None, help="comma-separated layers to mask (default: every layer below the head's)"
+    )
     p.add_argument("--every", type=int, default=5, help="mask queries p with p %% every == 0")
     p.add_argument("--renormalize", action="store_true", help="renormalise masked rows to sum to 1")
     add_submatrix_args(p)
@@ -37,13 +49,26 @@ def main(argv=None):
     for l, h in exp.heads:
         name = head_name(l, h)
         layers = list(exp.checked.layers) if exp.checked.layers is not None else list(range(l))
-        pre = [prev_head_precondition(name, exp.diag[l, h]), layer_above(name, l, 0),
-               Precondition("every masked layer lies below the head's own", bool(layers) and max(layers) < l,
-                            f"the masked layers {layers} do not all lie below {name}'s layer {l}")]
+        pre = [
+            prev_head_precondition(name, exp.diag[l, h]),
+            layer_above(name, l, 0),
+            Precondition(
+                "every masked layer lies below the head's own",
+                bool(layers) and max(layers) < l,
+                f"the masked layers {layers} do not all lie below {name}'s layer {l}",
+            ),
+        ]
         if not layers or max(layers) >= l:
             results.append({"head": name, "masked_layers": layers})
-            claims.append(judge_claim("mask_disrupts", {"head": name, "masked_layers": layers}, value=(0.0, 0.0),
-                                      preconditions=pre, head=name))
+            claims.append(
+                judge_claim(
+                    "mask_disrupts",
+                    {"head": name, "masked_layers": layers},
+                    value=(0.0, 0.0),
+                    preconditions=pre,
+                    head=name,
+                )
+            )
             continue
         iv = mask_previous_attention(args.every, layers, args.renormalize)
         cmp = compare_head_patterns(model, prompts, (l, h), iv.hooks(model))
@@ -52,17 +77,37 @@ def main(argv=None):
         panels[f"{name} clean"] = clean
         panels[f"{name} masked (layers {layers}, every {args.every})"] = masked
         results.append({"head": name, "masked_layers": layers, "every": args.every, **cmp})
-        claims.append(judge_claim("mask_disrupts", {"head": name, "masked_layers": layers,
-                                                    "prev_mass_clean": cmp["prev_score_clean"],
-                                                    "prev_mass_masked": cmp["prev_score_intervened"]},
-                                  value=(cmp["prev_score_clean"], cmp["prev_score_intervened"]), preconditions=pre,
-                                  head=name, shown=f"{cmp['relative_drop']:.0%} lower"))
+        claims.append(
+            judge_claim(
+                "mask_disrupts",
+                {
+                    "head": name,
+                    "masked_layers": layers,
+                    "prev_mass_clean": cmp["prev_score_clean"],
+                    "prev_mass_masked": cmp["prev_score_intervened"],
+                },
+                value=(cmp["prev_score_clean"], cmp["prev_score_intervened"]),
+                preconditions=pre,
+                head=name,
+                shown=f"{cmp['relative_drop']:.0%} lower",
+            )
+        )
     if panels:
-        out.figure(heatmap_grid(panels, cols=2, zrange=(0, 1), tokens=tokens, x0=start, mark_offset=1,
-                                colorbar_title="attention",
-                                title=f"{exp.label}: attention submatrix, clean vs previous position masked below<br>"
-                                      f"<sup>prompt 0 ({exp.source}); dotted: previous token</sup>"),
-                   "mask_prev_attention", width=1100)
+        out.figure(
+            heatmap_grid(
+                panels,
+                cols=2,
+                zrange=(0, 1),
+                tokens=tokens,
+                x0=start,
+                mark_offset=1,
+                colorbar_title="attention",
+                title=f"{exp.label}: attention submatrix, clean vs previous position masked below<br>"
+                f"<sup>prompt 0 ({exp.source}); dotted: previous token</sup>",
+            ),
+            "mask_prev_attention",
+            width=1100,
+        )
     out.summary({**exp.describe(), "every": args.every, "results": results}, claims)
     out.commit()
 

@@ -12,6 +12,7 @@ extended-embedding averaging contrast, the post's edit. Part 2, the story: every
 (results/<script>/<model>/), in three columns: this model, the --compare model (its latest results, when it has
 any) and the post's GPT-2 numbers. Writes report.html and summary.json under results/mini_gpt2_report/<model>/.
 """
+
 import html
 from pathlib import Path
 
@@ -29,17 +30,25 @@ from gpt2_posheads.report.plotting import heatmap
 
 # The causal story of the post, in order: which script's claim answers each step.
 STORY = [
-    ("rank_prev_heads", "sharp_prev_head"), ("rank_prev_heads", "sharpest_stands_alone"),
-    ("rank_prev_heads", "aggregator_above_layer0"), ("rank_prev_heads", "half_prev_heads"),
-    ("raw_scores_taxonomy", "early_self_suppressing"), ("raw_scores_taxonomy", "aggregator_prev_boosting"),
+    ("rank_prev_heads", "sharp_prev_head"),
+    ("rank_prev_heads", "sharpest_stands_alone"),
+    ("rank_prev_heads", "aggregator_above_layer0"),
+    ("rank_prev_heads", "half_prev_heads"),
+    ("raw_scores_taxonomy", "early_self_suppressing"),
+    ("raw_scores_taxonomy", "aggregator_prev_boosting"),
     ("mask_prev_attention", "mask_disrupts"),
-    ("pos_embed_averaging", "avg_prev_heads_unaffected"), ("pos_embed_averaging", "avg_output_unchanged"),
+    ("pos_embed_averaging", "avg_prev_heads_unaffected"),
+    ("pos_embed_averaging", "avg_output_unchanged"),
     ("pos_embed_averaging", "avg_breaks_down"),
     ("ext_pos_averaging", "ext_avg_hurts_early_more"),
     ("l4h11_edit", "edit_moves_copy"),
-    ("prev_head_sources", "sources_upstream"), ("prev_head_sources", "sources_named_heads"),
-    ("pos_embed_helix", "wpos_helix"), ("pos_embed_helix", "ext_helix"),
-    ("ext_pos_vs_wpe", "ext_same_subspace"), ("ext_pos_vs_wpe", "ext_sparser"), ("ext_pos_vs_wpe", "ext_token_independent"),
+    ("prev_head_sources", "sources_upstream"),
+    ("prev_head_sources", "sources_named_heads"),
+    ("pos_embed_helix", "wpos_helix"),
+    ("pos_embed_helix", "ext_helix"),
+    ("ext_pos_vs_wpe", "ext_same_subspace"),
+    ("ext_pos_vs_wpe", "ext_sparser"),
+    ("ext_pos_vs_wpe", "ext_token_independent"),
 ]
 CONTRAST = {"mini-gpt2": "data/mini-gpt2-wpos", "mini-gpt2-wpos": "data/mini-gpt2"}
 
@@ -50,9 +59,18 @@ def story_rows(slug: str) -> dict[str, dict]:
     for script, key in STORY:
         path = RESULTS / script / slug / "summary.json"
         found = [c for c in read_json(path).get("claims", []) if c.get("key") == key] if path.exists() else []
-        rows[key] = found[0] if found else {"claim": CLAIMS[key].claim, "post": CLAIMS[key].post, "measured": "",
-                                            "verdict": "not testable", "rule": CLAIMS[key].rule.text,
-                                            "why": f"{script} has not run on this model (no {path.relative_to(REPO_ROOT)})"}
+        rows[key] = (
+            found[0]
+            if found
+            else {
+                "claim": CLAIMS[key].claim,
+                "post": CLAIMS[key].post,
+                "measured": "",
+                "verdict": "not testable",
+                "rule": CLAIMS[key].rule.text,
+                "why": f"{script} has not run on this model (no {path.relative_to(REPO_ROOT)})",
+            }
+        )
     return rows
 
 
@@ -61,16 +79,26 @@ def _cell(c: dict | None) -> str:
         return "<td>-</td>"
     colour = {"held": "#1a7f37", "not held": "#cf222e"}.get(c["verdict"], "#6e7781")
     head = f" ({html.escape(c['head'])})" if c.get("head") else ""
-    return (f"<td><b style='color:{colour}'>{html.escape(c['verdict'])}</b>{head}<br>{html.escape(c.get('shown', ''))}"
-            f"<br><i>{html.escape(c.get('why', ''))}</i></td>")
+    return (
+        f"<td><b style='color:{colour}'>{html.escape(c['verdict'])}</b>{head}<br>{html.escape(c.get('shown', ''))}"
+        f"<br><i>{html.escape(c.get('why', ''))}</i></td>"
+    )
 
 
-def page(title: str, targets: list[dict], story: dict, contrast: dict | None, contrast_name: str, figs: list[str]) -> str:
-    t_rows = "".join(f"<tr><td>{html.escape(c['claim'])}{' <small>(route)</small>' if c.get('key') in ROUTE_TARGETS else ''}"
-                     f"</td><td>{html.escape(c['post'])}</td>{_cell(c)}<td>{html.escape(c['rule'])}</td></tr>" for c in targets)
-    s_rows = "".join(f"<tr><td>{html.escape(CLAIMS[k].claim)}</td>{_cell(story[k])}"
-                     f"{_cell(contrast.get(k)) if contrast else '<td>(not run)</td>'}<td>{html.escape(CLAIMS[k].post)}</td>"
-                     f"<td>{html.escape(CLAIMS[k].rule.text)}</td></tr>" for _, k in STORY)
+def page(
+    title: str, targets: list[dict], story: dict, contrast: dict | None, contrast_name: str, figs: list[str]
+) -> str:
+    t_rows = "".join(
+        f"<tr><td>{html.escape(c['claim'])}{' <small>(route)</small>' if c.get('key') in ROUTE_TARGETS else ''}"
+        f"</td><td>{html.escape(c['post'])}</td>{_cell(c)}<td>{html.escape(c['rule'])}</td></tr>"
+        for c in targets
+    )
+    s_rows = "".join(
+        f"<tr><td>{html.escape(CLAIMS[k].claim)}</td>{_cell(story[k])}"
+        f"{_cell(contrast.get(k)) if contrast else '<td>(not run)</td>'}<td>{html.escape(CLAIMS[k].post)}</td>"
+        f"<td>{html.escape(CLAIMS[k].rule.text)}</td></tr>"
+        for _, k in STORY
+    )
     links = " · ".join(f'<a href="{html.escape(f)}">{html.escape(f)}</a>' for f in figs)
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>
 body{{font-family:sans-serif;margin:2em;max-width:1400px}}table{{border-collapse:collapse;font-size:13px}}
@@ -78,7 +106,8 @@ td,th{{border:1px solid #ccc;padding:4px 6px;vertical-align:top}}th{{background:
 <h1>{html.escape(title)}</h1><h2>1. The targets</h2>
 <table><tr><th>target</th><th>GPT-2 (post)</th><th>this model</th><th>rule</th></tr>{t_rows}</table>
 <h2>2. The post's causal story, claim by claim</h2>
-<table><tr><th>claim</th><th>this model</th><th>{html.escape(contrast_name)}</th><th>GPT-2 small (post)</th><th>rule</th></tr>
+<table><tr><th>claim</th><th>this model</th><th>{html.escape(contrast_name)}</th><th>GPT-2 small (post)</th>
+<th>rule</th></tr>
 {s_rows}</table><p>Figures: {links}</p></body></html>"""
 
 
@@ -86,9 +115,15 @@ def main(argv=None):
     p = experiment_parser(__doc__)
     p.add_argument("--n-prompts", type=int, default=32, help="held-out text prompts (WikiText-2 held-out split)")
     p.add_argument("--seq-len", type=int, default=256, help="tokens per prompt (capped at n_ctx)")
-    p.add_argument("--compare", default=None, help="a second model folder whose latest claim results fill the middle "
-                   "column (default: the other shipped organism)")
-    p.add_argument("--skip-scripts", action="store_true", help="only the targets; reuse the claim scripts' last results")
+    p.add_argument(
+        "--compare",
+        default=None,
+        help="a second model folder whose latest claim results fill the middle "
+        "column (default: the other shipped organism)",
+    )
+    p.add_argument(
+        "--skip-scripts", action="store_true", help="only the targets; reuse the claim scripts' last results"
+    )
     args = p.parse_args(argv)
     positive("--n-prompts", args.n_prompts)
     check_model_dir(args.compare)
@@ -102,23 +137,48 @@ def main(argv=None):
     text[:, 0] = model.tokenizer.bos_token_id
     claims, m = organism_targets(model, text, heldout=stream, seed=args.seed)
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    out.figure(heatmap(m["induction_scores"], x=list(range(H)), y=list(range(L)), zmin=0, zmax=1,
-                       colorbar=dict(title="score"), xlabel="head", ylabel="layer",
-                       title=f"{exp.label}: induction score<br><sup>attention to the token after the earlier occurrence"
-                             f"</sup>"), "induction_scores")
+    out.figure(
+        heatmap(
+            m["induction_scores"],
+            x=list(range(H)),
+            y=list(range(L)),
+            zmin=0,
+            zmax=1,
+            colorbar=dict(title="score"),
+            xlabel="head",
+            ylabel="layer",
+            title=f"{exp.label}: induction score<br><sup>attention to the token after the earlier occurrence</sup>",
+        ),
+        "induction_scores",
+    )
     grid = [[float("nan")] * H for _ in range(L)]
     for r in m["ranking_text"].itertuples():
         grid[r.layer][r.head] = r.ratio if r.is_prev_token else float("nan")
-    out.figure(heatmap(grid, x=list(range(H)), y=list(range(L)), zmin=0, zmax=1, colorscale="Viridis_r",
-                       colorbar=dict(title="ratio"), xlabel="head", ylabel="layer",
-                       title=f"{exp.label}: previous-token ratio on held-out text<br><sup>lower = sharper; blank = not a "
-                             f"previous-token head</sup>"), "prev_token_ratio")
+    out.figure(
+        heatmap(
+            grid,
+            x=list(range(H)),
+            y=list(range(L)),
+            zmin=0,
+            zmax=1,
+            colorscale="Viridis_r",
+            colorbar=dict(title="ratio"),
+            xlabel="head",
+            ylabel="layer",
+            title=f"{exp.label}: previous-token ratio on held-out text<br><sup>lower = sharper; blank = not a "
+            f"previous-token head</sup>",
+        ),
+        "prev_token_ratio",
+    )
     print(claims_table(claims))
 
     slug = Path(args.model_dir).resolve().name if args.model_dir else args.model.replace("/", "--")
     if not args.skip_scripts:
-        margs = (["--model-dir", args.model_dir] if args.model_dir else ["--model", args.model]) + \
-                (["--device", args.device] if args.device else []) + (["--no-png"] if args.no_png else [])
+        margs = (
+            (["--model-dir", args.model_dir] if args.model_dir else ["--model", args.model])
+            + (["--device", args.device] if args.device else [])
+            + (["--no-png"] if args.no_png else [])
+        )
         for i, name in enumerate(MODEL_SCRIPTS, 1):
             print(f"\n=== [{i}/{len(MODEL_SCRIPTS)}] {name}", flush=True)
             if run_experiment(name, margs) == 130:
@@ -126,15 +186,33 @@ def main(argv=None):
     story = story_rows(slug)
     contrast_dir = args.compare or CONTRAST.get(slug)
     contrast_slug = Path(contrast_dir).resolve().name if contrast_dir else None
-    contrast = story_rows(contrast_slug) if contrast_slug and (RESULTS / "rank_prev_heads" / contrast_slug).exists() else None
+    contrast = (
+        story_rows(contrast_slug) if contrast_slug and (RESULTS / "rank_prev_heads" / contrast_slug).exists() else None
+    )
     print("\nthe post's causal story on this model:\n" + claims_table([story[k] for _, k in STORY]))
     figs = [f.name for f in out.written if f.suffix == ".html"]
     report = out.path("report.html")
-    report.write_text(page(f"{exp.label} as a model organism of the GPT-2 post", [c.as_dict() for c in claims], story,
-                           contrast, contrast_dir or "(no comparison model)", figs), encoding="utf-8")
-    out.summary({**exp.describe(), "targets": {k: v for k, v in m.items() if k not in ("induction_scores", "ranking_text")},
-                 "reference_heldout": REFERENCE_HELDOUT, "compare": contrast_dir,
-                 "story": [{**story[k], "key": k} for _, k in STORY]}, claims)
+    report.write_text(
+        page(
+            f"{exp.label} as a model organism of the GPT-2 post",
+            [c.as_dict() for c in claims],
+            story,
+            contrast,
+            contrast_dir or "(no comparison model)",
+            figs,
+        ),
+        encoding="utf-8",
+    )
+    out.summary(
+        {
+            **exp.describe(),
+            "targets": {k: v for k, v in m.items() if k not in ("induction_scores", "ranking_text")},
+            "reference_heldout": REFERENCE_HELDOUT,
+            "compare": contrast_dir,
+            "story": [{**story[k], "key": k} for _, k in STORY],
+        },
+        claims,
+    )
     out.commit()
 
 

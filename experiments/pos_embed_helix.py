@@ -6,6 +6,7 @@
 The extended positional embeddings (the residual stream on repeated-token prompts, centred) exist for every
 model; W_pos's helix only for a model with learned absolute positions (else that claim is not testable).
 """
+
 from pathlib import Path
 
 from gpt2_posheads.analysis.geometry import pca
@@ -31,8 +32,12 @@ def shown(evr) -> str:
 def main(argv=None):
     p = experiment_parser(__doc__)
     p.add_argument("--w-pos", default=None, help=".npy file of W_pos: plot it without loading a model")
-    p.add_argument("--layer", type=int, default=2, help="layer of the extended positional embeddings (0..n_layers; "
-                   "n_layers = the final residual stream)")
+    p.add_argument(
+        "--layer",
+        type=int,
+        default=2,
+        help="layer of the extended positional embeddings (0..n_layers; n_layers = the final residual stream)",
+    )
     p.add_argument("--n-prompts", type=int, default=16, help="repeated-token prompts to average")
     p.add_argument("--seq-len", type=int, default=None, help="positions (default n_ctx; capped at it, and said)")
     args = p.parse_args(argv)
@@ -44,10 +49,16 @@ def main(argv=None):
         out = Output.open(target, "pos_embed_helix", png=not args.no_png, force=args.force)
         fig, evr = helix_figure(centred_w_pos(w), f"W_pos from {args.w_pos}: top-3 PCA")
         out.figure(fig, "w_pos_helix")
-        summary = {"model": Path(args.w_pos).stem, "w_pos": {"source": args.w_pos, "shape": list(w.shape),
-                                                             "explained_variance_top3": evr,
-                                                             "row0_norm": float(w[0].norm()),
-                                                             "last_row_norm": float(w[-1].norm())}}
+        summary = {
+            "model": Path(args.w_pos).stem,
+            "w_pos": {
+                "source": args.w_pos,
+                "shape": list(w.shape),
+                "explained_variance_top3": evr,
+                "row0_norm": float(w[0].norm()),
+                "last_row_norm": float(w[-1].norm()),
+            },
+        }
         claims = [judge_claim("wpos_helix", {"top3": evr}, value=[float(x) for x in evr], shown=shown(evr))]
     else:
         exp = setup(args, __file__, prompts=False, ranking=False, layer_final=True)
@@ -64,15 +75,28 @@ def main(argv=None):
             summary["w_pos"] = {"explained_variance_top3": evr}
             claims.append(judge_claim("wpos_helix", {"top3": evr}, value=[float(x) for x in evr], shown=shown(evr)))
         else:
-            claims.append(judge_claim("wpos_helix", {"not_applicable": reason}, value=[float("nan")] * 3,
-                                      preconditions=[Precondition("the model has W_pos", False, reason)]))
-        ext = extended_pos_embeddings(model, args.layer, n_prompts=args.n_prompts, seq_len=seq_len, seed=args.seed,
-                                      progress=True)
+            claims.append(
+                judge_claim(
+                    "wpos_helix",
+                    {"not_applicable": reason},
+                    value=[float("nan")] * 3,
+                    preconditions=[Precondition("the model has W_pos", False, reason)],
+                )
+            )
+        ext = extended_pos_embeddings(
+            model, args.layer, n_prompts=args.n_prompts, seq_len=seq_len, seed=args.seed, progress=True
+        )
         fig2, evr2 = helix_figure(ext, f"{exp.label}: extended positional embeddings at layer {args.layer}, top-3 PCA")
         out.figure(fig2, f"ext_pos_helix_L{args.layer}")
         summary["ext"] = {"explained_variance_top3": evr2}
-        claims.append(judge_claim("ext_helix", {"layer": args.layer, "top3": evr2}, value=[float(x) for x in evr2],
-                                  shown=f"layer {args.layer}: " + shown(evr2)))
+        claims.append(
+            judge_claim(
+                "ext_helix",
+                {"layer": args.layer, "top3": evr2},
+                value=[float(x) for x in evr2],
+                shown=f"layer {args.layer}: " + shown(evr2),
+            )
+        )
     for k, v in summary.items():
         if isinstance(v, dict) and "explained_variance_top3" in v:
             e = [round(float(x), 3) for x in v["explained_variance_top3"]]

@@ -12,14 +12,23 @@ the drop, query and key side by side. Default heads on a model other than GPT-2 
 previous-token head (the aggregator) and the sharpest previous-token head below it. A head in layer 0 has
 nothing upstream: given with --heads it is an error; as the model's aggregator, its claims are not testable.
 """
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from gpt2_posheads.analysis.sources import ABLATIONS, composition_scores, drop_grid, path_ablation, sources_summary
 from gpt2_posheads.claims.gpt2_post import POST_SOURCES, judge_claim, layer_above, prev_head_precondition
 from gpt2_posheads.claims.verdicts import Precondition
-from gpt2_posheads.cli import (HeadDefault, add_heads_arg, add_prompt_args, experiment_parser, main_entry, note, positive,
-                               setup)
+from gpt2_posheads.cli import (
+    HeadDefault,
+    add_heads_arg,
+    add_prompt_args,
+    experiment_parser,
+    main_entry,
+    note,
+    positive,
+    setup,
+)
 from gpt2_posheads.model.identity import is_gpt2_small
 from gpt2_posheads.model.validation import UsageError, head_name
 
@@ -50,17 +59,25 @@ def main(argv=None):
     agg = exp.head_names[0]
     pre_agg = [prev_head_precondition(agg, exp.diag[agg_l, agg_h]), layer_above(agg, agg_l, 0)]
     gpt2 = is_gpt2_small(model)
-    named_pre = Precondition("the model is GPT-2 small and the target is L4H11", gpt2 and agg == "L4H11",
-                             "the post's head names only mean something on GPT-2 small's L4H11")
+    named_pre = Precondition(
+        "the model is GPT-2 small and the target is L4H11",
+        gpt2 and agg == "L4H11",
+        "the post's head names only mean something on GPT-2 small's L4H11",
+    )
     if not targets:
         print(f"{agg} sits in layer 0: nothing upstream to analyse")
-    fig = make_subplots(rows=max(1, len(targets)), cols=2, vertical_spacing=0.12,
-                        subplot_titles=[f"{head_name(l, h)}: {s} side" for l, h in targets for s in ("query", "key")])
+    fig = make_subplots(
+        rows=max(1, len(targets)),
+        cols=2,
+        vertical_spacing=0.12,
+        subplot_titles=[f"{head_name(l, h)}: {s} side" for l, h in targets for s in ("query", "key")],
+    )
     for i, (l, h) in enumerate(targets):
         name = head_name(l, h)
         print(f"\n{name}: path ablation over {l * H} upstream heads x 2 sides ({args.ablation})", flush=True)
-        df = path_ablation(model, prompts, l, h, ablation=args.ablation, pos_group=args.pos_group,
-                           batch_size=args.batch_size)
+        df = path_ablation(
+            model, prompts, l, h, ablation=args.ablation, pos_group=args.pos_group, batch_size=args.batch_size
+        )
         try:
             comp = composition_scores(model, l, h)
         except UsageError as e:
@@ -71,40 +88,81 @@ def main(argv=None):
             out.csv(comp, f"composition_{name}")
         out.csv(df, f"ablation_{name}")
         summ = sources_summary(df, prev_heads)
-        results[name] = {**summ, "pattern_check_max_abs_err": df.attrs.get("pattern_check_max_abs_err"),
-                         "top_rows": df.head(10)[["source", "side", "drop", "relative_drop", "prev_mass"]]}
-        print(df.head(10)[[c for c in ("source", "side", "drop", "relative_drop", "q_ratio", "k_ratio") if c in df]]
-              .to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+        results[name] = {
+            **summ,
+            "pattern_check_max_abs_err": df.attrs.get("pattern_check_max_abs_err"),
+            "top_rows": df.head(10)[["source", "side", "drop", "relative_drop", "prev_mass"]],
+        }
+        print(
+            df.head(10)[
+                [c for c in ("source", "side", "drop", "relative_drop", "q_ratio", "k_ratio") if c in df]
+            ].to_string(index=False, float_format=lambda x: f"{x:.4f}")
+        )
         zmax = max(1e-6, float(df["drop"].abs().max()))
         for j, side in enumerate(("query", "key")):
             g = drop_grid(df, l, H, side)
-            fig.add_trace(go.Heatmap(z=g.numpy(), x=list(range(H)), y=list(range(l)), zmin=-zmax, zmax=zmax, zmid=0,
-                                     colorscale="RdBu_r", showscale=(i == 0 and j == 0),
-                                     colorbar=dict(title="drop in prev. mass", tickformat=".2g"),
-                                     hovertemplate="L%{y}H%{x}: drop %{z:.4f}<extra></extra>"), row=i + 1, col=j + 1)
+            fig.add_trace(
+                go.Heatmap(
+                    z=g.numpy(),
+                    x=list(range(H)),
+                    y=list(range(l)),
+                    zmin=-zmax,
+                    zmax=zmax,
+                    zmid=0,
+                    colorscale="RdBu_r",
+                    showscale=(i == 0 and j == 0),
+                    colorbar=dict(title="drop in prev. mass", tickformat=".2g"),
+                    hovertemplate="L%{y}H%{x}: drop %{z:.4f}<extra></extra>",
+                ),
+                row=i + 1,
+                col=j + 1,
+            )
             fig.update_xaxes(title_text="head", dtick=1, row=i + 1, col=j + 1)
             fig.update_yaxes(title_text="layer", dtick=1, autorange="reversed", row=i + 1, col=j + 1)
         if (l, h) == (agg_l, agg_h):
             top10 = df[df.source.str.match(r"^L\d+H\d+$")].groupby("source")["drop"].max().nlargest(10).index
             named = [s for s in POST_SOURCES if s in set(top10)]
-            claims.append(judge_claim("sources_upstream", {k: summ[k] for k in ("top_sources", "sides",
-                                                                                 "n_prev_token_among_top", "top_drop",
-                                                                                 "wpos_drop")}, summ,
-                                      preconditions=pre_agg, head=agg,
-                                      shown=f"{summ['n_prev_token_among_top']} of the top 5 are previous-token heads"))
-            claims.append(judge_claim("sources_named_heads", {"named_in_top10": named} if named_pre.ok else
-                                      "n/a: not GPT-2 small's L4H11", named, preconditions=[named_pre], head=agg,
-                                      shown=f"{len(named)} of 6"))
+            claims.append(
+                judge_claim(
+                    "sources_upstream",
+                    {k: summ[k] for k in ("top_sources", "sides", "n_prev_token_among_top", "top_drop", "wpos_drop")},
+                    summ,
+                    preconditions=pre_agg,
+                    head=agg,
+                    shown=f"{summ['n_prev_token_among_top']} of the top 5 are previous-token heads",
+                )
+            )
+            claims.append(
+                judge_claim(
+                    "sources_named_heads",
+                    {"named_in_top10": named} if named_pre.ok else "n/a: not GPT-2 small's L4H11",
+                    named,
+                    preconditions=[named_pre],
+                    head=agg,
+                    shown=f"{len(named)} of 6",
+                )
+            )
     if not claims:  # the aggregator sits in layer 0: nothing upstream, both claims not testable
-        claims = [judge_claim("sources_upstream", {"head": agg}, {}, preconditions=pre_agg, head=agg),
-                  judge_claim("sources_named_heads", {"head": agg}, [], preconditions=[named_pre] + pre_agg, head=agg)]
+        claims = [
+            judge_claim("sources_upstream", {"head": agg}, {}, preconditions=pre_agg, head=agg),
+            judge_claim("sources_named_heads", {"head": agg}, [], preconditions=[named_pre] + pre_agg, head=agg),
+        ]
     if targets:
-        fig.update_layout(title=f"{exp.label}: drop in previous-token mass when one upstream head is removed from the "
-                                f"target's query or key input<br><sup>{args.ablation} ablation</sup>",
-                          height=420 * len(targets))
+        fig.update_layout(
+            title=f"{exp.label}: drop in previous-token mass when one upstream head is removed from the "
+            f"target's query or key input<br><sup>{args.ablation} ablation</sup>",
+            height=420 * len(targets),
+        )
         out.figure(fig, "prev_head_sources", width=1200)
-    out.summary({**exp.describe(), "ablation": args.ablation, "targets": [head_name(l, h) for l, h in targets],
-                 "results": results}, claims)
+    out.summary(
+        {
+            **exp.describe(),
+            "ablation": args.ablation,
+            "targets": [head_name(l, h) for l, h in targets],
+            "results": results,
+        },
+        claims,
+    )
     out.commit()
 
 

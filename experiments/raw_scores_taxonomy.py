@@ -9,19 +9,30 @@ vs peak (bright previous diagonal). CSV: the classification of all heads. Post: 
 heads, L4H11 prev-boosting. The aggregator is the model's sharpest previous-token head; "early" heads are
 the previous-token heads in layers below it.
 """
+
 import plotly.express as px
 
 from gpt2_posheads.analysis.diagonals import choose_aggregator, early_prev_heads
 from gpt2_posheads.analysis.scores import attention_scores, classify_prev_heads, score_profile
 from gpt2_posheads.claims.gpt2_post import judge_claim, layer_above, prev_head_precondition
 from gpt2_posheads.claims.verdicts import Precondition
-from gpt2_posheads.cli import (HeadDefault, add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser,
-                               main_entry, positive, setup, submatrix)
+from gpt2_posheads.cli import (
+    HeadDefault,
+    add_heads_arg,
+    add_prompt_args,
+    add_submatrix_args,
+    experiment_parser,
+    main_entry,
+    positive,
+    setup,
+    submatrix,
+)
 from gpt2_posheads.model.validation import head_name
 from gpt2_posheads.report.plotting import heatmap_grid
 
-HEADS = HeadDefault(("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2", "L4H11"), "top", n=4,
-                    what="heads whose raw scores are shown")
+HEADS = HeadDefault(
+    ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2", "L4H11"), "top", n=4, what="heads whose raw scores are shown"
+)
 
 
 def main(argv=None):
@@ -41,11 +52,23 @@ def main(argv=None):
     panels, start = {}, 0
     for (l, h), name in zip(exp.heads, exp.head_names):
         panels[name], start = submatrix(attention_scores(model, prompts[0], l, h)["raw"], args.start, args.size)
-    out.figure(heatmap_grid(panels, cols=4, colorscale="Greys_r", shared_scale=False, x0=start, tokens=tokens,
-                            mark_offset=1, colorbar_title="raw score", height_per_row=330,
-                            title=f"{exp.label}: raw attention scores before the causal mask<br><sup>prompt 0 "
-                                  f"({exp.source}); dotted: previous token</sup>"),
-               "raw_scores", width=1500)
+    out.figure(
+        heatmap_grid(
+            panels,
+            cols=4,
+            colorscale="Greys_r",
+            shared_scale=False,
+            x0=start,
+            tokens=tokens,
+            mark_offset=1,
+            colorbar_title="raw score",
+            height_per_row=330,
+            title=f"{exp.label}: raw attention scores before the causal mask<br><sup>prompt 0 "
+            f"({exp.source}); dotted: previous token</sup>",
+        ),
+        "raw_scores",
+        width=1500,
+    )
 
     profile = score_profile(model, prompts, window=args.window, progress=True)
     df = classify_prev_heads(profile, threshold=args.threshold)
@@ -55,9 +78,17 @@ def main(argv=None):
     rank = exp.ranking
     df["is_prev_token"] = df.name.isin(set(rank[rank.is_prev_token].name))
     out.csv(df, "classification")
-    fig = px.scatter(df, x="dip", y="peak", color="label", text="name", symbol="is_prev_token", hover_data=["trend"],
-                     title=f"{exp.label}: score profile<br><sup>dip at the current token vs peak at the previous token "
-                           f"(std units)</sup>")
+    fig = px.scatter(
+        df,
+        x="dip",
+        y="peak",
+        color="label",
+        text="name",
+        symbol="is_prev_token",
+        hover_data=["trend"],
+        title=f"{exp.label}: score profile<br><sup>dip at the current token vs peak at the previous token "
+        f"(std units)</sup>",
+    )
     fig.update_traces(textposition="top center", textfont_size=8)
     out.figure(fig, "taxonomy")
     chosen = df[df.name.isin(exp.head_names)]
@@ -71,21 +102,46 @@ def main(argv=None):
     agg_label = df.set_index("name").loc[agg, "label"]
     pre_agg = [prev_head_precondition(agg, exp.diag[agg_l, agg_h])]
     claims = [
-        judge_claim("early_self_suppressing", {"aggregator": agg, "early_prev_heads": early.name.tolist(),
-                                               "self_suppressing": early[early.label == "self_suppressing"].name.tolist()},
-                    value=(n_self, len(early)), head=",".join(early.name),
-                    shown=f"{n_self} of {len(early)} self-suppressing",
-                    preconditions=pre_agg + [Precondition("there are previous-token heads below the aggregator",
-                                                          len(early) > 0, f"no previous-token head sits below {agg} "
-                                                                          f"(layer {agg_l})")]),
-        judge_claim("aggregator_prev_boosting", {"head": agg, "label": agg_label}, value=(agg, agg_label), head=agg,
-                    shown=str(agg_label).replace("_", "-"), preconditions=pre_agg + [layer_above(agg, agg_l, 0)]),
+        judge_claim(
+            "early_self_suppressing",
+            {
+                "aggregator": agg,
+                "early_prev_heads": early.name.tolist(),
+                "self_suppressing": early[early.label == "self_suppressing"].name.tolist(),
+            },
+            value=(n_self, len(early)),
+            head=",".join(early.name),
+            shown=f"{n_self} of {len(early)} self-suppressing",
+            preconditions=pre_agg
+            + [
+                Precondition(
+                    "there are previous-token heads below the aggregator",
+                    len(early) > 0,
+                    f"no previous-token head sits below {agg} (layer {agg_l})",
+                )
+            ],
+        ),
+        judge_claim(
+            "aggregator_prev_boosting",
+            {"head": agg, "label": agg_label},
+            value=(agg, agg_label),
+            head=agg,
+            shown=str(agg_label).replace("_", "-"),
+            preconditions=pre_agg + [layer_above(agg, agg_l, 0)],
+        ),
     ]
-    out.summary({
-        **exp.describe(), "window": w, "threshold": args.threshold, "label_counts": df.label.value_counts().to_dict(),
-        "aggregator": agg, "early_prev_heads": early[["name", "dip", "peak", "trend", "label"]],
-        "chosen_heads": chosen[["name", "dip", "peak", "trend", "label"]],
-    }, claims)
+    out.summary(
+        {
+            **exp.describe(),
+            "window": w,
+            "threshold": args.threshold,
+            "label_counts": df.label.value_counts().to_dict(),
+            "aggregator": agg,
+            "early_prev_heads": early[["name", "dip", "peak", "trend", "label"]],
+            "chosen_heads": chosen[["name", "dip", "peak", "trend", "label"]],
+        },
+        claims,
+    )
     out.commit()
 
 

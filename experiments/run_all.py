@@ -11,6 +11,7 @@ a failing one is reported and the others still run. Ctrl-C stops the job and sti
 what finished is shown with the time it was measured, the interrupted script and those that did not run are
 marked. The run record is results/run_all.json.
 """
+
 import sys
 import time
 from pathlib import Path
@@ -30,8 +31,11 @@ SHIPPED = ("data/mini-gpt2", "data/mini-gpt2-wpos")
 
 def main(argv=None):
     p = Parser(description=__doc__)
-    p.add_argument("--model-dirs", default=",".join(SHIPPED), help="comma-separated local model folders the GPT-2 "
-                   "post's scripts run on ('' for none)")
+    p.add_argument(
+        "--model-dirs",
+        default=",".join(SHIPPED),
+        help="comma-separated local model folders the GPT-2 post's scripts run on ('' for none)",
+    )
     p.add_argument("--models", default="", help="comma-separated Hugging Face hub names too, e.g. gpt2 (needs the hub)")
     p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N")
     p.add_argument("--quick", action="store_true", help="toy scripts as smoke tests (their claims: not testable)")
@@ -47,8 +51,12 @@ def main(argv=None):
             raise UsageError("--model-dirs", e.problem, e.allowed, e.hint) from None
     hub = [m.strip() for m in args.models.split(",") if m.strip()]
     if hub and not hub_reachable():
-        raise UsageError("--models", f"{', '.join(hub)} need the Hugging Face hub, which is unreachable",
-                         "hub names on a machine with internet", "or --model-dirs with local copies")
+        raise UsageError(
+            "--models",
+            f"{', '.join(hub)} need the Hugging Face hub, which is unreachable",
+            "hub names on a machine with internet",
+            "or --model-dirs with local copies",
+        )
     check_device(args.device)
     scripts = list(MODEL_SCRIPTS + TOY_SCRIPTS)
     if args.only:
@@ -68,18 +76,26 @@ def main(argv=None):
         raise UsageError("--model-dirs", "no model and no toy script to run", "at least one model folder or script")
     RESULTS.mkdir(parents=True, exist_ok=True)
     lock = acquire_lock(RESULTS, "run_all")
-    record = {"started": now_iso(), "machine": machine_description(), "quick": args.quick, "models": [m[1] for m in models],
-              "jobs": [{"script": s, "model": m, "status": "not run"} for s, m, _ in jobs]}
+    record = {
+        "started": now_iso(),
+        "machine": machine_description(),
+        "quick": args.quick,
+        "models": [m[1] for m in models],
+        "jobs": [{"script": s, "model": m, "status": "not run"} for s, m, _ in jobs],
+    }
     failed, t_all = [], time.time()
     try:
-        for i, ((name, model, extra), rec) in enumerate(zip(jobs, record["jobs"]), start=1):
+        for i, ((name, _, extra), rec) in enumerate(zip(jobs, record["jobs"]), start=1):
             extra = extra + (["--no-png"] if args.no_png else [])
             print(f"\n=== [{i}/{len(jobs)}] {name} {' '.join(extra)}", flush=True)
             t = time.time()
             rec.update(status="running", started=now_iso())
             rc = run_experiment(name, extra)
-            rec.update(seconds=round(time.time() - t, 1), exit=rc,
-                       status="ok" if rc == 0 else "interrupted" if rc == 130 else "failed")
+            rec.update(
+                seconds=round(time.time() - t, 1),
+                exit=rc,
+                status="ok" if rc == 0 else "interrupted" if rc == 130 else "failed",
+            )
             print(f"=== {name}: {rec['status']} in {rec['seconds']:.0f} s", flush=True)
             if rc == 130:
                 raise KeyboardInterrupt
@@ -89,7 +105,13 @@ def main(argv=None):
             for kind, name in models:
                 print(f"\n=== attention explorer: {name}", flush=True)
                 model = load_model(name, device=args.device)
-                path = write_explorer(model, RESULTS / "explorer" / f"{Path(name).name if kind == '--model-dir' else name.replace('/', '--')}.html", name)
+                path = write_explorer(
+                    model,
+                    RESULTS
+                    / "explorer"
+                    / f"{Path(name).name if kind == '--model-dir' else name.replace('/', '--')}.html",
+                    name,
+                )
                 print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
     except KeyboardInterrupt:
         for rec in record["jobs"]:
@@ -105,7 +127,10 @@ def finish(record: dict, lock: Path, t_all: float, failed: list[str], code: int)
     write_json(RESULTS / "run_all.json", record)
     index = write_index(RESULTS)
     lock.unlink(missing_ok=True)
-    print(f"\nwrote {index} ({record['seconds'] / 60:.1f} min in all)" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    print(
+        f"\nwrote {index} ({record['seconds'] / 60:.1f} min in all)"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+    )
     return code
 
 

@@ -1,17 +1,83 @@
-"""gpt2_posheads: positional information and previous-token heads, in GPT-2 and in toy models."""
-from .analysis.diagonals import count_prev_heads, diagonal_attention, rank_from_diagonals, rank_prev_heads
+"""gpt2_posheads: positional information and previous-token heads, in GPT-2, in other transformers and in toy models.
+
+The package is layered; each layer imports only the ones above it in this list:
+
+* ``model``: loading (hub name or local folder, offline-safe), identity (GPT-2 small? which positions?), tokens,
+  forward passes that stop early, hook liveness, pattern edits, the hook-free fast path, precision;
+* ``analysis``: the diagonals and the one previous-token ratio, extended positional embeddings and their geometry,
+  raw scores and the taxonomy, induction, interventions, sources (composition, path ablation), the head atlas;
+* ``store``: the activation cache;
+* ``claims``: the verdict vocabulary and every post's claims as rules, the organism's targets;
+* ``report``: figures, the results page, the attention explorer;
+* ``cli``: options and checks, heads, output folders, the set-up of a script;
+* ``organism``: training the miniature GPT-2 model organism;
+* ``toy``: the sparse-attention toy models.
+
+The names below are the public face; everything is also importable from its module.
+"""
+
+from .analysis.atlas import head_table, ood_composition_scores
+from .analysis.diagonals import (
+    choose_aggregator,
+    count_prev_heads,
+    diagonal_attention,
+    prev_token_stats,
+    rank_from_diagonals,
+    rank_prev_heads,
+)
 from .analysis.induction import induction_scores
-from .analysis.interventions import (average_ext_pos_embed, average_pos_embed, edit_head_pattern, hooks_for,
-                            mask_previous_attention, scale_head_output)
-from .model.loading import ModelLoadError, gpt2_tokenizer, hub_reachable, load_model, make_random_model_dir
+from .analysis.interventions import (
+    average_ext_pos_embed,
+    average_pos_embed,
+    edit_head_pattern,
+    hooks_for,
+    mask_previous_attention,
+    scale_head_output,
+)
 from .analysis.posembed import extended_pos_embeddings, extended_pos_embeddings_by_layer, load_w_pos
 from .analysis.prompts import make_prompts
+from .analysis.scores import attention_scores, classify_prev_heads, score_profile
+from .analysis.sources import composition_scores, path_ablation
+from .model.identity import is_gpt2_small, position_kind
+from .model.loading import ModelLoadError, gpt2_tokenizer, hub_reachable, load_model, make_random_model_dir
 from .model.validation import UsageError
+from .report.explorer import write_explorer
+from .store.cache import PosheadsCache
 
 __all__ = [
-    "ModelLoadError", "UsageError", "average_ext_pos_embed", "average_pos_embed", "count_prev_heads",
-    "diagonal_attention", "edit_head_pattern", "extended_pos_embeddings", "extended_pos_embeddings_by_layer",
-    "gpt2_tokenizer", "hooks_for", "hub_reachable", "induction_scores", "load_model", "load_w_pos", "make_prompts",
-    "make_random_model_dir", "mask_previous_attention", "rank_from_diagonals", "rank_prev_heads", "scale_head_output",
+    "ModelLoadError",
+    "PosheadsCache",
+    "UsageError",
+    "attention_scores",
+    "average_ext_pos_embed",
+    "average_pos_embed",
+    "choose_aggregator",
+    "classify_prev_heads",
+    "composition_scores",
+    "count_prev_heads",
+    "diagonal_attention",
+    "edit_head_pattern",
+    "extended_pos_embeddings",
+    "extended_pos_embeddings_by_layer",
+    "gpt2_tokenizer",
+    "head_table",
+    "hooks_for",
+    "hub_reachable",
+    "induction_scores",
+    "is_gpt2_small",
+    "load_model",
+    "load_w_pos",
+    "make_prompts",
+    "make_random_model_dir",
+    "mask_previous_attention",
+    "ood_composition_scores",
+    "path_ablation",
+    "position_kind",
+    "prev_token_stats",
+    "rank_from_diagonals",
+    "rank_prev_heads",
+    "scale_head_output",
+    "score_profile",
+    "write_explorer",
 ]
-__version__ = "0.2.0"
+__version__ = "0.3.0"

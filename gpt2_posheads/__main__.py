@@ -1,9 +1,10 @@
 """``python -m gpt2_posheads`` (or ``gpt2-posheads``): list the experiments, or run one by name.
 
-    python -m gpt2_posheads                                   # list
-    python -m gpt2_posheads rank_prev_heads --model-dir data/mini-gpt2
-    python -m gpt2_posheads run_all --model-dir data/mini-gpt2 --quick
+python -m gpt2_posheads                                   # list
+python -m gpt2_posheads rank_prev_heads --model-dir data/mini-gpt2
+python -m gpt2_posheads run_all --model-dir data/mini-gpt2 --quick
 """
+
 from __future__ import annotations
 
 import difflib
@@ -24,8 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     name = argv[0].removesuffix(".py")
     if name not in experiments:
         near = difflib.get_close_matches(name, list(experiments), n=1)
-        print(f"error: experiment: {name!r} is unknown; allowed {', '.join(experiments)}"
-              + (f"; did you mean {near[0]}?" if near else ""), file=sys.stderr)
+        print(
+            f"error: experiment: {name!r} is unknown; allowed {', '.join(experiments)}"
+            + (f"; did you mean {near[0]}?" if near else ""),
+            file=sys.stderr,
+        )
         return 2
     return run_experiment(name, argv[1:])
 

@@ -1,4 +1,5 @@
 """Shared fixtures: small GPT-2-architecture models built here (random or with hand-set heads)."""
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,9 @@ MINI_DIR = REPO_ROOT / "data" / "mini-gpt2"
 
 
 def pytest_addoption(parser):
-    parser.addoption("--shared-dir", default=None, help="path to the shared/ data folder (GPT-2 W_pos, tokenizer, corpus)")
+    parser.addoption(
+        "--shared-dir", default=None, help="path to the shared/ data folder (GPT-2 W_pos, tokenizer, corpus)"
+    )
 
 
 def pytest_configure(config):
@@ -94,7 +97,9 @@ def handset_dir(tmp_path_factory, small_tokenizer):
     from gpt2_posheads import make_random_model_dir
 
     out = tmp_path_factory.mktemp("handset")
-    return make_random_model_dir(out, tokenizer=small_tokenizer, state_dict=handset_state_dict(len(small_tokenizer)), **HANDSET)
+    return make_random_model_dir(
+        out, tokenizer=small_tokenizer, state_dict=handset_state_dict(len(small_tokenizer)), **HANDSET
+    )
 
 
 @pytest.fixture(scope="session")
@@ -108,8 +113,9 @@ def handset_model(handset_dir):
 def tiny_dir(tmp_path_factory, small_tokenizer):
     from gpt2_posheads import make_random_model_dir
 
-    return make_random_model_dir(tmp_path_factory.mktemp("tiny"), n_layers=3, n_heads=4, d_model=64, n_ctx=64,
-                                 tokenizer=small_tokenizer, seed=1)
+    return make_random_model_dir(
+        tmp_path_factory.mktemp("tiny"), n_layers=3, n_heads=4, d_model=64, n_ctx=64, tokenizer=small_tokenizer, seed=1
+    )
 
 
 @pytest.fixture(scope="session")
@@ -141,30 +147,89 @@ def run_script(module_path: Path, argv: list[str]):
 ARCHITECTURES = ("gpt2", "gpt-neo", "opt", "pythia", "llama")
 
 
-def random_arch_dir(out: Path, arch: str, tokenizer, n_layers: int = 3, n_heads: int = 4, d_model: int = 64,
-                    n_ctx: int = 128, seed: int = 0) -> Path:
+def random_arch_dir(
+    out: Path,
+    arch: str,
+    tokenizer,
+    n_layers: int = 3,
+    n_heads: int = 4,
+    d_model: int = 64,
+    n_ctx: int = 128,
+    seed: int = 0,
+) -> Path:
     """A random-weight local Hugging Face folder of ``arch`` (``transformers`` config classes) with ``tokenizer``:
     GPT-2, GPT-Neo (global and local attention layers), OPT (learned absolute positions), Pythia (GPT-NeoX, partial
     rotary, parallel attention and MLP), Llama (rotary, RMSNorm, grouped-query attention)."""
-    from transformers import (GPT2Config, GPT2LMHeadModel, GPTNeoConfig, GPTNeoForCausalLM, GPTNeoXConfig,
-                              GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM, OPTConfig, OPTForCausalLM)
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        GPTNeoConfig,
+        GPTNeoForCausalLM,
+        GPTNeoXConfig,
+        GPTNeoXForCausalLM,
+        LlamaConfig,
+        LlamaForCausalLM,
+        OPTConfig,
+        OPTForCausalLM,
+    )
 
     V = len(tokenizer)
     common = dict(vocab_size=V, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
     cfg, cls = {
-        "gpt2": (GPT2Config(n_layer=n_layers, n_head=n_heads, n_embd=d_model, n_positions=n_ctx, **common), GPT2LMHeadModel),
-        "gpt-neo": (GPTNeoConfig(num_layers=n_layers, num_heads=n_heads, hidden_size=d_model, max_position_embeddings=n_ctx,
-                                 attention_types=[[["global", "local"], (n_layers + 1) // 2]] if n_layers % 2 == 0 else
-                                 [[["global", "local"], n_layers // 2], [["global"], 1]], window_size=16, **common),
-                    GPTNeoForCausalLM),
-        "opt": (OPTConfig(num_hidden_layers=n_layers, num_attention_heads=n_heads, hidden_size=d_model, ffn_dim=4 * d_model,
-                          max_position_embeddings=n_ctx, word_embed_proj_dim=d_model, **common), OPTForCausalLM),
-        "pythia": (GPTNeoXConfig(num_hidden_layers=n_layers, num_attention_heads=n_heads, hidden_size=d_model,
-                                 intermediate_size=4 * d_model, max_position_embeddings=n_ctx, rotary_pct=0.25, **common),
-                   GPTNeoXForCausalLM),
-        "llama": (LlamaConfig(num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_heads // 2,
-                              hidden_size=d_model, intermediate_size=2 * d_model, max_position_embeddings=n_ctx, **common),
-                  LlamaForCausalLM),
+        "gpt2": (
+            GPT2Config(n_layer=n_layers, n_head=n_heads, n_embd=d_model, n_positions=n_ctx, **common),
+            GPT2LMHeadModel,
+        ),
+        "gpt-neo": (
+            GPTNeoConfig(
+                num_layers=n_layers,
+                num_heads=n_heads,
+                hidden_size=d_model,
+                max_position_embeddings=n_ctx,
+                attention_types=[[["global", "local"], (n_layers + 1) // 2]]
+                if n_layers % 2 == 0
+                else [[["global", "local"], n_layers // 2], [["global"], 1]],
+                window_size=16,
+                **common,
+            ),
+            GPTNeoForCausalLM,
+        ),
+        "opt": (
+            OPTConfig(
+                num_hidden_layers=n_layers,
+                num_attention_heads=n_heads,
+                hidden_size=d_model,
+                ffn_dim=4 * d_model,
+                max_position_embeddings=n_ctx,
+                word_embed_proj_dim=d_model,
+                **common,
+            ),
+            OPTForCausalLM,
+        ),
+        "pythia": (
+            GPTNeoXConfig(
+                num_hidden_layers=n_layers,
+                num_attention_heads=n_heads,
+                hidden_size=d_model,
+                intermediate_size=4 * d_model,
+                max_position_embeddings=n_ctx,
+                rotary_pct=0.25,
+                **common,
+            ),
+            GPTNeoXForCausalLM,
+        ),
+        "llama": (
+            LlamaConfig(
+                num_hidden_layers=n_layers,
+                num_attention_heads=n_heads,
+                num_key_value_heads=n_heads // 2,
+                hidden_size=d_model,
+                intermediate_size=2 * d_model,
+                max_position_embeddings=n_ctx,
+                **common,
+            ),
+            LlamaForCausalLM,
+        ),
     }[arch]
     torch.manual_seed(seed)
     model = cls(cfg).eval()

@@ -1,5 +1,6 @@
 """Every model script on random-weight local folders of each architecture TransformerLens 4 loads (GPT-2, GPT-Neo,
 OPT, Pythia, Llama): each runs, or ends with its one 'not applicable' line and its claims not testable."""
+
 import json
 
 import pytest
@@ -32,8 +33,10 @@ ROTARY = {"pythia", "llama"}
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_every_script_on_every_architecture(script, arch, arch_dirs, tmp_path, capsys, shared):
     out = tmp_path / "out"
-    run_script(EXPERIMENTS / f"{script}.py", ["--model-dir", str(arch_dirs[arch]), "--out", str(out), "--no-png"]
-               + SCRIPTS[script])
+    run_script(
+        EXPERIMENTS / f"{script}.py",
+        ["--model-dir", str(arch_dirs[arch]), "--out", str(out), "--no-png"] + SCRIPTS[script],
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["claims"] and all(c["verdict"] in ("held", "not held", "not testable") for c in summary["claims"])
     if script == "pos_embed_averaging" and arch in ROTARY:  # W_pos interventions need learned positions
@@ -52,12 +55,15 @@ def test_analyses_are_exact_on_every_architecture(arch, arch_dirs):
     toks = torch.randint(1, model.cfg.d_vocab, (2, 24), generator=torch.Generator().manual_seed(0))
     _, cache = model.run_with_cache(toks[:1])
     s = attention_scores(model, toks[0], 1, 2)
-    torch.testing.assert_close(s["masked"].softmax(-1), cache["blocks.1.attn.hook_pattern"][0, 2].float(), atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        s["masked"].softmax(-1), cache["blocks.1.attn.hook_pattern"][0, 2].float(), atol=1e-4, rtol=0
+    )
     assert torch.isfinite(s["raw"]).all()  # the upper triangle the mask removes is there too
     if hook_status(model)["attn.hook_attn_scores"] == "live":  # where the hook holds scores (GPT-Neo's and OPT's hold
         tri = torch.ones(24, 24, dtype=torch.bool).tril()  # the pattern, and fire too late to matter)
-        torch.testing.assert_close(s["raw"][tri], cache["blocks.1.attn.hook_attn_scores"][0, 2][tri].float(),
-                                   atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            s["raw"][tri], cache["blocks.1.attn.hook_attn_scores"][0, 2][tri].float(), atol=1e-4, rtol=1e-4
+        )
     df = path_ablation(model, toks, 2, 1)
     clean = diagonal_attention(model, toks, progress=False)[2, 1, 1]
     assert df.attrs["pattern_check_max_abs_err"] < 1e-4

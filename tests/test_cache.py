@@ -5,13 +5,13 @@ import pytest
 import torch
 
 from gpt2_posheads import load_model, rank_prev_heads
-from gpt2_posheads.model.paths import REPO_ROOT
-from gpt2_posheads.store.cache import PosheadsCache
 from gpt2_posheads.analysis.diagonals import diagonal_attention
 from gpt2_posheads.analysis.geometry import principal_angles
 from gpt2_posheads.analysis.measures import next_token_probs
 from gpt2_posheads.analysis.posembed import extended_pos_embeddings
 from gpt2_posheads.analysis.scores import attention_scores
+from gpt2_posheads.model.paths import REPO_ROOT
+from gpt2_posheads.store.cache import PosheadsCache
 
 MINI = REPO_ROOT / "data" / "mini-gpt2"
 MINI_CACHE = REPO_ROOT / "data" / "mini-gpt2-cache.safetensors"
@@ -49,7 +49,9 @@ def test_ext_pos_recomputed_match_cache(mini):
         ext = extended_pos_embeddings(model, layer, n_prompts=cache.meta["ext_n_prompts"], seed=cache.meta["seed"])
         torch.testing.assert_close(ext, cache.ext_pos(layer), atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(extended_pos_embeddings(cache, layer), cache.ext_pos(layer))
-    torch.testing.assert_close(cache.ext_pos(0), cache.tensors["w_pos"] - cache.tensors["w_pos"].mean(0), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        cache.ext_pos(0), cache.tensors["w_pos"] - cache.tensors["w_pos"].mean(0), atol=1e-5, rtol=0
+    )
 
 
 def test_patterns_scores_and_repeat_probs_match_cache(mini):
@@ -69,8 +71,10 @@ def test_patterns_scores_and_repeat_probs_match_cache(mini):
 @pytest.fixture(scope="module")
 def gpt2_cache():
     if not GPT2_CACHE.exists():
-        pytest.skip(f"{GPT2_CACHE.relative_to(REPO_ROOT)} is absent: build it on a machine with the hub via "
-                    f"`python experiments/cache_activations.py --model gpt2`")
+        pytest.skip(
+            f"{GPT2_CACHE.relative_to(REPO_ROOT)} is absent: build it on a machine with the hub via "
+            f"`python experiments/cache_activations.py --model gpt2`"
+        )
     return PosheadsCache.load(GPT2_CACHE)
 
 
@@ -101,8 +105,8 @@ def test_mechanism_entries_match_recomputation(mini):
     """The cache's induction scores and the aggregator's previous-token masses are what the model gives."""
     import math
 
-    from gpt2_posheads.analysis.interventions import average_pos_embed
     from gpt2_posheads.analysis.induction import induction_scores
+    from gpt2_posheads.analysis.interventions import average_pos_embed
     from gpt2_posheads.model.validation import parse_head
 
     model, cache = mini
@@ -114,8 +118,9 @@ def test_mechanism_entries_match_recomputation(mini):
     assert cache.meta["aggregator"] == (above0 if len(above0) else rank).iloc[0]["name"]
     clean, masked, averaged = cache.tensors["mechanism.aggregator_prev_mass"].tolist()
     assert clean == pytest.approx(float(cache.diagonals[l, h, 1]), abs=1e-6)
-    avg = diagonal_attention(model, cache.tensors["prompts"], max_offset=2, progress=False,
-                             fwd_hooks=average_pos_embed(10).hooks(model))
+    avg = diagonal_attention(
+        model, cache.tensors["prompts"], max_offset=2, progress=False, fwd_hooks=average_pos_embed(10).hooks(model)
+    )
     assert averaged == pytest.approx(float(avg[l, h, 1]), abs=1e-5)
     assert math.isnan(masked) == (l == 0)  # nothing below layer 0 to mask
 
@@ -155,5 +160,6 @@ def test_sources_ranking_matches_cache(mini):
     assert next(iter(got)) == cache.meta["sources_order"][0]  # the largest effect is the same source and side
     none = df[df.source == "none"].iloc[0]
     assert none["drop"] == 0.0
-    assert none["clean_prev_mass"] == pytest.approx(float(diagonal_attention(
-        model, cache.tensors["prompts"][:16], max_offset=2, progress=False)[l, h, 1]), abs=1e-5)
+    assert none["clean_prev_mass"] == pytest.approx(
+        float(diagonal_attention(model, cache.tensors["prompts"][:16], max_offset=2, progress=False)[l, h, 1]), abs=1e-5
+    )

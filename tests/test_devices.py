@@ -1,8 +1,12 @@
 """Every analysis and intervention gives the same numbers on CUDA as on CPU (skipped without a GPU)."""
+
 import pytest
 import torch
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")),
+]
 
 
 @pytest.fixture(scope="module")
@@ -18,24 +22,41 @@ def prompts():
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_analyses_match_cpu(device, tiny_dir, cpu_model):
-    from gpt2_posheads import (average_pos_embed, diagonal_attention, extended_pos_embeddings, induction_scores,
-                               load_model, mask_previous_attention)
+    from gpt2_posheads import (
+        average_pos_embed,
+        diagonal_attention,
+        extended_pos_embeddings,
+        induction_scores,
+        load_model,
+        mask_previous_attention,
+    )
     from gpt2_posheads.analysis.measures import next_token_probs
     from gpt2_posheads.analysis.sources import path_ablation
 
     model = load_model(tiny_dir, device=device)
     p = prompts()
     tol = dict(atol=1e-4, rtol=1e-3, equal_nan=True)
-    torch.testing.assert_close(diagonal_attention(model, p, progress=False),
-                               diagonal_attention(cpu_model, p, progress=False), **tol)
+    torch.testing.assert_close(
+        diagonal_attention(model, p, progress=False), diagonal_attention(cpu_model, p, progress=False), **tol
+    )
     hooks = mask_previous_attention(5, [0, 1]).hooks(model)
-    torch.testing.assert_close(diagonal_attention(model, p, fwd_hooks=hooks, progress=False),
-                               diagonal_attention(cpu_model, p, fwd_hooks=mask_previous_attention(5, [0, 1]).hooks(cpu_model),
-                                                  progress=False), **tol)
-    torch.testing.assert_close(extended_pos_embeddings(model, 2, n_prompts=2, seq_len=32).cpu(),
-                               extended_pos_embeddings(cpu_model, 2, n_prompts=2, seq_len=32), atol=1e-4, rtol=1e-3)
-    torch.testing.assert_close(next_token_probs(model, p[0], average_pos_embed(5).hooks(model)),
-                               next_token_probs(cpu_model, p[0], average_pos_embed(5).hooks(cpu_model)), atol=1e-5, rtol=1e-3)
+    torch.testing.assert_close(
+        diagonal_attention(model, p, fwd_hooks=hooks, progress=False),
+        diagonal_attention(cpu_model, p, fwd_hooks=mask_previous_attention(5, [0, 1]).hooks(cpu_model), progress=False),
+        **tol,
+    )
+    torch.testing.assert_close(
+        extended_pos_embeddings(model, 2, n_prompts=2, seq_len=32).cpu(),
+        extended_pos_embeddings(cpu_model, 2, n_prompts=2, seq_len=32),
+        atol=1e-4,
+        rtol=1e-3,
+    )
+    torch.testing.assert_close(
+        next_token_probs(model, p[0], average_pos_embed(5).hooks(model)),
+        next_token_probs(cpu_model, p[0], average_pos_embed(5).hooks(cpu_model)),
+        atol=1e-5,
+        rtol=1e-3,
+    )
     a = path_ablation(model, p, 2, 1).set_index(["source", "side"])["prev_mass"]
     b = path_ablation(cpu_model, p, 2, 1).set_index(["source", "side"])["prev_mass"]
     assert (a - b.loc[a.index]).abs().max() < 1e-4

@@ -1,4 +1,5 @@
 """Every experiment script runs end to end on a tiny model (or in --quick mode) and writes its outputs."""
+
 import json
 
 import pytest
@@ -10,8 +11,15 @@ from conftest import EXPERIMENTS, load_script, run_script
 def script_model(tmp_path_factory, small_tokenizer):
     from gpt2_posheads import make_random_model_dir
 
-    return make_random_model_dir(tmp_path_factory.mktemp("script_model"), n_layers=3, n_heads=4, d_model=32,
-                                 n_ctx=256, tokenizer=small_tokenizer, seed=2)
+    return make_random_model_dir(
+        tmp_path_factory.mktemp("script_model"),
+        n_layers=3,
+        n_heads=4,
+        d_model=32,
+        n_ctx=256,
+        tokenizer=small_tokenizer,
+        seed=2,
+    )
 
 
 W = ["--prompts", "wikitext"]
@@ -19,12 +27,27 @@ GPT2_SCRIPTS = {
     "rank_prev_heads": W + ["--n-prompts", "3", "--seq-len", "48"],
     "pos_embed_helix": ["--layer", "2", "--n-prompts", "2", "--seq-len", "64"],
     "ext_pos_vs_wpe": ["--n-prompts", "2", "--n-token-dependence", "2", "--seq-len", "64"],
-    "pos_embed_averaging": W + ["--heads", "L1H0,L2H1", "--group-sizes", "1,5,20", "--n-prompts", "2", "--seq-len", "48"],
-    "mask_prev_attention": W + ["--heads", "L2H1", "--n-prompts", "2", "--seq-len", "48", "--start", "5", "--size", "20"],
-    "raw_scores_taxonomy": W + ["--heads", "L0H0,L2H3", "--n-prompts", "2", "--seq-len", "48", "--start", "5",
-                                "--size", "20"],
-    "ext_pos_averaging": W + ["--heads", "L1H0,L2H1", "--n-prompts", "2", "--seq-len", "48", "--start", "5",
-                              "--size", "20", "--ext-prompts", "2"],
+    "pos_embed_averaging": W
+    + ["--heads", "L1H0,L2H1", "--group-sizes", "1,5,20", "--n-prompts", "2", "--seq-len", "48"],
+    "mask_prev_attention": W
+    + ["--heads", "L2H1", "--n-prompts", "2", "--seq-len", "48", "--start", "5", "--size", "20"],
+    "raw_scores_taxonomy": W
+    + ["--heads", "L0H0,L2H3", "--n-prompts", "2", "--seq-len", "48", "--start", "5", "--size", "20"],
+    "ext_pos_averaging": W
+    + [
+        "--heads",
+        "L1H0,L2H1",
+        "--n-prompts",
+        "2",
+        "--seq-len",
+        "48",
+        "--start",
+        "5",
+        "--size",
+        "20",
+        "--ext-prompts",
+        "2",
+    ],
     "l4h11_edit": ["--heads", "L2H1", "--factors", "1,2"],
     "prev_head_sources": W + ["--heads", "L2H1", "--n-prompts", "2", "--seq-len", "48"],
     "cache_activations": W + ["--heads", "L1H0", "--n-prompts", "2", "--seq-len", "48", "--ext-prompts", "2"],
@@ -34,8 +57,10 @@ GPT2_SCRIPTS = {
 @pytest.mark.parametrize("script", sorted(GPT2_SCRIPTS))
 def test_gpt2_script_runs_on_tiny_model(script, script_model, tmp_path, shared):
     out = tmp_path / ("cache.safetensors" if script == "cache_activations" else "out")
-    run_script(EXPERIMENTS / f"{script}.py",
-               ["--model-dir", str(script_model), "--out", str(out), "--no-png"] + GPT2_SCRIPTS[script])
+    run_script(
+        EXPERIMENTS / f"{script}.py",
+        ["--model-dir", str(script_model), "--out", str(out), "--no-png"] + GPT2_SCRIPTS[script],
+    )
     if script == "cache_activations":
         assert out.stat().st_size > 0
         return
@@ -45,14 +70,19 @@ def test_gpt2_script_runs_on_tiny_model(script, script_model, tmp_path, shared):
         assert set(c) >= {"claim", "post", "measured", "rule", "verdict", "why"}
         assert c["verdict"] in ("held", "not held", "not testable") and c["rule"]
     if script != "pos_embed_helix":  # a random model has no mechanism: nothing about it may be "held" by accident
-        assert not [c for c in summary["claims"] if c.get("key") in ("sharp_prev_head", "edit_moves_copy",
-                                                                        "avg_output_unchanged", "mask_disrupts")
-                    and c["verdict"] == "held"]
+        assert not [
+            c
+            for c in summary["claims"]
+            if c.get("key") in ("sharp_prev_head", "edit_moves_copy", "avg_output_unchanged", "mask_disrupts")
+            and c["verdict"] == "held"
+        ]
 
 
 def test_helix_of_real_w_pos(shared, tmp_path):
-    run_script(EXPERIMENTS / "pos_embed_helix.py", ["--w-pos", str(shared / "gpt2-small" / "W_pos.npy"),
-                                                   "--out", str(tmp_path), "--no-png"])
+    run_script(
+        EXPERIMENTS / "pos_embed_helix.py",
+        ["--w-pos", str(shared / "gpt2-small" / "W_pos.npy"), "--out", str(tmp_path), "--no-png"],
+    )
     evr = json.loads((tmp_path / "summary.json").read_text())["w_pos"]["explained_variance_top3"]
     assert abs(sum(evr) - 0.90) < 0.02
 
@@ -61,17 +91,20 @@ def test_unknown_head_is_a_usage_error(script_model, tmp_path, shared):
     from gpt2_posheads import UsageError
 
     with pytest.raises(UsageError, match="unknown head L4H11"):
-        run_script(EXPERIMENTS / "l4h11_edit.py", ["--model-dir", str(script_model), "--out", str(tmp_path), "--no-png",
-                                                  "--heads", "L4H11"])
+        run_script(
+            EXPERIMENTS / "l4h11_edit.py",
+            ["--model-dir", str(script_model), "--out", str(tmp_path), "--no-png", "--heads", "L4H11"],
+        )
 
 
 def test_default_heads_are_the_models_own(script_model, tmp_path, shared):
     """On any model but GPT-2 small the post's head names are not defaults: the script measures the model's own
     aggregator (its sharpest previous-token head) and says so."""
+    from types import SimpleNamespace
+
     from gpt2_posheads import load_model, rank_prev_heads
     from gpt2_posheads.analysis.diagonals import choose_aggregator
     from gpt2_posheads.cli import corpus_prompts
-    from types import SimpleNamespace
 
     argv = ["--model-dir", str(script_model), "--out", str(tmp_path), "--no-png", "--prompts", "wikitext"]
     run_script(EXPERIMENTS / "l4h11_edit.py", argv)
@@ -86,6 +119,7 @@ def test_default_heads_are_the_models_own(script_model, tmp_path, shared):
 def fake_runner(results, calls, interrupt_at=None):
     """A stand-in for running a script: writes a summary the way the script would (the scripts themselves are
     tested above; here: the orchestration and the page)."""
+
     def run(name, args, check=False):
         calls.append((name, args))
         if name == interrupt_at:
@@ -93,12 +127,30 @@ def fake_runner(results, calls, interrupt_at=None):
         model = args[args.index("--model-dir") + 1] if "--model-dir" in args else None
         out = results / name / (model.rstrip("/").split("/")[-1] if model else "")
         out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps({
-            "script": name, "model": model, "figures": ["f.html"], "finished_at": "2026-11-23T10:00:00+00:00",
-            "claims": [{"key": f"{name}_c", "claim": f"claim of {name}", "post": "0.01", "measured": {"ratio": 0.0123456},
-                        "rule": "held if x", "verdict": "held" if model and "wpos" not in model else "not held",
-                        "why": "w", "head": "L1H2"}]}))
+        (out / "summary.json").write_text(
+            json.dumps(
+                {
+                    "script": name,
+                    "model": model,
+                    "figures": ["f.html"],
+                    "finished_at": "2026-11-23T10:00:00+00:00",
+                    "claims": [
+                        {
+                            "key": f"{name}_c",
+                            "claim": f"claim of {name}",
+                            "post": "0.01",
+                            "measured": {"ratio": 0.0123456},
+                            "rule": "held if x",
+                            "verdict": "held" if model and "wpos" not in model else "not held",
+                            "why": "w",
+                            "head": "L1H2",
+                        }
+                    ],
+                }
+            )
+        )
         return 0
+
     return run
 
 
@@ -167,7 +219,9 @@ def test_offline_hub_model_exits_with_message(tmp_path, monkeypatch):
         run_script(EXPERIMENTS / "rank_prev_heads.py", ["--model", "some-org/not-cached", "--out", str(tmp_path)])
 
 
-@pytest.mark.parametrize("script", ["toy_sticky_plateau", "toy_similar_content", "toy_prev_token", "toy_lost_in_middle"])
+@pytest.mark.parametrize(
+    "script", ["toy_sticky_plateau", "toy_similar_content", "toy_prev_token", "toy_lost_in_middle"]
+)
 def test_toy_script_quick(script, tmp_path):
     run_script(EXPERIMENTS / f"{script}.py", ["--quick", "--out", str(tmp_path), "--no-png", "--steps", "60"])
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -1,5 +1,6 @@
 """The offline attention explorer, rendered in a real browser (headless Chromium): what it draws for a hand-built
 model's known heads, and that it needs no network."""
+
 import re
 import shutil
 import subprocess
@@ -17,10 +18,24 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
 
 def rendered_summary(page, fragment: str, tmp_path) -> dict[str, str]:
     """``#summary``'s data attributes after the page's scripts ran in headless Chromium."""
-    dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                          "--disable-component-update", "--disable-sync", "--no-first-run",
-                          f"--user-data-dir={tmp_path / 'chromium'}", "--dump-dom", f"{page.as_uri()}#{fragment}"],
-                         capture_output=True, text=True, timeout=60).stdout
+    dom = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'chromium'}",
+            "--dump-dom",
+            f"{page.as_uri()}#{fragment}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     tag = re.search(r'<div id="summary"([^>]*)>', dom)
     assert tag, dom[:500]
     return dict(re.findall(r'data-([a-z-]+)="([^"]*)"', tag.group(1)))

@@ -1,15 +1,17 @@
 """The hook-free fast path reproduces the TransformerLens pass, checks itself, and steps aside for hooks."""
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import MINI_DIR
 from gpt2_posheads import load_model
-from gpt2_posheads.model import fastpath
 from gpt2_posheads.analysis.diagonals import diagonal_attention
-from gpt2_posheads.model.fastpath import FastPathUnsupported, fast_forward
 from gpt2_posheads.analysis.interventions import mask_previous_attention
 from gpt2_posheads.analysis.posembed import extended_pos_embeddings_by_layer
+from gpt2_posheads.model import fastpath
+from gpt2_posheads.model.fastpath import FastPathUnsupported, fast_forward
+
+from conftest import MINI_DIR
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,9 @@ def test_fast_diagonals_equal_hooked(trained_model, monkeypatch):
 
 def test_fast_diagonals_mixed_lengths(trained_model):
     # prompts of two lengths: the scratch buffers are reused within a length and reallocated across
-    toks = list(_prompts(3, 30, trained_model.cfg.d_vocab, seed=5)) + list(_prompts(2, 17, trained_model.cfg.d_vocab, seed=6))
+    toks = list(_prompts(3, 30, trained_model.cfg.d_vocab, seed=5)) + list(
+        _prompts(2, 17, trained_model.cfg.d_vocab, seed=6)
+    )
     hooked = diagonal_attention(trained_model, toks, max_offset=20, batch_size=2, progress=False, engine="hooks")
     fast = diagonal_attention(trained_model, toks, max_offset=20, batch_size=2, progress=False, engine="fast")
     torch.testing.assert_close(fast, hooked, atol=1e-6, rtol=1e-5)
@@ -100,8 +104,11 @@ def test_a_wrong_fused_attention_is_caught(tiny_dir, monkeypatch):
     # the residual-only workloads run the fused SDPA branch: the self-check compares it with the explicit one
     model = load_model(tiny_dir, device="cpu")
     sdpa = fastpath.F.scaled_dot_product_attention
-    monkeypatch.setattr(fastpath.F, "scaled_dot_product_attention",
-                        lambda q, k, v, is_causal=False, scale=None: sdpa(q, k, v, is_causal=False, scale=scale))
+    monkeypatch.setattr(
+        fastpath.F,
+        "scaled_dot_product_attention",
+        lambda q, k, v, is_causal=False, scale=None: sdpa(q, k, v, is_causal=False, scale=scale),
+    )
     with pytest.raises(FastPathUnsupported, match="fused attention disagrees"):
         fast_forward(model, engine="fast")
 
@@ -134,8 +141,8 @@ def test_release_forgets_the_model(tiny_dir):
 
 
 def test_bf16_falls_back_to_float32_without_native_support(tiny_dir, monkeypatch):
-    from gpt2_posheads.model import precision
     from gpt2_posheads.analysis.diagonals import diagonal_attention
+    from gpt2_posheads.model import precision
 
     model = load_model(tiny_dir, device="cpu")
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)

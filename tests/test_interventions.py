@@ -1,8 +1,15 @@
 import pytest
 import torch
 
-from gpt2_posheads.analysis.interventions import (average_ext_pos_embed, average_pos_embed, edit_head_pattern,
-                                         group_average_rows, hooks_for, mask_previous_attention, scale_head_output)
+from gpt2_posheads.analysis.interventions import (
+    average_ext_pos_embed,
+    average_pos_embed,
+    edit_head_pattern,
+    group_average_rows,
+    hooks_for,
+    mask_previous_attention,
+    scale_head_output,
+)
 from gpt2_posheads.analysis.measures import head_patterns, kl_divergence, next_token_probs, pattern_distance
 
 
@@ -25,8 +32,12 @@ def test_group_average_rows_known_values():
 def test_group_size_one_is_identity(tiny_model):
     toks = _toks(tiny_model)
     torch.testing.assert_close(_run(tiny_model, toks, average_pos_embed(1).hooks(tiny_model)), _run(tiny_model, toks))
-    torch.testing.assert_close(_run(tiny_model, toks, average_ext_pos_embed(1, 1, n_prompts=2).hooks(tiny_model)),
-                               _run(tiny_model, toks), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        _run(tiny_model, toks, average_ext_pos_embed(1, 1, n_prompts=2).hooks(tiny_model)),
+        _run(tiny_model, toks),
+        atol=1e-5,
+        rtol=1e-5,
+    )
 
 
 def test_average_pos_embed_changes_output_and_matches_manual(tiny_model):
@@ -60,7 +71,9 @@ def test_mask_previous_attention_touches_only_chosen_entries(tiny_model):
             diff[q, k] = 0
         assert diff.max() == 0  # layer 0: nothing else changed, not even the other entries of masked rows
     assert (clean[(1, 0)] - masked[(1, 0)]).abs().max() > 0  # a later layer feels it
-    ren = head_patterns(tiny_model, toks[0], [(0, 1)], mask_previous_attention(5, [0], renormalize=True).hooks(tiny_model))
+    ren = head_patterns(
+        tiny_model, toks[0], [(0, 1)], mask_previous_attention(5, [0], renormalize=True).hooks(tiny_model)
+    )
     torch.testing.assert_close(ren[(0, 1)].sum(-1), torch.ones(23))
 
 
@@ -72,11 +85,20 @@ def test_edit_one_hot_copies_value_vector(tiny_model):
     def grab(name):
         def hook(x, hook):
             seen[name] = x.detach().clone()
+
         return hook
 
     hooks = edit_head_pattern(layer, head, {q: k}).hooks(tiny_model)
-    _run(tiny_model, toks, hooks + [(f"blocks.{layer}.attn.hook_v", grab("v")), (f"blocks.{layer}.attn.hook_z", grab("z")),
-                                    (f"blocks.{layer}.attn.hook_pattern", grab("pattern"))])
+    _run(
+        tiny_model,
+        toks,
+        hooks
+        + [
+            (f"blocks.{layer}.attn.hook_v", grab("v")),
+            (f"blocks.{layer}.attn.hook_z", grab("z")),
+            (f"blocks.{layer}.attn.hook_pattern", grab("pattern")),
+        ],
+    )
     assert seen["pattern"][0, head, q].tolist() == [1.0 if j == k else 0.0 for j in range(12)]
     torch.testing.assert_close(seen["z"][0, q, head], seen["v"][0, k, head])
 
@@ -89,14 +111,21 @@ def test_scale_head_output_scales_its_write(tiny_model):
     def grab(name, d):
         def hook(x, hook):
             d[name] = x.detach().clone()
+
         return hook
 
     names = [(f"blocks.{layer}.hook_attn_out", "out")]
     _run(tiny_model, toks, [(n, grab(k, base)) for n, k in names])
     zero = {}
-    _run(tiny_model, toks, scale_head_output(layer, head, 0.0).hooks(tiny_model) + [(n, grab(k, zero)) for n, k in names])
+    _run(
+        tiny_model, toks, scale_head_output(layer, head, 0.0).hooks(tiny_model) + [(n, grab(k, zero)) for n, k in names]
+    )
     three = {}
-    _run(tiny_model, toks, scale_head_output(layer, head, 3.0).hooks(tiny_model) + [(n, grab(k, three)) for n, k in names])
+    _run(
+        tiny_model,
+        toks,
+        scale_head_output(layer, head, 3.0).hooks(tiny_model) + [(n, grab(k, three)) for n, k in names],
+    )
     head_write = base["out"] - zero["out"]
     torch.testing.assert_close(three["out"] - zero["out"], 3 * head_write, atol=1e-5, rtol=1e-4)
 

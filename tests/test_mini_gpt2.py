@@ -1,12 +1,19 @@
 """The organism's training data and loop: hand-checkable facts of each window kind, exact resumes."""
+
 import json
 
 import pytest
 import torch
 
 from gpt2_posheads.organism import MiniConfig, train_mini_gpt2
-from gpt2_posheads.organism.data import (position_ids, repeated_segments, repeated_span, skip_bigram_windows, skip_table,
-                                         training_batch)
+from gpt2_posheads.organism.data import (
+    position_ids,
+    repeated_segments,
+    repeated_span,
+    skip_bigram_windows,
+    skip_table,
+    training_batch,
+)
 
 
 def gen(seed=0):
@@ -29,8 +36,12 @@ def test_repeated_span_copies_one_span_right_after_itself():
     assert (x[:, 0] == 0).all() and x[:, 1:].min() >= 1
     gaps = set()
     for row in x.tolist():
-        found = [(a, n) for n in range(20, 5, -1) for a in range(1, 49 - 2 * n + 1)
-                 if row[a : a + n] == row[a + n : a + 2 * n]]
+        found = [
+            (a, n)
+            for n in range(20, 5, -1)
+            for a in range(1, 49 - 2 * n + 1)
+            if row[a : a + n] == row[a + n : a + 2 * n]
+        ]
         assert found, row  # with 4,095 ids a chance repeat of 6+ tokens is practically impossible: it is the copy
         gaps.add(found[0][0])
     assert len(gaps) > 10  # the copy sits at many places: no fixed positional offset predicts it
@@ -49,19 +60,47 @@ def test_position_offsets_only_for_short_synthetic_windows():
     assert pos.min() >= 0 and pos.max() <= 63 and len(set(pos[:, 0].tolist())) > 1
     assert torch.equal(pos, position_ids(cfg, 0, xb))  # a function of the step: resumes are exact
     assert position_ids(cfg, 5, xb) is None  # text phase
-    assert position_ids(MiniConfig(n_ctx=64, synthetic_steps=5, synthetic_ctx=16, position_offsets=False), 0, xb) is None
-    assert torch.equal(training_batch(cfg, torch.arange(1000), 3, bos=0), training_batch(cfg, torch.arange(1000), 3, bos=0))
+    assert (
+        position_ids(MiniConfig(n_ctx=64, synthetic_steps=5, synthetic_ctx=16, position_offsets=False), 0, xb) is None
+    )
+    assert torch.equal(
+        training_batch(cfg, torch.arange(1000), 3, bos=0), training_batch(cfg, torch.arange(1000), 3, bos=0)
+    )
     with pytest.raises(ValueError, match="repeat kind 'spans'"):
-        training_batch(MiniConfig(n_ctx=64, batch_size=2, synthetic_steps=5, synthetic_ctx=16, skip_only_steps=0,
-                                  repeat_kind="spans"), torch.arange(1000), 0, bos=0)
+        training_batch(
+            MiniConfig(
+                n_ctx=64, batch_size=2, synthetic_steps=5, synthetic_ctx=16, skip_only_steps=0, repeat_kind="spans"
+            ),
+            torch.arange(1000),
+            0,
+            bos=0,
+        )
 
 
 def test_training_resumes_exactly(tmp_path):
     docs = [f"the cat {i} sat on the mat and the dog {i % 7} ran far away from it." * 3 for i in range(60)]
-    cfg = dict(n_layers=1, n_heads=2, d_model=16, n_ctx=32, vocab_size=300, batch_size=2, lr=1e-3, warmup=1,
-               synthetic_steps=2, synthetic_ctx=8, position_offsets=True, skip_fraction=0.5, skip_rule="copy",
-               skip_vocab=64, synthetic_vocab=64, repeat_kind="span", seg_min=2, seg_max=4, probe_every=2,
-               checkpoint_minutes=0.0)
+    cfg = dict(
+        n_layers=1,
+        n_heads=2,
+        d_model=16,
+        n_ctx=32,
+        vocab_size=300,
+        batch_size=2,
+        lr=1e-3,
+        warmup=1,
+        synthetic_steps=2,
+        synthetic_ctx=8,
+        position_offsets=True,
+        skip_fraction=0.5,
+        skip_rule="copy",
+        skip_vocab=64,
+        synthetic_vocab=64,
+        repeat_kind="span",
+        seg_min=2,
+        seg_max=4,
+        probe_every=2,
+        checkpoint_minutes=0.0,
+    )
     straight = train_mini_gpt2(docs, tmp_path / "a", MiniConfig(steps=4, **cfg), progress=False)
     train_mini_gpt2(docs, tmp_path / "b", MiniConfig(steps=2, **cfg), progress=False)
     resumed = train_mini_gpt2(docs, tmp_path / "b", MiniConfig(steps=4, **cfg), progress=False)

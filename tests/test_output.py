@@ -1,5 +1,6 @@
 """Output folders never lose or mix results: only the toolkit's own files are replaced, a failed or interrupted run
 changes nothing, and two runs cannot write one folder at once."""
+
 import json
 import os
 import subprocess

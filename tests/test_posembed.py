@@ -6,7 +6,12 @@ import torch
 
 from gpt2_posheads import load_model, make_random_model_dir
 from gpt2_posheads.analysis.geometry import large_entry_fraction, pca, principal_angles, token_dependence
-from gpt2_posheads.analysis.posembed import centred_w_pos, extended_pos_embeddings, extended_pos_embeddings_by_layer, load_w_pos
+from gpt2_posheads.analysis.posembed import (
+    centred_w_pos,
+    extended_pos_embeddings,
+    extended_pos_embeddings_by_layer,
+    load_w_pos,
+)
 
 from conftest import conv1d_zero_outputs
 
@@ -26,8 +31,15 @@ def test_by_layer_matches_single_layer(tiny_model):
 
 def test_silent_blocks_keep_layer0_answer(tmp_path, small_tokenizer):
     # blocks 0 and 1 write nothing: the residual entering blocks 1 and 2 is still W_E + W_pos
-    d = make_random_model_dir(tmp_path, n_layers=3, n_heads=2, d_model=32, n_ctx=32, tokenizer=small_tokenizer,
-                              state_dict=conv1d_zero_outputs(3, 32, layers=[0, 1]))
+    d = make_random_model_dir(
+        tmp_path,
+        n_layers=3,
+        n_heads=2,
+        d_model=32,
+        n_ctx=32,
+        tokenizer=small_tokenizer,
+        state_dict=conv1d_zero_outputs(3, 32, layers=[0, 1]),
+    )
     m = load_model(d, device="cpu")
     ext = extended_pos_embeddings_by_layer(m, [0, 1, 2, 3], n_prompts=2)
     for l in (1, 2):
@@ -52,13 +64,6 @@ def test_bad_input(tiny_model, tmp_path):
     with pytest.raises(ValueError, match="seq_len"):
         extended_pos_embeddings(tiny_model, 1, seq_len=tiny_model.cfg.n_ctx + 1)
 
-    class NoPos:  # e.g. a rotary model
-        class cfg:
-            positional_embedding_type = "rotary"
-            n_layers, n_ctx, d_vocab, d_model = 2, 16, 10, 8
-
-    with pytest.raises(ValueError, match="learned absolute positional"):
-        extended_pos_embeddings(NoPos(), 0)
     with pytest.raises(ValueError, match="does not exist"):
         load_w_pos(tmp_path / "missing.npy")
 
@@ -107,8 +112,15 @@ def test_real_gpt2_w_pos_helix(shared):
 def test_layer0_identity_real_w_pos(shared, tmp_path, small_tokenizer):
     """A GPT-2-shaped model carrying the real W_pos reproduces it as its layer-0 extended embedding."""
     w = torch.from_numpy(np.load(shared / "gpt2-small" / "W_pos.npy"))
-    d = make_random_model_dir(tmp_path, n_layers=1, n_heads=12, d_model=768, n_ctx=1024, tokenizer=small_tokenizer,
-                              state_dict={"transformer.wpe.weight": w})
+    d = make_random_model_dir(
+        tmp_path,
+        n_layers=1,
+        n_heads=12,
+        d_model=768,
+        n_ctx=1024,
+        tokenizer=small_tokenizer,
+        state_dict={"transformer.wpe.weight": w},
+    )
     raw = load_model(d, device="cpu", center_writing_weights=False)
     ext = extended_pos_embeddings(raw, 0, n_prompts=2, batch_size=2)
     torch.testing.assert_close(ext, w - w.mean(0), atol=1e-4, rtol=1e-4)

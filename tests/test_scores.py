@@ -18,7 +18,9 @@ def test_raw_scores_match_hooked_masked_scores(tiny_model):
 
 
 def test_handset_heads_classified(handset_model):
-    toks = torch.randint(0, handset_model.cfg.d_vocab, (2, HANDSET["n_ctx"]), generator=torch.Generator().manual_seed(0))
+    toks = torch.randint(
+        0, handset_model.cfg.d_vocab, (2, HANDSET["n_ctx"]), generator=torch.Generator().manual_seed(0)
+    )
     profile = score_profile(handset_model, toks, window=3, skip_first=3)
     df = classify_prev_heads(profile).set_index("name")
     assert df.loc["L0H0", "label"] == "prev_boosting"  # query reads the previous position: bright diagonal -1

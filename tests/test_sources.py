@@ -1,4 +1,5 @@
 """Composition scores and direct-path ablation on a hand-built model with one known route."""
+
 import pytest
 import torch
 
@@ -19,19 +20,19 @@ def route_state_dict(vocab_size: int, scale: float = 8.0) -> dict[str, torch.Ten
     w0 = torch.zeros(D, 3 * D)
     for i in range(DH):
         if i + 1 < N_CTX:
-            w0[i + 1, i] = scale                 # L0H0 query slot i <- position i+1
-        w0[i, D + i] = scale                     # L0H0 key slot i <- position i
-        w0[i, 2 * D + i] = 1.0                   # L0H0 value slot i <- position i
+            w0[i + 1, i] = scale  # L0H0 query slot i <- position i+1
+        w0[i, D + i] = scale  # L0H0 key slot i <- position i
+        w0[i, 2 * D + i] = 1.0  # L0H0 value slot i <- position i
     proj0 = torch.zeros(D, D)
     for i in range(DH):
-        proj0[i, 32 + i] = 1.0                   # L0H0 output slot i -> dim 32 + i
+        proj0[i, 32 + i] = 1.0  # L0H0 output slot i -> dim 32 + i
     sd["transformer.h.0.attn.c_attn.weight"] = w0
     sd["transformer.h.0.attn.c_attn.bias"] = torch.zeros(3 * D)
     sd["transformer.h.0.attn.c_proj.weight"] = proj0
     w1 = torch.zeros(D, 3 * D)
     for i in range(DH):
-        w1[32 + i, i] = scale                    # L1H0 query slot i <- dim 32 + i (previous position)
-        w1[i, D + i] = scale                     # L1H0 key slot i <- position i
+        w1[32 + i, i] = scale  # L1H0 query slot i <- dim 32 + i (previous position)
+        w1[i, D + i] = scale  # L1H0 key slot i <- position i
     sd["transformer.h.1.attn.c_attn.weight"] = w1
     sd["transformer.h.1.attn.c_attn.bias"] = torch.zeros(3 * D)
     return sd
@@ -41,8 +42,15 @@ def route_state_dict(vocab_size: int, scale: float = 8.0) -> dict[str, torch.Ten
 def route_model(tmp_path_factory, small_tokenizer):
     from gpt2_posheads import load_model, make_random_model_dir
 
-    d = make_random_model_dir(tmp_path_factory.mktemp("route"), n_layers=2, n_heads=H, d_model=D, n_ctx=N_CTX,
-                              tokenizer=small_tokenizer, state_dict=route_state_dict(len(small_tokenizer)))
+    d = make_random_model_dir(
+        tmp_path_factory.mktemp("route"),
+        n_layers=2,
+        n_heads=H,
+        d_model=D,
+        n_ctx=N_CTX,
+        tokenizer=small_tokenizer,
+        state_dict=route_state_dict(len(small_tokenizer)),
+    )
     return load_model(d, device="cpu")
 
 

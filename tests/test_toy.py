@@ -5,8 +5,15 @@ import pytest
 import torch
 
 from gpt2_posheads.toy import ToyConfig, attention_scores, effective_rank, targets, train_group, train_sweep
-from gpt2_posheads.toy.analysis import (distance_rank_correlation, loss_spikes, pairing, plateau, plateaus,
-                                        same_cyclic_order, spearman)
+from gpt2_posheads.toy.analysis import (
+    distance_rank_correlation,
+    loss_spikes,
+    pairing,
+    plateau,
+    plateaus,
+    same_cyclic_order,
+    spearman,
+)
 from gpt2_posheads.toy.metrics import relative_perplexity, separation_direction
 
 
@@ -57,9 +64,15 @@ def test_distance_kernels_on_hand_vectors():
 
 
 @pytest.mark.parametrize("C", [4, 12, 40])
-@pytest.mark.parametrize("kernel, n_layers, extras", [
-    ("dot", 2, {}), ("dot", 1, {"out_proj": True}), ("distance", 2, {"residual": True, "mlp": True}),
-    ("harmonic", 3, {"residual": True, "mlp": True, "layernorm": True, "out_proj": True})])
+@pytest.mark.parametrize(
+    "kernel, n_layers, extras",
+    [
+        ("dot", 2, {}),
+        ("dot", 1, {"out_proj": True}),
+        ("distance", 2, {"residual": True, "mlp": True}),
+        ("harmonic", 3, {"residual": True, "mlp": True, "layernorm": True, "out_proj": True}),
+    ],
+)
 def test_forward_paths_agree(C, kernel, n_layers, extras):
     """The training path (last layer: the last query alone; earlier layers: leading-axis softmax for few keys,
     fused SDPA for many) computes the logits and gradients of the full path that records every pattern;
@@ -84,14 +97,17 @@ def test_forward_paths_agree(C, kernel, n_layers, extras):
 
 
 def test_batched_sweep_matches_individual_training():
-    cfgs = [ToyConfig(task="kth_token", V=6, C=5, n_embd=4, n_layers=2, k=k, seed=s, steps=60, log_every=20,
-                      lr=lr) for k, s, lr in [(0, 0, 0.01), (2, 1, 0.03), (4, 2, 0.01)]]
+    cfgs = [
+        ToyConfig(task="kth_token", V=6, C=5, n_embd=4, n_layers=2, k=k, seed=s, steps=60, log_every=20, lr=lr)
+        for k, s, lr in [(0, 0, 0.01), (2, 1, 0.03), (4, 2, 0.01)]
+    ]
     batched = train_group(cfgs, progress=False)
     for c, b in zip(cfgs, batched):
         alone = train_group([c], progress=False)[0]
         assert alone["eval_loss"] == pytest.approx(b["eval_loss"], rel=1e-4, abs=1e-5)
-        torch.testing.assert_close(torch.tensor(alone["params"]["0.W_Q"]), torch.tensor(b["params"]["0.W_Q"]),
-                                   atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(
+            torch.tensor(alone["params"]["0.W_Q"]), torch.tensor(b["params"]["0.W_Q"]), atol=1e-5, rtol=1e-4
+        )
     assert batched[0]["eval_loss"] != batched[1]["eval_loss"]
 
 
@@ -182,8 +198,9 @@ def test_sweep_in_worker_processes_matches_one_process(tmp_path):
 def test_a_dominant_group_trains_here_with_every_thread(tmp_path, capsys):
     # one group is most of the work (10x the steps): it cannot be balanced, so it trains in this process
     # and only the two small groups go to the worker processes
-    cfgs = [ToyConfig(V=4, C=3, n_embd=2, steps=300, log_every=100)] + \
-        [ToyConfig(V=v, C=3, n_embd=2, steps=30, log_every=10) for v in (5, 6)]
+    cfgs = [ToyConfig(V=4, C=3, n_embd=2, steps=300, log_every=100)] + [
+        ToyConfig(V=v, C=3, n_embd=2, steps=30, log_every=10) for v in (5, 6)
+    ]
     train_sweep(cfgs, tmp_path, workers=2)
     out = capsys.readouterr().out
     assert "group 1 of 3 (1 models)" in out and "2 groups in 2 processes" in out

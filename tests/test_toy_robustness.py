@@ -1,4 +1,5 @@
 """The robustness grid: settings, per-model init scales in one batch, and k-of-n counting."""
+
 import json
 from dataclasses import replace
 
@@ -6,8 +7,14 @@ import pytest
 import torch
 
 from gpt2_posheads.toy import ToyConfig, train_group
-from gpt2_posheads.toy.robustness import (GridClaim, at_setting, robustness_figure, robustness_table,
-                                          robustness_totals, settings)
+from gpt2_posheads.toy.robustness import (
+    GridClaim,
+    at_setting,
+    robustness_figure,
+    robustness_table,
+    robustness_totals,
+    settings,
+)
 
 
 def test_settings_are_the_product_and_applied_to_the_base():
@@ -16,19 +23,28 @@ def test_settings_are_the_product_and_applied_to_the_base():
     assert len(pts) == 16 and len({tuple(p.values()) for p in pts}) == 16
     base = ToyConfig(lr=0.01, snapshot_every=5)
     c = at_setting(base, {"lr_factor": 3.0, "batch_size": 16, "init_std": 1.0, "out_proj": True}, seed=7)
-    assert (c.lr, c.batch_size, c.init_std, c.out_proj, c.seed, c.snapshot_every) == (pytest.approx(0.03), 16, 1.0,
-                                                                                       True, 7, 0)
+    assert (c.lr, c.batch_size, c.init_std, c.out_proj, c.seed, c.snapshot_every) == (
+        pytest.approx(0.03),
+        16,
+        1.0,
+        True,
+        7,
+        0,
+    )
 
 
 def test_init_scales_batched_per_model_match_training_alone():
-    cfgs = [ToyConfig(task="copy_current", V=6, C=3, n_embd=4, steps=3, log_every=1, seed=s, init_std=std)
-            for s, std in [(0, 0.02), (1, 1.0)]]
+    cfgs = [
+        ToyConfig(task="copy_current", V=6, C=3, n_embd=4, steps=3, log_every=1, seed=s, init_std=std)
+        for s, std in [(0, 0.02), (1, 1.0)]
+    ]
     assert cfgs[0].group_key() == cfgs[1].group_key()  # one batched group despite different init scales
     batched = train_group(cfgs, progress=False)
     for c, b in zip(cfgs, batched):
         alone = train_group([c], progress=False)[0]
-        torch.testing.assert_close(torch.tensor(alone["params"]["W_E"]), torch.tensor(b["params"]["W_E"]),
-                                   atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(
+            torch.tensor(alone["params"]["W_E"]), torch.tensor(b["params"]["W_E"]), atol=1e-5, rtol=1e-4
+        )
     # the scale really differs: init 1.0 starts 50x larger, and 3 Adam steps of lr 0.01 (<= 0.03 per entry) cannot
     # close that gap
     assert torch.tensor(batched[1]["params"]["W_E"]).norm() > 10 * torch.tensor(batched[0]["params"]["W_E"]).norm()
@@ -43,8 +59,12 @@ def test_table_counts_held_seeds_per_setting(tmp_path):
         seen.append((c["seed"], c["lr"]))
         return c["seed"] % 2 == 0 and c["lr"] == pytest.approx(0.01)
 
-    claims = [GridClaim("even_seed", "held for even seeds at lr x1", lambda b: {"run": b}, held),
-              GridClaim("always", "always held", lambda b: {"a": b, "b": replace(b, V=7)}, lambda r: r["b"]["config"]["V"] == 7)]
+    claims = [
+        GridClaim("even_seed", "held for even seeds at lr x1", lambda b: {"run": b}, held),
+        GridClaim(
+            "always", "always held", lambda b: {"a": b, "b": replace(b, V=7)}, lambda r: r["b"]["config"]["V"] == 7
+        ),
+    ]
     grid = {"lr_factor": (0.5, 1.0), "init_std": (0.02, 1.0)}
     t = robustness_table(claims, base, seeds=[0, 1, 2], runs_dir=tmp_path, grid=grid, progress=False)
     assert len(t) == 4 * 2 and set(t.n) == {3}
@@ -53,8 +73,13 @@ def test_table_counts_held_seeds_per_setting(tmp_path):
     assert (t[t.claim == "always"].held == 3).all()
     assert len(seen) == 12
     tot = robustness_totals(t)
-    assert tot["even_seed"] == {"held_runs": 4, "runs": 12, "settings_all_seeds": 0, "settings_no_seed": 2,
-                                "settings": 4}
+    assert tot["even_seed"] == {
+        "held_runs": 4,
+        "runs": 12,
+        "settings_all_seeds": 0,
+        "settings_no_seed": 2,
+        "settings": 4,
+    }
     assert tot["always"]["settings_all_seeds"] == 4
     fig = robustness_figure(t, "test")
     assert fig.data[0].z.shape == (2, 4) and fig.data[0].text[0][0].endswith("/3")
@@ -69,10 +94,23 @@ def test_index_page_shows_robustness_totals(tmp_path):
 
     out = tmp_path / "toy_prev_token" / "toy"
     out.mkdir(parents=True)
-    summary = {"script": "toy_prev_token", "claims": [], "figures": ["robustness.html"],
-               "robustness": {"rules": {"learned": "held if ppl <= 1.5"},
-                              "totals": {"learned": {"held_runs": 7, "runs": 120, "settings_all_seeds": 1,
-                                                     "settings_no_seed": 20, "settings": 24}}}}
+    summary = {
+        "script": "toy_prev_token",
+        "claims": [],
+        "figures": ["robustness.html"],
+        "robustness": {
+            "rules": {"learned": "held if ppl <= 1.5"},
+            "totals": {
+                "learned": {
+                    "held_runs": 7,
+                    "runs": 120,
+                    "settings_all_seeds": 1,
+                    "settings_no_seed": 20,
+                    "settings": 24,
+                }
+            },
+        },
+    }
     (out / "summary.json").write_text(json.dumps(summary))
     page = runner.index_html(runner.collect_summaries(tmp_path), tmp_path)
     assert "Robustness over the settings" in page and "7 of 120" in page and "1 / 20 of 24" in page

@@ -1,4 +1,5 @@
-"""The toy posts' verdict rules (gpt2_posheads.claims.toy) on synthetic numbers: each rule gives each outcome it can give."""
+"""The toy posts' verdict rules (gpt2_posheads.claims.toy) on made-up numbers: each rule gives every outcome."""
+
 import math
 
 import pytest
@@ -6,7 +7,9 @@ import pytest
 from gpt2_posheads.claims import toy as rules
 
 
-@pytest.mark.parametrize("ppl,held", [(10.8, True), (16.0, True), (19.2, True), (19.3, False), (1.2, False), (30.0, False)])
+@pytest.mark.parametrize(
+    "ppl,held", [(10.8, True), (16.0, True), (19.2, True), (19.3, False), (1.2, False), (30.0, False)]
+)
 def test_near_half_vocab(ppl, held):
     assert rules.near_half(ppl, 32) is held
 

@@ -1,4 +1,5 @@
 """Seed numbers of full-length toy runs (minutes): ``pytest -m slow``."""
+
 import pytest
 
 from gpt2_posheads.claims import toy as rules
@@ -25,8 +26,9 @@ def test_sticky_plateau_at_half_vocab_then_solved(V):
 def test_lost_in_middle_two_layers_u_shape():
     """002 with the posts' architecture (no W_O): 2 layers, n_embd 10, 800 steps, seed 0: first and last tokens
     easier than the middle."""
-    cfgs = [ToyConfig(task="kth_token", V=10, C=10, n_embd=10, n_layers=2, k=k, steps=800, log_every=100)
-            for k in (0, 5, 9)]
+    cfgs = [
+        ToyConfig(task="kth_token", V=10, C=10, n_embd=10, n_layers=2, k=k, steps=800, log_every=100) for k in (0, 5, 9)
+    ]
     first, middle, last = (r["final_loss"] for r in train_group(cfgs, progress=False))
     assert first < middle - 0.5 and last < middle - 0.3
 
@@ -36,8 +38,22 @@ def test_lost_in_middle_two_layers_u_shape():
 def test_prev_token_learned_with_pos_emb_and_not_without(seed):
     """000 with the posts' architecture (no W_O), V 30, C 4, n_embd 2, lr 0.01, 2,000 steps: learned with
     positional embeddings (measured 1.02-1.03), fails without (relative perplexity >= 0.5; measured 20-25)."""
-    cfgs = [ToyConfig(task="copy_offset", k=1, V=30, C=4, n_embd=2, pos_emb=p, steps=2000, lr=0.01, batch_size=128,
-                      log_every=100, seed=seed) for p in (True, False)]
+    cfgs = [
+        ToyConfig(
+            task="copy_offset",
+            k=1,
+            V=30,
+            C=4,
+            n_embd=2,
+            pos_emb=p,
+            steps=2000,
+            lr=0.01,
+            batch_size=128,
+            log_every=100,
+            seed=seed,
+        )
+        for p in (True, False)
+    ]
     with_pos, without = train_group(cfgs[:1], progress=False)[0], train_group(cfgs[1:], progress=False)[0]
     assert rules.learned(with_pos["final_perplexity"], 30) and with_pos["final_perplexity"] < 1.1
     assert rules.fails(without["final_perplexity"], 30)
@@ -54,8 +70,13 @@ def test_most_similar_converges_near_half_vocab_and_rises_from_c3_to_c5():
     cfg = lambda V, C, s=0: ToyConfig(task="most_similar", V=V, C=C, n_embd=2, steps=4000, log_every=100, seed=s)  # noqa: E731
     half = train_group([cfg(32, 3)], progress=False)[0]
     assert sim.near_half(half["final_perplexity"], 32)
-    ppl = {C: sum(r["final_perplexity"] for r in train_group([cfg(20, C, s) for s in range(sim.TREND_SEEDS)],
-                                                             progress=False)) / sim.TREND_SEEDS for C in (3, 5)}
+    ppl = {
+        C: sum(
+            r["final_perplexity"] for r in train_group([cfg(20, C, s) for s in range(sim.TREND_SEEDS)], progress=False)
+        )
+        / sim.TREND_SEEDS
+        for C in (3, 5)
+    }
     table = {20: [ppl[3], 0.0, ppl[5], 0.0, 0.0]}  # only C=3 and C=5 enter these rules
     assert sim.confused(table, GRID_C) and sim.rises_3_to_5(table, GRID_C)
 
@@ -66,6 +87,8 @@ def test_lost_in_middle_three_layers_u_shape_after_convergence():
     token are retrieved, the middle is not (measured at 5,100 steps: k=0 0.06, k=9 1.57, middle ~2.1 nats)."""
     from gpt2_posheads.toy.posts import THREE_LAYER_STEPS
 
-    cfgs = [ToyConfig(task="kth_token", V=10, C=10, n_embd=10, n_layers=3, k=k, steps=THREE_LAYER_STEPS,
-                      log_every=500) for k in range(10)]
+    cfgs = [
+        ToyConfig(task="kth_token", V=10, C=10, n_embd=10, n_layers=3, k=k, steps=THREE_LAYER_STEPS, log_every=500)
+        for k in range(10)
+    ]
     assert rules.u_shape([r["final_loss"] for r in train_group(cfgs, progress=False)], 10)

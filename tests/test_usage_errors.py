@@ -1,5 +1,6 @@
 """Every class of user mistake is one line `error: <parameter>: ...`, exit status 2, no traceback, and (where the
 check needs no model) before any model is loaded; a legitimate input that must be adjusted is adjusted and said."""
+
 import json
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 
 import gpt2_posheads.cli.experiment as cliexp
 from gpt2_posheads.cli import main_entry
+
 from conftest import MINI_DIR, load_script
 
 
@@ -14,6 +16,7 @@ from conftest import MINI_DIR, load_script
 def no_model_load(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("the model was loaded before the mistake was reported")
+
     monkeypatch.setattr(cliexp, "load_model", refuse)
 
 
@@ -67,8 +70,12 @@ PRELOAD = [
     ("l4h11_edit", M + ["--target", " ninja turtle"], "--target", "three words"),
     ("l4h11_edit", M + ["--factors", "1,x"], "--factors", "numbers"),
     ("l4h11_edit", M + ["--factors", "1,3"], "--factors", "lacks 2"),
-    ("train_mini_gpt2", ["--out", "{d}/new", "--d-model", "100", "--n-heads", "3", "--no-png"], "--d-model",
-     "not divisible"),
+    (
+        "train_mini_gpt2",
+        ["--out", "{d}/new", "--d-model", "100", "--n-heads", "3", "--no-png"],
+        "--d-model",
+        "not divisible",
+    ),
     ("train_mini_gpt2", ["--out", "{d}/new", "--pos-lr", "-1", "--no-png"], "--pos-lr", "out of range"),
     ("train_mini_gpt2", ["--no-png", "{no-out}"], "--out", "required"),
     ("cache_activations", M + ["--out", "{d}/a_file.safetensors"], "--out", "not a cache"),
@@ -79,8 +86,11 @@ PRELOAD = [
 ]
 
 
-@pytest.mark.parametrize("script, argv, param, word", PRELOAD, ids=[f"{s}:{' '.join(a[3:] if a[:1] == ['--model-dir'] else a)}"
-                                                                     for s, a, _, _ in PRELOAD])
+@pytest.mark.parametrize(
+    "script, argv, param, word",
+    PRELOAD,
+    ids=[f"{s}:{' '.join(a[3:] if a[:1] == ['--model-dir'] else a)}" for s, a, _, _ in PRELOAD],
+)
 def test_mistake_is_one_line_before_loading(script, argv, param, word, files, tmp_path, capsys, no_model_load):
     (files / "a_file.safetensors").write_text("not a cache")
     argv = [a.replace("{d}", str(files)) for a in argv]
@@ -112,8 +122,22 @@ def test_adjusted_inputs_are_said(tmp_path, capsys, small_tokenizer):
     """A legitimate input that must be changed is changed and said: a --seq-len above the context, group sizes
     above it, a word that is several tokens in the vocabulary, a submatrix that does not fit the prompt."""
     mod = load_script("pos_embed_averaging")
-    main_entry(mod.main, M + ["--prompts", "wikitext", "--n-prompts", "2", "--seq-len", "100000", "--group-sizes",
-                              "1,10,1000", "--out", str(tmp_path / "a")])
+    main_entry(
+        mod.main,
+        M
+        + [
+            "--prompts",
+            "wikitext",
+            "--n-prompts",
+            "2",
+            "--seq-len",
+            "100000",
+            "--group-sizes",
+            "1,10,1000",
+            "--out",
+            str(tmp_path / "a"),
+        ],
+    )
     err = capsys.readouterr().err
     assert "note: --seq-len 100000 is capped at the model's context, 256" in err
     assert "note: --group-sizes: 1000 capped at the model's context, 256" in err
@@ -121,10 +145,28 @@ def test_adjusted_inputs_are_said(tmp_path, capsys, small_tokenizer):
     s = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert s["seq_len"] == 256 and s["group_sizes"] == [1, 10, 256]
     mod = load_script("mask_prev_attention")
-    main_entry(mod.main, M + ["--prompts", "wikitext", "--n-prompts", "2", "--seq-len", "64", "--start", "40", "--heads", "L1H0",
-                              "--out", str(tmp_path / "b")])
-    assert "the 50x50 submatrix from position 40 does not fit a 64-token prompt: showing 50x50 from position 14" in \
-        capsys.readouterr().err
+    main_entry(
+        mod.main,
+        M
+        + [
+            "--prompts",
+            "wikitext",
+            "--n-prompts",
+            "2",
+            "--seq-len",
+            "64",
+            "--start",
+            "40",
+            "--heads",
+            "L1H0",
+            "--out",
+            str(tmp_path / "b"),
+        ],
+    )
+    assert (
+        "the 50x50 submatrix from position 40 does not fit a 64-token prompt: showing 50x50 from position 14"
+        in capsys.readouterr().err
+    )
 
 
 def test_api_refuses_float_and_out_of_vocabulary_token_ids(tiny_model):
@@ -150,6 +192,7 @@ def test_make_prompts_checks_the_model_context(small_tokenizer):
 def test_internal_errors_keep_their_traceback():
     def broken(argv):
         raise KeyError("a bug")
+
     with pytest.raises(KeyError):
         main_entry(broken, [])
 
@@ -159,29 +202,27 @@ def test_help_keeps_examples_and_shows_defaults_once(capsys):
     with pytest.raises(SystemExit):
         mod.main(["--help"])
     raw = capsys.readouterr().out
-    assert "\n    python experiments/pos_embed_averaging.py --model-dir data/mini-gpt2\n" in raw  # example block as written
+    assert (
+        "\n    python experiments/pos_embed_averaging.py --model-dir data/mini-gpt2\n" in raw
+    )  # example block as written
     out = " ".join(raw.split())
     assert out.count("(default: 1,5,10,20,50,100)") == 1
 
 
-def test_every_option_has_help():
+def test_every_option_has_help(monkeypatch):
     import argparse
 
     from gpt2_posheads.cli.runner import list_experiments
 
-    for name in list_experiments():
-        mod = load_script(name)
-        captured = {}
-        orig = argparse.ArgumentParser.parse_args
+    captured = {}
 
-        def grab(self, *a, **k):
-            captured["p"] = self
-            raise SystemExit(0)
-        argparse.ArgumentParser.parse_args = grab
-        try:
-            with pytest.raises(SystemExit):
-                mod.main([])
-        finally:
-            argparse.ArgumentParser.parse_args = orig
+    def grab(self, *a, **k):  # the parser a script builds, caught before it parses anything
+        captured["p"] = self
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", grab)
+    for name in list_experiments():
+        with pytest.raises(SystemExit):
+            load_script(name).main([])
         missing = [a.dest for a in captured["p"]._actions if not a.help]
         assert not missing, (name, missing)

@@ -1,21 +1,44 @@
 """Verdict rules on made-up numbers: every outcome of every rule, preconditions and --quick."""
+
 import pytest
 
 from gpt2_posheads.claims.gpt2_post import CLAIMS, is_prev_token_head, judge_claim, layer_above, model_copies
-from gpt2_posheads.claims.verdicts import (Precondition, at_least, at_most, claims_table, fmt, judge, monotone,
-                                           ratio_at_least, verdict_counts, within)
+from gpt2_posheads.claims.verdicts import (
+    Precondition,
+    at_least,
+    at_most,
+    claims_table,
+    fmt,
+    judge,
+    monotone,
+    ratio_at_least,
+    verdict_counts,
+    within,
+)
 
 
-@pytest.mark.parametrize("rule, value, held", [
-    (at_most(0.1, "x"), 0.05, True), (at_most(0.1, "x"), 0.1, True), (at_most(0.1, "x"), 0.2, False),
-    (at_most(0.1, "x"), float("inf"), False), (at_most(0.1, "x"), float("nan"), False),
-    (at_least(0.4, "x"), 0.5, True), (at_least(0.4, "x"), 0.39, False),
-    (within(0.3, 0.65, "x"), 0.48, True), (within(0.3, 0.65, "x"), 0.2, False), (within(0.3, 0.65, "x"), 0.7, False),
-    (ratio_at_least(2, "a", "b"), (3.0, 1.0), True), (ratio_at_least(2, "a", "b"), (1.5, 1.0), False),
-    (monotone("up", "x"), [1, 2, 3], True), (monotone("up", "x"), [1, 3, 2], False),
-    (monotone("down", "x"), [3, 2, 1], True), (monotone("up", "x", tolerance=0.1), [1, 2, 1.9], True),
-    (monotone("up", "x"), [1], False),
-])
+@pytest.mark.parametrize(
+    "rule, value, held",
+    [
+        (at_most(0.1, "x"), 0.05, True),
+        (at_most(0.1, "x"), 0.1, True),
+        (at_most(0.1, "x"), 0.2, False),
+        (at_most(0.1, "x"), float("inf"), False),
+        (at_most(0.1, "x"), float("nan"), False),
+        (at_least(0.4, "x"), 0.5, True),
+        (at_least(0.4, "x"), 0.39, False),
+        (within(0.3, 0.65, "x"), 0.48, True),
+        (within(0.3, 0.65, "x"), 0.2, False),
+        (within(0.3, 0.65, "x"), 0.7, False),
+        (ratio_at_least(2, "a", "b"), (3.0, 1.0), True),
+        (ratio_at_least(2, "a", "b"), (1.5, 1.0), False),
+        (monotone("up", "x"), [1, 2, 3], True),
+        (monotone("up", "x"), [1, 3, 2], False),
+        (monotone("down", "x"), [3, 2, 1], True),
+        (monotone("up", "x", tolerance=0.1), [1, 2, 1.9], True),
+        (monotone("up", "x"), [1], False),
+    ],
+)
 def test_rule_outcomes(rule, value, held):
     ok, why = rule.decide(value)
     assert ok is held and why
@@ -29,15 +52,30 @@ def test_judge_vocabulary_and_keys():
     assert judge("c", "p", at_most(0.1, "r"), 0.5).verdict == "not held"
 
 
-@pytest.mark.parametrize("x, shown", [(0.0123456, "0.0123"), (4.0762, "4.08"), (123.456, "123"), (69, "69"),
-                                      (1e-19, "1.00e-19"), (12345678.0, "1.23e+07"), (float("nan"), "nan")])
+@pytest.mark.parametrize(
+    "x, shown",
+    [
+        (0.0123456, "0.0123"),
+        (4.0762, "4.08"),
+        (123.456, "123"),
+        (69, "69"),
+        (1e-19, "1.00e-19"),
+        (12345678.0, "1.23e+07"),
+        (float("nan"), "nan"),
+    ],
+)
 def test_numbers_for_a_person(x, shown):
     assert fmt(x) == shown
 
 
 def test_failed_precondition_is_not_testable_even_if_the_number_looks_good():
-    c = judge("c", "p", at_least(0.4, "score"), 0.9,
-              preconditions=[Precondition("model copies", False, "the model does not copy (P = 0.00005)")])
+    c = judge(
+        "c",
+        "p",
+        at_least(0.4, "score"),
+        0.9,
+        preconditions=[Precondition("model copies", False, "the model does not copy (P = 0.00005)")],
+    )
     assert c.verdict == "not testable" and c.why == "not testable here: the model does not copy (P = 0.00005)"
 
 
@@ -48,8 +86,12 @@ def test_quick_runs_are_not_testable_unless_the_rule_allows():
 
 def test_the_l4h11_edit_on_a_model_that_does_not_copy_is_not_testable():
     # the shipped v1 model: clean P(turtle) 0.00005, and P(pirate) > P(turtle) already before the edit
-    c = judge_claim("edit_moves_copy", {}, value=(0.0001, 0.00005, 0.0002),
-                    preconditions=[model_copies({"P(turtle | ninja)": 0.00005})])
+    c = judge_claim(
+        "edit_moves_copy",
+        {},
+        value=(0.0001, 0.00005, 0.0002),
+        preconditions=[model_copies({"P(turtle | ninja)": 0.00005})],
+    )
     assert c.verdict == "not testable"
     held = judge_claim("edit_moves_copy", {}, value=(0.001, 0.26, 0.65), preconditions=[model_copies({"P": 0.99})])
     assert held.verdict == "held"
@@ -57,33 +99,56 @@ def test_the_l4h11_edit_on_a_model_that_does_not_copy_is_not_testable():
     assert judge_claim("edit_moves_copy", {}, value=(0.001, 0.01, 0.05)).verdict == "not held"
 
 
-@pytest.mark.parametrize("key, value, verdict", [
-    ("sharp_prev_head", 0.01, "held"), ("sharp_prev_head", 0.6, "not held"),
-    ("half_prev_heads", 69 / 144, "held"), ("half_prev_heads", 0.1, "not held"),
-    ("sharpest_stands_alone", (0.18, 0.01), "held"), ("sharpest_stands_alone", (0.8, 0.6), "not held"),
-    ("avg_output_unchanged", {"a": (0.99, 0.98)}, "held"), ("avg_output_unchanged", {"a": (0.99, 0.5)}, "not held"),
-    ("avg_breaks_down", (1.0, 0.1), "held"), ("avg_breaks_down", (0.15, 0.1), "not held"),
-    ("avg_prev_heads_unaffected", {"L4H11": (0.9, 0.88)}, "held"),
-    ("avg_prev_heads_unaffected", {"L4H11": (0.9, 0.3)}, "not held"),
-    ("mask_disrupts", (0.9, 0.5), "held"), ("mask_disrupts", (0.9, 0.85), "not held"),
-    ("early_self_suppressing", (6, 6), "held"), ("early_self_suppressing", (1, 6), "not held"),
-    ("early_self_suppressing", (0, 0), "not held"),
-    ("aggregator_prev_boosting", ("L4H11", "prev_boosting"), "held"),
-    ("aggregator_prev_boosting", ("L4H11", "self_suppressing"), "not held"),
-    ("ext_avg_hurts_early_more", (0.3, 0.01), "held"), ("ext_avg_hurts_early_more", (0.3, 0.2), "not held"),
-    ("wpos_helix", [0.334, 0.323, 0.246], "held"),  # GPT-2's real W_pos
-    ("wpos_helix", [0.553, 0.066, 0.032], "not held"),  # the v1 mini model: one dominant direction, not a helix
-    ("ext_helix", [0.961, 0.009, 0.003], "not held"), ("wpos_helix", [0.3, 0.1, 0.05], "not held"),
-    ("ext_same_subspace", 10.0, "held"), ("ext_same_subspace", 80.0, "not held"),
-    ("ext_sparser", 3.0, "held"), ("ext_sparser", 1.0, "not held"),
-    ("induction_heads_exist", 0.5, "held"), ("induction_heads_exist", 0.01, "not held"),
-    ("aggregator_above_layer0", ("L4H11", 4), "held"), ("aggregator_above_layer0", ("L0H1", 0), "not held"),
-    ("sources_named_heads", ["L1H0", "L2H2", "L3H3", "L2H4"], "held"), ("sources_named_heads", ["L1H0"], "not held"),
-    ("sources_upstream", {"n_prev_token_among_top": 3, "top_drop": 0.2, "clean_prev_mass": 0.9, "top_sources": ["a"]},
-     "held"),
-    ("sources_upstream", {"n_prev_token_among_top": 3, "top_drop": 0.05, "clean_prev_mass": 0.9, "top_sources": ["a"]},
-     "not held"),
-])
+@pytest.mark.parametrize(
+    "key, value, verdict",
+    [
+        ("sharp_prev_head", 0.01, "held"),
+        ("sharp_prev_head", 0.6, "not held"),
+        ("half_prev_heads", 69 / 144, "held"),
+        ("half_prev_heads", 0.1, "not held"),
+        ("sharpest_stands_alone", (0.18, 0.01), "held"),
+        ("sharpest_stands_alone", (0.8, 0.6), "not held"),
+        ("avg_output_unchanged", {"a": (0.99, 0.98)}, "held"),
+        ("avg_output_unchanged", {"a": (0.99, 0.5)}, "not held"),
+        ("avg_breaks_down", (1.0, 0.1), "held"),
+        ("avg_breaks_down", (0.15, 0.1), "not held"),
+        ("avg_prev_heads_unaffected", {"L4H11": (0.9, 0.88)}, "held"),
+        ("avg_prev_heads_unaffected", {"L4H11": (0.9, 0.3)}, "not held"),
+        ("mask_disrupts", (0.9, 0.5), "held"),
+        ("mask_disrupts", (0.9, 0.85), "not held"),
+        ("early_self_suppressing", (6, 6), "held"),
+        ("early_self_suppressing", (1, 6), "not held"),
+        ("early_self_suppressing", (0, 0), "not held"),
+        ("aggregator_prev_boosting", ("L4H11", "prev_boosting"), "held"),
+        ("aggregator_prev_boosting", ("L4H11", "self_suppressing"), "not held"),
+        ("ext_avg_hurts_early_more", (0.3, 0.01), "held"),
+        ("ext_avg_hurts_early_more", (0.3, 0.2), "not held"),
+        ("wpos_helix", [0.334, 0.323, 0.246], "held"),  # GPT-2's real W_pos
+        ("wpos_helix", [0.553, 0.066, 0.032], "not held"),  # the v1 mini model: one dominant direction, not a helix
+        ("ext_helix", [0.961, 0.009, 0.003], "not held"),
+        ("wpos_helix", [0.3, 0.1, 0.05], "not held"),
+        ("ext_same_subspace", 10.0, "held"),
+        ("ext_same_subspace", 80.0, "not held"),
+        ("ext_sparser", 3.0, "held"),
+        ("ext_sparser", 1.0, "not held"),
+        ("induction_heads_exist", 0.5, "held"),
+        ("induction_heads_exist", 0.01, "not held"),
+        ("aggregator_above_layer0", ("L4H11", 4), "held"),
+        ("aggregator_above_layer0", ("L0H1", 0), "not held"),
+        ("sources_named_heads", ["L1H0", "L2H2", "L3H3", "L2H4"], "held"),
+        ("sources_named_heads", ["L1H0"], "not held"),
+        (
+            "sources_upstream",
+            {"n_prev_token_among_top": 3, "top_drop": 0.2, "clean_prev_mass": 0.9, "top_sources": ["a"]},
+            "held",
+        ),
+        (
+            "sources_upstream",
+            {"n_prev_token_among_top": 3, "top_drop": 0.05, "clean_prev_mass": 0.9, "top_sources": ["a"]},
+            "not held",
+        ),
+    ],
+)
 def test_every_post_claim_rule(key, value, verdict):
     assert judge_claim(key, {}, value=value).verdict == verdict
 
@@ -105,8 +170,11 @@ def test_preconditions_say_what_was_found():
 
 
 def test_table_and_counts():
-    cs = [judge("a", "p", at_most(1, "x"), 0.5), judge("b", "p", at_most(1, "x"), 2.0),
-          judge("c", "p", at_most(1, "x"), 0.5, preconditions=[Precondition("t", False)])]
+    cs = [
+        judge("a", "p", at_most(1, "x"), 0.5),
+        judge("b", "p", at_most(1, "x"), 2.0),
+        judge("c", "p", at_most(1, "x"), 0.5, preconditions=[Precondition("t", False)]),
+    ]
     t = claims_table(cs)
     assert "held" in t and "not held" in t and "not testable" in t and "np.float64" not in t
     assert verdict_counts(cs) == {"held": 1, "not held": 1, "not testable": 1}

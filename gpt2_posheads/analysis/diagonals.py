@@ -11,6 +11,7 @@ pass stops right after the last layer's pattern: the rest of that block and the 
 computed. Patterns come from the verified hook-free pass of :mod:`gpt2_posheads.model.fastpath` when it
 applies, else from hooks on ``blocks.{l}.attn.hook_pattern`` (always so with ``fwd_hooks``).
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -20,8 +21,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..model.fastpath import Workspace, fast_forward
-from ..model.precision import resolve_bf16
 from ..model.forward import run_until
+from ..model.precision import resolve_bf16
 from ..model.tokens import as_token_batches, model_device, to_token_list
 from ..model.validation import check_int_range, head_name
 from .stored import StoredActivations
@@ -142,8 +143,13 @@ def prev_token_stats(mass: torch.Tensor) -> dict[str, torch.Tensor]:
     top2 = d.topk(2, dim=-1)
     top, second = top2.values[..., 0], top2.values[..., 1]
     ratio = torch.where(top > 0, second / top.clamp_min(1e-300), torch.full_like(top, float("nan")))
-    return {"top_offset": top2.indices[..., 0], "top_mass": top, "second_mass": second, "ratio": ratio,
-            "prev_mass": d[..., 1]}
+    return {
+        "top_offset": top2.indices[..., 0],
+        "top_mass": top,
+        "second_mass": second,
+        "ratio": ratio,
+        "prev_mass": d[..., 1],
+    }
 
 
 def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:
@@ -159,11 +165,18 @@ def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:
     rows = []
     for l in range(L):
         for h in range(H):
-            rows.append(dict(
-                layer=l, head=h, name=head_name(l, h), top_offset=int(st["top_offset"][l, h]),
-                top_mass=float(st["top_mass"][l, h]), second_mass=float(st["second_mass"][l, h]),
-                ratio=float(st["ratio"][l, h]), prev_mass=float(st["prev_mass"][l, h]),
-            ))
+            rows.append(
+                dict(
+                    layer=l,
+                    head=h,
+                    name=head_name(l, h),
+                    top_offset=int(st["top_offset"][l, h]),
+                    top_mass=float(st["top_mass"][l, h]),
+                    second_mass=float(st["second_mass"][l, h]),
+                    ratio=float(st["ratio"][l, h]),
+                    prev_mass=float(st["prev_mass"][l, h]),
+                )
+            )
     df = pd.DataFrame(rows)
     df["is_prev_token"] = df["top_offset"] == 1
     prev = df[df.is_prev_token].sort_values("ratio", kind="stable")
@@ -173,9 +186,16 @@ def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:
     return out
 
 
-def rank_prev_heads(model, prompts=None, max_offset: int | None = None, exclude_bos: bool = True,
-                    batch_size: int = 8, progress: bool = True, bf16: bool = False,
-                    engine: str = "auto") -> pd.DataFrame:
+def rank_prev_heads(
+    model,
+    prompts=None,
+    max_offset: int | None = None,
+    exclude_bos: bool = True,
+    batch_size: int = 8,
+    progress: bool = True,
+    bf16: bool = False,
+    engine: str = "auto",
+) -> pd.DataFrame:
     """Rank all heads by how previous-token-like they are (see :func:`rank_from_diagonals`).
 
     ``int(df.is_prev_token.sum())`` is the number of heads whose greatest diagonal is the previous
@@ -185,13 +205,23 @@ def rank_prev_heads(model, prompts=None, max_offset: int | None = None, exclude_
     """
     if isinstance(model, StoredActivations):
         if prompts is not None or max_offset is not None or not exclude_bos:
-            raise ValueError("stored activations fix the prompts, offsets and BOS handling: call "
-                             "rank_prev_heads(store) without prompts, max_offset or exclude_bos")
+            raise ValueError(
+                "stored activations fix the prompts, offsets and BOS handling: call "
+                "rank_prev_heads(store) without prompts, max_offset or exclude_bos"
+            )
         return rank_from_diagonals(model.diagonals)
     if prompts is None:
         raise ValueError("prompts is None: rank_prev_heads(model, prompts) needs prompts to run the model on")
-    diag = diagonal_attention(model, prompts, max_offset=max_offset, exclude_bos=exclude_bos,
-                              batch_size=batch_size, progress=progress, bf16=bf16, engine=engine)
+    diag = diagonal_attention(
+        model,
+        prompts,
+        max_offset=max_offset,
+        exclude_bos=exclude_bos,
+        batch_size=batch_size,
+        progress=progress,
+        bf16=bf16,
+        engine=engine,
+    )
     return rank_from_diagonals(diag)
 
 

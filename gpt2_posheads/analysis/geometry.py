@@ -1,5 +1,6 @@
 """Geometry of positional matrices ``[pos, d_model]``: principal directions, subspace angles,
 sparsity and token dependence."""
+
 from __future__ import annotations
 
 import math

@@ -15,6 +15,7 @@ repeats), so both losses leave it out:
 The pure functions (:func:`induction_from_patterns`, :func:`copy_losses`) take tensors, so the training
 probe of :mod:`gpt2_posheads.organism` computes exactly these numbers on a Hugging Face model.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,16 +27,18 @@ from ..model.tokens import model_device
 from ..model.validation import UsageError
 
 
-def repeated_random_tokens(model, n_seqs: int = 8, seg_len: int = 50, seed: int = 0, bos: bool = True,
-                           vocab_hi: int | None = None) -> torch.Tensor:
+def repeated_random_tokens(
+    model, n_seqs: int = 8, seg_len: int = 50, seed: int = 0, bos: bool = True, vocab_hi: int | None = None
+) -> torch.Tensor:
     """``[n_seqs, b + 2 * seg_len]`` prompts ``[BOS] r r``, ``r`` uniform over non-special token ids below
     ``vocab_hi`` (default ``d_vocab``)."""
     b = int(bos)
     if seg_len < 2:
         raise UsageError("seg_len", f"{seg_len} is out of range", "allowed >= 2")
     if b + 2 * seg_len > model.cfg.n_ctx:
-        raise UsageError("seg_len", f"{seg_len} does not fit twice in the context",
-                         f"allowed 2..{(model.cfg.n_ctx - b) // 2}")
+        raise UsageError(
+            "seg_len", f"{seg_len} does not fit twice in the context", f"allowed 2..{(model.cfg.n_ctx - b) // 2}"
+        )
     gen = torch.Generator().manual_seed(seed)
     hi = vocab_hi or model.cfg.d_vocab
     special = set(getattr(model.tokenizer, "all_special_ids", []) or []) if getattr(model, "tokenizer", None) else set()
@@ -62,20 +65,27 @@ def induction_from_patterns(pattern: torch.Tensor, seg_len: int, bos: bool = Tru
     return pattern[:, :, q, k].double().sum((0, 2))
 
 
-def copy_losses(logits: torch.Tensor, tokens: torch.Tensor, seg_len: int, bos: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def copy_losses(
+    logits: torch.Tensor, tokens: torch.Tensor, seg_len: int, bos: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sequence mean losses ``(first copy, second copy)`` ``[batch]`` each, on tokens ``2..seg_len`` of each
     copy (see the module doc). ``logits`` ``[batch, pos, vocab]``, ``tokens`` ``[batch, pos]``."""
     b = int(bos)
-    lp = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), tokens[:, 1:].flatten().to(logits.device),
-                         reduction="none").view(tokens.shape[0], -1).cpu()  # lp[:, i] predicts token i + 1
+    lp = (
+        F.cross_entropy(
+            logits[:, :-1].float().flatten(0, 1), tokens[:, 1:].flatten().to(logits.device), reduction="none"
+        )
+        .view(tokens.shape[0], -1)
+        .cpu()
+    )  # lp[:, i] predicts token i + 1
     return lp[:, b : b + seg_len - 1].mean(1), lp[:, b + seg_len :].mean(1)
 
 
 @dataclass
 class InductionResult:
     scores: torch.Tensor  # [n_layers, n_heads] mean attention to the token after the earlier occurrence
-    loss_first: float     # mean next-token loss on tokens 2..seg_len of the first copy (nats)
-    loss_second: float    # the same on the second copy (nats)
+    loss_first: float  # mean next-token loss on tokens 2..seg_len of the first copy (nats)
+    loss_second: float  # the same on the second copy (nats)
     seg_len: int
     bos: bool = True
 
@@ -85,8 +95,9 @@ class InductionResult:
         return f"L{l}H{h}", float(self.scores.max())
 
 
-def induction_scores(model, n_seqs: int = 8, seg_len: int = 50, seed: int = 0, batch_size: int = 8,
-                     bos: bool = True) -> InductionResult:
+def induction_scores(
+    model, n_seqs: int = 8, seg_len: int = 50, seed: int = 0, batch_size: int = 8, bos: bool = True
+) -> InductionResult:
     """Induction score of every head and the loss on each copy of ``[BOS] r r`` (see the module doc)."""
     toks = repeated_random_tokens(model, n_seqs, seg_len, seed, bos=bos)
     L, H = model.cfg.n_layers, model.cfg.n_heads
@@ -96,6 +107,7 @@ def induction_scores(model, n_seqs: int = 8, seg_len: int = 50, seed: int = 0, b
     def hook_for(layer):
         def hook(pattern, hook):  # [batch, head, q, k]
             sums[layer] += induction_from_patterns(pattern, seg_len, bos).cpu()
+
         return hook
 
     hooks = [(f"blocks.{l}.attn.hook_pattern", hook_for(l)) for l in range(L)]
@@ -106,5 +118,10 @@ def induction_scores(model, n_seqs: int = 8, seg_len: int = 50, seed: int = 0, b
             f, s = copy_losses(model.run_with_hooks(t, fwd_hooks=hooks), t, seg_len, bos)
             first.append(f)
             second.append(s)
-    return InductionResult(scores=(sums / (n_seqs * seg_len)).float(), loss_first=float(torch.cat(first).mean()),
-                           loss_second=float(torch.cat(second).mean()), seg_len=seg_len, bos=bos)
+    return InductionResult(
+        scores=(sums / (n_seqs * seg_len)).float(),
+        loss_first=float(torch.cat(first).mean()),
+        loss_second=float(torch.cat(second).mean()),
+        seg_len=seg_len,
+        bos=bos,
+    )

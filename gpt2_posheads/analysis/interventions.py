@@ -23,19 +23,20 @@ changes the model's output (:func:`~gpt2_posheads.model.hooks.require_live`), so
 * ``scale_head_output(L, H, f)``: ``z_{L,H} <- f * z_{L,H}`` (``hook_z``); the head's write to the residual
   stream, ``z W_O``, scales by ``f`` exactly.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
 
 import einops
 import torch
 
-from .posembed import extended_pos_embeddings, load_w_pos
 from ..model.hooks import require_live
 from ..model.patterns import pattern_edit_hooks
 from ..model.tokens import model_device
 from ..model.validation import check_head, check_int_range, check_layer, check_layers, check_learned_pos_embed
+from .posembed import extended_pos_embeddings, load_w_pos
 
 Hook = tuple[str, Callable]
 
@@ -86,12 +87,14 @@ def group_average_rows(x: torch.Tensor, group_size: int, offset: int = 0) -> tor
 def _replace_positions(new: torch.Tensor):
     def hook(x, hook):  # x: [batch, pos, d_model] (or [pos, d_model])
         return new[: x.shape[-2]].to(x.dtype).expand_as(x).clone()
+
     return hook
 
 
 def _add_positions(delta: torch.Tensor):
     def hook(x, hook):  # x: [batch, pos, d_model]
         return x + delta[: x.shape[-2]].to(x.dtype)
+
     return hook
 
 
@@ -126,8 +129,11 @@ def average_ext_pos_embed(layer: int, group_size: int, ext: torch.Tensor | None 
     return Intervention(f"average extended pos emb at layer {layer} in groups of {group_size}", bind)
 
 
-def mask_previous_attention(every: int = 5, layers: Iterable[int] = range(4), renormalize: bool = False) -> Intervention:
-    """Zero attention from query ``p`` to key ``p-1`` for every ``p % every == 0`` (``p > 0``), all heads of ``layers``."""
+def mask_previous_attention(
+    every: int = 5, layers: Iterable[int] = range(4), renormalize: bool = False
+) -> Intervention:
+    """Zero attention from query ``p`` to key ``p-1`` for every ``p % every == 0`` (``p > 0``) in all heads of
+    ``layers`` (through :func:`~gpt2_posheads.model.patterns.pattern_edit_hooks`: exact on every model)."""
     check_int_range("every", every, 1, 1 << 30)
     layers = list(layers)
 

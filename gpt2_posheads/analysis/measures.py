@@ -1,4 +1,5 @@
 """What an intervention changed: next-token distributions, KL over a corpus, attention patterns."""
+
 from __future__ import annotations
 
 import torch
@@ -48,6 +49,7 @@ def head_patterns(model, prompt, heads: list[tuple[int, int]], fwd_hooks=()) -> 
     def grab(layer):
         def hook(x, hook):
             box[layer] = x.detach()
+
         return hook
 
     extra = [(f"blocks.{l}.attn.hook_pattern", grab(l)) for l in sorted({l for l, _ in heads}) if l != last]
@@ -69,7 +71,9 @@ def pattern_distance(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
     m = (a + b) / 2
 
     def kl(p, q):
-        return torch.where(p > 0, p * (p.clamp_min(1e-30).log() - q.clamp_min(1e-30).log()), torch.zeros_like(p)).sum(-1)
+        return torch.where(p > 0, p * (p.clamp_min(1e-30).log() - q.clamp_min(1e-30).log()), torch.zeros_like(p)).sum(
+            -1
+        )
 
     js = float((0.5 * kl(a, m) + 0.5 * kl(b, m)).mean())
     return {"mean_abs_diff": mad, "js_divergence": js}
@@ -97,9 +101,12 @@ def compare_head_patterns(model, prompts, head: tuple[int, int], fwd_hooks) -> d
         if first is None:
             first = (clean, new)
     n = len(clean_s)
-    out = {"prev_score_clean": sum(clean_s) / n, "prev_score_intervened": sum(new_s) / n,
-           "mean_abs_diff": sum(d["mean_abs_diff"] for d in dists) / n,
-           "js_divergence": sum(d["js_divergence"] for d in dists) / n}
+    out = {
+        "prev_score_clean": sum(clean_s) / n,
+        "prev_score_intervened": sum(new_s) / n,
+        "mean_abs_diff": sum(d["mean_abs_diff"] for d in dists) / n,
+        "js_divergence": sum(d["js_divergence"] for d in dists) / n,
+    }
     out["relative_drop"] = 1 - out["prev_score_intervened"] / max(out["prev_score_clean"], 1e-12)
     out["clean"], out["intervened"] = first
     return out

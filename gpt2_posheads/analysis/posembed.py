@@ -6,6 +6,7 @@ leaving ``W_pos[p] - mean_p W_pos``. At a later layer the same recipe isolates t
 the residual stream as the earlier blocks have rewritten it: the *extended positional embedding*.
 Averaging over several repeated tokens removes what little token dependence is left.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,8 +28,12 @@ def load_w_pos(source) -> torch.Tensor:
     if isinstance(source, (str, Path)):
         p = Path(source)
         if p.suffix not in (".npy", ".pt"):
-            raise UsageError("w_pos", f"{p} is not a .npy or .pt file", "allowed a .npy (numpy) or .pt (torch) file",
-                             "GPT-2's real one: ../shared/gpt2-small/W_pos.npy")
+            raise UsageError(
+                "w_pos",
+                f"{p} is not a .npy or .pt file",
+                "allowed a .npy (numpy) or .pt (torch) file",
+                "GPT-2's real one: ../shared/gpt2-small/W_pos.npy",
+            )
         if not p.exists():
             raise UsageError("w_pos", f"{p} does not exist", "a .npy or .pt file of shape [n_ctx, d_model]")
         try:
@@ -89,8 +94,9 @@ def extended_pos_embeddings(
             # of a seq_len-token prompt; only the centring differs, so centre again over those positions
             stored = stored[:seq_len] - stored[:seq_len].mean(0)
         return stored
-    res = extended_pos_embeddings_by_layer(model, [layer], tokens, n_prompts, seq_len, batch_size, seed,
-                                           return_per_token, progress, engine)
+    res = extended_pos_embeddings_by_layer(
+        model, [layer], tokens, n_prompts, seq_len, batch_size, seed, return_per_token, progress, engine
+    )
     return (res[0][layer], res[1][layer]) if return_per_token else res[layer]
 
 

@@ -4,18 +4,19 @@ Sources: the hub dataset ``stas/openwebtext-10k`` (what the GPT-2 post used), lo
 ``.jsonl`` files, or the offline WikiText-2 copy in ``shared/corpus/wikitext-2``. ``"auto"`` takes the
 hub dataset when the hub is reachable or cached and WikiText-2 otherwise, and says which it used.
 """
+
 from __future__ import annotations
 
 import json
 import random
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import torch
 
-from ..model.paths import shared_dir
 from ..model.loading import hub_reachable
+from ..model.paths import shared_dir
 from ..model.validation import UsageError
 
 OPENWEBTEXT = "stas/openwebtext-10k"
@@ -71,15 +72,20 @@ def _detok_wikitext(text: str) -> str:
 
 
 def file_documents(paths: Iterable[str | Path]) -> list[str]:
-    """Documents from ``.txt`` files (one document per file; blank-line-separated chunks) or ``.jsonl`` (``text`` field)."""
+    """Documents from ``.txt`` files (blank-line-separated chunks) or ``.jsonl`` files (a ``text`` field per line)."""
     docs: list[str] = []
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            files = [f for f in sorted(list(p.glob("*.txt")) + list(p.glob("*.jsonl")))
-                     if f.name not in ("SOURCE.txt", "README.txt")]  # a corpus folder's notes are not text
+            files = [
+                f
+                for f in sorted(list(p.glob("*.txt")) + list(p.glob("*.jsonl")))
+                if f.name not in ("SOURCE.txt", "README.txt")
+            ]  # a corpus folder's notes are not text
             if not files:
-                raise UsageError("prompts", f"folder {p} holds no .txt or .jsonl files", "a folder of .txt/.jsonl files")
+                raise UsageError(
+                    "prompts", f"folder {p} holds no .txt or .jsonl files", "a folder of .txt/.jsonl files"
+                )
             docs += file_documents(files)
         elif p.suffix == ".jsonl":
             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
@@ -91,8 +97,11 @@ def file_documents(paths: Iterable[str | Path]) -> list[str]:
                     raise UsageError("prompts", f"{p} line {i} is not JSON", "one JSON object per line") from None
                 if not isinstance(row, dict) or not isinstance(row.get("text"), str):
                     keys = sorted(row) if isinstance(row, dict) else type(row).__name__
-                    raise UsageError("prompts", f"{p} line {i} has no 'text' string (keys: {keys})",
-                                     'each line must be {"text": "..."}')
+                    raise UsageError(
+                        "prompts",
+                        f"{p} line {i} has no 'text' string (keys: {keys})",
+                        'each line must be {"text": "..."}',
+                    )
                 docs.append(row["text"])
         elif p.exists():
             docs += [c for c in re.split(r"\n\s*\n", p.read_text(encoding="utf-8")) if c.strip()]
@@ -114,8 +123,11 @@ def documents(source: str | Sequence[str] = "auto") -> tuple[list[str], str]:
     if source == "wikitext":
         return wikitext_documents(), "wikitext-2"
     if not Path(source).exists():
-        raise UsageError("prompts", f"{source!r} is neither a known source nor an existing file",
-                         "allowed auto, openwebtext, wikitext, or a path to .txt/.jsonl files")
+        raise UsageError(
+            "prompts",
+            f"{source!r} is neither a known source nor an existing file",
+            "allowed auto, openwebtext, wikitext, or a path to .txt/.jsonl files",
+        )
     return file_documents([source]), f"files:{source}"
 
 
@@ -156,6 +168,19 @@ def make_prompts(
             out.append(([tokenizer.bos_token_id] if prepend_bos else []) + ids[:n_text])
             if len(out) == n_prompts:
                 return torch.tensor(out, dtype=torch.long)
-    raise UsageError("n_prompts", f"only {len(out)} of the source's {len(docs)} documents have the {n_text} tokens "
-                     f"a prompt needs, {n_prompts} asked", f"allowed n_prompts <= {len(out)} at this seq_len",
-                     "lower --seq-len or --n-prompts, or use a source with longer documents")
+    raise UsageError(
+        "n_prompts",
+        f"only {len(out)} of the source's {len(docs)} documents have the {n_text} tokens "
+        f"a prompt needs, {n_prompts} asked",
+        f"allowed n_prompts <= {len(out)} at this seq_len",
+        "lower --seq-len or --n-prompts, or use a source with longer documents",
+    )
+
+
+def encode_stream(tok, docs: Sequence[str]) -> torch.Tensor:
+    """All documents as one token stream, each preceded by ``<|endoftext|>`` as GPT-2 was trained."""
+    ids: list[int] = []
+    for enc in tok(list(docs), add_special_tokens=False)["input_ids"]:
+        ids.append(tok.bos_token_id)
+        ids += enc
+    return torch.tensor(ids, dtype=torch.long)

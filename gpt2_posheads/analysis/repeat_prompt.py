@@ -11,6 +11,7 @@
 The model should continue with `` turtle``: an induction head at the final `` ninja`` looks for the
 token that followed `` ninja`` earlier, which it finds through the previous-token head's write.
 """
+
 from __future__ import annotations
 
 import random
@@ -60,8 +61,14 @@ def split_words(target: str) -> list[str]:
     return words
 
 
-def repeat_string_prompt(tokenizer, target: str = " ninja turtle pirate", n_given: int = 1, n_demos: int = 12,
-                         seed: int = 0, max_len: int | None = None) -> RepeatPrompt:
+def repeat_string_prompt(
+    tokenizer,
+    target: str = " ninja turtle pirate",
+    n_given: int = 1,
+    n_demos: int = 12,
+    seed: int = 0,
+    max_len: int | None = None,
+) -> RepeatPrompt:
     """Build the prompt with ``n_demos`` demonstrations and the first ``n_given`` words of ``target`` in
     the reply. Segments are tokenized separately (boundaries are quotes/spaces, where GPT-2's
     pre-tokenizer splits anyway) so every word's token positions are known exactly.
@@ -71,8 +78,9 @@ def repeat_string_prompt(tokenizer, target: str = " ninja turtle pirate", n_give
     rp = _build(tokenizer, target, n_given, n_demos, seed)
     while max_len is not None and len(rp.tokens) > max_len:
         if n_demos == 1:
-            raise ValueError(f"the repeat-string prompt needs {len(rp.tokens)} tokens even with one demonstration; "
-                             f"max_len={max_len}")
+            raise ValueError(
+                f"the repeat-string prompt needs {len(rp.tokens)} tokens even with one demonstration; max_len={max_len}"
+            )
         n_demos -= 1
         rp = _build(tokenizer, target, n_given, n_demos, seed)
     return rp
@@ -99,7 +107,9 @@ def _build(tokenizer, target: str, n_given: int, n_demos: int, seed: int) -> Rep
             where[tag] = list(range(len(ids), len(ids) + len(seg)))
         ids += seg
     return RepeatPrompt(
-        text="".join(t for t, _ in segments), tokens=torch.tensor(ids), words=words,
+        text="".join(t for t, _ in segments),
+        tokens=torch.tensor(ids),
+        words=words,
         request_positions=[where[f"req{i}"] for i in range(len(words))],
         reply_positions=[where[f"rep{i}"] for i in range(n_given)],
         next_word=words[n_given] if n_given < len(words) else None,
@@ -118,9 +128,38 @@ def edit_mapping(rp: RepeatPrompt) -> dict[int, int]:
 
 
 # Concrete nouns to fall back on when a target word is several tokens in a model's vocabulary.
-_FALLBACK_WORDS = (" apple", " orange", " ninja", " turtle", " pirate", " river", " horse", " garden", " church",
-                   " island", " music", " paper", " water", " house", " king", " ship", " bird", " tree", " road",
-                   " book", " city", " army", " school", " fire", " dog", " car", " money", " song", " wine", " gold")
+_FALLBACK_WORDS = (
+    " apple",
+    " orange",
+    " ninja",
+    " turtle",
+    " pirate",
+    " river",
+    " horse",
+    " garden",
+    " church",
+    " island",
+    " music",
+    " paper",
+    " water",
+    " house",
+    " king",
+    " ship",
+    " bird",
+    " tree",
+    " road",
+    " book",
+    " city",
+    " army",
+    " school",
+    " fire",
+    " dog",
+    " car",
+    " money",
+    " song",
+    " wine",
+    " gold",
+)
 
 
 def single_token_words(tokenizer, words) -> dict[str, str]:

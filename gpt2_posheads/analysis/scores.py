@@ -9,6 +9,7 @@ is left as the most advanced key. L4H11 instead shows a *bright previous diagona
 a peak. :func:`score_profile` turns this into numbers: the mean raw score at key offset
 ``o = k - q`` in ``-w..+w`` around each query, centred per query (softmax ignores per-row shifts).
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -43,25 +44,35 @@ def attention_scores(model, prompt, layer: int, head: int, fwd_hooks=()) -> dict
     def grab(name):
         def hook(x, hook):
             box[name] = x.detach()
+
         return hook
 
     pre = f"blocks.{layer}.attn."
     qk = QKCapture(model, layer)
     with torch.inference_mode():  # to the end of the block: some bridges fire hook_pattern after the output
-        run_until(model, toks, list(fwd_hooks) + qk.hooks() + [(pre + "hook_pattern", grab("pattern"))],
-                  stop_at=f"blocks.{layer}.hook_resid_post")
+        run_until(
+            model,
+            toks,
+            list(fwd_hooks) + qk.hooks() + [(pre + "hook_pattern", grab("pattern"))],
+            stop_at=f"blocks.{layer}.hook_resid_post",
+        )
     dot = raw_scores_from_qk(qk.q, qk.k, 1.0)[0, head].cpu()
     pattern = box["pattern"][0, head].float().cpu()
     scale, mask, err = scale_from_pattern(dot, pattern, attn_scale(model.cfg, layer))
     if err > 1e-4:
-        raise UsageError("model", f"layer {layer}'s attention is not softmax(scale * q . k + mask) (off by {err:.2e})",
-                         "models whose scores are q . k times a constant", "raw scores need the pre-mask scores")
+        raise UsageError(
+            "model",
+            f"layer {layer}'s attention is not softmax(scale * q . k + mask) (off by {err:.2e})",
+            "models whose scores are q . k times a constant",
+            "raw scores need the pre-mask scores",
+        )
     raw = (dot.double() * scale).float()
     return {"raw": raw, "masked": raw.masked_fill(mask, float("-inf")), "pattern": pattern}
 
 
-def score_profile(model, prompts, window: int = 3, batch_size: int = 4, skip_first: int = 8,
-                  progress: bool = False) -> torch.Tensor:
+def score_profile(
+    model, prompts, window: int = 3, batch_size: int = 4, skip_first: int = 8, progress: bool = False
+) -> torch.Tensor:
     """Mean centred raw score at key offset ``o = k - q`` for ``o`` in ``-window..+window``:
     ``[n_layers, n_heads, 2 * window + 1]`` (index ``window`` is the current token, ``window - 1`` the
     previous one, larger indices are future keys, which raw scores still have).
@@ -84,6 +95,7 @@ def score_profile(model, prompts, window: int = 3, batch_size: int = 4, skip_fir
                 if qk.ready():
                     reduce(qk.q, qk.k)
                     qk.box.clear()
+
             return hook
 
         def reduce(q, k):  # [batch, pos, head, d_head] each
@@ -95,12 +107,15 @@ def score_profile(model, prompts, window: int = 3, batch_size: int = 4, skip_fir
             s = torch.einsum("bqhd,bqohd->bhqo", q[:, qs].float(), kk.float()) * attn_scale(model.cfg, layer)
             s = s - s.mean(-1, keepdim=True)
             sums[layer] += s.sum((0, 2)).double().cpu()
+
         return [(name, then(fn)) for name, fn in qk.hooks()]
 
     hooks = [h for l in range(L) for h in make_hooks(l)]
     device = model_device(model)
     with torch.inference_mode():
-        for toks in tqdm(list(as_token_batches(model, prompts, batch_size)), desc="score profile", disable=not progress):
+        for toks in tqdm(
+            list(as_token_batches(model, prompts, batch_size)), desc="score profile", disable=not progress
+        ):
             n_q = max(0, toks.shape[1] - w - max(w, skip_first))
             if n_q == 0:
                 continue
@@ -139,8 +154,22 @@ def classify_prev_heads(profile: torch.Tensor, threshold: float = 0.5) -> pd.Dat
             peak = float(p[w - 1] - torch.maximum(p[w - 2], p[w])) if w >= 2 else float(p[w - 1] - p[w])
             x, y = offs[keep], p[keep]
             trend = float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
-            label = ("prev_boosting" if peak / spread > threshold
-                     else "self_suppressing" if dip / spread > threshold else "neither")
-            rows.append(dict(layer=l, head=h, name=head_name(l, h), dip=dip / spread, peak=peak / spread,
-                             trend=trend / spread, label=label))
+            label = (
+                "prev_boosting"
+                if peak / spread > threshold
+                else "self_suppressing"
+                if dip / spread > threshold
+                else "neither"
+            )
+            rows.append(
+                dict(
+                    layer=l,
+                    head=h,
+                    name=head_name(l, h),
+                    dip=dip / spread,
+                    peak=peak / spread,
+                    trend=trend / spread,
+                    label=label,
+                )
+            )
     return pd.DataFrame(rows)

@@ -31,31 +31,34 @@ The positional route is ablated the same way: ``W_pos`` group-averaged (groups o
 target's query or key input. The cost beyond the one forward is a LayerNorm and two small matmuls per
 (source, side).
 """
+
 from __future__ import annotations
 
 import math
 import warnings
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
 from ..model.attention import QKCapture, attn_scale, scale_from_pattern
-from .diagonals import diagonal_counts, diagonal_sums, prev_token_stats
 from ..model.fastpath import _ln_params, unsupported_reason
-from ..model.identity import has_learned_positions, position_kind
 from ..model.forward import run_until
-from .interventions import group_average_rows
-from .posembed import load_w_pos
+from ..model.identity import has_learned_positions, position_kind
 from ..model.tokens import as_token_batches, model_device
 from ..model.validation import UsageError, check_head, head_name
+from .diagonals import diagonal_counts, diagonal_sums, prev_token_stats
+from .interventions import group_average_rows
+from .posembed import load_w_pos
 
 Ablation = Literal["mean", "zero", "resample"]
 ABLATIONS = ("mean", "zero", "resample")
 
 
 # --- composition -------------------------------------------------------------------------------------
+
 
 def _fro(x: torch.Tensor) -> torch.Tensor:
     return x.double().flatten(-2).norm(dim=-1)
@@ -80,9 +83,13 @@ def composition_scores(model, layer: int, head: int) -> pd.DataFrame:
     if layer == 0:
         raise UsageError("head", f"{head_name(layer, head)} is in layer 0", "a head in layer >= 1 has upstream heads")
     if position_kind(model) == "rotary":
-        raise UsageError("model", "has rotary positions: W_Q W_K^T depends on the relative position, so weight-based "
-                         "Q/K composition is not defined", "models with learned or no positions",
-                         "path_ablation measures the same question causally on any model")
+        raise UsageError(
+            "model",
+            "has rotary positions: W_Q W_K^T depends on the relative position, so weight-based "
+            "Q/K composition is not defined",
+            "models with learned or no positions",
+            "path_ablation measures the same question causally on any model",
+        )
     ov_t, qk_t = (c[head] for c in _circuits(model, layer))
     base = composition_baseline(model.cfg.d_model, model.cfg.d_head)
     rows = []
@@ -92,9 +99,20 @@ def composition_scores(model, layer: int, head: int) -> pd.DataFrame:
         k = composition_score(qk_t, ov_u.transpose(-1, -2))
         v = composition_score(ov_u, ov_t)
         for h in range(model.cfg.n_heads):
-            rows.append(dict(source=head_name(l, h), layer=l, head=h, q_comp=float(q[h]), k_comp=float(k[h]),
-                             v_comp=float(v[h]), baseline=base, q_ratio=float(q[h]) / base, k_ratio=float(k[h]) / base,
-                             v_ratio=float(v[h]) / base))
+            rows.append(
+                dict(
+                    source=head_name(l, h),
+                    layer=l,
+                    head=h,
+                    q_comp=float(q[h]),
+                    k_comp=float(k[h]),
+                    v_comp=float(v[h]),
+                    baseline=base,
+                    q_ratio=float(q[h]) / base,
+                    k_ratio=float(k[h]) / base,
+                    v_ratio=float(v[h]) / base,
+                )
+            )
     df = pd.DataFrame(rows)
     df["qk_ratio_max"] = df[["q_ratio", "k_ratio"]].max(axis=1)
     return df.sort_values("qk_ratio_max", ascending=False, kind="stable").reset_index(drop=True)
@@ -111,6 +129,7 @@ def composition_baseline(d_model: int, d_head: int, n_samples: int = 64, seed: i
 
 
 # --- direct-path ablation ----------------------------------------------------------------------------
+
 
 def _prev_stats(pattern: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Sums over batch and queries of ``A[q, q - d]`` (key 0 left out) for every offset ``d`` and their counts."""
@@ -157,8 +176,9 @@ class _HookedTarget:
         ``[batch, q, k]`` (the model's own pattern of the clean pass)."""
         self.toks = toks
         q, k = self.qk(None)
-        self.scale, self.mask, _ = scale_from_pattern(q @ k.transpose(1, 2), clean_pattern,
-                                                      attn_scale(self.model.cfg, self.layer))
+        self.scale, self.mask, _ = scale_from_pattern(
+            q @ k.transpose(1, 2), clean_pattern, attn_scale(self.model.cfg, self.layer)
+        )
 
     def qk(self, x: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         cap = QKCapture(self.model, self.layer)
@@ -166,7 +186,9 @@ class _HookedTarget:
         if x is not None:
             hooks.insert(0, (f"blocks.{self.layer}.hook_resid_pre", lambda r, hook: x.to(r.device, r.dtype)))
         with torch.inference_mode():
-            run_until(self.model, self.toks.to(model_device(self.model)), hooks, stop_at=f"blocks.{self.layer}.attn.hook_z")
+            run_until(
+                self.model, self.toks.to(model_device(self.model)), hooks, stop_at=f"blocks.{self.layer}.attn.hook_z"
+            )
         return cap.q[:, :, self.head].float().cpu(), cap.k[:, :, self.head].float().cpu()
 
 
@@ -185,13 +207,16 @@ def _ablated(out: torch.Tensor, how: Ablation, mean: torch.Tensor | None) -> tor
     if how == "mean":
         return mean.expand_as(out)
     if out.shape[0] < 2:
-        raise UsageError("ablation", "resample needs at least two prompts in a batch", "use mean or zero, or more prompts")
+        raise UsageError(
+            "ablation", "resample needs at least two prompts in a batch", "use mean or zero, or more prompts"
+        )
     perm = torch.roll(torch.arange(out.shape[0]), 1)  # a derangement: every prompt takes the next one's output
     return out[perm]
 
 
-def path_ablation(model, prompts, layer: int, head: int, ablation: Ablation = "mean", pos_group: int = 10,
-                  batch_size: int = 8) -> pd.DataFrame:
+def path_ablation(
+    model, prompts, layer: int, head: int, ablation: Ablation = "mean", pos_group: int = 10, batch_size: int = 8
+) -> pd.DataFrame:
     """Effect on ``(layer, head)``'s previous-token attention of removing each upstream head's output
     (and the fine-grained part of ``W_pos``) from only its query or only its key input.
 
@@ -222,10 +247,14 @@ def path_ablation(model, prompts, layer: int, head: int, ablation: Ablation = "m
         def grab(name):
             def hook(x, hook):
                 box[name] = x.detach().float().cpu()
+
             return hook
 
         hooks = [(f"blocks.{l}.attn.hook_z", grab(f"z{l}")) for l in range(layer)]
-        hooks += [(f"blocks.{layer}.hook_resid_pre", grab("resid")), (f"blocks.{layer}.attn.hook_pattern", grab("pattern"))]
+        hooks += [
+            (f"blocks.{layer}.hook_resid_pre", grab("resid")),
+            (f"blocks.{layer}.attn.hook_pattern", grab("pattern")),
+        ]
         with torch.inference_mode():  # to the end of the block: some bridges fire hook_pattern after the output
             run_until(model, toks.to(device), hooks, stop_at=f"blocks.{layer}.hook_resid_post")
         outs = torch.stack([torch.einsum("bpd,dm->bpm", box[f"z{l}"][:, :, h], W_O[l][h].cpu()) for l, h in sources])
@@ -242,8 +271,9 @@ def path_ablation(model, prompts, layer: int, head: int, ablation: Ablation = "m
             else:
                 merged.append(b)
         if any(b.shape[0] < 2 for b in merged):
-            raise UsageError("ablation", "resample needs at least two prompts of each length",
-                             "use mean or zero, or more prompts")
+            raise UsageError(
+                "ablation", "resample needs at least two prompts of each length", "use mean or zero, or more prompts"
+            )
         batches = merged
     means = None
     if ablation == "mean":
@@ -258,7 +288,7 @@ def path_ablation(model, prompts, layer: int, head: int, ablation: Ablation = "m
     keys = [("none", "-")] + [(head_name(l, h), side) for l, h in sources for side in ("query", "key")]
     if pos_delta is not None:
         keys += [(f"W_pos/{pos_group}", side) for side in ("query", "key")]
-    sums = {k: None for k in keys}
+    sums = dict.fromkeys(keys)
     counts = None
     max_err = 0.0
 
@@ -273,8 +303,11 @@ def path_ablation(model, prompts, layer: int, head: int, ablation: Ablation = "m
         clean = _pattern(target, q0, k0)
         err = float((clean - pattern).abs().max())
         if err > 1e-4 and isinstance(target, _Target):  # the weights do not give this model's attention: ask the model
-            warnings.warn(f"path_ablation: recomputing {head_name(layer, head)}'s attention from the weights is off by "
-                          f"{err:.1e}; running one hooked pass per source instead (exact, slower)")
+            warnings.warn(
+                f"path_ablation: recomputing {head_name(layer, head)}'s attention from the weights is off by "
+                f"{err:.1e}; running one hooked pass per source instead (exact, slower)",
+                stacklevel=2,
+            )
             target = _HookedTarget(model, layer, head)
             target.start(toks, pattern)
             q0, k0 = target.qk(resid)
@@ -294,8 +327,10 @@ def path_ablation(model, prompts, layer: int, head: int, ablation: Ablation = "m
             add((f"W_pos/{pos_group}", "query"), _pattern(target, q1, k0))
             add((f"W_pos/{pos_group}", "key"), _pattern(target, q0, k1))
     if max_err > 1e-4:
-        raise RuntimeError(f"recomputed pattern of {head_name(layer, head)} differs from the model's by {max_err:.2e}: "
-                           f"its attention is not a scaled q . k plus a mask")
+        raise RuntimeError(
+            f"recomputed pattern of {head_name(layer, head)} differs from the model's by {max_err:.2e}: "
+            f"its attention is not a scaled q . k plus a mask"
+        )
 
     def stats(v):
         st = prev_token_stats(v / counts)
@@ -305,10 +340,20 @@ def path_ablation(model, prompts, layer: int, head: int, ablation: Ablation = "m
     rows = []
     for (src, side), v in sums.items():
         pm, ratio = stats(v)
-        layer_of = int(src[1:src.index("H")]) if src.startswith("L") else (-1 if src == "none" else None)
-        rows.append(dict(source=src, side=side, layer=layer_of, prev_mass=pm, ratio=ratio, clean_prev_mass=clean_prev,
-                         clean_ratio=clean_ratio, drop=clean_prev - pm,
-                         relative_drop=(clean_prev - pm) / clean_prev if clean_prev > 0 else math.nan))
+        layer_of = int(src[1 : src.index("H")]) if src.startswith("L") else (-1 if src == "none" else None)
+        rows.append(
+            dict(
+                source=src,
+                side=side,
+                layer=layer_of,
+                prev_mass=pm,
+                ratio=ratio,
+                clean_prev_mass=clean_prev,
+                clean_ratio=clean_ratio,
+                drop=clean_prev - pm,
+                relative_drop=(clean_prev - pm) / clean_prev if clean_prev > 0 else math.nan,
+            )
+        )
     df = pd.DataFrame(rows).sort_values("drop", ascending=False, kind="stable").reset_index(drop=True)
     df.attrs.update(target=head_name(layer, head), ablation=ablation, pattern_check_max_abs_err=max_err)
     return df
@@ -336,7 +381,11 @@ def sources_summary(df: pd.DataFrame, prev_heads: Sequence[str], n: int = 5) -> 
     by = df.set_index(["source", "side"])["drop"]
     sides = {s: ("query" if by.get((s, "query"), 0) >= by.get((s, "key"), 0) else "key") for s in top}
     pos = df[df.source.str.startswith("W_pos")]
-    return {"top_sources": top, "sides": sides, "n_prev_token_among_top": sum(s in set(prev_heads) for s in top),
-            "top_drop": float(df[df.source.str.match(r"^L\d+H\d+$")]["drop"].max()),
-            "wpos_drop": float(pos["drop"].max()) if len(pos) else float("nan"),
-            "clean_prev_mass": float(df.clean_prev_mass.iloc[0])}
+    return {
+        "top_sources": top,
+        "sides": sides,
+        "n_prev_token_among_top": sum(s in set(prev_heads) for s in top),
+        "top_drop": float(df[df.source.str.match(r"^L\d+H\d+$")]["drop"].max()),
+        "wpos_drop": float(pos["drop"].max()) if len(pos) else float("nan"),
+        "clean_prev_mass": float(df.clean_prev_mass.iloc[0]),
+    }

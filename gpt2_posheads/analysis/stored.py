@@ -5,6 +5,7 @@ positional embeddings from stored matrices) accepts any object with these member
 The storage layer (:class:`gpt2_posheads.store.cache.PosheadsCache`) implements it; nothing here imports
 the storage layer, so the layers stay one-way.
 """
+
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable

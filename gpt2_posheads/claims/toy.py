@@ -5,6 +5,7 @@ of a toy script and its ``--robustness`` grid judge with the same words, and tes
 made-up numbers. :func:`toy_claim` turns a decision into the shared vocabulary (``held`` / ``not held`` /
 ``not testable``).
 """
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,18 @@ import pandas as pd
 from .verdicts import HELD, NOT_HELD, NOT_TESTABLE
 
 
-def toy_claim(key: str, claim_text: str, post, rule: str, measured, held: bool, quick: bool = False,
-              precondition: tuple[bool, str] | None = None, shown: str = "", **extra) -> dict:
+def toy_claim(
+    key: str,
+    claim_text: str,
+    post,
+    rule: str,
+    measured,
+    held: bool,
+    quick: bool = False,
+    precondition: tuple[bool, str] | None = None,
+    shown: str = "",
+    **extra,
+) -> dict:
     """One toy claim: ``{key, claim, post, measured, rule, verdict, why, shown}``.
 
     ``rule`` states, in words, the test that ``held`` computes. ``--quick`` runs and failed preconditions give
@@ -29,8 +40,17 @@ def toy_claim(key: str, claim_text: str, post, rule: str, measured, held: bool, 
     else:
         verdict = HELD if held else NOT_HELD
         why = "the measured values meet the rule" if held else "the measured values do not meet the rule"
-    return {"key": key, "claim": claim_text, "post": post, "measured": measured, "rule": rule, "verdict": verdict,
-            "why": why, **({"shown": shown} if shown else {}), **extra}
+    return {
+        "key": key,
+        "claim": claim_text,
+        "post": post,
+        "measured": measured,
+        "rule": rule,
+        "verdict": verdict,
+        "why": why,
+        **({"shown": shown} if shown else {}),
+        **extra,
+    }
 
 
 def spearman(a, b) -> float:
@@ -46,8 +66,9 @@ def monotone(values, up: bool) -> bool:
 
 # --- 003: sticky plateau ------------------------------------------------------------------------------------
 
-RULE_PLATEAU = ("held if, after perplexity first falls below 0.8 V, at least 5 consecutive logged steps lie within "
-                "±20% of V/2")
+RULE_PLATEAU = (
+    "held if, after perplexity first falls below 0.8 V, at least 5 consecutive logged steps lie within ±20% of V/2"
+)
 RULE_GONE = "held if the longest plateau at n_embd={big}, C=4 is shorter than at n_embd=2, C=4"
 RULE_BACK = "held if the longest plateau at n_embd={big}, C={C} is longer than at C=4"
 
@@ -64,8 +85,14 @@ def plateaus(steps, ppl, tol: float = 0.1, floor: float = 1.5, min_steps: int = 
             j += 1
         length = int(steps[j] - steps[i])
         if ppl[i] > floor and length >= max(min_steps, 1):
-            out.append({"length_steps": length, "start_step": int(steps[i]), "end_step": int(steps[j]),
-                        "perplexity": float(np.median(ppl[i : j + 1]))})
+            out.append(
+                {
+                    "length_steps": length,
+                    "start_step": int(steps[i]),
+                    "end_step": int(steps[j]),
+                    "perplexity": float(np.median(ppl[i : j + 1])),
+                }
+            )
         i = j + 1
     return out
 
@@ -94,8 +121,13 @@ def v_half_plateau(steps, ppl, V: int, tol: float = 0.2, min_points: int = 5) ->
             while j + 1 < len(ppl) and near[j + 1]:
                 j += 1
             if j - i + 1 >= min_points:
-                return {"start_step": int(steps[i]), "end_step": int(steps[j]), "n_points": j - i + 1,
-                        "length_steps": int(steps[j] - steps[i]), "perplexity": float(np.median(ppl[i : j + 1]))}
+                return {
+                    "start_step": int(steps[i]),
+                    "end_step": int(steps[j]),
+                    "n_points": j - i + 1,
+                    "length_steps": int(steps[j] - steps[i]),
+                    "perplexity": float(np.median(ppl[i : j + 1])),
+                }
             i = j + 1
         else:
             i += 1
@@ -105,10 +137,13 @@ def v_half_plateau(steps, ppl, V: int, tol: float = 0.2, min_points: int = 5) ->
 # --- 001: most-similar token --------------------------------------------------------------------------------
 
 RULE_NEAR_HALF = "held if the final perplexity (mean over seeds) lies in (1.5, 0.6 V]"
-RULE_TREND = ("held if, at every V of {V}, the Spearman correlation over C of the final perplexity with "
-              "(C-2)/(C-1) V is >= 0.8")
-RULE_RISE = ("held if, at every V of {V}, the final perplexity at C=5 exceeds that at C=3 by at least 5% (the "
-             "comparison of an independent implementation: 0.30 V at C=3, 0.41 V at C=5)")
+RULE_TREND = (
+    "held if, at every V of {V}, the Spearman correlation over C of the final perplexity with (C-2)/(C-1) V is >= 0.8"
+)
+RULE_RISE = (
+    "held if, at every V of {V}, the final perplexity at C=5 exceeds that at C=3 by at least 5% (the "
+    "comparison of an independent implementation: 0.30 V at C=3, 0.41 V at C=5)"
+)
 RISE_MARGIN = 1.05  # one seed at V=20 gave 6.99 -> 7.03 (+0.6%): noise, not a rise
 PRE_CONFUSED = "the model sits in the confused regime at C=3 and C=5 for every V (1.5 < perplexity <= 0.9 V)"
 TREND_SEEDS = 3  # at least this many seeds per (V, C) of the trend (they batch with each other: little extra time)
@@ -141,7 +176,9 @@ def confused(ppl_by_v_c: dict[int, list[float]], cs) -> bool:
 
 # --- 000: previous-token head ---------------------------------------------------------------------------------
 
-RULE_LEARNED = "held if the final perplexity with positional embeddings is <= 1.5 or its relative perplexity (ppl-1)/V <= 0.05"
+RULE_LEARNED = (
+    "held if the final perplexity with positional embeddings is <= 1.5 or its relative perplexity (ppl-1)/V <= 0.05"
+)
 RULE_FAILS = "held if the final relative perplexity (ppl-1)/V without positional embeddings is >= 0.5"
 RULE_SIGN = "held if s^T W_Q W_K^T s < 0"
 RULE_SIGN_GRID = "held if the model learned the task (rule above) and s^T W_Q W_K^T s < 0"
@@ -161,8 +198,10 @@ def fails(ppl: float, V: int) -> bool:
 # --- 002: lost in the middle ----------------------------------------------------------------------------------
 
 RULE_ONLY_LAST = "held if the final loss at k = C-1 is < 0.3 ln V and at every other k > 0.6 ln V"
-RULE_U = ("held if the final losses at k = 0 and at k = C-1 are both at least 0.2 ln V below the mean over "
-          "k = 2..C-3 (a margin well above the seed-to-seed noise of a model at chance)")
+RULE_U = (
+    "held if the final losses at k = 0 and at k = C-1 are both at least 0.2 ln V below the mean over "
+    "k = 2..C-3 (a margin well above the seed-to-seed noise of a model at chance)"
+)
 
 
 def only_last(loss_by_k, V: int) -> bool:

@@ -14,11 +14,13 @@ Usage::
     c = judge("a head attends almost only to the previous token", post="L4H11: 0.01",
               rule=rule, measured={"ratio": 0.04}, value=0.04)
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 
 Verdict = Literal["held", "not held", "not testable"]
 HELD, NOT_HELD, NOT_TESTABLE = "held", "not held", "not testable"
@@ -59,13 +61,19 @@ class Claim:
     verdict: Verdict
     why: str
     key: str = ""
-    head: str = ""   # the head the claim was measured on ("" for a claim about the whole model)
+    head: str = ""  # the head the claim was measured on ("" for a claim about the whole model)
     shown: str = ""  # the measured number for a person: 3 significant digits, units
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        d = {"claim": self.claim, "post": self.post, "measured": self.measured, "rule": self.rule,
-             "verdict": self.verdict, "why": self.why}
+        d = {
+            "claim": self.claim,
+            "post": self.post,
+            "measured": self.measured,
+            "rule": self.rule,
+            "verdict": self.verdict,
+            "why": self.why,
+        }
         for k in ("key", "head", "shown"):
             if getattr(self, k):
                 d[k] = getattr(self, k)
@@ -80,9 +88,18 @@ def _finite(x) -> bool:
         return False
 
 
-def judge(claim: str, post: str, rule: Rule, measured: Any, value: Any = None,
-          preconditions: Sequence[Precondition] = (), quick: bool = False, key: str = "", head: str = "",
-          shown: str = "") -> Claim:
+def judge(
+    claim: str,
+    post: str,
+    rule: Rule,
+    measured: Any,
+    value: Any = None,
+    preconditions: Sequence[Precondition] = (),
+    quick: bool = False,
+    key: str = "",
+    head: str = "",
+    shown: str = "",
+) -> Claim:
     """Apply ``rule`` to ``value`` (default: ``measured``) unless a precondition fails or the run is quick.
 
     ``head``: the head the claim was measured on; ``shown``: the measured number for a person (default: ``value``
@@ -96,8 +113,17 @@ def judge(claim: str, post: str, rule: Rule, measured: Any, value: Any = None,
         why = "not testable here: " + "; ".join(p.failure() for p in failed)
         return Claim(claim, post, measured, rule.text, NOT_TESTABLE, why, key, head, shown)
     if quick and not rule.allow_quick:
-        return Claim(claim, post, measured, rule.text, NOT_TESTABLE,
-                     "--quick run: too short or too small to test this claim; run without --quick", key, head, shown)
+        return Claim(
+            claim,
+            post,
+            measured,
+            rule.text,
+            NOT_TESTABLE,
+            "--quick run: too short or too small to test this claim; run without --quick",
+            key,
+            head,
+            shown,
+        )
     held, why = rule.decide(value)
     return Claim(claim, post, measured, rule.text, HELD if held else NOT_HELD, why, key, head, shown)
 
@@ -122,11 +148,13 @@ def fmt(x, digits: int = 3) -> str:
 
 # --- rule builders: each returns a Rule whose text is fixed before anything is measured ---------------
 
+
 def at_most(threshold: float, what: str) -> Rule:
     def decide(v):
         if not _finite(v):
             return False, f"{what} is {v}, not a finite number"
         return float(v) <= threshold, f"{what} = {float(v):.4g} {'<=' if float(v) <= threshold else '>'} {threshold:g}"
+
     return Rule(f"held if {what} <= {threshold:g}", decide)
 
 
@@ -135,6 +163,7 @@ def at_least(threshold: float, what: str) -> Rule:
         if not _finite(v):
             return False, f"{what} is {v}, not a finite number"
         return float(v) >= threshold, f"{what} = {float(v):.4g} {'>=' if float(v) >= threshold else '<'} {threshold:g}"
+
     return Rule(f"held if {what} >= {threshold:g}", decide)
 
 
@@ -144,30 +173,38 @@ def within(low: float, high: float, what: str) -> Rule:
             return False, f"{what} is {v}, not a finite number"
         ok = low <= float(v) <= high
         return ok, f"{what} = {float(v):.4g} is {'inside' if ok else 'outside'} [{low:g}, {high:g}]"
+
     return Rule(f"held if {low:g} <= {what} <= {high:g}", decide)
 
 
 def ratio_at_least(factor: float, num: str, den: str) -> Rule:
     """Held if ``value[0] >= factor * value[1]`` (value = ``(num, den)``)."""
+
     def decide(v):
         a, b = v
         if not (_finite(a) and _finite(b)):
             return False, f"{num} = {a}, {den} = {b}: not finite"
         ok = float(a) >= factor * float(b)
         return ok, f"{num} = {float(a):.4g} {'>=' if ok else '<'} {factor:g} x {den} = {factor * float(b):.4g}"
+
     return Rule(f"held if {num} >= {factor:g} x {den}", decide)
 
 
 def monotone(direction: Literal["up", "down"], what: str, tolerance: float = 0.0) -> Rule:
     """Held if the sequence rises (falls) at every step, allowing a relative slack of ``tolerance``."""
+
     def decide(v):
         xs = [float(x) for x in v]
         if len(xs) < 2 or not all(math.isfinite(x) for x in xs):
             return False, f"{what}: need two or more finite values, got {xs}"
-        bad = [(a, b) for a, b in zip(xs, xs[1:])
-               if (b < a * (1 - tolerance) if direction == "up" else b > a * (1 + tolerance))]
+        bad = [
+            (a, b)
+            for a, b in zip(xs, xs[1:])
+            if (b < a * (1 - tolerance) if direction == "up" else b > a * (1 + tolerance))
+        ]
         shown = ", ".join(f"{x:.3g}" for x in xs)
         return (not bad), f"{what}: {shown} ({'monotone' if not bad else f'{len(bad)} step(s) against the trend'})"
+
     slack = f" (each step may go against it by at most {tolerance:.0%})" if tolerance else ""
     return Rule(f"held if {what} {'rises' if direction == 'up' else 'falls'} at every step{slack}", decide)
 
@@ -178,6 +215,7 @@ def predicate(text: str, fn: Callable[[Any], tuple[bool, str]], allow_quick: boo
 
 
 # --- presentation ------------------------------------------------------------------------------------
+
 
 def _short(x, width: int = 48) -> str:
     if hasattr(x, "tolist"):  # tensors, numpy arrays and scalars

@@ -7,6 +7,7 @@ one line ``error: <parameter>: <what is wrong>; <allowed>; <hint>`` and exit sta
 a legitimate input that must be adjusted is adjusted and said (:func:`note`); internal errors keep their
 traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,9 +16,9 @@ import json
 import math
 import re
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import torch
 
@@ -27,7 +28,12 @@ from .heads import HeadSpec
 from .output import abort_open_outputs
 
 PROMPT_SOURCES = ("auto", "openwebtext", "wikitext")
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -35,8 +41,13 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action):
         h = action.help or ""
-        if ("default" in h.lower() or action.default is None or action.default is False
-                or action.default is argparse.SUPPRESS or not action.option_strings):
+        if (
+            "default" in h.lower()
+            or action.default is None
+            or action.default is False
+            or action.default is argparse.SUPPRESS
+            or not action.option_strings
+        ):
             return h
         return h + " (default: %(default)s)"
 
@@ -59,13 +70,24 @@ def experiment_parser(description: str, model: bool = True, out_help: str | None
     p = Parser(description=description)
     if model:
         p.add_argument("--model", default="gpt2", help="Hugging Face hub name of the model")
-        p.add_argument("--model-dir", default=None, help="local Hugging Face-format model directory (overrides "
-                       "--model), e.g. data/mini-gpt2 offline")
+        p.add_argument(
+            "--model-dir",
+            default=None,
+            help="local Hugging Face-format model directory (overrides --model), e.g. data/mini-gpt2 offline",
+        )
         p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: cuda if available)")
-    p.add_argument("--out", default=None, help=out_help or "output folder (default: results/<script>/<model>); a "
-                   "folder holding files this toolkit did not write is refused unless --force")
-    p.add_argument("--force", action="store_true", help="write into an --out folder that holds other files "
-                   "(they are kept; none is replaced)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help=out_help
+        or "output folder (default: results/<script>/<model>); a "
+        "folder holding files this toolkit did not write is refused unless --force",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into an --out folder that holds other files (they are kept; none is replaced)",
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--no-png", action="store_true", help="write HTML figures only (skip kaleido/Chromium)")
     return p
@@ -83,8 +105,10 @@ def main_entry(main: Callable, argv: Sequence[str] | None = None):
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         abort_open_outputs()
-        print("\ninterrupted: earlier results are kept as they were (resumable work resumes on the next run)",
-              file=sys.stderr)
+        print(
+            "\ninterrupted: earlier results are kept as they were (resumable work resumes on the next run)",
+            file=sys.stderr,
+        )
         raise SystemExit(130) from None
     except BaseException:
         abort_open_outputs()
@@ -98,11 +122,16 @@ def note(message: str) -> None:
 
 # --- numbers -------------------------------------------------------------------------------------------
 
+
 def positive(name: str, value, low: float = 1, high: float | None = None, kind: str = "an integer"):
     """``value`` unless it lies outside ``low..high`` (then a :class:`UsageError` naming ``name``)."""
     if value is None:
         return value
-    if not (isinstance(value, (int, float)) and math.isfinite(value)) or value < low or (high is not None and value > high):
+    if (
+        not (isinstance(value, (int, float)) and math.isfinite(value))
+        or value < low
+        or (high is not None and value > high)
+    ):
         allowed = f"allowed {low:g}..{high:g}" if high is not None else f"allowed {kind} >= {low:g}"
         raise UsageError(name, f"{value} is out of range", allowed)
     return value
@@ -120,7 +149,9 @@ def int_list(name: str, text: str | None, low: int = 0, high: int | None = None)
         raise UsageError(name, "is empty", "give at least one value, e.g. 0,1")
     for v in vals:
         if v < low or (high is not None and v > high):
-            raise UsageError(name, f"{v} is out of range", f"allowed {low}..{high}" if high is not None else f">= {low}")
+            raise UsageError(
+                name, f"{v} is out of range", f"allowed {low}..{high}" if high is not None else f">= {low}"
+            )
     return vals
 
 
@@ -136,6 +167,7 @@ def float_list(name: str, text: str, low: float | None = None) -> list[float]:
 
 # --- model folder, device, prompts -------------------------------------------------------------------------
 
+
 def _nearest_dir(path: Path) -> str | None:
     parent = path.parent if path.parent.is_dir() else REPO_ROOT / "data"
     cands = [str(c) for c in parent.iterdir() if c.is_dir() and (c / "config.json").exists()] if parent.is_dir() else []
@@ -150,25 +182,45 @@ def check_model_dir(model_dir: str | None) -> dict | None:
         return None
     p = Path(model_dir).expanduser()
     if p.is_file():
-        raise UsageError("--model-dir", f"{model_dir} is a file, not a folder",
-                         "a folder with config.json and model weights", f"its folder is {p.parent}")
+        raise UsageError(
+            "--model-dir",
+            f"{model_dir} is a file, not a folder",
+            "a folder with config.json and model weights",
+            f"its folder is {p.parent}",
+        )
     if not p.is_dir():
         near = _nearest_dir(p)
-        raise UsageError("--model-dir", f"{model_dir} does not exist", "a folder with config.json and model weights",
-                         f"did you mean {near}?" if near else "the repository ships data/mini-gpt2")
+        raise UsageError(
+            "--model-dir",
+            f"{model_dir} does not exist",
+            "a folder with config.json and model weights",
+            f"did you mean {near}?" if near else "the repository ships data/mini-gpt2",
+        )
     if not (p / "config.json").is_file():
-        raise UsageError("--model-dir", f"{model_dir} has no config.json", "a Hugging Face-format model folder",
-                         "e.g. data/mini-gpt2")
+        raise UsageError(
+            "--model-dir",
+            f"{model_dir} has no config.json",
+            "a Hugging Face-format model folder",
+            "e.g. data/mini-gpt2",
+        )
     try:
         cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise UsageError("--model-dir", f"{p / 'config.json'} is not valid JSON ({type(e).__name__})",
-                         "a Hugging Face config.json", "re-save the model with save_pretrained") from None
+        raise UsageError(
+            "--model-dir",
+            f"{p / 'config.json'} is not valid JSON ({type(e).__name__})",
+            "a Hugging Face config.json",
+            "re-save the model with save_pretrained",
+        ) from None
     if not isinstance(cfg, dict):
         raise UsageError("--model-dir", f"{p / 'config.json'} is not a JSON object", "a Hugging Face config.json")
     if not any((p / w).is_file() for w in WEIGHT_FILES) and not list(p.glob("*.safetensors")):
-        raise UsageError("--model-dir", f"{model_dir} holds no model weights", f"one of {', '.join(WEIGHT_FILES)}",
-                         "re-save the model with save_pretrained")
+        raise UsageError(
+            "--model-dir",
+            f"{model_dir} holds no model weights",
+            f"one of {', '.join(WEIGHT_FILES)}",
+            "re-save the model with save_pretrained",
+        )
     return cfg
 
 
@@ -179,9 +231,13 @@ def check_device(device: str | None) -> None:
         raise UsageError("--device", f"{device!r} is not a device", "allowed cpu, cuda, cuda:N, mps")
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise UsageError("--device", f"{device} asked but CUDA is not available on this machine", "use --device cpu")
+            raise UsageError(
+                "--device", f"{device} asked but CUDA is not available on this machine", "use --device cpu"
+            )
         if ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
-            raise UsageError("--device", f"{device} does not exist", f"allowed cuda:0..cuda:{torch.cuda.device_count() - 1}")
+            raise UsageError(
+                "--device", f"{device} does not exist", f"allowed cuda:0..cuda:{torch.cuda.device_count() - 1}"
+            )
     if device == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
         raise UsageError("--device", "mps asked but not available", "use --device cpu")
 
@@ -193,23 +249,36 @@ def check_prompt_source(source: str) -> None:
     p = Path(source)
     if not p.exists():
         near = difflib.get_close_matches(source, PROMPT_SOURCES, n=1)
-        raise UsageError("--prompts", f"{source!r} is neither a known source nor an existing file",
-                         "allowed auto, openwebtext, wikitext, or a path to .txt/.jsonl files",
-                         f"did you mean {near[0]}?" if near else "check the path")
+        raise UsageError(
+            "--prompts",
+            f"{source!r} is neither a known source nor an existing file",
+            "allowed auto, openwebtext, wikitext, or a path to .txt/.jsonl files",
+            f"did you mean {near[0]}?" if near else "check the path",
+        )
     if p.is_file():
         if p.suffix not in (".txt", ".jsonl"):
-            raise UsageError("--prompts", f"{source} is a {p.suffix or 'suffix-less'} file", "allowed .txt or .jsonl files")
+            raise UsageError(
+                "--prompts", f"{source} is a {p.suffix or 'suffix-less'} file", "allowed .txt or .jsonl files"
+            )
         raw = p.read_bytes()
         if b"\x00" in raw[:65536]:
-            raise UsageError("--prompts", f"{source} is a binary file", "UTF-8 text: .txt of documents separated by "
-                             "blank lines, or .jsonl with a 'text' field")
+            raise UsageError(
+                "--prompts",
+                f"{source} is a binary file",
+                "UTF-8 text: .txt of documents separated by blank lines, or .jsonl with a 'text' field",
+            )
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise UsageError("--prompts", f"{source} is not UTF-8 text (byte {e.start})", "UTF-8 .txt or .jsonl") from None
+            raise UsageError(
+                "--prompts", f"{source} is not UTF-8 text (byte {e.start})", "UTF-8 .txt or .jsonl"
+            ) from None
         if not text.strip():
-            raise UsageError("--prompts", f"{source} is empty", "a .txt of documents separated by blank lines, or "
-                             ".jsonl with a 'text' field")
+            raise UsageError(
+                "--prompts",
+                f"{source} is empty",
+                "a .txt of documents separated by blank lines, or .jsonl with a 'text' field",
+            )
     from ..analysis.prompts import file_documents
 
     try:
@@ -219,6 +288,7 @@ def check_prompt_source(source: str) -> None:
 
 
 # --- what the checks know of the model -----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -230,17 +300,21 @@ class ModelShape:
     d_model: int | None = None
 
     @classmethod
-    def of(cls, model) -> "ModelShape":
+    def of(cls, model) -> ModelShape:
         return cls(model.cfg.n_layers, model.cfg.n_heads, model.cfg.n_ctx, model.cfg.d_model)
 
     @classmethod
-    def from_config(cls, cfg: dict | None) -> "ModelShape | None":
+    def from_config(cls, cfg: dict | None) -> ModelShape | None:
         """From a Hugging Face ``config.json`` (GPT-2, GPT-Neo(X), OPT, Llama names), or ``None``."""
         if not cfg:
             return None
         get = lambda *ks: next((cfg[k] for k in ks if isinstance(cfg.get(k), int)), None)  # noqa: E731
-        shape = (get("n_layer", "num_hidden_layers", "num_layers"), get("n_head", "num_attention_heads", "num_heads"),
-                 get("n_positions", "max_position_embeddings", "n_ctx"), get("n_embd", "hidden_size", "d_model"))
+        shape = (
+            get("n_layer", "num_hidden_layers", "num_layers"),
+            get("n_head", "num_attention_heads", "num_heads"),
+            get("n_positions", "max_position_embeddings", "n_ctx"),
+            get("n_embd", "hidden_size", "d_model"),
+        )
         return cls(*shape) if all(v is not None for v in shape[:3]) else None
 
 
@@ -302,8 +376,12 @@ def postcheck(args, checked: Checked, model, *, layer_final: bool = False) -> Mo
 def add_prompt_args(p: argparse.ArgumentParser, n_prompts: int = 16, seq_len: int = 256) -> None:
     p.add_argument("--prompts", default="auto", help="auto | openwebtext | wikitext | path to .txt/.jsonl files")
     p.add_argument("--n-prompts", type=int, default=n_prompts, help="natural-text prompts")
-    p.add_argument("--seq-len", type=int, default=seq_len, help="tokens per prompt, BOS included (a value above the "
-                   "model's context is capped at it, and said)")
+    p.add_argument(
+        "--seq-len",
+        type=int,
+        default=seq_len,
+        help="tokens per prompt, BOS included (a value above the model's context is capped at it, and said)",
+    )
 
 
 def add_submatrix_args(p: argparse.ArgumentParser, start: int = 60, size: int = 50) -> None:
@@ -322,7 +400,9 @@ def submatrix(m: torch.Tensor, start: int, size: int) -> tuple[torch.Tensor, int
     n = m.shape[0]
     first = max(0, min(start, n - size))
     if first != start or size > n:
-        note(f"the {size}x{size} submatrix from position {start} does not fit a {n}-token prompt: showing "
-             f"{min(size, n)}x{min(size, n)} from position {first}")
+        note(
+            f"the {size}x{size} submatrix from position {start} does not fit a {n}-token prompt: showing "
+            f"{min(size, n)}x{min(size, n)} from position {first}"
+        )
     e = min(first + size, n)
     return m[first:e, first:e], first

@@ -7,6 +7,7 @@ A script is ``parse → setup → measure → judge → write``::
     exp.out.summary({**exp.describe(), ...}, claims)
     exp.out.commit()
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -47,7 +48,11 @@ def model_slug(args) -> str:
 def open_output(args, script_file: str, per_model: bool = True, quick: bool = False) -> Output:
     """The run's output folder: ``--out`` or ``results/<script>/<model>/`` (see :class:`Output`)."""
     script = Path(script_file).stem
-    target = Path(args.out) if args.out else default_target(script, model_slug(args) if per_model and hasattr(args, "model") else None)
+    target = (
+        Path(args.out)
+        if args.out
+        else default_target(script, model_slug(args) if per_model and hasattr(args, "model") else None)
+    )
     return Output.open(target, script, png=not args.no_png, quick=quick, force=getattr(args, "force", False))
 
 
@@ -76,8 +81,8 @@ class Experiment:
     model: object
     prompts: torch.Tensor | None = None
     source: str = ""
-    diag: torch.Tensor | None = None        # [n_layers, n_heads, n_offsets] on the prompts (every offset)
-    ranking: pd.DataFrame | None = None     # the previous-token ranking from diag
+    diag: torch.Tensor | None = None  # [n_layers, n_heads, n_offsets] on the prompts (every offset)
+    ranking: pd.DataFrame | None = None  # the previous-token ranking from diag
     heads: list[tuple[int, int]] = field(default_factory=list)
     heads_chosen: str = ""
 
@@ -91,17 +96,30 @@ class Experiment:
 
     def describe(self) -> dict:
         """The facts every summary of a model script records."""
-        d = {"model": self.label, "is_gpt2_small": is_gpt2_small(self.model), "positions": position_kind(self.model),
-             "seed": getattr(self.args, "seed", 0)}
+        d = {
+            "model": self.label,
+            "is_gpt2_small": is_gpt2_small(self.model),
+            "positions": position_kind(self.model),
+            "seed": getattr(self.args, "seed", 0),
+        }
         if self.prompts is not None:
-            d.update(prompt_source=self.source, n_prompts=int(self.prompts.shape[0]), seq_len=int(self.prompts.shape[1]))
+            d.update(
+                prompt_source=self.source, n_prompts=int(self.prompts.shape[0]), seq_len=int(self.prompts.shape[1])
+            )
         if self.heads:
             d.update(heads=self.head_names, heads_chosen=self.heads_chosen)
         return d
 
 
-def setup(args, script_file: str, heads: HeadDefault | None = None, prompts: bool = True, ranking: bool = True,
-          above_layer0: bool = False, layer_final: bool = False) -> Experiment:
+def setup(
+    args,
+    script_file: str,
+    heads: HeadDefault | None = None,
+    prompts: bool = True,
+    ranking: bool = True,
+    above_layer0: bool = False,
+    layer_final: bool = False,
+) -> Experiment:
     """Check every option that needs no model, open the output folder, load the model, check the rest, make
     the prompts, rank the heads on them (:func:`rank_from_diagonals`, every offset) and choose the heads.
 
@@ -148,7 +166,7 @@ def wpos_reason(model, label: str) -> str | None:
 
     if has_learned_positions(model):
         return None
-    return (f"{label} has {position_kind(model)} positions; W_pos interventions need learned absolute positions")
+    return f"{label} has {position_kind(model)} positions; W_pos interventions need learned absolute positions"
 
 
 def one_token_targets(tokenizer, targets: list[str], param: str = "--target") -> list[str]:

@@ -12,6 +12,7 @@ model the heads with the same *role* chosen by one rule (:mod:`gpt2_posheads.ana
 :func:`resolve_heads` returns the heads and a sentence saying how they were chosen, which every summary
 records next to its claims.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,9 +27,11 @@ from ..model.identity import is_gpt2_small
 from ..model.validation import HEAD_NAME, UsageError, head_name, parse_head
 
 Role = Literal["aggregator", "aggregator+early", "top"]
-ROLE_WORDS = {"aggregator": "the model's aggregator (its sharpest previous-token head)",
-              "aggregator+early": "the model's sharpest previous-token head below its aggregator, then the aggregator",
-              "top": "the model's {n} most previous-token-like heads"}
+ROLE_WORDS = {
+    "aggregator": "the model's aggregator (its sharpest previous-token head)",
+    "aggregator+early": "the model's sharpest previous-token head below its aggregator, then the aggregator",
+    "top": "the model's {n} most previous-token-like heads",
+}
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class HeadSpec:
     auto: int | None = None
 
     @classmethod
-    def parse(cls, text: str | None) -> "HeadSpec | None":
+    def parse(cls, text: str | None) -> HeadSpec | None:
         if text is None:
             return None
         t = text.strip()
@@ -65,13 +68,17 @@ class HeadSpec:
             return
         total = shape.n_layers * shape.n_heads
         if self.auto is not None and self.auto > total:
-            raise UsageError("--heads", f"auto:{self.auto} asks for more heads than the model has",
-                             f"allowed auto:1 .. auto:{total}")
+            raise UsageError(
+                "--heads", f"auto:{self.auto} asks for more heads than the model has", f"allowed auto:1 .. auto:{total}"
+            )
         for s in self.names:
             l, h = (int(x) for x in HEAD_NAME.match(s).groups())
             if l >= shape.n_layers or h >= shape.n_heads:
-                raise UsageError("--heads", f"unknown head {s}",
-                                 f"this model has layers 0..{shape.n_layers - 1} and heads 0..{shape.n_heads - 1}")
+                raise UsageError(
+                    "--heads",
+                    f"unknown head {s}",
+                    f"this model has layers 0..{shape.n_layers - 1} and heads 0..{shape.n_heads - 1}",
+                )
 
     def layers(self) -> list[int]:
         return [int(HEAD_NAME.match(s).group(1)) for s in self.names]
@@ -88,8 +95,10 @@ class HeadDefault:
 
     def help(self) -> str:
         other = ROLE_WORDS[self.role].format(n=self.n)
-        return (f"{self.what}: comma-separated names like L4H11, or auto:N for the model's N most previous-token-like "
-                f"heads (default: {','.join(self.post)} on GPT-2 small; on any other model {other})")
+        return (
+            f"{self.what}: comma-separated names like L4H11, or auto:N for the model's N most previous-token-like "
+            f"heads (default: {','.join(self.post)} on GPT-2 small; on any other model {other})"
+        )
 
 
 def add_heads_arg(p: argparse.ArgumentParser, default: HeadDefault) -> None:
@@ -102,11 +111,17 @@ def require_above_layer0(spec: HeadSpec | None, param: str = "--heads") -> None:
         return
     low = [s for s in spec.names if int(HEAD_NAME.match(s).group(1)) == 0]
     if low:
-        raise UsageError(param, f"{', '.join(low)} {'is' if len(low) == 1 else 'are'} in layer 0: nothing upstream "
-                         "to analyse", "heads in layers >= 1", "layer-0 heads read only the embeddings")
+        raise UsageError(
+            param,
+            f"{', '.join(low)} {'is' if len(low) == 1 else 'are'} in layer 0: nothing upstream to analyse",
+            "heads in layers >= 1",
+            "layer-0 heads read only the embeddings",
+        )
 
 
-def resolve_heads(model, spec: HeadSpec | None, default: HeadDefault, ranking: pd.DataFrame) -> tuple[list[tuple[int, int]], str]:
+def resolve_heads(
+    model, spec: HeadSpec | None, default: HeadDefault, ranking: pd.DataFrame
+) -> tuple[list[tuple[int, int]], str]:
     """``(heads, how they were chosen)``: ``--heads`` if given, else ``default`` (see the module doc).
     ``ranking`` is the model's previous-token ranking on the script's prompts."""
     if spec is not None and spec.auto is not None:

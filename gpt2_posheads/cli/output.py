@@ -16,6 +16,7 @@ user has:
 Sub-folders that must outlive a failed run (a toy sweep's resumable ``runs/``) are written in place
 through :meth:`Output.persistent_dir`.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -25,9 +26,9 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -41,10 +42,11 @@ from ..report.plotting import save_figure
 RESULTS = REPO_ROOT / "results"
 MANIFEST = ".gpt2_posheads.json"
 LOCK = ".gpt2_posheads.lock"
-_OPEN: list["Output"] = []  # outputs of this process not yet committed (aborted by main_entry on failure)
+_OPEN: list[Output] = []  # outputs of this process not yet committed (aborted by main_entry on failure)
 
 
 # --- JSON -----------------------------------------------------------------------------------------------
+
 
 def jsonable(x):
     """``x`` with tensors, arrays, DataFrames, paths and non-finite floats made JSON-safe (NaN/inf -> null)."""
@@ -91,6 +93,7 @@ def now_iso() -> str:
 
 # --- the lock and the manifest --------------------------------------------------------------------------
 
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -117,9 +120,13 @@ def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
             if host == me["host"] and pid > 0 and not _pid_alive(pid):
                 lock.unlink(missing_ok=True)  # its process is gone: a stale lock from a killed run
                 continue
-            raise UsageError(param, f"{folder} is being written by another run ({other.get('script', '?')}, "
-                             f"pid {pid} on {host}, started {other.get('started', '?')})",
-                             "one run per output folder", "wait for it to finish, or choose another --out") from None
+            raise UsageError(
+                param,
+                f"{folder} is being written by another run ({other.get('script', '?')}, "
+                f"pid {pid} on {host}, started {other.get('started', '?')})",
+                "one run per output folder",
+                "wait for it to finish, or choose another --out",
+            ) from None
         with os.fdopen(fd, "w") as f:
             json.dump(me, f)
         return lock
@@ -156,6 +163,7 @@ def foreign_entries(folder: Path, script: str | None = None) -> list[str]:
 
 # --- the output folder -----------------------------------------------------------------------------------
 
+
 @dataclass
 class Output:
     """One run's output folder: figures (HTML + PNG), CSV tables, ``summary.json``; staged, locked, manifested.
@@ -177,8 +185,16 @@ class Output:
     foreign: frozenset[str] = frozenset()  # the user's files in the target (kept; never written over)
 
     @classmethod
-    def open(cls, target: str | Path, script: str, png: bool = True, quick: bool = False, force: bool = False,
-             param: str = "--out", adopt: bool = False) -> "Output":
+    def open(
+        cls,
+        target: str | Path,
+        script: str,
+        png: bool = True,
+        quick: bool = False,
+        force: bool = False,
+        param: str = "--out",
+        adopt: bool = False,
+    ) -> Output:
         """Check ``target``, lock it and make a staging folder beside it (see the module doc).
 
         ``adopt``: the user asked to replace what the folder holds (e.g. ``train_mini_gpt2.py --overwrite`` on a
@@ -186,8 +202,12 @@ class Output:
         """
         target = Path(target).expanduser()
         if target.exists() and not target.is_dir():
-            raise UsageError(param, f"{target} is a file", "a folder (new, empty, or written by an earlier run)",
-                             "choose another --out")
+            raise UsageError(
+                param,
+                f"{target} is a file",
+                "a folder (new, empty, or written by an earlier run)",
+                "choose another --out",
+            )
         try:
             target.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -195,19 +215,27 @@ class Output:
         foreign = [] if adopt else foreign_entries(target, script)
         other = read_manifest(target).get("script")
         if other not in (None, script) and not force and not adopt:
-            raise UsageError(param, f"{target} holds the results of {other}", "a folder of this script's own results",
-                             "choose another --out")
+            raise UsageError(
+                param,
+                f"{target} holds the results of {other}",
+                "a folder of this script's own results",
+                "choose another --out",
+            )
         if foreign and not force:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            raise UsageError(param, f"{target} holds files this toolkit did not write ({shown})",
-                             "a new or empty folder, or one an earlier run of the toolkit wrote",
-                             "choose another --out, or pass --force to write beside them (they are kept)")
+            raise UsageError(
+                param,
+                f"{target} holds files this toolkit did not write ({shown})",
+                "a new or empty folder, or one an earlier run of the toolkit wrote",
+                "choose another --out, or pass --force to write beside them (they are kept)",
+            )
         lock = acquire_lock(target, script, param)
         staging = target.parent / f".{target.name}.partial-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
-        out = cls(target=target, out_dir=staging, lock=lock, script=script, png=png, quick=quick,
-                  foreign=frozenset(foreign))
+        out = cls(
+            target=target, out_dir=staging, lock=lock, script=script, png=png, quick=quick, foreign=frozenset(foreign)
+        )
         _OPEN.append(out)
         return out
 
@@ -216,16 +244,24 @@ class Output:
         """A file of this run (in the staging folder), recorded as written."""
         p = self.out_dir / name
         if name in self.foreign:
-            raise UsageError("--out", f"{self.target / name} belongs to you, not to this toolkit",
-                             "a folder without a file of that name", "choose another --out")
+            raise UsageError(
+                "--out",
+                f"{self.target / name} belongs to you, not to this toolkit",
+                "a folder without a file of that name",
+                "choose another --out",
+            )
         self.written.append(p)
         return p
 
     def persistent_dir(self, name: str) -> Path:
         """A sub-folder written in place (it survives a failed run: resumable work), recorded in the manifest."""
         if name in self.foreign:
-            raise UsageError("--out", f"{self.target / name} belongs to you, not to this toolkit",
-                             "a folder without an entry of that name", "choose another --out")
+            raise UsageError(
+                "--out",
+                f"{self.target / name} belongs to you, not to this toolkit",
+                "a folder without an entry of that name",
+                "choose another --out",
+            )
         d = self.target / name
         d.mkdir(parents=True, exist_ok=True)
         if name not in self.folders:
@@ -233,8 +269,15 @@ class Output:
         # recorded at once, so a run that fails after writing resumable work leaves a folder the next run may use
         m = read_manifest(self.target)
         if m.get("script") in (None, self.script) and name not in m.get("folders", []):
-            write_json(self.target / MANIFEST, {**m, "script": self.script, "files": m.get("files", []),
-                                                "folders": sorted(set(m.get("folders", [])) | {name})})
+            write_json(
+                self.target / MANIFEST,
+                {
+                    **m,
+                    "script": self.script,
+                    "files": m.get("files", []),
+                    "folders": sorted(set(m.get("folders", [])) | {name}),
+                },
+            )
         return d
 
     def figure(self, fig, stem: str, **kw) -> None:
@@ -279,8 +322,10 @@ class Output:
             if src.exists():
                 os.replace(src, self.target / name)
         folders = sorted(set(self.folders) | set(old.get("folders", [])))
-        write_json(self.target / MANIFEST, {"files": names, "folders": folders, "script": self.script,
-                                            "written_at": now_iso(), "quick": self.quick})
+        write_json(
+            self.target / MANIFEST,
+            {"files": names, "folders": folders, "script": self.script, "written_at": now_iso(), "quick": self.quick},
+        )
         self._close()
         self.committed = True
         self.written = [self.target / n for n in names]

@@ -1,4 +1,5 @@
 """Finding and running the experiment scripts (one command per claim), each in a fresh process."""
+
 from __future__ import annotations
 
 import ast

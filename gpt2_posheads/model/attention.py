@@ -1,5 +1,6 @@
 """Attention plumbing every analysis shares: the one home of the score scale (``scores = (q . k) *
 attn_scale(cfg, layer)``), which hooks hold the queries and keys, and grouped-query keys per query head."""
+
 from __future__ import annotations
 
 import math
@@ -60,7 +61,9 @@ class QKCapture:
         def grab(key):
             def hook(x, hook):
                 self.box[key] = x.detach()
+
             return hook
+
         return [(name, grab(key)) for key, name in self.names.items()]
 
     def ready(self) -> bool:
@@ -101,5 +104,5 @@ def scale_from_pattern(dot: torch.Tensor, pattern: torch.Tensor, declared: float
     logp = torch.where(mask, torch.zeros_like(dot), pattern.clamp_min(1e-300).log())
     centred_logp = (logp - (logp * keep).sum(-1, keepdim=True) / n_keep) * keep
     centred_dot = (dot - (dot * keep).sum(-1, keepdim=True) / n_keep) * keep
-    fitted = float((centred_dot * centred_logp).sum() / (centred_dot ** 2).sum().clamp_min(1e-30))
+    fitted = float((centred_dot * centred_logp).sum() / (centred_dot**2).sum().clamp_min(1e-30))
     return fitted, mask, error(fitted)

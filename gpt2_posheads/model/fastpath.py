@@ -26,6 +26,7 @@ does not reproduce (an architecture outside the GPT-2 family, an unusual attenti
 to the hooks with a warning, so results never depend on which path ran. Interventions
 (``fwd_hooks``) always take the hooked path.
 """
+
 from __future__ import annotations
 
 import copy
@@ -33,9 +34,9 @@ import dataclasses
 import math
 import warnings
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
 
 import einops
 import torch
@@ -89,6 +90,7 @@ class FastPathUnsupported(ValueError):
 @dataclass
 class _Block:
     """One block's weights in ``x @ W + b`` layout ([in, out]); only ``W_qkv`` is a copy (the fusion)."""
+
     ln1: tuple[torch.Tensor | None, torch.Tensor | None]
     W_qkv: torch.Tensor  # [d_model, 3 * n_heads * d_head]
     b_qkv: torch.Tensor  # [3 * n_heads * d_head]
@@ -111,12 +113,24 @@ def unsupported_reason(model) -> str | None:
     """Why the fast path cannot run ``model`` (``None`` when it can)."""
     cfg = model.cfg
     checks = [
-        (getattr(cfg, "positional_embedding_type", "standard") == "standard", "positional embeddings are not learned absolute ones"),
-        (getattr(cfg, "normalization_type", "LN") in ("LN", "LNPre", None), f"normalization_type {getattr(cfg, 'normalization_type', None)!r}"),
-        (getattr(cfg, "attn_only", False) or getattr(cfg, "act_fn", None) in _ACTIVATIONS, f"act_fn {getattr(cfg, 'act_fn', None)!r}"),
+        (
+            getattr(cfg, "positional_embedding_type", "standard") == "standard",
+            "positional embeddings are not learned absolute ones",
+        ),
+        (
+            getattr(cfg, "normalization_type", "LN") in ("LN", "LNPre", None),
+            f"normalization_type {getattr(cfg, 'normalization_type', None)!r}",
+        ),
+        (
+            getattr(cfg, "attn_only", False) or getattr(cfg, "act_fn", None) in _ACTIVATIONS,
+            f"act_fn {getattr(cfg, 'act_fn', None)!r}",
+        ),
         (not getattr(cfg, "parallel_attn_mlp", False), "parallel attention and MLP"),
         (getattr(cfg, "n_key_value_heads", None) in (None, cfg.n_heads), "grouped-query attention"),
-        (not getattr(cfg, "use_local_attn", False) and not getattr(cfg, "window_size", None), "local attention windows"),
+        (
+            not getattr(cfg, "use_local_attn", False) and not getattr(cfg, "window_size", None),
+            "local attention windows",
+        ),
         (getattr(model, "W_pos", None) is not None and getattr(model, "W_E", None) is not None, "no W_E/W_pos"),
     ]
     for ok, why in checks:
@@ -147,12 +161,18 @@ class FastGPT2:
             self.W_pos = model.W_pos.detach().float()
             self.blocks = [self._gather(model, l) for l in range(cfg.n_layers)]
 
-    def to(self, dtype: torch.dtype) -> "FastGPT2":
+    def to(self, dtype: torch.dtype) -> FastGPT2:
         """A copy whose matmul weights are in ``dtype`` (LayerNorm, embeddings stay float32)."""
+
         def cast(block: _Block) -> _Block:
-            return dataclasses.replace(block, **{
-                f.name: getattr(block, f.name).to(dtype) for f in dataclasses.fields(block)
-                if f.name not in ("ln1", "ln2", "scale") and getattr(block, f.name) is not None})
+            return dataclasses.replace(
+                block,
+                **{
+                    f.name: getattr(block, f.name).to(dtype)
+                    for f in dataclasses.fields(block)
+                    if f.name not in ("ln1", "ln2", "scale") and getattr(block, f.name) is not None
+                },
+            )
 
         out = copy.copy(self)
         out.dtype, out.blocks = dtype, [cast(b) for b in self.blocks]
@@ -185,8 +205,14 @@ class FastGPT2:
         """``[batch, pos]`` ids → ``resid_pre`` of block 0, ``[batch, pos, d_model]`` float32."""
         return self.W_E[tokens] + self.W_pos[: tokens.shape[1]]
 
-    def block(self, resid: torch.Tensor, layer: int, on_pattern=None, attn_only_patterns: bool = False,
-              workspace: "Workspace | None" = None):
+    def block(
+        self,
+        resid: torch.Tensor,
+        layer: int,
+        on_pattern=None,
+        attn_only_patterns: bool = False,
+        workspace: Workspace | None = None,
+    ):
         """One block on the float32 residual ``[batch, pos, d_model]``.
 
         With ``on_pattern``, the softmaxed pattern ``[batch, head, q, k]`` (float32) is passed to it;
@@ -203,11 +229,16 @@ class FastGPT2:
             # reused buffers: freshly allocated ones this large cost more in page faults than softmax.
             ws = workspace if workspace is not None else Workspace()
             b, h, n, dh = q.shape
-            scores = torch.baddbmm(_causal_bias(n, q.dtype, str(q.device)), q.reshape(b * h, n, dh),
-                                   k.reshape(b * h, n, dh).transpose(1, 2), alpha=w.scale,
-                                   out=ws.get("scores", (b * h, n, n), q.dtype, q.device))
-            pattern = torch.softmax(scores, -1, dtype=torch.float32,
-                                    out=ws.get("pattern", (b * h, n, n), torch.float32, q.device)).view(b, h, n, n)
+            scores = torch.baddbmm(
+                _causal_bias(n, q.dtype, str(q.device)),
+                q.reshape(b * h, n, dh),
+                k.reshape(b * h, n, dh).transpose(1, 2),
+                alpha=w.scale,
+                out=ws.get("scores", (b * h, n, n), q.dtype, q.device),
+            )
+            pattern = torch.softmax(
+                scores, -1, dtype=torch.float32, out=ws.get("pattern", (b * h, n, n), torch.float32, q.device)
+            ).view(b, h, n, n)
             on_pattern(layer, pattern)
             if attn_only_patterns:
                 return None
@@ -227,8 +258,7 @@ class FastGPT2:
         flat = resid.reshape(-1, self.d_model)
         out = torch.empty_like(flat)
         # the cache argument is a CPU one: on a GPU all rows go at once
-        chunk = (MLP_CHUNK_PER_THREAD * torch.get_num_threads() if flat.device.type == "cpu"
-                 else max(flat.shape[0], 1))
+        chunk = MLP_CHUNK_PER_THREAD * torch.get_num_threads() if flat.device.type == "cpu" else max(flat.shape[0], 1)
         for i in range(0, flat.shape[0], chunk):
             rows = flat[i : i + chunk]
             hidden = self.act(_affine(self._norm(rows, w.ln2), w.W_in, w.b_in))
@@ -247,8 +277,12 @@ class FastGPT2:
                 resid = self.block(resid, l)
         return out
 
-    def patterns(self, tokens: torch.Tensor, on_pattern: Callable[[int, torch.Tensor], None],
-                 workspace: "Workspace | None" = None) -> None:
+    def patterns(
+        self,
+        tokens: torch.Tensor,
+        on_pattern: Callable[[int, torch.Tensor], None],
+        workspace: Workspace | None = None,
+    ) -> None:
         """Call ``on_pattern(layer, pattern [batch, head, q, k])`` for every layer; stops after the last
         layer's pattern (its values, output and MLP are never computed). Pass one ``workspace`` to
         successive calls to reuse its buffers across batches; each pattern is overwritten by the next."""
@@ -274,7 +308,7 @@ def _param_state(model) -> tuple:
     return tuple((p.data_ptr(), p._version, p.dtype, str(p.device)) for p in model.parameters())
 
 
-_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _verify(model, fast: FastGPT2) -> str | None:
@@ -290,8 +324,10 @@ def _verify(model, fast: FastGPT2) -> str | None:
     fast_p: dict[int, torch.Tensor] = {}
     ref_p: dict[int, torch.Tensor] = {}
     final_name = resid_hook_name(model, cfg.n_layers)
-    hooks = [(f"blocks.{l}.attn.hook_pattern", lambda p, hook, l=l: ref_p.__setitem__(l, p.float().clone()))
-             for l in range(cfg.n_layers)]
+    hooks = [
+        (f"blocks.{l}.attn.hook_pattern", lambda p, hook, l=l: ref_p.__setitem__(l, p.float().clone()))
+        for l in range(cfg.n_layers)
+    ]
     hooks.append((final_name, lambda r, hook: ref_p.__setitem__("final", r.float().clone())))
     L, ws = cfg.n_layers, Workspace()
     with torch.inference_mode():
@@ -345,7 +381,9 @@ def fast_forward(model, engine: str = "auto", dtype: torch.dtype = torch.float32
         if engine == "fast":
             raise FastPathUnsupported(f"fast path cannot run this model: {entry['problem']}")
         if not entry.get("warned"):
-            warnings.warn(f"fast path disabled for this model ({entry['problem']}); using TransformerLens hooks")
+            warnings.warn(
+                f"fast path disabled for this model ({entry['problem']}); using TransformerLens hooks", stacklevel=2
+            )
             entry["warned"] = True
         return None
     if dtype not in entry["by_dtype"]:

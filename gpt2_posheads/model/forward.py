@@ -5,9 +5,10 @@ layer and ignores ``stop_at_layer == n_layers``), so early exit is done here wit
 from a hook: everything after the last needed activation — later blocks, the final LayerNorm and the
 unembedding, which is the costliest matmul of a small model — is skipped, in TL 3.x and 4.x alike.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 

@@ -6,6 +6,7 @@ those names as defaults only when :func:`is_gpt2_small` is sure. Shape alone is 
 GPT-2's token-embedding values and its tokenizer. Compatibility mode centres every row of ``W_E`` and
 ``W_pos`` (subtracts its mean over ``d_model``), so values are compared up to one offset per row.
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -16,9 +17,11 @@ PositionKind = Literal["learned", "rotary", "alibi", "none", "other"]
 
 GPT2_SMALL_SHAPE = (12, 12, 768, 1024, 50257)  # n_layers, n_heads, d_model, n_ctx, d_vocab
 # Known entries of the real weights (Hugging Face ``gpt2``): row -> {column: value}.
-GPT2_W_E = {0: {0: -0.1101, 1: -0.0393, 2: 0.0331, 765: -0.1364, 766: 0.0151, 767: 0.0453},
-            1: {0: 0.0403, 1: -0.0486, 2: 0.0462, 765: 0.0861, 766: 0.0025, 767: 0.0432},
-            2: {0: -0.1275, 1: 0.0479, 2: 0.1841, 765: 0.0899, 766: -0.1297, 767: -0.0879}}
+GPT2_W_E = {
+    0: {0: -0.1101, 1: -0.0393, 2: 0.0331, 765: -0.1364, 766: 0.0151, 767: 0.0453},
+    1: {0: 0.0403, 1: -0.0486, 2: 0.0462, 765: 0.0861, 766: 0.0025, 767: 0.0432},
+    2: {0: -0.1275, 1: 0.0479, 2: 0.1841, 765: 0.0899, 766: -0.1297, 767: -0.0879},
+}
 GPT2_W_POS = {0: {0: -0.0188, 1: -0.1974, 2: 0.0040}}
 GPT2_TOKENS = ("Hello world", [15496, 995])
 
@@ -64,4 +67,6 @@ def position_kind(model) -> PositionKind:
 
 def has_learned_positions(model) -> bool:
     """``W_pos`` exists and is added to the residual stream (what the ``W_pos`` interventions need)."""
-    return position_kind(model) == "learned" and getattr(model.cfg, "positional_embedding_type", "standard") == "standard"
+    return (
+        position_kind(model) == "learned" and getattr(model.cfg, "positional_embedding_type", "standard") == "standard"
+    )

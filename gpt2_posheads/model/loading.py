@@ -4,6 +4,7 @@ Analysis code in this package only touches TransformerLens hook names and ``mode
 model returned here (a TL 4.x ``TransformerBridge`` in compatibility mode) and a TL 3.x
 ``HookedTransformer`` are interchangeable.
 """
+
 from __future__ import annotations
 
 import json
@@ -137,10 +138,14 @@ def load_model(
 
             hf = AutoModelForCausalLM.from_pretrained(source) if local else None
             model = HookedTransformer.from_pretrained(
-                "gpt2" if local else source, hf_model=hf,
+                "gpt2" if local else source,
+                hf_model=hf,
                 tokenizer=AutoTokenizer.from_pretrained(source) if local else None,
-                device=device, dtype=dtype, fold_ln=fold_ln,
-                center_writing_weights=center_writing_weights, center_unembed=center_unembed,
+                device=device,
+                dtype=dtype,
+                fold_ln=fold_ln,
+                center_writing_weights=center_writing_weights,
+                center_unembed=center_unembed,
             )
     model.eval()
     return model
@@ -186,7 +191,10 @@ def _read_merges(vocab: dict[str, int], merges_path: Path) -> list[tuple[str, st
             fixed.append((t[: -len(b)], b))
     if n_bad and str(merges_path) not in _REPAIRED_WARNED:  # once per process is enough
         _REPAIRED_WARNED.add(str(merges_path))
-        warnings.warn(f"{merges_path}: repaired or dropped {n_bad} merge line(s) naming tokens outside the vocabulary")
+        warnings.warn(
+            f"{merges_path}: repaired or dropped {n_bad} merge line(s) naming tokens outside the vocabulary",
+            stacklevel=2,
+        )
     return fixed
 
 
@@ -199,7 +207,9 @@ def gpt2_tokenizer(vocab_file: str | os.PathLike | None = None, merges_file: str
     vocab_file = Path(vocab_file) if vocab_file else shared_file("gpt2-small", "vocab.json")
     merges_file = Path(merges_file) if merges_file else shared_file("gpt2-small", "merges.txt")
     if vocab_file is None or merges_file is None or not vocab_file.exists() or not merges_file.exists():
-        raise FileNotFoundError("GPT-2 tokenizer files not found: pass vocab_file and merges_file, or set $GPT2_POSHEADS_SHARED")
+        raise FileNotFoundError(
+            "GPT-2 tokenizer files not found: pass vocab_file and merges_file, or set $GPT2_POSHEADS_SHARED"
+        )
     vocab = json.loads(Path(vocab_file).read_text(encoding="utf-8"))
     tk = Tokenizer(BPE(vocab=vocab, merges=_read_merges(vocab, Path(merges_file))))
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -226,15 +236,25 @@ def make_random_model_dir(
     """
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    for name, v, lo in (("n_layers", n_layers, 1), ("n_heads", n_heads, 1), ("d_model", d_model, 1), ("n_ctx", n_ctx, 2)):
+    for name, v, lo in (
+        ("n_layers", n_layers, 1),
+        ("n_heads", n_heads, 1),
+        ("d_model", d_model, 1),
+        ("n_ctx", n_ctx, 2),
+    ):
         if v < lo:
             raise ValueError(f"{name}={v} must be >= {lo}")
     if d_model % n_heads:
         raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
     tok = tokenizer if tokenizer is not None else gpt2_tokenizer()
     cfg = GPT2Config(
-        n_layer=n_layers, n_head=n_heads, n_embd=d_model, n_positions=n_ctx, vocab_size=len(tok),
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        n_layer=n_layers,
+        n_head=n_heads,
+        n_embd=d_model,
+        n_positions=n_ctx,
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
     )
     torch.manual_seed(seed)
     model = GPT2LMHeadModel(cfg).eval()

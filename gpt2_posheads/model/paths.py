@@ -1,4 +1,5 @@
 """Where the data beside the project lives (``../shared``), found at run time, never copied."""
+
 from __future__ import annotations
 
 import os

@@ -11,10 +11,11 @@ The scale and the mask (causal, plus any attention window, such as GPT-Neo's loc
 model and layer on a clean pass (:func:`~gpt2_posheads.model.attention.scale_from_pattern`), and every pass checks
 that ``A v`` reproduces the model's own ``z`` before replacing it: a mismatch is an error, never a silent change.
 """
+
 from __future__ import annotations
 
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -24,7 +25,7 @@ from .tokens import model_device
 from .validation import UsageError
 
 PatternEdit = Callable[[torch.Tensor], torch.Tensor]  # [batch, head, q, k] -> [batch, head, q, k]
-_CALIBRATION: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_CALIBRATION: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _calibrate(model, layer: int) -> tuple[float, int | None]:
@@ -34,17 +35,26 @@ def _calibrate(model, layer: int) -> tuple[float, int | None]:
     if layer in per_model:
         return per_model[layer]
     n = min(model.cfg.n_ctx, 256)
-    toks = torch.randint(0, model.cfg.d_vocab, (1, n), generator=torch.Generator().manual_seed(0)).to(model_device(model))
+    toks = torch.randint(0, model.cfg.d_vocab, (1, n), generator=torch.Generator().manual_seed(0)).to(
+        model_device(model)
+    )
     cap, box = QKCapture(model, layer), {}
     with torch.inference_mode():
-        model.run_with_hooks(toks, fwd_hooks=cap.hooks() + [(f"blocks.{layer}.attn.hook_pattern",
-                                                             lambda p, hook: box.__setitem__("p", p.detach()))],
-                             return_type=None)
+        model.run_with_hooks(
+            toks,
+            fwd_hooks=cap.hooks()
+            + [(f"blocks.{layer}.attn.hook_pattern", lambda p, hook: box.__setitem__("p", p.detach()))],
+            return_type=None,
+        )
     dot = torch.einsum("bqhd,bkhd->bhqk", cap.q.float(), cap.k.float()).cpu()
     scale, mask, err = scale_from_pattern(dot, box["p"].float().cpu(), attn_scale(model.cfg, layer))
     if err > 1e-4:
-        raise UsageError("model", f"layer {layer}'s attention is not softmax(scale * q . k + mask) (off by {err:.1e})",
-                         "models whose pattern a hook can edit, or of that form", "pattern edits cannot be made exact")
+        raise UsageError(
+            "model",
+            f"layer {layer}'s attention is not softmax(scale * q . k + mask) (off by {err:.1e})",
+            "models whose pattern a hook can edit, or of that form",
+            "pattern edits cannot be made exact",
+        )
     q_idx, k_idx = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
     inside = (k_idx <= q_idx)[None, None].expand_as(mask)
     far = (q_idx - k_idx)[None, None].expand_as(mask)[mask & inside]
@@ -61,8 +71,12 @@ def pattern_edit_hooks(model, layer: int, edit: PatternEdit) -> list[tuple[str, 
     if status.get("attn.hook_pattern") == "live":
         return [(pre + "hook_pattern", lambda p, hook: edit(p))]
     if not (status.get("attn.hook_z") == "live" and status.get("attn.hook_v") in ("live", "dead")):
-        raise UsageError("model", "its attention pattern cannot be edited (hook_pattern does not feed the output and "
-                         "hook_z/hook_v are not available)", "a model whose hook_pattern or hook_z is live")
+        raise UsageError(
+            "model",
+            "its attention pattern cannot be edited (hook_pattern does not feed the output and "
+            "hook_z/hook_v are not available)",
+            "a model whose hook_pattern or hook_z is live",
+        )
     scale, window = _calibrate(model, layer)
     cap, box = QKCapture(model, layer), {}
 
@@ -79,8 +93,10 @@ def pattern_edit_hooks(model, layer: int, edit: PatternEdit) -> list[tuple[str, 
         clean_z = torch.einsum("bhqk,bkhd->bqhd", A, v)
         gap = float((clean_z - z.float()).abs().max()) / (1.0 + float(z.abs().max()))
         if gap > 1e-3:
-            raise RuntimeError(f"pattern edit on layer {layer}: the recomputed attention does not reproduce the model's "
-                               f"own output (relative gap {gap:.1e}); the edit was not applied")
+            raise RuntimeError(
+                f"pattern edit on layer {layer}: the recomputed attention does not reproduce the model's "
+                f"own output (relative gap {gap:.1e}); the edit was not applied"
+            )
         return torch.einsum("bhqk,bkhd->bqhd", edit(A), v).to(z.dtype)
 
     return cap.hooks() + [(pre + "hook_v", grab_v), (pre + "hook_z", replace_z)]

@@ -5,6 +5,7 @@ on a 2-core AMD EPYC with AVX2 only, ``bf16=True`` was at least 85x *slower* tha
 bfloat16 request is honoured only where the hardware has native support; elsewhere it falls back to
 float32 with one line saying why. ``GPT2_POSHEADS_FORCE_BF16=1`` (or ``force=True``) overrides.
 """
+
 from __future__ import annotations
 
 import os
@@ -71,8 +72,10 @@ def resolve_bf16(requested: bool, device: str | torch.device = "cpu", force: boo
         force = os.environ.get(FORCE_ENV, "0") not in ("0", "", "false", "False")
     if force or bf16_native(device):
         return True
-    msg = (f"bf16: {cpu_name()} has no native bfloat16 matrix units (no AVX512-BF16 or AMX), where emulated "
-           f"bfloat16 ran >= 85x slower than float32; running float32 instead (set {FORCE_ENV}=1 to force bfloat16)")
+    msg = (
+        f"bf16: {cpu_name()} has no native bfloat16 matrix units (no AVX512-BF16 or AMX), where emulated "
+        f"bfloat16 ran >= 85x slower than float32; running float32 instead (set {FORCE_ENV}=1 to force bfloat16)"
+    )
     if msg not in _WARNED:
         _WARNED.add(msg)
         warnings.warn(msg, stacklevel=2)
@@ -84,8 +87,14 @@ def machine_description(device: str | torch.device = "cpu") -> dict:
     d = torch.device(device)
     flags = cpu_flags()
     ext = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16") if f in flags]
-    out = {"cpu": cpu_name(), "cpu_extensions": ext, "cpu_native_bf16": cpu_has_native_bf16(), "cores": os.cpu_count(),
-           "torch": torch.__version__, "threads": torch.get_num_threads()}
+    out = {
+        "cpu": cpu_name(),
+        "cpu_extensions": ext,
+        "cpu_native_bf16": cpu_has_native_bf16(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
     if d.type == "cuda" and torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name(d)
     return out
@@ -93,6 +102,9 @@ def machine_description(device: str | torch.device = "cpu") -> dict:
 
 def describe_line(device: str | torch.device = "cpu") -> str:
     m = machine_description(device)
-    where = m.get("gpu") or f"{m['cpu']} ({', '.join(m['cpu_extensions']) or 'no AVX2'}; native bf16: " \
-                             f"{'yes' if m['cpu_native_bf16'] else 'no'})"
+    where = (
+        m.get("gpu")
+        or f"{m['cpu']} ({', '.join(m['cpu_extensions']) or 'no AVX2'}; native bf16: "
+        f"{'yes' if m['cpu_native_bf16'] else 'no'})"
+    )
     return f"machine: {where} | {m['cores']} cores, torch {m['torch']}, {m['threads']} threads"

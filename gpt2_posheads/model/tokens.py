@@ -1,7 +1,8 @@
 """Turning the prompts users pass (token tensors, lists of them, or strings) into batches."""
+
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -41,17 +42,25 @@ def to_token_list(model, prompts) -> list[torch.Tensor]:
     n_ctx, d_vocab = model.cfg.n_ctx, model.cfg.d_vocab
     for s in seqs:
         if s.dtype.is_floating_point or s.dtype.is_complex or s.dtype == torch.bool:
-            raise UsageError("prompts", f"token ids are {s.dtype}", "an integer tensor of token ids",
-                             "e.g. model.to_tokens(text), or tensor.long() if the values are whole numbers")
+            raise UsageError(
+                "prompts",
+                f"token ids are {s.dtype}",
+                "an integer tensor of token ids",
+                "e.g. model.to_tokens(text), or tensor.long() if the values are whole numbers",
+            )
         if len(s) > n_ctx:
-            raise UsageError("prompts", f"prompt length {len(s)} exceeds the model's context", f"allowed 1..{n_ctx} tokens "
-                             "(n_ctx)")
+            raise UsageError(
+                "prompts", f"prompt length {len(s)} exceeds the model's context", f"allowed 1..{n_ctx} tokens (n_ctx)"
+            )
         if len(s) < 1:
             raise UsageError("prompts", "a prompt has length 0", "at least one token")
         lo, hi = int(s.min()), int(s.max())
         if lo < 0 or hi >= d_vocab:
-            raise UsageError("prompts", f"token id {hi if hi >= d_vocab else lo} is outside the vocabulary",
-                             f"allowed 0..{d_vocab - 1} (d_vocab {d_vocab})")
+            raise UsageError(
+                "prompts",
+                f"token id {hi if hi >= d_vocab else lo} is outside the vocabulary",
+                f"allowed 0..{d_vocab - 1} (d_vocab {d_vocab})",
+            )
     return [s.long() for s in seqs]
 
 

@@ -1,8 +1,9 @@
 """Argument checks shared by every analysis: each error names the parameter and its allowed range."""
+
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
 
@@ -52,15 +53,21 @@ def parse_head(spec, model=None) -> tuple[int, int]:
     if isinstance(spec, str):
         m = HEAD_NAME.match(spec.strip().upper())
         if not m:
-            raise UsageError("head", f"{spec!r} is not a head name", "names look like L<layer>H<head>, e.g. L4H11",
-                             "or use auto:N for the model's N most previous-token-like heads")
+            raise UsageError(
+                "head",
+                f"{spec!r} is not a head name",
+                "names look like L<layer>H<head>, e.g. L4H11",
+                "or use auto:N for the model's N most previous-token-like heads",
+            )
         layer, head = int(m.group(1)), int(m.group(2))
     else:
         layer, head = (int(x) for x in spec)
-    if model is not None:
-        if not 0 <= layer < model.cfg.n_layers or not 0 <= head < model.cfg.n_heads:
-            raise UsageError("head", f"unknown head {head_name(layer, head)}",
-                             f"this model has layers 0..{model.cfg.n_layers - 1} and heads 0..{model.cfg.n_heads - 1}")
+    if model is not None and not (0 <= layer < model.cfg.n_layers and 0 <= head < model.cfg.n_heads):
+        raise UsageError(
+            "head",
+            f"unknown head {head_name(layer, head)}",
+            f"this model has layers 0..{model.cfg.n_layers - 1} and heads 0..{model.cfg.n_heads - 1}",
+        )
     return layer, head
 
 
@@ -76,5 +83,8 @@ def check_learned_pos_embed(model) -> None:
     """Extended positional embeddings and ``W_pos`` interventions need learned absolute positions."""
     kind = getattr(model.cfg, "positional_embedding_type", "standard")
     if kind != "standard" or getattr(model, "W_pos", None) is None:
-        raise UsageError("model", f"has {kind!r} positional embeddings",
-                         "this analysis needs learned absolute positional embeddings (cfg.positional_embedding_type == 'standard')")
+        raise UsageError(
+            "model",
+            f"has {kind!r} positional embeddings",
+            "this analysis needs learned absolute positional embeddings (cfg.positional_embedding_type == 'standard')",
+        )

@@ -6,16 +6,19 @@ reasons to form (a step's batch depends on the step number alone, so resumes are
 * ``repeated_segments`` / ``repeated_span``: random tokens whose second copy only induction predicts.
 * ``insert_repeats``: a span of a text window copied to a later place.
 """
+
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
+from ..analysis.prompts import encode_stream  # noqa: F401 - part of this module's interface
 from .config import MiniConfig
 
 EOT = "<|endoftext|>"
+
 
 def train_tokenizer(docs: Sequence[str], vocab_size: int):
     """A byte-level BPE tokenizer (GPT-2's scheme) trained on ``docs``, wrapped for ``transformers``."""
@@ -26,27 +29,23 @@ def train_tokenizer(docs: Sequence[str], vocab_size: int):
     bpe.train_from_iterator(docs, vocab_size=vocab_size, min_frequency=2, special_tokens=[EOT], show_progress=False)
     return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token=EOT, eos_token=EOT, unk_token=EOT)
 
+
 def split_docs(docs: Sequence[str], val_fraction: float, seed: int) -> tuple[list[str], list[str]]:
     order = list(range(len(docs)))
     random.Random(seed).shuffle(order)
     n_val = max(1, int(round(val_fraction * len(docs))))
     return [docs[i] for i in order[n_val:]], [docs[i] for i in order[:n_val]]
 
-def encode_stream(tok, docs: Sequence[str]) -> torch.Tensor:
-    """All documents as one token stream, each preceded by ``<|endoftext|>`` as GPT-2 was trained."""
-    ids: list[int] = []
-    for enc in tok(list(docs), add_special_tokens=False)["input_ids"]:
-        ids.append(tok.bos_token_id)
-        ids += enc
-    return torch.tensor(ids, dtype=torch.long)
 
 def sample_batch(stream: torch.Tensor, batch_size: int, n_ctx: int, gen: torch.Generator) -> torch.Tensor:
     """``[batch, n_ctx + 1]`` random windows of ``stream``."""
     starts = torch.randint(0, len(stream) - n_ctx - 1, (batch_size,), generator=gen)
     return torch.stack([stream[s : s + n_ctx + 1] for s in starts.tolist()])
 
-def repeated_segments(batch_size: int, length: int, vocab_hi: int, seg_min: int, seg_max: int,
-                      gen: torch.Generator, bos: int = 0) -> torch.Tensor:
+
+def repeated_segments(
+    batch_size: int, length: int, vocab_hi: int, seg_min: int, seg_max: int, gen: torch.Generator, bos: int = 0
+) -> torch.Tensor:
     """``[batch, length]`` windows made of ``BOS`` then pairs ``s s`` of random segments.
 
     Each segment has ``seg_min..seg_max`` tokens drawn uniformly from ids ``1..vocab_hi-1``; the
@@ -62,6 +61,7 @@ def repeated_segments(batch_size: int, length: int, vocab_hi: int, seg_min: int,
         out[b] = torch.tensor(row[:length])
     return out
 
+
 def skip_table(vocab_hi: int, seed: int, rule: str = "permutation") -> torch.Tensor:
     """The skip-bigram language's rule ``pi`` on ids ``1..vocab_hi-1`` (index 0 unused): a random
     permutation, or with ``rule="copy"`` the identity (t+1 = t-1: the previous token is copied, which a
@@ -73,8 +73,10 @@ def skip_table(vocab_hi: int, seed: int, rule: str = "permutation") -> torch.Ten
     g = torch.Generator().manual_seed(seed + 7919)
     return torch.cat([torch.zeros(1, dtype=torch.long), 1 + torch.randperm(vocab_hi - 1, generator=g)])
 
-def repeated_span(batch_size: int, length: int, vocab_hi: int, seg_min: int, seg_max: int, gen: torch.Generator,
-                  bos: int = 0) -> torch.Tensor:
+
+def repeated_span(
+    batch_size: int, length: int, vocab_hi: int, seg_min: int, seg_max: int, gen: torch.Generator, bos: int = 0
+) -> torch.Tensor:
     """``[batch, length]`` windows of uniform random tokens (ids ``1..vocab_hi-1``) after ``BOS`` in which one
     span of ``seg_min..seg_max`` tokens is copied right after itself at a random place: the gap to the
     first occurrence varies from row to row, so only induction (match the current token, read the one
@@ -87,10 +89,13 @@ def repeated_span(batch_size: int, length: int, vocab_hi: int, seg_min: int, seg
         out[b, a + n : a + 2 * n] = out[b, a : a + n]
     return out
 
+
 REPEAT_KINDS = {"pairs": repeated_segments, "span": repeated_span}
 
-def skip_bigram_windows(batch_size: int, length: int, table: torch.Tensor, noise: float, gen: torch.Generator,
-                        bos: int = 0) -> torch.Tensor:
+
+def skip_bigram_windows(
+    batch_size: int, length: int, table: torch.Tensor, noise: float, gen: torch.Generator, bos: int = 0
+) -> torch.Tensor:
     """``[batch, length]`` windows ``BOS t1 t2 ...`` with ``t_{i+1} = pi(t_{i-1})`` except, with chance
     ``noise``, a uniform token. The next token is a fixed function of the *previous* one, not of the
     current one: predicting it needs the previous token at the current position, the plainest reason for
@@ -104,6 +109,7 @@ def skip_bigram_windows(batch_size: int, length: int, table: torch.Tensor, noise
     for i in range(3, length):
         out[:, i] = torch.where(flip[:, i], fresh[:, i], table[out[:, i - 2]])
     return out
+
 
 def insert_repeats(windows: torch.Tensor, seg_min: int, seg_max: int, gen: torch.Generator) -> torch.Tensor:
     """Copy, in each row, a span of ``seg_min..seg_max`` of its own tokens to a later place (a new tensor).
@@ -119,6 +125,7 @@ def insert_repeats(windows: torch.Tensor, seg_min: int, seg_max: int, gen: torch
         out[b, c : c + L] = windows[b, a : a + L]
     return out
 
+
 def position_ids(cfg: MiniConfig, step: int, batch: torch.Tensor) -> torch.Tensor | None:
     """``[batch, pos]`` absolute positions of a step's inputs: ``None`` (0, 1, ...) except for synthetic
     windows shorter than ``n_ctx`` with ``position_offsets``, which start at a random position so every row
@@ -128,6 +135,7 @@ def position_ids(cfg: MiniConfig, step: int, batch: torch.Tensor) -> torch.Tenso
         return None
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step + 555_555)
     return torch.randint(0, cfg.n_ctx - n + 1, (batch.shape[0], 1), generator=gen) + torch.arange(n)
+
 
 def synthetic_ctx_at(cfg: MiniConfig, step: int) -> int:
     """Phase-1 window length at ``step``: ``synthetic_ctx`` doubling every ``ctx_double_every`` steps, at most n_ctx.
@@ -140,6 +148,7 @@ def synthetic_ctx_at(cfg: MiniConfig, step: int) -> int:
     if cfg.ctx_double_every:
         ctx *= 2 ** (step // cfg.ctx_double_every)
     return min(ctx, cfg.n_ctx)
+
 
 def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int, vocab_size: int = 4096) -> torch.Tensor:
     """The ``[batch, n_ctx + 1]`` batch of ``step`` (a function of the step number alone: resumes are exact)."""
@@ -155,8 +164,9 @@ def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int, v
         rep = make(n - n_skip, ctx + 1, cfg.synthetic_vocab, lo, hi, gen, bos)
         if not n_skip:
             return rep
-        skip = skip_bigram_windows(n_skip, ctx + 1, skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule), cfg.skip_noise,
-                                   gen, bos)
+        skip = skip_bigram_windows(
+            n_skip, ctx + 1, skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule), cfg.skip_noise, gen, bos
+        )
         return torch.cat([skip, rep])
     n_syn = int(round(cfg.synthetic_fraction * cfg.batch_size))
     n_skip = int(round(cfg.skip_text_fraction * cfg.batch_size))
@@ -165,8 +175,16 @@ def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int, v
     if n_rep:
         text[:n_rep] = insert_repeats(text[:n_rep], cfg.seg_min, cfg.seg_max, gen)
     if n_syn:  # after phase 1 the synthetic copies range over the whole vocabulary
-        text = torch.cat([text, repeated_segments(n_syn, cfg.n_ctx + 1, vocab_size, cfg.seg_min, cfg.seg_max, gen, bos)])
+        text = torch.cat(
+            [text, repeated_segments(n_syn, cfg.n_ctx + 1, vocab_size, cfg.seg_min, cfg.seg_max, gen, bos)]
+        )
     if n_skip:
-        text = torch.cat([text, skip_bigram_windows(n_skip, cfg.n_ctx + 1, skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule),
-                                                    cfg.skip_noise, gen, bos)])
+        text = torch.cat(
+            [
+                text,
+                skip_bigram_windows(
+                    n_skip, cfg.n_ctx + 1, skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule), cfg.skip_noise, gen, bos
+                ),
+            ]
+        )
     return text

@@ -1,10 +1,12 @@
 """Positional embeddings for the organism: initialisations (random, sinusoidal, GPT-2's own helix, none), a
 roughness penalty, and group averaging as training augmentation."""
+
 from __future__ import annotations
 
 import torch
 
 from .config import MiniConfig
+
 
 def sinusoidal_positions(n_ctx: int, d_model: int, rms: float) -> torch.Tensor:
     """``[n_ctx, d_model]`` sines and cosines of geometric frequencies (Vaswani et al.), scaled to ``rms``.
@@ -17,6 +19,7 @@ def sinusoidal_positions(n_ctx: int, d_model: int, rms: float) -> torch.Tensor:
     out = torch.zeros(n_ctx, d_model, dtype=torch.float64)
     out[:, 0::2], out[:, 1::2] = torch.sin(pos * freq), torch.cos(pos * freq)
     return (out / out.pow(2).mean().sqrt() * rms).float()
+
 
 def gpt2_positions(n_ctx: int, d_model: int, rms: float, w_pos: torch.Tensor | None = None) -> torch.Tensor:
     """``[n_ctx, d_model]``: GPT-2 small's own positional geometry at this size.
@@ -43,6 +46,7 @@ def gpt2_positions(n_ctx: int, d_model: int, rms: float, w_pos: torch.Tensor | N
     x = w @ vh[:d_model].T
     return (x / x.pow(2).mean().sqrt() * rms).float()
 
+
 def pos_roughness(w: torch.Tensor) -> torch.Tensor:
     """``mean_p |W[p+1] - W[p]|^2 / mean_p |W[p] - mean W|^2`` of ``W`` ``[n_ctx, d_model]`` (scale-free).
 
@@ -52,6 +56,7 @@ def pos_roughness(w: torch.Tensor) -> torch.Tensor:
     step = (w[1:] - w[:-1]).pow(2).sum(-1).mean()
     spread = (w - w.mean(0)).pow(2).sum(-1).mean()
     return step / spread.clamp_min(1e-12)
+
 
 def pos_average_at(cfg: MiniConfig, step: int) -> tuple[int, int] | None:
     """``(group size, offset)`` when step ``step`` trains on group-averaged ``W_pos`` (chance ``pos_avg_prob``;

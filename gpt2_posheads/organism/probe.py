@@ -1,8 +1,9 @@
 """The mechanism's vital signs during training, measured with the analysis layer's own definitions (the one
 previous-token ratio, the induction score and copy losses), on a Hugging Face ``GPT2LMHeadModel``."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -11,6 +12,7 @@ from ..analysis.diagonals import diagonal_counts, diagonal_sums, prev_token_stat
 from ..analysis.induction import copy_losses, induction_from_patterns
 from ..analysis.interventions import group_average_rows
 from .data import sample_batch
+
 
 @torch.no_grad()
 def evaluate(model, stream: torch.Tensor, n_ctx: int, max_windows: int = 64) -> float:
@@ -28,9 +30,11 @@ def evaluate(model, stream: torch.Tensor, n_ctx: int, max_windows: int = 64) -> 
     model.train(was_training)
     return float(torch.stack(losses).sum() / tgt.numel())
 
+
 def _diagonal_masses(patterns: Sequence[torch.Tensor]) -> torch.Tensor:
     """``[layer, head, n_offsets]`` mean attention per diagonal (every offset, key 0 left out) from Hugging Face
-    patterns ``[batch, head, q, k]`` per layer: :func:`~gpt2_posheads.analysis.diagonals.diagonal_attention`'s numbers."""
+    patterns ``[batch, head, q, k]`` per layer: the numbers of
+    :func:`~gpt2_posheads.analysis.diagonals.diagonal_attention`."""
     n = patterns[0].shape[-1]
     return torch.stack([diagonal_sums(p, n, True) / (p.shape[0] * diagonal_counts(n, n, True)) for p in patterns])
 
@@ -47,8 +51,7 @@ def _sharpest(mass: torch.Tensor, min_layer: int = 0) -> tuple[float, int, int]:
 
 
 @torch.no_grad()
-def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int = 0, n: int = 8,
-          seg: int = 50) -> dict:
+def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int = 0, n: int = 8, seg: int = 50) -> dict:
     """The mechanism's vital signs on held-out text and on random tokens repeated twice.
 
     * ``prev_ratio_text`` / ``prev_ratio_random``: the sharpest previous-token head's ratio (the one
@@ -68,7 +71,7 @@ def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int 
     impl = model.config._attn_implementation
     model.set_attn_implementation("eager")
     gen = torch.Generator().manual_seed(10_000 + seed)
-    text = sample_batch(val_stream, n, n_ctx - 1, gen)[:, : n_ctx]
+    text = sample_batch(val_stream, n, n_ctx - 1, gen)[:, :n_ctx]
     mass = _diagonal_masses(model(text, output_attentions=True).attentions)
     wpe = model.transformer.wpe.weight
     clean_wpe = wpe.detach().clone()
@@ -92,7 +95,17 @@ def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int 
 
     r_text, r_above = _sharpest(mass), _sharpest(mass, min_layer=1)
     name = lambda r: f"L{r[1]}H{r[2]}" if r[1] >= 0 else "none"  # noqa: E731
-    return dict(prev_ratio_text=r_text[0], prev_head_text=name(r_text), prev_keep_avg10=keep(*r_text[1:]),
-                prev_ratio_above0=r_above[0], prev_head_above0=name(r_above), prev_keep_avg10_above0=keep(*r_above[1:]),
-                prev_ratio_random=r_rand[0], prev_head_random=name(r_rand), induction=float(ind.max()),
-                induction_head=f"L{il}H{ih}", loss_first=float(first.mean()), loss_second=float(second.mean()))
+    return dict(
+        prev_ratio_text=r_text[0],
+        prev_head_text=name(r_text),
+        prev_keep_avg10=keep(*r_text[1:]),
+        prev_ratio_above0=r_above[0],
+        prev_head_above0=name(r_above),
+        prev_keep_avg10_above0=keep(*r_above[1:]),
+        prev_ratio_random=r_rand[0],
+        prev_head_random=name(r_rand),
+        induction=float(ind.max()),
+        induction_head=f"L{il}H{ih}",
+        loss_first=float(first.mean()),
+        loss_second=float(second.mean()),
+    )

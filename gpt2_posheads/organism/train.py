@@ -25,14 +25,15 @@ held-out text and on random tokens, best induction score, loss on the first and 
 training record shows when each piece appears. Checkpoints are written every ``checkpoint_minutes``
 of wall-clock time; a run resumes exactly (batches depend on the step number only).
 """
+
 from __future__ import annotations
 
 import json
 import math
 import time
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -67,6 +68,15 @@ def _load_tokenizer(work: Path, train_docs: Sequence[str], cfg: MiniConfig, toke
     return tok
 
 
+def averaged_positions(group_size: int, offset: int):
+    """A forward hook for ``wpe`` that returns ``W_pos`` group-averaged (differentiably) at the looked-up positions."""
+
+    def hook(module, inputs, output):
+        return F.embedding(inputs[0], group_average_rows(module.weight, group_size, offset))
+
+    return hook
+
+
 def init_positions(model, cfg: MiniConfig, initializer_range: float) -> torch.nn.Parameter:
     """Set the model's ``W_pos`` (``wpe``) as ``cfg`` asks and whether it trains; returns it."""
     wpe = model.transformer.wpe.weight
@@ -84,12 +94,20 @@ def init_positions(model, cfg: MiniConfig, initializer_range: float) -> torch.nn
     return wpe
 
 
-def train_mini_gpt2(docs: Sequence[str], out_dir: str | Path, cfg: MiniConfig = MiniConfig(),
-                    work_dir: str | Path | None = None, progress: bool = True,
-                    val_docs: Sequence[str] | None = None, tokenizer_dir: str | Path | None = None) -> dict:
+def train_mini_gpt2(
+    docs: Sequence[str],
+    out_dir: str | Path,
+    cfg: MiniConfig | None = None,
+    work_dir: str | Path | None = None,
+    progress: bool = True,
+    val_docs: Sequence[str] | None = None,
+    tokenizer_dir: str | Path | None = None,
+) -> dict:
     """Train and save a miniature GPT-2 into ``out_dir``; resumes from ``work_dir/checkpoint.pt`` if present.
 
-    ``work_dir`` (default ``<out_dir>-work``) holds the checkpoint, written every ``checkpoint_minutes`` and at
+    ``cfg`` (default :class:`MiniConfig`'s defaults) is never changed: the synthetic vocabulary is capped at the
+    tokenizer's size in a copy. ``work_dir`` (default ``<out_dir>-work``) holds the checkpoint, written every
+    ``checkpoint_minutes`` and at
     the end (each write is said), and the tokenizer. ``val_docs``: held-out documents (default: a seeded
     ``val_fraction`` of ``docs``). ``tokenizer_dir``: reuse that directory's tokenizer (so held-out losses compare
     with another model token for token) instead of training a new BPE on ``docs``.
@@ -97,6 +115,7 @@ def train_mini_gpt2(docs: Sequence[str], out_dir: str | Path, cfg: MiniConfig = 
     """
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    cfg = cfg if cfg is not None else MiniConfig()
     out_dir = Path(out_dir)
     work = Path(work_dir) if work_dir else out_dir.with_name(out_dir.name + "-work")
     work.mkdir(parents=True, exist_ok=True)
@@ -107,22 +126,41 @@ def train_mini_gpt2(docs: Sequence[str], out_dir: str | Path, cfg: MiniConfig = 
         train_docs = list(docs)
     tok = _load_tokenizer(work, train_docs, cfg, tokenizer_dir)
     train_stream, val_stream = encode_stream(tok, train_docs), encode_stream(tok, val_docs)
-    if cfg.synthetic_vocab > len(tok):
-        cfg.synthetic_vocab = len(tok)
+    cfg = replace(
+        cfg, synthetic_vocab=min(cfg.synthetic_vocab, len(tok))
+    )  # a copy: the caller's config stays as it was
 
-    hf_cfg = GPT2Config(n_layer=cfg.n_layers, n_head=cfg.n_heads, n_embd=cfg.d_model, n_positions=cfg.n_ctx,
-                        vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    hf_cfg = GPT2Config(
+        n_layer=cfg.n_layers,
+        n_head=cfg.n_heads,
+        n_embd=cfg.d_model,
+        n_positions=cfg.n_ctx,
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     model = GPT2LMHeadModel(hf_cfg)
     wpe = init_positions(model, cfg, hf_cfg.initializer_range)
     params = [p for p in model.parameters() if p.requires_grad and p is not wpe]
-    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.weight_decay, "lr_scale": 1.0},
-              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0, "lr_scale": 1.0}]
+    groups = [
+        {"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.weight_decay, "lr_scale": 1.0},
+        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0, "lr_scale": 1.0},
+    ]
     if wpe.requires_grad:
         groups.append({"params": [wpe], "weight_decay": cfg.weight_decay, "lr_scale": cfg.pos_lr})
     opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
-    record = {"config": asdict(cfg), "train_tokens": len(train_stream), "val_tokens": len(val_stream),
-              "loss": [], "val_loss": [], "probes": [], "seconds": 0.0}
+    record = {
+        "config": asdict(cfg),
+        "train_tokens": len(train_stream),
+        "val_tokens": len(val_stream),
+        "loss": [],
+        "val_loss": [],
+        "probes": [],
+        "seconds": 0.0,
+    }
     step = 0
     ckpt = work / "checkpoint.pt"
     if ckpt.exists():
@@ -153,8 +191,7 @@ def train_mini_gpt2(docs: Sequence[str], out_dir: str | Path, cfg: MiniConfig = 
         averaged = pos_average_at(cfg, s)
         handle = None
         if averaged is not None:  # this step sees W_pos averaged in groups: gradients still reach every row
-            handle = model.transformer.wpe.register_forward_hook(
-                lambda m, inp, out: F.embedding(inp[0], group_average_rows(m.weight, *averaged)))
+            handle = model.transformer.wpe.register_forward_hook(averaged_positions(*averaged))
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
             logits = model(xy[:, :-1], position_ids=position_ids(cfg, s, xy)).logits
         if handle is not None:
@@ -171,7 +208,7 @@ def train_mini_gpt2(docs: Sequence[str], out_dir: str | Path, cfg: MiniConfig = 
         if done % cfg.probe_every == 0 or done == cfg.steps:
             pr = probe(model, val_stream, cfg.n_ctx, len(tok), seed=cfg.seed)
             pr["step"] = done
-            recent = [l for _, l in record["loss"][-cfg.probe_every:]]
+            recent = [l for _, l in record["loss"][-cfg.probe_every :]]
             pr["train_loss"] = sum(recent) / len(recent)
             pr["val_loss"] = evaluate(model, val_stream, cfg.n_ctx, max_windows=32)
             pr["seconds"] = round(time.time() - t0, 1)
@@ -193,8 +230,10 @@ def train_mini_gpt2(docs: Sequence[str], out_dir: str | Path, cfg: MiniConfig = 
 
 def probe_line(pr: dict) -> str:
     """One line of a probe's numbers (printed during training)."""
-    return (f"step {pr['step']}: train {pr['train_loss']:.3f} val {pr['val_loss']:.3f} | sharpest previous-token head "
-            f"{pr['prev_head_text']} ratio {pr['prev_ratio_text']:.2f} (keeps {pr['prev_keep_avg10']:.0%} under W_pos/10), "
-            f"random {pr['prev_ratio_random']:.2f} | above L0 {pr['prev_head_above0']} {pr['prev_ratio_above0']:.2f} "
-            f"(keeps {pr['prev_keep_avg10_above0']:.0%}) | induction {pr['induction']:.2f} ({pr['induction_head']}) | "
-            f"copy loss {pr['loss_first']:.2f} -> {pr['loss_second']:.2f} | {pr['seconds'] / 60:.1f} min")
+    return (
+        f"step {pr['step']}: train {pr['train_loss']:.3f} val {pr['val_loss']:.3f} | sharpest previous-token head "
+        f"{pr['prev_head_text']} ratio {pr['prev_ratio_text']:.2f} (keeps {pr['prev_keep_avg10']:.0%} under W_pos/10), "
+        f"random {pr['prev_ratio_random']:.2f} | above L0 {pr['prev_head_above0']} {pr['prev_ratio_above0']:.2f} "
+        f"(keeps {pr['prev_keep_avg10_above0']:.0%}) | induction {pr['induction']:.2f} ({pr['induction_head']}) | "
+        f"copy loss {pr['loss_first']:.2f} -> {pr['loss_second']:.2f} | {pr['seconds'] / 60:.1f} min"
+    )

@@ -6,6 +6,7 @@ measured, and thumbnails of the script's figures. The header gives the date, the
 time from ``run_all.json``, and marks a run that was interrupted and the scripts that did not run. The page links
 only to files beside it, so it works from ``file://`` with no network.
 """
+
 from __future__ import annotations
 
 import html
@@ -20,6 +21,19 @@ from ..claims.verdicts import fmt
 VERDICT_COLOURS = {"held": "#1a7f37", "not held": "#cf222e", "not testable": "#6e7781"}
 SCRIPT_ORDER = {s: i for i, s in enumerate(s for p in POSTS for s in p.scripts)}
 TOY_COLUMN = "toy models"
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5em 2em;color:#1f2328}
+table{border-collapse:collapse;font-size:13px;margin-bottom:1.5em}
+td,th{border:1px solid #d0d7de;padding:5px 7px;vertical-align:top;max-width:420px}
+th{background:#f6f8fa;text-align:left}
+.v{color:#fff;padding:1px 6px;border-radius:3px;font-weight:600;white-space:nowrap}
+.head{color:#57606a}.m{margin-top:3px}
+.why,.rule,.when,.script{color:#57606a;font-size:12px;margin-top:2px}.script{font-family:monospace}
+.thumbs img{height:72px;border:1px solid #d0d7de;margin:2px}.figs{display:inline-block;margin-right:14px}
+.figs span{display:block;font-size:11px;color:#57606a}
+.warn{background:#fff8c5;padding:6px 10px;border:1px solid #d4a72c}
+td.none{color:#8c959f}.s-failed,.s-interrupted{color:#cf222e}.s-not-run{color:#6e7781}
+"""
 
 
 def collect_summaries(root: Path) -> list[tuple[Path, dict]]:
@@ -70,8 +84,11 @@ def _thumbs(summary: dict, folder: Path, root: Path) -> str:
         png = folder / f.replace(".html", ".png")
         label = html.escape(Path(f).stem)
         if png.exists():
-            out.append(f'<a href="{html.escape(str(rel))}" title="{label}"><img src="{html.escape(str(png.relative_to(root)))}" '
-                       f'alt="{label}" loading="lazy"></a>')
+            out.append(
+                f'<a href="{html.escape(str(rel))}" title="{label}">'
+                f'<img src="{html.escape(str(png.relative_to(root)))}" '
+                f'alt="{label}" loading="lazy"></a>'
+            )
         else:
             out.append(f'<a href="{html.escape(str(rel))}">{label}</a>')
     return f'<div class="thumbs">{"".join(out)}</div>' if out else ""
@@ -83,9 +100,11 @@ def _cell(c: dict | None, when: str) -> str:
     v = c.get("verdict", "?")
     shown = c.get("shown") or present(c.get("measured"))
     head = f' <span class="head">on {html.escape(c["head"])}</span>' if c.get("head") else ""
-    return (f'<td><span class="v" style="background:{VERDICT_COLOURS.get(v, "#444")}">{html.escape(v)}</span>{head}'
-            f'<div class="m">{html.escape(shown)}</div><div class="why">{html.escape(c.get("why", ""))}</div>'
-            f'<div class="when">measured {html.escape(when)}</div></td>')
+    return (
+        f'<td><span class="v" style="background:{VERDICT_COLOURS.get(v, "#444")}">{html.escape(v)}</span>{head}'
+        f'<div class="m">{html.escape(shown)}</div><div class="why">{html.escape(c.get("why", ""))}</div>'
+        f'<div class="when">measured {html.escape(when)}</div></td>'
+    )
 
 
 def _when(s: dict) -> str:
@@ -98,31 +117,47 @@ def run_header(record: dict | None) -> str:
     if not record:
         return "<p>No run record (results/run_all.json): the rows below come from scripts run one by one.</p>"
     m = record.get("machine", {})
-    machine = m.get("gpu") or f"{m.get('cpu', '?')} ({', '.join(m.get('cpu_extensions', [])) or 'no AVX2'}), " \
-                              f"{m.get('cores', '?')} cores"
+    machine = (
+        m.get("gpu")
+        or f"{m.get('cpu', '?')} ({', '.join(m.get('cpu_extensions', [])) or 'no AVX2'}), {m.get('cores', '?')} cores"
+    )
     jobs = record.get("jobs", [])
     n_bad = sum(j["status"] != "ok" for j in jobs)
     banner = ""
     if record.get("interrupted") or n_bad:
-        parts = [f"{sum(j['status'] == s for j in jobs)} {s}" for s in ("interrupted", "failed", "not run")
-                 if any(j["status"] == s for j in jobs)]
-        banner = (f'<p class="warn">This run did not finish every script ({", ".join(parts)}). Rows of scripts that did '
-                  f'not finish show an earlier run\'s results, with the time they were measured, or none.</p>')
-    rows = "".join(f"<tr><td>{html.escape(j['script'])}</td><td>{html.escape(str(j.get('model') or TOY_COLUMN))}</td>"
-                   f"<td class='s-{html.escape(j['status'].replace(' ', '-'))}'>{html.escape(j['status'])}</td>"
-                   f"<td>{fmt(j['seconds']) + ' s' if 'seconds' in j else ''}</td></tr>" for j in jobs)
+        parts = [
+            f"{sum(j['status'] == s for j in jobs)} {s}"
+            for s in ("interrupted", "failed", "not run")
+            if any(j["status"] == s for j in jobs)
+        ]
+        banner = (
+            f'<p class="warn">This run did not finish every script ({", ".join(parts)}). Rows of scripts that did '
+            f"not finish show an earlier run's results, with the time they were measured, or none.</p>"
+        )
+    rows = "".join(
+        f"<tr><td>{html.escape(j['script'])}</td><td>{html.escape(str(j.get('model') or TOY_COLUMN))}</td>"
+        f"<td class='s-{html.escape(j['status'].replace(' ', '-'))}'>{html.escape(j['status'])}</td>"
+        f"<td>{fmt(j['seconds']) + ' s' if 'seconds' in j else ''}</td></tr>"
+        for j in jobs
+    )
     total = record.get("seconds")
-    return (f"<p>Main job started {html.escape(str(record.get('started', '?')).replace('T', ' ')[:16])}"
-            f"{f', {total / 60:.1f} min in all' if total else ''}, on {html.escape(machine)}"
-            f"{' (toy scripts as --quick smoke tests)' if record.get('quick') else ''}.</p>{banner}"
-            f"<details><summary>run time of each script</summary><table class='jobs'><tr><th>script</th><th>model</th>"
-            f"<th>status</th><th>time</th></tr>{rows}</table></details>")
+    return (
+        f"<p>Main job started {html.escape(str(record.get('started', '?')).replace('T', ' ')[:16])}"
+        f"{f', {total / 60:.1f} min in all' if total else ''}, on {html.escape(machine)}"
+        f"{' (toy scripts as --quick smoke tests)' if record.get('quick') else ''}.</p>{banner}"
+        f"<details><summary>run time of each script</summary><table class='jobs'><tr><th>script</th><th>model</th>"
+        f"<th>status</th><th>time</th></tr>{rows}</table></details>"
+    )
 
 
-def index_html(summaries: list[tuple[Path, dict]], root: Path, record: dict | None = None,
-               title: str = "gpt2_posheads: the posts' claims, measured") -> str:
+def index_html(
+    summaries: list[tuple[Path, dict]],
+    root: Path,
+    record: dict | None = None,
+    title: str = "gpt2_posheads: the posts' claims, measured",
+) -> str:
     """The page (see the module doc)."""
-    counts = {v: 0 for v in VERDICT_COLOURS}
+    counts = dict.fromkeys(VERDICT_COLOURS, 0)
     # (script, claim key) -> {model: (claim, summary, folder)}
     cells: dict[tuple[str, str], dict[str, tuple[dict, dict, Path]]] = {}
     order: list[tuple[str, str]] = []
@@ -150,19 +185,31 @@ def index_html(summaries: list[tuple[Path, dict]], root: Path, record: dict | No
             measured = {m for k in keys if k[0] == script for m in cells[k]}
             missing = [m for m in cols if m not in measured]
             if missing and any((script, m) in status for m in missing):  # no results at all from this run for them
-                cells_html = "".join(f'<td class="none">no results: {html.escape(status.get((script, m), "not run"))}</td>'
-                                     if m in missing else "<td></td>" for m in cols)
-                body.append(f"<tr><td><b>{html.escape(script)}</b><div class='rule'>this run did not produce its claims"
-                            f"</div></td><td></td>{cells_html}</tr>")
+                cells_html = "".join(
+                    f'<td class="none">no results: {html.escape(status.get((script, m), "not run"))}</td>'
+                    if m in missing
+                    else "<td></td>"
+                    for m in cols
+                )
+                body.append(
+                    f"<tr><td><b>{html.escape(script)}</b><div class='rule'>this run did not produce its claims"
+                    f"</div></td><td></td>{cells_html}</tr>"
+                )
             for k in (k for k in keys if k[0] == script):
                 first = next(iter(cells[k].values()))[0]
-                row = "".join(_cell(cells[k][m][0] if m in cells[k] else None,
-                                    _when(cells[k][m][1]) if m in cells[k] else "") for m in cols)
-                body.append(f"<tr><td><b>{html.escape(first.get('claim', ''))}</b><div class='rule'>"
-                            f"{html.escape(first.get('rule', ''))}</div><div class='script'>{html.escape(script)}</div></td>"
-                            f"<td>{html.escape(present(first.get('post', '')))}</td>{row}</tr>")
-            figs = [(m, s, folder) for m, (c, s, folder) in
-                    ((m, v) for k in keys if k[0] == script for m, v in cells[k].items())]
+                row = "".join(
+                    _cell(cells[k][m][0] if m in cells[k] else None, _when(cells[k][m][1]) if m in cells[k] else "")
+                    for m in cols
+                )
+                body.append(
+                    f"<tr><td><b>{html.escape(first.get('claim', ''))}</b><div class='rule'>"
+                    f"{html.escape(first.get('rule', ''))}</div><div class='script'>{html.escape(script)}</div></td>"
+                    f"<td>{html.escape(present(first.get('post', '')))}</td>{row}</tr>"
+                )
+            figs = [
+                (m, s, folder)
+                for m, (c, s, folder) in ((m, v) for k in keys if k[0] == script for m, v in cells[k].items())
+            ]
             seen, thumbs = set(), []
             for m, s, folder in figs:
                 if folder in seen:
@@ -173,26 +220,31 @@ def index_html(summaries: list[tuple[Path, dict]], root: Path, record: dict | No
                     thumbs.append(f"<div class='figs'><span>{html.escape(script)} · {html.escape(m)}</span>{t}</div>")
             if thumbs:
                 body.append(f"<tr class='figrow'><td colspan='{2 + len(cols)}'>{''.join(thumbs)}</td></tr>")
-        sections.append(f"<h2>{html.escape(post.key)}: {html.escape(post.title)}</h2>"
-                        f"<table><tr><th>claim and rule</th><th>the post</th>{head}</tr>{''.join(body)}</table>")
+        sections.append(
+            f"<h2>{html.escape(post.key)}: {html.escape(post.title)}</h2>"
+            f"<table><tr><th>claim and rule</th><th>the post</th>{head}</tr>{''.join(body)}</table>"
+        )
     explorers = sorted((root / "explorer").glob("*.html")) if (root / "explorer").is_dir() else []
-    explore = ("<p>Attention explorer (offline): " + " · ".join(
-        f'<a href="{html.escape(str(p.relative_to(root)))}">{html.escape(p.stem)}</a>' for p in explorers) + "</p>"
-               ) if explorers else ""
+    explore = (
+        (
+            "<p>Attention explorer (offline): "
+            + " · ".join(
+                f'<a href="{html.escape(str(p.relative_to(root)))}">{html.escape(p.stem)}</a>' for p in explorers
+            )
+            + "</p>"
+        )
+        if explorers
+        else ""
+    )
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>
-body{{font-family:system-ui,sans-serif;margin:1.5em 2em;color:#1f2328}}table{{border-collapse:collapse;font-size:13px;
-margin-bottom:1.5em}}td,th{{border:1px solid #d0d7de;padding:5px 7px;vertical-align:top;max-width:420px}}th{{background:#f6f8fa;
-text-align:left}}.v{{color:#fff;padding:1px 6px;border-radius:3px;font-weight:600;white-space:nowrap}}.head{{color:#57606a}}
-.m{{margin-top:3px}}.why,.rule,.when,.script{{color:#57606a;font-size:12px;margin-top:2px}}.script{{font-family:monospace}}
-.thumbs img{{height:72px;border:1px solid #d0d7de;margin:2px}}.figs{{display:inline-block;margin-right:14px}}
-.figs span{{display:block;font-size:11px;color:#57606a}}.warn{{background:#fff8c5;padding:6px 10px;border:1px solid #d4a72c}}
-td.none{{color:#8c959f}}.s-failed,.s-interrupted{{color:#cf222e}}.s-not-run{{color:#6e7781}}</style></head><body>
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{STYLE}</style></head><body>
 <h1>{html.escape(title)}</h1>
-<p>Page written {time.strftime('%Y-%m-%d %H:%M')}. Verdicts: {summary}. Every claim is judged by a rule written before the
-measurement: <b>held</b>, <b>not held</b>, or <b>not testable</b> (a precondition failed, e.g. the model does not copy,
-the head is not a previous-token head, the run is a --quick smoke test, or the model has no learned W_pos; the
-reason is given).</p>{run_header(record)}{explore}{''.join(sections)}{robustness_html(summaries, root)}</body></html>"""
+<p>Page written {time.strftime("%Y-%m-%d %H:%M")}. Verdicts: {summary}. Every claim is judged by a rule written
+before the measurement: <b>held</b>, <b>not held</b>, or <b>not testable</b> (a precondition failed, e.g. the model
+does not copy, the head is not a previous-token head, the run is a --quick smoke test, or the model has no learned
+W_pos; the reason is given).</p>{run_header(record)}{explore}{"".join(sections)}{robustness_html(summaries, root)}
+</body></html>"""
 
 
 def robustness_html(summaries: list[tuple[Path, dict]], root: Path) -> str:
@@ -206,16 +258,20 @@ def robustness_html(summaries: list[tuple[Path, dict]], root: Path) -> str:
         link = html.escape(str(path.parent.relative_to(root) / "robustness.html"))
         for claim, t in r["totals"].items():
             quick = " <b>(quick)</b>" if s.get("quick") else ""
-            rows.append(f"<tr><td>{html.escape(s.get('script', ''))}{quick}</td><td>{html.escape(claim)}</td>"
-                        f"<td>{t['held_runs']} of {t['runs']}</td><td>{t['settings_all_seeds']} / {t['settings_no_seed']}"
-                        f" of {t['settings']}</td><td>{html.escape(r['rules'].get(claim, ''))}</td>"
-                        f"<td><a href=\"{link}\">robustness</a></td></tr>")
+            rows.append(
+                f"<tr><td>{html.escape(s.get('script', ''))}{quick}</td><td>{html.escape(claim)}</td>"
+                f"<td>{t['held_runs']} of {t['runs']}</td><td>{t['settings_all_seeds']} / {t['settings_no_seed']}"
+                f" of {t['settings']}</td><td>{html.escape(r['rules'].get(claim, ''))}</td>"
+                f'<td><a href="{link}">robustness</a></td></tr>'
+            )
     if not rows:
         return ""
-    return ("<h2>Robustness over the settings the posts do not state</h2><p>lr x {0.3, 1, 3}, batch {128, 256}, "
-            "init std {0.02, 1.0}, W_O off/on; each claim's rule as in the tables above, per seed.</p>"
-            "<table><tr><th>script</th><th>claim</th><th>held (runs)</th><th>settings held in every seed / in none"
-            "</th><th>rule</th><th>figure</th></tr>" + "".join(rows) + "</table>")
+    return (
+        "<h2>Robustness over the settings the posts do not state</h2><p>lr x {0.3, 1, 3}, batch {128, 256}, "
+        "init std {0.02, 1.0}, W_O off/on; each claim's rule as in the tables above, per seed.</p>"
+        "<table><tr><th>script</th><th>claim</th><th>held (runs)</th><th>settings held in every seed / in none"
+        "</th><th>rule</th><th>figure</th></tr>" + "".join(rows) + "</table>"
+    )
 
 
 def write_index(root: Path) -> Path:

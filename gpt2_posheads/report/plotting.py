@@ -1,11 +1,12 @@
 """Figure output shared by every experiment: self-contained HTML plus a PNG through kaleido."""
+
 from __future__ import annotations
 
 import atexit
 import os
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -45,8 +46,9 @@ def shared_plotlyjs(out_dir: Path) -> str:
     return os.path.relpath(js, out_dir).replace(os.sep, "/")
 
 
-def save_figure(fig: go.Figure, out_dir: str | Path, stem: str, png: bool = True,
-                width: int = 1000, height: int | None = None) -> list[Path]:
+def save_figure(
+    fig: go.Figure, out_dir: str | Path, stem: str, png: bool = True, width: int = 1000, height: int | None = None
+) -> list[Path]:
     """Write ``stem.html`` (always) and ``stem.png`` (when ``png`` and kaleido+Chromium work).
 
     A PNG failure is a warning, not an error: the HTML and the numbers are what matter, and a
@@ -67,12 +69,24 @@ def save_figure(fig: go.Figure, out_dir: str | Path, stem: str, png: bool = True
                 fig.write_image(out / f"{stem}.png", width=width, height=height or fig.layout.height or 600)
             written.append(out / f"{stem}.png")
         except Exception as e:  # noqa: BLE001 - any renderer failure degrades to HTML only
-            warnings.warn(f"PNG export of {stem} failed ({type(e).__name__}: {e}); install kaleido and chromium")
+            warnings.warn(
+                f"PNG export of {stem} failed ({type(e).__name__}: {e}); install kaleido and chromium", stacklevel=2
+            )
     return written
 
 
-def heatmap(z, x=None, y=None, title: str = "", colorscale: str = "Viridis", zmid=None,
-            xlabel: str = "", ylabel: str = "", reversed_y: bool = True, **kw) -> go.Figure:
+def heatmap(
+    z,
+    x=None,
+    y=None,
+    title: str = "",
+    colorscale: str = "Viridis",
+    zmid=None,
+    xlabel: str = "",
+    ylabel: str = "",
+    reversed_y: bool = True,
+    **kw,
+) -> go.Figure:
     """A single heat map; ``z`` ``[rows, cols]`` (tensor or array)."""
     z = np.asarray(z.detach().cpu() if hasattr(z, "detach") else z, dtype=float)
     fig = go.Figure(go.Heatmap(z=z, x=x, y=y, colorscale=colorscale, zmid=zmid, **kw))
@@ -85,10 +99,21 @@ def heatmap(z, x=None, y=None, title: str = "", colorscale: str = "Viridis", zmi
     return fig
 
 
-def heatmap_grid(mats: dict[str, "np.ndarray"], cols: int = 2, title: str = "", colorscale: str = "Viridis",
-                 zmid=None, shared_scale: bool = True, x0: int | Sequence[int] = 0, y0: int | Sequence[int] | None = None,
-                 height_per_row: int = 380, zrange: tuple[float, float] | None = None, tokens: Sequence[str] | None = None,
-                 colorbar_title: str = "", mark_offset: int | None = None) -> go.Figure:
+def heatmap_grid(
+    mats: dict[str, np.ndarray],
+    cols: int = 2,
+    title: str = "",
+    colorscale: str = "Viridis",
+    zmid=None,
+    shared_scale: bool = True,
+    x0: int | Sequence[int] = 0,
+    y0: int | Sequence[int] | None = None,
+    height_per_row: int = 380,
+    zrange: tuple[float, float] | None = None,
+    tokens: Sequence[str] | None = None,
+    colorbar_title: str = "",
+    mark_offset: int | None = None,
+) -> go.Figure:
     """Side-by-side heat maps (attention sub-matrices etc.), one panel per dict entry.
 
     ``x0``/``y0`` label the first key/query position of each sub-matrix (one per panel, or one for all);
@@ -113,47 +138,99 @@ def heatmap_grid(mats: dict[str, "np.ndarray"], cols: int = 2, title: str = "", 
         if tokens is not None:
             tk = lambda j: repr(tokens[j]) if 0 <= j < len(tokens) else ""  # noqa: E731
             hover = [[f"query {q} {tk(q)}<br>key {k} {tk(k)}" for k in xs] for q in ys]
-        fig.add_trace(go.Heatmap(
-            z=a, x=xs, y=ys, colorscale=colorscale, zmin=zmin, zmax=zmax, zmid=zmid, showscale=(i == 0),
-            text=hover, hovertemplate="%{text}<br>value %{z:.3f}<extra></extra>" if hover else None,
-            colorbar=dict(title=colorbar_title) if colorbar_title else None,
-        ), row=r + 1, col=c + 1)
+        fig.add_trace(
+            go.Heatmap(
+                z=a,
+                x=xs,
+                y=ys,
+                colorscale=colorscale,
+                zmin=zmin,
+                zmax=zmax,
+                zmid=zmid,
+                showscale=(i == 0),
+                text=hover,
+                hovertemplate="%{text}<br>value %{z:.3f}<extra></extra>" if hover else None,
+                colorbar=dict(title=colorbar_title) if colorbar_title else None,
+            ),
+            row=r + 1,
+            col=c + 1,
+        )
         if mark_offset is not None:
             lo, hi = max(xs[0], ys[0] - mark_offset), min(xs[-1], ys[-1] - mark_offset)
             if hi > lo:
-                fig.add_trace(go.Scatter(x=[lo, hi], y=[lo + mark_offset, hi + mark_offset], mode="lines",
-                                         line=dict(color="red", width=1, dash="dot"), showlegend=False,
-                                         hoverinfo="skip"), row=r + 1, col=c + 1)
+                fig.add_trace(
+                    go.Scatter(
+                        x=[lo, hi],
+                        y=[lo + mark_offset, hi + mark_offset],
+                        mode="lines",
+                        line=dict(color="red", width=1, dash="dot"),
+                        showlegend=False,
+                        hoverinfo="skip",
+                    ),
+                    row=r + 1,
+                    col=c + 1,
+                )
         fig.update_yaxes(autorange="reversed", title_text="query position", row=r + 1, col=c + 1)
         fig.update_xaxes(title_text="key position", row=r + 1, col=c + 1)
     fig.update_layout(title=title, height=height_per_row * rows + 80)
     return fig
 
 
-def scatter3d_positions(points: dict[str, "np.ndarray"], title: str = "", axis_titles=("PC1", "PC2", "PC3"),
-                        colorscales=("Viridis", "Reds", "Blues")) -> go.Figure:
+def scatter3d_positions(
+    points: dict[str, np.ndarray],
+    title: str = "",
+    axis_titles=("PC1", "PC2", "PC3"),
+    colorscales=("Viridis", "Reds", "Blues"),
+) -> go.Figure:
     """3-D scatter of one or more ``[pos, 3]`` point sets, colour = position."""
     fig = go.Figure()
     for (name, p), cs in zip(points.items(), list(colorscales) * 4):
         p = np.asarray(p.detach().cpu() if hasattr(p, "detach") else p)
-        fig.add_trace(go.Scatter3d(
-            x=p[:, 0], y=p[:, 1], z=p[:, 2], mode="markers", name=name,
-            marker=dict(size=2.5, color=np.arange(len(p)), colorscale=cs, showscale=len(points) == 1,
-                        colorbar=dict(title="position")),
-        ))
-    fig.update_layout(title=title, scene=dict(xaxis_title=axis_titles[0], yaxis_title=axis_titles[1],
-                                              zaxis_title=axis_titles[2], aspectmode="cube"), height=700,
-                      margin=dict(l=0, r=0, t=60, b=0))
+        fig.add_trace(
+            go.Scatter3d(
+                x=p[:, 0],
+                y=p[:, 1],
+                z=p[:, 2],
+                mode="markers",
+                name=name,
+                marker=dict(
+                    size=2.5,
+                    color=np.arange(len(p)),
+                    colorscale=cs,
+                    showscale=len(points) == 1,
+                    colorbar=dict(title="position"),
+                ),
+            )
+        )
+    fig.update_layout(
+        title=title,
+        scene=dict(
+            xaxis_title=axis_titles[0], yaxis_title=axis_titles[1], zaxis_title=axis_titles[2], aspectmode="cube"
+        ),
+        height=700,
+        margin=dict(l=0, r=0, t=60, b=0),
+    )
     return fig
 
 
-def line_figure(series: dict[str, tuple], title: str = "", xlabel: str = "", ylabel: str = "",
-                log_x: bool = False, log_y: bool = False, error_y: dict[str, "np.ndarray"] | None = None,
-                mode: str = "lines") -> go.Figure:
+def line_figure(
+    series: dict[str, tuple],
+    title: str = "",
+    xlabel: str = "",
+    ylabel: str = "",
+    log_x: bool = False,
+    log_y: bool = False,
+    error_y: dict[str, np.ndarray] | None = None,
+    mode: str = "lines",
+) -> go.Figure:
     """Lines ``{name: (x, y)}``, optionally with symmetric error bars ``{name: err}``."""
     fig = go.Figure()
     for name, (x, y) in series.items():
-        err = None if not error_y or name not in error_y else dict(type="data", array=np.asarray(error_y[name]), visible=True)
+        err = (
+            None
+            if not error_y or name not in error_y
+            else dict(type="data", array=np.asarray(error_y[name]), visible=True)
+        )
         fig.add_trace(go.Scatter(x=np.asarray(x), y=np.asarray(y), mode=mode, name=name, error_y=err))
     fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel)
     if log_x:

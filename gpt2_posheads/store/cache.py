@@ -11,6 +11,7 @@
 :class:`PosheadsCache` reads it back; ``rank_prev_heads``, ``extended_pos_embeddings`` and
 ``classify_prev_heads`` accept one in place of a model.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -21,19 +22,22 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..model.identity import has_learned_positions
 from ..analysis.diagonals import choose_aggregator, diagonal_attention, rank_from_diagonals
 from ..analysis.induction import induction_scores
 from ..analysis.interventions import average_pos_embed, mask_previous_attention
 from ..analysis.measures import next_token_probs
-from ..analysis.sources import path_ablation
 from ..analysis.posembed import extended_pos_embeddings_by_layer, load_w_pos
 from ..analysis.repeat_prompt import repeat_string_prompt, single_token_target
 from ..analysis.scores import attention_scores, classify_prev_heads, score_profile
+from ..analysis.sources import path_ablation
+from ..model.identity import has_learned_positions
 from ..model.validation import head_name, parse_head
 
-REPEAT_TARGETS = {"apple_orange": (" apple orange", 0), "orange_apple": (" orange apple", 0),
-                  "ninja_turtle_pirate": (" ninja turtle pirate", 1)}
+REPEAT_TARGETS = {
+    "apple_orange": (" apple orange", 0),
+    "orange_apple": (" orange apple", 0),
+    "ninja_turtle_pirate": (" ninja turtle pirate", 1),
+}
 
 
 @dataclass
@@ -42,12 +46,12 @@ class PosheadsCache:
     meta: dict = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: str | Path) -> "PosheadsCache":
+    def load(cls, path: str | Path) -> PosheadsCache:
         from safetensors import safe_open
 
         with safe_open(str(path), framework="pt") as f:
             meta = json.loads(f.metadata().get("provenance", "{}"))
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open is not iterable
         return cls(tensors, meta)
 
     def save(self, path: str | Path) -> Path:
@@ -58,8 +62,11 @@ class PosheadsCache:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.partial")
-        save_file({k: v.contiguous() for k, v in self.tensors.items()}, str(tmp),
-                  metadata={"provenance": json.dumps(self.meta)})
+        save_file(
+            {k: v.contiguous() for k, v in self.tensors.items()},
+            str(tmp),
+            metadata={"provenance": json.dumps(self.meta)},
+        )
         tmp.replace(path)
         return path
 
@@ -104,8 +111,18 @@ class PosheadsCache:
         return self.tensors[f"repeat.{name}.probs"]
 
 
-def build_cache(model, prompts: torch.Tensor, heads, model_label: str, window: int = 3, ext_n_prompts: int = 16,
-                seed: int = 0, prompt_source: str = "", heads_chosen: str = "", progress: bool = True) -> PosheadsCache:
+def build_cache(
+    model,
+    prompts: torch.Tensor,
+    heads,
+    model_label: str,
+    window: int = 3,
+    ext_n_prompts: int = 16,
+    seed: int = 0,
+    prompt_source: str = "",
+    heads_chosen: str = "",
+    progress: bool = True,
+) -> PosheadsCache:
     """Run ``model`` once over everything the analyses need (see the module doc).
 
     The diagonals hold every offset of the prompts (the one window rule of
@@ -123,16 +140,22 @@ def build_cache(model, prompts: torch.Tensor, heads, model_label: str, window: i
     learned = has_learned_positions(model)
     if learned:
         t["w_pos"] = load_w_pos(model)
-    ext = extended_pos_embeddings_by_layer(model, range(model.cfg.n_layers + 1), n_prompts=ext_n_prompts, seed=seed,
-                                           progress=progress)
+    ext = extended_pos_embeddings_by_layer(
+        model, range(model.cfg.n_layers + 1), n_prompts=ext_n_prompts, seed=seed, progress=progress
+    )
     for l, e in ext.items():
         t[f"ext_pos.L{l}"] = e
     names = list(REPEAT_TARGETS)
     # words that are several tokens in this vocabulary become single-token nouns (the same in every target)
     single = single_token_target(model.tokenizer, [REPEAT_TARGETS[n][0] for n in names])
+    repeat_skipped = ""
     for name, target in zip(names, single):
         n_given = REPEAT_TARGETS[name][1]
-        rp = repeat_string_prompt(model.tokenizer, target, n_given=n_given, seed=seed, max_len=model.cfg.n_ctx)
+        try:
+            rp = repeat_string_prompt(model.tokenizer, target, n_given=n_given, seed=seed, max_len=model.cfg.n_ctx)
+        except ValueError as e:  # a context too short for the prompt: stored without it, and said in the provenance
+            repeat_skipped = str(e)
+            break
         t[f"repeat.{name}.tokens"] = rp.tokens
         t[f"repeat.{name}.probs"] = next_token_probs(model, rp.tokens)[0]
     # the mechanism of the GPT-2 post, measured once: induction (with and without BOS), and the aggregator
@@ -147,10 +170,20 @@ def build_cache(model, prompts: torch.Tensor, heads, model_label: str, window: i
     agg_l, agg_h = choose_aggregator(rank)
     masked = float("nan")
     if agg_l > 0:
-        masked = float(diagonal_attention(model, prompts, progress=False,
-                                          fwd_hooks=mask_previous_attention(5, range(agg_l)).hooks(model))[agg_l, agg_h, 1])
-    averaged = float(diagonal_attention(model, prompts, progress=False,
-                                        fwd_hooks=average_pos_embed(10).hooks(model))[agg_l, agg_h, 1]) if learned else float("nan")
+        masked = float(
+            diagonal_attention(
+                model, prompts, progress=False, fwd_hooks=mask_previous_attention(5, range(agg_l)).hooks(model)
+            )[agg_l, agg_h, 1]
+        )
+    averaged = (
+        float(
+            diagonal_attention(model, prompts, progress=False, fwd_hooks=average_pos_embed(10).hooks(model))[
+                agg_l, agg_h, 1
+            ]
+        )
+        if learned
+        else float("nan")
+    )
     t["mechanism.aggregator_prev_mass"] = torch.tensor([float(t["diagonals"][agg_l, agg_h, 1]), masked, averaged])
     # which upstream heads feed the aggregator (direct-path ablation); none for a layer-0 aggregator
     order: list[str] = []
@@ -160,16 +193,31 @@ def build_cache(model, prompts: torch.Tensor, heads, model_label: str, window: i
         t[f"sources.{head_name(agg_l, agg_h)}.drop"] = torch.tensor(df["drop"].to_numpy(), dtype=torch.float32)
     import transformer_lens
 
-    meta = {"model": model_label, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "transformer_lens": getattr(transformer_lens, "__version__", "unknown"), "torch": torch.__version__,
-            "prompt_source": prompt_source, "n_prompts": int(prompts.shape[0]), "seq_len": int(prompts.shape[1]),
-            "exclude_bos": True, "window": window, "ext_n_prompts": ext_n_prompts, "seed": seed,
-            "heads": [head_name(l, h) for l, h in heads], "heads_chosen": heads_chosen, "repeat_targets": REPEAT_TARGETS,
-            "aggregator": head_name(agg_l, agg_h), "induction_seg_len": seg,
-            "sources_target": head_name(agg_l, agg_h) if order else None, "sources_order": order,
-            "mechanism": "aggregator_prev_mass = [clean, previous position masked every 5th query in the layers "
-                         "below it (NaN for a layer-0 aggregator), W_pos averaged in groups of 10 (NaN without learned positions)]; induction.losses "
-                         "= [first copy, second copy] on BOS r r, induction.losses_no_bos on r r (each copy's first "
-                         "token left out)",
-            "cfg": {k: int(getattr(model.cfg, k)) for k in ("n_layers", "n_heads", "d_model", "n_ctx", "d_vocab")}}
+    meta = {
+        "model": model_label,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "transformer_lens": getattr(transformer_lens, "__version__", "unknown"),
+        "torch": torch.__version__,
+        "prompt_source": prompt_source,
+        "n_prompts": int(prompts.shape[0]),
+        "seq_len": int(prompts.shape[1]),
+        "exclude_bos": True,
+        "window": window,
+        "ext_n_prompts": ext_n_prompts,
+        "seed": seed,
+        "heads": [head_name(l, h) for l, h in heads],
+        "heads_chosen": heads_chosen,
+        "repeat_targets": REPEAT_TARGETS,
+        "repeat_not_stored": repeat_skipped,
+        "aggregator": head_name(agg_l, agg_h),
+        "induction_seg_len": seg,
+        "sources_target": head_name(agg_l, agg_h) if order else None,
+        "sources_order": order,
+        "mechanism": "aggregator_prev_mass = [clean, previous position masked every 5th query in the layers "
+        "below it (NaN for a layer-0 aggregator), W_pos averaged in groups of 10 (NaN without learned positions)]; "
+        "induction.losses "
+        "= [first copy, second copy] on BOS r r, induction.losses_no_bos on r r (each copy's first "
+        "token left out)",
+        "cfg": {k: int(getattr(model.cfg, k)) for k in ("n_layers", "n_heads", "d_model", "n_ctx", "d_vocab")},
+    }
     return PosheadsCache(t, meta)

@@ -1,9 +1,24 @@
 """Toy sparse-attention models: tasks, a batched attention-only transformer, sweeps, metrics."""
+
 from .metrics import effective_rank, relative_perplexity, separation_direction, wq_wk
 from .model import ToyShape, attention_scores, forward, init_params
 from .tasks import make_batch, targets
 from .train import ToyConfig, result_params, train_group, train_sweep, with_
 
-__all__ = ["ToyConfig", "ToyShape", "attention_scores", "effective_rank", "forward", "init_params", "make_batch",
-           "relative_perplexity", "result_params", "separation_direction", "targets", "train_group", "train_sweep",
-           "with_", "wq_wk"]
+__all__ = [
+    "ToyConfig",
+    "ToyShape",
+    "attention_scores",
+    "effective_rank",
+    "forward",
+    "init_params",
+    "make_batch",
+    "relative_perplexity",
+    "result_params",
+    "separation_direction",
+    "targets",
+    "train_group",
+    "train_sweep",
+    "with_",
+    "wq_wk",
+]

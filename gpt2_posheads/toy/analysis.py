@@ -1,4 +1,5 @@
 """Reading training curves and embeddings of toy models: plateaus, spikes, order swaps, geometry."""
+
 from __future__ import annotations
 
 import math
@@ -58,7 +59,9 @@ def order_swaps(snapshots: list[dict], key: str = "W_E", min_norm_fraction: floa
     if not embs:
         return 0
     final = float(embs[-1].norm(dim=-1).mean())
-    start = next((i for i, e in enumerate(embs) if float(e.norm(dim=-1).mean()) >= min_norm_fraction * final), len(embs))
+    start = next(
+        (i for i, e in enumerate(embs) if float(e.norm(dim=-1).mean()) >= min_norm_fraction * final), len(embs)
+    )
     orders = [angular_order(e.float()) for e in embs[start:]]
     return sum(not same_cyclic_order(orders[i], orders[i + 1]) for i in range(len(orders) - 1))
 

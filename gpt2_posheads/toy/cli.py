@@ -1,4 +1,5 @@
 """Options, checks, claims and output shared by the toy experiment scripts."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,28 +11,43 @@ import torch
 from ..cli import Output, experiment_parser, open_output, positive
 from ..model.validation import UsageError
 
-
 MAX_DEFAULT_WORKERS = 8
 
 
 def toy_parser(description: str, steps: int, quick_steps: int) -> argparse.ArgumentParser:
     p = experiment_parser(description, model=False)
     p.add_argument("--steps", type=int, default=None, help=f"training steps (default {steps}; --quick: {quick_steps})")
-    p.add_argument("--quick", action="store_true", help="a few hundred steps and fewer settings: a smoke test whose "
-                   "claims are 'not testable'")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a few hundred steps and fewer settings: a smoke test whose claims are 'not testable'",
+    )
     p.add_argument("--init-std", type=float, default=0.02, help="std of the N(0, s^2) initialisation (nanoGPT: 0.02)")
     p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate")
     p.add_argument("--batch-size", type=int, default=128, help="sequences per step")
     p.add_argument("--seeds", type=int, default=1, help="seeds per setting")
     p.add_argument("--threads", type=int, default=None, help="CPU threads in all (default: every core)")
-    p.add_argument("--workers", type=int, default=None, help="processes that train groups of models at once "
-                   f"(default: one per thread, at most {MAX_DEFAULT_WORKERS}; 1 trains in this process)")
-    p.add_argument("--out-proj", action="store_true", help="add an attention output matrix W_O (the posts' model "
-                   "has none: embedding, one attention layer, unembedding)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes that train groups of models at once "
+        f"(default: one per thread, at most {MAX_DEFAULT_WORKERS}; 1 trains in this process)",
+    )
+    p.add_argument(
+        "--out-proj",
+        action="store_true",
+        help="add an attention output matrix W_O (the posts' model "
+        "has none: embedding, one attention layer, unembedding)",
+    )
     p.add_argument("--fresh", action="store_true", help="ignore finished runs in <out>/runs and train everything again")
-    p.add_argument("--robustness", action="store_true", help="also run the headline claims over a grid of the settings "
-                   "the posts do not state (lr x {0.3, 1, 3}, batch {128, 256}, init std {0.02, 1.0}, W_O off/on) and "
-                   "--robustness-seeds seeds: a 'held in k of n' table and figure (much longer than the default run)")
+    p.add_argument(
+        "--robustness",
+        action="store_true",
+        help="also run the headline claims over a grid of the settings "
+        "the posts do not state (lr x {0.3, 1, 3}, batch {128, 256}, init std {0.02, 1.0}, W_O off/on) and "
+        "--robustness-seeds seeds: a 'held in k of n' table and figure (much longer than the default run)",
+    )
     p.add_argument("--robustness-seeds", type=int, default=5, help="seeds per setting of --robustness")
     p.set_defaults(_steps=steps, _quick_steps=quick_steps)
     return p
@@ -76,7 +92,14 @@ def robustness_section(out: Output, claims, base, args, runs: Path, title: str) 
     ``--quick`` shrinks it to 2 seeds (still every setting)."""
     if not args.robustness:
         return None
-    from .robustness import UNSTATED, robustness_figure, settings, robustness_records, robustness_table, robustness_totals
+    from .robustness import (
+        UNSTATED,
+        robustness_figure,
+        robustness_records,
+        robustness_table,
+        robustness_totals,
+        settings,
+    )
 
     n_seeds = 2 if args.quick else args.robustness_seeds
     seeds = list(range(args.seed, args.seed + n_seeds))
@@ -84,6 +107,11 @@ def robustness_section(out: Output, claims, base, args, runs: Path, title: str) 
     table = robustness_table(claims, base, seeds, runs, workers=args.workers)
     out.csv(table, "robustness")
     out.figure(robustness_figure(table, f"{title}: held in k of n seeds per setting"), "robustness")
-    return {"grid": {k: list(v) for k, v in UNSTATED.items()}, "seeds": seeds, "base_lr": base.lr,
-            "rules": {c.key: c.rule for c in claims}, "totals": robustness_totals(table),
-            "table": robustness_records(table)}
+    return {
+        "grid": {k: list(v) for k, v in UNSTATED.items()},
+        "seeds": seeds,
+        "base_lr": base.lr,
+        "rules": {c.key: c.rule for c in claims},
+        "totals": robustness_totals(table),
+        "table": robustness_records(table),
+    }

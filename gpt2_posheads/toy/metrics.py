@@ -1,4 +1,5 @@
 """Measures the sparse-attention posts use on toy models."""
+
 from __future__ import annotations
 
 import math

@@ -21,11 +21,11 @@ Attention kernels (scores before the causal mask and softmax):
 * ``distance``:  ``-||q - k||²``  (attention ∝ a Gaussian of the query–key distance)
 * ``harmonic``:  ``-n · log ||q - k||``  (attention ∝ ``1 / ||q - k||^n``; the posts' proposed fix)
 """
+
 from __future__ import annotations
 
-from typing import Sequence
-
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import einops
@@ -59,8 +59,9 @@ class ToyShape:
             raise ValueError(f"kernel {self.kernel!r} is unknown: allowed {KERNELS}")
 
 
-def init_params(shape: ToyShape, gens: list[torch.Generator],
-                init_std: float | Sequence[float] = 0.02) -> dict[str, torch.Tensor]:
+def init_params(
+    shape: ToyShape, gens: list[torch.Generator], init_std: float | Sequence[float] = 0.02
+) -> dict[str, torch.Tensor]:
     """Parameters for ``len(gens)`` models, model ``i`` drawn from N(0, init_std[i]²) with ``gens[i]`` alone
     (one ``init_std`` for all models, or one per model)."""
     shape.validate()
@@ -94,8 +95,9 @@ def _ln(h: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.layer_norm(h, h.shape[-1:])
 
 
-def _kernel(dot: torch.Tensor, q_sq: torch.Tensor, k_sq: torch.Tensor, kernel: str, harmonic_n: float,
-            d_head: int) -> torch.Tensor:
+def _kernel(
+    dot: torch.Tensor, q_sq: torch.Tensor, k_sq: torch.Tensor, kernel: str, harmonic_n: float, d_head: int
+) -> torch.Tensor:
     """Scores from ``q·k`` and the squared norms ``|q|²``, ``|k|²`` (broadcastable to ``dot``)."""
     if kernel == "dot":
         return dot / math.sqrt(d_head)
@@ -142,8 +144,9 @@ def causal_softmax(s: torch.Tensor) -> torch.Tensor:
     return key_softmax(s.masked_fill(causal, float("-inf")))
 
 
-def last_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: str,
-                         harmonic_n: float = 2.0) -> torch.Tensor:
+def last_query_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: str, harmonic_n: float = 2.0
+) -> torch.Tensor:
     """The attention output of the last position alone: query ``[..., d_head]`` against keys and values
     ``[..., C, d_head]`` -> ``[..., d_head]``. The last position sees every key, so nothing is masked.
 
@@ -157,8 +160,14 @@ def last_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kern
     wide = C >= SDPA_MIN_C
     dot = (q[..., None, :] @ k.transpose(-1, -2))[..., 0, :] if wide else (q[..., None, :] * k).sum(-1)  # [..., C]
     norms = kernel != "dot"
-    s = _kernel(dot, (q * q).sum(-1, keepdim=True) if norms else None, (k * k).sum(-1) if norms else None,
-                kernel, harmonic_n, q.shape[-1])
+    s = _kernel(
+        dot,
+        (q * q).sum(-1, keepdim=True) if norms else None,
+        (k * k).sum(-1) if norms else None,
+        kernel,
+        harmonic_n,
+        q.shape[-1],
+    )
     a = key_softmax(s)
     return (a[..., None, :] @ v)[..., 0, :] if wide else (a[..., None] * v).sum(-2)
 
@@ -177,7 +186,9 @@ def forward(params: dict[str, torch.Tensor], x: torch.Tensor, shape: ToyShape, r
         hin = _ln(h) if shape.layernorm else h
         # one einsum for Q, K and V: these matrices are tiny (d_head ~ 1-16), so the batched matmul's
         # per-call cost dominates and one call of 3x the width is ~40% cheaper than three (fwd + bwd)
-        w_qkv = torch.cat([params[f"{l}.W_Q"], params[f"{l}.W_K"], params[f"{l}.W_V"]], dim=-1)  # [M, head, D, 3 d_head]
+        w_qkv = torch.cat(
+            [params[f"{l}.W_Q"], params[f"{l}.W_K"], params[f"{l}.W_V"]], dim=-1
+        )  # [M, head, D, 3 d_head]
         q, k, v = torch.einsum("mbcd,mhde->mbhce", hin, w_qkv).chunk(3, dim=-1)
         if l == shape.n_layers - 1 and not return_pattern:
             # only the last position reaches the logits (MLPs act per position): from here on, one position
@@ -197,8 +208,9 @@ def forward(params: dict[str, torch.Tensor], x: torch.Tensor, shape: ToyShape, r
         h = h + out if shape.residual else out
         if shape.mlp:
             hin = _ln(h) if shape.layernorm else h
-            mid = torch.nn.functional.gelu(torch.einsum("mbcd,mdf->mbcf", hin, params[f"{l}.W_in"])
-                                           + params[f"{l}.b_in"][:, None, None])
+            mid = torch.nn.functional.gelu(
+                torch.einsum("mbcd,mdf->mbcf", hin, params[f"{l}.W_in"]) + params[f"{l}.b_in"][:, None, None]
+            )
             mo = torch.einsum("mbcf,mfd->mbcd", mid, params[f"{l}.W_out"]) + params[f"{l}.b_out"][:, None, None]
             h = h + mo if shape.residual else mo
     last = h[:, :, -1]

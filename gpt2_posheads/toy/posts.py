@@ -1,22 +1,46 @@
 """Each toy post's headline claims as tests runnable at any setting (the ``--robustness`` grid), built on the
 rules of :mod:`gpt2_posheads.claims.toy`, and the readings of a run's result those tests use."""
+
 from __future__ import annotations
 
 from dataclasses import replace
 
 import torch
 
-from ..claims.toy import (GRID_TREND_V, PRE_CONFUSED, RULE_BACK, RULE_FAILS, RULE_GONE, RULE_LEARNED, RULE_MONO,
-                          RULE_NEAR_HALF, RULE_ONLY_LAST, RULE_PLATEAU, RULE_RISE, RULE_SIGN_GRID, RULE_TREND, RULE_U,
-                          confused, fails, follows_trend, learned, monotone, near_half, only_last, plateau, rises_3_to_5,
-                          u_shape, v_half_plateau)
+from ..claims.toy import (
+    GRID_TREND_V,
+    PRE_CONFUSED,
+    RULE_BACK,
+    RULE_FAILS,
+    RULE_GONE,
+    RULE_LEARNED,
+    RULE_MONO,
+    RULE_NEAR_HALF,
+    RULE_ONLY_LAST,
+    RULE_PLATEAU,
+    RULE_RISE,
+    RULE_SIGN_GRID,
+    RULE_TREND,
+    RULE_U,
+    confused,
+    fails,
+    follows_trend,
+    learned,
+    monotone,
+    near_half,
+    only_last,
+    plateau,
+    rises_3_to_5,
+    u_shape,
+    v_half_plateau,
+)
 from .analysis import perplexity_curve
 from .metrics import bilinear, relative_perplexity, separation_direction, wq_wk
 from .robustness import GridClaim
 from .train import ToyConfig
 
-
 # --- 003: sticky plateau --------------------------------------------------------------------------------------
+
 
 def v_half(result: dict) -> dict | None:
     """The plateau at V/2 of a run by :data:`~gpt2_posheads.claims.toy.RULE_PLATEAU`, or None."""
@@ -35,17 +59,36 @@ GRID_LONG_CS = (16, 64)
 
 def sticky_plateau_grid() -> list[GridClaim]:
     """003's headline claims (base: V 16, C 4, n_embd 2, no positions)."""
+
     def dims(b):
-        return {"d2": replace(b, V=16, n_embd=2, C=4), "d8": replace(b, V=16, n_embd=8, C=4),
-                **{f"d8C{c}": replace(b, V=16, n_embd=8, C=c) for c in GRID_LONG_CS}}
+        return {
+            "d2": replace(b, V=16, n_embd=2, C=4),
+            "d8": replace(b, V=16, n_embd=8, C=4),
+            **{f"d8C{c}": replace(b, V=16, n_embd=8, C=c) for c in GRID_LONG_CS},
+        }
 
     return [
-        GridClaim("plateau_near_V/2 (V=16)", RULE_PLATEAU, lambda b: {"v": replace(b, V=16)},
-                  lambda r: v_half(r["v"]) is not None),
-        GridClaim("plateau_gone_for_larger_n_embd", RULE_GONE.format(big=8), dims,
-                  lambda r: plateau_steps(r["d8"]) < plateau_steps(r["d2"])),
-        *[GridClaim(f"plateau_back_for_larger_C (C={c})", RULE_BACK.format(big=8, C=c), dims,
-                    lambda r, c=c: plateau_steps(r[f"d8C{c}"]) > plateau_steps(r["d8"])) for c in GRID_LONG_CS],
+        GridClaim(
+            "plateau_near_V/2 (V=16)",
+            RULE_PLATEAU,
+            lambda b: {"v": replace(b, V=16)},
+            lambda r: v_half(r["v"]) is not None,
+        ),
+        GridClaim(
+            "plateau_gone_for_larger_n_embd",
+            RULE_GONE.format(big=8),
+            dims,
+            lambda r: plateau_steps(r["d8"]) < plateau_steps(r["d2"]),
+        ),
+        *[
+            GridClaim(
+                f"plateau_back_for_larger_C (C={c})",
+                RULE_BACK.format(big=8, C=c),
+                dims,
+                lambda r, c=c: plateau_steps(r[f"d8C{c}"]) > plateau_steps(r["d8"]),
+            )
+            for c in GRID_LONG_CS
+        ],
     ]
 
 
@@ -56,6 +99,7 @@ GRID_C = (3, 4, 5, 6, 8)
 
 def similar_content_grid() -> list[GridClaim]:
     """001's headline claims (base: C 3, n_embd 2; one seed per test)."""
+
     def by_v_c(b):
         return {f"V={V} C={C}": replace(b, V=V, C=C) for V in GRID_TREND_V for C in GRID_C}
 
@@ -63,16 +107,29 @@ def similar_content_grid() -> list[GridClaim]:
         return {V: [r[f"V={V} C={C}"]["final_perplexity"] for C in GRID_C] for V in GRID_TREND_V}
 
     return [
-        GridClaim("converges_near_V/2 (V=32)", RULE_NEAR_HALF.replace("mean over seeds", "one seed"),
-                  lambda b: {"v": replace(b, V=32)}, lambda r: near_half(r["v"]["final_perplexity"], 32)),
-        GridClaim("follows_(C-2)/(C-1)V_qualitatively", f"{RULE_TREND.format(V=GRID_TREND_V)}, and {PRE_CONFUSED}",
-                  by_v_c, lambda r: confused(table(r), GRID_C) and follows_trend(table(r), GRID_C)[0]),
-        GridClaim("rises_from_C=3_to_C=5", f"{RULE_RISE.format(V=GRID_TREND_V)}, and {PRE_CONFUSED}", by_v_c,
-                  lambda r: confused(table(r), GRID_C) and rises_3_to_5(table(r), GRID_C)),
+        GridClaim(
+            "converges_near_V/2 (V=32)",
+            RULE_NEAR_HALF.replace("mean over seeds", "one seed"),
+            lambda b: {"v": replace(b, V=32)},
+            lambda r: near_half(r["v"]["final_perplexity"], 32),
+        ),
+        GridClaim(
+            "follows_(C-2)/(C-1)V_qualitatively",
+            f"{RULE_TREND.format(V=GRID_TREND_V)}, and {PRE_CONFUSED}",
+            by_v_c,
+            lambda r: confused(table(r), GRID_C) and follows_trend(table(r), GRID_C)[0],
+        ),
+        GridClaim(
+            "rises_from_C=3_to_C=5",
+            f"{RULE_RISE.format(V=GRID_TREND_V)}, and {PRE_CONFUSED}",
+            by_v_c,
+            lambda r: confused(table(r), GRID_C) and rises_3_to_5(table(r), GRID_C),
+        ),
     ]
 
 
 # --- 000: previous-token head ---------------------------------------------------------------------------------
+
 
 def sign_of_previous_direction(result: dict) -> float:
     """s^T W_Q W_K^T s for the direction s separating the previous position's embedding from the others."""
@@ -86,21 +143,44 @@ def rel_ppl(result: dict) -> float:
 
 def prev_token_grid() -> list[GridClaim]:
     """000's headline claims (base: V 30, C 4, n_embd 2, positional embeddings)."""
+
     def sweep(name, values):
         return lambda b: {f"{name}={v}": replace(b, **{name: v}) for v in values}
 
     return [
-        GridClaim("learned_with_pos_emb", RULE_LEARNED, lambda b: {"pos": b},
-                  lambda r: learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])),
-        GridClaim("fails_without_pos_emb", RULE_FAILS, lambda b: {"no_pos": replace(b, pos_emb=False)},
-                  lambda r: fails(r["no_pos"]["final_perplexity"], r["no_pos"]["config"]["V"])),
-        GridClaim("sT_WQWKT_s_negative", RULE_SIGN_GRID,
-                  lambda b: {"pos": b}, lambda r: learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])
-                  and sign_of_previous_direction(r["pos"]) < 0),
-        GridClaim("rel_ppl_up_with_V", RULE_MONO.format(verb="rises", name="V (10, 30, 100)"), sweep("V", (10, 30, 100)),
-                  lambda r: monotone([rel_ppl(r[f"V={v}"]) for v in (10, 30, 100)], True)),
-        GridClaim("rel_ppl_up_with_C", RULE_MONO.format(verb="rises", name="C (3, 4, 8)"), sweep("C", (3, 4, 8)),
-                  lambda r: monotone([rel_ppl(r[f"C={c}"]) for c in (3, 4, 8)], True)),
+        GridClaim(
+            "learned_with_pos_emb",
+            RULE_LEARNED,
+            lambda b: {"pos": b},
+            lambda r: learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"]),
+        ),
+        GridClaim(
+            "fails_without_pos_emb",
+            RULE_FAILS,
+            lambda b: {"no_pos": replace(b, pos_emb=False)},
+            lambda r: fails(r["no_pos"]["final_perplexity"], r["no_pos"]["config"]["V"]),
+        ),
+        GridClaim(
+            "sT_WQWKT_s_negative",
+            RULE_SIGN_GRID,
+            lambda b: {"pos": b},
+            lambda r: (
+                learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])
+                and sign_of_previous_direction(r["pos"]) < 0
+            ),
+        ),
+        GridClaim(
+            "rel_ppl_up_with_V",
+            RULE_MONO.format(verb="rises", name="V (10, 30, 100)"),
+            sweep("V", (10, 30, 100)),
+            lambda r: monotone([rel_ppl(r[f"V={v}"]) for v in (10, 30, 100)], True),
+        ),
+        GridClaim(
+            "rel_ppl_up_with_C",
+            RULE_MONO.format(verb="rises", name="C (3, 4, 8)"),
+            sweep("C", (3, 4, 8)),
+            lambda r: monotone([rel_ppl(r[f"C={c}"]) for c in (3, 4, 8)], True),
+        ),
     ]
 
 
@@ -112,17 +192,41 @@ def prev_token_grid() -> list[GridClaim]:
 # the post trains to convergence, so they get THREE_LAYER_STEPS (--three-layer-steps; or the --steps given, if longer).
 THREE_LAYER_STEPS = 5000
 
+
 def lost_in_middle_grid(C: int) -> list[GridClaim]:
     """002's headline claims (one seed: every k of one model shape)."""
+
     def every_k(**kw):
         return lambda b: {f"k={k}": replace(b, **kw, k=k) for k in range(C)}
 
     losses = lambda r: [r[f"k={k}"]["final_loss"] for k in range(C)]  # noqa: E731
-    return [GridClaim("1_layer_only_last", RULE_ONLY_LAST, every_k(n_layers=1, n_embd=10),
-                      lambda r: only_last(losses(r), r["k=0"]["config"]["V"])),
-            GridClaim("2_layers_U_shape", RULE_U, every_k(n_layers=2, n_embd=10),
-                      lambda r: u_shape(losses(r), r["k=0"]["config"]["V"]))]
+    return [
+        GridClaim(
+            "1_layer_only_last",
+            RULE_ONLY_LAST,
+            every_k(n_layers=1, n_embd=10),
+            lambda r: only_last(losses(r), r["k=0"]["config"]["V"]),
+        ),
+        GridClaim(
+            "2_layers_U_shape",
+            RULE_U,
+            every_k(n_layers=2, n_embd=10),
+            lambda r: u_shape(losses(r), r["k=0"]["config"]["V"]),
+        ),
+    ]
 
 
-__all__ = ["GRID_C", "GRID_LONG_CS", "THREE_LAYER_STEPS", "ToyConfig", "lost_in_middle_grid", "plateau_steps", "prev_token_grid", "rel_ppl",
-           "sign_of_previous_direction", "similar_content_grid", "sticky_plateau_grid", "v_half"]
+__all__ = [
+    "GRID_C",
+    "GRID_LONG_CS",
+    "THREE_LAYER_STEPS",
+    "ToyConfig",
+    "lost_in_middle_grid",
+    "plateau_steps",
+    "prev_token_grid",
+    "rel_ppl",
+    "sign_of_previous_direction",
+    "similar_content_grid",
+    "sticky_plateau_grid",
+    "v_half",
+]

@@ -11,12 +11,13 @@ A claim is a :class:`GridClaim`: the named runs its test needs (built from one s
 seed) and a pure function of their results. Every run of the grid goes through :func:`train_sweep`, so
 runs that share a shape train as one batched computation and finished runs are reused.
 """
+
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -26,8 +27,12 @@ from .train import ToyConfig, train_sweep
 
 # The posts' unstated settings and the values tried: learning rate as a factor of the script's default,
 # batch size, std of the N(0, s^2) initialisation, attention output projection W_O.
-UNSTATED: dict[str, tuple] = {"lr_factor": (0.3, 1.0, 3.0), "batch_size": (128, 256), "init_std": (0.02, 1.0),
-                              "out_proj": (False, True)}
+UNSTATED: dict[str, tuple] = {
+    "lr_factor": (0.3, 1.0, 3.0),
+    "batch_size": (128, 256),
+    "init_std": (0.02, 1.0),
+    "out_proj": (False, True),
+}
 
 
 @dataclass(frozen=True)
@@ -73,9 +78,15 @@ def setting_label(setting: Mapping) -> str:
     return ", ".join(parts)
 
 
-def robustness_table(claims: Sequence[GridClaim], base: ToyConfig, seeds: Sequence[int],
-                     runs_dir: str | Path | None = None, grid: Mapping[str, Sequence] = UNSTATED,
-                     progress: bool = True, workers: int = 1) -> pd.DataFrame:
+def robustness_table(
+    claims: Sequence[GridClaim],
+    base: ToyConfig,
+    seeds: Sequence[int],
+    runs_dir: str | Path | None = None,
+    grid: Mapping[str, Sequence] = UNSTATED,
+    progress: bool = True,
+    workers: int = 1,
+) -> pd.DataFrame:
     """Held count of every claim at every setting of ``grid``, over ``seeds``.
 
     Returns one row per (setting, claim): the setting's values, ``setting`` (a label), ``claim``, ``held``
@@ -83,7 +94,9 @@ def robustness_table(claims: Sequence[GridClaim], base: ToyConfig, seeds: Sequen
     ``lr_factor`` 1, ``out_proj`` False (the scripts' defaults). ``workers``: as in :func:`train_sweep`.
     """
     points = settings(grid)
-    needs = [(i, c, dict(c.configs(at_setting(base, p, s)))) for i, p in enumerate(points) for s in seeds for c in claims]
+    needs = [
+        (i, c, dict(c.configs(at_setting(base, p, s)))) for i, p in enumerate(points) for s in seeds for c in claims
+    ]
     flat = list({cfg.id(): cfg for _, _, named in needs for cfg in named.values()}.values())
     results = dict(zip([c.id() for c in flat], train_sweep(flat, runs_dir, progress=progress, workers=workers)))
     counts: dict[tuple[int, str], int] = {}
@@ -94,8 +107,16 @@ def robustness_table(claims: Sequence[GridClaim], base: ToyConfig, seeds: Sequen
     for i, p in enumerate(points):
         for c in claims:
             k = counts[(i, c.key)]
-            rows.append({**p, "setting": setting_label(p), "claim": c.key, "held": k, "n": len(seeds),
-                         "fraction": k / len(seeds)})
+            rows.append(
+                {
+                    **p,
+                    "setting": setting_label(p),
+                    "claim": c.key,
+                    "held": k,
+                    "n": len(seeds),
+                    "fraction": k / len(seeds),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -103,9 +124,13 @@ def robustness_totals(table: pd.DataFrame) -> dict[str, dict]:
     """Per claim: runs held over the whole grid, and the settings where it held in every seed / in none."""
     out = {}
     for claim, g in table.groupby("claim", sort=False):
-        out[claim] = {"held_runs": int(g.held.sum()), "runs": int(g.n.sum()),
-                      "settings_all_seeds": int((g.held == g.n).sum()), "settings_no_seed": int((g.held == 0).sum()),
-                      "settings": len(g)}
+        out[claim] = {
+            "held_runs": int(g.held.sum()),
+            "runs": int(g.n.sum()),
+            "settings_all_seeds": int((g.held == g.n).sum()),
+            "settings_no_seed": int((g.held == 0).sum()),
+            "settings": len(g),
+        }
     return out
 
 
@@ -114,18 +139,37 @@ def robustness_figure(table: pd.DataFrame, title: str) -> go.Figure:
     claims = list(dict.fromkeys(table.claim))
     labels = list(dict.fromkeys(table.setting))
     frac = table.pivot(index="claim", columns="setting", values="fraction").loc[claims, labels]
-    text = (table.assign(t=table.held.astype(str) + "/" + table.n.astype(str))
-            .pivot(index="claim", columns="setting", values="t").loc[claims, labels])
-    fig = go.Figure(go.Heatmap(z=frac.to_numpy(dtype=float), x=labels, y=claims, text=text.to_numpy(),
-                               texttemplate="%{text}", zmin=0, zmax=1, colorscale="RdYlGn",
-                               colorbar=dict(title="held<br>fraction")))
-    fig.update_layout(title=title, height=220 + 40 * len(claims), width=max(900, 70 * len(labels) + 300),
-                      xaxis=dict(title="setting (posts' default: lr x1, no W_O)", tickangle=-50),
-                      yaxis=dict(title="claim", autorange="reversed"))
+    text = (
+        table.assign(t=table.held.astype(str) + "/" + table.n.astype(str))
+        .pivot(index="claim", columns="setting", values="t")
+        .loc[claims, labels]
+    )
+    fig = go.Figure(
+        go.Heatmap(
+            z=frac.to_numpy(dtype=float),
+            x=labels,
+            y=claims,
+            text=text.to_numpy(),
+            texttemplate="%{text}",
+            zmin=0,
+            zmax=1,
+            colorscale="RdYlGn",
+            colorbar=dict(title="held<br>fraction"),
+        )
+    )
+    fig.update_layout(
+        title=title,
+        height=220 + 40 * len(claims),
+        width=max(900, 70 * len(labels) + 300),
+        xaxis=dict(title="setting (posts' default: lr x1, no W_O)", tickangle=-50),
+        yaxis=dict(title="claim", autorange="reversed"),
+    )
     return fig
 
 
 def robustness_records(table: pd.DataFrame) -> list[dict]:
     """The table as JSON-ready rows for ``summary.json``."""
-    return [{k: (v.item() if isinstance(v, np.generic) else v) for k, v in row.items()}
-            for row in table.to_dict(orient="records")]
+    return [
+        {k: (v.item() if isinstance(v, np.generic) else v) for k, v in row.items()}
+        for row in table.to_dict(orient="records")
+    ]

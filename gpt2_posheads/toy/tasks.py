@@ -3,6 +3,7 @@
 Every generator takes a ``torch.Generator`` so each model of a sweep draws its own, reproducible data
 whatever else is trained beside it. ``x``: ``[batch, C]`` token ids in ``0..V-1``; ``y``: ``[batch]``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -50,8 +51,7 @@ def targets(task: str, x: torch.Tensor, k: int | None = None) -> torch.Tensor:
     raise ValueError(f"task {task!r} is unknown: allowed {TASKS}")
 
 
-def make_batch(task: str, V: int, C: int, batch: int, gen: torch.Generator, k: int | None = None,
-               n: int | None = None):
+def make_batch(task: str, V: int, C: int, batch: int, gen: torch.Generator, k: int | None = None, n: int | None = None):
     """``(x [batch, C], y [batch])`` — or ``[n, batch, C]``/``[n, batch]`` for ``n`` steps at once."""
     check_task(task, V, C, k)
     shape = (batch, C) if n is None else (n * batch, C)

@@ -7,6 +7,7 @@ initialisation and data from its own generators (seeded from its config), so a m
 sweep follows the trajectory it would follow alone. Results are written per model as each group
 finishes; a rerun skips models whose result file exists, so an interrupted sweep resumes.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,9 +15,9 @@ import hashlib
 import json
 import math
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import torch
 from tqdm.auto import tqdm
@@ -24,7 +25,6 @@ from tqdm.auto import tqdm
 from .metrics import effective_rank
 from .model import ToyShape, forward, init_params, per_model_loss
 from .tasks import check_task, make_batch
-
 
 # Bump when a change to the model, task or training code changes what a run computes: cached runs
 # under results/<script>/runs/ with another version are then trained again instead of reused. Changes of
@@ -64,7 +64,7 @@ class ToyConfig:
         """The architecture part of this config (by field name, so the two dataclasses cannot drift)."""
         return ToyShape(**{f.name: getattr(self, f.name) for f in fields(ToyShape)})
 
-    def validate(self) -> "ToyConfig":
+    def validate(self) -> ToyConfig:
         self.shape().validate()
         check_task(self.task, self.V, self.C, self.k)
         for name, lo in (("steps", 1), ("batch_size", 1), ("log_every", 1)):
@@ -109,8 +109,9 @@ def _snapshot(params: dict[str, torch.Tensor], i: int) -> dict[str, list]:
     return snap
 
 
-def train_group(configs: list[ToyConfig], progress: bool = True, chunk: int = 500,
-                device: str | torch.device = "cpu") -> list[dict]:
+def train_group(
+    configs: list[ToyConfig], progress: bool = True, chunk: int = 500, device: str | torch.device = "cpu"
+) -> list[dict]:
     """Train configs that share a shape as one batched computation; one result dict per config."""
     for c in configs:
         c.validate()
@@ -122,7 +123,10 @@ def train_group(configs: list[ToyConfig], progress: bool = True, chunk: int = 50
     init_gens = [torch.Generator().manual_seed(c.seed) for c in configs]
     data_gens = [torch.Generator().manual_seed(c.seed + 1_000_003) for c in configs]
     eval_gens = [torch.Generator().manual_seed(c.seed + 2_000_003) for c in configs]
-    params = {n: p.to(device).requires_grad_(True) for n, p in init_params(shape, init_gens, [c.init_std for c in configs]).items()}
+    params = {
+        n: p.to(device).requires_grad_(True)
+        for n, p in init_params(shape, init_gens, [c.init_std for c in configs]).items()
+    }
     lr = torch.tensor([c.lr for c in configs], device=device)
     wd = torch.tensor([c.weight_decay for c in configs], device=device)
     evals = [make_batch(c.task, c.V, c.C, c.eval_size, g, c.k) for c, g in zip(configs, eval_gens)]
@@ -170,15 +174,21 @@ def train_group(configs: list[ToyConfig], progress: bool = True, chunk: int = 50
     with torch.no_grad():
         for i, c in enumerate(configs):
             final = logs["eval_loss"][-1][i]
-            results.append({
-                "config": asdict(c), "id": c.id(),
-                "steps": logs["step"], "loss": [row[i] for row in logs["loss"]],
-                "eval_loss": [row[i] for row in logs["eval_loss"]],
-                "final_loss": final, "final_perplexity": math.exp(final),
-                "params": {n: p[i].detach().cpu().tolist() for n, p in params.items()},
-                "snapshot_steps": snap_steps, "snapshots": snaps[i],
-                "effective_rank": {"step": eff["step"], **{n: eff[n][i] for n in ("W_E", "W_Q", "W_K")}},
-            })
+            results.append(
+                {
+                    "config": asdict(c),
+                    "id": c.id(),
+                    "steps": logs["step"],
+                    "loss": [row[i] for row in logs["loss"]],
+                    "eval_loss": [row[i] for row in logs["eval_loss"]],
+                    "final_loss": final,
+                    "final_perplexity": math.exp(final),
+                    "params": {n: p[i].detach().cpu().tolist() for n, p in params.items()},
+                    "snapshot_steps": snap_steps,
+                    "snapshots": snaps[i],
+                    "effective_rank": {"step": eff["step"], **{n: eff[n][i] for n in ("W_E", "W_Q", "W_K")}},
+                }
+            )
     return results
 
 
@@ -255,8 +265,11 @@ def _trained_groups(groups: list[list[ToyConfig]], workers: int, progress: bool)
     try:
         for gi, results in enumerate(pool.imap_unordered(_train_quietly, order), start=len(big) + 1):
             if progress:
-                print(f"toy sweep: {gi} of {len(groups)} groups done ({len(results)} models; "
-                      f"{time.perf_counter() - started:.0f} s)", flush=True)
+                print(
+                    f"toy sweep: {gi} of {len(groups)} groups done ({len(results)} models; "
+                    f"{time.perf_counter() - started:.0f} s)",
+                    flush=True,
+                )
             yield results
         pool.close()
     finally:
@@ -264,9 +277,14 @@ def _trained_groups(groups: list[list[ToyConfig]], workers: int, progress: bool)
         pool.join()
 
 
-def train_sweep(configs: Iterable[ToyConfig], out_dir: str | Path | None = None, progress: bool = True,
-                max_models_per_group: int = 64, on_group_done: Callable[[list[dict]], None] | None = None,
-                workers: int = 1) -> list[dict]:
+def train_sweep(
+    configs: Iterable[ToyConfig],
+    out_dir: str | Path | None = None,
+    progress: bool = True,
+    max_models_per_group: int = 64,
+    on_group_done: Callable[[list[dict]], None] | None = None,
+    workers: int = 1,
+) -> list[dict]:
     """Train every config (grouped and batched by shape); results in the order of ``configs``.
 
     With ``out_dir`` each result is saved as ``<out_dir>/<config id>.json`` when its group finishes,
@@ -292,8 +310,11 @@ def train_sweep(configs: Iterable[ToyConfig], out_dir: str | Path | None = None,
     groups = [g[i : i + max_models_per_group] for g in todo.values() for i in range(0, len(g), max_models_per_group)]
     n_unique = len({c.id() for c in configs})
     if out and progress:
-        print(f"toy sweep: {len(done)} of {n_unique} runs already finished in {out} (reused; --fresh retrains), "
-              f"{n_unique - len(done)} to train in {len(groups)} batched group(s)", flush=True)
+        print(
+            f"toy sweep: {len(done)} of {n_unique} runs already finished in {out} (reused; --fresh retrains), "
+            f"{n_unique - len(done)} to train in {len(groups)} batched group(s)",
+            flush=True,
+        )
     # closing(): an error in on_group_done (or Ctrl-C) stops the worker processes at once, not when the
     # traceback that holds this frame is dropped
     with contextlib.closing(_trained_groups(groups, workers, progress)) as trained:

@@ -1,0 +1,134 @@
+"""A head atlas: for every head of a model, how previous-token-like, induction-like and duplicate-token-like it is,
+under one stated protocol.
+
+Two protocols:
+
+* ``"toolkit"`` (:data:`TOOLKIT_PROTOCOL`): the previous-token statistics of
+  :func:`~gpt2_posheads.analysis.diagonals.prev_token_stats` on natural-text prompts (every offset, key 0 left
+  out), and on ``BOS r r`` (``r`` ``seg_len`` random tokens, seed given) the induction score ``mean A[q, q - seg_len
+  + 1]`` and the duplicate-token score ``mean A[q, q - seg_len]`` over the second copy.
+* ``"ood-composition"`` (:func:`ood_composition_scores`): the protocol whose per-head scores were released with
+  "Out-of-distribution generalization via composition" (repository ``JiajunSong629/ood-generalization-via-composition``,
+  ``llm-interventions/removal-ih/IH_list/prep.py``): 50 sequences of 25 uniform random token ids (numpy's global
+  generator seeded with 2024, ids in ``0..vocab_size-1``) repeated twice, no BOS; position 0 dropped and each row
+  renormalised (``A[q, 1:] / sum_k (A[q, k] + 1e-6)``); the score is the mean over sequences of the mean of the
+  diagonal at offset 1 (previous token) or 24 (induction), its first entry skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..model.tokens import as_token_batches, model_device
+from ..model.validation import head_name
+from .diagonals import diagonal_attention, prev_token_stats
+from .induction import repeated_random_tokens
+
+Protocol = Literal["toolkit", "ood-composition"]
+TOOLKIT_PROTOCOL = (
+    "previous-token: second / greatest diagonal on natural-text prompts (every offset, key 0 left out, "
+    "BOS first); induction: mean A[q, q - seg + 1] and duplicate-token: mean A[q, q - seg] over the "
+    "second copy of BOS r r (r: seg uniform random non-special tokens)"
+)
+OOD_PROTOCOL = (
+    "50 sequences r r of 25 uniform random ids (numpy seed 2024), no BOS; position 0 dropped, rows "
+    "renormalised with +1e-6 per entry; mean of the diagonal at offset 1 (previous token) or 24 (induction), "
+    "first entry skipped"
+)
+
+
+def _patterns(model, toks: torch.Tensor, batch_size: int = 8):
+    """Yield ``(layer, pattern [batch, head, q, k])`` for every layer and batch of ``toks``."""
+    L = model.cfg.n_layers
+
+    def keep(box: dict, layer: int):
+        def hook(pattern, hook):
+            box[layer] = pattern.detach().float().cpu()
+
+        return hook
+
+    for batch in as_token_batches(model, toks, batch_size):
+        box: dict[int, torch.Tensor] = {}
+        hooks = [(f"blocks.{l}.attn.hook_pattern", keep(box, l)) for l in range(L)]
+        with torch.inference_mode():
+            model.run_with_hooks(batch.to(model_device(model)), fwd_hooks=hooks, return_type=None)
+        for l in range(L):
+            yield l, box[l]
+
+
+def repeat_scores(
+    model, n_seqs: int = 16, seg_len: int = 50, seed: int = 0, bos: bool = True
+) -> dict[str, torch.Tensor]:
+    """Toolkit protocol on ``[BOS] r r``: ``induction`` and ``duplicate`` ``[n_layers, n_heads]`` (module doc)."""
+    toks = repeated_random_tokens(model, n_seqs, seg_len, seed, bos=bos)
+    b = int(bos)
+    q = torch.arange(b + seg_len, b + 2 * seg_len)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    ind, dup = torch.zeros(L, H, dtype=torch.float64), torch.zeros(L, H, dtype=torch.float64)
+    for layer, p in _patterns(model, toks):
+        ind[layer] += p[:, :, q, q - seg_len + 1].double().sum((0, 2))
+        dup[layer] += p[:, :, q, q - seg_len].double().sum((0, 2))
+    return {"induction": (ind / (n_seqs * seg_len)).float(), "duplicate": (dup / (n_seqs * seg_len)).float()}
+
+
+def ood_composition_tokens(vocab_size: int, n_seqs: int = 50, seg_len: int = 25, seed: int = 2024) -> torch.Tensor:
+    """``[n_seqs, 2 * seg_len]``: the protocol's sequences (numpy's legacy generator, as ``np.random.seed(seed)``
+    followed by ``np.random.randint(0, vocab_size, n_seqs * seg_len)`` draws them)."""
+    r = np.random.RandomState(seed).randint(low=0, high=vocab_size, size=n_seqs * seg_len).reshape(n_seqs, seg_len)
+    return torch.from_numpy(np.concatenate([r, r], axis=1)).long()
+
+
+def ood_composition_from_patterns(pattern: torch.Tensor, offset: int, eps: float = 1e-6) -> torch.Tensor:
+    """Per-head score of one batch of patterns ``[batch, head, T, T]`` (the protocol's formula; see the module
+    doc): ``[batch, head]``, the mean over each sequence's diagonal at ``offset``, first entry skipped."""
+    A = pattern.double()
+    adj = torch.zeros_like(A)
+    adj[..., 1:, 1:] = A[..., 1:, 1:] / (A[..., 1:, 1:] + eps).sum(-1, keepdim=True)
+    diag = torch.diagonal(adj, offset=-offset, dim1=-2, dim2=-1)  # [batch, head, T - offset]
+    return diag[..., 1:].mean(-1)
+
+
+def ood_composition_scores(model, n_seqs: int = 50, seg_len: int = 25, seed: int = 2024) -> dict[str, torch.Tensor]:
+    """``{"previous_token", "induction"}`` ``[n_layers, n_heads]`` by the "ood-composition" protocol (module doc)."""
+    toks = ood_composition_tokens(model.cfg.d_vocab, n_seqs, seg_len, seed)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    pth, ih = torch.zeros(L, H, dtype=torch.float64), torch.zeros(L, H, dtype=torch.float64)
+    for layer, p in _patterns(model, toks):
+        pth[layer] += ood_composition_from_patterns(p, 1).sum(0)
+        ih[layer] += ood_composition_from_patterns(p, seg_len - 1).sum(0)
+    return {"previous_token": (pth / n_seqs).float(), "induction": (ih / n_seqs).float()}
+
+
+def head_table(
+    model, prompts: torch.Tensor, protocol: Protocol = "toolkit", seg_len: int = 50, n_seqs: int = 16, seed: int = 0
+) -> pd.DataFrame:
+    """One row per head: ``layer, head, name, top_offset, prev_ratio, prev_mass, is_prev_token, induction, duplicate``
+    (toolkit protocol), plus ``ood_previous_token`` and ``ood_induction`` with ``protocol="ood-composition"``."""
+    st = prev_token_stats(diagonal_attention(model, prompts, progress=False))
+    seg = min(seg_len, (model.cfg.n_ctx - 1) // 2)
+    rep = repeat_scores(model, n_seqs, seg, seed)
+    ood = ood_composition_scores(model) if protocol == "ood-composition" else None
+    rows = []
+    for l in range(model.cfg.n_layers):
+        for h in range(model.cfg.n_heads):
+            row = dict(
+                layer=l,
+                head=h,
+                name=head_name(l, h),
+                top_offset=int(st["top_offset"][l, h]),
+                prev_ratio=float(st["ratio"][l, h]),
+                prev_mass=float(st["prev_mass"][l, h]),
+                is_prev_token=int(st["top_offset"][l, h]) == 1,
+                induction=float(rep["induction"][l, h]),
+                duplicate=float(rep["duplicate"][l, h]),
+            )
+            if ood is not None:
+                row.update(
+                    ood_previous_token=float(ood["previous_token"][l, h]), ood_induction=float(ood["induction"][l, h])
+                )
+            rows.append(row)
+    return pd.DataFrame(rows)
