@@ -205,7 +205,7 @@ class Output:
             raise UsageError(
                 param,
                 f"{target} is a file",
-                "a folder (new, empty, or written by an earlier run)",
+                "a folder (new, empty, or one the toolkit wrote)",
                 "choose another --out",
             )
         try:
@@ -226,7 +226,7 @@ class Output:
             raise UsageError(
                 param,
                 f"{target} holds files this toolkit did not write ({shown})",
-                "a new or empty folder, or one an earlier run of the toolkit wrote",
+                "a new or empty folder, or one the toolkit wrote",
                 "choose another --out, or pass --force to write beside them (they are kept)",
             )
         lock = acquire_lock(target, script, param)
@@ -316,7 +316,7 @@ class Output:
         names = sorted({p.name for p in self.written})
         for name in old.get("files", []):
             if name not in names:
-                (self.target / name).unlink(missing_ok=True)  # the earlier run's file that this run does not write
+                (self.target / name).unlink(missing_ok=True)  # the toolkit's own file, not written this time
         for name in names:
             src = self.out_dir / name
             if src.exists():

@@ -18,7 +18,9 @@ works on a 4.x bridge and a 3.x ``HookedTransformer`` alike:
 When only the residual is wanted, ``A v`` goes through ``scaled_dot_product_attention`` (a fused
 kernel that never stores ``A``). Weights are gathered once per model (and per dtype) and reused until a
 parameter changes; in float32 they share the model's storage except the fused QKV matrix (a quarter
-of the block weights), and ``bf16`` adds a bfloat16 copy. :func:`release` drops them.
+of the block weights), and ``bf16`` adds a bfloat16 copy. Where the fused matrices of all layers would
+exceed :data:`FUSED_QKV_CACHE_BYTES` (GPT-2 large and XL), each layer's is built when the layer runs, in
+one reused buffer, so memory stays at the weights plus one layer's work. :func:`release` drops them.
 
 The fast path is *verified, not trusted*: the first time it meets a model it runs a short random
 prompt both ways and compares every pattern and the final residual with the hooked pass. A model it
@@ -75,6 +77,10 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {  # may overw
 # a full share of rows. Measured on 2 AVX2 cores (16 x 256 tokens, GPT-2-small shape, 3 alternating runs):
 # 256 rows at 2 threads 6.86-7.54 s, 512 rows 5.92-6.61 s; at 1 thread 256 rows was best.
 MLP_CHUNK_PER_THREAD = 256
+# Fused QKV matrices of all layers are kept when they take at most this much (GPT-2 small 85 MB, medium
+# 302 MB); above it (large 708 MB, XL 1.47 GB: a quarter of the block weights) each layer's is fused when it
+# runs. The strided copy costs about 1% of the layer's QKV matmul on a batch of 1,024 tokens.
+FUSED_QKV_CACHE_BYTES = 512 * 2**20
 
 
 @lru_cache(maxsize=8)
@@ -89,10 +95,15 @@ class FastPathUnsupported(ValueError):
 
 @dataclass
 class _Block:
-    """One block's weights in ``x @ W + b`` layout ([in, out]); only ``W_qkv`` is a copy (the fusion)."""
+    """One block's weights in ``x @ W + b`` layout ([in, out]); only ``W_qkv`` is a copy (the fusion).
+
+    ``W_qkv`` is ``None`` when the fusion happens per call (:data:`FUSED_QKV_CACHE_BYTES`); ``qkv`` then
+    holds the model's own ``W_Q, W_K, W_V`` (each ``[n_heads, d_model, d_head]``, shared storage).
+    """
 
     ln1: tuple[torch.Tensor | None, torch.Tensor | None]
-    W_qkv: torch.Tensor  # [d_model, 3 * n_heads * d_head]
+    W_qkv: torch.Tensor | None  # [d_model, 3 * n_heads * d_head]
+    qkv: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
     b_qkv: torch.Tensor  # [3 * n_heads * d_head]
     W_O: torch.Tensor  # [n_heads * d_head, d_model]
     b_O: torch.Tensor  # [d_model]
@@ -156,6 +167,8 @@ class FastGPT2:
         self.eps = float(getattr(cfg, "eps", 1e-5))
         self.dtype = dtype
         self.act = None if getattr(cfg, "attn_only", False) else _ACTIVATIONS[cfg.act_fn]
+        d_qkv = 3 * cfg.n_heads * cfg.d_head
+        self.fuse_per_call = cfg.n_layers * cfg.d_model * d_qkv * dtype.itemsize > FUSED_QKV_CACHE_BYTES
         with torch.no_grad():
             self.W_E = model.W_E.detach().float()
             self.W_pos = model.W_pos.detach().float()
@@ -170,8 +183,9 @@ class FastGPT2:
                 **{
                     f.name: getattr(block, f.name).to(dtype)
                     for f in dataclasses.fields(block)
-                    if f.name not in ("ln1", "ln2", "scale") and getattr(block, f.name) is not None
+                    if f.name not in ("ln1", "ln2", "scale", "qkv") and getattr(block, f.name) is not None
                 },
+                qkv=None if block.qkv is None else tuple(t.to(dtype) for t in block.qkv),
             )
 
         out = copy.copy(self)
@@ -181,12 +195,15 @@ class FastGPT2:
     def _gather(self, model, layer: int) -> _Block:
         blk, dt = model.blocks[layer], self.dtype
         a = blk.attn
-        W = torch.stack([a.W_Q.detach(), a.W_K.detach(), a.W_V.detach()])  # [3, head, d_model, d_head]
+        parts = (a.W_Q.detach().to(dt), a.W_K.detach().to(dt), a.W_V.detach().to(dt))  # [head, d_model, d_head]
         b = torch.stack([a.b_Q.detach(), a.b_K.detach(), a.b_V.detach()])  # [3, head, d_head]
         mlp = None if self.act is None else blk.mlp
         return _Block(
             ln1=_ln_params(blk.ln1),
-            W_qkv=einops.rearrange(W, "three h d dh -> d (three h dh)").to(dt),
+            W_qkv=None
+            if self.fuse_per_call
+            else einops.rearrange(torch.stack(parts), "three h d dh -> d (three h dh)"),
+            qkv=parts if self.fuse_per_call else None,
             b_qkv=einops.rearrange(b, "three h dh -> (three h dh)").to(dt),
             W_O=einops.rearrange(a.W_O.detach(), "h dh d -> (h dh) d").to(dt),
             b_O=a.b_O.detach().to(dt),
@@ -220,14 +237,14 @@ class FastGPT2:
         ``workspace`` buffer that the next layer overwrites: copy it to keep it.
         """
         w = self.blocks[layer]
-        qkv = _affine(self._norm(resid, w.ln1), w.W_qkv, w.b_qkv)
+        ws = workspace if workspace is not None else Workspace()
+        qkv = _affine(self._norm(resid, w.ln1), self._fused_qkv(w, ws), w.b_qkv)
         q, k, v = einops.rearrange(qkv, "b p (three h dh) -> three b h p dh", three=3, h=self.n_heads)
         if on_pattern is None:
             z = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=w.scale)
         else:
             # Scale and causal mask ride on the matmul (baddbmm). The [batch*head, q, k] tensors go to
             # reused buffers: freshly allocated ones this large cost more in page faults than softmax.
-            ws = workspace if workspace is not None else Workspace()
             b, h, n, dh = q.shape
             scores = torch.baddbmm(
                 _causal_bias(n, q.dtype, str(q.device)),
@@ -251,6 +268,17 @@ class FastGPT2:
             return resid
         return self._mlp(resid, w)
 
+    def _fused_qkv(self, w: _Block, ws: Workspace) -> torch.Tensor:
+        """``[d_model, 3 * n_heads * d_head]``: the block's cached fusion, or one built now in ``ws``."""
+        if w.W_qkv is not None:
+            return w.W_qkv
+        h, d, dh = w.qkv[0].shape
+        buf = ws.get("W_qkv", (d, 3 * h * dh), w.qkv[0].dtype, w.qkv[0].device)
+        view = buf.view(d, 3, h, dh)
+        for i, W in enumerate(w.qkv):
+            view[:, i].copy_(W.permute(1, 0, 2))  # [head, d_model, d_head] -> [d_model, head, d_head]
+        return buf
+
     def _mlp(self, resid: torch.Tensor, w: _Block) -> torch.Tensor:
         """``resid + act(LN2(resid) W_in + b_in) W_out + b_out`` in chunks of :data:`MLP_CHUNK_PER_THREAD`
         rows per CPU thread, in one chunk on a GPU (any chunking gives the same rows: each row's MLP is
@@ -269,12 +297,12 @@ class FastGPT2:
         """``{layer: resid entering block layer}`` (``n_layers``: the final residual), each
         ``[batch, pos, d_model]`` float32; blocks after the largest layer never run."""
         want, last = set(layers), max(layers)
-        out, resid = {}, self.embed(tokens)
+        out, resid, ws = {}, self.embed(tokens), Workspace()
         for l in range(last + 1):
             if l in want:
                 out[l] = resid
             if l < last:
-                resid = self.block(resid, l)
+                resid = self.block(resid, l, workspace=ws)
         return out
 
     def patterns(

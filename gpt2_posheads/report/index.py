@@ -132,7 +132,7 @@ def run_header(record: dict | None) -> str:
         ]
         banner = (
             f'<p class="warn">This run did not finish every script ({", ".join(parts)}). Rows of scripts that did '
-            f"not finish show an earlier run's results, with the time they were measured, or none.</p>"
+            f"not finish show the results last written to that folder, with the time they were measured, or none.</p>"
         )
     rows = "".join(
         f"<tr><td>{html.escape(j['script'])}</td><td>{html.escape(str(j.get('model') or TOY_COLUMN))}</td>"

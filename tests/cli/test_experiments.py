@@ -69,6 +69,7 @@ def test_gpt2_script_runs_on_tiny_model(script, script_model, tmp_path, shared):
     for c in summary["claims"]:  # one vocabulary, each verdict with its rule and the reason
         assert set(c) >= {"claim", "post", "measured", "rule", "verdict", "why"}
         assert c["verdict"] in ("held", "not held", "not testable") and c["rule"]
+    check_numbers(script, out, summary)
     if script != "pos_embed_helix":  # a random model has no mechanism: nothing about it may be "held" by accident
         assert not [
             c
@@ -76,6 +77,32 @@ def test_gpt2_script_runs_on_tiny_model(script, script_model, tmp_path, shared):
             if c.get("key") in ("sharp_prev_head", "edit_moves_copy", "avg_output_unchanged", "mask_disrupts")
             and c["verdict"] == "held"
         ]
+
+
+def check_numbers(script: str, out, summary: dict) -> None:
+    """Identities every run must satisfy, whatever the model: the numbers, not only the keys."""
+    import pandas as pd
+
+    claims = {c["key"]: c for c in summary["claims"]}
+    if script == "rank_prev_heads":
+        r = pd.read_csv(out / "ranking.csv")
+        assert (r.ratio - r.second_mass / r.top_mass).abs().max() < 1e-6  # the ratio is second / top mass
+        # previous-token heads first, sharpest first; then the rest by previous-token mass
+        prev, rest = r[r.is_prev_token], r[~r.is_prev_token]
+        assert list(r["rank"]) == list(range(1, len(r) + 1)) and r.is_prev_token.is_monotonic_decreasing
+        assert prev.ratio.is_monotonic_increasing and rest.prev_mass.is_monotonic_decreasing
+        assert (
+            summary["n_prev_token_heads"]
+            == int(r.is_prev_token.sum())
+            == claims["half_prev_heads"]["measured"]["n_prev"]
+        )
+        assert (r.is_prev_token == (r.top_offset == 1)).all()
+        sharp = r[r.is_prev_token].iloc[0] if r.is_prev_token.any() else r.iloc[0]
+        assert summary["aggregator"] == sharp["name"]
+    if script == "pos_embed_averaging":
+        r = pd.read_csv(out / "pos_embed_averaging.csv").set_index("group_size")
+        assert abs(r.loc[1, "kl"]) < 1e-6  # groups of one are the identity
+        assert r.loc[5, "kl"] > 1e-6  # and groups of five are not
 
 
 def test_helix_of_real_w_pos(shared, tmp_path):
@@ -229,3 +256,27 @@ def test_toy_script_quick(script, tmp_path):
     # a --quick run is a smoke test: none of its claims may be judged
     assert {c["verdict"] for c in summary["claims"]} == {"not testable"}
     assert list((tmp_path / "runs").glob("*.json"))
+
+
+@pytest.mark.parametrize(
+    "groups, untestable",
+    [
+        ("1,5,50", {"avg_output_unchanged", "avg_breaks_down", "avg_prev_heads_unaffected"}),  # no 10, no 20
+        ("1,10,20", {"avg_breaks_down"}),  # nothing above 20 to break down at
+    ],
+)
+def test_averaging_claims_without_their_group_sizes_are_not_testable(
+    groups, untestable, script_model, tmp_path, shared
+):
+    argv = ["--model-dir", str(script_model), "--out", str(tmp_path), "--no-png", *W, "--heads", "L1H0"]
+    run_script(
+        EXPERIMENTS / "pos_embed_averaging.py", argv + ["--group-sizes", groups, "--n-prompts", "2", "--seq-len", "48"]
+    )
+    verdicts = {c["key"]: c for c in json.loads((tmp_path / "summary.json").read_text())["claims"]}
+
+    def for_lack_of_groups(c):  # a random model fails other preconditions too; here only the group sizes matter
+        return c["verdict"] == "not testable" and ("not measured" in c["why"] or "above 20" in c["why"])
+
+    assert {k for k, c in verdicts.items() if for_lack_of_groups(c)} == untestable, {
+        k: c["why"] for k, c in verdicts.items()
+    }

@@ -85,7 +85,7 @@ def test_quick_runs_are_not_testable_unless_the_rule_allows():
 
 
 def test_the_l4h11_edit_on_a_model_that_does_not_copy_is_not_testable():
-    # the shipped v1 model: clean P(turtle) 0.00005, and P(pirate) > P(turtle) already before the edit
+    # a model that does not copy: clean P(turtle) 0.00005, and P(pirate) > P(turtle) already before the edit
     c = judge_claim(
         "edit_moves_copy",
         {},
@@ -124,7 +124,7 @@ def test_the_l4h11_edit_on_a_model_that_does_not_copy_is_not_testable():
         ("ext_avg_hurts_early_more", (0.3, 0.01), "held"),
         ("ext_avg_hurts_early_more", (0.3, 0.2), "not held"),
         ("wpos_helix", [0.334, 0.323, 0.246], "held"),  # GPT-2's real W_pos
-        ("wpos_helix", [0.553, 0.066, 0.032], "not held"),  # the v1 mini model: one dominant direction, not a helix
+        ("wpos_helix", [0.553, 0.066, 0.032], "not held"),  # a W_pos with one dominant direction: not a helix
         ("ext_helix", [0.961, 0.009, 0.003], "not held"),
         ("wpos_helix", [0.3, 0.1, 0.05], "not held"),
         ("ext_same_subspace", 10.0, "held"),

@@ -62,6 +62,30 @@ def test_mlp_chunking_changes_nothing(trained_model, monkeypatch, rows_per_threa
     torch.testing.assert_close(fast, hooked, atol=1e-6, rtol=1e-5)
 
 
+def test_qkv_fused_per_call_changes_nothing(trained_model, monkeypatch):
+    """A model too big to keep its fused QKV matrices (GPT-2 large, XL) fuses each layer's when it runs: the same
+    diagonals and residuals, with no fused matrix kept beyond one reused buffer."""
+    monkeypatch.setattr(fastpath, "FUSED_QKV_CACHE_BYTES", 0)
+    fastpath.release(trained_model)
+    fast = fast_forward(trained_model, engine="fast")
+    assert fast.fuse_per_call and all(b.W_qkv is None for b in fast.blocks)
+    # the per-head weights are the model's own tensors, not copies
+    assert fast.blocks[1].qkv[0].data_ptr() == trained_model.blocks[1].attn.W_Q.data_ptr()
+    toks = _prompts(3, 48, trained_model.cfg.d_vocab, seed=4)
+    hooked = diagonal_attention(trained_model, toks, max_offset=40, progress=False, engine="hooks")
+    torch.testing.assert_close(
+        diagonal_attention(trained_model, toks, max_offset=40, progress=False, engine="fast"),
+        hooked,
+        atol=1e-6,
+        rtol=1e-5,
+    )
+    kw = dict(n_prompts=2, seq_len=32, batch_size=2)
+    a = extended_pos_embeddings_by_layer(trained_model, [3], engine="hooks", **kw)[3]
+    b = extended_pos_embeddings_by_layer(trained_model, [3], engine="fast", **kw)[3]
+    torch.testing.assert_close(b, a, atol=1e-5 * float(a.abs().max()), rtol=1e-5)
+    fastpath.release(trained_model)
+
+
 def test_fast_ext_pos_equal_hooked(trained_model):
     layers = [0, 2, trained_model.cfg.n_layers]
     kw = dict(n_prompts=3, seq_len=64, batch_size=2)

@@ -24,7 +24,7 @@ def theory(V):
 def test_trend_held_only_when_every_vocabulary_rises_with_c():
     rising = {V: [0.3 * V + 0.01 * V * i for i in range(len(CS))] for V in (10, 20)}
     assert rules.follows_trend(rising, CS)[0]
-    # the shape measured (session 5): up from C=3 to C=4, then down
+    # the shape measured at the default settings: up from C=3 to C=4, then down
     peaked = {V: [0.34 * V, 0.39 * V, 0.37 * V, 0.33 * V, 0.27 * V] for V in (10, 20)}
     held, rho = rules.follows_trend(peaked, CS)
     assert not held and all(r < 0.8 for r in rho.values())

@@ -1,0 +1,170 @@
+"""Ranking all 1,200 heads of a GPT-2-XL-shaped model on a CPU: peak memory against the weights, time against
+the weight-matmul floor, and the TransformerLens bridge's own pass beside ours.
+
+    python benchmarks/bench_xl_memory.py                  # 48 x 25 heads, d_model 1,600, 4 x 1,024 tokens
+    python benchmarks/bench_xl_memory.py --n-layers 12 --n-heads 12 --d-model 768   # a quick GPT-2-small run
+
+The random-weight model (about 6.2 GB in float32) is built once per machine in the temp folder. Each variant
+runs in its own process, loads the model, then ranks 4 prompts of 1,024 random tokens one prompt at a time:
+
+- memory: the process's peak resident set while ranking (``VmHWM`` reset after loading) against the bytes of the
+  model's parameters. ``growth`` is what the ranking adds on top of the loaded model (the weights' own pages
+  included in the resident set, whatever the loader left behind is not the ranking's doing and is printed apart:
+  freed heap the allocator keeps, pages of the safetensors file the loader mapped);
+- time: against the floor, the same float32 weight matmuls on random activations (QKV of every layer, W_O and
+  the MLP of all but the last), timed in the same run.
+
+Bounds (issue "GPT-2 XL in bounded memory"): ranking peak <= 1.3x the weights, time <= 1.25x the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import torch  # noqa: E402
+from _common import run_worker  # noqa: E402
+
+XL = dict(n_layers=48, n_heads=25, d_model=1600, n_ctx=1024)
+
+
+def status_kb(*keys: str) -> dict[str, float]:
+    """Fields of ``/proc/self/status`` in MB (``VmRSS``, ``VmHWM``, ``RssFile``, ...)."""
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        k, _, v = line.partition(":")
+        if k in keys:
+            out[k] = int(v.split()[0]) / 1024
+    return out
+
+
+def reset_peak() -> bool:
+    """Reset the kernel's peak-RSS counter (``VmHWM``) of this process; False where that is not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def model_dir(shape: dict) -> Path:
+    from gpt2_posheads import gpt2_tokenizer, make_random_model_dir
+
+    tag = "_".join(str(shape[k]) for k in ("n_layers", "n_heads", "d_model", "n_ctx"))
+    out = Path(tempfile.gettempdir()) / f"gpt2_posheads_bench_{tag}"
+    if not (out / "model.safetensors").exists():
+        print(f"building the random-weight model in {out} (once per machine) ...", flush=True)
+        make_random_model_dir(out, tokenizer=gpt2_tokenizer(), **shape)
+    return out
+
+
+def matmul_floor(d: int, L: int, n_tokens: int, rows: int) -> None:
+    """The float32 weight matmuls of one ranking pass, ``rows`` tokens at a time (the ranking's batch)."""
+    import torch.nn.functional as F
+
+    x, h = torch.randn(rows, d), torch.randn(rows, 4 * d)
+    w_qkv, w_o, w_in, w_out = torch.randn(3 * d, d), torch.randn(d, d), torch.randn(4 * d, d), torch.randn(d, 4 * d)
+    with torch.inference_mode():
+        for _ in range(n_tokens // rows):
+            for layer in range(L):
+                F.linear(x, w_qkv)
+                if layer < L - 1:
+                    F.linear(x, w_o), F.linear(x, w_in), F.linear(h, w_out)
+
+
+def worker(which: str, shape: dict, n_prompts: int, threads: int) -> None:
+    torch.set_num_threads(threads)
+    n = shape["n_ctx"]
+    if which == "floor":
+        t = []
+        for _ in range(2):
+            start = time.perf_counter()
+            matmul_floor(shape["d_model"], shape["n_layers"], n_prompts * n, n)
+            t.append(time.perf_counter() - start)
+        print(json.dumps({"which": which, "seconds": min(t)}))
+        return
+    from gpt2_posheads import load_model, rank_prev_heads
+
+    start = time.perf_counter()
+    model = load_model(model_dir(shape), device="cpu")
+    load_s = time.perf_counter() - start
+    load_peak = status_kb("VmHWM")["VmHWM"]
+    weights = sum(p.numel() * p.element_size() for p in {p.data_ptr(): p for p in model.parameters()}.values())
+    after = status_kb("VmRSS", "RssFile", "RssAnon")
+    toks = torch.randint(0, model.cfg.d_vocab, (n_prompts, n), generator=torch.Generator().manual_seed(0))
+    can_reset = reset_peak()
+    start = time.perf_counter()
+    ranking = rank_prev_heads(model, toks, batch_size=1, progress=False, engine="fast" if which == "ours" else "hooks")
+    seconds = time.perf_counter() - start
+    peak = status_kb("VmHWM")["VmHWM"]
+    print(
+        json.dumps(
+            {
+                "which": which,
+                "seconds": seconds,
+                "load_seconds": load_s,
+                "weights_mb": weights / 2**20,
+                "rss_after_load_mb": after["VmRSS"],
+                "file_backed_after_load_mb": after.get("RssFile", float("nan")),
+                "load_peak_mb": load_peak,
+                "peak_mb": peak if can_reset else float("nan"),
+                "heads": len(ranking),
+            }
+        )
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--worker", default=None)
+    p.add_argument("--n-layers", type=int, default=XL["n_layers"])
+    p.add_argument("--n-heads", type=int, default=XL["n_heads"])
+    p.add_argument("--d-model", type=int, default=XL["d_model"])
+    p.add_argument("--n-ctx", type=int, default=XL["n_ctx"])
+    p.add_argument("--n-prompts", type=int, default=4)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--no-baseline", action="store_true", help="skip the TransformerLens-hooks pass")
+    a = p.parse_args()
+    shape = dict(n_layers=a.n_layers, n_heads=a.n_heads, d_model=a.d_model, n_ctx=a.n_ctx)
+    if a.worker:
+        return worker(a.worker, shape, a.n_prompts, a.threads)
+    from gpt2_posheads.model.precision import describe_line
+
+    print(describe_line())
+    model_dir(shape)
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()] + [
+        f"--n-prompts={a.n_prompts}",
+        f"--threads={a.threads}",
+    ]
+    started = time.perf_counter()
+    ours = run_worker(__file__, ["ours", *args])
+    floor = run_worker(__file__, ["floor", *args])
+    base = None if a.no_baseline else run_worker(__file__, ["hooks", *args])
+    L, H = shape["n_layers"], shape["n_heads"]
+    print(
+        f"{L} x {H} heads ({L * H}), d_model {shape['d_model']}, {a.n_prompts} x {shape['n_ctx']} tokens, "
+        f"{a.threads} threads; weights {ours['weights_mb'] / 1024:.2f} GiB (float32)"
+    )
+    w = ours["weights_mb"]
+    for label, r in (("ours (fast path)", ours), ("TransformerLens hooks", base)):
+        if r is None:
+            continue
+        growth = r["peak_mb"] - r["rss_after_load_mb"]
+        print(
+            f"  {label:22s}: {r['seconds']:7.1f} s = {r['seconds'] / floor['seconds']:.2f}x the floor | "
+            f"ranking peak {r['peak_mb'] / 1024:.2f} GiB = {r['peak_mb'] / w:.2f}x the weights; "
+            f"weights + the ranking's growth {(w + growth) / 1024:.2f} GiB = {(w + growth) / w:.2f}x | "
+            f"after loading {r['rss_after_load_mb'] / 1024:.2f} GiB ({r['file_backed_after_load_mb'] / 1024:.2f} "
+            f"file-backed), loading peak {r['load_peak_mb'] / 1024:.2f} GiB in {r['load_seconds']:.0f} s"
+        )
+    print(f"  {'float32 matmuls alone':22s}: {floor['seconds']:7.1f} s (the floor of any exact method)")
+    print(f"bounds: ranking peak <= 1.3x the weights, time <= 1.25x the floor; run took {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
