@@ -163,7 +163,10 @@ def main() -> None:
             f"file-backed), loading peak {r['load_peak_mb'] / 1024:.2f} GiB in {r['load_seconds']:.0f} s"
         )
     print(f"  {'float32 matmuls alone':22s}: {floor['seconds']:7.1f} s (the floor of any exact method)")
-    print(f"bounds: ranking peak <= 1.3x the weights, time <= 1.25x the floor; run took {time.perf_counter() - started:.0f} s")
+    print(
+        "bounds: ranking peak <= 1.3x the weights, time <= 1.25x the floor; "
+        f"run took {time.perf_counter() - started:.0f} s"
+    )
 
 
 if __name__ == "__main__":

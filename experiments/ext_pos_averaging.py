@@ -25,7 +25,7 @@ from gpt2_posheads.cli import (
     setup,
     submatrix,
 )
-from gpt2_posheads.report.plotting import heatmap_grid
+from gpt2_posheads.report.plotting import attention_panels
 
 HEADS = HeadDefault(
     ("L2H2", "L4H11"),
@@ -62,16 +62,13 @@ def main(argv=None):
             f"JS {cmp['js_divergence']:.4f}"
         )
     out.figure(
-        heatmap_grid(
+        attention_panels(
             panels,
-            cols=2,
-            zrange=(0, 1),
-            tokens=tokens,
-            x0=start,
-            mark_offset=1,
-            colorbar_title="attention",
-            title=f"{exp.label}: extended positional embeddings averaged just before each head<br>"
-            f"<sup>prompt 0 ({exp.source}); dotted: previous token</sup>",
+            tokens,
+            start,
+            exp.label,
+            "extended positional embeddings averaged just before each head",
+            exp.source,
         ),
         "ext_pos_averaging",
         width=1100,

@@ -25,7 +25,7 @@ from gpt2_posheads.cli import (
     submatrix,
 )
 from gpt2_posheads.model.validation import head_name
-from gpt2_posheads.report.plotting import heatmap_grid
+from gpt2_posheads.report.plotting import attention_panels
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="head(s) whose pattern is measured")
 
@@ -94,16 +94,13 @@ def main(argv=None):
         )
     if panels:
         out.figure(
-            heatmap_grid(
+            attention_panels(
                 panels,
-                cols=2,
-                zrange=(0, 1),
-                tokens=tokens,
-                x0=start,
-                mark_offset=1,
-                colorbar_title="attention",
-                title=f"{exp.label}: attention submatrix, clean vs previous position masked below<br>"
-                f"<sup>prompt 0 ({exp.source}); dotted: previous token</sup>",
+                tokens,
+                start,
+                exp.label,
+                "attention submatrix, clean vs previous position masked below",
+                exp.source,
             ),
             "mask_prev_attention",
             width=1100,

@@ -20,7 +20,7 @@ from gpt2_posheads.claims.toy import RULE_ONLY_LAST, RULE_U, only_last, u_shape
 from gpt2_posheads.claims.toy import toy_claim as claim
 from gpt2_posheads.cli import main_entry, positive
 from gpt2_posheads.toy import ToyConfig, train_sweep
-from gpt2_posheads.toy.cli import robustness_section, toy_parser, toy_setup
+from gpt2_posheads.toy.cli import base_config, robustness_section, toy_parser, toy_setup
 from gpt2_posheads.toy.posts import THREE_LAYER_STEPS, lost_in_middle_grid
 
 PLAIN = [(2, 2), (2, 10), (3, 2), (3, 10)]  # (n_layers, n_embd): the post's "embedding dimension and layers" grid
@@ -61,19 +61,7 @@ def main(argv=None):
     positive("--three-layer-steps", args.three_layer_steps, 1)
     out, steps, runs = toy_setup(args, __file__)
     C, V = 10, 10
-    base = ToyConfig(
-        task="kth_token",
-        V=V,
-        C=C,
-        n_heads=1,
-        pos_emb=False,
-        steps=steps,
-        lr=args.lr,
-        init_std=args.init_std,
-        out_proj=args.out_proj,
-        batch_size=args.batch_size,
-        log_every=max(steps // 50, 1),
-    )
+    base = base_config(args, steps, log_points=50, task="kth_token", V=V, C=C, n_heads=1, pos_emb=False)
     seeds = list(range(args.seed, args.seed + args.seeds))
     grid = {
         name: [

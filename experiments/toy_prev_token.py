@@ -22,7 +22,7 @@ from gpt2_posheads.cli import main_entry
 from gpt2_posheads.report.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, relative_perplexity, separation_direction, train_sweep, wq_wk
 from gpt2_posheads.toy.analysis import loss_spikes, order_swaps, perplexity_curve
-from gpt2_posheads.toy.cli import robustness_section, toy_parser, toy_setup
+from gpt2_posheads.toy.cli import base_config, robustness_section, toy_parser, toy_setup
 from gpt2_posheads.toy.metrics import bilinear
 from gpt2_posheads.toy.posts import prev_token_grid
 
@@ -91,21 +91,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     out, steps, runs = toy_setup(args, __file__)
     q = args.quick
-    base = ToyConfig(
-        task="copy_offset",
-        k=1,
-        V=30,
-        C=4,
-        n_embd=2,
-        pos_emb=True,
-        steps=steps,
-        lr=args.lr,
-        init_std=args.init_std,
-        out_proj=args.out_proj,
-        batch_size=args.batch_size,
-        log_every=max(steps // 100, 1),
-        seed=args.seed,
-    )
+    base = base_config(args, steps, task="copy_offset", k=1, V=30, C=4, n_embd=2, pos_emb=True, seed=args.seed)
     mk = lambda **kw: ToyConfig(**{**base.__dict__, **kw})  # noqa: E731
     with_pos = mk(snapshot_every=max(steps // 100, 1))
     no_pos = mk(pos_emb=False)

@@ -31,7 +31,7 @@ from gpt2_posheads.cli import main_entry
 from gpt2_posheads.report.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, train_sweep
 from gpt2_posheads.toy.analysis import distance_rank_correlation, perplexity_curve
-from gpt2_posheads.toy.cli import robustness_section, toy_parser, toy_setup
+from gpt2_posheads.toy.cli import base_config, robustness_section, toy_parser, toy_setup
 from gpt2_posheads.toy.posts import GRID_C, similar_content_grid
 
 
@@ -40,17 +40,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     out, steps, runs = toy_setup(args, __file__)
     q = args.quick
-    base = ToyConfig(
-        task="most_similar",
-        C=3,
-        n_embd=2,
-        steps=steps,
-        lr=args.lr,
-        init_std=args.init_std,
-        out_proj=args.out_proj,
-        batch_size=args.batch_size,
-        log_every=max(steps // 100, 1),
-    )
+    base = base_config(args, steps, task="most_similar", C=3, n_embd=2)
     seeds = list(range(args.seed, args.seed + args.seeds))
     mk = lambda **kw: [ToyConfig(**{**base.__dict__, **kw, "seed": s}) for s in seeds]  # noqa: E731
     vocab = [8, 32] if q else [8, 16, 32, 64]

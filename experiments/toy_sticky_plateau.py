@@ -17,7 +17,7 @@ from gpt2_posheads.cli import int_list, main_entry
 from gpt2_posheads.report.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, train_sweep
 from gpt2_posheads.toy.analysis import pairing, perplexity_curve
-from gpt2_posheads.toy.cli import robustness_section, toy_parser, toy_setup
+from gpt2_posheads.toy.cli import base_config, robustness_section, toy_parser, toy_setup
 from gpt2_posheads.toy.posts import plateau_steps, sticky_plateau_grid, v_half
 
 
@@ -27,16 +27,13 @@ def main(argv=None):
     args = p.parse_args(argv)
     out, steps, runs = toy_setup(args, __file__)
     vocab = int_list("--vocab", args.vocab, 2)[: 2 if args.quick else None]
-    base = ToyConfig(
+    base = base_config(
+        args,
+        steps,
+        log_points=200,
         task="copy_current",
         C=4,
         n_embd=2,
-        steps=steps,
-        lr=args.lr,
-        init_std=args.init_std,
-        out_proj=args.out_proj,
-        batch_size=args.batch_size,
-        log_every=max(steps // 200, 1),
         snapshot_every=max(steps // 100, 1),
     )
     seeds = range(args.seed, args.seed + args.seeds)

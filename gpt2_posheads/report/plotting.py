@@ -176,6 +176,23 @@ def heatmap_grid(
     return fig
 
 
+def attention_panels(
+    panels: dict[str, np.ndarray], tokens, start: int, label: str, what: str, source: str
+) -> go.Figure:
+    """Attention sub-matrices ``{panel title: [q, k]}`` two to a row, on the attention scale (0..1), the
+    previous-token diagonal dotted: the figure of every script that compares a head clean vs intervened."""
+    return heatmap_grid(
+        panels,
+        cols=2,
+        zrange=(0, 1),
+        tokens=tokens,
+        x0=start,
+        mark_offset=1,
+        colorbar_title="attention",
+        title=f"{label}: {what}<br><sup>prompt 0 ({source}); dotted: previous token</sup>",
+    )
+
+
 def scatter3d_positions(
     points: dict[str, np.ndarray],
     title: str = "",

@@ -10,6 +10,7 @@ import torch
 
 from ..cli import Output, experiment_parser, open_output, positive
 from ..model.validation import UsageError
+from .train import ToyConfig
 
 MAX_DEFAULT_WORKERS = 8
 
@@ -84,6 +85,20 @@ def toy_setup(args, script_file: str) -> tuple[Output, int, Path]:
         shutil.rmtree(runs)
         runs.mkdir()
     return out, steps, runs
+
+
+def base_config(args, steps: int, log_points: int = 100, **task) -> ToyConfig:
+    """The script's base :class:`ToyConfig`: its task settings plus the training options every toy script takes
+    (``--lr``, ``--init-std``, ``--out-proj``, ``--batch-size``), logging ``log_points`` times per run."""
+    return ToyConfig(
+        steps=steps,
+        lr=args.lr,
+        init_std=args.init_std,
+        out_proj=args.out_proj,
+        batch_size=args.batch_size,
+        log_every=max(steps // log_points, 1),
+        **task,
+    )
 
 
 def robustness_section(out: Output, claims, base, args, runs: Path, title: str) -> dict | None:
