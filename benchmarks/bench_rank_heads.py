@@ -7,16 +7,11 @@ Both read the same 16 prompts of 256 tokens on a random 12x12, d_model-768 model
 prompt). Each variant runs in its own process so peak memory is measured per variant; ours also runs
 with 4x the prompts to show its peak memory does not grow with the number of prompts.
 
-The default run (103-106 s on 2 AVX2 cores of an AMD EPYC) times the baseline, our hook-free fast path in float32
-(and in bfloat16 where the CPU has native bfloat16 units) and the floor: only the float32 weight matmuls
-any exact method must do (the weights' FLOPs for 16 x 256 tokens). ``--full`` adds our pass through
-TransformerLens hooks and a run with 4x the prompts (peak memory must not grow).
-
-What made the fast path faster on an AVX2-only CPU (AMD EPYC, 2 cores), each measured against the one
-before it in the same run: the MLP in chunks of 256 rows per thread (its [rows, 3072] hidden activations
-stay in cache between the two matmuls; 512 rows at two threads was 7-13% faster than 256) with GELU
-written as ``x * sigmoid(2u)`` in place (PyTorch's vectorised tanh is slow there; same function to 5e-7).
-The ratio to the floor is printed against the floor's fastest call. See the README for the numbers.
+The default run times the baseline, our hook-free fast path in float32 (and in bfloat16 where the CPU has
+native bfloat16 units) and the floor: only the float32 weight matmuls any exact method must do (the weights'
+FLOPs for 16 x 256 tokens). ``--full`` adds our pass through TransformerLens hooks and a run with 4x the
+prompts (peak memory must not grow). The ratio to the floor is printed against the floor's fastest call.
+Figures, one column per machine: docs/benchmarks.md.
 """
 
 import argparse

@@ -5,10 +5,8 @@
 Both train the same 40 models for the same steps; the batched sweep stacks them on the model axis.
 Also checks that both give the same final losses. Then the same 40 models for 3x the steps as two
 batched groups of 20: in this process with 2 threads, and in 2 worker processes of 1 thread each
-(``train_sweep(workers=2)``, what the toy scripts do by default). Measured on a 2-core AMD EPYC (AVX2
-only), start-up of about 4 s included: 32.35 s vs 24.32 s at 900 steps (1.33x) since the last layer attends
-from the last query alone; before it, 42.87 vs 42.98 s (1.00x), and 0.86x at 300 steps. In the toy scripts'
-longer runs the processes bought 1.16-1.3x (002's default run 11.2 vs 13 minutes).
+(``train_sweep(workers=2)``, what the toy scripts do by default). Figures, one column per machine:
+docs/benchmarks.md.
 """
 
 import argparse

@@ -53,10 +53,10 @@ from .gpt2_post import CLAIMS as POST_CLAIMS
 from .gpt2_post import is_prev_token_head
 from .verdicts import Claim, Precondition, at_least, at_most, judge, predicate
 
-# The model shipped before the organism (4 layers, WikiText-2 only, 1,600 steps), evaluated by
-# :func:`heldout_loss` on the WikiText-2 held-out split (``split_docs(wikitext, 0.05, seed 0)``) with the same
-# tokenizer: the bar the organism's held-out loss must not exceed.
-REFERENCE_HELDOUT = {"model": "the first mini GPT-2 (4 layers, WikiText-2 only, 1,600 steps)", "loss": 4.29413}
+# The reference language model: the same architecture and tokenizer trained on WikiText-2 alone for 1,600 steps
+# (no synthetic phase), evaluated by :func:`heldout_loss` on the WikiText-2 held-out split
+# (``split_docs(wikitext, 0.05, seed 0)``). An organism must model text at least as well as a plain LM of its size.
+REFERENCE_HELDOUT = {"model": "a plain 4-layer LM, WikiText-2 alone, 1,600 steps", "loss": 4.29413}
 
 
 def _copy_loss(v) -> tuple[bool, str]:
