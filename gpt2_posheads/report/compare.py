@@ -1,0 +1,96 @@
+"""Two results folders side by side, claim by claim: did a change move any number or verdict?
+
+Each claim's ``measured`` value is flattened to scalar leaves (``ratios[0]``, ``L0H1 clean -> g10[1]``, ...); two
+leaves agree when both are NaN, or equal, or floats within ``rtol``/``atol``. Used to check that a refactor
+changes no number, and to see what a new model changes against a reference run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from .index import collect_summaries
+
+
+def flatten(x, prefix: str = "") -> dict[str, object]:
+    """Scalar leaves of nested dicts and lists, keyed by their path (``a.b[2]``)."""
+    if isinstance(x, dict):
+        out: dict[str, object] = {}
+        for k, v in x.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(x, (list, tuple)):
+        out = {}
+        for i, v in enumerate(x):
+            out.update(flatten(v, f"{prefix}[{i}]"))
+        return out
+    return {prefix: x}
+
+
+def same(a, b, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        a, b = float(a), float(b)
+        return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=rtol, abs_tol=atol)
+    return a == b
+
+
+def compare_claims(before: dict, after: dict, rtol: float = 1e-6, atol: float = 1e-9) -> pd.DataFrame:
+    """One row per claim of either summary: ``key``, ``verdict_before``, ``verdict_after``, ``n_numbers`` (leaves
+    compared), ``n_moved`` and ``moved`` (up to three ``path: before -> after``)."""
+
+    def by_key(s: dict) -> dict[str, dict]:
+        return {c.get("key") or c["claim"]: c for c in s.get("claims", [])}
+
+    b, a = by_key(before), by_key(after)
+    rows = []
+    for key in list(b) + [k for k in a if k not in b]:
+        fb, fa = flatten((b.get(key) or {}).get("measured")), flatten((a.get(key) or {}).get("measured"))
+        moved = [
+            f"{p}: {fb.get(p)} -> {fa.get(p)}"
+            for p in list(fb) + [p for p in fa if p not in fb]
+            if not same(fb.get(p), fa.get(p), rtol, atol)
+        ]
+        rows.append(
+            {
+                "key": key,
+                "verdict_before": (b.get(key) or {}).get("verdict", "-"),
+                "verdict_after": (a.get(key) or {}).get("verdict", "-"),
+                "n_numbers": len(set(fb) | set(fa)),
+                "n_moved": len(moved),
+                "moved": "; ".join(moved[:3]),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def compare_folders(before: Path, after: Path, rtol: float = 1e-6, atol: float = 1e-9) -> pd.DataFrame:
+    """:func:`compare_claims` for every ``summary.json`` found under both folders (matched by their path
+    relative to the folder), with a ``summary`` column naming it; summaries under one folder only are listed with
+    ``verdict_before`` or ``verdict_after`` ``"(no summary)"``."""
+    found = [{str(p.relative_to(root)): p for p, _ in collect_summaries(root)} for root in (before, after)]
+    frames = []
+    for rel in sorted(set(found[0]) | set(found[1])):
+        pb, pa = found[0].get(rel), found[1].get(rel)
+        if pb is None or pa is None:
+            frames.append(
+                pd.DataFrame(
+                    [
+                        {
+                            "key": "-",
+                            "verdict_before": "(no summary)" if pb is None else "-",
+                            "verdict_after": "(no summary)" if pa is None else "-",
+                            "n_numbers": 0,
+                            "n_moved": 0,
+                            "moved": "",
+                        }
+                    ]
+                )
+            )
+        else:
+            frames.append(compare_claims(json.loads(pb.read_text()), json.loads(pa.read_text()), rtol, atol))
+        frames[-1].insert(0, "summary", rel)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -1,0 +1,44 @@
+"""Comparing two results folders: what moved is found, what did not is not, NaN equals NaN."""
+
+import json
+
+from gpt2_posheads.report.compare import compare_claims, flatten
+
+from conftest import EXPERIMENTS, run_script
+
+
+def summary(ratio, verdict="held", masses=(0.9, float("nan"))):
+    return {
+        "script": "rank_prev_heads",
+        "claims": [
+            {"key": "sharp_prev_head", "claim": "c", "measured": {"head": "L0H1", "ratio": ratio}, "verdict": verdict},
+            {"key": "mask", "claim": "m", "measured": {"prev_mass": list(masses)}, "verdict": "not testable"},
+        ],
+    }
+
+
+def test_flatten_paths():
+    assert flatten({"a": {"b": [1, {"c": 2}]}, "d": 3}) == {"a.b[0]": 1, "a.b[1].c": 2, "d": 3}
+
+
+def test_only_what_moved_is_reported():
+    df = compare_claims(summary(0.0011), summary(0.0011)).set_index("key")
+    assert (df.n_moved == 0).all() and (df.verdict_before == df.verdict_after).all()  # NaN == NaN here
+    assert df.loc["sharp_prev_head", "n_numbers"] == 2
+    df = compare_claims(summary(0.0011), summary(0.0011 * (1 + 1e-9))).set_index("key")
+    assert (df.n_moved == 0).all()  # float noise within rtol
+    df = compare_claims(summary(0.0011), summary(0.2, "not held", masses=(0.9, 0.5))).set_index("key")
+    assert df.loc["sharp_prev_head", "n_moved"] == 1 and df.loc["sharp_prev_head", "verdict_after"] == "not held"
+    assert df.loc["sharp_prev_head", "moved"] == "ratio: 0.0011 -> 0.2"
+    assert df.loc["mask", "moved"] == "prev_mass[1]: nan -> 0.5"
+
+
+def test_script_exit_status_says_whether_anything_moved(tmp_path, capsys):
+    for name, ratio in (("a", 0.001), ("b", 0.001), ("c", 0.5)):
+        d = tmp_path / name / "rank_prev_heads" / "m"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps(summary(ratio)))
+    assert run_script(EXPERIMENTS / "compare_results.py", [str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    assert "(nothing moved)" in capsys.readouterr().out
+    assert run_script(EXPERIMENTS / "compare_results.py", [str(tmp_path / "a"), str(tmp_path / "c")]) == 1
+    assert "ratio: 0.001 -> 0.5" in capsys.readouterr().out
