@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpt2_posheads.cli import Parser, main_entry
+from gpt2_posheads.cli import Parser, main_entry, positive
 from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.report.compare import compare_folders
 
@@ -27,6 +27,10 @@ def main(argv=None):
     p.add_argument("--all", action="store_true", help="list every claim, not only those that moved")
     p.add_argument("--csv", default=None, help="also write the table to this CSV file")
     args = p.parse_args(argv)
+    positive("--rtol", args.rtol, 0, kind="a number")
+    positive("--atol", args.atol, 0, kind="a number")
+    if args.csv and not Path(args.csv).resolve().parent.is_dir():
+        raise UsageError("--csv", f"the folder of {args.csv} does not exist", "a file in an existing folder")
     for name in ("before", "after"):
         if not Path(getattr(args, name)).is_dir():
             raise UsageError(name, f"{getattr(args, name)} is not a folder", "a results folder", "e.g. results")
