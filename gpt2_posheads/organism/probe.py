@@ -60,7 +60,8 @@ def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int 
       ``prev_ratio_above0`` / ``prev_head_above0``: the same for the sharpest head above layer 0 on text.
     * ``prev_keep_avg10`` / ``prev_keep_avg10_above0``: the share of those heads' previous-token mass that
       survives averaging ``W_pos`` in groups of 10 (the post's L4H11 keeps nearly all of it; a head that reads
-      the previous position off ``W_pos`` loses most of it: the toy route, seen early).
+      the previous position off ``W_pos`` loses most of it: the toy route, seen early); NaN without positional
+      embeddings.
     * ``induction``: the best head's score on ``BOS r r`` (``r`` of ``seg`` random tokens).
     * ``loss_first`` / ``loss_second``: next-token loss on each copy, its first token left out
       (:func:`~gpt2_posheads.analysis.induction.copy_losses`).
@@ -90,8 +91,12 @@ def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int 
     model.train(was_training)
     il, ih = divmod(int(ind.argmax()), ind.shape[1])
 
+    has_positions = bool(clean_wpe.abs().max() > 0)  # an all-zero W_pos (no positional embeddings): nothing to average
+
     def keep(layer: int, head: int) -> float:
-        return float(mass_avg[layer, head, 1] / mass[layer, head, 1]) if layer >= 0 else float("nan")
+        if layer < 0 or not has_positions:
+            return float("nan")
+        return float(mass_avg[layer, head, 1] / mass[layer, head, 1])
 
     r_text, r_above = _sharpest(mass), _sharpest(mass, min_layer=1)
     name = lambda r: f"L{r[1]}H{r[2]}" if r[1] >= 0 else "none"  # noqa: E731
