@@ -150,16 +150,16 @@ def run_header(record: dict | None) -> str:
     )
 
 
-def index_html(
-    summaries: list[tuple[Path, dict]],
-    root: Path,
-    record: dict | None = None,
-    title: str = "gpt2_posheads: the posts' claims, measured",
-) -> str:
-    """The page (see the module doc)."""
+Cells = dict[tuple[str, str], dict[str, tuple[dict, dict, Path]]]
+
+
+def _claims_by_model(
+    summaries: list[tuple[Path, dict]], root: Path, record: dict | None = None
+) -> tuple[Cells, list[tuple[str, str]], list[str], dict[str, int]]:
+    """``(cells, order, models, counts)``: ``cells[(script, claim key)][model] = (claim, summary, folder)``, the
+    claim keys in the order met, the model columns (the run record's first), and the count of each verdict."""
     counts = dict.fromkeys(VERDICT_COLOURS, 0)
-    # (script, claim key) -> {model: (claim, summary, folder)}
-    cells: dict[tuple[str, str], dict[str, tuple[dict, dict, Path]]] = {}
+    cells: Cells = {}
     order: list[tuple[str, str]] = []
     models: list[str] = list((record or {}).get("models", []))
     for path, s in summaries:
@@ -172,6 +172,41 @@ def index_html(
                 order.append(k)
             cells.setdefault(k, {})[model] = (c, s, path.parent)
             counts[c.get("verdict")] = counts.get(c.get("verdict"), 0) + 1
+    return cells, order, models, counts
+
+
+def claims_markdown(root: Path, post_key: str) -> str:
+    """One post's claims as a Markdown table, one column per model: the verdict, the number as the page shows it
+    and the head it was measured on (for the docs; the page itself has the rules and reasons)."""
+    post = next((p for p in POSTS if p.key == post_key), None)
+    if post is None:
+        raise ValueError(f"unknown post {post_key!r}; posts: {', '.join(p.key for p in POSTS)}")
+    cells, order, models, _ = _claims_by_model(collect_summaries(root), root)
+    cols = models if post.needs_model else [TOY_COLUMN]
+
+    def cell(c: dict | None) -> str:
+        if c is None:
+            return "not measured"
+        head = f" on {c['head']}" if c.get("head") else ""
+        shown = (c.get("shown") or present(c.get("measured"), 90)).replace("|", "/")
+        return f"**{c.get('verdict', '?')}**{head}: {shown}"
+
+    lines = ["| claim | the post | " + " | ".join(cols) + " |", "| --- | --- |" + " --- |" * len(cols)]
+    for k in (k for k in order if k[0] in post.scripts):
+        first = next(iter(cells[k].values()))[0]
+        row = [cell(cells[k][m][0] if m in cells[k] else None) for m in cols]
+        lines.append(f"| {first.get('claim', '')} | {present(first.get('post', ''))} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def index_html(
+    summaries: list[tuple[Path, dict]],
+    root: Path,
+    record: dict | None = None,
+    title: str = "gpt2_posheads: the posts' claims, measured",
+) -> str:
+    """The page (see the module doc)."""
+    cells, order, models, counts = _claims_by_model(summaries, root, record)
     status = {(j["script"], j.get("model") or TOY_COLUMN): j["status"] for j in (record or {}).get("jobs", [])}
     sections = []
     for post in POSTS:

@@ -42,3 +42,21 @@ def test_script_exit_status_says_whether_anything_moved(tmp_path, capsys):
     assert "(nothing moved)" in capsys.readouterr().out
     assert run_script(EXPERIMENTS / "compare_results.py", [str(tmp_path / "a"), str(tmp_path / "c")]) == 1
     assert "ratio: 0.001 -> 0.5" in capsys.readouterr().out
+
+
+def test_claims_markdown_has_a_column_per_model(tmp_path):
+    from gpt2_posheads.report.index import claims_markdown
+
+    for model, ratio, verdict in (("mini-a", 0.00112, "held"), ("mini-b", 0.5, "not held")):
+        d = tmp_path / "rank_prev_heads" / model
+        d.mkdir(parents=True)
+        s = summary(ratio, verdict)
+        s["model"] = f"data/{model}"
+        s["claims"][0].update(head="L0H1", post="L4H11: ratio 0.01", claim="a sharp head")
+        (d / "summary.json").write_text(json.dumps(s))
+    md = claims_markdown(tmp_path, "004").splitlines()
+    assert md[0] == "| claim | the post | data/mini-a | data/mini-b |"
+    assert (
+        md[2]
+        == "| a sharp head | L4H11: ratio 0.01 | **held** on L0H1: head L0H1; ratio 0.00112 | **not held** on L0H1: head L0H1; ratio 0.5 |"
+    )
