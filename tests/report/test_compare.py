@@ -56,7 +56,7 @@ def test_claims_markdown_has_a_column_per_model(tmp_path):
         (d / "summary.json").write_text(json.dumps(s))
     md = claims_markdown(tmp_path, "004").splitlines()
     assert md[0] == "| claim | the post | data/mini-a | data/mini-b |"
-    assert (
-        md[2]
-        == "| a sharp head | L4H11: ratio 0.01 | **held** on L0H1: head L0H1; ratio 0.00112 | **not held** on L0H1: head L0H1; ratio 0.5 |"
+    assert md[2] == (
+        "| a sharp head | L4H11: ratio 0.01 | **held** on L0H1: head L0H1; ratio 0.00112 "
+        "| **not held** on L0H1: head L0H1; ratio 0.500 |"
     )
