@@ -97,6 +97,7 @@ def main(argv=None):
         "ctx_double_every": "the synthetic window length doubles every this many steps (0: never)",
         "probe_every": "steps between measurements of the mechanism",
         "pos_avg_max": "largest W_pos group size of the averaging augmentation",
+        "pos_avg_start": "the first step of the averaging augmentation",
     }
     for name, h in ints.items():
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name), help=h)
@@ -175,7 +176,10 @@ def main(argv=None):
         positive(
             "--" + name.replace("_", "-"),
             getattr(args, name),
-            0 if name in ("synthetic_steps", "warmup", "synthetic_ctx", "ctx_double_every", "skip_only_steps") else 1,
+            0
+            if name
+            in ("synthetic_steps", "warmup", "synthetic_ctx", "ctx_double_every", "skip_only_steps", "pos_avg_start")
+            else 1,
         )
     positive("--threads", args.threads, 1)
     if not args.lr > 0:

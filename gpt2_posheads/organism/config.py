@@ -53,6 +53,7 @@ class MiniConfig:
     pos_smooth: float = 0.0  # weight of the roughness penalty on W_pos (see :func:`pos_roughness`)
     pos_avg_prob: float = 0.0  # chance that a step sees W_pos averaged in groups (training augmentation)
     pos_avg_max: int = 20  # ... of a random size 2..pos_avg_max, at a random offset
+    pos_avg_start: int = 0  # ... from this step on (a circuit learned first, then made robust)
     # bookkeeping
     checkpoint_minutes: float = 5.0
     probe_every: int = 100

@@ -59,9 +59,10 @@ def pos_roughness(w: torch.Tensor) -> torch.Tensor:
 
 
 def pos_average_at(cfg: MiniConfig, step: int) -> tuple[int, int] | None:
-    """``(group size, offset)`` when step ``step`` trains on group-averaged ``W_pos`` (chance ``pos_avg_prob``;
-    size uniform in 2..``pos_avg_max``, offset uniform below it), else ``None``; seeded by the step."""
-    if cfg.pos_avg_prob <= 0:
+    """``(group size, offset)`` when step ``step`` trains on group-averaged ``W_pos`` (from step ``pos_avg_start``
+    on, chance ``pos_avg_prob``; size uniform in 2..``pos_avg_max``, offset uniform below it), else ``None``;
+    seeded by the step."""
+    if cfg.pos_avg_prob <= 0 or step < cfg.pos_avg_start:
         return None
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step + 777_777)
     if float(torch.rand(1, generator=gen)) >= cfg.pos_avg_prob:

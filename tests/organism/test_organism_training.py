@@ -108,3 +108,19 @@ def test_training_resumes_exactly(tmp_path):
     assert [l for _, l in resumed["loss"]] == pytest.approx([l for _, l in straight["loss"]], rel=1e-5)
     rec = json.loads((tmp_path / "b" / "training.json").read_text())
     assert rec["config"]["steps"] == 4 and len(rec["probes"]) == 2
+
+
+def test_pos_averaging_augmentation_schedule():
+    """Steps before ``pos_avg_start`` never average; after it about ``pos_avg_prob`` of them do, each with a group
+    size in 2..pos_avg_max and an offset below it, the same on every call (resumes see the same schedule)."""
+    from gpt2_posheads.organism.positions import pos_average_at
+
+    cfg = MiniConfig(pos_avg_prob=0.5, pos_avg_max=20, pos_avg_start=300)
+    draws = [pos_average_at(cfg, s) for s in range(1300)]
+    assert all(d is None for d in draws[:300])
+    on = [d for d in draws[300:] if d is not None]
+    assert 400 <= len(on) <= 600  # 1,000 steps at chance 0.5
+    assert all(2 <= g <= 20 and 0 <= off < g for g, off in on)
+    assert {g for g, _ in on} == set(range(2, 21))
+    assert draws == [pos_average_at(cfg, s) for s in range(1300)]
+    assert all(pos_average_at(MiniConfig(), s) is None for s in range(100))  # off by default
