@@ -66,3 +66,21 @@ def token_dependence(per_token: torch.Tensor) -> float:
     spread = (per_token.double() - mean).flatten(1).norm(dim=1).mean()
     denom = mean.norm()
     return float(spread / denom) if denom > 0 else math.inf
+
+
+def neighbour_cosines(w: torch.Tensor, bounds: tuple[int, ...] = (1, 16, 64, 256)) -> list[float]:
+    """Mean cosine of consecutive rows of mean-centred ``w`` ``[n_pos, d]``, over each position range
+    ``bounds[i]..bounds[i+1]`` (ranges beyond ``n_pos`` are cut; empty ones are NaN).
+
+    ``cos(w[p] - m, w[p+1] - m)``, ``m`` the mean row: near +1 for a smooth curve (GPT-2's ``W_pos``, centred
+    over its 1,024 rows: 0.991, 0.999, 0.999 over 1-16, 16-64, 64-255), negative where neighbours alternate in
+    sign (a layer-0 head can then tell the previous position apart along one direction: the toy route of the
+    sparse-attention post 000).
+    """
+    c = w.float() - w.float().mean(0)
+    cos = torch.nn.functional.cosine_similarity(c[:-1], c[1:], dim=-1)  # [n_pos - 1]: rows p and p + 1
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        part = cos[lo : min(hi, len(cos))]
+        out.append(float(part.mean()) if len(part) else float("nan"))
+    return out

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from ..analysis.diagonals import choose_aggregator, diagonal_attention, early_prev_heads, rank_from_diagonals
+from ..analysis.geometry import neighbour_cosines
 from ..analysis.induction import induction_scores
 from ..analysis.interventions import (
     average_ext_pos_embed,
@@ -43,6 +44,7 @@ from ..analysis.interventions import (
     scale_head_output,
 )
 from ..analysis.measures import compare_head_patterns, next_token_probs
+from ..analysis.posembed import load_w_pos
 from ..analysis.prompts import encode_stream
 from ..analysis.repeat_prompt import edit_mapping, repeat_string_prompt, single_token_target
 from ..analysis.scores import classify_prev_heads, score_profile
@@ -204,6 +206,8 @@ def organism_targets(
         "n_prev_heads_text": int(rank_text.is_prev_token.sum()),
         "early_prev_heads": early.name.tolist(),
     }
+    if has_learned_positions(model):  # how smooth W_pos is (GPT-2: +0.99; the toy route's alternating: negative)
+        m["w_pos_neighbour_cosine"] = dict(zip(("1-16", "16-64", "64-255"), neighbour_cosines(load_w_pos(model))))
     claims = [
         judge(
             "a sharp previous-token head on natural text",

@@ -124,3 +124,24 @@ def test_layer0_identity_real_w_pos(shared, tmp_path, small_tokenizer):
     raw = load_model(d, device="cpu", center_writing_weights=False)
     ext = extended_pos_embeddings(raw, 0, n_prompts=2, batch_size=2)
     torch.testing.assert_close(ext, w - w.mean(0), atol=1e-4, rtol=1e-4)
+
+
+def test_neighbour_cosines_known_answers(shared):
+    """A circle of n points: consecutive centred rows at angle 2 pi / n, cosine cos(2 pi / n) exactly; rows that
+    alternate in sign around a direction: about -1; GPT-2's real W_pos: a smooth curve (0.991, 0.999, 0.999)."""
+    import numpy as np
+
+    from gpt2_posheads.analysis.geometry import neighbour_cosines
+
+    n = 256
+    angle = torch.arange(n) * 2 * math.pi / n
+    circle = torch.stack([angle.cos(), angle.sin()], dim=1)
+    assert neighbour_cosines(circle) == pytest.approx([math.cos(2 * math.pi / n)] * 3, abs=1e-5)
+    signs = torch.tensor([(-1.0) ** p for p in range(n)])[:, None]
+    alternating = signs * torch.tensor([[1.0, 0.5]]) + 0.01 * torch.randn(
+        n, 2, generator=torch.Generator().manual_seed(0)
+    )
+    assert all(c < -0.95 for c in neighbour_cosines(alternating))
+    assert math.isnan(neighbour_cosines(circle[:10])[1])  # a range beyond the rows is empty
+    gpt2 = torch.tensor(np.load(shared / "gpt2-small" / "W_pos.npy"))
+    assert neighbour_cosines(gpt2) == pytest.approx([0.991, 0.999, 0.999], abs=1e-3)
