@@ -337,7 +337,7 @@ def organism_targets(
             (len(self_sup), self_sup),
             key="early_self",
             head=",".join(early.name),
-            preconditions=[below],
+            preconditions=[below, is_prev],  # "below the sharp head" means nothing when it is no previous-token head
             shown=f"{len(self_sup)} of {len(early)}",
         ),
         judge(
