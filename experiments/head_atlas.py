@@ -1,7 +1,7 @@
 """A head atlas across models: every head's previous-token ratio and top offset, induction and duplicate-token
 scores, under one stated protocol; one table per model and one mosaic across models.
 
-    python experiments/head_atlas.py --model-dirs data/mini-gpt2,data/mini-gpt2-wpos
+    python experiments/head_atlas.py --model-dirs data/mini-gpt2,path/to/another-model
     python experiments/head_atlas.py --models gpt2,gpt2-medium,EleutherAI/pythia-160m      # needs the hub
     python experiments/head_atlas.py --models gpt2 --protocol ood-composition              # + the published protocol
 

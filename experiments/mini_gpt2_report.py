@@ -2,7 +2,7 @@
 claim by claim, does the post's causal story hold on it?
 
     python experiments/mini_gpt2_report.py --model-dir data/mini-gpt2            # ~5 min on 2 CPU cores
-    python experiments/mini_gpt2_report.py --model-dir data/mini-gpt2-wpos
+    python experiments/mini_gpt2_report.py --model-dir my-organism --compare data/mini-gpt2
     python experiments/mini_gpt2_report.py --model-dir data/mini-gpt2 --skip-scripts   # targets only
 
 Part 1, the targets (gpt2_posheads.claims.organism), each a rule fixed before any model was trained: a sharp
@@ -50,6 +50,7 @@ STORY = [
     ("ext_pos_vs_wpe", "ext_sparser"),
     ("ext_pos_vs_wpe", "ext_token_independent"),
 ]
+# the other organism of a pair, when both are shipped (its latest results fill the middle column)
 CONTRAST = {"mini-gpt2": "data/mini-gpt2-wpos", "mini-gpt2-wpos": "data/mini-gpt2"}
 
 
@@ -185,6 +186,8 @@ def main(argv=None):
                 raise KeyboardInterrupt
     story = story_rows(slug)
     contrast_dir = args.compare or CONTRAST.get(slug)
+    if contrast_dir and not args.compare and not (REPO_ROOT / contrast_dir).is_dir():
+        contrast_dir = None  # that organism is not shipped
     contrast_slug = Path(contrast_dir).resolve().name if contrast_dir else None
     contrast = (
         story_rows(contrast_slug) if contrast_slug and (RESULTS / "rank_prev_heads" / contrast_slug).exists() else None

@@ -26,7 +26,7 @@ from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.report.explorer import write_explorer
 from gpt2_posheads.report.index import write_index
 
-SHIPPED = ("data/mini-gpt2", "data/mini-gpt2-wpos")
+SHIPPED = ("data/mini-gpt2",)
 
 
 def main(argv=None):
