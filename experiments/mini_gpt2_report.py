@@ -50,8 +50,6 @@ STORY = [
     ("ext_pos_vs_wpe", "ext_sparser"),
     ("ext_pos_vs_wpe", "ext_token_independent"),
 ]
-# the other organism of a pair, when both are shipped (its latest results fill the middle column)
-CONTRAST = {"mini-gpt2": "data/mini-gpt2-wpos", "mini-gpt2-wpos": "data/mini-gpt2"}
 
 
 def story_rows(slug: str) -> dict[str, dict]:
@@ -185,9 +183,7 @@ def main(argv=None):
             if run_experiment(name, margs) == 130:
                 raise KeyboardInterrupt
     story = story_rows(slug)
-    contrast_dir = args.compare or CONTRAST.get(slug)
-    if contrast_dir and not args.compare and not (REPO_ROOT / contrast_dir).is_dir():
-        contrast_dir = None  # that organism is not shipped
+    contrast_dir = args.compare
     contrast_slug = Path(contrast_dir).resolve().name if contrast_dir else None
     contrast = (
         story_rows(contrast_slug) if contrast_slug and (RESULTS / "rank_prev_heads" / contrast_slug).exists() else None

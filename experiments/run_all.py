@@ -1,7 +1,7 @@
 """The main job: every claim script of every post, then results/index.html (verdicts side by side per model) and an
 offline attention explorer per model.
 
-    python experiments/run_all.py                       # the shipped organisms + the four toy posts
+    python experiments/run_all.py                       # the shipped organism + the four toy posts
     python experiments/run_all.py --models gpt2         # also real GPT-2 small (needs the Hugging Face hub)
     python experiments/run_all.py --quick               # smoke test: toy claims 'not testable'
 

@@ -177,7 +177,7 @@ def _claims_by_model(
 
 def claims_markdown(root: Path, post_key: str) -> str:
     """One post's claims as a Markdown table, one column per model: the verdict, the number as the page shows it
-    and the head it was measured on (for the docs; the page itself has the rules and reasons)."""
+    and the head it was measured on (for the docs; a `not testable` cell says what failed; the page itself has the rules)."""
     post = next((p for p in POSTS if p.key == post_key), None)
     if post is None:
         raise ValueError(f"unknown post {post_key!r}; posts: {', '.join(p.key for p in POSTS)}")
@@ -188,8 +188,11 @@ def claims_markdown(root: Path, post_key: str) -> str:
         if c is None:
             return "not measured"
         head = f" on {c['head']}" if c.get("head") else ""
-        shown = (c.get("shown") or present(c.get("measured"), 90)).replace("|", "/")
-        return f"**{c.get('verdict', '?')}**{head}: {shown}"
+        if c.get("verdict") == "not testable" and c.get("why"):  # what failed says more than partial numbers
+            shown = c["why"].removeprefix("not testable here: ")
+        else:
+            shown = c.get("shown") or present(c.get("measured"), 90)
+        return f"**{c.get('verdict', '?')}**{head}: {shown.replace('|', '/')}"
 
     lines = ["| claim | the post | " + " | ".join(cols) + " |", "| --- | --- |" + " --- |" * len(cols)]
     for k in (k for k in order if k[0] in post.scripts):

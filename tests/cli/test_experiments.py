@@ -188,7 +188,7 @@ def test_run_all_runs_every_script_per_model_and_writes_the_page(tmp_path, monke
     run_all = load_script("run_all")
     calls = []
     dirs = []
-    for name in ("mini-gpt2", "mini-gpt2-wpos"):  # two model folders (the runner never loads them here)
+    for name in ("mini-gpt2", "my-model"):  # two model folders (the runner never loads them here)
         d = tmp_path / "models" / name
         d.mkdir(parents=True)
         (d / "config.json").write_text("{}")

@@ -53,6 +53,7 @@ def test_claims_markdown_has_a_column_per_model(tmp_path):
         s = summary(ratio, verdict)
         s["model"] = f"data/{model}"
         s["claims"][0].update(head="L0H1", post="L4H11: ratio 0.01", claim="a sharp head")
+        s["claims"][1].update(why="not testable here: L0H1 sits in layer 0", post="disrupted")
         (d / "summary.json").write_text(json.dumps(s))
     md = claims_markdown(tmp_path, "004").splitlines()
     assert md[0] == "| claim | the post | data/mini-a | data/mini-b |"
@@ -60,3 +61,4 @@ def test_claims_markdown_has_a_column_per_model(tmp_path):
         "| a sharp head | L4H11: ratio 0.01 | **held** on L0H1: head L0H1; ratio 0.00112 "
         "| **not held** on L0H1: head L0H1; ratio 0.500 |"
     )
+    assert md[3] == "| m | disrupted | **not testable**: L0H1 sits in layer 0 | **not testable**: L0H1 sits in layer 0 |"

@@ -1,4 +1,4 @@
-"""The committed activation caches of the shipped organisms, against numbers recomputed from the models, and
+"""The committed activation cache of each shipped organism, against numbers recomputed from the models, and
 measured facts of each organism read through its cache; marked ``gpt2``, the GPT-2 post's numbers against a real
 GPT-2 cache when one has been built."""
 
@@ -17,7 +17,7 @@ from gpt2_posheads.model.paths import REPO_ROOT
 from gpt2_posheads.model.validation import parse_head
 from gpt2_posheads.store.cache import PosheadsCache
 
-ORGANISMS = ["mini-gpt2"] + (["mini-gpt2-wpos"] if (REPO_ROOT / "data" / "mini-gpt2-wpos").exists() else [])
+ORGANISMS = ["mini-gpt2"]  # each shipped organism with its committed cache
 GPT2_CACHE = REPO_ROOT / "data" / "gpt2-cache.safetensors"
 
 
