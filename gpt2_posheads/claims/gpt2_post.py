@@ -297,7 +297,7 @@ def model_copies(p_clean: dict[str, float]) -> Precondition:
     return Precondition(
         f"the model copies on the repeat-string prompt (P(right continuation) >= {COPY_THRESHOLD})",
         worst >= COPY_THRESHOLD,
-        f"the model does not copy on the repeat-string prompt ({shown}; needs >= {COPY_THRESHOLD})",
+        f"the model does not copy these repeat-string prompts ({shown}; needs >= {COPY_THRESHOLD})",
     )
 
 

@@ -177,7 +177,8 @@ def _claims_by_model(
 
 def claims_markdown(root: Path, post_key: str) -> str:
     """One post's claims as a Markdown table, one column per model: the verdict, the number as the page shows it
-    and the head it was measured on (for the docs; a `not testable` cell says what failed; the page itself has the rules)."""
+    and the head it was measured on (for the docs; a `not testable` cell says what failed; the page itself has
+    the rules)."""
     post = next((p for p in POSTS if p.key == post_key), None)
     if post is None:
         raise ValueError(f"unknown post {post_key!r}; posts: {', '.join(p.key for p in POSTS)}")

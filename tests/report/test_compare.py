@@ -61,4 +61,5 @@ def test_claims_markdown_has_a_column_per_model(tmp_path):
         "| a sharp head | L4H11: ratio 0.01 | **held** on L0H1: head L0H1; ratio 0.00112 "
         "| **not held** on L0H1: head L0H1; ratio 0.500 |"
     )
-    assert md[3] == "| m | disrupted | **not testable**: L0H1 sits in layer 0 | **not testable**: L0H1 sits in layer 0 |"
+    untestable = "**not testable**: L0H1 sits in layer 0"
+    assert md[3] == f"| m | disrupted | {untestable} | {untestable} |"
