@@ -26,7 +26,7 @@ from gpt2_posheads.organism.probe import _diagonal_masses, _sharpest
 from gpt2_posheads.store.cache import build_cache
 
 
-def test_one_previous_token_ratio_everywhere(tiny_model, small_tokenizer):
+def test_one_previous_token_ratio_everywhere(tiny_model, small_tokenizer, shared):  # prompts from WikiText-2
     """The same head on the same prompts gets the same ratio from the ranking, the cache, the training probe's
     definition, the atlas and path ablation's clean row."""
     prompts = make_prompts(small_tokenizer, 4, 48, source="wikitext", seed=3)
@@ -52,7 +52,7 @@ def test_one_previous_token_ratio_everywhere(tiny_model, small_tokenizer):
     assert clean["prev_mass"] == pytest.approx(rank.loc["L2H1", "prev_mass"], abs=1e-5)
 
 
-def test_cache_gives_the_models_extended_embeddings_for_a_shorter_seq_len(tiny_model, small_tokenizer):
+def test_cache_gives_the_models_extended_embeddings_for_a_shorter_seq_len(tiny_model, small_tokenizer, shared):
     prompts = make_prompts(small_tokenizer, 2, 32, source="wikitext")
     cache = build_cache(tiny_model, prompts, [], "tiny", ext_n_prompts=3, seed=5, progress=False)
     for layer in (0, 2):
@@ -154,7 +154,7 @@ def test_the_post_edit_touches_only_two_queries(small_tokenizer):
     assert mapping == {w2[0]: w1[0] - 1, w3[0]: w1[-1]}  # turtle -> before ninja; pirate -> ninja
 
 
-def test_make_prompts_is_deterministic_and_starts_with_bos(small_tokenizer):
+def test_make_prompts_is_deterministic_and_starts_with_bos(small_tokenizer, shared):
     a = make_prompts(small_tokenizer, 3, 40, source="wikitext", seed=7)
     b = make_prompts(small_tokenizer, 3, 40, source="wikitext", seed=7)
     c = make_prompts(small_tokenizer, 3, 40, source="wikitext", seed=8)
