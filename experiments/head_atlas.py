@@ -26,6 +26,7 @@ from gpt2_posheads.cli import (
     Parser,
     add_prompt_args,
     check_device,
+    check_hub_names,
     check_model_dir,
     corpus_prompts,
     main_entry,
@@ -33,7 +34,7 @@ from gpt2_posheads.cli import (
 )
 from gpt2_posheads.cli.output import Output, default_target
 from gpt2_posheads.model.identity import has_learned_positions, position_kind
-from gpt2_posheads.model.loading import ModelLoadError, hub_reachable, load_model
+from gpt2_posheads.model.loading import ModelLoadError, load_model
 from gpt2_posheads.model.validation import UsageError
 
 METRICS = (("sharpness", "previous-token: 1 - ratio"), ("induction", "induction"), ("duplicate", "duplicate-token"))
@@ -67,13 +68,7 @@ def main(argv=None):
             check_model_dir(d)
         except UsageError as e:
             raise UsageError("--model-dirs", e.problem, e.allowed, e.hint) from None
-    if hub and not hub_reachable():
-        raise UsageError(
-            "--models",
-            f"{', '.join(hub)} need the Hugging Face hub, which is unreachable",
-            "hub names on a machine with internet",
-            "or --model-dirs with local copies",
-        )
+    check_hub_names(hub)
     check_device(args.device)
     positive("--n-prompts", args.n_prompts)
     positive("--seq-len", args.seq_len, 2)

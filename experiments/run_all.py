@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, TOY_SCRIPTS
-from gpt2_posheads.cli import RESULTS, Parser, check_device, check_model_dir, main_entry, write_json
+from gpt2_posheads.cli import RESULTS, Parser, check_device, check_hub_names, check_model_dir, main_entry, write_json
 from gpt2_posheads.cli.output import acquire_lock, now_iso
 from gpt2_posheads.cli.runner import run_experiment
-from gpt2_posheads.model.loading import hub_reachable, load_model
+from gpt2_posheads.model.loading import load_model
 from gpt2_posheads.model.precision import machine_description
 from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.report.explorer import write_explorer
@@ -50,13 +50,7 @@ def main(argv=None):
         except UsageError as e:
             raise UsageError("--model-dirs", e.problem, e.allowed, e.hint) from None
     hub = [m.strip() for m in args.models.split(",") if m.strip()]
-    if hub and not hub_reachable():
-        raise UsageError(
-            "--models",
-            f"{', '.join(hub)} need the Hugging Face hub, which is unreachable",
-            "hub names on a machine with internet",
-            "or --model-dirs with local copies",
-        )
+    check_hub_names(hub)
     check_device(args.device)
     scripts = list(MODEL_SCRIPTS + TOY_SCRIPTS)
     if args.only:

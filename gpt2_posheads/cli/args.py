@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ..model.loading import hub_reachable
 from ..model.paths import REPO_ROOT
 from ..model.validation import UsageError
 from .heads import HeadSpec
@@ -222,6 +223,18 @@ def check_model_dir(model_dir: str | None) -> dict | None:
             "re-save the model with save_pretrained",
         )
     return cfg
+
+
+def check_hub_names(hub: Sequence[str]) -> None:
+    """Hub names (``--models``) need the Hugging Face hub: refuse them in one line, within seconds, when it is
+    unreachable (before any model is loaded), and point at local folders."""
+    if hub and not hub_reachable():
+        raise UsageError(
+            "--models",
+            f"{', '.join(hub)} need the Hugging Face hub, which is unreachable",
+            "hub names on a machine with internet",
+            "or --model-dirs with local copies",
+        )
 
 
 def check_device(device: str | None) -> None:
