@@ -1,0 +1,243 @@
+"""The verdict every claim must get on every compiled model and on ``data/mini-gpt2``, from how each model is built.
+
+Written down before any claim was measured on the models; the test ``tests/organism/test_known_answers.py`` builds
+the models, runs every claim script of the GPT-2 post and the organism report, and asserts this table. Where a
+verdict differs, either a rule is wrong (fix the rule) or a construction is (fix the construction); the table is
+never edited to match a measurement.
+
+Models (``gpt2_posheads.organism.compiled``):
+
+* ``route-gpt2``: the post's route. A layer-0 head attends uniformly and counts from BOS; the layer-0 MLP turns
+  the count into a position; four layer-1 heads rise towards recent keys and dip at their own token
+  (self-suppressing); a layer-2 aggregator matches their estimate of the previous token against each key's token;
+  a layer-3 induction head reads the aggregator. ``W_pos`` is GPT-2's helix and nothing reads it.
+* ``lookalike-wpos``: the same behaviour, but the sharp layer-2 head reads the previous position straight off fine
+  components of ``W_pos``; the layers below write nothing.
+* ``lookalike-boost``: the route, but the layer-1 heads *boost* the previous position (a bump in their score from
+  sines and cosines of the counted position) instead of suppressing their own token.
+* ``lookalike-decoy``: the route's layers 0-1 (self-suppressing early heads that write their estimate), but the
+  sharp layer-2 head ignores them and reads fine components of ``W_pos``, as in ``lookalike-wpos``.
+* ``lookalike-none``: positions are counted, but no head attends to the previous token and nothing copies.
+* ``mini-gpt2``: the trained organism (``data/mini-gpt2``): a layer-0 previous-token head that reads an alternating
+  ``W_pos`` (the toy post's route), induction and copying. Its geometry is not set by hand: those rows are ``None``.
+"""
+
+from __future__ import annotations
+
+HELD, NOT_HELD, NOT_TESTABLE = "held", "not held", "not testable"
+MODELS = ("route-gpt2", "lookalike-wpos", "lookalike-boost", "lookalike-decoy", "lookalike-none", "mini-gpt2")
+
+# (script, claim key) -> {model: (verdict, reason from the construction)}; None: not set by the construction
+_R, _W, _B, _D, _N, _M = MODELS
+KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
+    ("rank_prev_heads", "sharp_prev_head"): {
+        _R: (HELD, "the aggregator's match with the early heads' estimate is decisive: ratio far below 0.10"),
+        _W: (HELD, "the W_pos reader's kernel peaks at p-1 only: a sharp head"),
+        _B: (HELD, "the same aggregator as route-gpt2"),
+        _D: (HELD, "the same W_pos reader as lookalike-wpos"),
+        _N: (NOT_HELD, "no head attends to the previous token"),
+        _M: (HELD, "its layer-0 head (card: ratio 0.0013)"),
+    },
+    ("rank_prev_heads", "sharpest_stands_alone"): {
+        _R: (HELD, "the next previous-token heads are the messy early heads (ratios ~0.3-0.5)"),
+        _W: (HELD, "it is the only previous-token head"),
+        _B: (HELD, "the next are the messy boosting heads (ratios ~0.3-0.5)"),
+        _D: (HELD, "the next are the messy decoy heads (ratios ~0.3-0.5)"),
+        _N: (NOT_HELD, "there is no sharp head"),
+        _M: (HELD, "card: 0.0011 against 0.139"),
+    },
+    ("rank_prev_heads", "half_prev_heads"): {
+        _R: (HELD, "8 of 16 heads: four early heads, the aggregator and three inert copies of early heads"),
+        _W: (NOT_HELD, "1 of 16: only the W_pos reader"),
+        _B: (HELD, "8 of 16, as route-gpt2"),
+        _D: (HELD, "8 of 16, as route-gpt2"),
+        _N: (NOT_HELD, "no previous-token head"),
+        _M: (HELD, "6 of 16 (38%) in its documented ranking"),
+    },
+    ("pos_embed_helix", "wpos_helix"): {
+        _R: (HELD, "W_pos is GPT-2's own helix (its first 256 rows, top eight principal components)"),
+        _W: (HELD, "GPT-2's helix plus fine components too small to move the principal components"),
+        _B: (HELD, "GPT-2's helix"),
+        _D: (HELD, "GPT-2's helix plus small fine components"),
+        _N: (HELD, "GPT-2's helix"),
+        _M: (NOT_HELD, "a learned W_pos whose neighbouring rows alternate in sign: no low-dimensional curve"),
+    },
+    ("pos_embed_helix", "ext_helix"): {
+        _R: (HELD, "at layer 2 the residual's positional part is W_pos plus a count and a position 20x smaller"),
+        _W: (HELD, "nothing below layer 2 writes: the extended embeddings are W_pos"),
+        _B: (HELD, "W_pos plus small position features"),
+        _D: (HELD, "W_pos plus small position features"),
+        _N: (HELD, "W_pos plus small position features"),
+        _M: None,
+    },
+    ("ext_pos_vs_wpe", "ext_same_subspace"): {
+        _R: (HELD, "the extended embeddings are W_pos's helix plus small features: the same subspace"),
+        _W: (HELD, "the extended embeddings are W_pos"),
+        _B: (HELD, "W_pos's helix plus small features"),
+        _D: (HELD, "W_pos's helix plus small features"),
+        _N: (HELD, "W_pos's helix plus small features"),
+        _M: (NOT_TESTABLE, "its W_pos is not a helix, so there is no helix subspace to compare with"),
+    },
+    ("ext_pos_vs_wpe", "ext_sparser"): {
+        _R: (NOT_HELD, "the extended embeddings are W_pos almost unchanged: no sparser"),
+        _W: (NOT_HELD, "the extended embeddings are W_pos"),
+        _B: (NOT_HELD, "W_pos almost unchanged"),
+        _D: (NOT_HELD, "W_pos almost unchanged"),
+        _N: (NOT_HELD, "W_pos almost unchanged"),
+        _M: None,
+    },
+    ("ext_pos_vs_wpe", "ext_token_independent"): {
+        _R: (HELD, "on a repeated token every head writes the same vector at every position (BOS avoided)"),
+        _W: (HELD, "nothing below layer 2 writes"),
+        _B: (HELD, "as route-gpt2"),
+        _D: (HELD, "as route-gpt2"),
+        _N: (HELD, "its heads write nothing"),
+        _M: None,
+    },
+    ("pos_embed_averaging", "avg_output_unchanged"): {
+        _R: (HELD, "nothing reads W_pos: averaging it changes nothing"),
+        _W: (NOT_HELD, "copying needs the W_pos reader, which averaging destroys"),
+        _B: (HELD, "nothing reads W_pos"),
+        _D: (NOT_HELD, "copying needs the W_pos reader"),
+        _N: (NOT_TESTABLE, "it does not copy"),
+        _M: (NOT_TESTABLE, "it does not copy the reply's first word (documented: P 0.0002)"),
+    },
+    ("pos_embed_averaging", "avg_breaks_down"): {
+        _R: (NOT_HELD, "nothing reads W_pos: no group size changes the output"),
+        _W: (NOT_HELD, "the output already breaks at groups of 20, not between 20 and 100"),
+        _B: (NOT_HELD, "nothing reads W_pos"),
+        _D: (NOT_HELD, "the output already breaks at groups of 20"),
+        _N: (NOT_TESTABLE, "it does not copy"),
+        _M: (NOT_TESTABLE, "it does not copy the reply's first word"),
+    },
+    ("pos_embed_averaging", "avg_prev_heads_unaffected"): {
+        _R: (HELD, "nothing reads W_pos"),
+        _W: (NOT_HELD, "the sharp head reads W_pos's fine components, which groups of 10 average away"),
+        _B: (HELD, "nothing reads W_pos"),
+        _D: (NOT_HELD, "the sharp head reads W_pos's fine components"),
+        _N: (NOT_TESTABLE, "no previous-token head"),
+        _M: (NOT_HELD, "its layer-0 head reads the alternating W_pos (documented: keeps 3%)"),
+    },
+    ("mask_prev_attention", "mask_disrupts"): {
+        _R: (HELD, "masked rows: the early heads cannot see p-1, so their estimate points elsewhere"),
+        _W: (NOT_HELD, "the layers below write nothing: masking them changes nothing"),
+        _B: (HELD, "masked rows: the boosting heads cannot see p-1"),
+        _D: (NOT_HELD, "the sharp head ignores the masked early heads"),
+        _N: (NOT_TESTABLE, "no previous-token head"),
+        _M: (NOT_TESTABLE, "its sharp head sits in layer 0: nothing below to mask"),
+    },
+    ("raw_scores_taxonomy", "early_self_suppressing"): {
+        _R: (HELD, "all four early heads: a rising score with a dip at their own token"),
+        _W: (NOT_TESTABLE, "no previous-token head below the sharp head"),
+        _B: (NOT_HELD, "the early heads boost p-1 and have no dip"),
+        _D: (HELD, "the decoy early heads are the route's self-suppressing heads"),
+        _N: (NOT_TESTABLE, "no previous-token head"),
+        _M: (NOT_TESTABLE, "its sharp head sits in layer 0: no head below it"),
+    },
+    ("raw_scores_taxonomy", "aggregator_prev_boosting"): {
+        _R: (HELD, "its score peaks at the key the early heads point at: p-1"),
+        _W: (HELD, "its W_pos kernel peaks at p-1 (a bright line that does not tell the routes apart)"),
+        _B: (HELD, "the route's aggregator"),
+        _D: (HELD, "the W_pos reader's kernel peaks at p-1"),
+        _N: (NOT_TESTABLE, "no previous-token head"),
+        _M: (HELD, "it reads p-1 off W_pos: a bright previous diagonal"),
+    },
+    ("ext_pos_averaging", "ext_avg_hurts_early_more"): {
+        _R: (HELD, "early heads read the counted position (blurred); the aggregator matches tokens (kept)"),
+        _W: (NOT_TESTABLE, "no previous-token head below the sharp head"),
+        _B: (HELD, "early heads read the counted position; the aggregator matches tokens"),
+        _D: (NOT_HELD, "the sharp head reads W_pos, which the extended embeddings contain: averaging blurs it"),
+        _N: (NOT_TESTABLE, "no previous-token head"),
+        _M: (NOT_TESTABLE, "its sharp head sits in layer 0: no head below it"),
+    },
+    ("l4h11_edit", "edit_moves_copy"): {
+        _R: (HELD, "the induction head reads only the aggregator's write"),
+        _W: (HELD, "the induction head reads only the sharp head's write (the edit does not tell routes apart)"),
+        _B: (HELD, "as route-gpt2"),
+        _D: (HELD, "as lookalike-wpos"),
+        _N: (NOT_TESTABLE, "it does not copy"),
+        _M: None,
+    },
+    ("prev_head_sources", "aggregator_above_layer0"): {
+        _R: (HELD, "without what layers 0-1 write (estimate, position) the aggregator loses p-1"),
+        _W: (NOT_HELD, "layers 0-1 write nothing: the sharp head is built from the embeddings alone"),
+        _B: (HELD, "without the early heads' estimate the aggregator loses p-1"),
+        _D: (NOT_HELD, "the sharp head reads only W_pos: removing what layers 0-1 write changes nothing"),
+        _N: (NOT_TESTABLE, "no previous-token head"),
+        _M: (NOT_HELD, "its sharp head sits in layer 0"),
+    },
+    ("prev_head_sources", "sources_upstream"): {
+        _R: (HELD, "the four early heads together are the aggregator's whole estimate"),
+        _W: (NOT_TESTABLE, "no previous-token head below the sharp head"),
+        _B: (HELD, "the four boosting heads are the aggregator's estimate"),
+        _D: (NOT_HELD, "the sharp head ignores the early heads"),
+        _N: (NOT_TESTABLE, "no previous-token head"),
+        _M: (NOT_TESTABLE, "its sharp head sits in layer 0"),
+    },
+    ("prev_head_sources", "sources_named_heads"): dict.fromkeys(
+        MODELS, (NOT_TESTABLE, "the post's head names mean something only on GPT-2 small")
+    ),
+    ("mini_gpt2_report", "prev_text"): {
+        _R: (HELD, "the aggregator (as sharp_prev_head)"),
+        _W: (HELD, "the W_pos reader"),
+        _B: (HELD, "the aggregator"),
+        _D: (HELD, "the W_pos reader"),
+        _N: (NOT_HELD, "no previous-token head"),
+        _M: (HELD, "card: 0.0013"),
+    },
+    ("mini_gpt2_report", "prev_random"): {
+        _R: (HELD, "the aggregator matches tokens whatever they are"),
+        _W: (HELD, "the W_pos reader ignores tokens"),
+        _B: (HELD, "the aggregator matches tokens whatever they are"),
+        _D: (HELD, "the W_pos reader ignores tokens"),
+        _N: (NOT_HELD, "no previous-token head"),
+        _M: (HELD, "card: 0.0023"),
+    },
+    ("mini_gpt2_report", "induction"): {
+        _R: (HELD, "a layer-3 induction head reads the aggregator's write"),
+        _W: (HELD, "a layer-3 induction head"),
+        _B: (HELD, "a layer-3 induction head"),
+        _D: (HELD, "a layer-3 induction head"),
+        _N: (NOT_HELD, "no induction head"),
+        _M: (HELD, "card: 0.84"),
+    },
+    ("mini_gpt2_report", "copy_loss"): {
+        _R: (HELD, "the induction head copies the second copy; nothing predicts the first"),
+        _W: (HELD, "as route-gpt2"),
+        _B: (HELD, "as route-gpt2"),
+        _D: (HELD, "as route-gpt2"),
+        _N: (NOT_HELD, "nothing copies"),
+        _M: (HELD, "card: 0.18 nats on the second copy"),
+    },
+    ("mini_gpt2_report", "copies"): {
+        _R: (HELD, "the induction head finds the word after the first word"),
+        _W: (HELD, "as route-gpt2"),
+        _B: (HELD, "as route-gpt2"),
+        _D: (HELD, "as route-gpt2"),
+        _N: (NOT_HELD, "nothing copies"),
+        _M: (HELD, "card: P 0.92"),
+    },
+    ("mini_gpt2_report", "heldout"): {
+        _R: (NOT_HELD, "a compiled model predicts only copies; it does not model text"),
+        _W: (NOT_HELD, "does not model text"),
+        _B: (NOT_HELD, "does not model text"),
+        _D: (NOT_HELD, "does not model text"),
+        _N: (NOT_HELD, "does not model text"),
+        _M: (HELD, "card: 4.076 against the reference's 4.294 nats"),
+    },
+}
+
+
+def expected(model: str) -> dict[tuple[str, str], tuple[str, str]]:
+    """``{(script, claim key): (verdict, reason)}`` for ``model``, leaving out what its construction does not set."""
+    return {k: v[model] for k, v in KNOWN.items() if v.get(model) is not None}
+
+
+def markdown_table() -> str:
+    """The table as Markdown: one row per claim, one column per model (``-``: not set by the construction)."""
+    short = {HELD: "held", NOT_HELD: "not held", NOT_TESTABLE: "not testable"}
+    lines = ["| script | claim | " + " | ".join(f"`{m}`" for m in MODELS) + " |", "|" + " --- |" * (2 + len(MODELS))]
+    for (script, key), row in KNOWN.items():
+        cells = [short[row[m][0]] if row.get(m) else "-" for m in MODELS]
+        lines.append(f"| `{script}` | `{key}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
