@@ -4,10 +4,13 @@ than the aggregator (GPT-2 post: L4H11 aggregates earlier heads' signals rather 
     python experiments/ext_pos_averaging.py --model-dir data/mini-gpt2
     python experiments/ext_pos_averaging.py --heads L2H2,L4H11          # the post's pair
 
-For each head, the extended positional embeddings at the head's own layer are group-averaged just before
-it, and its attention is compared with the clean run. Default heads on a model other than GPT-2 small:
-the sharpest previous-token head below the aggregator, then the aggregator (its sharpest previous-token
-head). Not testable unless both are previous-token heads and the first sits below the second.
+For each head, the extended positional embeddings at the head's own layer (measured after BOS, as the prompts
+start with it; the BOS row is left alone) are group-averaged just before it, and its attention is compared with
+the clean run. The post's claim has two parts, both tested: "tremendous damage" to the early head (its pattern
+moves) and "minimal damage" to the aggregator (it keeps its previous-token attention). Default heads on a model
+other than GPT-2 small: the sharpest clear previous-token head below the aggregator, then the aggregator (its
+sharpest previous-token head). Not testable unless both are clear previous-token heads and the first sits below
+the second.
 """
 
 from gpt2_posheads.analysis.interventions import average_ext_pos_embed
@@ -74,6 +77,7 @@ def main(argv=None):
         width=1100,
     )
     first, last = results[0], results[-1]
+    keep = last["prev_score_intervened"] / last["prev_score_clean"] if last["prev_score_clean"] > 0 else float("nan")
     pre = [
         Precondition(
             "two heads: an early one and the aggregator",
@@ -96,10 +100,11 @@ def main(argv=None):
                 "js": {r["head"]: r["js_divergence"] for r in results},
                 "prev_mass": {r["head"]: [r["prev_score_clean"], r["prev_score_intervened"]] for r in results},
             },
-            value=(first["js_divergence"], last["js_divergence"]),
+            value=(first["js_divergence"], last["js_divergence"], keep),
             preconditions=pre,
             head=",".join(exp.head_names),
-            shown=f"JS {first['js_divergence']:.3g} ({first['head']}) vs {last['js_divergence']:.3g} ({last['head']})"
+            shown=f"JS {first['js_divergence']:.3g} ({first['head']}) vs {last['js_divergence']:.3g} ({last['head']}, "
+            f"keeps {keep:.0%})"
             if len(results) >= 2
             else "",
         )

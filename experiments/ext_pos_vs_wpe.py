@@ -16,8 +16,14 @@ import torch
 from plotly.subplots import make_subplots
 
 from gpt2_posheads.analysis.geometry import large_entry_fraction, pca, principal_angles, project, token_dependence
-from gpt2_posheads.analysis.posembed import centred_w_pos, extended_pos_embeddings_by_layer, load_w_pos
-from gpt2_posheads.claims.gpt2_post import judge_claim
+from gpt2_posheads.analysis.posembed import (
+    centred_w_pos,
+    default_bos,
+    extended_pos_embeddings_by_layer,
+    load_w_pos,
+    token_rows,
+)
+from gpt2_posheads.claims.gpt2_post import helix_precondition, judge_claim
 from gpt2_posheads.claims.verdicts import Precondition
 from gpt2_posheads.cli import experiment_parser, main_entry, note, positive, setup
 from gpt2_posheads.cli.experiment import wpos_reason
@@ -102,13 +108,23 @@ def main(argv=None):
     positive("--k", args.k, 1, min(model.cfg.d_model, seq_len))
     reason = wpos_reason(model, exp.label)
     layers = list(range(model.cfg.n_layers + 1))
+    bos = default_bos(model)
     ext = extended_pos_embeddings_by_layer(
-        model, layers, n_prompts=args.n_prompts, seq_len=seq_len, seed=args.seed, progress=True
+        model, layers, n_prompts=args.n_prompts, seq_len=seq_len, seed=args.seed, progress=True, bos=bos
     )
     _, per_tok = extended_pos_embeddings_by_layer(
-        model, layers, n_prompts=args.n_token_dependence, seq_len=seq_len, seed=args.seed + 1, return_per_token=True
+        model,
+        layers,
+        n_prompts=args.n_token_dependence,
+        seq_len=seq_len,
+        seed=args.seed + 1,
+        return_per_token=True,
+        bos=bos,
     )
-    w = centred_w_pos(load_w_pos(model), seq_len) if reason is None else None
+    # geometry on the repeated token's rows (after BOS), and W_pos on the same positions
+    ext = {l: token_rows(e, bos) for l, e in ext.items()}
+    per_tok = {l: e[:, int(bos) :] for l, e in per_tok.items()}
+    w = token_rows(centred_w_pos(load_w_pos(model), seq_len, bos=bos), bos) if reason is None else None
     rows = []
     for l in layers:
         row = {
@@ -136,14 +152,25 @@ def main(argv=None):
         )
         fig.update_xaxes(dtick=1)
         out.figure(fig, "principal_angles")
-    for col, title, name in (
-        ("large_entry_fraction", "large-entry fraction (lower = sparser)", "sparsity"),
-        ("token_dependence", "token dependence of the extended positional embeddings", "token_dependence"),
+    for col, title, ylabel, name in (
+        (
+            "large_entry_fraction",
+            "share of large entries (|x| > the matrix's RMS); lower = sparser",
+            "share of entries with |x| > RMS",
+            "sparsity",
+        ),
+        (
+            "token_dependence",
+            "token dependence of the extended positional embeddings",
+            "relative spread across repeated tokens",
+            "token_dependence",
+        ),
     ):
         fig = line_figure(
             {col.replace("_", " "): (df.layer, df[col])},
             title=f"{exp.label}: {title}",
             xlabel="layer (input of the block)",
+            ylabel=ylabel,
             mode="lines+markers",
         )
         fig.update_xaxes(dtick=1)
@@ -151,6 +178,8 @@ def main(argv=None):
     l2 = min(2, model.cfg.n_layers)
     a2 = df.set_index("layer").loc[l2]
     has_w = [Precondition("the model has learned absolute positions (W_pos)", w is not None, reason or "")]
+    w_helix = [helix_precondition(pca(w, 4)[1].tolist(), "W_pos")] if w is not None else []
+    ext_helix = helix_precondition(pca(ext[l2], 4)[1].tolist(), f"the extended embeddings at layer {l2}")
     angles = [float(a2[f"angle_{i + 1}_deg"]) for i in range(args.k)] if w is not None else [float("nan")]
     sparsity = float(df.sparsity_vs_layer0[1:].mean())
     claims = [
@@ -158,7 +187,7 @@ def main(argv=None):
             "ext_same_subspace",
             {"layer": l2, "angles_deg": angles},
             value=max(angles),
-            preconditions=has_w,
+            preconditions=has_w + w_helix,
             shown=f"layer {l2}: " + ", ".join(f"{a:.3g}°" for a in angles),
         ),
         judge_claim(
@@ -172,6 +201,7 @@ def main(argv=None):
             "ext_token_independent",
             {"layer": l2, "spread": float(a2.token_dependence)},
             value=float(a2.token_dependence),
+            preconditions=[ext_helix],
             shown=f"relative spread {float(a2.token_dependence):.3g}",
         ),
     ]
@@ -181,7 +211,8 @@ def main(argv=None):
             "seq_len": seq_len,
             "n_prompts": args.n_prompts,
             "k": args.k,
-            "sparsity_rule": "fraction of entries with |x| > 1 * RMS of the matrix",
+            "sparsity_rule": "fraction of entries with |x| > 1 * RMS of the matrix (the repeated token's rows)",
+            "after_bos": bos,
             "per_layer": df,
             "layer2_angles_deg": angles,
             "post_layer2_angles_deg": [8, 9, 10],

@@ -1,16 +1,15 @@
-"""One page on a model organism: does it have the GPT-2 post's mechanism, does it take the post's route, and
-claim by claim, does the post's causal story hold on it?
+"""One page on a model organism: does it have the GPT-2 post's mechanism, and claim by claim, does the post's causal
+story hold on it (does it take the post's route)?
 
-    python experiments/mini_gpt2_report.py --model-dir data/mini-gpt2            # ~5 min on 2 CPU cores
-    python experiments/mini_gpt2_report.py --model-dir my-organism --compare data/mini-gpt2
+    python experiments/mini_gpt2_report.py --model-dir data/route-gpt2 --compare data/mini-gpt2
+    python experiments/mini_gpt2_report.py --model-dir my-organism --compare data/route-gpt2
     python experiments/mini_gpt2_report.py --model-dir data/mini-gpt2 --skip-scripts   # targets only
 
-Part 1, the targets (gpt2_posheads.claims.organism), each a rule fixed before any model was trained: a sharp
-previous-token head, induction and copying, held-out loss; and the route: the sharp head above layer 0, intact
-under W_pos averaging, disrupted by masking the previous position below it, self-suppressing early heads, the
-extended-embedding averaging contrast, the post's edit. Part 2, the story: every GPT-2 claim script on this model
-(results/<script>/<model>/), in three columns: this model, the --compare model (its latest results, when it has
-any) and the post's GPT-2 numbers. Writes report.html and summary.json under results/mini_gpt2_report/<model>/.
+Part 1, the behaviour targets (gpt2_posheads.claims.organism), each a rule fixed before any model was built or
+trained: a sharp previous-token head, induction and copying, held-out loss. Part 2, the story: every GPT-2 claim
+script on this model (results/<script>/<model>/), in three columns: this model, the --compare model (its latest
+results, when it has any) and the post's GPT-2 numbers; the claims that tell the post's route from a head reading
+W_pos are marked "route". Writes report.html and summary.json under results/mini_gpt2_report/<model>/.
 """
 
 import html
@@ -18,8 +17,8 @@ from pathlib import Path
 
 from gpt2_posheads.analysis.prompts import wikitext_documents
 from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS
-from gpt2_posheads.claims.gpt2_post import CLAIMS
-from gpt2_posheads.claims.organism import REFERENCE_HELDOUT, ROUTE_TARGETS, heldout_stream, organism_targets
+from gpt2_posheads.claims.gpt2_post import CLAIMS, ROUTE
+from gpt2_posheads.claims.organism import REFERENCE_HELDOUT, heldout_stream, organism_targets
 from gpt2_posheads.claims.verdicts import claims_table
 from gpt2_posheads.cli import RESULTS, experiment_parser, main_entry, positive, read_json, setup
 from gpt2_posheads.cli.args import check_model_dir
@@ -32,7 +31,7 @@ from gpt2_posheads.report.plotting import heatmap
 STORY = [
     ("rank_prev_heads", "sharp_prev_head"),
     ("rank_prev_heads", "sharpest_stands_alone"),
-    ("rank_prev_heads", "aggregator_above_layer0"),
+    ("prev_head_sources", "aggregator_above_layer0"),
     ("rank_prev_heads", "half_prev_heads"),
     ("raw_scores_taxonomy", "early_self_suppressing"),
     ("raw_scores_taxonomy", "aggregator_prev_boosting"),
@@ -88,12 +87,13 @@ def page(
     title: str, targets: list[dict], story: dict, contrast: dict | None, contrast_name: str, figs: list[str]
 ) -> str:
     t_rows = "".join(
-        f"<tr><td>{html.escape(c['claim'])}{' <small>(route)</small>' if c.get('key') in ROUTE_TARGETS else ''}"
-        f"</td><td>{html.escape(c['post'])}</td>{_cell(c)}<td>{html.escape(c['rule'])}</td></tr>"
+        f"<tr><td>{html.escape(c['claim'])}</td><td>{html.escape(c['post'])}</td>{_cell(c)}"
+        f"<td>{html.escape(c['rule'])}</td></tr>"
         for c in targets
     )
     s_rows = "".join(
-        f"<tr><td>{html.escape(CLAIMS[k].claim)}</td>{_cell(story[k])}"
+        f"<tr><td>{html.escape(CLAIMS[k].claim)}{' <small>(route)</small>' if CLAIMS[k].tells == ROUTE else ''}"
+        f"</td>{_cell(story[k])}"
         f"{_cell(contrast.get(k)) if contrast else '<td>(not run)</td>'}<td>{html.escape(CLAIMS[k].post)}</td>"
         f"<td>{html.escape(CLAIMS[k].rule.text)}</td></tr>"
         for _, k in STORY

@@ -7,8 +7,8 @@ the right first word of the reply on the repeat-string prompt (" apple orange" a
 apple"; a word that is several tokens in the model's vocabulary is replaced by a single-token noun, and
 said), and the previous-token mass (offset-1 diagonal) of the tracked heads.
 Post: output unchanged up to groups of ~20, breaks down around 50-100; L2H2, L3H3, L4H11 unaffected.
-A claim whose reference group size (10 or 20) was not measured is not testable; the copy claims are not
-testable on a model that does not copy the clean prompt.
+A claim whose reference group size (10 or 20) was not measured is not testable; the output claims are not
+testable on a model that does not copy the clean prompt (or whose context cannot hold it).
 """
 
 import pandas as pd
@@ -74,7 +74,12 @@ def main(argv=None):
         )
     groups = sorted({min(g, n_ctx) for g in asked} | {1})
     targets = one_token_targets(model.tokenizer, targets, "--targets")
-    reps = [repeat_string_prompt(model.tokenizer, t, n_given=0, seed=args.seed, max_len=n_ctx) for t in targets]
+    try:
+        reps = [repeat_string_prompt(model.tokenizer, t, n_given=0, seed=args.seed, max_len=n_ctx) for t in targets]
+        no_prompt = ""
+    except ValueError as e:  # the context cannot hold even one demonstration: the output claims cannot be tested
+        reps, no_prompt = [], str(e)
+        note(f"the repeat-string prompt does not fit: {e}; the output claims are not testable")
 
     rows = []
     for g in groups:
@@ -97,7 +102,11 @@ def main(argv=None):
     by_g = {r["group_size"]: r for r in rows}
     clean = by_g[1]
     pkeys = [k for k in clean if k.startswith("P(")]
-    copies = model_copies({k: clean[k] for k in pkeys})
+    copies = (
+        model_copies({k: clean[k] for k in pkeys})
+        if reps
+        else Precondition("the repeat-string prompt fits the context", False, f"not testable here: {no_prompt}")
+    )
 
     fig = make_subplots(
         rows=1, cols=3, subplot_titles=["KL(clean || averaged), nats", "P(right continuation)", "previous-token mass"]
@@ -143,21 +152,22 @@ def main(argv=None):
         )
     )
     gmax = max(groups)
-    big = gmax > 20 and 20 in by_g
+    big = gmax >= 50 and 20 in by_g
     claims.append(
         judge_claim(
             "avg_breaks_down",
             {"kl_g20": by_g.get(20, {}).get("kl"), f"kl_g{gmax}": by_g[gmax]["kl"]},
-            value=(by_g[gmax]["kl"], by_g[20]["kl"]) if big else (float("nan"), float("nan")),
+            value=(by_g[20]["kl"], by_g[gmax]["kl"], gmax) if big else (float("nan"), float("nan"), gmax),
             preconditions=[
                 measured(20, groups),
                 Precondition(
-                    "a group size above 20 was measured",
-                    gmax > 20,
-                    f"no group size above 20 was measured (largest {gmax})",
+                    "a group size of 50 or more was measured",
+                    gmax >= 50,
+                    f"no group size of 50 or more was measured (largest {gmax})",
                 ),
+                copies,
             ],
-            shown=f"KL {by_g[20]['kl']:.3g} at 20, {by_g[gmax]['kl']:.3g} at {gmax} nats" if big else "",
+            shown=f"KL {by_g[20]['kl']:.3g} nats at 20, {by_g[gmax]['kl']:.3g} at {gmax}" if big else "",
         )
     )
     kept = {n: (clean[f"prev_mass {n}"], by_g[10][f"prev_mass {n}"]) for n in names} if 10 in by_g else {}

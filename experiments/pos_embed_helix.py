@@ -3,14 +3,22 @@
     python experiments/pos_embed_helix.py --w-pos ../shared/gpt2-small/W_pos.npy   # real GPT-2, offline
     python experiments/pos_embed_helix.py --model-dir data/mini-gpt2 --layer 2
 
-The extended positional embeddings (the residual stream on repeated-token prompts, centred) exist for every
-model; W_pos's helix only for a model with learned absolute positions (else that claim is not testable).
+The extended positional embeddings (the residual stream on repeated-token prompts after BOS, centred; the repeated
+token's rows) exist for every model; W_pos's helix only for a model with learned absolute positions (else that claim
+is not testable). A helix: the top three principal components explain >= 60% of the variance and the third carries
+>= twice the fourth.
 """
 
 from pathlib import Path
 
 from gpt2_posheads.analysis.geometry import pca
-from gpt2_posheads.analysis.posembed import centred_w_pos, extended_pos_embeddings, load_w_pos
+from gpt2_posheads.analysis.posembed import (
+    centred_w_pos,
+    default_bos,
+    extended_pos_embeddings,
+    load_w_pos,
+    token_rows,
+)
 from gpt2_posheads.claims.gpt2_post import judge_claim
 from gpt2_posheads.claims.verdicts import Precondition
 from gpt2_posheads.cli import Output, experiment_parser, main_entry, note, positive, setup
@@ -20,13 +28,15 @@ from gpt2_posheads.report.plotting import scatter3d_positions
 
 
 def helix_figure(x, title):
-    _, evr, proj = pca(x, 3)
-    labels = [f"PC{i + 1} ({100 * float(v):.0f}% of variance)" for i, v in enumerate(evr)]
-    return scatter3d_positions({"positions": proj}, title=title, axis_titles=labels), evr
+    """The points on their top-3 principal components, and the top-4 explained-variance ratios (the rule's input)."""
+    _, evr, proj = pca(x, 4)
+    labels = [f"PC{i + 1} ({100 * float(v):.0f}% of variance)" for i, v in enumerate(evr[:3])]
+    return scatter3d_positions({"positions": proj[:, :3]}, title=title, axis_titles=labels), [float(v) for v in evr]
 
 
 def shown(evr) -> str:
-    return ", ".join(f"{float(x):.0%}" for x in evr) + " in the top 3 PCs"
+    e = [float(x) for x in evr]
+    return ", ".join(f"{x:.0%}" for x in e[:3]) + f" in the top 3 PCs (fourth {e[3]:.1%})"
 
 
 def main(argv=None):
@@ -54,12 +64,12 @@ def main(argv=None):
             "w_pos": {
                 "source": args.w_pos,
                 "shape": list(w.shape),
-                "explained_variance_top3": evr,
+                "explained_variance_top4": evr,
                 "row0_norm": float(w[0].norm()),
                 "last_row_norm": float(w[-1].norm()),
             },
         }
-        claims = [judge_claim("wpos_helix", {"top3": evr}, value=[float(x) for x in evr], shown=shown(evr))]
+        claims = [judge_claim("wpos_helix", {"top4": evr}, value=evr, shown=shown(evr))]
     else:
         exp = setup(args, __file__, prompts=False, ranking=False, layer_final=True)
         model, out = exp.model, exp.out
@@ -72,35 +82,38 @@ def main(argv=None):
         if reason is None:
             fig, evr = helix_figure(centred_w_pos(load_w_pos(model), seq_len), f"{exp.label}: W_pos, top-3 PCA")
             out.figure(fig, "w_pos_helix")
-            summary["w_pos"] = {"explained_variance_top3": evr}
-            claims.append(judge_claim("wpos_helix", {"top3": evr}, value=[float(x) for x in evr], shown=shown(evr)))
+            summary["w_pos"] = {"explained_variance_top4": evr}
+            claims.append(judge_claim("wpos_helix", {"top4": evr}, value=evr, shown=shown(evr)))
         else:
             claims.append(
                 judge_claim(
                     "wpos_helix",
                     {"not_applicable": reason},
-                    value=[float("nan")] * 3,
+                    value=[float("nan")] * 4,
                     preconditions=[Precondition("the model has W_pos", False, reason)],
                 )
             )
+        bos = default_bos(model)
         ext = extended_pos_embeddings(
-            model, args.layer, n_prompts=args.n_prompts, seq_len=seq_len, seed=args.seed, progress=True
+            model, args.layer, n_prompts=args.n_prompts, seq_len=seq_len, seed=args.seed, progress=True, bos=bos
         )
-        fig2, evr2 = helix_figure(ext, f"{exp.label}: extended positional embeddings at layer {args.layer}, top-3 PCA")
+        fig2, evr2 = helix_figure(
+            token_rows(ext, bos), f"{exp.label}: extended positional embeddings at layer {args.layer}, top-3 PCA"
+        )
         out.figure(fig2, f"ext_pos_helix_L{args.layer}")
-        summary["ext"] = {"explained_variance_top3": evr2}
+        summary["ext"] = {"explained_variance_top4": evr2, "after_bos": bos}
         claims.append(
             judge_claim(
                 "ext_helix",
-                {"layer": args.layer, "top3": evr2},
-                value=[float(x) for x in evr2],
+                {"layer": args.layer, "top4": evr2},
+                value=evr2,
                 shown=f"layer {args.layer}: " + shown(evr2),
             )
         )
     for k, v in summary.items():
-        if isinstance(v, dict) and "explained_variance_top3" in v:
-            e = [round(float(x), 3) for x in v["explained_variance_top3"]]
-            print(f"{k}: top-3 PCs explain {e} (sum {sum(e):.3f}); GPT-2 W_pos: ~0.33, 0.32, 0.25")
+        if isinstance(v, dict) and "explained_variance_top4" in v:
+            e = [round(float(x), 3) for x in v["explained_variance_top4"]]
+            print(f"{k}: top-4 PCs explain {e}; GPT-2 W_pos: ~0.33, 0.32, 0.25, 0.035")
     out.summary(summary, claims)
     out.commit()
 

@@ -1,22 +1,35 @@
 """Which upstream heads make a head previous-token, and through query or key? (GPT-2 post: L4H11 aggregates
 L1H0, L2H2, L3H3, L2H4, L3H7, L3H2; early heads like L2H2 compute position themselves.)
 
-    python experiments/prev_head_sources.py --model-dir data/mini-gpt2     # its aggregator and an early head
+    python experiments/prev_head_sources.py --model-dir data/route-gpt2    # its aggregator and an early head
     python experiments/prev_head_sources.py --heads L4H11,L2H2              # GPT-2 small (the default there)
 
 For each target head: Q/K/V composition scores of every upstream head against a random baseline, and
 direct-path ablation: one upstream head's output (mean-ablated by default) removed only from the
 target's query input or only from its key input, and W_pos averaged in groups of 10 on that input alone;
-the drop in the target's previous-token mass, one row per (source, side). Figures: layer x head maps of
-the drop, query and key side by side. Default heads on a model other than GPT-2 small: its sharpest
-previous-token head (the aggregator) and the sharpest previous-token head below it. A head in layer 0 has
-nothing upstream: given with --heads it is an error; as the model's aggregator, its claims are not testable.
+the drop in the target's previous-token mass, one row per (source, side). For the aggregator also, from both
+inputs at once: everything the layers below write (is it built from earlier layers?), the early clear
+previous-token heads together (does it aggregate them?) and random groups of as many heads from below (chance).
+Figures: layer x head maps of the drop, query and key side by side. Default heads on a model other than GPT-2
+small: its sharpest previous-token head (the aggregator) and the sharpest clear previous-token head below it. A head
+in layer 0 has nothing upstream: given with --heads it is an error; as the model's aggregator, it is built from the
+embeddings alone.
 """
 
+import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from gpt2_posheads.analysis.sources import ABLATIONS, composition_scores, drop_grid, path_ablation, sources_summary
+from gpt2_posheads.analysis.diagonals import early_prev_heads
+from gpt2_posheads.analysis.sources import (
+    ABLATIONS,
+    BELOW,
+    composition_scores,
+    drop_grid,
+    path_ablation,
+    random_groups,
+    sources_summary,
+)
 from gpt2_posheads.claims.gpt2_post import POST_SOURCES, judge_claim, layer_above, prev_head_precondition
 from gpt2_posheads.claims.verdicts import Precondition
 from gpt2_posheads.cli import (
@@ -72,11 +85,28 @@ def main(argv=None):
         vertical_spacing=0.12,
         subplot_titles=[f"{head_name(l, h)}: {s} side" for l, h in targets for s in ("query", "key")],
     )
+    early = [(int(r.layer), int(r.head)) for r in early_prev_heads(rank, agg_l).itertuples()]
+    early_name = "early previous-token heads"
     for i, (l, h) in enumerate(targets):
         name = head_name(l, h)
+        is_agg = (l, h) == (agg_l, agg_h)
+        groups = {}
+        if is_agg and early:
+            others = [(a, b) for a in range(l) for b in range(H)]
+            groups[early_name] = early
+            chance = [g for g in random_groups(others, len(early), seed=args.seed) if sorted(g) != sorted(early)]
+            groups.update({f"random group {j + 1}": g for j, g in enumerate(chance)})
         print(f"\n{name}: path ablation over {l * H} upstream heads x 2 sides ({args.ablation})", flush=True)
         df = path_ablation(
-            model, prompts, l, h, ablation=args.ablation, pos_group=args.pos_group, batch_size=args.batch_size
+            model,
+            prompts,
+            l,
+            h,
+            ablation=args.ablation,
+            pos_group=args.pos_group,
+            batch_size=args.batch_size,
+            groups=groups,
+            below=is_agg,
         )
         try:
             comp = composition_scores(model, l, h)
@@ -91,14 +121,15 @@ def main(argv=None):
         results[name] = {
             **summ,
             "pattern_check_max_abs_err": df.attrs.get("pattern_check_max_abs_err"),
-            "top_rows": df.head(10)[["source", "side", "drop", "relative_drop", "prev_mass"]],
+            "top_rows": df[df.side != "both"].head(10)[["source", "side", "drop", "relative_drop", "prev_mass"]],
         }
+        heads_only = df[df.side.isin(["query", "key"]) & df.source.str.match(r"^L\d+H\d+$")]
         print(
-            df.head(10)[
+            heads_only.head(10)[
                 [c for c in ("source", "side", "drop", "relative_drop", "q_ratio", "k_ratio") if c in df]
             ].to_string(index=False, float_format=lambda x: f"{x:.4f}")
         )
-        zmax = max(1e-6, float(df["drop"].abs().max()))
+        zmax = max(1e-6, float(heads_only["drop"].abs().max()) if len(heads_only) else 0.0)
         for j, side in enumerate(("query", "key")):
             g = drop_grid(df, l, H, side)
             fig.add_trace(
@@ -119,19 +150,56 @@ def main(argv=None):
             )
             fig.update_xaxes(title_text="head", dtick=1, row=i + 1, col=j + 1)
             fig.update_yaxes(title_text="layer", dtick=1, autorange="reversed", row=i + 1, col=j + 1)
-        if (l, h) == (agg_l, agg_h):
-            top10 = df[df.source.str.match(r"^L\d+H\d+$")].groupby("source")["drop"].max().nlargest(10).index
-            named = [s for s in POST_SOURCES if s in set(top10)]
+        if is_agg:
+            rel = df.set_index(["source", "side"])["relative_drop"]
+            below_drop = float(rel[(BELOW, "both")])
+            results[name]["below_relative_drop"] = below_drop
+            claims.append(
+                judge_claim(
+                    "aggregator_above_layer0",
+                    {"head": agg, "layer": agg_l, "relative_drop_without_layers_below": below_drop},
+                    value=(agg, agg_l, below_drop),
+                    preconditions=pre_agg[:1],
+                    head=agg,
+                    shown=f"layer {agg_l}; {below_drop:.0%} lower without the layers below",
+                )
+            )
+            if early:
+                chance_drops = [float(rel[(k, "both")]) for k in groups if k.startswith("random group")]
+                top = heads_only.iloc[0] if len(heads_only) else None
+                upstream = {
+                    "early_heads": [head_name(a, b) for a, b in early],
+                    "group_drop": float(rel[(early_name, "both")]),
+                    "chance": float(np.median(chance_drops)) if chance_drops else float("nan"),
+                    "n_early": len(early),
+                    "n_groups": len(chance_drops),
+                    "top_single": f"{top.source} ({top.side}) {top.relative_drop:.0%}" if top is not None else "-",
+                }
+            else:
+                upstream = {"early_heads": []}
+            results[name]["upstream"] = upstream
             claims.append(
                 judge_claim(
                     "sources_upstream",
-                    {k: summ[k] for k in ("top_sources", "sides", "n_prev_token_among_top", "top_drop", "wpos_drop")},
-                    summ,
-                    preconditions=pre_agg,
+                    upstream,
+                    upstream,
+                    preconditions=pre_agg
+                    + [
+                        Precondition(
+                            "clear previous-token heads sit below the aggregator",
+                            bool(early),
+                            f"no clear previous-token head sits below {agg} (layer {agg_l})",
+                        )
+                    ],
                     head=agg,
-                    shown=f"{summ['n_prev_token_among_top']} of the top 5 are previous-token heads",
+                    shown=f"{upstream['group_drop']:.0%} lower without the early heads (chance "
+                    f"{upstream['chance']:.0%})"
+                    if early
+                    else "",
                 )
             )
+            top10 = heads_only.groupby("source")["drop"].max().nlargest(10).index
+            named = [s for s in POST_SOURCES if s in set(top10)]
             claims.append(
                 judge_claim(
                     "sources_named_heads",
@@ -142,8 +210,16 @@ def main(argv=None):
                     shown=f"{len(named)} of 6",
                 )
             )
-    if not claims:  # the aggregator sits in layer 0: nothing upstream, both claims not testable
+    if not claims:  # the aggregator sits in layer 0: built from the embeddings alone; nothing upstream to read
         claims = [
+            judge_claim(
+                "aggregator_above_layer0",
+                {"head": agg, "layer": agg_l},
+                value=(agg, agg_l, float("nan")),
+                preconditions=pre_agg[:1],
+                head=agg,
+                shown=f"layer {agg_l}",
+            ),
             judge_claim("sources_upstream", {"head": agg}, {}, preconditions=pre_agg, head=agg),
             judge_claim("sources_named_heads", {"head": agg}, [], preconditions=[named_pre] + pre_agg, head=agg),
         ]

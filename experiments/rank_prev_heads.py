@@ -17,7 +17,7 @@ from gpt2_posheads.analysis.diagonals import (
     diagonal_attention,
     rank_from_diagonals,
 )
-from gpt2_posheads.claims.gpt2_post import judge_claim, prev_head_precondition
+from gpt2_posheads.claims.gpt2_post import judge_claim
 from gpt2_posheads.cli import add_prompt_args, experiment_parser, main_entry, positive, setup
 from gpt2_posheads.model.fastpath import ENGINES
 from gpt2_posheads.model.identity import is_gpt2_small
@@ -129,7 +129,6 @@ def main(argv=None):
     ratios = prev.ratio.tolist()
     agg_l, agg_h = choose_aggregator(df)
     agg = head_name(agg_l, agg_h)
-    nan2 = (float("nan"), float("nan"))
     claims = [
         judge_claim(
             "sharp_prev_head",
@@ -141,17 +140,11 @@ def main(argv=None):
         judge_claim(
             "sharpest_stands_alone",
             {"ratios": ratios[:2], "heads": prev.name.tolist()[:2]},
-            value=(ratios[1], ratios[0]) if len(ratios) >= 2 else nan2,
+            value=(ratios[0] if ratios else float("nan"), ratios[1] if len(ratios) >= 2 else None),
             head=agg if ratios else "",
-            shown=f"{ratios[0]:.3g} vs next {ratios[1]:.3g}" if len(ratios) >= 2 else "",
-        ),
-        judge_claim(
-            "aggregator_above_layer0",
-            {"head": agg, "layer": agg_l},
-            value=(agg, agg_l),
-            head=agg,
-            shown=f"layer {agg_l}",
-            preconditions=[prev_head_precondition(agg, diag[agg_l, agg_h])],
+            shown=(f"{ratios[0]:.3g} vs next {ratios[1]:.3g}" if len(ratios) >= 2 else f"{ratios[0]:.3g}, alone")
+            if ratios
+            else "no previous-token head",
         ),
         judge_claim(
             "half_prev_heads",

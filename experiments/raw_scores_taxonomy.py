@@ -4,17 +4,18 @@ the previous one (GPT-2 post, "Early previous-token heads: how do they work?").
     python experiments/raw_scores_taxonomy.py --model-dir data/mini-gpt2
 
 Figures: 50x50 raw-score submatrices (before the causal mask, so the upper triangle shows the scores the
-mask removes) of the chosen heads, and every head's score profile summarised as dip (dark main diagonal)
-vs peak (bright previous diagonal). CSV: the classification of all heads. Post: six self-suppressing early
-heads, L4H11 prev-boosting. The aggregator is the model's sharpest previous-token head; "early" heads are
-the previous-token heads in layers below it.
+mask removes) of the chosen heads, and every head's score profile summarised as dip (the current key below the
+trend of older keys: a dark main diagonal) vs spike (the previous key above that trend: a bright previous
+diagonal), in logits. CSV: the classification of all heads. Post: six self-suppressing early heads, L4H11
+prev-boosting. The aggregator is the model's sharpest previous-token head; "early" heads are the clear
+previous-token heads (ratio <= 0.6) in layers below it.
 """
 
 import plotly.express as px
 
-from gpt2_posheads.analysis.diagonals import choose_aggregator, early_prev_heads
-from gpt2_posheads.analysis.scores import attention_scores, classify_prev_heads, score_profile
-from gpt2_posheads.claims.gpt2_post import judge_claim, layer_above, prev_head_precondition
+from gpt2_posheads.analysis.diagonals import CLEAR_PREV_RATIO, choose_aggregator, early_prev_heads
+from gpt2_posheads.analysis.scores import LABEL_THRESHOLD, attention_scores, classify_prev_heads, score_profile
+from gpt2_posheads.claims.gpt2_post import judge_claim, prev_head_precondition
 from gpt2_posheads.claims.verdicts import Precondition
 from gpt2_posheads.cli import (
     HeadDefault,
@@ -39,15 +40,25 @@ def main(argv=None):
     p = experiment_parser(__doc__)
     add_prompt_args(p, n_prompts=16, seq_len=256)
     add_heads_arg(p, HEADS)
-    p.add_argument("--window", type=int, default=3, help="offsets -w..+w in the score profile")
-    p.add_argument("--threshold", type=float, default=0.5, help="dip/peak (in profile std units) that labels a head")
+    p.add_argument(
+        "--window",
+        type=int,
+        default=3,
+        help="offsets -w..+w in the score profile (>= 3: the trend needs two older keys)",
+    )
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=LABEL_THRESHOLD,
+        help="logits a spike or dip needs to label a head (default ln 2: attention odds changed 2x)",
+    )
     add_submatrix_args(p)
     args = p.parse_args(argv)
-    positive("--window", args.window, 2, 32)
+    positive("--window", args.window, 3, 32)
     positive("--threshold", args.threshold, 0, kind="a number")
     exp = setup(args, __file__, heads=HEADS)
     model, prompts, out = exp.model, exp.prompts, exp.out
-    positive("--window", args.window, 2, (prompts.shape[1] - 9) // 2)
+    positive("--window", args.window, 3, (prompts.shape[1] - 9) // 2)
     tokens = [model.tokenizer.decode([int(t)]) for t in prompts[0]]
     panels, start = {}, 0
     for (l, h), name in zip(exp.heads, exp.head_names):
@@ -76,23 +87,35 @@ def main(argv=None):
     for i, o in enumerate(range(-w, w + 1)):
         df[f"s({o:+d})"] = profile.flatten(0, 1)[:, i].numpy()
     rank = exp.ranking
-    df["is_prev_token"] = df.name.isin(set(rank[rank.is_prev_token].name))
+    clear = set(rank[rank.is_prev_token & (rank.ratio <= CLEAR_PREV_RATIO)].name)
+    df["clear_prev_token"] = df.name.isin(clear)
     out.csv(df, "classification")
-    fig = px.scatter(
-        df,
-        x="dip",
-        y="peak",
-        color="label",
-        text="name",
-        symbol="is_prev_token",
-        hover_data=["trend"],
-        title=f"{exp.label}: score profile<br><sup>dip at the current token vs peak at the previous token "
-        f"(std units)</sup>",
+    shown = df.assign(
+        kind=df.label.map({"self_suppressing": "self-suppressing", "prev_boosting": "prev-boosting"}).fillna("neither"),
+        head_kind=df.clear_prev_token.map({True: "clear previous-token head", False: "other head"}),
     )
-    fig.update_traces(textposition="top center", textfont_size=8)
+    fig = px.scatter(
+        shown,
+        x="dip",
+        y="spike",
+        color="kind",
+        symbol="head_kind",
+        hover_name="name",
+        hover_data={"trend": ":.2f", "lead": ":.2f", "dip": ":.2f", "spike": ":.2f", "kind": False, "head_kind": False},
+        text=shown.name.where(shown.clear_prev_token, ""),
+        labels={"kind": "label", "head_kind": "head"},
+        title=f"{exp.label}: raw-score profile of every head<br><sup>dip: the current key below the trend of older "
+        "keys (a dark main diagonal); spike: the previous key above it (a bright previous diagonal); logits; "
+        "dotted: the threshold ln 2</sup>",
+    )
+    fig.update_traces(textposition="top center", textfont_size=9)
+    for axis in ("x", "y"):
+        getattr(fig, f"add_{'v' if axis == 'x' else 'h'}line")(args.threshold, line_dash="dot", line_color="grey")
+    fig.update_layout(xaxis_title="dip at the current key (logits)", yaxis_title="spike at the previous key (logits)")
     out.figure(fig, "taxonomy")
     chosen = df[df.name.isin(exp.head_names)]
-    print(chosen[["name", "dip", "peak", "trend", "label"]].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    cols = ["name", "trend", "spike", "dip", "lead", "label"]
+    print(chosen[cols].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
 
     agg_l, agg_h = choose_aggregator(rank)
     agg = head_name(agg_l, agg_h)
@@ -115,9 +138,9 @@ def main(argv=None):
             preconditions=pre_agg
             + [
                 Precondition(
-                    "there are previous-token heads below the aggregator",
+                    "there are clear previous-token heads below the aggregator",
                     len(early) > 0,
-                    f"no previous-token head sits below {agg} (layer {agg_l})",
+                    f"no clear previous-token head sits below {agg} (layer {agg_l})",
                 )
             ],
         ),
@@ -127,7 +150,7 @@ def main(argv=None):
             value=(agg, agg_label),
             head=agg,
             shown=str(agg_label).replace("_", "-"),
-            preconditions=pre_agg + [layer_above(agg, agg_l, 0)],
+            preconditions=pre_agg,
         ),
     ]
     out.summary(
@@ -137,8 +160,8 @@ def main(argv=None):
             "threshold": args.threshold,
             "label_counts": df.label.value_counts().to_dict(),
             "aggregator": agg,
-            "early_prev_heads": early[["name", "dip", "peak", "trend", "label"]],
-            "chosen_heads": chosen[["name", "dip", "peak", "trend", "label"]],
+            "early_prev_heads": early[cols],
+            "chosen_heads": chosen[cols],
         },
         claims,
     )

@@ -225,6 +225,17 @@ def rank_prev_heads(
     return rank_from_diagonals(diag)
 
 
+# A *clear* previous-token head: greatest diagonal offset 1 and ratio <= 0.6. The post's heads under test go from
+# 0.01 (L4H11) to 0.52 (L3H2, the last of its six early heads); 0.6 takes all of them with a margin and leaves out
+# near-ties (ratio near 1), heads that attend to several diagonals alike and whose "previous-token" label is noise.
+CLEAR_PREV_RATIO = 0.6
+
+
+def is_clear_prev(top_offset: int, ratio: float) -> bool:
+    """Greatest diagonal offset 1 and ratio <= :data:`CLEAR_PREV_RATIO`."""
+    return int(top_offset) == 1 and float(ratio) <= CLEAR_PREV_RATIO
+
+
 def choose_aggregator(ranking: pd.DataFrame) -> tuple[int, int]:
     """The aggregator (the post's L4H11 on another model): the sharpest previous-token head, whatever its
     layer; the top-ranked head when the model has no previous-token head (claims about it then fail their
@@ -235,13 +246,15 @@ def choose_aggregator(ranking: pd.DataFrame) -> tuple[int, int]:
 
 
 def early_prev_heads(ranking: pd.DataFrame, layer: int) -> pd.DataFrame:
-    """The previous-token heads in layers below ``layer`` (the post's early heads below L4H11), sharpest first."""
-    prev = ranking[ranking.is_prev_token]
+    """The clear previous-token heads (ratio <= :data:`CLEAR_PREV_RATIO`) in layers below ``layer``: the post's early
+    heads below L4H11 (ratios 0.33-0.52), sharpest first. Near-ties are left out: a head whose previous diagonal is
+    barely the greatest would make any count of "early heads" mostly noise."""
+    prev = ranking[ranking.is_prev_token & (ranking.ratio <= CLEAR_PREV_RATIO)]
     return prev[prev.layer < layer]
 
 
 def aggregator_and_early(ranking: pd.DataFrame) -> list[tuple[int, int]]:
-    """``[early, aggregator]``: the aggregator (:func:`choose_aggregator`) preceded by the sharpest
+    """``[early, aggregator]``: the aggregator (:func:`choose_aggregator`) preceded by the sharpest clear
     previous-token head in a lower layer (like L2H2 below L4H11); just ``[aggregator]`` when there is none."""
     layer, head = choose_aggregator(ranking)
     below = early_prev_heads(ranking, layer)

@@ -10,8 +10,9 @@ Maths, per intervention (``A`` a head's attention pattern ``[q, k]``, ``g`` a gr
 * ``average_pos_embed(g)``: ``W_pos[p] <- mean(W_pos[k : k+g])`` for ``p`` in group ``[k, k+g)``,
   ``k = g * floor(p / g)``; the last group of ``n_ctx`` averages the rows it has. ``g = 1`` is the identity.
 * ``average_ext_pos_embed(L, g)``: ``resid_pre_L[p] += Ē[p] - E[p]`` where ``E`` is the extended
-  positional embedding at layer ``L`` and ``Ē`` its group average — position information at ``L`` is
-  blurred to ``g``-wide blocks while everything else in the residual stream is kept.
+  positional embedding at layer ``L`` (measured after BOS, as the prompts it is added to start with BOS) and ``Ē``
+  its group average over the positions after BOS (``[1, 1+g)``, ``[1+g, 1+2g)``, ...; the BOS row is left alone) —
+  position information at ``L`` is blurred to ``g``-wide blocks while everything else in the residual stream is kept.
 * ``mask_previous_attention(every, layers)``: ``A[p, p-1] <- 0`` for queries ``p > 0`` with ``p % every == 0``
   in every head of ``layers`` (post-softmax; rows optionally renormalised to sum to 1).
 
@@ -36,7 +37,7 @@ from ..model.hooks import require_live
 from ..model.patterns import pattern_edit_hooks
 from ..model.tokens import model_device
 from ..model.validation import check_head, check_int_range, check_layer, check_layers, check_learned_pos_embed
-from .posembed import extended_pos_embeddings, load_w_pos
+from .posembed import default_bos, extended_pos_embeddings, load_w_pos
 
 Hook = tuple[str, Callable]
 
@@ -112,21 +113,32 @@ def average_pos_embed(group_size: int, w_pos: torch.Tensor | None = None) -> Int
     return Intervention(f"average W_pos in groups of {group_size}", bind)
 
 
-def average_ext_pos_embed(layer: int, group_size: int, ext: torch.Tensor | None = None, **ext_kwargs) -> Intervention:
+def average_ext_pos_embed(
+    layer: int, group_size: int, ext: torch.Tensor | None = None, bos: bool | None = None, **ext_kwargs
+) -> Intervention:
     """Replace the extended positional embedding at ``layer`` by its group average (see module doc).
 
-    ``ext`` ``[pos, d_model]`` defaults to :func:`extended_pos_embeddings` ``(model, layer, **ext_kwargs)``.
+    ``ext`` ``[pos, d_model]`` defaults to :func:`extended_pos_embeddings` ``(model, layer, bos=bos, **ext_kwargs)``;
+    ``bos`` (default: the model has a BOS token, as the toolkit's prompts then start with it) keeps row 0 out of the
+    groups. Prompts without BOS need ``bos=False``.
     """
     check_int_range("group_size", group_size, 1, 1 << 30)
 
     def bind(model):
         check_layer(model, layer)
         require_live(model, "hook_resid_pre", "averaging the extended positional embeddings")
-        e = extended_pos_embeddings(model, layer, **ext_kwargs) if ext is None else ext.float()
-        delta = (group_average_rows(e, group_size) - e).to(model_device(model))
+        b = default_bos(model) if bos is None else bool(bos)
+        e = extended_pos_embeddings(model, layer, bos=b, **ext_kwargs) if ext is None else ext.float()
+        delta = (group_average_rows(e, group_size, offset=int(b)) - e).to(model_device(model))
         return [(f"blocks.{layer}.hook_resid_pre", _add_positions(delta))]
 
     return Intervention(f"average extended pos emb at layer {layer} in groups of {group_size}", bind)
+
+
+def masked_queries(every: int, n_pos: int) -> torch.Tensor:
+    """The queries :func:`mask_previous_attention` touches in an ``n_pos``-token prompt: ``p % every == 0``,
+    ``p > 0``."""
+    return torch.arange(every, n_pos, every)
 
 
 def mask_previous_attention(
@@ -139,7 +151,7 @@ def mask_previous_attention(
 
     def edit(pattern):  # pattern: [batch, head, q, k]
         n = pattern.shape[-1]
-        q = torch.arange(every, n, every, device=pattern.device)
+        q = masked_queries(every, n).to(pattern.device)
         pattern = pattern.clone()
         pattern[..., q, q - 1] = 0.0
         if renormalize:

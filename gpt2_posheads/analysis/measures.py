@@ -79,24 +79,34 @@ def pattern_distance(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
     return {"mean_abs_diff": mad, "js_divergence": js}
 
 
-def prev_token_score(pattern: torch.Tensor, skip_first: int = 1) -> float:
-    """Mean attention from each query to the previous position, ``mean_q A[q, q-1]`` for ``q > skip_first``."""
-    d = pattern.diagonal(offset=-1, dim1=-2, dim2=-1)
+def prev_token_score(pattern: torch.Tensor, skip_first: int = 1, rows: torch.Tensor | None = None) -> float:
+    """Mean attention from each query to the previous position, ``mean_q A[q, q-1]``: over ``q > skip_first``, or
+    over the query positions ``rows`` (each >= 1) when given."""
+    d = pattern.diagonal(offset=-1, dim1=-2, dim2=-1)  # d[..., i] = A[i + 1, i]
+    if rows is not None:
+        return float(d[..., torch.as_tensor(rows) - 1].mean())
     return float(d[..., skip_first:].mean())
 
 
-def compare_head_patterns(model, prompts, head: tuple[int, int], fwd_hooks) -> dict:
+def compare_head_patterns(model, prompts, head: tuple[int, int], fwd_hooks, rows: torch.Tensor | None = None) -> dict:
     """A head's attention clean vs under ``fwd_hooks``, over every prompt of ``prompts``.
 
-    Returns the mean previous-token score of each run, the mean pattern distances, the relative drop of
-    the previous-token score, and the first prompt's two patterns (``clean``, ``intervened``) for figures.
+    Returns the mean previous-token score of each run (``prev_score_clean``, ``prev_score_intervened``: every
+    query), the mean pattern distances, the relative drop of the previous-token score, and the first prompt's two
+    patterns (``clean``, ``intervened``) for figures. With ``rows`` (query positions, e.g. the ones an intervention
+    touched) also ``prev_rows_clean``, ``prev_rows_intervened`` and ``rows_relative_drop`` on those queries alone.
     """
-    clean_s, new_s, dists, first = [], [], [], None
+    clean_s, new_s, rows_c, rows_n, dists, first = [], [], [], [], [], None
     for prompt in prompts:
         clean = head_patterns(model, prompt, [head])[head]
         new = head_patterns(model, prompt, [head], fwd_hooks)[head]
         clean_s.append(prev_token_score(clean))
         new_s.append(prev_token_score(new))
+        if rows is not None:
+            r = torch.as_tensor(rows)
+            r = r[(r >= 1) & (r < clean.shape[-1])]
+            rows_c.append(prev_token_score(clean, rows=r))
+            rows_n.append(prev_token_score(new, rows=r))
         dists.append(pattern_distance(clean, new))
         if first is None:
             first = (clean, new)
@@ -108,5 +118,8 @@ def compare_head_patterns(model, prompts, head: tuple[int, int], fwd_hooks) -> d
         "js_divergence": sum(d["js_divergence"] for d in dists) / n,
     }
     out["relative_drop"] = 1 - out["prev_score_intervened"] / max(out["prev_score_clean"], 1e-12)
+    if rows is not None:
+        out["prev_rows_clean"], out["prev_rows_intervened"] = sum(rows_c) / n, sum(rows_n) / n
+        out["rows_relative_drop"] = 1 - out["prev_rows_intervened"] / max(out["prev_rows_clean"], 1e-12)
     out["clean"], out["intervened"] = first
     return out

@@ -1,10 +1,16 @@
 """Extended positional embeddings: what the residual stream at a layer says about position.
 
-Feed prompts that repeat a single token ``seq_len`` times. At layer 0 the residual stream is
-``W_E[t] + W_pos[p]``; subtracting the mean over positions removes the token (and the mean position),
-leaving ``W_pos[p] - mean_p W_pos``. At a later layer the same recipe isolates the positional part of
-the residual stream as the earlier blocks have rewritten it: the *extended positional embedding*.
-Averaging over several repeated tokens removes what little token dependence is left.
+Feed prompts that repeat a single token: ``BOS t t ... t`` (as every prompt of this toolkit starts with BOS, and as
+TransformerLens's ``to_tokens`` builds them), or ``t t ... t`` on a model without a BOS token. At layer 0 the
+residual stream at a position ``p >= 1`` is ``W_E[t] + W_pos[p]``; subtracting the mean over the repeated token's
+positions removes the token (and the mean position), leaving ``W_pos[p] - mean W_pos``. At a later layer the same
+recipe isolates the positional part of the residual stream as the earlier blocks have rewritten it: the *extended
+positional embedding*. Averaging over several repeated tokens removes what little token dependence is left.
+
+BOS matters: a model may count positions from it (any head that attends uniformly and reads a BOS feature does), and
+the embeddings are added to prompts that start with it, so they are measured on prompts that start with it. Row 0 is
+then the BOS position, centred with the same mean; geometry is measured on the repeated token's rows
+(:func:`token_rows`), and group averaging leaves row 0 alone.
 """
 
 from __future__ import annotations
@@ -57,6 +63,18 @@ def random_token_ids(model, n: int, seed: int = 0) -> torch.Tensor:
     return torch.tensor([t for t in perm.tolist() if t not in special][:n])
 
 
+def default_bos(model) -> bool:
+    """Whether the toolkit's prompts start with BOS on ``model``: it has a tokenizer with a BOS token."""
+    tok = getattr(model, "tokenizer", None)
+    return tok is not None and getattr(tok, "bos_token_id", None) is not None
+
+
+def token_rows(x: torch.Tensor, bos: bool) -> torch.Tensor:
+    """The rows of the repeated token's positions (``1..`` after BOS, every row without it) of an extended positional
+    embedding ``[seq_len, d_model]``, or of ``W_pos`` to compare with it."""
+    return x[int(bos) :]
+
+
 def extended_pos_embeddings(
     model,
     layer: int,
@@ -68,34 +86,53 @@ def extended_pos_embeddings(
     return_per_token: bool = False,
     progress: bool = False,
     engine: str = "auto",
+    bos: bool | None = None,
 ):
     """The extended positional embedding matrix at ``layer``: ``[seq_len, d_model]``.
 
-    For each token ``t`` (``tokens``, or ``n_prompts`` random ids from ``seed``) the prompt is ``t``
-    repeated ``seq_len`` times (default ``n_ctx``, no BOS). ``E_t = R_t - mean_p R_t`` where ``R_t``
-    ``[seq_len, d_model]`` is the residual stream entering block ``layer`` (``blocks.{layer}.hook_resid_pre``;
-    ``layer == n_layers`` is the final residual, before ``ln_final``). Returns ``mean_t E_t``, and with
-    ``return_per_token`` also the stack ``[n_tokens, seq_len, d_model]``.
+    For each token ``t`` (``tokens``, or ``n_prompts`` random ids from ``seed``) the prompt is ``BOS`` then ``t``
+    repeated to ``seq_len`` tokens (default ``n_ctx``; ``bos=False``, or a model without a BOS token: ``t`` repeated
+    ``seq_len`` times). ``E_t = R_t - mean R_t`` where ``R_t`` ``[seq_len, d_model]`` is the residual stream entering
+    block ``layer`` (``blocks.{layer}.hook_resid_pre``; ``layer == n_layers`` is the final residual, before
+    ``ln_final``) and the mean runs over the repeated token's positions. Returns ``mean_t E_t``, and with
+    ``return_per_token`` also the stack ``[n_tokens, seq_len, d_model]``. Row 0 is the BOS position when there is one.
 
-    Only blocks ``< layer`` run, in batches, without an activation cache: through the hook-free fused
-    attention of :mod:`gpt2_posheads.model.fastpath` when ``engine`` allows it (``"auto"``, the default),
-    else through TransformerLens hooks (``engine="hooks"``); the two agree to ~1e-6.
-    At ``layer=0`` this equals ``W_pos[:seq_len] - W_pos[:seq_len].mean(0)``. ``model`` may be stored
-    activations holding the layer (:class:`~gpt2_posheads.analysis.stored.StoredActivations`, e.g. the
-    activation cache): the stored matrix, re-centred over the first ``seq_len`` positions when given.
+    Only blocks ``< layer`` run, in batches, without an activation cache: through the hook-free fused attention of
+    :mod:`gpt2_posheads.model.fastpath` when ``engine`` allows it (``"auto"``, the default), else through
+    TransformerLens hooks (``engine="hooks"``); the two agree to ~1e-6. At ``layer=0`` the repeated token's rows equal
+    ``W_pos`` (those rows) minus their mean. ``model`` may be stored activations holding the layer
+    (:class:`~gpt2_posheads.analysis.stored.StoredActivations`, e.g. the activation cache): the stored matrix,
+    re-centred over the first ``seq_len`` positions when given; anything the store did not fix when it was built
+    (other tokens, another seed, another number of prompts, another BOS choice) is an error.
     """
     if isinstance(model, StoredActivations):
-        if return_per_token:
-            raise ValueError("stored activations hold only the token-averaged matrix: return_per_token needs a model")
+        meta = getattr(model, "meta", {}) or {}
+        # (given, this function's default, what the store was built with): a value other than both is refused
+        fixed = {
+            "tokens": (tokens, None, None),
+            "return_per_token": (return_per_token, False, False),
+            "n_prompts": (n_prompts, 16, meta.get("ext_n_prompts")),
+            "seed": (seed, 0, meta.get("seed")),
+            "bos": (bos, None, meta.get("ext_bos")),
+            "engine": (engine, "auto", "auto"),
+        }
+        wrong = [k for k, (got, default, kept) in fixed.items() if got is not default and got not in (default, kept)]
+        if wrong:
+            raise ValueError(
+                f"stored activations fix {', '.join(wrong)} (built with n_prompts={meta.get('ext_n_prompts')}, "
+                f"seed={meta.get('seed')}, bos={meta.get('ext_bos')}): call extended_pos_embeddings(store, layer"
+                "[, seq_len]) or pass the model instead"
+            )
         stored = model.ext_pos(layer)
         if seq_len is not None:
             check_int_range("seq_len", seq_len, 2, stored.shape[0])
             # causal attention: the first seq_len positions of a longer repeated-token prompt are the residuals
             # of a seq_len-token prompt; only the centring differs, so centre again over those positions
-            stored = stored[:seq_len] - stored[:seq_len].mean(0)
+            b = int(bool(meta.get("ext_bos", False)))
+            stored = stored[:seq_len] - stored[b:seq_len].mean(0)
         return stored
     res = extended_pos_embeddings_by_layer(
-        model, [layer], tokens, n_prompts, seq_len, batch_size, seed, return_per_token, progress, engine
+        model, [layer], tokens, n_prompts, seq_len, batch_size, seed, return_per_token, progress, engine, bos
     )
     return (res[0][layer], res[1][layer]) if return_per_token else res[layer]
 
@@ -111,6 +148,7 @@ def extended_pos_embeddings_by_layer(
     return_per_token: bool = False,
     progress: bool = False,
     engine: str = "auto",
+    bos: bool | None = None,
 ):
     """:func:`extended_pos_embeddings` at several layers from one pass: ``{layer: [seq_len, d_model]}``
     (and ``{layer: [n_tokens, seq_len, d_model]}`` with ``return_per_token``). Defined for every model (the
@@ -121,6 +159,9 @@ def extended_pos_embeddings_by_layer(
     seq_len = model.cfg.n_ctx if seq_len is None else seq_len
     check_int_range("seq_len", seq_len, 2, model.cfg.n_ctx)
     check_int_range("batch_size", batch_size, 1, 1 << 20)
+    bos = default_bos(model) if bos is None else bool(bos)
+    if bos and not default_bos(model):
+        raise ValueError("bos=True needs a model whose tokenizer has a BOS token")
     if tokens is None:
         check_int_range("n_prompts", n_prompts, 1, model.cfg.d_vocab)
         tokens = random_token_ids(model, n_prompts, seed)
@@ -133,10 +174,11 @@ def extended_pos_embeddings_by_layer(
     device = model_device(model)
     totals = {l: torch.zeros(seq_len, model.cfg.d_model, dtype=torch.float64) for l in layers}
     per_token: dict[int, list[torch.Tensor]] = {l: [] for l in layers}
+    b = int(bos)
 
     def accumulate(layer: int, resid: torch.Tensor) -> None:  # resid: [batch, pos, d_model]
         r = resid.float().cpu()
-        centred = r - r.mean(dim=1, keepdim=True)
+        centred = r - r[:, b:].mean(dim=1, keepdim=True)
         totals[layer] += centred.sum(0).double()
         if return_per_token:
             per_token[layer].append(centred)
@@ -148,7 +190,10 @@ def extended_pos_embeddings_by_layer(
     hooks = [(names[l], make_hook(l)) for l in layers]
     with torch.inference_mode():
         for i in tqdm(range(0, len(tokens), batch_size), desc="extended pos emb", disable=not progress):
-            prompts = einops.repeat(tokens[i : i + batch_size], "b -> b pos", pos=seq_len).to(device)
+            prompts = einops.repeat(tokens[i : i + batch_size], "b -> b pos", pos=seq_len).clone()
+            if bos:
+                prompts[:, 0] = model.tokenizer.bos_token_id
+            prompts = prompts.to(device)
             if fast is not None:
                 for l, resid in fast.residuals(prompts, layers).items():
                     accumulate(l, resid)
@@ -160,7 +205,8 @@ def extended_pos_embeddings_by_layer(
     return ext
 
 
-def centred_w_pos(w_pos: torch.Tensor, seq_len: int | None = None) -> torch.Tensor:
-    """``W_pos[:seq_len] - mean``: the layer-0 extended positional embedding."""
+def centred_w_pos(w_pos: torch.Tensor, seq_len: int | None = None, bos: bool = False) -> torch.Tensor:
+    """``W_pos[:seq_len]`` minus the mean of the rows compared (``1..`` with ``bos``, as the extended embeddings are
+    centred): the layer-0 extended positional embedding."""
     w = w_pos[:seq_len] if seq_len else w_pos
-    return w - w.mean(0)
+    return w - w[int(bos) :].mean(0)

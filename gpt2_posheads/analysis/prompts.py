@@ -1,12 +1,13 @@
 """Natural-text prompts of a fixed token length, deterministic given a seed.
 
 Sources: the hub dataset ``stas/openwebtext-10k`` (what the GPT-2 post used), local ``.txt`` /
-``.jsonl`` files, or the offline WikiText-2 copy in ``shared/corpus/wikitext-2``. ``"auto"`` takes the
+``.jsonl`` files, or the WikiText-2 text shipped in ``data/wikitext-2``. ``"auto"`` takes the
 hub dataset when the hub is reachable or cached and WikiText-2 otherwise, and says which it used.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import re
@@ -16,7 +17,7 @@ from pathlib import Path
 import torch
 
 from ..model.loading import hub_reachable
-from ..model.paths import shared_dir
+from ..model.paths import WIKITEXT_DIR
 from ..model.validation import UsageError
 
 OPENWEBTEXT = "stas/openwebtext-10k"
@@ -37,21 +38,22 @@ def openwebtext_documents(dataset: str = OPENWEBTEXT, split: str = "train") -> l
 
 
 def wikitext_documents(path: str | Path | None = None) -> list[str]:
-    """WikiText-2 articles (split at top-level `` = Title = `` headings), from ``shared/corpus``."""
+    """WikiText-2 articles (split at top-level `` = Title = `` headings): by default the test and validation splits
+    shipped in ``data/wikitext-2`` (gzipped; the same text as ``shared/corpus/wikitext-2``); ``path``: a ``.txt`` or
+    ``.txt.gz`` file or a folder of them."""
     if path is None:
-        root = shared_dir()
-        if root is None or not (root / "corpus" / "wikitext-2").is_dir():
-            raise FileNotFoundError("WikiText-2 copy not found: set $GPT2_POSHEADS_SHARED or pass a path")
-        files = [root / "corpus" / "wikitext-2" / n for n in ("test.txt", "valid.txt")]
+        files = [WIKITEXT_DIR / f"{n}.txt.gz" for n in ("test", "valid")]
     else:
         p = Path(path)
-        files = sorted(p.glob("*.txt")) if p.is_dir() else [p]
+        files = sorted(list(p.glob("*.txt")) + list(p.glob("*.txt.gz"))) if p.is_dir() else [p]
+        files = [f for f in files if f.name not in ("SOURCE.txt", "README.txt")]
     docs: list[str] = []
     for f in files:
         if not f.exists():
             continue
+        text = gzip.decompress(f.read_bytes()).decode("utf-8") if f.suffix == ".gz" else f.read_text(encoding="utf-8")
         current: list[str] = []
-        for line in f.read_text(encoding="utf-8").split("\n"):
+        for line in text.split("\n"):
             if re.match(r"^ = [^=].* = $", line):
                 if current:
                     docs.append(_detok_wikitext("\n".join(current)))
@@ -60,6 +62,8 @@ def wikitext_documents(path: str | Path | None = None) -> list[str]:
                 current.append(line.strip())
         if current:
             docs.append(_detok_wikitext("\n".join(current)))
+    if not docs:
+        raise FileNotFoundError(f"no WikiText-2 text found in {', '.join(map(str, files))}")
     return docs
 
 

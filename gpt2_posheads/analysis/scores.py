@@ -12,6 +12,8 @@ a peak. :func:`score_profile` turns this into numbers: the mean raw score at key
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
@@ -79,36 +81,50 @@ def score_profile(
 
     For every query ``q`` with all ``2*window+1`` keys inside the prompt (and ``q >= skip_first``, to
     leave out the BOS-dominated start) the scores in the window are centred on their mean, then
-    averaged over queries and prompts.
+    averaged over queries and prompts. Scores are ``scale * q . k`` with each layer's scale read off its own
+    pattern on the first batch (:func:`~gpt2_posheads.model.attention.scale_from_pattern`), not the configuration's
+    (the TransformerLens 4 bridge misstates GPT-Neo's), so the profile is in the logits the softmax sees.
     """
     check_int_range("window", window, 1, 64)
     L, H, w = model.cfg.n_layers, model.cfg.n_heads, window
     sums = torch.zeros(L, H, 2 * w + 1, dtype=torch.float64)
+    scales: dict[int, float] = {}
     count = 0
 
     def make_hooks(layer):
         qk = QKCapture(model, layer)
+        pattern_name = f"blocks.{layer}.attn.hook_pattern"
+
+        def ready() -> bool:
+            return qk.ready() and (layer in scales or "pattern" in qk.box)
 
         def then(hook_fn):  # the captures may arrive in any order: reduce once all are in
             def hook(x, hook):
                 hook_fn(x, hook)
-                if qk.ready():
-                    reduce(qk.q, qk.k)
+                if ready():
+                    reduce(qk.q, qk.k, qk.box.get("pattern"))
                     qk.box.clear()
 
             return hook
 
-        def reduce(q, k):  # [batch, pos, head, d_head] each
+        def grab_pattern(x, hook):
+            if layer not in scales:
+                qk.box["pattern"] = x.detach()
+
+        def reduce(q, k, pattern):  # [batch, pos, head, d_head] each; pattern [batch, head, q, k] on the first batch
+            if layer not in scales:
+                dot = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()).cpu()
+                scales[layer] = scale_from_pattern(dot, pattern.float().cpu(), attn_scale(model.cfg, layer))[0]
             n = k.shape[1]
             qs = torch.arange(max(w, skip_first), n - w, device=k.device)
             offs = torch.arange(-w, w + 1, device=k.device)
             keys = qs[:, None] + offs[None, :]  # [n_q, 2w+1]
             kk = k[:, keys]  # [batch, n_q, 2w+1, head, d_head]
-            s = torch.einsum("bqhd,bqohd->bhqo", q[:, qs].float(), kk.float()) * attn_scale(model.cfg, layer)
+            s = torch.einsum("bqhd,bqohd->bhqo", q[:, qs].float(), kk.float()) * scales[layer]
             s = s - s.mean(-1, keepdim=True)
             sums[layer] += s.sum((0, 2)).double().cpu()
 
-        return [(name, then(fn)) for name, fn in qk.hooks()]
+        return [(name, then(fn)) for name, fn in qk.hooks()] + [(pattern_name, then(grab_pattern))]
 
     hooks = [h for l in range(L) for h in make_hooks(l)]
     device = model_device(model)
@@ -126,50 +142,67 @@ def score_profile(
     return (sums / count).float()
 
 
-def classify_prev_heads(profile: torch.Tensor, threshold: float = 0.5) -> pd.DataFrame:
-    """Label heads from :func:`score_profile` ``[n_layers, n_heads, 2w+1]``.
+# A feature of the profile decides where a head attends only if it changes the attention odds by a factor 2 or more.
+LABEL_THRESHOLD = math.log(2.0)
+LABELS = ("self_suppressing", "prev_boosting", "neither")
 
-    With ``s(o)`` the profile and ``spread`` its standard deviation over the window:
 
-    * ``dip  = (s(-1) + s(+1)) / 2 - s(0)``: how far the current token falls below its neighbours' trend;
-    * ``peak = s(-1) - max(s(-2), s(0))``: how far the previous token stands above both neighbours;
-    * ``trend`` = least-squares slope of ``s`` over the offsets other than 0 and -1 (> 0: more advanced
-      keys score higher, the tangent-to-the-helix reading of the post).
+def profile_features(p: torch.Tensor) -> dict[str, float]:
+    """The numbers a head's label rests on, from one profile ``p`` ``[2w+1]`` (``w >= 3``; see
+    :func:`classify_prev_heads`): ``trend`` (slope of the line through the keys ``o = -w..-2``, logits per position),
+    ``spike`` (``s(-1)`` above that line), ``dip`` (``s(0)`` below it) and ``lead`` (``s(-1) - s(0)``)."""
+    w = len(p) // 2
+    if w < 3:
+        raise ValueError(f"a profile needs window >= 3 (two keys before the previous one), got {w}")
+    s = p.double()
+    x = torch.arange(-w, -1, dtype=torch.float64)  # o = -w .. -2
+    y = s[: w - 1]
+    slope = float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
+    line = lambda o: float(y.mean()) + slope * (o - float(x.mean()))  # noqa: E731
+    return {
+        "trend": slope,
+        "spike": float(s[w - 1]) - line(-1),
+        "dip": line(0) - float(s[w]),
+        "lead": float(s[w - 1] - s[w]),
+    }
 
-    ``prev_boosting`` when ``peak / spread > threshold`` (a bright previous diagonal, L4H11's taxon);
-    else ``self_suppressing`` when ``dip / spread > threshold`` (a dark main diagonal, L2H2's taxon);
-    else ``neither``.
+
+def label_profile(f: dict[str, float], threshold: float = LABEL_THRESHOLD) -> str:
+    """``prev_boosting``, ``self_suppressing`` or ``neither`` from :func:`profile_features` (see
+    :func:`classify_prev_heads`)."""
+    if f["lead"] <= 0:
+        return "neither"  # the previous key does not even beat the current one
+    if f["spike"] >= threshold:
+        return "prev_boosting"
+    if f["trend"] > 0 and f["dip"] >= threshold:
+        return "self_suppressing"
+    return "neither"
+
+
+def classify_prev_heads(profile: torch.Tensor, threshold: float = LABEL_THRESHOLD) -> pd.DataFrame:
+    """Label every head from :func:`score_profile` ``[n_layers, n_heads, 2w+1]`` (``w >= 3``), in logits.
+
+    The post: an early previous-token head (L2H2) scores *more advanced keys higher* and has a *dark main diagonal*
+    (its own token pushed down), so with the future masked the previous key is left as the best; L4H11 instead has a
+    *bright previous diagonal*. Only the visible keys (``o <= 0``) decide: the future is masked before the softmax.
+    With ``s(o)`` the profile and the trend the least-squares line through the keys before the previous one
+    (``o = -w..-2``):
+
+    * ``spike = s(-1) - line(-1)``: how far the previous key stands above the trend of older keys;
+    * ``dip = line(0) - s(0)``: how far the current key falls below it;
+    * ``lead = s(-1) - s(0)``: how far the previous key beats the current one.
+
+    ``prev_boosting`` when ``lead > 0`` and ``spike >= threshold`` (a bright previous diagonal);
+    ``self_suppressing`` when ``lead > 0``, ``spike < threshold``, the trend rises and ``dip >= threshold`` (the
+    previous key wins because the current one, which the rising trend would favour, is pushed down); else
+    ``neither``. ``threshold``: ln 2 logits, a change of the attention odds by a factor 2 (a smaller feature does not
+    decide where the head attends). Limitation: within a window of 3 a bump centred on ``p-1`` (falling on both
+    sides) looks like a rising trend with a dip; a wider ``window`` shows its curvature.
     """
     L, H, n = profile.shape
-    w = n // 2
-    s = profile.double()
-    offs = torch.arange(-w, w + 1, dtype=torch.float64)
-    keep = (offs != 0) & (offs != -1)
     rows = []
     for l in range(L):
         for h in range(H):
-            p = s[l, h]
-            spread = float(p.std()) or 1e-12
-            dip = float((p[w - 1] + p[w + 1]) / 2 - p[w])
-            peak = float(p[w - 1] - torch.maximum(p[w - 2], p[w])) if w >= 2 else float(p[w - 1] - p[w])
-            x, y = offs[keep], p[keep]
-            trend = float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
-            label = (
-                "prev_boosting"
-                if peak / spread > threshold
-                else "self_suppressing"
-                if dip / spread > threshold
-                else "neither"
-            )
-            rows.append(
-                dict(
-                    layer=l,
-                    head=h,
-                    name=head_name(l, h),
-                    dip=dip / spread,
-                    peak=peak / spread,
-                    trend=trend / spread,
-                    label=label,
-                )
-            )
+            f = profile_features(profile[l, h])
+            rows.append(dict(layer=l, head=h, name=head_name(l, h), **f, label=label_profile(f, threshold)))
     return pd.DataFrame(rows)

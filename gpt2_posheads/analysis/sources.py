@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import pandas as pd
@@ -48,7 +48,7 @@ from ..model.fastpath import _ln_params, unsupported_reason
 from ..model.forward import run_until
 from ..model.identity import has_learned_positions, position_kind
 from ..model.tokens import as_token_batches, model_device
-from ..model.validation import UsageError, check_head, head_name
+from ..model.validation import HEAD_NAME, UsageError, check_head, head_name
 from .diagonals import diagonal_counts, diagonal_sums, prev_token_stats
 from .interventions import group_average_rows
 from .posembed import load_w_pos
@@ -214,17 +214,33 @@ def _ablated(out: torch.Tensor, how: Ablation, mean: torch.Tensor | None) -> tor
     return out[perm]
 
 
+BELOW = "layers below"  # the group of everything the layers below write (heads, MLPs and biases)
+
+
 def path_ablation(
-    model, prompts, layer: int, head: int, ablation: Ablation = "mean", pos_group: int = 10, batch_size: int = 8
+    model,
+    prompts,
+    layer: int,
+    head: int,
+    ablation: Ablation = "mean",
+    pos_group: int = 10,
+    batch_size: int = 8,
+    groups: Mapping[str, Sequence[tuple[int, int]]] | None = None,
+    below: bool = False,
 ) -> pd.DataFrame:
     """Effect on ``(layer, head)``'s previous-token attention of removing each upstream head's output
-    (and the fine-grained part of ``W_pos``) from only its query or only its key input.
+    (and the fine-grained part of ``W_pos``) from only its query or only its key input, and of removing groups of
+    heads, or everything the layers below write, from both inputs at once.
 
     One row per (source, side): ``prev_mass`` (mean ``A[q, q-1]``, key 0 left out) and ``ratio``
     (:func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`, every offset) under the ablation, the clean values, and
-    ``drop = clean prev_mass - ablated prev_mass``. Rows ``source == "none"`` (nothing ablated: exactly
-    the clean numbers) and ``source == "W_pos/<g>"`` (the positional route) are included. Sorted by
-    ``drop``, largest first. Needs mean outputs, so prompts are read twice for ``ablation="mean"``.
+    ``drop = clean prev_mass - ablated prev_mass`` (``relative_drop`` = ``drop / clean``). Rows
+    ``source == "none"`` (nothing ablated: exactly the clean numbers) and ``source == "W_pos/<g>"`` (the positional
+    route) are included. ``groups`` ``{name: [(layer, head), ...]}`` (heads below ``layer``) add one row each, side
+    ``"both"``: the group's outputs replaced together, in the query and the key input. ``below`` adds the row
+    ``source == "layers below"``, side ``"both"``: the residual stream entering ``layer`` replaced by the embeddings
+    plus the ablated value of everything blocks ``0 .. layer-1`` added to it (their mean, for ``ablation="mean"``).
+    Sorted by ``drop``, largest first. Needs mean outputs, so prompts are read twice for ``ablation="mean"``.
     """
     check_head(model, layer, head)
     if ablation not in ABLATIONS:
@@ -233,6 +249,14 @@ def path_ablation(
         raise UsageError("head", f"{head_name(layer, head)} is in layer 0", "a head in layer >= 1 has upstream heads")
     H = model.cfg.n_heads
     sources = [(l, h) for l in range(layer) for h in range(H)]
+    index = {s: i for i, s in enumerate(sources)}
+    groups = {name: list(g) for name, g in (groups or {}).items()}
+    for name, g in groups.items():
+        outside = [head_name(l, h) for l, h in g if (l, h) not in index]
+        if not g or outside:
+            raise UsageError(
+                "groups", f"group {name!r} holds {outside or 'no heads'}", f"heads in layers below {layer}"
+            )
     target = _Target(model, layer, head) if unsupported_reason(model) is None else _HookedTarget(model, layer, head)
     W_O = [model.blocks[l].attn.W_O.detach().float() for l in range(layer)]  # [head, d_head, d_model]
     pos_delta = None
@@ -242,6 +266,7 @@ def path_ablation(
     device = model_device(model)
 
     def capture(toks):
+        """``(resid [b,p,d], head outputs [S,b,p,d], written below [b,p,d], the target's pattern [b,q,k])``."""
         box = {}
 
         def grab(name):
@@ -252,13 +277,14 @@ def path_ablation(
 
         hooks = [(f"blocks.{l}.attn.hook_z", grab(f"z{l}")) for l in range(layer)]
         hooks += [
+            ("blocks.0.hook_resid_pre", grab("embed")),
             (f"blocks.{layer}.hook_resid_pre", grab("resid")),
             (f"blocks.{layer}.attn.hook_pattern", grab("pattern")),
         ]
         with torch.inference_mode():  # to the end of the block: some bridges fire hook_pattern after the output
             run_until(model, toks.to(device), hooks, stop_at=f"blocks.{layer}.hook_resid_post")
         outs = torch.stack([torch.einsum("bpd,dm->bpm", box[f"z{l}"][:, :, h], W_O[l][h].cpu()) for l, h in sources])
-        return box["resid"], outs, box["pattern"][:, head]  # [b,p,d], [S,b,p,d], [b,q,k]
+        return box["resid"], outs, box["resid"] - box["embed"], box["pattern"][:, head]
 
     batches = list(as_token_batches(model, prompts, batch_size))
     if ablation == "resample":
@@ -275,19 +301,21 @@ def path_ablation(
                 "ablation", "resample needs at least two prompts of each length", "use mean or zero, or more prompts"
             )
         batches = merged
-    means = None
+    means = mean_below = None
     if ablation == "mean":
-        total, count = None, 0
+        total, total_below, count = None, None, 0
         for toks in batches:
-            _, outs, _ = capture(toks)
-            s = outs.sum((1, 2))
+            _, outs, written, _ = capture(toks)
+            s, sb = outs.sum((1, 2)), written.sum((0, 1))
             total = s if total is None else total + s
+            total_below = sb if total_below is None else total_below + sb
             count += outs.shape[1] * outs.shape[2]
-        means = total / count  # [S, d_model]
+        means, mean_below = total / count, total_below / count  # [S, d_model], [d_model]
 
     keys = [("none", "-")] + [(head_name(l, h), side) for l, h in sources for side in ("query", "key")]
     if pos_delta is not None:
         keys += [(f"W_pos/{pos_group}", side) for side in ("query", "key")]
+    keys += [(name, "both") for name in groups] + ([(BELOW, "both")] if below else [])
     sums = dict.fromkeys(keys)
     counts = None
     max_err = 0.0
@@ -297,7 +325,7 @@ def path_ablation(
         sums[key] = st if sums[key] is None else sums[key] + st
 
     for toks in batches:
-        resid, outs, pattern = capture(toks)
+        resid, outs, written, pattern = capture(toks)
         target.start(toks, pattern)
         q0, k0 = target.qk(resid)
         clean = _pattern(target, q0, k0)
@@ -317,15 +345,23 @@ def path_ablation(
         _, c = _prev_stats(clean)
         counts = c if counts is None else counts + c
         add(("none", "-"), clean)
+        change = [
+            outs[i] - _ablated(outs[i], ablation, means[i] if means is not None else None) for i in range(len(sources))
+        ]  # what removing each head takes away from the residual, [b, p, d] each
         for i, (l, h) in enumerate(sources):
-            repl = _ablated(outs[i], ablation, means[i] if means is not None else None)
-            q1, k1 = target.qk(resid - outs[i] + repl)
+            q1, k1 = target.qk(resid - change[i])
             add((head_name(l, h), "query"), _pattern(target, q1, k0))
             add((head_name(l, h), "key"), _pattern(target, q0, k1))
         if pos_delta is not None:
             q1, k1 = target.qk(resid - pos_delta[: resid.shape[1]])
             add((f"W_pos/{pos_group}", "query"), _pattern(target, q1, k0))
             add((f"W_pos/{pos_group}", "key"), _pattern(target, q0, k1))
+        for name, g in groups.items():
+            x = resid - sum(change[index[s]] for s in g)
+            add((name, "both"), _pattern(target, *target.qk(x)))
+        if below:
+            x = resid - written + _ablated(written, ablation, mean_below)
+            add((BELOW, "both"), _pattern(target, *target.qk(x)))
     if max_err > 1e-4:
         raise RuntimeError(
             f"recomputed pattern of {head_name(layer, head)} differs from the model's by {max_err:.2e}: "
@@ -340,7 +376,7 @@ def path_ablation(
     rows = []
     for (src, side), v in sums.items():
         pm, ratio = stats(v)
-        layer_of = int(src[1 : src.index("H")]) if src.startswith("L") else (-1 if src == "none" else None)
+        layer_of = int(src[1 : src.index("H")]) if HEAD_NAME.match(src) else (-1 if src == "none" else None)
         rows.append(
             dict(
                 source=src,
@@ -357,6 +393,26 @@ def path_ablation(
     df = pd.DataFrame(rows).sort_values("drop", ascending=False, kind="stable").reset_index(drop=True)
     df.attrs.update(target=head_name(layer, head), ablation=ablation, pattern_check_max_abs_err=max_err)
     return df
+
+
+def random_groups(
+    heads: Sequence[tuple[int, int]], size: int, n: int = 64, seed: int = 0
+) -> list[list[tuple[int, int]]]:
+    """Up to ``n`` distinct random groups of ``size`` heads from ``heads`` (all of them when there are fewer):
+    the chance level a group of particular heads is compared with."""
+    import itertools
+    import random
+
+    heads = sorted(heads)
+    if size < 1 or size > len(heads):
+        return []
+    total = math.comb(len(heads), size)
+    if total <= n:
+        return [list(c) for c in itertools.combinations(heads, size)]
+    rng, seen = random.Random(seed), set()
+    while len(seen) < n:
+        seen.add(tuple(sorted(rng.sample(heads, size))))
+    return [list(c) for c in sorted(seen)]
 
 
 def top_sources(df: pd.DataFrame, n: int = 5) -> list[str]:

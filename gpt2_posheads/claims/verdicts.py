@@ -110,8 +110,9 @@ def judge(
         shown = fmt(value)
     failed = [p for p in preconditions if not p.ok]
     if failed:
-        why = "not testable here: " + "; ".join(p.failure() for p in failed)
-        return Claim(claim, post, measured, rule.text, NOT_TESTABLE, why, key, head, shown)
+        why = "not testable here: " + "; ".join(dict.fromkeys(p.failure() for p in failed))
+        # no number beside a claim that was not tested: it would read as a result (the measurement stays in measured)
+        return Claim(claim, post, measured, rule.text, NOT_TESTABLE, why, key, head, "")
     if quick and not rule.allow_quick:
         return Claim(
             claim,
@@ -122,7 +123,7 @@ def judge(
             "--quick run: too short or too small to test this claim; run without --quick",
             key,
             head,
-            shown,
+            "",
         )
     held, why = rule.decide(value)
     return Claim(claim, post, measured, rule.text, HELD if held else NOT_HELD, why, key, head, shown)

@@ -190,12 +190,18 @@ def check_model_dir(model_dir: str | None) -> dict | None:
             f"its folder is {p.parent}",
         )
     if not p.is_dir():
+        from ..model.paths import COMPILED_MODELS
+
         near = _nearest_dir(p)
         raise UsageError(
             "--model-dir",
             f"{model_dir} does not exist",
             "a folder with config.json and model weights",
-            f"did you mean {near}?" if near else "the repository ships data/mini-gpt2",
+            "build it with python experiments/build_compiled_models.py (seconds)"
+            if p.name in COMPILED_MODELS
+            else f"did you mean {near}?"
+            if near
+            else "the repository ships data/mini-gpt2; experiments/build_compiled_models.py builds data/route-gpt2",
         )
     if not (p / "config.json").is_file():
         raise UsageError(

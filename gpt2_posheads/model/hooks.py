@@ -8,7 +8,10 @@ nothing would make a claim look "not held" when it was never tested, so every in
 :func:`hook_status` first. The probe runs once per model (cached, reset when the weights change): one forward
 of 8 tokens watching the hooks of block ``min(1, n_layers - 1)`` and the embeddings, then one per hook with it
 edited, judged by the activation it feeds (:data:`DOWNSTREAM`): a verdict on the plumbing, not on the weights
-(editing the residual must reach ``resid_post`` through the skip connection whatever the block computes).
+(editing the residual must reach ``resid_post`` through the skip connection whatever the block computes). A block
+hook that changes nothing there is probed in the other blocks too, since a block whose heads have zero value or
+output weights (a hand-built model's inert layer) hides the plumbing: it is ``live`` if it feeds its activation in
+any block.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ PROBED = tuple(DOWNSTREAM)
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _name(model, suffix: str, embedding_block: bool = False) -> str:
+def _name(model, suffix: str, embedding_block: bool = False, layer: int | None = None) -> str:
     if suffix in ("hook_pos_embed", "hook_embed"):
         return suffix
-    layer = 0 if embedding_block else min(1, model.cfg.n_layers - 1)
+    if layer is None:
+        layer = 0 if embedding_block else min(1, model.cfg.n_layers - 1)
     return f"blocks.{layer}.{suffix}"
 
 
@@ -100,16 +104,27 @@ def hook_status(model) -> dict[str, HookState]:
             elif downstream[s] not in clean:
                 status[s] = "live"  # nothing downstream to watch on this model: trust the hook
             else:
-                after: dict[str, torch.Tensor] = {}
-                model.run_with_hooks(
-                    toks,
-                    fwd_hooks=[(present[s], _edit), (downstream[s], _watch(after, downstream[s]))],
-                    return_type=None,
-                )
-                gap = float((after[downstream[s]].float() - clean[downstream[s]].float()).abs().max())
-                status[s] = "live" if gap > 1e-6 else "dead"
+                status[s] = "live" if _feeds(model, toks, present[s], downstream[s], clean[downstream[s]]) else "dead"
+                if status[s] == "dead" and s.startswith("attn."):  # inert heads in the probed block hide the plumbing
+                    first = min(1, model.cfg.n_layers - 1)
+                    for layer in (l for l in range(model.cfg.n_layers) if l != first):
+                        here, there = _name(model, s, layer=layer), _name(model, DOWNSTREAM[s], layer=layer)
+                        if here in hooks and there in hooks and _feeds(model, toks, here, there):
+                            status[s] = "live"
+                            break
     _CACHE[model] = (key, status)
     return status
+
+
+def _feeds(model, toks: torch.Tensor, name: str, downstream: str, clean: torch.Tensor | None = None) -> bool:
+    """Whether editing hook ``name`` changes the activation at ``downstream`` (``clean``: its unedited value)."""
+    if clean is None:
+        box: dict[str, torch.Tensor] = {}
+        model.run_with_hooks(toks, fwd_hooks=[(downstream, _watch(box, downstream))], return_type=None)
+        clean = box[downstream]
+    after: dict[str, torch.Tensor] = {}
+    model.run_with_hooks(toks, fwd_hooks=[(name, _edit), (downstream, _watch(after, downstream))], return_type=None)
+    return float((after[downstream].float() - clean.float()).abs().max()) > 1e-6
 
 
 def require_live(model, suffix: str, what: str) -> None:

@@ -1,4 +1,5 @@
-"""Where the data beside the project lives (``../shared``), found at run time, never copied."""
+"""Where data lives: what ships in the repository (``data/``: a GPT-2 ``W_pos``, WikiText-2's test and validation
+text, the organism) and the larger folder beside the project in development (``../shared``), found at run time."""
 
 from __future__ import annotations
 
@@ -6,7 +7,12 @@ import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR = REPO_ROOT / "data"
 SHARED_ENV = "GPT2_POSHEADS_SHARED"
+GPT2_W_POS = DATA_DIR / "gpt2-small" / "W_pos.npy"  # GPT-2 small's real W_pos [1024, 768], shipped (data/README.md)
+WIKITEXT_DIR = DATA_DIR / "wikitext-2"  # WikiText-2's test and validation splits, gzipped, shipped
+# the compiled GPT-2s (gpt2_posheads.organism.compiled), built into data/<name> by experiments/build_compiled_models.py
+COMPILED_MODELS = ("route-gpt2", "lookalike-wpos", "lookalike-boost", "lookalike-decoy", "lookalike-none")
 
 
 def shared_dir(required: bool = False) -> Path | None:

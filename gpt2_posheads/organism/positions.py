@@ -24,20 +24,18 @@ def sinusoidal_positions(n_ctx: int, d_model: int, rms: float) -> torch.Tensor:
 def gpt2_positions(n_ctx: int, d_model: int, rms: float, w_pos: torch.Tensor | None = None) -> torch.Tensor:
     """``[n_ctx, d_model]``: GPT-2 small's own positional geometry at this size.
 
-    The first ``n_ctx`` rows of GPT-2's ``W_pos`` ``[1024, 768]`` (``w_pos``, default ``shared/gpt2-small/W_pos.npy``),
-    mean-centred and projected onto their top ``d_model`` principal components, scaled to ``rms``. Neighbouring
-    rows stay almost the same vector (cosine ~0.99, the smooth helix), so a head cannot read "the previous
-    position" off them as sharply as off a learned ``W_pos`` whose neighbours alternate in sign.
+    The first ``n_ctx`` rows of GPT-2's ``W_pos`` ``[1024, 768]`` (``w_pos``, default the shipped
+    ``data/gpt2-small/W_pos.npy``), mean-centred and projected onto their top ``d_model`` principal components,
+    scaled to ``rms``. Neighbouring rows stay almost the same vector (cosine ~0.99, the smooth helix), so a head
+    cannot read "the previous position" off them as sharply as off a learned ``W_pos`` whose neighbours alternate
+    in sign.
     """
     if w_pos is None:
         import numpy as np
 
-        from ..model.paths import shared_file
+        from ..model.paths import GPT2_W_POS
 
-        path = shared_file("gpt2-small", "W_pos.npy")
-        if path is None:
-            raise FileNotFoundError("pos_init='gpt2' needs shared/gpt2-small/W_pos.npy (set $GPT2_POSHEADS_SHARED)")
-        w_pos = torch.from_numpy(np.load(path))
+        w_pos = torch.from_numpy(np.load(GPT2_W_POS))
     if n_ctx > w_pos.shape[0] or d_model > min(n_ctx, w_pos.shape[1]):
         raise ValueError(f"GPT-2's W_pos {tuple(w_pos.shape)} cannot give {n_ctx} positions x {d_model} components")
     w = w_pos[:n_ctx].double()
