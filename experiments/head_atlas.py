@@ -88,7 +88,7 @@ def main(argv=None):
         except ModelLoadError as e:
             raise UsageError("--models", str(e)) from None
         prompts, source = corpus_prompts(model, args)
-        df = head_table(model, prompts, protocol=args.protocol, seed=args.seed)
+        df = head_table(model, prompts, protocol=args.protocol, seed=args.seed, model_name=name)
         label = name.rstrip("/").split("/")[-1] if name in dirs else name.replace("/", "--")
         tables[label] = df
         out.csv(df, f"atlas_{label}")

@@ -1,15 +1,18 @@
 """The main job: every claim script of every post, then results/index.html (verdicts side by side per model) and an
 offline attention explorer per model.
 
-    python experiments/run_all.py                       # the shipped organism + the four toy posts
+    python experiments/run_all.py                       # the compiled models, the trained organism, the toy posts
     python experiments/run_all.py --models gpt2         # also real GPT-2 small (needs the Hugging Face hub)
     python experiments/run_all.py --quick               # smoke test: toy claims 'not testable'
 
-The GPT-2 post's scripts run on each model (--model-dirs, --models); the toy scripts train their own models at
-settings that test every headline claim (--quick makes them smoke tests). Each script runs in its own process;
-a failing one is reported and the others still run. Ctrl-C stops the job and still rewrites the index page:
-what finished is shown with the time it was measured, the interrupted script and those that did not run are
-marked. The run record is results/run_all.json.
+The GPT-2 post's scripts run on each model (--model-dirs, --models): by default data/route-gpt2 (weights set by hand
+to carry the post's route), data/lookalike-wpos (the same behaviour from a head that reads W_pos) and data/mini-gpt2
+(the trained organism, which takes the toy post's route); compiled models missing from data/ are built first
+(seconds, deterministic). The organism report then shows the post's story on the route model beside the organism
+and the post's numbers. The toy scripts train their own models at settings that test every headline claim
+(--quick makes them smoke tests). Each script runs in its own process; a failing one is reported and the others
+still run. Ctrl-C stops the job and still rewrites the index page: what finished is shown with the time it was
+measured, the interrupted script and those that did not run are marked. The run record is results/run_all.json.
 """
 
 import sys
@@ -21,12 +24,25 @@ from gpt2_posheads.cli import RESULTS, Parser, check_device, check_hub_names, ch
 from gpt2_posheads.cli.output import acquire_lock, now_iso
 from gpt2_posheads.cli.runner import run_experiment
 from gpt2_posheads.model.loading import load_model
+from gpt2_posheads.model.paths import COMPILED_MODELS
 from gpt2_posheads.model.precision import machine_description
 from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.report.explorer import write_explorer
 from gpt2_posheads.report.index import write_index
 
-SHIPPED = ("data/mini-gpt2",)
+SHIPPED = ("data/route-gpt2", "data/lookalike-wpos", "data/mini-gpt2")
+REPORT = ("data/route-gpt2", "data/mini-gpt2")  # the organism report: this model, beside that one
+
+
+def build_missing_compiled(dirs: list[str]) -> None:
+    """Build the compiled models among ``dirs`` that are not there yet (deterministic, seconds each)."""
+    from gpt2_posheads.organism.compiled import build
+
+    for d in dirs:
+        p = Path(d)
+        if p.name in COMPILED_MODELS and not (p / "model.safetensors").exists() and not p.exists():
+            print(f"building {d} (a compiled model; experiments/build_compiled_models.py)", flush=True)
+            build(p.name, p)
 
 
 def main(argv=None):
@@ -34,7 +50,8 @@ def main(argv=None):
     p.add_argument(
         "--model-dirs",
         default=",".join(SHIPPED),
-        help="comma-separated local model folders the GPT-2 post's scripts run on ('' for none)",
+        help="comma-separated local model folders the GPT-2 post's scripts run on ('' for none); compiled models "
+        f"({', '.join(COMPILED_MODELS)}) missing from data/ are built first",
     )
     p.add_argument("--models", default="", help="comma-separated Hugging Face hub names too, e.g. gpt2 (needs the hub)")
     p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N")
@@ -44,6 +61,7 @@ def main(argv=None):
     p.add_argument("--no-explorer", action="store_true", help="skip the attention explorer pages")
     args = p.parse_args(argv)
     dirs = [d.strip() for d in args.model_dirs.split(",") if d.strip()]
+    build_missing_compiled(dirs)
     for d in dirs:
         try:
             check_model_dir(d)
@@ -60,12 +78,16 @@ def main(argv=None):
             raise UsageError("--only", f"unknown script(s) {unknown}", f"allowed {', '.join(scripts)}")
         scripts = [s for s in scripts if s in wanted]
     models = [["--model-dir", d] for d in dirs] + [["--model", m] for m in hub]
+    device = ["--device", args.device] if args.device else []
     jobs = []  # (script, model label or None, arguments)
     for name in scripts:
         if name in MODEL_SCRIPTS:
-            jobs += [(name, m[1], m + (["--device", args.device] if args.device else [])) for m in models]
+            jobs += [(name, m[1], m + device) for m in models]
         else:
             jobs.append((name, None, ["--quick"] if args.quick else []))
+    if REPORT[0] in dirs and not args.only:  # the post's story on the route model, beside the organism
+        compare = ["--compare", REPORT[1]] if REPORT[1] in dirs else []
+        jobs.append(("mini_gpt2_report", REPORT[0], ["--model-dir", REPORT[0], "--skip-scripts", *compare, *device]))
     if not jobs:
         raise UsageError("--model-dirs", "no model and no toy script to run", "at least one model folder or script")
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -10,9 +10,11 @@ Two protocols:
 * ``"ood-composition"`` (:func:`ood_composition_scores`): the protocol whose per-head scores were released with
   "Out-of-distribution generalization via composition" (repository ``JiajunSong629/ood-generalization-via-composition``,
   ``llm-interventions/removal-ih/IH_list/prep.py``): 50 sequences of 25 uniform random token ids (numpy's global
-  generator seeded with 2024, ids in ``0..vocab_size-1``) repeated twice, no BOS; position 0 dropped and each row
-  renormalised (``A[q, 1:] / sum_k (A[q, k] + 1e-6)``); the score is the mean over sequences of the mean of the
-  diagonal at offset 1 (previous token) or 24 (induction), its first entry skipped.
+  generator seeded with 2024, ids in ``0..vocab_size-1``) repeated twice, with the BOS token first where that
+  script prepends it (``prep.py``: Llama-2 7B and 70B, Llama-3 8B, Gemma 7B, Mixtral; :func:`ood_composition_bos`)
+  and no BOS otherwise; position 0 dropped and each row renormalised (``A[q, 1:] / sum_k (A[q, k] + 1e-6)``); the
+  score is the mean over sequences of the mean of the diagonal at offset 1 (previous token) or 24 (induction), its
+  first entry skipped.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ TOOLKIT_PROTOCOL = (
     "second copy of BOS r r (r: seg uniform random non-special tokens)"
 )
 OOD_PROTOCOL = (
-    "50 sequences r r of 25 uniform random ids (numpy seed 2024), no BOS; position 0 dropped, rows "
+    "50 sequences r r of 25 uniform random ids (numpy seed 2024), BOS first only for the models the published script "
+    "prepends it to (Llama-2, Llama-3, Gemma 7B, Mixtral); position 0 dropped, rows "
     "renormalised with +1e-6 per entry; mean of the diagonal at offset 1 (previous token) or 24 (induction), "
     "first entry skipped"
 )
@@ -75,11 +78,28 @@ def repeat_scores(
     return {"induction": (ind / (n_seqs * seg_len)).float(), "duplicate": (dup / (n_seqs * seg_len)).float()}
 
 
-def ood_composition_tokens(vocab_size: int, n_seqs: int = 50, seg_len: int = 25, seed: int = 2024) -> torch.Tensor:
-    """``[n_seqs, 2 * seg_len]``: the protocol's sequences (numpy's legacy generator, as ``np.random.seed(seed)``
-    followed by ``np.random.randint(0, vocab_size, n_seqs * seg_len)`` draws them)."""
+# the hub names of the models the published script (prep.py) prepends BOS to: its list names llama2-7b, llama2-70b,
+# llama3-8b, gemma-7b and mixtral-7b (its own gemma-2-9b and mistral-7b get no BOS)
+_OOD_BOS_MODELS = ("llama-2-7b", "llama-2-70b", "meta-llama-3-8b", "gemma-7b", "mixtral")
+
+
+def ood_composition_bos(model_name: str | None) -> bool:
+    """Whether the published script prepends BOS for ``model_name`` (a hub id or folder name), as it does for
+    Llama-2 7B/70B, Llama-3 8B, Gemma 7B and Mixtral, and for no other model."""
+    name = (model_name or "").lower().rstrip("/").split("/")[-1]
+    return any(m in name for m in _OOD_BOS_MODELS)
+
+
+def ood_composition_tokens(
+    vocab_size: int, n_seqs: int = 50, seg_len: int = 25, seed: int = 2024, bos_id: int | None = None
+) -> torch.Tensor:
+    """``[n_seqs, 2 * seg_len]`` (``+ 1`` with ``bos_id`` first): the protocol's sequences (numpy's legacy generator,
+    as ``np.random.seed(seed)`` followed by ``np.random.randint(0, vocab_size, n_seqs * seg_len)`` draws them)."""
     r = np.random.RandomState(seed).randint(low=0, high=vocab_size, size=n_seqs * seg_len).reshape(n_seqs, seg_len)
-    return torch.from_numpy(np.concatenate([r, r], axis=1)).long()
+    toks = np.concatenate([r, r], axis=1)
+    if bos_id is not None:
+        toks = np.hstack([np.full((n_seqs, 1), bos_id, dtype=toks.dtype), toks])
+    return torch.from_numpy(toks).long()
 
 
 def ood_composition_from_patterns(pattern: torch.Tensor, offset: int, eps: float = 1e-6) -> torch.Tensor:
@@ -92,9 +112,18 @@ def ood_composition_from_patterns(pattern: torch.Tensor, offset: int, eps: float
     return diag[..., 1:].mean(-1)
 
 
-def ood_composition_scores(model, n_seqs: int = 50, seg_len: int = 25, seed: int = 2024) -> dict[str, torch.Tensor]:
-    """``{"previous_token", "induction"}`` ``[n_layers, n_heads]`` by the "ood-composition" protocol (module doc)."""
-    toks = ood_composition_tokens(model.cfg.d_vocab, n_seqs, seg_len, seed)
+def ood_composition_scores(
+    model, n_seqs: int = 50, seg_len: int = 25, seed: int = 2024, bos: bool | None = None
+) -> dict[str, torch.Tensor]:
+    """``{"previous_token", "induction"}`` ``[n_layers, n_heads]`` by the "ood-composition" protocol (module doc).
+    ``bos`` (default: :func:`ood_composition_bos` of the model's name, as the published script decides) puts the
+    tokenizer's BOS first; the diagonals are then read off the same formula (position 0, BOS, is dropped)."""
+    if bos is None:
+        bos = ood_composition_bos(getattr(model.cfg, "model_name", None))
+    bos_id = model.tokenizer.bos_token_id if bos and getattr(model, "tokenizer", None) is not None else None
+    if bos and bos_id is None:
+        raise ValueError("bos=True needs a tokenizer with a BOS token")
+    toks = ood_composition_tokens(model.cfg.d_vocab, n_seqs, seg_len, seed, bos_id)
     L, H = model.cfg.n_layers, model.cfg.n_heads
     pth, ih = torch.zeros(L, H, dtype=torch.float64), torch.zeros(L, H, dtype=torch.float64)
     for layer, p in _patterns(model, toks):
@@ -104,14 +133,22 @@ def ood_composition_scores(model, n_seqs: int = 50, seg_len: int = 25, seed: int
 
 
 def head_table(
-    model, prompts: torch.Tensor, protocol: Protocol = "toolkit", seg_len: int = 50, n_seqs: int = 16, seed: int = 0
+    model,
+    prompts: torch.Tensor,
+    protocol: Protocol = "toolkit",
+    seg_len: int = 50,
+    n_seqs: int = 16,
+    seed: int = 0,
+    model_name: str | None = None,
 ) -> pd.DataFrame:
     """One row per head: ``layer, head, name, top_offset, prev_ratio, prev_mass, is_prev_token, induction, duplicate``
-    (toolkit protocol), plus ``ood_previous_token`` and ``ood_induction`` with ``protocol="ood-composition"``."""
+    (toolkit protocol), plus ``ood_previous_token`` and ``ood_induction`` with ``protocol="ood-composition"`` (BOS
+    first as the published script does for ``model_name``: :func:`ood_composition_bos`)."""
     st = prev_token_stats(diagonal_attention(model, prompts, progress=False))
     seg = min(seg_len, (model.cfg.n_ctx - 1) // 2)
     rep = repeat_scores(model, n_seqs, seg, seed)
-    ood = ood_composition_scores(model) if protocol == "ood-composition" else None
+    name = model_name or getattr(model.cfg, "model_name", None)
+    ood = ood_composition_scores(model, bos=ood_composition_bos(name)) if protocol == "ood-composition" else None
     rows = []
     for l in range(model.cfg.n_layers):
         for h in range(model.cfg.n_heads):

@@ -490,7 +490,7 @@ def helix_precondition(evr, what: str) -> Precondition:
     """``what`` (W_pos, or the extended embeddings) is a low-dimensional helix by :func:`helix_evr_rule`: comparing
     its subspace, or asking whether it depends on the token, only means something then."""
     ok, why = helix_evr_rule(what).decide(evr)
-    return Precondition(f"{what} is a low-dimensional helix", ok, f"{what} is not a low-dimensional helix ({why})")
+    return Precondition(f"{what}: a low-dimensional helix", ok, f"not a low-dimensional helix: {what} ({why})")
 
 
 def layer_above(name: str, layer: int, low: int) -> Precondition:

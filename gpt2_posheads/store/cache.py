@@ -5,7 +5,8 @@
 * ``prompts`` ``[n, pos]`` and ``diagonals`` ``[n_layers, n_heads, n_offsets]`` (→ the head ranking);
 * ``score_profile`` ``[n_layers, n_heads, 2w+1]`` (→ the self-suppressing / prev-boosting taxonomy);
 * for chosen heads, ``pattern.L{l}H{h}`` and ``raw_scores.L{l}H{h}`` ``[pos, pos]`` on the first prompt;
-* ``w_pos`` and ``ext_pos.L{l}`` ``[n_ctx, d_model]`` for every layer ``0..n_layers``;
+* ``w_pos`` and ``ext_pos.L{l}`` ``[n_ctx, d_model]`` for every layer ``0..n_layers`` (measured after BOS when the
+  model has one: ``ext_bos`` in the provenance; row 0 is then the BOS position);
 * ``repeat.{name}.tokens`` and ``repeat.{name}.probs`` (next-token distribution) for repeat-string prompts.
 
 :class:`PosheadsCache` reads it back; ``rank_prev_heads``, ``extended_pos_embeddings`` and
@@ -24,11 +25,11 @@ import torch
 
 from ..analysis.diagonals import choose_aggregator, diagonal_attention, rank_from_diagonals
 from ..analysis.induction import induction_scores
-from ..analysis.interventions import average_pos_embed, mask_previous_attention
-from ..analysis.measures import next_token_probs
-from ..analysis.posembed import extended_pos_embeddings_by_layer, load_w_pos
+from ..analysis.interventions import average_pos_embed, mask_previous_attention, masked_queries
+from ..analysis.measures import compare_head_patterns, next_token_probs
+from ..analysis.posembed import default_bos, extended_pos_embeddings_by_layer, load_w_pos
 from ..analysis.repeat_prompt import repeat_string_prompt, single_token_target
-from ..analysis.scores import attention_scores, classify_prev_heads, score_profile
+from ..analysis.scores import LABEL_THRESHOLD, attention_scores, classify_prev_heads, score_profile
 from ..analysis.sources import path_ablation
 from ..model.identity import has_learned_positions
 from ..model.validation import head_name, parse_head
@@ -104,7 +105,7 @@ class PosheadsCache:
     def raw_scores(self, head) -> torch.Tensor:
         return self.tensors[f"raw_scores.{head_name(*parse_head(head))}"]
 
-    def classification(self, threshold: float = 0.5) -> pd.DataFrame:
+    def classification(self, threshold: float = LABEL_THRESHOLD) -> pd.DataFrame:
         return classify_prev_heads(self.tensors["score_profile"], threshold)
 
     def repeat_probs(self, name: str) -> torch.Tensor:
@@ -140,8 +141,9 @@ def build_cache(
     learned = has_learned_positions(model)
     if learned:
         t["w_pos"] = load_w_pos(model)
+    ext_bos = default_bos(model)
     ext = extended_pos_embeddings_by_layer(
-        model, range(model.cfg.n_layers + 1), n_prompts=ext_n_prompts, seed=seed, progress=progress
+        model, range(model.cfg.n_layers + 1), n_prompts=ext_n_prompts, seed=seed, progress=progress, bos=ext_bos
     )
     for l, e in ext.items():
         t[f"ext_pos.L{l}"] = e
@@ -168,13 +170,16 @@ def build_cache(
     t["induction.losses_no_bos"] = torch.tensor([ind_nobos.loss_first, ind_nobos.loss_second])
     rank = rank_from_diagonals(t["diagonals"])
     agg_l, agg_h = choose_aggregator(rank)
-    masked = float("nan")
-    if agg_l > 0:
-        masked = float(
-            diagonal_attention(
-                model, prompts, progress=False, fwd_hooks=mask_previous_attention(5, range(agg_l)).hooks(model)
-            )[agg_l, agg_h, 1]
+    masked_rows = [float("nan"), float("nan")]
+    if agg_l > 0:  # on the rows the mask touches (every 5th query), as the claim is judged
+        cmp = compare_head_patterns(
+            model,
+            prompts[:8],
+            (agg_l, agg_h),
+            mask_previous_attention(5, range(agg_l)).hooks(model),
+            rows=masked_queries(5, prompts.shape[1]),
         )
+        masked_rows = [cmp["prev_rows_clean"], cmp["prev_rows_intervened"]]
     averaged = (
         float(
             diagonal_attention(model, prompts, progress=False, fwd_hooks=average_pos_embed(10).hooks(model))[
@@ -184,7 +189,8 @@ def build_cache(
         if learned
         else float("nan")
     )
-    t["mechanism.aggregator_prev_mass"] = torch.tensor([float(t["diagonals"][agg_l, agg_h, 1]), masked, averaged])
+    t["mechanism.aggregator_prev_mass"] = torch.tensor([float(t["diagonals"][agg_l, agg_h, 1]), averaged])
+    t["mechanism.masked_rows"] = torch.tensor(masked_rows)
     # which upstream heads feed the aggregator (direct-path ablation); none for a layer-0 aggregator
     order: list[str] = []
     if agg_l > 0:
@@ -204,6 +210,7 @@ def build_cache(
         "exclude_bos": True,
         "window": window,
         "ext_n_prompts": ext_n_prompts,
+        "ext_bos": ext_bos,
         "seed": seed,
         "heads": [head_name(l, h) for l, h in heads],
         "heads_chosen": heads_chosen,
@@ -213,9 +220,9 @@ def build_cache(
         "induction_seg_len": seg,
         "sources_target": head_name(agg_l, agg_h) if order else None,
         "sources_order": order,
-        "mechanism": "aggregator_prev_mass = [clean, previous position masked every 5th query in the layers "
-        "below it (NaN for a layer-0 aggregator), W_pos averaged in groups of 10 (NaN without learned positions)]; "
-        "induction.losses "
+        "mechanism": "aggregator_prev_mass = [clean, W_pos averaged in groups of 10 (NaN without learned "
+        "positions)]; masked_rows = its previous-token attention on the rows masked every 5th query in the layers "
+        "below it, [clean, masked], over the first 8 prompts (NaN for a layer-0 aggregator); induction.losses "
         "= [first copy, second copy] on BOS r r, induction.losses_no_bos on r r (each copy's first "
         "token left out)",
         "cfg": {k: int(getattr(model.cfg, k)) for k in ("n_layers", "n_heads", "d_model", "n_ctx", "d_vocab")},

@@ -92,7 +92,7 @@ def test_toolkit_protocol_known_answers(tmp_path, small_tokenizer):
         assert float(s[other][0, 0]) < 1e-3
 
 
-def test_head_atlas_script(tmp_path, shared):
+def test_head_atlas_script(tmp_path):
     run_script(
         EXPERIMENTS / "head_atlas.py",
         [

@@ -22,11 +22,12 @@ from gpt2_posheads.analysis.sources import path_ablation
 from gpt2_posheads.claims.organism import random_prompts
 from gpt2_posheads.model.attention import attn_scale
 from gpt2_posheads.model.identity import is_gpt2_small
+from gpt2_posheads.model.paths import GPT2_W_POS
 from gpt2_posheads.organism.probe import _diagonal_masses, _sharpest
 from gpt2_posheads.store.cache import build_cache
 
 
-def test_one_previous_token_ratio_everywhere(tiny_model, small_tokenizer, shared):  # prompts from WikiText-2
+def test_one_previous_token_ratio_everywhere(tiny_model, small_tokenizer):  # prompts from WikiText-2
     """The same head on the same prompts gets the same ratio from the ranking, the cache, the training probe's
     definition, the atlas and path ablation's clean row."""
     prompts = make_prompts(small_tokenizer, 4, 48, source="wikitext", seed=3)
@@ -52,20 +53,21 @@ def test_one_previous_token_ratio_everywhere(tiny_model, small_tokenizer, shared
     assert clean["prev_mass"] == pytest.approx(rank.loc["L2H1", "prev_mass"], abs=1e-5)
 
 
-def test_cache_gives_the_models_extended_embeddings_for_a_shorter_seq_len(tiny_model, small_tokenizer, shared):
+def test_cache_gives_the_models_extended_embeddings_for_a_shorter_seq_len(tiny_model, small_tokenizer):
     prompts = make_prompts(small_tokenizer, 2, 32, source="wikitext")
     cache = build_cache(tiny_model, prompts, [], "tiny", ext_n_prompts=3, seed=5, progress=False)
     for layer in (0, 2):
         from_model = extended_pos_embeddings(tiny_model, layer, n_prompts=3, seed=5, seq_len=20)
         torch.testing.assert_close(extended_pos_embeddings(cache, layer, seq_len=20), from_model, atol=1e-4, rtol=1e-4)
-        assert float(from_model.mean(0).abs().max()) < 1e-5  # centred over its own 20 positions
+        assert float(from_model[1:].mean(0).abs().max()) < 1e-5  # centred over its own 19 positions after BOS
     with pytest.raises(ValueError, match="stored activations fix the prompts"):
         rank_prev_heads(cache, prompts)
 
 
 def test_extended_embedding_averaging_with_groups(tiny_model):
     """Groups of 4 at layer 2: the residual entering block 2 becomes resid + (group mean - E) of the extended
-    embeddings E, exactly; groups of 1 change nothing."""
+    embeddings E, exactly, with the groups starting after BOS (positions 1-4, 5-8, ...) and BOS's row untouched;
+    groups of 1 change nothing."""
     ext = extended_pos_embeddings(tiny_model, 2, n_prompts=2, seq_len=24)
     toks = torch.randint(1, 1000, (1, 24), generator=torch.Generator().manual_seed(0))
     seen = {}
@@ -78,9 +80,11 @@ def test_extended_embedding_averaging_with_groups(tiny_model):
         hooks = average_ext_pos_embed(2, 4, ext=ext).hooks(tiny_model) + [("blocks.2.hook_resid_pre", grab)]
         tiny_model.run_with_hooks(toks, fwd_hooks=hooks)
     clean, averaged = seen["x"]
-    delta = group_average_rows(ext, 4) - ext
+    delta = group_average_rows(ext, 4, offset=1) - ext
     torch.testing.assert_close(averaged[0] - clean[0], delta, atol=1e-5, rtol=1e-5)
     assert float(delta.abs().max()) > 1e-3
+    assert float(delta[0].abs().max()) == 0.0  # the BOS position keeps its own row
+    torch.testing.assert_close(delta[1:5], ext[1:5].mean(0, keepdim=True) - ext[1:5])
     torch.testing.assert_close(group_average_rows(ext[:8], 4)[:4], ext[:4].mean(0, keepdim=True).expand(4, -1))
 
 
@@ -154,7 +158,7 @@ def test_the_post_edit_touches_only_two_queries(small_tokenizer):
     assert mapping == {w2[0]: w1[0] - 1, w3[0]: w1[-1]}  # turtle -> before ninja; pirate -> ninja
 
 
-def test_make_prompts_is_deterministic_and_starts_with_bos(small_tokenizer, shared):
+def test_make_prompts_is_deterministic_and_starts_with_bos(small_tokenizer):
     a = make_prompts(small_tokenizer, 3, 40, source="wikitext", seed=7)
     b = make_prompts(small_tokenizer, 3, 40, source="wikitext", seed=7)
     c = make_prompts(small_tokenizer, 3, 40, source="wikitext", seed=8)
@@ -177,12 +181,12 @@ def test_resample_ablation_with_a_lone_last_batch(tiny_model):
     assert np.isfinite(df["prev_mass"]).all()
 
 
-def test_gpt2_detection_is_not_fooled_by_gpt2s_positions(shared, tmp_path, small_tokenizer):
+def test_gpt2_detection_is_not_fooled_by_gpt2s_positions(tmp_path, small_tokenizer):
     """A random 12 x 12 x 768 model carrying GPT-2's real W_pos (and GPT-2's tokenizer) is not GPT-2 small: its
     token embeddings are not GPT-2's, so the post's head names are not its defaults."""
     from gpt2_posheads import gpt2_tokenizer
 
-    w = torch.from_numpy(np.load(shared / "gpt2-small" / "W_pos.npy"))
+    w = torch.from_numpy(np.load(GPT2_W_POS))
     d = make_random_model_dir(
         tmp_path,
         n_layers=12,

@@ -11,14 +11,35 @@ from gpt2_posheads.analysis.posembed import (
     extended_pos_embeddings,
     extended_pos_embeddings_by_layer,
     load_w_pos,
+    token_rows,
 )
+from gpt2_posheads.model.paths import GPT2_W_POS
 
 from conftest import conv1d_zero_outputs
 
 
 def test_layer0_identity_random_model(tiny_model):
+    """After BOS, the repeated token's rows at layer 0 are W_pos's rows centred over the same positions; without BOS
+    every row is."""
     ext = extended_pos_embeddings(tiny_model, 0, n_prompts=3, seq_len=40)
-    torch.testing.assert_close(ext, centred_w_pos(tiny_model.W_pos.detach(), 40), atol=1e-5, rtol=1e-4)
+    w = tiny_model.W_pos.detach()
+    torch.testing.assert_close(
+        token_rows(ext, True), token_rows(centred_w_pos(w, 40, bos=True), True), atol=1e-5, rtol=1e-4
+    )
+    assert float(token_rows(ext, True).mean(0).abs().max()) < 1e-5  # centred over the repeated token's rows
+    no_bos = extended_pos_embeddings(tiny_model, 0, n_prompts=3, seq_len=40, bos=False)
+    torch.testing.assert_close(no_bos, centred_w_pos(w, 40), atol=1e-5, rtol=1e-4)
+
+
+def test_bos_row_is_the_bos_position(tiny_model):
+    """Row 0 of the embeddings after BOS is the BOS position: at layer 0, W_E[BOS] - mean of the repeated tokens'
+    embeddings, plus W_pos[0] minus the mean of the rows compared."""
+    toks = [5, 17, 99]
+    ext = extended_pos_embeddings(tiny_model, 0, tokens=toks, seq_len=16)
+    w, e = tiny_model.W_pos.detach(), tiny_model.W_E.detach()
+    bos = tiny_model.tokenizer.bos_token_id
+    want = e[bos] - e[toks].mean(0) + w[0] - w[1:16].mean(0)
+    torch.testing.assert_close(ext[0], want, atol=1e-5, rtol=1e-4)
 
 
 def test_by_layer_matches_single_layer(tiny_model):
@@ -53,7 +74,7 @@ def test_per_token_matrices(tiny_model):
     torch.testing.assert_close(per.mean(0), ext, atol=1e-6, rtol=1e-5)
     assert token_dependence(per) > 0
     _, per0 = extended_pos_embeddings(tiny_model, 0, tokens=[5, 17, 99], seq_len=16, return_per_token=True)
-    assert token_dependence(per0) < 1e-5
+    assert token_dependence(token_rows(per0.transpose(0, 1), True).transpose(0, 1)) < 1e-5  # the token's rows
 
 
 def test_bad_input(tiny_model, tmp_path):
@@ -100,8 +121,8 @@ def test_pca_and_sparsity_known_answers():
     assert large_entry_fraction(sparse) == pytest.approx(0.01)
 
 
-def test_real_gpt2_w_pos_helix(shared):
-    w = load_w_pos(shared / "gpt2-small" / "W_pos.npy")
+def test_real_gpt2_w_pos_helix():
+    w = load_w_pos(GPT2_W_POS)
     assert w.shape == (1024, 768)
     torch.testing.assert_close(w[0, :3], torch.tensor([-0.0188, -0.1974, 0.0040]), atol=1e-4, rtol=0)
     _, evr, _ = pca(w, 3)
@@ -109,9 +130,10 @@ def test_real_gpt2_w_pos_helix(shared):
     torch.testing.assert_close(evr, torch.tensor([0.33, 0.32, 0.25]), atol=0.015, rtol=0)
 
 
-def test_layer0_identity_real_w_pos(shared, tmp_path, small_tokenizer):
-    """A GPT-2-shaped model carrying the real W_pos reproduces it as its layer-0 extended embedding."""
-    w = torch.from_numpy(np.load(shared / "gpt2-small" / "W_pos.npy"))
+def test_layer0_identity_real_w_pos(tmp_path, small_tokenizer):
+    """A GPT-2-shaped model carrying the real W_pos reproduces it as its layer-0 extended embedding (the repeated
+    token's rows, after BOS)."""
+    w = torch.from_numpy(np.load(GPT2_W_POS))
     d = make_random_model_dir(
         tmp_path,
         n_layers=1,
@@ -123,10 +145,10 @@ def test_layer0_identity_real_w_pos(shared, tmp_path, small_tokenizer):
     )
     raw = load_model(d, device="cpu", center_writing_weights=False)
     ext = extended_pos_embeddings(raw, 0, n_prompts=2, batch_size=2)
-    torch.testing.assert_close(ext, w - w.mean(0), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(ext[1:], w[1:] - w[1:].mean(0), atol=1e-4, rtol=1e-4)
 
 
-def test_neighbour_cosines_known_answers(shared):
+def test_neighbour_cosines_known_answers():
     """A circle of n points: consecutive centred rows at angle 2 pi / n, cosine cos(2 pi / n) exactly; rows that
     alternate in sign around a direction: about -1; GPT-2's real W_pos: a smooth curve (0.991, 0.999, 0.999)."""
     import numpy as np
@@ -143,5 +165,5 @@ def test_neighbour_cosines_known_answers(shared):
     )
     assert all(c < -0.95 for c in neighbour_cosines(alternating))
     assert math.isnan(neighbour_cosines(circle[:10])[1])  # a range beyond the rows is empty
-    gpt2 = torch.tensor(np.load(shared / "gpt2-small" / "W_pos.npy"))
+    gpt2 = torch.tensor(np.load(GPT2_W_POS))
     assert neighbour_cosines(gpt2) == pytest.approx([0.991, 0.999, 0.999], abs=1e-3)

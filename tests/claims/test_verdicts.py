@@ -81,7 +81,7 @@ def test_failed_precondition_is_not_testable_even_if_the_number_looks_good():
 
 def test_quick_runs_are_not_testable_unless_the_rule_allows():
     assert judge("c", "p", at_most(0.1, "r"), 0.05, quick=True).verdict == "not testable"
-    assert judge_claim("wpos_helix", {}, value=[0.33, 0.32, 0.25], quick=True).verdict == "held"  # a fixed matrix
+    assert judge_claim("wpos_helix", {}, value=[0.33, 0.32, 0.25, 0.035], quick=True).verdict == "held"  # a matrix
 
 
 def test_the_l4h11_edit_on_a_model_that_does_not_copy_is_not_testable():
@@ -99,6 +99,9 @@ def test_the_l4h11_edit_on_a_model_that_does_not_copy_is_not_testable():
     assert judge_claim("edit_moves_copy", {}, value=(0.001, 0.01, 0.05)).verdict == "not held"
 
 
+UP = {"group_drop": 0.87, "chance": 0.01, "n_early": 4, "n_groups": 63, "top_single": "L1H3 (query) 10%"}
+
+
 @pytest.mark.parametrize(
     "key, value, verdict",
     [
@@ -106,47 +109,56 @@ def test_the_l4h11_edit_on_a_model_that_does_not_copy_is_not_testable():
         ("sharp_prev_head", 0.6, "not held"),
         ("half_prev_heads", 69 / 144, "held"),
         ("half_prev_heads", 0.1, "not held"),
-        ("sharpest_stands_alone", (0.18, 0.01), "held"),
-        ("sharpest_stands_alone", (0.8, 0.6), "not held"),
+        ("sharpest_stands_alone", (0.01, 0.18), "held"),  # GPT-2: L4H11 0.01, L5H6 0.18
+        ("sharpest_stands_alone", (0.01, None), "held"),  # the only previous-token head
+        ("sharpest_stands_alone", (0.6, 0.8), "not held"),  # nothing sharp
+        ("sharpest_stands_alone", (0.001, 0.006), "not held"),  # the next one is sharp too: no class of its own
+        ("sharpest_stands_alone", (0.0, 0.0), "not held"),
+        ("sharpest_stands_alone", (float("nan"), None), "not held"),  # no previous-token head at all
         ("avg_output_unchanged", {"a": (0.99, 0.98)}, "held"),
         ("avg_output_unchanged", {"a": (0.99, 0.5)}, "not held"),
-        ("avg_breaks_down", (1.0, 0.1), "held"),
-        ("avg_breaks_down", (0.15, 0.1), "not held"),
+        ("avg_output_unchanged", {}, "not held"),
+        ("avg_breaks_down", (0.05, 1.0, 100), "held"),
+        ("avg_breaks_down", (0.0008, 0.0086, 100), "not held"),  # 10x, but nothing breaks: below 0.1 nat
+        ("avg_breaks_down", (0.5, 0.6, 100), "not held"),  # broken already at 20
+        ("avg_breaks_down", (0.05, 1.0, 30), "not held"),  # 30 is not "around 50-100"
         ("avg_prev_heads_unaffected", {"L4H11": (0.9, 0.88)}, "held"),
         ("avg_prev_heads_unaffected", {"L4H11": (0.9, 0.3)}, "not held"),
-        ("mask_disrupts", (0.9, 0.5), "held"),
-        ("mask_disrupts", (0.9, 0.85), "not held"),
+        ("mask_disrupts", (0.9, 0.3), "held"),
+        ("mask_disrupts", (0.9, 0.5), "not held"),  # 44% of the masked rows' attention lost: not half
+        ("mask_disrupts", (0.0, 0.0), "not held"),
         ("early_self_suppressing", (6, 6), "held"),
+        ("early_self_suppressing", (2, 4), "held"),
         ("early_self_suppressing", (1, 6), "not held"),
+        ("early_self_suppressing", (1, 1), "not held"),  # one early head is not "the early heads"
         ("early_self_suppressing", (0, 0), "not held"),
         ("aggregator_prev_boosting", ("L4H11", "prev_boosting"), "held"),
         ("aggregator_prev_boosting", ("L4H11", "self_suppressing"), "not held"),
-        ("ext_avg_hurts_early_more", (0.3, 0.01), "held"),
-        ("ext_avg_hurts_early_more", (0.3, 0.2), "not held"),
-        ("wpos_helix", [0.334, 0.323, 0.246], "held"),  # GPT-2's real W_pos
-        ("wpos_helix", [0.553, 0.066, 0.032], "not held"),  # a W_pos with one dominant direction: not a helix
-        ("ext_helix", [0.961, 0.009, 0.003], "not held"),
-        ("wpos_helix", [0.3, 0.1, 0.05], "not held"),
+        ("ext_avg_hurts_early_more", (0.3, 0.01, 0.95), "held"),
+        ("ext_avg_hurts_early_more", (0.3, 0.2, 0.95), "not held"),  # not 2x
+        ("ext_avg_hurts_early_more", (0.6, 0.3, 0.4), "not held"),  # the aggregator badly hurt too
+        ("ext_avg_hurts_early_more", (2e-6, 1e-6, 1.0), "not held"),  # nothing hurt: below the damage level
+        ("wpos_helix", [0.334, 0.323, 0.246, 0.035], "held"),  # GPT-2's real W_pos, 1,024 rows
+        ("wpos_helix", [0.500, 0.328, 0.086, 0.040], "held"),  # its first 256 rows
+        ("wpos_helix", [0.553, 0.066, 0.032, 0.020], "not held"),  # one dominant direction: not a helix
+        ("ext_helix", [0.923, 0.040, 0.018, 0.002], "not held"),  # a near-line, however clean its third component
+        ("wpos_helix", [0.3, 0.1, 0.05, 0.04], "not held"),
+        ("wpos_helix", [0.201, 0.187, 0.155, 0.116], "not held"),  # data/mini-gpt2: no low-dimensional curve
         ("ext_same_subspace", 10.0, "held"),
         ("ext_same_subspace", 80.0, "not held"),
         ("ext_sparser", 3.0, "held"),
         ("ext_sparser", 1.0, "not held"),
         ("induction_heads_exist", 0.5, "held"),
         ("induction_heads_exist", 0.01, "not held"),
-        ("aggregator_above_layer0", ("L4H11", 4), "held"),
-        ("aggregator_above_layer0", ("L0H1", 0), "not held"),
+        ("aggregator_above_layer0", ("L4H11", 4, 0.9), "held"),
+        ("aggregator_above_layer0", ("L2H0", 2, 0.0), "not held"),  # above layer 0, but nothing below feeds it
+        ("aggregator_above_layer0", ("L0H1", 0, float("nan")), "not held"),
         ("sources_named_heads", ["L1H0", "L2H2", "L3H3", "L2H4"], "held"),
         ("sources_named_heads", ["L1H0"], "not held"),
-        (
-            "sources_upstream",
-            {"n_prev_token_among_top": 3, "top_drop": 0.2, "clean_prev_mass": 0.9, "top_sources": ["a"]},
-            "held",
-        ),
-        (
-            "sources_upstream",
-            {"n_prev_token_among_top": 3, "top_drop": 0.05, "clean_prev_mass": 0.9, "top_sources": ["a"]},
-            "not held",
-        ),
+        ("sources_upstream", UP, "held"),
+        ("sources_upstream", {**UP, "group_drop": 0.4}, "not held"),  # not half
+        ("sources_upstream", {**UP, "chance": 0.5}, "not held"),  # no better than as many random heads
+        ("sources_upstream", {**UP, "chance": float("nan")}, "held"),  # no other heads below to compare with
     ],
 )
 def test_every_post_claim_rule(key, value, verdict):
@@ -163,7 +175,8 @@ def test_preconditions_say_what_was_found():
     assert not p.ok and p.failure() == "L2H1 is not a previous-token head (its greatest diagonal is offset 0, not 1)"
     assert is_prev_token_head("L2H2", 1, 0.33).ok  # the post's early heads qualify
     weak = is_prev_token_head("L0H0", 1, 0.95)  # too weak for "unaffected" to mean much
-    assert not weak.ok and weak.failure() == "L0H0 is not a clear previous-token head (ratio 0.95 > 0.5)"
+    assert not weak.ok and weak.failure() == "L0H0 is not a clear previous-token head (ratio 0.95 > 0.6)"
+    assert is_prev_token_head("L3H2", 1, 0.52).ok  # the last of the post's six early heads
     assert model_copies({"a": 0.6, "b": 0.7}).ok and not model_copies({"a": 0.6, "b": 0.4}).ok
     assert "does not copy" in model_copies({"P(turtle | ninja)": 0.4}).failure()
     assert layer_above("L0H1", 0, 0).failure() == "L0H1 sits in layer 0: there is no layer below it"

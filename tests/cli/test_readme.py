@@ -19,7 +19,7 @@ def quick_start_code() -> str:
     return block.group(1)
 
 
-def test_readme_quick_start_runs(shared, tmp_path, monkeypatch):
+def test_readme_quick_start_runs(tmp_path, monkeypatch):
     code = quick_start_code()
     assert 'load_model("gpt2")' in code
     code = code.replace('load_model("gpt2")', f"load_model({str(MINI_DIR)!r})")

@@ -118,7 +118,7 @@ def test_prompts_too_short_for_seq_len(files, tmp_path, capsys):
     assert not (tmp_path / "o" / "summary.json").exists()  # the failed run left nothing behind
 
 
-def test_adjusted_inputs_are_said(tmp_path, capsys, small_tokenizer, shared):  # the scripts read WikiText-2
+def test_adjusted_inputs_are_said(tmp_path, capsys, small_tokenizer):  # the scripts read WikiText-2
     """A legitimate input that must be changed is changed and said: a --seq-len above the context, group sizes
     above it, a word that is several tokens in the vocabulary, a submatrix that does not fit the prompt."""
     mod = load_script("pos_embed_averaging")

@@ -31,7 +31,7 @@ ROTARY = {"pythia", "llama"}
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
-def test_every_script_on_every_architecture(script, arch, arch_dirs, tmp_path, capsys, shared):
+def test_every_script_on_every_architecture(script, arch, arch_dirs, tmp_path, capsys):
     out = tmp_path / "out"
     run_script(
         EXPERIMENTS / f"{script}.py",
@@ -44,6 +44,23 @@ def test_every_script_on_every_architecture(script, arch, arch_dirs, tmp_path, c
         assert {c["verdict"] for c in summary["claims"]} == {"not testable"}
     else:
         assert "not_applicable" not in summary
+    # a random-weight model has none of the post's mechanism: no claim may come out held by accident
+    assert not [(c["key"], c["why"]) for c in summary["claims"] if c["verdict"] == "held"]
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("script", sorted(s for s, a in SCRIPTS.items() if "--heads" in a))
+def test_no_claim_held_on_random_models_with_default_heads(script, arch, arch_dirs, tmp_path):
+    """The same with the heads each script chooses itself (the model's aggregator and early heads)."""
+    args = SCRIPTS[script]
+    i = args.index("--heads")
+    out = tmp_path / "out"
+    run_script(
+        EXPERIMENTS / f"{script}.py",
+        ["--model-dir", str(arch_dirs[arch]), "--out", str(out), "--no-png"] + args[:i] + args[i + 2 :],
+    )
+    claims = json.loads((out / "summary.json").read_text())["claims"]
+    assert not [(c["key"], c["why"]) for c in claims if c["verdict"] == "held"]
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -69,8 +86,8 @@ def test_analyses_are_exact_on_every_architecture(arch, arch_dirs):
     assert df.attrs["pattern_check_max_abs_err"] < 1e-4
     assert df[df.source == "none"].iloc[0]["prev_mass"] == pytest.approx(float(clean), abs=1e-5)
     assert any(r.startswith("W_pos") for r in df.source) == (arch not in ROTARY)
-    ext0 = extended_pos_embeddings(model, 0, n_prompts=2, seq_len=16)
-    assert (float(ext0.abs().max()) < 1e-5) == (arch in ROTARY)
+    ext0 = extended_pos_embeddings(model, 0, n_prompts=2, seq_len=16)  # after BOS: row 0 is BOS's own embedding
+    assert (float(ext0[1:].abs().max()) < 1e-5) == (arch in ROTARY)
 
 
 def test_pattern_edits_through_z_equal_the_hooked_edit(arch_dirs, monkeypatch):

@@ -1,0 +1,152 @@
+"""Ground truth by construction: the compiled GPT-2s are rebuilt byte for byte, and every claim of the GPT-2 post's
+nine scripts and of the organism report gets, on each of them and on data/mini-gpt2, the verdict its construction
+implies (``gpt2_posheads.organism.known_answers``, written down before anything was measured)."""
+
+import json
+import shutil
+
+import pytest
+
+from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS
+from gpt2_posheads.claims.gpt2_post import CLAIMS, ROUTE
+from gpt2_posheads.model.paths import DATA_DIR
+from gpt2_posheads.organism.compiled import BUILDERS, Head, compile_model, weights_digest, write_folder
+from gpt2_posheads.organism.known_answers import KNOWN, MODELS, expected, markdown_table
+
+from conftest import load_script
+
+COMPILED = tuple(BUILDERS)
+
+
+@pytest.fixture(scope="session")
+def compiled_dir(tmp_path_factory):
+    """Every compiled model, built by the build script into a fresh folder."""
+    out = tmp_path_factory.mktemp("compiled")
+    load_script("build_compiled_models").build_all(list(COMPILED), out, measured=False)
+    return out
+
+
+def model_dir(name: str, compiled_dir):
+    return DATA_DIR / name if name == "mini-gpt2" else compiled_dir / name
+
+
+def test_rebuild_gives_the_same_bytes(compiled_dir, tmp_path):
+    """A second build writes the same weights, config and tokenizer, byte for byte, and so does any copy already in
+    data/ (built on first use by the main job)."""
+    build_all = load_script("build_compiled_models").build_all
+    status = build_all(list(COMPILED), compiled_dir, measured=False)
+    assert set(status.values()) == {"unchanged"}
+    again = build_all(["route-gpt2"], tmp_path, measured=False)
+    assert again == {"route-gpt2": "written"}
+    assert weights_digest(tmp_path / "route-gpt2") == weights_digest(compiled_dir / "route-gpt2")
+    for name in COMPILED:
+        if (DATA_DIR / name / "model.safetensors").exists():
+            assert weights_digest(DATA_DIR / name) == weights_digest(compiled_dir / name), name
+
+
+def test_build_refuses_a_folder_it_did_not_write(tmp_path):
+    from gpt2_posheads.model.validation import UsageError
+
+    (tmp_path / "route-gpt2").mkdir()
+    (tmp_path / "route-gpt2" / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match="was not written by this script"):
+        load_script("build_compiled_models").build_all(["route-gpt2"], tmp_path, measured=False)
+    assert (tmp_path / "route-gpt2" / "notes.txt").read_text() == "mine"
+
+
+def test_the_table_covers_every_claim_and_model():
+    scripts = {s for s, _ in KNOWN}
+    assert scripts == set(MODEL_SCRIPTS) | {"mini_gpt2_report"}
+    for (script, key), row in KNOWN.items():
+        assert set(row) == set(MODELS), (script, key)
+        if script != "mini_gpt2_report":
+            assert key in CLAIMS
+    # every route claim is held on the route model and on none of the look-alike that reads W_pos
+    for (script, key), row in KNOWN.items():
+        if script != "mini_gpt2_report" and CLAIMS[key].tells == ROUTE:
+            assert row["lookalike-wpos"][0] != "held", key
+            if key != "sources_named_heads":
+                assert row["route-gpt2"][0] == "held", key
+
+
+def test_the_docs_show_the_table():
+    doc = (DATA_DIR.parent / "docs" / "posts" / "004-gpt2-previous-token-heads.md").read_text(encoding="utf-8")
+    assert markdown_table() in doc
+
+
+@pytest.fixture(scope="session")
+def claim_runs(compiled_dir, tmp_path_factory):
+    """Runs every claim script of the post (defaults, as the main job runs them) and the organism report's targets
+    on a model, once per session: ``runs(name) -> {(script, key): claim}``; outputs under ``runs.root``."""
+    root = tmp_path_factory.mktemp("claims")
+    done: dict[str, dict] = {}
+
+    def runs(name: str) -> dict:
+        if name not in done:
+            got = {}
+            for script in MODEL_SCRIPTS + ("mini_gpt2_report",):
+                out = root / script / name
+                argv = ["--model-dir", str(model_dir(name, compiled_dir)), "--out", str(out), "--no-png"]
+                load_script(script).main(argv + (["--skip-scripts"] if script == "mini_gpt2_report" else []))
+                for c in json.loads((out / "summary.json").read_text())["claims"]:
+                    got[(script, c["key"])] = c
+            done[name] = got
+        return done[name]
+
+    runs.root = root
+    return runs
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_claim_gets_its_known_verdict(name, compiled_dir, claim_runs):
+    if not (model_dir(name, compiled_dir) / "model.safetensors").exists():
+        pytest.skip(f"{model_dir(name, compiled_dir)} is missing")
+    got = claim_runs(name)
+    wrong = {
+        k: f"expected {verdict} ({reason}); got {got[k]['verdict']}: {got[k]['why']}"
+        for k, (verdict, reason) in expected(name).items()
+        if got[k]["verdict"] != verdict
+    }
+    assert not wrong, wrong
+
+
+def test_route_report_in_three_columns(compiled_dir, claim_runs, tmp_path, monkeypatch):
+    """The organism report on the route model: its targets, and the post's story beside data/mini-gpt2's and the
+    post's own numbers, every route claim of the route model held."""
+    claim_runs("route-gpt2"), claim_runs("mini-gpt2")  # the scripts' results the story is read from
+    report = load_script("mini_gpt2_report")
+    monkeypatch.setattr(report, "RESULTS", claim_runs.root)
+    out = tmp_path / "report"
+    report.main(
+        [
+            "--model-dir",
+            str(compiled_dir / "route-gpt2"),
+            "--compare",
+            str(DATA_DIR / "mini-gpt2"),
+            "--skip-scripts",
+            "--out",
+            str(out),
+            "--no-png",
+        ]
+    )
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "mini-gpt2" in page and "GPT-2 small (post)" in page and page.count("(route)") >= 6
+    story = {c["key"]: c for c in json.loads((out / "summary.json").read_text())["story"]}
+    for key, spec in CLAIMS.items():
+        if spec.tells == ROUTE and key in story and key != "sources_named_heads":
+            assert story[key]["verdict"] == "held", (key, story[key]["why"])
+    assert "has not run on this model" not in page  # both columns read from the scripts' results
+
+
+def test_without_its_aggregator_the_sharpest_head_is_self_suppressing(tmp_path):
+    """The other branch of "the sharp head boosts the previous token", from a model: route-gpt2 with its aggregator
+    made inert; its sharpest previous-token head is then an early head, whose raw scores dip at its own token."""
+    model = compile_model("route-gpt2")
+    model.heads[2][0] = Head(model.res)
+    folder = write_folder(model, tmp_path / "no-aggregator", "# no-aggregator: a test variant\n")
+    out = tmp_path / "out"
+    load_script("raw_scores_taxonomy").main(["--model-dir", str(folder), "--out", str(out), "--no-png"])
+    claims = {c["key"]: c for c in json.loads((out / "summary.json").read_text())["claims"]}
+    assert claims["aggregator_prev_boosting"]["verdict"] == "not held"
+    assert "self-suppressing" in claims["aggregator_prev_boosting"]["why"]
+    shutil.rmtree(folder)
