@@ -15,12 +15,14 @@ still run. Ctrl-C stops the job and still rewrites the index page: what finished
 measured, the interrupted script and those that did not run are marked. The run record is results/run_all.json.
 """
 
+import os
 import sys
 import time
 from pathlib import Path
 
 from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, TOY_SCRIPTS
 from gpt2_posheads.cli import RESULTS, Parser, check_device, check_hub_names, check_model_dir, main_entry, write_json
+from gpt2_posheads.cli.args import Terminated
 from gpt2_posheads.cli.output import acquire_lock, now_iso
 from gpt2_posheads.cli.runner import run_experiment
 from gpt2_posheads.model.loading import load_model
@@ -29,6 +31,7 @@ from gpt2_posheads.model.precision import machine_description
 from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.report.explorer import write_explorer
 from gpt2_posheads.report.index import write_index
+from gpt2_posheads.report.plotting import PNG_ENV, png_support
 
 SHIPPED = ("data/route-gpt2", "data/lookalike-wpos", "data/mini-gpt2")
 REPORT = ("data/route-gpt2", "data/mini-gpt2")  # the organism report: this model, beside that one
@@ -71,9 +74,11 @@ def main(argv=None):
     check_hub_names(hub)
     check_device(args.device)
     scripts = list(MODEL_SCRIPTS + TOY_SCRIPTS)
-    if args.only:
+    if args.only is not None:
         wanted = [s.strip() for s in args.only.split(",") if s.strip()]
         unknown = [s for s in wanted if s not in scripts]
+        if not wanted:
+            raise UsageError("--only", f"{args.only!r} names no script", f"allowed {', '.join(scripts)}")
         if unknown:
             raise UsageError("--only", f"unknown script(s) {unknown}", f"allowed {', '.join(scripts)}")
         scripts = [s for s in scripts if s in wanted]
@@ -85,13 +90,18 @@ def main(argv=None):
             jobs += [(name, m[1], m + device) for m in models]
         else:
             jobs.append((name, None, ["--quick"] if args.quick else []))
-    if REPORT[0] in dirs and not args.only:  # the post's story on the route model, beside the organism
+    if REPORT[0] in dirs and args.only is None:  # the post's story on the route model, beside the organism
         compare = ["--compare", REPORT[1]] if REPORT[1] in dirs else []
         jobs.append(("mini_gpt2_report", REPORT[0], ["--model-dir", REPORT[0], "--skip-scripts", *compare, *device]))
     if not jobs:
         raise UsageError("--model-dirs", "no model and no toy script to run", "at least one model folder or script")
     RESULTS.mkdir(parents=True, exist_ok=True)
     lock = acquire_lock(RESULTS, "run_all")
+    if not args.no_png:  # decided once for every script (a bounded test export), passed on to each
+        can, why = png_support()
+        os.environ[PNG_ENV] = "ok" if can else why
+        if not can:
+            print(f"note: figures are written as HTML only ({why}); every result and figure is still written")
     record = {
         "started": now_iso(),
         "machine": machine_description(),
@@ -113,8 +123,8 @@ def main(argv=None):
                 status="ok" if rc == 0 else "interrupted" if rc == 130 else "failed",
             )
             print(f"=== {name}: {rec['status']} in {rec['seconds']:.0f} s", flush=True)
-            if rc == 130:
-                raise KeyboardInterrupt
+            if rc in (130, 143):
+                raise Terminated if rc == 143 else KeyboardInterrupt
             if rc != 0:
                 failed.append(name)
         if not args.no_explorer:
@@ -129,20 +139,22 @@ def main(argv=None):
                     name,
                 )
                 print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (main_entry raises Terminated for it)
         for rec in record["jobs"]:
             if rec["status"] == "running":
                 rec["status"] = "interrupted"
         print("\ninterrupted: the index page marks what did not finish", file=sys.stderr)
-        return finish(record, lock, t_all, failed, 130)
+        return finish(record, lock, t_all, failed, 143 if isinstance(e, Terminated) else 130)
     return finish(record, lock, t_all, failed, 1 if failed else 0)
 
 
 def finish(record: dict, lock: Path, t_all: float, failed: list[str], code: int) -> int:
-    record.update(finished=now_iso(), seconds=round(time.time() - t_all, 1), interrupted=code == 130)
-    write_json(RESULTS / "run_all.json", record)
-    index = write_index(RESULTS)
-    lock.unlink(missing_ok=True)
+    record.update(finished=now_iso(), seconds=round(time.time() - t_all, 1), interrupted=code in (130, 143))
+    try:
+        write_json(RESULTS / "run_all.json", record)
+        index = write_index(RESULTS)
+    finally:
+        lock.unlink(missing_ok=True)
     print(
         f"\nwrote {index} ({record['seconds'] / 60:.1f} min in all)"
         + (f"; failed: {', '.join(failed)}" if failed else "")

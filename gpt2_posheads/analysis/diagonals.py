@@ -24,7 +24,7 @@ from ..model.fastpath import Workspace, fast_forward
 from ..model.forward import run_until
 from ..model.precision import resolve_bf16
 from ..model.tokens import as_token_batches, model_device, to_token_list
-from ..model.validation import check_int_range, head_name
+from ..model.validation import check_int_range, head_name, require_finite
 from .stored import StoredActivations
 
 
@@ -122,7 +122,7 @@ def diagonal_attention(
                 continue
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 run_until(model, toks.to(device), hooks, stop_at=f"blocks.{L - 1}.attn.hook_pattern")
-    return (sums / counts).float()
+    return require_finite(sums, "the attention patterns").div(counts).float()
 
 
 def prev_token_stats(mass: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -7,6 +7,7 @@ from tqdm.auto import tqdm
 
 from ..model.forward import capture
 from ..model.tokens import as_token_batches, model_device, single_prompt, to_token_list
+from ..model.validation import require_finite
 
 
 def next_token_probs(model, tokens: torch.Tensor, fwd_hooks=()) -> torch.Tensor:
@@ -14,7 +15,7 @@ def next_token_probs(model, tokens: torch.Tensor, fwd_hooks=()) -> torch.Tensor:
     toks = torch.stack(to_token_list(model, tokens[None] if tokens.ndim == 1 else tokens))
     with torch.inference_mode():
         logits = model.run_with_hooks(toks.to(model_device(model)), fwd_hooks=list(fwd_hooks))
-    return logits[:, -1].float().softmax(-1).cpu()
+    return require_finite(logits[:, -1].float(), "the model's logits").softmax(-1).cpu()
 
 
 def top_tokens(model, probs: torch.Tensor, k: int = 5) -> list[tuple[str, float]]:
@@ -36,7 +37,7 @@ def kl_divergence(model, prompts, fwd_hooks, batch_size: int = 4, progress: bool
             kl = (clean.exp() * (clean - patched)).sum(-1)
             total += float(kl.sum())
             count += kl.numel()
-    return total / count
+    return require_finite(total / count, "the KL divergence (the model's logits)")
 
 
 def head_patterns(model, prompt, heads: list[tuple[int, int]], fwd_hooks=()) -> dict[tuple[int, int], torch.Tensor]:
@@ -56,7 +57,7 @@ def head_patterns(model, prompt, heads: list[tuple[int, int]], fwd_hooks=()) -> 
     with torch.inference_mode():
         box[last] = capture(model, toks, f"blocks.{last}.attn.hook_pattern", extra_hooks=list(fwd_hooks) + extra)
     for l, h in heads:
-        out[(l, h)] = box[l][0, h].float().cpu()
+        out[(l, h)] = require_finite(box[l][0, h].float().cpu(), f"L{l}H{h}'s attention pattern")
     return out
 
 

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from ..model.fastpath import fast_forward
 from ..model.forward import resid_hook_name, run_until
 from ..model.tokens import model_device
-from ..model.validation import UsageError, check_int_range, check_layer, check_learned_pos_embed
+from ..model.validation import UsageError, check_int_range, check_layer, check_learned_pos_embed, require_finite
 from .stored import StoredActivations
 
 
@@ -199,7 +199,7 @@ def extended_pos_embeddings_by_layer(
                     accumulate(l, resid)
             else:
                 run_until(model, prompts, hooks, stop_at=names[layers[-1]])
-    ext = {l: (totals[l] / len(tokens)).float() for l in layers}
+    ext = {l: require_finite(totals[l] / len(tokens), f"the residual stream at layer {l}").float() for l in layers}
     if return_per_token:
         return ext, {l: torch.cat(per_token[l]) for l in layers}
     return ext

@@ -75,6 +75,21 @@ def _detok_wikitext(text: str) -> str:
     return text.replace(" n't", "n't").replace(" 's", "'s")
 
 
+def read_text(path: Path) -> str:
+    """A text file as UTF-8 (a byte-order mark dropped). Any other encoding is refused in one line naming the file:
+    guessing one would put wrong characters into the prompts without a word."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UsageError(
+            "prompts",
+            f"{path} is not UTF-8 text (byte {e.start})",
+            "UTF-8 .txt or .jsonl files",
+            f"convert it, e.g. iconv -f latin1 -t utf-8 {path.name} > {path.stem}.utf8{path.suffix}",
+        ) from None
+
+
 def file_documents(paths: Iterable[str | Path]) -> list[str]:
     """Documents from ``.txt`` files (blank-line-separated chunks) or ``.jsonl`` files (a ``text`` field per line)."""
     docs: list[str] = []
@@ -92,7 +107,7 @@ def file_documents(paths: Iterable[str | Path]) -> list[str]:
                 )
             docs += file_documents(files)
         elif p.suffix == ".jsonl":
-            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
+            for i, line in enumerate(read_text(p).splitlines(), start=1):
                 if not line.strip():
                     continue
                 try:
@@ -108,7 +123,7 @@ def file_documents(paths: Iterable[str | Path]) -> list[str]:
                     )
                 docs.append(row["text"])
         elif p.exists():
-            docs += [c for c in re.split(r"\n\s*\n", p.read_text(encoding="utf-8")) if c.strip()]
+            docs += [c for c in re.split(r"\n\s*\n", read_text(p)) if c.strip()]
         else:
             raise UsageError("prompts", f"{p} does not exist", "auto, openwebtext, wikitext, or a .txt/.jsonl path")
     return docs
@@ -147,10 +162,11 @@ def make_prompts(
 ) -> torch.Tensor:
     """Token ids ``[n_prompts, seq_len]`` from documents long enough to fill ``seq_len``.
 
-    Documents are shuffled with ``seed`` and each contributes its first ``seq_len`` tokens (BOS first
-    when ``prepend_bos``), so the same seed gives the same prompts. Raises if too few documents are
-    long enough. With ``model`` (or a tokenizer that knows its ``model_max_length``) ``seq_len`` is
-    checked against the model's context.
+    Documents are shuffled with ``seed`` and each contributes its first ``seq_len`` tokens (BOS first when
+    ``prepend_bos``), so the same seed gives the same prompts. When fewer documents are long enough than prompts are
+    asked for, the long ones give further, non-overlapping windows of their text (a single long file still gives
+    many prompts). Raises, saying how many could be made, when even that is not enough. With ``model`` ``seq_len``
+    is checked against the model's context.
     """
     if n_prompts < 1:
         raise UsageError("n_prompts", f"{n_prompts} is out of range", "allowed >= 1")
@@ -165,19 +181,40 @@ def make_prompts(
     order = list(range(len(docs)))
     random.Random(seed).shuffle(order)
     n_text = seq_len - int(prepend_bos)
-    out = []
+    bos = [tokenizer.bos_token_id] if prepend_bos else []
+    out: list[list[int]] = []
+    encoded: list[list[int]] = []  # the long documents, in the shuffled order, for further windows
+    longest = 0
     for i in order:
         ids = tokenizer(docs[i], add_special_tokens=False)["input_ids"]
+        longest = max(longest, len(ids))
         if len(ids) >= n_text:
-            out.append(([tokenizer.bos_token_id] if prepend_bos else []) + ids[:n_text])
+            out.append(bos + ids[:n_text])
+            encoded.append(ids)
             if len(out) == n_prompts:
                 return torch.tensor(out, dtype=torch.long)
+    window = 1
+    while len(out) < n_prompts and any(len(ids) >= (window + 1) * n_text for ids in encoded):
+        for ids in encoded:
+            if len(ids) >= (window + 1) * n_text:
+                out.append(bos + ids[window * n_text : (window + 1) * n_text])
+                if len(out) == n_prompts:
+                    return torch.tensor(out, dtype=torch.long)
+        window += 1
+    if not out:
+        raise UsageError(
+            "seq_len",
+            f"none of the source's {len(docs)} documents has the {n_text} tokens a prompt of {seq_len} needs "
+            f"(the longest has {longest})",
+            f"allowed seq_len <= {longest + int(prepend_bos)} for this source",
+            "lower --seq-len, or use a source with longer documents",
+        )
     raise UsageError(
         "n_prompts",
-        f"only {len(out)} of the source's {len(docs)} documents have the {n_text} tokens "
-        f"a prompt needs, {n_prompts} asked",
+        f"the source gives only {len(out)} prompts of {seq_len} tokens ({len(encoded)} of its {len(docs)} documents "
+        f"are long enough, each cut into as many windows as it holds), {n_prompts} asked",
         f"allowed n_prompts <= {len(out)} at this seq_len",
-        "lower --seq-len or --n-prompts, or use a source with longer documents",
+        "lower --n-prompts or --seq-len, or add text to the source",
     )
 
 

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from ..model.attention import QKCapture, attn_scale, expand_kv, scale_from_pattern
 from ..model.forward import run_until
 from ..model.tokens import as_token_batches, model_device, single_prompt
-from ..model.validation import UsageError, check_head, check_int_range, head_name
+from ..model.validation import UsageError, check_head, check_int_range, head_name, require_finite
 
 
 def raw_scores_from_qk(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
@@ -139,7 +139,7 @@ def score_profile(
             run_until(model, toks.to(device), hooks, stop_at=f"blocks.{L - 1}.hook_resid_post")
     if count == 0:
         raise ValueError(f"prompts are too short for window={window} and skip_first={skip_first}")
-    return (sums / count).float()
+    return require_finite(sums / count, "the raw attention scores").float()
 
 
 # A feature of the profile decides where a head attends only if it changes the attention odds by a factor 2 or more.

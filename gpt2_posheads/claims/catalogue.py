@@ -43,3 +43,16 @@ POSTS: tuple[Post, ...] = (
 MODEL_SCRIPTS: tuple[str, ...] = tuple(s for p in POSTS if p.needs_model for s in p.scripts)
 TOY_SCRIPTS: tuple[str, ...] = tuple(s for p in POSTS if not p.needs_model for s in p.scripts)
 SCRIPT_POST: dict[str, Post] = {s: p for p in POSTS for s in p.scripts}
+
+# The claims each model script judges (keys of gpt2_posheads.claims.gpt2_post.CLAIMS), in the order it writes them.
+SCRIPT_CLAIMS: dict[str, tuple[str, ...]] = {
+    "rank_prev_heads": ("sharp_prev_head", "sharpest_stands_alone", "half_prev_heads"),
+    "pos_embed_helix": ("wpos_helix", "ext_helix"),
+    "ext_pos_vs_wpe": ("ext_same_subspace", "ext_sparser", "ext_token_independent"),
+    "pos_embed_averaging": ("avg_output_unchanged", "avg_breaks_down", "avg_prev_heads_unaffected"),
+    "mask_prev_attention": ("mask_disrupts",),
+    "raw_scores_taxonomy": ("early_self_suppressing", "aggregator_prev_boosting"),
+    "ext_pos_averaging": ("ext_avg_hurts_early_more",),
+    "l4h11_edit": ("edit_moves_copy",),
+    "prev_head_sources": ("aggregator_above_layer0", "sources_upstream", "sources_named_heads"),
+}

@@ -15,6 +15,7 @@ import difflib
 import json
 import math
 import re
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,19 +23,14 @@ from pathlib import Path
 
 import torch
 
+from ..model.folder import WEIGHT_FILES, folder_problem
 from ..model.loading import hub_reachable
 from ..model.paths import REPO_ROOT
-from ..model.validation import UsageError
+from ..model.validation import NonFiniteError, UsageError
 from .heads import HeadSpec
-from .output import abort_open_outputs
+from .output import abort_open_outputs, finish_not_testable
 
 PROMPT_SOURCES = ("auto", "openwebtext", "wikitext")
-WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-)
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -98,12 +94,24 @@ def main_entry(main: Callable, argv: Sequence[str] | None = None):
     """Run a script's ``main``: a :class:`UsageError` is one ``error:`` line and exit status 2; Ctrl-C or an
     error leaves every earlier result as it was (staged outputs are dropped); anything else keeps its
     traceback (it is a bug)."""
+    previous = _terminate_as_interrupt()
     try:
         return main(argv)
     except UsageError as e:
         abort_open_outputs()
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    except NonFiniteError as e:  # the model computed a NaN: every claim of the run is not testable, and says why
+        if not finish_not_testable(f"not testable: {e}"):
+            abort_open_outputs()
+            print(f"error: model: {e}; a model whose outputs are finite", file=sys.stderr)
+            raise SystemExit(1) from None
+        print(f"not testable: {e}", file=sys.stderr)
+        return 0
+    except Terminated:
+        abort_open_outputs()
+        print("\nterminated (SIGTERM): earlier results are kept as they were", file=sys.stderr)
+        raise SystemExit(143) from None
     except KeyboardInterrupt:
         abort_open_outputs()
         print(
@@ -114,6 +122,28 @@ def main_entry(main: Callable, argv: Sequence[str] | None = None):
     except BaseException:
         abort_open_outputs()
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what ``timeout`` and job schedulers send), handled as Ctrl-C is: staged outputs dropped, locks
+    released, earlier results kept."""
+
+
+def _terminate_as_interrupt():
+    """Make SIGTERM raise :class:`Terminated` in the main thread; the previous handler (``None`` off the main
+    thread, where signals cannot be set)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise Terminated
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def note(message: str) -> None:
@@ -228,6 +258,11 @@ def check_model_dir(model_dir: str | None) -> dict | None:
             f"one of {', '.join(WEIGHT_FILES)}",
             "re-save the model with save_pretrained",
         )
+    problem = folder_problem(p)
+    if problem:
+        raise UsageError(
+            "--model-dir", problem, "a complete Hugging Face model folder", "re-save the model with save_pretrained"
+        )
     return cfg
 
 
@@ -286,12 +321,7 @@ def check_prompt_source(source: str) -> None:
                 f"{source} is a binary file",
                 "UTF-8 text: .txt of documents separated by blank lines, or .jsonl with a 'text' field",
             )
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise UsageError(
-                "--prompts", f"{source} is not UTF-8 text (byte {e.start})", "UTF-8 .txt or .jsonl"
-            ) from None
+        text = raw.decode("utf-8", errors="replace")
         if not text.strip():
             raise UsageError(
                 "--prompts",

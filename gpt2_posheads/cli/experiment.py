@@ -10,6 +10,8 @@ A script is ``parse → setup → measure → judge → write``::
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,15 +47,41 @@ def model_slug(args) -> str:
     return str(getattr(args, "model", "model")).replace("/", "--")
 
 
+def model_identity(args) -> dict:
+    """``{"label", "fingerprint"}`` of ``--model-dir`` or ``--model``: what tells two models of the same name apart.
+    A folder's fingerprint hashes its ``config.json`` and its weight files' names, sizes and first and last MiB; a
+    hub model's is its name."""
+    label = model_label(args)
+    if not getattr(args, "model_dir", None):
+        return {"label": label, "fingerprint": label}
+    folder = Path(args.model_dir).expanduser()
+    h = hashlib.sha256()
+    for f in sorted(folder.iterdir()):
+        if f.name == "config.json" or f.suffix in (".safetensors", ".bin") or f.name.endswith(".index.json"):
+            size = f.stat().st_size
+            h.update(f"{f.name}:{size}".encode())
+            with f.open("rb") as fh:
+                h.update(fh.read(1 << 20))
+                if size > 2 << 20:
+                    fh.seek(-(1 << 20), 2)
+                    h.update(fh.read(1 << 20))
+    return {"label": str(folder.resolve()), "fingerprint": h.hexdigest()[:12]}
+
+
 def open_output(args, script_file: str, per_model: bool = True, quick: bool = False) -> Output:
-    """The run's output folder: ``--out`` or ``results/<script>/<model>/`` (see :class:`Output`)."""
+    """The run's output folder: ``--out`` or ``results/<script>/<model>/`` (see :class:`Output`); a folder holding
+    another model's results of the same name is refused."""
     script = Path(script_file).stem
-    target = (
-        Path(args.out)
-        if args.out
-        else default_target(script, model_slug(args) if per_model and hasattr(args, "model") else None)
+    has_model = per_model and hasattr(args, "model")
+    target = Path(args.out) if args.out else default_target(script, model_slug(args) if has_model else None)
+    return Output.open(
+        target,
+        script,
+        png=not args.no_png,
+        quick=quick,
+        force=getattr(args, "force", False),
+        model=model_identity(args) if has_model else None,
     )
-    return Output.open(target, script, png=not args.no_png, quick=quick, force=getattr(args, "force", False))
 
 
 def capped_seq_len(model, seq_len: int) -> int:
@@ -64,11 +92,19 @@ def capped_seq_len(model, seq_len: int) -> int:
     return seq_len
 
 
+OPTION_OF = {"n_prompts": "--n-prompts", "seq_len": "--seq-len", "prompts": "--prompts"}
+
+
 def corpus_prompts(model, args) -> tuple[torch.Tensor, str]:
-    """``[n_prompts, seq_len]`` natural-text prompts for ``args`` and a description of their source."""
-    docs, source = documents(args.prompts)
-    seq_len = capped_seq_len(model, args.seq_len)
-    return make_prompts(model.tokenizer, args.n_prompts, seq_len, seed=args.seed, docs=docs), source
+    """``[n_prompts, seq_len]`` natural-text prompts for ``args`` and a description of their source (a mistake is
+    named by its command-line option)."""
+    try:
+        docs, source = documents(args.prompts)
+        seq_len = capped_seq_len(model, args.seq_len)
+        return make_prompts(model.tokenizer, args.n_prompts, seq_len, seed=args.seed, docs=docs), source
+    except UsageError as e:
+        allowed = re.sub(r"\b(n_prompts|seq_len)\b", lambda m: OPTION_OF[m.group(1)], e.allowed)
+        raise UsageError(OPTION_OF.get(e.param, e.param), e.problem, allowed, e.hint) from None
 
 
 @dataclass
@@ -137,8 +173,10 @@ def setup(
     model = model_from_args(args)
     postcheck(args, checked, model, layer_final=layer_final)
     exp = Experiment(args, checked, out, model)
+    out.context = exp.describe()
     if prompts:
         exp.prompts, exp.source = corpus_prompts(model, args)
+        out.context = exp.describe()
     if ranking and exp.prompts is not None:
         exp.diag = diagonal_attention(model, exp.prompts, progress=False)
         exp.ranking = rank_from_diagonals(exp.diag)

@@ -25,6 +25,7 @@ import math
 import os
 import shutil
 import socket
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ import torch
 from ..claims.verdicts import Claim, claims_table, verdict_counts
 from ..model.paths import REPO_ROOT
 from ..model.validation import UsageError
-from ..report.plotting import save_figure
+from ..report.plotting import png_support, save_figure, write_png
 
 RESULTS = REPO_ROOT / "results"
 MANIFEST = ".gpt2_posheads.json"
@@ -183,6 +184,9 @@ class Output:
     started: float = field(default_factory=time.time)
     committed: bool = False
     foreign: frozenset[str] = frozenset()  # the user's files in the target (kept; never written over)
+    context: dict = field(default_factory=dict)  # what every summary of this run records (model, prompts, ...)
+    pngs: list = field(default_factory=list)  # (figure, stem, size) exported as PNG once the numbers are committed
+    model: dict = field(default_factory=dict)  # the model the results are of (label, weights fingerprint)
 
     @classmethod
     def open(
@@ -194,11 +198,14 @@ class Output:
         force: bool = False,
         param: str = "--out",
         adopt: bool = False,
+        model: dict | None = None,
     ) -> Output:
         """Check ``target``, lock it and make a staging folder beside it (see the module doc).
 
         ``adopt``: the user asked to replace what the folder holds (e.g. ``train_mini_gpt2.py --overwrite`` on a
-        model folder): its files count as this run's to replace.
+        model folder): its files count as this run's to replace. ``model`` (``{"label", "fingerprint"}``): the model
+        the results are of; a folder holding another model's results (another fingerprint under the same name) is
+        refused unless ``force``, so two models never share a folder.
         """
         target = Path(target).expanduser()
         if target.exists() and not target.is_dir():
@@ -221,6 +228,15 @@ class Output:
                 "a folder of this script's own results",
                 "choose another --out",
             )
+        before = read_manifest(target).get("model") or {}
+        if model and before.get("fingerprint") not in (None, model.get("fingerprint")) and not force:
+            raise UsageError(
+                param,
+                f"{target} holds the results of another model of the same name ({before.get('label', '?')}, "
+                f"weights {before.get('fingerprint')}; this one {model.get('fingerprint')})",
+                "a folder of this model's own results",
+                "pass --out to choose another folder (or rename the model folder), or --force to replace them",
+            )
         if foreign and not force:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise UsageError(
@@ -229,12 +245,36 @@ class Output:
                 "a new or empty folder, or one the toolkit wrote",
                 "choose another --out, or pass --force to write beside them (they are kept)",
             )
+        if png:
+            can, why = png_support()  # decided once, before any work, with a bounded wait
+            if not can:
+                print(f"note: figures are written as HTML only ({why})", file=sys.stderr)
+                png = False
+        for folder in (target, target.parent):  # the lock goes in the folder, the staging folder beside it
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise UsageError(
+                    param,
+                    f"{folder} is not writable",
+                    "a folder this user can write, in a writable parent",
+                    "choose another --out",
+                )
         lock = acquire_lock(target, script, param)
         staging = target.parent / f".{target.name}.partial-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
+        try:
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+        except OSError as e:
+            lock.unlink(missing_ok=True)
+            raise UsageError(param, f"{staging} cannot be created ({e.strerror})", "a writable parent folder") from None
         out = cls(
-            target=target, out_dir=staging, lock=lock, script=script, png=png, quick=quick, foreign=frozenset(foreign)
+            target=target,
+            out_dir=staging,
+            lock=lock,
+            script=script,
+            png=png,
+            quick=quick,
+            foreign=frozenset(foreign),
+            model=model or {},
         )
         _OPEN.append(out)
         return out
@@ -281,9 +321,13 @@ class Output:
         return d
 
     def figure(self, fig, stem: str, **kw) -> None:
-        for p in save_figure(fig, self.out_dir, stem, png=self.png, **kw):
+        """``stem.html`` now; ``stem.png`` after the run's numbers are committed (:meth:`commit`), so an interrupted
+        or failed PNG export never costs a result."""
+        for p in save_figure(fig, self.out_dir, stem, png=False, **kw):
             if p.parent == self.out_dir:
                 self.path(p.name)
+        if self.png:
+            self.pngs.append((fig, stem, kw))
 
     def csv(self, df: pd.DataFrame, stem: str) -> None:
         df.to_csv(self.path(f"{stem}.csv"), index=False)
@@ -298,7 +342,9 @@ class Output:
         obj["verdicts"] = verdict_counts(obj["claims"])
         obj.setdefault("elapsed_s", round(time.time() - self.started, 2))
         obj["finished_at"] = now_iso()
-        obj["figures"] = [p.name for p in self.written if p.suffix in (".html", ".png")]
+        obj["figures"] = [p.name for p in self.written if p.suffix in (".html", ".png")] + [
+            f"{stem}.png" for _, stem, _ in self.pngs
+        ]
         p = write_json(self.path(f"{stem}.json"), obj)
         if obj["claims"]:
             print("\n" + claims_table(obj["claims"]))
@@ -313,23 +359,35 @@ class Output:
         old = read_manifest(self.target)
         if old.get("script") not in (None, self.script):
             old = {}  # another script's files stay (they were foreign to this run)
-        names = sorted({p.name for p in self.written})
+        pngs = [f"{stem}.png" for _, stem, _ in self.pngs if f"{stem}.png" not in self.foreign]
+        names = sorted({p.name for p in self.written} | set(pngs))
         for name in old.get("files", []):
-            if name not in names:
-                (self.target / name).unlink(missing_ok=True)  # the toolkit's own file, not written this time
-        for name in names:
-            src = self.out_dir / name
-            if src.exists():
-                os.replace(src, self.target / name)
+            if name not in names or name in pngs:
+                (self.target / name).unlink(missing_ok=True)  # the toolkit's own file: not written, or redrawn below
+        for p in self.written:
+            if p.exists():
+                os.replace(p, self.target / p.name)
         folders = sorted(set(self.folders) | set(old.get("folders", [])))
         write_json(
             self.target / MANIFEST,
-            {"files": names, "folders": folders, "script": self.script, "written_at": now_iso(), "quick": self.quick},
+            {
+                "files": names,
+                "folders": folders,
+                "script": self.script,
+                "written_at": now_iso(),
+                "quick": self.quick,
+                **({"model": self.model} if self.model else {}),
+            },
         )
-        self._close()
-        self.committed = True
+        self.committed = True  # the numbers are in place: an interruption from here on keeps them
         self.written = [self.target / n for n in names]
-        self.out_dir = self.target
+        self.out_dir_staged, self.out_dir = self.out_dir, self.target
+        try:
+            for fig, stem, kw in self.pngs:  # after the results: a slow or failing renderer costs only pictures
+                if f"{stem}.png" in pngs:
+                    write_png(fig, self.target / f"{stem}.png", kw.get("width", 1000), kw.get("height"))
+        finally:
+            self._close()
         if not quiet:
             print(f"\nwrote {len(names)} files to {self.target}:")
             for n in names:
@@ -341,8 +399,9 @@ class Output:
             self._close()
 
     def _close(self) -> None:
-        if self.out_dir != self.target:
-            shutil.rmtree(self.out_dir, ignore_errors=True)
+        staged = getattr(self, "out_dir_staged", self.out_dir)
+        if staged != self.target:
+            shutil.rmtree(staged, ignore_errors=True)
         self.lock.unlink(missing_ok=True)
         if self in _OPEN:
             _OPEN.remove(self)
@@ -352,6 +411,26 @@ def abort_open_outputs() -> None:
     """Abort every output of this process that was not committed (on an error or Ctrl-C)."""
     for out in list(_OPEN):
         out.abort()
+
+
+def finish_not_testable(reason: str) -> bool:
+    """End every open output of a claim script with all its claims ``not testable`` and ``reason`` (a measurement
+    the claims rest on could not be made: the model computed a NaN); whether there was such an output."""
+    from ..claims.catalogue import SCRIPT_CLAIMS
+    from ..claims.gpt2_post import judge_claim
+    from ..claims.verdicts import Precondition
+
+    done = False
+    for out in list(_OPEN):
+        keys = SCRIPT_CLAIMS.get(out.script)
+        if not keys:
+            continue
+        pre = [Precondition("what the model computed is finite", False, reason)]
+        claims = [judge_claim(k, {"not_testable": reason}, value=float("nan"), preconditions=pre) for k in keys]
+        out.summary({**out.context, "not_testable": reason}, claims)
+        out.commit(quiet=True)
+        done = True
+    return done
 
 
 def default_target(script: str, model_slug: str | None = None) -> Path:

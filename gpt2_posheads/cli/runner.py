@@ -24,10 +24,23 @@ def list_experiments() -> dict[str, str]:
 
 
 def run_experiment(name: str, args: list[str], check: bool = False) -> int:
-    """Run ``experiments/<name>.py`` with ``args`` in a fresh Python process; its exit status (130 when it
-    was interrupted)."""
+    """Run ``experiments/<name>.py`` with ``args`` in a fresh Python process; its exit status (130 when it was
+    interrupted, 143 when terminated). Interrupted or terminated here, the child is terminated too and given time to
+    drop its staged output and release its lock before this raises."""
     path = EXPERIMENTS / f"{name}.py"
     if not path.exists():
         raise FileNotFoundError(name)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, str(path), *args], env=env, check=check).returncode
+    child = subprocess.Popen([sys.executable, str(path), *args], env=env)
+    try:
+        code = child.wait()
+    except BaseException:
+        child.terminate()  # SIGTERM: the child cleans up as it does on Ctrl-C
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+        raise
+    if check and code:
+        raise subprocess.CalledProcessError(code, [str(path), *args])
+    return code

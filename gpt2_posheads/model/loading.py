@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 
 import torch
 
+from .folder import folder_problem
 from .paths import shared_file
 
 
@@ -67,6 +68,9 @@ def resolve_model_source(name_or_path: str | os.PathLike) -> str:
     if p.is_dir():
         if not (p / "config.json").exists():
             raise ModelLoadError(f"model directory {p} has no config.json (expected a Hugging Face-format folder)")
+        problem = folder_problem(p)
+        if problem:
+            raise ModelLoadError(problem)
         return str(p.resolve())
     looks_like_path = s.startswith((".", "/", "~")) or os.sep in s and not _looks_like_repo_id(s)
     if looks_like_path:

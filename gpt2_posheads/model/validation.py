@@ -20,6 +20,22 @@ class UsageError(ValueError):
         super().__init__("; ".join(x for x in (f"{param}: {problem}", allowed, hint) if x))
 
 
+class NonFiniteError(RuntimeError):
+    """An analysis met a NaN or infinite number in what the model computed (a pattern, a logit, a residual): no
+    claim resting on it can be judged. Scripts end with every claim ``not testable`` and this message."""
+
+
+def require_finite(x, what: str):
+    """``x`` (a tensor or a float) unchanged, or :class:`NonFiniteError` saying ``what`` was not finite."""
+    import torch
+
+    t = torch.as_tensor(x)
+    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        n = int((~torch.isfinite(t)).sum())
+        raise NonFiniteError(f"{what} is not finite ({n:,} NaN or infinite values of {t.numel():,})")
+    return x
+
+
 def check_int_range(name: str, value: int, low: int, high: int) -> int:
     """Raise ``ValueError`` unless ``low <= value <= high`` (inclusive)."""
     if not isinstance(value, int) or isinstance(value, bool):

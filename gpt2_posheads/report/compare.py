@@ -7,7 +7,6 @@ changes no number, and to see what a new model changes against a reference run.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -70,8 +69,9 @@ def compare_claims(before: dict, after: dict, rtol: float = 1e-6, atol: float = 
 def compare_folders(before: Path, after: Path, rtol: float = 1e-6, atol: float = 1e-9) -> pd.DataFrame:
     """:func:`compare_claims` for every ``summary.json`` found under both folders (matched by their path
     relative to the folder), with a ``summary`` column naming it; summaries under one folder only are listed with
-    ``verdict_before`` or ``verdict_after`` ``"(no summary)"``."""
-    found = [{str(p.relative_to(root)): p for p, _ in collect_summaries(root)} for root in (before, after)]
+    ``verdict_before`` or ``verdict_after`` ``"(no summary)"``. A summary that cannot be read is an error naming it.
+    """
+    found = [{str(p.relative_to(root)): s for p, s in collect_summaries(root)} for root in (before, after)]
     frames = []
     for rel in sorted(set(found[0]) | set(found[1])):
         pb, pa = found[0].get(rel), found[1].get(rel)
@@ -91,6 +91,6 @@ def compare_folders(before: Path, after: Path, rtol: float = 1e-6, atol: float =
                 )
             )
         else:
-            frames.append(compare_claims(json.loads(pb.read_text()), json.loads(pa.read_text()), rtol, atol))
+            frames.append(compare_claims(pb, pa, rtol, atol))
         frames[-1].insert(0, "summary", rel)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

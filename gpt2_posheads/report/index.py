@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..claims.catalogue import POSTS, SCRIPT_POST
 from ..claims.verdicts import fmt
+from ..model.validation import UsageError
 
 VERDICT_COLOURS = {"held": "#1a7f37", "not held": "#cf222e", "not testable": "#6e7781"}
 SCRIPT_ORDER = {s: i for i, s in enumerate(s for p in POSTS for s in p.scripts)}
@@ -37,17 +38,26 @@ td.none{color:#8c959f}.s-failed,.s-interrupted{color:#cf222e}.s-not-run{color:#6
 
 
 def collect_summaries(root: Path) -> list[tuple[Path, dict]]:
-    """Every ``summary.json`` under ``root`` of a claim script (sorted by script order, then path)."""
+    """Every ``summary.json`` under ``root`` (sorted by script order, then path). Folders whose name starts with a
+    dot are a run's staging folders (not finished) and are left out; nothing else is. A ``summary.json`` that cannot
+    be read is an error naming it (:class:`~gpt2_posheads.model.validation.UsageError`): a page or a comparison
+    that silently left it out would show a result as missing."""
     found = []
     for p in root.rglob("summary.json"):
-        if "runs" in p.parts or any(part.startswith(".") for part in p.relative_to(root).parts):
+        if any(part.startswith(".") for part in p.relative_to(root).parent.parts):
             continue
         try:
-            s = json.loads(p.read_text())
-        except ValueError:
-            continue
-        if isinstance(s, dict):
-            found.append((p, s))
+            s = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise UsageError(
+                "results",
+                f"{p} cannot be read ({type(e).__name__}: {str(e)[:80]})",
+                "summary.json files written by this toolkit",
+                "rerun the script that wrote it, or move the file away",
+            ) from None
+        if not isinstance(s, dict):
+            raise UsageError("results", f"{p} is not a JSON object", "summary.json files written by this toolkit")
+        found.append((p, s))
     return sorted(found, key=lambda t: (SCRIPT_ORDER.get(t[1].get("script", ""), 99), str(t[0])))
 
 

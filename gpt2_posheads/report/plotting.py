@@ -13,6 +13,70 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 _server_started: bool | None = None
+PNG_ENV = "GPT2_POSHEADS_PNG"  # "off" (or a reason) makes every figure HTML only; set by the main job once for all
+PNG_CHECK_TIMEOUT = 60  # seconds one tiny test export may take before PNGs are given up for the run
+_png: tuple[bool, str] | None = None
+
+
+def find_browser() -> str | None:
+    """The Chromium kaleido would use: ``$BROWSER_PATH`` if it names an executable, else one on ``PATH``."""
+    import shutil
+
+    path = os.environ.get("BROWSER_PATH")
+    if path:
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def png_support() -> tuple[bool, str]:
+    """``(can write PNGs, why not)``, decided once per process and before any figure, with a bounded wait.
+
+    kaleido must import, a browser must exist (a ``$BROWSER_PATH`` that does not exist is a missing browser, not a
+    hang), and one tiny figure must export within :data:`PNG_CHECK_TIMEOUT` seconds in a child process (a browser
+    that cannot start would otherwise hang the run). ``$GPT2_POSHEADS_PNG`` carries the main job's answer to its
+    scripts: ``ok`` skips the test export, anything else is the reason there are no PNGs.
+    """
+    global _png
+    if _png is not None:
+        return _png
+    told = os.environ.get(PNG_ENV)
+    if told:
+        _png = (True, "") if told == "ok" else (False, told)
+        return _png
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        _png = (False, "kaleido is not installed")
+        return _png
+    browser = find_browser()
+    if browser is None:
+        where = f"$BROWSER_PATH ({os.environ['BROWSER_PATH']}) does not exist" if os.environ.get("BROWSER_PATH") else ""
+        _png = (False, where or "no Chromium found (apt-get install chromium)")
+        return _png
+    import subprocess
+    import sys
+    import tempfile
+
+    code = (
+        "import plotly.graph_objects as go, sys; "
+        "go.Figure(go.Scatter(x=[0, 1], y=[0, 1])).write_image(sys.argv[1], width=100, height=100)"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "check.png"
+        try:
+            r = subprocess.run(
+                [sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=PNG_CHECK_TIMEOUT
+            )
+            ok = r.returncode == 0 and out.exists() and out.stat().st_size > 0
+            why = "" if ok else f"a test export with {browser} failed ({(r.stderr.strip().splitlines() or ['?'])[-1]})"
+        except subprocess.TimeoutExpired:
+            ok, why = False, f"a test export with {browser} did not finish in {PNG_CHECK_TIMEOUT} s"
+    _png = (ok, why)
+    return _png
 
 
 def _start_kaleido() -> bool:
@@ -49,10 +113,10 @@ def shared_plotlyjs(out_dir: Path) -> str:
 def save_figure(
     fig: go.Figure, out_dir: str | Path, stem: str, png: bool = True, width: int = 1000, height: int | None = None
 ) -> list[Path]:
-    """Write ``stem.html`` (always) and ``stem.png`` (when ``png`` and kaleido+Chromium work).
+    """Write ``stem.html`` (always) and ``stem.png`` (when ``png`` and :func:`png_support` says PNGs can be written).
 
-    A PNG failure is a warning, not an error: the HTML and the numbers are what matter, and a
-    machine without Chromium should still run every analysis.
+    A PNG failure is a warning, not an error: the HTML and the numbers are what matter, and a machine without
+    Chromium still runs every analysis.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -60,19 +124,29 @@ def save_figure(
     js = shared_plotlyjs(out)
     fig.write_html(html, include_plotlyjs=js)
     written = [html] + ([out / "plotly.min.js"] if js == "directory" else [])
-    if png:
-        _start_kaleido()
-        try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*kopts.*")
-                warnings.filterwarnings("ignore", category=DeprecationWarning)
-                fig.write_image(out / f"{stem}.png", width=width, height=height or fig.layout.height or 600)
-            written.append(out / f"{stem}.png")
-        except Exception as e:  # noqa: BLE001 - any renderer failure degrades to HTML only
-            warnings.warn(
-                f"PNG export of {stem} failed ({type(e).__name__}: {e}); install kaleido and chromium", stacklevel=2
-            )
+    if png and png_support()[0]:
+        p = write_png(fig, out / f"{stem}.png", width, height)
+        if p is not None:
+            written.append(p)
     return written
+
+
+def write_png(fig: go.Figure, path: Path, width: int = 1000, height: int | None = None) -> Path | None:
+    """``fig`` as a PNG at ``path`` (written under a temporary name, then renamed: never half a file), or ``None``
+    with a warning when the export fails."""
+    _start_kaleido()
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*kopts.*")
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            fig.write_image(tmp, format="png", width=width, height=height or fig.layout.height or 600)
+        tmp.replace(path)
+        return path
+    except Exception as e:  # noqa: BLE001 - any renderer failure degrades to HTML only
+        tmp.unlink(missing_ok=True)
+        warnings.warn(f"PNG export of {path.stem} failed ({type(e).__name__}: {e})", stacklevel=2)
+        return None
 
 
 def heatmap(

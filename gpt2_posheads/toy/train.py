@@ -110,9 +110,14 @@ def _snapshot(params: dict[str, torch.Tensor], i: int) -> dict[str, list]:
 
 
 def train_group(
-    configs: list[ToyConfig], progress: bool = True, chunk: int = 500, device: str | torch.device = "cpu"
+    configs: list[ToyConfig],
+    progress: bool = True,
+    chunk: int = 500,
+    device: str | torch.device = "cpu",
+    on_chunk: Callable[[int], None] | None = None,
 ) -> list[dict]:
-    """Train configs that share a shape as one batched computation; one result dict per config."""
+    """Train configs that share a shape as one batched computation; one result dict per config. ``on_chunk`` is told
+    the model-steps done (steps x models) after every ``chunk`` steps (the sweep's progress across processes)."""
     for c in configs:
         c.validate()
     keys = {c.group_key() for c in configs}
@@ -169,6 +174,8 @@ def train_group(
                         eff["W_Q"][i].append(effective_rank(params["0.W_Q"][i].flatten(0, 1)))
                         eff["W_K"][i].append(effective_rank(params["0.W_K"][i].flatten(0, 1)))
         bar.update(n)
+        if on_chunk is not None:
+            on_chunk(n * M)
     bar.close()
     results = []
     with torch.no_grad():
@@ -211,18 +218,37 @@ def group_cost(group: list[ToyConfig]) -> float:
     return float(c.steps * len(group) * c.batch_size * work)
 
 
-def _init_worker(threads: int) -> None:
+_DONE = None  # in a worker: the shared count of model-steps done by every worker (the parent reports it)
+
+
+def _init_worker(threads: int, done=None) -> None:
     import signal
 
+    global _DONE
+    _DONE = done
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and terminates the pool
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # tqdm's default lock is a multiprocessing semaphore that a terminated worker never unlinks ("leaked
     # semaphore" warnings at exit); workers draw no bars, so a thread lock does
     tqdm.set_lock(threading.RLock())
     torch.set_num_threads(threads)
 
 
+def _count(n: int) -> None:
+    if _DONE is not None:
+        with _DONE.get_lock():
+            _DONE.value += n
+
+
 def _train_quietly(group: list[ToyConfig]) -> list[dict]:
-    return train_group(group, progress=False)
+    return train_group(group, progress=False, on_chunk=_count)
+
+
+def model_steps(group: list[ToyConfig]) -> int:
+    return group[0].steps * len(group)
+
+
+HEARTBEAT_S = 10  # seconds between progress lines while groups train in other processes
 
 
 def _save(out: Path, result: dict) -> None:
@@ -261,9 +287,27 @@ def _trained_groups(groups: list[list[ToyConfig]], workers: int, progress: bool)
     if progress:
         print(f"toy sweep: {len(rest)} groups in {workers} processes of {threads} thread(s)", flush=True)
     started = time.perf_counter()
-    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(threads,))
+    ctx = multiprocessing.get_context("spawn")
+    done = ctx.Value("q", 0)
+    total_steps = sum(model_steps(g) for g in rest)
+    pool = ctx.Pool(workers, initializer=_init_worker, initargs=(threads, done))
     try:
-        for gi, results in enumerate(pool.imap_unordered(_train_quietly, order), start=len(big) + 1):
+        finished = iter(pool.imap_unordered(_train_quietly, order))
+        gi = len(big)
+        while True:
+            try:
+                results = finished.next(timeout=HEARTBEAT_S)
+            except StopIteration:
+                break
+            except multiprocessing.TimeoutError:  # still training: say how far, so a long sweep is never silent
+                if progress:
+                    print(
+                        f"toy sweep: {gi - len(big)} of {len(rest)} groups done, {done.value / total_steps:.0%} of "
+                        f"the training steps ({time.perf_counter() - started:.0f} s)",
+                        flush=True,
+                    )
+                continue
+            gi += 1
             if progress:
                 print(
                     f"toy sweep: {gi} of {len(groups)} groups done ({len(results)} models; "

@@ -1,10 +1,11 @@
 """Every experiment script runs end to end on a tiny model (or in --quick mode) and writes its outputs."""
 
 import json
+import shutil
 
 import pytest
 
-from gpt2_posheads.model.paths import GPT2_W_POS
+from gpt2_posheads.model.paths import GPT2_W_POS, REPO_ROOT
 
 from conftest import EXPERIMENTS, load_script, run_script
 
@@ -190,9 +191,7 @@ def test_run_all_runs_every_script_per_model_and_writes_the_page(tmp_path, monke
     dirs = []
     for name in ("mini-gpt2", "my-model"):  # two model folders (the runner never loads them here)
         d = tmp_path / "models" / name
-        d.mkdir(parents=True)
-        (d / "config.json").write_text("{}")
-        (d / "model.safetensors").write_bytes(b"")
+        shutil.copytree(REPO_ROOT / "data" / "mini-gpt2", d)
         dirs.append(str(d))
     monkeypatch.setattr(run_all, "RESULTS", tmp_path)
     monkeypatch.setattr(run_all, "run_experiment", fake_runner(tmp_path, calls))

@@ -114,7 +114,8 @@ def test_prompts_too_short_for_seq_len(files, tmp_path, capsys):
         main_entry(mod.main, M + ["--prompts", str(files / "short.txt"), "--out", str(tmp_path / "o")])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: n_prompts:") and "--seq-len" in err and "\n" not in err
+    # none of the documents is long enough: the option to change is --seq-len, with the longest document's length
+    assert err.startswith("error: --seq-len: none of the source's") and "the longest has" in err and "\n" not in err
     assert not (tmp_path / "o" / "summary.json").exists()  # the failed run left nothing behind
 
 
