@@ -70,13 +70,14 @@ def three_panel(w, ext, layer, label):
             yaxis=dict(title="PC2", range=[lo[1] - pad[1], hi[1] + pad[1]]),
             zaxis=dict(title="PC3", range=[lo[2] - pad[2], hi[2] + pad[2]]),
             aspectmode="cube",
+            camera=dict(eye=dict(x=1.9, y=1.9, z=1.3), center=dict(x=0, y=0, z=-0.1)),  # a third of the width each
         )
     fig.update_layout(
         title=f"{label}: extended positional embeddings at layer {layer} (red) and W_pos (blue)<br><sup>"
         f"axes cover the 1st-99th percentile of the points; {clipped} outlying position(s) lie "
         f"off the axes</sup>",
-        height=600,
-        margin=dict(l=10, r=10, t=100, b=10),
+        height=620,
+        margin=dict(l=20, r=20, t=100, b=20),
         **scenes,
     )
     return fig

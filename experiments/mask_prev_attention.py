@@ -77,7 +77,9 @@ def main(argv=None):
         clean, start = submatrix(cmp.pop("clean"), args.start, args.size)
         masked, _ = submatrix(cmp.pop("intervened"), args.start, args.size)
         panels[f"{name} clean"] = clean
-        panels[f"{name} masked (layers {layers}, every {args.every})"] = masked
+        contiguous = len(layers) > 1 and layers == list(range(layers[0], layers[-1] + 1))
+        shown_layers = f"{layers[0]}-{layers[-1]}" if contiguous else ", ".join(map(str, layers))
+        panels[f"{name} masked (layer{'s' if len(layers) > 1 else ''} {shown_layers}, every {args.every})"] = masked
         results.append({"head": name, "masked_layers": layers, "every": args.every, **cmp})
         claims.append(
             judge_claim(

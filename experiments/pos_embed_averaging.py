@@ -131,7 +131,7 @@ def main(argv=None):
             font=dict(size=13, color="#6e7781"),
             bgcolor="rgba(255,255,255,0.85)",
         )
-    fig.update_xaxes(type="log", title="group size")
+    fig.update_xaxes(type="log", title="group size", tickvals=gs, ticktext=[str(g) for g in gs])
     fig.update_yaxes(range=[0, 1], tickformat=".2f", row=1, col=2)
     fig.update_yaxes(range=[0, 1], tickformat=".2f", row=1, col=3)
     fig.update_layout(
@@ -148,7 +148,7 @@ def main(argv=None):
             {f"{k} clean -> g20": v for k, v in keep.items()},
             value=keep,
             preconditions=[measured(20, groups), copies],
-            shown=", ".join(f"{b / a:.0%} kept" for a, b in keep.values() if a > 0),
+            shown=", ".join(f"{k.split(' first')[0]} keeps {b / a:.0%}" for k, (a, b) in keep.items() if a > 0),
         )
     )
     gmax = max(groups)

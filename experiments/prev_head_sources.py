@@ -48,6 +48,48 @@ from gpt2_posheads.model.validation import UsageError, head_name
 HEADS = HeadDefault(("L4H11", "L2H2"), "aggregator+early", what="target heads (layer >= 1; the aggregator first)")
 
 
+def group_figure(result: dict, agg: str, label: str):
+    """Bars: the aggregator's previous-token mass lost when what the layers below write, the early heads together,
+    and random groups of as many heads from below (median and range) are removed from its query and key inputs."""
+    up = result.get("upstream") or {}
+    if "below_relative_drop" not in result:
+        return None
+    names, values, errors = ["everything the layers below write"], [result["below_relative_drop"]], [None]
+    if up.get("n_early"):
+        names.append(f"the {up['n_early']} early heads together")
+        values.append(up["group_drop"])
+        errors.append(None)
+        if up.get("n_groups"):
+            chance = up["chance_range"]
+            names.append(f"random groups of {up['n_early']} (median of {up['n_groups']}; bar: range)")
+            values.append(up["chance"])
+            errors.append((up["chance"] - chance[0], chance[1] - up["chance"]))
+    fig = go.Figure(
+        go.Bar(
+            x=names,
+            y=values,
+            text=[f"{v:.0%}" for v in values],
+            textposition="outside",
+            error_y=dict(
+                type="data",
+                symmetric=False,
+                array=[e[1] if e else 0 for e in errors],
+                arrayminus=[e[0] if e else 0 for e in errors],
+            ),
+        )
+    )
+    fig.add_hline(y=0.5, line_dash="dot", annotation_text="half (the rules' level)")
+    fig.update_layout(
+        title=f"{label}: what {agg} loses when heads below it are removed together<br><sup>share of its "
+        "previous-token mass lost; mean-ablated from its query and key inputs</sup>",
+        yaxis=dict(
+            title="share of previous-token mass lost", tickformat=".0%", range=[min(0, min(values)) - 0.05, 1.1]
+        ),
+        height=450,
+    )
+    return fig
+
+
 def main(argv=None):
     p = experiment_parser(__doc__)
     add_prompt_args(p, n_prompts=16, seq_len=256)
@@ -171,6 +213,7 @@ def main(argv=None):
                     "early_heads": [head_name(a, b) for a, b in early],
                     "group_drop": float(rel[(early_name, "both")]),
                     "chance": float(np.median(chance_drops)) if chance_drops else float("nan"),
+                    "chance_range": [min(chance_drops), max(chance_drops)] if chance_drops else [],
                     "n_early": len(early),
                     "n_groups": len(chance_drops),
                     "top_single": f"{top.source} ({top.side}) {top.relative_drop:.0%}" if top is not None else "-",
@@ -223,6 +266,9 @@ def main(argv=None):
             judge_claim("sources_upstream", {"head": agg}, {}, preconditions=pre_agg, head=agg),
             judge_claim("sources_named_heads", {"head": agg}, [], preconditions=[named_pre] + pre_agg, head=agg),
         ]
+    groups_fig = group_figure(results.get(agg, {}), agg, exp.label)
+    if groups_fig is not None:
+        out.figure(groups_fig, "sources_groups", width=900)
     if targets:
         fig.update_layout(
             title=f"{exp.label}: drop in previous-token mass when one upstream head is removed from the "

@@ -36,6 +36,20 @@ HEADS = HeadDefault(
 )
 
 
+def cluster_labels(df) -> list[str]:
+    """One label per cluster of clear previous-token heads drawn at the same spot (within 2% of the axes' span):
+    every name of the cluster on its first point, so overlapping labels never hide each other."""
+    span = max(float(df.dip.max() - df.dip.min()), float(df.spike.max() - df.spike.min()), 1e-9)
+    spots: dict[tuple[int, int], list[int]] = {}
+    for i, r in enumerate(df.itertuples()):
+        if r.clear_prev_token:
+            spots.setdefault((round(r.dip / (0.02 * span)), round(r.spike / (0.02 * span))), []).append(i)
+    labels = [""] * len(df)
+    for members in spots.values():
+        labels[members[0]] = ", ".join(df.name.iloc[i] for i in members)
+    return labels
+
+
 def main(argv=None):
     p = experiment_parser(__doc__)
     add_prompt_args(p, n_prompts=16, seq_len=256)
@@ -102,7 +116,7 @@ def main(argv=None):
         symbol="head_kind",
         hover_name="name",
         hover_data={"trend": ":.2f", "lead": ":.2f", "dip": ":.2f", "spike": ":.2f", "kind": False, "head_kind": False},
-        text=shown.name.where(shown.clear_prev_token, ""),
+        text=cluster_labels(shown),
         labels={"kind": "label", "head_kind": "head"},
         title=f"{exp.label}: raw-score profile of every head<br><sup>dip: the current key below the trend of older "
         "keys (a dark main diagonal); spike: the previous key above it (a bright previous diagonal); logits; "

@@ -26,7 +26,8 @@ def top_tokens(model, probs: torch.Tensor, k: int = 5) -> list[tuple[str, float]
 
 def kl_divergence(model, prompts, fwd_hooks, batch_size: int = 4, progress: bool = False) -> float:
     """Mean ``KL(clean || intervened)`` (nats) of next-token distributions over every position of
-    every prompt."""
+    every prompt. A KL is never negative; float rounding of two equal distributions can give -1e-10, which is
+    returned as 0."""
     total, count = 0.0, 0
     device = model_device(model)
     with torch.inference_mode():
@@ -37,7 +38,7 @@ def kl_divergence(model, prompts, fwd_hooks, batch_size: int = 4, progress: bool
             kl = (clean.exp() * (clean - patched)).sum(-1)
             total += float(kl.sum())
             count += kl.numel()
-    return require_finite(total / count, "the KL divergence (the model's logits)")
+    return max(require_finite(total / count, "the KL divergence (the model's logits)"), 0.0)
 
 
 def head_patterns(model, prompt, heads: list[tuple[int, int]], fwd_hooks=()) -> dict[tuple[int, int], torch.Tensor]:

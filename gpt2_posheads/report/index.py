@@ -30,8 +30,13 @@ th{background:#f6f8fa;text-align:left}
 .v{color:#fff;padding:1px 6px;border-radius:3px;font-weight:600;white-space:nowrap}
 .head{color:#57606a}.m{margin-top:3px}
 .why,.rule,.when,.script{color:#57606a;font-size:12px;margin-top:2px}.script{font-family:monospace}
-.thumbs img{height:72px;border:1px solid #d0d7de;margin:2px}.figs{display:inline-block;margin-right:14px}
-.figs span{display:block;font-size:11px;color:#57606a}
+.thumbs{display:flex;flex-wrap:wrap;gap:6px}.thumb{display:inline-flex;flex-direction:column;align-items:center;
+width:164px;font-size:11px;color:#0969da;text-decoration:none}.thumb img{width:160px;height:100px;object-fit:contain;
+border:1px solid #d0d7de;background:#fff}.thumb span{margin-top:2px;text-align:center}
+.noimg{display:flex;width:160px;height:40px;align-items:center;justify-content:center;border:1px dashed #d0d7de}
+.figs{display:inline-block;margin-right:14px;vertical-align:top}.figs>span{display:block;font-size:11px;color:#57606a}
+.tag{font-size:11px;border:1px solid #8c959f;border-radius:8px;padding:0 5px;color:#57606a;margin-left:4px}
+.tag.route{border-color:#0969da;color:#0969da}details{font-size:12px;color:#57606a;margin-top:2px}
 .warn{background:#fff8c5;padding:6px 10px;border:1px solid #d4a72c}
 td.none{color:#8c959f}.s-failed,.s-interrupted{color:#cf222e}.s-not-run{color:#6e7781}
 """
@@ -61,23 +66,27 @@ def collect_summaries(root: Path) -> list[tuple[Path, dict]]:
     return sorted(found, key=lambda t: (SCRIPT_ORDER.get(t[1].get("script", ""), 99), str(t[0])))
 
 
-def present(x, width: int = 140) -> str:
-    """A measured value for a person: numbers at 3 significant digits, dicts as ``key value; ...``, never JSON."""
+def humanize(key: str) -> str:
+    """A summary key for a person: ``prev_mass_clean`` -> ``prev mass clean``, ``kl_g20`` -> ``kl g20``."""
+    return str(key).replace("_", " ").strip()
+
+
+def present(x) -> str:
+    """A measured value for a person: numbers at 3 significant digits, dicts as ``key value; ...`` with their keys
+    in words, lists in full, never JSON and never cut."""
     if isinstance(x, bool):
-        s = "yes" if x else "no"
-    elif isinstance(x, (int, float)):
-        s = fmt(x) if not (isinstance(x, float) and math.isnan(x)) else "n/a"
-    elif x is None:
-        s = "n/a"
-    elif isinstance(x, str):
-        s = x
-    elif isinstance(x, dict):
-        s = "; ".join(f"{k} {present(v, 60)}" for k, v in x.items())
-    elif isinstance(x, (list, tuple)):
-        s = ", ".join(present(v, 40) for v in x[:8]) + (f", … ({len(x)} in all)" if len(x) > 8 else "")
-    else:
-        s = str(x)
-    return s if len(s) <= width else s[: width - 1] + "…"
+        return "yes" if x else "no"
+    if isinstance(x, (int, float)):
+        return fmt(x) if not (isinstance(x, float) and math.isnan(x)) else "n/a"
+    if x is None:
+        return "n/a"
+    if isinstance(x, str):
+        return x
+    if isinstance(x, dict):
+        return "; ".join(f"{humanize(k)} {present(v)}" for k, v in x.items())
+    if isinstance(x, (list, tuple)):
+        return ", ".join(present(v) for v in x)
+    return str(x)
 
 
 def _model_of(summary: dict, path: Path, root: Path) -> str:
@@ -92,28 +101,44 @@ def _thumbs(summary: dict, folder: Path, root: Path) -> str:
     for f in figs:
         rel = (folder / f).relative_to(root)
         png = folder / f.replace(".html", ".png")
-        label = html.escape(Path(f).stem)
-        if png.exists():
-            out.append(
-                f'<a href="{html.escape(str(rel))}" title="{label}">'
-                f'<img src="{html.escape(str(png.relative_to(root)))}" '
-                f'alt="{label}" loading="lazy"></a>'
-            )
-        else:
-            out.append(f'<a href="{html.escape(str(rel))}">{label}</a>')
+        label = html.escape(Path(f).stem.replace("_", " "))
+        img = (
+            f'<img src="{html.escape(str(png.relative_to(root)))}" alt="{label}" loading="lazy">'
+            if png.exists()
+            else '<span class="noimg">HTML</span>'
+        )
+        out.append(
+            f'<a class="thumb" href="{html.escape(str(rel))}" title="open {label}">{img}<span>{label}</span></a>'
+        )
     return f'<div class="thumbs">{"".join(out)}</div>' if out else ""
 
 
-def _cell(c: dict | None, when: str) -> str:
+TELLS = {
+    "route": ("route", "tells the post's route from a head that reads W_pos"),
+    "describes": ("describes", "describes a head or a matrix; holds on either route"),
+}
+
+
+def _cell(c: dict | None, when: str, source: str = "") -> str:
+    """A claim's cell: the verdict, the head, the tested number, the reason (the rule's comparison, with its
+    threshold), when it was measured, and the measured values in a fold."""
     if c is None:
         return '<td class="none">not measured</td>'
     v = c.get("verdict", "?")
-    shown = c.get("shown") or present(c.get("measured"))
     head = f' <span class="head">on {html.escape(c["head"])}</span>' if c.get("head") else ""
+    shown = c.get("shown") or ""
+    measured = present(c.get("measured"))
+    fold = (
+        f"<details><summary>measured</summary>{html.escape(measured)}</details>"
+        if measured and measured != shown and v != "not testable"
+        else ""
+    )
+    src = f'<div class="when">prompts: {html.escape(source)}</div>' if source else ""
     return (
         f'<td><span class="v" style="background:{VERDICT_COLOURS.get(v, "#444")}">{html.escape(v)}</span>{head}'
-        f'<div class="m">{html.escape(shown)}</div><div class="why">{html.escape(c.get("why", ""))}</div>'
-        f'<div class="when">measured {html.escape(when)}</div></td>'
+        + (f'<div class="m">{html.escape(shown)}</div>' if shown else "")
+        + f'<div class="why">{html.escape(c.get("why", ""))}</div>{fold}'
+        f'<div class="when">measured {html.escape(when)}</div>{src}</td>'
     )
 
 
@@ -202,7 +227,7 @@ def claims_markdown(root: Path, post_key: str) -> str:
         if c.get("verdict") == "not testable" and c.get("why"):  # what failed says more than partial numbers
             shown = c["why"].removeprefix("not testable here: ")
         else:
-            shown = c.get("shown") or present(c.get("measured"), 90)
+            shown = c.get("shown") or present(c.get("measured"))
         return f"**{c.get('verdict', '?')}**{head}: {shown.replace('|', '/')}"
 
     lines = ["| claim | the post | " + " | ".join(cols) + " |", "| --- | --- |" + " --- |" * len(cols)]
@@ -247,11 +272,17 @@ def index_html(
             for k in (k for k in keys if k[0] == script):
                 first = next(iter(cells[k].values()))[0]
                 row = "".join(
-                    _cell(cells[k][m][0] if m in cells[k] else None, _when(cells[k][m][1]) if m in cells[k] else "")
+                    _cell(
+                        cells[k][m][0] if m in cells[k] else None,
+                        _when(cells[k][m][1]) if m in cells[k] else "",
+                        cells[k][m][1].get("prompt_source", "") if m in cells[k] else "",
+                    )
                     for m in cols
                 )
+                tag = TELLS.get(first.get("tells", ""))
+                tag_html = f"<span class='tag {tag[0]}' title='{html.escape(tag[1])}'>{tag[0]}</span>" if tag else ""
                 body.append(
-                    f"<tr><td><b>{html.escape(first.get('claim', ''))}</b><div class='rule'>"
+                    f"<tr><td><b>{html.escape(first.get('claim', ''))}</b>{tag_html}<div class='rule'>"
                     f"{html.escape(first.get('rule', ''))}</div><div class='script'>{html.escape(script)}</div></td>"
                     f"<td>{html.escape(present(first.get('post', '')))}</td>{row}</tr>"
                 )
@@ -273,6 +304,7 @@ def index_html(
             f"<h2>{html.escape(post.key)}: {html.escape(post.title)}</h2>"
             f"<table><tr><th>claim and rule</th><th>the post</th>{head}</tr>{''.join(body)}</table>"
         )
+    sections.append(organism_html(summaries, root))
     explorers = sorted((root / "explorer").glob("*.html")) if (root / "explorer").is_dir() else []
     explore = (
         (
@@ -294,6 +326,31 @@ before the measurement: <b>held</b>, <b>not held</b>, or <b>not testable</b> (a 
 does not copy, the head is not a previous-token head, the run is a --quick smoke test, or the model has no learned
 W_pos; the reason is given).</p>{run_header(record)}{explore}{"".join(sections)}{robustness_html(summaries, root)}
 </body></html>"""
+
+
+def organism_html(summaries: list[tuple[Path, dict]], root: Path) -> str:
+    """The organism reports (``mini_gpt2_report.py``): each model's behaviour targets, and a link to its report,
+    which shows the post's story on it beside another model and the post's numbers."""
+    reports = [(p, s) for p, s in summaries if s.get("script") == "mini_gpt2_report"]
+    if not reports:
+        return ""
+    rows = []
+    for p, s in reports:
+        link = html.escape(str((p.parent / "report.html").relative_to(root)))
+        cells = "".join(_cell(c, _when(s)) for c in s.get("claims", []))
+        rows.append(
+            f"<tr><td><b>{html.escape(str(s.get('model', '')))}</b><div><a href='{link}'>the report</a>"
+            f"{' (beside ' + html.escape(str(s['compare'])) + ')' if s.get('compare') else ''}</div></td>"
+            f"{cells}</tr>"
+        )
+    heads = "".join(f"<th>{html.escape(c.get('claim', ''))}</th>" for c in reports[0][1].get("claims", []))
+    return (
+        "<h2>Model organisms: the behaviour the post studies</h2><p>Each model's behaviour targets (a sharp "
+        "previous-token head, induction, copying, held-out loss); whether it takes the post's route is what the "
+        "route claims above say. The report puts the post's story on the model beside another model and the post's "
+        "own numbers.</p>"
+        f"<table><tr><th>model</th>{heads}</tr>{''.join(rows)}</table>"
+    )
 
 
 def robustness_html(summaries: list[tuple[Path, dict]], root: Path) -> str:

@@ -296,12 +296,21 @@ def scatter3d_positions(
     fig.update_layout(
         title=title,
         scene=dict(
-            xaxis_title=axis_titles[0], yaxis_title=axis_titles[1], zaxis_title=axis_titles[2], aspectmode="cube"
+            xaxis_title=axis_titles[0],
+            yaxis_title=axis_titles[1],
+            zaxis_title=axis_titles[2],
+            aspectmode="cube",
+            camera=SCENE_CAMERA,
         ),
         height=700,
-        margin=dict(l=0, r=0, t=60, b=0),
+        margin=dict(l=10, r=10, t=60, b=10),
     )
     return fig
+
+
+# the default camera (eye at 1.25, 1.25, 1.25) puts the cube's corners outside a scene's frame: the z-axis title and
+# the nearest corner are cut; from a little further every axis and its title fit
+SCENE_CAMERA = dict(eye=dict(x=1.55, y=1.55, z=1.1), center=dict(x=0, y=0, z=-0.08))
 
 
 def line_figure(
