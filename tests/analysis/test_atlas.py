@@ -169,3 +169,19 @@ def test_ioi_head_classes_rank_in_the_atlas():
     assert {"L2H2", "L4H11"} <= set(prev)
     assert {"L5H5", "L5H8", "L5H9", "L6H9"} <= set(ind)
     assert {"L0H1", "L0H10", "L3H0"} <= set(dup)
+
+
+def test_ood_protocol_puts_bos_first_where_the_published_script_does(tiny_model):
+    """prep.py prepends BOS for llama2-7b, llama2-70b, llama3-8b, gemma-7b and mixtral-7b, and for no other model
+    (not its own mistral-7b or gemma-2-9b); the sequence is then BOS r r and the formula is unchanged."""
+    from gpt2_posheads.analysis.atlas import ood_composition_bos, ood_composition_tokens
+
+    yes = ["meta-llama/Llama-2-7b-hf", "meta-llama/Llama-2-70b-hf", "meta-llama/Meta-Llama-3-8B", "google/gemma-7b"]
+    no = ["gpt2", "gpt2-xl", "mistralai/Mistral-7B-v0.1", "google/gemma-2-9b", "EleutherAI/pythia-6.9b", None]
+    assert all(ood_composition_bos(n) for n in yes + ["mistralai/Mixtral-8x7B-v0.1"])
+    assert not any(ood_composition_bos(n) for n in no)
+    plain, with_bos = ood_composition_tokens(100, 3, 5), ood_composition_tokens(100, 3, 5, bos_id=7)
+    assert with_bos.shape == (3, 11) and (with_bos[:, 0] == 7).all() and torch.equal(with_bos[:, 1:], plain)
+    a = ood_composition_scores(tiny_model, n_seqs=4, seg_len=10, bos=False)
+    b = ood_composition_scores(tiny_model, n_seqs=4, seg_len=10, bos=True)
+    assert a["induction"].shape == b["induction"].shape and not torch.allclose(a["previous_token"], b["previous_token"])

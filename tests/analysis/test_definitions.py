@@ -62,6 +62,11 @@ def test_cache_gives_the_models_extended_embeddings_for_a_shorter_seq_len(tiny_m
         assert float(from_model[1:].mean(0).abs().max()) < 1e-5  # centred over its own 19 positions after BOS
     with pytest.raises(ValueError, match="stored activations fix the prompts"):
         rank_prev_heads(cache, prompts)
+    # what the store did not fix when it was built is refused, never silently ignored
+    for bad in (dict(seed=6), dict(n_prompts=4), dict(tokens=[1, 2]), dict(bos=False), dict(engine="hooks")):
+        with pytest.raises(ValueError, match=f"stored activations fix {next(iter(bad))}"):
+            extended_pos_embeddings(cache, 2, **bad)
+    torch.testing.assert_close(extended_pos_embeddings(cache, 2, seed=5, n_prompts=3), cache.ext_pos(2))
 
 
 def test_extended_embedding_averaging_with_groups(tiny_model):

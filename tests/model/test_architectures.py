@@ -123,3 +123,19 @@ def test_masking_changes_every_model(arch, arch_dirs):
         clean = model(toks)
     assert float((masked[0, :5] - clean[0, :5]).abs().max()) < 1e-5  # causal: queries before position 5 untouched
     assert float((masked[0, 5:] - clean[0, 5:]).abs().max()) > 1e-4
+
+
+def test_score_profile_is_in_the_logits_the_softmax_sees(arch_dirs):
+    """GPT-Neo does not scale its scores, though the bridge declares 1/sqrt(d_head): the profile reads each layer's
+    scale off its own pattern, so it equals the raw scores of :func:`attention_scores` (checked against the pattern)
+    averaged the same way."""
+    from gpt2_posheads.analysis.scores import score_profile
+
+    model = load_model(arch_dirs["gpt-neo"], device="cpu")
+    toks = torch.randint(1, 1000, (1, 24), generator=torch.Generator().manual_seed(0))
+    profile = score_profile(model, toks, window=3, skip_first=4)
+    raw = attention_scores(model, toks[0], 1, 2)["raw"]  # [q, k], the model's own scale
+    qs = torch.arange(4, 24 - 3)
+    window = torch.stack([raw[q, q - 3 : q + 4] for q in qs])  # [n_q, 7]
+    want = (window - window.mean(1, keepdim=True)).mean(0)
+    torch.testing.assert_close(profile[1, 2], want, atol=1e-4, rtol=1e-4)
