@@ -138,7 +138,7 @@ def average_ext_pos_embed(
 def masked_queries(every: int, n_pos: int) -> torch.Tensor:
     """The queries :func:`mask_previous_attention` touches in an ``n_pos``-token prompt: ``p % every == 0``,
     ``p > 0``."""
-    return torch.arange(every, n_pos, every)
+    return torch.arange(every, max(n_pos, every), every)  # none in a prompt shorter than ``every``
 
 
 def mask_previous_attention(
