@@ -68,7 +68,7 @@ def explore(argv: list[str]) -> int:
                 "--out", f"{args.out!r} is not an .html file", "a path ending in .html", "e.g. --out explorer.html"
             )
         from .report.explorer import MIN_TOKENS
-        from .report.explorer_server import ExplorerSession, max_tokens, prompt_tokens, serve
+        from .report.explorer_server import LiveExplorer, max_tokens, prompt_tokens, serve
 
         if args.out is None:  # a port in use is refused before the model loads
             _check_port_free(args.port)
@@ -90,8 +90,7 @@ def explore(argv: list[str]) -> int:
             path = write_explorer(model, args.out, label, prompts=prompts)
             print(f"wrote {path} ({Path(path).stat().st_size / 1e6:.2f} MB); it opens offline, from file://")
             return 0
-        session = ExplorerSession(model, label, prompts, limit=top)
-        return serve(session, args.port)
+        return serve(LiveExplorer(model, label, prompts, limit=top), args.port)
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -281,7 +281,7 @@ def explorer_data(
 ) -> dict:
     """Everything the page draws, as JSON-ready data. ``prompts``: ``(name, tokens [pos], edit mapping or None)``
     (:func:`default_prompts`); ``context`` (:func:`explorer_context`, computed when not given) carries the aggregator
-    and the extended positional embeddings, so a live session computes them once."""
+    and the extended positional embeddings, so the live server computes them once."""
     if not prompts:
         raise UsageError("prompts", "none given", "at least one prompt")
     ctx = context or explorer_context(model, prompts, aggregator, ext_prompts)

@@ -61,7 +61,7 @@ def prompt_tokens(model, text, limit: int | None = None, param: str = "prompt") 
     return toks
 
 
-class ExplorerSession:
+class LiveExplorer:
     """A model, its label, the opening prompts' data and the shared context: what the server answers from."""
 
     def __init__(
@@ -90,7 +90,7 @@ class ExplorerSession:
 
 class _Handler(BaseHTTPRequestHandler):
     server_version = "gpt2-posheads-explorer"
-    session: ExplorerSession  # set on the subclass :func:`start_server` makes
+    explorer: LiveExplorer  # set on the subclass :func:`start_server` makes
 
     def log_message(self, format, *args):  # noqa: A002 - BaseHTTPRequestHandler's API
         pass  # the terminal shows the address once, not every request
@@ -122,9 +122,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         path = urlsplit(self.path).path
         if path in ("/", "/index.html"):
-            self._send(200, self.session.page().encode("utf-8"), "text/html; charset=utf-8")
+            self._send(200, self.explorer.page().encode("utf-8"), "text/html; charset=utf-8")
         elif path == "/api/health":
-            self._json(200, {"ok": True, "model": self.session.label, "max_tokens": self.session.limit})
+            self._json(200, {"ok": True, "model": self.explorer.label, "max_tokens": self.explorer.limit})
         else:
             self._error(404, "path", f"{path} is not served", "allowed /, /api/explore (POST), /api/health")
 
@@ -149,7 +149,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict) or "prompt" not in body:
             return self._error(400, "prompt", "is missing", '{"prompt": "your text"}')
         try:
-            data = self.session.explore(body["prompt"])
+            data = self.explorer.explore(body["prompt"])
         except UsageError as e:
             return self._json(400, {"error": str(e)})
         except Exception as e:  # a bug: the page says so, the terminal has the traceback
@@ -168,11 +168,11 @@ class ExplorerServer(ThreadingHTTPServer):
         return f"http://{HOST}:{self.server_address[1]}/"
 
 
-def start_server(session: ExplorerSession, port: int = 0) -> ExplorerServer:
-    """A server of ``session`` bound to 127.0.0.1:``port`` (0: any free port), not yet serving: call its
+def start_server(explorer: LiveExplorer, port: int = 0) -> ExplorerServer:
+    """A server of ``explorer`` bound to 127.0.0.1:``port`` (0: any free port), not yet serving: call its
     ``serve_forever()`` (in a thread for tests), then ``shutdown()`` and ``server_close()``. A port in use is a
     :class:`UsageError`."""
-    handler = type("Handler", (_Handler,), {"session": session})
+    handler = type("Handler", (_Handler,), {"explorer": explorer})
     try:
         return ExplorerServer((HOST, port), handler)
     except OSError as e:
@@ -186,11 +186,11 @@ def start_server(session: ExplorerSession, port: int = 0) -> ExplorerServer:
         raise
 
 
-def serve(session: ExplorerSession, port: int = 0, out=sys.stdout) -> int:
-    """Serve ``session`` until Ctrl-C; returns 0 once stopped."""
-    server = start_server(session, port)
+def serve(explorer: LiveExplorer, port: int = 0, out=sys.stdout) -> int:
+    """Serve ``explorer`` until Ctrl-C; returns 0 once stopped."""
+    server = start_server(explorer, port)
     print(
-        f"serving the attention explorer of {session.label} at {server.url} (this machine only); Ctrl-C stops it",
+        f"serving the attention explorer of {explorer.label} at {server.url} (this machine only); Ctrl-C stops it",
         file=out,
         flush=True,
     )

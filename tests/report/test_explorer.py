@@ -35,7 +35,7 @@ from gpt2_posheads.analysis.diagonals import diagonal_attention
 from gpt2_posheads.analysis.induction import repeated_random_tokens
 from gpt2_posheads.model.paths import REPO_ROOT
 from gpt2_posheads.report.explorer import explorer_data, write_explorer
-from gpt2_posheads.report.explorer_server import ExplorerSession, start_server
+from gpt2_posheads.report.explorer_server import LiveExplorer, start_server
 
 from conftest import HANDSET
 
@@ -143,7 +143,7 @@ class Browser:
         self._cv = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
         page = next(t for t in self.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
-        self.session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
+        self.target = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
         for domain in ("Page", "Runtime", "Network"):
             self.page(f"{domain}.enable")
 
@@ -157,11 +157,11 @@ class Browser:
                     (self._replies.__setitem__(m["id"], m) if "id" in m else self.events.append(m))
                 self._cv.notify_all()
 
-    def call(self, method: str, session: str | None = None, **params):
+    def call(self, method: str, target: str | None = None, **params):
         with self._cv:
             self._next += 1
             i = self._next
-        msg = {"id": i, "method": method, "params": params, **({"sessionId": session} if session else {})}
+        msg = {"id": i, "method": method, "params": params, **({"sessionId": target} if target else {})}
         os.write(self._to_w, json.dumps(msg).encode() + b"\0")
         with self._cv:
             assert self._cv.wait_for(lambda: i in self._replies, 30), f"{method}: no reply"
@@ -170,7 +170,7 @@ class Browser:
         return r["result"]
 
     def page(self, method: str, **params):
-        return self.call(method, self.session, **params)
+        return self.call(method, self.target, **params)
 
     def js(self, expr: str):
         r = self.page("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
@@ -364,8 +364,8 @@ def test_not_applicable_is_shown_with_its_reason(browser, handset_page):
 # --------------------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def live(handset_model, handset_tokens):
-    session = ExplorerSession(handset_model, "hand-built", [("random", handset_tokens, None)])
-    server = start_server(session, 0)
+    explorer = LiveExplorer(handset_model, "hand-built", [("random", handset_tokens, None)])
+    server = start_server(explorer, 0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
