@@ -49,8 +49,11 @@ def explore_parser():
 
 
 def explore(argv: list[str]) -> int:
-    """``explore``: every user mistake is one ``error:`` line and status 2; Ctrl-C stops the server (status 0)."""
-    from .cli.args import check_device, check_model_dir
+    """``explore``: every user mistake is one ``error:`` line and status 2; Ctrl-C or SIGTERM stops the server
+    (status 0)."""
+    import signal
+
+    from .cli.args import _terminate_as_interrupt, check_device, check_model_dir
     from .cli.experiment import model_from_args, model_label
     from .model.validation import UsageError
 
@@ -58,6 +61,7 @@ def explore(argv: list[str]) -> int:
         args = explore_parser().parse_args(argv)
     except SystemExit as e:  # --help, or an argparse error already printed
         return e.code if isinstance(e.code, int) else 2
+    previous = _terminate_as_interrupt()  # SIGTERM stops the server as Ctrl-C does
     try:
         check_model_dir(args.model_dir)
         check_device(args.device)
@@ -97,6 +101,9 @@ def explore(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("\nstopped before the server started", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _check_port_free(port: int) -> None:

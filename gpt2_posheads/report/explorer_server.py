@@ -187,7 +187,8 @@ def start_server(explorer: LiveExplorer, port: int = 0) -> ExplorerServer:
 
 
 def serve(explorer: LiveExplorer, port: int = 0, out=sys.stdout) -> int:
-    """Serve ``explorer`` until Ctrl-C; returns 0 once stopped."""
+    """Serve ``explorer`` until Ctrl-C (or SIGTERM, where the caller turns it into ``KeyboardInterrupt``); returns 0
+    once stopped."""
     server = start_server(explorer, port)
     print(
         f"serving the attention explorer of {explorer.label} at {server.url} (this machine only); Ctrl-C stops it",
