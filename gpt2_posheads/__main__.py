@@ -1,8 +1,9 @@
-"""``python -m gpt2_posheads`` (or ``gpt2-posheads``): list the experiments, or run one by name.
+"""``python -m gpt2_posheads`` (or ``gpt2-posheads``): list the experiments, run one by name, or explore a model.
 
 python -m gpt2_posheads                                   # list
 python -m gpt2_posheads rank_prev_heads --model-dir data/mini-gpt2
 python -m gpt2_posheads run_all --model-dir data/mini-gpt2 --quick
+python -m gpt2_posheads explore --model-dir data/mini-gpt2   # the attention explorer, live on 127.0.0.1
 """
 
 from __future__ import annotations
@@ -12,6 +13,121 @@ import sys
 
 from .cli.runner import list_experiments, run_experiment
 
+EXPLORE = "explore"
+EXPLORE_LINE = "the attention explorer of a model, live on 127.0.0.1 (your prompts), or one offline page (--out)"
+
+
+def explore_parser():
+    from .cli.args import Parser
+
+    p = Parser(
+        prog="python -m gpt2_posheads explore",
+        description=(
+            "Every head of a model on a prompt, under each intervention of the toolkit: a grid of all heads, the\n"
+            "chosen head large with its difference from clean, the raw scores and the diagonal profile.\n\n"
+            "  python -m gpt2_posheads explore --model-dir data/mini-gpt2              # serve; type prompts\n"
+            "  python -m gpt2_posheads explore --model-dir data/mini-gpt2 --out e.html  # one offline page\n\n"
+            "docs/explorer.md is the reader's guide."
+        ),
+    )
+    p.add_argument("--model", default="gpt2", help="Hugging Face hub name of the model")
+    p.add_argument("--model-dir", default=None, help="local Hugging Face-format model folder (overrides --model)")
+    p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: cuda if available)")
+    p.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1; 0 picks a free one")
+    p.add_argument(
+        "--prompt",
+        action="append",
+        default=None,
+        help="an opening prompt (repeat for several; default: natural text, the post's repeat-string prompt and a "
+        "repeated random sequence)",
+    )
+    p.add_argument(
+        "--max-tokens", type=int, default=None, help="longest prompt taken (default: what the model's size allows)"
+    )
+    p.add_argument("--out", default=None, help="write one self-contained offline page to this .html file and exit")
+    return p
+
+
+def explore(argv: list[str]) -> int:
+    """``explore``: every user mistake is one ``error:`` line and status 2; Ctrl-C or SIGTERM stops the server
+    (status 0)."""
+    import signal
+
+    from .cli.args import _terminate_as_interrupt, check_device, check_model_dir
+    from .cli.experiment import model_from_args, model_label
+    from .model.validation import UsageError
+
+    try:
+        args = explore_parser().parse_args(argv)
+    except SystemExit as e:  # --help, or an argparse error already printed
+        return e.code if isinstance(e.code, int) else 2
+    previous = _terminate_as_interrupt()  # SIGTERM stops the server as Ctrl-C does
+    try:
+        check_model_dir(args.model_dir)
+        check_device(args.device)
+        if args.out is None and not (args.port == 0 or 1024 <= args.port <= 65535):
+            raise UsageError("--port", f"{args.port} is out of range", "allowed 0 (any free port) or 1024..65535")
+        if args.out is not None and not args.out.endswith((".html", ".htm")):
+            raise UsageError(
+                "--out", f"{args.out!r} is not an .html file", "a path ending in .html", "e.g. --out explorer.html"
+            )
+        from .report.explorer import MIN_TOKENS
+        from .report.explorer_server import LiveExplorer, max_tokens, prompt_tokens, serve
+
+        if args.out is None:  # a port in use is refused before the model loads
+            _check_port_free(args.port)
+        model = model_from_args(args)
+        label = model_label(args)
+        top = max_tokens(model) if args.max_tokens is None else args.max_tokens
+        if not MIN_TOKENS <= top <= model.cfg.n_ctx:
+            raise UsageError("--max-tokens", f"{top} is out of range", f"allowed {MIN_TOKENS}..{model.cfg.n_ctx}")
+        prompts = None
+        if args.prompt:
+            prompts = [
+                (f"prompt {i + 1}", prompt_tokens(model, t, top, "--prompt"), None) for i, t in enumerate(args.prompt)
+            ]
+        if args.out is not None:
+            from pathlib import Path
+
+            from .report.explorer import write_explorer
+
+            path = write_explorer(model, args.out, label, prompts=prompts)
+            print(f"wrote {path} ({Path(path).stat().st_size / 1e6:.2f} MB); it opens offline, from file://")
+            return 0
+        return serve(LiveExplorer(model, label, prompts, limit=top), args.port)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nstopped before the server started", file=sys.stderr)
+        return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _check_port_free(port: int) -> None:
+    """A one-line error now when ``port`` on 127.0.0.1 cannot be bound (0 always can)."""
+    import errno
+    import socket
+
+    from .model.validation import UsageError
+
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            busy = e.errno == errno.EADDRINUSE
+            raise UsageError(
+                "--port",
+                f"{port} is {'in use' if busy else 'not available'} on 127.0.0.1",
+                "allowed 0 (any free port) or 1024..65535",
+                "pick another --port, or --port 0",
+            ) from None
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -20,13 +136,16 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__.strip().splitlines()[0] + "\n\nexperiments:")
         for name, line in experiments.items():
             print(f"  {name:<22} {line}")
+        print(f"\nand: {EXPLORE:<19} {EXPLORE_LINE}")
         print("\nrun one: python -m gpt2_posheads NAME [options]   (NAME --help for its options)")
         return 0
     name = argv[0].removesuffix(".py")
+    if name == EXPLORE:
+        return explore(argv[1:])
     if name not in experiments:
-        near = difflib.get_close_matches(name, list(experiments), n=1)
+        near = difflib.get_close_matches(name, [*experiments, EXPLORE], n=1)
         print(
-            f"error: experiment: {name!r} is unknown; allowed {', '.join(experiments)}"
+            f"error: experiment: {name!r} is unknown; allowed {', '.join([*experiments, EXPLORE])}"
             + (f"; did you mean {near[0]}?" if near else ""),
             file=sys.stderr,
         )

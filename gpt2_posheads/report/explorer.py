@@ -1,22 +1,36 @@
-"""An offline attention explorer: one self-contained HTML file per model (JavaScript and data inlined, no network).
+"""The attention explorer: every head of a model on a few prompts, under each intervention of the toolkit.
 
-Choose a prompt, a layer and a head: the token-labelled attention pattern (hover: query token, key token,
-weight), the raw pre-mask scores beside it (the upper triangle the causal mask removes included), and the
-diagonal profile (mean attention per offset, key 0 left out: the toolkit's one definition). A toggle shows the
-same head under each intervention of :mod:`gpt2_posheads.analysis.interventions`:
+One page, two ways to open it:
 
-* ``W_pos averaged /10``: ``W_pos`` averaged in groups of 10 (models with learned absolute positions);
-* ``p-1 masked below``: attention to the previous position masked at every 5th query in every layer below the
-  head's own (nothing to mask for layer 0);
-* ``ext. pos. averaged /10``: the extended positional embeddings averaged in groups of 10 just before the head's
-  layer;
-* ``aggregator edited``: the aggregator's pattern edited as in the post, output x2. On the repeat-string prompt
-  this is the post's edit; on other prompts every query of the aggregator attends two tokens back instead of one.
+* :func:`write_explorer` writes it as one self-contained HTML file (data, script and style inlined; it opens from
+  ``file://`` with no network);
+* :mod:`gpt2_posheads.report.explorer_server` (``python -m gpt2_posheads explore --model-dir DIR``) serves the
+  same page on 127.0.0.1 and feeds it the reader's own prompts, built by the same :func:`explorer_data`.
 
-Patterns are stored as bytes (weight x 255) and raw scores as bytes between each head's minimum and maximum,
-base64-encoded, so a 4-layer, 4-head model with three 64-token prompts is about 2 MB. The page reads
-``#prompt=P&layer=L&head=H&variant=V`` from its address, and writes what it draws into ``#summary`` (a
-sentence and ``data-`` attributes), which a test in headless Chromium reads back.
+What the page draws (``docs/explorer.md`` is the reader's guide): a grid of every head's pattern (the aggregator
+preselected; click a head to open it large), the large pattern with token labels and a colour scale, the raw
+scores before the causal mask, the diagonal profile over every offset of the prompt, and for each intervention the
+intervened pattern beside its difference from the clean one. An intervention that does not apply to a head is
+shown as not applicable with the reason (:func:`not_applicable`), never as the clean pattern.
+
+Interventions (:data:`VARIANTS`), each from :mod:`gpt2_posheads.analysis.interventions`:
+
+* ``wpos``: ``average_pos_embed(10)``, ``W_pos`` averaged in groups of 10 (models with learned positions);
+* ``extavg``: ``average_ext_pos_embed(layer, 10)``, the extended positional embeddings averaged in groups of 10 just
+  before the head's own layer (one run per layer, each layer's heads kept from their run);
+* ``mask``: ``mask_previous_attention(5, range(layer))``, attention to the previous position masked at every 5th
+  query in every layer below the head's (nothing to mask below layer 0);
+* ``edit``: the aggregator's pattern edited as in the post, output x2 (on the repeat-string prompt the post's edit;
+  on other prompts every query of the aggregator attends two tokens back); it reaches only the aggregator and the
+  layers above it.
+
+Data, per prompt and intervention: patterns as bytes (weight x 255), raw scores as bytes between each head's
+minimum and maximum, both zlib-compressed and base64-encoded (the page inflates them with the browser's
+``DecompressionStream``); the diagonal profile of every head as float32 and its previous-token statistics, both
+computed here by the toolkit's one definition (:func:`~gpt2_posheads.analysis.diagonals.diagonal_sums`,
+:func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`: every offset, key 0 left out). The page's state is its
+address, ``#prompt=P&head=LxHy&variant=V&zoom=Z&grid=G``, the one source of truth every control writes; what it
+drew is written into ``#summary`` (a sentence and ``data-`` attributes) and ``body[data-rendered]``.
 """
 
 from __future__ import annotations
@@ -24,14 +38,23 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
+import zlib
 from collections.abc import Sequence
-from functools import partial
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..analysis.diagonals import choose_aggregator, diagonal_attention, rank_from_diagonals
+from ..analysis.diagonals import (
+    choose_aggregator,
+    diagonal_attention,
+    diagonal_counts,
+    diagonal_sums,
+    prev_token_stats,
+    rank_from_diagonals,
+)
 from ..analysis.interventions import (
     average_ext_pos_embed,
     average_pos_embed,
@@ -44,173 +67,306 @@ from ..analysis.posembed import extended_pos_embeddings_by_layer
 from ..analysis.repeat_prompt import edit_mapping, repeat_string_prompt, single_token_target
 from ..analysis.scores import raw_scores_from_qk
 from ..model.attention import QKCapture, attn_scale
-from ..model.identity import has_learned_positions
-from ..model.tokens import model_device
+from ..model.forward import run_until
+from ..model.identity import has_learned_positions, position_kind
+from ..model.tokens import model_device, to_token_list
 from ..model.validation import UsageError, head_name
 
-VARIANTS = {
-    "clean": "clean",
-    "wpos": "W_pos averaged /10",
-    "mask": "p-1 masked below (every 5th query)",
-    "extavg": "ext. pos. averaged /10 at the head's layer",
-    "edit": "aggregator edited (post), output x2",
-}
+GROUP = 10  # the group size of both averagings
+MASK_EVERY = 5  # every 5th query has its previous position masked
+MIN_TOKENS = 3  # the profile's statistics need two offsets with entries (key 0 left out)
+
+# key, short label (buttons, summary), what it does (the page's notes and tooltips)
+VARIANTS: tuple[tuple[str, str, str], ...] = (
+    ("clean", "clean", "the model as it is"),
+    ("wpos", f"W_pos averaged /{GROUP}", f"W_pos averaged in groups of {GROUP} consecutive positions"),
+    (
+        "extavg",
+        f"ext. pos. averaged /{GROUP}",
+        f"the extended positional embeddings averaged in groups of {GROUP} just before the head's layer",
+    ),
+    (
+        "mask",
+        "p-1 masked below",
+        f"attention to the previous position masked at every {MASK_EVERY}th query in every layer below the head's",
+    ),
+    (
+        "edit",
+        "aggregator edited, x2",
+        "the aggregator's pattern edited as in the post and its output doubled (on other prompts than the "
+        "repeat-string one, every query of the aggregator attends two tokens back)",
+    ),
+)
+VARIANT_KEYS = tuple(k for k, _, _ in VARIANTS)
+Prompt = tuple[str, torch.Tensor, "dict | None"]  # (name, tokens [pos], the edit's mapping or None)
 
 
-def _capture(model, tokens: torch.Tensor, hooks=()) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every head's pattern and raw (pre-mask) scores on one prompt ``[pos]``: two ``[layer, head, q, k]`` tensors."""
-    L = model.cfg.n_layers
-    box: dict[str, torch.Tensor] = {}
+@dataclass
+class ExplorerContext:
+    """What every prompt's data shares: the aggregator, the extended positional embeddings per layer (computed
+    once), and why the model-wide interventions do not apply (``{variant: reason}``)."""
 
-    def grab(name):
+    aggregator: tuple[int, int]
+    ext: dict[int, torch.Tensor] | None
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+
+def explorer_context(
+    model, prompts: Sequence[Prompt] | None = None, aggregator: tuple[int, int] | None = None, ext_prompts: int = 8
+) -> ExplorerContext:
+    """The shared part of :func:`explorer_data`. ``aggregator`` defaults to the model's sharpest previous-token head
+    on ``prompts`` (default :func:`default_prompts`):
+    ``choose_aggregator(rank_from_diagonals(diagonal_attention(model, prompts)))``."""
+    if aggregator is None:
+        prompts = default_prompts(model) if prompts is None else prompts
+        n_min = min(len(t) for _, t, _ in prompts)
+        toks = torch.stack([t[:n_min] for _, t, _ in prompts])
+        aggregator = choose_aggregator(rank_from_diagonals(diagonal_attention(model, toks, progress=False)))
+    unavailable = {}
+    if not has_learned_positions(model):
+        unavailable["wpos"] = (
+            f"this model has {position_kind(model)} positions: there is no learned W_pos to average "
+            "(the intervention needs learned absolute positional embeddings)"
+        )
+    ext = extended_pos_embeddings_by_layer(model, range(model.cfg.n_layers), n_prompts=ext_prompts)
+    return ExplorerContext((int(aggregator[0]), int(aggregator[1])), ext, unavailable)
+
+
+def not_applicable(variant: str, layer: int, head: int, aggregator: tuple[int, int], n_tokens: int) -> str | None:
+    """Why ``variant`` cannot change head ``(layer, head)`` on an ``n_tokens`` prompt whatever the model, or
+    ``None`` when it can."""
+    name = head_name(layer, head)
+    if variant == "mask" and layer == 0:
+        return (
+            f"{name} is in layer 0: there is no layer below it whose attention to the previous position could be masked"
+        )
+    if variant == "mask" and n_tokens <= MASK_EVERY:
+        return f"the prompt's {n_tokens} tokens hold no query to mask (the first is position {MASK_EVERY})"
+    if variant == "edit" and layer <= aggregator[0] and (layer, head) != tuple(aggregator):
+        agg = head_name(*aggregator)
+        return (
+            f"{name} is in layer {layer}, not above the edited aggregator {agg} (layer {aggregator[0]}): "
+            "the edit cannot reach what it reads"
+        )
+    return None
+
+
+def _capture(model, tokens: torch.Tensor, hooks=(), upto: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Patterns and raw (pre-mask) scores of layers ``0..upto`` (default: all) on one prompt ``[pos]``: two
+    ``[layer, head, q, k]`` tensors. The pass stops after layer ``upto``'s pattern."""
+    upto = model.cfg.n_layers - 1 if upto is None else upto
+    box: dict[int, torch.Tensor] = {}
+
+    def grab(layer):
         def hook(x, hook):
-            box[name] = x.detach()
+            box[layer] = x.detach()
 
         return hook
 
-    caps = [QKCapture(model, l) for l in range(L)]
-    extra = [h for c in caps for h in c.hooks()] + [(f"blocks.{l}.attn.hook_pattern", grab(l)) for l in range(L)]
+    caps = [QKCapture(model, l) for l in range(upto + 1)]
+    extra = [h for c in caps for h in c.hooks()]
+    extra += [(f"blocks.{l}.attn.hook_pattern", grab(l)) for l in range(upto + 1)]
     with torch.inference_mode():
-        model.run_with_hooks(tokens[None].to(model_device(model)), fwd_hooks=list(hooks) + extra, return_type=None)
-    pat = torch.stack([box[l][0].float().cpu() for l in range(L)])
+        run_until(
+            model,
+            tokens[None].to(model_device(model)),
+            list(hooks) + extra,
+            stop_at=f"blocks.{upto}.attn.hook_pattern",
+        )
+    pat = torch.stack([box[l][0].float().cpu() for l in range(upto + 1)])
     raw = torch.stack([raw_scores_from_qk(c.q, c.k, attn_scale(model.cfg, l))[0].cpu() for l, c in enumerate(caps)])
     return pat, raw
 
 
-def _b64(a: np.ndarray) -> str:
-    return base64.b64encode(np.ascontiguousarray(a, dtype=np.uint8).tobytes()).decode("ascii")
+def _z64(a: np.ndarray) -> str:
+    """An array's bytes, zlib-compressed (what the browser's ``DecompressionStream('deflate')`` reads), base64."""
+    return base64.b64encode(zlib.compress(np.ascontiguousarray(a).tobytes(), 6)).decode("ascii")
 
 
-def _pack(pat: torch.Tensor, raw: torch.Tensor) -> dict:
-    """Bytes: patterns x 255; raw scores scaled between each head's finite minimum and maximum."""
-    r = raw.double()
-    lo = torch.nan_to_num(r, nan=0.0).flatten(2).min(-1).values
-    hi = torch.nan_to_num(r, nan=0.0).flatten(2).max(-1).values
+def _profile(pat: torch.Tensor) -> torch.Tensor:
+    """Mean attention per offset ``[layer, head, n - 1]`` of patterns ``[layer, head, n, n]``, key 0 left out: the
+    toolkit's definition (the last offset, whose only entry is key 0, has none and is dropped)."""
+    n = pat.shape[-1]
+    sums = torch.stack([diagonal_sums(p[None], n, exclude_bos=True) for p in pat])
+    return (sums / diagonal_counts(n, n, exclude_bos=True))[..., : n - 1].float()
+
+
+def _pack(pat: torch.Tensor, raw: torch.Tensor, na: list[str | None]) -> dict:
+    """One prompt under one intervention, for the page. Heads in ``na`` (their reason) carry no numbers."""
+    L, H = pat.shape[:2]
+    ok = torch.tensor([r is None for r in na]).view(L, H)
+    pat = torch.where(ok[..., None, None], pat, torch.zeros(()))
+    raw = torch.where(ok[..., None, None], raw.double(), torch.zeros((), dtype=torch.float64))
+    r = torch.nan_to_num(raw, nan=0.0, posinf=0.0, neginf=0.0)
+    lo, hi = r.flatten(2).min(-1).values, r.flatten(2).max(-1).values
     span = (hi - lo).clamp_min(1e-12)
     q = ((r - lo[..., None, None]) / span[..., None, None] * 255).round().clamp(0, 255)
+    prof = _profile(pat)
+    st = prev_token_stats(prof)
+
+    def stat(key: str, cast, digits: int = 6):
+        """One statistic per head: ``None`` where the head has no number (not applicable, or no greatest offset)."""
+        v = st[key].double().flatten().tolist()
+        return [
+            None if na[i] is not None or not math.isfinite(v[i]) else cast(round(v[i], digits)) for i in range(L * H)
+        ]
+
     return {
-        "pat": _b64((pat.clamp(0, 1) * 255).round().numpy()),
-        "raw": _b64(q.numpy()),
-        "rawmin": lo.flatten().tolist(),
-        "rawmax": hi.flatten().tolist(),
+        "pat": _z64((pat.clamp(0, 1) * 255).round().to(torch.uint8).numpy()),
+        "raw": _z64(q.to(torch.uint8).numpy()),
+        "rawmin": [round(x, 5) for x in lo.flatten().tolist()],
+        "rawmax": [round(x, 5) for x in hi.flatten().tolist()],
+        "prof": _z64(torch.where(ok[..., None], prof, torch.full((), float("nan"))).numpy().astype("<f4")),
+        "top": stat("top_offset", int),
+        "ratio": stat("ratio", float),
+        "prev": stat("prev_mass", float),
+        "na": na,
     }
 
 
-def _edit_hooks(model, agg: tuple[int, int], n: int, mapping: dict[int, int] | None):
+def _edit_hooks(model, agg: tuple[int, int], mapping: dict[int, int]):
     l, h = agg
-    if mapping is None:  # a general prompt: every query attends two back instead of one (output x2)
-        mapping = {q: q - 2 for q in range(2, n)}
     return hooks_for(model, edit_head_pattern(l, h, mapping), scale_head_output(l, h, 2.0))
+
+
+def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None) -> dict:
+    """One intervention's packed data on one prompt: every head's pattern where it applies, the reason where not."""
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    n = len(tokens)
+    if key in ctx.unavailable:
+        return {"na": [ctx.unavailable[key]] * (L * H)}
+    na = [not_applicable(key, l, h, ctx.aggregator, n) for l in range(L) for h in range(H)]
+    pat = torch.zeros(L, H, n, n)
+    raw = torch.zeros(L, H, n, n)
+    try:
+        if key == "clean":
+            pat, raw = _capture(model, tokens)
+        elif key == "wpos":
+            pat, raw = _capture(model, tokens, average_pos_embed(GROUP).hooks(model))
+        elif key in ("mask", "extavg"):
+            for layer in range(L):  # a run per layer: each layer's heads under the intervention at their own layer
+                if all(na[layer * H + h] is not None for h in range(H)):
+                    continue
+                iv = (
+                    mask_previous_attention(MASK_EVERY, range(layer))
+                    if key == "mask"
+                    else average_ext_pos_embed(layer, GROUP, ext=None if ctx.ext is None else ctx.ext[layer])
+                )
+                p, r = _capture(model, tokens, iv.hooks(model), upto=layer)
+                pat[layer], raw[layer] = p[layer], r[layer]
+        elif key == "edit":
+            al, ah = ctx.aggregator
+            edit = mapping if mapping is not None else {q: q - 2 for q in range(2, n)}
+            pat, raw = _capture(model, tokens, _edit_hooks(model, ctx.aggregator, edit))
+            # the edited rows, as the model uses them (a bridge whose hook_pattern edits go through hook_z
+            # reports the unedited pattern there)
+            for q, k in edit.items():
+                pat[al, ah, q] = 0.0
+                pat[al, ah, q, k] = 1.0
+        else:
+            raise ValueError(f"unknown variant {key!r}; allowed {', '.join(VARIANT_KEYS)}")
+    except UsageError as e:  # the intervention cannot act on this model (a hook that feeds nothing, ...)
+        ctx.unavailable[key] = str(e)
+        return {"na": [str(e)] * (L * H)}
+    return _pack(pat, raw, na)
 
 
 def explorer_data(
     model,
-    prompts: Sequence[tuple[str, torch.Tensor, dict | None]],
+    prompts: Sequence[Prompt],
     label: str,
     aggregator: tuple[int, int] | None = None,
     ext_prompts: int = 8,
+    context: ExplorerContext | None = None,
 ) -> dict:
-    """Everything the page draws. ``prompts``: ``(name, tokens [pos], edit mapping or None)``; ``aggregator``
-    defaults to :func:`~gpt2_posheads.analysis.diagonals.choose_aggregator` on the prompts."""
+    """Everything the page draws, as JSON-ready data. ``prompts``: ``(name, tokens [pos], edit mapping or None)``
+    (:func:`default_prompts`); ``context`` (:func:`explorer_context`, computed when not given) carries the aggregator
+    and the extended positional embeddings, so the live server computes them once."""
+    if not prompts:
+        raise UsageError("prompts", "none given", "at least one prompt")
+    ctx = context or explorer_context(model, prompts, aggregator, ext_prompts)
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    if aggregator is None:
-        n_min = min(len(t) for _, t, _ in prompts)
-        aggregator = choose_aggregator(
-            rank_from_diagonals(
-                diagonal_attention(model, torch.stack([t[:n_min] for _, t, _ in prompts]), progress=False)
-            )
-        )
-    learned = has_learned_positions(model)
-    ext = extended_pos_embeddings_by_layer(model, range(L), n_prompts=ext_prompts)  # once, for every prompt
     out = {
         "model": label,
         "n_layers": L,
         "n_heads": H,
-        "aggregator": head_name(*aggregator),
-        "variants": {k: v for k, v in VARIANTS.items() if learned or k != "wpos"},
+        "n_ctx": model.cfg.n_ctx,
+        "aggregator": head_name(*ctx.aggregator),
+        "variants": [{"key": k, "label": s, "about": a} for k, s, a in VARIANTS],
         "prompts": [],
     }
-    unavailable: dict[str, str] = {}
-
-    def attempt(key: str, tokens: torch.Tensor, make_hooks):
-        """A variant's capture, or None (and why) where its intervention does not apply to this model."""
-        if key in unavailable:
-            return None
-        try:
-            return _capture(model, tokens, make_hooks())
-        except UsageError as e:
-            unavailable[key] = str(e)
-            return None
-
     for name, tokens, mapping in prompts:
-        n = len(tokens)
-        variants = {"clean": _capture(model, tokens)}
-        if learned:
-            variants["wpos"] = attempt("wpos", tokens, partial(average_pos_embed(10).hooks, model))
-        # masking below / averaging at the head's own layer differ per layer: one run per layer, keep that layer
-        mask_p, mask_r, ext_p, ext_r = [], [], [], []
-        for layer in range(L):
-            hooks = mask_previous_attention(5, range(layer)).hooks(model) if layer > 0 else []
-            p, r = _capture(model, tokens, hooks) if hooks else variants["clean"]
-            mask_p.append(p[layer])
-            mask_r.append(r[layer])
-            p, r = _capture(model, tokens, average_ext_pos_embed(layer, 10, ext=ext[layer]).hooks(model))
-            ext_p.append(p[layer])
-            ext_r.append(r[layer])
-        variants["mask"] = (torch.stack(mask_p), torch.stack(mask_r))
-        variants["extavg"] = (torch.stack(ext_p), torch.stack(ext_r))
-        variants["edit"] = attempt("edit", tokens, partial(_edit_hooks, model, aggregator, n, mapping))
-        tok_strs = [model.tokenizer.decode([int(t)]) for t in tokens]
+        tokens = to_token_list(model, [tokens])[0]  # checked: integer ids in the vocabulary, within n_ctx
+        if len(tokens) < MIN_TOKENS:
+            raise UsageError(
+                "prompt",
+                f"{name!r} has {len(tokens)} tokens",
+                f"allowed {MIN_TOKENS}..{model.cfg.n_ctx} tokens",
+                "the diagonal profile needs two offsets past key 0",
+            )
         out["prompts"].append(
             {
                 "name": name,
-                "n": n,
-                "tokens": tok_strs,
-                "variants": {k: _pack(*v) for k, v in variants.items() if v is not None},
+                "n": len(tokens),
+                "tokens": [model.tokenizer.decode([int(t)]) for t in tokens],
+                "variants": {k: _variant(model, tokens, k, ctx, mapping) for k in VARIANT_KEYS},
             }
         )
-    out["variants"] = {k: v for k, v in out["variants"].items() if k not in unavailable}
-    out["unavailable"] = unavailable
+    out["unavailable"] = dict(ctx.unavailable)
     return out
 
 
-def default_prompts(model, n_tokens: int = 64, seed: int = 0) -> list[tuple[str, torch.Tensor, dict | None]]:
-    """Three prompts: held-out natural text, the post's repeat-string prompt (the edit is the post's there) and a
-    random sequence repeated twice (induction)."""
+def default_prompts(model, n_tokens: int = 64, seed: int = 0) -> list[Prompt]:
+    """Up to three prompts of at most ``n_tokens`` (and the model's context): held-out natural text, the post's
+    repeat-string prompt (the edit is the post's there; left out where it does not fit the context) and a random
+    sequence repeated twice after BOS (an induction head's stripe at offset ``seg - 1``)."""
     from ..analysis.induction import repeated_random_tokens
     from ..analysis.prompts import documents, make_prompts
 
     n_tokens = min(n_tokens, model.cfg.n_ctx)
     docs, _ = documents("wikitext")
-    text = make_prompts(model.tokenizer, 1, n_tokens, seed=seed, docs=docs)[0]
-    target = single_token_target(model.tokenizer, " ninja turtle pirate")
-    rp = repeat_string_prompt(model.tokenizer, target, n_given=1, n_demos=1, seed=seed, max_len=model.cfg.n_ctx)
-    seg = (n_tokens - 1) // 2
-    rand = repeated_random_tokens(model, 1, seg, seed=seed)[0]
-    return [
-        ("natural text (WikiText-2)", text, None),
-        ("repeat-string prompt (the post's, one demonstration)", rp.tokens, edit_mapping(rp)),
-        (f"random tokens repeated ({seg} + {seg})", rand, None),
+    out: list[Prompt] = [
+        ("natural text (WikiText-2)", make_prompts(model.tokenizer, 1, n_tokens, seed=seed, docs=docs)[0], None)
     ]
+    target = single_token_target(model.tokenizer, " ninja turtle pirate")
+    try:
+        rp = repeat_string_prompt(model.tokenizer, target, n_given=1, n_demos=1, seed=seed, max_len=model.cfg.n_ctx)
+        out.append(("repeat-string prompt (the post's, one demonstration)", rp.tokens, edit_mapping(rp)))
+    except ValueError:  # longer than the context
+        pass
+    seg = (n_tokens - 1) // 2
+    if seg >= 2:
+        rand = repeated_random_tokens(model, 1, seg, seed=seed)[0]
+        out.append((f"random tokens repeated ({seg} + {seg})", rand, None))
+    return out
+
+
+def page_html(data: dict, live: bool = False) -> str:
+    """The page with ``data`` inlined (``live``: it also offers a prompt box that posts to its server)."""
+    payload = json.dumps({**data, "live": bool(live)}, separators=(",", ":"), allow_nan=False)
+    title = html.escape(f"{data['model']}: attention explorer")
+    return PAGE.replace("__TITLE__", title).replace("__DATA__", payload.replace("</", "<\\/"))
 
 
 def write_explorer(
-    model, path: str | Path, label: str, prompts=None, aggregator: tuple[int, int] | None = None
+    model,
+    path: str | Path,
+    label: str,
+    prompts=None,
+    aggregator: tuple[int, int] | None = None,
+    context: ExplorerContext | None = None,
 ) -> Path:
-    """Write the explorer of ``model`` to ``path`` (see the module doc); returns the path."""
-    data = explorer_data(model, prompts if prompts is not None else default_prompts(model), label, aggregator)
+    """Write the explorer of ``model`` on ``prompts`` (default :func:`default_prompts`) to ``path`` as one
+    self-contained HTML file (see the module doc); returns the path."""
+    prompts = default_prompts(model) if prompts is None else prompts
+    data = explorer_data(model, prompts, label, aggregator, context=context)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.partial")
-    tmp.write_text(
-        PAGE.replace("__TITLE__", html.escape(f"{label}: attention explorer")).replace(
-            "__DATA__", json.dumps(data).replace("</", "<\\/")
-        ),
-        encoding="utf-8",
-    )
+    tmp.write_text(page_html(data), encoding="utf-8")
     tmp.replace(path)
     return path
 
 
-# the page itself; write_explorer fills in __TITLE__ and __DATA__
+# the page itself; page_html fills in __TITLE__ and __DATA__
 PAGE = (Path(__file__).with_name("explorer.html")).read_text(encoding="utf-8")
