@@ -144,7 +144,7 @@ def test_no_browser_means_html_only_said_once(tiny_dir, tmp_path):
     and its results, says so in one line, and finishes."""
     env = {"BROWSER_PATH": str(tmp_path / "no-such-chromium")}
     env.pop("GPT2_POSHEADS_PNG", None)
-    assert json.loads(run_png_check(env, timeout=30).stdout)[0] is False
+    assert json.loads(run_png_check(env, timeout=180).stdout)[0] is False
     out = tmp_path / "out"
     clean = {k: v for k, v in os.environ.items() if k != "GPT2_POSHEADS_PNG"}
     r = subprocess.run(
