@@ -9,14 +9,17 @@ token embedding makes LayerNorm's scaling constant to ``|signal|^2 / (2 C^2) < 1
 what the blocks hold.
 
 Blocks (features): ``const`` (C), ``bos`` (1 on the BOS token), ``helix`` (GPT-2's own ``W_pos``: the top eight
-principal components of its first 256 rows), ``count`` (1/(p+1), written by the layer-0 counter), ``pos`` (p/256,
-written by the layer-0 MLP), ``tok`` (a random unit code per token), ``est`` (the early heads' estimate of the
-previous token), ``prev`` (the aggregator's sharp previous-token code), ``out`` (the induction head's copy, read by
-the unembedding), and per model ``waves`` (sines and cosines of position).
+principal components of its first 256 rows), ``tok`` (a random unit code per token), ``bucket`` (a one-hot bucket
+per token: what a self-suppressing head matches), ``count`` (SMALL/(p+1), written by the layer-0 counter), ``pos``
+(SMALL p/256, written by the layer-0 MLP), ``est`` (the early heads' estimate of the previous token), ``prev`` (the
+sharp head's previous-token code), ``out`` (the induction head's copy, read by the unembedding), and per model
+``waves`` (sines and cosines of the counted position) or ``fine`` (a ramp and waves added to ``W_pos``).
 
-The mechanisms (which head reads and writes what) are written out by :func:`build_spec` per model; each model's
-card (``README.md`` in its folder) lists them with the verdict each claim must get, written down before measuring
-(:data:`KNOWN_ANSWERS`).
+Each head is built by a small function that says what it reads and writes (:func:`counter`, :func:`self_suppressing`,
+:func:`boosting`, :func:`aggregator`, :func:`wpos_reader`, :func:`induction`, :func:`self_attending`), each model by
+one function of :data:`BUILDERS`. :func:`build` writes a folder with its card (``README.md``): the blocks, every
+head's role, the verdict each claim must get (:mod:`~gpt2_posheads.organism.known_answers`, written down before
+anything was measured) and the numbers the toolkit measured on it.
 """
 
 from __future__ import annotations
