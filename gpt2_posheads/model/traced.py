@@ -31,12 +31,11 @@ and bounds the connection attempt to a few seconds, before any work.
 from __future__ import annotations
 
 import os
-import socket
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from urllib.parse import urlparse
 
 import torch
 
@@ -261,18 +260,45 @@ def check_remote(param: str = "--remote", timeout: float = REMOTE_TIMEOUT_S) -> 
                 "export NDIF_API_KEY=...; or drop --remote to run through nnsight on a local folder",
             )
     host = ndif_host()
-    parsed = urlparse(host)
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    try:
-        with socket.create_connection((parsed.hostname, port), timeout=timeout):
-            pass
-    except OSError as e:
+    why = _connect_within(host, timeout)
+    if why is not None:
         raise UsageError(
             param,
-            f"NDIF ({host}) is unreachable within {timeout:g} s ({type(e).__name__})",
+            f"NDIF ({host}) is unreachable within {timeout:g} s ({why})",
             "a machine that reaches NDIF",
             "drop --remote to run through nnsight on a local Hugging Face folder",
-        ) from None
+        )
+    from .loading import hub_reachable
+
+    if not hub_reachable(timeout):
+        raise UsageError(
+            param,
+            "the hosted model's configuration and tokenizer come from the Hugging Face hub, which is unreachable",
+            "a machine that reaches NDIF and the hub",
+            "drop --remote to run through nnsight on a local Hugging Face folder",
+        )
+
+
+def _connect_within(url: str, timeout: float) -> str | None:
+    """``None`` when NDIF at ``url`` answers its ``/status`` with a JSON object within ``timeout`` seconds, name
+    lookup included (the request runs in a daemon thread that is abandoned at the deadline), else why not. A bare
+    TCP connection is not enough: a proxy may accept connections to anywhere."""
+    box: dict[str, str | None] = {}
+
+    def attempt():
+        try:
+            import httpx
+
+            r = httpx.get(url.rstrip("/") + "/status", timeout=timeout)
+            r.raise_for_status()
+            box["why"] = None if isinstance(r.json(), dict) else "not NDIF's answer"
+        except Exception as e:  # noqa: BLE001 - any failure means: not reachable from here
+            box["why"] = type(e).__name__
+
+    t = threading.Thread(target=attempt, daemon=True)
+    t.start()
+    t.join(timeout)
+    return box.get("why", "timed out")
 
 
 def load_traced(
