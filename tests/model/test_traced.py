@@ -158,7 +158,7 @@ def test_remote_without_ndif_is_one_line(args, env, words):
     p, seconds = _script(args + ["--no-png"], {**base, **env})
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: --remote: ") and words in lines[0]
-    assert seconds < 20
+    assert seconds < 60  # a Python start and a 3-second bound, on a busy machine too: never a hang
 
 
 def test_the_script_gives_the_same_ranking_and_verdicts(tmp_path):
