@@ -77,9 +77,53 @@ def matmul_floor(d: int, L: int, n_tokens: int, rows: int) -> None:
                     F.linear(x, w_o), F.linear(x, w_in), F.linear(h, w_out)
 
 
+# aten ops of a ranking pass, by what they compute
+_KINDS = {
+    "weight matmuls": ("aten::addmm", "aten::mm", "aten::linear"),
+    "attention scores and softmax": ("aten::baddbmm", "aten::_softmax", "aten::softmax"),
+    "diagonal sums": ("aten::gather", "aten::sum", "aten::mul", "aten::index", "aten::expand"),
+    "A v (not needed by the ranking)": ("aten::bmm", "aten::matmul"),
+}
+
+
+def profile_worker(shape: dict, threads: int, layers: int = 4) -> None:
+    """Where a ranking pass spends its time: the fast path's ops on one ``n_ctx``-token prompt of a ``layers``-layer
+    model of this width (every block but the last has the same ops), grouped by what they compute."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from gpt2_posheads import load_model
+    from gpt2_posheads.analysis.diagonals import diagonal_sums
+    from gpt2_posheads.model.fastpath import Workspace, fast_forward
+
+    torch.set_num_threads(threads)
+    model = load_model(model_dir({**shape, "n_layers": layers}), device="cpu")
+    fast = fast_forward(model, "fast")
+    n = shape["n_ctx"]
+    toks = torch.randint(0, model.cfg.d_vocab, (1, n), generator=torch.Generator().manual_seed(0))
+    ws = Workspace()
+
+    def run():
+        fast.patterns(toks, lambda l, p: diagonal_sums(p, n, True), ws)
+
+    with torch.inference_mode():
+        run()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            run()
+    totals: dict[str, float] = {}
+    for e in prof.key_averages():
+        kind = next((k for k, ops in _KINDS.items() if e.key in ops), None)
+        if kind is not None:
+            totals[kind] = totals.get(kind, 0.0) + e.self_cpu_time_total
+    whole = sum(e.self_cpu_time_total for e in prof.key_averages())
+    totals["everything else (LayerNorm, GELU, adds, copies)"] = whole - sum(totals.values())
+    print(json.dumps({"which": "profile", "layers": layers, "share": {k: v / whole for k, v in totals.items()}}))
+
+
 def worker(which: str, shape: dict, n_prompts: int, threads: int) -> None:
     torch.set_num_threads(threads)
     n = shape["n_ctx"]
+    if which == "profile":
+        return profile_worker(shape, threads)
     if which == "floor":
         t = []
         for _ in range(2):
@@ -94,7 +138,11 @@ def worker(which: str, shape: dict, n_prompts: int, threads: int) -> None:
     model = load_model(model_dir(shape), device="cpu")
     load_s = time.perf_counter() - start
     load_peak = status_kb("VmHWM")["VmHWM"]
-    weights = sum(p.numel() * p.element_size() for p in {p.data_ptr(): p for p in model.parameters()}.values())
+    # the bytes the parameters hold (a parameter released as a source copy holds none: gpt2_posheads.model.memory)
+    weights = sum(
+        s.nbytes() for s in {p.untyped_storage().data_ptr(): p.untyped_storage() for p in model.parameters()}.values()
+    )
+    checkpoint = sum(f.stat().st_size for f in model_dir(shape).glob("*.safetensors"))
     after = status_kb("VmRSS", "RssFile", "RssAnon")
     toks = torch.randint(0, model.cfg.d_vocab, (n_prompts, n), generator=torch.Generator().manual_seed(0))
     can_reset = reset_peak()
@@ -109,6 +157,7 @@ def worker(which: str, shape: dict, n_prompts: int, threads: int) -> None:
                 "seconds": seconds,
                 "load_seconds": load_s,
                 "weights_mb": weights / 2**20,
+                "checkpoint_mb": checkpoint / 2**20,
                 "rss_after_load_mb": after["VmRSS"],
                 "file_backed_after_load_mb": after.get("RssFile", float("nan")),
                 "load_peak_mb": load_peak,
@@ -129,6 +178,7 @@ def main() -> None:
     p.add_argument("--n-prompts", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-baseline", action="store_true", help="skip the TransformerLens-hooks pass")
+    p.add_argument("--profile", action="store_true", help="only the time shares of one pass (a 4-layer model)")
     a = p.parse_args()
     shape = dict(n_layers=a.n_layers, n_heads=a.n_heads, d_model=a.d_model, n_ctx=a.n_ctx)
     if a.worker:
@@ -142,6 +192,12 @@ def main() -> None:
         f"--threads={a.threads}",
     ]
     started = time.perf_counter()
+    if a.profile:
+        prof = run_worker(__file__, ["profile", *args])
+        print(f"time shares of one ranking pass ({prof['layers']}-layer model of this width, 1 x {a.n_ctx} tokens):")
+        for k, v in prof["share"].items():
+            print(f"  {k:48s} {v:6.1%}")
+        return
     ours = run_worker(__file__, ["ours", *args])
     floor = run_worker(__file__, ["floor", *args])
     base = None if a.no_baseline else run_worker(__file__, ["hooks", *args])
@@ -163,6 +219,11 @@ def main() -> None:
             f"file-backed), loading peak {r['load_peak_mb'] / 1024:.2f} GiB in {r['load_seconds']:.0f} s"
         )
     print(f"  {'float32 matmuls alone':22s}: {floor['seconds']:7.1f} s (the floor of any exact method)")
+    print(
+        f"  weights: the loaded model's parameters hold {w / 1024:.2f} GiB (its checkpoint: "
+        f"{ours['checkpoint_mb'] / 1024:.2f} GiB); "
+        f"ranking peak / checkpoint = {ours['peak_mb'] / ours['checkpoint_mb']:.2f}x"
+    )
     print(
         "bounds: ranking peak <= 1.3x the weights, time <= 1.25x the floor; "
         f"run took {time.perf_counter() - started:.0f} s"

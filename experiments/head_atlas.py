@@ -32,6 +32,7 @@ from gpt2_posheads.cli import (
     main_entry,
     positive,
 )
+from gpt2_posheads.cli.engine import add_engine_args, check_engine_args, load_engine_model
 from gpt2_posheads.cli.output import Output, default_target
 from gpt2_posheads.model.identity import has_learned_positions, position_kind
 from gpt2_posheads.model.loading import ModelLoadError, load_model
@@ -56,7 +57,9 @@ def main(argv=None):
     p.add_argument("--force", action="store_true", help="write into an --out folder that holds other files (kept)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the prompts and repeated sequences")
     p.add_argument("--no-png", action="store_true", help="HTML figures only")
+    add_engine_args(p, ("auto",), help="auto: TransformerLens")
     args = p.parse_args(argv)
+    check_engine_args(args, "--model-dirs")
     dirs = [d.strip() for d in args.model_dirs.split(",") if d.strip()]
     hub = [m.strip() for m in args.models.split(",") if m.strip()]
     if not dirs and not hub:
@@ -84,11 +87,11 @@ def main(argv=None):
     )
     for name in dirs + hub:
         try:
-            model = load_model(name, device=args.device)
+            model = load_engine_model(name, args, "--models") or load_model(name, device=args.device)
         except ModelLoadError as e:
             raise UsageError("--models", str(e)) from None
         prompts, source = corpus_prompts(model, args)
-        df = head_table(model, prompts, protocol=args.protocol, seed=args.seed, model_name=name)
+        df = head_table(model, prompts, protocol=args.protocol, seed=args.seed, model_name=name, engine=args.engine)
         label = name.rstrip("/").split("/")[-1] if name in dirs else name.replace("/", "--")
         tables[label] = df
         out.csv(df, f"atlas_{label}")

@@ -16,11 +16,14 @@ from gpt2_posheads.analysis.diagonals import (
     count_prev_heads,
     diagonal_attention,
     rank_from_diagonals,
+    traced_ranking,
 )
 from gpt2_posheads.claims.gpt2_post import judge_claim
 from gpt2_posheads.cli import add_prompt_args, experiment_parser, main_entry, positive, setup
+from gpt2_posheads.cli.engine import add_engine_args, check_engine_args
 from gpt2_posheads.model.fastpath import ENGINES
 from gpt2_posheads.model.identity import is_gpt2_small
+from gpt2_posheads.model.traced import ENGINE as NNSIGHT
 from gpt2_posheads.model.validation import UsageError, head_name
 from gpt2_posheads.report.plotting import heatmap
 
@@ -51,24 +54,32 @@ def main(argv=None):
         help="bfloat16 matmuls (softmax, LayerNorm, residual in float32): ~3x faster on CPUs with "
         "AMX/AVX512-BF16, diagonal masses within ~1e-3; float32 elsewhere, with a note",
     )
-    p.add_argument(
-        "--engine",
-        default="auto",
-        choices=ENGINES,
-        help="auto: hook-free fast path when it reproduces the model (checked), else TransformerLens hooks",
+    add_engine_args(
+        p, ENGINES, help="auto: hook-free fast path when it reproduces the model (checked), else TransformerLens hooks"
     )
     args = p.parse_args(argv)
     positive("--batch-size", args.batch_size)
     positive("--top", args.top)
+    check_engine_args(args)
     exp = setup(args, __file__, ranking=False)
     model, prompts, out = exp.model, exp.prompts, exp.out
     print(f"{exp.label}: {len(prompts)} prompts x {prompts.shape[1]} tokens from {exp.source}")
     if args.include_bos and args.engine == "fast":
         raise UsageError("--include-bos", "is not needed with --engine fast", "drop one of them")
-    diag = diagonal_attention(
-        model, prompts, exclude_bos=not args.include_bos, batch_size=args.batch_size, bf16=args.bf16, engine=args.engine
-    )
-    df = rank_from_diagonals(diag)
+    if args.engine == NNSIGHT:  # statistics computed where the model runs; the first 16 diagonals come back
+        df, diag = traced_ranking(model, prompts, exclude_bos=not args.include_bos, batch_size=args.batch_size)
+        n_offsets = int(prompts.shape[1])
+    else:
+        diag = diagonal_attention(
+            model,
+            prompts,
+            exclude_bos=not args.include_bos,
+            batch_size=args.batch_size,
+            bf16=args.bf16,
+            engine=args.engine,
+        )
+        df = rank_from_diagonals(diag)
+        n_offsets = int(diag.shape[-1])
     n_prev, n_heads = count_prev_heads(df), len(df)
     print(
         df.head(args.top)[["rank", "name", "top_offset", "top_mass", "second_mass", "ratio"]].to_string(
@@ -159,7 +170,7 @@ def main(argv=None):
             **exp.describe(),
             "exclude_bos": not args.include_bos,
             "bf16": args.bf16,
-            "n_offsets": int(diag.shape[-1]),
+            "n_offsets": n_offsets,
             "n_heads": n_heads,
             "n_prev_token_heads": n_prev,
             "post_n_prev_token_heads": 69,

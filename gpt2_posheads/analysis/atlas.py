@@ -26,8 +26,10 @@ import pandas as pd
 import torch
 
 from ..model.tokens import as_token_batches, model_device
+from ..model.traced import ENGINE as NNSIGHT
+from ..model.traced import is_traced, run_traced
 from ..model.validation import head_name
-from .diagonals import diagonal_attention, prev_token_stats
+from .diagonals import diagonal_attention, prev_token_stats, traced_stats
 from .induction import repeated_random_tokens
 
 Protocol = Literal["toolkit", "ood-composition"]
@@ -63,19 +65,49 @@ def _patterns(model, toks: torch.Tensor, batch_size: int = 8):
             yield l, box[l]
 
 
+def _reduce_patterns(model, toks: torch.Tensor, state: dict, on_pattern, finish, engine: str = "auto") -> dict:
+    """``finish(state)`` after ``on_pattern(state, layer, pattern)`` for every layer and batch of ``toks``: through
+    TransformerLens hooks, or inside an nnsight trace (``engine="nnsight"``, or a traced model) where only
+    ``finish``'s small tensors come back."""
+    if engine == NNSIGHT or is_traced(model):
+        return run_traced(model, list(as_token_batches(model, toks, 8)), state, finish, on_pattern=on_pattern)
+    for layer, p in _patterns(model, toks):
+        on_pattern(state, layer, p)
+    return finish(state)
+
+
+def _zeros(state: dict, names, device) -> None:
+    for name in names:
+        if name not in state:
+            state[name] = torch.zeros(state["shape"], dtype=torch.float64, device=device)
+
+
+def _repeat_layer(state: dict, layer: int, p: torch.Tensor) -> None:
+    """Induction ``A[q, q - seg + 1]`` and duplicate-token ``A[q, q - seg]`` sums over the second copy."""
+    _zeros(state, ("induction", "duplicate"), p.device)
+    q, seg = state["q"].to(p.device), state["seg_len"]
+    state["induction"][layer] += p[:, :, q, q - seg + 1].double().sum((0, 2))
+    state["duplicate"][layer] += p[:, :, q, q - seg].double().sum((0, 2))
+
+
+def _repeat_finish(state: dict) -> dict:
+    n = state["n"]
+    return {k: (state[k].cpu() / n).float() for k in ("induction", "duplicate")}
+
+
 def repeat_scores(
-    model, n_seqs: int = 16, seg_len: int = 50, seed: int = 0, bos: bool = True
+    model, n_seqs: int = 16, seg_len: int = 50, seed: int = 0, bos: bool = True, engine: str = "auto"
 ) -> dict[str, torch.Tensor]:
     """Toolkit protocol on ``[BOS] r r``: ``induction`` and ``duplicate`` ``[n_layers, n_heads]`` (module doc)."""
     toks = repeated_random_tokens(model, n_seqs, seg_len, seed, bos=bos)
     b = int(bos)
-    q = torch.arange(b + seg_len, b + 2 * seg_len)
-    L, H = model.cfg.n_layers, model.cfg.n_heads
-    ind, dup = torch.zeros(L, H, dtype=torch.float64), torch.zeros(L, H, dtype=torch.float64)
-    for layer, p in _patterns(model, toks):
-        ind[layer] += p[:, :, q, q - seg_len + 1].double().sum((0, 2))
-        dup[layer] += p[:, :, q, q - seg_len].double().sum((0, 2))
-    return {"induction": (ind / (n_seqs * seg_len)).float(), "duplicate": (dup / (n_seqs * seg_len)).float()}
+    state = dict(
+        q=torch.arange(b + seg_len, b + 2 * seg_len),
+        seg_len=seg_len,
+        n=n_seqs * seg_len,
+        shape=(model.cfg.n_layers, model.cfg.n_heads),
+    )
+    return _reduce_patterns(model, toks, state, _repeat_layer, _repeat_finish, engine)
 
 
 # the hub names of the models the published script (prep.py) prepends BOS to: its list names llama2-7b, llama2-70b,
@@ -113,7 +145,7 @@ def ood_composition_from_patterns(pattern: torch.Tensor, offset: int, eps: float
 
 
 def ood_composition_scores(
-    model, n_seqs: int = 50, seg_len: int = 25, seed: int = 2024, bos: bool | None = None
+    model, n_seqs: int = 50, seg_len: int = 25, seed: int = 2024, bos: bool | None = None, engine: str = "auto"
 ) -> dict[str, torch.Tensor]:
     """``{"previous_token", "induction"}`` ``[n_layers, n_heads]`` by the "ood-composition" protocol (module doc).
     ``bos`` (default: :func:`ood_composition_bos` of the model's name, as the published script decides) puts the
@@ -124,12 +156,18 @@ def ood_composition_scores(
     if bos and bos_id is None:
         raise ValueError("bos=True needs a tokenizer with a BOS token")
     toks = ood_composition_tokens(model.cfg.d_vocab, n_seqs, seg_len, seed, bos_id)
-    L, H = model.cfg.n_layers, model.cfg.n_heads
-    pth, ih = torch.zeros(L, H, dtype=torch.float64), torch.zeros(L, H, dtype=torch.float64)
-    for layer, p in _patterns(model, toks):
-        pth[layer] += ood_composition_from_patterns(p, 1).sum(0)
-        ih[layer] += ood_composition_from_patterns(p, seg_len - 1).sum(0)
-    return {"previous_token": (pth / n_seqs).float(), "induction": (ih / n_seqs).float()}
+    state = dict(seg_len=seg_len, n=n_seqs, shape=(model.cfg.n_layers, model.cfg.n_heads))
+    return _reduce_patterns(model, toks, state, _ood_layer, _ood_finish, engine)
+
+
+def _ood_layer(state: dict, layer: int, p: torch.Tensor) -> None:
+    _zeros(state, ("previous_token", "induction"), p.device)
+    state["previous_token"][layer] += ood_composition_from_patterns(p, 1).sum(0)
+    state["induction"][layer] += ood_composition_from_patterns(p, state["seg_len"] - 1).sum(0)
+
+
+def _ood_finish(state: dict) -> dict:
+    return {k: (state[k].cpu() / state["n"]).float() for k in ("previous_token", "induction")}
 
 
 def head_table(
@@ -140,15 +178,25 @@ def head_table(
     n_seqs: int = 16,
     seed: int = 0,
     model_name: str | None = None,
+    engine: str = "auto",
 ) -> pd.DataFrame:
     """One row per head: ``layer, head, name, top_offset, prev_ratio, prev_mass, is_prev_token, induction, duplicate``
     (toolkit protocol), plus ``ood_previous_token`` and ``ood_induction`` with ``protocol="ood-composition"`` (BOS
-    first as the published script does for ``model_name``: :func:`ood_composition_bos`)."""
-    st = prev_token_stats(diagonal_attention(model, prompts, progress=False))
+    first as the published script does for ``model_name``: :func:`ood_composition_bos`). ``engine="nnsight"`` (or a
+    traced model): every score reduced inside nnsight traces, locally or on NDIF; only ``[n_layers, n_heads]``
+    tensors come back."""
+    if engine == NNSIGHT or is_traced(model):
+        st = traced_stats(model, prompts)
+    else:
+        st = prev_token_stats(diagonal_attention(model, prompts, progress=False, engine=engine))
     seg = min(seg_len, (model.cfg.n_ctx - 1) // 2)
-    rep = repeat_scores(model, n_seqs, seg, seed)
+    rep = repeat_scores(model, n_seqs, seg, seed, engine=engine)
     name = model_name or getattr(model.cfg, "model_name", None)
-    ood = ood_composition_scores(model, bos=ood_composition_bos(name)) if protocol == "ood-composition" else None
+    ood = (
+        ood_composition_scores(model, bos=ood_composition_bos(name), engine=engine)
+        if protocol == "ood-composition"
+        else None
+    )
     rows = []
     for l in range(model.cfg.n_layers):
         for h in range(model.cfg.n_heads):

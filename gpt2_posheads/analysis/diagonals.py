@@ -14,8 +14,6 @@ applies, else from hooks on ``blocks.{l}.attn.hook_pattern`` (always so with ``f
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
@@ -24,18 +22,36 @@ from ..model.fastpath import Workspace, fast_forward
 from ..model.forward import run_until
 from ..model.precision import resolve_bf16
 from ..model.tokens import as_token_batches, model_device, to_token_list
-from ..model.validation import check_int_range, head_name, require_finite
+from ..model.traced import ENGINE as NNSIGHT
+from ..model.traced import is_traced, run_traced
+from ..model.validation import NonFiniteError, check_int_range, head_name, require_finite
 from .stored import StoredActivations
 
 
-@lru_cache(maxsize=8)
+class _IndexCache(dict):
+    """The last few diagonal indices. It pickles empty: :func:`diagonal_sums` also runs inside nnsight traces,
+    shipped by value to where the model runs, and the cache is refilled there."""
+
+    def __reduce__(self):
+        return (dict, ())
+
+
+_INDEX_CACHE = _IndexCache()
+
+
 def _diagonal_index(n_pos: int, n_offsets: int, exclude_bos: bool, device: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Key index ``k = q - d`` for every ``[q, d]`` (clamped to 0) and the float mask of the entries
-    that count: ``k >= 0``, and ``k >= 1`` when ``exclude_bos``."""
-    q = torch.arange(n_pos, device=device)[:, None]
-    d = torch.arange(n_offsets, device=device)[None, :]
-    k = q - d
-    return k.clamp(min=0), (k >= int(exclude_bos)).float()
+    that count: ``k >= 0``, and ``k >= 1`` when ``exclude_bos``. The last 8 are kept."""
+    key = (n_pos, n_offsets, exclude_bos, device)
+    hit = _INDEX_CACHE.get(key)
+    if hit is None:
+        q = torch.arange(n_pos, device=device)[:, None]
+        d = torch.arange(n_offsets, device=device)[None, :]
+        k = q - d
+        if len(_INDEX_CACHE) >= 8:
+            _INDEX_CACHE.pop(next(iter(_INDEX_CACHE)))
+        hit = _INDEX_CACHE[key] = (k.clamp(min=0), (k >= int(exclude_bos)).float())
+    return hit
 
 
 def diagonal_sums(pattern: torch.Tensor, n_offsets: int, exclude_bos: bool) -> torch.Tensor:
@@ -87,14 +103,19 @@ def diagonal_attention(
             native bfloat16 it runs float32 and says so (:func:`gpt2_posheads.model.precision.resolve_bf16`).
         engine: ``"auto"`` (hook-free fast path when it applies), ``"fast"`` or ``"hooks"``; see
             :func:`gpt2_posheads.model.fastpath.fast_forward`. Both give the same numbers to ~1e-6.
+            ``"nnsight"`` (the only engine of a :class:`~gpt2_posheads.model.traced.TracedModel`): the patterns are
+            computed and reduced inside an nnsight trace, locally or on NDIF; ``fwd_hooks`` are then the
+            interventions' traced edits (``iv.hooks(traced_model)``).
     """
-    bf16 = resolve_bf16(bf16, model_device(model))  # float32 (and one line why) where bfloat16 is emulated
     seqs = to_token_list(model, prompts)
     longest = max(len(s) for s in seqs)
     if max_offset is None:
         max_offset = max(longest - 1, 1)
     check_int_range("max_offset", max_offset, 1, max(model.cfg.n_ctx - 1, 1))
     n_off = max_offset + 1
+    if engine == NNSIGHT or is_traced(model):
+        return _traced_masses(model, seqs, n_off, exclude_bos, batch_size, fwd_hooks, _finish_diagonals)["diagonals"]
+    bf16 = resolve_bf16(bf16, model_device(model))  # float32 (and one line why) where bfloat16 is emulated
     L, H = model.cfg.n_layers, model.cfg.n_heads
     sums = torch.zeros(L, H, n_off, dtype=torch.float64)
     counts = torch.zeros(n_off, dtype=torch.float64)
@@ -160,8 +181,13 @@ def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:
     come first, by ratio ascending (the GPT-2 post's L4H11: 0.01); the other heads follow by ``prev_mass``
     descending.
     """
-    L, H, _ = diag.shape
-    st = prev_token_stats(diag)
+    return rank_from_stats(prev_token_stats(diag))
+
+
+def rank_from_stats(st: dict[str, torch.Tensor]) -> pd.DataFrame:
+    """The ranking of :func:`rank_from_diagonals` from the statistics of :func:`prev_token_stats` (``[n_layers,
+    n_heads]`` each), as a traced pass returns them."""
+    L, H = st["ratio"].shape
     rows = []
     for l in range(L):
         for h in range(H):
@@ -212,6 +238,8 @@ def rank_prev_heads(
         return rank_from_diagonals(model.diagonals)
     if prompts is None:
         raise ValueError("prompts is None: rank_prev_heads(model, prompts) needs prompts to run the model on")
+    if engine == NNSIGHT or is_traced(model):
+        return traced_ranking(model, prompts, max_offset, exclude_bos, batch_size)[0]
     diag = diagonal_attention(
         model,
         prompts,
@@ -223,6 +251,82 @@ def rank_prev_heads(
         engine=engine,
     )
     return rank_from_diagonals(diag)
+
+
+# --- the nnsight engine: the same sums, reduced where the model runs ------------------------------------------------
+PROFILE_OFFSETS = 16  # the diagonals a traced ranking brings back besides the statistics (the figure shows 16)
+
+
+def _traced_layer(state: dict, layer: int, pattern: torch.Tensor) -> None:
+    """Inside a trace: add one layer's diagonal sums (:func:`diagonal_sums`) to ``state["sums"]``."""
+    width = min(state["n_off"], pattern.shape[-1])
+    if "sums" not in state:
+        state["sums"] = torch.zeros(state["shape"], dtype=torch.float64, device=pattern.device)
+    state["sums"][layer, :, :width] += diagonal_sums(pattern, width, state["exclude_bos"])
+
+
+def _finish_diagonals(state: dict) -> dict:
+    """Every diagonal's mean ``[n_layers, n_heads, n_offsets]`` (float32)."""
+    return {"diagonals": (state["sums"].cpu() / state["counts"]).float(), "nonfinite": _nonfinite(state["sums"])}
+
+
+def _nonfinite(sums: torch.Tensor) -> torch.Tensor:
+    return (~torch.isfinite(sums)).sum().cpu()
+
+
+def _finish_ranking(state: dict) -> dict:
+    """Only what the ranking needs: :func:`prev_token_stats` of the means ``[n_layers, n_heads]`` each, and the
+    first :data:`PROFILE_OFFSETS` diagonals ``[n_layers, n_heads, 16]`` (float32)."""
+    mass = state["sums"].cpu() / state["counts"]
+    return {
+        **prev_token_stats(mass),
+        "profile": mass[..., : state["keep"]].float(),
+        "nonfinite": _nonfinite(state["sums"]),
+    }
+
+
+def _traced_masses(model, seqs, n_off, exclude_bos, batch_size, edits, finish, keep: int = PROFILE_OFFSETS) -> dict:
+    """One traced pass over ``seqs`` reducing every layer's pattern to diagonal sums; ``finish`` of them."""
+    counts = torch.zeros(n_off, dtype=torch.float64)
+    batches = list(as_token_batches(model, seqs, batch_size))
+    for toks in batches:
+        width = min(n_off, toks.shape[1])
+        counts[:width] += toks.shape[0] * diagonal_counts(toks.shape[1], width, exclude_bos)
+    state = dict(
+        n_off=n_off,
+        exclude_bos=bool(exclude_bos),
+        shape=(model.cfg.n_layers, model.cfg.n_heads, n_off),
+        counts=counts,
+        keep=keep,
+    )
+    res = run_traced(model, batches, state, finish, on_pattern=_traced_layer, edits=list(edits))
+    bad = int(res.pop("nonfinite"))
+    if bad:  # as require_finite says it for the other engines
+        raise NonFiniteError(f"the attention patterns is not finite ({bad:,} NaN or infinite diagonal sums)")
+    return res
+
+
+def traced_stats(
+    model, prompts, max_offset: int | None = None, exclude_bos: bool = True, batch_size: int = 8, fwd_hooks=()
+) -> dict[str, torch.Tensor]:
+    """Through nnsight, :func:`prev_token_stats` of every diagonal's mean (``[n_layers, n_heads]`` each) and
+    ``profile``, the first :data:`PROFILE_OFFSETS` diagonal means ``[n_layers, n_heads, 16]``: all that comes back
+    from the trace (about 0.5 MB for a Llama-70B shape); the statistics are computed where the model runs."""
+    seqs = to_token_list(model, prompts)
+    if max_offset is None:
+        max_offset = max(max(len(s) for s in seqs) - 1, 1)
+    check_int_range("max_offset", max_offset, 1, max(model.cfg.n_ctx - 1, 1))
+    return _traced_masses(model, seqs, max_offset + 1, exclude_bos, batch_size, fwd_hooks, _finish_ranking)
+
+
+def traced_ranking(
+    model, prompts, max_offset: int | None = None, exclude_bos: bool = True, batch_size: int = 8, fwd_hooks=()
+) -> tuple[pd.DataFrame, torch.Tensor]:
+    """The ranking through nnsight (:func:`rank_prev_heads` with ``engine="nnsight"``) and the first
+    :data:`PROFILE_OFFSETS` diagonal means (:func:`traced_stats`)."""
+    st = traced_stats(model, prompts, max_offset, exclude_bos, batch_size, fwd_hooks)
+    profile = st.pop("profile")
+    return rank_from_stats(st), profile
 
 
 # A *clear* previous-token head: greatest diagonal offset 1 and ratio <= 0.6. The post's heads under test go from

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import einops
 import torch
@@ -36,7 +37,15 @@ import torch
 from ..model.hooks import require_live
 from ..model.patterns import pattern_edit_hooks
 from ..model.tokens import model_device
-from ..model.validation import check_head, check_int_range, check_layer, check_layers, check_learned_pos_embed
+from ..model.traced import TracedEdit, is_traced
+from ..model.validation import (
+    UsageError,
+    check_head,
+    check_int_range,
+    check_layer,
+    check_layers,
+    check_learned_pos_embed,
+)
 from .posembed import default_bos, extended_pos_embeddings, load_w_pos
 
 Hook = tuple[str, Callable]
@@ -44,12 +53,19 @@ Hook = tuple[str, Callable]
 
 @dataclass
 class Intervention:
-    """A named intervention; ``bind(model)`` returns its ``fwd_hooks``."""
+    """A named intervention; ``bind(model)`` returns its ``fwd_hooks``. ``traced(model)``, where the intervention
+    has one, returns its edits inside an nnsight trace (:class:`~gpt2_posheads.model.traced.TracedEdit`);
+    ``hooks(model)`` gives whichever the model takes."""
 
     name: str
     bind: Callable[[object], list[Hook]]
+    traced: Callable[[object], list[TracedEdit]] | None = None
 
-    def hooks(self, model) -> list[Hook]:
+    def hooks(self, model) -> list:
+        if is_traced(model):
+            if self.traced is None:
+                raise UsageError("engine", f"{self.name} has no nnsight form", "use the TransformerLens engine")
+            return self.traced(model)
         return self.bind(model)
 
 
@@ -110,7 +126,21 @@ def average_pos_embed(group_size: int, w_pos: torch.Tensor | None = None) -> Int
         avg = group_average_rows(w, group_size).to(model.W_pos.device)
         return [("hook_pos_embed", _replace_positions(avg))]
 
-    return Intervention(f"average W_pos in groups of {group_size}", bind)
+    def traced(model):
+        if model.arch.pos_embed is None:
+            raise UsageError("model", f"has {model.cfg.positional_embedding_type!r} positions", "learned W_pos")
+        fn = (
+            partial(group_average_rows, group_size=group_size)
+            if w_pos is None
+            else partial(_given_rows, rows=w_pos, group_size=group_size)
+        )
+        return [TracedEdit("pos_embed", fn=fn)]
+
+    return Intervention(f"average W_pos in groups of {group_size}", bind, traced)
+
+
+def _given_rows(w: torch.Tensor, rows: torch.Tensor, group_size: int | None = None) -> torch.Tensor:
+    return rows.float() if group_size is None else group_average_rows(rows.float(), group_size)
 
 
 def average_ext_pos_embed(
@@ -132,7 +162,13 @@ def average_ext_pos_embed(
         delta = (group_average_rows(e, group_size, offset=int(b)) - e).to(model_device(model))
         return [(f"blocks.{layer}.hook_resid_pre", _add_positions(delta))]
 
-    return Intervention(f"average extended pos emb at layer {layer} in groups of {group_size}", bind)
+    def traced(model):
+        check_layer(model, layer)
+        b = default_bos(model) if bos is None else bool(bos)
+        e = extended_pos_embeddings(model, layer, bos=b, **ext_kwargs) if ext is None else ext.float()
+        return [TracedEdit("resid_add", layer, delta=group_average_rows(e, group_size, offset=int(b)) - e)]
+
+    return Intervention(f"average extended pos emb at layer {layer} in groups of {group_size}", bind, traced)
 
 
 def masked_queries(every: int, n_pos: int) -> torch.Tensor:
@@ -148,20 +184,26 @@ def mask_previous_attention(
     ``layers`` (through :func:`~gpt2_posheads.model.patterns.pattern_edit_hooks`: exact on every model)."""
     check_int_range("every", every, 1, 1 << 30)
     layers = list(layers)
-
-    def edit(pattern):  # pattern: [batch, head, q, k]
-        n = pattern.shape[-1]
-        q = masked_queries(every, n).to(pattern.device)
-        pattern = pattern.clone()
-        pattern[..., q, q - 1] = 0.0
-        if renormalize:
-            pattern = pattern / pattern.sum(-1, keepdim=True).clamp_min(1e-12)
-        return pattern
+    edit = partial(_mask_previous, every=every, renormalize=renormalize)
 
     def bind(model):
         return [h for l in check_layers(model, layers) for h in pattern_edit_hooks(model, l, edit)]
 
-    return Intervention(f"mask attention to p-1 every {every} positions in layers {layers}", bind)
+    def traced(model):
+        return [TracedEdit("pattern", l, fn=edit) for l in check_layers(model, layers)]
+
+    return Intervention(f"mask attention to p-1 every {every} positions in layers {layers}", bind, traced)
+
+
+def _mask_previous(pattern: torch.Tensor, every: int, renormalize: bool) -> torch.Tensor:
+    """``A[p, p-1] <- 0`` for ``p % every == 0``, ``p > 0`` (rows renormalised if asked); ``[batch, head, q, k]``."""
+    n = pattern.shape[-1]
+    q = masked_queries(every, n).to(pattern.device)
+    pattern = pattern.clone()
+    pattern[..., q, q - 1] = 0.0
+    if renormalize:
+        pattern = pattern / pattern.sum(-1, keepdim=True).clamp_min(1e-12)
+    return pattern
 
 
 def edit_head_pattern(layer: int, head: int, mapping: Mapping[int, int | Mapping[int, float]]) -> Intervention:

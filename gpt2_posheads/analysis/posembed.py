@@ -25,6 +25,8 @@ from tqdm.auto import tqdm
 from ..model.fastpath import fast_forward
 from ..model.forward import resid_hook_name, run_until
 from ..model.tokens import model_device
+from ..model.traced import ENGINE as NNSIGHT
+from ..model.traced import is_traced, run_traced
 from ..model.validation import UsageError, check_int_range, check_layer, check_learned_pos_embed, require_finite
 from .stored import StoredActivations
 
@@ -170,6 +172,21 @@ def extended_pos_embeddings_by_layer(
         raise ValueError("tokens is empty: pass at least one token id")
     if int(tokens.max()) >= model.cfg.d_vocab or int(tokens.min()) < 0:
         raise ValueError(f"token ids must lie in 0..{model.cfg.d_vocab - 1}")
+    if engine == NNSIGHT or is_traced(model):
+        if return_per_token:
+            raise ValueError(
+                "return_per_token is not available with the nnsight engine (it would bring back every "
+                "token's residual stream): call it without, or use the TransformerLens engine"
+            )
+        batches = []
+        for i in range(0, len(tokens), batch_size):
+            prompts = einops.repeat(tokens[i : i + batch_size], "b -> b pos", pos=seq_len).clone()
+            if bos:
+                prompts[:, 0] = model.tokenizer.bos_token_id
+            batches.append(prompts)
+        state = dict(bos=int(bos), n=len(tokens), center=getattr(model.cfg, "normalization_type", "LN") == "LN")
+        res = run_traced(model, batches, state, _ext_finish, on_resid=_ext_resid, resid_layers=layers)
+        return {l: require_finite(res[f"L{l}"], f"the residual stream at layer {l}") for l in layers}
     names = {l: resid_hook_name(model, l) for l in layers}
     device = model_device(model)
     totals = {l: torch.zeros(seq_len, model.cfg.d_model, dtype=torch.float64) for l in layers}
@@ -203,6 +220,23 @@ def extended_pos_embeddings_by_layer(
     if return_per_token:
         return ext, {l: torch.cat(per_token[l]) for l in layers}
     return ext
+
+
+def _ext_resid(state: dict, layer: int, resid: torch.Tensor) -> None:
+    """Inside a trace: add one batch's centred residuals ``[pos, d_model]`` to ``state[layer]``. On a LayerNorm model
+    each row is first centred over ``d_model``, as TransformerLens's residual stream is (compatibility mode centres
+    every write to it), so both engines give the same embedding."""
+    r = resid.float()
+    if state["center"]:
+        r = r - r.mean(-1, keepdim=True)
+    centred = r - r[:, state["bos"] :].mean(dim=1, keepdim=True)
+    if layer not in state:
+        state[layer] = torch.zeros(centred.shape[1:], dtype=torch.float64, device=centred.device)
+    state[layer] += centred.sum(0).double()
+
+
+def _ext_finish(state: dict) -> dict:
+    return {f"L{l}": (t.cpu() / state["n"]).float() for l, t in state.items() if isinstance(l, int)}
 
 
 def centred_w_pos(w_pos: torch.Tensor, seq_len: int | None = None, bos: bool = False) -> torch.Tensor:

@@ -24,12 +24,17 @@ from ..model.identity import is_gpt2_small, position_kind
 from ..model.loading import ModelLoadError, load_model
 from ..model.validation import UsageError, head_name
 from .args import Checked, note, postcheck, precheck
+from .engine import load_engine_model
 from .heads import HeadDefault, require_above_layer0, resolve_heads
 from .output import Output, default_target
 
 
 def model_from_args(args):
-    """Load ``--model-dir`` or ``--model``; a load failure is a one-line error."""
+    """Load ``--model-dir`` or ``--model``; a load failure is a one-line error. With ``--engine nnsight`` the model
+    is traced through nnsight (:mod:`gpt2_posheads.cli.engine`)."""
+    traced = load_engine_model(args.model_dir or args.model, args, "--model-dir" if args.model_dir else "--model")
+    if traced is not None:
+        return traced
     try:
         return load_model(args.model_dir or args.model, device=args.device)
     except (ModelLoadError, FileNotFoundError) as e:

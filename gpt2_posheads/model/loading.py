@@ -152,6 +152,10 @@ def load_model(
                 center_unembed=center_unembed,
             )
     model.eval()
+    if TransformerBridge is not None:  # the converted weights are the one copy kept (model.memory)
+        from .memory import release_source_copies
+
+        release_source_copies(model)
     return model
 
 

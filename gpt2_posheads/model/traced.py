@@ -1,0 +1,578 @@
+"""Models that do not fit one machine: a Hugging Face causal LM under nnsight, run here or on NDIF.
+
+The analyses that need every attention pattern (the ranking, the head atlas) or the residual stream (extended
+positional embeddings) are written as nnsight traces whose reductions run where the model runs: each layer's
+pattern is computed inside the trace from the model's own query and key projections and reduced on the spot, so
+only small tensors (per-head diagonal means, per-head scores) come back, never a pattern. The same code runs
+locally on a Hugging Face folder (``remote=False``) and on an NDIF-hosted model (``remote=True``): the block of
+:func:`run_traced` is what nnsight ships, and the functions it calls are shipped by value (this package need not be
+installed on the server).
+
+Scores are ``q . k * scale`` with, per architecture (:data:`ARCHS`):
+
+* queries and keys as the model's projections output them (GPT-2's fused ``c_attn`` split in three, GPT-NeoX's
+  fused ``query_key_value`` split per head, separate ``q_proj``/``k_proj`` elsewhere);
+* rotary models rotated with the model's own ``cos``/``sin`` (the output of its ``rotary_emb``;
+  :func:`~gpt2_posheads.model.attention.rotate`), grouped-query keys expanded per query head
+  (:func:`~gpt2_posheads.model.attention.expand_kv`);
+* the scale the module itself uses (its ``scaling`` attribute: ``1/sqrt(d_head)``, GPT-2's inverse-layer option
+  included; GPT-Neo, which does not scale, ``1``); the causal mask, plus GPT-Neo's local window and a sliding window
+  where the configuration declares one.
+
+So a hosted model need not run eager attention. The recomputation is *verified, not trusted*: on the first batch
+of every pass the trace also forms ``A v`` and compares it with the input of the attention's output projection (the
+model's own head outputs); a gap above tolerance is an error.
+
+``nnsight`` is imported only here and only when a traced model is made (importing it patches ``torch`` and mounts a
+``save`` method on every object). Remote runs need ``NDIF_API_KEY``; :func:`check_remote` says so in one line,
+and bounds the connection attempt to a few seconds, before any work.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from .attention import expand_kv, rotate
+from .validation import UsageError
+
+ENGINE = "nnsight"
+REMOTE_TIMEOUT_S = 3.0
+DEFAULT_NDIF_HOST = "https://api.ndif.us"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Architectures: where each model keeps what the scores use.
+# --------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Arch:
+    """Module paths (relative to the Hugging Face model) of one architecture.
+
+    ``qkv``: ``"split"`` (one fused projection, ``[q | k | v]`` along features: GPT-2), ``"heads"`` (one fused
+    projection, ``[q k v]`` within each head: GPT-NeoX), or ``"separate"`` (``q_proj``, ``k_proj``, ``v_proj``).
+    """
+
+    layers: str
+    attn: str  # inside a layer
+    qkv: str
+    proj: tuple[str, ...]  # the fused projection, or the q, k, v projections, inside attn
+    out: str  # the output projection inside attn: its input is the head outputs z
+    embed: str
+    final_norm: str
+    pos_embed: str | None = None  # learned absolute positions
+    pos_offset: int = 0  # OPT's position embedding starts at row 2
+    rotary: str | None = None  # the model-level rotary module, whose output is (cos, sin)
+    scaled: bool = True  # False: the model does not scale its scores (GPT-Neo)
+    norm: str = "LN"
+    attn_norm: str | None = None  # the norm in front of the attention, inside a layer
+
+
+_LLAMA = Arch(
+    "model.layers",
+    "self_attn",
+    "separate",
+    ("q_proj", "k_proj", "v_proj"),
+    "o_proj",
+    "model.embed_tokens",
+    "model.norm",
+    rotary="model.rotary_emb",
+    norm="RMS",
+    attn_norm="input_layernorm",
+)
+ARCHS: dict[str, Arch] = {
+    "gpt2": Arch(
+        "transformer.h",
+        "attn",
+        "split",
+        ("c_attn",),
+        "c_proj",
+        "transformer.wte",
+        "transformer.ln_f",
+        "transformer.wpe",
+        attn_norm="ln_1",
+    ),
+    "gpt_neo": Arch(
+        "transformer.h",
+        "attn.attention",
+        "separate",
+        ("q_proj", "k_proj", "v_proj"),
+        "out_proj",
+        "transformer.wte",
+        "transformer.ln_f",
+        "transformer.wpe",
+        scaled=False,
+        attn_norm="ln_1",
+    ),
+    "opt": Arch(
+        "model.decoder.layers",
+        "self_attn",
+        "separate",
+        ("q_proj", "k_proj", "v_proj"),
+        "out_proj",
+        "model.decoder.embed_tokens",
+        "model.decoder.final_layer_norm",
+        "model.decoder.embed_positions",
+        pos_offset=2,
+        attn_norm="self_attn_layer_norm",
+    ),
+    "gpt_neox": Arch(
+        "gpt_neox.layers",
+        "attention",
+        "heads",
+        ("query_key_value",),
+        "dense",
+        "gpt_neox.embed_in",
+        "gpt_neox.final_layer_norm",
+        rotary="gpt_neox.rotary_emb",
+        attn_norm="input_layernorm",
+    ),
+    "llama": _LLAMA,
+    "mistral": _LLAMA,
+    "qwen2": _LLAMA,
+}
+
+
+def arch_of(config) -> Arch:
+    """The :class:`Arch` of a Hugging Face ``config`` (by ``model_type``); a one-line error for any other."""
+    kind = getattr(config, "model_type", None)
+    if kind not in ARCHS:
+        raise UsageError(
+            "--engine",
+            f"nnsight engine does not know where {kind!r} models keep their queries and keys",
+            f"allowed model types {', '.join(sorted(ARCHS))}",
+            "use the TransformerLens engine for this model",
+        )
+    return ARCHS[kind]
+
+
+def _windows(config, arch: Arch, n_layers: int) -> tuple[int | None, ...]:
+    """Per layer, the query-key distance from which keys are masked (``None``: causal only)."""
+    if getattr(config, "model_type", None) == "gpt_neo":
+        kinds = list(getattr(config, "attention_layers", []) or [])
+        w = int(config.window_size)
+        return tuple(w if i < len(kinds) and kinds[i] == "local" else None for i in range(n_layers))
+    sliding = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if sliding and getattr(config, "use_sliding_window", True):
+        return tuple(
+            int(sliding) if types is None or types[i] == "sliding_attention" else None for i in range(n_layers)
+        )
+    return (None,) * n_layers
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The traced model
+# --------------------------------------------------------------------------------------------------------------
+@dataclass
+class TracedModel:
+    """An nnsight-wrapped Hugging Face causal LM with what the analyses ask of a model: ``cfg`` (``n_layers``,
+    ``n_heads``, ``n_kv_heads``, ``d_head``, ``d_model``, ``n_ctx``, ``d_vocab``, ``positional_embedding_type``,
+    ``model_name``), ``tokenizer``, ``to_tokens``, ``parameters()``; ``W_E``/``W_pos`` where the weights are here.
+
+    ``remote``: ``False`` (run here), ``True`` (NDIF) or ``"local"`` (nnsight's simulation of a remote run:
+    serialised and deserialised here, then run here; what the tests use).
+    """
+
+    nn: object
+    arch: Arch
+    cfg: SimpleNamespace
+    scales: tuple[float, ...]
+    windows: tuple[int | None, ...]
+    remote: bool | str = False
+    tokenizer: object = None
+    extra: dict = field(default_factory=dict)
+
+    # -- what the rest of the toolkit reads off a model --
+    def parameters(self):
+        return self.nn._module.parameters()
+
+    @property
+    def hf(self):
+        """The underlying Hugging Face module (meta tensors when the model is hosted)."""
+        return self.nn._module
+
+    def _weight(self, path: str | None, offset: int = 0) -> torch.Tensor:
+        if path is None:
+            raise AttributeError("this model has no learned positional embedding")
+        w = module_at(self.hf, path).weight
+        if w.is_meta:
+            raise AttributeError("the weights are not on this machine (the model is hosted)")
+        return w.detach()[offset:]
+
+    @property
+    def W_E(self) -> torch.Tensor:
+        return self._weight(self.arch.embed)
+
+    @property
+    def W_pos(self) -> torch.Tensor:
+        return self._weight(self.arch.pos_embed, self.arch.pos_offset)
+
+    def to_tokens(self, text: str) -> torch.Tensor:
+        """``[1, pos]`` token ids, BOS first (as TransformerLens's ``to_tokens``)."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        bos = getattr(self.tokenizer, "bos_token_id", None)
+        return torch.tensor([([bos] if bos is not None else []) + list(ids)])
+
+
+def is_traced(model) -> bool:
+    return isinstance(model, TracedModel)
+
+
+def module_at(root, path: str):
+    """``root.a.b.3.c`` for ``path = "a.b.3.c"`` (digits index module lists); works on modules and envoys."""
+    for part in path.split("."):
+        root = root[int(part)] if part.isdigit() else getattr(root, part)
+    return root
+
+
+def _import_nnsight(param: str):
+    try:
+        import nnsight
+    except ImportError:
+        raise UsageError(
+            param, "nnsight is not installed", "pip install nnsight", "or use the TransformerLens engine"
+        ) from None
+    return nnsight
+
+
+def ndif_host() -> str:
+    return os.environ.get("NDIF_HOST") or DEFAULT_NDIF_HOST
+
+
+def check_remote(param: str = "--remote", timeout: float = REMOTE_TIMEOUT_S) -> None:
+    """Everything a remote run needs before any work: nnsight, an ``NDIF_API_KEY``, and NDIF's host accepting a
+    connection within ``timeout`` seconds. Each failure is one line naming ``param``."""
+    _import_nnsight(param)
+    if not os.environ.get("NDIF_API_KEY"):
+        from nnsight import CONFIG
+
+        if not CONFIG.API.APIKEY:
+            raise UsageError(
+                param,
+                "NDIF_API_KEY is not set",
+                "an NDIF API key (https://login.ndif.us)",
+                "export NDIF_API_KEY=...; or drop --remote to run through nnsight on a local folder",
+            )
+    host = ndif_host()
+    why = _connect_within(host, timeout)
+    if why is not None:
+        raise UsageError(
+            param,
+            f"NDIF ({host}) is unreachable within {timeout:g} s ({why})",
+            "a machine that reaches NDIF",
+            "drop --remote to run through nnsight on a local Hugging Face folder",
+        )
+    from .loading import hub_reachable
+
+    if not hub_reachable(timeout):
+        raise UsageError(
+            param,
+            "the hosted model's configuration and tokenizer come from the Hugging Face hub, which is unreachable",
+            "a machine that reaches NDIF and the hub",
+            "drop --remote to run through nnsight on a local Hugging Face folder",
+        )
+
+
+def _connect_within(url: str, timeout: float) -> str | None:
+    """``None`` when NDIF at ``url`` answers its ``/status`` with a JSON object within ``timeout`` seconds, name
+    lookup included (the request runs in a daemon thread that is abandoned at the deadline), else why not. A bare
+    TCP connection is not enough: a proxy may accept connections to anywhere."""
+    box: dict[str, str | None] = {}
+
+    def attempt():
+        try:
+            import httpx
+
+            r = httpx.get(url.rstrip("/") + "/status", timeout=timeout)
+            r.raise_for_status()
+            box["why"] = None if isinstance(r.json(), dict) else "not NDIF's answer"
+        except Exception as e:  # noqa: BLE001 - any failure means: not reachable from here
+            box["why"] = type(e).__name__
+
+    t = threading.Thread(target=attempt, daemon=True)
+    t.start()
+    t.join(timeout)
+    return box.get("why", "timed out")
+
+
+def load_traced(
+    name_or_path: str | os.PathLike,
+    remote: bool | str = False,
+    device: str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> TracedModel:
+    """A :class:`TracedModel`: a local Hugging Face folder loaded here (``remote=False`` or ``"local"``), or an
+    NDIF-hosted model named by its hub id (``remote=True``: only its configuration and tokenizer come here, the
+    weights stay on NDIF's side; :func:`check_remote` first)."""
+    nnsight = _import_nnsight("--engine")
+    from nnsight import TransformersModel
+
+    if remote is True:
+        check_remote()
+        model = TransformersModel(str(name_or_path), task="text-generation")
+    else:
+        path = Path(name_or_path).expanduser()
+        if not (path / "config.json").is_file():
+            raise UsageError(
+                "--model-dir",
+                f"{name_or_path} is not a local Hugging Face folder",
+                "a folder with config.json and weights",
+                "a hub name needs --remote (NDIF) or the TransformerLens engine",
+            )
+        try:  # transformers' "Loading weights" bar is noise on every script's stderr
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+        except Exception:  # pragma: no cover
+            pass
+        model = TransformersModel(
+            str(path), task="text-generation", dispatch=True, device_map=device or "cpu", dtype=dtype
+        )
+    nnsight.register("gpt2_posheads")  # the functions a trace calls travel by value
+    return traced_from(model, remote=remote, name=str(name_or_path))
+
+
+def traced_from(model, remote: bool | str = False, name: str | None = None) -> TracedModel:
+    """Wrap an nnsight model (``TransformersModel`` / ``LanguageModel``) as a :class:`TracedModel`."""
+    hf = model._module
+    c = hf.config
+    arch = arch_of(c)
+    text = c.get_text_config() if hasattr(c, "get_text_config") else c
+    n_layers = int(text.num_hidden_layers)
+    n_heads = int(text.num_attention_heads)
+    d_model = int(text.hidden_size)
+    d_head = int(getattr(text, "head_dim", None) or d_model // n_heads)
+    n_kv = int(getattr(text, "num_key_value_heads", None) or n_heads)
+    n_ctx = int(getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", 0))
+    layers = module_at(hf, arch.layers)
+    scales = tuple(float(module_at(layers[l], arch.attn).scaling) if arch.scaled else 1.0 for l in range(n_layers))
+    cfg = SimpleNamespace(
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        d_head=d_head,
+        d_model=d_model,
+        n_ctx=n_ctx,
+        d_vocab=int(text.vocab_size),
+        positional_embedding_type="rotary" if arch.rotary else "standard",
+        normalization_type=arch.norm,
+        model_name=name or getattr(c, "_name_or_path", ""),
+        model_type=c.model_type,
+    )
+    return TracedModel(model, arch, cfg, scales, _windows(text, arch, n_layers), remote, model.tokenizer)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Inside the trace (these run where the model runs: pure torch, no imports)
+# --------------------------------------------------------------------------------------------------------------
+def layer_qkv(layer_attn, arch: Arch, n_heads: int, d_head: int, rot):
+    """Queries, keys and values of one attention module (an envoy in a trace), ``[batch, pos, head, d_head]``
+    float32, rotated as the model rotates them (``rot = (cos, sin)``), keys and values expanded per query head."""
+    if arch.qkv == "split":
+        q, k, v = module_at(layer_attn, arch.proj[0]).output.float().chunk(3, dim=-1)
+    elif arch.qkv == "heads":
+        out = module_at(layer_attn, arch.proj[0]).output.float()
+        q, k, v = out.view(*out.shape[:2], n_heads, 3 * d_head).chunk(3, dim=-1)
+    else:
+        q = module_at(layer_attn, arch.proj[0]).output.float()
+        k = module_at(layer_attn, arch.proj[1]).output.float()
+        v = module_at(layer_attn, arch.proj[2]).output.float()
+    b, n = q.shape[:2]
+    q, k, v = (t.detach().reshape(b, n, -1, d_head) for t in (q, k, v))
+    if rot is not None:
+        q, k = rotate(q, rot[0].float(), rot[1].float()), rotate(k, rot[0].float(), rot[1].float())
+    return q, expand_kv(k, n_heads), expand_kv(v, n_heads)
+
+
+def attention_pattern(q: torch.Tensor, k: torch.Tensor, scale: float, window: int | None) -> torch.Tensor:
+    """``softmax(q k^T * scale + mask)`` ``[batch, head, q, k]`` float32: keys after the query masked, and keys
+    ``window`` or more positions back where the layer has a window."""
+    n = q.shape[1]
+    pos = torch.arange(n, device=q.device)
+    dist = pos[:, None] - pos[None, :]
+    mask = dist < 0
+    if window is not None:
+        mask = mask | (dist >= window)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+
+
+def _affine(module, x: torch.Tensor | None, conv1d: bool) -> torch.Tensor | None:
+    """``x W + b`` of a linear layer (``nn.Linear``, or GPT-2's ``Conv1D`` whose weight is ``[in, out]``); ``x``
+    ``None`` stands for zeros (then the bias, or ``None``)."""
+    b = module.bias
+    b = None if b is None else b.detach().float()
+    if x is None:
+        return b
+    w = module.weight.detach().float()
+    y = x.float() @ (w if conv1d else w.T)
+    return y if b is None else y + b
+
+
+def value_bias(block, layer_attn, arch: Arch, n_heads: int, d_head: int):
+    """What every value holds whatever its token, per query head ``[head, d_head]`` float32 (``None``: nothing):
+    the value projection of the pre-attention norm's bias, plus the projection's own bias. TransformerLens's
+    compatibility mode folds exactly this into the output bias (LayerNorm folded into ``W_V``, value biases into
+    ``b_O``), so it passes whole whatever the pattern's rows sum to."""
+    ln = module_at(block, arch.attn_norm) if arch.attn_norm else None
+    ln_b = None if ln is None or getattr(ln, "bias", None) is None else ln.bias
+    if arch.qkv == "split":
+        b = _affine(module_at(layer_attn, arch.proj[0]), ln_b, True)
+        b = None if b is None else b.chunk(3)[2]
+    elif arch.qkv == "heads":
+        b = _affine(module_at(layer_attn, arch.proj[0]), ln_b, False)
+        b = None if b is None else b.view(n_heads, 3 * d_head)[:, 2 * d_head :]
+    else:
+        b = _affine(module_at(layer_attn, arch.proj[2]), ln_b, False)
+    if b is None:
+        return None
+    b = b.reshape(-1, d_head)
+    return b.repeat_interleave(n_heads // b.shape[0], dim=0)
+
+
+def heads_output(pattern: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``A v`` merged over heads: ``[batch, pos, head * d_head]``, the input of the output projection. With the value
+    ``bias`` ``[head, d_head]``: ``A (v - b) + b``, the value bias passing whole whatever ``A``'s rows sum to, as in
+    TransformerLens's compatibility mode (value biases folded into the output bias): an edit that removes attention
+    mass then removes what the values carry, not the bias. Equal to ``A v`` for a pattern whose rows sum to 1."""
+    if bias is not None:
+        return heads_output(pattern, v - bias) + bias.reshape(-1)
+    z = torch.einsum("bhqk,bkhd->bqhd", pattern, v)
+    return z.reshape(*z.shape[:2], -1)
+
+
+def z_gap(mine: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
+    """Relative gap of a recomputed head output to the model's own (a 0-d tensor)."""
+    theirs = theirs.float()
+    return (mine - theirs).abs().max() / (1.0 + theirs.abs().max())
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Edits applied in the trace
+# --------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TracedEdit:
+    """One intervention inside a trace.
+
+    * ``kind="pos_embed"``: the positional embedding's output becomes ``fn(W_pos)[position]`` (``fn`` runs where
+      the model runs, on its own ``W_pos``);
+    * ``kind="resid_add"``: ``delta`` ``[pos, d_model]`` is added to the residual stream entering block ``layer``;
+    * ``kind="pattern"``: block ``layer`` attends with ``fn(A)`` instead of its pattern ``A`` (through the head
+      outputs: ``z = fn(A) v`` replaces the input of the output projection, after checking that ``A v`` is the
+      model's own ``z``). The reductions then see ``fn(A)``.
+    """
+
+    kind: str
+    layer: int = -1
+    fn: Callable | None = None
+    delta: torch.Tensor | None = None
+
+
+def _replace_positions(pos_out, w_new: torch.Tensor):
+    """The rows of ``w_new`` a position embedding's output ``[.., pos, d]`` stands for (positions ``0..pos-1``)."""
+    n = pos_out.shape[-2]
+    return w_new[:n].to(pos_out.dtype).expand_as(pos_out).clone()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The one traced pass
+# --------------------------------------------------------------------------------------------------------------
+def run_traced(
+    model: TracedModel,
+    batches: Sequence[torch.Tensor],
+    state: dict,
+    finish: Callable[[dict], dict],
+    on_pattern: Callable[[dict, int, torch.Tensor], None] | None = None,
+    on_resid: Callable[[dict, int, torch.Tensor], None] | None = None,
+    resid_layers: Sequence[int] = (),
+    edits: Sequence[TracedEdit] = (),
+    check: bool = True,
+) -> dict:
+    """One nnsight session over ``batches`` (``[batch, pos]`` token ids) that returns ``finish(state)``.
+
+    For every batch, in one trace: ``on_resid(state, layer, resid [batch, pos, d_model])`` for each layer of
+    ``resid_layers`` (the residual entering that block; ``n_layers`` = the final residual, before the final norm),
+    and ``on_pattern(state, layer, pattern [batch, head, q, k])`` for every layer, the pattern computed from the
+    model's queries and keys (module doc). The pass stops after the last layer it needs. ``state`` is a small dict
+    the callbacks fill (created here, shipped with the request); ``finish`` turns it into the small tensors that
+    come back — the only values that leave the session. ``check``: on the first batch, verify ``A v`` against the
+    model's head outputs in every layer whose pattern is computed (raises ``RuntimeError`` past tolerance).
+    """
+    _import_nnsight("--engine")
+    from nnsight import save
+
+    nn, arch, cfg = model.nn, model.arch, model.cfg
+    scales, windows = model.scales, model.windows
+    n_heads, d_head, n_layers = cfg.n_heads, cfg.d_head, cfg.n_layers
+    pattern_layers = n_layers if on_pattern is not None or any(e.kind == "pattern" for e in edits) else 0
+    last = max([pattern_layers - 1, *[min(l, n_layers) for l in resid_layers], *[e.layer for e in edits]])
+    pos_edits = [e for e in edits if e.kind == "pos_embed"]
+    adds = {e.layer: e.delta for e in edits if e.kind == "resid_add"}
+    pattern_edits = {e.layer: e.fn for e in edits if e.kind == "pattern"}
+    want_resid = set(resid_layers)
+    tol = 1e-3 if next(model.parameters()).dtype == torch.float32 else 3e-2
+    with torch.inference_mode(), nn.session(remote=model.remote):
+        gaps = []
+        for i, toks in enumerate(batches):
+            with nn.trace(toks) as tracer:
+                for e in pos_edits:
+                    pos = module_at(nn, arch.pos_embed)
+                    w = pos.weight[arch.pos_offset :]
+                    pos.output = _replace_positions(pos.output, e.fn(w))
+                rot = module_at(nn, arch.rotary).output if arch.rotary is not None and pattern_layers else None
+                layers = module_at(nn, arch.layers)
+                for l in range(last + 1):
+                    if l == n_layers:
+                        if l in want_resid:
+                            on_resid(state, l, module_at(nn, arch.final_norm).input.float())
+                        break
+                    block = layers[l]
+                    if l in adds:
+                        x = block.input
+                        block.input = x + adds[l][: x.shape[-2]].to(x.device, x.dtype)
+                    if l in want_resid:
+                        on_resid(state, l, block.input.float())
+                    if l >= pattern_layers:
+                        continue
+                    attn = module_at(block, arch.attn)
+                    q, k, v = layer_qkv(attn, arch, n_heads, d_head, rot)
+                    pattern = attention_pattern(q, k, scales[l], windows[l])
+                    edit = pattern_edits.get(l)
+                    if edit is not None or (check and i == 0):
+                        out = module_at(attn, arch.out)
+                        z = out.input
+                        gap = z_gap(heads_output(pattern, v), z)
+                        gaps.append(gap)
+                        if edit is not None:
+                            if gap > tol:
+                                raise RuntimeError(
+                                    f"layer {l}: the recomputed attention does not reproduce the model's head "
+                                    f"outputs (relative gap {float(gap):.1e}); the edit was not applied"
+                                )
+                            pattern = edit(pattern)
+                            bias = value_bias(block, attn, arch, n_heads, d_head)
+                            out.input = heads_output(pattern, v, bias).to(z.dtype)
+                    if on_pattern is not None:
+                        on_pattern(state, l, pattern)
+                tracer.stop()
+        result = finish(state)
+        result["_max_gap"] = torch.stack(gaps).max() if gaps else torch.zeros(())
+        save(result)
+    gap = float(result.pop("_max_gap"))
+    if gap > tol:
+        raise RuntimeError(
+            f"the nnsight engine's attention, recomputed from queries and keys, does not reproduce this model's "
+            f"head outputs (relative gap {gap:.1e} > {tol:g}): its attention is not softmax(scale q.k + mask)"
+        )
+    return result
+
+
+def result_bytes(result: dict) -> int:
+    """Bytes of the tensors a traced pass returns (what travels back from NDIF, before compression)."""
+    return sum(t.numel() * t.element_size() for t in result.values() if isinstance(t, torch.Tensor))
