@@ -15,7 +15,6 @@ still run. Ctrl-C stops the job and still rewrites the index page: what finished
 measured, the interrupted script and those that did not run are marked. The run record is results/run_all.json.
 """
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -97,11 +96,14 @@ def main(argv=None):
         raise UsageError("--model-dirs", "no model and no toy script to run", "at least one model folder or script")
     RESULTS.mkdir(parents=True, exist_ok=True)
     lock = acquire_lock(RESULTS, "run_all")
-    if not args.no_png:  # decided once for every script (a bounded test export), passed on to each
+    child_env, no_png = {}, args.no_png
+    if not no_png:  # decided once for every script (a bounded test export), passed on to each
         can, why = png_support()
-        os.environ[PNG_ENV] = "ok" if can else why
-        if not can:
+        if can:
+            child_env[PNG_ENV] = "ok"  # the scripts skip their own check
+        else:
             print(f"note: figures are written as HTML only ({why}); every result and figure is still written")
+            no_png = True
     record = {
         "started": now_iso(),
         "machine": machine_description(),
@@ -112,11 +114,11 @@ def main(argv=None):
     failed, t_all = [], time.time()
     try:
         for i, ((name, _, extra), rec) in enumerate(zip(jobs, record["jobs"]), start=1):
-            extra = extra + (["--no-png"] if args.no_png else [])
+            extra = extra + (["--no-png"] if no_png else [])
             print(f"\n=== [{i}/{len(jobs)}] {name} {' '.join(extra)}", flush=True)
             t = time.time()
             rec.update(status="running", started=now_iso())
-            rc = run_experiment(name, extra)
+            rc = run_experiment(name, extra, env=child_env)
             rec.update(
                 seconds=round(time.time() - t, 1),
                 exit=rc,

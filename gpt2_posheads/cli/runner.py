@@ -23,15 +23,17 @@ def list_experiments() -> dict[str, str]:
     return out
 
 
-def run_experiment(name: str, args: list[str], check: bool = False) -> int:
-    """Run ``experiments/<name>.py`` with ``args`` in a fresh Python process; its exit status (130 when it was
-    interrupted, 143 when terminated). Interrupted or terminated here, the child is terminated too and given time to
-    drop its staged output and release its lock before this raises."""
+def run_experiment(name: str, args: list[str], check: bool = False, env: dict[str, str] | None = None) -> int:
+    """Run ``experiments/<name>.py`` with ``args`` (and ``env`` added to this process's environment) in a fresh Python
+    process; its exit status (130 when it was interrupted, 143 when terminated). Interrupted or terminated here, the
+    child is terminated too and given time to drop its staged output and release its lock before this raises."""
     path = EXPERIMENTS / f"{name}.py"
     if not path.exists():
         raise FileNotFoundError(name)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    child = subprocess.Popen([sys.executable, str(path), *args], env=env)
+    path_env = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    child = subprocess.Popen(
+        [sys.executable, str(path), *args], env={**os.environ, **(env or {}), "PYTHONPATH": path_env}
+    )
     try:
         code = child.wait()
     except BaseException:

@@ -148,7 +148,7 @@ def fake_runner(results, calls, interrupt_at=None):
     """A stand-in for running a script: writes a summary the way the script would (the scripts themselves are
     tested above; here: the orchestration and the page)."""
 
-    def run(name, args, check=False):
+    def run(name, args, check=False, env=None):
         calls.append((name, args))
         if name == interrupt_at:
             return 130
