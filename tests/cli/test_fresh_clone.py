@@ -9,6 +9,7 @@ import sys
 
 from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, SCRIPT_CLAIMS, TOY_SCRIPTS
 from gpt2_posheads.model.paths import REPO_ROOT, SHARED_ENV
+from gpt2_posheads.organism.known_answers import expected
 
 
 def fresh_clone(dest):
@@ -49,8 +50,11 @@ def test_main_job_on_a_fresh_clone_without_shared_or_browser(tmp_path):
     assert [j["script"] for j in record["jobs"]] == list(MODEL_SCRIPTS) + list(TOY_SCRIPTS) + ["mini_gpt2_report"]
     page = (results / "index.html").read_text(encoding="utf-8")
     assert "no results" not in page and "not measured" not in page
+    known = expected("route-gpt2")
     for script, keys in SCRIPT_CLAIMS.items():
         s = json.loads((results / script / "route-gpt2" / "summary.json").read_text())
         assert [c["key"] for c in s["claims"]] == list(keys)
         assert s.get("prompt_source", "wikitext-2").startswith("wikitext-2")  # the shipped text, offline
+        for c in s["claims"]:  # with every script's defaults, the verdicts the construction implies
+            assert c["verdict"] == known[(script, c["key"])][0], (script, c["key"], c["why"])
     assert list(results.rglob("*.html")) and not list(results.rglob("*.png"))

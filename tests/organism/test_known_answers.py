@@ -74,10 +74,23 @@ def test_the_docs_show_the_table():
     assert markdown_table() in doc
 
 
+# Fewer prompts than the defaults: a verdict set by construction does not depend on how many prompts measure it.
+# The main job runs the defaults, and tests/cli/test_fresh_clone.py checks route-gpt2's verdicts from them.
+FEWER = {
+    "rank_prev_heads": ["--n-prompts", "16"],
+    "pos_embed_averaging": ["--n-prompts", "4", "--group-sizes", "1,10,20,100"],
+    "mask_prev_attention": ["--n-prompts", "4"],
+    "raw_scores_taxonomy": ["--n-prompts", "8"],
+    "ext_pos_averaging": ["--n-prompts", "4"],
+    "prev_head_sources": ["--n-prompts", "8"],
+    "mini_gpt2_report": ["--n-prompts", "16", "--skip-scripts"],
+}
+
+
 @pytest.fixture(scope="session")
 def claim_runs(compiled_dir, tmp_path_factory):
-    """Runs every claim script of the post (defaults, as the main job runs them) and the organism report's targets
-    on a model, once per session: ``runs(name) -> {(script, key): claim}``; outputs under ``runs.root``."""
+    """Runs every claim script of the post and the organism report's targets on a model, once per session:
+    ``runs(name) -> {(script, key): claim}``; outputs under ``runs.root``."""
     root = tmp_path_factory.mktemp("claims")
     done: dict[str, dict] = {}
 
@@ -87,7 +100,7 @@ def claim_runs(compiled_dir, tmp_path_factory):
             for script in MODEL_SCRIPTS + ("mini_gpt2_report",):
                 out = root / script / name
                 argv = ["--model-dir", str(model_dir(name, compiled_dir)), "--out", str(out), "--no-png"]
-                load_script(script).main(argv + (["--skip-scripts"] if script == "mini_gpt2_report" else []))
+                load_script(script).main(argv + FEWER.get(script, []))
                 for c in json.loads((out / "summary.json").read_text())["claims"]:
                     got[(script, c["key"])] = c
             done[name] = got
