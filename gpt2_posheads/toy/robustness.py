@@ -8,8 +8,10 @@ every point of a grid of those settings (:data:`UNSTATED`) and over several seed
     setting s = (lr x f, batch b, init std sigma, W_O on/off),   k(claim, s) = #{seeds : held(claim, s, seed)}
 
 A claim is a :class:`GridClaim`: the named runs its test needs (built from one setting's base config and
-seed) and a pure function of their results. Every run of the grid goes through :func:`train_sweep`, so
-runs that share a shape train as one batched computation and finished runs are reused.
+seed) and a rule function of their results (``(held, why)``, the same function the default run judges with; a run
+whose numbers cannot decide the claim, ``held`` None, is counted as not testable, not as held). Every run of the
+grid goes through :func:`train_sweep`, so runs that share a shape train as one batched computation and finished
+runs are reused.
 """
 
 from __future__ import annotations
@@ -40,13 +42,18 @@ class GridClaim:
     """One claim's test, runnable at any setting.
 
     ``configs(base)``: the runs the test needs, by name, built from ``base`` (a setting's config with its seed);
-    ``held(results)``: those runs' results (same names) -> whether the claim holds.
+    ``decide(results)``: those runs' results (same names) -> ``(held, why)`` (held None: not testable) or a bool.
     """
 
     key: str
     rule: str
     configs: Callable[[ToyConfig], Mapping[str, ToyConfig]]
-    held: Callable[[Mapping[str, dict]], bool]
+    decide: Callable[[Mapping[str, dict]], tuple[bool | None, str] | bool]
+
+
+def outcome(decided) -> bool | None:
+    """``held`` of a rule's ``(held, why)`` (or of a bare bool)."""
+    return decided[0] if isinstance(decided, tuple) else bool(decided)
 
 
 def settings(grid: Mapping[str, Sequence] = UNSTATED) -> list[dict]:
@@ -90,8 +97,9 @@ def robustness_table(
     """Held count of every claim at every setting of ``grid``, over ``seeds``.
 
     Returns one row per (setting, claim): the setting's values, ``setting`` (a label), ``claim``, ``held``
-    (k), ``n`` (number of seeds) and ``fraction`` = k / n. The posts' setting is the row with
-    ``lr_factor`` 1, ``out_proj`` False (the scripts' defaults). ``workers``: as in :func:`train_sweep`.
+    (k), ``not_testable`` (seeds whose numbers could not decide it), ``n`` (number of seeds) and ``fraction`` = k / n.
+    The posts' setting is the row with ``lr_factor`` 1, ``out_proj`` False (the scripts' defaults). ``workers``: as
+    in :func:`train_sweep`.
     """
     points = settings(grid)
     needs = [
@@ -99,20 +107,23 @@ def robustness_table(
     ]
     flat = list({cfg.id(): cfg for _, _, named in needs for cfg in named.values()}.values())
     results = dict(zip([c.id() for c in flat], train_sweep(flat, runs_dir, progress=progress, workers=workers)))
-    counts: dict[tuple[int, str], int] = {}
+    counts: dict[tuple[int, str], list[int]] = {}
     for i, c, named in needs:
-        key = (i, c.key)
-        counts[key] = counts.get(key, 0) + bool(c.held({name: results[cfg.id()] for name, cfg in named.items()}))
+        held = outcome(c.decide({name: results[cfg.id()] for name, cfg in named.items()}))
+        k = counts.setdefault((i, c.key), [0, 0])
+        k[0] += held is True
+        k[1] += held is None
     rows = []
     for i, p in enumerate(points):
         for c in claims:
-            k = counts[(i, c.key)]
+            k, untestable = counts[(i, c.key)]
             rows.append(
                 {
                     **p,
                     "setting": setting_label(p),
                     "claim": c.key,
                     "held": k,
+                    "not_testable": untestable,
                     "n": len(seeds),
                     "fraction": k / len(seeds),
                 }
@@ -121,11 +132,13 @@ def robustness_table(
 
 
 def robustness_totals(table: pd.DataFrame) -> dict[str, dict]:
-    """Per claim: runs held over the whole grid, and the settings where it held in every seed / in none."""
+    """Per claim: runs held (and not testable) over the whole grid, and the settings where it held in every seed / in
+    none."""
     out = {}
     for claim, g in table.groupby("claim", sort=False):
         out[claim] = {
             "held_runs": int(g.held.sum()),
+            "not_testable_runs": int(g.not_testable.sum()) if "not_testable" in g else 0,
             "runs": int(g.n.sum()),
             "settings_all_seeds": int((g.held == g.n).sum()),
             "settings_no_seed": int((g.held == 0).sum()),
@@ -135,12 +148,18 @@ def robustness_totals(table: pd.DataFrame) -> dict[str, dict]:
 
 
 def robustness_figure(table: pd.DataFrame, title: str) -> go.Figure:
-    """Heatmap: claims (rows) x settings (columns), colour = fraction of seeds where the claim held, text k/n."""
+    """Heatmap: claims (rows) x settings (columns), colour = fraction of seeds where the claim held, text k/n (and
+    how many seeds were not testable, where any)."""
     claims = list(dict.fromkeys(table.claim))
     labels = list(dict.fromkeys(table.setting))
     frac = table.pivot(index="claim", columns="setting", values="fraction").loc[claims, labels]
     text = (
-        table.assign(t=table.held.astype(str) + "/" + table.n.astype(str))
+        table.assign(
+            t=table.held.astype(str)
+            + "/"
+            + table.n.astype(str)
+            + table.get("not_testable", 0 * table.n).map(lambda u: f"<br>{u} n.t." if u else "")
+        )
         .pivot(index="claim", columns="setting", values="t")
         .loc[claims, labels]
     )

@@ -75,6 +75,7 @@ def test_table_counts_held_seeds_per_setting(tmp_path):
     tot = robustness_totals(t)
     assert tot["even_seed"] == {
         "held_runs": 4,
+        "not_testable_runs": 0,
         "runs": 12,
         "settings_all_seeds": 0,
         "settings_no_seed": 2,
