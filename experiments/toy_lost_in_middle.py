@@ -11,12 +11,29 @@ as one batched computation.
     python experiments/toy_lost_in_middle.py --quick
 """
 
+# ruff: noqa: E402 - a first line before torch loads (seconds on a busy machine)
+
+import sys
+
+if __name__ == "__main__" and not {"-h", "--help"} & set(sys.argv[1:]):
+    print("toy_lost_in_middle: loading torch and the toolkit", flush=True)
+
 import math
 
 import numpy as np
 import plotly.graph_objects as go
 
-from gpt2_posheads.claims.toy import RULE_ONLY_LAST, RULE_U, only_last, u_shape
+from gpt2_posheads.claims.toy import (
+    RULE_ONLY_LAST,
+    RULE_SPIKIER,
+    RULE_U,
+    middle_spread,
+    num,
+    only_last,
+    spikier,
+    spread,
+    u_shape,
+)
 from gpt2_posheads.claims.toy import toy_claim as claim
 from gpt2_posheads.cli import main_entry, positive
 from gpt2_posheads.toy import ToyConfig, train_sweep
@@ -76,20 +93,33 @@ def main(argv=None):
         for name, kw in settings(args.quick, steps, args.three_layer_steps)
     }
     flat = [c for rows in grid.values() for row in rows for c in row]
+    n_steps = sorted({c.steps for c in flat})
+    print(
+        f"toy_lost_in_middle: {len(flat)} models: {len(grid)} settings x {C} positions k x {len(seeds)} seeds "
+        f"({', '.join(f'{s:,}' for s in n_steps)} steps); every k and seed of a setting trains as one group",
+        flush=True,
+    )
     res = dict(zip([c.id() for c in flat], train_sweep(flat, runs, workers=args.workers)))
     fig = go.Figure()
-    table, claims, Q = {}, [], args.quick
+    table, losses, claims, Q = {}, {}, [], args.quick
     for name, rows in grid.items():
-        losses = np.array([[res[c.id()]["final_loss"] for c in row] for row in rows])  # [k, seed]
-        mean, std = losses.mean(1), losses.std(1)
+        loss = np.array([[res[c.id()]["final_loss"] for c in row] for row in rows])  # [k, seed]
+        losses[name] = loss
         table[name] = {
             "k": list(range(C)),
-            "mean_final_loss": mean.tolist(),
-            "std": std.tolist(),
+            "mean_final_loss": loss.mean(1).tolist(),
+            "std": loss.std(1, ddof=1).tolist() if len(seeds) > 1 else [0.0] * C,
+            "final_loss_by_seed": loss.tolist(),
             "steps": rows[0][0].steps,
         }
         fig.add_trace(
-            go.Scatter(x=list(range(C)), y=mean, error_y=dict(type="data", array=std), mode="lines+markers", name=name)
+            go.Scatter(
+                x=list(range(C)),
+                y=table[name]["mean_final_loss"],
+                error_y=dict(type="data", array=table[name]["std"]),
+                mode="lines+markers",
+                name=name,
+            )
         )
     fig.add_hline(y=math.log(V), line_dash="dot", annotation_text="ln V (chance)")
     three = any(r[0][0].n_layers == 3 and not r[0][0].residual for r in grid.values())
@@ -97,68 +127,84 @@ def main(argv=None):
     step_note = f"{steps} steps" + (f" ({three_steps} for the plain 3-layer stacks)" if three else "")
     fig.update_layout(
         title=f"final loss of retrieving the k-th of {C} tokens (V={V}, no positional embeddings)"
-        f"<br><sup>mean ± std over {len(seeds)} seeds; {step_note}</sup>",
-        xaxis_title="k",
+        f"<br><sup>mean ± sd over {len(seeds)} seeds; {step_note}</sup>",
+        xaxis=dict(title="k (position of the target token)", dtick=1),
         yaxis_title="final loss (nats)",
     )
     out.figure(fig, "lost_in_middle", width=1100)
 
-    one = np.array(table["1 layer, n_embd 10"]["mean_final_loss"])
-    two = np.array(table["2 layers, n_embd 10"]["mean_final_loss"])
+    def ends(name):
+        m = losses[name].mean(1)
+        return (
+            f"k = 0: {num(m[0], 2)}, k = {C - 1}: {num(m[-1], 2)}, middle k = 2..{C - 3}: {num(m[2:-2].mean(), 3)} "
+            f"nats (mean of {len(seeds)} seeds)"
+        )
+
+    one = losses["1 layer, n_embd 10"]
+    m1 = one.mean(1)
     claims.append(
         claim(
             "1_layer_only_last",
-            "one layer retrieves only the current token (k = C-1)",
+            "1 layer, n_embd 10: only the current token (k = C-1) is retrieved",
             "only k = C-1 retrievable",
             RULE_ONLY_LAST,
-            one.tolist(),
-            held=only_last(one, V),
+            table["1 layer, n_embd 10"],
+            only_last(one, V),
             quick=Q,
+            shown=f"k = {C - 1}: {num(m1[-1], 2)} nats; k = 0..{C - 2}: {num(m1[:-1].min(), 3)}–"
+            f"{num(m1[:-1].max(), 3)} nats (mean of {len(seeds)} seeds)",
         )
     )
     claims.append(
         claim(
             "2_layers_U_shape",
-            "two layers: first and last tokens easy, the middle hard (lost in the middle)",
+            "2 layers, n_embd 10: first and last tokens easy, the middle hard (lost in the middle)",
             "U shape",
             RULE_U,
-            two.tolist(),
-            held=u_shape(two, V),
+            table["2 layers, n_embd 10"],
+            u_shape(losses["2 layers, n_embd 10"], V),
             quick=Q,
+            shown=ends("2 layers, n_embd 10"),
         )
     )
     for l, e in PLAIN:
         name = f"{l} layers, n_embd {e}"
         if (l, e) == (2, 10) or name not in table:
             continue
-        loss = np.array(table[name]["mean_final_loss"])
         claims.append(
             claim(
                 f"U_shape ({name})",
-                f"{name}: the same U shape (only the first and last tokens "
+                f"{name} ({table[name]['steps']:,} steps): the same U shape (only the first and last tokens "
                 "retrieved reliably; a long plateau across the middle)",
                 "U shape for n_embd {2, 10} x n_layers {2, 3}",
                 RULE_U,
-                {"loss_by_k": loss.tolist(), "steps": table[name]["steps"]},
-                held=u_shape(loss, V),
+                table[name],
+                u_shape(losses[name], V),
                 quick=Q,
+                shown=ends(name),
             )
         )
     for name in table:
-        if "residual" in name:
-            l = np.array(table[name]["mean_final_loss"])
-            claims.append(
-                claim(
-                    f"plateau_broken ({name})",
-                    "residual + MLP replace the middle plateau by a spikier profile",
-                    "spiky",
-                    "held if the spread (std) of the final loss over the middle "
-                    "k = 2..C-3 exceeds the plain 2-layer model's",
-                    {"middle_std": float(l[2:-2].std()), "middle_std_without": float(two[2:-2].std())},
-                    held=float(l[2:-2].std()) > float(two[2:-2].std()),
-                    quick=Q,
-                )
+        if "residual" not in name:
+            continue
+        layers = grid[name][0][0].n_layers
+        plain = f"{layers} layers, n_embd 10"
+        if plain not in losses:
+            continue
+        spread_res, spread_plain = middle_spread(losses[name]), middle_spread(losses[plain])
+        claims.append(
+            claim(
+                f"plateau_broken ({name})",
+                f"{name}: the middle plateau replaced by a spikier profile (than {layers} plain layers)",
+                "spiky",
+                RULE_SPIKIER,
+                {"middle_std": spread_res.tolist(), "middle_std_without": spread_plain.tolist()},
+                spikier(losses[name], losses[plain], f"{layers} plain layers", V),
+                quick=Q,
+                shown=f"spread over the middle {num(spread(spread_res)[0], 2)} nats vs "
+                f"{num(spread(spread_plain)[0], 2)} without residual + MLP (mean of {len(seeds)} seeds)",
             )
+        )
     robust = robustness_section(out, lost_in_middle_grid(C), base, args, runs, "002: lost in the middle")
     out.summary(
         {

@@ -1,24 +1,52 @@
 """Sparse attention 1 (003): copying the current token with one attention layer (no positions)
 gets stuck on a perplexity plateau near V/2; the embeddings branch in two stages; the plateau
 disappears with more embedding dimensions and returns with a longer context; effective ranks.
+The comparisons (plateau lengths, ranks) are judged on 3 seeds per setting.
 
-    python experiments/toy_sticky_plateau.py            # 1.1 min on 2 AVX2 cores (AMD EPYC), no bf16 units (--no-png)
+    python experiments/toy_sticky_plateau.py            # times: docs/posts/003-sticky-plateau.md
     python experiments/toy_sticky_plateau.py --robustness  # + 480 grid runs: under 1 h (C=64 runs: 23 min on 2 cores)
     python experiments/toy_sticky_plateau.py --quick    # smoke test
 """
+# ruff: noqa: E402 - a first line before torch loads (seconds on a busy machine)
+
+import sys
+
+if __name__ == "__main__" and not {"-h", "--help"} & set(sys.argv[1:]):
+    print("toy_sticky_plateau: loading torch and the toolkit", flush=True)
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from gpt2_posheads.claims.toy import RULE_BACK, RULE_GONE, RULE_PLATEAU, plateau
+from gpt2_posheads.claims.toy import (
+    COMPARE_SEEDS,
+    RULE_BACK,
+    RULE_BRANCHING,
+    RULE_GONE,
+    RULE_PLATEAU,
+    RULE_RANK,
+    branching,
+    num,
+    nums,
+    plateau,
+    plateau_at_half,
+    plateau_back,
+    plateau_gone,
+    plateau_shown,
+    rank_rises,
+    spread,
+)
 from gpt2_posheads.claims.toy import toy_claim as claim
 from gpt2_posheads.cli import int_list, main_entry
-from gpt2_posheads.report.plotting import line_figure
 from gpt2_posheads.toy import ToyConfig, train_sweep
 from gpt2_posheads.toy.analysis import pairing, perplexity_curve
 from gpt2_posheads.toy.cli import base_config, robustness_section, toy_parser, toy_setup
+from gpt2_posheads.toy.figures import COLOURS, band, log_axis
 from gpt2_posheads.toy.posts import plateau_steps, sticky_plateau_grid, v_half
+
+
+def nearest(steps, at) -> int:
+    return int(np.argmin(np.abs(np.asarray(steps) - at)))
 
 
 def main(argv=None):
@@ -36,53 +64,66 @@ def main(argv=None):
         n_embd=2,
         snapshot_every=max(steps // 100, 1),
     )
-    seeds = range(args.seed, args.seed + args.seeds)
-    v_cfgs = [ToyConfig(**{**base.__dict__, "V": v, "seed": s}) for v in vocab for s in seeds]
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    n_cmp = max(args.seeds, 2 if args.quick else COMPARE_SEEDS)  # seeds per side of a comparison
+    cmp_seeds = list(range(args.seed, args.seed + n_cmp))
     gen_settings = [(2, 4), (8, 4), (8, 32)] if args.quick else [(2, 4), (4, 4), (8, 4), (8, 16), (8, 64)]
+    print(
+        f"toy_sticky_plateau: V {', '.join(map(str, vocab))} ({len(seeds)} seed(s)), V=4 and "
+        f"{len(gen_settings)} (n_embd, C) settings at V=16 ({n_cmp} seeds each), {steps:,} steps",
+        flush=True,
+    )
+    v_cfgs = [ToyConfig(**{**base.__dict__, "V": v, "seed": s}) for v in vocab for s in seeds]
+    v_cfgs += [ToyConfig(**{**base.__dict__, "V": 4, "seed": s}) for s in cmp_seeds if s not in seeds and 4 in vocab]
     g_cfgs = [
-        ToyConfig(**{**base.__dict__, "V": 16, "n_embd": d, "C": c, "seed": args.seed, "snapshot_every": 0})
+        ToyConfig(**{**base.__dict__, "V": 16, "n_embd": d, "C": c, "seed": s, "snapshot_every": 0})
         for d, c in gen_settings
+        for s in cmp_seeds
     ]
     res = train_sweep(v_cfgs + g_cfgs, runs, workers=args.workers)
     v_res, g_res = res[: len(v_cfgs)], res[len(v_cfgs) :]
 
-    claims, series, Q = [], {}, args.quick
-    for r in v_res:
+    claims, Q = [], args.quick
+    fig = go.Figure()
+    curves = [r for r in v_res if r["config"]["seed"] in seeds]
+    for r in curves:
         c = r["config"]
         ppl = perplexity_curve(r)
-        found = v_half(r)
-        key = f"V={c['V']} seed={c['seed']}"
-        series[key] = (r["steps"], ppl)
+        seed_words = f" (seed {c['seed']})" if len(seeds) > 1 else ""
+        colour = COLOURS[vocab.index(c["V"]) % len(COLOURS)]
+        fig.add_trace(go.Scatter(x=r["steps"], y=ppl, name=f"V={c['V']}{seed_words}", line=dict(color=colour)))
         claims.append(
             claim(
-                f"plateau_near_V/2 ({key})",
-                f"a sticky plateau at perplexity V/2 (V={c['V']})",
+                f"plateau_near_V/2 (V={c['V']} seed={c['seed']})",
+                f"V = {c['V']}{seed_words}: a sticky plateau at perplexity V/2",
                 c["V"] / 2,
                 RULE_PLATEAU,
-                {"plateau": found, "final_perplexity": r["final_perplexity"]},
-                held=found is not None,
+                {"plateau": v_half(r), "final_perplexity": r["final_perplexity"]},
+                plateau_at_half(r["steps"], ppl, c["V"]),
                 quick=Q,
+                shown=plateau_shown(r["steps"], ppl, c["V"]),
             )
         )
-    fig = line_figure(
-        series, title="perplexity, n_embd=2, C=4 (dotted: V/2)", xlabel="step", ylabel="perplexity", log_y=True
+    for i, v in enumerate(vocab):
+        fig.add_hline(y=v / 2, line_dash="dot", opacity=0.5, line_color=COLOURS[i % len(COLOURS)])
+    fig.update_layout(
+        title="copying the current token, n_embd=2, C=4: perplexity (dotted: V/2)",
+        xaxis_title="step",
+        yaxis_title="perplexity (eval)",
     )
-    for v in vocab:
-        fig.add_hline(y=v / 2, line_dash="dot", opacity=0.4)
+    log_axis(fig, "y", [1, max(vocab)])
     out.figure(fig, "sticky_plateau")
 
-    # two-stage branching of the V=4 embeddings
-    r4 = next((r for r in v_res if r["config"]["V"] == 4), None)
+    # two-stage branching of the V=4 embeddings, effective ranks over seeds
+    r4s = [r for r in v_res if r["config"]["V"] == 4]
+    r4 = next((r for r in r4s if r["config"]["seed"] == args.seed), None)
     if r4 and r4["snapshots"]:
         emb = np.array([s["W_E"] for s in r4["snapshots"]])  # [snap, V, 2]
         clusters = [pairing(e) for e in emb]
         fig = make_subplots(
             rows=1,
             cols=2,
-            subplot_titles=[
-                "token embeddings over training (start: small dot)",
-                "direction clusters (cos > 0.95) vs step",
-            ],
+            subplot_titles=["token embeddings over training (start: small dot)", "direction clusters (cos > 0.95)"],
         )
         for t in range(emb.shape[1]):
             fig.add_trace(
@@ -93,91 +134,134 @@ def main(argv=None):
                 1,
             )
         fig.add_trace(go.Scatter(x=r4["snapshot_steps"], y=clusters, name="clusters", mode="lines"), 1, 2)
-        fig.update_layout(title="V=4: two-stage branching of the embeddings", height=480)
-        out.figure(fig, "branching", width=1200)
         pl = plateau(r4["steps"], perplexity_curve(r4))
         mid = (pl["start_step"] + pl["end_step"]) / 2 if pl["start_step"] is not None else None
-        at_mid = clusters[int(np.argmin(np.abs(np.array(r4["snapshot_steps"]) - mid)))] if mid else None
+        if mid is not None:
+            fig.add_vrect(
+                x0=pl["start_step"], x1=pl["end_step"], fillcolor="grey", opacity=0.15, line_width=0, row=1, col=2
+            )
+        fig.update_xaxes(title_text="embedding dimension 1", row=1, col=1)
+        fig.update_yaxes(title_text="embedding dimension 2", row=1, col=1)
+        fig.update_xaxes(title_text="step (grey: the plateau)", row=1, col=2)
+        fig.update_yaxes(title_text="number of clusters", dtick=1, tick0=0, range=[0, 4.5], row=1, col=2)
+        fig.update_layout(title=f"V=4, seed {args.seed}: two-stage branching of the embeddings", height=480)
+        out.figure(fig, "branching", width=1200)
+        at_mid = clusters[nearest(r4["snapshot_steps"], mid)] if mid is not None else None
+        mid_step = r4["snapshot_steps"][nearest(r4["snapshot_steps"], mid)] if mid is not None else None
+        end_step = r4["snapshot_steps"][-1]
         claims.append(
             claim(
                 "two_stage_branching (V=4)",
-                "tokens split in two groups on the plateau, then all four separate",
+                f"V = 4 (seed {args.seed}): tokens split in two groups on the plateau, then all four separate",
                 "2 groups of 2, then 4",
-                "held if the embeddings form 2 direction clusters (cos > 0.95) mid-plateau and 4 at the end",
-                {"clusters_mid_plateau": at_mid, "clusters_end": clusters[-1]},
-                held=at_mid == 2 and clusters[-1] == 4,
+                RULE_BRANCHING,
+                {"clusters_mid_plateau": at_mid, "step_mid_plateau": mid_step, "clusters_end": clusters[-1]},
+                branching(at_mid, clusters[-1], mid_step, end_step),
                 quick=Q,
+                shown=f"{at_mid} clusters at step {mid_step} (mid-plateau), {clusters[-1]} at step {end_step}"
+                if at_mid is not None
+                else "no plateau",
             )
         )
-        er = r4["effective_rank"]
-        out.figure(
-            line_figure(
-                {k: (er["step"], er[k]) for k in ("W_E", "W_Q", "W_K")},
-                title="V=4: effective rank (exp entropy of normalised singular values)",
-                xlabel="step",
-                ylabel="effective rank",
-            ),
-            "effective_rank",
+        mids, ends, er_runs, no_plateau = [], [], [], []
+        for r in r4s:
+            er = r["effective_rank"]
+            er_runs.append(er)
+            pl_r = plateau(r["steps"], perplexity_curve(r))
+            if pl_r["start_step"] is None:
+                no_plateau.append(r["config"]["seed"])
+                continue
+            mids.append(er["W_Q"][nearest(er["step"], (pl_r["start_step"] + pl_r["end_step"]) / 2)])
+            ends.append(er["W_Q"][-1])
+        fig = go.Figure()
+        for i, name in enumerate(("W_E", "W_Q", "W_K")):
+            band(fig, er_runs[0]["step"], [e[name] for e in er_runs], name, COLOURS[i])
+        fig.update_layout(
+            title="V=4: effective rank (exp entropy of the normalised singular values)",
+            xaxis_title="step",
+            yaxis_title="effective rank (1 to 2)",
         )
+        out.figure(fig, "effective_rank")
+        if len(mids) >= 2:
+            decided = rank_rises(mids, ends)
+        else:
+            decided = (None, f"not testable here: fewer than 2 seeds have a plateau (none in seeds {no_plateau})")
         claims.append(
             claim(
                 "rank_dynamics (V=4)",
-                "Q/K stay low-rank (sticky) during the plateau and grow after it",
+                f"V = 4 ({len(r4s)} seeds): Q/K stay low-rank (sticky) during the plateau and grow after it",
                 "sticky Q/K",
-                "held if W_Q's effective rank mid-plateau is below its final effective rank",
+                RULE_RANK,
                 {
-                    "effective_rank_W_Q_mid_plateau": er["W_Q"][
-                        int(np.argmin(np.abs(np.array(er["step"]) - (mid or 0))))
-                    ],
-                    "effective_rank_W_Q_end": er["W_Q"][-1],
+                    "effective_rank_W_Q_mid_plateau": mids,
+                    "effective_rank_W_Q_end": ends,
+                    "seeds_without_plateau": no_plateau,
                 },
-                held=er["W_Q"][int(np.argmin(np.abs(np.array(er["step"]) - (mid or 0))))] < er["W_Q"][-1],
+                decided,
                 quick=Q,
+                shown=f"W_Q effective rank {num(spread(mids)[0])} mid-plateau vs {num(spread(ends)[0])} at the end "
+                f"(mean of {len(mids)} seeds)"
+                if mids
+                else "no plateau",
             )
         )
 
-    gseries, glens = {}, {}
+    by_setting: dict[tuple[int, int], list[dict]] = {}
     for r in g_res:
-        c = r["config"]
-        gseries[f"n_embd={c['n_embd']} C={c['C']}"] = (r["steps"], perplexity_curve(r))
-        glens[(c["n_embd"], c["C"])] = plateau_steps(r)
-    out.figure(
-        line_figure(
-            gseries,
-            title="V=16: plateau vs embedding dimension and context length",
-            xlabel="step",
-            ylabel="perplexity",
-            log_y=True,
-        ),
-        "generality",
+        by_setting.setdefault((r["config"]["n_embd"], r["config"]["C"]), []).append(r)
+    glens = {k: [plateau_steps(r) for r in rs] for k, rs in by_setting.items()}
+    fig = go.Figure()
+    for i, ((d, c), rs) in enumerate(by_setting.items()):
+        band(fig, rs[0]["steps"], [perplexity_curve(r) for r in rs], f"n_embd={d}, C={c}", COLOURS[i % len(COLOURS)])
+    fig.update_layout(
+        title="V=16: the plateau against embedding dimension and context length",
+        xaxis_title="step",
+        yaxis_title="perplexity (eval)",
     )
+    log_axis(fig, "y", [1, 16])
+    out.figure(fig, "generality")
     big = max(d for d, _ in gen_settings)
     longest_c = max(c for d, c in gen_settings if d == big)
+
+    def lens(d, c):
+        return f"{num(spread(glens[(d, c)])[0])} steps at n_embd={d}, C={c}"
+
     claims.append(
         claim(
             "plateau_gone_for_larger_n_embd",
-            "the plateau disappears at larger n_embd",
+            f"V = 16, C = 4 ({n_cmp} seeds): the plateau disappears at n_embd {big} (vs 2)",
             "no plateau",
             RULE_GONE.format(big=big),
             {f"plateau_steps n_embd={d} C=4": glens[(d, 4)] for d, c in gen_settings if c == 4},
-            held=glens[(big, 4)] < glens[(2, 4)],
+            plateau_gone(glens[(2, 4)], glens[(big, 4)], big, base.log_every),
             quick=Q,
+            shown=f"longest plateau {lens(big, 4)} vs {lens(2, 4)} (mean of {n_cmp} seeds)",
         )
     )
     claims.append(
         claim(
             "plateau_back_for_larger_C",
-            "the plateau returns at larger C",
+            f"V = 16, n_embd = {big} ({n_cmp} seeds): the plateau returns at C = {longest_c} (vs 4)",
             "plateau returns",
             RULE_BACK.format(big=big, C=longest_c),
             {f"plateau_steps n_embd={big} C={c}": glens[(big, c)] for d, c in gen_settings if d == big},
-            held=glens[(big, longest_c)] > glens[(big, 4)],
+            plateau_back(glens[(big, 4)], glens[(big, longest_c)], longest_c, base.log_every),
             quick=Q,
+            shown=f"longest plateau {lens(big, longest_c)} vs {lens(big, 4)} (mean of {n_cmp} seeds; each seed: "
+            f"{nums(glens[(big, longest_c)])} vs {nums(glens[(big, 4)])})",
         )
     )
     robust = robustness_section(out, sticky_plateau_grid(), base, args, runs, "003: sticky plateau")
     out.summary(
-        {"steps": steps, "init_std": args.init_std, "lr": args.lr, **({"robustness": robust} if robust else {})}, claims
+        {
+            "steps": steps,
+            "init_std": args.init_std,
+            "lr": args.lr,
+            "seeds": seeds,
+            "comparison_seeds": cmp_seeds,
+            **({"robustness": robust} if robust else {}),
+        },
+        claims,
     )
     out.commit()
 

@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -115,9 +116,12 @@ def train_group(
     chunk: int = 500,
     device: str | torch.device = "cpu",
     on_chunk: Callable[[int], None] | None = None,
+    label: str = "",
 ) -> list[dict]:
     """Train configs that share a shape as one batched computation; one result dict per config. ``on_chunk`` is told
-    the model-steps done (steps x models) after every ``chunk`` steps (the sweep's progress across processes)."""
+    the model-steps done (steps x models) since its last call, about once a second and at the end (the sweep's
+    progress across processes). With ``progress``, a line every :data:`HEARTBEAT_S` seconds says which step the
+    group has reached (``label`` names the group)."""
     for c in configs:
         c.validate()
     keys = {c.group_key() for c in configs}
@@ -144,7 +148,8 @@ def train_group(
     eff = {"step": [], "W_E": [[] for _ in configs], "W_Q": [[] for _ in configs], "W_K": [[] for _ in configs]}
     running = torch.zeros(M, device=device)
     n_running = 0
-    bar = tqdm(total=c0.steps, desc=f"train {M} toy model(s)", disable=not progress)
+    started = last_told = last_line = time.perf_counter()
+    told = 0  # steps already reported to on_chunk
     for start in range(0, c0.steps, chunk):
         n = min(chunk, c0.steps - start)
         batches = [make_batch(c.task, c.V, c.C, c.batch_size, g, c.k, n=n) for c, g in zip(configs, data_gens)]
@@ -173,10 +178,13 @@ def train_group(
                         eff["W_E"][i].append(effective_rank(params["W_E"][i]))
                         eff["W_Q"][i].append(effective_rank(params["0.W_Q"][i].flatten(0, 1)))
                         eff["W_K"][i].append(effective_rank(params["0.W_K"][i].flatten(0, 1)))
-        bar.update(n)
-        if on_chunk is not None:
-            on_chunk(n * M)
-    bar.close()
+            now = time.perf_counter()
+            if on_chunk is not None and (now - last_told >= 1.0 or t == c0.steps):
+                on_chunk((t - told) * M)
+                told, last_told = t, now
+            if progress and now - last_line >= HEARTBEAT_S and t < c0.steps:
+                print(f"toy sweep: {label}step {t:,} of {c0.steps:,} ({now - started:.0f} s)", flush=True)
+                last_line = now
     results = []
     with torch.no_grad():
         for i, c in enumerate(configs):
@@ -273,13 +281,13 @@ def _trained_groups(groups: list[list[ToyConfig]], workers: int, progress: bool)
     if workers <= 1 or len(rest) <= 1:
         big, rest = groups, []
     for gi, group in enumerate(big, start=1):
+        label = f"group {gi} of {len(groups)} ({len(group)} models)"
         if progress:
-            print(f"toy sweep: group {gi} of {len(groups)} ({len(group)} models)", flush=True)
-        yield train_group(group, progress=progress)
+            print(f"toy sweep: {label}, {group[0].steps:,} steps, in this process", flush=True)
+        yield train_group(group, progress=progress, label=f"{label}: ")
     if not rest:
         return
     import multiprocessing
-    import time
 
     workers = min(workers, len(rest))
     threads = max(1, torch.get_num_threads() // workers)
