@@ -124,7 +124,7 @@ def main(argv=None):
     fig.add_hline(y=math.log(V), line_dash="dot", annotation_text="ln V (chance)")
     three = any(r[0][0].n_layers == 3 and not r[0][0].residual for r in grid.values())
     three_steps = max(steps, args.three_layer_steps)
-    step_note = f"{steps} steps" + (f" ({three_steps} for the plain 3-layer stacks)" if three else "")
+    step_note = f"{steps:,} steps" + (f" ({three_steps:,} for the plain 3-layer stacks)" if three else "")
     fig.update_layout(
         title=f"final loss of retrieving the k-th of {C} tokens (V={V}, no positional embeddings)"
         f"<br><sup>mean ± sd over {len(seeds)} seeds; {step_note}</sup>",

@@ -294,7 +294,7 @@ def main(argv=None):
                 rel_ppl_trend(h["relative_perplexity"], h["x"], up, name, h["V"]),
                 quick=Q,
                 shown=f"(ppl-1)/V {nums(spread(y)[0] for y in h['relative_perplexity'])} at {name} = "
-                f"{', '.join(map(str, h['x']))} (floor {nums(sorted({rel_ppl_floor(v) for v in h['V']}), 2)})",
+                f"{', '.join(map(str, h['x']))} (floor {nums(dict.fromkeys(rel_ppl_floor(v) for v in h['V']), 2)})",
             )
         )
 
@@ -311,7 +311,7 @@ def main(argv=None):
         }
     losses = [x for rs in lr_cfgs.values() for c in rs for x in R(c)["eval_loss"]]
     fig.update_layout(
-        title=f"learning rate 0.1 vs 0.01 (mean ± sd of {len(cmp_seeds)} seeds)",
+        title=f"learning rate 0.1 vs 0.01 ({len(cmp_seeds)} seeds)",
         xaxis_title="step",
         yaxis_title="eval loss (nats)",
     )

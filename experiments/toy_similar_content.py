@@ -218,6 +218,7 @@ def main(argv=None):
             y=proj[:, 1],
             mode="markers+text",
             text=[str(i) for i in range(len(emb))],
+            textposition="top center",
             marker=dict(color=list(range(len(emb))), colorscale="Viridis", size=9),
         )
     )

@@ -198,11 +198,10 @@ def sweep_trend(
     at_floor = [f is not None and m <= f for m, f in zip(means, floors)]
     listed = ", ".join(_pm(v, unit) for v in values)
     head = f"{what} {listed} at {x_name} = {labels(xs)} ({_seeds_phrase(values)})"
-    floor_note = ""
+    floor_text = ""  # "5.54e-5" or "0.000112, 5.54e-5, 2.25e-5 at V = 10, 30, 100"
     if floor is not None:
         fl = list(dict.fromkeys(num(f) for f in floors))
-        at = f" at {x_name} = {labels(xs)}" if len(fl) > 1 else ""
-        floor_note = f"; the floor: {', '.join(fl)}{unit}{at}"
+        floor_text = f"{', '.join(fl)}{unit}" + (f" at {x_name} = {labels(xs)}" if len(fl) > 1 else "")
     parts, tested, ok_all = [], 0, True
     for i in range(len(xs) - 1):
         step = f"{x_name} {xs[i]} → {xs[i + 1]}"
@@ -216,11 +215,11 @@ def sweep_trend(
         parts.append(f"{step} {sign}{num(abs(change))} (needs a {'rise' if up else 'fall'} > {num(need)})")
     if not tested:
         return None, (
-            f"not testable here: {head}: every value is at or below the floor{floor_note.removeprefix(';')}, where "
+            f"not testable here: {head}: every value is at or below the floor ({floor_text}), where "
             "differences are noise of a learned task"
         )
     rule = f"each step must {'rise' if up else 'fall'} by more than {SPREAD_SDS:g} sd and {rel:.0%}"
-    return ok_all, f"{head}; {rule}: {'; '.join(parts)}{floor_note}"
+    return ok_all, f"{head}; {rule}: {'; '.join(parts)}" + (f"; the floor: {floor_text}" if floor_text else "")
 
 
 def compare_pair(

@@ -1,31 +1,47 @@
-"""Figure pieces the toy scripts share: log axes whose labels read as numbers (20, 30, not "2", "3"), mean ± sd
-bands over seeds, integer ticks on count axes."""
+"""Figure pieces the toy scripts share: log axes whose labels read as numbers (20, 30, not "2", "3"), the spread of
+seeds as bands (curves) or ± sd error bars (points)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
-from ..claims.toy import num
-
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf")
 
 
-def log_ticks(values, per_decade: Sequence[float] = (1, 2, 5)) -> dict:
-    """``tickvals``/``ticktext`` for a log axis spanning ``values``: 1-2-5 per decade (1-2-3-5 when the range is
-    under two decades), each labelled with its full value, so 20 and 30 read "20" and "30"."""
+DENSER = ((1, 2, 5), (1, 2, 3, 5), (1, 1.5, 2, 3, 4, 5, 6, 8), tuple(x / 10 for x in range(10, 100, 5)))
+
+
+def log_ticks(values) -> dict:
+    """``range``, ``tickvals`` and ``ticktext`` for a log axis showing every value of ``values`` (with a little room):
+    round values (1-2-3-5 per decade up to two decades, 1-2-5 up to four, one per decade beyond; denser where fewer
+    than 3 fall in range),
+    each labelled with its full value, so 20 and 30 read "20" and "30"."""
     v = np.asarray([x for x in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(x) and x > 0])
     if not len(v):
         return {}
-    lo, hi = math.floor(math.log10(v.min())), math.ceil(math.log10(v.max()))
-    if hi - lo <= 2:
-        per_decade = (1, 2, 3, 5)
-    ticks = [m * 10.0**e for e in range(lo, hi + 1) for m in per_decade]
-    ticks = [t for t in ticks if v.min() / 1.5 <= t <= v.max() * 1.5] or [10.0**lo, 10.0**hi]
-    return {"tickvals": ticks, "ticktext": [num(t) for t in ticks]}
+    lo_r, hi_r = math.log10(v.min()), math.log10(v.max())
+    pad = max(0.05, 0.05 * (hi_r - lo_r))
+    lo_r, hi_r = lo_r - pad, hi_r + pad
+    decades = range(math.floor(lo_r), math.ceil(hi_r) + 1)
+    span = hi_r - lo_r
+    sets = ((1,),) if span > 4 else DENSER[1:] if span <= 2.2 else DENSER
+    for per_decade in sets:
+        ticks = [m * 10.0**e for e in decades for m in per_decade]
+        ticks = [float(f"{t:.3g}") for t in ticks if lo_r <= math.log10(t) <= hi_r]
+        if len(ticks) >= 3:
+            break
+    return {"range": [lo_r, hi_r], "tickvals": ticks, "ticktext": [tick_label(t) for t in ticks]}
+
+
+def tick_label(t: float) -> str:
+    """A round tick value as written: 20, 0.5, 0.002, 1e-5."""
+    if t >= 1e-3:
+        return f"{t:g}"
+    mant, exp = f"{t:.0e}".split("e")
+    return f"{mant}e{int(exp)}"
 
 
 def log_axis(fig: go.Figure, axis: str, values, **where) -> None:
@@ -45,14 +61,14 @@ def band(
     col: int | None = None,
     showlegend: bool = True,
 ) -> None:
-    """A line at the mean of ``runs`` ``[seed, x]`` and a shaded band at mean ± sd (sample sd; none for one seed)."""
+    """A line at the mean of ``runs`` ``[seed, x]`` and a shaded band from the lowest to the highest seed (a band
+    that stays inside the values, so it is drawn on log axes and never leaves a bounded measure's range)."""
     a = np.asarray(runs, dtype=float)
     a = a[None] if a.ndim == 1 else a
     mean = a.mean(0)
     where = {"row": row, "col": col} if row is not None else {}
     if len(a) > 1:
-        sd = a.std(0, ddof=1)
-        lo, hi = mean - sd, mean + sd
+        lo, hi = a.min(0), a.max(0)
         fig.add_trace(
             go.Scatter(
                 x=np.concatenate([np.asarray(x), np.asarray(x)[::-1]]),
@@ -67,7 +83,7 @@ def band(
             ),
             **where,
         )
-    label = name if len(a) == 1 else f"{name} (mean ± sd, {len(a)} seeds)"
+    label = name if len(a) == 1 else f"{name} (mean; band: lowest to highest of {len(a)} seeds)"
     fig.add_trace(
         go.Scatter(
             x=np.asarray(x),

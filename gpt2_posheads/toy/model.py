@@ -122,7 +122,8 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, kernel: str, harmonic_n: 
 # one AVX2 core, 29 models x batch 128, forward + backward: 4 keys 2.6 ms (leading axis) vs 3.8 (last);
 # 16 keys 43 vs 21; 64 keys 1,286 (leading) vs 648 (last) vs 403 ms (fused). On one core of a 2-core AMD EPYC
 # (AVX-512), 30 models x batch 128, scores + softmax + values, forward + backward: 10 keys 53 (leading) vs 117 ms
-# (last), 12 keys 61 vs 102, 16 keys 101 vs 65: the leading axis wins up to 12 keys (002's C=10 among them).
+# (last), 12 keys 61 vs 102, 16 keys 101 vs 65 (a shared, busy machine: read the ratios): the leading axis wins up
+# to 12 keys (002's C=10 among them).
 LEADING_AXIS_MAX_C = 12
 SDPA_MIN_C = 32
 

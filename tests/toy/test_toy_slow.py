@@ -62,8 +62,8 @@ def test_prev_token_learned_with_pos_emb_and_not_without(seed):
 @pytest.mark.slow
 def test_most_similar_converges_near_half_vocab_and_rises_from_c3_to_c5():
     """001 with the posts' architecture (n_embd 2, 4,000 steps): V=32, C=3 ends near V/2 (seed 0, measured
-    10.8), and at V=20 the final perplexity of seeds 0-2 rises from C=3 to C=5 by the rule's margin (5% and 2 sd;
-    measured 0.35 V -> 0.39 V)."""
+    10.8), and at V=20 the mean final perplexity of seeds 0-2 rises from C=3 to C=5 by more than 5% (measured
+    6.93 -> 7.86), but one seed stays at C=3's level (7.03), so the rise is within 2 sd and the rule does not hold."""
     from gpt2_posheads.toy.posts import GRID_C
 
     sim = rules
@@ -74,8 +74,11 @@ def test_most_similar_converges_near_half_vocab_and_rises_from_c3_to_c5():
         C: [r["final_perplexity"] for r in train_group([cfg(20, C, s) for s in range(sim.TREND_SEEDS)], progress=False)]
         for C in (3, 5)
     }
-    table = {20: [sum(ppl[3]) / len(ppl[3]), 0.0, sum(ppl[5]) / len(ppl[5]), 0.0, 0.0]}  # only C=3 and C=5 enter
-    assert sim.confused(table, GRID_C)[0] and sim.rises_3_to_5({20: ppl})[0]
+    m3, m5 = sum(ppl[3]) / len(ppl[3]), sum(ppl[5]) / len(ppl[5])
+    assert sim.confused({20: [m3, 0.0, m5, 0.0, 0.0]}, GRID_C)[0]  # only C=3 and C=5 enter
+    assert m5 > 1.05 * m3 and min(ppl[5]) < 1.05 * m3
+    held, why = sim.rises_3_to_5({20: ppl})
+    assert held is False and "mean ± sd of 3 seeds" in why
 
 
 @pytest.mark.slow
