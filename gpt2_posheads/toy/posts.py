@@ -160,6 +160,12 @@ def rel_ppl(result: dict) -> float:
     return relative_perplexity(result["final_loss"], result["config"]["V"])
 
 
+def learned_and_negative(r: dict) -> tuple[bool, str]:
+    """:data:`~gpt2_posheads.claims.toy.RULE_SIGN_GRID` on the run ``r["pos"]``."""
+    ok, why = learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])
+    return sign_negative(sign_of_previous_direction(r["pos"])) if ok else (False, f"the task is not learned: {why}")
+
+
 def prev_token_grid() -> list[GridClaim]:
     """000's headline claims (base: V 30, C 4, n_embd 2, positional embeddings)."""
 
@@ -183,11 +189,7 @@ def prev_token_grid() -> list[GridClaim]:
             "sT_WQWKT_s_negative",
             RULE_SIGN_GRID,
             lambda b: {"pos": b},
-            lambda r: (
-                sign_negative(sign_of_previous_direction(r["pos"]))
-                if learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])[0]
-                else (False, "the model did not learn the task")
-            ),
+            learned_and_negative,
         ),
         GridClaim(
             "rel_ppl_up_with_V",

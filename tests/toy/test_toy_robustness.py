@@ -120,3 +120,28 @@ def test_index_page_shows_robustness_totals(tmp_path):
     (out / "summary.json").write_text(json.dumps({**summary, "quick": True}))  # a smoke run's counts say so
     page = runner.index_html(runner.collect_summaries(tmp_path), tmp_path)
     assert "toy_prev_token <b>(quick)</b></td><td>learned" in page  # a smoke run's counts say so
+
+
+@pytest.mark.parametrize("post", ["003", "001", "000", "002"])
+def test_every_grid_claim_decides_with_the_default_runs_rule_function(post):
+    """Each post's grid claims call the rule functions of gpt2_posheads.claims.toy: a (held, why) pair whose why
+    carries the numbers (3-step models: the verdicts mean nothing, the wiring does)."""
+    from dataclasses import replace as with_
+
+    from gpt2_posheads.toy import posts
+    from gpt2_posheads.toy.train import train_sweep
+
+    grids = {
+        "003": (posts.sticky_plateau_grid(), ToyConfig(task="copy_current", V=16, C=4, n_embd=2)),
+        "001": (posts.similar_content_grid(), ToyConfig(task="most_similar", C=3, n_embd=2)),
+        "000": (posts.prev_token_grid(), ToyConfig(task="copy_offset", k=1, V=30, C=4, n_embd=2, pos_emb=True)),
+        "002": (posts.lost_in_middle_grid(10), ToyConfig(task="kth_token", V=10, C=10, n_heads=1, k=0)),
+    }
+    claims, base = grids[post]
+    base = with_(base, steps=3, log_every=1, eval_size=64)
+    for c in claims:
+        named = dict(c.configs(base))
+        results = dict(zip(named, train_sweep(list(named.values()), progress=False)))
+        decided = c.decide(results)
+        assert isinstance(decided, tuple) and decided[0] in (True, False, None), c.key
+        assert any(ch.isdigit() for ch in decided[1]), (c.key, decided[1])
