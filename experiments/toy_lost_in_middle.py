@@ -6,7 +6,7 @@ V 10, C 10, one head, no positional embeddings; target = the k-th token. Final l
 with residual connections + MLPs (plateau replaced by spikes). Every k and seed of a setting trains
 as one batched computation.
 
-    python experiments/toy_lost_in_middle.py            # 800 steps; 3 plain layers 5,000 (times: docs/benchmarks.md)
+    python experiments/toy_lost_in_middle.py            # 800 steps; 3 plain layers 5,000 (times: docs/posts/002-*.md)
     python experiments/toy_lost_in_middle.py --three-layer-steps 800   # shorter; the 3-layer stacks stay at chance
     python experiments/toy_lost_in_middle.py --quick
 """

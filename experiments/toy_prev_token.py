@@ -6,7 +6,7 @@ s^T W_Q W_K^T s < 0 (post: -1.1); relative perplexity (ppl-1)/V grows with V and
 n_embd; lr 0.1 beats 0.01 at V 30 but not at V 100, where loss spikes come with token-order swaps
 (animation of the embeddings).
 
-    python experiments/toy_prev_token.py               # the default run (times: docs/benchmarks.md)
+    python experiments/toy_prev_token.py               # the default run (times: docs/posts/000-previous-token-head.md)
     python experiments/toy_prev_token.py --robustness  # + 720 grid runs: ~30 min on one such core
     python experiments/toy_prev_token.py --quick
 """
