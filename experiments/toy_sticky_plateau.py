@@ -96,7 +96,7 @@ def main(argv=None):
             claim(
                 f"plateau_near_V/2 (V={c['V']} seed={c['seed']})",
                 f"V = {c['V']}{seed_words}: a sticky plateau at perplexity V/2",
-                c["V"] / 2,
+                f"perplexity V/2 = {c['V'] / 2:g}",
                 RULE_PLATEAU,
                 {"plateau": v_half(r), "final_perplexity": r["final_perplexity"]},
                 plateau_at_half(r["steps"], ppl, c["V"]),
