@@ -366,7 +366,9 @@ def robustness_html(summaries: list[tuple[Path, dict]], root: Path) -> str:
             quick = " <b>(quick)</b>" if s.get("quick") else ""
             rows.append(
                 f"<tr><td>{html.escape(s.get('script', ''))}{quick}</td><td>{html.escape(claim)}</td>"
-                f"<td>{t['held_runs']} of {t['runs']}</td><td>{t['settings_all_seeds']} / {t['settings_no_seed']}"
+                f"<td>{t['held_runs']} of {t['runs']}"
+                + (f" ({t['not_testable_runs']} not testable)" if t.get("not_testable_runs") else "")
+                + f"</td><td>{t['settings_all_seeds']} / {t['settings_no_seed']}"
                 f" of {t['settings']}</td><td>{html.escape(r['rules'].get(claim, ''))}</td>"
                 f'<td><a href="{link}">robustness</a></td></tr>'
             )
