@@ -23,6 +23,7 @@ import argparse
 import json
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -50,6 +51,31 @@ def reset_peak() -> bool:
         return True
     except OSError:
         return False
+
+
+class PeakSampler:
+    """Largest anonymous and file-backed resident sets seen while a block runs (``/proc/self/status`` read every
+    20 ms in a thread): ``VmHWM`` gives only their largest sum, and file-backed pages of a mapped checkpoint are
+    clean pages the kernel can drop under memory pressure, anonymous ones it cannot."""
+
+    def __init__(self) -> None:
+        self.anon = self.file = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            s = status_kb("RssAnon", "RssFile")
+            self.anon = max(self.anon, s.get("RssAnon", 0.0))
+            self.file = max(self.file, s.get("RssFile", 0.0))
+
+    def __enter__(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def model_dir(shape: dict) -> Path:
@@ -135,7 +161,8 @@ def worker(which: str, shape: dict, n_prompts: int, threads: int) -> None:
     from gpt2_posheads import load_model, rank_prev_heads
 
     start = time.perf_counter()
-    model = load_model(model_dir(shape), device="cpu")
+    with PeakSampler() as loading:
+        model = load_model(model_dir(shape), device="cpu")
     load_s = time.perf_counter() - start
     load_peak = status_kb("VmHWM")["VmHWM"]
     # the bytes the parameters hold (a parameter released as a source copy holds none: gpt2_posheads.model.memory)
@@ -161,6 +188,8 @@ def worker(which: str, shape: dict, n_prompts: int, threads: int) -> None:
                 "rss_after_load_mb": after["VmRSS"],
                 "file_backed_after_load_mb": after.get("RssFile", float("nan")),
                 "load_peak_mb": load_peak,
+                "load_peak_anon_mb": loading.anon,
+                "load_peak_file_mb": loading.file,
                 "peak_mb": peak if can_reset else float("nan"),
                 "heads": len(ranking),
             }
@@ -216,7 +245,10 @@ def main() -> None:
             f"ranking peak {r['peak_mb'] / 1024:.2f} GiB = {r['peak_mb'] / w:.2f}x the weights; "
             f"weights + the ranking's growth {(w + growth) / 1024:.2f} GiB = {(w + growth) / w:.2f}x | "
             f"after loading {r['rss_after_load_mb'] / 1024:.2f} GiB ({r['file_backed_after_load_mb'] / 1024:.2f} "
-            f"file-backed), loading peak {r['load_peak_mb'] / 1024:.2f} GiB in {r['load_seconds']:.0f} s"
+            f"file-backed), loading peak {r['load_peak_mb'] / 1024:.2f} GiB = {r['load_peak_mb'] / w:.2f}x "
+            f"(anonymous at most {r['load_peak_anon_mb'] / 1024:.2f} GiB = {r['load_peak_anon_mb'] / w:.2f}x, "
+            "file-backed at most "
+            f"{r['load_peak_file_mb'] / 1024:.2f} GiB) in {r['load_seconds']:.0f} s"
         )
     print(f"  {'float32 matmuls alone':22s}: {floor['seconds']:7.1f} s (the floor of any exact method)")
     print(

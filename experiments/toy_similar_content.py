@@ -48,7 +48,7 @@ from gpt2_posheads.cli import main_entry
 from gpt2_posheads.toy import ToyConfig, train_sweep
 from gpt2_posheads.toy.analysis import distance_rank_correlation, perplexity_curve
 from gpt2_posheads.toy.cli import base_config, robustness_section, toy_parser, toy_setup
-from gpt2_posheads.toy.figures import COLOURS, band, log_axis, points_with_sd
+from gpt2_posheads.toy.figures import COLOURS, band, log_axis, perplexity_by_vocab, points_with_sd
 from gpt2_posheads.toy.posts import GRID_C, similar_content_grid
 
 KERNEL_V = 32  # the vocabulary of the n_embd sweep and the kernel comparison
@@ -89,20 +89,8 @@ def main(argv=None):
     finals = lambda cs: [r["final_perplexity"] for r in get(cs)]  # noqa: E731
     claims, Q = [], args.quick
 
-    fig = go.Figure()
-    for i, v in enumerate(vocab):
-        for r in get([c for c in groups["V"] if v == c.V]):
-            seed = f" seed {r['config']['seed']}" if len(seeds) > 1 else ""
-            fig.add_trace(
-                go.Scatter(x=r["steps"], y=perplexity_curve(r), name=f"V={v}{seed}", line=dict(color=COLOURS[i]))
-            )
-        fig.add_hline(y=v / 2, line_dash="dot", opacity=0.5, line_color=COLOURS[i])
-    fig.update_layout(
-        title="most-similar token, n_embd=2, C=3: perplexity (dotted: V/2)",
-        xaxis_title="step",
-        yaxis_title="perplexity (eval)",
-    )
-    log_axis(fig, "y", [1, max(vocab)])
+    v_runs = get([c for v in vocab for c in groups["V"] if v == c.V])
+    fig = perplexity_by_vocab(v_runs, vocab, "most-similar token, n_embd=2, C=3")
     out.figure(fig, "perplexity_vs_V")
     for v in vocab:
         ppl = finals([c for c in groups["V"] if v == c.V])

@@ -41,7 +41,7 @@ from gpt2_posheads.cli import int_list, main_entry
 from gpt2_posheads.toy import ToyConfig, train_sweep
 from gpt2_posheads.toy.analysis import pairing, perplexity_curve
 from gpt2_posheads.toy.cli import base_config, robustness_section, toy_parser, toy_setup
-from gpt2_posheads.toy.figures import COLOURS, band, log_axis
+from gpt2_posheads.toy.figures import COLOURS, band, log_axis, perplexity_by_vocab
 from gpt2_posheads.toy.posts import plateau_steps, sticky_plateau_grid, v_half
 
 
@@ -84,14 +84,11 @@ def main(argv=None):
     v_res, g_res = res[: len(v_cfgs)], res[len(v_cfgs) :]
 
     claims, Q = [], args.quick
-    fig = go.Figure()
     curves = [r for r in v_res if r["config"]["seed"] in seeds]
     for r in curves:
         c = r["config"]
         ppl = perplexity_curve(r)
         seed_words = f" (seed {c['seed']})" if len(seeds) > 1 else ""
-        colour = COLOURS[vocab.index(c["V"]) % len(COLOURS)]
-        fig.add_trace(go.Scatter(x=r["steps"], y=ppl, name=f"V={c['V']}{seed_words}", line=dict(color=colour)))
         claims.append(
             claim(
                 f"plateau_near_V/2 (V={c['V']} seed={c['seed']})",
@@ -104,14 +101,7 @@ def main(argv=None):
                 shown=plateau_shown(r["steps"], ppl, c["V"]),
             )
         )
-    for i, v in enumerate(vocab):
-        fig.add_hline(y=v / 2, line_dash="dot", opacity=0.5, line_color=COLOURS[i % len(COLOURS)])
-    fig.update_layout(
-        title="copying the current token, n_embd=2, C=4: perplexity (dotted: V/2)",
-        xaxis_title="step",
-        yaxis_title="perplexity (eval)",
-    )
-    log_axis(fig, "y", [1, max(vocab)])
+    fig = perplexity_by_vocab(curves, vocab, "copying the current token, n_embd=2, C=4")
     out.figure(fig, "sticky_plateau")
 
     # two-stage branching of the V=4 embeddings, effective ranks over seeds

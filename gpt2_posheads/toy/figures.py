@@ -8,6 +8,8 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
+from .analysis import perplexity_curve
+
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf")
 
 
@@ -111,3 +113,21 @@ def points_with_sd(x, runs, name: str, colour: str | None = None, dash: str | No
         name=name if len(a) == 1 else f"{name} (mean ± sd, {len(a)} seeds)",
         line=dict(color=colour, dash=dash) if colour or dash else None,
     )
+
+
+def perplexity_by_vocab(runs, vocab, title: str) -> go.Figure:
+    """Eval perplexity against training step for toy runs (``train_sweep`` results), one curve per run coloured by
+    its vocabulary size V (the seed named where runs share a V), each V's plateau at V/2 dotted, on a log axis."""
+    fig = go.Figure()
+    vocab = list(vocab)
+    seeds_per_v = {v: sum(r["config"]["V"] == v for r in runs) for v in vocab}
+    for r in runs:
+        v, seed = r["config"]["V"], r["config"]["seed"]
+        name = f"V={v}" + (f" seed {seed}" if seeds_per_v[v] > 1 else "")
+        colour = COLOURS[vocab.index(v) % len(COLOURS)]
+        fig.add_trace(go.Scatter(x=r["steps"], y=perplexity_curve(r), name=name, line=dict(color=colour)))
+    for i, v in enumerate(vocab):
+        fig.add_hline(y=v / 2, line_dash="dot", opacity=0.5, line_color=COLOURS[i % len(COLOURS)])
+    fig.update_layout(title=f"{title}: perplexity (dotted: V/2)", xaxis_title="step", yaxis_title="perplexity (eval)")
+    log_axis(fig, "y", [1, max(vocab)])
+    return fig
