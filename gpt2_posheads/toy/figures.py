@@ -121,13 +121,16 @@ def perplexity_by_vocab(runs, vocab, title: str) -> go.Figure:
     fig = go.Figure()
     vocab = list(vocab)
     seeds_per_v = {v: sum(r["config"]["V"] == v for r in runs) for v in vocab}
+    shown = [1.0, float(max(vocab))]
     for r in runs:
         v, seed = r["config"]["V"], r["config"]["seed"]
         name = f"V={v}" + (f" seed {seed}" if seeds_per_v[v] > 1 else "")
         colour = COLOURS[vocab.index(v) % len(COLOURS)]
-        fig.add_trace(go.Scatter(x=r["steps"], y=perplexity_curve(r), name=name, line=dict(color=colour)))
+        ppl = perplexity_curve(r)
+        shown.append(float(np.nanmax(ppl)))
+        fig.add_trace(go.Scatter(x=r["steps"], y=ppl, name=name, line=dict(color=colour)))
     for i, v in enumerate(vocab):
         fig.add_hline(y=v / 2, line_dash="dot", opacity=0.5, line_color=COLOURS[i % len(COLOURS)])
     fig.update_layout(title=f"{title}: perplexity (dotted: V/2)", xaxis_title="step", yaxis_title="perplexity (eval)")
-    log_axis(fig, "y", [1, max(vocab)])
+    log_axis(fig, "y", shown)  # the curves start above V/2: the axis holds them whole
     return fig
