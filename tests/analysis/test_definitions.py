@@ -186,9 +186,9 @@ def test_resample_ablation_with_a_lone_last_batch(tiny_model):
     assert np.isfinite(df["prev_mass"]).all()
 
 
-def test_gpt2_detection_is_not_fooled_by_gpt2s_positions(tmp_path, small_tokenizer):
-    """A random 12 x 12 x 768 model carrying GPT-2's real W_pos (and GPT-2's tokenizer) is not GPT-2 small: its
-    token embeddings are not GPT-2's, so the post's head names are not its defaults."""
+def test_gpt2_detection_is_not_fooled_by_gpt2s_positions(tmp_path, shared):
+    """A random 12 x 12 x 768 model carrying GPT-2's real W_pos (and GPT-2's tokenizer, from shared/) is not GPT-2
+    small: its token embeddings are not GPT-2's, so the post's head names are not its defaults."""
     from gpt2_posheads import gpt2_tokenizer
 
     w = torch.from_numpy(np.load(GPT2_W_POS))
