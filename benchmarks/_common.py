@@ -17,16 +17,16 @@ GPT2_SHAPE = dict(n_layers=12, n_heads=12, d_model=768)
 def gpt2_shaped_dir(n_ctx: int = 1024, tokenizer_dir: str | None = None) -> Path:
     """A random 12-layer, 12-head, d_model-768 GPT-2 directory, built once per machine in the temp dir.
 
-    Uses the mini model's tokenizer (data/mini-gpt2) when present, else GPT-2's from shared/; the
+    Uses the mini model's tokenizer (the shipped mini-gpt2) when present, else GPT-2's from shared/; the
     vocabulary size does not enter what the benchmarks time except through the unembedding.
     """
     from gpt2_posheads import gpt2_tokenizer, make_random_model_dir
-    from gpt2_posheads.model.paths import REPO_ROOT, shared_dir
+    from gpt2_posheads.model.paths import ORGANISM_DIR, shared_dir
 
     out = Path(tempfile.gettempdir()) / f"gpt2_posheads_bench_gpt2shape_{n_ctx}"
     if (out / "model.safetensors").exists():
         return out
-    mini = REPO_ROOT / "data" / "mini-gpt2"
+    mini = ORGANISM_DIR
     if shared_dir() is not None:
         tok = gpt2_tokenizer()  # the real 50k vocabulary: the unembedding costs what GPT-2's does
     else:

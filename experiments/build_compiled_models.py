@@ -1,79 +1,12 @@
 """Build the compiled GPT-2s: small models whose weights are set by hand to carry a known mechanism (the GPT-2 post's
-route, and look-alikes with the same behaviour by other routes), the ground truth the verdicts are checked against.
 
-    python experiments/build_compiled_models.py                      # every model, into data/<name>/
-    python experiments/build_compiled_models.py --only route-gpt2 --out-dir /tmp/models
-
-Deterministic: a rebuild writes the same bytes (weights, config, tokenizer), and says whether they changed. Each folder
-is an ordinary Hugging Face GPT-2 folder with a card (README.md): which residual block holds what, which head reads and
-writes what, the verdict every claim must get, and the numbers the toolkit measured on it (--no-measure skips them).
-Each model is written to a staging folder and moved in when complete; a folder of that name that this script did not
-write is refused unless --force. The models are described in gpt2_posheads/organism/compiled.py and
-docs/posts/004-gpt2-previous-token-heads.md.
+The command lives in the package (``gpt2_posheads.commands.build_compiled_models``); in any folder, once installed:
+``gpt2-posheads build_compiled_models [options]`` or ``python -m gpt2_posheads build_compiled_models [options]``.
 """
 
-import shutil
 import sys
-import tempfile
-from pathlib import Path
 
-from gpt2_posheads.cli import Parser, main_entry
-from gpt2_posheads.model.paths import DATA_DIR
-from gpt2_posheads.model.validation import UsageError
-from gpt2_posheads.organism.compiled import BUILDERS, build, weights_digest
-
-
-def is_ours(folder: Path, name: str) -> bool:
-    """A folder this script wrote: its card starts with the model's name."""
-    card = folder / "README.md"
-    return card.exists() and card.read_text(encoding="utf-8").startswith(f"# {name}:")
-
-
-def build_all(names: list[str], out_dir: Path, measured: bool = True, force: bool = False) -> dict[str, str]:
-    """Build ``names`` into ``out_dir/<name>``; returns ``{name: "written" | "unchanged" | "changed"}``."""
-    for name in names:
-        target = out_dir / name
-        if target.exists() and not is_ours(target, name) and not force:
-            raise UsageError(
-                "--out-dir",
-                f"{target} exists and was not written by this script",
-                "a folder this script wrote, or none",
-                "choose another --out-dir, or --force to replace it",
-            )
-    status = {}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        target = out_dir / name
-        before = weights_digest(target) if target.exists() and (target / "model.safetensors").exists() else None
-        with tempfile.TemporaryDirectory(dir=out_dir, prefix=f".{name}-") as tmp:
-            staged = build(name, Path(tmp) / name, measured=measured)
-            after = weights_digest(staged)
-            if target.exists():
-                shutil.rmtree(target)
-            shutil.move(str(staged), target)
-        status[name] = "written" if before is None else "unchanged" if before == after else "changed"
-        print(f"{name}: {status[name]} ({target}, sha256 {after[:16]})", flush=True)
-    return status
-
-
-def main(argv=None):
-    p = Parser(description=__doc__)
-    p.add_argument("--only", default=None, help=f"comma-separated models (default all: {', '.join(BUILDERS)})")
-    p.add_argument("--out-dir", default=str(DATA_DIR), help="parent folder of the model folders (default data/)")
-    p.add_argument("--no-measure", action="store_true", help="leave the measured numbers out of the cards (faster)")
-    p.add_argument("--force", action="store_true", help="replace a folder of a model's name this script did not write")
-    args = p.parse_args(argv)
-    names = list(BUILDERS)
-    if args.only is not None:
-        names = [n.strip() for n in args.only.split(",") if n.strip()]
-        unknown = [n for n in names if n not in BUILDERS]
-        if unknown or not names:
-            raise UsageError(
-                "--only", f"unknown model(s) {unknown or '(none given)'}", f"allowed {', '.join(BUILDERS)}"
-            )
-    build_all(names, Path(args.out_dir), measured=not args.no_measure, force=args.force)
-    return 0
-
+from gpt2_posheads.commands import run
 
 if __name__ == "__main__":
-    sys.exit(main_entry(main))
+    sys.exit(run("build_compiled_models", sys.argv[1:]))

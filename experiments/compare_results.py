@@ -1,54 +1,12 @@
 """Two results folders claim by claim: which numbers and verdicts moved between them.
 
-    python experiments/compare_results.py results-before results          # every summary.json found in both
-    python experiments/compare_results.py a b --all --csv moved.csv        # every claim, and a CSV of the table
-
-Checks that a change to the package moved no number (a refactor), or shows what a new model or setting changes
-against a reference run. Numbers agree when equal, both NaN, or within --rtol/--atol. Exit status 1 when any
-number or verdict moved.
+The command lives in the package (``gpt2_posheads.commands.compare_results``); in any folder, once installed:
+``gpt2-posheads compare_results [options]`` or ``python -m gpt2_posheads compare_results [options]``.
 """
 
 import sys
-from pathlib import Path
 
-import pandas as pd
-
-from gpt2_posheads.cli import Parser, main_entry, positive
-from gpt2_posheads.model.validation import UsageError
-from gpt2_posheads.report.compare import compare_folders
-
-
-def main(argv=None):
-    p = Parser(description=__doc__)
-    p.add_argument("before", help="the reference results folder")
-    p.add_argument("after", help="the results folder to compare with it")
-    p.add_argument("--rtol", type=float, default=1e-6, help="relative tolerance for numbers (default: 1e-6)")
-    p.add_argument("--atol", type=float, default=1e-9, help="absolute tolerance for numbers (default: 1e-9)")
-    p.add_argument("--all", action="store_true", help="list every claim, not only those that moved")
-    p.add_argument("--csv", default=None, help="also write the table to this CSV file")
-    args = p.parse_args(argv)
-    positive("--rtol", args.rtol, 0, kind="a number")
-    positive("--atol", args.atol, 0, kind="a number")
-    if args.csv and not Path(args.csv).resolve().parent.is_dir():
-        raise UsageError("--csv", f"the folder of {args.csv} does not exist", "a file in an existing folder")
-    for name in ("before", "after"):
-        if not Path(getattr(args, name)).is_dir():
-            raise UsageError(name, f"{getattr(args, name)} is not a folder", "a results folder", "e.g. results")
-    df = compare_folders(Path(args.before), Path(args.after), args.rtol, args.atol)
-    if df.empty:
-        raise UsageError("before", "no summary.json under either folder", "results folders of this toolkit")
-    moved = df[(df.n_moved > 0) | (df.verdict_before != df.verdict_after)]
-    shown = df if args.all else moved
-    with pd.option_context("display.max_colwidth", 90, "display.width", 200, "display.max_rows", None):
-        print(shown.to_string(index=False) if len(shown) else "(nothing moved)")
-    print(
-        f"\n{len(df)} claims in {df.summary.nunique()} summaries; {int((df.n_moved > 0).sum())} with numbers moved, "
-        f"{int((df.verdict_before != df.verdict_after).sum())} with verdicts moved"
-    )
-    if args.csv:
-        df.to_csv(args.csv, index=False)
-    return 1 if len(moved) else 0
-
+from gpt2_posheads.commands import run
 
 if __name__ == "__main__":
-    sys.exit(main_entry(main))
+    sys.exit(run("compare_results", sys.argv[1:]))

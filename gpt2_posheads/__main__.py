@@ -1,9 +1,10 @@
-"""``python -m gpt2_posheads`` (or ``gpt2-posheads``): list the experiments, run one by name, or explore a model.
+"""``python -m gpt2_posheads`` (or ``gpt2-posheads``): list the commands (each claim script by post), run one,
+or explore a model.
 
-python -m gpt2_posheads                                   # list
-python -m gpt2_posheads rank_prev_heads --model-dir data/mini-gpt2
-python -m gpt2_posheads run_all --model-dir data/mini-gpt2 --quick
-python -m gpt2_posheads explore --model-dir data/mini-gpt2   # the attention explorer, live on 127.0.0.1
+gpt2-posheads                                        # list (python -m gpt2_posheads does the same)
+gpt2-posheads rank_prev_heads --model route-gpt2     # a claim script on a shipped model (or --model-dir FOLDER)
+gpt2-posheads run_all                                # the main job: every claim, then results/index.html
+gpt2-posheads explore --model mini-gpt2              # the attention explorer, live on 127.0.0.1
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import difflib
 import sys
 
-from .cli.runner import list_experiments, run_experiment
+from .commands import commands, normalize, run
 
 EXPLORE = "explore"
 EXPLORE_LINE = "the attention explorer of a model, live on 127.0.0.1 (your prompts), or one offline page (--out)"
@@ -25,12 +26,14 @@ def explore_parser():
         description=(
             "Every head of a model on a prompt, under each intervention of the toolkit: a grid of all heads, the\n"
             "chosen head large with its difference from clean, the raw scores and the diagonal profile.\n\n"
-            "  python -m gpt2_posheads explore --model-dir data/mini-gpt2              # serve; type prompts\n"
-            "  python -m gpt2_posheads explore --model-dir data/mini-gpt2 --out e.html  # one offline page\n\n"
+            "  gpt2-posheads explore --model mini-gpt2              # serve; type prompts\n"
+            "  gpt2-posheads explore --model mini-gpt2 --out e.html  # one offline page\n\n"
             "docs/explorer.md is the reader's guide."
         ),
     )
-    p.add_argument("--model", default="gpt2", help="Hugging Face hub name of the model")
+    p.add_argument(
+        "--model", default="gpt2", help="Hugging Face hub name of the model, or a shipped model (mini-gpt2, route-gpt2)"
+    )
     p.add_argument("--model-dir", default=None, help="local Hugging Face-format model folder (overrides --model)")
     p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: cuda if available)")
     p.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1; 0 picks a free one")
@@ -53,7 +56,7 @@ def explore(argv: list[str]) -> int:
     (status 0)."""
     import signal
 
-    from .cli.args import _terminate_as_interrupt, check_device, check_model_dir
+    from .cli.args import _terminate_as_interrupt, check_device, check_model_dir, model_folder
     from .cli.experiment import model_from_args, model_label
     from .model.validation import UsageError
 
@@ -63,7 +66,8 @@ def explore(argv: list[str]) -> int:
         return e.code if isinstance(e.code, int) else 2
     previous = _terminate_as_interrupt()  # SIGTERM stops the server as Ctrl-C does
     try:
-        check_model_dir(args.model_dir)
+        folder = model_folder(args)
+        check_model_dir(None if folder is None else str(folder))
         check_device(args.device)
         if args.out is None and not (args.port == 0 or 1024 <= args.port <= 65535):
             raise UsageError("--port", f"{args.port} is out of range", "allowed 0 (any free port) or 1024..65535")
@@ -129,28 +133,44 @@ def _check_port_free(port: int) -> None:
             ) from None
 
 
+def listing() -> str:
+    """Every command, the claim scripts grouped by post with the claims each judges, then the tools."""
+    from .claims.catalogue import POSTS, SCRIPT_CLAIMS
+
+    found = commands()
+    lines = [__doc__.strip().splitlines()[0], "", "claims, by post (each also a function: gpt2_posheads.posts):"]
+    for post in POSTS:
+        lines.append(f"  {post.key}: {post.title}")
+        for name in post.scripts:
+            lines.append(f"    {name:<22} {found.get(name, '')}")
+            if SCRIPT_CLAIMS.get(name):
+                lines.append(f"    {'':<22} claims: {', '.join(SCRIPT_CLAIMS[name])}")
+    scripts = {s for p in POSTS for s in p.scripts}
+    lines += ["", "tools:"]
+    lines += [f"  {name:<24} {line}" for name, line in found.items() if name not in scripts]
+    lines.append(f"  {EXPLORE:<24} {EXPLORE_LINE}")
+    lines += ["", "run one: gpt2-posheads NAME [options]  (or python -m gpt2_posheads NAME; NAME --help: its options)"]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    experiments = list_experiments()
     if not argv or argv[0] in ("-h", "--help", "list"):
-        print(__doc__.strip().splitlines()[0] + "\n\nexperiments:")
-        for name, line in experiments.items():
-            print(f"  {name:<22} {line}")
-        print(f"\nand: {EXPLORE:<19} {EXPLORE_LINE}")
-        print("\nrun one: python -m gpt2_posheads NAME [options]   (NAME --help for its options)")
+        print(listing())
         return 0
-    name = argv[0].removesuffix(".py")
+    name = normalize(argv[0])
     if name == EXPLORE:
         return explore(argv[1:])
-    if name not in experiments:
-        near = difflib.get_close_matches(name, [*experiments, EXPLORE], n=1)
+    found = commands()
+    if name not in found:
+        near = difflib.get_close_matches(name, [*found, EXPLORE], n=1)
         print(
-            f"error: experiment: {name!r} is unknown; allowed {', '.join([*experiments, EXPLORE])}"
-            + (f"; did you mean {near[0]}?" if near else ""),
+            f"error: command: {argv[0]!r} is unknown; allowed {', '.join([*found, EXPLORE])}"
+            + (f"; did you mean {near[0]}?" if near else "; gpt2-posheads lists them"),
             file=sys.stderr,
         )
         return 2
-    return run_experiment(name, argv[1:])
+    return run(name, argv[1:])
 
 
 if __name__ == "__main__":

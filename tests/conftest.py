@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpt2_posheads.model.paths import REPO_ROOT, SHARED_ENV, shared_dir
+from gpt2_posheads.model.paths import ORGANISM_DIR, REPO_ROOT, SHARED_ENV, shared_dir
 
-MINI_DIR = REPO_ROOT / "data" / "mini-gpt2"
+MINI_DIR = ORGANISM_DIR
 
 
 def pytest_addoption(parser):
@@ -129,18 +129,15 @@ EXPERIMENTS = REPO_ROOT / "experiments"
 
 
 def load_script(name_or_path: str | Path):
-    """An experiment script (``experiments/<name>.py`` or a path) as a module; its ``main`` is not run."""
-    import importlib.util
+    """A command (``gpt2_posheads.commands.<name>``) as a module, named as ``experiments/<name>.py`` or by name; its
+    ``main`` is not run."""
+    from gpt2_posheads.commands import load
 
-    path = Path(name_or_path) if str(name_or_path).endswith(".py") else EXPERIMENTS / f"{name_or_path}.py"
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load(Path(str(name_or_path)).stem)
 
 
 def run_script(module_path: Path, argv: list[str]):
-    """Import an experiment script by path and call its ``main(argv)``."""
+    """Call the ``main(argv)`` of the command that ``experiments/<name>.py`` runs."""
     return load_script(module_path).main(argv)
 
 

@@ -441,7 +441,7 @@ def judge_claim(
         head=head,
         shown=shown,
     )
-    claim.extra["tells"] = spec.tells
+    claim.tells = spec.tells
     return claim
 
 

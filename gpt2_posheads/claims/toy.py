@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from .verdicts import HELD, NOT_HELD, NOT_TESTABLE, fmt
+from .verdicts import HELD, NOT_HELD, NOT_TESTABLE, Claim, fmt
 
 Decision = tuple[bool | None, str]  # (held; None: not testable), why
 
@@ -51,8 +51,8 @@ def toy_claim(
     precondition: tuple[bool, str] | None = None,
     shown: str = "",
     **extra,
-) -> dict:
-    """One toy claim: ``{key, claim, post, measured, rule, verdict, why, shown}``.
+) -> Claim:
+    """One toy claim, the same :class:`~gpt2_posheads.claims.verdicts.Claim` record the GPT-2 post's claims are.
 
     ``rule`` states, in words, the test that ``decided = (held, why)`` applied (a rule function of this module);
     ``held`` None makes the claim ``not testable`` with that ``why``. ``--quick`` runs and failed preconditions give
@@ -72,17 +72,7 @@ def toy_claim(
         why = why if why.startswith("not testable") else f"not testable here: {why}"
     else:
         verdict = HELD if held else NOT_HELD
-    return {
-        "key": key,
-        "claim": claim_text,
-        "post": post,
-        "measured": measured,
-        "rule": rule,
-        "verdict": verdict,
-        "why": why,
-        **({"shown": shown} if shown else {}),
-        **extra,
-    }
+    return Claim(claim_text, post, measured, rule, verdict, why, key=key, shown=shown, extra=extra)
 
 
 def num(x, digits: int = 3) -> str:

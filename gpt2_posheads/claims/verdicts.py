@@ -54,6 +54,9 @@ class Precondition:
 
 @dataclass
 class Claim:
+    """One verdict with its rule and reason: the record every claim of every post is, from the rule that decides it
+    to ``summary.json`` (:mod:`gpt2_posheads.claims.record`) and the page."""
+
     claim: str
     post: str
     measured: Any
@@ -63,6 +66,7 @@ class Claim:
     key: str = ""
     head: str = ""  # the head the claim was measured on ("" for a claim about the whole model)
     shown: str = ""  # the measured number for a person: 3 significant digits, units
+    tells: str = ""  # what the claim can tell apart (the GPT-2 post's "route" / "describes"; "" for the toys)
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -74,7 +78,7 @@ class Claim:
             "verdict": self.verdict,
             "why": self.why,
         }
-        for k in ("key", "head", "shown"):
+        for k in ("key", "head", "shown", "tells"):
             if getattr(self, k):
                 d[k] = getattr(self, k)
         d.update(self.extra)

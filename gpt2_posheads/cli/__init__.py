@@ -31,7 +31,7 @@ from .experiment import (
     setup,
 )
 from .heads import HeadDefault, HeadSpec, add_heads_arg, require_above_layer0, resolve_heads
-from .output import RESULTS, Output, read_json, write_json
+from .output import Output, read_json, results_root, write_json
 
 __all__ = [
     "Checked",
@@ -41,7 +41,6 @@ __all__ = [
     "ModelShape",
     "Output",
     "Parser",
-    "RESULTS",
     "add_heads_arg",
     "add_prompt_args",
     "add_submatrix_args",
@@ -65,6 +64,7 @@ __all__ = [
     "read_json",
     "require_above_layer0",
     "resolve_heads",
+    "results_root",
     "setup",
     "submatrix",
     "write_json",

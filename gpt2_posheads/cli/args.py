@@ -25,7 +25,7 @@ import torch
 
 from ..model.folder import WEIGHT_FILES, folder_problem
 from ..model.loading import hub_reachable
-from ..model.paths import REPO_ROOT
+from ..model.paths import SHIPPED_MODELS, models_dir, shipped_model_dir
 from ..model.validation import NonFiniteError, UsageError
 from .heads import HeadSpec
 from .output import abort_open_outputs, finish_not_testable
@@ -66,11 +66,16 @@ def experiment_parser(description: str, model: bool = True, out_help: str | None
     """A parser with the options every experiment takes."""
     p = Parser(description=description)
     if model:
-        p.add_argument("--model", default="gpt2", help="Hugging Face hub name of the model")
+        p.add_argument(
+            "--model",
+            default="gpt2",
+            help="Hugging Face hub name of the model, or a shipped model by name (mini-gpt2, route-gpt2, "
+            "lookalike-wpos, ...: offline)",
+        )
         p.add_argument(
             "--model-dir",
             default=None,
-            help="local Hugging Face-format model directory (overrides --model), e.g. data/mini-gpt2 offline",
+            help="local Hugging Face-format model directory (overrides --model)",
         )
         p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: cuda if available)")
     p.add_argument(
@@ -200,7 +205,7 @@ def float_list(name: str, text: str, low: float | None = None) -> list[float]:
 
 
 def _nearest_dir(path: Path) -> str | None:
-    parent = path.parent if path.parent.is_dir() else REPO_ROOT / "data"
+    parent = path.parent if path.parent.is_dir() else models_dir()
     cands = [str(c) for c in parent.iterdir() if c.is_dir() and (c / "config.json").exists()] if parent.is_dir() else []
     best = difflib.get_close_matches(str(path), cands, n=1, cutoff=0.5)
     return best[0] if best else None
@@ -227,18 +232,18 @@ def check_model_dir(model_dir: str | None) -> dict | None:
             "--model-dir",
             f"{model_dir} does not exist",
             "a folder with config.json and model weights",
-            "build it with python experiments/build_compiled_models.py (seconds)"
+            f"--model {p.name} builds it on first use (seconds)"
             if p.name in COMPILED_MODELS
             else f"did you mean {near}?"
             if near
-            else "the repository ships data/mini-gpt2; experiments/build_compiled_models.py builds data/route-gpt2",
+            else "shipped models load by name: --model mini-gpt2, --model route-gpt2",
         )
     if not (p / "config.json").is_file():
         raise UsageError(
             "--model-dir",
             f"{model_dir} has no config.json",
             "a Hugging Face-format model folder",
-            "e.g. data/mini-gpt2",
+            "or a shipped model by name: --model mini-gpt2",
         )
     try:
         cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
@@ -264,6 +269,17 @@ def check_model_dir(model_dir: str | None) -> dict | None:
             "--model-dir", problem, "a complete Hugging Face model folder", "re-save the model with save_pretrained"
         )
     return cfg
+
+
+def model_folder(args) -> Path | None:
+    """The local folder a script's model comes from: ``--model-dir``, or a shipped model named by ``--model``
+    (``mini-gpt2``, ``route-gpt2``, ...; a compiled one is built on first use); ``None`` for a hub name."""
+    if getattr(args, "model_dir", None):
+        return Path(args.model_dir)
+    name = getattr(args, "model", None)
+    if name in SHIPPED_MODELS:
+        return shipped_model_dir(name)
+    return None
 
 
 def check_hub_names(hub: Sequence[str]) -> None:
@@ -390,7 +406,8 @@ def precheck(args, *, layer_final: bool = False) -> Checked:
     ``--layer``/``--layers`` against the folder's ``config.json``."""
     shape = None
     if hasattr(args, "model_dir"):
-        shape = ModelShape.from_config(check_model_dir(args.model_dir))
+        folder = model_folder(args)
+        shape = ModelShape.from_config(check_model_dir(None if folder is None else str(folder)))
         check_device(args.device)
     if hasattr(args, "prompts"):
         check_prompt_source(args.prompts)

@@ -23,7 +23,7 @@ from ..analysis.prompts import documents, make_prompts
 from ..model.identity import is_gpt2_small, position_kind
 from ..model.loading import ModelLoadError, load_model
 from ..model.validation import UsageError, head_name
-from .args import Checked, note, postcheck, precheck
+from .args import Checked, model_folder, note, postcheck, precheck
 from .engine import load_engine_model
 from .heads import HeadDefault, require_above_layer0, resolve_heads
 from .output import Output, default_target
@@ -32,11 +32,12 @@ from .output import Output, default_target
 def model_from_args(args):
     """Load ``--model-dir`` or ``--model``; a load failure is a one-line error. With ``--engine nnsight`` the model
     is traced through nnsight (:mod:`gpt2_posheads.cli.engine`)."""
-    traced = load_engine_model(args.model_dir or args.model, args, "--model-dir" if args.model_dir else "--model")
+    source = str(model_folder(args) or args.model)
+    traced = load_engine_model(source, args, "--model-dir" if args.model_dir else "--model")
     if traced is not None:
         return traced
     try:
-        return load_model(args.model_dir or args.model, device=args.device)
+        return load_model(source, device=args.device)
     except (ModelLoadError, FileNotFoundError) as e:
         raise UsageError("--model-dir" if args.model_dir else "--model", str(e)) from None
 
@@ -47,8 +48,9 @@ def model_label(args) -> str:
 
 def model_slug(args) -> str:
     """A folder name for the model: the directory's name or the hub id with '/' → '--'."""
-    if getattr(args, "model_dir", None):
-        return Path(args.model_dir).resolve().name
+    folder = model_folder(args)
+    if folder is not None:
+        return folder.resolve().name
     return str(getattr(args, "model", "model")).replace("/", "--")
 
 
@@ -57,9 +59,10 @@ def model_identity(args) -> dict:
     A folder's fingerprint hashes its ``config.json`` and its weight files' names, sizes and first and last MiB; a
     hub model's is its name."""
     label = model_label(args)
-    if not getattr(args, "model_dir", None):
+    folder = model_folder(args)
+    if folder is None:
         return {"label": label, "fingerprint": label}
-    folder = Path(args.model_dir).expanduser()
+    folder = folder.expanduser()
     h = hashlib.sha256()
     for f in sorted(folder.iterdir()):
         if f.name == "config.json" or f.suffix in (".safetensors", ".bin") or f.name.endswith(".index.json"):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import os
 import shutil
 import socket
@@ -31,47 +30,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-import torch
 
-from ..claims.verdicts import Claim, claims_table, verdict_counts
-from ..model.paths import REPO_ROOT
+from ..claims.record import jsonable, summary_dict
+from ..claims.verdicts import Claim, claims_table
 from ..model.validation import UsageError
 from ..report.plotting import png_support, save_figure, write_png
 
-RESULTS = REPO_ROOT / "results"
 MANIFEST = ".gpt2_posheads.json"
 LOCK = ".gpt2_posheads.lock"
 _OPEN: list[Output] = []  # outputs of this process not yet committed (aborted by main_entry on failure)
 
 
 # --- JSON -----------------------------------------------------------------------------------------------
-
-
-def jsonable(x):
-    """``x`` with tensors, arrays, DataFrames, paths and non-finite floats made JSON-safe (NaN/inf -> null)."""
-    if isinstance(x, Claim):
-        return jsonable(x.as_dict())
-    if isinstance(x, torch.Tensor):
-        return jsonable(x.detach().cpu().tolist())
-    if isinstance(x, np.ndarray):
-        return jsonable(x.tolist())
-    if isinstance(x, (np.floating, float)):
-        return None if not math.isfinite(float(x)) else float(x)
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.bool_,)):
-        return bool(x)
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, pd.DataFrame):
-        return jsonable(x.to_dict(orient="records"))
-    if isinstance(x, Path):
-        return str(x)
-    return x
 
 
 def write_json(path: str | Path, obj) -> Path:
@@ -332,22 +303,20 @@ class Output:
     def csv(self, df: pd.DataFrame, stem: str) -> None:
         df.to_csv(self.path(f"{stem}.csv"), index=False)
 
-    def summary(self, obj: dict, claims: Sequence[Claim | dict] = (), stem: str = "summary") -> Path:
+    def summary(self, obj: dict, claims: Sequence[Claim] = (), stem: str = "summary") -> Path:
         """Write ``summary.json``: ``obj`` plus ``claims`` (each ``{claim, post, measured, rule, verdict, why}``),
         their verdict counts, the figures, when it was measured and how long it took; prints the claim table."""
         obj = dict(obj)
         obj.setdefault("script", self.script)
         obj.setdefault("quick", self.quick)
-        obj["claims"] = [c.as_dict() if isinstance(c, Claim) else c for c in claims]
-        obj["verdicts"] = verdict_counts(obj["claims"])
         obj.setdefault("elapsed_s", round(time.time() - self.started, 2))
         obj["finished_at"] = now_iso()
         obj["figures"] = [p.name for p in self.written if p.suffix in (".html", ".png")] + [
             f"{stem}.png" for _, stem, _ in self.pngs
         ]
-        p = write_json(self.path(f"{stem}.json"), obj)
-        if obj["claims"]:
-            print("\n" + claims_table(obj["claims"]))
+        p = write_json(self.path(f"{stem}.json"), summary_dict(obj, list(claims)))
+        if claims:
+            print("\n" + claims_table(list(claims)))
         return p
 
     # --- finishing ---
@@ -433,6 +402,13 @@ def finish_not_testable(reason: str) -> bool:
     return done
 
 
+def results_root() -> Path:
+    """``./results`` of the folder the user stands in: where every script writes unless told ``--out``."""
+    return Path.cwd() / "results"
+
+
 def default_target(script: str, model_slug: str | None = None) -> Path:
-    """``results/<script>/<model>/`` (or ``results/<script>/`` for a script without a model)."""
-    return RESULTS / script / model_slug if model_slug else RESULTS / script
+    """``results/<script>/<model>/`` (or ``results/<script>/`` for a script without a model), in the current
+    folder."""
+    root = results_root()
+    return root / script / model_slug if model_slug else root / script

@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 import torch
 
 from .folder import folder_problem
-from .paths import shared_file
+from .paths import SHIPPED_MODELS, shared_file, shipped_model_dir
 
 
 class ModelLoadError(RuntimeError):
@@ -65,6 +65,8 @@ def resolve_model_source(name_or_path: str | os.PathLike) -> str:
     """A local directory path, or a hub id that is cached or reachable; else :class:`ModelLoadError`."""
     s = str(name_or_path)
     p = Path(s).expanduser()
+    if not p.is_dir() and s in SHIPPED_MODELS:  # a shipped model by name (a compiled one is built on first use)
+        p = shipped_model_dir(s)
     if p.is_dir():
         if not (p / "config.json").exists():
             raise ModelLoadError(f"model directory {p} has no config.json (expected a Hugging Face-format folder)")
@@ -85,7 +87,8 @@ def resolve_model_source(name_or_path: str | os.PathLike) -> str:
             f"Point at a local Hugging Face-format directory instead, e.g. "
             f"load_model('path/to/gpt2') or --model-dir path/to/gpt2 (a folder with config.json, "
             f"model.safetensors and tokenizer files; `huggingface-cli download gpt2 --local-dir gpt2` "
-            f"makes one on a machine with internet). The repository ships a trained miniature: data/mini-gpt2."
+            f"makes one on a machine with internet). "
+            f"The package ships models that load offline by name: {', '.join(SHIPPED_MODELS)}."
         )
     return repo_id
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..model.paths import GPT2_W_POS, REPO_ROOT
+from ..model.paths import GPT2_W_POS, ORGANISM_DIR
 
 N_LAYERS, N_HEADS, D_MODEL, N_CTX, D_MLP = 4, 4, 512, 256, 512
 D_HEAD = D_MODEL // N_HEADS
@@ -43,7 +43,7 @@ K_TOK = 96  # dimension of the token codes: cross-talk between two codes ~ N(0, 
 N_BUCKETS = 64  # the early heads' self-match reads a one-hot bucket per token: exact, 1/64 of pairs collide
 C = 1.0e4  # the constant feature: LayerNorm's scale varies by |signal|^2 / (2 C^2)
 SEED = 2024
-TOKENIZER_DIR = REPO_ROOT / "data" / "mini-gpt2"
+TOKENIZER_DIR = ORGANISM_DIR
 BOS = 0
 
 
@@ -718,7 +718,7 @@ def card(model: Compiled, measured: dict | None = None) -> str:
         "truth for the verdicts of the GPT-2 post's claims, not a language model (it predicts only copies).",
         "",
         f"GPT-2 architecture: {N_LAYERS} layers x {N_HEADS} heads, d_model {D_MODEL}, d_mlp {D_MLP}, n_ctx {N_CTX}, "
-        "the 4,096-token tokenizer of `data/mini-gpt2`, an untied unembedding. Every LayerNorm has gain "
+        "the 4,096-token tokenizer of the organism `mini-gpt2`, an untied unembedding. Every LayerNorm has gain "
         f"C / sqrt(d_model) with C = {C:g} in every embedding: the identity on the features to 1e-6.",
         "",
         "## The residual stream",

@@ -24,7 +24,7 @@ class MiniConfig:
     weight_decay: float = 0.1
     val_fraction: float = 0.05
     seed: int = 0
-    # data mix (defaults: the shipped organism's recipe, data/mini-gpt2/README.md)
+    # data mix (defaults: the shipped organism's recipe, gpt2_posheads/data/mini-gpt2/README.md)
     synthetic_steps: int = 1400  # phase 1: synthetic windows only
     synthetic_vocab: int = 4096  # phase-1 synthetic token ids are drawn from [1, synthetic_vocab)
     synthetic_fraction: float = 0.125  # phase 2: share of windows still synthetic (segment pairs)

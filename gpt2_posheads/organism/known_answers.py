@@ -1,4 +1,4 @@
-"""The verdict every claim must get on every compiled model and on ``data/mini-gpt2``, from how each model is built.
+"""The verdict every claim must get on every compiled model and on ``mini-gpt2``, from how each model is built.
 
 Written down before any claim was measured on the models; the test ``tests/organism/test_known_answers.py`` builds
 the models, runs every claim script of the GPT-2 post and the organism report, and asserts this table. Where a
@@ -18,7 +18,7 @@ Models (``gpt2_posheads.organism.compiled``):
 * ``lookalike-decoy``: the route's layers 0-1 (self-suppressing early heads that write their estimate), but the
   sharp layer-2 head ignores them and reads fine components of ``W_pos``, as in ``lookalike-wpos``.
 * ``lookalike-none``: positions are counted, but no head attends to the previous token and nothing copies.
-* ``mini-gpt2``: the trained organism (``data/mini-gpt2``): a layer-0 previous-token head that reads an alternating
+* ``mini-gpt2``: the trained organism (``mini-gpt2``): a layer-0 previous-token head that reads an alternating
   ``W_pos`` (the toy post's route), induction and copying. Its geometry is not set by hand: those rows are ``None``.
 """
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..claims.record import Summary
+from ..model.validation import UsageError
 from .index import collect_summaries
 
 
@@ -37,17 +39,15 @@ def same(a, b, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
     return a == b
 
 
-def compare_claims(before: dict, after: dict, rtol: float = 1e-6, atol: float = 1e-9) -> pd.DataFrame:
+def compare_claims(before: Summary, after: Summary, rtol: float = 1e-6, atol: float = 1e-9) -> pd.DataFrame:
     """One row per claim of either summary: ``key``, ``verdict_before``, ``verdict_after``, ``n_numbers`` (leaves
     compared), ``n_moved`` and ``moved`` (up to three ``path: before -> after``)."""
-
-    def by_key(s: dict) -> dict[str, dict]:
-        return {c.get("key") or c["claim"]: c for c in s.get("claims", [])}
-
-    b, a = by_key(before), by_key(after)
+    b, a = before.by_key(), after.by_key()
     rows = []
     for key in list(b) + [k for k in a if k not in b]:
-        fb, fa = flatten((b.get(key) or {}).get("measured")), flatten((a.get(key) or {}).get("measured"))
+        cb, ca = b.get(key), a.get(key)
+        fb = flatten(cb.measured) if cb else {}
+        fa = flatten(ca.measured) if ca else {}
         moved = [
             f"{p}: {fb.get(p)} -> {fa.get(p)}"
             for p in list(fb) + [p for p in fa if p not in fb]
@@ -56,8 +56,8 @@ def compare_claims(before: dict, after: dict, rtol: float = 1e-6, atol: float = 
         rows.append(
             {
                 "key": key,
-                "verdict_before": (b.get(key) or {}).get("verdict", "-"),
-                "verdict_after": (a.get(key) or {}).get("verdict", "-"),
+                "verdict_before": cb.verdict if cb else "-",
+                "verdict_after": ca.verdict if ca else "-",
                 "n_numbers": len(set(fb) | set(fa)),
                 "n_moved": len(moved),
                 "moved": "; ".join(moved[:3]),
@@ -69,7 +69,8 @@ def compare_claims(before: dict, after: dict, rtol: float = 1e-6, atol: float = 
 def compare_folders(before: Path, after: Path, rtol: float = 1e-6, atol: float = 1e-9) -> pd.DataFrame:
     """:func:`compare_claims` for every ``summary.json`` found under both folders (matched by their path
     relative to the folder), with a ``summary`` column naming it; summaries under one folder only are listed with
-    ``verdict_before`` or ``verdict_after`` ``"(no summary)"``. A summary that cannot be read is an error naming it.
+    ``verdict_before`` or ``verdict_after`` ``"(no summary)"``. A summary that cannot be read is an error naming it;
+    two folders with no claim in common are refused (:class:`UsageError`): there is nothing to compare.
     """
     found = [{str(p.relative_to(root)): s for p, s in collect_summaries(root)} for root in (before, after)]
     frames = []
@@ -93,4 +94,12 @@ def compare_folders(before: Path, after: Path, rtol: float = 1e-6, atol: float =
         else:
             frames.append(compare_claims(pb, pa, rtol, atol))
         frames[-1].insert(0, "summary", rel)
+    common = [rel for rel in set(found[0]) & set(found[1]) if set(found[0][rel].by_key()) & set(found[1][rel].by_key())]
+    if not common:  # nothing compared is not "nothing moved"
+        raise UsageError(
+            "folders",
+            f"{before} and {after} have no claim in common ({len(found[0])} and {len(found[1])} summaries)",
+            "two results folders of the same scripts",
+            "compare a folder with another run of the same scripts and models",
+        )
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

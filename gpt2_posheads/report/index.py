@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from ..claims.catalogue import POSTS, SCRIPT_POST
-from ..claims.verdicts import fmt
+from ..claims.record import Summary, SummaryError, read_summary
+from ..claims.verdicts import Claim, fmt
 from ..model.validation import UsageError
 
 VERDICT_COLOURS = {"held": "#1a7f37", "not held": "#cf222e", "not testable": "#6e7781"}
@@ -42,28 +43,26 @@ td.none{color:#8c959f}.s-failed,.s-interrupted{color:#cf222e}.s-not-run{color:#6
 """
 
 
-def collect_summaries(root: Path) -> list[tuple[Path, dict]]:
-    """Every ``summary.json`` under ``root`` (sorted by script order, then path). Folders whose name starts with a
-    dot are a run's staging folders (not finished) and are left out; nothing else is. A ``summary.json`` that cannot
-    be read is an error naming it (:class:`~gpt2_posheads.model.validation.UsageError`): a page or a comparison
-    that silently left it out would show a result as missing."""
+def collect_summaries(root: Path) -> list[tuple[Path, Summary]]:
+    """Every ``summary.json`` under ``root``, read through :func:`~gpt2_posheads.claims.record.read_summary` (sorted
+    by script order, then path). Folders whose name starts with a dot are a run's staging folders (not finished) and
+    are left out; nothing else is. A ``summary.json`` that cannot be read is an error naming it
+    (:class:`~gpt2_posheads.model.validation.UsageError`): a page or a comparison that silently left it out would
+    show a result as missing."""
     found = []
     for p in root.rglob("summary.json"):
         if any(part.startswith(".") for part in p.relative_to(root).parent.parts):
             continue
         try:
-            s = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as e:
+            found.append((p, read_summary(p)))
+        except SummaryError as e:
             raise UsageError(
                 "results",
-                f"{p} cannot be read ({type(e).__name__}: {str(e)[:80]})",
+                str(e),
                 "summary.json files written by this toolkit",
                 "rerun the script that wrote it, or move the file away",
             ) from None
-        if not isinstance(s, dict):
-            raise UsageError("results", f"{p} is not a JSON object", "summary.json files written by this toolkit")
-        found.append((p, s))
-    return sorted(found, key=lambda t: (SCRIPT_ORDER.get(t[1].get("script", ""), 99), str(t[0])))
+    return sorted(found, key=lambda t: (SCRIPT_ORDER.get(t[1].script, 99), str(t[0])))
 
 
 def humanize(key: str) -> str:
@@ -89,14 +88,14 @@ def present(x) -> str:
     return str(x)
 
 
-def _model_of(summary: dict, path: Path, root: Path) -> str:
-    if SCRIPT_POST.get(summary.get("script", ""), None) is not None and not SCRIPT_POST[summary["script"]].needs_model:
+def _model_of(summary: Summary, path: Path, root: Path) -> str:
+    if SCRIPT_POST.get(summary.script) is not None and not SCRIPT_POST[summary.script].needs_model:
         return TOY_COLUMN
-    return str(summary.get("model") or path.parent.name)
+    return summary.model or path.parent.name
 
 
-def _thumbs(summary: dict, folder: Path, root: Path) -> str:
-    figs = [f for f in summary.get("figures", []) if f.endswith(".html")]
+def _thumbs(summary: Summary, folder: Path, root: Path) -> str:
+    figs = [f for f in summary.figures if f.endswith(".html")]
     out = []
     for f in figs:
         rel = (folder / f).relative_to(root)
@@ -119,15 +118,15 @@ TELLS = {
 }
 
 
-def _cell(c: dict | None, when: str, source: str = "") -> str:
+def _cell(c: Claim | None, when: str, source: str = "") -> str:
     """A claim's cell: the verdict, the head, the tested number, the reason (the rule's comparison, with its
     threshold), when it was measured, and the measured values in a fold."""
     if c is None:
         return '<td class="none">not measured</td>'
-    v = c.get("verdict", "?")
-    head = f' <span class="head">on {html.escape(c["head"])}</span>' if c.get("head") else ""
-    shown = c.get("shown") or ""
-    measured = present(c.get("measured"))
+    v = c.verdict
+    head = f' <span class="head">on {html.escape(c.head)}</span>' if c.head else ""
+    shown = c.shown
+    measured = present(c.measured)
     fold = (
         f"<details><summary>measured</summary>{html.escape(measured)}</details>"
         if measured and measured != shown and v != "not testable"
@@ -137,13 +136,13 @@ def _cell(c: dict | None, when: str, source: str = "") -> str:
     return (
         f'<td><span class="v" style="background:{VERDICT_COLOURS.get(v, "#444")}">{html.escape(v)}</span>{head}'
         + (f'<div class="m">{html.escape(shown)}</div>' if shown else "")
-        + f'<div class="why">{html.escape(c.get("why", ""))}</div>{fold}'
+        + f'<div class="why">{html.escape(c.why)}</div>{fold}'
         f'<div class="when">measured {html.escape(when)}</div>{src}</td>'
     )
 
 
-def _when(s: dict) -> str:
-    t = s.get("finished_at", "")
+def _when(s: Summary) -> str:
+    t = s.finished_at
     return t.replace("T", " ")[:16] if t else "(time not recorded)"
 
 
@@ -185,11 +184,11 @@ def run_header(record: dict | None) -> str:
     )
 
 
-Cells = dict[tuple[str, str], dict[str, tuple[dict, dict, Path]]]
+Cells = dict[tuple[str, str], dict[str, tuple[Claim, Summary, Path]]]
 
 
 def _claims_by_model(
-    summaries: list[tuple[Path, dict]], root: Path, record: dict | None = None
+    summaries: list[tuple[Path, Summary]], root: Path, record: dict | None = None
 ) -> tuple[Cells, list[tuple[str, str]], list[str], dict[str, int]]:
     """``(cells, order, models, counts)``: ``cells[(script, claim key)][model] = (claim, summary, folder)``, the
     claim keys in the order met, the model columns (the run record's first), and the count of each verdict."""
@@ -201,12 +200,12 @@ def _claims_by_model(
         model = _model_of(s, path, root)
         if model != TOY_COLUMN and model not in models:
             models.append(model)
-        for i, c in enumerate(s.get("claims", [])):
-            k = (s.get("script", path.parent.name), c.get("key") or c.get("claim", str(i)))
+        for c in s.claims:
+            k = (s.script or path.parent.name, c.key or c.claim)
             if k not in cells:
                 order.append(k)
             cells.setdefault(k, {})[model] = (c, s, path.parent)
-            counts[c.get("verdict")] = counts.get(c.get("verdict"), 0) + 1
+            counts[c.verdict] += 1
     return cells, order, models, counts
 
 
@@ -220,26 +219,26 @@ def claims_markdown(root: Path, post_key: str) -> str:
     cells, order, models, _ = _claims_by_model(collect_summaries(root), root)
     cols = models if post.needs_model else [TOY_COLUMN]
 
-    def cell(c: dict | None) -> str:
+    def cell(c: Claim | None) -> str:
         if c is None:
             return "not measured"
-        head = f" on {c['head']}" if c.get("head") else ""
-        if c.get("verdict") == "not testable" and c.get("why"):  # what failed says more than partial numbers
-            shown = c["why"].removeprefix("not testable here: ")
+        head = f" on {c.head}" if c.head else ""
+        if c.verdict == "not testable" and c.why:  # what failed says more than partial numbers
+            shown = c.why.removeprefix("not testable here: ")
         else:
-            shown = c.get("shown") or present(c.get("measured"))
-        return f"**{c.get('verdict', '?')}**{head}: {shown.replace('|', '/')}"
+            shown = c.shown or present(c.measured)
+        return f"**{c.verdict}**{head}: {shown.replace('|', '/')}"
 
     lines = ["| claim | the post | " + " | ".join(cols) + " |", "| --- | --- |" + " --- |" * len(cols)]
     for k in (k for k in order if k[0] in post.scripts):
         first = next(iter(cells[k].values()))[0]
         row = [cell(cells[k][m][0] if m in cells[k] else None) for m in cols]
-        lines.append(f"| {first.get('claim', '')} | {present(first.get('post', ''))} | " + " | ".join(row) + " |")
+        lines.append(f"| {first.claim} | {present(first.post)} | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
 
 def index_html(
-    summaries: list[tuple[Path, dict]],
+    summaries: list[tuple[Path, Summary]],
     root: Path,
     record: dict | None = None,
     title: str = "gpt2_posheads: the posts' claims, measured",
@@ -279,12 +278,12 @@ def index_html(
                     )
                     for m in cols
                 )
-                tag = TELLS.get(first.get("tells", ""))
+                tag = TELLS.get(first.tells)
                 tag_html = f"<span class='tag {tag[0]}' title='{html.escape(tag[1])}'>{tag[0]}</span>" if tag else ""
                 body.append(
-                    f"<tr><td><b>{html.escape(first.get('claim', ''))}</b>{tag_html}<div class='rule'>"
-                    f"{html.escape(first.get('rule', ''))}</div><div class='script'>{html.escape(script)}</div></td>"
-                    f"<td>{html.escape(present(first.get('post', '')))}</td>{row}</tr>"
+                    f"<tr><td><b>{html.escape(first.claim)}</b>{tag_html}<div class='rule'>"
+                    f"{html.escape(first.rule)}</div><div class='script'>{html.escape(script)}</div></td>"
+                    f"<td>{html.escape(present(first.post))}</td>{row}</tr>"
                 )
             figs = [
                 (m, s, folder)
@@ -328,22 +327,22 @@ W_pos; the reason is given).</p>{run_header(record)}{explore}{"".join(sections)}
 </body></html>"""
 
 
-def organism_html(summaries: list[tuple[Path, dict]], root: Path) -> str:
+def organism_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
     """The organism reports (``mini_gpt2_report.py``): each model's behaviour targets, and a link to its report,
     which shows the post's story on it beside another model and the post's numbers."""
-    reports = [(p, s) for p, s in summaries if s.get("script") == "mini_gpt2_report"]
+    reports = [(p, s) for p, s in summaries if s.script == "mini_gpt2_report"]
     if not reports:
         return ""
     rows = []
     for p, s in reports:
         link = html.escape(str((p.parent / "report.html").relative_to(root)))
-        cells = "".join(_cell(c, _when(s)) for c in s.get("claims", []))
+        cells = "".join(_cell(c, _when(s)) for c in s.claims)
         rows.append(
-            f"<tr><td><b>{html.escape(str(s.get('model', '')))}</b><div><a href='{link}'>the report</a>"
+            f"<tr><td><b>{html.escape(s.model)}</b><div><a href='{link}'>the report</a>"
             f"{' (beside ' + html.escape(str(s['compare'])) + ')' if s.get('compare') else ''}</div></td>"
             f"{cells}</tr>"
         )
-    heads = "".join(f"<th>{html.escape(c.get('claim', ''))}</th>" for c in reports[0][1].get("claims", []))
+    heads = "".join(f"<th>{html.escape(c.claim)}</th>" for c in reports[0][1].claims)
     return (
         "<h2>Model organisms: the behaviour the post studies</h2><p>Each model's behaviour targets (a sharp "
         "previous-token head, induction, copying, held-out loss); whether it takes the post's route is what the "
@@ -353,7 +352,7 @@ def organism_html(summaries: list[tuple[Path, dict]], root: Path) -> str:
     )
 
 
-def robustness_html(summaries: list[tuple[Path, dict]], root: Path) -> str:
+def robustness_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
     """The toy scripts' ``--robustness`` totals: per claim, held in k of n runs over the grid of unstated
     settings, and in how many settings it held for every seed / for none (empty when no script ran it)."""
     rows = []
@@ -363,9 +362,9 @@ def robustness_html(summaries: list[tuple[Path, dict]], root: Path) -> str:
             continue
         link = html.escape(str(path.parent.relative_to(root) / "robustness.html"))
         for claim, t in r["totals"].items():
-            quick = " <b>(quick)</b>" if s.get("quick") else ""
+            quick = " <b>(quick)</b>" if s.quick else ""
             rows.append(
-                f"<tr><td>{html.escape(s.get('script', ''))}{quick}</td><td>{html.escape(claim)}</td>"
+                f"<tr><td>{html.escape(s.script)}{quick}</td><td>{html.escape(claim)}</td>"
                 f"<td>{t['held_runs']} of {t['runs']}"
                 + (f" ({t['not_testable_runs']} not testable)" if t.get("not_testable_runs") else "")
                 + f"</td><td>{t['settings_all_seeds']} / {t['settings_no_seed']}"

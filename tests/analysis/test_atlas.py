@@ -96,8 +96,8 @@ def test_head_atlas_script(tmp_path):
     run_script(
         EXPERIMENTS / "head_atlas.py",
         [
-            "--model-dirs",
-            "data/mini-gpt2",
+            "--models",
+            "mini-gpt2",
             "--out",
             str(tmp_path),
             "--no-png",

@@ -76,15 +76,15 @@ def test_non_finite_values_are_not_held():
 
 def test_toy_claim_uses_the_rules_why_and_the_floor_case():
     c = rules.toy_claim("k", "text", "post", "rule", 1.0, (True, "it is 1.0 (needs > 0.5)"), shown="1.0")
-    assert c["verdict"] == HELD and c["why"] == "it is 1.0 (needs > 0.5)" and c["shown"] == "1.0"
+    assert c.verdict == HELD and c.why == "it is 1.0 (needs > 0.5)" and c.shown == "1.0"
     c = rules.toy_claim("k", "text", "post", "rule", 1.0, (False, "it is 0.1 (needs > 0.5)"), shown="0.1")
-    assert c["verdict"] == NOT_HELD and "0.1" in c["why"]
+    assert c.verdict == NOT_HELD and "0.1" in c.why
     c = rules.toy_claim("k", "t", "p", "r", 1.0, (None, "not testable here: at the floor"), shown="4e-5, 2e-7")
-    assert c["verdict"] == NOT_TESTABLE and c["shown"] == "4e-5, 2e-7" and "floor" in c["why"]
+    assert c.verdict == NOT_TESTABLE and c.shown == "4e-5, 2e-7" and "floor" in c.why
     c = rules.toy_claim("k", "t", "p", "r", 1.0, (True, "x"), quick=True, shown="1.0")
-    assert c["verdict"] == NOT_TESTABLE and c["shown"] == "not tested (--quick run)"
+    assert c.verdict == NOT_TESTABLE and c.shown == "not tested (--quick run)"
     c = rules.toy_claim("k", "t", "p", "r", 1.0, (True, "x"), precondition=(False, "it did not learn"), shown="1")
-    assert c["verdict"] == NOT_TESTABLE and c["why"] == "not testable here: it did not learn"
+    assert c.verdict == NOT_TESTABLE and c.why == "not testable here: it did not learn"
 
 
 def test_num_writes_short_exponents():

@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from gpt2_posheads.model.paths import GPT2_W_POS, REPO_ROOT
+from gpt2_posheads.model.paths import GPT2_W_POS
 
-from conftest import EXPERIMENTS, load_script, run_script
+from conftest import EXPERIMENTS, MINI_DIR, load_script, run_script
 
 
 @pytest.fixture(scope="module")
@@ -191,12 +191,12 @@ def test_run_all_runs_every_script_per_model_and_writes_the_page(tmp_path, monke
     dirs = []
     for name in ("mini-gpt2", "my-model"):  # two model folders (the runner never loads them here)
         d = tmp_path / "models" / name
-        shutil.copytree(REPO_ROOT / "data" / "mini-gpt2", d)
+        shutil.copytree(MINI_DIR, d)
         dirs.append(str(d))
-    monkeypatch.setattr(run_all, "RESULTS", tmp_path)
+    monkeypatch.setattr(run_all, "results_root", lambda: tmp_path)
     monkeypatch.setattr(run_all, "run_experiment", fake_runner(tmp_path, calls))
     monkeypatch.setattr(run_all, "write_index", lambda root: index.write_index(tmp_path))
-    assert run_all.main(["--model-dirs", ",".join(dirs), "--quick", "--no-explorer"]) == 0
+    assert run_all.main(["--models", "", "--model-dirs", ",".join(dirs), "--quick", "--no-explorer"]) == 0
     assert [n for n, _ in calls] == [s for s in MODEL_SCRIPTS for _ in (0, 1)] + list(TOY_SCRIPTS)
     assert all("--quick" in a for n, a in calls if n.startswith("toy_"))
     page = (tmp_path / "index.html").read_text()
@@ -214,10 +214,10 @@ def test_run_all_interrupted_still_writes_a_page_that_says_so(tmp_path, monkeypa
 
     run_all = load_script("run_all")
     calls = []
-    monkeypatch.setattr(run_all, "RESULTS", tmp_path)
+    monkeypatch.setattr(run_all, "results_root", lambda: tmp_path)
     monkeypatch.setattr(run_all, "run_experiment", fake_runner(tmp_path, calls, interrupt_at="mask_prev_attention"))
     monkeypatch.setattr(run_all, "write_index", lambda root: index.write_index(tmp_path))
-    assert run_all.main(["--model-dirs", "data/mini-gpt2", "--no-explorer"]) == 130
+    assert run_all.main(["--models", "mini-gpt2", "--no-explorer"]) == 130
     record = json.loads((tmp_path / "run_all.json").read_text())
     status = {j["script"]: j["status"] for j in record["jobs"]}
     assert status["rank_prev_heads"] == "ok" and status["mask_prev_attention"] == "interrupted"

@@ -203,9 +203,7 @@ def test_help_keeps_examples_and_shows_defaults_once(capsys):
     with pytest.raises(SystemExit):
         mod.main(["--help"])
     raw = capsys.readouterr().out
-    assert (
-        "\n    python experiments/pos_embed_averaging.py --model-dir data/mini-gpt2\n" in raw
-    )  # example block as written
+    assert "\n    gpt2-posheads pos_embed_averaging --model mini-gpt2\n" in raw  # example block as written
     out = " ".join(raw.split())
     assert out.count("(default: 1,5,10,20,50,100)") == 1
 
@@ -213,7 +211,7 @@ def test_help_keeps_examples_and_shows_defaults_once(capsys):
 def test_every_option_has_help(monkeypatch):
     import argparse
 
-    from gpt2_posheads.cli.runner import list_experiments
+    from gpt2_posheads.commands import commands
 
     captured = {}
 
@@ -222,7 +220,7 @@ def test_every_option_has_help(monkeypatch):
         raise SystemExit(0)
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", grab)
-    for name in list_experiments():
+    for name in commands():
         with pytest.raises(SystemExit):
             load_script(name).main([])
         missing = [a.dest for a in captured["p"]._actions if not a.help]

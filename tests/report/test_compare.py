@@ -2,19 +2,27 @@
 
 import json
 
-from gpt2_posheads.report.compare import compare_claims, flatten
+from gpt2_posheads.claims.record import summary_from_dict
+from gpt2_posheads.report.compare import compare_claims as _compare_claims
+from gpt2_posheads.report.compare import flatten
 
 from conftest import EXPERIMENTS, run_script
 
 
 def summary(ratio, verdict="held", masses=(0.9, float("nan"))):
+    record = {"post": "p", "rule": "r", "why": "w"}
     return {
         "script": "rank_prev_heads",
         "claims": [
-            {"key": "sharp_prev_head", "claim": "c", "measured": {"head": "L0H1", "ratio": ratio}, "verdict": verdict},
-            {"key": "mask", "claim": "m", "measured": {"prev_mass": list(masses)}, "verdict": "not testable"},
+            {"key": "sharp_prev_head", "claim": "c", "measured": {"head": "L0H1", "ratio": ratio}, "verdict": verdict}
+            | record,
+            {"key": "mask", "claim": "m", "measured": {"prev_mass": list(masses)}, "verdict": "not testable"} | record,
         ],
     }
+
+
+def compare_claims(before: dict, after: dict):
+    return _compare_claims(summary_from_dict(before), summary_from_dict(after))
 
 
 def test_flatten_paths():

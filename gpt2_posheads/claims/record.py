@@ -1,0 +1,192 @@
+"""The claim record on disk: one pair of functions writes and reads ``summary.json``.
+
+A verdict is a :class:`~gpt2_posheads.claims.verdicts.Claim` from the moment a rule decides it until a person reads
+it. :func:`write_summary` turns a run's claims and numbers into ``summary.json``; :func:`read_summary` turns the file
+back into a :class:`Summary` whose ``claims`` are :class:`Claim` objects again. Nothing else parses a summary: the
+results page, ``compare_results``, the organism report and the notebooks read through :func:`read_summary`, so a
+field is named in one place and a malformed file is refused in one place (:class:`SummaryError`, naming the file).
+
+``summary.json``::
+
+    {"script": ..., "model": ..., <the run's own numbers>,
+     "claims": [{"claim", "post", "measured", "rule", "verdict", "why", "key"?, "head"?, "shown"?, "tells"?, ...}],
+     "verdicts": {"held": n, "not held": n, "not testable": n}, "figures": [...], "finished_at": ..., "elapsed_s": ...}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .verdicts import VERDICTS, Claim, verdict_counts
+
+CLAIM_FIELDS = ("claim", "post", "measured", "rule", "verdict", "why")  # every record has these
+OPTIONAL_FIELDS = ("key", "head", "shown", "tells")
+
+
+class SummaryError(ValueError):
+    """A ``summary.json`` (or a claim in it) that this toolkit did not write, or that was cut short."""
+
+
+def jsonable(x):
+    """``x`` made JSON-safe: claims as records, tensors and arrays as lists, DataFrames as rows, paths as strings,
+    non-finite floats as ``null`` (JSON has no NaN)."""
+    import pandas as pd
+
+    if isinstance(x, Claim):
+        return jsonable(claim_to_dict(x))
+    if hasattr(x, "detach") and hasattr(x, "tolist"):  # a torch tensor, without importing torch here
+        return jsonable(x.detach().cpu().tolist())
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist())
+    if isinstance(x, (np.floating, float)):
+        return None if not math.isfinite(float(x)) else float(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.bool_):
+        return bool(x)
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, pd.DataFrame):
+        return jsonable(x.to_dict(orient="records"))
+    if isinstance(x, Path):
+        return str(x)
+    return x
+
+
+def claim_to_dict(c: Claim) -> dict:
+    """The record of one claim, as ``summary.json`` holds it."""
+    return c.as_dict()
+
+
+def claim_from_dict(d: dict, where: str = "claim") -> Claim:
+    """The :class:`Claim` a record holds; a record without one of :data:`CLAIM_FIELDS`, or with a verdict outside
+    ``held`` / ``not held`` / ``not testable``, is a :class:`SummaryError` naming ``where``."""
+    if not isinstance(d, dict):
+        raise SummaryError(f"{where}: a claim must be a JSON object, got {type(d).__name__}")
+    missing = [k for k in CLAIM_FIELDS if k not in d]
+    if missing:
+        raise SummaryError(f"{where}: a claim without {', '.join(missing)}")
+    if d["verdict"] not in VERDICTS:
+        raise SummaryError(f"{where}: verdict {d['verdict']!r} is not one of {', '.join(VERDICTS)}")
+    known = set(CLAIM_FIELDS) | set(OPTIONAL_FIELDS)
+    return Claim(
+        claim=str(d["claim"]),
+        post=d["post"],
+        measured=d["measured"],
+        rule=str(d["rule"]),
+        verdict=d["verdict"],
+        why=str(d["why"]),
+        key=str(d.get("key") or ""),
+        head=str(d.get("head") or ""),
+        shown=str(d.get("shown") or ""),
+        tells=str(d.get("tells") or ""),
+        extra={k: v for k, v in d.items() if k not in known},
+    )
+
+
+@dataclass
+class Summary:
+    """A run's ``summary.json``: its claims as :class:`Claim` objects and the rest of its numbers in ``data``.
+
+    ``summary.get(name)`` reads one of the run's own numbers (what a script records beside its claims differs from
+    script to script, so those stay a mapping); the fields every summary has are attributes.
+    """
+
+    claims: list[Claim]
+    data: dict = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def script(self) -> str:
+        return str(self.data.get("script", ""))
+
+    @property
+    def model(self) -> str:
+        return str(self.data.get("model") or "")
+
+    @property
+    def quick(self) -> bool:
+        return bool(self.data.get("quick", False))
+
+    @property
+    def figures(self) -> list[str]:
+        return list(self.data.get("figures", []))
+
+    @property
+    def finished_at(self) -> str:
+        return str(self.data.get("finished_at", ""))
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.data.get(name, default)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.data[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.data
+
+    def claim(self, key: str) -> Claim | None:
+        """The claim with this key (or, for records without keys, this sentence); ``None`` when absent."""
+        return next((c for c in self.claims if (c.key or c.claim) == key), None)
+
+    def by_key(self) -> dict[str, Claim]:
+        """``{key: claim}`` in the order written (a claim without a key is named by its sentence)."""
+        return {c.key or c.claim: c for c in self.claims}
+
+    def __iter__(self) -> Iterator[Claim]:
+        return iter(self.claims)
+
+
+def summary_dict(data: dict, claims: Sequence[Claim]) -> dict:
+    """The JSON object :func:`write_summary` writes: ``data``, the claims as records and their verdict counts."""
+    obj = dict(data)
+    obj["claims"] = [claim_to_dict(c) for c in claims]
+    obj["verdicts"] = verdict_counts(list(claims))
+    return jsonable(obj)
+
+
+def write_summary(path: str | Path, data: dict, claims: Sequence[Claim]) -> Path:
+    """Write ``summary.json`` at ``path`` atomically (a temporary file renamed over it): ``data`` plus ``claims``."""
+    for c in claims:
+        if not isinstance(c, Claim):
+            raise TypeError(f"claims: every claim must be a Claim, got {type(c).__name__}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(summary_dict(data, claims), indent=2, allow_nan=False), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def summary_from_dict(obj: Any, where: str = "summary") -> Summary:
+    """A :class:`Summary` from a parsed ``summary.json`` (see :func:`read_summary`)."""
+    if not isinstance(obj, dict):
+        raise SummaryError(f"{where} is not a JSON object")
+    records = obj.get("claims", [])
+    if not isinstance(records, list):
+        raise SummaryError(f"{where}: 'claims' is not a list")
+    claims = [claim_from_dict(d, f"{where}, claim {i + 1}") for i, d in enumerate(records)]
+    data = {k: v for k, v in obj.items() if k not in ("claims", "verdicts")}
+    return Summary(claims, data)
+
+
+def read_summary(path: str | Path) -> Summary:
+    """The :class:`Summary` in ``path``; a file that cannot be read, is not JSON, or holds a claim that is not a
+    record of this toolkit is a :class:`SummaryError` naming the file."""
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise SummaryError(f"{path} cannot be read ({type(e).__name__}: {str(e)[:80]})") from None
+    s = summary_from_dict(obj, str(path))
+    s.path = path
+    return s

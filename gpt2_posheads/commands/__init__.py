@@ -1,0 +1,93 @@
+"""The command-line programs: one per claim script, plus the main job and the tools around it.
+
+Each module here is a program: ``main(argv)`` parses its options, calls the library (the post's claim functions in
+:mod:`gpt2_posheads.posts`), and writes the results folder. They run, once the package is installed, from any folder:
+
+    gpt2-posheads                              # list them
+    gpt2-posheads rank_prev_heads --model route-gpt2
+    python -m gpt2_posheads run_all            # the main job
+
+``experiments/<name>.py`` in a source checkout runs the same program. Commands are found through the package
+(:func:`commands`), never through a path under a checkout.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+# commands whose first second is spent loading torch: they say so at once (a busy machine takes seconds)
+SAY_FIRST = ("toy_sticky_plateau", "toy_similar_content", "toy_prev_token", "toy_lost_in_middle")
+
+
+def commands() -> dict[str, str]:
+    """``{command name: the first line of its docstring}`` for every command of the package, read without importing
+    them (listing stays instant)."""
+    out = {}
+    for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if m.name.startswith("_"):
+            continue
+        path = Path(__path__[0]) / f"{m.name}.py"
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        out[m.name] = doc.strip().splitlines()[0] if doc.strip() else ""
+    return out
+
+
+def normalize(name: str) -> str:
+    """A command as typed: ``run-all`` and ``run_all.py`` are ``run_all``."""
+    return name.removesuffix(".py").replace("-", "_")
+
+
+def load(name: str):
+    """The module of command ``name`` (``KeyError`` naming the commands there are)."""
+    name = normalize(name)
+    if name not in commands():
+        raise KeyError(f"{name!r} is not a command; commands: {', '.join(commands())}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def run(name: str, argv: Sequence[str] | None = None) -> int:
+    """Run command ``name`` with ``argv`` as a program does: one ``error:`` line and status 2 for a mistake, the
+    results of an interrupted run kept (:func:`~gpt2_posheads.cli.args.main_entry`). Returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    name = normalize(name)
+    if name in SAY_FIRST and not {"-h", "--help"} & set(argv):
+        print(f"{name}: loading torch and the toolkit", flush=True)
+    from ..cli.args import main_entry
+
+    code = main_entry(load(name).main, argv)
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
+
+
+def run_experiment(name: str, args: Sequence[str], check: bool = False, env: dict[str, str] | None = None) -> int:
+    """Run command ``name`` with ``args`` (and ``env`` added to this process's environment) in a fresh Python
+    process (``python -m gpt2_posheads NAME``, so it runs wherever the package is importable); its exit status (130
+    when it was interrupted, 143 when terminated). Interrupted or terminated here, the child is terminated too and
+    given time to drop its staged output and release its lock before this raises."""
+    import os
+    import subprocess
+
+    name = normalize(name)
+    if name not in commands():
+        raise FileNotFoundError(name)
+    # the package this process imported, first on the child's path: a checkout without an install runs itself
+    package_parent = str(Path(__path__[0]).resolve().parents[1])
+    path_env = os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", "gpt2_posheads", name, *args]
+    child = subprocess.Popen(cmd, env={**os.environ, **(env or {}), "PYTHONPATH": path_env})
+    try:
+        code = child.wait()
+    except BaseException:
+        child.terminate()  # SIGTERM: the child cleans up as it does on Ctrl-C
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+        raise
+    if check and code:
+        raise subprocess.CalledProcessError(code, cmd)
+    return code

@@ -1,0 +1,85 @@
+"""Build the activation cache the tests and reports read (see gpt2_posheads.store.cache).
+
+    gpt2-posheads cache_activations --model gpt2 --out data/gpt2-cache.safetensors   # with the hub
+    gpt2-posheads cache_activations --model mini-gpt2 --out data/mini-gpt2-cache.safetensors
+
+Stores the patterns and raw scores of the post's eight heads on GPT-2 small (the model's four most
+previous-token-like heads elsewhere), the diagonals of every head, the extended positional embeddings at every
+layer, repeat-prompt probabilities, induction and the aggregator under masking and W_pos averaging.
+"""
+
+from pathlib import Path
+
+from gpt2_posheads.analysis.diagonals import diagonal_attention, rank_from_diagonals
+from gpt2_posheads.analysis.prompts import documents, make_prompts
+from gpt2_posheads.cli import (
+    HeadDefault,
+    add_heads_arg,
+    add_prompt_args,
+    capped_seq_len,
+    experiment_parser,
+    model_from_args,
+    model_label,
+    positive,
+    postcheck,
+    precheck,
+    resolve_heads,
+)
+from gpt2_posheads.model.validation import UsageError
+from gpt2_posheads.store.cache import PosheadsCache, build_cache
+
+HEADS = HeadDefault(
+    ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2", "L4H11", "L5H6"),
+    "top",
+    n=4,
+    what="heads whose patterns and raw scores are stored",
+)
+
+
+def main(argv=None):
+    p = experiment_parser(
+        __doc__,
+        out_help="the .safetensors file to write (an existing file is replaced only if it is a cache of this toolkit)",
+    )
+    add_prompt_args(p, n_prompts=32, seq_len=256)
+    add_heads_arg(p, HEADS)
+    p.add_argument("--ext-prompts", type=int, default=16, help="repeated-token prompts for the extended embeddings")
+    args = p.parse_args(argv)
+    checked = precheck(args)
+    positive("--ext-prompts", args.ext_prompts)
+    if args.out is None:
+        raise UsageError("--out", "is required", "a .safetensors path", "e.g. --out data/gpt2-cache.safetensors")
+    out = Path(args.out)
+    if out.suffix != ".safetensors":
+        raise UsageError("--out", f"{out} does not end in .safetensors", "a .safetensors path")
+    if out.is_dir():
+        raise UsageError("--out", f"{out} is a folder", "a .safetensors file path")
+    if out.exists() and not PosheadsCache.is_cache_file(out):
+        raise UsageError(
+            "--out",
+            f"{out} exists and is not a cache of this toolkit",
+            "a new path or an earlier cache",
+            "choose another --out",
+        )
+    model = model_from_args(args)
+    postcheck(args, checked, model)
+    docs, source = documents(args.prompts)
+    prompts = make_prompts(
+        model.tokenizer, args.n_prompts, capped_seq_len(model, args.seq_len), seed=args.seed, docs=docs
+    )
+    ranking = rank_from_diagonals(diagonal_attention(model, prompts, progress=False))
+    heads, chosen = resolve_heads(model, checked.heads, HEADS, ranking)
+    print(f"stored heads: {chosen}")
+    cache = build_cache(
+        model,
+        prompts,
+        heads,
+        model_label(args),
+        ext_n_prompts=args.ext_prompts,
+        seed=args.seed,
+        prompt_source=source,
+        heads_chosen=chosen,
+    )
+    path = cache.save(out)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {', '.join(sorted(cache.tensors))[:300]}...")
+    print(cache.ranking().head(8)[["name", "top_offset", "ratio"]].to_string(index=False))

@@ -1,0 +1,166 @@
+"""A head atlas across models: every head's previous-token ratio and top offset, induction and duplicate-token
+scores, under one stated protocol; one table per model and one mosaic across models.
+
+    gpt2-posheads head_atlas --models mini-gpt2 --model-dirs path/to/another-model
+    gpt2-posheads head_atlas --models gpt2,gpt2-medium,EleutherAI/pythia-160m      # needs the hub
+    gpt2-posheads head_atlas --models gpt2 --protocol ood-composition              # + the published protocol
+
+Protocol "toolkit" (gpt2_posheads.analysis.atlas): previous-token statistics on natural-text prompts (every
+offset, key 0 left out), induction A[q, q-seg+1] and duplicate-token A[q, q-seg] on BOS r r (seg 50, 16
+sequences). "ood-composition" adds the scores of the protocol released with "Out-of-distribution generalization
+via composition" (50 x 25 random ids repeated, numpy seed 2024, no BOS, position 0 dropped, rows renormalised).
+Where a model has learned W_pos, its sharpest previous-token head's previous-token mass under W_pos averaged in
+groups of 10 is measured too. Writes atlas_<model>.csv per model, mosaic.html and summary.json.
+"""
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from gpt2_posheads.analysis.atlas import OOD_PROTOCOL, TOOLKIT_PROTOCOL, head_table
+from gpt2_posheads.analysis.diagonals import diagonal_attention
+from gpt2_posheads.analysis.interventions import average_pos_embed
+from gpt2_posheads.cli import (
+    Parser,
+    add_prompt_args,
+    check_device,
+    check_hub_names,
+    check_model_dir,
+    corpus_prompts,
+    positive,
+)
+from gpt2_posheads.cli.engine import add_engine_args, check_engine_args, load_engine_model
+from gpt2_posheads.cli.output import Output, default_target
+from gpt2_posheads.model.identity import has_learned_positions, position_kind
+from gpt2_posheads.model.loading import ModelLoadError, load_model
+from gpt2_posheads.model.paths import SHIPPED_MODELS
+from gpt2_posheads.model.validation import UsageError
+
+METRICS = (("sharpness", "previous-token: 1 - ratio"), ("induction", "induction"), ("duplicate", "duplicate-token"))
+
+
+def main(argv=None):
+    p = Parser(description=__doc__)
+    p.add_argument("--model-dirs", default="", help="comma-separated local Hugging Face model folders")
+    p.add_argument(
+        "--models", default="", help="comma-separated shipped models (mini-gpt2, route-gpt2, ...) or hub names"
+    )
+    p.add_argument(
+        "--protocol",
+        default="toolkit",
+        choices=("toolkit", "ood-composition"),
+        help="ood-composition adds that paper's per-head scores to the table",
+    )
+    add_prompt_args(p, n_prompts=16, seq_len=256)
+    p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N")
+    p.add_argument("--out", default=None, help="output folder (default: results/head_atlas)")
+    p.add_argument("--force", action="store_true", help="write into an --out folder that holds other files (kept)")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the prompts and repeated sequences")
+    p.add_argument("--no-png", action="store_true", help="HTML figures only")
+    add_engine_args(p, ("auto",), help="auto: TransformerLens")
+    args = p.parse_args(argv)
+    check_engine_args(args, "--model-dirs")
+    dirs = [d.strip() for d in args.model_dirs.split(",") if d.strip()]
+    hub = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not dirs and not hub:
+        raise UsageError("--model-dirs", "no model given", "--model-dirs and/or --models", "e.g. --models mini-gpt2")
+    for d in dirs:
+        try:
+            check_model_dir(d)
+        except UsageError as e:
+            raise UsageError("--model-dirs", e.problem, e.allowed, e.hint) from None
+    check_hub_names([m for m in hub if m not in SHIPPED_MODELS])  # shipped models load offline by name
+    check_device(args.device)
+    positive("--n-prompts", args.n_prompts)
+    positive("--seq-len", args.seq_len, 2)
+    out = Output.open(args.out or default_target("head_atlas"), "head_atlas", png=not args.no_png, force=args.force)
+    tables, summary = (
+        {},
+        {
+            "protocol": TOOLKIT_PROTOCOL
+            + (f"; ood-composition: {OOD_PROTOCOL}" if args.protocol == "ood-composition" else ""),
+            "seed": args.seed,
+            "models": {},
+        },
+    )
+    for name in dirs + hub:
+        try:
+            model = load_engine_model(name, args, "--models") or load_model(name, device=args.device)
+        except ModelLoadError as e:
+            raise UsageError("--models", str(e)) from None
+        prompts, source = corpus_prompts(model, args)
+        df = head_table(model, prompts, protocol=args.protocol, seed=args.seed, model_name=name, engine=args.engine)
+        label = name.rstrip("/").split("/")[-1] if name in dirs else name.replace("/", "--")
+        tables[label] = df
+        out.csv(df, f"atlas_{label}")
+        prev = df[df.is_prev_token].sort_values("prev_ratio")
+        info = {
+            "source": source,
+            "positions": position_kind(model),
+            "n_prev_token_heads": int(len(prev)),
+            "sharpest_prev_head": prev.iloc[0]["name"] if len(prev) else None,
+            "sharpest_prev_ratio": float(prev.iloc[0].prev_ratio) if len(prev) else None,
+            "top_induction": df.nlargest(5, "induction")[["name", "induction"]].to_dict("records"),
+            "top_duplicate": df.nlargest(5, "duplicate")[["name", "duplicate"]].to_dict("records"),
+        }
+        if len(prev) and has_learned_positions(model):
+            l, h = int(prev.iloc[0]["layer"]), int(prev.iloc[0]["head"])
+            avg = diagonal_attention(model, prompts, fwd_hooks=average_pos_embed(10).hooks(model), progress=False)
+            info["wpos_avg10_keep"] = float(avg[l, h, 1]) / float(prev.iloc[0].prev_mass)
+        summary["models"][label] = info
+        ratio = info["sharpest_prev_ratio"]
+        keep = f", keeps {info['wpos_avg10_keep']:.0%} under W_pos averaged /10" if "wpos_avg10_keep" in info else ""
+        best = info["top_induction"][0]
+        print(
+            f"{label}: sharpest previous-token head {info['sharpest_prev_head']} "
+            f"(ratio {'n/a' if ratio is None else f'{ratio:.4f}'}{keep}); "
+            f"best induction {best['name']} {best['induction']:.3f}"
+        )
+
+    labels = list(tables)
+    fig = make_subplots(
+        rows=len(METRICS),
+        cols=len(labels),
+        subplot_titles=[f"{m}: {t}" for t, _ in METRICS for m in labels],
+        vertical_spacing=0.08,
+        horizontal_spacing=0.05,
+    )
+    for c, label in enumerate(labels, start=1):
+        df = tables[label]
+        L, H = int(df["layer"].max()) + 1, int(df["head"].max()) + 1
+        for r, (key, _) in enumerate(METRICS, start=1):
+            vals = np.where(df.is_prev_token, 1 - df.prev_ratio, 0.0) if key == "sharpness" else df[key].to_numpy()
+            z = np.asarray(vals, dtype=float).reshape(L, H)
+            fig.add_trace(
+                go.Heatmap(
+                    z=z,
+                    zmin=0,
+                    zmax=1,
+                    colorscale="Viridis",
+                    showscale=(r == 1 and c == 1),
+                    colorbar=dict(title="score"),
+                    text=df.name.to_numpy().reshape(L, H),
+                    hovertemplate="%{text}: %{z:.3f}<extra></extra>",
+                ),
+                row=r,
+                col=c,
+            )
+            fig.update_yaxes(
+                autorange="reversed",
+                title_text="layer" if c == 1 else None,
+                dtick=max(1, math.ceil(L / 12)),
+                row=r,
+                col=c,
+            )
+            fig.update_xaxes(
+                title_text="head" if r == len(METRICS) else None, dtick=max(1, math.ceil(H / 12)), row=r, col=c
+            )
+    fig.update_layout(
+        title="Head atlas<br><sup>1 - ratio for previous-token heads (0 for the others)</sup>",
+        height=330 * len(METRICS) + 100,
+    )
+    out.figure(fig, "mosaic", width=max(500, 380 * len(labels)))
+    out.summary(summary)
+    out.commit()

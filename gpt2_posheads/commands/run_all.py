@@ -1,0 +1,158 @@
+"""The main job: every claim script of every post, then results/index.html (verdicts side by side per model) and an
+offline attention explorer per model.
+
+    gpt2-posheads run_all                       # the compiled models, the trained organism, the toy posts
+    gpt2-posheads run_all --models gpt2         # also real GPT-2 small (needs the Hugging Face hub)
+    gpt2-posheads run_all --quick               # smoke test: toy claims 'not testable'
+
+The GPT-2 post's scripts run on each model (--models, --model-dirs): by default the shipped route-gpt2 (weights set by
+hand to carry the post's route), lookalike-wpos (the same behaviour from a head that reads W_pos) and mini-gpt2
+(the trained organism, which takes the toy post's route); compiled models not built yet are built first
+(seconds, deterministic). The organism report then shows the post's story on the route model beside the organism
+and the post's numbers. The toy scripts train their own models at settings that test every headline claim
+(--quick makes them smoke tests). Each script runs in its own process; a failing one is reported and the others
+still run. Ctrl-C stops the job and still rewrites the index page: what finished is shown with the time it was
+measured, the interrupted script and those that did not run are marked. The run record is results/run_all.json.
+"""
+
+import sys
+import time
+from pathlib import Path
+
+from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, TOY_SCRIPTS
+from gpt2_posheads.cli import Parser, check_device, check_hub_names, check_model_dir, results_root, write_json
+from gpt2_posheads.cli.args import Terminated
+from gpt2_posheads.cli.output import acquire_lock, now_iso
+from gpt2_posheads.commands import run_experiment
+from gpt2_posheads.model.loading import load_model
+from gpt2_posheads.model.paths import SHIPPED_MODELS, shipped_model_dir
+from gpt2_posheads.model.precision import machine_description
+from gpt2_posheads.model.validation import UsageError
+from gpt2_posheads.report.explorer import write_explorer
+from gpt2_posheads.report.index import write_index
+from gpt2_posheads.report.plotting import PNG_ENV, png_support
+
+SHIPPED = ("route-gpt2", "lookalike-wpos", "mini-gpt2")
+REPORT = ("route-gpt2", "mini-gpt2")  # the organism report: this model, beside that one
+
+
+def main(argv=None):
+    p = Parser(description=__doc__)
+    p.add_argument(
+        "--models",
+        default=",".join(SHIPPED),
+        help="comma-separated models the GPT-2 post's scripts run on ('' for none): shipped models by name "
+        f"({', '.join(SHIPPED_MODELS)}; offline, compiled ones built on first use) or Hugging Face hub names, "
+        "e.g. gpt2 (needs the hub)",
+    )
+    p.add_argument("--model-dirs", default="", help="comma-separated local model folders too")
+    p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N")
+    p.add_argument("--quick", action="store_true", help="toy scripts as smoke tests (their claims: not testable)")
+    p.add_argument("--only", default=None, help="comma-separated script names to run (default: all)")
+    p.add_argument("--no-png", action="store_true", help="HTML figures only")
+    p.add_argument("--no-explorer", action="store_true", help="skip the attention explorer pages")
+    args = p.parse_args(argv)
+    dirs = [d.strip() for d in args.model_dirs.split(",") if d.strip()]
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    shipped = [m for m in names if m in SHIPPED_MODELS]
+    for m in shipped:
+        shipped_model_dir(m)  # a compiled model is built now, once, not by each script
+    for d in dirs:
+        try:
+            check_model_dir(d)
+        except UsageError as e:
+            raise UsageError("--model-dirs", e.problem, e.allowed, e.hint) from None
+    hub = [m for m in names if m not in SHIPPED_MODELS]
+    check_hub_names(hub)
+    check_device(args.device)
+    scripts = list(MODEL_SCRIPTS + TOY_SCRIPTS)
+    if args.only is not None:
+        wanted = [s.strip() for s in args.only.split(",") if s.strip()]
+        unknown = [s for s in wanted if s not in scripts]
+        if not wanted:
+            raise UsageError("--only", f"{args.only!r} names no script", f"allowed {', '.join(scripts)}")
+        if unknown:
+            raise UsageError("--only", f"unknown script(s) {unknown}", f"allowed {', '.join(scripts)}")
+        scripts = [s for s in scripts if s in wanted]
+    models = [["--model", m] for m in names] + [["--model-dir", d] for d in dirs]
+    device = ["--device", args.device] if args.device else []
+    jobs = []  # (script, model label or None, arguments)
+    for name in scripts:
+        if name in MODEL_SCRIPTS:
+            jobs += [(name, m[1], m + device) for m in models]
+        else:
+            jobs.append((name, None, ["--quick"] if args.quick else []))
+    if REPORT[0] in names and args.only is None:  # the post's story on the route model, beside the organism
+        compare = ["--compare", str(shipped_model_dir(REPORT[1]))] if REPORT[1] in names else []
+        jobs.append(("mini_gpt2_report", REPORT[0], ["--model", REPORT[0], "--skip-scripts", *compare, *device]))
+    if not jobs:
+        raise UsageError("--models", "no model and no toy script to run", "at least one model or script")
+    results = results_root()
+    results.mkdir(parents=True, exist_ok=True)
+    lock = acquire_lock(results, "run_all")
+    child_env, no_png = {}, args.no_png
+    if not no_png:  # decided once for every script (a bounded test export), passed on to each
+        can, why = png_support()
+        if can:
+            child_env[PNG_ENV] = "ok"  # the scripts skip their own check
+        else:
+            print(f"note: figures are written as HTML only ({why}); every result and figure is still written")
+            no_png = True
+    record = {
+        "started": now_iso(),
+        "machine": machine_description(),
+        "quick": args.quick,
+        "models": [m[1] for m in models],
+        "jobs": [{"script": s, "model": m, "status": "not run"} for s, m, _ in jobs],
+    }
+    failed, t_all = [], time.time()
+    try:
+        for i, ((name, _, extra), rec) in enumerate(zip(jobs, record["jobs"]), start=1):
+            extra = extra + (["--no-png"] if no_png else [])
+            print(f"\n=== [{i}/{len(jobs)}] {name} {' '.join(extra)}", flush=True)
+            t = time.time()
+            rec.update(status="running", started=now_iso())
+            rc = run_experiment(name, extra, env=child_env)
+            rec.update(
+                seconds=round(time.time() - t, 1),
+                exit=rc,
+                status="ok" if rc == 0 else "interrupted" if rc == 130 else "failed",
+            )
+            print(f"=== {name}: {rec['status']} in {rec['seconds']:.0f} s", flush=True)
+            if rc in (130, 143):
+                raise Terminated if rc == 143 else KeyboardInterrupt
+            if rc != 0:
+                failed.append(name)
+        if not args.no_explorer:
+            for kind, name in models:
+                print(f"\n=== attention explorer: {name}", flush=True)
+                model = load_model(name, device=args.device)
+                path = write_explorer(
+                    model,
+                    results
+                    / "explorer"
+                    / f"{Path(name).name if kind == '--model-dir' else name.replace('/', '--')}.html",
+                    name,
+                )
+                print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (main_entry raises Terminated for it)
+        for rec in record["jobs"]:
+            if rec["status"] == "running":
+                rec["status"] = "interrupted"
+        print("\ninterrupted: the index page marks what did not finish", file=sys.stderr)
+        return finish(record, lock, t_all, failed, 143 if isinstance(e, Terminated) else 130)
+    return finish(record, lock, t_all, failed, 1 if failed else 0)
+
+
+def finish(record: dict, lock: Path, t_all: float, failed: list[str], code: int) -> int:
+    record.update(finished=now_iso(), seconds=round(time.time() - t_all, 1), interrupted=code in (130, 143))
+    try:
+        write_json(results_root() / "run_all.json", record)
+        index = write_index(results_root())
+    finally:
+        lock.unlink(missing_ok=True)
+    print(
+        f"\nwrote {index} ({record['seconds'] / 60:.1f} min in all)"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+    )
+    return code

@@ -1,0 +1,283 @@
+"""Train the miniature GPT-2 model organism: previous-token heads and induction heads, offline.
+
+    gpt2-posheads train_mini_gpt2 --out data/mini-gpt2-new            # the shipped recipe
+    gpt2-posheads train_mini_gpt2 --out gpt2_posheads/data/mini-gpt2 --overwrite    # replace the shipped model
+
+The recipe (defaults; gpt2_posheads/mini_gpt2.py and gpt2_posheads/data/mini-gpt2/README.md). Phase 1, 1,400 synthetic
+steps: 200 steps of a "copy the previous token" language over the whole vocabulary (t+1 = t-1 with 20%
+noise: only a previous-token head with a copying OV circuit predicts it), then 75% windows of random
+segment pairs "s s s' s' ..." (only induction predicts a second copy) + 25% that language. Windows start
+at 16 tokens and double every 400 steps (16, 32, 64, 128), each at a random absolute position so every
+W_pos row trains: in a 16-token window uniform attention already gives the right key 1/8 of its weight,
+so both heads form within a few hundred steps (in 48- or 256-token windows neither did in 1,000+ steps).
+Phase 2, 3,600 steps: text (WikiText-2 minus its held-out split; `--text wikitext,nltk` adds NLTK's English
+corpora) in 256-token windows, half of them with a span of their own text repeated, plus 12.5% synthetic
+pairs. Held-out: the WikiText-2 split the previous model held out, with the same tokenizer, so losses
+compare token for token. WikiText-2 alone is the default because the held-out text is WikiText: with the
+NLTK mix (3,400 steps) the held-out loss was 4.726; WikiText-2 alone, 5,000 steps: see the model card.
+
+Speed (float32, 4 layers x 4 heads x d_model 128, batch 16 x 256): about 0.85 s per step on 2 cores of
+an AMD EPYC with AVX2 only, about 1.2 s with one thread, several times slower when another job shares
+the cores. --bf16 runs bfloat16 autocast only where the CPU has native bfloat16 units (AVX512-BF16/AMX;
+1.8x faster there); elsewhere it falls back to float32 and says so, since emulated bfloat16 is many
+times slower. Checkpoints every --checkpoint-minutes of wall-clock time to <out>-work/checkpoint.pt;
+rerunning the same command resumes exactly. Ctrl-C keeps the last checkpoint; a run that
+finishes writes the model into --out and removes <out>-work.
+"""
+
+import argparse
+import shutil
+from pathlib import Path
+
+import torch
+
+from gpt2_posheads.analysis.prompts import documents, file_documents, wikitext_documents
+from gpt2_posheads.cli import Output, experiment_parser, positive
+from gpt2_posheads.model.paths import ORGANISM_DIR, shared_dir
+from gpt2_posheads.model.precision import resolve_bf16
+from gpt2_posheads.model.validation import UsageError
+from gpt2_posheads.organism import POS_INITS, REPEAT_KINDS, MiniConfig, split_docs, train_mini_gpt2
+from gpt2_posheads.report.plotting import line_figure
+
+SHIPPED = ORGANISM_DIR
+TEXT_SOURCES = ("wikitext", "nltk", "openwebtext")
+
+
+def training_documents(spec: str, seed: int) -> tuple[list[str], list[str], str]:
+    """``(train docs, held-out docs, description)``: WikiText-2's held-out split is always held out."""
+    _, held = split_docs(wikitext_documents(), 0.05, 0)
+    held_set = set(held)
+    docs, names = [], []
+    for part in [s.strip() for s in spec.split(",") if s.strip()]:
+        if part == "wikitext":
+            docs += [d for d in wikitext_documents() if d not in held_set]
+        elif part == "nltk":
+            root = shared_dir()
+            if root is None or not (root / "corpus" / "nltk-english").is_dir():
+                raise UsageError("--text", "nltk: shared/corpus/nltk-english not found", "set $GPT2_POSHEADS_SHARED")
+            docs += file_documents([root / "corpus" / "nltk-english"])
+        elif part == "openwebtext":
+            docs += documents("openwebtext")[0]
+        elif Path(part).exists():
+            docs += file_documents([part])
+        else:
+            raise UsageError(
+                "--text",
+                f"{part!r} is neither a source nor an existing path",
+                f"allowed {', '.join(TEXT_SOURCES)} or .txt/.jsonl paths, comma-separated",
+            )
+        names.append(part)
+    return docs, held, "+".join(names)
+
+
+def main(argv=None):
+    p = experiment_parser(
+        __doc__,
+        model=False,
+        out_help="the model folder to write (required; a folder holding "
+        "anything else is refused; the shipped mini-gpt2 needs --overwrite)",
+    )
+    d = MiniConfig()
+    ints = {
+        "n_layers": "transformer blocks",
+        "n_heads": "heads per block",
+        "d_model": "residual width",
+        "n_ctx": "context length",
+        "steps": "optimizer steps in all",
+        "batch_size": "windows per step",
+        "synthetic_steps": "steps of the first, synthetic-only phase",
+        "seg_min": "shortest repeated segment",
+        "seg_max": "longest repeated segment",
+        "synthetic_vocab": "synthetic token ids are drawn below this",
+        "skip_vocab": "the skip-bigram language's tokens are ids below this",
+        "warmup": "linear warm-up steps",
+        "synthetic_ctx": "synthetic window length at step 0 (0: n_ctx)",
+        "skip_only_steps": "first steps on the skip-bigram language alone",
+        "ctx_double_every": "the synthetic window length doubles every this many steps (0: never)",
+        "probe_every": "steps between measurements of the mechanism",
+        "pos_avg_max": "largest W_pos group size of the averaging augmentation",
+        "pos_avg_start": "the first step of the averaging augmentation",
+    }
+    for name, h in ints.items():
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name), help=h)
+    floats = {
+        "lr": "peak learning rate (cosine decay to a tenth)",
+        "skip_fraction": "share of skip-bigram windows in the synthetic phase",
+        "synthetic_fraction": "share of synthetic windows after it",
+        "skip_text_fraction": "share of skip-bigram-language windows after the synthetic phase",
+        "repeat_fraction": "share of text windows with a span of their own text repeated",
+        "checkpoint_minutes": "wall-clock minutes between checkpoints",
+        "skip_noise": "chance that a skip-bigram token is uniform instead of pi(t-1)",
+        "pos_rms": "RMS of a sinusoidal or gpt2 W_pos (0: the initializer range, 0.02)",
+        "pos_lr": "W_pos learning rate as a multiple of --lr (0: frozen)",
+        "pos_smooth": "weight of the W_pos roughness penalty mean|W[p+1]-W[p]|^2 / mean|W[p]-mean W|^2",
+        "pos_avg_prob": "chance that a step trains on W_pos averaged in groups of 2..--pos-avg-max at a "
+        "random offset (augmentation: it trains the averaging claim in)",
+    }
+    for name, h in floats.items():
+        p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(d, name), help=h)
+    p.add_argument(
+        "--pos-init",
+        default=d.pos_init,
+        choices=POS_INITS,
+        help="W_pos initialisation: random, "
+        "sinusoidal, gpt2 (GPT-2's own rows projected onto their top d_model principal components) or none "
+        "(no positional embeddings at all)",
+    )
+    p.add_argument(
+        "--skip-rule",
+        default=d.skip_rule,
+        choices=("permutation", "copy"),
+        help="the skip-bigram "
+        "language's pi: a random permutation, or the identity (t+1 = t-1, copy the previous token)",
+    )
+    p.add_argument(
+        "--repeat-kind",
+        default=d.repeat_kind,
+        choices=tuple(REPEAT_KINDS),
+        help="synthetic repeats: "
+        "segment pairs tiled across the window, or random tokens with one span copied at a random place",
+    )
+    p.add_argument(
+        "--position-offsets",
+        action=argparse.BooleanOptionalAction,
+        default=d.position_offsets,
+        help="short synthetic windows start at a random absolute position, so every W_pos row trains while "
+        "windows are short",
+    )
+    p.add_argument(
+        "--text",
+        default="wikitext",
+        help=f"comma-separated training text: {', '.join(TEXT_SOURCES)} "
+        "or .txt/.jsonl paths (WikiText-2's held-out split is never trained on)",
+    )
+    p.add_argument(
+        "--tokenizer-dir", default=str(SHIPPED), help="reuse this model folder's tokenizer ('' trains a new BPE)"
+    )
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument(
+        "--bf16",
+        action="store_true",
+        help="bfloat16 autocast where the CPU has native bfloat16 units "
+        "(AVX512-BF16/AMX); float32 elsewhere, with a note (emulated bfloat16 is many times slower)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace the model in --out (e.g. the shipped mini-gpt2)")
+    p.add_argument(
+        "--keep-work",
+        action="store_true",
+        help="keep <out>-work (the checkpoint and tokenizer used to "
+        "resume) after a successful run; by default it is removed once the model is written",
+    )
+    args = p.parse_args(argv)
+    for name in ints:
+        positive(
+            "--" + name.replace("_", "-"),
+            getattr(args, name),
+            0
+            if name
+            in ("synthetic_steps", "warmup", "synthetic_ctx", "ctx_double_every", "skip_only_steps", "pos_avg_start")
+            else 1,
+        )
+    positive("--threads", args.threads, 1)
+    if not args.lr > 0:
+        raise UsageError("--lr", f"{args.lr} is out of range", "allowed > 0")
+    for name in ("pos_rms", "pos_lr", "pos_smooth"):
+        if not getattr(args, name) >= 0:
+            raise UsageError("--" + name.replace("_", "-"), f"{getattr(args, name)} is out of range", "allowed >= 0")
+    positive("--pos-avg-max", args.pos_avg_max, 2)
+    for name in (
+        "skip_fraction",
+        "synthetic_fraction",
+        "repeat_fraction",
+        "skip_noise",
+        "pos_avg_prob",
+        "skip_text_fraction",
+    ):
+        positive("--" + name.replace("_", "-"), getattr(args, name), 0, 1)
+    if args.synthetic_fraction + args.skip_text_fraction > 1:
+        raise UsageError(
+            "--skip-text-fraction",
+            f"{args.skip_text_fraction} + --synthetic-fraction {args.synthetic_fraction} exceeds 1",
+            "shares of the text phase that sum to at most 1",
+        )
+    if args.d_model % args.n_heads:
+        raise UsageError(
+            "--d-model",
+            f"{args.d_model} is not divisible by --n-heads {args.n_heads}",
+            "a width that the heads divide",
+            f"e.g. --d-model {args.n_heads * max(1, args.d_model // args.n_heads)}",
+        )
+    if args.pos_init == "gpt2" and (args.n_ctx > 1024 or args.d_model > min(args.n_ctx, 768)):
+        raise UsageError(
+            "--pos-init",
+            f"gpt2 needs --n-ctx <= 1024 and --d-model <= min(n_ctx, 768) (GPT-2's W_pos is "
+            f"1024 x 768), got {args.n_ctx} and {args.d_model}",
+            "smaller --n-ctx / --d-model, or another --pos-init",
+        )
+    if args.out is None:
+        raise UsageError("--out", "is required", "a new folder for the model", "e.g. --out data/mini-gpt2-new")
+    out_dir = Path(args.out)
+    if out_dir.resolve() == SHIPPED.resolve() and (SHIPPED / "model.safetensors").exists() and not args.overwrite:
+        raise UsageError(
+            "--out",
+            f"{args.out} is the shipped model",
+            "pass --overwrite to replace it",
+            "or --out another folder, e.g. data/mini-gpt2-new",
+        )
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = MiniConfig(
+        **{k: getattr(args, k) for k in list(ints) + list(floats)},
+        pos_init=args.pos_init,
+        skip_rule=args.skip_rule,
+        repeat_kind=args.repeat_kind,
+        position_offsets=args.position_offsets,
+        seed=args.seed,
+        bf16=resolve_bf16(args.bf16, "cpu"),
+    )
+    tok_dir = args.tokenizer_dir or None
+    if tok_dir and not (Path(tok_dir) / "tokenizer.json").exists():
+        raise UsageError("--tokenizer-dir", f"{tok_dir} has no tokenizer.json", "a model folder, or '' for a new BPE")
+    train_docs, held_docs, source = training_documents(args.text, args.seed)
+    print(f"training on {len(train_docs)} documents ({source}); held out: {len(held_docs)} WikiText-2 documents")
+    out = Output.open(out_dir, "train_mini_gpt2", png=not args.no_png, force=args.force, adopt=args.overwrite)
+    work = out_dir.with_name(out_dir.name + "-work")
+    rec = train_mini_gpt2(train_docs, out.out_dir, cfg, work_dir=work, val_docs=held_docs, tokenizer_dir=tok_dir)
+    for f in sorted(out.out_dir.iterdir()):  # the model, tokenizer and training record written by the trainer
+        out.path(f.name)
+    steps, losses = zip(*rec["loss"])
+    vs, vl = zip(*rec["val_loss"])
+    out.figure(
+        line_figure(
+            {"train": (steps, losses), "held-out": (vs, vl)},
+            title="mini GPT-2 training loss",
+            xlabel="step",
+            ylabel="cross-entropy (nats)",
+        ),
+        "training_loss",
+    )
+    pr = rec["probes"]
+    out.figure(
+        line_figure(
+            {
+                "sharpest previous-token ratio (text)": (
+                    [x["step"] for x in pr],
+                    [min(x["prev_ratio_text"], 1.0) for x in pr],
+                ),
+                "best induction score": ([x["step"] for x in pr], [x["induction"] for x in pr]),
+            },
+            title="the mechanism during training",
+            xlabel="step",
+            ylabel="ratio / score",
+        ),
+        "mechanism",
+    )
+    print(
+        f"held-out loss {rec['final_val_loss']:.3f} (perplexity {torch.tensor(rec['final_val_loss']).exp():.1f}) "
+        f"after {rec['seconds'] / 60:.1f} min"
+    )
+    out.commit()
+    if not args.keep_work:
+        shutil.rmtree(work, ignore_errors=True)
+        print(f"removed {work} (the checkpoint and tokenizer used to resume; --keep-work keeps it)")
+    return 0

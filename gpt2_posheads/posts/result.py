@@ -1,0 +1,126 @@
+"""What a claim function returns: its numbers, its verdicts and its figures, one object from a notebook to a folder.
+
+Every claim function of every post (``posts.p004.mask_prev_attention(model, prompts)``,
+``posts.p003.sticky_plateau()``, ...) measures, judges and draws, and hands back a :class:`ClaimResult`:
+
+* ``result.claims``: the verdicts (:class:`~gpt2_posheads.claims.verdicts.Claim`: verdict, rule, reason, the number),
+  also as a table (:meth:`ClaimResult.verdicts`);
+* ``result.numbers``: what the measurement found, as ``summary.json`` records it beside the claims;
+* ``result.tables``: DataFrames (``ranking``, ``per_layer``, ...), written as ``<name>.csv``;
+* ``result.figures``: plotly figures by file stem (``result.show()`` draws them in a notebook).
+
+The command-line scripts write the same object into a results folder (:meth:`ClaimResult.write`), so a verdict in a
+notebook and on the results page come from one computation. In Jupyter the object shows itself as its verdict table
+(``_repr_html_``), offline.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from ..claims.verdicts import VERDICTS, Claim, claims_table
+
+VERDICT_COLOURS = {"held": "#1a7f37", "not held": "#cf222e", "not testable": "#6e7781"}
+
+
+@dataclass
+class ClaimResult:
+    """One claim function's result (see the module doc). ``name`` is the claim function's (and command's) name,
+    ``model`` the model it ran on (empty for the toy posts, which train their own)."""
+
+    name: str
+    model: str = ""
+    claims: list[Claim] = field(default_factory=list)
+    numbers: dict[str, Any] = field(default_factory=dict)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    figures: dict[str, Any] = field(default_factory=dict)
+    figure_options: dict[str, dict] = field(default_factory=dict)  # size of each figure's PNG (width, height)
+    files: dict[str, Any] = field(default_factory=dict)  # other files: name -> text or bytes (a report page)
+
+    # --- filled in by the claim's measure / judge / figure parts ---
+    def figure(self, fig, stem: str, **options) -> None:
+        """Keep ``fig`` as ``stem`` (``options``: ``width``/``height`` of its PNG)."""
+        self.figures[stem] = fig
+        self.figure_options[stem] = options
+
+    def table(self, df: pd.DataFrame, stem: str) -> None:
+        self.tables[stem] = df
+
+    # --- reading it ---
+    def claim(self, key: str) -> Claim:
+        """The claim with this key (``KeyError`` naming the keys there are)."""
+        for c in self.claims:
+            if c.key == key:
+                return c
+        raise KeyError(f"{key!r}: no such claim; this result has {', '.join(c.key for c in self.claims) or 'none'}")
+
+    def verdicts(self) -> pd.DataFrame:
+        """One row per claim: key, claim, verdict, the number as a person reads it, the head, why, the rule."""
+        return pd.DataFrame(
+            [
+                {
+                    "key": c.key,
+                    "claim": c.claim,
+                    "verdict": c.verdict,
+                    "shown": c.shown,
+                    "head": c.head,
+                    "why": c.why,
+                    "rule": c.rule,
+                }
+                for c in self.claims
+            ],
+            columns=["key", "claim", "verdict", "shown", "head", "why", "rule"],
+        )
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(c.verdict == v for c in self.claims) for v in VERDICTS}
+
+    def show(self, *stems: str) -> None:
+        """Draw the figures (all, or those named) with plotly's own renderer (inline in Jupyter)."""
+        for stem in stems or tuple(self.figures):
+            self.figures[stem].show()
+
+    def __str__(self) -> str:
+        head = f"{self.name}" + (f" on {self.model}" if self.model else "")
+        return f"{head}\n{claims_table(self.claims)}"
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td><b>{html.escape(c.claim)}</b><div style='color:#57606a;font-size:90%'>"
+            f"{html.escape(c.rule)}</div></td><td><span style='background:{VERDICT_COLOURS[c.verdict]};color:#fff;"
+            f"padding:1px 6px;border-radius:3px'>{html.escape(c.verdict)}</span>"
+            + (f" on {html.escape(c.head)}" if c.head else "")
+            + f"<div>{html.escape(c.shown)}</div></td><td>{html.escape(c.why)}</td></tr>"
+            for c in self.claims
+        )
+        figs = ", ".join(html.escape(s) for s in self.figures) or "none"
+        tables = ", ".join(html.escape(s) for s in self.tables) or "none"
+        title = html.escape(self.name + (f" on {self.model}" if self.model else ""))
+        return (
+            f"<div><b>{title}</b>: {', '.join(f'{n} {v}' for v, n in self.counts().items())}"
+            "<table><tr><th style='text-align:left'>claim and rule</th><th style='text-align:left'>verdict</th>"
+            f"<th style='text-align:left'>why</th></tr>{rows}</table>"
+            f"<div style='color:#57606a'>figures: {figs} (<code>.show()</code>); tables: {tables} "
+            "(<code>.tables</code>); numbers: <code>.numbers</code></div></div>"
+        )
+
+    # --- into a results folder ---
+    def write(self, out, context: dict | None = None) -> None:
+        """Write the tables, figures and ``summary.json`` (``context`` — the model, the prompts, the heads — first,
+        then :attr:`numbers`) into ``out`` (:class:`~gpt2_posheads.cli.output.Output`), and commit it."""
+        for stem, df in self.tables.items():
+            out.csv(df, stem)
+        for stem, fig in self.figures.items():
+            out.figure(fig, stem, **self.figure_options.get(stem, {}))
+        for name, body in self.files.items():
+            p = out.path(name)
+            if isinstance(body, bytes):
+                p.write_bytes(body)
+            else:
+                p.write_text(body, encoding="utf-8")
+        out.summary({**(context or {}), **self.numbers}, self.claims)
+        out.commit()
