@@ -110,8 +110,9 @@ class ClaimResult:
 
     # --- into a results folder ---
     def write(self, out, context: dict | None = None) -> None:
-        """Write the tables, figures and ``summary.json`` (``context`` — the model, the prompts, the heads — first,
-        then :attr:`numbers`) into ``out`` (:class:`~gpt2_posheads.cli.output.Output`), and commit it."""
+        """Write the tables, figures and ``summary.json`` (:attr:`numbers` with ``context`` — the model, the prompts,
+        the heads as the command chose them — over them) into ``out`` (:class:`~gpt2_posheads.cli.output.Output`), and
+        commit it."""
         for stem, df in self.tables.items():
             out.csv(df, stem)
         for stem, fig in self.figures.items():
@@ -122,5 +123,5 @@ class ClaimResult:
                 p.write_bytes(body)
             else:
                 p.write_text(body, encoding="utf-8")
-        out.summary({**(context or {}), **self.numbers}, self.claims)
+        out.summary({**self.numbers, **(context or {})}, self.claims)
         out.commit()

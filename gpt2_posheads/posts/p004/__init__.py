@@ -1,0 +1,15 @@
+"""Post 004: "The positional embedding matrix and previous-token heads: how do they actually work?" (GPT-2 small).
+
+One function per claim script; each takes a model (and optionally ``prompts``, ``heads`` and a shared ``run``) and
+returns a :class:`~gpt2_posheads.posts.result.ClaimResult`. To measure several claims on one model with one set of
+prompts and one ranking, make the run once::
+
+    run = model_run(model)                       # prompts from the shipped text, the ranking on first use
+    a = mask_prev_attention(run=run)
+    b = rank_prev_heads(run=run)
+"""
+
+from ._run import ModelRun, model_run
+from .masking import mask_prev_attention
+
+__all__ = ["ModelRun", "mask_prev_attention", "model_run"]

@@ -1,0 +1,160 @@
+"""Masking attention to the previous position in earlier layers disrupts the aggregator (GPT-2 post).
+
+The post masks, in every head of layers 0-3, the attention of every fifth query to its previous position
+(post-softmax; ``W_pos`` untouched) and shows L4H11's pattern "visibly disrupted" on those rows: L4H11 gets the
+previous position from what earlier heads computed, not from the embeddings. Here:
+
+* **measure** — for each head, its pattern clean and with the mask on ``layers`` (default: every layer below the
+  head's own; masking the head's own layer would test the mask, not the mechanism), and its previous-token mass on
+  the masked rows and on all rows (:func:`~gpt2_posheads.analysis.measures.compare_head_patterns`);
+* **judge** — ``mask_disrupts`` (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`): on the masked rows the head loses
+  at least half its previous-token attention; not testable for a head that is not a clear previous-token head or sits
+  in layer 0, or when no query is masked (a prompt shorter than the period);
+* **figure** — the head's submatrix clean beside masked.
+"""
+
+from __future__ import annotations
+
+from ...analysis.interventions import mask_previous_attention as mask_intervention
+from ...analysis.interventions import masked_queries
+from ...analysis.measures import compare_head_patterns
+from ...claims.gpt2_post import judge_claim, layer_above, prev_head_precondition
+from ...claims.verdicts import Precondition
+from ...cli.args import submatrix
+from ...cli.heads import HeadDefault
+from ...model.validation import head_name
+from ...report.plotting import attention_panels
+from ..result import ClaimResult
+from ._run import HeadsArg, ModelRun, as_run
+
+HEADS = HeadDefault(("L4H11",), "aggregator", what="head(s) whose pattern is measured")
+CLAIM_KEYS = ("mask_disrupts",)
+
+
+def measure(run: ModelRun, head: tuple[int, int], layers: list[int], every: int, renormalize: bool) -> dict:
+    """The head's pattern clean and masked, and its previous-token mass on the masked rows and on all rows
+    (``prev_rows_clean``/``prev_rows_intervened``, ``prev_score_clean``/``prev_score_intervened``, the relative drops,
+    ``clean`` and ``intervened`` as ``[pos, pos]`` patterns on the first prompt)."""
+    iv = mask_intervention(every, layers, renormalize)
+    rows = masked_queries(every, run.prompts.shape[1])
+    return compare_head_patterns(run.model, run.prompts, head, iv.hooks(run.model), rows=rows)
+
+
+def preconditions(run: ModelRun, head: tuple[int, int], layers: list[int], every: int) -> list[Precondition]:
+    l, h = head
+    name = head_name(l, h)
+    pre = [prev_head_precondition(name, run.diag[l, h]), layer_above(name, l, 0)]
+    if l > 0:  # in layer 0 the line above already says there is nothing below
+        pre.append(
+            Precondition(
+                "every masked layer lies below the head's own",
+                bool(layers) and max(layers) < l,
+                f"the masked layers {', '.join(map(str, layers))} do not all lie below {name}'s layer {l}",
+            )
+        )
+    n_rows = len(masked_queries(every, run.prompts.shape[1]))
+    pre.append(
+        Precondition(
+            "at least one query is masked",
+            n_rows > 0,
+            f"no query is masked: --every {every} with prompts of {run.prompts.shape[1]} tokens (the first masked "
+            f"query is position {every})",
+        )
+    )
+    return pre
+
+
+def mask_prev_attention(
+    model=None,
+    prompts=None,
+    heads: HeadsArg = None,
+    *,
+    layers: list[int] | None = None,
+    every: int = 5,
+    renormalize: bool = False,
+    start: int = 60,
+    size: int = 50,
+    run: ModelRun | None = None,
+) -> ClaimResult:
+    """Mask attention to the previous position (queries ``p % every == 0``) in ``layers`` and measure each head.
+
+    Args:
+        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``).
+        prompts: ``[batch, pos]`` token ids (default: 8 natural-text prompts of 256 tokens).
+        heads: ``"L4H11"``-style names, ``(layer, head)`` pairs or ``"auto:N"`` (default: the aggregator, the
+            model's sharpest previous-token head; L4H11 on GPT-2 small).
+        layers: the layers masked (default: every layer below each head's own).
+        every: the masking period (the post: 5).
+        renormalize: renormalise masked rows to sum to 1.
+        start, size: the submatrix shown in the figure (the post: 50 x 50).
+        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (prompts and ranking once).
+
+    Returns:
+        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``mask_disrupts`` per head), ``numbers``
+        (``every``, ``results``: per head the masses clean and masked), ``figures`` (``mask_prev_attention``).
+    """
+    if every < 2:
+        raise ValueError(f"every: {every} is out of range; allowed >= 2 (every=1 would mask every query)")
+    run = as_run(model, prompts, run, n_prompts=8, seq_len=256).ranked()
+    chosen, how = run.heads(heads, HEADS)
+    result = ClaimResult("mask_prev_attention", run.label)
+    result.numbers.update(heads_chosen=how, every=every)
+    tokens = [run.model.tokenizer.decode([int(t)]) for t in run.prompts[0]]
+    results, panels, first = [], {}, 0
+    for l, h in chosen:
+        name = head_name(l, h)
+        masked_layers = list(layers) if layers is not None else list(range(l))
+        pre = preconditions(run, (l, h), masked_layers, every)
+        if not masked_layers or max(masked_layers) >= l or not len(masked_queries(every, run.prompts.shape[1])):
+            results.append({"head": name, "masked_layers": masked_layers})
+            result.claims.append(
+                judge_claim(
+                    "mask_disrupts",
+                    {"head": name, "masked_layers": masked_layers},
+                    value=(0.0, 0.0),
+                    preconditions=pre,
+                    head=name,
+                )
+            )
+            continue
+        cmp = measure(run, (l, h), masked_layers, every, renormalize)
+        clean, first = submatrix(cmp.pop("clean"), start, size)
+        masked, _ = submatrix(cmp.pop("intervened"), start, size)
+        panels[f"{name} clean"] = clean
+        panels[f"{name} masked ({_layers_words(masked_layers)}, every {every})"] = masked
+        results.append({"head": name, "masked_layers": masked_layers, "every": every, **cmp})
+        result.claims.append(judge(name, masked_layers, cmp, pre))
+    result.numbers["results"] = results
+    if panels:
+        result.figure(figure(panels, tokens, first, run), "mask_prev_attention", width=1100)
+    return result
+
+
+def judge(name: str, masked_layers: list[int], cmp: dict, pre: list[Precondition]):
+    """``mask_disrupts`` on one head: at least half its previous-token mass gone on the masked rows."""
+    return judge_claim(
+        "mask_disrupts",
+        {
+            "head": name,
+            "masked_layers": masked_layers,
+            "prev_mass_masked_rows": [cmp["prev_rows_clean"], cmp["prev_rows_intervened"]],
+            "prev_mass_all_rows": [cmp["prev_score_clean"], cmp["prev_score_intervened"]],
+        },
+        value=(cmp["prev_rows_clean"], cmp["prev_rows_intervened"]),
+        preconditions=pre,
+        head=name,
+        shown=f"{cmp['rows_relative_drop']:.0%} lower on the masked rows ({cmp['relative_drop']:.0%} on all)",
+    )
+
+
+def figure(panels: dict, tokens: list[str], first: int, run: ModelRun):
+    """The heads' submatrices, clean beside masked."""
+    return attention_panels(
+        panels, tokens, first, run.label, "attention submatrix, clean vs previous position masked below", run.source
+    )
+
+
+def _layers_words(layers: list[int]) -> str:
+    contiguous = len(layers) > 1 and layers == list(range(layers[0], layers[-1] + 1))
+    shown = f"{layers[0]}-{layers[-1]}" if contiguous else ", ".join(map(str, layers))
+    return f"layer{'s' if len(layers) > 1 else ''} {shown}"
