@@ -10,8 +10,12 @@ The package is layered; each layer imports only the ones above it in this list:
 * ``claims``: the verdict vocabulary and every post's claims as rules, the organism's targets;
 * ``report``: figures, the results page, the attention explorer;
 * ``cli``: options and checks, heads, output folders, the set-up of a script;
-* ``organism``: training the miniature GPT-2 model organism;
-* ``toy``: the sparse-attention toy models.
+* ``organism``: training the miniature GPT-2 model organism, the compiled models with known mechanisms;
+* ``toy``: the sparse-attention toy models;
+* ``posts``: one folder per post, every claim a function returning its numbers, verdicts and figures
+  (``from gpt2_posheads import posts``; ``posts.p004.mask_prev_attention(model)``);
+* ``commands``: the command-line programs (``gpt2-posheads NAME``), each parsing options, calling a claim function
+  and writing a results folder.
 
 The names below are the public face; everything is also importable from its module.
 """
@@ -41,10 +45,11 @@ from .analysis.sources import composition_scores, path_ablation
 from .model.identity import is_gpt2_small, position_kind
 from .model.loading import ModelLoadError, gpt2_tokenizer, hub_reachable, load_model, make_random_model_dir
 from .model.validation import UsageError
-from .report.explorer import write_explorer
+from .report.explorer import Explorer, explore, write_explorer
 from .store.cache import PosheadsCache
 
 __all__ = [
+    "Explorer",
     "ModelLoadError",
     "PosheadsCache",
     "UsageError",
@@ -57,6 +62,7 @@ __all__ = [
     "count_prev_heads",
     "diagonal_attention",
     "edit_head_pattern",
+    "explore",
     "extended_pos_embeddings",
     "extended_pos_embeddings_by_layer",
     "gpt2_tokenizer",

@@ -370,3 +370,34 @@ def write_explorer(
 
 # the page itself; page_html fills in __TITLE__ and __DATA__
 PAGE = (Path(__file__).with_name("explorer.html")).read_text(encoding="utf-8")
+
+
+class Explorer:
+    """The explorer of one model as an object a notebook shows inline (``_repr_html_``): the same self-contained page
+    :func:`write_explorer` writes, in an ``iframe`` of its own (``srcdoc``), so its script and style never touch the
+    notebook's, and it works offline. ``.save(path)`` writes the page."""
+
+    def __init__(self, model, label: str = "", prompts=None, aggregator: tuple[int, int] | None = None, height=900):
+        prompts = default_prompts(model) if prompts is None else prompts
+        name = label or str(getattr(model.cfg, "model_name", "") or "model")
+        self.html = page_html(explorer_data(model, prompts, name, aggregator))
+        self.height = int(height)
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.html, encoding="utf-8")
+        return path
+
+    def _repr_html_(self) -> str:
+        import html as _html
+
+        return (
+            f'<iframe srcdoc="{_html.escape(self.html, quote=True)}" style="width:100%;height:{self.height}px;'
+            'border:1px solid #d0d7de" sandbox="allow-scripts"></iframe>'
+        )
+
+
+def explore(model, label: str = "", prompts=None, aggregator: tuple[int, int] | None = None) -> Explorer:
+    """The attention explorer of ``model``, shown inline in Jupyter (see :class:`Explorer`)."""
+    return Explorer(model, label, prompts, aggregator)
