@@ -45,6 +45,7 @@ from .analysis.sources import composition_scores, path_ablation
 from .model.identity import is_gpt2_small, position_kind
 from .model.loading import ModelLoadError, gpt2_tokenizer, hub_reachable, load_model, make_random_model_dir
 from .model.validation import UsageError
+from .organism import compiled as _compiled  # noqa: F401 - registers the builder of the compiled models
 from .report.explorer import Explorer, explore, write_explorer
 from .store.cache import PosheadsCache
 

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -68,11 +69,19 @@ def shipped_model_dir(name: str, build: bool = True) -> Path:
         raise ValueError(f"model: {name!r} is not a shipped model; shipped: {', '.join(SHIPPED_MODELS)}")
     folder = models_dir() / name
     if build and not (folder / "model.safetensors").exists():
-        from ..organism.compiled import build as build_compiled
-
         print(f"building {name} into {folder} (a compiled model, deterministic, seconds)", flush=True)
-        build_compiled(name, folder)
+        _BUILDER[0](name, folder)
     return folder
+
+
+# The compiler of the compiled models lives above this layer (gpt2_posheads.organism.compiled); it registers itself
+# here when the package is imported, so that a model asked for by name is built without this layer importing it.
+_BUILDER: list[Callable[[str, Path], Path]] = []
+
+
+def register_builder(build: Callable[[str, Path], Path]) -> None:
+    """Set the function that builds a compiled model ``build(name, folder)`` (the organism layer's compiler)."""
+    _BUILDER[:] = [build]
 
 
 def shared_dir(required: bool = False) -> Path | None:

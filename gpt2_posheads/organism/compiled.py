@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..model.paths import GPT2_W_POS, ORGANISM_DIR
+from ..model.paths import GPT2_W_POS, ORGANISM_DIR, register_builder
 
 N_LAYERS, N_HEADS, D_MODEL, N_CTX, D_MLP = 4, 4, 512, 256, 512
 D_HEAD = D_MODEL // N_HEADS
@@ -813,3 +813,6 @@ def build(name: str, out: Path, measured: bool = True) -> Path:
     if measured:
         (Path(out) / "README.md").write_text(card(model, measure(out)), encoding="utf-8")
     return Path(out)
+
+
+register_builder(build)  # gpt2_posheads.model.paths builds a compiled model named by a user on first use
