@@ -10,11 +10,13 @@ prompts and one ranking, make the run once::
 """
 
 from ._run import ModelRun, model_run
+from .ext_averaging import ext_pos_averaging
 from .masking import mask_prev_attention
 from .taxonomy import raw_scores_taxonomy
 
 __all__ = [
     "ModelRun",
+    "ext_pos_averaging",
     "mask_prev_attention",
     "model_run",
     "raw_scores_taxonomy",
