@@ -10,6 +10,7 @@ prompts and one ranking, make the run once::
 """
 
 from ._run import ModelRun, model_run
+from .edit import l4h11_edit
 from .ext_averaging import ext_pos_averaging
 from .masking import mask_prev_attention
 from .taxonomy import raw_scores_taxonomy
@@ -17,6 +18,7 @@ from .taxonomy import raw_scores_taxonomy
 __all__ = [
     "ModelRun",
     "ext_pos_averaging",
+    "l4h11_edit",
     "mask_prev_attention",
     "model_run",
     "raw_scores_taxonomy",
