@@ -13,6 +13,7 @@ from ._run import ModelRun, model_run
 from .edit import l4h11_edit
 from .ext_averaging import ext_pos_averaging
 from .masking import mask_prev_attention
+from .sources import prev_head_sources
 from .taxonomy import raw_scores_taxonomy
 
 __all__ = [
@@ -21,5 +22,6 @@ __all__ = [
     "l4h11_edit",
     "mask_prev_attention",
     "model_run",
+    "prev_head_sources",
     "raw_scores_taxonomy",
 ]
