@@ -13,6 +13,7 @@ from ._run import ModelRun, model_run
 from .edit import l4h11_edit
 from .ext_averaging import ext_pos_averaging
 from .masking import mask_prev_attention
+from .organism_report import mini_gpt2_report
 from .sources import prev_head_sources
 from .taxonomy import raw_scores_taxonomy
 
@@ -21,6 +22,7 @@ __all__ = [
     "ext_pos_averaging",
     "l4h11_edit",
     "mask_prev_attention",
+    "mini_gpt2_report",
     "model_run",
     "prev_head_sources",
     "raw_scores_taxonomy",
