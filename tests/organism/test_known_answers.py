@@ -9,7 +9,7 @@ import pytest
 
 from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS
 from gpt2_posheads.claims.gpt2_post import CLAIMS, ROUTE
-from gpt2_posheads.model.paths import DATA_DIR
+from gpt2_posheads.model.paths import ORGANISM_DIR, REPO_ROOT, models_dir
 from gpt2_posheads.organism.compiled import BUILDERS, Head, compile_model, weights_digest, write_folder
 from gpt2_posheads.organism.known_answers import KNOWN, MODELS, expected, markdown_table
 
@@ -27,7 +27,7 @@ def compiled_dir(tmp_path_factory):
 
 
 def model_dir(name: str, compiled_dir):
-    return DATA_DIR / name if name == "mini-gpt2" else compiled_dir / name
+    return ORGANISM_DIR if name == "mini-gpt2" else compiled_dir / name
 
 
 def test_rebuild_gives_the_same_bytes(compiled_dir, tmp_path):
@@ -40,8 +40,8 @@ def test_rebuild_gives_the_same_bytes(compiled_dir, tmp_path):
     assert again == {"route-gpt2": "written"}
     assert weights_digest(tmp_path / "route-gpt2") == weights_digest(compiled_dir / "route-gpt2")
     for name in COMPILED:
-        if (DATA_DIR / name / "model.safetensors").exists():
-            assert weights_digest(DATA_DIR / name) == weights_digest(compiled_dir / name), name
+        if (models_dir() / name / "model.safetensors").exists():
+            assert weights_digest(models_dir() / name) == weights_digest(compiled_dir / name), name
 
 
 def test_build_refuses_a_folder_it_did_not_write(tmp_path):
@@ -70,7 +70,7 @@ def test_the_table_covers_every_claim_and_model():
 
 
 def test_the_docs_show_the_table():
-    doc = (DATA_DIR.parent / "docs" / "posts" / "004-gpt2-previous-token-heads.md").read_text(encoding="utf-8")
+    doc = (REPO_ROOT / "docs" / "posts" / "004-gpt2-previous-token-heads.md").read_text(encoding="utf-8")
     assert markdown_table() in doc
 
 
@@ -128,14 +128,16 @@ def test_route_report_in_three_columns(compiled_dir, claim_runs, tmp_path, monke
     post's own numbers, every route claim of the route model held."""
     claim_runs("route-gpt2"), claim_runs("mini-gpt2")  # the scripts' results the story is read from
     report = load_script("mini_gpt2_report")
-    monkeypatch.setattr(report, "RESULTS", claim_runs.root)
+    (tmp_path / "here").mkdir()
+    (tmp_path / "here" / "results").symlink_to(claim_runs.root)  # the story is read from ./results
+    monkeypatch.chdir(tmp_path / "here")
     out = tmp_path / "report"
     report.main(
         [
             "--model-dir",
             str(compiled_dir / "route-gpt2"),
             "--compare",
-            str(DATA_DIR / "mini-gpt2"),
+            str(ORGANISM_DIR),
             "--skip-scripts",
             "--out",
             str(out),

@@ -10,6 +10,20 @@ prompts and one ranking, make the run once::
 """
 
 from ._run import ModelRun, model_run
+from .edit import l4h11_edit
+from .ext_averaging import ext_pos_averaging
 from .masking import mask_prev_attention
+from .organism_report import mini_gpt2_report
+from .sources import prev_head_sources
+from .taxonomy import raw_scores_taxonomy
 
-__all__ = ["ModelRun", "mask_prev_attention", "model_run"]
+__all__ = [
+    "ModelRun",
+    "ext_pos_averaging",
+    "l4h11_edit",
+    "mask_prev_attention",
+    "mini_gpt2_report",
+    "model_run",
+    "prev_head_sources",
+    "raw_scores_taxonomy",
+]

@@ -1,0 +1,161 @@
+"""Editing the aggregator's attention and scaling its output redirects induction (GPT-2 post, last section).
+
+On a repeat-string prompt ending in ``Reply: " ninja`` the model should say " turtle". The post shifts L4H11's
+attention in the request back by one position — " turtle" attends to the token before " ninja" and " pirate" attends
+to " ninja" — so an induction head looking for "the token after ninja" finds " pirate", and multiplies the head's
+output by 2. Post: P(" turtle") 99% clean; with the edit and factor 2, P(" pirate") 65% and P(" turtle") 26%. Here:
+
+* **measure** — the next-token distribution on the prompt clean and with the edit at each output factor
+  (:func:`~gpt2_posheads.analysis.interventions.edit_head_pattern`,
+  :func:`~gpt2_posheads.analysis.interventions.scale_head_output`): P(second word), P(third word), the top 5;
+* **judge** — ``edit_moves_copy`` (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`) at factor 2; not testable on a
+  model that does not copy the clean prompt, or for a head that is not a previous-token head;
+* **figure** — the two probabilities per condition.
+
+A word that is several tokens in the model's vocabulary is replaced by a single-token noun, and said.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from ...analysis.interventions import edit_head_pattern, hooks_for, scale_head_output
+from ...analysis.measures import next_token_probs, top_tokens
+from ...analysis.repeat_prompt import RepeatPrompt, edit_mapping, repeat_string_prompt, split_words
+from ...claims.gpt2_post import judge_claim, model_copies, prev_head_precondition
+from ...claims.verdicts import Claim
+from ...cli.experiment import one_token_targets
+from ...cli.heads import HeadDefault
+from ...model.validation import UsageError, head_name
+from ..result import ClaimResult
+from ._run import HeadsArg, ModelRun, as_run
+
+HEADS = HeadDefault(("L4H11",), "aggregator", what="the previous-token head to edit (the first is used)")
+CLAIM_KEYS = ("edit_moves_copy",)
+
+
+def measure(model, rp: RepeatPrompt, head: tuple[int, int], factors: list[float]) -> list[dict]:
+    """One row per condition (clean, then the edit at each factor): ``condition``, ``factor`` (``None`` clean),
+    ``P(<second word>)``, ``P(<third word>)`` (the next token after the prompt) and ``top5`` (token, probability)."""
+    l, h = head
+    tok = model.tokenizer
+    ids = {w: tok(w, add_special_tokens=False)["input_ids"][0] for w in (rp.words[1], rp.words[2])}
+
+    def row(condition: str, factor: float | None, probs) -> dict:  # probs [d_vocab]
+        return {
+            "condition": condition,
+            "factor": factor,
+            **{f"P({w.strip()})": float(probs[i]) for w, i in ids.items()},
+            "top5": top_tokens(model, probs),
+        }
+
+    rows = [row("clean", None, next_token_probs(model, rp.tokens)[0])]
+    mapping = edit_mapping(rp)
+    for f in factors:
+        hooks = hooks_for(model, edit_head_pattern(l, h, mapping), scale_head_output(l, h, f))
+        rows.append(row(f"edit, output x{f:g}", f, next_token_probs(model, rp.tokens, hooks)[0]))
+    return rows
+
+
+def judge(run: ModelRun, head: tuple[int, int], rp: RepeatPrompt, rows: list[dict]) -> Claim:
+    """``edit_moves_copy``: at factor 2 the third word overtakes the second, which the clean model copies."""
+    l, h = head
+    name = head_name(l, h)
+    s, t = rp.words[1].strip(), rp.words[2].strip()
+    x2 = next(r for r in rows if r["factor"] == 2.0)
+    pre = [
+        model_copies({f"P({s} | {rp.words[0].strip()})": rows[0][f"P({s})"]}),
+        prev_head_precondition(name, run.diag[l, h]),
+    ]
+    return judge_claim(
+        "edit_moves_copy",
+        {
+            "clean": {k: v for k, v in rows[0].items() if k.startswith("P(")},
+            "edit_x2": {k: v for k, v in x2.items() if k.startswith("P(")},
+        },
+        value=(rows[0][f"P({t})"], x2[f"P({s})"], x2[f"P({t})"]),
+        preconditions=pre,
+        head=name,
+        shown=f"P({t}) {rows[0][f'P({t})']:.3g} -> {x2[f'P({t})']:.3g}, P({s}) {x2[f'P({s})']:.3g}",
+    )
+
+
+def l4h11_edit(
+    model=None,
+    prompts=None,
+    heads: HeadsArg = None,
+    *,
+    target: str = " ninja turtle pirate",
+    factors: tuple[float, ...] | list[float] = (1.0, 2.0, 3.0),
+    seed: int = 0,
+    run: ModelRun | None = None,
+) -> ClaimResult:
+    """Edit the head's attention on the repeat-string prompt, scale its output by each factor, and read the copy.
+
+    Args:
+        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``).
+        prompts: ``[batch, pos]`` token ids the heads are ranked on when ``heads`` is not given (default: 8
+            natural-text prompts of 128 tokens); the edit itself runs on the repeat-string prompt.
+        heads: the head to edit (the first is used): an ``"L4H11"``-style name, a ``(layer, head)`` pair or
+            ``"auto:N"`` (default: the aggregator, the model's sharpest previous-token head; L4H11 on GPT-2 small).
+        target: three words to repeat (each keeps its leading space).
+        factors: output scale factors, each >= 0; must include 2 (the post's).
+        seed: the seed of the repeat-string prompt's demonstrations.
+        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (prompts and ranking once).
+
+    Returns:
+        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``edit_moves_copy``), ``numbers``
+        (``target`` as used, ``prompt``, ``mapping`` ``{query position: key position}``, ``mapping_tokens``,
+        ``rows``: per condition the two probabilities and the top 5), ``figures`` (``l4h11_edit``).
+    """
+    factors = [float(f) for f in factors]
+    if any(f < 0 for f in factors):
+        raise UsageError("factors", f"{factors} has a negative factor", "numbers >= 0")
+    if 2.0 not in factors:
+        raise UsageError("factors", f"{factors} lacks 2", "include 2 (the post's factor)", "e.g. (1, 2, 3)")
+    if not isinstance(target, str) or len(split_words(target)) != 3:
+        raise UsageError(
+            "target", f"{target!r} is not three words", "exactly three words", "e.g. ' ninja turtle pirate'"
+        )
+    run = as_run(model, prompts, run, n_prompts=8, seq_len=128).ranked()
+    chosen, how = run.heads(heads, HEADS)
+    head = chosen[0]
+    tok = run.model.tokenizer
+    target = one_token_targets(tok, [target if target.startswith(" ") else " " + target])[0]
+    rp = repeat_string_prompt(tok, target, n_given=1, seed=seed, max_len=run.model.cfg.n_ctx)
+    mapping = edit_mapping(rp)
+    rows = measure(run.model, rp, head, factors)
+    result = ClaimResult("l4h11_edit", run.label)
+    result.figure(figure(rows, rp, target, head, run), "l4h11_edit")
+    result.claims.append(judge(run, head, rp, rows))
+    result.numbers.update(
+        heads_chosen=how,
+        target=target,
+        prompt=rp.text,
+        mapping=mapping,
+        mapping_tokens={tok.decode([int(rp.tokens[q])]): tok.decode([int(rp.tokens[k])]) for q, k in mapping.items()},
+        rows=rows,
+    )
+    return result
+
+
+def figure(rows: list[dict], rp: RepeatPrompt, target: str, head: tuple[int, int], run: ModelRun):
+    """P(second word) and P(third word) per condition."""
+    fig = go.Figure()
+    for w in dict.fromkeys((rp.words[1], rp.words[2])):  # one trace per distinct word
+        fig.add_trace(
+            go.Bar(
+                x=[r["condition"] for r in rows],
+                y=[r[f"P({w.strip()})"] for r in rows],
+                name=f"P({w!r})",
+                text=[f"{r[f'P({w.strip()})']:.3f}" for r in rows],
+                textposition="outside",
+            )
+        )
+    fig.update_layout(
+        barmode="group",
+        title=f"{run.label}: {head_name(*head)} edited on {target!r}<br><sup>next word after "
+        f"'Reply: \"{rp.words[0].strip()}'</sup>",
+        yaxis=dict(title="next-token probability", range=[0, 1.1], tickformat=".2f"),
+    )
+    return fig

@@ -1,0 +1,145 @@
+"""Averaging extended positional embeddings in groups of 10 hurts early previous-token heads much more than the
+aggregator (GPT-2 post: L4H11 aggregates earlier heads' signals rather than reading positions).
+
+The post averages the extended positional embeddings (what the residual stream holds about position at a layer) in
+groups of 10 just before a head and finds "tremendous damage" to an early previous-token head (L2H2) and "minimal
+damage" to L4H11. Here:
+
+* **measure** — for each head, its attention clean and with the extended positional embeddings at its own layer
+  (measured after BOS, as the prompts start with it; the BOS row left alone) group-averaged just before it
+  (:func:`~gpt2_posheads.analysis.interventions.average_ext_pos_embed`,
+  :func:`~gpt2_posheads.analysis.measures.compare_head_patterns`): its previous-token mass both ways and the
+  Jensen-Shannon divergence of the patterns;
+* **judge** — ``ext_avg_hurts_early_more`` (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`), both parts: the early
+  head's pattern moves, the aggregator keeps its previous-token attention; not testable unless both are clear
+  previous-token heads and the first sits below the second;
+* **figure** — each head's submatrix clean beside averaged.
+"""
+
+from __future__ import annotations
+
+from ...analysis.interventions import average_ext_pos_embed
+from ...analysis.measures import compare_head_patterns
+from ...claims.gpt2_post import judge_claim, prev_head_precondition
+from ...claims.verdicts import Claim, Precondition
+from ...cli.args import submatrix
+from ...cli.heads import HeadDefault
+from ...model.validation import head_name
+from ...report.plotting import attention_panels
+from ..result import ClaimResult
+from ._run import HeadsArg, ModelRun, as_run
+
+HEADS = HeadDefault(
+    ("L2H2", "L4H11"),
+    "aggregator+early",
+    what="an early head and the aggregator (each averaged just before its own layer)",
+)
+CLAIM_KEYS = ("ext_avg_hurts_early_more",)
+
+
+def measure(run: ModelRun, head: tuple[int, int], group_size: int, ext_prompts: int, seed: int) -> dict:
+    """The head clean and with the extended positional embeddings at its layer averaged in groups of
+    ``group_size`` (measured on ``ext_prompts`` repeated-token prompts from ``seed``): ``prev_score_clean``,
+    ``prev_score_intervened``, ``js_divergence``, ``mean_abs_diff``, ``relative_drop``, and the first prompt's
+    ``clean`` and ``intervened`` ``[pos, pos]`` patterns."""
+    l, h = head
+    hooks = average_ext_pos_embed(l, group_size, n_prompts=ext_prompts, seed=seed).hooks(run.model)
+    return compare_head_patterns(run.model, run.prompts, (l, h), hooks)
+
+
+def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> Claim:
+    """``ext_avg_hurts_early_more`` on the first head (the early one) and the last (the aggregator)."""
+    names = [head_name(l, h) for l, h in heads]
+    first, last = results[0], results[-1]
+    keep = last["prev_score_intervened"] / last["prev_score_clean"] if last["prev_score_clean"] > 0 else float("nan")
+    pre = [
+        Precondition(
+            "two heads: an early one and the aggregator",
+            len(results) >= 2,
+            f"only {results[0]['head']}: the model has no previous-token head below it",
+        )
+    ]
+    pre += [prev_head_precondition(n, run.diag[l, h]) for (l, h), n in zip(heads, names)]
+    if len(results) >= 2:  # with one head the first line already says there is no early head
+        pre.append(
+            Precondition(
+                "the early head sits below the aggregator",
+                first["layer"] < last["layer"],
+                f"{first['head']} (layer {first['layer']}) does not sit below {last['head']} (layer {last['layer']})",
+            )
+        )
+    return judge_claim(
+        "ext_avg_hurts_early_more",
+        {
+            "js": {r["head"]: r["js_divergence"] for r in results},
+            "prev_mass": {r["head"]: [r["prev_score_clean"], r["prev_score_intervened"]] for r in results},
+        },
+        value=(first["js_divergence"], last["js_divergence"], keep),
+        preconditions=pre,
+        head=",".join(names),
+        shown=f"JS {first['js_divergence']:.3g} ({first['head']}) vs {last['js_divergence']:.3g} ({last['head']}, "
+        f"keeps {keep:.0%})"
+        if len(results) >= 2
+        else "",
+    )
+
+
+def ext_pos_averaging(
+    model=None,
+    prompts=None,
+    heads: HeadsArg = None,
+    *,
+    group_size: int = 10,
+    ext_prompts: int = 16,
+    seed: int = 0,
+    start: int = 60,
+    size: int = 50,
+    run: ModelRun | None = None,
+) -> ClaimResult:
+    """Average the extended positional embeddings just before each head and compare its attention with the clean run.
+
+    Args:
+        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``).
+        prompts: ``[batch, pos]`` token ids, starting with BOS where the model has one (default: 8 natural-text
+            prompts of 256 tokens).
+        heads: ``"L4H11"``-style names, ``(layer, head)`` pairs or ``"auto:N"``, the early head first and the
+            aggregator last (default: L2H2, L4H11 on GPT-2 small; elsewhere the sharpest clear previous-token head
+            below the aggregator, then the aggregator).
+        group_size: rows averaged together (2..n_ctx; the post: 10).
+        ext_prompts: repeated-token prompts the extended positional embeddings are measured on (>= 1).
+        seed: the seed of those prompts.
+        start, size: the submatrix shown in the figure (the post: 50 x 50).
+        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (prompts and ranking once).
+
+    Returns:
+        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``ext_avg_hurts_early_more``), ``numbers``
+        (``group_size``, ``results``: per head its layer, previous-token mass clean and averaged, JS divergence),
+        ``figures`` (``ext_pos_averaging``).
+    """
+    if not (isinstance(ext_prompts, int) and ext_prompts >= 1):
+        raise ValueError(f"ext_prompts: {ext_prompts!r} is out of range; allowed an integer >= 1")
+    run = as_run(model, prompts, run, n_prompts=8, seq_len=256)
+    if not (isinstance(group_size, int) and 2 <= group_size <= run.model.cfg.n_ctx):
+        raise ValueError(f"group_size: {group_size!r} is out of range; allowed 2..{run.model.cfg.n_ctx}")
+    run.ranked()
+    chosen, how = run.heads(heads, HEADS)
+    result = ClaimResult("ext_pos_averaging", run.label)
+    tokens = [run.model.tokenizer.decode([int(t)]) for t in run.prompts[0]]
+    results, panels, first = [], {}, 0
+    for l, h in chosen:
+        name = head_name(l, h)
+        cmp = measure(run, (l, h), group_size, ext_prompts, seed)
+        panels[f"{name} clean"], first = submatrix(cmp.pop("clean"), start, size)
+        panels[f"{name} ext. pos. averaged (g={group_size})"], _ = submatrix(cmp.pop("intervened"), start, size)
+        results.append({"head": name, "layer": l, **cmp})
+    result.figure(figure(panels, tokens, first, run), "ext_pos_averaging", width=1100)
+    result.claims.append(judge(run, chosen, results))
+    result.numbers.update(heads_chosen=how, group_size=group_size, results=results)
+    return result
+
+
+def figure(panels: dict, tokens: list[str], first: int, run: ModelRun):
+    """Each head's submatrix, clean beside averaged."""
+    return attention_panels(
+        panels, tokens, first, run.label, "extended positional embeddings averaged just before each head", run.source
+    )

@@ -1,0 +1,251 @@
+"""One page on a model organism: does it have the GPT-2 post's mechanism, and claim by claim, does the post's causal
+story hold on it (does it take the post's route)?
+
+* **measure** — the organism's behaviour on held-out text (the WikiText-2 split its training never saw): the
+  previous-token ranking on text and on random tokens, induction and copying, the held-out loss
+  (:func:`~gpt2_posheads.claims.organism.organism_targets`);
+* **judge** — part 1, the behaviour targets (:mod:`gpt2_posheads.claims.organism`, rules fixed before any model was
+  built or trained); part 2, the post's story (:data:`STORY`): each step's verdict as the claim's own command judged
+  it on this model, read from its ``summary.json`` through the claim record
+  (:func:`~gpt2_posheads.claims.record.read_summary`); a step whose command has not run is not testable, saying so;
+* **figure** — the induction scores and the previous-token ratios per head, and ``report.html``: the targets, then the
+  story in three columns (this model, a second model's latest results, the post's GPT-2 numbers), the claims that
+  tell the post's route from a head reading ``W_pos`` marked "route".
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from ...analysis.prompts import wikitext_documents
+from ...claims.gpt2_post import CLAIMS, ROUTE
+from ...claims.organism import REFERENCE_HELDOUT, heldout_stream, organism_targets
+from ...claims.record import SummaryError, read_summary
+from ...claims.verdicts import Claim
+from ...organism.data import split_docs
+from ...report.plotting import heatmap
+from ..result import ClaimResult
+
+# The causal story of the post, in order: which command's claim answers each step.
+STORY = [
+    ("rank_prev_heads", "sharp_prev_head"),
+    ("rank_prev_heads", "sharpest_stands_alone"),
+    ("prev_head_sources", "aggregator_above_layer0"),
+    ("rank_prev_heads", "half_prev_heads"),
+    ("raw_scores_taxonomy", "early_self_suppressing"),
+    ("raw_scores_taxonomy", "aggregator_prev_boosting"),
+    ("mask_prev_attention", "mask_disrupts"),
+    ("pos_embed_averaging", "avg_prev_heads_unaffected"),
+    ("pos_embed_averaging", "avg_output_unchanged"),
+    ("pos_embed_averaging", "avg_breaks_down"),
+    ("ext_pos_averaging", "ext_avg_hurts_early_more"),
+    ("l4h11_edit", "edit_moves_copy"),
+    ("prev_head_sources", "sources_upstream"),
+    ("prev_head_sources", "sources_named_heads"),
+    ("pos_embed_helix", "wpos_helix"),
+    ("pos_embed_helix", "ext_helix"),
+    ("ext_pos_vs_wpe", "ext_same_subspace"),
+    ("ext_pos_vs_wpe", "ext_sparser"),
+    ("ext_pos_vs_wpe", "ext_token_independent"),
+]
+SCRIPTS = tuple(dict.fromkeys(s for s, _ in STORY))  # the commands the story is read from
+
+
+def heldout_text(model, n_prompts: int, seq_len: int):
+    """``(prompts, stream)``: up to ``n_prompts`` prompts ``[n, seq]`` (``seq_len`` capped at the context, BOS first)
+    cut from the organism's held-out WikiText-2 split, and that split as one token stream ``[tokens]``."""
+    _, val_docs = split_docs(wikitext_documents(), 0.05, 0)  # the organism's held-out split (never trained on)
+    seq = min(seq_len, model.cfg.n_ctx)
+    stream = heldout_stream(model, val_docs)
+    n = min(n_prompts, (len(stream) - 1) // seq)
+    text = stream[: n * seq].view(n, seq).clone()
+    text[:, 0] = model.tokenizer.bos_token_id
+    return text, stream
+
+
+def story(results: str | Path, name: str) -> dict[str, Claim]:
+    """``{claim key: the claim of this model's latest run}`` for every step of :data:`STORY`, read from
+    ``results/<command>/<name>/summary.json`` through the claim record; a step without a run that judged it is
+    ``not testable``, saying why."""
+    summaries, missing = {}, {}
+    for script in SCRIPTS:
+        path = Path(results) / script / name / "summary.json"
+        if not path.exists():
+            missing[script] = f"{script} has not run on this model (no {_shown(path)})"
+            continue
+        try:
+            summaries[script] = read_summary(path)
+        except SummaryError as e:
+            missing[script] = f"{script}'s results cannot be read: {e}"
+    rows = {}
+    for script, key in STORY:
+        found = summaries[script].claim(key) if script in summaries else None
+        rows[key] = found or Claim(
+            claim=CLAIMS[key].claim,
+            post=CLAIMS[key].post,
+            measured="",
+            rule=CLAIMS[key].rule.text,
+            verdict="not testable",
+            why=missing.get(script)
+            or f"{script} judged no claim {key} on this model ({_shown(summaries[script].path)})",
+            key=key,
+        )
+    return rows
+
+
+def _shown(path: Path) -> str:
+    """``path`` as a person finds it: relative to the current folder when under it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def mini_gpt2_report(
+    model=None,
+    *,
+    results: str | Path = "results",
+    name: str | None = None,
+    compare: str | Path | None = None,
+    n_prompts: int = 32,
+    seq_len: int = 256,
+    seed: int = 0,
+    label: str = "",
+) -> ClaimResult:
+    """Judge the organism's behaviour targets on held-out text and put the post's story on it beside another model.
+
+    Args:
+        model: the organism (a TransformerLens model or bridge; ``gpt2_posheads.load_model``).
+        results: the results folder the story is read from (``<results>/<command>/<name>/summary.json``).
+        name: the model's folder name there (default: the last part of its name).
+        compare: a second model (a folder or name): its latest results in the same ``results`` fill the middle
+            column, when it has any.
+        n_prompts, seq_len: held-out text prompts (>= 1; the length capped at the model's context).
+        seed: the seed of the random-token prompts and the copy prompts.
+        label: how the model is named in the titles (default: its name).
+
+    Returns:
+        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (the behaviour targets), ``numbers``
+        (``targets``: the measurements, ``reference_heldout``, ``compare``, ``story``: the story's claims, each keyed),
+        ``figures`` (``induction_scores``, ``prev_token_ratio``), ``files`` (``report.html``).
+    """
+    if not (hasattr(model, "cfg") and hasattr(model, "tokenizer")):
+        raise TypeError(
+            f"model: a TransformerLens model or bridge is needed, got {type(model).__name__}; "
+            "gpt2_posheads.load_model(name or folder) loads one"
+        )
+    for param, value in (("n_prompts", n_prompts), ("seq_len", seq_len)):
+        if not (isinstance(value, int) and value >= 1):
+            raise ValueError(f"{param}: {value!r} is out of range; allowed an integer >= 1")
+    label = label or str(getattr(model.cfg, "model_name", "") or "model")
+    name = name or Path(label).name
+    text, stream = heldout_text(model, n_prompts, seq_len)
+    claims, m = organism_targets(model, text, heldout=stream, seed=seed)
+    result = ClaimResult("mini_gpt2_report", label, claims=claims)
+    result.figure(induction_figure(m, model, label), "induction_scores")
+    result.figure(ratio_figure(m, model, label), "prev_token_ratio")
+    this = story(results, name)
+    contrast_name = Path(compare).resolve().name if compare else None
+    contrast = (
+        story(results, contrast_name)
+        if contrast_name and (Path(results) / "rank_prev_heads" / contrast_name).exists()
+        else None
+    )
+    figs = [f"{stem}.html" for stem in result.figures]
+    result.files["report.html"] = page(
+        f"{label} as a model organism of the GPT-2 post",
+        claims,
+        this,
+        contrast,
+        str(compare) if compare else "(no comparison model)",
+        figs,
+    )
+    result.numbers.update(
+        targets={k: v for k, v in m.items() if k not in ("induction_scores", "ranking_text")},
+        reference_heldout=REFERENCE_HELDOUT,
+        compare=str(compare) if compare is not None else None,
+        story=[this[k] for _, k in STORY],
+    )
+    return result
+
+
+def induction_figure(m: dict, model, label: str):
+    """The induction score per head ``[layer, head]``."""
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    return heatmap(
+        m["induction_scores"],
+        x=list(range(H)),
+        y=list(range(L)),
+        zmin=0,
+        zmax=1,
+        colorbar=dict(title="score"),
+        xlabel="head",
+        ylabel="layer",
+        title=f"{label}: induction score<br><sup>attention to the token after the earlier occurrence</sup>",
+    )
+
+
+def ratio_figure(m: dict, model, label: str):
+    """The previous-token ratio on held-out text per head ``[layer, head]``, blank where a head is not one."""
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    grid = [[float("nan")] * H for _ in range(L)]
+    for r in m["ranking_text"].itertuples():
+        grid[r.layer][r.head] = r.ratio if r.is_prev_token else float("nan")
+    return heatmap(
+        grid,
+        x=list(range(H)),
+        y=list(range(L)),
+        zmin=0,
+        zmax=1,
+        colorscale="Viridis_r",
+        colorbar=dict(title="ratio"),
+        xlabel="head",
+        ylabel="layer",
+        title=f"{label}: previous-token ratio on held-out text<br><sup>lower = sharper; blank = not a "
+        f"previous-token head</sup>",
+    )
+
+
+def _cell(c: Claim | None) -> str:
+    if c is None:
+        return "<td>-</td>"
+    colour = {"held": "#1a7f37", "not held": "#cf222e"}.get(c.verdict, "#6e7781")
+    head = f" ({html.escape(c.head)})" if c.head else ""
+    return (
+        f"<td><b style='color:{colour}'>{html.escape(c.verdict)}</b>{head}<br>{html.escape(c.shown)}"
+        f"<br><i>{html.escape(c.why)}</i></td>"
+    )
+
+
+def page(
+    title: str,
+    targets: list[Claim],
+    story: dict[str, Claim],
+    contrast: dict[str, Claim] | None,
+    contrast_name: str,
+    figs: list[str],
+) -> str:
+    """``report.html``: the targets, then the story beside ``contrast`` (a second model's story) and the post."""
+    t_rows = "".join(
+        f"<tr><td>{html.escape(c.claim)}</td><td>{html.escape(c.post)}</td>{_cell(c)}"
+        f"<td>{html.escape(c.rule)}</td></tr>"
+        for c in targets
+    )
+    s_rows = "".join(
+        f"<tr><td>{html.escape(CLAIMS[k].claim)}{' <small>(route)</small>' if CLAIMS[k].tells == ROUTE else ''}"
+        f"</td>{_cell(story[k])}"
+        f"{_cell(contrast.get(k)) if contrast else '<td>(not run)</td>'}<td>{html.escape(CLAIMS[k].post)}</td>"
+        f"<td>{html.escape(CLAIMS[k].rule.text)}</td></tr>"
+        for _, k in STORY
+    )
+    links = " · ".join(f'<a href="{html.escape(f)}">{html.escape(f)}</a>' for f in figs)
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>
+body{{font-family:sans-serif;margin:2em;max-width:1400px}}table{{border-collapse:collapse;font-size:13px}}
+td,th{{border:1px solid #ccc;padding:4px 6px;vertical-align:top}}th{{background:#f3f3f3}}</style></head><body>
+<h1>{html.escape(title)}</h1><h2>1. The targets</h2>
+<table><tr><th>target</th><th>GPT-2 (post)</th><th>this model</th><th>rule</th></tr>{t_rows}</table>
+<h2>2. The post's causal story, claim by claim</h2>
+<table><tr><th>claim</th><th>this model</th><th>{html.escape(contrast_name)}</th><th>GPT-2 small (post)</th>
+<th>rule</th></tr>
+{s_rows}</table><p>Figures: {links}</p></body></html>"""

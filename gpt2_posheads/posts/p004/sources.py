@@ -1,0 +1,401 @@
+"""Which upstream heads make a head previous-token, and through its query or its key? (GPT-2 post: L4H11 aggregates
+L1H0, L2H2, L3H3, L2H4, L3H7, L3H2; early heads like L2H2 compute position themselves.)
+
+Here:
+
+* **measure** — for each target head (layer >= 1): Q/K/V composition scores of every upstream head against a random
+  baseline (:func:`~gpt2_posheads.analysis.sources.composition_scores`), and direct-path ablation
+  (:func:`~gpt2_posheads.analysis.sources.path_ablation`): one upstream head's output (mean-ablated by default) removed
+  only from the target's query input or only from its key input, and ``W_pos`` averaged in groups on that input
+  alone; the drop in the target's previous-token mass, one row per (source, side). For the aggregator also, from
+  both inputs at once: everything the layers below write, the early clear previous-token heads together and random
+  groups of as many heads from below (chance);
+* **judge** — on the aggregator (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`): ``aggregator_above_layer0`` (it is
+  built from the layers below), ``sources_upstream`` (removing the early heads together costs it at least half its
+  previous-token mass, well above chance) and ``sources_named_heads`` (the post's six heads among its top 10
+  sources; GPT-2 small's L4H11 only); an aggregator in layer 0 is built from the embeddings alone, with nothing
+  upstream to read;
+* **figure** — layer x head maps of the drop, query and key side by side, and the aggregator's group drops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ...analysis.diagonals import early_prev_heads
+from ...analysis.sources import (
+    ABLATIONS,
+    BELOW,
+    composition_scores,
+    drop_grid,
+    path_ablation,
+    random_groups,
+    sources_summary,
+)
+from ...claims.gpt2_post import POST_SOURCES, judge_claim, layer_above, prev_head_precondition
+from ...claims.verdicts import Claim, Precondition
+from ...cli.args import note
+from ...cli.heads import HeadDefault
+from ...model.identity import is_gpt2_small
+from ...model.validation import UsageError, head_name
+from ..result import ClaimResult
+from ._run import HeadsArg, ModelRun, as_run
+
+HEADS = HeadDefault(("L4H11", "L2H2"), "aggregator+early", what="target heads (layer >= 1; the aggregator first)")
+CLAIM_KEYS = ("aggregator_above_layer0", "sources_upstream", "sources_named_heads")
+EARLY = "early previous-token heads"  # the name of the early heads' group in the ablation table
+HEAD_SOURCE = r"^L\d+H\d+$"  # a source that is one head (not W_pos, a group or the layers below)
+
+
+def aggregator_first(model, heads: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The role's heads (``[early, aggregator]`` off GPT-2 small) with the aggregator first: the claims are about
+    it. On GPT-2 small the post's order (L4H11, L2H2) already is."""
+    return heads if is_gpt2_small(model) else heads[::-1]
+
+
+def upstream_groups(run: ModelRun, head: tuple[int, int], early: list[tuple[int, int]], seed: int) -> dict:
+    """``{group name: heads}`` removed together from the aggregator: the early heads, and random groups of as many
+    heads from the layers below (chance; a draw equal to the early heads left out)."""
+    l, _ = head
+    groups = {}
+    if early:
+        others = [(a, b) for a in range(l) for b in range(run.model.cfg.n_heads)]
+        groups[EARLY] = early
+        chance = [g for g in random_groups(others, len(early), seed=seed) if sorted(g) != sorted(early)]
+        groups.update({f"random group {j + 1}": g for j, g in enumerate(chance)})
+    return groups
+
+
+def measure(
+    run: ModelRun,
+    head: tuple[int, int],
+    groups: dict,
+    *,
+    ablation: str,
+    pos_group: int,
+    batch_size: int,
+    below: bool,
+    progress: bool = False,
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """``(ablation table, composition table)`` of one target head: the path ablation, one row per (source, side),
+    largest drop first, with the sources' composition scores merged in (``q_comp``, ``k_comp``, ``v_comp``,
+    ``q_ratio``, ``k_ratio``); the composition table is ``None`` on a model whose weights do not give it."""
+    l, h = head
+    H = run.model.cfg.n_heads
+    if progress:
+        print(f"\n{head_name(l, h)}: path ablation over {l * H} upstream heads x 2 sides ({ablation})", flush=True)
+    df = path_ablation(
+        run.model,
+        run.prompts,
+        l,
+        h,
+        ablation=ablation,
+        pos_group=pos_group,
+        batch_size=batch_size,
+        groups=groups,
+        below=below,
+    )
+    try:
+        comp = composition_scores(run.model, l, h)
+    except UsageError as e:
+        note(f"composition scores skipped: {e}")
+        comp = None
+    if comp is not None:
+        df = df.merge(comp[["source", "q_comp", "k_comp", "v_comp", "q_ratio", "k_ratio"]], on="source", how="left")
+    if progress:
+        print(
+            head_sources(df)
+            .head(10)[[c for c in ("source", "side", "drop", "relative_drop", "q_ratio", "k_ratio") if c in df]]
+            .to_string(index=False, float_format=lambda x: f"{x:.4f}")
+        )
+    return df, comp
+
+
+def head_sources(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of one upstream head on one side (query or key), largest drop first."""
+    return df[df.side.isin(["query", "key"]) & df.source.str.match(HEAD_SOURCE)]
+
+
+def judge(
+    run: ModelRun,
+    agg: tuple[int, int],
+    df: pd.DataFrame,
+    groups: dict,
+    early: list[tuple[int, int]],
+    pre_agg: list[Precondition],
+    named_pre: Precondition,
+) -> tuple[list[Claim], dict]:
+    """The three claims on the aggregator's ablation table ``df``, and what the summary records beside them
+    (``below_relative_drop``, ``upstream``)."""
+    agg_l, agg_h = agg
+    name = head_name(agg_l, agg_h)
+    heads_only = head_sources(df)
+    claims, found = [], {}
+    rel = df.set_index(["source", "side"])["relative_drop"]
+    below_drop = float(rel[(BELOW, "both")])
+    found["below_relative_drop"] = below_drop
+    claims.append(
+        judge_claim(
+            "aggregator_above_layer0",
+            {"head": name, "layer": agg_l, "relative_drop_without_layers_below": below_drop},
+            value=(name, agg_l, below_drop),
+            preconditions=pre_agg[:1],
+            head=name,
+            shown=f"layer {agg_l}; {below_drop:.0%} lower without the layers below",
+        )
+    )
+    if early:
+        chance_drops = [float(rel[(k, "both")]) for k in groups if k.startswith("random group")]
+        top = heads_only.iloc[0] if len(heads_only) else None
+        upstream = {
+            "early_heads": [head_name(a, b) for a, b in early],
+            "group_drop": float(rel[(EARLY, "both")]),
+            "chance": float(np.median(chance_drops)) if chance_drops else float("nan"),
+            "chance_range": [min(chance_drops), max(chance_drops)] if chance_drops else [],
+            "n_early": len(early),
+            "n_groups": len(chance_drops),
+            "top_single": f"{top.source} ({top.side}) {top.relative_drop:.0%}" if top is not None else "-",
+        }
+    else:
+        upstream = {"early_heads": []}
+    found["upstream"] = upstream
+    claims.append(
+        judge_claim(
+            "sources_upstream",
+            upstream,
+            upstream,
+            preconditions=pre_agg
+            + [
+                Precondition(
+                    "clear previous-token heads sit below the aggregator",
+                    bool(early),
+                    f"no clear previous-token head sits below {name} (layer {agg_l})",
+                )
+            ],
+            head=name,
+            shown=f"{upstream['group_drop']:.0%} lower without the early heads (chance {upstream['chance']:.0%})"
+            if early
+            else "",
+        )
+    )
+    top10 = heads_only.groupby("source")["drop"].max().nlargest(10).index
+    named = [s for s in POST_SOURCES if s in set(top10)]
+    claims.append(
+        judge_claim(
+            "sources_named_heads",
+            {"named_in_top10": named} if named_pre.ok else "n/a: not GPT-2 small's L4H11",
+            named,
+            preconditions=[named_pre],
+            head=name,
+            shown=f"{len(named)} of 6",
+        )
+    )
+    return claims, found
+
+
+def judge_in_layer0(agg: tuple[int, int], pre_agg: list[Precondition], named_pre: Precondition) -> list[Claim]:
+    """The claims when the aggregator sits in layer 0: built from the embeddings alone; nothing upstream to read."""
+    agg_l, agg_h = agg
+    name = head_name(agg_l, agg_h)
+    return [
+        judge_claim(
+            "aggregator_above_layer0",
+            {"head": name, "layer": agg_l},
+            value=(name, agg_l, float("nan")),
+            preconditions=pre_agg[:1],
+            head=name,
+            shown=f"layer {agg_l}",
+        ),
+        judge_claim("sources_upstream", {"head": name}, {}, preconditions=pre_agg, head=name),
+        judge_claim("sources_named_heads", {"head": name}, [], preconditions=[named_pre] + pre_agg, head=name),
+    ]
+
+
+def prev_head_sources(
+    model=None,
+    prompts=None,
+    heads: HeadsArg = None,
+    *,
+    ablation: str = "mean",
+    pos_group: int = 10,
+    batch_size: int = 8,
+    seed: int = 0,
+    progress: bool = False,
+    run: ModelRun | None = None,
+) -> ClaimResult:
+    """Trace each target head's previous-token attention to the upstream heads that make it, side by side.
+
+    Args:
+        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``).
+        prompts: ``[batch, pos]`` token ids (default: 16 natural-text prompts of 256 tokens).
+        heads: the target heads, the aggregator first: ``"L4H11"``-style names, ``(layer, head)`` pairs or
+            ``"auto:N"`` (default: L4H11, L2H2 on GPT-2 small; elsewhere the model's sharpest previous-token head,
+            then the sharpest clear previous-token head below it). A head in layer 0 has nothing upstream and is not
+            measured; an aggregator there is judged as built from the embeddings alone.
+        ablation: what replaces a source's output: ``"mean"``, ``"zero"`` or ``"resample"`` (two prompts or more).
+        pos_group: the ``W_pos`` group size of the positional route (>= 2).
+        batch_size: prompts per forward (>= 1).
+        seed: the seed of the random groups (chance).
+        progress: print each target's progress and its top sources.
+        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (prompts and ranking once).
+
+    Returns:
+        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``aggregator_above_layer0``,
+        ``sources_upstream``, ``sources_named_heads``), ``numbers`` (``ablation``, ``targets``, ``results``: per
+        target its top sources and, for the aggregator, ``below_relative_drop`` and ``upstream``), ``tables``
+        (``ablation_<head>`` and ``composition_<head>`` per target), ``figures`` (``prev_head_sources``,
+        ``sources_groups``).
+    """
+    if ablation not in ABLATIONS:
+        raise UsageError("ablation", f"{ablation!r} is not an ablation", f"allowed {', '.join(ABLATIONS)}")
+    for param, value, low in (("pos_group", pos_group, 2), ("batch_size", batch_size, 1)):
+        if not (isinstance(value, int) and value >= low):
+            raise UsageError(param, f"{value!r} is out of range", f"allowed an integer >= {low}")
+    run = as_run(model, prompts, run, n_prompts=16, seq_len=256).ranked()
+    if ablation == "resample" and len(run.prompts) < 2:
+        raise UsageError("ablation", "resample needs at least two prompts", "use mean or zero, or two prompts or more")
+    chosen, how = run.heads(heads, HEADS)
+    if heads is None:
+        chosen = aggregator_first(run.model, chosen)
+    result = ClaimResult("prev_head_sources", run.label)
+    rank = run.ranking
+    prev_heads = rank[rank.is_prev_token].name.tolist()
+    targets = [(l, h) for l, h in chosen if l >= 1]
+    results, dfs = {}, {}
+    agg_l, agg_h = chosen[0]
+    agg = head_name(agg_l, agg_h)
+    pre_agg = [prev_head_precondition(agg, run.diag[agg_l, agg_h]), layer_above(agg, agg_l, 0)]
+    named_pre = Precondition(
+        "the model is GPT-2 small and the target is L4H11",
+        is_gpt2_small(run.model) and agg == "L4H11",
+        "the post's head names only mean something on GPT-2 small's L4H11",
+    )
+    if not targets and progress:
+        print(f"{agg} sits in layer 0: nothing upstream to analyse")
+    early = [(int(r.layer), int(r.head)) for r in early_prev_heads(rank, agg_l).itertuples()]
+    for l, h in targets:
+        name = head_name(l, h)
+        is_agg = (l, h) == (agg_l, agg_h)
+        groups = upstream_groups(run, (l, h), early, seed) if is_agg else {}
+        df, comp = measure(
+            run,
+            (l, h),
+            groups,
+            ablation=ablation,
+            pos_group=pos_group,
+            batch_size=batch_size,
+            below=is_agg,
+            progress=progress,
+        )
+        if comp is not None:
+            result.table(comp, f"composition_{name}")
+        result.table(df, f"ablation_{name}")
+        dfs[(l, h)] = df
+        results[name] = {
+            **sources_summary(df, prev_heads),
+            "pattern_check_max_abs_err": df.attrs.get("pattern_check_max_abs_err"),
+            "top_rows": df[df.side != "both"].head(10)[["source", "side", "drop", "relative_drop", "prev_mass"]],
+        }
+        if is_agg:
+            result.claims, found = judge(run, (agg_l, agg_h), df, groups, early, pre_agg, named_pre)
+            results[name].update(found)
+    if not result.claims:  # the aggregator sits in layer 0: built from the embeddings alone; nothing upstream to read
+        result.claims = judge_in_layer0((agg_l, agg_h), pre_agg, named_pre)
+    groups_fig = group_figure(results.get(agg, {}), agg, run.label)
+    if groups_fig is not None:
+        result.figure(groups_fig, "sources_groups", width=900)
+    if targets:
+        result.figure(figure(dfs, run.model.cfg.n_heads, ablation, run.label), "prev_head_sources", width=1200)
+    result.numbers.update(
+        heads_chosen=how, ablation=ablation, targets=[head_name(l, h) for l, h in targets], results=results
+    )
+    return result
+
+
+def figure(dfs: dict, n_heads: int, ablation: str, label: str):
+    """Per target (a row), layer x head maps of the drop in its previous-token mass when one upstream head is
+    removed from its query input (left) or its key input (right)."""
+    targets = list(dfs)
+    H = n_heads
+    fig = make_subplots(
+        rows=max(1, len(targets)),
+        cols=2,
+        vertical_spacing=0.12,
+        subplot_titles=[f"{head_name(l, h)}: {s} side" for l, h in targets for s in ("query", "key")],
+    )
+    for i, (l, h) in enumerate(targets):
+        df = dfs[(l, h)]
+        heads_only = head_sources(df)
+        zmax = max(1e-6, float(heads_only["drop"].abs().max()) if len(heads_only) else 0.0)
+        for j, side in enumerate(("query", "key")):
+            g = drop_grid(df, l, H, side)
+            fig.add_trace(
+                go.Heatmap(
+                    z=g.numpy(),
+                    x=list(range(H)),
+                    y=list(range(l)),
+                    zmin=-zmax,
+                    zmax=zmax,
+                    zmid=0,
+                    colorscale="RdBu_r",
+                    showscale=(i == 0 and j == 0),
+                    colorbar=dict(title="drop in prev. mass", tickformat=".2g"),
+                    hovertemplate="L%{y}H%{x}: drop %{z:.4f}<extra></extra>",
+                ),
+                row=i + 1,
+                col=j + 1,
+            )
+            fig.update_xaxes(title_text="head", dtick=1, row=i + 1, col=j + 1)
+            fig.update_yaxes(title_text="layer", dtick=1, autorange="reversed", row=i + 1, col=j + 1)
+    fig.update_layout(
+        title=f"{label}: drop in previous-token mass when one upstream head is removed from the "
+        f"target's query or key input<br><sup>{ablation} ablation</sup>",
+        height=420 * len(targets),
+    )
+    return fig
+
+
+def group_figure(result: dict, agg: str, label: str):
+    """Bars: the aggregator's previous-token mass lost when what the layers below write, the early heads together,
+    and random groups of as many heads from below (median and range) are removed from its query and key inputs
+    (``None`` when the aggregator was not measured)."""
+    up = result.get("upstream") or {}
+    if "below_relative_drop" not in result:
+        return None
+    names, values, errors = ["everything the layers below write"], [result["below_relative_drop"]], [None]
+    if up.get("n_early"):
+        names.append(f"the {up['n_early']} early heads together")
+        values.append(up["group_drop"])
+        errors.append(None)
+        if up.get("n_groups"):
+            chance = up["chance_range"]
+            names.append(f"random groups of {up['n_early']} (median of {up['n_groups']}; bar: range)")
+            values.append(up["chance"])
+            errors.append((up["chance"] - chance[0], chance[1] - up["chance"]))
+    fig = go.Figure(
+        go.Bar(
+            x=names,
+            y=values,
+            text=[f"{v:.0%}" for v in values],
+            textposition="outside",
+            error_y=dict(
+                type="data",
+                symmetric=False,
+                array=[e[1] if e else 0 for e in errors],
+                arrayminus=[e[0] if e else 0 for e in errors],
+            ),
+        )
+    )
+    fig.add_hline(y=0.5, line_dash="dot", annotation_text="half (the rules' level)")
+    fig.update_layout(
+        title=f"{label}: what {agg} loses when heads below it are removed together<br><sup>share of its "
+        "previous-token mass lost; mean-ablated from its query and key inputs</sup>",
+        yaxis=dict(
+            title="share of previous-token mass lost", tickformat=".0%", range=[min(0, min(values)) - 0.05, 1.1]
+        ),
+        height=450,
+    )
+    return fig

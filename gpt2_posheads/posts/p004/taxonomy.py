@@ -1,0 +1,228 @@
+"""Early previous-token heads suppress the current token; the aggregator boosts the previous one (GPT-2 post, "Early
+previous-token heads: how do they work?").
+
+The post reads the raw attention scores (before the causal mask) of the early previous-token heads and of L4H11: the
+early heads score more advanced keys higher and push their own token down (a dark main diagonal), so with the future
+masked the previous key wins; L4H11 has a bright previous diagonal instead. Post: six self-suppressing early heads,
+L4H11 previous-boosting. Here:
+
+* **measure** — every head's mean centred raw-score profile over the key offsets ``-window..+window``
+  (:func:`~gpt2_posheads.analysis.scores.score_profile`) and its label from it (dip vs spike, in logits;
+  :func:`~gpt2_posheads.analysis.scores.classify_prev_heads`), and the chosen heads' raw-score submatrices on the first
+  prompt (:func:`raw_score_panels`);
+* **judge** — ``early_self_suppressing`` (the clear previous-token heads below the aggregator are self-suppressing)
+  and ``aggregator_prev_boosting`` (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`); the aggregator is the model's
+  sharpest previous-token head, the early heads the clear previous-token heads (ratio <= 0.6) in layers below it;
+  not testable when the aggregator is not a clear previous-token head or no clear previous-token head sits below it;
+* **figure** — the raw-score submatrices, and every head's profile as dip vs spike.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.express as px
+
+from ...analysis.diagonals import CLEAR_PREV_RATIO, choose_aggregator, early_prev_heads
+from ...analysis.scores import LABEL_THRESHOLD, attention_scores, classify_prev_heads, score_profile
+from ...claims.gpt2_post import judge_claim, prev_head_precondition
+from ...claims.verdicts import Claim, Precondition
+from ...cli.args import submatrix
+from ...cli.heads import HeadDefault
+from ...model.validation import UsageError, head_name
+from ...report.plotting import heatmap_grid
+from ..result import ClaimResult
+from ._run import HeadsArg, ModelRun, as_run
+
+HEADS = HeadDefault(
+    ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2", "L4H11"), "top", n=4, what="heads whose raw scores are shown"
+)
+CLAIM_KEYS = ("early_self_suppressing", "aggregator_prev_boosting")
+COLUMNS = ["name", "trend", "spike", "dip", "lead", "label"]  # the numbers summary.json records per head
+
+
+def raw_score_panels(run: ModelRun, heads: list[tuple[int, int]], start: int, size: int) -> tuple[dict, int]:
+    """``({head name: [size, size] raw scores before the causal mask}, first position shown)`` on the first prompt."""
+    panels, first = {}, 0
+    for l, h in heads:
+        panels[head_name(l, h)], first = submatrix(
+            attention_scores(run.model, run.prompts[0], l, h)["raw"], start, size
+        )
+    return panels, first
+
+
+def measure(run: ModelRun, window: int, threshold: float, progress: bool = False) -> pd.DataFrame:
+    """One row per head: its label and the features it rests on (``trend``, ``spike``, ``dip``, ``lead``, in
+    logits), its profile ``s(-w)``..``s(+w)`` and ``clear_prev_token`` (top offset 1, ratio <= 0.6 in the ranking)."""
+    profile = score_profile(run.model, run.prompts, window=window, progress=progress)  # [layers, heads, 2w+1]
+    df = classify_prev_heads(profile, threshold=threshold)
+    for i, o in enumerate(range(-window, window + 1)):
+        df[f"s({o:+d})"] = profile.flatten(0, 1)[:, i].numpy()
+    rank = run.ranking
+    clear = set(rank[rank.is_prev_token & (rank.ratio <= CLEAR_PREV_RATIO)].name)
+    df["clear_prev_token"] = df.name.isin(clear)
+    return df
+
+
+def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
+    """The two claims on the classification ``df`` (:func:`measure`), and what they rest on: ``aggregator`` and
+    ``early_prev_heads`` (their rows of ``df``)."""
+    rank = run.ranking
+    agg_l, agg_h = choose_aggregator(rank)
+    agg = head_name(agg_l, agg_h)
+    early_names = early_prev_heads(rank, agg_l).name.tolist()
+    early = df[df.name.isin(early_names)]
+    n_self = int((early.label == "self_suppressing").sum())
+    agg_label = df.set_index("name").loc[agg, "label"]
+    pre_agg = [prev_head_precondition(agg, run.diag[agg_l, agg_h])]
+    claims = [
+        judge_claim(
+            "early_self_suppressing",
+            {
+                "aggregator": agg,
+                "early_prev_heads": early.name.tolist(),
+                "self_suppressing": early[early.label == "self_suppressing"].name.tolist(),
+            },
+            value=(n_self, len(early)),
+            head=",".join(early.name),
+            shown=f"{n_self} of {len(early)} self-suppressing",
+            preconditions=pre_agg
+            + [
+                Precondition(
+                    "there are clear previous-token heads below the aggregator",
+                    len(early) > 0,
+                    f"no clear previous-token head sits below {agg} (layer {agg_l})",
+                )
+            ],
+        ),
+        judge_claim(
+            "aggregator_prev_boosting",
+            {"head": agg, "label": agg_label},
+            value=(agg, agg_label),
+            head=agg,
+            shown=str(agg_label).replace("_", "-"),
+            preconditions=pre_agg,
+        ),
+    ]
+    return claims, {"aggregator": agg, "early_prev_heads": early[COLUMNS]}
+
+
+def raw_scores_taxonomy(
+    model=None,
+    prompts=None,
+    heads: HeadsArg = None,
+    *,
+    window: int = 3,
+    threshold: float = LABEL_THRESHOLD,
+    start: int = 60,
+    size: int = 50,
+    progress: bool = False,
+    run: ModelRun | None = None,
+) -> ClaimResult:
+    """Classify every head from its raw attention scores and judge the post's two claims about them.
+
+    Args:
+        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``).
+        prompts: ``[batch, pos]`` token ids (default: 16 natural-text prompts of 256 tokens).
+        heads: the heads whose raw-score submatrices are drawn: ``"L4H11"``-style names, ``(layer, head)`` pairs or
+            ``"auto:N"`` (default: the post's seven heads on GPT-2 small, the 4 sharpest previous-token heads
+            elsewhere). Every head is classified, whatever is drawn.
+        window: key offsets ``-window..+window`` in the profile (``3 <= window <= (pos - 9) // 2``: the trend needs
+            two keys older than the previous one).
+        threshold: logits a spike or dip needs to label a head (>= 0; default ln 2: attention odds changed 2x).
+        start, size: the submatrix drawn (the post: 50 x 50).
+        progress: show a progress bar over the prompt batches of the profile.
+        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (prompts and ranking once).
+
+    Returns:
+        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``early_self_suppressing``,
+        ``aggregator_prev_boosting``), ``numbers`` (``window``, ``threshold``, ``label_counts``, ``aggregator``,
+        ``early_prev_heads`` and ``chosen_heads`` as DataFrames of :data:`COLUMNS`), ``tables`` (``classification``:
+        every head), ``figures`` (``raw_scores``, ``taxonomy``).
+    """
+    if not (isinstance(threshold, (int, float)) and math.isfinite(threshold) and threshold >= 0):
+        raise ValueError(f"threshold: {threshold!r} is out of range; allowed a number >= 0 (logits)")
+    run = as_run(model, prompts, run, n_prompts=16, seq_len=256)
+    # every query of the profile has w keys on each side, after the first 8 positions
+    high = (run.prompts.shape[1] - 9) // 2
+    if not (isinstance(window, int) and 3 <= window <= high):
+        raise UsageError("window", f"{window!r} is out of range", f"allowed 3..{high} for prompts of this length")
+    run.ranked()
+    chosen, how = run.heads(heads, HEADS)
+    names = [head_name(l, h) for l, h in chosen]
+    result = ClaimResult("raw_scores_taxonomy", run.label)
+    tokens = [run.model.tokenizer.decode([int(t)]) for t in run.prompts[0]]
+    panels, first = raw_score_panels(run, chosen, start, size)
+    result.figure(raw_scores_figure(panels, tokens, first, run), "raw_scores", width=1500)
+    df = measure(run, window, threshold, progress)
+    result.table(df, "classification")
+    result.figure(taxonomy_figure(df, threshold, run), "taxonomy")
+    result.claims, judged = judge(run, df)
+    result.numbers.update(
+        heads_chosen=how,
+        window=window,
+        threshold=threshold,
+        label_counts=df.label.value_counts().to_dict(),
+        **judged,
+        chosen_heads=df[df.name.isin(names)][COLUMNS],
+    )
+    return result
+
+
+def raw_scores_figure(panels: dict, tokens: list[str], first: int, run: ModelRun):
+    """The heads' raw-score submatrices, the upper triangle (what the causal mask removes) included."""
+    return heatmap_grid(
+        panels,
+        cols=4,
+        colorscale="Greys_r",
+        shared_scale=False,
+        x0=first,
+        tokens=tokens,
+        mark_offset=1,
+        colorbar_title="raw score",
+        height_per_row=330,
+        title=f"{run.label}: raw attention scores before the causal mask<br><sup>prompt 0 "
+        f"({run.source}); dotted: previous token</sup>",
+    )
+
+
+def taxonomy_figure(df: pd.DataFrame, threshold: float, run: ModelRun):
+    """Every head as dip (x) vs spike (y), coloured by its label; the clear previous-token heads named."""
+    shown = df.assign(
+        kind=df.label.map({"self_suppressing": "self-suppressing", "prev_boosting": "prev-boosting"}).fillna("neither"),
+        head_kind=df.clear_prev_token.map({True: "clear previous-token head", False: "other head"}),
+    )
+    fig = px.scatter(
+        shown,
+        x="dip",
+        y="spike",
+        color="kind",
+        symbol="head_kind",
+        hover_name="name",
+        hover_data={"trend": ":.2f", "lead": ":.2f", "dip": ":.2f", "spike": ":.2f", "kind": False, "head_kind": False},
+        text=cluster_labels(shown),
+        labels={"kind": "label", "head_kind": "head"},
+        title=f"{run.label}: raw-score profile of every head<br><sup>dip: the current key below the trend of older "
+        "keys (a dark main diagonal); spike: the previous key above it (a bright previous diagonal); logits; "
+        "dotted: the threshold ln 2</sup>",
+    )
+    fig.update_traces(textposition="top center", textfont_size=9)
+    fig.add_vline(threshold, line_dash="dot", line_color="grey")
+    fig.add_hline(threshold, line_dash="dot", line_color="grey")
+    fig.update_layout(xaxis_title="dip at the current key (logits)", yaxis_title="spike at the previous key (logits)")
+    return fig
+
+
+def cluster_labels(df: pd.DataFrame) -> list[str]:
+    """One label per cluster of clear previous-token heads drawn at the same spot (within 2% of the axes' span):
+    every name of the cluster on its first point, so overlapping labels never hide each other."""
+    span = max(float(df.dip.max() - df.dip.min()), float(df.spike.max() - df.spike.min()), 1e-9)
+    spots: dict[tuple[int, int], list[int]] = {}
+    for i, r in enumerate(df.itertuples()):
+        if r.clear_prev_token:
+            spots.setdefault((round(r.dip / (0.02 * span)), round(r.spike / (0.02 * span))), []).append(i)
+    labels = [""] * len(df)
+    for members in spots.values():
+        labels[members[0]] = ", ".join(df.name.iloc[i] for i in members)
+    return labels
