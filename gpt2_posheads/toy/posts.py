@@ -17,25 +17,16 @@ from pathlib import Path
 import torch
 
 from ..claims.toy import (
-    GRID_TREND_V,
-    PRE_CONFUSED,
     RULE_FAILS,
     RULE_LEARNED,
     RULE_MONO,
-    RULE_NEAR_HALF,
     RULE_ONLY_LAST,
-    RULE_RISE,
     RULE_SIGN_GRID,
-    RULE_TREND,
     RULE_U,
-    confused,
     fails,
-    follows_trend,
     learned,
-    near_half,
     only_last,
     rel_ppl_trend,
-    rises_3_to_5,
     sign_negative,
     u_shape,
 )
@@ -149,49 +140,6 @@ def robustness(
     return table, figure, record
 
 
-# --- 001: most-similar token ----------------------------------------------------------------------------------
-
-GRID_C = (3, 4, 5, 6, 8)
-
-
-def similar_content_grid() -> list[GridClaim]:
-    """001's headline claims (base: C 3, n_embd 2; one seed per test)."""
-
-    def by_v_c(b):
-        return {f"V={V} C={C}": replace(b, V=V, C=C) for V in GRID_TREND_V for C in GRID_C}
-
-    def table(r):
-        return {V: [r[f"V={V} C={C}"]["final_perplexity"] for C in GRID_C] for V in GRID_TREND_V}
-
-    def one_seed(r):  # {V: {C: [the one seed's perplexity]}}
-        return {V: {C: [p] for C, p in zip(GRID_C, ppl)} for V, ppl in table(r).items()}
-
-    def unless_not_confused(r, rule):
-        ok, found = confused(table(r), GRID_C)
-        return rule(r) if ok else (None, f"not testable here: {found}")
-
-    return [
-        GridClaim(
-            "converges_near_V/2 (V=32)",
-            RULE_NEAR_HALF.replace("mean over seeds", "one seed"),
-            lambda b: {"v": replace(b, V=32)},
-            lambda r: near_half(r["v"]["final_perplexity"], 32),
-        ),
-        GridClaim(
-            "follows_(C-2)/(C-1)V_qualitatively",
-            f"{RULE_TREND.format(V=GRID_TREND_V)}, and {PRE_CONFUSED}",
-            by_v_c,
-            lambda r: unless_not_confused(r, lambda r: follows_trend(table(r), GRID_C)),
-        ),
-        GridClaim(
-            "rises_from_C=3_to_C=5",
-            f"{ONE_SEED}{RULE_RISE.format(V=GRID_TREND_V)}, and {PRE_CONFUSED}",
-            by_v_c,
-            lambda r: unless_not_confused(r, lambda r: rises_3_to_5(one_seed(r))),
-        ),
-    ]
-
-
 # --- 000: previous-token head ---------------------------------------------------------------------------------
 
 
@@ -289,7 +237,6 @@ def lost_in_middle_grid(C: int) -> list[GridClaim]:
 
 __all__ = [
     "BATCH_SIZE",
-    "GRID_C",
     "INIT_STD",
     "LR",
     "MAX_DEFAULT_WORKERS",
@@ -304,5 +251,4 @@ __all__ = [
     "rel_ppl",
     "robustness",
     "sign_of_previous_direction",
-    "similar_content_grid",
 ]
