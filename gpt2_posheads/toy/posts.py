@@ -17,21 +17,12 @@ from pathlib import Path
 import torch
 
 from ..claims.toy import (
-    RULE_FAILS,
-    RULE_LEARNED,
-    RULE_MONO,
     RULE_ONLY_LAST,
-    RULE_SIGN_GRID,
     RULE_U,
-    fails,
-    learned,
     only_last,
-    rel_ppl_trend,
-    sign_negative,
     u_shape,
 )
 from ..model.validation import UsageError
-from .metrics import bilinear, relative_perplexity, separation_direction, wq_wk
 from .robustness import GridClaim
 from .train import ToyConfig
 
@@ -140,69 +131,6 @@ def robustness(
     return table, figure, record
 
 
-# --- 000: previous-token head ---------------------------------------------------------------------------------
-
-
-def sign_of_previous_direction(result: dict) -> float:
-    """s^T W_Q W_K^T s for the direction s separating the previous position's embedding from the others."""
-    s = separation_direction(torch.tensor(result["params"]["W_pos"]), 1)
-    return bilinear(s, wq_wk(torch.tensor(result["params"]["0.W_Q"])[0], torch.tensor(result["params"]["0.W_K"])[0]))
-
-
-def rel_ppl(result: dict) -> float:
-    return relative_perplexity(result["final_loss"], result["config"]["V"])
-
-
-def learned_and_negative(r: dict) -> tuple[bool, str]:
-    """:data:`~gpt2_posheads.claims.toy.RULE_SIGN_GRID` on the run ``r["pos"]``."""
-    ok, why = learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])
-    return sign_negative(sign_of_previous_direction(r["pos"])) if ok else (False, f"the task is not learned: {why}")
-
-
-def prev_token_grid() -> list[GridClaim]:
-    """000's headline claims (base: V 30, C 4, n_embd 2, positional embeddings)."""
-
-    def sweep(name, values):
-        return lambda b: {f"{name}={v}": replace(b, **{name: v}) for v in values}
-
-    return [
-        GridClaim(
-            "learned_with_pos_emb",
-            RULE_LEARNED,
-            lambda b: {"pos": b},
-            lambda r: learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"]),
-        ),
-        GridClaim(
-            "fails_without_pos_emb",
-            RULE_FAILS,
-            lambda b: {"no_pos": replace(b, pos_emb=False)},
-            lambda r: fails(r["no_pos"]["final_perplexity"], r["no_pos"]["config"]["V"]),
-        ),
-        GridClaim(
-            "sT_WQWKT_s_negative",
-            RULE_SIGN_GRID,
-            lambda b: {"pos": b},
-            learned_and_negative,
-        ),
-        GridClaim(
-            "rel_ppl_up_with_V",
-            ONE_SEED + RULE_MONO.format(verb="rises", name="V (10, 30, 100)"),
-            sweep("V", (10, 30, 100)),
-            lambda r: rel_ppl_trend(
-                [[rel_ppl(r[f"V={v}"])] for v in (10, 30, 100)], (10, 30, 100), True, "V", (10, 30, 100)
-            ),
-        ),
-        GridClaim(
-            "rel_ppl_up_with_C",
-            ONE_SEED + RULE_MONO.format(verb="rises", name="C (3, 4, 8)"),
-            sweep("C", (3, 4, 8)),
-            lambda r: rel_ppl_trend(
-                [[rel_ppl(r[f"C={c}"])] for c in (3, 4, 8)], (3, 4, 8), True, "C", [r["C=3"]["config"]["V"]] * 3
-            ),
-        ),
-    ]
-
-
 # --- 002: lost in the middle ----------------------------------------------------------------------------------
 
 # Three stacked attention layers without residual connections escape the chance plateau much later than
@@ -247,8 +175,5 @@ __all__ = [
     "check_options",
     "default_workers",
     "lost_in_middle_grid",
-    "prev_token_grid",
-    "rel_ppl",
     "robustness",
-    "sign_of_previous_direction",
 ]

@@ -19,7 +19,7 @@ SCRIPTS = ("toy_sticky_plateau", "toy_similar_content", "toy_prev_token", "toy_l
 CLAIM_MODULES = {  # where each script's claim function trains its models
     "toy_sticky_plateau": "gpt2_posheads.posts.p003.plateau",
     "toy_similar_content": "gpt2_posheads.posts.p001.similarity",
-    "toy_prev_token": "gpt2_posheads.commands.toy_prev_token",
+    "toy_prev_token": "gpt2_posheads.posts.p000.copying",
     "toy_lost_in_middle": "gpt2_posheads.commands.toy_lost_in_middle",
 }
 BOILERPLATE = "the measured values"
