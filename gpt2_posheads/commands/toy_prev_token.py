@@ -25,6 +25,6 @@ def main(argv=None):
     )
     args = p.parse_args(argv)
     positive("--lr-steps", args.lr_steps, 1)
-    out, _, runs = toy_setup(args, __file__)
+    out, runs = toy_setup(args, __file__)
     result = claim.prev_token(lr_steps=args.lr_steps, **toy_options(args, runs))
     result.write(out)

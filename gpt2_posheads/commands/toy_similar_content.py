@@ -18,6 +18,6 @@ from gpt2_posheads.toy.cli import toy_options, toy_parser, toy_setup
 def main(argv=None):
     p = toy_parser(__doc__, steps=claim.STEPS, quick_steps=claim.QUICK_STEPS)
     args = p.parse_args(argv)
-    out, _, runs = toy_setup(args, __file__)
+    out, runs = toy_setup(args, __file__)
     result = claim.similar_content(**toy_options(args, runs))
     result.write(out)

@@ -20,6 +20,6 @@ def main(argv=None):
     p.add_argument("--vocab", default=",".join(map(str, claim.VOCAB)), help="comma-separated vocabulary sizes V")
     args = p.parse_args(argv)
     vocab = int_list("--vocab", args.vocab, 2)
-    out, _, runs = toy_setup(args, __file__)
+    out, runs = toy_setup(args, __file__)
     result = claim.sticky_plateau(vocab=vocab, **toy_options(args, runs))
     result.write(out)

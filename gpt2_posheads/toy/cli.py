@@ -11,7 +11,6 @@ import torch
 from ..cli import Output, experiment_parser, open_output, positive
 from ..model.validation import UsageError
 from .posts import BATCH_SIZE, INIT_STD, LR, MAX_DEFAULT_WORKERS, ROBUSTNESS_SEEDS, default_workers
-from .train import ToyConfig
 
 
 def toy_parser(description: str, steps: int, quick_steps: int) -> argparse.ArgumentParser:
@@ -51,7 +50,6 @@ def toy_parser(description: str, steps: int, quick_steps: int) -> argparse.Argum
         "--robustness-seeds seeds: a 'held in k of n' table and figure (much longer than the default run)",
     )
     p.add_argument("--robustness-seeds", type=int, default=ROBUSTNESS_SEEDS, help="seeds per setting of --robustness")
-    p.set_defaults(_steps=steps, _quick_steps=quick_steps)
     return p
 
 
@@ -70,20 +68,20 @@ def check_toy_args(args) -> None:
         raise UsageError("--init-std", f"{args.init_std} is out of range", "allowed > 0", "e.g. 0.02")
 
 
-def toy_setup(args, script_file: str) -> tuple[Output, int, Path]:
-    """Output folder, number of steps, and the folder where per-model results are cached (resume)."""
+def toy_setup(args, script_file: str) -> tuple[Output, Path]:
+    """The output folder and the folder where finished runs are kept (resume: the next run reuses them; kept if this
+    run fails)."""
     check_toy_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.workers is None:
         args.workers = default_workers()
     out = open_output(args, script_file, per_model=False, quick=args.quick)
-    steps = args.steps or (args._quick_steps if args.quick else args._steps)
-    runs = out.persistent_dir("runs")  # finished runs, reused on the next run (resume); kept if this run fails
+    runs = out.persistent_dir("runs")
     if getattr(args, "fresh", False):
         shutil.rmtree(runs)
         runs.mkdir()
-    return out, steps, runs
+    return out, runs
 
 
 def toy_options(args, runs: Path) -> dict:
@@ -103,48 +101,3 @@ def toy_options(args, runs: Path) -> dict:
         robustness_seeds=args.robustness_seeds,
         runs_dir=runs,
     )
-
-
-def base_config(args, steps: int, log_points: int = 100, **task) -> ToyConfig:
-    """The script's base :class:`ToyConfig`: its task settings plus the training options every toy script takes
-    (``--lr``, ``--init-std``, ``--out-proj``, ``--batch-size``), logging ``log_points`` times per run."""
-    return ToyConfig(
-        steps=steps,
-        lr=args.lr,
-        init_std=args.init_std,
-        out_proj=args.out_proj,
-        batch_size=args.batch_size,
-        log_every=max(steps // log_points, 1),
-        **task,
-    )
-
-
-def robustness_section(out: Output, claims, base, args, runs: Path, title: str) -> dict | None:
-    """With ``--robustness``: the grid of :mod:`.robustness` for ``claims`` (a list of ``GridClaim``) around
-    ``base``; writes ``robustness.csv`` and a heatmap, returns the part of ``summary.json`` (else None).
-    ``--quick`` shrinks it to 2 seeds (still every setting)."""
-    if not args.robustness:
-        return None
-    from .robustness import (
-        UNSTATED,
-        robustness_figure,
-        robustness_records,
-        robustness_table,
-        robustness_totals,
-        settings,
-    )
-
-    n_seeds = 2 if args.quick else args.robustness_seeds
-    seeds = list(range(args.seed, args.seed + n_seeds))
-    print(f"robustness grid: {len(claims)} claims x {len(settings())} settings x {n_seeds} seeds", flush=True)
-    table = robustness_table(claims, base, seeds, runs, workers=args.workers)
-    out.csv(table, "robustness")
-    out.figure(robustness_figure(table, f"{title}: held in k of n seeds per setting"), "robustness")
-    return {
-        "grid": {k: list(v) for k, v in UNSTATED.items()},
-        "seeds": seeds,
-        "base_lr": base.lr,
-        "rules": {c.key: c.rule for c in claims},
-        "totals": robustness_totals(table),
-        "table": robustness_records(table),
-    }

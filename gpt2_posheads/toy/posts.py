@@ -11,17 +11,10 @@ grid, live in the post's folder.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from ..claims.toy import (
-    RULE_ONLY_LAST,
-    RULE_U,
-    only_last,
-    u_shape,
-)
 from ..model.validation import UsageError
 from .robustness import GridClaim
 from .train import ToyConfig
@@ -131,38 +124,6 @@ def robustness(
     return table, figure, record
 
 
-# --- 002: lost in the middle ----------------------------------------------------------------------------------
-
-# Three stacked attention layers without residual connections escape the chance plateau much later than
-# two (measured over seeds 0-2: at 800 steps every k but 0 was at chance; with n_embd 10, k = C-1 leaves
-# chance by step 2,500; with n_embd 2, k = 0 leaves it between steps 3,000 and 4,000 and settles by 5,000);
-# the post trains to convergence, so they get THREE_LAYER_STEPS (--three-layer-steps; or the --steps given, if longer).
-THREE_LAYER_STEPS = 5000
-
-
-def lost_in_middle_grid(C: int) -> list[GridClaim]:
-    """002's headline claims (one seed: every k of one model shape)."""
-
-    def every_k(**kw):
-        return lambda b: {f"k={k}": replace(b, **kw, k=k) for k in range(C)}
-
-    losses = lambda r: [r[f"k={k}"]["final_loss"] for k in range(C)]  # noqa: E731
-    return [
-        GridClaim(
-            "1_layer_only_last",
-            RULE_ONLY_LAST,
-            every_k(n_layers=1, n_embd=10),
-            lambda r: only_last(losses(r), r["k=0"]["config"]["V"]),
-        ),
-        GridClaim(
-            "2_layers_U_shape",
-            RULE_U,
-            every_k(n_layers=2, n_embd=10),
-            lambda r: u_shape(losses(r), r["k=0"]["config"]["V"]),
-        ),
-    ]
-
-
 __all__ = [
     "BATCH_SIZE",
     "INIT_STD",
@@ -170,10 +131,8 @@ __all__ = [
     "MAX_DEFAULT_WORKERS",
     "ONE_SEED",
     "ROBUSTNESS_SEEDS",
-    "THREE_LAYER_STEPS",
     "base_config",
     "check_options",
     "default_workers",
-    "lost_in_middle_grid",
     "robustness",
 ]

@@ -20,7 +20,7 @@ CLAIM_MODULES = {  # where each script's claim function trains its models
     "toy_sticky_plateau": "gpt2_posheads.posts.p003.plateau",
     "toy_similar_content": "gpt2_posheads.posts.p001.similarity",
     "toy_prev_token": "gpt2_posheads.posts.p000.copying",
-    "toy_lost_in_middle": "gpt2_posheads.commands.toy_lost_in_middle",
+    "toy_lost_in_middle": "gpt2_posheads.posts.p002.retrieval",
 }
 BOILERPLATE = "the measured values"
 SNAKE = re.compile(r"\b(?!n_embd\b)[a-z]+_[a-z_]+\b")  # a summary key like mean_eval_loss (n_embd is the posts' word)

@@ -85,7 +85,7 @@ def test_most_similar_converges_near_half_vocab_and_rises_from_c3_to_c5():
 def test_lost_in_middle_three_layers_u_shape_after_convergence():
     """002, 3 layers, n_embd 10, no W_O, seed 0, trained to convergence (5,000 steps): the first and the last
     token are retrieved, the middle is not (measured at 5,100 steps: k=0 0.06, k=9 1.57, middle ~2.1 nats)."""
-    from gpt2_posheads.toy.posts import THREE_LAYER_STEPS
+    from gpt2_posheads.posts.p002 import THREE_LAYER_STEPS
 
     cfgs = [
         ToyConfig(task="kth_token", V=10, C=10, n_embd=10, n_layers=3, k=k, steps=THREE_LAYER_STEPS, log_every=500)
