@@ -18,7 +18,7 @@ rules, :mod:`gpt2_posheads.claims`, applied to them) and *figure*::
     result.show()              # the figures
 """
 
-from . import p004
+from . import p000, p001, p002, p003, p004
 from .result import ClaimResult
 
-__all__ = ["ClaimResult", "p004"]
+__all__ = ["ClaimResult", "p000", "p001", "p002", "p003", "p004"]

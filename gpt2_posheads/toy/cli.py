@@ -1,4 +1,4 @@
-"""Options, checks, claims and output shared by the toy experiment scripts."""
+"""The toy posts' commands: their shared options, the one-line checks, the output folder and its resumable runs."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import torch
 
 from ..cli import Output, experiment_parser, open_output, positive
 from ..model.validation import UsageError
-from .train import ToyConfig
-
-MAX_DEFAULT_WORKERS = 8
+from .posts import BATCH_SIZE, INIT_STD, LR, MAX_DEFAULT_WORKERS, ROBUSTNESS_SEEDS, default_workers
 
 
 def toy_parser(description: str, steps: int, quick_steps: int) -> argparse.ArgumentParser:
@@ -23,9 +21,11 @@ def toy_parser(description: str, steps: int, quick_steps: int) -> argparse.Argum
         action="store_true",
         help="a few hundred steps and fewer settings: a smoke test whose claims are 'not testable'",
     )
-    p.add_argument("--init-std", type=float, default=0.02, help="std of the N(0, s^2) initialisation (nanoGPT: 0.02)")
-    p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate")
-    p.add_argument("--batch-size", type=int, default=128, help="sequences per step")
+    p.add_argument(
+        "--init-std", type=float, default=INIT_STD, help="std of the N(0, s^2) initialisation (nanoGPT: 0.02)"
+    )
+    p.add_argument("--lr", type=float, default=LR, help="Adam learning rate")
+    p.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="sequences per step")
     p.add_argument("--seeds", type=int, default=1, help="seeds per setting")
     p.add_argument("--threads", type=int, default=None, help="CPU threads in all (default: every core)")
     p.add_argument(
@@ -49,8 +49,7 @@ def toy_parser(description: str, steps: int, quick_steps: int) -> argparse.Argum
         "the posts do not state (lr x {0.3, 1, 3}, batch {128, 256}, init std {0.02, 1.0}, W_O off/on) and "
         "--robustness-seeds seeds: a 'held in k of n' table and figure (much longer than the default run)",
     )
-    p.add_argument("--robustness-seeds", type=int, default=5, help="seeds per setting of --robustness")
-    p.set_defaults(_steps=steps, _quick_steps=quick_steps)
+    p.add_argument("--robustness-seeds", type=int, default=ROBUSTNESS_SEEDS, help="seeds per setting of --robustness")
     return p
 
 
@@ -69,64 +68,36 @@ def check_toy_args(args) -> None:
         raise UsageError("--init-std", f"{args.init_std} is out of range", "allowed > 0", "e.g. 0.02")
 
 
-def toy_setup(args, script_file: str) -> tuple[Output, int, Path]:
-    """Output folder, number of steps, and the folder where per-model results are cached (resume)."""
+def toy_setup(args, script_file: str) -> tuple[Output, Path]:
+    """The output folder and the folder where finished runs are kept (resume: the next run reuses them; kept if this
+    run fails)."""
     check_toy_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.workers is None:
-        # small batched models use one thread best: one process per thread, capped because each process
-        # holds its group's pre-drawn batches (up to ~1.8 GB for 64 models at batch 256)
-        args.workers = min(torch.get_num_threads(), MAX_DEFAULT_WORKERS)
+        args.workers = default_workers()
     out = open_output(args, script_file, per_model=False, quick=args.quick)
-    steps = args.steps or (args._quick_steps if args.quick else args._steps)
-    runs = out.persistent_dir("runs")  # finished runs, reused on the next run (resume); kept if this run fails
+    runs = out.persistent_dir("runs")
     if getattr(args, "fresh", False):
         shutil.rmtree(runs)
         runs.mkdir()
-    return out, steps, runs
+    return out, runs
 
 
-def base_config(args, steps: int, log_points: int = 100, **task) -> ToyConfig:
-    """The script's base :class:`ToyConfig`: its task settings plus the training options every toy script takes
-    (``--lr``, ``--init-std``, ``--out-proj``, ``--batch-size``), logging ``log_points`` times per run."""
-    return ToyConfig(
-        steps=steps,
+def toy_options(args, runs: Path) -> dict:
+    """The options every toy post's claim function takes, from the command line (``steps`` None: the post's
+    default for a full or a ``--quick`` run)."""
+    return dict(
+        steps=args.steps,
+        seed=args.seed,
+        seeds=args.seeds,
+        quick=args.quick,
         lr=args.lr,
         init_std=args.init_std,
-        out_proj=args.out_proj,
         batch_size=args.batch_size,
-        log_every=max(steps // log_points, 1),
-        **task,
+        out_proj=args.out_proj,
+        workers=args.workers,
+        robustness=args.robustness,
+        robustness_seeds=args.robustness_seeds,
+        runs_dir=runs,
     )
-
-
-def robustness_section(out: Output, claims, base, args, runs: Path, title: str) -> dict | None:
-    """With ``--robustness``: the grid of :mod:`.robustness` for ``claims`` (a list of ``GridClaim``) around
-    ``base``; writes ``robustness.csv`` and a heatmap, returns the part of ``summary.json`` (else None).
-    ``--quick`` shrinks it to 2 seeds (still every setting)."""
-    if not args.robustness:
-        return None
-    from .robustness import (
-        UNSTATED,
-        robustness_figure,
-        robustness_records,
-        robustness_table,
-        robustness_totals,
-        settings,
-    )
-
-    n_seeds = 2 if args.quick else args.robustness_seeds
-    seeds = list(range(args.seed, args.seed + n_seeds))
-    print(f"robustness grid: {len(claims)} claims x {len(settings())} settings x {n_seeds} seeds", flush=True)
-    table = robustness_table(claims, base, seeds, runs, workers=args.workers)
-    out.csv(table, "robustness")
-    out.figure(robustness_figure(table, f"{title}: held in k of n seeds per setting"), "robustness")
-    return {
-        "grid": {k: list(v) for k, v in UNSTATED.items()},
-        "seeds": seeds,
-        "base_lr": base.lr,
-        "rules": {c.key: c.rule for c in claims},
-        "totals": robustness_totals(table),
-        "table": robustness_records(table),
-    }

@@ -1,258 +1,138 @@
-"""Each toy post's headline claims as tests runnable at any setting (the ``--robustness`` grid), built on the
-rules of :mod:`gpt2_posheads.claims.toy`, and the readings of a run's result those tests use."""
+"""What the four toy posts' claim functions share (:mod:`gpt2_posheads.posts.p003`, ``p001``, ``p000``, ``p002``).
+
+Each post trains its own toy models, so each claim function takes the same training options (steps, learning rate,
+initialisation scale, batch size, the attention output matrix, seeds, worker processes, the folder of resumable
+runs) besides its own; this module checks them (:func:`check_options`), turns them into the post's base
+:class:`~gpt2_posheads.toy.train.ToyConfig` (:func:`base_config`), and runs a post's headline claims over the
+``--robustness`` grid of :mod:`.robustness` (:func:`robustness`). Each post's claims, on its default run and on the
+grid, live in the post's folder.
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
-from ..claims.toy import (
-    GRID_TREND_V,
-    PRE_CONFUSED,
-    RULE_BACK,
-    RULE_FAILS,
-    RULE_GONE,
-    RULE_LEARNED,
-    RULE_MONO,
-    RULE_NEAR_HALF,
-    RULE_ONLY_LAST,
-    RULE_PLATEAU,
-    RULE_RISE,
-    RULE_SIGN_GRID,
-    RULE_TREND,
-    RULE_U,
-    confused,
-    fails,
-    follows_trend,
-    learned,
-    near_half,
-    only_last,
-    plateau,
-    plateau_at_half,
-    plateau_back,
-    plateau_gone,
-    rel_ppl_trend,
-    rises_3_to_5,
-    sign_negative,
-    u_shape,
-    v_half_plateau,
-)
-from .analysis import perplexity_curve
-from .metrics import bilinear, relative_perplexity, separation_direction, wq_wk
+from ..model.validation import UsageError
 from .robustness import GridClaim
 from .train import ToyConfig
+
+MAX_DEFAULT_WORKERS = 8
+# the training settings the posts do not state, as every toy post trains by default (nanoGPT's initialisation)
+LR, INIT_STD, BATCH_SIZE = 0.01, 0.02, 128
+ROBUSTNESS_SEEDS = 5  # seeds per setting of the --robustness grid
 
 # The grid runs one seed per test (its k of n counts are the spread across seeds), so a comparison there has no
 # spread of its own: only the relative margin applies.
 ONE_SEED = "one seed per test, so only the relative margin applies: "
 
-# --- 003: sticky plateau --------------------------------------------------------------------------------------
+
+def default_workers() -> int:
+    """Processes that train groups of models at once when none is given: one per thread, at most
+    :data:`MAX_DEFAULT_WORKERS` (small batched models use one thread best, and each process holds its group's
+    pre-drawn batches: up to ~1.8 GB for 64 models at batch 256)."""
+    return min(torch.get_num_threads(), MAX_DEFAULT_WORKERS)
 
 
-def v_half(result: dict) -> dict | None:
-    """The plateau at V/2 of a run by :data:`~gpt2_posheads.claims.toy.RULE_PLATEAU`, or None."""
-    return v_half_plateau(result["steps"], perplexity_curve(result), result["config"]["V"], tol=0.2, min_points=5)
+def check_options(
+    *,
+    steps: int | None,
+    seeds: int,
+    robustness_seeds: int,
+    batch_size: int,
+    lr: float,
+    init_std: float,
+    workers: int | None,
+) -> None:
+    """A ``ValueError`` naming the argument for a training option out of range (before anything trains)."""
+    for name, value in (
+        ("steps", steps),
+        ("seeds", seeds),
+        ("robustness_seeds", robustness_seeds),
+        ("batch_size", batch_size),
+        ("workers", workers),
+    ):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise UsageError(name, f"{value!r} is out of range", "allowed an integer >= 1")
+    for name, value, hint in (("lr", lr, "e.g. 0.01"), ("init_std", init_std, "e.g. 0.02")):
+        if not (isinstance(value, (int, float)) and value > 0):
+            raise UsageError(name, f"{value!r} is out of range", "allowed > 0", hint)
 
 
-def plateau_steps(result: dict) -> int:
-    return plateau(result["steps"], perplexity_curve(result))["length_steps"]
+def base_config(
+    steps: int,
+    *,
+    lr: float,
+    init_std: float,
+    out_proj: bool,
+    batch_size: int,
+    log_points: int = 100,
+    **task,
+) -> ToyConfig:
+    """A post's base :class:`ToyConfig`: its task settings (``task``) plus the training options every toy post
+    takes, logging ``log_points`` times per run."""
+    return ToyConfig(
+        steps=steps,
+        lr=lr,
+        init_std=init_std,
+        out_proj=out_proj,
+        batch_size=batch_size,
+        log_every=max(steps // log_points, 1),
+        **task,
+    )
 
 
-# The grid tests "the plateau returns at larger C" at the default run's C=64 and at C=16. C=64 became affordable
-# when the last layer started attending from the last query alone (30 models, n_embd 8, one AVX2 core: ~0.55 s
-# per step before, ~0.05 s after).
-GRID_LONG_CS = (16, 64)
+def robustness(
+    claims: Sequence[GridClaim],
+    base: ToyConfig,
+    seed: int,
+    n_seeds: int,
+    quick: bool,
+    runs_dir: str | Path | None,
+    workers: int,
+    title: str,
+    progress: bool = True,
+) -> tuple:
+    """A post's headline ``claims`` over the grid of :data:`~.robustness.UNSTATED` around ``base``, each at
+    ``n_seeds`` seeds from ``seed`` (``quick``: 2, still every setting): ``(table, figure, record)`` — the held counts
+    (:func:`~.robustness.robustness_table`), their heatmap and the part of ``summary.json`` (the grid, the seeds, the
+    rules, the totals and the table)."""
+    from .robustness import (
+        UNSTATED,
+        robustness_figure,
+        robustness_records,
+        robustness_table,
+        robustness_totals,
+        settings,
+    )
 
-
-def sticky_plateau_grid() -> list[GridClaim]:
-    """003's headline claims (base: V 16, C 4, n_embd 2, no positions)."""
-
-    def dims(b):
-        return {
-            "d2": replace(b, V=16, n_embd=2, C=4),
-            "d8": replace(b, V=16, n_embd=8, C=4),
-            **{f"d8C{c}": replace(b, V=16, n_embd=8, C=c) for c in GRID_LONG_CS},
-        }
-
-    return [
-        GridClaim(
-            "plateau_near_V/2 (V=16)",
-            RULE_PLATEAU,
-            lambda b: {"v": replace(b, V=16)},
-            lambda r: plateau_at_half(r["v"]["steps"], perplexity_curve(r["v"]), 16),
-        ),
-        GridClaim(
-            "plateau_gone_for_larger_n_embd",
-            ONE_SEED + RULE_GONE.format(big=8),
-            dims,
-            lambda r: plateau_gone(
-                [plateau_steps(r["d2"])], [plateau_steps(r["d8"])], 8, r["d2"]["config"]["log_every"]
-            ),
-        ),
-        *[
-            GridClaim(
-                f"plateau_back_for_larger_C (C={c})",
-                ONE_SEED + RULE_BACK.format(big=8, C=c),
-                dims,
-                lambda r, c=c: plateau_back(
-                    [plateau_steps(r["d8"])], [plateau_steps(r[f"d8C{c}"])], c, r["d8"]["config"]["log_every"]
-                ),
-            )
-            for c in GRID_LONG_CS
-        ],
-    ]
-
-
-# --- 001: most-similar token ----------------------------------------------------------------------------------
-
-GRID_C = (3, 4, 5, 6, 8)
-
-
-def similar_content_grid() -> list[GridClaim]:
-    """001's headline claims (base: C 3, n_embd 2; one seed per test)."""
-
-    def by_v_c(b):
-        return {f"V={V} C={C}": replace(b, V=V, C=C) for V in GRID_TREND_V for C in GRID_C}
-
-    def table(r):
-        return {V: [r[f"V={V} C={C}"]["final_perplexity"] for C in GRID_C] for V in GRID_TREND_V}
-
-    def one_seed(r):  # {V: {C: [the one seed's perplexity]}}
-        return {V: {C: [p] for C, p in zip(GRID_C, ppl)} for V, ppl in table(r).items()}
-
-    def unless_not_confused(r, rule):
-        ok, found = confused(table(r), GRID_C)
-        return rule(r) if ok else (None, f"not testable here: {found}")
-
-    return [
-        GridClaim(
-            "converges_near_V/2 (V=32)",
-            RULE_NEAR_HALF.replace("mean over seeds", "one seed"),
-            lambda b: {"v": replace(b, V=32)},
-            lambda r: near_half(r["v"]["final_perplexity"], 32),
-        ),
-        GridClaim(
-            "follows_(C-2)/(C-1)V_qualitatively",
-            f"{RULE_TREND.format(V=GRID_TREND_V)}, and {PRE_CONFUSED}",
-            by_v_c,
-            lambda r: unless_not_confused(r, lambda r: follows_trend(table(r), GRID_C)),
-        ),
-        GridClaim(
-            "rises_from_C=3_to_C=5",
-            f"{ONE_SEED}{RULE_RISE.format(V=GRID_TREND_V)}, and {PRE_CONFUSED}",
-            by_v_c,
-            lambda r: unless_not_confused(r, lambda r: rises_3_to_5(one_seed(r))),
-        ),
-    ]
-
-
-# --- 000: previous-token head ---------------------------------------------------------------------------------
-
-
-def sign_of_previous_direction(result: dict) -> float:
-    """s^T W_Q W_K^T s for the direction s separating the previous position's embedding from the others."""
-    s = separation_direction(torch.tensor(result["params"]["W_pos"]), 1)
-    return bilinear(s, wq_wk(torch.tensor(result["params"]["0.W_Q"])[0], torch.tensor(result["params"]["0.W_K"])[0]))
-
-
-def rel_ppl(result: dict) -> float:
-    return relative_perplexity(result["final_loss"], result["config"]["V"])
-
-
-def learned_and_negative(r: dict) -> tuple[bool, str]:
-    """:data:`~gpt2_posheads.claims.toy.RULE_SIGN_GRID` on the run ``r["pos"]``."""
-    ok, why = learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])
-    return sign_negative(sign_of_previous_direction(r["pos"])) if ok else (False, f"the task is not learned: {why}")
-
-
-def prev_token_grid() -> list[GridClaim]:
-    """000's headline claims (base: V 30, C 4, n_embd 2, positional embeddings)."""
-
-    def sweep(name, values):
-        return lambda b: {f"{name}={v}": replace(b, **{name: v}) for v in values}
-
-    return [
-        GridClaim(
-            "learned_with_pos_emb",
-            RULE_LEARNED,
-            lambda b: {"pos": b},
-            lambda r: learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"]),
-        ),
-        GridClaim(
-            "fails_without_pos_emb",
-            RULE_FAILS,
-            lambda b: {"no_pos": replace(b, pos_emb=False)},
-            lambda r: fails(r["no_pos"]["final_perplexity"], r["no_pos"]["config"]["V"]),
-        ),
-        GridClaim(
-            "sT_WQWKT_s_negative",
-            RULE_SIGN_GRID,
-            lambda b: {"pos": b},
-            learned_and_negative,
-        ),
-        GridClaim(
-            "rel_ppl_up_with_V",
-            ONE_SEED + RULE_MONO.format(verb="rises", name="V (10, 30, 100)"),
-            sweep("V", (10, 30, 100)),
-            lambda r: rel_ppl_trend(
-                [[rel_ppl(r[f"V={v}"])] for v in (10, 30, 100)], (10, 30, 100), True, "V", (10, 30, 100)
-            ),
-        ),
-        GridClaim(
-            "rel_ppl_up_with_C",
-            ONE_SEED + RULE_MONO.format(verb="rises", name="C (3, 4, 8)"),
-            sweep("C", (3, 4, 8)),
-            lambda r: rel_ppl_trend(
-                [[rel_ppl(r[f"C={c}"])] for c in (3, 4, 8)], (3, 4, 8), True, "C", [r["C=3"]["config"]["V"]] * 3
-            ),
-        ),
-    ]
-
-
-# --- 002: lost in the middle ----------------------------------------------------------------------------------
-
-# Three stacked attention layers without residual connections escape the chance plateau much later than
-# two (measured over seeds 0-2: at 800 steps every k but 0 was at chance; with n_embd 10, k = C-1 leaves
-# chance by step 2,500; with n_embd 2, k = 0 leaves it between steps 3,000 and 4,000 and settles by 5,000);
-# the post trains to convergence, so they get THREE_LAYER_STEPS (--three-layer-steps; or the --steps given, if longer).
-THREE_LAYER_STEPS = 5000
-
-
-def lost_in_middle_grid(C: int) -> list[GridClaim]:
-    """002's headline claims (one seed: every k of one model shape)."""
-
-    def every_k(**kw):
-        return lambda b: {f"k={k}": replace(b, **kw, k=k) for k in range(C)}
-
-    losses = lambda r: [r[f"k={k}"]["final_loss"] for k in range(C)]  # noqa: E731
-    return [
-        GridClaim(
-            "1_layer_only_last",
-            RULE_ONLY_LAST,
-            every_k(n_layers=1, n_embd=10),
-            lambda r: only_last(losses(r), r["k=0"]["config"]["V"]),
-        ),
-        GridClaim(
-            "2_layers_U_shape",
-            RULE_U,
-            every_k(n_layers=2, n_embd=10),
-            lambda r: u_shape(losses(r), r["k=0"]["config"]["V"]),
-        ),
-    ]
+    seeds = list(range(seed, seed + (2 if quick else n_seeds)))
+    if progress:
+        print(f"robustness grid: {len(claims)} claims x {len(settings())} settings x {len(seeds)} seeds", flush=True)
+    table = robustness_table(claims, base, seeds, runs_dir, progress=progress, workers=workers)
+    figure = robustness_figure(table, f"{title}: held in k of n seeds per setting")
+    record = {
+        "grid": {k: list(v) for k, v in UNSTATED.items()},
+        "seeds": seeds,
+        "base_lr": base.lr,
+        "rules": {c.key: c.rule for c in claims},
+        "totals": robustness_totals(table),
+        "table": robustness_records(table),
+    }
+    return table, figure, record
 
 
 __all__ = [
-    "GRID_C",
-    "GRID_LONG_CS",
-    "THREE_LAYER_STEPS",
-    "ToyConfig",
-    "lost_in_middle_grid",
-    "plateau_steps",
-    "prev_token_grid",
-    "rel_ppl",
-    "sign_of_previous_direction",
-    "similar_content_grid",
-    "sticky_plateau_grid",
-    "v_half",
+    "BATCH_SIZE",
+    "INIT_STD",
+    "LR",
+    "MAX_DEFAULT_WORKERS",
+    "ONE_SEED",
+    "ROBUSTNESS_SEEDS",
+    "base_config",
+    "check_options",
+    "default_workers",
+    "robustness",
 ]

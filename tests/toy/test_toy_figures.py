@@ -3,9 +3,8 @@
 import numpy as np
 import plotly.graph_objects as go
 
+from gpt2_posheads.posts.p000 import embedding_animation
 from gpt2_posheads.toy.figures import band, log_axis, log_ticks, points_with_sd
-
-from conftest import load_script
 
 
 def test_log_ticks_read_as_numbers():
@@ -41,10 +40,9 @@ def test_band_spans_the_seeds_and_points_carry_the_sd():
 
 
 def test_animation_opens_on_its_last_frame_with_the_slider_there():
-    mod = load_script("toy_prev_token")
     steps = [1, 100, 200]
     snaps = [{"W_E": np.random.default_rng(i).normal(size=(5, 2)).tolist()} for i in range(3)]
-    fig = mod.embedding_animation({"snapshots": snaps, "snapshot_steps": steps}, "V=5: token embeddings")
+    fig = embedding_animation({"snapshots": snaps, "snapshot_steps": steps}, "V=5: token embeddings")
     assert fig.layout.sliders[0].active == 2 and fig.frames[2].name == "200"
     assert list(fig.data[-1].x) == [e[0] for e in snaps[-1]["W_E"]]  # the shown dots: the last frame
     assert "step 200" in fig.layout.title.text and len(fig.layout.title.text.split("<br>")[0]) < 60

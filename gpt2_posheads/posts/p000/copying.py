@@ -1,0 +1,578 @@
+"""Post 000 ("Sparse attention 4"): a previous-token head from positional embeddings.
+
+The post trains one attention layer (V 30, C 4, n_embd 2) to copy the previous token and finds: the task fails without
+positional embeddings and is learned with them; the previous position's embedding separates from the others along a
+direction s, and s^T W_Q W_K^T s < 0 (the post: -1.1); the relative perplexity (ppl-1)/V grows with V and C and falls
+with n_embd; lr 0.1 learns faster than 0.01 at V 30 but not at V 100, where loss spikes come with swaps of the
+tokens' order. Here:
+
+* **measure** — train the runs (:func:`configs`, :func:`measure`): with and without positional embeddings (seed
+  ``seed``); the V, C and n_embd sweeps and lr 0.1 against 0.01 at V 30 and 100 (3 seeds per side of every
+  comparison); s, ``W_Q W_K^T`` and each position's projection on s; loss spikes and order swaps of the lr runs;
+* **judge** — the rules of :mod:`gpt2_posheads.claims.toy` (:func:`judge`); the separation and the sign are not
+  testable when the model with positional embeddings did not learn the task;
+* **figure** — the positional embeddings and s, the sweeps against the floor, the lr curves, an animation of the
+  token embeddings at lr 0.1 (:func:`figures`);
+* **grid** — the headline claims as tests runnable at any setting (:func:`prev_token_grid`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from ...claims.toy import (
+    COMPARE_SEEDS,
+    RULE_FAILS,
+    RULE_LEARNED,
+    RULE_LR,
+    RULE_MONO,
+    RULE_SEPARATION,
+    RULE_SIGN,
+    RULE_SIGN_GRID,
+    RULE_SPIKES,
+    fails,
+    learned,
+    lr_compare,
+    num,
+    nums,
+    rel_ppl_floor,
+    rel_ppl_trend,
+    separated,
+    sign_negative,
+    spikes_and_swaps,
+    spread,
+)
+from ...claims.toy import toy_claim as claim
+from ...claims.verdicts import Claim
+from ...model.validation import UsageError
+from ...toy import ToyConfig, relative_perplexity, separation_direction, train_sweep, wq_wk
+from ...toy.analysis import loss_spikes, order_swaps, perplexity_curve
+from ...toy.figures import COLOURS, band, log_axis, points_with_sd
+from ...toy.metrics import bilinear
+from ...toy.posts import (
+    BATCH_SIZE,
+    INIT_STD,
+    LR,
+    ONE_SEED,
+    ROBUSTNESS_SEEDS,
+    base_config,
+    check_options,
+    default_workers,
+)
+from ...toy.posts import robustness as robustness_grid
+from ...toy.robustness import GridClaim
+from ..result import ClaimResult
+
+STEPS, QUICK_STEPS = 5000, 300
+LR_COMPARED = (0.1, 0.01)  # the post's two learning rates, each at V 30 and V 100
+LR_VOCAB = (30, 100)
+
+
+@dataclass
+class PrevToken:
+    """What :func:`measure` trained and read off. ``with_pos``/``no_pos``: the runs with and without positional
+    embeddings; ``s`` ``[n_embd]``: the direction separating the previous position's embedding from the others, ``M``
+    ``[n_embd, n_embd]``: ``W_Q W_K^T``, ``proj``: each position's projection on s (positions 0..C-1, the previous
+    token at C-2); ``sweeps``: ``{V|C|n_embd: {x, seeds, relative_perplexity [x, seed], V}}``; ``lr_runs`` and
+    ``lr_stats``: per (V, lr) the runs and their mean eval loss, final loss, loss spikes and order swaps per seed."""
+
+    base: ToyConfig
+    seed: int
+    cmp_seeds: list[int]
+    with_pos: dict
+    no_pos: dict
+    s: torch.Tensor
+    M: torch.Tensor
+    proj: list[float]
+    sweeps: dict[str, dict]
+    lr_runs: dict[tuple[int, float], list[dict]]
+    lr_stats: dict[tuple[int, float], dict]
+
+
+def configs(base: ToyConfig, cmp_seeds: Sequence[int], sweep_values: dict[str, list], lr_steps: int) -> dict:
+    """The runs from ``base`` (kept as ``base``): ``with_pos`` (snapshots of the embeddings) and ``no_pos``;
+    ``sweep``: ``{name: [[config per seed] per value]}``; ``lr``: ``{(V, lr): [config per seed]}``, ``lr_steps``
+    steps each."""
+    with_pos = replace(base, snapshot_every=max(base.steps // 100, 1))
+    no_pos = replace(base, pos_emb=False)
+    sweep = {
+        name: [[replace(base, **{name: x}, seed=s) for s in cmp_seeds] for x in xs] for name, xs in sweep_values.items()
+    }
+    lr_cfgs = {
+        (v, lr): [
+            replace(
+                base,
+                V=v,
+                lr=lr,
+                seed=s,
+                steps=lr_steps,
+                log_every=max(lr_steps // 200, 1),
+                snapshot_every=max(lr_steps // 100, 1),
+            )
+            for s in cmp_seeds
+        ]
+        for v in LR_VOCAB
+        for lr in LR_COMPARED
+    }
+    return {"base": base, "with_pos": with_pos, "no_pos": no_pos, "sweep": sweep, "lr": lr_cfgs}
+
+
+def flat(cfgs: dict) -> list[ToyConfig]:
+    """Every config of :func:`configs`, in training order."""
+    out = [cfgs["with_pos"], cfgs["no_pos"]] + [c for g in cfgs["sweep"].values() for row in g for c in row]
+    return out + [c for row in cfgs["lr"].values() for c in row]
+
+
+def measure(
+    cfgs: dict, seed: int, cmp_seeds: Sequence[int], runs_dir: str | Path | None = None, workers: int = 1
+) -> PrevToken:
+    """Train every run of ``cfgs`` (:func:`configs`) and read off what the claims compare."""
+    runs = flat(cfgs)
+    res = dict(zip([c.id() for c in runs], train_sweep(runs, runs_dir, workers=workers)))
+
+    def R(c):
+        return res[c.id()]
+
+    rp = R(cfgs["with_pos"])
+    W_pos = torch.tensor(rp["params"]["W_pos"])
+    s = separation_direction(W_pos, 1)
+    sweeps = {}
+    for name, rows in cfgs["sweep"].items():
+        sweeps[name] = {
+            "x": [getattr(row[0], name) for row in rows],
+            "seeds": list(cmp_seeds),
+            "relative_perplexity": [[relative_perplexity(R(c)["final_loss"], c.V) for c in row] for row in rows],
+            "V": [row[0].V for row in rows],
+        }
+    lr_runs = {k: [R(c) for c in cs] for k, cs in cfgs["lr"].items()}
+    lr_stats = {
+        k: {
+            "mean_eval_loss": [float(np.mean(r["eval_loss"])) for r in rs],
+            "final_loss": [r["final_loss"] for r in rs],
+            "spikes": [len(loss_spikes(r["eval_loss"])) for r in rs],
+            "order_swaps": [order_swaps(r["snapshots"]) for r in rs],
+        }
+        for k, rs in lr_runs.items()
+    }
+    return PrevToken(
+        base=cfgs["base"],
+        seed=seed,
+        cmp_seeds=list(cmp_seeds),
+        with_pos=rp,
+        no_pos=R(cfgs["no_pos"]),
+        s=s,
+        M=wq_wk(torch.tensor(rp["params"]["0.W_Q"])[0], torch.tensor(rp["params"]["0.W_K"])[0]),
+        proj=(W_pos.double() @ s.double()).tolist(),
+        sweeps=sweeps,
+        lr_runs=lr_runs,
+        lr_stats=lr_stats,
+    )
+
+
+def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
+    """The post's claims on a measurement (``quick``: every claim not testable, a smoke run)."""
+    rp, rn, base, proj, s, M = m.with_pos, m.no_pos, m.base, m.proj, m.s, m.M
+    n_cmp = len(m.cmp_seeds)
+    rel_with, rel_without = (relative_perplexity(r["final_loss"], base.V) for r in (rp, rn))
+    one = f"V = 30, C = 4, n_embd = 2 (seed {m.seed})"
+    claims = [
+        claim(
+            "learned_with_pos_emb",
+            f"{one}: the task can be reasonably learned with positional embeddings",
+            "learned (plot: perplexity near 1)",
+            RULE_LEARNED,
+            {"final_ppl": rp["final_perplexity"], "relative": rel_with},
+            learned(rp["final_perplexity"], base.V),
+            quick=quick,
+            shown=f"final perplexity {num(rp['final_perplexity'], 4)}",
+        ),
+        claim(
+            "fails_without_pos_emb",
+            f"{one}: it cannot be learned without positional embeddings",
+            "not learned",
+            RULE_FAILS,
+            {"final_ppl": rn["final_perplexity"], "relative": rel_without},
+            fails(rn["final_perplexity"], base.V),
+            quick=quick,
+            shown=f"relative perplexity {num(rel_without, 2)} (final perplexity {num(rn['final_perplexity'])})",
+        ),
+    ]
+    ok, why = learned(rp["final_perplexity"], base.V)
+    learned_ok = (ok, f"the model with positional embeddings did not learn the task ({why})")
+    claims.append(
+        claim(
+            "separation_direction",
+            f"{one}: p_-1 lies on one side of a direction s, p_0, p_-2, p_-3 on the other",
+            "s ~ (1, 1)",
+            RULE_SEPARATION,
+            {"s": s.tolist(), "projections p_-3..p_0": proj},
+            separated(proj, base.C - 2),
+            quick=quick,
+            precondition=learned_ok,
+            shown=f"p_-1·s {num(proj[base.C - 2], 2)}; others "
+            + ", ".join(num(x, 2) for i, x in enumerate(proj) if i != base.C - 2)
+            + f" (s = ({num(float(s[0]), 2)}, {num(float(s[1]), 2)}))",
+        )
+    )
+    claims.append(
+        claim(
+            "sT_WQWKT_s_negative",
+            f"{one}: s^T W_Q W_K^T s < 0",
+            -1.1,
+            RULE_SIGN,
+            {"W_Q W_K^T": M.tolist(), "s^T W_Q W_K^T s": bilinear(s, M)},
+            sign_negative(bilinear(s, M)),
+            quick=quick,
+            precondition=learned_ok,
+            shown=f"s^T W_Q W_K^T s = {num(bilinear(s, M))}",
+        )
+    )
+    for name, up in (("V", True), ("C", True), ("n_embd", False)):
+        h = m.sweeps[name]
+        claims.append(
+            claim(
+                f"rel_ppl_{'up' if up else 'down'}_with_{name}",
+                f"{name} = {', '.join(map(str, h['x']))} ("
+                + ", ".join(f"{k} = {x}" for k, x in (("V", 30), ("C", 4), ("n_embd", 2)) if k != name)
+                + f"; {n_cmp} seeds): relative perplexity {'rises' if up else 'falls'} with {name}",
+                "increases" if up else "decreases",
+                RULE_MONO.format(verb="rises" if up else "falls", name=name),
+                h,
+                rel_ppl_trend(h["relative_perplexity"], h["x"], up, name, h["V"]),
+                quick=quick,
+                shown=f"(ppl-1)/V {nums(spread(y)[0] for y in h['relative_perplexity'])} at {name} = "
+                f"{', '.join(map(str, h['x']))} (floor {nums(dict.fromkeys(rel_ppl_floor(v) for v in h['V']), 2)})",
+            )
+        )
+    lr_stats = m.lr_stats
+    st = {f"V={v} lr={lr}": x for (v, lr), x in lr_stats.items()}
+
+    def mean_losses(v):
+        return f"mean eval loss {num(spread(lr_stats[(v, 0.1)]['mean_eval_loss'])[0])} nats at lr 0.1 vs " + (
+            f"{num(spread(lr_stats[(v, 0.01)]['mean_eval_loss'])[0])} at 0.01 (mean of {n_cmp} seeds)"
+        )
+
+    for v, faster in ((30, True), (100, False)):
+        claims.append(
+            claim(
+                f"lr0.1_{'faster' if faster else 'slower'}_at_V{v}",
+                f"V = {v} ({n_cmp} seeds): lr 0.1 learns {'faster' if faster else 'slower'} than 0.01",
+                "faster" if faster else "slower",
+                RULE_LR.format(how="lower" if faster else "higher", V=v),
+                {k: x for k, x in st.items() if k.startswith(f"V={v} ")},
+                lr_compare(lr_stats[(v, 0.1)]["mean_eval_loss"], lr_stats[(v, 0.01)]["mean_eval_loss"], v, faster),
+                quick=quick,
+                shown=mean_losses(v),
+            )
+        )
+    first = {f"V = {v}": (lr_stats[(v, 0.1)]["spikes"][0], lr_stats[(v, 0.1)]["order_swaps"][0]) for v in LR_VOCAB}
+    claims.append(
+        claim(
+            "spikes_and_swaps_at_large_lr",
+            f"V = 30 and 100 (seed {m.seed}): at lr 0.1 loss spikes come with token-order swaps",
+            "a spike around step 6000 with a swap",
+            RULE_SPIKES.format(seed=m.seed),
+            {k: {"spikes": x["spikes"], "order_swaps": x["order_swaps"]} for k, x in st.items()},
+            spikes_and_swaps(first),
+            quick=quick,
+            shown="lr 0.1: " + "; ".join(f"{k}: {a} spike(s), {b} swap(s)" for k, (a, b) in first.items()),
+        )
+    )
+    return claims
+
+
+def figures(m: PrevToken) -> dict[str, tuple[go.Figure, dict]]:
+    """``{stem: (figure, PNG size)}``: the positional embeddings and s, the sweeps, the lr curves, the animation."""
+    rp, rn, base, s, proj = m.with_pos, m.no_pos, m.base, m.s, m.proj
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        subplot_titles=["perplexity", "positional embeddings over training", "projection on s"],
+        horizontal_spacing=0.09,
+    )
+    fig.add_trace(go.Scatter(x=rn["steps"], y=perplexity_curve(rn), name="no positional embedding"), 1, 1)
+    fig.add_trace(go.Scatter(x=rp["steps"], y=perplexity_curve(rp), name="with positional embedding"), 1, 1)
+    traj = np.array([sn["W_pos"] for sn in rp["snapshots"]])
+    for i in range(base.C):
+        fig.add_trace(go.Scatter(x=traj[:, i, 0], y=traj[:, i, 1], mode="lines", name=f"p_{i - base.C + 1}"), 1, 2)
+    fig.add_trace(
+        go.Scatter(x=[0, float(s[0])], y=[0, float(s[1])], mode="lines+markers", name="s", line=dict(color="black")),
+        1,
+        2,
+    )
+    fig.add_trace(go.Bar(x=[f"p_{i - base.C + 1}" for i in range(base.C)], y=proj, name="p·s"), 1, 3)
+    log_axis(fig, "y", [1, base.V], row=1, col=1)
+    fig.update_xaxes(title_text="step", row=1, col=1)
+    fig.update_yaxes(title_text="perplexity (eval)", row=1, col=1)
+    fig.update_xaxes(title_text="dimension 1", row=1, col=2)
+    fig.update_yaxes(title_text="dimension 2", row=1, col=2)
+    fig.update_xaxes(title_text="position (0: the current token)", row=1, col=3)
+    fig.update_yaxes(title_text="projection p·s", row=1, col=3)
+    fig.update_layout(title=f"V=30, C=4, n_embd=2, seed {m.seed}: copying the previous token", height=450)
+    out = {"positional_embeddings": (fig, {"width": 1500})}
+
+    fig = make_subplots(rows=1, cols=3, subplot_titles=["vs V", "vs C", "vs n_embd"], horizontal_spacing=0.08)
+    for col, (name, h) in enumerate(m.sweeps.items(), start=1):
+        xs, ys = h["x"], h["relative_perplexity"]  # [x, seed]
+        fig.add_trace(points_with_sd(xs, list(zip(*ys)), f"(ppl-1)/V vs {name}", COLOURS[col - 1]), 1, col)
+        floors = [rel_ppl_floor(v) for v in h["V"]]
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=floors,
+                mode="lines",
+                line=dict(color="grey", dash="dot"),
+                name="the floor (one eval sequence at chance)",
+                showlegend=col == 1,
+            ),
+            1,
+            col,
+        )
+        lows = [max(min(spread(y)[0] - spread(y)[1], min(y)), 1e-12) for y in ys]
+        log_axis(fig, "y", [*lows, *[max(y) for y in ys], *floors], row=1, col=col)
+        fig.update_xaxes(title_text=name, type="log" if name != "C" else None, row=1, col=col)
+        fig.update_xaxes(tickvals=xs, ticktext=[str(x) for x in xs], row=1, col=col)
+        fig.update_yaxes(title_text="relative perplexity (ppl-1)/V", row=1, col=col)
+    fig.update_layout(
+        title=f"relative perplexity (ppl - 1) / V, mean ± sd of {len(m.cmp_seeds)} seeds (dotted: the floor)",
+        height=450,
+    )
+    out["hyperparameters"] = (fig, {"width": 1400})
+
+    fig = go.Figure()
+    for i, ((v, lr), rs) in enumerate(m.lr_runs.items()):
+        band(fig, rs[0]["steps"], [r["eval_loss"] for r in rs], f"V={v} lr={lr}", COLOURS[i])
+    losses = [x for rs in m.lr_runs.values() for r in rs for x in r["eval_loss"]]
+    fig.update_layout(
+        title=f"learning rate 0.1 vs 0.01 ({len(m.cmp_seeds)} seeds)",
+        xaxis_title="step",
+        yaxis_title="eval loss (nats)",
+    )
+    log_axis(fig, "y", [max(min(losses), 1e-6), max(losses)])
+    out["learning_rate"] = (fig, {})
+    big = m.lr_runs[(30, 0.1)][0]
+    out["embedding_animation"] = (embedding_animation(big, f"V=30, lr=0.1, seed {m.seed}: token embeddings"), {})
+    return out
+
+
+def embedding_animation(result: dict, title: str) -> go.Figure:
+    """Token embeddings over training: each token's path (static, so the PNG shows the whole trajectory)
+    with its final position labelled; the HTML's play button animates the markers frame by frame."""
+    snaps = result["snapshots"]
+    traj = np.array([s["W_E"] for s in snaps])  # [snapshot, V, 2]
+    n_tok = traj.shape[1]
+    paths = [
+        go.Scatter(
+            x=traj[:, t, 0],
+            y=traj[:, t, 1],
+            mode="lines",
+            line=dict(width=1),
+            opacity=0.5,
+            showlegend=False,
+            hoverinfo="skip",
+        )
+        for t in range(n_tok)
+    ]
+
+    def markers(e):
+        return go.Scatter(
+            x=e[:, 0],
+            y=e[:, 1],
+            mode="markers+text",
+            text=[str(i) for i in range(n_tok)],
+            textposition="top center",
+            marker=dict(size=7, color="black"),
+            name="tokens",
+        )
+
+    frames = [
+        go.Frame(data=[markers(traj[i])], traces=[n_tok], name=str(st)) for i, st in enumerate(result["snapshot_steps"])
+    ]
+    lim = float(np.abs(traj).max()) * 1.1
+    last = result["snapshot_steps"][-1]
+    fig = go.Figure(data=paths + [markers(traj[-1])], frames=frames)
+    fig.update_layout(
+        # the figure opens on the last frame (the PNG shows it), so the slider starts there too
+        title=f"{title}<br><sup>lines: each token's path from step 1; dots: positions at step {last:,} "
+        "(play: the whole run)</sup>",
+        xaxis=dict(range=[-lim, lim], title="dimension 1"),
+        yaxis=dict(range=[-lim, lim], title="dimension 2", scaleanchor="x"),
+        height=650,
+        width=700,
+        updatemenus=[
+            dict(
+                type="buttons", buttons=[dict(label="play", method="animate", args=[None, {"frame": {"duration": 60}}])]
+            )
+        ],
+        sliders=[
+            dict(
+                steps=[dict(method="animate", args=[[f.name], {"mode": "immediate"}], label=f.name) for f in frames],
+                active=len(frames) - 1,
+                currentvalue=dict(prefix="step "),
+            )
+        ],
+    )
+    return fig
+
+
+def prev_token(
+    *,
+    steps: int | None = None,
+    lr_steps: int | None = None,
+    seed: int = 0,
+    seeds: int = 1,
+    quick: bool = False,
+    lr: float = LR,
+    init_std: float = INIT_STD,
+    batch_size: int = BATCH_SIZE,
+    out_proj: bool = False,
+    robustness: bool = False,
+    robustness_seeds: int = ROBUSTNESS_SEEDS,
+    workers: int | None = None,
+    runs_dir: str | Path | None = None,
+) -> ClaimResult:
+    """Train post 000's toy models and judge its claims (``toy_prev_token`` with its defaults, called with none).
+
+    Args:
+        steps: training steps (default 5,000; ``quick``: 300).
+        lr_steps: training steps of the learning-rate comparison (default twice ``steps``; ``quick``: ``steps``).
+        seed, seeds: the runs with and without positional embeddings train at ``seed``; every comparison (the sweeps,
+            the learning rates) at ``max(seeds, 3)`` seeds from ``seed`` (``quick``: 2).
+        quick: a smoke run (two values per sweep, short training): every claim ``not testable``.
+        lr, init_std, batch_size, out_proj: the training settings the post does not state (Adam's learning rate, the
+            std of the N(0, s^2) initialisation, sequences per step, an attention output matrix W_O).
+        robustness: also run the headline claims over the grid of those settings (:func:`prev_token_grid`) at
+            ``robustness_seeds`` seeds (``quick``: 2).
+        workers: processes that train groups of models at once (default: one per thread, at most 8).
+        runs_dir: the folder of resumable runs (each finished run saved, and reused by the next call); None: none.
+
+    Returns:
+        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``, ``lr_steps``,
+        ``init_std``, ``lr``, ``comparison_seeds``, ``robustness`` with the grid), ``figures``
+        (``positional_embeddings``, ``hyperparameters``, ``learning_rate``, ``embedding_animation``, ``robustness``),
+        ``tables`` (``robustness``).
+    """
+    check_options(
+        steps=steps,
+        seeds=seeds,
+        robustness_seeds=robustness_seeds,
+        batch_size=batch_size,
+        lr=lr,
+        init_std=init_std,
+        workers=workers,
+    )
+    if lr_steps is not None and (not isinstance(lr_steps, int) or lr_steps < 1):
+        raise UsageError("lr_steps", f"{lr_steps!r} is out of range", "allowed an integer >= 1 or None")
+    workers = workers or default_workers()
+    steps = steps or (QUICK_STEPS if quick else STEPS)
+    base = base_config(
+        steps,
+        lr=lr,
+        init_std=init_std,
+        out_proj=out_proj,
+        batch_size=batch_size,
+        task="copy_offset",
+        k=1,
+        V=30,
+        C=4,
+        n_embd=2,
+        pos_emb=True,
+        seed=seed,
+    )
+    cmp_seeds = list(range(seed, seed + max(seeds, 2 if quick else COMPARE_SEEDS)))
+    sweep_values = {
+        "V": [10, 30] if quick else [10, 30, 100],
+        "C": [3, 4] if quick else [3, 4, 8],
+        "n_embd": [2, 4] if quick else [2, 4, 8],
+    }
+    lr_steps = lr_steps or (steps if quick else 2 * steps)
+    cfgs = configs(base, cmp_seeds, sweep_values, lr_steps)
+    print(
+        f"toy_prev_token: {len({c.id() for c in flat(cfgs)})} models: with and without positions ({steps:,} steps), "
+        f"the V, C and n_embd sweeps ({len(cmp_seeds)} seeds each, {steps:,} steps) and lr 0.1 vs 0.01 at V 30 and "
+        f"100 ({len(cmp_seeds)} seeds each, {lr_steps:,} steps)",
+        flush=True,
+    )
+    m = measure(cfgs, seed, cmp_seeds, runs_dir, workers)
+    result = ClaimResult("prev_token", claims=judge(m, quick))
+    for stem, (fig, size) in figures(m).items():
+        result.figure(fig, stem, **size)
+    result.numbers.update(steps=steps, lr_steps=lr_steps, init_std=init_std, lr=lr, comparison_seeds=cmp_seeds)
+    if robustness:
+        table, fig, record = robustness_grid(
+            prev_token_grid(), base, seed, robustness_seeds, quick, runs_dir, workers, "000: previous-token copying"
+        )
+        result.table(table, "robustness")
+        result.figure(fig, "robustness")
+        result.numbers["robustness"] = record
+    return result
+
+
+# --- the --robustness grid --------------------------------------------------------------------------------------
+
+
+def sign_of_previous_direction(result: dict) -> float:
+    """s^T W_Q W_K^T s for the direction s separating the previous position's embedding from the others."""
+    s = separation_direction(torch.tensor(result["params"]["W_pos"]), 1)
+    return bilinear(s, wq_wk(torch.tensor(result["params"]["0.W_Q"])[0], torch.tensor(result["params"]["0.W_K"])[0]))
+
+
+def rel_ppl(result: dict) -> float:
+    return relative_perplexity(result["final_loss"], result["config"]["V"])
+
+
+def learned_and_negative(r: dict) -> tuple[bool, str]:
+    """:data:`~gpt2_posheads.claims.toy.RULE_SIGN_GRID` on the run ``r["pos"]``."""
+    ok, why = learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])
+    return sign_negative(sign_of_previous_direction(r["pos"])) if ok else (False, f"the task is not learned: {why}")
+
+
+def prev_token_grid() -> list[GridClaim]:
+    """000's headline claims (base: V 30, C 4, n_embd 2, positional embeddings)."""
+
+    def sweep(name, values):
+        return lambda b: {f"{name}={v}": replace(b, **{name: v}) for v in values}
+
+    return [
+        GridClaim(
+            "learned_with_pos_emb",
+            RULE_LEARNED,
+            lambda b: {"pos": b},
+            lambda r: learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"]),
+        ),
+        GridClaim(
+            "fails_without_pos_emb",
+            RULE_FAILS,
+            lambda b: {"no_pos": replace(b, pos_emb=False)},
+            lambda r: fails(r["no_pos"]["final_perplexity"], r["no_pos"]["config"]["V"]),
+        ),
+        GridClaim(
+            "sT_WQWKT_s_negative",
+            RULE_SIGN_GRID,
+            lambda b: {"pos": b},
+            learned_and_negative,
+        ),
+        GridClaim(
+            "rel_ppl_up_with_V",
+            ONE_SEED + RULE_MONO.format(verb="rises", name="V (10, 30, 100)"),
+            sweep("V", (10, 30, 100)),
+            lambda r: rel_ppl_trend(
+                [[rel_ppl(r[f"V={v}"])] for v in (10, 30, 100)], (10, 30, 100), True, "V", (10, 30, 100)
+            ),
+        ),
+        GridClaim(
+            "rel_ppl_up_with_C",
+            ONE_SEED + RULE_MONO.format(verb="rises", name="C (3, 4, 8)"),
+            sweep("C", (3, 4, 8)),
+            lambda r: rel_ppl_trend(
+                [[rel_ppl(r[f"C={c}"])] for c in (3, 4, 8)], (3, 4, 8), True, "C", [r["C=3"]["config"]["V"]] * 3
+            ),
+        ),
+    ]

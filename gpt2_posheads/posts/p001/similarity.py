@@ -1,0 +1,471 @@
+"""Post 001 ("Sparse attention 3"): one attention layer is inefficient at retrieving the most similar token.
+
+The post trains one attention layer (n_embd 2, C 3) to output the context token numerically closest to the last one
+and finds: perplexity converges near V/2; it follows (C-2)/(C-1) V qualitatively as the context grows; the best
+perplexity falls with n_embd, faster than V/n_embd; numerically close tokens are embedded close together. It proposes,
+without testing, a distance kernel (-|q-k|^2, or a harmonic 1/|q-k|^n) in place of the inner product, with which a
+1-D embedding would suffice. Here:
+
+* **measure** — train the runs (:func:`configs`, :func:`measure`): the final perplexity for each V; for each
+  (V, C) of the trend; the best perplexity for each n_embd at V = 32; the learned embeddings at n_embd 2; the kernels
+  at n_embd 1 and 2 (every comparison on 3 seeds per side);
+* **judge** — the rules of :mod:`gpt2_posheads.claims.toy` (:func:`judge`): ``converges_near_V/2`` per V, the C
+  trend and its rise from C=3 to C=5 (when the model is confused at both), ``best_perplexity_falls_with_n_embd``,
+  ``close_tokens_embedded_close``, and the two proposals;
+* **figure** — perplexity against V, C and n_embd, the embeddings, the kernels' curves (:func:`figures`);
+* **grid** — the headline claims as tests runnable at any setting (:func:`similar_content_grid`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import plotly.graph_objects as go
+import torch
+
+from ...analysis.geometry import pca
+from ...claims.toy import (
+    COMPARE_SEEDS,
+    GRID_TREND_V,
+    PRE_CONFUSED,
+    RULE_CLOSE,
+    RULE_FALLS_EMBD,
+    RULE_KERNEL,
+    RULE_NEAR_HALF,
+    RULE_ONE_D,
+    RULE_RISE,
+    RULE_TREND,
+    TREND_V,
+    best_falls_with_embd,
+    close_tokens,
+    confused,
+    follows_trend,
+    kernel_beats,
+    near_half,
+    num,
+    nums,
+    one_d_suffices,
+    rises_3_to_5,
+    spread,
+    trend_spearman,
+)
+from ...claims.toy import toy_claim as claim
+from ...claims.verdicts import Claim
+from ...toy import ToyConfig, train_sweep
+from ...toy.analysis import distance_rank_correlation, perplexity_curve
+from ...toy.figures import COLOURS, band, log_axis, perplexity_by_vocab, points_with_sd
+from ...toy.posts import (
+    BATCH_SIZE,
+    INIT_STD,
+    LR,
+    ONE_SEED,
+    ROBUSTNESS_SEEDS,
+    base_config,
+    check_options,
+    default_workers,
+)
+from ...toy.posts import robustness as robustness_grid
+from ...toy.robustness import GridClaim
+from ..result import ClaimResult
+
+KERNEL_V = 32  # the vocabulary of the n_embd sweep and the kernel comparison
+GRID_C = (3, 4, 5, 6, 8)  # the contexts of the C trend (the default run's and the grid's)
+STEPS, QUICK_STEPS = 4000, 300
+
+
+@dataclass
+class Similar:
+    """What :func:`measure` trained and read off. ``finals``: ``{V: [final perplexity per seed]}``; ``by_c``:
+    ``{V: {C: [final perplexity per seed]}}``; ``best``: ``[n_embd, seed]`` best perplexity over training at V = 32;
+    ``embeddings``: ``[V, 2]`` learned token embeddings (n_embd 2, ``seed``) and ``rho`` the Spearman correlation of
+    their distances with ``|i - j|``; ``kernels``: ``{"<kernel> n_embd=<d>": [run per seed]}``."""
+
+    seed: int
+    seeds: list[int]
+    cmp_seeds: list[int]
+    vocab: list[int]
+    v_runs: list[dict]
+    finals: dict[int, list[float]]
+    trend_v: list[int]
+    cs: list[int]
+    by_c: dict[int, dict[int, list[float]]]
+    ds: list[int]
+    best: list[list[float]]
+    embeddings: torch.Tensor
+    rho: float
+    kernels: dict[str, list[dict]]
+
+
+def configs(
+    base: ToyConfig,
+    seeds: Sequence[int],
+    cmp_seeds: Sequence[int],
+    vocab: Sequence[int],
+    contexts: Sequence[int],
+    trend_v: Sequence[int],
+    dims: Sequence[int],
+) -> dict[str, list[ToyConfig]]:
+    """The runs, by what they vary: ``V`` (at ``seeds``), ``C`` (each V of ``trend_v`` x each of ``contexts``),
+    ``n_embd`` (``dims`` at V = 32) and ``kernel`` (distance and harmonic at n_embd 1 and 2), at ``cmp_seeds``."""
+
+    def mk(ss, **kw):
+        return [replace(base, **kw, seed=s) for s in ss]
+
+    return {
+        "V": [c for v in vocab for c in mk(seeds, V=v)],
+        "C": [c for v in trend_v for C in contexts for c in mk(cmp_seeds, V=v, C=C)],
+        "n_embd": [c for d in dims for c in mk(cmp_seeds, V=KERNEL_V, n_embd=d)],
+        "kernel": [
+            c
+            for kern in ("distance", "harmonic")
+            for d in (1, 2)
+            for c in mk(cmp_seeds, V=KERNEL_V, n_embd=d, kernel=kern)
+        ],
+    }
+
+
+def measure(
+    groups: dict[str, list[ToyConfig]],
+    seed: int,
+    seeds: Sequence[int],
+    cmp_seeds: Sequence[int],
+    runs_dir: str | Path | None = None,
+    workers: int = 1,
+) -> Similar:
+    """Train every run of ``groups`` (:func:`configs`) and read off what the claims compare."""
+    flat = [c for g in groups.values() for c in g]
+    res = dict(zip([c.id() for c in flat], train_sweep(flat, runs_dir, workers=workers)))
+
+    def get(cs):
+        return [res[c.id()] for c in cs]
+
+    def finals(cs):
+        return [r["final_perplexity"] for r in get(cs)]
+
+    vocab = list(dict.fromkeys(c.V for c in groups["V"]))
+    trend_v = list(dict.fromkeys(c.V for c in groups["C"]))
+    cs = sorted({c.C for c in groups["C"]})
+    ds = sorted({c.n_embd for c in groups["n_embd"]})
+    r2 = next(r for r in get([c for c in groups["n_embd"] if c.n_embd == 2]) if r["config"]["seed"] == seed)
+    emb = torch.tensor(r2["params"]["W_E"])
+    kernels: dict[str, list[dict]] = {}  # kernel and n_embd 1, 2 -> one result per seed
+    for c, r in zip(groups["kernel"] + groups["n_embd"], get(groups["kernel"] + groups["n_embd"])):
+        if c.n_embd in (1, 2):
+            kernels.setdefault(f"{'inner product' if c.kernel == 'dot' else c.kernel} n_embd={c.n_embd}", []).append(r)
+    return Similar(
+        seed=seed,
+        seeds=list(seeds),
+        cmp_seeds=list(cmp_seeds),
+        vocab=vocab,
+        v_runs=get([c for v in vocab for c in groups["V"] if v == c.V]),
+        finals={v: finals([c for c in groups["V"] if v == c.V]) for v in vocab},
+        trend_v=trend_v,
+        cs=cs,
+        by_c={v: {C: finals([c for c in groups["C"] if c.C == C and v == c.V]) for C in cs} for v in trend_v},
+        ds=ds,
+        best=[[min(perplexity_curve(r)) for r in get([c for c in groups["n_embd"] if c.n_embd == d])] for d in ds],
+        embeddings=emb,
+        rho=distance_rank_correlation(emb),
+        kernels=kernels,
+    )
+
+
+def judge(m: Similar, quick: bool = False) -> list[Claim]:
+    """The post's claims on a measurement (``quick``: every claim not testable, a smoke run)."""
+    claims, n_cmp, trend_v, cs = [], len(m.cmp_seeds), m.trend_v, m.cs
+    for v in m.vocab:
+        ppl = m.finals[v]
+        mean = spread(ppl)[0]
+        claims.append(
+            claim(
+                f"converges_near_V/2 (V={v})",
+                f"V = {v}: perplexity converges to V/2 or a bit below",
+                f"<= V/2 = {v / 2:g}",
+                RULE_NEAR_HALF,
+                mean,
+                near_half(mean, v, len(ppl)),
+                quick=quick,
+                shown=f"final perplexity {num(mean)} = {num(mean / v, 2)} V",
+            )
+        )
+    ppl_vc = {v: [spread(m.by_c[v][C])[0] for C in cs] for v in trend_v}
+    rho = trend_spearman(ppl_vc, cs)
+    measured = {
+        f"V={v}": {"perplexity": ppl_vc[v], "perplexity/V": [p / v for p in ppl_vc[v]], "spearman": rho[v]}
+        for v in trend_v
+    }
+    pre = confused(ppl_vc, cs)
+    claims.append(
+        claim(
+            "follows_(C-2)/(C-1)V_qualitatively",
+            f"V = {', '.join(map(str, trend_v))} ({n_cmp} seeds): perplexity follows (C-2)/(C-1) V qualitatively",
+            "(C-2)/(C-1) V: 0.5 V at C=3 rising to 0.86 V at C=8",
+            RULE_TREND.format(V=tuple(trend_v)),
+            {"C": cs, **measured},
+            follows_trend(ppl_vc, cs),
+            quick=quick,
+            precondition=(pre[0], f"{pre[1]} ({PRE_CONFUSED})"),
+            shown=f"Spearman {nums(rho.values(), 2)} at V = {', '.join(map(str, trend_v))} (each needs >= 0.8)",
+        )
+    )
+    rise = {v: {C: m.by_c[v][C] for C in (3, 5)} for v in trend_v}
+    claims.append(
+        claim(
+            "rises_from_C=3_to_C=5",
+            f"V = {', '.join(map(str, trend_v))} ({n_cmp} seeds): perplexity rises with C (checked where an "
+            "independent implementation saw it rise: C=3 to C=5)",
+            "rises with C",
+            RULE_RISE.format(V=tuple(trend_v)),
+            {f"V={v}": {"C=3": rise[v][3], "C=5": rise[v][5]} for v in trend_v},
+            rises_3_to_5(rise),
+            quick=quick,
+            precondition=(pre[0], f"{pre[1]} ({PRE_CONFUSED})"),
+            shown="perplexity / V at C=3 → C=5: "
+            + "; ".join(
+                f"V = {v}: {num(spread(rise[v][3])[0] / v, 2)} → {num(spread(rise[v][5])[0] / v, 2)}" for v in trend_v
+            ),
+        )
+    )
+    ds, best = m.ds, m.best
+    claims.append(
+        claim(
+            "best_perplexity_falls_with_n_embd",
+            f"V = {KERNEL_V} ({n_cmp} seeds): the best perplexity falls with n_embd, faster than V/n_embd",
+            "decreasing, faster than V/n_embd",
+            RULE_FALLS_EMBD.format(ds=", ".join(map(str, ds)), last=ds[-1]),
+            dict(zip(ds, best)),
+            best_falls_with_embd(best, ds, KERNEL_V),
+            quick=quick,
+            shown=f"best perplexity {nums([spread(b)[0] for b in best])} at n_embd = {', '.join(map(str, ds))}",
+        )
+    )
+    claims.append(
+        claim(
+            "close_tokens_embedded_close",
+            f"V = {KERNEL_V}, n_embd = 2 (seed {m.seed}): numerically close tokens are embedded close together",
+            "continuous structure",
+            RULE_CLOSE,
+            {"spearman(|i-j|, dist)": m.rho},
+            close_tokens(m.rho),
+            quick=quick,
+            shown=f"Spearman {num(m.rho, 2)}",
+        )
+    )
+    kfinal = {k: [r["final_perplexity"] for r in rs] for k, rs in m.kernels.items()}
+    kmean = {k: spread(v)[0] for k, v in kfinal.items()}
+    best_k = min((k for k in kmean if not k.startswith("inner")), key=kmean.get)
+    best_dot = min((k for k in kmean if k.startswith("inner")), key=kmean.get)
+    claims.append(
+        claim(
+            "distance_kernel_helps (untested in the post)",
+            f"V = {KERNEL_V} ({n_cmp} seeds): a distance kernel beats the inner product",
+            "proposed, untested",
+            RULE_KERNEL,
+            kfinal,
+            kernel_beats(kfinal[best_k], best_k, kfinal[best_dot], best_dot, KERNEL_V),
+            quick=quick,
+            shown=f"final perplexity {num(kmean[best_k])} ({best_k}) vs {num(kmean[best_dot])} ({best_dot})",
+        )
+    )
+    k1 = min((k for k in kmean if not k.startswith("inner") and k.endswith("n_embd=1")), key=kmean.get)
+    claims.append(
+        claim(
+            "1D_embedding_sufficient_with_distance_kernel (untested in the post)",
+            f"V = {KERNEL_V} ({n_cmp} seeds): with a distance kernel a 1-D embedding suffices",
+            "proposed, untested",
+            RULE_ONE_D,
+            {k1: kfinal[k1]},
+            one_d_suffices(kfinal[k1], k1),
+            quick=quick,
+            shown=f"final perplexity {num(kmean[k1])} ({k1})",
+        )
+    )
+    return claims
+
+
+def figures(m: Similar) -> dict[str, go.Figure]:
+    """``{stem: figure}``: perplexity against V, C and n_embd, the learned embeddings, the kernels' curves."""
+    out = {"perplexity_vs_V": perplexity_by_vocab(m.v_runs, m.vocab, "most-similar token, n_embd=2, C=3")}
+    cs = m.cs
+    fig = go.Figure()
+    for i, v in enumerate(m.trend_v):
+        runs_v = [[m.by_c[v][C][j] / v for C in cs] for j in range(len(m.cmp_seeds))]
+        fig.add_trace(points_with_sd(cs, runs_v, f"measured, V={v}", COLOURS[i]))
+    fig.add_trace(
+        go.Scatter(
+            x=cs,
+            y=[(C - 2) / (C - 1) for C in cs],
+            mode="lines+markers",
+            name="(C-2)/(C-1): the post's guess-from-context",
+            line=dict(color="black", dash="dot"),
+        )
+    )
+    fig.update_layout(
+        title="n_embd=2: final perplexity / V against context length",
+        xaxis=dict(title="context length C", dtick=1),
+        yaxis_title="final perplexity / V",
+    )
+    out["perplexity_vs_C"] = fig
+    ds, best = m.ds, m.best
+    fig = go.Figure()
+    fig.add_trace(points_with_sd(ds, list(zip(*best)), "best perplexity", COLOURS[0]))
+    fig.add_trace(
+        go.Scatter(x=ds, y=[KERNEL_V / d for d in ds], mode="lines", name="V / n_embd", line=dict(dash="dot"))
+    )
+    fig.update_layout(
+        title=f"V={KERNEL_V}, C=3: best perplexity against n_embd",
+        xaxis_title="n_embd",
+        yaxis_title="best perplexity over training",
+    )
+    log_axis(fig, "x", ds)
+    log_axis(fig, "y", [1, KERNEL_V, *[b for bs in best for b in bs]])
+    out["perplexity_vs_n_embd"] = fig
+    emb = m.embeddings
+    proj = pca(emb, 2)[2].numpy()
+    fig = go.Figure(
+        go.Scatter(
+            x=proj[:, 0],
+            y=proj[:, 1],
+            mode="markers+text",
+            text=[str(i) for i in range(len(emb))],
+            textposition="top center",
+            marker=dict(color=list(range(len(emb))), colorscale="Viridis", size=9),
+        )
+    )
+    fig.update_layout(
+        title=f"V={KERNEL_V}, n_embd=2, seed {m.seed}: learned token embeddings (colour = token value)",
+        xaxis_title="principal component 1",
+        yaxis_title="principal component 2",
+    )
+    out["embeddings"] = fig
+    fig = go.Figure()
+    for i, (name, rs) in enumerate(m.kernels.items()):
+        band(fig, rs[0]["steps"], [perplexity_curve(r) for r in rs], name, COLOURS[i % len(COLOURS)])
+    fig.update_layout(
+        title=f"V={KERNEL_V}, C=3: inner-product vs distance kernels",
+        xaxis_title="step",
+        yaxis_title="perplexity (eval)",
+    )
+    log_axis(fig, "y", [1, KERNEL_V])
+    out["kernels"] = fig
+    return out
+
+
+def similar_content(
+    *,
+    steps: int | None = None,
+    seed: int = 0,
+    seeds: int = 1,
+    quick: bool = False,
+    lr: float = LR,
+    init_std: float = INIT_STD,
+    batch_size: int = BATCH_SIZE,
+    out_proj: bool = False,
+    robustness: bool = False,
+    robustness_seeds: int = ROBUSTNESS_SEEDS,
+    workers: int | None = None,
+    runs_dir: str | Path | None = None,
+) -> ClaimResult:
+    """Train post 001's toy models and judge its claims (``toy_similar_content`` with its defaults, called with none).
+
+    Args:
+        steps: training steps (default 4,000; ``quick``: 300).
+        seed, seeds: the perplexity-by-V runs train at seeds ``seed .. seed + seeds - 1``; every comparison (C,
+            n_embd, kernels) at ``max(seeds, 3)`` seeds from ``seed`` (``quick``: 2).
+        quick: a smoke run (fewer V, C and n_embd, short training): every claim ``not testable``.
+        lr, init_std, batch_size, out_proj: the training settings the post does not state (Adam's learning rate, the
+            std of the N(0, s^2) initialisation, sequences per step, an attention output matrix W_O).
+        robustness: also run the headline claims over the grid of those settings (:func:`similar_content_grid`) at
+            ``robustness_seeds`` seeds (``quick``: 2).
+        workers: processes that train groups of models at once (default: one per thread, at most 8).
+        runs_dir: the folder of resumable runs (each finished run saved, and reused by the next call); None: none.
+
+    Returns:
+        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``, ``init_std``,
+        ``lr``, ``seeds``, ``comparison_seeds``, ``robustness`` with the grid), ``figures`` (``perplexity_vs_V``,
+        ``perplexity_vs_C``, ``perplexity_vs_n_embd``, ``embeddings``, ``kernels``, ``robustness``), ``tables``
+        (``robustness``).
+    """
+    check_options(
+        steps=steps,
+        seeds=seeds,
+        robustness_seeds=robustness_seeds,
+        batch_size=batch_size,
+        lr=lr,
+        init_std=init_std,
+        workers=workers,
+    )
+    workers = workers or default_workers()
+    steps = steps or (QUICK_STEPS if quick else STEPS)
+    base = base_config(
+        steps, lr=lr, init_std=init_std, out_proj=out_proj, batch_size=batch_size, task="most_similar", C=3, n_embd=2
+    )
+    v_seeds = list(range(seed, seed + seeds))
+    cmp_seeds = list(range(seed, seed + max(seeds, 2 if quick else COMPARE_SEEDS)))
+    vocab = [8, 32] if quick else [8, 16, 32, 64]
+    contexts, trend_v = ([3, 5], [10, 20]) if quick else (list(GRID_C), list(TREND_V))
+    dims = [1, 2, 4] if quick else [1, 2, 4, 8, 16]
+    groups = configs(base, v_seeds, cmp_seeds, vocab, contexts, trend_v, dims)
+    flat = [c for g in groups.values() for c in g]
+    print(
+        f"toy_similar_content: {len({c.id() for c in flat})} models, {steps:,} steps: V {', '.join(map(str, vocab))} "
+        f"({len(v_seeds)} seed(s)); C {', '.join(map(str, contexts))} at V {', '.join(map(str, trend_v))}, n_embd "
+        f"{', '.join(map(str, dims))} and the kernels ({len(cmp_seeds)} seeds each)",
+        flush=True,
+    )
+    m = measure(groups, seed, v_seeds, cmp_seeds, runs_dir, workers)
+    result = ClaimResult("similar_content", claims=judge(m, quick))
+    for stem, fig in figures(m).items():
+        result.figure(fig, stem)
+    result.numbers.update(steps=steps, init_std=init_std, lr=lr, seeds=v_seeds, comparison_seeds=cmp_seeds)
+    if robustness:
+        table, fig, record = robustness_grid(
+            similar_content_grid(), base, seed, robustness_seeds, quick, runs_dir, workers, "001: most-similar token"
+        )
+        result.table(table, "robustness")
+        result.figure(fig, "robustness")
+        result.numbers["robustness"] = record
+    return result
+
+
+# --- the --robustness grid --------------------------------------------------------------------------------------
+
+
+def similar_content_grid() -> list[GridClaim]:
+    """001's headline claims (base: C 3, n_embd 2; one seed per test)."""
+
+    def by_v_c(b):
+        return {f"V={V} C={C}": replace(b, V=V, C=C) for V in GRID_TREND_V for C in GRID_C}
+
+    def table(r):
+        return {V: [r[f"V={V} C={C}"]["final_perplexity"] for C in GRID_C] for V in GRID_TREND_V}
+
+    def one_seed(r):  # {V: {C: [the one seed's perplexity]}}
+        return {V: {C: [p] for C, p in zip(GRID_C, ppl)} for V, ppl in table(r).items()}
+
+    def unless_not_confused(r, rule):
+        ok, found = confused(table(r), GRID_C)
+        return rule(r) if ok else (None, f"not testable here: {found}")
+
+    return [
+        GridClaim(
+            "converges_near_V/2 (V=32)",
+            RULE_NEAR_HALF.replace("mean over seeds", "one seed"),
+            lambda b: {"v": replace(b, V=32)},
+            lambda r: near_half(r["v"]["final_perplexity"], 32),
+        ),
+        GridClaim(
+            "follows_(C-2)/(C-1)V_qualitatively",
+            f"{RULE_TREND.format(V=GRID_TREND_V)}, and {PRE_CONFUSED}",
+            by_v_c,
+            lambda r: unless_not_confused(r, lambda r: follows_trend(table(r), GRID_C)),
+        ),
+        GridClaim(
+            "rises_from_C=3_to_C=5",
+            f"{ONE_SEED}{RULE_RISE.format(V=GRID_TREND_V)}, and {PRE_CONFUSED}",
+            by_v_c,
+            lambda r: unless_not_confused(r, lambda r: rises_3_to_5(one_seed(r))),
+        ),
+    ]

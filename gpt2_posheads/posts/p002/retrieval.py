@@ -1,0 +1,348 @@
+"""Post 002 ("Sparse attention 7"): stacked causal attention without positions loses the middle of its context.
+
+The post trains stacks of causal attention layers without positional embeddings (V 10, C 10, one head) to output the
+k-th token of the context and finds: one layer retrieves only the current token (k = C-1); two layers retrieve the
+first and the last tokens but not the middle ("lost in the middle", a U shape of the final loss against k), and so do
+n_embd {2, 10} x n_layers {2, 3}; residual connections with MLPs replace the middle's plateau by a spikier profile.
+Here:
+
+* **measure** — train every k at every seed of each setting (:func:`configs`, :func:`measure`; a setting's models
+  train as one batched computation): the final loss per (k, seed);
+* **judge** — the rules of :mod:`gpt2_posheads.claims.toy` (:func:`judge`): ``1_layer_only_last``,
+  ``2_layers_U_shape``, ``U_shape`` for the other plain stacks, ``plateau_broken`` for the stacks with residual
+  connections and MLPs against the plain stack of the same depth;
+* **figure** — the final loss against k for every setting (:func:`figure`);
+* **grid** — the headline claims as tests runnable at any setting (:func:`lost_in_middle_grid`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+
+from ...claims.toy import (
+    RULE_ONLY_LAST,
+    RULE_SPIKIER,
+    RULE_U,
+    middle_spread,
+    num,
+    only_last,
+    spikier,
+    spread,
+    u_shape,
+)
+from ...claims.toy import toy_claim as claim
+from ...claims.verdicts import Claim
+from ...model.validation import UsageError
+from ...toy import ToyConfig, train_sweep
+from ...toy.posts import BATCH_SIZE, INIT_STD, LR, ROBUSTNESS_SEEDS, base_config, check_options, default_workers
+from ...toy.posts import robustness as robustness_grid
+from ...toy.robustness import GridClaim
+from ..result import ClaimResult
+
+V, C = 10, 10
+STEPS, QUICK_STEPS, SEEDS = 800, 200, 3
+PLAIN = [(2, 2), (2, 10), (3, 2), (3, 10)]  # (n_layers, n_embd): the post's "embedding dimension and layers" grid
+# Evaluations per run in the default run, which judges final losses only. Each evaluation (2,048 sequences
+# per model) costs about 8 training steps (measured: 30 two-layer models, 200 steps, 50 evaluations 55 s,
+# one 18 s); evaluating does not touch the training data, so how often changes no trajectory. The grid
+# keeps the base's 50 (its runs are cached under that setting).
+EVALS = 10
+# Three stacked attention layers without residual connections escape the chance plateau much later than
+# two (measured over seeds 0-2: at 800 steps every k but 0 was at chance; with n_embd 10, k = C-1 leaves
+# chance by step 2,500; with n_embd 2, k = 0 leaves it between steps 3,000 and 4,000 and settles by 5,000);
+# the post trains to convergence, so they get THREE_LAYER_STEPS (three_layer_steps; or the steps given, if longer).
+THREE_LAYER_STEPS = 5000
+
+
+@dataclass
+class Retrieval:
+    """What :func:`measure` trained: ``losses`` ``{setting: [k, seed] final loss}``, ``table`` (the same per
+    setting with its mean and sd over seeds and its steps, as ``summary.json`` records it), ``configs`` (the
+    setting's ``[k][seed]`` configs)."""
+
+    seeds: list[int]
+    steps: int
+    three_layer_steps: int
+    configs: dict[str, list[list[ToyConfig]]]
+    losses: dict[str, np.ndarray]
+    table: dict[str, dict]
+
+
+def settings(quick: bool, steps: int, three_layer_steps: int = THREE_LAYER_STEPS):
+    """``(name, config changes)`` for each setting of the default run."""
+
+    def plain(layers: int, embd: int) -> dict:
+        return dict(n_layers=layers, n_embd=embd, **({"steps": max(steps, three_layer_steps)} if layers == 3 else {}))
+
+    s = [("1 layer, n_embd 10", dict(n_layers=1, n_embd=10)), ("2 layers, n_embd 10", plain(2, 10))]
+    if not quick:
+        s += [(f"{l} layers, n_embd {e}", plain(l, e)) for l, e in PLAIN if (l, e) != (2, 10)]
+        s += [
+            ("2 layers, n_embd 10, residual + MLP", dict(n_layers=2, n_embd=10, residual=True, mlp=True)),
+            ("3 layers, n_embd 10, residual + MLP", dict(n_layers=3, n_embd=10, residual=True, mlp=True)),
+        ]
+    return s
+
+
+def configs(
+    base: ToyConfig, seeds: Sequence[int], quick: bool, three_layer_steps: int
+) -> dict[str, list[list[ToyConfig]]]:
+    """``{setting: [k][seed] config}`` from ``base``: every k of the context at every seed, evaluated
+    :data:`EVALS` times per run."""
+    steps = base.steps
+    return {
+        name: [
+            [replace(base, **kw, k=k, seed=s, log_every=max(kw.get("steps", steps) // EVALS, 1)) for s in seeds]
+            for k in range(base.C)
+        ]
+        for name, kw in settings(quick, steps, three_layer_steps)
+    }
+
+
+def measure(
+    grid: dict[str, list[list[ToyConfig]]],
+    seeds: Sequence[int],
+    steps: int,
+    three_layer_steps: int,
+    runs_dir: str | Path | None = None,
+    workers: int = 1,
+) -> Retrieval:
+    """Train every config of ``grid`` (:func:`configs`, built with ``steps`` and ``three_layer_steps``) and collect
+    the final losses."""
+    flat = [c for rows in grid.values() for row in rows for c in row]
+    res = dict(zip([c.id() for c in flat], train_sweep(flat, runs_dir, workers=workers)))
+    losses, table = {}, {}
+    for name, rows in grid.items():
+        loss = np.array([[res[c.id()]["final_loss"] for c in row] for row in rows])  # [k, seed]
+        losses[name] = loss
+        table[name] = {
+            "k": list(range(len(rows))),
+            "mean_final_loss": loss.mean(1).tolist(),
+            "std": loss.std(1, ddof=1).tolist() if len(seeds) > 1 else [0.0] * len(rows),
+            "final_loss_by_seed": loss.tolist(),
+            "steps": rows[0][0].steps,
+        }
+    return Retrieval(list(seeds), steps, three_layer_steps, grid, losses, table)
+
+
+def judge(m: Retrieval, quick: bool = False) -> list[Claim]:
+    """The post's claims on a measurement (``quick``: every claim not testable, a smoke run)."""
+    losses, table, n = m.losses, m.table, len(m.seeds)
+
+    def ends(name):
+        mean = losses[name].mean(1)
+        return (
+            f"k = 0: {num(mean[0], 2)}, k = {C - 1}: {num(mean[-1], 2)}, middle k = 2..{C - 3}: "
+            f"{num(mean[2:-2].mean(), 3)} nats (mean of {n} seeds)"
+        )
+
+    one = losses["1 layer, n_embd 10"]
+    m1 = one.mean(1)
+    claims = [
+        claim(
+            "1_layer_only_last",
+            "1 layer, n_embd 10: only the current token (k = C-1) is retrieved",
+            "only k = C-1 retrievable",
+            RULE_ONLY_LAST,
+            table["1 layer, n_embd 10"],
+            only_last(one, V),
+            quick=quick,
+            shown=f"k = {C - 1}: {num(m1[-1], 2)} nats; k = 0..{C - 2}: {num(m1[:-1].min(), 3)}–"
+            f"{num(m1[:-1].max(), 3)} nats (mean of {n} seeds)",
+        ),
+        claim(
+            "2_layers_U_shape",
+            "2 layers, n_embd 10: first and last tokens easy, the middle hard (lost in the middle)",
+            "U shape",
+            RULE_U,
+            table["2 layers, n_embd 10"],
+            u_shape(losses["2 layers, n_embd 10"], V),
+            quick=quick,
+            shown=ends("2 layers, n_embd 10"),
+        ),
+    ]
+    for l, e in PLAIN:
+        name = f"{l} layers, n_embd {e}"
+        if (l, e) == (2, 10) or name not in table:
+            continue
+        claims.append(
+            claim(
+                f"U_shape ({name})",
+                f"{name} ({table[name]['steps']:,} steps): the same U shape (only the first and last tokens "
+                "retrieved reliably; a long plateau across the middle)",
+                "U shape for n_embd {2, 10} x n_layers {2, 3}",
+                RULE_U,
+                table[name],
+                u_shape(losses[name], V),
+                quick=quick,
+                shown=ends(name),
+            )
+        )
+    for name in table:
+        if "residual" not in name:
+            continue
+        layers = m.configs[name][0][0].n_layers
+        plain = f"{layers} layers, n_embd 10"
+        if plain not in losses:
+            continue
+        spread_res, spread_plain = middle_spread(losses[name]), middle_spread(losses[plain])
+        claims.append(
+            claim(
+                f"plateau_broken ({name})",
+                f"{name}: the middle plateau replaced by a spikier profile (than {layers} plain layers)",
+                "spiky",
+                RULE_SPIKIER,
+                {"middle_std": spread_res.tolist(), "middle_std_without": spread_plain.tolist()},
+                spikier(losses[name], losses[plain], f"{layers} plain layers", V),
+                quick=quick,
+                shown=f"spread over the middle {num(spread(spread_res)[0], 2)} nats vs "
+                f"{num(spread(spread_plain)[0], 2)} without residual + MLP (mean of {n} seeds)",
+            )
+        )
+    return claims
+
+
+def figure(m: Retrieval) -> go.Figure:
+    """The final loss against k, mean ± sd over seeds, one curve per setting; chance (ln V) dotted."""
+    fig = go.Figure()
+    for name, row in m.table.items():
+        fig.add_trace(
+            go.Scatter(
+                x=list(range(C)),
+                y=row["mean_final_loss"],
+                error_y=dict(type="data", array=row["std"]),
+                mode="lines+markers",
+                name=name,
+            )
+        )
+    fig.add_hline(y=math.log(V), line_dash="dot", annotation_text="ln V (chance)")
+    three = any(r[0][0].n_layers == 3 and not r[0][0].residual for r in m.configs.values())
+    three_steps = max(m.steps, m.three_layer_steps)
+    step_note = f"{m.steps:,} steps" + (f" ({three_steps:,} for the plain 3-layer stacks)" if three else "")
+    fig.update_layout(
+        title=f"final loss of retrieving the k-th of {C} tokens (V={V}, no positional embeddings)"
+        f"<br><sup>mean ± sd over {len(m.seeds)} seeds; {step_note}</sup>",
+        xaxis=dict(title="k (position of the target token)", dtick=1),
+        yaxis_title="final loss (nats)",
+    )
+    return fig
+
+
+def lost_in_middle(
+    *,
+    steps: int | None = None,
+    three_layer_steps: int = THREE_LAYER_STEPS,
+    seed: int = 0,
+    seeds: int = SEEDS,
+    quick: bool = False,
+    lr: float = LR,
+    init_std: float = INIT_STD,
+    batch_size: int = BATCH_SIZE,
+    out_proj: bool = False,
+    robustness: bool = False,
+    robustness_seeds: int = ROBUSTNESS_SEEDS,
+    workers: int | None = None,
+    runs_dir: str | Path | None = None,
+) -> ClaimResult:
+    """Train post 002's toy models and judge its claims (``toy_lost_in_middle`` with its defaults, called with none).
+
+    Args:
+        steps: training steps (default 800; ``quick``: 200).
+        three_layer_steps: training steps of the plain 3-layer stacks (default 5,000: converged; they are still at
+            chance after 800), or ``steps`` if longer.
+        seed, seeds: every setting trains at seeds ``seed .. seed + seeds - 1`` (default 3).
+        quick: a smoke run (1 and 2 layers only, short training): every claim ``not testable``.
+        lr, init_std, batch_size, out_proj: the training settings the post does not state (Adam's learning rate, the
+            std of the N(0, s^2) initialisation, sequences per step, an attention output matrix W_O).
+        robustness: also run the headline claims over the grid of those settings (:func:`lost_in_middle_grid`) at
+            ``robustness_seeds`` seeds (``quick``: 2).
+        workers: processes that train groups of models at once (default: one per thread, at most 8).
+        runs_dir: the folder of resumable runs (each finished run saved, and reused by the next call); None: none.
+
+    Returns:
+        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``,
+        ``three_layer_steps``, ``seeds``, ``init_std``, ``lr``, ``table``: the final losses per setting and k,
+        ``robustness`` with the grid), ``figures`` (``lost_in_middle``, ``robustness``), ``tables``
+        (``robustness``).
+    """
+    check_options(
+        steps=steps,
+        seeds=seeds,
+        robustness_seeds=robustness_seeds,
+        batch_size=batch_size,
+        lr=lr,
+        init_std=init_std,
+        workers=workers,
+    )
+    if not isinstance(three_layer_steps, int) or three_layer_steps < 1:
+        raise UsageError("three_layer_steps", f"{three_layer_steps!r} is out of range", "allowed an integer >= 1")
+    workers = workers or default_workers()
+    steps = steps or (QUICK_STEPS if quick else STEPS)
+    base = base_config(
+        steps,
+        lr=lr,
+        init_std=init_std,
+        out_proj=out_proj,
+        batch_size=batch_size,
+        log_points=50,
+        task="kth_token",
+        V=V,
+        C=C,
+        n_heads=1,
+        pos_emb=False,
+    )
+    run_seeds = list(range(seed, seed + seeds))
+    grid = configs(base, run_seeds, quick, three_layer_steps)
+    flat = [c for rows in grid.values() for row in rows for c in row]
+    n_steps = sorted({c.steps for c in flat})
+    print(
+        f"toy_lost_in_middle: {len(flat)} models: {len(grid)} settings x {C} positions k x {len(run_seeds)} seeds "
+        f"({', '.join(f'{s:,}' for s in n_steps)} steps); every k and seed of a setting trains as one group",
+        flush=True,
+    )
+    m = measure(grid, run_seeds, steps, three_layer_steps, runs_dir, workers)
+    result = ClaimResult("lost_in_middle", claims=judge(m, quick))
+    result.figure(figure(m), "lost_in_middle", width=1100)
+    result.numbers.update(
+        steps=steps, three_layer_steps=three_layer_steps, seeds=run_seeds, init_std=init_std, lr=lr, table=m.table
+    )
+    if robustness:
+        table, fig, record = robustness_grid(
+            lost_in_middle_grid(C), base, seed, robustness_seeds, quick, runs_dir, workers, "002: lost in the middle"
+        )
+        result.table(table, "robustness")
+        result.figure(fig, "robustness")
+        result.numbers["robustness"] = record
+    return result
+
+
+# --- the --robustness grid --------------------------------------------------------------------------------------
+
+
+def lost_in_middle_grid(C: int) -> list[GridClaim]:
+    """002's headline claims (one seed: every k of one model shape)."""
+
+    def every_k(**kw):
+        return lambda b: {f"k={k}": replace(b, **kw, k=k) for k in range(C)}
+
+    losses = lambda r: [r[f"k={k}"]["final_loss"] for k in range(C)]  # noqa: E731
+    return [
+        GridClaim(
+            "1_layer_only_last",
+            RULE_ONLY_LAST,
+            every_k(n_layers=1, n_embd=10),
+            lambda r: only_last(losses(r), r["k=0"]["config"]["V"]),
+        ),
+        GridClaim(
+            "2_layers_U_shape",
+            RULE_U,
+            every_k(n_layers=2, n_embd=10),
+            lambda r: u_shape(losses(r), r["k=0"]["config"]["V"]),
+        ),
+    ]

@@ -1,0 +1,451 @@
+"""Post 003 ("Sparse attention 1"): copying the current token with one attention layer gets stuck on a plateau.
+
+The post trains one attention layer without positions (n_embd 2, C 4) to copy the current token and finds a sticky
+plateau at perplexity V/2; on it (V = 4) the embeddings split into two groups of two, and only after it into four;
+W_Q and W_K stay low-rank (sticky) on the plateau and grow after it; with more embedding dimensions the plateau
+disappears, and with a longer context it returns. Here:
+
+* **measure** — train the runs (:func:`measure`): one curve per V and seed; every V = 4 run's embeddings (direction
+  clusters) and effective ranks over training; the longest plateau at V = 16 for each (n_embd, C) setting, over the
+  comparison seeds (3 per side of every comparison);
+* **judge** — the rules of :mod:`gpt2_posheads.claims.toy` (:func:`judge`): ``plateau_near_V/2`` per run,
+  ``two_stage_branching``, ``rank_dynamics``, ``plateau_gone_for_larger_n_embd``, ``plateau_back_for_larger_C``;
+* **figure** — the curves by V, the branching embeddings, the effective ranks, the plateau against n_embd and C
+  (:func:`figures`);
+* **grid** — the headline claims as tests runnable at any setting (:func:`sticky_plateau_grid`, the ``robustness``
+  option: the same rule functions over the settings the post does not state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ...claims.toy import (
+    COMPARE_SEEDS,
+    RULE_BACK,
+    RULE_BRANCHING,
+    RULE_GONE,
+    RULE_PLATEAU,
+    RULE_RANK,
+    branching,
+    num,
+    nums,
+    plateau,
+    plateau_at_half,
+    plateau_back,
+    plateau_gone,
+    plateau_shown,
+    rank_rises,
+    spread,
+    v_half_plateau,
+)
+from ...claims.toy import toy_claim as claim
+from ...claims.verdicts import Claim
+from ...model.validation import UsageError
+from ...toy import ToyConfig, train_sweep
+from ...toy.analysis import pairing, perplexity_curve
+from ...toy.figures import COLOURS, band, log_axis, perplexity_by_vocab
+from ...toy.posts import (
+    BATCH_SIZE,
+    INIT_STD,
+    LR,
+    ONE_SEED,
+    ROBUSTNESS_SEEDS,
+    base_config,
+    check_options,
+    default_workers,
+)
+from ...toy.posts import robustness as robustness_grid
+from ...toy.robustness import GridClaim
+from ..result import ClaimResult
+
+VOCAB = (4, 8, 16, 32)
+STEPS, QUICK_STEPS = 5000, 300
+
+
+@dataclass
+class Plateaus:
+    """What :func:`measure` trained and read off: ``curves`` (the runs of every V at ``seeds``), ``r4s`` (every V = 4
+    run, comparison seeds included), ``branching`` (the V = 4 run of ``seed``: embeddings ``[snapshot, V, 2]`` and
+    their clusters; None without a V = 4 run), ``ranks`` (W_Q's effective rank mid-plateau and at the end per seed),
+    ``by_setting`` (the V = 16 runs per (n_embd, C)) and ``lengths`` (their longest plateaus, steps)."""
+
+    base: ToyConfig
+    vocab: list[int]
+    seed: int
+    seeds: list[int]
+    cmp_seeds: list[int]
+    settings: list[tuple[int, int]]
+    curves: list[dict]
+    r4s: list[dict]
+    branching: dict | None
+    ranks: dict | None
+    by_setting: dict[tuple[int, int], list[dict]]
+    lengths: dict[tuple[int, int], list[int]]
+
+
+def v_half(result: dict) -> dict | None:
+    """The plateau at V/2 of a run by :data:`~gpt2_posheads.claims.toy.RULE_PLATEAU`, or None."""
+    return v_half_plateau(result["steps"], perplexity_curve(result), result["config"]["V"], tol=0.2, min_points=5)
+
+
+def plateau_steps(result: dict) -> int:
+    """The length in steps of a run's longest plateau (:func:`~gpt2_posheads.claims.toy.plateau`)."""
+    return plateau(result["steps"], perplexity_curve(result))["length_steps"]
+
+
+def nearest(steps, at) -> int:
+    return int(np.argmin(np.abs(np.asarray(steps) - at)))
+
+
+def measure(
+    base: ToyConfig,
+    vocab: Sequence[int],
+    seed: int,
+    seeds: Sequence[int],
+    cmp_seeds: Sequence[int],
+    settings: Sequence[tuple[int, int]],
+    runs_dir: str | Path | None = None,
+    workers: int = 1,
+) -> Plateaus:
+    """Train every V at ``seeds`` (V = 4 also at ``cmp_seeds``) and V = 16 at each (n_embd, C) of ``settings`` at
+    ``cmp_seeds``, from ``base``; read the plateaus, the V = 4 embeddings' clusters and the effective ranks."""
+    v_cfgs = [replace(base, V=v, seed=s) for v in vocab for s in seeds]
+    v_cfgs += [replace(base, V=4, seed=s) for s in cmp_seeds if s not in seeds and 4 in vocab]
+    g_cfgs = [replace(base, V=16, n_embd=d, C=c, seed=s, snapshot_every=0) for d, c in settings for s in cmp_seeds]
+    res = train_sweep(v_cfgs + g_cfgs, runs_dir, workers=workers)
+    v_res, g_res = res[: len(v_cfgs)], res[len(v_cfgs) :]
+    r4s = [r for r in v_res if r["config"]["V"] == 4]
+    r4 = next((r for r in r4s if r["config"]["seed"] == seed), None)
+    by_setting: dict[tuple[int, int], list[dict]] = {}
+    for r in g_res:
+        by_setting.setdefault((r["config"]["n_embd"], r["config"]["C"]), []).append(r)
+    found = ranks = None
+    if r4 and r4["snapshots"]:
+        emb = np.array([s["W_E"] for s in r4["snapshots"]])  # [snap, V, 2]
+        clusters = [pairing(e) for e in emb]
+        pl = plateau(r4["steps"], perplexity_curve(r4))
+        mid = (pl["start_step"] + pl["end_step"]) / 2 if pl["start_step"] is not None else None
+        at = nearest(r4["snapshot_steps"], mid) if mid is not None else None
+        found = {
+            "run": r4,
+            "embeddings": emb,
+            "clusters": clusters,
+            "plateau": pl,
+            "clusters_mid": clusters[at] if at is not None else None,
+            "mid_step": r4["snapshot_steps"][at] if at is not None else None,
+            "end_step": r4["snapshot_steps"][-1],
+        }
+        ranks = {"mid": [], "end": [], "runs": [], "no_plateau": []}
+        for r in r4s:
+            er = r["effective_rank"]
+            ranks["runs"].append(er)
+            pl_r = plateau(r["steps"], perplexity_curve(r))
+            if pl_r["start_step"] is None:
+                ranks["no_plateau"].append(r["config"]["seed"])
+                continue
+            ranks["mid"].append(er["W_Q"][nearest(er["step"], (pl_r["start_step"] + pl_r["end_step"]) / 2)])
+            ranks["end"].append(er["W_Q"][-1])
+    return Plateaus(
+        base=base,
+        vocab=list(vocab),
+        seed=seed,
+        seeds=list(seeds),
+        cmp_seeds=list(cmp_seeds),
+        settings=list(settings),
+        curves=[r for r in v_res if r["config"]["seed"] in seeds],
+        r4s=r4s,
+        branching=found,
+        ranks=ranks,
+        by_setting=by_setting,
+        lengths={k: [plateau_steps(r) for r in rs] for k, rs in by_setting.items()},
+    )
+
+
+def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
+    """The post's claims on a measurement (``quick``: every claim not testable, a smoke run)."""
+    claims = []
+    for r in m.curves:
+        c = r["config"]
+        ppl = perplexity_curve(r)
+        seed_words = f" (seed {c['seed']})" if len(m.seeds) > 1 else ""
+        claims.append(
+            claim(
+                f"plateau_near_V/2 (V={c['V']} seed={c['seed']})",
+                f"V = {c['V']}{seed_words}: a sticky plateau at perplexity V/2",
+                f"perplexity V/2 = {c['V'] / 2:g}",
+                RULE_PLATEAU,
+                {"plateau": v_half(r), "final_perplexity": r["final_perplexity"]},
+                plateau_at_half(r["steps"], ppl, c["V"]),
+                quick=quick,
+                shown=plateau_shown(r["steps"], ppl, c["V"]),
+            )
+        )
+    if m.branching is not None:
+        b, rk = m.branching, m.ranks
+        at_mid, mid_step, end_step, last = b["clusters_mid"], b["mid_step"], b["end_step"], b["clusters"][-1]
+        claims.append(
+            claim(
+                "two_stage_branching (V=4)",
+                f"V = 4 (seed {m.seed}): tokens split in two groups on the plateau, then all four separate",
+                "2 groups of 2, then 4",
+                RULE_BRANCHING,
+                {"clusters_mid_plateau": at_mid, "step_mid_plateau": mid_step, "clusters_end": last},
+                branching(at_mid, last, mid_step, end_step),
+                quick=quick,
+                shown=f"{at_mid} clusters at step {mid_step} (mid-plateau), {last} at step {end_step}"
+                if at_mid is not None
+                else "no plateau",
+            )
+        )
+        mids, ends = rk["mid"], rk["end"]
+        if len(mids) >= 2:
+            decided = rank_rises(mids, ends)
+        else:
+            decided = (None, f"not testable here: fewer than 2 seeds have a plateau (none in seeds {rk['no_plateau']})")
+        claims.append(
+            claim(
+                "rank_dynamics (V=4)",
+                f"V = 4 ({len(m.r4s)} seeds): Q/K stay low-rank (sticky) during the plateau and grow after it",
+                "sticky Q/K",
+                RULE_RANK,
+                {
+                    "effective_rank_W_Q_mid_plateau": mids,
+                    "effective_rank_W_Q_end": ends,
+                    "seeds_without_plateau": rk["no_plateau"],
+                },
+                decided,
+                quick=quick,
+                shown=f"W_Q effective rank {num(spread(mids)[0])} mid-plateau vs {num(spread(ends)[0])} at the end "
+                f"(mean of {len(mids)} seeds)"
+                if mids
+                else "no plateau",
+            )
+        )
+    glens, n_cmp = m.lengths, len(m.cmp_seeds)
+    big = max(d for d, _ in m.settings)
+    longest_c = max(c for d, c in m.settings if d == big)
+
+    def lens(d, c):
+        return f"{num(spread(glens[(d, c)])[0])} steps at n_embd={d}, C={c}"
+
+    claims.append(
+        claim(
+            "plateau_gone_for_larger_n_embd",
+            f"V = 16, C = 4 ({n_cmp} seeds): the plateau disappears at n_embd {big} (vs 2)",
+            "no plateau",
+            RULE_GONE.format(big=big),
+            {f"plateau_steps n_embd={d} C=4": glens[(d, 4)] for d, c in m.settings if c == 4},
+            plateau_gone(glens[(2, 4)], glens[(big, 4)], big, m.base.log_every),
+            quick=quick,
+            shown=f"longest plateau {lens(big, 4)} vs {lens(2, 4)} (mean of {n_cmp} seeds)",
+        )
+    )
+    claims.append(
+        claim(
+            "plateau_back_for_larger_C",
+            f"V = 16, n_embd = {big} ({n_cmp} seeds): the plateau returns at C = {longest_c} (vs 4)",
+            "plateau returns",
+            RULE_BACK.format(big=big, C=longest_c),
+            {f"plateau_steps n_embd={big} C={c}": glens[(big, c)] for d, c in m.settings if d == big},
+            plateau_back(glens[(big, 4)], glens[(big, longest_c)], longest_c, m.base.log_every),
+            quick=quick,
+            shown=f"longest plateau {lens(big, longest_c)} vs {lens(big, 4)} (mean of {n_cmp} seeds; each seed: "
+            f"{nums(glens[(big, longest_c)])} vs {nums(glens[(big, 4)])})",
+        )
+    )
+    return claims
+
+
+def figures(m: Plateaus) -> dict[str, tuple[go.Figure, dict]]:
+    """``{stem: (figure, PNG size)}``: the curves by V, the V = 4 branching and effective ranks (with a V = 4 run),
+    the V = 16 plateau against n_embd and C."""
+    out = {"sticky_plateau": (perplexity_by_vocab(m.curves, m.vocab, "copying the current token, n_embd=2, C=4"), {})}
+    if m.branching is not None:
+        b = m.branching
+        emb, r4, pl = b["embeddings"], b["run"], b["plateau"]
+        fig = make_subplots(
+            rows=1,
+            cols=2,
+            subplot_titles=["token embeddings over training (start: small dot)", "direction clusters (cos > 0.95)"],
+        )
+        for t in range(emb.shape[1]):
+            fig.add_trace(
+                go.Scatter(
+                    x=emb[:, t, 0], y=emb[:, t, 1], mode="lines+markers", name=f"token {t}", marker=dict(size=3)
+                ),
+                1,
+                1,
+            )
+        fig.add_trace(go.Scatter(x=r4["snapshot_steps"], y=b["clusters"], name="clusters", mode="lines"), 1, 2)
+        if pl["start_step"] is not None:
+            fig.add_vrect(
+                x0=pl["start_step"], x1=pl["end_step"], fillcolor="grey", opacity=0.15, line_width=0, row=1, col=2
+            )
+        fig.update_xaxes(title_text="embedding dimension 1", row=1, col=1)
+        fig.update_yaxes(title_text="embedding dimension 2", row=1, col=1)
+        fig.update_xaxes(title_text="step (grey: the plateau)", row=1, col=2)
+        fig.update_yaxes(title_text="number of clusters", dtick=1, tick0=0, range=[0, 4.5], row=1, col=2)
+        fig.update_layout(title=f"V=4, seed {m.seed}: two-stage branching of the embeddings", height=480)
+        out["branching"] = (fig, {"width": 1200})
+        er_runs = m.ranks["runs"]
+        fig = go.Figure()
+        for i, name in enumerate(("W_E", "W_Q", "W_K")):
+            band(fig, er_runs[0]["step"], [e[name] for e in er_runs], name, COLOURS[i])
+        fig.update_layout(
+            title="V=4: effective rank (exp entropy of the normalised singular values)",
+            xaxis_title="step",
+            yaxis_title="effective rank (1 to 2)",
+        )
+        out["effective_rank"] = (fig, {})
+    fig = go.Figure()
+    for i, ((d, c), rs) in enumerate(m.by_setting.items()):
+        band(fig, rs[0]["steps"], [perplexity_curve(r) for r in rs], f"n_embd={d}, C={c}", COLOURS[i % len(COLOURS)])
+    fig.update_layout(
+        title="V=16: the plateau against embedding dimension and context length",
+        xaxis_title="step",
+        yaxis_title="perplexity (eval)",
+    )
+    log_axis(fig, "y", [1, 16])
+    out["generality"] = (fig, {})
+    return out
+
+
+def sticky_plateau(
+    *,
+    vocab: Sequence[int] = VOCAB,
+    steps: int | None = None,
+    seed: int = 0,
+    seeds: int = 1,
+    quick: bool = False,
+    lr: float = LR,
+    init_std: float = INIT_STD,
+    batch_size: int = BATCH_SIZE,
+    out_proj: bool = False,
+    robustness: bool = False,
+    robustness_seeds: int = ROBUSTNESS_SEEDS,
+    workers: int | None = None,
+    runs_dir: str | Path | None = None,
+) -> ClaimResult:
+    """Train post 003's toy models and judge its claims (``toy_sticky_plateau`` with its defaults, called with none).
+
+    Args:
+        vocab: the vocabulary sizes V of the perplexity curves (each >= 2; ``quick``: the first two).
+        steps: training steps (default 5,000; ``quick``: 300).
+        seed, seeds: the curves train at seeds ``seed .. seed + seeds - 1``; every comparison at
+            ``max(seeds, 3)`` seeds from ``seed`` (``quick``: 2).
+        quick: a smoke run (fewer V and settings, short training): every claim ``not testable``.
+        lr, init_std, batch_size, out_proj: the training settings the post does not state (Adam's learning rate, the
+            std of the N(0, s^2) initialisation, sequences per step, an attention output matrix W_O).
+        robustness: also run the headline claims over the grid of those settings (:func:`sticky_plateau_grid`) at
+            ``robustness_seeds`` seeds (``quick``: 2).
+        workers: processes that train groups of models at once (default: one per thread, at most 8).
+        runs_dir: the folder of resumable runs (each finished run saved, and reused by the next call); None: none.
+
+    Returns:
+        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``, ``init_std``,
+        ``lr``, ``seeds``, ``comparison_seeds``, ``robustness`` with the grid), ``figures`` (``sticky_plateau``,
+        ``branching``, ``effective_rank``, ``generality``, ``robustness``), ``tables`` (``robustness``).
+    """
+    check_options(
+        steps=steps,
+        seeds=seeds,
+        robustness_seeds=robustness_seeds,
+        batch_size=batch_size,
+        lr=lr,
+        init_std=init_std,
+        workers=workers,
+    )
+    vocab = list(vocab)
+    if not vocab or any(not isinstance(v, int) or v < 2 for v in vocab):
+        raise UsageError("vocab", f"{vocab!r} is out of range", "allowed one or more integers >= 2", "e.g. (4, 8)")
+    workers = workers or default_workers()
+    steps = steps or (QUICK_STEPS if quick else STEPS)
+    vocab = vocab[: 2 if quick else None]
+    base = base_config(
+        steps,
+        lr=lr,
+        init_std=init_std,
+        out_proj=out_proj,
+        batch_size=batch_size,
+        log_points=200,
+        task="copy_current",
+        C=4,
+        n_embd=2,
+        snapshot_every=max(steps // 100, 1),
+    )
+    curve_seeds = list(range(seed, seed + seeds))
+    n_cmp = max(seeds, 2 if quick else COMPARE_SEEDS)  # seeds per side of a comparison
+    cmp_seeds = list(range(seed, seed + n_cmp))
+    settings = [(2, 4), (8, 4), (8, 32)] if quick else [(2, 4), (4, 4), (8, 4), (8, 16), (8, 64)]
+    print(
+        f"toy_sticky_plateau: V {', '.join(map(str, vocab))} ({len(curve_seeds)} seed(s)), V=4 and "
+        f"{len(settings)} (n_embd, C) settings at V=16 ({n_cmp} seeds each), {steps:,} steps",
+        flush=True,
+    )
+    m = measure(base, vocab, seed, curve_seeds, cmp_seeds, settings, runs_dir, workers)
+    result = ClaimResult("sticky_plateau", claims=judge(m, quick))
+    for stem, (fig, size) in figures(m).items():
+        result.figure(fig, stem, **size)
+    result.numbers.update(steps=steps, init_std=init_std, lr=lr, seeds=curve_seeds, comparison_seeds=cmp_seeds)
+    if robustness:
+        table, fig, record = robustness_grid(
+            sticky_plateau_grid(), base, seed, robustness_seeds, quick, runs_dir, workers, "003: sticky plateau"
+        )
+        result.table(table, "robustness")
+        result.figure(fig, "robustness")
+        result.numbers["robustness"] = record
+    return result
+
+
+# --- the --robustness grid --------------------------------------------------------------------------------------
+
+# The grid tests "the plateau returns at larger C" at the default run's C=64 and at C=16. C=64 became affordable
+# when the last layer started attending from the last query alone (30 models, n_embd 8, one AVX2 core: ~0.55 s
+# per step before, ~0.05 s after).
+GRID_LONG_CS = (16, 64)
+
+
+def sticky_plateau_grid() -> list[GridClaim]:
+    """003's headline claims (base: V 16, C 4, n_embd 2, no positions)."""
+
+    def dims(b):
+        return {
+            "d2": replace(b, V=16, n_embd=2, C=4),
+            "d8": replace(b, V=16, n_embd=8, C=4),
+            **{f"d8C{c}": replace(b, V=16, n_embd=8, C=c) for c in GRID_LONG_CS},
+        }
+
+    return [
+        GridClaim(
+            "plateau_near_V/2 (V=16)",
+            RULE_PLATEAU,
+            lambda b: {"v": replace(b, V=16)},
+            lambda r: plateau_at_half(r["v"]["steps"], perplexity_curve(r["v"]), 16),
+        ),
+        GridClaim(
+            "plateau_gone_for_larger_n_embd",
+            ONE_SEED + RULE_GONE.format(big=8),
+            dims,
+            lambda r: plateau_gone(
+                [plateau_steps(r["d2"])], [plateau_steps(r["d8"])], 8, r["d2"]["config"]["log_every"]
+            ),
+        ),
+        *[
+            GridClaim(
+                f"plateau_back_for_larger_C (C={c})",
+                ONE_SEED + RULE_BACK.format(big=8, C=c),
+                dims,
+                lambda r, c=c: plateau_back(
+                    [plateau_steps(r["d8"])], [plateau_steps(r[f"d8C{c}"])], c, r["d8"]["config"]["log_every"]
+                ),
+            )
+            for c in GRID_LONG_CS
+        ],
+    ]
