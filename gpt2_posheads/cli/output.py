@@ -23,6 +23,7 @@ import datetime as _dt
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import sys
@@ -229,6 +230,8 @@ class Output:
                 "choose another --out",
             )
         before = read_manifest(target).get("model") or {}
+        if re.fullmatch(r"[0-9a-f]{12}", str(before.get("fingerprint"))):  # hashed part of the weights: not comparable
+            before = {}
         if model and before.get("fingerprint") not in (None, model.get("fingerprint")) and not force:
             raise UsageError(
                 param,
