@@ -10,7 +10,6 @@ A script is ``parse → setup → measure → judge → write``::
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ import torch
 
 from ..analysis.diagonals import diagonal_attention, rank_from_diagonals
 from ..analysis.prompts import documents, make_prompts
+from ..model.fingerprint import folder_fingerprint
 from ..model.identity import is_gpt2_small, position_kind
 from ..model.loading import ModelLoadError, load_model
 from ..model.validation import UsageError, head_name
@@ -56,24 +56,14 @@ def model_slug(args) -> str:
 
 def model_identity(args) -> dict:
     """``{"label", "fingerprint"}`` of ``--model-dir`` or ``--model``: what tells two models of the same name apart.
-    A folder's fingerprint hashes its ``config.json`` and its weight files' names, sizes and first and last MiB; a
-    hub model's is its name."""
+    A folder's fingerprint hashes its ``config.json`` and its weight files whole (``model.fingerprint``);
+    a hub model's is its name."""
     label = model_label(args)
     folder = model_folder(args)
     if folder is None:
         return {"label": label, "fingerprint": label}
     folder = folder.expanduser()
-    h = hashlib.sha256()
-    for f in sorted(folder.iterdir()):
-        if f.name == "config.json" or f.suffix in (".safetensors", ".bin") or f.name.endswith(".index.json"):
-            size = f.stat().st_size
-            h.update(f"{f.name}:{size}".encode())
-            with f.open("rb") as fh:
-                h.update(fh.read(1 << 20))
-                if size > 2 << 20:
-                    fh.seek(-(1 << 20), 2)
-                    h.update(fh.read(1 << 20))
-    return {"label": str(folder.resolve()), "fingerprint": h.hexdigest()[:12]}
+    return {"label": str(folder.resolve()), "fingerprint": folder_fingerprint(folder)}
 
 
 def open_output(args, script_file: str, per_model: bool = True, quick: bool = False) -> Output:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -200,6 +201,8 @@ class Output:
                 "choose another --out",
             )
         before = read_manifest(target).get("model") or {}
+        if re.fullmatch(r"[0-9a-f]{12}", str(before.get("fingerprint"))):  # hashed part of the weights: not comparable
+            before = {}
         if model and before.get("fingerprint") not in (None, model.get("fingerprint")) and not force:
             raise UsageError(
                 param,

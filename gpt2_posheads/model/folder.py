@@ -1,19 +1,28 @@
 """What a local Hugging Face model folder must hold before it is loaded, checked from its files alone.
 
 A folder that loads but is broken gives wrong numbers, not an error: weights with a NaN give patterns of zeros and
-confident verdicts, a folder without tokenizer files loads with a one-token tokenizer (every text becomes ``[0]``).
-:func:`folder_problem` finds, from the files and before any model is built, what would go wrong:
+confident verdicts, a folder without tokenizer files loads with a one-token tokenizer (every text becomes ``[0]``),
+GPT-2 weights under another architecture's config load as that architecture freshly initialised. :func:`folder_problem`
+finds, from the files and before any model is built, what would go wrong, in one line naming the file and the field:
 
 * no tokenizer files (``tokenizer.json``, or ``vocab.json`` with ``merges.txt``, or a SentencePiece model);
 * no weights, or a weights file that is truncated or not a weights file;
+* a ``config.json`` that contradicts itself: ``architectures`` naming a class of another ``model_type``, a head count
+  that does not divide the width (where no ``head_dim`` is given), a ``vocab_size`` below the tokenizer's ids;
+* weights that are not the config's model: no tensor is a parameter of it (another architecture), or some parameter
+  has no tensor or some tensor no parameter (named, a few of them, with the counts), matched by the rules
+  ``from_pretrained`` applies (the base-model prefix, tied weights, the model's ignore lists, renamings);
 * a ``config.json`` whose sizes disagree with the weights (each tensor's shape against the model the config
   describes, built on PyTorch's ``meta`` device: no memory, no time);
 * a weight that is not finite (named, with its count of NaN/inf entries).
+
+The loader checks the parameter names again as ``from_pretrained`` matches them (``memory.CheckpointLoader``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 from functools import lru_cache
 from pathlib import Path
@@ -72,17 +81,25 @@ def safetensors_header(path: Path) -> dict:
     return header
 
 
-def shape_problem(config: dict, shapes: dict[str, tuple[int, ...]]) -> str | None:
-    """The first weight whose shape disagrees with the model ``config`` describes (``None`` when all agree, or when
-    the config names no architecture transformers can build)."""
+def meta_model(config: dict):
+    """The model ``config`` describes, built on PyTorch's ``meta`` device (no memory); ``None`` when transformers
+    cannot build it here (an architecture it does not know: the loader's own checks then apply)."""
     try:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
 
         cfg = AutoConfig.for_model(**config)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(cfg)
+            return AutoModelForCausalLM.from_config(cfg)
     except Exception:  # noqa: BLE001 - an architecture we cannot build here: leave the check to the loader
+        return None
+
+
+def shape_problem(config: dict, shapes: dict[str, tuple[int, ...]], model=None) -> str | None:
+    """The first weight whose shape disagrees with the model ``config`` describes (``None`` when all agree, or when
+    the config names no architecture transformers can build)."""
+    model = model if model is not None else meta_model(config)
+    if model is None:
         return None
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     prefix = getattr(model, "base_model_prefix", "")
@@ -93,18 +110,278 @@ def shape_problem(config: dict, shapes: dict[str, tuple[int, ...]]) -> str | Non
     return None
 
 
+def _field(config_class, name: str) -> str:
+    """The ``config.json`` key of a standard config attribute (GPT-2 writes ``n_head`` for ``num_attention_heads``)."""
+    return getattr(config_class, "attribute_map", {}).get(name, name)
+
+
+def architecture_problem(config: dict) -> str | None:
+    """``architectures`` naming a transformers class of another ``model_type`` than the config's."""
+    model_type = config.get("model_type")
+    archs = config.get("architectures") or []
+    if not isinstance(model_type, str) or not isinstance(archs, list):
+        return None
+    import transformers
+
+    for arch in archs:
+        cls = getattr(transformers, arch, None) if isinstance(arch, str) else None
+        other = getattr(getattr(cls, "config_class", None), "model_type", None)
+        if isinstance(other, str) and other and other != model_type:
+            return (
+                f"config.json: architectures names {arch} (a {other!r} model) but model_type is {model_type!r}; "
+                "one of the two fields is wrong, and each would load a different model"
+            )
+    return None
+
+
+def heads_problem(config: dict) -> str | None:
+    """A head count that does not divide the model width, where the config gives no explicit ``head_dim``."""
+    if not isinstance(config.get("model_type"), str):  # transformers then guesses the type from the folder's name
+        return None
+    try:
+        from transformers import AutoConfig
+
+        cfg = AutoConfig.for_model(**config)
+    except Exception as e:  # noqa: BLE001 - transformers refuses the config itself: say why, in its words
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return f"config.json is not a valid {config.get('model_type', 'model')!r} config: {first}"
+    heads, width = getattr(cfg, "num_attention_heads", None), getattr(cfg, "hidden_size", None)
+    if not isinstance(heads, int) or not isinstance(width, int) or config.get("head_dim") is not None:
+        return None
+    h, w = _field(type(cfg), "num_attention_heads"), _field(type(cfg), "hidden_size")
+    if heads < 1:
+        return f"config.json: {h} is {heads}; a model needs at least one attention head"
+    if width % heads:
+        return (
+            f"config.json: {h} {heads} does not divide {w} {width} (each head gets {w} / {h} dimensions); "
+            f"allowed {h}: {', '.join(str(d) for d in range(1, width + 1) if width % d == 0 and d <= 64)}"
+        )
+    return None
+
+
+def tokenizer_size(folder: Path) -> tuple[int, str] | None:
+    """One more than the largest token id the folder's tokenizer files define, and the file that defines most of
+    them (``None`` for a SentencePiece model or unreadable files: the loader's tokenizer then decides)."""
+    ids: list[int] = []
+    source = None
+    try:
+        if (folder / "tokenizer.json").is_file():
+            data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+            vocab = (data.get("model") or {}).get("vocab")
+            if isinstance(vocab, dict):
+                ids += [int(v) for v in vocab.values()]
+            elif isinstance(vocab, list):  # Unigram: [piece, score] pairs, ids by position
+                ids.append(len(vocab) - 1)
+            ids += [int(t["id"]) for t in data.get("added_tokens") or []]
+            source = "tokenizer.json"
+        elif (folder / "vocab.json").is_file():
+            ids += [int(v) for v in json.loads((folder / "vocab.json").read_text(encoding="utf-8")).values()]
+            source = "vocab.json"
+        else:
+            return None
+        if (folder / "added_tokens.json").is_file():
+            ids += [int(v) for v in json.loads((folder / "added_tokens.json").read_text(encoding="utf-8")).values()]
+        if (folder / "tokenizer_config.json").is_file():
+            tc = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+            ids += [int(k) for k in (tc.get("added_tokens_decoder") or {})]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return (max(ids) + 1, source) if ids else None
+
+
+def vocab_problem(folder: Path, config: dict) -> str | None:
+    """A ``vocab_size`` too small for the tokenizer's ids (a larger one is common: vocabularies padded for speed)."""
+    vocab = config.get("vocab_size")
+    size = tokenizer_size(folder)
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or size is None:
+        return None
+    n, source = size
+    if vocab < n:
+        return (
+            f"config.json: vocab_size {vocab:,} is smaller than the tokenizer's {n:,} tokens ({source}): "
+            f"token ids {vocab:,}..{n - 1:,} would have no embedding row; the tokenizer files and the config are "
+            "from different models"
+        )
+    return None
+
+
+# Buffers that checkpoints written by some transformers versions hold and the models rebuild: causal masks and their
+# fill value, rotary frequencies, position ids. No model computes with the checkpoint's copy: not unused weights.
+LEGACY_BUFFERS = re.compile(r"(^|\.)(masked_bias|attn\.bias|attention\.bias|rotary_emb\.inv_freq|position_ids)$")
+
+
+def unused_weights(unexpected) -> list[str]:
+    """The checkpoint tensors no parameter takes, less the rebuilt buffers (:data:`LEGACY_BUFFERS`)."""
+    return sorted(k for k in unexpected if not LEGACY_BUFFERS.search(k))
+
+
+def _names(keys, n: int = 3) -> str:
+    keys = sorted(keys)
+    return ", ".join(keys[:n]) + (", ..." if len(keys) > n else "")
+
+
+def matched_names(model, names: list[str]) -> tuple[set[str], set[str], set[str]] | None:
+    """How ``from_pretrained`` would match checkpoint tensor ``names`` to ``model``'s state dict (transformers 5's
+    renamings and base-model prefix, tied weights, ignore lists): ``(loaded, missing, unexpected)`` parameter names,
+    or ``None`` where a name needs a weight conversion (fused or split tensors) that only the loader can judge."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+
+        mapping = get_model_conversion_mapping(model, None, None)
+    except Exception:  # noqa: BLE001 - transformers 4 or a changed API: prefix handling alone
+        mapping, rename_source_key = [], None
+        WeightConverter = WeightRenaming = ()  # noqa: N806
+    renamings = [m for m in mapping if isinstance(m, WeightRenaming)]
+    converters = [m for m in mapping if isinstance(m, WeightConverter)]
+    meta = model.state_dict()
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    loaded: set[str] = set()
+    unexpected: set[str] = set()
+    for name in names:
+        if rename_source_key is not None:
+            key, converter = rename_source_key(name, renamings, converters, prefix, meta)
+            if key not in meta and name in meta:
+                key, converter = rename_source_key(name, [], [], prefix, meta)
+            if converter is not None:
+                return None
+        elif name in meta:
+            key = name
+        elif prefix and f"{prefix}.{name}" in meta:
+            key = f"{prefix}.{name}"
+        elif prefix and name.startswith(prefix + ".") and name[len(prefix) + 1 :] in meta:
+            key = name[len(prefix) + 1 :]
+        else:
+            key = name
+        (loaded if key in meta else unexpected).add(key)
+    tied = getattr(model, "all_tied_weights_keys", None)
+    if not isinstance(tied, dict):  # transformers 4: a list of targets, tied when the config says so
+        targets = getattr(model, "_tied_weights_keys", None) or []
+        tie = getattr(model.config, "tie_word_embeddings", True)
+        tied = dict.fromkeys(targets) if tie else {}
+    params = {k for k, _ in model.named_parameters(remove_duplicate=False)}
+    missing = {
+        k
+        for k in meta
+        if k in params and k not in loaded and not (k in tied and (tied[k] is None or tied[k] in loaded))
+    }
+    ignore_missing = set(getattr(model, "_keys_to_ignore_on_load_missing", None) or ())
+    ignore_unexpected = set(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ())
+    buffers = [b for b, _ in model.named_buffers()]
+    if any(b.endswith("rotary_emb.inv_freq") for b in buffers):
+        ignore_unexpected.add(r"rotary_emb\.inv_freq")
+    if any(b.endswith("position_ids") for b in buffers):
+        ignore_unexpected.add(r"(^|\.)position_ids$")
+    for patterns, keys in ((ignore_missing, missing), (ignore_unexpected, unexpected)):
+        if patterns:
+            regex = re.compile("|".join(f"({p})" for p in patterns))
+            keys.difference_update({k for k in keys if regex.search(k)})
+    return loaded, missing, set(unused_weights(unexpected))
+
+
+def mismatch_message(weights: str, kind: str, missing, unexpected, mismatched=()) -> str:
+    """One line: which parameters have no tensor in ``weights``, which tensors no parameter, which another shape
+    (a few of each, and the counts)."""
+    parts = []
+    if missing:
+        parts.append(f"{len(missing):,} parameter(s) of the model have no tensor ({_names(missing)})")
+    if unexpected:
+        parts.append(f"{len(unexpected):,} tensor(s) are no parameter of it ({_names(unexpected)})")
+    if mismatched:
+        parts.append(f"{len(mismatched):,} tensor(s) have another shape ({_names(mismatched)})")
+    return (
+        f"{weights} does not hold the weights of the model config.json describes ({kind!r}): "
+        + " and ".join(parts)
+        + "; loading it would leave parameters freshly initialised or drop weights"
+    )
+
+
+def weights_problem(config: dict, model, names: list[str], weights: str) -> str | None:
+    """Weights that are not the model ``config.json`` describes: none of their tensors is one of its parameters
+    (another architecture's weights), or some parameter has no tensor (it would be freshly initialised) or some
+    tensor no parameter (it would be dropped). ``weights``: the file named in the message."""
+    matched = matched_names(model, names)
+    if matched is None:
+        return None
+    loaded, missing, unexpected = matched
+    kind = config.get("model_type", "?")
+    if not loaded and names:
+        return (
+            f"config.json: model_type {kind!r} ({type(model).__name__}) does not match the weights in {weights}: "
+            f"none of its {len(names):,} tensors is a parameter of that model (it holds {_names(names, 2)}; the "
+            f"model expects {_names(model.state_dict(), 2)}); the config is another architecture's"
+        )
+    if missing or unexpected:
+        return mismatch_message(weights, kind, missing, unexpected)
+    return None
+
+
+# safetensors dtype names -> torch dtype names (the file format's own table)
+SAFETENSORS_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+}
+
+
+def _readinto(f, buf: memoryview) -> None:
+    """Fill ``buf`` from ``f`` (``readinto`` may return less than asked: one read(2) is capped near 2 GiB)."""
+    done = 0
+    while done < len(buf):
+        n = f.readinto(buf[done:])
+        if not n:
+            raise ValueError(f"{Path(f.name).name} ended {len(buf) - done:,} bytes early")
+        done += n
+
+
+def iter_safetensors(path: Path, names=None):
+    """``(name, tensor)`` for each tensor of a safetensors file (or those in ``names``), in file order, each read
+    with plain reads into a tensor of its own: no mapping, so the file's pages stay in the page cache, outside the
+    process's resident set, and only the tensor being read is added to it."""
+    import sys
+
+    import torch
+
+    if sys.byteorder != "little":  # safetensors is little-endian
+        raise ValueError("reading safetensors into memory needs a little-endian machine")
+    header = safetensors_header(path)
+    with path.open("rb") as f:
+        start = 8 + int.from_bytes(f.read(8), "little")
+        for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+            if names is not None and name not in names:
+                continue
+            dtype = getattr(torch, SAFETENSORS_DTYPES.get(info["dtype"], ""), None)
+            if not isinstance(dtype, torch.dtype):
+                raise ValueError(f"{path.name}: {name} has dtype {info['dtype']}, which is not read here")
+            t = torch.empty(info["shape"], dtype=dtype)
+            lo, hi = info["data_offsets"]
+            raw = t.reshape(-1).view(torch.uint8)
+            if raw.numel() != hi - lo:
+                raise ValueError(f"{path.name}: {name} holds {hi - lo:,} bytes, its shape needs {raw.numel():,}")
+            if raw.numel():
+                f.seek(start + lo)
+                _readinto(f, memoryview(raw.numpy()))
+            yield name, t
+
+
 def nonfinite_problem(files: list[Path]) -> str | None:
     """The first weight holding NaN or infinite entries, named, with how many."""
     import torch
-    from safetensors import safe_open
 
     for path in files:
-        with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():  # noqa: SIM118 - safe_open is not iterable
-                t = f.get_tensor(name)
-                if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-                    bad = int((~torch.isfinite(t)).sum())
-                    return f"weight {name} has {bad:,} non-finite entries (NaN or inf) of {t.numel():,}"
+        for name, t in iter_safetensors(path):
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                bad = int((~torch.isfinite(t)).sum())
+                return f"weight {name} has {bad:,} non-finite entries (NaN or inf) of {t.numel():,}"
     return None
 
 
@@ -140,7 +417,13 @@ def _folder_problem(folder: Path, stamp: tuple, check_values: bool) -> str | Non
     except (OSError, ValueError):
         config = None
     if isinstance(config, dict):
-        problem = shape_problem(config, shapes)
-        if problem:
-            return problem
+        for problem in (architecture_problem(config), heads_problem(config), vocab_problem(folder, config)):
+            if problem:
+                return problem
+        model = meta_model(config)
+        if model is not None:
+            weights = files[0].name if len(files) == 1 else "model.safetensors.index.json"
+            problem = weights_problem(config, model, list(shapes), weights) or shape_problem(config, shapes, model)
+            if problem:
+                return problem
     return nonfinite_problem(files) if check_values else None

@@ -7,6 +7,7 @@ model returned here (a TL 4.x ``TransformerBridge`` in compatibility mode) and a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -16,7 +17,8 @@ from urllib.parse import urlparse
 
 import torch
 
-from .folder import folder_problem
+from .folder import folder_problem, mismatch_message, safetensors_files
+from .memory import CheckpointLoader, layerwise_processing, release_source_copies
 from .paths import SHIPPED_MODELS, shared_file, shipped_model_dir
 
 
@@ -128,17 +130,28 @@ def load_model(
         from transformer_lens.model_bridge import TransformerBridge
     except ImportError:  # TransformerLens 3.x
         TransformerBridge = None
+    loader = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if TransformerBridge is not None:
             tokenizer = _local_tokenizer(source) if local else None
-            model = TransformerBridge.boot_transformers(source, device=device, dtype=dtype, tokenizer=tokenizer)
-            model.enable_compatibility_mode(
-                disable_warnings=True,
-                fold_ln=fold_ln,
-                center_writing_weights=center_writing_weights,
-                center_unembed=center_unembed,
+            files = safetensors_files(Path(source)) if local else []
+            if files:  # read once into memory and processed layer by layer: one copy of the weights (model.memory)
+                loader = CheckpointLoader(files, on_mismatch=lambda *keys: _refuse_mismatch(source, files, *keys))
+            model = TransformerBridge.boot_transformers(
+                source,
+                device=device,
+                dtype=dtype,
+                tokenizer=tokenizer,
+                **({"model_class": loader} if loader is not None else {}),
             )
+            with layerwise_processing(model, loader) if loader is not None else contextlib.nullcontext():
+                model.enable_compatibility_mode(
+                    disable_warnings=True,
+                    fold_ln=fold_ln,
+                    center_writing_weights=center_writing_weights,
+                    center_unembed=center_unembed,
+                )
         else:  # pragma: no cover - exercised only with TransformerLens 3.x installed
             from transformer_lens import HookedTransformer
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -155,11 +168,17 @@ def load_model(
                 center_unembed=center_unembed,
             )
     model.eval()
-    if TransformerBridge is not None:  # the converted weights are the one copy kept (model.memory)
-        from .memory import release_source_copies
-
-        release_source_copies(model)
+    if TransformerBridge is not None:  # the processed weights are the one copy kept (model.memory)
+        release_source_copies(model, loader)
     return model
+
+
+def _refuse_mismatch(source: str, files: list[Path], missing: list[str], unexpected: list[str], mismatched: list[str]):
+    """:class:`ModelLoadError` when the checkpoint did not provide every parameter or a tensor went unused."""
+    if missing or unexpected or mismatched:
+        weights = files[0].name if len(files) == 1 else "model.safetensors.index.json"
+        kind = json.loads((Path(source) / "config.json").read_text(encoding="utf-8")).get("model_type", "?")
+        raise ModelLoadError(mismatch_message(f"{Path(source) / weights}", kind, missing, unexpected, mismatched))
 
 
 def _local_tokenizer(path: str):

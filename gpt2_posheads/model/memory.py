@@ -1,25 +1,360 @@
-"""One copy of the weights: what a loaded TransformerLens bridge keeps that the model no longer computes with.
+"""One copy of the weights, from the checkpoint to the processed model.
 
-The 4.x bridge loads the checkpoint memory-mapped and converts it in compatibility mode (LayerNorm folded, writing
-weights centred, fused QKV split per head) into new tensors; the fused QKV source it converted (GPT-2's ``c_attn``)
-stays behind as views of the mapped file, so the whole file stays mapped and resident beside the converted weights:
-about two copies (GPT-2 XL: 5.8 GiB of file pages beside 6.1 GiB of converted weights). :func:`release_source_copies`
-finds the parameters that are views of a mapped ``.safetensors`` file, checks that the model does not compute with
-them (the output is unchanged when they are NaN), and replaces each by a zero of its shape that holds no memory (an
-expanded 0-d tensor), so the mapping is dropped; then it hands freed heap back to the system (glibc's
-``malloc_trim``). A parameter the model does use is left as it is.
+TransformerLens 4's ``boot_transformers`` loads a checkpoint memory-mapped, and ``enable_compatibility_mode`` then
+processes it (LayerNorm folded, writing weights centred, the unembedding centred, value biases folded) through
+``ProcessWeights.process_weights``, whose ``fold_layer_norm``, ``center_unembed`` and ``fold_value_biases`` each begin
+with a clone of the whole state dict while the caller still holds the previous one. On GPT-2 XL that peaks at 3.2x the
+weights (``docs/benchmarks.md``). Here the same processing runs on one copy:
+
+* :func:`read_checkpoint` reads a local ``.safetensors`` checkpoint with plain reads into memory the process owns, one
+  tensor at a time (no mapping: the file's pages stay in the page cache, outside the process's resident set), and
+  :class:`CheckpointLoader` hands those tensors to ``from_pretrained`` in place of the file, which keeps them as the
+  model's parameters without copying (and reports any parameter without a tensor or tensor without a parameter:
+  refused, never initialised afresh);
+* :func:`layerwise_processing` runs TransformerLens's own ``ProcessWeights.process_weights`` on one layer's tensors at
+  a time (and on the input side, embeddings, and the output side, final norm and unembedding, once each), distributes
+  each result to the model and drops the source tensors, and what the processed layer no longer uses of the
+  checkpoint (GPT-2's fused ``c_attn``, split into per-head Q, K, V), before the next layer. Every step of that
+  processing reads only its own layer's tensors or only one side's global ones, so the pieces give the same weights
+  as the whole (``tests/model/test_one_copy.py`` checks it against TransformerLens's processing on five
+  architectures);
+* :func:`release_source_copies` checks that the model does not compute with what was dropped (the output is unchanged
+  when it is NaN; otherwise it is read back from the checkpoint), drops any other leftover of the checkpoint the same
+  way (views of a mapped checkpoint where TransformerLens loaded it), and hands freed heap back to the system
+  (glibc's ``malloc_trim``).
+
+On the GPT-2 XL shape the loading peak is 1.24x the weights (``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
+import re
+import types
 import warnings
+import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
+from .folder import iter_safetensors, unused_weights
 
+
+def read_checkpoint(files: list[Path], dtype: torch.dtype | None = None, names=None) -> dict[str, torch.Tensor]:
+    """Every tensor of the safetensors ``files`` (or those in ``names``), read with plain reads into tensors of their
+    own (``folder.iter_safetensors``: no mapping).
+
+    A floating tensor is cast to ``dtype`` as it is read when that cast is exact (a wider float: float16 or
+    bfloat16 into float32), so the narrower copy never coexists with the whole wider model; a narrowing cast is left
+    to ``from_pretrained``, which applies the model's own dtype plan.
+    """
+    out: dict[str, torch.Tensor] = {}
+    for path in files:
+        for name, t in iter_safetensors(path, names):
+            if (
+                dtype is not None
+                and t.is_floating_point()
+                and dtype.is_floating_point
+                and t.dtype != dtype
+                and torch.finfo(dtype).bits > torch.finfo(t.dtype).bits
+            ):
+                t = t.to(dtype)
+            out[name] = t
+    return out
+
+
+def _placeholder(p: torch.Tensor, value: float = 0.0) -> torch.Tensor:
+    """A tensor of ``p``'s shape, dtype and device holding no memory (one element, expanded)."""
+    return torch.full((), value, dtype=p.dtype, device=p.device).expand(p.shape)
+
+
+class CheckpointLoader:
+    """Stands in for the Hugging Face model class ``boot_transformers`` loads with (its ``model_class``): the same
+    class (chosen as TransformerLens chooses it) and the same ``from_pretrained`` arguments, with the checkpoint read
+    by :func:`read_checkpoint` instead of mapped. ``from_pretrained`` reports which parameters the checkpoint did not
+    provide and which tensors no parameter took; either is an error (``on_mismatch`` raises it), never a model with
+    freshly initialised weights.
+
+    It remembers the parameters as loaded (weakly: one still alive after processing was never replaced) and which
+    checkpoint tensor each one is, so that :meth:`drop_unreplaced` can let go of a processed layer's leftovers at once
+    and :meth:`restore` can read them back should the model turn out to compute with them."""
+
+    def __init__(self, files: list[Path], on_mismatch):
+        self.files = list(files)
+        self.on_mismatch = on_mismatch
+        self.sources: list[weakref.ref] = []  # every parameter as loaded
+        self.named: dict[int, tuple[weakref.ref, str]] = {}  # id -> (parameter, checkpoint name): read, not copied
+        self.dropped: list[tuple[weakref.ref, str]] = []
+        self.dropped_bytes = 0
+
+    def from_pretrained(self, name, **kwargs):
+        from transformer_lens.model_bridge.sources._hf_format import determine_architecture_from_hf_config
+        from transformer_lens.model_bridge.sources.transformers.helpers import get_hf_model_class_for_architecture
+
+        config = kwargs["config"]
+        auto = get_hf_model_class_for_architecture(determine_architecture_from_hf_config(config))
+        cls = concrete_class(auto, config)
+        state_dict: dict[str, torch.Tensor] = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if cls is None:  # remote code or a composite config: transformers' own (mapped) loading
+                model, info = auto.from_pretrained(name, output_loading_info=True, **kwargs)
+            else:
+                dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
+                state_dict = read_checkpoint(self.files, dtype if isinstance(dtype, torch.dtype) else None)
+                model, info = cls.from_pretrained(None, state_dict=state_dict, output_loading_info=True, **kwargs)
+        params = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+        self.on_mismatch(
+            sorted(k for k in info.get("missing_keys") or () if k in params),  # a missing buffer is rebuilt
+            unused_weights(info.get("unexpected_keys") or ()),
+            sorted(str(k) for k in (info.get("mismatched_keys") or ())),
+        )
+        key = lambda t: (t.data_ptr(), t.dtype, tuple(t.shape), t.stride())  # noqa: E731 - the same tensor, exactly
+        read = {key(t): n for n, t in state_dict.items()}
+        del state_dict
+        for p in model.parameters():
+            self.sources.append(weakref.ref(p))
+            if key(p) in read:
+                self.named[id(p)] = (weakref.ref(p), read[key(p)])
+        return model
+
+    def drop_unreplaced(self, module) -> None:
+        """Replace the parameters of ``module`` that are still the checkpoint's own tensors by placeholders holding
+        no memory (after ``module``'s layer was processed, these are what the processing did not replace)."""
+        for p in module.parameters():
+            ref, name = self.named.get(id(p), (None, None))
+            if ref is not None and ref() is p and p.untyped_storage().nbytes():
+                self.dropped_bytes += p.untyped_storage().nbytes()
+                p.data = _placeholder(p)
+                self.dropped.append((ref, name))
+
+    def restore(self) -> None:
+        """Read the dropped parameters back from the checkpoint."""
+        alive = [(ref(), name) for ref, name in self.dropped if ref() is not None]
+        values = read_checkpoint(self.files, names={name for _, name in alive})
+        for p, name in alive:
+            p.data = values[name].to(dtype=p.dtype, device=p.device)
+        self.dropped, self.dropped_bytes = [], 0
+
+    def leftovers(self, model) -> list[torch.nn.Parameter]:
+        """Parameters of ``model`` still holding the checkpoint's tensors as loaded (never replaced, not dropped)."""
+        alive = {id(p): p for p in (r() for r in self.sources) if p is not None}
+        return [
+            p
+            for p in model.parameters()
+            if alive.get(id(p)) is p and p.dtype.is_floating_point and p.untyped_storage().nbytes()
+        ]
+
+
+def concrete_class(cls, config):
+    """The transformers model class an ``Auto*`` class ``cls`` loads ``config`` with (``cls`` itself when it is not
+    an Auto class); ``None`` where that choice involves remote code or a composite config's text part, which only
+    ``from_pretrained`` of the Auto class resolves."""
+    mapping = getattr(cls, "_model_mapping", None)
+    if mapping is None:
+        return cls
+    auto_map = getattr(config, "auto_map", None) or {}
+    if cls.__name__ in auto_map or type(config) not in mapping:
+        return None
+    try:
+        from transformers.models.auto.auto_factory import _get_model_class
+
+        model_class = _get_model_class(config, mapping)
+    except (ImportError, KeyError):
+        return None
+    text = (getattr(config, "sub_configs", None) or {}).get("text_config")
+    if text is not None and getattr(model_class, "config_class", None) == text:
+        return None
+    if not model_class.__module__.startswith("transformers."):
+        return None
+    return model_class
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Weight processing one layer at a time
+# --------------------------------------------------------------------------------------------------------------------
+_LAYER = re.compile(r"^blocks\.(\d+)\.(.+)$")
+
+
+class _NotLayerwise(Exception):
+    """This model's processing cannot be split by layer; TransformerLens's own whole-model pass runs instead."""
+
+
+def _layerwise_supported(bridge, refactor: bool) -> str | None:
+    """Why the layerwise pass does not apply to ``bridge`` (``None`` when it does)."""
+    from transformer_lens.model_bridge.architecture_adapter import ArchitectureAdapter
+
+    adapter = bridge.adapter
+    if refactor:
+        return "refactor_factored_attn_matrices"
+    if adapter is None or type(adapter).preprocess_weights is not ArchitectureAdapter.preprocess_weights:
+        return "the adapter preprocesses the whole state dict"
+    if (getattr(bridge.cfg, "num_experts", None) or 0) > 0:
+        return "mixture-of-experts layers"
+    if getattr(bridge.original_model, "hf_device_map", None):
+        return "a dispatched device map"
+    return None
+
+
+def _to_tl_prefix(bridge, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """TransformerBridge.process_weights's renaming of Hugging Face prefixes to TransformerLens component names."""
+    hf_to_tl = {remote: tl for tl, (remote, _c) in bridge.real_components.items() if remote and remote != tl}
+    out = {}
+    for key, value in state_dict.items():
+        for hf, tl in hf_to_tl.items():
+            if key.startswith(hf + "."):
+                key = f"{tl}.{key[len(hf) + 1 :]}"
+                break
+        out[key] = value
+    return out
+
+
+def process_weights_layerwise(
+    bridge,
+    verbose: bool = False,
+    after_layer=None,
+    fold_ln: bool = True,
+    center_writing_weights: bool = True,
+    center_unembed: bool = True,
+    fold_value_biases: bool = True,
+    refactor_factored_attn_matrices: bool = False,
+) -> None:
+    """``TransformerBridge.process_weights`` (TransformerLens 4.3) with ``ProcessWeights.process_weights`` applied to
+    one layer's tensors at a time instead of the whole state dict (module doc).
+
+    The steps around it are the bridge's own: the readable-weight check, no unembedding centring under logit
+    softcapping, the result's Hugging Face prefixes renamed, distributed to the
+    components, and the adapter's ``postprocess_weights``. Each layer's pass sees that layer renamed ``blocks.0`` with
+    a one-layer configuration, and one-row copies of the global tensors where a step insists on finding them (their
+    results are discarded); two global passes, with a zero-layer configuration, see the input side (embeddings) and
+    the output side (final norm, unembedding) in turn, each with one-row copies of the other. Raises
+    :class:`_NotLayerwise`, having changed nothing, where the split does not apply. ``after_layer(index)`` runs once
+    each layer's processed weights are in the model.
+    """
+    import logging
+
+    from transformer_lens.utilities.activation_functions import softcap_enabled
+    from transformer_lens.utilities.quantization import require_readable_weight
+    from transformer_lens.weight_processing import ProcessWeights
+
+    why = _layerwise_supported(bridge, refactor_factored_attn_matrices)
+    if why:
+        raise _NotLayerwise(why)
+    if bridge._weights_processed:
+        logging.warning("process_weights was already applied to this bridge. Skipping.")
+        return
+    for name, param in bridge.original_model.named_parameters():
+        require_readable_weight(param, operation=f"process weights ({name})", owner=bridge.original_model)
+    if center_unembed and softcap_enabled(getattr(bridge.cfg, "output_logits_soft_cap", None)):
+        center_unembed = False
+    flags = dict(
+        fold_ln=fold_ln,
+        center_writing_weights=center_writing_weights,
+        center_unembed=center_unembed,
+        fold_value_biases=fold_value_biases,
+        refactor_factored_attn_matrices=False,
+        adapter=bridge.adapter,
+    )
+    state_dict = bridge.state_dict()
+    # TransformerLens clones a tied unembedding here so that processing it leaves the embedding alone; every pass
+    # below starts from copies (fold_layer_norm and center_unembed clone their input, the other steps write new
+    # tensors), so the tie is broken by the processing itself, one copy of the vocabulary matrix later
+    layers: dict[int, dict[str, torch.Tensor]] = {}
+    globals_: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        m = _LAYER.match(key)
+        if m:
+            layers.setdefault(int(m.group(1)), {})[m.group(2)] = value
+        elif key.startswith("blocks."):
+            raise _NotLayerwise(f"a block key without a layer index: {key}")
+        else:
+            globals_[key] = value
+    del state_dict
+    n_layers = bridge.cfg.n_layers
+    if sorted(layers) != list(range(n_layers)):
+        raise _NotLayerwise(f"the state dict's layers are {sorted(layers)[:5]}..., the config has {n_layers}")
+    cfg_global, cfg_layer = copy.copy(bridge.cfg), copy.copy(bridge.cfg)
+    cfg_global.n_layers, cfg_layer.n_layers = 0, 1
+    # one-row copies of the global tensors, for the steps that insist on finding them; their results are discarded
+    stand_ins = {k: (v[:1] if v.ndim >= 2 else v).clone() for k, v in globals_.items()}
+
+    def one_pass(own: dict[str, torch.Tensor], cfg, keep) -> dict[str, torch.Tensor]:
+        out = ProcessWeights.process_weights({**stand_ins, **own}, cfg, **flags)
+        return {k: v for k, v in out.items() if keep(k)}
+
+    def layer_pass(index: int) -> dict[str, torch.Tensor]:
+        own = {f"blocks.0.{k}": v for k, v in layers[index].items()}
+        out = one_pass(own, cfg_layer, lambda k: k.startswith("blocks.0."))
+        return {f"blocks.{index}.{k[len('blocks.0.') :]}": v for k, v in out.items()}
+
+    # the output side (final norm folded into the unembedding, which is centred) and the input side (embeddings
+    # centred) in two passes, so that each copies only its own side's large matrix
+    output_side = {"unembed", "ln_final"}
+    sides = [{c for c in (k.split(".")[0] for k in globals_) if c not in output_side}, output_side]
+    # the global passes and layer 0 run before anything is written into the model: if one fails, the model is
+    # untouched and TransformerLens's own pass can run instead
+    try:
+        processed_globals = {}
+        for side in sides:
+            own = {k: v for k, v in globals_.items() if k.split(".")[0] in side}
+            if own:
+                processed_globals.update(one_pass(own, cfg_global, lambda k, side=side: k.split(".")[0] in side))
+            del own
+        first = layer_pass(0) if n_layers else {}
+    except Exception as e:  # noqa: BLE001 - any failure here means: use the whole-model pass
+        raise _NotLayerwise(f"{type(e).__name__}: {e}") from e
+    bridge._weights_processed = True
+    del globals_
+    ProcessWeights.distribute_weights_to_components(_to_tl_prefix(bridge, processed_globals), bridge.real_components)
+    del processed_globals
+    trim_heap()
+    for index in range(n_layers):
+        processed = first if index == 0 else layer_pass(index)
+        first = None
+        del layers[index]  # the source tensors of this layer: the last reference this function held
+        ProcessWeights.distribute_weights_to_components(_to_tl_prefix(bridge, processed), bridge.real_components)
+        del processed
+        if after_layer is not None:
+            after_layer(index)
+        trim_heap()  # the freed sources and the pass's temporaries leave holes in the heap: hand them back now
+        if verbose:
+            print(f"  processed layer {index + 1}/{n_layers}")
+    if bridge.adapter is not None:
+        bridge.adapter.postprocess_weights(bridge)
+
+
+@contextlib.contextmanager
+def layerwise_processing(bridge, loader: CheckpointLoader | None = None) -> Iterator[None]:
+    """While open, ``bridge.process_weights`` (what ``enable_compatibility_mode`` calls) is
+    :func:`process_weights_layerwise`, falling back to TransformerLens's own method where the split does not apply.
+    With the ``loader`` that read the checkpoint, each processed layer's leftovers of the checkpoint are dropped at
+    once (:meth:`CheckpointLoader.drop_unreplaced`; :func:`release_source_copies` checks the model does not read
+    them). The bridge's method is set on this one object, not on the class."""
+    own = type(bridge).process_weights
+
+    def after_layer(index: int) -> None:
+        if loader is not None:
+            loader.drop_unreplaced(bridge.blocks[index])
+
+    def process(self, *args, **kwargs):
+        try:
+            process_weights_layerwise(self, *args, after_layer=after_layer, **kwargs)
+        except _NotLayerwise:
+            own(self, *args, **kwargs)
+
+    bridge.process_weights = types.MethodType(process, bridge)
+    try:
+        yield
+    finally:
+        del bridge.process_weights
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Dropping what the processed model no longer computes with
+# --------------------------------------------------------------------------------------------------------------------
 def _mapped_ranges(suffix: str = ".safetensors") -> list[tuple[int, int]]:
     """Address ranges of this process's mappings of files ending in ``suffix`` (Linux; empty elsewhere)."""
     try:
@@ -41,40 +376,47 @@ def trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def release_source_copies(model) -> int:
-    """Drop the parameters that are views of a mapped checkpoint and that the model does not compute with (module
-    doc); returns the bytes released. Checked on a 4-token prompt: if the output moves, nothing is released."""
-    ranges = _mapped_ranges()
-    if not ranges:
-        trim_heap()
-        return 0
-    mapped = [
-        p
-        for p in model.parameters()
-        if any(lo <= p.untyped_storage().data_ptr() < hi for lo, hi in ranges) and p.dtype.is_floating_point
-    ]
-    if not mapped:
+def release_source_copies(model, loader: CheckpointLoader | None = None) -> int:
+    """Drop the parameters that hold the checkpoint's own tensors and that the model does not compute with (module
+    doc); returns the bytes released. With the ``loader`` that read the checkpoint: the parameters it still holds as
+    loaded, and those it dropped during processing; without one, the parameters that are views of a mapped
+    ``.safetensors`` file. Checked on a 4-token prompt with all of them NaN: if the output moves, every one is kept
+    (the dropped ones read back from the checkpoint) and nothing is released."""
+    if loader is not None:
+        candidates = loader.leftovers(model)
+        dropped = [p for p in (ref() for ref, _ in loader.dropped) if p is not None]
+    else:
+        ranges = _mapped_ranges()
+        candidates = [
+            p
+            for p in model.parameters()
+            if p.dtype.is_floating_point and any(lo <= p.untyped_storage().data_ptr() < hi for lo, hi in ranges)
+        ]
+        dropped = []
+    if not candidates and not dropped:
         trim_heap()
         return 0
     cfg = model.cfg
     toks = torch.randint(0, cfg.d_vocab, (1, min(4, cfg.n_ctx)), generator=torch.Generator().manual_seed(0))
     toks = toks.to(next(model.parameters()).device)
-    originals = [p.data for p in mapped]
+    originals = [p.data for p in candidates]
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         before = model(toks)
-        for p in mapped:
-            p.data = torch.full((), float("nan"), dtype=p.dtype, device=p.device).expand(p.shape)
+        for p in candidates + dropped:
+            p.data = _placeholder(p, float("nan"))
         after = model(toks)
     if not torch.equal(before, after):  # the model reads them: keep them
-        for p, data in zip(mapped, originals):
+        for p, data in zip(candidates, originals):
             p.data = data
+        if loader is not None:
+            loader.restore()
         return 0
     released = sum(
         t.untyped_storage().nbytes() for t in {t.untyped_storage().data_ptr(): t for t in originals}.values()
     )
-    for p in mapped:
-        p.data = torch.zeros((), dtype=p.dtype, device=p.device).expand(p.shape)
+    for p in candidates + dropped:
+        p.data = _placeholder(p)
     del originals
     trim_heap()
-    return released
+    return released + (loader.dropped_bytes if loader is not None else 0)
