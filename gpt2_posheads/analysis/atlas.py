@@ -28,7 +28,7 @@ import torch
 from ..model.tokens import as_token_batches, model_device
 from ..model.traced import ENGINE as NNSIGHT
 from ..model.traced import is_traced, run_traced
-from ..model.validation import head_name
+from ..model.validation import check_model, head_name
 from .diagonals import diagonal_attention, prev_token_stats, traced_stats
 from .induction import repeated_random_tokens
 
@@ -185,6 +185,7 @@ def head_table(
     first as the published script does for ``model_name``: :func:`ood_composition_bos`). ``engine="nnsight"`` (or a
     traced model): every score reduced inside nnsight traces, locally or on NDIF; only ``[n_layers, n_heads]``
     tensors come back."""
+    check_model(model)
     if engine == NNSIGHT or is_traced(model):
         st = traced_stats(model, prompts)
     else:

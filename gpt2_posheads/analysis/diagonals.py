@@ -24,7 +24,14 @@ from ..model.precision import resolve_bf16
 from ..model.tokens import as_token_batches, model_device, to_token_list
 from ..model.traced import ENGINE as NNSIGHT
 from ..model.traced import is_traced, run_traced
-from ..model.validation import NonFiniteError, check_int_range, head_name, require_finite
+from ..model.validation import (
+    NonFiniteError,
+    NothingMeasuredError,
+    check_int_range,
+    check_model,
+    head_name,
+    require_finite,
+)
 from .stored import StoredActivations
 
 
@@ -109,6 +116,7 @@ def diagonal_attention(
             computed and reduced inside an nnsight trace, locally or on NDIF; ``fwd_hooks`` are then the
             interventions' traced edits (``iv.hooks(traced_model)``).
     """
+    check_model(model)
     seqs = to_token_list(model, prompts)
     longest = max(len(s) for s in seqs)
     if max_offset is None:
@@ -160,18 +168,20 @@ def prev_token_stats(mass: torch.Tensor) -> dict[str, torch.Tensor]:
     * ``prev_mass = m_1``.
 
     The window is every offset the masses hold: :func:`diagonal_attention` computes all of them by default
-    (the post averages "each diagonal"), with key 0 left out.
+    (the post averages "each diagonal"), with key 0 left out. A diagonal with no entries is never a number here: a mass
+    that was not measured (offset 1 of a two-token prompt, every offset of a one-token prompt) is NaN, and so is the
+    ratio then, and where the greatest mass is 0 (no attention off BOS).
     """
-    d = torch.nan_to_num(mass.double(), nan=-1.0)
+    d = torch.nan_to_num(mass.double(), nan=-1.0)  # -1 sorts an empty diagonal last; it never leaves this function
     top2 = d.topk(2, dim=-1)
-    top, second = top2.values[..., 0], top2.values[..., 1]
+    top, second, prev = (torch.where(x < 0, float("nan"), x) for x in (*top2.values.unbind(-1), d[..., 1]))
     ratio = torch.where(top > 0, second / top.clamp_min(1e-300), torch.full_like(top, float("nan")))
     return {
         "top_offset": top2.indices[..., 0],
         "top_mass": top,
         "second_mass": second,
         "ratio": ratio,
-        "prev_mass": d[..., 1],
+        "prev_mass": prev,
     }
 
 
@@ -179,9 +189,10 @@ def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:
     """The previous-token ranking from per-diagonal masses ``[n_layers, n_heads, n_offsets]``.
 
     One row per head with the columns of :func:`prev_token_stats` (``top_offset``, ``top_mass``,
-    ``second_mass``, ``ratio``, ``prev_mass``) and ``is_prev_token`` (top offset is 1). Previous-token heads
-    come first, by ratio ascending (the GPT-2 post's L4H11: 0.01); the other heads follow by ``prev_mass``
-    descending.
+    ``second_mass``, ``ratio``, ``prev_mass``), ``is_prev_token`` (top offset is 1) and ``not_measured``: why the
+    head's NaN statistics are NaN (:data:`NO_DIAGONAL`, :data:`NO_PREVIOUS`, :data:`ONLY_BOS`; ``""`` when every
+    statistic is a number). Previous-token heads come first, by ratio ascending (the GPT-2 post's L4H11: 0.01); the
+    other heads follow by ``prev_mass`` descending, heads with nothing measured last.
     """
     return rank_from_stats(prev_token_stats(diag))
 
@@ -206,7 +217,8 @@ def rank_from_stats(st: dict[str, torch.Tensor]) -> pd.DataFrame:
                 )
             )
     df = pd.DataFrame(rows)
-    df["is_prev_token"] = df["top_offset"] == 1
+    df["is_prev_token"] = (df["top_offset"] == 1) & (df["top_mass"] > 0)
+    df["not_measured"] = [_why_not_measured(r.top_mass, r.prev_mass) for r in df.itertuples()]
     prev = df[df.is_prev_token].sort_values("ratio", kind="stable")
     rest = df[~df.is_prev_token].sort_values("prev_mass", ascending=False, kind="stable")
     out = pd.concat([prev, rest], ignore_index=True)
@@ -238,6 +250,7 @@ def rank_prev_heads(
                 "rank_prev_heads(store) without prompts, max_offset or exclude_bos"
             )
         return rank_from_diagonals(model.diagonals)
+    check_model(model)
     if prompts is None:
         raise ValueError("prompts is None: rank_prev_heads(model, prompts) needs prompts to run the model on")
     if engine == NNSIGHT or is_traced(model):
@@ -345,10 +358,54 @@ def is_clear_prev(top_offset: int, ratio: float) -> bool:
 def choose_aggregator(ranking: pd.DataFrame) -> tuple[int, int]:
     """The aggregator (the post's L4H11 on another model): the sharpest previous-token head, whatever its
     layer; the top-ranked head when the model has no previous-token head (claims about it then fail their
-    "is a previous-token head" precondition). Every script and the cache use this one rule."""
+    "is a previous-token head" precondition). Every script and the cache use this one rule.
+
+    Raises ``ValueError`` on an empty ranking, and :class:`~gpt2_posheads.model.validation.NothingMeasuredError` (a
+    ``ValueError``; scripts make every claim ``not testable`` with its message) when no head has attention off BOS on
+    the previous token: nothing was measured to choose by (one- or two-token prompts, key 0 left out), or every head
+    puts all of it on BOS. No head is then returned: any would be an arbitrary one."""
+    _check_ranking(ranking)
     prev = ranking[ranking.is_prev_token]
-    row = prev.iloc[0] if len(prev) else ranking.iloc[0]
+    if not len(prev):
+        prev = ranking[ranking.prev_mass > 0]  # the ranking's order: prev_mass descending (NaN is never > 0)
+    if not len(prev):
+        raise NothingMeasuredError(_nothing_to_choose(ranking))
+    row = prev.iloc[0]
     return int(row["layer"]), int(row["head"])
+
+
+# why a head's statistics are NaN (the ranking's ``not_measured``)
+NO_DIAGONAL = "no diagonal has an entry: the prompts are too short"
+NO_PREVIOUS = "no previous diagonal at this prompt length (with key 0 left out it needs three tokens)"
+ONLY_BOS = "no attention off BOS (every diagonal without key 0 is 0)"
+
+
+def _why_not_measured(top_mass: float, prev_mass: float) -> str:
+    if top_mass != top_mass:  # NaN
+        return NO_DIAGONAL
+    if prev_mass != prev_mass:
+        return NO_PREVIOUS
+    return ONLY_BOS if top_mass <= 0 else ""
+
+
+def _check_ranking(ranking) -> None:
+    """A ranking of :func:`rank_from_diagonals` with a row, else a ``TypeError``/``ValueError`` naming ``ranking``."""
+    if not isinstance(ranking, pd.DataFrame):
+        raise TypeError(f"ranking must be a DataFrame of rank_prev_heads, got {type(ranking).__name__}")
+    missing = {"layer", "head", "is_prev_token", "prev_mass"} - set(ranking.columns)
+    if missing:
+        raise ValueError(f"ranking lacks the columns {', '.join(sorted(missing))}: pass rank_prev_heads' DataFrame")
+    if ranking.empty:
+        raise ValueError("ranking is empty: no head to choose from (rank_prev_heads gives one row per head)")
+
+
+def _nothing_to_choose(ranking: pd.DataFrame) -> str:
+    why = ranking["not_measured"] if "not_measured" in ranking else pd.Series([""] * len(ranking))
+    reasons = [r for r in dict.fromkeys(why) if r] or [ONLY_BOS]
+    return (
+        f"ranking: no head has attention off BOS on the previous token ({'; '.join(reasons)}); prompts of three or "
+        "more tokens where heads attend past BOS; no aggregator can be chosen, so nothing resting on one is testable"
+    )
 
 
 def early_prev_heads(ranking: pd.DataFrame, layer: int) -> pd.DataFrame:

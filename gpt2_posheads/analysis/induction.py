@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..model.tokens import model_device
-from ..model.validation import UsageError
+from ..model.validation import UsageError, check_model
 
 
 def repeated_random_tokens(
@@ -99,6 +99,7 @@ def induction_scores(
     model, n_seqs: int = 8, seg_len: int = 50, seed: int = 0, batch_size: int = 8, bos: bool = True
 ) -> InductionResult:
     """Induction score of every head and the loss on each copy of ``[BOS] r r`` (see the module doc)."""
+    check_model(model)
     toks = repeated_random_tokens(model, n_seqs, seg_len, seed, bos=bos)
     L, H = model.cfg.n_layers, model.cfg.n_heads
     sums = torch.zeros(L, H, dtype=torch.float64)

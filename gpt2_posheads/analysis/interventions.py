@@ -45,6 +45,7 @@ from ..model.validation import (
     check_layer,
     check_layers,
     check_learned_pos_embed,
+    check_model,
 )
 from .posembed import default_bos, extended_pos_embeddings, load_w_pos
 
@@ -62,6 +63,7 @@ class Intervention:
     traced: Callable[[object], list[TracedEdit]] | None = None
 
     def hooks(self, model) -> list:
+        check_model(model)
         if is_traced(model):
             if self.traced is None:
                 raise UsageError("engine", f"{self.name} has no nnsight form", "use the TransformerLens engine")

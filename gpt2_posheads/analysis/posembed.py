@@ -27,7 +27,15 @@ from ..model.forward import resid_hook_name, run_until
 from ..model.tokens import model_device
 from ..model.traced import ENGINE as NNSIGHT
 from ..model.traced import is_traced, run_traced
-from ..model.validation import UsageError, check_int_range, check_layer, check_learned_pos_embed, require_finite
+from ..model.validation import (
+    UsageError,
+    as_index,
+    check_int_range,
+    check_layer,
+    check_learned_pos_embed,
+    check_model,
+    require_finite,
+)
 from .stored import StoredActivations
 
 
@@ -107,6 +115,10 @@ def extended_pos_embeddings(
     re-centred over the first ``seq_len`` positions when given; anything the store did not fix when it was built
     (other tokens, another seed, another number of prompts, another BOS choice) is an error.
     """
+    stored = isinstance(
+        model, StoredActivations
+    )  # a bool, a float or a string is not a layer; a plain HF model is named
+    layer = as_index("layer", layer) if stored else check_layer(check_model(model), layer, allow_final=True)
     if isinstance(model, StoredActivations):
         meta = getattr(model, "meta", {}) or {}
         # (given, this function's default, what the store was built with): a value other than both is refused
@@ -155,7 +167,7 @@ def extended_pos_embeddings_by_layer(
     """:func:`extended_pos_embeddings` at several layers from one pass: ``{layer: [seq_len, d_model]}``
     (and ``{layer: [n_tokens, seq_len, d_model]}`` with ``return_per_token``). Defined for every model (the
     residual on repeated-token prompts); on a model without ``W_pos`` layer 0 holds no position (zeros)."""
-    layers = sorted({check_layer(model, int(l), allow_final=True) for l in layers})
+    layers = sorted({check_layer(model, l, allow_final=True) for l in layers})
     if not layers:
         raise ValueError("layers is empty: pass at least one layer")
     seq_len = model.cfg.n_ctx if seq_len is None else seq_len

@@ -10,13 +10,27 @@
 
 The model should continue with `` turtle``: an induction head at the final `` ninja`` looks for the
 token that followed `` ninja`` earlier, which it finds through the previous-token head's write.
+
+Any vocabulary and context (:func:`fit_repeat_prompt`): the target words are what the tokenizer holds as single
+tokens (:func:`target_words`: the post's words, other nouns, the vocabulary's own words, single characters for a
+character-level vocabulary), and where the post's wording does not fit the context a shorter template keeps what the
+claims need, the target once and its start repeated::
+
+    "gorap"
+    "gorap"
+    "n t p"
+    "n
+
+and, shortest, ``n t p`` / ``n `` on two lines. Where even that does not fit, the answer is a
+:class:`NoRepeatPrompt` saying so with the numbers (context N, needs M), not an exception.
 """
 
 from __future__ import annotations
 
 import random
 import string
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -31,6 +45,10 @@ class RepeatPrompt:
     request_positions: list[list[int]]  # token positions of each word in the final request
     reply_positions: list[list[int]]  # positions of the words already given in the reply
     next_word: str | None  # the word that should come next (None when the whole target is given)
+    sep: str = ""  # between words, its own token ("": each word carries its leading space, as in GPT-2)
+    template: str = "post"  # "post" (the post's wording), "short" (quotes and lines only) or "bare" (no quotes)
+    n_demos: int = 0  # demonstrations before the final request
+    adjusted: list[str] = field(default_factory=list)  # what was changed from the post's prompt, in words
 
     def next_token_id(self, tokenizer) -> int | None:
         if self.next_word is None:
@@ -186,3 +204,237 @@ def single_token_target(tokenizer, preferred: str | list[str]) -> str | list[str
     mapping = single_token_words(tokenizer, [w for t in targets for w in split_words(t)])
     out = ["".join(mapping[w] for w in split_words(t)) for t in targets]
     return out[0] if isinstance(preferred, str) else out
+
+
+# --- any vocabulary, any context ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NoRepeatPrompt:
+    """No faithful repeat-string prompt exists for this tokenizer and context: ``reason`` says why, with the numbers
+    (``n_ctx``: the context, ``needs``: the tokens the shortest prompt takes; ``None`` where the vocabulary is what
+    lacks). It is falsy, so ``if not rp:`` reads as "no prompt"."""
+
+    reason: str
+    n_ctx: int | None = None
+    needs: int | None = None
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def _ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def representable(tokenizer, text: str) -> bool:
+    """Whether ``tokenizer`` reads ``text`` without losing a character: no unknown token, and (for tokenizers that drop
+    what they do not know) the decoded text holds the same characters."""
+    ids = _ids(tokenizer, text)
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is not None and unk in ids and getattr(tokenizer, "unk_token", None) not in text:
+        return False
+    back = tokenizer.decode(ids, clean_up_tokenization_spaces=False)
+    return back == text or "".join(back.split()) == "".join(text.split())
+
+
+def _one_token(tokenizer, word: str) -> bool:
+    return len(_ids(tokenizer, word)) == 1 and representable(tokenizer, word)
+
+
+def _vocabulary_words(tokenizer, spaced: bool) -> list[str]:
+    """The vocabulary's single-token words: letters only, with a leading space when ``spaced``; longest first, then
+    in alphabetical order (deterministic)."""
+    special = set(getattr(tokenizer, "all_special_tokens", []) or [])
+    found = set()
+    for piece, i in tokenizer.get_vocab().items():
+        if piece in special:
+            continue
+        w = tokenizer.decode([i], clean_up_tokenization_spaces=False)
+        core = w[1:] if spaced and w.startswith(" ") else None if spaced else w
+        if core and core.isascii() and core.isalpha() and _one_token(tokenizer, w):
+            found.add(w)
+    return sorted(found, key=lambda w: (-len(w), w))
+
+
+def target_words(tokenizer, preferred: str | Sequence[str] = " ninja turtle pirate") -> tuple[list, str, str]:
+    """A target (``preferred``: a string of space-separated words), or several (a list of such strings), as words that
+    are each one token of ``tokenizer``: ``(words, sep, how)``, ``words`` a list per target when several are given.
+
+    In order: the preferred words with their leading space (GPT-2: ``" ninja"``), every word that is several tokens
+    replaced by another single-token noun (:data:`_FALLBACK_WORDS`) or by one of the vocabulary's own single-token
+    words; then, where the vocabulary has no such words (a character-level vocabulary), the words without their
+    space, and at last single characters (the first letter of each preferred word where it is free), with ``sep``
+    ``" "`` between them as its own token. A word gets the same replacement in every target (``" apple orange"`` and
+    ``" orange apple"`` stay each other's swap). ``how`` says what was replaced (``""`` when nothing was). Raises
+    ``ValueError`` with the numbers when the vocabulary does not hold as many distinct single-token words."""
+    several = not isinstance(preferred, str)
+    targets = [split_words(t) for t in (preferred if several else [preferred])]
+    distinct = list(dict.fromkeys(w.strip() for t in targets for w in t if w.strip()))
+    if not distinct or not all(t for t in targets):
+        raise ValueError(f"preferred target {preferred!r} has no words: give words, e.g. ' ninja turtle pirate'")
+    for space, sep in ((" ", ""), ("", " ")):
+        if sep and not _one_token(tokenizer, sep):
+            sep = ""  # no space token: the words follow each other (each is still one token)
+        bare = not space
+        spare = [f.strip() if bare else f for f in _FALLBACK_WORDS] + _vocabulary_words(tokenizer, spaced=not bare)
+        if bare:  # single characters last: the first letter of each preferred word first
+            spare += [w[0] for w in distinct] + list(string.ascii_lowercase + string.ascii_uppercase)
+        spare = [w for w in dict.fromkeys(spare) if _one_token(tokenizer, w)]
+        mapping = {w: space + w for w in distinct if _one_token(tokenizer, space + w)}
+        for w in distinct:
+            if w in mapping:
+                continue
+            taken = set(mapping.values())
+            free = [c for c in spare if c not in taken and bare and c == w[0]] or [c for c in spare if c not in taken]
+            if not free:
+                break
+            mapping[w] = free[0]
+        if len(mapping) < len(distinct):
+            continue
+        out = [[mapping[w.strip()] for w in t] for t in targets]
+        changed = [f"{space + w!r} -> {mapping[w]!r}" for w in distinct if mapping[w] != space + w]
+        how = ""
+        if bare:
+            kind = "single characters" if all(len(w) == 1 for w in mapping.values()) else "words without their space"
+            how = f"no word with its leading space is one token in this vocabulary: {kind}, separated by {sep!r}"
+        if changed:
+            how += ("; " if how else "") + "several tokens each, replaced: " + ", ".join(changed)
+        return (out if several else out[0]), sep, how
+    raise ValueError(
+        f"the vocabulary ({len(tokenizer)} tokens) holds fewer than {len(distinct)} distinct single-token words or "
+        f"characters for the target {preferred!r}"
+    )
+
+
+def _line_break(tokenizer) -> str:
+    return "\n" if representable(tokenizer, "\n") else " "
+
+
+def _short_demos(tokenizer, n: int, seed: int, avoid: str = "") -> list[str]:
+    """``n`` short demonstration strings of letters the vocabulary reads (3-6 characters each), none of ``avoid`` (the
+    target's characters: a demonstration must not teach what follows a target word)."""
+    letters = [c for c in string.ascii_lowercase if c not in avoid and representable(tokenizer, c)]
+    if not letters:
+        return []
+    rng = random.Random(seed)
+    return ["".join(rng.choice(letters) for _ in range(rng.randint(3, 6))) for _ in range(n)]
+
+
+def _assemble(tokenizer, head: str, open_request: str, words, sep: str, middle: str, n_given: int) -> dict:
+    """Token ids and word positions of ``head + open_request + words (sep between) + middle + given words``; every
+    segment tokenized on its own, so each word's positions are exact."""
+    segments: list[tuple[str, str | None]] = [(head + open_request, None)]
+    for i, w in enumerate(words):
+        segments.append((w, f"req{i}"))
+        if sep and i < len(words) - 1:
+            segments.append((sep, None))
+    segments.append((middle, None))
+    for i, w in enumerate(words[:n_given]):
+        segments.append((w, f"rep{i}"))
+        if sep and i < len(words) - 1:
+            segments.append((sep, None))  # the reply stops where the next word begins
+    ids = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    where: dict[str, list[int]] = {}
+    for text, tag in segments:
+        if not text:
+            continue
+        seg = _ids(tokenizer, text)
+        if tag:
+            where[tag] = list(range(len(ids), len(ids) + len(seg)))
+        ids += seg
+    return dict(
+        text="".join(t for t, _ in segments),
+        tokens=torch.tensor(ids),
+        words=list(words),
+        request_positions=[where[f"req{i}"] for i in range(len(words))],
+        reply_positions=[where[f"rep{i}"] for i in range(n_given)],
+        next_word=words[n_given] if n_given < len(words) else None,
+    )
+
+
+def _candidates(tokenizer, words, sep: str, n_given: int, n_demos: int, seed: int):
+    """Every prompt to try, most faithful first: the post's wording (``n_demos`` down to one demonstration), then the
+    short template (quotes, or none where the vocabulary has no quote, ``n_demos`` down to none)."""
+    post = f'Request: Please repeat the following string exactly: "{FIRST_DEMOS[0]}"\nReply: "{FIRST_DEMOS[0]}".\n'
+    if sep == "" and words[0].startswith(" ") and representable(tokenizer, post):
+        for k in range(n_demos, 0, -1):
+            demos = random_demo_strings(k, seed)
+            head = f'Request: Please repeat the following string exactly: "{demos[0]}"\nReply: "{demos[0]}".\n'
+            head += "".join(
+                f'Request: "Please repeat the following string exactly: "{d}"\nReply: "{d}"\n' for d in demos[1:]
+            )
+            yield "post", k, head, 'Request: "Please repeat the following string exactly: "', '"\nReply: "'
+    nl = _line_break(tokenizer)
+    quote = next((q for q in ('"', "'") if representable(tokenizer, q)), "")
+    avoid = "".join(words) if all(len(w.strip()) == 1 for w in words) else ""
+    for k in range(n_demos, -1, -1):
+        demos = _short_demos(tokenizer, k, seed, avoid)
+        head = "".join(f"{quote}{d}{quote}{nl}{quote}{d}{quote}{nl}" for d in demos)
+        yield ("short" if quote else "bare"), len(demos), head, quote, f"{quote}{nl}{quote}"
+    if quote:  # the shortest: the target, a line break, the reply's start
+        yield "bare", 0, "", "", nl
+
+
+def fit_repeat_prompt(
+    tokenizer,
+    target: str | list[str] = " ninja turtle pirate",
+    n_given: int = 1,
+    max_len: int | None = None,
+    n_demos: int = 12,
+    seed: int = 0,
+    sep: str | None = None,
+) -> RepeatPrompt | NoRepeatPrompt:
+    """The repeat-string prompt for any tokenizer and context, or why there is none.
+
+    ``target``: a string of words (made one token each by :func:`target_words`), or the words themselves as
+    :func:`target_words` chose them (with its ``sep``). The prompt is the post's
+    (:func:`repeat_string_prompt`) with as many of ``n_demos`` demonstrations as ``max_len`` (a model's ``n_ctx``)
+    holds; else the short template (the target in quotes, the reply's first ``n_given`` words on the next line) with
+    as many short demonstrations as fit, down to none; else the bare target and reply. ``adjusted`` lists, in words,
+    what differs from the post's prompt. Where the vocabulary lacks single-token words, or even the shortest prompt
+    exceeds ``max_len``: a :class:`NoRepeatPrompt` with the reason and the numbers (context N, needs M), never an
+    exception."""
+    if isinstance(target, str):
+        try:
+            words, sep, how = target_words(tokenizer, target)
+        except ValueError as e:
+            return NoRepeatPrompt(f"no repeat-string target: {e}")
+    else:  # words already chosen (several targets: target_words of them all, then one prompt each)
+        words, how = list(target), ""
+        sep = ("" if words[0].startswith(" ") else " ") if sep is None else sep
+    n_words = len(words)
+    if not 0 <= n_given <= n_words:
+        raise ValueError(f"n_given={n_given} must lie in 0..{n_words} for target {target!r}")
+    if n_demos < 1:
+        raise ValueError(f"n_demos={n_demos} must be >= 1")
+    shortest, post_needs = None, None
+    for template, k, head, open_request, middle in _candidates(tokenizer, words, sep, n_given, n_demos, seed):
+        parts = _assemble(tokenizer, head, open_request, words, sep, middle, n_given)
+        n = len(parts["tokens"])
+        if template == "post" and k == 1:
+            post_needs = n
+        shortest = n
+        if max_len is not None and n > max_len:
+            continue
+        adjusted = [how] if how else []
+        if template != "post":
+            why = (
+                f"the post's wording needs {post_needs} tokens, the context is {max_len}"
+                if post_needs is not None
+                else "the vocabulary cannot write the post's wording"
+            )
+            adjusted.append(
+                f"a shorter template ({template}: the target{' in quotes' if template == 'short' else ''} and the "
+                f"reply's start on the next line, {k} demonstration{'s' if k != 1 else ''}; {why})"
+            )
+        elif k < n_demos:
+            adjusted.append(f"{k} of {n_demos} demonstrations (the context is {max_len} tokens)")
+        return RepeatPrompt(**parts, sep=sep, template=template, n_demos=k, adjusted=adjusted)
+    return NoRepeatPrompt(
+        f"no repeat-string prompt fits: context {max_len}, needs {shortest} (the shortest template: the "
+        f"{n_words}-word target, a line break and {n_given} word{'s' if n_given != 1 else ''} of the reply, BOS "
+        "included)",
+        n_ctx=max_len,
+        needs=shortest,
+    )

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from ..model.attention import QKCapture, attn_scale, expand_kv, scale_from_pattern
 from ..model.forward import run_until
 from ..model.tokens import as_token_batches, model_device, single_prompt
-from ..model.validation import UsageError, check_head, check_int_range, head_name, require_finite
+from ..model.validation import UsageError, check_head, check_int_range, check_model, head_name, require_finite
 
 
 def raw_scores_from_qk(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
@@ -85,6 +85,7 @@ def score_profile(
     pattern on the first batch (:func:`~gpt2_posheads.model.attention.scale_from_pattern`), not the configuration's
     (the TransformerLens 4 bridge misstates GPT-Neo's), so the profile is in the logits the softmax sees.
     """
+    check_model(model)
     check_int_range("window", window, 1, 64)
     L, H, w = model.cfg.n_layers, model.cfg.n_heads, window
     sums = torch.zeros(L, H, 2 * w + 1, dtype=torch.float64)

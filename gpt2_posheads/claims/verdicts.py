@@ -104,7 +104,8 @@ def judge(
     head: str = "",
     shown: str = "",
 ) -> Claim:
-    """Apply ``rule`` to ``value`` (default: ``measured``) unless a precondition fails or the run is quick.
+    """Apply ``rule`` to ``value`` (default: ``measured``) unless a precondition fails, the run is quick, or ``value``
+    holds no measurement (a NaN: :func:`not_measured`); each of those is ``not testable`` with the reason.
 
     ``head``: the head the claim was measured on; ``shown``: the measured number for a person (default: ``value``
     at 3 significant digits when it is a number).
@@ -129,8 +130,41 @@ def judge(
             head,
             "",
         )
+    empty = not_measured(value)
+    if empty:  # a rule sees only finite, measured numbers: this is the one place that makes sure
+        return Claim(claim, post, measured, rule.text, NOT_TESTABLE, f"not testable here: {empty}", key, head, "")
     held, why = rule.decide(value)
     return Claim(claim, post, measured, rule.text, HELD if held else NOT_HELD, why, key, head, shown)
+
+
+def _numbers(value, path: str = ""):
+    """``(where, number)`` for every number in ``value`` (nested tuples, lists, dicts, arrays, tensors)."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # tensors, arrays, NumPy scalars
+        value = value.tolist()
+    if isinstance(value, bool) or value is None or isinstance(value, (str, bytes)):
+        return
+    if isinstance(value, (int, float)):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _numbers(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _numbers(v, f"{path}[{i}]")
+
+
+def not_measured(value) -> str:
+    """Why ``value`` is not a measurement a rule may judge (``""`` when it is): a NaN anywhere in it, the mark of an
+    empty measurement (the mean of no entries, 0/0). ``None`` (a part absent by design: "no other previous-token head",
+    a head in layer 0 with nothing below it), an empty list (a measured "none of them") and infinities (a measured
+    extreme: the loss of a probability of 0) are left to the rule, which needs finite numbers to hold. :func:`judge`
+    applies it to every rule's value; a claim whose value holds a NaN is ``not testable`` with this reason, never
+    ``not held``."""
+    nan = [where for where, x in _numbers(value) if x != x]
+    if nan:
+        where = f" {', '.join(nan[:3])}{', ...' if len(nan) > 3 else ''}" if nan != [""] else ""
+        return f"nothing was measured (the value{where} is NaN)"
+    return ""
 
 
 def fmt(x, digits: int = 3) -> str:

@@ -26,9 +26,9 @@ import torch
 from ..model.folder import WEIGHT_FILES, folder_problem
 from ..model.loading import hub_reachable
 from ..model.paths import SHIPPED_MODELS, models_dir, shipped_model_dir
-from ..model.validation import NonFiniteError, UsageError
+from ..model.validation import NonFiniteError, NothingMeasuredError, UsageError, path_kind
 from .heads import HeadSpec
-from .output import abort_open_outputs, finish_not_testable
+from .output import DISK_FULL, abort_open_outputs, disk_full, finish_not_testable, guard_console
 
 PROMPT_SOURCES = ("auto", "openwebtext", "wikitext")
 
@@ -49,12 +49,93 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
         return h + " (default: %(default)s)"
 
 
+INT64 = (-(1 << 63), (1 << 63) - 1)  # what torch and NumPy take as one integer
+SEED_RANGE = (0, (1 << 32) - 1)  # what every random generator here takes as a seed (NumPy's is the narrowest)
+_SEEN = "_options_given"  # namespace attribute that records the options given while parsing (removed after)
+
+
+def _int_type(low: int, high: int, name: str = "int"):
+    """An argparse ``type``: an integer within ``low..high``. Not an integer: argparse's ``invalid int value``; outside
+    the range: the range, in one line."""
+
+    def parse(text: str) -> int:
+        v = int(text)  # ValueError: argparse says "invalid int value: 'abc'"
+        if not low <= v <= high:
+            raise argparse.ArgumentTypeError(f"{v} is out of range; allowed {low}..{high}")
+        return v
+
+    parse.__name__ = name
+    return parse
+
+
+def _empty_ok(action: argparse.Action) -> bool:
+    """Whether an empty value means something for this option: its default is empty (``--models``), or its help says
+    what ``''`` does (``--model-dirs '' for none``)."""
+    return action.default == "" or "''" in (action.help or "")
+
+
+def _check_given(action: argparse.Action, namespace, values, option_string: str | None) -> None:
+    """Refuse an empty or blank value (unless the option says what one means), and an option given a second time
+    (argparse would keep the last silently)."""
+    if isinstance(values, str) and not values.strip() and not _empty_ok(action):
+        raise argparse.ArgumentError(
+            action,
+            f"the value is empty ({values!r}); a non-empty value; leave the option out to use its default",
+        )
+    seen = namespace.__dict__.setdefault(_SEEN, {})
+    if action.dest in seen and action.option_strings:
+        first = seen[action.dest]
+        raise argparse.ArgumentError(
+            action,
+            f"given twice ({first!r}, then {values!r}); give it once",
+        )
+    seen[action.dest] = values
+
+
+class _StoreOnce(argparse._StoreAction):
+    """``store``, but an option given twice (``--seq-len 64 --seq-len 128``) or with an empty value (``--out ""``) is
+    an error instead of the last or the empty value silently winning."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _check_given(self, namespace, values, option_string)
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _AppendNonEmpty(argparse._AppendAction):
+    """``append`` (an option meant to be repeated, such as ``--prompt``): an empty value is an error."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if isinstance(values, str) and not values.strip() and not _empty_ok(self):
+            raise argparse.ArgumentError(
+                self, f"the value is empty ({values!r}); a non-empty value; leave the option out to use its default"
+            )
+        super().__call__(parser, namespace, values, option_string)
+
+
 class Parser(argparse.ArgumentParser):
-    """``argparse`` whose errors are the one-line ``error: ...`` of every other user mistake."""
+    """``argparse`` whose errors are the one-line ``error: ...`` of every other user mistake, and which refuses what
+    argparse lets through silently: an option given twice (options meant to repeat use ``action="append"``), an empty
+    or blank value (``--out ""``; an option whose help says what ``''`` means takes it), an integer outside what
+    torch takes (``--seed 2**64``; a seed is 0..2**32-1)."""
 
     def __init__(self, *a, **kw):
         kw.setdefault("formatter_class", _Formatter)
         super().__init__(*a, **kw)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
+        self.register("action", "append", _AppendNonEmpty)
+
+    def add_argument(self, *args, **kwargs):
+        if kwargs.get("type") is int:
+            dest = kwargs.get("dest") or next((a for a in args if a.startswith("--")), args[0] if args else "")
+            seed = dest.lstrip("-").replace("-", "_") == "seed"
+            kwargs["type"] = _int_type(*(SEED_RANGE if seed else INT64))
+        return super().add_argument(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, extras = super().parse_known_args(args, namespace)
+        ns.__dict__.pop(_SEEN, None)
+        return ns, extras
 
     def error(self, message: str):  # noqa: D401 - argparse API
         message = re.sub(r"^argument (\S+?)(/\S+)?: ", r"\1: ", message)
@@ -98,21 +179,42 @@ def experiment_parser(description: str, model: bool = True, out_help: str | None
 def main_entry(main: Callable, argv: Sequence[str] | None = None):
     """Run a script's ``main``: a :class:`UsageError` is one ``error:`` line and exit status 2; Ctrl-C or an
     error leaves every earlier result as it was (staged outputs are dropped); anything else keeps its
-    traceback (it is a bug)."""
+    traceback (it is a bug).
+
+    Outside the measurement: the console cannot end the run (:class:`~gpt2_posheads.cli.output.ConsoleStream`). A
+    reader that stops early (``script | head -2``) silences the rest of the output and the run finishes, writes its
+    results and exits 0: the results are whole, and a status of 141 (killed by SIGPIPE) would tell a caller, or a
+    ``set -o pipefail`` pipeline, that the work was cut short when only the reading was. A character the console
+    cannot show is replaced. A full disk (``ENOSPC``/``EDQUOT``) is one line naming the folder, exit status 2, with
+    earlier results kept (the staged output is dropped). A measurement with nothing in it
+    (:class:`~gpt2_posheads.model.validation.NothingMeasuredError`) or a NaN the model computed ends the run with
+    every claim ``not testable`` and the reason."""
     previous = _terminate_as_interrupt()
+    restore_console = guard_console()
     try:
         return main(argv)
     except UsageError as e:
         abort_open_outputs()
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    except NonFiniteError as e:  # the model computed a NaN: every claim of the run is not testable, and says why
+    except (NonFiniteError, NothingMeasuredError) as e:  # every claim of the run is not testable, and says why
         if not finish_not_testable(f"not testable: {e}"):
             abort_open_outputs()
+            if isinstance(e, NothingMeasuredError):
+                print(f"error: {e}", file=sys.stderr)
+                raise SystemExit(2) from None
             print(f"error: model: {e}; a model whose outputs are finite", file=sys.stderr)
             raise SystemExit(1) from None
         print(f"not testable: {e}", file=sys.stderr)
         return 0
+    except OSError as e:
+        if e.errno not in DISK_FULL:
+            abort_open_outputs()
+            raise
+        message = disk_full(e)  # names the open output's folder: before it is aborted
+        abort_open_outputs()
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
     except Terminated:
         abort_open_outputs()
         print("\nterminated (SIGTERM): earlier results are kept as they were", file=sys.stderr)
@@ -128,6 +230,7 @@ def main_entry(main: Callable, argv: Sequence[str] | None = None):
         abort_open_outputs()
         raise
     finally:
+        restore_console()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 
@@ -217,14 +320,17 @@ def check_model_dir(model_dir: str | None) -> dict | None:
     if model_dir is None:
         return None
     p = Path(model_dir).expanduser()
-    if p.is_file():
+    kind = path_kind(p)
+    if kind == "file":
         raise UsageError(
             "--model-dir",
             f"{model_dir} is a file, not a folder",
             "a folder with config.json and model weights",
             f"its folder is {p.parent}",
         )
-    if not p.is_dir():
+    if kind not in ("folder", "missing"):  # /dev/null, a FIFO, a symlink loop: say what it is, suggest nothing
+        raise UsageError("--model-dir", f"{model_dir} is {kind}, not a folder", "a folder with config.json and weights")
+    if kind == "missing":
         from ..model.paths import COMPILED_MODELS
 
         near = _nearest_dir(p)
@@ -317,7 +423,12 @@ def check_prompt_source(source: str) -> None:
     if source in PROMPT_SOURCES:
         return
     p = Path(source)
-    if not p.exists():
+    kind = path_kind(p)
+    if kind not in ("file", "folder", "missing"):  # a FIFO would block the read; /dev/null reads as nothing
+        raise UsageError(
+            "--prompts", f"{source} is {kind}, not a file or folder", "a .txt/.jsonl file or a folder of them"
+        )
+    if kind == "missing":
         near = difflib.get_close_matches(source, PROMPT_SOURCES, n=1)
         raise UsageError(
             "--prompts",

@@ -13,6 +13,11 @@ user has:
 * **Two runs never mix.** A lock file (:data:`LOCK`) names the process writing the folder; a second run
   refuses with one line naming it. A lock whose process is gone (same machine) is taken over.
 
+* **Results first, then the console.** The claims table is printed once the files are in place, and the console can
+  never cost a result (:class:`ConsoleStream`): a reader that stops early (``script | head -2``) silences the rest
+  of the run's output, a console that cannot show a character gets a replacement character. A full disk is one
+  line naming the folder (:func:`disk_full`), with the earlier results as they were.
+
 Sub-folders that must outlive a failed run (a toy sweep's resumable ``runs/``) are written in place
 through :meth:`Output.persistent_dir`.
 """
@@ -20,6 +25,7 @@ through :meth:`Output.persistent_dir`.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import os
 import re
@@ -35,12 +41,105 @@ import pandas as pd
 
 from ..claims.record import jsonable, summary_dict
 from ..claims.verdicts import Claim, claims_table
-from ..model.validation import UsageError
+from ..model.validation import UsageError, path_kind
 from ..report.plotting import png_support, save_figure, write_png
 
 MANIFEST = ".gpt2_posheads.json"
 LOCK = ".gpt2_posheads.lock"
 _OPEN: list[Output] = []  # outputs of this process not yet committed (aborted by main_entry on failure)
+_COMMITTED: list[Path] = []  # folders this process committed (where a later "no space left" is said to be)
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+# --- the console ---------------------------------------------------------------------------------------------
+
+
+class ConsoleStream:
+    """``sys.stdout`` or ``sys.stderr`` as a run writes to them: the console can never end a run.
+
+    A reader that stops early (``script | head -2``: ``BrokenPipeError``), a closed or failing console (any
+    ``OSError``) sends the rest of the run's output to ``/dev/null`` and the run goes on to write its results; a
+    character the console's encoding cannot show (``PYTHONIOENCODING=ascii``, a Latin-1 terminal) is replaced by the
+    encoding's replacement character instead of raising ``UnicodeEncodeError``. Everything else is the stream's own.
+    """
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.gone = False  # the console went away: what is written from here on is dropped
+
+    def write(self, text: str) -> int:
+        if self.gone:
+            return len(text)
+        try:
+            return self.stream.write(text)
+        except UnicodeEncodeError:
+            enc = getattr(self.stream, "encoding", None) or "ascii"
+            return self.write(text.encode(enc, "replace").decode(enc, "replace"))
+        except (OSError, ValueError):  # a broken pipe, a full disk under a redirect, a closed file
+            self._went_away()
+            return len(text)
+
+    def flush(self) -> None:
+        if self.gone:
+            return
+        try:
+            self.stream.flush()
+        except (OSError, ValueError):
+            self._went_away()
+
+    def _went_away(self) -> None:
+        """Point the stream's file descriptor at ``/dev/null``, so that what its buffer still holds, and the
+        interpreter's flush at exit, go nowhere instead of raising again."""
+        self.gone = True
+        try:
+            fd = self.stream.fileno()
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, fd)
+            finally:
+                os.close(null)
+            self.stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def guard_console():
+    """Put :class:`ConsoleStream` in front of ``sys.stdout`` and ``sys.stderr``; returns the function that flushes them
+    and puts the originals back."""
+    saved = sys.stdout, sys.stderr
+    guards = [ConsoleStream(s) if s is not None and not isinstance(s, ConsoleStream) else s for s in saved]
+    sys.stdout, sys.stderr = guards
+
+    def restore() -> None:
+        for g in guards:
+            if isinstance(g, ConsoleStream):
+                g.flush()
+        sys.stdout, sys.stderr = saved
+
+    return restore
+
+
+# --- a full disk -----------------------------------------------------------------------------------------------
+
+
+def disk_full(e: OSError, folder: Path | None = None, param: str = "--out") -> UsageError:
+    """The one line for ``ENOSPC``/``EDQUOT``: the folder being written (``folder``, else this process's open output,
+    else the last one it committed, else the file's own folder) and that earlier results are kept."""
+    if folder is None:
+        folder = _OPEN[0].target if _OPEN else _COMMITTED[-1] if _COMMITTED else None
+    if folder is None and getattr(e, "filename", None):
+        folder = Path(e.filename).parent
+    where = str(folder) if folder is not None else "the output disk"
+    quota = e.errno == errno.EDQUOT
+    return UsageError(
+        param,
+        f"no space left on {where} ({'disk quota exceeded' if quota else 'the disk is full'})",
+        "a folder on a disk with free space",
+        "free some space or choose another --out; results written before are kept as they were",
+    )
 
 
 # --- JSON -----------------------------------------------------------------------------------------------
@@ -51,7 +150,11 @@ def write_json(path: str | Path, obj) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(jsonable(obj), indent=2) + "\n")
+    try:
+        tmp.write_text(json.dumps(jsonable(obj), indent=2) + "\n")
+    except BaseException:  # a full disk or an interruption: no half-written temporary is left behind
+        tmp.unlink(missing_ok=True)
+        raise
     tmp.replace(path)
     return path
 
@@ -100,8 +203,14 @@ def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
                 "one run per output folder",
                 "wait for it to finish, or choose another --out",
             ) from None
-        with os.fdopen(fd, "w") as f:
-            json.dump(me, f)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+        except OSError as e:  # a full disk: an empty lock left behind would refuse every later run
+            lock.unlink(missing_ok=True)
+            if e.errno in DISK_FULL:
+                raise disk_full(e, folder, param) from None
+            raise
         return lock
     raise UsageError(param, f"could not lock {folder}", "a writable folder")
 
@@ -159,6 +268,7 @@ class Output:
     context: dict = field(default_factory=dict)  # what every summary of this run records (model, prompts, ...)
     pngs: list = field(default_factory=list)  # (figure, stem, size) exported as PNG once the numbers are committed
     model: dict = field(default_factory=dict)  # the model the results are of (label, weights fingerprint)
+    tables: list = field(default_factory=list)  # claims tables, printed once the results are in place
 
     @classmethod
     def open(
@@ -180,16 +290,19 @@ class Output:
         refused unless ``force``, so two models never share a folder.
         """
         target = Path(target).expanduser()
-        if target.exists() and not target.is_dir():
+        kind = path_kind(target)
+        if kind not in ("folder", "missing"):
             raise UsageError(
                 param,
-                f"{target} is a file",
+                f"{target} is {'a file' if kind == 'file' else kind}",
                 "a folder (new, empty, or one the toolkit wrote)",
                 "choose another --out",
             )
         try:
             target.mkdir(parents=True, exist_ok=True)
         except OSError as e:
+            if e.errno in DISK_FULL:
+                raise disk_full(e, target, param) from None
             raise UsageError(param, f"{target} cannot be created ({e.strerror})", "a writable folder") from None
         foreign = [] if adopt else foreign_entries(target, script)
         other = read_manifest(target).get("script")
@@ -239,6 +352,8 @@ class Output:
             staging.mkdir()
         except OSError as e:
             lock.unlink(missing_ok=True)
+            if e.errno in DISK_FULL:
+                raise disk_full(e, target, param) from None
             raise UsageError(param, f"{staging} cannot be created ({e.strerror})", "a writable parent folder") from None
         out = cls(
             target=target,
@@ -308,7 +423,8 @@ class Output:
 
     def summary(self, obj: dict, claims: Sequence[Claim] = (), stem: str = "summary") -> Path:
         """Write ``summary.json``: ``obj`` plus ``claims`` (each ``{claim, post, measured, rule, verdict, why}``),
-        their verdict counts, the figures, when it was measured and how long it took; prints the claim table."""
+        their verdict counts, the figures, when it was measured and how long it took. The claims table is printed by
+        :meth:`commit`, once the results are in place (a console that fails can then cost nothing)."""
         obj = dict(obj)
         obj.setdefault("script", self.script)
         obj.setdefault("quick", self.quick)
@@ -319,7 +435,7 @@ class Output:
         ]
         p = write_json(self.path(f"{stem}.json"), summary_dict(obj, list(claims)))
         if claims:
-            print("\n" + claims_table(list(claims)))
+            self.tables.append(claims_table(list(claims)))
         return p
 
     # --- finishing ---
@@ -333,28 +449,30 @@ class Output:
             old = {}  # another script's files stay (they were foreign to this run)
         pngs = [f"{stem}.png" for _, stem, _ in self.pngs if f"{stem}.png" not in self.foreign]
         names = sorted({p.name for p in self.written} | set(pngs))
+        manifest = {
+            "files": names,
+            "folders": sorted(set(self.folders) | set(old.get("folders", []))),
+            "script": self.script,
+            "written_at": now_iso(),
+            "quick": self.quick,
+            **({"model": self.model} if self.model else {}),
+        }
+        # written beside the staged files first: a full disk fails here, before anything in the target is touched
+        staged_manifest = write_json(self.out_dir / MANIFEST, manifest)
         for name in old.get("files", []):
             if name not in names or name in pngs:
                 (self.target / name).unlink(missing_ok=True)  # the toolkit's own file: not written, or redrawn below
         for p in self.written:
             if p.exists():
                 os.replace(p, self.target / p.name)
-        folders = sorted(set(self.folders) | set(old.get("folders", [])))
-        write_json(
-            self.target / MANIFEST,
-            {
-                "files": names,
-                "folders": folders,
-                "script": self.script,
-                "written_at": now_iso(),
-                "quick": self.quick,
-                **({"model": self.model} if self.model else {}),
-            },
-        )
+        os.replace(staged_manifest, self.target / MANIFEST)
         self.committed = True  # the numbers are in place: an interruption from here on keeps them
+        _COMMITTED.append(self.target)
         self.written = [self.target / n for n in names]
         self.out_dir_staged, self.out_dir = self.out_dir, self.target
         try:
+            for table in self.tables:  # printed once the results are in place
+                print("\n" + table, flush=True)
             for fig, stem, kw in self.pngs:  # after the results: a slow or failing renderer costs only pictures
                 if f"{stem}.png" in pngs:
                     write_png(fig, self.target / f"{stem}.png", kw.get("width", 1000), kw.get("height"))

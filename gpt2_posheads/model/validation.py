@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import re
 from collections.abc import Iterable
 
@@ -25,6 +26,12 @@ class NonFiniteError(RuntimeError):
     claim resting on it can be judged. Scripts end with every claim ``not testable`` and this message."""
 
 
+class NothingMeasuredError(ValueError):
+    """A measurement had nothing in it (no previous diagonal at this prompt length, no head with attention off BOS):
+    nothing resting on it can be judged. A library caller gets a ``ValueError`` saying why; scripts end with every
+    claim ``not testable`` and this message (as for :class:`NonFiniteError`)."""
+
+
 def require_finite(x, what: str):
     """``x`` (a tensor or a float) unchanged, or :class:`NonFiniteError` saying ``what`` was not finite."""
     import torch
@@ -36,32 +43,95 @@ def require_finite(x, what: str):
     return x
 
 
+def as_index(name: str, value) -> int:
+    """``value`` as a plain ``int``: an ``int``, a NumPy integer or a 0-d integer tensor. A ``bool`` is refused
+    (``True`` is not layer 1 here), as are floats (``2.5``, even ``2.0``), strings and anything else: a ``TypeError``
+    naming ``name``."""
+    if isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
+        raise TypeError(f"{name} must be an integer, got a bool ({value!r})")
+    if isinstance(value, int):
+        return int(value)
+    if hasattr(value, "dtype") and hasattr(value, "ndim"):  # a NumPy scalar or array, a tensor
+        kind = str(value.dtype)
+        if getattr(value, "ndim", None) == 0 and ("int" in kind and "bool" not in kind):
+            return int(value.item())
+        shape = tuple(getattr(value, "shape", ()))
+        raise TypeError(f"{name} must be an integer, got a {type(value).__name__} of dtype {kind} and shape {shape}")
+    raise TypeError(f"{name} must be an integer, got {type(value).__name__} ({value!r})")
+
+
 def check_int_range(name: str, value: int, low: int, high: int) -> int:
-    """Raise ``ValueError`` unless ``low <= value <= high`` (inclusive)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    """``value`` as an ``int`` (see :func:`as_index`: ``TypeError`` for a bool, a float or a string) unless it lies
+    outside ``low..high`` (inclusive): then a ``ValueError`` (:class:`UsageError`) naming ``name`` and the range."""
+    value = as_index(name, value)
     if not low <= value <= high:
         raise UsageError(name, f"{value} is out of range", f"allowed {low}..{high}")
     return value
 
 
+def check_model(model, name: str = "model"):
+    """``model`` unless it is not a model the toolkit analyses: a TransformerLens ``HookedTransformer`` or
+    ``TransformerBridge`` (what :func:`gpt2_posheads.load_model` returns), or a traced model of
+    :mod:`gpt2_posheads.model.traced`; anything else is a ``TypeError`` saying how to load one. A plain Hugging Face
+    model (``GPT2LMHeadModel``) has no ``cfg``: it is named, with the call that loads it."""
+    cfg = getattr(model, "cfg", None)
+    if (
+        cfg is not None
+        and isinstance(getattr(cfg, "n_layers", None), int)
+        and isinstance(getattr(cfg, "n_heads", None), int)
+    ):
+        return model
+    hf = next((c.__name__ for c in type(model).__mro__ if c.__module__.startswith("transformers.")), None)
+    if hf is not None or hasattr(model, "config"):
+        raise TypeError(
+            f"{name} is a Hugging Face {type(model).__name__}, not a TransformerLens model; load it with "
+            "gpt2_posheads.load_model(<hub name or local folder>), e.g. load_model('gpt2') or "
+            "load_model('path/to/saved_model') after model.save_pretrained('path/to/saved_model')"
+        )
+    raise TypeError(
+        f"{name} must be a TransformerLens HookedTransformer or TransformerBridge (gpt2_posheads.load_model returns "
+        f"one), got {type(model).__name__}"
+    )
+
+
 def check_layer(model, layer: int, name: str = "layer", allow_final: bool = False) -> int:
-    """A block index ``0..n_layers-1`` (or ``n_layers`` = the final residual when ``allow_final``)."""
-    n = model.cfg.n_layers
+    """A block index ``0..n_layers-1`` (or ``n_layers`` = the final residual when ``allow_final``): an ``int`` or a 0-d
+    integer tensor, as an ``int``; a bool, a float or a string is a ``TypeError``, an index out of range a
+    ``ValueError``, each naming ``name``."""
+    n = check_model(model).cfg.n_layers
     return check_int_range(name, layer, 0, n if allow_final else n - 1)
 
 
 def check_layers(model, layers: Iterable[int], name: str = "layers") -> list[int]:
-    layers = [int(x) for x in layers]
-    for x in layers:
-        check_int_range(f"{name} entry", x, 0, model.cfg.n_layers - 1)
-    return layers
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+        raise TypeError(f"{name} must be a sequence of layer indices, got {type(layers).__name__} ({layers!r})")
+    return [check_layer(model, x, f"{name} entry") for x in layers]
 
 
 def check_head(model, layer: int, head: int) -> tuple[int, int]:
-    check_layer(model, layer)
-    check_int_range("head", head, 0, model.cfg.n_heads - 1)
-    return layer, head
+    layer = check_layer(model, layer)
+    return layer, check_int_range("head", head, 0, model.cfg.n_heads - 1)
+
+
+def check_heads(model, heads, name: str = "heads") -> list[tuple[int, int]]:
+    """Heads as ``[(layer, head), ...]``: a list of names (``"L4H11"``) or ``(layer, head)`` pairs (one head may be
+    given alone), each within ``model``; an empty or malformed list is a ``ValueError``/``TypeError`` naming
+    ``name``."""
+    if isinstance(heads, str) or (isinstance(heads, tuple) and len(heads) == 2 and not isinstance(heads[0], Iterable)):
+        heads = [heads]  # one head given alone
+    if not isinstance(heads, Iterable):
+        raise TypeError(f"{name} must be a list of heads ('L4H11' or (4, 11)), got {type(heads).__name__}")
+    out = []
+    for spec in heads:
+        if isinstance(spec, str):
+            out.append(parse_head(spec, model))
+        elif isinstance(spec, (tuple, list)) and len(spec) == 2:
+            out.append(check_head(model, spec[0], spec[1]))
+        else:
+            raise TypeError(f"{name}: {spec!r} is not a head; give 'L4H11' or (4, 11)")
+    if not out:
+        raise UsageError(name, "is empty", "at least one head, e.g. ['L4H11']")
+    return out
 
 
 def parse_head(spec, model=None) -> tuple[int, int]:
@@ -77,7 +147,7 @@ def parse_head(spec, model=None) -> tuple[int, int]:
             )
         layer, head = int(m.group(1)), int(m.group(2))
     else:
-        layer, head = (int(x) for x in spec)
+        layer, head = (as_index("head", x) for x in spec)
     if model is not None and not (0 <= layer < model.cfg.n_layers and 0 <= head < model.cfg.n_heads):
         raise UsageError(
             "head",
@@ -89,6 +159,46 @@ def parse_head(spec, model=None) -> tuple[int, int]:
 
 def head_name(layer: int, head: int) -> str:
     return f"L{layer}H{head}"
+
+
+def path_kind(path) -> str:
+    """What ``path`` is, in words a user reads: ``"folder"``, ``"file"``, ``"missing"``, or what else it is (a symlink
+    loop, a broken symbolic link, a character device such as /dev/null, a FIFO, a socket, a block device, a path that
+    cannot be read). Never raises: an option naming such a path gets one line saying so, not "does not exist"."""
+    import os
+    import stat
+
+    p = os.fspath(os.path.expanduser(os.fspath(path)))
+    try:
+        st = os.stat(p)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        if e.errno == errno.ENOENT:
+            if os.path.islink(p):
+                return f"a broken symbolic link (to {os.readlink(p)})"
+            return "missing"
+        if e.errno == errno.ENOTDIR:
+            return "missing"  # a part of the path is a file
+        if e.errno == errno.ENAMETOOLONG:
+            return "a name too long for this file system"
+        return f"not accessible ({e.strerror})"
+    except ValueError:  # a NUL character in the path
+        return "not a valid path (it holds a NUL character)"
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        return "folder"
+    if stat.S_ISREG(mode):
+        return "file"
+    for test, what in (
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return what
+    return "neither a file nor a folder"
 
 
 def check_seq_len(model, seq_len: int, name: str = "seq_len") -> int:

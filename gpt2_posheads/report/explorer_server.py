@@ -9,14 +9,20 @@ the prompt is answered ``400 {"error": "<parameter>: <what is wrong>; <allowed v
 shows in a red box. ``python -m gpt2_posheads explore --model-dir DIR`` runs it (:func:`serve`); Ctrl-C stops it.
 
 Only 127.0.0.1 is bound, and requests naming another host (a page elsewhere reaching this port through DNS
-rebinding) or posting anything but JSON are refused.
+rebinding) or posting anything but JSON are refused. Every bad request is answered with a 4xx status and a one-line
+JSON reason, never a traceback or a 500: malformed or non-UTF-8 JSON, JSON nested too deep, a prompt that is not text
+or holds a lone surrogate (``"\\ud800"``), a body too large or of a missing or malformed length, a method or request
+line the server does not take, a client that stops sending. Bodies come with ``Content-Length`` or
+``Transfer-Encoding: chunked``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
+import socket
 import sys
 import threading
 import traceback
@@ -30,6 +36,7 @@ from .explorer import MIN_TOKENS, ExplorerContext, default_prompts, explorer_con
 
 HOST = "127.0.0.1"
 MAX_BODY = 256_000  # bytes of JSON a prompt may take
+READ_TIMEOUT = 30  # seconds a client may pause while sending a request
 CELL_BUDGET = 4_000_000  # heads x tokens^2 per prompt: what one prompt's page data may hold (about 10 MB sent)
 
 
@@ -46,6 +53,15 @@ def prompt_tokens(model, text, limit: int | None = None, param: str = "prompt") 
     allowed = f"allowed {MIN_TOKENS}..{limit} tokens, BOS included"
     if not isinstance(text, str) or not text.strip():
         raise UsageError(param, "is empty" if isinstance(text, str) else "is not text", allowed, "type a sentence")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate ("\ud800") is valid JSON but no text a tokenizer reads
+        raise UsageError(
+            param,
+            f"holds a lone surrogate ({text[e.start]!r} at character {e.start}), which is not text",
+            "UTF-8 text",
+            "remove the character",
+        ) from None
     toks = model.to_tokens(text, truncate=False)[0].cpu()
     n = len(toks)
     if n > limit:
@@ -88,9 +104,18 @@ class LiveExplorer:
             return explorer_data(self.model, [(name, toks, None)], self.label, context=self.context)
 
 
+class BadRequest(Exception):
+    """A request the server refuses: ``status`` (4xx) and the one-line reason's parts (as :class:`UsageError`)."""
+
+    def __init__(self, status: int, param: str, problem: str, allowed: str = "", hint: str = ""):
+        super().__init__(problem)
+        self.status, self.parts = status, (param, problem, allowed, hint)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "gpt2-posheads-explorer"
     explorer: LiveExplorer  # set on the subclass :func:`start_server` makes
+    timeout = READ_TIMEOUT  # a client that stops sending is answered 408, not waited for forever
 
     def log_message(self, format, *args):  # noqa: A002 - BaseHTTPRequestHandler's API
         pass  # the terminal shows the address once, not every request
@@ -108,7 +133,80 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, json.dumps(obj, separators=(",", ":"), allow_nan=False).encode(), "application/json")
 
     def _error(self, status: int, param: str, problem: str, allowed: str = "", hint: str = "") -> None:
+        self.close_connection = True  # what is left of a refused request is not read as the next one
+        self._unread = True
         self._json(status, {"error": str(UsageError(param, problem, allowed, hint))})
+
+    def finish(self) -> None:
+        super().finish()
+        if getattr(self, "_unread", False):
+            # a refused body may still be arriving: closing on unread data resets the connection, and the client
+            # could lose the answer with it; read (and drop) what comes for a moment first
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_WR)
+                self.connection.settimeout(1)
+                left = 4 * MAX_BODY
+                while left > 0 and (data := self.connection.recv(65536)):
+                    left -= len(data)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The base class's errors (a malformed request line or header, a method it has no handler for, a request
+        line too long) as every other refusal: a 4xx and one line of JSON."""
+        if code == 501:  # "unsupported method": the client asked for something this server does not do
+            code, message = 405, f"method {self.command!r} is not taken"
+        if code >= 500:
+            code = 400
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"  # a request line that did not parse: answer with a status line anyway
+        with contextlib.suppress(OSError):  # the client is gone
+            self._error(code, "request", " ".join(str(message or "is malformed").split()), "GET /, POST /api/explore")
+
+    def _read_body(self) -> bytes:
+        """The request's body, at most :data:`MAX_BODY` bytes, from ``Content-Length`` or ``Transfer-Encoding:
+        chunked``; anything else is a :class:`BadRequest`."""
+        allowed = f"allowed 1..{MAX_BODY} bytes"
+        coding = (self.headers.get("Transfer-Encoding") or "").strip().lower()
+        if coding:
+            if coding != "chunked":
+                raise BadRequest(400, "Transfer-Encoding", f"{coding!r} is not taken", "chunked, or Content-Length")
+            return self._read_chunked(allowed)
+        length = self.headers.get("Content-Length")
+        if length is None:
+            raise BadRequest(411, "request", "has no Content-Length", "Content-Length or Transfer-Encoding: chunked")
+        if not length.strip().isdigit():
+            raise BadRequest(400, "Content-Length", f"{length.strip()[:40]!r} is not a number of bytes", allowed)
+        size = int(length)
+        if not 0 < size <= MAX_BODY:
+            raise BadRequest(413 if size else 400, "request", f"body of {size} bytes", allowed)
+        body = self.rfile.read(size)
+        if len(body) < size:
+            raise BadRequest(400, "request", f"body ended after {len(body)} of {size} bytes", allowed)
+        return body
+
+    def _read_chunked(self, allowed: str) -> bytes:
+        body = bytearray()
+        while True:
+            line = self.rfile.readline(1026)
+            size_text = line.split(b";", 1)[0].strip()  # chunk extensions are ignored
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise BadRequest(400, "request", f"chunk size {size_text[:20]!r} is not hexadecimal", allowed) from None
+            if size < 0:
+                raise BadRequest(400, "request", "a chunk size is negative", allowed)
+            if size == 0:
+                while self.rfile.readline(1026) not in (b"\r\n", b"\n", b""):
+                    pass  # trailer fields, up to the blank line
+                break
+            if len(body) + size > MAX_BODY:
+                raise BadRequest(413, "request", f"body of more than {MAX_BODY} bytes (chunked)", allowed)
+            chunk = self.rfile.read(size)
+            if len(chunk) < size or self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                raise BadRequest(400, "request", "a chunk ended early or without its line break", allowed)
+            body += chunk
+        if not body:
+            raise BadRequest(400, "request", "body of 0 bytes", allowed)
+        return bytes(body)
 
     def _host_ok(self) -> bool:
         host = (self.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]")
@@ -137,15 +235,17 @@ class _Handler(BaseHTTPRequestHandler):
         if (self.headers.get("Content-Type") or "").split(";")[0].strip() != "application/json":
             return self._error(415, "request", "is not JSON", 'Content-Type: application/json, {"prompt": "..."}')
         try:
-            size = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            size = -1
-        if not 0 < size <= MAX_BODY:
-            return self._error(413, "request", f"body of {size} bytes", f"allowed 1..{MAX_BODY} bytes")
-        try:
-            body = json.loads(self.rfile.read(size).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            return self._error(400, "request", "body is not valid JSON", '{"prompt": "your text"}')
+            raw = self._read_body()
+            try:
+                body = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                raise BadRequest(400, "request", "body is not valid JSON", '{"prompt": "your text"}') from None
+            except RecursionError:
+                raise BadRequest(400, "request", "body is JSON nested too deep", '{"prompt": "your text"}') from None
+        except BadRequest as e:
+            return self._error(e.status, *e.parts)
+        except TimeoutError:
+            return self._error(408, "request", f"the body did not arrive within {READ_TIMEOUT} s", "send it at once")
         if not isinstance(body, dict) or "prompt" not in body:
             return self._error(400, "prompt", "is missing", '{"prompt": "your text"}')
         try:
@@ -158,6 +258,14 @@ class _Handler(BaseHTTPRequestHandler):
                 500, "server", f"{type(e).__name__}: {e}", "", "the terminal running the server has the traceback"
             )
         self._json(200, data)
+
+    def handle_one_request(self):
+        try:
+            super().handle_one_request()
+        except TimeoutError:  # the request line or the headers never came: nothing to answer
+            self.close_connection = True
+        except (ConnectionError, BrokenPipeError):  # the client went away mid-answer
+            self.close_connection = True
 
 
 class ExplorerServer(ThreadingHTTPServer):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import warnings
 from collections.abc import Sequence
@@ -145,6 +146,8 @@ def write_png(fig: go.Figure, path: Path, width: int = 1000, height: int | None 
         return path
     except Exception as e:  # noqa: BLE001 - any renderer failure degrades to HTML only
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise  # a full disk is not the renderer's failure: the run says so in one line
         warnings.warn(f"PNG export of {path.stem} failed ({type(e).__name__}: {e})", stacklevel=2)
         return None
 

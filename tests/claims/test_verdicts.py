@@ -1,6 +1,8 @@
 """Verdict rules on made-up numbers: every outcome of every rule, preconditions and --quick."""
 
+import numpy as np
 import pytest
+import torch
 
 from gpt2_posheads.claims.gpt2_post import CLAIMS, is_prev_token_head, judge_claim, layer_above, model_copies
 from gpt2_posheads.claims.verdicts import (
@@ -11,6 +13,7 @@ from gpt2_posheads.claims.verdicts import (
     fmt,
     judge,
     monotone,
+    predicate,
     ratio_at_least,
     verdict_counts,
     within,
@@ -114,7 +117,8 @@ UP = {"group_drop": 0.87, "chance": 0.01, "n_early": 4, "n_groups": 63, "top_sin
         ("sharpest_stands_alone", (0.6, 0.8), "not held"),  # nothing sharp
         ("sharpest_stands_alone", (0.001, 0.006), "not held"),  # the next one is sharp too: no class of its own
         ("sharpest_stands_alone", (0.0, 0.0), "not held"),
-        ("sharpest_stands_alone", (float("nan"), None), "not held"),  # no previous-token head at all
+        ("sharpest_stands_alone", (None, None), "not held"),  # no previous-token head at all
+        ("sharpest_stands_alone", (float("nan"), None), "not testable"),  # NaN: the ratio was not measured
         ("avg_output_unchanged", {"a": (0.99, 0.98)}, "held"),
         ("avg_output_unchanged", {"a": (0.99, 0.5)}, "not held"),
         ("avg_output_unchanged", {}, "not held"),
@@ -152,13 +156,15 @@ UP = {"group_drop": 0.87, "chance": 0.01, "n_early": 4, "n_groups": 63, "top_sin
         ("induction_heads_exist", 0.01, "not held"),
         ("aggregator_above_layer0", ("L4H11", 4, 0.9), "held"),
         ("aggregator_above_layer0", ("L2H0", 2, 0.0), "not held"),  # above layer 0, but nothing below feeds it
-        ("aggregator_above_layer0", ("L0H1", 0, float("nan")), "not held"),
+        ("aggregator_above_layer0", ("L0H1", 0, None), "not held"),  # layer 0: nothing below, by design
+        ("aggregator_above_layer0", ("L2H0", 2, float("nan")), "not testable"),  # the drop was not measured
         ("sources_named_heads", ["L1H0", "L2H2", "L3H3", "L2H4"], "held"),
         ("sources_named_heads", ["L1H0"], "not held"),
         ("sources_upstream", UP, "held"),
         ("sources_upstream", {**UP, "group_drop": 0.4}, "not held"),  # not half
         ("sources_upstream", {**UP, "chance": 0.5}, "not held"),  # no better than as many random heads
-        ("sources_upstream", {**UP, "chance": float("nan")}, "held"),  # no other heads below to compare with
+        ("sources_upstream", {**UP, "chance": None}, "held"),  # no other heads below to compare with
+        ("sources_upstream", {**UP, "chance": float("nan")}, "not testable"),  # a chance level with nothing in it
     ],
 )
 def test_every_post_claim_rule(key, value, verdict):
@@ -193,3 +199,41 @@ def test_table_and_counts():
     assert verdict_counts(cs) == {"held": 1, "not held": 1, "not testable": 1}
     rows = t.splitlines()[2::3]  # header, rule line and why line per claim: each claim's row ends in its verdict
     assert [r.rstrip()[-12:].strip() for r in rows] == ["held", "not held", "not testable"]
+
+
+@pytest.mark.parametrize(
+    "value, where",
+    [
+        (float("nan"), ""),
+        ((0.9, float("nan")), " [1]"),
+        ({"group_drop": float("nan"), "chance": 0.1}, " group_drop"),
+        ([0.3, float("nan"), 0.2, float("nan")], " [1], [3]"),
+        (torch.tensor([0.5, float("nan")]), " [1]"),
+        (np.float64("nan"), ""),
+    ],
+)
+def test_a_rule_never_sees_a_nan(value, where):
+    """A NaN is the mark of an empty measurement: the claim is not testable, saying so, and the rule is never
+    asked (a rule would have said "not held")."""
+    asked = []
+
+    def decide(v):
+        asked.append(v)
+        return False, "judged"
+
+    c = judge("c", "p", predicate("held if ...", decide), {"m": 1}, value)
+    assert c.verdict == "not testable" and c.why == f"not testable here: nothing was measured (the value{where} is NaN)"
+    assert asked == [] and c.shown == ""
+
+
+def test_absent_by_design_and_infinities_reach_the_rule():
+    """``None`` (no other head: absent by design), an empty list (a measured "none") and an infinity (a measured
+    extreme) are the rule's to judge."""
+    for value in [(0.01, None), [], float("inf"), {"chance": None, "group_drop": 0.9}]:
+        c = judge("c", "p", predicate("held if ...", lambda v: (False, "judged")), {}, value)
+        assert c.verdict == "not held" and c.why == "judged", value
+    assert judge("c", "p", at_most(0.1, "ratio"), {}, float("inf")).verdict == "not held"
+    # a failing precondition still comes first, and says its own reason
+    pre = [Precondition("a previous-token head", False, "L0H0 is not a previous-token head")]
+    c = judge("c", "p", at_most(0.1, "ratio"), {}, float("nan"), preconditions=pre)
+    assert c.verdict == "not testable" and c.why == "not testable here: L0H0 is not a previous-token head"

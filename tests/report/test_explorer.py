@@ -472,3 +472,95 @@ def test_explore_server_stops_cleanly_on_ctrl_c(handset_dir):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0 and out.strip() == "stopped"
+
+
+def raw_request(server, data: bytes, timeout: float = 30) -> tuple[int, dict]:
+    """Send ``data`` as it is to the live server; its status and JSON body (the server closes after answering)."""
+    with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=timeout) as s:
+        s.sendall(data)
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def post_raw(server, body: bytes, headers: dict[str, str]) -> tuple[int, dict]:
+    lines = ["POST /api/explore HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json", "Connection: close"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    return raw_request(server, ("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+
+
+def chunked(body: bytes, size: int = 7) -> bytes:
+    parts = [body[i : i + size] for i in range(0, len(body), size)]
+    return b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in parts) + b"0\r\n\r\n"
+
+
+def one_line_reason(status: int, data: dict) -> bool:
+    return (
+        400 <= status < 500
+        and set(data) == {"error"}
+        and "\n" not in data["error"]
+        and "Traceback" not in data["error"]
+    )
+
+
+@pytest.mark.parametrize(
+    "body, status, words",
+    [
+        (b'{"prompt": "\\ud800 the cat sat"}', 400, "lone surrogate"),  # valid JSON, but not text
+        (b'{"prompt": "the cat \\udfff"}', 400, "lone surrogate"),
+        (b'{"prompt": 3}', 400, "is not text"),
+        (b'{"prompt": ["a", "b"]}', 400, "is not text"),
+        (b'{"prompt": null}', 400, "is not text"),
+        (b'{"prompt": NaN}', 400, "is not text"),
+        (b'["prompt"]', 400, "is missing"),
+        (b'"just text"', 400, "is missing"),
+        (b'{"text": "the cat"}', 400, "is missing"),
+        (b'{"prompt": "the', 400, "not valid JSON"),
+        (b"\xff\xfe{}", 400, "not valid JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, 400, "nested too deep"),
+    ],
+)
+def test_every_bad_body_is_a_4xx_with_one_line(live, body, status, words):
+    got, data = post(live.url + "api/explore", body)
+    assert got == status and one_line_reason(got, data) and words in data["error"], data
+
+
+def test_bad_lengths_methods_and_request_lines_are_4xx_with_one_line(live):
+    good = json.dumps({"prompt": "the cat sat on the mat"}).encode()
+    cases = [
+        (post_raw(live, b"x" * 300_000, {"Content-Length": "300000"}), 413, "body of 300000 bytes"),  # unread
+        (post_raw(live, good, {"Content-Length": "-5"}), 400, "not a number of bytes"),
+        (post_raw(live, good, {"Content-Length": "ten"}), 400, "not a number of bytes"),
+        (post_raw(live, b"", {"Content-Length": "0"}), 400, "body of 0 bytes"),
+        (post_raw(live, good, {}), 411, "no Content-Length"),
+        (post_raw(live, good, {"Transfer-Encoding": "gzip"}), 400, "'gzip' is not taken"),
+        (post_raw(live, b"zz\r\n" + good, {"Transfer-Encoding": "chunked"}), 400, "not hexadecimal"),
+        (post_raw(live, b"3\r\nabcXYZ", {"Transfer-Encoding": "chunked"}), 400, "without its line break"),
+        (post_raw(live, chunked(b"x" * 300_000, 65536), {"Transfer-Encoding": "chunked"}), 413, "more than"),
+        (post_raw(live, b"0\r\n\r\n", {"Transfer-Encoding": "chunked"}), 400, "body of 0 bytes"),
+        (raw_request(live, b"PUT / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"), 405, "'PUT' is not taken"),
+        (raw_request(live, b"DELETE /api/explore HTTP/1.0\r\n\r\n"), 405, "'DELETE' is not taken"),
+        (raw_request(live, b"GARBAGE\r\n\r\n"), 400, "request"),
+        (raw_request(live, b"GET / HTTP/9.9\r\n\r\n"), 400, "request"),
+        (raw_request(live, b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n"), 414, "request"),
+    ]
+    for (status, data), want, words in cases:
+        assert status == want and one_line_reason(status, data) and words in data["error"], (want, status, data)
+
+
+def test_a_chunked_body_is_read(live, handset_model):
+    text = "the cat sat on the mat"
+    status, data = post_raw(live, chunked(json.dumps({"prompt": text}).encode()), {"Transfer-Encoding": "chunked"})
+    assert status == 200 and [p["n"] for p in data["prompts"]] == [len(handset_model.to_tokens(text)[0])]
+    # a chunk extension and a trailer field are allowed by HTTP/1.1 and ignored
+    body = json.dumps({"prompt": text}).encode()
+    framed = f"{len(body):x};note=1\r\n".encode() + body + b"\r\n0\r\nX-Trailer: 1\r\n\r\n"
+    assert post_raw(live, framed, {"Transfer-Encoding": "chunked"})[0] == 200
+
+
+def test_a_client_that_stops_sending_is_answered_408(live, monkeypatch):
+    monkeypatch.setattr(live.RequestHandlerClass, "timeout", 1)
+    status, data = post_raw(live, b'{"prompt": "the', {"Content-Length": "40"})
+    assert status == 408 and one_line_reason(status, data) and "did not arrive" in data["error"]
