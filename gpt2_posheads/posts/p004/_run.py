@@ -19,7 +19,7 @@ import torch
 from ...analysis.diagonals import diagonal_attention, rank_from_diagonals
 from ...analysis.prompts import make_prompts
 from ...cli.heads import HeadDefault, HeadSpec, resolve_heads
-from ...model.validation import UsageError, head_name, parse_head
+from ...model.validation import UsageError, check_model, head_name, parse_head
 
 HeadsArg = str | Sequence[str | tuple[int, int]] | None
 
@@ -81,11 +81,7 @@ def model_run(
 ) -> ModelRun:
     """A :class:`ModelRun` for ``model``: ``prompts`` as given, or ``n_prompts`` natural-text prompts of ``seq_len``
     tokens (capped at the model's context) from the shipped text, or openwebtext-10k with the hub."""
-    if not (hasattr(model, "cfg") and hasattr(model, "run_with_hooks")):
-        raise TypeError(
-            f"model: a TransformerLens model or bridge is needed, got {type(model).__name__}; "
-            "gpt2_posheads.load_model(name or folder) loads one"
-        )
+    check_model(model, "model")
     if prompts is None:
         from ...analysis.prompts import documents
 
