@@ -84,12 +84,12 @@ def check_model(model, name: str = "model"):
     hf = next((c.__name__ for c in type(model).__mro__ if c.__module__.startswith("transformers.")), None)
     if hf is not None or hasattr(model, "config"):
         raise TypeError(
-            f"{name} is a Hugging Face {type(model).__name__}, not a TransformerLens model; load it with "
+            f"{name}: a Hugging Face {type(model).__name__} is not a TransformerLens model; load it with "
             "gpt2_posheads.load_model(<hub name or local folder>), e.g. load_model('gpt2') or "
             "load_model('path/to/saved_model') after model.save_pretrained('path/to/saved_model')"
         )
     raise TypeError(
-        f"{name} must be a TransformerLens HookedTransformer or TransformerBridge (gpt2_posheads.load_model returns "
+        f"{name}: must be a TransformerLens HookedTransformer or TransformerBridge (gpt2_posheads.load_model returns "
         f"one), got {type(model).__name__}"
     )
 

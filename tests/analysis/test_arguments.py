@@ -88,10 +88,10 @@ def test_a_plain_hugging_face_model_is_named_with_how_to_load_it(hf_model, tiny_
         with pytest.raises(TypeError) as e:
             call(hf_model)
         msg = str(e.value)
-        assert msg.startswith("model is a Hugging Face GPT2LMHeadModel, not a TransformerLens model") and (
+        assert msg.startswith("model: a Hugging Face GPT2LMHeadModel is not a TransformerLens model") and (
             "gpt2_posheads.load_model(" in msg
         ), msg
-    with pytest.raises(TypeError, match="model must be a TransformerLens HookedTransformer or TransformerBridge"):
+    with pytest.raises(TypeError, match="model: must be a TransformerLens HookedTransformer or TransformerBridge"):
         check_model(object())
     assert check_model(tiny_model) is tiny_model
 
