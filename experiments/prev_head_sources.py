@@ -16,7 +16,6 @@ in layer 0 has nothing upstream: given with --heads it is an error; as the model
 embeddings alone.
 """
 
-import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -24,11 +23,13 @@ from gpt2_posheads.analysis.diagonals import early_prev_heads
 from gpt2_posheads.analysis.sources import (
     ABLATIONS,
     BELOW,
+    below_relayed,
     composition_scores,
     drop_grid,
+    early_and_chance_groups,
     path_ablation,
-    random_groups,
     sources_summary,
+    upstream_summary,
 )
 from gpt2_posheads.claims.gpt2_post import POST_SOURCES, judge_claim, layer_above, prev_head_precondition
 from gpt2_posheads.claims.verdicts import Precondition
@@ -128,16 +129,10 @@ def main(argv=None):
         subplot_titles=[f"{head_name(l, h)}: {s} side" for l, h in targets for s in ("query", "key")],
     )
     early = [(int(r.layer), int(r.head)) for r in early_prev_heads(rank, agg_l).itertuples()]
-    early_name = "early previous-token heads"
     for i, (l, h) in enumerate(targets):
         name = head_name(l, h)
         is_agg = (l, h) == (agg_l, agg_h)
-        groups = {}
-        if is_agg and early:
-            others = [(a, b) for a in range(l) for b in range(H)]
-            groups[early_name] = early
-            chance = [g for g in random_groups(others, len(early), seed=args.seed) if sorted(g) != sorted(early)]
-            groups.update({f"random group {j + 1}": g for j, g in enumerate(chance)})
+        groups = early_and_chance_groups(early, l, H, seed=args.seed) if is_agg else {}
         print(f"\n{name}: path ablation over {l * H} upstream heads x 2 sides ({args.ablation})", flush=True)
         df = path_ablation(
             model,
@@ -195,31 +190,26 @@ def main(argv=None):
         if is_agg:
             rel = df.set_index(["source", "side"])["relative_drop"]
             below_drop = float(rel[(BELOW, "both")])
+            relay_key = (below_relayed(args.pos_group), "both")
+            relayed = float(rel[relay_key]) if relay_key in rel.index else None  # None: no learned W_pos to relay
             results[name]["below_relative_drop"] = below_drop
             claims.append(
                 judge_claim(
                     "aggregator_above_layer0",
-                    {"head": agg, "layer": agg_l, "relative_drop_without_layers_below": below_drop},
-                    value=(agg, agg_l, below_drop),
+                    {
+                        "head": agg,
+                        "layer": agg_l,
+                        "relative_drop_without_layers_below": below_drop,
+                        "relative_drop_wpos_averaged_below": relayed,
+                    },
+                    value=(agg, agg_l, below_drop, relayed),
                     preconditions=pre_agg[:1],
                     head=agg,
-                    shown=f"layer {agg_l}; {below_drop:.0%} lower without the layers below",
+                    shown=f"layer {agg_l}; {below_drop:.0%} lower without the layers below"
+                    + (f", {relayed:.0%} with them fed averaged W_pos" if relayed is not None else ""),
                 )
             )
-            if early:
-                chance_drops = [float(rel[(k, "both")]) for k in groups if k.startswith("random group")]
-                top = heads_only.iloc[0] if len(heads_only) else None
-                upstream = {
-                    "early_heads": [head_name(a, b) for a, b in early],
-                    "group_drop": float(rel[(early_name, "both")]),
-                    "chance": float(np.median(chance_drops)) if chance_drops else float("nan"),
-                    "chance_range": [min(chance_drops), max(chance_drops)] if chance_drops else [],
-                    "n_early": len(early),
-                    "n_groups": len(chance_drops),
-                    "top_single": f"{top.source} ({top.side}) {top.relative_drop:.0%}" if top is not None else "-",
-                }
-            else:
-                upstream = {"early_heads": []}
+            upstream = upstream_summary(df, early)
             results[name]["upstream"] = upstream
             claims.append(
                 judge_claim(
