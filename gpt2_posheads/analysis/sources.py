@@ -50,7 +50,7 @@ from ..model.identity import has_learned_positions, position_kind
 from ..model.tokens import as_token_batches, model_device
 from ..model.validation import HEAD_NAME, UsageError, check_head, head_name
 from .diagonals import diagonal_counts, diagonal_sums, prev_token_stats
-from .interventions import group_average_rows
+from .interventions import average_pos_embed, group_average_rows
 from .posembed import load_w_pos
 
 Ablation = Literal["mean", "zero", "resample"]
@@ -217,6 +217,11 @@ def _ablated(out: torch.Tensor, how: Ablation, mean: torch.Tensor | None) -> tor
 BELOW = "layers below"  # the group of everything the layers below write (heads, MLPs and biases)
 
 
+def below_relayed(pos_group: int) -> str:
+    """The source name of the relay row: the layers below fed ``W_pos`` averaged in groups of ``pos_group``."""
+    return f"{BELOW} fed W_pos/{pos_group}"
+
+
 def path_ablation(
     model,
     prompts,
@@ -239,8 +244,12 @@ def path_ablation(
     route) are included. ``groups`` ``{name: [(layer, head), ...]}`` (heads below ``layer``) add one row each, side
     ``"both"``: the group's outputs replaced together, in the query and the key input. ``below`` adds the row
     ``source == "layers below"``, side ``"both"``: the residual stream entering ``layer`` replaced by the embeddings
-    plus the ablated value of everything blocks ``0 .. layer-1`` added to it (their mean, for ``ablation="mean"``).
-    Sorted by ``drop``, largest first. Needs mean outputs, so prompts are read twice for ``ablation="mean"``.
+    plus the ablated value of everything blocks ``0 .. layer-1`` added to it (their mean, for ``ablation="mean"``);
+    and, on a model with learned ``W_pos`` and ``pos_group > 1``, the row ``source == below_relayed(pos_group)``:
+    the embeddings (their own ``W_pos``) plus what blocks ``0 .. layer-1`` write when *they* run on ``W_pos``
+    averaged in groups of ``pos_group`` (does the head read computation, or ``W_pos`` relayed by the layers below?
+    one more pass per batch). Sorted by ``drop``, largest first. Needs mean outputs, so prompts are read twice for
+    ``ablation="mean"``.
     """
     check_head(model, layer, head)
     if ablation not in ABLATIONS:
@@ -264,6 +273,26 @@ def path_ablation(
         w_pos = load_w_pos(model)
         pos_delta = w_pos - group_average_rows(w_pos, pos_group)
     device = model_device(model)
+
+    relay_hooks = average_pos_embed(pos_group).hooks(model) if below and pos_delta is not None else None
+
+    def written_relayed(toks):
+        """``[b, p, d]``: what blocks ``0 .. layer-1`` write when they run on averaged W_pos."""
+        box = {}
+
+        def grab(name):
+            def hook(x, hook):
+                box[name] = x.detach().float().cpu()
+
+            return hook
+
+        hooks = relay_hooks + [
+            ("blocks.0.hook_resid_pre", grab("embed")),
+            (f"blocks.{layer}.hook_resid_pre", grab("resid")),
+        ]
+        with torch.inference_mode():
+            run_until(model, toks.to(device), hooks, stop_at=f"blocks.{layer}.hook_resid_pre")
+        return box["resid"] - box["embed"]
 
     def capture(toks):
         """``(resid [b,p,d], head outputs [S,b,p,d], written below [b,p,d], the target's pattern [b,q,k])``."""
@@ -316,6 +345,7 @@ def path_ablation(
     if pos_delta is not None:
         keys += [(f"W_pos/{pos_group}", side) for side in ("query", "key")]
     keys += [(name, "both") for name in groups] + ([(BELOW, "both")] if below else [])
+    keys += [(below_relayed(pos_group), "both")] if relay_hooks is not None else []
     sums = dict.fromkeys(keys)
     counts = None
     max_err = 0.0
@@ -362,6 +392,11 @@ def path_ablation(
         if below:
             x = resid - written + _ablated(written, ablation, mean_below)
             add((BELOW, "both"), _pattern(target, *target.qk(x)))
+        if relay_hooks is not None:
+            add(
+                (below_relayed(pos_group), "both"),
+                _pattern(target, *target.qk(resid - written + written_relayed(toks))),
+            )
     if max_err > 1e-4:
         raise RuntimeError(
             f"recomputed pattern of {head_name(layer, head)} differs from the model's by {max_err:.2e}: "
@@ -413,6 +448,45 @@ def random_groups(
     while len(seen) < n:
         seen.add(tuple(sorted(rng.sample(heads, size))))
     return [list(c) for c in sorted(seen)]
+
+
+EARLY_GROUP = "early previous-token heads"  # the group of the target's early heads in path_ablation's rows
+CHANCE_GROUP = "random group"  # the prefix of the groups of as many other heads from below (chance)
+
+
+def early_and_chance_groups(
+    early: Sequence[tuple[int, int]], layer: int, n_heads: int, seed: int = 0
+) -> dict[str, list[tuple[int, int]]]:
+    """``path_ablation``'s ``groups`` for "does the head aggregate its early heads?": the early heads together
+    (:data:`EARLY_GROUP`) and up to 64 random groups of as many heads from the layers below ``layer`` (the chance
+    level, the early group itself left out); empty when there is no early head."""
+    if not early:
+        return {}
+    others = [(a, b) for a in range(layer) for b in range(n_heads)]
+    chance = [g for g in random_groups(others, len(early), seed=seed) if sorted(g) != sorted(early)]
+    return {EARLY_GROUP: list(early), **{f"{CHANCE_GROUP} {j + 1}": g for j, g in enumerate(chance)}}
+
+
+def upstream_summary(df: pd.DataFrame, early: Sequence[tuple[int, int]]) -> dict:
+    """What removing the early heads together costs the target (``group_drop``, relative), against the median and
+    range of the random groups (``chance``, ``chance_range``), from ``path_ablation``'s rows with the groups of
+    :func:`early_and_chance_groups`; and the largest single (source, side) drop. ``{"early_heads": []}`` without
+    early heads."""
+    if not early:
+        return {"early_heads": []}
+    rel = df.set_index(["source", "side"])["relative_drop"]
+    chance = [float(v) for (src, side), v in rel.items() if side == "both" and str(src).startswith(CHANCE_GROUP)]
+    heads = df[df.side.isin(["query", "key"]) & df.source.str.match(r"^L\d+H\d+$")]
+    top = heads.iloc[0] if len(heads) else None
+    return {
+        "early_heads": [head_name(a, b) for a, b in early],
+        "group_drop": float(rel[(EARLY_GROUP, "both")]),
+        "chance": float(pd.Series(chance).median()) if chance else float("nan"),
+        "chance_range": [min(chance), max(chance)] if chance else [],
+        "n_early": len(early),
+        "n_groups": len(chance),
+        "top_single": f"{top.source} ({top.side}) {top.relative_drop:.0%}" if top is not None else "-",
+    }
 
 
 def top_sources(df: pd.DataFrame, n: int = 5) -> list[str]:

@@ -22,7 +22,8 @@ the rule tests both:
 * "tremendous damage ... minimal damage": the early head's pattern moves >= 0.05 nat (JS, about 15% of each row's
   mass) and >= 2x as far as the aggregator's, which keeps >= 80% of its previous-token mass;
 * "L4H11 uses information put in the residual stream by previous layers": removing what the layers below write
-  lowers its previous-token mass by >= half; "an aggregator of the earlier previous-token heads": removing those
+  lowers its previous-token mass by >= half, and what they write is not W_pos relayed (fed W_pos averaged in groups
+  of 10, they leave it >= 80%); "an aggregator of the earlier previous-token heads": removing those
   heads together does so, and >= 2x as much as removing as many other heads from below (the median of random
   groups: the chance level);
 * "the next token is pirate": after the edit with output x2, P(third) > P(second) and rose >= 0.2.
@@ -103,15 +104,13 @@ def _stands_alone(v) -> tuple[bool, str]:
 
 
 def _built_from_below(v) -> tuple[bool, str]:
-    """``v``: ``(name, layer, relative drop when everything the layers below write is removed)``."""
-    name, layer, drop = v
-    if layer == 0:
-        return False, f"{name} sits in layer 0: it can only read the token and positional embeddings"
-    if not _finite(drop):
-        return False, f"{name}: the drop is {drop}, not a finite number"
-    return drop >= HALF, (
-        f"without what layers 0-{layer - 1} write, {name}'s previous-token mass falls {drop:.0%} (needs >= {HALF:.0%})"
-    )
+    """``v``: ``(name, layer, relative drop when everything the layers below write is removed[, relative drop when
+    the layers below are fed W_pos averaged in groups of 10, None without learned W_pos])``: the relay-aware rule,
+    :func:`gpt2_posheads.claims.route.built_from_below` (imported here: that module reads this one's levels)."""
+    from .route import built_from_below
+
+    name, layer, drop = v[:3]
+    return built_from_below(name, layer, drop, v[3] if len(v) > 3 else math.nan)
 
 
 def _drops_half(v) -> tuple[bool, str]:
@@ -237,13 +236,16 @@ CLAIMS: dict[str, ClaimSpec] = {
             "the sharp head is built from earlier layers, not from the embeddings alone",
             "L4H11 sits in layer 4 and reads what earlier layers wrote",
             predicate(
-                "held if the sharpest previous-token head sits in a layer >= 1 and removing what the layers below "
+                "held if the sharpest previous-token head sits in a layer >= 1, removing what the layers below "
                 "write (mean-ablated, from its query and key inputs together) lowers its previous-token mass by >= "
-                f"{HALF:.0%}",
+                f"{HALF:.0%}, and feeding the layers below W_pos averaged in groups of 10 (their writes patched into "
+                f"its inputs, its own W_pos left alone) lowers it by <= {1 - KEEP:.0%}: the layers below compute, "
+                "they do not relay W_pos",
                 _built_from_below,
             ),
             ROUTE,
-            "a head above layer 0 that reads W_pos loses nothing when the layers below are removed",
+            "a head above layer 0 that reads W_pos loses nothing when the layers below are removed; one that reads "
+            "W_pos relayed by them loses it when they are fed averaged W_pos",
         ),
         ClaimSpec(
             "half_prev_heads",

@@ -50,6 +50,26 @@ BOS = 0
 # --- the residual stream as named blocks --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Shape:
+    """A compiled model's sizes. The shipped models use the defaults; :mod:`~gpt2_posheads.organism.generator`
+    draws others (``n_ctx`` stays 256: the position MLP has one hidden unit per position and ``d_mlp >= n_ctx``)."""
+
+    n_layers: int = N_LAYERS
+    n_heads: int = N_HEADS
+    d_model: int = D_MODEL
+    k_tok: int = 96  # dimension of the token codes: cross-talk between two codes ~ N(0, 1/k_tok)
+    n_buckets: int = 64  # the self-match reads a one-hot bucket per token: 1/n_buckets of pairs collide
+    d_mlp: int = D_MLP
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+
+SHAPE = Shape()
+
+
 def helmert(m: int) -> np.ndarray:
     """``[m - 1, m]``: an orthonormal basis of the vectors of ``R^m`` whose coordinates sum to zero."""
     out = np.zeros((m - 1, m))
@@ -65,9 +85,17 @@ class Residual:
     """Blocks of residual coordinates; ``basis(name)`` ``[n_features, d_model]`` maps a block's features to the
     stream."""
 
-    d_model: int = D_MODEL
+    shape: Shape = SHAPE
     blocks: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (first coordinate, n_features)
     used: int = 0
+
+    @property
+    def d_model(self) -> int:
+        return self.shape.d_model
+
+    def size(self, name: str) -> int:
+        """The number of features of block ``name``."""
+        return self.blocks[name][1]
 
     def add(self, name: str, n: int) -> None:
         if self.used + n + 1 > self.d_model:
@@ -187,42 +215,54 @@ class Head:
     role: str = "inert: attends uniformly (zero query and key) and writes nothing"
 
     def __post_init__(self):
-        d, dh = self.res.d_model, D_HEAD
+        d, dh = self.res.d_model, self.d_head
         self.Wq, self.Wk, self.Wv = np.zeros((d, dh)), np.zeros((d, dh)), np.zeros((d, dh))
         self.bq, self.bk = np.zeros(dh), np.zeros(dh)
         self.Wo = np.zeros((dh, d))
 
+    @property
+    def d_head(self) -> int:
+        return self.res.shape.d_head
+
+    def _wide(self, m: np.ndarray) -> np.ndarray:
+        """``m`` ``[n_features, width <= d_head]`` padded with zero columns to ``d_head``."""
+        if m.shape[1] > self.d_head:
+            raise ValueError(f"a head of {self.d_head} dimensions cannot hold {m.shape[1]}")
+        return np.pad(m, ((0, 0), (0, self.d_head - m.shape[1])))
+
     def query(self, block: str, m: np.ndarray) -> Head:
-        self.Wq += self.res.basis(block).T @ m * math.sqrt(D_HEAD)
+        self.Wq += self.res.basis(block).T @ self._wide(m) * math.sqrt(self.d_head)
         return self
 
     def query_bias(self, dim: int, value: float) -> Head:
-        self.bq[dim] += value * math.sqrt(D_HEAD)
+        self.bq[dim] += value * math.sqrt(self.d_head)
         return self
 
     def key(self, block: str, m: np.ndarray) -> Head:
-        self.Wk += self.res.basis(block).T @ m
+        self.Wk += self.res.basis(block).T @ self._wide(m)
         return self
 
     def value(self, block: str, m: np.ndarray) -> Head:
-        self.Wv += self.res.basis(block).T @ m
+        self.Wv += self.res.basis(block).T @ self._wide(m)
         return self
 
     def output(self, m: np.ndarray, block: str) -> Head:
-        self.Wo += m @ self.res.basis(block)
+        self.Wo += self._wide(m.T).T @ self.res.basis(block)
         return self
 
 
-def slot(n_features: int, dim: int, scale: float = 1.0, width: int = D_HEAD) -> np.ndarray:
-    """``[n_features, width]`` that puts feature 0 of a 1-feature block at head dimension ``dim``."""
-    m = np.zeros((n_features, width))
+def slot(n_features: int, dim: int, scale: float = 1.0, width: int | None = None) -> np.ndarray:
+    """``[n_features, width]`` that puts feature 0 of a block at head dimension ``dim`` (``width`` default: ``dim +
+    1``; a :class:`Head` pads to its ``d_head``)."""
+    m = np.zeros((n_features, dim + 1 if width is None else width))
     m[0, dim] = scale
     return m
 
 
-def onto(n_features: int, first: int, scale: float = 1.0, width: int = D_HEAD) -> np.ndarray:
-    """``[n_features, width]``: feature ``i`` at head dimension ``first + i``, times ``scale``."""
-    m = np.zeros((n_features, width))
+def onto(n_features: int, first: int, scale: float = 1.0, width: int | None = None) -> np.ndarray:
+    """``[n_features, width]``: feature ``i`` at head dimension ``first + i``, times ``scale`` (``width`` default:
+    ``first + n_features``)."""
+    m = np.zeros((n_features, first + n_features if width is None else width))
     m[np.arange(n_features), first + np.arange(n_features)] = scale
     return m
 
@@ -239,14 +279,15 @@ class Mlp:
     b_proj: np.ndarray = None
 
     def __post_init__(self):
-        d = self.res.d_model
-        self.w_fc, self.b_fc = np.zeros((d, D_MLP)), np.zeros(D_MLP)
-        self.w_proj, self.b_proj = np.zeros((D_MLP, d)), np.zeros(d)
+        d, d_mlp = self.res.d_model, self.res.shape.d_mlp
+        self.w_fc, self.b_fc = np.zeros((d, d_mlp)), np.zeros(d_mlp)
+        self.w_proj, self.b_proj = np.zeros((d_mlp, d)), np.zeros(d)
 
 
 @dataclass
 class Compiled:
-    """A whole model: embeddings, ``N_LAYERS x N_HEADS`` heads, one MLP per layer, the unembedding."""
+    """A whole model: embeddings, ``n_layers x n_heads`` heads (``res.shape``), one MLP per layer, the
+    unembedding."""
 
     name: str
     res: Residual
@@ -258,37 +299,39 @@ class Compiled:
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Hugging Face ``GPT2LMHeadModel`` parameter names (Conv1D weights are ``[in, out]``), float32."""
-        gain = np.full(D_MODEL, C / math.sqrt(D_MODEL))
+        d = self.res.d_model
+        gain = np.full(d, C / math.sqrt(d))
         sd = {
             "transformer.wte.weight": self.W_E,
             "transformer.wpe.weight": self.W_pos,
             "transformer.ln_f.weight": gain,
-            "transformer.ln_f.bias": np.zeros(D_MODEL),
+            "transformer.ln_f.bias": np.zeros(d),
             "lm_head.weight": self.W_U,
         }
-        for l in range(N_LAYERS):
+        for l in range(self.res.shape.n_layers):
             hs = self.heads[l]
             pre = f"transformer.h.{l}."
             sd[pre + "ln_1.weight"] = gain
-            sd[pre + "ln_1.bias"] = np.zeros(D_MODEL)
+            sd[pre + "ln_1.bias"] = np.zeros(d)
             sd[pre + "ln_2.weight"] = gain
-            sd[pre + "ln_2.bias"] = np.zeros(D_MODEL)
+            sd[pre + "ln_2.bias"] = np.zeros(d)
             sd[pre + "attn.c_attn.weight"] = np.concatenate(
                 [np.concatenate([h.Wq for h in hs], 1), np.concatenate([h.Wk for h in hs], 1)]
                 + [np.concatenate([h.Wv for h in hs], 1)],
                 axis=1,
             )
             sd[pre + "attn.c_attn.bias"] = np.concatenate(
-                [np.concatenate([h.bq for h in hs]), np.concatenate([h.bk for h in hs]), np.zeros(D_MODEL)]
+                [np.concatenate([h.bq for h in hs]), np.concatenate([h.bk for h in hs]), np.zeros(d)]
             )
             sd[pre + "attn.c_proj.weight"] = np.concatenate([h.Wo for h in hs], 0)
-            sd[pre + "attn.c_proj.bias"] = np.zeros(D_MODEL)
+            sd[pre + "attn.c_proj.bias"] = np.zeros(d)
             m = self.mlps[l]
             sd[pre + "mlp.c_fc.weight"], sd[pre + "mlp.c_fc.bias"] = m.w_fc, m.b_fc
             sd[pre + "mlp.c_proj.weight"], sd[pre + "mlp.c_proj.bias"] = m.w_proj, m.b_proj
         return {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for k, v in sorted(sd.items())}
 
     def config(self, n_vocab: int) -> dict:
+        shape = self.res.shape
         return {
             "activation_function": "gelu_new",
             "architectures": ["GPT2LMHeadModel"],
@@ -299,10 +342,10 @@ class Compiled:
             "initializer_range": 0.02,
             "layer_norm_epsilon": 1e-05,
             "model_type": "gpt2",
-            "n_embd": D_MODEL,
-            "n_head": N_HEADS,
-            "n_inner": D_MLP,
-            "n_layer": N_LAYERS,
+            "n_embd": shape.d_model,
+            "n_head": shape.n_heads,
+            "n_inner": shape.d_mlp,
+            "n_layer": shape.n_layers,
             "n_positions": N_CTX,
             "resid_pdrop": 0.0,
             "scale_attn_by_inverse_layer_idx": False,
@@ -341,8 +384,8 @@ class Parts:
     """What the builders share: the residual layout, token codes and buckets, GPT-2's helix, an empty model."""
 
     res: Residual
-    codes: np.ndarray  # [d_vocab, K_TOK]
-    buckets: np.ndarray  # [d_vocab, N_BUCKETS]
+    codes: np.ndarray  # [d_vocab, k_tok]
+    buckets: np.ndarray  # [d_vocab, n_buckets]
     helix: np.ndarray  # [n_ctx, 8]
     heads: list[list[Head]]
     mlps: list[Mlp]
@@ -350,7 +393,7 @@ class Parts:
 
     def embeddings(self) -> np.ndarray:
         """``W_E``: the constant C, the BOS flag on BOS, every other token's code in ``tok`` (and bucket)."""
-        w = np.zeros((len(self.codes), D_MODEL))
+        w = np.zeros((len(self.codes), self.res.d_model))
         w += C * self.res.basis("const")[0]
         w[BOS] += self.res.basis("bos")[0]
         w += self.codes @ self.res.basis("tok")
@@ -366,20 +409,34 @@ class Parts:
     def unembedding(self) -> np.ndarray:
         """``W_U``: each token's code read off ``out`` (zero where nothing writes ``out``: nothing is predicted)."""
         if "out" not in self.res.blocks:
-            return np.zeros((len(self.codes), D_MODEL))
+            return np.zeros((len(self.codes), self.res.d_model))
         return OUT_GAIN * self.codes @ self.res.basis("out")
 
     def model(self, name: str) -> Compiled:
         return Compiled(name, self.res, self.embeddings(), self.positions(), self.heads, self.mlps, self.unembedding())
 
 
-def parts(w_pos_gpt2: np.ndarray, n_vocab: int, blocks: list[tuple[str, int]]) -> Parts:
-    res = Residual()
-    for name, n in [("const", 1), ("bos", 1), ("helix", 8), ("tok", K_TOK)] + blocks:
+def parts(
+    w_pos_gpt2: np.ndarray,
+    n_vocab: int,
+    blocks: list[tuple[str, int]],
+    shape: Shape = SHAPE,
+    helix: np.ndarray | None = None,
+) -> Parts:
+    """The residual layout (``const``, ``bos``, ``helix``, ``tok``, then ``blocks``), token codes and buckets of the
+    shape's sizes, GPT-2's helix (``helix``: :func:`gpt2_helix` of ``w_pos_gpt2`` computed once by the caller),
+    inert heads and zero MLPs; W_pos's fine components where ``blocks`` has ``fine``."""
+    res = Residual(shape)
+    for name, n in [("const", 1), ("bos", 1), ("helix", 8), ("tok", shape.k_tok)] + blocks:
         res.add(name, n)
-    heads = [[Head(res) for _ in range(N_HEADS)] for _ in range(N_LAYERS)]
+    heads = [[Head(res) for _ in range(shape.n_heads)] for _ in range(shape.n_layers)]
     p = Parts(
-        res, token_codes(n_vocab), token_buckets(n_vocab), gpt2_helix(w_pos_gpt2), heads, [Mlp(res) for _ in heads]
+        res,
+        token_codes(n_vocab, shape.k_tok),
+        token_buckets(n_vocab, shape.n_buckets),
+        gpt2_helix(w_pos_gpt2) if helix is None else helix,
+        heads,
+        [Mlp(res) for _ in heads],
     )
     if "fine" in res.blocks:
         ramp = np.arange(N_CTX)[:, None] / N_CTX
@@ -442,21 +499,23 @@ def avoiding_bos(h: Head) -> Head:
 
 def copies_into(h: Head, block: str) -> Head:
     """Value: the attended token's code; output: into ``block``."""
-    return h.value("tok", onto(K_TOK, CODE)).output(onto(K_TOK, CODE).T, block)
+    k = h.res.size("tok")
+    return h.value("tok", onto(k, CODE)).output(onto(k, CODE).T, block)
 
 
-def self_suppressing(p: Parts, slope: float, writes: bool = True) -> Head:
-    """Score ``slope * k - SELF_PENALTY * [bucket_k == bucket_q]``: rising towards recent keys with a dip at the
-    query's own token (and at the 1/64 of tokens sharing its bucket); BOS avoided."""
+def self_suppressing(p: Parts, slope: float, writes: bool = True, penalty: float = SELF_PENALTY) -> Head:
+    """Score ``slope * k - penalty * [bucket_k == bucket_q]``: rising towards recent keys with a dip at the
+    query's own token (and at the 1/n_buckets of tokens sharing its bucket); BOS avoided."""
     h = Head(
         p.res,
-        role=f"self-suppressing previous-token head: score {slope:g} x (key position) - {SELF_PENALTY:g} where the "
+        role=f"self-suppressing previous-token head: score {slope:g} x (key position) - {penalty:g} where the "
         "key's token is the query's own (read off pos and bucket); "
         + ("writes the attended token's code to est" if writes else "writes nothing"),
     )
     rising(h, slope)
     avoiding_bos(h)
-    h.query("bucket", onto(N_BUCKETS, CODE, -SELF_PENALTY)).key("bucket", onto(N_BUCKETS, CODE))
+    n = p.res.size("bucket")
+    h.query("bucket", onto(n, CODE, -penalty)).key("bucket", onto(n, CODE))
     return copies_into(h, "est") if writes else h
 
 
@@ -478,44 +537,70 @@ def boosting(p: Parts, slope: float, margin: float, writes: bool = True) -> Head
     return copies_into(h, "est") if writes else h
 
 
-def _rotated(freqs: np.ndarray, scale: float) -> np.ndarray:
-    """``[2F, d_head]``: the query's waves turned back one position, ``waves(p) -> waves(p - 1)``, at dims CODE.."""
-    m = np.zeros((2 * len(freqs), D_HEAD))
-    m[:, CODE : CODE + 2 * len(freqs)] = scale * shift_rotation(freqs, 1)
+def _rotated(freqs: np.ndarray, scale: float, shift: int = 1, first: int = CODE) -> np.ndarray:
+    """``[2F, first + 2F]``: the query's waves turned back ``shift`` positions, ``waves(p) -> waves(p - shift)``, at
+    dims ``first..``."""
+    m = np.zeros((2 * len(freqs), first + 2 * len(freqs)))
+    m[:, first:] = scale * shift_rotation(freqs, shift)
     return m
 
 
-def aggregator(p: Parts) -> Head:
-    """Score ``AGG_GAIN * <est_q, code_k> + AGG_RECENCY * k``: attends to the nearest key whose token the early
-    heads point at; copies its code into ``prev``."""
+def aggregator(p: Parts, gain: float = AGG_GAIN, recency: float = AGG_RECENCY) -> Head:
+    """Score ``gain * <est_q, code_k> + recency * k``: attends to the nearest key whose token the early heads point
+    at; copies its code into ``prev``."""
     h = Head(
         p.res,
-        role=f"aggregator: score {AGG_GAIN:g} x <est, key's token code> + {AGG_RECENCY:g} x (key position); writes "
+        role=f"aggregator: score {gain:g} x <est, key's token code> + {recency:g} x (key position); writes "
         "the attended token's code to prev",
     )
-    rising(h, AGG_RECENCY)
-    h.query("est", onto(K_TOK, CODE, AGG_GAIN)).key("tok", onto(K_TOK, CODE))
+    rising(h, recency)
+    k = p.res.size("tok")
+    h.query("est", onto(k, CODE, gain)).key("tok", onto(k, CODE))
     return copies_into(h, "prev")
 
 
-def wpos_reader(p: Parts) -> Head:
-    """Score ``READER_GAIN * K(p - 1 - k) + READER_RECENCY * k`` read straight off W_pos's fine components (waves
-    rotated back one position, and the ramp); copies the attended token's code into ``prev``."""
+def position_kernel(h: Head, block: str, gain: float, shift: int = 1, first: int = CODE) -> Head:
+    """Add ``gain * K(p - shift - k)`` to the score, read off the waves of ``block`` (``fine`` or ``relay``: a ramp,
+    then ``2 N_WAVES_WPOS`` waves), the query's turned back ``shift`` positions, at head dims ``first..``. ``K`` is
+    1 at 0 and 0 at ``0 < |m| < 8`` (it returns at every 16 positions: a rise per position must break the tie)."""
     freqs = kernel_freqs(N_WAVES_WPOS)
+    n = 2 * len(freqs)
+    q = np.zeros((1 + n, first + n))
+    q[1:] = _rotated(freqs, gain / (SMALL**2 * len(freqs)), shift, first)
+    k = np.zeros((1 + n, first + n))
+    k[1:] = onto(n, first)
+    return h.query(block, q).key(block, k)
+
+
+def wpos_reader(
+    p: Parts, block: str = "fine", gain: float = READER_GAIN, recency: float = READER_RECENCY, writes: str = "prev"
+) -> Head:
+    """Score ``gain * K(p - 1 - k) + recency * k`` read straight off W_pos's fine components (waves rotated back one
+    position, and the ramp), or off their copy in ``block="relay"``; copies the attended token's code into
+    ``writes``."""
+    where = "W_pos's" if block == "fine" else f"the {block} block's copy of W_pos's"
     h = Head(
         p.res,
-        role=f"W_pos reader: score {READER_GAIN:g} at p-1 (W_pos's waves rotated back one position) + "
-        f"{READER_RECENCY:g} x (key position, W_pos's ramp); writes the attended token's code to prev",
+        role=f"{'W_pos' if block == 'fine' else 'relay'} reader: score {gain:g} at p-1 ({where} waves rotated back "
+        f"one position) + {recency:g} x (key position, {where} ramp); writes the attended token's code to {writes}",
     )
-    rising(h, READER_RECENCY, block="fine")
-    n = 2 * len(freqs)
-    scale = READER_GAIN / (SMALL**2 * len(freqs))
-    q = np.zeros((1 + n, D_HEAD))
-    q[1:] = _rotated(freqs, scale)
-    k = np.zeros((1 + n, D_HEAD))
-    k[1:] = onto(n, CODE)
-    h.query("fine", q).key("fine", k)
-    return copies_into(h, "prev")
+    rising(h, recency, block=block)
+    position_kernel(h, block, gain)
+    return copies_into(h, writes)
+
+
+def relay(p: Parts, gain: float = READER_GAIN, recency: float = READER_RECENCY, share: float = 1.0) -> Head:
+    """Score ``gain * K(p - k) + recency * k`` off W_pos's fine components: attends to its own position; copies
+    ``share`` of the fine components it reads there into ``relay`` (relaying W_pos: nothing is computed)."""
+    h = Head(
+        p.res,
+        role=f"relay: score {gain:g} at its own position (W_pos's waves) + {recency:g} x (key position, W_pos's "
+        f"ramp); copies {share:g} x W_pos's fine components into relay",
+    )
+    rising(h, recency, block="fine")
+    position_kernel(h, "fine", gain, shift=0)
+    n = p.res.size("fine")
+    return h.value("fine", onto(n, CODE)).output(onto(n, CODE, share).T, "relay")
 
 
 def induction(p: Parts, position: str = "pos") -> Head:
@@ -532,20 +617,42 @@ def induction(p: Parts, position: str = "pos") -> Head:
     n = p.res.blocks[position][1]
     h.query(position, slot(n, BOS_DIM, IND_RECENCY * N_CTX / SMALL)).query_bias(BOS_DIM, IND_SINK)
     h.key("bos", slot(1, BOS_DIM))
-    h.query("tok", onto(K_TOK, CODE, IND_GAIN)).key("prev", onto(K_TOK, CODE))
+    k = p.res.size("tok")
+    h.query("tok", onto(k, CODE, IND_GAIN)).key("prev", onto(k, CODE))
     return copies_into(h, "out")
 
 
-def self_attending(p: Parts, slope: float) -> Head:
-    """Score ``slope * k + SELF_PENALTY * [bucket_k == bucket_q]``: attends to its own token; writes nothing."""
+def self_attending(p: Parts, slope: float | None, penalty: float = SELF_PENALTY, writes: str | None = None) -> Head:
+    """Score ``slope * k + penalty * [bucket_k == bucket_q]``: attends to its own token (``slope=None``: no rise,
+    every earlier key of its bucket alike); writes nothing, or the attended token's first code dimensions into
+    ``writes`` (work nothing reads)."""
+    rise = f"{slope:g} x (key position) + " if slope is not None else ""
     h = Head(
         p.res,
-        role=f"attends to its own token (score {slope:g} x (key position) + {SELF_PENALTY:g} on its "
-        "own token); writes nothing",
+        role=f"attends to its own token (score {rise}{penalty:g} on its own token); "
+        + (f"writes the attended token's code into {writes} (nothing reads it)" if writes else "writes nothing"),
     )
-    rising(h, slope)
+    if slope is not None:
+        rising(h, slope)
     avoiding_bos(h)
-    return h.query("bucket", onto(N_BUCKETS, CODE, SELF_PENALTY)).key("bucket", onto(N_BUCKETS, CODE))
+    n = p.res.size("bucket")
+    h.query("bucket", onto(n, CODE, penalty)).key("bucket", onto(n, CODE))
+    return _junk(h, writes) if writes else h
+
+
+def uniform_writer(p: Parts, writes: str = "junk") -> Head:
+    """Zero query and key: attends uniformly to every position so far; writes the mean of the codes it sees into
+    ``writes`` (work nothing reads)."""
+    h = Head(
+        p.res, role=f"attends uniformly; writes the mean code of the tokens so far into {writes} (nothing reads it)"
+    )
+    return _junk(h, writes)
+
+
+def _junk(h: Head, block: str) -> Head:
+    """Value: the attended token's first ``size(block)`` code dimensions; output: into ``block``."""
+    n = h.res.size(block)
+    return h.value("tok", onto(h.res.size("tok"), CODE)[:, : CODE + n]).output(onto(n, CODE).T, block)
 
 
 # --- the five models --------------------------------------------------------------------------------------------
@@ -659,6 +766,8 @@ BLOCK_WORDS = {
     "est": "the early heads' estimate of the previous token (a mix of codes)",
     "prev": "the sharp head's previous-token code",
     "out": "the induction head's copy (read by the unembedding)",
+    "relay": "a copy of W_pos's fine components, written by layer-0 heads that attend to their own position",
+    "junk": "what heads doing unrelated work write (nothing reads it)",
 }
 
 
@@ -702,6 +811,39 @@ def weights_digest(folder: Path) -> str:
     return h.hexdigest()
 
 
+def layout_lines(model: Compiled) -> list[str]:
+    """The card's description of the architecture, the residual blocks and every head and MLP (Markdown lines)."""
+    shape = model.res.shape
+    lines = [
+        f"GPT-2 architecture: {shape.n_layers} layers x {shape.n_heads} heads, d_model {shape.d_model}, d_mlp "
+        f"{shape.d_mlp}, n_ctx {N_CTX}, the 4,096-token tokenizer of `data/mini-gpt2`, an untied unembedding. Every "
+        f"LayerNorm has gain C / sqrt(d_model) with C = {C:g} in every embedding: the identity on the features to "
+        "1e-6.",
+        "",
+        "## The residual stream",
+        "",
+        "Each block of coordinates carries its features along a Helmert basis (orthonormal, coordinates summing to "
+        "zero), so LayerNorm's centring never mixes blocks.",
+        "",
+        "| block | coordinates | features | holds |",
+        "| --- | --- | --- | --- |",
+    ]
+    words = {
+        **BLOCK_WORDS,
+        "tok": f"the token's random unit code ({shape.k_tok} dimensions)",
+        "bucket": f"the token's one-hot bucket ({shape.n_buckets}; what a self-suppressing head matches)",
+    }
+    for name, start, n in model.res.describe():
+        lines.append(f"| `{name}` | {start}-{start + n} | {n} | {words[name]} |")
+    lines += ["", "## Heads and MLPs", "", "| layer | head | what it does |", "| --- | --- | --- |"]
+    for l, hs in enumerate(model.heads):
+        for h, head in enumerate(hs):
+            lines.append(f"| {l} | L{l}H{h} | {head.role} |")
+    for l, m in enumerate(model.mlps):
+        lines.append(f"| {l} | MLP | {m.role} |")
+    return lines
+
+
 def card(model: Compiled, measured: dict | None = None) -> str:
     """The model's card: what it is, which block holds what, which head reads and writes what, the verdicts its
     construction implies (:mod:`~gpt2_posheads.organism.known_answers`), and the numbers the toolkit measured."""
@@ -717,26 +859,7 @@ def card(model: Compiled, measured: dict | None = None) -> str:
         "`python experiments/build_compiled_models.py`: deterministic, the same bytes on every rebuild. A ground "
         "truth for the verdicts of the GPT-2 post's claims, not a language model (it predicts only copies).",
         "",
-        f"GPT-2 architecture: {N_LAYERS} layers x {N_HEADS} heads, d_model {D_MODEL}, d_mlp {D_MLP}, n_ctx {N_CTX}, "
-        "the 4,096-token tokenizer of the organism `mini-gpt2`, an untied unembedding. Every LayerNorm has gain "
-        f"C / sqrt(d_model) with C = {C:g} in every embedding: the identity on the features to 1e-6.",
-        "",
-        "## The residual stream",
-        "",
-        "Each block of coordinates carries its features along a Helmert basis (orthonormal, coordinates summing to "
-        "zero), so LayerNorm's centring never mixes blocks.",
-        "",
-        "| block | coordinates | features | holds |",
-        "| --- | --- | --- | --- |",
-    ]
-    for name, start, n in model.res.describe():
-        lines.append(f"| `{name}` | {start}-{start + n} | {n} | {BLOCK_WORDS[name]} |")
-    lines += ["", "## Heads and MLPs", "", "| layer | head | what it does |", "| --- | --- | --- |"]
-    for l, hs in enumerate(model.heads):
-        for h, head in enumerate(hs):
-            lines.append(f"| {l} | L{l}H{h} | {head.role} |")
-    for l, m in enumerate(model.mlps):
-        lines.append(f"| {l} | MLP | {m.role} |")
+    ] + layout_lines(model)
     lines += [
         "",
         "## The verdict each claim must get",

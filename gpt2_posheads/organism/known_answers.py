@@ -228,15 +228,32 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
 }
 
 
+# model -> (the route conclusion it must get, gpt2_posheads.claims.route.conclude, and why, from the construction)
+ROUTE_CONCLUSIONS: dict[str, tuple[str, str]] = {
+    _R: ("post", "the aggregator reads the early heads' estimate; they self-suppress; nothing reads W_pos"),
+    _W: ("wpos", "the sharp head reads W_pos's fine components; the layers below write nothing"),
+    _B: ("boost", "route-gpt2 with early heads that boost p-1"),
+    _D: ("wpos", "the sharp head reads W_pos and ignores the early heads"),
+    _N: ("none", "no previous-token head"),
+    _M: ("wpos", "its sharp head sits in layer 0 and reads its alternating W_pos (keeps 3% under averaging)"),
+}
+
+
 def expected(model: str) -> dict[tuple[str, str], tuple[str, str]]:
     """``{(script, claim key): (verdict, reason)}`` for ``model``, leaving out what its construction does not set."""
     return {k: v[model] for k, v in KNOWN.items() if v.get(model) is not None}
 
 
 def markdown_table() -> str:
-    """The table as Markdown: one row per claim, one column per model (``-``: not set by the construction)."""
+    """The table as Markdown: the route conclusion first, then one row per claim, one column per model (``-``: not
+    set by the construction)."""
     short = {HELD: "held", NOT_HELD: "not held", NOT_TESTABLE: "not testable"}
     lines = ["| script | claim | " + " | ".join(f"`{m}`" for m in MODELS) + " |", "|" + " --- |" * (2 + len(MODELS))]
+    lines.append(
+        "| **route conclusion** | `claims.route` | "
+        + " | ".join(f"**{ROUTE_CONCLUSIONS[m][0]}**" for m in MODELS)
+        + " |"
+    )
     for (script, key), row in KNOWN.items():
         cells = [short[row[m][0]] if row.get(m) else "-" for m in MODELS]
         lines.append(f"| `{script}` | `{key}` | " + " | ".join(cells) + " |")

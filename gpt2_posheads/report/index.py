@@ -317,14 +317,54 @@ def index_html(
         else ""
     )
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())
+    routes = routes_html(summaries, root)  # each model's route conclusion, above the claims it is drawn from
+    tail = robustness_html(summaries, root)
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{STYLE}</style></head><body>
 <h1>{html.escape(title)}</h1>
 <p>Page written {time.strftime("%Y-%m-%d %H:%M")}. Verdicts: {summary}. Every claim is judged by a rule written
 before the measurement: <b>held</b>, <b>not held</b>, or <b>not testable</b> (a precondition failed, e.g. the model
 does not copy, the head is not a previous-token head, the run is a --quick smoke test, or the model has no learned
-W_pos; the reason is given).</p>{run_header(record)}{explore}{"".join(sections)}{robustness_html(summaries, root)}
+W_pos; the reason is given).</p>{run_header(record)}{explore}{routes}{"".join(sections)}{tail}
 </body></html>"""
+
+
+def route_conclusions(summaries: list[tuple[Path, Summary]], root: Path) -> dict:
+    """``{model column: RouteConclusion}`` for every model a GPT-2 post script ran on: which route its sharpest
+    previous-token head takes, drawn from its scripts' claims (:func:`~gpt2_posheads.claims.route.conclude`)."""
+    from ..claims.route import route_conclusion_from_summaries
+
+    by_model: dict[str, list[Summary]] = {}
+    for path, s in summaries:
+        model = _model_of(s, path, root)
+        if model != TOY_COLUMN and s.script in SCRIPT_POST and SCRIPT_POST[s.script].key == "004":
+            by_model.setdefault(model, []).append(s)
+    return {m: route_conclusion_from_summaries(ss) for m, ss in by_model.items()}
+
+
+def routes_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
+    """The page's first table: each model's route conclusion, the head, why, and the rows that decided it."""
+    routes = route_conclusions(summaries, root)
+    if not routes:
+        return ""
+    rows = "".join(
+        f"<tr><td><b>{html.escape(m)}</b></td><td><b>{html.escape(c.words)}</b>"
+        + (f' <span class="head">on {html.escape(c.head)}</span>' if c.head else "")
+        + f'<div class="why">{html.escape(c.why)}</div></td><td>'
+        + "".join(
+            f'<div><span class="v" style="background:{VERDICT_COLOURS.get(r.verdict, "#444")}">'
+            f"{html.escape(r.verdict)}</span> {html.escape(r.key)}: {html.escape(r.evidence)}</div>"
+            for r in c.rows
+        )
+        + "</td></tr>"
+        for m, c in routes.items()
+    )
+    return (
+        "<h2>Which route each model's sharpest previous-token head takes</h2><p>One conclusion per model, drawn from "
+        "the route claims below by a rule written before it was measured (docs/known-answers.md); "
+        "<i>undetermined</i> names the rows that disagree.</p>"
+        f"<table><tr><th>model</th><th>route</th><th>the rows that decided it</th></tr>{rows}</table>"
+    )
 
 
 def organism_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:

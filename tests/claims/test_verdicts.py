@@ -154,10 +154,14 @@ UP = {"group_drop": 0.87, "chance": 0.01, "n_early": 4, "n_groups": 63, "top_sin
         ("ext_sparser", 1.0, "not held"),
         ("induction_heads_exist", 0.5, "held"),
         ("induction_heads_exist", 0.01, "not held"),
-        ("aggregator_above_layer0", ("L4H11", 4, 0.9), "held"),
-        ("aggregator_above_layer0", ("L2H0", 2, 0.0), "not held"),  # above layer 0, but nothing below feeds it
-        ("aggregator_above_layer0", ("L0H1", 0, None), "not held"),  # layer 0: nothing below, by design
-        ("aggregator_above_layer0", ("L2H0", 2, float("nan")), "not testable"),  # the drop was not measured
+        ("aggregator_above_layer0", ("L4H11", 4, 0.9, 0.05), "held"),
+        ("aggregator_above_layer0", ("L4H11", 4, 0.9, None), "held"),  # no learned W_pos: nothing to relay
+        ("aggregator_above_layer0", ("L1H0", 1, 0.98, 0.97), "not held"),  # the layers below relay W_pos
+        ("aggregator_above_layer0", ("L4H11", 4, 0.9, 0.3), "not held"),  # partly relayed: more than 20% lost
+        ("aggregator_above_layer0", ("L4H11", 4, 0.9), "not held"),  # the relay was not measured
+        ("aggregator_above_layer0", ("L2H0", 2, 0.0, 0.0), "not held"),  # above layer 0, but nothing below feeds it
+        ("aggregator_above_layer0", ("L0H1", 0, None, None), "not held"),  # layer 0: nothing below, by design
+        ("aggregator_above_layer0", ("L2H0", 2, float("nan"), 0.0), "not testable"),  # the drop was not measured
         ("sources_named_heads", ["L1H0", "L2H2", "L3H3", "L2H4"], "held"),
         ("sources_named_heads", ["L1H0"], "not held"),
         ("sources_upstream", UP, "held"),

@@ -11,7 +11,7 @@ from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS
 from gpt2_posheads.claims.gpt2_post import CLAIMS, ROUTE
 from gpt2_posheads.model.paths import ORGANISM_DIR, REPO_ROOT, models_dir
 from gpt2_posheads.organism.compiled import BUILDERS, Head, compile_model, weights_digest, write_folder
-from gpt2_posheads.organism.known_answers import KNOWN, MODELS, expected, markdown_table
+from gpt2_posheads.organism.known_answers import KNOWN, MODELS, ROUTE_CONCLUSIONS, expected, markdown_table
 
 from conftest import load_script
 
@@ -121,6 +121,17 @@ def test_every_claim_gets_its_known_verdict(name, compiled_dir, claim_runs):
         if got[k]["verdict"] != verdict
     }
     assert not wrong, wrong
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_model_gets_its_route_conclusion(name, compiled_dir, claim_runs):
+    """The route conclusion drawn from the scripts' records (as the page draws it from their summary.json files)."""
+    from gpt2_posheads.claims.route import conclude
+
+    if not (model_dir(name, compiled_dir) / "model.safetensors").exists():
+        pytest.skip(f"{model_dir(name, compiled_dir)} is missing")
+    c = conclude({key: claim for (_, key), claim in claim_runs(name).items()})
+    assert c.route == ROUTE_CONCLUSIONS[name][0], c.line()
 
 
 def test_route_report_in_three_columns(compiled_dir, claim_runs, tmp_path, monkeypatch):

@@ -20,7 +20,6 @@ Here:
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -29,11 +28,13 @@ from ...analysis.diagonals import early_prev_heads
 from ...analysis.sources import (
     ABLATIONS,
     BELOW,
+    below_relayed,
     composition_scores,
     drop_grid,
+    early_and_chance_groups,
     path_ablation,
-    random_groups,
     sources_summary,
+    upstream_summary,
 )
 from ...claims.gpt2_post import POST_SOURCES, judge_claim, layer_above, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition
@@ -46,7 +47,6 @@ from ._run import HeadsArg, ModelRun, as_run
 
 HEADS = HeadDefault(("L4H11", "L2H2"), "aggregator+early", what="target heads (layer >= 1; the aggregator first)")
 CLAIM_KEYS = ("aggregator_above_layer0", "sources_upstream", "sources_named_heads")
-EARLY = "early previous-token heads"  # the name of the early heads' group in the ablation table
 HEAD_SOURCE = r"^L\d+H\d+$"  # a source that is one head (not W_pos, a group or the layers below)
 
 
@@ -59,14 +59,7 @@ def aggregator_first(model, heads: list[tuple[int, int]]) -> list[tuple[int, int
 def upstream_groups(run: ModelRun, head: tuple[int, int], early: list[tuple[int, int]], seed: int) -> dict:
     """``{group name: heads}`` removed together from the aggregator: the early heads, and random groups of as many
     heads from the layers below (chance; a draw equal to the early heads left out)."""
-    l, _ = head
-    groups = {}
-    if early:
-        others = [(a, b) for a in range(l) for b in range(run.model.cfg.n_heads)]
-        groups[EARLY] = early
-        chance = [g for g in random_groups(others, len(early), seed=seed) if sorted(g) != sorted(early)]
-        groups.update({f"random group {j + 1}": g for j, g in enumerate(chance)})
-    return groups
+    return early_and_chance_groups(early, head[0], run.model.cfg.n_heads, seed=seed)
 
 
 def measure(
@@ -127,6 +120,7 @@ def judge(
     early: list[tuple[int, int]],
     pre_agg: list[Precondition],
     named_pre: Precondition,
+    pos_group: int = 10,
 ) -> tuple[list[Claim], dict]:
     """The three claims on the aggregator's ablation table ``df``, and what the summary records beside them
     (``below_relative_drop``, ``upstream``)."""
@@ -136,31 +130,26 @@ def judge(
     claims, found = [], {}
     rel = df.set_index(["source", "side"])["relative_drop"]
     below_drop = float(rel[(BELOW, "both")])
+    relay_key = (below_relayed(pos_group), "both")
+    relayed = float(rel[relay_key]) if relay_key in rel.index else None  # None: no learned W_pos to relay
     found["below_relative_drop"] = below_drop
     claims.append(
         judge_claim(
             "aggregator_above_layer0",
-            {"head": name, "layer": agg_l, "relative_drop_without_layers_below": below_drop},
-            value=(name, agg_l, below_drop),
+            {
+                "head": name,
+                "layer": agg_l,
+                "relative_drop_without_layers_below": below_drop,
+                "relative_drop_wpos_averaged_below": relayed,
+            },
+            value=(name, agg_l, below_drop, relayed),
             preconditions=pre_agg[:1],
             head=name,
-            shown=f"layer {agg_l}; {below_drop:.0%} lower without the layers below",
+            shown=f"layer {agg_l}; {below_drop:.0%} lower without the layers below"
+            + (f", {relayed:.0%} with them fed averaged W_pos" if relayed is not None else ""),
         )
     )
-    if early:
-        chance_drops = [float(rel[(k, "both")]) for k in groups if k.startswith("random group")]
-        top = heads_only.iloc[0] if len(heads_only) else None
-        upstream = {
-            "early_heads": [head_name(a, b) for a, b in early],
-            "group_drop": float(rel[(EARLY, "both")]),
-            "chance": float(np.median(chance_drops)) if chance_drops else float("nan"),
-            "chance_range": [min(chance_drops), max(chance_drops)] if chance_drops else [],
-            "n_early": len(early),
-            "n_groups": len(chance_drops),
-            "top_single": f"{top.source} ({top.side}) {top.relative_drop:.0%}" if top is not None else "-",
-        }
-    else:
-        upstream = {"early_heads": []}
+    upstream = upstream_summary(df, early)
     found["upstream"] = upstream
     claims.append(
         judge_claim(
@@ -204,7 +193,7 @@ def judge_in_layer0(agg: tuple[int, int], pre_agg: list[Precondition], named_pre
         judge_claim(
             "aggregator_above_layer0",
             {"head": name, "layer": agg_l},
-            value=(name, agg_l, float("nan")),
+            value=(name, agg_l, None, None),  # in layer 0 nothing below was removed: absent by design, not NaN
             preconditions=pre_agg[:1],
             head=name,
             shown=f"layer {agg_l}",
@@ -300,7 +289,7 @@ def prev_head_sources(
             "top_rows": df[df.side != "both"].head(10)[["source", "side", "drop", "relative_drop", "prev_mass"]],
         }
         if is_agg:
-            result.claims, found = judge(run, (agg_l, agg_h), df, groups, early, pre_agg, named_pre)
+            result.claims, found = judge(run, (agg_l, agg_h), df, groups, early, pre_agg, named_pre, pos_group)
             results[name].update(found)
     if not result.claims:  # the aggregator sits in layer 0: built from the embeddings alone; nothing upstream to read
         result.claims = judge_in_layer0((agg_l, agg_h), pre_agg, named_pre)

@@ -83,6 +83,7 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
                 "aggregator": agg,
                 "early_prev_heads": early.name.tolist(),
                 "self_suppressing": early[early.label == "self_suppressing"].name.tolist(),
+                "prev_boosting": early[early.label == "prev_boosting"].name.tolist(),
             },
             value=(n_self, len(early)),
             head=",".join(early.name),

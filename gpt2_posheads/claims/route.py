@@ -1,0 +1,311 @@
+"""One route conclusion per model: which route does its sharpest previous-token head take?
+
+A pure function of the claim records of one model (``{claim key: {"verdict", "measured", "head", ...}}``, as the
+scripts write them to ``summary.json`` or as :func:`~gpt2_posheads.claims.route_measure.route_records` returns them),
+written down before it was measured on the generated known-answer models (``docs/known-answers.md``). The
+conclusion is one of :data:`ROUTES`, with the rows that decided it.
+
+The rule, with ``A`` the sharpest previous-token head (the aggregator), ``kept`` the share of its previous-token mass
+it keeps when ``W_pos`` is averaged in groups of 10 (``avg_prev_heads_unaffected``), ``below`` how much it loses when
+what the layers below write is removed (mean-ablated from its query and key inputs) and ``relayed`` how much it loses
+when the layers below are fed ``W_pos`` averaged in groups of 10 and their writes patched into its inputs
+(``aggregator_above_layer0``); half = 50%, kept = 80% (the post rules' levels, ``claims.gpt2_post``):
+
+1. ``sharp_prev_head`` not held: **none**; not testable or missing: **undetermined**.
+2. ``kept`` not measured: **undetermined**.
+3. ``kept < 50%`` (A needs ``W_pos``'s fine detail):
+   A in layer 0 or ``below < 50%``: **wpos** (reads ``W_pos`` directly);
+   ``below >= 50%`` and ``relayed >= 50%``: **relay** (the layers below pass ``W_pos`` on);
+   otherwise **undetermined** (it needs ``W_pos`` and the layers below, but not ``W_pos`` through them).
+4. ``50% <= kept < 80%``: **undetermined** (partly from ``W_pos``).
+5. ``kept >= 80%`` (A does not need ``W_pos``'s fine detail): ``aggregator_above_layer0`` must be held (layer >= 1,
+   ``below >= 50%``, ``relayed <= 20%``), and ``sources_upstream`` and ``mask_disrupts`` held (the early heads
+   together carry it, and it needs them to see p-1); any of them not held or not testable: **undetermined**, naming
+   them. Then ``early_self_suppressing`` held: **post**; not held and at least two, and at least half, of the early
+   heads labelled prev-boosting: **boost**; otherwise **undetermined**.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from .gpt2_post import HALF, KEEP
+from .verdicts import HELD, NOT_HELD
+
+POST, BOOST, WPOS, RELAY, NONE, UNDETERMINED = "post", "boost", "wpos", "relay", "none", "undetermined"
+ROUTES: dict[str, str] = {
+    POST: "the post's route: built from what earlier heads computed, with self-suppressing early heads",
+    BOOST: "built from what earlier heads computed, with early heads that boost the previous token",
+    WPOS: "reads W_pos directly",
+    RELAY: "relays W_pos through earlier layers",
+    NONE: "no sharp previous-token head",
+    UNDETERMINED: "undetermined: the evidence disagrees",
+}
+# the claims the conclusion reads, in the order a person checks them
+ROUTE_ROWS = (
+    "sharp_prev_head",
+    "avg_prev_heads_unaffected",
+    "aggregator_above_layer0",
+    "sources_upstream",
+    "mask_disrupts",
+    "early_self_suppressing",
+)
+POS_GROUP = 10  # W_pos group size of the averaging the conclusion reads (the post's)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One claim as the conclusion read it: its key, its verdict, and the number or reason that counted."""
+
+    key: str
+    verdict: str
+    evidence: str
+
+    def as_dict(self) -> dict:
+        return {"key": self.key, "verdict": self.verdict, "evidence": self.evidence}
+
+
+@dataclass(frozen=True)
+class RouteConclusion:
+    """``route`` (a key of :data:`ROUTES`), the head it is about, why in one sentence, and the rows that decided it.
+    ``records`` holds every claim record it was drawn from (for a person who wants the rest)."""
+
+    route: str
+    head: str
+    why: str
+    rows: tuple[Row, ...]
+    records: Mapping[str, Mapping] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def words(self) -> str:
+        return ROUTES[self.route]
+
+    def line(self) -> str:
+        """The conclusion as one line: route, head, why, the deciding rows' keys."""
+        on = f" ({self.head})" if self.head else ""
+        return f"{self.words}{on}: {self.why} [rows: {', '.join(r.key for r in self.rows)}]"
+
+    def as_dict(self) -> dict:
+        return {
+            "route": self.route,
+            "words": self.words,
+            "head": self.head,
+            "why": self.why,
+            "rows": [r.as_dict() for r in self.rows],
+        }
+
+
+def _finite(x) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def built_from_below(name: str, layer: int, drop_below: float, relayed: float | None) -> tuple[bool, str]:
+    """The relay-aware rule of ``aggregator_above_layer0`` as a pure function: ``(held, why)``.
+
+    Held if the head sits in layer >= 1, removing what the layers below write lowers its previous-token mass by >=
+    half (``drop_below``), and feeding the layers below ``W_pos`` averaged in groups of 10 (their writes patched into
+    the head's inputs, its own ``W_pos`` left alone) lowers it by at most 1 - 80% = 20% (``relayed``): what the
+    layers below give it is computed, not ``W_pos`` passed on. ``relayed=None``: the model has no learned ``W_pos``,
+    so there is nothing to relay and ``drop_below`` decides alone.
+    """
+    if layer == 0:
+        return False, f"{name} sits in layer 0: it can only read the token and positional embeddings"
+    if not _finite(drop_below):
+        return False, f"{name}: the drop without the layers below is {drop_below}, not a finite number"
+    below = f"without what layers 0-{layer - 1} write, {name}'s previous-token mass falls {drop_below:.0%}"
+    if drop_below < HALF:
+        return False, f"{below} (needs >= {HALF:.0%})"
+    if relayed is None:
+        return True, f"{below} (needs >= {HALF:.0%}); the model has no learned W_pos, so nothing is relayed"
+    if not _finite(relayed):
+        return False, f"{below}; the drop with W_pos averaged below is {relayed}, not a finite number"
+    limit = 1 - KEEP
+    relay = (
+        f"with the layers below fed W_pos averaged in groups of {POS_GROUP}, it falls {relayed:.0%} (needs <= "
+        f"{limit:.0%}: what they give it must not be W_pos passed on)"
+    )
+    if 1 - relayed < KEEP:  # it keeps less than 80%
+        return False, f"{below} (needs >= {HALF:.0%}), but {relay}: the layers below relay W_pos"
+    return True, f"{below} (needs >= {HALF:.0%}); {relay}"
+
+
+def _record(records: Mapping[str, Mapping], key: str) -> Mapping | None:
+    r = records.get(key)
+    return r if isinstance(r, Mapping) else None
+
+
+def _verdict(records, key) -> str:
+    r = _record(records, key)
+    return str(r.get("verdict", "missing")) if r else "missing"
+
+
+def _said(records, key) -> str:
+    """What a row says for a person: its number, else its reason."""
+    r = _record(records, key)
+    if r is None:
+        return "not measured"
+    return str(r.get("shown") or r.get("why") or "")
+
+
+def kept_under_wpos_averaging(records: Mapping[str, Mapping], head: str) -> float | None:
+    """The share of ``head``'s previous-token mass kept under ``W_pos`` averaged in groups of 10, read off
+    ``avg_prev_heads_unaffected``'s measured ``{"<head> clean -> g10": [clean, averaged]}``; None if not measured."""
+    r = _record(records, "avg_prev_heads_unaffected")
+    measured = r.get("measured") if r else None
+    if not isinstance(measured, Mapping):
+        return None
+    pair = measured.get(f"{head} clean -> g{POS_GROUP}")
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(_finite(x) for x in pair):
+        return None
+    clean, averaged = (float(x) for x in pair)
+    return averaged / clean if clean > 0 else None
+
+
+def _above(records) -> tuple[int | None, float, float | None]:
+    """``(layer, drop without the layers below, drop with W_pos averaged below)`` of ``aggregator_above_layer0``'s
+    measured; a drop not measured is NaN, and the second is None on a model with no learned ``W_pos``."""
+    r = _record(records, "aggregator_above_layer0")
+    m = r.get("measured") if r else None
+    if not isinstance(m, Mapping) or m.get("layer") is None:
+        return None, math.nan, math.nan
+    below = m.get("relative_drop_without_layers_below")
+    relayed = m.get("relative_drop_wpos_averaged_below", math.nan)
+    below = float(below) if _finite(below) else math.nan
+    if relayed is not None:
+        relayed = float(relayed) if _finite(relayed) else math.nan
+    return int(m["layer"]), below, relayed
+
+
+def _early_labels(records) -> tuple[int, int, int]:
+    """``(n early heads, n self-suppressing, n prev-boosting)`` from ``early_self_suppressing``'s measured."""
+    r = _record(records, "early_self_suppressing")
+    m = r.get("measured") if r else None
+    if not isinstance(m, Mapping):
+        return 0, 0, 0
+    n = len(m.get("early_prev_heads") or [])
+    return n, len(m.get("self_suppressing") or []), len(m.get("prev_boosting") or [])
+
+
+def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
+    """The route conclusion of one model from its claim records (see the module doc for the rule)."""
+    sharp = _record(records, "sharp_prev_head")
+    head = ""
+    if sharp:
+        head = str(sharp.get("head") or (sharp.get("measured") or {}).get("head") or "")
+    rows: list[Row] = [Row("sharp_prev_head", _verdict(records, "sharp_prev_head"), _said(records, "sharp_prev_head"))]
+
+    def done(route: str, why: str, keys: Iterable[str] = ()) -> RouteConclusion:
+        for k in keys:
+            if k not in {r.key for r in rows}:
+                rows.append(Row(k, _verdict(records, k), _said(records, k)))
+        return RouteConclusion(route, head if route != NONE else "", why, tuple(rows), dict(records))
+
+    if rows[0].verdict == NOT_HELD:
+        return done(NONE, "no previous-token head is sharp (ratio <= 0.1)")
+    if rows[0].verdict != HELD:
+        return done(UNDETERMINED, f"whether a head is sharp is {rows[0].verdict}: {rows[0].evidence}")
+
+    kept = kept_under_wpos_averaging(records, head)
+    rows.append(
+        Row(
+            "avg_prev_heads_unaffected",
+            _verdict(records, "avg_prev_heads_unaffected"),
+            f"{head} keeps {kept:.0%} of its previous-token mass under W_pos averaged in groups of {POS_GROUP}"
+            if kept is not None
+            else _said(records, "avg_prev_heads_unaffected"),
+        )
+    )
+    if kept is None:
+        return done(UNDETERMINED, f"{head}'s previous-token mass under W_pos averaging was not measured")
+
+    layer, below, relayed = _above(records)
+    rows.append(
+        Row(
+            "aggregator_above_layer0", _verdict(records, "aggregator_above_layer0"), _above_words(layer, below, relayed)
+        )
+    )
+    if layer is None:
+        return done(UNDETERMINED, f"{head}'s layer and inputs were not measured (aggregator_above_layer0)")
+
+    if layer > 0 and not _finite(below):
+        return done(UNDETERMINED, f"{head} sits in layer {layer}, and removing the layers below was not measured")
+    if kept < HALF:
+        if layer == 0 or below < HALF:
+            return done(
+                WPOS,
+                f"{head} loses {1 - kept:.0%} of its previous-token mass when W_pos is averaged, and "
+                + ("sits in layer 0" if layer == 0 else f"only {below:.0%} without what the layers below write"),
+            )
+        if relayed is not None and _finite(relayed) and relayed >= HALF:
+            return done(
+                RELAY,
+                f"{head} loses {1 - kept:.0%} when W_pos is averaged, {below:.0%} without what the layers below "
+                f"write, and {relayed:.0%} when only they are fed averaged W_pos: they pass W_pos on",
+            )
+        return done(
+            UNDETERMINED,
+            f"{head} needs W_pos (keeps {kept:.0%}) and what the layers below write (loses {below:.0%} without "
+            "it), but not W_pos through them" + ("" if relayed is None else f" (loses {relayed:.0%})"),
+        )
+    if kept < KEEP:
+        return done(
+            UNDETERMINED, f"{head} keeps {kept:.0%} under W_pos averaging: partly from W_pos (neither < 50% nor >= 80%)"
+        )
+
+    # kept >= 80%: not W_pos's fine detail; built from what the layers below computed, from the early heads?
+    against = [
+        k for k in ("aggregator_above_layer0", "sources_upstream", "mask_disrupts") if _verdict(records, k) != HELD
+    ]
+    if against:
+        return done(
+            UNDETERMINED,
+            f"{head} keeps {kept:.0%} under W_pos averaging (not from W_pos), but "
+            + ", ".join(f"{k} is {_verdict(records, k)}" for k in against),
+            ("aggregator_above_layer0", "sources_upstream", "mask_disrupts"),
+        )
+    keys = ("aggregator_above_layer0", "sources_upstream", "mask_disrupts", "early_self_suppressing")
+    n, n_self, n_boost = _early_labels(records)
+    if _verdict(records, "early_self_suppressing") == HELD and not (n_boost >= 2 and 2 * n_boost >= n):
+        return done(POST, f"built from the early heads below it, {n_self} of {n} of them self-suppressing", keys)
+    if _verdict(records, "early_self_suppressing") == NOT_HELD and n_boost >= 2 and 2 * n_boost >= n:
+        return done(BOOST, f"built from the early heads below it, {n_boost} of {n} of them prev-boosting", keys)
+    return done(
+        UNDETERMINED,
+        f"built from the early heads below it, but they are neither mostly self-suppressing nor mostly prev-boosting "
+        f"({n_self} and {n_boost} of {n}; early_self_suppressing is {_verdict(records, 'early_self_suppressing')})",
+        keys,
+    )
+
+
+def _above_words(layer, below, relayed) -> str:
+    if layer is None:
+        return "not measured"
+    if layer == 0:
+        return "layer 0: nothing below it"
+    out = f"layer {layer}; {below:.0%} lower without the layers below" if _finite(below) else f"layer {layer}"
+    if relayed is None:
+        return out + "; no learned W_pos to relay"
+    if _finite(relayed):
+        return out + f"; {relayed:.0%} lower with W_pos averaged only in what feeds them"
+    return out
+
+
+def records_from_summaries(summaries: Iterable) -> dict[str, Mapping]:
+    """``{claim key: record}`` from the summaries of one model's scripts (:class:`~gpt2_posheads.claims.record.Summary`
+    as :func:`~gpt2_posheads.claims.record.read_summary` gives them; a key met twice: the last)."""
+    out: dict[str, Mapping] = {}
+    for s in summaries:
+        for c in s.claims:
+            if c.key:
+                out[c.key] = c.as_dict()
+    return out
+
+
+def route_conclusion_from_summaries(summaries: Iterable) -> RouteConclusion:
+    """The hook for the page and ``summary.json``: the conclusion of one model from its scripts' summaries."""
+    return conclude(records_from_summaries(summaries))

@@ -1,0 +1,351 @@
+"""A generator of compiled known-answer GPT-2s: deterministic from a seed, each with a card saying its route.
+
+Every model is built from the heads of :mod:`~gpt2_posheads.organism.compiled` (the same blocks, LayerNorm trick and
+head builders as ``route-gpt2`` and the look-alikes), with its sizes, head placement, strengths, perturbation and
+extra heads drawn from ``numpy``'s PCG64 seeded with the model's seed. The kinds (:data:`KINDS`) and the route
+conclusion each must get (:func:`~gpt2_posheads.claims.route.conclude`), written down before anything was measured
+on them:
+
+* ``post`` -> ``post``: a layer-0 counter and MLP (position from BOS), 2-6 self-suppressing early heads in the layers
+  between, an aggregator that matches their estimate of the previous token against each key's token;
+* ``boost`` -> ``boost``: the same with early heads that boost p-1 (waves of the counted position);
+* ``wpos`` -> ``wpos``: a head in layer >= 1 reads the previous position off fine components of ``W_pos``;
+  the layers below do only unrelated work;
+* ``wpos-layer0`` -> ``wpos``: the same head in layer 0 (the toy post 000's route);
+* ``decoy`` -> ``wpos``: the ``W_pos`` reader above a counter and 2-6 early heads (self-suppressing or boosting)
+  that write their estimate, which nothing reads;
+* ``relay`` -> ``relay``: 1-2 heads in a layer below the sharp head attend to their own position and copy ``W_pos``'s
+  fine components into another block; the sharp head reads the copy, never ``W_pos`` itself;
+* ``none`` -> ``none``: a counter, heads that attend to their own token, and up to four messy previous-token heads
+  (self-suppressing, ratio > 0.1) that write nothing: no sharp previous-token head;
+* ``mixed`` -> ``undetermined`` (marked ambiguous): the post's aggregator whose score also has the ``W_pos`` reader's
+  kernel, so it reads both the early heads' estimate and ``W_pos``; no single route is the true one.
+
+Layouts: 3-6 layers; d_model 256-1024 and 2-8 heads with d_head >= 64 (the token codes and a position kernel share a
+head's dimensions); token codes of ``k_tok = min(96, d_head - 10)`` dimensions or fewer, as the residual allows;
+the counter always in layer 0, the aggregator (or reader) in a layer drawn above its inputs, an induction head above
+it where a layer is left. Strengths: early heads rise 0.6-1.2 logits per position, dip 4.5-7.5 logits at their own
+token or bump p-1 by 0.7-1.2 above the rise; the aggregator's gain 0.8-1.25 x (24 / the number of early heads that
+write), its recency 1.5-2.5 logits per position; readers and relays 10-14 logits at their kernel's peak, 2.5-3.5 per
+position. Perturbations: every weight of the layers above layer 0 gets Gaussian noise in the token subspaces (the
+residual coordinates of the blocks that carry token codes, ``tok``, ``est``, ``prev``, ``out``, ``junk``, against
+the head dimensions that carry codes, 2 and up) at 0-3% of the standard deviation of that tensor's entries there
+(the layer's ``c_attn`` and ``c_proj`` weights each); every free head slot does unrelated work with probability 0.4
+(attends uniformly, or to its own token, and writes into ``junk``, which nothing reads).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..claims.route import BOOST, NONE, POST, RELAY, ROUTES, UNDETERMINED, WPOS
+from ..model.validation import head_name
+from . import compiled as cp
+
+# kind -> (the route conclusion it must get, ambiguous by construction, what it is)
+KINDS: dict[str, tuple[str, bool, str]] = {
+    "post": (POST, False, "the post's route: counter, self-suppressing early heads, an aggregator of their estimate"),
+    "boost": (BOOST, False, "the post's route with early heads that boost the previous position"),
+    "wpos": (WPOS, False, "a head above layer 0 reads the previous position straight off W_pos"),
+    "wpos-layer0": (WPOS, False, "a layer-0 head reads the previous position straight off W_pos (toy post 000)"),
+    "decoy": (WPOS, False, "a W_pos reader above early heads that write an estimate nothing reads"),
+    "relay": (RELAY, False, "heads below copy W_pos to another block; the sharp head reads the copy"),
+    "none": (NONE, False, "no sharp previous-token head: heads attend to their own token, messy ones write nothing"),
+    "mixed": (UNDETERMINED, True, "the aggregator reads the early heads' estimate and W_pos: two routes at once"),
+}
+KIND_ORDER = tuple(KINDS)
+D_MODELS = (256, 384, 512, 640, 768, 896, 1024)
+MIN_D_HEAD = 64
+TOKEN_BLOCKS = ("tok", "est", "prev", "out", "junk")  # the blocks whose features are token codes
+JUNK = 8  # features of the block unrelated heads write into
+MAX_NOISE = 0.03
+P_UNRELATED = 0.4
+
+
+@functools.lru_cache(maxsize=1)
+def _helix() -> np.ndarray:
+    """GPT-2's helix (:func:`~gpt2_posheads.organism.compiled.gpt2_helix`), the same for every model: computed once."""
+    return cp.gpt2_helix(cp.gpt2_w_pos())
+
+
+@dataclass
+class Generated:
+    """A generated model and its card: ``card["route"]`` is the conclusion it must get, ``card["aggregator"]`` the
+    sharp head (None for ``none``), ``card["ambiguous"]`` whether ``undetermined`` is the right answer by
+    construction."""
+
+    model: cp.Compiled
+    card: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+
+def layouts(max_d_model: int | None = None) -> list[tuple[int, int]]:
+    """Every ``(d_model, n_heads)`` the generator draws from: d_model in :data:`D_MODELS` (at most ``max_d_model``),
+    2-8 heads dividing it, ``d_head >= 64``."""
+    return [
+        (d, h)
+        for d in D_MODELS
+        if max_d_model is None or d <= max_d_model
+        for h in range(2, 9)
+        if d % h == 0 and d // h >= MIN_D_HEAD
+    ]
+
+
+def _blocks(kind: str, early_kind: str, k: int, n_buckets: int) -> list[tuple[str, int]]:
+    """The residual blocks of a kind (after ``const``, ``bos``, ``helix``, ``tok``)."""
+    fine = ("fine", 1 + 2 * cp.N_WAVES_WPOS)
+    counted = [("count", 1), ("pos", 1)] + ([("waves", 2 * cp.N_WAVES_MLP)] if early_kind == "boosting" else [])
+    per_kind = {
+        "post": counted + [("est", k), ("prev", k), ("out", k)],
+        "boost": counted + [("est", k), ("prev", k), ("out", k)],
+        "mixed": counted + [("est", k), fine, ("prev", k), ("out", k)],
+        "decoy": counted + [("est", k), fine, ("prev", k), ("out", k)],
+        "wpos": [fine, ("prev", k), ("out", k)],
+        "wpos-layer0": [fine, ("prev", k), ("out", k)],
+        "relay": [fine, ("relay", 1 + 2 * cp.N_WAVES_WPOS), ("prev", k), ("out", k)],
+        "none": counted,
+    }[kind]
+    return [("bucket", n_buckets)] + per_kind + [("junk", JUNK)]
+
+
+def _shape(kind: str, early_kind: str, d_model: int, n_heads: int, n_layers: int) -> cp.Shape:
+    """The largest token codes (<= 96, <= d_head - 10) whose blocks fit the residual."""
+    d_head = d_model // n_heads
+    for k in range(min(96, d_head - 10), 7, -1):
+        n_buckets = min(64, k)
+        sizes = [1, 1, 8, k] + [n for _, n in _blocks(kind, early_kind, k, n_buckets)]
+        if sum(n + 1 for n in sizes) <= d_model:
+            return cp.Shape(n_layers, n_heads, d_model, k, n_buckets)
+    raise ValueError(f"d_model {d_model} cannot hold the blocks of {kind!r}")
+
+
+def generate(
+    seed: int, kind: str, max_d_model: int | None = None, n_vocab: int | None = None, noise: float | None = None
+) -> Generated:
+    """The generated model of ``kind`` (:data:`KINDS`) for ``seed`` (the same bytes for the same arguments).
+    ``noise``: the perturbation's fraction instead of the drawn one (the rest of the model is the same)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind: {kind!r} is not a kind; allowed {', '.join(KINDS)}")
+    if not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed: {seed!r} must be an integer >= 0")
+    pairs = layouts(max_d_model)
+    if not pairs:
+        raise ValueError(f"max_d_model: {max_d_model} allows no layout; allowed >= {min(D_MODELS)}")
+    if n_vocab is None:
+        n_vocab = len(json.loads((cp.TOKENIZER_DIR / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"])
+    rng = np.random.Generator(np.random.PCG64(seed))
+    d_model, n_heads = pairs[int(rng.integers(len(pairs)))]
+    n_layers = int(rng.integers(3, 7))
+    early_kind = {"post": "self_suppressing", "mixed": "self_suppressing", "boost": "boosting"}.get(kind)
+    if kind == "decoy":
+        early_kind = ("self_suppressing", "boosting")[int(rng.integers(2))]
+    shape = _shape(kind, early_kind, d_model, n_heads, n_layers)
+    p = cp.parts(None, n_vocab, _blocks(kind, early_kind, shape.k_tok, shape.n_buckets), shape, _helix())
+    free = {(l, h) for l in range(n_layers) for h in range(n_heads)}
+    card: dict = {"seed": int(seed), "kind": kind, "route": KINDS[kind][0], "ambiguous": KINDS[kind][1]}
+
+    def place(layer: int, head) -> str:
+        h = int(rng.choice(sorted(h for l, h in free if l == layer))) if head is None else head
+        free.discard((layer, h))
+        return head_name(layer, h)
+
+    def put(name: str, head: cp.Head) -> None:
+        l, h = (int(x) for x in name[1:].split("H"))
+        p.heads[l][h] = head
+
+    strengths: dict = {}
+    counted = kind in ("post", "boost", "mixed", "decoy", "none")
+    if counted:  # the layer-0 MLP turns the count into pos (and waves); the counter goes to a drawn slot
+        cp.counted_position(p, cp.kernel_freqs(cp.N_WAVES_MLP) if early_kind == "boosting" else None)
+        p.heads[0][0] = cp.Head(p.res)
+        card["counter"] = place(0, None)
+        put(card["counter"], cp.counter(p))
+
+    if kind in ("post", "boost", "mixed", "decoy"):
+        a = int(rng.integers(2, n_layers))
+        slots = sorted(s for s in free if 1 <= s[0] < a)
+        n_early = min(int(rng.integers(2, 7)), len(slots))
+        chosen = [slots[i] for i in sorted(rng.choice(len(slots), n_early, replace=False))]
+        early = []
+        for l, h in chosen:
+            free.discard((l, h))
+            slope = float(rng.uniform(0.6, 1.2))
+            if early_kind == "boosting":
+                margin = float(rng.uniform(0.7, 1.2))
+                put(head_name(l, h), cp.boosting(p, slope, margin))
+                early.append({"head": head_name(l, h), "slope": slope, "margin": margin})
+            else:
+                penalty = float(rng.uniform(4.5, 7.5))
+                put(head_name(l, h), cp.self_suppressing(p, slope, penalty=penalty))
+                early.append({"head": head_name(l, h), "slope": slope, "penalty": penalty})
+        card["early_heads"] = [e["head"] for e in early]
+        card["early_kind"] = early_kind
+        strengths["early"] = early
+        card["aggregator"] = place(a, None)
+        if kind == "decoy":
+            gain, rec = float(rng.uniform(10, 14)), float(rng.uniform(2.5, 3.5))
+            put(card["aggregator"], cp.wpos_reader(p, gain=gain, recency=rec))
+            card["decoy"] = True
+        else:
+            gain = float(rng.uniform(0.8, 1.25)) * cp.AGG_GAIN * 4 / n_early
+            rec = float(rng.uniform(1.5, 2.5))
+            agg = cp.aggregator(p, gain=gain, recency=rec)
+            if kind == "mixed":
+                kernel = float(rng.uniform(10, 14))
+                cp.position_kernel(agg, "fine", kernel, first=cp.CODE + shape.k_tok)
+                agg.role += f"; also {kernel:g} at p-1 from W_pos's waves (the W_pos reader's kernel)"
+                strengths["mixed_kernel"] = kernel
+            put(card["aggregator"], agg)
+        strengths["aggregator"] = {"gain": gain, "recency": rec}
+    elif kind in ("wpos", "wpos-layer0", "relay"):
+        a = 0 if kind == "wpos-layer0" else int(rng.integers(1, n_layers))
+        card["aggregator"] = place(a, None)
+        gain, rec = float(rng.uniform(10, 14)), float(rng.uniform(2.5, 3.5))
+        if kind == "relay":
+            r = int(rng.integers(0, a))
+            n_relay = min(int(rng.integers(1, 3)), n_heads)
+            card["relay_heads"] = [place(r, None) for _ in range(n_relay)]
+            relays = []
+            for name in card["relay_heads"]:
+                rg, rr = float(rng.uniform(10, 14)), float(rng.uniform(2.5, 3.5))
+                put(name, cp.relay(p, gain=rg, recency=rr, share=1.0 / n_relay))
+                relays.append({"head": name, "gain": rg, "recency": rr})
+            strengths["relay"] = relays
+        put(card["aggregator"], cp.wpos_reader(p, block="relay" if kind == "relay" else "fine", gain=gain, recency=rec))
+        strengths["aggregator"] = {"gain": gain, "recency": rec}
+    else:  # none
+        card["aggregator"] = None
+        slots = sorted(s for s in free if s[0] >= 1)
+        n_messy = min(int(rng.integers(0, 5)), len(slots))
+        messy = [slots[i] for i in sorted(rng.choice(len(slots), n_messy, replace=False))]
+        for l, h in messy:
+            free.discard((l, h))
+            put(head_name(l, h), cp.self_suppressing(p, float(rng.uniform(0.6, 1.2)), writes=False))
+        card["messy_heads"] = [head_name(l, h) for l, h in messy]
+        slots = sorted(s for s in free if s[0] >= 1)
+        n_self = min(int(rng.integers(1, 5)), len(slots))
+        for i in sorted(rng.choice(len(slots), n_self, replace=False)):
+            l, h = slots[i]
+            free.discard((l, h))
+            put(head_name(l, h), cp.self_attending(p, float(rng.uniform(0.6, 1.2))))
+
+    a_layer = int(card["aggregator"][1 : card["aggregator"].index("H")]) if card.get("aggregator") else None
+    if a_layer is not None and a_layer < n_layers - 1:
+        card["induction_head"] = place(int(rng.integers(a_layer + 1, n_layers)), None)
+        put(card["induction_head"], cp.induction(p, position="pos" if "pos" in p.res.blocks else "fine"))
+
+    unrelated = []
+    for l, h in sorted(free):
+        if rng.uniform() >= P_UNRELATED:
+            continue
+        name = head_name(l, h)
+        if rng.integers(2) == 0:
+            put(name, cp.uniform_writer(p))
+        else:
+            slope = float(rng.uniform(0.6, 1.2)) if ("pos" in p.res.blocks and l >= 1) else None
+            put(name, cp.self_attending(p, slope, writes="junk"))
+        unrelated.append(name)
+    card["unrelated_heads"] = unrelated
+
+    drawn = float(rng.uniform(0, MAX_NOISE))
+    noise = drawn if noise is None else float(noise)
+    perturb(p, noise, rng)
+    card["noise"] = noise
+    card["strengths"] = strengths
+    card["shape"] = {
+        "n_layers": n_layers,
+        "n_heads": n_heads,
+        "d_model": d_model,
+        "d_head": shape.d_head,
+        "k_tok": shape.k_tok,
+        "n_buckets": shape.n_buckets,
+    }
+    name = f"gen-{seed:05d}"
+    card["name"] = name
+    return Generated(p.model(name), card)
+
+
+def token_rows(res: cp.Residual) -> np.ndarray:
+    """The residual coordinates of the blocks that carry token codes (:data:`TOKEN_BLOCKS`)."""
+    rows = [np.arange(s, s + n + 1) for name, (s, n) in res.blocks.items() if name in TOKEN_BLOCKS]
+    return np.concatenate(rows) if rows else np.zeros(0, dtype=int)
+
+
+def perturb(p: cp.Parts, frac: float, rng: np.random.Generator) -> None:
+    """Gaussian noise on every weight of the layers above layer 0, in the token subspaces: the entries of ``W_Q``,
+    ``W_K``, ``W_V`` (rows: :func:`token_rows`; columns: head dimensions ``CODE..``) and of ``W_O`` (the transpose),
+    at ``frac`` of the standard deviation of the layer's ``c_attn`` (resp. ``c_proj``) entries there. MLPs above layer
+    0 are zero in every kind: no noise (their standard deviation is 0)."""
+    rows = token_rows(p.res)
+    if frac <= 0 or not len(rows):
+        return
+    c = cp.CODE
+    for heads in p.heads[1:]:
+        attn = np.concatenate([m[rows][:, c:].ravel() for h in heads for m in (h.Wq, h.Wk, h.Wv)])
+        proj = np.concatenate([h.Wo[c:][:, rows].ravel() for h in heads])
+        sd_attn, sd_proj = float(attn.std()), float(proj.std())
+        for h in heads:
+            for m in (h.Wq, h.Wk, h.Wv):
+                m[np.ix_(rows, np.arange(c, m.shape[1]))] += rng.normal(
+                    0.0, frac * sd_attn, (len(rows), m.shape[1] - c)
+                )
+            h.Wo[np.ix_(np.arange(c, h.Wo.shape[0]), rows)] += rng.normal(
+                0.0, frac * sd_proj, (h.Wo.shape[0] - c, len(rows))
+            )
+
+
+def member(i: int, seed: int = 0, max_d_model: int | None = None) -> Generated:
+    """Model ``i`` of the suite ``seed``: kind ``KIND_ORDER[i % 8]`` (any 8 in a row cover every kind), model seed
+    ``1000 * seed + i``."""
+    return generate(1000 * seed + i, KIND_ORDER[i % len(KIND_ORDER)], max_d_model)
+
+
+def suite(n: int, seed: int = 0, max_d_model: int | None = None) -> list[Generated]:
+    """The first ``n`` models of the suite ``seed`` (:func:`member`)."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n: {n!r} must be an integer >= 1")
+    return [member(i, seed, max_d_model) for i in range(n)]
+
+
+def card_markdown(g: Generated) -> str:
+    """The model's card as Markdown: the answer (route, aggregator, ambiguity), what it is, and its layout."""
+    c = g.card
+    route = c["route"]
+    lines = [
+        f"# {g.name}: a generated known-answer GPT-2 ({c['kind']})",
+        "",
+        KINDS[c["kind"]][2] + ".",
+        "",
+        "Built by `gpt2_posheads.organism.generator.generate("
+        f"{c['seed']}, {c['kind']!r})` from the heads of `gpt2_posheads.organism.compiled`: deterministic. Its answer "
+        "was written down from the construction before anything was measured on it (`docs/known-answers.md`).",
+        "",
+        "## The answer",
+        "",
+        f"- route: **{route}** ({ROUTES[route]})" + (" — ambiguous by construction" if c["ambiguous"] else ""),
+        f"- the sharp previous-token head (aggregator): {c.get('aggregator') or 'none'}",
+    ]
+    for key in ("counter", "early_heads", "early_kind", "relay_heads", "messy_heads", "induction_head"):
+        if c.get(key):
+            v = c[key]
+            lines.append(f"- {key.replace('_', ' ')}: {', '.join(v) if isinstance(v, list) else v}")
+    lines.append(f"- unrelated heads: {', '.join(c['unrelated_heads']) or 'none'}")
+    lines.append(f"- noise in the token subspaces of layers >= 1: {c['noise']:.2%} of each tensor's deviation there")
+    lines.append("")
+    return "\n".join(lines + cp.layout_lines(g.model)) + "\n"
+
+
+def write(g: Generated, out: Path) -> Path:
+    """A Hugging Face GPT-2 folder for ``g`` with its card: ``README.md`` (words) and ``card.json`` (the answer).
+    A tool scored blind gets the folder without those two files."""
+    folder = cp.write_folder(g.model, out, card_markdown(g))
+    (Path(folder) / "card.json").write_text(json.dumps(g.card, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return Path(folder)

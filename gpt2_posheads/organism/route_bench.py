@@ -1,0 +1,150 @@
+"""Score the route conclusion on generated known-answer models: one model at a time, then the confusion matrix.
+
+:func:`score` writes a generated model (:mod:`~gpt2_posheads.organism.generator`) to a folder, loads it as any local
+model, measures its route conclusion (:func:`~gpt2_posheads.claims.route_measure.route_records` and
+:func:`~gpt2_posheads.claims.route.conclude`) and compares it with the card. :func:`confusion` counts true route x
+concluded route; :func:`aggregator_found` says how often the toolkit's sharpest previous-token head is the card's
+aggregator (and, on a model without one, how often no head was sharp).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ..claims.route import NONE, ROUTES
+from .generator import Generated, write
+
+N_PROMPTS, SEQ_LEN = 4, 256  # WikiText-2 prompts each model is measured on (compiled mechanisms need few)
+
+
+@dataclass
+class Scored:
+    """One generated model, measured: its card's answer beside the conclusion and the head the toolkit found."""
+
+    name: str
+    kind: str
+    route: str  # the true route (the card's)
+    ambiguous: bool
+    aggregator: str | None  # the card's
+    concluded: str
+    found: str | None  # the sharp previous-token head the toolkit found (None: no head was sharp)
+    conclusion: dict = field(default_factory=dict)  # RouteConclusion.as_dict()
+    records: dict = field(default_factory=dict)  # every claim record the conclusion read
+    seconds: float = 0.0  # wall time: write, load, measure
+
+    @property
+    def right(self) -> bool:
+        return self.concluded == self.route
+
+    @property
+    def aggregator_right(self) -> bool:
+        return self.found == self.aggregator
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "route": self.route,
+            "ambiguous": self.ambiguous,
+            "aggregator": self.aggregator,
+            "concluded": self.concluded,
+            "found": self.found,
+            "seconds": self.seconds,
+            "conclusion": self.conclusion,
+        }
+
+
+def prompts_for(tokenizer, n_prompts: int = N_PROMPTS, seq_len: int = SEQ_LEN):
+    """``[n_prompts, seq_len]`` WikiText-2 prompts (shipped with the repository), BOS first."""
+    from ..analysis.prompts import make_prompts, wikitext_documents
+
+    return make_prompts(tokenizer, n_prompts, seq_len, docs=wikitext_documents())
+
+
+def score(
+    g: Generated, workdir: Path, n_prompts: int = N_PROMPTS, seq_len: int = SEQ_LEN, keep: bool = False
+) -> Scored:
+    """Write ``g`` under ``workdir``, measure its route conclusion, compare with its card (the folder is removed
+    afterwards unless ``keep``)."""
+    from ..claims.route import conclude
+    from ..claims.route_measure import route_records
+    from ..model.loading import load_model
+
+    start = time.perf_counter()
+    folder = write(g, Path(workdir) / g.name)
+    try:
+        model = load_model(folder, device="cpu")
+        records = route_records(model, prompts_for(model.tokenizer, n_prompts, seq_len), n_pattern_prompts=2)
+    finally:
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+    c = conclude(records)
+    sharp = records["sharp_prev_head"]
+    return Scored(
+        name=g.name,
+        kind=g.card["kind"],
+        route=g.card["route"],
+        ambiguous=g.card["ambiguous"],
+        aggregator=g.card.get("aggregator"),
+        concluded=c.route,
+        found=(sharp.get("head") or None) if sharp["verdict"] == "held" else None,
+        conclusion=c.as_dict(),
+        records=records,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def confusion(scored: Sequence[Scored]) -> pd.DataFrame:
+    """True route (rows) x concluded route (columns), every route of :data:`~gpt2_posheads.claims.route.ROUTES`."""
+    routes = list(ROUTES)
+    m = pd.DataFrame(0, index=pd.Index(routes, name="true"), columns=pd.Index(routes, name="concluded"))
+    for s in scored:
+        m.loc[s.route, s.concluded] += 1
+    return m
+
+
+def aggregator_found(scored: Sequence[Scored]) -> tuple[int, int, int, int]:
+    """``(found, with an aggregator, no sharp head found, without one)``: how many models with an aggregator had it
+    found as their sharpest previous-token head, and how many without one had no sharp head."""
+    with_agg = [s for s in scored if s.aggregator is not None]
+    without = [s for s in scored if s.aggregator is None]
+    return (
+        sum(s.aggregator_right for s in with_agg),
+        len(with_agg),
+        sum(s.found is None for s in without),
+        len(without),
+    )
+
+
+def report(scored: Sequence[Scored]) -> str:
+    """The confusion matrix, the aggregator-found rate, and each model off the diagonal with its deciding rows."""
+    m = confusion(scored)
+    found, n_agg, none_ok, n_none = aggregator_found(scored)
+    lines = [
+        f"{len(scored)} generated models: {sum(s.right for s in scored)} on the diagonal",
+        "",
+        "true \\ concluded  " + "  ".join(f"{c:>12}" for c in m.columns),
+    ]
+    for r in m.index:
+        lines.append(f"{r:>16}  " + "  ".join(f"{int(v):>12}" for v in m.loc[r]))
+    lines += [
+        "",
+        f"aggregator found: {found} of {n_agg} models that have one; no sharp head found: {none_ok} of {n_none} "
+        f"models without one ({NONE})",
+    ]
+    for s in scored:
+        if not s.right or not s.aggregator_right:
+            lines.append(
+                f"  {s.name} ({s.kind}): true {s.route}, concluded {s.concluded}; aggregator {s.aggregator}, "
+                f"found {s.found}"
+            )
+            for row in s.conclusion.get("rows", []):
+                lines.append(f"      {row['key']}: {row['verdict']}: {row['evidence']}")
+            lines.append(f"      why: {s.conclusion.get('why', '')}")
+    return "\n".join(lines)

@@ -1,0 +1,125 @@
+"""The generator of compiled known-answer models, and the route conclusion scored on what it generates.
+
+The answers (each kind's route, the aggregator, the ambiguity) were written down in the generator and in
+docs/known-answers.md before any model it generates was measured. The default suite measures one model of each kind
+(layouts with d_model <= 512, once per session); ``-m slow`` measures 40 over every layout.
+"""
+
+import numpy as np
+import pytest
+
+from gpt2_posheads.claims.route import RELAY, ROUTES
+from gpt2_posheads.model.validation import HEAD_NAME
+from gpt2_posheads.organism.compiled import CODE, weights_digest
+from gpt2_posheads.organism.generator import (
+    KIND_ORDER,
+    KINDS,
+    MAX_NOISE,
+    generate,
+    layouts,
+    member,
+    suite,
+    token_rows,
+    write,
+)
+from gpt2_posheads.organism.route_bench import aggregator_found, confusion, report, score
+
+
+def test_the_same_seed_gives_the_same_bytes(tmp_path):
+    a = write(generate(11, "relay"), tmp_path / "a")
+    b = write(generate(11, "relay"), tmp_path / "b")
+    c = write(generate(12, "relay"), tmp_path / "c")
+    assert weights_digest(a) == weights_digest(b) != weights_digest(c)
+    assert (a / "card.json").read_text() == (b / "card.json").read_text()
+
+
+def test_layouts_cover_the_ranges():
+    pairs = layouts()
+    assert {d for d, _ in pairs} == {256, 384, 512, 640, 768, 896, 1024}
+    assert {h for _, h in pairs} == set(range(2, 9))
+    assert all(d % h == 0 and d // h >= 64 for d, h in pairs)
+    assert max(d for d, _ in layouts(512)) == 512
+    with pytest.raises(ValueError, match="max_d_model"):
+        generate(0, "post", max_d_model=100)
+    with pytest.raises(ValueError, match="kind"):
+        generate(0, "gpt2")
+
+
+def test_every_card_says_its_answer():
+    models = suite(8)
+    assert [g.card["kind"] for g in models] == list(KIND_ORDER)
+    for g in models:
+        c = g.card
+        assert c["route"] == KINDS[c["kind"]][0] and c["route"] in ROUTES
+        assert c["ambiguous"] == (c["kind"] == "mixed")
+        assert 3 <= c["shape"]["n_layers"] <= 6 and 0 <= c["noise"] <= MAX_NOISE
+        heads = [c.get("aggregator"), c.get("counter"), c.get("induction_head")]
+        heads += c.get("early_heads", []) + c.get("relay_heads", []) + c["unrelated_heads"]
+        named = [h for h in heads if h]
+        assert len(named) == len(set(named)), c  # one role per head
+        for h in named:
+            m = HEAD_NAME.match(h)
+            assert int(m.group(1)) < c["shape"]["n_layers"] and int(m.group(2)) < c["shape"]["n_heads"]
+        if c["kind"] == "none":
+            assert c["aggregator"] is None
+        else:
+            layer = int(HEAD_NAME.match(c["aggregator"]).group(1))
+            assert (layer == 0) == (c["kind"] == "wpos-layer0")
+            below = [int(HEAD_NAME.match(h).group(1)) for h in c.get("early_heads", []) + c.get("relay_heads", [])]
+            assert all(b < layer for b in below)
+            assert 2 <= len(c.get("early_heads", [None, None])) <= 6
+
+
+def test_the_noise_stays_in_the_token_subspaces():
+    clean, noisy = generate(5, "post", noise=0.0), generate(5, "post", noise=MAX_NOISE)
+    rows = token_rows(clean.model.res)
+    for layer, (hs0, hs1) in enumerate(zip(clean.model.heads, noisy.model.heads)):
+        for h0, h1 in zip(hs0, hs1):
+            for a, b in ((h0.Wq, h1.Wq), (h0.Wk, h1.Wk), (h0.Wv, h1.Wv), (h0.Wo.T, h1.Wo.T)):
+                diff = b - a
+                if layer == 0:
+                    assert not diff.any()
+                    continue
+                outside = diff.copy()
+                outside[np.ix_(rows, np.arange(CODE, diff.shape[1]))] = 0
+                assert not outside.any()  # nothing moved outside the token rows x code dimensions
+        if layer:
+            moved = np.concatenate([(h1.Wq - h0.Wq)[rows][:, CODE:].ravel() for h0, h1 in zip(hs0, hs1)])
+            assert moved.std() > 0
+    assert (clean.model.W_E == noisy.model.W_E).all() and (clean.model.W_pos == noisy.model.W_pos).all()
+
+
+# --- the benchmark: measured ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def default_suite(tmp_path_factory):
+    """One model of each kind (d_model <= 512), each written, loaded and measured once per session."""
+    work = tmp_path_factory.mktemp("generated")
+    return [score(member(i, 0, max_d_model=512), work) for i in range(len(KIND_ORDER))]
+
+
+def test_default_suite_is_on_the_diagonal(default_suite):
+    assert sorted({s.kind for s in default_suite}) == sorted(KINDS)
+    m = confusion(default_suite)
+    off = int(m.values.sum() - np.trace(m.values))
+    assert off == 0, report(default_suite)
+    found, n_agg, none_ok, n_none = aggregator_found(default_suite)
+    assert (found, none_ok) == (n_agg, n_none), report(default_suite)
+
+
+def test_the_relay_lookalike_is_concluded_a_relay(default_suite):
+    """The issue's blind spot: a sharp head that reads W_pos relayed by layer-0 heads is not 'built from earlier
+    layers' (aggregator_above_layer0 not held) and concludes 'relays W_pos'."""
+    (relay,) = [s for s in default_suite if s.kind == "relay"]
+    assert relay.records["aggregator_above_layer0"]["verdict"] == "not held", relay.records["aggregator_above_layer0"]
+    assert relay.concluded == RELAY, report([relay])
+
+
+@pytest.mark.slow
+def test_forty_generated_models_are_on_the_diagonal(tmp_path):
+    scored = [score(g, tmp_path) for g in suite(40)]
+    m = confusion(scored)
+    assert int(m.values.sum() - np.trace(m.values)) == 0, report(scored)
+    found, n_agg, none_ok, n_none = aggregator_found(scored)
+    assert (found, none_ok) == (n_agg, n_none), report(scored)
