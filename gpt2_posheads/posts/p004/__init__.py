@@ -12,18 +12,26 @@ prompts and one ranking, make the run once::
 from ._run import ModelRun, model_run
 from .edit import l4h11_edit
 from .ext_averaging import ext_pos_averaging
+from .extended import ext_pos_vs_wpe
+from .helix import pos_embed_helix
 from .masking import mask_prev_attention
 from .organism_report import mini_gpt2_report
+from .ranking import rank_prev_heads
 from .sources import prev_head_sources
 from .taxonomy import raw_scores_taxonomy
+from .wpos_averaging import pos_embed_averaging
 
 __all__ = [
     "ModelRun",
     "ext_pos_averaging",
+    "ext_pos_vs_wpe",
     "l4h11_edit",
     "mask_prev_attention",
     "mini_gpt2_report",
     "model_run",
+    "pos_embed_averaging",
+    "pos_embed_helix",
     "prev_head_sources",
+    "rank_prev_heads",
     "raw_scores_taxonomy",
 ]

@@ -33,7 +33,7 @@ class ModelRun:
     """
 
     model: object
-    prompts: torch.Tensor
+    prompts: torch.Tensor | None
     source: str = "given prompts"
     label: str = ""
     diag: torch.Tensor | None = None
@@ -78,10 +78,12 @@ def model_run(
     seed: int = 0,
     label: str = "",
     source: str | None = None,
+    traced: bool = False,
 ) -> ModelRun:
     """A :class:`ModelRun` for ``model``: ``prompts`` as given, or ``n_prompts`` natural-text prompts of ``seq_len``
-    tokens (capped at the model's context) from the shipped text, or openwebtext-10k with the hub."""
-    check_model(model, "model")
+    tokens (capped at the model's context) from the shipped text, or openwebtext-10k with the hub. ``traced``: an
+    nnsight :class:`~gpt2_posheads.model.traced.TracedModel` is accepted too (a claim that runs through nnsight)."""
+    check_model(model, "model")  # a traced model passes too
     if prompts is None:
         from ...analysis.prompts import documents
 
@@ -104,6 +106,19 @@ def as_run(model, prompts, run: ModelRun | None, **options) -> ModelRun:
     """``run`` when given (its model must be ``model``), else :func:`model_run` of ``model`` and ``prompts``."""
     if run is None:
         return model_run(model, prompts, **options)
+    return _same_model(model, run)
+
+
+def model_only(model, run: ModelRun | None) -> ModelRun:
+    """``run`` when given (its model must be ``model``), else a run of ``model`` without natural-text prompts: for
+    the claims that make their own (repeated-token prompts) or read only the weights (``W_pos``)."""
+    if run is None:
+        check_model(model, "model")
+        return ModelRun(model, None, "", _label(model))
+    return _same_model(model, run)
+
+
+def _same_model(model, run: ModelRun) -> ModelRun:
     if model is not None and model is not run.model:
         raise ValueError("run: it was made for another model than the one given")
     return run
