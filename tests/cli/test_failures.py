@@ -114,7 +114,9 @@ def test_a_nan_the_model_computes_makes_every_claim_not_testable(tiny_dir, tmp_p
     def overflow(*a, **k):
         raise NonFiniteError("the attention patterns is not finite (3 NaN or infinite values of 10)")
 
-    monkeypatch.setattr(mod, "diagonal_attention", overflow)
+    from gpt2_posheads.posts.p004 import ranking
+
+    monkeypatch.setattr(ranking, "diagonal_attention", overflow)  # where the claim measures the diagonals
     out = tmp_path / "out"
     assert main_entry(mod.main, ["--model-dir", str(tiny_dir), "--out", str(out), *SCRIPT]) == 0
     summary = json.loads((out / "summary.json").read_text())

@@ -11,5 +11,11 @@ prompts and one ranking, make the run once::
 
 from ._run import ModelRun, model_run
 from .masking import mask_prev_attention
+from .ranking import rank_prev_heads
 
-__all__ = ["ModelRun", "mask_prev_attention", "model_run"]
+__all__ = [
+    "ModelRun",
+    "mask_prev_attention",
+    "model_run",
+    "rank_prev_heads",
+]

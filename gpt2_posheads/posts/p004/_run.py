@@ -19,6 +19,7 @@ import torch
 from ...analysis.diagonals import diagonal_attention, rank_from_diagonals
 from ...analysis.prompts import make_prompts
 from ...cli.heads import HeadDefault, HeadSpec, resolve_heads
+from ...model.traced import is_traced
 from ...model.validation import UsageError, head_name, parse_head
 
 HeadsArg = str | Sequence[str | tuple[int, int]] | None
@@ -33,7 +34,7 @@ class ModelRun:
     """
 
     model: object
-    prompts: torch.Tensor
+    prompts: torch.Tensor | None
     source: str = "given prompts"
     label: str = ""
     diag: torch.Tensor | None = None
@@ -78,14 +79,12 @@ def model_run(
     seed: int = 0,
     label: str = "",
     source: str | None = None,
+    traced: bool = False,
 ) -> ModelRun:
     """A :class:`ModelRun` for ``model``: ``prompts`` as given, or ``n_prompts`` natural-text prompts of ``seq_len``
-    tokens (capped at the model's context) from the shipped text, or openwebtext-10k with the hub."""
-    if not (hasattr(model, "cfg") and hasattr(model, "run_with_hooks")):
-        raise TypeError(
-            f"model: a TransformerLens model or bridge is needed, got {type(model).__name__}; "
-            "gpt2_posheads.load_model(name or folder) loads one"
-        )
+    tokens (capped at the model's context) from the shipped text, or openwebtext-10k with the hub. ``traced``: an
+    nnsight :class:`~gpt2_posheads.model.traced.TracedModel` is accepted too (a claim that runs through nnsight)."""
+    _check_model(model, traced)
     if prompts is None:
         from ...analysis.prompts import documents
 
@@ -99,6 +98,16 @@ def model_run(
     return ModelRun(model, prompts, source or "given prompts", label or _label(model))
 
 
+def _check_model(model, traced: bool = False) -> None:
+    if traced and is_traced(model):
+        return
+    if not (hasattr(model, "cfg") and hasattr(model, "run_with_hooks")):
+        raise TypeError(
+            f"model: a TransformerLens model or bridge is needed, got {type(model).__name__}; "
+            "gpt2_posheads.load_model(name or folder) loads one"
+        )
+
+
 def _label(model) -> str:
     name = getattr(model.cfg, "model_name", "") or ""
     return str(name) or "model"
@@ -108,6 +117,19 @@ def as_run(model, prompts, run: ModelRun | None, **options) -> ModelRun:
     """``run`` when given (its model must be ``model``), else :func:`model_run` of ``model`` and ``prompts``."""
     if run is None:
         return model_run(model, prompts, **options)
+    return _same_model(model, run)
+
+
+def model_only(model, run: ModelRun | None) -> ModelRun:
+    """``run`` when given (its model must be ``model``), else a run of ``model`` without natural-text prompts: for
+    the claims that make their own (repeated-token prompts) or read only the weights (``W_pos``)."""
+    if run is None:
+        _check_model(model)
+        return ModelRun(model, None, "", _label(model))
+    return _same_model(model, run)
+
+
+def _same_model(model, run: ModelRun) -> ModelRun:
     if model is not None and model is not run.model:
         raise ValueError("run: it was made for another model than the one given")
     return run

@@ -1,0 +1,255 @@
+"""A taxonomy of previous-token heads: one head is far sharper than the rest, and about half the heads attend most to
+the previous token (GPT-2 post).
+
+The post averages, for every head, its attention on each diagonal (offset ``q - k``) and ranks the heads whose
+greatest diagonal is the previous one by the ratio of the second-greatest diagonal to the greatest: L4H11 has 0.01,
+the next (L5H6) 0.18, and 69 of GPT-2 small's 144 heads are previous-token heads. Here:
+
+* **measure** — the mean attention on every diagonal of every head, key 0 left out
+  (:func:`~gpt2_posheads.analysis.diagonals.diagonal_attention`, or the nnsight trace
+  :func:`~gpt2_posheads.analysis.diagonals.traced_ranking`), and the ranking from it;
+* **judge** — ``sharp_prev_head``, ``sharpest_stands_alone`` and ``half_prev_heads``
+  (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`) on the ranking;
+* **figure** — a layer x head grid of the previous-token heads' ratios, and the diagonal masses of every head in
+  ranking order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+
+from ...analysis.diagonals import (
+    choose_aggregator,
+    count_prev_heads,
+    diagonal_attention,
+    rank_from_diagonals,
+    traced_ranking,
+)
+from ...claims.gpt2_post import judge_claim
+from ...claims.verdicts import Claim
+from ...model.fastpath import ENGINES
+from ...model.identity import is_gpt2_small
+from ...model.traced import ENGINE as NNSIGHT
+from ...model.traced import is_traced
+from ...model.validation import head_name
+from ...report.plotting import heatmap
+from ..result import ClaimResult
+from ._run import ModelRun, as_run
+
+CLAIM_KEYS = ("sharp_prev_head", "sharpest_stands_alone", "half_prev_heads")
+# The post's ratios of its eleven sharpest previous-token heads, and its count of previous-token heads (GPT-2 small)
+POST_TOP = {
+    "L4H11": 0.01,
+    "L5H6": 0.18,
+    "L3H3": 0.33,
+    "L2H2": 0.33,
+    "L6H8": 0.43,
+    "L7H0": 0.45,
+    "L2H4": 0.46,
+    "L1H0": 0.47,
+    "L3H7": 0.50,
+    "L8H7": 0.51,
+    "L3H2": 0.52,
+}
+POST_N_PREV = 69
+N_SHOWN_OFFSETS = 16  # the diagonals the masses figure shows (a traced ranking brings back as many)
+
+
+def measure(
+    model,
+    prompts: torch.Tensor,
+    *,
+    include_bos: bool = False,
+    batch_size: int = 8,
+    bf16: bool = False,
+    engine: str = "auto",
+    progress: bool = True,
+) -> tuple[pd.DataFrame, torch.Tensor, int]:
+    """``(ranking, diag, n_offsets)``: the ranking DataFrame
+    (:func:`~gpt2_posheads.analysis.diagonals.rank_from_diagonals`), the mean attention per diagonal
+    ``[n_layers, n_heads, n_offsets]`` (through nnsight only the first :data:`N_SHOWN_OFFSETS` come back; the
+    statistics are computed where the model runs, on every offset) and the number of offsets ranked on."""
+    if engine == NNSIGHT:
+        ranking, diag = traced_ranking(model, prompts, exclude_bos=not include_bos, batch_size=batch_size)
+        return ranking, diag, int(prompts.shape[1])
+    diag = diagonal_attention(
+        model, prompts, exclude_bos=not include_bos, batch_size=batch_size, progress=progress, bf16=bf16, engine=engine
+    )
+    return rank_from_diagonals(diag), diag, int(diag.shape[-1])
+
+
+def judge(ranking: pd.DataFrame) -> list[Claim]:
+    """The three claims on the ranking: the sharpest previous-token head's ratio, its gap to the next, and the share
+    of previous-token heads."""
+    prev = ranking[ranking.is_prev_token]
+    ratios = prev.ratio.tolist()
+    n_prev, n_heads = count_prev_heads(ranking), len(ranking)
+    agg = head_name(*choose_aggregator(ranking)) if ratios else ""
+    none = "no previous-token head"
+    return [
+        judge_claim(
+            "sharp_prev_head",
+            {"head": agg or None, "ratio": ratios[0] if ratios else None},
+            value=ratios[0] if ratios else float("nan"),
+            head=agg,
+            shown=f"ratio {ratios[0]:.3g}" if ratios else none,
+        ),
+        judge_claim(
+            "sharpest_stands_alone",
+            {"ratios": ratios[:2], "heads": prev.name.tolist()[:2]},
+            value=(ratios[0] if ratios else float("nan"), ratios[1] if len(ratios) >= 2 else None),
+            head=agg,
+            shown=(f"{ratios[0]:.3g} vs next {ratios[1]:.3g}" if len(ratios) >= 2 else f"{ratios[0]:.3g}, alone")
+            if ratios
+            else none,
+        ),
+        judge_claim(
+            "half_prev_heads",
+            {"n_prev": n_prev, "n_heads": n_heads},
+            value=n_prev / n_heads,
+            shown=f"{n_prev} of {n_heads} heads ({n_prev / n_heads:.0%})",
+        ),
+    ]
+
+
+def figure(ranking: pd.DataFrame, diag: torch.Tensor, n_layers: int, n_heads: int, label: str) -> dict:
+    """``{"ratio_grid": ..., "diagonal_masses": ...}``: the previous-token heads' ratios on a layer x head grid
+    (other heads blank), and the first :data:`N_SHOWN_OFFSETS` diagonal masses of every head in ranking order."""
+    grid = np.full((n_layers, n_heads), np.nan)
+    for r in ranking.itertuples():
+        grid[r.layer, r.head] = r.ratio if r.is_prev_token else np.nan
+    ratio_grid = heatmap(
+        grid,
+        x=list(range(n_heads)),
+        y=list(range(n_layers)),
+        colorscale="Viridis_r",
+        xlabel="head",
+        ylabel="layer",
+        title=f"{label}: previous-token ratio (second / greatest diagonal)<br><sup>previous-token "
+        f"heads only; lower = sharper; blank = not a previous-token head</sup>",
+        text=[[f"L{l}H{h}" for h in range(n_heads)] for l in range(n_layers)],
+        hovertemplate="%{text}: %{z:.3f}",
+        zmin=0,
+        zmax=1,
+        colorbar=dict(title="ratio"),
+    )
+    n_show = min(diag.shape[-1], N_SHOWN_OFFSETS)
+    order = ranking["name"].tolist()
+    z = np.stack([diag[r.layer, r.head, :n_show].numpy() for r in ranking.itertuples()])
+    masses = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(range(n_show)),
+            y=order,
+            colorscale="Viridis",
+            zmin=0,
+            zmax=1,
+            colorbar=dict(title="mean attention"),
+        )
+    )
+    masses.update_layout(
+        title=f"{label}: mean attention per diagonal (heads in ranking order)",
+        xaxis_title="offset q - k (1 = previous token)",
+        yaxis_title="head",
+        height=max(500, 12 * len(order)),
+    )
+    masses.update_xaxes(dtick=1)
+    masses.update_yaxes(autorange="reversed")
+    return {"ratio_grid": ratio_grid, "diagonal_masses": masses}
+
+
+def rank_prev_heads(
+    model=None,
+    prompts: torch.Tensor | None = None,
+    *,
+    include_bos: bool = False,
+    batch_size: int = 8,
+    bf16: bool = False,
+    engine: str = "auto",
+    progress: bool = True,
+    run: ModelRun | None = None,
+) -> ClaimResult:
+    """Rank every head by how previous-token-like it is and judge the post's taxonomy claims on the ranking.
+
+    Args:
+        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``), or an nnsight
+            :class:`~gpt2_posheads.model.traced.TracedModel` (then ``engine`` is ``"nnsight"``).
+        prompts: ``[batch, pos]`` token ids (default: 64 natural-text prompts of 256 tokens).
+        include_bos: count attention to key 0 in the diagonals (the post leaves it out: heads park spare attention
+            there).
+        batch_size: prompts per forward pass.
+        bf16: bfloat16 matmuls (softmax, LayerNorm and the residual in float32; diagonal masses within ~1e-3);
+            float32 where the CPU has no native bfloat16, said once.
+        engine: ``"auto"`` (the hook-free fast path where it reproduces the model), ``"fast"``, ``"hooks"``, or
+            ``"nnsight"`` (every pattern reduced inside an nnsight trace; the engine of a traced model).
+        progress: a progress bar over the batches.
+        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims; with the default options
+            its ranking is used when it has one, and kept in it when it has none.
+
+    Returns:
+        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``sharp_prev_head``,
+        ``sharpest_stands_alone``, ``half_prev_heads``), ``numbers`` (``n_heads``, ``n_prev_token_heads``,
+        ``aggregator``, ``top``: the eleven first heads with the post's ratio on GPT-2 small, ...), ``tables``
+        (``ranking``: one row per head), ``figures`` (``ratio_grid``, ``diagonal_masses``).
+    """
+    if engine not in (*ENGINES, NNSIGHT):
+        raise ValueError(f"engine: {engine!r} is not an engine; allowed {', '.join((*ENGINES, NNSIGHT))}")
+    if include_bos and engine == "fast":
+        raise ValueError("include_bos: the fast engine leaves key 0 out; use engine='auto' or 'hooks' to include it")
+    if batch_size < 1:
+        raise ValueError(f"batch_size: {batch_size} is out of range; allowed >= 1")
+    traced = is_traced(run.model if run is not None else model)
+    if traced and engine == "auto":
+        engine = NNSIGHT  # the only engine of a traced model
+    if traced != (engine == NNSIGHT):
+        raise ValueError(
+            f"engine: {engine!r} needs {'an nnsight traced model' if engine == NNSIGHT else 'a TransformerLens model'}"
+            f", got {type(run.model if run is not None else model).__name__}"
+        )
+    run = as_run(model, prompts, run, n_prompts=64, seq_len=256, traced=traced)
+    shared = not include_bos and not bf16 and engine == "auto" and batch_size == 8  # what ModelRun.ranked() computes
+    if shared and run.diag is not None and run.ranking is not None:
+        ranking, diag, n_offsets = run.ranking, run.diag, int(run.diag.shape[-1])
+    else:
+        ranking, diag, n_offsets = measure(
+            run.model,
+            run.prompts,
+            include_bos=include_bos,
+            batch_size=batch_size,
+            bf16=bf16,
+            engine=engine,
+            progress=progress,
+        )
+        if shared:
+            run.diag, run.ranking = diag, ranking
+    result = ClaimResult("rank_prev_heads", run.label)
+    result.claims = judge(ranking)
+    gpt2 = is_gpt2_small(run.model)
+    # the post's per-head ratios belong to GPT-2 small's heads only, never to another model's head of that name
+    top = [
+        {
+            "name": r.name,
+            "ratio": r.ratio,
+            "top_offset": r.top_offset,
+            **({"post_ratio": POST_TOP.get(r.name)} if gpt2 else {}),
+        }
+        for r in ranking.head(11).itertuples()
+    ]
+    result.numbers.update(
+        exclude_bos=not include_bos,
+        bf16=bf16,
+        n_offsets=n_offsets,
+        n_heads=len(ranking),
+        n_prev_token_heads=count_prev_heads(ranking),
+        post_n_prev_token_heads=POST_N_PREV,
+        aggregator=head_name(*choose_aggregator(ranking)),
+        top=top,
+    )
+    result.table(ranking, "ranking")
+    figs = figure(ranking, diag, run.model.cfg.n_layers, run.model.cfg.n_heads, run.label)
+    result.figure(figs["ratio_grid"], "ratio_grid")
+    result.figure(figs["diagonal_masses"], "diagonal_masses", height=max(500, 12 * len(ranking)))
+    return result
