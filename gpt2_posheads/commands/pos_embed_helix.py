@@ -7,36 +7,16 @@ The extended positional embeddings (the residual stream on repeated-token prompt
 token's rows) exist for every model; W_pos's helix only for a model with learned absolute positions (else that claim
 is not testable). A helix: the top three principal components explain >= 60% of the variance and the third carries
 >= twice the fourth.
+The claim as a function: gpt2_posheads.posts.p004.pos_embed_helix (gpt2_posheads/posts/p004/helix.py).
 """
 
 from pathlib import Path
 
-from gpt2_posheads.analysis.geometry import pca
-from gpt2_posheads.analysis.posembed import (
-    centred_w_pos,
-    default_bos,
-    extended_pos_embeddings,
-    load_w_pos,
-    token_rows,
-)
-from gpt2_posheads.claims.gpt2_post import judge_claim
-from gpt2_posheads.claims.verdicts import Precondition
-from gpt2_posheads.cli import Output, experiment_parser, note, positive, setup
-from gpt2_posheads.cli.experiment import wpos_reason
+from gpt2_posheads.cli import Output, experiment_parser, positive, setup
+from gpt2_posheads.cli.experiment import capped_seq_len
 from gpt2_posheads.cli.output import default_target
-from gpt2_posheads.report.plotting import scatter3d_positions
-
-
-def helix_figure(x, title):
-    """The points on their top-3 principal components, and the top-4 explained-variance ratios (the rule's input)."""
-    _, evr, proj = pca(x, 4)
-    labels = [f"PC{i + 1} ({100 * float(v):.0f}% of variance)" for i, v in enumerate(evr[:3])]
-    return scatter3d_positions({"positions": proj[:, :3]}, title=title, axis_titles=labels), [float(v) for v in evr]
-
-
-def shown(evr) -> str:
-    e = [float(x) for x in evr]
-    return ", ".join(f"{x:.0%}" for x in e[:3]) + f" in the top 3 PCs (fourth {e[3]:.1%})"
+from gpt2_posheads.posts.p004 import helix as claim
+from gpt2_posheads.posts.p004._run import ModelRun
 
 
 def main(argv=None):
@@ -54,65 +34,19 @@ def main(argv=None):
     positive("--n-prompts", args.n_prompts)
     positive("--seq-len", args.seq_len, 2)
     if args.w_pos:
-        w = load_w_pos(args.w_pos)  # checks the file before any output is written
-        target = Path(args.out) if args.out else default_target("pos_embed_helix", Path(args.w_pos).stem)
+        result = claim.pos_embed_helix(w_pos=args.w_pos)  # the file is read and checked before any output opens
+        target = Path(args.out) if args.out else default_target("pos_embed_helix", result.model)
         out = Output.open(target, "pos_embed_helix", png=not args.no_png, force=args.force)
-        fig, evr = helix_figure(centred_w_pos(w), f"W_pos from {args.w_pos}: top-3 PCA")
-        out.figure(fig, "w_pos_helix")
-        summary = {
-            "model": Path(args.w_pos).stem,
-            "w_pos": {
-                "source": args.w_pos,
-                "shape": list(w.shape),
-                "explained_variance_top4": evr,
-                "row0_norm": float(w[0].norm()),
-                "last_row_norm": float(w[-1].norm()),
-            },
-        }
-        claims = [judge_claim("wpos_helix", {"top4": evr}, value=evr, shown=shown(evr))]
+        context = {"model": result.model}
     else:
         exp = setup(args, __file__, prompts=False, ranking=False, layer_final=True)
-        model, out = exp.model, exp.out
-        seq_len = args.seq_len
-        if seq_len is not None and seq_len > model.cfg.n_ctx:
-            note(f"--seq-len {seq_len} is capped at the model's context, {model.cfg.n_ctx}")
-            seq_len = model.cfg.n_ctx
-        reason = wpos_reason(model, exp.label)
-        claims, summary = [], {**exp.describe(), "layer": args.layer, "n_prompts": args.n_prompts}
-        if reason is None:
-            fig, evr = helix_figure(centred_w_pos(load_w_pos(model), seq_len), f"{exp.label}: W_pos, top-3 PCA")
-            out.figure(fig, "w_pos_helix")
-            summary["w_pos"] = {"explained_variance_top4": evr}
-            claims.append(judge_claim("wpos_helix", {"top4": evr}, value=evr, shown=shown(evr)))
-        else:
-            claims.append(
-                judge_claim(
-                    "wpos_helix",
-                    {"not_applicable": reason},
-                    value=[float("nan")] * 4,
-                    preconditions=[Precondition("the model has W_pos", False, reason)],
-                )
-            )
-        bos = default_bos(model)
-        ext = extended_pos_embeddings(
-            model, args.layer, n_prompts=args.n_prompts, seq_len=seq_len, seed=args.seed, progress=True, bos=bos
+        seq_len = capped_seq_len(exp.model, args.seq_len) if args.seq_len is not None else None
+        result = claim.pos_embed_helix(
+            layer=args.layer, n_prompts=args.n_prompts, seq_len=seq_len, seed=args.seed, run=ModelRun.of(exp)
         )
-        fig2, evr2 = helix_figure(
-            token_rows(ext, bos), f"{exp.label}: extended positional embeddings at layer {args.layer}, top-3 PCA"
-        )
-        out.figure(fig2, f"ext_pos_helix_L{args.layer}")
-        summary["ext"] = {"explained_variance_top4": evr2, "after_bos": bos}
-        claims.append(
-            judge_claim(
-                "ext_helix",
-                {"layer": args.layer, "top4": evr2},
-                value=evr2,
-                shown=f"layer {args.layer}: " + shown(evr2),
-            )
-        )
-    for k, v in summary.items():
+        out, context = exp.out, exp.describe()
+    for k, v in result.numbers.items():
         if isinstance(v, dict) and "explained_variance_top4" in v:
             e = [round(float(x), 3) for x in v["explained_variance_top4"]]
             print(f"{k}: top-4 PCs explain {e}; GPT-2 W_pos: ~0.33, 0.32, 0.25, 0.035")
-    out.summary(summary, claims)
-    out.commit()
+    result.write(out, context)

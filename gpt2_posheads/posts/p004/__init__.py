@@ -10,6 +10,7 @@ prompts and one ranking, make the run once::
 """
 
 from ._run import ModelRun, model_run
+from .helix import pos_embed_helix
 from .masking import mask_prev_attention
 from .ranking import rank_prev_heads
 
@@ -17,5 +18,6 @@ __all__ = [
     "ModelRun",
     "mask_prev_attention",
     "model_run",
+    "pos_embed_helix",
     "rank_prev_heads",
 ]

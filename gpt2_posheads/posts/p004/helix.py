@@ -1,0 +1,173 @@
+"""``W_pos`` and the extended positional embeddings lie on a helix (GPT-2 post).
+
+The post plots GPT-2 small's ``W_pos`` on its top three principal components (33%, 32% and 25% of the variance; the
+fourth 3.5%): a helix. The extended positional embeddings (the residual stream on repeated-token prompts, centred;
+the repeated token's rows after BOS) at layer 2 make the same shape. Here:
+
+* **measure** — the top-4 explained-variance ratios of ``W_pos`` (centred) and of the extended positional
+  embeddings at ``layer`` (:func:`~gpt2_posheads.analysis.posembed.extended_pos_embeddings`), and the points on the
+  top three components; ``W_pos`` can be measured alone, from a file, with no model;
+* **judge** — ``wpos_helix`` and ``ext_helix`` (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`): the top three
+  components explain >= 60% of the variance and the third carries >= twice the fourth; ``wpos_helix`` is not
+  testable on a model without learned absolute positions;
+* **figure** — each point set on its top three components, coloured by position.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ...analysis.geometry import pca
+from ...analysis.posembed import centred_w_pos, default_bos, extended_pos_embeddings, load_w_pos, token_rows
+from ...claims.gpt2_post import judge_claim
+from ...claims.verdicts import Claim, Precondition
+from ...cli.args import note
+from ...cli.experiment import wpos_reason
+from ...model.validation import check_layer
+from ...report.plotting import scatter3d_positions
+from ..result import ClaimResult
+from ._run import ModelRun, model_only
+
+CLAIM_KEYS = ("wpos_helix", "ext_helix")
+
+
+def helix(x: torch.Tensor) -> tuple[list[float], torch.Tensor]:
+    """``(top-4 explained-variance ratios, the centred rows on the top three components [n, 3])`` of ``x``
+    ``[n, d_model]``: what the helix rule reads and what the figure draws."""
+    _, evr, proj = pca(x, 4)
+    return [float(v) for v in evr], proj[:, :3]
+
+
+def measure(
+    model, layer: int, n_prompts: int, seq_len: int | None, seed: int, label: str, progress: bool = True
+) -> dict:
+    """``{"w_pos": (evr, points) or None, "wpos_reason": why there is none, "ext": (evr, points), "after_bos"}``:
+    :func:`helix` of the model's centred ``W_pos`` (its first ``seq_len`` rows) and of the extended positional
+    embeddings at ``layer`` (the repeated token's rows, ``[seq_len - after_bos, d_model]``)."""
+    reason = wpos_reason(model, label)
+    w = helix(centred_w_pos(load_w_pos(model), seq_len)) if reason is None else None
+    bos = default_bos(model)
+    ext = extended_pos_embeddings(
+        model, layer, n_prompts=n_prompts, seq_len=seq_len, seed=seed, progress=progress, bos=bos
+    )
+    return {"w_pos": w, "wpos_reason": reason, "ext": helix(token_rows(ext, bos)), "after_bos": bos}
+
+
+def shown(evr: list[float]) -> str:
+    return ", ".join(f"{x:.0%}" for x in evr[:3]) + f" in the top 3 PCs (fourth {evr[3]:.1%})"
+
+
+def judge(w_evr: list[float] | None, reason: str | None, ext_evr: list[float] | None, layer: int) -> list[Claim]:
+    """``wpos_helix`` on ``W_pos``'s ratios (not testable for ``reason`` when there are none) and, with a model,
+    ``ext_helix`` on the extended embeddings' at ``layer``."""
+    if w_evr is not None:
+        claims = [judge_claim("wpos_helix", {"top4": w_evr}, value=w_evr, shown=shown(w_evr))]
+    else:
+        claims = [
+            judge_claim(
+                "wpos_helix",
+                {"not_applicable": reason},
+                value=[float("nan")] * 4,
+                preconditions=[Precondition("the model has W_pos", False, reason)],
+            )
+        ]
+    if ext_evr is not None:
+        claims.append(
+            judge_claim(
+                "ext_helix", {"layer": layer, "top4": ext_evr}, value=ext_evr, shown=f"layer {layer}: " + shown(ext_evr)
+            )
+        )
+    return claims
+
+
+def figure(evr: list[float], points: torch.Tensor, title: str):
+    """The points on their top three components, each axis titled with its share of the variance."""
+    labels = [f"PC{i + 1} ({100 * float(v):.0f}% of variance)" for i, v in enumerate(evr[:3])]
+    return scatter3d_positions({"positions": points}, title=title, axis_titles=labels)
+
+
+def pos_embed_helix(
+    model=None,
+    *,
+    w_pos: str | Path | torch.Tensor | None = None,
+    layer: int = 2,
+    n_prompts: int = 16,
+    seq_len: int | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    run: ModelRun | None = None,
+) -> ClaimResult:
+    """The top-3 PCA of ``W_pos`` and of the extended positional embeddings at ``layer``, judged as helices.
+
+    Args:
+        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``); not with ``w_pos``.
+        w_pos: instead of a model, ``W_pos`` ``[n_ctx, d_model]`` itself or a ``.npy``/``.pt`` file of it: only
+            ``wpos_helix`` is judged (GPT-2 small's own: ``gpt2_posheads.model.paths.GPT2_W_POS``).
+        layer: the layer of the extended positional embeddings (``0..n_layers``; ``n_layers`` = the final residual).
+        n_prompts: repeated-token prompts averaged.
+        seq_len: positions (default: the model's context; capped at it, and said).
+        seed: the seed of the repeated tokens.
+        progress: a progress bar over the batches.
+        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (its model and label; the
+            claim makes its own repeated-token prompts).
+
+    Returns:
+        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``wpos_helix``, and ``ext_helix`` with a
+        model), ``numbers`` (``w_pos`` and ``ext``: each ``explained_variance_top4``), ``figures`` (``w_pos_helix``,
+        ``ext_pos_helix_L<layer>``).
+    """
+    if w_pos is not None:
+        if model is not None or run is not None:
+            raise ValueError("w_pos: measured alone, without a model; pass either w_pos or model/run")
+        return _w_pos_only(w_pos)
+    run = model_only(model, run)
+    model = run.model
+    check_layer(model, layer, allow_final=True)
+    if n_prompts < 1:
+        raise ValueError(f"n_prompts: {n_prompts} is out of range; allowed >= 1")
+    if seq_len is not None:
+        if seq_len < 2:
+            raise ValueError(f"seq_len: {seq_len} is out of range; allowed >= 2 (a position after the first)")
+        if seq_len > model.cfg.n_ctx:
+            note(f"seq_len {seq_len} is capped at the model's context, {model.cfg.n_ctx}")
+            seq_len = model.cfg.n_ctx
+    m = measure(model, layer, n_prompts, seq_len, seed, run.label, progress)
+    result = ClaimResult("pos_embed_helix", run.label)
+    result.numbers.update(layer=layer, n_prompts=n_prompts)
+    if m["w_pos"] is not None:
+        evr, points = m["w_pos"]
+        result.figure(figure(evr, points, f"{run.label}: W_pos, top-3 PCA"), "w_pos_helix")
+        result.numbers["w_pos"] = {"explained_variance_top4": evr}
+    ext_evr, ext_points = m["ext"]
+    title = f"{run.label}: extended positional embeddings at layer {layer}, top-3 PCA"
+    result.figure(figure(ext_evr, ext_points, title), f"ext_pos_helix_L{layer}")
+    result.numbers["ext"] = {"explained_variance_top4": ext_evr, "after_bos": m["after_bos"]}
+    result.claims = judge(m["w_pos"][0] if m["w_pos"] else None, m["wpos_reason"], ext_evr, layer)
+    return result
+
+
+def _w_pos_only(w_pos) -> ClaimResult:
+    """``wpos_helix`` on a given ``W_pos`` (a tensor, or a file read by
+    :func:`~gpt2_posheads.analysis.posembed.load_w_pos`)."""
+    if isinstance(w_pos, torch.Tensor):
+        if w_pos.ndim != 2:
+            raise ValueError(f"w_pos: has shape {tuple(w_pos.shape)}; W_pos must be a [n_ctx, d_model] matrix")
+        w, source, label = w_pos.detach().float().cpu(), "given tensor", "W_pos"
+    elif isinstance(w_pos, (str, Path)):
+        w, source, label = load_w_pos(w_pos), str(w_pos), Path(w_pos).stem
+    else:
+        raise TypeError(f"w_pos: a [n_ctx, d_model] tensor or a .npy/.pt file is needed, got {type(w_pos).__name__}")
+    evr, points = helix(centred_w_pos(w))
+    result = ClaimResult("pos_embed_helix", label)
+    result.figure(figure(evr, points, f"W_pos from {source}: top-3 PCA"), "w_pos_helix")
+    result.numbers["w_pos"] = {
+        "source": source,
+        "shape": list(w.shape),
+        "explained_variance_top4": evr,
+        "row0_norm": float(w[0].norm()),
+        "last_row_norm": float(w[-1].norm()),
+    }
+    result.claims = judge(evr, None, None, 0)
+    return result
