@@ -10,12 +10,14 @@ prompts and one ranking, make the run once::
 """
 
 from ._run import ModelRun, model_run
+from .extended import ext_pos_vs_wpe
 from .helix import pos_embed_helix
 from .masking import mask_prev_attention
 from .ranking import rank_prev_heads
 
 __all__ = [
     "ModelRun",
+    "ext_pos_vs_wpe",
     "mask_prev_attention",
     "model_run",
     "pos_embed_helix",

@@ -1,0 +1,299 @@
+"""Extended positional embeddings: the positional part of the residual stream keeps ``W_pos``'s subspace, grows
+sparser and barely depends on the token (GPT-2 post, "Concept: extended positional embeddings").
+
+The extended positional embedding at a layer is the residual stream on repeated-token prompts (BOS, then one token
+repeated), centred over the positions and averaged over tokens. The post finds it at layer 2 within 8-10 degrees of
+``W_pos``'s top-3 subspace, about three times sparser than ``W_pos``, and nearly the same whatever the token. Here:
+
+* **measure** — per layer ``0..n_layers`` (the input of each block, then the final residual): the principal angles
+  to ``W_pos`` (:func:`~gpt2_posheads.analysis.geometry.principal_angles`), the share of large entries
+  (:func:`~gpt2_posheads.analysis.geometry.large_entry_fraction`) and the token dependence
+  (:func:`~gpt2_posheads.analysis.geometry.token_dependence`), all on the repeated token's rows (after BOS);
+* **judge** — ``ext_same_subspace``, ``ext_sparser`` and ``ext_token_independent``
+  (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`) at layer 2 (or the last layer of a shallower model); the
+  comparisons with ``W_pos`` are not testable on a model without learned absolute positions, a subspace comparison
+  not on one whose ``W_pos`` is no helix, and the token dependence not where the extended embeddings are none;
+* **figure** — both point sets on three bases (``W_pos``'s components, the extended embeddings', both together) at
+  ``layer``, and the angles, the sparsity and the token dependence per layer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from ...analysis.geometry import large_entry_fraction, pca, principal_angles, project, token_dependence
+from ...analysis.posembed import (
+    centred_w_pos,
+    default_bos,
+    extended_pos_embeddings_by_layer,
+    load_w_pos,
+    token_rows,
+)
+from ...claims.gpt2_post import helix_precondition, judge_claim
+from ...claims.verdicts import Claim, Precondition
+from ...cli.args import note
+from ...cli.experiment import wpos_reason
+from ...model.validation import check_layer
+from ...report.plotting import line_figure
+from ..result import ClaimResult
+from ._run import ModelRun, model_only
+
+CLAIM_KEYS = ("ext_same_subspace", "ext_sparser", "ext_token_independent")
+SPARSITY_RULE = "fraction of entries with |x| > 1 * RMS of the matrix (the repeated token's rows)"
+POST_LAYER2_ANGLES_DEG = [8, 9, 10]
+POST_SPARSITY_RATIO = 3.0
+
+
+def measure(
+    model,
+    seq_len: int,
+    n_prompts: int,
+    n_token_dependence: int,
+    k: int,
+    seed: int,
+    label: str,
+    progress: bool = True,
+) -> dict:
+    """``{"per_layer", "ext", "w_pos", "wpos_reason", "after_bos"}``: the per-layer DataFrame (``layer``,
+    ``large_entry_fraction``, ``norm``, ``token_dependence``, ``angle_<i>_deg`` with ``W_pos``,
+    ``sparsity_vs_layer0``), the extended embeddings ``{layer: [seq_len - after_bos, d_model]}`` and ``W_pos`` on
+    the same rows (``None``, and why, without learned positions). The token dependence runs on
+    ``n_token_dependence`` other tokens (seed ``seed + 1``), kept apart."""
+    reason = wpos_reason(model, label)
+    layers = list(range(model.cfg.n_layers + 1))
+    bos = default_bos(model)
+    ext = extended_pos_embeddings_by_layer(
+        model, layers, n_prompts=n_prompts, seq_len=seq_len, seed=seed, progress=progress, bos=bos
+    )
+    _, per_tok = extended_pos_embeddings_by_layer(
+        model, layers, n_prompts=n_token_dependence, seq_len=seq_len, seed=seed + 1, return_per_token=True, bos=bos
+    )
+    # geometry on the repeated token's rows (after BOS), and W_pos on the same positions
+    ext = {l: token_rows(e, bos) for l, e in ext.items()}
+    per_tok = {l: e[:, int(bos) :] for l, e in per_tok.items()}
+    w = token_rows(centred_w_pos(load_w_pos(model), seq_len, bos=bos), bos) if reason is None else None
+    rows = []
+    for l in layers:
+        row = {
+            "layer": l,
+            "large_entry_fraction": large_entry_fraction(ext[l]),
+            "norm": float(ext[l].norm()),
+            "token_dependence": token_dependence(per_tok[l]),
+        }
+        if w is not None:
+            row.update({f"angle_{i + 1}_deg": a for i, a in enumerate(principal_angles(w, ext[l], k=k).tolist())})
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    df["sparsity_vs_layer0"] = df["large_entry_fraction"][0] / df["large_entry_fraction"]
+    return {"per_layer": df, "ext": ext, "w_pos": w, "wpos_reason": reason, "after_bos": bos}
+
+
+def judged_layer(n_layers: int) -> int:
+    """The layer the claims are judged at: the post's layer 2, or the final residual of a shallower model."""
+    return min(2, n_layers)
+
+
+def judge(m: dict, k: int, n_layers: int) -> tuple[list[Claim], list[float], float]:
+    """``(claims, angles at the judged layer, mean sparsity ratio over layers > 0)`` of a :func:`measure`."""
+    df, w, reason = m["per_layer"], m["w_pos"], m["wpos_reason"]
+    l2 = judged_layer(n_layers)
+    a2 = df.set_index("layer").loc[l2]
+    has_w = [Precondition("the model has learned absolute positions (W_pos)", w is not None, reason or "")]
+    w_helix = [helix_precondition(pca(w, 4)[1].tolist(), "W_pos")] if w is not None else []
+    ext_helix = helix_precondition(pca(m["ext"][l2], 4)[1].tolist(), f"the extended embeddings at layer {l2}")
+    angles = [float(a2[f"angle_{i + 1}_deg"]) for i in range(k)] if w is not None else [float("nan")]
+    sparsity = float(df.sparsity_vs_layer0[1:].mean())
+    spread = float(a2.token_dependence)
+    claims = [
+        judge_claim(
+            "ext_same_subspace",
+            {"layer": l2, "angles_deg": angles},
+            value=max(angles),
+            preconditions=has_w + w_helix,
+            shown=f"layer {l2}: " + ", ".join(f"{a:.3g}°" for a in angles),
+        ),
+        judge_claim(
+            "ext_sparser",
+            {"ratio": sparsity, "per_layer": df.large_entry_fraction.tolist()},
+            value=sparsity,
+            preconditions=has_w,
+            shown=f"{sparsity:.3g}x fewer large entries",
+        ),
+        judge_claim(
+            "ext_token_independent",
+            {"layer": l2, "spread": spread},
+            value=spread,
+            preconditions=[ext_helix],
+            shown=f"relative spread {spread:.3g}",
+        ),
+    ]
+    return claims, angles, sparsity
+
+
+def three_panel(w: torch.Tensor, ext: torch.Tensor, layer: int, label: str) -> go.Figure:
+    """Both point sets on three bases; each scene's axes span the 1st-99th percentile of its points, so one
+    outlying position (GPT-2's W_pos[0] has norm 9.9) does not squash the rest."""
+    both = torch.cat([w, ext])
+    bases = {
+        "W_pos PCs": pca(w, 3)[0],
+        f"layer-{layer} extended PCs": pca(ext, 3)[0],
+        "concatenated PCs": pca(both, 3)[0],
+    }
+    fig = make_subplots(
+        rows=1, cols=3, specs=[[{"type": "scene"}] * 3], subplot_titles=list(bases), horizontal_spacing=0.02
+    )
+    scenes, clipped = {}, 0
+    for i, (_name, comps) in enumerate(bases.items()):
+        pts = []
+        for lab, x, colour in ((f"extended L{layer}", ext, "red"), ("W_pos", w, "blue")):
+            p = project(x, comps).numpy()
+            pts.append(p)
+            fig.add_trace(
+                go.Scatter3d(
+                    x=p[:, 0],
+                    y=p[:, 1],
+                    z=p[:, 2],
+                    mode="markers",
+                    name=lab,
+                    marker=dict(size=2, color=colour),
+                    showlegend=i == 0,
+                ),
+                row=1,
+                col=i + 1,
+            )
+        allp = np.concatenate(pts)
+        lo, hi = np.percentile(allp, 1, axis=0), np.percentile(allp, 99, axis=0)
+        pad = 0.1 * (hi - lo)
+        clipped = max(clipped, int((((allp < lo - pad) | (allp > hi + pad)).any(axis=1)).sum()))
+        scenes["scene" if i == 0 else f"scene{i + 1}"] = dict(
+            xaxis=dict(title="PC1", range=[lo[0] - pad[0], hi[0] + pad[0]]),
+            yaxis=dict(title="PC2", range=[lo[1] - pad[1], hi[1] + pad[1]]),
+            zaxis=dict(title="PC3", range=[lo[2] - pad[2], hi[2] + pad[2]]),
+            aspectmode="cube",
+            camera=dict(eye=dict(x=1.9, y=1.9, z=1.3), center=dict(x=0, y=0, z=-0.1)),  # a third of the width each
+        )
+    fig.update_layout(
+        title=f"{label}: extended positional embeddings at layer {layer} (red) and W_pos (blue)<br><sup>"
+        f"axes cover the 1st-99th percentile of the points; {clipped} outlying position(s) lie "
+        f"off the axes</sup>",
+        height=620,
+        margin=dict(l=20, r=20, t=100, b=20),
+        **scenes,
+    )
+    return fig
+
+
+def figure(m: dict, layer: int, k: int, label: str) -> dict:
+    """``{stem: figure}``: with ``W_pos``, the three-panel comparison at ``layer`` (``three_panel_L<layer>``) and the
+    principal angles per layer; always the sparsity and the token dependence per layer."""
+    df, w = m["per_layer"], m["w_pos"]
+    figs = {}
+    if w is not None:
+        figs[f"three_panel_L{layer}"] = three_panel(w, m["ext"][layer], layer, label)
+        fig = line_figure(
+            {f"angle {i + 1}": (df.layer, df[f"angle_{i + 1}_deg"]) for i in range(k)},
+            title=f"{label}: principal angles between W_pos and the extended positional embeddings",
+            xlabel="layer (input of the block)",
+            ylabel="degrees",
+            mode="lines+markers",
+        )
+        fig.update_xaxes(dtick=1)
+        figs["principal_angles"] = fig
+    for col, title, ylabel, name in (
+        (
+            "large_entry_fraction",
+            "share of large entries (|x| > the matrix's RMS); lower = sparser",
+            "share of entries with |x| > RMS",
+            "sparsity",
+        ),
+        (
+            "token_dependence",
+            "token dependence of the extended positional embeddings",
+            "relative spread across repeated tokens",
+            "token_dependence",
+        ),
+    ):
+        fig = line_figure(
+            {col.replace("_", " "): (df.layer, df[col])},
+            title=f"{label}: {title}",
+            xlabel="layer (input of the block)",
+            ylabel=ylabel,
+            mode="lines+markers",
+        )
+        fig.update_xaxes(dtick=1)
+        figs[name] = fig
+    return figs
+
+
+def ext_pos_vs_wpe(
+    model=None,
+    *,
+    layer: int = 2,
+    n_prompts: int = 16,
+    n_token_dependence: int = 4,
+    seq_len: int | None = None,
+    k: int = 3,
+    seed: int = 0,
+    progress: bool = True,
+    run: ModelRun | None = None,
+) -> ClaimResult:
+    """The extended positional embeddings against ``W_pos``, layer by layer, and the post's three claims on them.
+
+    Args:
+        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``).
+        layer: the layer of the three-panel figure (``0..n_layers``; ``n_layers`` = the final residual); the
+            claims are judged at layer 2 (or the final residual of a shallower model), as the post.
+        n_prompts: repeated-token prompts averaged.
+        n_token_dependence: tokens kept apart to measure the token dependence (>= 2).
+        seq_len: positions (default: the model's context; capped at it, and said).
+        k: the dimension of the subspaces compared by principal angles (``1..min(d_model, seq_len)``).
+        seed: the seed of the repeated tokens (``seed + 1`` for the token-dependence tokens).
+        progress: a progress bar over the batches.
+        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (its model and label; the
+            claim makes its own repeated-token prompts).
+
+    Returns:
+        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``ext_same_subspace``, ``ext_sparser``,
+        ``ext_token_independent``), ``numbers`` (``per_layer``, ``layer2_angles_deg``,
+        ``mean_sparsity_ratio_layers_gt0`` beside the post's, ...), ``tables`` (``per_layer``: one row per layer),
+        ``figures`` (``three_panel_L<layer>`` and ``principal_angles`` with ``W_pos``, ``sparsity``,
+        ``token_dependence``).
+    """
+    run = model_only(model, run)
+    model = run.model
+    check_layer(model, layer, allow_final=True)
+    if n_prompts < 1:
+        raise ValueError(f"n_prompts: {n_prompts} is out of range; allowed >= 1")
+    if n_token_dependence < 2:
+        raise ValueError(f"n_token_dependence: {n_token_dependence} is out of range; allowed >= 2 (a spread)")
+    if seq_len is not None and seq_len < 2:
+        raise ValueError(f"seq_len: {seq_len} is out of range; allowed >= 2 (a position after the first)")
+    n_ctx = model.cfg.n_ctx
+    if seq_len is not None and seq_len > n_ctx:
+        note(f"seq_len {seq_len} is capped at the model's context, {n_ctx}")
+    seq_len = min(seq_len or n_ctx, n_ctx)
+    if not 1 <= k <= min(model.cfg.d_model, seq_len):
+        raise ValueError(f"k: {k} is out of range; allowed 1..{min(model.cfg.d_model, seq_len)} (d_model, seq_len)")
+    m = measure(model, seq_len, n_prompts, n_token_dependence, k, seed, run.label, progress)
+    result = ClaimResult("ext_pos_vs_wpe", run.label)
+    result.claims, angles, sparsity = judge(m, k, model.cfg.n_layers)
+    result.table(m["per_layer"], "per_layer")
+    for stem, fig in figure(m, layer, k, run.label).items():
+        result.figure(fig, stem, **({"width": 1500} if stem.startswith("three_panel") else {}))
+    result.numbers.update(
+        seq_len=seq_len,
+        n_prompts=n_prompts,
+        k=k,
+        sparsity_rule=SPARSITY_RULE,
+        after_bos=m["after_bos"],
+        per_layer=m["per_layer"],
+        layer2_angles_deg=angles,
+        post_layer2_angles_deg=POST_LAYER2_ANGLES_DEG,
+        mean_sparsity_ratio_layers_gt0=sparsity,
+        post_sparsity_ratio=POST_SPARSITY_RATIO,
+    )
+    return result
