@@ -14,12 +14,14 @@ from .extended import ext_pos_vs_wpe
 from .helix import pos_embed_helix
 from .masking import mask_prev_attention
 from .ranking import rank_prev_heads
+from .wpos_averaging import pos_embed_averaging
 
 __all__ = [
     "ModelRun",
     "ext_pos_vs_wpe",
     "mask_prev_attention",
     "model_run",
+    "pos_embed_averaging",
     "pos_embed_helix",
     "rank_prev_heads",
 ]

@@ -1,0 +1,251 @@
+"""Averaging ``W_pos`` rows in groups barely matters (GPT-2 post, first section).
+
+The post replaces each row of ``W_pos`` by the mean of its group of consecutive positions: up to groups of about 20
+GPT-2's output is unchanged (it still copies " apple orange" on the repeat-string prompt), it breaks down around
+groups of 50-100, and the previous-token heads L2H2, L3H3 and L4H11 are unaffected. So the heads do not read the
+exact position off ``W_pos``. Here:
+
+* **measure** — for each group size (:func:`~gpt2_posheads.analysis.interventions.average_pos_embed`): the KL
+  divergence of next-token distributions from the clean model over the prompts, the probability of the right first
+  word of the reply on each repeat-string prompt, and the previous-token mass (offset-1 diagonal) of each head;
+* **judge** — ``avg_output_unchanged``, ``avg_breaks_down`` and ``avg_prev_heads_unaffected``
+  (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`); a claim whose reference group size (10 or 20) was not measured is
+  not testable, the output claims are not testable on a model that does not copy the clean prompt (or whose context
+  cannot hold it), and every claim on a model without learned absolute positions;
+* **figure** — the KL, the probabilities and the previous-token masses against the group size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from ...analysis.diagonals import diagonal_attention
+from ...analysis.interventions import average_pos_embed
+from ...analysis.measures import kl_divergence, next_token_probs
+from ...analysis.repeat_prompt import RepeatPrompt, repeat_string_prompt
+from ...claims.gpt2_post import judge_claim, model_copies, prev_head_precondition
+from ...claims.verdicts import Claim, Precondition
+from ...cli.args import note
+from ...cli.experiment import one_token_targets, wpos_reason
+from ...cli.heads import HeadDefault
+from ...model.validation import head_name
+from ..result import ClaimResult
+from ._run import HeadsArg, ModelRun, as_run
+
+HEADS = HeadDefault(("L2H2", "L3H3", "L4H11"), "aggregator+early", what="heads whose previous-token mass is tracked")
+CLAIM_KEYS = ("avg_output_unchanged", "avg_breaks_down", "avg_prev_heads_unaffected")
+GROUP_SIZES = (1, 5, 10, 20, 50, 100)
+TARGETS = (" apple orange", " orange apple")
+
+
+def group_sizes_for(model, asked: Sequence[int], param: str = "group_sizes") -> list[int]:
+    """The group sizes measured: ``asked`` with each size above the model's context capped at it (one group then
+    holds every position; said, naming ``param``), and 1 (the clean model) added; sorted, distinct."""
+    n_ctx = model.cfg.n_ctx
+    if max(asked) > n_ctx:
+        note(
+            f"{param}: {', '.join(str(g) for g in asked if g > n_ctx)} capped at the model's context, {n_ctx} "
+            f"(one group holds every position)"
+        )
+    return sorted({min(g, n_ctx) for g in asked} | {1})
+
+
+def repeat_prompts(model, targets: list[str], seed: int) -> tuple[list[RepeatPrompt], str]:
+    """``(prompts, why there are none)``: one repeat-string prompt per target, within the model's context; none when
+    the context cannot hold even one demonstration (the output claims are then not testable)."""
+    try:
+        tok, n_ctx = model.tokenizer, model.cfg.n_ctx
+        return [repeat_string_prompt(tok, t, n_given=0, seed=seed, max_len=n_ctx) for t in targets], ""
+    except ValueError as e:
+        note(f"the repeat-string prompt does not fit: {e}; the output claims are not testable")
+        return [], str(e)
+
+
+def measure(run: ModelRun, heads: list[tuple[int, int]], groups: list[int], reps: list[RepeatPrompt]) -> list[dict]:
+    """One row per group size: ``group_size``, ``kl`` (nats, mean over the prompts' positions), ``P(<word> first |
+    <target>)`` per repeat-string prompt, ``prev_mass <head>`` per head (the offset-1 diagonal; at size 1 the run's
+    ranking diagonals)."""
+    model, rows = run.model, []
+    for g in groups:
+        hooks = average_pos_embed(g).hooks(model) if g > 1 else []
+        kl = kl_divergence(model, run.prompts, hooks) if hooks else 0.0
+        diag = run.ranked().diag if g == 1 else diagonal_attention(model, run.prompts, fwd_hooks=hooks, progress=False)
+        row = {"group_size": g, "kl": kl}
+        for r in reps:
+            probs = next_token_probs(model, r.tokens, hooks)[0]
+            row[f"P({r.next_word.strip()} first | {''.join(r.words).strip()})"] = float(
+                probs[r.next_token_id(model.tokenizer)]
+            )
+        for l, h in heads:
+            row[f"prev_mass {head_name(l, h)}"] = float(diag[l, h, 1])
+        rows.append(row)
+    return rows
+
+
+def copies_precondition(rows: list[dict], no_prompt: str) -> Precondition:
+    """The model copies every repeat-string prompt clean (or: why there was no prompt)."""
+    if no_prompt:
+        return Precondition("the repeat-string prompt fits the context", False, f"not testable here: {no_prompt}")
+    clean = rows[0]
+    return model_copies({k: v for k, v in clean.items() if k.startswith("P(")})
+
+
+def _measured(g: int, groups: list[int]) -> Precondition:
+    return Precondition(
+        f"groups of {g} were measured",
+        g in groups,
+        f"groups of {g} were not measured (--group-sizes {','.join(map(str, groups))})",
+    )
+
+
+def judge(
+    rows: list[dict], groups: list[int], heads: list[tuple[int, int]], diag: torch.Tensor, copies: Precondition
+) -> list[Claim]:
+    """The three claims on the rows of :func:`measure`: the output at groups of 20 against clean, the KL at 20
+    against the largest size (>= 50), and each head's previous-token mass at groups of 10 against clean."""
+    by_g = {r["group_size"]: r for r in rows}
+    clean = by_g[1]
+    pkeys = [k for k in clean if k.startswith("P(")]
+    names = [head_name(l, h) for l, h in heads]
+    keep = {k: (clean[k], by_g[20][k]) for k in pkeys} if 20 in by_g else {}
+    gmax = max(groups)
+    big = gmax >= 50 and 20 in by_g
+    kept = {n: (clean[f"prev_mass {n}"], by_g[10][f"prev_mass {n}"]) for n in names} if 10 in by_g else {}
+    return [
+        judge_claim(
+            "avg_output_unchanged",
+            {f"{k} clean -> g20": v for k, v in keep.items()},
+            value=keep,
+            preconditions=[_measured(20, groups), copies],
+            shown=", ".join(f"{k.split(' first')[0]} keeps {b / a:.0%}" for k, (a, b) in keep.items() if a > 0),
+        ),
+        judge_claim(
+            "avg_breaks_down",
+            {"kl_g20": by_g.get(20, {}).get("kl"), f"kl_g{gmax}": by_g[gmax]["kl"]},
+            value=(by_g[20]["kl"], by_g[gmax]["kl"], gmax) if big else (float("nan"), float("nan"), gmax),
+            preconditions=[
+                _measured(20, groups),
+                Precondition(
+                    "a group size of 50 or more was measured",
+                    gmax >= 50,
+                    f"no group size of 50 or more was measured (largest {gmax})",
+                ),
+                copies,
+            ],
+            shown=f"KL {by_g[20]['kl']:.3g} nats at 20, {by_g[gmax]['kl']:.3g} at {gmax}" if big else "",
+        ),
+        judge_claim(
+            "avg_prev_heads_unaffected",
+            {f"{n} clean -> g10": v for n, v in kept.items()},
+            value=kept,
+            head=",".join(names),
+            preconditions=[_measured(10, groups)]
+            + [prev_head_precondition(n, diag[l, h]) for n, (l, h) in zip(names, heads)],
+            shown=", ".join(f"{n} keeps {b / a:.0%}" for n, (a, b) in kept.items() if a > 0),
+        ),
+    ]
+
+
+def not_applicable(reason: str) -> list[Claim]:
+    """Every claim not testable: ``W_pos`` averaging does not apply to the model (``reason``)."""
+    pre = [Precondition("the script applies to this model", False, f"not applicable: {reason}")]
+    return [judge_claim(k, {"not_applicable": reason}, value=float("nan"), preconditions=pre) for k in CLAIM_KEYS]
+
+
+def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:
+    """KL, P(right continuation) and previous-token masses against the group size (log axis); when the model does
+    not copy even clean, the probability panel says so (a flat line at zero would read as "averaging kills
+    copying")."""
+    fig = make_subplots(
+        rows=1, cols=3, subplot_titles=["KL(clean || averaged), nats", "P(right continuation)", "previous-token mass"]
+    )
+    gs = [r["group_size"] for r in rows]
+    fig.add_trace(go.Scatter(x=gs, y=[r["kl"] for r in rows], name="KL", mode="lines+markers"), 1, 1)
+    for key in rows[0]:
+        if key.startswith("P("):
+            fig.add_trace(go.Scatter(x=gs, y=[r[key] for r in rows], name=key, mode="lines+markers"), 1, 2)
+        if key.startswith("prev_mass"):
+            fig.add_trace(go.Scatter(x=gs, y=[r[key] for r in rows], name=key[10:], mode="lines+markers"), 1, 3)
+    if not copies:
+        fig.add_annotation(
+            text="not testable: the model does not copy<br>these prompts even clean",
+            row=1,
+            col=2,
+            x=0.5,
+            y=0.5,
+            xref="x2 domain",
+            yref="y2 domain",
+            showarrow=False,
+            font=dict(size=13, color="#6e7781"),
+            bgcolor="rgba(255,255,255,0.85)",
+        )
+    fig.update_xaxes(type="log", title="group size", tickvals=gs, ticktext=[str(g) for g in gs])
+    fig.update_yaxes(range=[0, 1], tickformat=".2f", row=1, col=2)
+    fig.update_yaxes(range=[0, 1], tickformat=".2f", row=1, col=3)
+    fig.update_layout(
+        title=f"{label}: averaging W_pos rows in groups", height=450, legend=dict(orientation="h", y=-0.25)
+    )
+    return fig
+
+
+def pos_embed_averaging(
+    model=None,
+    prompts: torch.Tensor | None = None,
+    heads: HeadsArg = None,
+    *,
+    group_sizes: Sequence[int] = GROUP_SIZES,
+    targets: Sequence[str] = TARGETS,
+    seed: int = 0,
+    run: ModelRun | None = None,
+) -> ClaimResult:
+    """Average ``W_pos`` rows in groups of each size and measure the output and the heads' previous-token mass.
+
+    Args:
+        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``).
+        prompts: ``[batch, pos]`` token ids the KL runs over (default: 16 natural-text prompts of 256 tokens).
+        heads: ``"L4H11"``-style names, ``(layer, head)`` pairs or ``"auto:N"`` (default: the aggregator and the
+            early previous-token heads; L2H2, L3H3, L4H11 on GPT-2 small).
+        group_sizes: the group sizes (>= 1; one above the model's context is capped at it, and said; 1, the clean
+            model, is always measured). The claims compare with groups of 10 and 20 and with the largest (>= 50).
+        targets: the repeat-string targets (a leading space is added where missing; a word that is several tokens
+            in the model's vocabulary is replaced by a single-token noun, and said).
+        seed: the seed of the repeat-string prompts' demonstrations.
+        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (prompts and ranking once).
+
+    Returns:
+        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``avg_output_unchanged``,
+        ``avg_breaks_down``, ``avg_prev_heads_unaffected``), ``numbers`` (``targets``, ``group_sizes``, ``rows``:
+        one per group size; or ``not_applicable`` and why), ``tables`` and ``figures`` (``pos_embed_averaging``).
+    """
+    group_sizes = list(group_sizes)
+    if not group_sizes or not all(isinstance(g, int) and g >= 1 for g in group_sizes):
+        raise ValueError(f"group_sizes: {group_sizes} must be integers >= 1, at least one (e.g. 1,5,10,20,50,100)")
+    if isinstance(targets, str) or not all(isinstance(t, str) for t in targets):
+        raise TypeError("targets: a list of strings like [' apple orange', ' orange apple']")
+    targets = [t if t.startswith(" ") else " " + t for t in targets if t.strip()]
+    if not targets:
+        raise ValueError("targets: is empty; repeat-string targets like ' apple orange'")
+    run = as_run(model, prompts, run, n_prompts=16, seq_len=256).ranked()
+    chosen, how = run.heads(heads, HEADS)
+    result = ClaimResult("pos_embed_averaging", run.label)
+    result.numbers.update(heads=[head_name(l, h) for l, h in chosen], heads_chosen=how)
+    reason = wpos_reason(run.model, run.label)
+    if reason:
+        result.numbers["not_applicable"] = reason
+        result.claims = not_applicable(reason)
+        return result
+    groups = group_sizes_for(run.model, group_sizes)
+    targets = one_token_targets(run.model.tokenizer, targets, "targets")
+    reps, no_prompt = repeat_prompts(run.model, targets, seed)
+    rows = measure(run, chosen, groups, reps)
+    copies = copies_precondition(rows, no_prompt)
+    result.figure(figure(rows, copies.ok, run.label), "pos_embed_averaging", width=1400)
+    result.claims = judge(rows, groups, chosen, run.diag, copies)
+    result.table(pd.DataFrame(rows), "pos_embed_averaging")
+    result.numbers.update(targets=targets, group_sizes=groups, rows=rows)
+    return result
