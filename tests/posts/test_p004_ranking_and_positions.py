@@ -78,7 +78,7 @@ def test_ranking_arguments_are_checked_before_any_work(kwargs, words, handset_mo
 def test_a_run_of_another_model_is_refused(handset_model, tiny_model, prompts):
     with pytest.raises(ValueError, match="run: it was made for another model"):
         rank_prev_heads(tiny_model, run=model_run(handset_model, prompts))
-    with pytest.raises(TypeError, match="model: a TransformerLens model"):
+    with pytest.raises(TypeError, match="model: must be a TransformerLens"):
         pos_embed_helix("gpt2")
 
 
