@@ -17,7 +17,7 @@ from gpt2_posheads.cli.args import Terminated, main_entry
 from gpt2_posheads.cli.output import LOCK, Output
 from gpt2_posheads.model.folder import folder_problem
 from gpt2_posheads.model.loading import ModelLoadError, load_model
-from gpt2_posheads.model.paths import REPO_ROOT
+from gpt2_posheads.model.paths import ORGANISM_DIR, REPO_ROOT
 from gpt2_posheads.model.validation import NonFiniteError, UsageError, require_finite
 
 from conftest import EXPERIMENTS, load_script
@@ -99,7 +99,7 @@ def test_broken_model_folders_are_one_line_errors(case, broken, tmp_path):
 
 def test_a_complete_folder_has_no_problem(tiny_dir):
     assert folder_problem(tiny_dir) is None
-    assert folder_problem(REPO_ROOT / "data" / "mini-gpt2") is None
+    assert folder_problem(ORGANISM_DIR) is None
 
 
 def test_a_nan_the_model_computes_makes_every_claim_not_testable(tiny_dir, tmp_path, monkeypatch, capsys):
@@ -271,7 +271,22 @@ def test_an_out_folder_that_cannot_be_written_is_one_line(tmp_path, monkeypatch)
 def summary(folder, verdict="held"):
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "summary.json").write_text(
-        json.dumps({"script": "rank_prev_heads", "claims": [{"key": "k", "claim": "c", "verdict": verdict}]})
+        json.dumps(
+            {
+                "script": "rank_prev_heads",
+                "claims": [
+                    {
+                        "key": "k",
+                        "claim": "c",
+                        "verdict": verdict,
+                        "post": "p",
+                        "rule": "r",
+                        "why": "w",
+                        "measured": 1.0,
+                    }
+                ],
+            }
+        )  # fmt: skip
     )
 
 
