@@ -12,7 +12,7 @@ The claim as a function: gpt2_posheads.posts.p004.rank_prev_heads (gpt2_posheads
 from gpt2_posheads.cli import add_prompt_args, experiment_parser, positive, setup
 from gpt2_posheads.cli.engine import add_engine_args, check_engine_args
 from gpt2_posheads.model.fastpath import ENGINES
-from gpt2_posheads.model.validation import UsageError
+from gpt2_posheads.model.validation import NothingMeasuredError, UsageError
 from gpt2_posheads.posts.p004 import ranking as claim
 from gpt2_posheads.posts.p004._run import ModelRun
 
@@ -40,13 +40,14 @@ def main(argv=None):
         raise UsageError("--include-bos", "is not needed with --engine fast", "drop one of them")
     exp = setup(args, __file__, ranking=False)
     print(f"{exp.label}: {len(exp.prompts)} prompts x {exp.prompts.shape[1]} tokens from {exp.source}")
-    result = claim.rank_prev_heads(
-        include_bos=args.include_bos,
-        batch_size=args.batch_size,
-        bf16=args.bf16,
-        engine=args.engine,
-        run=ModelRun.of(exp),
-    )
+    try:
+        result = claim.rank_prev_heads(
+            include_bos=args.include_bos, batch_size=args.batch_size, bf16=args.bf16, engine=args.engine,
+            run=ModelRun.of(exp),
+        )  # fmt: skip
+    except NothingMeasuredError as e:  # the ranking is written, every claim not testable (main_entry says why)
+        exp.out.csv(e.result.tables["ranking"], "ranking")
+        raise
     df = result.tables["ranking"]
     cols = ["rank", "name", "top_offset", "top_mass", "second_mass", "ratio"]
     print(df.head(args.top)[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))

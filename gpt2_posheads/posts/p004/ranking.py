@@ -34,7 +34,7 @@ from ...model.fastpath import ENGINES
 from ...model.identity import is_gpt2_small
 from ...model.traced import ENGINE as NNSIGHT
 from ...model.traced import is_traced
-from ...model.validation import head_name
+from ...model.validation import NothingMeasuredError, head_name
 from ...report.plotting import heatmap
 from ..result import ClaimResult
 from ._run import ModelRun, as_run
@@ -226,6 +226,12 @@ def rank_prev_heads(
         if shared:
             run.diag, run.ranking = diag, ranking
     result = ClaimResult("rank_prev_heads", run.label)
+    result.table(ranking, "ranking")  # kept even when nothing was measured: its not_measured column says why
+    try:
+        agg = head_name(*choose_aggregator(ranking))
+    except NothingMeasuredError as e:
+        e.result = result  # what was measured, for a caller that writes it before reporting the claims not testable
+        raise
     result.claims = judge(ranking)
     gpt2 = is_gpt2_small(run.model)
     # the post's per-head ratios belong to GPT-2 small's heads only, never to another model's head of that name
@@ -245,10 +251,9 @@ def rank_prev_heads(
         n_heads=len(ranking),
         n_prev_token_heads=count_prev_heads(ranking),
         post_n_prev_token_heads=POST_N_PREV,
-        aggregator=head_name(*choose_aggregator(ranking)),
+        aggregator=agg,
         top=top,
     )
-    result.table(ranking, "ranking")
     figs = figure(ranking, diag, run.model.cfg.n_layers, run.model.cfg.n_heads, run.label)
     result.figure(figs["ratio_grid"], "ratio_grid")
     result.figure(figs["diagonal_masses"], "diagonal_masses", height=max(500, 12 * len(ranking)))
