@@ -19,17 +19,17 @@ Two protocols:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 import torch
 
-from ..model.tokens import as_token_batches, model_device
-from ..model.traced import ENGINE as NNSIGHT
-from ..model.traced import is_traced, run_traced
-from ..model.validation import check_model, head_name
-from .diagonals import diagonal_attention, prev_token_stats, traced_stats
+from ..model.engine import Reduction, engine_for
+from ..model.tokens import as_token_batches
+from ..model.validation import head_name
+from .diagonals import traced_stats
 from .induction import repeated_random_tokens
 
 Protocol = Literal["toolkit", "ood-composition"]
@@ -46,34 +46,17 @@ OOD_PROTOCOL = (
 )
 
 
-def _patterns(model, toks: torch.Tensor, batch_size: int = 8):
-    """Yield ``(layer, pattern [batch, head, q, k])`` for every layer and batch of ``toks``."""
-    L = model.cfg.n_layers
+def _reduce_patterns(model, make_tokens, state: dict, on_pattern, finish, engine: str = "auto") -> dict:
+    """``finish(state)`` after ``on_pattern(state, layer, pattern)`` for every layer and batch (of 8) of
+    ``make_tokens()`` ``[n, pos]``, on the engine of :func:`~gpt2_posheads.model.engine.engine_for` (through nnsight
+    only ``finish``'s small tensors come back). ``state["shape"]`` is set to ``(n_layers, n_heads)`` first."""
+    eng = engine_for(model, engine)
 
-    def keep(box: dict, layer: int):
-        def hook(pattern, hook):
-            box[layer] = pattern.detach().float().cpu()
+    def batches() -> list[torch.Tensor]:  # only an engine that runs a model makes them
+        state["shape"] = (model.cfg.n_layers, model.cfg.n_heads)
+        return list(as_token_batches(model, make_tokens(), 8))
 
-        return hook
-
-    for batch in as_token_batches(model, toks, batch_size):
-        box: dict[int, torch.Tensor] = {}
-        hooks = [(f"blocks.{l}.attn.hook_pattern", keep(box, l)) for l in range(L)]
-        with torch.inference_mode():
-            model.run_with_hooks(batch.to(model_device(model)), fwd_hooks=hooks, return_type=None)
-        for l in range(L):
-            yield l, box[l]
-
-
-def _reduce_patterns(model, toks: torch.Tensor, state: dict, on_pattern, finish, engine: str = "auto") -> dict:
-    """``finish(state)`` after ``on_pattern(state, layer, pattern)`` for every layer and batch of ``toks``: through
-    TransformerLens hooks, or inside an nnsight trace (``engine="nnsight"``, or a traced model) where only
-    ``finish``'s small tensors come back."""
-    if engine == NNSIGHT or is_traced(model):
-        return run_traced(model, list(as_token_batches(model, toks, 8)), state, finish, on_pattern=on_pattern)
-    for layer, p in _patterns(model, toks):
-        on_pattern(state, layer, p)
-    return finish(state)
+    return eng.patterns(batches, Reduction(on_pattern, finish, state))
 
 
 def _zeros(state: dict, names, device) -> None:
@@ -99,15 +82,16 @@ def repeat_scores(
     model, n_seqs: int = 16, seg_len: int = 50, seed: int = 0, bos: bool = True, engine: str = "auto"
 ) -> dict[str, torch.Tensor]:
     """Toolkit protocol on ``[BOS] r r``: ``induction`` and ``duplicate`` ``[n_layers, n_heads]`` (module doc)."""
-    toks = repeated_random_tokens(model, n_seqs, seg_len, seed, bos=bos)
     b = int(bos)
-    state = dict(
-        q=torch.arange(b + seg_len, b + 2 * seg_len),
-        seg_len=seg_len,
-        n=n_seqs * seg_len,
-        shape=(model.cfg.n_layers, model.cfg.n_heads),
+    state = dict(q=torch.arange(b + seg_len, b + 2 * seg_len), seg_len=seg_len, n=n_seqs * seg_len)
+    return _reduce_patterns(
+        model,
+        partial(repeated_random_tokens, model, n_seqs, seg_len, seed, bos=bos),
+        state,
+        _repeat_layer,
+        _repeat_finish,
+        engine,
     )
-    return _reduce_patterns(model, toks, state, _repeat_layer, _repeat_finish, engine)
 
 
 # the hub names of the models the published script (prep.py) prepends BOS to: its list names llama2-7b, llama2-70b,
@@ -150,14 +134,15 @@ def ood_composition_scores(
     """``{"previous_token", "induction"}`` ``[n_layers, n_heads]`` by the "ood-composition" protocol (module doc).
     ``bos`` (default: :func:`ood_composition_bos` of the model's name, as the published script decides) puts the
     tokenizer's BOS first; the diagonals are then read off the same formula (position 0, BOS, is dropped)."""
-    if bos is None:
-        bos = ood_composition_bos(getattr(model.cfg, "model_name", None))
-    bos_id = model.tokenizer.bos_token_id if bos and getattr(model, "tokenizer", None) is not None else None
-    if bos and bos_id is None:
-        raise ValueError("bos=True needs a tokenizer with a BOS token")
-    toks = ood_composition_tokens(model.cfg.d_vocab, n_seqs, seg_len, seed, bos_id)
-    state = dict(seg_len=seg_len, n=n_seqs, shape=(model.cfg.n_layers, model.cfg.n_heads))
-    return _reduce_patterns(model, toks, state, _ood_layer, _ood_finish, engine)
+
+    def tokens() -> torch.Tensor:
+        b = ood_composition_bos(getattr(model.cfg, "model_name", None)) if bos is None else bos
+        bos_id = model.tokenizer.bos_token_id if b and getattr(model, "tokenizer", None) is not None else None
+        if b and bos_id is None:
+            raise ValueError("bos=True needs a tokenizer with a BOS token")
+        return ood_composition_tokens(model.cfg.d_vocab, n_seqs, seg_len, seed, bos_id)
+
+    return _reduce_patterns(model, tokens, dict(seg_len=seg_len, n=n_seqs), _ood_layer, _ood_finish, engine)
 
 
 def _ood_layer(state: dict, layer: int, p: torch.Tensor) -> None:
@@ -182,14 +167,11 @@ def head_table(
 ) -> pd.DataFrame:
     """One row per head: ``layer, head, name, top_offset, prev_ratio, prev_mass, is_prev_token, induction, duplicate``
     (toolkit protocol), plus ``ood_previous_token`` and ``ood_induction`` with ``protocol="ood-composition"`` (BOS
-    first as the published script does for ``model_name``: :func:`ood_composition_bos`). ``engine="nnsight"`` (or a
-    traced model): every score reduced inside nnsight traces, locally or on NDIF; only ``[n_layers, n_heads]``
-    tensors come back."""
-    check_model(model)
-    if engine == NNSIGHT or is_traced(model):
-        st = traced_stats(model, prompts)
-    else:
-        st = prev_token_stats(diagonal_attention(model, prompts, progress=False, engine=engine))
+    first as the published script does for ``model_name``: :func:`ood_composition_bos`). Every score is one reduction
+    on the engine of :func:`~gpt2_posheads.model.engine.engine_for` (``engine``): through nnsight (a traced model)
+    the scores are reduced inside the traces, locally or on NDIF, and only ``[n_layers, n_heads]`` tensors come
+    back."""
+    st = traced_stats(model, prompts, engine=engine)
     seg = min(seg_len, (model.cfg.n_ctx - 1) // 2)
     rep = repeat_scores(model, n_seqs, seg, seed, engine=engine)
     name = model_name or getattr(model.cfg, "model_name", None)

@@ -8,31 +8,21 @@ exists (``q >= d``) and over all prompts — the quantity the GPT-2 post ranks h
 Prompts are streamed in batches and each pattern is reduced to per-diagonal sums on the spot, so
 memory does not grow with the number of prompts and no activation cache is ever held. The forward
 pass stops right after the last layer's pattern: the rest of that block and the unembedding are never
-computed. Patterns come from the verified hook-free pass of :mod:`gpt2_posheads.model.fastpath` when it
-applies, else from hooks on ``blocks.{l}.attn.hook_pattern`` (always so with ``fwd_hooks``).
+computed. The sums are one reduction (:func:`diagonal_sums` per layer and batch, then the means) that every engine
+of :mod:`gpt2_posheads.model.engine` runs: the verified hook-free pass when it applies, TransformerLens hooks (always
+so with ``fwd_hooks``), an nnsight trace (where only the means, or the statistics, come back), or stored diagonals.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
-from ..model.fastpath import Workspace, fast_forward
-from ..model.forward import run_until
-from ..model.precision import resolve_bf16
-from ..model.tokens import as_token_batches, model_device, to_token_list
-from ..model.traced import ENGINE as NNSIGHT
-from ..model.traced import is_traced, run_traced
-from ..model.validation import (
-    NonFiniteError,
-    NothingMeasuredError,
-    check_int_range,
-    check_model,
-    head_name,
-    require_finite,
-)
-from .stored import StoredActivations
+from ..model.engine import Reduction, engine_for
+from ..model.tokens import as_token_batches, to_token_list
+from ..model.validation import NonFiniteError, NothingMeasuredError, check_int_range, head_name
 
 
 class _IndexCache(dict):
@@ -111,49 +101,25 @@ def diagonal_attention(
             CPUs with AMX/AVX512-BF16; diagonal masses within ~1e-3 of float32. Where the CPU has no
             native bfloat16 it runs float32 and says so (:func:`gpt2_posheads.model.precision.resolve_bf16`).
         engine: ``"auto"`` (hook-free fast path when it applies), ``"fast"`` or ``"hooks"``; see
-            :func:`gpt2_posheads.model.fastpath.fast_forward`. Both give the same numbers to ~1e-6.
+            :func:`gpt2_posheads.model.engine.engine_for`. Both give the same numbers to ~1e-6.
             ``"nnsight"`` (the only engine of a :class:`~gpt2_posheads.model.traced.TracedModel`): the patterns are
             computed and reduced inside an nnsight trace, locally or on NDIF; ``fwd_hooks`` are then the
-            interventions' traced edits (``iv.hooks(traced_model)``).
+            interventions' traced edits (``iv.hooks(traced_model)``). ``model`` may be stored activations (then
+            ``prompts`` is ``None``, and ``max_offset`` and ``exclude_bos`` are left as they are): the stored diagonals.
     """
-    check_model(model)
-    seqs = to_token_list(model, prompts)
-    longest = max(len(s) for s in seqs)
-    if max_offset is None:
-        max_offset = max(longest - 1, 1)
-    check_int_range("max_offset", max_offset, 1, max(model.cfg.n_ctx - 1, 1))
-    n_off = max_offset + 1
-    if engine == NNSIGHT or is_traced(model):
-        return _traced_masses(model, seqs, n_off, exclude_bos, batch_size, fwd_hooks, _finish_diagonals)["diagonals"]
-    bf16 = resolve_bf16(bf16, model_device(model))  # float32 (and one line why) where bfloat16 is emulated
-    L, H = model.cfg.n_layers, model.cfg.n_heads
-    sums = torch.zeros(L, H, n_off, dtype=torch.float64)
-    counts = torch.zeros(n_off, dtype=torch.float64)
-    exclude = exclude_bos
-
-    def accumulate(layer: int, pattern: torch.Tensor) -> None:
-        width = min(n_off, pattern.shape[-1])
-        sums[layer, :, :width] += diagonal_sums(pattern, width, exclude).cpu()
-
-    def make_hook(layer: int):
-        return lambda pattern, hook: accumulate(layer, pattern)
-
-    fast = fast_forward(model, engine, torch.bfloat16 if bf16 else torch.float32, has_hooks=bool(fwd_hooks))
-    workspace = Workspace()
-    hooks = list(fwd_hooks) + [(f"blocks.{l}.attn.hook_pattern", make_hook(l)) for l in range(L)]
-    device = model_device(model)
-    batches = list(as_token_batches(model, seqs, batch_size))
-    with torch.inference_mode():
-        for toks in tqdm(batches, desc="diagonal attention", disable=not progress):
-            n_pos = toks.shape[1]
-            width = min(n_off, n_pos)
-            counts[:width] += toks.shape[0] * diagonal_counts(n_pos, width, exclude)
-            if fast is not None:
-                fast.patterns(toks.to(device), accumulate, workspace)
-                continue
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                run_until(model, toks.to(device), hooks, stop_at=f"blocks.{L - 1}.attn.hook_pattern")
-    return require_finite(sums, "the attention patterns").div(counts).float()
+    return _diagonal_pass(
+        model,
+        prompts,
+        max_offset,
+        exclude_bos,
+        batch_size,
+        _finish_diagonals,
+        _stored_diagonals,
+        engine,
+        bf16,
+        fwd_hooks,
+        "diagonal attention" if progress else None,
+    )["diagonals"]
 
 
 def prev_token_stats(mass: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -243,102 +209,145 @@ def rank_prev_heads(
     ``diagonals`` tensor, such as :class:`~gpt2_posheads.store.cache.PosheadsCache`): then the stored
     diagonals are ranked and ``prompts`` must be ``None`` (they were fixed when the store was built).
     """
-    if isinstance(model, StoredActivations):
-        if prompts is not None or max_offset is not None or not exclude_bos:
-            raise ValueError(
-                "stored activations fix the prompts, offsets and BOS handling: call "
-                "rank_prev_heads(store) without prompts, max_offset or exclude_bos"
-            )
-        return rank_from_diagonals(model.diagonals)
-    check_model(model)
-    if prompts is None:
-        raise ValueError("prompts is None: rank_prev_heads(model, prompts) needs prompts to run the model on")
-    if engine == NNSIGHT or is_traced(model):
-        return traced_ranking(model, prompts, max_offset, exclude_bos, batch_size)[0]
-    diag = diagonal_attention(
+    st = _diagonal_pass(
         model,
         prompts,
-        max_offset=max_offset,
-        exclude_bos=exclude_bos,
-        batch_size=batch_size,
-        progress=progress,
-        bf16=bf16,
-        engine=engine,
+        max_offset,
+        exclude_bos,
+        batch_size,
+        _finish_ranking,
+        _stored_ranking,
+        engine,
+        bf16,
+        (),
+        "diagonal attention" if progress else None,
     )
-    return rank_from_diagonals(diag)
+    st.pop("profile")
+    return rank_from_stats(st)
 
 
-# --- the nnsight engine: the same sums, reduced where the model runs ------------------------------------------------
-PROFILE_OFFSETS = 16  # the diagonals a traced ranking brings back besides the statistics (the figure shows 16)
+# --- the one reduction: the same sums on every engine, reduced where the model runs ---------------------------------
+PROFILE_OFFSETS = 16  # the diagonals a ranking brings back besides the statistics (the figure shows 16)
 
 
-def _traced_layer(state: dict, layer: int, pattern: torch.Tensor) -> None:
-    """Inside a trace: add one layer's diagonal sums (:func:`diagonal_sums`) to ``state["sums"]``."""
+def _diagonal_step(state: dict, layer: int, pattern: torch.Tensor) -> None:
+    """One layer's diagonal sums (:func:`diagonal_sums`) of one batch added to ``state["sums"]``; runs where the
+    model runs (inside an nnsight trace too)."""
     width = min(state["n_off"], pattern.shape[-1])
     if "sums" not in state:
         state["sums"] = torch.zeros(state["shape"], dtype=torch.float64, device=pattern.device)
     state["sums"][layer, :, :width] += diagonal_sums(pattern, width, state["exclude_bos"])
 
 
-def _finish_diagonals(state: dict) -> dict:
-    """Every diagonal's mean ``[n_layers, n_heads, n_offsets]`` (float32)."""
-    return {"diagonals": (state["sums"].cpu() / state["counts"]).float(), "nonfinite": _nonfinite(state["sums"])}
+def _means(state: dict) -> torch.Tensor:
+    """Every diagonal's mean ``[n_layers, n_heads, n_offsets]`` float32 (NaN where a diagonal has no entry)."""
+    return (state["sums"].cpu() / state["counts"]).float()
 
 
 def _nonfinite(sums: torch.Tensor) -> torch.Tensor:
     return (~torch.isfinite(sums)).sum().cpu()
 
 
+def _diagonals_of(mass: torch.Tensor) -> dict:
+    return {"diagonals": mass}
+
+
+def _ranking_of(mass: torch.Tensor, keep: int = PROFILE_OFFSETS) -> dict:
+    """Only what the ranking needs: :func:`prev_token_stats` of the float32 means (as :func:`diagonal_attention`
+    returns them, so a ranking is the same numbers whichever engine reduced it) ``[n_layers, n_heads]`` each, and
+    ``profile``, the first ``keep`` means ``[n_layers, n_heads, keep]`` (a copy: a view would carry every mean)."""
+    return {**prev_token_stats(mass), "profile": mass[..., :keep].clone()}
+
+
+def _finish_diagonals(state: dict) -> dict:
+    """``diagonals``: every diagonal's mean ``[n_layers, n_heads, n_offsets]`` (float32)."""
+    return {**_diagonals_of(_means(state)), "nonfinite": _nonfinite(state["sums"])}
+
+
 def _finish_ranking(state: dict) -> dict:
-    """Only what the ranking needs: :func:`prev_token_stats` of the means ``[n_layers, n_heads]`` each, and the
-    first :data:`PROFILE_OFFSETS` diagonals ``[n_layers, n_heads, 16]`` (float32)."""
-    mass = state["sums"].cpu() / state["counts"]
-    return {
-        **prev_token_stats(mass),
-        "profile": mass[..., : state["keep"]].float(),
-        "nonfinite": _nonfinite(state["sums"]),
-    }
+    """:func:`_ranking_of` the means: per-head statistics and the first :data:`PROFILE_OFFSETS` diagonals, all a
+    trace brings back (about 0.5 MB for a Llama-70B shape)."""
+    return {**_ranking_of(_means(state), state["keep"]), "nonfinite": _nonfinite(state["sums"])}
 
 
-def _traced_masses(model, seqs, n_off, exclude_bos, batch_size, edits, finish, keep: int = PROFILE_OFFSETS) -> dict:
-    """One traced pass over ``seqs`` reducing every layer's pattern to diagonal sums; ``finish`` of them."""
-    counts = torch.zeros(n_off, dtype=torch.float64)
-    batches = list(as_token_batches(model, seqs, batch_size))
-    for toks in batches:
-        width = min(n_off, toks.shape[1])
-        counts[:width] += toks.shape[0] * diagonal_counts(toks.shape[1], width, exclude_bos)
-    state = dict(
-        n_off=n_off,
-        exclude_bos=bool(exclude_bos),
-        shape=(model.cfg.n_layers, model.cfg.n_heads, n_off),
-        counts=counts,
-        keep=keep,
-    )
-    res = run_traced(model, batches, state, finish, on_pattern=_traced_layer, edits=list(edits))
-    bad = int(res.pop("nonfinite"))
-    if bad:  # as require_finite says it for the other engines
+def _stored_diagonals(store, prompts, max_offset, exclude_bos, summary=_diagonals_of) -> dict:
+    """``summary`` of stored diagonals (:class:`~gpt2_posheads.model.engine.StoredActivations`), which fixed the
+    prompts, offsets and BOS handling when the store was built."""
+    if prompts is not None or max_offset is not None or not exclude_bos:
+        raise ValueError(
+            "stored activations fix the prompts, offsets and BOS handling: call "
+            "rank_prev_heads(store) or diagonal_attention(store) without prompts, max_offset or exclude_bos"
+        )
+    return summary(store.diagonals)
+
+
+def _stored_ranking(store, prompts, max_offset, exclude_bos) -> dict:
+    return _stored_diagonals(store, prompts, max_offset, exclude_bos, _ranking_of)
+
+
+def _diagonal_pass(
+    model,
+    prompts,
+    max_offset,
+    exclude_bos,
+    batch_size,
+    finish,
+    stored,
+    engine="auto",
+    bf16=False,
+    edits=(),
+    progress: str | None = None,
+) -> dict:
+    """One pass of ``engine`` over ``prompts`` reducing every layer's pattern to diagonal sums: ``finish`` of them
+    (``stored(store, prompts, max_offset, exclude_bos)`` on stored activations)."""
+    eng = engine_for(model, engine, bf16=bf16)
+    state: dict = dict(exclude_bos=bool(exclude_bos), keep=PROFILE_OFFSETS)
+
+    def batches() -> list[torch.Tensor]:  # only an engine that runs a model makes them
+        if prompts is None:
+            raise ValueError("prompts is None: the model needs prompts to run on (only stored activations fix theirs)")
+        seqs = to_token_list(model, prompts)
+        mo = max(max(len(s) for s in seqs) - 1, 1) if max_offset is None else max_offset
+        n_off = check_int_range("max_offset", mo, 1, max(model.cfg.n_ctx - 1, 1)) + 1
+        out = list(as_token_batches(model, seqs, batch_size))
+        counts = torch.zeros(n_off, dtype=torch.float64)
+        for toks in out:
+            width = min(n_off, toks.shape[1])
+            counts[:width] += toks.shape[0] * diagonal_counts(toks.shape[1], width, exclude_bos)
+        state.update(n_off=n_off, shape=(model.cfg.n_layers, model.cfg.n_heads, n_off), counts=counts)
+        return out
+
+    reader = partial(stored, prompts=prompts, max_offset=max_offset, exclude_bos=exclude_bos)
+    res = eng.patterns(batches, Reduction(_diagonal_step, finish, state, stored=reader), edits, progress)
+    bad = int(res.pop("nonfinite", 0))
+    if bad:
         raise NonFiniteError(f"the attention patterns is not finite ({bad:,} NaN or infinite diagonal sums)")
     return res
 
 
 def traced_stats(
-    model, prompts, max_offset: int | None = None, exclude_bos: bool = True, batch_size: int = 8, fwd_hooks=()
+    model,
+    prompts,
+    max_offset: int | None = None,
+    exclude_bos: bool = True,
+    batch_size: int = 8,
+    fwd_hooks=(),
+    engine: str = "auto",
 ) -> dict[str, torch.Tensor]:
-    """Through nnsight, :func:`prev_token_stats` of every diagonal's mean (``[n_layers, n_heads]`` each) and
-    ``profile``, the first :data:`PROFILE_OFFSETS` diagonal means ``[n_layers, n_heads, 16]``: all that comes back
-    from the trace (about 0.5 MB for a Llama-70B shape); the statistics are computed where the model runs."""
-    seqs = to_token_list(model, prompts)
-    if max_offset is None:
-        max_offset = max(max(len(s) for s in seqs) - 1, 1)
-    check_int_range("max_offset", max_offset, 1, max(model.cfg.n_ctx - 1, 1))
-    return _traced_masses(model, seqs, max_offset + 1, exclude_bos, batch_size, fwd_hooks, _finish_ranking)
+    """:func:`prev_token_stats` of every diagonal's mean (``[n_layers, n_heads]`` each) and ``profile``, the first
+    :data:`PROFILE_OFFSETS` diagonal means ``[n_layers, n_heads, 16]``, on any engine. Through nnsight that is all
+    that comes back from the trace (about 0.5 MB for a Llama-70B shape); the statistics are computed where the model
+    runs."""
+    return _diagonal_pass(
+        model, prompts, max_offset, exclude_bos, batch_size, _finish_ranking, _stored_ranking, engine, False, fwd_hooks
+    )
 
 
 def traced_ranking(
     model, prompts, max_offset: int | None = None, exclude_bos: bool = True, batch_size: int = 8, fwd_hooks=()
 ) -> tuple[pd.DataFrame, torch.Tensor]:
-    """The ranking through nnsight (:func:`rank_prev_heads` with ``engine="nnsight"``) and the first
-    :data:`PROFILE_OFFSETS` diagonal means (:func:`traced_stats`)."""
+    """The ranking (:func:`rank_prev_heads`) and the first :data:`PROFILE_OFFSETS` diagonal means
+    (:func:`traced_stats`): through nnsight, all that comes back from the trace."""
     st = traced_stats(model, prompts, max_offset, exclude_bos, batch_size, fwd_hooks)
     profile = st.pop("profile")
     return rank_from_stats(st), profile

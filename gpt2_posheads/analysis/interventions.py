@@ -1,9 +1,11 @@
 """Causal interventions of the GPT-2 post, as small hook factories.
 
 Each factory validates its arguments at once and returns an :class:`Intervention`; binding it to a
-model (``iv.hooks(model)``) checks layers/heads against ``model.cfg`` and returns TransformerLens
-``fwd_hooks`` — ``[(hook_name, fn), ...]`` — ready for ``model.run_with_hooks(tokens, fwd_hooks=...)``
-or ``with model.hooks(fwd_hooks=...)``. :func:`hooks_for` concatenates several interventions.
+model (``iv.hooks(model)``) checks layers/heads against ``model.cfg`` and returns the edits of the model's engine
+(:func:`~gpt2_posheads.model.engine.engine_for`), for the ``fwd_hooks`` of any analysis: on a TransformerLens model
+its ``fwd_hooks`` — ``[(hook_name, fn), ...]`` — ready for ``model.run_with_hooks(tokens, fwd_hooks=...)`` or
+``with model.hooks(fwd_hooks=...)``; on an nnsight-traced model its traced edits. :func:`hooks_for` concatenates
+several interventions.
 
 Maths, per intervention (``A`` a head's attention pattern ``[q, k]``, ``g`` a group size):
 
@@ -34,10 +36,11 @@ from functools import partial
 import einops
 import torch
 
+from ..model.engine import engine_for
 from ..model.hooks import require_live
 from ..model.patterns import pattern_edit_hooks
 from ..model.tokens import model_device
-from ..model.traced import TracedEdit, is_traced
+from ..model.traced import TracedEdit
 from ..model.validation import (
     UsageError,
     check_head,
@@ -45,7 +48,6 @@ from ..model.validation import (
     check_layer,
     check_layers,
     check_learned_pos_embed,
-    check_model,
 )
 from .posembed import default_bos, extended_pos_embeddings, load_w_pos
 
@@ -56,19 +58,15 @@ Hook = tuple[str, Callable]
 class Intervention:
     """A named intervention; ``bind(model)`` returns its ``fwd_hooks``. ``traced(model)``, where the intervention
     has one, returns its edits inside an nnsight trace (:class:`~gpt2_posheads.model.traced.TracedEdit`);
-    ``hooks(model)`` gives whichever the model takes."""
+    ``hooks(model)`` gives the edits of the model's engine (:meth:`gpt2_posheads.model.engine.Engine.edits`), for
+    the ``fwd_hooks`` of any analysis."""
 
     name: str
     bind: Callable[[object], list[Hook]]
     traced: Callable[[object], list[TracedEdit]] | None = None
 
-    def hooks(self, model) -> list:
-        check_model(model)
-        if is_traced(model):
-            if self.traced is None:
-                raise UsageError("engine", f"{self.name} has no nnsight form", "use the TransformerLens engine")
-            return self.traced(model)
-        return self.bind(model)
+    def hooks(self, model, engine: str = "auto") -> list:
+        return engine_for(model, engine).edits(self)
 
 
 def hooks_for(model, *interventions: Intervention) -> list[Hook]:

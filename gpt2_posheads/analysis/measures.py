@@ -1,20 +1,25 @@
-"""What an intervention changed: next-token distributions, KL over a corpus, attention patterns."""
+"""What an intervention changed: next-token distributions, KL over a corpus, attention patterns.
+
+Every pass goes through the model's engine (:func:`~gpt2_posheads.model.engine.engine_for`): logits from
+``run``, patterns from ``patterns`` with a reduction that keeps the heads asked for. A clean pattern compared with an
+intervened one comes from the engine that applies the intervention (``with_edits``), so that their difference is the
+intervention's alone.
+"""
 
 from __future__ import annotations
 
 import torch
 from tqdm.auto import tqdm
 
-from ..model.forward import capture
-from ..model.tokens import as_token_batches, model_device, single_prompt, to_token_list
+from ..model.engine import Reduction, engine_for
+from ..model.tokens import as_token_batches, single_prompt, to_token_list
 from ..model.validation import require_finite
 
 
-def next_token_probs(model, tokens: torch.Tensor, fwd_hooks=()) -> torch.Tensor:
+def next_token_probs(model, tokens: torch.Tensor, fwd_hooks=(), engine: str = "auto") -> torch.Tensor:
     """Probabilities of the next token after the last position: ``[batch, d_vocab]``."""
     toks = torch.stack(to_token_list(model, tokens[None] if tokens.ndim == 1 else tokens))
-    with torch.inference_mode():
-        logits = model.run_with_hooks(toks.to(model_device(model)), fwd_hooks=list(fwd_hooks))
+    logits = engine_for(model, engine).run(toks, fwd_hooks)
     return require_finite(logits[:, -1].float(), "the model's logits").softmax(-1).cpu()
 
 
@@ -24,42 +29,51 @@ def top_tokens(model, probs: torch.Tensor, k: int = 5) -> list[tuple[str, float]
     return [(model.tokenizer.decode([int(t)]), float(v)) for v, t in zip(p, i)]
 
 
-def kl_divergence(model, prompts, fwd_hooks, batch_size: int = 4, progress: bool = False) -> float:
+def kl_divergence(
+    model, prompts, fwd_hooks, batch_size: int = 4, progress: bool = False, engine: str = "auto"
+) -> float:
     """Mean ``KL(clean || intervened)`` (nats) of next-token distributions over every position of
     every prompt. A KL is never negative; float rounding of two equal distributions can give -1e-10, which is
     returned as 0."""
+    eng = engine_for(model, engine, with_edits=True)
     total, count = 0.0, 0
-    device = model_device(model)
-    with torch.inference_mode():
-        for toks in tqdm(list(as_token_batches(model, prompts, batch_size)), desc="KL", disable=not progress):
-            toks = toks.to(device)
-            clean = model(toks).float().log_softmax(-1)
-            patched = model.run_with_hooks(toks, fwd_hooks=list(fwd_hooks)).float().log_softmax(-1)
-            kl = (clean.exp() * (clean - patched)).sum(-1)
-            total += float(kl.sum())
-            count += kl.numel()
+    for toks in tqdm(list(as_token_batches(model, prompts, batch_size)), desc="KL", disable=not progress):
+        clean = eng.run(toks).float().log_softmax(-1)
+        patched = eng.run(toks, fwd_hooks).float().log_softmax(-1)
+        kl = (clean.exp() * (clean - patched)).sum(-1)
+        total += float(kl.sum())
+        count += kl.numel()
     return max(require_finite(total / count, "the KL divergence (the model's logits)"), 0.0)
 
 
-def head_patterns(model, prompt, heads: list[tuple[int, int]], fwd_hooks=()) -> dict[tuple[int, int], torch.Tensor]:
-    """Attention patterns ``{(layer, head): [pos, pos]}`` on one prompt, under ``fwd_hooks``."""
-    toks = single_prompt(model, prompt)
-    out = {}
-    last = max(l for l, _ in heads)
-    box: dict[int, torch.Tensor] = {}
+def _keep_heads(state: dict, layer: int, pattern: torch.Tensor) -> None:
+    """Inside a pass: the first prompt's pattern ``[q, k]`` of each head of ``state["heads"][layer]``, copied (the
+    engine may reuse the pattern's buffer)."""
+    for h in state["heads"].get(layer, ()):
+        state[f"L{layer}H{h}"] = pattern[0, h].detach().float().clone()
 
-    def grab(layer):
-        def hook(x, hook):
-            box[layer] = x.detach()
 
-        return hook
+def _finish_heads(state: dict) -> dict:
+    return {k: v.cpu() for k, v in state.items() if k != "heads"}
 
-    extra = [(f"blocks.{l}.attn.hook_pattern", grab(l)) for l in sorted({l for l, _ in heads}) if l != last]
-    with torch.inference_mode():
-        box[last] = capture(model, toks, f"blocks.{last}.attn.hook_pattern", extra_hooks=list(fwd_hooks) + extra)
+
+def _head_patterns(eng, prompt, heads: list[tuple[int, int]], fwd_hooks=()) -> dict[tuple[int, int], torch.Tensor]:
+    toks = single_prompt(eng.model, prompt)
+    wanted: dict[int, list[int]] = {}
     for l, h in heads:
-        out[(l, h)] = require_finite(box[l][0, h].float().cpu(), f"L{l}H{h}'s attention pattern")
-    return out
+        wanted.setdefault(int(l), []).append(int(h))
+    reduction = Reduction(_keep_heads, _finish_heads, {"heads": wanted}, layers=sorted(wanted))
+    got = eng.patterns([toks], reduction, fwd_hooks)
+    return {(l, h): require_finite(got[f"L{l}H{h}"], f"L{l}H{h}'s attention pattern") for l, h in heads}
+
+
+def head_patterns(
+    model, prompt, heads: list[tuple[int, int]], fwd_hooks=(), engine: str = "auto"
+) -> dict[tuple[int, int], torch.Tensor]:
+    """Attention patterns ``{(layer, head): [pos, pos]}`` on one prompt, under ``fwd_hooks``. Under ``"auto"``
+    from the engine that applies interventions (TransformerLens hooks), with or without ``fwd_hooks``: a clean
+    pattern and an intervened one then differ by the intervention alone, to the bit."""
+    return _head_patterns(engine_for(model, engine, with_edits=True), prompt, heads, fwd_hooks)
 
 
 def pattern_distance(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
@@ -90,7 +104,9 @@ def prev_token_score(pattern: torch.Tensor, skip_first: int = 1, rows: torch.Ten
     return float(d[..., skip_first:].mean())
 
 
-def compare_head_patterns(model, prompts, head: tuple[int, int], fwd_hooks, rows: torch.Tensor | None = None) -> dict:
+def compare_head_patterns(
+    model, prompts, head: tuple[int, int], fwd_hooks, rows: torch.Tensor | None = None, engine: str = "auto"
+) -> dict:
     """A head's attention clean vs under ``fwd_hooks``, over every prompt of ``prompts``.
 
     Returns the mean previous-token score of each run (``prev_score_clean``, ``prev_score_intervened``: every
@@ -98,10 +114,11 @@ def compare_head_patterns(model, prompts, head: tuple[int, int], fwd_hooks, rows
     patterns (``clean``, ``intervened``) for figures. With ``rows`` (query positions, e.g. the ones an intervention
     touched) also ``prev_rows_clean``, ``prev_rows_intervened`` and ``rows_relative_drop`` on those queries alone.
     """
+    eng = engine_for(model, engine, with_edits=True)
     clean_s, new_s, rows_c, rows_n, dists, first = [], [], [], [], [], None
     for prompt in prompts:
-        clean = head_patterns(model, prompt, [head])[head]
-        new = head_patterns(model, prompt, [head], fwd_hooks)[head]
+        clean = _head_patterns(eng, prompt, [head])[head]
+        new = _head_patterns(eng, prompt, [head], fwd_hooks)[head]
         clean_s.append(prev_token_score(clean))
         new_s.append(prev_token_score(new))
         if rows is not None:

@@ -15,28 +15,22 @@ then the BOS position, centred with the same mean; geometry is measured on the r
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import einops
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from ..model.fastpath import fast_forward
-from ..model.forward import resid_hook_name, run_until
-from ..model.tokens import model_device
-from ..model.traced import ENGINE as NNSIGHT
-from ..model.traced import is_traced, run_traced
+from ..model.engine import Reduction, engine_for
 from ..model.validation import (
     UsageError,
     as_index,
     check_int_range,
     check_layer,
     check_learned_pos_embed,
-    check_model,
     require_finite,
 )
-from .stored import StoredActivations
 
 
 def load_w_pos(source) -> torch.Tensor:
@@ -107,44 +101,17 @@ def extended_pos_embeddings(
     ``ln_final``) and the mean runs over the repeated token's positions. Returns ``mean_t E_t``, and with
     ``return_per_token`` also the stack ``[n_tokens, seq_len, d_model]``. Row 0 is the BOS position when there is one.
 
-    Only blocks ``< layer`` run, in batches, without an activation cache: through the hook-free fused attention of
-    :mod:`gpt2_posheads.model.fastpath` when ``engine`` allows it (``"auto"``, the default), else through
-    TransformerLens hooks (``engine="hooks"``); the two agree to ~1e-6. At ``layer=0`` the repeated token's rows equal
-    ``W_pos`` (those rows) minus their mean. ``model`` may be stored activations holding the layer
-    (:class:`~gpt2_posheads.analysis.stored.StoredActivations`, e.g. the activation cache): the stored matrix,
-    re-centred over the first ``seq_len`` positions when given; anything the store did not fix when it was built
-    (other tokens, another seed, another number of prompts, another BOS choice) is an error.
+    Only blocks ``< layer`` run, in batches, without an activation cache, on the engine of
+    :func:`~gpt2_posheads.model.engine.engine_for`: the hook-free fused attention of
+    :mod:`gpt2_posheads.model.fastpath` when ``engine`` allows it (``"auto"``, the default), TransformerLens hooks
+    (``engine="hooks"``; the two agree to ~1e-6), or an nnsight trace (where only the mean comes back: no
+    ``return_per_token``). At ``layer=0`` the repeated token's rows equal ``W_pos`` (those rows) minus their mean.
+    ``model`` may be stored activations holding the layer (:class:`~gpt2_posheads.model.engine.StoredActivations`,
+    e.g. the activation cache): the stored matrix, re-centred over the first ``seq_len`` positions when given;
+    anything the store did not fix when it was built (other tokens, another seed, another number of prompts, another
+    BOS choice) is an error.
     """
-    stored = isinstance(
-        model, StoredActivations
-    )  # a bool, a float or a string is not a layer; a plain HF model is named
-    layer = as_index("layer", layer) if stored else check_layer(check_model(model), layer, allow_final=True)
-    if isinstance(model, StoredActivations):
-        meta = getattr(model, "meta", {}) or {}
-        # (given, this function's default, what the store was built with): a value other than both is refused
-        fixed = {
-            "tokens": (tokens, None, None),
-            "return_per_token": (return_per_token, False, False),
-            "n_prompts": (n_prompts, 16, meta.get("ext_n_prompts")),
-            "seed": (seed, 0, meta.get("seed")),
-            "bos": (bos, None, meta.get("ext_bos")),
-            "engine": (engine, "auto", "auto"),
-        }
-        wrong = [k for k, (got, default, kept) in fixed.items() if got is not default and got not in (default, kept)]
-        if wrong:
-            raise ValueError(
-                f"stored activations fix {', '.join(wrong)} (built with n_prompts={meta.get('ext_n_prompts')}, "
-                f"seed={meta.get('seed')}, bos={meta.get('ext_bos')}): call extended_pos_embeddings(store, layer"
-                "[, seq_len]) or pass the model instead"
-            )
-        stored = model.ext_pos(layer)
-        if seq_len is not None:
-            check_int_range("seq_len", seq_len, 2, stored.shape[0])
-            # causal attention: the first seq_len positions of a longer repeated-token prompt are the residuals
-            # of a seq_len-token prompt; only the centring differs, so centre again over those positions
-            b = int(bool(meta.get("ext_bos", False)))
-            stored = stored[:seq_len] - stored[b:seq_len].mean(0)
-        return stored
+    layer = as_index("layer", layer)  # a bool, a float or a string is not a layer (its range: the engine's model)
     res = extended_pos_embeddings_by_layer(
         model, [layer], tokens, n_prompts, seq_len, batch_size, seed, return_per_token, progress, engine, bos
     )
@@ -166,89 +133,109 @@ def extended_pos_embeddings_by_layer(
 ):
     """:func:`extended_pos_embeddings` at several layers from one pass: ``{layer: [seq_len, d_model]}``
     (and ``{layer: [n_tokens, seq_len, d_model]}`` with ``return_per_token``). Defined for every model (the
-    residual on repeated-token prompts); on a model without ``W_pos`` layer 0 holds no position (zeros)."""
-    layers = sorted({check_layer(model, l, allow_final=True) for l in layers})
+    residual on repeated-token prompts); on a model without ``W_pos`` layer 0 holds no position (zeros). Stored
+    activations answer with the layers they hold, as :func:`extended_pos_embeddings` says."""
+    layers = sorted({as_index("layer", l) for l in layers})
     if not layers:
         raise ValueError("layers is empty: pass at least one layer")
-    seq_len = model.cfg.n_ctx if seq_len is None else seq_len
-    check_int_range("seq_len", seq_len, 2, model.cfg.n_ctx)
-    check_int_range("batch_size", batch_size, 1, 1 << 20)
-    bos = default_bos(model) if bos is None else bool(bos)
-    if bos and not default_bos(model):
-        raise ValueError("bos=True needs a model whose tokenizer has a BOS token")
-    if tokens is None:
-        check_int_range("n_prompts", n_prompts, 1, model.cfg.d_vocab)
-        tokens = random_token_ids(model, n_prompts, seed)
-    tokens = torch.as_tensor(tokens, dtype=torch.long).flatten()
-    if tokens.numel() == 0:
-        raise ValueError("tokens is empty: pass at least one token id")
-    if int(tokens.max()) >= model.cfg.d_vocab or int(tokens.min()) < 0:
-        raise ValueError(f"token ids must lie in 0..{model.cfg.d_vocab - 1}")
-    if engine == NNSIGHT or is_traced(model):
-        if return_per_token:
-            raise ValueError(
-                "return_per_token is not available with the nnsight engine (it would bring back every "
-                "token's residual stream): call it without, or use the TransformerLens engine"
-            )
-        batches = []
-        for i in range(0, len(tokens), batch_size):
-            prompts = einops.repeat(tokens[i : i + batch_size], "b -> b pos", pos=seq_len).clone()
-            if bos:
+    eng = engine_for(model, engine)  # names a model that is neither TransformerLens, traced nor stored
+    state: dict = {"per_token": return_per_token}
+
+    def batches() -> list[torch.Tensor]:  # only an engine that runs a model makes them
+        for l in layers:
+            check_layer(model, l, allow_final=True)
+        n = model.cfg.n_ctx if seq_len is None else seq_len
+        check_int_range("seq_len", n, 2, model.cfg.n_ctx)
+        check_int_range("batch_size", batch_size, 1, 1 << 20)
+        b = default_bos(model) if bos is None else bool(bos)
+        if b and not default_bos(model):
+            raise ValueError("bos=True needs a model whose tokenizer has a BOS token")
+        if tokens is None:
+            check_int_range("n_prompts", n_prompts, 1, model.cfg.d_vocab)
+        toks = random_token_ids(model, n_prompts, seed) if tokens is None else tokens
+        toks = torch.as_tensor(toks, dtype=torch.long).flatten()
+        if toks.numel() == 0:
+            raise ValueError("tokens is empty: pass at least one token id")
+        if int(toks.max()) >= model.cfg.d_vocab or int(toks.min()) < 0:
+            raise ValueError(f"token ids must lie in 0..{model.cfg.d_vocab - 1}")
+        out = []
+        for i in range(0, len(toks), batch_size):
+            prompts = einops.repeat(toks[i : i + batch_size], "b -> b pos", pos=n).clone()
+            if b:
                 prompts[:, 0] = model.tokenizer.bos_token_id
-            batches.append(prompts)
-        state = dict(bos=int(bos), n=len(tokens), center=getattr(model.cfg, "normalization_type", "LN") == "LN")
-        res = run_traced(model, batches, state, _ext_finish, on_resid=_ext_resid, resid_layers=layers)
-        return {l: require_finite(res[f"L{l}"], f"the residual stream at layer {l}") for l in layers}
-    names = {l: resid_hook_name(model, l) for l in layers}
-    device = model_device(model)
-    totals = {l: torch.zeros(seq_len, model.cfg.d_model, dtype=torch.float64) for l in layers}
-    per_token: dict[int, list[torch.Tensor]] = {l: [] for l in layers}
-    b = int(bos)
+            out.append(prompts)
+        state.update(bos=int(b), n=len(toks))
+        return out
 
-    def accumulate(layer: int, resid: torch.Tensor) -> None:  # resid: [batch, pos, d_model]
-        r = resid.float().cpu()
-        centred = r - r[:, b:].mean(dim=1, keepdim=True)
-        totals[layer] += centred.sum(0).double()
-        if return_per_token:
-            per_token[layer].append(centred)
-
-    def make_hook(layer):
-        return lambda resid, hook: accumulate(layer, resid)
-
-    fast = fast_forward(model, engine)
-    hooks = [(names[l], make_hook(l)) for l in layers]
-    with torch.inference_mode():
-        for i in tqdm(range(0, len(tokens), batch_size), desc="extended pos emb", disable=not progress):
-            prompts = einops.repeat(tokens[i : i + batch_size], "b -> b pos", pos=seq_len).clone()
-            if bos:
-                prompts[:, 0] = model.tokenizer.bos_token_id
-            prompts = prompts.to(device)
-            if fast is not None:
-                for l, resid in fast.residuals(prompts, layers).items():
-                    accumulate(l, resid)
-            else:
-                run_until(model, prompts, hooks, stop_at=names[layers[-1]])
-    ext = {l: require_finite(totals[l] / len(tokens), f"the residual stream at layer {l}").float() for l in layers}
+    reader = partial(
+        _ext_from_store,
+        layers=layers,
+        tokens=tokens,
+        n_prompts=n_prompts,
+        seq_len=seq_len,
+        seed=seed,
+        bos=bos,
+        return_per_token=return_per_token,
+    )
+    bulk = "every prompt's embedding (return_per_token)" if return_per_token else ""
+    reduction = Reduction(_ext_step, _ext_finish, state, stored=reader, bulk=bulk)
+    res = eng.residuals(batches, layers, reduction, progress="extended pos emb" if progress else None)
+    ext = {l: require_finite(res[f"L{l}"], f"the residual stream at layer {l}") for l in layers}
     if return_per_token:
-        return ext, {l: torch.cat(per_token[l]) for l in layers}
+        return ext, {l: res[f"per_token.L{l}"] for l in layers}
     return ext
 
 
-def _ext_resid(state: dict, layer: int, resid: torch.Tensor) -> None:
-    """Inside a trace: add one batch's centred residuals ``[pos, d_model]`` to ``state[layer]``. On a LayerNorm model
-    each row is first centred over ``d_model``, as TransformerLens's residual stream is (compatibility mode centres
-    every write to it), so both engines give the same embedding."""
+def _ext_step(state: dict, layer: int, resid: torch.Tensor) -> None:
+    """One batch's residuals ``[batch, pos, d_model]`` at ``layer``, each prompt centred over the repeated token's
+    positions, summed into ``state[layer]`` ``[pos, d_model]`` (and kept per prompt with ``state["per_token"]``); runs
+    where the model runs (inside an nnsight trace too)."""
     r = resid.float()
-    if state["center"]:
-        r = r - r.mean(-1, keepdim=True)
     centred = r - r[:, state["bos"] :].mean(dim=1, keepdim=True)
     if layer not in state:
         state[layer] = torch.zeros(centred.shape[1:], dtype=torch.float64, device=centred.device)
     state[layer] += centred.sum(0).double()
+    if state["per_token"]:
+        state.setdefault(f"per_token.L{layer}", []).append(centred.cpu())
 
 
 def _ext_finish(state: dict) -> dict:
-    return {f"L{l}": (t.cpu() / state["n"]).float() for l, t in state.items() if isinstance(l, int)}
+    out = {f"L{l}": (t.cpu() / state["n"]).float() for l, t in state.items() if isinstance(l, int)}
+    out.update({k: torch.cat(v) for k, v in state.items() if isinstance(k, str) and k.startswith("per_token.")})
+    return out
+
+
+def _ext_from_store(store, layers, tokens, n_prompts, seq_len, seed, bos, return_per_token) -> dict:
+    """The extended embeddings a store holds (:class:`~gpt2_posheads.model.engine.StoredActivations`), re-centred
+    over the first ``seq_len`` positions when given; anything the store did not fix when it was built (other tokens,
+    another seed, another number of prompts, another BOS choice) is an error."""
+    meta = getattr(store, "meta", {}) or {}
+    # (given, this function's default, what the store was built with): a value other than both is refused
+    fixed = {
+        "tokens": (tokens, None, None),
+        "return_per_token": (return_per_token, False, False),
+        "n_prompts": (n_prompts, 16, meta.get("ext_n_prompts")),
+        "seed": (seed, 0, meta.get("seed")),
+        "bos": (bos, None, meta.get("ext_bos")),
+    }
+    wrong = [k for k, (got, default, kept) in fixed.items() if got is not default and got not in (default, kept)]
+    if wrong:
+        raise ValueError(
+            f"stored activations fix {', '.join(wrong)} (built with n_prompts={meta.get('ext_n_prompts')}, "
+            f"seed={meta.get('seed')}, bos={meta.get('ext_bos')}): call extended_pos_embeddings(store, layer"
+            "[, seq_len]) or pass the model instead"
+        )
+    out = {}
+    for layer in layers:
+        stored = store.ext_pos(layer)
+        if seq_len is not None:
+            check_int_range("seq_len", seq_len, 2, stored.shape[0])
+            # causal attention: the first seq_len positions of a longer repeated-token prompt are the residuals
+            # of a seq_len-token prompt; only the centring differs, so centre again over those positions
+            b = int(bool(meta.get("ext_bos", False)))
+            stored = stored[:seq_len] - stored[b:seq_len].mean(0)
+        out[f"L{layer}"] = stored
+    return out
 
 
 def centred_w_pos(w_pos: torch.Tensor, seq_len: int | None = None, bos: bool = False) -> torch.Tensor:

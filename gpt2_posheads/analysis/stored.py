@@ -1,25 +1,12 @@
-"""Stored activations in place of a model: the interface the analyses read, defined where they live.
+"""Stored activations in place of a model: the interface the analyses read.
 
-An analysis that can answer from stored numbers (the ranking from stored diagonals, the extended
-positional embeddings from stored matrices) accepts any object with these members instead of a model.
-The storage layer (:class:`gpt2_posheads.store.cache.PosheadsCache`) implements it; nothing here imports
-the storage layer, so the layers stay one-way.
+An analysis that can answer from stored numbers (the ranking from stored diagonals, the extended positional
+embeddings from stored matrices) accepts any object with these members instead of a model: its engine is then
+:class:`~gpt2_posheads.model.engine.StoredEngine`, which answers the reductions that say how to read their result
+off a store. The storage layer (:class:`gpt2_posheads.store.cache.PosheadsCache`) implements it; the protocol is
+defined with the engines, in the model layer, so the layers stay one-way.
 """
 
-from __future__ import annotations
+from ..model.engine import StoredActivations
 
-from typing import Protocol, runtime_checkable
-
-import torch
-
-
-@runtime_checkable
-class StoredActivations(Protocol):
-    """What a store must offer: ``diagonals`` ``[n_layers, n_heads, n_offsets]`` (per-diagonal attention
-    masses, key 0 left out) and ``ext_pos(layer)`` ``[n_ctx, d_model]`` (the extended positional
-    embedding at ``layer``, centred over all ``n_ctx`` positions)."""
-
-    @property
-    def diagonals(self) -> torch.Tensor: ...
-
-    def ext_pos(self, layer: int) -> torch.Tensor: ...
+__all__ = ["StoredActivations"]

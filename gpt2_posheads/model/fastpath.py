@@ -311,13 +311,16 @@ class FastGPT2:
         tokens: torch.Tensor,
         on_pattern: Callable[[int, torch.Tensor], None],
         workspace: Workspace | None = None,
+        last: int | None = None,
     ) -> None:
-        """Call ``on_pattern(layer, pattern [batch, head, q, k])`` for every layer; stops after the last
-        layer's pattern (its values, output and MLP are never computed). Pass one ``workspace`` to
-        successive calls to reuse its buffers across batches; each pattern is overwritten by the next."""
+        """Call ``on_pattern(layer, pattern [batch, head, q, k])`` for every layer up to ``last`` (default: the
+        last layer); stops after that layer's pattern (its values, output and MLP are never computed). Pass one
+        ``workspace`` to successive calls to reuse its buffers across batches; each pattern is overwritten by the
+        next."""
+        last = self.n_layers - 1 if last is None else last
         resid, ws = self.embed(tokens), workspace if workspace is not None else Workspace()
-        for l in range(self.n_layers):
-            resid = self.block(resid, l, on_pattern, attn_only_patterns=l == self.n_layers - 1, workspace=ws)
+        for l in range(last + 1):
+            resid = self.block(resid, l, on_pattern, attn_only_patterns=l == last, workspace=ws)
 
 
 class Workspace:

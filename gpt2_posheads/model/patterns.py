@@ -10,6 +10,8 @@ discarded, :func:`~gpt2_posheads.model.hooks.hook_status`), the edit goes throug
 The scale and the mask (causal, plus any attention window, such as GPT-Neo's local layers) are calibrated once per
 model and layer on a clean pass (:func:`~gpt2_posheads.model.attention.scale_from_pattern`), and every pass checks
 that ``A v`` reproduces the model's own ``z`` before replacing it: a mismatch is an error, never a silent change.
+``hook_pattern``, which fires after the output there, then shows ``edit(A)`` to the hooks after it, so a reduction
+of the patterns sees the pattern the head attended with on every model (and every engine).
 """
 
 from __future__ import annotations
@@ -80,8 +82,8 @@ def pattern_edit_hooks(model, layer: int, edit: PatternEdit) -> list[tuple[str, 
     scale, window = _calibrate(model, layer)
     cap, box = QKCapture(model, layer), {}
 
-    def grab_v(v, hook):
-        box["v"] = v
+    def grab_v(v, hook):  # fires before z in every pass: a new pass starts
+        box["v"], box["z_done"] = v, False
 
     def replace_z(z, hook):  # z: [batch, pos, head, d_head]
         q, k = cap.q.float(), cap.k.float()
@@ -97,6 +99,12 @@ def pattern_edit_hooks(model, layer: int, edit: PatternEdit) -> list[tuple[str, 
                 f"pattern edit on layer {layer}: the recomputed attention does not reproduce the model's "
                 f"own output (relative gap {gap:.1e}); the edit was not applied"
             )
+        box["z_done"] = True
         return torch.einsum("bhqk,bkhd->bqhd", edit(A), v).to(z.dtype)
 
-    return cap.hooks() + [(pre + "hook_v", grab_v), (pre + "hook_z", replace_z)]
+    def show_edit(p, hook):  # [batch, head, q, k]
+        # hook_pattern fires after the output here: the hooks after this one (a reduction of the patterns) see the
+        # pattern the head attended with, edit(A), as on a model whose hook_pattern feeds the output
+        return edit(p) if box.get("z_done") else p
+
+    return cap.hooks() + [(pre + "hook_v", grab_v), (pre + "hook_z", replace_z), (pre + "hook_pattern", show_edit)]

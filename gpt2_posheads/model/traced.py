@@ -483,6 +483,14 @@ def _replace_positions(pos_out, w_new: torch.Tensor):
 # --------------------------------------------------------------------------------------------------------------
 # The one traced pass
 # --------------------------------------------------------------------------------------------------------------
+def stream_as_transformer_lens(x: torch.Tensor, center: bool) -> torch.Tensor:
+    """A residual ``[batch, pos, d_model]`` as TransformerLens's processed model holds it (float32): on a LayerNorm
+    model (``center``) each row centred over ``d_model``, as compatibility mode centres every write to the stream
+    (LayerNorm reads the same thing either way)."""
+    x = x.float()
+    return x - x.mean(-1, keepdim=True) if center else x
+
+
 def run_traced(
     model: TracedModel,
     batches: Sequence[torch.Tensor],
@@ -493,16 +501,20 @@ def run_traced(
     resid_layers: Sequence[int] = (),
     edits: Sequence[TracedEdit] = (),
     check: bool = True,
+    on_logits: Callable[[dict, torch.Tensor], None] | None = None,
 ) -> dict:
     """One nnsight session over ``batches`` (``[batch, pos]`` token ids) that returns ``finish(state)``.
 
     For every batch, in one trace: ``on_resid(state, layer, resid [batch, pos, d_model])`` for each layer of
-    ``resid_layers`` (the residual entering that block; ``n_layers`` = the final residual, before the final norm),
-    and ``on_pattern(state, layer, pattern [batch, head, q, k])`` for every layer, the pattern computed from the
-    model's queries and keys (module doc). The pass stops after the last layer it needs. ``state`` is a small dict
-    the callbacks fill (created here, shipped with the request); ``finish`` turns it into the small tensors that
-    come back — the only values that leave the session. ``check``: on the first batch, verify ``A v`` against the
-    model's head outputs in every layer whose pattern is computed (raises ``RuntimeError`` past tolerance).
+    ``resid_layers`` (the residual entering that block; ``n_layers`` = the final residual, before the final norm;
+    float32, centred per row on a LayerNorm model: :func:`stream_as_transformer_lens`), and
+    ``on_pattern(state, layer, pattern [batch, head, q, k])`` for every layer, the pattern computed from the
+    model's queries and keys (module doc). The pass stops after the last layer it needs, unless ``on_logits``:
+    then the whole model runs and ``on_logits(state, logits [batch, pos, d_vocab])`` sees its output. ``state`` is a
+    small dict the callbacks fill (created here, shipped with the request); ``finish`` turns it into the small
+    tensors that come back — the only values that leave the session. ``check``: on the first batch, verify ``A v``
+    against the model's head outputs in every layer whose pattern is computed (raises ``RuntimeError`` past
+    tolerance).
     """
     _import_nnsight("--engine")
     from nnsight import save
@@ -516,6 +528,7 @@ def run_traced(
     adds = {e.layer: e.delta for e in edits if e.kind == "resid_add"}
     pattern_edits = {e.layer: e.fn for e in edits if e.kind == "pattern"}
     want_resid = set(resid_layers)
+    center = getattr(cfg, "normalization_type", "LN") == "LN"
     tol = 1e-3 if next(model.parameters()).dtype == torch.float32 else 3e-2
     with torch.inference_mode(), nn.session(remote=model.remote):
         gaps = []
@@ -530,14 +543,14 @@ def run_traced(
                 for l in range(last + 1):
                     if l == n_layers:
                         if l in want_resid:
-                            on_resid(state, l, module_at(nn, arch.final_norm).input.float())
+                            on_resid(state, l, stream_as_transformer_lens(module_at(nn, arch.final_norm).input, center))
                         break
                     block = layers[l]
                     if l in adds:
                         x = block.input
                         block.input = x + adds[l][: x.shape[-2]].to(x.device, x.dtype)
                     if l in want_resid:
-                        on_resid(state, l, block.input.float())
+                        on_resid(state, l, stream_as_transformer_lens(block.input, center))
                     if l >= pattern_layers:
                         continue
                     attn = module_at(block, arch.attn)
@@ -560,7 +573,10 @@ def run_traced(
                             out.input = heads_output(pattern, v, bias).to(z.dtype)
                     if on_pattern is not None:
                         on_pattern(state, l, pattern)
-                tracer.stop()
+                if on_logits is None:
+                    tracer.stop()
+                else:
+                    on_logits(state, nn.output.logits.float())
         result = finish(state)
         result["_max_gap"] = torch.stack(gaps).max() if gaps else torch.zeros(())
         save(result)
