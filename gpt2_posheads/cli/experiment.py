@@ -203,16 +203,3 @@ def wpos_reason(model, label: str) -> str | None:
     if has_learned_positions(model):
         return None
     return f"{label} has {position_kind(model)} positions; W_pos interventions need learned absolute positions"
-
-
-def one_token_targets(tokenizer, targets: list[str], param: str = "--target") -> list[str]:
-    """``targets`` with every word that is several tokens in ``tokenizer`` replaced by a single-token noun
-    (the copy claims need one token per word), saying each replacement."""
-    from ..analysis.repeat_prompt import single_token_target, single_token_words, split_words
-
-    words = [w for t in targets for w in split_words(t)]
-    for w, r in single_token_words(tokenizer, words).items():
-        if w != r:
-            n = len(tokenizer(w, add_special_tokens=False)["input_ids"])
-            note(f"{param}: {w!r} is {n} tokens in this model's vocabulary: replaced by {r!r} (one token per word)")
-    return single_token_target(tokenizer, list(targets))

@@ -515,7 +515,7 @@ def finish_not_testable(reason: str) -> bool:
         keys = SCRIPT_CLAIMS.get(out.script)
         if not keys:
             continue
-        pre = [Precondition("what the model computed is finite", False, reason)]
+        pre = [Precondition("what the claims rest on was measured, and is finite", False, reason)]
         claims = [judge_claim(k, {"not_testable": reason}, value=float("nan"), preconditions=pre) for k in keys]
         out.summary({**out.context, "not_testable": reason}, claims)
         out.commit(quiet=True)

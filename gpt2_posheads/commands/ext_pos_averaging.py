@@ -23,14 +23,18 @@ def main(argv=None):
     p = experiment_parser(__doc__)
     add_prompt_args(p, n_prompts=8, seq_len=256)
     add_heads_arg(p, claim.HEADS)
-    p.add_argument("--group-size", type=int, default=10, help="rows averaged together")
+    p.add_argument(
+        "--group-size",
+        type=int,
+        default=10,
+        help="rows averaged together (above the model's context: capped, and said)",
+    )
     p.add_argument("--ext-prompts", type=int, default=16, help="repeated-token prompts for the extended embeddings")
     add_submatrix_args(p)
     args = p.parse_args(argv)
     positive("--group-size", args.group_size, 2)
     positive("--ext-prompts", args.ext_prompts)
     exp = setup(args, __file__, heads=claim.HEADS)
-    positive("--group-size", args.group_size, 2, exp.model.cfg.n_ctx)
     result = claim.ext_pos_averaging(
         heads=exp.heads,
         group_size=args.group_size,

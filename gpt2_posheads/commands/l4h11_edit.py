@@ -7,7 +7,8 @@ On the repeat-string prompt ending in `Reply: " ninja`, the model should say " t
 the head's attention in the request back by one position — " turtle" attends to the token before " ninja"
 and " pirate" attends to " ninja" — so an induction head looking for "the token after ninja" finds
 " pirate"; the head's output is multiplied by each factor. A word that is several tokens in the model's
-vocabulary is replaced by a single-token noun, and said.
+vocabulary is replaced by a single-token word (single characters in a character vocabulary) and a short context
+gets a shorter prompt, each said; where no prompt fits, the claim is not testable with the numbers.
 Post: P(" turtle") 99% clean; with the edit and factor 2, P(" pirate") 65% and P(" turtle") 26%.
 Not testable on a model that does not copy the clean prompt, or for a head that is not a previous-token head.
 The claim as a function: gpt2_posheads.posts.p004.l4h11_edit (gpt2_posheads/posts/p004/edit.py).
@@ -41,7 +42,7 @@ def main(argv=None):
     result = claim.l4h11_edit(
         heads=exp.heads, target=args.target, factors=factors, seed=args.seed, run=ModelRun.of(exp)
     )
-    for r in result.numbers["rows"]:
+    for r in result.numbers.get("rows", []):  # none where no repeat-string prompt fits the model
         print(
             f"{r['condition']:>20}: " + "  ".join(f"{k}={v:.3f}" for k, v in r.items() if k.startswith("P(")),
             "| top:",

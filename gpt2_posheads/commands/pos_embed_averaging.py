@@ -13,7 +13,7 @@ The claim as a function: gpt2_posheads.posts.p004.pos_embed_averaging (gpt2_posh
 """
 
 from gpt2_posheads.cli import add_heads_arg, add_prompt_args, experiment_parser, int_list, setup
-from gpt2_posheads.cli.experiment import one_token_targets, wpos_reason
+from gpt2_posheads.cli.experiment import wpos_reason
 from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.posts.p004 import wpos_averaging as claim
 from gpt2_posheads.posts.p004._run import ModelRun
@@ -37,7 +37,6 @@ def main(argv=None):
     exp = setup(args, __file__, heads=claim.HEADS)
     if wpos_reason(exp.model, exp.label) is None:  # adjusted and said in the options' names; the function keeps them
         asked = claim.group_sizes_for(exp.model, asked, "--group-sizes")
-        targets = one_token_targets(exp.model.tokenizer, targets, "--targets")
     result = claim.pos_embed_averaging(
         heads=exp.heads, group_sizes=asked, targets=targets, seed=args.seed, run=ModelRun.of(exp)
     )

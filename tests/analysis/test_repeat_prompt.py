@@ -14,42 +14,6 @@ from gpt2_posheads.analysis.repeat_prompt import (
     target_words,
 )
 
-# nanoGPT's Shakespeare character set: no digits but 3, no double quote
-SHAKESPEARE = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-
-
-@pytest.fixture(scope="module")
-def char_tokenizer():
-    """A character-level tokenizer over the Shakespeare characters, BOS ``<|endoftext|>`` (65 + 1 tokens)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<|endoftext|>": 0, **{c: i + 1 for i, c in enumerate(SHAKESPEARE)}}
-    t = Tokenizer(models.WordLevel(vocab, unk_token="<|endoftext|>"))
-    t.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    t.decoder = decoders.Fuse()
-    special = dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>")
-    return PreTrainedTokenizerFast(tokenizer_object=t, **special)
-
-
-@pytest.fixture(scope="module")
-def bpe50_tokenizer():
-    """A byte-pair tokenizer trained here to a 50-token vocabulary (no word of the post's is one token)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    t = Tokenizer(models.BPE(unk_token="<unk>"))
-    t.pre_tokenizer = pre_tokenizers.Metaspace()
-    t.decoder = decoders.Metaspace()
-    text = [
-        "the cat sat on the mat and the dog ran to the park " * 20,
-        "a quick brown fox jumps over the lazy dog " * 10,
-    ]
-    t.train_from_iterator(text, trainers.BpeTrainer(vocab_size=50, special_tokens=["<|endoftext|>", "<unk>"]))
-    tok = PreTrainedTokenizerFast(tokenizer_object=t, bos_token="<|endoftext|>", unk_token="<unk>")
-    assert len(tok) == 50
-    return tok
-
 
 def ids(tok, text):
     return tok(text, add_special_tokens=False)["input_ids"]

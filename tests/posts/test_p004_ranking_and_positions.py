@@ -170,20 +170,23 @@ def test_extended_arguments_are_checked(kwargs, words, handset_model):
 # --- pos_embed_averaging ----------------------------------------------------------------------------------------------
 
 
-def test_averaging_on_a_context_too_short_for_the_repeat_prompt(handset_model, prompts, capsys):
-    """Groups of 1 are the clean model (KL 0, the ranking's masses); a 16-token context holds no repeat-string
-    prompt, so the output claims are not testable and say so; sizes above the context are capped and said."""
+def test_averaging_on_a_short_context_gets_a_shorter_repeat_prompt_and_says_so(handset_model, prompts, capsys):
+    """Groups of 1 are the clean model (KL 0, the ranking's masses); a 16-token context cannot hold the post's
+    repeat-string prompt, so a shorter template is measured, and said; sizes above the context are capped and said.
+    The hand-set model copies nothing, so the output claims are not testable, saying so."""
     r = pos_embed_averaging(handset_model, prompts, heads=["L0H0"], group_sizes=[1, 10, 20, 50])
     err = capsys.readouterr().err
     assert "note: group_sizes: 20, 50 capped at the model's context, 16" in err
+    assert "note: the repeat-string prompt: a shorter template" in err and "the context is 16" in err
     assert r.numbers["group_sizes"] == [1, 10, 16] and r.numbers["heads"] == ["L0H0"]
     rows = {row["group_size"]: row for row in r.numbers["rows"]}
     run = model_run(handset_model, prompts).ranked()
     assert rows[1]["kl"] == 0.0 and rows[1]["prev_mass L0H0"] == pytest.approx(float(run.diag[0, 0, 1]))
-    assert not [k for k in rows[1] if k.startswith("P(")]
+    p_keys = [k for k in rows[1] if k.startswith("P(")]
+    assert len(p_keys) == 2 and all(0 <= rows[g][k] <= 1 for g in rows for k in p_keys)
     v = {c.key: c for c in r.claims}
     for key in ("avg_output_unchanged", "avg_breaks_down"):
-        assert v[key].verdict == "not testable" and "repeat-string prompt" in v[key].why
+        assert v[key].verdict == "not testable" and "copy" in v[key].why, v[key].why
     assert list(r.tables["pos_embed_averaging"].group_size) == [1, 10, 16]
 
 

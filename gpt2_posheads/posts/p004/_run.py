@@ -18,6 +18,8 @@ import torch
 
 from ...analysis.diagonals import diagonal_attention, rank_from_diagonals
 from ...analysis.prompts import make_prompts
+from ...analysis.repeat_prompt import RepeatPrompt, fit_repeat_prompt, target_words
+from ...cli.args import note
 from ...cli.heads import HeadDefault, HeadSpec, resolve_heads
 from ...model.validation import UsageError, check_model, head_name, parse_head
 
@@ -122,3 +124,36 @@ def _same_model(model, run: ModelRun) -> ModelRun:
     if model is not None and model is not run.model:
         raise ValueError("run: it was made for another model than the one given")
     return run
+
+
+def repeat_prompts(
+    model, targets: Sequence[str], n_given: int, seed: int = 0, param: str = "targets", contiguous: bool = False
+) -> tuple[list[RepeatPrompt], str]:
+    """``(prompts, why there are none)``: one repeat-string prompt per target
+    (:func:`~gpt2_posheads.analysis.repeat_prompt.fit_repeat_prompt`), each word one token of the model's vocabulary
+    and the prompt within its context; what differs from the post's prompt is said (a note naming ``param``). The
+    same word gets the same replacement in every target, so swapped targets stay swapped.
+
+    ``contiguous``: the words follow each other with no separator token even where the vocabulary would separate
+    them (a character vocabulary): the token after a word is then the next word, as on GPT-2, which the induction
+    an edit redirects needs. No prompt (the vocabulary lacks the words, or even the shortest template exceeds the
+    context): ``([], reason with the numbers)``; the claims resting on the prompt are then not testable."""
+    tok, n_ctx = model.tokenizer, model.cfg.n_ctx
+    try:
+        words, sep, how = target_words(tok, list(targets))
+    except ValueError as e:
+        return [], f"no repeat-string target: {e}"
+    if contiguous and sep:
+        sep = ""
+        how += "; the words follow each other with no separator (the token after a word is the next word)"
+    if how:
+        note(f"{param}: {how}")
+    prompts = []
+    for w in words:
+        rp = fit_repeat_prompt(tok, w, n_given=n_given, max_len=n_ctx, seed=seed, sep=sep)
+        if not rp:
+            return [], rp.reason
+        prompts.append(rp)
+    for adjusted in dict.fromkeys(a for rp in prompts for a in rp.adjusted if a != how):
+        note(f"the repeat-string prompt: {adjusted}")
+    return prompts, ""

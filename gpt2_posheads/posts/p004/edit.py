@@ -12,7 +12,9 @@ output by 2. Post: P(" turtle") 99% clean; with the edit and factor 2, P(" pirat
   model that does not copy the clean prompt, or for a head that is not a previous-token head;
 * **figure** — the two probabilities per condition.
 
-A word that is several tokens in the model's vocabulary is replaced by a single-token noun, and said.
+A word that is several tokens in the model's vocabulary is replaced by a single-token word (single characters in a
+character vocabulary), and a context too short for the post's prompt gets a shorter one, each said
+(:func:`._run.repeat_prompts`); where no prompt fits, the claim is not testable with the numbers.
 """
 
 from __future__ import annotations
@@ -21,14 +23,13 @@ import plotly.graph_objects as go
 
 from ...analysis.interventions import edit_head_pattern, hooks_for, scale_head_output
 from ...analysis.measures import next_token_probs, top_tokens
-from ...analysis.repeat_prompt import RepeatPrompt, edit_mapping, repeat_string_prompt, split_words
+from ...analysis.repeat_prompt import RepeatPrompt, edit_mapping, split_words
 from ...claims.gpt2_post import judge_claim, model_copies, prev_head_precondition
-from ...claims.verdicts import Claim
-from ...cli.experiment import one_token_targets
+from ...claims.verdicts import Claim, Precondition
 from ...cli.heads import HeadDefault
 from ...model.validation import UsageError, head_name
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, as_run
+from ._run import HeadsArg, ModelRun, as_run, repeat_prompts
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="the previous-token head to edit (the first is used)")
 CLAIM_KEYS = ("edit_moves_copy",)
@@ -80,6 +81,12 @@ def judge(run: ModelRun, head: tuple[int, int], rp: RepeatPrompt, rows: list[dic
     )
 
 
+def no_prompt_claim(why: str) -> Claim:
+    """``edit_moves_copy`` not testable: no repeat-string prompt fits the model (``why``, with the numbers)."""
+    pre = [Precondition("the repeat-string prompt fits the model", False, f"not testable here: {why}")]
+    return judge_claim("edit_moves_copy", {"no_prompt": why}, value=(float("nan"),) * 3, preconditions=pre)
+
+
 def l4h11_edit(
     model=None,
     prompts=None,
@@ -121,15 +128,21 @@ def l4h11_edit(
     chosen, how = run.heads(heads, HEADS)
     head = chosen[0]
     tok = run.model.tokenizer
-    target = one_token_targets(tok, [target if target.startswith(" ") else " " + target])[0]
-    rp = repeat_string_prompt(tok, target, n_given=1, seed=seed, max_len=run.model.cfg.n_ctx)
+    result = ClaimResult("l4h11_edit", run.label)
+    result.numbers["heads_chosen"] = how
+    target = target if target.startswith(" ") else " " + target
+    reps, no_prompt = repeat_prompts(run.model, [target], n_given=1, seed=seed, param="target", contiguous=True)
+    if no_prompt:
+        result.numbers.update(target=target, no_prompt=no_prompt)
+        result.claims.append(no_prompt_claim(no_prompt))
+        return result
+    rp = reps[0]
+    target = rp.sep.join(rp.words)
     mapping = edit_mapping(rp)
     rows = measure(run.model, rp, head, factors)
-    result = ClaimResult("l4h11_edit", run.label)
     result.figure(figure(rows, rp, target, head, run), "l4h11_edit")
     result.claims.append(judge(run, head, rp, rows))
     result.numbers.update(
-        heads_chosen=how,
         target=target,
         prompt=rp.text,
         mapping=mapping,

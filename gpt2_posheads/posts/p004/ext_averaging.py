@@ -22,7 +22,7 @@ from ...analysis.interventions import average_ext_pos_embed
 from ...analysis.measures import compare_head_patterns
 from ...claims.gpt2_post import judge_claim, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition
-from ...cli.args import submatrix
+from ...cli.args import note, submatrix
 from ...cli.heads import HeadDefault
 from ...model.validation import head_name
 from ...report.plotting import attention_panels
@@ -105,7 +105,8 @@ def ext_pos_averaging(
         heads: ``"L4H11"``-style names, ``(layer, head)`` pairs or ``"auto:N"``, the early head first and the
             aggregator last (default: L2H2, L4H11 on GPT-2 small; elsewhere the sharpest clear previous-token head
             below the aggregator, then the aggregator).
-        group_size: rows averaged together (2..n_ctx; the post: 10).
+        group_size: rows averaged together (>= 2, the post: 10; one above the model's context is capped at it, and
+            said).
         ext_prompts: repeated-token prompts the extended positional embeddings are measured on (>= 1).
         seed: the seed of those prompts.
         start, size: the submatrix shown in the figure (the post: 50 x 50).
@@ -119,8 +120,12 @@ def ext_pos_averaging(
     if not (isinstance(ext_prompts, int) and ext_prompts >= 1):
         raise ValueError(f"ext_prompts: {ext_prompts!r} is out of range; allowed an integer >= 1")
     run = as_run(model, prompts, run, n_prompts=8, seq_len=256)
-    if not (isinstance(group_size, int) and 2 <= group_size <= run.model.cfg.n_ctx):
-        raise ValueError(f"group_size: {group_size!r} is out of range; allowed 2..{run.model.cfg.n_ctx}")
+    if isinstance(group_size, bool) or not (isinstance(group_size, int) and group_size >= 2):
+        raise ValueError(f"group_size: {group_size!r} is out of range; allowed an integer >= 2 (the post: 10)")
+    if group_size > run.model.cfg.n_ctx:
+        n_ctx = run.model.cfg.n_ctx
+        note(f"group_size: {group_size} capped at the model's context, {n_ctx} (one group holds every row)")
+        group_size = run.model.cfg.n_ctx
     run.ranked()
     chosen, how = run.heads(heads, HEADS)
     result = ClaimResult("ext_pos_averaging", run.label)

@@ -96,14 +96,14 @@ def judge(ranking: pd.DataFrame) -> list[Claim]:
     return [
         judge_claim(
             "sharp_prev_head",
-            {"head": agg or None, "ratio": ratios[0] if ratios else None},
+            {"head": agg or None, "ratio": ratios[0] if ratios else None, "prev_token_heads": n_prev, "heads": n_heads},
             value=ratios[0] if ratios else math.inf,
             head=agg,
             shown=f"ratio {ratios[0]:.3g}" if ratios else none,
         ),
         judge_claim(
             "sharpest_stands_alone",
-            {"ratios": ratios[:2], "heads": prev.name.tolist()[:2]},
+            {"ratios": ratios[:2], "heads": prev.name.tolist()[:2], "prev_token_heads": n_prev},
             value=(ratios[0] if ratios else math.inf, ratios[1] if len(ratios) >= 2 else None),
             head=agg,
             shown=(f"{ratios[0]:.3g} vs next {ratios[1]:.3g}" if len(ratios) >= 2 else f"{ratios[0]:.3g}, alone")

@@ -30,7 +30,7 @@ from ...claims.gpt2_post import judge_claim, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition
 from ...cli.args import submatrix
 from ...cli.heads import HeadDefault
-from ...model.validation import UsageError, head_name
+from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ...report.plotting import heatmap_grid
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, as_run
@@ -147,6 +147,11 @@ def raw_scores_taxonomy(
     run = as_run(model, prompts, run, n_prompts=16, seq_len=256)
     # every query of the profile has w keys on each side, after the first 8 positions
     high = (run.prompts.shape[1] - 9) // 2
+    if high < 3:  # not a mistake of the caller's: the model's context (or the prompts) leaves no window
+        raise NothingMeasuredError(
+            f"prompts of {run.prompts.shape[1]} tokens leave no score profile: offsets -3..+3 and the trend's older "
+            f"keys need 15 tokens (the model's context is {run.model.cfg.n_ctx})"
+        )
     if not (isinstance(window, int) and 3 <= window <= high):
         raise UsageError("window", f"{window!r} is out of range", f"allowed 3..{high} for prompts of this length")
     run.ranked()

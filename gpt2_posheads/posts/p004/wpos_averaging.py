@@ -27,15 +27,15 @@ from plotly.subplots import make_subplots
 from ...analysis.diagonals import diagonal_attention
 from ...analysis.interventions import average_pos_embed
 from ...analysis.measures import kl_divergence, next_token_probs
-from ...analysis.repeat_prompt import RepeatPrompt, repeat_string_prompt
+from ...analysis.repeat_prompt import RepeatPrompt
 from ...claims.gpt2_post import judge_claim, model_copies, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition
 from ...cli.args import note
-from ...cli.experiment import one_token_targets, wpos_reason
+from ...cli.experiment import wpos_reason
 from ...cli.heads import HeadDefault
 from ...model.validation import head_name
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, as_run
+from ._run import HeadsArg, ModelRun, as_run, repeat_prompts
 
 HEADS = HeadDefault(("L2H2", "L3H3", "L4H11"), "aggregator+early", what="heads whose previous-token mass is tracked")
 CLAIM_KEYS = ("avg_output_unchanged", "avg_breaks_down", "avg_prev_heads_unaffected")
@@ -55,17 +55,6 @@ def group_sizes_for(model, asked: Sequence[int], param: str = "group_sizes") -> 
     return sorted({min(g, n_ctx) for g in asked} | {1})
 
 
-def repeat_prompts(model, targets: list[str], seed: int) -> tuple[list[RepeatPrompt], str]:
-    """``(prompts, why there are none)``: one repeat-string prompt per target, within the model's context; none when
-    the context cannot hold even one demonstration (the output claims are then not testable)."""
-    try:
-        tok, n_ctx = model.tokenizer, model.cfg.n_ctx
-        return [repeat_string_prompt(tok, t, n_given=0, seed=seed, max_len=n_ctx) for t in targets], ""
-    except ValueError as e:
-        note(f"the repeat-string prompt does not fit: {e}; the output claims are not testable")
-        return [], str(e)
-
-
 def measure(run: ModelRun, heads: list[tuple[int, int]], groups: list[int], reps: list[RepeatPrompt]) -> list[dict]:
     """One row per group size: ``group_size``, ``kl`` (nats, mean over the prompts' positions), ``P(<word> first |
     <target>)`` per repeat-string prompt, ``prev_mass <head>`` per head (the offset-1 diagonal; at size 1 the run's
@@ -78,7 +67,7 @@ def measure(run: ModelRun, heads: list[tuple[int, int]], groups: list[int], reps
         row = {"group_size": g, "kl": kl}
         for r in reps:
             probs = next_token_probs(model, r.tokens, hooks)[0]
-            row[f"P({r.next_word.strip()} first | {''.join(r.words).strip()})"] = float(
+            row[f"P({r.next_word.strip()} first | {r.sep.join(r.words).strip()})"] = float(
                 probs[r.next_token_id(model.tokenizer)]
             )
         for l, h in heads:
@@ -213,7 +202,8 @@ def pos_embed_averaging(
         group_sizes: the group sizes (>= 1; one above the model's context is capped at it, and said; 1, the clean
             model, is always measured). The claims compare with groups of 10 and 20 and with the largest (>= 50).
         targets: the repeat-string targets (a leading space is added where missing; a word that is several tokens
-            in the model's vocabulary is replaced by a single-token noun, and said).
+            in the model's vocabulary is replaced by a single-token word, single characters in a character
+            vocabulary, and a short context gets a shorter prompt: each said; :func:`._run.repeat_prompts`).
         seed: the seed of the repeat-string prompts' demonstrations.
         run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (prompts and ranking once).
 
@@ -240,8 +230,8 @@ def pos_embed_averaging(
         result.claims = not_applicable(reason)
         return result
     groups = group_sizes_for(run.model, group_sizes)
-    targets = one_token_targets(run.model.tokenizer, targets, "targets")
-    reps, no_prompt = repeat_prompts(run.model, targets, seed)
+    reps, no_prompt = repeat_prompts(run.model, targets, n_given=0, seed=seed)
+    targets = [r.sep.join(r.words) for r in reps] or targets  # as measured (single-token words)
     rows = measure(run, chosen, groups, reps)
     copies = copies_precondition(rows, no_prompt)
     result.figure(figure(rows, copies.ok, run.label), "pos_embed_averaging", width=1400)
