@@ -11,6 +11,8 @@ A script is ``parse → setup → measure → judge → write``::
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +30,25 @@ from .engine import load_engine_model
 from .heads import HeadDefault, require_above_layer0, resolve_heads
 from .output import Output, default_target
 
+# What commands run one after another in one process share (the main job: :func:`shared_setup`): each model loaded
+# once, its prompts made once per option set, the heads ranked once per prompts. ``None`` outside that block.
+_SHARED: dict | None = None
+
+
+@contextmanager
+def shared_setup() -> Iterator[None]:
+    """Within this block every command's :func:`setup` reuses what an earlier command of the block made from the same
+    inputs: the model of the same source and device (loaded once), the prompts of the same model and options, and the
+    ranking of the same prompts. Each memo's key holds every input the result depends on, so a command measures the
+    same numbers as it does alone; a command must not change the model it is given (none does: interventions are
+    hooks). Used by the main job, which runs every claim of a model in one process."""
+    global _SHARED
+    previous, _SHARED = _SHARED, {"models": {}, "prompts": {}, "rankings": {}}
+    try:
+        yield
+    finally:
+        _SHARED = previous
+
 
 def model_from_args(args):
     """Load ``--model-dir`` or ``--model``; a load failure is a one-line error. With ``--engine nnsight`` the model
@@ -36,10 +57,16 @@ def model_from_args(args):
     traced = load_engine_model(source, args, "--model-dir" if args.model_dir else "--model")
     if traced is not None:
         return traced
+    key = (source, args.device)
+    if _SHARED is not None and key in _SHARED["models"]:
+        return _SHARED["models"][key]
     try:
-        return load_model(source, device=args.device)
+        model = load_model(source, device=args.device)
     except (ModelLoadError, FileNotFoundError) as e:
         raise UsageError("--model-dir" if args.model_dir else "--model", str(e)) from None
+    if _SHARED is not None:
+        _SHARED["models"][key] = model
+    return model
 
 
 def model_label(args) -> str:
@@ -97,9 +124,15 @@ def corpus_prompts(model, args) -> tuple[torch.Tensor, str]:
     """``[n_prompts, seq_len]`` natural-text prompts for ``args`` and a description of their source (a mistake is
     named by its command-line option)."""
     try:
-        docs, source = documents(args.prompts)
         seq_len = capped_seq_len(model, args.seq_len)
-        return make_prompts(model.tokenizer, args.n_prompts, seq_len, seed=args.seed, docs=docs), source
+        key = (id(model), args.prompts, args.n_prompts, seq_len, args.seed)
+        if _SHARED is not None and key in _SHARED["prompts"]:
+            return _SHARED["prompts"][key]
+        docs, source = documents(args.prompts)
+        made = make_prompts(model.tokenizer, args.n_prompts, seq_len, seed=args.seed, docs=docs), source
+        if _SHARED is not None:
+            _SHARED["prompts"][key] = made
+        return made
     except UsageError as e:
         allowed = re.sub(r"\b(n_prompts|seq_len)\b", lambda m: OPTION_OF[m.group(1)], e.allowed)
         raise UsageError(OPTION_OF.get(e.param, e.param), e.problem, allowed, e.hint) from None
@@ -176,11 +209,23 @@ def setup(
         exp.prompts, exp.source = corpus_prompts(model, args)
         out.context = exp.describe()
     if ranking and exp.prompts is not None:
-        exp.diag = diagonal_attention(model, exp.prompts, progress=False)
-        exp.ranking = rank_from_diagonals(exp.diag)
+        exp.diag, exp.ranking = _ranking(model, exp.prompts)
     if heads is not None and exp.ranking is not None:
         exp.heads, exp.heads_chosen = resolve_heads(model, checked.heads, heads, exp.ranking)
     return exp
+
+
+def _ranking(model, prompts: torch.Tensor) -> tuple[torch.Tensor, pd.DataFrame]:
+    """The mean attention per diagonal ``[n_layers, n_heads, n_offsets]`` on ``prompts`` and the ranking from it
+    (once per prompts inside :func:`shared_setup`)."""
+    key = (id(model), id(prompts))
+    if _SHARED is not None and key in _SHARED["rankings"]:
+        return _SHARED["rankings"][key]
+    diag = diagonal_attention(model, prompts, progress=False)
+    ranked = diag, rank_from_diagonals(diag)
+    if _SHARED is not None:
+        _SHARED["rankings"][key] = ranked
+    return ranked
 
 
 def not_applicable(exp: Experiment, reason: str, claim_keys: list[str], extra: dict | None = None) -> None:

@@ -10,20 +10,29 @@ hand to carry the post's route), lookalike-wpos (the same behaviour from a head 
 (the trained organism, which takes the toy post's route); compiled models not built yet are built first
 (seconds, deterministic). The organism report then shows the post's story on the route model beside the organism
 and the post's numbers. The toy scripts train their own models at settings that test every headline claim
-(--quick makes them smoke tests). Each script runs in its own process; a failing one is reported and the others
-still run. Ctrl-C stops the job and still rewrites the index page: what finished is shown with the time it was
-measured, the interrupted script and those that did not run are marked. The run record is results/run_all.json.
+(--quick makes them smoke tests). Every script runs in this process, in turn: each model is loaded once, its
+prompts made once per option set and its heads ranked once per prompts, so each script measures what it measures
+alone (the same numbers) without starting Python and loading the model again (--processes: one process per script,
+as `gpt2-posheads <script>` runs). A failing script is reported and the others still run. Ctrl-C stops the job and
+still rewrites the index page: what finished is shown with the time it was measured, the interrupted script and those
+that did not run are marked; --resume then runs only what did not finish. The run record is results/run_all.json.
 """
 
+import os
 import sys
 import time
+import traceback
+from contextlib import nullcontext
 from pathlib import Path
+
+import torch
 
 from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, TOY_SCRIPTS
 from gpt2_posheads.cli import Parser, check_device, check_hub_names, check_model_dir, results_root, write_json
 from gpt2_posheads.cli.args import Terminated
-from gpt2_posheads.cli.output import acquire_lock, now_iso
-from gpt2_posheads.commands import run_experiment
+from gpt2_posheads.cli.experiment import shared_setup
+from gpt2_posheads.cli.output import acquire_lock, default_target, now_iso
+from gpt2_posheads.commands import run, run_experiment
 from gpt2_posheads.model.loading import load_model
 from gpt2_posheads.model.paths import SHIPPED_MODELS, shipped_model_dir
 from gpt2_posheads.model.precision import machine_description
@@ -51,6 +60,12 @@ def main(argv=None):
     p.add_argument("--only", default=None, help="comma-separated script names to run (default: all)")
     p.add_argument("--no-png", action="store_true", help="HTML figures only")
     p.add_argument("--no-explorer", action="store_true", help="skip the attention explorer pages")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="run only the scripts the last job (results/run_all.json, same models and --quick) did not finish",
+    )
+    p.add_argument("--processes", action="store_true", help="each script in its own Python process (slower)")
     args = p.parse_args(argv)
     dirs = [d.strip() for d in args.model_dirs.split(",") if d.strip()]
     names = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -105,36 +120,42 @@ def main(argv=None):
         "models": [m[1] for m in models],
         "jobs": [{"script": s, "model": m, "status": "not run"} for s, m, _ in jobs],
     }
+    done = finished_before(results, record) if args.resume else {}
     failed, t_all = [], time.time()
+    os.environ.update(child_env)  # the scripts skip their own PNG check, in this process or their own
     try:
-        for i, ((name, _, extra), rec) in enumerate(zip(jobs, record["jobs"]), start=1):
-            extra = extra + (["--no-png"] if no_png else [])
-            print(f"\n=== [{i}/{len(jobs)}] {name} {' '.join(extra)}", flush=True)
-            t = time.time()
-            rec.update(status="running", started=now_iso())
-            rc = run_experiment(name, extra, env=child_env)
-            rec.update(
-                seconds=round(time.time() - t, 1),
-                exit=rc,
-                status="ok" if rc == 0 else "interrupted" if rc == 130 else "failed",
-            )
-            print(f"=== {name}: {rec['status']} in {rec['seconds']:.0f} s", flush=True)
-            if rc in (130, 143):
-                raise Terminated if rc == 143 else KeyboardInterrupt
-            if rc != 0:
-                failed.append(name)
-        if not args.no_explorer:
-            for kind, name in models:
-                print(f"\n=== attention explorer: {name}", flush=True)
-                model = load_model(name, device=args.device)
-                path = write_explorer(
-                    model,
-                    results
-                    / "explorer"
-                    / f"{Path(name).name if kind == '--model-dir' else name.replace('/', '--')}.html",
-                    name,
+        with nullcontext() if args.processes else shared_setup():
+            for i, ((name, _, extra), rec) in enumerate(zip(jobs, record["jobs"]), start=1):
+                extra = extra + (["--no-png"] if no_png else [])
+                kept = done.get((name, rec["model"]))
+                if kept is not None:
+                    rec.update(kept)
+                    print(f"=== [{i}/{len(jobs)}] {name} {rec['model'] or ''}: kept (finished {kept['started']})")
+                    continue
+                print(f"\n=== [{i}/{len(jobs)}] {name} {' '.join(extra)}", flush=True)
+                t = time.time()
+                rec.update(status="running", started=now_iso())
+                rc = run_experiment(name, extra, env=child_env) if args.processes else run_here(name, extra)
+                rec.update(
+                    seconds=round(time.time() - t, 1),
+                    exit=rc,
+                    status="ok" if rc == 0 else "interrupted" if rc == 130 else "failed",
                 )
-                print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+                print(f"=== {name}: {rec['status']} in {rec['seconds']:.0f} s", flush=True)
+                if rc in (130, 143):
+                    raise Terminated if rc == 143 else KeyboardInterrupt
+                if rc != 0:
+                    failed.append(name)
+            if not args.no_explorer:
+                for _, name in models:
+                    print(f"\n=== attention explorer: {name}", flush=True)
+                    model = load_model(name, device=args.device)
+                    path = write_explorer(
+                        model,
+                        results / "explorer" / f"{slug(name)}.html",
+                        name,
+                    )
+                    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (main_entry raises Terminated for it)
         for rec in record["jobs"]:
             if rec["status"] == "running":
@@ -142,6 +163,54 @@ def main(argv=None):
         print("\ninterrupted: the index page marks what did not finish", file=sys.stderr)
         return finish(record, lock, t_all, failed, 143 if isinstance(e, Terminated) else 130)
     return finish(record, lock, t_all, failed, 1 if failed else 0)
+
+
+def run_here(name: str, argv: list[str]) -> int:
+    """Run script ``name`` in this process as its own process would: its exit status (a mistake 2, Ctrl-C 130,
+    SIGTERM 143); a bug is printed with its traceback and counted a failure, and the job goes on. The thread count a
+    script sets (the toys') is restored after it."""
+    threads = torch.get_num_threads()
+    try:
+        return run(name, argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+    except Exception:
+        traceback.print_exc()
+        return 1
+    finally:
+        torch.set_num_threads(threads)
+
+
+def finished_before(results: Path, record: dict) -> dict[tuple[str, str | None], dict]:
+    """``{(script, model): its record}`` for each job of this run that the last run (``results/run_all.json``) of
+    the same models and ``--quick`` finished, whose results are still there; said in one line."""
+    import json
+
+    try:
+        last = json.loads((results / "run_all.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        print("note: --resume: no earlier run record (results/run_all.json): every script runs")
+        return {}
+    if last.get("models") != record["models"] or bool(last.get("quick")) != bool(record["quick"]):
+        print("note: --resume: the last run had other models or another --quick: every script runs")
+        return {}
+    wanted = {(j["script"], j["model"]) for j in record["jobs"]}
+    done = {}
+    for j in last.get("jobs", []):
+        key = (j.get("script"), j.get("model"))
+        folder = default_target(str(key[0]), slug(key[1]) if key[1] else None)
+        if key in wanted and j.get("status") == "ok" and (folder / "summary.json").exists():
+            done[key] = {k: j[k] for k in ("status", "started", "seconds", "exit") if k in j}
+    print(f"resuming: {len(done)} of {len(wanted)} scripts finished at {last.get('started', '?')} are kept")
+    return done
+
+
+def slug(model: str) -> str:
+    """The results folder name of a model as the scripts name it: a folder's name, or a hub id with '/' as '--'."""
+    path = Path(model).expanduser()
+    if model in SHIPPED_MODELS:
+        return model
+    return path.resolve().name if path.is_dir() else model.replace("/", "--")
 
 
 def finish(record: dict, lock: Path, t_all: float, failed: list[str], code: int) -> int:

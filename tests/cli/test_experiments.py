@@ -152,7 +152,8 @@ def fake_runner(results, calls, interrupt_at=None):
         calls.append((name, args))
         if name == interrupt_at:
             return 130
-        model = args[args.index("--model-dir") + 1] if "--model-dir" in args else None
+        flag = next((f for f in ("--model-dir", "--model") if f in args), None)
+        model = args[args.index(flag) + 1] if flag else None
         out = results / name / (model.rstrip("/").split("/")[-1] if model else "")
         out.mkdir(parents=True, exist_ok=True)
         (out / "summary.json").write_text(
@@ -194,7 +195,7 @@ def test_run_all_runs_every_script_per_model_and_writes_the_page(tmp_path, monke
         shutil.copytree(MINI_DIR, d)
         dirs.append(str(d))
     monkeypatch.setattr(run_all, "results_root", lambda: tmp_path)
-    monkeypatch.setattr(run_all, "run_experiment", fake_runner(tmp_path, calls))
+    monkeypatch.setattr(run_all, "run_here", fake_runner(tmp_path, calls))
     monkeypatch.setattr(run_all, "write_index", lambda root: index.write_index(tmp_path))
     assert run_all.main(["--models", "", "--model-dirs", ",".join(dirs), "--quick", "--no-explorer"]) == 0
     assert [n for n, _ in calls] == [s for s in MODEL_SCRIPTS for _ in (0, 1)] + list(TOY_SCRIPTS)
@@ -215,7 +216,7 @@ def test_run_all_interrupted_still_writes_a_page_that_says_so(tmp_path, monkeypa
     run_all = load_script("run_all")
     calls = []
     monkeypatch.setattr(run_all, "results_root", lambda: tmp_path)
-    monkeypatch.setattr(run_all, "run_experiment", fake_runner(tmp_path, calls, interrupt_at="mask_prev_attention"))
+    monkeypatch.setattr(run_all, "run_here", fake_runner(tmp_path, calls, interrupt_at="mask_prev_attention"))
     monkeypatch.setattr(run_all, "write_index", lambda root: index.write_index(tmp_path))
     assert run_all.main(["--models", "mini-gpt2", "--no-explorer"]) == 130
     record = json.loads((tmp_path / "run_all.json").read_text())
@@ -225,6 +226,13 @@ def test_run_all_interrupted_still_writes_a_page_that_says_so(tmp_path, monkeypa
     page = (tmp_path / "index.html").read_text()
     assert "did not finish every script (1 interrupted, 8 not run)" in page
     assert "no results: interrupted" in page and "no results: not run" in page
+    # --resume runs what did not finish, and only that
+    calls.clear()
+    monkeypatch.setattr(run_all, "run_here", fake_runner(tmp_path, calls))
+    assert run_all.main(["--models", "mini-gpt2", "--no-explorer", "--resume"]) == 0
+    assert "rank_prev_heads" not in [n for n, _ in calls] and calls[0][0] == "mask_prev_attention"
+    record = json.loads((tmp_path / "run_all.json").read_text())
+    assert {j["status"] for j in record["jobs"]} == {"ok"} and not record["interrupted"]
 
 
 def test_module_entry_point_lists_and_rejects(capsys):
@@ -277,3 +285,37 @@ def test_averaging_claims_without_their_group_sizes_are_not_testable(groups, unt
     assert {k for k, c in verdicts.items() if for_lack_of_groups(c)} == untestable, {
         k: c["why"] for k, c in verdicts.items()
     }
+
+
+def test_the_main_jobs_shared_setup_loads_once_and_measures_the_same(script_model, tmp_path, monkeypatch):
+    """Inside shared_setup (the main job runs every script in one process) a second script on the same model reuses
+    the loaded model, its prompts and its ranking, and writes the same claims as when it runs alone."""
+    from gpt2_posheads.claims.record import read_summary
+    from gpt2_posheads.cli import experiment
+    from gpt2_posheads.commands import run
+
+    loads = []
+    real_load = experiment.load_model
+    monkeypatch.setattr(experiment, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
+    argv = ["--model-dir", str(script_model), "--no-png", *GPT2_SCRIPTS["pos_embed_averaging"]]
+    assert run("pos_embed_averaging", [*argv, "--out", str(tmp_path / "alone")]) == 0
+    with experiment.shared_setup():
+        assert (
+            run(
+                "rank_prev_heads",
+                [
+                    "--model-dir",
+                    str(script_model),
+                    "--no-png",
+                    "--out",
+                    str(tmp_path / "r"),
+                    *GPT2_SCRIPTS["rank_prev_heads"],
+                ],
+            )
+            == 0
+        )
+        assert run("pos_embed_averaging", [*argv, "--out", str(tmp_path / "shared")]) == 0
+        assert len(experiment._SHARED["models"]) == 1 and len(experiment._SHARED["rankings"]) == 1
+    assert experiment._SHARED is None and len(loads) == 2  # once alone, once in the block
+    alone, shared = (read_summary(tmp_path / d / "summary.json") for d in ("alone", "shared"))
+    assert [c.as_dict() for c in alone.claims] == [c.as_dict() for c in shared.claims]
