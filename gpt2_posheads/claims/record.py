@@ -171,7 +171,9 @@ def summary_from_dict(obj: Any, where: str = "summary") -> Summary:
     """A :class:`Summary` from a parsed ``summary.json`` (see :func:`read_summary`)."""
     if not isinstance(obj, dict):
         raise SummaryError(f"{where} is not a JSON object")
-    records = obj.get("claims", [])
+    if "claims" not in obj:  # every summary this toolkit writes has its claims (a list, empty for no claim)
+        raise SummaryError(f"{where} has no 'claims': not a summary of this toolkit, or cut short")
+    records = obj["claims"]
     if not isinstance(records, list):
         raise SummaryError(f"{where}: 'claims' is not a list")
     claims = [claim_from_dict(d, f"{where}, claim {i + 1}") for i, d in enumerate(records)]

@@ -115,7 +115,8 @@ def judge(
         shown = fmt(value)
     failed = [p for p in preconditions if not p.ok]
     if failed:
-        why = "not testable here: " + "; ".join(dict.fromkeys(p.failure() for p in failed))
+        reasons = (_bare(p.failure()) for p in failed)
+        why = "not testable here: " + "; ".join(dict.fromkeys(reasons))
         # no number beside a claim that was not tested: it would read as a result (the measurement stays in measured)
         return Claim(claim, post, measured, rule.text, NOT_TESTABLE, why, key, head, "")
     if quick and not rule.allow_quick:
@@ -135,6 +136,13 @@ def judge(
         return Claim(claim, post, measured, rule.text, NOT_TESTABLE, f"not testable here: {empty}", key, head, "")
     held, why = rule.decide(value)
     return Claim(claim, post, measured, rule.text, HELD if held else NOT_HELD, why, key, head, shown)
+
+
+def _bare(reason: str) -> str:
+    """A failure's reason without a "not testable" prefix of its own (the verdict's reason adds one)."""
+    for prefix in ("not testable here: ", "not testable: "):
+        reason = reason.removeprefix(prefix)
+    return reason
 
 
 def _numbers(value, path: str = ""):

@@ -158,6 +158,24 @@ def test_extended_embeddings_of_a_model_whose_blocks_write_nothing(handset_model
     assert set(r.figures) == {"three_panel_L1", "principal_angles", "sparsity", "token_dependence"}
 
 
+def test_a_rotary_model_has_no_layer0_measurement(small_tokenizer, tmp_path):
+    """Pythia (rotary, no W_pos): layer 0's residual holds no position, so its row is NaN with the reason, nothing is
+    compared with it, and the claims resting on W_pos are not testable."""
+    from gpt2_posheads import load_model
+
+    from conftest import random_arch_dir
+
+    model = load_model(random_arch_dir(tmp_path / "pythia", "pythia", small_tokenizer, n_ctx=32))
+    r = ext_pos_vs_wpe(model, n_prompts=2, n_token_dependence=2, progress=False)
+    df = r.tables["per_layer"].set_index("layer")
+    assert df.loc[0, ["large_entry_fraction", "norm", "token_dependence"]].isna().all()
+    assert "no learned W_pos (rotary positions)" in df.loc[0, "not_measured"]
+    assert df.sparsity_vs_layer0.isna().all() and df.loc[1:, "norm"].gt(0).all()
+    v = {c.key: c for c in r.claims}
+    assert v["ext_sparser"].verdict == v["ext_same_subspace"].verdict == "not testable"
+    assert v["ext_sparser"].measured["ratio"] != v["ext_sparser"].measured["ratio"]  # NaN, written as null
+
+
 @pytest.mark.parametrize(
     "kwargs, words",
     [({"k": 17}, "k: 17 is out of range; allowed 1..16"), ({"n_token_dependence": 1}, "n_token_dependence")],

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from gpt2_posheads.claims.record import summary_from_dict
 from gpt2_posheads.report.compare import compare_claims as _compare_claims
 from gpt2_posheads.report.compare import flatten
@@ -71,3 +73,10 @@ def test_claims_markdown_has_a_column_per_model(tmp_path):
     )
     untestable = "**not testable**: L0H1 sits in layer 0"
     assert md[3] == f"| m | disrupted | {untestable} | {untestable} |"
+
+
+def test_a_summary_without_claims_is_refused():
+    from gpt2_posheads.claims.record import SummaryError
+
+    with pytest.raises(SummaryError, match="has no 'claims'"):
+        summary_from_dict({"model": "m", "ratio": 0.5}, "x/summary.json")

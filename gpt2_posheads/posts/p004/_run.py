@@ -144,8 +144,10 @@ def repeat_prompts(
     except ValueError as e:
         return [], f"no repeat-string target: {e}"
     if contiguous and sep:
+        how = how.replace(
+            f", separated by {sep!r}", ", one after another with no separator (the token after a word is the next word)"
+        )
         sep = ""
-        how += "; the words follow each other with no separator (the token after a word is the next word)"
     if how:
         note(f"{param}: {how}")
     prompts = []

@@ -37,6 +37,7 @@ from ...claims.gpt2_post import helix_precondition, judge_claim
 from ...claims.verdicts import Claim, Precondition
 from ...cli.args import note
 from ...cli.experiment import wpos_reason
+from ...model.identity import position_kind
 from ...model.validation import check_layer
 from ...report.plotting import line_figure
 from ..result import ClaimResult
@@ -88,6 +89,12 @@ def measure(
             row.update({f"angle_{i + 1}_deg": a for i, a in enumerate(principal_angles(w, ext[l], k=k).tolist())})
         rows.append(row)
     df = pd.DataFrame(rows)
+    df["not_measured"] = ""
+    if reason is not None:  # no W_pos: layer 0's residual holds no position (zeros up to rounding), nothing to compare
+        df.loc[df.layer == 0, ["large_entry_fraction", "norm", "token_dependence"]] = float("nan")
+        df.loc[df.layer == 0, "not_measured"] = (
+            f"no learned W_pos ({position_kind(model)} positions): layer 0 holds no position"
+        )
     df["sparsity_vs_layer0"] = df["large_entry_fraction"][0] / df["large_entry_fraction"]
     return {"per_layer": df, "ext": ext, "w_pos": w, "wpos_reason": reason, "after_bos": bos}
 
