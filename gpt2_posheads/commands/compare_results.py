@@ -5,7 +5,7 @@
 
 Checks that a change to the package moved no number (a refactor), or shows what a new model or setting changes
 against a reference run. Numbers agree when equal, both NaN, or within --rtol/--atol. Exit status 1 when any
-number or verdict moved.
+number or verdict moved (a field only one folder records is listed, not counted).
 """
 
 from pathlib import Path
@@ -37,12 +37,13 @@ def main(argv=None):
     if df.empty:
         raise UsageError("before", "no summary.json under either folder", "results folders of this toolkit")
     moved = df[(df.n_moved > 0) | (df.verdict_before != df.verdict_after)]
-    shown = df if args.all else moved
+    shown = df if args.all else df[(df.n_moved > 0) | (df.n_added > 0) | (df.verdict_before != df.verdict_after)]
     with pd.option_context("display.max_colwidth", 90, "display.width", 200, "display.max_rows", None):
         print(shown.to_string(index=False) if len(shown) else "(nothing moved)")
     print(
         f"\n{len(df)} claims in {df.summary.nunique()} summaries; {int((df.n_moved > 0).sum())} with numbers moved, "
-        f"{int((df.verdict_before != df.verdict_after).sum())} with verdicts moved"
+        f"{int((df.verdict_before != df.verdict_after).sum())} with verdicts moved; {int((df.n_added > 0).sum())} with "
+        "fields only one side records (listed, not counted as moved)"
     )
     if args.csv:
         df.to_csv(args.csv, index=False)

@@ -41,18 +41,17 @@ def same(a, b, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
 
 def compare_claims(before: Summary, after: Summary, rtol: float = 1e-6, atol: float = 1e-9) -> pd.DataFrame:
     """One row per claim of either summary: ``key``, ``verdict_before``, ``verdict_after``, ``n_numbers`` (leaves
-    compared), ``n_moved`` and ``moved`` (up to three ``path: before -> after``)."""
+    compared), ``n_moved`` and ``moved`` (up to three ``path: before -> after``: a number both record that differs),
+    ``n_added`` and ``added`` (up to three paths one side records and the other does not: a field a newer version
+    adds or drops is not a number that moved)."""
     b, a = before.by_key(), after.by_key()
     rows = []
     for key in list(b) + [k for k in a if k not in b]:
         cb, ca = b.get(key), a.get(key)
         fb = flatten(cb.measured) if cb else {}
         fa = flatten(ca.measured) if ca else {}
-        moved = [
-            f"{p}: {fb.get(p)} -> {fa.get(p)}"
-            for p in list(fb) + [p for p in fa if p not in fb]
-            if not same(fb.get(p), fa.get(p), rtol, atol)
-        ]
+        moved = [f"{p}: {fb[p]} -> {fa[p]}" for p in fb if p in fa and not same(fb[p], fa[p], rtol, atol)]
+        added = [f"+{p}" for p in fa if p not in fb] + [f"-{p}" for p in fb if p not in fa] if cb and ca else []
         rows.append(
             {
                 "key": key,
@@ -61,6 +60,8 @@ def compare_claims(before: Summary, after: Summary, rtol: float = 1e-6, atol: fl
                 "n_numbers": len(set(fb) | set(fa)),
                 "n_moved": len(moved),
                 "moved": "; ".join(moved[:3]),
+                "n_added": len(added),
+                "added": "; ".join(added[:3]),
             }
         )
     return pd.DataFrame(rows)
@@ -87,6 +88,8 @@ def compare_folders(before: Path, after: Path, rtol: float = 1e-6, atol: float =
                             "n_numbers": 0,
                             "n_moved": 0,
                             "moved": "",
+                            "n_added": 0,
+                            "added": "",
                         }
                     ]
                 )

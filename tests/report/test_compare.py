@@ -43,6 +43,17 @@ def test_only_what_moved_is_reported():
     assert df.loc["mask", "moved"] == "prev_mass[1]: nan -> 0.5"
 
 
+def test_a_field_one_side_records_is_listed_apart_not_moved():
+    after = summary(0.0011)
+    after["claims"][0]["measured"]["heads"] = 16  # a field a newer version records
+    before = summary(0.0011)
+    before["claims"][0]["measured"]["ratio"] = None  # NaN on disk: a number both record, so a move when it changes
+    df = compare_claims(summary(0.0011), after).set_index("key")
+    assert df.loc["sharp_prev_head", "n_moved"] == 0 and df.loc["sharp_prev_head", "added"] == "+heads"
+    df = compare_claims(before, summary(0.0011)).set_index("key")
+    assert df.loc["sharp_prev_head", "moved"] == "ratio: None -> 0.0011" and df.loc["sharp_prev_head", "n_added"] == 0
+
+
 def test_script_exit_status_says_whether_anything_moved(tmp_path, capsys):
     for name, ratio in (("a", 0.001), ("b", 0.001), ("c", 0.5)):
         d = tmp_path / name / "rank_prev_heads" / "m"
