@@ -282,16 +282,22 @@ def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
     )
 
 
+def _percent(x: float) -> str:
+    """``x`` as a whole percentage; a rounding of zero is "0%", whatever the sign of what was rounded."""
+    s = f"{x:.0%}"
+    return "0%" if s == "-0%" else s
+
+
 def _above_words(layer, below, relayed) -> str:
     if layer is None:
         return "not measured"
     if layer == 0:
         return "layer 0: nothing below it"
-    out = f"layer {layer}; {below:.0%} lower without the layers below" if _finite(below) else f"layer {layer}"
+    out = f"layer {layer}; {_percent(below)} lower without the layers below" if _finite(below) else f"layer {layer}"
     if relayed is None:
         return out + "; no learned W_pos to relay"
     if _finite(relayed):
-        return out + f"; {relayed:.0%} lower with W_pos averaged only in what feeds them"
+        return out + f"; {_percent(relayed)} lower with W_pos averaged only in what feeds them"
     return out
 
 
