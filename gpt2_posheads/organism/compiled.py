@@ -24,6 +24,7 @@ anything was measured) and the numbers the toolkit measured on it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -53,7 +54,8 @@ BOS = 0
 @dataclass(frozen=True)
 class Shape:
     """A compiled model's sizes. The shipped models use the defaults; :mod:`~gpt2_posheads.organism.generator`
-    draws others (``n_ctx`` stays 256: the position MLP has one hidden unit per position and ``d_mlp >= n_ctx``)."""
+    draws others and builds any asked for. ``n_ctx`` is at most GPT-2's 1,024 (the helix is its first ``n_ctx``
+    ``W_pos`` rows) and ``d_mlp >= n_ctx`` (the layer-0 position MLP has one hidden unit per position)."""
 
     n_layers: int = N_LAYERS
     n_heads: int = N_HEADS
@@ -61,6 +63,7 @@ class Shape:
     k_tok: int = 96  # dimension of the token codes: cross-talk between two codes ~ N(0, 1/k_tok)
     n_buckets: int = 64  # the self-match reads a one-hot bucket per token: 1/n_buckets of pairs collide
     d_mlp: int = D_MLP
+    n_ctx: int = N_CTX  # positions: W_pos rows, the counted position's range (pos = SMALL p / n_ctx)
 
     @property
     def d_head(self) -> int:
@@ -346,7 +349,7 @@ class Compiled:
             "n_head": shape.n_heads,
             "n_inner": shape.d_mlp,
             "n_layer": shape.n_layers,
-            "n_positions": N_CTX,
+            "n_positions": shape.n_ctx,
             "resid_pdrop": 0.0,
             "scale_attn_by_inverse_layer_idx": False,
             "scale_attn_weights": True,
@@ -434,13 +437,14 @@ def parts(
         res,
         token_codes(n_vocab, shape.k_tok),
         token_buckets(n_vocab, shape.n_buckets),
-        gpt2_helix(w_pos_gpt2) if helix is None else helix,
+        gpt2_helix(w_pos_gpt2, shape.n_ctx) if helix is None else helix,
         heads,
         [Mlp(res) for _ in heads],
     )
     if "fine" in res.blocks:
-        ramp = np.arange(N_CTX)[:, None] / N_CTX
-        p.fine = SMALL * np.concatenate([ramp, waves(N_CTX, kernel_freqs(N_WAVES_WPOS))], axis=1)
+        n_ctx = shape.n_ctx
+        ramp = np.arange(n_ctx)[:, None] / n_ctx
+        p.fine = SMALL * np.concatenate([ramp, waves(n_ctx, kernel_freqs(N_WAVES_WPOS))], axis=1)
     return p
 
 
@@ -461,7 +465,7 @@ def counter(p: Parts) -> Head:
 def positions_mlp(p: Parts, outputs: dict[str, np.ndarray], role: str) -> Mlp:
     """The layer-0 MLP: reads ``count`` and writes ``outputs[block]`` ``[n_ctx, n_features]`` at position p."""
     names = list(outputs)
-    w_in, b_in, w_out, b_out = position_mlp(np.concatenate([outputs[n] for n in names], axis=1))
+    w_in, b_in, w_out, b_out = position_mlp(np.concatenate([outputs[n] for n in names], axis=1), p.res.shape.n_ctx)
     mlp, n = Mlp(p.res, role), len(w_in)
     mlp.w_fc[:, :n] = p.res.basis("count").T @ (w_in[None, :] / SMALL)
     mlp.b_fc[:n] = b_in
@@ -477,10 +481,11 @@ def positions_mlp(p: Parts, outputs: dict[str, np.ndarray], role: str) -> Mlp:
 def counted_position(p: Parts, freqs: np.ndarray | None = None) -> None:
     """Layer 0 of every model that counts: the counter in head 0, the MLP writing ``pos`` (and ``waves``)."""
     p.heads[0][0] = counter(p)
-    outputs = {"pos": SMALL * np.arange(N_CTX)[:, None] / N_CTX}
-    role = f"turns count into pos = {SMALL:g} p / {N_CTX}"
+    n_ctx = p.res.shape.n_ctx
+    outputs = {"pos": SMALL * np.arange(n_ctx)[:, None] / n_ctx}
+    role = f"turns count into pos = {SMALL:g} p / {n_ctx}"
     if freqs is not None:
-        outputs["waves"] = SMALL * waves(N_CTX, freqs)
+        outputs["waves"] = SMALL * waves(n_ctx, freqs)
         role += f" and waves = {SMALL:g} (cos, sin)(w p) for w = pi (j + 1/2) / {len(freqs)}"
     p.mlps[0] = positions_mlp(p, outputs, role + ", exact at every position")
 
@@ -490,7 +495,7 @@ def counted_position(p: Parts, freqs: np.ndarray | None = None) -> None:
 
 def rising(h: Head, slope: float, block: str = "pos") -> Head:
     """``slope`` logits per position towards recent keys, read off ``pos`` (or off W_pos's ramp, ``block="fine"``)."""
-    return h.query_bias(POS_DIM, slope * N_CTX / SMALL).key(block, slot(h.res.blocks[block][1], POS_DIM))
+    return h.query_bias(POS_DIM, slope * h.res.shape.n_ctx / SMALL).key(block, slot(h.res.blocks[block][1], POS_DIM))
 
 
 def avoiding_bos(h: Head) -> Head:
@@ -615,7 +620,7 @@ def induction(p: Parts, position: str = "pos") -> Head:
     )
     rising(h, IND_RECENCY, block=position)
     n = p.res.blocks[position][1]
-    h.query(position, slot(n, BOS_DIM, IND_RECENCY * N_CTX / SMALL)).query_bias(BOS_DIM, IND_SINK)
+    h.query(position, slot(n, BOS_DIM, IND_RECENCY * p.res.shape.n_ctx / SMALL)).query_bias(BOS_DIM, IND_SINK)
     h.key("bos", slot(1, BOS_DIM))
     k = p.res.size("tok")
     h.query("tok", onto(k, CODE, IND_GAIN)).key("prev", onto(k, CODE))
@@ -782,8 +787,15 @@ def compile_model(name: str, n_vocab: int | None = None) -> Compiled:
     if name not in BUILDERS:
         raise ValueError(f"unknown compiled model {name!r}; allowed {', '.join(BUILDERS)}")
     if n_vocab is None:
-        n_vocab = len(json.loads((TOKENIZER_DIR / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"])
+        n_vocab = tokenizer_vocab()
     return BUILDERS[name](gpt2_w_pos(), n_vocab)
+
+
+@functools.lru_cache(maxsize=1)
+def tokenizer_vocab() -> int:
+    """The number of tokens of the shipped tokenizer (:data:`TOKENIZER_DIR`): every compiled model's default
+    vocabulary."""
+    return len(json.loads((TOKENIZER_DIR / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"])
 
 
 def write_folder(model: Compiled, out: Path, card: str, tokenizer_dir: Path = TOKENIZER_DIR) -> Path:
@@ -814,9 +826,12 @@ def weights_digest(folder: Path) -> str:
 def layout_lines(model: Compiled) -> list[str]:
     """The card's description of the architecture, the residual blocks and every head and MLP (Markdown lines)."""
     shape = model.res.shape
+    n_vocab = model.W_E.shape[0]
+    padded = f" (embedding and unembedding padded to {n_vocab:,} rows)" if n_vocab != tokenizer_vocab() else ""
     lines = [
         f"GPT-2 architecture: {shape.n_layers} layers x {shape.n_heads} heads, d_model {shape.d_model}, d_mlp "
-        f"{shape.d_mlp}, n_ctx {N_CTX}, the 4,096-token tokenizer of `data/mini-gpt2`, an untied unembedding. Every "
+        f"{shape.d_mlp}, n_ctx {shape.n_ctx}, the 4,096-token tokenizer of `data/mini-gpt2`{padded}, an untied "
+        "unembedding. Every "
         f"LayerNorm has gain C / sqrt(d_model) with C = {C:g} in every embedding: the identity on the features to "
         "1e-6.",
         "",
@@ -828,8 +843,12 @@ def layout_lines(model: Compiled) -> list[str]:
         "| block | coordinates | features | holds |",
         "| --- | --- | --- | --- |",
     ]
+    n_ctx = shape.n_ctx
     words = {
         **BLOCK_WORDS,
+        "helix": f"W_pos: GPT-2's first {n_ctx} rows on their top 8 principal components",
+        "pos": f"{SMALL:g} p / {n_ctx}, written by the layer-0 MLP",
+        "fine": f"W_pos's fine components: {SMALL:g} p / {n_ctx} and {SMALL:g} (cos, sin)(w p), w = pi (j + 1/2) / 4",
         "tok": f"the token's random unit code ({shape.k_tok} dimensions)",
         "bucket": f"the token's one-hot bucket ({shape.n_buckets}; what a self-suppressing head matches)",
     }

@@ -32,6 +32,13 @@ residual coordinates of the blocks that carry token codes, ``tok``, ``est``, ``p
 the head dimensions that carry codes, 2 and up) at 0-3% of the standard deviation of that tensor's entries there
 (the layer's ``c_attn`` and ``c_proj`` weights each); every free head slot does unrelated work with probability 0.4
 (attends uniformly, or to its own token, and writes into ``junk``, which nothing reads).
+
+A shape can be asked for instead of drawn (``layout``, ``n_layers``, ``n_ctx``, ``d_mlp``; :func:`gpt2_small_route`:
+the post's route in GPT-2 small's shape, 12 layers x 12 heads, d_model 768, n_ctx 1024, 50,257 tokens). The draws
+are the same either way (a drawn size is drawn and replaced), so asking for the drawn shape gives the same bytes.
+The route's heads sit in the first :data:`ROUTE_LAYERS` layers (the counter, early heads, relays and the aggregator
+or reader in layers 0-5, the induction head in layer 6 at the highest); the layers above hold free slots only: inert
+heads (zero weights) and heads doing unrelated work, with zero MLPs. Checked at n_ctx 1024 on the kind ``post``.
 """
 
 from __future__ import annotations
@@ -65,12 +72,17 @@ TOKEN_BLOCKS = ("tok", "est", "prev", "out", "junk")  # the blocks whose feature
 JUNK = 8  # features of the block unrelated heads write into
 MAX_NOISE = 0.03
 P_UNRELATED = 0.4
+ROUTE_LAYERS = 6  # the route's heads (the aggregator or reader and what it reads) sit in layers below this
+MIN_LAYERS, MAX_LAYERS = 3, 48  # an asked-for depth: layer 0 counts, layer >= 1 estimates, layer >= 2 aggregates
+MIN_CTX, MAX_CTX = 64, 1024  # an asked-for context: at most GPT-2's W_pos rows
+GPT2_SMALL = {"n_layers": 12, "n_heads": 12, "d_model": 768, "n_ctx": 1024, "n_vocab": 50257}
 
 
-@functools.lru_cache(maxsize=1)
-def _helix() -> np.ndarray:
-    """GPT-2's helix (:func:`~gpt2_posheads.organism.compiled.gpt2_helix`), the same for every model: computed once."""
-    return cp.gpt2_helix(cp.gpt2_w_pos())
+@functools.lru_cache(maxsize=4)
+def _helix(n_ctx: int = cp.N_CTX) -> np.ndarray:
+    """GPT-2's helix (:func:`~gpt2_posheads.organism.compiled.gpt2_helix`) on its first ``n_ctx`` positions, the
+    same for every model of that context: computed once."""
+    return cp.gpt2_helix(cp.gpt2_w_pos(), n_ctx)
 
 
 @dataclass
@@ -116,39 +128,93 @@ def _blocks(kind: str, early_kind: str, k: int, n_buckets: int) -> list[tuple[st
     return [("bucket", n_buckets)] + per_kind + [("junk", JUNK)]
 
 
-def _shape(kind: str, early_kind: str, d_model: int, n_heads: int, n_layers: int) -> cp.Shape:
+def _shape(
+    kind: str,
+    early_kind: str,
+    d_model: int,
+    n_heads: int,
+    n_layers: int,
+    d_mlp: int = cp.D_MLP,
+    n_ctx: int = cp.N_CTX,
+) -> cp.Shape:
     """The largest token codes (<= 96, <= d_head - 10) whose blocks fit the residual."""
     d_head = d_model // n_heads
     for k in range(min(96, d_head - 10), 7, -1):
         n_buckets = min(64, k)
         sizes = [1, 1, 8, k] + [n for _, n in _blocks(kind, early_kind, k, n_buckets)]
         if sum(n + 1 for n in sizes) <= d_model:
-            return cp.Shape(n_layers, n_heads, d_model, k, n_buckets)
-    raise ValueError(f"d_model {d_model} cannot hold the blocks of {kind!r}")
+            return cp.Shape(n_layers, n_heads, d_model, k, n_buckets, d_mlp, n_ctx)
+    raise ValueError(f"layout: d_model {d_model} cannot hold the blocks of {kind!r}")
+
+
+def _int(name: str, v, lo: int, hi: int) -> int:
+    """``v`` as an int in ``lo..hi``, or a ValueError naming the argument."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
+        raise ValueError(f"{name}: {v!r} must be an integer in {lo}..{hi}")
+    return int(v)
+
+
+def _check_layout(layout) -> tuple[int, int]:
+    """``(d_model, n_heads)``: heads dividing d_model with ``d_head >= 64`` (a ValueError naming ``layout``)."""
+    if not isinstance(layout, (tuple, list)) or len(layout) != 2:
+        raise ValueError(f"layout: {layout!r} must be a pair (d_model, n_heads)")
+    d_model = _int("layout", layout[0], min(D_MODELS), 4096)
+    n_heads = _int("layout", layout[1], 1, 64)
+    if d_model % n_heads or d_model // n_heads < MIN_D_HEAD:
+        raise ValueError(
+            f"layout: {n_heads} heads of d_model {d_model} must divide it into heads of >= {MIN_D_HEAD} dimensions"
+        )
+    return d_model, n_heads
 
 
 def generate(
-    seed: int, kind: str, max_d_model: int | None = None, n_vocab: int | None = None, noise: float | None = None
+    seed: int,
+    kind: str,
+    max_d_model: int | None = None,
+    n_vocab: int | None = None,
+    noise: float | None = None,
+    *,
+    layout: tuple[int, int] | None = None,
+    n_layers: int | None = None,
+    n_ctx: int | None = None,
+    d_mlp: int | None = None,
 ) -> Generated:
     """The generated model of ``kind`` (:data:`KINDS`) for ``seed`` (the same bytes for the same arguments).
-    ``noise``: the perturbation's fraction instead of the drawn one (the rest of the model is the same)."""
+    ``noise``: the perturbation's fraction instead of the drawn one (the rest of the model is the same).
+    ``n_vocab``: rows of the embedding and unembedding (default: the shipped tokenizer's 4,096; more are padding
+    the tokenizer never produces, as GPT-2's 50,257, with no token code: zero rows of ``W_U``). Asked-for sizes
+    replace drawn ones (the draws are the same): ``layout`` ``(d_model, n_heads)`` (``d_head >= 64``, the kind's
+    blocks must fit), ``n_layers`` (3-48), ``n_ctx`` (64-1024, default 256) and ``d_mlp`` (``>= n_ctx``, default
+    ``max(512, n_ctx)``)."""
     if kind not in KINDS:
         raise ValueError(f"kind: {kind!r} is not a kind; allowed {', '.join(KINDS)}")
-    if not isinstance(seed, (int, np.integer)) or seed < 0:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed: {seed!r} must be an integer >= 0")
     pairs = layouts(max_d_model)
     if not pairs:
         raise ValueError(f"max_d_model: {max_d_model} allows no layout; allowed >= {min(D_MODELS)}")
-    if n_vocab is None:
-        n_vocab = len(json.loads((cp.TOKENIZER_DIR / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"])
+    if layout is not None:
+        layout = _check_layout(layout)
+        if max_d_model is not None and layout[0] > max_d_model:
+            raise ValueError(f"layout: d_model {layout[0]} is above max_d_model {max_d_model}")
+    if n_layers is not None:
+        n_layers = _int("n_layers", n_layers, MIN_LAYERS, MAX_LAYERS)
+    n_ctx = cp.N_CTX if n_ctx is None else _int("n_ctx", n_ctx, MIN_CTX, MAX_CTX)
+    d_mlp = max(cp.D_MLP, n_ctx) if d_mlp is None else _int("d_mlp", d_mlp, n_ctx, 65536)
+    n_vocab = cp.tokenizer_vocab() if n_vocab is None else _int("n_vocab", n_vocab, cp.tokenizer_vocab(), 10**6)
     rng = np.random.Generator(np.random.PCG64(seed))
-    d_model, n_heads = pairs[int(rng.integers(len(pairs)))]
-    n_layers = int(rng.integers(3, 7))
+    drawn = pairs[int(rng.integers(len(pairs)))], int(rng.integers(3, 7))  # replaced by asked-for sizes
+    (d_model, n_heads), n_layers = layout or drawn[0], n_layers or drawn[1]
+    route_top = min(n_layers, ROUTE_LAYERS)  # the route's heads sit below this layer (all layers when <= 6)
     early_kind = {"post": "self_suppressing", "mixed": "self_suppressing", "boost": "boosting"}.get(kind)
     if kind == "decoy":
         early_kind = ("self_suppressing", "boosting")[int(rng.integers(2))]
-    shape = _shape(kind, early_kind, d_model, n_heads, n_layers)
-    p = cp.parts(None, n_vocab, _blocks(kind, early_kind, shape.k_tok, shape.n_buckets), shape, _helix())
+    shape = _shape(kind, early_kind, d_model, n_heads, n_layers, d_mlp, n_ctx)
+    p = cp.parts(None, n_vocab, _blocks(kind, early_kind, shape.k_tok, shape.n_buckets), shape, _helix(n_ctx))
+    # padding (ids the tokenizer never produces) carries no code and no bucket: the constant alone in W_E, zero rows
+    # of W_U (logit 0: 46k random codes would outbid the copied token, as GPT-2's unused rows never do)
+    p.codes[cp.tokenizer_vocab() :] = 0.0
+    p.buckets[cp.tokenizer_vocab() :] = 0.0
     free = {(l, h) for l in range(n_layers) for h in range(n_heads)}
     card: dict = {"seed": int(seed), "kind": kind, "route": KINDS[kind][0], "ambiguous": KINDS[kind][1]}
 
@@ -170,7 +236,7 @@ def generate(
         put(card["counter"], cp.counter(p))
 
     if kind in ("post", "boost", "mixed", "decoy"):
-        a = int(rng.integers(2, n_layers))
+        a = int(rng.integers(2, route_top))
         slots = sorted(s for s in free if 1 <= s[0] < a)
         n_early = min(int(rng.integers(2, 7)), len(slots))
         chosen = [slots[i] for i in sorted(rng.choice(len(slots), n_early, replace=False))]
@@ -206,7 +272,7 @@ def generate(
             put(card["aggregator"], agg)
         strengths["aggregator"] = {"gain": gain, "recency": rec}
     elif kind in ("wpos", "wpos-layer0", "relay"):
-        a = 0 if kind == "wpos-layer0" else int(rng.integers(1, n_layers))
+        a = 0 if kind == "wpos-layer0" else int(rng.integers(1, route_top))
         card["aggregator"] = place(a, None)
         gain, rec = float(rng.uniform(10, 14)), float(rng.uniform(2.5, 3.5))
         if kind == "relay":
@@ -223,14 +289,14 @@ def generate(
         strengths["aggregator"] = {"gain": gain, "recency": rec}
     else:  # none
         card["aggregator"] = None
-        slots = sorted(s for s in free if s[0] >= 1)
+        slots = sorted(s for s in free if 1 <= s[0] < route_top)
         n_messy = min(int(rng.integers(0, 5)), len(slots))
         messy = [slots[i] for i in sorted(rng.choice(len(slots), n_messy, replace=False))]
         for l, h in messy:
             free.discard((l, h))
             put(head_name(l, h), cp.self_suppressing(p, float(rng.uniform(0.6, 1.2)), writes=False))
         card["messy_heads"] = [head_name(l, h) for l, h in messy]
-        slots = sorted(s for s in free if s[0] >= 1)
+        slots = sorted(s for s in free if 1 <= s[0] < route_top)
         n_self = min(int(rng.integers(1, 5)), len(slots))
         for i in sorted(rng.choice(len(slots), n_self, replace=False)):
             l, h = slots[i]
@@ -239,7 +305,7 @@ def generate(
 
     a_layer = int(card["aggregator"][1 : card["aggregator"].index("H")]) if card.get("aggregator") else None
     if a_layer is not None and a_layer < n_layers - 1:
-        card["induction_head"] = place(int(rng.integers(a_layer + 1, n_layers)), None)
+        card["induction_head"] = place(int(rng.integers(a_layer + 1, min(n_layers, route_top + 1))), None)
         put(card["induction_head"], cp.induction(p, position="pos" if "pos" in p.res.blocks else "fine"))
 
     unrelated = []
@@ -255,8 +321,8 @@ def generate(
         unrelated.append(name)
     card["unrelated_heads"] = unrelated
 
-    drawn = float(rng.uniform(0, MAX_NOISE))
-    noise = drawn if noise is None else float(noise)
+    drawn_noise = float(rng.uniform(0, MAX_NOISE))
+    noise = drawn_noise if noise is None else float(noise)
     perturb(p, noise, rng)
     card["noise"] = noise
     card["strengths"] = strengths
@@ -267,10 +333,53 @@ def generate(
         "d_head": shape.d_head,
         "k_tok": shape.k_tok,
         "n_buckets": shape.n_buckets,
+        "d_mlp": shape.d_mlp,
+        "n_ctx": shape.n_ctx,
+        "n_vocab": int(n_vocab),
     }
+    # the sizes that differ from the draws and defaults: what generate() must be asked for to rebuild this model
+    asked = {
+        "n_vocab": (n_vocab, cp.tokenizer_vocab()),
+        "layout": ((d_model, n_heads), drawn[0]),
+        "n_layers": (n_layers, drawn[1]),
+        "n_ctx": (n_ctx, cp.N_CTX),
+        "d_mlp": (d_mlp, max(cp.D_MLP, n_ctx)),
+    }
+    card["asked"] = {k: list(v) if isinstance(v, tuple) else int(v) for k, (v, d) in asked.items() if v != d}
     name = f"gen-{seed:05d}"
     card["name"] = name
     return Generated(p.model(name), card)
+
+
+def gpt2_small_route(
+    seed: int = 0,
+    n_vocab: int = GPT2_SMALL["n_vocab"],
+    n_layers: int = GPT2_SMALL["n_layers"],
+    n_heads: int = GPT2_SMALL["n_heads"],
+    d_model: int = GPT2_SMALL["d_model"],
+    n_ctx: int = GPT2_SMALL["n_ctx"],
+    noise: float | None = None,
+) -> Generated:
+    """The post's route (kind ``post``) in GPT-2 small's shape: 12 layers x 12 heads, d_model 768, d_mlp 3,072
+    (``4 d_model``), n_ctx 1024 and 50,257 embedding and unembedding rows (the shipped 4,096-token tokenizer, the
+    rest padding): what a user with the hub runs on ``gpt2``, at the cost of its shape. The route's heads sit in the
+    first :data:`ROUTE_LAYERS` layers; the layers above hold inert heads and heads doing unrelated work. Any size
+    can be made smaller for a quick check (e.g. ``n_layers=4, n_heads=4, d_model=256``); the same bytes for the same
+    arguments. A ValueError names an argument out of range."""
+    d_model = _int("d_model", d_model, min(D_MODELS), 4096)
+    n_heads = _int("n_heads", n_heads, 1, 64)
+    if d_model % n_heads or d_model // n_heads < MIN_D_HEAD:
+        raise ValueError(f"n_heads: {n_heads} heads must divide d_model {d_model} into heads of >= {MIN_D_HEAD}")
+    return generate(
+        seed,
+        "post",
+        n_vocab=n_vocab,
+        noise=noise,
+        layout=(d_model, n_heads),
+        n_layers=n_layers,
+        n_ctx=n_ctx,
+        d_mlp=4 * d_model,
+    )
 
 
 def token_rows(res: cp.Residual) -> np.ndarray:
@@ -319,14 +428,16 @@ def card_markdown(g: Generated) -> str:
     """The model's card as Markdown: the answer (route, aggregator, ambiguity), what it is, and its layout."""
     c = g.card
     route = c["route"]
+    asked = "".join(f", {k}={tuple(v) if isinstance(v, list) else v!r}" for k, v in c.get("asked", {}).items())
     lines = [
         f"# {g.name}: a generated known-answer GPT-2 ({c['kind']})",
         "",
         KINDS[c["kind"]][2] + ".",
         "",
         "Built by `gpt2_posheads.organism.generator.generate("
-        f"{c['seed']}, {c['kind']!r})` from the heads of `gpt2_posheads.organism.compiled`: deterministic. Its answer "
-        "was written down from the construction before anything was measured on it (`docs/known-answers.md`).",
+        f"{c['seed']}, {c['kind']!r}{asked})` from the heads of `gpt2_posheads.organism.compiled`: deterministic. "
+        "Its answer was written down from the construction before anything was measured on it "
+        "(`docs/known-answers.md`).",
         "",
         "## The answer",
         "",

@@ -15,7 +15,9 @@ from gpt2_posheads.organism.generator import (
     KIND_ORDER,
     KINDS,
     MAX_NOISE,
+    ROUTE_LAYERS,
     generate,
+    gpt2_small_route,
     layouts,
     member,
     suite,
@@ -123,3 +125,82 @@ def test_forty_generated_models_are_on_the_diagonal(tmp_path):
     assert int(m.values.sum() - np.trace(m.values)) == 0, report(scored)
     found, n_agg, none_ok, n_none = aggregator_found(scored)
     assert (found, none_ok) == (n_agg, n_none), report(scored)
+
+
+# --- an asked-for shape: the post's route in GPT-2 small's shape ------------------------------------------------------
+
+SMALL_ROUTE = dict(n_layers=7, n_heads=4, d_model=256, n_ctx=1024, n_vocab=50257)  # seed 0: layers 5-6 free
+
+
+def test_gpt2_small_route_has_gpt2_smalls_shape():
+    g = gpt2_small_route(0)
+    m, c = g.model, g.card
+    assert (len(m.heads), len(m.heads[0]), m.res.d_model) == (12, 12, 768)
+    assert m.W_E.shape == m.W_U.shape == (50257, 768) and m.W_pos.shape == (1024, 768)
+    assert not m.W_U[4096:].any() and m.W_U[1:4096].any(axis=1).all()  # padding: no code, logit 0
+    assert m.res.shape.d_mlp == 3072 and m.mlps[0].w_fc.shape == (768, 3072)
+    cfg = m.config(50257)
+    assert (cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["n_positions"], cfg["vocab_size"]) == (
+        12,
+        12,
+        768,
+        1024,
+        50257,
+    )
+    assert c["kind"] == "post" and c["route"] == "post" and not c["ambiguous"]
+    route = [c["aggregator"], c["counter"], c["induction_head"], *c["early_heads"]]
+    assert max(int(HEAD_NAME.match(h).group(1)) for h in route) <= ROUTE_LAYERS  # the route in the first layers
+    assert int(HEAD_NAME.match(c["aggregator"]).group(1)) < ROUTE_LAYERS
+
+
+def test_an_asked_for_shape_is_deterministic_and_validated(tmp_path):
+    small = dict(SMALL_ROUTE, n_vocab=4096)
+    a = write(gpt2_small_route(3, **small), tmp_path / "a")
+    b = write(gpt2_small_route(3, **small), tmp_path / "b")
+    c = write(gpt2_small_route(4, **small), tmp_path / "c")
+    assert weights_digest(a) == weights_digest(b) != weights_digest(c)
+    assert (a / "card.json").read_text() == (b / "card.json").read_text()
+    assert "n_ctx=1024" in (a / "README.md").read_text()  # the card says how to rebuild it
+    # asking for the drawn shape gives the drawn model, byte for byte
+    drawn = generate(7, "post")
+    s = drawn.card["shape"]
+    asked = generate(7, "post", layout=(s["d_model"], s["n_heads"]), n_layers=s["n_layers"])
+    assert weights_digest(write(drawn, tmp_path / "d")) == weights_digest(write(asked, tmp_path / "e"))
+    for kwargs, arg in (
+        (dict(n_layers=2), "n_layers"),
+        (dict(n_ctx=2048), "n_ctx"),
+        (dict(n_vocab=100), "n_vocab"),
+        (dict(d_model=100), "d_model"),
+        (dict(n_heads=5), "n_heads"),
+        (dict(d_model=256, n_heads=8), "n_heads"),
+    ):
+        with pytest.raises(ValueError, match=f"^{arg}:"):
+            gpt2_small_route(0, **kwargs)
+    with pytest.raises(ValueError, match="^layout:"):
+        generate(0, "post", layout=(512, 3))
+    with pytest.raises(ValueError, match="^d_mlp:"):
+        generate(0, "post", n_ctx=1024, d_mlp=512)
+
+
+def test_a_small_gpt2_route_is_found_on_its_whole_context(tmp_path):
+    """With 50,257 unembedding rows and layers above the route: the sharpest previous-token head on a 1,024-token
+    prompt is the card's aggregator, and the route conclusion (what :func:`route_bench.score` measures, on the model
+    loaded once, on two 128-token prompts) is the card's."""
+    from gpt2_posheads.analysis.diagonals import choose_aggregator, rank_prev_heads
+    from gpt2_posheads.claims.route import conclude
+    from gpt2_posheads.claims.route_measure import route_records
+    from gpt2_posheads.model.loading import load_model
+    from gpt2_posheads.model.validation import head_name
+    from gpt2_posheads.organism.route_bench import prompts_for
+
+    g = gpt2_small_route(0, **SMALL_ROUTE)
+    c = g.card
+    route = [c["aggregator"], c["counter"], c["induction_head"], *c["early_heads"]]
+    assert max(int(HEAD_NAME.match(h).group(1)) for h in route) < SMALL_ROUTE["n_layers"] - 1  # a layer above it
+    model = load_model(write(g, tmp_path / "m"), device="cpu")
+    assert (model.cfg.n_ctx, model.cfg.d_vocab, model.cfg.n_layers) == (1024, 50257, SMALL_ROUTE["n_layers"])
+    rank = rank_prev_heads(model, prompts_for(model.tokenizer, 1, 1024), progress=False)
+    assert head_name(*choose_aggregator(rank)) == c["aggregator"]
+    records = route_records(model, prompts_for(model.tokenizer, 2, 128), n_pattern_prompts=2)
+    assert records["sharp_prev_head"]["head"] == c["aggregator"], records["sharp_prev_head"]
+    assert conclude(records).route == c["route"], conclude(records).as_dict()
