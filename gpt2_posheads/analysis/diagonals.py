@@ -15,6 +15,7 @@ so with ``fwd_hooks``), an nnsight trace (where only the means, or the statistic
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import pandas as pd
@@ -381,6 +382,16 @@ def choose_aggregator(ranking: pd.DataFrame) -> tuple[int, int]:
         raise NothingMeasuredError(_nothing_to_choose(ranking))
     row = prev.iloc[0]
     return int(row["layer"]), int(row["head"])
+
+
+def sharpest_prev_ratio(ranking: pd.DataFrame) -> float:
+    """The sharpest previous-token head's ratio (second-greatest diagonal over the greatest; the post's L4H11: 0.01),
+    or ``math.inf`` where no head is a previous-token head: every head was ranked and none tops at offset 1, a
+    measured fact infinitely far from sharp, so a rule judges it (never a NaN that reads as "nothing measured").
+    Whether anything was measured at all is :func:`choose_aggregator`'s question, asked first."""
+    _check_ranking(ranking)
+    prev = ranking[ranking.is_prev_token]
+    return float(prev.ratio.iloc[0]) if len(prev) else math.inf
 
 
 # why a head's statistics are NaN (the ranking's ``not_measured``)

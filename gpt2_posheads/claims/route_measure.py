@@ -26,6 +26,7 @@ from ..analysis.diagonals import (
     diagonal_attention,
     early_prev_heads,
     rank_from_diagonals,
+    sharpest_prev_ratio,
 )
 from ..analysis.interventions import average_pos_embed, mask_previous_attention, masked_queries
 from ..analysis.measures import compare_head_patterns
@@ -60,7 +61,7 @@ def route_records(
     add(
         "sharp_prev_head",
         {"head": agg if ratios else None, "ratio": ratios[0] if ratios else None},
-        ratios[0] if ratios else math.nan,
+        sharpest_prev_ratio(rank),
         head=agg if ratios else "",
         shown=f"ratio {ratios[0]:.3g}" if ratios else "no previous-token head",
     )

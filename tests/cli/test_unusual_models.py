@@ -21,6 +21,15 @@ FOLDERS = {  # name: (tokenizer fixture, n_ctx)
 }
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_load_per_model():
+    """The commands of this module share each model, as the main job does (loaded once, its prompts made once)."""
+    from gpt2_posheads.cli.experiment import shared_setup
+
+    with shared_setup():
+        yield
+
+
 @pytest.fixture(scope="module")
 def unusual(request, tmp_path_factory):
     from gpt2_posheads import make_random_model_dir

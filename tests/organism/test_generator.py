@@ -118,6 +118,14 @@ def test_the_relay_lookalike_is_concluded_a_relay(default_suite):
     assert relay.concluded == RELAY, report([relay])
 
 
+def test_a_model_where_no_head_tops_at_offset_one_is_concluded_none(tmp_path):
+    """Model 22 of the suite (kind none): no head's greatest diagonal is the previous one, a measured fact, so
+    sharp_prev_head is judged (not held), and the conclusion is none, not undetermined."""
+    s = score(member(22, 0), tmp_path)
+    assert s.records["sharp_prev_head"]["verdict"] == "not held", s.records["sharp_prev_head"]
+    assert s.right and s.concluded == "none", report([s])
+
+
 @pytest.mark.slow
 def test_forty_generated_models_are_on_the_diagonal(tmp_path):
     scored = [score(g, tmp_path) for g in suite(40)]

@@ -9,6 +9,7 @@ import pytest
 
 from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS
 from gpt2_posheads.claims.gpt2_post import CLAIMS, ROUTE
+from gpt2_posheads.cli.experiment import shared_setup
 from gpt2_posheads.model.paths import ORGANISM_DIR, REPO_ROOT, models_dir
 from gpt2_posheads.organism.compiled import BUILDERS, Head, compile_model, weights_digest, write_folder
 from gpt2_posheads.organism.known_answers import KNOWN, MODELS, ROUTE_CONCLUSIONS, expected, markdown_table
@@ -97,12 +98,13 @@ def claim_runs(compiled_dir, tmp_path_factory):
     def runs(name: str) -> dict:
         if name not in done:
             got = {}
-            for script in MODEL_SCRIPTS + ("mini_gpt2_report",):
-                out = root / script / name
-                argv = ["--model-dir", str(model_dir(name, compiled_dir)), "--out", str(out), "--no-png"]
-                load_script(script).main(argv + FEWER.get(script, []))
-                for c in json.loads((out / "summary.json").read_text())["claims"]:
-                    got[(script, c["key"])] = c
+            with shared_setup():  # as the main job: the model loaded once, its prompts made and heads ranked once
+                for script in MODEL_SCRIPTS + ("mini_gpt2_report",):
+                    out = root / script / name
+                    argv = ["--model-dir", str(model_dir(name, compiled_dir)), "--out", str(out), "--no-png"]
+                    load_script(script).main(argv + FEWER.get(script, []))
+                    for c in json.loads((out / "summary.json").read_text())["claims"]:
+                        got[(script, c["key"])] = c
             done[name] = got
         return done[name]
 

@@ -16,8 +16,6 @@ the next (L5H6) 0.18, and 69 of GPT-2 small's 144 heads are previous-token heads
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -28,6 +26,7 @@ from ...analysis.diagonals import (
     count_prev_heads,
     diagonal_attention,
     rank_from_diagonals,
+    sharpest_prev_ratio,
     traced_ranking,
 )
 from ...claims.gpt2_post import judge_claim
@@ -91,20 +90,19 @@ def judge(ranking: pd.DataFrame) -> list[Claim]:
     n_prev, n_heads = count_prev_heads(ranking), len(ranking)
     agg = head_name(*choose_aggregator(ranking)) if ratios else ""
     none = "no previous-token head"
-    # no previous-token head is a measured fact (every head ranked, none tops at offset 1), not an empty measurement:
-    # its "ratio" is infinitely far from sharp, so the claims are judged (not held), never passed a NaN placeholder
+    # no previous-token head is a measured fact, judged (not held): sharpest_prev_ratio is then infinite
     return [
         judge_claim(
             "sharp_prev_head",
             {"head": agg or None, "ratio": ratios[0] if ratios else None, "prev_token_heads": n_prev, "heads": n_heads},
-            value=ratios[0] if ratios else math.inf,
+            value=sharpest_prev_ratio(ranking),
             head=agg,
             shown=f"ratio {ratios[0]:.3g}" if ratios else none,
         ),
         judge_claim(
             "sharpest_stands_alone",
             {"ratios": ratios[:2], "heads": prev.name.tolist()[:2], "prev_token_heads": n_prev},
-            value=(ratios[0] if ratios else math.inf, ratios[1] if len(ratios) >= 2 else None),
+            value=(sharpest_prev_ratio(ranking), ratios[1] if len(ratios) >= 2 else None),
             head=agg,
             shown=(f"{ratios[0]:.3g} vs next {ratios[1]:.3g}" if len(ratios) >= 2 else f"{ratios[0]:.3g}, alone")
             if ratios
