@@ -122,6 +122,7 @@ def main(argv=None):
     }
     done = finished_before(results, record) if args.resume else {}
     failed, t_all = [], time.time()
+    saved = {k: os.environ.get(k) for k in child_env}
     os.environ.update(child_env)  # the scripts skip their own PNG check, in this process or their own
     try:
         with nullcontext() if args.processes else shared_setup():
@@ -162,6 +163,12 @@ def main(argv=None):
                 rec["status"] = "interrupted"
         print("\ninterrupted: the index page marks what did not finish", file=sys.stderr)
         return finish(record, lock, t_all, failed, 143 if isinstance(e, Terminated) else 130)
+    finally:  # this process's environment as it was (a caller of main() in Python keeps its own)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return finish(record, lock, t_all, failed, 1 if failed else 0)
 
 

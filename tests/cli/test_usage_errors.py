@@ -142,7 +142,7 @@ def test_adjusted_inputs_are_said(tmp_path, capsys, small_tokenizer):  # the scr
     err = capsys.readouterr().err
     assert "note: --seq-len 100000 is capped at the model's context, 256" in err
     assert "note: --group-sizes: 1000 capped at the model's context, 256" in err
-    assert "note: --targets: ' apple' is 2 tokens in this model's vocabulary: replaced by" in err
+    assert "note: targets: several tokens each, replaced: ' apple' -> " in err
     s = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert s["seq_len"] == 256 and s["group_sizes"] == [1, 10, 256]
     mod = load_script("mask_prev_attention")
