@@ -24,13 +24,14 @@ import time
 import traceback
 from contextlib import nullcontext
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, TOY_SCRIPTS
 from gpt2_posheads.cli import Parser, check_device, check_hub_names, check_model_dir, results_root, write_json
 from gpt2_posheads.cli.args import Terminated
-from gpt2_posheads.cli.experiment import shared_setup
+from gpt2_posheads.cli.experiment import model_slug, shared_setup
 from gpt2_posheads.cli.output import acquire_lock, default_target, now_iso
 from gpt2_posheads.commands import run, run_experiment
 from gpt2_posheads.model.loading import load_model
@@ -120,7 +121,8 @@ def main(argv=None):
         "models": [m[1] for m in models],
         "jobs": [{"script": s, "model": m, "status": "not run"} for s, m, _ in jobs],
     }
-    done = finished_before(results, record) if args.resume else {}
+    slug = slugs(models)
+    done = finished_before(results, record, slug) if args.resume else {}
     failed, t_all = [], time.time()
     saved = {k: os.environ.get(k) for k in child_env}
     os.environ.update(child_env)  # the scripts skip their own PNG check, in this process or their own
@@ -153,7 +155,7 @@ def main(argv=None):
                     model = load_model(name, device=args.device)
                     path = write_explorer(
                         model,
-                        results / "explorer" / f"{slug(name)}.html",
+                        results / "explorer" / f"{slug[name]}.html",
                         name,
                     )
                     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
@@ -188,7 +190,7 @@ def run_here(name: str, argv: list[str]) -> int:
         torch.set_num_threads(threads)
 
 
-def finished_before(results: Path, record: dict) -> dict[tuple[str, str | None], dict]:
+def finished_before(results: Path, record: dict, slug: dict[str, str]) -> dict[tuple[str, str | None], dict]:
     """``{(script, model): its record}`` for each job of this run that the last run (``results/run_all.json``) of
     the same models and ``--quick`` finished, whose results are still there; said in one line."""
     import json
@@ -196,7 +198,7 @@ def finished_before(results: Path, record: dict) -> dict[tuple[str, str | None],
     try:
         last = json.loads((results / "run_all.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        print("note: --resume: no earlier run record (results/run_all.json): every script runs")
+        print("note: --resume: no run record in results/run_all.json to resume from: every script runs")
         return {}
     if last.get("models") != record["models"] or bool(last.get("quick")) != bool(record["quick"]):
         print("note: --resume: the last run had other models or another --quick: every script runs")
@@ -205,19 +207,17 @@ def finished_before(results: Path, record: dict) -> dict[tuple[str, str | None],
     done = {}
     for j in last.get("jobs", []):
         key = (j.get("script"), j.get("model"))
-        folder = default_target(str(key[0]), slug(key[1]) if key[1] else None)
+        folder = default_target(str(key[0]), slug.get(key[1]) if key[1] else None)
         if key in wanted and j.get("status") == "ok" and (folder / "summary.json").exists():
             done[key] = {k: j[k] for k in ("status", "started", "seconds", "exit") if k in j}
     print(f"resuming: {len(done)} of {len(wanted)} scripts finished at {last.get('started', '?')} are kept")
     return done
 
 
-def slug(model: str) -> str:
-    """The results folder name of a model as the scripts name it: a folder's name, or a hub id with '/' as '--'."""
-    path = Path(model).expanduser()
-    if model in SHIPPED_MODELS:
-        return model
-    return path.resolve().name if path.is_dir() else model.replace("/", "--")
+def slugs(models: list[list[str]]) -> dict[str, str]:
+    """``{model: its results folder name}`` as the scripts name it (:func:`~gpt2_posheads.cli.experiment.model_slug`)
+    for each ``[--model or --model-dir, value]`` of the job."""
+    return {v: model_slug(SimpleNamespace(model_dir=v if k == "--model-dir" else None, model=v)) for k, v in models}
 
 
 def finish(record: dict, lock: Path, t_all: float, failed: list[str], code: int) -> int:
