@@ -32,7 +32,7 @@ from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, TOY_SCRIPTS
 from gpt2_posheads.cli import Parser, check_device, check_hub_names, check_model_dir, results_root, write_json
 from gpt2_posheads.cli.args import Terminated
 from gpt2_posheads.cli.experiment import model_slug, shared_setup
-from gpt2_posheads.cli.output import acquire_lock, default_target, now_iso
+from gpt2_posheads.cli.output import acquire_lock, now_iso
 from gpt2_posheads.commands import run, run_experiment
 from gpt2_posheads.model.loading import load_model
 from gpt2_posheads.model.paths import SHIPPED_MODELS, shipped_model_dir
@@ -207,7 +207,7 @@ def finished_before(results: Path, record: dict, slug: dict[str, str]) -> dict[t
     done = {}
     for j in last.get("jobs", []):
         key = (j.get("script"), j.get("model"))
-        folder = default_target(str(key[0]), slug.get(key[1]) if key[1] else None)
+        folder = results / str(key[0]) / (slug.get(key[1], "") if key[1] else "")  # as default_target lays it out
         if key in wanted and j.get("status") == "ok" and (folder / "summary.json").exists():
             done[key] = {k: j[k] for k in ("status", "started", "seconds", "exit") if k in j}
     print(f"resuming: {len(done)} of {len(wanted)} scripts finished at {last.get('started', '?')} are kept")
