@@ -90,17 +90,33 @@ class ToyConfig:
 
 
 def _adamw_step(params, grads, state, t: int, lr: torch.Tensor, wd: torch.Tensor, betas, eps: float = 1e-8):
-    """AdamW applied element-wise with per-model ``lr``/``wd`` ``[M]`` (decoupled weight decay)."""
+    """AdamW applied element-wise with per-model ``lr``/``wd`` ``[M]`` (decoupled weight decay)::
+
+        m = b1 m + (1 - b1) g        v = b2 v + (1 - b2) g²
+        p = p (1 - lr wd) - (lr / (1 - b1^t)) m / (sqrt(v / (1 - b2^t)) + eps)
+
+    Each line runs once over every parameter (``torch._foreach_*``): the same element-wise kernels as one
+    parameter at a time, so the same bits, with a tenth of the calls (small groups are call-bound).
+    """
     b1, b2 = betas
-    for name, p in params.items():
-        g = grads[name]
-        m, v = state.setdefault(name, (torch.zeros_like(p), torch.zeros_like(p)))
-        m.mul_(b1).add_(g, alpha=1 - b1)
-        v.mul_(b2).addcmul_(g, g, value=1 - b2)
-        view = (-1,) + (1,) * (p.ndim - 1)
-        step = lr.view(view) / (1 - b1**t)
-        denom = (v / (1 - b2**t)).sqrt().add_(eps)
-        p.mul_(1 - (lr * wd).view(view)).addcdiv_(m * step, denom, value=-1.0)
+    ps, gs = list(params.values()), [grads[n] for n in params]
+    if not state:
+        state["m"] = [torch.zeros_like(p) for p in ps]
+        state["v"] = [torch.zeros_like(p) for p in ps]
+        state["per_model"] = [(-1,) + (1,) * (p.ndim - 1) for p in ps]  # [M] broadcast over each parameter
+        state["decay"] = [(1 - lr * wd).view(view) for view in state["per_model"]]
+    ms, vs = state["m"], state["v"]
+    torch._foreach_mul_(ms, b1)
+    torch._foreach_add_(ms, gs, alpha=1 - b1)
+    torch._foreach_mul_(vs, b2)
+    torch._foreach_addcmul_(vs, gs, gs, value=1 - b2)
+    step = lr / (1 - b1**t)
+    denom = torch._foreach_div(vs, 1 - b2**t)
+    torch._foreach_sqrt_(denom)
+    torch._foreach_add_(denom, eps)
+    torch._foreach_mul_(ps, state["decay"])
+    updates = torch._foreach_mul(ms, [step.view(view) for view in state["per_model"]])
+    torch._foreach_addcdiv_(ps, updates, denom, value=-1.0)
 
 
 def _snapshot(params: dict[str, torch.Tensor], i: int) -> dict[str, list]:

@@ -63,6 +63,44 @@ def test_diagonal_sums_hand_example():
     torch.testing.assert_close(diagonal_counts(3, 3, True), torch.tensor([2.0, 1.0, 0.0], dtype=torch.float64))
 
 
+def _reference_sums(A: torch.Tensor, n_offsets: int, exclude_bos: bool) -> torch.Tensor:
+    """Each diagonal summed on its own (``torch.diagonal``), in float64: ``[head, n_offsets]``."""
+    k0 = int(exclude_bos)
+    out = torch.zeros(A.shape[1], n_offsets, dtype=torch.float64)
+    for d in range(n_offsets):
+        diag = torch.diagonal(A.double(), offset=-d, dim1=-2, dim2=-1)  # [b, h, n - d]: A[q, q - d], q = d..n-1
+        out[:, d] = diag[..., k0:].sum((0, -1)) if d == 0 else diag.sum((0, -1)) - k0 * A[:, :, d, 0].double().sum(0)
+    return out
+
+
+@pytest.mark.parametrize("n, n_offsets", [(2, 2), (7, 7), (7, 2), (33, 33), (64, 16), (200, 120)])
+def test_diagonal_sums_every_diagonal_at_once(n, n_offsets):
+    """Most diagonals of a contiguous causal pattern are read in one strided pass: the same sums as each diagonal
+    summed on its own, with heads that put most of their mass on key 0 (where taking key 0 off cancels most of a
+    diagonal's sum)."""
+    g = torch.Generator().manual_seed(n)
+    s = torch.randn(3, 4, n, n, generator=g) * 2
+    s[:, :2, :, 0] += 8.0
+    A = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+    for exclude_bos in (True, False):
+        ref = _reference_sums(A, n_offsets, exclude_bos)
+        torch.testing.assert_close(diagonal_sums(A, n_offsets, exclude_bos), ref, rtol=1e-5, atol=1e-9)
+        # a strided (not contiguous) copy of the same pattern takes the gather: the same sums again
+        wide = torch.zeros(3, 4, n, 2 * n)
+        wide[..., ::2] = A
+        torch.testing.assert_close(diagonal_sums(wide[..., ::2], n_offsets, exclude_bos), ref, rtol=1e-5, atol=1e-9)
+
+
+def test_diagonal_sums_ignore_mass_above_the_diagonal():
+    """A pattern that is not causal: only entries ``k <= q`` count, whichever way the sums are taken."""
+    A = torch.rand(2, 3, 9, 9, generator=torch.Generator().manual_seed(1))
+    lower = A.tril()
+    for exclude_bos in (True, False):
+        torch.testing.assert_close(
+            diagonal_sums(A, 9, exclude_bos), _reference_sums(lower, 9, exclude_bos), rtol=1e-6, atol=1e-9
+        )
+
+
 def test_bad_input(tiny_model):
     with pytest.raises(ValueError, match="empty"):
         diagonal_attention(tiny_model, [], progress=False)

@@ -96,6 +96,42 @@ def test_forward_paths_agree(C, kernel, n_layers, extras):
         assert float(a.triu(1).abs().max()) == 0.0
 
 
+def test_causal_softmax_is_a_masked_softmax():
+    """Future keys get exactly zero, and the rest is the softmax over the keys a query sees."""
+    from gpt2_posheads.toy.model import causal_softmax
+
+    for C in (3, 10, 20):  # the leading-axis softmax (few keys) and the last-axis one
+        s = torch.randn(2, 5, 1, C, C, generator=torch.Generator().manual_seed(C))
+        a = causal_softmax(s.clone())
+        assert float(a.triu(1).abs().max()) == 0.0
+        for q in range(C):
+            torch.testing.assert_close(a[..., q, : q + 1], s[..., q, : q + 1].softmax(-1))
+
+
+def test_adamw_step_matches_torch_adamw():
+    """The trainer's element-wise AdamW, with a learning rate and weight decay per model, moves each model's
+    parameters as ``torch.optim.AdamW`` moves that model alone."""
+    from gpt2_posheads.toy.train import _adamw_step
+
+    g = torch.Generator().manual_seed(0)
+    shapes = {"W_E": (5, 3), "0.W_Q": (2, 3, 4), "b": (7,)}
+    lrs, wds = [0.01, 0.1], [0.0, 0.05]
+    params = {n: torch.randn(2, *sh, generator=g) for n, sh in shapes.items()}
+    alone = [{n: p[i].clone().requires_grad_(True) for n, p in params.items()} for i in range(2)]
+    opts = [torch.optim.AdamW(list(alone[i].values()), lr=lrs[i], weight_decay=wds[i]) for i in range(2)]
+    state: dict = {}
+    for t in range(1, 21):
+        grads = {n: torch.randn(p.shape, generator=g) for n, p in params.items()}
+        _adamw_step(params, grads, state, t, torch.tensor(lrs), torch.tensor(wds), (0.9, 0.999))
+        for i in range(2):
+            for n, p in alone[i].items():
+                p.grad = grads[n][i].clone()
+            opts[i].step()
+    for i in range(2):
+        for n, p in alone[i].items():
+            torch.testing.assert_close(params[n][i], p.detach(), atol=1e-6, rtol=1e-5, msg=n)
+
+
 def test_batched_sweep_matches_individual_training():
     cfgs = [
         ToyConfig(task="kth_token", V=6, C=5, n_embd=4, n_layers=2, k=k, seed=s, steps=60, log_every=20, lr=lr)
