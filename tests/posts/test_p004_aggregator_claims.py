@@ -120,3 +120,15 @@ def test_a_bad_argument_is_a_value_error_naming_it(run, call, param):
 def test_without_a_model_is_a_type_error():
     with pytest.raises(TypeError, match="^model: "):
         raw_scores_taxonomy("gpt2")
+
+
+def test_masking_claim_names_the_period_it_measured(run):
+    """``every=3`` masks every third query, and the claim's text and rule say so (not the post's fifth)."""
+    from gpt2_posheads.posts.p004 import mask_prev_attention
+
+    for every, nth in ((3, "every 3rd"), (5, "every 5th")):
+        result = mask_prev_attention(run=run, heads=["L3H0"], every=every)
+        (claim,) = result.claims
+        assert result.numbers["every"] == every
+        assert nth in claim.claim and nth in claim.rule, (claim.claim, claim.rule)
+        assert (every == 5) == ("every 5th" in claim.claim + claim.rule)

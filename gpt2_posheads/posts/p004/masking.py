@@ -108,12 +108,15 @@ def mask_prev_attention(
         if not masked_layers or max(masked_layers) >= l or not len(masked_queries(every, run.prompts.shape[1])):
             results.append({"head": name, "masked_layers": masked_layers})
             result.claims.append(
-                judge_claim(
-                    "mask_disrupts",
-                    {"head": name, "masked_layers": masked_layers},
-                    value=(0.0, 0.0),
-                    preconditions=pre,
-                    head=name,
+                at_period(
+                    judge_claim(
+                        "mask_disrupts",
+                        {"head": name, "masked_layers": masked_layers},
+                        value=(0.0, 0.0),
+                        preconditions=pre,
+                        head=name,
+                    ),
+                    every,
                 )
             )
             continue
@@ -123,7 +126,7 @@ def mask_prev_attention(
         panels[f"{name} clean"] = clean
         panels[f"{name} masked ({_layers_words(masked_layers)}, every {every})"] = masked
         results.append({"head": name, "masked_layers": masked_layers, "every": every, **cmp})
-        result.claims.append(judge(name, masked_layers, cmp, pre))
+        result.claims.append(at_period(judge(name, masked_layers, cmp, pre), every))
     result.numbers["results"] = results
     if panels:
         result.figure(figure(panels, tokens, first, run), "mask_prev_attention", width=1100)
@@ -145,6 +148,15 @@ def judge(name: str, masked_layers: list[int], cmp: dict, pre: list[Precondition
         head=name,
         shown=f"{cmp['rows_relative_drop']:.0%} lower on the masked rows ({cmp['relative_drop']:.0%} on all)",
     )
+
+
+def at_period(claim, every: int):
+    """The claim as measured: its text and rule name the masking period used (the post's is every 5th query)."""
+    if every != 5:
+        nth = f"{every}{'th' if 10 <= every % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(every % 10, 'th')}"
+        claim.claim = claim.claim.replace("every 5th", f"every {nth}")
+        claim.rule = claim.rule.replace("every 5th", f"every {nth}")
+    return claim
 
 
 def figure(panels: dict, tokens: list[str], first: int, run: ModelRun):
