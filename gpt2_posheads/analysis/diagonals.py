@@ -140,7 +140,8 @@ def diagonal_attention(
         max_offset: largest offset ``d`` (default: longest prompt length − 1); must be >= 1.
         fwd_hooks: extra TransformerLens hooks (interventions) applied during the pass.
         bf16: matmuls in bfloat16 (LayerNorm, softmax and the residual stay float32): ~3x faster on
-            CPUs with AMX/AVX512-BF16; diagonal masses within ~1e-3 of float32. Where the CPU has no
+            CPUs with AMX at GPT-2 sizes; diagonal masses within ~1e-3 of float32 on diffuse random-weight heads,
+            but up to 0.5 off on sharp heads (large query-key logits, as in the compiled models). Where the CPU has no
             native bfloat16 it runs float32 and says so (:func:`gpt2_posheads.model.precision.resolve_bf16`).
         engine: ``"auto"`` (hook-free fast path when it applies), ``"fast"`` or ``"hooks"``; see
             :func:`gpt2_posheads.model.engine.engine_for`. Both give the same numbers to ~1e-6.

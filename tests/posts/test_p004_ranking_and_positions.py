@@ -47,6 +47,25 @@ def test_the_ranking_finds_the_built_previous_token_head(handset_model, prompts)
     assert r.numbers["n_offsets"] == HANDSET["n_ctx"] and set(r.figures) == {"ratio_grid", "diagonal_masses"}
 
 
+def test_a_bfloat16_ranking_is_written_but_not_judged(handset_model, prompts):
+    """With bf16 on a CPU that has native bfloat16, the ranking is measured and kept, and every claim is not testable
+    (its rules judge float32 masses); where the CPU has none, float32 runs and the verdicts are float32's."""
+    import warnings
+
+    from gpt2_posheads.model.precision import bf16_native
+
+    f32 = rank_prev_heads(handset_model, prompts, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fallback's one note on CPUs without bfloat16
+        bf = rank_prev_heads(handset_model, prompts, progress=False, bf16=True)
+    assert len(bf.tables["ranking"]) == 8 and bf.numbers["bf16"] == bf16_native("cpu")
+    if bf16_native("cpu"):
+        assert set(verdicts(bf).values()) == {"not testable"}
+        assert all("bfloat16" in c.why for c in bf.claims)
+    else:
+        assert verdicts(bf) == verdicts(f32)
+
+
 def test_a_shared_run_is_ranked_once_and_other_options_leave_it_alone(handset_model, prompts):
     run = model_run(handset_model, prompts)
     first = rank_prev_heads(run=run, progress=False)
