@@ -82,6 +82,10 @@ MLP_CHUNK_PER_THREAD = 256
 # runs. The strided copy costs 2.5% of the layer's QKV matmul on a batch of 1,024 tokens (GPT-2-XL shape,
 # 2-core Xeon, 1 or 2 threads alike).
 FUSED_QKV_CACHE_BYTES = 512 * 2**20
+# From this many positions on, the explicit-softmax pass computes its pattern in blocks of query rows against the keys
+# each block can see (FastGPT2._pattern), skipping the masked half of the square.
+CAUSAL_BLOCKS_FROM = 512
+CAUSAL_BLOCK_ROWS = 128
 
 
 @lru_cache(maxsize=8)
@@ -244,30 +248,65 @@ class FastGPT2:
         if on_pattern is None:
             z = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=w.scale)
         else:
-            # Scale and causal mask ride on the matmul (baddbmm). The [batch*head, q, k] tensors go to
-            # reused buffers: freshly allocated ones this large cost more in page faults than softmax.
             b, h, n, dh = q.shape
-            scores = torch.baddbmm(
-                _causal_bias(n, q.dtype, str(q.device)),
-                q.reshape(b * h, n, dh),
-                k.reshape(b * h, n, dh).transpose(1, 2),
-                alpha=w.scale,
-                out=ws.get("scores", (b * h, n, n), q.dtype, q.device),
-            )
-            pattern = torch.softmax(
-                scores, -1, dtype=torch.float32, out=ws.get("pattern", (b * h, n, n), torch.float32, q.device)
-            ).view(b, h, n, n)
+            pattern = self._pattern(q.reshape(b * h, n, dh), k.reshape(b * h, n, dh), w.scale, ws).view(b, h, n, n)
             on_pattern(layer, pattern)
             if attn_only_patterns:
                 return None
             if v.dtype != pattern.dtype:
                 pattern = ws.get("pattern_v", (b, h, n, n), v.dtype, v.device).copy_(pattern)
-            z = torch.matmul(pattern, v)
+            z = self._attend(pattern, v)
         attn_out = _affine(einops.rearrange(z, "b h p dh -> b p (h dh)"), w.W_O, w.b_O)
         resid = resid + attn_out.float()
         if self.act is None:
             return resid
         return self._mlp(resid, w)
+
+    def _pattern(self, q: torch.Tensor, k: torch.Tensor, scale: float, ws: Workspace) -> torch.Tensor:
+        """``softmax(q k^T * scale + causal mask)`` ``[batch*head, n, n]`` float32 from ``q``, ``k`` ``[batch*head, n,
+        d_head]``, in the workspace's ``pattern`` buffer (zero above the diagonal).
+
+        Scale and mask ride on the matmul (baddbmm), into reused buffers: freshly allocated ones this large cost more
+        in page faults than the softmax. From :data:`CAUSAL_BLOCKS_FROM` positions on, query rows go in blocks of
+        :data:`CAUSAL_BLOCK_ROWS` against the keys they can see (rows ``r0 .. r1 - 1``: keys ``0 .. r1 - 1``), about
+        half the scores, exponentials and writes of the whole square; the buffer's part above the blocks is zero from
+        its allocation and never written. A row's softmax over its visible keys is the softmax over all of them (the
+        others are ``-inf``: exactly 0).
+        """
+        bh, n, _ = q.shape
+        bias = _causal_bias(n, q.dtype, str(q.device))
+        if n < CAUSAL_BLOCKS_FROM:
+            scores = torch.baddbmm(
+                bias, q, k.transpose(1, 2), alpha=scale, out=ws.get("scores", (bh, n, n), q.dtype, q.device)
+            )
+            out = ws.get("pattern", (bh, n, n), torch.float32, q.device)
+            return torch.softmax(scores, -1, dtype=torch.float32, out=out)
+        pattern = ws.get("pattern", (bh, n, n), torch.float32, q.device, zeroed=True)
+        flat = ws.get("scores", (bh, n, n), q.dtype, q.device).view(-1)
+        for r0 in range(0, n, CAUSAL_BLOCK_ROWS):
+            r1 = min(n, r0 + CAUSAL_BLOCK_ROWS)
+            scores = torch.baddbmm(
+                bias[r0:r1, :r1],
+                q[:, r0:r1],
+                k[:, :r1].transpose(1, 2),
+                alpha=scale,
+                out=flat[: bh * (r1 - r0) * r1].view(bh, r1 - r0, r1),
+            )
+            pattern[:, r0:r1, :r1] = torch.softmax(scores, -1, dtype=torch.float32)
+        return pattern
+
+    @staticmethod
+    def _attend(pattern: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """``pattern @ v`` ``[batch, head, n, d_head]``; on long prompts by the same query blocks as
+        :meth:`_pattern`, each against the values it can see (the rest of its rows is zero)."""
+        n = pattern.shape[-1]
+        if n < CAUSAL_BLOCKS_FROM:
+            return torch.matmul(pattern, v)
+        z = torch.empty(*pattern.shape[:-1], v.shape[-1], dtype=v.dtype, device=v.device)
+        for r0 in range(0, n, CAUSAL_BLOCK_ROWS):
+            r1 = min(n, r0 + CAUSAL_BLOCK_ROWS)
+            torch.matmul(pattern[..., r0:r1, :r1], v[..., :r1, :], out=z[..., r0:r1, :])
+        return z
 
     def _fused_qkv(self, w: _Block, ws: Workspace) -> torch.Tensor:
         """``[d_model, 3 * n_heads * d_head]``: the block's cached fusion, or one built now in ``ws``."""
@@ -329,10 +368,13 @@ class Workspace:
     def __init__(self):
         self._buffers: dict[str, torch.Tensor] = {}
 
-    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
+    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device, zeroed: bool = False) -> torch.Tensor:
+        """The buffer ``name``; ``zeroed``: filled with zeros when (re)allocated, for a caller that writes only part of
+        it and leaves the rest as it found it."""
         buf = self._buffers.get(name)
         if buf is None or buf.shape != shape or buf.dtype != dtype or buf.device != torch.device(device):
-            buf = self._buffers[name] = torch.empty(shape, dtype=dtype, device=device)
+            make = torch.zeros if zeroed else torch.empty
+            buf = self._buffers[name] = make(shape, dtype=dtype, device=device)
         return buf
 
 

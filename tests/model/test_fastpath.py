@@ -62,6 +62,24 @@ def test_mlp_chunking_changes_nothing(trained_model, monkeypatch, rows_per_threa
     torch.testing.assert_close(fast, hooked, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("rows", [5, 16])
+def test_causal_blocks_change_nothing(trained_model, monkeypatch, rows):
+    """Long prompts attend in blocks of query rows against the keys each block sees: here from 20 positions on, in
+    blocks of 5 or 16 rows (48 = 9 x 5 + 3: a ragged last block). The hooked pass's diagonals, every one of them (the
+    pattern's zeros above the diagonal, which the one-pass diagonal sums rely on, included), and its residuals."""
+    monkeypatch.setattr(fastpath, "CAUSAL_BLOCKS_FROM", 20)
+    monkeypatch.setattr(fastpath, "CAUSAL_BLOCK_ROWS", rows)
+    toks = _prompts(3, 48, trained_model.cfg.d_vocab, seed=5)
+    hooked = diagonal_attention(trained_model, toks, progress=False, engine="hooks")
+    fast = diagonal_attention(trained_model, toks, progress=False, engine="fast")
+    assert fast.shape[-1] == 48 and bool(fast[..., 47].isnan().all())  # offset 47's one entry is key 0, left out
+    torch.testing.assert_close(fast, hooked, atol=1e-6, rtol=1e-5, equal_nan=True)
+    patterns = []
+    fast_forward(trained_model, engine="fast").patterns(toks, lambda l, p: patterns.append(p.clone()))
+    assert all(float(p.triu(1).abs().max()) == 0.0 for p in patterns)
+    assert all(torch.allclose(p.sum(-1), torch.ones(p.shape[:-1])) for p in patterns)
+
+
 def test_qkv_fused_per_call_changes_nothing(trained_model, monkeypatch):
     """A model too big to keep its fused QKV matrices (GPT-2 large, XL) fuses each layer's when it runs: the same
     diagonals and residuals, with no fused matrix kept beyond one reused buffer."""
