@@ -147,14 +147,18 @@ class Started:
     """Real processes started together, each awaited by the test that checks it. For processes that spend their time
     in a fresh interpreter's imports or in a wait: they overlap on a machine with more than one core, where one
     ``subprocess.run`` after another would not. Each result is what ``subprocess.run(..., capture_output=True,
-    text=True)`` returns."""
+    text=text)`` returns."""
 
     def __init__(self):
         self._procs: dict = {}
 
-    def start(self, key, args: list[str], **kwargs) -> None:
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    def start(self, key, args: list[str], text: bool = True, **kwargs) -> None:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text, **kwargs)
         self._procs[key] = (proc, time.perf_counter())
+
+    def process(self, key) -> subprocess.Popen:
+        """The process ``key`` itself, to talk to (its output pipes are open)."""
+        return self._procs[key][0]
 
     def result(self, key, timeout: float | None = None) -> tuple[subprocess.CompletedProcess, float]:
         """The finished process ``key`` and the seconds from its start to when it was seen finished (at least its
