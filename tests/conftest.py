@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -139,6 +141,43 @@ def load_script(name_or_path: str | Path):
 def run_script(module_path: Path, argv: list[str]):
     """Call the ``main(argv)`` of the command that ``experiments/<name>.py`` runs."""
     return load_script(module_path).main(argv)
+
+
+class Started:
+    """Real processes started together, each awaited by the test that checks it. For processes that spend their time
+    in a fresh interpreter's imports or in a wait: they overlap on a machine with more than one core, where one
+    ``subprocess.run`` after another would not. Each result is what ``subprocess.run(..., capture_output=True,
+    text=text)`` returns."""
+
+    def __init__(self):
+        self._procs: dict = {}
+
+    def start(self, key, args: list[str], text: bool = True, **kwargs) -> None:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text, **kwargs)
+        self._procs[key] = (proc, time.perf_counter())
+
+    def process(self, key) -> subprocess.Popen:
+        """The process ``key`` itself, to talk to (its output pipes are open)."""
+        return self._procs[key][0]
+
+    def result(self, key, timeout: float | None = None) -> tuple[subprocess.CompletedProcess, float]:
+        """The finished process ``key`` and the seconds from its start to when it was seen finished (at least its
+        run time). ``timeout`` counts from its start, as ``subprocess.run``'s does: past it, TimeoutExpired."""
+        proc, t0 = self._procs[key]
+        left = None if timeout is None else max(0.0, timeout - (time.perf_counter() - t0))
+        try:
+            out, err = proc.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), time.perf_counter() - t0
+
+    def stop(self) -> None:
+        for proc, _ in self._procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
 
 
 ARCHITECTURES = ("gpt2", "gpt-neo", "opt", "pythia", "llama")

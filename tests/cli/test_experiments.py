@@ -210,6 +210,25 @@ def test_run_all_runs_every_script_per_model_and_writes_the_page(tmp_path, monke
     assert {j["status"] for j in record["jobs"]} == {"ok"} and not record["interrupted"]
 
 
+def test_run_all_on_the_route_model_ends_with_its_organism_report(tmp_path, monkeypatch):
+    """The main job's jobs, in order: with route-gpt2 among the models, every script on it, the toy scripts, then the
+    organism report on it from the scripts' results (tests/cli/test_fresh_clone.py runs them all, under -m slow)."""
+    from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, TOY_SCRIPTS
+    from gpt2_posheads.report import index
+
+    run_all = load_script("run_all")
+    calls = []
+    monkeypatch.setattr(run_all, "results_root", lambda: tmp_path)
+    monkeypatch.setattr(run_all, "run_here", fake_runner(tmp_path, calls))
+    monkeypatch.setattr(run_all, "write_index", lambda root: index.write_index(tmp_path))
+    assert run_all.main(["--quick", "--models", "route-gpt2", "--no-explorer", "--no-png"]) == 0
+    assert [n for n, _ in calls] == list(MODEL_SCRIPTS) + list(TOY_SCRIPTS) + ["mini_gpt2_report"]
+    assert calls[-1][1][:3] == ["--model", "route-gpt2", "--skip-scripts"]
+    record = json.loads((tmp_path / "run_all.json").read_text())
+    assert [j["script"] for j in record["jobs"]] == [n for n, _ in calls]
+    assert {j["status"] for j in record["jobs"]} == {"ok"} and (tmp_path / "index.html").is_file()
+
+
 def test_run_all_interrupted_still_writes_a_page_that_says_so(tmp_path, monkeypatch):
     from gpt2_posheads.report import index
 

@@ -20,7 +20,7 @@ from gpt2_posheads.model.loading import ModelLoadError, load_model
 from gpt2_posheads.model.paths import ORGANISM_DIR, REPO_ROOT
 from gpt2_posheads.model.validation import NonFiniteError, UsageError, require_finite
 
-from conftest import EXPERIMENTS, load_script
+from conftest import EXPERIMENTS, Started, load_script
 
 SCRIPT = ["--prompts", "wikitext", "--n-prompts", "2", "--seq-len", "32", "--no-png"]
 
@@ -76,25 +76,63 @@ CASES = {
 }
 
 
+def script_process(folder, out) -> list[str]:
+    return [sys.executable, str(EXPERIMENTS / "rank_prev_heads.py"), "--model-dir", str(folder), "--out", str(out)]
+
+
+PNG_CHECK = "from gpt2_posheads.report.plotting import png_support; import json; print(json.dumps(png_support()))"
+HANG_CHECK = textwrap.dedent(
+    """
+    import json
+    from gpt2_posheads.report import plotting
+    plotting.PNG_CHECK_TIMEOUT = 5
+    print(json.dumps(plotting.png_support()))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def processes(broken, tiny_dir, tmp_path_factory):
+    """``(runs, root)``: the real processes of this module's tests, started together (each spends its time in a fresh
+    interpreter's imports, the hanging browser's in a wait, so they overlap); each test waits for its own and checks it
+    as if it had run it alone. ``root / <name>`` is the folder of each."""
+    root = tmp_path_factory.mktemp("processes")
+    runs = Started()
+    here = {"PYTHONPATH": str(REPO_ROOT)}
+    for case in CASES:  # a broken folder: the script refuses it
+        (root / case).mkdir()
+        runs.start(case, script_process(broken / case, root / case / "out") + SCRIPT, env={**os.environ, **here})
+    # no browser: a browser path that does not exist, checked alone and met by a script
+    (root / "no-browser").mkdir()
+    no_browser = {"BROWSER_PATH": str(root / "no-browser" / "no-such-chromium")}
+    runs.start("no-browser check", [sys.executable, "-c", PNG_CHECK], env={**os.environ, **here, **no_browser})
+    clean = {k: v for k, v in os.environ.items() if k != "GPT2_POSHEADS_PNG"}
+    out = root / "no-browser" / "out"
+    runs.start("no-browser script", script_process(tiny_dir, out) + SCRIPT[:-1], env={**clean, **here, **no_browser})
+    # a browser that never answers
+    (root / "hang").mkdir()
+    fake = root / "hang" / "chromium"
+    fake.write_text("#!/bin/sh\nsleep 600\n")
+    fake.chmod(0o755)
+    runs.start("hang", [sys.executable, "-c", HANG_CHECK], env={**clean, **here, "BROWSER_PATH": str(fake)})
+    yield runs, root
+    runs.stop()
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_broken_model_folders_are_one_line_errors(case, broken, tmp_path):
+def test_broken_model_folders_are_one_line_errors(case, broken, processes):
     """Found from the files, before any model is built: the library refuses to load it, a script says it in one
     line naming --model-dir and exits 2, and writes nothing."""
     folder = broken / case
     assert CASES[case] in folder_problem(folder)
     with pytest.raises(ModelLoadError, match=CASES[case].split(":")[0]):
         load_model(folder)
-    r = subprocess.run(
-        [sys.executable, str(EXPERIMENTS / "rank_prev_heads.py"), "--model-dir", str(folder)]
-        + ["--out", str(tmp_path / "out"), *SCRIPT],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-    )
+    runs, root = processes
+    r, _ = runs.result(case)
     err = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(err) == 1 and err[0].startswith("error: --model-dir: "), r.stderr
     assert CASES[case] in err[0] and "Traceback" not in r.stderr
-    assert not (tmp_path / "out").exists()
+    assert not (root / case / "out").exists()
 
 
 def test_a_complete_folder_has_no_problem(tiny_dir):
@@ -130,60 +168,24 @@ def test_a_nan_the_model_computes_makes_every_claim_not_testable(tiny_dir, tmp_p
 # --- figures without a browser ---------------------------------------------------------------------------------------
 
 
-def run_png_check(env: dict, timeout: int = 120) -> subprocess.CompletedProcess:
-    code = "from gpt2_posheads.report.plotting import png_support; import json; print(json.dumps(png_support()))"
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **env},
-    )
-
-
-def test_no_browser_means_html_only_said_once(tiny_dir, tmp_path):
+def test_no_browser_means_html_only_said_once(processes):
     """A browser path that does not exist: decided at once, before any work; the script writes every HTML figure
     and its results, says so in one line, and finishes."""
-    env = {"BROWSER_PATH": str(tmp_path / "no-such-chromium")}
-    env.pop("GPT2_POSHEADS_PNG", None)
-    assert json.loads(run_png_check(env, timeout=180).stdout)[0] is False
-    out = tmp_path / "out"
-    clean = {k: v for k, v in os.environ.items() if k != "GPT2_POSHEADS_PNG"}
-    r = subprocess.run(
-        [sys.executable, str(EXPERIMENTS / "rank_prev_heads.py"), "--model-dir", str(tiny_dir), "--out", str(out)]
-        + SCRIPT[:-1],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**clean, "PYTHONPATH": str(REPO_ROOT), **env},
-    )
+    runs, root = processes
+    check, _ = runs.result("no-browser check", timeout=180)
+    assert json.loads(check.stdout)[0] is False
+    out = root / "no-browser" / "out"
+    r, _ = runs.result("no-browser script", timeout=300)
     assert r.returncode == 0, r.stderr
     notes = [line for line in r.stderr.splitlines() if "HTML only" in line]
     assert len(notes) == 1 and "does not exist" in notes[0]
     assert (out / "summary.json").exists() and list(out.glob("*.html")) and not list(out.glob("*.png"))
 
 
-def test_a_browser_that_hangs_is_given_up_within_the_bound(tmp_path):
+def test_a_browser_that_hangs_is_given_up_within_the_bound(processes):
     """A browser that never answers: the test export is abandoned after the bound (here 5 s), not waited on."""
-    fake = tmp_path / "chromium"
-    fake.write_text("#!/bin/sh\nsleep 600\n")
-    fake.chmod(0o755)
-    code = textwrap.dedent(
-        """
-        import json
-        from gpt2_posheads.report import plotting
-        plotting.PNG_CHECK_TIMEOUT = 5
-        print(json.dumps(plotting.png_support()))
-        """
-    )
-    env = {k: v for k, v in os.environ.items() if k != "GPT2_POSHEADS_PNG"}
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        env={**env, "PYTHONPATH": str(REPO_ROOT), "BROWSER_PATH": str(fake)},
-    )
+    runs, _ = processes
+    r, _ = runs.result("hang", timeout=90)
     ok, why = json.loads(r.stdout)
     assert not ok and ("did not finish in 5 s" in why or "failed" in why)
 

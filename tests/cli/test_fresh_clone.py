@@ -3,8 +3,9 @@ it — no ``../shared``, no browser, no model built yet, no checkout on the path
 
 The default suite installs the clone's wheel into a folder of its own (``pip install --no-deps --target``: the
 package as pip builds it, its data included, the dependencies those of this environment) and runs, in an empty
-folder: the command list, a claim script on a shipped model, the README's library quick start as printed, and the
-main job. ``pytest -m slow`` does the same in a fresh virtualenv with ``pip install <clone>``, dependencies and all.
+folder: the command list, a claim script on a shipped model and the README's library quick start as printed.
+``pytest -m slow`` runs the main job there too (what it runs, the default suite tests on faster paths: see its test),
+and installs the clone with ``pip install <clone>``, dependencies and all, into a fresh virtualenv.
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ def test_a_claim_script_runs_in_an_empty_folder(installed):
     assert "Traceback" not in r.stderr
     summary = json.loads((work / "results" / "rank_prev_heads" / "route-gpt2" / "summary.json").read_text())
     assert summary["aggregator"] == "L2H0"  # the compiled route model's aggregator, by construction
+    assert summary.get("prompt_source", "wikitext-2").startswith("wikitext-2")  # the shipped text, offline
     assert (Path(env["XDG_CACHE_HOME"]) / "gpt2_posheads" / "models" / "route-gpt2" / "model.safetensors").is_file()
 
 
@@ -114,9 +116,16 @@ def test_readme_quick_start_runs_as_printed(installed):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_main_job_in_an_empty_folder(installed):
     """The main job (quick toys, the route model) from the installed package: every script ok, the page written, and
-    every claim of every script the verdict the construction of route-gpt2 implies."""
+    every claim of every script the verdict the construction of route-gpt2 implies.
+
+    Slow (40 s); the default suite tests its parts on faster paths: the installed package building route-gpt2 and
+    running a claim script in an empty folder (above), every claim's verdict on route-gpt2 with fewer prompts, the
+    scripts run in one process as here (tests/organism/test_known_answers.py), the job list, the record and the page
+    (tests/cli/test_experiments.py, test_run_all_*), the toy scripts' quick runs (test_toy_script_quick there), and
+    the one line about HTML-only figures (tests/cli/test_failures.py)."""
     _, _, work, _ = installed
     r = run(installed, "-m", "gpt2_posheads", "run_all", "--quick", "--models", "route-gpt2", "--no-explorer")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -17,7 +17,7 @@ from gpt2_posheads.cli.args import main_entry
 from gpt2_posheads.cli.output import LOCK, MANIFEST, ConsoleStream, Output
 from gpt2_posheads.model.paths import REPO_ROOT
 
-from conftest import EXPERIMENTS
+from conftest import EXPERIMENTS, Started
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
 
@@ -53,48 +53,66 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def script(tmp_path):
-    p = tmp_path / "script.py"
-    p.write_text(SCRIPT, encoding="utf-8")
-    return p
-
-
-def run_into_closing_reader(script, target, gone, env) -> subprocess.CompletedProcess:
-    """Run ``script``; read its first line, close the pipe (as ``head -1`` does), then let it print on."""
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(target), str(gone)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+@pytest.fixture(scope="module")
+def processes(tiny_dir, tmp_path_factory):
+    """``(runs, root)``: the real processes of this module's tests, started together (each spends most of its time in
+    a fresh interpreter's imports, so they overlap); each test reads from its own and checks it as if it had run it
+    alone. ``root / <name>`` is the folder of each."""
+    root = tmp_path_factory.mktemp("processes")
+    script = root / "script.py"
+    script.write_text(SCRIPT, encoding="utf-8")
+    runs = Started()
+    # a reader that closes early: the script with main_entry's guard and without it, each waiting for its reader
+    for name, env in (("guarded", ENV), ("plain", {**ENV, "NO_GUARD": "1"})):
+        (root / name).mkdir()
+        runs.start(name, [sys.executable, str(script), str(root / name / "out"), str(root / name / "gone")], env=env)
+    # a console that cannot show a character: ASCII, Latin-1
+    for encoding in ("ascii", "latin-1"):
+        (root / encoding).mkdir()
+        args = [sys.executable, str(script), str(root / encoding / "out"), "-"]
+        runs.start(encoding, args, env={**ENV, "PYTHONIOENCODING": encoding}, text=False)
+    # a real script piped into head
+    (root / "head").mkdir()
+    cmd = (
+        f"{sys.executable} {EXPERIMENTS / 'rank_prev_heads.py'} --model-dir {tiny_dir} --prompts wikitext "
+        f"--n-prompts 2 --seq-len 32 --no-png --out {root / 'head' / 'ranked'} | head -2; "
+        "echo status=${PIPESTATUS[0]}"
     )
-    assert proc.stdout.readline() == b"first line\n"
+    runs.start("head", ["bash", "-c", cmd], env=ENV)
+    yield runs, root
+    runs.stop()
+
+
+def read_then_close(proc, gone) -> subprocess.CompletedProcess:
+    """Read the script's first line, close the pipe (as ``head -1`` does), then let it print on."""
+    assert proc.stdout.readline() == "first line\n"
     proc.stdout.close()
     gone.write_text("the reader has gone")
-    err = proc.stderr.read().decode()
+    err = proc.stderr.read()
     proc.wait(timeout=120)
     return subprocess.CompletedProcess(proc.args, proc.returncode, "", err)
 
 
-def test_a_reader_that_closes_early_keeps_the_results_and_ends_quietly(script, tmp_path):
-    target = tmp_path / "out"
-    r = run_into_closing_reader(script, target, tmp_path / "gone", ENV)
+def test_a_reader_that_closes_early_keeps_the_results_and_ends_quietly(processes):
+    runs, root = processes
+    target = root / "guarded" / "out"
+    r = read_then_close(runs.process("guarded"), root / "guarded" / "gone")
     assert r.returncode == 0 and r.stderr == "", r.stderr  # quiet: no traceback, no "Exception ignored"
     assert (target / "ranking.csv").read_text().startswith("name,ratio")
     summary = json.loads((target / "summary.json").read_text())
     assert [c["verdict"] for c in summary["claims"]] == ["held"]
-    assert not (target / LOCK).exists() and not list(tmp_path.glob(".out.partial-*"))
+    assert not (target / LOCK).exists() and not list((root / "guarded").glob(".out.partial-*"))
     # the same script without main_entry's guard: the closed pipe ends it and the results are lost (what is fixed)
-    plain = run_into_closing_reader(script, tmp_path / "plain", tmp_path / "gone2", {**ENV, "NO_GUARD": "1"})
+    plain = read_then_close(runs.process("plain"), root / "plain" / "gone")
     assert plain.returncode != 0 and "BrokenPipeError" in plain.stderr
-    assert not (tmp_path / "plain" / "summary.json").exists()
+    assert not (root / "plain" / "out" / "summary.json").exists()
 
 
-def test_a_real_script_piped_into_head(tiny_dir, tmp_path):
+def test_a_real_script_piped_into_head(processes):
     """``rank_prev_heads.py ... | head -2`` in a shell pipeline: two lines, exit status 0, every result written."""
-    out = tmp_path / "ranked"
-    cmd = (
-        f"{sys.executable} {EXPERIMENTS / 'rank_prev_heads.py'} --model-dir {tiny_dir} --prompts wikitext "
-        f"--n-prompts 2 --seq-len 32 --no-png --out {out} | head -2; echo status=${{PIPESTATUS[0]}}"
-    )
-    r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=ENV, timeout=600)
+    runs, root = processes
+    out = root / "head" / "ranked"
+    r, _ = runs.result("head", timeout=600)
     lines = r.stdout.splitlines()
     assert len(lines) == 3 and lines[-1] == "status=0", r.stdout + r.stderr
     assert "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr
@@ -102,25 +120,16 @@ def test_a_real_script_piped_into_head(tiny_dir, tmp_path):
     assert json.loads((out / "summary.json").read_text())["claims"]
 
 
-def test_a_console_that_cannot_show_a_character_gets_a_replacement(script, tmp_path):
-    target = tmp_path / "out"
-    r = subprocess.run(
-        [sys.executable, str(script), str(target), "-"],
-        capture_output=True,
-        env={**ENV, "PYTHONIOENCODING": "ascii"},
-        timeout=120,
-    )
+def test_a_console_that_cannot_show_a_character_gets_a_replacement(processes):
+    runs, root = processes
+    r, _ = runs.result("ascii", timeout=120)
     assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr.decode()
     out = r.stdout.decode("ascii")  # every byte the console got is ASCII
     assert "line 0 ? a long head ratio ?" in out and "ratio ? sharpest" in out and "held" in out
-    assert json.loads((target / "summary.json").read_text(encoding="utf-8"))["claims"][0]["claim"].endswith("\u2026")
+    summary = json.loads((root / "ascii" / "out" / "summary.json").read_text(encoding="utf-8"))
+    assert summary["claims"][0]["claim"].endswith("\u2026")
     # Latin-1 (a Windows or old Unix terminal): the same, with that encoding's replacement
-    r = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "latin"), "-"],
-        capture_output=True,
-        env={**ENV, "PYTHONIOENCODING": "latin-1"},
-        timeout=120,
-    )
+    r, _ = runs.result("latin-1", timeout=120)
     assert r.returncode == 0 and "ratio ? sharpest" in r.stdout.decode("latin-1")
 
 

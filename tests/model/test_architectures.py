@@ -29,6 +29,16 @@ SCRIPTS = {
 ROTARY = {"pythia", "llama"}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_load_per_model():
+    """The scripts of this module share each model, as the main job does (loaded once, its prompts made and its heads
+    ranked once per set of options): a script that left a model changed would fail the scripts after it."""
+    from gpt2_posheads.cli.experiment import shared_setup
+
+    with shared_setup():
+        yield
+
+
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_every_script_on_every_architecture(script, arch, arch_dirs, tmp_path, capsys):

@@ -103,9 +103,14 @@ def test_an_inconsistent_folder_is_refused_in_one_line(case, inconsistent, tmp_p
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_gpt2_weights_under_a_neox_config_end_the_script_with_one_line(inconsistent, tmp_path):
     """The case that once gave three confident verdicts on a freshly initialised model: a real process, its stderr
-    one line, exit 2, no traceback."""
+    one line, exit 2, no traceback.
+
+    Slow (a fresh interpreter, 4 s); the default suite runs the script on this folder inside the test process (one
+    line, exit 2, nothing written: test_an_inconsistent_folder_is_refused_in_one_line[neox-config]) and, as real
+    processes, on broken folders (tests/cli/test_failures.py, test_broken_model_folders_are_one_line_errors)."""
     r = subprocess.run(
         [sys.executable, str(EXPERIMENTS / "rank_prev_heads.py"), "--model-dir", str(inconsistent / "neox-config")]
         + ["--out", str(tmp_path / "out"), *SCRIPT],

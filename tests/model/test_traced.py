@@ -1,9 +1,8 @@
 """The nnsight engine equals the TransformerLens engine on five architectures and the shipped organism; only small
 tensors leave a trace; the code shipped to NDIF runs without this package installed; --remote fails in one line."""
 
-import subprocess
+import os
 import sys
-import time
 
 import pytest
 import torch
@@ -23,7 +22,7 @@ from gpt2_posheads import (  # noqa: E402
 from gpt2_posheads.analysis.diagonals import _finish_ranking  # noqa: E402
 from gpt2_posheads.model.traced import load_traced, result_bytes  # noqa: E402
 
-from conftest import ARCHITECTURES, EXPERIMENTS, MINI_DIR  # noqa: E402
+from conftest import ARCHITECTURES, EXPERIMENTS, MINI_DIR, Started  # noqa: E402
 
 MODELS = (*ARCHITECTURES, "mini-gpt2")
 
@@ -126,36 +125,30 @@ def test_a_small_ranking_returns_only_per_head_tensors(pairs):
     assert all(t.shape[:2] == (3, 4) and t.ndim <= 3 and t.shape[-1] <= 16 for t in out.values())
 
 
-def _script(args, env):
-    start = time.perf_counter()
-    p = subprocess.run(
-        [sys.executable, str(EXPERIMENTS / "rank_prev_heads.py"), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
-    return p, time.perf_counter() - start
+REMOTE = [  # (arguments, environment, words of the one line)
+    (["--engine", "nnsight", "--remote"], {}, "NDIF_API_KEY is not set"),
+    (["--engine", "nnsight", "--remote"], {"NDIF_API_KEY": "x", "NDIF_HOST": "http://127.0.0.1:9"}, "unreachable"),
+    (["--remote"], {"NDIF_API_KEY": "x"}, "needs --engine nnsight"),
+    (["--engine", "nnsight", "--remote", "--model-dir", str(MINI_DIR)], {"NDIF_API_KEY": "x"}, "not a local folder"),
+]
 
 
-@pytest.mark.parametrize(
-    "args,env,words",
-    [
-        (["--engine", "nnsight", "--remote"], {}, "NDIF_API_KEY is not set"),
-        (["--engine", "nnsight", "--remote"], {"NDIF_API_KEY": "x", "NDIF_HOST": "http://127.0.0.1:9"}, "unreachable"),
-        (["--remote"], {"NDIF_API_KEY": "x"}, "needs --engine nnsight"),
-        (
-            ["--engine", "nnsight", "--remote", "--model-dir", str(MINI_DIR)],
-            {"NDIF_API_KEY": "x"},
-            "not a local folder",
-        ),
-    ],
-)
-def test_remote_without_ndif_is_one_line(args, env, words):
-    import os
-
+@pytest.fixture(scope="module")
+def remote_runs():
+    """The script with each of :data:`REMOTE`'s arguments, as real processes started together (each spends its time
+    in a fresh interpreter's imports, so they overlap); each test waits for its own."""
     base = {k: v for k, v in os.environ.items() if k not in ("NDIF_API_KEY", "NDIF_HOST")}
-    p, seconds = _script(args + ["--no-png"], {**base, **env})
+    runs = Started()
+    for i, (args, env, _) in enumerate(REMOTE):
+        runs.start(i, [sys.executable, str(EXPERIMENTS / "rank_prev_heads.py"), *args, "--no-png"], env={**base, **env})
+    yield runs
+    runs.stop()
+
+
+@pytest.mark.parametrize("case", range(len(REMOTE)), ids=[words for _, _, words in REMOTE])
+def test_remote_without_ndif_is_one_line(case, remote_runs):
+    words = REMOTE[case][2]
+    p, seconds = remote_runs.result(case, timeout=60)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: --remote: ") and words in lines[0]
     assert seconds < 60  # a Python start and a 3-second bound, on a busy machine too: never a hang

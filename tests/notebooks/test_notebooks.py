@@ -1,8 +1,13 @@
 """The notebooks run top to bottom, offline, in a folder of their own: the cells as a reader runs them.
 
 Each notebook's own cells assert what its models must show (the route claims held on the route model, never on the
-look-alike; the toy posts' verdicts printed from their rules); a cell that raises fails the test. The 004 notebook
-runs in the default suite; the toy notebooks train models for minutes and are marked slow.
+look-alike; the toy posts' verdicts printed from their rules); a cell that raises fails the test. The notebooks run
+under ``pytest -m slow`` (the toy notebooks train models for minutes, the 004 notebook takes half a minute); the
+default suite checks that every post has one, and tests what the 004 notebook runs on faster paths: the claim
+functions with a shared run and what a result and the explorer show inline
+(tests/posts/test_p004_aggregator_claims.py), each route claim's verdict on route-gpt2 and on the look-alike
+(tests/organism/test_known_answers.py), and the README's quick start, the same calls from a fresh process
+(tests/cli/test_fresh_clone.py).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ def test_every_post_has_a_notebook():
         assert first.cell_type == "markdown" and "hub" in first.source  # how to point it at real models
 
 
+@pytest.mark.slow
 def test_post_004_notebook_runs_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     nb = run_notebook(NOTEBOOKS / "004_previous_token_heads.ipynb", tmp_path)

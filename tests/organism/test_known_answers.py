@@ -76,7 +76,7 @@ def test_the_docs_show_the_table():
 
 
 # Fewer prompts than the defaults: a verdict set by construction does not depend on how many prompts measure it.
-# The main job runs the defaults, and tests/cli/test_fresh_clone.py checks route-gpt2's verdicts from them.
+# The main job runs the defaults, and tests/cli/test_fresh_clone.py checks route-gpt2's verdicts from them (-m slow).
 FEWER = {
     "rank_prev_heads": ["--n-prompts", "16"],
     "pos_embed_averaging": ["--n-prompts", "4", "--group-sizes", "1,10,20,100"],

@@ -91,6 +91,31 @@ def test_the_numbers_are_the_claims_own(results):
     assert set(src.figures) == {"prev_head_sources", "sources_groups"}
 
 
+def test_a_result_and_the_explorer_show_themselves_inline(route, results, monkeypatch):
+    """What the 004 notebook shows (the notebook itself runs under ``-m slow``, tests/notebooks): a claim result is its
+    verdict table, every claim with its verdict; ``.show()`` draws each figure, or those named, with plotly's own
+    renderer; the explorer is its page in an iframe of its own."""
+    import html
+
+    from plotly.basedatatypes import BaseFigure
+
+    from gpt2_posheads import explore
+
+    for result in results.values():
+        shown = result._repr_html_()
+        assert all(html.escape(c.claim) in shown and f">{c.verdict}</span>" in shown for c in result.claims)
+    assert ">held</span>" in results["raw_scores_taxonomy"]._repr_html_()
+    drawn = []
+    monkeypatch.setattr(BaseFigure, "show", lambda fig, *a, **k: drawn.append(fig))
+    src = results["prev_head_sources"]
+    src.show()
+    assert drawn == list(src.figures.values())
+    src.show("sources_groups")
+    assert drawn[-1] is src.figures["sources_groups"] and len(drawn) == len(src.figures) + 1
+    inline = explore(route, "route-gpt2")._repr_html_()
+    assert inline.startswith("<iframe srcdoc=") and "route-gpt2" in inline
+
+
 def test_off_gpt2_the_aggregator_comes_first(route):
     """The role's default order is [early, aggregator]; prev_head_sources judges the first head."""
     assert aggregator_first(route, [(1, 0), (3, 2)]) == [(3, 2), (1, 0)]
