@@ -43,6 +43,7 @@ COPY_THRESHOLD = 0.5  # P(right continuation) on the repeat-string prompt for "t
 SHARP_RATIO = 0.10  # "almost exclusively the previous token": L4H11 0.01, while the next head (L5H6) is at 0.18
 KEEP = 0.80  # "unaffected", "pretty much unchanged": at least 80% kept
 HALF = 0.50  # "disrupted", "relies on": at least half of the previous-token attention gone
+MASK_EVERY = 5  # the post's masking of p-1: every 5th query
 BREAK_KL = 0.1  # nats per token: "performance breaks down" (random models move < 0.01 at groups of 100)
 DAMAGE_JS = 0.05  # nats of Jensen-Shannon per row: about 15% of a row's attention moved (visible in the figure)
 
@@ -326,11 +327,11 @@ CLAIMS: dict[str, ClaimSpec] = {
         ),
         ClaimSpec(
             "mask_disrupts",
-            "masking attention to p-1 every 5th position in the layers below disrupts the head",
+            f"masking attention to p-1 every {MASK_EVERY}th position in the layers below disrupts the head",
             "L4H11 visibly disrupted",
             predicate(
-                f"held if, on the masked rows (every 5th query), the head loses >= {HALF:.0%} of its previous-token "
-                "attention when the layers below cannot see p-1 there",
+                f"held if, on the masked rows (every {MASK_EVERY}th query), the head loses >= {HALF:.0%} of its "
+                "previous-token attention when the layers below cannot see p-1 there",
                 _drops_half,
             ),
             ROUTE,

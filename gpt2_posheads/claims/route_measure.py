@@ -35,11 +35,9 @@ from ..analysis.scores import classify_prev_heads, score_profile
 from ..analysis.sources import BELOW, below_relayed, early_and_chance_groups, path_ablation, upstream_summary
 from ..model.identity import has_learned_positions
 from ..model.validation import head_name
-from .gpt2_post import judge_claim, layer_above, prev_head_precondition
+from .gpt2_post import MASK_EVERY, judge_claim, layer_above, prev_head_precondition
 from .route import POS_GROUP, RouteConclusion, conclude
 from .verdicts import Precondition
-
-MASK_EVERY = 5  # the post's masking: every 5th query
 
 
 def route_records(

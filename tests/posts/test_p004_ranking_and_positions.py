@@ -66,6 +66,15 @@ def test_a_bfloat16_ranking_is_written_but_not_judged(handset_model, prompts):
         assert verdicts(bf) == verdicts(f32)
 
 
+def test_a_forced_bfloat16_ranking_is_not_judged_either(handset_model, prompts, monkeypatch):
+    """bfloat16 forced through the environment on any CPU: the pass runs in bfloat16, so its claims are not testable."""
+    from gpt2_posheads.model import precision
+
+    monkeypatch.setenv(precision.FORCE_ENV, "1")
+    bf = rank_prev_heads(handset_model, prompts, progress=False, bf16=True)
+    assert bf.numbers["bf16"] is True and set(verdicts(bf).values()) == {"not testable"}
+
+
 def test_a_shared_run_is_ranked_once_and_other_options_leave_it_alone(handset_model, prompts):
     run = model_run(handset_model, prompts)
     first = rank_prev_heads(run=run, progress=False)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from ...analysis.interventions import mask_previous_attention as mask_intervention
 from ...analysis.interventions import masked_queries
 from ...analysis.measures import compare_head_patterns
-from ...claims.gpt2_post import judge_claim, layer_above, prev_head_precondition
+from ...claims.gpt2_post import MASK_EVERY, judge_claim, layer_above, prev_head_precondition
 from ...claims.verdicts import Precondition
 from ...cli.args import submatrix
 from ...cli.heads import HeadDefault
@@ -70,7 +70,7 @@ def mask_prev_attention(
     heads: HeadsArg = None,
     *,
     layers: list[int] | None = None,
-    every: int = 5,
+    every: int = MASK_EVERY,
     renormalize: bool = False,
     start: int = 60,
     size: int = 50,
@@ -152,11 +152,15 @@ def judge(name: str, masked_layers: list[int], cmp: dict, pre: list[Precondition
 
 def at_period(claim, every: int):
     """The claim as measured: its text and rule name the masking period used (the post's is every 5th query)."""
-    if every != 5:
-        nth = f"{every}{'th' if 10 <= every % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(every % 10, 'th')}"
-        claim.claim = claim.claim.replace("every 5th", f"every {nth}")
-        claim.rule = claim.rule.replace("every 5th", f"every {nth}")
+    if every != MASK_EVERY:
+        post, nth = f"every {MASK_EVERY}th", f"every {every}{_ordinal_suffix(every)}"
+        claim.claim = claim.claim.replace(post, nth)
+        claim.rule = claim.rule.replace(post, nth)
     return claim
+
+
+def _ordinal_suffix(n: int) -> str:
+    return "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
 
 
 def figure(panels: dict, tokens: list[str], first: int, run: ModelRun):

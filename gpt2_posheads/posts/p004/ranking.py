@@ -33,7 +33,7 @@ from ...claims.gpt2_post import judge_claim
 from ...claims.verdicts import Claim, Precondition
 from ...model.fastpath import ENGINES
 from ...model.identity import is_gpt2_small
-from ...model.precision import bf16_native
+from ...model.precision import resolve_bf16
 from ...model.tokens import model_device
 from ...model.traced import ENGINE as NNSIGHT
 from ...model.traced import is_traced
@@ -104,12 +104,12 @@ def judge(ranking: pd.DataFrame, preconditions: list[Precondition] = ()) -> list
     n_prev, n_heads = count_prev_heads(ranking), len(ranking)
     agg = head_name(*choose_aggregator(ranking)) if ratios else ""
     none = "no previous-token head"
-    # no previous-token head is a measured fact, judged (not held): sharpest_prev_ratio is then infinite
+    sharpest = sharpest_prev_ratio(ranking)  # no previous-token head is a measured fact, judged (not held): inf
     return [
         judge_claim(
             "sharp_prev_head",
             {"head": agg or None, "ratio": ratios[0] if ratios else None, "prev_token_heads": n_prev, "heads": n_heads},
-            value=sharpest_prev_ratio(ranking),
+            value=sharpest,
             preconditions=preconditions,
             head=agg,
             shown=f"ratio {ratios[0]:.3g}" if ratios else none,
@@ -117,7 +117,7 @@ def judge(ranking: pd.DataFrame, preconditions: list[Precondition] = ()) -> list
         judge_claim(
             "sharpest_stands_alone",
             {"ratios": ratios[:2], "heads": prev.name.tolist()[:2], "prev_token_heads": n_prev},
-            value=(sharpest_prev_ratio(ranking), ratios[1] if len(ratios) >= 2 else None),
+            value=(sharpest, ratios[1] if len(ratios) >= 2 else None),
             preconditions=preconditions,
             head=agg,
             shown=(f"{ratios[0]:.3g} vs next {ratios[1]:.3g}" if len(ratios) >= 2 else f"{ratios[0]:.3g}, alone")
@@ -252,7 +252,8 @@ def rank_prev_heads(
     except NothingMeasuredError as e:
         e.result = result  # what was measured, for a caller that writes it before reporting the claims not testable
         raise
-    bf16_used = bf16 and engine != NNSIGHT and bf16_native(model_device(run.model))  # else float32 ran, said once
+    # what the pass ran in: the engine's own resolution (native units, or forced by the environment)
+    bf16_used = engine != NNSIGHT and resolve_bf16(bf16, model_device(run.model))
     result.claims = judge(ranking, [float32_masses(bf16_used)])
     gpt2 = is_gpt2_small(run.model)
     # the post's per-head ratios belong to GPT-2 small's heads only, never to another model's head of that name
