@@ -61,3 +61,77 @@ def run_worker(script: str, args: list[str]) -> dict:
         env={**os.environ, "TQDM_DISABLE": "1"},
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def matmul_floor(d: int, L: int, n_tokens: int, rows: int) -> None:
+    """The float32 weight matmuls of one ranking pass on random activations, ``rows`` tokens at a time: QKV of
+    every layer, W_O and the MLP of all but the last (the last layer's pattern is all the ranking reads). No exact
+    float32 pass can do less matrix work."""
+    import torch
+    import torch.nn.functional as F
+
+    x, h = torch.randn(rows, d), torch.randn(rows, 4 * d)
+    w_qkv, w_o, w_in, w_out = torch.randn(3 * d, d), torch.randn(d, d), torch.randn(4 * d, d), torch.randn(d, 4 * d)
+    with torch.inference_mode():
+        for _ in range(n_tokens // rows):
+            for layer in range(L):
+                F.linear(x, w_qkv)
+                if layer < L - 1:
+                    F.linear(x, w_o), F.linear(x, w_in), F.linear(h, w_out)
+
+
+def pattern_work(d: int, L: int, H: int, n_prompts: int, n: int, batch: int, n_offsets: int) -> None:
+    """The float32 work besides the weight matmuls that a ranking pass cannot skip, on random activations, ``batch``
+    prompts of ``n`` tokens at a time, each part in the cheapest way we know in torch (buffers reused; from
+    ``CAUSAL_BLOCKS_FROM`` positions on, blocks of query rows against the keys they see, as the fast path):
+
+    * every layer: the scores ``q kᵀ`` of every head with scale and causal mask riding on the matmul (``baddbmm``),
+      their softmax (the pattern itself) and the sums of its first ``n_offsets`` diagonals (``diagonal_sums``: what
+      the ranking reads);
+    * all but the last layer: the pattern times the values, and GPT-2's tanh GELU on the MLP's ``[batch * n, 4 d]``
+      hidden activations (the fast path's sigmoid form in cache-sized chunks of 128 rows, the fastest we measured).
+
+    LayerNorm, residual adds, biases and head-major copies are left out, so any exact pass built from these
+    primitives spends more than this."""
+    import torch
+
+    from gpt2_posheads.analysis.diagonals import diagonal_sums
+    from gpt2_posheads.model.fastpath import CAUSAL_BLOCK_ROWS, CAUSAL_BLOCKS_FROM, gelu_tanh_
+
+    dh = d // H
+    q, k, v = (torch.randn(batch * H, n, dh) for _ in range(3))
+    mask = torch.full((n, n), float("-inf")).triu_(1)
+    # the whole square below CAUSAL_BLOCKS_FROM positions, above it blocks of query rows (about half the work)
+    step = n if n < CAUSAL_BLOCKS_FROM else CAUSAL_BLOCK_ROWS
+    blocks = [(r0, min(n, r0 + step)) for r0 in range(0, n, step)]
+    scores, pattern, z = torch.empty(batch * H, n, n), torch.empty(batch * H, n, n), torch.empty(batch * H, n, dh)
+    # one fresh hidden activation per batch, overwritten in place by each layer's GELU as the pass overwrites its
+    # own: repeated GELUs halve negative values, so one buffer through hundreds of layers would sink into
+    # denormals (many times slower arithmetic) that no real pass meets
+    hiddens = [torch.randn(batch * n, 4 * d) for _ in range(n_prompts // batch)]
+    with torch.inference_mode():
+        for hidden in hiddens:
+            for layer in range(L):
+                for r0, r1 in blocks:  # query rows r0..r1-1 against the keys they see
+                    out = scores.view(-1)[: batch * H * (r1 - r0) * r1].view(batch * H, r1 - r0, r1)
+                    s = torch.baddbmm(mask[r0:r1, :r1], q[:, r0:r1], k[:, :r1].transpose(1, 2), alpha=dh**-0.5, out=out)
+                    if step == n:
+                        torch.softmax(s, -1, out=pattern)
+                    else:
+                        pattern[:, r0:r1, :r1] = torch.softmax(s, -1)
+                    if layer < L - 1:
+                        torch.matmul(pattern[:, r0:r1, :r1], v[:, :r1], out=z[:, r0:r1])
+                diagonal_sums(pattern.view(batch, H, n, n), n_offsets, exclude_bos=True)
+                if layer < L - 1:
+                    for i in range(0, batch * n, 128):
+                        gelu_tanh_(hidden[i : i + 128])
+
+
+def fastest(fn, calls: int) -> float:
+    """The fastest of ``calls`` calls of ``fn`` (seconds)."""
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)

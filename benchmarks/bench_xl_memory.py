@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import torch  # noqa: E402
-from _common import run_worker  # noqa: E402
+from _common import fastest, matmul_floor, pattern_work, run_worker  # noqa: E402
 
 XL = dict(n_layers=48, n_heads=25, d_model=1600, n_ctx=1024)
 
@@ -96,20 +96,6 @@ def model_dir(shape: dict) -> Path:
         print(f"building the random-weight model in {out} (once per machine) ...", flush=True)
         make_random_model_dir(out, tokenizer=gpt2_tokenizer(), **shape)
     return out
-
-
-def matmul_floor(d: int, L: int, n_tokens: int, rows: int) -> None:
-    """The float32 weight matmuls of one ranking pass, ``rows`` tokens at a time (the ranking's batch)."""
-    import torch.nn.functional as F
-
-    x, h = torch.randn(rows, d), torch.randn(rows, 4 * d)
-    w_qkv, w_o, w_in, w_out = torch.randn(3 * d, d), torch.randn(d, d), torch.randn(4 * d, d), torch.randn(d, 4 * d)
-    with torch.inference_mode():
-        for _ in range(n_tokens // rows):
-            for layer in range(L):
-                F.linear(x, w_qkv)
-                if layer < L - 1:
-                    F.linear(x, w_o), F.linear(x, w_in), F.linear(h, w_out)
 
 
 # aten ops of a ranking pass, by what they compute
@@ -206,13 +192,11 @@ def worker(which: str, shape: dict, n_prompts: int, threads: int) -> None:
         return load_worker(which, shape)
     if which == "profile":
         return profile_worker(shape, threads)
-    if which == "floor":
-        t = []
-        for _ in range(2):
-            start = time.perf_counter()
-            matmul_floor(shape["d_model"], shape["n_layers"], n_prompts * n, n)
-            t.append(time.perf_counter() - start)
-        print(json.dumps({"which": which, "seconds": min(t)}))
+    if which == "floor":  # the weight matmuls; the attention, GELU and diagonal sums beside them (prompt by prompt)
+        d, L, H = shape["d_model"], shape["n_layers"], shape["n_heads"]
+        floor = fastest(lambda: matmul_floor(d, L, n_prompts * n, n), calls=2)
+        pattern = fastest(lambda: pattern_work(d, L, H, n_prompts, n, batch=1, n_offsets=n), calls=2)
+        print(json.dumps({"which": which, "seconds": floor, "pattern_seconds": pattern}))
         return
     from gpt2_posheads import load_model, rank_prev_heads
 
@@ -307,6 +291,12 @@ def main() -> None:
             f"in {r['load_seconds']:.0f} s"
         )
     print(f"  {'float32 matmuls alone':22s}: {floor['seconds']:7.1f} s (the floor of any exact method)")
+    must, ratio = floor["pattern_seconds"], (floor["seconds"] + floor["pattern_seconds"]) / floor["seconds"]
+    print(
+        f"  {'+ attention, GELU, sums':22s}: {must:7.1f} s more: floor + that = {ratio:.2f}x the floor (scores, causal "
+        "softmax, pattern x values, GELU and the diagonal sums, alone; LayerNorm, biases and residual adds left out: "
+        "an exact pass written with torch's primitives takes longer)"
+    )
     print(
         f"  weights: the loaded model's parameters hold {w / 1024:.2f} GiB (its checkpoint: "
         f"{ours['checkpoint_mb'] / 1024:.2f} GiB); "
