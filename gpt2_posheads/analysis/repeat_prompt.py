@@ -27,6 +27,7 @@ and, shortest, ``n t p`` / ``n `` on two lines. Where even that does not fit, th
 
 from __future__ import annotations
 
+import hashlib
 import random
 import string
 from collections.abc import Sequence
@@ -242,9 +243,33 @@ def _one_token(tokenizer, word: str) -> bool:
     return len(_ids(tokenizer, word)) == 1 and representable(tokenizer, word)
 
 
+def tokenizer_fingerprint(tokenizer) -> str | None:
+    """What ``tokenizer`` does, as a digest: a fast tokenizer's whole serialisation (vocabulary, merges, normaliser,
+    pre-tokeniser, decoder, added tokens) and its class. Two loads of one tokenizer share it; ``None`` for a tokenizer
+    that cannot serialise itself."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    try:
+        text = backend.to_str() if backend is not None else None
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot say what it is is not cached
+        text = None
+    if not isinstance(text, str):
+        return None
+    return f"{type(tokenizer).__name__}:{hashlib.sha256(text.encode()).hexdigest()}"
+
+
+# Scans of a vocabulary by tokenizer_fingerprint: each checks every token (tens of thousands of tokenizer calls, a
+# second for a 50k vocabulary), and every model of a folder or run with the same tokenizer asks again
+_VOCABULARY_WORDS: dict[tuple[str, bool], tuple[str, ...]] = {}
+_VOCABULARY_WORDS_KEPT = 16
+
+
 def _vocabulary_words(tokenizer, spaced: bool) -> list[str]:
     """The vocabulary's single-token words: letters only, with a leading space when ``spaced``; longest first, then
-    in alphabetical order (deterministic)."""
+    in alphabetical order (deterministic). Remembered per :func:`tokenizer_fingerprint`."""
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    key = (fingerprint, spaced) if fingerprint is not None else None
+    if key in _VOCABULARY_WORDS:
+        return list(_VOCABULARY_WORDS[key])
     special = set(getattr(tokenizer, "all_special_tokens", []) or [])
     found = set()
     for piece, i in tokenizer.get_vocab().items():
@@ -254,7 +279,23 @@ def _vocabulary_words(tokenizer, spaced: bool) -> list[str]:
         core = w[1:] if spaced and w.startswith(" ") else None if spaced else w
         if core and core.isascii() and core.isalpha() and _one_token(tokenizer, w):
             found.add(w)
-    return sorted(found, key=lambda w: (-len(w), w))
+    words = sorted(found, key=lambda w: (-len(w), w))
+    if key is not None:
+        if len(_VOCABULARY_WORDS) >= _VOCABULARY_WORDS_KEPT:
+            _VOCABULARY_WORDS.pop(next(iter(_VOCABULARY_WORDS)))
+        _VOCABULARY_WORDS[key] = tuple(words)
+    return words
+
+
+def _spare_words(tokenizer, bare: bool, distinct: list[str]) -> list[str]:
+    """Single-token replacements in the order :func:`target_words` offers them: the fallback nouns, the vocabulary's own
+    words, then (``bare``) single characters, the first letter of each preferred word first."""
+    vocabulary = _vocabulary_words(tokenizer, spaced=not bare)
+    spare = [f.strip() if bare else f for f in _FALLBACK_WORDS] + vocabulary
+    if bare:
+        spare += [w[0] for w in distinct] + list(string.ascii_lowercase + string.ascii_uppercase)
+    one = set(vocabulary)  # already found to be one token each
+    return [w for w in dict.fromkeys(spare) if w in one or _one_token(tokenizer, w)]
 
 
 def target_words(tokenizer, preferred: str | Sequence[str] = " ninja turtle pirate") -> tuple[list, str, str]:
@@ -277,14 +318,12 @@ def target_words(tokenizer, preferred: str | Sequence[str] = " ninja turtle pira
         if sep and not _one_token(tokenizer, sep):
             sep = ""  # no space token: the words follow each other (each is still one token)
         bare = not space
-        spare = [f.strip() if bare else f for f in _FALLBACK_WORDS] + _vocabulary_words(tokenizer, spaced=not bare)
-        if bare:  # single characters last: the first letter of each preferred word first
-            spare += [w[0] for w in distinct] + list(string.ascii_lowercase + string.ascii_uppercase)
-        spare = [w for w in dict.fromkeys(spare) if _one_token(tokenizer, w)]
         mapping = {w: space + w for w in distinct if _one_token(tokenizer, space + w)}
+        spare = None  # looked up only when a preferred word is several tokens: it scans the whole vocabulary
         for w in distinct:
             if w in mapping:
                 continue
+            spare = _spare_words(tokenizer, bare, distinct) if spare is None else spare
             taken = set(mapping.values())
             free = [c for c in spare if c not in taken and bare and c == w[0]] or [c for c in spare if c not in taken]
             if not free:

@@ -208,3 +208,19 @@ def test_gpt2_detection_is_not_fooled_by_gpt2s_positions(tmp_path, shared):
 def test_diagonal_attention_of_every_offset_by_default(tiny_model):
     toks = torch.randint(1, 1000, (2, 30), generator=torch.Generator().manual_seed(2))
     assert diagonal_attention(tiny_model, toks, progress=False).shape[-1] == 30
+
+
+def test_wikitext_is_read_again_when_its_file_changes(tmp_path):
+    """Parsed WikiText is remembered per file, by size and modification time: a changed file is read again, and the
+    list a caller gets is its own."""
+    from gpt2_posheads.analysis.prompts import wikitext_documents
+
+    f = tmp_path / "wiki.txt"
+    f.write_text(" = One = \n a @-@ b , c .\n\n = Two = \n d 's\n", encoding="utf-8")
+    docs = wikitext_documents(f)
+    assert docs == ["One\na-b, c.", "Two\nd's"]
+    docs.append("the caller's")
+    assert wikitext_documents(f) == ["One\na-b, c.", "Two\nd's"]
+    f.write_text(" = Three = \n e\n", encoding="utf-8")
+    assert wikitext_documents(f) == ["Three\ne"]
+    assert wikitext_documents() == wikitext_documents()  # the shipped splits, twice

@@ -96,3 +96,29 @@ def test_gpt2_style_vocabularies_get_the_posts_prompt_unchanged(small_tokenizer)
     short = fit_repeat_prompt(small_tokenizer, n_given=1, max_len=32)  # the post's needs more than 32 tokens
     check_prompt(small_tokenizer, short, 32)
     assert short.template == "short" and "the post's wording needs" in short.adjusted[-1]
+
+
+def test_a_vocabulary_is_scanned_once_per_tokenizer_and_again_when_it_changes(small_tokenizer, monkeypatch):
+    """Two loads of one tokenizer share the scan of its vocabulary for single-token words (the same words, one scan);
+    a token added to one of them changes what it is, so it is scanned again and the new word is found. Where every
+    preferred word is one token the vocabulary is not scanned at all."""
+    from transformers import AutoTokenizer
+
+    from gpt2_posheads.analysis import repeat_prompt as rpm
+
+    monkeypatch.setattr(rpm, "_VOCABULARY_WORDS", {})
+    a = small_tokenizer
+    b = AutoTokenizer.from_pretrained(a.name_or_path)
+    scans = []
+    for t in (a, b):
+        monkeypatch.setattr(t, "get_vocab", lambda real=t.get_vocab: scans.append(1) or real())
+    first = rpm._vocabulary_words(a, spaced=True)
+    assert first and all(w.startswith(" ") and w[1:].isalpha() and len(ids(a, w)) == 1 for w in first)
+    assert rpm._vocabulary_words(b, spaced=True) == first and len(scans) == 1
+    words, _, how = target_words(b, "".join(first[:3]))
+    assert words == first[:3] and how == "" and len(scans) == 1  # one token each: nothing to look up
+    b.add_tokens([" zyzzyvaq"])
+    assert rpm.tokenizer_fingerprint(b) != rpm.tokenizer_fingerprint(a)
+    assert " zyzzyvaq" in rpm._vocabulary_words(b, spaced=True) and len(scans) == 2
+    monkeypatch.setattr(rpm, "tokenizer_fingerprint", lambda t: None)  # nothing remembered: the same words
+    assert rpm._vocabulary_words(a, spaced=True) == first and len(scans) == 3
