@@ -104,7 +104,8 @@ def pattern_work(d: int, L: int, H: int, n_prompts: int, n: int, batch: int, n_o
     # the whole square below CAUSAL_BLOCKS_FROM positions, above it blocks of query rows (about half the work)
     step = n if n < CAUSAL_BLOCKS_FROM else CAUSAL_BLOCK_ROWS
     blocks = [(r0, min(n, r0 + step)) for r0 in range(0, n, step)]
-    scores, pattern, z = torch.empty(batch * H, n, n), torch.empty(batch * H, n, n), torch.empty(batch * H, n, dh)
+    # the pattern zero above the blocks, as the fast path's (the diagonal sums read it as a causal pattern)
+    scores, pattern, z = torch.empty(batch * H, n, n), torch.zeros(batch * H, n, n), torch.empty(batch * H, n, dh)
     # one fresh hidden activation per batch, overwritten in place by each layer's GELU as the pass overwrites its
     # own: repeated GELUs halve negative values, so one buffer through hundreds of layers would sink into
     # denormals (many times slower arithmetic) that no real pass meets
