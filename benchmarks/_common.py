@@ -39,12 +39,7 @@ def gpt2_shaped_dir(n_ctx: int = 1024, tokenizer_dir: str | None = None) -> Path
 def best_time(fn, repeats: int = 3) -> float:
     """Best wall time of ``repeats`` calls (after one warm-up call)."""
     fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+    return fastest(fn, repeats)
 
 
 def peak_rss_mb() -> float:
@@ -82,30 +77,24 @@ def matmul_floor(d: int, L: int, n_tokens: int, rows: int) -> None:
 
 def pattern_work(d: int, L: int, H: int, n_prompts: int, n: int, batch: int, n_offsets: int) -> None:
     """The float32 work besides the weight matmuls that a ranking pass cannot skip, on random activations, ``batch``
-    prompts of ``n`` tokens at a time, each part in the cheapest way we know in torch (buffers reused; from
-    ``CAUSAL_BLOCKS_FROM`` positions on, blocks of query rows against the keys they see, as the fast path):
+    prompts of ``n`` tokens at a time, each part as the fast path does it (the cheapest torch way we know; buffers
+    reused, from ``CAUSAL_BLOCKS_FROM`` positions on blocks of query rows against the keys they see):
 
-    * every layer: the scores ``q kᵀ`` of every head with scale and causal mask riding on the matmul (``baddbmm``),
-      their softmax (the pattern itself) and the sums of its first ``n_offsets`` diagonals (``diagonal_sums``: what
-      the ranking reads);
-    * all but the last layer: the pattern times the values, and GPT-2's tanh GELU on the MLP's ``[batch * n, 4 d]``
-      hidden activations (the fast path's sigmoid form in cache-sized chunks of 128 rows, the fastest we measured).
+    * every layer: the pattern, ``softmax(q kᵀ * scale + causal mask)`` of every head (``FastGPT2._pattern``), and
+      the sums of its first ``n_offsets`` diagonals (``diagonal_sums``: what the ranking reads);
+    * all but the last layer: the pattern times the values (``FastGPT2._attend``), and GPT-2's tanh GELU on the MLP's
+      ``[batch * n, 4 d]`` hidden activations (the fast path's sigmoid form, in cache-sized chunks of 128 rows).
 
     LayerNorm, residual adds, biases and head-major copies are left out, so any exact pass built from these
     primitives spends more than this."""
     import torch
 
     from gpt2_posheads.analysis.diagonals import diagonal_sums
-    from gpt2_posheads.model.fastpath import CAUSAL_BLOCK_ROWS, CAUSAL_BLOCKS_FROM, gelu_tanh_
+    from gpt2_posheads.model.fastpath import FastGPT2, Workspace, gelu_tanh_
 
     dh = d // H
     q, k, v = (torch.randn(batch * H, n, dh) for _ in range(3))
-    mask = torch.full((n, n), float("-inf")).triu_(1)
-    # the whole square below CAUSAL_BLOCKS_FROM positions, above it blocks of query rows (about half the work)
-    step = n if n < CAUSAL_BLOCKS_FROM else CAUSAL_BLOCK_ROWS
-    blocks = [(r0, min(n, r0 + step)) for r0 in range(0, n, step)]
-    # the pattern zero above the blocks, as the fast path's (the diagonal sums read it as a causal pattern)
-    scores, pattern, z = torch.empty(batch * H, n, n), torch.zeros(batch * H, n, n), torch.empty(batch * H, n, dh)
+    ws = Workspace()
     # one fresh hidden activation per batch, overwritten in place by each layer's GELU as the pass overwrites its
     # own: repeated GELUs halve negative values, so one buffer through hundreds of layers would sink into
     # denormals (many times slower arithmetic) that no real pass meets
@@ -113,17 +102,10 @@ def pattern_work(d: int, L: int, H: int, n_prompts: int, n: int, batch: int, n_o
     with torch.inference_mode():
         for hidden in hiddens:
             for layer in range(L):
-                for r0, r1 in blocks:  # query rows r0..r1-1 against the keys they see
-                    out = scores.view(-1)[: batch * H * (r1 - r0) * r1].view(batch * H, r1 - r0, r1)
-                    s = torch.baddbmm(mask[r0:r1, :r1], q[:, r0:r1], k[:, :r1].transpose(1, 2), alpha=dh**-0.5, out=out)
-                    if step == n:
-                        torch.softmax(s, -1, out=pattern)
-                    else:
-                        pattern[:, r0:r1, :r1] = torch.softmax(s, -1)
-                    if layer < L - 1:
-                        torch.matmul(pattern[:, r0:r1, :r1], v[:, :r1], out=z[:, r0:r1])
+                pattern = FastGPT2._pattern(q, k, dh**-0.5, ws)
                 diagonal_sums(pattern.view(batch, H, n, n), n_offsets, exclude_bos=True)
                 if layer < L - 1:
+                    FastGPT2._attend(pattern, v)
                     for i in range(0, batch * n, 128):
                         gelu_tanh_(hidden[i : i + 128])
 

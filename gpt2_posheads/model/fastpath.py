@@ -262,7 +262,8 @@ class FastGPT2:
             return resid
         return self._mlp(resid, w)
 
-    def _pattern(self, q: torch.Tensor, k: torch.Tensor, scale: float, ws: Workspace) -> torch.Tensor:
+    @staticmethod
+    def _pattern(q: torch.Tensor, k: torch.Tensor, scale: float, ws: Workspace) -> torch.Tensor:
         """``softmax(q k^T * scale + causal mask)`` ``[batch*head, n, n]`` float32 from ``q``, ``k`` ``[batch*head, n,
         d_head]``, in the workspace's ``pattern`` buffer (zero above the diagonal).
 
