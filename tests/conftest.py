@@ -316,3 +316,38 @@ def bpe50_tokenizer():
     tok = PreTrainedTokenizerFast(tokenizer_object=t, bos_token="<|endoftext|>", unk_token="<unk>")
     assert len(tok) == 50
     return tok
+
+
+# ----- a local Hugging Face hub (tests/hubserver.py): the real clients talk to it through HF_ENDPOINT
+
+
+@pytest.fixture(scope="session")
+def hub(shared, tmp_path_factory):
+    """A hub-protocol server on a free 127.0.0.1 port holding the standard content (``hubserver.standard_content``:
+    ``gpt2`` as the GPT-2 stand-in, ``stas/openwebtext-10k`` with its loading script and parquet export, a gated
+    repo and a repo whose weights stall). Built once per run; stopped at the end."""
+    from hubserver import HubServer, standard_content
+
+    server = HubServer()
+    try:
+        standard_content(server, tmp_path_factory.mktemp("hubserver"), shared)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def hub_env(hub, tmp_path):
+    """The environment of a subprocess that uses ``hub``, with a fresh ``HF_HOME`` under ``tmp_path``."""
+    return hub.env(tmp_path / "hf_home")
+
+
+@pytest.fixture(autouse=True)
+def _hub_faults_cleared(request):
+    """Faults a test injects into ``hub`` end with the test (only tests that use ``hub`` start it)."""
+    if "hub" not in request.fixturenames:
+        yield
+        return
+    server = request.getfixturevalue("hub")
+    yield
+    server.clear_faults()
