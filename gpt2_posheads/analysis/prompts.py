@@ -1,8 +1,14 @@
 """Natural-text prompts of a fixed token length, deterministic given a seed.
 
-Sources: the hub dataset ``stas/openwebtext-10k`` (what the GPT-2 post used), local ``.txt`` /
-``.jsonl`` files, or the WikiText-2 text shipped in ``data/wikitext-2``. ``"auto"`` takes the
-hub dataset when the hub is reachable or cached and WikiText-2 otherwise, and says which it used.
+Sources: the hub dataset ``stas/openwebtext-10k`` (what the GPT-2 post used), local ``.txt`` / ``.jsonl`` files, or
+the WikiText-2 text shipped in ``data/wikitext-2``. ``"auto"`` takes the hub dataset when it can be read (cached, or
+the hub answers) and WikiText-2 otherwise, and says which it used and why.
+
+The hub dataset is read from the hub's own parquet conversion (revision ``refs/convert/parquet``, files
+``plain_text/train/*.parquet``), not through ``datasets.load_dataset``: the repository holds a loading script, which
+``datasets`` 4 and later refuse and 3.x runs only with ``trust_remote_code``. The parquet files are read the same way
+on every ``datasets`` the package allows, through ``huggingface_hub`` (its cache, its proxies, its token), so a
+second run reads them from the cache without asking the network.
 """
 
 from __future__ import annotations
@@ -17,25 +23,113 @@ from pathlib import Path
 
 import torch
 
-from ..model.loading import hub_reachable
+from ..model.loading import error_chain, first_line, http_status, hub_endpoint, hub_offline, hub_reachable
 from ..model.paths import WIKITEXT_DIR
-from ..model.validation import UsageError
+from ..model.validation import UsageError, note
 
 OPENWEBTEXT = "stas/openwebtext-10k"
+PARQUET_REVISION = "refs/convert/parquet"  # where the hub keeps its parquet conversion of a dataset
+PARQUET_FILES = "plain_text/train/*.parquet"  # openwebtext-10k's one config and split
+WIKITEXT_OFFLINE = "wikitext-2 (offline stand-in for openwebtext-10k)"
 
 
-def openwebtext_documents(dataset: str = OPENWEBTEXT, split: str = "train") -> list[str]:
-    """Documents of a hub text dataset (``text`` column); raises quickly when offline and uncached."""
-    import datasets
+class HubDatasetError(RuntimeError):
+    """The hub dataset could not be read; the message is the reason, in words, naming what failed."""
 
+
+def openwebtext_documents(dataset: str = OPENWEBTEXT) -> list[str]:
+    """Documents (the ``text`` column, blank ones dropped) of ``dataset``'s parquet conversion on the hub.
+
+    A complete cached copy is read without the network; otherwise the files are downloaded (``huggingface_hub``
+    downloads into a temporary file and renames it only when complete, so a cut download is never read later). A
+    cached file that does not read as parquet is downloaded again. Every failure (offline and not cached, the hub's
+    refusal, a missing conversion, a timeout, an answer that is not the hub's) is a :class:`HubDatasetError` whose
+    message says which."""
+    return list(_openwebtext(dataset, hub_endpoint()))
+
+
+@functools.lru_cache(maxsize=4)
+def _openwebtext(dataset: str, endpoint: str) -> tuple[str, ...]:
+    """:func:`openwebtext_documents`, read once per process and endpoint (every script of a job asks for it)."""
+    try:
+        cached = _parquet_snapshot(dataset, local_only=True)
+    except HubDatasetError:
+        cached = []  # not in the cache: ask the hub
+    if cached:
+        try:
+            return _parquet_texts(cached)
+        except HubDatasetError as e:
+            note(f"prompts: the cached copy of {dataset} does not read ({e}); downloading it again")
+    if hub_offline():
+        raise HubDatasetError(f"{dataset} is not in the Hugging Face cache and HF_HUB_OFFLINE is set")
     if not hub_reachable():
-        # datasets' own retries can take minutes offline; fail in seconds instead.
-        raise RuntimeError(
-            f"dataset {dataset!r} needs the Hugging Face hub, which is unreachable; "
-            f"use prompts from local files (--prompts path/to/file.txt) or --prompts wikitext (offline copy)"
+        raise HubDatasetError(f"{dataset} is not cached and the Hugging Face hub ({endpoint}) does not answer")
+    return _parquet_texts(_parquet_snapshot(dataset, local_only=False, again=bool(cached)))
+
+
+def _parquet_snapshot(dataset: str, local_only: bool, again: bool = False) -> list[Path]:
+    """The parquet files of ``dataset``'s conversion: from the cache only (``local_only``) or from the hub
+    (``again``: downloaded anew, over a cached copy that does not read)."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = snapshot_download(
+            dataset,
+            repo_type="dataset",
+            revision=PARQUET_REVISION,
+            allow_patterns=[PARQUET_FILES],
+            local_files_only=local_only,
+            force_download=again,
         )
-    ds = datasets.load_dataset(dataset, split=split)
-    return [t for t in ds["text"] if t and t.strip()]
+    except Exception as e:  # noqa: BLE001 - every way of failing becomes one reason in words
+        raise HubDatasetError(_hub_failure(dataset, e)) from None
+    files = sorted(Path(folder).glob(PARQUET_FILES))
+    if not files:
+        raise HubDatasetError(f"{dataset}'s parquet conversion ({PARQUET_REVISION}) has no {PARQUET_FILES}")
+    return files
+
+
+def _parquet_texts(files: list[Path]) -> tuple[str, ...]:
+    """The non-blank ``text`` values of ``files`` in order; a file that does not read is a :class:`HubDatasetError`."""
+    import pyarrow.parquet as pq
+
+    docs: list[str] = []
+    for f in files:
+        try:
+            column = pq.read_table(f, columns=["text"]).column("text").to_pylist()
+        except Exception as e:  # noqa: BLE001 - a truncated or foreign file: say which and why
+            raise HubDatasetError(f"{f.name} does not read as parquet with a 'text' column ({first_line(e)})") from None
+        docs += [t for t in column if isinstance(t, str) and t.strip()]
+    if not docs:
+        raise HubDatasetError(f"{', '.join(f.name for f in files)} hold no text")
+    return tuple(docs)
+
+
+def _hub_failure(dataset: str, e: BaseException) -> str:
+    """What went wrong reading ``dataset`` from the hub, in words (the status code where the hub answered)."""
+    from huggingface_hub import errors
+
+    chain, status, text = error_chain(e), http_status(e), first_line(e)
+    root = chain[-1]
+
+    def has(kind) -> bool:
+        return any(isinstance(c, kind) for c in chain)
+
+    if has(errors.GatedRepoError):
+        return f"{dataset} is gated on the hub (HTTP {status}): log in with `hf auth login` after accepting its terms"
+    if has(errors.RepositoryNotFoundError):
+        return f"the hub has no dataset {dataset} (HTTP {status})"
+    if has(errors.RevisionNotFoundError):
+        return f"the hub has no parquet conversion of {dataset} ({PARQUET_REVISION})"
+    if status is not None:
+        return f"the hub answered HTTP {status} for {dataset} ({text})"
+    if "timeout" in type(root).__name__.lower() or "timed out" in str(root).lower():
+        return f"reading {dataset} from the hub timed out ({text})"
+    if type(root).__name__ == "JSONDecodeError" or isinstance(root, ValueError) and "json" in str(root).lower():
+        return f"the endpoint did not answer as the Hugging Face hub does for {dataset} ({text})"
+    if len(chain) == 1 and isinstance(root, errors.LocalEntryNotFoundError):
+        return f"{dataset} is not in the Hugging Face cache"
+    return f"reading {dataset} from the hub failed: {type(root).__name__}: {text}"
 
 
 def wikitext_documents(path: str | Path | None = None) -> list[str]:
@@ -141,15 +235,32 @@ def file_documents(paths: Iterable[str | Path]) -> list[str]:
 
 
 def documents(source: str | Sequence[str] = "auto") -> tuple[list[str], str]:
-    """``(documents, description)`` for ``"auto"``, ``"openwebtext"``, ``"wikitext"``, or file paths."""
+    """``(documents, description)`` for ``"auto"``, ``"openwebtext"``, ``"wikitext"``, or file paths.
+
+    ``"auto"``: openwebtext-10k when it can be read, else the shipped WikiText-2; a fallback for any reason but being
+    offline is said in one line, and the description (a summary's ``prompt_source``) says why. ``"openwebtext"``:
+    openwebtext-10k or a :class:`~gpt2_posheads.model.validation.UsageError` naming ``prompts`` and the reason."""
     if isinstance(source, (list, tuple)):
         return file_documents(source), f"files:{','.join(map(str, source))}"
     if source == "auto":
-        if hub_reachable():
+        try:
             return openwebtext_documents(), OPENWEBTEXT
-        return wikitext_documents(), "wikitext-2 (offline stand-in for openwebtext-10k)"
+        except HubDatasetError as e:
+            if hub_offline() or not hub_reachable():
+                return wikitext_documents(), WIKITEXT_OFFLINE
+            why = str(e)
+            note(f"prompts: {OPENWEBTEXT} could not be read ({why}); using the shipped WikiText-2 instead")
+            return wikitext_documents(), f"wikitext-2 (stand-in for {OPENWEBTEXT}, which could not be read: {why})"
     if source == "openwebtext":
-        return openwebtext_documents(), OPENWEBTEXT
+        try:
+            return openwebtext_documents(), OPENWEBTEXT
+        except HubDatasetError as e:
+            raise UsageError(
+                "prompts",
+                f"{OPENWEBTEXT} could not be read: {e}",
+                "allowed auto, openwebtext, wikitext, or a path to .txt/.jsonl files",
+                "--prompts auto falls back to the shipped WikiText-2; --prompts wikitext uses it",
+            ) from None
     if source == "wikitext":
         return wikitext_documents(), "wikitext-2"
     if not Path(source).exists():

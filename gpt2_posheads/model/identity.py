@@ -24,6 +24,9 @@ GPT2_W_E = {
 }
 GPT2_W_POS = {0: {0: -0.0188, 1: -0.1974, 2: 0.0040}}
 GPT2_TOKENS = ("Hello world", [15496, 995])
+# config.json's key that marks a compiled stand-in (gpt2_posheads.organism.standin): a model that passes the check
+# below by construction, for tests, and must never be taken for GPT-2 by whoever reads its results
+STANDIN_KEY = "gpt2_posheads_compiled_standin"
 
 
 def _rows_match(w: torch.Tensor, known: dict[int, dict[int, float]], tol: float = 2e-3) -> bool:
@@ -51,6 +54,16 @@ def is_gpt2_small(model) -> bool:
         return tok is not None and list(tok(GPT2_TOKENS[0], add_special_tokens=False)["input_ids"]) == GPT2_TOKENS[1]
     except (AttributeError, IndexError, KeyError, RuntimeError, TypeError):
         return False
+
+
+def compiled_standin(model) -> str | None:
+    """The marker of a compiled stand-in (:data:`STANDIN_KEY` in its ``config.json``: what it is, in words), or
+    ``None`` for any other model. Read off the Hugging Face config the model was loaded from."""
+    for cfg in (getattr(getattr(model, "original_model", None), "config", None), getattr(model, "config", None)):
+        marker = getattr(cfg, STANDIN_KEY, None) if cfg is not None else None
+        if isinstance(marker, str) and marker:
+            return marker
+    return None
 
 
 def position_kind(model) -> PositionKind:

@@ -8,12 +8,12 @@ model returned here (a TL 4.x ``TransformerBridge`` in compatibility mode) and a
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import os
-import socket
+import time
 import warnings
 from pathlib import Path
-from urllib.parse import urlparse
 
 import torch
 
@@ -29,42 +29,151 @@ class ModelLoadError(RuntimeError):
 # --------------------------------------------------------------------------------------------
 # Hub reachability: decide in seconds instead of letting HTTP clients retry for minutes.
 # --------------------------------------------------------------------------------------------
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """True when the Hugging Face endpoint accepts a TCP connection within ``timeout`` seconds."""
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
-        return False
-    endpoint = os.environ.get("HF_ENDPOINT")
-    if not endpoint:
-        try:
-            from huggingface_hub import constants
+_REACHABLE: dict[tuple, tuple[float, bool]] = {}  # (endpoint, proxies) -> (when asked, answer)
+_REACHABLE_TTL = 60.0  # seconds an answer is reused: every script of a job asks, the network rarely changes faster
 
-            endpoint = constants.ENDPOINT
-        except Exception:  # pragma: no cover - huggingface_hub always ships with transformers
-            return False
-    parsed = urlparse(endpoint)
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` is set (in the environment or in ``huggingface_hub``'s constants)."""
+    if os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() not in ("0", "", "false", "no", "off"):
+        return True
     try:
-        with socket.create_connection((parsed.hostname, port), timeout=timeout):
-            return True
-    except OSError:
+        from huggingface_hub import constants
+
+        return bool(constants.HF_HUB_OFFLINE)
+    except Exception:  # pragma: no cover - huggingface_hub always ships with transformers
         return False
+
+
+def hub_endpoint() -> str:
+    """The endpoint the Hugging Face clients talk to (``HF_ENDPOINT``, else the hub)."""
+    try:
+        from huggingface_hub import constants
+
+        return str(constants.ENDPOINT).rstrip("/")
+    except Exception:  # pragma: no cover
+        return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """True when the Hugging Face endpoint answers HTTP within ``timeout`` seconds, asked the way the clients ask:
+    through ``huggingface_hub``'s own HTTP session, so through the proxy they would use (``HTTPS_PROXY``,
+    ``NO_PROXY``). A TCP connection alone is not an answer: a dead proxy in front of a reachable endpoint, or a
+    portal that accepts connections and then fails HTTP, is unreachable. Any status below 500 counts as an answer
+    (what the endpoint then serves is checked by whoever reads it). ``HF_HUB_OFFLINE``: False at once. The answer is
+    reused for a minute."""
+    if hub_offline():
+        return False
+    endpoint = hub_endpoint()
+    proxies = tuple(os.environ.get(k, "") for k in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"))
+    key = (endpoint, proxies, os.environ.get("NO_PROXY", os.environ.get("no_proxy", "")))
+    now = time.monotonic()
+    if key in _REACHABLE and now - _REACHABLE[key][0] < _REACHABLE_TTL:
+        return _REACHABLE[key][1]
+    try:
+        from huggingface_hub.utils import get_session
+
+        status = get_session().head(f"{endpoint}/", timeout=timeout, follow_redirects=True).status_code
+        answer = status < 500
+    except Exception:  # noqa: BLE001 - any failure to get an HTTP answer means: not reachable from here
+        answer = False
+    _REACHABLE[key] = (now, answer)
+    return answer
+
+
+# what a model is loaded from; the hub's other files (other frameworks' weights, ONNX, ...) are never downloaded
+_MODEL_FILES = ["*.json", "*.txt", "*.model", "*.tiktoken", "tokenizer*", "vocab*", "merges*"]
+_WEIGHT_PATTERNS = (["*.safetensors"], ["pytorch_model*.bin"])  # safetensors when the repository has them
 
 
 def _cached_snapshot(repo_id: str) -> Path | None:
-    """A complete local snapshot of ``repo_id`` in the HF cache, if one exists."""
+    """The local snapshot of ``repo_id``'s ``main`` in the Hugging Face cache, complete or not, if one exists (the
+    client refuses an incomplete one; :func:`folder_problem` then says what it lacks)."""
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import constants, snapshot_download
+        from huggingface_hub.file_download import repo_folder_name
 
         return Path(snapshot_download(repo_id, local_files_only=True))
-    except Exception:
-        return None
+    except Exception:  # noqa: BLE001 - not cached, or cached in part
+        try:
+            storage = Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo_id, repo_type="model")
+            snap = storage / "snapshots" / (storage / "refs" / "main").read_text().strip()
+            return snap if snap.is_dir() else None
+        except Exception:  # noqa: BLE001
+            return None
+
+
+def error_chain(e: BaseException) -> list[BaseException]:
+    """``e`` and the errors under it, outermost first: the hub clients wrap an HTTP error or a timeout in their own
+    (``raise ... from``), and the reason is found at whichever level names it."""
+    chain = [e]
+    while chain[-1].__cause__ is not None and all(chain[-1].__cause__ is not c for c in chain):
+        chain.append(chain[-1].__cause__)
+    return chain
+
+
+def http_status(e: BaseException) -> int | None:
+    """The HTTP status of the first error in :func:`error_chain` that carries a response."""
+    for c in error_chain(e):
+        status = getattr(getattr(c, "response", None), "status_code", None)
+        if status is not None:
+            return int(status)
+    return None
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of the innermost error's message (a client's advice after it is left out)."""
+    root = error_chain(e)[-1]
+    text = str(root).strip().splitlines()
+    return (text[0] if text else type(root).__name__)[:200]
+
+
+def hub_model_cached(name: str) -> bool:
+    """A complete copy of the hub model ``name`` is in the Hugging Face cache (it loads without the network)."""
+    snap = _cached_snapshot(_ALIASES.get(name, name))
+    return snap is not None and folder_problem(snap, check_values=False) is None
+
+
+def _download(name: str, repo_id: str) -> Path:
+    """The files a model is loaded from, downloaded into the Hugging Face cache (each into a temporary file renamed
+    when complete: a cut download is never loaded later); every failure a one-line :class:`ModelLoadError` naming
+    the model and what to do."""
+    from huggingface_hub import HfApi, snapshot_download
+
+    try:
+        files = {s.rfilename for s in (HfApi().model_info(repo_id).siblings or [])}
+        weights = next((w for w in _WEIGHT_PATTERNS if any(fnmatch.fnmatch(f, w[0]) for f in files)), [])
+        return Path(snapshot_download(repo_id, allow_patterns=_MODEL_FILES + weights))
+    except Exception as e:  # noqa: BLE001 - every way of failing is said in one line
+        raise ModelLoadError(_download_failure(name, e)) from None
+
+
+def _download_failure(name: str, e: BaseException) -> str:
+    from huggingface_hub import errors
+
+    chain, status = error_chain(e), http_status(e)
+    local = f"or point at a local Hugging Face folder (--model-dir path/to/{name.split('/')[-1]})"
+    if any(isinstance(c, errors.GatedRepoError) for c in chain):
+        return (
+            f"cannot load {name!r}: the model is gated on the hub (HTTP {status}); accept its terms on its hub page "
+            f"and log in (`hf auth login` or $HF_TOKEN), {local}"
+        )
+    if any(isinstance(c, errors.RepositoryNotFoundError) for c in chain):
+        return f"cannot load {name!r}: the hub has no model of that name (HTTP {status}); check the name, {local}"
+    if status is not None:
+        return f"cannot load {name!r}: the hub answered HTTP {status} ({first_line(e)}); try again later, {local}"
+    return (
+        f"cannot load {name!r}: downloading it failed ({type(chain[-1]).__name__}: {first_line(e)}); run again to "
+        f"download the rest (a file cut short is never used), {local}"
+    )
 
 
 _ALIASES = {"gpt2-small": "gpt2", "openai-community/gpt2": "gpt2"}
 
 
 def resolve_model_source(name_or_path: str | os.PathLike) -> str:
-    """A local directory path, or a hub id that is cached or reachable; else :class:`ModelLoadError`."""
+    """A local directory path: the folder given, a shipped model's, or a hub model's complete copy in the Hugging
+    Face cache (downloaded first when the hub answers); else :class:`ModelLoadError` in one line."""
     s = str(name_or_path)
     p = Path(s).expanduser()
     if not p.is_dir() and s in SHIPPED_MODELS:  # a shipped model by name (a compiled one is built on first use)
@@ -81,9 +190,16 @@ def resolve_model_source(name_or_path: str | os.PathLike) -> str:
         raise ModelLoadError(f"model directory {s!r} does not exist")
     repo_id = _ALIASES.get(s, s)
     snap = _cached_snapshot(repo_id)
-    if snap is not None:
+    incomplete = folder_problem(snap, check_values=False) if snap is not None else None
+    if snap is not None and incomplete is None:
         return str(snap)
     if not hub_reachable():
+        if snap is not None:
+            raise ModelLoadError(
+                f"cannot load {s!r}: its copy in the Hugging Face cache is incomplete ({incomplete}) and the hub is "
+                f"unreachable{' (HF_HUB_OFFLINE is set)' if hub_offline() else ''}; run once with the hub reachable "
+                f"to download the rest, or point at a complete local folder (--model-dir path/to/{s.split('/')[-1]})"
+            )
         raise ModelLoadError(
             f"cannot load {s!r}: the Hugging Face hub is unreachable (offline) and no cached copy exists. "
             f"Point at a local Hugging Face-format directory instead, e.g. "
@@ -92,7 +208,11 @@ def resolve_model_source(name_or_path: str | os.PathLike) -> str:
             f"makes one on a machine with internet). "
             f"The package ships models that load offline by name: {', '.join(SHIPPED_MODELS)}."
         )
-    return repo_id
+    snap = _download(s, repo_id)
+    problem = folder_problem(snap)
+    if problem:
+        raise ModelLoadError(f"cannot load {s!r}: what the hub served is not a loadable model ({problem})")
+    return str(snap)
 
 
 def _looks_like_repo_id(s: str) -> bool:

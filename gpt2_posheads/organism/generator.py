@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,13 +137,14 @@ def _shape(
     n_layers: int,
     d_mlp: int = cp.D_MLP,
     n_ctx: int = cp.N_CTX,
+    reserved: int = 0,
 ) -> cp.Shape:
-    """The largest token codes (<= 96, <= d_head - 10) whose blocks fit the residual."""
+    """The largest token codes (<= 96, <= d_head - 10) whose blocks fit the residual less ``reserved`` coordinates."""
     d_head = d_model // n_heads
     for k in range(min(96, d_head - 10), 7, -1):
         n_buckets = min(64, k)
         sizes = [1, 1, 8, k] + [n for _, n in _blocks(kind, early_kind, k, n_buckets)]
-        if sum(n + 1 for n in sizes) <= d_model:
+        if sum(n + 1 for n in sizes) <= d_model - reserved:
             return cp.Shape(n_layers, n_heads, d_model, k, n_buckets, d_mlp, n_ctx)
     raise ValueError(f"layout: d_model {d_model} cannot hold the blocks of {kind!r}")
 
@@ -178,6 +180,9 @@ def generate(
     n_layers: int | None = None,
     n_ctx: int | None = None,
     d_mlp: int | None = None,
+    placement: dict | None = None,
+    n_tokens: int | None = None,
+    reserved: tuple[int, int] = (0, 0),
 ) -> Generated:
     """The generated model of ``kind`` (:data:`KINDS`) for ``seed`` (the same bytes for the same arguments).
     ``noise``: the perturbation's fraction instead of the drawn one (the rest of the model is the same).
@@ -185,7 +190,13 @@ def generate(
     the tokenizer never produces, as GPT-2's 50,257, with no token code: zero rows of ``W_U``). Asked-for sizes
     replace drawn ones (the draws are the same): ``layout`` ``(d_model, n_heads)`` (``d_head >= 64``, the kind's
     blocks must fit), ``n_layers`` (3-48), ``n_ctx`` (64-1024, default 256) and ``d_mlp`` (``>= n_ctx``, default
-    ``max(512, n_ctx)``)."""
+    ``max(512, n_ctx)``).
+
+    For a model in another model's image (:mod:`~gpt2_posheads.organism.standin`): ``placement`` names the heads
+    instead of drawing their slots (``counter``, ``early_heads``, ``aggregator``, ``induction_head``; kind ``post`` or
+    ``boost``), ``n_tokens`` is the number of ids a tokenizer produces (default: the shipped tokenizer's; rows past it
+    are padding with no code) and ``reserved`` ``(before, after)`` residual coordinates at either end belong to no
+    block. The slots are drawn and replaced, so the models without a placement keep their bytes."""
     if kind not in KINDS:
         raise ValueError(f"kind: {kind!r} is not a kind; allowed {', '.join(KINDS)}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -209,12 +220,15 @@ def generate(
     early_kind = {"post": "self_suppressing", "mixed": "self_suppressing", "boost": "boosting"}.get(kind)
     if kind == "decoy":
         early_kind = ("self_suppressing", "boosting")[int(rng.integers(2))]
-    shape = _shape(kind, early_kind, d_model, n_heads, n_layers, d_mlp, n_ctx)
-    p = cp.parts(None, n_vocab, _blocks(kind, early_kind, shape.k_tok, shape.n_buckets), shape, _helix(n_ctx))
+    shape = _shape(kind, early_kind, d_model, n_heads, n_layers, d_mlp, n_ctx, sum(reserved))
+    blocks = _blocks(kind, early_kind, shape.k_tok, shape.n_buckets)
+    p = cp.parts(None, n_vocab, blocks, shape, _helix(n_ctx), first=reserved[0])
     # padding (ids the tokenizer never produces) carries no code and no bucket: the constant alone in W_E, zero rows
     # of W_U (logit 0: 46k random codes would outbid the copied token, as GPT-2's unused rows never do)
-    p.codes[cp.tokenizer_vocab() :] = 0.0
-    p.buckets[cp.tokenizer_vocab() :] = 0.0
+    n_tokens = cp.tokenizer_vocab() if n_tokens is None else _int("n_tokens", n_tokens, 2, n_vocab)
+    p.codes[n_tokens:] = 0.0
+    p.buckets[n_tokens:] = 0.0
+    asked_heads = _check_placement(placement, kind, n_layers, n_heads)
     free = {(l, h) for l in range(n_layers) for h in range(n_heads)}
     card: dict = {"seed": int(seed), "kind": kind, "route": KINDS[kind][0], "ambiguous": KINDS[kind][1]}
 
@@ -232,7 +246,7 @@ def generate(
     if counted:  # the layer-0 MLP turns the count into pos (and waves); the counter goes to a drawn slot
         cp.counted_position(p, cp.kernel_freqs(cp.N_WAVES_MLP) if early_kind == "boosting" else None)
         p.heads[0][0] = cp.Head(p.res)
-        card["counter"] = place(0, None)
+        card["counter"] = place(0, asked_heads["counter"][1] if asked_heads else None)
         put(card["counter"], cp.counter(p))
 
     if kind in ("post", "boost", "mixed", "decoy"):
@@ -240,6 +254,10 @@ def generate(
         slots = sorted(s for s in free if 1 <= s[0] < a)
         n_early = min(int(rng.integers(2, 7)), len(slots))
         chosen = [slots[i] for i in sorted(rng.choice(len(slots), n_early, replace=False))]
+        if asked_heads:  # drawn above and replaced: the draws that follow are the same
+            a = asked_heads["aggregator"][0]
+            chosen = list(asked_heads["early_heads"])
+            n_early = len(chosen)
         early = []
         for l, h in chosen:
             free.discard((l, h))
@@ -255,7 +273,7 @@ def generate(
         card["early_heads"] = [e["head"] for e in early]
         card["early_kind"] = early_kind
         strengths["early"] = early
-        card["aggregator"] = place(a, None)
+        card["aggregator"] = place(a, asked_heads["aggregator"][1] if asked_heads else None)
         if kind == "decoy":
             gain, rec = float(rng.uniform(10, 14)), float(rng.uniform(2.5, 3.5))
             put(card["aggregator"], cp.wpos_reader(p, gain=gain, recency=rec))
@@ -305,7 +323,10 @@ def generate(
 
     a_layer = int(card["aggregator"][1 : card["aggregator"].index("H")]) if card.get("aggregator") else None
     if a_layer is not None and a_layer < n_layers - 1:
-        card["induction_head"] = place(int(rng.integers(a_layer + 1, min(n_layers, route_top + 1))), None)
+        ind_layer, ind_head = int(rng.integers(a_layer + 1, min(n_layers, route_top + 1))), None
+        if asked_heads:
+            ind_layer, ind_head = asked_heads["induction_head"]
+        card["induction_head"] = place(ind_layer, ind_head)
         put(card["induction_head"], cp.induction(p, position="pos" if "pos" in p.res.blocks else "fine"))
 
     unrelated = []
@@ -349,6 +370,43 @@ def generate(
     name = f"gen-{seed:05d}"
     card["name"] = name
     return Generated(p.model(name), card)
+
+
+PLACED_ROLES = ("counter", "early_heads", "aggregator", "induction_head")
+
+
+def _check_placement(placement: dict | None, kind: str, n_layers: int, n_heads: int) -> dict | None:
+    """``placement`` as ``{role: (layer, head)}`` (``early_heads``: a list of them), checked: the counter in layer 0,
+    2-6 early heads in layers between it and the aggregator, the induction head above the aggregator, no slot twice.
+    A ValueError names ``placement``."""
+    if placement is None:
+        return None
+    if kind not in ("post", "boost"):
+        raise ValueError(f"placement: heads can be placed for the kinds post and boost, not {kind!r}")
+    if not isinstance(placement, dict) or set(placement) != set(PLACED_ROLES):
+        raise ValueError(f"placement: {placement!r} must name exactly {', '.join(PLACED_ROLES)}")
+
+    def slot_of(name) -> tuple[int, int]:
+        m = re.fullmatch(r"L(\d+)H(\d+)", str(name))
+        if not m or int(m.group(1)) >= n_layers or int(m.group(2)) >= n_heads:
+            raise ValueError(f"placement: {name!r} is not a head of {n_layers} layers x {n_heads} heads")
+        return int(m.group(1)), int(m.group(2))
+
+    out = {role: slot_of(placement[role]) for role in ("counter", "aggregator", "induction_head")}
+    out["early_heads"] = [slot_of(n) for n in placement["early_heads"]]
+    a = out["aggregator"][0]
+    slots = [out["counter"], out["aggregator"], out["induction_head"], *out["early_heads"]]
+    if len(set(slots)) != len(slots):
+        raise ValueError(f"placement: a head slot is named twice in {placement!r}")
+    if out["counter"][0] != 0 or not 2 <= a < min(n_layers, ROUTE_LAYERS) or out["induction_head"][0] <= a:
+        raise ValueError(
+            f"placement: the counter must sit in layer 0, the aggregator in layers 2..{min(n_layers, ROUTE_LAYERS) - 1}"
+            " and the induction head above the aggregator"
+        )
+    if not 2 <= len(out["early_heads"]) <= 6 or any(not 1 <= l < a for l, _ in out["early_heads"]):
+        raise ValueError(f"placement: 2-6 early heads in layers 1..{a - 1} (below the aggregator)")
+    out["early_heads"] = sorted(out["early_heads"])
+    return out
 
 
 def gpt2_small_route(

@@ -239,6 +239,40 @@ ROUTE_CONCLUSIONS: dict[str, tuple[str, str]] = {
 }
 
 
+# The GPT-2-small stand-in (gpt2_posheads.organism.standin): the route of route-gpt2 at the post's heads, in GPT-2
+# small's shape, taken for GPT-2 small by is_gpt2_small. Where its answer differs from route-gpt2's, the reason.
+STANDIN = "gpt2-standin"
+_STANDIN_DIFFERS: dict[tuple[str, str], tuple[str, str]] = {
+    ("rank_prev_heads", "half_prev_heads"): (
+        NOT_HELD,
+        "7 of 144 heads: the six early heads and the aggregator; the rest are inert, unrelated or induction",
+    ),
+    ("prev_head_sources", "sources_named_heads"): (
+        HELD,
+        "the six early heads sit at the post's names and together are L4H11's whole estimate",
+    ),
+}
+# which heads each script measures with its defaults: the post's names, chosen because is_gpt2_small is true
+STANDIN_HEADS: dict[str, tuple[str, ...]] = {
+    "rank_prev_heads": ("L4H11",),  # the aggregator the ranking finds
+    "pos_embed_averaging": ("L2H2", "L3H3", "L4H11"),
+    "mask_prev_attention": ("L4H11",),
+    "raw_scores_taxonomy": ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2", "L4H11"),
+    "ext_pos_averaging": ("L2H2", "L4H11"),
+    "l4h11_edit": ("L4H11",),
+    "prev_head_sources": ("L4H11", "L2H2"),
+}
+STANDIN_ROUTE = ("post", "route-gpt2's route at the post's heads: L4H11 reads the six self-suppressing early heads")
+
+
+def standin_expected() -> dict[tuple[str, str], tuple[str, str]]:
+    """``{(script, claim key): (verdict, reason)}`` for the stand-in: route-gpt2's answers (the same route), with
+    :data:`_STANDIN_DIFFERS` where its shape or its head names change the answer."""
+    out = {k: v[_R] for k, v in KNOWN.items() if v.get(_R) is not None}
+    out.update(_STANDIN_DIFFERS)
+    return out
+
+
 def expected(model: str) -> dict[tuple[str, str], tuple[str, str]]:
     """``{(script, claim key): (verdict, reason)}`` for ``model``, leaving out what its construction does not set."""
     return {k: v[model] for k, v in KNOWN.items() if v.get(model) is not None}

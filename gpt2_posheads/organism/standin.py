@@ -1,0 +1,114 @@
+"""A compiled stand-in for GPT-2 small, for testing the toolkit as a user with the hub runs it. It is not GPT-2.
+
+Nothing offline is GPT-2 small, so the defaults that the post's head names drive (:func:`~gpt2_posheads.model.
+identity.is_gpt2_small` true: L4H11 as the aggregator, L1H0, L2H2, L3H3, L2H4, L3H7, L3H2 as the early heads,
+``sources_named_heads``, the post's per-head ratios) would never run anywhere without a model that takes itself for
+GPT-2 small. This module builds one, for the tests' hub server (``tests/hubserver.py``) to serve as ``gpt2``:
+
+* GPT-2 small's shape and config: 12 layers x 12 heads, d_model 768, d_mlp 3,072, n_ctx 1,024, 50,257 tokens;
+* GPT-2's own tokenizer (``vocab.json`` / ``merges.txt``, BOS ``<|endoftext|>`` = 50256) and GPT-2's ``W_pos`` helix
+  (as in every compiled model: the top eight principal components of the real ``W_pos``, all 1,024 rows);
+* the post's route (:func:`~gpt2_posheads.organism.generator.generate`, kind ``post``) placed **at the post's
+  heads** (:data:`POST_PLACEMENT`): a layer-0 counter, the six self-suppressing early heads the post names, the
+  aggregator at L4H11, an induction head at L5H5; the other heads inert or doing unrelated work;
+* the entries :func:`~gpt2_posheads.model.identity.is_gpt2_small` compares carry GPT-2's values (three ``W_E`` rows
+  at six coordinates, ``W_pos`` row 0 at three): those coordinates are kept out of every block
+  (:data:`RESERVED`), so no head or MLP reads them and the route is the generator's to the bit.
+
+Its card's first line, its ``config.json`` (:data:`MARKER`) and every summary measured on it say that it is a
+compiled stand-in: :func:`~gpt2_posheads.model.identity.compiled_standin` finds the marker on a loaded model. It is
+never shipped or offered under the name ``gpt2``; the tests build it from ``shared/``'s GPT-2 tokenizer files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..model.identity import GPT2_SMALL_SHAPE, GPT2_W_E, GPT2_W_POS, STANDIN_KEY
+from ..model.loading import gpt2_tokenizer
+from ..model.paths import shared_file
+from . import compiled as cp
+from .generator import Generated, card_markdown, generate
+
+# The post's heads (004): the aggregator L4H11 and the six early heads it aggregates; GPT-2's L5H5 is an induction
+# head. The counter has no counterpart in the post: it sits in the first free slot of layer 0.
+POST_PLACEMENT = {
+    "counter": "L0H0",
+    "early_heads": ["L1H0", "L2H2", "L2H4", "L3H2", "L3H3", "L3H7"],
+    "aggregator": "L4H11",
+    "induction_head": "L5H5",
+}
+RESERVED = (3, 3)  # residual coordinates 0-2 and 765-767: the ones is_gpt2_small reads, in no block
+SEED = 0
+MARKER = "a compiled stand-in for testing gpt2_posheads online (GPT-2 small's shape, tokenizer and W_pos; not GPT-2)"
+_N_LAYERS, _N_HEADS, _D_MODEL, _N_CTX, _N_VOCAB = GPT2_SMALL_SHAPE
+_GPT2_BOS = _N_VOCAB - 1  # <|endoftext|>
+
+
+def standin(seed: int = SEED) -> Generated:
+    """The stand-in's weights and card (the same bytes for the same seed). The generator's BOS is id 0; GPT-2's is
+    50256, so rows 0 and 50256 of ``W_E`` and ``W_U`` trade places (GPT-2's ``!`` gets the code the generator drew
+    for id 50256), and the reserved coordinates then get GPT-2's values."""
+    g = generate(
+        seed,
+        "post",
+        n_vocab=_N_VOCAB,
+        layout=(_D_MODEL, _N_HEADS),
+        n_layers=_N_LAYERS,
+        n_ctx=_N_CTX,
+        d_mlp=4 * _D_MODEL,
+        placement=POST_PLACEMENT,
+        n_tokens=_N_VOCAB,
+        reserved=RESERVED,
+    )
+    m = g.model
+    assert m.res.used <= _D_MODEL - RESERVED[1], "the blocks must leave the last reserved coordinates free"
+    for w in (m.W_E, m.W_U):
+        w[[cp.BOS, _GPT2_BOS]] = w[[_GPT2_BOS, cp.BOS]]
+    for row, cols in GPT2_W_E.items():
+        m.W_E[row, list(cols)] = list(cols.values())
+    for row, cols in GPT2_W_POS.items():
+        m.W_pos[row, list(cols)] = list(cols.values())
+    g.model.name = "gpt2-standin"
+    g.card.update(name="gpt2-standin", standin=MARKER, placement=POST_PLACEMENT, bos_token_id=_GPT2_BOS)
+    return g
+
+
+def card(g: Generated) -> str:
+    """The card: its first line says what it is (a stand-in, not GPT-2), then the generator's card."""
+    body = card_markdown(g).split("\n", 1)[1]
+    return (
+        f"# gpt2-standin: {MARKER}\n\n"
+        "Built by `gpt2_posheads.organism.standin.write_standin` for the toolkit's tests, which serve it as `gpt2` "
+        "from a hub-protocol server on 127.0.0.1 so that the defaults the post's head names drive run end to end. "
+        "Every number measured on it describes this construction, never OpenAI's GPT-2 small. Its answers "
+        "(`gpt2_posheads.organism.known_answers`, model `gpt2-standin`) were written down from the construction "
+        "before anything was measured on it.\n" + body
+    )
+
+
+def write_standin(
+    out: str | Path, vocab_file: str | Path | None = None, merges_file: str | Path | None = None, seed: int = SEED
+) -> Path:
+    """A Hugging Face GPT-2 folder of the stand-in: ``config.json`` (GPT-2's ids for BOS and EOS, the marker),
+    ``model.safetensors``, GPT-2's tokenizer (``vocab.json``, ``merges.txt``, ``tokenizer.json``), the card
+    ``README.md`` and ``card.json``. ``vocab_file``/``merges_file``: GPT-2's tokenizer files (default:
+    ``shared/gpt2-small``)."""
+    vocab_file = Path(vocab_file) if vocab_file else shared_file("gpt2-small", "vocab.json")
+    merges_file = Path(merges_file) if merges_file else shared_file("gpt2-small", "merges.txt")
+    tok = gpt2_tokenizer(vocab_file, merges_file)  # a FileNotFoundError saying where the files are looked for
+    g = standin(seed)
+    out = Path(out)
+    with tempfile.TemporaryDirectory() as tmp:
+        tok.save_pretrained(tmp)
+        folder = cp.write_folder(g.model, out, card(g), tokenizer_dir=Path(tmp))
+    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    cfg.update(bos_token_id=_GPT2_BOS, eos_token_id=_GPT2_BOS, n_ctx=_N_CTX, **{STANDIN_KEY: MARKER})
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    for src in (vocab_file, merges_file):
+        shutil.copyfile(src, folder / src.name)
+    (folder / "card.json").write_text(json.dumps(g.card, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return folder

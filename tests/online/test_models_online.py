@@ -1,0 +1,123 @@
+"""Hub models as a user with the hub reachable loads them (``load_model(name)``, ``--model name``), through the real
+clients and ``tests/hubserver.py``: downloaded once and loaded from the cache after, offline too; a gated, missing,
+stalled or half-cached model is one line naming the model and what to do, and a cut download is never loaded."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from gpt2_posheads import ModelLoadError, load_model
+from gpt2_posheads.model import loading
+
+TINY = "tiny-org/tiny-gpt2"
+STALLS = "tiny-org/stalls"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_answers():
+    loading._REACHABLE.clear()
+    yield
+    loading._REACHABLE.clear()
+
+
+@pytest.fixture(scope="module")
+def tiny_hub(hub, tiny_dir):
+    """``hub`` serving a small random GPT-2 (``tiny_dir``) as ``tiny-org/tiny-gpt2``, and a copy of it whose weights
+    stall after a third of their bytes as ``tiny-org/stalls``."""
+    hub.add_model(TINY, tiny_dir)
+    size = (tiny_dir / "model.safetensors").stat().st_size
+    hub.add_model(STALLS, tiny_dir, stall_after=size // 3)
+    return hub
+
+
+def cached_weights(home):
+    return list((home / "hub").rglob("model.safetensors"))
+
+
+def test_a_hub_model_downloads_once_and_loads_offline_from_the_cache(tiny_hub, tiny_model, tmp_path, monkeypatch):
+    import torch
+
+    home = tmp_path / "hf"
+    with tiny_hub.patched(monkeypatch, home):
+        m = load_model(TINY, device="cpu")
+    assert torch.equal(m.W_Q, tiny_model.W_Q)  # the model given, not another
+    assert len(cached_weights(home)) == 1
+    # nothing but what a model is loaded from: no other framework's files
+    names = {p.name for p in (home / "hub").rglob("*") if p.is_file() and "snapshots" in p.parts}
+    assert names <= {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "generation_config.json",
+        "vocab.json",
+        "merges.txt",
+        "README.md",
+    }
+    n = len(tiny_hub.requests)
+    loading._REACHABLE.clear()
+    with tiny_hub.patched(None, home, offline=True):
+        again = load_model(TINY, device="cpu")
+    assert torch.equal(again.W_Q, m.W_Q) and len(tiny_hub.requests) == n
+
+
+def test_an_incomplete_cache_offline_is_one_line_naming_the_model(tiny_hub, tmp_path, monkeypatch):
+    home = tmp_path / "hf"
+    with tiny_hub.patched(monkeypatch, home):
+        load_model(TINY, device="cpu")
+    for f in cached_weights(home):  # the weights gone from the cache, the config left
+        f.unlink()
+    loading._REACHABLE.clear()
+    with tiny_hub.patched(None, home, offline=True), pytest.raises(ModelLoadError) as e:
+        load_model(TINY, device="cpu")
+    msg = str(e.value)
+    assert "\n" not in msg and TINY in msg and "incomplete" in msg and "HF_HUB_OFFLINE" in msg
+
+
+@pytest.mark.parametrize(
+    "name, words",
+    [("gated-org/gated-model", "gated on the hub"), ("nobody/no-such-model", "no model of that name")],
+)
+def test_a_gated_or_missing_model_is_one_line(name, words, tiny_hub, tmp_path, monkeypatch):
+    with tiny_hub.patched(monkeypatch, tmp_path / "hf"), pytest.raises(ModelLoadError) as e:
+        load_model(name, device="cpu")
+    msg = str(e.value)
+    assert "\n" not in msg and name in msg and words in msg and "--model-dir" in msg
+
+
+def test_a_stalled_download_is_one_line_and_never_loaded_later(tiny_hub, tiny_model, tmp_path, monkeypatch):
+    import torch
+
+    home = tmp_path / "hf"
+    with tiny_hub.patched(monkeypatch, home, timeout=1), pytest.raises(ModelLoadError) as e:
+        load_model(STALLS, device="cpu")
+    assert "\n" not in str(e.value) and STALLS in str(e.value) and "run again" in str(e.value)
+    assert not cached_weights(home)  # the part written is not a cached file
+    tiny_hub.repos[("model", STALLS)].stall_after = None  # the network recovers
+    loading._REACHABLE.clear()
+    with tiny_hub.patched(monkeypatch, home, timeout=1):
+        m = load_model(STALLS, device="cpu")
+    assert torch.equal(m.W_Q, tiny_model.W_Q)
+
+
+def test_the_command_names_the_model_for_a_missing_one(tiny_hub, hub_env, tmp_path):
+    import subprocess
+    import sys
+
+    from gpt2_posheads.model.paths import REPO_ROOT
+
+    r = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "experiments" / "rank_prev_heads.py"), "--model", "nobody/no-such-model"]
+        + ["--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=hub_env,
+        timeout=300,
+    )
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --model: cannot load 'nobody/no-such-model'"), r.stderr
+    shutil.rmtree(tmp_path / "out", ignore_errors=True)
