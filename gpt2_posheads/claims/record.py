@@ -6,6 +6,10 @@ back into a :class:`Summary` whose ``claims`` are :class:`Claim` objects again. 
 results page, ``compare_results``, the organism report and the notebooks read through :func:`read_summary`, so a
 field is named in one place and a malformed file is refused in one place (:class:`SummaryError`, naming the file).
 
+Beside it, every results folder holds the toolkit's manifest (:data:`MANIFEST`: the files a run wrote there, the
+script, and the model the results are of, with its weights fingerprint); :func:`recorded_fingerprint` reads the
+fingerprint, which tells whether two folders hold results of one model.
+
 ``summary.json``::
 
     {"script": ..., "model": ..., <the run's own numbers>,
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +33,29 @@ from .verdicts import VERDICTS, Claim, verdict_counts
 
 CLAIM_FIELDS = ("claim", "post", "measured", "rule", "verdict", "why")  # every record has these
 OPTIONAL_FIELDS = ("key", "head", "shown", "tells")
+
+
+MANIFEST = ".gpt2_posheads.json"  # in every folder the toolkit writes: {"files", "folders", "script", "model"?, ...}
+
+
+def read_manifest(folder: str | Path) -> dict:
+    """The manifest of ``folder`` (``{"files": [...], "folders": [...], ...}``), empty when there is none."""
+    try:
+        m = json.loads((Path(folder) / MANIFEST).read_text())
+        return m if isinstance(m, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def recorded_fingerprint(folder: str | Path) -> str | None:
+    """The weights fingerprint of the model whose results ``folder`` holds, as its manifest records it
+    (:mod:`gpt2_posheads.model.fingerprint`; a hub model's is its name), or ``None``: no manifest, no model, or a
+    hash of part of the weights (12 hex digits), which no whole-file fingerprint can be compared with."""
+    model = read_manifest(folder).get("model")
+    fingerprint = model.get("fingerprint") if isinstance(model, dict) else None
+    if not isinstance(fingerprint, str) or not fingerprint or re.fullmatch(r"[0-9a-f]{12}", fingerprint):
+        return None
+    return fingerprint
 
 
 class SummaryError(ValueError):

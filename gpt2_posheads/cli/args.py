@@ -28,7 +28,7 @@ from ..model.loading import hub_reachable
 from ..model.paths import SHIPPED_MODELS, models_dir, shipped_model_dir
 from ..model.validation import NonFiniteError, NothingMeasuredError, UsageError, path_kind
 from .heads import HeadSpec
-from .output import DISK_FULL, abort_open_outputs, disk_full, finish_not_testable, guard_console
+from .output import abort_open_outputs, finish_not_testable, guard_console, write_failure
 
 PROMPT_SOURCES = ("auto", "openwebtext", "wikitext")
 
@@ -185,8 +185,9 @@ def main_entry(main: Callable, argv: Sequence[str] | None = None):
     reader that stops early (``script | head -2``) silences the rest of the output and the run finishes, writes its
     results and exits 0: the results are whole, and a status of 141 (killed by SIGPIPE) would tell a caller, or a
     ``set -o pipefail`` pipeline, that the work was cut short when only the reading was. A character the console
-    cannot show is replaced. A full disk (``ENOSPC``/``EDQUOT``) is one line naming the folder, exit status 2, with
-    earlier results kept (the staged output is dropped). A measurement with nothing in it
+    cannot show is replaced. A folder that cannot be written (a full disk or quota, a file-size limit, a read-only file
+    system: :func:`~gpt2_posheads.cli.output.write_failure`) is one line naming it, exit status 2, with earlier
+    results kept (the staged output is dropped). A measurement with nothing in it
     (:class:`~gpt2_posheads.model.validation.NothingMeasuredError`) or a NaN the model computed ends the run with
     every claim ``not testable`` and the reason."""
     previous = _terminate_as_interrupt()
@@ -208,11 +209,10 @@ def main_entry(main: Callable, argv: Sequence[str] | None = None):
         print(f"not testable: {e}", file=sys.stderr)
         return 0
     except OSError as e:
-        if e.errno not in DISK_FULL:
-            abort_open_outputs()
-            raise
-        message = disk_full(e)  # names the open output's folder: before it is aborted
+        message = write_failure(e)  # names the open output's folder: before it is aborted
         abort_open_outputs()
+        if message is None:
+            raise
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
     except Terminated:
@@ -308,10 +308,16 @@ def float_list(name: str, text: str, low: float | None = None) -> list[float]:
 
 
 def _nearest_dir(path: Path) -> str | None:
+    """A model folder beside ``path`` (or in the models folder) whose name is ``path``'s name with a typo, else a
+    shipped model of such a name: a hint never names a folder of another model's name (``data/route-gpt2`` for
+    ``data/mini-gpt``)."""
     parent = path.parent if path.parent.is_dir() else models_dir()
-    cands = [str(c) for c in parent.iterdir() if c.is_dir() and (c / "config.json").exists()] if parent.is_dir() else []
-    best = difflib.get_close_matches(str(path), cands, n=1, cutoff=0.5)
-    return best[0] if best else None
+    cands = [c for c in parent.iterdir() if c.is_dir() and (c / "config.json").exists()] if parent.is_dir() else []
+    best = difflib.get_close_matches(path.name, [c.name for c in cands], n=1, cutoff=0.8)
+    if best:
+        return str(parent / best[0])
+    shipped = difflib.get_close_matches(path.name, SHIPPED_MODELS, n=1, cutoff=0.8)
+    return f"--model {shipped[0]} (a shipped model, by name)" if shipped else None
 
 
 def check_model_dir(model_dir: str | None) -> dict | None:
@@ -340,6 +346,8 @@ def check_model_dir(model_dir: str | None) -> dict | None:
             "a folder with config.json and model weights",
             f"--model {p.name} builds it on first use (seconds)"
             if p.name in COMPILED_MODELS
+            else f"--model {p.name} loads the shipped one by name"
+            if p.name in SHIPPED_MODELS
             else f"did you mean {near}?"
             if near
             else "shipped models load by name: --model mini-gpt2, --model route-gpt2",
@@ -384,7 +392,10 @@ def model_folder(args) -> Path | None:
         return Path(args.model_dir)
     name = getattr(args, "model", None)
     if name in SHIPPED_MODELS:
-        return shipped_model_dir(name)
+        try:
+            return shipped_model_dir(name)
+        except UsageError as e:  # a compiled model that cannot be built or rebuilt: said of --model, as given
+            raise UsageError("--model", e.problem, e.allowed, e.hint) from None
     return None
 
 

@@ -9,14 +9,19 @@ user has:
   ``--force``, and even then nothing of the user's is replaced or deleted.
 * **A run that fails changes nothing.** Files are written into a staging folder beside the target
   (``.<name>.partial-<pid>``) and moved into place only when the run succeeds; an error or Ctrl-C removes
-  the staging folder and leaves the earlier results as they were.
+  the staging folder and the lock, and the folders the run made that stayed empty, and leaves the earlier results
+  as they were.
 * **Two runs never mix.** A lock file (:data:`LOCK`) names the process writing the folder; a second run
-  refuses with one line naming it. A lock whose process is gone (same machine) is taken over.
+  refuses with one line naming it. A lock whose process is gone (same machine) is taken over, and the staging
+  folders such a run left (``kill -9``) are removed, each said in one line (:func:`remove_dead_runs` does the same
+  for a whole results tree).
 
 * **Results first, then the console.** The claims table is printed once the files are in place, and the console can
   never cost a result (:class:`ConsoleStream`): a reader that stops early (``script | head -2``) silences the rest
-  of the run's output, a console that cannot show a character gets a replacement character. A full disk is one
-  line naming the folder (:func:`disk_full`), with the earlier results as they were.
+  of the run's output, a console that cannot show a character gets a replacement character. A folder that cannot be
+  written (a full disk, a quota, a file-size limit, a read-only file system:
+  :data:`~gpt2_posheads.model.paths.CANNOT_WRITE`) is one line naming it (:func:`write_failure`), with the earlier
+  results as they were.
 
 Sub-folders that must outlive a failed run (a toy sweep's resumable ``runs/``) are written in place
 through :meth:`Output.persistent_dir`.
@@ -39,16 +44,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..claims.record import jsonable, summary_dict
+from ..claims.record import MANIFEST, jsonable, read_manifest, recorded_fingerprint, summary_dict
 from ..claims.verdicts import Claim, claims_table
+from ..model.paths import STAGING, cannot_write, lock_holder, pid_alive, remove_dead_staging
 from ..model.validation import UsageError, path_kind
 from ..report.plotting import png_support, save_figure, write_png
 
-MANIFEST = ".gpt2_posheads.json"
 LOCK = ".gpt2_posheads.lock"
 _OPEN: list[Output] = []  # outputs of this process not yet committed (aborted by main_entry on failure)
 _COMMITTED: list[Path] = []  # folders this process committed (where a later "no space left" is said to be)
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 # --- the console ---------------------------------------------------------------------------------------------
@@ -122,23 +126,42 @@ def guard_console():
     return restore
 
 
-# --- a full disk -----------------------------------------------------------------------------------------------
+# --- a folder that cannot be written ------------------------------------------------------------------------------
 
 
-def disk_full(e: OSError, folder: Path | None = None, param: str = "--out") -> UsageError:
-    """The one line for ``ENOSPC``/``EDQUOT``: the folder being written (``folder``, else this process's open output,
-    else the last one it committed, else the file's own folder) and that earlier results are kept."""
+def _written_folders() -> tuple[Path, ...]:
+    """The folders this process writes or wrote: its open outputs' targets and staging folders, those it committed."""
+    return tuple(f for o in _OPEN for f in (o.target, o.out_dir)) + tuple(_COMMITTED)
+
+
+def write_failure(e: BaseException, folder: Path | None = None, param: str = "--out") -> UsageError | None:
+    """The one line for an error that says a file cannot be written (``ENOSPC``, ``EDQUOT``, ``EFBIG``, ``EROFS``;
+    permission denied on a file this process writes: :func:`~gpt2_posheads.model.paths.cannot_write`), naming the
+    folder being written (``folder``, else this process's open output, else the last one it committed, else the
+    file's own folder) and that earlier results are kept; ``None`` for any other error."""
+    why = cannot_write(e, _written_folders() + ((folder,) if folder is not None else ()))
+    if why is None:
+        return None
     if folder is None:
         folder = _OPEN[0].target if _OPEN else _COMMITTED[-1] if _COMMITTED else None
     if folder is None and getattr(e, "filename", None):
-        folder = Path(e.filename).parent
+        folder = Path(os.fsdecode(e.filename)).parent
     where = str(folder) if folder is not None else "the output disk"
-    quota = e.errno == errno.EDQUOT
+    kept = "results written before are kept as they were"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return UsageError(
+            param,
+            f"no space left on {where} ({why.split(': ')[-1]})",
+            "a folder on a disk with free space",
+            f"free some space or choose another --out; {kept}",
+        )
     return UsageError(
         param,
-        f"no space left on {where} ({'disk quota exceeded' if quota else 'the disk is full'})",
-        "a folder on a disk with free space",
-        "free some space or choose another --out; results written before are kept as they were",
+        f"{where} cannot be written ({why})",
+        "a folder this process can write",
+        f"raise the limit (ulimit -f unlimited) or choose another --out; {kept}"
+        if e.errno == errno.EFBIG
+        else f"choose another --out; {kept}",
     )
 
 
@@ -170,32 +193,21 @@ def now_iso() -> str:
 # --- the lock and the manifest --------------------------------------------------------------------------
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
-    """Create ``folder/LOCK`` or refuse (:class:`UsageError`) while another live process holds it."""
+    """Create ``folder/LOCK`` or refuse (:class:`UsageError`) while another live process holds it; a lock whose
+    process is gone (this machine) is taken over, and said."""
     lock = folder / LOCK
     me = {"pid": os.getpid(), "host": socket.gethostname(), "script": script, "started": now_iso()}
     for _ in range(2):
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            try:
-                other = json.loads(lock.read_text() or "{}")
-            except (OSError, ValueError):
-                other = {}
-            pid, host = int(other.get("pid", -1)), other.get("host")
-            if host == me["host"] and pid > 0 and not _pid_alive(pid):
+            other = lock_holder(lock)
+            if _dead(other):
                 lock.unlink(missing_ok=True)  # its process is gone: a stale lock from a killed run
+                _say_dead(lock, other)
                 continue
+            pid, host = int(other.get("pid", -1)), other.get("host")
             raise UsageError(
                 param,
                 f"{folder} is being written by another run ({other.get('script', '?')}, "
@@ -208,20 +220,61 @@ def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
                 json.dump(me, f)
         except OSError as e:  # a full disk: an empty lock left behind would refuse every later run
             lock.unlink(missing_ok=True)
-            if e.errno in DISK_FULL:
-                raise disk_full(e, folder, param) from None
+            failure = write_failure(e, folder, param)
+            if failure is not None:
+                raise failure from None
             raise
         return lock
     raise UsageError(param, f"could not lock {folder}", "a writable folder")
 
 
-def read_manifest(folder: Path) -> dict:
-    """The manifest of ``folder`` (``{"files": [...], "folders": [...], ...}``), empty when there is none."""
+def _dead(holder: dict) -> bool:
+    """Whether a lock's holder is a process of this machine that is gone."""
     try:
-        m = json.loads((folder / MANIFEST).read_text())
-        return m if isinstance(m, dict) else {}
-    except (OSError, ValueError):
-        return {}
+        pid = int(holder.get("pid", -1))
+    except (TypeError, ValueError):
+        return False
+    return holder.get("host") == socket.gethostname() and pid > 0 and pid != os.getpid() and not pid_alive(pid)
+
+
+def _say_dead(lock: Path, holder: dict) -> None:
+    print(
+        f"note: removed {lock}, left by a run that ended without finishing ({holder.get('script', '?')}, pid "
+        f"{holder.get('pid')}, started {holder.get('started', '?')})",
+        file=sys.stderr,
+    )
+
+
+def remove_dead_runs(root: Path) -> int:
+    """Remove what runs that ended without finishing (``kill -9``, a power cut) left anywhere under ``root``: their
+    locks (:data:`LOCK` naming a process of this machine that is gone), their staging folders
+    (``.<name>.partial-<pid>`` whose process is gone, and whose folder no live run of another machine locks) and
+    their temporary files (``.<name>.tmp-<pid>``); each said in one line. Nothing else is touched. The count
+    removed. Called by the main job on its results folder, so that a job resumed after a kill leaves nothing behind
+    (a run that writes one folder does this for that folder when it opens it)."""
+    removed = 0
+    for top, dirs, files in os.walk(root):
+        here = Path(top)
+        if LOCK in files:
+            holder = lock_holder(here / LOCK)
+            if _dead(holder):
+                (here / LOCK).unlink(missing_ok=True)
+                _say_dead(here / LOCK, holder)
+                removed += 1
+        for name in files:
+            m = re.fullmatch(r"\.(.+)\.tmp-(\d+)", name)
+            if m and int(m[2]) != os.getpid() and not pid_alive(int(m[2])):
+                (here / name).unlink(missing_ok=True)
+                removed += 1
+        staged = [d for d in dirs if STAGING.match(d)]
+        dirs[:] = [d for d in dirs if d not in staged]  # a staging folder's own files are not walked
+        for d in staged:
+            name = STAGING.match(d)["name"]
+            holder = lock_holder(here / name / LOCK)
+            if holder and holder.get("host") != socket.gethostname():
+                continue  # its folder is locked from another machine, whose processes cannot be asked from here
+            removed += len(remove_dead_staging(here, name))
+    return removed
 
 
 def foreign_entries(folder: Path, script: str | None = None) -> list[str]:
@@ -269,6 +322,7 @@ class Output:
     pngs: list = field(default_factory=list)  # (figure, stem, size) exported as PNG once the numbers are committed
     model: dict = field(default_factory=dict)  # the model the results are of (label, weights fingerprint)
     tables: list = field(default_factory=list)  # claims tables, printed once the results are in place
+    made: list[Path] = field(default_factory=list)  # the folders Output.open made (deepest first)
 
     @classmethod
     def open(
@@ -298,11 +352,13 @@ class Output:
                 "a folder (new, empty, or one the toolkit wrote)",
                 "choose another --out",
             )
+        made = [d for d in (target, *target.parents) if not d.exists()]  # removed again if they stay empty
         try:
             target.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            if e.errno in DISK_FULL:
-                raise disk_full(e, target, param) from None
+            failure = write_failure(e, target, param)
+            if failure is not None:
+                raise failure from None
             raise UsageError(param, f"{target} cannot be created ({e.strerror})", "a writable folder") from None
         foreign = [] if adopt else foreign_entries(target, script)
         other = read_manifest(target).get("script")
@@ -314,9 +370,7 @@ class Output:
                 "choose another --out",
             )
         before = read_manifest(target).get("model") or {}
-        if re.fullmatch(r"[0-9a-f]{12}", str(before.get("fingerprint"))):  # hashed part of the weights: not comparable
-            before = {}
-        if model and before.get("fingerprint") not in (None, model.get("fingerprint")) and not force:
+        if model and recorded_fingerprint(target) not in (None, model.get("fingerprint")) and not force:
             raise UsageError(
                 param,
                 f"{target} holds the results of another model of the same name ({before.get('label', '?')}, "
@@ -339,21 +393,29 @@ class Output:
                 png = False
         for folder in (target, target.parent):  # the lock goes in the folder, the staging folder beside it
             if not os.access(folder, os.W_OK | os.X_OK):
+                _remove_empty(made)
                 raise UsageError(
                     param,
                     f"{folder} is not writable",
                     "a folder this user can write, in a writable parent",
                     "choose another --out",
                 )
-        lock = acquire_lock(target, script, param)
+        try:
+            lock = acquire_lock(target, script, param)
+        except BaseException:
+            _remove_empty(made)
+            raise
+        remove_dead_staging(target.parent, target.name)  # this run holds the lock: any other staging is a dead run's
         staging = target.parent / f".{target.name}.partial-{os.getpid()}"
         try:
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir()
         except OSError as e:
             lock.unlink(missing_ok=True)
-            if e.errno in DISK_FULL:
-                raise disk_full(e, target, param) from None
+            _remove_empty(made)
+            failure = write_failure(e, target, param)
+            if failure is not None:
+                raise failure from None
             raise UsageError(param, f"{staging} cannot be created ({e.strerror})", "a writable parent folder") from None
         out = cls(
             target=target,
@@ -364,6 +426,7 @@ class Output:
             quick=quick,
             foreign=frozenset(foreign),
             model=model or {},
+            made=made,
         )
         _OPEN.append(out)
         return out
@@ -493,8 +556,19 @@ class Output:
         if staged != self.target:
             shutil.rmtree(staged, ignore_errors=True)
         self.lock.unlink(missing_ok=True)
+        if not self.committed:  # an interrupted or failed first run leaves no empty results folder
+            _remove_empty(self.made)
         if self in _OPEN:
             _OPEN.remove(self)
+
+
+def _remove_empty(folders: Sequence[Path]) -> None:
+    """Remove ``folders`` (deepest first) while each is empty: the folders a run made and left with nothing in them."""
+    for d in folders:
+        try:
+            d.rmdir()
+        except OSError:
+            return
 
 
 def abort_open_outputs() -> None:

@@ -7,17 +7,15 @@ route, and look-alikes with the same behaviour by other routes), the ground trut
 Deterministic: a rebuild writes the same bytes (weights, config, tokenizer), and says whether they changed. Each folder
 is an ordinary Hugging Face GPT-2 folder with a card (README.md): which residual block holds what, which head reads and
 writes what, the verdict every claim must get, and the numbers the toolkit measured on it (--no-measure skips them).
-Each model is written to a staging folder and moved in when complete; a folder of that name that this script did not
-write is refused unless --force. The models are described in gpt2_posheads/organism/compiled.py and
-docs/posts/004-gpt2-previous-token-heads.md.
+Each model is written to a staging folder and moved in when complete, under the lock a first-use build takes too (two
+builds of one model never mix); a folder of that name that this script did not write is refused unless --force. The
+models are described in gpt2_posheads/organism/compiled.py and docs/posts/004-gpt2-previous-token-heads.md.
 """
 
-import shutil
-import tempfile
 from pathlib import Path
 
 from gpt2_posheads.cli import Parser
-from gpt2_posheads.model.paths import models_dir
+from gpt2_posheads.model.paths import folder_lock, models_dir, write_whole
 from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.organism.compiled import BUILDERS, build, weights_digest
 
@@ -43,13 +41,18 @@ def build_all(names: list[str], out_dir: Path, measured: bool = True, force: boo
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in names:
         target = out_dir / name
-        before = weights_digest(target) if target.exists() and (target / "model.safetensors").exists() else None
-        with tempfile.TemporaryDirectory(dir=out_dir, prefix=f".{name}-") as tmp:
-            staged = build(name, Path(tmp) / name, measured=measured)
-            after = weights_digest(staged)
-            if target.exists():
-                shutil.rmtree(target)
-            shutil.move(str(staged), target)
+        digests = []
+
+        def make(staging: Path, name: str = name, digests: list = digests) -> None:
+            digests.append(weights_digest(build(name, staging, measured=measured)))
+
+        with folder_lock(target, f"the build of {name}"):
+            try:
+                before = weights_digest(target) if (target / "model.safetensors").exists() else None
+            except OSError:  # a folder missing a file a build writes: rebuilt, and said changed
+                before = ""
+            write_whole(target, make)
+        after = digests[0]
         status[name] = "written" if before is None else "unchanged" if before == after else "changed"
         print(f"{name}: {status[name]} ({target}, sha256 {after[:16]})", flush=True)
     return status

@@ -3,9 +3,11 @@
     gpt2-posheads compare_results results-before results          # every summary.json found in both
     gpt2-posheads compare_results a b --all --csv moved.csv        # every claim, and a CSV of the table
 
-Checks that a change to the package moved no number (a refactor), or shows what a new model or setting changes
-against a reference run. Numbers agree when equal, both NaN, or within --rtol/--atol. Exit status 1 when any
-number or verdict moved (a field only one folder records is listed, not counted).
+Checks that a change to the package moved no number (a refactor), or shows what a new setting changes against a
+reference run. Numbers agree when equal, both NaN, or within --rtol/--atol. Exit status 1 when any number or verdict
+moved (a field only one folder records is listed, not counted). Only results of one model are compared (the
+summaries' model and the weights fingerprint their folders record): folders holding different models are refused in
+one line (exit status 2), or, with --allow-different-models, said in that line first and compared.
 """
 
 from pathlib import Path
@@ -14,7 +16,7 @@ import pandas as pd
 
 from gpt2_posheads.cli import Parser, positive
 from gpt2_posheads.model.validation import UsageError
-from gpt2_posheads.report.compare import compare_folders
+from gpt2_posheads.report.compare import compare_folders, different_models, differing_models_line
 
 
 def main(argv=None):
@@ -25,6 +27,11 @@ def main(argv=None):
     p.add_argument("--atol", type=float, default=1e-9, help="absolute tolerance for numbers (default: 1e-9)")
     p.add_argument("--all", action="store_true", help="list every claim, not only those that moved")
     p.add_argument("--csv", default=None, help="also write the table to this CSV file")
+    p.add_argument(
+        "--allow-different-models",
+        action="store_true",
+        help="compare folders that hold results of different models (said first; refused without it)",
+    )
     args = p.parse_args(argv)
     positive("--rtol", args.rtol, 0, kind="a number")
     positive("--atol", args.atol, 0, kind="a number")
@@ -33,7 +40,11 @@ def main(argv=None):
     for name in ("before", "after"):
         if not Path(getattr(args, name)).is_dir():
             raise UsageError(name, f"{getattr(args, name)} is not a folder", "a results folder", "e.g. results")
-    df = compare_folders(Path(args.before), Path(args.after), args.rtol, args.atol)
+    before, after = Path(args.before), Path(args.after)
+    differ = different_models(before, after) if args.allow_different_models else []  # refused below without it
+    if differ:
+        print(f"note: {differing_models_line(before, after, differ)}: compared as asked (--allow-different-models)")
+    df = compare_folders(before, after, args.rtol, args.atol, allow_different_models=args.allow_different_models)
     if df.empty:
         raise UsageError("before", "no summary.json under either folder", "results folders of this toolkit")
     moved = df[(df.n_moved > 0) | (df.verdict_before != df.verdict_after)]

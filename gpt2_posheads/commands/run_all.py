@@ -16,9 +16,15 @@ alone (the same numbers) without starting Python and loading the model again (--
 as `gpt2-posheads <script>` runs). A failing script is reported and the others still run. Ctrl-C stops the job and
 still rewrites the index page: what finished is shown with the time it was measured, the interrupted script and those
 that did not run are marked; --resume then runs only what did not finish. The run record is results/run_all.json.
+
+The page, the explorers and the run record change together or not at all: the explorers are written into a staging
+folder (results/.explorer.partial-<pid>) and moved into place with the record and the page only once every summary
+under results/ has been read, so a job that fails (an unreadable summary) leaves them as they were. What a job killed
+outright (kill -9) left behind, its lock and staging folders, is removed by the next job, and said.
 """
 
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -32,14 +38,14 @@ from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, TOY_SCRIPTS
 from gpt2_posheads.cli import Parser, check_device, check_hub_names, check_model_dir, results_root, write_json
 from gpt2_posheads.cli.args import Terminated
 from gpt2_posheads.cli.experiment import model_slug, shared_setup
-from gpt2_posheads.cli.output import acquire_lock, now_iso
+from gpt2_posheads.cli.output import acquire_lock, now_iso, remove_dead_runs
 from gpt2_posheads.commands import run, run_experiment
 from gpt2_posheads.model.loading import load_model
 from gpt2_posheads.model.paths import SHIPPED_MODELS, shipped_model_dir
 from gpt2_posheads.model.precision import machine_description
 from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.report.explorer import write_explorer
-from gpt2_posheads.report.index import write_index
+from gpt2_posheads.report.index import collect_summaries, write_index
 from gpt2_posheads.report.plotting import PNG_ENV, png_support
 
 SHIPPED = ("route-gpt2", "lookalike-wpos", "mini-gpt2")
@@ -72,7 +78,10 @@ def main(argv=None):
     names = [m.strip() for m in args.models.split(",") if m.strip()]
     shipped = [m for m in names if m in SHIPPED_MODELS]
     for m in shipped:
-        shipped_model_dir(m)  # a compiled model is built now, once, not by each script
+        try:
+            shipped_model_dir(m)  # a compiled model is built now, once, not by each script
+        except UsageError as e:
+            raise UsageError("--models", e.problem, e.allowed, e.hint) from None
     for d in dirs:
         try:
             check_model_dir(d)
@@ -104,8 +113,28 @@ def main(argv=None):
     if not jobs:
         raise UsageError("--models", "no model and no toy script to run", "at least one model or script")
     results = results_root()
+    made = not results.exists()
     results.mkdir(parents=True, exist_ok=True)
-    lock = acquire_lock(results, "run_all")
+    try:
+        lock = acquire_lock(results, "run_all")
+    except BaseException:
+        if made:
+            results.rmdir()
+        raise
+    staging = results / f".explorer.partial-{os.getpid()}"  # this job's explorers, until the page is written
+    try:
+        remove_dead_runs(results)  # a job killed outright left its lock and staging folders: removed, and said
+        return run_jobs(args, results, jobs, models, names=[m[1] for m in models], staging=staging)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        lock.unlink(missing_ok=True)
+        if made and not any(results.iterdir()):  # a job stopped before it wrote anything leaves no empty folder
+            results.rmdir()
+
+
+def run_jobs(args, results: Path, jobs: list, models: list[list[str]], names: list[str], staging: Path) -> int:
+    """Run ``jobs`` (``(script, model label or None, arguments)``) into ``results``, then write the explorers of
+    ``models`` into ``staging`` and :func:`finish`; the exit status."""
     child_env, no_png = {}, args.no_png
     if not no_png:  # decided once for every script (a bounded test export), passed on to each
         can, why = png_support()
@@ -118,7 +147,8 @@ def main(argv=None):
         "started": now_iso(),
         "machine": machine_description(),
         "quick": args.quick,
-        "models": [m[1] for m in models],
+        "models": names,
+        "fingerprints": fingerprints(models),
         "jobs": [{"script": s, "model": m, "status": "not run"} for s, m, _ in jobs],
     }
     slug = slugs(models)
@@ -150,28 +180,24 @@ def main(argv=None):
                 if rc != 0:
                     failed.append(name)
             if not args.no_explorer:
+                staging.mkdir(exist_ok=True)
                 for _, name in models:
                     print(f"\n=== attention explorer: {name}", flush=True)
                     model = load_model(name, device=args.device)
-                    path = write_explorer(
-                        model,
-                        results / "explorer" / f"{slug[name]}.html",
-                        name,
-                    )
-                    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+                    write_explorer(model, staging / f"{slug[name]}.html", name)
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (main_entry raises Terminated for it)
         for rec in record["jobs"]:
             if rec["status"] == "running":
                 rec["status"] = "interrupted"
         print("\ninterrupted: the index page marks what did not finish", file=sys.stderr)
-        return finish(record, lock, t_all, failed, 143 if isinstance(e, Terminated) else 130)
+        return finish(results, record, staging, t_all, failed, 143 if isinstance(e, Terminated) else 130)
     finally:  # this process's environment as it was (a caller of main() in Python keeps its own)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    return finish(record, lock, t_all, failed, 1 if failed else 0)
+    return finish(results, record, staging, t_all, failed, 1 if failed else 0)
 
 
 def run_here(name: str, argv: list[str]) -> int:
@@ -220,13 +246,32 @@ def slugs(models: list[list[str]]) -> dict[str, str]:
     return {v: model_slug(SimpleNamespace(model_dir=v if k == "--model-dir" else None, model=v)) for k, v in models}
 
 
-def finish(record: dict, lock: Path, t_all: float, failed: list[str], code: int) -> int:
+def fingerprints(models: list[list[str]]) -> dict[str, str]:
+    """``{model: its weights fingerprint}`` for each ``[--model or --model-dir, value]`` of the job, as its results'
+    manifests record it (a hub name is its own): the page shows one model given two ways as one column."""
+    from gpt2_posheads.cli.experiment import model_identity
+
+    return {
+        v: model_identity(SimpleNamespace(model_dir=v if k == "--model-dir" else None, model=v))["fingerprint"]
+        for k, v in models
+    }
+
+
+def finish(results: Path, record: dict, staging: Path, t_all: float, failed: list[str], code: int) -> int:
+    """Write the job's explorers (from ``staging``), its record and the page, all or none: every summary under
+    ``results`` is read first, so one that cannot be read (a :class:`UsageError` naming it) changes nothing."""
     record.update(finished=now_iso(), seconds=round(time.time() - t_all, 1), interrupted=code in (130, 143))
-    try:
-        write_json(results_root() / "run_all.json", record)
-        index = write_index(results_root())
-    finally:
-        lock.unlink(missing_ok=True)
+    summaries = collect_summaries(results)
+    written = []
+    if staging.is_dir():
+        (results / "explorer").mkdir(exist_ok=True)
+        for page in sorted(staging.glob("*.html")):
+            os.replace(page, results / "explorer" / page.name)
+            written.append(results / "explorer" / page.name)
+    write_json(results / "run_all.json", record)
+    index = write_index(results, record, summaries)
+    for path in written:
+        print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
     print(
         f"\nwrote {index} ({record['seconds'] / 60:.1f} min in all)"
         + (f"; failed: {', '.join(failed)}" if failed else "")

@@ -9,13 +9,33 @@
 * **Shipped models by name** (:func:`shipped_model_dir`): ``mini-gpt2`` and the compiled ``route-gpt2``,
   ``lookalike-*`` resolve to their folders (a compiled one is built first when missing).
 * ``../shared`` in development (:func:`shared_dir`): the larger data beside the project (full GPT-2 tokenizer).
+
+A compiled model is built once, whoever asks first (:func:`shipped_model_dir`): under a lock beside it
+(``.<name>.lock``, held with ``flock``, so a process that dies releases it), into a staging folder
+(``.<name>.partial-<pid>``) renamed into place when the build passes its check. A second process asking meanwhile waits
+and then uses the finished folder. A cached folder that fails the check (a truncated copy) is rebuilt, and said; one
+holding files a build does not write, or in a folder that cannot be written, is one line naming the folder and
+``gpt2-posheads build_compiled_models --only NAME``. No writable models folder is one line naming where it tried and
+``$GPT2_POSHEADS_MODELS`` (:class:`~gpt2_posheads.model.validation.UsageError`, parameter ``model``).
+
+What cannot be written (:data:`CANNOT_WRITE`: a full disk, a quota, a file-size limit, a read-only file system) is
+named here once, for every place the toolkit writes (:func:`cannot_write`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import json
 import os
-from collections.abc import Callable
+import re
+import shutil
+import socket
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from .validation import UsageError
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 PACKAGE_DATA = PACKAGE_DIR / "data"
@@ -60,28 +80,268 @@ def models_dir() -> Path:
     return cache_dir() / "models"
 
 
+# --- what cannot be written --------------------------------------------------------------------------------------
+
+# errno -> what it means for a file being written; every place that writes says these in one line
+CANNOT_WRITE = {
+    errno.ENOSPC: "no space left: the disk is full",
+    errno.EDQUOT: "no space left: disk quota exceeded",
+    errno.EFBIG: "a file would pass this process's file-size limit (ulimit -f)",
+    errno.EROFS: "a read-only file system",
+}
+PERMISSION = (errno.EACCES, errno.EPERM)  # cannot write only where the file is one being written
+
+
+def cannot_write(e: BaseException, written: tuple[Path, ...] = ()) -> str | None:
+    """Why ``e`` says a file cannot be written (the words of :data:`CANNOT_WRITE`, or ``permission denied`` for a
+    file under one of the folders in ``written``), else ``None``."""
+    if not isinstance(e, OSError):
+        return None
+    if e.errno in CANNOT_WRITE:
+        return CANNOT_WRITE[e.errno]
+    if e.errno in PERMISSION and e.filename and written:
+        path = Path(os.fsdecode(e.filename)).absolute()
+        if any(path == w or w in path.parents for w in (Path(w).absolute() for w in written)):
+            return "permission denied"
+    return None
+
+
+# --- runs that ended without finishing ------------------------------------------------------------------------
+
+STAGING = re.compile(r"^\.(?P<name>.+)\.(?:partial|replaced)-(?P<pid>\d+)$")  # .<name>.partial-<pid>: a run's own
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (one of another user counts)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def remove_dead_staging(parent: Path, name: str | None = None) -> list[Path]:
+    """Remove the staging folders in ``parent`` (``.<name>.partial-<pid>``, ``.<name>.replaced-<pid>``; of ``name``
+    only, when given) whose process is gone, saying each in one line; the paths removed. Only a caller that holds
+    the lock of the folder they stage for calls this: no live run of this machine then stages for it."""
+    removed = []
+    try:
+        entries = sorted(parent.iterdir())
+    except OSError:
+        return removed
+    for p in entries:
+        m = STAGING.match(p.name)
+        if not m or (name is not None and m["name"] != name) or not p.is_dir() or p.is_symlink():
+            continue
+        pid = int(m["pid"])
+        if pid == os.getpid() or pid_alive(pid):
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        if not p.exists():
+            print(f"note: removed {p}, left by a run that ended without finishing (pid {pid})", file=sys.stderr)
+            removed.append(p)
+    return removed
+
+
+@contextlib.contextmanager
+def held(lock: Path, what: str) -> Iterator[None]:
+    """Hold ``lock`` (``flock`` on the file, which names this process): wait while another process holds it, saying
+    once whom this waits for. The file is removed on release; one left by a process that died (the kernel released
+    its lock) is taken over, and said. A path that was replaced while this waited is locked again (its new file)."""
+    import fcntl
+
+    said = False
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not said:
+                    holder = lock_holder(lock)
+                    print(f"waiting for {holder.get('what', 'another process')} (pid {holder.get('pid', '?')}) to "
+                          f"finish ({lock})", file=sys.stderr, flush=True)  # fmt: skip
+                    said = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+            except FileNotFoundError:  # its holder removed it on release: lock the path anew
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            holder = lock_holder(lock)
+            if holder.get("pid") not in (None, os.getpid()):  # a holder that released would have removed it: it died
+                print(f"note: took over {lock}, left by {holder.get('what', 'a run')} that ended without finishing "
+                      f"(pid {holder['pid']})", file=sys.stderr)  # fmt: skip
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "what": what}).encode())
+        except BaseException:
+            os.close(fd)
+            raise
+        break
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)  # still held: a waiter sees the path gone and locks anew
+        os.close(fd)
+
+
+def lock_holder(lock: Path) -> dict:
+    """What a lock file says of its holder (``pid``, ``host``, what it does), empty when it cannot be read."""
+    try:
+        d = json.loads(lock.read_text() or "{}")
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+# --- shipped models --------------------------------------------------------------------------------------------
+
+
 def shipped_model_dir(name: str, build: bool = True) -> Path:
     """The folder of a shipped model: ``mini-gpt2`` inside the package, a compiled model in :func:`models_dir`
-    (built there first when missing and ``build``). ``ValueError`` for a name that is not shipped."""
+    (with ``build``: built there first when missing, rebuilt when it fails its check; see the module doc).
+    ``ValueError`` for a name that is not shipped; :class:`UsageError` (parameter ``model``) for a folder that
+    cannot be built."""
     if name == ORGANISM:
         return ORGANISM_DIR
     if name not in COMPILED_MODELS:
         raise ValueError(f"model: {name!r} is not a shipped model; shipped: {', '.join(SHIPPED_MODELS)}")
     folder = models_dir() / name
-    if build and not (folder / "model.safetensors").exists():
-        print(f"building {name} into {folder} (a compiled model, deterministic, seconds)", flush=True)
-        _BUILDER[0](name, folder)
+    if build and _BUILDER:
+        _ensure_built(name, folder)
     return folder
+
+
+def _ensure_built(name: str, folder: Path) -> None:
+    """Build ``folder`` unless it passes the check (see the module doc)."""
+    problem = _problem(folder)
+    if problem is None:
+        return
+    hint = f"gpt2-posheads build_compiled_models --only {name} builds it"
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # an unwritable or missing home, a file where a folder should be
+        raise UsageError(
+            "model",
+            f"{name} is built on first use, and no models folder can be made: tried {_tried(folder.parent)} "
+            f"({cannot_write(e) or e.strerror})",
+            "a writable models folder",
+            f"set ${MODELS_ENV} to a writable folder",
+        ) from None
+    try:
+        with folder_lock(folder, f"the build of {name}"):
+            problem = _problem(folder)
+            if problem is None:  # built by the process this one waited for
+                return
+            if folder.exists():
+                foreign = sorted(p.name for p in folder.iterdir() if p.name not in _BUILDER["files"])
+                if foreign:  # not only what a build writes: someone else's, kept
+                    raise UsageError(
+                        "model",
+                        f"{folder} fails the check of a compiled model ({problem}) and holds files a build does not "
+                        f"write ({', '.join(foreign[:5])})",
+                        "the folder a build wrote",
+                        f"move it away; {hint}",
+                    )
+                print(f"note: {name} in {folder} fails its check ({problem}): rebuilding it (a compiled model, "
+                      "deterministic, seconds)", file=sys.stderr, flush=True)  # fmt: skip
+            else:
+                print(f"building {name} into {folder} (a compiled model, deterministic, seconds)", flush=True)
+
+            def make(staging: Path) -> None:
+                _BUILDER["build"](name, staging)
+                bad = _BUILDER["check"](staging)
+                if bad is not None:
+                    raise RuntimeError(f"the build of {name} fails its own check: {bad}")
+
+            write_whole(folder, make)
+    except OSError as e:
+        why = cannot_write(e, (folder.parent,))
+        if why is None:
+            raise
+        if folder.exists():
+            raise UsageError(
+                "model",
+                f"{folder} fails the check of a compiled model ({problem}) and cannot be rebuilt there ({why})",
+                "a complete compiled model",
+                f"{hint} (run by a user who can write {folder.parent}), or set ${MODELS_ENV} to a writable folder",
+            ) from None
+        raise UsageError(
+            "model",
+            f"{name} is built on first use, and {folder.parent} cannot be written ({why})",
+            "a writable models folder",
+            f"set ${MODELS_ENV} to a writable folder",
+        ) from None
+
+
+def _problem(folder: Path) -> str | None:
+    """What is wrong with a compiled model's folder (``missing`` when there is none), or ``None``."""
+    if not folder.is_dir():
+        return "missing"
+    return _BUILDER["check"](folder)
+
+
+def _tried(folder: Path) -> str:
+    """``folder``, and ``data/`` of a source checkout when that was passed over for not being writable."""
+    root = source_checkout()
+    if root is not None and folder != root / "data" and not os.environ.get(MODELS_ENV):
+        return f"{folder} (and {root / 'data'}, {'not writable' if (root / 'data').is_dir() else 'absent'})"
+    return str(folder)
+
+
+def folder_lock(folder: Path, what: str):
+    """:func:`held` on ``.<name>.lock`` beside ``folder``: the lock every writer of a built folder takes."""
+    return held(folder.parent / f".{folder.name}.lock", what)
+
+
+def write_whole(folder: Path, make: Callable[[Path], object]) -> None:
+    """Write ``folder`` whole or not at all: ``make(staging)`` fills ``.<name>.partial-<pid>`` beside it, which then
+    replaces ``folder`` (:func:`replace_folder`); the staging folder is removed whatever happens, and those of
+    processes that died are removed first (:func:`remove_dead_staging`). The caller holds :func:`folder_lock`."""
+    remove_dead_staging(folder.parent, folder.name)
+    staging = folder.parent / f".{folder.name}.partial-{os.getpid()}"
+    try:
+        make(staging)
+        replace_folder(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def replace_folder(new: Path, folder: Path) -> None:
+    """Move the finished folder ``new`` to ``folder``: a rename; an existing ``folder`` (the toolkit's own, checked
+    by the caller) is renamed aside first and removed once ``new`` is in place, so ``folder`` is never half
+    written."""
+    aside = folder.parent / f".{folder.name}.replaced-{os.getpid()}"
+    if folder.exists():
+        os.rename(folder, aside)
+    try:
+        os.rename(new, folder)
+    except BaseException:
+        if aside.exists() and not folder.exists():
+            os.rename(aside, folder)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 # The compiler of the compiled models lives above this layer (gpt2_posheads.organism.compiled); it registers itself
 # here when the package is imported, so that a model asked for by name is built without this layer importing it.
-_BUILDER: list[Callable[[str, Path], Path]] = []
+_BUILDER: dict = {}  # "build", "check", "files": see register_builder
 
 
-def register_builder(build: Callable[[str, Path], Path]) -> None:
-    """Set the function that builds a compiled model ``build(name, folder)`` (the organism layer's compiler)."""
-    _BUILDER[:] = [build]
+def register_builder(
+    build: Callable[[str, Path], Path], check: Callable[[Path], str | None] | None = None, files=()
+) -> None:
+    """Set the function that builds a compiled model ``build(name, folder)`` (the organism layer's compiler), the
+    check a built folder must pass (``check(folder)``: what is wrong, or ``None``) and the names of the files a build
+    writes (a failed folder holding only those is rebuilt; one holding anything else is left to its owner)."""
+    _BUILDER.update(build=build, check=check or (lambda folder: None), files=frozenset(files))
 
 
 def shared_dir(required: bool = False) -> Path | None:

@@ -798,9 +798,12 @@ def tokenizer_vocab() -> int:
     return len(json.loads((TOKENIZER_DIR / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"])
 
 
+FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "README.md")
+
+
 def write_folder(model: Compiled, out: Path, card: str, tokenizer_dir: Path = TOKENIZER_DIR) -> Path:
-    """A Hugging Face GPT-2 folder: ``config.json``, ``model.safetensors`` (float32, keys sorted, fixed metadata), the
-    tokenizer files of ``tokenizer_dir`` byte for byte, and the card ``README.md``."""
+    """A Hugging Face GPT-2 folder (:data:`FOLDER_FILES`): ``config.json``, ``model.safetensors`` (float32, keys
+    sorted, fixed metadata), the tokenizer files of ``tokenizer_dir`` byte for byte, and the card ``README.md``."""
     from safetensors.torch import save_file
 
     out = Path(out)
@@ -957,4 +960,17 @@ def build(name: str, out: Path, measured: bool = True) -> Path:
     return Path(out)
 
 
-register_builder(build)  # gpt2_posheads.model.paths builds a compiled model named by a user on first use
+def check_folder(folder: Path) -> str | None:
+    """What is wrong with a compiled model's folder, in a few words, or ``None``: a file a build writes is missing,
+    or the folder fails :func:`~gpt2_posheads.model.folder.folder_problem` (a truncated weights file, a
+    non-finite weight, a config that does not match the weights). A folder that fails is rebuilt on first use."""
+    from ..model.folder import folder_problem
+
+    missing = [f for f in FOLDER_FILES if not (Path(folder) / f).is_file()]
+    if missing:
+        return f"no {', '.join(missing)}"
+    return folder_problem(folder)
+
+
+# gpt2_posheads.model.paths builds a compiled model named by a user on first use, and rebuilds one that fails the check
+register_builder(build, check_folder, FOLDER_FILES)

@@ -3,6 +3,12 @@
 Each claim's ``measured`` value is flattened to scalar leaves (``ratios[0]``, ``L0H1 clean -> g10[1]``, ...); two
 leaves agree when both are NaN, or equal, or floats within ``rtol``/``atol``. Used to check that a refactor
 changes no number, and to see what a new model changes against a reference run.
+
+Only results of one model are compared: two summaries at the same path are of one model when their folders' manifests
+record the same weights fingerprint (:func:`~gpt2_posheads.claims.record.recorded_fingerprint`), or, where a side
+records none, when their ``model`` fields name the same folder. Folders that hold different models are refused in one
+line naming the first pair (:func:`different_models`), unless the caller asks for the comparison anyway: numbers of two
+models moving apart is not a change that moved them.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..claims.record import Summary
+from ..claims.record import Summary, recorded_fingerprint
 from ..model.validation import UsageError
 from .index import collect_summaries
 
@@ -67,13 +73,69 @@ def compare_claims(before: Summary, after: Summary, rtol: float = 1e-6, atol: fl
     return pd.DataFrame(rows)
 
 
-def compare_folders(before: Path, after: Path, rtol: float = 1e-6, atol: float = 1e-9) -> pd.DataFrame:
+def model_of(path: Path, summary: Summary) -> tuple[str, str | None]:
+    """``(name, fingerprint)`` of the model whose results ``path`` (a ``summary.json``) holds: its ``model`` field
+    (``""`` for a script without a model) and its folder's recorded weights fingerprint (``None`` when unrecorded)."""
+    return summary.model, recorded_fingerprint(path.parent)
+
+
+def same_model(a: tuple[str, str | None], b: tuple[str, str | None]) -> bool:
+    """Whether two :func:`model_of` identities are one model: their fingerprints agree where both are recorded, else
+    their names name the same folder (``mini-gpt2`` and ``gpt2_posheads/data/mini-gpt2`` do)."""
+    if a[1] is not None and b[1] is not None:
+        return a[1] == b[1]
+    return Path(a[0]).name == Path(b[0]).name
+
+
+def _summaries(root: Path) -> dict[str, tuple[Path, Summary]]:
+    """``{path relative to root: (path, summary)}`` of every summary under ``root``."""
+    return {str(p.relative_to(root)): (p, s) for p, s in collect_summaries(root)}
+
+
+def different_models(before: Path, after: Path, found: list[dict] | None = None) -> list[str]:
+    """One entry per summary path both folders hold whose two results are of different models (:func:`same_model`):
+    ``"<path>: <name> (weights <fingerprint>) in before, <name> (...) in after"``. ``found``: the two folders'
+    :func:`_summaries`, when read already."""
+    found = found or [_summaries(before), _summaries(after)]
+    out = []
+    for rel in sorted(set(found[0]) & set(found[1])):
+        a, b = (model_of(*found[i][rel]) for i in (0, 1))
+        if not same_model(a, b):
+            out.append(f"{rel}: {_named(a)} in {before}, {_named(b)} in {after}")
+    return out
+
+
+def _named(model: tuple[str, str | None]) -> str:
+    name, fingerprint = model
+    return (name or "no model") + (f" (weights {fingerprint})" if fingerprint and fingerprint != name else "")
+
+
+def differing_models_line(before: Path, after: Path, differ: list[str]) -> str:
+    """The one line that says the folders hold different models: how many summaries, and the first."""
+    n = len(differ)
+    more = f" (and {n - 1} more)" if n > 1 else ""
+    return f"{before} and {after} hold different models in {n} summar{'y' if n == 1 else 'ies'}; {differ[0]}{more}"
+
+
+def compare_folders(
+    before: Path, after: Path, rtol: float = 1e-6, atol: float = 1e-9, allow_different_models: bool = False
+) -> pd.DataFrame:
     """:func:`compare_claims` for every ``summary.json`` found under both folders (matched by their path
     relative to the folder), with a ``summary`` column naming it; summaries under one folder only are listed with
     ``verdict_before`` or ``verdict_after`` ``"(no summary)"``. A summary that cannot be read is an error naming it;
-    two folders with no claim in common are refused (:class:`UsageError`): there is nothing to compare.
+    two folders with no claim in common are refused (:class:`UsageError`): there is nothing to compare; so are two
+    folders holding different models (:func:`different_models`), unless ``allow_different_models``.
     """
-    found = [{str(p.relative_to(root)): s for p, s in collect_summaries(root)} for root in (before, after)]
+    read = [_summaries(before), _summaries(after)]
+    differ = different_models(before, after, read)
+    if differ and not allow_different_models:
+        raise UsageError(
+            "folders",
+            differing_models_line(before, after, differ),
+            "two results folders of the same model",
+            "compare each with a run of its own model, or pass --allow-different-models to compare them anyway",
+        )
+    found = [{rel: s for rel, (_, s) in side.items()} for side in read]
     frames = []
     for rel in sorted(set(found[0]) | set(found[1])):
         pb, pa = found[0].get(rel), found[1].get(rel)

@@ -5,6 +5,11 @@ number for a person (3 significant digits, the head it was measured on), the rea
 measured, and thumbnails of the script's figures. The header gives the date, the machine and each script's run
 time from ``run_all.json``, and marks a run that was interrupted and the scripts that did not run. The page links
 only to files beside it, so it works from ``file://`` with no network.
+
+A model column is one model, told by its weights fingerprint (the results folder's manifest,
+:func:`~gpt2_posheads.claims.record.recorded_fingerprint`, or the run record's ``fingerprints``), not by the words it
+was given in: ``--model mini-gpt2`` and ``--model-dir gpt2_posheads/data/mini-gpt2`` are one column headed with both
+names, and two models given the same name are two columns, each with its fingerprint.
 """
 
 from __future__ import annotations
@@ -12,11 +17,12 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
 import time
 from pathlib import Path
 
 from ..claims.catalogue import POSTS, SCRIPT_POST
-from ..claims.record import Summary, SummaryError, read_summary
+from ..claims.record import Summary, SummaryError, read_summary, recorded_fingerprint
 from ..claims.verdicts import Claim, fmt
 from ..model.validation import UsageError
 
@@ -88,10 +94,43 @@ def present(x) -> str:
     return str(x)
 
 
-def _model_of(summary: Summary, path: Path, root: Path) -> str:
-    if SCRIPT_POST.get(summary.script) is not None and not SCRIPT_POST[summary.script].needs_model:
-        return TOY_COLUMN
-    return summary.model or path.parent.name
+class Columns:
+    """The page's model columns: which column each summary's results belong to (its model's weights fingerprint,
+    else its model's name) and each column's heading (every name the model was given, the run record's first)."""
+
+    def __init__(self, summaries: list[tuple[Path, Summary]], record: dict | None = None):
+        found = {}  # path -> (model name, recorded fingerprint)
+        for path, s in summaries:
+            if SCRIPT_POST.get(s.script) is not None and not SCRIPT_POST[s.script].needs_model:
+                continue
+            found[path] = (s.model or path.parent.name, recorded_fingerprint(path.parent))
+        # {name as given: fingerprint}: the results' manifests, then the run record's (a record without them, or a
+        # name no manifest records, still finds its model's column through a summary of that name)
+        self.fingerprints = {name: fp for name, fp in found.values() if fp}
+        self.fingerprints.update((record or {}).get("fingerprints") or {})
+        self.names: dict[str, list[str]] = {}
+        for name in (record or {}).get("models", []):
+            self._name(self.key_of_name(name), name)
+        self.keys = dict.fromkeys((p for p, _ in summaries), TOY_COLUMN)
+        for path, (name, fp) in found.items():
+            self.keys[path] = fp or self.key_of_name(name)
+            self._name(self.keys[path], name)
+
+    def key_of_name(self, name: str) -> str:
+        return str(self.fingerprints.get(name) or name)
+
+    def _name(self, key: str, name: str) -> None:
+        names = self.names.setdefault(key, [])
+        if name not in names:
+            names.append(name)
+
+    def label(self, key: str) -> str:
+        """A column's heading: its names (``mini-gpt2 (also gpt2_posheads/data/mini-gpt2)``), with the fingerprint
+        where another column has the same heading."""
+        names = self.names.get(key) or [key]
+        text = names[0] + (f" (also {', '.join(names[1:])})" if len(names) > 1 else "")
+        clash = any(k != key and (self.names.get(k) or [k])[0] == names[0] for k in self.names)
+        return f"{text} (weights {key})" if clash and key != names[0] else text
 
 
 def _thumbs(summary: Summary, folder: Path, root: Path) -> str:
@@ -189,15 +228,20 @@ Cells = dict[tuple[str, str], dict[str, tuple[Claim, Summary, Path]]]
 
 def _claims_by_model(
     summaries: list[tuple[Path, Summary]], root: Path, record: dict | None = None
-) -> tuple[Cells, list[tuple[str, str]], list[str], dict[str, int]]:
-    """``(cells, order, models, counts)``: ``cells[(script, claim key)][model] = (claim, summary, folder)``, the
-    claim keys in the order met, the model columns (the run record's first), and the count of each verdict."""
+) -> tuple[Cells, list[tuple[str, str]], list[str], dict[str, int], Columns]:
+    """``(cells, order, models, counts, columns)``: ``cells[(script, claim key)][model] = (claim, summary, folder)``,
+    the claim keys in the order met, the model columns (:class:`Columns` keys, the run record's first), the count of
+    each verdict, and the columns."""
     counts = dict.fromkeys(VERDICT_COLOURS, 0)
     cells: Cells = {}
     order: list[tuple[str, str]] = []
-    models: list[str] = list((record or {}).get("models", []))
+    columns = Columns(summaries, record)
+    models: list[str] = []
+    for name in (record or {}).get("models", []):
+        if columns.key_of_name(name) not in models:
+            models.append(columns.key_of_name(name))
     for path, s in summaries:
-        model = _model_of(s, path, root)
+        model = columns.keys[path]
         if model != TOY_COLUMN and model not in models:
             models.append(model)
         for c in s.claims:
@@ -206,7 +250,7 @@ def _claims_by_model(
                 order.append(k)
             cells.setdefault(k, {})[model] = (c, s, path.parent)
             counts[c.verdict] += 1
-    return cells, order, models, counts
+    return cells, order, models, counts, columns
 
 
 def claims_markdown(root: Path, post_key: str) -> str:
@@ -216,7 +260,7 @@ def claims_markdown(root: Path, post_key: str) -> str:
     post = next((p for p in POSTS if p.key == post_key), None)
     if post is None:
         raise ValueError(f"unknown post {post_key!r}; posts: {', '.join(p.key for p in POSTS)}")
-    cells, order, models, _ = _claims_by_model(collect_summaries(root), root)
+    cells, order, models, _, columns = _claims_by_model(collect_summaries(root), root)
     cols = models if post.needs_model else [TOY_COLUMN]
 
     def cell(c: Claim | None) -> str:
@@ -229,7 +273,8 @@ def claims_markdown(root: Path, post_key: str) -> str:
             shown = c.shown or present(c.measured)
         return f"**{c.verdict}**{head}: {shown.replace('|', '/')}"
 
-    lines = ["| claim | the post | " + " | ".join(cols) + " |", "| --- | --- |" + " --- |" * len(cols)]
+    heads = [columns.label(m) for m in cols]
+    lines = ["| claim | the post | " + " | ".join(heads) + " |", "| --- | --- |" + " --- |" * len(cols)]
     for k in (k for k in order if k[0] in post.scripts):
         first = next(iter(cells[k].values()))[0]
         row = [cell(cells[k][m][0] if m in cells[k] else None) for m in cols]
@@ -244,15 +289,18 @@ def index_html(
     title: str = "gpt2_posheads: the posts' claims, measured",
 ) -> str:
     """The page (see the module doc)."""
-    cells, order, models, counts = _claims_by_model(summaries, root, record)
-    status = {(j["script"], j.get("model") or TOY_COLUMN): j["status"] for j in (record or {}).get("jobs", [])}
+    cells, order, models, counts, columns = _claims_by_model(summaries, root, record)
+    status = {
+        (j["script"], columns.key_of_name(j["model"]) if j.get("model") else TOY_COLUMN): j["status"]
+        for j in (record or {}).get("jobs", [])
+    }
     sections = []
     for post in POSTS:
         keys = [k for k in order if k[0] in post.scripts]
         if not keys and not any(s in {sc for sc, _ in status} for s in post.scripts):
             continue
         cols = models if post.needs_model else [TOY_COLUMN]
-        head = "".join(f"<th>{html.escape(m)}</th>" for m in cols)
+        head = "".join(f"<th>{html.escape(columns.label(m))}</th>" for m in cols)
         body = []
         for script in post.scripts:
             measured = {m for k in keys if k[0] == script for m in cells[k]}
@@ -296,7 +344,8 @@ def index_html(
                 seen.add(folder)
                 t = _thumbs(s, folder, root)
                 if t:
-                    thumbs.append(f"<div class='figs'><span>{html.escape(script)} · {html.escape(m)}</span>{t}</div>")
+                    label = html.escape(columns.label(m))
+                    thumbs.append(f"<div class='figs'><span>{html.escape(script)} · {label}</span>{t}</div>")
             if thumbs:
                 body.append(f"<tr class='figrow'><td colspan='{2 + len(cols)}'>{''.join(thumbs)}</td></tr>")
         sections.append(
@@ -317,7 +366,7 @@ def index_html(
         else ""
     )
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())
-    routes = routes_html(summaries, root)  # each model's route conclusion, above the claims it is drawn from
+    routes = routes_html(summaries, root, record)  # each model's route conclusion, above the claims it is drawn from
     tail = robustness_html(summaries, root)
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{STYLE}</style></head><body>
@@ -329,22 +378,24 @@ W_pos; the reason is given).</p>{run_header(record)}{explore}{routes}{"".join(se
 </body></html>"""
 
 
-def route_conclusions(summaries: list[tuple[Path, Summary]], root: Path) -> dict:
-    """``{model column: RouteConclusion}`` for every model a GPT-2 post script ran on: which route its sharpest
-    previous-token head takes, drawn from its scripts' claims (:func:`~gpt2_posheads.claims.route.conclude`)."""
+def route_conclusions(summaries: list[tuple[Path, Summary]], root: Path, record: dict | None = None) -> dict:
+    """``{model column heading: RouteConclusion}`` for every model a GPT-2 post script ran on: which route its
+    sharpest previous-token head takes, drawn from its scripts' claims (:func:`~gpt2_posheads.claims.route.conclude`);
+    one model given two ways is one column (:class:`Columns`)."""
     from ..claims.route import route_conclusion_from_summaries
 
+    columns = Columns(summaries, record)
     by_model: dict[str, list[Summary]] = {}
     for path, s in summaries:
-        model = _model_of(s, path, root)
+        model = columns.keys[path]
         if model != TOY_COLUMN and s.script in SCRIPT_POST and SCRIPT_POST[s.script].key == "004":
             by_model.setdefault(model, []).append(s)
-    return {m: route_conclusion_from_summaries(ss) for m, ss in by_model.items()}
+    return {columns.label(m): route_conclusion_from_summaries(ss) for m, ss in by_model.items()}
 
 
-def routes_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
+def routes_html(summaries: list[tuple[Path, Summary]], root: Path, record: dict | None = None) -> str:
     """The page's first table: each model's route conclusion, the head, why, and the rows that decided it."""
-    routes = route_conclusions(summaries, root)
+    routes = route_conclusions(summaries, root, record)
     if not routes:
         return ""
     rows = "".join(
@@ -421,17 +472,21 @@ def robustness_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
     )
 
 
-def write_index(root: Path) -> Path:
-    """Write ``root/index.html`` from every summary under ``root`` and ``root/run_all.json`` (when present)."""
+def write_index(root: Path, record: dict | None = None, summaries: list[tuple[Path, Summary]] | None = None) -> Path:
+    """Write ``root/index.html`` from ``summaries`` (default: every summary under ``root``) and the run record
+    (default: ``root/run_all.json``, when present), whole or not at all (a temporary file renamed over it)."""
     root.mkdir(parents=True, exist_ok=True)
-    record = None
-    if (root / "run_all.json").exists():
+    if record is None and (root / "run_all.json").exists():
         try:
             record = json.loads((root / "run_all.json").read_text())
         except ValueError:
             record = None
+    page = index_html(collect_summaries(root) if summaries is None else summaries, root, record)
     p = root / "index.html"
-    tmp = root / ".index.html.partial"
-    tmp.write_text(index_html(collect_summaries(root), root, record), encoding="utf-8")
-    tmp.replace(p)
+    tmp = root / f".index.html.tmp-{os.getpid()}"
+    try:
+        tmp.write_text(page, encoding="utf-8")
+        tmp.replace(p)
+    finally:
+        tmp.unlink(missing_ok=True)
     return p

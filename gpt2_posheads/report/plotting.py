@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import errno
 import os
 import warnings
 from collections.abc import Sequence
@@ -12,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+from ..model.paths import cannot_write
 
 _server_started: bool | None = None
 PNG_ENV = "GPT2_POSHEADS_PNG"  # "off" (or a reason) makes every figure HTML only; set by the main job once for all
@@ -104,10 +105,15 @@ def shared_plotlyjs(out_dir: Path) -> str:
     if root is None:
         return "directory"
     js = root / "plotly.min.js"
-    if not js.exists():
+    if not js.exists():  # written whole or not at all: a cut-short copy would break every figure that links it
         from plotly.offline import get_plotlyjs
 
-        js.write_text(get_plotlyjs(), encoding="utf-8")
+        tmp = js.with_name(f".{js.name}.tmp-{os.getpid()}")
+        try:
+            tmp.write_text(get_plotlyjs(), encoding="utf-8")
+            tmp.replace(js)
+        finally:
+            tmp.unlink(missing_ok=True)
     return os.path.relpath(js, out_dir).replace(os.sep, "/")
 
 
@@ -146,8 +152,8 @@ def write_png(fig: go.Figure, path: Path, width: int = 1000, height: int | None 
         return path
     except Exception as e:  # noqa: BLE001 - any renderer failure degrades to HTML only
         tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise  # a full disk is not the renderer's failure: the run says so in one line
+        if cannot_write(e) is not None:
+            raise  # a full disk or a file-size limit is not the renderer's failure: the run says so in one line
         warnings.warn(f"PNG export of {path.stem} failed ({type(e).__name__}: {e})", stacklevel=2)
         return None
 

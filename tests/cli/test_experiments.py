@@ -185,7 +185,6 @@ def fake_runner(results, calls, interrupt_at=None):
 
 def test_run_all_runs_every_script_per_model_and_writes_the_page(tmp_path, monkeypatch):
     from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, TOY_SCRIPTS
-    from gpt2_posheads.report import index
 
     run_all = load_script("run_all")
     calls = []
@@ -194,9 +193,10 @@ def test_run_all_runs_every_script_per_model_and_writes_the_page(tmp_path, monke
         d = tmp_path / "models" / name
         shutil.copytree(MINI_DIR, d)
         dirs.append(str(d))
+    config = json.loads((d / "config.json").read_text())  # another model: its own weights fingerprint, its own column
+    (d / "config.json").write_text(json.dumps({**config, "initializer_range": 0.03}))
     monkeypatch.setattr(run_all, "results_root", lambda: tmp_path)
     monkeypatch.setattr(run_all, "run_here", fake_runner(tmp_path, calls))
-    monkeypatch.setattr(run_all, "write_index", lambda root: index.write_index(tmp_path))
     assert run_all.main(["--models", "", "--model-dirs", ",".join(dirs), "--quick", "--no-explorer"]) == 0
     assert [n for n, _ in calls] == [s for s in MODEL_SCRIPTS for _ in (0, 1)] + list(TOY_SCRIPTS)
     assert all("--quick" in a for n, a in calls if n.startswith("toy_"))
@@ -214,13 +214,11 @@ def test_run_all_on_the_route_model_ends_with_its_organism_report(tmp_path, monk
     """The main job's jobs, in order: with route-gpt2 among the models, every script on it, the toy scripts, then the
     organism report on it from the scripts' results (tests/cli/test_fresh_clone.py runs them all, under -m slow)."""
     from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, TOY_SCRIPTS
-    from gpt2_posheads.report import index
 
     run_all = load_script("run_all")
     calls = []
     monkeypatch.setattr(run_all, "results_root", lambda: tmp_path)
     monkeypatch.setattr(run_all, "run_here", fake_runner(tmp_path, calls))
-    monkeypatch.setattr(run_all, "write_index", lambda root: index.write_index(tmp_path))
     assert run_all.main(["--quick", "--models", "route-gpt2", "--no-explorer", "--no-png"]) == 0
     assert [n for n, _ in calls] == list(MODEL_SCRIPTS) + list(TOY_SCRIPTS) + ["mini_gpt2_report"]
     assert calls[-1][1][:3] == ["--model", "route-gpt2", "--skip-scripts"]
@@ -230,13 +228,11 @@ def test_run_all_on_the_route_model_ends_with_its_organism_report(tmp_path, monk
 
 
 def test_run_all_interrupted_still_writes_a_page_that_says_so(tmp_path, monkeypatch):
-    from gpt2_posheads.report import index
 
     run_all = load_script("run_all")
     calls = []
     monkeypatch.setattr(run_all, "results_root", lambda: tmp_path)
     monkeypatch.setattr(run_all, "run_here", fake_runner(tmp_path, calls, interrupt_at="mask_prev_attention"))
-    monkeypatch.setattr(run_all, "write_index", lambda root: index.write_index(tmp_path))
     assert run_all.main(["--models", "mini-gpt2", "--no-explorer"]) == 130
     record = json.loads((tmp_path / "run_all.json").read_text())
     status = {j["script"]: j["status"] for j in record["jobs"]}
@@ -252,6 +248,77 @@ def test_run_all_interrupted_still_writes_a_page_that_says_so(tmp_path, monkeypa
     assert "rank_prev_heads" not in [n for n, _ in calls] and calls[0][0] == "mask_prev_attention"
     record = json.loads((tmp_path / "run_all.json").read_text())
     assert {j["status"] for j in record["jobs"]} == {"ok"} and not record["interrupted"]
+
+
+def test_run_all_that_fails_changes_no_page_explorer_or_record(tmp_path, monkeypatch, capsys):
+    """A `--resume` that meets an unreadable summary: one line, status 2, and the page, the explorers and
+    `run_all.json` (its start time included) exactly as they were; no staging folder or lock left. What a job
+    killed outright left in the results (a staging folder, a lock) is removed by that next job, and said."""
+    import socket
+    import subprocess
+    import sys
+
+    from gpt2_posheads.cli.args import main_entry
+    from gpt2_posheads.cli.output import LOCK
+
+    run_all = load_script("run_all")
+    monkeypatch.setattr(run_all, "results_root", lambda: tmp_path)
+    monkeypatch.setattr(run_all, "run_here", fake_runner(tmp_path, []))
+    monkeypatch.setattr(run_all, "load_model", lambda name, device=None: name)  # the explorer's work is tested apart
+    monkeypatch.setattr(run_all, "write_explorer", lambda model, path, name: path.write_text(f"explorer of {name}"))
+    argv = ["--models", "mini-gpt2", "--only", "rank_prev_heads"]
+    assert main_entry(run_all.main, argv) == 0
+    kept = ["run_all.json", "index.html", "explorer/mini-gpt2.html"]
+    before = {f: (tmp_path / f).read_bytes() for f in kept}
+    (tmp_path / "rank_prev_heads" / "mini-gpt2" / "summary.json").write_text('{"claims": [')
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
+    staging = tmp_path / "rank_prev_heads" / f".mini-gpt2.partial-{dead}"
+    staging.mkdir()
+    lock = tmp_path / "rank_prev_heads" / "mini-gpt2" / LOCK
+    lock.write_text(json.dumps({"pid": dead, "host": socket.gethostname(), "script": "rank_prev_heads"}))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main_entry(run_all.main, [*argv, "--resume"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err[-1].startswith("error: results: ") and "cannot be read" in err[-1]
+    assert {f: (tmp_path / f).read_bytes() for f in kept} == before
+    assert f"note: removed {staging}, left by a run that ended without finishing (pid {dead})" in err
+    assert not staging.exists() and not lock.exists() and not (tmp_path / LOCK).exists()
+    assert not list(tmp_path.glob(".explorer.partial-*"))
+
+
+def test_run_all_stopped_before_it_wrote_anything_leaves_no_results_folder(tmp_path, monkeypatch):
+    from gpt2_posheads.cli.args import main_entry
+
+    def interrupt():
+        raise KeyboardInterrupt
+
+    run_all = load_script("run_all")
+    monkeypatch.setattr(run_all, "results_root", lambda: tmp_path / "results")
+    monkeypatch.setattr(run_all, "png_support", interrupt)  # Ctrl-C while the job sets up
+    with pytest.raises(SystemExit) as e:
+        main_entry(run_all.main, ["--models", "mini-gpt2", "--only", "rank_prev_heads"])
+    assert e.value.code == 130 and list(tmp_path.iterdir()) == []
+
+
+def test_run_all_shows_one_model_given_two_ways_as_one_column(tmp_path, monkeypatch):
+    """`--models mini-gpt2` and `--model-dirs <its folder>` are one model (one weights fingerprint): one column
+    headed with both names, every cell filled; another model is its own column."""
+    from gpt2_posheads.model.paths import ORGANISM_DIR
+
+    other = tmp_path / "models" / "my-model"
+    shutil.copytree(MINI_DIR, other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "initializer_range": 0.03}))
+    run_all = load_script("run_all")
+    monkeypatch.setattr(run_all, "results_root", lambda: tmp_path)
+    monkeypatch.setattr(run_all, "run_here", fake_runner(tmp_path, []))
+    argv = ["--models", "mini-gpt2", "--model-dirs", f"{ORGANISM_DIR},{other}", "--only", "rank_prev_heads"]
+    assert run_all.main([*argv, "--no-explorer"]) == 0
+    page = (tmp_path / "index.html").read_text()
+    head = page.split("004: The positional embedding")[1].split("</tr>")[0]
+    assert head.count("<th>") == 4 and f"<th>mini-gpt2 (also {ORGANISM_DIR})</th><th>{other}</th>" in head
+    assert "no results" not in page and '<td class="none">not measured</td>' not in page
 
 
 def test_module_entry_point_lists_and_rejects(capsys):

@@ -1,15 +1,18 @@
 """Output folders never lose or mix results: only the toolkit's own files are replaced, a failed or interrupted run
 changes nothing, and two runs cannot write one folder at once."""
 
+import errno
 import json
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
 from gpt2_posheads.cli import Output, main_entry
 from gpt2_posheads.cli.output import LOCK, MANIFEST, acquire_lock
+from gpt2_posheads.model.paths import REPO_ROOT
 from gpt2_posheads.model.validation import UsageError
 
 
@@ -103,3 +106,124 @@ def test_persistent_folder_survives_a_failed_run(tmp_path):
     assert (t / "runs" / "run1.json").exists()
     run(t, {"summary.json": "{}"}, script="toy")  # runs/ is the toolkit's: no --force needed
     assert (t / "runs" / "run1.json").exists()
+
+
+# --- runs that end without finishing ----------------------------------------------------------------------------
+
+
+def test_a_killed_runs_staging_folder_and_lock_are_removed_by_the_next_run(tmp_path, capsys):
+    """`kill -9` mid-run leaves its staging folder and lock; the next run in that folder removes both, says so, and
+    writes; the earlier results were never touched."""
+    t = tmp_path / "res"
+    run(t, {"summary.json": "earlier"})
+    code = textwrap.dedent(
+        f"""
+        import time
+        from gpt2_posheads.cli.output import Output
+        out = Output.open({str(t)!r}, "s", png=False)
+        out.path("summary.json").write_text("half")
+        print("ready", flush=True)
+        time.sleep(120)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+    finally:
+        proc.kill()
+        proc.communicate()
+    staging = tmp_path / f".res.partial-{proc.pid}"
+    assert staging.is_dir() and (t / LOCK).exists() and (t / "summary.json").read_text() == "earlier"
+    run(t, {"summary.json": "next"})
+    err = capsys.readouterr().err
+    assert f"removed {t / LOCK}, left by a run that ended without finishing (s, pid {proc.pid}" in err
+    assert f"removed {staging}, left by a run that ended without finishing (pid {proc.pid})" in err
+    assert not staging.exists() and not (t / LOCK).exists() and (t / "summary.json").read_text() == "next"
+
+
+def test_an_interrupted_first_run_leaves_no_empty_folder(tmp_path):
+    """Ctrl-C before a first run's results are in place: the folders it made are gone (a folder that held something
+    before, or that resumable work was written into, stays)."""
+    target = tmp_path / "results" / "script" / "model"
+
+    def interrupted(argv):
+        out = Output.open(target, "s", png=False)
+        out.path("summary.json").write_text("half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as e:
+        main_entry(interrupted, [])
+    assert e.value.code == 130 and list(tmp_path.iterdir()) == []
+    (tmp_path / "results").mkdir()
+    with pytest.raises(SystemExit):
+        main_entry(interrupted, [])
+    assert [p.name for p in tmp_path.iterdir()] == ["results"] and list((tmp_path / "results").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "code, words",
+    [
+        (errno.EFBIG, "a file would pass this process's file-size limit (ulimit -f)"),
+        (errno.EROFS, "a read-only file system"),
+        (errno.EACCES, "permission denied"),
+    ],
+)
+def test_a_folder_that_cannot_be_written_is_one_line_like_a_full_disk(code, words, tmp_path, capsys):
+    t = tmp_path / "res"
+    run(t, {"summary.json": "earlier"})
+
+    def main(argv):
+        out = Output.open(t, "s", png=False)
+        raise OSError(code, os.strerror(code), str(out.path("summary.json")))
+
+    with pytest.raises(SystemExit) as e:
+        main_entry(main, [])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: --out: {t} cannot be written ({words})")
+    assert "results written before are kept" in err[0] and (t / "summary.json").read_text() == "earlier"
+    assert not (t / LOCK).exists() and not list(tmp_path.glob(".res.partial-*"))
+
+
+def test_permission_denied_elsewhere_keeps_its_traceback(tmp_path):
+    """Permission denied on a file the run reads (not one it writes) is not an output folder's fault."""
+
+    def main(argv):
+        Output.open(tmp_path / "res", "s", png=False)
+        raise PermissionError(errno.EACCES, "Permission denied", "/etc/some-input")
+
+    with pytest.raises(PermissionError):
+        main_entry(main, [])
+    assert not (tmp_path / "res").exists()
+
+
+def test_a_file_size_limit_is_one_line_and_leaves_nothing(tmp_path):
+    """A real `ulimit -f` (EFBIG): one line naming the folder, status 2, no empty results folder, no staging."""
+    import resource
+
+    target = tmp_path / "results" / "s" / "m"
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from gpt2_posheads.cli.args import main_entry
+        from gpt2_posheads.cli.output import Output
+
+        def main(argv):
+            out = Output.open({str(target)!r}, "s", png=False)
+            out.path("big.csv").write_bytes(b"0" * (8 << 20))
+            out.commit()
+
+        sys.exit(main_entry(main, []))
+        """
+    )
+    limit = 2 << 20
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1].startswith(f"error: --out: {target} cannot be written (a file would pass")
+    assert list(tmp_path.iterdir()) == []

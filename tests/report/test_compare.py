@@ -8,7 +8,7 @@ from gpt2_posheads.claims.record import summary_from_dict
 from gpt2_posheads.report.compare import compare_claims as _compare_claims
 from gpt2_posheads.report.compare import flatten
 
-from conftest import EXPERIMENTS, run_script
+from conftest import EXPERIMENTS, load_script, run_script
 
 
 def summary(ratio, verdict="held", masses=(0.9, float("nan"))):
@@ -91,3 +91,72 @@ def test_a_summary_without_claims_is_refused():
 
     with pytest.raises(SummaryError, match="has no 'claims'"):
         summary_from_dict({"model": "m", "ratio": 0.5}, "x/summary.json")
+
+
+# --- one model only ------------------------------------------------------------------------------------------------
+
+
+def write_results(root, label, model, ratio, script="rank_prev_heads"):
+    """A results folder as a script writes it (staged, manifested): ``<script>/mini-gpt2`` holding a summary of
+    ``label``'s numbers, its manifest recording ``model`` (``{"label", "fingerprint"}``)."""
+    from gpt2_posheads.cli import Output
+
+    out = Output.open(root / script / "mini-gpt2", script, png=False, model=model)
+    out.summary({"model": label}, summary_from_dict(summary(ratio)).claims)
+    out.commit(quiet=True)
+
+
+def test_compare_results_compares_one_model_only(tmp_path, tiny_dir, capsys):
+    """One model given by name and by folder is compared; another model's summary under the same path is refused in
+    one line (status 2, no table) unless asked, and then said first; without manifests the names tell them apart."""
+    from types import SimpleNamespace
+
+    from gpt2_posheads.cli.args import main_entry
+    from gpt2_posheads.cli.experiment import model_identity
+    from gpt2_posheads.model.paths import ORGANISM_DIR
+
+    compare = load_script("compare_results")
+    by_name = model_identity(SimpleNamespace(model="mini-gpt2", model_dir=None))
+    by_folder = model_identity(SimpleNamespace(model="gpt2", model_dir=str(ORGANISM_DIR)))
+    other = model_identity(SimpleNamespace(model="gpt2", model_dir=str(tiny_dir)))
+    assert by_name["fingerprint"] == by_folder["fingerprint"] != other["fingerprint"]
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    write_results(a, "mini-gpt2", by_name, 0.001)
+    write_results(b, str(ORGANISM_DIR), by_folder, 0.001)
+    write_results(c, "route-gpt2", other, 0.5)
+    capsys.readouterr()
+    assert main_entry(compare.main, [str(a), str(b)]) == 0 and "(nothing moved)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main_entry(compare.main, [str(a), str(c)])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"error: folders: {a} and {c} hold different models in 1 summary; ")
+    assert f"mini-gpt2 (weights {by_name['fingerprint']}) in {a}, route-gpt2 (weights {other['fingerprint']})" in err
+    assert "--allow-different-models" in err
+    assert main_entry(compare.main, [str(a), str(c), "--allow-different-models"]) == 1
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"note: {a} and {c} hold different models") and "compared as asked" in first
+    for folder in (a, c):  # summaries without manifests: their model fields differ
+        (folder / "rank_prev_heads" / "mini-gpt2" / ".gpt2_posheads.json").unlink()
+    with pytest.raises(SystemExit) as e:
+        main_entry(compare.main, [str(a), str(c)])
+    assert e.value.code == 2 and "mini-gpt2 in " in capsys.readouterr().err
+
+
+def test_the_page_shows_one_model_given_two_ways_as_one_column(tmp_path):
+    """Results of `--model mini-gpt2` and of `--model-dir <its folder>` (one weights fingerprint in their manifests):
+    one column headed with both names, no empty cell beside it."""
+    from types import SimpleNamespace
+
+    from gpt2_posheads.cli.experiment import model_identity
+    from gpt2_posheads.model.paths import ORGANISM_DIR
+    from gpt2_posheads.report.index import collect_summaries, index_html
+
+    by_name = model_identity(SimpleNamespace(model="mini-gpt2", model_dir=None))
+    by_folder = model_identity(SimpleNamespace(model="gpt2", model_dir=str(ORGANISM_DIR)))
+    write_results(tmp_path, "mini-gpt2", by_name, 0.001)
+    write_results(tmp_path, str(ORGANISM_DIR), by_folder, 0.001, script="mask_prev_attention")
+    page = index_html(collect_summaries(tmp_path), tmp_path)
+    head = page.split("004: The positional embedding")[1].split("</tr>")[0]
+    assert head.count("<th>") == 3 and f"<th>mini-gpt2 (also {ORGANISM_DIR})</th>" in head
+    assert '<td class="none">' not in page
