@@ -27,6 +27,7 @@ import pandas as pd
 import torch
 
 from ..model.engine import Reduction, engine_for
+from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches
 from ..model.validation import head_name
 from .diagonals import traced_stats
@@ -78,6 +79,7 @@ def _repeat_finish(state: dict) -> dict:
     return {k: (state[k].cpu() / n).float() for k in ("induction", "duplicate")}
 
 
+@measures_caller_model
 def repeat_scores(
     model, n_seqs: int = 16, seg_len: int = 50, seed: int = 0, bos: bool = True, engine: str = "auto"
 ) -> dict[str, torch.Tensor]:
@@ -128,6 +130,7 @@ def ood_composition_from_patterns(pattern: torch.Tensor, offset: int, eps: float
     return diag[..., 1:].mean(-1)
 
 
+@measures_caller_model
 def ood_composition_scores(
     model, n_seqs: int = 50, seg_len: int = 25, seed: int = 2024, bos: bool | None = None, engine: str = "auto"
 ) -> dict[str, torch.Tensor]:
@@ -155,6 +158,7 @@ def _ood_finish(state: dict) -> dict:
     return {k: (state[k].cpu() / state["n"]).float() for k in ("previous_token", "induction")}
 
 
+@measures_caller_model
 def head_table(
     model,
     prompts: torch.Tensor,

@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from ..model.engine import Reduction, engine_for
+from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches, to_token_list
 from ..model.validation import NonFiniteError, NothingMeasuredError, check_int_range, head_name
 
@@ -113,6 +114,7 @@ def diagonal_counts(n_pos: int, n_offsets: int, exclude_bos: bool) -> torch.Tens
     return (n_pos - d - int(exclude_bos)).clamp(min=0)
 
 
+@measures_caller_model
 def diagonal_attention(
     model,
     prompts,
@@ -235,6 +237,7 @@ def rank_from_stats(st: dict[str, torch.Tensor]) -> pd.DataFrame:
     return out
 
 
+@measures_caller_model
 def rank_prev_heads(
     model,
     prompts=None,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..model.state import measures_caller_model
 from ..model.tokens import model_device
 from ..model.validation import UsageError, check_model
 
@@ -95,6 +96,7 @@ class InductionResult:
         return f"L{l}H{h}", float(self.scores.max())
 
 
+@measures_caller_model
 def induction_scores(
     model, n_seqs: int = 8, seg_len: int = 50, seed: int = 0, batch_size: int = 8, bos: bool = True
 ) -> InductionResult:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..model.engine import Reduction, engine_for
+from ..model.state import measures_caller_model
 from ..model.validation import (
     UsageError,
     as_index,
@@ -79,6 +80,7 @@ def token_rows(x: torch.Tensor, bos: bool) -> torch.Tensor:
     return x[int(bos) :]
 
 
+@measures_caller_model
 def extended_pos_embeddings(
     model,
     layer: int,
@@ -118,6 +120,7 @@ def extended_pos_embeddings(
     return (res[0][layer], res[1][layer]) if return_per_token else res[layer]
 
 
+@measures_caller_model
 def extended_pos_embeddings_by_layer(
     model,
     layers,

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from ..model.attention import QKCapture, attn_scale, expand_kv, scale_from_pattern
 from ..model.forward import run_until
+from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches, model_device, single_prompt
 from ..model.validation import UsageError, check_head, check_int_range, check_model, head_name, require_finite
 
@@ -31,6 +32,7 @@ def raw_scores_from_qk(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.
     return torch.einsum("bqhd,bkhd->bhqk", q.float(), expand_kv(k, q.shape[2]).float()) * scale
 
 
+@measures_caller_model
 def attention_scores(model, prompt, layer: int, head: int, fwd_hooks=()) -> dict[str, torch.Tensor]:
     """One head on one prompt: ``raw`` (before the causal mask, the upper triangle included), ``masked`` (future =
     -inf) and ``pattern`` (softmax), each ``[pos, pos]``. ``fwd_hooks`` apply interventions upstream.
@@ -72,6 +74,7 @@ def attention_scores(model, prompt, layer: int, head: int, fwd_hooks=()) -> dict
     return {"raw": raw, "masked": raw.masked_fill(mask, float("-inf")), "pattern": pattern}
 
 
+@measures_caller_model
 def score_profile(
     model, prompts, window: int = 3, batch_size: int = 4, skip_first: int = 8, progress: bool = False
 ) -> torch.Tensor:

@@ -47,6 +47,7 @@ from ..model.attention import QKCapture, attn_scale, scale_from_pattern
 from ..model.fastpath import _ln_params, unsupported_reason
 from ..model.forward import run_until
 from ..model.identity import has_learned_positions, position_kind
+from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches, model_device
 from ..model.validation import HEAD_NAME, UsageError, check_head, head_name
 from .diagonals import diagonal_counts, diagonal_sums, prev_token_stats
@@ -222,6 +223,7 @@ def below_relayed(pos_group: int) -> str:
     return f"{BELOW} fed W_pos/{pos_group}"
 
 
+@measures_caller_model
 def path_ablation(
     model,
     prompts,

@@ -86,11 +86,24 @@ def _keeps_each(v) -> tuple[bool, str]:
     return all(a > 0 and b >= KEEP * a for a, b in v.values()), "; ".join(parts) + f" (each needs >= {KEEP:.0%})"
 
 
+# what an infinite sharpest ratio means (analysis.diagonals.sharpest_prev_ratio): every head was ranked, none tops at
+# the previous token; said as such, not as a number that is not finite
+NO_PREV_HEAD = "no previous-token head: no head's greatest diagonal is the previous token (offset 1)"
+_SHARPEST = at_most(SHARP_RATIO, "ratio of the sharpest previous-token head")
+
+
+def _sharp(v) -> tuple[bool, str]:
+    """``v``: the sharpest previous-token ratio, ``inf`` where the model has no previous-token head."""
+    if v == math.inf:
+        return False, NO_PREV_HEAD
+    return _SHARPEST.decide(v)
+
+
 def _stands_alone(v) -> tuple[bool, str]:
     """``v``: ``(sharpest ratio, next previous-token head's ratio or None)``."""
     first, second = v
-    if not _finite(first):
-        return False, "no previous-token head"
+    if not _finite(first):  # inf: no previous-token head (a NaN never reaches a rule)
+        return False, NO_PREV_HEAD
     if first > SHARP_RATIO:
         return False, f"the sharpest ratio {first:.3g} is not sharp (> {SHARP_RATIO:g})"
     if second is None or not _finite(second):
@@ -218,7 +231,7 @@ CLAIMS: dict[str, ClaimSpec] = {
             "sharp_prev_head",
             "a head attends almost only to the previous token",
             "L4H11: ratio 0.01",
-            at_most(SHARP_RATIO, "ratio of the sharpest previous-token head"),
+            predicate(_SHARPEST.text, _sharp),
             why_kind="a head reading W_pos can be as sharp",
         ),
         ClaimSpec(

@@ -56,11 +56,17 @@ _SEEN = "_options_given"  # namespace attribute that records the options given w
 
 def _int_type(low: int, high: int, name: str = "int"):
     """An argparse ``type``: an integer within ``low..high``. Not an integer: argparse's ``invalid int value``; outside
-    the range: the range, in one line."""
+    the range: the range, in one line.
+
+    ``(low, high) == INT64`` (an option whose own range the command checks after parsing: :func:`positive`,
+    :func:`int_list`, :func:`check_layer_arg`): an integer past int64 is passed on as it is, and that check refuses it
+    naming the option's own range (``--every``: ``allowed 2..9223372036854775807``), not int64's, which holds values
+    the option refuses. Every integer option of every command is checked so (``tests/cli/test_values.py``)."""
+    deferred = (low, high) == INT64
 
     def parse(text: str) -> int:
         v = int(text)  # ValueError: argparse says "invalid int value: 'abc'"
-        if not low <= v <= high:
+        if not low <= v <= high and not deferred:
             raise argparse.ArgumentTypeError(f"{v} is out of range; allowed {low}..{high}")
         return v
 
@@ -263,9 +269,13 @@ def note(message: str) -> None:
 
 
 def positive(name: str, value, low: float = 1, high: float | None = None, kind: str = "an integer"):
-    """``value`` unless it lies outside ``low..high`` (then a :class:`UsageError` naming ``name``)."""
+    """``value`` unless it lies outside ``low..high`` (then a :class:`UsageError` naming ``name`` and that range). An
+    integer past int64 (what torch takes) is outside every integer option's range: refused, naming ``low`` and int64's
+    top."""
     if value is None:
         return value
+    if isinstance(value, int) and value > INT64[1] and (high is None or high > INT64[1]):
+        raise UsageError(name, f"{value} is out of range", f"allowed {low:g}..{INT64[1]} (what torch takes)")
     if (
         not (isinstance(value, (int, float)) and math.isfinite(value))
         or value < low
@@ -286,11 +296,13 @@ def int_list(name: str, text: str | None, low: int = 0, high: int | None = None)
         raise UsageError(name, f"{text!r} is not a comma-separated list of integers", "e.g. 0,1,2") from None
     if not vals:
         raise UsageError(name, "is empty", "give at least one value, e.g. 0,1")
+    top = INT64[1] if high is None else high  # past int64 no integer is taken, whatever the list
     for v in vals:
-        if v < low or (high is not None and v > high):
-            raise UsageError(
-                name, f"{v} is out of range", f"allowed {low}..{high}" if high is not None else f">= {low}"
-            )
+        if v < low or v > top:
+            allowed = f"allowed {low}..{high}" if high is not None else f"allowed integers >= {low}"
+            if v > top:
+                allowed = f"allowed {low}..{top}" + (" (what torch takes)" if high is None else "")
+            raise UsageError(name, f"{v} is out of range", allowed)
     return vals
 
 
@@ -299,8 +311,13 @@ def float_list(name: str, text: str, low: float | None = None) -> list[float]:
         vals = [float(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
         raise UsageError(name, f"{text!r} is not a comma-separated list of numbers", "e.g. 1,2,3") from None
-    if not vals or not all(math.isfinite(v) for v in vals) or (low is not None and min(vals) < low):
-        raise UsageError(name, f"{text!r} has no values, a non-finite value or a value below {low}", "e.g. 1,2,3")
+    if not vals:
+        raise UsageError(name, f"{text!r} has no values", "give at least one number", "e.g. 1,2,3")
+    for v in vals:
+        if not math.isfinite(v):
+            raise UsageError(name, f"{v} is not a finite number", "allowed finite numbers", "e.g. 1,2,3")
+        if low is not None and v < low:
+            raise UsageError(name, f"{v:g} is out of range", f"allowed numbers >= {low:g}", "e.g. 1,2,3")
     return vals
 
 

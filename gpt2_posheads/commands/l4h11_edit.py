@@ -26,11 +26,9 @@ def main(argv=None):
     add_prompt_args(p, n_prompts=8, seq_len=128)
     add_heads_arg(p, claim.HEADS)
     p.add_argument("--target", default=" ninja turtle pirate", help="three words to repeat")
-    p.add_argument("--factors", default="1,2,3", help="output scale factors (must include 2, the post's)")
+    p.add_argument("--factors", default="1,2,3", help="output scale factors, each 0..1e6 (must include 2, the post's)")
     args = p.parse_args(argv)
-    factors = float_list("--factors", args.factors, 0.0)
-    if 2.0 not in factors:
-        raise UsageError("--factors", f"{args.factors!r} lacks 2", "include 2 (the post's factor)", "e.g. 1,2,3")
+    factors = claim.check_factors(float_list("--factors", args.factors), "--factors")
     if len(split_words(args.target)) != 3:
         raise UsageError(
             "--target",

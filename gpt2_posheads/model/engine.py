@@ -31,8 +31,9 @@ only by an engine that runs a model.
 
 ==============  ==========================================================================================
 ``"auto"``      the fast path for passes without edits when it reproduces the model (verified on first use,
-                :func:`~gpt2_posheads.model.fastpath.fast_forward`), else TransformerLens hooks
-``"fast"``      the fast path or an error (it applies no edits)
+                :func:`~gpt2_posheads.model.fastpath.fast_forward`) and the model carries no hooks of the
+                caller's (it would skip them), else TransformerLens hooks
+``"fast"``      the fast path or an error (it applies no edits and runs no hook)
 ``"hooks"``     TransformerLens hooks
 ``"nnsight"``   an nnsight-traced model (:class:`~gpt2_posheads.model.traced.TracedModel`), here or on NDIF;
                 a traced model gets this engine whatever is asked for ``"auto"``

@@ -26,7 +26,7 @@ The fast path is *verified, not trusted*: the first time it meets a model it run
 prompt both ways and compares every pattern and the final residual with the hooked pass. A model it
 does not reproduce (an architecture outside the GPT-2 family, an unusual attention scale) falls back
 to the hooks with a warning, so results never depend on which path ran. Interventions
-(``fwd_hooks``) always take the hooked path.
+(``fwd_hooks``), and hooks the caller left on the model, always take the hooked path.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ import torch.nn.functional as F
 
 from .attention import attn_scale
 from .forward import resid_hook_name, run_until
+from .state import caller_hooks
 from .tokens import model_device
 
 ENGINES = ("auto", "fast", "hooks")
@@ -433,8 +434,10 @@ def _verify(model, fast: FastGPT2) -> str | None:
 def fast_forward(model, engine: str = "auto", dtype: torch.dtype = torch.float32, has_hooks: bool = False):
     """The :class:`FastGPT2` for ``model``, or ``None`` when the hooked pass must run.
 
-    ``engine``: ``"auto"`` (fast path when the model is supported, verified and no ``fwd_hooks`` are
-    given), ``"fast"`` (raise instead of falling back), ``"hooks"`` (always TransformerLens hooks).
+    ``engine``: ``"auto"`` (fast path when the model is supported, verified, no ``fwd_hooks`` are given and the
+    model carries no hooks of its own), ``"fast"`` (raise instead of falling back), ``"hooks"`` (always
+    TransformerLens hooks). The fast path computes from the weights and runs no hook: hooks the caller left on the
+    model (:func:`~gpt2_posheads.model.state.caller_hooks`) would be skipped, so such a model takes the hooked pass.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r} is not one of {ENGINES}")
@@ -443,6 +446,14 @@ def fast_forward(model, engine: str = "auto", dtype: torch.dtype = torch.float32
     if has_hooks:
         if engine == "fast":
             raise FastPathUnsupported("engine='fast' cannot apply fwd_hooks: use engine='auto' or 'hooks'")
+        return None
+    carried = caller_hooks(model)
+    if carried:
+        if engine == "fast":
+            raise FastPathUnsupported(
+                f"engine='fast' cannot run the hooks the model carries (on {', '.join(carried)}): use engine='auto' "
+                "or 'hooks', or remove them (model.reset_hooks(including_permanent=True))"
+            )
         return None
     state = _param_state(model)
     entry = _CACHE.get(model)

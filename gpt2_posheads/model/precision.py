@@ -1,9 +1,18 @@
-"""Where bfloat16 is fast, and what this machine is (for benchmarks and the bfloat16 fallback).
+"""Where bfloat16 is fast, what this machine is (for benchmarks and the bfloat16 fallback), and the one precision
+policy of the claims.
 
 On a CPU without bfloat16 matrix units (no AVX512-BF16, no AMX) PyTorch emulates bfloat16 matmuls:
 on a 2-core AMD EPYC with AVX2 only, ``bf16=True`` was at least 85x *slower* than float32. So a
 bfloat16 request is honoured only where the hardware has native support; elsewhere it falls back to
 float32 with one line saying why. ``GPT2_POSHEADS_FORCE_BF16=1`` (or ``force=True``) overrides.
+
+**The precision policy.** The rules judge numbers computed in float32 (the default of ``load_model`` and of every
+command). A measurement whose matmuls ran in a half-precision type — because ``bf16=True`` / ``--bf16`` asked for it,
+or because the caller's model holds bfloat16 or float16 weights (``model.to(torch.bfloat16)``, ``model.half()``) —
+is :func:`reduced_precision`: the claims whose numbers that type is known to move (the ranking's diagonal masses:
+bfloat16 moved sharp heads' masses by up to 0.5 on the shipped compiled models) are ``not testable``, naming the type
+and the way back to float32; every other claim is judged and carries a note naming the type. One function says both,
+so a command's ``--bf16`` and a caller's bfloat16 model read the same.
 """
 
 from __future__ import annotations
@@ -108,3 +117,35 @@ def describe_line(device: str | torch.device = "cpu") -> str:
         f"{'yes' if m['cpu_native_bf16'] else 'no'})"
     )
     return f"machine: {where} | {m['cores']} cores, torch {m['torch']}, {m['threads']} threads"
+
+
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def weights_dtype(model) -> torch.dtype | None:
+    """The dtype of ``model``'s first floating-point parameter (``None``: no parameter here, or none floating)."""
+    params = getattr(model, "parameters", None)
+    if params is None:
+        return None
+    try:
+        return next((p.dtype for p in params() if p.is_floating_point()), None)
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+
+
+def reduced_precision(bf16_used: bool = False, model=None) -> tuple[str, str] | None:
+    """``(cause, fix)`` when a measurement did not run in float32 (see the module doc), else ``None``.
+
+    ``bf16_used``: the pass ran bfloat16 matmuls on request (``bf16=True``, ``--bf16``: what
+    :func:`resolve_bf16` granted); ``model``: the model measured, whose weights may be bfloat16 or float16. ``cause``
+    completes "the numbers were ..." and names the type; ``fix`` says how to measure in float32."""
+    dtype = weights_dtype(model) if model is not None else None
+    if dtype in HALF_DTYPES:
+        name = str(dtype).removeprefix("torch.")
+        return (
+            f"computed in {name}, the dtype of the model's weights",
+            "measure in float32 to judge: model.float(), or load_model's float32 default",
+        )
+    if bf16_used:
+        return "computed with bfloat16 matmuls", "rank without bf16 to judge"
+    return None

@@ -7,7 +7,11 @@ Every claim function of every post (``posts.p004.mask_prev_attention(model, prom
   also as a table (:meth:`ClaimResult.verdicts`);
 * ``result.numbers``: what the measurement found, as ``summary.json`` records it beside the claims;
 * ``result.tables``: DataFrames (``ranking``, ``per_layer``, ...), written as ``<name>.csv``;
-* ``result.figures``: plotly figures by file stem (``result.show()`` draws them in a notebook).
+* ``result.figures``: plotly figures by file stem (``result.show()`` draws them in a notebook);
+* ``result.notes``: what the measurement says about the model it was given, as sentences (a model left in training
+  mode, measured in eval mode; the hooks it carries, measured with; half-precision weights:
+  :mod:`gpt2_posheads.model.state`), written into ``summary.json`` as ``notes`` and shown on the page beside each
+  verdict.
 
 The command-line scripts write the same object into a results folder (:meth:`ClaimResult.write`), so a verdict in a
 notebook and on the results page come from one computation. In Jupyter the object shows itself as its verdict table
@@ -40,6 +44,7 @@ class ClaimResult:
     figures: dict[str, Any] = field(default_factory=dict)
     figure_options: dict[str, dict] = field(default_factory=dict)  # size of each figure's PNG (width, height)
     files: dict[str, Any] = field(default_factory=dict)  # other files: name -> text or bytes (a report page)
+    notes: list[str] = field(default_factory=list)  # what the model given was found to be (model.state)
 
     # --- filled in by the claim's measure / judge / figure parts ---
     def figure(self, fig, stem: str, **options) -> None:
@@ -86,7 +91,8 @@ class ClaimResult:
 
     def __str__(self) -> str:
         head = f"{self.name}" + (f" on {self.model}" if self.model else "")
-        return f"{head}\n{claims_table(self.claims)}"
+        notes = "".join(f"\nnote: {n}" for n in self.notes)
+        return f"{head}{notes}\n{claims_table(self.claims)}"
 
     def _repr_html_(self) -> str:
         rows = "".join(
@@ -100,8 +106,9 @@ class ClaimResult:
         figs = ", ".join(html.escape(s) for s in self.figures) or "none"
         tables = ", ".join(html.escape(s) for s in self.tables) or "none"
         title = html.escape(self.name + (f" on {self.model}" if self.model else ""))
+        notes = "".join(f"<div style='color:#9a6700'>note: {html.escape(n)}</div>" for n in self.notes)
         return (
-            f"<div><b>{title}</b>: {', '.join(f'{n} {v}' for v, n in self.counts().items())}"
+            f"<div><b>{title}</b>: {', '.join(f'{n} {v}' for v, n in self.counts().items())}{notes}"
             "<table><tr><th style='text-align:left'>claim and rule</th><th style='text-align:left'>verdict</th>"
             f"<th style='text-align:left'>why</th></tr>{rows}</table>"
             f"<div style='color:#57606a'>figures: {figs} (<code>.show()</code>); tables: {tables} "
@@ -111,8 +118,8 @@ class ClaimResult:
     # --- into a results folder ---
     def write(self, out, context: dict | None = None) -> None:
         """Write the tables, figures and ``summary.json`` (:attr:`numbers` with ``context`` — the model, the prompts,
-        the heads as the command chose them — over them) into ``out`` (:class:`~gpt2_posheads.cli.output.Output`), and
-        commit it."""
+        the heads as the command chose them — over them, and :attr:`notes` as ``notes``) into ``out``
+        (:class:`~gpt2_posheads.cli.output.Output`), and commit it."""
         for stem, df in self.tables.items():
             out.csv(df, stem)
         for stem, fig in self.figures.items():
@@ -123,5 +130,7 @@ class ClaimResult:
                 p.write_bytes(body)
             else:
                 p.write_text(body, encoding="utf-8")
-        out.summary({**self.numbers, **(context or {})}, self.claims)
+        out.summary(
+            {**self.numbers, **(context or {}), **({"notes": list(self.notes)} if self.notes else {})}, self.claims
+        )
         out.commit()

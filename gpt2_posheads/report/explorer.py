@@ -69,6 +69,7 @@ from ..analysis.scores import raw_scores_from_qk
 from ..model.attention import QKCapture, attn_scale
 from ..model.forward import run_until
 from ..model.identity import has_learned_positions, position_kind
+from ..model.state import measures_caller_model
 from ..model.tokens import model_device, to_token_list
 from ..model.validation import UsageError, head_name
 
@@ -111,6 +112,7 @@ class ExplorerContext:
     unavailable: dict[str, str] = field(default_factory=dict)
 
 
+@measures_caller_model
 def explorer_context(
     model, prompts: Sequence[Prompt] | None = None, aggregator: tuple[int, int] | None = None, ext_prompts: int = 8
 ) -> ExplorerContext:
@@ -271,6 +273,7 @@ def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None
     return _pack(pat, raw, na)
 
 
+@measures_caller_model
 def explorer_data(
     model,
     prompts: Sequence[Prompt],

@@ -157,9 +157,10 @@ TELLS = {
 }
 
 
-def _cell(c: Claim | None, when: str, source: str = "") -> str:
+def _cell(c: Claim | None, when: str, source: str = "", notes=()) -> str:
     """A claim's cell: the verdict, the head, the tested number, the reason (the rule's comparison, with its
-    threshold), when it was measured, and the measured values in a fold."""
+    threshold), the run's notes on the model measured (``summary.json``'s ``notes``: training mode, its own hooks, its
+    dtype), when it was measured, and the measured values in a fold."""
     if c is None:
         return '<td class="none">not measured</td>'
     v = c.verdict
@@ -175,8 +176,9 @@ def _cell(c: Claim | None, when: str, source: str = "") -> str:
     return (
         f'<td><span class="v" style="background:{VERDICT_COLOURS.get(v, "#444")}">{html.escape(v)}</span>{head}'
         + (f'<div class="m">{html.escape(shown)}</div>' if shown else "")
-        + f'<div class="why">{html.escape(c.why)}</div>{fold}'
-        f'<div class="when">measured {html.escape(when)}</div>{src}</td>'
+        + f'<div class="why">{html.escape(c.why)}</div>'
+        + "".join(f'<div class="why">note: {html.escape(str(n))}</div>' for n in notes)
+        + f'{fold}<div class="when">measured {html.escape(when)}</div>{src}</td>'
     )
 
 
@@ -323,6 +325,7 @@ def index_html(
                         cells[k][m][0] if m in cells[k] else None,
                         _when(cells[k][m][1]) if m in cells[k] else "",
                         cells[k][m][1].get("prompt_source", "") if m in cells[k] else "",
+                        (cells[k][m][1].get("notes") or ()) if m in cells[k] else (),
                     )
                     for m in cols
                 )

@@ -32,6 +32,7 @@ from ..analysis.repeat_prompt import repeat_string_prompt, single_token_target
 from ..analysis.scores import LABEL_THRESHOLD, attention_scores, classify_prev_heads, score_profile
 from ..analysis.sources import path_ablation
 from ..model.identity import has_learned_positions
+from ..model.state import measures_caller_model
 from ..model.validation import head_name, parse_head
 
 REPEAT_TARGETS = {
@@ -112,6 +113,7 @@ class PosheadsCache:
         return self.tensors[f"repeat.{name}.probs"]
 
 
+@measures_caller_model
 def build_cache(
     model,
     prompts: torch.Tensor,

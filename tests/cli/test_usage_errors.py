@@ -70,6 +70,8 @@ PRELOAD = [
     ("l4h11_edit", M + ["--target", " ninja turtle"], "--target", "three words"),
     ("l4h11_edit", M + ["--factors", "1,x"], "--factors", "numbers"),
     ("l4h11_edit", M + ["--factors", "1,3"], "--factors", "lacks 2"),
+    ("l4h11_edit", M + ["--factors", "1e308,2"], "--factors", "1e+308 is out of range; allowed 0..1e6"),
+    ("l4h11_edit", M + ["--factors", "inf,2"], "--factors", "inf is not a finite number"),
     (
         "train_mini_gpt2",
         ["--out", "{d}/new", "--d-model", "100", "--n-heads", "3", "--no-png"],

@@ -118,3 +118,56 @@ def test_a_prompts_path_that_is_not_a_file_is_refused_before_it_is_read(kind, sa
     """A FIFO would block the read forever: it is refused from what the path is, before any read."""
     line = one_line("rank_prev_heads", M + ["--prompts", odd_paths[kind], "--out", str(tmp_path / "o")], capsys)
     assert line.startswith(f"error: --prompts: {odd_paths[kind]} is {says}, not a file or folder"), line
+
+
+def _integer_options() -> dict[str, list[str]]:
+    """``{command: [its integer options]}``, read off the parser each command builds (caught before it parses)."""
+    import argparse
+
+    from gpt2_posheads.commands import commands
+
+    found, captured = {}, {}
+
+    def grab(self, *a, **k):
+        captured["p"] = self
+        raise SystemExit(0)
+
+    real = argparse.ArgumentParser.parse_args
+    argparse.ArgumentParser.parse_args = grab
+    try:
+        for name in commands():
+            with pytest.raises(SystemExit):
+                load_script(name).main([])
+            actions = captured.pop("p")._actions
+            found[name] = [a.option_strings[-1] for a in actions if getattr(a.type, "__name__", "") == "int"]
+    finally:
+        argparse.ArgumentParser.parse_args = real
+    return {name: opts for name, opts in found.items() if opts}
+
+
+def test_an_integer_past_int64_names_the_options_own_range(tmp_path, capsys, no_model_load):
+    """Every integer option of every command given 2**64 (past what torch takes, ``--every 100000000000000000000``):
+    one line naming that option and the range it takes, never int64's (-9223372036854775808..., which holds values
+    the option refuses), before any model loads."""
+    huge, wrong = str(2**64), {}
+    for name, options in _integer_options().items():
+        if name.startswith("toy_"):
+            base = ["--quick", "--no-png", "--out", str(tmp_path / "out")]
+        elif name == "train_mini_gpt2":
+            base = ["--out", str(tmp_path / "new"), "--no-png"]
+        elif name == "head_atlas":
+            base = ["--model-dirs", str(MINI_DIR)]
+        else:
+            base = M + ["--out", str(tmp_path / "out")]
+        for option in options:
+            with pytest.raises(SystemExit) as e:
+                main_entry(load_script(name).main, base + [option, huge])
+            err = capsys.readouterr().err.strip().splitlines()
+            ok = e.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {option}: {huge} is out of range")
+            if not ok or str(-(2**63)) in err[0]:
+                wrong[f"{name} {option}"] = err
+    assert not wrong, wrong
+    line = one_line("mask_prev_attention", M + ["--every", str(10**20), "--out", str(tmp_path / "o")], capsys)
+    assert line == f"error: --every: {10**20} is out of range; allowed 2..{2**63 - 1} (what torch takes)", line
+    line = one_line("mask_prev_attention", M + ["--layers", f"0,{10**20}", "--out", str(tmp_path / "o")], capsys)
+    assert line == f"error: --layers: {10**20} is out of range; allowed 0..3", line

@@ -125,6 +125,16 @@ def test_every_claim_gets_its_known_verdict(name, compiled_dir, claim_runs):
     assert not wrong, wrong
 
 
+def test_a_model_without_previous_token_heads_is_said_so(compiled_dir, claim_runs):
+    """lookalike-none has no head whose greatest diagonal is the previous token: its ranking claims are not held
+    because of that, said as such (not as a ratio that "is inf, not a finite number")."""
+    got = claim_runs("lookalike-none")
+    for key in ("sharp_prev_head", "sharpest_stands_alone"):
+        claim = got[("rank_prev_heads", key)]
+        assert claim["verdict"] == "not held" and claim["why"].startswith("no previous-token head: no head's greatest")
+        assert "inf" not in claim["why"] and claim["shown"] == "no previous-token head"
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_every_model_gets_its_route_conclusion(name, compiled_dir, claim_runs):
     """The route conclusion drawn from the scripts' records (as the page draws it from their summary.json files)."""

@@ -27,17 +27,47 @@ from ...analysis.repeat_prompt import RepeatPrompt, edit_mapping, split_words
 from ...claims.gpt2_post import judge_claim, model_copies, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition
 from ...cli.heads import HeadDefault
-from ...model.validation import UsageError, head_name
+from ...model.state import measures_caller_model
+from ...model.validation import NonFiniteError, UsageError, head_name
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, as_run, repeat_prompts
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="the previous-token head to edit (the first is used)")
 CLAIM_KEYS = ("edit_moves_copy",)
+# The largest output factor: the post scales by 2. A head's output scaled a millionfold already outweighs every other
+# write to the residual stream many times over, and far larger factors only reach float32's range (LayerNorm squares
+# the residual: past ~1e19 that is infinite), which measures the arithmetic, not the edit.
+MAX_FACTOR = 1e6
+
+
+def check_factors(factors, param: str = "factors") -> list[float]:
+    """``factors`` as floats, each a finite number in ``0..MAX_FACTOR``, 2 (the post's) among them; else a one-line
+    :class:`~gpt2_posheads.model.validation.UsageError` naming ``param`` (``--factors`` for the command)."""
+    example = "e.g. 1,2,3" if param.startswith("--") else "e.g. (1, 2, 3)"
+    try:
+        values = [float(f) for f in factors]
+    except (TypeError, ValueError):
+        raise UsageError(param, f"{factors!r} is not a list of numbers", "numbers >= 0", example) from None
+    top = f"{MAX_FACTOR:.0e}".replace("e+0", "e")
+    for f in values:
+        if not 0 <= f <= MAX_FACTOR:  # NaN fails too
+            raise UsageError(
+                param,
+                f"{f:g} is out of range",
+                f"allowed 0..{top} (the post's factor is 2)",
+                "a larger factor swamps the residual stream, and far larger ones overflow float32 (NaN logits)",
+            )
+    if 2.0 not in values:
+        raise UsageError(param, f"{values} lacks 2", "include 2 (the post's factor)", example)
+    return values
 
 
 def measure(model, rp: RepeatPrompt, head: tuple[int, int], factors: list[float]) -> list[dict]:
     """One row per condition (clean, then the edit at each factor): ``condition``, ``factor`` (``None`` clean),
-    ``P(<second word>)``, ``P(<third word>)`` (the next token after the prompt) and ``top5`` (token, probability)."""
+    ``P(<second word>)``, ``P(<third word>)`` (the next token after the prompt) and ``top5`` (token, probability).
+
+    An edited condition whose logits are not finite is that row's failure, not the model's: its probabilities are NaN
+    and ``not_measured`` says why; the other rows are measured (the clean pass failing is the model's, and raises)."""
     l, h = head
     tok = model.tokenizer
     ids = {w: tok(w, add_special_tokens=False)["input_ids"][0] for w in (rp.words[1], rp.words[2])}
@@ -54,7 +84,12 @@ def measure(model, rp: RepeatPrompt, head: tuple[int, int], factors: list[float]
     mapping = edit_mapping(rp)
     for f in factors:
         hooks = hooks_for(model, edit_head_pattern(l, h, mapping), scale_head_output(l, h, f))
-        rows.append(row(f"edit, output x{f:g}", f, next_token_probs(model, rp.tokens, hooks)[0]))
+        condition = f"edit, output x{f:g}"
+        try:
+            rows.append(row(condition, f, next_token_probs(model, rp.tokens, hooks)[0]))
+        except NonFiniteError as e:
+            nan = {f"P({w.strip()})": float("nan") for w in ids}
+            rows.append({"condition": condition, "factor": f, **nan, "top5": [], "not_measured": f"{condition}: {e}"})
     return rows
 
 
@@ -67,6 +102,7 @@ def judge(run: ModelRun, head: tuple[int, int], rp: RepeatPrompt, rows: list[dic
     pre = [
         model_copies({f"P({s} | {rp.words[0].strip()})": rows[0][f"P({s})"]}),
         prev_head_precondition(name, run.diag[l, h]),
+        Precondition("the edit with output x2 is measured", "not_measured" not in x2, x2.get("not_measured", "")),
     ]
     return judge_claim(
         "edit_moves_copy",
@@ -87,6 +123,7 @@ def no_prompt_claim(why: str) -> Claim:
     return judge_claim("edit_moves_copy", {"no_prompt": why}, value=(float("nan"),) * 3, preconditions=pre)
 
 
+@measures_caller_model
 def l4h11_edit(
     model=None,
     prompts=None,
@@ -106,7 +143,9 @@ def l4h11_edit(
         heads: the head to edit (the first is used): an ``"L4H11"``-style name, a ``(layer, head)`` pair or
             ``"auto:N"`` (default: the aggregator, the model's sharpest previous-token head; L4H11 on GPT-2 small).
         target: three words to repeat (each keeps its leading space).
-        factors: output scale factors, each >= 0; must include 2 (the post's).
+        factors: output scale factors, each in ``0..MAX_FACTOR`` (1e6); must include 2 (the post's). A factor whose
+            edited logits are not finite on this model leaves that row not measured (NaN, with the reason in
+            ``not_measured``); the claim is judged on the x2 row.
         seed: the seed of the repeat-string prompt's demonstrations.
         run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (prompts and ranking once).
 
@@ -115,11 +154,7 @@ def l4h11_edit(
         (``target`` as used, ``prompt``, ``mapping`` ``{query position: key position}``, ``mapping_tokens``,
         ``rows``: per condition the two probabilities and the top 5), ``figures`` (``l4h11_edit``).
     """
-    factors = [float(f) for f in factors]
-    if any(f < 0 for f in factors):
-        raise UsageError("factors", f"{factors} has a negative factor", "numbers >= 0")
-    if 2.0 not in factors:
-        raise UsageError("factors", f"{factors} lacks 2", "include 2 (the post's factor)", "e.g. (1, 2, 3)")
+    factors = check_factors(factors)
     if not isinstance(target, str) or len(split_words(target)) != 3:
         raise UsageError(
             "target", f"{target!r} is not three words", "exactly three words", "e.g. ' ninja turtle pirate'"

@@ -24,6 +24,7 @@ from ...claims.gpt2_post import judge_claim, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition
 from ...cli.args import note, submatrix
 from ...cli.heads import HeadDefault
+from ...model.state import measures_caller_model
 from ...model.validation import head_name
 from ...report.plotting import attention_panels
 from ..result import ClaimResult
@@ -84,6 +85,7 @@ def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> C
     )
 
 
+@measures_caller_model
 def ext_pos_averaging(
     model=None,
     prompts=None,

@@ -38,6 +38,7 @@ from ...claims.verdicts import Claim, Precondition
 from ...cli.args import note
 from ...cli.experiment import wpos_reason
 from ...model.identity import position_kind
+from ...model.state import measures_caller_model
 from ...model.validation import check_layer
 from ...report.plotting import line_figure
 from ..result import ClaimResult
@@ -236,6 +237,7 @@ def figure(m: dict, layer: int, k: int, label: str) -> dict:
     return figs
 
 
+@measures_caller_model
 def ext_pos_vs_wpe(
     model=None,
     *,

@@ -25,6 +25,7 @@ from ...claims.gpt2_post import judge_claim
 from ...claims.verdicts import Claim, Precondition
 from ...cli.args import note
 from ...cli.experiment import wpos_reason
+from ...model.state import measures_caller_model
 from ...model.validation import check_layer
 from ...report.plotting import scatter3d_positions
 from ..result import ClaimResult
@@ -88,6 +89,7 @@ def figure(evr: list[float], points: torch.Tensor, title: str):
     return scatter3d_positions({"positions": points}, title=title, axis_titles=labels)
 
 
+@measures_caller_model
 def pos_embed_helix(
     model=None,
     *,

@@ -22,6 +22,7 @@ from ...claims.gpt2_post import MASK_EVERY, judge_claim, layer_above, prev_head_
 from ...claims.verdicts import Precondition
 from ...cli.args import submatrix
 from ...cli.heads import HeadDefault
+from ...model.state import measures_caller_model
 from ...model.validation import head_name
 from ...report.plotting import attention_panels
 from ..result import ClaimResult
@@ -64,6 +65,7 @@ def preconditions(run: ModelRun, head: tuple[int, int], layers: list[int], every
     return pre
 
 
+@measures_caller_model
 def mask_prev_attention(
     model=None,
     prompts=None,

@@ -23,6 +23,7 @@ from ...claims.gpt2_post import CLAIMS, ROUTE
 from ...claims.organism import REFERENCE_HELDOUT, heldout_stream, organism_targets
 from ...claims.record import SummaryError, read_summary
 from ...claims.verdicts import Claim
+from ...model.state import measures_caller_model
 from ...organism.data import split_docs
 from ...report.plotting import heatmap
 from ..result import ClaimResult
@@ -102,6 +103,7 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+@measures_caller_model
 def mini_gpt2_report(
     model=None,
     *,

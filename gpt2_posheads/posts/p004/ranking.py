@@ -33,7 +33,8 @@ from ...claims.gpt2_post import judge_claim
 from ...claims.verdicts import Claim, Precondition
 from ...model.fastpath import ENGINES
 from ...model.identity import is_gpt2_small
-from ...model.precision import resolve_bf16
+from ...model.precision import reduced_precision, resolve_bf16
+from ...model.state import measures_caller_model
 from ...model.tokens import model_device
 from ...model.traced import ENGINE as NNSIGHT
 from ...model.traced import is_traced
@@ -84,15 +85,20 @@ def measure(
     return rank_from_diagonals(diag), diag, int(diag.shape[-1])
 
 
-def float32_masses(bf16_used: bool) -> Precondition:
+def float32_masses(bf16_used: bool, model=None) -> Precondition:
     """The rules judge diagonal masses computed in float32. bfloat16 matmuls (8 bits of mantissa in every query and
     key) moved the masses of the shipped compiled models' sharp heads by up to 0.5 and turned 4 of their 18 ranking
-    verdicts (``benchmarks/bench_rank_heads.py --verdicts``): a bfloat16 ranking is for looking, not judging."""
+    verdicts (``benchmarks/bench_rank_heads.py --verdicts``): a bfloat16 ranking is for looking, not judging. The
+    same holds for a model whose weights are bfloat16 or float16 (the precision policy,
+    :func:`~gpt2_posheads.model.precision.reduced_precision`: ``bf16_used`` the pass's own bfloat16, ``model`` the
+    model measured)."""
+    reduced = reduced_precision(bf16_used, model)
+    cause, fix = reduced or ("", "")
     return Precondition(
         "diagonal masses computed in float32",
-        not bf16_used,
-        "the diagonal masses were computed with bfloat16 matmuls, which moved sharp heads' masses by up to 0.5 on the "
-        "shipped compiled models and turned 4 of their 18 verdicts; rank without bf16 to judge",
+        reduced is None,
+        f"the diagonal masses were {cause}, which moved sharp heads' masses by up to 0.5 on the shipped compiled "
+        f"models and turned 4 of their 18 verdicts; {fix}",
     )
 
 
@@ -180,6 +186,7 @@ def figure(ranking: pd.DataFrame, diag: torch.Tensor, n_layers: int, n_heads: in
     return {"ratio_grid": ratio_grid, "diagonal_masses": masses}
 
 
+@measures_caller_model
 def rank_prev_heads(
     model=None,
     prompts: torch.Tensor | None = None,
@@ -201,8 +208,9 @@ def rank_prev_heads(
             there).
         batch_size: prompts per forward pass.
         bf16: bfloat16 matmuls (softmax, LayerNorm and the residual in float32) for a faster look at the ranking;
-            its claims are then not testable (:func:`float32_masses`: sharp heads' masses move by up to 0.5). Float32
-            where the CPU has no native bfloat16, said once.
+            its claims are then not testable (:func:`float32_masses`: sharp heads' masses move by up to 0.5), as
+            they are on a model whose weights are bfloat16 or float16. Float32 where the CPU has no native bfloat16,
+            said once.
         engine: ``"auto"`` (the hook-free fast path where it reproduces the model), ``"fast"``, ``"hooks"``, or
             ``"nnsight"`` (every pattern reduced inside an nnsight trace; the engine of a traced model).
         progress: a progress bar over the batches.
@@ -254,7 +262,7 @@ def rank_prev_heads(
         raise
     # what the pass ran in: the engine's own resolution (native units, or forced by the environment)
     bf16_used = engine != NNSIGHT and resolve_bf16(bf16, model_device(run.model))
-    result.claims = judge(ranking, [float32_masses(bf16_used)])
+    result.claims = judge(ranking, [float32_masses(bf16_used, run.model)])
     gpt2 = is_gpt2_small(run.model)
     # the post's per-head ratios belong to GPT-2 small's heads only, never to another model's head of that name
     top = [

@@ -41,6 +41,7 @@ from ...claims.verdicts import Claim, Precondition
 from ...cli.args import note
 from ...cli.heads import HeadDefault
 from ...model.identity import is_gpt2_small
+from ...model.state import measures_caller_model
 from ...model.validation import UsageError, head_name
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, as_run
@@ -203,6 +204,7 @@ def judge_in_layer0(agg: tuple[int, int], pre_agg: list[Precondition], named_pre
     ]
 
 
+@measures_caller_model
 def prev_head_sources(
     model=None,
     prompts=None,

@@ -30,6 +30,7 @@ from ...claims.gpt2_post import judge_claim, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition
 from ...cli.args import submatrix
 from ...cli.heads import HeadDefault
+from ...model.state import measures_caller_model
 from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ...report.plotting import heatmap_grid
 from ..result import ClaimResult
@@ -109,6 +110,7 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
     return claims, {"aggregator": agg, "early_prev_heads": early[COLUMNS]}
 
 
+@measures_caller_model
 def raw_scores_taxonomy(
     model=None,
     prompts=None,

@@ -33,6 +33,7 @@ from ...claims.verdicts import Claim, Precondition
 from ...cli.args import note
 from ...cli.experiment import wpos_reason
 from ...cli.heads import HeadDefault
+from ...model.state import measures_caller_model
 from ...model.validation import head_name
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, as_run, repeat_prompts
@@ -182,6 +183,7 @@ def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:
     return fig
 
 
+@measures_caller_model
 def pos_embed_averaging(
     model=None,
     prompts: torch.Tensor | None = None,

@@ -1,0 +1,176 @@
+"""The caller's model as a measurement finds it: its training flag, the hooks it carries, the dtype of its weights.
+
+A model handed to a library function is the caller's object, in whatever state the caller left it. Three states
+change what a measurement measures, and none may do so silently:
+
+* **training mode** (``model.train()``): dropout makes two passes on the same prompts differ, so two calls give two
+  rankings. Every measurement runs in eval mode, as the rules assume; the caller's flags (module by module) are
+  handed back afterwards, on an exception too, and the result says the model was in training mode;
+* **hooks the caller attached** (``model.add_hook(...)``, a ``with model.hooks(...)`` block): they may be the
+  experiment (a head zeroed, a pattern edited), so they are measured with, never removed, and named in the result.
+  The hook-free fast path would skip them, so it is not used while the model carries any
+  (:func:`~gpt2_posheads.model.fastpath.fast_forward`);
+* **bfloat16 or float16 weights**: the one precision policy of :mod:`~gpt2_posheads.model.precision`
+  (:func:`~gpt2_posheads.model.precision.reduced_precision`) names the dtype; the claims it is known to move are
+  ``not testable``.
+
+:func:`caller_model` is the context manager every measurement entry point runs under; :func:`measures_caller_model`
+makes a public function one. Entry points nest (a claim function calls the analyses): only the outermost reads the
+state and reports it — into a result's ``notes`` (a :class:`~gpt2_posheads.posts.result.ClaimResult`), or as one
+:class:`ModelStateWarning` per note for a function that returns plain numbers.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from .precision import reduced_precision
+
+
+class ModelStateWarning(UserWarning):
+    """A library function measured a model that was in training mode, carried hooks, or held half-precision
+    weights (the message says which and what was done)."""
+
+
+# The 4.x bridge wires some hook points to others with permanent hooks of its own (OPT's MLP:
+# ``blocks.0.mlp.in.hook_in`` feeds ``blocks.0.hook_mlp_out``): the model's plumbing from loading, not a caller's.
+_BRIDGE_WIRING = "transformer_lens.model_bridge"
+
+
+def _callers(handle) -> bool:
+    fn = getattr(handle, "user_hook", None)
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return not str(getattr(fn, "__module__", "") or "").startswith(_BRIDGE_WIRING)
+
+
+def caller_hooks(model) -> tuple[str, ...]:
+    """The names of the TransformerLens hook points on which ``model`` carries forward hooks: the caller's own
+    (``model.add_hook``, permanent or not, or a ``with model.hooks(...)`` block around the call), not the bridge's own
+    wiring. Empty for a model with none, and for anything that is not a TransformerLens model (a traced model, stored
+    activations). A hook point listed under several names (the 4.x bridge's aliases) is named once, by its own name."""
+    hook_dict = getattr(model, "hook_dict", None)
+    if not isinstance(model, torch.nn.Module) or not isinstance(hook_dict, dict):
+        return ()
+    seen: set[int] = set()
+    names = []
+    for name, point in hook_dict.items():
+        if id(point) in seen:
+            continue
+        seen.add(id(point))
+        if any(_callers(h) for h in getattr(point, "fwd_hooks", None) or ()):
+            names.append(getattr(point, "name", None) or name)
+    return tuple(names)
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """What a measurement found the caller's model to be: ``training`` (any module in training mode), ``hooks``
+    (:func:`caller_hooks`) and ``precision`` (:func:`~gpt2_posheads.model.precision.reduced_precision` of its
+    weights: ``(cause, fix)``, or ``None`` for float32)."""
+
+    training: bool
+    hooks: tuple[str, ...]
+    precision: tuple[str, str] | None
+
+    @classmethod
+    def of(cls, model) -> ModelState:
+        training = any(m.training for m in model.modules()) if isinstance(model, torch.nn.Module) else False
+        return cls(training, caller_hooks(model), reduced_precision(model=model))
+
+    def notes(self) -> list[str]:
+        """One sentence per state that is not the measurement's own (empty for a float32 model in eval mode with no
+        hooks)."""
+        out = []
+        if self.training:
+            out.append(
+                "the model was in training mode (model.train()): measured in eval mode (no dropout), as the rules "
+                "assume, and handed back in training mode"
+            )
+        if self.hooks:
+            out.append(
+                f"measured with the hooks the model carries on {', '.join(self.hooks)} (they stay on the model; "
+                "model.reset_hooks(including_permanent=True) removes them)"
+            )
+        if self.precision is not None:
+            cause, fix = self.precision
+            out.append(f"the numbers were {cause}; {fix}")
+        return out
+
+
+_LOCK = threading.Lock()
+_ACTIVE: dict[int, list] = {}  # id(model) -> [state, depth, the modules' training flags as the caller left them]
+
+
+@contextmanager
+def caller_model(model) -> Iterator[ModelState | None]:
+    """Measure ``model`` as given, in eval mode: yields its :class:`ModelState` as the caller left it, or ``None``
+    inside another measurement of the same model (the outermost reports) and for anything that is not a torch
+    module (a traced model, stored activations). On leaving the outermost, every module's training flag is what the
+    caller had, whatever happened inside. Hooks and weights are left as they are."""
+    if not isinstance(model, torch.nn.Module):
+        yield None
+        return
+    key = id(model)
+    with _LOCK:
+        entry = _ACTIVE.get(key)
+        outermost = entry is None
+        if outermost:
+            flags = [(m, m.training) for m in model.modules()]
+            entry = _ACTIVE[key] = [ModelState.of(model), 0, flags]
+            if entry[0].training:
+                model.eval()
+        entry[1] += 1
+    try:
+        yield entry[0] if outermost else None
+    finally:
+        with _LOCK:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del _ACTIVE[key]
+                for m, was in entry[2]:
+                    m.training = was
+
+
+def _model_of(bound: inspect.BoundArguments):
+    """The model a call measures: its ``model`` argument, else its ``run``'s model."""
+    model = bound.arguments.get("model")
+    run = bound.arguments.get("run")
+    if model is None and run is not None:
+        model = getattr(run, "model", None)
+    return model
+
+
+def measures_caller_model(fn: Callable) -> Callable:
+    """``fn`` (a public function taking ``model`` or ``run``) run under :func:`caller_model`; what the model's state
+    makes worth saying goes into the returned object's ``notes`` when it has that list (a claim result), else it is
+    warned (:class:`ModelStateWarning`, one per note, naming ``fn``)."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            model = _model_of(signature.bind_partial(*args, **kwargs))
+        except TypeError:  # the call itself is wrong: let fn say so
+            return fn(*args, **kwargs)
+        with caller_model(model) as state:
+            out = fn(*args, **kwargs)
+        notes = state.notes() if state is not None else []
+        if notes:
+            kept = getattr(out, "notes", None)
+            if isinstance(kept, list):
+                kept.extend(n for n in notes if n not in kept)
+            else:
+                for n in notes:
+                    warnings.warn(f"{fn.__name__}: {n}", ModelStateWarning, stacklevel=2)
+        return out
+
+    return wrapper
