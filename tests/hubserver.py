@@ -34,6 +34,7 @@ import json
 import os
 import random
 import select
+import shutil
 import socket
 import sys
 import tempfile
@@ -1064,21 +1065,27 @@ def write_openwebtext_parquet(out: str | os.PathLike, documents: list[str]) -> P
     return out
 
 
-def _random_gpt2_folder(out: Path) -> Path:
-    """A small random GPT-2 with the real tokenizer, for when the GPT-2 stand-in builder is not available."""
-    from gpt2_posheads import make_random_model_dir
-
-    return make_random_model_dir(out, n_layers=2, n_heads=4, d_model=64, n_ctx=128)
-
-
 def gpt2_folder(out: str | os.PathLike) -> Path:
-    """The folder served as ``gpt2``: the package's GPT-2-small stand-in."""
-    out = Path(out)
+    """The folder served as ``gpt2``: the package's GPT-2-small stand-in (``gpt2_posheads.organism.standin``).
+
+    It is deterministic and takes half a minute to build, so a built copy is kept in the compiled models' folder
+    (``gpt2_posheads.model.paths.models_dir``), under a name that carries a digest of the code that builds it: a
+    change to that code builds a new one. ``out`` is used when that folder cannot be written."""
+    from gpt2_posheads.model.paths import models_dir
+    from gpt2_posheads.organism import compiled, generator, standin
+
+    digest = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (compiled, generator, standin)))
+    keep = models_dir() / f"gpt2-standin-{digest.hexdigest()[:12]}"
+    if keep.is_dir():  # only ever a whole build, renamed into place
+        return keep
+    staging = keep.with_name(f".{keep.name}.partial-{os.getpid()}")
     try:
-        from gpt2_posheads.organism.standin import write_standin
-    except ImportError:
-        return _random_gpt2_folder(out)
-    return Path(write_standin(out))
+        standin.write_standin(staging)
+        staging.rename(keep)
+        return keep
+    except OSError:  # no writable models folder, or another process renamed its build first
+        shutil.rmtree(staging, ignore_errors=True)
+        return keep if keep.is_dir() else Path(standin.write_standin(Path(out)))
 
 
 def standard_content(server: HubServer, workdir: str | os.PathLike, shared_dir: str | os.PathLike) -> HubServer:

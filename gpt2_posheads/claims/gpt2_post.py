@@ -36,12 +36,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..analysis.diagonals import CLEAR_PREV_RATIO, is_clear_prev, prev_token_stats
-from .verdicts import Claim, Precondition, Rule, at_least, at_most, judge, predicate, within
+from .verdicts import Claim, Precondition, Rule, at_least, at_most, finite, judge, predicate, within
 
 # model-level preconditions, shared by several scripts
 COPY_THRESHOLD = 0.5  # P(right continuation) on the repeat-string prompt for "the model copies"
 SHARP_RATIO = 0.10  # "almost exclusively the previous token": L4H11 0.01, while the next head (L5H6) is at 0.18
 KEEP = 0.80  # "unaffected", "pretty much unchanged": at least 80% kept
+POS_GROUP = 10  # W_pos group size of the averaging the route conclusion reads (the post's)
 HALF = 0.50  # "disrupted", "relies on": at least half of the previous-token attention gone
 MASK_EVERY = 5  # the post's masking of p-1: every 5th query
 BREAK_KL = 0.1  # nats per token: "performance breaks down" (random models move < 0.01 at groups of 100)
@@ -59,13 +60,6 @@ class ClaimSpec:
     rule: Rule
     tells: str = DESCRIBES  # ROUTE: tells the post's route from a head that reads W_pos; DESCRIBES: holds on both
     why_kind: str = ""  # why it is (or is not) a route claim, in a sentence
-
-
-def _finite(x) -> bool:
-    try:
-        return math.isfinite(float(x))
-    except (TypeError, ValueError):
-        return False
 
 
 def _edit_moves_copy(v) -> tuple[bool, str]:
@@ -102,11 +96,11 @@ def _sharp(v) -> tuple[bool, str]:
 def _stands_alone(v) -> tuple[bool, str]:
     """``v``: ``(sharpest ratio, next previous-token head's ratio or None)``."""
     first, second = v
-    if not _finite(first):  # inf: no previous-token head (a NaN never reaches a rule)
+    if not finite(first):  # inf: no previous-token head (a NaN never reaches a rule)
         return False, NO_PREV_HEAD
     if first > SHARP_RATIO:
         return False, f"the sharpest ratio {first:.3g} is not sharp (> {SHARP_RATIO:g})"
-    if second is None or not _finite(second):
+    if second is None or not finite(second):
         return True, f"ratio {first:.3g}, and no other previous-token head"
     ok = second > SHARP_RATIO and second >= 5 * first
     times = f"{second / first:.3g}x" if first > 0 else "infinitely"
@@ -117,12 +111,40 @@ def _stands_alone(v) -> tuple[bool, str]:
     )
 
 
+def built_from_below(name: str, layer: int, drop_below: float, relayed: float | None) -> tuple[bool, str]:
+    """The relay-aware rule of ``aggregator_above_layer0`` as a pure function: ``(held, why)``.
+
+    Held if the head sits in layer >= 1, removing what the layers below write lowers its previous-token mass by >=
+    half (``drop_below``), and feeding the layers below ``W_pos`` averaged in groups of 10 (their writes patched into
+    the head's inputs, its own ``W_pos`` left alone) lowers it by at most 1 - 80% = 20% (``relayed``): what the
+    layers below give it is computed, not ``W_pos`` passed on. ``relayed=None``: the model has no learned ``W_pos``,
+    so there is nothing to relay and ``drop_below`` decides alone.
+    """
+    if layer == 0:
+        return False, f"{name} sits in layer 0: it can only read the token and positional embeddings"
+    if not finite(drop_below):
+        return False, f"{name}: the drop without the layers below is {drop_below}, not a finite number"
+    below = f"without what layers 0-{layer - 1} write, {name}'s previous-token mass falls {drop_below:.0%}"
+    if drop_below < HALF:
+        return False, f"{below} (needs >= {HALF:.0%})"
+    if relayed is None:
+        return True, f"{below} (needs >= {HALF:.0%}); the model has no learned W_pos, so nothing is relayed"
+    if not finite(relayed):
+        return False, f"{below}; the drop with W_pos averaged below is {relayed}, not a finite number"
+    limit = 1 - KEEP
+    relay = (
+        f"with the layers below fed W_pos averaged in groups of {POS_GROUP}, it falls {relayed:.0%} (needs <= "
+        f"{limit:.0%}: what they give it must not be W_pos passed on)"
+    )
+    if 1 - relayed < KEEP:  # it keeps less than 80%
+        return False, f"{below} (needs >= {HALF:.0%}), but {relay}: the layers below relay W_pos"
+    return True, f"{below} (needs >= {HALF:.0%}); {relay}"
+
+
 def _built_from_below(v) -> tuple[bool, str]:
     """``v``: ``(name, layer, relative drop when everything the layers below write is removed[, relative drop when
     the layers below are fed W_pos averaged in groups of 10, None without learned W_pos])``: the relay-aware rule,
-    :func:`gpt2_posheads.claims.route.built_from_below` (imported here: that module reads this one's levels)."""
-    from .route import built_from_below
-
+    :func:`built_from_below`."""
     name, layer, drop = v[:3]
     return built_from_below(name, layer, drop, v[3] if len(v) > 3 else math.nan)
 
@@ -130,7 +152,7 @@ def _built_from_below(v) -> tuple[bool, str]:
 def _drops_half(v) -> tuple[bool, str]:
     """``v``: ``(clean, intervened)`` previous-token mass on the masked rows."""
     clean, new = v
-    if not (_finite(clean) and _finite(new)) or clean <= 0:
+    if not (finite(clean) and finite(new)) or clean <= 0:
         return False, f"previous-token mass on the masked rows {clean} -> {new}: nothing to compare"
     drop = 1 - new / clean
     return drop >= HALF, (
@@ -155,7 +177,7 @@ def _is_label(label: str):
 def _breaks_down(v) -> tuple[bool, str]:
     """``v``: ``(KL at groups of 20, KL at the largest group, largest group size)``."""
     kl20, kl_max, g = v
-    if not (_finite(kl20) and _finite(kl_max)):
+    if not (finite(kl20) and finite(kl_max)):
         return False, f"KL {kl20} at 20, {kl_max} at {g}: not finite"
     ok = g >= 50 and kl_max >= BREAK_KL and kl_max >= 2 * kl20
     return ok, (
@@ -167,7 +189,7 @@ def _breaks_down(v) -> tuple[bool, str]:
 def _hurts_early_more(v) -> tuple[bool, str]:
     """``v``: ``(JS of the early head, JS of the aggregator, share of the aggregator's previous-token mass kept)``."""
     js_e, js_a, keep = v
-    if not all(_finite(x) for x in v):
+    if not all(finite(x) for x in v):
         return False, f"JS {js_e} (early), {js_a} (aggregator), kept {keep}: not finite"
     ok = js_e >= DAMAGE_JS and js_e >= 2 * js_a and keep >= KEEP
     return ok, (
@@ -182,12 +204,12 @@ def _pools_early_heads(v) -> tuple[bool, str]:
     """``v``: dict with ``group_drop`` (relative drop with the early heads removed together), ``chance`` (median
     relative drop of random groups of as many heads from below), ``n_early``, ``n_groups``, ``top_single``."""
     g, chance = v["group_drop"], v["chance"]
-    if not _finite(g):
+    if not finite(g):
         return False, "the group drop is not a finite number"
-    ok = g >= HALF and (not _finite(chance) or g >= 2 * chance)
+    ok = g >= HALF and (not finite(chance) or g >= 2 * chance)
     chance_txt = (
         f"{chance:.0%} for {v['n_groups']} random groups of {v['n_early']} heads from below (needs >= 2x)"
-        if _finite(chance)
+        if finite(chance)
         else "no other heads below to compare with"
     )
     return ok, (

@@ -31,8 +31,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .gpt2_post import HALF, KEEP
-from .verdicts import HELD, NOT_HELD
+from .gpt2_post import HALF, KEEP, POS_GROUP
+from .verdicts import HELD, NOT_HELD, finite
 
 POST, BOOST, WPOS, RELAY, NONE, UNDETERMINED = "post", "boost", "wpos", "relay", "none", "undetermined"
 ROUTES: dict[str, str] = {
@@ -52,7 +52,6 @@ ROUTE_ROWS = (
     "mask_disrupts",
     "early_self_suppressing",
 )
-POS_GROUP = 10  # W_pos group size of the averaging the conclusion reads (the post's)
 
 
 @dataclass(frozen=True)
@@ -97,43 +96,6 @@ class RouteConclusion:
         }
 
 
-def _finite(x) -> bool:
-    try:
-        return math.isfinite(float(x))
-    except (TypeError, ValueError):
-        return False
-
-
-def built_from_below(name: str, layer: int, drop_below: float, relayed: float | None) -> tuple[bool, str]:
-    """The relay-aware rule of ``aggregator_above_layer0`` as a pure function: ``(held, why)``.
-
-    Held if the head sits in layer >= 1, removing what the layers below write lowers its previous-token mass by >=
-    half (``drop_below``), and feeding the layers below ``W_pos`` averaged in groups of 10 (their writes patched into
-    the head's inputs, its own ``W_pos`` left alone) lowers it by at most 1 - 80% = 20% (``relayed``): what the
-    layers below give it is computed, not ``W_pos`` passed on. ``relayed=None``: the model has no learned ``W_pos``,
-    so there is nothing to relay and ``drop_below`` decides alone.
-    """
-    if layer == 0:
-        return False, f"{name} sits in layer 0: it can only read the token and positional embeddings"
-    if not _finite(drop_below):
-        return False, f"{name}: the drop without the layers below is {drop_below}, not a finite number"
-    below = f"without what layers 0-{layer - 1} write, {name}'s previous-token mass falls {drop_below:.0%}"
-    if drop_below < HALF:
-        return False, f"{below} (needs >= {HALF:.0%})"
-    if relayed is None:
-        return True, f"{below} (needs >= {HALF:.0%}); the model has no learned W_pos, so nothing is relayed"
-    if not _finite(relayed):
-        return False, f"{below}; the drop with W_pos averaged below is {relayed}, not a finite number"
-    limit = 1 - KEEP
-    relay = (
-        f"with the layers below fed W_pos averaged in groups of {POS_GROUP}, it falls {relayed:.0%} (needs <= "
-        f"{limit:.0%}: what they give it must not be W_pos passed on)"
-    )
-    if 1 - relayed < KEEP:  # it keeps less than 80%
-        return False, f"{below} (needs >= {HALF:.0%}), but {relay}: the layers below relay W_pos"
-    return True, f"{below} (needs >= {HALF:.0%}); {relay}"
-
-
 def _record(records: Mapping[str, Mapping], key: str) -> Mapping | None:
     r = records.get(key)
     return r if isinstance(r, Mapping) else None
@@ -160,7 +122,7 @@ def kept_under_wpos_averaging(records: Mapping[str, Mapping], head: str) -> floa
     if not isinstance(measured, Mapping):
         return None
     pair = measured.get(f"{head} clean -> g{POS_GROUP}")
-    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(_finite(x) for x in pair):
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(finite(x) for x in pair):
         return None
     clean, averaged = (float(x) for x in pair)
     return averaged / clean if clean > 0 else None
@@ -175,9 +137,9 @@ def _above(records) -> tuple[int | None, float, float | None]:
         return None, math.nan, math.nan
     below = m.get("relative_drop_without_layers_below")
     relayed = m.get("relative_drop_wpos_averaged_below", math.nan)
-    below = float(below) if _finite(below) else math.nan
+    below = float(below) if finite(below) else math.nan
     if relayed is not None:
-        relayed = float(relayed) if _finite(relayed) else math.nan
+        relayed = float(relayed) if finite(relayed) else math.nan
     return int(m["layer"]), below, relayed
 
 
@@ -232,7 +194,7 @@ def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
     if layer is None:
         return done(UNDETERMINED, f"{head}'s layer and inputs were not measured (aggregator_above_layer0)")
 
-    if layer > 0 and not _finite(below):
+    if layer > 0 and not finite(below):
         return done(UNDETERMINED, f"{head} sits in layer {layer}, and removing the layers below was not measured")
     if kept < HALF:
         if layer == 0 or below < HALF:
@@ -241,7 +203,7 @@ def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
                 f"{head} loses {1 - kept:.0%} of its previous-token mass when W_pos is averaged, and "
                 + ("sits in layer 0" if layer == 0 else f"only {below:.0%} without what the layers below write"),
             )
-        if relayed is not None and _finite(relayed) and relayed >= HALF:
+        if relayed is not None and finite(relayed) and relayed >= HALF:
             return done(
                 RELAY,
                 f"{head} loses {1 - kept:.0%} when W_pos is averaged, {below:.0%} without what the layers below "
@@ -293,10 +255,10 @@ def _above_words(layer, below, relayed) -> str:
         return "not measured"
     if layer == 0:
         return "layer 0: nothing below it"
-    out = f"layer {layer}; {_percent(below)} lower without the layers below" if _finite(below) else f"layer {layer}"
+    out = f"layer {layer}; {_percent(below)} lower without the layers below" if finite(below) else f"layer {layer}"
     if relayed is None:
         return out + "; no learned W_pos to relay"
-    if _finite(relayed):
+    if finite(relayed):
         return out + f"; {_percent(relayed)} lower with W_pos averaged only in what feeds them"
     return out
 

@@ -35,8 +35,8 @@ from ..analysis.scores import classify_prev_heads, score_profile
 from ..analysis.sources import BELOW, below_relayed, early_and_chance_groups, path_ablation, upstream_summary
 from ..model.identity import has_learned_positions
 from ..model.validation import head_name
-from .gpt2_post import MASK_EVERY, judge_claim, layer_above, prev_head_precondition
-from .route import POS_GROUP, RouteConclusion, conclude
+from .gpt2_post import MASK_EVERY, POS_GROUP, judge_claim, layer_above, prev_head_precondition
+from .route import RouteConclusion, conclude
 from .verdicts import Precondition
 
 

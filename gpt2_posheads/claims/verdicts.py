@@ -85,7 +85,8 @@ class Claim:
         return d
 
 
-def _finite(x) -> bool:
+def finite(x) -> bool:
+    """``x`` is a number and finite (``None``, a string or NaN are not)."""
     try:
         return math.isfinite(float(x))
     except (TypeError, ValueError):
@@ -111,7 +112,7 @@ def judge(
     at 3 significant digits when it is a number).
     """
     value = measured if value is None else value
-    if not shown and _finite(value) and not isinstance(value, bool):
+    if not shown and finite(value) and not isinstance(value, bool):
         shown = fmt(value)
     failed = [p for p in preconditions if not p.ok]
     if failed:
@@ -198,7 +199,7 @@ def fmt(x, digits: int = 3) -> str:
 
 def at_most(threshold: float, what: str) -> Rule:
     def decide(v):
-        if not _finite(v):
+        if not finite(v):
             return False, f"{what} is {v}, not a finite number"
         return float(v) <= threshold, f"{what} = {float(v):.4g} {'<=' if float(v) <= threshold else '>'} {threshold:g}"
 
@@ -207,7 +208,7 @@ def at_most(threshold: float, what: str) -> Rule:
 
 def at_least(threshold: float, what: str) -> Rule:
     def decide(v):
-        if not _finite(v):
+        if not finite(v):
             return False, f"{what} is {v}, not a finite number"
         return float(v) >= threshold, f"{what} = {float(v):.4g} {'>=' if float(v) >= threshold else '<'} {threshold:g}"
 
@@ -216,7 +217,7 @@ def at_least(threshold: float, what: str) -> Rule:
 
 def within(low: float, high: float, what: str) -> Rule:
     def decide(v):
-        if not _finite(v):
+        if not finite(v):
             return False, f"{what} is {v}, not a finite number"
         ok = low <= float(v) <= high
         return ok, f"{what} = {float(v):.4g} is {'inside' if ok else 'outside'} [{low:g}, {high:g}]"
@@ -229,7 +230,7 @@ def ratio_at_least(factor: float, num: str, den: str) -> Rule:
 
     def decide(v):
         a, b = v
-        if not (_finite(a) and _finite(b)):
+        if not (finite(a) and finite(b)):
             return False, f"{num} = {a}, {den} = {b}: not finite"
         ok = float(a) >= factor * float(b)
         return ok, f"{num} = {float(a):.4g} {'>=' if ok else '<'} {factor:g} x {den} = {factor * float(b):.4g}"

@@ -1,6 +1,7 @@
 """The command-line layer: options and checks, the heads a script measures, output folders, the set-up of a
 model script, and running scripts (``experiments/`` are thin scripts on top of it)."""
 
+from ..model.validation import note
 from .args import (
     Checked,
     ModelShape,
@@ -14,11 +15,9 @@ from .args import (
     float_list,
     int_list,
     main_entry,
-    note,
     positive,
     postcheck,
     precheck,
-    submatrix,
 )
 from .experiment import (
     Experiment,
@@ -66,6 +65,5 @@ __all__ = [
     "resolve_heads",
     "results_root",
     "setup",
-    "submatrix",
     "write_json",
 ]

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from ..model.folder import WEIGHT_FILES, folder_problem
-from ..model.loading import hub_reachable
+from ..model.loading import hub_model_cached, hub_reachable
 from ..model.paths import SHIPPED_MODELS, models_dir, shipped_model_dir
 from ..model.validation import NonFiniteError, NothingMeasuredError, UsageError, path_kind
 from .heads import HeadSpec
@@ -260,11 +260,6 @@ def _terminate_as_interrupt():
     return signal.signal(signal.SIGTERM, handler)
 
 
-def note(message: str) -> None:
-    """Say that a legitimate input was adjusted (one line on stderr)."""
-    print(f"note: {message}", file=sys.stderr)
-
-
 # --- numbers -------------------------------------------------------------------------------------------
 
 
@@ -419,10 +414,11 @@ def model_folder(args) -> Path | None:
 def check_hub_names(hub: Sequence[str]) -> None:
     """Hub names (``--models``) need the Hugging Face hub: refuse them in one line, within seconds, when it is
     unreachable (before any model is loaded), and point at local folders."""
-    if hub and not hub_reachable():
+    missing = [name for name in hub if not hub_model_cached(name)]  # a complete cached copy loads offline
+    if missing and not hub_reachable():
         raise UsageError(
             "--models",
-            f"{', '.join(hub)} need the Hugging Face hub, which is unreachable",
+            f"{', '.join(missing)} need the Hugging Face hub, which is unreachable, and are not cached",
             "hub names on a machine with internet",
             "or --model-dirs with local copies",
         )
@@ -447,7 +443,16 @@ def check_device(device: str | None) -> None:
 
 
 def check_prompt_source(source: str) -> None:
-    """``auto``/``openwebtext``/``wikitext`` or an existing, non-empty UTF-8 ``.txt``/``.jsonl`` file or folder."""
+    """``auto``/``openwebtext``/``wikitext`` or an existing, non-empty UTF-8 ``.txt``/``.jsonl`` file or folder.
+    ``openwebtext`` is read here (then remembered), so that a dataset that cannot be read is said before any model
+    loads."""
+    if source == "openwebtext":
+        from ..analysis.prompts import documents
+
+        try:
+            documents(source)
+        except UsageError as e:
+            raise UsageError("--prompts", e.problem, e.allowed, e.hint) from None
     if source in PROMPT_SOURCES:
         return
     p = Path(source)
@@ -597,17 +602,3 @@ def add_submatrix_args(p: argparse.ArgumentParser, start: int = 60, size: int = 
 def check_submatrix_args(args) -> None:
     positive("--start", args.start, 0)
     positive("--size", args.size, 2)
-
-
-def submatrix(m: torch.Tensor, start: int, size: int) -> tuple[torch.Tensor, int]:
-    """The ``size`` square of ``m`` ``[pos, pos]`` from ``start`` and its first position; a square that does not
-    fit the prompt is moved back (or shrunk) to fit, and said."""
-    n = m.shape[0]
-    first = max(0, min(start, n - size))
-    if first != start or size > n:
-        note(
-            f"the {size}x{size} submatrix from position {start} does not fit a {n}-token prompt: showing "
-            f"{min(size, n)}x{min(size, n)} from position {first}"
-        )
-    e = min(first + size, n)
-    return m[first:e, first:e], first

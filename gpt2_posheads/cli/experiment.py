@@ -22,10 +22,10 @@ import torch
 from ..analysis.diagonals import diagonal_attention, rank_from_diagonals
 from ..analysis.prompts import documents, make_prompts
 from ..model.fingerprint import folder_fingerprint
-from ..model.identity import is_gpt2_small, position_kind
+from ..model.identity import compiled_standin, is_gpt2_small, position_kind
 from ..model.loading import ModelLoadError, load_model
-from ..model.validation import UsageError, head_name
-from .args import Checked, model_folder, note, postcheck, precheck
+from ..model.validation import UsageError, head_name, note
+from .args import Checked, model_folder, postcheck, precheck
 from .engine import load_engine_model
 from .heads import HeadDefault, require_above_layer0, resolve_heads
 from .output import Output, default_target
@@ -169,6 +169,9 @@ class Experiment:
             "positions": position_kind(self.model),
             "seed": getattr(self.args, "seed", 0),
         }
+        standin = compiled_standin(self.model)
+        if standin:  # a model built to pass for GPT-2 small: every reader of the results is told what it is
+            d["compiled_standin"] = standin
         if self.prompts is not None:
             d.update(
                 prompt_source=self.source, n_prompts=int(self.prompts.shape[0]), seq_len=int(self.prompts.shape[1])
@@ -239,12 +242,3 @@ def not_applicable(exp: Experiment, reason: str, claim_keys: list[str], extra: d
     claims = [judge_claim(k, {"not_applicable": reason}, value=float("nan"), preconditions=pre) for k in claim_keys]
     exp.out.summary({**exp.describe(), "not_applicable": reason, **(extra or {})}, claims)
     exp.out.commit()
-
-
-def wpos_reason(model, label: str) -> str | None:
-    """Why ``W_pos`` interventions do not apply to ``model`` (``None`` when they do)."""
-    from ..model.identity import has_learned_positions
-
-    if has_learned_positions(model):
-        return None
-    return f"{label} has {position_kind(model)} positions; W_pos interventions need learned absolute positions"

@@ -13,7 +13,7 @@ The claim as a function: gpt2_posheads.posts.p004.pos_embed_averaging (gpt2_posh
 """
 
 from gpt2_posheads.cli import add_heads_arg, add_prompt_args, experiment_parser, int_list, setup
-from gpt2_posheads.cli.experiment import wpos_reason
+from gpt2_posheads.model.identity import wpos_reason
 from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.posts.p004 import wpos_averaging as claim
 from gpt2_posheads.posts.p004._run import ModelRun

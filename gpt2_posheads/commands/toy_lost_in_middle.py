@@ -14,8 +14,8 @@ The claim as a function: gpt2_posheads.posts.p002.lost_in_middle (gpt2_posheads/
 """
 
 from gpt2_posheads.cli import positive
+from gpt2_posheads.cli.toy import toy_options, toy_parser, toy_setup
 from gpt2_posheads.posts.p002 import retrieval as claim
-from gpt2_posheads.toy.cli import toy_options, toy_parser, toy_setup
 
 
 def main(argv=None):

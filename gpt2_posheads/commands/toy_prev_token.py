@@ -14,8 +14,8 @@ The claim as a function: gpt2_posheads.posts.p000.prev_token (gpt2_posheads/post
 """
 
 from gpt2_posheads.cli import positive
+from gpt2_posheads.cli.toy import toy_options, toy_parser, toy_setup
 from gpt2_posheads.posts.p000 import copying as claim
-from gpt2_posheads.toy.cli import toy_options, toy_parser, toy_setup
 
 
 def main(argv=None):

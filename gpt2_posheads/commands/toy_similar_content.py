@@ -11,8 +11,8 @@ and 2. The comparisons (C, n_embd, kernels) are judged on 3 seeds per setting.
 The claim as a function: gpt2_posheads.posts.p001.similar_content (gpt2_posheads/posts/p001/similarity.py).
 """
 
+from gpt2_posheads.cli.toy import toy_options, toy_parser, toy_setup
 from gpt2_posheads.posts.p001 import similarity as claim
-from gpt2_posheads.toy.cli import toy_options, toy_parser, toy_setup
 
 
 def main(argv=None):

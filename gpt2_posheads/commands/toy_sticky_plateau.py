@@ -11,8 +11,8 @@ The claim as a function: gpt2_posheads.posts.p003.sticky_plateau (gpt2_posheads/
 """
 
 from gpt2_posheads.cli import int_list
+from gpt2_posheads.cli.toy import toy_options, toy_parser, toy_setup
 from gpt2_posheads.posts.p003 import plateau as claim
-from gpt2_posheads.toy.cli import toy_options, toy_parser, toy_setup
 
 
 def main(argv=None):

@@ -83,3 +83,10 @@ def has_learned_positions(model) -> bool:
     return (
         position_kind(model) == "learned" and getattr(model.cfg, "positional_embedding_type", "standard") == "standard"
     )
+
+
+def wpos_reason(model, label: str) -> str | None:
+    """Why ``W_pos`` interventions do not apply to ``model`` (``None`` when they do)."""
+    if has_learned_positions(model):
+        return None
+    return f"{label} has {position_kind(model)} positions; W_pos interventions need learned absolute positions"

@@ -290,6 +290,9 @@ def load_model(
     model.eval()
     if TransformerBridge is not None:  # the processed weights are the one copy kept (model.memory)
         release_source_copies(model, loader)
+    given = str(name_or_path)
+    if not Path(given).expanduser().is_dir() and given not in SHIPPED_MODELS:
+        model.cfg.model_name = given  # a hub model is named as the caller named it, not by its cache folder
     return model
 
 

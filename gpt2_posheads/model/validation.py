@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import re
+import sys
 from collections.abc import Iterable
 
 HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
@@ -19,6 +20,11 @@ class UsageError(ValueError):
     def __init__(self, param: str, problem: str, allowed: str = "", hint: str = ""):
         self.param, self.problem, self.allowed, self.hint = param, problem, allowed, hint
         super().__init__("; ".join(x for x in (f"{param}: {problem}", allowed, hint) if x))
+
+
+def note(message: str) -> None:
+    """Say that a legitimate input was adjusted, or a fallback taken (one line on stderr)."""
+    print(f"note: {message}", file=sys.stderr)
 
 
 class NonFiniteError(RuntimeError):

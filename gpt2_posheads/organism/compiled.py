@@ -425,11 +425,13 @@ def parts(
     blocks: list[tuple[str, int]],
     shape: Shape = SHAPE,
     helix: np.ndarray | None = None,
+    first: int = 0,
 ) -> Parts:
     """The residual layout (``const``, ``bos``, ``helix``, ``tok``, then ``blocks``), token codes and buckets of the
     shape's sizes, GPT-2's helix (``helix``: :func:`gpt2_helix` of ``w_pos_gpt2`` computed once by the caller),
-    inert heads and zero MLPs; W_pos's fine components where ``blocks`` has ``fine``."""
-    res = Residual(shape)
+    inert heads and zero MLPs; W_pos's fine components where ``blocks`` has ``fine``. ``first``: the blocks start at
+    this coordinate, the ones before it belong to no block (no head or MLP reads or writes them)."""
+    res = Residual(shape, used=first)
     for name, n in [("const", 1), ("bos", 1), ("helix", 8), ("tok", shape.k_tok)] + blocks:
         res.add(name, n)
     heads = [[Head(res) for _ in range(shape.n_heads)] for _ in range(shape.n_layers)]

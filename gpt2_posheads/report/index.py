@@ -100,10 +100,13 @@ class Columns:
 
     def __init__(self, summaries: list[tuple[Path, Summary]], record: dict | None = None):
         found = {}  # path -> (model name, recorded fingerprint)
+        self.standins: set[str] = set()  # names of models that record being a compiled stand-in (not the real one)
         for path, s in summaries:
             if SCRIPT_POST.get(s.script) is not None and not SCRIPT_POST[s.script].needs_model:
                 continue
             found[path] = (s.model or path.parent.name, recorded_fingerprint(path.parent))
+            if s.get("compiled_standin"):
+                self.standins.add(found[path][0])
         # {name as given: fingerprint}: the results' manifests, then the run record's (a record without them, or a
         # name no manifest records, still finds its model's column through a summary of that name)
         self.fingerprints = {name: fp for name, fp in found.values() if fp}
@@ -129,6 +132,8 @@ class Columns:
         where another column has the same heading."""
         names = self.names.get(key) or [key]
         text = names[0] + (f" (also {', '.join(names[1:])})" if len(names) > 1 else "")
+        if self.standins & set(names):  # e.g. a test hub's gpt2: its numbers describe a construction
+            text += " [compiled stand-in, not the real model]"
         clash = any(k != key and (self.names.get(k) or [k])[0] == names[0] for k in self.names)
         return f"{text} (weights {key})" if clash and key != names[0] else text
 

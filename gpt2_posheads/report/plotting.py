@@ -10,9 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
+import torch
 from plotly.subplots import make_subplots
 
 from ..model.paths import cannot_write
+from ..model.validation import note
 
 _server_started: bool | None = None
 PNG_ENV = "GPT2_POSHEADS_PNG"  # "off" (or a reason) makes every figure HTML only; set by the main job once for all
@@ -347,3 +349,17 @@ def line_figure(
     if log_y:
         fig.update_yaxes(type="log")
     return fig
+
+
+def submatrix(m: torch.Tensor, start: int, size: int) -> tuple[torch.Tensor, int]:
+    """The ``size`` square of ``m`` ``[pos, pos]`` from ``start`` and its first position; a square that does not
+    fit the prompt is moved back (or shrunk) to fit, and said."""
+    n = m.shape[0]
+    first = max(0, min(start, n - size))
+    if first != start or size > n:
+        note(
+            f"the {size}x{size} submatrix from position {start} does not fit a {n}-token prompt: showing "
+            f"{min(size, n)}x{min(size, n)} from position {first}"
+        )
+    e = min(first + size, n)
+    return m[first:e, first:e], first

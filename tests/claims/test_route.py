@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from gpt2_posheads.claims.gpt2_post import judge_claim
+from gpt2_posheads.claims.gpt2_post import built_from_below, judge_claim
 from gpt2_posheads.claims.record import summary_from_dict
 from gpt2_posheads.claims.route import (
     BOOST,
@@ -15,7 +15,6 @@ from gpt2_posheads.claims.route import (
     ROUTES,
     UNDETERMINED,
     WPOS,
-    built_from_below,
     conclude,
     kept_under_wpos_averaging,
     route_conclusion_from_summaries,

@@ -20,9 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from gpt2_posheads.analysis.prompts import WIKITEXT_OFFLINE
 from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, SCRIPT_CLAIMS, TOY_SCRIPTS
 from gpt2_posheads.model.paths import CACHE_ENV, MODELS_ENV, REPO_ROOT, SHARED_ENV
 from gpt2_posheads.organism.known_answers import expected
+
+NO_PROMPTS = ("pos_embed_helix", "ext_pos_vs_wpe")  # W_pos and repeated-token prompts: no natural text
 
 
 def fresh_clone(dest: Path) -> Path:
@@ -105,7 +108,7 @@ def test_a_claim_script_runs_in_an_empty_folder(installed):
     assert "Traceback" not in r.stderr
     summary = json.loads((work / "results" / "rank_prev_heads" / "route-gpt2" / "summary.json").read_text())
     assert summary["aggregator"] == "L2H0"  # the compiled route model's aggregator, by construction
-    assert summary.get("prompt_source", "wikitext-2").startswith("wikitext-2")  # the shipped text, offline
+    assert summary["prompt_source"] == WIKITEXT_OFFLINE  # the shipped text, offline (HF_HUB_OFFLINE=1)
     assert (Path(env["XDG_CACHE_HOME"]) / "gpt2_posheads" / "models" / "route-gpt2" / "model.safetensors").is_file()
 
 
@@ -142,7 +145,8 @@ def test_main_job_in_an_empty_folder(installed):
     for script, keys in SCRIPT_CLAIMS.items():
         s = json.loads((results / script / "route-gpt2" / "summary.json").read_text())
         assert [c["key"] for c in s["claims"]] == list(keys)
-        assert s.get("prompt_source", "wikitext-2").startswith("wikitext-2")  # the shipped text, offline
+        # the shipped text, offline; the two scripts that make no natural-text prompts record no source
+        assert s.get("prompt_source") == (None if script in NO_PROMPTS else WIKITEXT_OFFLINE), script
         for c in s["claims"]:  # with every script's defaults, the verdicts the construction implies
             assert c["verdict"] == known[(script, c["key"])][0], (script, c["key"], c["why"])
     assert list(results.rglob("*.html")) and not list(results.rglob("*.png"))

@@ -43,6 +43,7 @@ def test_a_hub_model_downloads_once_and_loads_offline_from_the_cache(tiny_hub, t
     with tiny_hub.patched(monkeypatch, home):
         m = load_model(TINY, device="cpu")
     assert torch.equal(m.W_Q, tiny_model.W_Q)  # the model given, not another
+    assert m.cfg.model_name == TINY  # named as the caller named it, not by its cache folder
     assert len(cached_weights(home)) == 1
     # nothing but what a model is loaded from: no other framework's files
     names = {p.name for p in (home / "hub").rglob("*") if p.is_file() and "snapshots" in p.parts}

@@ -55,6 +55,8 @@ def test_every_script_runs_on_gpt2_from_the_hub_with_openwebtext(post_on_gpt2):
         assert s["compiled_standin"].startswith("a compiled stand-in"), script
         if "prompt_source" in s:
             assert s["prompt_source"] == OPENWEBTEXT, script
+    page = (results / "index.html").read_text(encoding="utf-8")
+    assert "gpt2 [compiled stand-in, not the real model]" in page  # nobody reads it as GPT-2's numbers
 
 
 def test_the_posts_heads_are_chosen_by_name(post_on_gpt2):
@@ -80,3 +82,39 @@ def test_the_route_conclusion_is_the_posts(post_on_gpt2):
     results = post_on_gpt2[0]
     conclusion = route_conclusion_from_summaries(read_summary(p) for p in results.glob("*/gpt2/summary.json"))
     assert conclusion.route == STANDIN_ROUTE[0], conclusion
+
+
+def test_the_readme_quick_start_on_gpt2_from_the_hub(hub, tmp_path):
+    """The README's library quick start with ``load_model("gpt2")`` in place of the shipped model, as a user with the
+    hub runs it: the post's aggregator by name, the prompts from openwebtext-10k."""
+    import re
+
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    code = re.search(r"## Library quick start\s+```python\n(.*?)```", readme, re.S).group(1)
+    code = code.replace('load_model("route-gpt2")', 'load_model("gpt2")')
+    code = code.replace('write_explorer(model, "explorer.html", "route-gpt2")', "")  # the page: tested offline
+    code += "\nprint('SOURCE', run.source)\nprint('AGGREGATOR', layer, head)\n"
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=hub.env(tmp_path / "hf"),
+        timeout=1800,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"SOURCE {OPENWEBTEXT}" in r.stdout and "AGGREGATOR 4 11" in r.stdout
+
+
+def test_the_004_notebook_runs_its_hub_cell(hub, tmp_path, monkeypatch):
+    """The 004 notebook top to bottom with the hub: its GPT-2 cell loads ``gpt2`` and ranks its heads on
+    openwebtext-10k, and says that this hub's ``gpt2`` is the compiled stand-in."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    for k, v in hub.env(tmp_path / "hf").items():  # the kernel inherits this process's environment
+        monkeypatch.setenv(k, v)
+    nb = nbformat.read(REPO_ROOT / "notebooks" / "004_previous_token_heads.ipynb", as_version=4)
+    nbclient.NotebookClient(
+        nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": tmp_path}}
+    ).execute()
+    text = "\n".join(
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if "text" in o
+    )
+    assert f"prompts: {OPENWEBTEXT}" in text and "compiled stand-in" in text
+    assert "unreachable" not in text

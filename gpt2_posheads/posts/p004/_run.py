@@ -17,11 +17,10 @@ import pandas as pd
 import torch
 
 from ...analysis.diagonals import diagonal_attention, rank_from_diagonals
+from ...analysis.heads import HeadDefault, HeadSpec, resolve_heads
 from ...analysis.prompts import make_prompts
 from ...analysis.repeat_prompt import RepeatPrompt, fit_repeat_prompt, target_words
-from ...cli.args import note
-from ...cli.heads import HeadDefault, HeadSpec, resolve_heads
-from ...model.validation import UsageError, check_model, head_name, parse_head
+from ...model.validation import UsageError, check_model, head_name, note, parse_head
 
 HeadsArg = str | Sequence[str | tuple[int, int]] | None
 

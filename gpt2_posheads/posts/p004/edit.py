@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from ...analysis.heads import HeadDefault
 from ...analysis.interventions import edit_head_pattern, hooks_for, scale_head_output
 from ...analysis.measures import next_token_probs, top_tokens
 from ...analysis.repeat_prompt import RepeatPrompt, edit_mapping, split_words
 from ...claims.gpt2_post import judge_claim, model_copies, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition
-from ...cli.heads import HeadDefault
 from ...model.state import measures_caller_model
 from ...model.validation import NonFiniteError, UsageError, head_name
 from ..result import ClaimResult

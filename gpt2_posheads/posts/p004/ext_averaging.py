@@ -18,15 +18,14 @@ damage" to L4H11. Here:
 
 from __future__ import annotations
 
+from ...analysis.heads import HeadDefault
 from ...analysis.interventions import average_ext_pos_embed
 from ...analysis.measures import compare_head_patterns
 from ...claims.gpt2_post import judge_claim, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition
-from ...cli.args import note, submatrix
-from ...cli.heads import HeadDefault
 from ...model.state import measures_caller_model
-from ...model.validation import head_name
-from ...report.plotting import attention_panels
+from ...model.validation import head_name, note
+from ...report.plotting import attention_panels, submatrix
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, as_run
 

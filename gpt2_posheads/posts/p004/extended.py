@@ -35,11 +35,9 @@ from ...analysis.posembed import (
 )
 from ...claims.gpt2_post import helix_precondition, judge_claim
 from ...claims.verdicts import Claim, Precondition
-from ...cli.args import note
-from ...cli.experiment import wpos_reason
-from ...model.identity import position_kind
+from ...model.identity import position_kind, wpos_reason
 from ...model.state import measures_caller_model
-from ...model.validation import check_layer
+from ...model.validation import check_layer, note
 from ...report.plotting import line_figure
 from ..result import ClaimResult
 from ._run import ModelRun, model_only

@@ -23,10 +23,9 @@ from ...analysis.geometry import pca
 from ...analysis.posembed import centred_w_pos, default_bos, extended_pos_embeddings, load_w_pos, token_rows
 from ...claims.gpt2_post import judge_claim
 from ...claims.verdicts import Claim, Precondition
-from ...cli.args import note
-from ...cli.experiment import wpos_reason
+from ...model.identity import wpos_reason
 from ...model.state import measures_caller_model
-from ...model.validation import check_layer
+from ...model.validation import check_layer, note
 from ...report.plotting import scatter3d_positions
 from ..result import ClaimResult
 from ._run import ModelRun, model_only

@@ -15,16 +15,15 @@ previous position from what earlier heads computed, not from the embeddings. Her
 
 from __future__ import annotations
 
+from ...analysis.heads import HeadDefault
 from ...analysis.interventions import mask_previous_attention as mask_intervention
 from ...analysis.interventions import masked_queries
 from ...analysis.measures import compare_head_patterns
 from ...claims.gpt2_post import MASK_EVERY, judge_claim, layer_above, prev_head_precondition
 from ...claims.verdicts import Precondition
-from ...cli.args import submatrix
-from ...cli.heads import HeadDefault
 from ...model.state import measures_caller_model
 from ...model.validation import head_name
-from ...report.plotting import attention_panels
+from ...report.plotting import attention_panels, submatrix
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, as_run
 

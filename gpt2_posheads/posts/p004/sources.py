@@ -25,6 +25,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ...analysis.diagonals import early_prev_heads
+from ...analysis.heads import HeadDefault
 from ...analysis.sources import (
     ABLATIONS,
     BELOW,
@@ -38,11 +39,9 @@ from ...analysis.sources import (
 )
 from ...claims.gpt2_post import POST_SOURCES, judge_claim, layer_above, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition
-from ...cli.args import note
-from ...cli.heads import HeadDefault
 from ...model.identity import is_gpt2_small
 from ...model.state import measures_caller_model
-from ...model.validation import UsageError, head_name
+from ...model.validation import UsageError, head_name, note
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, as_run
 

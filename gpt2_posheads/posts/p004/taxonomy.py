@@ -25,14 +25,13 @@ import pandas as pd
 import plotly.express as px
 
 from ...analysis.diagonals import CLEAR_PREV_RATIO, choose_aggregator, early_prev_heads
+from ...analysis.heads import HeadDefault
 from ...analysis.scores import LABEL_THRESHOLD, attention_scores, classify_prev_heads, score_profile
 from ...claims.gpt2_post import judge_claim, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition
-from ...cli.args import submatrix
-from ...cli.heads import HeadDefault
 from ...model.state import measures_caller_model
 from ...model.validation import NothingMeasuredError, UsageError, head_name
-from ...report.plotting import heatmap_grid
+from ...report.plotting import heatmap_grid, submatrix
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, as_run
 

@@ -25,16 +25,15 @@ import torch
 from plotly.subplots import make_subplots
 
 from ...analysis.diagonals import diagonal_attention
+from ...analysis.heads import HeadDefault
 from ...analysis.interventions import average_pos_embed
 from ...analysis.measures import kl_divergence, next_token_probs
 from ...analysis.repeat_prompt import RepeatPrompt
 from ...claims.gpt2_post import judge_claim, model_copies, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition
-from ...cli.args import note
-from ...cli.experiment import wpos_reason
-from ...cli.heads import HeadDefault
+from ...model.identity import wpos_reason
 from ...model.state import measures_caller_model
-from ...model.validation import head_name
+from ...model.validation import head_name, note
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, as_run, repeat_prompts
 

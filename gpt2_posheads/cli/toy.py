@@ -8,9 +8,11 @@ from pathlib import Path
 
 import torch
 
-from ..cli import Output, experiment_parser, open_output, positive
 from ..model.validation import UsageError
-from .posts import BATCH_SIZE, INIT_STD, LR, MAX_DEFAULT_WORKERS, ROBUSTNESS_SEEDS, default_workers
+from ..toy.posts import BATCH_SIZE, INIT_STD, LR, MAX_DEFAULT_WORKERS, ROBUSTNESS_SEEDS, default_workers
+from .args import experiment_parser, positive
+from .experiment import open_output
+from .output import Output
 
 
 def toy_parser(description: str, steps: int, quick_steps: int) -> argparse.ArgumentParser:
