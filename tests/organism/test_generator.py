@@ -69,7 +69,10 @@ def test_every_card_says_its_answer():
             assert (layer == 0) == (c["kind"] == "wpos-layer0")
             below = [int(HEAD_NAME.match(h).group(1)) for h in c.get("early_heads", []) + c.get("relay_heads", [])]
             assert all(b < layer for b in below)
-            assert 2 <= len(c.get("early_heads", [None, None])) <= 6
+            if c["kind"] in ("post", "boost", "mixed", "decoy"):  # the kinds built with early heads
+                assert 2 <= len(c["early_heads"]) <= 6
+            else:
+                assert "early_heads" not in c
 
 
 def test_the_noise_stays_in_the_token_subspaces():
@@ -212,3 +215,49 @@ def test_a_small_gpt2_route_is_found_on_its_whole_context(tmp_path):
     records = route_records(model, prompts_for(model.tokenizer, 2, 128), n_pattern_prompts=2)
     assert records["sharp_prev_head"]["head"] == c["aggregator"], records["sharp_prev_head"]
     assert conclude(records).route == c["route"], conclude(records).as_dict()
+
+
+PLACED = {"counter": "L0H1", "early_heads": ["L2H3", "L1H0"], "aggregator": "L3H2", "induction_head": "L4H0"}
+PLACED_SHAPE = dict(layout=(256, 4), n_layers=5, n_ctx=64)
+
+
+def test_heads_are_placed_where_asked_and_nowhere_else():
+    g = generate(0, "post", placement=PLACED, **PLACED_SHAPE)
+    c = g.card
+    assert (c["counter"], c["aggregator"], c["induction_head"]) == ("L0H1", "L3H2", "L4H0")
+    assert c["early_heads"] == ["L1H0", "L2H3"]  # in layer order
+    heads = g.model.heads
+    assert heads[0][1].role.startswith("counter") and "aggregator" in heads[3][2].role.lower()
+    assert all("self-suppress" in heads[l][h].role or "suppress" in heads[l][h].role for l, h in ((1, 0), (2, 3)))
+    # the roles nobody asked for never land on a placed slot
+    assert not {c["counter"], c["aggregator"], c["induction_head"], *c["early_heads"]} & set(c["unrelated_heads"])
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"aggregator": "L9H0"}, "is not a head"),
+        ({"counter": "L1H1"}, "counter must sit in layer 0"),
+        ({"induction_head": "L2H0"}, "induction head above the aggregator"),
+        ({"early_heads": ["L1H0"]}, "2-6 early heads"),
+        ({"early_heads": ["L1H0", "L3H1"]}, "2-6 early heads"),
+        ({"early_heads": ["L1H0", "L3H2"]}, "named twice"),
+    ],
+)
+def test_a_placement_that_cannot_hold_the_route_is_refused(change, words):
+    with pytest.raises(ValueError, match=f"placement: .*{words}"):
+        generate(0, "post", placement={**PLACED, **change}, **PLACED_SHAPE)
+    with pytest.raises(ValueError, match="placement: heads can be placed for the kinds post and boost"):
+        generate(0, "wpos", placement=PLACED, **PLACED_SHAPE)
+
+
+def test_reserved_coordinates_belong_to_no_block():
+    """What the GPT-2-small stand-in writes into them (GPT-2's values at the entries is_gpt2_small reads) reaches no
+    head or MLP: every weight reading or writing them is zero, and no embedding uses them."""
+    g = generate(0, "post", reserved=(3, 3), **PLACED_SHAPE)
+    m, free = g.model, [0, 1, 2, 253, 254, 255]
+    assert m.res.used <= 253 and not np.abs(m.W_E[:, free]).any() and not np.abs(m.W_pos[:, free]).any()
+    for layer in m.heads:
+        for h in layer:
+            assert not np.abs(np.concatenate([h.Wq[free], h.Wk[free], h.Wv[free], h.Wo[:, free].T])).any()
+    assert all(not np.abs(mlp.w_fc[free]).any() and not np.abs(mlp.w_proj[:, free]).any() for mlp in m.mlps)
