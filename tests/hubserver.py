@@ -1065,27 +1065,29 @@ def write_openwebtext_parquet(out: str | os.PathLike, documents: list[str]) -> P
     return out
 
 
-def gpt2_folder(out: str | os.PathLike) -> Path:
+def gpt2_folder(out: str | os.PathLike, shared_dir: str | os.PathLike) -> Path:
     """The folder served as ``gpt2``: the package's GPT-2-small stand-in (``gpt2_posheads.organism.standin``).
 
     It is deterministic and takes half a minute to build, so a built copy is kept in the compiled models' folder
     (``gpt2_posheads.model.paths.models_dir``), under a name that carries a digest of the code that builds it: a
-    change to that code builds a new one. ``out`` is used when that folder cannot be written."""
+    change to that code builds a new one. ``out`` is used when that folder cannot be written. GPT-2's tokenizer
+    files come from ``shared_dir/gpt2-small``."""
     from gpt2_posheads.model.paths import models_dir
     from gpt2_posheads.organism import compiled, generator, standin
 
     digest = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (compiled, generator, standin)))
     keep = models_dir() / f"gpt2-standin-{digest.hexdigest()[:12]}"
+    tokenizer = [Path(shared_dir) / "gpt2-small" / name for name in ("vocab.json", "merges.txt")]
     if keep.is_dir():  # only ever a whole build, renamed into place
         return keep
     staging = keep.with_name(f".{keep.name}.partial-{os.getpid()}")
     try:
-        standin.write_standin(staging)
+        standin.write_standin(staging, *tokenizer)
         staging.rename(keep)
         return keep
     except OSError:  # no writable models folder, or another process renamed its build first
         shutil.rmtree(staging, ignore_errors=True)
-        return keep if keep.is_dir() else Path(standin.write_standin(Path(out)))
+        return keep if keep.is_dir() else Path(standin.write_standin(Path(out), *tokenizer))
 
 
 def standard_content(server: HubServer, workdir: str | os.PathLike, shared_dir: str | os.PathLike) -> HubServer:
@@ -1110,7 +1112,7 @@ def standard_content(server: HubServer, workdir: str | os.PathLike, shared_dir: 
         },
         card_data={"language": ["en"], "license": "cc0-1.0", "pretty_name": "openwebtext-10k"},
     )
-    gpt2 = gpt2_folder(work / "gpt2")
+    gpt2 = gpt2_folder(work / "gpt2", shared_dir)
     server.add_model("gpt2", gpt2)
     server.add_gated("gated-org/gated-model", gpt2)
     weights = gpt2 / "model.safetensors"

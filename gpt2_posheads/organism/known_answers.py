@@ -266,9 +266,10 @@ STANDIN_ROUTE = ("post", "route-gpt2's route at the post's heads: L4H11 reads th
 
 
 def standin_expected() -> dict[tuple[str, str], tuple[str, str]]:
-    """``{(script, claim key): (verdict, reason)}`` for the stand-in: route-gpt2's answers (the same route), with
-    :data:`_STANDIN_DIFFERS` where its shape or its head names change the answer."""
-    out = {k: v[_R] for k, v in KNOWN.items() if v.get(_R) is not None}
+    """``{(script, claim key): (verdict, reason)}`` for the stand-in: route-gpt2's answers (the same route) for the
+    post's nine scripts, with :data:`_STANDIN_DIFFERS` where its shape or its head names change the answer (the
+    organism report compares the route model with the organism and is not run on it)."""
+    out = {k: v[_R] for k, v in KNOWN.items() if v.get(_R) is not None and k[0] != "mini_gpt2_report"}
     out.update(_STANDIN_DIFFERS)
     return out
 
