@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from ..model.traced import ENGINE as NNSIGHT
-from ..model.traced import check_remote, load_traced
+from ..model.traced import check_remote, load_traced, require_nnsight
 from ..model.validation import UsageError
 
 
@@ -36,12 +36,7 @@ def check_engine_args(args, model_dir_flag: str = "--model-dir") -> None:
     within seconds); a local nnsight run needs nnsight installed."""
     if not getattr(args, "remote", False):
         if getattr(args, "engine", None) == NNSIGHT:
-            try:
-                import nnsight  # noqa: F401
-            except ImportError:
-                raise UsageError(
-                    "--engine", "nnsight is not installed", "pip install nnsight", "or --engine auto"
-                ) from None
+            require_nnsight("--engine", "or --engine auto")
         return
     if getattr(args, "engine", None) != NNSIGHT:
         raise UsageError("--remote", "needs --engine nnsight", "--engine nnsight --remote", "or drop --remote")

@@ -231,13 +231,12 @@ def module_at(root, path: str):
     return root
 
 
-def _import_nnsight(param: str):
+def require_nnsight(param: str, instead: str = "or use the TransformerLens engine"):
+    """The ``nnsight`` module, or one line naming ``param``: nnsight is an optional extra of the install."""
     try:
         import nnsight
     except ImportError:
-        raise UsageError(
-            param, "nnsight is not installed", "pip install nnsight", "or use the TransformerLens engine"
-        ) from None
+        raise UsageError(param, "nnsight is not installed", 'pip install "gpt2_posheads[nnsight]"', instead) from None
     return nnsight
 
 
@@ -248,7 +247,7 @@ def ndif_host() -> str:
 def check_remote(param: str = "--remote", timeout: float = REMOTE_TIMEOUT_S) -> None:
     """Everything a remote run needs before any work: nnsight, an ``NDIF_API_KEY``, and NDIF's host accepting a
     connection within ``timeout`` seconds. Each failure is one line naming ``param``."""
-    _import_nnsight(param)
+    require_nnsight(param)
     if not os.environ.get("NDIF_API_KEY"):
         from nnsight import CONFIG
 
@@ -310,7 +309,7 @@ def load_traced(
     """A :class:`TracedModel`: a local Hugging Face folder loaded here (``remote=False`` or ``"local"``), or an
     NDIF-hosted model named by its hub id (``remote=True``: only its configuration and tokenizer come here, the
     weights stay on NDIF's side; :func:`check_remote` first)."""
-    nnsight = _import_nnsight("--engine")
+    nnsight = require_nnsight("--engine")
     from nnsight import TransformersModel
 
     if remote is True:
@@ -516,7 +515,7 @@ def run_traced(
     against the model's head outputs in every layer whose pattern is computed (raises ``RuntimeError`` past
     tolerance).
     """
-    _import_nnsight("--engine")
+    require_nnsight("--engine")
     from nnsight import save
 
     nn, arch, cfg = model.nn, model.arch, model.cfg

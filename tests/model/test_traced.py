@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-nnsight = pytest.importorskip("nnsight", reason="nnsight is not installed (pip install nnsight)")
+nnsight = pytest.importorskip("nnsight", reason="nnsight is not installed (pip install 'gpt2_posheads[nnsight]')")
 
 from gpt2_posheads import (  # noqa: E402
     average_ext_pos_embed,

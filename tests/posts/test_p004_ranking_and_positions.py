@@ -112,7 +112,7 @@ def test_a_run_of_another_model_is_refused(handset_model, tiny_model, prompts):
 
 def test_the_claim_through_nnsight_equals_the_claim_through_transformerlens(handset_dir, prompts):
     """A traced model runs the same claim (engine ``auto`` means nnsight for it): the same ranking and verdicts."""
-    pytest.importorskip("nnsight", reason="nnsight is not installed (pip install nnsight)")
+    pytest.importorskip("nnsight", reason="nnsight is not installed (pip install 'gpt2_posheads[nnsight]')")
     from gpt2_posheads import load_model
     from gpt2_posheads.model.traced import load_traced
 
