@@ -122,3 +122,32 @@ def test_the_command_names_the_model_for_a_missing_one(tiny_hub, hub_env, tmp_pa
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --model: cannot load 'nobody/no-such-model'"), r.stderr
     shutil.rmtree(tmp_path / "out", ignore_errors=True)
+
+
+def test_the_main_job_with_a_hub_model_beside_a_shipped_one(tiny_hub, tmp_path):
+    """``run_all --models route-gpt2,<hub model>`` as a user with the hub runs it (quick, one script; the whole post
+    on the GPT-2-small stand-in is ``tests/online/test_post_online.py``, slow): both models measured on
+    openwebtext-10k read from the hub, each its own column of the page."""
+    import json
+    import subprocess
+    import sys
+
+    from gpt2_posheads.analysis.prompts import OPENWEBTEXT
+    from gpt2_posheads.model.paths import REPO_ROOT
+
+    r = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "experiments" / "run_all.py"), "--models", f"route-gpt2,{TINY}"]
+        + ["--only", "rank_prev_heads", "--quick", "--no-png", "--no-explorer"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=tiny_hub.env(tmp_path / "hf"),
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    results = tmp_path / "results" / "rank_prev_heads"
+    for folder in ("route-gpt2", TINY.replace("/", "--")):
+        s = json.loads((results / folder / "summary.json").read_text())
+        assert s["prompt_source"] == OPENWEBTEXT, folder
+    page = (tmp_path / "results" / "index.html").read_text(encoding="utf-8")
+    assert "route-gpt2" in page and TINY in page
