@@ -1,6 +1,7 @@
-"""The library (``model``, ``analysis``, ``store``, ``claims``, ``report``, ``organism``, ``toy``, ``posts``) never
-imports the command line (``gpt2_posheads.cli``), at module level or inside a function: a notebook user gets the
-claims without argparse, output folders or console handling. Read from the source, so a lazy import counts too."""
+"""The package's layers (``docs/architecture.md``) import only the layers below them, at module level or inside a
+function: above all, the library (``model`` to ``posts``) never imports the command line (``gpt2_posheads.cli``), so
+a notebook user gets the claims without argparse, output folders or console handling. Read from the source, so a
+lazy import counts too."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 
 from gpt2_posheads.model.paths import PACKAGE_DIR
 
-LIBRARY = ("model", "analysis", "store", "claims", "report", "organism", "toy", "posts")
+ORDER = ("model", "analysis", "store", "claims", "report", "organism", "toy", "posts", "cli", "commands")
+LIBRARY = ORDER[: ORDER.index("cli")]
 
 
 def imported_modules(source: str, package: list[str]) -> list[str]:
@@ -52,3 +54,16 @@ def test_the_library_never_imports_the_command_line(layer):
 )
 def test_the_reader_finds_every_form_of_the_import(source, package):
     assert any(is_cli(m) for m in imported_modules(source, package))
+
+
+@pytest.mark.parametrize("layer", ORDER)
+def test_each_layer_imports_only_the_layers_below_it(layer):
+    above = set(ORDER[ORDER.index(layer) + 1 :])
+    offenders = {}
+    for p in sorted((PACKAGE_DIR / layer).rglob("*.py")):
+        package = ["gpt2_posheads", *p.relative_to(PACKAGE_DIR).parent.parts]
+        found = [m for m in imported_modules(p.read_text(encoding="utf-8"), package) if m.split(".")[1:2] and
+                 m.split(".")[0] == "gpt2_posheads" and m.split(".")[1] in above]  # fmt: skip
+        if found:
+            offenders[str(p.relative_to(PACKAGE_DIR))] = found
+    assert not offenders, offenders
