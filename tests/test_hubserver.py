@@ -2,7 +2,7 @@
 
 ``huggingface_hub``, ``transformers`` and ``datasets`` talk to the server over HTTP, nothing mocked: downloads,
 listings, the hub's error codes, the refusal of a loading-script dataset, and each injected fault giving the failure
-a client meets when the hub misbehaves. The standard content comes from the session's ``hub``; the faults are shown
+a client meets when the hub misbehaves. The standard content comes from the test run's ``hub``; the faults are shown
 on a small server of this module, whose files download in milliseconds.
 """
 

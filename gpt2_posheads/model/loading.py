@@ -130,8 +130,15 @@ def first_line(e: BaseException) -> str:
 
 def hub_model_cached(name: str) -> bool:
     """A complete copy of the hub model ``name`` is in the Hugging Face cache (it loads without the network)."""
-    snap = _cached_snapshot(_ALIASES.get(name, name))
-    return snap is not None and folder_problem(snap, check_values=False) is None
+    snap, incomplete = _cached_copy(_ALIASES.get(name, name))
+    return snap is not None and incomplete is None
+
+
+def _cached_copy(repo_id: str) -> tuple[Path | None, str | None]:
+    """``(snapshot, what it lacks)``: the cached snapshot of ``repo_id`` (or ``None``) and, for an incomplete one, what
+    :func:`folder_problem` says of it (``None`` when it loads as it is)."""
+    snap = _cached_snapshot(repo_id)
+    return snap, folder_problem(snap, check_values=False) if snap is not None else None
 
 
 def _download(name: str, repo_id: str) -> Path:
@@ -189,8 +196,7 @@ def resolve_model_source(name_or_path: str | os.PathLike) -> str:
     if looks_like_path:
         raise ModelLoadError(f"model directory {s!r} does not exist")
     repo_id = _ALIASES.get(s, s)
-    snap = _cached_snapshot(repo_id)
-    incomplete = folder_problem(snap, check_values=False) if snap is not None else None
+    snap, incomplete = _cached_copy(repo_id)
     if snap is not None and incomplete is None:
         return str(snap)
     if not hub_reachable():
