@@ -123,8 +123,8 @@ def verdicts() -> None:
     """Every shipped model's ranking claim in float32 and in bfloat16 on the main job's prompts (``--verdicts``)."""
     from gpt2_posheads import load_model
     from gpt2_posheads.model.paths import SHIPPED_MODELS
-    from gpt2_posheads.posts.p004 import model_run
-    from gpt2_posheads.posts.p004.ranking import judge, rank_prev_heads
+    from gpt2_posheads.posts.gpt2_prev_heads import model_run
+    from gpt2_posheads.posts.gpt2_prev_heads.ranking import judge, rank_prev_heads
 
     changed = 0
     for name in SHIPPED_MODELS:

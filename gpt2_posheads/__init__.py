@@ -13,7 +13,7 @@ The package is layered; each layer imports only the ones above it in this list:
 * ``organism``: training the miniature GPT-2 model organism, the compiled models with known mechanisms;
 * ``toy``: the sparse-attention toy models;
 * ``posts``: one folder per post, every claim a function returning its numbers, verdicts and figures
-  (``from gpt2_posheads import posts``; ``posts.p004.mask_prev_attention(model)``);
+  (``from gpt2_posheads import posts``; ``posts.gpt2_prev_heads.mask_prev_attention(model)``);
 * ``commands``: the command-line programs (``gpt2-posheads NAME``), each parsing options, calling a claim function
   and writing a results folder.
 

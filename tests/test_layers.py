@@ -17,7 +17,7 @@ LIBRARY = ORDER[: ORDER.index("cli")]
 
 def imported_modules(source: str, package: list[str]) -> list[str]:
     """Every module ``source`` imports (and every ``module.name`` it takes from one), relative imports resolved
-    against ``package`` (e.g. ``["gpt2_posheads", "posts", "p004"]``)."""
+    against ``package`` (e.g. ``["gpt2_posheads", "posts", "gpt2_prev_heads"]``)."""
     out = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -47,7 +47,7 @@ def test_the_library_never_imports_the_command_line(layer):
 @pytest.mark.parametrize(
     "source, package",
     [
-        ("def f():\n    from ...cli.heads import HeadDefault\n", ["gpt2_posheads", "posts", "p004"]),
+        ("def f():\n    from ...cli.heads import HeadDefault\n", ["gpt2_posheads", "posts", "gpt2_prev_heads"]),
         ("from .. import cli\n", ["gpt2_posheads", "analysis"]),
         ("import gpt2_posheads.cli.args\n", ["gpt2_posheads", "model"]),
     ],

@@ -11,12 +11,13 @@ moves) and "minimal damage" to the aggregator (it keeps its previous-token atten
 other than GPT-2 small: the sharpest clear previous-token head below the aggregator, then the aggregator (its
 sharpest previous-token head). Not testable unless both are clear previous-token heads and the first sits below
 the second.
-The claim as a function: gpt2_posheads.posts.p004.ext_pos_averaging (gpt2_posheads/posts/p004/ext_averaging.py).
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.ext_pos_averaging
+(gpt2_posheads/posts/gpt2_prev_heads/ext_averaging.py).
 """
 
 from gpt2_posheads.cli import add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, positive, setup
-from gpt2_posheads.posts.p004 import ext_averaging as claim
-from gpt2_posheads.posts.p004._run import ModelRun
+from gpt2_posheads.posts.gpt2_prev_heads import ext_averaging as claim
+from gpt2_posheads.posts.gpt2_prev_heads._run import ModelRun
 
 
 def main(argv=None):

@@ -7,13 +7,14 @@ Figures: the three-panel comparison at --layer (both sets on W_pos's PCs, on the
 on the PCs of both concatenated), and per layer 0..n_layers the principal angles to W_pos, the large-entry
 fraction (sparsity) and the token dependence. CSV + JSON of all numbers. On a model without learned
 absolute positions only the token dependence is measured (the rest compares with W_pos).
-The claim as a function: gpt2_posheads.posts.p004.ext_pos_vs_wpe (gpt2_posheads/posts/p004/extended.py).
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.ext_pos_vs_wpe
+(gpt2_posheads/posts/gpt2_prev_heads/extended.py).
 """
 
 from gpt2_posheads.cli import experiment_parser, positive, setup
 from gpt2_posheads.cli.experiment import capped_seq_len
-from gpt2_posheads.posts.p004 import extended as claim
-from gpt2_posheads.posts.p004._run import ModelRun
+from gpt2_posheads.posts.gpt2_prev_heads import extended as claim
+from gpt2_posheads.posts.gpt2_prev_heads._run import ModelRun
 
 
 def main(argv=None):

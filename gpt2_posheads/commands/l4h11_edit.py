@@ -11,14 +11,14 @@ vocabulary is replaced by a single-token word (single characters in a character 
 gets a shorter prompt, each said; where no prompt fits, the claim is not testable with the numbers.
 Post: P(" turtle") 99% clean; with the edit and factor 2, P(" pirate") 65% and P(" turtle") 26%.
 Not testable on a model that does not copy the clean prompt, or for a head that is not a previous-token head.
-The claim as a function: gpt2_posheads.posts.p004.l4h11_edit (gpt2_posheads/posts/p004/edit.py).
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.l4h11_edit (gpt2_posheads/posts/gpt2_prev_heads/edit.py).
 """
 
 from gpt2_posheads.analysis.repeat_prompt import split_words
 from gpt2_posheads.cli import add_heads_arg, add_prompt_args, experiment_parser, float_list, setup
 from gpt2_posheads.model.validation import UsageError
-from gpt2_posheads.posts.p004 import edit as claim
-from gpt2_posheads.posts.p004._run import ModelRun
+from gpt2_posheads.posts.gpt2_prev_heads import edit as claim
+from gpt2_posheads.posts.gpt2_prev_heads._run import ModelRun
 
 
 def main(argv=None):

@@ -8,12 +8,13 @@ W_pos is untouched. Default --layers: every layer below the head's own (masking 
 would test the mask, not the mechanism). The claim is judged on the masked rows, the ones the post's figure shows
 disrupted (the rows in between are reported too). Side by side: the head's 50x50 pattern clean vs masked.
 Not testable for a head that is not a clear previous-token head or sits in layer 0.
-The claim as a function: gpt2_posheads.posts.p004.mask_prev_attention (gpt2_posheads/posts/p004/masking.py).
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.mask_prev_attention
+(gpt2_posheads/posts/gpt2_prev_heads/masking.py).
 """
 
 from gpt2_posheads.cli import add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, positive, setup
-from gpt2_posheads.posts.p004 import masking as claim
-from gpt2_posheads.posts.p004._run import ModelRun
+from gpt2_posheads.posts.gpt2_prev_heads import masking as claim
+from gpt2_posheads.posts.gpt2_prev_heads._run import ModelRun
 
 
 def main(argv=None):

@@ -9,7 +9,8 @@ Part 1, the behaviour targets (gpt2_posheads.claims.organism), each a rule fixed
 a sharp previous-token head, induction and copying, held-out loss. Part 2, the story: every GPT-2 claim script on this
 model (results/<script>/<model>/), in three columns: this model, the --compare model (its latest results, when it has
 any) and the post's GPT-2 numbers; the claims that tell the post's route from a head reading W_pos are marked "route".
-Writes report.html and summary.json under results/mini_gpt2_report/<model>/. As a function: posts.p004.mini_gpt2_report.
+Writes report.html and summary.json under results/mini_gpt2_report/<model>/. As a function:
+posts.gpt2_prev_heads.mini_gpt2_report.
 """
 
 from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS
@@ -18,7 +19,7 @@ from gpt2_posheads.cli import experiment_parser, positive, results_root, setup
 from gpt2_posheads.cli.args import check_model_dir
 from gpt2_posheads.cli.experiment import model_slug
 from gpt2_posheads.commands import run_experiment
-from gpt2_posheads.posts.p004 import organism_report as claim
+from gpt2_posheads.posts.gpt2_prev_heads import organism_report as claim
 
 
 def main(argv=None):

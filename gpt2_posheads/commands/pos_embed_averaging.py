@@ -9,14 +9,15 @@ said), and the previous-token mass (offset-1 diagonal) of the tracked heads.
 Post: output unchanged up to groups of ~20, breaks down around 50-100; L2H2, L3H3, L4H11 unaffected.
 A claim whose reference group size (10 or 20) was not measured is not testable; the output claims are not
 testable on a model that does not copy the clean prompt (or whose context cannot hold it).
-The claim as a function: gpt2_posheads.posts.p004.pos_embed_averaging (gpt2_posheads/posts/p004/wpos_averaging.py).
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.pos_embed_averaging
+(gpt2_posheads/posts/gpt2_prev_heads/wpos_averaging.py).
 """
 
 from gpt2_posheads.cli import add_heads_arg, add_prompt_args, experiment_parser, int_list, setup
 from gpt2_posheads.model.identity import wpos_reason
 from gpt2_posheads.model.validation import UsageError
-from gpt2_posheads.posts.p004 import wpos_averaging as claim
-from gpt2_posheads.posts.p004._run import ModelRun
+from gpt2_posheads.posts.gpt2_prev_heads import wpos_averaging as claim
+from gpt2_posheads.posts.gpt2_prev_heads._run import ModelRun
 
 
 def main(argv=None):

@@ -7,7 +7,8 @@ The extended positional embeddings (the residual stream on repeated-token prompt
 token's rows) exist for every model; W_pos's helix only for a model with learned absolute positions (else that claim
 is not testable). A helix: the top three principal components explain >= 60% of the variance and the third carries
 >= twice the fourth.
-The claim as a function: gpt2_posheads.posts.p004.pos_embed_helix (gpt2_posheads/posts/p004/helix.py).
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.pos_embed_helix
+(gpt2_posheads/posts/gpt2_prev_heads/helix.py).
 """
 
 from pathlib import Path
@@ -15,8 +16,8 @@ from pathlib import Path
 from gpt2_posheads.cli import Output, experiment_parser, positive, setup
 from gpt2_posheads.cli.experiment import capped_seq_len
 from gpt2_posheads.cli.output import default_target
-from gpt2_posheads.posts.p004 import helix as claim
-from gpt2_posheads.posts.p004._run import ModelRun
+from gpt2_posheads.posts.gpt2_prev_heads import helix as claim
+from gpt2_posheads.posts.gpt2_prev_heads._run import ModelRun
 
 
 def main(argv=None):

@@ -14,14 +14,15 @@ Figures: layer x head maps of the drop, query and key side by side. Default head
 small: its sharpest previous-token head (the aggregator) and the sharpest clear previous-token head below it. A head
 in layer 0 has nothing upstream: given with --heads it is an error; as the model's aggregator, it is built from the
 embeddings alone.
-The claim as a function: gpt2_posheads.posts.p004.prev_head_sources (gpt2_posheads/posts/p004/sources.py).
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.prev_head_sources
+(gpt2_posheads/posts/gpt2_prev_heads/sources.py).
 """
 
 from gpt2_posheads.analysis.sources import ABLATIONS
 from gpt2_posheads.cli import add_heads_arg, add_prompt_args, experiment_parser, positive, setup
 from gpt2_posheads.model.validation import UsageError
-from gpt2_posheads.posts.p004 import sources as claim
-from gpt2_posheads.posts.p004._run import ModelRun
+from gpt2_posheads.posts.gpt2_prev_heads import sources as claim
+from gpt2_posheads.posts.gpt2_prev_heads._run import ModelRun
 
 
 def main(argv=None):

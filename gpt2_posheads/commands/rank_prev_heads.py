@@ -6,15 +6,16 @@
 For every head, the mean attention on each diagonal (every offset; key 0 left out) and the ratio of the
 second-greatest diagonal to the greatest (L4H11: 0.01). Writes ranking.csv, summary.json, the diagonal
 masses (heads x offsets) and a layer x head grid of ratios.
-The claim as a function: gpt2_posheads.posts.p004.rank_prev_heads (gpt2_posheads/posts/p004/ranking.py).
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.rank_prev_heads
+(gpt2_posheads/posts/gpt2_prev_heads/ranking.py).
 """
 
 from gpt2_posheads.cli import add_prompt_args, experiment_parser, positive, setup
 from gpt2_posheads.cli.engine import add_engine_args, check_engine_args
 from gpt2_posheads.model.fastpath import ENGINES
 from gpt2_posheads.model.validation import NothingMeasuredError, UsageError
-from gpt2_posheads.posts.p004 import ranking as claim
-from gpt2_posheads.posts.p004._run import ModelRun
+from gpt2_posheads.posts.gpt2_prev_heads import ranking as claim
+from gpt2_posheads.posts.gpt2_prev_heads._run import ModelRun
 
 
 def main(argv=None):

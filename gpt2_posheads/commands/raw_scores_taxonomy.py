@@ -9,13 +9,14 @@ trend of older keys: a dark main diagonal) vs spike (the previous key above that
 diagonal), in logits. CSV: the classification of all heads. Post: six self-suppressing early heads, L4H11
 prev-boosting. The aggregator is the model's sharpest previous-token head; "early" heads are the clear
 previous-token heads (ratio <= 0.6) in layers below it.
-The claim as a function: gpt2_posheads.posts.p004.raw_scores_taxonomy (gpt2_posheads/posts/p004/taxonomy.py).
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.raw_scores_taxonomy
+(gpt2_posheads/posts/gpt2_prev_heads/taxonomy.py).
 """
 
 from gpt2_posheads.analysis.scores import LABEL_THRESHOLD
 from gpt2_posheads.cli import add_heads_arg, add_prompt_args, add_submatrix_args, experiment_parser, positive, setup
-from gpt2_posheads.posts.p004 import taxonomy as claim
-from gpt2_posheads.posts.p004._run import ModelRun
+from gpt2_posheads.posts.gpt2_prev_heads import taxonomy as claim
+from gpt2_posheads.posts.gpt2_prev_heads._run import ModelRun
 
 
 def main(argv=None):

@@ -10,12 +10,13 @@ as one batched computation.
     gpt2-posheads toy_lost_in_middle --three-layer-steps 800   # shorter; the 3-layer stacks stay at chance
     gpt2-posheads toy_lost_in_middle --quick
 
-The claim as a function: gpt2_posheads.posts.p002.lost_in_middle (gpt2_posheads/posts/p002/retrieval.py).
+The claim as a function: gpt2_posheads.posts.lost_in_middle.lost_in_middle
+(gpt2_posheads/posts/lost_in_middle/retrieval.py).
 """
 
 from gpt2_posheads.cli import positive
 from gpt2_posheads.cli.toy import toy_options, toy_parser, toy_setup
-from gpt2_posheads.posts.p002 import retrieval as claim
+from gpt2_posheads.posts.lost_in_middle import retrieval as claim
 
 
 def main(argv=None):

@@ -10,12 +10,12 @@ n_embd; lr 0.1 beats 0.01 at V 30 but not at V 100, where loss spikes come with 
     gpt2-posheads toy_prev_token --robustness  # + 720 grid runs: ~30 min on one such core
     gpt2-posheads toy_prev_token --quick
 
-The claim as a function: gpt2_posheads.posts.p000.prev_token (gpt2_posheads/posts/p000/copying.py).
+The claim as a function: gpt2_posheads.posts.prev_token_toy.prev_token (gpt2_posheads/posts/prev_token_toy/copying.py).
 """
 
 from gpt2_posheads.cli import positive
 from gpt2_posheads.cli.toy import toy_options, toy_parser, toy_setup
-from gpt2_posheads.posts.p000 import copying as claim
+from gpt2_posheads.posts.prev_token_toy import copying as claim
 
 
 def main(argv=None):

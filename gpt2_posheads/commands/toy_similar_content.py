@@ -8,11 +8,12 @@ and 2. The comparisons (C, n_embd, kernels) are judged on 3 seeds per setting.
     gpt2-posheads toy_similar_content --robustness  # + 720 grid runs: 27 min on one AVX2 core
     gpt2-posheads toy_similar_content --quick
 
-The claim as a function: gpt2_posheads.posts.p001.similar_content (gpt2_posheads/posts/p001/similarity.py).
+The claim as a function: gpt2_posheads.posts.similar_content.similar_content
+(gpt2_posheads/posts/similar_content/similarity.py).
 """
 
 from gpt2_posheads.cli.toy import toy_options, toy_parser, toy_setup
-from gpt2_posheads.posts.p001 import similarity as claim
+from gpt2_posheads.posts.similar_content import similarity as claim
 
 
 def main(argv=None):

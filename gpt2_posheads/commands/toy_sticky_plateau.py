@@ -7,12 +7,13 @@ The comparisons (plateau lengths, ranks) are judged on 3 seeds per setting.
     gpt2-posheads toy_sticky_plateau --robustness  # + 480 grid runs: under 1 h (C=64 runs: 23 min on 2 cores)
     gpt2-posheads toy_sticky_plateau --quick    # smoke test
 
-The claim as a function: gpt2_posheads.posts.p003.sticky_plateau (gpt2_posheads/posts/p003/plateau.py).
+The claim as a function: gpt2_posheads.posts.sticky_plateau.sticky_plateau
+(gpt2_posheads/posts/sticky_plateau/plateau.py).
 """
 
 from gpt2_posheads.cli import int_list
 from gpt2_posheads.cli.toy import toy_options, toy_parser, toy_setup
-from gpt2_posheads.posts.p003 import plateau as claim
+from gpt2_posheads.posts.sticky_plateau import plateau as claim
 
 
 def main(argv=None):

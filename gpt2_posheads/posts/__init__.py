@@ -1,11 +1,11 @@
-"""The posts this toolkit reproduces, one folder each, every claim a function.
+"""The posts this toolkit reproduces, one folder each named by its subject, every claim a function.
 
-* :mod:`~gpt2_posheads.posts.p004` — how GPT-2 small's previous-token heads work (the ranking, extended positional
-  embeddings, ``W_pos`` averaging, masking the previous position, the raw-score taxonomy, the L4H11 edit, the
-  aggregator's sources): each claim a function of a model and prompts.
-* :mod:`~gpt2_posheads.posts.p003`, :mod:`~gpt2_posheads.posts.p001`, :mod:`~gpt2_posheads.posts.p000`,
-  :mod:`~gpt2_posheads.posts.p002` — the toy sparse-attention posts: each trains its toy models and judges the post's
-  claims on them.
+* :mod:`~gpt2_posheads.posts.gpt2_prev_heads` — how GPT-2 small's previous-token heads work (the ranking, extended
+  positional embeddings, ``W_pos`` averaging, masking the previous position, the raw-score taxonomy, the L4H11 edit,
+  the aggregator's sources): each claim a function of a model and prompts.
+* :mod:`~gpt2_posheads.posts.sticky_plateau`, :mod:`~gpt2_posheads.posts.similar_content`,
+  :mod:`~gpt2_posheads.posts.prev_token_toy`, :mod:`~gpt2_posheads.posts.lost_in_middle` — the toy sparse-attention
+  posts: each trains its toy models and judges the post's claims on them.
 
 Every function returns a :class:`~gpt2_posheads.posts.result.ClaimResult` (``.claims``, ``.numbers``, ``.tables``,
 ``.figures``). A claim's module holds its three parts side by side: *measure* (the numbers), *judge* (the post's
@@ -13,12 +13,19 @@ rules, :mod:`gpt2_posheads.claims`, applied to them) and *figure*::
 
     from gpt2_posheads import load_model, posts
     model = load_model("route-gpt2")
-    result = posts.p004.mask_prev_attention(model, heads=["L2H0"])
+    result = posts.gpt2_prev_heads.mask_prev_attention(model, heads=["L2H0"])
     result.verdicts()          # verdict, number, rule and reason per claim
     result.show()              # the figures
 """
 
-from . import p000, p001, p002, p003, p004
+from . import gpt2_prev_heads, lost_in_middle, prev_token_toy, similar_content, sticky_plateau
 from .result import ClaimResult
 
-__all__ = ["ClaimResult", "p000", "p001", "p002", "p003", "p004"]
+__all__ = [
+    "ClaimResult",
+    "gpt2_prev_heads",
+    "lost_in_middle",
+    "prev_token_toy",
+    "similar_content",
+    "sticky_plateau",
+]

@@ -1,7 +1,7 @@
 """What a claim function returns: its numbers, its verdicts and its figures, one object from a notebook to a folder.
 
-Every claim function of every post (``posts.p004.mask_prev_attention(model, prompts)``,
-``posts.p003.sticky_plateau()``, ...) measures, judges and draws, and hands back a :class:`ClaimResult`:
+Every claim function of every post (``posts.gpt2_prev_heads.mask_prev_attention(model, prompts)``,
+``posts.sticky_plateau.sticky_plateau()``, ...) measures, judges and draws, and hands back a :class:`ClaimResult`:
 
 * ``result.claims``: the verdicts (:class:`~gpt2_posheads.claims.verdicts.Claim`: verdict, rule, reason, the number),
   also as a table (:meth:`ClaimResult.verdicts`);

@@ -1,4 +1,5 @@
-"""What the four toy posts' claim functions share (:mod:`gpt2_posheads.posts.p003`, ``p001``, ``p000``, ``p002``).
+"""What the four toy posts' claim functions share (:mod:`gpt2_posheads.posts.sticky_plateau`, ``similar_content``,
+``prev_token_toy``, ``lost_in_middle``).
 
 Each post trains its own toy models, so each claim function takes the same training options (steps, learning rate,
 initialisation scale, batch size, the attention output matrix, seeds, worker processes, the folder of resumable

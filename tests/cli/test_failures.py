@@ -152,7 +152,7 @@ def test_a_nan_the_model_computes_makes_every_claim_not_testable(tiny_dir, tmp_p
     def overflow(*a, **k):
         raise NonFiniteError("the attention patterns is not finite (3 NaN or infinite values of 10)")
 
-    from gpt2_posheads.posts.p004 import ranking
+    from gpt2_posheads.posts.gpt2_prev_heads import ranking
 
     monkeypatch.setattr(ranking, "diagonal_attention", overflow)  # where the claim measures the diagonals
     out = tmp_path / "out"

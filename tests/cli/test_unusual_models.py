@@ -95,7 +95,7 @@ def test_the_edit_on_a_character_vocabulary_uses_single_characters_that_follow_e
 
 def test_where_no_repeat_prompt_fits_the_edit_is_not_testable_with_the_numbers(small_tokenizer, tmp_path):
     from gpt2_posheads import load_model, make_random_model_dir
-    from gpt2_posheads.posts.p004 import l4h11_edit
+    from gpt2_posheads.posts.gpt2_prev_heads import l4h11_edit
 
     model = load_model(
         make_random_model_dir(

@@ -5,7 +5,7 @@ look-alike; the toy posts' verdicts printed from their rules); a cell that raise
 under ``pytest -m slow`` (the toy notebooks train models for minutes, the 004 notebook takes half a minute); the
 default suite checks that every post has one, and tests what the 004 notebook runs on faster paths: the claim
 functions with a shared run and what a result and the explorer show inline
-(tests/posts/test_p004_aggregator_claims.py), each route claim's verdict on route-gpt2 and on the look-alike
+(tests/posts/test_gpt2_prev_heads_aggregator_claims.py), each route claim's verdict on route-gpt2 and on the look-alike
 (tests/organism/test_known_answers.py), and the README's quick start, the same calls from a fresh process
 (tests/cli/test_fresh_clone.py).
 """

@@ -6,7 +6,7 @@ import json
 from gpt2_posheads.claims.gpt2_post import CLAIMS, judge_claim
 from gpt2_posheads.claims.record import read_summary, write_summary
 from gpt2_posheads.claims.verdicts import Precondition
-from gpt2_posheads.posts.p004.organism_report import SCRIPTS, STORY, page, story
+from gpt2_posheads.posts.gpt2_prev_heads.organism_report import SCRIPTS, STORY, page, story
 
 
 def test_every_story_step_is_a_claim_one_command_judges():

@@ -3,7 +3,7 @@
 import numpy as np
 import plotly.graph_objects as go
 
-from gpt2_posheads.posts.p000 import embedding_animation
+from gpt2_posheads.posts.prev_token_toy import embedding_animation
 from gpt2_posheads.toy.figures import band, log_axis, log_ticks, points_with_sd
 
 

@@ -128,14 +128,17 @@ def test_every_grid_claim_decides_with_the_default_runs_rule_function(post):
     carries the numbers (3-step models: the verdicts mean nothing, the wiring does)."""
     from dataclasses import replace as with_
 
-    from gpt2_posheads.posts import p000, p001, p002, p003
+    from gpt2_posheads.posts import lost_in_middle, prev_token_toy, similar_content, sticky_plateau
     from gpt2_posheads.toy.train import train_sweep
 
     grids = {
-        "003": (p003.sticky_plateau_grid(), ToyConfig(task="copy_current", V=16, C=4, n_embd=2)),
-        "001": (p001.similar_content_grid(), ToyConfig(task="most_similar", C=3, n_embd=2)),
-        "000": (p000.prev_token_grid(), ToyConfig(task="copy_offset", k=1, V=30, C=4, n_embd=2, pos_emb=True)),
-        "002": (p002.lost_in_middle_grid(10), ToyConfig(task="kth_token", V=10, C=10, n_heads=1, k=0)),
+        "003": (sticky_plateau.sticky_plateau_grid(), ToyConfig(task="copy_current", V=16, C=4, n_embd=2)),
+        "001": (similar_content.similar_content_grid(), ToyConfig(task="most_similar", C=3, n_embd=2)),
+        "000": (
+            prev_token_toy.prev_token_grid(),
+            ToyConfig(task="copy_offset", k=1, V=30, C=4, n_embd=2, pos_emb=True),
+        ),
+        "002": (lost_in_middle.lost_in_middle_grid(10), ToyConfig(task="kth_token", V=10, C=10, n_heads=1, k=0)),
     }
     claims, base = grids[post]
     base = with_(base, steps=3, log_every=1, eval_size=64)

@@ -17,10 +17,10 @@ from conftest import load_script
 
 SCRIPTS = ("toy_sticky_plateau", "toy_similar_content", "toy_prev_token", "toy_lost_in_middle")
 CLAIM_MODULES = {  # where each script's claim function trains its models
-    "toy_sticky_plateau": "gpt2_posheads.posts.p003.plateau",
-    "toy_similar_content": "gpt2_posheads.posts.p001.similarity",
-    "toy_prev_token": "gpt2_posheads.posts.p000.copying",
-    "toy_lost_in_middle": "gpt2_posheads.posts.p002.retrieval",
+    "toy_sticky_plateau": "gpt2_posheads.posts.sticky_plateau.plateau",
+    "toy_similar_content": "gpt2_posheads.posts.similar_content.similarity",
+    "toy_prev_token": "gpt2_posheads.posts.prev_token_toy.copying",
+    "toy_lost_in_middle": "gpt2_posheads.posts.lost_in_middle.retrieval",
 }
 BOILERPLATE = "the measured values"
 SNAKE = re.compile(r"\b(?!n_embd\b)[a-z]+_[a-z_]+\b")  # a summary key like mean_eval_loss (n_embd is the posts' word)

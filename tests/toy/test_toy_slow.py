@@ -64,7 +64,7 @@ def test_most_similar_converges_near_half_vocab_and_rises_from_c3_to_c5():
     """001 with the posts' architecture (n_embd 2, 4,000 steps): V=32, C=3 ends near V/2 (seed 0, measured
     10.8), and at V=20 the mean final perplexity of seeds 0-2 rises from C=3 to C=5 by more than 5% (measured
     6.93 -> 7.86), but one seed stays at C=3's level (7.03), so the rise is within 2 sd and the rule does not hold."""
-    from gpt2_posheads.posts.p001.similarity import GRID_C
+    from gpt2_posheads.posts.similar_content.similarity import GRID_C
 
     sim = rules
     cfg = lambda V, C, s=0: ToyConfig(task="most_similar", V=V, C=C, n_embd=2, steps=4000, log_every=100, seed=s)  # noqa: E731
@@ -85,7 +85,7 @@ def test_most_similar_converges_near_half_vocab_and_rises_from_c3_to_c5():
 def test_lost_in_middle_three_layers_u_shape_after_convergence():
     """002, 3 layers, n_embd 10, no W_O, seed 0, trained to convergence (5,000 steps): the first and the last
     token are retrieved, the middle is not (measured at 5,100 steps: k=0 0.06, k=9 1.57, middle ~2.1 nats)."""
-    from gpt2_posheads.posts.p002 import THREE_LAYER_STEPS
+    from gpt2_posheads.posts.lost_in_middle import THREE_LAYER_STEPS
 
     cfgs = [
         ToyConfig(task="kth_token", V=10, C=10, n_embd=10, n_layers=3, k=k, steps=THREE_LAYER_STEPS, log_every=500)

@@ -88,7 +88,8 @@ def mask_prev_attention(
         every: the masking period (the post: 5).
         renormalize: renormalise masked rows to sum to 1.
         start, size: the submatrix shown in the figure (the post: 50 x 50).
-        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (prompts and ranking once).
+        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (prompts and
+        ranking once).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``mask_disrupts`` per head), ``numbers``

@@ -111,7 +111,8 @@ def ext_pos_averaging(
         ext_prompts: repeated-token prompts the extended positional embeddings are measured on (>= 1).
         seed: the seed of those prompts.
         start, size: the submatrix shown in the figure (the post: 50 x 50).
-        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (prompts and ranking once).
+        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (prompts and
+        ranking once).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``ext_avg_hurts_early_more``), ``numbers``

@@ -135,7 +135,8 @@ def raw_scores_taxonomy(
         threshold: logits a spike or dip needs to label a head (>= 0; default ln 2: attention odds changed 2x).
         start, size: the submatrix drawn (the post: 50 x 50).
         progress: show a progress bar over the prompt batches of the profile.
-        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (prompts and ranking once).
+        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (prompts and
+        ranking once).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``early_self_suppressing``,

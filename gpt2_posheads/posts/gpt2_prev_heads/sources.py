@@ -230,7 +230,8 @@ def prev_head_sources(
         batch_size: prompts per forward (>= 1).
         seed: the seed of the random groups (chance).
         progress: print each target's progress and its top sources.
-        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (prompts and ranking once).
+        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (prompts and
+        ranking once).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``aggregator_above_layer0``,

@@ -214,7 +214,8 @@ def rank_prev_heads(
         engine: ``"auto"`` (the hook-free fast path where it reproduces the model), ``"fast"``, ``"hooks"``, or
             ``"nnsight"`` (every pattern reduced inside an nnsight trace; the engine of a traced model).
         progress: a progress bar over the batches.
-        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims; with the default options
+        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims; with the default
+        options
             its ranking is used when it has one, and kept in it when it has none.
 
     Returns:

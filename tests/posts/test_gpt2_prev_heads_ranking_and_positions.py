@@ -8,14 +8,14 @@ import pytest
 import torch
 
 from gpt2_posheads.model.paths import GPT2_W_POS
-from gpt2_posheads.posts.p004 import (
+from gpt2_posheads.posts.gpt2_prev_heads import (
     ext_pos_vs_wpe,
     model_run,
     pos_embed_averaging,
     pos_embed_helix,
     rank_prev_heads,
 )
-from gpt2_posheads.posts.p004.wpos_averaging import group_sizes_for
+from gpt2_posheads.posts.gpt2_prev_heads.wpos_averaging import group_sizes_for
 
 from conftest import HANDSET
 

@@ -6,14 +6,14 @@ import pandas as pd
 import pytest
 
 from gpt2_posheads.organism.known_answers import expected
-from gpt2_posheads.posts.p004 import (
+from gpt2_posheads.posts.gpt2_prev_heads import (
     ext_pos_averaging,
     l4h11_edit,
     model_run,
     prev_head_sources,
     raw_scores_taxonomy,
 )
-from gpt2_posheads.posts.p004.sources import aggregator_first
+from gpt2_posheads.posts.gpt2_prev_heads.sources import aggregator_first
 from gpt2_posheads.posts.result import ClaimResult
 
 
@@ -149,7 +149,7 @@ def test_without_a_model_is_a_type_error():
 
 def test_masking_claim_names_the_period_it_measured(run):
     """``every=3`` masks every third query, and the claim's text and rule say so (not the post's fifth)."""
-    from gpt2_posheads.posts.p004 import mask_prev_attention
+    from gpt2_posheads.posts.gpt2_prev_heads import mask_prev_attention
 
     for every, nth in ((3, "every 3rd"), (5, "every 5th")):
         result = mask_prev_attention(run=run, heads=["L3H0"], every=every)

@@ -206,7 +206,8 @@ def pos_embed_averaging(
             in the model's vocabulary is replaced by a single-token word, single characters in a character
             vocabulary, and a short context gets a shorter prompt: each said; :func:`._run.repeat_prompts`).
         seed: the seed of the repeat-string prompts' demonstrations.
-        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (prompts and ranking once).
+        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (prompts and
+        ranking once).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``avg_output_unchanged``,

@@ -147,7 +147,8 @@ def l4h11_edit(
             edited logits are not finite on this model leaves that row not measured (NaN, with the reason in
             ``not_measured``); the claim is judged on the x2 row.
         seed: the seed of the repeat-string prompt's demonstrations.
-        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (prompts and ranking once).
+        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (prompts and
+        ranking once).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``edit_moves_copy``), ``numbers``

@@ -260,7 +260,8 @@ def ext_pos_vs_wpe(
         k: the dimension of the subspaces compared by principal angles (``1..min(d_model, seq_len)``).
         seed: the seed of the repeated tokens (``seed + 1`` for the token-dependence tokens).
         progress: a progress bar over the batches.
-        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (its model and label; the
+        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (its model and
+        label; the
             claim makes its own repeated-token prompts).
 
     Returns:

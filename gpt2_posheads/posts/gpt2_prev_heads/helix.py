@@ -111,7 +111,8 @@ def pos_embed_helix(
         seq_len: positions (default: the model's context; capped at it, and said).
         seed: the seed of the repeated tokens.
         progress: a progress bar over the batches.
-        run: a :class:`~gpt2_posheads.posts.p004._run.ModelRun` shared with other claims (its model and label; the
+        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (its model and
+        label; the
             claim makes its own repeated-token prompts).
 
     Returns:
