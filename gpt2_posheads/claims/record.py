@@ -12,15 +12,20 @@ fingerprint, which tells whether two folders hold results of one model.
 
 ``summary.json``::
 
-    {"script": ..., "model": ..., <the run's own numbers>,
+    {"schema_version": 1, "script": ..., "model": ..., <the run's own numbers>,
      "claims": [{"claim", "post", "measured", "rule", "verdict", "why", "key"?, "head"?, "shown"?, "tells"?, ...}],
      "verdicts": {"held": n, "not held": n, "not testable": n}, "figures": [...], "finished_at": ..., "elapsed_s": ...}
+
+``schema_version`` (:data:`SCHEMA_VERSION`) names the layout above. A summary without it was written before the
+field existed, in the same layout: version 1. A version above :data:`SCHEMA_VERSION` comes from a later toolkit,
+whose layout this one cannot know: :func:`read_summary` refuses it, saying to upgrade, rather than misread it.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +38,7 @@ from .verdicts import VERDICTS, Claim, verdict_counts
 
 CLAIM_FIELDS = ("claim", "post", "measured", "rule", "verdict", "why")  # every record has these
 OPTIONAL_FIELDS = ("key", "head", "shown", "tells")
+SCHEMA_VERSION = 1  # the layout of summary.json this toolkit writes, and the newest it reads
 
 
 MANIFEST = ".gpt2_posheads.json"  # in every folder the toolkit writes: {"files", "folders", "script", "model"?, ...}
@@ -132,6 +138,7 @@ class Summary:
     claims: list[Claim]
     data: dict = field(default_factory=dict)
     path: Path | None = None
+    schema_version: int = SCHEMA_VERSION
 
     @property
     def script(self) -> str:
@@ -175,43 +182,68 @@ class Summary:
 
 
 def summary_dict(data: dict, claims: Sequence[Claim]) -> dict:
-    """The JSON object :func:`write_summary` writes: ``data``, the claims as records and their verdict counts."""
-    obj = dict(data)
+    """The JSON object :func:`write_summary` writes: :data:`SCHEMA_VERSION`, ``data``, the claims as records and
+    their verdict counts. The version is the writer's (a ``schema_version`` in ``data`` does not replace it)."""
+    obj = {"schema_version": SCHEMA_VERSION, **{k: v for k, v in data.items() if k != "schema_version"}}
     obj["claims"] = [claim_to_dict(c) for c in claims]
     obj["verdicts"] = verdict_counts(list(claims))
     return jsonable(obj)
 
 
 def write_summary(path: str | Path, data: dict, claims: Sequence[Claim]) -> Path:
-    """Write ``summary.json`` at ``path`` atomically (a temporary file renamed over it): ``data`` plus ``claims``."""
+    """Write ``summary.json`` at ``path``: ``data`` plus ``claims`` (:func:`summary_dict`), whole or not at all (a
+    temporary file of this process renamed over it; a full disk or an interruption leaves no temporary behind).
+    The one writer of a summary: every script's results folder and every test write through it."""
     for c in claims:
         if not isinstance(c, Claim):
             raise TypeError(f"claims: every claim must be a Claim, got {type(c).__name__}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(summary_dict(data, claims), indent=2, allow_nan=False), encoding="utf-8")
+    text = json.dumps(summary_dict(data, claims), indent=2, allow_nan=False) + "\n"
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     tmp.replace(path)
     return path
+
+
+def schema_version(obj: dict, where: str = "summary") -> int:
+    """The layout version of a parsed summary: its ``schema_version``, 1 when it has none (written before the field
+    existed). A version that is not a whole number >= 1 is a :class:`SummaryError`, and so is one above
+    :data:`SCHEMA_VERSION`, saying to upgrade: a later layout read as this one would give wrong verdicts quietly."""
+    version = obj.get("schema_version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise SummaryError(f"{where}: schema_version {version!r} is not a summary version (a whole number >= 1)")
+    if version > SCHEMA_VERSION:
+        raise SummaryError(
+            f"{where}: schema version {version} is newer than this toolkit reads (up to {SCHEMA_VERSION}); "
+            "upgrade gpt2_posheads to read it"
+        )
+    return version
 
 
 def summary_from_dict(obj: Any, where: str = "summary") -> Summary:
     """A :class:`Summary` from a parsed ``summary.json`` (see :func:`read_summary`)."""
     if not isinstance(obj, dict):
         raise SummaryError(f"{where} is not a JSON object")
+    version = schema_version(obj, where)
     if "claims" not in obj:  # every summary this toolkit writes has its claims (a list, empty for no claim)
         raise SummaryError(f"{where} has no 'claims': not a summary of this toolkit, or cut short")
     records = obj["claims"]
     if not isinstance(records, list):
         raise SummaryError(f"{where}: 'claims' is not a list")
     claims = [claim_from_dict(d, f"{where}, claim {i + 1}") for i, d in enumerate(records)]
-    data = {k: v for k, v in obj.items() if k not in ("claims", "verdicts")}
-    return Summary(claims, data)
+    data = {k: v for k, v in obj.items() if k not in ("claims", "verdicts", "schema_version")}
+    return Summary(claims, data, schema_version=version)
 
 
 def read_summary(path: str | Path) -> Summary:
-    """The :class:`Summary` in ``path``; a file that cannot be read, is not JSON, or holds a claim that is not a
-    record of this toolkit is a :class:`SummaryError` naming the file."""
+    """The :class:`Summary` in ``path``; a file that cannot be read, is not JSON, holds a claim that is not a
+    record of this toolkit, or was written by a later toolkit (:func:`schema_version`) is a :class:`SummaryError`
+    naming the file. The one reader of a summary."""
     path = Path(path)
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))

@@ -1,10 +1,15 @@
-"""One verdict vocabulary for every claim of every script: ``held``, ``not held``, ``not testable``.
+"""One verdict vocabulary for every claim of every post: ``held``, ``not held``, ``not testable``.
 
-A claim is judged by a :class:`Rule` — a sentence written down *before* the measurement and a small
-pure function that applies it to the measured numbers. Preconditions come first: if the model does
-not copy, a head is not a previous-token head, or the run is a ``--quick`` smoke test, the claim is
-``not testable`` and says why, instead of a verdict that would look good on a model where the
-phenomenon is absent. Every record has the same keys::
+The words (:data:`HELD`, :data:`NOT_HELD`, :data:`NOT_TESTABLE`) and their colours (:data:`VERDICT_COLOURS`) are
+defined here and nowhere else. A claim is judged by a :class:`Rule` — a sentence written down *before* the
+measurement and a small pure function that applies it to the measured numbers, returning a :data:`Decision`
+``(held, why)``; ``held`` is ``None`` when the numbers cannot decide the claim. Preconditions come first: if the
+model does not copy, a head is not a previous-token head, or the run is a ``--quick`` smoke test, the claim is
+``not testable`` and says why, instead of a verdict that would look good on a model where the phenomenon is absent.
+
+:func:`judge` is the one path from a measurement to a :class:`Claim`, for the GPT-2 post and the toy posts alike;
+:func:`not_testable` is the one constructor of a claim that was not tested (``judge`` and every script that ends
+without measuring call it). Every record has the same keys::
 
     {"claim", "post", "measured", "rule", "verdict", "why"}
 
@@ -25,14 +30,23 @@ from typing import Any, Literal
 Verdict = Literal["held", "not held", "not testable"]
 HELD, NOT_HELD, NOT_TESTABLE = "held", "not held", "not testable"
 VERDICTS: tuple[str, ...] = (HELD, NOT_HELD, NOT_TESTABLE)
+# green, red, grey (GitHub's Primer palette): the results page, a result's table in a notebook, the organism report
+VERDICT_COLOURS: dict[str, str] = {HELD: "#1a7f37", NOT_HELD: "#cf222e", NOT_TESTABLE: "#6e7781"}
+
+# (held, why): what a rule says of its numbers. held None: the numbers cannot decide the claim (both sides of a
+# comparison at the floor, where differences are noise), so the claim is not testable and why says so.
+Decision = tuple[bool | None, str]
+
+QUICK_WHY = "--quick run: too short or too small to test this claim; run without --quick"
 
 
 @dataclass(frozen=True)
 class Rule:
-    """A decision rule: ``text`` says it in words, ``decide(value) -> (held, why)`` applies it."""
+    """A decision rule: ``text`` says it in words, ``decide(value) -> (held, why)`` applies it (a
+    :data:`Decision`: ``held`` None makes the claim ``not testable`` with ``why``)."""
 
     text: str
-    decide: Callable[[Any], tuple[bool, str]]
+    decide: Callable[[Any], Decision]
     allow_quick: bool = False  # a --quick run can still test it (e.g. a property of a fixed matrix)
 
 
@@ -93,10 +107,35 @@ def finite(x) -> bool:
         return False
 
 
+def not_testable(
+    claim: str,
+    post: str,
+    rule: Rule | str,
+    why: str,
+    *,
+    key: str = "",
+    head: str = "",
+    shown: str = "",
+    measured: Any = None,
+    tells: str = "",
+    here: bool = True,
+    extra: dict | None = None,
+) -> Claim:
+    """The record of a claim that was not tested: the one place a ``not testable`` :class:`Claim` is made.
+
+    ``why`` says why in words; the record gives it as ``not testable here: <why>`` (a reason that carries a "not
+    testable" prefix of its own keeps one), or, with ``here=False``, as written: a reason that names its own cause
+    (:data:`QUICK_WHY`; a command that has not run). ``shown`` is empty unless the caller says otherwise: a number
+    beside a claim that was not tested would read as a result (the measurement stays in ``measured``).
+    """
+    reason = "not testable here: " + _bare(why) if here else why
+    return Claim(claim, post, measured, _text(rule), NOT_TESTABLE, reason, key, head, shown, tells, dict(extra or {}))
+
+
 def judge(
     claim: str,
     post: str,
-    rule: Rule,
+    rule: Rule | str,
     measured: Any,
     value: Any = None,
     preconditions: Sequence[Precondition] = (),
@@ -104,39 +143,58 @@ def judge(
     key: str = "",
     head: str = "",
     shown: str = "",
+    *,
+    decided: Decision | None = None,
+    untested: str = "",
+    extra: dict | None = None,
 ) -> Claim:
-    """Apply ``rule`` to ``value`` (default: ``measured``) unless a precondition fails, the run is quick, or ``value``
-    holds no measurement (a NaN: :func:`not_measured`); each of those is ``not testable`` with the reason.
+    """The one path from a measurement to a :class:`Claim`, for every post. The first of these that applies decides:
 
-    ``head``: the head the claim was measured on; ``shown``: the measured number for a person (default: ``value``
-    at 3 significant digits when it is a number).
+    1. a failed precondition: ``not testable here: <what was found>`` (each distinct reason once, joined by "; ");
+    2. a ``--quick`` run, unless the rule allows it (``Rule.allow_quick``): ``not testable``, :data:`QUICK_WHY`;
+    3. the rule's :data:`Decision`: ``decided`` when the caller made it beforehand (the toy posts apply their
+       rule functions to numbers over seeds; ``rule`` is then the rule's text), else ``rule.decide(value)``
+       (``value`` default: ``measured``) once :func:`not_measured` finds no NaN in ``value`` (a NaN: ``not
+       testable``, saying so, and the rule is never asked). ``held`` None is ``not testable`` with the rule's why.
+
+    ``head``: the head the claim was measured on; ``shown``: the measured number for a person (default, when the
+    rule judges ``value`` here: ``value`` at 3 significant digits when it is a number). A claim that was not tested
+    (1, 2, or a NaN) shows ``untested`` instead ("": nothing, as the GPT-2 post's claims; the toys' "not tested",
+    "not tested (--quick run)"): a number there would read as a result. A rule that cannot decide keeps ``shown``:
+    at a floor the numbers are the reason.
     """
+    if decided is None and not isinstance(rule, Rule):
+        raise TypeError("judge: a rule given as its text needs the decision it made (decided=(held, why))")
     value = measured if value is None else value
-    if not shown and finite(value) and not isinstance(value, bool):
+    if not shown and decided is None and finite(value) and not isinstance(value, bool):
         shown = fmt(value)
+    allow_quick = isinstance(rule, Rule) and rule.allow_quick
+
+    def untested_claim(why: str, here: bool = True, show: str = untested) -> Claim:
+        return not_testable(
+            claim, post, rule, why, key=key, head=head, shown=show, measured=measured, here=here, extra=extra
+        )
+
     failed = [p for p in preconditions if not p.ok]
     if failed:
-        reasons = (_bare(p.failure()) for p in failed)
-        why = "not testable here: " + "; ".join(dict.fromkeys(reasons))
-        # no number beside a claim that was not tested: it would read as a result (the measurement stays in measured)
-        return Claim(claim, post, measured, rule.text, NOT_TESTABLE, why, key, head, "")
-    if quick and not rule.allow_quick:
-        return Claim(
-            claim,
-            post,
-            measured,
-            rule.text,
-            NOT_TESTABLE,
-            "--quick run: too short or too small to test this claim; run without --quick",
-            key,
-            head,
-            "",
-        )
-    empty = not_measured(value)
-    if empty:  # a rule sees only finite, measured numbers: this is the one place that makes sure
-        return Claim(claim, post, measured, rule.text, NOT_TESTABLE, f"not testable here: {empty}", key, head, "")
-    held, why = rule.decide(value)
-    return Claim(claim, post, measured, rule.text, HELD if held else NOT_HELD, why, key, head, shown)
+        return untested_claim("; ".join(dict.fromkeys(_bare(p.failure()) for p in failed)))
+    if quick and not allow_quick:
+        return untested_claim(QUICK_WHY, here=False, show=f"{untested} (--quick run)" if untested else "")
+    if decided is None:
+        empty = not_measured(value)
+        if empty:  # a rule sees only finite, measured numbers: this is the one place that makes sure
+            return untested_claim(empty)
+        decided = rule.decide(value)
+    held, why = decided
+    if held is None:
+        return untested_claim(why, show=shown)
+    verdict = HELD if held else NOT_HELD
+    return Claim(claim, post, measured, _text(rule), verdict, why, key, head, shown, extra=dict(extra or {}))
+
+
+def _text(rule: Rule | str) -> str:
+    """The rule in words (a rule given as its text is its text)."""
+    return rule.text if isinstance(rule, Rule) else rule
 
 
 def _bare(reason: str) -> str:
@@ -257,8 +315,8 @@ def monotone(direction: Literal["up", "down"], what: str, tolerance: float = 0.0
     return Rule(f"held if {what} {'rises' if direction == 'up' else 'falls'} at every step{slack}", decide)
 
 
-def predicate(text: str, fn: Callable[[Any], tuple[bool, str]], allow_quick: bool = False) -> Rule:
-    """A rule from any pure function ``value -> (held, why)``."""
+def predicate(text: str, fn: Callable[[Any], Decision], allow_quick: bool = False) -> Rule:
+    """A rule from any pure function ``value -> (held, why)`` (a :data:`Decision`)."""
     return Rule(text, fn, allow_quick)
 
 

@@ -234,11 +234,14 @@ def _ranking(model, prompts: torch.Tensor) -> tuple[torch.Tensor, pd.DataFrame]:
 def not_applicable(exp: Experiment, reason: str, claim_keys: list[str], extra: dict | None = None) -> None:
     """End a script that does not apply to this model: one line ``not applicable: <reason>``, every claim
     ``not testable`` with that reason in ``summary.json``, exit status 0."""
-    from ..claims.gpt2_post import judge_claim
-    from ..claims.verdicts import Precondition
+    from ..claims.gpt2_post import CLAIMS
+    from ..claims.verdicts import not_testable
 
     print(f"not applicable: {reason}")
-    pre = [Precondition("the script applies to this model", False, f"not applicable: {reason}")]
-    claims = [judge_claim(k, {"not_applicable": reason}, value=float("nan"), preconditions=pre) for k in claim_keys]
+    why, measured = f"not applicable: {reason}", {"not_applicable": reason}
+    claims = [
+        not_testable(c.claim, c.post, c.rule, why, key=c.key, tells=c.tells, measured=measured)
+        for c in (CLAIMS[k] for k in claim_keys)
+    ]
     exp.out.summary({**exp.describe(), "not_applicable": reason, **(extra or {})}, claims)
     exp.out.commit()

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..claims.record import MANIFEST, jsonable, read_manifest, recorded_fingerprint, summary_dict
+from ..claims.record import MANIFEST, jsonable, read_manifest, recorded_fingerprint, write_summary
 from ..claims.verdicts import Claim, claims_table
 from ..model.paths import STAGING, cannot_write, lock_holder, pid_alive, remove_dead_staging
 from ..model.validation import UsageError, path_kind
@@ -485,8 +485,8 @@ class Output:
         df.to_csv(self.path(f"{stem}.csv"), index=False)
 
     def summary(self, obj: dict, claims: Sequence[Claim] = (), stem: str = "summary") -> Path:
-        """Write ``summary.json``: ``obj`` plus ``claims`` (each ``{claim, post, measured, rule, verdict, why}``),
-        their verdict counts, the figures, when it was measured and how long it took. The claims table is printed by
+        """Write ``summary.json`` (:func:`~gpt2_posheads.claims.record.write_summary`): ``obj`` plus ``claims``, their
+        verdict counts, the figures, when it was measured and how long it took. The claims table is printed by
         :meth:`commit`, once the results are in place (a console that fails can then cost nothing)."""
         obj = dict(obj)
         obj.setdefault("script", self.script)
@@ -496,7 +496,7 @@ class Output:
         obj["figures"] = [p.name for p in self.written if p.suffix in (".html", ".png")] + [
             f"{stem}.png" for _, stem, _ in self.pngs
         ]
-        p = write_json(self.path(f"{stem}.json"), summary_dict(obj, list(claims)))
+        p = write_summary(self.path(f"{stem}.json"), obj, list(claims))
         if claims:
             self.tables.append(claims_table(list(claims)))
         return p
@@ -581,16 +581,16 @@ def finish_not_testable(reason: str) -> bool:
     """End every open output of a claim script with all its claims ``not testable`` and ``reason`` (a measurement
     the claims rest on could not be made: the model computed a NaN); whether there was such an output."""
     from ..claims.catalogue import SCRIPT_CLAIMS
-    from ..claims.gpt2_post import judge_claim
-    from ..claims.verdicts import Precondition
+    from ..claims.gpt2_post import CLAIMS
+    from ..claims.verdicts import not_testable
 
     done = False
     for out in list(_OPEN):
         keys = SCRIPT_CLAIMS.get(out.script)
         if not keys:
             continue
-        pre = [Precondition("what the claims rest on was measured, and is finite", False, reason)]
-        claims = [judge_claim(k, {"not_testable": reason}, value=float("nan"), preconditions=pre) for k in keys]
+        cs, record = [CLAIMS[k] for k in keys], {"not_testable": reason}  # each claim's spec; what the record says
+        claims = [not_testable(c.claim, c.post, c.rule, reason, key=c.key, tells=c.tells, measured=record) for c in cs]
         out.summary({**out.context, "not_testable": reason}, claims)
         out.commit(quiet=True)
         done = True

@@ -24,7 +24,8 @@ Models (``gpt2_posheads.organism.compiled``):
 
 from __future__ import annotations
 
-HELD, NOT_HELD, NOT_TESTABLE = "held", "not held", "not testable"
+from ..claims.verdicts import HELD, NOT_HELD, NOT_TESTABLE
+
 MODELS = ("route-gpt2", "lookalike-wpos", "lookalike-boost", "lookalike-decoy", "lookalike-none", "mini-gpt2")
 
 # (script, claim key) -> {model: (verdict, reason from the construction)}; None: not set by the construction
@@ -282,7 +283,6 @@ def expected(model: str) -> dict[tuple[str, str], tuple[str, str]]:
 def markdown_table() -> str:
     """The table as Markdown: the route conclusion first, then one row per claim, one column per model (``-``: not
     set by the construction)."""
-    short = {HELD: "held", NOT_HELD: "not held", NOT_TESTABLE: "not testable"}
     lines = ["| script | claim | " + " | ".join(f"`{m}`" for m in MODELS) + " |", "|" + " --- |" * (2 + len(MODELS))]
     lines.append(
         "| **route conclusion** | `claims.route` | "
@@ -290,6 +290,6 @@ def markdown_table() -> str:
         + " |"
     )
     for (script, key), row in KNOWN.items():
-        cells = [short[row[m][0]] if row.get(m) else "-" for m in MODELS]
+        cells = [row[m][0] if row.get(m) else "-" for m in MODELS]
         lines.append(f"| `{script}` | `{key}` | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -26,9 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..claims.verdicts import VERDICTS, Claim, claims_table
-
-VERDICT_COLOURS = {"held": "#1a7f37", "not held": "#cf222e", "not testable": "#6e7781"}
+from ..claims.verdicts import VERDICT_COLOURS, Claim, claims_table, verdict_counts
 
 
 @dataclass
@@ -82,7 +80,8 @@ class ClaimResult:
         )
 
     def counts(self) -> dict[str, int]:
-        return {v: sum(c.verdict == v for c in self.claims) for v in VERDICTS}
+        """``{verdict: how many claims got it}``, every verdict of the vocabulary (zero included)."""
+        return verdict_counts(self.claims)
 
     def show(self, *stems: str) -> None:
         """Draw the figures (all, or those named) with plotly's own renderer (inline in Jupyter)."""

@@ -23,10 +23,9 @@ from pathlib import Path
 
 from ..claims.catalogue import POSTS, SCRIPT_POST
 from ..claims.record import Summary, SummaryError, read_summary, recorded_fingerprint
-from ..claims.verdicts import Claim, fmt
+from ..claims.verdicts import NOT_TESTABLE, VERDICT_COLOURS, VERDICTS, Claim, fmt
 from ..model.validation import UsageError
 
-VERDICT_COLOURS = {"held": "#1a7f37", "not held": "#cf222e", "not testable": "#6e7781"}
 SCRIPT_ORDER = {s: i for i, s in enumerate(s for p in POSTS for s in p.scripts)}
 TOY_COLUMN = "toy models"
 STYLE = """
@@ -174,7 +173,7 @@ def _cell(c: Claim | None, when: str, source: str = "", notes=()) -> str:
     measured = present(c.measured)
     fold = (
         f"<details><summary>measured</summary>{html.escape(measured)}</details>"
-        if measured and measured != shown and v != "not testable"
+        if measured and measured != shown and v != NOT_TESTABLE
         else ""
     )
     src = f'<div class="when">prompts: {html.escape(source)}</div>' if source else ""
@@ -239,7 +238,7 @@ def _claims_by_model(
     """``(cells, order, models, counts, columns)``: ``cells[(script, claim key)][model] = (claim, summary, folder)``,
     the claim keys in the order met, the model columns (:class:`Columns` keys, the run record's first), the count of
     each verdict, and the columns."""
-    counts = dict.fromkeys(VERDICT_COLOURS, 0)
+    counts = dict.fromkeys(VERDICTS, 0)
     cells: Cells = {}
     order: list[tuple[str, str]] = []
     columns = Columns(summaries, record)
@@ -274,7 +273,7 @@ def claims_markdown(root: Path, post_key: str) -> str:
         if c is None:
             return "not measured"
         head = f" on {c.head}" if c.head else ""
-        if c.verdict == "not testable" and c.why:  # what failed says more than partial numbers
+        if c.verdict == NOT_TESTABLE and c.why:  # what failed says more than partial numbers
             shown = c.why.removeprefix("not testable here: ")
         else:
             shown = c.shown or present(c.measured)

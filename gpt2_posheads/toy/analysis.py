@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from ..claims.toy import fails, learned, plateau, plateaus, spearman, v_half_plateau  # noqa: F401 - the rules, shared
+from ..claims.toy import plateau, plateaus, spearman, v_half_plateau  # noqa: F401 - read with the rules, shared
 
 
 def perplexity_curve(result: dict, which: str = "eval_loss") -> np.ndarray:

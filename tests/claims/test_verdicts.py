@@ -6,6 +6,12 @@ import torch
 
 from gpt2_posheads.claims.gpt2_post import CLAIMS, is_prev_token_head, judge_claim, layer_above, model_copies
 from gpt2_posheads.claims.verdicts import (
+    HELD,
+    NOT_HELD,
+    NOT_TESTABLE,
+    QUICK_WHY,
+    VERDICT_COLOURS,
+    VERDICTS,
     Precondition,
     at_least,
     at_most,
@@ -13,6 +19,7 @@ from gpt2_posheads.claims.verdicts import (
     fmt,
     judge,
     monotone,
+    not_testable,
     predicate,
     ratio_at_least,
     verdict_counts,
@@ -241,3 +248,66 @@ def test_absent_by_design_and_infinities_reach_the_rule():
     pre = [Precondition("a previous-token head", False, "L0H0 is not a previous-token head")]
     c = judge("c", "p", at_most(0.1, "ratio"), {}, float("nan"), preconditions=pre)
     assert c.verdict == "not testable" and c.why == "not testable here: L0H0 is not a previous-token head"
+
+
+# --- one verdict path, one not-testable constructor -----------------------------------------------------------
+
+
+def test_the_verdict_words_and_colours_have_one_home():
+    assert VERDICTS == (HELD, NOT_HELD, NOT_TESTABLE) == ("held", "not held", "not testable")
+    assert VERDICT_COLOURS == {"held": "#1a7f37", "not held": "#cf222e", "not testable": "#6e7781"}
+
+
+def test_not_testable_says_why_once():
+    c = not_testable("c", "p", at_most(0.1, "ratio"), "the model does not copy", key="k", measured={"m": 1})
+    assert c.verdict == NOT_TESTABLE and c.why == "not testable here: the model does not copy"
+    assert c.rule == "held if ratio <= 0.1" and c.key == "k" and c.measured == {"m": 1} and c.shown == ""
+    for given in ("not testable here: x", "not testable: x", "x"):  # a reason with a prefix of its own keeps one
+        assert not_testable("c", "p", "held if ...", given).why == "not testable here: x"
+    # a reason that names its own cause, as written
+    assert not_testable("c", "p", "r", QUICK_WHY, here=False).why == QUICK_WHY
+    c = not_testable("c", "p", "r", "w", head="L2H2", shown="not tested", tells="route", extra={"n": 3})
+    assert c.as_dict() == {
+        "claim": "c",
+        "post": "p",
+        "measured": None,
+        "rule": "r",
+        "verdict": NOT_TESTABLE,
+        "why": "not testable here: w",
+        "head": "L2H2",
+        "shown": "not tested",
+        "tells": "route",
+        "n": 3,
+    }
+
+
+def test_judge_takes_a_decision_made_beforehand_with_the_rules_text():
+    """The toy posts decide with their rule functions on numbers over seeds, then hand judge the decision."""
+    c = judge("c", "p", "held if it rose", {"m": float("nan")}, decided=(False, "it fell"), key="k", shown="1 → 0")
+    # a decision made beforehand is the rule's own answer: a NaN in measured does not make it not testable
+    assert c.verdict == NOT_HELD and c.why == "it fell" and c.rule == "held if it rose" and c.shown == "1 → 0"
+    assert judge("c", "p", "r", 0.5, decided=(True, "w")).shown == ""  # no number made up beside a given decision
+    c = judge("c", "p", "r", 0.5, decided=(None, "not testable here: both at the floor"), shown="4e-5, 2e-7")
+    assert c.verdict == NOT_TESTABLE and c.why == "not testable here: both at the floor" and c.shown == "4e-5, 2e-7"
+    with pytest.raises(TypeError, match="needs the decision it made"):
+        judge("c", "p", "held if ...", 0.5)
+
+
+def test_a_rule_that_cannot_decide_is_not_testable_with_its_why():
+    rule = predicate("held if a beats b", lambda v: (None, "both at the floor") if v < 1 else (True, "a beats b"))
+    c = judge("c", "p", rule, {"v": 0.5}, 0.5)
+    assert c.verdict == NOT_TESTABLE and c.why == "not testable here: both at the floor" and c.shown == "0.500"
+    assert judge("c", "p", rule, {"v": 2}, 2).verdict == HELD
+
+
+def test_what_an_untested_claim_shows():
+    """The GPT-2 post's claims show nothing where a number would be; the toys say "not tested"."""
+    failed = [Precondition("it learned", False, "it did not learn")]
+    for untested, quick_shown in (("", ""), ("not tested", "not tested (--quick run)")):
+        c = judge("c", "p", "r", 1.0, decided=(True, "x"), preconditions=failed, untested=untested, shown="1.0")
+        assert c.verdict == NOT_TESTABLE and c.why == "not testable here: it did not learn" and c.shown == untested
+        c = judge("c", "p", "r", 1.0, decided=(True, "x"), quick=True, untested=untested, shown="1.0")
+        assert c.verdict == NOT_TESTABLE and c.why == QUICK_WHY and c.shown == quick_shown
+        # the order: a failed precondition comes before the quick run
+        c = judge("c", "p", "r", 1.0, decided=(True, "x"), preconditions=failed, quick=True, untested=untested)
+        assert c.why == "not testable here: it did not learn"

@@ -200,7 +200,7 @@ def test_analysis_helpers():
 
 
 def test_learned_and_fails_rules():
-    from gpt2_posheads.toy.analysis import fails, learned
+    from gpt2_posheads.posts.prev_token_toy.rules import fails, learned
 
     assert learned(1.02, 30)[0] and learned(2.4, 30)[0] and not learned(10.3, 30)[0]  # 10.3: the W_O plateau
     assert fails(24.0, 30)[0] and not fails(10.3, 30)[0] and not fails(1.02, 30)[0]

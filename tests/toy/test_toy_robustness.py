@@ -124,8 +124,8 @@ def test_index_page_shows_robustness_totals(tmp_path):
 
 @pytest.mark.parametrize("post", ["003", "001", "000", "002"])
 def test_every_grid_claim_decides_with_the_default_runs_rule_function(post):
-    """Each post's grid claims call the rule functions of gpt2_posheads.claims.toy: a (held, why) pair whose why
-    carries the numbers (3-step models: the verdicts mean nothing, the wiring does)."""
+    """Each post's grid claims call the rule functions of its folder (posts/<post>/rules.py): a (held, why) pair
+    whose why carries the numbers (3-step models: the verdicts mean nothing, the wiring does)."""
     from dataclasses import replace as with_
 
     from gpt2_posheads.posts import lost_in_middle, prev_token_toy, similar_content, sticky_plateau

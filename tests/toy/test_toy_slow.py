@@ -2,7 +2,9 @@
 
 import pytest
 
-from gpt2_posheads.claims import toy as rules
+from gpt2_posheads.posts.lost_in_middle import rules as lost
+from gpt2_posheads.posts.prev_token_toy import rules as prev
+from gpt2_posheads.posts.similar_content import rules as sim
 from gpt2_posheads.toy import ToyConfig, train_group
 from gpt2_posheads.toy.analysis import pairing, perplexity_curve, plateaus
 
@@ -55,8 +57,8 @@ def test_prev_token_learned_with_pos_emb_and_not_without(seed):
         for p in (True, False)
     ]
     with_pos, without = train_group(cfgs[:1], progress=False)[0], train_group(cfgs[1:], progress=False)[0]
-    assert rules.learned(with_pos["final_perplexity"], 30)[0] and with_pos["final_perplexity"] < 1.1
-    assert rules.fails(without["final_perplexity"], 30)[0]
+    assert prev.learned(with_pos["final_perplexity"], 30)[0] and with_pos["final_perplexity"] < 1.1
+    assert prev.fails(without["final_perplexity"], 30)[0]
 
 
 @pytest.mark.slow
@@ -66,7 +68,6 @@ def test_most_similar_converges_near_half_vocab_and_rises_from_c3_to_c5():
     6.93 -> 7.86), but one seed stays at C=3's level (7.03), so the rise is within 2 sd and the rule does not hold."""
     from gpt2_posheads.posts.similar_content.similarity import GRID_C
 
-    sim = rules
     cfg = lambda V, C, s=0: ToyConfig(task="most_similar", V=V, C=C, n_embd=2, steps=4000, log_every=100, seed=s)  # noqa: E731
     half = train_group([cfg(32, 3)], progress=False)[0]
     assert sim.near_half(half["final_perplexity"], 32)[0]
@@ -91,4 +92,4 @@ def test_lost_in_middle_three_layers_u_shape_after_convergence():
         ToyConfig(task="kth_token", V=10, C=10, n_embd=10, n_layers=3, k=k, steps=THREE_LAYER_STEPS, log_every=500)
         for k in range(10)
     ]
-    assert rules.u_shape([r["final_loss"] for r in train_group(cfgs, progress=False)], 10)[0]
+    assert lost.u_shape([r["final_loss"] for r in train_group(cfgs, progress=False)], 10)[0]

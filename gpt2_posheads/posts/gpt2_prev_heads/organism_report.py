@@ -22,7 +22,7 @@ from ...analysis.prompts import wikitext_documents
 from ...claims.gpt2_post import CLAIMS, ROUTE
 from ...claims.organism import REFERENCE_HELDOUT, heldout_stream, organism_targets
 from ...claims.record import SummaryError, read_summary
-from ...claims.verdicts import Claim
+from ...claims.verdicts import NOT_TESTABLE, VERDICT_COLOURS, Claim, not_testable
 from ...model.state import measures_caller_model
 from ...organism.data import split_docs
 from ...report.plotting import heatmap
@@ -82,15 +82,14 @@ def story(results: str | Path, name: str) -> dict[str, Claim]:
     rows = {}
     for script, key in STORY:
         found = summaries[script].claim(key) if script in summaries else None
-        rows[key] = found or Claim(
-            claim=CLAIMS[key].claim,
-            post=CLAIMS[key].post,
-            measured="",
-            rule=CLAIMS[key].rule.text,
-            verdict="not testable",
-            why=missing.get(script)
-            or f"{script} judged no claim {key} on this model ({_shown(summaries[script].path)})",
+        rows[key] = found or not_testable(
+            CLAIMS[key].claim,
+            CLAIMS[key].post,
+            CLAIMS[key].rule,
+            missing.get(script) or f"{script} judged no claim {key} on this model ({_shown(summaries[script].path)})",
             key=key,
+            measured="",
+            here=False,
         )
     return rows
 
@@ -212,7 +211,7 @@ def ratio_figure(m: dict, model, label: str):
 def _cell(c: Claim | None) -> str:
     if c is None:
         return "<td>-</td>"
-    colour = {"held": "#1a7f37", "not held": "#cf222e"}.get(c.verdict, "#6e7781")
+    colour = VERDICT_COLOURS.get(c.verdict, VERDICT_COLOURS[NOT_TESTABLE])
     head = f" ({html.escape(c.head)})" if c.head else ""
     return (
         f"<td><b style='color:{colour}'>{html.escape(c.verdict)}</b>{head}<br>{html.escape(c.shown)}"

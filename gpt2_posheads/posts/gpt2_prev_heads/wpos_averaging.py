@@ -29,8 +29,8 @@ from ...analysis.heads import HeadDefault
 from ...analysis.interventions import average_pos_embed
 from ...analysis.measures import kl_divergence, next_token_probs
 from ...analysis.repeat_prompt import RepeatPrompt
-from ...claims.gpt2_post import judge_claim, model_copies, prev_head_precondition
-from ...claims.verdicts import Claim, Precondition
+from ...claims.gpt2_post import CLAIMS, judge_claim, model_copies, prev_head_precondition
+from ...claims.verdicts import Claim, Precondition, not_testable
 from ...model.identity import wpos_reason
 from ...model.state import measures_caller_model
 from ...model.validation import head_name, note
@@ -142,8 +142,11 @@ def judge(
 
 def not_applicable(reason: str) -> list[Claim]:
     """Every claim not testable: ``W_pos`` averaging does not apply to the model (``reason``)."""
-    pre = [Precondition("the script applies to this model", False, f"not applicable: {reason}")]
-    return [judge_claim(k, {"not_applicable": reason}, value=float("nan"), preconditions=pre) for k in CLAIM_KEYS]
+    why, measured = f"not applicable: {reason}", {"not_applicable": reason}
+    return [
+        not_testable(c.claim, c.post, c.rule, why, key=c.key, tells=c.tells, measured=measured)
+        for c in (CLAIMS[k] for k in CLAIM_KEYS)
+    ]
 
 
 def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:

@@ -8,7 +8,7 @@ Here:
 
 * **measure** — train every k at every seed of each setting (:func:`configs`, :func:`measure`; a setting's models
   train as one batched computation): the final loss per (k, seed);
-* **judge** — the rules of :mod:`gpt2_posheads.claims.toy` (:func:`judge`): ``1_layer_only_last``,
+* **judge** — the rules of :mod:`.rules` (:func:`judge`): ``1_layer_only_last``,
   ``2_layers_U_shape``, ``U_shape`` for the other plain stacks, ``plateau_broken`` for the stacks with residual
   connections and MLPs against the plain stack of the same depth;
 * **figure** — the final loss against k for every setting (:func:`figure`);
@@ -25,17 +25,7 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 
-from ...claims.toy import (
-    RULE_ONLY_LAST,
-    RULE_SPIKIER,
-    RULE_U,
-    middle_spread,
-    num,
-    only_last,
-    spikier,
-    spread,
-    u_shape,
-)
+from ...claims.toy import num, spread
 from ...claims.toy import toy_claim as claim
 from ...claims.verdicts import Claim
 from ...model.validation import UsageError
@@ -44,6 +34,7 @@ from ...toy.posts import BATCH_SIZE, INIT_STD, LR, ROBUSTNESS_SEEDS, base_config
 from ...toy.posts import robustness as robustness_grid
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
+from .rules import RULE_ONLY_LAST, RULE_SPIKIER, RULE_U, middle_spread, only_last, spikier, u_shape
 
 V, C = 10, 10
 STEPS, QUICK_STEPS, SEEDS = 800, 200, 3

@@ -9,7 +9,7 @@ tokens' order. Here:
 * **measure** — train the runs (:func:`configs`, :func:`measure`): with and without positional embeddings (seed
   ``seed``); the V, C and n_embd sweeps and lr 0.1 against 0.01 at V 30 and 100 (3 seeds per side of every
   comparison); s, ``W_Q W_K^T`` and each position's projection on s; loss spikes and order swaps of the lr runs;
-* **judge** — the rules of :mod:`gpt2_posheads.claims.toy` (:func:`judge`); the separation and the sign are not
+* **judge** — the rules of :mod:`.rules` (:func:`judge`); the separation and the sign are not
   testable when the model with positional embeddings did not learn the task;
 * **figure** — the positional embeddings and s, the sweeps against the floor, the lr curves, an animation of the
   token embeddings at lr 0.1 (:func:`figures`);
@@ -27,30 +27,9 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from ...claims.toy import (
-    COMPARE_SEEDS,
-    RULE_FAILS,
-    RULE_LEARNED,
-    RULE_LR,
-    RULE_MONO,
-    RULE_SEPARATION,
-    RULE_SIGN,
-    RULE_SIGN_GRID,
-    RULE_SPIKES,
-    fails,
-    learned,
-    lr_compare,
-    num,
-    nums,
-    rel_ppl_floor,
-    rel_ppl_trend,
-    separated,
-    sign_negative,
-    spikes_and_swaps,
-    spread,
-)
+from ...claims.toy import COMPARE_SEEDS, num, nums, rel_ppl_floor, spread
 from ...claims.toy import toy_claim as claim
-from ...claims.verdicts import Claim
+from ...claims.verdicts import Claim, Precondition
 from ...model.validation import UsageError
 from ...toy import ToyConfig, relative_perplexity, separation_direction, train_sweep, wq_wk
 from ...toy.analysis import loss_spikes, order_swaps, perplexity_curve
@@ -69,6 +48,23 @@ from ...toy.posts import (
 from ...toy.posts import robustness as robustness_grid
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
+from .rules import (
+    RULE_FAILS,
+    RULE_LEARNED,
+    RULE_LR,
+    RULE_MONO,
+    RULE_SEPARATION,
+    RULE_SIGN,
+    RULE_SIGN_GRID,
+    RULE_SPIKES,
+    fails,
+    learned,
+    lr_compare,
+    rel_ppl_trend,
+    separated,
+    sign_negative,
+    spikes_and_swaps,
+)
 
 STEPS, QUICK_STEPS = 5000, 300
 LR_COMPARED = (0.1, 0.01)  # the post's two learning rates, each at V 30 and V 100
@@ -205,7 +201,11 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
         ),
     ]
     ok, why = learned(rp["final_perplexity"], base.V)
-    learned_ok = (ok, f"the model with positional embeddings did not learn the task ({why})")
+    learned_ok = Precondition(
+        "the model with positional embeddings learned the task",
+        ok,
+        f"the model with positional embeddings did not learn the task ({why})",
+    )
     claims.append(
         claim(
             "separation_direction",
@@ -215,7 +215,7 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
             {"s": s.tolist(), "projections p_-3..p_0": proj},
             separated(proj, base.C - 2),
             quick=quick,
-            precondition=learned_ok,
+            preconditions=[learned_ok],
             shown=f"p_-1·s {num(proj[base.C - 2], 2)}; others "
             + ", ".join(num(x, 2) for i, x in enumerate(proj) if i != base.C - 2)
             + f" (s = ({num(float(s[0]), 2)}, {num(float(s[1]), 2)}))",
@@ -230,7 +230,7 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
             {"W_Q W_K^T": M.tolist(), "s^T W_Q W_K^T s": bilinear(s, M)},
             sign_negative(bilinear(s, M)),
             quick=quick,
-            precondition=learned_ok,
+            preconditions=[learned_ok],
             shown=f"s^T W_Q W_K^T s = {num(bilinear(s, M))}",
         )
     )
@@ -529,7 +529,7 @@ def rel_ppl(result: dict) -> float:
 
 
 def learned_and_negative(r: dict) -> tuple[bool, str]:
-    """:data:`~gpt2_posheads.claims.toy.RULE_SIGN_GRID` on the run ``r["pos"]``."""
+    """:data:`~.rules.RULE_SIGN_GRID` on the run ``r["pos"]``."""
     ok, why = learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])
     return sign_negative(sign_of_previous_direction(r["pos"])) if ok else (False, f"the task is not learned: {why}")
 

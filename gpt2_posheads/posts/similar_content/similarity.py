@@ -9,7 +9,7 @@ without testing, a distance kernel (-|q-k|^2, or a harmonic 1/|q-k|^n) in place 
 * **measure** — train the runs (:func:`configs`, :func:`measure`): the final perplexity for each V; for each
   (V, C) of the trend; the best perplexity for each n_embd at V = 32; the learned embeddings at n_embd 2; the kernels
   at n_embd 1 and 2 (every comparison on 3 seeds per side);
-* **judge** — the rules of :mod:`gpt2_posheads.claims.toy` (:func:`judge`): ``converges_near_V/2`` per V, the C
+* **judge** — the rules of :mod:`.rules` (:func:`judge`): ``converges_near_V/2`` per V, the C
   trend and its rise from C=3 to C=5 (when the model is confused at both), ``best_perplexity_falls_with_n_embd``,
   ``close_tokens_embedded_close``, and the two proposals;
 * **figure** — perplexity against V, C and n_embd, the embeddings, the kernels' curves (:func:`figures`);
@@ -26,33 +26,9 @@ import plotly.graph_objects as go
 import torch
 
 from ...analysis.geometry import pca
-from ...claims.toy import (
-    COMPARE_SEEDS,
-    GRID_TREND_V,
-    PRE_CONFUSED,
-    RULE_CLOSE,
-    RULE_FALLS_EMBD,
-    RULE_KERNEL,
-    RULE_NEAR_HALF,
-    RULE_ONE_D,
-    RULE_RISE,
-    RULE_TREND,
-    TREND_V,
-    best_falls_with_embd,
-    close_tokens,
-    confused,
-    follows_trend,
-    kernel_beats,
-    near_half,
-    num,
-    nums,
-    one_d_suffices,
-    rises_3_to_5,
-    spread,
-    trend_spearman,
-)
+from ...claims.toy import COMPARE_SEEDS, num, nums, spread
 from ...claims.toy import toy_claim as claim
-from ...claims.verdicts import Claim
+from ...claims.verdicts import Claim, Precondition
 from ...toy import ToyConfig, train_sweep
 from ...toy.analysis import distance_rank_correlation, perplexity_curve
 from ...toy.figures import COLOURS, band, log_axis, perplexity_by_vocab, points_with_sd
@@ -69,6 +45,27 @@ from ...toy.posts import (
 from ...toy.posts import robustness as robustness_grid
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
+from .rules import (
+    GRID_TREND_V,
+    PRE_CONFUSED,
+    RULE_CLOSE,
+    RULE_FALLS_EMBD,
+    RULE_KERNEL,
+    RULE_NEAR_HALF,
+    RULE_ONE_D,
+    RULE_RISE,
+    RULE_TREND,
+    TREND_V,
+    best_falls_with_embd,
+    close_tokens,
+    confused,
+    follows_trend,
+    kernel_beats,
+    near_half,
+    one_d_suffices,
+    rises_3_to_5,
+    trend_spearman,
+)
 
 KERNEL_V = 32  # the vocabulary of the n_embd sweep and the kernel comparison
 GRID_C = (3, 4, 5, 6, 8)  # the contexts of the C trend (the default run's and the grid's)
@@ -196,7 +193,8 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
         f"V={v}": {"perplexity": ppl_vc[v], "perplexity/V": [p / v for p in ppl_vc[v]], "spearman": rho[v]}
         for v in trend_v
     }
-    pre = confused(ppl_vc, cs)
+    ok, found = confused(ppl_vc, cs)
+    pre = [Precondition(PRE_CONFUSED, ok, f"{found} ({PRE_CONFUSED})")]
     claims.append(
         claim(
             "follows_(C-2)/(C-1)V_qualitatively",
@@ -206,7 +204,7 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
             {"C": cs, **measured},
             follows_trend(ppl_vc, cs),
             quick=quick,
-            precondition=(pre[0], f"{pre[1]} ({PRE_CONFUSED})"),
+            preconditions=pre,
             shown=f"Spearman {nums(rho.values(), 2)} at V = {', '.join(map(str, trend_v))} (each needs >= 0.8)",
         )
     )
@@ -221,7 +219,7 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
             {f"V={v}": {"C=3": rise[v][3], "C=5": rise[v][5]} for v in trend_v},
             rises_3_to_5(rise),
             quick=quick,
-            precondition=(pre[0], f"{pre[1]} ({PRE_CONFUSED})"),
+            preconditions=pre,
             shown="perplexity / V at C=3 → C=5: "
             + "; ".join(
                 f"V = {v}: {num(spread(rise[v][3])[0] / v, 2)} → {num(spread(rise[v][5])[0] / v, 2)}" for v in trend_v

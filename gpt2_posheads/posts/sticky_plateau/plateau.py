@@ -8,7 +8,7 @@ disappears, and with a longer context it returns. Here:
 * **measure** — train the runs (:func:`measure`): one curve per V and seed; every V = 4 run's embeddings (direction
   clusters) and effective ranks over training; the longest plateau at V = 16 for each (n_embd, C) setting, over the
   comparison seeds (3 per side of every comparison);
-* **judge** — the rules of :mod:`gpt2_posheads.claims.toy` (:func:`judge`): ``plateau_near_V/2`` per run,
+* **judge** — the rules of :mod:`.rules` (:func:`judge`): ``plateau_near_V/2`` per run,
   ``two_stage_branching``, ``rank_dynamics``, ``plateau_gone_for_larger_n_embd``, ``plateau_back_for_larger_C``;
 * **figure** — the curves by V, the branching embeddings, the effective ranks, the plateau against n_embd and C
   (:func:`figures`);
@@ -26,25 +26,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ...claims.toy import (
-    COMPARE_SEEDS,
-    RULE_BACK,
-    RULE_BRANCHING,
-    RULE_GONE,
-    RULE_PLATEAU,
-    RULE_RANK,
-    branching,
-    num,
-    nums,
-    plateau,
-    plateau_at_half,
-    plateau_back,
-    plateau_gone,
-    plateau_shown,
-    rank_rises,
-    spread,
-    v_half_plateau,
-)
+from ...claims.toy import COMPARE_SEEDS, num, nums, plateau, spread, v_half_plateau
 from ...claims.toy import toy_claim as claim
 from ...claims.verdicts import Claim
 from ...model.validation import UsageError
@@ -64,6 +46,19 @@ from ...toy.posts import (
 from ...toy.posts import robustness as robustness_grid
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
+from .rules import (
+    RULE_BACK,
+    RULE_BRANCHING,
+    RULE_GONE,
+    RULE_PLATEAU,
+    RULE_RANK,
+    branching,
+    plateau_at_half,
+    plateau_back,
+    plateau_gone,
+    plateau_shown,
+    rank_rises,
+)
 
 VOCAB = (4, 8, 16, 32)
 STEPS, QUICK_STEPS = 5000, 300
@@ -91,7 +86,7 @@ class Plateaus:
 
 
 def v_half(result: dict) -> dict | None:
-    """The plateau at V/2 of a run by :data:`~gpt2_posheads.claims.toy.RULE_PLATEAU`, or None."""
+    """The plateau at V/2 of a run by :data:`~.rules.RULE_PLATEAU`, or None."""
     return v_half_plateau(result["steps"], perplexity_curve(result), result["config"]["V"], tol=0.2, min_points=5)
 
 
