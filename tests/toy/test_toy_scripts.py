@@ -94,3 +94,25 @@ def test_comparison_claims_name_their_seeds(summaries):
             assert "2 standard deviations" in claims[k]["rule"]
             if claims[k]["verdict"] != "not testable" or "floor" in claims[k]["why"]:
                 assert "seeds" in claims[k]["why"] or "floor" in claims[k]["why"], claims[k]["why"]
+
+
+def test_a_failed_precondition_says_what_was_found_and_shows_no_number(summaries):
+    """3-step models learn nothing: the claims that need a learned model (000's separation and sign) or the confused
+    regime (001's C trend and rise) are not testable, saying what was found, with "not tested" where a number
+    would be."""
+    from gpt2_posheads.posts.similar_content.rules import PRE_CONFUSED
+
+    prev = {c["key"]: c for c in summaries["toy_prev_token"]["claims"]}
+    learned = prev["learned_with_pos_emb"]
+    assert learned["verdict"] == "not held"
+    for key in ("separation_direction", "sT_WQWKT_s_negative"):
+        c = prev[key]
+        assert c["verdict"] == "not testable" and c["shown"] == "not tested", c
+        assert c["why"] == (
+            f"not testable here: the model with positional embeddings did not learn the task ({learned['why']})"
+        )
+    sim = {c["key"]: c for c in summaries["toy_similar_content"]["claims"]}
+    for key in ("follows_(C-2)/(C-1)V_qualitatively", "rises_from_C=3_to_C=5"):
+        c = sim[key]
+        assert c["verdict"] == "not testable" and c["shown"] == "not tested", c
+        assert c["why"].startswith("not testable here: V = ") and c["why"].endswith(f" ({PRE_CONFUSED})"), c["why"]
