@@ -43,17 +43,18 @@ heads (zero weights) and heads doing unrelated work, with zero MLPs. Checked at 
 
 from __future__ import annotations
 
-import functools
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..claims.route import BOOST, NONE, POST, RELAY, ROUTES, UNDETERMINED, WPOS
-from ..model.validation import head_name
+from ..model.identity import GPT2_SMALL_SHAPE
+from ..model.validation import head_name, parse_head
 from . import compiled as cp
+from . import weights as wt
 
 # kind -> (the route conclusion it must get, ambiguous by construction, what it is)
 KINDS: dict[str, tuple[str, bool, str]] = {
@@ -76,14 +77,7 @@ P_UNRELATED = 0.4
 ROUTE_LAYERS = 6  # the route's heads (the aggregator or reader and what it reads) sit in layers below this
 MIN_LAYERS, MAX_LAYERS = 3, 48  # an asked-for depth: layer 0 counts, layer >= 1 estimates, layer >= 2 aggregates
 MIN_CTX, MAX_CTX = 64, 1024  # an asked-for context: at most GPT-2's W_pos rows
-GPT2_SMALL = {"n_layers": 12, "n_heads": 12, "d_model": 768, "n_ctx": 1024, "n_vocab": 50257}
-
-
-@functools.lru_cache(maxsize=4)
-def _helix(n_ctx: int = cp.N_CTX) -> np.ndarray:
-    """GPT-2's helix (:func:`~gpt2_posheads.organism.compiled.gpt2_helix`) on its first ``n_ctx`` positions, the
-    same for every model of that context: computed once."""
-    return cp.gpt2_helix(cp.gpt2_w_pos(), n_ctx)
+GPT2_SMALL = dict(zip(("n_layers", "n_heads", "d_model", "n_ctx", "n_vocab"), GPT2_SMALL_SHAPE))
 
 
 @dataclass
@@ -92,8 +86,8 @@ class Generated:
     sharp head (None for ``none``), ``card["ambiguous"]`` whether ``undetermined`` is the right answer by
     construction."""
 
-    model: cp.Compiled
-    card: dict = field(default_factory=dict)
+    model: wt.Compiled
+    card: dict
 
     @property
     def name(self) -> str:
@@ -114,8 +108,8 @@ def layouts(max_d_model: int | None = None) -> list[tuple[int, int]]:
 
 def _blocks(kind: str, early_kind: str, k: int, n_buckets: int) -> list[tuple[str, int]]:
     """The residual blocks of a kind (after ``const``, ``bos``, ``helix``, ``tok``)."""
-    fine = ("fine", 1 + 2 * cp.N_WAVES_WPOS)
-    counted = [("count", 1), ("pos", 1)] + ([("waves", 2 * cp.N_WAVES_MLP)] if early_kind == "boosting" else [])
+    fine = ("fine", 1 + 2 * wt.N_WAVES_WPOS)
+    counted = [("count", 1), ("pos", 1)] + ([("waves", 2 * wt.N_WAVES_MLP)] if early_kind == "boosting" else [])
     per_kind = {
         "post": counted + [("est", k), ("prev", k), ("out", k)],
         "boost": counted + [("est", k), ("prev", k), ("out", k)],
@@ -123,29 +117,22 @@ def _blocks(kind: str, early_kind: str, k: int, n_buckets: int) -> list[tuple[st
         "decoy": counted + [("est", k), fine, ("prev", k), ("out", k)],
         "wpos": [fine, ("prev", k), ("out", k)],
         "wpos-layer0": [fine, ("prev", k), ("out", k)],
-        "relay": [fine, ("relay", 1 + 2 * cp.N_WAVES_WPOS), ("prev", k), ("out", k)],
+        "relay": [fine, ("relay", 1 + 2 * wt.N_WAVES_WPOS), ("prev", k), ("out", k)],
         "none": counted,
     }[kind]
     return [("bucket", n_buckets)] + per_kind + [("junk", JUNK)]
 
 
 def _shape(
-    kind: str,
-    early_kind: str,
-    d_model: int,
-    n_heads: int,
-    n_layers: int,
-    d_mlp: int = cp.D_MLP,
-    n_ctx: int = cp.N_CTX,
-    reserved: int = 0,
-) -> cp.Shape:
+    kind: str, early_kind: str, d_model: int, n_heads: int, n_layers: int, d_mlp: int, n_ctx: int, reserved: int
+) -> wt.Shape:
     """The largest token codes (<= 96, <= d_head - 10) whose blocks fit the residual less ``reserved`` coordinates."""
     d_head = d_model // n_heads
     for k in range(min(96, d_head - 10), 7, -1):
         n_buckets = min(64, k)
         sizes = [1, 1, 8, k] + [n for _, n in _blocks(kind, early_kind, k, n_buckets)]
         if sum(n + 1 for n in sizes) <= d_model - reserved:
-            return cp.Shape(n_layers, n_heads, d_model, k, n_buckets, d_mlp, n_ctx)
+            return wt.Shape(n_layers, n_heads, d_model, k, n_buckets, d_mlp, n_ctx)
     raise ValueError(f"layout: d_model {d_model} cannot hold the blocks of {kind!r}")
 
 
@@ -210,8 +197,8 @@ def generate(
             raise ValueError(f"layout: d_model {layout[0]} is above max_d_model {max_d_model}")
     if n_layers is not None:
         n_layers = _int("n_layers", n_layers, MIN_LAYERS, MAX_LAYERS)
-    n_ctx = cp.N_CTX if n_ctx is None else _int("n_ctx", n_ctx, MIN_CTX, MAX_CTX)
-    d_mlp = max(cp.D_MLP, n_ctx) if d_mlp is None else _int("d_mlp", d_mlp, n_ctx, 65536)
+    n_ctx = wt.N_CTX if n_ctx is None else _int("n_ctx", n_ctx, MIN_CTX, MAX_CTX)
+    d_mlp = max(wt.D_MLP, n_ctx) if d_mlp is None else _int("d_mlp", d_mlp, n_ctx, 65536)
     n_vocab = cp.tokenizer_vocab() if n_vocab is None else _int("n_vocab", n_vocab, cp.tokenizer_vocab(), 10**6)
     rng = np.random.Generator(np.random.PCG64(seed))
     drawn = pairs[int(rng.integers(len(pairs)))], int(rng.integers(3, 7))  # replaced by asked-for sizes
@@ -222,7 +209,7 @@ def generate(
         early_kind = ("self_suppressing", "boosting")[int(rng.integers(2))]
     shape = _shape(kind, early_kind, d_model, n_heads, n_layers, d_mlp, n_ctx, sum(reserved))
     blocks = _blocks(kind, early_kind, shape.k_tok, shape.n_buckets)
-    p = cp.parts(None, n_vocab, blocks, shape, _helix(n_ctx), first=reserved[0])
+    p = wt.parts(n_vocab, blocks, shape, first=reserved[0])
     # padding (ids the tokenizer never produces) carries no code and no bucket: the constant alone in W_E, zero rows
     # of W_U (logit 0: 46k random codes would outbid the copied token, as GPT-2's unused rows never do)
     n_tokens = cp.tokenizer_vocab() if n_tokens is None else _int("n_tokens", n_tokens, 2, n_vocab)
@@ -237,17 +224,16 @@ def generate(
         free.discard((layer, h))
         return head_name(layer, h)
 
-    def put(name: str, head: cp.Head) -> None:
-        l, h = (int(x) for x in name[1:].split("H"))
+    def put(name: str, head: wt.Head) -> None:
+        l, h = parse_head(name)
         p.heads[l][h] = head
 
     strengths: dict = {}
     counted = kind in ("post", "boost", "mixed", "decoy", "none")
     if counted:  # the layer-0 MLP turns the count into pos (and waves); the counter goes to a drawn slot
-        cp.counted_position(p, cp.kernel_freqs(cp.N_WAVES_MLP) if early_kind == "boosting" else None)
-        p.heads[0][0] = cp.Head(p.res)
         card["counter"] = place(0, asked_heads["counter"][1] if asked_heads else None)
-        put(card["counter"], cp.counter(p))
+        freqs = wt.kernel_freqs(wt.N_WAVES_MLP) if early_kind == "boosting" else None
+        cp.counted_position(p, freqs, head=parse_head(card["counter"])[1])
 
     if kind in ("post", "boost", "mixed", "decoy"):
         a = int(rng.integers(2, route_top))
@@ -321,7 +307,7 @@ def generate(
             free.discard((l, h))
             put(head_name(l, h), cp.self_attending(p, float(rng.uniform(0.6, 1.2))))
 
-    a_layer = int(card["aggregator"][1 : card["aggregator"].index("H")]) if card.get("aggregator") else None
+    a_layer = parse_head(card["aggregator"])[0] if card.get("aggregator") else None
     if a_layer is not None and a_layer < n_layers - 1:
         ind_layer, ind_head = int(rng.integers(a_layer + 1, min(n_layers, route_top + 1))), None
         if asked_heads:
@@ -363,8 +349,8 @@ def generate(
         "n_vocab": (n_vocab, cp.tokenizer_vocab()),
         "layout": ((d_model, n_heads), drawn[0]),
         "n_layers": (n_layers, drawn[1]),
-        "n_ctx": (n_ctx, cp.N_CTX),
-        "d_mlp": (d_mlp, max(cp.D_MLP, n_ctx)),
+        "n_ctx": (n_ctx, wt.N_CTX),
+        "d_mlp": (d_mlp, max(wt.D_MLP, n_ctx)),
     }
     card["asked"] = {k: list(v) if isinstance(v, tuple) else int(v) for k, (v, d) in asked.items() if v != d}
     name = f"gen-{seed:05d}"
@@ -417,13 +403,15 @@ def gpt2_small_route(
     d_model: int = GPT2_SMALL["d_model"],
     n_ctx: int = GPT2_SMALL["n_ctx"],
     noise: float | None = None,
+    **image,
 ) -> Generated:
     """The post's route (kind ``post``) in GPT-2 small's shape: 12 layers x 12 heads, d_model 768, d_mlp 3,072
     (``4 d_model``), n_ctx 1024 and 50,257 embedding and unembedding rows (the shipped 4,096-token tokenizer, the
     rest padding): what a user with the hub runs on ``gpt2``, at the cost of its shape. The route's heads sit in the
     first :data:`ROUTE_LAYERS` layers; the layers above hold inert heads and heads doing unrelated work. Any size
     can be made smaller for a quick check (e.g. ``n_layers=4, n_heads=4, d_model=256``); the same bytes for the same
-    arguments. A ValueError names an argument out of range."""
+    arguments. A ValueError names an argument out of range. ``image``: :func:`generate`'s ``placement``, ``n_tokens``
+    and ``reserved``, for a model in GPT-2 small's image (:mod:`~gpt2_posheads.organism.standin`)."""
     d_model = _int("d_model", d_model, min(D_MODELS), 4096)
     n_heads = _int("n_heads", n_heads, 1, 64)
     if d_model % n_heads or d_model // n_heads < MIN_D_HEAD:
@@ -437,16 +425,17 @@ def gpt2_small_route(
         n_layers=n_layers,
         n_ctx=n_ctx,
         d_mlp=4 * d_model,
+        **image,
     )
 
 
-def token_rows(res: cp.Residual) -> np.ndarray:
+def token_rows(res: wt.Residual) -> np.ndarray:
     """The residual coordinates of the blocks that carry token codes (:data:`TOKEN_BLOCKS`)."""
     rows = [np.arange(s, s + n + 1) for name, (s, n) in res.blocks.items() if name in TOKEN_BLOCKS]
     return np.concatenate(rows) if rows else np.zeros(0, dtype=int)
 
 
-def perturb(p: cp.Parts, frac: float, rng: np.random.Generator) -> None:
+def perturb(p: wt.Parts, frac: float, rng: np.random.Generator) -> None:
     """Gaussian noise on every weight of the layers above layer 0, in the token subspaces: the entries of ``W_Q``,
     ``W_K``, ``W_V`` (rows: :func:`token_rows`; columns: head dimensions ``CODE..``) and of ``W_O`` (the transpose),
     at ``frac`` of the standard deviation of the layer's ``c_attn`` (resp. ``c_proj``) entries there. MLPs above layer
@@ -512,9 +501,10 @@ def card_markdown(g: Generated) -> str:
     return "\n".join(lines + cp.layout_lines(g.model)) + "\n"
 
 
-def write(g: Generated, out: Path) -> Path:
-    """A Hugging Face GPT-2 folder for ``g`` with its card: ``README.md`` (words) and ``card.json`` (the answer).
-    A tool scored blind gets the folder without those two files."""
-    folder = cp.write_folder(g.model, out, card_markdown(g))
+def write(g: Generated, out: Path, markdown: str | None = None, **options) -> Path:
+    """A Hugging Face GPT-2 folder for ``g`` with its card: ``README.md`` (words: ``markdown``, default
+    :func:`card_markdown`) and ``card.json`` (the answer). A tool scored blind gets the folder without those two
+    files. ``options``: :func:`~gpt2_posheads.organism.compiled.write_folder`'s ``tokenizer_dir`` and ``config``."""
+    folder = cp.write_folder(g.model, out, card_markdown(g) if markdown is None else markdown, **options)
     (Path(folder) / "card.json").write_text(json.dumps(g.card, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return Path(folder)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from .config import MiniConfig
+from .weights import gpt2_w_pos
 
 
 def sinusoidal_positions(n_ctx: int, d_model: int, rms: float) -> torch.Tensor:
@@ -31,11 +32,7 @@ def gpt2_positions(n_ctx: int, d_model: int, rms: float, w_pos: torch.Tensor | N
     in sign.
     """
     if w_pos is None:
-        import numpy as np
-
-        from ..model.paths import GPT2_W_POS
-
-        w_pos = torch.from_numpy(np.load(GPT2_W_POS))
+        w_pos = torch.from_numpy(gpt2_w_pos())
     if n_ctx > w_pos.shape[0] or d_model > min(n_ctx, w_pos.shape[1]):
         raise ValueError(f"GPT-2's W_pos {tuple(w_pos.shape)} cannot give {n_ctx} positions x {d_model} components")
     w = w_pos[:n_ctx].double()

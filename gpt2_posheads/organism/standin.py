@@ -22,16 +22,15 @@ never shipped or offered under the name ``gpt2``; the tests build it from ``shar
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
 
-from ..model.identity import GPT2_SMALL_SHAPE, GPT2_W_E, GPT2_W_POS, STANDIN_KEY
+from ..model.identity import GPT2_W_E, GPT2_W_POS, STANDIN_KEY
 from ..model.loading import gpt2_tokenizer
 from ..model.paths import shared_file
-from . import compiled as cp
-from .generator import Generated, card_markdown, generate
+from .generator import GPT2_SMALL, Generated, card_markdown, gpt2_small_route, write
+from .weights import BOS
 
 # The post's heads (004): the aggregator L4H11 and the six early heads it aggregates; GPT-2's L5H5 is an induction
 # head. The counter has no counterpart in the post: it sits in the first free slot of layer 0.
@@ -44,30 +43,18 @@ POST_PLACEMENT = {
 RESERVED = (3, 3)  # residual coordinates 0-2 and 765-767: the ones is_gpt2_small reads, in no block
 SEED = 0
 MARKER = "a compiled stand-in for testing gpt2_posheads online (GPT-2 small's shape, tokenizer and W_pos; not GPT-2)"
-_N_LAYERS, _N_HEADS, _D_MODEL, _N_CTX, _N_VOCAB = GPT2_SMALL_SHAPE
-_GPT2_BOS = _N_VOCAB - 1  # <|endoftext|>
+_GPT2_BOS = GPT2_SMALL["n_vocab"] - 1  # <|endoftext|>
 
 
 def standin(seed: int = SEED) -> Generated:
     """The stand-in's weights and card (the same bytes for the same seed). The generator's BOS is id 0; GPT-2's is
     50256, so rows 0 and 50256 of ``W_E`` and ``W_U`` trade places (GPT-2's ``!`` gets the code the generator drew
     for id 50256), and the reserved coordinates then get GPT-2's values."""
-    g = generate(
-        seed,
-        "post",
-        n_vocab=_N_VOCAB,
-        layout=(_D_MODEL, _N_HEADS),
-        n_layers=_N_LAYERS,
-        n_ctx=_N_CTX,
-        d_mlp=4 * _D_MODEL,
-        placement=POST_PLACEMENT,
-        n_tokens=_N_VOCAB,
-        reserved=RESERVED,
-    )
+    g = gpt2_small_route(seed, placement=POST_PLACEMENT, n_tokens=GPT2_SMALL["n_vocab"], reserved=RESERVED)
     m = g.model
-    assert m.res.used <= _D_MODEL - RESERVED[1], "the blocks must leave the last reserved coordinates free"
+    assert m.res.used <= m.res.d_model - RESERVED[1], "the blocks must leave the last reserved coordinates free"
     for w in (m.W_E, m.W_U):
-        w[[cp.BOS, _GPT2_BOS]] = w[[_GPT2_BOS, cp.BOS]]
+        w[[BOS, _GPT2_BOS]] = w[[_GPT2_BOS, BOS]]
     for row, cols in GPT2_W_E.items():
         m.W_E[row, list(cols)] = list(cols.values())
     for row, cols in GPT2_W_POS.items():
@@ -101,14 +88,10 @@ def write_standin(
     merges_file = Path(merges_file) if merges_file else shared_file("gpt2-small", "merges.txt")
     tok = gpt2_tokenizer(vocab_file, merges_file)  # a FileNotFoundError saying where the files are looked for
     g = standin(seed)
-    out = Path(out)
+    config = {"bos_token_id": _GPT2_BOS, "eos_token_id": _GPT2_BOS, "n_ctx": GPT2_SMALL["n_ctx"], STANDIN_KEY: MARKER}
     with tempfile.TemporaryDirectory() as tmp:
         tok.save_pretrained(tmp)
-        folder = cp.write_folder(g.model, out, card(g), tokenizer_dir=Path(tmp))
-    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    cfg.update(bos_token_id=_GPT2_BOS, eos_token_id=_GPT2_BOS, n_ctx=_N_CTX, **{STANDIN_KEY: MARKER})
-    (folder / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        folder = write(g, Path(out), card(g), tokenizer_dir=Path(tmp), config=config)
     for src in (vocab_file, merges_file):
         shutil.copyfile(src, folder / src.name)
-    (folder / "card.json").write_text(json.dumps(g.card, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return folder
