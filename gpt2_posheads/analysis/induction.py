@@ -14,6 +14,8 @@ repeats), so both losses leave it out:
 
 The pure functions (:func:`induction_from_patterns`, :func:`copy_losses`) take tensors, so the training
 probe of :mod:`gpt2_posheads.organism` computes exactly these numbers on a Hugging Face model.
+:func:`induction_scores` runs them as one reduction of the model's engine (:mod:`gpt2_posheads.model.engine`): every
+layer's pattern and the logits of one pass per batch, reduced where the model runs.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..model.engine import Reduction, engine_for
 from ..model.state import measures_caller_model
-from ..model.tokens import model_device
 from ..model.validation import UsageError, check_model
 
 
@@ -96,35 +98,45 @@ class InductionResult:
         return f"L{l}H{h}", float(self.scores.max())
 
 
+def _induction_step(state: dict, layer: int, pattern: torch.Tensor) -> None:
+    state["sums"][layer] += induction_from_patterns(pattern, state["seg_len"], state["bos"]).cpu()
+
+
+def _copy_loss_step(state: dict, tokens: torch.Tensor, logits: torch.Tensor) -> None:
+    first, second = copy_losses(logits, tokens, state["seg_len"], state["bos"])
+    state["first"].append(first)
+    state["second"].append(second)
+
+
+def _induction_finish(state: dict) -> dict:
+    """The sums ``[n_layers, n_heads]`` and every sequence's copy losses ``[n_seqs]`` each."""
+    return {"sums": state["sums"], "first": torch.cat(state["first"]), "second": torch.cat(state["second"])}
+
+
 @measures_caller_model
 def induction_scores(
-    model, n_seqs: int = 8, seg_len: int = 50, seed: int = 0, batch_size: int = 8, bos: bool = True
+    model,
+    n_seqs: int = 8,
+    seg_len: int = 50,
+    seed: int = 0,
+    batch_size: int = 8,
+    bos: bool = True,
+    engine: str = "auto",
 ) -> InductionResult:
-    """Induction score of every head and the loss on each copy of ``[BOS] r r`` (see the module doc)."""
+    """Induction score of every head and the loss on each copy of ``[BOS] r r`` (see the module doc), from one pass
+    per batch of ``engine`` (:func:`~gpt2_posheads.model.engine.engine_for`'s choice: TransformerLens hooks, or the
+    nnsight trace of a traced model) that reduces every layer's pattern and the logits."""
     check_model(model)
     toks = repeated_random_tokens(model, n_seqs, seg_len, seed, bos=bos)
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    sums = torch.zeros(L, H, dtype=torch.float64)
-    first, second = [], []
-
-    def hook_for(layer):
-        def hook(pattern, hook):  # [batch, head, q, k]
-            sums[layer] += induction_from_patterns(pattern, seg_len, bos).cpu()
-
-        return hook
-
-    hooks = [(f"blocks.{l}.attn.hook_pattern", hook_for(l)) for l in range(L)]
-    device = model_device(model)
-    with torch.inference_mode():
-        for i in range(0, n_seqs, batch_size):
-            t = toks[i : i + batch_size].to(device)
-            f, s = copy_losses(model.run_with_hooks(t, fwd_hooks=hooks), t, seg_len, bos)
-            first.append(f)
-            second.append(s)
+    state = {"sums": torch.zeros(L, H, dtype=torch.float64), "seg_len": seg_len, "bos": bos, "first": [], "second": []}
+    batches = [toks[i : i + batch_size] for i in range(0, n_seqs, batch_size)]
+    reduction = Reduction(_induction_step, _induction_finish, state, logits=_copy_loss_step)
+    got = engine_for(model, engine).patterns(batches, reduction)
     return InductionResult(
-        scores=(sums / (n_seqs * seg_len)).float(),
-        loss_first=float(torch.cat(first).mean()),
-        loss_second=float(torch.cat(second).mean()),
+        scores=(got["sums"] / (n_seqs * seg_len)).float(),
+        loss_first=float(got["first"].mean()),
+        loss_second=float(got["second"].mean()),
         seg_len=seg_len,
         bos=bos,
     )

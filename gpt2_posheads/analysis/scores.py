@@ -2,7 +2,9 @@
 
 The GPT-2 post looks at raw scores ``S[q, k] = q_q · k_k / sqrt(d_head)`` *before* the causal mask (on a rotary
 model the queries and keys rotated as the model rotates them; with grouped-query attention each query head's
-shared key head: :class:`~gpt2_posheads.model.attention.QKCapture`).
+shared key head), read through the model's engine (:meth:`gpt2_posheads.model.engine.Engine.activations`, reads
+``"q"``, ``"k"``, ``"pattern"``): the engines that run TransformerLens models read them; a trace, the strict fast path
+and stored activations say they cannot (:class:`~gpt2_posheads.model.engine.EngineError`).
 Early previous-token heads (L2H2, L3H3, ...) show a *dark main diagonal*: ``S[q, q]`` dips below the
 trend of its neighbours (negative self-attention), and with the future masked off the previous token
 is left as the most advanced key. L4H11 instead shows a *bright previous diagonal*: ``S[q, q-1]`` is
@@ -16,26 +18,36 @@ import math
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
-from ..model.attention import QKCapture, attn_scale, expand_kv, scale_from_pattern
-from ..model.forward import run_until
+from ..model.attention import attn_scale, expand_kv, scale_from_pattern
+from ..model.engine import Reduction, engine_for
 from ..model.state import measures_caller_model
-from ..model.tokens import as_token_batches, model_device, single_prompt
+from ..model.tokens import as_token_batches, single_prompt
 from ..model.validation import UsageError, check_head, check_int_range, check_model, head_name, require_finite
 
 
 def raw_scores_from_qk(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """``[batch, pos, head, d_head]`` queries and keys (as :class:`~gpt2_posheads.model.attention.QKCapture` gives
-    them) → pre-mask scores ``[batch, head, q, k]`` = ``(q . k) * scale`` (``scale``:
+    """``[batch, pos, head, d_head]`` queries and keys (as an engine's ``"q"`` and ``"k"`` reads give them) →
+    pre-mask scores ``[batch, head, q, k]`` = ``(q . k) * scale`` (``scale``:
     :func:`~gpt2_posheads.model.attention.attn_scale`)."""
     return torch.einsum("bqhd,bkhd->bhqk", q.float(), expand_kv(k, q.shape[2]).float()) * scale
 
 
+def _keep(state: dict, layer: int, acts: dict) -> None:
+    state[layer] = acts
+
+
+def _kept(state: dict) -> dict:
+    return state
+
+
 @measures_caller_model
-def attention_scores(model, prompt, layer: int, head: int, fwd_hooks=()) -> dict[str, torch.Tensor]:
+def attention_scores(
+    model, prompt, layer: int, head: int, fwd_hooks=(), engine: str = "auto"
+) -> dict[str, torch.Tensor]:
     """One head on one prompt: ``raw`` (before the causal mask, the upper triangle included), ``masked`` (future =
-    -inf) and ``pattern`` (softmax), each ``[pos, pos]``. ``fwd_hooks`` apply interventions upstream.
+    -inf) and ``pattern`` (softmax), each ``[pos, pos]``. ``fwd_hooks``: the engine's edits of interventions
+    upstream (``intervention.hooks(model)``). ``engine``: :func:`~gpt2_posheads.model.engine.engine_for`'s choice.
 
     ``raw = (q . k) * scale`` with the queries and keys as the model uses them, the scale checked (or read off)
     against the model's own pattern (:func:`~gpt2_posheads.model.attention.scale_from_pattern`: ``softmax(raw +
@@ -43,25 +55,10 @@ def attention_scores(model, prompt, layer: int, head: int, fwd_hooks=()) -> dict
     """
     check_head(model, layer, head)
     toks = single_prompt(model, prompt)
-    box: dict[str, torch.Tensor] = {}
-
-    def grab(name):
-        def hook(x, hook):
-            box[name] = x.detach()
-
-        return hook
-
-    pre = f"blocks.{layer}.attn."
-    qk = QKCapture(model, layer)
-    with torch.inference_mode():  # to the end of the block: some bridges fire hook_pattern after the output
-        run_until(
-            model,
-            toks,
-            list(fwd_hooks) + qk.hooks() + [(pre + "hook_pattern", grab("pattern"))],
-            stop_at=f"blocks.{layer}.hook_resid_post",
-        )
-    dot = raw_scores_from_qk(qk.q, qk.k, 1.0)[0, head].cpu()
-    pattern = box["pattern"][0, head].float().cpu()
+    reads = {"q": [layer], "k": [layer], "pattern": [layer]}
+    acts = engine_for(model, engine).activations([toks], reads, Reduction(_keep, _kept), fwd_hooks)[layer]
+    dot = raw_scores_from_qk(acts["q"], acts["k"], 1.0)[0, head].cpu()
+    pattern = acts["pattern"][0, head].float().cpu()
     scale, mask, err = scale_from_pattern(dot, pattern, attn_scale(model.cfg, layer))
     if err > 1e-4:
         raise UsageError(
@@ -74,9 +71,37 @@ def attention_scores(model, prompt, layer: int, head: int, fwd_hooks=()) -> dict
     return {"raw": raw, "masked": raw.masked_fill(mask, float("-inf")), "pattern": pattern}
 
 
+def _profile_step(state: dict, layer: int, acts: dict) -> None:
+    """Fold one layer's queries and keys ``[batch, pos, head, d_head]`` into ``state["sums"][layer]`` ``[head,
+    2w+1]``: the centred scores of every kept query at offsets ``-w..w``. The layer's scale is read off its pattern
+    ``[batch, head, q, k]`` once, on the first batch."""
+    q, k, w, scales = acts["q"], acts["k"], state["window"], state["scales"]
+    if layer not in scales:
+        dot = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()).cpu()
+        scales[layer] = scale_from_pattern(dot, acts["pattern"].float().cpu(), state["declared"][layer])[0]
+    n = k.shape[1]
+    qs = torch.arange(max(w, state["skip_first"]), n - w, device=k.device)
+    offs = torch.arange(-w, w + 1, device=k.device)
+    keys = qs[:, None] + offs[None, :]  # [n_q, 2w+1]
+    kk = k[:, keys]  # [batch, n_q, 2w+1, head, d_head]
+    s = torch.einsum("bqhd,bqohd->bhqo", q[:, qs].float(), kk.float()) * scales[layer]
+    s = s - s.mean(-1, keepdim=True)  # softmax ignores a shift per query
+    state["sums"][layer] += s.sum((0, 2)).double().cpu()
+
+
+def _profile_sums(state: dict) -> dict:
+    return {"sums": state["sums"]}
+
+
 @measures_caller_model
 def score_profile(
-    model, prompts, window: int = 3, batch_size: int = 4, skip_first: int = 8, progress: bool = False
+    model,
+    prompts,
+    window: int = 3,
+    batch_size: int = 4,
+    skip_first: int = 8,
+    progress: bool = False,
+    engine: str = "auto",
 ) -> torch.Tensor:
     """Mean centred raw score at key offset ``o = k - q`` for ``o`` in ``-window..+window``:
     ``[n_layers, n_heads, 2 * window + 1]`` (index ``window`` is the current token, ``window - 1`` the
@@ -86,63 +111,35 @@ def score_profile(
     leave out the BOS-dominated start) the scores in the window are centred on their mean, then
     averaged over queries and prompts. Scores are ``scale * q . k`` with each layer's scale read off its own
     pattern on the first batch (:func:`~gpt2_posheads.model.attention.scale_from_pattern`), not the configuration's
-    (the TransformerLens 4 bridge misstates GPT-Neo's), so the profile is in the logits the softmax sees.
+    (the TransformerLens 4 bridge misstates GPT-Neo's), so the profile is in the logits the softmax sees. One pass
+    per batch reads every layer's queries, keys and pattern (``engine``:
+    :func:`~gpt2_posheads.model.engine.engine_for`'s choice) and reduces each layer as it comes.
     """
     check_model(model)
     check_int_range("window", window, 1, 64)
     L, H, w = model.cfg.n_layers, model.cfg.n_heads, window
-    sums = torch.zeros(L, H, 2 * w + 1, dtype=torch.float64)
-    scales: dict[int, float] = {}
-    count = 0
-
-    def make_hooks(layer):
-        qk = QKCapture(model, layer)
-        pattern_name = f"blocks.{layer}.attn.hook_pattern"
-
-        def ready() -> bool:
-            return qk.ready() and (layer in scales or "pattern" in qk.box)
-
-        def then(hook_fn):  # the captures may arrive in any order: reduce once all are in
-            def hook(x, hook):
-                hook_fn(x, hook)
-                if ready():
-                    reduce(qk.q, qk.k, qk.box.get("pattern"))
-                    qk.box.clear()
-
-            return hook
-
-        def grab_pattern(x, hook):
-            if layer not in scales:
-                qk.box["pattern"] = x.detach()
-
-        def reduce(q, k, pattern):  # [batch, pos, head, d_head] each; pattern [batch, head, q, k] on the first batch
-            if layer not in scales:
-                dot = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()).cpu()
-                scales[layer] = scale_from_pattern(dot, pattern.float().cpu(), attn_scale(model.cfg, layer))[0]
-            n = k.shape[1]
-            qs = torch.arange(max(w, skip_first), n - w, device=k.device)
-            offs = torch.arange(-w, w + 1, device=k.device)
-            keys = qs[:, None] + offs[None, :]  # [n_q, 2w+1]
-            kk = k[:, keys]  # [batch, n_q, 2w+1, head, d_head]
-            s = torch.einsum("bqhd,bqohd->bhqo", q[:, qs].float(), kk.float()) * scales[layer]
-            s = s - s.mean(-1, keepdim=True)
-            sums[layer] += s.sum((0, 2)).double().cpu()
-
-        return [(name, then(fn)) for name, fn in qk.hooks()] + [(pattern_name, then(grab_pattern))]
-
-    hooks = [h for l in range(L) for h in make_hooks(l)]
-    device = model_device(model)
-    with torch.inference_mode():
-        for toks in tqdm(
-            list(as_token_batches(model, prompts, batch_size)), desc="score profile", disable=not progress
-        ):
-            n_q = max(0, toks.shape[1] - w - max(w, skip_first))
-            if n_q == 0:
-                continue
+    batches, count = [], 0
+    for toks in as_token_batches(model, prompts, batch_size):
+        n_q = max(0, toks.shape[1] - w - max(w, skip_first))  # queries with the whole window inside the prompt
+        if n_q:
+            batches.append(toks)
             count += toks.shape[0] * n_q
-            run_until(model, toks.to(device), hooks, stop_at=f"blocks.{L - 1}.hook_resid_post")
     if count == 0:
         raise ValueError(f"prompts are too short for window={window} and skip_first={skip_first}")
+    state = {
+        "sums": torch.zeros(L, H, 2 * w + 1, dtype=torch.float64),
+        "scales": {},
+        "declared": [attn_scale(model.cfg, l) for l in range(L)],
+        "window": w,
+        "skip_first": skip_first,
+    }
+    every = list(range(L))
+    sums = engine_for(model, engine).activations(
+        batches,
+        {"q": every, "k": every, "pattern": every},
+        Reduction(_profile_step, _profile_sums, state),
+        progress="score profile" if progress else None,
+    )["sums"]
     return require_finite(sums / count, "the raw attention scores").float()
 
 

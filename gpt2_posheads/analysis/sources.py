@@ -20,12 +20,13 @@ weights are the model's as loaded (``load_model`` folds each LayerNorm's scale i
 weights and centres the writing weights); the per-token normalisation (division by the residual's
 norm) is a positive scalar per token and is left out, as in the paper.
 
-**Causal direct-path ablation.** One forward captures the residual stream entering layer ``L`` and
-every upstream head's output ``z^u W_O^u`` ``[batch, pos, d_model]``. The target's pattern is then
+**Causal direct-path ablation.** One forward (through the model's engine, :mod:`gpt2_posheads.model.engine`: its
+``activations`` reads) captures the residual stream entering layer ``L`` and every upstream head's output
+``z^u W_O^u`` ``[batch, pos, d_model]``. The target's pattern is then
 recomputed from that residual with one upstream head's output replaced *only in its query input*
 (or only in its key input): ``x_q <- x - (o^u - ablated o^u)``; every other path, including that head's
 effect on later heads, is untouched. The recomputed clean pattern is checked against the model's own
-``hook_pattern`` (to 1e-4) so the recomputation is exact. Ablations: ``mean`` (the head's mean output
+pattern (to 1e-4) so the recomputation is exact. Ablations: ``mean`` (the head's mean output
 over prompts and positions, the default), ``zero``, ``resample`` (the same position of another prompt).
 The positional route is ablated the same way: ``W_pos`` group-averaged (groups of 10) only in the
 target's query or key input. The cost beyond the one forward is a LayerNorm and two small matmuls per
@@ -43,12 +44,12 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..model.attention import QKCapture, attn_scale, scale_from_pattern
+from ..model.attention import attn_scale, scale_from_pattern
+from ..model.engine import Reduction, ResidualWrite, engine_for
 from ..model.fastpath import _ln_params, unsupported_reason
-from ..model.forward import run_until
 from ..model.identity import has_learned_positions, position_kind
 from ..model.state import measures_caller_model
-from ..model.tokens import as_token_batches, model_device
+from ..model.tokens import as_token_batches
 from ..model.validation import HEAD_NAME, UsageError, check_head, head_name
 from .diagonals import diagonal_counts, diagonal_sums, prev_token_stats
 from .interventions import average_pos_embed, group_average_rows
@@ -161,15 +162,33 @@ class _Target:
         return ln @ self.W_Q + self.b_Q, ln @ self.W_K + self.b_K
 
 
-class _HookedTarget:
-    """The target head's queries and keys from the model itself: one pass with ``blocks.{layer}.hook_resid_pre``
-    replaced by ``x`` (the rotated ones on a rotary model; a shared key head under grouped-query attention). Exact
-    for any attention whose scores are a scaled ``q . k`` plus a mask; the mask (causal, and any attention window)
-    and the scale are read off the model's own clean pattern: masked entries are exactly 0, and within a row
+def _keep(state: dict, layer: int, acts: dict) -> None:
+    state[layer] = acts
+
+
+def _keep_cpu(state: dict, layer: int, acts: dict) -> None:
+    state[layer] = {kind: x.float().cpu() for kind, x in acts.items()}
+
+
+def _kept(state: dict) -> dict:
+    return state
+
+
+def _read(engine, toks: torch.Tensor, reads: dict, edits=()) -> dict:
+    """One batch's ``reads`` ``{kind: layers}`` as float32 CPU tensors, ``{layer: {kind: tensor}}``."""
+    return engine.activations([toks], reads, Reduction(_keep_cpu, _kept, bulk="every token's activations"), edits)
+
+
+class _ModelTarget:
+    """The target head's queries and keys from the model itself: one pass of its engine with the residual entering
+    ``layer`` replaced by ``x`` (:class:`~gpt2_posheads.model.engine.ResidualWrite`; the queries and keys as the
+    scores use them: rotated on a rotary model, a shared key head under grouped-query attention). Exact for any
+    attention whose scores are a scaled ``q . k`` plus a mask; the mask (causal, and any attention window) and the
+    scale are read off the model's own clean pattern: masked entries are exactly 0, and within a row
     ``log A[q, k] - mean = scale * (q . k - mean)``."""
 
-    def __init__(self, model, layer: int, head: int):
-        self.model, self.layer, self.head = model, layer, head
+    def __init__(self, model, layer: int, head: int, engine):
+        self.model, self.layer, self.head, self.engine = model, layer, head, engine
         self.toks = None
 
     def start(self, toks: torch.Tensor, clean_pattern: torch.Tensor) -> None:
@@ -182,15 +201,12 @@ class _HookedTarget:
         )
 
     def qk(self, x: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        cap = QKCapture(self.model, self.layer)
-        hooks = cap.hooks()
-        if x is not None:
-            hooks.insert(0, (f"blocks.{self.layer}.hook_resid_pre", lambda r, hook: x.to(r.device, r.dtype)))
-        with torch.inference_mode():
-            run_until(
-                self.model, self.toks.to(model_device(self.model)), hooks, stop_at=f"blocks.{self.layer}.attn.hook_z"
-            )
-        return cap.q[:, :, self.head].float().cpu(), cap.k[:, :, self.head].float().cpu()
+        edits = [] if x is None else self.engine.edits(ResidualWrite(self.layer, x))
+        got = self.engine.activations(
+            [self.toks], {"q": [self.layer], "k": [self.layer]}, Reduction(_keep, _kept), edits
+        )
+        acts = got[self.layer]
+        return acts["q"][:, :, self.head].float().cpu(), acts["k"][:, :, self.head].float().cpu()
 
 
 def _pattern(target, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -234,6 +250,7 @@ def path_ablation(
     batch_size: int = 8,
     groups: Mapping[str, Sequence[tuple[int, int]]] | None = None,
     below: bool = False,
+    engine: str = "auto",
 ) -> pd.DataFrame:
     """Effect on ``(layer, head)``'s previous-token attention of removing each upstream head's output
     (and the fine-grained part of ``W_pos``) from only its query or only its key input, and of removing groups of
@@ -251,7 +268,8 @@ def path_ablation(
     the embeddings (their own ``W_pos``) plus what blocks ``0 .. layer-1`` write when *they* run on ``W_pos``
     averaged in groups of ``pos_group`` (does the head read computation, or ``W_pos`` relayed by the layers below?
     one more pass per batch). Sorted by ``drop``, largest first. Needs mean outputs, so prompts are read twice for
-    ``ablation="mean"``.
+    ``ablation="mean"``. ``engine``: :func:`~gpt2_posheads.model.engine.engine_for`'s choice (one that reads head
+    outputs and residuals: TransformerLens hooks).
     """
     check_head(model, layer, head)
     if ablation not in ABLATIONS:
@@ -268,54 +286,27 @@ def path_ablation(
             raise UsageError(
                 "groups", f"group {name!r} holds {outside or 'no heads'}", f"heads in layers below {layer}"
             )
-    target = _Target(model, layer, head) if unsupported_reason(model) is None else _HookedTarget(model, layer, head)
+    eng = engine_for(model, engine)
+    target = _Target(model, layer, head) if unsupported_reason(model) is None else _ModelTarget(model, layer, head, eng)
     W_O = [model.blocks[l].attn.W_O.detach().float() for l in range(layer)]  # [head, d_head, d_model]
     pos_delta = None
     if pos_group > 1 and has_learned_positions(model):
         w_pos = load_w_pos(model)
         pos_delta = w_pos - group_average_rows(w_pos, pos_group)
-    device = model_device(model)
 
-    relay_hooks = average_pos_embed(pos_group).hooks(model) if below and pos_delta is not None else None
+    relay_edits = eng.edits(average_pos_embed(pos_group)) if below and pos_delta is not None else None
 
     def written_relayed(toks):
         """``[b, p, d]``: what blocks ``0 .. layer-1`` write when they run on averaged W_pos."""
-        box = {}
-
-        def grab(name):
-            def hook(x, hook):
-                box[name] = x.detach().float().cpu()
-
-            return hook
-
-        hooks = relay_hooks + [
-            ("blocks.0.hook_resid_pre", grab("embed")),
-            (f"blocks.{layer}.hook_resid_pre", grab("resid")),
-        ]
-        with torch.inference_mode():
-            run_until(model, toks.to(device), hooks, stop_at=f"blocks.{layer}.hook_resid_pre")
-        return box["resid"] - box["embed"]
+        got = _read(eng, toks, {"resid": [0, layer]}, relay_edits)
+        return got[layer]["resid"] - got[0]["resid"]
 
     def capture(toks):
         """``(resid [b,p,d], head outputs [S,b,p,d], written below [b,p,d], the target's pattern [b,q,k])``."""
-        box = {}
-
-        def grab(name):
-            def hook(x, hook):
-                box[name] = x.detach().float().cpu()
-
-            return hook
-
-        hooks = [(f"blocks.{l}.attn.hook_z", grab(f"z{l}")) for l in range(layer)]
-        hooks += [
-            ("blocks.0.hook_resid_pre", grab("embed")),
-            (f"blocks.{layer}.hook_resid_pre", grab("resid")),
-            (f"blocks.{layer}.attn.hook_pattern", grab("pattern")),
-        ]
-        with torch.inference_mode():  # to the end of the block: some bridges fire hook_pattern after the output
-            run_until(model, toks.to(device), hooks, stop_at=f"blocks.{layer}.hook_resid_post")
-        outs = torch.stack([torch.einsum("bpd,dm->bpm", box[f"z{l}"][:, :, h], W_O[l][h].cpu()) for l, h in sources])
-        return box["resid"], outs, box["resid"] - box["embed"], box["pattern"][:, head]
+        got = _read(eng, toks, {"z": range(layer), "resid": [0, layer], "pattern": [layer]})
+        outs = torch.stack([torch.einsum("bpd,dm->bpm", got[l]["z"][:, :, h], W_O[l][h].cpu()) for l, h in sources])
+        resid = got[layer]["resid"]
+        return resid, outs, resid - got[0]["resid"], got[layer]["pattern"][:, head]
 
     batches = list(as_token_batches(model, prompts, batch_size))
     if ablation == "resample":
@@ -347,7 +338,7 @@ def path_ablation(
     if pos_delta is not None:
         keys += [(f"W_pos/{pos_group}", side) for side in ("query", "key")]
     keys += [(name, "both") for name in groups] + ([(BELOW, "both")] if below else [])
-    keys += [(below_relayed(pos_group), "both")] if relay_hooks is not None else []
+    keys += [(below_relayed(pos_group), "both")] if relay_edits is not None else []
     sums = dict.fromkeys(keys)
     counts = None
     max_err = 0.0
@@ -365,10 +356,10 @@ def path_ablation(
         if err > 1e-4 and isinstance(target, _Target):  # the weights do not give this model's attention: ask the model
             warnings.warn(
                 f"path_ablation: recomputing {head_name(layer, head)}'s attention from the weights is off by "
-                f"{err:.1e}; running one hooked pass per source instead (exact, slower)",
+                f"{err:.1e}; running one pass of the model per source instead (exact, slower)",
                 stacklevel=2,
             )
-            target = _HookedTarget(model, layer, head)
+            target = _ModelTarget(model, layer, head, eng)
             target.start(toks, pattern)
             q0, k0 = target.qk(resid)
             clean = _pattern(target, q0, k0)
@@ -394,7 +385,7 @@ def path_ablation(
         if below:
             x = resid - written + _ablated(written, ablation, mean_below)
             add((BELOW, "both"), _pattern(target, *target.qk(x)))
-        if relay_hooks is not None:
+        if relay_edits is not None:
             add(
                 (below_relayed(pos_group), "both"),
                 _pattern(target, *target.qk(resid - written + written_relayed(toks))),

@@ -1,16 +1,24 @@
 """One interface to every way this toolkit runs a model: TransformerLens hooks, the hook-free fast path, an nnsight
 trace, and stored activations.
 
-An analysis asks an :class:`Engine` for at most four things and never asks which engine it has:
+An analysis asks an :class:`Engine` for at most five things and never asks which engine it has:
 
 * ``patterns(batches, reduction, edits)``: every layer's attention pattern ``[batch, head, q, k]`` (float32 rows
   that sum to 1, for every batch) handed to ``reduction.step(state, layer, pattern)``; returns
-  ``reduction.finish(state)``;
+  ``reduction.finish(state)``. With ``reduction.logits`` the whole model runs and each batch's logits
+  ``[batch, pos, d_vocab]`` go to ``reduction.logits(state, tokens, logits)`` in the same pass (patterns and what
+  the model predicts from them, e.g. the induction score and the copying loss, without a second pass);
 * ``residuals(batches, layers, reduction, edits)``: the residual stream entering each block of ``layers``
   ``[batch, pos, d_model]`` (``layer == n_layers``: the final residual, before the final norm) handed to
   ``reduction.step(state, layer, resid)``; returns ``reduction.finish(state)``. The residual is the one
   TransformerLens's processed model holds: on a LayerNorm model each row is centred over ``d_model``
   (TransformerLens centres every write to the stream), whichever engine ran;
+* ``activations(batches, reads, reduction, edits)``: the activations ``reads`` names (``{kind: layers}``, kinds
+  :data:`READS`: queries and keys as the scores use them, each head's output before ``W_O``, patterns, residuals)
+  handed together, one dict per layer, to ``reduction.step(state, layer, {kind: tensor})``; returns
+  ``reduction.finish(state)``. This is what an analysis that recomputes attention itself reads (raw pre-mask
+  scores, a head's score profile, a path ablation); the residual entering a layer can be replaced first
+  (:class:`ResidualWrite`, an edit like any other);
 * ``run(tokens, edits)``: the logits ``[batch, pos, d_vocab]`` (to a constant per position: TransformerLens
   centres its unembedding, a Hugging Face model does not; softmax and KL see no difference);
 * ``edits(intervention)``: an :class:`Intervened` intervention in the form this engine applies (TransformerLens
@@ -41,12 +49,13 @@ only by an engine that runs a model.
 ==============  ==========================================================================================
 
 An operation that does not apply to an engine (running a store, editing it, bringing every token's residual back
-from a trace) raises :class:`EngineError` naming the engine and the operation.
+from a trace, reading queries and keys off a trace or the fast path) raises :class:`EngineError` naming the engine
+and the operation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol, runtime_checkable
@@ -54,19 +63,30 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from tqdm.auto import tqdm
 
+from .attention import QKCapture
 from .fastpath import Workspace, fast_forward
 from .forward import resid_hook_name, run_until
 from .precision import resolve_bf16
 from .tokens import model_device
 from .traced import ENGINE as NNSIGHT
 from .traced import TracedEdit, is_traced, run_traced
-from .validation import UsageError, check_model
+from .validation import UsageError, check_int_range, check_model
 
 STORED = "stored"
 ENGINES = ("auto", "fast", "hooks", NNSIGHT, STORED)
 
 Batches = Sequence[torch.Tensor] | Callable[[], Sequence[torch.Tensor]]
-Step = Callable[[dict, int, torch.Tensor], None]
+Step = Callable[[dict, int, Any], None]
+LogitsStep = Callable[[dict, torch.Tensor, torch.Tensor], None]
+
+# What ``activations`` reads at a layer (shapes per batch):
+#   "resid"   [batch, pos, d_model]        the residual entering the block (layer n_layers: the final residual)
+#   "q", "k"  [batch, pos, head, d_head]   queries and keys as the scores use them: q . k * attn_scale is the score
+#                                          (rotated with the model's own cos/sin on a rotary model; one key per query
+#                                          head under grouped-query attention)
+#   "z"       [batch, pos, head, d_head]   each head's attention-weighted values; the head writes z W_O
+#   "pattern" [batch, head, q, k]          the attention pattern
+READS = ("resid", "q", "k", "z", "pattern")
 
 
 class EngineError(ValueError):
@@ -88,6 +108,9 @@ class Reduction:
     answer it). ``bulk``: what the state keeps per token, if anything (e.g. every prompt's residual stream); an
     engine that would have to ship it back from where the model runs refuses it. ``layers``: the only layers whose
     patterns ``step`` reads (``None``: every layer); an engine may skip the others and stop after the last.
+    ``logits(state, tokens, logits)``: for ``patterns``, each batch's logits ``[batch, pos, d_vocab]`` with its tokens
+    ``[batch, pos]`` (both on the model's device), after that batch's patterns (``None``: the pass stops after the
+    last pattern). Under ``activations``, ``step``'s third argument is the layer's ``{kind: tensor}`` reads.
     """
 
     step: Step
@@ -96,6 +119,7 @@ class Reduction:
     stored: Callable[[Any], dict] | None = None
     bulk: str = ""
     layers: Sequence[int] | None = None
+    logits: LogitsStep | None = None
 
 
 @runtime_checkable
@@ -119,6 +143,29 @@ class Intervened(Protocol):
     traced: Callable[[Any], list] | None
 
 
+def _write(value: torch.Tensor, resid: torch.Tensor, hook) -> torch.Tensor:
+    return value.to(resid.device, resid.dtype)
+
+
+@dataclass(eq=False)
+class ResidualWrite:
+    """An edit that replaces the residual stream entering block ``layer`` by ``value`` ``[batch, pos, d_model]``
+    (the batch it runs on must have that shape): what a head would compute from a residual the model never made
+    (a path ablation asks a head for its queries and keys with one upstream output taken out of its input). Blocks
+    below ``layer`` still run; their result is discarded. An :class:`Intervened`, so ``engine.edits`` gives its
+    form: TransformerLens hooks; it has no nnsight form (the trace's edits add to the stream, they do not replace
+    it)."""
+
+    layer: int
+    value: torch.Tensor
+    name: str = "a residual write"
+    traced: Callable[[Any], list] | None = None
+
+    def bind(self, model) -> list:
+        check_int_range("layer", self.layer, 0, model.cfg.n_layers)
+        return [(resid_hook_name(model, self.layer), partial(_write, self.value))]
+
+
 class Engine(Protocol):
     """What an analysis may ask of a model (see the module doc for shapes and meaning)."""
 
@@ -129,7 +176,8 @@ class Engine(Protocol):
         self, batches: Batches, reduction: Reduction, edits: Sequence = (), progress: str | None = None
     ) -> dict:
         """``reduction.finish`` after ``reduction.step(state, layer, pattern [batch, head, q, k])`` for every layer
-        and batch; ``progress``: a bar with this label over the batches (where the batches run here)."""
+        and batch (and ``reduction.logits(state, tokens, logits)`` after each batch, when set: the whole model runs);
+        ``progress``: a bar with this label over the batches (where the batches run here)."""
         ...
 
     def residuals(
@@ -142,6 +190,19 @@ class Engine(Protocol):
     ) -> dict:
         """``reduction.finish`` after ``reduction.step(state, layer, resid [batch, pos, d_model])`` for each of
         ``layers`` (sorted, ``0..n_layers``) and batch; blocks after the last layer need not run."""
+        ...
+
+    def activations(
+        self,
+        batches: Batches,
+        reads: Mapping[str, Iterable[int]],
+        reduction: Reduction,
+        edits: Sequence = (),
+        progress: str | None = None,
+    ) -> dict:
+        """``reduction.finish`` after ``reduction.step(state, layer, {kind: tensor})`` for every layer ``reads``
+        names (``{kind: layers}``, kinds :data:`READS`) and batch, the layer's reads together; the pass stops after
+        the last read."""
         ...
 
     def run(self, tokens: torch.Tensor, edits: Sequence = ()) -> torch.Tensor:
@@ -170,6 +231,24 @@ def _only(layers: Sequence[int], step: Step, state: dict, layer: int, x: torch.T
         step(state, layer, x)
 
 
+def _layers_read(model, reads: Mapping[str, Iterable[int]]) -> dict[int, set[str]]:
+    """``{layer: kinds}`` of ``reads`` ``{kind: layers}``, checked: kinds of :data:`READS`, layers ``0..n_layers-1``
+    (``0..n_layers`` for ``"resid"``), at least one read."""
+    n, out = model.cfg.n_layers, {}
+    for kind, layers in reads.items():
+        if kind not in READS:
+            raise ValueError(f"cannot read {kind!r}: the reads are {READS}")
+        for l in layers:
+            out.setdefault(check_int_range(f"{kind} layer", l, 0, n if kind == "resid" else n - 1), set()).add(kind)
+    if not out:
+        raise ValueError("no activation to read")
+    return out
+
+
+def _kinds(reads: Mapping[str, Iterable[int]]) -> str:
+    return "activations (" + ", ".join(sorted(reads)) + ")"
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # TransformerLens hooks
 # ----------------------------------------------------------------------------------------------------------------
@@ -178,10 +257,11 @@ def _hook_step(step: Step, state: dict, layer: int, x: torch.Tensor, hook) -> No
 
 
 class HooksEngine:
-    """TransformerLens hooks on ``blocks.{l}.attn.hook_pattern`` and ``hook_resid_pre``; edits are ``fwd_hooks``,
-    run before the reduction's hooks (a pattern edit on ``hook_pattern`` is what the reduction sees). A pass stops
-    right after the last activation it needs (:func:`~gpt2_posheads.model.forward.run_until`). ``bf16``: under
-    ``torch.autocast`` in bfloat16."""
+    """TransformerLens hooks on ``blocks.{l}.attn.hook_pattern`` and ``hook_resid_pre`` (and, for ``activations``,
+    ``hook_q``/``hook_k``/``hook_cos``/``hook_sin``/``hook_z``); edits are ``fwd_hooks``, run before the reduction's
+    hooks (a pattern edit on ``hook_pattern`` is what the reduction sees). A pass stops right after the last
+    activation it needs (:func:`~gpt2_posheads.model.forward.run_until`), unless the reduction takes logits.
+    ``bf16``: under ``torch.autocast`` in bfloat16."""
 
     name = "hooks"
 
@@ -200,7 +280,10 @@ class HooksEngine:
         batches = _materialise(batches)
         layers, st = _pattern_layers(self.model, reduction), reduction.state
         steps = [(f"blocks.{l}.attn.hook_pattern", partial(_hook_step, reduction.step, st, l)) for l in layers]
-        self._pass(batches, steps, f"blocks.{layers[-1]}.attn.hook_pattern", edits, progress)
+        if reduction.logits is not None:
+            self._logits_pass(batches, steps, reduction, edits, progress)
+        else:
+            self._pass(batches, steps, f"blocks.{layers[-1]}.attn.hook_pattern", edits, progress)
         return reduction.finish(st)
 
     def residuals(self, batches, layers, reduction, edits=(), progress=None) -> dict:
@@ -208,6 +291,35 @@ class HooksEngine:
         st, names = reduction.state, {l: resid_hook_name(self.model, l) for l in layers}
         steps = [(names[l], partial(_hook_step, reduction.step, st, l)) for l in layers]
         self._pass(batches, steps, names[max(layers)], edits, progress)
+        return reduction.finish(st)
+
+    def _logits_pass(self, batches, named_steps, reduction, edits, progress) -> None:
+        device = model_device(self.model)
+        hooks = list(edits) + named_steps
+        with torch.inference_mode():
+            for toks in _bar(batches, progress):
+                toks = toks.to(device)
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                    logits = self.model.run_with_hooks(toks, fwd_hooks=hooks)
+                reduction.logits(reduction.state, toks, logits)
+
+    def activations(self, batches, reads, reduction, edits=(), progress=None) -> dict:
+        batches = _materialise(batches)
+        st = reduction.state
+        readers = [
+            _LayerRead(self.model, l, kinds, partial(reduction.step, st))
+            for l, kinds in sorted(_layers_read(self.model, reads).items())
+        ]
+        stop = max((r.stop for r in readers), key=lambda s: s[0])[1]
+        hooks = list(edits) + [h for r in readers for h in r.hooks()]
+        device = model_device(self.model)
+        with torch.inference_mode():
+            for i, toks in enumerate(_bar(batches, progress)):
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                    run_until(self.model, toks.to(device), hooks, stop_at=stop)
+                late = [r.layer for r in readers if r.delivered != i + 1]
+                if late:  # a read that fires after the stop would be lost: say so instead of reducing less
+                    raise RuntimeError(f"layers {late}: not every read of {_kinds(reads)} fired before {stop!r}")
         return reduction.finish(st)
 
     def run(self, tokens, edits=()) -> torch.Tensor:
@@ -218,14 +330,58 @@ class HooksEngine:
         return intervention.bind(self.model)
 
 
+class _LayerRead:
+    """One layer's reads in a hooked pass, handed to ``deliver(layer, {kind: tensor})`` once every hook they need
+    has fired: the order differs between bridges (some fire ``hook_pattern`` after the block's output), so nothing
+    is handed over half-read. Queries and keys come through :class:`~gpt2_posheads.model.attention.QKCapture`
+    (rotated, one key per query head). ``stop``: ``((layer, stage), hook)``, the latest hook this layer needs, in
+    the order the pass reaches them (the residual entering a block, its queries and keys, its head outputs, the end
+    of the block for the pattern)."""
+
+    def __init__(self, model, layer: int, kinds: set[str], deliver: Callable[[int, dict], None]):
+        self.layer, self.kinds, self.deliver, self.delivered = layer, kinds, deliver, 0
+        attn = f"blocks.{layer}.attn."
+        self.qk = QKCapture(model, layer) if kinds & {"q", "k"} else None
+        self.box = self.qk.box if self.qk is not None else {}  # one dict: QKCapture reads its q, k, cos, sin here
+        self.names = dict(self.qk.names) if self.qk is not None else {}
+        if "resid" in kinds:
+            self.names["resid"] = resid_hook_name(model, layer)
+        if "z" in kinds:
+            self.names["z"] = attn + "hook_z"
+        if "pattern" in kinds:  # to the end of the block: some bridges fire hook_pattern after the output
+            self.names["pattern"] = attn + "hook_pattern"
+            self.stop = ((layer, 3), f"blocks.{layer}.hook_resid_post")
+        elif kinds & {"q", "k", "z"}:
+            self.stop = ((layer, 2), attn + "hook_z")
+        else:
+            self.stop = ((layer, 0), self.names["resid"])
+
+    def hooks(self) -> list:
+        return [(name, partial(self._grab, key)) for key, name in self.names.items()]
+
+    def _grab(self, key: str, x: torch.Tensor, hook) -> None:
+        self.box[key] = x.detach()
+        if len(self.box) < len(self.names):
+            return
+        acts = {k: self.box[k] for k in ("resid", "z", "pattern") if k in self.kinds}
+        if "q" in self.kinds:
+            acts["q"] = self.qk.q
+        if "k" in self.kinds:
+            acts["k"] = self.qk.k
+        self.box.clear()
+        self.delivered += 1
+        self.deliver(self.layer, acts)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The hook-free fast path
 # ----------------------------------------------------------------------------------------------------------------
 class FastEngine:
     """The verified hook-free GPT-2 pass (:mod:`~gpt2_posheads.model.fastpath`) for patterns and residuals without
-    edits. It applies no edits and computes no logits: with ``strict`` (``engine="fast"``) a pass with edits is an
-    error; otherwise (``"auto"``) such a pass, ``run`` and a model the fast path does not reproduce go to
-    TransformerLens hooks (the fast path says once why it stepped aside)."""
+    edits. It applies no edits, computes no logits and hands over no queries, keys or head outputs: with ``strict``
+    (``engine="fast"``) a pass with edits, a reduction of logits or ``activations`` is an error; otherwise
+    (``"auto"``) such a pass, ``run`` and a model the fast path does not reproduce go to TransformerLens hooks (the
+    fast path says once why it stepped aside)."""
 
     name = "fast"
 
@@ -237,8 +393,15 @@ class FastEngine:
         dtype = torch.bfloat16 if self.bf16 else torch.float32
         return fast_forward(self.model, "fast" if self.strict else "auto", dtype, has_hooks=bool(edits))
 
+    def _refuse(self, operation: str, why: str) -> None:
+        if self.strict:
+            raise EngineError(self.name, operation, why, "use engine='auto' or 'hooks'")
+
     def patterns(self, batches, reduction, edits=(), progress=None) -> dict:
         batches = _materialise(batches)
+        if reduction.logits is not None:
+            self._refuse("hand logits to a reduction", "the fast path has no unembedding")
+            return self.hooks.patterns(batches, reduction, edits, progress)
         fast = self._fast(edits)
         if fast is None:
             return self.hooks.patterns(batches, reduction, edits, progress)
@@ -262,6 +425,10 @@ class FastEngine:
                     reduction.step(st, l, resid)
         return reduction.finish(st)
 
+    def activations(self, batches, reads, reduction, edits=(), progress=None) -> dict:
+        self._refuse(f"read {_kinds(reads)}", "it computes patterns and residuals in its own fused way, nothing else")
+        return self.hooks.activations(batches, reads, reduction, edits, progress)
+
     def run(self, tokens, edits=()) -> torch.Tensor:
         return self.hooks.run(tokens, edits)  # the fast path has no unembedding
 
@@ -280,6 +447,22 @@ def _finish_logits(state: dict) -> dict:
     return {"logits": state["logits"]}
 
 
+@dataclass
+class _WithTokens:
+    """``on_logits(state, logits)`` of :func:`~gpt2_posheads.model.traced.run_traced` as ``step(state, tokens,
+    logits)``: the trace hands over each batch's logits in the order of ``batches``, so a count finds the tokens
+    (shipped with the request, where the model runs)."""
+
+    step: LogitsStep
+    batches: list
+    seen: int = 0
+
+    def __call__(self, state: dict, logits: torch.Tensor) -> None:
+        toks = self.batches[self.seen]
+        self.seen += 1
+        self.step(state, toks.to(logits.device), logits)
+
+
 class TracedEngine:
     """An nnsight-traced model (:class:`~gpt2_posheads.model.traced.TracedModel`), here or on NDIF: one
     :func:`~gpt2_posheads.model.traced.run_traced` session per call, the reduction running inside the trace; edits
@@ -292,13 +475,16 @@ class TracedEngine:
         self.model = model
 
     def patterns(self, batches, reduction, edits=(), progress=None) -> dict:
+        batches = list(_materialise(batches))
+        on_logits = _WithTokens(reduction.logits, batches) if reduction.logits is not None else None
         return run_traced(
             self.model,
-            list(_materialise(batches)),
+            batches,
             reduction.state,
             reduction.finish,
             on_pattern=reduction.step,
             edits=list(edits),
+            on_logits=on_logits,
         )
 
     def residuals(self, batches, layers, reduction, edits=(), progress=None) -> dict:
@@ -317,6 +503,14 @@ class TracedEngine:
             on_resid=reduction.step,
             resid_layers=list(layers),
             edits=list(edits),
+        )
+
+    def activations(self, batches, reads, reduction, edits=(), progress=None) -> dict:
+        raise EngineError(
+            self.name,
+            f"read {_kinds(reads)}",
+            "a trace hands a reduction each layer's pattern and residual only",
+            "use the TransformerLens engine (gpt2_posheads.load_model)",
         )
 
     def run(self, tokens, edits=()) -> torch.Tensor:
@@ -358,6 +552,10 @@ class StoredEngine:
     def residuals(self, batches, layers, reduction, edits=(), progress=None) -> dict:
         self._no_edits(edits)
         return self._answer(reduction, "reduce residual streams")
+
+    def activations(self, batches, reads, reduction, edits=(), progress=None) -> dict:
+        self._no_edits(edits)
+        return self._answer(reduction, f"read {_kinds(reads)}")
 
     def run(self, tokens, edits=()) -> torch.Tensor:
         raise EngineError(self.name, "run a model", "stored activations hold no model", "pass the model instead")
