@@ -5,11 +5,12 @@
     python benchmarks/bench_known_answers.py --n 8 --keep models/  # keep the folders (README.md, card.json: answers)
 
 Generates ``--n`` compiled GPT-2s (``gpt2_posheads.organism.generator.suite``: model i has kind i mod 8 and seed
-1000 x seed + i), measures each model's route conclusion on 4 WikiText-2 prompts of 256 tokens, and prints the
-confusion matrix (true route x concluded route), how often the toolkit's sharpest previous-token head is the card's
-aggregator, every model off the diagonal with the rows that decided it, and the wall time. An accuracy benchmark,
-not a speed one: the time is printed for the record (docs/known-answers.md). To score another tool, keep the
-folders and hand it each folder without README.md and card.json; card.json holds the answer.
+1000 x seed + i), measures each model's route conclusion on 4 WikiText-2 prompts of 256 tokens (the post's claim
+functions on one run: ``gpt2_posheads.posts.gpt2_prev_heads.route``), and prints the confusion matrix (true route x
+concluded route), how often the toolkit's sharpest previous-token head is the card's aggregator, every model off the
+diagonal with the rows that decided it, and the wall time. An accuracy benchmark, not a speed one: the time is
+printed for the record (docs/known-answers.md). To score another tool, keep the folders and hand it each folder
+without README.md and card.json; card.json holds the answer.
 """
 
 import argparse
@@ -42,6 +43,7 @@ def main(argv=None) -> int:
 
     from gpt2_posheads.organism.generator import member
     from gpt2_posheads.organism.route_bench import report, score
+    from gpt2_posheads.posts.gpt2_prev_heads.route import route_records
 
     start = time.perf_counter()
     scored = []
@@ -49,7 +51,7 @@ def main(argv=None) -> int:
         work = Path(args.keep) if args.keep else Path(tmp)
         for i in range(args.n):
             g = member(i, args.seed, args.max_d_model)
-            s = score(g, work, args.n_prompts, args.seq_len, keep=bool(args.keep))
+            s = score(g, work, args.n_prompts, args.seq_len, keep=bool(args.keep), measure=route_records)
             scored.append(s)
             mark = "ok" if s.right and s.aggregator_right else "OFF"
             print(

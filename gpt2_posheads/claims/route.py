@@ -1,9 +1,12 @@
 """One route conclusion per model: which route does its sharpest previous-token head take?
 
 A pure function of the claim records of one model (``{claim key: {"verdict", "measured", "head", ...}}``, as the
-scripts write them to ``summary.json`` or as :func:`~gpt2_posheads.claims.route_measure.route_records` returns them),
-written down before it was measured on the generated known-answer models (``docs/known-answers.md``). The
-conclusion is one of :data:`ROUTES`, with the rows that decided it.
+scripts write them to ``summary.json``, or as the claim functions return them: :func:`records_from_claims`), written
+down before it was measured on the generated known-answer models (``docs/known-answers.md``). The conclusion is one
+of :data:`ROUTES`, with the rows that decided it. Nothing here measures: a model's route is measured by the post's
+own claim functions on one shared run (:func:`gpt2_posheads.posts.gpt2_prev_heads.route.measure_route`), and the
+numbers it reads come back through the records of :mod:`~gpt2_posheads.claims.gpt2_post` that the scripts write them
+with (:class:`~gpt2_posheads.claims.gpt2_post.PrevMassAveraged`, ``LayersBelowRemoved``, ``EarlyLabels``).
 
 The rule, with ``A`` the sharpest previous-token head (the aggregator), ``kept`` the share of its previous-token mass
 it keeps when ``W_pos`` is averaged in groups of 10 (``avg_prev_heads_unaffected``), ``below`` how much it loses when
@@ -31,8 +34,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .gpt2_post import HALF, KEEP, POS_GROUP
-from .verdicts import HELD, NOT_HELD, finite
+from .gpt2_post import HALF, KEEP, POS_GROUP, EarlyLabels, LayersBelowRemoved, PrevMassAveraged
+from .verdicts import HELD, NOT_HELD, Claim, finite
 
 POST, BOOST, WPOS, RELAY, NONE, UNDETERMINED = "post", "boost", "wpos", "relay", "none", "undetermined"
 ROUTES: dict[str, str] = {
@@ -114,43 +117,33 @@ def _said(records, key) -> str:
     return str(r.get("shown") or r.get("why") or "")
 
 
+def _measured(records, key):
+    r = _record(records, key)
+    return r.get("measured") if r else None
+
+
 def kept_under_wpos_averaging(records: Mapping[str, Mapping], head: str) -> float | None:
     """The share of ``head``'s previous-token mass kept under ``W_pos`` averaged in groups of 10, read off
-    ``avg_prev_heads_unaffected``'s measured ``{"<head> clean -> g10": [clean, averaged]}``; None if not measured."""
-    r = _record(records, "avg_prev_heads_unaffected")
-    measured = r.get("measured") if r else None
-    if not isinstance(measured, Mapping):
-        return None
-    pair = measured.get(f"{head} clean -> g{POS_GROUP}")
-    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(finite(x) for x in pair):
-        return None
-    clean, averaged = (float(x) for x in pair)
-    return averaged / clean if clean > 0 else None
+    ``avg_prev_heads_unaffected``'s measurement (:class:`~gpt2_posheads.claims.gpt2_post.PrevMassAveraged`); None if
+    not measured."""
+    return PrevMassAveraged.read(_measured(records, "avg_prev_heads_unaffected"), POS_GROUP).kept(head)
 
 
 def _above(records) -> tuple[int | None, float, float | None]:
     """``(layer, drop without the layers below, drop with W_pos averaged below)`` of ``aggregator_above_layer0``'s
-    measured; a drop not measured is NaN, and the second is None on a model with no learned ``W_pos``."""
-    r = _record(records, "aggregator_above_layer0")
-    m = r.get("measured") if r else None
-    if not isinstance(m, Mapping) or m.get("layer") is None:
+    measurement (:class:`~gpt2_posheads.claims.gpt2_post.LayersBelowRemoved`); a drop not measured is NaN, and the
+    second is None on a model with no learned ``W_pos``."""
+    m = LayersBelowRemoved.read(_measured(records, "aggregator_above_layer0"))
+    if m is None:
         return None, math.nan, math.nan
-    below = m.get("relative_drop_without_layers_below")
-    relayed = m.get("relative_drop_wpos_averaged_below", math.nan)
-    below = float(below) if finite(below) else math.nan
-    if relayed is not None:
-        relayed = float(relayed) if finite(relayed) else math.nan
-    return int(m["layer"]), below, relayed
+    return m.layer, m.below, m.relayed
 
 
 def _early_labels(records) -> tuple[int, int, int]:
-    """``(n early heads, n self-suppressing, n prev-boosting)`` from ``early_self_suppressing``'s measured."""
-    r = _record(records, "early_self_suppressing")
-    m = r.get("measured") if r else None
-    if not isinstance(m, Mapping):
-        return 0, 0, 0
-    n = len(m.get("early_prev_heads") or [])
-    return n, len(m.get("self_suppressing") or []), len(m.get("prev_boosting") or [])
+    """``(n early heads, n self-suppressing, n prev-boosting)`` of ``early_self_suppressing``'s measurement
+    (:class:`~gpt2_posheads.claims.gpt2_post.EarlyLabels`)."""
+    m = EarlyLabels.read(_measured(records, "early_self_suppressing"))
+    return len(m.early), len(m.self_suppressing), len(m.prev_boosting)
 
 
 def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
@@ -263,15 +256,16 @@ def _above_words(layer, below, relayed) -> str:
     return out
 
 
+def records_from_claims(claims: Iterable[Claim]) -> dict[str, Mapping]:
+    """``{claim key: record}`` from judged claims (a claim function's ``ClaimResult.claims``; a key met twice: the
+    last)."""
+    return {c.key: c.as_dict() for c in claims if c.key}
+
+
 def records_from_summaries(summaries: Iterable) -> dict[str, Mapping]:
     """``{claim key: record}`` from the summaries of one model's scripts (:class:`~gpt2_posheads.claims.record.Summary`
     as :func:`~gpt2_posheads.claims.record.read_summary` gives them; a key met twice: the last)."""
-    out: dict[str, Mapping] = {}
-    for s in summaries:
-        for c in s.claims:
-            if c.key:
-                out[c.key] = c.as_dict()
-    return out
+    return records_from_claims(c for s in summaries for c in s.claims)
 
 
 def route_conclusion_from_summaries(summaries: Iterable) -> RouteConclusion:

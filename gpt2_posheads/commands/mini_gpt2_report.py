@@ -5,10 +5,12 @@ story hold on it (does it take the post's route)?
     gpt2-posheads mini_gpt2_report --model-dir my-organism --compare <route-gpt2 folder>
     gpt2-posheads mini_gpt2_report --model mini-gpt2 --skip-scripts   # targets only
 
-Part 1, the behaviour targets (gpt2_posheads.claims.organism), each a rule fixed before any model was built or trained:
-a sharp previous-token head, induction and copying, held-out loss. Part 2, the story: every GPT-2 claim script on this
-model (results/<script>/<model>/), in three columns: this model, the --compare model (its latest results, when it has
-any) and the post's GPT-2 numbers; the claims that tell the post's route from a head reading W_pos are marked "route".
+Part 1, the behaviour targets (measured by gpt2_posheads.posts.gpt2_prev_heads.organism_targets, judged by
+gpt2_posheads.claims.organism), each a rule fixed before any model was built or trained: a sharp previous-token head,
+induction and copying, held-out loss. Part 2, the story: every GPT-2 claim script on this model
+(results/<script>/<model>/), in three columns: this model, the --compare model (its latest results, when it has any)
+and the post's GPT-2 numbers; the claims that tell the post's route from a head reading W_pos are marked "route", and
+the route conclusion drawn from them (gpt2_posheads.claims.route) leads it.
 Writes report.html and summary.json under results/mini_gpt2_report/<model>/. As a function:
 posts.gpt2_prev_heads.mini_gpt2_report.
 """
@@ -58,4 +60,7 @@ def main(argv=None):
         label=exp.label,
     )
     print("\nthe post's causal story on this model:\n" + claims_table(result.numbers["story"]))
+    route = result.numbers["route"]
+    on = f" ({route['head']})" if route["head"] else ""
+    print(f"\nroute conclusion: {route['words']}{on}: {route['why']}")
     result.write(exp.out, exp.describe())

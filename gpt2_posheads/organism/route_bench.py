@@ -1,17 +1,22 @@
 """Score the route conclusion on generated known-answer models: one model at a time, then the confusion matrix.
 
 :func:`score` writes a generated model (:mod:`~gpt2_posheads.organism.generator`) to a folder, loads it as any local
-model, measures its route conclusion (:func:`~gpt2_posheads.claims.route_measure.route_records` and
-:func:`~gpt2_posheads.claims.route.conclude`) and compares it with the card. :func:`confusion` counts true route x
-concluded route; :func:`aggregator_found` says how often the toolkit's sharpest previous-token head is the card's
-aggregator (and, on a model without one, how often no head was sharp).
+model, measures its route conclusion with the measuring function it is handed (the post's claim functions on one
+run: :func:`gpt2_posheads.posts.gpt2_prev_heads.route.route_records`, which this layer sits below, so the caller
+passes it) and :func:`~gpt2_posheads.claims.route.conclude`, and compares it with the card. :func:`confusion` counts
+true route x concluded route; :func:`aggregator_found` says how often the toolkit's sharpest previous-token head is
+the card's aggregator (and, on a model without one, how often no head was sharp).
+
+    from gpt2_posheads.posts.gpt2_prev_heads.route import route_records
+
+    s = score(member(0), "work", measure=route_records)
 """
 
 from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +26,9 @@ from ..claims.route import NONE, ROUTES
 from .generator import Generated, write
 
 N_PROMPTS, SEQ_LEN = 4, 256  # WikiText-2 prompts each model is measured on (compiled mechanisms need few)
+N_PATTERN_PROMPTS = 2  # of them, the prompts the masking compares pattern by pattern
+# (model, prompts, n_pattern_prompts=...) -> {claim key: record}: the claims the route conclusion reads
+MeasureRecords = Callable[..., Mapping[str, Mapping]]
 
 
 @dataclass
@@ -68,19 +76,25 @@ def prompts_for(tokenizer, n_prompts: int = N_PROMPTS, seq_len: int = SEQ_LEN):
 
 
 def score(
-    g: Generated, workdir: Path, n_prompts: int = N_PROMPTS, seq_len: int = SEQ_LEN, keep: bool = False
+    g: Generated,
+    workdir: Path,
+    n_prompts: int = N_PROMPTS,
+    seq_len: int = SEQ_LEN,
+    keep: bool = False,
+    *,
+    measure: MeasureRecords,
 ) -> Scored:
-    """Write ``g`` under ``workdir``, measure its route conclusion, compare with its card (the folder is removed
-    afterwards unless ``keep``)."""
+    """Write ``g`` under ``workdir``, measure its route conclusion (``measure``: the claims it reads, as records),
+    compare with its card (the folder is removed afterwards unless ``keep``)."""
     from ..claims.route import conclude
-    from ..claims.route_measure import route_records
     from ..model.loading import load_model
 
     start = time.perf_counter()
     folder = write(g, Path(workdir) / g.name)
     try:
         model = load_model(folder, device="cpu")
-        records = route_records(model, prompts_for(model.tokenizer, n_prompts, seq_len), n_pattern_prompts=2)
+        prompts = prompts_for(model.tokenizer, n_prompts, seq_len)
+        records = dict(measure(model, prompts, n_pattern_prompts=N_PATTERN_PROMPTS))
     finally:
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)

@@ -1,11 +1,19 @@
-"""The route conclusion as a pure function of claim records: every branch of the rule, from records written by hand
-the way the scripts write them (``summary.json``'s claims), and the relay-aware rule of ``aggregator_above_layer0``."""
+"""The route conclusion as a pure function of claim records: every branch of the rule, from records written the way
+the scripts write them (``summary.json``'s claims, the measurements through the typed records of ``claims.gpt2_post``),
+the typed records themselves, and the relay-aware rule of ``aggregator_above_layer0``."""
 
+import json
 import math
 
 import pytest
 
-from gpt2_posheads.claims.gpt2_post import built_from_below, judge_claim
+from gpt2_posheads.claims.gpt2_post import (
+    EarlyLabels,
+    LayersBelowRemoved,
+    PrevMassAveraged,
+    built_from_below,
+    judge_claim,
+)
 from gpt2_posheads.claims.record import summary_from_dict
 from gpt2_posheads.claims.route import (
     BOOST,
@@ -41,32 +49,23 @@ def records(
     """The records of route-gpt2 (the post's route) by default; each argument moves one number or verdict."""
     above_held, _ = built_from_below("L2H0", layer, below, relayed) if layer is not None else (False, "")
     early_names = [f"L1H{i}" for i in range(n_early)]
-    return {
-        "sharp_prev_head": rec(sharp, {"head": "L2H0", "ratio": 0.014}),
-        "avg_prev_heads_unaffected": rec(
-            "held" if kept >= 0.8 else "not held",
-            {"L1H3 clean -> g10": [0.4, 0.4], "L2H0 clean -> g10": [0.9, 0.9 * kept]},
-        ),
-        "aggregator_above_layer0": rec(
-            "held" if above_held else "not held",
+    above = LayersBelowRemoved("L2H0", layer, below, relayed).measured() if layer is not None else {"head": "L2H0"}
+    early_labels = EarlyLabels("L2H0", early_names, early_names[:n_self], early_names[n_self : n_self + n_boost])
+    return json.loads(  # as summary.json gives them back
+        json.dumps(
             {
-                "head": "L2H0",
-                "layer": layer,
-                "relative_drop_without_layers_below": below,
-                "relative_drop_wpos_averaged_below": relayed,
-            },
-        ),
-        "sources_upstream": rec(sources),
-        "mask_disrupts": rec(mask),
-        "early_self_suppressing": rec(
-            early,
-            {
-                "early_prev_heads": early_names,
-                "self_suppressing": early_names[:n_self],
-                "prev_boosting": early_names[n_self : n_self + n_boost],
-            },
-        ),
-    }
+                "sharp_prev_head": rec(sharp, {"head": "L2H0", "ratio": 0.014}),
+                "avg_prev_heads_unaffected": rec(
+                    "held" if kept >= 0.8 else "not held",
+                    PrevMassAveraged({"L1H3": (0.4, 0.4), "L2H0": (0.9, 0.9 * kept)}).measured(),
+                ),
+                "aggregator_above_layer0": rec("held" if above_held else "not held", above),
+                "sources_upstream": rec(sources),
+                "mask_disrupts": rec(mask),
+                "early_self_suppressing": rec(early, early_labels.measured()),
+            }
+        )
+    )
 
 
 def test_the_shipped_models_records_give_their_routes():
@@ -137,8 +136,41 @@ def test_missing_or_malformed_records_never_give_a_route():
     r["avg_prev_heads_unaffected"]["measured"] = "n/a: not testable"
     assert kept_under_wpos_averaging(r, "L2H0") is None and conclude(r).route == UNDETERMINED
     r = records()
-    r["avg_prev_heads_unaffected"]["measured"]["L2H0 clean -> g10"] = [0.0, 0.0]  # nothing to keep a share of
+    r["avg_prev_heads_unaffected"]["measured"] = PrevMassAveraged({"L2H0": (0.0, 0.0)}).measured()  # nothing to keep
     assert conclude(r).route == UNDETERMINED
+
+
+def test_the_measurements_the_route_reads_keep_their_form_on_disk():
+    """The records the scripts write and the route reads back: the form summary.json files hold (the pages read
+    files written before), read back after a trip through JSON."""
+    averaged = PrevMassAveraged({"L2H0": (0.9, 0.45), "L1H3": (0.4, 0.4)})
+    assert averaged.measured() == {"L2H0 clean -> g10": (0.9, 0.45), "L1H3 clean -> g10": (0.4, 0.4)}
+    back = PrevMassAveraged.read(json.loads(json.dumps(averaged.measured())))
+    assert back.kept("L2H0") == 0.5 and back.kept("L1H3") == 1.0 and back.kept("L9H9") is None
+    assert PrevMassAveraged.read({"L2H0 clean -> g20": [0.9, 0.1], "L2H0 clean -> g10": [0.9, None]}).masses == {}
+    assert PrevMassAveraged.read("n/a: not testable").masses == {}
+
+    above = LayersBelowRemoved("L2H0", 2, 0.98, None)
+    assert above.measured() == {
+        "head": "L2H0",
+        "layer": 2,
+        "relative_drop_without_layers_below": 0.98,
+        "relative_drop_wpos_averaged_below": None,  # no learned W_pos: nothing to relay
+    }
+    assert LayersBelowRemoved.read(json.loads(json.dumps(above.measured()))) == above
+    layer0 = LayersBelowRemoved.read(LayersBelowRemoved("L0H1", 0).measured())
+    assert (layer0.layer, math.isnan(layer0.below), math.isnan(layer0.relayed)) == (0, True, True)  # not measured
+    assert LayersBelowRemoved.read({"head": "L2H0"}) is None
+
+    labels = EarlyLabels("L2H0", ("L1H0", "L1H1"), ("L1H0",), ())
+    assert labels.measured() == {
+        "aggregator": "L2H0",
+        "early_prev_heads": ["L1H0", "L1H1"],
+        "self_suppressing": ["L1H0"],
+        "prev_boosting": [],
+    }
+    assert EarlyLabels.read(json.loads(json.dumps(labels.measured()))) == labels
+    assert EarlyLabels.read(None) == EarlyLabels("", (), (), ())
 
 
 def test_from_summaries_reads_every_scripts_claims():

@@ -25,6 +25,7 @@ from gpt2_posheads.organism.generator import (
     write,
 )
 from gpt2_posheads.organism.route_bench import aggregator_found, confusion, report, score
+from gpt2_posheads.posts.gpt2_prev_heads.route import route_records
 
 
 def test_the_same_seed_gives_the_same_bytes(tmp_path):
@@ -101,7 +102,7 @@ def test_the_noise_stays_in_the_token_subspaces():
 def default_suite(tmp_path_factory):
     """One model of each kind (d_model <= 512), each written, loaded and measured once per session."""
     work = tmp_path_factory.mktemp("generated")
-    return [score(member(i, 0, max_d_model=512), work) for i in range(len(KIND_ORDER))]
+    return [score(member(i, 0, max_d_model=512), work, measure=route_records) for i in range(len(KIND_ORDER))]
 
 
 def test_default_suite_is_on_the_diagonal(default_suite):
@@ -124,14 +125,14 @@ def test_the_relay_lookalike_is_concluded_a_relay(default_suite):
 def test_a_model_where_no_head_tops_at_offset_one_is_concluded_none(tmp_path):
     """Model 22 of the suite (kind none): no head's greatest diagonal is the previous one, a measured fact, so
     sharp_prev_head is judged (not held), and the conclusion is none, not undetermined."""
-    s = score(member(22, 0), tmp_path)
+    s = score(member(22, 0), tmp_path, measure=route_records)
     assert s.records["sharp_prev_head"]["verdict"] == "not held", s.records["sharp_prev_head"]
     assert s.right and s.concluded == "none", report([s])
 
 
 @pytest.mark.slow
 def test_forty_generated_models_are_on_the_diagonal(tmp_path):
-    scored = [score(g, tmp_path) for g in suite(40)]
+    scored = [score(g, tmp_path, measure=route_records) for g in suite(40)]
     m = confusion(scored)
     assert int(m.values.sum() - np.trace(m.values)) == 0, report(scored)
     found, n_agg, none_ok, n_none = aggregator_found(scored)
@@ -199,7 +200,6 @@ def test_a_small_gpt2_route_is_found_on_its_whole_context(tmp_path):
     loaded once, on two 128-token prompts) is the card's."""
     from gpt2_posheads.analysis.diagonals import choose_aggregator, rank_prev_heads
     from gpt2_posheads.claims.route import conclude
-    from gpt2_posheads.claims.route_measure import route_records
     from gpt2_posheads.model.loading import load_model
     from gpt2_posheads.model.validation import head_name
     from gpt2_posheads.organism.route_bench import prompts_for

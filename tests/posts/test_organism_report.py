@@ -2,9 +2,12 @@
 as its command judged it, and a step without a run that judged it not testable, saying why."""
 
 import json
+import math
 
 from gpt2_posheads.claims.gpt2_post import CLAIMS, judge_claim
+from gpt2_posheads.claims.organism import Measured, Sharpest, judge_targets
 from gpt2_posheads.claims.record import read_summary, write_summary
+from gpt2_posheads.claims.route import NONE, UNDETERMINED, conclude, records_from_claims
 from gpt2_posheads.claims.verdicts import Precondition
 from gpt2_posheads.posts.gpt2_prev_heads.organism_report import SCRIPTS, STORY, page, story
 
@@ -57,3 +60,47 @@ def test_the_page_puts_the_story_beside_the_other_model(tmp_path):
     assert "other-model" in html and "89% lower" in html and "(L2H0)" in html
     assert html.count("has not run on this model") == 2 * len(STORY) - 1
     assert html.count("(route)") == sum(CLAIMS[k].tells == "route" for _, k in STORY)
+
+
+def test_the_route_conclusion_is_drawn_from_the_story(tmp_path):
+    """The report leads its story with the route rule on the story's claims, as read from the results folders."""
+    rows = story(tmp_path, "m")
+    assert conclude(records_from_claims(rows.values())).route == UNDETERMINED  # nothing ran: not testable
+    flat = judge_claim("sharp_prev_head", {"head": None, "ratio": None}, value=math.inf, shown="no previous-token head")
+    write_summary(tmp_path / "rank_prev_heads" / "m" / "summary.json", {"script": "rank_prev_heads"}, [flat])
+    rows = story(tmp_path, "m")
+    route = conclude(records_from_claims(rows.values()))
+    assert route.route == NONE
+    html = page("t", [], rows, None, "other-model", [], route=route)
+    assert "Route conclusion" in html and "no sharp previous-token head" in html
+    assert "Route conclusion" not in page("t", [], rows, None, "other-model", [])
+
+
+def test_the_targets_are_judged_from_numbers_alone():
+    m = Measured(
+        prev_text=Sharpest("L2H0", 0.02),
+        prev_random=Sharpest(None, math.inf),
+        induction_head="L3H1",
+        induction_score=0.7,
+        seg_len=50,
+        copy_loss=(9.5, 0.4),
+        copy_loss_no_bos=(9.4, 0.6),
+        words=" ninja turtle pirate",
+        pair="P(turtle | ninja)",
+        p_copy=0.9,
+        heldout_loss=4.2,
+    )
+    claims = {c.key: c for c in judge_targets(m, reference_loss=4.29413)}
+    assert {k: c.verdict for k, c in claims.items()} == {
+        "prev_text": "held",
+        "prev_random": "not held",
+        "induction": "held",
+        "copy_loss": "held",
+        "copies": "held",
+        "heldout": "held",
+    }
+    assert claims["prev_random"].measured == {"head": "none", "ratio": math.inf}
+    assert claims["prev_random"].shown == "no previous-token head"
+    assert claims["copies"].measured == {"target": " ninja turtle pirate", "P(turtle | ninja)": 0.9}
+    assert "perplexity 66.7 vs 73.3" in claims["heldout"].why
+    assert "heldout" not in {c.key for c in judge_targets(m, reference_loss=None)}  # nothing to hold it to

@@ -3,11 +3,12 @@ story hold on it (does it take the post's route)?
 
 * **measure** — the organism's behaviour on held-out text (the WikiText-2 split its training never saw): the
   previous-token ranking on text and on random tokens, induction and copying, the held-out loss
-  (:func:`~gpt2_posheads.claims.organism.organism_targets`);
+  (:func:`~gpt2_posheads.posts.gpt2_prev_heads.organism_targets.organism_targets`);
 * **judge** — part 1, the behaviour targets (:mod:`gpt2_posheads.claims.organism`, rules fixed before any model was
   built or trained); part 2, the post's story (:data:`STORY`): each step's verdict as the claim's own command judged
   it on this model, read from its ``summary.json`` through the claim record
   (:func:`~gpt2_posheads.claims.record.read_summary`); a step whose command has not run is not testable, saying so;
+  and the route conclusion drawn from those claims (:func:`~gpt2_posheads.claims.route.conclude`);
 * **figure** — the induction scores and the previous-token ratios per head, and ``report.html``: the targets, then the
   story in three columns (this model, a second model's latest results, the post's GPT-2 numbers), the claims that
   tell the post's route from a head reading ``W_pos`` marked "route".
@@ -20,13 +21,15 @@ from pathlib import Path
 
 from ...analysis.prompts import wikitext_documents
 from ...claims.gpt2_post import CLAIMS, ROUTE
-from ...claims.organism import REFERENCE_HELDOUT, heldout_stream, organism_targets
+from ...claims.organism import REFERENCE_HELDOUT
 from ...claims.record import SummaryError, read_summary
+from ...claims.route import RouteConclusion, conclude, records_from_claims
 from ...claims.verdicts import NOT_TESTABLE, VERDICT_COLOURS, Claim, not_testable
 from ...model.state import measures_caller_model
 from ...organism.data import split_docs
 from ...report.plotting import heatmap
 from ..result import ClaimResult
+from .organism_targets import heldout_stream, organism_targets
 
 # The causal story of the post, in order: which command's claim answers each step.
 STORY = [
@@ -128,7 +131,8 @@ def mini_gpt2_report(
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (the behaviour targets), ``numbers``
-        (``targets``: the measurements, ``reference_heldout``, ``compare``, ``story``: the story's claims, each keyed),
+        (``targets``: the measurements, ``reference_heldout``, ``compare``, ``story``: the story's claims, each keyed,
+        ``route``: the route conclusion drawn from them),
         ``figures`` (``induction_scores``, ``prev_token_ratio``), ``files`` (``report.html``).
     """
     if not (hasattr(model, "cfg") and hasattr(model, "tokenizer")):
@@ -153,6 +157,7 @@ def mini_gpt2_report(
         if contrast_name and (Path(results) / "rank_prev_heads" / contrast_name).exists()
         else None
     )
+    route = conclude(records_from_claims(this.values()))  # the route rule on the story's claims, as read
     figs = [f"{stem}.html" for stem in result.figures]
     result.files["report.html"] = page(
         f"{label} as a model organism of the GPT-2 post",
@@ -161,12 +166,14 @@ def mini_gpt2_report(
         contrast,
         str(compare) if compare else "(no comparison model)",
         figs,
+        route=route,
     )
     result.numbers.update(
         targets={k: v for k, v in m.items() if k not in ("induction_scores", "ranking_text")},
         reference_heldout=REFERENCE_HELDOUT,
         compare=str(compare) if compare is not None else None,
         story=[this[k] for _, k in STORY],
+        route=route.as_dict(),
     )
     return result
 
@@ -226,8 +233,10 @@ def page(
     contrast: dict[str, Claim] | None,
     contrast_name: str,
     figs: list[str],
+    route: RouteConclusion | None = None,
 ) -> str:
-    """``report.html``: the targets, then the story beside ``contrast`` (a second model's story) and the post."""
+    """``report.html``: the targets, then the story beside ``contrast`` (a second model's story) and the post, led by
+    ``route`` (the route conclusion drawn from ``story``, when given)."""
     t_rows = "".join(
         f"<tr><td>{html.escape(c.claim)}</td><td>{html.escape(c.post)}</td>{_cell(c)}"
         f"<td>{html.escape(c.rule)}</td></tr>"
@@ -241,12 +250,17 @@ def page(
         for _, k in STORY
     )
     links = " · ".join(f'<a href="{html.escape(f)}">{html.escape(f)}</a>' for f in figs)
+    said = (
+        f"<p><b>Route conclusion</b> (claims.route, from this model's story): {html.escape(route.line())}</p>"
+        if route
+        else ""
+    )
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>
 body{{font-family:sans-serif;margin:2em;max-width:1400px}}table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:4px 6px;vertical-align:top}}th{{background:#f3f3f3}}</style></head><body>
 <h1>{html.escape(title)}</h1><h2>1. The targets</h2>
 <table><tr><th>target</th><th>GPT-2 (post)</th><th>this model</th><th>rule</th></tr>{t_rows}</table>
-<h2>2. The post's causal story, claim by claim</h2>
+<h2>2. The post's causal story, claim by claim</h2>{said}
 <table><tr><th>claim</th><th>this model</th><th>{html.escape(contrast_name)}</th><th>GPT-2 small (post)</th>
 <th>rule</th></tr>
 {s_rows}</table><p>Figures: {links}</p></body></html>"""

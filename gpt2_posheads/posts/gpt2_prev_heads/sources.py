@@ -37,7 +37,7 @@ from ...analysis.sources import (
     sources_summary,
     upstream_summary,
 )
-from ...claims.gpt2_post import POST_SOURCES, judge_claim, layer_above, prev_head_precondition
+from ...claims.gpt2_post import POST_SOURCES, LayersBelowRemoved, judge_claim, layer_above, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition
 from ...model.identity import is_gpt2_small
 from ...model.state import measures_caller_model
@@ -136,12 +136,7 @@ def judge(
     claims.append(
         judge_claim(
             "aggregator_above_layer0",
-            {
-                "head": name,
-                "layer": agg_l,
-                "relative_drop_without_layers_below": below_drop,
-                "relative_drop_wpos_averaged_below": relayed,
-            },
+            LayersBelowRemoved(name, agg_l, below_drop, relayed).measured(),  # what the route conclusion reads
             value=(name, agg_l, below_drop, relayed),
             preconditions=pre_agg[:1],
             head=name,
@@ -192,7 +187,7 @@ def judge_in_layer0(agg: tuple[int, int], pre_agg: list[Precondition], named_pre
     return [
         judge_claim(
             "aggregator_above_layer0",
-            {"head": name, "layer": agg_l},
+            LayersBelowRemoved(name, agg_l).measured(),
             value=(name, agg_l, None, None),  # in layer 0 nothing below was removed: absent by design, not NaN
             preconditions=pre_agg[:1],
             head=name,

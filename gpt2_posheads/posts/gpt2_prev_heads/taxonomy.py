@@ -27,7 +27,7 @@ import plotly.express as px
 from ...analysis.diagonals import CLEAR_PREV_RATIO, choose_aggregator, early_prev_heads
 from ...analysis.heads import HeadDefault
 from ...analysis.scores import LABEL_THRESHOLD, attention_scores, classify_prev_heads, score_profile
-from ...claims.gpt2_post import judge_claim, prev_head_precondition
+from ...claims.gpt2_post import EarlyLabels, judge_claim, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition
 from ...model.state import measures_caller_model
 from ...model.validation import NothingMeasuredError, UsageError, head_name
@@ -79,12 +79,12 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
     claims = [
         judge_claim(
             "early_self_suppressing",
-            {
-                "aggregator": agg,
-                "early_prev_heads": early.name.tolist(),
-                "self_suppressing": early[early.label == "self_suppressing"].name.tolist(),
-                "prev_boosting": early[early.label == "prev_boosting"].name.tolist(),
-            },
+            EarlyLabels(  # what the route conclusion reads
+                agg,
+                tuple(early.name),
+                tuple(early[early.label == "self_suppressing"].name),
+                tuple(early[early.label == "prev_boosting"].name),
+            ).measured(),
             value=(n_self, len(early)),
             head=",".join(early.name),
             shown=f"{n_self} of {len(early)} self-suppressing",

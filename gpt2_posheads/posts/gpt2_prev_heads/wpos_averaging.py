@@ -29,7 +29,7 @@ from ...analysis.heads import HeadDefault
 from ...analysis.interventions import average_pos_embed
 from ...analysis.measures import kl_divergence, next_token_probs
 from ...analysis.repeat_prompt import RepeatPrompt
-from ...claims.gpt2_post import CLAIMS, judge_claim, model_copies, prev_head_precondition
+from ...claims.gpt2_post import CLAIMS, PrevMassAveraged, judge_claim, model_copies, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition, not_testable
 from ...model.identity import wpos_reason
 from ...model.state import measures_caller_model
@@ -130,7 +130,7 @@ def judge(
         ),
         judge_claim(
             "avg_prev_heads_unaffected",
-            {f"{n} clean -> g10": v for n, v in kept.items()},
+            PrevMassAveraged(kept, group=10).measured(),  # the pairs the route conclusion reads
             value=kept,
             head=",".join(names),
             preconditions=[_measured(10, groups)]

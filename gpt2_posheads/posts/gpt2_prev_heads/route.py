@@ -1,0 +1,105 @@
+"""Which route a model's sharpest previous-token head takes, measured: the post's own claim functions on one shared
+run, their claims judged by the route rule (:func:`~gpt2_posheads.claims.route.conclude`).
+
+The rule reads six claims, each measured here by the function of the claim script that judges it, all on one
+:class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` (one set of prompts, one ranking, so one aggregator):
+
+* ``sharp_prev_head``: :func:`~.ranking.rank_prev_heads`;
+* ``avg_prev_heads_unaffected``: :func:`~.wpos_averaging.pos_embed_averaging` on the aggregator and the sharpest
+  clear previous-token head below it, at groups of 10 alone (the size the rule reads; the script's other sizes
+  decide only its other claims);
+* ``aggregator_above_layer0`` and ``sources_upstream``: :func:`~.sources.prev_head_sources` on the aggregator;
+* ``mask_disrupts``: :func:`~.masking.mask_prev_attention` on the aggregator, on the run's first
+  ``n_pattern_prompts`` prompts (it runs every prompt twice, clean and masked, and keeps whole patterns); the head and
+  its preconditions are the whole run's;
+* ``early_self_suppressing``: :func:`~.taxonomy.raw_scores_taxonomy` (every head is labelled; only the aggregator's
+  raw scores are drawn).
+
+Where no head is sharp (``sharp_prev_head`` not held, or not testable) the rule stops at its first row, so nothing
+more is measured.
+
+    from gpt2_posheads import load_model
+    from gpt2_posheads.posts.gpt2_prev_heads.route import measure_route
+
+    route = measure_route(load_model("route-gpt2"))
+    print(route.line())                      # the post's route: built from what earlier heads computed, ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ...analysis.diagonals import aggregator_and_early, choose_aggregator
+from ...claims.gpt2_post import POS_GROUP
+from ...claims.route import RouteConclusion, conclude, records_from_claims
+from ...claims.verdicts import HELD
+from ..result import ClaimResult
+from ._run import ModelRun, as_run
+from .masking import mask_prev_attention
+from .ranking import rank_prev_heads
+from .sources import prev_head_sources
+from .taxonomy import raw_scores_taxonomy
+from .wpos_averaging import pos_embed_averaging
+
+N_PATTERN_PROMPTS = 4  # prompts the masking compares pattern by pattern (by default)
+
+
+def route_results(
+    model=None,
+    prompts: torch.Tensor | None = None,
+    *,
+    seed: int = 0,
+    n_pattern_prompts: int = N_PATTERN_PROMPTS,
+    run: ModelRun | None = None,
+) -> dict[str, ClaimResult]:
+    """``{script: its ClaimResult}``: the claim functions the route reads (the module doc), on one run of ``model``
+    (``prompts`` ``[batch, pos]`` token ids, BOS first; default 8 natural-text prompts of 256 tokens) or on ``run``.
+    ``seed``: the random groups of the chance level (``sources_upstream``). Only ``rank_prev_heads`` where no head is
+    sharp."""
+    if not (isinstance(n_pattern_prompts, int) and n_pattern_prompts >= 1):
+        raise ValueError(f"n_pattern_prompts: {n_pattern_prompts!r} is out of range; allowed an integer >= 1")
+    run = as_run(model, prompts, run, n_prompts=8, seq_len=256).ranked()
+    out = {"rank_prev_heads": rank_prev_heads(run=run, progress=False)}
+    if out["rank_prev_heads"].claim("sharp_prev_head").verdict != HELD:
+        return out  # the rule stops at its first row
+    agg = [choose_aggregator(run.ranking)]
+    out["pos_embed_averaging"] = pos_embed_averaging(
+        run=run, heads=aggregator_and_early(run.ranking), group_sizes=(POS_GROUP,)
+    )
+    out["prev_head_sources"] = prev_head_sources(run=run, heads=agg, seed=seed)
+    patterns = dataclasses.replace(run, prompts=run.prompts[:n_pattern_prompts])  # the ranking kept: the same head
+    out["mask_prev_attention"] = mask_prev_attention(run=patterns, heads=agg)
+    out["raw_scores_taxonomy"] = raw_scores_taxonomy(run=run, heads=agg)  # every head labelled; one drawn
+    return out
+
+
+def route_records(
+    model=None,
+    prompts: torch.Tensor | None = None,
+    *,
+    seed: int = 0,
+    n_pattern_prompts: int = N_PATTERN_PROMPTS,
+    run: ModelRun | None = None,
+) -> dict[str, dict]:
+    """``{claim key: record}`` of every claim :func:`route_results` judged: what
+    :func:`~gpt2_posheads.claims.route.conclude` reads."""
+    results = route_results(model, prompts, seed=seed, n_pattern_prompts=n_pattern_prompts, run=run)
+    return records_from_claims(c for r in results.values() for c in r.claims)
+
+
+def measure_route(
+    model=None,
+    prompts: torch.Tensor | None = None,
+    *,
+    n_prompts: int = 8,
+    seq_len: int = 256,
+    seed: int = 0,
+    run: ModelRun | None = None,
+) -> RouteConclusion:
+    """Which route ``model``'s sharpest previous-token head takes, with the rows that decided it:
+    :func:`~gpt2_posheads.claims.route.conclude` on :func:`route_records`. ``prompts``: ``[batch, pos]`` token ids with
+    BOS first; default ``n_prompts`` natural-text prompts of ``seq_len`` tokens (at most the context)."""
+    run = as_run(model, prompts, run, n_prompts=n_prompts, seq_len=seq_len, seed=seed)
+    return conclude(route_records(run=run, seed=seed))
