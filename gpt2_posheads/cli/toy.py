@@ -1,18 +1,18 @@
-"""The toy posts' commands: their shared options, the one-line checks, the output folder and its resumable runs."""
+"""The toy posts' commands: their shared options, the one-line checks, the output folder and its resumable runs, the
+claim function's call."""
 
 from __future__ import annotations
 
 import argparse
 import shutil
-from pathlib import Path
+from dataclasses import fields
 
 import torch
 
 from ..model.validation import UsageError
-from ..toy.posts import BATCH_SIZE, INIT_STD, LR, MAX_DEFAULT_WORKERS, ROBUSTNESS_SEEDS, default_workers
+from ..toy.posts import BATCH_SIZE, INIT_STD, LR, MAX_DEFAULT_WORKERS, ROBUSTNESS_SEEDS, ToyRun
 from .args import experiment_parser, positive
 from .experiment import open_output
-from .output import Output
 
 
 def toy_parser(description: str, steps: int, quick_steps: int) -> argparse.ArgumentParser:
@@ -70,36 +70,18 @@ def check_toy_args(args) -> None:
         raise UsageError("--init-std", f"{args.init_std} is out of range", "allowed > 0", "e.g. 0.02")
 
 
-def toy_setup(args, script_file: str) -> tuple[Output, Path]:
-    """The output folder and the folder where finished runs are kept (resume: the next run reuses them; kept if this
-    run fails)."""
+def run_toy(args, script_file: str, claim_function, **own) -> None:
+    """Run a toy post's claim function from its command line: check the shared options, open the output folder and
+    the folder where finished runs are kept (resume: the next run reuses them; kept if this run fails, emptied by
+    ``--fresh``), call ``claim_function`` with the post's own options ``own`` and every option of
+    :class:`~gpt2_posheads.toy.posts.ToyRun` (``steps`` and ``workers`` None: the post's defaults), and write what it
+    returns."""
     check_toy_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.workers is None:
-        args.workers = default_workers()
     out = open_output(args, script_file, per_model=False, quick=args.quick)
-    runs = out.persistent_dir("runs")
-    if getattr(args, "fresh", False):
-        shutil.rmtree(runs)
-        runs.mkdir()
-    return out, runs
-
-
-def toy_options(args, runs: Path) -> dict:
-    """The options every toy post's claim function takes, from the command line (``steps`` None: the post's
-    default for a full or a ``--quick`` run)."""
-    return dict(
-        steps=args.steps,
-        seed=args.seed,
-        seeds=args.seeds,
-        quick=args.quick,
-        lr=args.lr,
-        init_std=args.init_std,
-        batch_size=args.batch_size,
-        out_proj=args.out_proj,
-        workers=args.workers,
-        robustness=args.robustness,
-        robustness_seeds=args.robustness_seeds,
-        runs_dir=runs,
-    )
+    args.runs_dir = out.persistent_dir("runs")
+    if args.fresh:
+        shutil.rmtree(args.runs_dir)
+        args.runs_dir.mkdir()
+    claim_function(**own, **{f.name: getattr(args, f.name) for f in fields(ToyRun)}).write(out)

@@ -15,7 +15,7 @@ The claim as a function: gpt2_posheads.posts.lost_in_middle.lost_in_middle
 """
 
 from gpt2_posheads.cli import positive
-from gpt2_posheads.cli.toy import toy_options, toy_parser, toy_setup
+from gpt2_posheads.cli.toy import run_toy, toy_parser
 from gpt2_posheads.posts.lost_in_middle import retrieval as claim
 
 
@@ -31,6 +31,4 @@ def main(argv=None):
     p.set_defaults(seeds=claim.SEEDS)
     args = p.parse_args(argv)
     positive("--three-layer-steps", args.three_layer_steps, 1)
-    out, runs = toy_setup(args, __file__)
-    result = claim.lost_in_middle(three_layer_steps=args.three_layer_steps, **toy_options(args, runs))
-    result.write(out)
+    run_toy(args, __file__, claim.lost_in_middle, three_layer_steps=args.three_layer_steps)

@@ -14,7 +14,7 @@ The claim as a function: gpt2_posheads.posts.prev_token_toy.prev_token (gpt2_pos
 """
 
 from gpt2_posheads.cli import positive
-from gpt2_posheads.cli.toy import toy_options, toy_parser, toy_setup
+from gpt2_posheads.cli.toy import run_toy, toy_parser
 from gpt2_posheads.posts.prev_token_toy import copying as claim
 
 
@@ -25,6 +25,4 @@ def main(argv=None):
     )
     args = p.parse_args(argv)
     positive("--lr-steps", args.lr_steps, 1)
-    out, runs = toy_setup(args, __file__)
-    result = claim.prev_token(lr_steps=args.lr_steps, **toy_options(args, runs))
-    result.write(out)
+    run_toy(args, __file__, claim.prev_token, lr_steps=args.lr_steps)

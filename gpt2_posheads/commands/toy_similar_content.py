@@ -12,13 +12,11 @@ The claim as a function: gpt2_posheads.posts.similar_content.similar_content
 (gpt2_posheads/posts/similar_content/similarity.py).
 """
 
-from gpt2_posheads.cli.toy import toy_options, toy_parser, toy_setup
+from gpt2_posheads.cli.toy import run_toy, toy_parser
 from gpt2_posheads.posts.similar_content import similarity as claim
 
 
 def main(argv=None):
     p = toy_parser(__doc__, steps=claim.STEPS, quick_steps=claim.QUICK_STEPS)
     args = p.parse_args(argv)
-    out, runs = toy_setup(args, __file__)
-    result = claim.similar_content(**toy_options(args, runs))
-    result.write(out)
+    run_toy(args, __file__, claim.similar_content)

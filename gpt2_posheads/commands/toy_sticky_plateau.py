@@ -12,7 +12,7 @@ The claim as a function: gpt2_posheads.posts.sticky_plateau.sticky_plateau
 """
 
 from gpt2_posheads.cli import int_list
-from gpt2_posheads.cli.toy import toy_options, toy_parser, toy_setup
+from gpt2_posheads.cli.toy import run_toy, toy_parser
 from gpt2_posheads.posts.sticky_plateau import plateau as claim
 
 
@@ -21,6 +21,4 @@ def main(argv=None):
     p.add_argument("--vocab", default=",".join(map(str, claim.VOCAB)), help="comma-separated vocabulary sizes V")
     args = p.parse_args(argv)
     vocab = int_list("--vocab", args.vocab, 2)
-    out, runs = toy_setup(args, __file__)
-    result = claim.sticky_plateau(vocab=vocab, **toy_options(args, runs))
-    result.write(out)
+    run_toy(args, __file__, claim.sticky_plateau, vocab=vocab)

@@ -3,7 +3,7 @@
 from .metrics import effective_rank, relative_perplexity, separation_direction, wq_wk
 from .model import ToyShape, attention_scores, forward, init_params
 from .tasks import make_batch, targets
-from .train import ToyConfig, result_params, train_group, train_sweep, with_
+from .train import ToyConfig, train_group, train_sweep
 
 __all__ = [
     "ToyConfig",
@@ -14,11 +14,9 @@ __all__ = [
     "init_params",
     "make_batch",
     "relative_perplexity",
-    "result_params",
     "separation_direction",
     "targets",
     "train_group",
     "train_sweep",
-    "with_",
     "wq_wk",
 ]

@@ -10,8 +10,8 @@ import torch
 from ..claims.toy import plateau, plateaus, spearman, v_half_plateau  # noqa: F401 - read with the rules, shared
 
 
-def perplexity_curve(result: dict, which: str = "eval_loss") -> np.ndarray:
-    return np.exp(np.asarray(result[which], dtype=float))
+def perplexity_curve(result: dict) -> np.ndarray:
+    return np.exp(np.asarray(result["eval_loss"], dtype=float))
 
 
 def loss_spikes(losses, factor: float = 2.0, min_jump: float = 0.1) -> list[int]:

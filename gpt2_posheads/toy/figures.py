@@ -53,22 +53,12 @@ def log_axis(fig: go.Figure, axis: str, values, **where) -> None:
     update(type="log", **log_ticks(values), **where)
 
 
-def band(
-    fig: go.Figure,
-    x,
-    runs,
-    name: str,
-    colour: str,
-    row: int | None = None,
-    col: int | None = None,
-    showlegend: bool = True,
-) -> None:
+def band(fig: go.Figure, x, runs, name: str, colour: str) -> None:
     """A line at the mean of ``runs`` ``[seed, x]`` and a shaded band from the lowest to the highest seed (a band
     that stays inside the values, so it is drawn on log axes and never leaves a bounded measure's range)."""
     a = np.asarray(runs, dtype=float)
     a = a[None] if a.ndim == 1 else a
     mean = a.mean(0)
-    where = {"row": row, "col": col} if row is not None else {}
     if len(a) > 1:
         lo, hi = a.min(0), a.max(0)
         fig.add_trace(
@@ -82,8 +72,7 @@ def band(
                 hoverinfo="skip",
                 showlegend=False,
                 legendgroup=name,
-            ),
-            **where,
+            )
         )
     label = name if len(a) == 1 else f"{name} (mean; band: lowest to highest of {len(a)} seeds)"
     fig.add_trace(
@@ -94,13 +83,12 @@ def band(
             name=label,
             line=dict(color=colour),
             legendgroup=name,
-            showlegend=showlegend,
-        ),
-        **where,
+            showlegend=True,  # named in the legend even where it is the figure's only curve
+        )
     )
 
 
-def points_with_sd(x, runs, name: str, colour: str | None = None, dash: str | None = None) -> go.Scatter:
+def points_with_sd(x, runs, name: str, colour: str | None = None) -> go.Scatter:
     """Markers and lines at the mean over seeds of ``runs`` ``[seed, x]``, error bars ± sd (sample sd)."""
     a = np.asarray(runs, dtype=float)
     a = a[None] if a.ndim == 1 else a
@@ -111,8 +99,19 @@ def points_with_sd(x, runs, name: str, colour: str | None = None, dash: str | No
         error_y=dict(type="data", array=sd, visible=True) if sd is not None else None,
         mode="lines+markers",
         name=name if len(a) == 1 else f"{name} (mean ± sd, {len(a)} seeds)",
-        line=dict(color=colour, dash=dash) if colour or dash else None,
+        line=dict(color=colour) if colour else None,
     )
+
+
+def perplexity_bands(runs: dict[str, list[dict]], V: int, title: str) -> go.Figure:
+    """Eval perplexity against training step for named groups of toy runs (``train_sweep`` results, one per seed):
+    a :func:`band` per group, on a log axis from 1 (solved) to ``V`` (chance)."""
+    fig = go.Figure()
+    for i, (name, rs) in enumerate(runs.items()):
+        band(fig, rs[0]["steps"], [perplexity_curve(r) for r in rs], name, COLOURS[i % len(COLOURS)])
+    fig.update_layout(title=title, xaxis_title="step", yaxis_title="perplexity (eval)")
+    log_axis(fig, "y", [1, V])
+    return fig
 
 
 def perplexity_by_vocab(runs, vocab, title: str) -> go.Figure:

@@ -20,10 +20,6 @@ def effective_rank(m: torch.Tensor) -> float:
     return float(torch.exp(-(p * p.log()).sum()))
 
 
-def perplexity(loss: float) -> float:
-    return math.exp(loss)
-
-
 def relative_perplexity(loss: float, V: int) -> float:
     """``(exp(loss) - 1) / V``: 0 for a solved task, about 1 for uniform guessing over ``V`` tokens."""
     return (math.exp(loss) - 1) / V

@@ -3,21 +3,31 @@
 
 Each post trains its own toy models, so each claim function takes the same training options (steps, learning rate,
 initialisation scale, batch size, the attention output matrix, seeds, worker processes, the folder of resumable
-runs) besides its own; this module checks them (:func:`check_options`), turns them into the post's base
-:class:`~gpt2_posheads.toy.train.ToyConfig` (:func:`base_config`), and runs a post's headline claims over the
-``--robustness`` grid of :mod:`.robustness` (:func:`robustness`). Each post's claims, on its default run and on the
-grid, live in the post's folder.
+runs) besides its own: they are one :class:`ToyRun`, documented once, checked once (:meth:`ToyRun.of`), turned into
+the post's base :class:`~gpt2_posheads.toy.train.ToyConfig` (:meth:`ToyRun.base`) and used to finish the post's
+result, its headline claims over the ``--robustness`` grid of :mod:`.robustness` included (:meth:`ToyRun.finish`).
+Each post's claims, on its default run and on the grid, live in the post's folder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import torch
 
+from ..claims.toy import COMPARE_SEEDS
 from ..model.validation import UsageError
-from .robustness import GridClaim
+from .robustness import (
+    UNSTATED,
+    GridClaim,
+    robustness_figure,
+    robustness_records,
+    robustness_table,
+    robustness_totals,
+    settings,
+)
 from .train import ToyConfig
 
 MAX_DEFAULT_WORKERS = 8
@@ -37,92 +47,107 @@ def default_workers() -> int:
     return min(torch.get_num_threads(), MAX_DEFAULT_WORKERS)
 
 
-def check_options(
-    *,
-    steps: int | None,
-    seeds: int,
-    robustness_seeds: int,
-    batch_size: int,
-    lr: float,
-    init_std: float,
-    workers: int | None,
-) -> None:
-    """A ``ValueError`` naming the argument for a training option out of range (before anything trains)."""
-    for name, value in (
-        ("steps", steps),
-        ("seeds", seeds),
-        ("robustness_seeds", robustness_seeds),
-        ("batch_size", batch_size),
-        ("workers", workers),
-    ):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise UsageError(name, f"{value!r} is out of range", "allowed an integer >= 1")
-    for name, value, hint in (("lr", lr, "e.g. 0.01"), ("init_std", init_std, "e.g. 0.02")):
-        if not (isinstance(value, (int, float)) and value > 0):
-            raise UsageError(name, f"{value!r} is out of range", "allowed > 0", hint)
+@dataclass(frozen=True)
+class ToyRun:
+    """The training options every toy post's claim function takes as keywords, besides the post's own.
 
+    Attributes:
+        steps: training steps (None: the post's default, or its shorter one for ``quick``).
+        seed, seeds: the post's runs train at seeds ``seed .. seed + seeds - 1`` (:attr:`run_seeds`); every
+            comparison claim at ``max(seeds, 3)`` seeds from ``seed`` (``quick``: 2; :attr:`comparison_seeds`).
+        quick: a smoke run (fewer settings, short training): every claim ``not testable``.
+        lr, init_std, batch_size, out_proj: the training settings the posts do not state (Adam's learning rate, the
+            std of the N(0, s^2) initialisation, sequences per step, an attention output matrix W_O).
+        robustness: also run the post's headline claims over the grid of those settings (its ``*_grid`` function)
+            at ``robustness_seeds`` seeds (``quick``: 2).
+        workers: processes that train groups of models at once (default: one per thread, at most 8).
+        runs_dir: the folder of resumable runs (each finished run saved, and reused by the next call); None: none.
+    """
 
-def base_config(
-    steps: int,
-    *,
-    lr: float,
-    init_std: float,
-    out_proj: bool,
-    batch_size: int,
-    log_points: int = 100,
-    **task,
-) -> ToyConfig:
-    """A post's base :class:`ToyConfig`: its task settings (``task``) plus the training options every toy post
-    takes, logging ``log_points`` times per run."""
-    return ToyConfig(
-        steps=steps,
-        lr=lr,
-        init_std=init_std,
-        out_proj=out_proj,
-        batch_size=batch_size,
-        log_every=max(steps // log_points, 1),
-        **task,
-    )
+    steps: int | None = None
+    seed: int = 0
+    seeds: int = 1
+    quick: bool = False
+    lr: float = LR
+    init_std: float = INIT_STD
+    batch_size: int = BATCH_SIZE
+    out_proj: bool = False
+    robustness: bool = False
+    robustness_seeds: int = ROBUSTNESS_SEEDS
+    workers: int | None = None
+    runs_dir: str | Path | None = None
 
+    @classmethod
+    def of(cls, function: str, options: Mapping, steps: int, quick_steps: int, seeds: int = 1) -> ToyRun:
+        """The options a claim function ``function`` was called with, checked (a ``TypeError`` for a keyword it
+        does not take, as Python's own; a ``UsageError`` naming the argument for a value out of range, before
+        anything trains), with the post's defaults filled in: ``steps`` (``quick_steps`` for ``quick``),
+        ``seeds`` and the worker processes (:func:`default_workers`)."""
+        known = {f.name for f in fields(cls)}
+        for name in options:
+            if name not in known:
+                raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
+        run = cls(**{"seeds": seeds, **options})
+        for name in ("steps", "seeds", "robustness_seeds", "batch_size", "workers"):
+            value = getattr(run, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise UsageError(name, f"{value!r} is out of range", "allowed an integer >= 1")
+        for name, hint in (("lr", "e.g. 0.01"), ("init_std", "e.g. 0.02")):
+            value = getattr(run, name)
+            if not (isinstance(value, (int, float)) and value > 0):
+                raise UsageError(name, f"{value!r} is out of range", "allowed > 0", hint)
+        return replace(
+            run, steps=run.steps or (quick_steps if run.quick else steps), workers=run.workers or default_workers()
+        )
 
-def robustness(
-    claims: Sequence[GridClaim],
-    base: ToyConfig,
-    seed: int,
-    n_seeds: int,
-    quick: bool,
-    runs_dir: str | Path | None,
-    workers: int,
-    title: str,
-    progress: bool = True,
-) -> tuple:
-    """A post's headline ``claims`` over the grid of :data:`~.robustness.UNSTATED` around ``base``, each at
-    ``n_seeds`` seeds from ``seed`` (``quick``: 2, still every setting): ``(table, figure, record)`` — the held counts
-    (:func:`~.robustness.robustness_table`), their heatmap and the part of ``summary.json`` (the grid, the seeds, the
-    rules, the totals and the table)."""
-    from .robustness import (
-        UNSTATED,
-        robustness_figure,
-        robustness_records,
-        robustness_table,
-        robustness_totals,
-        settings,
-    )
+    @property
+    def run_seeds(self) -> list[int]:
+        return list(range(self.seed, self.seed + self.seeds))
 
-    seeds = list(range(seed, seed + (2 if quick else n_seeds)))
-    if progress:
-        print(f"robustness grid: {len(claims)} claims x {len(settings())} settings x {len(seeds)} seeds", flush=True)
-    table = robustness_table(claims, base, seeds, runs_dir, progress=progress, workers=workers)
-    figure = robustness_figure(table, f"{title}: held in k of n seeds per setting")
-    record = {
-        "grid": {k: list(v) for k, v in UNSTATED.items()},
-        "seeds": seeds,
-        "base_lr": base.lr,
-        "rules": {c.key: c.rule for c in claims},
-        "totals": robustness_totals(table),
-        "table": robustness_records(table),
-    }
-    return table, figure, record
+    @property
+    def comparison_seeds(self) -> list[int]:
+        return list(range(self.seed, self.seed + max(self.seeds, 2 if self.quick else COMPARE_SEEDS)))
+
+    def base(self, log_points: int = 100, **task) -> ToyConfig:
+        """The post's base :class:`ToyConfig`: its task settings (``task``) plus these training options, logging
+        ``log_points`` times per run."""
+        return ToyConfig(
+            steps=self.steps,
+            lr=self.lr,
+            init_std=self.init_std,
+            out_proj=self.out_proj,
+            batch_size=self.batch_size,
+            log_every=max(self.steps // log_points, 1),
+            **task,
+        )
+
+    def finish(self, result, figures: Mapping, base: ToyConfig, grid: Sequence[GridClaim], title: str, **numbers):
+        """``result`` (the post's :class:`~gpt2_posheads.posts.result.ClaimResult`) with ``figures``
+        (``{stem: (figure, PNG size)}``) and, in its numbers, ``steps``, ``init_std``, ``lr`` and the post's own
+        ``numbers``; with :attr:`robustness`, also the post's headline claims ``grid`` over the grid of
+        :data:`~.robustness.UNSTATED` around ``base``, each at :attr:`robustness_seeds` seeds from :attr:`seed`
+        (``quick``: 2, still every setting): the held counts (:func:`~.robustness.robustness_table`) as the table
+        ``robustness``, their heatmap (``title`` names the post) as the figure ``robustness`` and the part of
+        ``summary.json`` as ``numbers["robustness"]`` (the grid, the seeds, the rules, the totals and the table)."""
+        for stem, (fig, size) in figures.items():
+            result.figure(fig, stem, **size)
+        result.numbers.update(steps=self.steps, init_std=self.init_std, lr=self.lr, **numbers)
+        if not self.robustness:
+            return result
+        seeds = list(range(self.seed, self.seed + (2 if self.quick else self.robustness_seeds)))
+        print(f"robustness grid: {len(grid)} claims x {len(settings())} settings x {len(seeds)} seeds", flush=True)
+        table = robustness_table(grid, base, seeds, self.runs_dir, workers=self.workers)
+        result.table(table, "robustness")
+        result.figure(robustness_figure(table, f"{title}: held in k of n seeds per setting"), "robustness")
+        result.numbers["robustness"] = {
+            "grid": {k: list(v) for k, v in UNSTATED.items()},
+            "seeds": seeds,
+            "base_lr": base.lr,
+            "rules": {c.key: c.rule for c in grid},
+            "totals": robustness_totals(table),
+            "table": robustness_records(table),
+        }
+        return result
 
 
 __all__ = [
@@ -132,8 +157,6 @@ __all__ = [
     "MAX_DEFAULT_WORKERS",
     "ONE_SEED",
     "ROBUSTNESS_SEEDS",
-    "base_config",
-    "check_options",
+    "ToyRun",
     "default_workers",
-    "robustness",
 ]

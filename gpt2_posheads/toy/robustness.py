@@ -138,7 +138,7 @@ def robustness_totals(table: pd.DataFrame) -> dict[str, dict]:
     for claim, g in table.groupby("claim", sort=False):
         out[claim] = {
             "held_runs": int(g.held.sum()),
-            "not_testable_runs": int(g.not_testable.sum()) if "not_testable" in g else 0,
+            "not_testable_runs": int(g.not_testable.sum()),
             "runs": int(g.n.sum()),
             "settings_all_seeds": int((g.held == g.n).sum()),
             "settings_no_seed": int((g.held == 0).sum()),
@@ -158,7 +158,7 @@ def robustness_figure(table: pd.DataFrame, title: str) -> go.Figure:
             t=table.held.astype(str)
             + "/"
             + table.n.astype(str)
-            + table.get("not_testable", 0 * table.n).map(lambda u: f"<br>{u} n.t." if u else "")
+            + table.not_testable.map(lambda u: f"<br>{u} n.t." if u else "")
         )
         .pivot(index="claim", columns="setting", values="t")
         .loc[claims, labels]

@@ -18,10 +18,9 @@ def check_task(task: str, V: int, C: int, k: int | None) -> None:
         raise ValueError(f"V={V} (vocabulary size) must be >= 2")
     if C < 2:
         raise ValueError(f"C={C} (context length) must be >= 2")
-    if task == "copy_offset" and (k is None or not 0 <= k <= C - 1):
-        raise ValueError(f"k={k} (offset back from the last token) must lie in 0..C-1={C - 1}")
-    if task == "kth_token" and (k is None or not 0 <= k <= C - 1):
-        raise ValueError(f"k={k} (position of the token to copy) must lie in 0..C-1={C - 1}")
+    k_means = {"copy_offset": "offset back from the last token", "kth_token": "position of the token to copy"}
+    if task in k_means and (k is None or not 0 <= k <= C - 1):
+        raise ValueError(f"k={k} ({k_means[task]}) must lie in 0..C-1={C - 1}")
 
 
 def targets(task: str, x: torch.Tensor, k: int | None = None) -> torch.Tensor:

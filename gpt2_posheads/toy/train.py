@@ -17,7 +17,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -35,21 +35,15 @@ CODE_VERSION = 5
 
 
 @dataclass(frozen=True)
-class ToyConfig:
-    task: str = "copy_current"
+class ToyConfig(ToyShape):
+    """One toy run: the model's shape (the fields of :class:`~.model.ToyShape`, inherited, so the two cannot drift;
+    a config is the shape :func:`~.model.forward` reads), its task and its training."""
+
     V: int = 16
     C: int = 4
     n_embd: int = 2
-    n_layers: int = 1
-    n_heads: int = 1
+    task: str = "copy_current"
     k: int | None = None
-    pos_emb: bool = False
-    residual: bool = False
-    mlp: bool = False
-    layernorm: bool = False
-    kernel: str = "dot"
-    harmonic_n: float = 2.0
-    out_proj: bool = False
     init_std: float = 0.02
     lr: float = 0.01
     weight_decay: float = 0.0
@@ -61,12 +55,8 @@ class ToyConfig:
     snapshot_every: int = 0  # 0: no snapshots of embeddings / Q,K,V
     eval_size: int = 2048
 
-    def shape(self) -> ToyShape:
-        """The architecture part of this config (by field name, so the two dataclasses cannot drift)."""
-        return ToyShape(**{f.name: getattr(self, f.name) for f in fields(ToyShape)})
-
     def validate(self) -> ToyConfig:
-        self.shape().validate()
+        super().validate()
         check_task(self.task, self.V, self.C, self.k)
         for name, lo in (("steps", 1), ("batch_size", 1), ("log_every", 1)):
             if getattr(self, name) < lo:
@@ -144,13 +134,13 @@ def train_group(
     if len(keys) != 1:
         raise ValueError("train_group needs configs that share every shape setting (use train_sweep)")
     c0 = configs[0]
-    shape, M = c0.shape(), len(configs)
+    M = len(configs)
     init_gens = [torch.Generator().manual_seed(c.seed) for c in configs]
     data_gens = [torch.Generator().manual_seed(c.seed + 1_000_003) for c in configs]
     eval_gens = [torch.Generator().manual_seed(c.seed + 2_000_003) for c in configs]
     params = {
         n: p.to(device).requires_grad_(True)
-        for n, p in init_params(shape, init_gens, [c.init_std for c in configs]).items()
+        for n, p in init_params(c0, init_gens, [c.init_std for c in configs]).items()
     }
     lr = torch.tensor([c.lr for c in configs], device=device)
     wd = torch.tensor([c.weight_decay for c in configs], device=device)
@@ -173,14 +163,14 @@ def train_group(
         ys = torch.stack([b[1] for b in batches], 1).to(device)
         for j in range(n):
             t = start + j + 1
-            loss = per_model_loss(forward(params, xs[j], shape), ys[j])
+            loss = per_model_loss(forward(params, xs[j], c0), ys[j])
             grads = torch.autograd.grad(loss.sum(), list(params.values()))
             with torch.no_grad():
                 _adamw_step(params, dict(zip(params, grads)), state, t, lr, wd, c0.betas)
                 running += loss.detach()
                 n_running += 1
                 if t % c0.log_every == 0 or t == c0.steps:
-                    el = per_model_loss(forward(params, ex, shape), ey)
+                    el = per_model_loss(forward(params, ex, c0), ey)
                     logs["step"].append(t)
                     logs["loss"].append((running / n_running).tolist())
                     logs["eval_loss"].append(el.tolist())
@@ -221,11 +211,6 @@ def train_group(
                 }
             )
     return results
-
-
-def result_params(result: dict) -> dict[str, torch.Tensor]:
-    """A trained model's parameters as tensors with a model axis of 1 (ready for :func:`forward`)."""
-    return {n: torch.tensor(v)[None] for n, v in result["params"].items()}
 
 
 # A layer's fixed cost (kernel calls, softmax, copies) in units of the per-sequence work below, fitted to
@@ -394,7 +379,3 @@ def train_sweep(
             if on_group_done:
                 on_group_done(results)
     return [done[c.id()] for c in configs]
-
-
-def with_(config: ToyConfig, **changes) -> ToyConfig:
-    return replace(config, **changes)

@@ -25,15 +25,16 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 
+from ...claims.catalogue import declare
 from ...claims.toy import num, spread
 from ...claims.toy import toy_claim as claim
 from ...claims.verdicts import Claim
 from ...model.validation import UsageError
 from ...toy import ToyConfig, train_sweep
-from ...toy.posts import BATCH_SIZE, INIT_STD, LR, ROBUSTNESS_SEEDS, base_config, check_options, default_workers
-from ...toy.posts import robustness as robustness_grid
+from ...toy.posts import ToyRun
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
+from .about import POST
 from .rules import RULE_ONLY_LAST, RULE_SPIKIER, RULE_U, middle_spread, only_last, spikier, u_shape
 
 V, C = 10, 10
@@ -225,36 +226,17 @@ def figure(m: Retrieval) -> go.Figure:
     return fig
 
 
-def lost_in_middle(
-    *,
-    steps: int | None = None,
-    three_layer_steps: int = THREE_LAYER_STEPS,
-    seed: int = 0,
-    seeds: int = SEEDS,
-    quick: bool = False,
-    lr: float = LR,
-    init_std: float = INIT_STD,
-    batch_size: int = BATCH_SIZE,
-    out_proj: bool = False,
-    robustness: bool = False,
-    robustness_seeds: int = ROBUSTNESS_SEEDS,
-    workers: int | None = None,
-    runs_dir: str | Path | None = None,
-) -> ClaimResult:
+@declare(POST, "toy_lost_in_middle", command=True)
+def lost_in_middle(*, three_layer_steps: int = THREE_LAYER_STEPS, **options) -> ClaimResult:
     """Train post 002's toy models and judge its claims (``toy_lost_in_middle`` with its defaults, called with none).
 
     Args:
-        steps: training steps (default 800; ``quick``: 200).
         three_layer_steps: training steps of the plain 3-layer stacks (default 5,000: converged; they are still at
             chance after 800), or ``steps`` if longer.
-        seed, seeds: every setting trains at seeds ``seed .. seed + seeds - 1`` (default 3).
-        quick: a smoke run (1 and 2 layers only, short training): every claim ``not testable``.
-        lr, init_std, batch_size, out_proj: the training settings the post does not state (Adam's learning rate, the
-            std of the N(0, s^2) initialisation, sequences per step, an attention output matrix W_O).
-        robustness: also run the headline claims over the grid of those settings (:func:`lost_in_middle_grid`) at
-            ``robustness_seeds`` seeds (``quick``: 2).
-        workers: processes that train groups of models at once (default: one per thread, at most 8).
-        runs_dir: the folder of resumable runs (each finished run saved, and reused by the next call); None: none.
+        options: the training options of :class:`~gpt2_posheads.toy.posts.ToyRun`: ``steps`` (default 800;
+            ``quick``: 200), ``seed`` and ``seeds`` (every setting trains at ``seeds`` seeds, default 3), ``quick``
+            (1 and 2 layers only, short training), ``lr``, ``init_std``, ``batch_size``, ``out_proj``,
+            ``robustness`` (:func:`lost_in_middle_grid`), ``robustness_seeds``, ``workers``, ``runs_dir``.
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``,
@@ -262,55 +244,24 @@ def lost_in_middle(
         ``robustness`` with the grid), ``figures`` (``lost_in_middle``, ``robustness``), ``tables``
         (``robustness``).
     """
-    check_options(
-        steps=steps,
-        seeds=seeds,
-        robustness_seeds=robustness_seeds,
-        batch_size=batch_size,
-        lr=lr,
-        init_std=init_std,
-        workers=workers,
-    )
+    run = ToyRun.of("lost_in_middle", options, STEPS, QUICK_STEPS, seeds=SEEDS)
     if not isinstance(three_layer_steps, int) or three_layer_steps < 1:
         raise UsageError("three_layer_steps", f"{three_layer_steps!r} is out of range", "allowed an integer >= 1")
-    workers = workers or default_workers()
-    steps = steps or (QUICK_STEPS if quick else STEPS)
-    base = base_config(
-        steps,
-        lr=lr,
-        init_std=init_std,
-        out_proj=out_proj,
-        batch_size=batch_size,
-        log_points=50,
-        task="kth_token",
-        V=V,
-        C=C,
-        n_heads=1,
-        pos_emb=False,
-    )
-    run_seeds = list(range(seed, seed + seeds))
-    grid = configs(base, run_seeds, quick, three_layer_steps)
+    base = run.base(log_points=50, task="kth_token", V=V, C=C, n_heads=1, pos_emb=False)
+    seeds = run.run_seeds
+    grid = configs(base, seeds, run.quick, three_layer_steps)
     flat = [c for rows in grid.values() for row in rows for c in row]
     n_steps = sorted({c.steps for c in flat})
     print(
-        f"toy_lost_in_middle: {len(flat)} models: {len(grid)} settings x {C} positions k x {len(run_seeds)} seeds "
+        f"toy_lost_in_middle: {len(flat)} models: {len(grid)} settings x {C} positions k x {len(seeds)} seeds "
         f"({', '.join(f'{s:,}' for s in n_steps)} steps); every k and seed of a setting trains as one group",
         flush=True,
     )
-    m = measure(grid, run_seeds, steps, three_layer_steps, runs_dir, workers)
-    result = ClaimResult("lost_in_middle", claims=judge(m, quick))
-    result.figure(figure(m), "lost_in_middle", width=1100)
-    result.numbers.update(
-        steps=steps, three_layer_steps=three_layer_steps, seeds=run_seeds, init_std=init_std, lr=lr, table=m.table
-    )
-    if robustness:
-        table, fig, record = robustness_grid(
-            lost_in_middle_grid(C), base, seed, robustness_seeds, quick, runs_dir, workers, "002: lost in the middle"
-        )
-        result.table(table, "robustness")
-        result.figure(fig, "robustness")
-        result.numbers["robustness"] = record
-    return result
+    m = measure(grid, seeds, run.steps, three_layer_steps, run.runs_dir, run.workers)
+    result = ClaimResult("lost_in_middle", claims=judge(m, run.quick))
+    figures = {"lost_in_middle": (figure(m), {"width": 1100})}
+    numbers = dict(three_layer_steps=three_layer_steps, seeds=seeds, table=m.table)
+    return run.finish(result, figures, base, lost_in_middle_grid(C), "002: lost in the middle", **numbers)
 
 
 # --- the --robustness grid --------------------------------------------------------------------------------------

@@ -27,7 +27,8 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from ...claims.toy import COMPARE_SEEDS, num, nums, rel_ppl_floor, spread
+from ...claims.catalogue import declare
+from ...claims.toy import num, nums, rel_ppl_floor, spread
 from ...claims.toy import toy_claim as claim
 from ...claims.verdicts import Claim, Precondition
 from ...model.validation import UsageError
@@ -35,19 +36,10 @@ from ...toy import ToyConfig, relative_perplexity, separation_direction, train_s
 from ...toy.analysis import loss_spikes, order_swaps, perplexity_curve
 from ...toy.figures import COLOURS, band, log_axis, points_with_sd
 from ...toy.metrics import bilinear
-from ...toy.posts import (
-    BATCH_SIZE,
-    INIT_STD,
-    LR,
-    ONE_SEED,
-    ROBUSTNESS_SEEDS,
-    base_config,
-    check_options,
-    default_workers,
-)
-from ...toy.posts import robustness as robustness_grid
+from ...toy.posts import ONE_SEED, ToyRun
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
+from .about import POST
 from .rules import (
     RULE_FAILS,
     RULE_LEARNED,
@@ -120,6 +112,13 @@ def configs(base: ToyConfig, cmp_seeds: Sequence[int], sweep_values: dict[str, l
     return {"base": base, "with_pos": with_pos, "no_pos": no_pos, "sweep": sweep, "lr": lr_cfgs}
 
 
+def previous_direction(result: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Of a trained run: the direction s separating the previous position's embedding from the others, and
+    ``W_Q W_K^T`` (the bilinear form whose sign on s the post reads)."""
+    W_pos, W_Q, W_K = (torch.tensor(result["params"][n]) for n in ("W_pos", "0.W_Q", "0.W_K"))
+    return separation_direction(W_pos, 1), wq_wk(W_Q[0], W_K[0])
+
+
 def flat(cfgs: dict) -> list[ToyConfig]:
     """Every config of :func:`configs`, in training order."""
     out = [cfgs["with_pos"], cfgs["no_pos"]] + [c for g in cfgs["sweep"].values() for row in g for c in row]
@@ -137,8 +136,7 @@ def measure(
         return res[c.id()]
 
     rp = R(cfgs["with_pos"])
-    W_pos = torch.tensor(rp["params"]["W_pos"])
-    s = separation_direction(W_pos, 1)
+    s, M = previous_direction(rp)
     sweeps = {}
     for name, rows in cfgs["sweep"].items():
         sweeps[name] = {
@@ -164,8 +162,8 @@ def measure(
         with_pos=rp,
         no_pos=R(cfgs["no_pos"]),
         s=s,
-        M=wq_wk(torch.tensor(rp["params"]["0.W_Q"])[0], torch.tensor(rp["params"]["0.W_K"])[0]),
-        proj=(W_pos.double() @ s.double()).tolist(),
+        M=M,
+        proj=(torch.tensor(rp["params"]["W_pos"]).double() @ s.double()).tolist(),
         sweeps=sweeps,
         lr_runs=lr_runs,
         lr_stats=lr_stats,
@@ -422,36 +420,17 @@ def embedding_animation(result: dict, title: str) -> go.Figure:
     return fig
 
 
-def prev_token(
-    *,
-    steps: int | None = None,
-    lr_steps: int | None = None,
-    seed: int = 0,
-    seeds: int = 1,
-    quick: bool = False,
-    lr: float = LR,
-    init_std: float = INIT_STD,
-    batch_size: int = BATCH_SIZE,
-    out_proj: bool = False,
-    robustness: bool = False,
-    robustness_seeds: int = ROBUSTNESS_SEEDS,
-    workers: int | None = None,
-    runs_dir: str | Path | None = None,
-) -> ClaimResult:
+@declare(POST, "toy_prev_token", command=True)
+def prev_token(*, lr_steps: int | None = None, **options) -> ClaimResult:
     """Train post 000's toy models and judge its claims (``toy_prev_token`` with its defaults, called with none).
 
     Args:
-        steps: training steps (default 5,000; ``quick``: 300).
         lr_steps: training steps of the learning-rate comparison (default twice ``steps``; ``quick``: ``steps``).
-        seed, seeds: the runs with and without positional embeddings train at ``seed``; every comparison (the sweeps,
-            the learning rates) at ``max(seeds, 3)`` seeds from ``seed`` (``quick``: 2).
-        quick: a smoke run (two values per sweep, short training): every claim ``not testable``.
-        lr, init_std, batch_size, out_proj: the training settings the post does not state (Adam's learning rate, the
-            std of the N(0, s^2) initialisation, sequences per step, an attention output matrix W_O).
-        robustness: also run the headline claims over the grid of those settings (:func:`prev_token_grid`) at
-            ``robustness_seeds`` seeds (``quick``: 2).
-        workers: processes that train groups of models at once (default: one per thread, at most 8).
-        runs_dir: the folder of resumable runs (each finished run saved, and reused by the next call); None: none.
+        options: the training options of :class:`~gpt2_posheads.toy.posts.ToyRun`: ``steps`` (default 5,000;
+            ``quick``: 300), ``seed`` and ``seeds`` (the runs with and without positional embeddings train at
+            ``seed``, every comparison (the sweeps, the learning rates) at ``max(seeds, 3)`` seeds), ``quick`` (two
+            values per sweep, short training), ``lr``, ``init_std``, ``batch_size``, ``out_proj``, ``robustness``
+            (:func:`prev_token_grid`), ``robustness_seeds``, ``workers``, ``runs_dir``.
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``, ``lr_steps``,
@@ -459,34 +438,11 @@ def prev_token(
         (``positional_embeddings``, ``hyperparameters``, ``learning_rate``, ``embedding_animation``, ``robustness``),
         ``tables`` (``robustness``).
     """
-    check_options(
-        steps=steps,
-        seeds=seeds,
-        robustness_seeds=robustness_seeds,
-        batch_size=batch_size,
-        lr=lr,
-        init_std=init_std,
-        workers=workers,
-    )
+    run = ToyRun.of("prev_token", options, STEPS, QUICK_STEPS)
     if lr_steps is not None and (not isinstance(lr_steps, int) or lr_steps < 1):
         raise UsageError("lr_steps", f"{lr_steps!r} is out of range", "allowed an integer >= 1 or None")
-    workers = workers or default_workers()
-    steps = steps or (QUICK_STEPS if quick else STEPS)
-    base = base_config(
-        steps,
-        lr=lr,
-        init_std=init_std,
-        out_proj=out_proj,
-        batch_size=batch_size,
-        task="copy_offset",
-        k=1,
-        V=30,
-        C=4,
-        n_embd=2,
-        pos_emb=True,
-        seed=seed,
-    )
-    cmp_seeds = list(range(seed, seed + max(seeds, 2 if quick else COMPARE_SEEDS)))
+    steps, quick, cmp_seeds = run.steps, run.quick, run.comparison_seeds
+    base = run.base(task="copy_offset", k=1, V=30, C=4, n_embd=2, pos_emb=True, seed=run.seed)
     sweep_values = {
         "V": [10, 30] if quick else [10, 30, 100],
         "C": [3, 4] if quick else [3, 4, 8],
@@ -500,28 +456,13 @@ def prev_token(
         f"100 ({len(cmp_seeds)} seeds each, {lr_steps:,} steps)",
         flush=True,
     )
-    m = measure(cfgs, seed, cmp_seeds, runs_dir, workers)
+    m = measure(cfgs, run.seed, cmp_seeds, run.runs_dir, run.workers)
     result = ClaimResult("prev_token", claims=judge(m, quick))
-    for stem, (fig, size) in figures(m).items():
-        result.figure(fig, stem, **size)
-    result.numbers.update(steps=steps, lr_steps=lr_steps, init_std=init_std, lr=lr, comparison_seeds=cmp_seeds)
-    if robustness:
-        table, fig, record = robustness_grid(
-            prev_token_grid(), base, seed, robustness_seeds, quick, runs_dir, workers, "000: previous-token copying"
-        )
-        result.table(table, "robustness")
-        result.figure(fig, "robustness")
-        result.numbers["robustness"] = record
-    return result
+    title = "000: previous-token copying"
+    return run.finish(result, figures(m), base, prev_token_grid(), title, lr_steps=lr_steps, comparison_seeds=cmp_seeds)
 
 
 # --- the --robustness grid --------------------------------------------------------------------------------------
-
-
-def sign_of_previous_direction(result: dict) -> float:
-    """s^T W_Q W_K^T s for the direction s separating the previous position's embedding from the others."""
-    s = separation_direction(torch.tensor(result["params"]["W_pos"]), 1)
-    return bilinear(s, wq_wk(torch.tensor(result["params"]["0.W_Q"])[0], torch.tensor(result["params"]["0.W_K"])[0]))
 
 
 def rel_ppl(result: dict) -> float:
@@ -531,7 +472,7 @@ def rel_ppl(result: dict) -> float:
 def learned_and_negative(r: dict) -> tuple[bool, str]:
     """:data:`~.rules.RULE_SIGN_GRID` on the run ``r["pos"]``."""
     ok, why = learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])
-    return sign_negative(sign_of_previous_direction(r["pos"])) if ok else (False, f"the task is not learned: {why}")
+    return sign_negative(bilinear(*previous_direction(r["pos"]))) if ok else (False, f"the task is not learned: {why}")
 
 
 def prev_token_grid() -> list[GridClaim]:

@@ -26,25 +26,17 @@ import plotly.graph_objects as go
 import torch
 
 from ...analysis.geometry import pca
-from ...claims.toy import COMPARE_SEEDS, num, nums, spread
+from ...claims.catalogue import declare
+from ...claims.toy import num, nums, spread
 from ...claims.toy import toy_claim as claim
 from ...claims.verdicts import Claim, Precondition
 from ...toy import ToyConfig, train_sweep
 from ...toy.analysis import distance_rank_correlation, perplexity_curve
-from ...toy.figures import COLOURS, band, log_axis, perplexity_by_vocab, points_with_sd
-from ...toy.posts import (
-    BATCH_SIZE,
-    INIT_STD,
-    LR,
-    ONE_SEED,
-    ROBUSTNESS_SEEDS,
-    base_config,
-    check_options,
-    default_workers,
-)
-from ...toy.posts import robustness as robustness_grid
+from ...toy.figures import COLOURS, log_axis, perplexity_bands, perplexity_by_vocab, points_with_sd
+from ...toy.posts import ONE_SEED, ToyRun
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
+from .about import POST
 from .rules import (
     GRID_TREND_V,
     PRE_CONFUSED,
@@ -283,9 +275,10 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
     return claims
 
 
-def figures(m: Similar) -> dict[str, go.Figure]:
-    """``{stem: figure}``: perplexity against V, C and n_embd, the learned embeddings, the kernels' curves."""
-    out = {"perplexity_vs_V": perplexity_by_vocab(m.v_runs, m.vocab, "most-similar token, n_embd=2, C=3")}
+def figures(m: Similar) -> dict[str, tuple[go.Figure, dict]]:
+    """``{stem: (figure, PNG size)}``: perplexity against V, C and n_embd, the learned embeddings, the kernels'
+    curves."""
+    out = {"perplexity_vs_V": (perplexity_by_vocab(m.v_runs, m.vocab, "most-similar token, n_embd=2, C=3"), {})}
     cs = m.cs
     fig = go.Figure()
     for i, v in enumerate(m.trend_v):
@@ -305,7 +298,7 @@ def figures(m: Similar) -> dict[str, go.Figure]:
         xaxis=dict(title="context length C", dtick=1),
         yaxis_title="final perplexity / V",
     )
-    out["perplexity_vs_C"] = fig
+    out["perplexity_vs_C"] = (fig, {})
     ds, best = m.ds, m.best
     fig = go.Figure()
     fig.add_trace(points_with_sd(ds, list(zip(*best)), "best perplexity", COLOURS[0]))
@@ -319,7 +312,7 @@ def figures(m: Similar) -> dict[str, go.Figure]:
     )
     log_axis(fig, "x", ds)
     log_axis(fig, "y", [1, KERNEL_V, *[b for bs in best for b in bs]])
-    out["perplexity_vs_n_embd"] = fig
+    out["perplexity_vs_n_embd"] = (fig, {})
     emb = m.embeddings
     proj = pca(emb, 2)[2].numpy()
     fig = go.Figure(
@@ -337,48 +330,22 @@ def figures(m: Similar) -> dict[str, go.Figure]:
         xaxis_title="principal component 1",
         yaxis_title="principal component 2",
     )
-    out["embeddings"] = fig
-    fig = go.Figure()
-    for i, (name, rs) in enumerate(m.kernels.items()):
-        band(fig, rs[0]["steps"], [perplexity_curve(r) for r in rs], name, COLOURS[i % len(COLOURS)])
-    fig.update_layout(
-        title=f"V={KERNEL_V}, C=3: inner-product vs distance kernels",
-        xaxis_title="step",
-        yaxis_title="perplexity (eval)",
-    )
-    log_axis(fig, "y", [1, KERNEL_V])
-    out["kernels"] = fig
+    out["embeddings"] = (fig, {})
+    title = f"V={KERNEL_V}, C=3: inner-product vs distance kernels"
+    out["kernels"] = (perplexity_bands(m.kernels, KERNEL_V, title), {})
     return out
 
 
-def similar_content(
-    *,
-    steps: int | None = None,
-    seed: int = 0,
-    seeds: int = 1,
-    quick: bool = False,
-    lr: float = LR,
-    init_std: float = INIT_STD,
-    batch_size: int = BATCH_SIZE,
-    out_proj: bool = False,
-    robustness: bool = False,
-    robustness_seeds: int = ROBUSTNESS_SEEDS,
-    workers: int | None = None,
-    runs_dir: str | Path | None = None,
-) -> ClaimResult:
+@declare(POST, "toy_similar_content", command=True)
+def similar_content(**options) -> ClaimResult:
     """Train post 001's toy models and judge its claims (``toy_similar_content`` with its defaults, called with none).
 
     Args:
-        steps: training steps (default 4,000; ``quick``: 300).
-        seed, seeds: the perplexity-by-V runs train at seeds ``seed .. seed + seeds - 1``; every comparison (C,
-            n_embd, kernels) at ``max(seeds, 3)`` seeds from ``seed`` (``quick``: 2).
-        quick: a smoke run (fewer V, C and n_embd, short training): every claim ``not testable``.
-        lr, init_std, batch_size, out_proj: the training settings the post does not state (Adam's learning rate, the
-            std of the N(0, s^2) initialisation, sequences per step, an attention output matrix W_O).
-        robustness: also run the headline claims over the grid of those settings (:func:`similar_content_grid`) at
-            ``robustness_seeds`` seeds (``quick``: 2).
-        workers: processes that train groups of models at once (default: one per thread, at most 8).
-        runs_dir: the folder of resumable runs (each finished run saved, and reused by the next call); None: none.
+        options: the training options of :class:`~gpt2_posheads.toy.posts.ToyRun`: ``steps`` (default 4,000;
+            ``quick``: 300), ``seed`` and ``seeds`` (the perplexity-by-V runs train at ``seeds`` seeds, every
+            comparison (C, n_embd, kernels) at ``max(seeds, 3)``), ``quick`` (fewer V, C and n_embd, short training),
+            ``lr``, ``init_std``, ``batch_size``, ``out_proj``, ``robustness`` (:func:`similar_content_grid`),
+            ``robustness_seeds``, ``workers``, ``runs_dir``.
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``, ``init_std``,
@@ -386,46 +353,24 @@ def similar_content(
         ``perplexity_vs_C``, ``perplexity_vs_n_embd``, ``embeddings``, ``kernels``, ``robustness``), ``tables``
         (``robustness``).
     """
-    check_options(
-        steps=steps,
-        seeds=seeds,
-        robustness_seeds=robustness_seeds,
-        batch_size=batch_size,
-        lr=lr,
-        init_std=init_std,
-        workers=workers,
-    )
-    workers = workers or default_workers()
-    steps = steps or (QUICK_STEPS if quick else STEPS)
-    base = base_config(
-        steps, lr=lr, init_std=init_std, out_proj=out_proj, batch_size=batch_size, task="most_similar", C=3, n_embd=2
-    )
-    v_seeds = list(range(seed, seed + seeds))
-    cmp_seeds = list(range(seed, seed + max(seeds, 2 if quick else COMPARE_SEEDS)))
-    vocab = [8, 32] if quick else [8, 16, 32, 64]
-    contexts, trend_v = ([3, 5], [10, 20]) if quick else (list(GRID_C), list(TREND_V))
-    dims = [1, 2, 4] if quick else [1, 2, 4, 8, 16]
-    groups = configs(base, v_seeds, cmp_seeds, vocab, contexts, trend_v, dims)
-    flat = [c for g in groups.values() for c in g]
+    run = ToyRun.of("similar_content", options, STEPS, QUICK_STEPS)
+    base = run.base(task="most_similar", C=3, n_embd=2)
+    seeds, cmp_seeds = run.run_seeds, run.comparison_seeds
+    vocab = [8, 32] if run.quick else [8, 16, 32, 64]
+    contexts, trend_v = ([3, 5], [10, 20]) if run.quick else (list(GRID_C), list(TREND_V))
+    dims = [1, 2, 4] if run.quick else [1, 2, 4, 8, 16]
+    groups = configs(base, seeds, cmp_seeds, vocab, contexts, trend_v, dims)
+    n_models = len({c.id() for g in groups.values() for c in g})
     print(
-        f"toy_similar_content: {len({c.id() for c in flat})} models, {steps:,} steps: V {', '.join(map(str, vocab))} "
-        f"({len(v_seeds)} seed(s)); C {', '.join(map(str, contexts))} at V {', '.join(map(str, trend_v))}, n_embd "
+        f"toy_similar_content: {n_models} models, {run.steps:,} steps: V {', '.join(map(str, vocab))} "
+        f"({len(seeds)} seed(s)); C {', '.join(map(str, contexts))} at V {', '.join(map(str, trend_v))}, n_embd "
         f"{', '.join(map(str, dims))} and the kernels ({len(cmp_seeds)} seeds each)",
         flush=True,
     )
-    m = measure(groups, seed, v_seeds, cmp_seeds, runs_dir, workers)
-    result = ClaimResult("similar_content", claims=judge(m, quick))
-    for stem, fig in figures(m).items():
-        result.figure(fig, stem)
-    result.numbers.update(steps=steps, init_std=init_std, lr=lr, seeds=v_seeds, comparison_seeds=cmp_seeds)
-    if robustness:
-        table, fig, record = robustness_grid(
-            similar_content_grid(), base, seed, robustness_seeds, quick, runs_dir, workers, "001: most-similar token"
-        )
-        result.table(table, "robustness")
-        result.figure(fig, "robustness")
-        result.numbers["robustness"] = record
-    return result
+    m = measure(groups, run.seed, seeds, cmp_seeds, run.runs_dir, run.workers)
+    result = ClaimResult("similar_content", claims=judge(m, run.quick))
+    title = "001: most-similar token"
+    return run.finish(result, figures(m), base, similar_content_grid(), title, seeds=seeds, comparison_seeds=cmp_seeds)
 
 
 # --- the --robustness grid --------------------------------------------------------------------------------------

@@ -26,26 +26,18 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ...claims.toy import COMPARE_SEEDS, num, nums, plateau, spread, v_half_plateau
+from ...claims.catalogue import declare
+from ...claims.toy import num, nums, plateau, spread, v_half_plateau
 from ...claims.toy import toy_claim as claim
 from ...claims.verdicts import Claim
 from ...model.validation import UsageError
 from ...toy import ToyConfig, train_sweep
 from ...toy.analysis import pairing, perplexity_curve
-from ...toy.figures import COLOURS, band, log_axis, perplexity_by_vocab
-from ...toy.posts import (
-    BATCH_SIZE,
-    INIT_STD,
-    LR,
-    ONE_SEED,
-    ROBUSTNESS_SEEDS,
-    base_config,
-    check_options,
-    default_workers,
-)
-from ...toy.posts import robustness as robustness_grid
+from ...toy.figures import COLOURS, band, perplexity_bands, perplexity_by_vocab
+from ...toy.posts import ONE_SEED, ToyRun
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
+from .about import POST
 from .rules import (
     RULE_BACK,
     RULE_BRANCHING,
@@ -299,104 +291,47 @@ def figures(m: Plateaus) -> dict[str, tuple[go.Figure, dict]]:
             yaxis_title="effective rank (1 to 2)",
         )
         out["effective_rank"] = (fig, {})
-    fig = go.Figure()
-    for i, ((d, c), rs) in enumerate(m.by_setting.items()):
-        band(fig, rs[0]["steps"], [perplexity_curve(r) for r in rs], f"n_embd={d}, C={c}", COLOURS[i % len(COLOURS)])
-    fig.update_layout(
-        title="V=16: the plateau against embedding dimension and context length",
-        xaxis_title="step",
-        yaxis_title="perplexity (eval)",
-    )
-    log_axis(fig, "y", [1, 16])
-    out["generality"] = (fig, {})
+    by_setting = {f"n_embd={d}, C={c}": rs for (d, c), rs in m.by_setting.items()}
+    title = "V=16: the plateau against embedding dimension and context length"
+    out["generality"] = (perplexity_bands(by_setting, 16, title), {})
     return out
 
 
-def sticky_plateau(
-    *,
-    vocab: Sequence[int] = VOCAB,
-    steps: int | None = None,
-    seed: int = 0,
-    seeds: int = 1,
-    quick: bool = False,
-    lr: float = LR,
-    init_std: float = INIT_STD,
-    batch_size: int = BATCH_SIZE,
-    out_proj: bool = False,
-    robustness: bool = False,
-    robustness_seeds: int = ROBUSTNESS_SEEDS,
-    workers: int | None = None,
-    runs_dir: str | Path | None = None,
-) -> ClaimResult:
+@declare(POST, "toy_sticky_plateau", command=True)
+def sticky_plateau(*, vocab: Sequence[int] = VOCAB, **options) -> ClaimResult:
     """Train post 003's toy models and judge its claims (``toy_sticky_plateau`` with its defaults, called with none).
 
     Args:
         vocab: the vocabulary sizes V of the perplexity curves (each >= 2; ``quick``: the first two).
-        steps: training steps (default 5,000; ``quick``: 300).
-        seed, seeds: the curves train at seeds ``seed .. seed + seeds - 1``; every comparison at
-            ``max(seeds, 3)`` seeds from ``seed`` (``quick``: 2).
-        quick: a smoke run (fewer V and settings, short training): every claim ``not testable``.
-        lr, init_std, batch_size, out_proj: the training settings the post does not state (Adam's learning rate, the
-            std of the N(0, s^2) initialisation, sequences per step, an attention output matrix W_O).
-        robustness: also run the headline claims over the grid of those settings (:func:`sticky_plateau_grid`) at
-            ``robustness_seeds`` seeds (``quick``: 2).
-        workers: processes that train groups of models at once (default: one per thread, at most 8).
-        runs_dir: the folder of resumable runs (each finished run saved, and reused by the next call); None: none.
+        options: the training options of :class:`~gpt2_posheads.toy.posts.ToyRun`: ``steps`` (default 5,000;
+            ``quick``: 300), ``seed`` and ``seeds`` (the curves train at ``seeds`` seeds, every comparison at
+            ``max(seeds, 3)``), ``quick`` (fewer V and settings, short training), ``lr``, ``init_std``,
+            ``batch_size``, ``out_proj``, ``robustness`` (:func:`sticky_plateau_grid`), ``robustness_seeds``,
+            ``workers``, ``runs_dir``.
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``, ``init_std``,
         ``lr``, ``seeds``, ``comparison_seeds``, ``robustness`` with the grid), ``figures`` (``sticky_plateau``,
         ``branching``, ``effective_rank``, ``generality``, ``robustness``), ``tables`` (``robustness``).
     """
-    check_options(
-        steps=steps,
-        seeds=seeds,
-        robustness_seeds=robustness_seeds,
-        batch_size=batch_size,
-        lr=lr,
-        init_std=init_std,
-        workers=workers,
-    )
+    run = ToyRun.of("sticky_plateau", options, STEPS, QUICK_STEPS)
     vocab = list(vocab)
     if not vocab or any(not isinstance(v, int) or v < 2 for v in vocab):
         raise UsageError("vocab", f"{vocab!r} is out of range", "allowed one or more integers >= 2", "e.g. (4, 8)")
-    workers = workers or default_workers()
-    steps = steps or (QUICK_STEPS if quick else STEPS)
-    vocab = vocab[: 2 if quick else None]
-    base = base_config(
-        steps,
-        lr=lr,
-        init_std=init_std,
-        out_proj=out_proj,
-        batch_size=batch_size,
-        log_points=200,
-        task="copy_current",
-        C=4,
-        n_embd=2,
-        snapshot_every=max(steps // 100, 1),
-    )
-    curve_seeds = list(range(seed, seed + seeds))
-    n_cmp = max(seeds, 2 if quick else COMPARE_SEEDS)  # seeds per side of a comparison
-    cmp_seeds = list(range(seed, seed + n_cmp))
-    settings = [(2, 4), (8, 4), (8, 32)] if quick else [(2, 4), (4, 4), (8, 4), (8, 16), (8, 64)]
+    vocab = vocab[: 2 if run.quick else None]
+    base = run.base(log_points=200, task="copy_current", C=4, n_embd=2, snapshot_every=max(run.steps // 100, 1))
+    seeds, cmp_seeds = run.run_seeds, run.comparison_seeds
+    settings = [(2, 4), (8, 4), (8, 32)] if run.quick else [(2, 4), (4, 4), (8, 4), (8, 16), (8, 64)]
     print(
-        f"toy_sticky_plateau: V {', '.join(map(str, vocab))} ({len(curve_seeds)} seed(s)), V=4 and "
-        f"{len(settings)} (n_embd, C) settings at V=16 ({n_cmp} seeds each), {steps:,} steps",
+        f"toy_sticky_plateau: V {', '.join(map(str, vocab))} ({len(seeds)} seed(s)), V=4 and "
+        f"{len(settings)} (n_embd, C) settings at V=16 ({len(cmp_seeds)} seeds each), {run.steps:,} steps",
         flush=True,
     )
-    m = measure(base, vocab, seed, curve_seeds, cmp_seeds, settings, runs_dir, workers)
-    result = ClaimResult("sticky_plateau", claims=judge(m, quick))
-    for stem, (fig, size) in figures(m).items():
-        result.figure(fig, stem, **size)
-    result.numbers.update(steps=steps, init_std=init_std, lr=lr, seeds=curve_seeds, comparison_seeds=cmp_seeds)
-    if robustness:
-        table, fig, record = robustness_grid(
-            sticky_plateau_grid(), base, seed, robustness_seeds, quick, runs_dir, workers, "003: sticky plateau"
-        )
-        result.table(table, "robustness")
-        result.figure(fig, "robustness")
-        result.numbers["robustness"] = record
-    return result
+    m = measure(base, vocab, run.seed, seeds, cmp_seeds, settings, run.runs_dir, run.workers)
+    result = ClaimResult("sticky_plateau", claims=judge(m, run.quick))
+    return run.finish(
+        result, figures(m), base, sticky_plateau_grid(), "003: sticky plateau", seeds=seeds, comparison_seeds=cmp_seeds
+    )
 
 
 # --- the --robustness grid --------------------------------------------------------------------------------------
