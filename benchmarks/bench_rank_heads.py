@@ -38,7 +38,7 @@ def prompts_text(model, n, seq_len, seed=0):
 
 
 def worker(which: str, n_prompts: int, seq_len: int):
-    from gpt2_posheads import load_model, rank_prev_heads
+    from gpt2_posheads import load_model, prev_token_ranking
 
     torch.set_num_threads(2)
     d, L, H = GPT2_SHAPE["d_model"], GPT2_SHAPE["n_layers"], GPT2_SHAPE["n_heads"]
@@ -64,7 +64,7 @@ def worker(which: str, n_prompts: int, seq_len: int):
         def job():
             bf16 = precision == "bf16"
             kw = dict(max_offset=MAX_OFFSET, batch_size=RANKING_BATCH, progress=False, engine=engine)
-            rank_prev_heads(model, toks, bf16=bf16, **kw)
+            prev_token_ranking(model, toks, bf16=bf16, **kw)
     else:
         from transformer_lens.head_detector import detect_head
 

@@ -198,7 +198,7 @@ def worker(which: str, shape: dict, n_prompts: int, threads: int) -> None:
         pattern = fastest(lambda: pattern_work(d, L, H, n_prompts, n, batch=1, n_offsets=n), calls=2)
         print(json.dumps({"which": which, "seconds": floor, "pattern_seconds": pattern}))
         return
-    from gpt2_posheads import load_model, rank_prev_heads
+    from gpt2_posheads import load_model, prev_token_ranking
 
     start = time.perf_counter()
     with PeakSampler() as loading:
@@ -211,7 +211,9 @@ def worker(which: str, shape: dict, n_prompts: int, threads: int) -> None:
     toks = torch.randint(0, model.cfg.d_vocab, (n_prompts, n), generator=torch.Generator().manual_seed(0))
     can_reset = reset_peak()
     start = time.perf_counter()
-    ranking = rank_prev_heads(model, toks, batch_size=1, progress=False, engine="fast" if which == "ours" else "hooks")
+    ranking = prev_token_ranking(
+        model, toks, batch_size=1, progress=False, engine="fast" if which == "ours" else "hooks"
+    )
     seconds = time.perf_counter() - start
     peak = status_kb("VmHWM")["VmHWM"]
     print(

@@ -1,6 +1,7 @@
 """Extended positional embeddings against W_pos, layer by layer (GPT-2 post: "Concept: extended
 
-The command lives in the package (``gpt2_posheads.commands.ext_pos_vs_wpe``); in any folder, once installed:
+The command is built from the claim's declaration in ``gpt2_posheads.posts.gpt2_prev_heads.extended``; in any
+folder, once installed:
 ``gpt2-posheads ext_pos_vs_wpe [options]`` or ``python -m gpt2_posheads ext_pos_vs_wpe [options]``.
 """
 

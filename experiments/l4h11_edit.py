@@ -1,6 +1,7 @@
 """Editing the aggregator's attention and scaling its output redirects induction (GPT-2 post, last section).
 
-The command lives in the package (``gpt2_posheads.commands.l4h11_edit``); in any folder, once installed:
+The command is built from the claim's declaration in ``gpt2_posheads.posts.gpt2_prev_heads.edit``; in any
+folder, once installed:
 ``gpt2-posheads l4h11_edit [options]`` or ``python -m gpt2_posheads l4h11_edit [options]``.
 """
 

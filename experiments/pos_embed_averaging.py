@@ -1,6 +1,7 @@
 """Averaging W_pos rows in groups barely matters (GPT-2 post, first section).
 
-The command lives in the package (``gpt2_posheads.commands.pos_embed_averaging``); in any folder, once installed:
+The command is built from the claim's declaration in ``gpt2_posheads.posts.gpt2_prev_heads.wpos_averaging``; in any
+folder, once installed:
 ``gpt2-posheads pos_embed_averaging [options]`` or ``python -m gpt2_posheads pos_embed_averaging [options]``.
 """
 

@@ -1,6 +1,7 @@
 """Rank every head by how previous-token-like it is (GPT-2 post: "a taxonomy of previous-token heads").
 
-The command lives in the package (``gpt2_posheads.commands.rank_prev_heads``); in any folder, once installed:
+The command is built from the claim's declaration in ``gpt2_posheads.posts.gpt2_prev_heads.ranking``; in any
+folder, once installed:
 ``gpt2-posheads rank_prev_heads [options]`` or ``python -m gpt2_posheads rank_prev_heads [options]``.
 """
 

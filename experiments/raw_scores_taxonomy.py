@@ -1,6 +1,7 @@
 """Raw attention scores: early previous-token heads suppress the current token, the aggregator boosts
 
-The command lives in the package (``gpt2_posheads.commands.raw_scores_taxonomy``); in any folder, once installed:
+The command is built from the claim's declaration in ``gpt2_posheads.posts.gpt2_prev_heads.taxonomy``; in any
+folder, once installed:
 ``gpt2-posheads raw_scores_taxonomy [options]`` or ``python -m gpt2_posheads raw_scores_taxonomy [options]``.
 """
 

@@ -20,14 +20,15 @@ The package is layered; each layer imports only the ones above it in this list:
 The names below are the public face; everything is also importable from its module.
 """
 
+from . import posts  # the posts' declarations fill the catalogue of claims (claims.catalogue)
 from .analysis.atlas import head_table, ood_composition_scores
 from .analysis.diagonals import (
     choose_aggregator,
     count_prev_heads,
     diagonal_attention,
+    prev_token_ranking,
     prev_token_stats,
     rank_from_diagonals,
-    rank_prev_heads,
 )
 from .analysis.induction import induction_scores
 from .analysis.interventions import (
@@ -50,6 +51,7 @@ from .report.explorer import Explorer, explore, write_explorer
 from .store.cache import PosheadsCache
 
 __all__ = [
+    "posts",
     "Explorer",
     "ModelLoadError",
     "PosheadsCache",
@@ -82,7 +84,7 @@ __all__ = [
     "position_kind",
     "prev_token_stats",
     "rank_from_diagonals",
-    "rank_prev_heads",
+    "prev_token_ranking",
     "scale_head_output",
     "score_profile",
     "write_explorer",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import sys
 
-from .commands import commands, normalize, run
+from .commands import commands, normalize, plugins_failed, run
 
 EXPLORE = "explore"
 EXPLORE_LINE = "the attention explorer of a model, live on 127.0.0.1 (your prompts), or one offline page (--out)"
@@ -56,7 +56,8 @@ def explore(argv: list[str]) -> int:
     (status 0)."""
     import signal
 
-    from .cli.args import _terminate_as_interrupt, check_device, check_model_dir, model_folder
+    from .cli.args import _terminate_as_interrupt
+    from .cli.checks import check_device, check_model_dir, model_folder
     from .cli.experiment import model_from_args, model_label
     from .model.validation import UsageError
 
@@ -135,17 +136,17 @@ def _check_port_free(port: int) -> None:
 
 def listing() -> str:
     """Every command, the claim scripts grouped by post with the claims each judges, then the tools."""
-    from .claims.catalogue import POSTS, SCRIPT_CLAIMS
+    from .claims.catalogue import posts, script_claims
 
     found = commands()
     lines = [__doc__.strip().splitlines()[0], "", "claims, by post (each also a function: gpt2_posheads.posts):"]
-    for post in POSTS:
+    for post in posts():
         lines.append(f"  {post.key}: {post.title}")
         for name in post.scripts:
             lines.append(f"    {name:<22} {found.get(name, '')}")
-            if SCRIPT_CLAIMS.get(name):
-                lines.append(f"    {'':<22} claims: {', '.join(SCRIPT_CLAIMS[name])}")
-    scripts = {s for p in POSTS for s in p.scripts}
+            if script_claims().get(name):
+                lines.append(f"    {'':<22} claims: {', '.join(script_claims()[name])}")
+    scripts = {s for p in posts() for s in p.scripts}
     lines += ["", "tools:"]
     lines += [f"  {name:<24} {line}" for name, line in found.items() if name not in scripts]
     lines.append(f"  {EXPLORE:<24} {EXPLORE_LINE}")
@@ -155,6 +156,8 @@ def listing() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if plugins_failed():
+        return 2
     if not argv or argv[0] in ("-h", "--help", "list"):
         print(listing())
         return 0

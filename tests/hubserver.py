@@ -1073,9 +1073,9 @@ def gpt2_folder(out: str | os.PathLike, shared_dir: str | os.PathLike) -> Path:
     change to that code builds a new one. ``out`` is used when that folder cannot be written. GPT-2's tokenizer
     files come from ``shared_dir/gpt2-small``."""
     from gpt2_posheads.model.paths import models_dir
-    from gpt2_posheads.organism import compiled, generator, standin
+    from gpt2_posheads.organism import compiled, generator, standin, weights
 
-    digest = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (compiled, generator, standin)))
+    digest = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (compiled, generator, standin, weights)))
     keep = models_dir() / f"gpt2-standin-{digest.hexdigest()[:12]}"
     tokenizer = [Path(shared_dir) / "gpt2-small" / name for name in ("vocab.json", "merges.txt")]
     if keep.is_dir():  # only ever a whole build, renamed into place

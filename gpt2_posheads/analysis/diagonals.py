@@ -21,7 +21,8 @@ from functools import partial
 import pandas as pd
 import torch
 
-from ..model.engine import Reduction, engine_for
+from ..model.engine import Reduction
+from ..model.engines import engine_for
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches, to_token_list
 from ..model.validation import NonFiniteError, NothingMeasuredError, check_int_range, head_name
@@ -146,7 +147,7 @@ def diagonal_attention(
             but up to 0.5 off on sharp heads (large query-key logits, as in the compiled models). Where the CPU has no
             native bfloat16 it runs float32 and says so (:func:`gpt2_posheads.model.precision.resolve_bf16`).
         engine: ``"auto"`` (hook-free fast path when it applies), ``"fast"`` or ``"hooks"``; see
-            :func:`gpt2_posheads.model.engine.engine_for`. Both give the same numbers to ~1e-6.
+            :func:`gpt2_posheads.model.engines.engine_for`. Both give the same numbers to ~1e-6.
             ``"nnsight"`` (the only engine of a :class:`~gpt2_posheads.model.traced.TracedModel`): the patterns are
             computed and reduced inside an nnsight trace, locally or on NDIF; ``fwd_hooks`` are then the
             interventions' traced edits (``iv.hooks(traced_model)``). ``model`` may be stored activations (then
@@ -238,7 +239,7 @@ def rank_from_stats(st: dict[str, torch.Tensor]) -> pd.DataFrame:
 
 
 @measures_caller_model
-def rank_prev_heads(
+def prev_token_ranking(
     model,
     prompts=None,
     max_offset: int | None = None,
@@ -322,7 +323,7 @@ def _stored_diagonals(store, prompts, max_offset, exclude_bos, summary=_diagonal
     if prompts is not None or max_offset is not None or not exclude_bos:
         raise ValueError(
             "stored activations fix the prompts, offsets and BOS handling: call "
-            "rank_prev_heads(store) or diagonal_attention(store) without prompts, max_offset or exclude_bos"
+            "prev_token_ranking(store) or diagonal_attention(store) without prompts, max_offset or exclude_bos"
         )
     return summary(store.diagonals)
 
@@ -392,7 +393,7 @@ def traced_stats(
 def traced_ranking(
     model, prompts, max_offset: int | None = None, exclude_bos: bool = True, batch_size: int = 8, fwd_hooks=()
 ) -> tuple[pd.DataFrame, torch.Tensor]:
-    """The ranking (:func:`rank_prev_heads`) and the first :data:`PROFILE_OFFSETS` diagonal means
+    """The ranking (:func:`prev_token_ranking`) and the first :data:`PROFILE_OFFSETS` diagonal means
     (:func:`traced_stats`): through nnsight, all that comes back from the trace."""
     st = traced_stats(model, prompts, max_offset, exclude_bos, batch_size, fwd_hooks)
     profile = st.pop("profile")
@@ -456,12 +457,12 @@ def _why_not_measured(top_mass: float, prev_mass: float) -> str:
 def _check_ranking(ranking) -> None:
     """A ranking of :func:`rank_from_diagonals` with a row, else a ``TypeError``/``ValueError`` naming ``ranking``."""
     if not isinstance(ranking, pd.DataFrame):
-        raise TypeError(f"ranking must be a DataFrame of rank_prev_heads, got {type(ranking).__name__}")
+        raise TypeError(f"ranking must be a DataFrame of prev_token_ranking, got {type(ranking).__name__}")
     missing = {"layer", "head", "is_prev_token", "prev_mass"} - set(ranking.columns)
     if missing:
-        raise ValueError(f"ranking lacks the columns {', '.join(sorted(missing))}: pass rank_prev_heads' DataFrame")
+        raise ValueError(f"ranking lacks the columns {', '.join(sorted(missing))}: pass prev_token_ranking' DataFrame")
     if ranking.empty:
-        raise ValueError("ranking is empty: no head to choose from (rank_prev_heads gives one row per head)")
+        raise ValueError("ranking is empty: no head to choose from (prev_token_ranking gives one row per head)")
 
 
 def _nothing_to_choose(ranking: pd.DataFrame) -> str:

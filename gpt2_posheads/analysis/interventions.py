@@ -2,7 +2,7 @@
 
 Each factory validates its arguments at once and returns an :class:`Intervention`; binding it to a
 model (``iv.hooks(model)``) checks layers/heads against ``model.cfg`` and returns the edits of the model's engine
-(:func:`~gpt2_posheads.model.engine.engine_for`), for the ``fwd_hooks`` of any analysis: on a TransformerLens model
+(:func:`~gpt2_posheads.model.engines.engine_for`), for the ``fwd_hooks`` of any analysis: on a TransformerLens model
 its ``fwd_hooks`` — ``[(hook_name, fn), ...]`` — ready for ``model.run_with_hooks(tokens, fwd_hooks=...)`` or
 ``with model.hooks(fwd_hooks=...)``; on an nnsight-traced model its traced edits. :func:`hooks_for` concatenates
 several interventions.
@@ -36,7 +36,7 @@ from functools import partial
 import einops
 import torch
 
-from ..model.engine import engine_for
+from ..model.engines import engine_for
 from ..model.hooks import require_live
 from ..model.patterns import pattern_edit_hooks
 from ..model.tokens import model_device
@@ -171,6 +171,9 @@ def average_ext_pos_embed(
     return Intervention(f"average extended pos emb at layer {layer} in groups of {group_size}", bind, traced)
 
 
+MASK_EVERY = 5  # the post's masking: every 5th query loses its attention to the previous position
+
+
 def masked_queries(every: int, n_pos: int) -> torch.Tensor:
     """The queries :func:`mask_previous_attention` touches in an ``n_pos``-token prompt: ``p % every == 0``,
     ``p > 0``."""
@@ -178,7 +181,7 @@ def masked_queries(every: int, n_pos: int) -> torch.Tensor:
 
 
 def mask_previous_attention(
-    every: int = 5, layers: Iterable[int] = range(4), renormalize: bool = False
+    every: int = MASK_EVERY, layers: Iterable[int] = range(4), renormalize: bool = False
 ) -> Intervention:
     """Zero attention from query ``p`` to key ``p-1`` for every ``p % every == 0`` (``p > 0``) in all heads of
     ``layers`` (through :func:`~gpt2_posheads.model.patterns.pattern_edit_hooks`: exact on every model)."""

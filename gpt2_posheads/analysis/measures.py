@@ -1,6 +1,6 @@
 """What an intervention changed: next-token distributions, KL over a corpus, attention patterns.
 
-Every pass goes through the model's engine (:func:`~gpt2_posheads.model.engine.engine_for`): logits from
+Every pass goes through the model's engine (:func:`~gpt2_posheads.model.engines.engine_for`): logits from
 ``run``, patterns from ``patterns`` with a reduction that keeps the heads asked for. A clean pattern compared with an
 intervened one comes from the engine that applies the intervention (``with_edits``), so that their difference is the
 intervention's alone.
@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
-from ..model.engine import Reduction, engine_for
+from ..model.engine import Reduction
+from ..model.engines import engine_for
 from ..model.tokens import as_token_batches, single_prompt, to_token_list
 from ..model.validation import require_finite
 

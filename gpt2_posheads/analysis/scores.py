@@ -20,7 +20,8 @@ import pandas as pd
 import torch
 
 from ..model.attention import attn_scale, expand_kv, scale_from_pattern
-from ..model.engine import Reduction, engine_for
+from ..model.engine import Reduction
+from ..model.engines import engine_for
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches, single_prompt
 from ..model.validation import UsageError, check_head, check_int_range, check_model, head_name, require_finite
@@ -47,7 +48,7 @@ def attention_scores(
 ) -> dict[str, torch.Tensor]:
     """One head on one prompt: ``raw`` (before the causal mask, the upper triangle included), ``masked`` (future =
     -inf) and ``pattern`` (softmax), each ``[pos, pos]``. ``fwd_hooks``: the engine's edits of interventions
-    upstream (``intervention.hooks(model)``). ``engine``: :func:`~gpt2_posheads.model.engine.engine_for`'s choice.
+    upstream (``intervention.hooks(model)``). ``engine``: :func:`~gpt2_posheads.model.engines.engine_for`'s choice.
 
     ``raw = (q . k) * scale`` with the queries and keys as the model uses them, the scale checked (or read off)
     against the model's own pattern (:func:`~gpt2_posheads.model.attention.scale_from_pattern`: ``softmax(raw +
@@ -113,7 +114,7 @@ def score_profile(
     pattern on the first batch (:func:`~gpt2_posheads.model.attention.scale_from_pattern`), not the configuration's
     (the TransformerLens 4 bridge misstates GPT-Neo's), so the profile is in the logits the softmax sees. One pass
     per batch reads every layer's queries, keys and pattern (``engine``:
-    :func:`~gpt2_posheads.model.engine.engine_for`'s choice) and reduces each layer as it comes.
+    :func:`~gpt2_posheads.model.engines.engine_for`'s choice) and reduces each layer as it comes.
     """
     check_model(model)
     check_int_range("window", window, 1, 64)

@@ -45,7 +45,8 @@ import torch
 import torch.nn.functional as F
 
 from ..model.attention import attn_scale, scale_from_pattern
-from ..model.engine import Reduction, ResidualWrite, engine_for
+from ..model.engine import Reduction, ResidualWrite
+from ..model.engines import engine_for
 from ..model.fastpath import _ln_params, unsupported_reason
 from ..model.identity import has_learned_positions, position_kind
 from ..model.state import measures_caller_model
@@ -268,7 +269,7 @@ def path_ablation(
     the embeddings (their own ``W_pos``) plus what blocks ``0 .. layer-1`` write when *they* run on ``W_pos``
     averaged in groups of ``pos_group`` (does the head read computation, or ``W_pos`` relayed by the layers below?
     one more pass per batch). Sorted by ``drop``, largest first. Needs mean outputs, so prompts are read twice for
-    ``ablation="mean"``. ``engine``: :func:`~gpt2_posheads.model.engine.engine_for`'s choice (one that reads head
+    ``ablation="mean"``. ``engine``: :func:`~gpt2_posheads.model.engines.engine_for`'s choice (one that reads head
     outputs and residuals: TransformerLens hooks).
     """
     check_head(model, layer, head)

@@ -1,58 +1,190 @@
-"""The posts this toolkit reproduces and the script that tests each of their claims, in reading order."""
+"""The catalogue: every post this toolkit tests and every claim script of each, filled by the declarations.
+
+A claim script is declared once, beside its measurement, in its post's module, by decorating its function::
+
+    POST = register_post(Post("004", "The positional embedding matrix and ...", author=..., date=..., seed=...,
+                              subject="gpt2_prev_heads", needs_model=True, order=0))
+
+    @declare(POST, "mask_prev_attention", claims=("mask_disrupts",), usage=__doc__, n_prompts=8, heads=HEADS,
+             options=(Option("--every", MASK_EVERY, "mask queries p with p %% every == 0", int, low=2),))
+    def mask_prev_attention(model=None, prompts=None, heads=None, *, every=MASK_EVERY, run=None): ...
+
+Everything else reads the declaration: the command ``gpt2-posheads mask_prev_attention`` and its ``--help``
+(:mod:`gpt2_posheads.cli.declared` builds them from ``usage``, the prompt defaults, ``heads`` and ``options``), the
+command list, the main job's list of scripts, the page's sections and rows, the claims a script's results must hold.
+A researcher's own module declares its claims the same way; importing it registers them (for the command line and
+the main job, name it in ``$GPT2_POSHEADS_POSTS``: :data:`PLUGINS_ENV`).
+
+This module holds only the catalogue's data and its lookups: it imports nothing that measures, so every layer can
+read it. The declarations fill it when :mod:`gpt2_posheads.posts` is imported (``import gpt2_posheads`` does).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+PLUGINS_ENV = "GPT2_POSHEADS_POSTS"  # comma-separated modules of a researcher's own declared claims
 
 
 @dataclass(frozen=True)
 class Post:
-    key: str  # the seed's number
+    """A post this toolkit tests: its seed's number (``key``), title, author, date, seed file, the subject its
+    package is named by (``gpt2_posheads.posts.<subject>``), whether its scripts run on a transformer
+    (``needs_model``; False: they train their own toy models) and its place in the reading order."""
+
+    key: str
     title: str
-    scripts: tuple[str, ...]
-    needs_model: bool  # its scripts run on a transformer (True) or train their own toy models (False)
+    author: str
+    date: str
+    seed: str
+    subject: str
+    needs_model: bool
+    order: int = 99
+
+    @property
+    def scripts(self) -> tuple[str, ...]:
+        """The post's claim scripts, in its reading order."""
+        mine = [s for s in _SCRIPTS.values() if s.post.key == self.key]
+        return tuple(s.name for s in sorted(mine, key=lambda s: s.order))
 
 
-POSTS: tuple[Post, ...] = (
-    Post(
-        "004",
-        "The positional embedding matrix and previous-token heads: how do they actually work?",
-        (
-            "rank_prev_heads",
-            "pos_embed_helix",
-            "ext_pos_vs_wpe",
-            "pos_embed_averaging",
-            "mask_prev_attention",
-            "raw_scores_taxonomy",
-            "ext_pos_averaging",
-            "l4h11_edit",
-            "prev_head_sources",
-        ),
-        True,
-    ),
-    Post("003", "Sparse attention 1: sticky plateau and rank collapse", ("toy_sticky_plateau",), False),
-    Post("001", "Sparse attention 3: inefficiency of extracting similar content", ("toy_similar_content",), False),
-    Post("000", "Sparse attention 4: previous token head", ("toy_prev_token",), False),
-    Post(
-        "002",
-        "Sparse attention 7: stacked causal attention as implicit positions, and lost in the middle",
-        ("toy_lost_in_middle",),
-        False,
-    ),
-)
-MODEL_SCRIPTS: tuple[str, ...] = tuple(s for p in POSTS if p.needs_model for s in p.scripts)
-TOY_SCRIPTS: tuple[str, ...] = tuple(s for p in POSTS if not p.needs_model for s in p.scripts)
-SCRIPT_POST: dict[str, Post] = {s: p for p in POSTS for s in p.scripts}
+@dataclass(frozen=True)
+class Option:
+    """One option of a declared claim script's command, passed to its function as the keyword ``kwarg``.
 
-# The claims each model script judges (keys of gpt2_posheads.claims.gpt2_post.CLAIMS), in the order it writes them.
-SCRIPT_CLAIMS: dict[str, tuple[str, ...]] = {
-    "rank_prev_heads": ("sharp_prev_head", "sharpest_stands_alone", "half_prev_heads"),
-    "pos_embed_helix": ("wpos_helix", "ext_helix"),
-    "ext_pos_vs_wpe": ("ext_same_subspace", "ext_sparser", "ext_token_independent"),
-    "pos_embed_averaging": ("avg_output_unchanged", "avg_breaks_down", "avg_prev_heads_unaffected"),
-    "mask_prev_attention": ("mask_disrupts",),
-    "raw_scores_taxonomy": ("early_self_suppressing", "aggregator_prev_boosting"),
-    "ext_pos_averaging": ("ext_avg_hurts_early_more",),
-    "l4h11_edit": ("edit_moves_copy",),
-    "prev_head_sources": ("aggregator_above_layer0", "sources_upstream", "sources_named_heads"),
-}
+    ``type`` int, float or str; ``None`` with a ``False`` default makes a switch. ``low``/``high``: the range an int
+    or float is checked against before the model loads (one ``error:`` line otherwise). ``parse``: ``"int_list"`` or
+    ``"float_list"`` for a comma-separated list (checked, each >= ``low``). ``kwarg``: the function's keyword ("" :
+    the flag's name, ``--group-size`` -> ``group_size``; ``None``: an option of the command alone, e.g. how many
+    rows it prints, which :attr:`Script.console` reads).
+    """
+
+    flag: str
+    default: Any
+    help: str
+    type: type | None = None
+    low: float | None = None
+    high: float | None = None
+    choices: tuple | None = None
+    parse: str = ""
+    kwarg: str | None = ""
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def keyword(self) -> str | None:
+        return self.dest if self.kwarg == "" else self.kwarg
+
+
+@dataclass(frozen=True)
+class Script:
+    """A claim script as declared: its command's name, its post, the function, the claims it judges (in the order
+    it writes them), the command's help (``usage``: its first line is the command list's) and what the command
+    needs.
+
+    ``n_prompts``/``seq_len``: the defaults of the natural-text prompts it measures on (``n_prompts=None``: it makes
+    its own inputs). ``heads``: the :class:`~gpt2_posheads.analysis.heads.HeadDefault` of its ``--heads``.
+    ``submatrix``: it shows a ``--start``/``--size`` submatrix. ``engines``: the engines of its ``--engine``.
+    ``ranking``/``above_layer0``/``layer_final``: the set-up's (the heads ranked first; ``--heads`` in layer 0
+    refused; a ``--layer`` may name the final residual stream). ``prepare(model, kwargs, args)``: the command's checks
+    and adjustments beyond the options' ranges, on the function's keywords (``UsageError`` naming the option),
+    called with ``model=None`` before the model loads and again with the model. ``console(result,
+    options)``: what the command prints beside the results folder. ``command``: the command is a module of
+    :mod:`gpt2_posheads.commands` with its own options (the toy posts' training options) rather than built from
+    this declaration. ``order``: its place in the post's reading order (the command list, the main job and the page
+    follow it).
+    """
+
+    name: str
+    post: Post
+    function: Callable
+    claims: tuple[str, ...] = ()
+    usage: str = ""
+    options: tuple[Option, ...] = ()
+    n_prompts: int | None = None
+    seq_len: int = 256
+    heads: Any = None
+    submatrix: bool = False
+    engines: tuple[str, ...] = ()
+    ranking: bool = True
+    above_layer0: bool = False
+    layer_final: bool = False
+    prepare: Callable | None = None
+    console: Callable | None = None
+    command: bool = False
+    order: int = 99
+
+    @property
+    def line(self) -> str:
+        """The first line of its help: what the command list says of it."""
+        text = self.usage.strip()
+        return text.splitlines()[0] if text else ""
+
+
+_POSTS: dict[str, Post] = {}
+_SCRIPTS: dict[str, Script] = {}
+
+
+def register_post(post: Post) -> Post:
+    """Add ``post`` to the catalogue (again with the same values: nothing changes) and return it."""
+    known = _POSTS.get(post.key)
+    if known is not None and known != post:
+        raise ValueError(f"post: {post.key!r} is declared twice with different values ({known.title!r})")
+    _POSTS[post.key] = post
+    return post
+
+
+def declare(post: Post, name: str, **spec) -> Callable[[Callable], Callable]:
+    """Decorate a claim function to declare it as script ``name`` of ``post`` (the fields of :class:`Script`);
+    returns the function unchanged, with its declaration as ``.script``."""
+
+    def register(fn: Callable) -> Callable:
+        register_post(post)
+        script = Script(name, post, fn, **spec)
+        known = _SCRIPTS.get(name)
+        if known is not None and known.function.__module__ != fn.__module__:
+            raise ValueError(f"script: {name!r} is declared twice ({known.function.__module__} and {fn.__module__})")
+        _SCRIPTS[name] = script
+        fn.script = script
+        return fn
+
+    return register
+
+
+def posts() -> tuple[Post, ...]:
+    """Every declared post, in reading order."""
+    return tuple(sorted(_POSTS.values(), key=lambda p: (p.order, p.key)))
+
+
+def scripts() -> dict[str, Script]:
+    """``{name: declaration}`` of every claim script, post by post in reading order."""
+    return {name: _SCRIPTS[name] for p in posts() for name in p.scripts}
+
+
+def script(name: str) -> Script | None:
+    """The declaration of claim script ``name``; ``None`` for a command that is not a claim script."""
+    return _SCRIPTS.get(name)
+
+
+def script_post() -> dict[str, Post]:
+    """``{script: its post}``."""
+    return {name: s.post for name, s in scripts().items()}
+
+
+def model_scripts() -> tuple[str, ...]:
+    """The claim scripts that run on a transformer, in reading order."""
+    return tuple(name for name, s in scripts().items() if s.post.needs_model)
+
+
+def toy_scripts() -> tuple[str, ...]:
+    """The claim scripts that train their own toy models, in reading order."""
+    return tuple(name for name, s in scripts().items() if not s.post.needs_model)
+
+
+def script_claims() -> dict[str, tuple[str, ...]]:
+    """``{model script: the keys of the claims it judges, in the order it writes them}``."""
+    return {name: s.claims for name, s in scripts().items() if s.post.needs_model}

@@ -32,19 +32,19 @@ the rule tests both:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..analysis.diagonals import CLEAR_PREV_RATIO, is_clear_prev, prev_token_stats
+from ..analysis.interventions import MASK_EVERY
 from .verdicts import Claim, Precondition, Rule, at_least, at_most, finite, judge, predicate, within
 
 # model-level preconditions, shared by several scripts
 COPY_THRESHOLD = 0.5  # P(right continuation) on the repeat-string prompt for "the model copies"
 SHARP_RATIO = 0.10  # "almost exclusively the previous token": L4H11 0.01, while the next head (L5H6) is at 0.18
 KEEP = 0.80  # "unaffected", "pretty much unchanged": at least 80% kept
-POS_GROUP = 10  # W_pos group size of the averaging the route conclusion reads (the post's)
+POS_GROUP = 10  # the post's group size of W_pos (and extended-embedding) averaging, which the route conclusion reads
 HALF = 0.50  # "disrupted", "relies on": at least half of the previous-token attention gone
-MASK_EVERY = 5  # the post's masking of p-1: every 5th query
 BREAK_KL = 0.1  # nats per token: "performance breaks down" (random models move < 0.01 at groups of 100)
 DAMAGE_JS = 0.05  # nats of Jensen-Shannon per row: about 15% of a row's attention moved (visible in the figure)
 
@@ -539,108 +539,3 @@ def layer_above(name: str, layer: int, low: int) -> Precondition:
         if layer == 0
         else f"{name} sits in layer {layer}, not above layer {low}",
     )
-
-
-# --- what the route conclusion reads ----------------------------------------------------------------------------
-# Three claims' measurements are read back as numbers by the route conclusion (:mod:`gpt2_posheads.claims.route`).
-# Each is one frozen record here: the script that judges the claim writes the claim's ``measured`` with
-# :meth:`measured`, and the route reads it back with :meth:`read`, from memory or from ``summary.json`` alike, so the
-# names of the fields are written down once.
-
-BELOW_DROP = "relative_drop_without_layers_below"
-RELAYED_DROP = "relative_drop_wpos_averaged_below"
-
-
-@dataclass(frozen=True)
-class PrevMassAveraged:
-    """``avg_prev_heads_unaffected``'s measurement: each tracked head's previous-token mass (its mean offset-1
-    diagonal) clean and with ``W_pos`` averaged in groups of ``group``, ``{head: (clean, averaged)}``. The record holds
-    one pair per head under ``"<head> clean -> g<group>"``, as a person reads it."""
-
-    masses: Mapping[str, tuple[float, float]]
-    group: int = POS_GROUP
-
-    @staticmethod
-    def _suffix(group: int) -> str:
-        return f" clean -> g{group}"
-
-    def measured(self) -> dict[str, tuple[float, float]]:
-        return {head + self._suffix(self.group): pair for head, pair in self.masses.items()}
-
-    @classmethod
-    def read(cls, measured, group: int = POS_GROUP) -> PrevMassAveraged:
-        """The pairs of a record's ``measured`` at ``group`` (a pair that is not two finite numbers is left out: it
-        was not measured)."""
-        suffix, masses = cls._suffix(group), {}
-        for key, pair in measured.items() if isinstance(measured, Mapping) else ():
-            if not (isinstance(key, str) and key.endswith(suffix) and isinstance(pair, (list, tuple))):
-                continue
-            if len(pair) == 2 and all(finite(x) for x in pair):
-                masses[key[: -len(suffix)]] = (float(pair[0]), float(pair[1]))
-        return cls(masses, group)
-
-    def kept(self, head: str) -> float | None:
-        """averaged / clean of ``head``: the share of its previous-token mass it keeps; None where it was not
-        measured or had none to keep a share of (clean <= 0)."""
-        clean, averaged = self.masses.get(head, (math.nan, math.nan))
-        return averaged / clean if clean > 0 else None
-
-
-@dataclass(frozen=True)
-class LayersBelowRemoved:
-    """``aggregator_above_layer0``'s measurement: the head, its layer, and, where the layers below it were measured
-    (layer >= 1), the relative drops of its previous-token mass when what they write is removed (``below``) and when
-    they run on ``W_pos`` averaged in groups of 10 (``relayed``; None: the model has no learned ``W_pos`` to relay).
-    ``below`` None: nothing below was measured; read back, a drop not measured or not finite is NaN."""
-
-    head: str
-    layer: int
-    below: float | None = None
-    relayed: float | None = None
-
-    def measured(self) -> dict:
-        out = {"head": self.head, "layer": self.layer}
-        if self.below is not None:
-            out.update({BELOW_DROP: self.below, RELAYED_DROP: self.relayed})
-        return out
-
-    @classmethod
-    def read(cls, measured) -> LayersBelowRemoved | None:
-        """The record's measurement; None where it names no layer."""
-        if not isinstance(measured, Mapping) or measured.get("layer") is None:
-            return None
-        below, relayed = measured.get(BELOW_DROP), measured.get(RELAYED_DROP, math.nan)
-        return cls(
-            str(measured.get("head") or ""),
-            int(measured["layer"]),
-            float(below) if finite(below) else math.nan,
-            None if relayed is None else float(relayed) if finite(relayed) else math.nan,
-        )
-
-
-@dataclass(frozen=True)
-class EarlyLabels:
-    """``early_self_suppressing``'s measurement: the aggregator, the clear previous-token heads below it, and those
-    of them labelled self-suppressing and prev-boosting by their raw-score profile."""
-
-    aggregator: str
-    early: tuple[str, ...]
-    self_suppressing: tuple[str, ...]
-    prev_boosting: tuple[str, ...]
-
-    def measured(self) -> dict:
-        return {
-            "aggregator": self.aggregator,
-            "early_prev_heads": list(self.early),
-            "self_suppressing": list(self.self_suppressing),
-            "prev_boosting": list(self.prev_boosting),
-        }
-
-    @classmethod
-    def read(cls, measured) -> EarlyLabels:
-        """The record's labels (none where it holds no measurement)."""
-        m = measured if isinstance(measured, Mapping) else {}
-        return cls(
-            str(m.get("aggregator") or ""),
-            *(tuple(m.get(k) or ()) for k in ("early_prev_heads", "self_suppressing", "prev_boosting")),
-        )

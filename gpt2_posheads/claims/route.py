@@ -6,7 +6,7 @@ down before it was measured on the generated known-answer models (``docs/known-a
 of :data:`ROUTES`, with the rows that decided it. Nothing here measures: a model's route is measured by the post's
 own claim functions on one shared run (:func:`gpt2_posheads.posts.gpt2_prev_heads.route.measure_route`), and the
 numbers it reads come back through the records of :mod:`~gpt2_posheads.claims.gpt2_post` that the scripts write them
-with (:class:`~gpt2_posheads.claims.gpt2_post.PrevMassAveraged`, ``LayersBelowRemoved``, ``EarlyLabels``).
+with (:class:`~gpt2_posheads.claims.measured.PrevMassAveraged`, ``LayersBelowRemoved``, ``EarlyLabels``).
 
 The rule, with ``A`` the sharpest previous-token head (the aggregator), ``kept`` the share of its previous-token mass
 it keeps when ``W_pos`` is averaged in groups of 10 (``avg_prev_heads_unaffected``), ``below`` how much it loses when
@@ -34,7 +34,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .gpt2_post import HALF, KEEP, POS_GROUP, EarlyLabels, LayersBelowRemoved, PrevMassAveraged
+from .gpt2_post import HALF, KEEP, POS_GROUP
+from .measured import EarlyLabels, LayersBelowRemoved, PrevMassAveraged
 from .verdicts import HELD, NOT_HELD, Claim, finite
 
 POST, BOOST, WPOS, RELAY, NONE, UNDETERMINED = "post", "boost", "wpos", "relay", "none", "undetermined"
@@ -124,14 +125,14 @@ def _measured(records, key):
 
 def kept_under_wpos_averaging(records: Mapping[str, Mapping], head: str) -> float | None:
     """The share of ``head``'s previous-token mass kept under ``W_pos`` averaged in groups of 10, read off
-    ``avg_prev_heads_unaffected``'s measurement (:class:`~gpt2_posheads.claims.gpt2_post.PrevMassAveraged`); None if
+    ``avg_prev_heads_unaffected``'s measurement (:class:`~gpt2_posheads.claims.measured.PrevMassAveraged`); None if
     not measured."""
     return PrevMassAveraged.read(_measured(records, "avg_prev_heads_unaffected"), POS_GROUP).kept(head)
 
 
 def _above(records) -> tuple[int | None, float, float | None]:
     """``(layer, drop without the layers below, drop with W_pos averaged below)`` of ``aggregator_above_layer0``'s
-    measurement (:class:`~gpt2_posheads.claims.gpt2_post.LayersBelowRemoved`); a drop not measured is NaN, and the
+    measurement (:class:`~gpt2_posheads.claims.measured.LayersBelowRemoved`); a drop not measured is NaN, and the
     second is None on a model with no learned ``W_pos``."""
     m = LayersBelowRemoved.read(_measured(records, "aggregator_above_layer0"))
     if m is None:
@@ -141,7 +142,7 @@ def _above(records) -> tuple[int | None, float, float | None]:
 
 def _early_labels(records) -> tuple[int, int, int]:
     """``(n early heads, n self-suppressing, n prev-boosting)`` of ``early_self_suppressing``'s measurement
-    (:class:`~gpt2_posheads.claims.gpt2_post.EarlyLabels`)."""
+    (:class:`~gpt2_posheads.claims.measured.EarlyLabels`)."""
     m = EarlyLabels.read(_measured(records, "early_self_suppressing"))
     return len(m.early), len(m.self_suppressing), len(m.prev_boosting)
 

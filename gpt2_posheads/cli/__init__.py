@@ -3,22 +3,16 @@ model script, and running scripts (``experiments/`` are thin scripts on top of i
 
 from ..model.validation import note
 from .args import (
-    Checked,
-    ModelShape,
     Parser,
     add_prompt_args,
     add_submatrix_args,
-    check_device,
-    check_hub_names,
-    check_model_dir,
     experiment_parser,
     float_list,
     int_list,
     main_entry,
     positive,
-    postcheck,
-    precheck,
 )
+from .checks import Checked, ModelShape, check_device, check_hub_names, check_model_dir, postcheck, precheck
 from .experiment import (
     Experiment,
     capped_seq_len,

@@ -24,8 +24,8 @@ from ..analysis.prompts import documents, make_prompts
 from ..model.fingerprint import folder_fingerprint
 from ..model.identity import compiled_standin, is_gpt2_small, position_kind
 from ..model.loading import ModelLoadError, load_model
-from ..model.validation import UsageError, head_name, note
-from .args import Checked, model_folder, postcheck, precheck
+from ..model.validation import UsageError, capped_seq_len, head_name
+from .checks import Checked, model_folder, postcheck, precheck
 from .engine import load_engine_model
 from .heads import HeadDefault, require_above_layer0, resolve_heads
 from .output import Output, default_target
@@ -107,14 +107,6 @@ def open_output(args, script_file: str, per_model: bool = True, quick: bool = Fa
         force=getattr(args, "force", False),
         model=model_identity(args) if has_model else None,
     )
-
-
-def capped_seq_len(model, seq_len: int) -> int:
-    """``seq_len`` capped at the model's context, saying so when it is."""
-    if seq_len > model.cfg.n_ctx:
-        note(f"--seq-len {seq_len} is capped at the model's context, {model.cfg.n_ctx}")
-        return model.cfg.n_ctx
-    return seq_len
 
 
 OPTION_OF = {"n_prompts": "--n-prompts", "seq_len": "--seq-len", "prompts": "--prompts"}
@@ -229,19 +221,3 @@ def _ranking(model, prompts: torch.Tensor) -> tuple[torch.Tensor, pd.DataFrame]:
     if _SHARED is not None:
         _SHARED["rankings"][key] = ranked
     return ranked
-
-
-def not_applicable(exp: Experiment, reason: str, claim_keys: list[str], extra: dict | None = None) -> None:
-    """End a script that does not apply to this model: one line ``not applicable: <reason>``, every claim
-    ``not testable`` with that reason in ``summary.json``, exit status 0."""
-    from ..claims.gpt2_post import CLAIMS
-    from ..claims.verdicts import not_testable
-
-    print(f"not applicable: {reason}")
-    why, measured = f"not applicable: {reason}", {"not_applicable": reason}
-    claims = [
-        not_testable(c.claim, c.post, c.rule, why, key=c.key, tells=c.tells, measured=measured)
-        for c in (CLAIMS[k] for k in claim_keys)
-    ]
-    exp.out.summary({**exp.describe(), "not_applicable": reason, **(extra or {})}, claims)
-    exp.out.commit()

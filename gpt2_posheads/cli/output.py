@@ -17,9 +17,9 @@ user has:
   for a whole results tree).
 
 * **Results first, then the console.** The claims table is printed once the files are in place, and the console can
-  never cost a result (:class:`ConsoleStream`): a reader that stops early (``script | head -2``) silences the rest
-  of the run's output, a console that cannot show a character gets a replacement character. A folder that cannot be
-  written (a full disk, a quota, a file-size limit, a read-only file system:
+  never cost a result (:class:`~gpt2_posheads.cli.console.ConsoleStream`): a reader that stops early (``script |
+  head -2``) silences the rest of the run's output, a console that cannot show a character gets a replacement
+  character. A folder that cannot be written (a full disk, a quota, a file-size limit, a read-only file system:
   :data:`~gpt2_posheads.model.paths.CANNOT_WRITE`) is one line naming it (:func:`write_failure`), with the earlier
   results as they were.
 
@@ -53,77 +53,6 @@ from ..report.plotting import png_support, save_figure, write_png
 LOCK = ".gpt2_posheads.lock"
 _OPEN: list[Output] = []  # outputs of this process not yet committed (aborted by main_entry on failure)
 _COMMITTED: list[Path] = []  # folders this process committed (where a later "no space left" is said to be)
-
-
-# --- the console ---------------------------------------------------------------------------------------------
-
-
-class ConsoleStream:
-    """``sys.stdout`` or ``sys.stderr`` as a run writes to them: the console can never end a run.
-
-    A reader that stops early (``script | head -2``: ``BrokenPipeError``), a closed or failing console (any
-    ``OSError``) sends the rest of the run's output to ``/dev/null`` and the run goes on to write its results; a
-    character the console's encoding cannot show (``PYTHONIOENCODING=ascii``, a Latin-1 terminal) is replaced by the
-    encoding's replacement character instead of raising ``UnicodeEncodeError``. Everything else is the stream's own.
-    """
-
-    def __init__(self, stream):
-        self.stream = stream
-        self.gone = False  # the console went away: what is written from here on is dropped
-
-    def write(self, text: str) -> int:
-        if self.gone:
-            return len(text)
-        try:
-            return self.stream.write(text)
-        except UnicodeEncodeError:
-            enc = getattr(self.stream, "encoding", None) or "ascii"
-            return self.write(text.encode(enc, "replace").decode(enc, "replace"))
-        except (OSError, ValueError):  # a broken pipe, a full disk under a redirect, a closed file
-            self._went_away()
-            return len(text)
-
-    def flush(self) -> None:
-        if self.gone:
-            return
-        try:
-            self.stream.flush()
-        except (OSError, ValueError):
-            self._went_away()
-
-    def _went_away(self) -> None:
-        """Point the stream's file descriptor at ``/dev/null``, so that what its buffer still holds, and the
-        interpreter's flush at exit, go nowhere instead of raising again."""
-        self.gone = True
-        try:
-            fd = self.stream.fileno()
-            null = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(null, fd)
-            finally:
-                os.close(null)
-            self.stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
-
-    def __getattr__(self, name):
-        return getattr(self.stream, name)
-
-
-def guard_console():
-    """Put :class:`ConsoleStream` in front of ``sys.stdout`` and ``sys.stderr``; returns the function that flushes them
-    and puts the originals back."""
-    saved = sys.stdout, sys.stderr
-    guards = [ConsoleStream(s) if s is not None and not isinstance(s, ConsoleStream) else s for s in saved]
-    sys.stdout, sys.stderr = guards
-
-    def restore() -> None:
-        for g in guards:
-            if isinstance(g, ConsoleStream):
-                g.flush()
-        sys.stdout, sys.stderr = saved
-
-    return restore
 
 
 # --- a folder that cannot be written ------------------------------------------------------------------------------
@@ -580,13 +509,13 @@ def abort_open_outputs() -> None:
 def finish_not_testable(reason: str) -> bool:
     """End every open output of a claim script with all its claims ``not testable`` and ``reason`` (a measurement
     the claims rest on could not be made: the model computed a NaN); whether there was such an output."""
-    from ..claims.catalogue import SCRIPT_CLAIMS
+    from ..claims.catalogue import script_claims
     from ..claims.gpt2_post import CLAIMS
     from ..claims.verdicts import not_testable
 
     done = False
     for out in list(_OPEN):
-        keys = SCRIPT_CLAIMS.get(out.script)
+        keys = script_claims().get(out.script)
         if not keys:
             continue
         cs, record = [CLAIMS[k] for k in keys], {"not_testable": reason}  # each claim's spec; what the record says

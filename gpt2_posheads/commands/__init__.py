@@ -25,16 +25,22 @@ SAY_FIRST = ("toy_sticky_plateau", "toy_similar_content", "toy_prev_token", "toy
 
 
 def commands() -> dict[str, str]:
-    """``{command name: the first line of its docstring}`` for every command of the package, read without importing
-    them (listing stays instant)."""
+    """``{command name: the first line of its help}``: every module of this package (read without importing them,
+    so listing stays instant) and every claim script declared without one (its command is built from its declaration:
+    :mod:`gpt2_posheads.cli.declared`)."""
+    from ..claims.catalogue import scripts
+
     out = {}
-    for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+    for m in pkgutil.iter_modules(__path__):
         if m.name.startswith("_"):
             continue
         path = Path(__path__[0]) / f"{m.name}.py"
         doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
         out[m.name] = doc.strip().splitlines()[0] if doc.strip() else ""
-    return out
+    for name, script in scripts().items():
+        if not script.command:
+            out.setdefault(name, script.line)
+    return dict(sorted(out.items()))
 
 
 def normalize(name: str) -> str:
@@ -43,17 +49,41 @@ def normalize(name: str) -> str:
 
 
 def load(name: str):
-    """The module of command ``name`` (``KeyError`` naming the commands there are)."""
+    """The program of command ``name``: its module, or for a declared claim script without one the command its
+    declaration builds (anything with ``main(argv)``); ``KeyError`` naming the commands there are."""
+    from ..claims.catalogue import script
+
     name = normalize(name)
     if name not in commands():
         raise KeyError(f"{name!r} is not a command; commands: {', '.join(commands())}")
+    declared = script(name)
+    if declared is not None and not declared.command:
+        from ..cli.declared import DeclaredCommand
+
+        return DeclaredCommand(declared)
     return importlib.import_module(f"{__name__}.{name}")
+
+
+def plugins_failed() -> bool:
+    """Say, in one ``error:`` line, a module of ``$GPT2_POSHEADS_POSTS`` that could not be imported (a claim of it
+    would be missing from the command list, the main job and the page); True if there is one."""
+    from ..claims.catalogue import PLUGINS_ENV
+    from ..posts import PLUGIN_ERRORS
+
+    if PLUGIN_ERRORS:
+        print(
+            f"error: ${PLUGINS_ENV}: {PLUGIN_ERRORS[0]}; module names importable from here or PYTHONPATH",
+            file=sys.stderr,
+        )
+    return bool(PLUGIN_ERRORS)
 
 
 def run(name: str, argv: Sequence[str] | None = None) -> int:
     """Run command ``name`` with ``argv`` as a program does: one ``error:`` line and status 2 for a mistake, the
     results of an interrupted run kept (:func:`~gpt2_posheads.cli.args.main_entry`). Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if plugins_failed():
+        return 2
     name = normalize(name)
     if name in SAY_FIRST and not {"-h", "--help"} & set(argv):
         print(f"{name}: loading torch and the toolkit", flush=True)

@@ -15,10 +15,10 @@ Writes report.html and summary.json under results/mini_gpt2_report/<model>/. As 
 posts.gpt2_prev_heads.mini_gpt2_report.
 """
 
-from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS
+from gpt2_posheads.claims.catalogue import model_scripts
 from gpt2_posheads.claims.verdicts import claims_table
 from gpt2_posheads.cli import experiment_parser, positive, results_root, setup
-from gpt2_posheads.cli.args import check_model_dir
+from gpt2_posheads.cli.checks import check_model_dir
 from gpt2_posheads.cli.experiment import model_slug
 from gpt2_posheads.commands import run_experiment
 from gpt2_posheads.posts.gpt2_prev_heads import organism_report as claim
@@ -45,8 +45,8 @@ def main(argv=None):
     if not args.skip_scripts:  # every claim command on this model first: the story is read from their results
         model = ["--model-dir", args.model_dir] if args.model_dir else ["--model", args.model]
         margs = model + (["--device", args.device] if args.device else []) + (["--no-png"] if args.no_png else [])
-        for i, name in enumerate(MODEL_SCRIPTS, 1):
-            print(f"\n=== [{i}/{len(MODEL_SCRIPTS)}] {name}", flush=True)
+        for i, name in enumerate(model_scripts(), 1):
+            print(f"\n=== [{i}/{len(model_scripts())}] {name}", flush=True)
             if run_experiment(name, margs) == 130:
                 raise KeyboardInterrupt
     result = claim.mini_gpt2_report(

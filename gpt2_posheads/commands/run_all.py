@@ -34,7 +34,7 @@ from types import SimpleNamespace
 
 import torch
 
-from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, TOY_SCRIPTS
+from gpt2_posheads.claims.catalogue import model_scripts, toy_scripts
 from gpt2_posheads.cli import Parser, check_device, check_hub_names, check_model_dir, results_root, write_json
 from gpt2_posheads.cli.args import Terminated
 from gpt2_posheads.cli.experiment import model_slug, shared_setup
@@ -90,7 +90,7 @@ def main(argv=None):
     hub = [m for m in names if m not in SHIPPED_MODELS]
     check_hub_names(hub)
     check_device(args.device)
-    scripts = list(MODEL_SCRIPTS + TOY_SCRIPTS)
+    scripts = list(model_scripts() + toy_scripts())
     if args.only is not None:
         wanted = [s.strip() for s in args.only.split(",") if s.strip()]
         unknown = [s for s in wanted if s not in scripts]
@@ -103,7 +103,7 @@ def main(argv=None):
     device = ["--device", args.device] if args.device else []
     jobs = []  # (script, model label or None, arguments)
     for name in scripts:
-        if name in MODEL_SCRIPTS:
+        if name in model_scripts():
             jobs += [(name, m[1], m + device) for m in models]
         else:
             jobs.append((name, None, ["--quick"] if args.quick else []))

@@ -27,6 +27,14 @@ def note(message: str) -> None:
     print(f"note: {message}", file=sys.stderr)
 
 
+def capped_seq_len(model, seq_len: int) -> int:
+    """``seq_len`` capped at the model's context, saying so when it is."""
+    if seq_len > model.cfg.n_ctx:
+        note(f"--seq-len {seq_len} is capped at the model's context, {model.cfg.n_ctx}")
+        return model.cfg.n_ctx
+    return seq_len
+
+
 class NonFiniteError(RuntimeError):
     """An analysis met a NaN or infinite number in what the model computed (a pattern, a logit, a residual): no
     claim resting on it can be judged. Scripts end with every claim ``not testable`` and this message."""
@@ -205,10 +213,6 @@ def path_kind(path) -> str:
         if test(mode):
             return what
     return "neither a file nor a folder"
-
-
-def check_seq_len(model, seq_len: int, name: str = "seq_len") -> int:
-    return check_int_range(name, seq_len, 1, model.cfg.n_ctx)
 
 
 def check_learned_pos_embed(model) -> None:

@@ -56,6 +56,7 @@ from ..analysis.diagonals import (
     rank_from_diagonals,
 )
 from ..analysis.interventions import (
+    MASK_EVERY,
     average_ext_pos_embed,
     average_pos_embed,
     edit_head_pattern,
@@ -66,6 +67,7 @@ from ..analysis.interventions import (
 from ..analysis.posembed import extended_pos_embeddings_by_layer
 from ..analysis.repeat_prompt import edit_mapping, repeat_string_prompt, single_token_target
 from ..analysis.scores import raw_scores_from_qk
+from ..claims.gpt2_post import POS_GROUP
 from ..model.attention import QKCapture, attn_scale
 from ..model.forward import run_until
 from ..model.identity import has_learned_positions, position_kind
@@ -73,18 +75,16 @@ from ..model.state import measures_caller_model
 from ..model.tokens import model_device, to_token_list
 from ..model.validation import UsageError, head_name
 
-GROUP = 10  # the group size of both averagings
-MASK_EVERY = 5  # every 5th query has its previous position masked
 MIN_TOKENS = 3  # the profile's statistics need two offsets with entries (key 0 left out)
 
 # key, short label (buttons, summary), what it does (the page's notes and tooltips)
 VARIANTS: tuple[tuple[str, str, str], ...] = (
     ("clean", "clean", "the model as it is"),
-    ("wpos", f"W_pos averaged /{GROUP}", f"W_pos averaged in groups of {GROUP} consecutive positions"),
+    ("wpos", f"W_pos averaged /{POS_GROUP}", f"W_pos averaged in groups of {POS_GROUP} consecutive positions"),
     (
         "extavg",
-        f"ext. pos. averaged /{GROUP}",
-        f"the extended positional embeddings averaged in groups of {GROUP} just before the head's layer",
+        f"ext. pos. averaged /{POS_GROUP}",
+        f"the extended positional embeddings averaged in groups of {POS_GROUP} just before the head's layer",
     ),
     (
         "mask",
@@ -244,7 +244,7 @@ def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None
         if key == "clean":
             pat, raw = _capture(model, tokens)
         elif key == "wpos":
-            pat, raw = _capture(model, tokens, average_pos_embed(GROUP).hooks(model))
+            pat, raw = _capture(model, tokens, average_pos_embed(POS_GROUP).hooks(model))
         elif key in ("mask", "extavg"):
             for layer in range(L):  # a run per layer: each layer's heads under the intervention at their own layer
                 if all(na[layer * H + h] is not None for h in range(H)):
@@ -252,7 +252,7 @@ def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None
                 iv = (
                     mask_previous_attention(MASK_EVERY, range(layer))
                     if key == "mask"
-                    else average_ext_pos_embed(layer, GROUP, ext=None if ctx.ext is None else ctx.ext[layer])
+                    else average_ext_pos_embed(layer, POS_GROUP, ext=None if ctx.ext is None else ctx.ext[layer])
                 )
                 p, r = _capture(model, tokens, iv.hooks(model), upto=layer)
                 pat[layer], raw[layer] = p[layer], r[layer]

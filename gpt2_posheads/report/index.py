@@ -1,6 +1,6 @@
 """The ``results/index.html`` page: every post's claims, one column per model, readable in a minute.
 
-Grouped by post (:data:`gpt2_posheads.claims.catalogue.POSTS`), then claim. Each cell: the verdict, the measured
+Grouped by post (:func:`gpt2_posheads.claims.catalogue.posts`), then claim. Each cell: the verdict, the measured
 number for a person (3 significant digits, the head it was measured on), the reason in words, when it was
 measured, and thumbnails of the script's figures. The header gives the date, the machine and each script's run
 time from ``run_all.json``, and marks a run that was interrupted and the scripts that did not run. The page links
@@ -21,12 +21,11 @@ import os
 import time
 from pathlib import Path
 
-from ..claims.catalogue import POSTS, SCRIPT_POST
+from ..claims.catalogue import posts, script_post
 from ..claims.record import Summary, SummaryError, read_summary, recorded_fingerprint
 from ..claims.verdicts import NOT_TESTABLE, VERDICT_COLOURS, VERDICTS, Claim, fmt
 from ..model.validation import UsageError
 
-SCRIPT_ORDER = {s: i for i, s in enumerate(s for p in POSTS for s in p.scripts)}
 TOY_COLUMN = "toy models"
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em 2em;color:#1f2328}
@@ -67,7 +66,8 @@ def collect_summaries(root: Path) -> list[tuple[Path, Summary]]:
                 "summary.json files written by this toolkit",
                 "rerun the script that wrote it, or move the file away",
             ) from None
-    return sorted(found, key=lambda t: (SCRIPT_ORDER.get(t[1].script, 99), str(t[0])))
+    order = {s: i for i, s in enumerate(s for p in posts() for s in p.scripts)}
+    return sorted(found, key=lambda t: (order.get(t[1].script, len(order)), str(t[0])))
 
 
 def humanize(key: str) -> str:
@@ -100,8 +100,9 @@ class Columns:
     def __init__(self, summaries: list[tuple[Path, Summary]], record: dict | None = None):
         found = {}  # path -> (model name, recorded fingerprint)
         self.standins: set[str] = set()  # names of models that record being a compiled stand-in (not the real one)
+        post_of = script_post()
         for path, s in summaries:
-            if SCRIPT_POST.get(s.script) is not None and not SCRIPT_POST[s.script].needs_model:
+            if s.script in post_of and not post_of[s.script].needs_model:
                 continue
             found[path] = (s.model or path.parent.name, recorded_fingerprint(path.parent))
             if s.get("compiled_standin"):
@@ -263,9 +264,9 @@ def claims_markdown(root: Path, post_key: str) -> str:
     """One post's claims as a Markdown table, one column per model: the verdict, the number as the page shows it
     and the head it was measured on (for the docs; a `not testable` cell says what failed; the page itself has
     the rules)."""
-    post = next((p for p in POSTS if p.key == post_key), None)
+    post = next((p for p in posts() if p.key == post_key), None)
     if post is None:
-        raise ValueError(f"unknown post {post_key!r}; posts: {', '.join(p.key for p in POSTS)}")
+        raise ValueError(f"unknown post {post_key!r}; posts: {', '.join(p.key for p in posts())}")
     cells, order, models, _, columns = _claims_by_model(collect_summaries(root), root)
     cols = models if post.needs_model else [TOY_COLUMN]
 
@@ -301,7 +302,7 @@ def index_html(
         for j in (record or {}).get("jobs", [])
     }
     sections = []
-    for post in POSTS:
+    for post in posts():
         keys = [k for k in order if k[0] in post.scripts]
         if not keys and not any(s in {sc for sc, _ in status} for s in post.scripts):
             continue
@@ -395,7 +396,7 @@ def route_conclusions(summaries: list[tuple[Path, Summary]], root: Path, record:
     by_model: dict[str, list[Summary]] = {}
     for path, s in summaries:
         model = columns.keys[path]
-        if model != TOY_COLUMN and s.script in SCRIPT_POST and SCRIPT_POST[s.script].key == "004":
+        if model != TOY_COLUMN and getattr(script_post().get(s.script), "key", None) == "004":
             by_model.setdefault(model, []).append(s)
     return {columns.label(m): route_conclusion_from_summaries(ss) for m, ss in by_model.items()}
 

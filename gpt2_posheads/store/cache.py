@@ -9,7 +9,7 @@
   model has one: ``ext_bos`` in the provenance; row 0 is then the BOS position);
 * ``repeat.{name}.tokens`` and ``repeat.{name}.probs`` (next-token distribution) for repeat-string prompts.
 
-:class:`PosheadsCache` reads it back; ``rank_prev_heads``, ``extended_pos_embeddings`` and
+:class:`PosheadsCache` reads it back; ``prev_token_ranking``, ``extended_pos_embeddings`` and
 ``classify_prev_heads`` accept one in place of a model.
 """
 

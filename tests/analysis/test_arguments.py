@@ -15,7 +15,7 @@ from gpt2_posheads import (
     head_table,
     induction_scores,
     mask_previous_attention,
-    rank_prev_heads,
+    prev_token_ranking,
     score_profile,
 )
 from gpt2_posheads.model.validation import as_index, check_heads, check_layer, check_model
@@ -76,7 +76,7 @@ def test_a_plain_hugging_face_model_is_named_with_how_to_load_it(hf_model, tiny_
     toks = torch.randint(0, 16, (2, 8))
     calls = [
         lambda m: extended_pos_embeddings(m, layer=0),
-        lambda m: rank_prev_heads(m, toks),
+        lambda m: prev_token_ranking(m, toks),
         lambda m: diagonal_attention(m, toks),
         lambda m: head_table(m, toks),
         lambda m: induction_scores(m),
@@ -114,7 +114,7 @@ def test_heads_are_names_or_pairs_within_the_model(tiny_model):
 
 
 def test_choose_aggregator_refuses_an_empty_or_foreign_ranking(tiny_model):
-    ranking = rank_prev_heads(tiny_model, torch.randint(1, 100, (2, 16)), progress=False)
+    ranking = prev_token_ranking(tiny_model, torch.randint(1, 100, (2, 16)), progress=False)
     with pytest.raises(ValueError, match="^ranking is empty"):
         choose_aggregator(ranking.iloc[:0])
     with pytest.raises(ValueError, match="^ranking lacks the columns is_prev_token"):

@@ -10,8 +10,8 @@ from gpt2_posheads import (
     load_model,
     make_prompts,
     make_random_model_dir,
+    prev_token_ranking,
     prev_token_stats,
-    rank_prev_heads,
 )
 from gpt2_posheads.analysis.atlas import head_table
 from gpt2_posheads.analysis.induction import copy_losses, induction_positions, repeated_random_tokens
@@ -31,7 +31,7 @@ def test_one_previous_token_ratio_everywhere(tiny_model, small_tokenizer):  # pr
     """The same head on the same prompts gets the same ratio from the ranking, the cache, the training probe's
     definition, the atlas and path ablation's clean row."""
     prompts = make_prompts(small_tokenizer, 4, 48, source="wikitext", seed=3)
-    rank = rank_prev_heads(tiny_model, prompts, progress=False).set_index("name")
+    rank = prev_token_ranking(tiny_model, prompts, progress=False).set_index("name")
     cache = build_cache(tiny_model, prompts, [(1, 0)], "tiny", ext_n_prompts=2, progress=False)
     cached = cache.ranking().set_index("name")
     table = head_table(tiny_model, prompts).set_index("name")
@@ -61,7 +61,7 @@ def test_cache_gives_the_models_extended_embeddings_for_a_shorter_seq_len(tiny_m
         torch.testing.assert_close(extended_pos_embeddings(cache, layer, seq_len=20), from_model, atol=1e-4, rtol=1e-4)
         assert float(from_model[1:].mean(0).abs().max()) < 1e-5  # centred over its own 19 positions after BOS
     with pytest.raises(ValueError, match="stored activations fix the prompts"):
-        rank_prev_heads(cache, prompts)
+        prev_token_ranking(cache, prompts)
     # what the store did not fix when it was built is refused, never silently ignored
     for bad in (dict(seed=6), dict(n_prompts=4), dict(tokens=[1, 2]), dict(bos=False), dict(engine="hooks")):
         with pytest.raises(ValueError, match=f"stored activations fix {next(iter(bad))}"):

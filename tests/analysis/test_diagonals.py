@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from gpt2_posheads import diagonal_attention, rank_prev_heads
+from gpt2_posheads import diagonal_attention, prev_token_ranking
 from gpt2_posheads.analysis.diagonals import diagonal_counts, diagonal_sums
 
 from conftest import HANDSET
@@ -13,7 +13,7 @@ def _prompts(n, seq_len, vocab, seed=0):
 
 def test_handset_previous_token_head_ranks_first(handset_model):
     prompts = _prompts(4, HANDSET["n_ctx"], handset_model.cfg.d_vocab)
-    df = rank_prev_heads(handset_model, prompts, progress=False)
+    df = prev_token_ranking(handset_model, prompts, progress=False)
     first = df.iloc[0]
     assert first["name"] == "L0H0"
     assert first["top_offset"] == 1
@@ -23,7 +23,7 @@ def test_handset_previous_token_head_ranks_first(handset_model):
 
 def test_handset_current_and_uniform_heads(handset_model):
     prompts = _prompts(4, HANDSET["n_ctx"], handset_model.cfg.d_vocab)
-    df = rank_prev_heads(handset_model, prompts, progress=False).set_index("name")
+    df = prev_token_ranking(handset_model, prompts, progress=False).set_index("name")
     assert df.loc["L0H1", "top_offset"] == 0
     assert df.loc["L0H1", "ratio"] < 0.05
     # uniform attention 1/(q+1): neighbouring diagonals differ only by their share of late queries

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from gpt2_posheads import choose_aggregator, rank_from_diagonals, rank_prev_heads
+from gpt2_posheads import choose_aggregator, prev_token_ranking, rank_from_diagonals
 from gpt2_posheads.analysis.diagonals import NO_DIAGONAL, NO_PREVIOUS, ONLY_BOS, prev_token_stats
 from gpt2_posheads.cli import main_entry
 from gpt2_posheads.model.validation import NothingMeasuredError
@@ -47,7 +47,7 @@ def test_short_prompts_give_no_aggregator_and_no_placeholder(handset_model, n_to
     every head's ratio and previous-token mass are NaN with the reason, none is a previous-token head, and the
     aggregator is refused rather than returned as an arbitrary (0, 0)."""
     toks = torch.randint(1, 100, (3, n_tokens), generator=torch.Generator().manual_seed(0))
-    r = rank_prev_heads(handset_model, toks, max_offset=1, progress=False)
+    r = prev_token_ranking(handset_model, toks, max_offset=1, progress=False)
     assert len(r) == HANDSET["n_layers"] * HANDSET["n_heads"]
     assert set(r.not_measured) == {reason} and not r.is_prev_token.any()
     assert r[["ratio", "prev_mass", "second_mass"]].isna().all().all()
@@ -56,12 +56,12 @@ def test_short_prompts_give_no_aggregator_and_no_placeholder(handset_model, n_to
         choose_aggregator(r)
     assert isinstance(e.value, ValueError) and reason in str(e.value)
     # three tokens are enough: the known previous-token head is found
-    longer = rank_prev_heads(handset_model, torch.randint(1, 100, (3, 3)), progress=False)
+    longer = prev_token_ranking(handset_model, torch.randint(1, 100, (3, 3)), progress=False)
     assert choose_aggregator(longer) == (0, 0) and (longer.not_measured == "").all()
 
 
 def test_a_script_at_seq_len_2_writes_nan_and_judges_nothing(tiny_dir, tmp_path, capsys):
-    """``rank_prev_heads --seq-len 2``: exit status 0, every claim ``not testable`` with the reason, and ranking.csv
+    """``prev_token_ranking --seq-len 2``: exit status 0, every claim ``not testable`` with the reason, and ranking.csv
     holds NaN with the reason (no -1 placeholder, no negative ratio)."""
     argv = ["--model-dir", str(tiny_dir), "--prompts", "wikitext", "--n-prompts", "2", "--seq-len", "2"]
     assert main_entry(load_script("rank_prev_heads").main, argv + ["--out", str(tmp_path), "--no-png"]) == 0

@@ -60,9 +60,9 @@ def prompts(n=4):
 
 
 def test_target_is_a_previous_token_head(route_model):
-    from gpt2_posheads import rank_prev_heads
+    from gpt2_posheads import prev_token_ranking
 
-    r = rank_prev_heads(route_model, prompts(), progress=False).set_index("name")
+    r = prev_token_ranking(route_model, prompts(), progress=False).set_index("name")
     assert r.loc["L1H0", "top_offset"] == 1 and r.loc["L1H0", "prev_mass"] > 0.9
 
 

@@ -7,13 +7,8 @@ import math
 
 import pytest
 
-from gpt2_posheads.claims.gpt2_post import (
-    EarlyLabels,
-    LayersBelowRemoved,
-    PrevMassAveraged,
-    built_from_below,
-    judge_claim,
-)
+from gpt2_posheads.claims.gpt2_post import built_from_below, judge_claim
+from gpt2_posheads.claims.measured import EarlyLabels, LayersBelowRemoved, PrevMassAveraged
 from gpt2_posheads.claims.record import summary_from_dict
 from gpt2_posheads.claims.route import (
     BOOST,

@@ -130,7 +130,7 @@ def test_default_heads_are_the_models_own(script_model, tmp_path):
     aggregator (its sharpest previous-token head) and says so."""
     from types import SimpleNamespace
 
-    from gpt2_posheads import load_model, rank_prev_heads
+    from gpt2_posheads import load_model, prev_token_ranking
     from gpt2_posheads.analysis.diagonals import choose_aggregator
     from gpt2_posheads.cli import corpus_prompts
 
@@ -139,7 +139,7 @@ def test_default_heads_are_the_models_own(script_model, tmp_path):
     s = json.loads((tmp_path / "summary.json").read_text())
     model = load_model(script_model, device="cpu")
     prompts, _ = corpus_prompts(model, SimpleNamespace(prompts="wikitext", n_prompts=8, seq_len=128, seed=0))
-    l, h = choose_aggregator(rank_prev_heads(model, prompts, progress=False))
+    l, h = choose_aggregator(prev_token_ranking(model, prompts, progress=False))
     assert s["heads"] == [f"L{l}H{h}"] and "aggregator" in s["heads_chosen"]
     assert s["claims"][0]["head"] == f"L{l}H{h}"
 
@@ -184,7 +184,7 @@ def fake_runner(results, calls, interrupt_at=None):
 
 
 def test_run_all_runs_every_script_per_model_and_writes_the_page(tmp_path, monkeypatch):
-    from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, TOY_SCRIPTS
+    from gpt2_posheads.claims.catalogue import model_scripts, toy_scripts
 
     run_all = load_script("run_all")
     calls = []
@@ -198,7 +198,7 @@ def test_run_all_runs_every_script_per_model_and_writes_the_page(tmp_path, monke
     monkeypatch.setattr(run_all, "results_root", lambda: tmp_path)
     monkeypatch.setattr(run_all, "run_here", fake_runner(tmp_path, calls))
     assert run_all.main(["--models", "", "--model-dirs", ",".join(dirs), "--quick", "--no-explorer"]) == 0
-    assert [n for n, _ in calls] == [s for s in MODEL_SCRIPTS for _ in (0, 1)] + list(TOY_SCRIPTS)
+    assert [n for n, _ in calls] == [s for s in model_scripts() for _ in (0, 1)] + list(toy_scripts())
     assert all("--quick" in a for n, a in calls if n.startswith("toy_"))
     page = (tmp_path / "index.html").read_text()
     # grouped by post, one column per model, numbers for a person (no JSON), the head named
@@ -213,14 +213,14 @@ def test_run_all_runs_every_script_per_model_and_writes_the_page(tmp_path, monke
 def test_run_all_on_the_route_model_ends_with_its_organism_report(tmp_path, monkeypatch):
     """The main job's jobs, in order: with route-gpt2 among the models, every script on it, the toy scripts, then the
     organism report on it from the scripts' results (tests/cli/test_fresh_clone.py runs them all, under -m slow)."""
-    from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, TOY_SCRIPTS
+    from gpt2_posheads.claims.catalogue import model_scripts, toy_scripts
 
     run_all = load_script("run_all")
     calls = []
     monkeypatch.setattr(run_all, "results_root", lambda: tmp_path)
     monkeypatch.setattr(run_all, "run_here", fake_runner(tmp_path, calls))
     assert run_all.main(["--quick", "--models", "route-gpt2", "--no-explorer", "--no-png"]) == 0
-    assert [n for n, _ in calls] == list(MODEL_SCRIPTS) + list(TOY_SCRIPTS) + ["mini_gpt2_report"]
+    assert [n for n, _ in calls] == list(model_scripts()) + list(toy_scripts()) + ["mini_gpt2_report"]
     assert calls[-1][1][:3] == ["--model", "route-gpt2", "--skip-scripts"]
     record = json.loads((tmp_path / "run_all.json").read_text())
     assert [j["script"] for j in record["jobs"]] == [n for n, _ in calls]

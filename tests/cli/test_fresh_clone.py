@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpt2_posheads.analysis.prompts import WIKITEXT_OFFLINE
-from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, SCRIPT_CLAIMS, TOY_SCRIPTS
+from gpt2_posheads.claims.catalogue import model_scripts, script_claims, toy_scripts
 from gpt2_posheads.model.paths import CACHE_ENV, MODELS_ENV, REPO_ROOT, SHARED_ENV
 from gpt2_posheads.organism.known_answers import expected
 
@@ -95,9 +95,9 @@ def test_command_list_names_every_claim(installed):
         [str(target / "bin" / "gpt2-posheads")], cwd=installed[2], env=installed[3], capture_output=True, text=True
     )
     assert r.returncode == 0, r.stderr
-    for script, keys in SCRIPT_CLAIMS.items():
+    for script, keys in script_claims().items():
         assert script in r.stdout and all(k in r.stdout for k in keys)
-    assert all(s in r.stdout for s in TOY_SCRIPTS) and "run_all" in r.stdout
+    assert all(s in r.stdout for s in toy_scripts()) and "run_all" in r.stdout
 
 
 def test_a_claim_script_runs_in_an_empty_folder(installed):
@@ -138,11 +138,11 @@ def test_main_job_in_an_empty_folder(installed):
     results = work / "results"
     record = json.loads((results / "run_all.json").read_text())
     assert {j["status"] for j in record["jobs"]} == {"ok"}
-    assert [j["script"] for j in record["jobs"]] == list(MODEL_SCRIPTS) + list(TOY_SCRIPTS) + ["mini_gpt2_report"]
+    assert [j["script"] for j in record["jobs"]] == list(model_scripts()) + list(toy_scripts()) + ["mini_gpt2_report"]
     page = (results / "index.html").read_text(encoding="utf-8")
     assert "no results" not in page and "not measured" not in page
     known = expected("route-gpt2")
-    for script, keys in SCRIPT_CLAIMS.items():
+    for script, keys in script_claims().items():
         s = json.loads((results / script / "route-gpt2" / "summary.json").read_text())
         assert [c["key"] for c in s["claims"]] == list(keys)
         # the shipped text, offline; the two scripts that make no natural-text prompts record no source

@@ -14,7 +14,8 @@ import uuid
 import pytest
 
 from gpt2_posheads.cli.args import main_entry
-from gpt2_posheads.cli.output import LOCK, MANIFEST, ConsoleStream, Output
+from gpt2_posheads.cli.console import ConsoleStream
+from gpt2_posheads.cli.output import LOCK, MANIFEST, Output
 from gpt2_posheads.model.paths import REPO_ROOT
 
 from conftest import EXPERIMENTS, Started

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS
+from gpt2_posheads.claims.catalogue import model_scripts
 from gpt2_posheads.claims.record import read_summary
 from gpt2_posheads.commands import run
 
@@ -61,7 +61,7 @@ def _numbers(x):
 
 
 @pytest.mark.parametrize("folder", sorted(FOLDERS))
-@pytest.mark.parametrize("script", MODEL_SCRIPTS)
+@pytest.mark.parametrize("script", model_scripts())
 def test_every_claim_command_ends_with_verdicts_or_one_line(script, folder, unusual, tmp_path, capfd):
     out = tmp_path / "out"
     code = run(script, ["--model-dir", str(unusual[folder]), "--out", str(out), "--no-png"])

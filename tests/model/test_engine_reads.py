@@ -19,7 +19,8 @@ from gpt2_posheads.analysis.induction import induction_scores
 from gpt2_posheads.analysis.scores import attention_scores, score_profile
 from gpt2_posheads.analysis.sources import path_ablation
 from gpt2_posheads.model.attention import attn_scale, scale_from_pattern
-from gpt2_posheads.model.engine import READS, EngineError, Reduction, ResidualWrite, engine_for
+from gpt2_posheads.model.engine import READS, EngineError, Reduction, ResidualWrite
+from gpt2_posheads.model.engines import engine_for
 
 from conftest import ARCHITECTURES
 

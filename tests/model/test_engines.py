@@ -33,10 +33,11 @@ from gpt2_posheads import (
     load_model,
     mask_previous_attention,
     ood_composition_scores,
-    rank_prev_heads,
+    prev_token_ranking,
 )
 from gpt2_posheads.analysis.measures import compare_head_patterns, kl_divergence, next_token_probs
-from gpt2_posheads.model.engine import EngineError, engine_for
+from gpt2_posheads.model.engine import EngineError
+from gpt2_posheads.model.engines import engine_for
 from gpt2_posheads.model.fastpath import FastPathUnsupported
 
 from conftest import ARCHITECTURES
@@ -115,7 +116,7 @@ def _ext_layers(m):
 
 CLEAN = {  # patterns and residuals of the model itself: every engine
     "diagonal_attention": lambda m, e: diagonal_attention(m, _tokens(m), progress=False, engine=e),
-    "rank_prev_heads": lambda m, e: rank_prev_heads(m, _tokens(m), progress=False, engine=e),
+    "rank_prev_heads": lambda m, e: prev_token_ranking(m, _tokens(m), progress=False, engine=e),
     "extended_pos_embeddings": lambda m, e: extended_pos_embeddings_by_layer(
         m, _ext_layers(m), n_prompts=2, seq_len=24, engine=e
     ),
@@ -205,7 +206,7 @@ def test_stored_activations_answer_as_the_model_does(models, store):
     store, prompts = store
     m, what = models(case, "auto"), f"{case} stored vs auto"
     assert_same(diagonal_attention(m, prompts, progress=False), diagonal_attention(store, None), what, 0.0)
-    assert_same(rank_prev_heads(m, prompts, progress=False), rank_prev_heads(store), what, 0.0)
+    assert_same(prev_token_ranking(m, prompts, progress=False), prev_token_ranking(store), what, 0.0)
     for layer in _ext_layers(m):  # stored at n_ctx positions, re-centred over the first 24: causal attention
         ref = extended_pos_embeddings(m, layer, n_prompts=2, seed=4, seq_len=24)
         assert_same(ref, extended_pos_embeddings(store, layer, seq_len=24), f"{what} layer {layer}", tol(case))
@@ -220,12 +221,12 @@ def test_what_an_engine_cannot_do_is_one_clear_error(models, store):
         (lambda: head_table(store, _tokens(tl)), "stored activations fix the prompts"),
         (lambda: iv.hooks(store), "stored engine cannot apply an intervention"),
         (lambda: engine_for(store).run(_tokens(tl)), "stored engine cannot run a model"),
-        (lambda: rank_prev_heads(tl), "prompts is None"),
+        (lambda: prev_token_ranking(tl), "prompts is None"),
     ]:
         with pytest.raises(ValueError, match=words):
             call()
     with pytest.raises(ValueError, match="stored activations fix engine"):
-        rank_prev_heads(store, engine="hooks")
+        prev_token_ranking(store, engine="hooks")
     with pytest.raises(ValueError, match="engine='nnsight' needs a traced model"):
         diagonal_attention(tl, _tokens(tl), engine="nnsight")
     with pytest.raises(FastPathUnsupported, match="fwd_hooks"):

@@ -17,7 +17,7 @@ from gpt2_posheads import (  # noqa: E402
     head_table,
     load_model,
     mask_previous_attention,
-    rank_prev_heads,
+    prev_token_ranking,
 )
 from gpt2_posheads.analysis.diagonals import _finish_ranking  # noqa: E402
 from gpt2_posheads.model.traced import load_traced, result_bytes  # noqa: E402
@@ -47,7 +47,7 @@ def test_ranking_and_atlas_equal_the_transformerlens_engine(arch, pairs):
     tl, nm = pairs[arch]
     toks = _tokens(tl)
     assert _close(diagonal_attention(tl, toks, progress=False), diagonal_attention(nm, toks))
-    r_tl, r_nn = rank_prev_heads(tl, toks, progress=False), rank_prev_heads(nm, toks)
+    r_tl, r_nn = prev_token_ranking(tl, toks, progress=False), prev_token_ranking(nm, toks)
     assert r_tl.name.tolist() == r_nn.name.tolist() and r_tl.is_prev_token.tolist() == r_nn.is_prev_token.tolist()
     num = r_tl.select_dtypes("number").columns
     assert float((r_tl[num] - r_nn[num]).abs().max().max()) <= 1e-5
@@ -98,9 +98,9 @@ def test_the_shipped_code_runs_without_this_package(pairs, monkeypatch):
     monkeypatch.setattr(LocalSimulationBackend, "_restore", lambda s, h: (sys.meta_path.remove(blocker), restore(s, h)))
     tl, nm = pairs["llama"]
     toks = _tokens(tl)
-    here = rank_prev_heads(nm, toks)
+    here = prev_token_ranking(nm, toks)
     monkeypatch.setattr(nm, "remote", "local")
-    shipped = rank_prev_heads(nm, toks)
+    shipped = prev_token_ranking(nm, toks)
     masked = diagonal_attention(nm, toks, fwd_hooks=mask_previous_attention(5, [0]).hooks(nm))
     assert here.equals(shipped) and masked.shape == (3, 4, 40)
 

@@ -42,10 +42,10 @@ def outputs(nb, mime: str) -> list[str]:
 
 
 def test_every_post_has_a_notebook():
-    from gpt2_posheads.claims.catalogue import POSTS
+    from gpt2_posheads.claims.catalogue import posts
 
     names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
-    assert [n[:3] for n in names] == sorted(p.key for p in POSTS), names
+    assert [n[:3] for n in names] == sorted(p.key for p in posts()), names
     for p in NOTEBOOKS.glob("*.ipynb"):
         first = nbformat.read(p, as_version=4).cells[0]
         assert first.cell_type == "markdown" and "hub" in first.source  # how to point it at real models

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from gpt2_posheads.analysis.prompts import OPENWEBTEXT
-from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS
+from gpt2_posheads.claims.catalogue import model_scripts
 from gpt2_posheads.claims.record import read_summary
 from gpt2_posheads.claims.route import route_conclusion_from_summaries
 from gpt2_posheads.model.paths import REPO_ROOT
@@ -31,7 +31,7 @@ def post_on_gpt2(hub, tmp_path_factory):
     work = tmp_path_factory.mktemp("post_on_gpt2")
     r = subprocess.run(
         [sys.executable, str(REPO_ROOT / "experiments" / "run_all.py"), "--models", "gpt2"]
-        + ["--only", ",".join(MODEL_SCRIPTS), "--no-png", "--no-explorer"],
+        + ["--only", ",".join(model_scripts()), "--no-png", "--no-explorer"],
         cwd=work,
         capture_output=True,
         text=True,
@@ -49,7 +49,7 @@ def test_every_script_runs_on_gpt2_from_the_hub_with_openwebtext(post_on_gpt2):
     results, r = post_on_gpt2
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     got = summaries(results)
-    assert set(got) == set(MODEL_SCRIPTS)
+    assert set(got) == set(model_scripts())
     for script, s in got.items():
         assert s["is_gpt2_small"] is True, script
         assert s["compiled_standin"].startswith("a compiled stand-in"), script
@@ -72,7 +72,7 @@ def test_the_posts_heads_are_chosen_by_name(post_on_gpt2):
 
 def test_the_verdicts_are_the_stand_ins_known_answers(post_on_gpt2):
     got = summaries(post_on_gpt2[0])
-    want = {k: v for k, v in standin_expected().items() if k[0] in MODEL_SCRIPTS}
+    want = {k: v for k, v in standin_expected().items() if k[0] in model_scripts()}
     measured = {(script, c["key"]): c["verdict"] for script, s in got.items() for c in s["claims"]}
     wrong = {k: (measured.get(k), v[0]) for k, v in want.items() if measured.get(k) != v[0]}
     assert not wrong, wrong

@@ -198,7 +198,7 @@ def test_a_small_gpt2_route_is_found_on_its_whole_context(tmp_path):
     """With 50,257 unembedding rows and layers above the route: the sharpest previous-token head on a 1,024-token
     prompt is the card's aggregator, and the route conclusion (what :func:`route_bench.score` measures, on the model
     loaded once, on two 128-token prompts) is the card's."""
-    from gpt2_posheads.analysis.diagonals import choose_aggregator, rank_prev_heads
+    from gpt2_posheads.analysis.diagonals import choose_aggregator, prev_token_ranking
     from gpt2_posheads.claims.route import conclude
     from gpt2_posheads.model.loading import load_model
     from gpt2_posheads.model.validation import head_name
@@ -210,7 +210,7 @@ def test_a_small_gpt2_route_is_found_on_its_whole_context(tmp_path):
     assert max(int(HEAD_NAME.match(h).group(1)) for h in route) < SMALL_ROUTE["n_layers"] - 1  # a layer above it
     model = load_model(write(g, tmp_path / "m"), device="cpu")
     assert (model.cfg.n_ctx, model.cfg.d_vocab, model.cfg.n_layers) == (1024, 50257, SMALL_ROUTE["n_layers"])
-    rank = rank_prev_heads(model, prompts_for(model.tokenizer, 1, 1024), progress=False)
+    rank = prev_token_ranking(model, prompts_for(model.tokenizer, 1, 1024), progress=False)
     assert head_name(*choose_aggregator(rank)) == c["aggregator"]
     records = route_records(model, prompts_for(model.tokenizer, 2, 128), n_pattern_prompts=2)
     assert records["sharp_prev_head"]["head"] == c["aggregator"], records["sharp_prev_head"]

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS
+from gpt2_posheads.claims.catalogue import model_scripts
 from gpt2_posheads.claims.gpt2_post import CLAIMS, ROUTE
 from gpt2_posheads.cli.experiment import shared_setup
 from gpt2_posheads.model.paths import ORGANISM_DIR, REPO_ROOT, models_dir
@@ -57,7 +57,7 @@ def test_build_refuses_a_folder_it_did_not_write(tmp_path):
 
 def test_the_table_covers_every_claim_and_model():
     scripts = {s for s, _ in KNOWN}
-    assert scripts == set(MODEL_SCRIPTS) | {"mini_gpt2_report"}
+    assert scripts == set(model_scripts()) | {"mini_gpt2_report"}
     for (script, key), row in KNOWN.items():
         assert set(row) == set(MODELS), (script, key)
         if script != "mini_gpt2_report":
@@ -99,7 +99,7 @@ def claim_runs(compiled_dir, tmp_path_factory):
         if name not in done:
             got = {}
             with shared_setup():  # as the main job: the model loaded once, its prompts made and heads ranked once
-                for script in MODEL_SCRIPTS + ("mini_gpt2_report",):
+                for script in model_scripts() + ("mini_gpt2_report",):
                     out = root / script / name
                     argv = ["--model-dir", str(model_dir(name, compiled_dir)), "--out", str(out), "--no-png"]
                     load_script(script).main(argv + FEWER.get(script, []))

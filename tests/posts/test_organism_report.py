@@ -13,12 +13,12 @@ from gpt2_posheads.posts.gpt2_prev_heads.organism_report import SCRIPTS, STORY, 
 
 
 def test_every_story_step_is_a_claim_one_command_judges():
-    from gpt2_posheads.claims.catalogue import MODEL_SCRIPTS, SCRIPT_CLAIMS
+    from gpt2_posheads.claims.catalogue import model_scripts, script_claims
 
-    assert set(SCRIPTS) == set(MODEL_SCRIPTS)  # every claim command of the post tells part of the story
+    assert set(SCRIPTS) == set(model_scripts())  # every claim command of the post tells part of the story
     assert [k for _, k in STORY] == list(dict.fromkeys(k for _, k in STORY))  # each step once
     for script, key in STORY:
-        assert key in SCRIPT_CLAIMS[script] and key in CLAIMS
+        assert key in script_claims()[script] and key in CLAIMS
 
 
 def test_story_reads_each_claim_as_its_command_wrote_it(tmp_path):

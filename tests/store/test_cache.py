@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from gpt2_posheads import load_model, rank_prev_heads
+from gpt2_posheads import load_model, prev_token_ranking
 from gpt2_posheads.analysis.diagonals import choose_aggregator, diagonal_attention
 from gpt2_posheads.analysis.geometry import principal_angles
 from gpt2_posheads.analysis.measures import next_token_probs
@@ -46,7 +46,7 @@ def test_diagonals_recomputed_match_cache(mini):
     full = diagonal_attention(model, prompts, progress=False)
     torch.testing.assert_close(full, cache.diagonals, atol=1e-5, rtol=1e-4, equal_nan=True)
     assert cache.diagonals.shape[-1] == prompts.shape[1]  # every offset of the prompts
-    assert rank_prev_heads(cache, None)["name"].tolist() == cache.ranking()["name"].tolist()
+    assert prev_token_ranking(cache, None)["name"].tolist() == cache.ranking()["name"].tolist()
 
 
 def test_ext_pos_recomputed_match_cache(mini):

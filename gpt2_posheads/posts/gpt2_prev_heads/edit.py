@@ -25,15 +25,18 @@ from ...analysis.heads import HeadDefault
 from ...analysis.interventions import edit_head_pattern, hooks_for, scale_head_output
 from ...analysis.measures import next_token_probs, top_tokens
 from ...analysis.repeat_prompt import RepeatPrompt, edit_mapping, split_words
+from ...claims.catalogue import Option, declare
 from ...claims.gpt2_post import judge_claim, model_copies, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition
 from ...model.state import measures_caller_model
 from ...model.validation import NonFiniteError, UsageError, head_name
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, as_run, repeat_prompts
+from .about import POST
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="the previous-token head to edit (the first is used)")
 CLAIM_KEYS = ("edit_moves_copy",)
+PROMPTS = dict(n_prompts=8, seq_len=128)  # the natural-text prompts it measures on by default
 # The largest output factor: the post scales by 2. A head's output scaled a millionfold already outweighs every other
 # write to the residual stream many times over, and far larger factors only reach float32's range (LayerNorm squares
 # the residual: past ~1e19 that is infinite), which measures the arithmetic, not the edit.
@@ -123,6 +126,63 @@ def no_prompt_claim(why: str) -> Claim:
     return judge_claim("edit_moves_copy", {"no_prompt": why}, value=(float("nan"),) * 3, preconditions=pre)
 
 
+USAGE = """Editing the aggregator's attention and scaling its output redirects induction (GPT-2 post, last section).
+
+    gpt2-posheads l4h11_edit --model mini-gpt2          # the model's aggregator
+    gpt2-posheads l4h11_edit --heads L4H11                        # GPT-2 small (the default there)
+
+On the repeat-string prompt ending in `Reply: " ninja`, the model should say " turtle". The edit shifts
+the head's attention in the request back by one position — " turtle" attends to the token before " ninja"
+and " pirate" attends to " ninja" — so an induction head looking for "the token after ninja" finds
+" pirate"; the head's output is multiplied by each factor. A word that is several tokens in the model's
+vocabulary is replaced by a single-token word (single characters in a character vocabulary) and a short context
+gets a shorter prompt, each said; where no prompt fits, the claim is not testable with the numbers.
+Post: P(" turtle") 99% clean; with the edit and factor 2, P(" pirate") 65% and P(" turtle") 26%.
+Not testable on a model that does not copy the clean prompt, or for a head that is not a previous-token head.
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.l4h11_edit (gpt2_posheads/posts/gpt2_prev_heads/edit.py).
+"""
+
+
+def _prepare(model, kwargs: dict, args) -> None:
+    if model is not None:
+        return
+    kwargs["factors"] = check_factors(kwargs["factors"], "--factors")
+    words = split_words(kwargs["target"])
+    if len(words) != 3:
+        raise UsageError(
+            "--target",
+            f"{kwargs['target']!r} has {len(words)} word(s)",
+            "exactly three words",
+            "e.g. ' ninja turtle pirate'",
+        )
+
+
+def _console(result: ClaimResult, options: dict) -> None:
+    for r in result.numbers.get("rows", []):  # none where no repeat-string prompt fits the model
+        print(
+            f"{r['condition']:>20}: " + "  ".join(f"{k}={v:.3f}" for k, v in r.items() if k.startswith("P(")),
+            "| top:",
+            ", ".join(f"{t!r} {p:.2f}" for t, p in r["top5"][:3]),
+        )
+
+
+@declare(
+    POST,
+    "l4h11_edit",
+    order=8,
+    claims=CLAIM_KEYS,
+    usage=USAGE,
+    **PROMPTS,
+    heads=HEADS,
+    options=(
+        Option("--target", " ninja turtle pirate", "three words to repeat", str),
+        Option(
+            "--factors", "1,2,3", "output scale factors, each 0..1e6 (must include 2, the post's)", parse="float_list"
+        ),
+    ),
+    prepare=_prepare,
+    console=_console,
+)
 @measures_caller_model
 def l4h11_edit(
     model=None,
@@ -160,7 +220,7 @@ def l4h11_edit(
         raise UsageError(
             "target", f"{target!r} is not three words", "exactly three words", "e.g. ' ninja turtle pirate'"
         )
-    run = as_run(model, prompts, run, n_prompts=8, seq_len=128).ranked()
+    run = as_run(model, prompts, run, **PROMPTS).ranked()
     chosen, how = run.heads(heads, HEADS)
     head = chosen[0]
     tok = run.model.tokenizer

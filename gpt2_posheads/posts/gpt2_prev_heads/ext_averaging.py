@@ -21,13 +21,15 @@ from __future__ import annotations
 from ...analysis.heads import HeadDefault
 from ...analysis.interventions import average_ext_pos_embed
 from ...analysis.measures import compare_head_patterns
-from ...claims.gpt2_post import judge_claim, prev_head_precondition
+from ...claims.catalogue import Option, declare
+from ...claims.gpt2_post import POS_GROUP, judge_claim, prev_head_precondition
 from ...claims.verdicts import Claim, Precondition
 from ...model.state import measures_caller_model
 from ...model.validation import head_name, note
 from ...report.plotting import attention_panels, submatrix
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, as_run
+from .about import POST
 
 HEADS = HeadDefault(
     ("L2H2", "L4H11"),
@@ -35,6 +37,7 @@ HEADS = HeadDefault(
     what="an early head and the aggregator (each averaged just before its own layer)",
 )
 CLAIM_KEYS = ("ext_avg_hurts_early_more",)
+PROMPTS = dict(n_prompts=8, seq_len=256)  # the natural-text prompts it measures on by default
 
 
 def measure(run: ModelRun, head: tuple[int, int], group_size: int, ext_prompts: int, seed: int) -> dict:
@@ -84,13 +87,56 @@ def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> C
     )
 
 
+USAGE = """Averaging extended positional embeddings in groups of 10 hurts early previous-token heads much more
+than the aggregator (GPT-2 post: L4H11 aggregates earlier heads' signals rather than reading positions).
+
+    gpt2-posheads ext_pos_averaging --model mini-gpt2
+    gpt2-posheads ext_pos_averaging --heads L2H2,L4H11          # the post's pair
+
+For each head, the extended positional embeddings at the head's own layer (measured after BOS, as the prompts
+start with it; the BOS row is left alone) are group-averaged just before it, and its attention is compared with
+the clean run. The post's claim has two parts, both tested: "tremendous damage" to the early head (its pattern
+moves) and "minimal damage" to the aggregator (it keeps its previous-token attention). Default heads on a model
+other than GPT-2 small: the sharpest clear previous-token head below the aggregator, then the aggregator (its
+sharpest previous-token head). Not testable unless both are clear previous-token heads and the first sits below
+the second.
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.ext_pos_averaging
+(gpt2_posheads/posts/gpt2_prev_heads/ext_averaging.py).
+"""
+
+
+def _console(result: ClaimResult, options: dict) -> None:
+    for r in result.numbers["results"]:
+        print(
+            f"{r['head']}: previous-token mass {r['prev_score_clean']:.3f} -> {r['prev_score_intervened']:.3f}, "
+            f"JS {r['js_divergence']:.4f}"
+        )
+
+
+@declare(
+    POST,
+    "ext_pos_averaging",
+    order=7,
+    claims=CLAIM_KEYS,
+    usage=USAGE,
+    **PROMPTS,
+    heads=HEADS,
+    options=(
+        Option(
+            "--group-size", POS_GROUP, "rows averaged together (above the model's context: capped, and said)", int, 2
+        ),
+        Option("--ext-prompts", 16, "repeated-token prompts for the extended embeddings", int, low=1),
+    ),
+    submatrix=True,
+    console=_console,
+)
 @measures_caller_model
 def ext_pos_averaging(
     model=None,
     prompts=None,
     heads: HeadsArg = None,
     *,
-    group_size: int = 10,
+    group_size: int = POS_GROUP,
     ext_prompts: int = 16,
     seed: int = 0,
     start: int = 60,
@@ -121,7 +167,7 @@ def ext_pos_averaging(
     """
     if not (isinstance(ext_prompts, int) and ext_prompts >= 1):
         raise ValueError(f"ext_prompts: {ext_prompts!r} is out of range; allowed an integer >= 1")
-    run = as_run(model, prompts, run, n_prompts=8, seq_len=256)
+    run = as_run(model, prompts, run, **PROMPTS)
     if isinstance(group_size, bool) or not (isinstance(group_size, int) and group_size >= 2):
         raise ValueError(f"group_size: {group_size!r} is out of range; allowed an integer >= 2 (the post: 10)")
     if group_size > run.model.cfg.n_ctx:

@@ -33,14 +33,16 @@ from ...analysis.posembed import (
     load_w_pos,
     token_rows,
 )
+from ...claims.catalogue import Option, declare
 from ...claims.gpt2_post import helix_precondition, judge_claim
 from ...claims.verdicts import Claim, Precondition
 from ...model.identity import position_kind, wpos_reason
 from ...model.state import measures_caller_model
-from ...model.validation import check_layer, note
+from ...model.validation import UsageError, capped_seq_len, check_layer, note
 from ...report.plotting import line_figure
 from ..result import ClaimResult
 from ._run import ModelRun, model_only
+from .about import POST
 
 CLAIM_KEYS = ("ext_same_subspace", "ext_sparser", "ext_token_independent")
 SPARSITY_RULE = "fraction of entries with |x| > 1 * RMS of the matrix (the repeated token's rows)"
@@ -235,6 +237,56 @@ def figure(m: dict, layer: int, k: int, label: str) -> dict:
     return figs
 
 
+USAGE = """Extended positional embeddings against W_pos, layer by layer (GPT-2 post: "Concept: extended
+positional embeddings").
+
+    gpt2-posheads ext_pos_vs_wpe --model mini-gpt2
+
+Figures: the three-panel comparison at --layer (both sets on W_pos's PCs, on the extended embeddings' PCs,
+on the PCs of both concatenated), and per layer 0..n_layers the principal angles to W_pos, the large-entry
+fraction (sparsity) and the token dependence. CSV + JSON of all numbers. On a model without learned
+absolute positions only the token dependence is measured (the rest compares with W_pos).
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.ext_pos_vs_wpe
+(gpt2_posheads/posts/gpt2_prev_heads/extended.py).
+"""
+
+
+def _prepare(model, kwargs: dict, args) -> None:
+    if model is None:
+        return
+    kwargs["seq_len"] = seq_len = capped_seq_len(model, kwargs["seq_len"] or model.cfg.n_ctx)
+    top = min(model.cfg.d_model, seq_len)
+    if kwargs["k"] > top:
+        raise UsageError("--k", f"{kwargs['k']} is out of range", f"allowed 1..{top}")
+
+
+def _console(result: ClaimResult, options: dict) -> None:
+    print(result.tables["per_layer"].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+@declare(
+    POST,
+    "ext_pos_vs_wpe",
+    order=3,
+    claims=CLAIM_KEYS,
+    usage=USAGE,
+    options=(
+        Option(
+            "--layer",
+            2,
+            "layer of the three-panel comparison (0..n_layers; n_layers = the final residual stream)",
+            int,
+        ),
+        Option("--n-prompts", 16, "repeated-token prompts averaged", int, low=1),
+        Option("--n-token-dependence", 4, "tokens kept separately for token dependence", int, low=2),
+        Option("--seq-len", None, "positions (default n_ctx; capped at it, and said)", int, low=2),
+        Option("--k", 3, "subspace dimension of the principal angles", int, low=1),
+    ),
+    ranking=False,
+    layer_final=True,
+    prepare=_prepare,
+    console=_console,
+)
 @measures_caller_model
 def ext_pos_vs_wpe(
     model=None,

@@ -21,6 +21,7 @@ import torch
 
 from ...analysis.geometry import pca
 from ...analysis.posembed import centred_w_pos, default_bos, extended_pos_embeddings, load_w_pos, token_rows
+from ...claims.catalogue import declare
 from ...claims.gpt2_post import judge_claim
 from ...claims.verdicts import Claim, Precondition
 from ...model.identity import wpos_reason
@@ -29,6 +30,7 @@ from ...model.validation import check_layer, note
 from ...report.plotting import scatter3d_positions
 from ..result import ClaimResult
 from ._run import ModelRun, model_only
+from .about import POST
 
 CLAIM_KEYS = ("wpos_helix", "ext_helix")
 
@@ -88,6 +90,7 @@ def figure(evr: list[float], points: torch.Tensor, title: str):
     return scatter3d_positions({"positions": points}, title=title, axis_titles=labels)
 
 
+@declare(POST, "pos_embed_helix", claims=CLAIM_KEYS, command=True, order=2)
 @measures_caller_model
 def pos_embed_helix(
     model=None,

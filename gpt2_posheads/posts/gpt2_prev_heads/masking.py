@@ -16,19 +16,23 @@ previous position from what earlier heads computed, not from the embeddings. Her
 from __future__ import annotations
 
 from ...analysis.heads import HeadDefault
+from ...analysis.interventions import MASK_EVERY, masked_queries
 from ...analysis.interventions import mask_previous_attention as mask_intervention
-from ...analysis.interventions import masked_queries
 from ...analysis.measures import compare_head_patterns
-from ...claims.gpt2_post import MASK_EVERY, judge_claim, layer_above, prev_head_precondition
+from ...claims.catalogue import Option, declare
+from ...claims.gpt2_post import judge_claim, layer_above, prev_head_precondition
 from ...claims.verdicts import Precondition
 from ...model.state import measures_caller_model
 from ...model.validation import head_name
 from ...report.plotting import attention_panels, submatrix
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, as_run
+from .about import POST
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="head(s) whose pattern is measured")
 CLAIM_KEYS = ("mask_disrupts",)
+MIN_EVERY = 2  # the claim's period: every=1 would mask every query, the previous position gone everywhere
+PROMPTS = dict(n_prompts=8, seq_len=256)  # the natural-text prompts it measures on by default
 
 
 def measure(run: ModelRun, head: tuple[int, int], layers: list[int], every: int, renormalize: bool) -> dict:
@@ -64,6 +68,36 @@ def preconditions(run: ModelRun, head: tuple[int, int], layers: list[int], every
     return pre
 
 
+USAGE = """Masking attention to the previous position in earlier layers disrupts the aggregator (GPT-2 post).
+
+    gpt2-posheads mask_prev_attention --model mini-gpt2
+    gpt2-posheads mask_prev_attention --heads L4H11 --layers 0,1,2,3      # the post's setting
+
+Every query p with p % every == 0 loses its attention to p-1 in every head of --layers (post-softmax);
+W_pos is untouched. Default --layers: every layer below the head's own (masking the head's own layer
+would test the mask, not the mechanism). The claim is judged on the masked rows, the ones the post's figure shows
+disrupted (the rows in between are reported too). Side by side: the head's 50x50 pattern clean vs masked.
+Not testable for a head that is not a clear previous-token head or sits in layer 0.
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.mask_prev_attention
+(gpt2_posheads/posts/gpt2_prev_heads/masking.py).
+"""
+
+
+@declare(
+    POST,
+    "mask_prev_attention",
+    order=5,
+    claims=CLAIM_KEYS,
+    usage=USAGE,
+    **PROMPTS,
+    heads=HEADS,
+    options=(
+        Option("--layers", None, "comma-separated layers to mask (default: every layer below the head's)", str),
+        Option("--every", MASK_EVERY, "mask queries p with p %% every == 0", int, low=MIN_EVERY),
+        Option("--renormalize", False, "renormalise masked rows to sum to 1"),
+    ),
+    submatrix=True,
+)
 @measures_caller_model
 def mask_prev_attention(
     model=None,
@@ -95,9 +129,9 @@ def mask_prev_attention(
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``mask_disrupts`` per head), ``numbers``
         (``every``, ``results``: per head the masses clean and masked), ``figures`` (``mask_prev_attention``).
     """
-    if every < 2:
-        raise ValueError(f"every: {every} is out of range; allowed >= 2 (every=1 would mask every query)")
-    run = as_run(model, prompts, run, n_prompts=8, seq_len=256).ranked()
+    if every < MIN_EVERY:
+        raise ValueError(f"every: {every} is out of range; allowed >= {MIN_EVERY} (every=1 would mask every query)")
+    run = as_run(model, prompts, run, **PROMPTS).ranked()
     chosen, how = run.heads(heads, HEADS)
     result = ClaimResult("mask_prev_attention", run.label)
     result.numbers.update(heads_chosen=how, every=every)

@@ -29,6 +29,7 @@ from ...analysis.diagonals import (
     sharpest_prev_ratio,
     traced_ranking,
 )
+from ...claims.catalogue import Option, declare
 from ...claims.gpt2_post import judge_claim
 from ...claims.verdicts import Claim, Precondition
 from ...model.fastpath import ENGINES
@@ -38,12 +39,14 @@ from ...model.state import measures_caller_model
 from ...model.tokens import model_device
 from ...model.traced import ENGINE as NNSIGHT
 from ...model.traced import is_traced
-from ...model.validation import NothingMeasuredError, head_name
+from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ...report.plotting import heatmap
 from ..result import ClaimResult
 from ._run import ModelRun, as_run
+from .about import POST
 
 CLAIM_KEYS = ("sharp_prev_head", "sharpest_stands_alone", "half_prev_heads")
+PROMPTS = dict(n_prompts=64, seq_len=256)  # the natural-text prompts it measures on by default
 # The post's ratios of its eleven sharpest previous-token heads, and its count of previous-token heads (GPT-2 small)
 POST_TOP = {
     "L4H11": 0.01,
@@ -186,6 +189,56 @@ def figure(ranking: pd.DataFrame, diag: torch.Tensor, n_layers: int, n_heads: in
     return {"ratio_grid": ratio_grid, "diagonal_masses": masses}
 
 
+USAGE = """Rank every head by how previous-token-like it is (GPT-2 post: "a taxonomy of previous-token heads").
+
+    gpt2-posheads rank_prev_heads                       # GPT-2 small from the hub
+    gpt2-posheads rank_prev_heads --model mini-gpt2
+
+For every head, the mean attention on each diagonal (every offset; key 0 left out) and the ratio of the
+second-greatest diagonal to the greatest (L4H11: 0.01). Writes ranking.csv, summary.json, the diagonal
+masses (heads x offsets) and a layer x head grid of ratios.
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.rank_prev_heads
+(gpt2_posheads/posts/gpt2_prev_heads/ranking.py).
+"""
+
+
+def _prepare(model, kwargs: dict, args) -> None:
+    if model is None and kwargs["include_bos"] and kwargs["engine"] == "fast":
+        raise UsageError("--include-bos", "is not needed with --engine fast", "drop one of them")
+
+
+def _console(result: ClaimResult, options: dict) -> None:
+    df = result.tables["ranking"]
+    cols = ["rank", "name", "top_offset", "top_mass", "second_mass", "ratio"]
+    print(df.head(options["top"])[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    n_prev, n_heads = result.numbers["n_prev_token_heads"], result.numbers["n_heads"]
+    print(f"\n{n_prev} of {n_heads} heads have the previous-token diagonal greatest (GPT-2 post: 69 of 144)")
+
+
+@declare(
+    POST,
+    "rank_prev_heads",
+    order=1,
+    claims=CLAIM_KEYS,
+    usage=USAGE,
+    **PROMPTS,
+    options=(
+        Option("--include-bos", False, "count attention to key 0 in the diagonals"),
+        Option("--batch-size", 8, "prompts per forward pass", int, low=1),
+        Option("--top", 15, "rows of the ranking to print", int, low=1, kwarg=None),
+        Option(
+            "--bf16",
+            False,
+            "bfloat16 matmuls (softmax, LayerNorm, residual in float32) for a faster look on large models where the "
+            "CPU has AMX: the ranking is written, its claims are not testable (sharp heads' masses move by up to "
+            "0.5); float32 elsewhere, with a note",
+        ),
+    ),
+    engines=ENGINES,
+    ranking=False,
+    prepare=_prepare,
+    console=_console,
+)
 @measures_caller_model
 def rank_prev_heads(
     model=None,
@@ -238,7 +291,7 @@ def rank_prev_heads(
             f"engine: {engine!r} needs {'an nnsight traced model' if engine == NNSIGHT else 'a TransformerLens model'}"
             f", got {type(run.model if run is not None else model).__name__}"
         )
-    run = as_run(model, prompts, run, n_prompts=64, seq_len=256, traced=traced)
+    run = as_run(model, prompts, run, **PROMPTS, traced=traced)
     shared = not include_bos and not bf16 and engine == "auto" and batch_size == 8  # what ModelRun.ranked() computes
     if shared and run.diag is not None and run.ranking is not None:
         ranking, diag, n_offsets = run.ranking, run.diag, int(run.diag.shape[-1])

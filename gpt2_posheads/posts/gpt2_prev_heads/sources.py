@@ -37,16 +37,20 @@ from ...analysis.sources import (
     sources_summary,
     upstream_summary,
 )
-from ...claims.gpt2_post import POST_SOURCES, LayersBelowRemoved, judge_claim, layer_above, prev_head_precondition
+from ...claims.catalogue import Option, declare
+from ...claims.gpt2_post import POS_GROUP, POST_SOURCES, judge_claim, layer_above, prev_head_precondition
+from ...claims.measured import LayersBelowRemoved
 from ...claims.verdicts import Claim, Precondition
 from ...model.identity import is_gpt2_small
 from ...model.state import measures_caller_model
 from ...model.validation import UsageError, head_name, note
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, as_run
+from .about import POST
 
 HEADS = HeadDefault(("L4H11", "L2H2"), "aggregator+early", what="target heads (layer >= 1; the aggregator first)")
 CLAIM_KEYS = ("aggregator_above_layer0", "sources_upstream", "sources_named_heads")
+PROMPTS = dict(n_prompts=16, seq_len=256)  # the natural-text prompts it measures on by default
 HEAD_SOURCE = r"^L\d+H\d+$"  # a source that is one head (not W_pos, a group or the layers below)
 
 
@@ -120,7 +124,7 @@ def judge(
     early: list[tuple[int, int]],
     pre_agg: list[Precondition],
     named_pre: Precondition,
-    pos_group: int = 10,
+    pos_group: int = POS_GROUP,
 ) -> tuple[list[Claim], dict]:
     """The three claims on the aggregator's ablation table ``df``, and what the summary records beside them
     (``below_relative_drop``, ``upstream``)."""
@@ -198,6 +202,53 @@ def judge_in_layer0(agg: tuple[int, int], pre_agg: list[Precondition], named_pre
     ]
 
 
+USAGE = """Which upstream heads make a head previous-token, and through query or key? (GPT-2 post: L4H11 aggregates
+L1H0, L2H2, L3H3, L2H4, L3H7, L3H2; early heads like L2H2 compute position themselves.)
+
+    gpt2-posheads prev_head_sources --model route-gpt2    # its aggregator and an early head
+    gpt2-posheads prev_head_sources --heads L4H11,L2H2              # GPT-2 small (the default there)
+
+For each target head: Q/K/V composition scores of every upstream head against a random baseline, and
+direct-path ablation: one upstream head's output (mean-ablated by default) removed only from the
+target's query input or only from its key input, and W_pos averaged in groups of 10 on that input alone;
+the drop in the target's previous-token mass, one row per (source, side). For the aggregator also, from both
+inputs at once: everything the layers below write (is it built from earlier layers?), the early clear
+previous-token heads together (does it aggregate them?) and random groups of as many heads from below (chance).
+Figures: layer x head maps of the drop, query and key side by side. Default heads on a model other than GPT-2
+small: its sharpest previous-token head (the aggregator) and the sharpest clear previous-token head below it. A head
+in layer 0 has nothing upstream: given with --heads it is an error; as the model's aggregator, it is built from the
+embeddings alone.
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.prev_head_sources
+(gpt2_posheads/posts/gpt2_prev_heads/sources.py).
+"""
+
+
+def _prepare(model, kwargs: dict, args) -> None:
+    if model is None:
+        if kwargs["ablation"] == "resample" and args.n_prompts < 2:
+            raise UsageError(
+                "--ablation", "resample needs at least two prompts", "use mean or zero, or --n-prompts >= 2"
+            )
+    elif args.heads is None:  # the role's heads, the aggregator first: the claims are about it
+        kwargs["heads"] = aggregator_first(model, kwargs["heads"])
+
+
+@declare(
+    POST,
+    "prev_head_sources",
+    order=9,
+    claims=CLAIM_KEYS,
+    usage=USAGE,
+    **PROMPTS,
+    heads=HEADS,
+    options=(
+        Option("--ablation", "mean", "what replaces a source's output", str, choices=ABLATIONS),
+        Option("--pos-group", POS_GROUP, "W_pos group size of the positional route", int, low=2),
+        Option("--batch-size", 8, "prompts per forward", int, low=1),
+    ),
+    above_layer0=True,
+    prepare=_prepare,
+)
 @measures_caller_model
 def prev_head_sources(
     model=None,
@@ -205,7 +256,7 @@ def prev_head_sources(
     heads: HeadsArg = None,
     *,
     ablation: str = "mean",
-    pos_group: int = 10,
+    pos_group: int = POS_GROUP,
     batch_size: int = 8,
     seed: int = 0,
     progress: bool = False,
@@ -240,7 +291,7 @@ def prev_head_sources(
     for param, value, low in (("pos_group", pos_group, 2), ("batch_size", batch_size, 1)):
         if not (isinstance(value, int) and value >= low):
             raise UsageError(param, f"{value!r} is out of range", f"allowed an integer >= {low}")
-    run = as_run(model, prompts, run, n_prompts=16, seq_len=256).ranked()
+    run = as_run(model, prompts, run, **PROMPTS).ranked()
     if ablation == "resample" and len(run.prompts) < 2:
         raise UsageError("ablation", "resample needs at least two prompts", "use mean or zero, or two prompts or more")
     chosen, how = run.heads(heads, HEADS)

@@ -27,18 +27,22 @@ import plotly.express as px
 from ...analysis.diagonals import CLEAR_PREV_RATIO, choose_aggregator, early_prev_heads
 from ...analysis.heads import HeadDefault
 from ...analysis.scores import LABEL_THRESHOLD, attention_scores, classify_prev_heads, score_profile
-from ...claims.gpt2_post import EarlyLabels, judge_claim, prev_head_precondition
+from ...claims.catalogue import Option, declare
+from ...claims.gpt2_post import judge_claim, prev_head_precondition
+from ...claims.measured import EarlyLabels
 from ...claims.verdicts import Claim, Precondition
 from ...model.state import measures_caller_model
 from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ...report.plotting import heatmap_grid, submatrix
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, as_run
+from .about import POST
 
 HEADS = HeadDefault(
     ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2", "L4H11"), "top", n=4, what="heads whose raw scores are shown"
 )
 CLAIM_KEYS = ("early_self_suppressing", "aggregator_prev_boosting")
+PROMPTS = dict(n_prompts=16, seq_len=256)  # the natural-text prompts it measures on by default
 COLUMNS = ["name", "trend", "spike", "dip", "lead", "label"]  # the numbers summary.json records per head
 
 
@@ -109,6 +113,56 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
     return claims, {"aggregator": agg, "early_prev_heads": early[COLUMNS]}
 
 
+USAGE = """Raw attention scores: early previous-token heads suppress the current token, the aggregator boosts
+the previous one (GPT-2 post, "Early previous-token heads: how do they work?").
+
+    gpt2-posheads raw_scores_taxonomy --model mini-gpt2
+
+Figures: 50x50 raw-score submatrices (before the causal mask, so the upper triangle shows the scores the
+mask removes) of the chosen heads, and every head's score profile summarised as dip (the current key below the
+trend of older keys: a dark main diagonal) vs spike (the previous key above that trend: a bright previous
+diagonal), in logits. CSV: the classification of all heads. Post: six self-suppressing early heads, L4H11
+prev-boosting. The aggregator is the model's sharpest previous-token head; "early" heads are the clear
+previous-token heads (ratio <= 0.6) in layers below it.
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.raw_scores_taxonomy
+(gpt2_posheads/posts/gpt2_prev_heads/taxonomy.py).
+"""
+
+
+def _prepare(model, kwargs: dict, args) -> None:
+    if model is None:
+        return
+    fits = (min(args.seq_len, model.cfg.n_ctx) - 9) // 2  # the widest window the prompts hold
+    if fits >= 3 and kwargs["window"] > fits:  # no window fits at all: the claims are not testable, and say why
+        raise UsageError("--window", f"{kwargs['window']} is out of range", f"allowed 3..{fits}")
+
+
+def _console(result: ClaimResult, options: dict) -> None:
+    print(result.numbers["chosen_heads"].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+
+
+@declare(
+    POST,
+    "raw_scores_taxonomy",
+    order=6,
+    claims=CLAIM_KEYS,
+    usage=USAGE,
+    **PROMPTS,
+    heads=HEADS,
+    options=(
+        Option("--window", 3, "offsets -w..+w in the score profile (>= 3: the trend needs two older keys)", int, 3, 32),
+        Option(
+            "--threshold",
+            LABEL_THRESHOLD,
+            "logits a spike or dip needs to label a head (default ln 2: attention odds changed 2x)",
+            float,
+            low=0,
+        ),
+    ),
+    submatrix=True,
+    prepare=_prepare,
+    console=_console,
+)
 @measures_caller_model
 def raw_scores_taxonomy(
     model=None,
@@ -146,7 +200,7 @@ def raw_scores_taxonomy(
     """
     if not (isinstance(threshold, (int, float)) and math.isfinite(threshold) and threshold >= 0):
         raise ValueError(f"threshold: {threshold!r} is out of range; allowed a number >= 0 (logits)")
-    run = as_run(model, prompts, run, n_prompts=16, seq_len=256)
+    run = as_run(model, prompts, run, **PROMPTS)
     # every query of the profile has w keys on each side, after the first 8 positions
     high = (run.prompts.shape[1] - 9) // 2
     if high < 3:  # not a mistake of the caller's: the model's context (or the prompts) leaves no window

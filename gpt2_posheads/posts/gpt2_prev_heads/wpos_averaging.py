@@ -29,16 +29,20 @@ from ...analysis.heads import HeadDefault
 from ...analysis.interventions import average_pos_embed
 from ...analysis.measures import kl_divergence, next_token_probs
 from ...analysis.repeat_prompt import RepeatPrompt
-from ...claims.gpt2_post import CLAIMS, PrevMassAveraged, judge_claim, model_copies, prev_head_precondition
+from ...claims.catalogue import Option, declare
+from ...claims.gpt2_post import CLAIMS, POS_GROUP, judge_claim, model_copies, prev_head_precondition
+from ...claims.measured import PrevMassAveraged
 from ...claims.verdicts import Claim, Precondition, not_testable
 from ...model.identity import wpos_reason
 from ...model.state import measures_caller_model
-from ...model.validation import head_name, note
+from ...model.validation import UsageError, head_name, note
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, as_run, repeat_prompts
+from .about import POST
 
 HEADS = HeadDefault(("L2H2", "L3H3", "L4H11"), "aggregator+early", what="heads whose previous-token mass is tracked")
 CLAIM_KEYS = ("avg_output_unchanged", "avg_breaks_down", "avg_prev_heads_unaffected")
+PROMPTS = dict(n_prompts=16, seq_len=256)  # the natural-text prompts it measures on by default
 GROUP_SIZES = (1, 5, 10, 20, 50, 100)
 TARGETS = (" apple orange", " orange apple")
 
@@ -130,7 +134,7 @@ def judge(
         ),
         judge_claim(
             "avg_prev_heads_unaffected",
-            PrevMassAveraged(kept, group=10).measured(),  # the pairs the route conclusion reads
+            PrevMassAveraged(kept, group=POS_GROUP).measured(),  # the pairs the route conclusion reads
             value=kept,
             head=",".join(names),
             preconditions=[_measured(10, groups)]
@@ -185,6 +189,62 @@ def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:
     return fig
 
 
+USAGE = """Averaging W_pos rows in groups barely matters (GPT-2 post, first section).
+
+    gpt2-posheads pos_embed_averaging --model mini-gpt2
+
+For each group size: KL(clean || averaged) of next-token distributions over a corpus, the probability of
+the right first word of the reply on the repeat-string prompt (" apple orange" and the swapped " orange
+apple"; a word that is several tokens in the model's vocabulary is replaced by a single-token noun, and
+said), and the previous-token mass (offset-1 diagonal) of the tracked heads.
+Post: output unchanged up to groups of ~20, breaks down around 50-100; L2H2, L3H3, L4H11 unaffected.
+A claim whose reference group size (10 or 20) was not measured is not testable; the output claims are not
+testable on a model that does not copy the clean prompt (or whose context cannot hold it).
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.pos_embed_averaging
+(gpt2_posheads/posts/gpt2_prev_heads/wpos_averaging.py).
+"""
+
+
+def _prepare(model, kwargs: dict, args) -> None:
+    if model is None:
+        targets = [t if t.startswith(" ") else " " + t for t in kwargs["targets"].split(",") if t.strip()]
+        if not targets:
+            raise UsageError("--targets", "is empty", "comma-separated targets like ' apple orange, orange apple'")
+        kwargs["targets"] = targets
+    elif wpos_reason(model, str(args.model_dir or args.model)) is None:
+        # adjusted and said in the options' names; the function keeps them
+        kwargs["group_sizes"] = group_sizes_for(model, kwargs["group_sizes"], "--group-sizes")
+
+
+def _console(result: ClaimResult, options: dict) -> None:
+    if "not_applicable" in result.numbers:
+        print(f"not applicable: {result.numbers['not_applicable']}")
+    for row in result.numbers.get("rows", []):
+        shown = " | ".join(f"{k} {v:.3f}" for k, v in row.items() if k.startswith(("P(", "prev_mass")))
+        print(f"group {row['group_size']:>4}: KL {row['kl']:.4f} | {shown}")
+
+
+@declare(
+    POST,
+    "pos_embed_averaging",
+    order=4,
+    claims=CLAIM_KEYS,
+    usage=USAGE,
+    **PROMPTS,
+    heads=HEADS,
+    options=(
+        Option(
+            "--group-sizes",
+            "1,5,10,20,50,100",
+            "W_pos group sizes (1 = clean; sizes above the model's context are capped at it, and said)",
+            parse="int_list",
+            low=1,
+        ),
+        Option("--targets", " apple orange, orange apple", "comma-separated repeat-string targets", str),
+    ),
+    prepare=_prepare,
+    console=_console,
+)
 @measures_caller_model
 def pos_embed_averaging(
     model=None,
@@ -225,7 +285,7 @@ def pos_embed_averaging(
     targets = [t if t.startswith(" ") else " " + t for t in targets if t.strip()]
     if not targets:
         raise ValueError("targets: is empty; repeat-string targets like ' apple orange'")
-    run = as_run(model, prompts, run, n_prompts=16, seq_len=256).ranked()
+    run = as_run(model, prompts, run, **PROMPTS).ranked()
     chosen, how = run.heads(heads, HEADS)
     result = ClaimResult("pos_embed_averaging", run.label)
     result.numbers.update(heads=[head_name(l, h) for l, h in chosen], heads_chosen=how)

@@ -1,0 +1,291 @@
+"""The checks a command makes before its model loads, and what they know of the model.
+
+Model folder, device, prompt source, numbers, ``--heads`` and layers against the folder's ``config.json``
+(:func:`precheck`); then, with the model loaded, the same against ``model.cfg`` (:func:`postcheck`). Each failure is
+one :class:`~gpt2_posheads.model.validation.UsageError` naming the option (:func:`~gpt2_posheads.cli.args.main_entry`
+prints it as one ``error:`` line).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..model.folder import WEIGHT_FILES, folder_problem
+from ..model.loading import hub_model_cached, hub_reachable
+from ..model.paths import SHIPPED_MODELS, models_dir, shipped_model_dir
+from ..model.validation import UsageError, path_kind
+from .args import PROMPT_SOURCES, int_list, positive
+from .heads import HeadSpec
+
+# --- model folder, device, prompts -------------------------------------------------------------------------
+
+
+def _nearest_dir(path: Path) -> str | None:
+    """A model folder beside ``path`` (or in the models folder) whose name is ``path``'s name with a typo, else a
+    shipped model of such a name: a hint never names a folder of another model's name (``data/route-gpt2`` for
+    ``data/mini-gpt``)."""
+    parent = path.parent if path.parent.is_dir() else models_dir()
+    cands = [c for c in parent.iterdir() if c.is_dir() and (c / "config.json").exists()] if parent.is_dir() else []
+    best = difflib.get_close_matches(path.name, [c.name for c in cands], n=1, cutoff=0.8)
+    if best:
+        return str(parent / best[0])
+    shipped = difflib.get_close_matches(path.name, SHIPPED_MODELS, n=1, cutoff=0.8)
+    return f"--model {shipped[0]} (a shipped model, by name)" if shipped else None
+
+
+def check_model_dir(model_dir: str | None) -> dict | None:
+    """A ``--model-dir`` must be a Hugging Face folder: ``config.json`` that is a JSON object, and weights.
+    Returns the parsed config (``None`` without ``--model-dir``). It is never taken as a hub name."""
+    if model_dir is None:
+        return None
+    p = Path(model_dir).expanduser()
+    kind = path_kind(p)
+    if kind == "file":
+        raise UsageError(
+            "--model-dir",
+            f"{model_dir} is a file, not a folder",
+            "a folder with config.json and model weights",
+            f"its folder is {p.parent}",
+        )
+    if kind not in ("folder", "missing"):  # /dev/null, a FIFO, a symlink loop: say what it is, suggest nothing
+        raise UsageError("--model-dir", f"{model_dir} is {kind}, not a folder", "a folder with config.json and weights")
+    if kind == "missing":
+        from ..model.paths import COMPILED_MODELS
+
+        near = _nearest_dir(p)
+        raise UsageError(
+            "--model-dir",
+            f"{model_dir} does not exist",
+            "a folder with config.json and model weights",
+            f"--model {p.name} builds it on first use (seconds)"
+            if p.name in COMPILED_MODELS
+            else f"--model {p.name} loads the shipped one by name"
+            if p.name in SHIPPED_MODELS
+            else f"did you mean {near}?"
+            if near
+            else "shipped models load by name: --model mini-gpt2, --model route-gpt2",
+        )
+    if not (p / "config.json").is_file():
+        raise UsageError(
+            "--model-dir",
+            f"{model_dir} has no config.json",
+            "a Hugging Face-format model folder",
+            "or a shipped model by name: --model mini-gpt2",
+        )
+    try:
+        cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise UsageError(
+            "--model-dir",
+            f"{p / 'config.json'} is not valid JSON ({type(e).__name__})",
+            "a Hugging Face config.json",
+            "re-save the model with save_pretrained",
+        ) from None
+    if not isinstance(cfg, dict):
+        raise UsageError("--model-dir", f"{p / 'config.json'} is not a JSON object", "a Hugging Face config.json")
+    if not any((p / w).is_file() for w in WEIGHT_FILES) and not list(p.glob("*.safetensors")):
+        raise UsageError(
+            "--model-dir",
+            f"{model_dir} holds no model weights",
+            f"one of {', '.join(WEIGHT_FILES)}",
+            "re-save the model with save_pretrained",
+        )
+    problem = folder_problem(p)
+    if problem:
+        raise UsageError(
+            "--model-dir", problem, "a complete Hugging Face model folder", "re-save the model with save_pretrained"
+        )
+    return cfg
+
+
+def model_folder(args) -> Path | None:
+    """The local folder a script's model comes from: ``--model-dir``, or a shipped model named by ``--model``
+    (``mini-gpt2``, ``route-gpt2``, ...; a compiled one is built on first use); ``None`` for a hub name."""
+    if getattr(args, "model_dir", None):
+        return Path(args.model_dir)
+    name = getattr(args, "model", None)
+    if name in SHIPPED_MODELS:
+        try:
+            return shipped_model_dir(name)
+        except UsageError as e:  # a compiled model that cannot be built or rebuilt: said of --model, as given
+            raise UsageError("--model", e.problem, e.allowed, e.hint) from None
+    return None
+
+
+def check_hub_names(hub: Sequence[str]) -> None:
+    """Hub names (``--models``) need the Hugging Face hub: refuse them in one line, within seconds, when it is
+    unreachable (before any model is loaded), and point at local folders."""
+    missing = [name for name in hub if not hub_model_cached(name)]  # a complete cached copy loads offline
+    if missing and not hub_reachable():
+        raise UsageError(
+            "--models",
+            f"{', '.join(missing)} need the Hugging Face hub, which is unreachable, and are not cached",
+            "hub names on a machine with internet",
+            "or --model-dirs with local copies",
+        )
+
+
+def check_device(device: str | None) -> None:
+    if device is None:
+        return
+    if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", device):
+        raise UsageError("--device", f"{device!r} is not a device", "allowed cpu, cuda, cuda:N, mps")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError(
+                "--device", f"{device} asked but CUDA is not available on this machine", "use --device cpu"
+            )
+        if ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
+            raise UsageError(
+                "--device", f"{device} does not exist", f"allowed cuda:0..cuda:{torch.cuda.device_count() - 1}"
+            )
+    if device == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise UsageError("--device", "mps asked but not available", "use --device cpu")
+
+
+def check_prompt_source(source: str) -> None:
+    """``auto``/``openwebtext``/``wikitext`` or an existing, non-empty UTF-8 ``.txt``/``.jsonl`` file or folder.
+    ``openwebtext`` is read here (then remembered), so that a dataset that cannot be read is said before any model
+    loads."""
+    if source == "openwebtext":
+        from ..analysis.prompts import documents
+
+        try:
+            documents(source)
+        except UsageError as e:
+            raise UsageError("--prompts", e.problem, e.allowed, e.hint) from None
+    if source in PROMPT_SOURCES:
+        return
+    p = Path(source)
+    kind = path_kind(p)
+    if kind not in ("file", "folder", "missing"):  # a FIFO would block the read; /dev/null reads as nothing
+        raise UsageError(
+            "--prompts", f"{source} is {kind}, not a file or folder", "a .txt/.jsonl file or a folder of them"
+        )
+    if kind == "missing":
+        near = difflib.get_close_matches(source, PROMPT_SOURCES, n=1)
+        raise UsageError(
+            "--prompts",
+            f"{source!r} is neither a known source nor an existing file",
+            "allowed auto, openwebtext, wikitext, or a path to .txt/.jsonl files",
+            f"did you mean {near[0]}?" if near else "check the path",
+        )
+    if p.is_file():
+        if p.suffix not in (".txt", ".jsonl"):
+            raise UsageError(
+                "--prompts", f"{source} is a {p.suffix or 'suffix-less'} file", "allowed .txt or .jsonl files"
+            )
+        raw = p.read_bytes()
+        if b"\x00" in raw[:65536]:
+            raise UsageError(
+                "--prompts",
+                f"{source} is a binary file",
+                "UTF-8 text: .txt of documents separated by blank lines, or .jsonl with a 'text' field",
+            )
+        text = raw.decode("utf-8", errors="replace")
+        if not text.strip():
+            raise UsageError(
+                "--prompts",
+                f"{source} is empty",
+                "a .txt of documents separated by blank lines, or .jsonl with a 'text' field",
+            )
+    from ..analysis.prompts import file_documents
+
+    try:
+        file_documents([p])  # reads and checks every document (a .jsonl line without 'text', ...)
+    except UsageError as e:
+        raise UsageError("--prompts", e.problem, e.allowed, e.hint) from None
+
+
+# --- what the checks know of the model -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the checks need to know of a model: from ``config.json`` before loading, or ``model.cfg`` after."""
+
+    n_layers: int
+    n_heads: int
+    n_ctx: int
+    d_model: int | None = None
+
+    @classmethod
+    def of(cls, model) -> ModelShape:
+        return cls(model.cfg.n_layers, model.cfg.n_heads, model.cfg.n_ctx, model.cfg.d_model)
+
+    @classmethod
+    def from_config(cls, cfg: dict | None) -> ModelShape | None:
+        """From a Hugging Face ``config.json`` (GPT-2, GPT-Neo(X), OPT, Llama names), or ``None``."""
+        if not cfg:
+            return None
+        get = lambda *ks: next((cfg[k] for k in ks if isinstance(cfg.get(k), int)), None)  # noqa: E731
+        shape = (
+            get("n_layer", "num_hidden_layers", "num_layers"),
+            get("n_head", "num_attention_heads", "num_heads"),
+            get("n_positions", "max_position_embeddings", "n_ctx"),
+            get("n_embd", "hidden_size", "d_model"),
+        )
+        return cls(*shape) if all(v is not None for v in shape[:3]) else None
+
+
+def check_layer_arg(name: str, layer: int | None, shape: ModelShape | None, allow_final: bool = False) -> None:
+    if shape is None or layer is None:
+        return
+    top = shape.n_layers if allow_final else shape.n_layers - 1
+    if not 0 <= layer <= top:
+        what = f"0..{top}" + (" (the last is the final residual stream)" if allow_final else "")
+        raise UsageError(name, f"{layer} is out of range for this {shape.n_layers}-layer model", f"allowed {what}")
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What :func:`precheck` parsed (``args`` itself is never changed)."""
+
+    shape: ModelShape | None = None
+    heads: HeadSpec | None = None
+    layers: tuple[int, ...] | None = None
+
+
+def precheck(args, *, layer_final: bool = False) -> Checked:
+    """Every check that needs no model: model folder, device, prompt source and counts, ``--heads``,
+    ``--layer``/``--layers`` against the folder's ``config.json``."""
+    shape = None
+    if hasattr(args, "model_dir"):
+        folder = model_folder(args)
+        shape = ModelShape.from_config(check_model_dir(None if folder is None else str(folder)))
+        check_device(args.device)
+    if hasattr(args, "prompts"):
+        check_prompt_source(args.prompts)
+    if hasattr(args, "n_prompts"):
+        positive("--n-prompts", args.n_prompts)
+    if getattr(args, "seq_len", None) is not None:
+        positive("--seq-len", args.seq_len, 2)
+    heads = HeadSpec.parse(getattr(args, "heads", None))
+    if heads is not None:
+        heads.check(shape)
+    if getattr(args, "layer", None) is not None:
+        check_layer_arg("--layer", args.layer, shape, allow_final=layer_final)
+    layers = None
+    if getattr(args, "layers", None) is not None:
+        layers = tuple(int_list("--layers", args.layers, 0, shape.n_layers - 1 if shape else None))
+    return Checked(shape, heads, layers)
+
+
+def postcheck(args, checked: Checked, model, *, layer_final: bool = False) -> ModelShape:
+    """The checks of :func:`precheck` that needed the model (a hub model has no ``config.json`` to peek)."""
+    shape = ModelShape.of(model)
+    if checked.heads is not None:
+        checked.heads.check(shape)
+    if getattr(args, "layer", None) is not None:
+        check_layer_arg("--layer", args.layer, shape, allow_final=layer_final)
+    for v in checked.layers or ():
+        if v >= shape.n_layers:
+            raise UsageError("--layers", f"{v} is out of range", f"allowed 0..{shape.n_layers - 1}")
+    return shape

@@ -1,0 +1,137 @@
+"""A claim declared once, in a researcher's own module, is a command, has its help, writes its results folder and
+is a row of the page, with no other file touched: the command list, the command, the main job and the page all read
+the declaration (gpt2_posheads.claims.catalogue)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gpt2_posheads.claims.catalogue import PLUGINS_ENV, model_scripts, posts, script, script_claims, scripts
+
+MODULE = textwrap.dedent(
+    '''
+    """A researcher's own claim about previous-token heads."""
+
+    from gpt2_posheads.claims.catalogue import Option, Post, declare, register_post
+    from gpt2_posheads.claims.verdicts import at_least, judge
+    from gpt2_posheads.posts.gpt2_prev_heads._run import as_run
+    from gpt2_posheads.posts.result import ClaimResult
+
+    POST = register_post(
+        Post("900", "A researcher's note on sharp heads", author="A. Researcher", date="2026-11-26", seed="",
+             subject="my_claims", needs_model=True, order=50)
+    )
+    USAGE = """The sharpest previous-token head puts most of its attention on the previous token (my note).
+
+        gpt2-posheads sharp_mass --model route-gpt2
+    """
+
+
+    @declare(
+        POST,
+        "sharp_mass",
+        claims=("sharp_head_mass",),
+        usage=USAGE,
+        n_prompts=2,
+        seq_len=64,
+        options=(Option("--threshold", 0.5, "previous-token mass the sharpest head needs", float, low=0, high=1),),
+    )
+    def sharp_mass(model=None, prompts=None, *, threshold=0.5, run=None):
+        run = as_run(model, prompts, run, n_prompts=2, seq_len=64).ranked()
+        mass = float(run.diag[..., 1].max())  # [n_layers, n_heads, offsets]: the greatest previous-token mass
+        result = ClaimResult("sharp_mass", run.label)
+        result.numbers["sharpest_prev_mass"] = mass
+        result.claims.append(
+            judge(
+                "the sharpest previous-token head attends mostly to the previous token",
+                post="(my note)",
+                rule=at_least(threshold, "previous-token mass of the sharpest head"),
+                measured={"mass": mass},
+                value=mass,
+                key="sharp_head_mass",
+            )
+        )
+        return result
+    '''
+)
+
+
+@pytest.fixture
+def plugin(tmp_path):
+    """The module in a folder of its own, named in $GPT2_POSHEADS_POSTS; the environment a subprocess needs."""
+    (tmp_path / "my_claims.py").write_text(MODULE, encoding="utf-8")
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, PLUGINS_ENV: "my_claims", "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
+    return tmp_path, env
+
+
+def cli(env, cwd, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "gpt2_posheads", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_the_posts_own_declarations_make_the_catalogue():
+    """Every claim script is declared by its function, in its post's package, with the claims it judges."""
+    assert [p.key for p in posts()] == ["004", "003", "001", "000", "002"]
+    assert model_scripts()[0] == "rank_prev_heads" and len(model_scripts()) == 9
+    for name, s in scripts().items():
+        assert (
+            s.name == name
+            and s.function.script is s
+            and s.function.__module__.startswith(f"gpt2_posheads.posts.{s.post.subject}")
+        )
+    assert script_claims()["mask_prev_attention"] == ("mask_disrupts",)
+    assert script("mask_prev_attention").options[1].default == 5  # the post's period, from the claims' one home
+    assert script("run_all") is None
+
+
+def test_a_declared_claim_is_a_command_a_results_folder_and_a_row_of_the_page(plugin):
+    tmp, env = plugin
+    listed = cli(env, tmp)
+    assert listed.returncode == 0, listed.stderr
+    assert "900: A researcher's note on sharp heads" in listed.stdout
+    assert "sharp_mass" in listed.stdout and "claims: sharp_head_mass" in listed.stdout
+
+    helped = cli(env, tmp, "sharp_mass", "--help")
+    assert helped.returncode == 0 and "most of its attention on the previous token" in helped.stdout
+    assert "--threshold" in helped.stdout and "--n-prompts" in helped.stdout
+
+    bad = cli(env, tmp, "sharp_mass", "--threshold", "2")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --threshold: 2.0 is out of range")
+
+    # the same measurement judged by the rule at two thresholds from the declared option: held, then not held
+    verdicts = {}
+    for threshold in ("0.5", "0.999"):
+        out = tmp / f"at{threshold}"
+        r = cli(env, tmp, "sharp_mass", "--model", "route-gpt2", "--out", str(out), "--threshold", threshold)
+        assert r.returncode == 0, r.stderr
+        summary = json.loads((out / "summary.json").read_text())
+        (claim,) = summary["claims"]
+        assert claim["key"] == "sharp_head_mass" and summary["script"] == "sharp_mass"
+        verdicts[threshold] = (claim["verdict"], summary["sharpest_prev_mass"])
+    mass = verdicts["0.5"][1]
+    assert 0.5 <= mass < 0.999 and verdicts["0.999"][1] == mass  # route-gpt2's sharp head: near 1, not all of it
+    assert verdicts["0.5"][0] == "held" and verdicts["0.999"][0] == "not held"
+
+    job = cli(env, tmp, "run_all", "--models", "route-gpt2", "--only", "sharp_mass", "--no-png", "--no-explorer")
+    assert job.returncode == 0, job.stderr
+    page = (tmp / "results" / "index.html").read_text()
+    assert "A researcher&#x27;s note on sharp heads" in page or "A researcher's note on sharp heads" in page
+    assert "the sharpest previous-token head attends mostly to the previous token" in page
+
+
+def test_a_module_that_cannot_be_imported_is_one_line_before_anything_runs(tmp_path):
+    (tmp_path / "broken_claims.py").write_text("raise RuntimeError('half written')\n", encoding="utf-8")
+    env = {**os.environ, PLUGINS_ENV: "broken_claims", "PYTHONPATH": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    for args in ((), ("rank_prev_heads", "--model", "route-gpt2")):
+        r = cli(env, tmp_path, *args)
+        assert r.returncode == 2 and not (tmp_path / "results").exists()
+        assert r.stderr.strip() == (
+            "error: $GPT2_POSHEADS_POSTS: 'broken_claims' cannot be imported (RuntimeError: half written); "
+            "module names importable from here or PYTHONPATH"
+        )
