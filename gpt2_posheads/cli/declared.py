@@ -65,8 +65,8 @@ def parser(script: Script) -> argparse.ArgumentParser:
 def run_declared(script: Script, argv=None):
     """Run the command of ``script`` with ``argv`` (``main(argv)`` of a command module); returns the result."""
     args = parser(script).parse_args(argv)
-    kwargs = {o.keyword: option_value(o, getattr(args, o.dest)) for o in script.options if o.keyword}
-    options = {o.dest: option_value(o, getattr(args, o.dest)) for o in script.options}
+    options = {o.dest: option_value(o, getattr(args, o.dest)) for o in script.options}  # each checked once
+    kwargs = {o.keyword: options[o.dest] for o in script.options if o.keyword}
     if script.engines:
         check_engine_args(args)
         kwargs["engine"] = args.engine

@@ -272,7 +272,7 @@ class _WithTokens:
 
 class TracedEngine:
     """An nnsight-traced model (:class:`~gpt2_posheads.model.traced.TracedModel`), here or on NDIF: one
-    :func:`~gpt2_posheads.model.traced.run_traced` session per call, the reduction running inside the trace; edits
+    :func:`~gpt2_posheads.model.traced.run_traced` trace per call, the reduction running inside the trace; edits
     are :class:`~gpt2_posheads.model.traced.TracedEdit` s. Patterns are computed from the model's own queries and
     keys (the pattern an edit leaves is the one the model attends with)."""
 
