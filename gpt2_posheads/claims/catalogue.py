@@ -5,7 +5,10 @@ A claim script is declared once, beside its measurement, in its post's module, b
     POST = register_post(Post("004", "The positional embedding matrix and ...", author=..., date=..., seed=...,
                               subject="gpt2_prev_heads", needs_model=True, order=0))
 
-    @declare(POST, "mask_prev_attention", claims=("mask_disrupts",), usage=__doc__, n_prompts=8, heads=HEADS,
+    MASK_DISRUPTS = post_claim("mask_disrupts", "masking attention to p-1 ... disrupts the head",
+                               "L4H11 visibly disrupted", predicate("held if ...", _drops_half), ROUTE)
+
+    @declare(POST, "mask_prev_attention", claims=(MASK_DISRUPTS,), usage=__doc__, n_prompts=8, heads=HEADS,
              options=(Option("--every", MASK_EVERY, "mask queries p with p %% every == 0", int, low=2),))
     def mask_prev_attention(model=None, prompts=None, heads=None, *, every=MASK_EVERY, run=None): ...
 
@@ -139,12 +142,15 @@ def register_post(post: Post) -> Post:
 
 
 def declare(post: Post, name: str, **spec) -> Callable[[Callable], Callable]:
-    """Decorate a claim function to declare it as script ``name`` of ``post`` (the fields of :class:`Script`);
-    returns the function unchanged, with its declaration as ``.script``."""
+    """Decorate a claim function to declare it as script ``name`` of ``post`` (the fields of :class:`Script`;
+    ``claims`` the claims it judges, as keys or as the declared claims themselves); returns the function unchanged,
+    with its declaration as ``.script``."""
 
     def register(fn: Callable) -> Callable:
         register_post(post)
-        script = Script(name, post, fn, **spec)
+        # a claim may be declared by its spec (``claims.gpt2_post.post_claim``) or by its key alone
+        claims = tuple(getattr(c, "key", c) for c in spec.pop("claims", ()))
+        script = Script(name, post, fn, claims, **spec)
         known = _SCRIPTS.get(name)
         if known is not None and known.function.__module__ != fn.__module__:
             raise ValueError(f"script: {name!r} is declared twice ({known.function.__module__} and {fn.__module__})")

@@ -1,11 +1,16 @@
-"""The GPT-2 post's (``004``) claims as rules, written down before anything is measured.
+"""The GPT-2 post's (``004``) claims: how one is declared, judged and made testable, and the thresholds its rules
+share.
 
-Each entry of :data:`CLAIMS` is the post's sentence, the post's number, the :class:`Rule` that decides it, and what
-the claim can tell apart (:attr:`ClaimSpec.tells`): a *route* claim says whether the sharp head is built the post's
-way (from early heads that read extended positions) rather than another way with the same behaviour (reading the
+A claim is declared once, beside its measurement, in its script's module (``posts/gpt2_prev_heads/<script>.py``):
+:func:`post_claim` records the post's sentence, the post's number, the :class:`Rule` that decides it, and what the
+claim can tell apart (:attr:`ClaimSpec.tells`): a *route* claim says whether the sharp head is built the post's way
+(from early heads that read extended positions) rather than another way with the same behaviour (reading the
 previous position straight off ``W_pos``); a *description* says what a head or a matrix looks like, and holds on
-either route. Scripts call :func:`judge_claim` with their measurement and the preconditions that make the claim
-testable on the model at hand (the model copies; the head is a clear previous-token head; ...).
+either route. :data:`CLAIMS` is every declared claim by key. Scripts call :func:`judge_claim` with their measurement
+and the preconditions that make the claim testable on the model at hand (the model copies; the head is a clear
+previous-token head; ...). The rules that other code reads too live here: :data:`SHARPEST_RULE` and
+:data:`INDUCTION_RULE` (the organism's targets), :func:`built_from_below` (the route conclusion),
+:func:`helix_evr_rule` (a precondition).
 
 Every threshold has a stated reason (the post's words and numbers, a chance level, or a level random models stay
 below), and where the post's claim has two parts ("tremendous damage" to early heads, "minimal damage" to L4H11)
@@ -36,8 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..analysis.diagonals import CLEAR_PREV_RATIO, is_clear_prev, prev_token_stats
-from ..analysis.interventions import MASK_EVERY
-from .verdicts import Claim, Precondition, Rule, at_least, at_most, finite, judge, predicate, within
+from .verdicts import Claim, Precondition, Rule, at_least, at_most, finite, judge, predicate
 
 # model-level preconditions, shared by several scripts
 COPY_THRESHOLD = 0.5  # P(right continuation) on the repeat-string prompt for "the model copies"
@@ -54,6 +58,9 @@ DESCRIBES = "describes"
 
 @dataclass(frozen=True)
 class ClaimSpec:
+    """A claim of the post, declared before anything is measured: its ``key``, the post's sentence (``claim``) and
+    number (``post``), the ``rule`` that decides it, what it ``tells`` apart and why (``why_kind``)."""
+
     key: str
     claim: str
     post: str
@@ -61,23 +68,31 @@ class ClaimSpec:
     tells: str = DESCRIBES  # ROUTE: tells the post's route from a head that reads W_pos; DESCRIBES: holds on both
     why_kind: str = ""  # why it is (or is not) a route claim, in a sentence
 
-
-def _edit_moves_copy(v) -> tuple[bool, str]:
-    clean_third, p_second, p_third = v
-    ok = p_third > p_second and p_third >= clean_third + 0.2
-    return ok, (
-        f"with the edit and output x2: P(third) = {p_third:.3g} {'>' if p_third > p_second else '<='} "
-        f"P(second) = {p_second:.3g}; P(third) rose from {clean_third:.3g} by {p_third - clean_third:+.3g} "
-        "(needs >= +0.2)"
-    )
+    def __post_init__(self):
+        if self.tells not in (ROUTE, DESCRIBES):
+            raise ValueError(f"tells: {self.tells!r} is not one of {ROUTE!r}, {DESCRIBES!r}")
 
 
-def _keeps_each(v) -> tuple[bool, str]:
-    """``v``: ``{name: (clean, intervened)}``; held if every one keeps >= 80%."""
-    if not v:
-        return False, "nothing measured"
-    parts = [f"{k}: {a:.3g} -> {b:.3g}" + (f" ({b / a:.0%} kept)" if a > 0 else "") for k, (a, b) in v.items()]
-    return all(a > 0 and b >= KEEP * a for a, b in v.values()), "; ".join(parts) + f" (each needs >= {KEEP:.0%})"
+# every claim of the post by key, in the order declared: filled by :func:`post_claim` when the post's modules are
+# imported (``import gpt2_posheads`` does)
+CLAIMS: dict[str, ClaimSpec] = {}
+
+
+def post_claim(key: str, claim: str, post: str, rule: Rule, tells: str = DESCRIBES, why_kind: str = "") -> ClaimSpec:
+    """Declare the post's claim ``key``: its sentence (``claim``), the post's number (``post``), its ``rule``, what
+    it ``tells`` apart (:data:`ROUTE` or :data:`DESCRIBES`) and why (``why_kind``). Registered in :data:`CLAIMS`
+    (:func:`register_claim`) and returned."""
+    return register_claim(ClaimSpec(key, claim, post, rule, tells, why_kind))
+
+
+def register_claim(spec: ClaimSpec) -> ClaimSpec:
+    """Add ``spec`` to :data:`CLAIMS` and return it; a key declared again with another sentence is a
+    ``ValueError``."""
+    known = CLAIMS.get(spec.key)
+    if known is not None and (known.claim, known.tells) != (spec.claim, spec.tells):
+        raise ValueError(f"key: the claim {spec.key!r} is declared twice ({known.claim!r} and {spec.claim!r})")
+    CLAIMS[spec.key] = spec
+    return spec
 
 
 # what an infinite sharpest ratio means (analysis.diagonals.sharpest_prev_ratio): every head was ranked, none tops at
@@ -93,22 +108,10 @@ def _sharp(v) -> tuple[bool, str]:
     return _SHARPEST.decide(v)
 
 
-def _stands_alone(v) -> tuple[bool, str]:
-    """``v``: ``(sharpest ratio, next previous-token head's ratio or None)``."""
-    first, second = v
-    if not finite(first):  # inf: no previous-token head (a NaN never reaches a rule)
-        return False, NO_PREV_HEAD
-    if first > SHARP_RATIO:
-        return False, f"the sharpest ratio {first:.3g} is not sharp (> {SHARP_RATIO:g})"
-    if second is None or not finite(second):
-        return True, f"ratio {first:.3g}, and no other previous-token head"
-    ok = second > SHARP_RATIO and second >= 5 * first
-    times = f"{second / first:.3g}x" if first > 0 else "infinitely"
-    return ok, (
-        f"ratio {first:.3g}; the next previous-token head {second:.3g} ({times} less sharp"
-        + ("" if second > SHARP_RATIO else f", itself sharp: <= {SHARP_RATIO:g}")
-        + f"; needs > {SHARP_RATIO:g} and >= 5x)"
-    )
+# "attends almost exclusively to the previous token" (``sharp_prev_head``), also an organism's first target
+SHARPEST_RULE = predicate(_SHARPEST.text, _sharp)
+# "induction heads read the previous-token heads' output" (``induction_heads_exist``): an organism's target
+INDUCTION_RULE = at_least(0.4, "best induction score")
 
 
 def built_from_below(name: str, layer: int, drop_below: float, relayed: float | None) -> tuple[bool, str]:
@@ -141,83 +144,6 @@ def built_from_below(name: str, layer: int, drop_below: float, relayed: float | 
     return True, f"{below} (needs >= {HALF:.0%}); {relay}"
 
 
-def _built_from_below(v) -> tuple[bool, str]:
-    """``v``: ``(name, layer, relative drop when everything the layers below write is removed[, relative drop when
-    the layers below are fed W_pos averaged in groups of 10, None without learned W_pos])``: the relay-aware rule,
-    :func:`built_from_below`."""
-    name, layer, drop = v[:3]
-    return built_from_below(name, layer, drop, v[3] if len(v) > 3 else math.nan)
-
-
-def _drops_half(v) -> tuple[bool, str]:
-    """``v``: ``(clean, intervened)`` previous-token mass on the masked rows."""
-    clean, new = v
-    if not (finite(clean) and finite(new)) or clean <= 0:
-        return False, f"previous-token mass on the masked rows {clean} -> {new}: nothing to compare"
-    drop = 1 - new / clean
-    return drop >= HALF, (
-        f"on the masked rows, previous-token mass {clean:.3g} -> {new:.3g}: {drop:.0%} lower (needs >= {HALF:.0%})"
-    )
-
-
-def _early_self_suppressing(v) -> tuple[bool, str]:
-    n_self, n = v
-    ok = n_self >= 2 and 2 * n_self >= n
-    return ok, f"{n_self} of {n} early clear previous-token heads are self-suppressing (needs >= 2, and >= half)"
-
-
-def _is_label(label: str):
-    def decide(v):
-        name, got = v
-        return got == label, f"{name} is labelled {str(got).replace('_', '-')}"
-
-    return decide
-
-
-def _breaks_down(v) -> tuple[bool, str]:
-    """``v``: ``(KL at groups of 20, KL at the largest group, largest group size)``."""
-    kl20, kl_max, g = v
-    if not (finite(kl20) and finite(kl_max)):
-        return False, f"KL {kl20} at 20, {kl_max} at {g}: not finite"
-    ok = g >= 50 and kl_max >= BREAK_KL and kl_max >= 2 * kl20
-    return ok, (
-        f"KL {kl_max:.3g} nats at groups of {g} (needs >= {BREAK_KL:g}) against {kl20:.3g} at 20 "
-        f"({kl_max / kl20 if kl20 > 0 else math.inf:.3g}x; needs >= 2x)"
-    )
-
-
-def _hurts_early_more(v) -> tuple[bool, str]:
-    """``v``: ``(JS of the early head, JS of the aggregator, share of the aggregator's previous-token mass kept)``."""
-    js_e, js_a, keep = v
-    if not all(finite(x) for x in v):
-        return False, f"JS {js_e} (early), {js_a} (aggregator), kept {keep}: not finite"
-    ok = js_e >= DAMAGE_JS and js_e >= 2 * js_a and keep >= KEEP
-    return ok, (
-        f"early head JS {js_e:.3g} nats (needs >= {DAMAGE_JS:g}: damaged), "
-        f"{js_e / js_a if js_a > 0 else math.inf:.3g}x the aggregator's {js_a:.3g} (needs >= 2x); the aggregator "
-        f"keeps {keep:.0%} of its previous-token mass "
-        f"(needs >= {KEEP:.0%}: minimal damage)"
-    )
-
-
-def _pools_early_heads(v) -> tuple[bool, str]:
-    """``v``: dict with ``group_drop`` (relative drop with the early heads removed together), ``chance`` (median
-    relative drop of random groups of as many heads from below), ``n_early``, ``n_groups``, ``top_single``."""
-    g, chance = v["group_drop"], v["chance"]
-    if not finite(g):
-        return False, "the group drop is not a finite number"
-    ok = g >= HALF and (not finite(chance) or g >= 2 * chance)
-    chance_txt = (
-        f"{chance:.0%} for {v['n_groups']} random groups of {v['n_early']} heads from below (needs >= 2x)"
-        if finite(chance)
-        else "no other heads below to compare with"
-    )
-    return ok, (
-        f"the {v['n_early']} early previous-token heads removed together lower its previous-token mass {g:.0%} "
-        f"(needs >= {HALF:.0%}); chance: {chance_txt}; largest single head: {v.get('top_single', '-')}"
-    )
-
-
 def helix_evr_rule(what: str, allow_quick: bool = True) -> Rule:
     """A low-dimensional helix: the top three principal components explain >= 60% of the variance (low-dimensional),
     and the third carries >= 5% of it and >= twice the fourth (a curve that leaves the plane of its first two
@@ -244,214 +170,8 @@ def helix_evr_rule(what: str, allow_quick: bool = True) -> Rule:
     )
 
 
-POST_SOURCES = ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2")  # the early heads the post says L4H11 aggregates
-
-CLAIMS: dict[str, ClaimSpec] = {
-    c.key: c
-    for c in [
-        ClaimSpec(
-            "sharp_prev_head",
-            "a head attends almost only to the previous token",
-            "L4H11: ratio 0.01",
-            predicate(_SHARPEST.text, _sharp),
-            why_kind="a head reading W_pos can be as sharp",
-        ),
-        ClaimSpec(
-            "sharpest_stands_alone",
-            "the sharpest head is in a class of its own",
-            "0.01 vs next 0.18",
-            predicate(
-                f"held if the sharpest previous-token ratio is <= {SHARP_RATIO:g} and the next previous-token head "
-                f"(if any) is not sharp (> {SHARP_RATIO:g}) and >= 5x less sharp",
-                _stands_alone,
-            ),
-            why_kind="a ranking fact, on either route",
-        ),
-        ClaimSpec(
-            "aggregator_above_layer0",
-            "the sharp head is built from earlier layers, not from the embeddings alone",
-            "L4H11 sits in layer 4 and reads what earlier layers wrote",
-            predicate(
-                "held if the sharpest previous-token head sits in a layer >= 1, removing what the layers below "
-                "write (mean-ablated, from its query and key inputs together) lowers its previous-token mass by >= "
-                f"{HALF:.0%}, and feeding the layers below W_pos averaged in groups of 10 (their writes patched into "
-                f"its inputs, its own W_pos left alone) lowers it by <= {1 - KEEP:.0%}: the layers below compute, "
-                "they do not relay W_pos",
-                _built_from_below,
-            ),
-            ROUTE,
-            "a head above layer 0 that reads W_pos loses nothing when the layers below are removed; one that reads "
-            "W_pos relayed by them loses it when they are fed averaged W_pos",
-        ),
-        ClaimSpec(
-            "half_prev_heads",
-            "about half the heads have the previous diagonal greatest",
-            "69 of 144 (48%)",
-            within(0.30, 0.65, "fraction of heads whose greatest diagonal is the previous one"),
-            why_kind="a count over the whole model",
-        ),
-        ClaimSpec(
-            "wpos_helix",
-            "W_pos lies on a low-dimensional helix",
-            "top-3 PCs: 33%, 32%, 25%",
-            helix_evr_rule("centred W_pos"),
-            why_kind="a property of W_pos, whoever reads it",
-        ),
-        ClaimSpec(
-            "ext_helix",
-            "the extended positional embeddings also form a low-dimensional helix",
-            "a helix at layer 2",
-            helix_evr_rule("the extended embeddings", allow_quick=False),
-            why_kind="geometry of the residual stream",
-        ),
-        ClaimSpec(
-            "ext_same_subspace",
-            "extended embeddings at layer 2 span nearly W_pos's top-3 subspace",
-            "angles 8°, 9°, 10°",
-            at_most(20.0, "largest principal angle at layer 2 (degrees)"),
-            why_kind="geometry of the residual stream",
-        ),
-        ClaimSpec(
-            "ext_sparser",
-            "extended embeddings past layer 0 are sparser than W_pos",
-            "about 3x fewer large entries",
-            at_least(1.5, "layer-0 large-entry fraction / mean over later layers"),
-            why_kind="geometry of the residual stream",
-        ),
-        ClaimSpec(
-            "ext_token_independent",
-            "extended embeddings barely depend on the repeated token",
-            "almost the same",
-            at_most(0.25, "relative spread of the extended embeddings across repeated tokens (layer 2)"),
-            why_kind="geometry of the residual stream",
-        ),
-        ClaimSpec(
-            "avg_output_unchanged",
-            "averaging W_pos in groups of up to 20 leaves the output unchanged",
-            "99%+ on the right continuation",
-            predicate(
-                f"held if, under groups of 20, the right continuation keeps >= {KEEP:.0%} of its clean probability on "
-                "every repeat-string prompt",
-                _keeps_each,
-            ),
-            ROUTE,
-            "a model that copies through a head reading W_pos loses the copy",
-        ),
-        ClaimSpec(
-            "avg_breaks_down",
-            "performance breaks down around groups of 50-100",
-            "breaks around 50-100",
-            predicate(
-                f"held if, at the largest group size (>= 50), KL(clean || averaged) >= {BREAK_KL:g} nats per token and "
-                ">= 2x the KL at groups of 20",
-                _breaks_down,
-            ),
-            why_kind="how much the model still uses W_pos coarsely; the route does not need it",
-        ),
-        ClaimSpec(
-            "avg_prev_heads_unaffected",
-            "previous-token heads are unaffected by W_pos averaging (groups of 10)",
-            "L2H2, L3H3, L4H11 unaffected",
-            predicate(
-                f"held if every tracked previous-token head keeps >= {KEEP:.0%} of its previous-token mass under "
-                "groups of 10",
-                _keeps_each,
-            ),
-            ROUTE,
-            "a head that reads the previous position off W_pos loses it",
-        ),
-        ClaimSpec(
-            "mask_disrupts",
-            f"masking attention to p-1 every {MASK_EVERY}th position in the layers below disrupts the head",
-            "L4H11 visibly disrupted",
-            predicate(
-                f"held if, on the masked rows (every {MASK_EVERY}th query), the head loses >= {HALF:.0%} of its "
-                "previous-token attention when the layers below cannot see p-1 there",
-                _drops_half,
-            ),
-            ROUTE,
-            "a head that reads W_pos does not care what the layers below attend to",
-        ),
-        ClaimSpec(
-            "early_self_suppressing",
-            "early previous-token heads suppress attention to the current token",
-            "all six (L1H0, L2H2, L3H3, L2H4, L3H7, L3H2)",
-            predicate(
-                f"held if at least two, and at least half, of the clear previous-token heads (ratio <= "
-                f"{CLEAR_PREV_RATIO:g}) below the aggregator are labelled self-suppressing by their raw-score profile",
-                _early_self_suppressing,
-            ),
-            ROUTE,
-            "tells self-suppressing early heads from early heads that boost p-1 (it says how the early heads work, "
-            "not whether the aggregator reads them)",
-        ),
-        ClaimSpec(
-            "aggregator_prev_boosting",
-            "the sharp head boosts the previous token instead",
-            "L4H11: bright p-1 line",
-            predicate("held if the sharpest previous-token head is labelled prev-boosting", _is_label("prev_boosting")),
-            why_kind="a head reading a shifted W_pos also shows a bright p-1 line",
-        ),
-        ClaimSpec(
-            "ext_avg_hurts_early_more",
-            "averaging extended embeddings hurts early heads far more than the aggregator",
-            "L2H2 badly, L4H11 barely",
-            predicate(
-                f"held if averaging the extended embeddings (groups of 10) just before each head's layer moves the "
-                f"early head's pattern >= {DAMAGE_JS:g} nats (JS) and >= 2x as far as the aggregator's, and the "
-                f"aggregator keeps >= {KEEP:.0%} of its previous-token mass",
-                _hurts_early_more,
-            ),
-            ROUTE,
-            "a sharp head that reads positions (W_pos is part of the extended embeddings) is hurt as badly",
-        ),
-        ClaimSpec(
-            "edit_moves_copy",
-            "editing the aggregator's pattern with output x2 moves the copy to the third word",
-            "P(pirate) 65%, P(turtle) 26%",
-            predicate(
-                "held if, with the edit and output x2, P(third word) > P(second word) and P(third) rose by >= 0.2",
-                _edit_moves_copy,
-            ),
-            why_kind="it shows the head feeds induction, whichever way the head finds p-1",
-        ),
-        ClaimSpec(
-            "sources_upstream",
-            "the aggregator reads earlier previous-token heads",
-            "L4H11 aggregates six early heads",
-            predicate(
-                "held if removing the clear previous-token heads below the aggregator together (mean-ablated, from "
-                f"its query and key inputs) lowers its previous-token mass by >= {HALF:.0%}, and by >= 2x the median "
-                "drop of random groups of as many heads from the layers below (chance)",
-                _pools_early_heads,
-            ),
-            ROUTE,
-            "a head that reads W_pos loses nothing when the early heads are removed",
-        ),
-        ClaimSpec(
-            "sources_named_heads",
-            "the post's six named heads feed L4H11",
-            ", ".join(POST_SOURCES),
-            predicate(
-                "held if at least 4 of the post's six named heads are among L4H11's 10 largest upstream sources",
-                lambda v: (len(v) >= 4, f"{len(v)} of 6 named heads in the top 10: {', '.join(v) or 'none'}"),
-            ),
-            why_kind="GPT-2 small's head names",
-        ),
-        ClaimSpec(
-            "induction_heads_exist",
-            "induction heads read the previous-token heads' output",
-            "L5H1, L6H9, ...",
-            at_least(0.4, "best induction score"),
-            why_kind="behaviour",
-        ),
-    ]
-}
-ROUTE_CLAIMS: tuple[str, ...] = tuple(k for k, c in CLAIMS.items() if c.tells == ROUTE)
-
-
 def judge_claim(
-    key: str,
+    key: str | ClaimSpec,
     measured,
     value=None,
     preconditions: Sequence[Precondition] = (),
@@ -460,13 +180,16 @@ def judge_claim(
     head: str = "",
     shown: str = "",
 ) -> Claim:
-    """Judge the post's claim ``key`` (see :data:`CLAIMS`) on a measurement.
+    """Judge the post's claim ``key`` (declared by :func:`post_claim`; or a :class:`ClaimSpec` itself, e.g. the
+    claim as measured at another masking period) on a measurement.
 
     ``post`` overrides the post's number (scripts pass ``"(GPT-2 small only)"`` style text when the
     post's per-head figure would be misread next to another model's head of the same name); ``head`` names
     the head the claim was measured on, ``shown`` the measured number for a person.
     """
-    spec = CLAIMS[key]
+    spec = key if isinstance(key, ClaimSpec) else CLAIMS.get(key)
+    if spec is None:
+        raise ValueError(f"key: {key!r} is not a declared claim of the post; declared: {', '.join(CLAIMS)}")
     claim = judge(
         spec.claim,
         spec.post if post is None else post,
@@ -475,7 +198,7 @@ def judge_claim(
         value,
         preconditions,
         quick,
-        key=key,
+        key=spec.key,
         head=head,
         shown=shown,
     )

@@ -11,7 +11,7 @@ Each target is a rule fixed here before anything is measured. "The sharp head" i
 * held-out loss no worse than the reference model on the same text and tokenizer.
 
 Whether the organism takes the post's *route* is not decided here: the post's own claims decide it, measured by the
-claim scripts (:data:`gpt2_posheads.claims.gpt2_post.ROUTE_CLAIMS`), one rule each, in one place. The targets are
+claim scripts (the claims declared with ``tells=ROUTE``), one rule each, beside its measurement. The targets are
 measured by :func:`gpt2_posheads.posts.gpt2_prev_heads.organism_targets.measure_targets` and judged here from the
 numbers alone (:class:`Measured`, :func:`judge_targets`): nothing here runs a model.
 """
@@ -21,8 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .gpt2_post import CLAIMS as POST_CLAIMS
-from .gpt2_post import COPY_THRESHOLD, SHARP_RATIO
+from .gpt2_post import COPY_THRESHOLD, INDUCTION_RULE, SHARP_RATIO, SHARPEST_RULE
 from .verdicts import Claim, at_least, at_most, judge, predicate
 
 # The reference language model: the same architecture and tokenizer trained on WikiText-2 alone for 1,600 steps
@@ -45,9 +44,9 @@ def _heldout(v) -> tuple[bool, str]:
 
 
 RULES = {
-    "prev_text": POST_CLAIMS["sharp_prev_head"].rule,
+    "prev_text": SHARPEST_RULE,
     "prev_random": at_most(2 * SHARP_RATIO, "sharpest previous-token ratio on random tokens"),
-    "induction": POST_CLAIMS["induction_heads_exist"].rule,
+    "induction": INDUCTION_RULE,
     "copy_loss": predicate(
         "held if the loss on the second copy (its first token left out) is <= 1.0 nat and on the first >= 7 nats",
         _copy_loss,

@@ -8,7 +8,7 @@ output by 2. Post: P(" turtle") 99% clean; with the edit and factor 2, P(" pirat
 * **measure** — the next-token distribution on the prompt clean and with the edit at each output factor
   (:func:`~gpt2_posheads.analysis.interventions.edit_head_pattern`,
   :func:`~gpt2_posheads.analysis.interventions.scale_head_output`): P(second word), P(third word), the top 5;
-* **judge** — ``edit_moves_copy`` (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`) at factor 2; not testable on a
+* **judge** — ``edit_moves_copy`` (declared here, :data:`SPECS`) at factor 2; not testable on a
   model that does not copy the clean prompt, or for a head that is not a previous-token head;
 * **figure** — the two probabilities per condition.
 
@@ -26,8 +26,8 @@ from ...analysis.interventions import edit_head_pattern, hooks_for, scale_head_o
 from ...analysis.measures import next_token_probs, top_tokens
 from ...analysis.repeat_prompt import RepeatPrompt, edit_mapping, split_words
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import judge_claim, model_copies, prev_head_precondition
-from ...claims.verdicts import Claim, Precondition
+from ...claims.gpt2_post import judge_claim, model_copies, post_claim, prev_head_precondition
+from ...claims.verdicts import Claim, Precondition, predicate
 from ...model.state import measures_caller_model
 from ...model.validation import NonFiniteError, UsageError, head_name
 from ..result import ClaimResult
@@ -35,7 +35,32 @@ from ._run import HeadsArg, ModelRun, as_run, repeat_prompts
 from .about import POST
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="the previous-token head to edit (the first is used)")
-CLAIM_KEYS = ("edit_moves_copy",)
+
+
+def _edit_moves_copy(v) -> tuple[bool, str]:
+    clean_third, p_second, p_third = v
+    ok = p_third > p_second and p_third >= clean_third + 0.2
+    return ok, (
+        f"with the edit and output x2: P(third) = {p_third:.3g} {'>' if p_third > p_second else '<='} "
+        f"P(second) = {p_second:.3g}; P(third) rose from {clean_third:.3g} by {p_third - clean_third:+.3g} "
+        "(needs >= +0.2)"
+    )
+
+
+# the post's claims this script judges, each with its rule (written before anything is measured)
+SPECS = (
+    post_claim(
+        "edit_moves_copy",
+        "editing the aggregator's pattern with output x2 moves the copy to the third word",
+        "P(pirate) 65%, P(turtle) 26%",
+        predicate(
+            "held if, with the edit and output x2, P(third word) > P(second word) and P(third) rose by >= 0.2",
+            _edit_moves_copy,
+        ),
+        why_kind="it shows the head feeds induction, whichever way the head finds p-1",
+    ),
+)
+
 PROMPTS = dict(n_prompts=8, seq_len=128)  # the natural-text prompts it measures on by default
 # The largest output factor: the post scales by 2. A head's output scaled a millionfold already outweighs every other
 # write to the residual stream many times over, and far larger factors only reach float32's range (LayerNorm squares
@@ -170,7 +195,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     POST,
     "l4h11_edit",
     order=8,
-    claims=CLAIM_KEYS,
+    claims=SPECS,
     usage=USAGE,
     **PROMPTS,
     heads=HEADS,

@@ -10,7 +10,7 @@ damage" to L4H11. Here:
   (:func:`~gpt2_posheads.analysis.interventions.average_ext_pos_embed`,
   :func:`~gpt2_posheads.analysis.measures.compare_head_patterns`): its previous-token mass both ways and the
   Jensen-Shannon divergence of the patterns;
-* **judge** — ``ext_avg_hurts_early_more`` (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`), both parts: the early
+* **judge** — ``ext_avg_hurts_early_more`` (declared here, :data:`SPECS`), both parts: the early
   head's pattern moves, the aggregator keeps its previous-token attention; not testable unless both are clear
   previous-token heads and the first sits below the second;
 * **figure** — each head's submatrix clean beside averaged.
@@ -18,12 +18,14 @@ damage" to L4H11. Here:
 
 from __future__ import annotations
 
+import math
+
 from ...analysis.heads import HeadDefault
 from ...analysis.interventions import average_ext_pos_embed
 from ...analysis.measures import compare_head_patterns
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import POS_GROUP, judge_claim, prev_head_precondition
-from ...claims.verdicts import Claim, Precondition
+from ...claims.gpt2_post import DAMAGE_JS, KEEP, POS_GROUP, ROUTE, judge_claim, post_claim, prev_head_precondition
+from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.state import measures_caller_model
 from ...model.validation import head_name, note
 from ...report.plotting import attention_panels, submatrix
@@ -36,7 +38,39 @@ HEADS = HeadDefault(
     "aggregator+early",
     what="an early head and the aggregator (each averaged just before its own layer)",
 )
-CLAIM_KEYS = ("ext_avg_hurts_early_more",)
+
+
+def _hurts_early_more(v) -> tuple[bool, str]:
+    """``v``: ``(JS of the early head, JS of the aggregator, share of the aggregator's previous-token mass kept)``."""
+    js_e, js_a, keep = v
+    if not all(finite(x) for x in v):
+        return False, f"JS {js_e} (early), {js_a} (aggregator), kept {keep}: not finite"
+    ok = js_e >= DAMAGE_JS and js_e >= 2 * js_a and keep >= KEEP
+    return ok, (
+        f"early head JS {js_e:.3g} nats (needs >= {DAMAGE_JS:g}: damaged), "
+        f"{js_e / js_a if js_a > 0 else math.inf:.3g}x the aggregator's {js_a:.3g} (needs >= 2x); the aggregator "
+        f"keeps {keep:.0%} of its previous-token mass "
+        f"(needs >= {KEEP:.0%}: minimal damage)"
+    )
+
+
+# the post's claims this script judges, each with its rule (written before anything is measured)
+SPECS = (
+    post_claim(
+        "ext_avg_hurts_early_more",
+        "averaging extended embeddings hurts early heads far more than the aggregator",
+        "L2H2 badly, L4H11 barely",
+        predicate(
+            f"held if averaging the extended embeddings (groups of 10) just before each head's layer moves the "
+            f"early head's pattern >= {DAMAGE_JS:g} nats (JS) and >= 2x as far as the aggregator's, and the "
+            f"aggregator keeps >= {KEEP:.0%} of its previous-token mass",
+            _hurts_early_more,
+        ),
+        ROUTE,
+        "a sharp head that reads positions (W_pos is part of the extended embeddings) is hurt as badly",
+    ),
+)
+
 PROMPTS = dict(n_prompts=8, seq_len=256)  # the natural-text prompts it measures on by default
 
 
@@ -117,7 +151,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     POST,
     "ext_pos_averaging",
     order=7,
-    claims=CLAIM_KEYS,
+    claims=SPECS,
     usage=USAGE,
     **PROMPTS,
     heads=HEADS,

@@ -10,7 +10,7 @@ repeated), centred over the positions and averaged over tokens. The post finds i
   (:func:`~gpt2_posheads.analysis.geometry.large_entry_fraction`) and the token dependence
   (:func:`~gpt2_posheads.analysis.geometry.token_dependence`), all on the repeated token's rows (after BOS);
 * **judge** — ``ext_same_subspace``, ``ext_sparser`` and ``ext_token_independent``
-  (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`) at layer 2 (or the last layer of a shallower model); the
+  (declared here, :data:`SPECS`) at layer 2 (or the last layer of a shallower model); the
   comparisons with ``W_pos`` are not testable on a model without learned absolute positions, a subspace comparison
   not on one whose ``W_pos`` is no helix, and the token dependence not where the extended embeddings are none;
 * **figure** — both point sets on three bases (``W_pos``'s components, the extended embeddings', both together) at
@@ -34,8 +34,8 @@ from ...analysis.posembed import (
     token_rows,
 )
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import helix_precondition, judge_claim
-from ...claims.verdicts import Claim, Precondition
+from ...claims.gpt2_post import helix_precondition, judge_claim, post_claim
+from ...claims.verdicts import Claim, Precondition, at_least, at_most
 from ...model.identity import position_kind, wpos_reason
 from ...model.state import measures_caller_model
 from ...model.validation import UsageError, capped_seq_len, check_layer, note
@@ -44,7 +44,31 @@ from ..result import ClaimResult
 from ._run import ModelRun, model_only
 from .about import POST
 
-CLAIM_KEYS = ("ext_same_subspace", "ext_sparser", "ext_token_independent")
+# the post's claims this script judges, each with its rule (written before anything is measured)
+SPECS = (
+    post_claim(
+        "ext_same_subspace",
+        "extended embeddings at layer 2 span nearly W_pos's top-3 subspace",
+        "angles 8°, 9°, 10°",
+        at_most(20.0, "largest principal angle at layer 2 (degrees)"),
+        why_kind="geometry of the residual stream",
+    ),
+    post_claim(
+        "ext_sparser",
+        "extended embeddings past layer 0 are sparser than W_pos",
+        "about 3x fewer large entries",
+        at_least(1.5, "layer-0 large-entry fraction / mean over later layers"),
+        why_kind="geometry of the residual stream",
+    ),
+    post_claim(
+        "ext_token_independent",
+        "extended embeddings barely depend on the repeated token",
+        "almost the same",
+        at_most(0.25, "relative spread of the extended embeddings across repeated tokens (layer 2)"),
+        why_kind="geometry of the residual stream",
+    ),
+)
+
 SPARSITY_RULE = "fraction of entries with |x| > 1 * RMS of the matrix (the repeated token's rows)"
 POST_LAYER2_ANGLES_DEG = [8, 9, 10]
 POST_SPARSITY_RATIO = 3.0
@@ -268,7 +292,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     POST,
     "ext_pos_vs_wpe",
     order=3,
-    claims=CLAIM_KEYS,
+    claims=SPECS,
     usage=USAGE,
     options=(
         Option(

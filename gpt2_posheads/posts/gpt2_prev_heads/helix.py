@@ -7,7 +7,7 @@ the repeated token's rows after BOS) at layer 2 make the same shape. Here:
 * **measure** — the top-4 explained-variance ratios of ``W_pos`` (centred) and of the extended positional
   embeddings at ``layer`` (:func:`~gpt2_posheads.analysis.posembed.extended_pos_embeddings`), and the points on the
   top three components; ``W_pos`` can be measured alone, from a file, with no model;
-* **judge** — ``wpos_helix`` and ``ext_helix`` (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`): the top three
+* **judge** — ``wpos_helix`` and ``ext_helix`` (declared here, :data:`SPECS`): the top three
   components explain >= 60% of the variance and the third carries >= twice the fourth; ``wpos_helix`` is not
   testable on a model without learned absolute positions;
 * **figure** — each point set on its top three components, coloured by position.
@@ -22,7 +22,7 @@ import torch
 from ...analysis.geometry import pca
 from ...analysis.posembed import centred_w_pos, default_bos, extended_pos_embeddings, load_w_pos, token_rows
 from ...claims.catalogue import declare
-from ...claims.gpt2_post import judge_claim
+from ...claims.gpt2_post import helix_evr_rule, judge_claim, post_claim
 from ...claims.verdicts import Claim, Precondition
 from ...model.identity import wpos_reason
 from ...model.state import measures_caller_model
@@ -32,7 +32,23 @@ from ..result import ClaimResult
 from ._run import ModelRun, model_only
 from .about import POST
 
-CLAIM_KEYS = ("wpos_helix", "ext_helix")
+# the post's claims this script judges, each with its rule (written before anything is measured)
+SPECS = (
+    post_claim(
+        "wpos_helix",
+        "W_pos lies on a low-dimensional helix",
+        "top-3 PCs: 33%, 32%, 25%",
+        helix_evr_rule("centred W_pos"),
+        why_kind="a property of W_pos, whoever reads it",
+    ),
+    post_claim(
+        "ext_helix",
+        "the extended positional embeddings also form a low-dimensional helix",
+        "a helix at layer 2",
+        helix_evr_rule("the extended embeddings", allow_quick=False),
+        why_kind="geometry of the residual stream",
+    ),
+)
 
 
 def helix(x: torch.Tensor) -> tuple[list[float], torch.Tensor]:
@@ -90,7 +106,7 @@ def figure(evr: list[float], points: torch.Tensor, title: str):
     return scatter3d_positions({"positions": points}, title=title, axis_titles=labels)
 
 
-@declare(POST, "pos_embed_helix", claims=CLAIM_KEYS, command=True, order=2)
+@declare(POST, "pos_embed_helix", claims=SPECS, command=True, order=2)
 @measures_caller_model
 def pos_embed_helix(
     model=None,

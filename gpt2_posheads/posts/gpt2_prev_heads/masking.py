@@ -7,7 +7,7 @@ previous position from what earlier heads computed, not from the embeddings. Her
 * **measure** — for each head, its pattern clean and with the mask on ``layers`` (default: every layer below the
   head's own; masking the head's own layer would test the mask, not the mechanism), and its previous-token mass on
   the masked rows and on all rows (:func:`~gpt2_posheads.analysis.measures.compare_head_patterns`);
-* **judge** — ``mask_disrupts`` (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`): on the masked rows the head loses
+* **judge** — ``mask_disrupts`` (declared here, :data:`SPECS`): on the masked rows the head loses
   at least half its previous-token attention; not testable for a head that is not a clear previous-token head or sits
   in layer 0, or when no query is masked (a prompt shorter than the period);
 * **figure** — the head's submatrix clean beside masked.
@@ -20,8 +20,8 @@ from ...analysis.interventions import MASK_EVERY, masked_queries
 from ...analysis.interventions import mask_previous_attention as mask_intervention
 from ...analysis.measures import compare_head_patterns
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import judge_claim, layer_above, prev_head_precondition
-from ...claims.verdicts import Precondition
+from ...claims.gpt2_post import HALF, ROUTE, ClaimSpec, judge_claim, layer_above, prev_head_precondition, register_claim
+from ...claims.verdicts import Precondition, finite, predicate
 from ...model.state import measures_caller_model
 from ...model.validation import head_name
 from ...report.plotting import attention_panels, submatrix
@@ -30,7 +30,44 @@ from ._run import HeadsArg, ModelRun, as_run
 from .about import POST
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="head(s) whose pattern is measured")
-CLAIM_KEYS = ("mask_disrupts",)
+
+
+def _drops_half(v) -> tuple[bool, str]:
+    """``v``: ``(clean, intervened)`` previous-token mass on the masked rows."""
+    clean, new = v
+    if not (finite(clean) and finite(new)) or clean <= 0:
+        return False, f"previous-token mass on the masked rows {clean} -> {new}: nothing to compare"
+    drop = 1 - new / clean
+    return drop >= HALF, (
+        f"on the masked rows, previous-token mass {clean:.3g} -> {new:.3g}: {drop:.0%} lower (needs >= {HALF:.0%})"
+    )
+
+
+def disrupts_at(every: int) -> ClaimSpec:
+    """``mask_disrupts`` as measured at masking period ``every``: its sentence and rule name the period (the post
+    masks every 5th query, :data:`~gpt2_posheads.analysis.interventions.MASK_EVERY`)."""
+    nth = f"every {every}{_ordinal_suffix(every)}"
+    return ClaimSpec(
+        "mask_disrupts",
+        f"masking attention to p-1 {nth} position in the layers below disrupts the head",
+        "L4H11 visibly disrupted",
+        predicate(
+            f"held if, on the masked rows ({nth} query), the head loses >= {HALF:.0%} of its "
+            "previous-token attention when the layers below cannot see p-1 there",
+            _drops_half,
+        ),
+        ROUTE,
+        "a head that reads W_pos does not care what the layers below attend to",
+    )
+
+
+def _ordinal_suffix(n: int) -> str:
+    return "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+
+
+# the post's claims this script judges, each with its rule (written before anything is measured): the post's period
+SPECS = (register_claim(disrupts_at(MASK_EVERY)),)
+
 MIN_EVERY = 2  # the claim's period: every=1 would mask every query, the previous position gone everywhere
 PROMPTS = dict(n_prompts=8, seq_len=256)  # the natural-text prompts it measures on by default
 
@@ -87,7 +124,7 @@ The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.mask_prev_attention
     POST,
     "mask_prev_attention",
     order=5,
-    claims=CLAIM_KEYS,
+    claims=SPECS,
     usage=USAGE,
     **PROMPTS,
     heads=HEADS,
@@ -144,15 +181,12 @@ def mask_prev_attention(
         if not masked_layers or max(masked_layers) >= l or not len(masked_queries(every, run.prompts.shape[1])):
             results.append({"head": name, "masked_layers": masked_layers})
             result.claims.append(
-                at_period(
-                    judge_claim(
-                        "mask_disrupts",
-                        {"head": name, "masked_layers": masked_layers},
-                        value=(0.0, 0.0),
-                        preconditions=pre,
-                        head=name,
-                    ),
-                    every,
+                judge_claim(
+                    disrupts_at(every),
+                    {"head": name, "masked_layers": masked_layers},
+                    value=(0.0, 0.0),
+                    preconditions=pre,
+                    head=name,
                 )
             )
             continue
@@ -162,17 +196,18 @@ def mask_prev_attention(
         panels[f"{name} clean"] = clean
         panels[f"{name} masked ({_layers_words(masked_layers)}, every {every})"] = masked
         results.append({"head": name, "masked_layers": masked_layers, "every": every, **cmp})
-        result.claims.append(at_period(judge(name, masked_layers, cmp, pre), every))
+        result.claims.append(judge(name, masked_layers, cmp, pre, every))
     result.numbers["results"] = results
     if panels:
         result.figure(figure(panels, tokens, first, run), "mask_prev_attention", width=1100)
     return result
 
 
-def judge(name: str, masked_layers: list[int], cmp: dict, pre: list[Precondition]):
-    """``mask_disrupts`` on one head: at least half its previous-token mass gone on the masked rows."""
+def judge(name: str, masked_layers: list[int], cmp: dict, pre: list[Precondition], every: int = MASK_EVERY):
+    """``mask_disrupts`` on one head, masked at period ``every``: at least half its previous-token mass gone on the
+    masked rows."""
     return judge_claim(
-        "mask_disrupts",
+        disrupts_at(every),
         {
             "head": name,
             "masked_layers": masked_layers,
@@ -184,19 +219,6 @@ def judge(name: str, masked_layers: list[int], cmp: dict, pre: list[Precondition
         head=name,
         shown=f"{cmp['rows_relative_drop']:.0%} lower on the masked rows ({cmp['relative_drop']:.0%} on all)",
     )
-
-
-def at_period(claim, every: int):
-    """The claim as measured: its text and rule name the masking period used (the post's is every 5th query)."""
-    if every != MASK_EVERY:
-        post, nth = f"every {MASK_EVERY}th", f"every {every}{_ordinal_suffix(every)}"
-        claim.claim = claim.claim.replace(post, nth)
-        claim.rule = claim.rule.replace(post, nth)
-    return claim
-
-
-def _ordinal_suffix(n: int) -> str:
-    return "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
 
 
 def figure(panels: dict, tokens: list[str], first: int, run: ModelRun):

@@ -9,7 +9,7 @@ the next (L5H6) 0.18, and 69 of GPT-2 small's 144 heads are previous-token heads
   (:func:`~gpt2_posheads.analysis.diagonals.diagonal_attention`, or the nnsight trace
   :func:`~gpt2_posheads.analysis.diagonals.traced_ranking`), and the ranking from it;
 * **judge** — ``sharp_prev_head``, ``sharpest_stands_alone`` and ``half_prev_heads``
-  (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`) on the ranking;
+  (declared here, :data:`SPECS`) on the ranking;
 * **figure** — a layer x head grid of the previous-token heads' ratios, and the diagonal masses of every head in
   ranking order.
 """
@@ -30,8 +30,8 @@ from ...analysis.diagonals import (
     traced_ranking,
 )
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import judge_claim
-from ...claims.verdicts import Claim, Precondition
+from ...claims.gpt2_post import NO_PREV_HEAD, SHARP_RATIO, SHARPEST_RULE, judge_claim, post_claim
+from ...claims.verdicts import Claim, Precondition, finite, predicate, within
 from ...model.fastpath import ENGINES
 from ...model.identity import is_gpt2_small
 from ...model.precision import reduced_precision, resolve_bf16
@@ -45,7 +45,54 @@ from ..result import ClaimResult
 from ._run import ModelRun, as_run
 from .about import POST
 
-CLAIM_KEYS = ("sharp_prev_head", "sharpest_stands_alone", "half_prev_heads")
+
+def _stands_alone(v) -> tuple[bool, str]:
+    """``v``: ``(sharpest ratio, next previous-token head's ratio or None)``."""
+    first, second = v
+    if not finite(first):  # inf: no previous-token head (a NaN never reaches a rule)
+        return False, NO_PREV_HEAD
+    if first > SHARP_RATIO:
+        return False, f"the sharpest ratio {first:.3g} is not sharp (> {SHARP_RATIO:g})"
+    if second is None or not finite(second):
+        return True, f"ratio {first:.3g}, and no other previous-token head"
+    ok = second > SHARP_RATIO and second >= 5 * first
+    times = f"{second / first:.3g}x" if first > 0 else "infinitely"
+    return ok, (
+        f"ratio {first:.3g}; the next previous-token head {second:.3g} ({times} less sharp"
+        + ("" if second > SHARP_RATIO else f", itself sharp: <= {SHARP_RATIO:g}")
+        + f"; needs > {SHARP_RATIO:g} and >= 5x)"
+    )
+
+
+# the post's claims this script judges, each with its rule (written before anything is measured)
+SPECS = (
+    post_claim(
+        "sharp_prev_head",
+        "a head attends almost only to the previous token",
+        "L4H11: ratio 0.01",
+        SHARPEST_RULE,
+        why_kind="a head reading W_pos can be as sharp",
+    ),
+    post_claim(
+        "sharpest_stands_alone",
+        "the sharpest head is in a class of its own",
+        "0.01 vs next 0.18",
+        predicate(
+            f"held if the sharpest previous-token ratio is <= {SHARP_RATIO:g} and the next previous-token head "
+            f"(if any) is not sharp (> {SHARP_RATIO:g}) and >= 5x less sharp",
+            _stands_alone,
+        ),
+        why_kind="a ranking fact, on either route",
+    ),
+    post_claim(
+        "half_prev_heads",
+        "about half the heads have the previous diagonal greatest",
+        "69 of 144 (48%)",
+        within(0.30, 0.65, "fraction of heads whose greatest diagonal is the previous one"),
+        why_kind="a count over the whole model",
+    ),
+)
+
 PROMPTS = dict(n_prompts=64, seq_len=256)  # the natural-text prompts it measures on by default
 # The post's ratios of its eleven sharpest previous-token heads, and its count of previous-token heads (GPT-2 small)
 POST_TOP = {
@@ -219,7 +266,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     POST,
     "rank_prev_heads",
     order=1,
-    claims=CLAIM_KEYS,
+    claims=SPECS,
     usage=USAGE,
     **PROMPTS,
     options=(

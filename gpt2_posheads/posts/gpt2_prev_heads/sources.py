@@ -10,7 +10,7 @@ Here:
   alone; the drop in the target's previous-token mass, one row per (source, side). For the aggregator also, from
   both inputs at once: everything the layers below write, the early clear previous-token heads together and random
   groups of as many heads from below (chance);
-* **judge** — on the aggregator (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`): ``aggregator_above_layer0`` (it is
+* **judge** — on the aggregator (declared here, :data:`SPECS`): ``aggregator_above_layer0`` (it is
   built from the layers below), ``sources_upstream`` (removing the early heads together costs it at least half its
   previous-token mass, well above chance) and ``sources_named_heads`` (the post's six heads among its top 10
   sources; GPT-2 small's L4H11 only); an aggregator in layer 0 is built from the embeddings alone, with nothing
@@ -19,6 +19,8 @@ Here:
 """
 
 from __future__ import annotations
+
+import math
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -38,9 +40,19 @@ from ...analysis.sources import (
     upstream_summary,
 )
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import POS_GROUP, POST_SOURCES, judge_claim, layer_above, prev_head_precondition
+from ...claims.gpt2_post import (
+    HALF,
+    KEEP,
+    POS_GROUP,
+    ROUTE,
+    built_from_below,
+    judge_claim,
+    layer_above,
+    post_claim,
+    prev_head_precondition,
+)
 from ...claims.measured import LayersBelowRemoved
-from ...claims.verdicts import Claim, Precondition
+from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.identity import is_gpt2_small
 from ...model.state import measures_caller_model
 from ...model.validation import UsageError, head_name, note
@@ -49,7 +61,78 @@ from ._run import HeadsArg, ModelRun, as_run
 from .about import POST
 
 HEADS = HeadDefault(("L4H11", "L2H2"), "aggregator+early", what="target heads (layer >= 1; the aggregator first)")
-CLAIM_KEYS = ("aggregator_above_layer0", "sources_upstream", "sources_named_heads")
+POST_SOURCES = ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2")  # the early heads the post says L4H11 aggregates
+
+
+def _built_from_below(v) -> tuple[bool, str]:
+    """``v``: ``(name, layer, relative drop when everything the layers below write is removed[, relative drop when
+    the layers below are fed W_pos averaged in groups of 10, None without learned W_pos])``: the relay-aware rule,
+    :func:`built_from_below`."""
+    name, layer, drop = v[:3]
+    return built_from_below(name, layer, drop, v[3] if len(v) > 3 else math.nan)
+
+
+def _pools_early_heads(v) -> tuple[bool, str]:
+    """``v``: dict with ``group_drop`` (relative drop with the early heads removed together), ``chance`` (median
+    relative drop of random groups of as many heads from below), ``n_early``, ``n_groups``, ``top_single``."""
+    g, chance = v["group_drop"], v["chance"]
+    if not finite(g):
+        return False, "the group drop is not a finite number"
+    ok = g >= HALF and (not finite(chance) or g >= 2 * chance)
+    chance_txt = (
+        f"{chance:.0%} for {v['n_groups']} random groups of {v['n_early']} heads from below (needs >= 2x)"
+        if finite(chance)
+        else "no other heads below to compare with"
+    )
+    return ok, (
+        f"the {v['n_early']} early previous-token heads removed together lower its previous-token mass {g:.0%} "
+        f"(needs >= {HALF:.0%}); chance: {chance_txt}; largest single head: {v.get('top_single', '-')}"
+    )
+
+
+# the post's claims this script judges, each with its rule (written before anything is measured)
+SPECS = (
+    post_claim(
+        "aggregator_above_layer0",
+        "the sharp head is built from earlier layers, not from the embeddings alone",
+        "L4H11 sits in layer 4 and reads what earlier layers wrote",
+        predicate(
+            "held if the sharpest previous-token head sits in a layer >= 1, removing what the layers below "
+            "write (mean-ablated, from its query and key inputs together) lowers its previous-token mass by >= "
+            f"{HALF:.0%}, and feeding the layers below W_pos averaged in groups of 10 (their writes patched into "
+            f"its inputs, its own W_pos left alone) lowers it by <= {1 - KEEP:.0%}: the layers below compute, "
+            "they do not relay W_pos",
+            _built_from_below,
+        ),
+        ROUTE,
+        "a head above layer 0 that reads W_pos loses nothing when the layers below are removed; one that reads "
+        "W_pos relayed by them loses it when they are fed averaged W_pos",
+    ),
+    post_claim(
+        "sources_upstream",
+        "the aggregator reads earlier previous-token heads",
+        "L4H11 aggregates six early heads",
+        predicate(
+            "held if removing the clear previous-token heads below the aggregator together (mean-ablated, from "
+            f"its query and key inputs) lowers its previous-token mass by >= {HALF:.0%}, and by >= 2x the median "
+            "drop of random groups of as many heads from the layers below (chance)",
+            _pools_early_heads,
+        ),
+        ROUTE,
+        "a head that reads W_pos loses nothing when the early heads are removed",
+    ),
+    post_claim(
+        "sources_named_heads",
+        "the post's six named heads feed L4H11",
+        ", ".join(POST_SOURCES),
+        predicate(
+            "held if at least 4 of the post's six named heads are among L4H11's 10 largest upstream sources",
+            lambda v: (len(v) >= 4, f"{len(v)} of 6 named heads in the top 10: {', '.join(v) or 'none'}"),
+        ),
+        why_kind="GPT-2 small's head names",
+    ),
+)
+
 PROMPTS = dict(n_prompts=16, seq_len=256)  # the natural-text prompts it measures on by default
 HEAD_SOURCE = r"^L\d+H\d+$"  # a source that is one head (not W_pos, a group or the layers below)
 
@@ -237,7 +320,7 @@ def _prepare(model, kwargs: dict, args) -> None:
     POST,
     "prev_head_sources",
     order=9,
-    claims=CLAIM_KEYS,
+    claims=SPECS,
     usage=USAGE,
     **PROMPTS,
     heads=HEADS,

@@ -11,7 +11,7 @@ L4H11 previous-boosting. Here:
   :func:`~gpt2_posheads.analysis.scores.classify_prev_heads`), and the chosen heads' raw-score submatrices on the first
   prompt (:func:`raw_score_panels`);
 * **judge** — ``early_self_suppressing`` (the clear previous-token heads below the aggregator are self-suppressing)
-  and ``aggregator_prev_boosting`` (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`); the aggregator is the model's
+  and ``aggregator_prev_boosting`` (declared here, :data:`SPECS`); the aggregator is the model's
   sharpest previous-token head, the early heads the clear previous-token heads (ratio <= 0.6) in layers below it;
   not testable when the aggregator is not a clear previous-token head or no clear previous-token head sits below it;
 * **figure** — the raw-score submatrices, and every head's profile as dip vs spike.
@@ -28,9 +28,9 @@ from ...analysis.diagonals import CLEAR_PREV_RATIO, choose_aggregator, early_pre
 from ...analysis.heads import HeadDefault
 from ...analysis.scores import LABEL_THRESHOLD, attention_scores, classify_prev_heads, score_profile
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import judge_claim, prev_head_precondition
+from ...claims.gpt2_post import ROUTE, judge_claim, post_claim, prev_head_precondition
 from ...claims.measured import EarlyLabels
-from ...claims.verdicts import Claim, Precondition
+from ...claims.verdicts import Claim, Precondition, predicate
 from ...model.state import measures_caller_model
 from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ...report.plotting import heatmap_grid, submatrix
@@ -41,7 +41,46 @@ from .about import POST
 HEADS = HeadDefault(
     ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2", "L4H11"), "top", n=4, what="heads whose raw scores are shown"
 )
-CLAIM_KEYS = ("early_self_suppressing", "aggregator_prev_boosting")
+
+
+def _early_self_suppressing(v) -> tuple[bool, str]:
+    n_self, n = v
+    ok = n_self >= 2 and 2 * n_self >= n
+    return ok, f"{n_self} of {n} early clear previous-token heads are self-suppressing (needs >= 2, and >= half)"
+
+
+def _is_label(label: str):
+    def decide(v):
+        name, got = v
+        return got == label, f"{name} is labelled {str(got).replace('_', '-')}"
+
+    return decide
+
+
+# the post's claims this script judges, each with its rule (written before anything is measured)
+SPECS = (
+    post_claim(
+        "early_self_suppressing",
+        "early previous-token heads suppress attention to the current token",
+        "all six (L1H0, L2H2, L3H3, L2H4, L3H7, L3H2)",
+        predicate(
+            f"held if at least two, and at least half, of the clear previous-token heads (ratio <= "
+            f"{CLEAR_PREV_RATIO:g}) below the aggregator are labelled self-suppressing by their raw-score profile",
+            _early_self_suppressing,
+        ),
+        ROUTE,
+        "tells self-suppressing early heads from early heads that boost p-1 (it says how the early heads work, "
+        "not whether the aggregator reads them)",
+    ),
+    post_claim(
+        "aggregator_prev_boosting",
+        "the sharp head boosts the previous token instead",
+        "L4H11: bright p-1 line",
+        predicate("held if the sharpest previous-token head is labelled prev-boosting", _is_label("prev_boosting")),
+        why_kind="a head reading a shifted W_pos also shows a bright p-1 line",
+    ),
+)
+
 PROMPTS = dict(n_prompts=16, seq_len=256)  # the natural-text prompts it measures on by default
 COLUMNS = ["name", "trend", "spike", "dip", "lead", "label"]  # the numbers summary.json records per head
 
@@ -145,7 +184,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     POST,
     "raw_scores_taxonomy",
     order=6,
-    claims=CLAIM_KEYS,
+    claims=SPECS,
     usage=USAGE,
     **PROMPTS,
     heads=HEADS,

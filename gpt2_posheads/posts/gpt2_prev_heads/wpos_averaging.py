@@ -9,7 +9,7 @@ exact position off ``W_pos``. Here:
   divergence of next-token distributions from the clean model over the prompts, the probability of the right first
   word of the reply on each repeat-string prompt, and the previous-token mass (offset-1 diagonal) of each head;
 * **judge** — ``avg_output_unchanged``, ``avg_breaks_down`` and ``avg_prev_heads_unaffected``
-  (:data:`gpt2_posheads.claims.gpt2_post.CLAIMS`); a claim whose reference group size (10 or 20) was not measured is
+  (declared here, :data:`SPECS`); a claim whose reference group size (10 or 20) was not measured is
   not testable, the output claims are not testable on a model that does not copy the clean prompt (or whose context
   cannot hold it), and every claim on a model without learned absolute positions;
 * **figure** — the KL, the probabilities and the previous-token masses against the group size.
@@ -17,6 +17,7 @@ exact position off ``W_pos``. Here:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import pandas as pd
@@ -30,9 +31,18 @@ from ...analysis.interventions import average_pos_embed
 from ...analysis.measures import kl_divergence, next_token_probs
 from ...analysis.repeat_prompt import RepeatPrompt
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import CLAIMS, POS_GROUP, judge_claim, model_copies, prev_head_precondition
+from ...claims.gpt2_post import (
+    BREAK_KL,
+    KEEP,
+    POS_GROUP,
+    ROUTE,
+    judge_claim,
+    model_copies,
+    post_claim,
+    prev_head_precondition,
+)
 from ...claims.measured import PrevMassAveraged
-from ...claims.verdicts import Claim, Precondition, not_testable
+from ...claims.verdicts import Claim, Precondition, finite, not_testable, predicate
 from ...model.identity import wpos_reason
 from ...model.state import measures_caller_model
 from ...model.validation import UsageError, head_name, note
@@ -41,7 +51,67 @@ from ._run import HeadsArg, ModelRun, as_run, repeat_prompts
 from .about import POST
 
 HEADS = HeadDefault(("L2H2", "L3H3", "L4H11"), "aggregator+early", what="heads whose previous-token mass is tracked")
-CLAIM_KEYS = ("avg_output_unchanged", "avg_breaks_down", "avg_prev_heads_unaffected")
+
+
+def _keeps_each(v) -> tuple[bool, str]:
+    """``v``: ``{name: (clean, intervened)}``; held if every one keeps >= 80%."""
+    if not v:
+        return False, "nothing measured"
+    parts = [f"{k}: {a:.3g} -> {b:.3g}" + (f" ({b / a:.0%} kept)" if a > 0 else "") for k, (a, b) in v.items()]
+    return all(a > 0 and b >= KEEP * a for a, b in v.values()), "; ".join(parts) + f" (each needs >= {KEEP:.0%})"
+
+
+def _breaks_down(v) -> tuple[bool, str]:
+    """``v``: ``(KL at groups of 20, KL at the largest group, largest group size)``."""
+    kl20, kl_max, g = v
+    if not (finite(kl20) and finite(kl_max)):
+        return False, f"KL {kl20} at 20, {kl_max} at {g}: not finite"
+    ok = g >= 50 and kl_max >= BREAK_KL and kl_max >= 2 * kl20
+    return ok, (
+        f"KL {kl_max:.3g} nats at groups of {g} (needs >= {BREAK_KL:g}) against {kl20:.3g} at 20 "
+        f"({kl_max / kl20 if kl20 > 0 else math.inf:.3g}x; needs >= 2x)"
+    )
+
+
+# the post's claims this script judges, each with its rule (written before anything is measured)
+SPECS = (
+    post_claim(
+        "avg_output_unchanged",
+        "averaging W_pos in groups of up to 20 leaves the output unchanged",
+        "99%+ on the right continuation",
+        predicate(
+            f"held if, under groups of 20, the right continuation keeps >= {KEEP:.0%} of its clean probability on "
+            "every repeat-string prompt",
+            _keeps_each,
+        ),
+        ROUTE,
+        "a model that copies through a head reading W_pos loses the copy",
+    ),
+    post_claim(
+        "avg_breaks_down",
+        "performance breaks down around groups of 50-100",
+        "breaks around 50-100",
+        predicate(
+            f"held if, at the largest group size (>= 50), KL(clean || averaged) >= {BREAK_KL:g} nats per token and "
+            ">= 2x the KL at groups of 20",
+            _breaks_down,
+        ),
+        why_kind="how much the model still uses W_pos coarsely; the route does not need it",
+    ),
+    post_claim(
+        "avg_prev_heads_unaffected",
+        "previous-token heads are unaffected by W_pos averaging (groups of 10)",
+        "L2H2, L3H3, L4H11 unaffected",
+        predicate(
+            f"held if every tracked previous-token head keeps >= {KEEP:.0%} of its previous-token mass under "
+            "groups of 10",
+            _keeps_each,
+        ),
+        ROUTE,
+        "a head that reads the previous position off W_pos loses it",
+    ),
+)
+
 PROMPTS = dict(n_prompts=16, seq_len=256)  # the natural-text prompts it measures on by default
 GROUP_SIZES = (1, 5, 10, 20, 50, 100)
 TARGETS = (" apple orange", " orange apple")
@@ -147,10 +217,7 @@ def judge(
 def not_applicable(reason: str) -> list[Claim]:
     """Every claim not testable: ``W_pos`` averaging does not apply to the model (``reason``)."""
     why, measured = f"not applicable: {reason}", {"not_applicable": reason}
-    return [
-        not_testable(c.claim, c.post, c.rule, why, key=c.key, tells=c.tells, measured=measured)
-        for c in (CLAIMS[k] for k in CLAIM_KEYS)
-    ]
+    return [not_testable(c.claim, c.post, c.rule, why, key=c.key, tells=c.tells, measured=measured) for c in SPECS]
 
 
 def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:
@@ -228,7 +295,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     POST,
     "pos_embed_averaging",
     order=4,
-    claims=CLAIM_KEYS,
+    claims=SPECS,
     usage=USAGE,
     **PROMPTS,
     heads=HEADS,
