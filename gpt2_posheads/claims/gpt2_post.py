@@ -3,7 +3,7 @@ share.
 
 A claim is declared once, beside its measurement, in its script's module (``posts/gpt2_prev_heads/<script>.py``):
 :func:`post_claim` records the post's sentence, the post's number, the :class:`Rule` that decides it, and what the
-claim can tell apart (:attr:`ClaimSpec.tells`): a *route* claim says whether the sharp head is built the post's way
+claim can tell apart (:attr:`ClaimSpec.role`): a *route* claim says whether the sharp head is built the post's way
 (from early heads that read extended positions) rather than another way with the same behaviour (reading the
 previous position straight off ``W_pos``); a *description* says what a head or a matrix looks like, and holds on
 either route. :data:`CLAIMS` is every declared claim by key. Scripts call :func:`judge_claim` with their measurement
@@ -59,18 +59,18 @@ DESCRIBES = "describes"
 @dataclass(frozen=True)
 class ClaimSpec:
     """A claim of the post, declared before anything is measured: its ``key``, the post's sentence (``claim``) and
-    number (``post``), the ``rule`` that decides it, what it ``tells`` apart and why (``why_kind``)."""
+    number (``post``), the ``rule`` that decides it, its ``role`` (what it tells apart) and why (``why_kind``)."""
 
     key: str
     claim: str
     post: str
     rule: Rule
-    tells: str = DESCRIBES  # ROUTE: tells the post's route from a head that reads W_pos; DESCRIBES: holds on both
+    role: str = DESCRIBES  # ROUTE: tells the post's route from a head that reads W_pos; DESCRIBES: holds on both
     why_kind: str = ""  # why it is (or is not) a route claim, in a sentence
 
     def __post_init__(self):
-        if self.tells not in (ROUTE, DESCRIBES):
-            raise ValueError(f"tells: {self.tells!r} is not one of {ROUTE!r}, {DESCRIBES!r}")
+        if self.role not in (ROUTE, DESCRIBES):
+            raise ValueError(f"role: {self.role!r} is not one of {ROUTE!r}, {DESCRIBES!r}")
 
 
 # every claim of the post by key, in the order declared: filled by :func:`post_claim` when the post's modules are
@@ -78,18 +78,18 @@ class ClaimSpec:
 CLAIMS: dict[str, ClaimSpec] = {}
 
 
-def post_claim(key: str, claim: str, post: str, rule: Rule, tells: str = DESCRIBES, why_kind: str = "") -> ClaimSpec:
+def post_claim(key: str, claim: str, post: str, rule: Rule, role: str = DESCRIBES, why_kind: str = "") -> ClaimSpec:
     """Declare the post's claim ``key``: its sentence (``claim``), the post's number (``post``), its ``rule``, what
-    it ``tells`` apart (:data:`ROUTE` or :data:`DESCRIBES`) and why (``why_kind``). Registered in :data:`CLAIMS`
+    it tells apart (``role``: :data:`ROUTE` or :data:`DESCRIBES`) and why (``why_kind``). Registered in :data:`CLAIMS`
     (:func:`register_claim`) and returned."""
-    return register_claim(ClaimSpec(key, claim, post, rule, tells, why_kind))
+    return register_claim(ClaimSpec(key, claim, post, rule, role, why_kind))
 
 
 def register_claim(spec: ClaimSpec) -> ClaimSpec:
     """Add ``spec`` to :data:`CLAIMS` and return it; a key declared again with another sentence is a
     ``ValueError``."""
     known = CLAIMS.get(spec.key)
-    if known is not None and (known.claim, known.tells) != (spec.claim, spec.tells):
+    if known is not None and (known.claim, known.role) != (spec.claim, spec.role):
         raise ValueError(f"key: the claim {spec.key!r} is declared twice ({known.claim!r} and {spec.claim!r})")
     CLAIMS[spec.key] = spec
     return spec
@@ -178,14 +178,14 @@ def judge_claim(
     quick: bool = False,
     post: str | None = None,
     head: str = "",
-    shown: str = "",
+    readout: str = "",
 ) -> Claim:
     """Judge the post's claim ``key`` (declared by :func:`post_claim`; or a :class:`ClaimSpec` itself, e.g. the
     claim as measured at another masking period) on a measurement.
 
     ``post`` overrides the post's number (scripts pass ``"(GPT-2 small only)"`` style text when the
     post's per-head figure would be misread next to another model's head of the same name); ``head`` names
-    the head the claim was measured on, ``shown`` the measured number for a person.
+    the head the claim was measured on, ``readout`` the measured number for a person.
     """
     spec = key if isinstance(key, ClaimSpec) else CLAIMS.get(key)
     if spec is None:
@@ -200,9 +200,9 @@ def judge_claim(
         quick,
         key=spec.key,
         head=head,
-        shown=shown,
+        readout=readout,
     )
-    claim.tells = spec.tells
+    claim.role = spec.role
     return claim
 
 

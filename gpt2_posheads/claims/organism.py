@@ -11,7 +11,7 @@ Each target is a rule fixed here before anything is measured. "The sharp head" i
 * held-out loss no worse than the reference model on the same text and tokenizer.
 
 Whether the organism takes the post's *route* is not decided here: the post's own claims decide it, measured by the
-claim scripts (the claims declared with ``tells=ROUTE``), one rule each, beside its measurement. The targets are
+claim scripts (the claims declared with ``role=ROUTE``), one rule each, beside its measurement. The targets are
 measured by :func:`gpt2_posheads.posts.gpt2_prev_heads.organism_targets.measure_targets` and judged here from the
 numbers alone (:class:`Measured`, :func:`judge_targets`): nothing here runs a model.
 """
@@ -67,7 +67,7 @@ class Sharpest:
     def measured(self) -> dict:
         return {"head": self.head or "none", "ratio": self.ratio}
 
-    def shown(self) -> str:
+    def readout(self) -> str:
         return f"ratio {self.ratio:.3g}" if self.head else "no previous-token head"
 
 
@@ -118,7 +118,7 @@ def judge_targets(m: Measured, reference_loss: float | None = REFERENCE_HELDOUT[
             m.prev_text.ratio,
             key="prev_text",
             head=numbers["prev_text"]["head"],
-            shown=m.prev_text.shown(),
+            readout=m.prev_text.readout(),
         ),
         judge(
             "... and on random tokens",
@@ -128,7 +128,7 @@ def judge_targets(m: Measured, reference_loss: float | None = REFERENCE_HELDOUT[
             m.prev_random.ratio,
             key="prev_random",
             head=numbers["prev_random"]["head"],
-            shown=m.prev_random.shown(),
+            readout=m.prev_random.readout(),
         ),
         judge(
             "an induction head",
@@ -138,7 +138,7 @@ def judge_targets(m: Measured, reference_loss: float | None = REFERENCE_HELDOUT[
             m.induction_score,
             key="induction",
             head=m.induction_head,
-            shown=f"score {m.induction_score:.3g}",
+            readout=f"score {m.induction_score:.3g}",
         ),
         judge(
             "it copies a repeated random sequence (after BOS)",
@@ -147,7 +147,7 @@ def judge_targets(m: Measured, reference_loss: float | None = REFERENCE_HELDOUT[
             numbers["copy_loss"],
             (first, second),
             key="copy_loss",
-            shown=f"{first:.3g} -> {second:.3g} nats (without BOS: {first_nb:.3g} -> {second_nb:.3g})",
+            readout=f"{first:.3g} -> {second:.3g} nats (without BOS: {first_nb:.3g} -> {second_nb:.3g})",
         ),
         judge(
             "it copies on the repeat-string prompt",
@@ -156,7 +156,7 @@ def judge_targets(m: Measured, reference_loss: float | None = REFERENCE_HELDOUT[
             numbers["copies"],
             m.p_copy,
             key="copies",
-            shown=f"{m.pair} = {m.p_copy:.3g}",
+            readout=f"{m.pair} = {m.p_copy:.3g}",
         ),
     ]
     if m.heldout_loss is not None and reference_loss is not None:
@@ -168,7 +168,7 @@ def judge_targets(m: Measured, reference_loss: float | None = REFERENCE_HELDOUT[
                 {"loss": m.heldout_loss, "reference": reference_loss},
                 (m.heldout_loss, reference_loss),
                 key="heldout",
-                shown=f"{m.heldout_loss:.3f} nats (reference {reference_loss:.3f})",
+                readout=f"{m.heldout_loss:.3f} nats (reference {reference_loss:.3f})",
             )
         )
     return claims

@@ -12,12 +12,14 @@ fingerprint, which tells whether two folders hold results of one model.
 
 ``summary.json``::
 
-    {"schema_version": 1, "script": ..., "model": ..., <the run's own numbers>,
-     "claims": [{"claim", "post", "measured", "rule", "verdict", "why", "key"?, "head"?, "shown"?, "tells"?, ...}],
+    {"schema_version": 2, "script": ..., "model": ..., <the run's own numbers>,
+     "claims": [{"claim", "post", "measured", "rule", "verdict", "why", "key"?, "head"?, "readout"?, "role"?, ...}],
      "verdicts": {"held": n, "not held": n, "not testable": n}, "figures": [...], "finished_at": ..., "elapsed_s": ...}
 
-``schema_version`` (:data:`SCHEMA_VERSION`) names the layout above. A summary without it was written before the
-field existed, in the same layout: version 1. A version above :data:`SCHEMA_VERSION` comes from a later toolkit,
+``schema_version`` (:data:`SCHEMA_VERSION`) names the layout above. Version 1 is the same layout with two fields
+named otherwise: a claim's ``readout`` was ``shown`` and its ``role`` was ``tells`` (:data:`V1_NAMES`); it is read
+with them renamed, so results written by an older toolkit stay readable. A summary without a version was written
+before the field existed: version 1. A version above :data:`SCHEMA_VERSION` comes from a later toolkit,
 whose layout this one cannot know: :func:`read_summary` refuses it, saying to upgrade, rather than misread it.
 """
 
@@ -37,8 +39,9 @@ import numpy as np
 from .verdicts import VERDICTS, Claim, verdict_counts
 
 CLAIM_FIELDS = ("claim", "post", "measured", "rule", "verdict", "why")  # every record has these
-OPTIONAL_FIELDS = ("key", "head", "shown", "tells")
-SCHEMA_VERSION = 1  # the layout of summary.json this toolkit writes, and the newest it reads
+OPTIONAL_FIELDS = ("key", "head", "readout", "role")
+SCHEMA_VERSION = 2  # the layout of summary.json this toolkit writes, and the newest it reads
+V1_NAMES = {"shown": "readout", "tells": "role"}  # a claim's fields as version 1 named them -> their names now
 
 
 MANIFEST = ".gpt2_posheads.json"  # in every folder the toolkit writes: {"files", "folders", "script", "model"?, ...}
@@ -121,8 +124,8 @@ def claim_from_dict(d: dict, where: str = "claim") -> Claim:
         why=str(d["why"]),
         key=str(d.get("key") or ""),
         head=str(d.get("head") or ""),
-        shown=str(d.get("shown") or ""),
-        tells=str(d.get("tells") or ""),
+        readout=str(d.get("readout") or ""),
+        role=str(d.get("role") or ""),
         extra={k: v for k, v in d.items() if k not in known},
     )
 
@@ -235,6 +238,8 @@ def summary_from_dict(obj: Any, where: str = "summary") -> Summary:
     records = obj["claims"]
     if not isinstance(records, list):
         raise SummaryError(f"{where}: 'claims' is not a list")
+    if version == 1:
+        records = [{V1_NAMES.get(k, k): v for k, v in d.items()} if isinstance(d, dict) else d for d in records]
     claims = [claim_from_dict(d, f"{where}, claim {i + 1}") for i, d in enumerate(records)]
     data = {k: v for k, v in obj.items() if k not in ("claims", "verdicts", "schema_version")}
     return Summary(claims, data, schema_version=version)

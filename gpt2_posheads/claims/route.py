@@ -115,7 +115,7 @@ def _said(records, key) -> str:
     r = _record(records, key)
     if r is None:
         return "not measured"
-    return str(r.get("shown") or r.get("why") or "")
+    return str(r.get("readout") or r.get("why") or "")
 
 
 def _measured(records, key):

@@ -53,7 +53,7 @@ def toy_claim(
     decided: Decision,
     quick: bool = False,
     preconditions: Sequence[Precondition] = (),
-    shown: str = "",
+    readout: str = "",
     **extra,
 ) -> Claim:
     """One toy claim: :func:`~gpt2_posheads.claims.verdicts.judge` as the toy posts call it, the same
@@ -61,7 +61,7 @@ def toy_claim(
 
     ``rule`` states, in words, the test that ``decided = (held, why)`` applied (a rule function of the post's
     folder, run beforehand on numbers over seeds); ``held`` None makes the claim ``not testable`` with that ``why``.
-    ``--quick`` runs and failed ``preconditions`` give ``not testable``. ``shown``: the tested number(s) a person
+    ``--quick`` runs and failed ``preconditions`` give ``not testable``. ``readout``: the tested number(s) a person
     reads first; a claim that was not tested shows :data:`UNTESTED` instead ("not tested (--quick run)" for a quick
     run: a number there would read as a result), except at the floor, where the numbers are the reason. ``extra``:
     further fields of the record.
@@ -74,7 +74,7 @@ def toy_claim(
         preconditions=preconditions,
         quick=quick,
         key=key,
-        shown=shown,
+        readout=readout,
         decided=decided,
         untested=UNTESTED,
         extra=extra,

@@ -79,8 +79,8 @@ class Claim:
     why: str
     key: str = ""
     head: str = ""  # the head the claim was measured on ("" for a claim about the whole model)
-    shown: str = ""  # the measured number for a person: 3 significant digits, units
-    tells: str = ""  # what the claim can tell apart (the GPT-2 post's "route" / "describes"; "" for the toys)
+    readout: str = ""  # the measured number for a person: 3 significant digits, units
+    role: str = ""  # what the claim can tell apart (the GPT-2 post's "route" / "describes"; "" for the toys)
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -92,7 +92,7 @@ class Claim:
             "verdict": self.verdict,
             "why": self.why,
         }
-        for k in ("key", "head", "shown", "tells"):
+        for k in ("key", "head", "readout", "role"):
             if getattr(self, k):
                 d[k] = getattr(self, k)
         d.update(self.extra)
@@ -115,9 +115,9 @@ def not_testable(
     *,
     key: str = "",
     head: str = "",
-    shown: str = "",
+    readout: str = "",
     measured: Any = None,
-    tells: str = "",
+    role: str = "",
     here: bool = True,
     extra: dict | None = None,
 ) -> Claim:
@@ -125,11 +125,11 @@ def not_testable(
 
     ``why`` says why in words; the record gives it as ``not testable here: <why>`` (a reason that carries a "not
     testable" prefix of its own keeps one), or, with ``here=False``, as written: a reason that names its own cause
-    (:data:`QUICK_WHY`; a command that has not run). ``shown`` is empty unless the caller says otherwise: a number
+    (:data:`QUICK_WHY`; a command that has not run). ``readout`` is empty unless the caller says otherwise: a number
     beside a claim that was not tested would read as a result (the measurement stays in ``measured``).
     """
     reason = "not testable here: " + _bare(why) if here else why
-    return Claim(claim, post, measured, _text(rule), NOT_TESTABLE, reason, key, head, shown, tells, dict(extra or {}))
+    return Claim(claim, post, measured, _text(rule), NOT_TESTABLE, reason, key, head, readout, role, dict(extra or {}))
 
 
 def judge(
@@ -142,7 +142,7 @@ def judge(
     quick: bool = False,
     key: str = "",
     head: str = "",
-    shown: str = "",
+    readout: str = "",
     *,
     decided: Decision | None = None,
     untested: str = "",
@@ -157,22 +157,22 @@ def judge(
        (``value`` default: ``measured``) once :func:`not_measured` finds no NaN in ``value`` (a NaN: ``not
        testable``, saying so, and the rule is never asked). ``held`` None is ``not testable`` with the rule's why.
 
-    ``head``: the head the claim was measured on; ``shown``: the measured number for a person (default, when the
+    ``head``: the head the claim was measured on; ``readout``: the measured number for a person (default, when the
     rule judges ``value`` here: ``value`` at 3 significant digits when it is a number). A claim that was not tested
     (1, 2, or a NaN) shows ``untested`` instead ("": nothing, as the GPT-2 post's claims; the toys' "not tested",
-    "not tested (--quick run)"): a number there would read as a result. A rule that cannot decide keeps ``shown``:
+    "not tested (--quick run)"): a number there would read as a result. A rule that cannot decide keeps ``readout``:
     at a floor the numbers are the reason.
     """
     if decided is None and not isinstance(rule, Rule):
         raise TypeError("judge: a rule given as its text needs the decision it made (decided=(held, why))")
     value = measured if value is None else value
-    if not shown and decided is None and finite(value) and not isinstance(value, bool):
-        shown = fmt(value)
+    if not readout and decided is None and finite(value) and not isinstance(value, bool):
+        readout = fmt(value)
     allow_quick = isinstance(rule, Rule) and rule.allow_quick
 
     def untested_claim(why: str, here: bool = True, show: str = untested) -> Claim:
         return not_testable(
-            claim, post, rule, why, key=key, head=head, shown=show, measured=measured, here=here, extra=extra
+            claim, post, rule, why, key=key, head=head, readout=show, measured=measured, here=here, extra=extra
         )
 
     failed = [p for p in preconditions if not p.ok]
@@ -187,9 +187,9 @@ def judge(
         decided = rule.decide(value)
     held, why = decided
     if held is None:
-        return untested_claim(why, show=shown)
+        return untested_claim(why, show=readout)
     verdict = HELD if held else NOT_HELD
-    return Claim(claim, post, measured, _text(rule), verdict, why, key, head, shown, extra=dict(extra or {}))
+    return Claim(claim, post, measured, _text(rule), verdict, why, key, head, readout, extra=dict(extra or {}))
 
 
 def _text(rule: Rule | str) -> str:

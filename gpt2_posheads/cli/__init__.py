@@ -12,7 +12,7 @@ from .args import (
     main_entry,
     positive,
 )
-from .checks import Checked, ModelShape, check_device, check_hub_names, check_model_dir, postcheck, precheck
+from .checks import CheckedArgs, ModelShape, check_device, check_hub_names, check_model_dir, postcheck, precheck
 from .experiment import (
     Experiment,
     capped_seq_len,
@@ -27,7 +27,7 @@ from .heads import HeadDefault, HeadSpec, add_heads_arg, require_above_layer0, r
 from .output import Output, read_json, results_root, write_json
 
 __all__ = [
-    "Checked",
+    "CheckedArgs",
     "Experiment",
     "HeadDefault",
     "HeadSpec",

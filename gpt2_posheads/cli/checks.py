@@ -245,7 +245,7 @@ def check_layer_arg(name: str, layer: int | None, shape: ModelShape | None, allo
 
 
 @dataclass(frozen=True)
-class Checked:
+class CheckedArgs:
     """What :func:`precheck` parsed (``args`` itself is never changed)."""
 
     shape: ModelShape | None = None
@@ -253,7 +253,7 @@ class Checked:
     layers: tuple[int, ...] | None = None
 
 
-def precheck(args, *, layer_final: bool = False) -> Checked:
+def precheck(args, *, layer_final: bool = False) -> CheckedArgs:
     """Every check that needs no model: model folder, device, prompt source and counts, ``--heads``,
     ``--layer``/``--layers`` against the folder's ``config.json``."""
     shape = None
@@ -275,10 +275,10 @@ def precheck(args, *, layer_final: bool = False) -> Checked:
     layers = None
     if getattr(args, "layers", None) is not None:
         layers = tuple(int_list("--layers", args.layers, 0, shape.n_layers - 1 if shape else None))
-    return Checked(shape, heads, layers)
+    return CheckedArgs(shape, heads, layers)
 
 
-def postcheck(args, checked: Checked, model, *, layer_final: bool = False) -> ModelShape:
+def postcheck(args, checked: CheckedArgs, model, *, layer_final: bool = False) -> ModelShape:
     """The checks of :func:`precheck` that needed the model (a hub model has no ``config.json`` to peek)."""
     shape = ModelShape.of(model)
     if checked.heads is not None:

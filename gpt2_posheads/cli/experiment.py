@@ -25,7 +25,7 @@ from ..model.fingerprint import folder_fingerprint
 from ..model.identity import compiled_standin, is_gpt2_small, position_kind
 from ..model.loading import ModelLoadError, load_model
 from ..model.validation import UsageError, capped_seq_len, head_name
-from .checks import Checked, model_folder, postcheck, precheck
+from .checks import CheckedArgs, model_folder, postcheck, precheck
 from .engine import load_engine_model
 from .heads import HeadDefault, require_above_layer0, resolve_heads
 from .output import Output, default_target
@@ -135,7 +135,7 @@ class Experiment:
     """Everything a model script measures on, set up and checked."""
 
     args: object
-    checked: Checked
+    checked: CheckedArgs
     out: Output
     model: object
     prompts: torch.Tensor | None = None

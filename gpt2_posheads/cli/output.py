@@ -519,7 +519,7 @@ def finish_not_testable(reason: str) -> bool:
         if not keys:
             continue
         cs, record = [CLAIMS[k] for k in keys], {"not_testable": reason}  # each claim's spec; what the record says
-        claims = [not_testable(c.claim, c.post, c.rule, reason, key=c.key, tells=c.tells, measured=record) for c in cs]
+        claims = [not_testable(c.claim, c.post, c.rule, reason, key=c.key, role=c.role, measured=record) for c in cs]
         out.summary({**out.context, "not_testable": reason}, claims)
         out.commit(quiet=True)
         done = True

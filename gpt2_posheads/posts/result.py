@@ -69,14 +69,14 @@ class ClaimResult:
                     "key": c.key,
                     "claim": c.claim,
                     "verdict": c.verdict,
-                    "shown": c.shown,
+                    "readout": c.readout,
                     "head": c.head,
                     "why": c.why,
                     "rule": c.rule,
                 }
                 for c in self.claims
             ],
-            columns=["key", "claim", "verdict", "shown", "head", "why", "rule"],
+            columns=["key", "claim", "verdict", "readout", "head", "why", "rule"],
         )
 
     def counts(self) -> dict[str, int]:
@@ -99,7 +99,7 @@ class ClaimResult:
             f"{html.escape(c.rule)}</div></td><td><span style='background:{VERDICT_COLOURS[c.verdict]};color:#fff;"
             f"padding:1px 6px;border-radius:3px'>{html.escape(c.verdict)}</span>"
             + (f" on {html.escape(c.head)}" if c.head else "")
-            + f"<div>{html.escape(c.shown)}</div></td><td>{html.escape(c.why)}</td></tr>"
+            + f"<div>{html.escape(c.readout)}</div></td><td>{html.escape(c.why)}</td></tr>"
             for c in self.claims
         )
         figs = ", ".join(html.escape(s) for s in self.figures) or "none"

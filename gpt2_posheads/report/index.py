@@ -170,7 +170,7 @@ def _cell(c: Claim | None, when: str, source: str = "", notes=()) -> str:
         return '<td class="none">not measured</td>'
     v = c.verdict
     head = f' <span class="head">on {html.escape(c.head)}</span>' if c.head else ""
-    shown = c.shown
+    shown = c.readout
     measured = present(c.measured)
     fold = (
         f"<details><summary>measured</summary>{html.escape(measured)}</details>"
@@ -277,7 +277,7 @@ def claims_markdown(root: Path, post_key: str) -> str:
         if c.verdict == NOT_TESTABLE and c.why:  # what failed says more than partial numbers
             shown = c.why.removeprefix("not testable here: ")
         else:
-            shown = c.shown or present(c.measured)
+            shown = c.readout or present(c.measured)
         return f"**{c.verdict}**{head}: {shown.replace('|', '/')}"
 
     heads = [columns.label(m) for m in cols]
@@ -334,7 +334,7 @@ def index_html(
                     )
                     for m in cols
                 )
-                tag = TELLS.get(first.tells)
+                tag = TELLS.get(first.role)
                 tag_html = f"<span class='tag {tag[0]}' title='{html.escape(tag[1])}'>{tag[0]}</span>" if tag else ""
                 body.append(
                     f"<tr><td><b>{html.escape(first.claim)}</b>{tag_html}<div class='rule'>"

@@ -24,8 +24,8 @@ from gpt2_posheads.claims.route import (
 )
 
 
-def rec(verdict, measured=None, head="L2H0", shown=""):
-    return {"verdict": verdict, "measured": measured if measured is not None else {}, "head": head, "shown": shown}
+def rec(verdict, measured=None, head="L2H0", readout=""):
+    return {"verdict": verdict, "measured": measured if measured is not None else {}, "head": head, "readout": readout}
 
 
 def records(

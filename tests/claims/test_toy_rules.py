@@ -80,17 +80,17 @@ def test_non_finite_values_are_not_held():
 
 
 def test_toy_claim_uses_the_rules_why_and_the_floor_case():
-    c = toy.toy_claim("k", "text", "post", "rule", 1.0, (True, "it is 1.0 (needs > 0.5)"), shown="1.0")
-    assert c.verdict == HELD and c.why == "it is 1.0 (needs > 0.5)" and c.shown == "1.0"
-    c = toy.toy_claim("k", "text", "post", "rule", 1.0, (False, "it is 0.1 (needs > 0.5)"), shown="0.1")
+    c = toy.toy_claim("k", "text", "post", "rule", 1.0, (True, "it is 1.0 (needs > 0.5)"), readout="1.0")
+    assert c.verdict == HELD and c.why == "it is 1.0 (needs > 0.5)" and c.readout == "1.0"
+    c = toy.toy_claim("k", "text", "post", "rule", 1.0, (False, "it is 0.1 (needs > 0.5)"), readout="0.1")
     assert c.verdict == NOT_HELD and "0.1" in c.why
-    c = toy.toy_claim("k", "t", "p", "r", 1.0, (None, "not testable here: at the floor"), shown="4e-5, 2e-7")
-    assert c.verdict == NOT_TESTABLE and c.shown == "4e-5, 2e-7" and "floor" in c.why
-    c = toy.toy_claim("k", "t", "p", "r", 1.0, (True, "x"), quick=True, shown="1.0")
-    assert c.verdict == NOT_TESTABLE and c.shown == "not tested (--quick run)"
+    c = toy.toy_claim("k", "t", "p", "r", 1.0, (None, "not testable here: at the floor"), readout="4e-5, 2e-7")
+    assert c.verdict == NOT_TESTABLE and c.readout == "4e-5, 2e-7" and "floor" in c.why
+    c = toy.toy_claim("k", "t", "p", "r", 1.0, (True, "x"), quick=True, readout="1.0")
+    assert c.verdict == NOT_TESTABLE and c.readout == "not tested (--quick run)"
     failed = [Precondition("it learned", False, "it did not learn")]
-    c = toy.toy_claim("k", "t", "p", "r", 1.0, (True, "x"), preconditions=failed, shown="1")
-    assert c.verdict == NOT_TESTABLE and c.why == "not testable here: it did not learn" and c.shown == "not tested"
+    c = toy.toy_claim("k", "t", "p", "r", 1.0, (True, "x"), preconditions=failed, readout="1")
+    assert c.verdict == NOT_TESTABLE and c.why == "not testable here: it did not learn" and c.readout == "not tested"
 
 
 def test_num_writes_short_exponents():

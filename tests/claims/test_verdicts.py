@@ -64,9 +64,9 @@ def test_rule_outcomes(rule, value, held):
 
 def test_judge_vocabulary_and_keys():
     c = judge("c", "post", at_most(0.1, "ratio"), {"ratio": 0.05}, 0.05, head="L4H11").as_dict()
-    assert set(c) == {"claim", "post", "measured", "rule", "verdict", "why", "head", "shown"}
+    assert set(c) == {"claim", "post", "measured", "rule", "verdict", "why", "head", "readout"}
     assert c["verdict"] == "held" and c["rule"] == "held if ratio <= 0.1"
-    assert c["head"] == "L4H11" and c["shown"] == "0.0500"  # the measured number for a person, 3 digits
+    assert c["head"] == "L4H11" and c["readout"] == "0.0500"  # the measured number for a person, 3 digits
     assert judge("c", "p", at_most(0.1, "r"), 0.5).verdict == "not held"
 
 
@@ -242,7 +242,7 @@ def test_a_rule_never_sees_a_nan(value, where):
 
     c = judge("c", "p", predicate("held if ...", decide), {"m": 1}, value)
     assert c.verdict == "not testable" and c.why == f"not testable here: nothing was measured (the value{where} is NaN)"
-    assert asked == [] and c.shown == ""
+    assert asked == [] and c.readout == ""
 
 
 def test_absent_by_design_and_infinities_reach_the_rule():
@@ -269,12 +269,12 @@ def test_the_verdict_words_and_colours_have_one_home():
 def test_not_testable_says_why_once():
     c = not_testable("c", "p", at_most(0.1, "ratio"), "the model does not copy", key="k", measured={"m": 1})
     assert c.verdict == NOT_TESTABLE and c.why == "not testable here: the model does not copy"
-    assert c.rule == "held if ratio <= 0.1" and c.key == "k" and c.measured == {"m": 1} and c.shown == ""
+    assert c.rule == "held if ratio <= 0.1" and c.key == "k" and c.measured == {"m": 1} and c.readout == ""
     for given in ("not testable here: x", "not testable: x", "x"):  # a reason with a prefix of its own keeps one
         assert not_testable("c", "p", "held if ...", given).why == "not testable here: x"
     # a reason that names its own cause, as written
     assert not_testable("c", "p", "r", QUICK_WHY, here=False).why == QUICK_WHY
-    c = not_testable("c", "p", "r", "w", head="L2H2", shown="not tested", tells="route", extra={"n": 3})
+    c = not_testable("c", "p", "r", "w", head="L2H2", readout="not tested", role="route", extra={"n": 3})
     assert c.as_dict() == {
         "claim": "c",
         "post": "p",
@@ -283,20 +283,20 @@ def test_not_testable_says_why_once():
         "verdict": NOT_TESTABLE,
         "why": "not testable here: w",
         "head": "L2H2",
-        "shown": "not tested",
-        "tells": "route",
+        "readout": "not tested",
+        "role": "route",
         "n": 3,
     }
 
 
 def test_judge_takes_a_decision_made_beforehand_with_the_rules_text():
     """The toy posts decide with their rule functions on numbers over seeds, then hand judge the decision."""
-    c = judge("c", "p", "held if it rose", {"m": float("nan")}, decided=(False, "it fell"), key="k", shown="1 → 0")
+    c = judge("c", "p", "held if it rose", {"m": float("nan")}, decided=(False, "it fell"), key="k", readout="1 → 0")
     # a decision made beforehand is the rule's own answer: a NaN in measured does not make it not testable
-    assert c.verdict == NOT_HELD and c.why == "it fell" and c.rule == "held if it rose" and c.shown == "1 → 0"
-    assert judge("c", "p", "r", 0.5, decided=(True, "w")).shown == ""  # no number made up beside a given decision
-    c = judge("c", "p", "r", 0.5, decided=(None, "not testable here: both at the floor"), shown="4e-5, 2e-7")
-    assert c.verdict == NOT_TESTABLE and c.why == "not testable here: both at the floor" and c.shown == "4e-5, 2e-7"
+    assert c.verdict == NOT_HELD and c.why == "it fell" and c.rule == "held if it rose" and c.readout == "1 → 0"
+    assert judge("c", "p", "r", 0.5, decided=(True, "w")).readout == ""  # no number made up beside a given decision
+    c = judge("c", "p", "r", 0.5, decided=(None, "not testable here: both at the floor"), readout="4e-5, 2e-7")
+    assert c.verdict == NOT_TESTABLE and c.why == "not testable here: both at the floor" and c.readout == "4e-5, 2e-7"
     with pytest.raises(TypeError, match="needs the decision it made"):
         judge("c", "p", "held if ...", 0.5)
 
@@ -304,7 +304,7 @@ def test_judge_takes_a_decision_made_beforehand_with_the_rules_text():
 def test_a_rule_that_cannot_decide_is_not_testable_with_its_why():
     rule = predicate("held if a beats b", lambda v: (None, "both at the floor") if v < 1 else (True, "a beats b"))
     c = judge("c", "p", rule, {"v": 0.5}, 0.5)
-    assert c.verdict == NOT_TESTABLE and c.why == "not testable here: both at the floor" and c.shown == "0.500"
+    assert c.verdict == NOT_TESTABLE and c.why == "not testable here: both at the floor" and c.readout == "0.500"
     assert judge("c", "p", rule, {"v": 2}, 2).verdict == HELD
 
 
@@ -312,10 +312,10 @@ def test_what_an_untested_claim_shows():
     """The GPT-2 post's claims show nothing where a number would be; the toys say "not tested"."""
     failed = [Precondition("it learned", False, "it did not learn")]
     for untested, quick_shown in (("", ""), ("not tested", "not tested (--quick run)")):
-        c = judge("c", "p", "r", 1.0, decided=(True, "x"), preconditions=failed, untested=untested, shown="1.0")
-        assert c.verdict == NOT_TESTABLE and c.why == "not testable here: it did not learn" and c.shown == untested
-        c = judge("c", "p", "r", 1.0, decided=(True, "x"), quick=True, untested=untested, shown="1.0")
-        assert c.verdict == NOT_TESTABLE and c.why == QUICK_WHY and c.shown == quick_shown
+        c = judge("c", "p", "r", 1.0, decided=(True, "x"), preconditions=failed, untested=untested, readout="1.0")
+        assert c.verdict == NOT_TESTABLE and c.why == "not testable here: it did not learn" and c.readout == untested
+        c = judge("c", "p", "r", 1.0, decided=(True, "x"), quick=True, untested=untested, readout="1.0")
+        assert c.verdict == NOT_TESTABLE and c.why == QUICK_WHY and c.readout == quick_shown
         # the order: a failed precondition comes before the quick run
         c = judge("c", "p", "r", 1.0, decided=(True, "x"), preconditions=failed, quick=True, untested=untested)
         assert c.why == "not testable here: it did not learn"
@@ -339,9 +339,9 @@ def test_each_claim_is_declared_once_beside_its_script():
 def test_a_claim_key_declared_twice_or_unknown_is_refused():
     spec = CLAIMS["mask_disrupts"]
     with pytest.raises(ValueError, match="'mask_disrupts' is declared twice"):
-        post_claim("mask_disrupts", "another sentence", spec.post, spec.rule, spec.tells)
+        post_claim("mask_disrupts", "another sentence", spec.post, spec.rule, spec.role)
     assert CLAIMS["mask_disrupts"] is spec
-    with pytest.raises(ValueError, match="tells: 'sometimes'"):
+    with pytest.raises(ValueError, match="role: 'sometimes'"):
         post_claim("a_new_claim", "a sentence", "", spec.rule, "sometimes")
     assert "a_new_claim" not in CLAIMS
     with pytest.raises(ValueError, match="key: 'no_such_claim' is not a declared claim"):

@@ -18,7 +18,7 @@ MODULE = textwrap.dedent(
 
     from gpt2_posheads.claims.catalogue import Option, Post, declare, register_post
     from gpt2_posheads.claims.verdicts import at_least, judge
-    from gpt2_posheads.posts.gpt2_prev_heads._run import as_run
+    from gpt2_posheads.posts.gpt2_prev_heads._run import prompted_run
     from gpt2_posheads.posts.result import ClaimResult
 
     POST = register_post(
@@ -41,7 +41,7 @@ MODULE = textwrap.dedent(
         options=(Option("--threshold", 0.5, "previous-token mass the sharpest head needs", float, low=0, high=1),),
     )
     def sharp_mass(model=None, prompts=None, *, threshold=0.5, run=None):
-        run = as_run(model, prompts, run, n_prompts=2, seq_len=64).ranked()
+        run = prompted_run(model, prompts, run, n_prompts=2, seq_len=64).ranked()
         mass = float(run.diag[..., 1].max())  # [n_layers, n_heads, offsets]: the greatest previous-token mass
         result = ClaimResult("sharp_mass", run.label)
         result.numbers["sharpest_prev_mass"] = mass

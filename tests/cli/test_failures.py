@@ -257,7 +257,7 @@ def test_two_models_of_the_same_name_never_share_a_folder(tiny_dir, tmp_path, ca
 
 
 def test_an_out_folder_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
-    """Checked before the lock is taken: no stale lock is left behind."""
+    """CheckedArgs before the lock is taken: no stale lock is left behind."""
     target = tmp_path / "ro" / "out"
     target.mkdir(parents=True)
     real = os.access

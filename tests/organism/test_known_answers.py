@@ -64,7 +64,7 @@ def test_the_table_covers_every_claim_and_model():
             assert key in CLAIMS
     # every route claim is held on the route model and on none of the look-alike that reads W_pos
     for (script, key), row in KNOWN.items():
-        if script != "mini_gpt2_report" and CLAIMS[key].tells == ROUTE:
+        if script != "mini_gpt2_report" and CLAIMS[key].role == ROUTE:
             assert row["lookalike-wpos"][0] != "held", key
             if key != "sources_named_heads":
                 assert row["route-gpt2"][0] == "held", key
@@ -132,7 +132,7 @@ def test_a_model_without_previous_token_heads_is_said_so(compiled_dir, claim_run
     for key in ("sharp_prev_head", "sharpest_stands_alone"):
         claim = got[("rank_prev_heads", key)]
         assert claim["verdict"] == "not held" and claim["why"].startswith("no previous-token head: no head's greatest")
-        assert "inf" not in claim["why"] and claim["shown"] == "no previous-token head"
+        assert "inf" not in claim["why"] and claim["readout"] == "no previous-token head"
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -171,7 +171,7 @@ def test_route_report_in_three_columns(compiled_dir, claim_runs, tmp_path, monke
     assert "mini-gpt2" in page and "GPT-2 small (post)" in page and page.count("(route)") >= 6
     story = {c["key"]: c for c in json.loads((out / "summary.json").read_text())["story"]}
     for key, spec in CLAIMS.items():
-        if spec.tells == ROUTE and key in story and key != "sources_named_heads":
+        if spec.role == ROUTE and key in story and key != "sources_named_heads":
             assert story[key]["verdict"] == "held", (key, story[key]["why"])
     assert "has not run on this model" not in page  # both columns read from the scripts' results
 

@@ -22,7 +22,7 @@ def test_every_story_step_is_a_claim_one_command_judges():
 
 
 def test_story_reads_each_claim_as_its_command_wrote_it(tmp_path):
-    judged = judge_claim("mask_disrupts", {"head": "L2H0"}, value=(0.9, 0.1), head="L2H0", shown="89% lower")
+    judged = judge_claim("mask_disrupts", {"head": "L2H0"}, value=(0.9, 0.1), head="L2H0", readout="89% lower")
     write_summary(tmp_path / "mask_prev_attention" / "m" / "summary.json", {"script": "mask_prev_attention"}, [judged])
     write_summary(tmp_path / "l4h11_edit" / "m" / "summary.json", {"script": "l4h11_edit"}, [])  # judged nothing
     (tmp_path / "ext_pos_averaging" / "m").mkdir(parents=True)
@@ -36,7 +36,7 @@ def test_story_reads_each_claim_as_its_command_wrote_it(tmp_path):
     rows = story(tmp_path, "m")
     assert list(rows) == [k for _, k in STORY]
     got = rows["mask_disrupts"]
-    assert (got.verdict, got.head, got.shown, got.measured) == (judged.verdict, "L2H0", "89% lower", {"head": "L2H0"})
+    assert (got.verdict, got.head, got.readout, got.measured) == (judged.verdict, "L2H0", "89% lower", {"head": "L2H0"})
     assert "judged no claim edit_moves_copy" in rows["edit_moves_copy"].why
     assert "ext_pos_averaging's results cannot be read" in rows["ext_avg_hurts_early_more"].why
     assert "not one of" in rows["wpos_helix"].why and "not one of" in rows["ext_helix"].why  # a foreign verdict
@@ -54,19 +54,21 @@ def test_the_story_round_trips_through_summary_json(tmp_path):
 
 
 def test_the_page_puts_the_story_beside_the_other_model(tmp_path):
-    judged = judge_claim("mask_disrupts", {"head": "L2H0"}, value=(0.9, 0.1), head="L2H0", shown="89% lower")
+    judged = judge_claim("mask_disrupts", {"head": "L2H0"}, value=(0.9, 0.1), head="L2H0", readout="89% lower")
     write_summary(tmp_path / "mask_prev_attention" / "other" / "summary.json", {}, [judged])
     html = page("t", [], story(tmp_path, "m"), story(tmp_path, "other"), "other-model", ["a.html"])
     assert "other-model" in html and "89% lower" in html and "(L2H0)" in html
     assert html.count("has not run on this model") == 2 * len(STORY) - 1
-    assert html.count("(route)") == sum(CLAIMS[k].tells == "route" for _, k in STORY)
+    assert html.count("(route)") == sum(CLAIMS[k].role == "route" for _, k in STORY)
 
 
 def test_the_route_conclusion_is_drawn_from_the_story(tmp_path):
     """The report leads its story with the route rule on the story's claims, as read from the results folders."""
     rows = story(tmp_path, "m")
     assert conclude(records_from_claims(rows.values())).route == UNDETERMINED  # nothing ran: not testable
-    flat = judge_claim("sharp_prev_head", {"head": None, "ratio": None}, value=math.inf, shown="no previous-token head")
+    flat = judge_claim(
+        "sharp_prev_head", {"head": None, "ratio": None}, value=math.inf, readout="no previous-token head"
+    )
     write_summary(tmp_path / "rank_prev_heads" / "m" / "summary.json", {"script": "rank_prev_heads"}, [flat])
     rows = story(tmp_path, "m")
     route = conclude(records_from_claims(rows.values()))
@@ -100,7 +102,7 @@ def test_the_targets_are_judged_from_numbers_alone():
         "heldout": "held",
     }
     assert claims["prev_random"].measured == {"head": "none", "ratio": math.inf}
-    assert claims["prev_random"].shown == "no previous-token head"
+    assert claims["prev_random"].readout == "no previous-token head"
     assert claims["copies"].measured == {"target": " ninja turtle pirate", "P(turtle | ninja)": 0.9}
     assert "perplexity 66.7 vs 73.3" in claims["heldout"].why
     assert "heldout" not in {c.key for c in judge_targets(m, reference_loss=None)}  # nothing to hold it to

@@ -11,7 +11,7 @@ def write_summary(root, script, model, claims):
     (folder / "summary.json").write_text(json.dumps({"script": script, "model": model, "claims": claims}))
 
 
-def claim(key, verdict, measured=None, head="L2H0", shown=""):
+def claim(key, verdict, measured=None, head="L2H0", readout=""):
     return {
         "key": key,
         "claim": key,
@@ -21,13 +21,13 @@ def claim(key, verdict, measured=None, head="L2H0", shown=""):
         "why": "because",
         "measured": measured or {},
         "head": head,
-        "shown": shown,
+        "readout": readout,
     }
 
 
 def test_route_conclusions_lead_the_page(tmp_path):
     write_summary(tmp_path, "rank_prev_heads", "flat", [claim("sharp_prev_head", "not held", head="")])
-    write_summary(tmp_path, "rank_prev_heads", "reader", [claim("sharp_prev_head", "held", shown="ratio 0.001")])
+    write_summary(tmp_path, "rank_prev_heads", "reader", [claim("sharp_prev_head", "held", readout="ratio 0.001")])
     write_summary(
         tmp_path,
         "pos_embed_averaging",

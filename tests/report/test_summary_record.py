@@ -17,11 +17,12 @@ CLAIMS = [
 def test_the_writer_records_its_schema_version_and_the_reader_gives_the_claims_back(tmp_path):
     path = write_summary(tmp_path / "rank_prev_heads" / "m" / "summary.json", {"script": "rank_prev_heads"}, CLAIMS)
     raw = json.loads(path.read_text(encoding="utf-8"))
-    assert SCHEMA_VERSION == 1 and raw["schema_version"] == 1 and next(iter(raw)) == "schema_version"
+    assert SCHEMA_VERSION == 2 and raw["schema_version"] == 2 and next(iter(raw)) == "schema_version"
+    assert raw["claims"][0]["readout"] == "0.0500" and "shown" not in raw["claims"][0]
     assert raw["verdicts"] == {"held": 1, "not held": 0, "not testable": 1}
     assert path.read_text(encoding="utf-8").endswith("}\n") and not list(path.parent.glob(".*tmp*"))
     s = read_summary(path)
-    assert s.schema_version == 1 and s.path == path and s.script == "rank_prev_heads"
+    assert s.schema_version == 2 and s.path == path and s.script == "rank_prev_heads"
     assert "schema_version" not in s.data  # the layout's version is not one of the run's numbers
     assert [c.as_dict() for c in s.claims] == [c.as_dict() for c in CLAIMS]
     assert s.claim("alone").why == "not testable here: the model does not copy"
@@ -32,14 +33,32 @@ def test_the_version_is_the_writers_not_the_datas(tmp_path):
     assert json.loads(path.read_text())["schema_version"] == SCHEMA_VERSION
 
 
-def test_a_summary_written_before_the_version_existed_is_version_1(tmp_path):
-    """Results folders written before ``schema_version`` existed hold the same layout: they read as version 1."""
+# a claim record as version 1 wrote it (its readout named "shown", its role "tells")
+V1_RECORD = {
+    "claim": "a head is sharp",
+    "post": "L4H11: 0.01",
+    "measured": {"ratio": 0.05},
+    "rule": "held if ratio <= 0.1",
+    "verdict": "held",
+    "why": "0.05 <= 0.1",
+    "key": "sharp",
+    "head": "L4H11",
+    "shown": "0.0500",
+    "tells": "route",
+}
+
+
+@pytest.mark.parametrize("version", [{}, {"schema_version": 1}])
+def test_a_version_1_summary_reads_with_its_fields_renamed(tmp_path, version):
+    """Results folders written by a version-1 toolkit (or before ``schema_version`` existed) read back whole: the
+    claim's ``shown`` is its readout, ``tells`` its role; nothing lands in ``extra``."""
     path = tmp_path / "rank_prev_heads" / "m" / "summary.json"
     path.parent.mkdir(parents=True)
-    record = CLAIMS[0].as_dict()
-    path.write_text(json.dumps({"script": "rank_prev_heads", "model": "m", "claims": [record]}))
+    path.write_text(json.dumps({**version, "script": "rank_prev_heads", "model": "m", "claims": [V1_RECORD]}))
     s = read_summary(path)
-    assert s.schema_version == 1 and s.claims[0].as_dict() == record and s.model == "m"
+    (c,) = s.claims
+    assert s.schema_version == 1 and s.model == "m"
+    assert (c.readout, c.role, c.head, c.key, c.extra) == ("0.0500", "route", "L4H11", "sharp", {})
     assert [p for p, _ in collect_summaries(tmp_path)] == [path]
 
 

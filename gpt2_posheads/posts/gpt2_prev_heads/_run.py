@@ -103,14 +103,15 @@ def _label(model) -> str:
     return str(name) or "model"
 
 
-def as_run(model, prompts, run: ModelRun | None, **options) -> ModelRun:
-    """``run`` when given (its model must be ``model``), else :func:`model_run` of ``model`` and ``prompts``."""
+def prompted_run(model, prompts, run: ModelRun | None, **options) -> ModelRun:
+    """``run`` when given (its model must be ``model``), else a run of ``model`` on natural-text ``prompts``
+    (:func:`model_run`: given, or made from the shipped text)."""
     if run is None:
         return model_run(model, prompts, **options)
     return _same_model(model, run)
 
 
-def model_only(model, run: ModelRun | None) -> ModelRun:
+def unprompted_run(model, run: ModelRun | None) -> ModelRun:
     """``run`` when given (its model must be ``model``), else a run of ``model`` without natural-text prompts: for
     the claims that make their own (repeated-token prompts) or read only the weights (``W_pos``)."""
     if run is None:

@@ -31,7 +31,7 @@ from ...claims.verdicts import Claim, Precondition, predicate
 from ...model.state import measures_caller_model
 from ...model.validation import NonFiniteError, UsageError, head_name
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, as_run, repeat_prompts
+from ._run import HeadsArg, ModelRun, prompted_run, repeat_prompts
 from .about import POST
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="the previous-token head to edit (the first is used)")
@@ -141,7 +141,7 @@ def judge(run: ModelRun, head: tuple[int, int], rp: RepeatPrompt, rows: list[dic
         value=(rows[0][f"P({t})"], x2[f"P({s})"], x2[f"P({t})"]),
         preconditions=pre,
         head=name,
-        shown=f"P({t}) {rows[0][f'P({t})']:.3g} -> {x2[f'P({t})']:.3g}, P({s}) {x2[f'P({s})']:.3g}",
+        readout=f"P({t}) {rows[0][f'P({t})']:.3g} -> {x2[f'P({t})']:.3g}, P({s}) {x2[f'P({s})']:.3g}",
     )
 
 
@@ -245,7 +245,7 @@ def l4h11_edit(
         raise UsageError(
             "target", f"{target!r} is not three words", "exactly three words", "e.g. ' ninja turtle pirate'"
         )
-    run = as_run(model, prompts, run, **PROMPTS).ranked()
+    run = prompted_run(model, prompts, run, **PROMPTS).ranked()
     chosen, how = run.heads(heads, HEADS)
     head = chosen[0]
     tok = run.model.tokenizer

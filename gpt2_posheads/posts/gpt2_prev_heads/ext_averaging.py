@@ -30,7 +30,7 @@ from ...model.state import measures_caller_model
 from ...model.validation import head_name, note
 from ...report.plotting import attention_panels, submatrix
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, as_run
+from ._run import HeadsArg, ModelRun, prompted_run
 from .about import POST
 
 HEADS = HeadDefault(
@@ -114,7 +114,7 @@ def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> C
         value=(first["js_divergence"], last["js_divergence"], keep),
         preconditions=pre,
         head=",".join(names),
-        shown=f"JS {first['js_divergence']:.3g} ({first['head']}) vs {last['js_divergence']:.3g} ({last['head']}, "
+        readout=f"JS {first['js_divergence']:.3g} ({first['head']}) vs {last['js_divergence']:.3g} ({last['head']}, "
         f"keeps {keep:.0%})"
         if len(results) >= 2
         else "",
@@ -201,7 +201,7 @@ def ext_pos_averaging(
     """
     if not (isinstance(ext_prompts, int) and ext_prompts >= 1):
         raise ValueError(f"ext_prompts: {ext_prompts!r} is out of range; allowed an integer >= 1")
-    run = as_run(model, prompts, run, **PROMPTS)
+    run = prompted_run(model, prompts, run, **PROMPTS)
     if isinstance(group_size, bool) or not (isinstance(group_size, int) and group_size >= 2):
         raise ValueError(f"group_size: {group_size!r} is out of range; allowed an integer >= 2 (the post: 10)")
     if group_size > run.model.cfg.n_ctx:

@@ -41,7 +41,7 @@ from ...model.state import measures_caller_model
 from ...model.validation import UsageError, capped_seq_len, check_layer, note
 from ...report.plotting import line_figure
 from ..result import ClaimResult
-from ._run import ModelRun, model_only
+from ._run import ModelRun, unprompted_run
 from .about import POST
 
 # the post's claims this script judges, each with its rule (written before anything is measured)
@@ -146,21 +146,21 @@ def judge(m: dict, k: int, n_layers: int) -> tuple[list[Claim], list[float], flo
             {"layer": l2, "angles_deg": angles},
             value=max(angles),
             preconditions=has_w + w_helix,
-            shown=f"layer {l2}: " + ", ".join(f"{a:.3g}°" for a in angles),
+            readout=f"layer {l2}: " + ", ".join(f"{a:.3g}°" for a in angles),
         ),
         judge_claim(
             "ext_sparser",
             {"ratio": sparsity, "per_layer": df.large_entry_fraction.tolist()},
             value=sparsity,
             preconditions=has_w,
-            shown=f"{sparsity:.3g}x fewer large entries",
+            readout=f"{sparsity:.3g}x fewer large entries",
         ),
         judge_claim(
             "ext_token_independent",
             {"layer": l2, "spread": spread},
             value=spread,
             preconditions=[ext_helix],
-            shown=f"relative spread {spread:.3g}",
+            readout=f"relative spread {spread:.3g}",
         ),
     ]
     return claims, angles, sparsity
@@ -347,7 +347,7 @@ def ext_pos_vs_wpe(
         ``figures`` (``three_panel_L<layer>`` and ``principal_angles`` with ``W_pos``, ``sparsity``,
         ``token_dependence``).
     """
-    run = model_only(model, run)
+    run = unprompted_run(model, run)
     model = run.model
     check_layer(model, layer, allow_final=True)
     if n_prompts < 1:

@@ -29,7 +29,7 @@ from ...model.state import measures_caller_model
 from ...model.validation import check_layer, note
 from ...report.plotting import scatter3d_positions
 from ..result import ClaimResult
-from ._run import ModelRun, model_only
+from ._run import ModelRun, unprompted_run
 from .about import POST
 
 # the post's claims this script judges, each with its rule (written before anything is measured)
@@ -81,7 +81,7 @@ def judge(w_evr: list[float] | None, reason: str | None, ext_evr: list[float] | 
     """``wpos_helix`` on ``W_pos``'s ratios (not testable for ``reason`` when there are none) and, with a model,
     ``ext_helix`` on the extended embeddings' at ``layer``."""
     if w_evr is not None:
-        claims = [judge_claim("wpos_helix", {"top4": w_evr}, value=w_evr, shown=shown(w_evr))]
+        claims = [judge_claim("wpos_helix", {"top4": w_evr}, value=w_evr, readout=shown(w_evr))]
     else:
         claims = [
             judge_claim(
@@ -94,7 +94,10 @@ def judge(w_evr: list[float] | None, reason: str | None, ext_evr: list[float] | 
     if ext_evr is not None:
         claims.append(
             judge_claim(
-                "ext_helix", {"layer": layer, "top4": ext_evr}, value=ext_evr, shown=f"layer {layer}: " + shown(ext_evr)
+                "ext_helix",
+                {"layer": layer, "top4": ext_evr},
+                value=ext_evr,
+                readout=f"layer {layer}: " + shown(ext_evr),
             )
         )
     return claims
@@ -143,7 +146,7 @@ def pos_embed_helix(
         if model is not None or run is not None:
             raise ValueError("w_pos: measured alone, without a model; pass either w_pos or model/run")
         return _w_pos_only(w_pos)
-    run = model_only(model, run)
+    run = unprompted_run(model, run)
     model = run.model
     check_layer(model, layer, allow_final=True)
     if n_prompts < 1:

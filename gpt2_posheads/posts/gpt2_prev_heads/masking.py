@@ -26,7 +26,7 @@ from ...model.state import measures_caller_model
 from ...model.validation import head_name
 from ...report.plotting import attention_panels, submatrix
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, as_run
+from ._run import HeadsArg, ModelRun, prompted_run
 from .about import POST
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="head(s) whose pattern is measured")
@@ -168,7 +168,7 @@ def mask_prev_attention(
     """
     if every < MIN_EVERY:
         raise ValueError(f"every: {every} is out of range; allowed >= {MIN_EVERY} (every=1 would mask every query)")
-    run = as_run(model, prompts, run, **PROMPTS).ranked()
+    run = prompted_run(model, prompts, run, **PROMPTS).ranked()
     chosen, how = run.heads(heads, HEADS)
     result = ClaimResult("mask_prev_attention", run.label)
     result.numbers.update(heads_chosen=how, every=every)
@@ -217,7 +217,7 @@ def judge(name: str, masked_layers: list[int], cmp: dict, pre: list[Precondition
         value=(cmp["prev_rows_clean"], cmp["prev_rows_intervened"]),
         preconditions=pre,
         head=name,
-        shown=f"{cmp['rows_relative_drop']:.0%} lower on the masked rows ({cmp['relative_drop']:.0%} on all)",
+        readout=f"{cmp['rows_relative_drop']:.0%} lower on the masked rows ({cmp['relative_drop']:.0%} on all)",
     )
 
 

@@ -221,7 +221,7 @@ def _cell(c: Claim | None) -> str:
     colour = VERDICT_COLOURS.get(c.verdict, VERDICT_COLOURS[NOT_TESTABLE])
     head = f" ({html.escape(c.head)})" if c.head else ""
     return (
-        f"<td><b style='color:{colour}'>{html.escape(c.verdict)}</b>{head}<br>{html.escape(c.shown)}"
+        f"<td><b style='color:{colour}'>{html.escape(c.verdict)}</b>{head}<br>{html.escape(c.readout)}"
         f"<br><i>{html.escape(c.why)}</i></td>"
     )
 
@@ -243,7 +243,7 @@ def page(
         for c in targets
     )
     s_rows = "".join(
-        f"<tr><td>{html.escape(CLAIMS[k].claim)}{' <small>(route)</small>' if CLAIMS[k].tells == ROUTE else ''}"
+        f"<tr><td>{html.escape(CLAIMS[k].claim)}{' <small>(route)</small>' if CLAIMS[k].role == ROUTE else ''}"
         f"</td>{_cell(story[k])}"
         f"{_cell(contrast.get(k)) if contrast else '<td>(not run)</td>'}<td>{html.escape(CLAIMS[k].post)}</td>"
         f"<td>{html.escape(CLAIMS[k].rule.text)}</td></tr>"

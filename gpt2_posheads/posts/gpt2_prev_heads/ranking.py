@@ -42,7 +42,7 @@ from ...model.traced import is_traced
 from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ...report.plotting import heatmap
 from ..result import ClaimResult
-from ._run import ModelRun, as_run
+from ._run import ModelRun, prompted_run
 from .about import POST
 
 
@@ -168,7 +168,7 @@ def judge(ranking: pd.DataFrame, preconditions: list[Precondition] = ()) -> list
             value=sharpest,
             preconditions=preconditions,
             head=agg,
-            shown=f"ratio {ratios[0]:.3g}" if ratios else none,
+            readout=f"ratio {ratios[0]:.3g}" if ratios else none,
         ),
         judge_claim(
             "sharpest_stands_alone",
@@ -176,7 +176,7 @@ def judge(ranking: pd.DataFrame, preconditions: list[Precondition] = ()) -> list
             value=(sharpest, ratios[1] if len(ratios) >= 2 else None),
             preconditions=preconditions,
             head=agg,
-            shown=(f"{ratios[0]:.3g} vs next {ratios[1]:.3g}" if len(ratios) >= 2 else f"{ratios[0]:.3g}, alone")
+            readout=(f"{ratios[0]:.3g} vs next {ratios[1]:.3g}" if len(ratios) >= 2 else f"{ratios[0]:.3g}, alone")
             if ratios
             else none,
         ),
@@ -185,7 +185,7 @@ def judge(ranking: pd.DataFrame, preconditions: list[Precondition] = ()) -> list
             {"n_prev": n_prev, "n_heads": n_heads},
             value=n_prev / n_heads,
             preconditions=preconditions,
-            shown=f"{n_prev} of {n_heads} heads ({n_prev / n_heads:.0%})",
+            readout=f"{n_prev} of {n_heads} heads ({n_prev / n_heads:.0%})",
         ),
     ]
 
@@ -338,7 +338,7 @@ def rank_prev_heads(
             f"engine: {engine!r} needs {'an nnsight traced model' if engine == NNSIGHT else 'a TransformerLens model'}"
             f", got {type(run.model if run is not None else model).__name__}"
         )
-    run = as_run(model, prompts, run, **PROMPTS, traced=traced)
+    run = prompted_run(model, prompts, run, **PROMPTS, traced=traced)
     shared = not include_bos and not bf16 and engine == "auto" and batch_size == 8  # what ModelRun.ranked() computes
     if shared and run.diag is not None and run.ranking is not None:
         ranking, diag, n_offsets = run.ranking, run.diag, int(run.diag.shape[-1])

@@ -36,7 +36,7 @@ from ...claims.gpt2_post import POS_GROUP
 from ...claims.route import RouteConclusion, conclude, records_from_claims
 from ...claims.verdicts import HELD
 from ..result import ClaimResult
-from ._run import ModelRun, as_run
+from ._run import ModelRun, prompted_run
 from .masking import mask_prev_attention
 from .ranking import rank_prev_heads
 from .sources import prev_head_sources
@@ -60,7 +60,7 @@ def route_results(
     sharp."""
     if not (isinstance(n_pattern_prompts, int) and n_pattern_prompts >= 1):
         raise ValueError(f"n_pattern_prompts: {n_pattern_prompts!r} is out of range; allowed an integer >= 1")
-    run = as_run(model, prompts, run, n_prompts=8, seq_len=256).ranked()
+    run = prompted_run(model, prompts, run, n_prompts=8, seq_len=256).ranked()
     out = {"rank_prev_heads": rank_prev_heads(run=run, progress=False)}
     if out["rank_prev_heads"].claim("sharp_prev_head").verdict != HELD:
         return out  # the rule stops at its first row
@@ -101,5 +101,5 @@ def measure_route(
     """Which route ``model``'s sharpest previous-token head takes, with the rows that decided it:
     :func:`~gpt2_posheads.claims.route.conclude` on :func:`route_records`. ``prompts``: ``[batch, pos]`` token ids with
     BOS first; default ``n_prompts`` natural-text prompts of ``seq_len`` tokens (at most the context)."""
-    run = as_run(model, prompts, run, n_prompts=n_prompts, seq_len=seq_len, seed=seed)
+    run = prompted_run(model, prompts, run, n_prompts=n_prompts, seq_len=seq_len, seed=seed)
     return conclude(route_records(run=run, seed=seed))

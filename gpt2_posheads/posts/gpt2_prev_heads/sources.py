@@ -57,7 +57,7 @@ from ...model.identity import is_gpt2_small
 from ...model.state import measures_caller_model
 from ...model.validation import UsageError, head_name, note
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, as_run
+from ._run import HeadsArg, ModelRun, prompted_run
 from .about import POST
 
 HEADS = HeadDefault(("L4H11", "L2H2"), "aggregator+early", what="target heads (layer >= 1; the aggregator first)")
@@ -227,7 +227,7 @@ def judge(
             value=(name, agg_l, below_drop, relayed),
             preconditions=pre_agg[:1],
             head=name,
-            shown=f"layer {agg_l}; {below_drop:.0%} lower without the layers below"
+            readout=f"layer {agg_l}; {below_drop:.0%} lower without the layers below"
             + (f", {relayed:.0%} with them fed averaged W_pos" if relayed is not None else ""),
         )
     )
@@ -247,7 +247,7 @@ def judge(
                 )
             ],
             head=name,
-            shown=f"{upstream['group_drop']:.0%} lower without the early heads (chance {upstream['chance']:.0%})"
+            readout=f"{upstream['group_drop']:.0%} lower without the early heads (chance {upstream['chance']:.0%})"
             if early
             else "",
         )
@@ -261,7 +261,7 @@ def judge(
             named,
             preconditions=[named_pre],
             head=name,
-            shown=f"{len(named)} of 6",
+            readout=f"{len(named)} of 6",
         )
     )
     return claims, found
@@ -278,7 +278,7 @@ def judge_in_layer0(agg: tuple[int, int], pre_agg: list[Precondition], named_pre
             value=(name, agg_l, None, None),  # in layer 0 nothing below was removed: absent by design, not NaN
             preconditions=pre_agg[:1],
             head=name,
-            shown=f"layer {agg_l}",
+            readout=f"layer {agg_l}",
         ),
         judge_claim("sources_upstream", {"head": name}, {}, preconditions=pre_agg, head=name),
         judge_claim("sources_named_heads", {"head": name}, [], preconditions=[named_pre] + pre_agg, head=name),
@@ -374,7 +374,7 @@ def prev_head_sources(
     for param, value, low in (("pos_group", pos_group, 2), ("batch_size", batch_size, 1)):
         if not (isinstance(value, int) and value >= low):
             raise UsageError(param, f"{value!r} is out of range", f"allowed an integer >= {low}")
-    run = as_run(model, prompts, run, **PROMPTS).ranked()
+    run = prompted_run(model, prompts, run, **PROMPTS).ranked()
     if ablation == "resample" and len(run.prompts) < 2:
         raise UsageError("ablation", "resample needs at least two prompts", "use mean or zero, or two prompts or more")
     chosen, how = run.heads(heads, HEADS)

@@ -35,7 +35,7 @@ from ...model.state import measures_caller_model
 from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ...report.plotting import heatmap_grid, submatrix
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, as_run
+from ._run import HeadsArg, ModelRun, prompted_run
 from .about import POST
 
 HEADS = HeadDefault(
@@ -130,7 +130,7 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
             ).measured(),
             value=(n_self, len(early)),
             head=",".join(early.name),
-            shown=f"{n_self} of {len(early)} self-suppressing",
+            readout=f"{n_self} of {len(early)} self-suppressing",
             preconditions=pre_agg
             + [
                 Precondition(
@@ -145,7 +145,7 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
             {"head": agg, "label": agg_label},
             value=(agg, agg_label),
             head=agg,
-            shown=str(agg_label).replace("_", "-"),
+            readout=str(agg_label).replace("_", "-"),
             preconditions=pre_agg,
         ),
     ]
@@ -239,7 +239,7 @@ def raw_scores_taxonomy(
     """
     if not (isinstance(threshold, (int, float)) and math.isfinite(threshold) and threshold >= 0):
         raise ValueError(f"threshold: {threshold!r} is out of range; allowed a number >= 0 (logits)")
-    run = as_run(model, prompts, run, **PROMPTS)
+    run = prompted_run(model, prompts, run, **PROMPTS)
     # every query of the profile has w keys on each side, after the first 8 positions
     high = (run.prompts.shape[1] - 9) // 2
     if high < 3:  # not a mistake of the caller's: the model's context (or the prompts) leaves no window

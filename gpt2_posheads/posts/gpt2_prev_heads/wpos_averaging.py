@@ -47,7 +47,7 @@ from ...model.identity import wpos_reason
 from ...model.state import measures_caller_model
 from ...model.validation import UsageError, head_name, note
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, as_run, repeat_prompts
+from ._run import HeadsArg, ModelRun, prompted_run, repeat_prompts
 from .about import POST
 
 HEADS = HeadDefault(("L2H2", "L3H3", "L4H11"), "aggregator+early", what="heads whose previous-token mass is tracked")
@@ -185,7 +185,7 @@ def judge(
             {f"{k} clean -> g20": v for k, v in keep.items()},
             value=keep,
             preconditions=[_measured(20, groups), copies],
-            shown=", ".join(f"{k.split(' first')[0]} keeps {b / a:.0%}" for k, (a, b) in keep.items() if a > 0),
+            readout=", ".join(f"{k.split(' first')[0]} keeps {b / a:.0%}" for k, (a, b) in keep.items() if a > 0),
         ),
         judge_claim(
             "avg_breaks_down",
@@ -200,7 +200,7 @@ def judge(
                 ),
                 copies,
             ],
-            shown=f"KL {by_g[20]['kl']:.3g} nats at 20, {by_g[gmax]['kl']:.3g} at {gmax}" if big else "",
+            readout=f"KL {by_g[20]['kl']:.3g} nats at 20, {by_g[gmax]['kl']:.3g} at {gmax}" if big else "",
         ),
         judge_claim(
             "avg_prev_heads_unaffected",
@@ -209,7 +209,7 @@ def judge(
             head=",".join(names),
             preconditions=[_measured(10, groups)]
             + [prev_head_precondition(n, diag[l, h]) for n, (l, h) in zip(names, heads)],
-            shown=", ".join(f"{n} keeps {b / a:.0%}" for n, (a, b) in kept.items() if a > 0),
+            readout=", ".join(f"{n} keeps {b / a:.0%}" for n, (a, b) in kept.items() if a > 0),
         ),
     ]
 
@@ -217,7 +217,7 @@ def judge(
 def not_applicable(reason: str) -> list[Claim]:
     """Every claim not testable: ``W_pos`` averaging does not apply to the model (``reason``)."""
     why, measured = f"not applicable: {reason}", {"not_applicable": reason}
-    return [not_testable(c.claim, c.post, c.rule, why, key=c.key, tells=c.tells, measured=measured) for c in SPECS]
+    return [not_testable(c.claim, c.post, c.rule, why, key=c.key, role=c.role, measured=measured) for c in SPECS]
 
 
 def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:
@@ -352,7 +352,7 @@ def pos_embed_averaging(
     targets = [t if t.startswith(" ") else " " + t for t in targets if t.strip()]
     if not targets:
         raise ValueError("targets: is empty; repeat-string targets like ' apple orange'")
-    run = as_run(model, prompts, run, **PROMPTS).ranked()
+    run = prompted_run(model, prompts, run, **PROMPTS).ranked()
     chosen, how = run.heads(heads, HEADS)
     result = ClaimResult("pos_embed_averaging", run.label)
     result.numbers.update(heads=[head_name(l, h) for l, h in chosen], heads_chosen=how)

@@ -145,7 +145,7 @@ def judge(m: Retrieval, quick: bool = False) -> list[Claim]:
             table["1 layer, n_embd 10"],
             only_last(one, V),
             quick=quick,
-            shown=f"k = {C - 1}: {num(m1[-1], 2)} nats; k = 0..{C - 2}: {num(m1[:-1].min(), 3)}–"
+            readout=f"k = {C - 1}: {num(m1[-1], 2)} nats; k = 0..{C - 2}: {num(m1[:-1].min(), 3)}–"
             f"{num(m1[:-1].max(), 3)} nats (mean of {n} seeds)",
         ),
         claim(
@@ -156,7 +156,7 @@ def judge(m: Retrieval, quick: bool = False) -> list[Claim]:
             table["2 layers, n_embd 10"],
             u_shape(losses["2 layers, n_embd 10"], V),
             quick=quick,
-            shown=ends("2 layers, n_embd 10"),
+            readout=ends("2 layers, n_embd 10"),
         ),
     ]
     for l, e in PLAIN:
@@ -173,7 +173,7 @@ def judge(m: Retrieval, quick: bool = False) -> list[Claim]:
                 table[name],
                 u_shape(losses[name], V),
                 quick=quick,
-                shown=ends(name),
+                readout=ends(name),
             )
         )
     for name in table:
@@ -193,7 +193,7 @@ def judge(m: Retrieval, quick: bool = False) -> list[Claim]:
                 {"middle_std": spread_res.tolist(), "middle_std_without": spread_plain.tolist()},
                 spikier(losses[name], losses[plain], f"{layers} plain layers", V),
                 quick=quick,
-                shown=f"spread over the middle {num(spread(spread_res)[0], 2)} nats vs "
+                readout=f"spread over the middle {num(spread(spread_res)[0], 2)} nats vs "
                 f"{num(spread(spread_plain)[0], 2)} without residual + MLP (mean of {n} seeds)",
             )
         )

@@ -185,7 +185,7 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
             {"final_ppl": rp["final_perplexity"], "relative": rel_with},
             learned(rp["final_perplexity"], base.V),
             quick=quick,
-            shown=f"final perplexity {num(rp['final_perplexity'], 4)}",
+            readout=f"final perplexity {num(rp['final_perplexity'], 4)}",
         ),
         claim(
             "fails_without_pos_emb",
@@ -195,7 +195,7 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
             {"final_ppl": rn["final_perplexity"], "relative": rel_without},
             fails(rn["final_perplexity"], base.V),
             quick=quick,
-            shown=f"relative perplexity {num(rel_without, 2)} (final perplexity {num(rn['final_perplexity'])})",
+            readout=f"relative perplexity {num(rel_without, 2)} (final perplexity {num(rn['final_perplexity'])})",
         ),
     ]
     ok, why = learned(rp["final_perplexity"], base.V)
@@ -214,7 +214,7 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
             separated(proj, base.C - 2),
             quick=quick,
             preconditions=[learned_ok],
-            shown=f"p_-1·s {num(proj[base.C - 2], 2)}; others "
+            readout=f"p_-1·s {num(proj[base.C - 2], 2)}; others "
             + ", ".join(num(x, 2) for i, x in enumerate(proj) if i != base.C - 2)
             + f" (s = ({num(float(s[0]), 2)}, {num(float(s[1]), 2)}))",
         )
@@ -229,7 +229,7 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
             sign_negative(bilinear(s, M)),
             quick=quick,
             preconditions=[learned_ok],
-            shown=f"s^T W_Q W_K^T s = {num(bilinear(s, M))}",
+            readout=f"s^T W_Q W_K^T s = {num(bilinear(s, M))}",
         )
     )
     for name, up in (("V", True), ("C", True), ("n_embd", False)):
@@ -245,7 +245,7 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
                 h,
                 rel_ppl_trend(h["relative_perplexity"], h["x"], up, name, h["V"]),
                 quick=quick,
-                shown=f"(ppl-1)/V {nums(spread(y)[0] for y in h['relative_perplexity'])} at {name} = "
+                readout=f"(ppl-1)/V {nums(spread(y)[0] for y in h['relative_perplexity'])} at {name} = "
                 f"{', '.join(map(str, h['x']))} (floor {nums(dict.fromkeys(rel_ppl_floor(v) for v in h['V']), 2)})",
             )
         )
@@ -267,7 +267,7 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
                 {k: x for k, x in st.items() if k.startswith(f"V={v} ")},
                 lr_compare(lr_stats[(v, 0.1)]["mean_eval_loss"], lr_stats[(v, 0.01)]["mean_eval_loss"], v, faster),
                 quick=quick,
-                shown=mean_losses(v),
+                readout=mean_losses(v),
             )
         )
     first = {f"V = {v}": (lr_stats[(v, 0.1)]["spikes"][0], lr_stats[(v, 0.1)]["order_swaps"][0]) for v in LR_VOCAB}
@@ -280,7 +280,7 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
             {k: {"spikes": x["spikes"], "order_swaps": x["order_swaps"]} for k, x in st.items()},
             spikes_and_swaps(first),
             quick=quick,
-            shown="lr 0.1: " + "; ".join(f"{k}: {a} spike(s), {b} swap(s)" for k, (a, b) in first.items()),
+            readout="lr 0.1: " + "; ".join(f"{k}: {a} spike(s), {b} swap(s)" for k, (a, b) in first.items()),
         )
     )
     return claims

@@ -176,7 +176,7 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
                 mean,
                 near_half(mean, v, len(ppl)),
                 quick=quick,
-                shown=f"final perplexity {num(mean)} = {num(mean / v, 2)} V",
+                readout=f"final perplexity {num(mean)} = {num(mean / v, 2)} V",
             )
         )
     ppl_vc = {v: [spread(m.by_c[v][C])[0] for C in cs] for v in trend_v}
@@ -197,7 +197,7 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
             follows_trend(ppl_vc, cs),
             quick=quick,
             preconditions=pre,
-            shown=f"Spearman {nums(rho.values(), 2)} at V = {', '.join(map(str, trend_v))} (each needs >= 0.8)",
+            readout=f"Spearman {nums(rho.values(), 2)} at V = {', '.join(map(str, trend_v))} (each needs >= 0.8)",
         )
     )
     rise = {v: {C: m.by_c[v][C] for C in (3, 5)} for v in trend_v}
@@ -212,7 +212,7 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
             rises_3_to_5(rise),
             quick=quick,
             preconditions=pre,
-            shown="perplexity / V at C=3 → C=5: "
+            readout="perplexity / V at C=3 → C=5: "
             + "; ".join(
                 f"V = {v}: {num(spread(rise[v][3])[0] / v, 2)} → {num(spread(rise[v][5])[0] / v, 2)}" for v in trend_v
             ),
@@ -228,7 +228,7 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
             dict(zip(ds, best)),
             best_falls_with_embd(best, ds, KERNEL_V),
             quick=quick,
-            shown=f"best perplexity {nums([spread(b)[0] for b in best])} at n_embd = {', '.join(map(str, ds))}",
+            readout=f"best perplexity {nums([spread(b)[0] for b in best])} at n_embd = {', '.join(map(str, ds))}",
         )
     )
     claims.append(
@@ -240,7 +240,7 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
             {"spearman(|i-j|, dist)": m.rho},
             close_tokens(m.rho),
             quick=quick,
-            shown=f"Spearman {num(m.rho, 2)}",
+            readout=f"Spearman {num(m.rho, 2)}",
         )
     )
     kfinal = {k: [r["final_perplexity"] for r in rs] for k, rs in m.kernels.items()}
@@ -256,7 +256,7 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
             kfinal,
             kernel_beats(kfinal[best_k], best_k, kfinal[best_dot], best_dot, KERNEL_V),
             quick=quick,
-            shown=f"final perplexity {num(kmean[best_k])} ({best_k}) vs {num(kmean[best_dot])} ({best_dot})",
+            readout=f"final perplexity {num(kmean[best_k])} ({best_k}) vs {num(kmean[best_dot])} ({best_dot})",
         )
     )
     k1 = min((k for k in kmean if not k.startswith("inner") and k.endswith("n_embd=1")), key=kmean.get)
@@ -269,7 +269,7 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
             {k1: kfinal[k1]},
             one_d_suffices(kfinal[k1], k1),
             quick=quick,
-            shown=f"final perplexity {num(kmean[k1])} ({k1})",
+            readout=f"final perplexity {num(kmean[k1])} ({k1})",
         )
     )
     return claims

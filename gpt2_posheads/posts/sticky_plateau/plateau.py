@@ -171,7 +171,7 @@ def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
                 {"plateau": v_half(r), "final_perplexity": r["final_perplexity"]},
                 plateau_at_half(r["steps"], ppl, c["V"]),
                 quick=quick,
-                shown=plateau_shown(r["steps"], ppl, c["V"]),
+                readout=plateau_shown(r["steps"], ppl, c["V"]),
             )
         )
     if m.branching is not None:
@@ -186,7 +186,7 @@ def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
                 {"clusters_mid_plateau": at_mid, "step_mid_plateau": mid_step, "clusters_end": last},
                 branching(at_mid, last, mid_step, end_step),
                 quick=quick,
-                shown=f"{at_mid} clusters at step {mid_step} (mid-plateau), {last} at step {end_step}"
+                readout=f"{at_mid} clusters at step {mid_step} (mid-plateau), {last} at step {end_step}"
                 if at_mid is not None
                 else "no plateau",
             )
@@ -209,7 +209,7 @@ def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
                 },
                 decided,
                 quick=quick,
-                shown=f"W_Q effective rank {num(spread(mids)[0])} mid-plateau vs {num(spread(ends)[0])} at the end "
+                readout=f"W_Q effective rank {num(spread(mids)[0])} mid-plateau vs {num(spread(ends)[0])} at the end "
                 f"(mean of {len(mids)} seeds)"
                 if mids
                 else "no plateau",
@@ -231,7 +231,7 @@ def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
             {f"plateau_steps n_embd={d} C=4": glens[(d, 4)] for d, c in m.settings if c == 4},
             plateau_gone(glens[(2, 4)], glens[(big, 4)], big, m.base.log_every),
             quick=quick,
-            shown=f"longest plateau {lens(big, 4)} vs {lens(2, 4)} (mean of {n_cmp} seeds)",
+            readout=f"longest plateau {lens(big, 4)} vs {lens(2, 4)} (mean of {n_cmp} seeds)",
         )
     )
     claims.append(
@@ -243,7 +243,7 @@ def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
             {f"plateau_steps n_embd={big} C={c}": glens[(big, c)] for d, c in m.settings if d == big},
             plateau_back(glens[(big, 4)], glens[(big, longest_c)], longest_c, m.base.log_every),
             quick=quick,
-            shown=f"longest plateau {lens(big, longest_c)} vs {lens(big, 4)} (mean of {n_cmp} seeds; each seed: "
+            readout=f"longest plateau {lens(big, longest_c)} vs {lens(big, 4)} (mean of {n_cmp} seeds; each seed: "
             f"{nums(glens[(big, longest_c)])} vs {nums(glens[(big, 4)])})",
         )
     )
