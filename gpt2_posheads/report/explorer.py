@@ -68,11 +68,12 @@ from ..analysis.posembed import extended_pos_embeddings_by_layer
 from ..analysis.repeat_prompt import edit_mapping, repeat_string_prompt, single_token_target
 from ..analysis.scores import raw_scores_from_qk
 from ..claims.gpt2_post import POS_GROUP
-from ..model.attention import QKCapture, attn_scale
-from ..model.forward import run_until
+from ..model.attention import attn_scale
+from ..model.engine import Reduction
+from ..model.engines import engine_for
 from ..model.identity import has_learned_positions, position_kind
 from ..model.state import measures_caller_model
-from ..model.tokens import model_device, to_token_list
+from ..model.tokens import to_token_list
 from ..model.validation import UsageError, head_name
 
 MIN_TOKENS = 3  # the profile's statistics need two offsets with entries (key 0 left out)
@@ -155,29 +156,20 @@ def not_applicable(variant: str, layer: int, head: int, aggregator: tuple[int, i
 
 def _capture(model, tokens: torch.Tensor, hooks=(), upto: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Patterns and raw (pre-mask) scores of layers ``0..upto`` (default: all) on one prompt ``[pos]``: two
-    ``[layer, head, q, k]`` tensors. The pass stops after layer ``upto``'s pattern."""
+    ``[layer, head, q, k]`` tensors, read through the hooked engine (``hooks``: its edits; the pass stops after
+    layer ``upto``)."""
     upto = model.cfg.n_layers - 1 if upto is None else upto
-    box: dict[int, torch.Tensor] = {}
+    layers = list(range(upto + 1))
 
-    def grab(layer):
-        def hook(x, hook):
-            box[layer] = x.detach()
-
-        return hook
-
-    caps = [QKCapture(model, l) for l in range(upto + 1)]
-    extra = [h for c in caps for h in c.hooks()]
-    extra += [(f"blocks.{l}.attn.hook_pattern", grab(l)) for l in range(upto + 1)]
-    with torch.inference_mode():
-        run_until(
-            model,
-            tokens[None].to(model_device(model)),
-            list(hooks) + extra,
-            stop_at=f"blocks.{upto}.attn.hook_pattern",
+    def step(state: dict, layer: int, acts: dict) -> None:
+        state[layer] = (
+            acts["pattern"][0].float().cpu(),
+            raw_scores_from_qk(acts["q"], acts["k"], attn_scale(model.cfg, layer))[0].cpu(),
         )
-    pat = torch.stack([box[l][0].float().cpu() for l in range(upto + 1)])
-    raw = torch.stack([raw_scores_from_qk(c.q, c.k, attn_scale(model.cfg, l))[0].cpu() for l, c in enumerate(caps)])
-    return pat, raw
+
+    reads = {"q": layers, "k": layers, "pattern": layers}
+    got = engine_for(model, "hooks").activations([tokens[None]], reads, Reduction(step, dict), list(hooks))
+    return torch.stack([got[l][0] for l in layers]), torch.stack([got[l][1] for l in layers])
 
 
 def _z64(a: np.ndarray) -> str:
