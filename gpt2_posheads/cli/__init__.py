@@ -1,7 +1,7 @@
 """The command-line layer: options and checks, the heads a script measures, output folders, the set-up of a
 model script, and running scripts (``experiments/`` are thin scripts on top of it)."""
 
-from ..model.validation import note
+from ..model.validation import note, positive
 from .args import (
     Parser,
     add_prompt_args,
@@ -10,7 +10,6 @@ from .args import (
     float_list,
     int_list,
     main_entry,
-    positive,
 )
 from .checks import CheckedArgs, ModelShape, check_device, check_hub_names, check_model_dir, postcheck, precheck
 from .experiment import (

@@ -17,7 +17,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from ..model.validation import NonFiniteError, NothingMeasuredError, UsageError
+from ..model.validation import INT64, NonFiniteError, NothingMeasuredError, UsageError, positive
 from .console import guard_console
 from .output import abort_open_outputs, finish_not_testable, write_failure
 
@@ -40,7 +40,6 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
         return h + " (default: %(default)s)"
 
 
-INT64 = (-(1 << 63), (1 << 63) - 1)  # what torch and NumPy take as one integer
 SEED_RANGE = (0, (1 << 32) - 1)  # what every random generator here takes as a seed (NumPy's is the narrowest)
 _SEEN = "_options_given"  # namespace attribute that records the options given while parsing (removed after)
 
@@ -252,24 +251,6 @@ def _terminate_as_interrupt():
 
 
 # --- numbers -------------------------------------------------------------------------------------------
-
-
-def positive(name: str, value, low: float = 1, high: float | None = None, kind: str = "an integer"):
-    """``value`` unless it lies outside ``low..high`` (then a :class:`UsageError` naming ``name`` and that range). An
-    integer past int64 (what torch takes) is outside every integer option's range: refused, naming ``low`` and int64's
-    top."""
-    if value is None:
-        return value
-    if isinstance(value, int) and value > INT64[1] and (high is None or high > INT64[1]):
-        raise UsageError(name, f"{value} is out of range", f"allowed {low:g}..{INT64[1]} (what torch takes)")
-    if (
-        not (isinstance(value, (int, float)) and math.isfinite(value))
-        or value < low
-        or (high is not None and value > high)
-    ):
-        allowed = f"allowed {low:g}..{high:g}" if high is not None else f"allowed {kind} >= {low:g}"
-        raise UsageError(name, f"{value} is out of range", allowed)
-    return value
 
 
 def int_list(name: str, text: str | None, low: int = 0, high: int | None = None) -> list[int] | None:

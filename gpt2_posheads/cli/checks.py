@@ -20,8 +20,8 @@ import torch
 from ..model.folder import WEIGHT_FILES, folder_problem
 from ..model.loading import hub_model_cached, hub_reachable
 from ..model.paths import SHIPPED_MODELS, models_dir, shipped_model_dir
-from ..model.validation import UsageError, path_kind
-from .args import PROMPT_SOURCES, int_list, positive
+from ..model.validation import UsageError, path_kind, positive
+from .args import PROMPT_SOURCES, int_list
 from .heads import HeadSpec
 
 # --- model folder, device, prompts -------------------------------------------------------------------------

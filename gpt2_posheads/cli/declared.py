@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 
 from ..claims.catalogue import Option, Script
-from ..model.validation import NothingMeasuredError
+from ..model.validation import NothingMeasuredError, positive
 from ..posts.gpt2_prev_heads._run import ModelRun
-from .args import add_prompt_args, add_submatrix_args, experiment_parser, float_list, int_list, positive
+from .args import add_prompt_args, add_submatrix_args, experiment_parser, float_list, int_list
 from .engine import add_engine_args, check_engine_args
 from .experiment import setup
 from .heads import add_heads_arg

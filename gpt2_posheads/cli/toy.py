@@ -9,9 +9,9 @@ from dataclasses import fields
 
 import torch
 
-from ..model.validation import UsageError
+from ..model.validation import positive
 from ..toy.posts import BATCH_SIZE, INIT_STD, LR, MAX_DEFAULT_WORKERS, ROBUSTNESS_SEEDS, ToyRun
-from .args import experiment_parser, positive
+from .args import experiment_parser
 from .experiment import open_output
 
 
@@ -56,18 +56,9 @@ def toy_parser(description: str, steps: int, quick_steps: int) -> argparse.Argum
 
 
 def check_toy_args(args) -> None:
-    """One-line errors for the toy options (before anything trains)."""
-    if args.steps is not None:
-        positive("--steps", args.steps, 1)
-    positive("--seeds", args.seeds, 1)
-    positive("--robustness-seeds", args.robustness_seeds, 1)
-    positive("--batch-size", args.batch_size, 1)
+    """One-line errors for the toy options (before anything trains): :meth:`ToyRun.check`, naming the flags."""
+    ToyRun.check(vars(args), lambda field: "--" + field.replace("_", "-"))
     positive("--threads", args.threads, 1)
-    positive("--workers", args.workers, 1)
-    if not args.lr > 0:
-        raise UsageError("--lr", f"{args.lr} is out of range", "allowed > 0", "e.g. 0.01")
-    if not args.init_std > 0:
-        raise UsageError("--init-std", f"{args.init_std} is out of range", "allowed > 0", "e.g. 0.02")
 
 
 def run_toy(args, script_file: str, claim_function, **own) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import math
 import re
 import sys
 from collections.abc import Iterable
@@ -224,3 +225,24 @@ def check_learned_pos_embed(model) -> None:
             f"has {kind!r} positional embeddings",
             "this analysis needs learned absolute positional embeddings (cfg.positional_embedding_type == 'standard')",
         )
+
+
+INT64 = (-(1 << 63), (1 << 63) - 1)  # what torch and NumPy take as one integer
+
+
+def positive(name: str, value, low: float = 1, high: float | None = None, kind: str = "an integer"):
+    """``value`` unless it lies outside ``low..high`` (then a :class:`UsageError` naming ``name`` and that range). An
+    integer past int64 (what torch takes) is outside every integer option's range: refused, naming ``low`` and int64's
+    top."""
+    if value is None:
+        return value
+    if isinstance(value, int) and value > INT64[1] and (high is None or high > INT64[1]):
+        raise UsageError(name, f"{value} is out of range", f"allowed {low:g}..{INT64[1]} (what torch takes)")
+    if (
+        not (isinstance(value, (int, float)) and math.isfinite(value))
+        or value < low
+        or (high is not None and value > high)
+    ):
+        allowed = f"allowed {low:g}..{high:g}" if high is not None else f"allowed {kind} >= {low:g}"
+        raise UsageError(name, f"{value} is out of range", allowed)
+    return value

@@ -11,14 +11,14 @@ Each post's claims, on its default run and on the grid, live in the post's folde
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import torch
 
 from ..claims.toy import COMPARE_SEEDS
-from ..model.validation import UsageError
+from ..model.validation import UsageError, positive
 from .robustness import (
     UNSTATED,
     GridClaim,
@@ -88,17 +88,26 @@ class ToyRun:
             if name not in known:
                 raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
         run = cls(**{"seeds": seeds, **options})
-        for name in ("steps", "seeds", "robustness_seeds", "batch_size", "workers"):
-            value = getattr(run, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise UsageError(name, f"{value!r} is out of range", "allowed an integer >= 1")
-        for name, hint in (("lr", "e.g. 0.01"), ("init_std", "e.g. 0.02")):
-            value = getattr(run, name)
-            if not (isinstance(value, (int, float)) and value > 0):
-                raise UsageError(name, f"{value!r} is out of range", "allowed > 0", hint)
+        cls.check(vars(run))
         return replace(
             run, steps=run.steps or (quick_steps if run.quick else steps), workers=run.workers or default_workers()
         )
+
+    @staticmethod
+    def check(values: Mapping, name: Callable[[str], str] = str) -> None:
+        """A :class:`UsageError` naming the option (``name(field)``: the keyword, or the command's flag) for a value
+        of ``values`` out of range, before anything trains: the counts (``steps``, ``seeds``, ``robustness_seeds``,
+        ``batch_size``, ``workers``; ``None`` is the post's default) integers from 1 to int64's top, ``lr`` and
+        ``init_std`` above 0."""
+        for field in ("steps", "seeds", "robustness_seeds", "batch_size", "workers"):
+            value = values.get(field)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise UsageError(name(field), f"{value!r} is out of range", "allowed an integer >= 1")
+            positive(name(field), value, 1)
+        for field, hint in (("lr", "e.g. 0.01"), ("init_std", "e.g. 0.02")):
+            value = values.get(field)
+            if not (isinstance(value, (int, float)) and value > 0):
+                raise UsageError(name(field), f"{value!r} is out of range", "allowed > 0", hint)
 
     @property
     def run_seeds(self) -> list[int]:

@@ -257,3 +257,26 @@ def test_sweep_in_workers_stops_at_an_error_and_keeps_finished_groups(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
     with pytest.raises(ValueError, match="workers"):
         train_sweep(cfgs, workers=0)
+
+
+def test_toy_options_are_checked_in_one_place_naming_the_keyword_or_the_flag():
+    """``ToyRun.check`` is what a claim function (keywords) and a toy command (flags) both refuse with."""
+    from gpt2_posheads.model.validation import UsageError
+    from gpt2_posheads.toy.posts import ToyRun
+
+    cases = [
+        ({"steps": 0}, "steps: 0 is out of range; allowed an integer >= 1"),
+        ({"batch_size": 2.5}, "batch_size: 2.5 is out of range; allowed an integer >= 1"),
+        ({"workers": 1 << 63}, f"workers: {1 << 63} is out of range; allowed 1..{(1 << 63) - 1} (what torch takes)"),
+        ({"lr": 0}, "lr: 0 is out of range; allowed > 0; e.g. 0.01"),
+        ({"init_std": float("nan")}, "init_std: nan is out of range; allowed > 0; e.g. 0.02"),
+    ]
+    for options, message in cases:
+        with pytest.raises(UsageError) as e:
+            ToyRun.of("toy_lost_in_middle", options, steps=100, quick_steps=10)
+        assert str(e.value) == message
+        with pytest.raises(UsageError) as e:
+            ToyRun.check({**vars(ToyRun()), **options}, lambda f: "--" + f.replace("_", "-"))
+        field = next(iter(options))
+        assert str(e.value) == message.replace(f"{field}:", "--" + field.replace("_", "-") + ":", 1)
+    ToyRun.check(vars(ToyRun()))  # the defaults pass
