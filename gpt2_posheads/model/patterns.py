@@ -24,6 +24,7 @@ import torch
 from .attention import QKCapture, attn_scale, expand_kv, scale_from_pattern
 from .hooks import hook_status
 from .tokens import model_device
+from .traced import attention_pattern
 from .validation import UsageError
 
 PatternEdit = Callable[[torch.Tensor], torch.Tensor]  # [batch, head, q, k] -> [batch, head, q, k]
@@ -88,10 +89,7 @@ def pattern_edit_hooks(model, layer: int, edit: PatternEdit) -> list[tuple[str, 
     def replace_z(z, hook):  # z: [batch, pos, head, d_head]
         q, k = cap.q.float(), cap.k.float()
         v = expand_kv(box["v"], q.shape[2]).float()
-        n = q.shape[1]
-        qi, ki = torch.meshgrid(torch.arange(n, device=q.device), torch.arange(n, device=q.device), indexing="ij")
-        mask = (ki > qi) | ((qi - ki) >= window if window is not None else torch.zeros_like(qi, dtype=torch.bool))
-        A = torch.softmax((torch.einsum("bqhd,bkhd->bhqk", q, k) * scale).masked_fill(mask, float("-inf")), -1)
+        A = attention_pattern(q, k, scale, window)
         clean_z = torch.einsum("bhqk,bkhd->bqhd", A, v)
         gap = float((clean_z - z.float()).abs().max()) / (1.0 + float(z.abs().max()))
         if gap > 1e-3:
