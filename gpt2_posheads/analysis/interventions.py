@@ -154,19 +154,19 @@ def average_ext_pos_embed(
     """
     check_int_range("group_size", group_size, 1, 1 << 30)
 
+    def delta(model) -> torch.Tensor:  # Ē - E [pos, d_model], added to the residual stream entering ``layer``
+        b = default_bos(model) if bos is None else bool(bos)
+        e = extended_pos_embeddings(model, layer, bos=b, **ext_kwargs) if ext is None else ext.float()
+        return group_average_rows(e, group_size, offset=int(b)) - e
+
     def bind(model):
         check_layer(model, layer)
         require_live(model, "hook_resid_pre", "averaging the extended positional embeddings")
-        b = default_bos(model) if bos is None else bool(bos)
-        e = extended_pos_embeddings(model, layer, bos=b, **ext_kwargs) if ext is None else ext.float()
-        delta = (group_average_rows(e, group_size, offset=int(b)) - e).to(model_device(model))
-        return [(f"blocks.{layer}.hook_resid_pre", _add_positions(delta))]
+        return [(f"blocks.{layer}.hook_resid_pre", _add_positions(delta(model).to(model_device(model))))]
 
     def traced(model):
         check_layer(model, layer)
-        b = default_bos(model) if bos is None else bool(bos)
-        e = extended_pos_embeddings(model, layer, bos=b, **ext_kwargs) if ext is None else ext.float()
-        return [TracedEdit("resid_add", layer, delta=group_average_rows(e, group_size, offset=int(b)) - e)]
+        return [TracedEdit("resid_add", layer, delta=delta(model))]
 
     return Intervention(f"average extended pos emb at layer {layer} in groups of {group_size}", bind, traced)
 
