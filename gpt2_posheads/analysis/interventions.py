@@ -40,7 +40,7 @@ from ..model.engines import engine_for
 from ..model.hooks import require_live
 from ..model.patterns import pattern_edit_hooks
 from ..model.tokens import model_device
-from ..model.traced import TracedEdit
+from ..model.traced import TracedEdit, replace_positions
 from ..model.validation import (
     UsageError,
     check_head,
@@ -101,13 +101,6 @@ def group_average_rows(x: torch.Tensor, group_size: int, offset: int = 0) -> tor
     return out
 
 
-def _replace_positions(new: torch.Tensor):
-    def hook(x, hook):  # x: [batch, pos, d_model] (or [pos, d_model])
-        return new[: x.shape[-2]].to(x.dtype).expand_as(x).clone()
-
-    return hook
-
-
 def _add_positions(delta: torch.Tensor):
     def hook(x, hook):  # x: [batch, pos, d_model]
         return x + delta[: x.shape[-2]].to(x.dtype)
@@ -124,7 +117,7 @@ def average_pos_embed(group_size: int, w_pos: torch.Tensor | None = None) -> Int
         require_live(model, "hook_pos_embed", "averaging W_pos")
         w = load_w_pos(model) if w_pos is None else w_pos.float()
         avg = group_average_rows(w, group_size).to(model.W_pos.device)
-        return [("hook_pos_embed", _replace_positions(avg))]
+        return [("hook_pos_embed", lambda x, hook: replace_positions(x, avg))]  # x: [batch, pos, d_model]
 
     def traced(model):
         if model.arch.pos_embed is None:
