@@ -22,6 +22,8 @@ from collections.abc import Callable
 import torch
 
 from .attention import QKCapture, attn_scale, expand_kv, scale_from_pattern
+from .engine import Reduction, keep_reads
+from .engines import engine_for
 from .hooks import hook_status
 from .tokens import model_device
 from .traced import attention_pattern
@@ -41,16 +43,10 @@ def _calibrate(model, layer: int) -> tuple[float, int | None]:
     toks = torch.randint(0, model.cfg.d_vocab, (1, n), generator=torch.Generator().manual_seed(0)).to(
         model_device(model)
     )
-    cap, box = QKCapture(model, layer), {}
-    with torch.inference_mode():
-        model.run_with_hooks(
-            toks,
-            fwd_hooks=cap.hooks()
-            + [(f"blocks.{layer}.attn.hook_pattern", lambda p, hook: box.__setitem__("p", p.detach()))],
-            return_type=None,
-        )
-    dot = torch.einsum("bqhd,bkhd->bhqk", cap.q.float(), cap.k.float()).cpu()
-    scale, mask, err = scale_from_pattern(dot, box["p"].float().cpu(), attn_scale(model.cfg, layer))
+    reads = {"q": [layer], "k": [layer], "pattern": [layer]}
+    acts = engine_for(model, "hooks").activations([toks], reads, Reduction(keep_reads, dict))[layer]
+    dot = torch.einsum("bqhd,bkhd->bhqk", acts["q"].float(), acts["k"].float()).cpu()
+    scale, mask, err = scale_from_pattern(dot, acts["pattern"].float().cpu(), attn_scale(model.cfg, layer))
     if err > 1e-4:
         raise UsageError(
             "model",
