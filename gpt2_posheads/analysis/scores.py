@@ -138,7 +138,6 @@ def score_profile(
 
 # A feature of the profile decides where a head attends only if it changes the attention odds by a factor 2 or more.
 LABEL_THRESHOLD = math.log(2.0)
-LABELS = ("self_suppressing", "prev_boosting", "neither")
 
 
 def profile_features(p: torch.Tensor) -> dict[str, float]:
