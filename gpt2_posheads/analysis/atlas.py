@@ -48,36 +48,37 @@ OOD_PROTOCOL = (
 )
 
 
-def _reduce_patterns(model, make_tokens, state: dict, on_pattern, finish, engine: str = "auto") -> dict:
-    """``finish(state)`` after ``on_pattern(state, layer, pattern)`` for every layer and batch (of 8) of
+def _reduce_patterns(model, make_tokens, state: dict, on_pattern, engine: str = "auto") -> dict:
+    """:func:`_mean_scores` after ``on_pattern(state, layer, pattern)`` for every layer and batch (of 8) of
     ``make_tokens()`` ``[n, pos]``, on the engine of :func:`~gpt2_posheads.model.engines.engine_for` (through nnsight
-    only ``finish``'s small tensors come back). ``state["shape"]`` is set to ``(n_layers, n_heads)`` first."""
+    only those small tensors come back). ``state["shape"]`` is set to ``(n_layers, n_heads)`` first."""
     eng = engine_for(model, engine)
 
     def batches() -> list[torch.Tensor]:  # only an engine that runs a model makes them
         state["shape"] = (model.cfg.n_layers, model.cfg.n_heads)
         return list(as_token_batches(model, make_tokens(), 8))
 
-    return eng.patterns(batches, Reduction(on_pattern, finish, state))
+    return eng.patterns(batches, Reduction(on_pattern, _mean_scores, state))
 
 
-def _zeros(state: dict, names, device) -> None:
-    for name in names:
+def _zeros(state: dict, device) -> None:
+    """The sums of each score of ``state["scores"]``, ``[n_layers, n_heads]`` zeros, where not made yet."""
+    for name in state["scores"]:
         if name not in state:
             state[name] = torch.zeros(state["shape"], dtype=torch.float64, device=device)
 
 
+def _mean_scores(state: dict) -> dict:
+    """Each score of ``state["scores"]``: its sums over ``state["n"]``, ``[n_layers, n_heads]`` float32."""
+    return {k: (state[k].cpu() / state["n"]).float() for k in state["scores"]}
+
+
 def _repeat_layer(state: dict, layer: int, p: torch.Tensor) -> None:
     """Induction ``A[q, q - seg + 1]`` and duplicate-token ``A[q, q - seg]`` sums over the second copy."""
-    _zeros(state, ("induction", "duplicate"), p.device)
+    _zeros(state, p.device)
     q, seg = state["q"].to(p.device), state["seg_len"]
     state["induction"][layer] += p[:, :, q, q - seg + 1].double().sum((0, 2))
     state["duplicate"][layer] += p[:, :, q, q - seg].double().sum((0, 2))
-
-
-def _repeat_finish(state: dict) -> dict:
-    n = state["n"]
-    return {k: (state[k].cpu() / n).float() for k in ("induction", "duplicate")}
 
 
 @measures_caller_model
@@ -86,15 +87,10 @@ def repeat_scores(
 ) -> dict[str, torch.Tensor]:
     """Toolkit protocol on ``[BOS] r r``: ``induction`` and ``duplicate`` ``[n_layers, n_heads]`` (module doc)."""
     b = int(bos)
-    state = dict(q=torch.arange(b + seg_len, b + 2 * seg_len), seg_len=seg_len, n=n_seqs * seg_len)
-    return _reduce_patterns(
-        model,
-        partial(repeated_random_tokens, model, n_seqs, seg_len, seed, bos=bos),
-        state,
-        _repeat_layer,
-        _repeat_finish,
-        engine,
-    )
+    q = torch.arange(b + seg_len, b + 2 * seg_len)
+    state = dict(q=q, seg_len=seg_len, n=n_seqs * seg_len, scores=("induction", "duplicate"))
+    tokens = partial(repeated_random_tokens, model, n_seqs, seg_len, seed, bos=bos)
+    return _reduce_patterns(model, tokens, state, _repeat_layer, engine)
 
 
 # the hub names of the models the published script (prep.py) prepends BOS to: its list names llama2-7b, llama2-70b,
@@ -146,17 +142,14 @@ def ood_composition_scores(
             raise ValueError("bos=True needs a tokenizer with a BOS token")
         return ood_composition_tokens(model.cfg.d_vocab, n_seqs, seg_len, seed, bos_id)
 
-    return _reduce_patterns(model, tokens, dict(seg_len=seg_len, n=n_seqs), _ood_layer, _ood_finish, engine)
+    state = dict(seg_len=seg_len, n=n_seqs, scores=("previous_token", "induction"))
+    return _reduce_patterns(model, tokens, state, _ood_layer, engine)
 
 
 def _ood_layer(state: dict, layer: int, p: torch.Tensor) -> None:
-    _zeros(state, ("previous_token", "induction"), p.device)
+    _zeros(state, p.device)
     state["previous_token"][layer] += ood_composition_from_patterns(p, 1).sum(0)
     state["induction"][layer] += ood_composition_from_patterns(p, state["seg_len"] - 1).sum(0)
-
-
-def _ood_finish(state: dict) -> dict:
-    return {k: (state[k].cpu() / state["n"]).float() for k in ("previous_token", "induction")}
 
 
 @measures_caller_model

@@ -154,17 +154,7 @@ def diagonal_attention(
             ``prompts`` is ``None``, and ``max_offset`` and ``exclude_bos`` are left as they are): the stored diagonals.
     """
     return _diagonal_pass(
-        model,
-        prompts,
-        max_offset,
-        exclude_bos,
-        batch_size,
-        _finish_diagonals,
-        _stored_diagonals,
-        engine,
-        bf16,
-        fwd_hooks,
-        "diagonal attention" if progress else None,
+        model, prompts, max_offset, exclude_bos, batch_size, False, engine, bf16, fwd_hooks, progress
     )["diagonals"]
 
 
@@ -256,19 +246,7 @@ def prev_token_ranking(
     ``diagonals`` tensor, such as :class:`~gpt2_posheads.store.cache.PosheadsCache`): then the stored
     diagonals are ranked and ``prompts`` must be ``None`` (they were fixed when the store was built).
     """
-    st = _diagonal_pass(
-        model,
-        prompts,
-        max_offset,
-        exclude_bos,
-        batch_size,
-        _finish_ranking,
-        _stored_ranking,
-        engine,
-        bf16,
-        (),
-        "diagonal attention" if progress else None,
-    )
+    st = traced_stats(model, prompts, max_offset, exclude_bos, batch_size, engine=engine, bf16=bf16, progress=progress)
     st.pop("profile")
     return rank_from_stats(st)
 
@@ -338,15 +316,17 @@ def _diagonal_pass(
     max_offset,
     exclude_bos,
     batch_size,
-    finish,
-    stored,
+    ranking: bool,
     engine="auto",
     bf16=False,
     edits=(),
-    progress: str | None = None,
+    progress: bool = False,
 ) -> dict:
-    """One pass of ``engine`` over ``prompts`` reducing every layer's pattern to diagonal sums: ``finish`` of them
-    (``stored(store, prompts, max_offset, exclude_bos)`` on stored activations)."""
+    """One pass of ``engine`` over ``prompts`` reducing every layer's pattern to diagonal sums: the means
+    (:func:`_finish_diagonals`), or with ``ranking`` their statistics and profile (:func:`_finish_ranking`); on stored
+    activations the same read off the store (``stored(store, prompts, max_offset, exclude_bos)``). ``progress``: a
+    bar labelled "diagonal attention"."""
+    finish, stored = (_finish_ranking, _stored_ranking) if ranking else (_finish_diagonals, _stored_diagonals)
     eng = engine_for(model, engine, bf16=bf16)
     state: dict = dict(exclude_bos=bool(exclude_bos), keep=PROFILE_OFFSETS)
 
@@ -365,7 +345,8 @@ def _diagonal_pass(
         return out
 
     reader = partial(stored, prompts=prompts, max_offset=max_offset, exclude_bos=exclude_bos)
-    res = eng.patterns(batches, Reduction(_diagonal_step, finish, state, stored=reader), edits, progress)
+    reduction = Reduction(_diagonal_step, finish, state, stored=reader)
+    res = eng.patterns(batches, reduction, edits, "diagonal attention" if progress else None)
     bad = int(res.pop("nonfinite", 0))
     if bad:
         raise NonFiniteError(f"the attention patterns is not finite ({bad:,} NaN or infinite diagonal sums)")
@@ -380,14 +361,14 @@ def traced_stats(
     batch_size: int = 8,
     fwd_hooks=(),
     engine: str = "auto",
+    bf16: bool = False,
+    progress: bool = False,
 ) -> dict[str, torch.Tensor]:
     """:func:`prev_token_stats` of every diagonal's mean (``[n_layers, n_heads]`` each) and ``profile``, the first
-    :data:`PROFILE_OFFSETS` diagonal means ``[n_layers, n_heads, 16]``, on any engine. Through nnsight that is all
-    that comes back from the trace (about 0.5 MB for a Llama-70B shape); the statistics are computed where the model
-    runs."""
-    return _diagonal_pass(
-        model, prompts, max_offset, exclude_bos, batch_size, _finish_ranking, _stored_ranking, engine, False, fwd_hooks
-    )
+    :data:`PROFILE_OFFSETS` diagonal means ``[n_layers, n_heads, 16]``, on any engine (what
+    :func:`prev_token_ranking` ranks; ``bf16``, ``progress`` as there). Through nnsight that is all that comes back
+    from the trace (about 0.5 MB for a Llama-70B shape); the statistics are computed where the model runs."""
+    return _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, True, engine, bf16, fwd_hooks, progress)
 
 
 def traced_ranking(

@@ -40,7 +40,7 @@ from ..model.engines import engine_for
 from ..model.hooks import require_live
 from ..model.patterns import pattern_edit_hooks
 from ..model.tokens import model_device
-from ..model.traced import TracedEdit
+from ..model.traced import TracedEdit, replace_positions
 from ..model.validation import (
     UsageError,
     check_head,
@@ -101,13 +101,6 @@ def group_average_rows(x: torch.Tensor, group_size: int, offset: int = 0) -> tor
     return out
 
 
-def _replace_positions(new: torch.Tensor):
-    def hook(x, hook):  # x: [batch, pos, d_model] (or [pos, d_model])
-        return new[: x.shape[-2]].to(x.dtype).expand_as(x).clone()
-
-    return hook
-
-
 def _add_positions(delta: torch.Tensor):
     def hook(x, hook):  # x: [batch, pos, d_model]
         return x + delta[: x.shape[-2]].to(x.dtype)
@@ -124,7 +117,7 @@ def average_pos_embed(group_size: int, w_pos: torch.Tensor | None = None) -> Int
         require_live(model, "hook_pos_embed", "averaging W_pos")
         w = load_w_pos(model) if w_pos is None else w_pos.float()
         avg = group_average_rows(w, group_size).to(model.W_pos.device)
-        return [("hook_pos_embed", _replace_positions(avg))]
+        return [("hook_pos_embed", lambda x, hook: replace_positions(x, avg))]  # x: [batch, pos, d_model]
 
     def traced(model):
         if model.arch.pos_embed is None:
@@ -154,19 +147,19 @@ def average_ext_pos_embed(
     """
     check_int_range("group_size", group_size, 1, 1 << 30)
 
+    def delta(model) -> torch.Tensor:  # Ē - E [pos, d_model], added to the residual stream entering ``layer``
+        b = default_bos(model) if bos is None else bool(bos)
+        e = extended_pos_embeddings(model, layer, bos=b, **ext_kwargs) if ext is None else ext.float()
+        return group_average_rows(e, group_size, offset=int(b)) - e
+
     def bind(model):
         check_layer(model, layer)
         require_live(model, "hook_resid_pre", "averaging the extended positional embeddings")
-        b = default_bos(model) if bos is None else bool(bos)
-        e = extended_pos_embeddings(model, layer, bos=b, **ext_kwargs) if ext is None else ext.float()
-        delta = (group_average_rows(e, group_size, offset=int(b)) - e).to(model_device(model))
-        return [(f"blocks.{layer}.hook_resid_pre", _add_positions(delta))]
+        return [(f"blocks.{layer}.hook_resid_pre", _add_positions(delta(model).to(model_device(model))))]
 
     def traced(model):
         check_layer(model, layer)
-        b = default_bos(model) if bos is None else bool(bos)
-        e = extended_pos_embeddings(model, layer, bos=b, **ext_kwargs) if ext is None else ext.float()
-        return [TracedEdit("resid_add", layer, delta=group_average_rows(e, group_size, offset=int(b)) - e)]
+        return [TracedEdit("resid_add", layer, delta=delta(model))]
 
     return Intervention(f"average extended pos emb at layer {layer} in groups of {group_size}", bind, traced)
 

@@ -36,6 +36,10 @@ from dataclasses import dataclass, field
 import torch
 
 FIRST_DEMOS = ["hello", " gorapopefm", "1pdjpm3efe4"]
+# the post's wording: the first demonstration's request, the others' (and the final one's) opening, and the reply's
+POST_FIRST = "Request: Please repeat the following string exactly: "
+POST_REQUEST = 'Request: "Please repeat the following string exactly: "'
+POST_REPLY = '"\nReply: "'
 
 
 @dataclass
@@ -111,28 +115,15 @@ def _build(tokenizer, target: str, n_given: int, n_demos: int, seed: int) -> Rep
         raise ValueError(f"n_given={n_given} must lie in 0..{len(words)} for target {target!r}")
     if n_demos < 1:
         raise ValueError(f"n_demos={n_demos} must be >= 1")
-    demos = random_demo_strings(n_demos, seed)
-    head = f'Request: Please repeat the following string exactly: "{demos[0]}"\nReply: "{demos[0]}".\n'
-    head += "".join(f'Request: "Please repeat the following string exactly: "{d}"\nReply: "{d}"\n' for d in demos[1:])
-    segments: list[tuple[str, str | None]] = [(head + 'Request: "Please repeat the following string exactly: "', None)]
-    segments += [(w, f"req{i}") for i, w in enumerate(words)]
-    segments.append(('"\nReply: "', None))
-    segments += [(w, f"rep{i}") for i, w in enumerate(words[:n_given])]
-    ids = [tokenizer.bos_token_id]
-    where: dict[str, list[int]] = {}
-    for text, tag in segments:
-        seg = tokenizer(text, add_special_tokens=False)["input_ids"]
-        if tag:
-            where[tag] = list(range(len(ids), len(ids) + len(seg)))
-        ids += seg
-    return RepeatPrompt(
-        text="".join(t for t, _ in segments),
-        tokens=torch.tensor(ids),
-        words=words,
-        request_positions=[where[f"req{i}"] for i in range(len(words))],
-        reply_positions=[where[f"rep{i}"] for i in range(n_given)],
-        next_word=words[n_given] if n_given < len(words) else None,
-    )
+    head = _post_head(random_demo_strings(n_demos, seed))
+    return RepeatPrompt(**_assemble(tokenizer, head, POST_REQUEST, words, "", POST_REPLY, n_given))
+
+
+def _post_head(demos: list[str]) -> str:
+    """The post's demonstrations before the final request: the first without quotes around the request, its reply
+    ending in a period; the others quoted."""
+    head = f'{POST_FIRST}"{demos[0]}"\nReply: "{demos[0]}".\n'
+    return head + "".join(f'{POST_REQUEST}{d}{POST_REPLY}{d}"\n' for d in demos[1:])
 
 
 def edit_mapping(rp: RepeatPrompt) -> dict[int, int]:
@@ -395,15 +386,9 @@ def _assemble(tokenizer, head: str, open_request: str, words, sep: str, middle: 
 def _candidates(tokenizer, words, sep: str, n_given: int, n_demos: int, seed: int):
     """Every prompt to try, most faithful first: the post's wording (``n_demos`` down to one demonstration), then the
     short template (quotes, or none where the vocabulary has no quote, ``n_demos`` down to none)."""
-    post = f'Request: Please repeat the following string exactly: "{FIRST_DEMOS[0]}"\nReply: "{FIRST_DEMOS[0]}".\n'
-    if sep == "" and words[0].startswith(" ") and representable(tokenizer, post):
+    if sep == "" and words[0].startswith(" ") and representable(tokenizer, _post_head(FIRST_DEMOS[:1])):
         for k in range(n_demos, 0, -1):
-            demos = random_demo_strings(k, seed)
-            head = f'Request: Please repeat the following string exactly: "{demos[0]}"\nReply: "{demos[0]}".\n'
-            head += "".join(
-                f'Request: "Please repeat the following string exactly: "{d}"\nReply: "{d}"\n' for d in demos[1:]
-            )
-            yield "post", k, head, 'Request: "Please repeat the following string exactly: "', '"\nReply: "'
+            yield "post", k, _post_head(random_demo_strings(k, seed)), POST_REQUEST, POST_REPLY
     nl = _line_break(tokenizer)
     quote = next((q for q in ('"', "'") if representable(tokenizer, q)), "")
     avoid = "".join(words) if all(len(w.strip()) == 1 for w in words) else ""

@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 
 from ..model.attention import attn_scale, expand_kv, scale_from_pattern
-from ..model.engine import Reduction
+from ..model.engine import Reduction, keep_reads
 from ..model.engines import engine_for
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches, single_prompt
@@ -32,14 +32,6 @@ def raw_scores_from_qk(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.
     pre-mask scores ``[batch, head, q, k]`` = ``(q . k) * scale`` (``scale``:
     :func:`~gpt2_posheads.model.attention.attn_scale`)."""
     return torch.einsum("bqhd,bkhd->bhqk", q.float(), expand_kv(k, q.shape[2]).float()) * scale
-
-
-def _keep(state: dict, layer: int, acts: dict) -> None:
-    state[layer] = acts
-
-
-def _kept(state: dict) -> dict:
-    return state
 
 
 @measures_caller_model
@@ -57,7 +49,7 @@ def attention_scores(
     check_head(model, layer, head)
     toks = single_prompt(model, prompt)
     reads = {"q": [layer], "k": [layer], "pattern": [layer]}
-    acts = engine_for(model, engine).activations([toks], reads, Reduction(_keep, _kept), fwd_hooks)[layer]
+    acts = engine_for(model, engine).activations([toks], reads, Reduction(keep_reads, dict), fwd_hooks)[layer]
     dot = raw_scores_from_qk(acts["q"], acts["k"], 1.0)[0, head].cpu()
     pattern = acts["pattern"][0, head].float().cpu()
     scale, mask, err = scale_from_pattern(dot, pattern, attn_scale(model.cfg, layer))
@@ -146,7 +138,6 @@ def score_profile(
 
 # A feature of the profile decides where a head attends only if it changes the attention odds by a factor 2 or more.
 LABEL_THRESHOLD = math.log(2.0)
-LABELS = ("self_suppressing", "prev_boosting", "neither")
 
 
 def profile_features(p: torch.Tensor) -> dict[str, float]:

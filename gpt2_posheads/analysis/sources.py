@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from ..model.attention import attn_scale, scale_from_pattern
-from ..model.engine import Reduction, ResidualWrite
+from ..model.engine import Reduction, ResidualWrite, keep_reads
 from ..model.engines import engine_for
 from ..model.fastpath import _ln_params, unsupported_reason
 from ..model.identity import has_learned_positions, position_kind
@@ -163,21 +163,13 @@ class _Target:
         return ln @ self.W_Q + self.b_Q, ln @ self.W_K + self.b_K
 
 
-def _keep(state: dict, layer: int, acts: dict) -> None:
-    state[layer] = acts
-
-
 def _keep_cpu(state: dict, layer: int, acts: dict) -> None:
     state[layer] = {kind: x.float().cpu() for kind, x in acts.items()}
 
 
-def _kept(state: dict) -> dict:
-    return state
-
-
 def _read(engine, toks: torch.Tensor, reads: dict, edits=()) -> dict:
     """One batch's ``reads`` ``{kind: layers}`` as float32 CPU tensors, ``{layer: {kind: tensor}}``."""
-    return engine.activations([toks], reads, Reduction(_keep_cpu, _kept, bulk="every token's activations"), edits)
+    return engine.activations([toks], reads, Reduction(_keep_cpu, dict, bulk="every token's activations"), edits)
 
 
 class _ModelTarget:
@@ -204,7 +196,7 @@ class _ModelTarget:
     def qk(self, x: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         edits = [] if x is None else self.engine.edits(ResidualWrite(self.layer, x))
         got = self.engine.activations(
-            [self.toks], {"q": [self.layer], "k": [self.layer]}, Reduction(_keep, _kept), edits
+            [self.toks], {"q": [self.layer], "k": [self.layer]}, Reduction(keep_reads, dict), edits
         )
         acts = got[self.layer]
         return acts["q"][:, :, self.head].float().cpu(), acts["k"][:, :, self.head].float().cpu()

@@ -66,9 +66,6 @@ class QKCapture:
 
         return [(name, grab(key)) for key, name in self.names.items()]
 
-    def ready(self) -> bool:
-        return all(k in self.box for k in self.names)
-
     @property
     def q(self) -> torch.Tensor:
         q = self.box["q"]

@@ -230,5 +230,11 @@ def layers_read(model, reads: Mapping[str, Iterable[int]]) -> dict[int, set[str]
     return out
 
 
+def keep_reads(state: dict, layer: int, acts: dict) -> None:
+    """The ``step`` of an ``activations`` reduction that keeps each layer's reads as they come (one batch's worth): with
+    ``finish=dict`` the result is ``{layer: {kind: tensor}}``."""
+    state[layer] = acts
+
+
 def read_kinds(reads: Mapping[str, Iterable[int]]) -> str:
     return "activations (" + ", ".join(sorted(reads)) + ")"

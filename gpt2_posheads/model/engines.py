@@ -69,40 +69,39 @@ class HooksEngine:
     def __init__(self, model, bf16: bool = False):
         self.model, self.bf16 = model, bf16
 
-    def _pass(self, batches, named_steps, stop_at: str, edits, progress) -> None:
+    def _pass(self, batches, hooks, stop_at: str | None, progress, after=None) -> None:
+        """Each batch run with ``hooks`` (the edits first), abandoned right after hook ``stop_at``, or the whole model
+        when ``stop_at`` is ``None``; then ``after(index, tokens, logits)`` (logits ``None`` when abandoned)."""
         device = model_device(self.model)
-        hooks = list(edits) + named_steps
         with torch.inference_mode():
-            for toks in progress_bar(batches, progress):
+            for i, toks in enumerate(progress_bar(batches, progress)):
+                toks = toks.to(device)
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
-                    run_until(self.model, toks.to(device), hooks, stop_at=stop_at)
+                    if stop_at is None:
+                        logits = self.model.run_with_hooks(toks, fwd_hooks=hooks)
+                    else:
+                        logits = run_until(self.model, toks, hooks, stop_at=stop_at)
+                if after is not None:
+                    after(i, toks, logits)
 
     def patterns(self, batches, reduction, edits=(), progress=None) -> dict:
         batches = materialise(batches)
         layers, st = pattern_layers(self.model, reduction), reduction.state
-        steps = [(f"blocks.{l}.attn.hook_pattern", partial(_hook_step, reduction.step, st, l)) for l in layers]
+        hooks = list(edits) + [
+            (f"blocks.{l}.attn.hook_pattern", partial(_hook_step, reduction.step, st, l)) for l in layers
+        ]
         if reduction.logits is not None:
-            self._logits_pass(batches, steps, reduction, edits, progress)
+            self._pass(batches, hooks, None, progress, lambda i, toks, logits: reduction.logits(st, toks, logits))
         else:
-            self._pass(batches, steps, f"blocks.{layers[-1]}.attn.hook_pattern", edits, progress)
+            self._pass(batches, hooks, f"blocks.{layers[-1]}.attn.hook_pattern", progress)
         return reduction.finish(st)
 
     def residuals(self, batches, layers, reduction, edits=(), progress=None) -> dict:
         batches = materialise(batches)
         st, names = reduction.state, {l: resid_hook_name(self.model, l) for l in layers}
-        steps = [(names[l], partial(_hook_step, reduction.step, st, l)) for l in layers]
-        self._pass(batches, steps, names[max(layers)], edits, progress)
+        hooks = list(edits) + [(names[l], partial(_hook_step, reduction.step, st, l)) for l in layers]
+        self._pass(batches, hooks, names[max(layers)], progress)
         return reduction.finish(st)
-
-    def _logits_pass(self, batches, named_steps, reduction, edits, progress) -> None:
-        device = model_device(self.model)
-        hooks = list(edits) + named_steps
-        with torch.inference_mode():
-            for toks in progress_bar(batches, progress):
-                toks = toks.to(device)
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
-                    logits = self.model.run_with_hooks(toks, fwd_hooks=hooks)
-                reduction.logits(reduction.state, toks, logits)
 
     def activations(self, batches, reads, reduction, edits=(), progress=None) -> dict:
         batches = materialise(batches)
@@ -112,15 +111,13 @@ class HooksEngine:
             for l, kinds in sorted(layers_read(self.model, reads).items())
         ]
         stop = max((r.stop for r in readers), key=lambda s: s[0])[1]
-        hooks = list(edits) + [h for r in readers for h in r.hooks()]
-        device = model_device(self.model)
-        with torch.inference_mode():
-            for i, toks in enumerate(progress_bar(batches, progress)):
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
-                    run_until(self.model, toks.to(device), hooks, stop_at=stop)
-                late = [r.layer for r in readers if r.delivered != i + 1]
-                if late:  # a read that fires after the stop would be lost: say so instead of reducing less
-                    raise RuntimeError(f"layers {late}: not every read of {read_kinds(reads)} fired before {stop!r}")
+
+        def all_delivered(i: int, toks, logits) -> None:
+            late = [r.layer for r in readers if r.delivered != i + 1]
+            if late:  # a read that fires after the stop would be lost: say so instead of reducing less
+                raise RuntimeError(f"layers {late}: not every read of {read_kinds(reads)} fired before {stop!r}")
+
+        self._pass(batches, list(edits) + [h for r in readers for h in r.hooks()], stop, progress, all_delivered)
         return reduction.finish(st)
 
     def run(self, tokens, edits=()) -> torch.Tensor:
@@ -342,7 +339,8 @@ class StoredEngine:
     def __init__(self, store):
         self.model = store
 
-    def _answer(self, reduction: Reduction, operation: str) -> dict:
+    def _answer(self, reduction: Reduction, operation: str, edits) -> dict:
+        self._no_edits(edits)
         if reduction.stored is None:
             raise EngineError(
                 self.name,
@@ -353,32 +351,24 @@ class StoredEngine:
         return reduction.stored(self.model)
 
     def patterns(self, batches, reduction, edits=(), progress=None) -> dict:
-        self._no_edits(edits)
-        return self._answer(reduction, "reduce attention patterns")
+        return self._answer(reduction, "reduce attention patterns", edits)
 
     def residuals(self, batches, layers, reduction, edits=(), progress=None) -> dict:
-        self._no_edits(edits)
-        return self._answer(reduction, "reduce residual streams")
+        return self._answer(reduction, "reduce residual streams", edits)
 
     def activations(self, batches, reads, reduction, edits=(), progress=None) -> dict:
-        self._no_edits(edits)
-        return self._answer(reduction, f"read {read_kinds(reads)}")
+        return self._answer(reduction, f"read {read_kinds(reads)}", edits)
 
     def run(self, tokens, edits=()) -> torch.Tensor:
         raise EngineError(self.name, "run a model", "stored activations hold no model", "pass the model instead")
 
     def edits(self, intervention) -> list:
-        raise EngineError(
-            self.name,
-            f"apply an intervention ({intervention.name})",
-            "stored activations were measured once, unedited",
-            "pass the model instead",
-        )
+        self._no_edits([intervention], f"apply an intervention ({intervention.name})")
 
-    def _no_edits(self, edits) -> None:
+    def _no_edits(self, edits, operation: str = "apply edits") -> None:
         if edits:
             raise EngineError(
-                self.name, "apply edits", "stored activations were measured once, unedited", "pass the model instead"
+                self.name, operation, "stored activations were measured once, unedited", "pass the model instead"
             )
 
 

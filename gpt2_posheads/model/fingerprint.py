@@ -5,9 +5,10 @@ Results are filed by model name, and a folder of results is refused to a model w
 their ``*.index.json``), each file hashed whole and streamed in 8 MiB reads, so a model that differs anywhere (a
 ``W_pos`` row in the middle of the file) has another fingerprint. Hashing GPT-2 XL's 6 GB takes seconds
 (``docs/benchmarks.md``), so each file's hash is remembered by (path, size, modification time) in a small JSON file
-under the user cache folder: ``$GPT2_POSHEADS_CACHE``, else ``$XDG_CACHE_HOME/gpt2_posheads``, else
-``~/.cache/gpt2_posheads``. A rerun on unchanged files reads none of them; a file rewritten in place gets a new
-modification time and is hashed again. Where the cache cannot be written, every call hashes.
+under the user cache folder (:func:`~gpt2_posheads.model.paths.cache_dir`): ``$GPT2_POSHEADS_CACHE``, else
+``$XDG_CACHE_HOME/gpt2_posheads``, else ``~/.cache/gpt2_posheads``. A rerun on unchanged files reads none of them; a
+file rewritten in place gets a new modification time and is hashed again. Where the cache cannot be written, every
+call hashes.
 """
 
 from __future__ import annotations
@@ -19,19 +20,12 @@ import os
 import tempfile
 from pathlib import Path
 
-CACHE_ENV = "GPT2_POSHEADS_CACHE"
+from .paths import cache_dir
+
 CACHE_FILE = "file-sha256.json"
 CACHE_ENTRIES = 1024  # the most recently hashed files kept
 CHUNK = 8 << 20
 SCHEME = "sha256"  # fingerprints read "sha256:<16 hex digits>"
-
-
-def cache_dir() -> Path:
-    """``$GPT2_POSHEADS_CACHE``, else ``$XDG_CACHE_HOME/gpt2_posheads``, else ``~/.cache/gpt2_posheads``."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "gpt2_posheads"
 
 
 def file_sha256(path: str | os.PathLike) -> str:

@@ -34,14 +34,3 @@ def run_until(model, tokens: torch.Tensor, fwd_hooks: Sequence[tuple[str, Callab
     except _Stop:
         return
     raise RuntimeError(f"hook {stop_at!r} never ran: is it a valid hook name for this model?")
-
-
-def capture(model, tokens: torch.Tensor, name: str, extra_hooks: Sequence[tuple[str, Callable]] = ()) -> torch.Tensor:
-    """The activation at hook ``name`` for ``tokens``, computing nothing beyond it."""
-    box: list[torch.Tensor] = []
-
-    def grab(x, hook):
-        box.append(x.detach().clone())
-
-    run_until(model, tokens, list(extra_hooks) + [(name, grab)], stop_at=name)
-    return box[0]

@@ -22,8 +22,11 @@ from collections.abc import Callable
 import torch
 
 from .attention import QKCapture, attn_scale, expand_kv, scale_from_pattern
+from .engine import Reduction, keep_reads
+from .engines import engine_for
 from .hooks import hook_status
 from .tokens import model_device
+from .traced import attention_pattern
 from .validation import UsageError
 
 PatternEdit = Callable[[torch.Tensor], torch.Tensor]  # [batch, head, q, k] -> [batch, head, q, k]
@@ -40,16 +43,10 @@ def _calibrate(model, layer: int) -> tuple[float, int | None]:
     toks = torch.randint(0, model.cfg.d_vocab, (1, n), generator=torch.Generator().manual_seed(0)).to(
         model_device(model)
     )
-    cap, box = QKCapture(model, layer), {}
-    with torch.inference_mode():
-        model.run_with_hooks(
-            toks,
-            fwd_hooks=cap.hooks()
-            + [(f"blocks.{layer}.attn.hook_pattern", lambda p, hook: box.__setitem__("p", p.detach()))],
-            return_type=None,
-        )
-    dot = torch.einsum("bqhd,bkhd->bhqk", cap.q.float(), cap.k.float()).cpu()
-    scale, mask, err = scale_from_pattern(dot, box["p"].float().cpu(), attn_scale(model.cfg, layer))
+    reads = {"q": [layer], "k": [layer], "pattern": [layer]}
+    acts = engine_for(model, "hooks").activations([toks], reads, Reduction(keep_reads, dict))[layer]
+    dot = torch.einsum("bqhd,bkhd->bhqk", acts["q"].float(), acts["k"].float()).cpu()
+    scale, mask, err = scale_from_pattern(dot, acts["pattern"].float().cpu(), attn_scale(model.cfg, layer))
     if err > 1e-4:
         raise UsageError(
             "model",
@@ -88,10 +85,7 @@ def pattern_edit_hooks(model, layer: int, edit: PatternEdit) -> list[tuple[str, 
     def replace_z(z, hook):  # z: [batch, pos, head, d_head]
         q, k = cap.q.float(), cap.k.float()
         v = expand_kv(box["v"], q.shape[2]).float()
-        n = q.shape[1]
-        qi, ki = torch.meshgrid(torch.arange(n, device=q.device), torch.arange(n, device=q.device), indexing="ij")
-        mask = (ki > qi) | ((qi - ki) >= window if window is not None else torch.zeros_like(qi, dtype=torch.bool))
-        A = torch.softmax((torch.einsum("bqhd,bkhd->bhqk", q, k) * scale).masked_fill(mask, float("-inf")), -1)
+        A = attention_pattern(q, k, scale, window)
         clean_z = torch.einsum("bhqk,bkhd->bqhd", A, v)
         gap = float((clean_z - z.float()).abs().max()) / (1.0 + float(z.abs().max()))
         if gap > 1e-3:

@@ -473,7 +473,7 @@ class TracedEdit:
     delta: torch.Tensor | None = None
 
 
-def _replace_positions(pos_out, w_new: torch.Tensor):
+def replace_positions(pos_out, w_new: torch.Tensor):
     """The rows of ``w_new`` a position embedding's output ``[.., pos, d]`` stands for (positions ``0..pos-1``)."""
     n = pos_out.shape[-2]
     return w_new[:n].to(pos_out.dtype).expand_as(pos_out).clone()
@@ -536,7 +536,7 @@ def run_traced(
                 for e in pos_edits:
                     pos = module_at(nn, arch.pos_embed)
                     w = pos.weight[arch.pos_offset :]
-                    pos.output = _replace_positions(pos.output, e.fn(w))
+                    pos.output = replace_positions(pos.output, e.fn(w))
                 rot = module_at(nn, arch.rotary).output if arch.rotary is not None and pattern_layers else None
                 layers = module_at(nn, arch.layers)
                 for l in range(last + 1):

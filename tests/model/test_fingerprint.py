@@ -10,6 +10,7 @@ import pytest
 from gpt2_posheads.cli.experiment import model_identity
 from gpt2_posheads.model import fingerprint
 from gpt2_posheads.model.folder import safetensors_header
+from gpt2_posheads.model.paths import CACHE_ENV
 
 MIB = 1 << 20
 
@@ -17,7 +18,7 @@ MIB = 1 << 20
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     """A cache folder of this test's own."""
-    monkeypatch.setenv(fingerprint.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     return tmp_path / "cache"
 
 
@@ -85,9 +86,9 @@ def test_a_rerun_reads_no_weights_and_a_rewritten_file_is_hashed_again(wide_dir,
 
 
 def test_the_cache_folder_follows_the_environment(tmp_path, monkeypatch):
-    monkeypatch.setenv(fingerprint.CACHE_ENV, str(tmp_path / "mine"))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "mine"))
     assert fingerprint.cache_dir() == tmp_path / "mine"
-    monkeypatch.delenv(fingerprint.CACHE_ENV)
+    monkeypatch.delenv(CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert fingerprint.cache_dir() == tmp_path / "xdg" / "gpt2_posheads"
     monkeypatch.delenv("XDG_CACHE_HOME")
@@ -98,7 +99,7 @@ def test_the_cache_folder_follows_the_environment(tmp_path, monkeypatch):
 def test_an_unwritable_cache_still_gives_the_fingerprint(wide_dir, tmp_path, monkeypatch):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
-    monkeypatch.setenv(fingerprint.CACHE_ENV, str(blocker / "cache"))
+    monkeypatch.setenv(CACHE_ENV, str(blocker / "cache"))
     assert (
         fingerprint.cached_file_sha256(wide_dir / "config.json")
         == hashlib.sha256((wide_dir / "config.json").read_bytes()).hexdigest()
