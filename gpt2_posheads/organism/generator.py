@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -333,17 +333,7 @@ def generate(
     perturb(p, noise, rng)
     card["noise"] = noise
     card["strengths"] = strengths
-    card["shape"] = {
-        "n_layers": n_layers,
-        "n_heads": n_heads,
-        "d_model": d_model,
-        "d_head": shape.d_head,
-        "k_tok": shape.k_tok,
-        "n_buckets": shape.n_buckets,
-        "d_mlp": shape.d_mlp,
-        "n_ctx": shape.n_ctx,
-        "n_vocab": int(n_vocab),
-    }
+    card["shape"] = {**asdict(shape), "d_head": shape.d_head, "n_vocab": int(n_vocab)}
     # the sizes that differ from the draws and defaults: what generate() must be asked for to rebuild this model
     asked = {
         "n_vocab": (n_vocab, cp.tokenizer_vocab()),
