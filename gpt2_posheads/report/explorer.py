@@ -378,10 +378,8 @@ class Explorer:
         return write_whole_text(path, self.html)
 
     def _repr_html_(self) -> str:
-        import html as _html
-
         return (
-            f'<iframe srcdoc="{_html.escape(self.html, quote=True)}" style="width:100%;height:{self.height}px;'
+            f'<iframe srcdoc="{html.escape(self.html, quote=True)}" style="width:100%;height:{self.height}px;'
             'border:1px solid #d0d7de" sandbox="allow-scripts"></iframe>'
         )
 
