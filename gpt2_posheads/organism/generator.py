@@ -44,7 +44,6 @@ heads (zero weights) and heads doing unrelated work, with zero MLPs. Checked at 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -52,7 +51,7 @@ import numpy as np
 
 from ..claims.route import BOOST, NONE, POST, RELAY, ROUTES, UNDETERMINED, WPOS
 from ..model.identity import GPT2_SMALL_SHAPE
-from ..model.validation import head_name, parse_head
+from ..model.validation import HEAD_NAME, head_name, parse_head
 from . import compiled as cp
 from . import weights as wt
 
@@ -363,7 +362,7 @@ def _check_placement(placement: dict | None, kind: str, n_layers: int, n_heads: 
         raise ValueError(f"placement: {placement!r} must name exactly {', '.join(PLACED_ROLES)}")
 
     def slot_of(name) -> tuple[int, int]:
-        m = re.fullmatch(r"L(\d+)H(\d+)", str(name))
+        m = HEAD_NAME.fullmatch(str(name))
         if not m or int(m.group(1)) >= n_layers or int(m.group(2)) >= n_heads:
             raise ValueError(f"placement: {name!r} is not a head of {n_layers} layers x {n_heads} heads")
         return int(m.group(1)), int(m.group(2))
