@@ -499,6 +499,7 @@ def measure(folder: Path, n_prompts: int = 16) -> dict[str, str]:
     from ..analysis.repeat_prompt import repeat_string_prompt, single_token_target
     from ..claims.verdicts import fmt
     from ..model.loading import load_model
+    from ..model.validation import head_name
 
     model = load_model(folder, device="cpu")
     prompts = make_prompts(model.tokenizer, n_prompts, N_CTX, docs=wikitext_documents())
@@ -509,7 +510,7 @@ def measure(folder: Path, n_prompts: int = 16) -> dict[str, str]:
     out["previous-token heads"] = f"{len(prev)} of {len(rank)}"
     if len(prev):
         l, h = choose_aggregator(rank)
-        out["sharpest previous-token head"] = f"L{l}H{h}, ratio {fmt(prev.iloc[0].ratio)}"
+        out["sharpest previous-token head"] = f"{head_name(l, h)}, ratio {fmt(prev.iloc[0].ratio)}"
         early = early_prev_heads(rank, l)
         if len(early):
             out["clear previous-token heads below it"] = ", ".join(

@@ -44,15 +44,14 @@ heads (zero weights) and heads doing unrelated work, with zero MLPs. Checked at 
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..claims.route import BOOST, NONE, POST, RELAY, ROUTES, UNDETERMINED, WPOS
 from ..model.identity import GPT2_SMALL_SHAPE
-from ..model.validation import head_name, parse_head
+from ..model.validation import HEAD_NAME, head_name, parse_head
 from . import compiled as cp
 from . import weights as wt
 
@@ -333,17 +332,7 @@ def generate(
     perturb(p, noise, rng)
     card["noise"] = noise
     card["strengths"] = strengths
-    card["shape"] = {
-        "n_layers": n_layers,
-        "n_heads": n_heads,
-        "d_model": d_model,
-        "d_head": shape.d_head,
-        "k_tok": shape.k_tok,
-        "n_buckets": shape.n_buckets,
-        "d_mlp": shape.d_mlp,
-        "n_ctx": shape.n_ctx,
-        "n_vocab": int(n_vocab),
-    }
+    card["shape"] = {**asdict(shape), "d_head": shape.d_head, "n_vocab": int(n_vocab)}
     # the sizes that differ from the draws and defaults: what generate() must be asked for to rebuild this model
     asked = {
         "n_vocab": (n_vocab, cp.tokenizer_vocab()),
@@ -373,7 +362,7 @@ def _check_placement(placement: dict | None, kind: str, n_layers: int, n_heads: 
         raise ValueError(f"placement: {placement!r} must name exactly {', '.join(PLACED_ROLES)}")
 
     def slot_of(name) -> tuple[int, int]:
-        m = re.fullmatch(r"L(\d+)H(\d+)", str(name))
+        m = HEAD_NAME.fullmatch(str(name))
         if not m or int(m.group(1)) >= n_layers or int(m.group(2)) >= n_heads:
             raise ValueError(f"placement: {name!r} is not a head of {n_layers} layers x {n_heads} heads")
         return int(m.group(1)), int(m.group(2))

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from ..analysis.diagonals import diagonal_counts, diagonal_sums, prev_token_stats
 from ..analysis.induction import copy_losses, induction_from_patterns
 from ..analysis.interventions import group_average_rows
+from ..model.validation import head_name
 from .data import sample_batch
 
 
@@ -99,7 +100,7 @@ def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int 
         return float(mass_avg[layer, head, 1] / mass[layer, head, 1])
 
     r_text, r_above = _sharpest(mass), _sharpest(mass, min_layer=1)
-    name = lambda r: f"L{r[1]}H{r[2]}" if r[1] >= 0 else "none"  # noqa: E731
+    name = lambda r: head_name(r[1], r[2]) if r[1] >= 0 else "none"  # noqa: E731
     return dict(
         prev_ratio_text=r_text[0],
         prev_head_text=name(r_text),
@@ -110,7 +111,7 @@ def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int 
         prev_ratio_random=r_rand[0],
         prev_head_random=name(r_rand),
         induction=float(ind.max()),
-        induction_head=f"L{il}H{ih}",
+        induction_head=head_name(il, ih),
         loss_first=float(first.mean()),
         loss_second=float(second.mean()),
     )

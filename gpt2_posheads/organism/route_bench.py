@@ -17,7 +17,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import pandas as pd
@@ -42,9 +42,9 @@ class Scored:
     aggregator: str | None  # the card's
     concluded: str
     found: str | None  # the sharp previous-token head the toolkit found (None: no head was sharp)
+    seconds: float = 0.0  # wall time: write, load, measure
     conclusion: dict = field(default_factory=dict)  # RouteConclusion.as_dict()
     records: dict = field(default_factory=dict)  # every claim record the conclusion read
-    seconds: float = 0.0  # wall time: write, load, measure
 
     @property
     def right(self) -> bool:
@@ -55,17 +55,8 @@ class Scored:
         return self.found == self.aggregator
 
     def as_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "kind": self.kind,
-            "route": self.route,
-            "ambiguous": self.ambiguous,
-            "aggregator": self.aggregator,
-            "concluded": self.concluded,
-            "found": self.found,
-            "seconds": self.seconds,
-            "conclusion": self.conclusion,
-        }
+        """Every field but ``records``, in their order."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "records"}
 
 
 def prompts_for(tokenizer, n_prompts: int = N_PROMPTS, seq_len: int = SEQ_LEN):

@@ -59,18 +59,23 @@ def compare_claims(before: Summary, after: Summary, rtol: float = 1e-6, atol: fl
         moved = [f"{p}: {fb[p]} -> {fa[p]}" for p in fb if p in fa and not same(fb[p], fa[p], rtol, atol)]
         added = [f"+{p}" for p in fa if p not in fb] + [f"-{p}" for p in fb if p not in fa] if cb and ca else []
         rows.append(
-            {
-                "key": key,
-                "verdict_before": cb.verdict if cb else "-",
-                "verdict_after": ca.verdict if ca else "-",
-                "n_numbers": len(set(fb) | set(fa)),
-                "n_moved": len(moved),
-                "moved": "; ".join(moved[:3]),
-                "n_added": len(added),
-                "added": "; ".join(added[:3]),
-            }
+            _row(key, cb.verdict if cb else "-", ca.verdict if ca else "-", len(set(fb) | set(fa)), moved, added)
         )
     return pd.DataFrame(rows)
+
+
+def _row(key: str, before: str, after: str, n_numbers: int = 0, moved=(), added=()) -> dict:
+    """One row of :func:`compare_claims`: the counts of ``moved`` and ``added`` and up to three of each."""
+    return {
+        "key": key,
+        "verdict_before": before,
+        "verdict_after": after,
+        "n_numbers": n_numbers,
+        "n_moved": len(moved),
+        "moved": "; ".join(moved[:3]),
+        "n_added": len(added),
+        "added": "; ".join(added[:3]),
+    }
 
 
 def model_of(path: Path, summary: Summary) -> tuple[str, str | None]:
@@ -140,22 +145,8 @@ def compare_folders(
     for rel in sorted(set(found[0]) | set(found[1])):
         pb, pa = found[0].get(rel), found[1].get(rel)
         if pb is None or pa is None:
-            frames.append(
-                pd.DataFrame(
-                    [
-                        {
-                            "key": "-",
-                            "verdict_before": "(no summary)" if pb is None else "-",
-                            "verdict_after": "(no summary)" if pa is None else "-",
-                            "n_numbers": 0,
-                            "n_moved": 0,
-                            "moved": "",
-                            "n_added": 0,
-                            "added": "",
-                        }
-                    ]
-                )
-            )
+            missing = ["(no summary)" if side is None else "-" for side in (pb, pa)]
+            frames.append(pd.DataFrame([_row("-", *missing)]))
         else:
             frames.append(compare_claims(pb, pa, rtol, atol))
         frames[-1].insert(0, "summary", rel)

@@ -75,6 +75,7 @@ from ..model.identity import has_learned_positions, position_kind
 from ..model.state import measures_caller_model
 from ..model.tokens import to_token_list
 from ..model.validation import UsageError, head_name
+from .index import write_whole_text
 
 MIN_TOKENS = 3  # the profile's statistics need two offsets with entries (key 0 left out)
 
@@ -355,12 +356,7 @@ def write_explorer(
     self-contained HTML file (see the module doc); returns the path."""
     prompts = default_prompts(model) if prompts is None else prompts
     data = explorer_data(model, prompts, label, aggregator, context=context)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial")
-    tmp.write_text(page_html(data), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_whole_text(path, page_html(data))
 
 
 # the page itself; page_html fills in __TITLE__ and __DATA__
@@ -379,16 +375,11 @@ class Explorer:
         self.height = int(height)
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.html, encoding="utf-8")
-        return path
+        return write_whole_text(path, self.html)
 
     def _repr_html_(self) -> str:
-        import html as _html
-
         return (
-            f'<iframe srcdoc="{_html.escape(self.html, quote=True)}" style="width:100%;height:{self.height}px;'
+            f'<iframe srcdoc="{html.escape(self.html, quote=True)}" style="width:100%;height:{self.height}px;'
             'border:1px solid #d0d7de" sandbox="allow-scripts"></iframe>'
         )
 

@@ -490,11 +490,19 @@ def write_index(root: Path, record: dict | None = None, summaries: list[tuple[Pa
         except ValueError:
             record = None
     page = index_html(collect_summaries(root) if summaries is None else summaries, root, record)
-    p = root / "index.html"
-    tmp = root / f".index.html.tmp-{os.getpid()}"
+    return write_whole_text(root / "index.html", page)
+
+
+def write_whole_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` (UTF-8, its folder made) whole or not at all: a temporary file of this process
+    (``.<name>.tmp-<pid>``) renamed over it, and removed whatever happens: the index page, the explorer's page and
+    the figures' shared ``plotly.min.js``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(page, encoding="utf-8")
-        tmp.replace(p)
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
-    return p
+    return path

@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from ..model.paths import cannot_write
 from ..model.validation import note
+from .index import write_whole_text
 
 _server_started: bool | None = None
 PNG_ENV = "GPT2_POSHEADS_PNG"  # "off" (or a reason) makes every figure HTML only; set by the main job once for all
@@ -110,12 +111,7 @@ def shared_plotlyjs(out_dir: Path) -> str:
     if not js.exists():  # written whole or not at all: a cut-short copy would break every figure that links it
         from plotly.offline import get_plotlyjs
 
-        tmp = js.with_name(f".{js.name}.tmp-{os.getpid()}")
-        try:
-            tmp.write_text(get_plotlyjs(), encoding="utf-8")
-            tmp.replace(js)
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_whole_text(js, get_plotlyjs())
     return os.path.relpath(js, out_dir).replace(os.sep, "/")
 
 
