@@ -1,6 +1,8 @@
 """Extended positional embeddings at layer 2 of a GPT-2-small-shaped model (seq_len 1024, 8 tokens):
 ours vs (a) a naive ``run_with_cache`` of the whole model and (b) the bare Hugging Face ``GPT2Model``
-computing the same first two blocks (the practical floor).
+computing the same first two blocks (the practical floor). All three compute the toolkit's definition
+(:func:`~gpt2_posheads.analysis.posembed.extended_pos_embeddings`): each prompt is BOS then the token repeated,
+``seq_len`` tokens in all, and each row minus the mean over the repeated token's rows (BOS's left out of the mean).
 
     python benchmarks/bench_ext_posemb.py
 """
@@ -25,6 +27,16 @@ def main():
     d = gpt2_shaped_dir()
     model = load_model(d, device="cpu")
     tokens = random_token_ids(model, n_tok, seed=0)
+    bos = model.tokenizer.bos_token_id
+
+    def prompts(ts: torch.Tensor) -> torch.Tensor:
+        """``[len(ts), seq_len]``: BOS, then each token repeated."""
+        body = einops.repeat(ts, "b -> b pos", pos=seq_len - 1)
+        return torch.cat([torch.full((len(ts), 1), bos), body], dim=1)
+
+    def centred(r: torch.Tensor) -> torch.Tensor:
+        """``[..., seq_len, d_model]`` minus the mean over the repeated token's rows (1..)."""
+        return r - r[..., 1:, :].mean(-2, keepdim=True)
 
     def ours():
         return extended_pos_embeddings(model, layer, tokens=tokens, seq_len=seq_len, batch_size=batch)
@@ -33,9 +45,8 @@ def main():
         acc = 0
         with torch.inference_mode():
             for t in tokens:  # one prompt at a time: a whole-model cache of 8 x 1024 tokens needs ~10 GB
-                _, cache = model.run_with_cache(einops.repeat(t[None], "b -> b pos", pos=seq_len))
-                r = cache[f"blocks.{layer}.hook_resid_pre"][0]
-                acc = acc + (r - r.mean(0))
+                _, cache = model.run_with_cache(prompts(t[None]))
+                acc = acc + centred(cache[f"blocks.{layer}.hook_resid_pre"][0])
                 del cache
         return acc / n_tok
 
@@ -46,9 +57,8 @@ def main():
         acc = 0
         with torch.inference_mode():
             for i in range(0, n_tok, batch):
-                x = einops.repeat(tokens[i : i + batch], "b -> b pos", pos=seq_len)
-                r = hf(x, output_hidden_states=True).hidden_states[layer]
-                acc = acc + (r - r.mean(1, keepdim=True)).sum(0)
+                r = hf(prompts(tokens[i : i + batch]), output_hidden_states=True).hidden_states[layer]
+                acc = acc + centred(r).sum(0)
         return acc / n_tok
 
     t_ours, t_naive, t_floor = best_time(ours, 2), best_time(naive, 1), best_time(floor, 2)
