@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..analysis.diagonals import CLEAR_PREV_RATIO, is_clear_prev, prev_token_stats
-from .verdicts import Claim, Precondition, Rule, at_least, at_most, finite, judge, predicate
+from .verdicts import Claim, Precondition, Rule, at_least, at_most, finite, judge, not_testable, predicate
 
 # model-level preconditions, shared by several scripts
 COPY_THRESHOLD = 0.5  # P(right continuation) on the repeat-string prompt for "the model copies"
@@ -71,6 +71,13 @@ class ClaimSpec:
     def __post_init__(self):
         if self.role not in (ROUTE, DESCRIBES):
             raise ValueError(f"role: {self.role!r} is not one of {ROUTE!r}, {DESCRIBES!r}")
+
+    def untested(self, why: str, measured=None, here: bool = True) -> Claim:
+        """This claim ``not testable`` for ``why`` (:func:`~gpt2_posheads.claims.verdicts.not_testable`: ``here``
+        says whether the reason is given as ``not testable here: <why>``), with its key and role."""
+        return not_testable(
+            self.claim, self.post, self.rule, why, key=self.key, role=self.role, measured=measured, here=here
+        )
 
 
 # every claim of the post by key, in the order declared: filled by :func:`post_claim` when the post's modules are

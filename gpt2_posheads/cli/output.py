@@ -511,15 +511,13 @@ def finish_not_testable(reason: str) -> bool:
     the claims rest on could not be made: the model computed a NaN); whether there was such an output."""
     from ..claims.catalogue import script_claims
     from ..claims.gpt2_post import CLAIMS
-    from ..claims.verdicts import not_testable
 
     done = False
     for out in list(_OPEN):
         keys = script_claims().get(out.script)
         if not keys:
             continue
-        cs, record = [CLAIMS[k] for k in keys], {"not_testable": reason}  # each claim's spec; what the record says
-        claims = [not_testable(c.claim, c.post, c.rule, reason, key=c.key, role=c.role, measured=record) for c in cs]
+        claims = [CLAIMS[k].untested(reason, {"not_testable": reason}) for k in keys]
         out.summary({**out.context, "not_testable": reason}, claims)
         out.commit(quiet=True)
         done = True

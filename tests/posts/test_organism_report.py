@@ -66,6 +66,13 @@ def test_the_route_conclusion_is_drawn_from_the_story(tmp_path):
     """The report leads its story with the route rule on the story's claims, as read from the results folders."""
     rows = story(tmp_path, "m")
     assert conclude(records_from_claims(rows.values())).route == UNDETERMINED  # nothing ran: not testable
+    for key, row in rows.items():  # a row of a script that has not run is the claim's own record, role included
+        assert (row.verdict, row.key, row.role, row.rule) == (
+            "not testable",
+            key,
+            CLAIMS[key].role,
+            CLAIMS[key].rule.text,
+        )
     flat = judge_claim(
         "sharp_prev_head", {"head": None, "ratio": None}, value=math.inf, readout="no previous-token head"
     )

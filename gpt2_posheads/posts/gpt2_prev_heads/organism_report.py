@@ -24,7 +24,7 @@ from ...claims.gpt2_post import CLAIMS, ROUTE
 from ...claims.organism import REFERENCE_HELDOUT
 from ...claims.record import SummaryError, read_summary
 from ...claims.route import RouteConclusion, conclude, records_from_claims
-from ...claims.verdicts import NOT_TESTABLE, VERDICT_COLOURS, Claim, not_testable
+from ...claims.verdicts import NOT_TESTABLE, VERDICT_COLOURS, Claim
 from ...model.state import measures_caller_model
 from ...organism.data import split_docs
 from ...report.plotting import heatmap
@@ -85,12 +85,8 @@ def story(results: str | Path, name: str) -> dict[str, Claim]:
     rows = {}
     for script, key in STORY:
         found = summaries[script].claim(key) if script in summaries else None
-        rows[key] = found or not_testable(
-            CLAIMS[key].claim,
-            CLAIMS[key].post,
-            CLAIMS[key].rule,
+        rows[key] = found or CLAIMS[key].untested(
             missing.get(script) or f"{script} judged no claim {key} on this model ({_shown(summaries[script].path)})",
-            key=key,
             measured="",
             here=False,
         )

@@ -42,7 +42,7 @@ from ...claims.gpt2_post import (
     prev_head_precondition,
 )
 from ...claims.measured import PrevMassAveraged
-from ...claims.verdicts import Claim, Precondition, finite, not_testable, predicate
+from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.identity import wpos_reason
 from ...model.state import measures_caller_model
 from ...model.validation import UsageError, head_name, note
@@ -217,7 +217,7 @@ def judge(
 def not_applicable(reason: str) -> list[Claim]:
     """Every claim not testable: ``W_pos`` averaging does not apply to the model (``reason``)."""
     why, measured = f"not applicable: {reason}", {"not_applicable": reason}
-    return [not_testable(c.claim, c.post, c.rule, why, key=c.key, role=c.role, measured=measured) for c in SPECS]
+    return [c.untested(why, measured) for c in SPECS]
 
 
 def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:
