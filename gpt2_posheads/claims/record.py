@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ..model.paths import write_whole_text
 from .verdicts import VERDICTS, Claim, verdict_counts
 
 CLAIM_FIELDS = ("claim", "post", "measured", "rule", "verdict", "why")  # every record has these
@@ -200,17 +200,7 @@ def write_summary(path: str | Path, data: dict, claims: Sequence[Claim]) -> Path
     for c in claims:
         if not isinstance(c, Claim):
             raise TypeError(f"claims: every claim must be a Claim, got {type(c).__name__}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(summary_dict(data, claims), indent=2, allow_nan=False) + "\n"
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    tmp.replace(path)
-    return path
+    return write_whole_text(path, json.dumps(summary_dict(data, claims), indent=2, allow_nan=False) + "\n")
 
 
 def schema_version(obj: dict, where: str = "summary") -> int:

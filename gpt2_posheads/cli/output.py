@@ -46,7 +46,7 @@ import pandas as pd
 
 from ..claims.record import MANIFEST, jsonable, read_manifest, recorded_fingerprint, write_summary
 from ..claims.verdicts import Claim, claims_table
-from ..model.paths import STAGING, cannot_write, lock_holder, pid_alive, remove_dead_staging
+from ..model.paths import STAGING, cannot_write, lock_holder, pid_alive, remove_dead_staging, write_whole_text
 from ..model.validation import UsageError, path_kind
 from ..report.plotting import png_support, save_figure, write_png
 
@@ -99,16 +99,7 @@ def write_failure(e: BaseException, folder: Path | None = None, param: str = "--
 
 def write_json(path: str | Path, obj) -> Path:
     """Write ``obj`` as JSON atomically (a temporary file renamed over the target)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(jsonable(obj), indent=2) + "\n")
-    except BaseException:  # a full disk or an interruption: no half-written temporary is left behind
-        tmp.unlink(missing_ok=True)
-        raise
-    tmp.replace(path)
-    return path
+    return write_whole_text(path, json.dumps(jsonable(obj), indent=2) + "\n")
 
 
 def read_json(path: str | Path):

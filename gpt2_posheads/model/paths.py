@@ -314,6 +314,22 @@ def write_whole(folder: Path, make: Callable[[Path], object]) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def write_whole_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` (UTF-8, its folder made) whole or not at all: a temporary file of this process
+    (``.<name>.tmp-<pid>``: the name ``cli.output`` clears after a killed process) renamed over it, and removed
+    whatever happens. Every text file the toolkit writes whole goes through it: ``summary.json``, the JSON of a run,
+    the index page, the explorer's page and the figures' shared ``plotly.min.js``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
 def replace_folder(new: Path, folder: Path) -> None:
     """Move the finished folder ``new`` to ``folder``: a rename; an existing ``folder`` (the toolkit's own, checked
     by the caller) is renamed aside first and removed once ``new`` is in place, so ``folder`` is never half

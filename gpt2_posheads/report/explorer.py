@@ -72,10 +72,10 @@ from ..model.attention import attn_scale
 from ..model.engine import Reduction
 from ..model.engines import engine_for
 from ..model.identity import has_learned_positions, position_kind
+from ..model.paths import write_whole_text
 from ..model.state import measures_caller_model
 from ..model.tokens import to_token_list
 from ..model.validation import UsageError, head_name
-from .index import write_whole_text
 
 MIN_TOKENS = 3  # the profile's statistics need two offsets with entries (key 0 left out)
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
 import time
 from pathlib import Path
 
 from ..claims.catalogue import posts, script_post
 from ..claims.record import Summary, SummaryError, read_summary, recorded_fingerprint
 from ..claims.verdicts import NOT_TESTABLE, VERDICT_COLOURS, VERDICTS, Claim, fmt
+from ..model.paths import write_whole_text
 from ..model.validation import UsageError
 
 TOY_COLUMN = "toy models"
@@ -491,18 +491,3 @@ def write_index(root: Path, record: dict | None = None, summaries: list[tuple[Pa
             record = None
     page = index_html(collect_summaries(root) if summaries is None else summaries, root, record)
     return write_whole_text(root / "index.html", page)
-
-
-def write_whole_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` (UTF-8, its folder made) whole or not at all: a temporary file of this process
-    (``.<name>.tmp-<pid>``) renamed over it, and removed whatever happens: the index page, the explorer's page and
-    the figures' shared ``plotly.min.js``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path

@@ -13,9 +13,8 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from ..model.paths import cannot_write
+from ..model.paths import cannot_write, write_whole_text
 from ..model.validation import note
-from .index import write_whole_text
 
 _server_started: bool | None = None
 PNG_ENV = "GPT2_POSHEADS_PNG"  # "off" (or a reason) makes every figure HTML only; set by the main job once for all
