@@ -5,8 +5,8 @@ scripts write them to ``summary.json``, or as the claim functions return them: :
 down before it was measured on the generated known-answer models (``docs/known-answers.md``). The conclusion is one
 of :data:`ROUTES`, with the rows that decided it. Nothing here measures: a model's route is measured by the post's
 own claim functions on one shared run (:func:`gpt2_posheads.posts.gpt2_prev_heads.route.measure_route`), and the
-numbers it reads come back through the records of :mod:`~gpt2_posheads.claims.gpt2_post` that the scripts write them
-with (:class:`~gpt2_posheads.claims.measured.PrevMassAveraged`, ``LayersBelowRemoved``, ``EarlyLabels``).
+numbers it reads come back through the typed records of :mod:`~gpt2_posheads.claims.measured` that the scripts
+write them with (:class:`~gpt2_posheads.claims.measured.PrevMassAveraged`, ``LayersBelowRemoved``, ``EarlyLabels``).
 
 The rule, with ``A`` the sharpest previous-token head (the aggregator), ``kept`` the share of its previous-token mass
 it keeps when ``W_pos`` is averaged in groups of 10 (``avg_prev_heads_unaffected``), ``below`` how much it loses when
