@@ -45,13 +45,56 @@ from .analysis.scores import attention_scores, classify_prev_heads, score_profil
 from .analysis.sources import composition_scores, path_ablation
 from .model.identity import is_gpt2_small, position_kind
 from .model.loading import ModelLoadError, gpt2_tokenizer, hub_reachable, load_model, make_random_model_dir
+from .model.paths import register_builder_loader as _register_builder_loader
 from .model.validation import UsageError
-from .organism import compiled as _compiled  # noqa: F401 - registers the builder of the compiled models
-from .report.explorer import Explorer, explore, write_explorer
-from .store.cache import PosheadsCache
+from .posts.gpt2_prev_heads import prompted_run
+from .posts.result import ClaimResult
+
+
+def _load_compiler() -> None:
+    from .organism import compiled  # noqa: F401 - registers the builder of the compiled models on import
+
+
+_register_builder_loader(_load_compiler)
+
+# Loaded on first use, so that `import gpt2_posheads` loads what a claim needs and not the organism's training,
+# the explorer (plotly pages) or the activation store: name -> (module, attribute).
+_LAZY = {
+    "Explorer": ("report.explorer", "Explorer"),
+    "explore": ("report.explorer", "explore"),
+    "write_explorer": ("report.explorer", "write_explorer"),
+    "PosheadsCache": ("store.cache", "PosheadsCache"),
+}
+# Names that moved: a user's script keeps working and is told the new name: old -> (module, new name).
+_MOVED = {"rank_prev_heads": ("analysis.diagonals", "prev_token_ranking")}
+
+
+def __getattr__(name: str):
+    import importlib
+
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        globals()[name] = value
+        return value
+    if name in _MOVED:
+        import warnings
+
+        module, new = _MOVED[name]
+        warnings.warn(
+            f"gpt2_posheads.{name} is now gpt2_posheads.{new} (the claim of that name is "
+            f"gpt2_posheads.posts.gpt2_prev_heads.{name})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(f"{__name__}.{module}"), new)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "posts",
+    "ClaimResult",
+    "prompted_run",
     "Explorer",
     "ModelLoadError",
     "PosheadsCache",

@@ -214,7 +214,7 @@ def shipped_model_dir(name: str, build: bool = True) -> Path:
     if name not in COMPILED_MODELS:
         raise ValueError(f"model: {name!r} is not a shipped model; shipped: {', '.join(SHIPPED_MODELS)}")
     folder = models_dir() / name
-    if build and _BUILDER:
+    if build and _builder():
         _ensure_built(name, folder)
     return folder
 
@@ -285,7 +285,7 @@ def _problem(folder: Path) -> str | None:
     """What is wrong with a compiled model's folder (``missing`` when there is none), or ``None``."""
     if not folder.is_dir():
         return "missing"
-    return _BUILDER["check"](folder)
+    return _builder()["check"](folder)
 
 
 def _tried(folder: Path) -> str:
@@ -346,9 +346,23 @@ def replace_folder(new: Path, folder: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
-# The compiler of the compiled models lives above this layer (gpt2_posheads.organism.compiled); it registers itself
-# here when the package is imported, so that a model asked for by name is built without this layer importing it.
+# The compiler of the compiled models lives above this layer (gpt2_posheads.organism.compiled). The package names it
+# here (register_builder_loader) and it registers itself when first needed, so that a model asked for by name is
+# built without this layer importing it, and `import gpt2_posheads` does not load the organism.
 _BUILDER: dict = {}  # "build", "check", "files": see register_builder
+_BUILDER_LOADER: list[Callable[[], None]] = []
+
+
+def register_builder_loader(load: Callable[[], None]) -> None:
+    """Set the function that imports the compiler (which then calls :func:`register_builder`) on first use."""
+    _BUILDER_LOADER[:] = [load]
+
+
+def _builder() -> dict:
+    """The registered compiler, importing it first if only its loader is known."""
+    if not _BUILDER and _BUILDER_LOADER:
+        _BUILDER_LOADER[0]()
+    return _BUILDER
 
 
 def register_builder(

@@ -1,9 +1,25 @@
 """The model organism: a miniature GPT-2 trained offline to have the mechanism the GPT-2 post is about
-(data and synthetic languages, positional embeddings, the training loop, the probe of its vital signs)."""
+(data and synthetic languages, positional embeddings, the training loop, the probe of its vital signs).
 
-from .config import POS_INITS, MiniConfig
-from .data import REPEAT_KINDS, encode_stream, split_docs
-from .probe import probe
-from .train import train_mini_gpt2
+Its names load on first use: the GPT-2 post's report reads the organism's data split without loading its trainer."""
 
-__all__ = ["MiniConfig", "POS_INITS", "REPEAT_KINDS", "encode_stream", "probe", "split_docs", "train_mini_gpt2"]
+_NAMES = {
+    "MiniConfig": "config",
+    "POS_INITS": "config",
+    "REPEAT_KINDS": "data",
+    "encode_stream": "data",
+    "split_docs": "data",
+    "probe": "probe",
+    "train_mini_gpt2": "train",
+}
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str):
+    if name not in _NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{_NAMES[name]}"), name)
+    globals()[name] = value
+    return value

@@ -9,7 +9,7 @@ prompts and one ranking, make the run once::
     b = rank_prev_heads(run=run)
 """
 
-from ._run import ModelRun, model_run
+from ._run import ModelRun, model_run, prompted_run, unprompted_run
 from .edit import l4h11_edit
 from .ext_averaging import ext_pos_averaging
 from .extended import ext_pos_vs_wpe
@@ -32,6 +32,8 @@ __all__ = [
     "pos_embed_averaging",
     "pos_embed_helix",
     "prev_head_sources",
+    "prompted_run",
     "rank_prev_heads",
     "raw_scores_taxonomy",
+    "unprompted_run",
 ]
