@@ -4,6 +4,8 @@ import subprocess
 import sys
 import warnings
 
+import pytest
+
 import gpt2_posheads
 
 
@@ -40,9 +42,5 @@ def test_a_moved_name_warns_and_is_the_new_one():
         old = gpt2_posheads.rank_prev_heads
     assert old is prev_token_ranking
     assert "prev_token_ranking" in str(caught[0].message) and caught[0].category is DeprecationWarning
-    try:
-        gpt2_posheads.no_such_name
-    except AttributeError as e:
-        assert "no_such_name" in str(e)
-    else:
-        raise AssertionError("an unknown name must raise AttributeError")
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = gpt2_posheads.no_such_name

@@ -59,7 +59,8 @@ class Option:
 
     ``type`` int, float or str; ``None`` with a ``False`` default makes a switch. ``low``/``high``: the range an int
     or float is checked against before the model loads (one ``error:`` line otherwise). ``parse``: ``"int_list"`` or
-    ``"float_list"`` for a comma-separated list (checked, each >= ``low``). ``kwarg``: the function's keyword ("" :
+    ``"float_list"`` for a comma-separated list (checked, each >= ``low``); ``"layers"`` for comma-separated layers,
+    checked against the model's by the set-up, which passes the checked tuple. ``kwarg``: the function's keyword ("" :
     the flag's name, ``--group-size`` -> ``group_size``; ``None``: an option of the command alone, e.g. how many
     rows it prints, which :attr:`Script.console` reads).
     """
@@ -93,7 +94,9 @@ class Script:
     its own inputs). ``heads``: the :class:`~gpt2_posheads.analysis.heads.HeadDefault` of its ``--heads``.
     ``submatrix``: it shows a ``--start``/``--size`` submatrix. ``engines``: the engines of its ``--engine``.
     ``ranking``/``above_layer0``/``layer_final``: the set-up's (the heads ranked first; ``--heads`` in layer 0
-    refused; a ``--layer`` may name the final residual stream). ``prepare(model, kwargs, args)``: the command's checks
+    refused; a ``--layer`` may name the final residual stream). ``takes``: the set-up's values the function takes
+    as keywords — ``"seed"`` (the prompts' ``--seed``) and ``"progress"`` (a command shows progress bars).
+    ``prepare(model, kwargs, args)``: the command's checks
     and adjustments beyond the options' ranges, on the function's keywords (``UsageError`` naming the option),
     called with ``model=None`` before the model loads and again with the model. ``console(result,
     options)``: what the command prints beside the results folder. ``command``: the command is a module of
@@ -116,10 +119,16 @@ class Script:
     ranking: bool = True
     above_layer0: bool = False
     layer_final: bool = False
+    takes: tuple[str, ...] = ()
     prepare: Callable | None = None
     console: Callable | None = None
     command: bool = False
     order: int = 99
+
+    def __post_init__(self):
+        unknown = set(self.takes) - {"seed", "progress"}
+        if unknown:
+            raise ValueError(f"takes: {sorted(unknown)} of script {self.name!r}; allowed: 'seed', 'progress'")
 
     @property
     def line(self) -> str:

@@ -36,6 +36,8 @@ def option_value(o: Option, value):
         return int_list(o.flag, value, int(o.low or 0))
     if o.parse == "float_list":
         return float_list(o.flag, value, o.low)
+    if o.parse == "layers":  # checked against the model's layers by the set-up (cli.checks), which passes them
+        return value
     if o.type in (int, float) and o.low is not None and value is not None:
         return positive(o.flag, value, o.low, o.high, kind="an integer" if o.type is int else "a number")
     return value
@@ -87,13 +89,13 @@ def run_declared(script: Script, argv=None):
         kwargs["heads"] = exp.heads
     if script.submatrix:
         kwargs.update(start=args.start, size=args.size)
-    keywords = _keywords(script)
-    if "seed" in keywords:
+    if "seed" in script.takes:
         kwargs["seed"] = args.seed
-    if "progress" in keywords:  # a command shows its progress
+    if "progress" in script.takes:  # a command shows its progress
         kwargs["progress"] = True
-    if "layers" in keywords and hasattr(args, "layers"):  # checked against the model by the set-up
-        kwargs["layers"] = list(exp.checked.layers) if exp.checked.layers is not None else None
+    for o in script.options:
+        if o.parse == "layers" and o.keyword:
+            kwargs[o.keyword] = list(exp.checked.layers) if exp.checked.layers is not None else None
     if script.prepare is not None:
         script.prepare(exp.model, kwargs, args)
     try:
@@ -117,9 +119,3 @@ class DeclaredCommand:
 
     def main(self, argv=None):
         return run_declared(self.script, argv)
-
-
-def _keywords(script: Script) -> set[str]:
-    import inspect
-
-    return set(inspect.signature(script.function).parameters)

@@ -135,3 +135,14 @@ def test_a_module_that_cannot_be_imported_is_one_line_before_anything_runs(tmp_p
             "error: $GPT2_POSHEADS_POSTS: 'broken_claims' cannot be imported (RuntimeError: half written); "
             "module names importable from here or PYTHONPATH"
         )
+
+
+def test_what_a_command_passes_is_declared_not_read_from_the_signature():
+    """A declaration names the set-up's values its function takes (``takes``) and its layers option
+    (``parse="layers"``); nothing reads the function's signature, and an unknown name is refused."""
+    from gpt2_posheads.claims.catalogue import Script
+
+    assert script("prev_head_sources").takes == ("seed", "progress")
+    assert [o.flag for o in script("mask_prev_attention").options if o.parse == "layers"] == ["--layers"]
+    with pytest.raises(ValueError, match="takes: \\['layer'\\]"):
+        Script("x", posts()[0], print, takes=("layer",))

@@ -194,6 +194,7 @@ def _console(result: ClaimResult, options: dict) -> None:
 @declare(
     POST,
     "l4h11_edit",
+    takes=("seed",),
     order=8,
     claims=SPECS,
     usage=USAGE,

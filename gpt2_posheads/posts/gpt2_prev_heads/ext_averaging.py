@@ -150,6 +150,7 @@ def _console(result: ClaimResult, options: dict) -> None:
 @declare(
     POST,
     "ext_pos_averaging",
+    takes=("seed",),
     order=7,
     claims=SPECS,
     usage=USAGE,

@@ -291,6 +291,7 @@ def _console(result: ClaimResult, options: dict) -> None:
 @declare(
     POST,
     "ext_pos_vs_wpe",
+    takes=("seed", "progress"),
     order=3,
     claims=SPECS,
     usage=USAGE,

@@ -129,7 +129,9 @@ The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.mask_prev_attention
     **PROMPTS,
     heads=HEADS,
     options=(
-        Option("--layers", None, "comma-separated layers to mask (default: every layer below the head's)", str),
+        Option(
+            "--layers", None, "comma-separated layers to mask (default: every layer below the head's)", parse="layers"
+        ),
         Option("--every", MASK_EVERY, "mask queries p with p %% every == 0", int, low=MIN_EVERY),
         Option("--renormalize", False, "renormalise masked rows to sum to 1"),
     ),

@@ -265,6 +265,7 @@ def _console(result: ClaimResult, options: dict) -> None:
 @declare(
     POST,
     "rank_prev_heads",
+    takes=("progress",),
     order=1,
     claims=SPECS,
     usage=USAGE,

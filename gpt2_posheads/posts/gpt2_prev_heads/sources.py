@@ -319,6 +319,7 @@ def _prepare(model, kwargs: dict, args) -> None:
 @declare(
     POST,
     "prev_head_sources",
+    takes=("seed", "progress"),
     order=9,
     claims=SPECS,
     usage=USAGE,

@@ -183,6 +183,7 @@ def _console(result: ClaimResult, options: dict) -> None:
 @declare(
     POST,
     "raw_scores_taxonomy",
+    takes=("progress",),
     order=6,
     claims=SPECS,
     usage=USAGE,

@@ -294,6 +294,7 @@ def _console(result: ClaimResult, options: dict) -> None:
 @declare(
     POST,
     "pos_embed_averaging",
+    takes=("seed",),
     order=4,
     claims=SPECS,
     usage=USAGE,
