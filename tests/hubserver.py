@@ -405,7 +405,8 @@ class HubServer:
 
         ``base`` (default ``os.environ``) without proxy settings, tokens and offline switches, plus ``HF_ENDPOINT``,
         ``HF_HOME``, ``HF_HUB_CACHE``, ``HF_DATASETS_CACHE``, telemetry and Xet off, and ``timeout`` seconds
-        (a whole number, as the clients parse it) for ``HF_HUB_ETAG_TIMEOUT`` and ``HF_HUB_DOWNLOAD_TIMEOUT``.
+        (a whole number, as the clients parse it) for ``HF_HUB_ETAG_TIMEOUT``, ``HF_HUB_DOWNLOAD_TIMEOUT`` and the
+        package's own ``GPT2_POSHEADS_HUB_TIMEOUT``.
         """
         env = {k: v for k, v in (os.environ if base is None else base).items() if not _dropped_var(k)}
         env.update(self.settings(hf_home, timeout))
@@ -428,6 +429,7 @@ class HubServer:
             "HF_HUB_DISABLE_PROGRESS_BARS": "1",
             "HF_HUB_ETAG_TIMEOUT": str(timeout),
             "HF_HUB_DOWNLOAD_TIMEOUT": str(timeout),
+            "GPT2_POSHEADS_HUB_TIMEOUT": str(timeout),
         }
 
     @contextlib.contextmanager
