@@ -21,6 +21,7 @@ import importlib
 import logging
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -198,9 +199,12 @@ class _Guard:
             raise HubTimeout(self.stopped)
 
     def explain(self) -> str:
+        """Why it stopped, with the client's log lines folded in: how many, and the last one (its addresses left out:
+        the reason names the one that did not answer)."""
         if not self.said:
             return self.stopped or ""
-        return f"{self.stopped} (the client said so {len(self.said)} times; last: {first_line(self.said[-1])})"
+        last = re.sub(r"\s*(from )?https?://\S+?(:\s|\s|$)", r"\2", first_line(self.said[-1])).strip()
+        return f"{self.stopped} (the client warned {len(self.said)} times, last: {last})"
 
     def body(self, url: str, start: int, chunks):
         """``chunks`` of ``url`` from byte ``start``, counted: bytes past the furthest received are progress; a try

@@ -87,7 +87,7 @@ def _download_failure(name: str, e: BaseException) -> str:
     if isinstance(e, HubTimeout):
         return (
             f"cannot load {name!r}: {e}; run again when the hub answers (a file cut short is never used), {local}, "
-            f"or use cached copies only (HF_HUB_OFFLINE=1)"
+            f"{_NO_HUB}"
         )
     if any(isinstance(c, errors.GatedRepoError) for c in chain):
         return (
@@ -104,6 +104,7 @@ def _download_failure(name: str, e: BaseException) -> str:
     )
 
 
+_NO_HUB = "or run without the hub (HF_HUB_OFFLINE=1) on local or shipped models"
 _ALIASES = {"gpt2-small": "gpt2", "openai-community/gpt2": "gpt2"}
 
 
@@ -141,7 +142,7 @@ def resolve_model_source(name_or_path: str | os.PathLike) -> str:
         if not problem.offline:
             raise ModelLoadError(
                 f"cannot load {s!r}: {problem.why}; run again when the hub answers, point at a local Hugging Face "
-                f"folder ({local}; {make}), or run without the hub (HF_HUB_OFFLINE=1) on local or shipped models"
+                f"folder ({local}; {make}), {_NO_HUB}"
             )
         raise ModelLoadError(
             f"cannot load {s!r}: the Hugging Face hub is unreachable ({problem.why}) and no cached copy exists. "
