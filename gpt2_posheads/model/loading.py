@@ -55,6 +55,12 @@ def hub_model_cached(name: str) -> bool:
     return snap is not None and incomplete is None
 
 
+def hub_model_problem(name: str):
+    """Why the hub's API does not answer for the hub model ``name`` (:func:`~gpt2_posheads.model.hub.hub_problem`),
+    or ``None`` when it does."""
+    return hub_problem(_ALIASES.get(name, name))
+
+
 def _cached_copy(repo_id: str) -> tuple[Path | None, str | None]:
     """``(snapshot, what it lacks)``: the cached snapshot of ``repo_id`` (or ``None``) and, for an incomplete one, what
     :func:`folder_problem` says of it (``None`` when it loads as it is)."""

@@ -95,6 +95,18 @@ def test_a_hub_model_on_a_stalled_api_is_one_line_naming_what_did_not_answer(sto
     assert "run again" in msg and "--model-dir" in msg and "HF_HUB_OFFLINE=1" in msg
 
 
+def test_the_main_job_refuses_hub_models_on_a_stalled_api_before_any_script(stop_hub, tmp_path, monkeypatch):
+    from gpt2_posheads.cli.checks import check_hub_names
+    from gpt2_posheads.model.validation import UsageError
+
+    stop_hub.stall_api()
+    with stop_hub.patched(monkeypatch, tmp_path / "hf", timeout=1), pytest.raises(UsageError) as e:
+        check_hub_names([CUTS])
+    msg = str(e.value)
+    assert msg.startswith(f"--models: {CUTS} need the Hugging Face hub, which does not answer (")
+    assert f"/api/models/{CUTS} did not answer within 1 s" in msg and "--model-dirs" in msg and "\n" not in msg
+
+
 def test_openwebtext_on_a_stalled_api_is_one_error_line(stop_hub, tmp_path):
     stop_hub.stall_api()
     r, seconds = command(stop_hub, tmp_path, "rank_prev_heads", "--model", "route-gpt2", "--prompts", "openwebtext")
@@ -248,3 +260,30 @@ def test_the_main_job_marks_the_script_a_stop_signal_interrupted(stop_hub, tmp_p
     (job,) = record["jobs"]
     assert job["status"] == "interrupted" and job["signal"] == "SIGTERM" and record["interrupted"]
     assert "interrupted (SIGTERM)" in (tmp_path / "results" / "index.html").read_text(encoding="utf-8")
+
+
+def test_the_explorer_stopped_during_a_download_says_so_in_one_line(stop_hub, tmp_path):
+    env = {**stop_hub.env(tmp_path / "hf", timeout=60), "PYTHONPATH": str(REPO_ROOT)}
+    seen = len(stop_hub.requests)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "gpt2_posheads", "explore", "--model", STALLS, "--port", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        weights = f"{STALLS}/resolve/main/model.safetensors"
+        deadline = time.monotonic() + 240
+        while not any(m == "GET" and weights in q for m, q, _ in stop_hub.requests[seen:]):
+            assert p.poll() is None and time.monotonic() < deadline, p.stderr.read()
+            time.sleep(0.05)
+        t = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)
+        seconds = time.monotonic() - t
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.stderr.read().strip() == "stopped (SIGTERM) before the server started"
+    assert p.returncode == 143 and seconds < 5
