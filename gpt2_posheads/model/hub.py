@@ -37,7 +37,7 @@ MAX_TRIES = 3  # tries in a row of one file that get no further than the furthes
 PROBE_TIMEOUT = 3.0  # seconds the question "does the hub answer" waits (at most the request timeout)
 
 
-class HubTimeout(RuntimeError):
+class HubTimeout(TimeoutError):
     """A download stopped by its bounds (:func:`bounded`); the message says which bound and what did not answer."""
 
 
