@@ -52,11 +52,9 @@ def explore_parser():
 
 
 def explore(argv: list[str]) -> int:
-    """``explore``: every user mistake is one ``error:`` line and status 2; Ctrl-C or SIGTERM stops the server
-    (status 0)."""
-    import signal
-
-    from .cli.args import _terminate_as_interrupt
+    """``explore``: every user mistake is one ``error:`` line and status 2; Ctrl-C, SIGTERM or SIGHUP stops the server
+    (status 0), or the start before it (one line, status 128 + the signal's number)."""
+    from .cli.args import Terminated, exit_status, stop_on_signals
     from .cli.checks import check_device, check_model_dir, model_folder
     from .cli.experiment import model_from_args, model_label
     from .model.validation import UsageError
@@ -65,7 +63,8 @@ def explore(argv: list[str]) -> int:
         args = explore_parser().parse_args(argv)
     except SystemExit as e:  # --help, or an argparse error already printed
         return e.code if isinstance(e.code, int) else 2
-    previous = _terminate_as_interrupt()  # SIGTERM stops the server as Ctrl-C does
+    restore = stop_on_signals()  # SIGTERM and SIGHUP stop the server as Ctrl-C does
+    stopped = None
     try:
         folder = model_folder(args)
         check_model_dir(None if folder is None else str(folder))
@@ -103,12 +102,14 @@ def explore(argv: list[str]) -> int:
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("\nstopped before the server started", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        stopped = e
+        by = f" ({e.name})" if isinstance(e, Terminated) else ""
+        print(f"\nstopped{by} before the server started", file=sys.stderr)
+        return exit_status(e)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        if restore is not None:
+            restore(stopped)
 
 
 def _check_port_free(port: int) -> None:

@@ -223,6 +223,7 @@ class Fault:
     times: int | None = None
     after: int | None = None
     method: str | None = None
+    ranges: bool = True
 
 
 def _files_of(folder_or_files: str | os.PathLike | Mapping[str, FileSource]) -> dict[str, FileSource]:
@@ -351,7 +352,13 @@ class HubServer:
     # ----- faults
 
     def fault(
-        self, match: str, kind: str, times: int | None = None, after: int | None = None, method: str | None = None
+        self,
+        match: str,
+        kind: str,
+        times: int | None = None,
+        after: int | None = None,
+        method: str | None = None,
+        ranges: bool = True,
     ) -> Fault:
         """Misbehave on requests whose path (raw or URL-decoded) contains ``match``.
 
@@ -366,21 +373,31 @@ class HubServer:
           through its body.
 
         Offsets are positions in the file, so a resumed download (``Range``) starting past them gets no further.
+        ``ranges=False``: the request's ``Range`` is ignored (200 and the file from byte 0, as some mirrors and proxies
+        answer), so a ``cut`` file is cut at the same byte on every try while bytes keep arriving.
         ``times``: how many requests misbehave (``None``: all). ``method``: only requests of that method
         (``"GET"`` leaves the metadata ``HEAD`` of a download alone). The first matching fault with requests left
         applies.
 
         What the clients do about it: ``huggingface_hub`` retries a 429 or 5xx ``HEAD`` five times with backoff
         (about a second each for a 429), and a broken download five times a second apart, resuming from what it has
-        written, which it writes in 10 MiB pieces (so a download broken before 10 MiB starts again from 0). A
-        stalled ``HEAD`` is tried again with a 60 s timeout, whatever ``HF_HUB_ETAG_TIMEOUT`` says.
+        written, which it writes in 10 MiB pieces (so a download broken before 10 MiB starts again from 0), and
+        counting its five tries again whenever a piece arrives (so a file cut past 10 MiB without ``Range`` support is
+        tried for ever). A stalled ``HEAD`` is tried again with a 60 s timeout, whatever ``HF_HUB_ETAG_TIMEOUT`` says;
+        an API request has no timeout at all.
         """
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(FAULT_KINDS)}")
-        f = Fault(match, kind, times, after, method.upper() if method else None)
+        f = Fault(match, kind, times, after, method.upper() if method else None, ranges)
         with self._lock:
             self._faults.append(f)
         return f
+
+    def stall_api(self) -> None:
+        """A hub whose front page answers while its API and its files never do: every ``/api/`` request and every
+        download (its ``HEAD`` too) stalls until the test's faults are cleared."""
+        self.fault("/api/", "stall")
+        self.fault("/resolve/", "stall")
 
     def clear_faults(self) -> None:
         with self._lock:
@@ -405,7 +422,8 @@ class HubServer:
 
         ``base`` (default ``os.environ``) without proxy settings, tokens and offline switches, plus ``HF_ENDPOINT``,
         ``HF_HOME``, ``HF_HUB_CACHE``, ``HF_DATASETS_CACHE``, telemetry and Xet off, and ``timeout`` seconds
-        (a whole number, as the clients parse it) for ``HF_HUB_ETAG_TIMEOUT`` and ``HF_HUB_DOWNLOAD_TIMEOUT``.
+        (a whole number, as the clients parse it) for ``HF_HUB_ETAG_TIMEOUT``, ``HF_HUB_DOWNLOAD_TIMEOUT`` and the
+        package's own ``GPT2_POSHEADS_HUB_TIMEOUT``.
         """
         env = {k: v for k, v in (os.environ if base is None else base).items() if not _dropped_var(k)}
         env.update(self.settings(hf_home, timeout))
@@ -428,6 +446,7 @@ class HubServer:
             "HF_HUB_DISABLE_PROGRESS_BARS": "1",
             "HF_HUB_ETAG_TIMEOUT": str(timeout),
             "HF_HUB_DOWNLOAD_TIMEOUT": str(timeout),
+            "GPT2_POSHEADS_HUB_TIMEOUT": str(timeout),
         }
 
     @contextlib.contextmanager
@@ -729,10 +748,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_file(self, entry: RepoFileEntry, rev: Revision, repo: Repo) -> None:
         size = entry.size
         start, end, status = 0, size, 200
-        rng = self.headers.get("Range")
+        ranges = self._fault is None or self._fault.ranges
+        rng = self.headers.get("Range") if ranges else None
         headers = {
             "Content-Type": "application/octet-stream",
-            "Accept-Ranges": "bytes",
+            "Accept-Ranges": "bytes" if ranges else "none",
             "ETag": f'"{entry.etag}"',
             "X-Repo-Commit": rev.sha,
             "Content-Disposition": f"inline; filename*=UTF-8''{quote(entry.path.rsplit('/', 1)[-1])}; "

@@ -13,6 +13,7 @@ second run reads them from the cache without asking the network.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import gzip
 import json
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from ..model.loading import error_chain, first_line, http_status, hub_endpoint, hub_offline, hub_reachable
+from ..model.hub import HubTimeout, download, error_chain, first_line, http_status, hub_endpoint, hub_problem
 from ..model.paths import WIKITEXT_DIR
 from ..model.validation import UsageError, note
 
@@ -34,7 +35,12 @@ WIKITEXT_OFFLINE = "wikitext-2 (offline stand-in for openwebtext-10k)"
 
 
 class HubDatasetError(RuntimeError):
-    """The hub dataset could not be read; the message is the reason, in words, naming what failed."""
+    """The hub dataset could not be read; the message is the reason, in words, naming what failed. ``offline``: there
+    is no connection to the hub at all (``HF_HUB_OFFLINE``, no network), as against a hub that stalls or fails."""
+
+    def __init__(self, message: str, offline: bool = False):
+        super().__init__(message)
+        self.offline = offline
 
 
 def openwebtext_documents(dataset: str = OPENWEBTEXT) -> list[str]:
@@ -42,9 +48,10 @@ def openwebtext_documents(dataset: str = OPENWEBTEXT) -> list[str]:
 
     A complete cached copy is read without the network; otherwise the files are downloaded (``huggingface_hub``
     downloads into a temporary file and renames it only when complete, so a cut download is never read later). A
-    cached file that does not read as parquet is downloaded again. Every failure (offline and not cached, the hub's
-    refusal, a missing conversion, a timeout, an answer that is not the hub's) is a :class:`HubDatasetError` whose
-    message says which."""
+    cached file that does not read as parquet is downloaded again. The hub is asked within seconds and the download is
+    bounded in time (:mod:`gpt2_posheads.model.hub`). Every failure (offline and not cached, the hub's refusal, a
+    missing conversion, a stall or a cut, an answer that is not the hub's) is a :class:`HubDatasetError` whose message
+    says which."""
     return list(_openwebtext(dataset, hub_endpoint()))
 
 
@@ -60,30 +67,35 @@ def _openwebtext(dataset: str, endpoint: str) -> tuple[str, ...]:
             return _parquet_texts(cached)
         except HubDatasetError as e:
             note(f"prompts: the cached copy of {dataset} does not read ({e}); downloading it again")
-    if hub_offline():
-        raise HubDatasetError(f"{dataset} is not in the Hugging Face cache and HF_HUB_OFFLINE is set")
-    if not hub_reachable():
-        raise HubDatasetError(f"{dataset} is not cached and the Hugging Face hub ({endpoint}) does not answer")
+    problem = hub_problem(dataset, "dataset", PARQUET_REVISION)
+    if problem is not None:
+        raise HubDatasetError(f"{dataset} is not in the Hugging Face cache and {problem.why}", problem.offline)
     return _parquet_texts(_parquet_snapshot(dataset, local_only=False, again=bool(cached)))
 
 
 def _parquet_snapshot(dataset: str, local_only: bool, again: bool = False) -> list[Path]:
-    """The parquet files of ``dataset``'s conversion: from the cache only (``local_only``) or from the hub
-    (``again``: downloaded anew, over a cached copy that does not read)."""
+    """The parquet files of ``dataset``'s conversion: from the cache only (``local_only``) or from the hub, bounded in
+    time (:func:`~gpt2_posheads.model.hub.download`; ``again``: downloaded anew, over a cached copy that does not
+    read)."""
     from huggingface_hub import snapshot_download
 
     try:
-        folder = snapshot_download(
-            dataset,
-            repo_type="dataset",
-            revision=PARQUET_REVISION,
-            allow_patterns=[PARQUET_FILES],
-            local_files_only=local_only,
-            force_download=again,
-        )
+        if local_only:
+            folder = snapshot_download(
+                dataset,
+                repo_type="dataset",
+                revision=PARQUET_REVISION,
+                allow_patterns=[PARQUET_FILES],
+                local_files_only=True,
+            )
+            files = sorted(Path(folder).glob(PARQUET_FILES))
+        else:
+            got = download(
+                dataset, lambda names: fnmatch.filter(names, PARQUET_FILES), "dataset", PARQUET_REVISION, again
+            )
+            files = sorted(got.values())
     except Exception as e:  # noqa: BLE001 - every way of failing becomes one reason in words
         raise HubDatasetError(_hub_failure(dataset, e)) from None
-    files = sorted(Path(folder).glob(PARQUET_FILES))
     if not files:
         raise HubDatasetError(f"{dataset}'s parquet conversion ({PARQUET_REVISION}) has no {PARQUET_FILES}")
     return files
@@ -114,6 +126,9 @@ def _hub_failure(dataset: str, e: BaseException) -> str:
 
     def has(kind) -> bool:
         return any(isinstance(c, kind) for c in chain)
+
+    if isinstance(e, HubTimeout):
+        return f"reading {dataset} from the hub stopped: {e}"
 
     if has(errors.GatedRepoError):
         return f"{dataset} is gated on the hub (HTTP {status}): log in with `hf auth login` after accepting its terms"
@@ -246,7 +261,7 @@ def documents(source: str | Sequence[str] = "auto") -> tuple[list[str], str]:
         try:
             return openwebtext_documents(), OPENWEBTEXT
         except HubDatasetError as e:
-            if hub_offline() or not hub_reachable():
+            if e.offline:
                 return wikitext_documents(), WIKITEXT_OFFLINE
             why = str(e)
             note(f"prompts: {OPENWEBTEXT} could not be read ({why}); using the shipped WikiText-2 instead")

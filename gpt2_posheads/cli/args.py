@@ -173,9 +173,13 @@ def experiment_parser(description: str, model: bool = True, out_help: str | None
 
 
 def main_entry(main: Callable, argv: Sequence[str] | None = None):
-    """Run a script's ``main``: a :class:`UsageError` is one ``error:`` line and exit status 2; Ctrl-C or an
-    error leaves every earlier result as it was (staged outputs are dropped); anything else keeps its
-    traceback (it is a bug).
+    """Run a script's ``main``: a :class:`UsageError` is one ``error:`` line and exit status 2; Ctrl-C, SIGTERM or
+    SIGHUP (:class:`Terminated`) or an error leaves every earlier result as it was (staged outputs are dropped);
+    anything else keeps its traceback (it is a bug).
+
+    A stop signal ends the run within seconds, a download too (:mod:`gpt2_posheads.model.hub`), with one line and exit
+    status 130 (Ctrl-C), 143 (SIGTERM) or 129 (SIGHUP); further stop signals while it cleans up are ignored
+    (:func:`stop_on_signals`), so a second one never prints a traceback.
 
     Outside the measurement: the console cannot end the run (:class:`~gpt2_posheads.cli.console.ConsoleStream`). A
     reader that stops early (``script | head -2``) silences the rest of the output and the run finishes, writes its
@@ -186,8 +190,9 @@ def main_entry(main: Callable, argv: Sequence[str] | None = None):
     results kept (the staged output is dropped). A measurement with nothing in it
     (:class:`~gpt2_posheads.model.validation.NothingMeasuredError`) or a NaN the model computed ends the run with
     every claim ``not testable`` and the reason."""
-    previous = _terminate_as_interrupt()
+    restore = stop_on_signals()
     restore_console = guard_console()
+    stopped = None
     try:
         return main(argv)
     except UsageError as e:
@@ -211,43 +216,80 @@ def main_entry(main: Callable, argv: Sequence[str] | None = None):
             raise
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
-    except Terminated:
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated)
+        stopped = e
         abort_open_outputs()
-        print("\nterminated (SIGTERM): earlier results are kept as they were", file=sys.stderr)
-        raise SystemExit(143) from None
-    except KeyboardInterrupt:
-        abort_open_outputs()
-        print(
-            "\ninterrupted: earlier results are kept as they were (resumable work resumes on the next run)",
-            file=sys.stderr,
-        )
-        raise SystemExit(130) from None
+        if isinstance(e, Terminated):
+            print(f"\nterminated ({e.name}): earlier results are kept as they were", file=sys.stderr)
+        else:
+            print(
+                "\ninterrupted: earlier results are kept as they were (resumable work resumes on the next run)",
+                file=sys.stderr,
+            )
+        raise SystemExit(exit_status(e)) from None
     except BaseException:
         abort_open_outputs()
         raise
     finally:
         restore_console()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        if restore is not None:
+            restore(stopped)
+
+
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (what ``timeout`` and job schedulers send), handled as Ctrl-C is: staged outputs dropped, locks
-    released, earlier results kept."""
+    """A stop signal other than Ctrl-C, handled as Ctrl-C is (staged outputs dropped, locks released, earlier results
+    kept): SIGTERM (what ``timeout``, ``kill`` and job schedulers send) or SIGHUP (the terminal or ssh session
+    closed). ``name``: the signal's (``"SIGTERM"``)."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(signum)
+        self.signum = int(signum)
+        self.name = signal.Signals(self.signum).name
 
 
-def _terminate_as_interrupt():
-    """Make SIGTERM raise :class:`Terminated` in the main thread; the previous handler (``None`` off the main
-    thread, where signals cannot be set)."""
+def exit_status(e: KeyboardInterrupt) -> int:
+    """A stopped run's exit status, as a shell reports a process the signal ended: 128 + the signal's number (130 for
+    Ctrl-C, 143 for SIGTERM, 129 for SIGHUP)."""
+    return 128 + (e.signum if isinstance(e, Terminated) else int(signal.SIGINT))
+
+
+def stopped_by(status: int) -> KeyboardInterrupt | None:
+    """The interrupt that exit status ``status`` reports (:func:`exit_status`; ``-N`` too: a child process that signal
+    ``N`` ended), to raise again; ``None`` for a run that was not stopped."""
+    for s in STOP_SIGNALS:
+        if status in (128 + s, -s):
+            return KeyboardInterrupt() if s == signal.SIGINT else Terminated(s)
+    return None
+
+
+def stop_on_signals() -> Callable[[KeyboardInterrupt | None], None] | None:
+    """In the main thread, make Ctrl-C raise ``KeyboardInterrupt`` and SIGTERM and SIGHUP :class:`Terminated`; the
+    first of them ignores all three from then on (the run cleans up undisturbed). A signal the process was started
+    ignoring (``nohup``: SIGHUP) stays ignored. Returns ``restore(stopped)``, which puts the previous handlers back
+    (after a run SIGTERM or SIGHUP stopped, those two stay ignored: the process is ending as it was told); ``None`` off
+    the main thread, where signals cannot be set."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         return None
+    ours = [s for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
 
     def handler(signum, frame):
-        raise Terminated
+        for s in ours:
+            signal.signal(s, signal.SIG_IGN)
+        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
-    return signal.signal(signal.SIGTERM, handler)
+    previous = {s: signal.signal(s, handler) for s in ours}
+
+    def restore(stopped: KeyboardInterrupt | None = None) -> None:
+        for s, h in previous.items():
+            ending = isinstance(stopped, Terminated) and s != signal.SIGINT
+            signal.signal(s, signal.SIG_IGN if ending else signal.SIG_DFL if h is None else h)
+
+    return restore
 
 
 # --- numbers -------------------------------------------------------------------------------------------

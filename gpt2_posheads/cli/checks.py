@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from ..model.folder import WEIGHT_FILES, folder_problem
-from ..model.loading import hub_model_cached, hub_reachable
+from ..model.loading import hub_model_cached, hub_model_problem
 from ..model.paths import SHIPPED_MODELS, models_dir, shipped_model_dir
 from ..model.validation import UsageError, path_kind, positive
 from .args import PROMPT_SOURCES, int_list
@@ -123,10 +123,12 @@ def check_hub_names(hub: Sequence[str]) -> None:
     """Hub names (``--models``) need the Hugging Face hub: refuse them in one line, within seconds, when it is
     unreachable (before any model is loaded), and point at local folders."""
     missing = [name for name in hub if not hub_model_cached(name)]  # a complete cached copy loads offline
-    if missing and not hub_reachable():
+    problem = next(filter(None, map(hub_model_problem, missing)), None)  # asked of each model's API, in turn
+    if problem is not None:
         raise UsageError(
             "--models",
-            f"{', '.join(missing)} need the Hugging Face hub, which is unreachable, and are not cached",
+            f"{', '.join(missing)} need the Hugging Face hub, which does not answer ({problem.why}), and are not "
+            "cached",
             "hub names on a machine with internet",
             "or --model-dirs with local copies",
         )

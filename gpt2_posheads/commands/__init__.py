@@ -89,15 +89,15 @@ def run(name: str, argv: Sequence[str] | None = None) -> int:
         print(f"{name}: loading torch and the toolkit", flush=True)
     from ..cli.args import main_entry
 
-    code = main_entry(load(name).main, argv)
+    code = main_entry(lambda a: load(name).main(a), argv)  # a stop signal while it imports is handled too
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
 def run_experiment(name: str, args: Sequence[str], check: bool = False, env: dict[str, str] | None = None) -> int:
     """Run command ``name`` with ``args`` (and ``env`` added to this process's environment) in a fresh Python
     process (``python -m gpt2_posheads NAME``, so it runs wherever the package is importable); its exit status (130
-    when it was interrupted, 143 when terminated). Interrupted or terminated here, the child is terminated too and
-    given time to drop its staged output and release its lock before this raises."""
+    when it was interrupted, 143 or 129 when SIGTERM or SIGHUP stopped it). Interrupted or terminated here, the child
+    is terminated too and given time to drop its staged output and release its lock before this raises."""
     import os
     import subprocess
 

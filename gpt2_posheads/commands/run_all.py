@@ -36,7 +36,7 @@ import torch
 
 from gpt2_posheads.claims.catalogue import model_scripts, toy_scripts
 from gpt2_posheads.cli import Parser, check_device, check_hub_names, check_model_dir, results_root, write_json
-from gpt2_posheads.cli.args import Terminated
+from gpt2_posheads.cli.args import Terminated, exit_status, stopped_by
 from gpt2_posheads.cli.experiment import model_slug, shared_setup
 from gpt2_posheads.cli.output import acquire_lock, now_iso, remove_dead_runs
 from gpt2_posheads.commands import run, run_experiment
@@ -169,14 +169,14 @@ def run_jobs(args, results: Path, jobs: list, models: list[list[str]], names: li
                 t = time.time()
                 rec.update(status="running", started=now_iso())
                 rc = run_experiment(name, extra, env=child_env) if args.processes else run_here(name, extra)
-                rec.update(
-                    seconds=round(time.time() - t, 1),
-                    exit=rc,
-                    status="ok" if rc == 0 else "interrupted" if rc == 130 else "failed",
-                )
-                print(f"=== {name}: {rec['status']} in {rec['seconds']:.0f} s", flush=True)
-                if rc in (130, 143):
-                    raise Terminated if rc == 143 else KeyboardInterrupt
+                stop = stopped_by(rc)  # Ctrl-C, SIGTERM or SIGHUP: the script says which by its status
+                rec.update(seconds=round(time.time() - t, 1), exit=rc, status="ok" if rc == 0 else "failed")
+                if stop is not None:
+                    rec.update(status="interrupted", signal=getattr(stop, "name", "SIGINT"))
+                by = f" ({rec['signal']})" if stop is not None else ""
+                print(f"=== {name}: {rec['status']}{by} in {rec['seconds']:.0f} s", flush=True)
+                if stop is not None:
+                    raise stop
                 if rc != 0:
                     failed.append(name)
             if not args.no_explorer:
@@ -185,12 +185,12 @@ def run_jobs(args, results: Path, jobs: list, models: list[list[str]], names: li
                     print(f"\n=== attention explorer: {name}", flush=True)
                     model = load_model(name, device=args.device)
                     write_explorer(model, staging / f"{slug[name]}.html", name)
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (main_entry raises Terminated for it)
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM or SIGHUP (Terminated)
         for rec in record["jobs"]:
             if rec["status"] == "running":
-                rec["status"] = "interrupted"
+                rec.update(status="interrupted", signal=e.name if isinstance(e, Terminated) else "SIGINT")
         print("\ninterrupted: the index page marks what did not finish", file=sys.stderr)
-        return finish(results, record, staging, t_all, failed, 143 if isinstance(e, Terminated) else 130)
+        return finish(results, record, staging, t_all, failed, exit_status(e))
     finally:  # this process's environment as it was (a caller of main() in Python keeps its own)
         for k, v in saved.items():
             if v is None:
@@ -202,8 +202,8 @@ def run_jobs(args, results: Path, jobs: list, models: list[list[str]], names: li
 
 def run_here(name: str, argv: list[str]) -> int:
     """Run script ``name`` in this process as its own process would: its exit status (a mistake 2, Ctrl-C 130,
-    SIGTERM 143); a bug is printed with its traceback and counted a failure, and the job goes on. The thread count a
-    script sets (the toys') is restored after it."""
+    SIGTERM 143, SIGHUP 129); a bug is printed with its traceback and counted a failure, and the job goes on. The
+    thread count a script sets (the toys') is restored after it."""
     threads = torch.get_num_threads()
     try:
         return run(name, argv)
@@ -260,7 +260,7 @@ def fingerprints(models: list[list[str]]) -> dict[str, str]:
 def finish(results: Path, record: dict, staging: Path, t_all: float, failed: list[str], code: int) -> int:
     """Write the job's explorers (from ``staging``), its record and the page, all or none: every summary under
     ``results`` is read first, so one that cannot be read (a :class:`UsageError` naming it) changes nothing."""
-    record.update(finished=now_iso(), seconds=round(time.time() - t_all, 1), interrupted=code in (130, 143))
+    record.update(finished=now_iso(), seconds=round(time.time() - t_all, 1), interrupted=stopped_by(code) is not None)
     summaries = collect_summaries(results)
     written = []
     if staging.is_dir():

@@ -11,74 +11,20 @@ import contextlib
 import fnmatch
 import json
 import os
-import time
 import warnings
 from pathlib import Path
 
 import torch
 
 from .folder import folder_problem, mismatch_message, safetensors_files
+from .hub import HubTimeout, download, error_chain, first_line, http_status, hub_problem, snapshot_folder
+from .hub import hub_reachable as hub_reachable  # where the command line and the package's top level find it
 from .memory import CheckpointLoader, layerwise_processing, release_source_copies
 from .paths import SHIPPED_MODELS, shared_file, shipped_model_dir
 
 
 class ModelLoadError(RuntimeError):
     """The model could not be loaded; the message says how to point at a local copy."""
-
-
-# --------------------------------------------------------------------------------------------
-# Hub reachability: decide in seconds instead of letting HTTP clients retry for minutes.
-# --------------------------------------------------------------------------------------------
-_REACHABLE: dict[tuple, tuple[float, bool]] = {}  # (endpoint, proxies) -> (when asked, answer)
-_REACHABLE_TTL = 60.0  # seconds an answer is reused: every script of a job asks, the network rarely changes faster
-
-
-def hub_offline() -> bool:
-    """``HF_HUB_OFFLINE`` is set (in the environment or in ``huggingface_hub``'s constants)."""
-    if os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() not in ("0", "", "false", "no", "off"):
-        return True
-    try:
-        from huggingface_hub import constants
-
-        return bool(constants.HF_HUB_OFFLINE)
-    except Exception:  # pragma: no cover - huggingface_hub always ships with transformers
-        return False
-
-
-def hub_endpoint() -> str:
-    """The endpoint the Hugging Face clients talk to (``HF_ENDPOINT``, else the hub)."""
-    try:
-        from huggingface_hub import constants
-
-        return str(constants.ENDPOINT).rstrip("/")
-    except Exception:  # pragma: no cover
-        return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """True when the Hugging Face endpoint answers HTTP within ``timeout`` seconds, asked the way the clients ask:
-    through ``huggingface_hub``'s own HTTP session, so through the proxy they would use (``HTTPS_PROXY``,
-    ``NO_PROXY``). A TCP connection alone is not an answer: a dead proxy in front of a reachable endpoint, or a
-    portal that accepts connections and then fails HTTP, is unreachable. Any status below 500 counts as an answer
-    (what the endpoint then serves is checked by whoever reads it). ``HF_HUB_OFFLINE``: False at once. The answer is
-    reused for a minute."""
-    if hub_offline():
-        return False
-    endpoint = hub_endpoint()
-    proxies = tuple(os.environ.get(k, "") for k in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"))
-    key = (endpoint, proxies, os.environ.get("NO_PROXY", os.environ.get("no_proxy", "")))
-    now = time.monotonic()
-    if key in _REACHABLE and now - _REACHABLE[key][0] < _REACHABLE_TTL:
-        return _REACHABLE[key][1]
-    try:
-        from huggingface_hub.utils import get_session
-
-        status = get_session().head(f"{endpoint}/", timeout=timeout, follow_redirects=True).status_code
-        answer = status < 500
-    except Exception:  # noqa: BLE001 - any failure to get an HTTP answer means: not reachable from here
-        answer = False
-    _REACHABLE[key] = (now, answer)
-    return answer
 
 
 # what a model is loaded from; the hub's other files (other frameworks' weights, ONNX, ...) are never downloaded
@@ -103,35 +49,16 @@ def _cached_snapshot(repo_id: str) -> Path | None:
             return None
 
 
-def error_chain(e: BaseException) -> list[BaseException]:
-    """``e`` and the errors under it, outermost first: the hub clients wrap an HTTP error or a timeout in their own
-    (``raise ... from``), and the reason is found at whichever level names it."""
-    chain = [e]
-    while chain[-1].__cause__ is not None and all(chain[-1].__cause__ is not c for c in chain):
-        chain.append(chain[-1].__cause__)
-    return chain
-
-
-def http_status(e: BaseException) -> int | None:
-    """The HTTP status of the first error in :func:`error_chain` that carries a response."""
-    for c in error_chain(e):
-        status = getattr(getattr(c, "response", None), "status_code", None)
-        if status is not None:
-            return int(status)
-    return None
-
-
-def first_line(e: BaseException) -> str:
-    """The first line of the innermost error's message (a client's advice after it is left out)."""
-    root = error_chain(e)[-1]
-    text = str(root).strip().splitlines()
-    return (text[0] if text else type(root).__name__)[:200]
-
-
 def hub_model_cached(name: str) -> bool:
     """A complete copy of the hub model ``name`` is in the Hugging Face cache (it loads without the network)."""
     snap, incomplete = _cached_copy(_ALIASES.get(name, name))
     return snap is not None and incomplete is None
+
+
+def hub_model_problem(name: str):
+    """Why the hub's API does not answer for the hub model ``name`` (:func:`~gpt2_posheads.model.hub.hub_problem`),
+    or ``None`` when it does."""
+    return hub_problem(_ALIASES.get(name, name))
 
 
 def _cached_copy(repo_id: str) -> tuple[Path | None, str | None]:
@@ -142,17 +69,20 @@ def _cached_copy(repo_id: str) -> tuple[Path | None, str | None]:
 
 
 def _download(name: str, repo_id: str) -> Path:
-    """The files a model is loaded from, downloaded into the Hugging Face cache (each into a temporary file renamed
-    when complete: a cut download is never loaded later); every failure a one-line :class:`ModelLoadError` naming
-    the model and what to do."""
-    from huggingface_hub import HfApi, snapshot_download
+    """The files a model is loaded from, downloaded into the Hugging Face cache (:func:`.hub.download`: bounded in
+    time, a cut file never kept); every failure a one-line :class:`ModelLoadError` naming the model and what to do."""
+
+    def model_files(names: list[str]) -> list[str]:
+        weights = next((w for w in _WEIGHT_PATTERNS if any(fnmatch.fnmatch(f, w[0]) for f in names)), [])
+        return [f for f in names if any(fnmatch.fnmatch(f, p) for p in _MODEL_FILES + weights)]
 
     try:
-        files = {s.rfilename for s in (HfApi().model_info(repo_id).siblings or [])}
-        weights = next((w for w in _WEIGHT_PATTERNS if any(fnmatch.fnmatch(f, w[0]) for f in files)), [])
-        return Path(snapshot_download(repo_id, allow_patterns=_MODEL_FILES + weights))
+        files = download(repo_id, model_files)
     except Exception as e:  # noqa: BLE001 - every way of failing is said in one line
         raise ModelLoadError(_download_failure(name, e)) from None
+    if not files:
+        raise ModelLoadError(f"cannot load {name!r}: the hub's {repo_id} holds none of the files a model is made of")
+    return snapshot_folder(*next(iter(files.items())))
 
 
 def _download_failure(name: str, e: BaseException) -> str:
@@ -160,6 +90,11 @@ def _download_failure(name: str, e: BaseException) -> str:
 
     chain, status = error_chain(e), http_status(e)
     local = f"or point at a local Hugging Face folder (--model-dir path/to/{name.split('/')[-1]})"
+    if isinstance(e, HubTimeout):
+        return (
+            f"cannot load {name!r}: {e}; run again when the hub answers (a file cut short is never used), {local}, "
+            f"{_NO_HUB}"
+        )
     if any(isinstance(c, errors.GatedRepoError) for c in chain):
         return (
             f"cannot load {name!r}: the model is gated on the hub (HTTP {status}); accept its terms on its hub page "
@@ -175,6 +110,7 @@ def _download_failure(name: str, e: BaseException) -> str:
     )
 
 
+_NO_HUB = "or run without the hub (HF_HUB_OFFLINE=1) on local or shipped models"
 _ALIASES = {"gpt2-small": "gpt2", "openai-community/gpt2": "gpt2"}
 
 
@@ -199,19 +135,26 @@ def resolve_model_source(name_or_path: str | os.PathLike) -> str:
     snap, incomplete = _cached_copy(repo_id)
     if snap is not None and incomplete is None:
         return str(snap)
-    if not hub_reachable():
+    problem = hub_problem(repo_id)
+    if problem is not None:
+        local = f"--model-dir path/to/{s.split('/')[-1]}"
         if snap is not None:
             raise ModelLoadError(
-                f"cannot load {s!r}: its copy in the Hugging Face cache is incomplete ({incomplete}) and the hub is "
-                f"unreachable{' (HF_HUB_OFFLINE is set)' if hub_offline() else ''}; run once with the hub reachable "
-                f"to download the rest, or point at a complete local folder (--model-dir path/to/{s.split('/')[-1]})"
+                f"cannot load {s!r}: its copy in the Hugging Face cache is incomplete ({incomplete}) and "
+                f"{problem.why}; run once with the hub answering to download the rest, or point at a complete local "
+                f"folder ({local})"
+            )
+        make = f"`hf download {repo_id} --local-dir {s.split('/')[-1]}` makes one on a machine with internet"
+        if not problem.offline:
+            raise ModelLoadError(
+                f"cannot load {s!r}: {problem.why}; run again when the hub answers, point at a local Hugging Face "
+                f"folder ({local}; {make}), {_NO_HUB}"
             )
         raise ModelLoadError(
-            f"cannot load {s!r}: the Hugging Face hub is unreachable (offline) and no cached copy exists. "
-            f"Point at a local Hugging Face-format directory instead, e.g. "
-            f"load_model('path/to/gpt2') or --model-dir path/to/gpt2 (a folder with config.json, "
-            f"model.safetensors and tokenizer files; `huggingface-cli download gpt2 --local-dir gpt2` "
-            f"makes one on a machine with internet). "
+            f"cannot load {s!r}: the Hugging Face hub is unreachable ({problem.why}) and no cached copy exists. "
+            f"Point at a local Hugging Face-format directory instead, e.g. load_model('path/to/gpt2') or "
+            f"--model-dir path/to/gpt2 (a folder with config.json, model.safetensors and tokenizer files; "
+            f"`hf download gpt2 --local-dir gpt2` makes one on a machine with internet). "
             f"The package ships models that load offline by name: {', '.join(SHIPPED_MODELS)}."
         )
     snap = _download(s, repo_id)

@@ -314,7 +314,9 @@ def load_traced(
 
     if remote is True:
         check_remote()
-        model = TransformersModel(str(name_or_path), task="text-generation")
+        from .hub import bounded  # its configuration and tokenizer come from the hub: bounded in time
+
+        model = bounded(lambda: TransformersModel(str(name_or_path), task="text-generation"))
     else:
         path = Path(name_or_path).expanduser()
         if not (path / "config.json").is_file():

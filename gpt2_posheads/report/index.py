@@ -216,7 +216,7 @@ def run_header(record: dict | None) -> str:
         )
     rows = "".join(
         f"<tr><td>{html.escape(j['script'])}</td><td>{html.escape(str(j.get('model') or TOY_COLUMN))}</td>"
-        f"<td class='s-{html.escape(j['status'].replace(' ', '-'))}'>{html.escape(j['status'])}</td>"
+        f"<td class='s-{html.escape(j['status'].replace(' ', '-'))}'>{html.escape(_status(j))}</td>"
         f"<td>{fmt(j['seconds']) + ' s' if 'seconds' in j else ''}</td></tr>"
         for j in jobs
     )
@@ -228,6 +228,11 @@ def run_header(record: dict | None) -> str:
         f"<details><summary>run time of each script</summary><table class='jobs'><tr><th>script</th><th>model</th>"
         f"<th>status</th><th>time</th></tr>{rows}</table></details>"
     )
+
+
+def _status(job: dict) -> str:
+    """A job's status as the page shows it: an interrupted one with the signal that stopped it."""
+    return job["status"] + (f" ({job['signal']})" if job.get("signal") else "")
 
 
 Cells = dict[tuple[str, str], dict[str, tuple[Claim, Summary, Path]]]

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from gpt2_posheads import ModelLoadError, load_model
-from gpt2_posheads.model import loading
+from gpt2_posheads.model import hub as hub_client
 
 TINY = "tiny-org/tiny-gpt2"
 STALLS = "tiny-org/stalls"
@@ -17,9 +17,9 @@ STALLS = "tiny-org/stalls"
 
 @pytest.fixture(autouse=True)
 def _fresh_answers():
-    loading._REACHABLE.clear()
+    hub_client._REACHABLE.clear()
     yield
-    loading._REACHABLE.clear()
+    hub_client._REACHABLE.clear()
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_a_hub_model_downloads_once_and_loads_offline_from_the_cache(tiny_hub, t
         "README.md",
     }
     n = len(tiny_hub.requests)
-    loading._REACHABLE.clear()
+    hub_client._REACHABLE.clear()
     with tiny_hub.patched(None, home, offline=True):
         again = load_model(TINY, device="cpu")
     assert torch.equal(again.W_Q, m.W_Q) and len(tiny_hub.requests) == n
@@ -71,7 +71,7 @@ def test_an_incomplete_cache_offline_is_one_line_naming_the_model(tiny_hub, tmp_
         load_model(TINY, device="cpu")
     for f in cached_weights(home):  # the weights gone from the cache, the config left
         f.unlink()
-    loading._REACHABLE.clear()
+    hub_client._REACHABLE.clear()
     with tiny_hub.patched(None, home, offline=True), pytest.raises(ModelLoadError) as e:
         load_model(TINY, device="cpu")
     msg = str(e.value)
@@ -98,7 +98,7 @@ def test_a_stalled_download_is_one_line_and_never_loaded_later(tiny_hub, tiny_mo
     assert "\n" not in str(e.value) and STALLS in str(e.value) and "run again" in str(e.value)
     assert not cached_weights(home)  # the part written is not a cached file
     tiny_hub.repos[("model", STALLS)].stall_after = None  # the network recovers
-    loading._REACHABLE.clear()
+    hub_client._REACHABLE.clear()
     with tiny_hub.patched(monkeypatch, home, timeout=1):
         m = load_model(STALLS, device="cpu")
     assert torch.equal(m.W_Q, tiny_model.W_Q)

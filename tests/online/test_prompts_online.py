@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from gpt2_posheads.analysis import prompts
-from gpt2_posheads.model import loading
+from gpt2_posheads.model import hub as hub_client
 from gpt2_posheads.model.paths import REPO_ROOT
 from gpt2_posheads.model.validation import UsageError
 
@@ -22,10 +22,10 @@ PARQUET = "plain_text/train"
 def _fresh_answers():
     """Every test asks the hub anew: the process remembers the dataset and the reachability per endpoint."""
     prompts._openwebtext.cache_clear()
-    loading._REACHABLE.clear()
+    hub_client._REACHABLE.clear()
     yield
     prompts._openwebtext.cache_clear()
-    loading._REACHABLE.clear()
+    hub_client._REACHABLE.clear()
 
 
 def parquet_gets(hub) -> int:
@@ -68,7 +68,7 @@ def test_the_loading_script_datasets_refuses_is_not_in_the_way(hub, tmp_path, mo
         ("429", "HTTP 429"),
         ("500", "HTTP 500"),
         ("html", "did not answer as the Hugging Face hub does"),
-        ("cut", "failed"),
+        ("cut", "did not answer"),
     ],
 )
 def test_auto_falls_back_and_says_why(kind, why, hub, tmp_path, monkeypatch, capsys):
@@ -127,8 +127,8 @@ def test_a_dead_proxy_in_front_of_a_reachable_hub_is_unreachable_within_seconds(
     import time
 
     with hub.patched(monkeypatch, tmp_path / "hf"):
-        assert loading.hub_reachable()
-        loading._REACHABLE.clear()
+        assert hub_client.hub_reachable()
+        hub_client._REACHABLE.clear()
         monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
         monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
         monkeypatch.delenv("NO_PROXY", raising=False)
@@ -137,7 +137,7 @@ def test_a_dead_proxy_in_front_of_a_reachable_hub_is_unreachable_within_seconds(
 
         monkeypatch.setattr(_http, "_GLOBAL_CLIENT", None, raising=False)  # a new session reads the proxy
         t = time.monotonic()
-        assert not loading.hub_reachable(timeout=2)
+        assert not hub_client.hub_reachable(timeout=2)
         assert time.monotonic() - t < 10
         docs, source = prompts.documents("auto")
     assert source == prompts.WIKITEXT_OFFLINE and docs

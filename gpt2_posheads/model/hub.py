@@ -1,0 +1,388 @@
+"""The Hugging Face hub as this package talks to it: whether it answers, and every download from it bounded in time.
+
+``huggingface_hub`` waits without limit for an API answer and 60 s for a file's metadata on its second try, and it
+starts its count of retries again whenever bytes arrive, so a hub that stalls, or a server that ignores ``Range`` and
+cuts a file at the same byte every time, would hold a run for good. Every download here runs under :func:`bounded`:
+
+* each request has connect and read timeouts of ``$GPT2_POSHEADS_HUB_TIMEOUT`` seconds (default 10);
+* the download stops when nothing has arrived past what was already received for twice that (a stalled answer), when
+  one file has been tried ``MAX_TRIES`` times in a row without getting further (tries cut where the last one was), or
+  after ``$GPT2_POSHEADS_HUB_DEADLINE`` seconds in all (default 1800);
+* it runs in a daemon thread that the calling thread waits on, so Ctrl-C or a stop signal ends the wait at once (the
+  thread left behind stops at its next request or chunk, and never keeps the process from exiting);
+* the client's log lines of the download (its retries and resumptions) are kept, not printed: a failure is one
+  :class:`HubTimeout` line that names what did not answer and ends with the client's last word.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import math
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import NamedTuple, TypeVar
+from urllib.parse import quote
+
+from .validation import UsageError
+
+TIMEOUT_ENV = "GPT2_POSHEADS_HUB_TIMEOUT"
+DEADLINE_ENV = "GPT2_POSHEADS_HUB_DEADLINE"
+MAX_TRIES = 3  # tries in a row of one file that get no further than the furthest byte already received
+PROBE_TIMEOUT = 3.0  # seconds the question "does the hub answer" waits (at most the request timeout)
+
+
+class HubTimeout(TimeoutError):
+    """A download stopped by its bounds (:func:`bounded`); the message says which bound and what did not answer."""
+
+
+def seconds(name: str, default: float) -> float:
+    """``$name`` as a positive number of seconds, ``default`` when it is not set."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"${name}", f"{text!r} is not a number of seconds", "a positive number", f"e.g. {default:g}")
+    return value
+
+
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` is set (in the environment or in ``huggingface_hub``'s constants)."""
+    if os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() not in ("0", "", "false", "no", "off"):
+        return True
+    try:
+        from huggingface_hub import constants
+
+        return bool(constants.HF_HUB_OFFLINE)
+    except Exception:  # pragma: no cover - huggingface_hub always ships with transformers
+        return False
+
+
+def hub_endpoint() -> str:
+    """The endpoint the Hugging Face clients talk to (``HF_ENDPOINT``, else the hub)."""
+    try:
+        from huggingface_hub import constants
+
+        return str(constants.ENDPOINT).rstrip("/")
+    except Exception:  # pragma: no cover
+        return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def error_chain(e: BaseException) -> list[BaseException]:
+    """``e`` and the errors under it, outermost first: the hub clients wrap an HTTP error or a timeout in their own
+    (``raise ... from``), and the reason is found at whichever level names it."""
+    chain = [e]
+    while chain[-1].__cause__ is not None and all(chain[-1].__cause__ is not c for c in chain):
+        chain.append(chain[-1].__cause__)
+    return chain
+
+
+def http_status(e: BaseException) -> int | None:
+    """The HTTP status of the first error in :func:`error_chain` that carries a response."""
+    for c in error_chain(e):
+        status = getattr(getattr(c, "response", None), "status_code", None)
+        if status is not None:
+            return int(status)
+    return None
+
+
+def first_line(e: BaseException | str) -> str:
+    """The first line of the innermost error's message (a client's advice after it is left out)."""
+    root = e if isinstance(e, str) else error_chain(e)[-1]
+    text = str(root).strip().splitlines()
+    return (text[0] if text else type(root).__name__)[:200]
+
+
+# --------------------------------------------------------------------------------------------
+# Does the hub answer: asked of the API the run will use, in seconds.
+# --------------------------------------------------------------------------------------------
+class Unanswered(NamedTuple):
+    """Why the hub's API did not answer: ``why`` in words, to follow "and" (``HF_HUB_OFFLINE is set``); ``offline``:
+    there is no connection at all (``HF_HUB_OFFLINE``, no network, a dead proxy), as against an endpoint that is
+    reached and then stalls or fails."""
+
+    why: str
+    offline: bool
+
+
+_REACHABLE: dict[tuple, tuple[float, Unanswered | None]] = {}  # (url, proxies) -> (when asked, answer)
+_REACHABLE_TTL = 60.0  # seconds an answer is reused: every script of a job asks, the network rarely changes faster
+
+
+def api_url(repo: str = "gpt2", repo_type: str = "model", revision: str | None = None) -> str:
+    """The hub's API address of ``repo``'s information (at ``revision``): what a download asks first."""
+    url = f"{hub_endpoint()}/api/{repo_type}s/{repo}"
+    return f"{url}/revision/{quote(revision, safe='')}" if revision else url
+
+
+def hub_problem(
+    repo: str = "gpt2", repo_type: str = "model", revision: str | None = None, timeout: float | None = None
+) -> Unanswered | None:
+    """``None`` when the hub's API for ``repo`` (:func:`api_url`: the first request of its download) answers HTTP
+    within ``timeout`` seconds (default 3, at most ``$GPT2_POSHEADS_HUB_TIMEOUT``), asked the way the clients ask:
+    through ``huggingface_hub``'s own HTTP session, so through the proxy they would use (``HTTPS_PROXY``,
+    ``NO_PROXY``); else :class:`Unanswered`. A TCP connection alone is not an answer, nor is a front page that answers
+    while the API stalls. Any status below 500 is an answer (a missing repo is said by whoever reads it). The answer
+    is reused for a minute."""
+    if hub_offline():
+        return Unanswered("HF_HUB_OFFLINE is set", True)
+    url = api_url(repo, repo_type, revision)
+    wait = min(PROBE_TIMEOUT if timeout is None else timeout, seconds(TIMEOUT_ENV, 10.0))
+    proxies = tuple(os.environ.get(k, "") for k in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"))
+    key = (url, proxies, os.environ.get("NO_PROXY", os.environ.get("no_proxy", "")))
+    now = time.monotonic()
+    if key in _REACHABLE and now - _REACHABLE[key][0] < _REACHABLE_TTL:
+        return _REACHABLE[key][1]
+    try:
+        from huggingface_hub.utils import get_session
+
+        status = get_session().get(url, timeout=wait, follow_redirects=True).status_code
+        answer = None if status < 500 else Unanswered(f"{url} answered HTTP {status}", False)
+    except Exception as e:  # noqa: BLE001 - any failure to get an HTTP answer means: not reachable from here
+        name = type(e).__name__
+        if "Timeout" in name:
+            answer = Unanswered(f"{url} did not answer within {wait:g} s", False)
+        elif "Connect" in name or "Proxy" in name:
+            answer = Unanswered(f"there is no connection to {hub_endpoint()} ({name})", True)
+        else:
+            answer = Unanswered(f"{url} did not answer ({name}: {first_line(e)})", False)
+    _REACHABLE[key] = (now, answer)
+    return answer
+
+
+def hub_reachable(
+    timeout: float | None = None, repo: str = "gpt2", repo_type: str = "model", revision: str | None = None
+) -> bool:
+    """True when the hub's API for ``repo`` answers within ``timeout`` seconds (:func:`hub_problem`);
+    ``HF_HUB_OFFLINE``: False at once."""
+    return hub_problem(repo, repo_type, revision, timeout) is None
+
+
+# --------------------------------------------------------------------------------------------
+# Bounded downloads.
+# --------------------------------------------------------------------------------------------
+class _Guard:
+    """The bounds of one download, enforced from the client's own requests (:func:`_on_request`,
+    :func:`_on_response`) and from the thread that waits on it (:meth:`overdue`)."""
+
+    def __init__(self, timeout: float, deadline: float):
+        self.timeout, self.deadline = timeout, deadline
+        self.started = self.progressed = time.monotonic()
+        self.furthest: dict[str, int] = {}  # url -> furthest byte of it received
+        self.tries: dict[str, int] = {}  # url -> tries in a row that ended short without getting further
+        self.last_url = ""
+        self.stopped: str | None = None
+        self.said: list[str] = []  # the client's log lines
+
+    def overdue(self) -> str | None:
+        now = time.monotonic()
+        if now - self.started > self.deadline:
+            return f"the download did not finish within {self.deadline:g} s (${DEADLINE_ENV})"
+        if now - self.progressed > 2 * self.timeout:
+            return f"{self.last_url} sent nothing new for {2 * self.timeout:g} s"
+        return None
+
+    def stop(self, why: str) -> None:
+        self.stopped = self.stopped or why
+
+    def check(self) -> None:
+        if self.stopped:
+            raise HubTimeout(self.stopped)
+
+    def explain(self) -> str:
+        """Why it stopped, with the client's log lines folded in: how many, and the last one (its addresses left out:
+        the reason names the one that did not answer)."""
+        if not self.said:
+            return self.stopped or ""
+        last = re.sub(r"\s*(from )?https?://\S+?(:\s|\s|$)", r"\2", first_line(self.said[-1])).strip()
+        return f"{self.stopped} (the client warned {len(self.said)} times, last: {last})"
+
+    def body(self, url: str, start: int, chunks):
+        """``chunks`` of ``url`` from byte ``start``, counted: bytes past the furthest received are progress; a try
+        that ends short without getting further counts against :data:`MAX_TRIES`."""
+        pos, further = start, False
+        try:
+            for chunk in chunks:
+                self.check()
+                pos += len(chunk)
+                if pos > self.furthest.get(url, 0):
+                    self.furthest[url], self.progressed, further = pos, time.monotonic(), True
+                yield chunk
+        except BaseException:
+            self.tries[url] = 0 if further else self.tries.get(url, 0) + 1
+            raise
+        self.tries[url] = 0
+
+
+_GUARDS: dict[int, _Guard] = {}  # thread ident -> the guard of the download that thread runs
+
+
+def _on_request(request) -> None:
+    """A request hook of ``huggingface_hub``'s HTTP client: within a bounded download, refuse to go on once it is
+    stopped or a file has had its tries, and give every request connect and read timeouts of seconds."""
+    guard = _GUARDS.get(threading.get_ident())
+    if guard is None:
+        return
+    guard.check()
+    url = str(request.url).split("?")[0]
+    guard.last_url = url
+    if guard.tries.get(url, 0) >= MAX_TRIES:
+        guard.stop(f"{url} got no further than byte {guard.furthest.get(url, 0)} in {MAX_TRIES + 1} tries")
+        guard.check()
+    given = request.extensions.get("timeout") or {}
+    bound = {k: min(given.get(k) or guard.timeout, guard.timeout) for k in ("connect", "read", "write", "pool")}
+    request.extensions = {**request.extensions, "timeout": bound}
+
+
+def _on_response(response) -> None:
+    """A response hook: within a bounded download, a body being received is counted (:meth:`_Guard.body`)."""
+    guard = _GUARDS.get(threading.get_ident())
+    if guard is None or response.request.method != "GET" or response.status_code not in (200, 206):
+        return
+    start = 0
+    if response.status_code == 206:  # Content-Range: bytes <start>-<end>/<size>
+        try:
+            start = int(response.headers.get("Content-Range", "").split()[1].split("-")[0])
+        except (IndexError, ValueError):
+            start = 0
+    url = str(response.request.url).split("?")[0]
+    http = importlib.import_module(type(response).__module__.split(".")[0])  # httpx, or httpx2 (huggingface_hub 2)
+    response.stream = _counted(http.SyncByteStream)(response.stream, guard.body(url, start, response.stream))
+
+
+@functools.cache
+def _counted(base: type) -> type:
+    """A response body (a ``base``, the HTTP library's byte stream) read through :meth:`_Guard.body`."""
+
+    class Counted(base):
+        def __init__(self, inner, chunks):
+            self.inner, self.chunks = inner, chunks
+
+        def __iter__(self):
+            yield from self.chunks
+
+        def close(self):
+            self.inner.close()
+
+    return Counted
+
+
+class _KeepClientLines(logging.Filter):
+    """Keeps ``huggingface_hub``'s log lines of a bounded download for its error line instead of printing them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        guard = _GUARDS.get(record.thread or 0)
+        if guard is None or not record.name.startswith("huggingface_hub"):
+            return True
+        if not getattr(record, "_kept", False):
+            record._kept = True
+            guard.said.append(record.getMessage())
+        return False
+
+
+_KEEP = _KeepClientLines()
+
+
+def _install() -> None:
+    """The hooks on ``huggingface_hub``'s HTTP client (on the client its factory makes, so a client it makes again
+    has them too) and the filter on the handlers its log lines reach. Outside a bounded download they do nothing."""
+    import huggingface_hub
+    from huggingface_hub.utils import _http
+
+    factory = getattr(_http, "_GLOBAL_CLIENT_FACTORY", None)
+    if factory is not None and not getattr(factory, "bounded", False):
+
+        def bounded_factory():
+            client = factory()
+            client.event_hooks["request"].append(_on_request)
+            client.event_hooks["response"].append(_on_response)
+            return client
+
+        bounded_factory.bounded = True
+        huggingface_hub.set_client_factory(bounded_factory)
+    for logger in (logging.getLogger("huggingface_hub"), logging.getLogger()):
+        for handler in logger.handlers:
+            if _KEEP not in handler.filters:
+                handler.addFilter(_KEEP)
+
+
+T = TypeVar("T")
+
+
+def bounded(call: Callable[[], T]) -> T:
+    """``call()`` (requests to the hub through ``huggingface_hub``) under the bounds of this module: its value, or its
+    error, or :class:`HubTimeout` once a bound stops it. The calling thread waits in steps of 50 ms, so an interrupt
+    or a stop signal ends the wait at once."""
+    _install()
+    guard = _Guard(seconds(TIMEOUT_ENV, 10.0), seconds(DEADLINE_ENV, 1800.0))
+    box: dict = {}
+
+    def work():
+        _GUARDS[threading.get_ident()] = guard
+        try:
+            box["value"] = call()
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            box["error"] = e
+        finally:
+            _GUARDS.pop(threading.get_ident(), None)
+
+    worker = threading.Thread(target=work, name="gpt2_posheads hub download", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.05)
+            why = guard.overdue()
+            if why is not None:
+                guard.stop(why)
+                break
+    except BaseException:
+        guard.stop("stopped by the caller")
+        raise
+    if guard.stopped:
+        raise HubTimeout(guard.explain()) from box.get("error")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def download(
+    repo_id: str,
+    pick: Callable[[list[str]], list[str]],
+    repo_type: str = "model",
+    revision: str = "main",
+    force: bool = False,
+) -> dict[str, Path]:
+    """The files that ``pick`` chooses among ``repo_id``'s at ``revision``, downloaded into the Hugging Face cache
+    (each into a temporary file renamed when complete: a cut download is never read later; ``force``: again, over a
+    cached copy) under :func:`bounded`, one after another: ``{name in the repository: cached path}``."""
+
+    def fetch() -> dict[str, Path]:
+        from huggingface_hub import HfApi, hf_hub_download
+
+        timeout = seconds(TIMEOUT_ENV, 10.0)
+        info = HfApi().repo_info(repo_id, repo_type=repo_type, revision=revision, timeout=timeout)
+        names = pick(sorted(s.rfilename for s in info.siblings or []))
+        return {
+            n: Path(
+                hf_hub_download(
+                    repo_id, n, repo_type=repo_type, revision=revision, force_download=force, etag_timeout=timeout
+                )
+            )
+            for n in names
+        }
+
+    return bounded(fetch)
+
+
+def snapshot_folder(name: str, path: Path) -> Path:
+    """The snapshot folder that holds ``path``, the cached copy of the repository's file ``name``."""
+    return path.parents[len(PurePosixPath(name).parts) - 1]
