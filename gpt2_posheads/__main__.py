@@ -19,7 +19,7 @@ EXPLORE_LINE = "the attention explorer of a model, live on 127.0.0.1 (your promp
 
 
 def explore_parser():
-    from .cli.args import Parser
+    from .cli.args import Parser, add_model_args
 
     p = Parser(
         prog="python -m gpt2_posheads explore",
@@ -31,11 +31,7 @@ def explore_parser():
             "docs/explorer.md is the reader's guide."
         ),
     )
-    p.add_argument(
-        "--model", default="gpt2", help="Hugging Face hub name of the model, or a shipped model (mini-gpt2, route-gpt2)"
-    )
-    p.add_argument("--model-dir", default=None, help="local Hugging Face-format model folder (overrides --model)")
-    p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: cuda if available)")
+    add_model_args(p)
     p.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1; 0 picks a free one")
     p.add_argument(
         "--prompt",

@@ -139,22 +139,23 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """``--model``, ``--model-dir`` and ``--device``: the model options of every command that loads one model."""
+    p.add_argument(
+        "--model",
+        default="gpt2",
+        help="Hugging Face hub name of the model, or a shipped model by name (mini-gpt2, route-gpt2, "
+        "lookalike-wpos, ...: offline)",
+    )
+    p.add_argument("--model-dir", default=None, help="local Hugging Face-format model directory (overrides --model)")
+    p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: cuda if available)")
+
+
 def experiment_parser(description: str, model: bool = True, out_help: str | None = None) -> Parser:
     """A parser with the options every experiment takes."""
     p = Parser(description=description)
     if model:
-        p.add_argument(
-            "--model",
-            default="gpt2",
-            help="Hugging Face hub name of the model, or a shipped model by name (mini-gpt2, route-gpt2, "
-            "lookalike-wpos, ...: offline)",
-        )
-        p.add_argument(
-            "--model-dir",
-            default=None,
-            help="local Hugging Face-format model directory (overrides --model)",
-        )
-        p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: cuda if available)")
+        add_model_args(p)
     p.add_argument(
         "--out",
         default=None,
