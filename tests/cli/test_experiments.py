@@ -2,9 +2,12 @@
 
 import json
 import shutil
+from types import SimpleNamespace
 
 import pytest
 
+from gpt2_posheads.claims.record import MANIFEST
+from gpt2_posheads.cli.experiment import model_identity
 from gpt2_posheads.model.paths import GPT2_W_POS
 
 from conftest import EXPERIMENTS, MINI_DIR, load_script, run_script
@@ -128,7 +131,6 @@ def test_unknown_head_is_a_usage_error(script_model, tmp_path):
 def test_default_heads_are_the_models_own(script_model, tmp_path):
     """On any model but GPT-2 small the post's head names are not defaults: the script measures the model's own
     aggregator (its sharpest previous-token head) and says so."""
-    from types import SimpleNamespace
 
     from gpt2_posheads import load_model, prev_token_ranking
     from gpt2_posheads.analysis.diagonals import choose_aggregator
@@ -178,6 +180,10 @@ def fake_runner(results, calls, interrupt_at=None):
                 }
             )
         )
+        if flag:  # the manifest names the model and its weights, as a script's does (what --resume compares)
+            given = SimpleNamespace(model_dir=model if flag == "--model-dir" else None, model=model)
+            manifest = {"script": name, "files": ["summary.json"], "model": model_identity(given)}
+            (out / MANIFEST).write_text(json.dumps(manifest))
         return 0
 
     return run
