@@ -343,7 +343,8 @@ class Output:
         ``adopt``: the user asked to replace what the folder holds (e.g. ``train_mini_gpt2.py --overwrite`` on a
         model folder): its files count as this run's to replace. ``model`` (``{"label", "fingerprint"}``): the model
         the results are of; a folder holding another model's results (another fingerprint under the same name) is
-        refused unless ``force``, so two models never share a folder.
+        refused unless ``force``, so two models never share a folder. Results of the same model folder measured on
+        weights it no longer has are replaced, and said.
         """
         target = check_out_folder(target, param)
         made = [d for d in (target, *target.parents) if not d.exists()]  # removed again if they stay empty
