@@ -105,6 +105,27 @@ def check_model_dir(model_dir: str | None) -> dict | None:
     return cfg
 
 
+def check_model_dirs(text: str, param: str = "--model-dirs") -> list[str]:
+    """Comma-separated model folders, each checked (:func:`check_model_dir`). A folder whose name holds a comma is one
+    folder: from each piece on, the most pieces that, joined by their commas, name an existing path are taken whole. A
+    mistake names the piece and, where it was split off, the text it came from."""
+    pieces, dirs, i = text.split(","), [], 0
+    while i < len(pieces):
+        j = next(
+            (j for j in range(len(pieces), i + 1, -1) if path_kind(",".join(pieces[i:j]).strip()) != "missing"), i + 1
+        )
+        d, i = ",".join(pieces[i:j]).strip(), j
+        if not d:
+            continue
+        try:
+            check_model_dir(d)
+        except UsageError as e:
+            split = f" (a piece of {text!r}, split at its commas)" if d != text.strip() else ""
+            raise UsageError(param, e.problem + split, e.allowed, e.hint) from None
+        dirs.append(d)
+    return dirs
+
+
 def model_folder(args) -> Path | None:
     """The local folder a script's model comes from: ``--model-dir``, or a shipped model named by ``--model``
     (``mini-gpt2``, ``route-gpt2``, ...; a compiled one is built on first use); ``None`` for a hub name."""

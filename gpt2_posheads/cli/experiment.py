@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import torch
@@ -28,7 +29,7 @@ from ..model.validation import UsageError, capped_seq_len, head_name
 from .checks import CheckedArgs, model_folder, postcheck, precheck
 from .engine import load_engine_model
 from .heads import HeadDefault, require_above_layer0, resolve_heads
-from .output import Output, default_target
+from .output import Output, check_one_model_per_name, default_target
 
 # What commands run one after another in one process share (the main job: :func:`shared_setup`): each model loaded
 # once, its prompts made once per option set, the heads ranked once per prompts. ``None`` outside that block.
@@ -91,6 +92,23 @@ def model_identity(args) -> dict:
         return {"label": label, "fingerprint": label}
     folder = folder.expanduser()
     return {"label": str(folder.resolve()), "fingerprint": folder_fingerprint(folder)}
+
+
+def check_model_names(models: list[tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """``{value: (its name, its weights fingerprint)}`` for the models of one command, each given as ``(--model or
+    --model-dir, value)``: the name its results are filed under (:func:`model_slug`) and :func:`model_identity`'s
+    fingerprint (a hub model's is its name). Two models of one name with other weights are refused as a
+    results folder refuses them (:func:`~gpt2_posheads.cli.checks.check_one_model_per_name`), named by the option
+    that gave the second (``--models``, ``--model-dirs``); one model given twice has one name."""
+    first: dict[str, dict] = {}
+    names = {}
+    for flag, value in models:
+        args = SimpleNamespace(model_dir=value if flag == "--model-dir" else None, model=value)
+        name, this = model_slug(args), model_identity(args)
+        hint = "rename one of the model folders (results are filed by the model's name)"
+        check_one_model_per_name(first.setdefault(name, this), this, flag + "s", f"{value} is", hint)
+        names[value] = (name, this["fingerprint"])
+    return names
 
 
 def open_output(args, script_file: str, per_model: bool = True, quick: bool = False) -> Output:

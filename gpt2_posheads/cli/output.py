@@ -11,10 +11,11 @@ user has:
   (``.<name>.partial-<pid>``) and moved into place only when the run succeeds; an error or Ctrl-C removes
   the staging folder and the lock, and the folders the run made that stayed empty, and leaves the earlier results
   as they were.
-* **Two runs never mix.** A lock file (:data:`LOCK`) names the process writing the folder; a second run
-  refuses with one line naming it. A lock whose process is gone (same machine) is taken over, and the staging
-  folders such a run left (``kill -9``) are removed, each said in one line (:func:`remove_dead_runs` does the same
-  for a whole results tree).
+* **Two runs never mix.** A lock file (:data:`LOCK`) names the process writing the folder (its pid and start time,
+  the machine); a second run refuses with one line naming it and the lock file. A lock whose process is gone, or whose
+  pid now names another process (same machine), is taken over, and the staging folders such a run left (``kill -9``)
+  are removed, each said in one line (:func:`remove_dead_runs` does the same for a whole results tree). A lock that
+  cannot be checked (empty, not the toolkit's, another machine's) is refused with how to remove it.
 
 * **Results first, then the console.** The claims table is printed once the files are in place, and the console can
   never cost a result (:class:`~gpt2_posheads.cli.console.ConsoleStream`): a reader that stops early (``script |
@@ -35,7 +36,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -46,7 +46,16 @@ import pandas as pd
 
 from ..claims.record import MANIFEST, jsonable, read_manifest, recorded_fingerprint, write_summary
 from ..claims.verdicts import Claim, claims_table
-from ..model.paths import STAGING, cannot_write, lock_holder, pid_alive, remove_dead_staging, write_whole_text
+from ..model.paths import (
+    STAGING,
+    cannot_write,
+    holder_state,
+    lock_holder,
+    lock_record,
+    pid_alive,
+    remove_dead_staging,
+    write_whole_text,
+)
 from ..model.validation import UsageError, path_kind
 from ..report.plotting import png_support, save_figure, write_png
 
@@ -113,31 +122,34 @@ def now_iso() -> str:
 # --- the lock and the manifest --------------------------------------------------------------------------
 
 
+LOCK_TIMEOUT = 24 * 3600  # seconds after which another machine's lock is said to be probably left behind
+
+
 def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
-    """Create ``folder/LOCK`` or refuse (:class:`UsageError`) while another live process holds it; a lock whose
-    process is gone (this machine) is taken over, and said."""
+    """Create ``folder/LOCK`` (:func:`~gpt2_posheads.model.paths.lock_record`: pid, its start time, machine, script) or
+    refuse in one line naming the lock file and how to clear it where no live run of this machine can be shown to
+    hold it (:func:`~gpt2_posheads.model.paths.holder_state`); a lock of a process of this machine that is gone, or
+    whose pid now names another process, is taken over, and said."""
     lock = folder / LOCK
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "script": script, "started": now_iso()}
-    for _ in range(2):
+    for _ in range(3):
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            other = lock_holder(lock)
-            if _dead(other):
-                lock.unlink(missing_ok=True)  # its process is gone: a stale lock from a killed run
-                _say_dead(lock, other)
+            holder = lock_holder(lock)
+            if holder_state(holder) == "unreadable" and _age(lock) < 2:  # a run between creating it and writing it
+                time.sleep(2)
+                holder = lock_holder(lock)
+            state = holder_state(holder)
+            if not lock.exists():
+                continue  # released meanwhile
+            if state in ("dead", "reused"):
+                lock.unlink(missing_ok=True)  # a stale lock from a killed run
+                _say_dead(lock, holder, state)
                 continue
-            pid, host = int(other.get("pid", -1)), other.get("host")
-            raise UsageError(
-                param,
-                f"{folder} is being written by another run ({other.get('script', '?')}, "
-                f"pid {pid} on {host}, started {other.get('started', '?')})",
-                "one run per output folder",
-                "wait for it to finish, or choose another --out",
-            ) from None
+            raise _locked(folder, lock, holder, state, param) from None
         try:
             with os.fdopen(fd, "w") as f:
-                json.dump(me, f)
+                json.dump(lock_record(script=script, started=now_iso()), f)
         except OSError as e:  # a full disk: an empty lock left behind would refuse every later run
             lock.unlink(missing_ok=True)
             failure = write_failure(e, folder, param)
@@ -148,19 +160,52 @@ def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
     raise UsageError(param, f"could not lock {folder}", "a writable folder")
 
 
-def _dead(holder: dict) -> bool:
-    """Whether a lock's holder is a process of this machine that is gone."""
+def _age(path: Path) -> float:
+    """Seconds since ``path`` was last written (0 when it cannot be read)."""
     try:
-        pid = int(holder.get("pid", -1))
-    except (TypeError, ValueError):
-        return False
-    return holder.get("host") == socket.gethostname() and pid > 0 and pid != os.getpid() and not pid_alive(pid)
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
-def _say_dead(lock: Path, holder: dict) -> None:
+def _locked(folder: Path, lock: Path, holder: dict, state: str, param: str) -> UsageError:
+    """The one line for ``folder`` locked by ``holder`` (``state``: ``live``, ``elsewhere`` or ``unreadable``)."""
+    who = f"{holder.get('script', '?')}, pid {holder.get('pid')} on {holder.get('host')}"
+    who += f", started {holder.get('started', '?')}"
+    clear = f"remove it (rm '{lock}')"
+    if state == "live":
+        return UsageError(
+            param,
+            f"{folder} is being written by another run ({who})",
+            "one run per output folder",
+            f"wait for it to finish, or choose another --out; its lock is {lock}",
+        )
+    if state == "elsewhere":
+        hours = _age(lock) / 3600
+        old = f", {hours:.0f} h ago, probably left by a run that ended" if hours * 3600 > LOCK_TIMEOUT else ""
+        return UsageError(
+            param,
+            f"{folder} is locked by a run on another machine ({who}{old}), which cannot be checked from here",
+            "one run per output folder",
+            f"if no run on {holder.get('host')} writes this folder, {clear}; or choose another --out",
+        )
+    try:
+        why = "it is empty" if not lock.read_text().strip() else "it is not a lock this toolkit writes"
+    except (OSError, UnicodeDecodeError) as e:
+        why = f"it cannot be read ({getattr(e, 'strerror', None) or type(e).__name__})"
+    return UsageError(
+        param,
+        f"{lock} names no run of this toolkit ({why}), so no run can be shown to be writing {folder}",
+        "one run per output folder, with a lock the toolkit wrote",
+        f"if no run writes this folder, {clear}; or choose another --out",
+    )
+
+
+def _say_dead(lock: Path, holder: dict, state: str = "dead") -> None:
+    reused = f"; pid {holder.get('pid')} is now another process" if state == "reused" else ""
     print(
         f"note: removed {lock}, left by a run that ended without finishing ({holder.get('script', '?')}, pid "
-        f"{holder.get('pid')}, started {holder.get('started', '?')})",
+        f"{holder.get('pid')}, started {holder.get('started', '?')}{reused})",
         file=sys.stderr,
     )
 
@@ -177,9 +222,10 @@ def remove_dead_runs(root: Path) -> int:
         here = Path(top)
         if LOCK in files:
             holder = lock_holder(here / LOCK)
-            if _dead(holder):
+            state = holder_state(holder)
+            if state in ("dead", "reused"):
                 (here / LOCK).unlink(missing_ok=True)
-                _say_dead(here / LOCK, holder)
+                _say_dead(here / LOCK, holder, state)
                 removed += 1
         for name in files:
             m = re.fullmatch(r"\.(.+)\.tmp-(\d+)", name)
@@ -190,8 +236,7 @@ def remove_dead_runs(root: Path) -> int:
         dirs[:] = [d for d in dirs if d not in staged]  # a staging folder's own files are not walked
         for d in staged:
             name = STAGING.match(d)["name"]
-            holder = lock_holder(here / name / LOCK)
-            if holder and holder.get("host") != socket.gethostname():
+            if holder_state(lock_holder(here / name / LOCK)) == "elsewhere":
                 continue  # its folder is locked from another machine, whose processes cannot be asked from here
             removed += len(remove_dead_staging(here, name))
     return removed
@@ -214,6 +259,43 @@ def foreign_entries(folder: Path, script: str | None = None) -> list[str]:
             continue
         out.append(p.name)
     return out
+
+
+def check_out_folder(path: str | Path, param: str = "--out") -> Path:
+    """An output folder is a folder or does not exist yet, with folders above it: a file (or a device, a broken link)
+    there or above is one line before anything runs. ``path``, expanded."""
+    p = Path(path).expanduser()
+    for q in (p, *p.parents):
+        kind = path_kind(q)
+        if kind == "missing":
+            continue
+        if kind != "folder":
+            what = "a file" if kind == "file" else kind
+            raise UsageError(
+                param,
+                f"{q} is {what}" + (f", so {p} cannot be made" if q != p else ""),
+                "a folder (new, empty, or one the toolkit wrote)",
+                f"choose another {param}",
+            )
+        break
+    return p
+
+
+def check_one_model_per_name(filed: dict, this: dict, param: str, where: str, hint: str) -> None:
+    """Results are filed by a model's name (its folder's name, a hub id): ``this`` model (``{"label",
+    "fingerprint"}``) is refused, in one line beginning with ``where``, where ``filed`` (the model whose results are
+    there, or one given beside it) has other weights. The one check of every command that files results of a model:
+    a results folder (:class:`Output`), the models of one command (head_atlas, run_all)."""
+    theirs, ours = filed.get("fingerprint"), this.get("fingerprint")
+    if theirs in (None, ours):
+        return
+    raise UsageError(
+        param,
+        f"{where} another model of the same name ({filed.get('label', '?')}, weights {theirs}; this one "
+        f"{this.get('label', '?')}, weights {ours})",
+        "one model per name: results are filed by the model's name",
+        hint,
+    )
 
 
 # --- the output folder -----------------------------------------------------------------------------------
@@ -261,17 +343,10 @@ class Output:
         ``adopt``: the user asked to replace what the folder holds (e.g. ``train_mini_gpt2.py --overwrite`` on a
         model folder): its files count as this run's to replace. ``model`` (``{"label", "fingerprint"}``): the model
         the results are of; a folder holding another model's results (another fingerprint under the same name) is
-        refused unless ``force``, so two models never share a folder.
+        refused unless ``force``, so two models never share a folder. Results of the same model folder measured on
+        weights it no longer has are replaced, and said.
         """
-        target = Path(target).expanduser()
-        kind = path_kind(target)
-        if kind not in ("folder", "missing"):
-            raise UsageError(
-                param,
-                f"{target} is {'a file' if kind == 'file' else kind}",
-                "a folder (new, empty, or one the toolkit wrote)",
-                "choose another --out",
-            )
+        target = check_out_folder(target, param)
         made = [d for d in (target, *target.parents) if not d.exists()]  # removed again if they stay empty
         try:
             target.mkdir(parents=True, exist_ok=True)
@@ -289,15 +364,19 @@ class Output:
                 "a folder of this script's own results",
                 "choose another --out",
             )
-        before = read_manifest(target).get("model") or {}
-        if model and recorded_fingerprint(target) not in (None, model.get("fingerprint")) and not force:
-            raise UsageError(
-                param,
-                f"{target} holds the results of another model of the same name ({before.get('label', '?')}, "
-                f"weights {before.get('fingerprint')}; this one {model.get('fingerprint')})",
-                "a folder of this model's own results",
-                "pass --out to choose another folder (or rename the model folder), or --force to replace them",
+        filed = {
+            "label": (read_manifest(target).get("model") or {}).get("label"),
+            "fingerprint": recorded_fingerprint(target),
+        }
+        if model and filed["label"] == model.get("label") and filed["fingerprint"] not in (None, model["fingerprint"]):
+            was, now = filed["fingerprint"], model["fingerprint"]
+            print(
+                f"note: {target} holds results of {filed['label']} on weights {was}, now {now}: replaced",
+                file=sys.stderr,
             )
+        elif model and not force:
+            hint = "pass --out to choose another folder (or rename the model folder), or --force to replace them"
+            check_one_model_per_name(filed, model, param, f"{target} holds the results of", hint)
         if foreign and not force:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise UsageError(
@@ -515,13 +594,17 @@ def finish_not_testable(reason: str) -> bool:
     return done
 
 
+RESULTS_ENV = "GPT2_POSHEADS_RESULTS"  # the results folder the main job (run_all --out) gives the scripts it runs
+
+
 def results_root() -> Path:
-    """``./results`` of the folder the user stands in: where every script writes unless told ``--out``."""
-    return Path.cwd() / "results"
+    """Where every script writes unless told ``--out``: ``$GPT2_POSHEADS_RESULTS`` (set by ``run_all --out`` for the
+    scripts it runs), else ``./results`` of the folder the user stands in."""
+    return Path(os.environ.get(RESULTS_ENV) or Path.cwd() / "results")
 
 
 def default_target(script: str, model_slug: str | None = None) -> Path:
-    """``results/<script>/<model>/`` (or ``results/<script>/`` for a script without a model), in the current
-    folder."""
+    """``results/<script>/<model>/`` (or ``results/<script>/`` for a script without a model) under
+    :func:`results_root`."""
     root = results_root()
     return root / script / model_slug if model_slug else root / script

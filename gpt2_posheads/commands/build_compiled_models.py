@@ -15,6 +15,7 @@ models are described in gpt2_posheads/organism/compiled.py and docs/posts/004-gp
 from pathlib import Path
 
 from gpt2_posheads.cli import Parser
+from gpt2_posheads.cli.output import check_out_folder
 from gpt2_posheads.model.paths import folder_lock, models_dir, write_whole
 from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.organism.compiled import BUILDERS, build, weights_digest
@@ -77,5 +78,5 @@ def main(argv=None):
             raise UsageError(
                 "--only", f"unknown model(s) {unknown or '(none given)'}", f"allowed {', '.join(BUILDERS)}"
             )
-    build_all(names, Path(args.out_dir), measured=not args.no_measure, force=args.force)
+    build_all(names, check_out_folder(args.out_dir, "--out-dir"), measured=not args.no_measure, force=args.force)
     return 0

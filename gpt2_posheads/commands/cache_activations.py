@@ -8,6 +8,7 @@ previous-token-like heads elsewhere), the diagonals of every head, the extended 
 layer, repeat-prompt probabilities, induction and the aggregator under masking and W_pos averaging.
 """
 
+import json
 from pathlib import Path
 
 from gpt2_posheads.analysis.diagonals import diagonal_attention, rank_from_diagonals
@@ -25,6 +26,8 @@ from gpt2_posheads.cli import (
     precheck,
     resolve_heads,
 )
+from gpt2_posheads.cli.experiment import model_identity
+from gpt2_posheads.cli.output import check_one_model_per_name, check_out_folder
 from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.store.cache import PosheadsCache, build_cache
 
@@ -54,6 +57,7 @@ def main(argv=None):
         raise UsageError("--out", f"{out} does not end in .safetensors", "a .safetensors path")
     if out.is_dir():
         raise UsageError("--out", f"{out} is a folder", "a .safetensors file path")
+    check_out_folder(out.parent)
     if out.exists() and not PosheadsCache.is_cache_file(out):
         raise UsageError(
             "--out",
@@ -61,6 +65,10 @@ def main(argv=None):
             "a new path or an earlier cache",
             "choose another --out",
         )
+    identity = model_identity(args)
+    if out.exists() and not args.force:
+        hint = "choose another --out, or --force to replace it"
+        check_one_model_per_name(cached_model(out), identity, "--out", f"{out} holds the cache of", hint)
     model = model_from_args(args)
     postcheck(args, checked, model)
     docs, source = documents(args.prompts)
@@ -80,6 +88,16 @@ def main(argv=None):
         prompt_source=source,
         heads_chosen=chosen,
     )
+    cache.meta["fingerprint"] = identity["fingerprint"]  # what tells this model from another of its name
     path = cache.save(out)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {', '.join(sorted(cache.tensors))[:300]}...")
     print(cache.ranking().head(8)[["name", "top_offset", "ratio"]].to_string(index=False))
+
+
+def cached_model(path: Path) -> dict:
+    """``{"label", "fingerprint"}`` of the model a cache file was built from (its provenance; no tensor is read)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = json.loads((f.metadata() or {}).get("provenance", "{}"))
+    return {"label": meta.get("model"), "fingerprint": meta.get("fingerprint")}

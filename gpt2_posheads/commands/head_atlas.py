@@ -27,11 +27,12 @@ from gpt2_posheads.cli import (
     add_prompt_args,
     check_device,
     check_hub_names,
-    check_model_dir,
     corpus_prompts,
     positive,
 )
+from gpt2_posheads.cli.checks import check_model_dirs
 from gpt2_posheads.cli.engine import add_engine_args, check_engine_args, load_engine_model
+from gpt2_posheads.cli.experiment import check_model_names
 from gpt2_posheads.cli.output import Output, default_target
 from gpt2_posheads.model.identity import has_learned_positions, position_kind
 from gpt2_posheads.model.loading import ModelLoadError, load_model
@@ -62,16 +63,12 @@ def main(argv=None):
     add_engine_args(p, ("auto",), help="auto: TransformerLens")
     args = p.parse_args(argv)
     check_engine_args(args, "--model-dirs")
-    dirs = [d.strip() for d in args.model_dirs.split(",") if d.strip()]
+    dirs = check_model_dirs(args.model_dirs)
     hub = [m.strip() for m in args.models.split(",") if m.strip()]
     if not dirs and not hub:
         raise UsageError("--model-dirs", "no model given", "--model-dirs and/or --models", "e.g. --models mini-gpt2")
-    for d in dirs:
-        try:
-            check_model_dir(d)
-        except UsageError as e:
-            raise UsageError("--model-dirs", e.problem, e.allowed, e.hint) from None
     check_hub_names([m for m in hub if m not in SHIPPED_MODELS])  # shipped models load offline by name
+    labels = check_model_names([("--model-dir", d) for d in dirs] + [("--model", m) for m in hub])
     check_device(args.device)
     positive("--n-prompts", args.n_prompts)
     positive("--seq-len", args.seq_len, 2)
@@ -86,13 +83,16 @@ def main(argv=None):
         },
     )
     for name in dirs + hub:
+        label = labels[name][0]
+        if label in tables:  # one model given twice (the same weights): measured once
+            print(f"note: {name} is the model measured as {label}: measured once")
+            continue
         try:
             model = load_engine_model(name, args, "--models") or load_model(name, device=args.device)
         except ModelLoadError as e:
             raise UsageError("--models", str(e)) from None
         prompts, source = corpus_prompts(model, args)
         df = head_table(model, prompts, protocol=args.protocol, seed=args.seed, model_name=name, engine=args.engine)
-        label = name.rstrip("/").split("/")[-1] if name in dirs else name.replace("/", "--")
         tables[label] = df
         out.csv(df, f"atlas_{label}")
         prev = df[df.is_prev_token].sort_values("prev_ratio")

@@ -15,7 +15,10 @@ prompts made once per option set and its heads ranked once per prompts, so each 
 alone (the same numbers) without starting Python and loading the model again (--processes: one process per script,
 as `gpt2-posheads <script>` runs). A failing script is reported and the others still run. Ctrl-C stops the job and
 still rewrites the index page: what finished is shown with the time it was measured, the interrupted script and those
-that did not run are marked; --resume then runs only what did not finish. The run record is results/run_all.json.
+that did not run are marked; --resume then runs only what did not finish, and what finished with other options or on
+weights that changed since (the fingerprint its results record; each said in one line). The run record is
+results/run_all.json. --out puts all of it in another folder: each script writes under it as under ./results
+($GPT2_POSHEADS_RESULTS, set for the scripts it runs).
 
 The page, the explorers and the run record change together or not at all: the explorers are written into a staging
 folder (results/.explorer.partial-<pid>) and moved into place with the record and the page only once every summary
@@ -30,15 +33,16 @@ import time
 import traceback
 from contextlib import nullcontext
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
 from gpt2_posheads.claims.catalogue import model_scripts, toy_scripts
-from gpt2_posheads.cli import Parser, check_device, check_hub_names, check_model_dir, results_root, write_json
+from gpt2_posheads.claims.record import recorded_fingerprint
+from gpt2_posheads.cli import Parser, check_device, check_hub_names, results_root, write_json
 from gpt2_posheads.cli.args import Terminated, exit_status, stopped_by
-from gpt2_posheads.cli.experiment import model_slug, shared_setup
-from gpt2_posheads.cli.output import acquire_lock, now_iso, remove_dead_runs
+from gpt2_posheads.cli.checks import check_model_dirs
+from gpt2_posheads.cli.experiment import check_model_names, shared_setup
+from gpt2_posheads.cli.output import RESULTS_ENV, acquire_lock, check_out_folder, now_iso, remove_dead_runs
 from gpt2_posheads.commands import run, run_experiment
 from gpt2_posheads.model.loading import load_model
 from gpt2_posheads.model.paths import SHIPPED_MODELS, shipped_model_dir
@@ -62,6 +66,11 @@ def main(argv=None):
         "e.g. gpt2 (needs the hub)",
     )
     p.add_argument("--model-dirs", default="", help="comma-separated local model folders too")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="results folder (default: ./results): every script's results, the page, the explorers and the run record",
+    )
     p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N")
     p.add_argument("--quick", action="store_true", help="toy scripts as smoke tests (their claims: not testable)")
     p.add_argument("--only", default=None, help="comma-separated script names to run (default: all)")
@@ -70,25 +79,23 @@ def main(argv=None):
     p.add_argument(
         "--resume",
         action="store_true",
-        help="run only the scripts the last job (results/run_all.json, same models and --quick) did not finish",
+        help="run only what the last job (run_all.json in the results folder) did not finish, or finished with "
+        "other options or on other weights (each said)",
     )
     p.add_argument("--processes", action="store_true", help="each script in its own Python process (slower)")
     args = p.parse_args(argv)
-    dirs = [d.strip() for d in args.model_dirs.split(",") if d.strip()]
+    dirs = check_model_dirs(args.model_dirs)
     names = [m.strip() for m in args.models.split(",") if m.strip()]
+    results = check_out_folder(args.out) if args.out else results_root()
     shipped = [m for m in names if m in SHIPPED_MODELS]
     for m in shipped:
         try:
             shipped_model_dir(m)  # a compiled model is built now, once, not by each script
         except UsageError as e:
             raise UsageError("--models", e.problem, e.allowed, e.hint) from None
-    for d in dirs:
-        try:
-            check_model_dir(d)
-        except UsageError as e:
-            raise UsageError("--model-dirs", e.problem, e.allowed, e.hint) from None
     hub = [m for m in names if m not in SHIPPED_MODELS]
     check_hub_names(hub)
+    known = check_model_names([("--model", m) for m in names] + [("--model-dir", d) for d in dirs])
     check_device(args.device)
     scripts = list(model_scripts() + toy_scripts())
     if args.only is not None:
@@ -112,7 +119,10 @@ def main(argv=None):
         jobs.append(("mini_gpt2_report", REPORT[0], ["--model", REPORT[0], "--skip-scripts", *compare, *device]))
     if not jobs:
         raise UsageError("--models", "no model and no toy script to run", "at least one model or script")
-    results = results_root()
+    if (results / "index.html").exists() and not (results / "run_all.json").exists():
+        raise UsageError(
+            "--out", f"{results} holds an index.html this toolkit did not write", "a results folder", "another --out"
+        )
     made = not results.exists()
     results.mkdir(parents=True, exist_ok=True)
     try:
@@ -124,7 +134,7 @@ def main(argv=None):
     staging = results / f".explorer.partial-{os.getpid()}"  # this job's explorers, until the page is written
     try:
         remove_dead_runs(results)  # a job killed outright left its lock and staging folders: removed, and said
-        return run_jobs(args, results, jobs, models, names=[m[1] for m in models], staging=staging)
+        return run_jobs(args, results, jobs, models, known, staging=staging)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         lock.unlink(missing_ok=True)
@@ -132,10 +142,12 @@ def main(argv=None):
             results.rmdir()
 
 
-def run_jobs(args, results: Path, jobs: list, models: list[list[str]], names: list[str], staging: Path) -> int:
+def run_jobs(args, results: Path, jobs: list, models: list[list[str]], known: dict, staging: Path) -> int:
     """Run ``jobs`` (``(script, model label or None, arguments)``) into ``results``, then write the explorers of
-    ``models`` into ``staging`` and :func:`finish`; the exit status."""
-    child_env, no_png = {}, args.no_png
+    ``models`` into ``staging`` and :func:`finish`; the exit status. ``known``: each model's results name and weights
+    fingerprint (:func:`~gpt2_posheads.cli.experiment.check_model_names`), which the run record keeps so that the page
+    shows one model given two ways as one column."""
+    child_env, no_png = {RESULTS_ENV: str(results.absolute())}, args.no_png  # every script writes under results
     if not no_png:  # decided once for every script (a bounded test export), passed on to each
         can, why = png_support()
         if can:
@@ -147,11 +159,11 @@ def run_jobs(args, results: Path, jobs: list, models: list[list[str]], names: li
         "started": now_iso(),
         "machine": machine_description(),
         "quick": args.quick,
-        "models": names,
-        "fingerprints": fingerprints(models),
-        "jobs": [{"script": s, "model": m, "status": "not run"} for s, m, _ in jobs],
+        "models": [m[1] for m in models],
+        "fingerprints": {m: fp for m, (_, fp) in known.items()},
+        "jobs": [{"script": s, "model": m, "options": a, "status": "not run"} for s, m, a in jobs],
     }
-    slug = slugs(models)
+    slug = {m: name for m, (name, _) in known.items()}
     done = finished_before(results, record, slug) if args.resume else {}
     failed, t_all = [], time.time()
     saved = {k: os.environ.get(k) for k in child_env}
@@ -217,44 +229,48 @@ def run_here(name: str, argv: list[str]) -> int:
 
 
 def finished_before(results: Path, record: dict, slug: dict[str, str]) -> dict[tuple[str, str | None], dict]:
-    """``{(script, model): its record}`` for each job of this run that the last run (``results/run_all.json``) of
-    the same models and ``--quick`` finished, whose results are still there; said in one line."""
+    """``{(script, model): its record}`` for each job of this run that the last run (``run_all.json``) finished with
+    the same options, whose results are still there and measured on the model's weights as they are now (the
+    fingerprint their manifest records); every other finished job runs again, saying why in one line."""
     import json
 
     try:
         last = json.loads((results / "run_all.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        print("note: --resume: no run record in results/run_all.json to resume from: every script runs")
+        before = {(j["script"], j["model"]): j for j in last["jobs"] if j.get("status") == "ok"}
+    except (OSError, ValueError, TypeError, KeyError):
+        print(f"note: --resume: no run record in {results / 'run_all.json'} to resume from: every script runs")
         return {}
-    if last.get("models") != record["models"] or bool(last.get("quick")) != bool(record["quick"]):
-        print("note: --resume: the last run had other models or another --quick: every script runs")
-        return {}
-    wanted = {(j["script"], j["model"]) for j in record["jobs"]}
     done = {}
-    for j in last.get("jobs", []):
-        key = (j.get("script"), j.get("model"))
-        folder = results / str(key[0]) / (slug.get(key[1], "") if key[1] else "")  # as default_target lays it out
-        if key in wanted and j.get("status") == "ok" and (folder / "summary.json").exists():
-            done[key] = {k: j[k] for k in ("status", "started", "seconds", "exit") if k in j}
-    print(f"resuming: {len(done)} of {len(wanted)} scripts finished at {last.get('started', '?')} are kept")
+    for job in record["jobs"]:
+        key = (job["script"], job["model"])
+        if key not in before:
+            continue
+        why = rerun_reason(results / key[0] / (slug[key[1]] if key[1] else ""), before[key], job, record)
+        if why is None:
+            done[key] = {k: before[key][k] for k in ("status", "started", "seconds", "exit") if k in before[key]}
+        else:
+            print(f"{' '.join([key[0], *job['options'][:2]]) if key[1] else key[0]}: rerun: {why}")
+    report = [j for j in record["jobs"] if j["script"] == "mini_gpt2_report"]
+    if report and len(done) < len(record["jobs"]) and done.pop((report[0]["script"], report[0]["model"]), None):
+        print("mini_gpt2_report: rerun: it reads the results of scripts that run again")
+    print(f"resuming: {len(done)} of {len(record['jobs'])} scripts finished at {last.get('started', '?')} are kept")
     return done
 
 
-def slugs(models: list[list[str]]) -> dict[str, str]:
-    """``{model: its results folder name}`` as the scripts name it (:func:`~gpt2_posheads.cli.experiment.model_slug`)
-    for each ``[--model or --model-dir, value]`` of the job."""
-    return {v: model_slug(SimpleNamespace(model_dir=v if k == "--model-dir" else None, model=v)) for k, v in models}
-
-
-def fingerprints(models: list[list[str]]) -> dict[str, str]:
-    """``{model: its weights fingerprint}`` for each ``[--model or --model-dir, value]`` of the job, as its results'
-    manifests record it (a hub name is its own): the page shows one model given two ways as one column."""
-    from gpt2_posheads.cli.experiment import model_identity
-
-    return {
-        v: model_identity(SimpleNamespace(model_dir=v if k == "--model-dir" else None, model=v))["fingerprint"]
-        for k, v in models
-    }
+def rerun_reason(folder: Path, last: dict, job: dict, record: dict) -> str | None:
+    """Why ``job``, which the last run finished (its record ``last``), runs again: its results in ``folder`` (laid out
+    as :func:`~gpt2_posheads.cli.output.default_target` lays them out) are gone, its options changed, or its model's
+    weights are not those its results were measured on; ``None`` when they stand."""
+    if not (folder / "summary.json").exists():
+        return f"its results are gone ({folder})"
+    if last.get("options") is None:
+        return "the run record does not say its options"
+    if last["options"] != job["options"]:
+        return f"the options changed ({' '.join(last['options']) or 'none'} -> {' '.join(job['options']) or 'none'})"
+    now, then = record["fingerprints"].get(job["model"]), recorded_fingerprint(folder)
+    if now is not None and then != now:
+        return f"the weights changed ({then} -> {now})" if then else "its results record no weights fingerprint"
+    return None
 
 
 def finish(results: Path, record: dict, staging: Path, t_all: float, failed: list[str], code: int) -> int:

@@ -33,6 +33,7 @@ import torch
 
 from gpt2_posheads.analysis.prompts import documents, file_documents, wikitext_documents
 from gpt2_posheads.cli import Output, experiment_parser, positive
+from gpt2_posheads.cli.output import check_out_folder
 from gpt2_posheads.model.paths import ORGANISM_DIR, shared_dir
 from gpt2_posheads.model.precision import resolve_bf16
 from gpt2_posheads.model.validation import UsageError
@@ -216,7 +217,7 @@ def main(argv=None):
         )
     if args.out is None:
         raise UsageError("--out", "is required", "a new folder for the model", "e.g. --out data/mini-gpt2-new")
-    out_dir = Path(args.out)
+    out_dir = check_out_folder(args.out)
     if out_dir.resolve() == SHIPPED.resolve() and (SHIPPED / "model.safetensors").exists() and not args.overwrite:
         raise UsageError(
             "--out",

@@ -124,6 +124,43 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (field 22 of ``/proc/<pid>/stat``; the name of a
+    process in field 2 may hold spaces and parentheses, so fields are counted after its last ``)``): with the pid, what
+    names one process, as a pid is reused once its process ends. ``None`` where ``/proc`` cannot tell."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+TOOLKIT = "gpt2_posheads"  # the marker of a lock file this toolkit wrote
+
+
+def lock_record(**what) -> dict:
+    """What a lock file says of the process that holds it: the toolkit's marker, its pid and start
+    (:func:`process_start`), the machine, and ``what`` (the script, when it started)."""
+    pid = os.getpid()
+    return {"toolkit": TOOLKIT, "pid": pid, "pid_start": process_start(pid), "host": socket.gethostname(), **what}
+
+
+def holder_state(holder: dict) -> str:
+    """Whether a lock's holder (:func:`lock_holder`) can be a live run of this toolkit: ``"live"`` (a process of this
+    machine that runs, and by its start time the one that wrote the lock), ``"dead"`` (a process of this machine that
+    is gone), ``"reused"`` (its pid now names a process that started at another time), ``"elsewhere"`` (another
+    machine, whose processes cannot be asked from here), ``"unreadable"`` (no lock of this toolkit: empty, not JSON,
+    no pid or machine)."""
+    pid, host = holder.get("pid"), holder.get("host")
+    if type(pid) is not int or pid <= 0 or not isinstance(host, str) or holder.get("toolkit", TOOLKIT) != TOOLKIT:
+        return "unreadable"
+    if host != socket.gethostname():
+        return "elsewhere"
+    if not pid_alive(pid):
+        return "dead"
+    start = holder.get("pid_start")
+    return "reused" if start is not None and process_start(pid) not in (None, start) else "live"
+
+
 def remove_dead_staging(parent: Path, name: str | None = None) -> list[Path]:
     """Remove the staging folders in ``parent`` (``.<name>.partial-<pid>``, ``.<name>.replaced-<pid>``; of ``name``
     only, when given) whose process is gone, saying each in one line; the paths removed. Only a caller that holds
@@ -179,7 +216,7 @@ def held(lock: Path, what: str) -> Iterator[None]:
                 print(f"note: took over {lock}, left by {holder.get('what', 'a run')} that ended without finishing "
                       f"(pid {holder['pid']})", file=sys.stderr)  # fmt: skip
             os.ftruncate(fd, 0)
-            os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "what": what}).encode())
+            os.write(fd, json.dumps(lock_record(what=what)).encode())
         except BaseException:
             os.close(fd)
             raise

@@ -2,9 +2,12 @@
 
 import json
 import shutil
+from types import SimpleNamespace
 
 import pytest
 
+from gpt2_posheads.claims.record import MANIFEST
+from gpt2_posheads.cli.experiment import model_identity
 from gpt2_posheads.model.paths import GPT2_W_POS
 
 from conftest import EXPERIMENTS, MINI_DIR, load_script, run_script
@@ -128,7 +131,6 @@ def test_unknown_head_is_a_usage_error(script_model, tmp_path):
 def test_default_heads_are_the_models_own(script_model, tmp_path):
     """On any model but GPT-2 small the post's head names are not defaults: the script measures the model's own
     aggregator (its sharpest previous-token head) and says so."""
-    from types import SimpleNamespace
 
     from gpt2_posheads import load_model, prev_token_ranking
     from gpt2_posheads.analysis.diagonals import choose_aggregator
@@ -178,6 +180,10 @@ def fake_runner(results, calls, interrupt_at=None):
                 }
             )
         )
+        if flag:  # the manifest names the model and its weights, as a script's does (what --resume compares)
+            given = SimpleNamespace(model_dir=model if flag == "--model-dir" else None, model=model)
+            manifest = {"script": name, "files": ["summary.json"], "model": model_identity(given)}
+            (out / MANIFEST).write_text(json.dumps(manifest))
         return 0
 
     return run
@@ -299,6 +305,117 @@ def test_run_all_stopped_before_it_wrote_anything_leaves_no_results_folder(tmp_p
     with pytest.raises(SystemExit) as e:
         main_entry(run_all.main, ["--models", "mini-gpt2", "--only", "rank_prev_heads"])
     assert e.value.code == 130 and list(tmp_path.iterdir()) == []
+
+
+def handset_folder(folder, tokenizer, scale: float):
+    """The hand-set model of conftest (layer 0's head 0 attends to the previous position) with its heads' query and
+    key weights times ``scale``: a smaller scale, a softer previous-token head."""
+    from gpt2_posheads import make_random_model_dir
+
+    from conftest import HANDSET, handset_state_dict
+
+    state = handset_state_dict(len(tokenizer), scale)
+    return make_random_model_dir(folder, tokenizer=tokenizer, state_dict=state, **HANDSET)
+
+
+def test_run_all_resume_after_the_weights_changed_measures_the_new_weights(
+    tmp_path, small_tokenizer, monkeypatch, capsys
+):
+    """The main job on one small model folder and one script (--only rank_prev_heads, in this process: the whole path
+    a resume takes, in seconds), into --out; then the folder's weights are replaced by the same model with its
+    previous-token head softened (other ratios, another fingerprint). --resume must say that the script reruns and
+    why, and leave the results a fresh run of the script on the new weights gives (an independent run into another
+    folder), not the old ones; a second --resume keeps them. Nothing is written to ./results."""
+    from gpt2_posheads.claims.record import recorded_fingerprint
+    from gpt2_posheads.cli.args import main_entry
+    from gpt2_posheads.model.fingerprint import folder_fingerprint
+
+    monkeypatch.chdir(tmp_path)
+    model = handset_folder(tmp_path / "models" / "handset", small_tokenizer, 1.0)
+    out = tmp_path / "elsewhere"
+    argv = ["--models", "", "--model-dirs", str(model), "--only", "rank_prev_heads", "--no-explorer", "--no-png"]
+    argv += ["--out", str(out)]
+    run_all = load_script("run_all")
+    assert main_entry(run_all.main, argv) == 0
+    folder = out / "rank_prev_heads" / "handset"
+    old, old_fp = (folder / "ranking.csv").read_text(), folder_fingerprint(model)
+    soft = handset_folder(tmp_path / "v2" / "handset", small_tokenizer, 0.5)
+    shutil.copy(soft / "model.safetensors", model / "model.safetensors")
+    new_fp = folder_fingerprint(model)
+    capsys.readouterr()
+    assert main_entry(run_all.main, [*argv, "--resume"]) == 0
+    said = capsys.readouterr().out
+    assert f"rank_prev_heads --model-dir {model}: rerun: the weights changed ({old_fp} -> {new_fp})" in said
+    fresh = tmp_path / "fresh"
+    main_entry(load_script("rank_prev_heads").main, ["--model-dir", str(model), "--no-png", "--out", str(fresh)])
+    assert (folder / "ranking.csv").read_text() == (fresh / "ranking.csv").read_text() != old
+    assert recorded_fingerprint(folder) == new_fp != old_fp
+    record = json.loads((out / "run_all.json").read_text())
+    assert record["fingerprints"] == {str(model): new_fp} and [j["status"] for j in record["jobs"]] == ["ok"]
+    assert main_entry(run_all.main, [*argv, "--resume"]) == 0
+    said = capsys.readouterr().out
+    assert "rerun" not in said and "resuming: 1 of 1 scripts" in said and "rank_prev_heads: ok" not in said
+    assert (out / "index.html").is_file() and not (tmp_path / "results").exists()
+
+
+def test_run_all_resume_reruns_what_finished_with_other_options(tmp_path, monkeypatch, capsys):
+    """--quick is an option of the toy scripts: a job finished with it reruns without it, and says so; one finished
+    with the options asked now is kept."""
+    run_all = load_script("run_all")
+    calls = []
+    monkeypatch.setattr(run_all, "results_root", lambda: tmp_path)
+    monkeypatch.setattr(run_all, "run_here", fake_runner(tmp_path, calls))
+    argv = ["--models", "", "--only", "toy_prev_token,toy_sticky_plateau", "--no-explorer", "--no-png"]
+    assert run_all.main([*argv, "--quick"]) == 0
+    calls.clear()
+    capsys.readouterr()
+    assert run_all.main([*argv, "--resume"]) == 0
+    said = capsys.readouterr().out
+    for name in ("toy_prev_token", "toy_sticky_plateau"):
+        assert f"{name}: rerun: the options changed (--quick -> none)" in said
+    assert sorted(n for n, _ in calls) == ["toy_prev_token", "toy_sticky_plateau"]
+    assert all("--quick" not in a for _, a in calls)
+    calls.clear()
+    assert run_all.main([*argv, "--resume"]) == 0 and calls == []
+    assert "resuming: 2 of 2 scripts" in capsys.readouterr().out
+
+
+def test_run_all_takes_a_model_folder_whose_name_holds_a_comma(tmp_path, monkeypatch, capsys):
+    """`--model-dirs` is comma-separated, yet a folder named `my,model` is one folder (the pieces that name an
+    existing path together are taken whole); a missing piece is named with the text it was split from, never as a
+    folder of its own."""
+    from gpt2_posheads.cli.args import main_entry
+
+    comma = tmp_path / "models" / "my,model"
+    shutil.copytree(MINI_DIR, comma)
+    run_all = load_script("run_all")
+    calls = []
+    monkeypatch.setattr(run_all, "results_root", lambda: tmp_path / "results")
+    monkeypatch.setattr(run_all, "run_here", fake_runner(tmp_path / "results", calls))
+    argv = ["--models", "", "--only", "rank_prev_heads", "--no-explorer", "--no-png"]
+    assert main_entry(run_all.main, [*argv, "--model-dirs", f"{comma},{MINI_DIR}"]) == 0
+    assert [a[:2] for _, a in calls] == [["--model-dir", str(comma)], ["--model-dir", str(MINI_DIR)]]
+    given = f"{tmp_path / 'models' / 'your'},model"
+    with pytest.raises(SystemExit) as e:
+        main_entry(run_all.main, [*argv, "--model-dirs", given])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: --model-dirs: ")
+    assert f"(a piece of {given!r}, split at its commas)" in err[0]
+
+
+def test_run_all_out_that_is_a_file_is_one_line(tmp_path, capsys):
+    from gpt2_posheads.cli.args import main_entry
+
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(SystemExit) as e:
+        main_entry(
+            load_script("run_all").main, ["--models", "", "--only", "toy_prev_token", "--out", f"{tmp_path}/a_file/r"]
+        )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err == [
+        f"error: --out: {tmp_path}/a_file is a file, so {tmp_path}/a_file/r cannot be made; a folder (new, empty, or "
+        "one the toolkit wrote); choose another --out"
+    ]
 
 
 def test_run_all_shows_one_model_given_two_ways_as_one_column(tmp_path, monkeypatch):

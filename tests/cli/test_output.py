@@ -7,12 +7,13 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
 from gpt2_posheads.cli import Output, main_entry
 from gpt2_posheads.cli.output import LOCK, MANIFEST, acquire_lock
-from gpt2_posheads.model.paths import REPO_ROOT
+from gpt2_posheads.model.paths import REPO_ROOT, lock_record, process_start
 from gpt2_posheads.model.validation import UsageError
 
 
@@ -96,6 +97,85 @@ def test_a_stale_lock_is_taken_over(tmp_path):
 
     (t / LOCK).write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname(), "script": "s"}))
     acquire_lock(t, "s").unlink()
+
+
+def write_lock(folder, text: str, age_s: float = 60.0):
+    """A lock file written ``age_s`` seconds ago (a lock being written this instant is waited for, not judged)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / LOCK).write_text(text)
+    then = time.time() - age_s
+    os.utime(folder / LOCK, (then, then))
+    return folder / LOCK
+
+
+def mine(**changes) -> str:
+    """A lock of this process, as acquire_lock writes it, with ``changes``."""
+    return json.dumps({**lock_record(script="s", started="2026-01-01T00:00:00+00:00"), **changes})
+
+
+@pytest.mark.parametrize(
+    "text, age_s, words",
+    [
+        ("", 60, "it is empty"),
+        ("\x00garbage{", 60, "not a lock this toolkit writes"),
+        ('{"pid": "twelve", "host": 3}', 60, "not a lock this toolkit writes"),
+        (mine(host="another-machine"), 60, "a run on another machine (s, pid"),
+        (mine(host="another-machine"), 3 * 24 * 3600, "72 h ago, probably left by a run that ended"),
+    ],
+    ids=["empty", "garbage", "no-pid", "other-host", "other-host-old"],
+)
+def test_a_lock_no_live_run_can_be_shown_to_hold_is_named_with_how_to_remove_it(tmp_path, text, age_s, words):
+    """A lock that cannot be checked from here (empty, not the toolkit's, another machine's) is never taken over
+    silently nor waited on for good: one line naming the lock file and the command that removes it; once removed,
+    the folder is free."""
+    lock = write_lock(tmp_path / "res", text, age_s)
+    with pytest.raises(UsageError) as e:
+        Output.open(tmp_path / "res", "s", png=False)
+    assert e.value.param == "--out" and words in e.value.problem and f"rm '{lock}'" in e.value.hint, str(e.value)
+    assert lock.read_text() == text  # left as it was
+    lock.unlink()
+    run(tmp_path / "res", {"a.csv": "ok"})
+
+
+def test_a_lock_of_a_live_run_names_the_run_and_its_lock(tmp_path):
+    lock = write_lock(tmp_path / "res", mine())
+    with pytest.raises(UsageError) as e:
+        Output.open(tmp_path / "res", "s", png=False)
+    assert f"being written by another run (s, pid {os.getpid()}" in e.value.problem and str(lock) in e.value.hint
+
+
+def test_a_lock_whose_pid_names_another_process_now_is_taken_over_and_said(tmp_path, capsys):
+    """A pid is reused once its process ends: a lock naming a live pid whose process started at another time than the
+    lock's writer (``/proc/<pid>/stat``) was left by a run that ended, and is taken over like a dead one."""
+    start = process_start(os.getpid())
+    if start is None:
+        pytest.skip("no /proc here: a process's start time cannot be read")
+    write_lock(tmp_path / "res", mine(pid_start=start - 1))
+    run(tmp_path / "res", {"a.csv": "ok"})
+    err = capsys.readouterr().err
+    assert f"removed {tmp_path / 'res' / LOCK}, left by a run that ended without finishing (s, pid {os.getpid()}" in err
+    assert f"pid {os.getpid()} is now another process" in err and (tmp_path / "res" / "a.csv").read_text() == "ok"
+
+
+def test_process_start_is_when_the_process_started_whatever_its_name():
+    """A process started now, named ``a) b (c`` (the name in ``/proc/<pid>/stat`` may hold ``) ``, so fields are
+    counted after its last ``)``): its start, in clock ticks after boot (``btime`` in /proc/stat), is now."""
+    if process_start(os.getpid()) is None:
+        pytest.skip("no /proc here")
+    name = "import ctypes, time; ctypes.CDLL(None).prctl(15, b'a) b (c', 0, 0, 0)"
+    started = time.time()
+    child = subprocess.Popen([sys.executable, "-c", f"{name}; print(1, flush=True); time.sleep(30)"], stdout=-1)
+    try:
+        assert child.stdout.readline().strip() == b"1"
+        with open(f"/proc/{child.pid}/stat") as f:
+            assert f.read().startswith(f"{child.pid} (a) b (c) ")
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        at = boot + process_start(child.pid) / os.sysconf("SC_CLK_TCK")
+        assert started - 2 <= at <= time.time() + 1
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_persistent_folder_survives_a_failed_run(tmp_path):
