@@ -35,10 +35,6 @@ MAX_DEFAULT_WORKERS = 8
 LR, INIT_STD, BATCH_SIZE = 0.01, 0.02, 128
 ROBUSTNESS_SEEDS = 5  # seeds per setting of the --robustness grid
 
-# The grid runs one seed per test (its k of n counts are the spread across seeds), so a comparison there has no
-# spread of its own: only the relative margin applies.
-ONE_SEED = "one seed per test, so only the relative margin applies: "
-
 
 def default_workers() -> int:
     """Processes that train groups of models at once when none is given: one per thread, at most
@@ -152,7 +148,7 @@ class ToyRun:
             "grid": {k: list(v) for k, v in UNSTATED.items()},
             "seeds": seeds,
             "base_lr": base.lr,
-            "rules": {c.key: c.rule for c in grid},
+            "rules": {c.key: c.spec.rule.text for c in grid},
             "totals": robustness_totals(table),
             "table": robustness_records(table),
         }
@@ -164,7 +160,6 @@ __all__ = [
     "INIT_STD",
     "LR",
     "MAX_DEFAULT_WORKERS",
-    "ONE_SEED",
     "ROBUSTNESS_SEEDS",
     "ToyRun",
     "default_workers",
