@@ -157,6 +157,8 @@ def judge(
     number there would read as a result. A rule that cannot decide keeps ``readout``: at a floor the numbers are the
     reason.
     """
+    if not isinstance(rule, Rule):
+        raise TypeError(f"rule: a Rule is needed (its text and how it decides), got {type(rule).__name__}")
     value = measured if value is None else value
     if not readout and finite(value) and not isinstance(value, bool):
         readout = fmt(value)
