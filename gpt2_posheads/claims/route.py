@@ -47,6 +47,8 @@ ROUTES: dict[str, str] = {
     NONE: "no sharp previous-token head",
     UNDETERMINED: "undetermined: the evidence disagrees",
 }
+
+
 @dataclass(frozen=True)
 class Row:
     """One claim as the conclusion read it: its key, its verdict, and the number or reason that counted."""

@@ -253,7 +253,8 @@ def test_kernel_beats_needs_seeds_and_margin_and_is_not_testable_at_the_floor():
 def test_learned_and_fails():
     held, why = prev.LEARNED.rule.decide((1.0012, 30))
     assert held and has(why, "1.001 <= 1.5", "4.00e-5 <= 0.05")
-    assert prev.LEARNED.rule.decide((2.4, 30))[0] and not prev.LEARNED.rule.decide((10.3, 30))[0]  # 10.3: the W_O plateau
+    learned = prev.LEARNED.rule.decide
+    assert learned((2.4, 30))[0] and not learned((10.3, 30))[0]  # 10.3: the W_O plateau
     held, why = prev.FAILS.rule.decide((20.97, 30))
     assert held and has(why, "0.666 >= 0.5", "21.0")
     assert not prev.FAILS.rule.decide((10.3, 30))[0] and not prev.FAILS.rule.decide((1.02, 30))[0]

@@ -144,9 +144,9 @@ def test_every_grid_claim_is_the_default_runs_declaration_at_the_grids_settings(
     """Each post's grid claim is its declared claim (posts/<post>/rules.py) at the grid's settings, judged into the
     record every claim is, whose why carries the numbers (3-step models: the verdicts mean nothing, the wiring
     does)."""
-    from gpt2_posheads.claims.catalogue import claims as declared
     from dataclasses import replace as with_
 
+    from gpt2_posheads.claims.catalogue import claims as declared
     from gpt2_posheads.posts import lost_in_middle, prev_token_toy, similar_content, sticky_plateau
     from gpt2_posheads.toy.train import train_sweep
 

@@ -5,10 +5,10 @@ story hold on it (does it take the post's route)?
   previous-token ranking on text and on random tokens, induction and copying, the held-out loss
   (:func:`~gpt2_posheads.posts.gpt2_prev_heads.organism_targets.organism_targets`);
 * **judge** — part 1, the behaviour targets (:mod:`gpt2_posheads.claims.organism`, rules fixed before any model was
-  built or trained); part 2, the post's story (:func:`story_steps`: every claim its commands declare): each step's verdict as the claim's own command judged
-  it on this model, read from its ``summary.json`` through the claim record
-  (:func:`~gpt2_posheads.claims.record.read_summary`); a step whose command has not run is not testable, saying so;
-  and the route conclusion drawn from those claims (:func:`~gpt2_posheads.claims.route.conclude`);
+  built or trained); part 2, the post's story (:func:`story_steps`: every claim its commands declare): each step's
+  verdict as the claim's own command judged it on this model, read from its ``summary.json`` through the claim
+  record (:func:`~gpt2_posheads.claims.record.read_summary`); a step whose command has not run is not testable,
+  saying so; and the route conclusion drawn from those claims (:func:`~gpt2_posheads.claims.route.conclude`);
 * **figure** — the induction scores and the previous-token ratios per head, and ``report.html``: the targets, then the
   story in three columns (this model, a second model's latest results, the post's GPT-2 numbers), the claims that
   tell the post's route from a head reading ``W_pos`` marked "route".
@@ -32,6 +32,7 @@ from ...report.plotting import heatmap
 from ..result import ClaimResult
 from .about import POST
 from .organism_targets import heldout_stream, organism_targets
+
 
 def story_steps() -> list[tuple[str, str]]:
     """The post's story: ``(command, claim key)`` of every claim the post's commands declare, in its reading order
