@@ -32,12 +32,12 @@ rules judge them, and :mod:`gpt2_posheads.toy.analysis` reads curves with them.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .verdicts import Decision, fmt
+from .verdicts import ClaimSpec, Decision, fmt
 
 # --- shared vocabulary ----------------------------------------------------------------------------------------
 
@@ -64,6 +64,24 @@ def spearman(a, b) -> float:
     """Spearman rank correlation: Pearson on ranks, tied values sharing their average rank (as
     ``scipy.stats.spearmanr``, without needing scipy)."""
     return float(pd.Series(np.asarray(a, dtype=float)).rank().corr(pd.Series(np.asarray(b, dtype=float)).rank()))
+
+
+# --- the --robustness grid's records in summary.json ----------------------------------------------------------
+
+
+def grid_record(spec: ClaimSpec) -> dict:
+    """What a grid claim's record in ``summary.json`` says of its declaration: ``key``, ``claim``, ``post``, ``rule``
+    (the held counts of :func:`robustness_totals` go beside them)."""
+    return {"key": spec.key, "claim": spec.claim, "post": spec.post, "rule": spec.rule.text}
+
+
+def grid_records(robustness: Mapping) -> list[dict]:
+    """The grid claims' records of a summary's ``robustness``; a summary that holds them as ``totals`` and ``rules`` by
+    key is read as such records (``claim`` and ``post`` then unknown)."""
+    if "claims" in robustness:
+        return list(robustness["claims"])
+    rules = robustness.get("rules", {})
+    return [{"key": k, "claim": "", "post": "", "rule": rules.get(k, ""), **t} for k, t in robustness["totals"].items()]
 
 
 # --- comparisons over seeds -------------------------------------------------------------------------------------

@@ -137,6 +137,12 @@ def test_index_page_shows_robustness_totals(tmp_path):
     (out / "summary.json").write_text(json.dumps({**summary, "quick": True}))  # a smoke run's counts say so
     page = runner.index_html(runner.collect_summaries(tmp_path), tmp_path)
     assert "toy_prev_token <b>(quick)</b></td><td>learned" in page  # a smoke run's counts say so
+    # the grid claims' records, as a run writes them now (a summary written with totals and rules by key reads the same)
+    record = {"key": "learned", "claim": "it learns", "post": "learned", "rule": "held if ppl <= 1.5"}
+    counts = summary["robustness"]["totals"]["learned"]
+    (out / "summary.json").write_text(json.dumps({**summary, "robustness": {"claims": [{**record, **counts}]}}))
+    again = runner.index_html(runner.collect_summaries(tmp_path), tmp_path)
+    assert "7 of 120" in again and "1 / 20 of 24" in again and "held if ppl &lt;= 1.5" in again
 
 
 @pytest.mark.parametrize("post", ["003", "001", "000", "002"])
