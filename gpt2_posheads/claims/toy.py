@@ -32,14 +32,20 @@ rules judge them, and :mod:`gpt2_posheads.toy.analysis` reads curves with them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .verdicts import ClaimSpec, Decision, fmt
+from .verdicts import ClaimSpec, Decision, Rule, declare_claim, fmt
 
 # --- shared vocabulary ----------------------------------------------------------------------------------------
+
+
+def toy_claim(key: str, claim: str, post, rule: Rule | Callable[..., Rule], **params) -> ClaimSpec:
+    """Declare a toy post's claim as every post's claim is declared
+    (:func:`~gpt2_posheads.claims.verdicts.declare_claim`), with no route to tell apart (role ``""``)."""
+    return declare_claim(key, claim, post, rule, "", **params)
 
 
 def num(x, digits: int = 3) -> str:

@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from ...claims.toy import N_EVAL, SPREAD_SDS, compare_pair, margin_words, mean_sd, num, seeds_phrase, spread
-from ...claims.verdicts import Rule, declare_claim
+from ...claims.toy import N_EVAL, SPREAD_SDS, compare_pair, margin_words, mean_sd, num, seeds_phrase, spread, toy_claim
+from ...claims.verdicts import Rule
 
 
 def _by_k(losses) -> np.ndarray:
@@ -111,36 +111,32 @@ def spikier_rule() -> Rule:
     )
 
 
-ONLY_LAST = declare_claim(
+ONLY_LAST = toy_claim(
     "1_layer_only_last",
     "only the current token (k = C-1) is retrieved",
     "only k = C-1 retrievable",
     only_last_rule,
-    "",
     last=0.3,
     rest=0.6,
 )
-U_SHAPE_2 = declare_claim(
+U_SHAPE_2 = toy_claim(
     "2_layers_U_shape",
     "first and last tokens easy, the middle hard (lost in the middle)",
     "U shape",
     u_rule,
-    "",
     margin=0.2,
 )
-U_SHAPE = declare_claim(
+U_SHAPE = toy_claim(
     "U_shape",
     "the same U shape (only the first and last tokens retrieved reliably; a long plateau across the middle)",
     "U shape for n_embd {2, 10} x n_layers {2, 3}",
     U_SHAPE_2.rule,
-    "",
 )
-SPIKIER = declare_claim(
+SPIKIER = toy_claim(
     "plateau_broken",
     "the middle plateau replaced by a spikier profile (than {layers} plain layers)",
     "spiky",
     spikier_rule(),
-    "",
     layers=2,
 )
 SPECS = (ONLY_LAST, U_SHAPE_2, U_SHAPE, SPIKIER)

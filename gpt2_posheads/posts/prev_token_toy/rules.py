@@ -12,8 +12,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...claims.toy import FLOOR_WORDS, compare_pair, margin_words, num, rel_ppl_floor, seeds_words, sweep_trend
-from ...claims.verdicts import Rule, declare_claim
+from ...claims.toy import (
+    FLOOR_WORDS,
+    compare_pair,
+    margin_words,
+    num,
+    rel_ppl_floor,
+    seeds_words,
+    sweep_trend,
+    toy_claim,
+)
+from ...claims.verdicts import Rule
 
 
 def learned_rule(max_ppl: float, max_rel: float) -> Rule:
@@ -134,38 +143,34 @@ def spikes_rule(seed: int) -> Rule:
     )
 
 
-LEARNED = declare_claim(
+LEARNED = toy_claim(
     "learned_with_pos_emb",
     "the task can be reasonably learned with positional embeddings",
     "learned (plot: perplexity near 1)",
     learned_rule,
-    "",
     max_ppl=1.5,
     max_rel=0.05,
 )
-FAILS = declare_claim(
+FAILS = toy_claim(
     "fails_without_pos_emb",
     "it cannot be learned without positional embeddings",
     "not learned",
     fails_rule,
-    "",
     min_rel=0.5,
 )
-SEPARATION = declare_claim(
+SEPARATION = toy_claim(
     "separation_direction",
     "p_-1 lies on one side of a direction s, p_0, p_-2, p_-3 on the other",
     "s ~ (1, 1)",
     separation_rule(),
-    "",
 )
-SIGN = declare_claim("sT_WQWKT_s_negative", "s^T W_Q W_K^T s < 0", -1.1, sign_rule, "", learned=False)
+SIGN = toy_claim("sT_WQWKT_s_negative", "s^T W_Q W_K^T s < 0", -1.1, sign_rule, learned=False)
 MONO = {
-    name: declare_claim(
+    name: toy_claim(
         f"rel_ppl_{'up' if up else 'down'}_with_{name}",
         f"relative perplexity {'rises' if up else 'falls'} with {name}",
         "increases" if up else "decreases",
         mono_rule,
-        "",
         up=up,
         name=name,
         values=(),
@@ -174,23 +179,21 @@ MONO = {
     for name, up in (("V", True), ("C", True), ("n_embd", False))
 }
 LR = {
-    v: declare_claim(
+    v: toy_claim(
         f"lr0.1_{'faster' if faster else 'slower'}_at_V{v}",
         f"lr 0.1 learns {'faster' if faster else 'slower'} than 0.01",
         "faster" if faster else "slower",
         lr_rule,
-        "",
         V=v,
         faster=faster,
     )
     for v, faster in ((30, True), (100, False))
 }
-SPIKES = declare_claim(
+SPIKES = toy_claim(
     "spikes_and_swaps_at_large_lr",
     "at lr 0.1 loss spikes come with token-order swaps",
     "a spike around step 6000 with a swap",
     spikes_rule,
-    "",
     seed=0,
 )
 SPECS = (LEARNED, FAILS, SEPARATION, SIGN, *MONO.values(), *LR.values(), SPIKES)

@@ -25,8 +25,9 @@ from ...claims.toy import (
     spearman,
     spread,
     sweep_trend,
+    toy_claim,
 )
-from ...claims.verdicts import Precondition, Rule, declare_claim
+from ...claims.verdicts import Precondition, Rule
 
 PRE_CONFUSED = "the model sits in the confused regime at C=3 and C=5 for every V (1.5 < perplexity <= 0.9 V)"
 TREND_SEEDS = COMPARE_SEEDS  # seeds per (V, C) of the C claims (they batch with each other: little extra time)
@@ -178,63 +179,57 @@ def one_d_rule(below: float) -> Rule:
 
 
 UNTESTED_IN_POST = "untested in the post"
-NEAR_HALF = declare_claim(
+NEAR_HALF = toy_claim(
     "converges_near_V/2",
     "perplexity converges to V/2 or a bit below",
     "<= V/2",
     near_half_rule,
-    "",
     low=1.5,
     high=0.6,
     one_seed=False,
 )
-TREND = declare_claim(
+TREND = toy_claim(
     "follows_(C-2)/(C-1)V_qualitatively",
     "perplexity follows (C-2)/(C-1) V qualitatively",
     "(C-2)/(C-1) V: 0.5 V at C=3 rising to 0.86 V at C=8",
     trend_rule,
-    "",
     V=TREND_V,
     min_rho=0.8,
     confused=False,
 )
 # the rise an independent implementation saw (0.30 V -> 0.41 V) is +37%; a margin of 5% keeps noise out
-RISE = declare_claim(
+RISE = toy_claim(
     "rises_from_C=3_to_C=5",
     "perplexity rises with C (checked where an independent implementation saw it rise: C=3 to C=5)",
     "rises with C",
     rise_rule,
-    "",
     V=TREND_V,
     margin=0.05,
     one_seed=False,
     confused=False,
 )
-FALLS_EMBD = declare_claim(
+FALLS_EMBD = toy_claim(
     "best_perplexity_falls_with_n_embd",
     "the best perplexity falls with n_embd, faster than V/n_embd",
     "decreasing, faster than V/n_embd",
     falls_rule,
-    "",
     ds=(1, 2, 4, 8, 16),
 )
-CLOSE = declare_claim(
+CLOSE = toy_claim(
     "close_tokens_embedded_close",
     "numerically close tokens are embedded close together",
     "continuous structure",
     close_rule,
-    "",
     min_rho=0.3,
 )
-KERNEL = declare_claim(
+KERNEL = toy_claim(
     "distance_kernel_helps", "a distance kernel beats the inner product", "proposed, untested", kernel_rule(), ""
 )
-ONE_D = declare_claim(
+ONE_D = toy_claim(
     "1D_embedding_sufficient_with_distance_kernel",
     "with a distance kernel a 1-D embedding suffices",
     "proposed, untested",
     one_d_rule,
-    "",
     below=2,
 )
 SPECS = (NEAR_HALF, TREND, RISE, FALLS_EMBD, CLOSE, KERNEL, ONE_D)

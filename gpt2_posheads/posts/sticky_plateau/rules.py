@@ -12,8 +12,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...claims.toy import compare_pair, margin_words, near_half_runs, num, nums, seeds_words, spread, v_half_plateau
-from ...claims.verdicts import Rule, declare_claim
+from ...claims.toy import (
+    compare_pair,
+    margin_words,
+    near_half_runs,
+    num,
+    nums,
+    seeds_words,
+    spread,
+    toy_claim,
+    v_half_plateau,
+)
+from ...claims.verdicts import Rule
 
 PLATEAU_WORDS = "the longest plateau (logged steps within ±10% of its first value, above perplexity 1.5)"
 RESOLUTION_WORDS = "and more than one logging interval (the resolution of a plateau length)"
@@ -122,48 +132,43 @@ def back_rule(big: int, C: int, one_seed: bool) -> Rule:
     )
 
 
-PLATEAU = declare_claim(
+PLATEAU = toy_claim(
     "plateau_near_V/2",
     "a sticky plateau at perplexity V/2",
     "perplexity V/2",
     plateau_rule,
-    "",
     tol=0.2,
     min_points=5,
     below=0.8,
 )
-BRANCHING = declare_claim(
+BRANCHING = toy_claim(
     "two_stage_branching",
     "tokens split in two groups on the plateau, then all four separate",
     "2 groups of 2, then 4",
     branching_rule,
-    "",
     first=2,
     then=4,
 )
-RANK = declare_claim(
+RANK = toy_claim(
     "rank_dynamics",
     "Q/K stay low-rank (sticky) during the plateau and grow after it",
     "sticky Q/K",
     rank_rule,
-    "",
     min_seeds=2,
 )
-GONE = declare_claim(
+GONE = toy_claim(
     "plateau_gone_for_larger_n_embd",
     "the plateau disappears at n_embd {big} (vs 2)",
     "no plateau",
     gone_rule,
-    "",
     big=8,
     one_seed=False,
 )
-BACK = declare_claim(
+BACK = toy_claim(
     "plateau_back_for_larger_C",
     "the plateau returns at C = {C} (vs 4)",
     "plateau returns",
     back_rule,
-    "",
     big=8,
     C=64,
     one_seed=False,
