@@ -8,7 +8,7 @@ Here:
 
 * **measure** — train every k at every seed of each setting (:func:`configs`, :func:`measure`; a setting's models
   train as one batched computation): the final loss per (k, seed);
-* **judge** — the rules of :mod:`.rules` (:func:`judge`): ``1_layer_only_last``,
+* **judge** — the claims declared in :mod:`.rules` (:func:`judge`): ``1_layer_only_last``,
   ``2_layers_U_shape``, ``U_shape`` for the other plain stacks, ``plateau_broken`` for the stacks with residual
   connections and MLPs against the plain stack of the same depth;
 * **figure** — the final loss against k for every setting (:func:`figure`);

@@ -79,7 +79,7 @@ def middle_spread(losses) -> np.ndarray:
 
 
 def spread_floor(V: int, n_eval: int = N_EVAL) -> float:
-    """:data:`RULE_SPIKIER`'s floor: ``ln V / sqrt(n_eval)`` nats."""
+    """:data:`SPIKIER`'s floor: ``ln V / sqrt(n_eval)`` nats."""
     return math.log(V) / math.sqrt(n_eval)
 
 

@@ -9,7 +9,7 @@ tokens' order. Here:
 * **measure** — train the runs (:func:`configs`, :func:`measure`): with and without positional embeddings (seed
   ``seed``); the V, C and n_embd sweeps and lr 0.1 against 0.01 at V 30 and 100 (3 seeds per side of every
   comparison); s, ``W_Q W_K^T`` and each position's projection on s; loss spikes and order swaps of the lr runs;
-* **judge** — the rules of :mod:`.rules` (:func:`judge`); the separation and the sign are not
+* **judge** — the claims declared in :mod:`.rules` (:func:`judge`); the separation and the sign are not
   testable when the model with positional embeddings did not learn the task;
 * **figure** — the positional embeddings and s, the sweeps against the floor, the lr curves, an animation of the
   token embeddings at lr 0.1 (:func:`figures`);

@@ -223,7 +223,7 @@ CLOSE = toy_claim(
     min_rho=0.3,
 )
 KERNEL = toy_claim(
-    "distance_kernel_helps", "a distance kernel beats the inner product", "proposed, untested", kernel_rule(), ""
+    "distance_kernel_helps", "a distance kernel beats the inner product", "proposed, untested", kernel_rule()
 )
 ONE_D = toy_claim(
     "1D_embedding_sufficient_with_distance_kernel",

@@ -9,7 +9,7 @@ without testing, a distance kernel (-|q-k|^2, or a harmonic 1/|q-k|^n) in place 
 * **measure** — train the runs (:func:`configs`, :func:`measure`): the final perplexity for each V; for each
   (V, C) of the trend; the best perplexity for each n_embd at V = 32; the learned embeddings at n_embd 2; the kernels
   at n_embd 1 and 2 (every comparison on 3 seeds per side);
-* **judge** — the rules of :mod:`.rules` (:func:`judge`): ``converges_near_V/2`` per V, the C
+* **judge** — the claims declared in :mod:`.rules` (:func:`judge`): ``converges_near_V/2`` per V, the C
   trend and its rise from C=3 to C=5 (when the model is confused at both), ``best_perplexity_falls_with_n_embd``,
   ``close_tokens_embedded_close``, and the two proposals;
 * **figure** — perplexity against V, C and n_embd, the embeddings, the kernels' curves (:func:`figures`);

@@ -8,12 +8,12 @@ disappears, and with a longer context it returns. Here:
 * **measure** — train the runs (:func:`measure`): one curve per V and seed; every V = 4 run's embeddings (direction
   clusters) and effective ranks over training; the longest plateau at V = 16 for each (n_embd, C) setting, over the
   comparison seeds (3 per side of every comparison);
-* **judge** — the rules of :mod:`.rules` (:func:`judge`): ``plateau_near_V/2`` per run,
+* **judge** — the claims declared in :mod:`.rules` (:func:`judge`): ``plateau_near_V/2`` per run,
   ``two_stage_branching``, ``rank_dynamics``, ``plateau_gone_for_larger_n_embd``, ``plateau_back_for_larger_C``;
 * **figure** — the curves by V, the branching embeddings, the effective ranks, the plateau against n_embd and C
   (:func:`figures`);
 * **grid** — the headline claims as tests runnable at any setting (:func:`sticky_plateau_grid`, the ``robustness``
-  option: the same rule functions over the settings the post does not state).
+  option: the same declarations at the settings the post does not state).
 """
 
 from __future__ import annotations
