@@ -213,12 +213,14 @@ class DeclaredClaim:
 def claims() -> dict[str, DeclaredClaim]:
     """``{key: DeclaredClaim}`` of every claim every script declares, post by post in reading order. A record whose
     key adds its settings (``plateau_near_V/2 (V=4 seed=0)``, a ``--robustness`` grid's ``(C=16)``) is the claim of
-    the key before the first `` (``."""
+    the key before the first `` (``. A key a script names without declaring it (a claim judged inline, by
+    :func:`~gpt2_posheads.claims.verdicts.judge`) is listed with its post and script alone."""
     from .verdicts import CLAIMS  # the declarations themselves (plain data, as this module)
 
     out = {}
     for name, s in scripts().items():
         for key in s.claims:
-            spec = CLAIMS[key].at()
-            out[key] = DeclaredClaim(key, s.post, name, spec.claim, spec.rule.text, spec.role)
+            spec = CLAIMS[key].at() if key in CLAIMS else None  # a script may name a claim it judges inline
+            said = (spec.claim, spec.rule.text, spec.role) if spec else ("", "", "")
+            out[key] = DeclaredClaim(key, s.post, name, *said)
     return out
