@@ -203,3 +203,33 @@ def toy_scripts() -> tuple[str, ...]:
 def script_claims() -> dict[str, tuple[str, ...]]:
     """``{model script: the keys of the claims it judges, in the order it writes them}``."""
     return {name: s.claims for name, s in scripts().items() if s.post.needs_model}
+
+
+@dataclass(frozen=True)
+class DeclaredClaim:
+    """A claim as its post declares it: its ``key``, its ``post``, the ``script`` that judges it, the post's sentence
+    (``claim``), its rule's text at the post's own settings (``rule``) and its ``role`` (``"route"``,
+    ``"describes"``; ``""`` for a toy post's claim)."""
+
+    key: str
+    post: Post
+    script: str
+    claim: str
+    rule: str
+    role: str
+
+
+def claims() -> dict[str, DeclaredClaim]:
+    """``{key: DeclaredClaim}`` of every claim every script declares, post by post in reading order. A record whose
+    key adds its settings (``plateau_near_V/2 (V=4 seed=0)``, a ``--robustness`` grid's ``(C=16)``) is the claim of
+    the key before the first `` (``. A key a script names without declaring it (a claim judged inline, by
+    :func:`~gpt2_posheads.claims.verdicts.judge`) is listed with its post and script alone."""
+    from .verdicts import CLAIMS  # the declarations themselves (plain data, as this module)
+
+    out = {}
+    for name, s in scripts().items():
+        for key in s.claims:
+            spec = CLAIMS[key].at() if key in CLAIMS else None  # a script may name a claim it judges inline
+            said = (spec.claim, spec.rule.text, spec.role) if spec else ("", "", "")
+            out[key] = DeclaredClaim(key, s.post, name, *said)
+    return out

@@ -1,13 +1,14 @@
 """The GPT-2 post's (``004``) claims: how one is declared, judged and made testable, and the thresholds its rules
 share.
 
-A claim is declared once, beside its measurement, in its script's module (``posts/gpt2_prev_heads/<script>.py``):
-:func:`post_claim` records the post's sentence, the post's number, the :class:`Rule` that decides it, and what the
-claim can tell apart (:attr:`ClaimSpec.role`): a *route* claim says whether the sharp head is built the post's way
-(from early heads that read extended positions) rather than another way with the same behaviour (reading the
-previous position straight off ``W_pos``); a *description* says what a head or a matrix looks like, and holds on
-either route. :data:`CLAIMS` is every declared claim by key. Scripts call :func:`judge_claim` with their measurement
-and the preconditions that make the claim testable on the model at hand (the model copies; the head is a clear
+A claim is declared once, beside its measurement, in its script's module (``posts/gpt2_prev_heads/<script>.py``),
+as every post's claims are (:class:`~gpt2_posheads.claims.verdicts.ClaimSpec`): :func:`post_claim` records the
+post's sentence, the post's number, the :class:`Rule` that decides it, and what the claim can tell apart
+(:attr:`ClaimSpec.role`): a *route* claim says whether the sharp head is built the post's way (from early heads that
+read extended positions) rather than another way with the same behaviour (reading the previous position straight off
+``W_pos``); a *description* says what a head or a matrix looks like, and holds on either route. :data:`CLAIMS` is
+every declared claim of every post by key. Scripts call :func:`judge_claim` with their measurement and the
+preconditions that make the claim testable on the model at hand (the model copies; the head is a clear
 previous-token head; ...). The rules that other code reads too live here: :data:`SHARPEST_RULE` and
 :data:`INDUCTION_RULE` (the organism's targets), :func:`built_from_below` (the route conclusion),
 :func:`helix_evr_rule` (a precondition).
@@ -38,10 +39,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ..analysis.diagonals import CLEAR_PREV_RATIO, is_clear_prev, prev_token_stats
-from .verdicts import Claim, Precondition, Rule, at_least, at_most, finite, judge, not_testable, predicate
+from .verdicts import (  # noqa: F401 - ROUTE, DESCRIBES, register_claim: the post's modules read them here
+    CLAIMS,
+    DESCRIBES,
+    ROUTE,
+    Claim,
+    ClaimSpec,
+    Precondition,
+    Rule,
+    at_least,
+    at_most,
+    declare_claim,
+    finite,
+    predicate,
+    register_claim,
+)
 
 # model-level preconditions, shared by several scripts
 COPY_THRESHOLD = 0.5  # P(right continuation) on the repeat-string prompt for "the model copies"
@@ -52,54 +66,8 @@ HALF = 0.50  # "disrupted", "relies on": at least half of the previous-token att
 BREAK_KL = 0.1  # nats per token: "performance breaks down" (random models move < 0.01 at groups of 100)
 DAMAGE_JS = 0.05  # nats of Jensen-Shannon per row: about 15% of a row's attention moved (visible in the figure)
 
-ROUTE = "route"
-DESCRIBES = "describes"
-
-
-@dataclass(frozen=True)
-class ClaimSpec:
-    """A claim of the post, declared before anything is measured: its ``key``, the post's sentence (``claim``) and
-    number (``post``), the ``rule`` that decides it, its ``role`` (what it tells apart) and why (``why_kind``)."""
-
-    key: str
-    claim: str
-    post: str
-    rule: Rule
-    role: str = DESCRIBES  # ROUTE: tells the post's route from a head that reads W_pos; DESCRIBES: holds on both
-    why_kind: str = ""  # why it is (or is not) a route claim, in a sentence
-
-    def __post_init__(self):
-        if self.role not in (ROUTE, DESCRIBES):
-            raise ValueError(f"role: {self.role!r} is not one of {ROUTE!r}, {DESCRIBES!r}")
-
-    def untested(self, why: str, measured=None, here: bool = True) -> Claim:
-        """This claim ``not testable`` for ``why`` (:func:`~gpt2_posheads.claims.verdicts.not_testable`: ``here``
-        says whether the reason is given as ``not testable here: <why>``), with its key and role."""
-        return not_testable(
-            self.claim, self.post, self.rule, why, key=self.key, role=self.role, measured=measured, here=here
-        )
-
-
-# every claim of the post by key, in the order declared: filled by :func:`post_claim` when the post's modules are
-# imported (``import gpt2_posheads`` does)
-CLAIMS: dict[str, ClaimSpec] = {}
-
-
-def post_claim(key: str, claim: str, post: str, rule: Rule, role: str = DESCRIBES, why_kind: str = "") -> ClaimSpec:
-    """Declare the post's claim ``key``: its sentence (``claim``), the post's number (``post``), its ``rule``, what
-    it tells apart (``role``: :data:`ROUTE` or :data:`DESCRIBES`) and why (``why_kind``). Registered in :data:`CLAIMS`
-    (:func:`register_claim`) and returned."""
-    return register_claim(ClaimSpec(key, claim, post, rule, role, why_kind))
-
-
-def register_claim(spec: ClaimSpec) -> ClaimSpec:
-    """Add ``spec`` to :data:`CLAIMS` and return it; a key declared again with another sentence is a
-    ``ValueError``."""
-    known = CLAIMS.get(spec.key)
-    if known is not None and (known.claim, known.role) != (spec.claim, spec.role):
-        raise ValueError(f"key: the claim {spec.key!r} is declared twice ({known.claim!r} and {spec.claim!r})")
-    CLAIMS[spec.key] = spec
-    return spec
+# a claim of the post is declared as every post's claims are (claims.verdicts): post_claim is declare_claim
+post_claim = declare_claim
 
 
 # what an infinite sharpest ratio means (analysis.diagonals.sharpest_prev_ratio): every head was ranked, none tops at
@@ -197,20 +165,7 @@ def judge_claim(
     spec = key if isinstance(key, ClaimSpec) else CLAIMS.get(key)
     if spec is None:
         raise ValueError(f"key: {key!r} is not a declared claim of the post; declared: {', '.join(CLAIMS)}")
-    claim = judge(
-        spec.claim,
-        spec.post if post is None else post,
-        spec.rule,
-        measured,
-        value,
-        preconditions,
-        quick,
-        key=spec.key,
-        head=head,
-        readout=readout,
-    )
-    claim.role = spec.role
-    return claim
+    return spec.judge(measured, value, preconditions, quick, post=post, head=head, readout=readout)
 
 
 # --- preconditions -----------------------------------------------------------------------------------

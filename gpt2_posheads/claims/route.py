@@ -14,7 +14,7 @@ what the layers below write is removed (mean-ablated from its query and key inpu
 when the layers below are fed ``W_pos`` averaged in groups of 10 and their writes patched into its inputs
 (``aggregator_above_layer0``); half = 50%, kept = 80% (the post rules' levels, ``claims.gpt2_post``):
 
-1. ``sharp_prev_head`` not held: **none**; not testable or missing: **undetermined**.
+1. ``sharp_prev_head`` not held: **none**; not testable (a claim the records lack is): **undetermined**.
 2. ``kept`` not measured: **undetermined**.
 3. ``kept < 50%`` (A needs ``W_pos``'s fine detail):
    A in layer 0 or ``below < 50%``: **wpos** (reads ``W_pos`` directly);
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from .gpt2_post import HALF, KEEP, POS_GROUP
 from .measured import EarlyLabels, LayersBelowRemoved, PrevMassAveraged
-from .verdicts import HELD, NOT_HELD, Claim, finite
+from .verdicts import HELD, NOT_HELD, NOT_TESTABLE, Claim, finite
 
 POST, BOOST, WPOS, RELAY, NONE, UNDETERMINED = "post", "boost", "wpos", "relay", "none", "undetermined"
 ROUTES: dict[str, str] = {
@@ -47,15 +47,6 @@ ROUTES: dict[str, str] = {
     NONE: "no sharp previous-token head",
     UNDETERMINED: "undetermined: the evidence disagrees",
 }
-# the claims the conclusion reads, in the order a person checks them
-ROUTE_ROWS = (
-    "sharp_prev_head",
-    "avg_prev_heads_unaffected",
-    "aggregator_above_layer0",
-    "sources_upstream",
-    "mask_disrupts",
-    "early_self_suppressing",
-)
 
 
 @dataclass(frozen=True)
@@ -106,15 +97,16 @@ def _record(records: Mapping[str, Mapping], key: str) -> Mapping | None:
 
 
 def _verdict(records, key) -> str:
+    """The claim's verdict; a claim the records lack is not testable (:func:`_said` says why)."""
     r = _record(records, key)
-    return str(r.get("verdict", "missing")) if r else "missing"
+    return str(r.get("verdict", NOT_TESTABLE)) if r else NOT_TESTABLE
 
 
 def _said(records, key) -> str:
     """What a row says for a person: its number, else its reason."""
     r = _record(records, key)
     if r is None:
-        return "not measured"
+        return f"not testable: no record of {key} (its command has not run on this model)"
     return str(r.get("readout") or r.get("why") or "")
 
 

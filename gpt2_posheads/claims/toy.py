@@ -1,13 +1,13 @@
 """The toy posts' shared vocabulary for their rules: comparisons over seeds, the floor, numbers for a person.
 
-Each toy post's claims are rules written down before any run, in the post's folder (``posts/<post>/rules.py``): a
-sentence (``RULE_*``) and a pure function of numbers (final perplexities, loss curves, values over seeds) that
-returns a :data:`~gpt2_posheads.claims.verdicts.Decision` ``(held, why)`` as the GPT-2 post's rules do: ``why``
-says, in words with units, the numbers the rule compared and what each needed. ``held`` is ``None`` when the numbers
-cannot decide the claim (both sides of a comparison at the floor); the claim is then ``not testable`` and ``why``
-says so. The default run of a toy post and its ``--robustness`` grid call the same functions, and tests check every
-outcome on made-up numbers. :func:`toy_claim` hands a decision to :func:`~gpt2_posheads.claims.verdicts.judge`, the
-one path from a rule to a :class:`~gpt2_posheads.claims.verdicts.Claim` (``held`` / ``not held`` / ``not testable``).
+Each toy post's claims are declared before any run, in the post's folder (``posts/<post>/rules.py``), as every
+post's are (:func:`~gpt2_posheads.claims.verdicts.declare_claim`): a key, the post's sentence and number, and a
+rule made from its parameters, whose ``decide`` reads the measured numbers (final perplexities, loss curves, values
+over seeds) and returns a :data:`~gpt2_posheads.claims.verdicts.Decision` ``(held, why)``: ``why`` says, in words
+with units, the numbers the rule compared and what each needed. ``held`` is ``None`` when the numbers cannot decide
+the claim (both sides of a comparison at the floor); the claim is then ``not testable`` and ``why`` says so. The
+default run of a toy post and its ``--robustness`` grid judge the same declarations, and tests check every outcome
+on made-up numbers.
 
 Comparisons (which setting beats which, what rises or falls along a sweep) are judged on the mean over seeds, and a
 difference counts only when it exceeds both
@@ -32,53 +32,20 @@ rules judge them, and :mod:`gpt2_posheads.toy.analysis` reads curves with them.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .verdicts import Claim, Decision, Precondition, fmt, judge
-
-UNTESTED = "not tested"  # what a toy claim that was not tested shows where its number would be
+from .verdicts import ClaimSpec, Decision, Rule, declare_claim, fmt
 
 # --- shared vocabulary ----------------------------------------------------------------------------------------
 
 
-def toy_claim(
-    key: str,
-    claim_text: str,
-    post,
-    rule: str,
-    measured,
-    decided: Decision,
-    quick: bool = False,
-    preconditions: Sequence[Precondition] = (),
-    readout: str = "",
-    **extra,
-) -> Claim:
-    """One toy claim: :func:`~gpt2_posheads.claims.verdicts.judge` as the toy posts call it, the same
-    :class:`~gpt2_posheads.claims.verdicts.Claim` record the GPT-2 post's claims are.
-
-    ``rule`` states, in words, the test that ``decided = (held, why)`` applied (a rule function of the post's
-    folder, run beforehand on numbers over seeds); ``held`` None makes the claim ``not testable`` with that ``why``.
-    ``--quick`` runs and failed ``preconditions`` give ``not testable``. ``readout``: the tested number(s) a person
-    reads first; a claim that was not tested shows :data:`UNTESTED` instead ("not tested (--quick run)" for a quick
-    run: a number there would read as a result), except at the floor, where the numbers are the reason. ``extra``:
-    further fields of the record.
-    """
-    return judge(
-        claim_text,
-        post,
-        rule,
-        measured,
-        preconditions=preconditions,
-        quick=quick,
-        key=key,
-        readout=readout,
-        decided=decided,
-        untested=UNTESTED,
-        extra=extra,
-    )
+def toy_claim(key: str, claim: str, post, rule: Rule | Callable[..., Rule], **params) -> ClaimSpec:
+    """Declare a toy post's claim as every post's claim is declared
+    (:func:`~gpt2_posheads.claims.verdicts.declare_claim`), with no route to tell apart (role ``""``)."""
+    return declare_claim(key, claim, post, rule, "", **params)
 
 
 def num(x, digits: int = 3) -> str:
@@ -105,12 +72,40 @@ def spearman(a, b) -> float:
     return float(pd.Series(np.asarray(a, dtype=float)).rank().corr(pd.Series(np.asarray(b, dtype=float)).rank()))
 
 
+# --- the --robustness grid's records in summary.json ----------------------------------------------------------
+
+
+def grid_record(spec: ClaimSpec) -> dict:
+    """What a grid claim's record in ``summary.json`` says of its declaration: ``key``, ``claim``, ``post``, ``rule``
+    (the held counts of :func:`robustness_totals` go beside them)."""
+    return {"key": spec.key, "claim": spec.claim, "post": spec.post, "rule": spec.rule.text}
+
+
+def grid_records(robustness: Mapping) -> list[dict]:
+    """The grid claims' records of a summary's ``robustness``; a summary that holds them as ``totals`` and ``rules`` by
+    key is read as such records (``claim`` and ``post`` then unknown)."""
+    if "claims" in robustness:
+        return list(robustness["claims"])
+    rules = robustness.get("rules", {})
+    return [{"key": k, "claim": "", "post": "", "rule": rules.get(k, ""), **t} for k, t in robustness["totals"].items()]
+
+
 # --- comparisons over seeds -------------------------------------------------------------------------------------
 
 SPREAD_SDS = 2.0
 COMPARE_SEEDS = 3  # seeds per side of every comparison claim of a default run (--seeds raises it)
 REL_MARGIN = 0.10
 N_EVAL = 2048  # evaluation sequences per model (ToyConfig.eval_size)
+
+
+# The --robustness grid runs one seed per test (its k of n counts are the spread across seeds), so a comparison there
+# has no spread of its own: only the relative margin applies.
+ONE_SEED = "one seed per test, so only the relative margin applies: "
+
+
+def seeds_words(one_seed: bool) -> str:
+    """What a comparison rule's text starts with: :data:`ONE_SEED` on the grid, nothing on a default run."""
+    return ONE_SEED if one_seed else ""
 
 
 def margin_words(rel: float = REL_MARGIN) -> str:
@@ -287,15 +282,15 @@ def plateau(steps, ppl, tol: float = 0.1, floor: float = 1.5) -> dict:
     return max(found, key=lambda p: p["length_steps"])
 
 
-def near_half_runs(steps, ppl, V: int, tol: float):
-    """``(index where perplexity first falls below 0.8 V or None, [(i, j) runs of consecutive logged steps within
+def near_half_runs(steps, ppl, V: int, tol: float, below: float):
+    """``(index where perplexity first falls below ``below`` V or None, [(i, j) runs of consecutive logged steps within
     ±tol of V/2 from there on])``."""
     ppl = np.asarray(ppl, dtype=float)
-    below = np.nonzero(ppl < 0.8 * V)[0]
-    if not len(below):
+    first = np.nonzero(ppl < below * V)[0]
+    if not len(first):
         return None, []
     near = np.abs(ppl - V / 2) <= tol * V / 2
-    runs, i = [], int(below[0])
+    runs, i = [], int(first[0])
     while i < len(ppl):
         if near[i]:
             j = i
@@ -305,16 +300,16 @@ def near_half_runs(steps, ppl, V: int, tol: float):
             i = j + 1
         else:
             i += 1
-    return int(below[0]), runs
+    return int(first[0]), runs
 
 
-def v_half_plateau(steps, ppl, V: int, tol: float = 0.2, min_points: int = 5) -> dict | None:
-    """The plateau at V/2 that the sticky plateau post's ``RULE_PLATEAU`` asks for
-    (:mod:`gpt2_posheads.posts.sticky_plateau.rules`): the first run of >= ``min_points`` consecutive logged steps
-    with perplexity within ``±tol`` of ``V/2``, counted only after perplexity first falls below ``0.8 V`` (so the
-    initial phase at perplexity ~V is never taken for it). ``None`` when there is none."""
+def v_half_plateau(steps, ppl, V: int, *, tol: float, min_points: int, below: float) -> dict | None:
+    """A plateau at V/2 as the sticky plateau post's claim ``plateau_near_V/2`` states it, at its parameters
+    (:data:`gpt2_posheads.posts.sticky_plateau.rules.PLATEAU`): the first run of >= ``min_points`` consecutive logged
+    steps with perplexity within ``±tol`` of ``V/2``, counted only after perplexity first falls below ``below`` V (so
+    the initial phase at perplexity ~V is never taken for it). ``None`` when there is none."""
     steps, ppl = np.asarray(steps), np.asarray(ppl, dtype=float)
-    _, runs = near_half_runs(steps, ppl, V, tol)
+    _, runs = near_half_runs(steps, ppl, V, tol, below)
     for i, j in runs:
         if j - i + 1 >= min_points:
             return {

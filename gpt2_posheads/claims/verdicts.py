@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 Verdict = Literal["held", "not held", "not testable"]
@@ -81,7 +81,7 @@ class Claim:
     head: str = ""  # the head the claim was measured on ("" for a claim about the whole model)
     readout: str = ""  # the measured number for a person: 3 significant digits, units
     role: str = ""  # what the claim can tell apart (the GPT-2 post's "route" / "describes"; "" for the toys)
-    extra: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # fields of a record this version does not know (claims.record)
 
     def as_dict(self) -> dict:
         d = {
@@ -119,7 +119,6 @@ def not_testable(
     measured: Any = None,
     role: str = "",
     here: bool = True,
-    extra: dict | None = None,
 ) -> Claim:
     """The record of a claim that was not tested: the one place a ``not testable`` :class:`Claim` is made.
 
@@ -129,13 +128,13 @@ def not_testable(
     beside a claim that was not tested would read as a result (the measurement stays in ``measured``).
     """
     reason = "not testable here: " + _bare(why) if here else why
-    return Claim(claim, post, measured, _text(rule), NOT_TESTABLE, reason, key, head, readout, role, dict(extra or {}))
+    return Claim(claim, post, measured, _text(rule), NOT_TESTABLE, reason, key, head, readout, role)
 
 
 def judge(
     claim: str,
     post: str,
-    rule: Rule | str,
+    rule: Rule,
     measured: Any,
     value: Any = None,
     preconditions: Sequence[Precondition] = (),
@@ -143,53 +142,153 @@ def judge(
     key: str = "",
     head: str = "",
     readout: str = "",
-    *,
-    decided: Decision | None = None,
-    untested: str = "",
-    extra: dict | None = None,
+    role: str = "",
 ) -> Claim:
     """The one path from a measurement to a :class:`Claim`, for every post. The first of these that applies decides:
 
     1. a failed precondition: ``not testable here: <what was found>`` (each distinct reason once, joined by "; ");
     2. a ``--quick`` run, unless the rule allows it (``Rule.allow_quick``): ``not testable``, :data:`QUICK_WHY`;
-    3. the rule's :data:`Decision`: ``decided`` when the caller made it beforehand (the toy posts apply their
-       rule functions to numbers over seeds; ``rule`` is then the rule's text), else ``rule.decide(value)``
-       (``value`` default: ``measured``) once :func:`not_measured` finds no NaN in ``value`` (a NaN: ``not
-       testable``, saying so, and the rule is never asked). ``held`` None is ``not testable`` with the rule's why.
+    3. ``rule.decide(value)`` (``value`` default: ``measured``) once :func:`not_measured` finds no NaN in ``value``
+       (a NaN: ``not testable``, saying so, and the rule is never asked). ``held`` None is ``not testable`` with the
+       rule's why.
 
-    ``head``: the head the claim was measured on; ``readout``: the measured number for a person (default, when the
-    rule judges ``value`` here: ``value`` at 3 significant digits when it is a number). A claim that was not tested
-    (1, 2, or a NaN) shows ``untested`` instead ("": nothing, as the GPT-2 post's claims; the toys' "not tested",
-    "not tested (--quick run)"): a number there would read as a result. A rule that cannot decide keeps ``readout``:
-    at a floor the numbers are the reason.
+    ``head``: the head the claim was measured on; ``readout``: the measured number for a person (default: ``value``
+    at 3 significant digits when it is a number). A claim that was not tested (1, 2, or a NaN) shows no readout: a
+    number there would read as a result. A rule that cannot decide keeps ``readout``: at a floor the numbers are the
+    reason.
     """
-    if decided is None and not isinstance(rule, Rule):
-        raise TypeError("judge: a rule given as its text needs the decision it made (decided=(held, why))")
+    if not isinstance(rule, Rule):
+        raise TypeError(f"rule: a Rule is needed (its text and how it decides), got {type(rule).__name__}")
     value = measured if value is None else value
-    if not readout and decided is None and finite(value) and not isinstance(value, bool):
+    if not readout and finite(value) and not isinstance(value, bool):
         readout = fmt(value)
-    allow_quick = isinstance(rule, Rule) and rule.allow_quick
 
-    def untested_claim(why: str, here: bool = True, show: str = untested) -> Claim:
+    def untested_claim(why: str, here: bool = True, show: str = "") -> Claim:
         return not_testable(
-            claim, post, rule, why, key=key, head=head, readout=show, measured=measured, here=here, extra=extra
+            claim, post, rule, why, key=key, head=head, readout=show, measured=measured, here=here, role=role
         )
 
     failed = [p for p in preconditions if not p.ok]
     if failed:
         return untested_claim("; ".join(dict.fromkeys(_bare(p.failure()) for p in failed)))
-    if quick and not allow_quick:
-        return untested_claim(QUICK_WHY, here=False, show=f"{untested} (--quick run)" if untested else "")
-    if decided is None:
-        empty = not_measured(value)
-        if empty:  # a rule sees only finite, measured numbers: this is the one place that makes sure
-            return untested_claim(empty)
-        decided = rule.decide(value)
-    held, why = decided
+    if quick and not rule.allow_quick:
+        return untested_claim(QUICK_WHY, here=False)
+    empty = not_measured(value)
+    if empty:  # a rule sees only finite, measured numbers: this is the one place that makes sure
+        return untested_claim(empty)
+    held, why = rule.decide(value)
     if held is None:
         return untested_claim(why, show=readout)
-    verdict = HELD if held else NOT_HELD
-    return Claim(claim, post, measured, _text(rule), verdict, why, key, head, readout, extra=dict(extra or {}))
+    return Claim(claim, post, measured, rule.text, HELD if held else NOT_HELD, why, key, head, readout, role)
+
+
+# --- declared claims ----------------------------------------------------------------------------------
+
+ROUTE = "route"  # tells the GPT-2 post's route from a head that reads W_pos
+DESCRIBES = "describes"  # says what a head or a matrix looks like: holds on either route
+ROLES = (ROUTE, DESCRIBES, "")  # "": a toy post's claim, which has no route to tell apart
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """A claim of a post, declared before anything is measured: its ``key``, the post's sentence (``claim``) and
+    number (``post``), the ``rule`` that decides it, its ``role`` (what it tells apart) and why (``why_kind``).
+
+    A claim measured at settings (a toy post's V or seed, the ``--robustness`` grid's one seed per test) is declared
+    with ``make``, the function of those settings (``params``) that builds its rule, so that the rule's text is made
+    from the numbers it tests; ``claim`` and ``post`` may name the settings in braces. :meth:`at` is the claim at
+    other settings; :meth:`judge` judges it on a measurement; :meth:`untested` is it not tested."""
+
+    key: str
+    claim: str
+    post: str
+    rule: Rule
+    role: str = DESCRIBES
+    why_kind: str = ""  # why it is (or is not) a route claim, in a sentence
+    make: Callable[..., Rule] | None = field(default=None, compare=False)
+    params: tuple = ()  # (name, value) pairs: the settings ``rule``, ``claim`` and ``post`` were made at
+
+    def __post_init__(self):
+        if self.role not in ROLES:
+            raise ValueError(f"role: {self.role!r} is not one of {ROUTE!r}, {DESCRIBES!r}")
+
+    def at(self, label: str = "", setting: str = "", post: str | None = None, **params) -> ClaimSpec:
+        """This claim at other settings: ``params`` override the declared ones (the rule is made again from them and
+        the sentence and the post's number filled in with them); ``label`` is added to the key (``key (label)``),
+        ``setting`` leads the sentence (``setting: claim``), ``post`` replaces the post's number."""
+        p = {**dict(self.params), **params}
+
+        def filled(text):
+            return text.format(**p) if p and isinstance(text, str) else text
+
+        claim = filled(self.claim)
+        return replace(
+            self,
+            key=f"{self.key} ({label})" if label else self.key,
+            claim=f"{setting}: {claim}" if setting else claim,
+            post=filled(self.post) if post is None else post,
+            rule=self.make(**p) if self.make else self.rule,
+            params=tuple(p.items()),
+        )
+
+    def judge(
+        self,
+        measured,
+        value=None,
+        preconditions: Sequence[Precondition] = (),
+        quick: bool = False,
+        *,
+        post: str | None = None,
+        head: str = "",
+        readout: str = "",
+    ) -> Claim:
+        """:func:`judge` this claim on ``measured`` (``value``: what its rule reads, default ``measured``);
+        ``post`` overrides the post's number."""
+        number = self.post if post is None else post
+        return judge(
+            self.claim, number, self.rule, measured, value, preconditions, quick, self.key, head, readout, self.role
+        )
+
+    def untested(self, why: str, measured=None, here: bool = True) -> Claim:
+        """This claim ``not testable`` for ``why`` (:func:`not_testable`: ``here`` says whether the reason is given
+        as ``not testable here: <why>``), with its key and role."""
+        return not_testable(
+            self.claim, self.post, self.rule, why, key=self.key, role=self.role, measured=measured, here=here
+        )
+
+
+# every declared claim of every post by key, in the order declared: filled by :func:`declare_claim` when the posts'
+# modules are imported (``import gpt2_posheads`` does); :func:`gpt2_posheads.claims.catalogue.claims` reads it
+CLAIMS: dict[str, ClaimSpec] = {}
+
+
+def declare_claim(
+    key: str,
+    claim: str,
+    post: str,
+    rule: Rule | Callable[..., Rule],
+    role: str = DESCRIBES,
+    why_kind: str = "",
+    **params,
+) -> ClaimSpec:
+    """Declare claim ``key``: its sentence (``claim``), the post's number (``post``), its ``rule`` (a :class:`Rule`,
+    or a function of ``params`` that makes one: the rule at the post's own settings is ``rule(**params)``), what it
+    tells apart (``role``) and why (``why_kind``); ``params`` also fill the sentence's and the number's braces
+    (:meth:`ClaimSpec.at`). Registered in :data:`CLAIMS` (:func:`register_claim`) and
+    returned."""
+    make = None if isinstance(rule, Rule) else rule
+    spec = ClaimSpec(key, claim, post, make(**params) if make else rule, role, why_kind, make, tuple(params.items()))
+    return register_claim(spec)
+
+
+def register_claim(spec: ClaimSpec) -> ClaimSpec:
+    """Add ``spec`` to :data:`CLAIMS` and return it; a key declared again with another sentence is a
+    ``ValueError``."""
+    known = CLAIMS.get(spec.key)
+    if known is not None and (known.claim, known.role) != (spec.claim, spec.role):
+        raise ValueError(f"key: the claim {spec.key!r} is declared twice ({known.claim!r} and {spec.claim!r})")
+    CLAIMS[spec.key] = spec
+    return spec
 
 
 def _text(rule: Rule | str) -> str:

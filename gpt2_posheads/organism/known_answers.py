@@ -24,14 +24,16 @@ Models (``gpt2_posheads.organism.compiled``):
 
 from __future__ import annotations
 
+from ..claims.catalogue import claims
 from ..claims.verdicts import HELD, NOT_HELD, NOT_TESTABLE
 
 MODELS = ("route-gpt2", "lookalike-wpos", "lookalike-boost", "lookalike-decoy", "lookalike-none", "mini-gpt2")
 
-# (script, claim key) -> {model: (verdict, reason from the construction)}; None: not set by the construction
+# claim key -> {model: (verdict, reason from the construction)}; None: not set by the construction. The command that
+# judges a claim is its declaration's (claims.catalogue.claims), the organism report's for its targets.
 _R, _W, _B, _D, _N, _M = MODELS
-KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
-    ("rank_prev_heads", "sharp_prev_head"): {
+KNOWN: dict[str, dict[str, tuple[str, str] | None]] = {
+    "sharp_prev_head": {
         _R: (HELD, "the aggregator's match with the early heads' estimate is decisive: ratio far below 0.10"),
         _W: (HELD, "the W_pos reader's kernel peaks at p-1 only: a sharp head"),
         _B: (HELD, "the same aggregator as route-gpt2"),
@@ -39,7 +41,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_HELD, "no head attends to the previous token"),
         _M: (HELD, "its layer-0 head (card: ratio 0.0013)"),
     },
-    ("rank_prev_heads", "sharpest_stands_alone"): {
+    "sharpest_stands_alone": {
         _R: (HELD, "the next previous-token heads are the messy early heads (ratios ~0.3-0.5)"),
         _W: (HELD, "it is the only previous-token head"),
         _B: (HELD, "the next are the messy boosting heads (ratios ~0.3-0.5)"),
@@ -47,7 +49,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_HELD, "there is no sharp head"),
         _M: (HELD, "card: 0.0011 against 0.139"),
     },
-    ("rank_prev_heads", "half_prev_heads"): {
+    "half_prev_heads": {
         _R: (HELD, "8 of 16 heads: four early heads, the aggregator and three inert copies of early heads"),
         _W: (NOT_HELD, "1 of 16: only the W_pos reader"),
         _B: (HELD, "8 of 16, as route-gpt2"),
@@ -55,7 +57,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_HELD, "no previous-token head"),
         _M: (HELD, "6 of 16 (38%) in its documented ranking"),
     },
-    ("pos_embed_helix", "wpos_helix"): {
+    "wpos_helix": {
         _R: (HELD, "W_pos is GPT-2's own helix (its first 256 rows, top eight principal components)"),
         _W: (HELD, "GPT-2's helix plus fine components too small to move the principal components"),
         _B: (HELD, "GPT-2's helix"),
@@ -63,7 +65,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (HELD, "GPT-2's helix"),
         _M: (NOT_HELD, "a learned W_pos whose neighbouring rows alternate in sign: no low-dimensional curve"),
     },
-    ("pos_embed_helix", "ext_helix"): {
+    "ext_helix": {
         _R: (HELD, "at layer 2 the residual's positional part is W_pos plus a count and a position 20x smaller"),
         _W: (HELD, "nothing below layer 2 writes: the extended embeddings are W_pos"),
         _B: (HELD, "W_pos plus small position features"),
@@ -71,7 +73,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (HELD, "W_pos plus small position features"),
         _M: None,
     },
-    ("ext_pos_vs_wpe", "ext_same_subspace"): {
+    "ext_same_subspace": {
         _R: (HELD, "the extended embeddings are W_pos's helix plus small features: the same subspace"),
         _W: (HELD, "the extended embeddings are W_pos"),
         _B: (HELD, "W_pos's helix plus small features"),
@@ -79,7 +81,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (HELD, "W_pos's helix plus small features"),
         _M: (NOT_TESTABLE, "its W_pos is not a helix, so there is no helix subspace to compare with"),
     },
-    ("ext_pos_vs_wpe", "ext_sparser"): {
+    "ext_sparser": {
         _R: (NOT_HELD, "the extended embeddings are W_pos almost unchanged: no sparser"),
         _W: (NOT_HELD, "the extended embeddings are W_pos"),
         _B: (NOT_HELD, "W_pos almost unchanged"),
@@ -87,7 +89,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_HELD, "W_pos almost unchanged"),
         _M: None,
     },
-    ("ext_pos_vs_wpe", "ext_token_independent"): {
+    "ext_token_independent": {
         _R: (HELD, "on a repeated token every head writes the same vector at every position (BOS avoided)"),
         _W: (HELD, "nothing below layer 2 writes"),
         _B: (HELD, "as route-gpt2"),
@@ -95,7 +97,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (HELD, "its heads write nothing"),
         _M: None,
     },
-    ("pos_embed_averaging", "avg_output_unchanged"): {
+    "avg_output_unchanged": {
         _R: (HELD, "nothing reads W_pos: averaging it changes nothing"),
         _W: (NOT_HELD, "copying needs the W_pos reader, which averaging destroys"),
         _B: (HELD, "nothing reads W_pos"),
@@ -103,7 +105,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_TESTABLE, "it does not copy"),
         _M: (NOT_TESTABLE, "it does not copy the reply's first word (documented: P 0.0002)"),
     },
-    ("pos_embed_averaging", "avg_breaks_down"): {
+    "avg_breaks_down": {
         _R: (NOT_HELD, "nothing reads W_pos: no group size changes the output"),
         _W: (NOT_HELD, "the output already breaks at groups of 20, not between 20 and 100"),
         _B: (NOT_HELD, "nothing reads W_pos"),
@@ -111,7 +113,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_TESTABLE, "it does not copy"),
         _M: (NOT_TESTABLE, "it does not copy the reply's first word"),
     },
-    ("pos_embed_averaging", "avg_prev_heads_unaffected"): {
+    "avg_prev_heads_unaffected": {
         _R: (HELD, "nothing reads W_pos"),
         _W: (NOT_HELD, "the sharp head reads W_pos's fine components, which groups of 10 average away"),
         _B: (HELD, "nothing reads W_pos"),
@@ -119,7 +121,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_TESTABLE, "no previous-token head"),
         _M: (NOT_HELD, "its layer-0 head reads the alternating W_pos (documented: keeps 3%)"),
     },
-    ("mask_prev_attention", "mask_disrupts"): {
+    "mask_disrupts": {
         _R: (HELD, "masked rows: the early heads cannot see p-1, so their estimate points elsewhere"),
         _W: (NOT_HELD, "the layers below write nothing: masking them changes nothing"),
         _B: (HELD, "masked rows: the boosting heads cannot see p-1"),
@@ -127,7 +129,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_TESTABLE, "no previous-token head"),
         _M: (NOT_TESTABLE, "its sharp head sits in layer 0: nothing below to mask"),
     },
-    ("raw_scores_taxonomy", "early_self_suppressing"): {
+    "early_self_suppressing": {
         _R: (HELD, "all four early heads: a rising score with a dip at their own token"),
         _W: (NOT_TESTABLE, "no previous-token head below the sharp head"),
         _B: (NOT_HELD, "the early heads boost p-1 and have no dip"),
@@ -135,7 +137,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_TESTABLE, "no previous-token head"),
         _M: (NOT_TESTABLE, "its sharp head sits in layer 0: no head below it"),
     },
-    ("raw_scores_taxonomy", "aggregator_prev_boosting"): {
+    "aggregator_prev_boosting": {
         _R: (HELD, "its score peaks at the key the early heads point at: p-1"),
         _W: (HELD, "its W_pos kernel peaks at p-1 (a bright line that does not tell the routes apart)"),
         _B: (HELD, "the route's aggregator"),
@@ -143,7 +145,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_TESTABLE, "no previous-token head"),
         _M: (HELD, "it reads p-1 off W_pos: a bright previous diagonal"),
     },
-    ("ext_pos_averaging", "ext_avg_hurts_early_more"): {
+    "ext_avg_hurts_early_more": {
         _R: (HELD, "early heads read the counted position (blurred); the aggregator matches tokens (kept)"),
         _W: (NOT_TESTABLE, "no previous-token head below the sharp head"),
         _B: (HELD, "early heads read the counted position; the aggregator matches tokens"),
@@ -151,7 +153,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_TESTABLE, "no previous-token head"),
         _M: (NOT_TESTABLE, "its sharp head sits in layer 0: no head below it"),
     },
-    ("l4h11_edit", "edit_moves_copy"): {
+    "edit_moves_copy": {
         _R: (HELD, "the induction head reads only the aggregator's write"),
         _W: (HELD, "the induction head reads only the sharp head's write (the edit does not tell routes apart)"),
         _B: (HELD, "as route-gpt2"),
@@ -159,7 +161,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_TESTABLE, "it does not copy"),
         _M: None,
     },
-    ("prev_head_sources", "aggregator_above_layer0"): {
+    "aggregator_above_layer0": {
         _R: (HELD, "without what layers 0-1 write (estimate, position) the aggregator loses p-1"),
         _W: (NOT_HELD, "layers 0-1 write nothing: the sharp head is built from the embeddings alone"),
         _B: (HELD, "without the early heads' estimate the aggregator loses p-1"),
@@ -167,7 +169,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_TESTABLE, "no previous-token head"),
         _M: (NOT_HELD, "its sharp head sits in layer 0"),
     },
-    ("prev_head_sources", "sources_upstream"): {
+    "sources_upstream": {
         _R: (HELD, "the four early heads together are the aggregator's whole estimate"),
         _W: (NOT_TESTABLE, "no previous-token head below the sharp head"),
         _B: (HELD, "the four boosting heads are the aggregator's estimate"),
@@ -175,10 +177,10 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_TESTABLE, "no previous-token head"),
         _M: (NOT_TESTABLE, "its sharp head sits in layer 0"),
     },
-    ("prev_head_sources", "sources_named_heads"): dict.fromkeys(
+    "sources_named_heads": dict.fromkeys(
         MODELS, (NOT_TESTABLE, "the post's head names mean something only on GPT-2 small")
     ),
-    ("mini_gpt2_report", "prev_text"): {
+    "prev_text": {
         _R: (HELD, "the aggregator (as sharp_prev_head)"),
         _W: (HELD, "the W_pos reader"),
         _B: (HELD, "the aggregator"),
@@ -186,7 +188,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_HELD, "no previous-token head"),
         _M: (HELD, "card: 0.0013"),
     },
-    ("mini_gpt2_report", "prev_random"): {
+    "prev_random": {
         _R: (HELD, "the aggregator matches tokens whatever they are"),
         _W: (HELD, "the W_pos reader ignores tokens"),
         _B: (HELD, "the aggregator matches tokens whatever they are"),
@@ -194,7 +196,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_HELD, "no previous-token head"),
         _M: (HELD, "card: 0.0023"),
     },
-    ("mini_gpt2_report", "induction"): {
+    "induction": {
         _R: (HELD, "a layer-3 induction head reads the aggregator's write"),
         _W: (HELD, "a layer-3 induction head"),
         _B: (HELD, "a layer-3 induction head"),
@@ -202,7 +204,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_HELD, "no induction head"),
         _M: (HELD, "card: 0.84"),
     },
-    ("mini_gpt2_report", "copy_loss"): {
+    "copy_loss": {
         _R: (HELD, "the induction head copies the second copy; nothing predicts the first"),
         _W: (HELD, "as route-gpt2"),
         _B: (HELD, "as route-gpt2"),
@@ -210,7 +212,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_HELD, "nothing copies"),
         _M: (HELD, "card: 0.18 nats on the second copy"),
     },
-    ("mini_gpt2_report", "copies"): {
+    "copies": {
         _R: (HELD, "the induction head finds the word after the first word"),
         _W: (HELD, "as route-gpt2"),
         _B: (HELD, "as route-gpt2"),
@@ -218,7 +220,7 @@ KNOWN: dict[tuple[str, str], dict[str, tuple[str, str] | None]] = {
         _N: (NOT_HELD, "nothing copies"),
         _M: (HELD, "card: P 0.92"),
     },
-    ("mini_gpt2_report", "heldout"): {
+    "heldout": {
         _R: (NOT_HELD, "a compiled model predicts only copies; it does not model text"),
         _W: (NOT_HELD, "does not model text"),
         _B: (NOT_HELD, "does not model text"),
@@ -243,12 +245,12 @@ ROUTE_CONCLUSIONS: dict[str, tuple[str, str]] = {
 # The GPT-2-small stand-in (gpt2_posheads.organism.standin): the route of route-gpt2 at the post's heads, in GPT-2
 # small's shape, taken for GPT-2 small by is_gpt2_small. Where its answer differs from route-gpt2's, the reason.
 STANDIN = "gpt2-standin"
-_STANDIN_DIFFERS: dict[tuple[str, str], tuple[str, str]] = {
-    ("rank_prev_heads", "half_prev_heads"): (
+_STANDIN_DIFFERS: dict[str, tuple[str, str]] = {
+    "half_prev_heads": (
         NOT_HELD,
         "7 of 144 heads: the six early heads and the aggregator; the rest are inert, unrelated or induction",
     ),
-    ("prev_head_sources", "sources_named_heads"): (
+    "sources_named_heads": (
         HELD,
         "the six early heads sit at the post's names and together are L4H11's whole estimate",
     ),
@@ -266,18 +268,27 @@ STANDIN_HEADS: dict[str, tuple[str, ...]] = {
 STANDIN_ROUTE = ("post", "route-gpt2's route at the post's heads: L4H11 reads the six self-suppressing early heads")
 
 
+REPORT = "mini_gpt2_report"  # the command that judges the organism's targets (claims.organism)
+
+
+def script_of(key: str) -> str:
+    """The command that judges claim ``key``: its declaration's, else the organism report (a behaviour target)."""
+    declared = claims().get(key)
+    return declared.script if declared else REPORT
+
+
 def standin_expected() -> dict[tuple[str, str], tuple[str, str]]:
     """``{(script, claim key): (verdict, reason)}`` for the stand-in: route-gpt2's answers (the same route) for the
     post's nine scripts, with :data:`_STANDIN_DIFFERS` where its shape or its head names change the answer (the
     organism report compares the route model with the organism and is not run on it)."""
-    out = {k: v[_R] for k, v in KNOWN.items() if v.get(_R) is not None and k[0] != "mini_gpt2_report"}
+    out = {k: v[_R] for k, v in KNOWN.items() if v.get(_R) is not None and script_of(k) != REPORT}
     out.update(_STANDIN_DIFFERS)
-    return out
+    return {(script_of(k), k): v for k, v in out.items()}
 
 
 def expected(model: str) -> dict[tuple[str, str], tuple[str, str]]:
     """``{(script, claim key): (verdict, reason)}`` for ``model``, leaving out what its construction does not set."""
-    return {k: v[model] for k, v in KNOWN.items() if v.get(model) is not None}
+    return {(script_of(k), k): v[model] for k, v in KNOWN.items() if v.get(model) is not None}
 
 
 def markdown_table() -> str:
@@ -289,7 +300,7 @@ def markdown_table() -> str:
         + " | ".join(f"**{ROUTE_CONCLUSIONS[m][0]}**" for m in MODELS)
         + " |"
     )
-    for (script, key), row in KNOWN.items():
+    for key, row in KNOWN.items():
         cells = [row[m][0] if row.get(m) else "-" for m in MODELS]
-        lines.append(f"| `{script}` | `{key}` | " + " | ".join(cells) + " |")
+        lines.append(f"| `{script_of(key)}` | `{key}` | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..claims.route import NONE, ROUTES
+from ..claims.verdicts import HELD
 from .generator import Generated, write
 
 N_PROMPTS, SEQ_LEN = 4, 256  # WikiText-2 prompts each model is measured on (compiled mechanisms need few)
@@ -98,7 +99,7 @@ def score(
         ambiguous=g.card["ambiguous"],
         aggregator=g.card.get("aggregator"),
         concluded=c.route,
-        found=(sharp.get("head") or None) if sharp["verdict"] == "held" else None,
+        found=(sharp.get("head") or None) if sharp["verdict"] == HELD else None,
         conclusion=c.as_dict(),
         records=records,
         seconds=time.perf_counter() - start,

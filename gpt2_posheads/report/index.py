@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..claims.catalogue import posts, script_post
 from ..claims.record import Summary, SummaryError, read_summary, recorded_fingerprint
+from ..claims.toy import grid_records
 from ..claims.verdicts import NOT_TESTABLE, VERDICT_COLOURS, VERDICTS, Claim, fmt
 from ..model.paths import write_whole_text
 from ..model.validation import UsageError
@@ -465,14 +466,14 @@ def robustness_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
         if not r:
             continue
         link = html.escape(str(path.parent.relative_to(root) / "robustness.html"))
-        for claim, t in r["totals"].items():
+        for t in grid_records(r):
             quick = " <b>(quick)</b>" if s.quick else ""
             rows.append(
-                f"<tr><td>{html.escape(s.script)}{quick}</td><td>{html.escape(claim)}</td>"
+                f"<tr><td>{html.escape(s.script)}{quick}</td><td>{html.escape(t['key'])}</td>"
                 f"<td>{t['held_runs']} of {t['runs']}"
                 + (f" ({t['not_testable_runs']} not testable)" if t.get("not_testable_runs") else "")
                 + f"</td><td>{t['settings_all_seeds']} / {t['settings_no_seed']}"
-                f" of {t['settings']}</td><td>{html.escape(r['rules'].get(claim, ''))}</td>"
+                f" of {t['settings']}</td><td>{html.escape(t['rule'])}</td>"
                 f'<td><a href="{link}">robustness</a></td></tr>'
             )
     if not rows:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..claims.toy import COMPARE_SEEDS
+from ..claims.toy import COMPARE_SEEDS, grid_record
 from ..model.validation import UsageError, positive
 from .robustness import (
     UNSTATED,
@@ -34,10 +34,6 @@ MAX_DEFAULT_WORKERS = 8
 # the training settings the posts do not state, as every toy post trains by default (nanoGPT's initialisation)
 LR, INIT_STD, BATCH_SIZE = 0.01, 0.02, 128
 ROBUSTNESS_SEEDS = 5  # seeds per setting of the --robustness grid
-
-# The grid runs one seed per test (its k of n counts are the spread across seeds), so a comparison there has no
-# spread of its own: only the relative margin applies.
-ONE_SEED = "one seed per test, so only the relative margin applies: "
 
 
 def default_workers() -> int:
@@ -137,7 +133,8 @@ class ToyRun:
         :data:`~.robustness.UNSTATED` around ``base``, each at :attr:`robustness_seeds` seeds from :attr:`seed`
         (``quick``: 2, still every setting): the held counts (:func:`~.robustness.robustness_table`) as the table
         ``robustness``, their heatmap (``title`` names the post) as the figure ``robustness`` and the part of
-        ``summary.json`` as ``numbers["robustness"]`` (the grid, the seeds, the rules, the totals and the table)."""
+        ``summary.json`` as ``numbers["robustness"]`` (the grid, the seeds, each claim's record with its totals
+        (:func:`~gpt2_posheads.claims.toy.grid_record`) and the table)."""
         for stem, (fig, size) in figures.items():
             result.figure(fig, stem, **size)
         result.numbers.update(steps=self.steps, init_std=self.init_std, lr=self.lr, **numbers)
@@ -148,12 +145,12 @@ class ToyRun:
         table = robustness_table(grid, base, seeds, self.runs_dir, workers=self.workers)
         result.table(table, "robustness")
         result.figure(robustness_figure(table, f"{title}: held in k of n seeds per setting"), "robustness")
+        totals = robustness_totals(table)
         result.numbers["robustness"] = {
             "grid": {k: list(v) for k, v in UNSTATED.items()},
             "seeds": seeds,
             "base_lr": base.lr,
-            "rules": {c.key: c.rule for c in grid},
-            "totals": robustness_totals(table),
+            "claims": [{**grid_record(c.spec), **totals[c.key]} for c in grid],
             "table": robustness_records(table),
         }
         return result
@@ -164,7 +161,6 @@ __all__ = [
     "INIT_STD",
     "LR",
     "MAX_DEFAULT_WORKERS",
-    "ONE_SEED",
     "ROBUSTNESS_SEEDS",
     "ToyRun",
     "default_workers",

@@ -7,11 +7,12 @@ every point of a grid of those settings (:data:`UNSTATED`) and over several seed
 
     setting s = (lr x f, batch b, init std sigma, W_O on/off),   k(claim, s) = #{seeds : held(claim, s, seed)}
 
-A claim is a :class:`GridClaim`: the named runs its test needs (built from one setting's base config and
-seed) and a rule function of their results (``(held, why)``, the same function the default run judges with; a run
-whose numbers cannot decide the claim, ``held`` None, is counted as not testable, not as held). Every run of the
-grid goes through :func:`train_sweep`, so runs that share a shape train as one batched computation and finished
-runs are reused.
+A claim is a :class:`GridClaim`: the post's declared claim at the grid's settings (the same declaration the default
+run judges, :meth:`~gpt2_posheads.claims.verdicts.ClaimSpec.at`), the named runs its test needs (built from one
+setting's base config and seed) and what its rule reads off their results. Each run is judged into the same
+:class:`~gpt2_posheads.claims.verdicts.Claim` record as every claim (a run whose numbers cannot decide the claim is
+``not testable``, not held). Every run of the grid goes through :func:`train_sweep`, so runs that share a shape train
+as one batched computation and finished runs are reused.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from ..claims.verdicts import HELD, NOT_TESTABLE, Claim, ClaimSpec, Precondition
 from .train import ToyConfig, train_sweep
 
 # The posts' unstated settings and the values tried: learning rate as a factor of the script's default,
@@ -39,21 +42,24 @@ UNSTATED: dict[str, tuple] = {
 
 @dataclass(frozen=True)
 class GridClaim:
-    """One claim's test, runnable at any setting.
+    """One declared claim, runnable at any setting: ``spec`` (the post's declaration at the grid's settings),
+    ``configs(base)`` the runs its test needs, by name, built from ``base`` (a setting's config with its seed), and
+    ``value(results)`` what its rule reads off those runs' results (same names), ``preconditions(results)`` what
+    must hold for the claim to be testable there (as on the default run)."""
 
-    ``configs(base)``: the runs the test needs, by name, built from ``base`` (a setting's config with its seed);
-    ``decide(results)``: those runs' results (same names) -> ``(held, why)`` (held None: not testable) or a bool.
-    """
-
-    key: str
-    rule: str
+    spec: ClaimSpec
     configs: Callable[[ToyConfig], Mapping[str, ToyConfig]]
-    decide: Callable[[Mapping[str, dict]], tuple[bool | None, str] | bool]
+    value: Callable[[Mapping[str, dict]], Any]
+    preconditions: Callable[[Mapping[str, dict]], Sequence[Precondition]] = lambda results: ()
 
+    @property
+    def key(self) -> str:
+        return self.spec.key
 
-def outcome(decided) -> bool | None:
-    """``held`` of a rule's ``(held, why)`` (or of a bare bool)."""
-    return decided[0] if isinstance(decided, tuple) else bool(decided)
+    def judge(self, results: Mapping[str, dict]) -> Claim:
+        """The claim on one setting's runs: the record every claim is."""
+        value = self.value(results)
+        return self.spec.judge(value, value, self.preconditions(results))
 
 
 def settings(grid: Mapping[str, Sequence] = UNSTATED) -> list[dict]:
@@ -109,10 +115,10 @@ def robustness_table(
     results = dict(zip([c.id() for c in flat], train_sweep(flat, runs_dir, progress=progress, workers=workers)))
     counts: dict[tuple[int, str], list[int]] = {}
     for i, c, named in needs:
-        held = outcome(c.decide({name: results[cfg.id()] for name, cfg in named.items()}))
+        verdict = c.judge({name: results[cfg.id()] for name, cfg in named.items()}).verdict
         k = counts.setdefault((i, c.key), [0, 0])
-        k[0] += held is True
-        k[1] += held is None
+        k[0] += verdict == HELD
+        k[1] += verdict == NOT_TESTABLE
     rows = []
     for i, p in enumerate(points):
         for c in claims:

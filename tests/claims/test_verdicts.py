@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpt2_posheads.claims.catalogue import script, script_claims
+from gpt2_posheads.claims.catalogue import claims, script
 from gpt2_posheads.claims.gpt2_post import (
     CLAIMS,
     is_prev_token_head,
@@ -274,7 +274,7 @@ def test_not_testable_says_why_once():
         assert not_testable("c", "p", "held if ...", given).why == "not testable here: x"
     # a reason that names its own cause, as written
     assert not_testable("c", "p", "r", QUICK_WHY, here=False).why == QUICK_WHY
-    c = not_testable("c", "p", "r", "w", head="L2H2", readout="not tested", role="route", extra={"n": 3})
+    c = not_testable("c", "p", "r", "w", head="L2H2", readout="0.5", role="route")
     assert c.as_dict() == {
         "claim": "c",
         "post": "p",
@@ -283,21 +283,14 @@ def test_not_testable_says_why_once():
         "verdict": NOT_TESTABLE,
         "why": "not testable here: w",
         "head": "L2H2",
-        "readout": "not tested",
+        "readout": "0.5",
         "role": "route",
-        "n": 3,
     }
 
 
-def test_judge_takes_a_decision_made_beforehand_with_the_rules_text():
-    """The toy posts decide with their rule functions on numbers over seeds, then hand judge the decision."""
-    c = judge("c", "p", "held if it rose", {"m": float("nan")}, decided=(False, "it fell"), key="k", readout="1 → 0")
-    # a decision made beforehand is the rule's own answer: a NaN in measured does not make it not testable
-    assert c.verdict == NOT_HELD and c.why == "it fell" and c.rule == "held if it rose" and c.readout == "1 → 0"
-    assert judge("c", "p", "r", 0.5, decided=(True, "w")).readout == ""  # no number made up beside a given decision
-    c = judge("c", "p", "r", 0.5, decided=(None, "not testable here: both at the floor"), readout="4e-5, 2e-7")
-    assert c.verdict == NOT_TESTABLE and c.why == "not testable here: both at the floor" and c.readout == "4e-5, 2e-7"
-    with pytest.raises(TypeError, match="needs the decision it made"):
+def test_judge_has_one_mode_a_rule_that_decides():
+    """Every post's claim is judged by its rule on the value: a rule's text alone is refused."""
+    with pytest.raises(TypeError, match="rule: a Rule"):
         judge("c", "p", "held if ...", 0.5)
 
 
@@ -309,31 +302,31 @@ def test_a_rule_that_cannot_decide_is_not_testable_with_its_why():
 
 
 def test_what_an_untested_claim_shows():
-    """The GPT-2 post's claims show nothing where a number would be; the toys say "not tested"."""
+    """A claim not tested shows no number where its number would be, on every post's row alike."""
     failed = [Precondition("it learned", False, "it did not learn")]
-    for untested, quick_shown in (("", ""), ("not tested", "not tested (--quick run)")):
-        c = judge("c", "p", "r", 1.0, decided=(True, "x"), preconditions=failed, untested=untested, readout="1.0")
-        assert c.verdict == NOT_TESTABLE and c.why == "not testable here: it did not learn" and c.readout == untested
-        c = judge("c", "p", "r", 1.0, decided=(True, "x"), quick=True, untested=untested, readout="1.0")
-        assert c.verdict == NOT_TESTABLE and c.why == QUICK_WHY and c.readout == quick_shown
-        # the order: a failed precondition comes before the quick run
-        c = judge("c", "p", "r", 1.0, decided=(True, "x"), preconditions=failed, quick=True, untested=untested)
-        assert c.why == "not testable here: it did not learn"
+    rule = predicate("held if it is", lambda v: (True, "x"))
+    c = judge("c", "p", rule, 1.0, preconditions=failed, readout="1.0")
+    assert c.verdict == NOT_TESTABLE and c.why == "not testable here: it did not learn" and c.readout == ""
+    c = judge("c", "p", rule, 1.0, quick=True, readout="1.0")
+    assert c.verdict == NOT_TESTABLE and c.why == QUICK_WHY and c.readout == ""
+    # the order: a failed precondition comes before the quick run
+    assert judge("c", "p", rule, 1.0, preconditions=failed, quick=True).why == "not testable here: it did not learn"
 
 
 def test_each_claim_is_declared_once_beside_its_script():
-    """Every claim a script judges is declared (``post_claim``) in that script's own module, and nowhere else."""
+    """Every claim a script judges, toy or transformer, is declared once, in the ``SPECS`` its script's module
+    declares it with, and ``claims()`` lists it with its post, sentence, rule text and role."""
     import sys
 
-    declared = {}
-    for name, keys in script_claims().items():
-        module = sys.modules[script(name).function.__module__]
+    listed = claims()
+    for key, c in listed.items():
+        module = sys.modules[script(c.script).function.__module__]
         specs = {s.key: s for s in getattr(module, "SPECS", ())}
-        for key in keys:
-            assert specs.get(key) is CLAIMS[key], (name, key)  # the registry holds the module's own declaration
-            assert key not in declared, (key, declared.get(key), name)
-            declared[key] = name
-    assert set(CLAIMS) - set(declared) == {"induction_heads_exist"}  # the organism's target, judged from numbers
+        assert specs.get(key) is CLAIMS[key], (c.script, key)  # the registry holds the module's own declaration
+        assert c.post is script(c.script).post and c.rule.startswith("held if") and c.claim
+    assert set(CLAIMS) - set(listed) == {"induction_heads_exist"}  # the organism's target, judged from numbers
+    assert {c.post.key for c in listed.values()} == {"000", "001", "002", "003", "004"}
+    assert listed["mask_disrupts"].role == "route" and listed["plateau_near_V/2"].role == ""
 
 
 def test_a_claim_key_declared_twice_or_unknown_is_refused():

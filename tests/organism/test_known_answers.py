@@ -55,16 +55,11 @@ def test_build_refuses_a_folder_it_did_not_write(tmp_path):
     assert (tmp_path / "route-gpt2" / "notes.txt").read_text() == "mine"
 
 
-def test_the_table_covers_every_claim_and_model():
-    scripts = {s for s, _ in KNOWN}
-    assert scripts == set(model_scripts()) | {"mini_gpt2_report"}
-    for (script, key), row in KNOWN.items():
-        assert set(row) == set(MODELS), (script, key)
-        if script != "mini_gpt2_report":
-            assert key in CLAIMS
-    # every route claim is held on the route model and on none of the look-alike that reads W_pos
-    for (script, key), row in KNOWN.items():
-        if script != "mini_gpt2_report" and CLAIMS[key].role == ROUTE:
+def test_route_claims_tell_the_route_model_from_the_wpos_lookalike():
+    """Every route claim is held on the route model and on none of the look-alike that reads W_pos."""
+    for key, row in KNOWN.items():
+        assert set(row) == set(MODELS), key
+        if key in CLAIMS and CLAIMS[key].role == ROUTE:
             assert row["lookalike-wpos"][0] != "held", key
             if key != "sources_named_heads":
                 assert row["route-gpt2"][0] == "held", key

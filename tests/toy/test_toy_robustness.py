@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from gpt2_posheads.claims.verdicts import ClaimSpec, Precondition, Rule
 from gpt2_posheads.toy import ToyConfig, train_group
 from gpt2_posheads.toy.robustness import (
     GridClaim,
@@ -54,23 +55,39 @@ def test_table_counts_held_seeds_per_setting(tmp_path):
     base = ToyConfig(task="copy_current", V=6, C=3, n_embd=4, steps=20, log_every=10, lr=0.01)
     seen = []
 
-    def held(r):  # held exactly for even seeds at lr factor 1: the table must count 2 of 3 there, 0 elsewhere
+    def config(r):
         c = r["run"]["config"]
         seen.append((c["seed"], c["lr"]))
-        return c["seed"] % 2 == 0 and c["lr"] == pytest.approx(0.01)
+        return c["seed"], c["lr"]
+
+    def even(value):  # held exactly for even seeds at lr factor 1: the table must count 2 of 3 there, 0 elsewhere
+        seed, lr = value
+        return seed % 2 == 0 and lr == pytest.approx(0.01), f"seed {seed}, lr {lr}"
+
+    def spec(key, text, decide):
+        return ClaimSpec(key, key, "", Rule(text, decide), role="")
 
     claims = [
-        GridClaim("even_seed", "held for even seeds at lr x1", lambda b: {"run": b}, held),
+        GridClaim(spec("even_seed", "held for even seeds at lr x1", even), lambda b: {"run": b}, config),
         GridClaim(
-            "always", "always held", lambda b: {"a": b, "b": replace(b, V=7)}, lambda r: r["b"]["config"]["V"] == 7
+            spec("always", "always held", lambda v: (v == 7, f"V = {v}")),
+            lambda b: {"a": b, "b": replace(b, V=7)},
+            lambda r: r["b"]["config"]["V"],
+        ),
+        GridClaim(  # a precondition that fails is not testable, never held
+            spec("never_testable", "held if ...", lambda v: (True, "")),
+            lambda b: {"run": b},
+            lambda r: 1.0,
+            lambda r: [Precondition("it learned", False, "it did not learn")],
         ),
     ]
     grid = {"lr_factor": (0.5, 1.0), "init_std": (0.02, 1.0)}
     t = robustness_table(claims, base, seeds=[0, 1, 2], runs_dir=tmp_path, grid=grid, progress=False)
-    assert len(t) == 4 * 2 and set(t.n) == {3}
+    assert len(t) == 4 * 3 and set(t.n) == {3}
     even = t[t.claim == "even_seed"].set_index("lr_factor")
     assert even.loc[1.0].held.tolist() == [2, 2] and even.loc[0.5].held.tolist() == [0, 0]
     assert (t[t.claim == "always"].held == 3).all()
+    assert (t[t.claim == "never_testable"].not_testable == 3).all() and (t[t.claim == "never_testable"].held == 0).all()
     assert len(seen) == 12
     tot = robustness_totals(t)
     assert tot["even_seed"] == {
@@ -83,7 +100,7 @@ def test_table_counts_held_seeds_per_setting(tmp_path):
     }
     assert tot["always"]["settings_all_seeds"] == 4
     fig = robustness_figure(t, "test")
-    assert fig.data[0].z.shape == (2, 4) and fig.data[0].text[0][0].endswith("/3")
+    assert fig.data[0].z.shape == (3, 4) and fig.data[0].text[0][0].endswith("/3")
     # a rerun reuses every finished run (nothing new is written)
     n_files = len(list(tmp_path.glob("*.json")))
     robustness_table(claims, base, seeds=[0, 1, 2], runs_dir=tmp_path, grid=grid, progress=False)
@@ -120,14 +137,22 @@ def test_index_page_shows_robustness_totals(tmp_path):
     (out / "summary.json").write_text(json.dumps({**summary, "quick": True}))  # a smoke run's counts say so
     page = runner.index_html(runner.collect_summaries(tmp_path), tmp_path)
     assert "toy_prev_token <b>(quick)</b></td><td>learned" in page  # a smoke run's counts say so
+    # the grid claims' records, as a run writes them now (a summary written with totals and rules by key reads the same)
+    record = {"key": "learned", "claim": "it learns", "post": "learned", "rule": "held if ppl <= 1.5"}
+    counts = summary["robustness"]["totals"]["learned"]
+    (out / "summary.json").write_text(json.dumps({**summary, "robustness": {"claims": [{**record, **counts}]}}))
+    again = runner.index_html(runner.collect_summaries(tmp_path), tmp_path)
+    assert "7 of 120" in again and "1 / 20 of 24" in again and "held if ppl &lt;= 1.5" in again
 
 
 @pytest.mark.parametrize("post", ["003", "001", "000", "002"])
-def test_every_grid_claim_decides_with_the_default_runs_rule_function(post):
-    """Each post's grid claims call the rule functions of its folder (posts/<post>/rules.py): a (held, why) pair
-    whose why carries the numbers (3-step models: the verdicts mean nothing, the wiring does)."""
+def test_every_grid_claim_is_the_default_runs_declaration_at_the_grids_settings(post):
+    """Each post's grid claim is its declared claim (posts/<post>/rules.py) at the grid's settings, judged into the
+    record every claim is, whose why carries the numbers (3-step models: the verdicts mean nothing, the wiring
+    does)."""
     from dataclasses import replace as with_
 
+    from gpt2_posheads.claims.catalogue import claims as declared
     from gpt2_posheads.posts import lost_in_middle, prev_token_toy, similar_content, sticky_plateau
     from gpt2_posheads.toy.train import train_sweep
 
@@ -145,6 +170,8 @@ def test_every_grid_claim_decides_with_the_default_runs_rule_function(post):
     for c in claims:
         named = dict(c.configs(base))
         results = dict(zip(named, train_sweep(list(named.values()), progress=False)))
-        decided = c.decide(results)
-        assert isinstance(decided, tuple) and decided[0] in (True, False, None), c.key
-        assert any(ch.isdigit() for ch in decided[1]), (c.key, decided[1])
+        claim = c.judge(results)
+        base_key = c.key.split(" (")[0]
+        assert declared()[base_key].post.key == post and claim.key == c.key, c.key
+        assert claim.verdict in ("held", "not held", "not testable") and claim.rule == c.spec.rule.text
+        assert any(ch.isdigit() for ch in claim.why), (c.key, claim.why)

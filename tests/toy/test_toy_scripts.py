@@ -68,9 +68,9 @@ def test_shown_and_why_are_words_with_numbers(summaries):
     for script, s in summaries.items():
         for c in s["claims"]:
             where = f"{script}: {c['claim']}"
-            assert c.get("readout"), where
+            assert c.get("readout") or c["verdict"] == "not testable", where
             for field in ("readout", "why"):
-                text = c[field]
+                text = c.get(field, "")
                 assert BOILERPLATE not in text, where
                 assert not SNAKE.search(text), (where, field, text)
                 assert "{" not in text and "[" not in text, (where, field, text)
@@ -98,8 +98,8 @@ def test_comparison_claims_name_their_seeds(summaries):
 
 def test_a_failed_precondition_says_what_was_found_and_shows_no_number(summaries):
     """3-step models learn nothing: the claims that need a learned model (000's separation and sign) or the confused
-    regime (001's C trend and rise) are not testable, saying what was found, with "not tested" where a number
-    would be."""
+    regime (001's C trend and rise) are not testable, saying what was found, with no number where a number would
+    be."""
     from gpt2_posheads.posts.similar_content.rules import PRE_CONFUSED
 
     prev = {c["key"]: c for c in summaries["toy_prev_token"]["claims"]}
@@ -107,12 +107,12 @@ def test_a_failed_precondition_says_what_was_found_and_shows_no_number(summaries
     assert learned["verdict"] == "not held"
     for key in ("separation_direction", "sT_WQWKT_s_negative"):
         c = prev[key]
-        assert c["verdict"] == "not testable" and c["readout"] == "not tested", c
+        assert c["verdict"] == "not testable" and "readout" not in c, c
         assert c["why"] == (
             f"not testable here: the model with positional embeddings did not learn the task ({learned['why']})"
         )
     sim = {c["key"]: c for c in summaries["toy_similar_content"]["claims"]}
     for key in ("follows_(C-2)/(C-1)V_qualitatively", "rises_from_C=3_to_C=5"):
         c = sim[key]
-        assert c["verdict"] == "not testable" and c["readout"] == "not tested", c
+        assert c["verdict"] == "not testable" and "readout" not in c, c
         assert c["why"].startswith("not testable here: V = ") and c["why"].endswith(f" ({PRE_CONFUSED})"), c["why"]

@@ -5,10 +5,10 @@ story hold on it (does it take the post's route)?
   previous-token ranking on text and on random tokens, induction and copying, the held-out loss
   (:func:`~gpt2_posheads.posts.gpt2_prev_heads.organism_targets.organism_targets`);
 * **judge** — part 1, the behaviour targets (:mod:`gpt2_posheads.claims.organism`, rules fixed before any model was
-  built or trained); part 2, the post's story (:data:`STORY`): each step's verdict as the claim's own command judged
-  it on this model, read from its ``summary.json`` through the claim record
-  (:func:`~gpt2_posheads.claims.record.read_summary`); a step whose command has not run is not testable, saying so;
-  and the route conclusion drawn from those claims (:func:`~gpt2_posheads.claims.route.conclude`);
+  built or trained); part 2, the post's story (:func:`story_steps`: every claim its commands declare): each step's
+  verdict as the claim's own command judged it on this model, read from its ``summary.json`` through the claim
+  record (:func:`~gpt2_posheads.claims.record.read_summary`); a step whose command has not run is not testable,
+  saying so; and the route conclusion drawn from those claims (:func:`~gpt2_posheads.claims.route.conclude`);
 * **figure** — the induction scores and the previous-token ratios per head, and ``report.html``: the targets, then the
   story in three columns (this model, a second model's latest results, the post's GPT-2 numbers), the claims that
   tell the post's route from a head reading ``W_pos`` marked "route".
@@ -20,6 +20,7 @@ import html
 from pathlib import Path
 
 from ...analysis.prompts import wikitext_documents
+from ...claims.catalogue import claims
 from ...claims.gpt2_post import CLAIMS, ROUTE
 from ...claims.organism import REFERENCE_HELDOUT
 from ...claims.record import SummaryError, read_summary
@@ -29,31 +30,14 @@ from ...model.state import measures_caller_model
 from ...organism.data import split_docs
 from ...report.plotting import heatmap
 from ..result import ClaimResult
+from .about import POST
 from .organism_targets import heldout_stream, organism_targets
 
-# The causal story of the post, in order: which command's claim answers each step.
-STORY = [
-    ("rank_prev_heads", "sharp_prev_head"),
-    ("rank_prev_heads", "sharpest_stands_alone"),
-    ("prev_head_sources", "aggregator_above_layer0"),
-    ("rank_prev_heads", "half_prev_heads"),
-    ("raw_scores_taxonomy", "early_self_suppressing"),
-    ("raw_scores_taxonomy", "aggregator_prev_boosting"),
-    ("mask_prev_attention", "mask_disrupts"),
-    ("pos_embed_averaging", "avg_prev_heads_unaffected"),
-    ("pos_embed_averaging", "avg_output_unchanged"),
-    ("pos_embed_averaging", "avg_breaks_down"),
-    ("ext_pos_averaging", "ext_avg_hurts_early_more"),
-    ("l4h11_edit", "edit_moves_copy"),
-    ("prev_head_sources", "sources_upstream"),
-    ("prev_head_sources", "sources_named_heads"),
-    ("pos_embed_helix", "wpos_helix"),
-    ("pos_embed_helix", "ext_helix"),
-    ("ext_pos_vs_wpe", "ext_same_subspace"),
-    ("ext_pos_vs_wpe", "ext_sparser"),
-    ("ext_pos_vs_wpe", "ext_token_independent"),
-]
-SCRIPTS = tuple(dict.fromkeys(s for s, _ in STORY))  # the commands the story is read from
+
+def story_steps() -> list[tuple[str, str]]:
+    """The post's story: ``(command, claim key)`` of every claim the post's commands declare, in its reading order
+    (:func:`~gpt2_posheads.claims.catalogue.claims`)."""
+    return [(c.script, key) for key, c in claims().items() if c.post == POST]
 
 
 def heldout_text(model, n_prompts: int, seq_len: int):
@@ -69,11 +53,11 @@ def heldout_text(model, n_prompts: int, seq_len: int):
 
 
 def story(results: str | Path, name: str) -> dict[str, Claim]:
-    """``{claim key: the claim of this model's latest run}`` for every step of :data:`STORY`, read from
+    """``{claim key: the claim of this model's latest run}`` for every step of :func:`story_steps`, read from
     ``results/<command>/<name>/summary.json`` through the claim record; a step without a run that judged it is
     ``not testable``, saying why."""
-    summaries, missing = {}, {}
-    for script in SCRIPTS:
+    summaries, missing, steps = {}, {}, story_steps()
+    for script in dict.fromkeys(s for s, _ in steps):
         path = Path(results) / script / name / "summary.json"
         if not path.exists():
             missing[script] = f"{script} has not run on this model (no {_shown(path)})"
@@ -83,7 +67,7 @@ def story(results: str | Path, name: str) -> dict[str, Claim]:
         except SummaryError as e:
             missing[script] = f"{script}'s results cannot be read: {e}"
     rows = {}
-    for script, key in STORY:
+    for script, key in steps:
         found = summaries[script].claim(key) if script in summaries else None
         rows[key] = found or CLAIMS[key].untested(
             missing.get(script) or f"{script} judged no claim {key} on this model ({_shown(summaries[script].path)})",
@@ -168,7 +152,7 @@ def mini_gpt2_report(
         targets={k: v for k, v in m.items() if k not in ("induction_scores", "ranking_text")},
         reference_heldout=REFERENCE_HELDOUT,
         compare=str(compare) if compare is not None else None,
-        story=[this[k] for _, k in STORY],
+        story=list(this.values()),
         route=route.as_dict(),
     )
     return result
@@ -243,7 +227,7 @@ def page(
         f"</td>{_cell(story[k])}"
         f"{_cell(contrast.get(k)) if contrast else '<td>(not run)</td>'}<td>{html.escape(CLAIMS[k].post)}</td>"
         f"<td>{html.escape(CLAIMS[k].rule.text)}</td></tr>"
-        for _, k in STORY
+        for k in story
     )
     links = " · ".join(f'<a href="{html.escape(f)}">{html.escape(f)}</a>' for f in figs)
     said = (

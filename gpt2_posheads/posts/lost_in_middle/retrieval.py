@@ -8,7 +8,7 @@ Here:
 
 * **measure** — train every k at every seed of each setting (:func:`configs`, :func:`measure`; a setting's models
   train as one batched computation): the final loss per (k, seed);
-* **judge** — the rules of :mod:`.rules` (:func:`judge`): ``1_layer_only_last``,
+* **judge** — the claims declared in :mod:`.rules` (:func:`judge`): ``1_layer_only_last``,
   ``2_layers_U_shape``, ``U_shape`` for the other plain stacks, ``plateau_broken`` for the stacks with residual
   connections and MLPs against the plain stack of the same depth;
 * **figure** — the final loss against k for every setting (:func:`figure`);
@@ -27,7 +27,6 @@ import plotly.graph_objects as go
 
 from ...claims.catalogue import declare
 from ...claims.toy import num, spread
-from ...claims.toy import toy_claim as claim
 from ...claims.verdicts import Claim
 from ...model.validation import UsageError
 from ...toy import ToyConfig, train_sweep
@@ -35,7 +34,7 @@ from ...toy.posts import ToyRun
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
 from .about import POST
-from .rules import RULE_ONLY_LAST, RULE_SPIKIER, RULE_U, middle_spread, only_last, spikier, u_shape
+from .rules import ONLY_LAST, SPECS, SPIKIER, U_SHAPE, U_SHAPE_2, middle_spread
 
 V, C = 10, 10
 STEPS, QUICK_STEPS, SEEDS = 800, 200, 3
@@ -134,48 +133,24 @@ def judge(m: Retrieval, quick: bool = False) -> list[Claim]:
             f"{num(mean[2:-2].mean(), 3)} nats (mean of {n} seeds)"
         )
 
-    one = losses["1 layer, n_embd 10"]
-    m1 = one.mean(1)
+    one, two = "1 layer, n_embd 10", "2 layers, n_embd 10"
+    m1 = losses[one].mean(1)
     claims = [
-        claim(
-            "1_layer_only_last",
-            "1 layer, n_embd 10: only the current token (k = C-1) is retrieved",
-            "only k = C-1 retrievable",
-            RULE_ONLY_LAST,
-            table["1 layer, n_embd 10"],
-            only_last(one, V),
+        ONLY_LAST.at(setting=one).judge(
+            table[one],
+            (losses[one], V),
             quick=quick,
             readout=f"k = {C - 1}: {num(m1[-1], 2)} nats; k = 0..{C - 2}: {num(m1[:-1].min(), 3)}–"
             f"{num(m1[:-1].max(), 3)} nats (mean of {n} seeds)",
         ),
-        claim(
-            "2_layers_U_shape",
-            "2 layers, n_embd 10: first and last tokens easy, the middle hard (lost in the middle)",
-            "U shape",
-            RULE_U,
-            table["2 layers, n_embd 10"],
-            u_shape(losses["2 layers, n_embd 10"], V),
-            quick=quick,
-            readout=ends("2 layers, n_embd 10"),
-        ),
+        U_SHAPE_2.at(setting=two).judge(table[two], (losses[two], V), quick=quick, readout=ends(two)),
     ]
     for l, e in PLAIN:
         name = f"{l} layers, n_embd {e}"
         if (l, e) == (2, 10) or name not in table:
             continue
-        claims.append(
-            claim(
-                f"U_shape ({name})",
-                f"{name} ({table[name]['steps']:,} steps): the same U shape (only the first and last tokens "
-                "retrieved reliably; a long plateau across the middle)",
-                "U shape for n_embd {2, 10} x n_layers {2, 3}",
-                RULE_U,
-                table[name],
-                u_shape(losses[name], V),
-                quick=quick,
-                readout=ends(name),
-            )
-        )
+        at = U_SHAPE.at(name, f"{name} ({table[name]['steps']:,} steps)")
+        claims.append(at.judge(table[name], (losses[name], V), quick=quick, readout=ends(name)))
     for name in table:
         if "residual" not in name:
             continue
@@ -185,13 +160,9 @@ def judge(m: Retrieval, quick: bool = False) -> list[Claim]:
             continue
         spread_res, spread_plain = middle_spread(losses[name]), middle_spread(losses[plain])
         claims.append(
-            claim(
-                f"plateau_broken ({name})",
-                f"{name}: the middle plateau replaced by a spikier profile (than {layers} plain layers)",
-                "spiky",
-                RULE_SPIKIER,
+            SPIKIER.at(name, name, layers=layers).judge(
                 {"middle_std": spread_res.tolist(), "middle_std_without": spread_plain.tolist()},
-                spikier(losses[name], losses[plain], f"{layers} plain layers", V),
+                (losses[name], losses[plain], f"{layers} plain layers", V),
                 quick=quick,
                 readout=f"spread over the middle {num(spread(spread_res)[0], 2)} nats vs "
                 f"{num(spread(spread_plain)[0], 2)} without residual + MLP (mean of {n} seeds)",
@@ -226,7 +197,7 @@ def figure(m: Retrieval) -> go.Figure:
     return fig
 
 
-@declare(POST, "toy_lost_in_middle", command=True)
+@declare(POST, "toy_lost_in_middle", claims=SPECS, command=True)
 def lost_in_middle(*, three_layer_steps: int = THREE_LAYER_STEPS, **options) -> ClaimResult:
     """Train post 002's toy models and judge its claims (``toy_lost_in_middle`` with its defaults, called with none).
 
@@ -273,18 +244,10 @@ def lost_in_middle_grid(C: int) -> list[GridClaim]:
     def every_k(**kw):
         return lambda b: {f"k={k}": replace(b, **kw, k=k) for k in range(C)}
 
-    losses = lambda r: [r[f"k={k}"]["final_loss"] for k in range(C)]  # noqa: E731
+    def losses(r):
+        return [r[f"k={k}"]["final_loss"] for k in range(C)], r["k=0"]["config"]["V"]
+
     return [
-        GridClaim(
-            "1_layer_only_last",
-            RULE_ONLY_LAST,
-            every_k(n_layers=1, n_embd=10),
-            lambda r: only_last(losses(r), r["k=0"]["config"]["V"]),
-        ),
-        GridClaim(
-            "2_layers_U_shape",
-            RULE_U,
-            every_k(n_layers=2, n_embd=10),
-            lambda r: u_shape(losses(r), r["k=0"]["config"]["V"]),
-        ),
+        GridClaim(ONLY_LAST.at(), every_k(n_layers=1, n_embd=10), losses),
+        GridClaim(U_SHAPE_2.at(), every_k(n_layers=2, n_embd=10), losses),
     ]

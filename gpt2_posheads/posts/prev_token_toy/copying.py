@@ -9,7 +9,7 @@ tokens' order. Here:
 * **measure** — train the runs (:func:`configs`, :func:`measure`): with and without positional embeddings (seed
   ``seed``); the V, C and n_embd sweeps and lr 0.1 against 0.01 at V 30 and 100 (3 seeds per side of every
   comparison); s, ``W_Q W_K^T`` and each position's projection on s; loss spikes and order swaps of the lr runs;
-* **judge** — the rules of :mod:`.rules` (:func:`judge`); the separation and the sign are not
+* **judge** — the claims declared in :mod:`.rules` (:func:`judge`); the separation and the sign are not
   testable when the model with positional embeddings did not learn the task;
 * **figure** — the positional embeddings and s, the sweeps against the floor, the lr curves, an animation of the
   token embeddings at lr 0.1 (:func:`figures`);
@@ -29,34 +29,17 @@ from plotly.subplots import make_subplots
 
 from ...claims.catalogue import declare
 from ...claims.toy import num, nums, rel_ppl_floor, spread
-from ...claims.toy import toy_claim as claim
 from ...claims.verdicts import Claim, Precondition
 from ...model.validation import UsageError
 from ...toy import ToyConfig, relative_perplexity, separation_direction, train_sweep, wq_wk
 from ...toy.analysis import loss_spikes, order_swaps, perplexity_curve
 from ...toy.figures import COLOURS, band, log_axis, points_with_sd
 from ...toy.metrics import bilinear
-from ...toy.posts import ONE_SEED, ToyRun
+from ...toy.posts import ToyRun
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
 from .about import POST
-from .rules import (
-    RULE_FAILS,
-    RULE_LEARNED,
-    RULE_LR,
-    RULE_MONO,
-    RULE_SEPARATION,
-    RULE_SIGN,
-    RULE_SIGN_GRID,
-    RULE_SPIKES,
-    fails,
-    learned,
-    lr_compare,
-    rel_ppl_trend,
-    separated,
-    sign_negative,
-    spikes_and_swaps,
-)
+from .rules import FAILS, LEARNED, LR, MONO, SEPARATION, SIGN, SPECS, SPIKES
 
 STEPS, QUICK_STEPS = 5000, 300
 LR_COMPARED = (0.1, 0.01)  # the post's two learning rates, each at V 30 and V 100
@@ -177,41 +160,29 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
     rel_with, rel_without = (relative_perplexity(r["final_loss"], base.V) for r in (rp, rn))
     one = f"V = 30, C = 4, n_embd = 2 (seed {m.seed})"
     claims = [
-        claim(
-            "learned_with_pos_emb",
-            f"{one}: the task can be reasonably learned with positional embeddings",
-            "learned (plot: perplexity near 1)",
-            RULE_LEARNED,
+        LEARNED.at(setting=one).judge(
             {"final_ppl": rp["final_perplexity"], "relative": rel_with},
-            learned(rp["final_perplexity"], base.V),
+            (rp["final_perplexity"], base.V),
             quick=quick,
             readout=f"final perplexity {num(rp['final_perplexity'], 4)}",
         ),
-        claim(
-            "fails_without_pos_emb",
-            f"{one}: it cannot be learned without positional embeddings",
-            "not learned",
-            RULE_FAILS,
+        FAILS.at(setting=one).judge(
             {"final_ppl": rn["final_perplexity"], "relative": rel_without},
-            fails(rn["final_perplexity"], base.V),
+            (rn["final_perplexity"], base.V),
             quick=quick,
             readout=f"relative perplexity {num(rel_without, 2)} (final perplexity {num(rn['final_perplexity'])})",
         ),
     ]
-    ok, why = learned(rp["final_perplexity"], base.V)
+    ok, why = LEARNED.rule.decide((rp["final_perplexity"], base.V))
     learned_ok = Precondition(
         "the model with positional embeddings learned the task",
         ok,
         f"the model with positional embeddings did not learn the task ({why})",
     )
     claims.append(
-        claim(
-            "separation_direction",
-            f"{one}: p_-1 lies on one side of a direction s, p_0, p_-2, p_-3 on the other",
-            "s ~ (1, 1)",
-            RULE_SEPARATION,
+        SEPARATION.at(setting=one).judge(
             {"s": s.tolist(), "projections p_-3..p_0": proj},
-            separated(proj, base.C - 2),
+            (proj, base.C - 2),
             quick=quick,
             preconditions=[learned_ok],
             readout=f"p_-1·s {num(proj[base.C - 2], 2)}; others "
@@ -220,30 +191,21 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
         )
     )
     claims.append(
-        claim(
-            "sT_WQWKT_s_negative",
-            f"{one}: s^T W_Q W_K^T s < 0",
-            -1.1,
-            RULE_SIGN,
+        SIGN.at(setting=one).judge(
             {"W_Q W_K^T": M.tolist(), "s^T W_Q W_K^T s": bilinear(s, M)},
-            sign_negative(bilinear(s, M)),
+            bilinear(s, M),
             quick=quick,
             preconditions=[learned_ok],
             readout=f"s^T W_Q W_K^T s = {num(bilinear(s, M))}",
         )
     )
-    for name, up in (("V", True), ("C", True), ("n_embd", False)):
+    for name, spec in MONO.items():
         h = m.sweeps[name]
+        fixed = ", ".join(f"{k} = {x}" for k, x in (("V", 30), ("C", 4), ("n_embd", 2)) if k != name)
         claims.append(
-            claim(
-                f"rel_ppl_{'up' if up else 'down'}_with_{name}",
-                f"{name} = {', '.join(map(str, h['x']))} ("
-                + ", ".join(f"{k} = {x}" for k, x in (("V", 30), ("C", 4), ("n_embd", 2)) if k != name)
-                + f"; {n_cmp} seeds): relative perplexity {'rises' if up else 'falls'} with {name}",
-                "increases" if up else "decreases",
-                RULE_MONO.format(verb="rises" if up else "falls", name=name),
+            spec.at(setting=f"{name} = {', '.join(map(str, h['x']))} ({fixed}; {n_cmp} seeds)").judge(
                 h,
-                rel_ppl_trend(h["relative_perplexity"], h["x"], up, name, h["V"]),
+                (h["relative_perplexity"], h["x"], h["V"]),
                 quick=quick,
                 readout=f"(ppl-1)/V {nums(spread(y)[0] for y in h['relative_perplexity'])} at {name} = "
                 f"{', '.join(map(str, h['x']))} (floor {nums(dict.fromkeys(rel_ppl_floor(v) for v in h['V']), 2)})",
@@ -257,28 +219,20 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
             f"{num(spread(lr_stats[(v, 0.01)]['mean_eval_loss'])[0])} at 0.01 (mean of {n_cmp} seeds)"
         )
 
-    for v, faster in ((30, True), (100, False)):
+    for v, spec in LR.items():
         claims.append(
-            claim(
-                f"lr0.1_{'faster' if faster else 'slower'}_at_V{v}",
-                f"V = {v} ({n_cmp} seeds): lr 0.1 learns {'faster' if faster else 'slower'} than 0.01",
-                "faster" if faster else "slower",
-                RULE_LR.format(how="lower" if faster else "higher", V=v),
+            spec.at(setting=f"V = {v} ({n_cmp} seeds)").judge(
                 {k: x for k, x in st.items() if k.startswith(f"V={v} ")},
-                lr_compare(lr_stats[(v, 0.1)]["mean_eval_loss"], lr_stats[(v, 0.01)]["mean_eval_loss"], v, faster),
+                (lr_stats[(v, 0.1)]["mean_eval_loss"], lr_stats[(v, 0.01)]["mean_eval_loss"]),
                 quick=quick,
                 readout=mean_losses(v),
             )
         )
     first = {f"V = {v}": (lr_stats[(v, 0.1)]["spikes"][0], lr_stats[(v, 0.1)]["order_swaps"][0]) for v in LR_VOCAB}
     claims.append(
-        claim(
-            "spikes_and_swaps_at_large_lr",
-            f"V = 30 and 100 (seed {m.seed}): at lr 0.1 loss spikes come with token-order swaps",
-            "a spike around step 6000 with a swap",
-            RULE_SPIKES.format(seed=m.seed),
+        SPIKES.at(setting=f"V = 30 and 100 (seed {m.seed})", seed=m.seed).judge(
             {k: {"spikes": x["spikes"], "order_swaps": x["order_swaps"]} for k, x in st.items()},
-            spikes_and_swaps(first),
+            first,
             quick=quick,
             readout="lr 0.1: " + "; ".join(f"{k}: {a} spike(s), {b} swap(s)" for k, (a, b) in first.items()),
         )
@@ -420,7 +374,7 @@ def embedding_animation(result: dict, title: str) -> go.Figure:
     return fig
 
 
-@declare(POST, "toy_prev_token", command=True)
+@declare(POST, "toy_prev_token", claims=SPECS, command=True)
 def prev_token(*, lr_steps: int | None = None, **options) -> ClaimResult:
     """Train post 000's toy models and judge its claims (``toy_prev_token`` with its defaults, called with none).
 
@@ -469,51 +423,32 @@ def rel_ppl(result: dict) -> float:
     return relative_perplexity(result["final_loss"], result["config"]["V"])
 
 
-def learned_and_negative(r: dict) -> tuple[bool, str]:
-    """:data:`~.rules.RULE_SIGN_GRID` on the run ``r["pos"]``."""
-    ok, why = learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"])
-    return sign_negative(bilinear(*previous_direction(r["pos"]))) if ok else (False, f"the task is not learned: {why}")
-
-
 def prev_token_grid() -> list[GridClaim]:
-    """000's headline claims (base: V 30, C 4, n_embd 2, positional embeddings)."""
+    """000's headline claims (base: V 30, C 4, n_embd 2, positional embeddings; one seed per test)."""
 
     def sweep(name, values):
         return lambda b: {f"{name}={v}": replace(b, **{name: v}) for v in values}
 
+    def final(r, name):
+        return r[name]["final_perplexity"], r[name]["config"]["V"]
+
+    Vs, Cs = (10, 30, 100), (3, 4, 8)
     return [
+        GridClaim(LEARNED.at(), lambda b: {"pos": b}, lambda r: final(r, "pos")),
+        GridClaim(FAILS.at(), lambda b: {"no_pos": replace(b, pos_emb=False)}, lambda r: final(r, "no_pos")),
         GridClaim(
-            "learned_with_pos_emb",
-            RULE_LEARNED,
+            SIGN.at(learned=True),
             lambda b: {"pos": b},
-            lambda r: learned(r["pos"]["final_perplexity"], r["pos"]["config"]["V"]),
+            lambda r: (*final(r, "pos"), bilinear(*previous_direction(r["pos"]))),
         ),
         GridClaim(
-            "fails_without_pos_emb",
-            RULE_FAILS,
-            lambda b: {"no_pos": replace(b, pos_emb=False)},
-            lambda r: fails(r["no_pos"]["final_perplexity"], r["no_pos"]["config"]["V"]),
+            MONO["V"].at(values=Vs, one_seed=True),
+            sweep("V", Vs),
+            lambda r: ([[rel_ppl(r[f"V={v}"])] for v in Vs], Vs, Vs),
         ),
         GridClaim(
-            "sT_WQWKT_s_negative",
-            RULE_SIGN_GRID,
-            lambda b: {"pos": b},
-            learned_and_negative,
-        ),
-        GridClaim(
-            "rel_ppl_up_with_V",
-            ONE_SEED + RULE_MONO.format(verb="rises", name="V (10, 30, 100)"),
-            sweep("V", (10, 30, 100)),
-            lambda r: rel_ppl_trend(
-                [[rel_ppl(r[f"V={v}"])] for v in (10, 30, 100)], (10, 30, 100), True, "V", (10, 30, 100)
-            ),
-        ),
-        GridClaim(
-            "rel_ppl_up_with_C",
-            ONE_SEED + RULE_MONO.format(verb="rises", name="C (3, 4, 8)"),
-            sweep("C", (3, 4, 8)),
-            lambda r: rel_ppl_trend(
-                [[rel_ppl(r[f"C={c}"])] for c in (3, 4, 8)], (3, 4, 8), True, "C", [r["C=3"]["config"]["V"]] * 3
-            ),
+            MONO["C"].at(values=Cs, one_seed=True),
+            sweep("C", Cs),
+            lambda r: ([[rel_ppl(r[f"C={c}"])] for c in Cs], Cs, [r["C=3"]["config"]["V"]] * 3),
         ),
     ]

@@ -1,91 +1,199 @@
-"""The previous-token toy post's (000) claims as rules, written down before any run.
+"""The previous-token toy post's (000) claims, declared before any run: key, the post's sentence and number, and the
+rule, made from its parameters (the same numbers its text states), as every post's claims are
+(:func:`~gpt2_posheads.claims.verdicts.declare_claim`).
 
-Each ``RULE_*`` is a claim's sentence; the function beside it applies it to the measured numbers and returns a
-:data:`~gpt2_posheads.claims.verdicts.Decision` ``(held, why)`` (``held`` None: not testable), in the shared
-vocabulary of :mod:`gpt2_posheads.claims.toy` (comparisons over seeds, margins, the floor). The post's default run
-(:mod:`.copying`) and its ``--robustness`` grid call the same functions.
+Each rule decides a :data:`~gpt2_posheads.claims.verdicts.Decision` ``(held, why)`` (``held`` None: not testable) in
+the shared vocabulary of :mod:`gpt2_posheads.claims.toy` (comparisons over seeds, margins, the floor). The post's
+default run (:mod:`.copying`) and its ``--robustness`` grid judge the same declarations, the grid at its own
+settings (``one_seed``: one seed per test).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-from ...claims.toy import FLOOR_WORDS, compare_pair, margin_words, num, rel_ppl_floor, sweep_trend
-from ...claims.verdicts import Decision
-
-RULE_LEARNED = (
-    "held if the final perplexity with positional embeddings is <= 1.5 or its relative perplexity (ppl-1)/V <= 0.05"
+from ...claims.toy import (
+    FLOOR_WORDS,
+    compare_pair,
+    margin_words,
+    num,
+    rel_ppl_floor,
+    seeds_words,
+    sweep_trend,
+    toy_claim,
 )
-RULE_FAILS = "held if the final relative perplexity (ppl-1)/V without positional embeddings is >= 0.5"
-RULE_SEPARATION = "held if the projection of p_-1 on s has the opposite sign of every other position's"
-RULE_SIGN = "held if s^T W_Q W_K^T s < 0"
-RULE_SIGN_GRID = "held if the model learned the task (rule above) and s^T W_Q W_K^T s < 0"
-RULE_MONO = (
-    f"held if (ppl-1)/V, mean over seeds, {{verb}} at every step of the {{name}} sweep {margin_words()}; {FLOOR_WORDS}"
-)
-RULE_LR = (
-    "held if the mean eval loss over training, mean over seeds, is {how} at lr 0.1 than at 0.01 (V={V}) "
-    + margin_words()
-)
-RULE_SPIKES = (
-    "held if some lr-0.1 run (seed {seed}) has both a loss spike and a token-order swap (swaps counted once tokens "
-    "are separated)"
-)
+from ...claims.verdicts import Rule
 
 
-def learned(ppl: float, V: int) -> Decision:
-    """:data:`RULE_LEARNED`: final perplexity <= 1.5, or relative perplexity (ppl - 1) / V <= 0.05."""
-    rel = (ppl - 1) / V
-    ok = bool(ppl <= 1.5 or rel <= 0.05)
-    return ok, (
-        f"final perplexity {num(ppl, 4)} {'<=' if ppl <= 1.5 else '>'} 1.5; relative perplexity (ppl-1)/V "
-        f"{num(rel)} {'<=' if rel <= 0.05 else '>'} 0.05 (needs either)"
+def learned_rule(max_ppl: float, max_rel: float) -> Rule:
+    """Learned: final perplexity <= ``max_ppl``, or relative perplexity (ppl - 1) / V <= ``max_rel``. Value:
+    ``(final perplexity, V)``."""
+
+    def decide(value):
+        ppl, V = value
+        rel = (ppl - 1) / V
+        return bool(ppl <= max_ppl or rel <= max_rel), (
+            f"final perplexity {num(ppl, 4)} {'<=' if ppl <= max_ppl else '>'} {max_ppl:g}; relative perplexity "
+            f"(ppl-1)/V {num(rel)} {'<=' if rel <= max_rel else '>'} {max_rel:g} (needs either)"
+        )
+
+    return Rule(
+        f"held if the final perplexity with positional embeddings is <= {max_ppl:g} or its relative perplexity "
+        f"(ppl-1)/V <= {max_rel:g}",
+        decide,
     )
 
 
-def fails(ppl: float, V: int) -> Decision:
-    """:data:`RULE_FAILS`: relative perplexity (ppl - 1) / V >= 0.5."""
-    rel = (ppl - 1) / V
-    ok = bool(rel >= 0.5)
-    return ok, (
-        f"relative perplexity (ppl-1)/V {num(rel)} {'>=' if ok else '<'} 0.5 (needs >= 0.5; final perplexity "
-        f"{num(ppl)} of V = {V})"
+def fails_rule(min_rel: float) -> Rule:
+    """Not learned: relative perplexity (ppl - 1) / V >= ``min_rel``. Value: ``(final perplexity, V)``."""
+
+    def decide(value):
+        ppl, V = value
+        rel = (ppl - 1) / V
+        ok = bool(rel >= min_rel)
+        return ok, (
+            f"relative perplexity (ppl-1)/V {num(rel)} {'>=' if ok else '<'} {min_rel:g} (needs >= {min_rel:g}; "
+            f"final perplexity {num(ppl)} of V = {V})"
+        )
+
+    return Rule(
+        f"held if the final relative perplexity (ppl-1)/V without positional embeddings is >= {min_rel:g}", decide
     )
 
 
-def separated(proj: Sequence[float], prev: int) -> Decision:
-    """:data:`RULE_SEPARATION`; ``proj``: each position's projection on s (positions 0..C-1), ``prev`` = C-2."""
-    C = len(proj)
-    others = {f"p_{i - C + 1}": proj[i] for i in range(C) if i != prev}
-    ok = all(np.sign(o) != np.sign(proj[prev]) for o in others.values())
-    return ok, (
-        f"p_-1 projects to {num(proj[prev], 2)} on s; {', '.join(f'{k} {num(v, 2)}' for k, v in others.items())} "
-        f"(each needs the opposite sign)"
+def separation_rule() -> Rule:
+    """Value: ``(each position's projection on s (positions 0..C-1), the previous token's position C-2)``."""
+
+    def decide(value):
+        proj, prev = value
+        C = len(proj)
+        others = {f"p_{i - C + 1}": proj[i] for i in range(C) if i != prev}
+        ok = all(np.sign(o) != np.sign(proj[prev]) for o in others.values())
+        return ok, (
+            f"p_-1 projects to {num(proj[prev], 2)} on s; {', '.join(f'{k} {num(v, 2)}' for k, v in others.items())} "
+            f"(each needs the opposite sign)"
+        )
+
+    return Rule("held if the projection of p_-1 on s has the opposite sign of every other position's", decide)
+
+
+def sign_rule(learned: bool) -> Rule:
+    """s^T W_Q W_K^T s < 0. Value: the number; with ``learned`` (the grid, where learning is part of the rule, not a
+    precondition): ``(final perplexity, V, the number)``."""
+
+    def negative(value):
+        ok = bool(value < 0)
+        return ok, f"s^T W_Q W_K^T s = {num(value)} {'<' if ok else '>='} 0 (needs < 0; the post: -1.1)"
+
+    def decide(value):
+        if not learned:
+            return negative(value)
+        ppl, V, value = value
+        ok, why = LEARNED.rule.decide((ppl, V))
+        return negative(value) if ok else (False, f"the task is not learned: {why}")
+
+    return Rule(
+        f"held if {'the model learned the task (rule above) and ' if learned else ''}s^T W_Q W_K^T s < 0", decide
     )
 
 
-def sign_negative(value: float) -> Decision:
-    """:data:`RULE_SIGN`."""
-    ok = bool(value < 0)
-    return ok, f"s^T W_Q W_K^T s = {num(value)} {'<' if ok else '>='} 0 (needs < 0; the post: -1.1)"
+def mono_rule(up: bool, name: str, values: tuple, one_seed: bool) -> Rule:
+    """(ppl - 1) / V rises (``up``) or falls along the sweep of ``name``. Value: ``(relative perplexity of each seed
+    at each x, the xs, the vocabulary at each x)``."""
 
+    def decide(value):
+        rel, xs, Vs = value
+        return sweep_trend(rel, xs, up, "relative perplexity", name, floor=[rel_ppl_floor(V) for V in Vs])
 
-def rel_ppl_trend(values: Sequence[Sequence[float]], xs, up: bool, name: str, Vs: Sequence[int]) -> Decision:
-    """:data:`RULE_MONO`: ``values[i]`` the relative perplexity of each seed at ``xs[i]`` (vocabulary ``Vs[i]``)."""
-    return sweep_trend(values, xs, up, what="relative perplexity", x_name=name, floor=[rel_ppl_floor(V) for V in Vs])
-
-
-def lr_compare(loss_fast, loss_slow, V: int, faster: bool) -> Decision:
-    """:data:`RULE_LR`: mean eval loss over training at lr 0.1 (``loss_fast``) vs 0.01, values over seeds."""
-    return compare_pair(
-        loss_slow, loss_fast, "lr 0.01", "lr 0.1", "mean eval loss over training", b_higher=not faster, unit=" nats"
+    sweep = f"{name} ({', '.join(map(str, values))})" if values else name
+    return Rule(
+        f"{seeds_words(one_seed)}held if (ppl-1)/V, mean over seeds, {'rises' if up else 'falls'} at every step of "
+        f"the {sweep} sweep {margin_words()}; {FLOOR_WORDS}",
+        decide,
     )
 
 
-def spikes_and_swaps(stats: dict[str, tuple[int, int]]) -> Decision:
-    """:data:`RULE_SPIKES`; ``stats``: ``{run label: (loss spikes, order swaps)}`` of the lr-0.1 runs."""
-    ok = any(s > 0 and w > 0 for s, w in stats.values())
-    listed = "; ".join(f"{k}: {s} loss spike(s), {w} order swap(s)" for k, (s, w) in stats.items())
-    return ok, f"{listed} (needs both in one run)"
+def lr_rule(V: int, faster: bool) -> Rule:
+    """Mean eval loss over training lower (``faster``) or higher at lr 0.1 than at 0.01. Value: ``(values at lr 0.1,
+    values at lr 0.01)`` over seeds."""
+
+    def decide(value):
+        fast, slow = value
+        return compare_pair(slow, fast, "lr 0.01", "lr 0.1", "mean eval loss over training", not faster, " nats")
+
+    return Rule(
+        f"held if the mean eval loss over training, mean over seeds, is {'lower' if faster else 'higher'} at lr 0.1 "
+        f"than at 0.01 (V={V}) {margin_words()}",
+        decide,
+    )
+
+
+def spikes_rule(seed: int) -> Rule:
+    """Value: ``{run label: (loss spikes, order swaps)}`` of the lr-0.1 runs of ``seed``."""
+
+    def decide(stats):
+        ok = any(s > 0 and w > 0 for s, w in stats.values())
+        listed = "; ".join(f"{k}: {s} loss spike(s), {w} order swap(s)" for k, (s, w) in stats.items())
+        return ok, f"{listed} (needs both in one run)"
+
+    return Rule(
+        f"held if some lr-0.1 run (seed {seed}) has both a loss spike and a token-order swap (swaps counted once "
+        "tokens are separated)",
+        decide,
+    )
+
+
+LEARNED = toy_claim(
+    "learned_with_pos_emb",
+    "the task can be reasonably learned with positional embeddings",
+    "learned (plot: perplexity near 1)",
+    learned_rule,
+    max_ppl=1.5,
+    max_rel=0.05,
+)
+FAILS = toy_claim(
+    "fails_without_pos_emb",
+    "it cannot be learned without positional embeddings",
+    "not learned",
+    fails_rule,
+    min_rel=0.5,
+)
+SEPARATION = toy_claim(
+    "separation_direction",
+    "p_-1 lies on one side of a direction s, p_0, p_-2, p_-3 on the other",
+    "s ~ (1, 1)",
+    separation_rule(),
+)
+SIGN = toy_claim("sT_WQWKT_s_negative", "s^T W_Q W_K^T s < 0", -1.1, sign_rule, learned=False)
+MONO = {
+    name: toy_claim(
+        f"rel_ppl_{'up' if up else 'down'}_with_{name}",
+        f"relative perplexity {'rises' if up else 'falls'} with {name}",
+        "increases" if up else "decreases",
+        mono_rule,
+        up=up,
+        name=name,
+        values=(),
+        one_seed=False,
+    )
+    for name, up in (("V", True), ("C", True), ("n_embd", False))
+}
+LR = {
+    v: toy_claim(
+        f"lr0.1_{'faster' if faster else 'slower'}_at_V{v}",
+        f"lr 0.1 learns {'faster' if faster else 'slower'} than 0.01",
+        "faster" if faster else "slower",
+        lr_rule,
+        V=v,
+        faster=faster,
+    )
+    for v, faster in ((30, True), (100, False))
+}
+SPIKES = toy_claim(
+    "spikes_and_swaps_at_large_lr",
+    "at lr 0.1 loss spikes come with token-order swaps",
+    "a spike around step 6000 with a swap",
+    spikes_rule,
+    seed=0,
+)
+SPECS = (LEARNED, FAILS, SEPARATION, SIGN, *MONO.values(), *LR.values(), SPIKES)

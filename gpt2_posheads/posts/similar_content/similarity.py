@@ -9,7 +9,7 @@ without testing, a distance kernel (-|q-k|^2, or a harmonic 1/|q-k|^n) in place 
 * **measure** — train the runs (:func:`configs`, :func:`measure`): the final perplexity for each V; for each
   (V, C) of the trend; the best perplexity for each n_embd at V = 32; the learned embeddings at n_embd 2; the kernels
   at n_embd 1 and 2 (every comparison on 3 seeds per side);
-* **judge** — the rules of :mod:`.rules` (:func:`judge`): ``converges_near_V/2`` per V, the C
+* **judge** — the claims declared in :mod:`.rules` (:func:`judge`): ``converges_near_V/2`` per V, the C
   trend and its rise from C=3 to C=5 (when the model is confused at both), ``best_perplexity_falls_with_n_embd``,
   ``close_tokens_embedded_close``, and the two proposals;
 * **figure** — perplexity against V, C and n_embd, the embeddings, the kernels' curves (:func:`figures`);
@@ -28,34 +28,27 @@ import torch
 from ...analysis.geometry import pca
 from ...claims.catalogue import declare
 from ...claims.toy import num, nums, spread
-from ...claims.toy import toy_claim as claim
-from ...claims.verdicts import Claim, Precondition
+from ...claims.verdicts import Claim
 from ...toy import ToyConfig, train_sweep
 from ...toy.analysis import distance_rank_correlation, perplexity_curve
 from ...toy.figures import COLOURS, log_axis, perplexity_bands, perplexity_by_vocab, points_with_sd
-from ...toy.posts import ONE_SEED, ToyRun
+from ...toy.posts import ToyRun
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
 from .about import POST
 from .rules import (
+    CLOSE,
+    FALLS_EMBD,
     GRID_TREND_V,
-    PRE_CONFUSED,
-    RULE_CLOSE,
-    RULE_FALLS_EMBD,
-    RULE_KERNEL,
-    RULE_NEAR_HALF,
-    RULE_ONE_D,
-    RULE_RISE,
-    RULE_TREND,
+    KERNEL,
+    NEAR_HALF,
+    ONE_D,
+    RISE,
+    SPECS,
+    TREND,
     TREND_V,
-    best_falls_with_embd,
-    close_tokens,
+    UNTESTED_IN_POST,
     confused,
-    follows_trend,
-    kernel_beats,
-    near_half,
-    one_d_suffices,
-    rises_3_to_5,
     trend_spearman,
 )
 
@@ -168,15 +161,8 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
         ppl = m.finals[v]
         mean = spread(ppl)[0]
         claims.append(
-            claim(
-                f"converges_near_V/2 (V={v})",
-                f"V = {v}: perplexity converges to V/2 or a bit below",
-                f"<= V/2 = {v / 2:g}",
-                RULE_NEAR_HALF,
-                mean,
-                near_half(mean, v, len(ppl)),
-                quick=quick,
-                readout=f"final perplexity {num(mean)} = {num(mean / v, 2)} V",
+            NEAR_HALF.at(f"V={v}", f"V = {v}", post=f"<= V/2 = {v / 2:g}").judge(
+                mean, (mean, v, len(ppl)), quick=quick, readout=f"final perplexity {num(mean)} = {num(mean / v, 2)} V"
             )
         )
     ppl_vc = {v: [spread(m.by_c[v][C])[0] for C in cs] for v in trend_v}
@@ -185,31 +171,22 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
         f"V={v}": {"perplexity": ppl_vc[v], "perplexity/V": [p / v for p in ppl_vc[v]], "spearman": rho[v]}
         for v in trend_v
     }
-    ok, found = confused(ppl_vc, cs)
-    pre = [Precondition(PRE_CONFUSED, ok, f"{found} ({PRE_CONFUSED})")]
+    pre = [confused(ppl_vc, cs)]
+    vs = ", ".join(map(str, trend_v))
     claims.append(
-        claim(
-            "follows_(C-2)/(C-1)V_qualitatively",
-            f"V = {', '.join(map(str, trend_v))} ({n_cmp} seeds): perplexity follows (C-2)/(C-1) V qualitatively",
-            "(C-2)/(C-1) V: 0.5 V at C=3 rising to 0.86 V at C=8",
-            RULE_TREND.format(V=tuple(trend_v)),
+        TREND.at(setting=f"V = {vs} ({n_cmp} seeds)", V=tuple(trend_v)).judge(
             {"C": cs, **measured},
-            follows_trend(ppl_vc, cs),
+            (ppl_vc, cs),
             quick=quick,
             preconditions=pre,
-            readout=f"Spearman {nums(rho.values(), 2)} at V = {', '.join(map(str, trend_v))} (each needs >= 0.8)",
+            readout=f"Spearman {nums(rho.values(), 2)} at V = {vs} (each needs >= 0.8)",
         )
     )
     rise = {v: {C: m.by_c[v][C] for C in (3, 5)} for v in trend_v}
     claims.append(
-        claim(
-            "rises_from_C=3_to_C=5",
-            f"V = {', '.join(map(str, trend_v))} ({n_cmp} seeds): perplexity rises with C (checked where an "
-            "independent implementation saw it rise: C=3 to C=5)",
-            "rises with C",
-            RULE_RISE.format(V=tuple(trend_v)),
+        RISE.at(setting=f"V = {vs} ({n_cmp} seeds)", V=tuple(trend_v)).judge(
             {f"V={v}": {"C=3": rise[v][3], "C=5": rise[v][5]} for v in trend_v},
-            rises_3_to_5(rise),
+            rise,
             quick=quick,
             preconditions=pre,
             readout="perplexity / V at C=3 → C=5: "
@@ -220,27 +197,16 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
     )
     ds, best = m.ds, m.best
     claims.append(
-        claim(
-            "best_perplexity_falls_with_n_embd",
-            f"V = {KERNEL_V} ({n_cmp} seeds): the best perplexity falls with n_embd, faster than V/n_embd",
-            "decreasing, faster than V/n_embd",
-            RULE_FALLS_EMBD.format(ds=", ".join(map(str, ds)), last=ds[-1]),
+        FALLS_EMBD.at(setting=f"V = {KERNEL_V} ({n_cmp} seeds)", ds=tuple(ds)).judge(
             dict(zip(ds, best)),
-            best_falls_with_embd(best, ds, KERNEL_V),
+            (best, KERNEL_V),
             quick=quick,
             readout=f"best perplexity {nums([spread(b)[0] for b in best])} at n_embd = {', '.join(map(str, ds))}",
         )
     )
     claims.append(
-        claim(
-            "close_tokens_embedded_close",
-            f"V = {KERNEL_V}, n_embd = 2 (seed {m.seed}): numerically close tokens are embedded close together",
-            "continuous structure",
-            RULE_CLOSE,
-            {"spearman(|i-j|, dist)": m.rho},
-            close_tokens(m.rho),
-            quick=quick,
-            readout=f"Spearman {num(m.rho, 2)}",
+        CLOSE.at(setting=f"V = {KERNEL_V}, n_embd = 2 (seed {m.seed})").judge(
+            {"spearman(|i-j|, dist)": m.rho}, m.rho, quick=quick, readout=f"Spearman {num(m.rho, 2)}"
         )
     )
     kfinal = {k: [r["final_perplexity"] for r in rs] for k, rs in m.kernels.items()}
@@ -248,28 +214,17 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
     best_k = min((k for k in kmean if not k.startswith("inner")), key=kmean.get)
     best_dot = min((k for k in kmean if k.startswith("inner")), key=kmean.get)
     claims.append(
-        claim(
-            "distance_kernel_helps (untested in the post)",
-            f"V = {KERNEL_V} ({n_cmp} seeds): a distance kernel beats the inner product",
-            "proposed, untested",
-            RULE_KERNEL,
+        KERNEL.at(UNTESTED_IN_POST, f"V = {KERNEL_V} ({n_cmp} seeds)").judge(
             kfinal,
-            kernel_beats(kfinal[best_k], best_k, kfinal[best_dot], best_dot, KERNEL_V),
+            (kfinal[best_k], best_k, kfinal[best_dot], best_dot, KERNEL_V),
             quick=quick,
             readout=f"final perplexity {num(kmean[best_k])} ({best_k}) vs {num(kmean[best_dot])} ({best_dot})",
         )
     )
     k1 = min((k for k in kmean if not k.startswith("inner") and k.endswith("n_embd=1")), key=kmean.get)
     claims.append(
-        claim(
-            "1D_embedding_sufficient_with_distance_kernel (untested in the post)",
-            f"V = {KERNEL_V} ({n_cmp} seeds): with a distance kernel a 1-D embedding suffices",
-            "proposed, untested",
-            RULE_ONE_D,
-            {k1: kfinal[k1]},
-            one_d_suffices(kfinal[k1], k1),
-            quick=quick,
-            readout=f"final perplexity {num(kmean[k1])} ({k1})",
+        ONE_D.at(UNTESTED_IN_POST, f"V = {KERNEL_V} ({n_cmp} seeds)").judge(
+            {k1: kfinal[k1]}, (kfinal[k1], k1), quick=quick, readout=f"final perplexity {num(kmean[k1])} ({k1})"
         )
     )
     return claims
@@ -336,7 +291,7 @@ def figures(m: Similar) -> dict[str, tuple[go.Figure, dict]]:
     return out
 
 
-@declare(POST, "toy_similar_content", command=True)
+@declare(POST, "toy_similar_content", claims=SPECS, command=True)
 def similar_content(**options) -> ClaimResult:
     """Train post 001's toy models and judge its claims (``toy_similar_content`` with its defaults, called with none).
 
@@ -385,30 +340,25 @@ def similar_content_grid() -> list[GridClaim]:
     def table(r):
         return {V: [r[f"V={V} C={C}"]["final_perplexity"] for C in GRID_C] for V in GRID_TREND_V}
 
-    def one_seed(r):  # {V: {C: [the one seed's perplexity]}}
-        return {V: {C: [p] for C, p in zip(GRID_C, ppl)} for V, ppl in table(r).items()}
-
-    def unless_not_confused(r, rule):
-        ok, found = confused(table(r), GRID_C)
-        return rule(r) if ok else (None, f"not testable here: {found}")
+    def confused_there(r):
+        return [confused(table(r), GRID_C)]
 
     return [
         GridClaim(
-            "converges_near_V/2 (V=32)",
-            RULE_NEAR_HALF.replace("mean over seeds", "one seed"),
+            NEAR_HALF.at("V=32", one_seed=True),
             lambda b: {"v": replace(b, V=32)},
-            lambda r: near_half(r["v"]["final_perplexity"], 32),
+            lambda r: (r["v"]["final_perplexity"], 32, 1),
         ),
         GridClaim(
-            "follows_(C-2)/(C-1)V_qualitatively",
-            f"{RULE_TREND.format(V=GRID_TREND_V)}, and {PRE_CONFUSED}",
+            TREND.at(V=GRID_TREND_V, confused=True),
             by_v_c,
-            lambda r: unless_not_confused(r, lambda r: follows_trend(table(r), GRID_C)),
+            lambda r: (table(r), GRID_C),
+            confused_there,
         ),
         GridClaim(
-            "rises_from_C=3_to_C=5",
-            f"{ONE_SEED}{RULE_RISE.format(V=GRID_TREND_V)}, and {PRE_CONFUSED}",
+            RISE.at(V=GRID_TREND_V, one_seed=True, confused=True),
             by_v_c,
-            lambda r: unless_not_confused(r, lambda r: rises_3_to_5(one_seed(r))),
+            lambda r: {V: {C: [p] for C, p in zip(GRID_C, ppl)} for V, ppl in table(r).items()},
+            confused_there,
         ),
     ]

@@ -8,12 +8,12 @@ disappears, and with a longer context it returns. Here:
 * **measure** — train the runs (:func:`measure`): one curve per V and seed; every V = 4 run's embeddings (direction
   clusters) and effective ranks over training; the longest plateau at V = 16 for each (n_embd, C) setting, over the
   comparison seeds (3 per side of every comparison);
-* **judge** — the rules of :mod:`.rules` (:func:`judge`): ``plateau_near_V/2`` per run,
+* **judge** — the claims declared in :mod:`.rules` (:func:`judge`): ``plateau_near_V/2`` per run,
   ``two_stage_branching``, ``rank_dynamics``, ``plateau_gone_for_larger_n_embd``, ``plateau_back_for_larger_C``;
 * **figure** — the curves by V, the branching embeddings, the effective ranks, the plateau against n_embd and C
   (:func:`figures`);
 * **grid** — the headline claims as tests runnable at any setting (:func:`sticky_plateau_grid`, the ``robustness``
-  option: the same rule functions over the settings the post does not state).
+  option: the same declarations at the settings the post does not state).
 """
 
 from __future__ import annotations
@@ -28,29 +28,16 @@ from plotly.subplots import make_subplots
 
 from ...claims.catalogue import declare
 from ...claims.toy import num, nums, plateau, spread, v_half_plateau
-from ...claims.toy import toy_claim as claim
 from ...claims.verdicts import Claim
 from ...model.validation import UsageError
 from ...toy import ToyConfig, train_sweep
 from ...toy.analysis import pairing, perplexity_curve
 from ...toy.figures import COLOURS, band, perplexity_bands, perplexity_by_vocab
-from ...toy.posts import ONE_SEED, ToyRun
+from ...toy.posts import ToyRun
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
 from .about import POST
-from .rules import (
-    RULE_BACK,
-    RULE_BRANCHING,
-    RULE_GONE,
-    RULE_PLATEAU,
-    RULE_RANK,
-    branching,
-    plateau_at_half,
-    plateau_back,
-    plateau_gone,
-    plateau_shown,
-    rank_rises,
-)
+from .rules import BACK, BRANCHING, GONE, PLATEAU, RANK, SPECS, plateau_shown
 
 VOCAB = (4, 8, 16, 32)
 STEPS, QUICK_STEPS = 5000, 300
@@ -78,8 +65,8 @@ class Plateaus:
 
 
 def v_half(result: dict) -> dict | None:
-    """The plateau at V/2 of a run by :data:`~.rules.RULE_PLATEAU`, or None."""
-    return v_half_plateau(result["steps"], perplexity_curve(result), result["config"]["V"], tol=0.2, min_points=5)
+    """The plateau at V/2 of a run as :data:`~.rules.PLATEAU` states it, or None."""
+    return v_half_plateau(result["steps"], perplexity_curve(result), result["config"]["V"], **dict(PLATEAU.params))
 
 
 def plateau_steps(result: dict) -> int:
@@ -159,32 +146,25 @@ def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
     """The post's claims on a measurement (``quick``: every claim not testable, a smoke run)."""
     claims = []
     for r in m.curves:
-        c = r["config"]
+        V, seed = r["config"]["V"], r["config"]["seed"]
         ppl = perplexity_curve(r)
-        seed_words = f" (seed {c['seed']})" if len(m.seeds) > 1 else ""
+        at = PLATEAU.at(f"V={V} seed={seed}", f"V = {V}" + (f" (seed {seed})" if len(m.seeds) > 1 else ""))
         claims.append(
-            claim(
-                f"plateau_near_V/2 (V={c['V']} seed={c['seed']})",
-                f"V = {c['V']}{seed_words}: a sticky plateau at perplexity V/2",
-                f"perplexity V/2 = {c['V'] / 2:g}",
-                RULE_PLATEAU,
+            at.judge(
                 {"plateau": v_half(r), "final_perplexity": r["final_perplexity"]},
-                plateau_at_half(r["steps"], ppl, c["V"]),
+                (r["steps"], ppl, V),
                 quick=quick,
-                readout=plateau_shown(r["steps"], ppl, c["V"]),
+                post=f"perplexity V/2 = {V / 2:g}",
+                readout=plateau_shown(r["steps"], ppl, V),
             )
         )
     if m.branching is not None:
         b, rk = m.branching, m.ranks
         at_mid, mid_step, end_step, last = b["clusters_mid"], b["mid_step"], b["end_step"], b["clusters"][-1]
         claims.append(
-            claim(
-                "two_stage_branching (V=4)",
-                f"V = 4 (seed {m.seed}): tokens split in two groups on the plateau, then all four separate",
-                "2 groups of 2, then 4",
-                RULE_BRANCHING,
+            BRANCHING.at("V=4", f"V = 4 (seed {m.seed})").judge(
                 {"clusters_mid_plateau": at_mid, "step_mid_plateau": mid_step, "clusters_end": last},
-                branching(at_mid, last, mid_step, end_step),
+                (at_mid, last, mid_step, end_step),
                 quick=quick,
                 readout=f"{at_mid} clusters at step {mid_step} (mid-plateau), {last} at step {end_step}"
                 if at_mid is not None
@@ -192,22 +172,15 @@ def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
             )
         )
         mids, ends = rk["mid"], rk["end"]
-        if len(mids) >= 2:
-            decided = rank_rises(mids, ends)
-        else:
-            decided = (None, f"not testable here: fewer than 2 seeds have a plateau (none in seeds {rk['no_plateau']})")
+        measured = {
+            "effective_rank_W_Q_mid_plateau": mids,
+            "effective_rank_W_Q_end": ends,
+            "seeds_without_plateau": rk["no_plateau"],
+        }
         claims.append(
-            claim(
-                "rank_dynamics (V=4)",
-                f"V = 4 ({len(m.r4s)} seeds): Q/K stay low-rank (sticky) during the plateau and grow after it",
-                "sticky Q/K",
-                RULE_RANK,
-                {
-                    "effective_rank_W_Q_mid_plateau": mids,
-                    "effective_rank_W_Q_end": ends,
-                    "seeds_without_plateau": rk["no_plateau"],
-                },
-                decided,
+            RANK.at("V=4", f"V = 4 ({len(m.r4s)} seeds)").judge(
+                measured,
+                (mids, ends, rk["no_plateau"]),
                 quick=quick,
                 readout=f"W_Q effective rank {num(spread(mids)[0])} mid-plateau vs {num(spread(ends)[0])} at the end "
                 f"(mean of {len(mids)} seeds)"
@@ -215,7 +188,7 @@ def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
                 else "no plateau",
             )
         )
-    glens, n_cmp = m.lengths, len(m.cmp_seeds)
+    glens, n_cmp, every = m.lengths, len(m.cmp_seeds), m.base.log_every
     big = max(d for d, _ in m.settings)
     longest_c = max(c for d, c in m.settings if d == big)
 
@@ -223,25 +196,17 @@ def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
         return f"{num(spread(glens[(d, c)])[0])} steps at n_embd={d}, C={c}"
 
     claims.append(
-        claim(
-            "plateau_gone_for_larger_n_embd",
-            f"V = 16, C = 4 ({n_cmp} seeds): the plateau disappears at n_embd {big} (vs 2)",
-            "no plateau",
-            RULE_GONE.format(big=big),
+        GONE.at(setting=f"V = 16, C = 4 ({n_cmp} seeds)", big=big).judge(
             {f"plateau_steps n_embd={d} C=4": glens[(d, 4)] for d, c in m.settings if c == 4},
-            plateau_gone(glens[(2, 4)], glens[(big, 4)], big, m.base.log_every),
+            (glens[(2, 4)], glens[(big, 4)], every),
             quick=quick,
             readout=f"longest plateau {lens(big, 4)} vs {lens(2, 4)} (mean of {n_cmp} seeds)",
         )
     )
     claims.append(
-        claim(
-            "plateau_back_for_larger_C",
-            f"V = 16, n_embd = {big} ({n_cmp} seeds): the plateau returns at C = {longest_c} (vs 4)",
-            "plateau returns",
-            RULE_BACK.format(big=big, C=longest_c),
+        BACK.at(setting=f"V = 16, n_embd = {big} ({n_cmp} seeds)", big=big, C=longest_c).judge(
             {f"plateau_steps n_embd={big} C={c}": glens[(big, c)] for d, c in m.settings if d == big},
-            plateau_back(glens[(big, 4)], glens[(big, longest_c)], longest_c, m.base.log_every),
+            (glens[(big, 4)], glens[(big, longest_c)], every),
             quick=quick,
             readout=f"longest plateau {lens(big, longest_c)} vs {lens(big, 4)} (mean of {n_cmp} seeds; each seed: "
             f"{nums(glens[(big, longest_c)])} vs {nums(glens[(big, 4)])})",
@@ -297,7 +262,7 @@ def figures(m: Plateaus) -> dict[str, tuple[go.Figure, dict]]:
     return out
 
 
-@declare(POST, "toy_sticky_plateau", command=True)
+@declare(POST, "toy_sticky_plateau", claims=SPECS, command=True)
 def sticky_plateau(*, vocab: Sequence[int] = VOCAB, **options) -> ClaimResult:
     """Train post 003's toy models and judge its claims (``toy_sticky_plateau`` with its defaults, called with none).
 
@@ -343,7 +308,7 @@ GRID_LONG_CS = (16, 64)
 
 
 def sticky_plateau_grid() -> list[GridClaim]:
-    """003's headline claims (base: V 16, C 4, n_embd 2, no positions)."""
+    """003's headline claims (base: V 16, C 4, n_embd 2, no positions; one seed per test)."""
 
     def dims(b):
         return {
@@ -354,26 +319,23 @@ def sticky_plateau_grid() -> list[GridClaim]:
 
     return [
         GridClaim(
-            "plateau_near_V/2 (V=16)",
-            RULE_PLATEAU,
+            PLATEAU.at("V=16"),
             lambda b: {"v": replace(b, V=16)},
-            lambda r: plateau_at_half(r["v"]["steps"], perplexity_curve(r["v"]), 16),
+            lambda r: (r["v"]["steps"], perplexity_curve(r["v"]), 16),
         ),
         GridClaim(
-            "plateau_gone_for_larger_n_embd",
-            ONE_SEED + RULE_GONE.format(big=8),
+            GONE.at(big=8, one_seed=True),
             dims,
-            lambda r: plateau_gone(
-                [plateau_steps(r["d2"])], [plateau_steps(r["d8"])], 8, r["d2"]["config"]["log_every"]
-            ),
+            lambda r: ([plateau_steps(r["d2"])], [plateau_steps(r["d8"])], r["d2"]["config"]["log_every"]),
         ),
         *[
             GridClaim(
-                f"plateau_back_for_larger_C (C={c})",
-                ONE_SEED + RULE_BACK.format(big=8, C=c),
+                BACK.at(f"C={c}", big=8, C=c, one_seed=True),
                 dims,
-                lambda r, c=c: plateau_back(
-                    [plateau_steps(r["d8"])], [plateau_steps(r[f"d8C{c}"])], c, r["d8"]["config"]["log_every"]
+                lambda r, c=c: (
+                    [plateau_steps(r["d8"])],
+                    [plateau_steps(r[f"d8C{c}"])],
+                    r["d8"]["config"]["log_every"],
                 ),
             )
             for c in GRID_LONG_CS

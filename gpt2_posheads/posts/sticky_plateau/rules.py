@@ -1,106 +1,187 @@
-"""The sticky plateau post's (003) claims as rules, written down before any run.
+"""The sticky plateau post's (003) claims, declared before any run: key, the post's sentence and number, and the rule,
+made from its parameters (the same numbers its text states), as every post's claims are
+(:func:`~gpt2_posheads.claims.verdicts.declare_claim`).
 
-Each ``RULE_*`` is a claim's sentence; the function beside it applies it to the measured numbers and returns a
-:data:`~gpt2_posheads.claims.verdicts.Decision` ``(held, why)`` (``held`` None: not testable), in the shared
-vocabulary of :mod:`gpt2_posheads.claims.toy` (comparisons over seeds, margins). The post's default run
-(:mod:`.plateau`) and its ``--robustness`` grid call the same functions.
+Each rule decides a :data:`~gpt2_posheads.claims.verdicts.Decision` ``(held, why)`` (``held`` None: not testable) in
+the shared vocabulary of :mod:`gpt2_posheads.claims.toy` (comparisons over seeds, margins). The post's default run
+(:mod:`.plateau`) and its ``--robustness`` grid judge the same declarations, the grid at its own settings
+(``one_seed``: one seed per test).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...claims.toy import compare_pair, margin_words, near_half_runs, num, nums, spread, v_half_plateau
-from ...claims.verdicts import Decision
-
-RULE_PLATEAU = (
-    "held if, after perplexity first falls below 0.8 V, at least 5 consecutive logged steps lie within ±20% of V/2"
+from ...claims.toy import (
+    compare_pair,
+    margin_words,
+    near_half_runs,
+    num,
+    nums,
+    seeds_words,
+    spread,
+    toy_claim,
+    v_half_plateau,
 )
+from ...claims.verdicts import Rule
+
 PLATEAU_WORDS = "the longest plateau (logged steps within ±10% of its first value, above perplexity 1.5)"
 RESOLUTION_WORDS = "and more than one logging interval (the resolution of a plateau length)"
-RULE_GONE = (
-    f"held if {PLATEAU_WORDS}, mean over seeds, is shorter at n_embd={{big}} than at n_embd=2 (C=4) {margin_words()} "
-    f"{RESOLUTION_WORDS}; not testable when n_embd=2 has no plateau (nothing to disappear)"
-)
-RULE_BACK = (
-    f"held if {PLATEAU_WORDS}, mean over seeds, is longer at n_embd={{big}}, C={{C}} than at C=4 {margin_words()} "
-    f"{RESOLUTION_WORDS}"
-)
-RULE_BRANCHING = "held if the embeddings form 2 direction clusters (cos > 0.95) mid-plateau and 4 at the end"
-RULE_RANK = (
-    f"held if W_Q's effective rank, mean over seeds, is higher at the end of training than mid-plateau {margin_words()}"
-)
 
 
-def plateau_at_half(steps, ppl, V: int, tol: float = 0.2, min_points: int = 5) -> Decision:
-    """:data:`RULE_PLATEAU` as ``(held, why)``."""
-    steps, ppl = np.asarray(steps), np.asarray(ppl, dtype=float)
-    band = f"±{tol:.0%} of V/2 = {V / 2:g} (perplexity {num(V / 2 * (1 - tol))}–{num(V / 2 * (1 + tol))})"
-    found = v_half_plateau(steps, ppl, V, tol, min_points)
-    if found:
-        return True, (
-            f"{found['n_points']} consecutive logged steps (steps {found['start_step']}–{found['end_step']}, median "
-            f"perplexity {num(found['perplexity'])}) within {band}, needs >= {min_points}"
-        )
-    first, runs = near_half_runs(steps, ppl, V, tol)
-    final = f"final perplexity {num(ppl[-1])}"
-    if first is None:
+def plateau_rule(tol: float, min_points: int, below: float) -> Rule:
+    """A plateau at V/2: after perplexity first falls below ``below`` V, >= ``min_points`` consecutive logged steps
+    within ``±tol`` of V/2. Value: ``(steps, perplexity curve, V)``."""
+
+    def decide(value):
+        steps, ppl, V = value
+        steps, ppl = np.asarray(steps), np.asarray(ppl, dtype=float)
+        band = f"±{tol:.0%} of V/2 = {V / 2:g} (perplexity {num(V / 2 * (1 - tol))}–{num(V / 2 * (1 + tol))})"
+        found = v_half_plateau(steps, ppl, V, tol=tol, min_points=min_points, below=below)
+        if found:
+            return True, (
+                f"{found['n_points']} consecutive logged steps (steps {found['start_step']}–{found['end_step']}, "
+                f"median perplexity {num(found['perplexity'])}) within {band}, needs >= {min_points}"
+            )
+        first, runs = near_half_runs(steps, ppl, V, tol, below)
+        final, fall = f"final perplexity {num(ppl[-1])}", f"{below:g} V = {num(below * V)}"
+        if first is None:
+            return False, (
+                f"perplexity never fell below {fall} ({final}), so no stay within {band} could count (needs >= "
+                f"{min_points} consecutive logged steps there after falling below {below:g} V)"
+            )
+        longest = max((j - i + 1 for i, j in runs), default=0)
         return False, (
-            f"perplexity never fell below 0.8 V = {num(0.8 * V)} ({final}), so no stay within {band} could count "
-            f"(needs >= {min_points} consecutive logged steps there after falling below 0.8 V)"
+            f"after first falling below {fall} at step {int(steps[first])}, at most {longest} consecutive logged "
+            f"steps within {band}, needs >= {min_points} ({final})"
         )
-    longest = max((j - i + 1 for i, j in runs), default=0)
-    return False, (
-        f"after first falling below 0.8 V = {num(0.8 * V)} at step {int(steps[first])}, at most {longest} consecutive "
-        f"logged steps within {band}, needs >= {min_points} ({final})"
+
+    return Rule(
+        f"held if, after perplexity first falls below {below:g} V, at least {min_points} consecutive logged steps "
+        f"lie within ±{tol:.0%} of V/2",
+        decide,
     )
 
 
+def branching_rule(first: int, then: int) -> Rule:
+    """Two-stage branching. Value: ``(clusters mid-plateau or None without a plateau, clusters at the end, their
+    steps)``."""
+
+    def decide(value):
+        mid, end, mid_step, end_step = value
+        if mid is None:
+            return None, "not testable here: the V=4 run has no plateau (no stretch within ±10% above perplexity 1.5)"
+        return mid == first and end == then, (
+            f"{mid} direction cluster(s) (cos > 0.95) at step {mid_step}, mid-plateau (needs {first}); "
+            f"{end} at step {end_step}, the end (needs {then})"
+        )
+
+    return Rule(
+        f"held if the embeddings form {first} direction clusters (cos > 0.95) mid-plateau and {then} at the end", decide
+    )
+
+
+def rank_rule(min_seeds: int) -> Rule:
+    """W_Q's effective rank rises from mid-plateau to the end. Value: ``(mid-plateau ranks, end ranks, seeds without
+    a plateau)``, over the seeds that have one."""
+
+    def decide(value):
+        mid, end, no_plateau = value
+        if len(mid) < min_seeds:
+            return None, f"not testable here: fewer than {min_seeds} seeds have a plateau (none in seeds {no_plateau})"
+        return compare_pair(mid, end, "mid-plateau", "the end", "W_Q's effective rank", b_higher=True)
+
+    return Rule(
+        f"held if W_Q's effective rank, mean over seeds, is higher at the end of training than mid-plateau "
+        f"{margin_words()}",
+        decide,
+    )
+
+
+def gone_rule(big: int, one_seed: bool) -> Rule:
+    """The plateau shorter at n_embd ``big`` than at 2 (C = 4). Value: ``(lengths at 2, lengths at big, log_every)``,
+    lengths in steps over seeds."""
+
+    def decide(value):
+        at_2, at_big, log_every = value
+        if spread(at_2)[0] <= 0:
+            return None, f"not testable here: no plateau at n_embd=2, C=4 either ({nums(np.ravel(at_2))} steps)"
+        return compare_pair(
+            at_2, at_big, "n_embd=2", f"n_embd={big}", "longest plateau", False, " steps", resolution=log_every
+        )
+
+    return Rule(
+        f"{seeds_words(one_seed)}held if {PLATEAU_WORDS}, mean over seeds, is shorter at n_embd={big} than at n_embd=2 "
+        f"(C=4) {margin_words()} {RESOLUTION_WORDS}; not testable when n_embd=2 has no plateau (nothing to disappear)",
+        decide,
+    )
+
+
+def back_rule(big: int, C: int, one_seed: bool) -> Rule:
+    """The plateau longer at n_embd ``big``, context ``C`` than at C = 4. Value: ``(lengths at C = 4, lengths at C,
+    log_every)``."""
+
+    def decide(value):
+        at_c4, at_long, log_every = value
+        return compare_pair(at_c4, at_long, "C=4", f"C={C}", "longest plateau", True, " steps", resolution=log_every)
+
+    return Rule(
+        f"{seeds_words(one_seed)}held if {PLATEAU_WORDS}, mean over seeds, is longer at n_embd={big}, C={C} than at "
+        f"C=4 {margin_words()} {RESOLUTION_WORDS}",
+        decide,
+    )
+
+
+PLATEAU = toy_claim(
+    "plateau_near_V/2",
+    "a sticky plateau at perplexity V/2",
+    "perplexity V/2",
+    plateau_rule,
+    tol=0.2,
+    min_points=5,
+    below=0.8,
+)
+BRANCHING = toy_claim(
+    "two_stage_branching",
+    "tokens split in two groups on the plateau, then all four separate",
+    "2 groups of 2, then 4",
+    branching_rule,
+    first=2,
+    then=4,
+)
+RANK = toy_claim(
+    "rank_dynamics",
+    "Q/K stay low-rank (sticky) during the plateau and grow after it",
+    "sticky Q/K",
+    rank_rule,
+    min_seeds=2,
+)
+GONE = toy_claim(
+    "plateau_gone_for_larger_n_embd",
+    "the plateau disappears at n_embd {big} (vs 2)",
+    "no plateau",
+    gone_rule,
+    big=8,
+    one_seed=False,
+)
+BACK = toy_claim(
+    "plateau_back_for_larger_C",
+    "the plateau returns at C = {C} (vs 4)",
+    "plateau returns",
+    back_rule,
+    big=8,
+    C=64,
+    one_seed=False,
+)
+SPECS = (PLATEAU, BRANCHING, RANK, GONE, BACK)
+
+
 def plateau_shown(steps, ppl, V: int) -> str:
-    """The V/2 plateau for a person: where and at what perplexity, or that there is none."""
-    found = v_half_plateau(steps, ppl, V)
+    """The V/2 plateau (:data:`PLATEAU`'s) for a person: where and at what perplexity, or that there is none."""
+    found = v_half_plateau(steps, ppl, V, **dict(PLATEAU.params))
     if found:
         return (
             f"perplexity {num(found['perplexity'])} (V/2 = {V / 2:g}) for steps {found['start_step']}–"
             f"{found['end_step']}"
         )
     return f"no plateau at V/2 = {V / 2:g}; final perplexity {num(np.asarray(ppl)[-1])}"
-
-
-def branching(clusters_mid: int | None, clusters_end: int, mid_step: int | None, end_step: int) -> Decision:
-    """:data:`RULE_BRANCHING`; ``clusters_mid`` None: no plateau to look at (not testable)."""
-    if clusters_mid is None:
-        return None, "not testable here: the V=4 run has no plateau (no stretch within ±10% above perplexity 1.5)"
-    ok = clusters_mid == 2 and clusters_end == 4
-    return ok, (
-        f"{clusters_mid} direction cluster(s) (cos > 0.95) at step {mid_step}, mid-plateau (needs 2); "
-        f"{clusters_end} at step {end_step}, the end (needs 4)"
-    )
-
-
-def rank_rises(mid, end) -> Decision:
-    """:data:`RULE_RANK` on W_Q's effective rank over seeds, mid-plateau (``mid``) and at the end."""
-    return compare_pair(mid, end, "mid-plateau", "the end", "W_Q's effective rank", b_higher=True)
-
-
-def plateau_gone(at_2, at_big, big: int, log_every: int) -> Decision:
-    """:data:`RULE_GONE` on plateau lengths (steps) over seeds, logged every ``log_every`` steps."""
-    if spread(at_2)[0] <= 0:
-        return None, f"not testable here: no plateau at n_embd=2, C=4 either ({nums(np.ravel(at_2))} steps)"
-    return compare_pair(
-        at_2,
-        at_big,
-        "n_embd=2",
-        f"n_embd={big}",
-        "longest plateau",
-        b_higher=False,
-        unit=" steps",
-        resolution=log_every,
-    )
-
-
-def plateau_back(at_c4, at_long, C: int, log_every: int) -> Decision:
-    """:data:`RULE_BACK` on plateau lengths (steps) over seeds, logged every ``log_every`` steps."""
-    return compare_pair(
-        at_c4, at_long, "C=4", f"C={C}", "longest plateau", b_higher=True, unit=" steps", resolution=log_every
-    )
