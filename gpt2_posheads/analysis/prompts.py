@@ -25,7 +25,8 @@ import torch
 
 from ..model.loading import error_chain, first_line, http_status, hub_endpoint, hub_offline, hub_reachable
 from ..model.paths import WIKITEXT_DIR
-from ..model.validation import UsageError, note
+from ..model.tokens import bos_token_id
+from ..model.validation import UsageError, checked, note
 
 OPENWEBTEXT = "stas/openwebtext-10k"
 PARQUET_REVISION = "refs/convert/parquet"  # where the hub keeps its parquet conversion of a dataset
@@ -272,6 +273,7 @@ def documents(source: str | Sequence[str] = "auto") -> tuple[list[str], str]:
     return file_documents([source]), f"files:{source}"
 
 
+@checked
 def make_prompts(
     tokenizer,
     n_prompts: int,
@@ -303,7 +305,7 @@ def make_prompts(
     order = list(range(len(docs)))
     random.Random(seed).shuffle(order)
     n_text = seq_len - int(prepend_bos)
-    bos = [tokenizer.bos_token_id] if prepend_bos else []
+    bos = [bos_token_id(tokenizer)] if prepend_bos else []
     out: list[list[int]] = []
     encoded: list[list[int]] = []  # the long documents, in the shuffled order, for further windows
     longest = 0
