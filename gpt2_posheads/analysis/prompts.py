@@ -292,8 +292,6 @@ def make_prompts(
     many prompts). Raises, saying how many could be made, when even that is not enough. With ``model`` ``seq_len``
     is checked against the model's context.
     """
-    if n_prompts < 1:
-        raise UsageError("n_prompts", f"{n_prompts} is out of range", "allowed >= 1")
     if seq_len < 2:
         raise UsageError("seq_len", f"{seq_len} is out of range", "allowed >= 2")
     if model is not None and seq_len > model.cfg.n_ctx:

@@ -34,7 +34,7 @@ import torch
 
 from .lock import model_lock
 from .precision import reduced_precision
-from .validation import NonFiniteError, check_arguments
+from .validation import NonFiniteError, checked_call
 
 
 class ModelStateWarning(UserWarning):
@@ -162,11 +162,9 @@ def measures_caller_model(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        try:
-            bound = signature.bind_partial(*args, **kwargs)
-        except TypeError:  # the call itself is wrong: let fn say so
+        bound = checked_call(signature, args, kwargs)
+        if bound is None:  # the call itself is wrong: let fn say so
             return fn(*args, **kwargs)
-        check_arguments(bound)
         model = _model_of(bound)
         with model_lock(model), caller_model(model) as state:
             try:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import functools
+import inspect
 import math
 import numbers
 import re
@@ -261,25 +263,25 @@ def _integer(low: int):
     return lambda name, value, bound: positive(name, as_index(name, value), low)
 
 
-def _flag(name, value, bound):
-    if not isinstance(value, bool) and str(getattr(value, "dtype", "")) != "bool":
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} ({value!r})")
+def _kind(ok, what: str):
+    """A check that ``ok(value)``, else a ``TypeError``: ``<name> must be <what>, got <type> (<value>)``."""
+
+    def check(name, value, bound):
+        if not ok(value):
+            raise TypeError(f"{name} must be {what}, got {type(value).__name__} ({value!r})")
+
+    return check
 
 
-def _real(name, value, bound):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise TypeError(f"{name} must be a finite number, got {type(value).__name__} ({value!r})")
-
-
-def _text(name, value, bound):
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string, got {type(value).__name__} ({value!r})")
+def _listlike(v) -> bool:
+    return isinstance(v, Iterable) and not isinstance(v, (str, bytes))
 
 
 def _sequence_of(item, what: str):
+    whole = _kind(_listlike, f"a sequence of {what}")
+
     def check(name, value, bound):
-        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-            raise TypeError(f"{name} must be a sequence of {what}, got {type(value).__name__} ({value!r})")
+        whole(name, value, bound)
         for x in value:
             item(f"{name} entry", x, bound)
 
@@ -291,38 +293,22 @@ def _model(name, value, bound):
         check_model(value, name)
 
 
-def _tokens(name, value, bound):
-    if value is None:  # stored activations fix their prompts; a function without them says what it needs
-        return
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise TypeError(
-            f"{name} must be token ids [batch, pos] (gpt2_posheads.make_prompts makes them), a list of token tensors "
-            f"or of strings, got {type(value).__name__} ({value!r})"
-        )
-
-
-def _heads(name, value, bound):
-    if not isinstance(value, (str, Iterable)):
-        raise TypeError(
-            f"{name} must be head names ('L4H11'), (layer, head) pairs or 'auto:N', got {type(value).__name__} "
-            f"({value!r})"
-        )
-
-
-def _run(name, value, bound):
-    if not all(hasattr(value, a) for a in ("model", "prompts", "ranked")):
-        raise TypeError(
-            f"{name} must be a ModelRun (gpt2_posheads.posts.gpt2_prev_heads.model_run(model) makes one), got "
-            f"{type(value).__name__} ({value!r})"
-        )
-
-
-def _tokenizer(name, value, bound):
-    if not callable(value) or not hasattr(value, "decode"):
-        raise TypeError(
-            f"{name} must be a Hugging Face tokenizer (model.tokenizer, gpt2_posheads.gpt2_tokenizer()), got "
-            f"{type(value).__name__} ({value!r})"
-        )
+_flag = _kind(lambda v: isinstance(v, bool) or str(getattr(v, "dtype", "")) == "bool", "True or False")
+_real = _kind(lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v), "a finite number")
+_text = _kind(lambda v: isinstance(v, str), "a string")
+_tokens = _kind(  # None: stored activations fix their prompts; a function that needs them says so
+    lambda v: v is None or _listlike(v),
+    "token ids [batch, pos] (gpt2_posheads.make_prompts makes them), a list of token tensors or of strings",
+)
+_heads = _kind(lambda v: isinstance(v, (str, Iterable)), "head names ('L4H11'), (layer, head) pairs or 'auto:N'")
+_run = _kind(
+    lambda v: all(hasattr(v, a) for a in ("model", "prompts", "ranked")),
+    "a ModelRun (gpt2_posheads.posts.gpt2_prev_heads.model_run(model) makes one)",
+)
+_tokenizer = _kind(
+    lambda v: callable(v) and hasattr(v, "decode"),
+    "a Hugging Face tokenizer (model.tokenizer, gpt2_posheads.gpt2_tokenizer())",
+)
 
 
 def _engine(name, value, bound):
@@ -387,21 +373,25 @@ def check_arguments(bound) -> None:
             check(name, value, bound)
 
 
+def checked_call(signature: inspect.Signature, args: tuple, kwargs: dict) -> inspect.BoundArguments | None:
+    """``args`` and ``kwargs`` bound to ``signature`` and checked (:func:`check_arguments`); ``None`` when they do
+    not bind (the call itself is wrong: the function then says so, as Python does)."""
+    try:
+        bound = signature.bind_partial(*args, **kwargs)
+    except TypeError:
+        return None
+    check_arguments(bound)
+    return bound
+
+
 def checked(fn):
     """``fn`` with its arguments checked (:func:`check_arguments`) before it runs: for a public function that
     measures nothing (:func:`~gpt2_posheads.model.state.measures_caller_model` checks those that do)."""
-    import functools
-    import inspect
-
     signature = inspect.signature(fn)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        try:
-            bound = signature.bind_partial(*args, **kwargs)
-        except TypeError:  # the call itself is wrong: let fn say so
-            return fn(*args, **kwargs)
-        check_arguments(bound)
+        checked_call(signature, args, kwargs)
         return fn(*args, **kwargs)
 
     return wrapper
