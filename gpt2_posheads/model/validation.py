@@ -345,8 +345,10 @@ ARGUMENT_CHECKS = {
     **dict.fromkeys(("n_prompts", "batch_size", "n_seqs", "seg_len", "window", "group_size", "every"), _COUNT),
     **dict.fromkeys(("pos_group", "size", "k", "ext_prompts", "n_token_dependence"), _COUNT),
     **dict.fromkeys(("seq_len", "max_offset", "lr_steps", "three_layer_steps"), _COUNT),
-    **dict.fromkeys(("seed", "start", "skip_first", "layer", "head"), _integer(0)),
-    "layers": _sequence_of(_integer(0), "layer indices"),
+    **dict.fromkeys(("seed", "start", "skip_first"), _integer(0)),
+    # a layer's or a head's range is the model's, checked by the function against it
+    **dict.fromkeys(("layer", "head"), _index := lambda name, value, bound: as_index(name, value)),
+    "layers": _sequence_of(_index, "layer indices"),
     "group_sizes": _sequence_of(_COUNT, "group sizes"),
     "vocab": _sequence_of(_COUNT, "vocabulary sizes"),
     "factors": _sequence_of(_real, "numbers"),
