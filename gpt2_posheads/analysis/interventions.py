@@ -39,6 +39,7 @@ import torch
 from ..model.engines import engine_for
 from ..model.hooks import require_live
 from ..model.patterns import pattern_edit_hooks
+from ..model.state import measures_caller_model
 from ..model.tokens import model_device
 from ..model.traced import TracedEdit, replace_positions
 from ..model.validation import (
@@ -48,6 +49,7 @@ from ..model.validation import (
     check_layer,
     check_layers,
     check_learned_pos_embed,
+    checked,
 )
 from .posembed import default_bos, extended_pos_embeddings, load_w_pos
 
@@ -65,10 +67,12 @@ class Intervention:
     bind: Callable[[object], list[Hook]]
     traced: Callable[[object], list[TracedEdit]] | None = None
 
+    @measures_caller_model
     def hooks(self, model, engine: str = "auto") -> list:
         return engine_for(model, engine).edits(self)
 
 
+@measures_caller_model
 def hooks_for(model, *interventions: Intervention) -> list[Hook]:
     """The ``fwd_hooks`` of several interventions, in order."""
     out: list[Hook] = []
@@ -108,6 +112,7 @@ def _add_positions(delta: torch.Tensor):
     return hook
 
 
+@checked
 def average_pos_embed(group_size: int, w_pos: torch.Tensor | None = None) -> Intervention:
     """Average the rows of ``W_pos`` (the model's, or ``w_pos``) in consecutive groups of ``group_size``."""
     check_int_range("group_size", group_size, 1, 1 << 30)
@@ -136,6 +141,7 @@ def _given_rows(w: torch.Tensor, rows: torch.Tensor, group_size: int | None = No
     return rows.float() if group_size is None else group_average_rows(rows.float(), group_size)
 
 
+@checked
 def average_ext_pos_embed(
     layer: int, group_size: int, ext: torch.Tensor | None = None, bos: bool | None = None, **ext_kwargs
 ) -> Intervention:
@@ -173,6 +179,7 @@ def masked_queries(every: int, n_pos: int) -> torch.Tensor:
     return torch.arange(every, max(n_pos, every), every)  # none in a prompt shorter than ``every``
 
 
+@checked
 def mask_previous_attention(
     every: int = MASK_EVERY, layers: Iterable[int] = range(4), renormalize: bool = False
 ) -> Intervention:
@@ -202,6 +209,7 @@ def _mask_previous(pattern: torch.Tensor, every: int, renormalize: bool) -> torc
     return pattern
 
 
+@checked
 def edit_head_pattern(layer: int, head: int, mapping: Mapping[int, int | Mapping[int, float]]) -> Intervention:
     """Make query ``q`` of head ``(layer, head)`` attend to ``mapping[q]``: a key position (one-hot) or a
     ``{key: weight}`` distribution (normalised to sum to 1). Keys must not lie after their query."""
@@ -234,6 +242,7 @@ def edit_head_pattern(layer: int, head: int, mapping: Mapping[int, int | Mapping
     return Intervention(f"edit L{layer}H{head} pattern {dict(mapping)}", bind)
 
 
+@checked
 def scale_head_output(layer: int, head: int, factor: float) -> Intervention:
     """Multiply head ``(layer, head)``'s output by ``factor`` (on ``hook_z``, before ``W_O``)."""
 

@@ -26,7 +26,8 @@ import torch
 
 from ..model.hub import HubTimeout, download, error_chain, first_line, http_status, hub_endpoint, hub_problem
 from ..model.paths import WIKITEXT_DIR
-from ..model.validation import UsageError, note
+from ..model.tokens import bos_token_id
+from ..model.validation import UsageError, checked, note
 
 OPENWEBTEXT = "stas/openwebtext-10k"
 PARQUET_REVISION = "refs/convert/parquet"  # where the hub keeps its parquet conversion of a dataset
@@ -287,6 +288,7 @@ def documents(source: str | Sequence[str] = "auto") -> tuple[list[str], str]:
     return file_documents([source]), f"files:{source}"
 
 
+@checked
 def make_prompts(
     tokenizer,
     n_prompts: int,
@@ -305,8 +307,6 @@ def make_prompts(
     many prompts). Raises, saying how many could be made, when even that is not enough. With ``model`` ``seq_len``
     is checked against the model's context.
     """
-    if n_prompts < 1:
-        raise UsageError("n_prompts", f"{n_prompts} is out of range", "allowed >= 1")
     if seq_len < 2:
         raise UsageError("seq_len", f"{seq_len} is out of range", "allowed >= 2")
     if model is not None and seq_len > model.cfg.n_ctx:
@@ -318,7 +318,7 @@ def make_prompts(
     order = list(range(len(docs)))
     random.Random(seed).shuffle(order)
     n_text = seq_len - int(prepend_bos)
-    bos = [tokenizer.bos_token_id] if prepend_bos else []
+    bos = [bos_token_id(tokenizer)] if prepend_bos else []
     out: list[list[int]] = []
     encoded: list[list[int]] = []  # the long documents, in the shuffled order, for further windows
     longest = 0

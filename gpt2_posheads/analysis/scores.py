@@ -24,7 +24,15 @@ from ..model.engine import Reduction, keep_reads
 from ..model.engines import engine_for
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches, single_prompt
-from ..model.validation import UsageError, check_head, check_int_range, check_model, head_name, require_finite
+from ..model.validation import (
+    UsageError,
+    check_head,
+    check_int_range,
+    check_model,
+    checked,
+    head_name,
+    require_finite,
+)
 
 
 def raw_scores_from_qk(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
@@ -172,6 +180,7 @@ def label_profile(f: dict[str, float], threshold: float = LABEL_THRESHOLD) -> st
     return "neither"
 
 
+@checked
 def classify_prev_heads(profile: torch.Tensor, threshold: float = LABEL_THRESHOLD) -> pd.DataFrame:
     """Label every head from :func:`score_profile` ``[n_layers, n_heads, 2w+1]`` (``w >= 3``), in logits.
 

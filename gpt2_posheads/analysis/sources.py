@@ -51,7 +51,7 @@ from ..model.fastpath import _ln_params, unsupported_reason
 from ..model.identity import has_learned_positions, position_kind
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches
-from ..model.validation import HEAD_NAME, UsageError, check_head, head_name
+from ..model.validation import HEAD_NAME, UsageError, check_head, checked, head_name
 from .diagonals import diagonal_counts, diagonal_sums, prev_token_stats
 from .interventions import average_pos_embed, group_average_rows
 from .posembed import load_w_pos
@@ -79,6 +79,7 @@ def _circuits(model, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     return W_V @ W_O, W_Q @ W_K.transpose(-1, -2)
 
 
+@checked
 def composition_scores(model, layer: int, head: int) -> pd.DataFrame:
     """Q-, K- and V-composition of every head in layers ``< layer`` into ``(layer, head)``, with the
     random baseline and each score's ratio to it; one row per upstream head, sorted by max(Q, K) ratio."""

@@ -152,10 +152,15 @@ def register_post(post: Post) -> Post:
 
 def declare(post: Post, name: str, **spec) -> Callable[[Callable], Callable]:
     """Decorate a claim function to declare it as script ``name`` of ``post`` (the fields of :class:`Script`;
-    ``claims`` the claims it judges, as keys or as the declared claims themselves); returns the function unchanged,
-    with its declaration as ``.script``."""
+    ``claims`` the claims it judges, as keys or as the declared claims themselves); returns the function, with its
+    declaration as ``.script``. Every claim function checks its arguments and holds its model's lock while it runs
+    (:func:`~gpt2_posheads.model.state.measures_caller_model`, applied here to one not decorated with it yet)."""
 
     def register(fn: Callable) -> Callable:
+        if not hasattr(fn, "__wrapped__"):
+            from ..model.state import measures_caller_model  # imported here: the catalogue itself measures nothing
+
+            fn = measures_caller_model(fn)
         register_post(post)
         # a claim may be declared by its spec (``claims.gpt2_post.post_claim``) or by its key alone
         claims = tuple(getattr(c, "key", c) for c in spec.pop("claims", ()))

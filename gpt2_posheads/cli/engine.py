@@ -10,7 +10,7 @@ import argparse
 
 from ..model.traced import ENGINE as NNSIGHT
 from ..model.traced import check_remote, load_traced, require_nnsight
-from ..model.validation import UsageError
+from ..model.validation import UsageError, check_fast_engine
 
 
 def add_engine_args(
@@ -48,6 +48,14 @@ def check_engine_args(args, model_dir_flag: str = "--model-dir") -> None:
             f"or drop --remote to run {model_dir_flag} through nnsight here",
         )
     check_remote("--remote")
+
+
+def check_engine_model(args, model):
+    """``model`` unless ``--engine fast`` asks for the hook-free fast path on a model it cannot run (rotary or ALiBi
+    positions, ...): then one ``error: --engine: ...`` line, as soon as the model is loaded."""
+    if getattr(args, "engine", None) == "fast":
+        check_fast_engine(model, "--engine")
+    return model
 
 
 def load_engine_model(name: str, args, param: str = "--model"):

@@ -27,7 +27,7 @@ from ..model.identity import compiled_standin, is_gpt2_small, position_kind
 from ..model.loading import ModelLoadError, load_model
 from ..model.validation import UsageError, capped_seq_len, head_name
 from .checks import CheckedArgs, model_folder, postcheck, precheck
-from .engine import load_engine_model
+from .engine import check_engine_model, load_engine_model
 from .heads import HeadDefault, require_above_layer0, resolve_heads
 from .output import Output, check_one_model_per_name, default_target
 
@@ -60,14 +60,14 @@ def model_from_args(args):
         return traced
     key = (source, args.device)
     if _SHARED is not None and key in _SHARED["models"]:
-        return _SHARED["models"][key]
+        return check_engine_model(args, _SHARED["models"][key])
     try:
         model = load_model(source, device=args.device)
     except (ModelLoadError, FileNotFoundError) as e:
         raise UsageError("--model-dir" if args.model_dir else "--model", str(e)) from None
     if _SHARED is not None:
         _SHARED["models"][key] = model
-    return model
+    return check_engine_model(args, model)
 
 
 def model_label(args) -> str:

@@ -13,6 +13,8 @@ from typing import Literal
 
 import torch
 
+from .validation import checked
+
 PositionKind = Literal["learned", "rotary", "alibi", "none", "other"]
 
 GPT2_SMALL_SHAPE = (12, 12, 768, 1024, 50257)  # n_layers, n_heads, d_model, n_ctx, d_vocab
@@ -40,6 +42,7 @@ def _rows_match(w: torch.Tensor, known: dict[int, dict[int, float]], tol: float 
     return True
 
 
+@checked
 def is_gpt2_small(model) -> bool:
     """True only for OpenAI's GPT-2 small: its shape, its token-embedding and positional-embedding values,
     and its tokenizer (``"Hello world"`` is ``[15496, 995]``)."""
@@ -66,6 +69,7 @@ def compiled_standin(model) -> str | None:
     return None
 
 
+@checked
 def position_kind(model) -> PositionKind:
     """How the model knows positions: ``learned`` absolute embeddings (``W_pos``; GPT-2, GPT-Neo, OPT),
     ``rotary`` (Pythia, Llama), ``alibi``, ``none``, or ``other``."""

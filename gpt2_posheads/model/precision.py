@@ -133,6 +133,19 @@ def weights_dtype(model) -> torch.dtype | None:
         return None
 
 
+def require_finite_half(model, prompts: torch.Tensor) -> None:
+    """A model with float16 or bfloat16 weights can overflow to NaN in its residual stream while its attention
+    patterns stay finite (float16 on a CPU: every logit NaN), and a ranking of such patterns names a wrong cause. So
+    such a model is run once on the first of ``prompts`` (``[batch, pos]``):
+    :class:`~gpt2_posheads.model.validation.NonFiniteError` when its logits are not finite."""
+    from .validation import require_finite
+
+    if weights_dtype(model) in HALF_DTYPES and isinstance(model, torch.nn.Module) and prompts is not None:
+        with torch.no_grad():
+            logits = model(prompts[:1].to(next(model.parameters()).device))
+        require_finite(logits, "the model's logits")
+
+
 def reduced_precision(bf16_used: bool = False, model=None) -> tuple[str, str] | None:
     """``(cause, fix)`` when a measurement did not run in float32 (see the module doc), else ``None``.
 

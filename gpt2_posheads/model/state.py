@@ -32,7 +32,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .lock import model_lock
 from .precision import reduced_precision
+from .validation import NonFiniteError, checked_call
 
 
 class ModelStateWarning(UserWarning):
@@ -150,19 +152,27 @@ def _model_of(bound: inspect.BoundArguments):
 
 
 def measures_caller_model(fn: Callable) -> Callable:
-    """``fn`` (a public function taking ``model`` or ``run``) run under :func:`caller_model`; what the model's state
-    makes worth saying goes into the returned object's ``notes`` when it has that list (a claim result), else it is
-    warned (:class:`ModelStateWarning`, one per note, naming ``fn``)."""
+    """``fn`` (a public function taking ``model`` or ``run``) with its arguments checked
+    (:func:`~gpt2_posheads.model.validation.check_arguments`), run holding the model's lock
+    (:func:`~gpt2_posheads.model.lock.model_lock`: one measurement of a model at a time) under :func:`caller_model`;
+    what the model's state makes worth saying goes into the returned object's ``notes`` when it has that list (a
+    claim result), else it is warned (:class:`ModelStateWarning`, one per note, naming ``fn``). A NaN the model
+    computed in half precision (:class:`~gpt2_posheads.model.validation.NonFiniteError`) is said with the dtype."""
     signature = inspect.signature(fn)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        try:
-            model = _model_of(signature.bind_partial(*args, **kwargs))
-        except TypeError:  # the call itself is wrong: let fn say so
+        bound = checked_call(signature, args, kwargs)
+        if bound is None:  # the call itself is wrong: let fn say so
             return fn(*args, **kwargs)
-        with caller_model(model) as state:
-            out = fn(*args, **kwargs)
+        model = _model_of(bound)
+        with model_lock(model), caller_model(model) as state:
+            try:
+                out = fn(*args, **kwargs)
+            except NonFiniteError as e:  # half-precision weights overflow: the NaNs are said with their dtype
+                if state is None or state.precision is None:
+                    raise
+                raise NonFiniteError(f"{e}, {state.precision[0]}; {state.precision[1]}") from None
         notes = state.notes() if state is not None else []
         if notes:
             kept = getattr(out, "notes", None)

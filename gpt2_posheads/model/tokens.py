@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Sequence
 
 import torch
 
-from .validation import UsageError, check_int_range
+from .validation import UsageError, check_int_range, note
+
+_EOS_FOR_BOS_SAID: weakref.WeakSet = weakref.WeakSet()  # the tokenizers whose missing BOS was said
+
+
+def bos_token_id(tokenizer) -> int:
+    """The id a prompt starts with: the tokenizer's BOS token. A tokenizer without one (or whose BOS TransformerLens
+    set to its EOS when it loaded the model: none was declared) starts prompts with its EOS token, as TransformerLens's
+    own ``to_tokens`` does, said once per tokenizer; one with neither is a :class:`UsageError`."""
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    declared = getattr(tokenizer, "init_kwargs", {}).get("bos_token")
+    if bos is not None and (declared is not None or bos != eos):
+        return bos
+    first = bos if bos is not None else eos
+    if first is None:
+        raise UsageError("tokenizer", "has neither a BOS nor an EOS token to start a prompt with", "prepend_bos=False")
+    if tokenizer not in _EOS_FOR_BOS_SAID:
+        _EOS_FOR_BOS_SAID.add(tokenizer)
+        name = tokenizer.convert_ids_to_tokens(first)
+        note(f"the tokenizer has no BOS token: prompts start with its EOS token {name!r} (id {first}) in its place")
+    return first
 
 
 def as_token_batches(model, prompts, batch_size: int) -> Iterator[torch.Tensor]:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import errno
+import functools
+import inspect
 import math
+import numbers
 import re
 import sys
 from collections.abc import Iterable
@@ -28,10 +31,10 @@ def note(message: str) -> None:
     print(f"note: {message}", file=sys.stderr)
 
 
-def capped_seq_len(model, seq_len: int) -> int:
-    """``seq_len`` capped at the model's context, saying so when it is."""
+def capped_seq_len(model, seq_len: int, name: str = "--seq-len") -> int:
+    """``seq_len`` capped at the model's context, saying so (naming ``name``) when it is."""
     if seq_len > model.cfg.n_ctx:
-        note(f"--seq-len {seq_len} is capped at the model's context, {model.cfg.n_ctx}")
+        note(f"{name} {seq_len} is capped at the model's context, {model.cfg.n_ctx}")
         return model.cfg.n_ctx
     return seq_len
 
@@ -246,3 +249,151 @@ def positive(name: str, value, low: float = 1, high: float | None = None, kind: 
         allowed = f"allowed {low:g}..{high:g}" if high is not None else f"allowed {kind} >= {low:g}"
         raise UsageError(name, f"{value} is out of range", allowed)
     return value
+
+
+# --- the public functions' arguments, checked by name -------------------------------------------------------------
+# Every public function (the names exported by ``gpt2_posheads`` and ``gpt2_posheads.posts``) runs through one
+# decorator (:func:`~gpt2_posheads.model.state.measures_caller_model`, or :func:`checked` for those that measure
+# nothing) that checks each argument it knows by name before any work: a value of the wrong type is a ``TypeError``,
+# one out of range a :class:`UsageError`, each naming the argument. What needs the model (a layer's range, the heads'
+# names) is checked by the function itself, against the model.
+
+
+def _integer(low: int):
+    return lambda name, value, bound: positive(name, as_index(name, value), low)
+
+
+def _kind(ok, what: str):
+    """A check that ``ok(value)``, else a ``TypeError``: ``<name> must be <what>, got <type> (<value>)``."""
+
+    def check(name, value, bound):
+        if not ok(value):
+            raise TypeError(f"{name} must be {what}, got {type(value).__name__} ({value!r})")
+
+    return check
+
+
+def _listlike(v) -> bool:
+    return isinstance(v, Iterable) and not isinstance(v, (str, bytes))
+
+
+def _sequence_of(item, what: str):
+    whole = _kind(_listlike, f"a sequence of {what}")
+
+    def check(name, value, bound):
+        whole(name, value, bound)
+        for x in value:
+            item(f"{name} entry", x, bound)
+
+    return check
+
+
+def _model(name, value, bound):
+    if not (hasattr(value, "diagonals") and hasattr(value, "ext_pos")):  # stored activations stand in for a model
+        check_model(value, name)
+
+
+_flag = _kind(lambda v: isinstance(v, bool) or str(getattr(v, "dtype", "")) == "bool", "True or False")
+_real = _kind(lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v), "a finite number")
+_text = _kind(lambda v: isinstance(v, str), "a string")
+_tokens = _kind(  # None: stored activations fix their prompts; a function that needs them says so
+    lambda v: v is None or _listlike(v),
+    "token ids [batch, pos] (gpt2_posheads.make_prompts makes them), a list of token tensors or of strings",
+)
+_heads = _kind(lambda v: isinstance(v, (str, Iterable)), "head names ('L4H11'), (layer, head) pairs or 'auto:N'")
+_run = _kind(
+    lambda v: all(hasattr(v, a) for a in ("model", "prompts", "ranked")),
+    "a ModelRun (gpt2_posheads.posts.gpt2_prev_heads.model_run(model) makes one)",
+)
+_tokenizer = _kind(
+    lambda v: callable(v) and hasattr(v, "decode"),
+    "a Hugging Face tokenizer (model.tokenizer, gpt2_posheads.gpt2_tokenizer())",
+)
+
+
+def _engine(name, value, bound):
+    _text(name, value, bound)
+    model, run = bound.arguments.get("model"), bound.arguments.get("run")
+    if value == "fast":
+        check_fast_engine(model if model is not None else getattr(run, "model", None), name)
+
+
+def check_fast_engine(model, name: str = "engine") -> None:
+    """A :class:`UsageError` naming ``name`` when the hook-free fast path cannot run ``model`` at all (positions that
+    are not learned absolute ones, an architecture it does not reproduce): said before any work."""
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        from .fastpath import unsupported_reason
+
+        why = unsupported_reason(model)
+        if why is not None:
+            raise UsageError(
+                name, f"'fast' cannot run this model: {why}", "allowed 'auto' (the fast path where it can) or 'hooks'"
+            )
+
+
+_COUNT = _integer(1)
+ARGUMENT_CHECKS = {
+    "model": _model,
+    "tokenizer": _tokenizer,
+    "prompts": _tokens,
+    "tokens": _tokens,
+    "heads": _heads,
+    "run": _run,
+    "engine": _engine,
+    **dict.fromkeys(("n_prompts", "batch_size", "n_seqs", "seg_len", "window", "group_size", "every"), _COUNT),
+    **dict.fromkeys(("pos_group", "size", "k", "ext_prompts", "n_token_dependence"), _COUNT),
+    **dict.fromkeys(("seq_len", "max_offset", "lr_steps", "three_layer_steps"), _COUNT),
+    **dict.fromkeys(("seed", "start", "skip_first"), _integer(0)),
+    # a layer's or a head's range is the model's, checked by the function against it
+    **dict.fromkeys(("layer", "head"), _index := lambda name, value, bound: as_index(name, value)),
+    "layers": _sequence_of(_index, "layer indices"),
+    "group_sizes": _sequence_of(_COUNT, "group sizes"),
+    "vocab": _sequence_of(_COUNT, "vocabulary sizes"),
+    "factors": _sequence_of(_real, "numbers"),
+    "targets": _sequence_of(_text, "strings"),
+    **dict.fromkeys(("threshold", "factor"), _real),
+    **dict.fromkeys(("label", "target", "ablation", "protocol"), _text),
+    **dict.fromkeys(
+        ("progress", "bf16", "exclude_bos", "include_bos", "renormalize", "return_per_token", "prepend_bos", "below"),
+        _flag,
+    ),
+}
+
+
+def check_arguments(bound) -> None:
+    """Check each argument of ``bound`` (an ``inspect.BoundArguments`` of a public function, the ``**options`` of a
+    claim function too) that :data:`ARGUMENT_CHECKS` knows by name, ``model`` first. ``None`` passes where it is the
+    default (the function chooses)."""
+    params, given = bound.signature.parameters, {}
+    for name, value in bound.arguments.items():
+        given.update(value if params[name].kind is params[name].VAR_KEYWORD else {name: value})
+    for name in sorted(given, key=lambda n: n != "model"):
+        check, value, p = ARGUMENT_CHECKS.get(name), given[name], params.get(name)
+        if check is not None and not (value is None and (p is None or p.default is None)):
+            check(name, value, bound)
+
+
+def checked_call(signature: inspect.Signature, args: tuple, kwargs: dict) -> inspect.BoundArguments | None:
+    """``args`` and ``kwargs`` bound to ``signature`` and checked (:func:`check_arguments`); ``None`` when they do
+    not bind (the call itself is wrong: the function then says so, as Python does)."""
+    try:
+        bound = signature.bind_partial(*args, **kwargs)
+    except TypeError:
+        return None
+    check_arguments(bound)
+    return bound
+
+
+def checked(fn):
+    """``fn`` with its arguments checked (:func:`check_arguments`) before it runs: for a public function that
+    measures nothing (:func:`~gpt2_posheads.model.state.measures_caller_model` checks those that do)."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        checked_call(signature, args, kwargs)
+        return fn(*args, **kwargs)
+
+    return wrapper

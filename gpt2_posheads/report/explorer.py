@@ -344,6 +344,7 @@ def page_html(data: dict, live: bool = False) -> str:
     return PAGE.replace("__TITLE__", title).replace("__DATA__", payload.replace("</", "<\\/"))
 
 
+@measures_caller_model
 def write_explorer(
     model,
     path: str | Path,
@@ -368,6 +369,7 @@ class Explorer:
     :func:`write_explorer` writes, in an ``iframe`` of its own (``srcdoc``), so its script and style never touch the
     notebook's, and it works offline. ``.save(path)`` writes the page."""
 
+    @measures_caller_model
     def __init__(self, model, label: str = "", prompts=None, aggregator: tuple[int, int] | None = None, height=900):
         prompts = default_prompts(model) if prompts is None else prompts
         name = label or str(getattr(model.cfg, "model_name", "") or "model")

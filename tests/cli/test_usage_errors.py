@@ -182,14 +182,13 @@ def test_api_refuses_float_and_out_of_vocabulary_token_ids(tiny_model):
         diagonal_attention(tiny_model, bad, progress=False)
 
 
-def test_make_prompts_checks_the_model_context(small_tokenizer):
-    from types import SimpleNamespace
-
+def test_make_prompts_checks_the_model_context(small_tokenizer, tiny_model):
     from gpt2_posheads import UsageError, make_prompts
 
-    fake = SimpleNamespace(cfg=SimpleNamespace(n_ctx=256))
-    with pytest.raises(UsageError, match="seq_len: 1000 exceeds the model's context; allowed 2..256"):
-        make_prompts(small_tokenizer, 4, 1000, docs=["x"], model=fake)
+    with pytest.raises(UsageError, match="seq_len: 1000 exceeds the model's context; allowed 2..64"):
+        make_prompts(small_tokenizer, 4, 1000, docs=["x"], model=tiny_model)
+    with pytest.raises(TypeError, match="^model: must be a TransformerLens"):
+        make_prompts(small_tokenizer, 4, 16, docs=["x"], model="gpt2")
 
 
 def test_internal_errors_keep_their_traceback():

@@ -128,7 +128,7 @@ def test_the_claim_through_nnsight_equals_the_claim_through_transformerlens(hand
 # --- pos_embed_helix --------------------------------------------------------------------------------------------------
 
 
-def test_gpt2s_w_pos_is_a_helix_from_a_file_or_a_tensor():
+def test_gpt2s_w_pos_is_a_helix_from_a_file_or_a_tensor(tiny_model):
     import numpy as np
 
     from_file = pos_embed_helix(w_pos=GPT2_W_POS)
@@ -139,7 +139,7 @@ def test_gpt2s_w_pos_is_a_helix_from_a_file_or_a_tensor():
     from_tensor = pos_embed_helix(w_pos=torch.from_numpy(np.load(GPT2_W_POS)))
     assert from_tensor.numbers["w_pos"]["explained_variance_top4"] == evr
     with pytest.raises(ValueError, match="w_pos: measured alone"):
-        pos_embed_helix(torch.nn.Linear(2, 2), w_pos=GPT2_W_POS)
+        pos_embed_helix(tiny_model, w_pos=GPT2_W_POS)
     with pytest.raises(TypeError, match="w_pos"):
         pos_embed_helix(w_pos=[[0.0, 1.0]])
 

@@ -20,7 +20,17 @@ from ...analysis.diagonals import diagonal_attention, rank_from_diagonals
 from ...analysis.heads import HeadDefault, HeadSpec, resolve_heads
 from ...analysis.prompts import make_prompts
 from ...analysis.repeat_prompt import RepeatPrompt, fit_repeat_prompt, target_words
-from ...model.validation import UsageError, check_model, head_name, note, parse_head
+from ...model.precision import require_finite_half
+from ...model.validation import (
+    ARGUMENT_CHECKS,
+    UsageError,
+    capped_seq_len,
+    check_model,
+    checked,
+    head_name,
+    note,
+    parse_head,
+)
 
 HeadsArg = str | Sequence[str | tuple[int, int]] | None
 
@@ -39,6 +49,9 @@ class ModelRun:
     label: str = ""
     diag: torch.Tensor | None = None
     ranking: pd.DataFrame | None = None
+
+    def __post_init__(self):
+        ARGUMENT_CHECKS["model"]("model", self.model, None)
 
     @classmethod
     def of(cls, exp) -> ModelRun:
@@ -70,6 +83,7 @@ class ModelRun:
         return resolve_heads(self.model, spec, default, self.ranked().ranking)
 
 
+@checked
 def model_run(
     model,
     prompts: torch.Tensor | None = None,
@@ -84,12 +98,12 @@ def model_run(
     """A :class:`ModelRun` for ``model``: ``prompts`` as given, or ``n_prompts`` natural-text prompts of ``seq_len``
     tokens (capped at the model's context) from the shipped text, or openwebtext-10k with the hub. ``traced``: an
     nnsight :class:`~gpt2_posheads.model.traced.TracedModel` is accepted too (a claim that runs through nnsight)."""
-    check_model(model, "model")  # a traced model passes too
     if prompts is None:
         from ...analysis.prompts import documents
 
         docs, found = documents("auto")
-        prompts = make_prompts(model.tokenizer, n_prompts, min(seq_len, model.cfg.n_ctx), seed=seed, docs=docs)
+        seq_len = capped_seq_len(model, seq_len, "seq_len")
+        prompts = make_prompts(model.tokenizer, n_prompts, seq_len, seed=seed, docs=docs)
         source = source or found
     elif not (isinstance(prompts, torch.Tensor) and prompts.ndim == 2 and not prompts.is_floating_point()):
         raise TypeError("prompts: token ids [batch, pos] as an integer tensor (gpt2_posheads.make_prompts makes them)")
@@ -105,10 +119,12 @@ def _label(model) -> str:
 
 def prompted_run(model, prompts, run: ModelRun | None, **options) -> ModelRun:
     """``run`` when given (its model must be ``model``), else a run of ``model`` on natural-text ``prompts``
-    (:func:`model_run`: given, or made from the shipped text)."""
-    if run is None:
-        return model_run(model, prompts, **options)
-    return _same_model(model, run)
+    (:func:`model_run`: given, or made from the shipped text). A model whose half-precision weights overflow to NaN
+    on the prompts is a :class:`~gpt2_posheads.model.validation.NonFiniteError` here, before anything is judged
+    (:func:`~gpt2_posheads.model.precision.require_finite_half`)."""
+    run = model_run(model, prompts, **options) if run is None else _same_model(model, run)
+    require_finite_half(run.model, run.prompts)
+    return run
 
 
 def unprompted_run(model, run: ModelRun | None) -> ModelRun:
