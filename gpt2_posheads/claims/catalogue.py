@@ -49,7 +49,7 @@ class Post:
     @property
     def scripts(self) -> tuple[str, ...]:
         """The post's claim scripts, in its reading order."""
-        mine = [s for s in _SCRIPTS.values() if s.post.key == self.key]
+        mine = [s for s in _SCRIPTS.values() if s.post.key == self.key and not s.report]
         return tuple(s.name for s in sorted(mine, key=lambda s: s.order))
 
 
@@ -96,6 +96,9 @@ class Script:
     ``ranking``/``above_layer0``/``layer_final``: the set-up's (the heads ranked first; ``--heads`` in layer 0
     refused; a ``--layer`` may name the final residual stream). ``takes``: the set-up's values the function takes
     as keywords — ``"seed"`` (the prompts' ``--seed``) and ``"progress"`` (a command shows progress bars).
+    ``report``: a report over the post's claim scripts' results with claims of its own (the organism report): its
+    claims are in :func:`claims`, but it is none of the post's claim scripts (``Post.scripts``: the main job runs it
+    after them, the page gives it a table of its own).
     ``prepare(model, kwargs, args)``: the command's checks
     and adjustments beyond the options' ranges, on the function's keywords (``UsageError`` naming the option),
     called with ``model=None`` before the model loads and again with the model. ``console(result,
@@ -120,6 +123,7 @@ class Script:
     above_layer0: bool = False
     layer_final: bool = False
     takes: tuple[str, ...] = ()
+    report: bool = False
     prepare: Callable | None = None
     console: Callable | None = None
     command: bool = False
@@ -232,7 +236,9 @@ def claims() -> dict[str, DeclaredClaim]:
     from .verdicts import CLAIMS  # the declarations themselves (plain data, as this module)
 
     out = {}
-    for name, s in scripts().items():
+    reports = [s for s in _SCRIPTS.values() if s.report]
+    for s in [*scripts().values(), *reports]:
+        name = s.name
         for key in s.claims:
             spec = CLAIMS[key].at() if key in CLAIMS else None  # a script may name a claim it judges inline
             said = (spec.claim, spec.rule.text, spec.role) if spec else ("", "", "")

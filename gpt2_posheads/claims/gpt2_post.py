@@ -85,7 +85,7 @@ def _sharp(v) -> tuple[bool, str]:
 
 # "attends almost exclusively to the previous token" (``sharp_prev_head``), also an organism's first target
 SHARPEST_RULE = predicate(_SHARPEST.text, _sharp)
-# "induction heads read the previous-token heads' output" (``induction_heads_exist``): an organism's target
+# the post's "induction heads" (best induction score >= 0.4): the organism's induction target (claims.organism)
 INDUCTION_RULE = at_least(0.4, "best induction score")
 
 

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 
 from .gpt2_post import COPY_THRESHOLD, INDUCTION_RULE, SHARP_RATIO, SHARPEST_RULE
-from .verdicts import Claim, at_least, at_most, judge, predicate
+from .verdicts import Claim, at_least, at_most, declare_claim, predicate
 
 # The reference language model: the same architecture and tokenizer trained on WikiText-2 alone for 1,600 steps
 # (no synthetic phase), evaluated by :func:`~gpt2_posheads.posts.gpt2_prev_heads.organism_targets.heldout_loss` on
@@ -43,17 +43,43 @@ def _heldout(v) -> tuple[bool, str]:
     )
 
 
-RULES = {
-    "prev_text": SHARPEST_RULE,
-    "prev_random": at_most(2 * SHARP_RATIO, "sharpest previous-token ratio on random tokens"),
-    "induction": INDUCTION_RULE,
-    "copy_loss": predicate(
+# The targets, declared before anything is measured (role "": they describe the model, they tell no route apart).
+PREV_TEXT = declare_claim(
+    "prev_text", "a sharp previous-token head on natural text", "GPT-2 L4H11: 0.01", SHARPEST_RULE, ""
+)
+PREV_RANDOM = declare_claim(
+    "prev_random",
+    "... and on random tokens",
+    "GPT-2 L4H11: sharp everywhere",
+    at_most(2 * SHARP_RATIO, "sharpest previous-token ratio on random tokens"),
+    "",
+)
+INDUCTION = declare_claim("induction", "an induction head", "GPT-2: several (L5H1, L6H9, ...)", INDUCTION_RULE, "")
+COPY_LOSS = declare_claim(
+    "copy_loss",
+    "it copies a repeated random sequence (after BOS)",
+    "GPT-2: near-perfect second copy",
+    predicate(
         "held if the loss on the second copy (its first token left out) is <= 1.0 nat and on the first >= 7 nats",
         _copy_loss,
     ),
-    "copies": at_least(COPY_THRESHOLD, "P(second word | first word) on the repeat-string prompt"),
-    "heldout": predicate("held if the held-out loss is <= the reference model's", _heldout),
-}
+    "",
+)
+COPIES = declare_claim(
+    "copies",
+    "it copies on the repeat-string prompt",
+    "GPT-2: P(turtle) 0.99",
+    at_least(COPY_THRESHOLD, "P(second word | first word) on the repeat-string prompt"),
+    "",
+)
+HELDOUT = declare_claim(
+    "heldout",
+    "held-out loss no worse than the reference model",
+    "-",
+    predicate("held if the held-out loss is <= the reference model's", _heldout),
+    "",
+)
+TARGETS = (PREV_TEXT, PREV_RANDOM, INDUCTION, COPY_LOSS, COPIES, HELDOUT)
 
 
 @dataclass(frozen=True)
@@ -110,64 +136,30 @@ def judge_targets(m: Measured, reference_loss: float | None = REFERENCE_HELDOUT[
     numbers = m.numbers()
     (first, second), (first_nb, second_nb) = m.copy_loss, m.copy_loss_no_bos
     claims = [
-        judge(
-            "a sharp previous-token head on natural text",
-            "GPT-2 L4H11: 0.01",
-            RULES["prev_text"],
-            numbers["prev_text"],
-            m.prev_text.ratio,
-            key="prev_text",
-            head=numbers["prev_text"]["head"],
-            readout=m.prev_text.readout(),
+        PREV_TEXT.judge(
+            numbers["prev_text"], m.prev_text.ratio, head=numbers["prev_text"]["head"], readout=m.prev_text.readout()
         ),
-        judge(
-            "... and on random tokens",
-            "GPT-2 L4H11: sharp everywhere",
-            RULES["prev_random"],
+        PREV_RANDOM.judge(
             numbers["prev_random"],
             m.prev_random.ratio,
-            key="prev_random",
             head=numbers["prev_random"]["head"],
             readout=m.prev_random.readout(),
         ),
-        judge(
-            "an induction head",
-            "GPT-2: several (L5H1, L6H9, ...)",
-            RULES["induction"],
-            numbers["induction"],
-            m.induction_score,
-            key="induction",
-            head=m.induction_head,
-            readout=f"score {m.induction_score:.3g}",
+        INDUCTION.judge(
+            numbers["induction"], m.induction_score, head=m.induction_head, readout=f"score {m.induction_score:.3g}"
         ),
-        judge(
-            "it copies a repeated random sequence (after BOS)",
-            "GPT-2: near-perfect second copy",
-            RULES["copy_loss"],
+        COPY_LOSS.judge(
             numbers["copy_loss"],
             (first, second),
-            key="copy_loss",
             readout=f"{first:.3g} -> {second:.3g} nats (without BOS: {first_nb:.3g} -> {second_nb:.3g})",
         ),
-        judge(
-            "it copies on the repeat-string prompt",
-            "GPT-2: P(turtle) 0.99",
-            RULES["copies"],
-            numbers["copies"],
-            m.p_copy,
-            key="copies",
-            readout=f"{m.pair} = {m.p_copy:.3g}",
-        ),
+        COPIES.judge(numbers["copies"], m.p_copy, readout=f"{m.pair} = {m.p_copy:.3g}"),
     ]
     if m.heldout_loss is not None and reference_loss is not None:
         claims.append(
-            judge(
-                "held-out loss no worse than the reference model",
-                "-",
-                RULES["heldout"],
+            HELDOUT.judge(
                 {"loss": m.heldout_loss, "reference": reference_loss},
                 (m.heldout_loss, reference_loss),
-                key="heldout",
                 readout=f"{m.heldout_loss:.3f} nats (reference {reference_loss:.3f})",
             )
         )

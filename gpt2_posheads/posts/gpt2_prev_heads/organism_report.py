@@ -20,9 +20,9 @@ import html
 from pathlib import Path
 
 from ...analysis.prompts import wikitext_documents
-from ...claims.catalogue import claims
+from ...claims.catalogue import claims, declare
 from ...claims.gpt2_post import CLAIMS, ROUTE
-from ...claims.organism import REFERENCE_HELDOUT
+from ...claims.organism import REFERENCE_HELDOUT, TARGETS
 from ...claims.record import SummaryError, read_summary
 from ...claims.route import RouteConclusion, conclude, records_from_claims
 from ...claims.verdicts import NOT_TESTABLE, VERDICT_COLOURS, Claim
@@ -37,7 +37,7 @@ from .organism_targets import heldout_stream, organism_targets
 def story_steps() -> list[tuple[str, str]]:
     """The post's story: ``(command, claim key)`` of every claim the post's commands declare, in its reading order
     (:func:`~gpt2_posheads.claims.catalogue.claims`)."""
-    return [(c.script, key) for key, c in claims().items() if c.post == POST]
+    return [(c.script, key) for key, c in claims().items() if c.post == POST and c.script in POST.scripts]
 
 
 def heldout_text(model, n_prompts: int, seq_len: int):
@@ -85,6 +85,10 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+SPECS = TARGETS  # the organism's behaviour targets, declared with their rules in claims.organism
+
+
+@declare(POST, "mini_gpt2_report", claims=SPECS, command=True, report=True)
 @measures_caller_model
 def mini_gpt2_report(
     model=None,

@@ -21,21 +21,11 @@ from ...analysis.measures import next_token_probs
 from ...analysis.posembed import load_w_pos
 from ...analysis.prompts import encode_stream
 from ...analysis.repeat_prompt import repeat_string_prompt, single_token_target
-from ...claims.gpt2_post import INDUCTION_RULE, post_claim
 from ...claims.organism import REFERENCE_HELDOUT, Measured, Sharpest, judge_targets
 from ...claims.verdicts import Claim
 from ...model.identity import has_learned_positions
 from ...model.tokens import model_device
 from ...model.validation import head_name
-
-# the post's claim an organism's induction target is judged by (``claims.organism``'s "induction")
-INDUCTION_HEADS_EXIST = post_claim(
-    "induction_heads_exist",
-    "induction heads read the previous-token heads' output",
-    "L5H1, L6H9, ...",
-    INDUCTION_RULE,
-    why_kind="behaviour",
-)
 
 
 def random_prompts(model, n: int, seq_len: int, seed: int = 0) -> torch.Tensor:
