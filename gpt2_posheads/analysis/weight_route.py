@@ -6,7 +6,7 @@ question of the weights alone: does a head's query-key circuit find the previous
 
 **The input, with no prompt.** Position ``0`` holds BOS when the model's prompts start with it
 (:func:`~gpt2_posheads.analysis.posembed.default_bos`), every other position the *mean token*: the residual entering
-layer 0 is ``m_0[p] = mu + W_pos[p]`` with ``mu = mean_t W_E[t]`` (``m_0[0] = W_E[BOS] + W_pos[0]``). A real token
+layer 0 is ``m_0[p] = mu + W_pos[p]`` with ``mu = mean_t W_E[t]`` over every token but BOS (``m_0[0] = W_E[BOS] + W_pos[0]``). A real token
 adds ``delta_t = W_E[t] - mu``, of covariance ``Sigma = cov_t(W_E[t])`` ``[d_model, d_model]``; tokens are taken
 independent across positions, so every pre-softmax score below is the expectation over random token sequences of the
 head's real score (a bilinear form: mean part plus covariance part), given the upstream patterns.
@@ -128,6 +128,8 @@ class _Weights:
         d = cfg.d_model
         f64 = lambda t: t.detach().double().cpu()  # noqa: E731
         W_E = f64(model.W_E)
+        if bos:  # the tokens after BOS: a model that counts from BOS reads a flag no other token has
+            W_E = W_E[torch.arange(W_E.shape[0]) != model.tokenizer.bos_token_id]
         self.mu = W_E.mean(0)
         dev = W_E - self.mu
         cov = dev.T @ dev / W_E.shape[0]  # [d_model, d_model]
