@@ -6,8 +6,9 @@ question of the weights alone: does a head's query-key circuit find the previous
 
 **The input, with no prompt.** Position ``0`` holds BOS when the model's prompts start with it
 (:func:`~gpt2_posheads.analysis.posembed.default_bos`), every other position the *mean token*: the residual entering
-layer 0 is ``m_0[p] = mu + W_pos[p]`` with ``mu = mean_t W_E[t]`` over every token but BOS (``m_0[0] = W_E[BOS] + W_pos[0]``). A real token
-adds ``delta_t = W_E[t] - mu``, of covariance ``Sigma = cov_t(W_E[t])`` ``[d_model, d_model]``; tokens are taken
+layer 0 is ``m_0[p] = mu + W_pos[p]`` with ``mu = mean_t W_E[t]`` over every token but BOS (``m_0[0] = W_E[BOS] +
+W_pos[0]``). A real token adds ``delta_t = W_E[t] - mu``, of covariance ``Sigma = cov_t(W_E[t])`` ``[d_model,
+d_model]`` (BOS left out of both: a model that counts from BOS reads a flag no other token has); tokens are taken
 independent across positions, so every pre-softmax score below is the expectation over random token sequences of the
 head's real score (a bilinear form: mean part plus covariance part), given the upstream patterns.
 
