@@ -55,7 +55,7 @@ import pandas as pd
 import torch
 
 from ..model.attention import attn_scale
-from ..model.fastpath import _ln_params
+from ..model.fastpath import _ACTIVATIONS, _ln_params
 from ..model.identity import has_learned_positions, position_kind
 from ..model.validation import UsageError, check_head, head_name
 from .diagonals import diagonal_counts, diagonal_sums, prev_token_stats
@@ -254,16 +254,18 @@ def _head_outputs(W: _Weights, l: int, m: torch.Tensor, sigma: torch.Tensor, A: 
 
 
 def _mlp(W: _Weights, l: int, x: torch.Tensor) -> torch.Tensor:
-    """Block ``l``'s MLP on the mean stream ``x`` ``[n, d_model]`` (zeros on an attention-only model)."""
+    """Block ``l``'s MLP on the mean stream ``x`` ``[n, d_model]``: ``act(LN2(x) W_in + b_in) W_out + b_out`` from
+    its weights (zeros on an attention-only model)."""
     blk = W.model.blocks[l]
-    if getattr(W.cfg, "attn_only", False) or not hasattr(blk, "mlp"):
+    if getattr(W.cfg, "attn_only", False) or getattr(blk, "mlp", None) is None:
         return torch.zeros_like(x)
     w, b = _ln_params(blk.ln2) if W.has_norm else (None, None)
     ones, zeros = torch.ones(x.shape[-1], dtype=torch.float64), torch.zeros(x.shape[-1], dtype=torch.float64)
     ln = W.norm(x, W.sigma(x), ones if w is None else w.double().cpu(), zeros if b is None else b.double().cpu())
-    p = next(blk.mlp.parameters())
-    with torch.no_grad():
-        return blk.mlp(ln[None].to(p.device, p.dtype))[0].double().cpu()
+    mlp = blk.mlp
+    f64 = lambda t: t.detach().double().cpu()  # noqa: E731
+    hidden = _ACTIVATIONS[W.cfg.act_fn](ln @ f64(mlp.W_in) + f64(mlp.b_in))
+    return hidden @ f64(mlp.W_out) + f64(mlp.b_out)
 
 
 def positional_circuits(model, n_positions: int = N_POSITIONS, bos: bool | None = None) -> PositionalCircuits:

@@ -47,6 +47,7 @@ STORY = [
     ("l4h11_edit", "edit_moves_copy"),
     ("prev_head_sources", "sources_upstream"),
     ("prev_head_sources", "sources_named_heads"),
+    ("weight_route", "weight_route_built"),
     ("pos_embed_helix", "wpos_helix"),
     ("pos_embed_helix", "ext_helix"),
     ("ext_pos_vs_wpe", "ext_same_subspace"),

@@ -24,6 +24,7 @@ import math
 import torch
 
 from ...analysis.weight_route import N_POSITIONS, not_applicable, positional_circuits, upstream_contributions
+from ...claims import route as causal
 from ...claims.catalogue import Option, declare
 from ...claims.gpt2_post import HALF, ROUTE, SHARP_RATIO, judge_claim, post_claim
 from ...claims.verdicts import Precondition, finite, predicate
@@ -42,6 +43,16 @@ LABELS = (READS_WPOS, BUILT, NOT_POSITIONAL)
 DIRECT_SHARE = HALF
 HEADS_SHARE = HALF
 N_CARRIERS = 3  # the upstream heads named in the record (those whose removal costs the most)
+# each route of the causal conclusion (claims.route) as the weight label it means: the early heads' estimate (post,
+# boost) and a relayed W_pos are both built by earlier heads; an undetermined route has no one label
+ROUTE_LABELS = {
+    causal.POST: BUILT,
+    causal.BOOST: BUILT,
+    causal.RELAY: BUILT,
+    causal.WPOS: READS_WPOS,
+    causal.NONE: NOT_POSITIONAL,
+    causal.UNDETERMINED: None,
+}
 
 
 def route_label(
@@ -161,7 +172,7 @@ The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.weight_route
 
 def _console(result: ClaimResult, options: dict) -> None:
     r = result.numbers.get("record")
-    print(f"{r['head']}: {r['label']} ({r['reason']})" if r else result.numbers.get("not_applicable", ""))
+    print(f"{r['head']}: {r['label']} ({r['reason']})" if r else f"not applicable: {result.numbers['not_applicable']}")
 
 
 @declare(
