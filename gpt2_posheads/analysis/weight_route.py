@@ -48,7 +48,7 @@ removed from that head's input only (its mean-stream write and its copy terms; e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import einops
 import pandas as pd
@@ -94,6 +94,7 @@ class PositionalCircuits:
     stream: torch.Tensor
     sigma: torch.Tensor
     bos: bool
+    _weights: _Weights | None = field(default=None, repr=False)  # what they were read from, for the contributions
 
     def table(self) -> pd.DataFrame:
         """One row per head: ``head``, ``layer``, ``index``, ``direct_prev``, ``composed_prev``, ``direct_ratio``,
@@ -133,7 +134,7 @@ class _Weights:
             W_E = W_E[torch.arange(W_E.shape[0]) != model.tokenizer.bos_token_id]
         self.mu = W_E.mean(0)
         dev = W_E - self.mu
-        cov = dev.T @ dev / W_E.shape[0]  # [d_model, d_model]
+        cov = (dev.T.float() @ dev.float()).double() / W_E.shape[0]  # [d_model, d_model]; float32: 50k rows
         self.cov = self.centre(self.centre(cov).T)  # Sigma' = C Sigma C
         self.tok_var = float(self.cov.trace()) / d  # a token's share of sigma^2
         self.m0 = f64(model.W_pos)[:n] + self.mu
@@ -176,7 +177,7 @@ class _Weights:
         a = self.attn[l]
         Dq = a["W_Q"] * a["w"][:, None]  # D W_Q [H, d, dh]
         Dk = a["W_K"] * a["w"][:, None]
-        return einops.einsum(Dk, self.cov, Dq, "h d i, d e, h e i -> h")
+        return ((self.cov @ Dq) * Dk).sum((-1, -2))
 
     def copy_terms(self, u: int, l: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(c_Q, c_K)`` ``[n_heads(u), n_heads(l)]`` of every head of layer ``u < l`` into every head of layer
@@ -225,11 +226,9 @@ def _stats(A: torch.Tensor) -> dict[str, torch.Tensor]:
     return {k: v.reshape(lead) for k, v in prev_token_stats(sums / diagonal_counts(n, n, True)).items()}
 
 
-def _token_terms(
-    W: _Weights, l: int, patterns: list[torch.Tensor], sigmas: list[torch.Tensor], skip: tuple[int, int] | None = None
-) -> torch.Tensor:
+def _token_terms(W: _Weights, l: int, patterns: list[torch.Tensor], sigmas: list[torch.Tensor]) -> torch.Tensor:
     """The covariance part of layer ``l``'s scores ``[H, n, n]`` (scaled; see the module doc), from the composed
-    patterns ``[H, n, n]`` and typical norms ``[n]`` of the layers below; ``skip``: an upstream head left out."""
+    patterns ``[H, n, n]`` and typical norms ``[n]`` of the layers below."""
     a, s = W.attn[l], sigmas[l]
     H, n = W.cfg.n_heads, W.n
     t = torch.zeros(H, n, n, dtype=torch.float64)
@@ -237,9 +236,6 @@ def _token_terms(
     t[:, idx, idx] = W.self_match(l)[:, None] * W.has_tok
     for u in range(l):
         c_q, c_k = W.copy_terms(u, l)
-        if skip is not None and skip[0] == u:
-            c_q, c_k = c_q.clone(), c_k.clone()
-            c_q[skip[1]] = c_k[skip[1]] = 0.0
         Au = patterns[u] * (W.has_tok / sigmas[u])[None, None, :]  # a token's copy, as u's LayerNorm scales it
         t += einops.einsum(c_q, Au, "u h, u p k -> h p k")
         t[:, idx, idx] += einops.einsum(c_k, Au[:, idx, idx], "u h, u p -> h p")
@@ -297,7 +293,7 @@ def positional_circuits(model, n_positions: int = N_POSITIONS, bos: bool | None 
         streams.append(m.clone())
     P = torch.stack(patterns)
     return PositionalCircuits(
-        _stats(torch.stack(direct)), _stats(P), P.float(), torch.stack(streams), torch.stack(sigmas), W.bos
+        _stats(torch.stack(direct)), _stats(P), P.float(), torch.stack(streams), torch.stack(sigmas), W.bos, W
     )
 
 
@@ -308,18 +304,24 @@ def upstream_contributions(model, circuits: PositionalCircuits, layer: int, head
     head's write removed (MLPs kept). The circuits must be ``model``'s (:func:`positional_circuits`)."""
     check_head(model, layer, head)
     n = circuits.patterns.shape[-1]
-    W = _Weights(model, n, circuits.bos)
+    W = circuits._weights if circuits._weights is not None else _Weights(model, n, circuits.bos)
     P = [p.double() for p in circuits.patterns]
     sig = list(circuits.sigma)
     m, s = circuits.stream[layer], circuits.sigma[layer]
     base = float(circuits.composed["prev_mass"][layer, head])
+    t = _token_terms(W, layer, P, sig)[head]
+    idx, scale = torch.arange(n), W.attn[layer]["scale"] / (s[:, None] * s[None, :])
     rows, writes = [], torch.zeros_like(m)
     for u in range(layer):
         outs = _head_outputs(W, u, circuits.stream[u], sig[u], P[u])  # [U, n, d]
         writes += outs.sum(0) + W.attn[u]["b_O"]
+        c_q, c_k = W.copy_terms(u, layer)
+        Au = P[u] * (W.has_tok / sig[u])[None, None, :]
+        own = c_q[:, head, None, None] * Au  # each upstream head's copy terms in the head's scores [U, n, n]
+        own[:, idx, idx] += c_k[:, head, None] * Au[:, idx, idx]
+        own *= scale
         for j in range(W.cfg.n_heads):
-            t = _token_terms(W, layer, P, sig, skip=(u, j))[head]
-            A = _softmax(_scores(W, layer, m - outs[j], s, heads=slice(head, head + 1))[0] + t)
+            A = _softmax(_scores(W, layer, m - outs[j], s, heads=slice(head, head + 1))[0] + t - own[j])
             prev = float(_stats(A[None])["prev_mass"][0])
             rows.append(dict(source=head_name(u, j), layer=u, head=j, prev_without=prev, drop=base - prev))
     s_only = W.attn[layer]["scale"] * W.self_match(layer)[head] * W.has_tok / s**2
