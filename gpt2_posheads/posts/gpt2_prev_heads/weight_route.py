@@ -140,6 +140,14 @@ def measure(model, n_positions: int = N_POSITIONS) -> dict:
     return {"circuits": c, "table": table, "record": record, "upstream": upstream}
 
 
+def route_record(model, n_positions: int = N_POSITIONS) -> dict:
+    """The route record of :func:`measure` (``head``, ``label``, ``reason`` and its numbers), or on a model without
+    learned absolute positions ``{"head": "", "label": "not testable", "reason": why}``: one model's line of an atlas
+    (``head_atlas --route weights``)."""
+    why = not_applicable(model)
+    return {"head": "", "label": "not testable", "reason": why} if why else measure(model, n_positions)["record"]
+
+
 def figure(table, n_layers: int, n_heads: int, label: str):
     """The previous-token mass of every head by the direct and by the composed circuit, ``[layer, head]`` each."""
     grid = lambda col: torch.tensor(table[col].to_numpy()).reshape(n_layers, n_heads)  # noqa: E731
