@@ -192,10 +192,17 @@ class _Weights:
         OC = self.centre(up["W_O"])  # W_O C [U, dh, d]
         Dq, Dk = a["W_Q"] * a["w"][:, None], a["W_K"] * a["w"][:, None]  # [H, d, dh]
 
-        # tr(Sigma' D_u W_V W_O C D W_Q W_K^T D) = tr((W_K^T D Sigma' D_u W_V) (W_O C D W_Q)): [dh, dh] per pair
+        # tr(Sigma' D_u W_V W_O C D W_Q W_K^T D) = tr((W_K^T D Sigma' D_u W_V) (W_O C D W_Q)): [dh, dh] per pair,
+        # every pair of one layer pair from two matmuls over the stacked heads
+        Vs = einops.rearrange(V, "u d v -> d (u v)")
+        Os = einops.rearrange(OC, "u v d -> (u v) d")
+        U = V.shape[0]
+
         def tr(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:  # [H, d, dh] each -> [U, H]
-            x = left.transpose(-1, -2)[None] @ V[:, None]  # [U, H, dh, dh]
-            y = OC[:, None] @ right[None]  # [U, H, dh, dh]
+            x = einops.rearrange(left, "h d k -> (h k) d") @ Vs  # [(H dh), (U dh)]
+            y = Os @ einops.rearrange(right, "h d k -> d (h k)")  # [(U dh), (H dh)]
+            x = einops.rearrange(x, "(h k) (u v) -> u h k v", h=left.shape[0], u=U)
+            y = einops.rearrange(y, "(u v) (h k) -> u h v k", h=left.shape[0], u=U)
             return einops.einsum(x, y, "u h k v, u h v k -> u h")
 
         c_q, c_k = tr(Dk, Dq), tr(Dq, Dk)
