@@ -172,3 +172,12 @@ def test_rotary_model_is_not_testable(tmp_path, small_tokenizer):
     assert claim.verdict == "not testable" and "rotary" in claim.why
     with pytest.raises(UsageError):
         positional_circuits(model)
+
+
+def test_label_confusion_counts_expected_against_got():
+    from gpt2_posheads.organism.route_bench import label_confusion
+    from gpt2_posheads.posts.gpt2_prev_heads.weight_route import LABELS
+
+    m = label_confusion([(BUILT, BUILT), (BUILT, READS_WPOS), (READS_WPOS, READS_WPOS), (BUILT, "not testable")], LABELS)
+    assert m.loc[BUILT, BUILT] == 1 and m.loc[BUILT, READS_WPOS] == 1 and m.loc[READS_WPOS, READS_WPOS] == 1
+    assert m.loc[BUILT, "not testable"] == 1 and int(m.to_numpy().sum()) == 4 and m.loc[NOT_POSITIONAL].sum() == 0
