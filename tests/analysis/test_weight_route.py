@@ -178,6 +178,7 @@ def test_label_confusion_counts_expected_against_got():
     from gpt2_posheads.organism.route_bench import label_confusion
     from gpt2_posheads.posts.gpt2_prev_heads.weight_route import LABELS
 
-    m = label_confusion([(BUILT, BUILT), (BUILT, READS_WPOS), (READS_WPOS, READS_WPOS), (BUILT, "not testable")], LABELS)
+    pairs = [(BUILT, BUILT), (BUILT, READS_WPOS), (READS_WPOS, READS_WPOS), (BUILT, "not testable")]
+    m = label_confusion(pairs, LABELS)
     assert m.loc[BUILT, BUILT] == 1 and m.loc[BUILT, READS_WPOS] == 1 and m.loc[READS_WPOS, READS_WPOS] == 1
     assert m.loc[BUILT, "not testable"] == 1 and int(m.to_numpy().sum()) == 4 and m.loc[NOT_POSITIONAL].sum() == 0
