@@ -21,6 +21,35 @@ import time
 from pathlib import Path
 
 
+def weight_report(scored) -> str:
+    """The weight route against the built truth and against the causal conclusion (each route as the weight label
+    it means, :data:`~gpt2_posheads.posts.gpt2_prev_heads.weight_route.ROUTE_LABELS`; ambiguous models and
+    undetermined conclusions apart), with the agreement and each model off the diagonal."""
+    from gpt2_posheads.organism.route_bench import label_confusion
+    from gpt2_posheads.posts.gpt2_prev_heads.weight_route import LABELS, ROUTE_LABELS
+
+    lines = []
+    for what, expected in (("built truth", lambda s: s.route), ("causal conclusion", lambda s: s.concluded)):
+        pairs = [(ROUTE_LABELS[expected(s)], s.weight) for s in scored]
+        judged = [(e, g) for e, g in pairs if e is not None]
+        agree = sum(e == g for e, g in judged)
+        m = label_confusion(judged, LABELS)
+        lines += [f"weights vs {what}: {agree} of {len(judged)} agree ({len(pairs) - len(judged)} without one label)"]
+        lines += ["", m.to_string(), ""]
+    off = [s for s in scored if ROUTE_LABELS[s.route] not in (None, s.weight)]
+    lines += [f"  {s.name} ({s.kind}): true {s.route}, weights {s.weight} ({s.weight_head})" for s in off]
+    for s in scored:
+        if s.route == "undetermined":
+            lines.append(f"  {s.name} ({s.kind}, ambiguous by construction): weights {s.weight} ({s.weight_head})")
+    causal = sum(s.causal_seconds for s in scored)
+    weights = sum(s.weight_seconds for s in scored)
+    lines.append(
+        f"\ntime per model: causal {causal / len(scored):.1f} s, weights {weights / len(scored):.2f} s "
+        f"(ratio {weights / causal:.3f})"
+    )
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=8, help="number of generated models (default 8: one of each kind)")
@@ -44,6 +73,9 @@ def main(argv=None) -> int:
     from gpt2_posheads.organism.generator import member
     from gpt2_posheads.organism.route_bench import report, score
     from gpt2_posheads.posts.gpt2_prev_heads.route import route_records
+    from gpt2_posheads.posts.gpt2_prev_heads.weight_route import measure as weight_measure
+
+    weigh = lambda model: weight_measure(model)["record"]  # noqa: E731
 
     start = time.perf_counter()
     scored = []
@@ -51,17 +83,20 @@ def main(argv=None) -> int:
         work = Path(args.keep) if args.keep else Path(tmp)
         for i in range(args.n):
             g = member(i, args.seed, args.max_d_model)
-            s = score(g, work, args.n_prompts, args.seq_len, keep=bool(args.keep), measure=route_records)
+            s = score(g, work, args.n_prompts, args.seq_len, keep=bool(args.keep), measure=route_records, weigh=weigh)
             scored.append(s)
             mark = "ok" if s.right and s.aggregator_right else "OFF"
             print(
                 f"{s.name} {s.kind:>11}: true {s.route:>12}, concluded {s.concluded:>12}; aggregator "
-                f"{s.aggregator} found {s.found} [{mark}] ({s.seconds:.1f} s)",
+                f"{s.aggregator} found {s.found} [{mark}]; weights: {s.weight} ({s.weight_head}) "
+                f"({s.seconds:.1f} s; causal {s.causal_seconds:.1f} s, weights {s.weight_seconds:.1f} s)",
                 flush=True,
             )
     total = time.perf_counter() - start
     print()
     print(report(scored))
+    print()
+    print(weight_report(scored))
     print(f"\n{args.n} models in {total:.0f} s wall ({total / args.n:.1f} s per model: build, write, load, measure)")
     if args.json:
         Path(args.json).write_text(

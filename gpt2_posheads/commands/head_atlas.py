@@ -4,13 +4,16 @@ scores, under one stated protocol; one table per model and one mosaic across mod
     gpt2-posheads head_atlas --models mini-gpt2 --model-dirs path/to/another-model
     gpt2-posheads head_atlas --models gpt2,gpt2-medium,EleutherAI/pythia-160m      # needs the hub
     gpt2-posheads head_atlas --models gpt2 --protocol ood-composition              # + the published protocol
+    gpt2-posheads head_atlas --models route-gpt2,lookalike-wpos --route weights     # + each route read from the weights
 
 Protocol "toolkit" (gpt2_posheads.analysis.atlas): previous-token statistics on natural-text prompts (every
 offset, key 0 left out), induction A[q, q-seg+1] and duplicate-token A[q, q-seg] on BOS r r (seg 50, 16
 sequences). "ood-composition" adds the scores of the protocol released with "Out-of-distribution generalization
 via composition" (50 x 25 random ids repeated, numpy seed 2024, no BOS, position 0 dropped, rows renormalised).
 Where a model has learned W_pos, its sharpest previous-token head's previous-token mass under W_pos averaged in
-groups of 10 is measured too. Writes atlas_<model>.csv per model, mosaic.html and summary.json.
+groups of 10 is measured too. ``--route weights`` adds each model's route read from the weights (no data run:
+gpt2_posheads.posts.gpt2_prev_heads.weight_route.route_record). Writes atlas_<model>.csv per model, mosaic.html
+and summary.json.
 """
 
 import math
@@ -38,6 +41,7 @@ from gpt2_posheads.model.identity import has_learned_positions, position_kind
 from gpt2_posheads.model.loading import ModelLoadError, load_model
 from gpt2_posheads.model.paths import SHIPPED_MODELS
 from gpt2_posheads.model.validation import UsageError
+from gpt2_posheads.posts.gpt2_prev_heads.weight_route import route_record
 
 METRICS = (("sharpness", "previous-token: 1 - ratio"), ("induction", "induction"), ("duplicate", "duplicate-token"))
 
@@ -53,6 +57,9 @@ def main(argv=None):
         default="toolkit",
         choices=("toolkit", "ood-composition"),
         help="ood-composition adds that paper's per-head scores to the table",
+    )
+    p.add_argument(
+        "--route", default="none", choices=("none", "weights"), help="weights: each model's route read from the weights"
     )
     add_prompt_args(p, n_prompts=16, seq_len=256)
     p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N")
@@ -109,6 +116,9 @@ def main(argv=None):
             l, h = int(prev.iloc[0]["layer"]), int(prev.iloc[0]["head"])
             avg = diagonal_attention(model, prompts, fwd_hooks=average_pos_embed(10).hooks(model), progress=False)
             info["wpos_avg10_keep"] = float(avg[l, h, 1]) / float(prev.iloc[0].prev_mass)
+        if args.route == "weights":
+            info["weight_route"] = w = route_record(model)
+            print(f"{label}: by the weights, {w['label']} {w['head']} ({w['reason']})")
         summary["models"][label] = info
         ratio = info["sharpest_prev_ratio"]
         keep = f", keeps {info['wpos_avg10_keep']:.0%} under W_pos averaged /10" if "wpos_avg10_keep" in info else ""

@@ -180,6 +180,14 @@ KNOWN: dict[str, dict[str, tuple[str, str] | None]] = {
     "sources_named_heads": dict.fromkeys(
         MODELS, (NOT_TESTABLE, "the post's head names mean something only on GPT-2 small")
     ),
+    "weight_route_built": {
+        _R: (HELD, "the aggregator's query reads the early heads' copy of the previous token, nothing reads W_pos"),
+        _W: (NOT_HELD, "the sharp head's query-key circuit reads W_pos's fine components directly"),
+        _B: (HELD, "the same aggregator as route-gpt2"),
+        _D: (NOT_HELD, "the same W_pos reader as lookalike-wpos"),
+        _N: (NOT_TESTABLE, "no sharp previous-token head"),
+        _M: None,
+    },
     "prev_text": {
         _R: (HELD, "the aggregator (as sharp_prev_head)"),
         _W: (HELD, "the W_pos reader"),

@@ -44,6 +44,10 @@ class Scored:
     concluded: str
     found: str | None  # the sharp previous-token head the toolkit found (None: no head was sharp)
     seconds: float = 0.0  # wall time: write, load, measure
+    causal_seconds: float = 0.0  # of it, the causal route conclusion's: its claims measured and concluded
+    weight: str = ""  # the route label read from the weights (``weigh``), "" when not asked for
+    weight_head: str = ""  # the head it is about
+    weight_seconds: float = 0.0  # the weight route's wall time (the model already loaded)
     conclusion: dict = field(default_factory=dict)  # RouteConclusion.as_dict()
     records: dict = field(default_factory=dict)  # every claim record the conclusion read
 
@@ -75,9 +79,12 @@ def score(
     keep: bool = False,
     *,
     measure: MeasureRecords,
+    weigh: Callable[..., Mapping] | None = None,
 ) -> Scored:
     """Write ``g`` under ``workdir``, measure its route conclusion (``measure``: the claims it reads, as records),
-    compare with its card (the folder is removed afterwards unless ``keep``)."""
+    compare with its card (the folder is removed afterwards unless ``keep``); with ``weigh`` (model -> a record with
+    ``label`` and ``head``: the weight route, :func:`gpt2_posheads.posts.gpt2_prev_heads.weight_route.measure`'s) the
+    route read from the weights too, each timed apart."""
     from ..claims.route import conclude
     from ..model.loading import load_model
 
@@ -85,12 +92,19 @@ def score(
     folder = write(g, Path(workdir) / g.name)
     try:
         model = load_model(folder, device="cpu")
+        weight, t_weight = {}, 0.0
+        if weigh is not None:
+            t0 = time.perf_counter()
+            weight = dict(weigh(model))
+            t_weight = time.perf_counter() - t0
+        t0 = time.perf_counter()
         prompts = prompts_for(model.tokenizer, n_prompts, seq_len)
         records = dict(measure(model, prompts, n_pattern_prompts=N_PATTERN_PROMPTS))
+        c = conclude(records)
+        t_causal = time.perf_counter() - t0
     finally:
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
-    c = conclude(records)
     sharp = records["sharp_prev_head"]
     return Scored(
         name=g.name,
@@ -103,6 +117,10 @@ def score(
         conclusion=c.as_dict(),
         records=records,
         seconds=time.perf_counter() - start,
+        causal_seconds=t_causal,
+        weight=weight.get("label", ""),
+        weight_head=weight.get("head", ""),
+        weight_seconds=t_weight,
     )
 
 
@@ -112,6 +130,17 @@ def confusion(scored: Sequence[Scored]) -> pd.DataFrame:
     m = pd.DataFrame(0, index=pd.Index(routes, name="true"), columns=pd.Index(routes, name="concluded"))
     for s in scored:
         m.loc[s.route, s.concluded] += 1
+    return m
+
+
+def label_confusion(pairs: Sequence[tuple[str, str]], labels: Sequence[str]) -> pd.DataFrame:
+    """``(expected, got)`` label pairs counted: expected (rows) x got (columns), over ``labels`` (any other value
+    gets its own row or column)."""
+    rows = list(dict.fromkeys([*labels, *(e for e, _ in pairs)]))
+    cols = list(dict.fromkeys([*labels, *(g for _, g in pairs)]))
+    m = pd.DataFrame(0, index=pd.Index(rows, name="expected"), columns=pd.Index(cols, name="weights"))
+    for e, g in pairs:
+        m.loc[e, g] += 1
     return m
 
 

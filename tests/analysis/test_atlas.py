@@ -105,12 +105,15 @@ def test_head_atlas_script(tmp_path):
             "4",
             "--protocol",
             "ood-composition",
+            "--route",
+            "weights",
         ],
     )
     s = json.loads((tmp_path / "summary.json").read_text())["models"]["mini-gpt2"]
     # the shipped organism's facts: L0H1 the sharpest previous-token head, reading W_pos (it loses most of its mass)
     assert s["sharpest_prev_head"] == "L0H1" and s["sharpest_prev_ratio"] < 0.01 and s["wpos_avg10_keep"] < 0.1
     assert s["top_induction"][0]["induction"] > 0.5
+    assert s["weight_route"]["head"] == "L0H1" and s["weight_route"]["label"] == "reads W_pos directly"  # by weights
     assert (tmp_path / "atlas_mini-gpt2.csv").exists() and (tmp_path / "mosaic.html").exists()
 
 

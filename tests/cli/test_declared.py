@@ -78,7 +78,7 @@ def cli(env, cwd, *args):
 def test_the_posts_own_declarations_make_the_catalogue():
     """Every claim script is declared by its function, in its post's package, with the claims it judges."""
     assert [p.key for p in posts()] == ["004", "003", "001", "000", "002"]
-    assert model_scripts()[0] == "rank_prev_heads" and len(model_scripts()) == 9
+    assert model_scripts()[0] == "rank_prev_heads" and len(model_scripts()) == 10
     for name, s in scripts().items():
         assert (
             s.name == name

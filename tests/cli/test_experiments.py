@@ -56,6 +56,7 @@ GPT2_SCRIPTS = {
     ],
     "l4h11_edit": ["--heads", "L2H1", "--factors", "1,2"],
     "prev_head_sources": W + ["--heads", "L2H1", "--n-prompts", "2", "--seq-len", "48"],
+    "weight_route": ["--n-positions", "32"],
     "cache_activations": W + ["--heads", "L1H0", "--n-prompts", "2", "--seq-len", "48", "--ext-prompts", "2"],
 }
 

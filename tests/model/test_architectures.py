@@ -25,6 +25,7 @@ SCRIPTS = {
     "ext_pos_averaging": W + ["--heads", "L1H0,L2H1", "--start", "0", "--size", "20", "--ext-prompts", "2"],
     "l4h11_edit": ["--heads", "L2H1", "--factors", "1,2"],
     "prev_head_sources": W + ["--heads", "L2H1"],
+    "weight_route": ["--n-positions", "32"],
 }
 ROTARY = {"pythia", "llama"}
 
@@ -49,7 +50,7 @@ def test_every_script_on_every_architecture(script, arch, arch_dirs, tmp_path, c
     )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["claims"] and all(c["verdict"] in ("held", "not held", "not testable") for c in summary["claims"])
-    if script == "pos_embed_averaging" and arch in ROTARY:  # W_pos interventions need learned positions
+    if script in ("pos_embed_averaging", "weight_route") and arch in ROTARY:  # they need learned positions
         assert "not applicable: " in capsys.readouterr().out and "rotary positions" in summary["not_applicable"]
         assert {c["verdict"] for c in summary["claims"]} == {"not testable"}
     else:

@@ -19,6 +19,7 @@ from .organism_report import mini_gpt2_report
 from .ranking import rank_prev_heads
 from .sources import prev_head_sources
 from .taxonomy import raw_scores_taxonomy
+from .weight_route import weight_route
 from .wpos_averaging import pos_embed_averaging
 
 __all__ = [
@@ -36,4 +37,5 @@ __all__ = [
     "rank_prev_heads",
     "raw_scores_taxonomy",
     "unprompted_run",
+    "weight_route",
 ]

@@ -1,0 +1,242 @@
+"""The route read from the weights: does the sharpest previous-token head read ``W_pos`` or earlier heads? (GPT-2 post)
+
+The post's L4H11 "is best thought of as an aggregator of signals from the preceding previous-token heads", while
+early heads compute position themselves; the causal route conclusion (:mod:`gpt2_posheads.claims.route`) tells them
+apart by intervening on prompts. This script asks the weights alone, with no prompt:
+
+* **measure** — every head's direct and composed positional circuit
+  (:func:`~gpt2_posheads.analysis.weight_route.positional_circuits`: ``W_pos`` and the mean token through each
+  layer's LayerNorm at its typical norm, the query-key circuit with its biases, the causal softmax; composed: every
+  upstream head's pattern through its OV circuit, MLPs applied to the mean stream, a token copied by an upstream head
+  matched by the head's query), the sharpest previous-token head by the composed circuit, and what each upstream
+  head's write adds to its previous-token mass (:func:`~gpt2_posheads.analysis.weight_route.upstream_contributions`);
+* **judge** — the route label by :func:`route_label` (a rule written before anything was measured) and
+  ``weight_route_built`` (declared here, :data:`SPECS`): held when the label is ``built from earlier heads``; not
+  testable on a model without learned absolute positions (rotary, ALiBi, none) or without a sharp previous-token head
+  by the weights;
+* **figure** — each head's previous-token mass by the direct and by the composed circuit, layer by head.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...analysis.weight_route import N_POSITIONS, not_applicable, positional_circuits, upstream_contributions
+from ...claims import route as causal
+from ...claims.catalogue import Option, declare
+from ...claims.gpt2_post import HALF, ROUTE, SHARP_RATIO, judge_claim, post_claim
+from ...claims.verdicts import Precondition, finite, predicate
+from ...model.state import measures_caller_model
+from ...report.plotting import heatmap
+from ..result import ClaimResult
+from ._run import ModelRun, unprompted_run
+from .about import POST
+
+READS_WPOS, BUILT, NOT_POSITIONAL = "reads W_pos directly", "built from earlier heads", "not positional"
+LABELS = (READS_WPOS, BUILT, NOT_POSITIONAL)
+# The rule's levels, set from the post before anything was measured: a head is the post's kind of sharp previous-token
+# head when its composed pattern's ratio is <= SHARP_RATIO (0.10; L4H11 0.01); "relies on" is at least HALF (50%):
+# the embeddings alone give at least half its composed previous-token mass -> it reads W_pos directly; removing every
+# upstream head's write takes at least half of it -> the earlier heads build it.
+DIRECT_SHARE = HALF
+HEADS_SHARE = HALF
+N_CARRIERS = 3  # the upstream heads named in the record (those whose removal costs the most)
+# each route of the causal conclusion (claims.route) as the weight label it means: the early heads' estimate (post,
+# boost) and a relayed W_pos are both built by earlier heads; an undetermined route has no one label
+ROUTE_LABELS = {
+    causal.POST: BUILT,
+    causal.BOOST: BUILT,
+    causal.RELAY: BUILT,
+    causal.WPOS: READS_WPOS,
+    causal.NONE: NOT_POSITIONAL,
+    causal.UNDETERMINED: None,
+}
+
+
+def route_label(
+    top_offset: int, ratio: float, direct_prev: float, composed_prev: float, without_heads: float, layer: int
+) -> tuple[str, str]:
+    """``(label, reason)`` of the sharpest previous-token head by the composed circuit (``top_offset``: its pattern's
+    greatest diagonal; ``ratio``: second-greatest over greatest; ``direct_prev``/``composed_prev``: its
+    previous-token mass by each circuit; ``without_heads``: by the composed circuit with every upstream head's write
+    removed from its input; ``layer``: its layer). A pure function of these numbers:
+
+    1. its greatest diagonal is not the previous token, or its ratio > SHARP_RATIO: **not positional**;
+    2. ``direct_prev >= DIRECT_SHARE x composed_prev`` (or layer 0): **reads W_pos directly**;
+    3. ``composed_prev - without_heads >= HEADS_SHARE x composed_prev``: **built from earlier heads**;
+    4. otherwise **reads W_pos directly**: the layers below build it, but not their heads; the MLPs' writes are a
+       function of the embeddings at the head's own position (W_pos read through them)."""
+    if top_offset != 1 or not finite(ratio) or ratio > SHARP_RATIO:
+        what = "its greatest diagonal is not the previous token" if top_offset != 1 else f"ratio {ratio:.3g}"
+        return NOT_POSITIONAL, f"no sharp previous-token head by the weights: {what} (needs <= {SHARP_RATIO:g})"
+    share = direct_prev / composed_prev if composed_prev > 0 else math.nan
+    shown = f"direct previous-token mass {direct_prev:.3g} of composed {composed_prev:.3g} ({share:.0%})"
+    if layer == 0 or share >= DIRECT_SHARE:
+        return READS_WPOS, f"{shown}: the embeddings alone give >= {DIRECT_SHARE:.0%} of it"
+    heads = 1 - without_heads / composed_prev
+    shown += f"; without the upstream heads' writes {without_heads:.3g} ({heads:.0%} lost)"
+    if heads >= HEADS_SHARE:
+        return BUILT, f"{shown}: earlier heads carry >= {HEADS_SHARE:.0%} of it"
+    return READS_WPOS, f"{shown}: the MLPs below build it from the embeddings at its own position, not earlier heads"
+
+
+def _built(record) -> tuple[bool, str]:
+    return record["label"] == BUILT, f"{record['head']}: {record['label']} ({record['reason']})"
+
+
+SPECS = (
+    post_claim(
+        "weight_route_built",
+        "the sharpest previous-token head reads the previous position from earlier heads, not directly from W_pos "
+        "(by the weights)",
+        "L4H11: an aggregator of the earlier heads' signals",
+        predicate(
+            f"held if the route label of the sharpest previous-token head by the composed weight circuit (ratio <= "
+            f"{SHARP_RATIO:g}) is '{BUILT}': its direct circuit gives < {DIRECT_SHARE:.0%} of its composed "
+            f"previous-token mass and removing the upstream heads' writes takes >= {HEADS_SHARE:.0%}",
+            _built,
+        ),
+        ROUTE,
+        "a head that reads W_pos finds p-1 in its direct circuit",
+    ),
+)
+
+
+def measure(model, n_positions: int = N_POSITIONS) -> dict:
+    """``{"circuits", "table", "record", "upstream"}``: the circuits, their per-head table, the route record of the
+    sharpest previous-token head by the composed circuit (``head``, ``label``, ``reason``, its numbers and
+    ``carried_by``: the upstream heads whose removal costs it the most) and the upstream table (``None`` in layer 0)."""
+    c = positional_circuits(model, n_positions)
+    table = c.table()
+    prev = table[table.composed_top == 1]
+    pick = (prev if len(prev) else table).sort_values(["composed_ratio", "composed_prev"], ascending=[True, False])
+    row = pick.iloc[0]
+    layer, index = int(row.layer), int(row["index"])
+    upstream, without = (None, float(row.composed_prev))
+    if layer > 0:
+        upstream, without = upstream_contributions(model, c, layer, index)
+    label, reason = route_label(
+        int(row.composed_top),
+        float(row.composed_ratio),
+        float(row.direct_prev),
+        float(row.composed_prev),
+        without,
+        layer,
+    )
+    carried = [] if upstream is None else [(r.source, float(r.drop)) for r in upstream.head(N_CARRIERS).itertuples()]
+    record = dict(
+        head=str(row["head"]),
+        label=label,
+        reason=reason,
+        direct_prev=float(row.direct_prev),
+        composed_prev=float(row.composed_prev),
+        composed_ratio=float(row.composed_ratio),
+        without_heads=without,
+        carried_by=carried,
+        n_positions=int(c.patterns.shape[-1]),
+    )
+    return {"circuits": c, "table": table, "record": record, "upstream": upstream}
+
+
+def route_record(model, n_positions: int = N_POSITIONS) -> dict:
+    """The route record of :func:`measure` (``head``, ``label``, ``reason`` and its numbers), or on a model without
+    learned absolute positions ``{"head": "", "label": "not testable", "reason": why}``: one model's line of an atlas
+    (``head_atlas --route weights``)."""
+    why = not_applicable(model)
+    return {"head": "", "label": "not testable", "reason": why} if why else measure(model, n_positions)["record"]
+
+
+def figure(table, n_layers: int, n_heads: int, label: str):
+    """The previous-token mass of every head by the direct and by the composed circuit, ``[layer, head]`` each."""
+    grid = lambda col: torch.tensor(table[col].to_numpy()).reshape(n_layers, n_heads)  # noqa: E731
+    z = torch.cat([grid("direct_prev"), torch.full((n_layers, 1), float("nan")), grid("composed_prev")], dim=1)
+    x = [f"direct H{h}" for h in range(n_heads)] + [" "] + [f"composed H{h}" for h in range(n_heads)]
+    return heatmap(
+        z,
+        x=x,
+        y=list(range(n_layers)),
+        title=f"{label}: previous-token mass by the weights",
+        ylabel="layer",
+        zmin=0,
+        zmax=1,
+    )
+
+
+USAGE = """The route read from the weights: the sharpest previous-token head's positional source, with no data run.
+
+    gpt2-posheads weight_route --model route-gpt2
+    gpt2-posheads weight_route --model gpt2 --n-positions 256
+
+Every head's attention from positions alone: W_pos and the mean token through its layer's LayerNorm (direct), and
+with what every earlier head writes from its own positional pattern (composed; MLPs applied to the mean stream).
+The sharpest previous-token head by the composed circuit gets a label: reads W_pos directly, built from earlier
+heads, or not positional. Not testable on rotary, ALiBi or position-free models.
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.weight_route
+(gpt2_posheads/posts/gpt2_prev_heads/weight_route.py).
+"""
+
+
+def _console(result: ClaimResult, options: dict) -> None:
+    r = result.numbers.get("record")
+    print(f"{r['head']}: {r['label']} ({r['reason']})" if r else f"not applicable: {result.numbers['not_applicable']}")
+
+
+@declare(
+    POST,
+    "weight_route",
+    order=10,
+    claims=SPECS,
+    usage=USAGE,
+    options=(Option("--n-positions", N_POSITIONS, "positions the circuits span (capped at n_ctx)", int, low=3),),
+    ranking=False,
+    console=_console,
+)
+@measures_caller_model
+def weight_route(model=None, *, n_positions: int = N_POSITIONS, run: ModelRun | None = None) -> ClaimResult:
+    """The route of the sharpest previous-token head read from the weights, judged as ``weight_route_built``.
+
+    Args:
+        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``).
+        n_positions: positions the circuits span (capped at the model's context).
+        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (its model and
+            label; nothing is run on prompts).
+
+    Returns:
+        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``weight_route_built``), ``numbers``
+        (``record``: the head, its label, the reason and its numbers; or ``not_applicable``), ``tables``
+        (``circuits``: every head's direct and composed statistics; ``upstream``: each upstream head's contribution),
+        ``figures`` (``prev_mass_by_weights``).
+    """
+    run = unprompted_run(model, run)
+    model = run.model
+    result = ClaimResult("weight_route", run.label)
+    why = not_applicable(model)
+    if why is not None:
+        result.numbers["not_applicable"] = why
+        result.claims = [
+            judge_claim(
+                "weight_route_built", {"not_applicable": why}, preconditions=[Precondition("learned W_pos", False, why)]
+            )
+        ]
+        return result
+    m = measure(model, n_positions)
+    r = m["record"]
+    result.numbers.update(record=r, n_positions=r["n_positions"])
+    result.table(m["table"], "circuits")
+    if m["upstream"] is not None:
+        result.table(m["upstream"], "upstream")
+    cfg = model.cfg
+    result.figure(figure(m["table"], cfg.n_layers, cfg.n_heads, run.label), "prev_mass_by_weights")
+    pre = [
+        Precondition(
+            "a sharp previous-token head by the weights", r["label"] != NOT_POSITIONAL, f"{r['head']}: {r['reason']}"
+        )
+    ]
+    result.claims = [
+        judge_claim(
+            "weight_route_built", r, value=r, preconditions=pre, head=r["head"], readout=f"{r['head']}: {r['label']}"
+        )
+    ]
+    return result
