@@ -43,6 +43,8 @@ from .analysis.posembed import extended_pos_embeddings, extended_pos_embeddings_
 from .analysis.prompts import make_prompts
 from .analysis.scores import attention_scores, classify_prev_heads, score_profile
 from .analysis.sources import composition_scores, path_ablation
+from .claims.catalogue import Option, Post, declare, register_post
+from .claims.verdicts import at_least, at_most, declare_claim, judge, predicate
 from .model.identity import is_gpt2_small, position_kind
 from .model.loading import ModelLoadError, gpt2_tokenizer, hub_reachable, load_model, make_random_model_dir
 from .model.paths import register_builder_loader as _register_builder_loader
@@ -94,7 +96,16 @@ def __getattr__(name: str):
 __all__ = [
     "posts",
     "ClaimResult",
+    "Option",
+    "Post",
+    "at_least",
+    "at_most",
+    "declare",
+    "declare_claim",
+    "judge",
+    "predicate",
     "prompted_run",
+    "register_post",
     "Explorer",
     "ModelLoadError",
     "PosheadsCache",
@@ -133,3 +144,5 @@ __all__ = [
     "write_explorer",
 ]
 __version__ = "0.3.0"
+
+posts.import_plugins()  # last: a researcher's module of claims ($GPT2_POSHEADS_POSTS) may import any name above

@@ -29,23 +29,25 @@ from .result import ClaimResult
 PLUGIN_ERRORS: list[str] = []  # the modules of $GPT2_POSHEADS_POSTS that could not be imported, each in one line
 
 
-def _import_plugins() -> None:
+def import_plugins() -> None:
     """Import the researcher's own modules of declared claims named in ``$GPT2_POSHEADS_POSTS`` (comma-separated
     module names, importable from ``sys.path`` or the current folder): their declarations join the catalogue, so the
     command line, the main job and the page find them like the posts' own. A module that cannot be imported leaves
     the package usable and is listed in :data:`PLUGIN_ERRORS`, which the command line says as one ``error:`` line
-    before anything runs."""
+    before anything runs. Called once the package is whole (at the end of ``gpt2_posheads/__init__.py``), so that a
+    researcher's module may import any public name of ``gpt2_posheads``."""
     names = [n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",") if n.strip()]
     if names and os.getcwd() not in sys.path:  # the console script's path starts at its bin folder, not here
         sys.path.append(os.getcwd())
     for name in names:
+        if name in sys.modules:
+            continue
         try:
             importlib.import_module(name)
         except Exception as e:  # whatever the module raises, said in one line naming it
             PLUGIN_ERRORS.append(f"{name!r} cannot be imported ({type(e).__name__}: {e})")
 
 
-_import_plugins()
 
 __all__ = [
     "ClaimResult",

@@ -6,58 +6,21 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
+from pathlib import Path
 
 import pytest
 
 from gpt2_posheads.claims.catalogue import PLUGINS_ENV, model_scripts, posts, script, script_claims, scripts
 
-MODULE = textwrap.dedent(
-    '''
-    """A researcher's own claim about previous-token heads."""
 
-    from gpt2_posheads.claims.catalogue import Option, Post, declare, register_post
-    from gpt2_posheads.claims.verdicts import at_least, judge
-    from gpt2_posheads.posts.gpt2_prev_heads._run import prompted_run
-    from gpt2_posheads.posts.result import ClaimResult
-
-    POST = register_post(
-        Post("900", "A researcher's note on sharp heads", author="A. Researcher", date="2026-11-26", seed="",
-             subject="my_claims", needs_model=True, order=50)
-    )
-    USAGE = """The sharpest previous-token head puts most of its attention on the previous token (my note).
-
-        gpt2-posheads sharp_mass --model route-gpt2
-    """
+def readme_claim() -> str:
+    """The README's "Your own claim" module, as printed."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Your own claim") :]
+    return section[section.index("```python\n") + len("```python\n") : section.index("```\n", 10)]
 
 
-    @declare(
-        POST,
-        "sharp_mass",
-        claims=("sharp_head_mass",),
-        usage=USAGE,
-        n_prompts=2,
-        seq_len=64,
-        options=(Option("--threshold", 0.5, "previous-token mass the sharpest head needs", float, low=0, high=1),),
-    )
-    def sharp_mass(model=None, prompts=None, *, threshold=0.5, run=None):
-        run = prompted_run(model, prompts, run, n_prompts=2, seq_len=64).ranked()
-        mass = float(run.diag[..., 1].max())  # [n_layers, n_heads, offsets]: the greatest previous-token mass
-        result = ClaimResult("sharp_mass", run.label)
-        result.numbers["sharpest_prev_mass"] = mass
-        result.claims.append(
-            judge(
-                "the sharpest previous-token head attends mostly to the previous token",
-                post="(my note)",
-                rule=at_least(threshold, "previous-token mass of the sharpest head"),
-                measured={"mass": mass},
-                value=mass,
-                key="sharp_head_mass",
-            )
-        )
-        return result
-    '''
-)
+MODULE = readme_claim()
 
 
 @pytest.fixture
@@ -94,11 +57,11 @@ def test_a_declared_claim_is_a_command_a_results_folder_and_a_row_of_the_page(pl
     tmp, env = plugin
     listed = cli(env, tmp)
     assert listed.returncode == 0, listed.stderr
-    assert "900: A researcher's note on sharp heads" in listed.stdout
+    assert "900: My note on sharp heads" in listed.stdout
     assert "sharp_mass" in listed.stdout and "claims: sharp_head_mass" in listed.stdout
 
     helped = cli(env, tmp, "sharp_mass", "--help")
-    assert helped.returncode == 0 and "most of its attention on the previous token" in helped.stdout
+    assert helped.returncode == 0 and "The sharpest head attends to the previous token." in helped.stdout
     assert "--threshold" in helped.stdout and "--n-prompts" in helped.stdout
 
     bad = cli(env, tmp, "sharp_mass", "--threshold", "2")
@@ -121,8 +84,8 @@ def test_a_declared_claim_is_a_command_a_results_folder_and_a_row_of_the_page(pl
     job = cli(env, tmp, "run_all", "--models", "route-gpt2", "--only", "sharp_mass", "--no-png", "--no-explorer")
     assert job.returncode == 0, job.stderr
     page = (tmp / "results" / "index.html").read_text()
-    assert "A researcher&#x27;s note on sharp heads" in page or "A researcher's note on sharp heads" in page
-    assert "the sharpest previous-token head attends mostly to the previous token" in page
+    assert "My note on sharp heads" in page
+    assert "the sharpest head attends mostly to the previous token" in page
 
 
 def test_a_module_that_cannot_be_imported_is_one_line_before_anything_runs(tmp_path):
