@@ -48,7 +48,6 @@ def import_plugins() -> None:
             PLUGIN_ERRORS.append(f"{name!r} cannot be imported ({type(e).__name__}: {e})")
 
 
-
 __all__ = [
     "ClaimResult",
     "gpt2_prev_heads",
