@@ -23,10 +23,10 @@ from pathlib import Path
 
 def weight_report(scored) -> str:
     """The weight route against the built truth and against the causal conclusion (each route as the weight label
-    it means, :data:`~gpt2_posheads.posts.gpt2_prev_heads.weight_route.ROUTE_LABELS`; ambiguous models and
+    it means, :data:`~gpt2_posheads.claims.route.ROUTE_LABELS`; ambiguous models and
     undetermined conclusions apart), with the agreement and each model off the diagonal."""
+    from gpt2_posheads.claims.route import LABELS, ROUTE_LABELS
     from gpt2_posheads.organism.route_bench import label_confusion
-    from gpt2_posheads.posts.gpt2_prev_heads.weight_route import LABELS, ROUTE_LABELS
 
     lines = []
     for what, expected in (("built truth", lambda s: s.route), ("causal conclusion", lambda s: s.concluded)):

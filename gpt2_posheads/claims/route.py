@@ -49,6 +49,27 @@ ROUTES: dict[str, str] = {
 }
 
 
+# The route read from the weights alone (posts.gpt2_prev_heads.weight_route), and each causal route as the weight
+# label it means: the early heads' estimate (post, boost) and a relayed W_pos are both built by earlier heads; an
+# undetermined route has no one label.
+READS_WPOS, BUILT, NOT_POSITIONAL = "reads W_pos directly", "built from earlier heads", "not positional"
+LABELS = (READS_WPOS, BUILT, NOT_POSITIONAL)
+ROUTE_LABELS = {POST: BUILT, BOOST: BUILT, RELAY: BUILT, WPOS: READS_WPOS, NONE: NOT_POSITIONAL, UNDETERMINED: None}
+WEIGHT_KEY = "weight_route_built"  # the claim whose record holds the weight route (its ``measured``: head, label)
+
+
+def weight_route_of(records: Mapping[str, Mapping]) -> Mapping | None:
+    """The weight route's record (``head``, ``label``, ``reason``) among one model's claim records, or ``None``."""
+    measured = (_record(records, WEIGHT_KEY) or {}).get("measured")
+    return measured if isinstance(measured, Mapping) and measured.get("label") else None
+
+
+def weights_agree(route: str, label: str) -> bool | None:
+    """Whether the weight ``label`` is the label the causal ``route`` means; ``None`` where the route has none."""
+    want = ROUTE_LABELS.get(route)
+    return None if want is None else want == label
+
+
 @dataclass(frozen=True)
 class Row:
     """One claim as the conclusion read it: its key, its verdict, and the number or reason that counted."""

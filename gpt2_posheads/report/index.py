@@ -408,10 +408,29 @@ def route_conclusions(summaries: list[tuple[Path, Summary]], root: Path, record:
 
 
 def routes_html(summaries: list[tuple[Path, Summary]], root: Path, record: dict | None = None) -> str:
-    """The page's first table: each model's route conclusion, the head, why, and the rows that decided it."""
+    """The page's first table: each model's route conclusion, the head, why, and the rows that decided it; beside it
+    the route read from the weights alone (``weight_route``), a disagreement shown as such."""
+    from ..claims.route import weight_route_of, weights_agree
+
     routes = route_conclusions(summaries, root, record)
     if not routes:
         return ""
+
+    def weights(c) -> str:
+        w = weight_route_of(c.records)
+        if w is None:
+            return '<td class="none">not run</td>'
+        agree = weights_agree(c.route, str(w["label"]))
+        said = {
+            True: "agrees",
+            False: "<b>disagrees</b> with the causal conclusion",
+            None: "no causal label to hold it to",
+        }
+        return (
+            f"<td><b>{html.escape(str(w['label']))}</b> <span class='head'>on {html.escape(str(w.get('head', '')))}"
+            f"</span><div class='why'>{said[agree]}: {html.escape(str(w.get('reason', '')))}</div></td>"
+        )
+
     rows = "".join(
         f"<tr><td><b>{html.escape(m)}</b></td><td><b>{html.escape(c.words)}</b>"
         + (f' <span class="head">on {html.escape(c.head)}</span>' if c.head else "")
@@ -421,14 +440,18 @@ def routes_html(summaries: list[tuple[Path, Summary]], root: Path, record: dict 
             f"{html.escape(r.verdict)}</span> {html.escape(r.key)}: {html.escape(r.evidence)}</div>"
             for r in c.rows
         )
-        + "</td></tr>"
+        + "</td>"
+        + weights(c)
+        + "</tr>"
         for m, c in routes.items()
     )
     return (
         "<h2>Which route each model's sharpest previous-token head takes</h2><p>One conclusion per model, drawn from "
         "the route claims below by a rule written before it was measured (docs/known-answers.md); "
-        "<i>undetermined</i> names the rows that disagree.</p>"
-        f"<table><tr><th>model</th><th>route</th><th>the rows that decided it</th></tr>{rows}</table>"
+        "<i>undetermined</i> names the rows that disagree. Beside it, the route read from the weights alone, with no "
+        "data run (weight_route).</p>"
+        "<table><tr><th>model</th><th>route</th><th>the rows that decided it</th><th>read from the weights</th></tr>"
+        f"{rows}</table>"
     )
 
 

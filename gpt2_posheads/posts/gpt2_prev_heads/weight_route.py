@@ -24,9 +24,9 @@ import math
 import torch
 
 from ...analysis.weight_route import N_POSITIONS, not_applicable, positional_circuits, upstream_contributions
-from ...claims import route as causal
 from ...claims.catalogue import Option, declare
 from ...claims.gpt2_post import HALF, ROUTE, SHARP_RATIO, judge_claim, post_claim
+from ...claims.route import BUILT, LABELS, NOT_POSITIONAL, READS_WPOS, ROUTE_LABELS  # noqa: F401 - names of this claim
 from ...claims.verdicts import Precondition, finite, predicate
 from ...model.state import measures_caller_model
 from ...report.plotting import heatmap
@@ -34,8 +34,6 @@ from ..result import ClaimResult
 from ._run import ModelRun, unprompted_run
 from .about import POST
 
-READS_WPOS, BUILT, NOT_POSITIONAL = "reads W_pos directly", "built from earlier heads", "not positional"
-LABELS = (READS_WPOS, BUILT, NOT_POSITIONAL)
 # The rule's levels, set from the post before anything was measured: a head is the post's kind of sharp previous-token
 # head when its composed pattern's ratio is <= SHARP_RATIO (0.10; L4H11 0.01); "relies on" is at least HALF (50%):
 # the embeddings alone give at least half its composed previous-token mass -> it reads W_pos directly; removing every
@@ -43,16 +41,6 @@ LABELS = (READS_WPOS, BUILT, NOT_POSITIONAL)
 DIRECT_SHARE = HALF
 HEADS_SHARE = HALF
 N_CARRIERS = 3  # the upstream heads named in the record (those whose removal costs the most)
-# each route of the causal conclusion (claims.route) as the weight label it means: the early heads' estimate (post,
-# boost) and a relayed W_pos are both built by earlier heads; an undetermined route has no one label
-ROUTE_LABELS = {
-    causal.POST: BUILT,
-    causal.BOOST: BUILT,
-    causal.RELAY: BUILT,
-    causal.WPOS: READS_WPOS,
-    causal.NONE: NOT_POSITIONAL,
-    causal.UNDETERMINED: None,
-}
 
 
 def route_label(
