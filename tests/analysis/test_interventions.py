@@ -60,7 +60,7 @@ def test_mask_previous_attention_touches_only_chosen_entries(tiny_model):
     heads = [(0, h) for h in range(4)] + [(1, 0)]
     iv = mask_previous_attention(every=5, layers=[0])
     clean = head_patterns(tiny_model, toks[0], heads)
-    masked = head_patterns(tiny_model, toks[0], heads, iv.hooks(tiny_model))
+    masked = head_patterns(tiny_model, toks[0], heads, [iv])
     zeroed = {(p, p - 1) for p in range(5, 23, 5)}
     for h in range(4):
         c, m = clean[(0, h)], masked[(0, h)]
@@ -71,9 +71,7 @@ def test_mask_previous_attention_touches_only_chosen_entries(tiny_model):
             diff[q, k] = 0
         assert diff.max() == 0  # layer 0: nothing else changed, not even the other entries of masked rows
     assert (clean[(1, 0)] - masked[(1, 0)]).abs().max() > 0  # a later layer feels it
-    ren = head_patterns(
-        tiny_model, toks[0], [(0, 1)], mask_previous_attention(5, [0], renormalize=True).hooks(tiny_model)
-    )
+    ren = head_patterns(tiny_model, toks[0], [(0, 1)], [mask_previous_attention(5, [0], renormalize=True)])
     torch.testing.assert_close(ren[(0, 1)].sum(-1), torch.ones(23))
 
 
@@ -132,8 +130,8 @@ def test_scale_head_output_scales_its_write(tiny_model):
 
 def test_kl_zero_for_identity_positive_otherwise(tiny_model):
     toks = _toks(tiny_model, n=3, pos=20)
-    assert kl_divergence(tiny_model, toks, average_pos_embed(1).hooks(tiny_model)) == pytest.approx(0, abs=1e-7)
-    assert kl_divergence(tiny_model, toks, average_pos_embed(10).hooks(tiny_model)) > 0
+    assert kl_divergence(tiny_model, toks, [average_pos_embed(1)]) == pytest.approx(0, abs=1e-7)
+    assert kl_divergence(tiny_model, toks, [average_pos_embed(10)]) > 0
     p = next_token_probs(tiny_model, toks[0])
     assert p.shape == (1, tiny_model.cfg.d_vocab) and abs(float(p.sum()) - 1) < 1e-4
 

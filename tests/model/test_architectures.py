@@ -9,7 +9,7 @@ import torch
 from gpt2_posheads import diagonal_attention, extended_pos_embeddings, load_model
 from gpt2_posheads.analysis.scores import attention_scores
 from gpt2_posheads.analysis.sources import path_ablation
-from gpt2_posheads.model.hooks import hook_status
+from gpt2_posheads.model.engine_hooks import hook_status
 from gpt2_posheads.model.identity import position_kind
 
 from conftest import ARCHITECTURES, EXPERIMENTS, run_script
