@@ -55,6 +55,8 @@ def hooks_for(model, *interventions: Edit) -> list[tuple]:
     the interventions themselves (``edits=[...]``)."""
     from ..model.engine_hooks import hook_tuples
 
+    if is_traced(model):
+        raise TypeError("hooks_for gives TransformerLens hooks: pass the interventions to an analysis, edits=[...]")
     return hook_tuples(model, as_edits(interventions))
 
 

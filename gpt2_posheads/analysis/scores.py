@@ -19,18 +19,11 @@ import math
 import pandas as pd
 import torch
 
-from ..model.attention import attn_scale, expand_kv, scale_from_pattern
+from ..model.attention import attn_scale, raw_scores_from_qk, scale_from_pattern
 from ..model.engine import Reduction, engine_for, keep_reads
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches, single_prompt
 from ..model.validation import UsageError, check_head, check_int_range, check_model, head_name, require_finite
-
-
-def raw_scores_from_qk(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """``[batch, pos, head, d_head]`` queries and keys (as an engine's ``"q"`` and ``"k"`` reads give them) →
-    pre-mask scores ``[batch, head, q, k]`` = ``(q . k) * scale`` (``scale``:
-    :func:`~gpt2_posheads.model.attention.attn_scale`)."""
-    return torch.einsum("bqhd,bkhd->bhqk", q.float(), expand_kv(k, q.shape[2]).float()) * scale
 
 
 @measures_caller_model
@@ -67,7 +60,7 @@ def _profile_step(state: dict, layer: int, acts: dict) -> None:
     ``[batch, head, q, k]`` once, on the first batch."""
     q, k, w, scales = acts["q"], acts["k"], state["window"], state["scales"]
     if layer not in scales:
-        dot = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()).cpu()
+        dot = raw_scores_from_qk(q, k, 1.0).cpu()
         scales[layer] = scale_from_pattern(dot, acts["pattern"].float().cpu(), state["declared"][layer])[0]
     n = k.shape[1]
     qs = torch.arange(max(w, state["skip_first"]), n - w, device=k.device)

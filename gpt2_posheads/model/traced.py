@@ -71,62 +71,33 @@ class Arch:
     attn_norm: str | None = None  # the norm in front of the attention, inside a layer
 
 
-_LLAMA = Arch(
-    "model.layers",
-    "self_attn",
-    "separate",
-    ("q_proj", "k_proj", "v_proj"),
-    "o_proj",
-    "model.embed_tokens",
-    "model.norm",
+def _arch(paths: str, **options) -> Arch:
+    """An :class:`Arch` from its first seven fields in order, space-separated (the projections joined by ``+``)."""
+    layers, attn, qkv, proj, out, embed, final_norm = paths.split()
+    return Arch(layers, attn, qkv, tuple(proj.split("+")), out, embed, final_norm, **options)
+
+
+_QKV = "separate q_proj+k_proj+v_proj"
+_LLAMA = _arch(
+    f"model.layers self_attn {_QKV} o_proj model.embed_tokens model.norm",
     rotary="model.rotary_emb",
     norm="RMS",
     attn_norm="input_layernorm",
 )
+_GPT2 = dict(pos_embed="transformer.wpe", attn_norm="ln_1")
 ARCHS: dict[str, Arch] = {
-    "gpt2": Arch(
-        "transformer.h",
-        "attn",
-        "split",
-        ("c_attn",),
-        "c_proj",
-        "transformer.wte",
-        "transformer.ln_f",
-        "transformer.wpe",
-        attn_norm="ln_1",
+    "gpt2": _arch("transformer.h attn split c_attn c_proj transformer.wte transformer.ln_f", **_GPT2),
+    "gpt_neo": _arch(
+        f"transformer.h attn.attention {_QKV} out_proj transformer.wte transformer.ln_f", **_GPT2, scaled=False
     ),
-    "gpt_neo": Arch(
-        "transformer.h",
-        "attn.attention",
-        "separate",
-        ("q_proj", "k_proj", "v_proj"),
-        "out_proj",
-        "transformer.wte",
-        "transformer.ln_f",
-        "transformer.wpe",
-        scaled=False,
-        attn_norm="ln_1",
-    ),
-    "opt": Arch(
-        "model.decoder.layers",
-        "self_attn",
-        "separate",
-        ("q_proj", "k_proj", "v_proj"),
-        "out_proj",
-        "model.decoder.embed_tokens",
-        "model.decoder.final_layer_norm",
-        "model.decoder.embed_positions",
+    "opt": _arch(
+        f"model.decoder.layers self_attn {_QKV} out_proj model.decoder.embed_tokens model.decoder.final_layer_norm",
+        pos_embed="model.decoder.embed_positions",
         pos_offset=2,
         attn_norm="self_attn_layer_norm",
     ),
-    "gpt_neox": Arch(
-        "gpt_neox.layers",
-        "attention",
-        "heads",
-        ("query_key_value",),
-        "dense",
-        "gpt_neox.embed_in",
-        "gpt_neox.final_layer_norm",
+    "gpt_neox": _arch(
+        "gpt_neox.layers attention heads query_key_value dense gpt_neox.embed_in gpt_neox.final_layer_norm",
         rotary="gpt_neox.rotary_emb",
         attn_norm="input_layernorm",
     ),

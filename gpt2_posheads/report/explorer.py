@@ -65,9 +65,8 @@ from ..analysis.interventions import (
 )
 from ..analysis.posembed import extended_pos_embeddings_by_layer
 from ..analysis.repeat_prompt import edit_mapping, repeat_string_prompt, single_token_target
-from ..analysis.scores import raw_scores_from_qk
 from ..claims.gpt2_post import POS_GROUP
-from ..model.attention import attn_scale
+from ..model.attention import attn_scale, raw_scores_from_qk
 from ..model.engine import Reduction, engine_for
 from ..model.identity import has_learned_positions, position_kind
 from ..model.paths import write_whole_text

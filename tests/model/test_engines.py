@@ -27,6 +27,7 @@ from gpt2_posheads import (
     average_ext_pos_embed,
     average_pos_embed,
     diagonal_attention,
+    edit_head_pattern,
     extended_pos_embeddings,
     extended_pos_embeddings_by_layer,
     head_table,
@@ -34,6 +35,7 @@ from gpt2_posheads import (
     mask_previous_attention,
     ood_composition_scores,
     prev_token_ranking,
+    scale_head_output,
 )
 from gpt2_posheads.analysis.measures import compare_head_patterns, kl_divergence, next_token_probs
 from gpt2_posheads.model.engine import EngineError, engine_for
@@ -127,6 +129,8 @@ def _interventions(case: str):
     ivs = {
         "mask_previous_attention": mask_previous_attention(5, [0, 1]),
         "average_ext_pos_embed": average_ext_pos_embed(1, 4, n_prompts=2, seq_len=24),
+        "edit_head_pattern": edit_head_pattern(1, 0, {5: 3, 9: {2: 1.0, 8: 1.0}}),
+        "scale_head_output": scale_head_output(1, 0, 0.25),  # the later layers' patterns move with it
     }
     if case in LEARNED_POS:
         ivs["average_pos_embed"] = average_pos_embed(10)
@@ -157,8 +161,8 @@ def test_every_clean_analysis_is_the_same_on_every_engine(case, models):
             assert_same(ref, analysis(models(case, engine), engine), f"{case} {name} on {engine}", tol(case))
 
 
-# each kind of edit (a pattern edit, a residual addition, a position-embedding replacement) under the pattern
-# reduction, and each other analysis under one of them
+# each kind of edit (a pattern edit, a residual addition, a position-embedding replacement, a head output) under the
+# pattern reduction, and each other analysis under one of them
 EDITED_UNDER = {"next_token_probs": "mask_previous_attention", "kl_divergence": "average_ext_pos_embed"}
 EDITED_UNDER["compare_head_patterns"] = "mask_previous_attention"
 # route-gpt2 counts positions from BOS: built so that W_pos averaging leaves its attention as it is
