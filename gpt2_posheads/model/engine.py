@@ -235,42 +235,16 @@ class Engine(Protocol):
     sites: frozenset  # the sites of SITES whose edits it applies
     refuse_hint: str  # what to do instead, when it refuses an edit
 
-    def patterns(
-        self, batches: Batches, reduction: Reduction, edits: Sequence = (), progress: str | None = None
-    ) -> dict:
-        """``reduction.finish`` after ``reduction.step(state, layer, pattern [batch, head, q, k])`` for every layer
-        and batch (and ``reduction.logits(state, tokens, logits)`` after each batch, when set: the whole model runs);
-        ``progress``: a bar with this label over the batches (where the batches run here)."""
-        ...
+    # each returns reduction.finish(state) (module doc); progress: a bar with this label over the batches
+    def patterns(self, batches: Batches, reduction: Reduction, edits=(), progress: str | None = None) -> dict: ...
 
     def residuals(
-        self,
-        batches: Batches,
-        layers: Sequence[int],
-        reduction: Reduction,
-        edits: Sequence = (),
-        progress: str | None = None,
-    ) -> dict:
-        """``reduction.finish`` after ``reduction.step(state, layer, resid [batch, pos, d_model])`` for each of
-        ``layers`` (sorted, ``0..n_layers``) and batch; blocks after the last layer need not run."""
-        ...
+        self, batches: Batches, layers: Sequence[int], reduction: Reduction, edits=(), progress=None
+    ) -> dict: ...
 
-    def activations(
-        self,
-        batches: Batches,
-        reads: Mapping[str, Iterable[int]],
-        reduction: Reduction,
-        edits: Sequence = (),
-        progress: str | None = None,
-    ) -> dict:
-        """``reduction.finish`` after ``reduction.step(state, layer, {kind: tensor})`` for every layer ``reads``
-        names (``{kind: layers}``, kinds :data:`READS`) and batch, the layer's reads together; the pass stops after
-        the last read."""
-        ...
+    def activations(self, batches: Batches, reads: Mapping, reduction: Reduction, edits=(), progress=None) -> dict: ...
 
-    def run(self, tokens: torch.Tensor, edits: Sequence = ()) -> torch.Tensor:
-        """Logits ``[batch, pos, d_vocab]`` of ``tokens`` ``[batch, pos]`` under ``edits``."""
-        ...
+    def run(self, tokens: torch.Tensor, edits=()) -> torch.Tensor: ...
 
 
 def materialise(batches: Batches) -> Sequence[torch.Tensor]:

@@ -5,6 +5,21 @@ Each layer's pattern is computed inside the trace from the model's own query and
 tensors (per-head diagonal means, per-head scores) come back from NDIF, never a pattern; the block of
 :func:`run_traced` is what nnsight ships, and the functions it calls are shipped by value (this package need not be
 installed on the server). The models, their architectures and loading are :mod:`gpt2_posheads.model.traced`.
+
+Scores are ``q . k * scale`` with, per architecture (:data:`~gpt2_posheads.model.traced.ARCHS`):
+
+* queries and keys as the model's projections output them (GPT-2's fused ``c_attn`` split in three, GPT-NeoX's
+  fused ``query_key_value`` split per head, separate ``q_proj``/``k_proj`` elsewhere);
+* rotary models rotated with the model's own ``cos``/``sin`` (the output of its ``rotary_emb``;
+  :func:`~gpt2_posheads.model.attention.rotate`), grouped-query keys expanded per query head
+  (:func:`~gpt2_posheads.model.attention.expand_kv`);
+* the scale the module itself uses (its ``scaling`` attribute: ``1/sqrt(d_head)``, GPT-2's inverse-layer option
+  included; GPT-Neo, which does not scale, ``1``); the causal mask, plus GPT-Neo's local window and a sliding window
+  where the configuration declares one.
+
+So a hosted model need not run eager attention. The recomputation is *verified, not trusted*: on the first batch
+of every pass the trace also forms ``A v`` and compares it with the input of the attention's output projection (the
+model's own head outputs); a gap above tolerance is an error.
 """
 
 from __future__ import annotations

@@ -1,31 +1,10 @@
 """Models that do not fit one machine: a Hugging Face causal LM under nnsight, run here or on NDIF.
 
-The analyses that need every attention pattern (the ranking, the head atlas) or the residual stream (extended
-positional embeddings) are written as nnsight traces whose reductions run where the model runs: each layer's
-pattern is computed inside the trace from the model's own query and key projections and reduced on the spot, so
-only small tensors (per-head diagonal means, per-head scores) come back, never a pattern. The same code runs
-locally on a Hugging Face folder (``remote=False``) and on an NDIF-hosted model (``remote=True``): the block of
-:func:`run_traced` is what nnsight ships, and the functions it calls are shipped by value (this package need not be
-installed on the server).
-
-Scores are ``q . k * scale`` with, per architecture (:data:`ARCHS`):
-
-* queries and keys as the model's projections output them (GPT-2's fused ``c_attn`` split in three, GPT-NeoX's
-  fused ``query_key_value`` split per head, separate ``q_proj``/``k_proj`` elsewhere);
-* rotary models rotated with the model's own ``cos``/``sin`` (the output of its ``rotary_emb``;
-  :func:`~gpt2_posheads.model.attention.rotate`), grouped-query keys expanded per query head
-  (:func:`~gpt2_posheads.model.attention.expand_kv`);
-* the scale the module itself uses (its ``scaling`` attribute: ``1/sqrt(d_head)``, GPT-2's inverse-layer option
-  included; GPT-Neo, which does not scale, ``1``); the causal mask, plus GPT-Neo's local window and a sliding window
-  where the configuration declares one.
-
-So a hosted model need not run eager attention. The recomputation is *verified, not trusted*: on the first batch
-of every pass the trace also forms ``A v`` and compares it with the input of the attention's output projection (the
-model's own head outputs); a gap above tolerance is an error.
-
-``nnsight`` is imported only here and only when a traced model is made (importing it patches ``torch`` and mounts a
-``save`` method on every object). Remote runs need ``NDIF_API_KEY``; :func:`check_remote` says so in one line,
-and bounds the connection attempt to a few seconds, before any work.
+Where each architecture keeps what the scores use (:data:`ARCHS`), the traced model (:class:`TracedModel`), its
+loading and the ``--remote`` check; the engine that runs it is :mod:`~gpt2_posheads.model.engine_nnsight`.
+``nnsight`` is imported only here and there, and only when a traced model is made (importing it patches ``torch``
+and mounts a ``save`` method on every object). Remote runs need ``NDIF_API_KEY``; :func:`check_remote` says so in
+one line, and bounds the connection attempt to a few seconds, before any work.
 """
 
 from __future__ import annotations

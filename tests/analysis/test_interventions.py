@@ -161,3 +161,19 @@ def test_bad_input(tiny_model):
     with pytest.raises(ValueError, match="every"):
         mask_previous_attention(every=0)
     assert len(hooks_for(tiny_model, average_pos_embed(2), scale_head_output(0, 0, 2.0))) == 2
+
+
+def test_an_intervention_is_data_each_analysis_takes_as_edits(tiny_model):
+    """What it edits and where, read off the intervention itself; applied through an analysis's ``edits`` it moves the
+    pattern exactly as its TransformerLens hooks do, and the hooks themselves are not an edit."""
+    iv = mask_previous_attention(5, [0, 1])
+    assert (iv.site, iv.layers) == ("pattern", (0, 1))
+    assert (scale_head_output(1, 2, 0.5).site, average_pos_embed(4).site) == ("z", "pos_embed")
+    toks = _toks(tiny_model, 1)
+    got = head_patterns(tiny_model, toks[0], [(1, 0)], [iv])[(1, 0)]
+    box = {}
+    hooks = hooks_for(tiny_model, iv) + [("blocks.1.attn.hook_pattern", lambda p, hook: box.setdefault("p", p[0, 0]))]
+    _run(tiny_model, toks, hooks)
+    assert torch.equal(got, box["p"].float()) and float(got[5, 4]) == 0.0
+    with pytest.raises(TypeError, match="edits: interventions"):
+        head_patterns(tiny_model, toks[0], [(1, 0)], iv.hooks(tiny_model))
