@@ -349,20 +349,15 @@ def _apply(fn, x: torch.Tensor, hook) -> torch.Tensor:
 
 def _edit_hooks(model, e: Edit) -> list:
     """The TransformerLens hooks of one checked edit; each edit of a site whose hook may not feed the model's
-    computation first asks that it does (:func:`require_live`), so none silently does
-    nothing."""
+    computation first asks that it does (:func:`require_live`), so none silently does nothing."""
     if e.site == "pattern":  # exact on every model (through hook_z where hook_pattern does not feed the output)
         return [h for l in e.layers for h in pattern_edit_hooks(model, int(l), e.fn)]
     live = {"pos_embed": "hook_pos_embed", "resid_add": "hook_resid_pre", "z": "attn.hook_z"}.get(e.site)
     if live is not None:
         require_live(model, live, e.name)
-    if e.site == "pos_embed":
-        return [
-            (
-                "hook_pos_embed",
-                partial(_replace_positions, e.fn(model.W_pos.detach().float().cpu()).to(model.W_pos.device)),
-            )
-        ]
+    if e.site == "pos_embed":  # the rows W_pos becomes, from the model's own (float32, as load_w_pos reads it)
+        table = e.fn(model.W_pos.detach().float().cpu()).to(model.W_pos.device)
+        return [("hook_pos_embed", partial(_replace_positions, table))]
     if e.site == "z":
         return [(f"blocks.{int(l)}.attn.hook_z", partial(_apply, e.fn)) for l in e.layers]
     value = e.fn(model).to(model_device(model))
