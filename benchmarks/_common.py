@@ -90,7 +90,7 @@ def pattern_work(d: int, L: int, H: int, n_prompts: int, n: int, batch: int, n_o
     import torch
 
     from gpt2_posheads.analysis.diagonals import diagonal_sums
-    from gpt2_posheads.model.fastpath import FastGPT2, Workspace, gelu_tanh_
+    from gpt2_posheads.model.engine_fast import FastGPT2, Workspace, gelu_tanh_
 
     dh = d // H
     q, k, v = (torch.randn(batch * H, n, dh) for _ in range(3))

@@ -114,7 +114,7 @@ def profile_worker(shape: dict, threads: int, layers: int = 4) -> None:
 
     from gpt2_posheads import load_model
     from gpt2_posheads.analysis.diagonals import diagonal_sums
-    from gpt2_posheads.model.fastpath import Workspace, fast_forward
+    from gpt2_posheads.model.engine_fast import Workspace, fast_forward
 
     torch.set_num_threads(threads)
     model = load_model(model_dir({**shape, "n_layers": layers}), device="cpu")

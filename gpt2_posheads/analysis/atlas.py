@@ -26,8 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..model.engine import Reduction
-from ..model.engines import engine_for
+from ..model.engine import Reduction, engine_for
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches
 from ..model.validation import head_name
@@ -50,7 +49,7 @@ OOD_PROTOCOL = (
 
 def _reduce_patterns(model, make_tokens, state: dict, on_pattern, engine: str = "auto") -> dict:
     """:func:`_mean_scores` after ``on_pattern(state, layer, pattern)`` for every layer and batch (of 8) of
-    ``make_tokens()`` ``[n, pos]``, on the engine of :func:`~gpt2_posheads.model.engines.engine_for` (through nnsight
+    ``make_tokens()`` ``[n, pos]``, on the engine of :func:`~gpt2_posheads.model.engine.engine_for` (through nnsight
     only those small tensors come back). ``state["shape"]`` is set to ``(n_layers, n_heads)`` first."""
     eng = engine_for(model, engine)
 
@@ -166,7 +165,7 @@ def head_table(
     """One row per head: ``layer, head, name, top_offset, prev_ratio, prev_mass, is_prev_token, induction, duplicate``
     (toolkit protocol), plus ``ood_previous_token`` and ``ood_induction`` with ``protocol="ood-composition"`` (BOS
     first as the published script does for ``model_name``: :func:`ood_composition_bos`). Every score is one reduction
-    on the engine of :func:`~gpt2_posheads.model.engines.engine_for` (``engine``): through nnsight (a traced model)
+    on the engine of :func:`~gpt2_posheads.model.engine.engine_for` (``engine``): through nnsight (a traced model)
     the scores are reduced inside the traces, locally or on NDIF, and only ``[n_layers, n_heads]`` tensors come
     back."""
     st = traced_stats(model, prompts, engine=engine)

@@ -10,7 +10,7 @@ memory does not grow with the number of prompts and no activation cache is ever 
 pass stops right after the last layer's pattern: the rest of that block and the unembedding are never
 computed. The sums are one reduction (:func:`diagonal_sums` per layer and batch, then the means) that every engine
 of :mod:`gpt2_posheads.model.engine` runs: the verified hook-free pass when it applies, TransformerLens hooks (always
-so with ``fwd_hooks``), an nnsight trace (where only the means, or the statistics, come back), or stored diagonals.
+so with ``edits``), an nnsight trace (where only the means, or the statistics, come back), or stored diagonals.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from functools import partial
 import pandas as pd
 import torch
 
-from ..model.engine import Reduction
-from ..model.engines import engine_for
+from ..model.engine import Reduction, engine_for
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches, to_token_list
 from ..model.validation import NonFiniteError, NothingMeasuredError, check_int_range, head_name
@@ -123,7 +122,7 @@ def diagonal_attention(
     exclude_bos: bool = True,
     batch_size: int = 8,
     progress: bool = True,
-    fwd_hooks=(),
+    edits=(),
     bf16: bool = False,
     engine: str = "auto",
 ) -> torch.Tensor:
@@ -141,21 +140,21 @@ def diagonal_attention(
     Args:
         prompts: ``[batch, pos]`` token ids, a list of token tensors, or a list of strings.
         max_offset: largest offset ``d`` (default: longest prompt length − 1); must be >= 1.
-        fwd_hooks: extra TransformerLens hooks (interventions) applied during the pass.
+        edits: interventions applied during the pass (``mask_previous_attention(5, range(4))``, ...).
         bf16: matmuls in bfloat16 (LayerNorm, softmax and the residual stay float32): ~3x faster on
             CPUs with AMX at GPT-2 sizes; diagonal masses within ~1e-3 of float32 on diffuse random-weight heads,
             but up to 0.5 off on sharp heads (large query-key logits, as in the compiled models). Where the CPU has no
             native bfloat16 it runs float32 and says so (:func:`gpt2_posheads.model.precision.resolve_bf16`).
         engine: ``"auto"`` (hook-free fast path when it applies), ``"fast"`` or ``"hooks"``; see
-            :func:`gpt2_posheads.model.engines.engine_for`. Both give the same numbers to ~1e-6.
+            :func:`gpt2_posheads.model.engine.engine_for`. Both give the same numbers to ~1e-6.
             ``"nnsight"`` (the only engine of a :class:`~gpt2_posheads.model.traced.TracedModel`): the patterns are
-            computed and reduced inside an nnsight trace, locally or on NDIF; ``fwd_hooks`` are then the
-            interventions' traced edits (``iv.hooks(traced_model)``). ``model`` may be stored activations (then
+            computed and reduced inside an nnsight trace, locally or on NDIF, the interventions applied there.
+            ``model`` may be stored activations (then
             ``prompts`` is ``None``, and ``max_offset`` and ``exclude_bos`` are left as they are): the stored diagonals.
     """
-    return _diagonal_pass(
-        model, prompts, max_offset, exclude_bos, batch_size, False, engine, bf16, fwd_hooks, progress
-    )["diagonals"]
+    return _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, False, engine, bf16, edits, progress)[
+        "diagonals"
+    ]
 
 
 def prev_token_stats(mass: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -359,7 +358,7 @@ def traced_stats(
     max_offset: int | None = None,
     exclude_bos: bool = True,
     batch_size: int = 8,
-    fwd_hooks=(),
+    edits=(),
     engine: str = "auto",
     bf16: bool = False,
     progress: bool = False,
@@ -368,15 +367,15 @@ def traced_stats(
     :data:`PROFILE_OFFSETS` diagonal means ``[n_layers, n_heads, 16]``, on any engine (what
     :func:`prev_token_ranking` ranks; ``bf16``, ``progress`` as there). Through nnsight that is all that comes back
     from the trace (about 0.5 MB for a Llama-70B shape); the statistics are computed where the model runs."""
-    return _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, True, engine, bf16, fwd_hooks, progress)
+    return _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, True, engine, bf16, edits, progress)
 
 
 def traced_ranking(
-    model, prompts, max_offset: int | None = None, exclude_bos: bool = True, batch_size: int = 8, fwd_hooks=()
+    model, prompts, max_offset: int | None = None, exclude_bos: bool = True, batch_size: int = 8, edits=()
 ) -> tuple[pd.DataFrame, torch.Tensor]:
     """The ranking (:func:`prev_token_ranking`) and the first :data:`PROFILE_OFFSETS` diagonal means
     (:func:`traced_stats`): through nnsight, all that comes back from the trace."""
-    st = traced_stats(model, prompts, max_offset, exclude_bos, batch_size, fwd_hooks)
+    st = traced_stats(model, prompts, max_offset, exclude_bos, batch_size, edits)
     profile = st.pop("profile")
     return rank_from_stats(st), profile
 

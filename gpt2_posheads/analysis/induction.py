@@ -25,8 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..model.engine import Reduction
-from ..model.engines import engine_for
+from ..model.engine import Reduction, engine_for
 from ..model.state import measures_caller_model
 from ..model.validation import UsageError, check_model
 
@@ -125,7 +124,7 @@ def induction_scores(
     engine: str = "auto",
 ) -> InductionResult:
     """Induction score of every head and the loss on each copy of ``[BOS] r r`` (see the module doc), from one pass
-    per batch of ``engine`` (:func:`~gpt2_posheads.model.engines.engine_for`'s choice: TransformerLens hooks, or the
+    per batch of ``engine`` (:func:`~gpt2_posheads.model.engine.engine_for`'s choice: TransformerLens hooks, or the
     nnsight trace of a traced model) that reduces every layer's pattern and the logits."""
     check_model(model)
     toks = repeated_random_tokens(model, n_seqs, seg_len, seed, bos=bos)

@@ -1,11 +1,11 @@
-"""Causal interventions of the GPT-2 post, as small hook factories.
+"""Causal interventions of the GPT-2 post, as data.
 
-Each factory validates its arguments at once and returns an :class:`Intervention`; binding it to a
-model (``iv.hooks(model)``) checks layers/heads against ``model.cfg`` and returns the edits of the model's engine
-(:func:`~gpt2_posheads.model.engines.engine_for`), for the ``fwd_hooks`` of any analysis: on a TransformerLens model
-its ``fwd_hooks`` — ``[(hook_name, fn), ...]`` — ready for ``model.run_with_hooks(tokens, fwd_hooks=...)`` or
-``with model.hooks(fwd_hooks=...)``; on an nnsight-traced model its traced edits. :func:`hooks_for` concatenates
-several interventions.
+Each factory validates its arguments at once and returns an :class:`~gpt2_posheads.model.engine.Edit` (what it edits,
+where, how) that any analysis takes in its ``edits`` and every engine applies in its own way: TransformerLens hooks,
+an nnsight trace (locally or on NDIF), or an error from the one place that refuses what an engine cannot edit
+(:func:`~gpt2_posheads.model.engine.applied`). Layers and heads are checked against the model when it is applied.
+For TransformerLens itself, :func:`hooks_for` (or ``edit.hooks(model)``) gives the hooks ``[(hook_name, fn), ...]``
+for ``model.run_with_hooks``.
 
 Maths, per intervention (``A`` a head's attention pattern ``[q, k]``, ``g`` a group size):
 
@@ -18,9 +18,9 @@ Maths, per intervention (``A`` a head's attention pattern ``[q, k]``, ``g`` a gr
 * ``mask_previous_attention(every, layers)``: ``A[p, p-1] <- 0`` for queries ``p > 0`` with ``p % every == 0``
   in every head of ``layers`` (post-softmax; rows optionally renormalised to sum to 1).
 
-Pattern edits go through :func:`~gpt2_posheads.model.patterns.pattern_edit_hooks`, exact on every model (through
-``hook_z`` where ``hook_pattern`` does not feed the output); every other intervention first checks that its hook
-changes the model's output (:func:`~gpt2_posheads.model.hooks.require_live`), so none can silently do nothing.
+Pattern edits are exact on every model (through ``hook_z`` where ``hook_pattern`` does not feed the output:
+:func:`~gpt2_posheads.model.engine_hooks.pattern_edit_hooks`); every other intervention's hook is first checked to
+change the model's output (:func:`~gpt2_posheads.model.engine_hooks.require_live`), so none can silently do nothing.
 * ``edit_head_pattern(L, H, mapping)``: row ``A[q]`` of head ``(L, H)`` becomes one-hot at ``mapping[q]``
   (or the given distribution over keys).
 * ``scale_head_output(L, H, f)``: ``z_{L,H} <- f * z_{L,H}`` (``hook_z``); the head's write to the residual
@@ -29,19 +29,15 @@ changes the model's output (:func:`~gpt2_posheads.model.hooks.require_live`), so
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from functools import partial
 
 import einops
 import torch
 
-from ..model.engines import engine_for
-from ..model.hooks import require_live
-from ..model.patterns import pattern_edit_hooks
+from ..model.engine import Edit, as_edits
 from ..model.state import measures_caller_model
-from ..model.tokens import model_device
-from ..model.traced import TracedEdit, replace_positions
+from ..model.traced import is_traced
 from ..model.validation import (
     UsageError,
     check_head,
@@ -51,34 +47,20 @@ from ..model.validation import (
     check_learned_pos_embed,
     checked,
 )
-from .posembed import default_bos, extended_pos_embeddings, load_w_pos
+from .posembed import default_bos, extended_pos_embeddings
 
-Hook = tuple[str, Callable]
-
-
-@dataclass
-class Intervention:
-    """A named intervention; ``bind(model)`` returns its ``fwd_hooks``. ``traced(model)``, where the intervention
-    has one, returns its edits inside an nnsight trace (:class:`~gpt2_posheads.model.traced.TracedEdit`);
-    ``hooks(model)`` gives the edits of the model's engine (:meth:`gpt2_posheads.model.engine.Engine.edits`), for
-    the ``fwd_hooks`` of any analysis."""
-
-    name: str
-    bind: Callable[[object], list[Hook]]
-    traced: Callable[[object], list[TracedEdit]] | None = None
-
-    @measures_caller_model
-    def hooks(self, model, engine: str = "auto") -> list:
-        return engine_for(model, engine).edits(self)
+Intervention = Edit  # the name interventions had as hook factories
 
 
 @measures_caller_model
-def hooks_for(model, *interventions: Intervention) -> list[Hook]:
-    """The ``fwd_hooks`` of several interventions, in order."""
-    out: list[Hook] = []
-    for iv in interventions:
-        out += iv.hooks(model)
-    return out
+def hooks_for(model, *interventions: Edit) -> list[tuple]:
+    """The TransformerLens hooks of several interventions, in order, for ``model.run_with_hooks``; an analysis takes
+    the interventions themselves (``edits=[...]``)."""
+    from ..model.engine_hooks import hook_tuples
+
+    if is_traced(model):
+        raise TypeError("hooks_for gives TransformerLens hooks: pass the interventions to an analysis, edits=[...]")
+    return hook_tuples(model, as_edits(interventions))
 
 
 def group_average_rows(x: torch.Tensor, group_size: int, offset: int = 0) -> torch.Tensor:
@@ -105,46 +87,41 @@ def group_average_rows(x: torch.Tensor, group_size: int, offset: int = 0) -> tor
     return out
 
 
-def _add_positions(delta: torch.Tensor):
-    def hook(x, hook):  # x: [batch, pos, d_model]
-        return x + delta[: x.shape[-2]].to(x.dtype)
-
-    return hook
+def _check_positions(model) -> None:
+    if is_traced(model):
+        if model.arch.pos_embed is None:
+            raise UsageError("model", f"has {model.cfg.positional_embedding_type!r} positions", "learned W_pos")
+    else:
+        check_learned_pos_embed(model)
 
 
 @checked
-def average_pos_embed(group_size: int, w_pos: torch.Tensor | None = None) -> Intervention:
+def average_pos_embed(group_size: int, w_pos: torch.Tensor | None = None) -> Edit:
     """Average the rows of ``W_pos`` (the model's, or ``w_pos``) in consecutive groups of ``group_size``."""
     check_int_range("group_size", group_size, 1, 1 << 30)
-
-    def bind(model):
-        check_learned_pos_embed(model)
-        require_live(model, "hook_pos_embed", "averaging W_pos")
-        w = load_w_pos(model) if w_pos is None else w_pos.float()
-        avg = group_average_rows(w, group_size).to(model.W_pos.device)
-        return [("hook_pos_embed", lambda x, hook: replace_positions(x, avg))]  # x: [batch, pos, d_model]
-
-    def traced(model):
-        if model.arch.pos_embed is None:
-            raise UsageError("model", f"has {model.cfg.positional_embedding_type!r} positions", "learned W_pos")
-        fn = (
-            partial(group_average_rows, group_size=group_size)
-            if w_pos is None
-            else partial(_given_rows, rows=w_pos, group_size=group_size)
-        )
-        return [TracedEdit("pos_embed", fn=fn)]
-
-    return Intervention(f"average W_pos in groups of {group_size}", bind, traced)
+    fn = (  # runs where the model runs, on its own W_pos
+        partial(group_average_rows, group_size=group_size)
+        if w_pos is None
+        else partial(_given_rows, rows=w_pos, group_size=group_size)
+    )
+    return Edit(f"average W_pos in groups of {group_size}", "pos_embed", fn, check=_check_positions)
 
 
 def _given_rows(w: torch.Tensor, rows: torch.Tensor, group_size: int | None = None) -> torch.Tensor:
     return rows.float() if group_size is None else group_average_rows(rows.float(), group_size)
 
 
+def _ext_delta(model, layer: int, group_size: int, ext, bos, ext_kwargs: dict) -> torch.Tensor:
+    """``Ē - E`` ``[pos, d_model]``, added to the residual stream entering ``layer``."""
+    b = default_bos(model) if bos is None else bool(bos)
+    e = extended_pos_embeddings(model, layer, bos=b, **ext_kwargs) if ext is None else ext.float()
+    return group_average_rows(e, group_size, offset=int(b)) - e
+
+
 @checked
 def average_ext_pos_embed(
     layer: int, group_size: int, ext: torch.Tensor | None = None, bos: bool | None = None, **ext_kwargs
-) -> Intervention:
+) -> Edit:
     """Replace the extended positional embedding at ``layer`` by its group average (see module doc).
 
     ``ext`` ``[pos, d_model]`` defaults to :func:`extended_pos_embeddings` ``(model, layer, bos=bos, **ext_kwargs)``;
@@ -152,22 +129,14 @@ def average_ext_pos_embed(
     groups. Prompts without BOS need ``bos=False``.
     """
     check_int_range("group_size", group_size, 1, 1 << 30)
-
-    def delta(model) -> torch.Tensor:  # Ē - E [pos, d_model], added to the residual stream entering ``layer``
-        b = default_bos(model) if bos is None else bool(bos)
-        e = extended_pos_embeddings(model, layer, bos=b, **ext_kwargs) if ext is None else ext.float()
-        return group_average_rows(e, group_size, offset=int(b)) - e
-
-    def bind(model):
-        check_layer(model, layer)
-        require_live(model, "hook_resid_pre", "averaging the extended positional embeddings")
-        return [(f"blocks.{layer}.hook_resid_pre", _add_positions(delta(model).to(model_device(model))))]
-
-    def traced(model):
-        check_layer(model, layer)
-        return [TracedEdit("resid_add", layer, delta=delta(model))]
-
-    return Intervention(f"average extended pos emb at layer {layer} in groups of {group_size}", bind, traced)
+    fn = partial(_ext_delta, layer=layer, group_size=group_size, ext=ext, bos=bos, ext_kwargs=ext_kwargs)
+    return Edit(
+        f"average extended pos emb at layer {layer} in groups of {group_size}",
+        "resid_add",
+        fn,
+        (layer,),
+        partial(check_layer, layer=layer),
+    )
 
 
 MASK_EVERY = 5  # the post's masking: every 5th query loses its attention to the previous position
@@ -182,20 +151,14 @@ def masked_queries(every: int, n_pos: int) -> torch.Tensor:
 @checked
 def mask_previous_attention(
     every: int = MASK_EVERY, layers: Iterable[int] = range(4), renormalize: bool = False
-) -> Intervention:
+) -> Edit:
     """Zero attention from query ``p`` to key ``p-1`` for every ``p % every == 0`` (``p > 0``) in all heads of
-    ``layers`` (through :func:`~gpt2_posheads.model.patterns.pattern_edit_hooks`: exact on every model)."""
+    ``layers`` (exact on every model)."""
     check_int_range("every", every, 1, 1 << 30)
     layers = list(layers)
     edit = partial(_mask_previous, every=every, renormalize=renormalize)
-
-    def bind(model):
-        return [h for l in check_layers(model, layers) for h in pattern_edit_hooks(model, l, edit)]
-
-    def traced(model):
-        return [TracedEdit("pattern", l, fn=edit) for l in check_layers(model, layers)]
-
-    return Intervention(f"mask attention to p-1 every {every} positions in layers {layers}", bind, traced)
+    name = f"mask attention to p-1 every {every} positions in layers {layers}"
+    return Edit(name, "pattern", edit, tuple(layers), partial(check_layers, layers=layers))
 
 
 def _mask_previous(pattern: torch.Tensor, every: int, renormalize: bool) -> torch.Tensor:
@@ -209,8 +172,26 @@ def _mask_previous(pattern: torch.Tensor, every: int, renormalize: bool) -> torc
     return pattern
 
 
+def _set_rows(pattern: torch.Tensor, head: int, rows: dict[int, dict[int, float]]) -> torch.Tensor:
+    """``pattern`` ``[batch, head, q, k]`` with row ``q`` of ``head`` replaced by ``rows[q]`` ``{key: weight}``."""
+    pattern = pattern.clone()
+    for q, dist in rows.items():
+        if q >= pattern.shape[-2]:
+            raise ValueError(f"mapping query position {q} is beyond the prompt length {pattern.shape[-2]}")
+        pattern[:, head, q, :] = 0.0
+        for k, w in dist.items():
+            pattern[:, head, q, k] = w
+    return pattern
+
+
+def _check_rows(model, layer: int, head: int, rows) -> None:
+    check_head(model, layer, head)
+    for q in rows:
+        check_int_range("mapping query position", q, 0, model.cfg.n_ctx - 1)
+
+
 @checked
-def edit_head_pattern(layer: int, head: int, mapping: Mapping[int, int | Mapping[int, float]]) -> Intervention:
+def edit_head_pattern(layer: int, head: int, mapping: Mapping[int, int | Mapping[int, float]]) -> Edit:
     """Make query ``q`` of head ``(layer, head)`` attend to ``mapping[q]``: a key position (one-hot) or a
     ``{key: weight}`` distribution (normalised to sum to 1). Keys must not lie after their query."""
     rows: dict[int, dict[int, float]] = {}
@@ -222,38 +203,21 @@ def edit_head_pattern(layer: int, head: int, mapping: Mapping[int, int | Mapping
         if total <= 0:
             raise ValueError(f"mapping[{q}] weights must sum to a positive number")
         rows[int(q)] = {k: w / total for k, w in dist.items()}
+    fn = partial(_set_rows, head=head, rows=rows)
+    check = partial(_check_rows, layer=layer, head=head, rows=rows)
+    return Edit(f"edit L{layer}H{head} pattern {dict(mapping)}", "pattern", fn, (layer,), check)
 
-    def edit(pattern):  # pattern: [batch, head, q, k]
-        pattern = pattern.clone()
-        for q, dist in rows.items():
-            if q >= pattern.shape[-2]:
-                raise ValueError(f"mapping query position {q} is beyond the prompt length {pattern.shape[-2]}")
-            pattern[:, head, q, :] = 0.0
-            for k, w in dist.items():
-                pattern[:, head, q, k] = w
-        return pattern
 
-    def bind(model):
-        check_head(model, layer, head)
-        for q in rows:
-            check_int_range("mapping query position", q, 0, model.cfg.n_ctx - 1)
-        return pattern_edit_hooks(model, layer, edit)
-
-    return Intervention(f"edit L{layer}H{head} pattern {dict(mapping)}", bind)
+def _scale_head(z: torch.Tensor, head: int, factor: float) -> torch.Tensor:
+    z = z.clone()  # z: [batch, pos, head, d_head]
+    z[:, :, head, :] *= factor
+    return z
 
 
 @checked
-def scale_head_output(layer: int, head: int, factor: float) -> Intervention:
+def scale_head_output(layer: int, head: int, factor: float) -> Edit:
     """Multiply head ``(layer, head)``'s output by ``factor`` (on ``hook_z``, before ``W_O``)."""
-
-    def hook(z, hook):  # z: [batch, pos, head, d_head]
-        z = z.clone()
-        z[:, :, head, :] *= factor
-        return z
-
-    def bind(model):
-        check_head(model, layer, head)
-        require_live(model, "attn.hook_z", "scaling a head's output")
-        return [(f"blocks.{layer}.attn.hook_z", hook)]
-
-    return Intervention(f"scale L{layer}H{head} output by {factor}", bind)
+    fn = partial(_scale_head, head=head, factor=factor)
+    return Edit(
+        f"scale L{layer}H{head} output by {factor}", "z", fn, (layer,), partial(check_head, layer=layer, head=head)
+    )

@@ -1,6 +1,6 @@
 """What an intervention changed: next-token distributions, KL over a corpus, attention patterns.
 
-Every pass goes through the model's engine (:func:`~gpt2_posheads.model.engines.engine_for`): logits from
+Every pass goes through the model's engine (:func:`~gpt2_posheads.model.engine.engine_for`): logits from
 ``run``, patterns from ``patterns`` with a reduction that keeps the heads asked for. A clean pattern compared with an
 intervened one comes from the engine that applies the intervention (``with_edits``), so that their difference is the
 intervention's alone.
@@ -11,16 +11,15 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
-from ..model.engine import Reduction
-from ..model.engines import engine_for
+from ..model.engine import Reduction, engine_for
 from ..model.tokens import as_token_batches, single_prompt, to_token_list
 from ..model.validation import require_finite
 
 
-def next_token_probs(model, tokens: torch.Tensor, fwd_hooks=(), engine: str = "auto") -> torch.Tensor:
+def next_token_probs(model, tokens: torch.Tensor, edits=(), engine: str = "auto") -> torch.Tensor:
     """Probabilities of the next token after the last position: ``[batch, d_vocab]``."""
     toks = torch.stack(to_token_list(model, tokens[None] if tokens.ndim == 1 else tokens))
-    logits = engine_for(model, engine).run(toks, fwd_hooks)
+    logits = engine_for(model, engine).run(toks, edits)
     return require_finite(logits[:, -1].float(), "the model's logits").softmax(-1).cpu()
 
 
@@ -30,9 +29,7 @@ def top_tokens(model, probs: torch.Tensor, k: int = 5) -> list[tuple[str, float]
     return [(model.tokenizer.decode([int(t)]), float(v)) for v, t in zip(p, i)]
 
 
-def kl_divergence(
-    model, prompts, fwd_hooks, batch_size: int = 4, progress: bool = False, engine: str = "auto"
-) -> float:
+def kl_divergence(model, prompts, edits, batch_size: int = 4, progress: bool = False, engine: str = "auto") -> float:
     """Mean ``KL(clean || intervened)`` (nats) of next-token distributions over every position of
     every prompt. A KL is never negative; float rounding of two equal distributions can give -1e-10, which is
     returned as 0."""
@@ -40,7 +37,7 @@ def kl_divergence(
     total, count = 0.0, 0
     for toks in tqdm(list(as_token_batches(model, prompts, batch_size)), desc="KL", disable=not progress):
         clean = eng.run(toks).float().log_softmax(-1)
-        patched = eng.run(toks, fwd_hooks).float().log_softmax(-1)
+        patched = eng.run(toks, edits).float().log_softmax(-1)
         kl = (clean.exp() * (clean - patched)).sum(-1)
         total += float(kl.sum())
         count += kl.numel()
@@ -58,23 +55,23 @@ def _finish_heads(state: dict) -> dict:
     return {k: v.cpu() for k, v in state.items() if k != "heads"}
 
 
-def _head_patterns(eng, prompt, heads: list[tuple[int, int]], fwd_hooks=()) -> dict[tuple[int, int], torch.Tensor]:
+def _head_patterns(eng, prompt, heads: list[tuple[int, int]], edits=()) -> dict[tuple[int, int], torch.Tensor]:
     toks = single_prompt(eng.model, prompt)
     wanted: dict[int, list[int]] = {}
     for l, h in heads:
         wanted.setdefault(int(l), []).append(int(h))
     reduction = Reduction(_keep_heads, _finish_heads, {"heads": wanted}, layers=sorted(wanted))
-    got = eng.patterns([toks], reduction, fwd_hooks)
+    got = eng.patterns([toks], reduction, edits)
     return {(l, h): require_finite(got[f"L{l}H{h}"], f"L{l}H{h}'s attention pattern") for l, h in heads}
 
 
 def head_patterns(
-    model, prompt, heads: list[tuple[int, int]], fwd_hooks=(), engine: str = "auto"
+    model, prompt, heads: list[tuple[int, int]], edits=(), engine: str = "auto"
 ) -> dict[tuple[int, int], torch.Tensor]:
-    """Attention patterns ``{(layer, head): [pos, pos]}`` on one prompt, under ``fwd_hooks``. Under ``"auto"``
-    from the engine that applies interventions (TransformerLens hooks), with or without ``fwd_hooks``: a clean
+    """Attention patterns ``{(layer, head): [pos, pos]}`` on one prompt, under ``edits`` (interventions). Under
+    ``"auto"`` from the engine that applies interventions (TransformerLens hooks), with or without them: a clean
     pattern and an intervened one then differ by the intervention alone, to the bit."""
-    return _head_patterns(engine_for(model, engine, with_edits=True), prompt, heads, fwd_hooks)
+    return _head_patterns(engine_for(model, engine, with_edits=True), prompt, heads, edits)
 
 
 def pattern_distance(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
@@ -106,9 +103,9 @@ def prev_token_score(pattern: torch.Tensor, skip_first: int = 1, rows: torch.Ten
 
 
 def compare_head_patterns(
-    model, prompts, head: tuple[int, int], fwd_hooks, rows: torch.Tensor | None = None, engine: str = "auto"
+    model, prompts, head: tuple[int, int], edits, rows: torch.Tensor | None = None, engine: str = "auto"
 ) -> dict:
-    """A head's attention clean vs under ``fwd_hooks``, over every prompt of ``prompts``.
+    """A head's attention clean vs under ``edits``, over every prompt of ``prompts``.
 
     Returns the mean previous-token score of each run (``prev_score_clean``, ``prev_score_intervened``: every
     query), the mean pattern distances, the relative drop of the previous-token score, and the first prompt's two
@@ -119,7 +116,7 @@ def compare_head_patterns(
     clean_s, new_s, rows_c, rows_n, dists, first = [], [], [], [], [], None
     for prompt in prompts:
         clean = _head_patterns(eng, prompt, [head])[head]
-        new = _head_patterns(eng, prompt, [head], fwd_hooks)[head]
+        new = _head_patterns(eng, prompt, [head], edits)[head]
         clean_s.append(prev_token_score(clean))
         new_s.append(prev_token_score(new))
         if rows is not None:

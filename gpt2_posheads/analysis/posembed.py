@@ -22,8 +22,7 @@ import einops
 import numpy as np
 import torch
 
-from ..model.engine import Reduction
-from ..model.engines import engine_for
+from ..model.engine import Reduction, engine_for
 from ..model.state import measures_caller_model
 from ..model.validation import (
     UsageError,
@@ -105,8 +104,8 @@ def extended_pos_embeddings(
     ``return_per_token`` also the stack ``[n_tokens, seq_len, d_model]``. Row 0 is the BOS position when there is one.
 
     Only blocks ``< layer`` run, in batches, without an activation cache, on the engine of
-    :func:`~gpt2_posheads.model.engines.engine_for`: the hook-free fused attention of
-    :mod:`gpt2_posheads.model.fastpath` when ``engine`` allows it (``"auto"``, the default), TransformerLens hooks
+    :func:`~gpt2_posheads.model.engine.engine_for`: the hook-free fused attention of
+    :mod:`gpt2_posheads.model.engine_fast` when ``engine`` allows it (``"auto"``, the default), TransformerLens hooks
     (``engine="hooks"``; the two agree to ~1e-6), or an nnsight trace (where only the mean comes back: no
     ``return_per_token``). At ``layer=0`` the repeated token's rows equal ``W_pos`` (those rows) minus their mean.
     ``model`` may be stored activations holding the layer (:class:`~gpt2_posheads.model.engine.StoredActivations`,

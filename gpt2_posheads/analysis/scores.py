@@ -19,9 +19,8 @@ import math
 import pandas as pd
 import torch
 
-from ..model.attention import attn_scale, expand_kv, scale_from_pattern
-from ..model.engine import Reduction, keep_reads
-from ..model.engines import engine_for
+from ..model.attention import attn_scale, raw_scores_from_qk, scale_from_pattern
+from ..model.engine import Reduction, engine_for, keep_reads
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches, single_prompt
 from ..model.validation import (
@@ -35,20 +34,11 @@ from ..model.validation import (
 )
 
 
-def raw_scores_from_qk(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """``[batch, pos, head, d_head]`` queries and keys (as an engine's ``"q"`` and ``"k"`` reads give them) →
-    pre-mask scores ``[batch, head, q, k]`` = ``(q . k) * scale`` (``scale``:
-    :func:`~gpt2_posheads.model.attention.attn_scale`)."""
-    return torch.einsum("bqhd,bkhd->bhqk", q.float(), expand_kv(k, q.shape[2]).float()) * scale
-
-
 @measures_caller_model
-def attention_scores(
-    model, prompt, layer: int, head: int, fwd_hooks=(), engine: str = "auto"
-) -> dict[str, torch.Tensor]:
+def attention_scores(model, prompt, layer: int, head: int, edits=(), engine: str = "auto") -> dict[str, torch.Tensor]:
     """One head on one prompt: ``raw`` (before the causal mask, the upper triangle included), ``masked`` (future =
-    -inf) and ``pattern`` (softmax), each ``[pos, pos]``. ``fwd_hooks``: the engine's edits of interventions
-    upstream (``intervention.hooks(model)``). ``engine``: :func:`~gpt2_posheads.model.engines.engine_for`'s choice.
+    -inf) and ``pattern`` (softmax), each ``[pos, pos]``. ``edits``: interventions upstream. ``engine``:
+    :func:`~gpt2_posheads.model.engine.engine_for`'s choice.
 
     ``raw = (q . k) * scale`` with the queries and keys as the model uses them, the scale checked (or read off)
     against the model's own pattern (:func:`~gpt2_posheads.model.attention.scale_from_pattern`: ``softmax(raw +
@@ -57,7 +47,7 @@ def attention_scores(
     check_head(model, layer, head)
     toks = single_prompt(model, prompt)
     reads = {"q": [layer], "k": [layer], "pattern": [layer]}
-    acts = engine_for(model, engine).activations([toks], reads, Reduction(keep_reads, dict), fwd_hooks)[layer]
+    acts = engine_for(model, engine).activations([toks], reads, Reduction(keep_reads, dict), edits)[layer]
     dot = raw_scores_from_qk(acts["q"], acts["k"], 1.0)[0, head].cpu()
     pattern = acts["pattern"][0, head].float().cpu()
     scale, mask, err = scale_from_pattern(dot, pattern, attn_scale(model.cfg, layer))
@@ -78,7 +68,7 @@ def _profile_step(state: dict, layer: int, acts: dict) -> None:
     ``[batch, head, q, k]`` once, on the first batch."""
     q, k, w, scales = acts["q"], acts["k"], state["window"], state["scales"]
     if layer not in scales:
-        dot = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()).cpu()
+        dot = raw_scores_from_qk(q, k, 1.0).cpu()
         scales[layer] = scale_from_pattern(dot, acts["pattern"].float().cpu(), state["declared"][layer])[0]
     n = k.shape[1]
     qs = torch.arange(max(w, state["skip_first"]), n - w, device=k.device)
@@ -114,7 +104,7 @@ def score_profile(
     pattern on the first batch (:func:`~gpt2_posheads.model.attention.scale_from_pattern`), not the configuration's
     (the TransformerLens 4 bridge misstates GPT-Neo's), so the profile is in the logits the softmax sees. One pass
     per batch reads every layer's queries, keys and pattern (``engine``:
-    :func:`~gpt2_posheads.model.engines.engine_for`'s choice) and reduces each layer as it comes.
+    :func:`~gpt2_posheads.model.engine.engine_for`'s choice) and reduces each layer as it comes.
     """
     check_model(model)
     check_int_range("window", window, 1, 64)

@@ -45,9 +45,8 @@ import torch
 import torch.nn.functional as F
 
 from ..model.attention import attn_scale, scale_from_pattern
-from ..model.engine import Reduction, ResidualWrite, keep_reads
-from ..model.engines import engine_for
-from ..model.fastpath import _ln_params, unsupported_reason
+from ..model.engine import Reduction, engine_for, keep_reads, residual_write
+from ..model.engine_fast import _ln_params, unsupported_reason
 from ..model.identity import has_learned_positions, position_kind
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches
@@ -175,7 +174,7 @@ def _read(engine, toks: torch.Tensor, reads: dict, edits=()) -> dict:
 
 class _ModelTarget:
     """The target head's queries and keys from the model itself: one pass of its engine with the residual entering
-    ``layer`` replaced by ``x`` (:class:`~gpt2_posheads.model.engine.ResidualWrite`; the queries and keys as the
+    ``layer`` replaced by ``x`` (:func:`~gpt2_posheads.model.engine.residual_write`; the queries and keys as the
     scores use them: rotated on a rotary model, a shared key head under grouped-query attention). Exact for any
     attention whose scores are a scaled ``q . k`` plus a mask; the mask (causal, and any attention window) and the
     scale are read off the model's own clean pattern: masked entries are exactly 0, and within a row
@@ -195,7 +194,7 @@ class _ModelTarget:
         )
 
     def qk(self, x: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        edits = [] if x is None else self.engine.edits(ResidualWrite(self.layer, x))
+        edits = [] if x is None else [residual_write(self.layer, x)]
         got = self.engine.activations(
             [self.toks], {"q": [self.layer], "k": [self.layer]}, Reduction(keep_reads, dict), edits
         )
@@ -262,7 +261,7 @@ def path_ablation(
     the embeddings (their own ``W_pos``) plus what blocks ``0 .. layer-1`` write when *they* run on ``W_pos``
     averaged in groups of ``pos_group`` (does the head read computation, or ``W_pos`` relayed by the layers below?
     one more pass per batch). Sorted by ``drop``, largest first. Needs mean outputs, so prompts are read twice for
-    ``ablation="mean"``. ``engine``: :func:`~gpt2_posheads.model.engines.engine_for`'s choice (one that reads head
+    ``ablation="mean"``. ``engine``: :func:`~gpt2_posheads.model.engine.engine_for`'s choice (one that reads head
     outputs and residuals: TransformerLens hooks).
     """
     check_head(model, layer, head)
@@ -288,7 +287,7 @@ def path_ablation(
         w_pos = load_w_pos(model)
         pos_delta = w_pos - group_average_rows(w_pos, pos_group)
 
-    relay_edits = eng.edits(average_pos_embed(pos_group)) if below and pos_delta is not None else None
+    relay_edits = [average_pos_embed(pos_group)] if below and pos_delta is not None else None
 
     def written_relayed(toks):
         """``[b, p, d]``: what blocks ``0 .. layer-1`` write when they run on averaged W_pos."""

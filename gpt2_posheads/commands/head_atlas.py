@@ -114,7 +114,7 @@ def main(argv=None):
         }
         if len(prev) and has_learned_positions(model):
             l, h = int(prev.iloc[0]["layer"]), int(prev.iloc[0]["head"])
-            avg = diagonal_attention(model, prompts, fwd_hooks=average_pos_embed(10).hooks(model), progress=False)
+            avg = diagonal_attention(model, prompts, edits=[average_pos_embed(10)], progress=False)
             info["wpos_avg10_keep"] = float(avg[l, h, 1]) / float(prev.iloc[0].prev_mass)
         if args.route == "weights":
             info["weight_route"] = w = route_record(model)

@@ -43,41 +43,6 @@ def expand_kv(k: torch.Tensor, n_heads: int) -> torch.Tensor:
     return k.repeat_interleave(n_heads // k.shape[2], dim=2)
 
 
-class QKCapture:
-    """Hooks that catch layer ``layer``'s queries and keys as its scores use them: rotated with the model's own
-    ``hook_cos``/``hook_sin`` where it fires them (rotary models), one key per query head (grouped-query attention).
-    ``hooks()`` for ``run_with_hooks``; after the pass, ``q`` and ``k`` are ``[batch, pos, head, d_head]``."""
-
-    def __init__(self, model, layer: int):
-        from .hooks import hook_status
-
-        pre = f"blocks.{layer}.attn."
-        self.names = {"q": pre + "hook_q", "k": pre + "hook_k"}
-        if hook_status(model).get("attn.hook_cos") in ("live", "dead"):
-            self.names.update(cos=pre + "hook_cos", sin=pre + "hook_sin")
-        self.box: dict[str, torch.Tensor] = {}
-
-    def hooks(self) -> list:
-        def grab(key):
-            def hook(x, hook):
-                self.box[key] = x.detach()
-
-            return hook
-
-        return [(name, grab(key)) for key, name in self.names.items()]
-
-    @property
-    def q(self) -> torch.Tensor:
-        q = self.box["q"]
-        return rotate(q, self.box["cos"], self.box["sin"]) if "cos" in self.box else q
-
-    @property
-    def k(self) -> torch.Tensor:
-        k = self.box["k"]
-        k = rotate(k, self.box["cos"], self.box["sin"]) if "cos" in self.box else k
-        return expand_kv(k, self.box["q"].shape[2])
-
-
 def scale_from_pattern(dot: torch.Tensor, pattern: torch.Tensor, declared: float) -> tuple[float, torch.Tensor, float]:
     """``(scale, mask, error)``: how a head turns ``dot = q . k`` ``[..., q, k]`` into its own ``pattern`` (same shape).
 
@@ -103,3 +68,22 @@ def scale_from_pattern(dot: torch.Tensor, pattern: torch.Tensor, declared: float
     centred_dot = (dot - (dot * keep).sum(-1, keepdim=True) / n_keep) * keep
     fitted = float((centred_dot * centred_logp).sum() / (centred_dot**2).sum().clamp_min(1e-30))
     return fitted, mask, error(fitted)
+
+
+def raw_scores_from_qk(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """``[batch, pos, head, d_head]`` queries and keys (as an engine's ``"q"`` and ``"k"`` reads give them) →
+    pre-mask scores ``[batch, head, q, k]`` = ``(q . k) * scale`` (``scale``: :func:`attn_scale`)."""
+    return torch.einsum("bqhd,bkhd->bhqk", q.float(), expand_kv(k, q.shape[2]).float()) * scale
+
+
+def attention_pattern(q: torch.Tensor, k: torch.Tensor, scale: float, window: int | None) -> torch.Tensor:
+    """``softmax(q k^T * scale + mask)`` ``[batch, head, q, k]`` float32: keys after the query masked, and keys
+    ``window`` or more positions back where the layer has a window."""
+    n = q.shape[1]
+    pos = torch.arange(n, device=q.device)
+    dist = pos[:, None] - pos[None, :]
+    mask = dist < 0
+    if window is not None:
+        mask = mask | (dist >= window)
+    scores = raw_scores_from_qk(q, k, scale)
+    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)

@@ -18,11 +18,12 @@ An analysis asks an :class:`Engine` for at most five things and never asks which
   handed together, one dict per layer, to ``reduction.step(state, layer, {kind: tensor})``; returns
   ``reduction.finish(state)``. This is what an analysis that recomputes attention itself reads (raw pre-mask
   scores, a head's score profile, a path ablation); the residual entering a layer can be replaced first
-  (:class:`ResidualWrite`, an edit like any other);
+  (:func:`residual_write`, an edit like any other);
 * ``run(tokens, edits)``: the logits ``[batch, pos, d_vocab]`` (to a constant per position: TransformerLens
-  centres its unembedding, a Hugging Face model does not; softmax and KL see no difference);
-* ``edits(intervention)``: an :class:`Intervened` intervention in the form this engine applies (TransformerLens
-  ``fwd_hooks``, or nnsight :class:`~gpt2_posheads.model.traced.TracedEdit` s), for the ``edits`` argument above.
+  centres its unembedding, a Hugging Face model does not; softmax and KL see no difference).
+
+``edits`` are :class:`Edit` s, interventions as data (what they edit, where, how): each engine applies those of the
+sites it edits (``engine.sites``) in its own way and refuses the others in one place (:func:`applied`).
 
 Why reductions, not activations: an nnsight trace may run on NDIF, far from here, and a pattern of a long prompt is
 too big to bring back; so an analysis hands over a :class:`Reduction` (a small ``state`` dict and two pure functions)
@@ -35,8 +36,21 @@ activations never run a model; they answer a reduction that says how to read its
 (``Reduction.stored``), so the prompts (and the checks against the model's context that making them needs) are made
 only by an engine that runs a model.
 
-The implementations and :func:`~gpt2_posheads.model.engines.engine_for`, which picks one per call of an analysis,
-are in :mod:`gpt2_posheads.model.engines`.
+Each engine is one module: TransformerLens hooks (:mod:`~gpt2_posheads.model.engine_hooks`), the hook-free fast
+path (:mod:`~gpt2_posheads.model.engine_fast`), an nnsight trace (:mod:`~gpt2_posheads.model.engine_nnsight`);
+stored activations (:class:`StoredEngine`) are here, with :func:`engine_for`, which picks one per call of an
+analysis:
+
+==============  ==========================================================================================
+``"auto"``      the fast path for passes without edits when it reproduces the model (verified on first use,
+                :func:`~gpt2_posheads.model.engine_fast.fast_forward`) and the model carries no hooks of the
+                caller's (it would skip them), else TransformerLens hooks
+``"fast"``      the fast path or an error (it applies no edits and runs no hook)
+``"hooks"``     TransformerLens hooks
+``"nnsight"``   an nnsight-traced model (:class:`~gpt2_posheads.model.traced.TracedModel`), here or on NDIF;
+                a traced model gets this engine whatever is asked for ``"auto"``
+``"stored"``    stored activations (:class:`StoredActivations`); a store gets this engine under ``"auto"``
+==============  ==========================================================================================
 
 An operation that does not apply to an engine (running a store, editing it, bringing every token's residual back
 from a trace, reading queries and keys off a trace or the fast path) raises :class:`EngineError` naming the engine
@@ -45,6 +59,7 @@ and the operation.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -53,9 +68,11 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from tqdm.auto import tqdm
 
-from .forward import resid_hook_name
+from .precision import resolve_bf16
+from .tokens import model_device
 from .traced import ENGINE as NNSIGHT
-from .validation import check_int_range
+from .traced import is_traced
+from .validation import check_int_range, check_model
 
 STORED = "stored"
 ENGINES = ("auto", "fast", "hooks", NNSIGHT, STORED)
@@ -119,36 +136,95 @@ class StoredActivations(Protocol):
     def ext_pos(self, layer: int) -> torch.Tensor: ...
 
 
-class Intervened(Protocol):
-    """An intervention as engines apply it (:class:`~gpt2_posheads.analysis.interventions.Intervention`): ``name``,
-    ``bind(model)`` → TransformerLens ``fwd_hooks``, ``traced`` (``None``, or ``traced(model)`` → traced edits)."""
+# What an :class:`Edit` changes (its ``site``), and what its ``fn`` is there:
+SITES = {
+    "pos_embed": "the positional embedding",  # fn(W_pos [n_ctx, d_model]) -> the rows the positions read instead
+    "resid_add": "an addition to the residual stream",  # fn(model) -> [pos, d_model], added entering each block
+    "resid_set": "a replacement of the residual stream",  # fn(model) -> [batch, pos, d_model], entering the block
+    "pattern": "attention patterns",  # fn(A [batch, head, q, k]) -> the pattern the block attends with instead
+    "z": "head outputs",  # fn(z [batch, pos, head, d_head]) -> the head outputs (before W_O) instead
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Edit:
+    """An intervention as data: what it edits (``site``, one of :data:`SITES`, with what ``fn`` is there), where
+    (``layers``: the blocks, none for the positional embedding) and how (``fn``). Every engine applies it in its own
+    way (TransformerLens hooks, an nnsight trace) or refuses it in one place (:func:`applied`). ``fn`` must not change
+    its input in place; ``check(model)``, run before anything is applied, raises where the model cannot take the edit
+    (a layer or head it lacks, no learned positions)."""
 
     name: str
-    bind: Callable[[Any], list]
-    traced: Callable[[Any], list] | None
+    site: str
+    fn: Callable
+    layers: tuple[int, ...] = ()
+    check: Callable[[Any], None] | None = None
+
+    def hooks(self, model) -> list:
+        """TransformerLens hooks ``[(hook_name, fn), ...]`` of this edit, for ``model.run_with_hooks``."""
+        from .engine_hooks import hook_tuples
+
+        return hook_tuples(model, [self])
 
 
-def _write(value: torch.Tensor, resid: torch.Tensor, hook) -> torch.Tensor:
-    return value.to(resid.device, resid.dtype)
+def as_edits(edits) -> list[Edit]:
+    """``edits`` (an :class:`Edit`, or a sequence of them) as a list; anything else is a ``TypeError`` naming it."""
+    edits = [edits] if isinstance(edits, Edit) else list(edits or ())
+    for e in edits:
+        if not isinstance(e, Edit):
+            raise TypeError(
+                f"edits: interventions (e.g. gpt2_posheads.mask_previous_attention(5, range(4))), got {e!r}; "
+                "pass the intervention itself, not its TransformerLens hooks"
+            )
+    return edits
 
 
-@dataclass(eq=False)
-class ResidualWrite:
+def applied(engine, edits) -> list[Edit]:
+    """``edits`` checked for ``engine`` (anything with ``name``, ``model``, ``sites`` and ``refuse_hint``): the one
+    place an engine refuses an edit of a site it does not edit (:class:`EngineError`), and where each edit checks
+    the model."""
+    edits = as_edits(edits)
+    for e in edits:
+        if e.site not in engine.sites:
+            edited = ", ".join(SITES[s] for s in SITES if s in engine.sites) or "nothing"
+            raise EngineError(
+                engine.name, f"apply an intervention ({e.name})", f"it edits {edited}", engine.refuse_hint
+            )
+        if e.check is not None:
+            e.check(engine.model)
+    return edits
+
+
+def bind_all(engine, edits, bind: Callable[[Edit], list]) -> list:
+    """What ``bind(edit)`` makes of each of ``edits`` (checked: :func:`applied`), in order; each edit is bound once
+    per engine (an analysis may run it on many batches, and an addition to the stream may take passes to compute)."""
+    cache = engine.__dict__.setdefault("_bound", weakref.WeakKeyDictionary())
+    out = []
+    for e in applied(engine, edits):
+        if e not in cache:
+            cache[e] = bind(e)
+        out += cache[e]
+    return out
+
+
+def replace_positions(pos_out, w_new: torch.Tensor):
+    """The rows of ``w_new`` a position embedding's output ``[.., pos, d]`` stands for (positions ``0..pos-1``)."""
+    n = pos_out.shape[-2]
+    return w_new[:n].to(pos_out.dtype).expand_as(pos_out).clone()
+
+
+def _write(value: torch.Tensor, model) -> torch.Tensor:
+    return value
+
+
+def residual_write(layer: int, value: torch.Tensor) -> Edit:
     """An edit that replaces the residual stream entering block ``layer`` by ``value`` ``[batch, pos, d_model]``
     (the batch it runs on must have that shape): what a head would compute from a residual the model never made
     (a path ablation asks a head for its queries and keys with one upstream output taken out of its input). Blocks
-    below ``layer`` still run; their result is discarded. An :class:`Intervened`, so ``engine.edits`` gives its
-    form: TransformerLens hooks; it has no nnsight form (the trace's edits add to the stream, they do not replace
-    it)."""
-
-    layer: int
-    value: torch.Tensor
-    name: str = "a residual write"
-    traced: Callable[[Any], list] | None = None
-
-    def bind(self, model) -> list:
-        check_int_range("layer", self.layer, 0, model.cfg.n_layers)
-        return [(resid_hook_name(model, self.layer), partial(_write, self.value))]
+    below ``layer`` still run; their result is discarded. TransformerLens hooks apply it; a trace does not (its edits
+    add to the stream, they do not replace it)."""
+    check = lambda model: check_int_range("layer", layer, 0, model.cfg.n_layers)  # noqa: E731
+    return Edit("a residual write", "resid_set", partial(_write, value), (layer,), check)
 
 
 class Engine(Protocol):
@@ -156,47 +232,19 @@ class Engine(Protocol):
 
     name: str
     model: Any
+    sites: frozenset  # the sites of SITES whose edits it applies
+    refuse_hint: str  # what to do instead, when it refuses an edit
 
-    def patterns(
-        self, batches: Batches, reduction: Reduction, edits: Sequence = (), progress: str | None = None
-    ) -> dict:
-        """``reduction.finish`` after ``reduction.step(state, layer, pattern [batch, head, q, k])`` for every layer
-        and batch (and ``reduction.logits(state, tokens, logits)`` after each batch, when set: the whole model runs);
-        ``progress``: a bar with this label over the batches (where the batches run here)."""
-        ...
+    # each returns reduction.finish(state) (module doc); progress: a bar with this label over the batches
+    def patterns(self, batches: Batches, reduction: Reduction, edits=(), progress: str | None = None) -> dict: ...
 
     def residuals(
-        self,
-        batches: Batches,
-        layers: Sequence[int],
-        reduction: Reduction,
-        edits: Sequence = (),
-        progress: str | None = None,
-    ) -> dict:
-        """``reduction.finish`` after ``reduction.step(state, layer, resid [batch, pos, d_model])`` for each of
-        ``layers`` (sorted, ``0..n_layers``) and batch; blocks after the last layer need not run."""
-        ...
+        self, batches: Batches, layers: Sequence[int], reduction: Reduction, edits=(), progress=None
+    ) -> dict: ...
 
-    def activations(
-        self,
-        batches: Batches,
-        reads: Mapping[str, Iterable[int]],
-        reduction: Reduction,
-        edits: Sequence = (),
-        progress: str | None = None,
-    ) -> dict:
-        """``reduction.finish`` after ``reduction.step(state, layer, {kind: tensor})`` for every layer ``reads``
-        names (``{kind: layers}``, kinds :data:`READS`) and batch, the layer's reads together; the pass stops after
-        the last read."""
-        ...
+    def activations(self, batches: Batches, reads: Mapping, reduction: Reduction, edits=(), progress=None) -> dict: ...
 
-    def run(self, tokens: torch.Tensor, edits: Sequence = ()) -> torch.Tensor:
-        """Logits ``[batch, pos, d_vocab]`` of ``tokens`` ``[batch, pos]`` under ``edits``."""
-        ...
-
-    def edits(self, intervention: Intervened) -> list:
-        """``intervention`` as this engine's edits."""
-        ...
+    def run(self, tokens: torch.Tensor, edits=()) -> torch.Tensor: ...
 
 
 def materialise(batches: Batches) -> Sequence[torch.Tensor]:
@@ -238,3 +286,77 @@ def keep_reads(state: dict, layer: int, acts: dict) -> None:
 
 def read_kinds(reads: Mapping[str, Iterable[int]]) -> str:
     return "activations (" + ", ".join(sorted(reads)) + ")"
+
+
+class StoredEngine:
+    """Stored activations (:class:`StoredActivations`): they answer the reductions that say how to read their
+    result off a store (``Reduction.stored``) and nothing else: no pattern or residual of new inputs, no run, no
+    edit."""
+
+    name = STORED
+    sites = frozenset()
+    refuse_hint = "stored activations were measured once, unedited: pass the model instead"
+
+    def __init__(self, store):
+        self.model = store
+
+    def _answer(self, reduction: Reduction, operation: str, edits) -> dict:
+        applied(self, edits)
+        if reduction.stored is None:
+            raise EngineError(
+                self.name,
+                operation,
+                "a store holds per-diagonal masses and extended positional embeddings, not activations of new inputs",
+                "pass the model instead",
+            )
+        return reduction.stored(self.model)
+
+    def patterns(self, batches, reduction, edits=(), progress=None) -> dict:
+        return self._answer(reduction, "reduce attention patterns", edits)
+
+    def residuals(self, batches, layers, reduction, edits=(), progress=None) -> dict:
+        return self._answer(reduction, "reduce residual streams", edits)
+
+    def activations(self, batches, reads, reduction, edits=(), progress=None) -> dict:
+        return self._answer(reduction, f"read {read_kinds(reads)}", edits)
+
+    def run(self, tokens, edits=()) -> torch.Tensor:
+        raise EngineError(self.name, "run a model", "stored activations hold no model", "pass the model instead")
+
+
+def engine_for(model, engine: str = "auto", bf16: bool = False, with_edits: bool = False) -> Engine:
+    """The :class:`Engine` that runs ``model`` (a TransformerLens model, a traced model, or stored activations).
+
+    ``engine``: one of :data:`ENGINES` (module doc). ``bf16``: matmuls in bfloat16 where the CPU or GPU has native
+    support (else float32, said once: :func:`~gpt2_posheads.model.precision.resolve_bf16`); a trace runs the model
+    in its own dtype. ``with_edits``: the analysis compares passes with and without edits, so under ``"auto"`` both
+    run through the engine that applies the edits (TransformerLens hooks): their difference is then the edits' alone,
+    with no difference between two ways of computing the clean pass in it.
+    """
+    from .engine_fast import FastEngine
+    from .engine_hooks import HooksEngine
+    from .engine_nnsight import TracedEngine
+
+    if engine not in ENGINES:
+        raise ValueError(f"engine={engine!r} is not one of {ENGINES}")
+    if isinstance(model, StoredActivations):
+        if engine not in ("auto", STORED):
+            raise ValueError(
+                f"stored activations fix engine (they were measured once): engine={engine!r} needs the model itself"
+            )
+        return StoredEngine(model)
+    if is_traced(model):
+        if engine not in ("auto", NNSIGHT):
+            raise ValueError(f"engine={engine!r} runs a TransformerLens model; this model is traced by nnsight")
+        return TracedEngine(model)
+    if engine in (NNSIGHT, STORED):
+        raise ValueError(
+            f"engine={engine!r} needs "
+            + ("a traced model (gpt2_posheads.model.traced.load_traced)" if engine == NNSIGHT else "stored activations")
+            + "; this is a TransformerLens model"
+        )
+    check_model(model)  # a plain transformers model (no ``cfg``) is named here, before any work
+    bf16 = resolve_bf16(bf16, model_device(model))
+    if engine == "hooks" or (engine == "auto" and with_edits):
+        return HooksEngine(model, bf16)
+    return FastEngine(model, strict=engine == "fast", bf16=bf16)

@@ -400,12 +400,15 @@ def release_source_copies(model, loader: CheckpointLoader | None = None) -> int:
     toks = torch.randint(0, cfg.d_vocab, (1, min(4, cfg.n_ctx)), generator=torch.Generator().manual_seed(0))
     toks = toks.to(next(model.parameters()).device)
     originals = [p.data for p in candidates]
-    with torch.inference_mode(), warnings.catch_warnings():
+    from .engine import engine_for
+
+    eng = engine_for(model, "hooks")
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        before = model(toks)
+        before = eng.run(toks)
         for p in candidates + dropped:
             p.data = _placeholder(p, float("nan"))
-        after = model(toks)
+        after = eng.run(toks)
     if not torch.equal(before, after):  # the model reads them: keep them
         for p, data in zip(candidates, originals):
             p.data = data

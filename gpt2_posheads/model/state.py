@@ -9,7 +9,7 @@ change what a measurement measures, and none may do so silently:
 * **hooks the caller attached** (``model.add_hook(...)``, a ``with model.hooks(...)`` block): they may be the
   experiment (a head zeroed, a pattern edited), so they are measured with, never removed, and named in the result.
   The hook-free fast path would skip them, so it is not used while the model carries any
-  (:func:`~gpt2_posheads.model.fastpath.fast_forward`);
+  (:func:`~gpt2_posheads.model.engine_fast.fast_forward`);
 * **bfloat16 or float16 weights**: the one precision policy of :mod:`~gpt2_posheads.model.precision`
   (:func:`~gpt2_posheads.model.precision.reduced_precision`) names the dtype; the claims it is known to move are
   ``not testable``.

@@ -1,45 +1,22 @@
 """Models that do not fit one machine: a Hugging Face causal LM under nnsight, run here or on NDIF.
 
-The analyses that need every attention pattern (the ranking, the head atlas) or the residual stream (extended
-positional embeddings) are written as nnsight traces whose reductions run where the model runs: each layer's
-pattern is computed inside the trace from the model's own query and key projections and reduced on the spot, so
-only small tensors (per-head diagonal means, per-head scores) come back, never a pattern. The same code runs
-locally on a Hugging Face folder (``remote=False``) and on an NDIF-hosted model (``remote=True``): the block of
-:func:`run_traced` is what nnsight ships, and the functions it calls are shipped by value (this package need not be
-installed on the server).
-
-Scores are ``q . k * scale`` with, per architecture (:data:`ARCHS`):
-
-* queries and keys as the model's projections output them (GPT-2's fused ``c_attn`` split in three, GPT-NeoX's
-  fused ``query_key_value`` split per head, separate ``q_proj``/``k_proj`` elsewhere);
-* rotary models rotated with the model's own ``cos``/``sin`` (the output of its ``rotary_emb``;
-  :func:`~gpt2_posheads.model.attention.rotate`), grouped-query keys expanded per query head
-  (:func:`~gpt2_posheads.model.attention.expand_kv`);
-* the scale the module itself uses (its ``scaling`` attribute: ``1/sqrt(d_head)``, GPT-2's inverse-layer option
-  included; GPT-Neo, which does not scale, ``1``); the causal mask, plus GPT-Neo's local window and a sliding window
-  where the configuration declares one.
-
-So a hosted model need not run eager attention. The recomputation is *verified, not trusted*: on the first batch
-of every pass the trace also forms ``A v`` and compares it with the input of the attention's output projection (the
-model's own head outputs); a gap above tolerance is an error.
-
-``nnsight`` is imported only here and only when a traced model is made (importing it patches ``torch`` and mounts a
-``save`` method on every object). Remote runs need ``NDIF_API_KEY``; :func:`check_remote` says so in one line,
-and bounds the connection attempt to a few seconds, before any work.
+Where each architecture keeps what the scores use (:data:`ARCHS`), the traced model (:class:`TracedModel`), its
+loading and the ``--remote`` check; the engine that runs it is :mod:`~gpt2_posheads.model.engine_nnsight`.
+``nnsight`` is imported only here and there, and only when a traced model is made (importing it patches ``torch``
+and mounts a ``save`` method on every object). Remote runs need ``NDIF_API_KEY``; :func:`check_remote` says so in
+one line, and bounds the connection attempt to a few seconds, before any work.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
-from .attention import expand_kv, rotate
 from .validation import UsageError
 
 ENGINE = "nnsight"
@@ -73,62 +50,33 @@ class Arch:
     attn_norm: str | None = None  # the norm in front of the attention, inside a layer
 
 
-_LLAMA = Arch(
-    "model.layers",
-    "self_attn",
-    "separate",
-    ("q_proj", "k_proj", "v_proj"),
-    "o_proj",
-    "model.embed_tokens",
-    "model.norm",
+def _arch(paths: str, **options) -> Arch:
+    """An :class:`Arch` from its first seven fields in order, space-separated (the projections joined by ``+``)."""
+    layers, attn, qkv, proj, out, embed, final_norm = paths.split()
+    return Arch(layers, attn, qkv, tuple(proj.split("+")), out, embed, final_norm, **options)
+
+
+_QKV = "separate q_proj+k_proj+v_proj"
+_LLAMA = _arch(
+    f"model.layers self_attn {_QKV} o_proj model.embed_tokens model.norm",
     rotary="model.rotary_emb",
     norm="RMS",
     attn_norm="input_layernorm",
 )
+_GPT2 = dict(pos_embed="transformer.wpe", attn_norm="ln_1")
 ARCHS: dict[str, Arch] = {
-    "gpt2": Arch(
-        "transformer.h",
-        "attn",
-        "split",
-        ("c_attn",),
-        "c_proj",
-        "transformer.wte",
-        "transformer.ln_f",
-        "transformer.wpe",
-        attn_norm="ln_1",
+    "gpt2": _arch("transformer.h attn split c_attn c_proj transformer.wte transformer.ln_f", **_GPT2),
+    "gpt_neo": _arch(
+        f"transformer.h attn.attention {_QKV} out_proj transformer.wte transformer.ln_f", **_GPT2, scaled=False
     ),
-    "gpt_neo": Arch(
-        "transformer.h",
-        "attn.attention",
-        "separate",
-        ("q_proj", "k_proj", "v_proj"),
-        "out_proj",
-        "transformer.wte",
-        "transformer.ln_f",
-        "transformer.wpe",
-        scaled=False,
-        attn_norm="ln_1",
-    ),
-    "opt": Arch(
-        "model.decoder.layers",
-        "self_attn",
-        "separate",
-        ("q_proj", "k_proj", "v_proj"),
-        "out_proj",
-        "model.decoder.embed_tokens",
-        "model.decoder.final_layer_norm",
-        "model.decoder.embed_positions",
+    "opt": _arch(
+        f"model.decoder.layers self_attn {_QKV} out_proj model.decoder.embed_tokens model.decoder.final_layer_norm",
+        pos_embed="model.decoder.embed_positions",
         pos_offset=2,
         attn_norm="self_attn_layer_norm",
     ),
-    "gpt_neox": Arch(
-        "gpt_neox.layers",
-        "attention",
-        "heads",
-        ("query_key_value",),
-        "dense",
-        "gpt_neox.embed_in",
-        "gpt_neox.final_layer_norm",
+    "gpt_neox": _arch(
+        "gpt_neox.layers attention heads query_key_value dense gpt_neox.embed_in gpt_neox.final_layer_norm",
         rotary="gpt_neox.rotary_emb",
         attn_norm="input_layernorm",
     ),
@@ -367,229 +315,3 @@ def traced_from(model, remote: bool | str = False, name: str | None = None) -> T
         model_type=c.model_type,
     )
     return TracedModel(model, arch, cfg, scales, _windows(text, arch, n_layers), remote, model.tokenizer)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Inside the trace (these run where the model runs: pure torch, no imports)
-# --------------------------------------------------------------------------------------------------------------
-def layer_qkv(layer_attn, arch: Arch, n_heads: int, d_head: int, rot):
-    """Queries, keys and values of one attention module (an envoy in a trace), ``[batch, pos, head, d_head]``
-    float32, rotated as the model rotates them (``rot = (cos, sin)``), keys and values expanded per query head."""
-    if arch.qkv == "split":
-        q, k, v = module_at(layer_attn, arch.proj[0]).output.float().chunk(3, dim=-1)
-    elif arch.qkv == "heads":
-        out = module_at(layer_attn, arch.proj[0]).output.float()
-        q, k, v = out.view(*out.shape[:2], n_heads, 3 * d_head).chunk(3, dim=-1)
-    else:
-        q = module_at(layer_attn, arch.proj[0]).output.float()
-        k = module_at(layer_attn, arch.proj[1]).output.float()
-        v = module_at(layer_attn, arch.proj[2]).output.float()
-    b, n = q.shape[:2]
-    q, k, v = (t.detach().reshape(b, n, -1, d_head) for t in (q, k, v))
-    if rot is not None:
-        q, k = rotate(q, rot[0].float(), rot[1].float()), rotate(k, rot[0].float(), rot[1].float())
-    return q, expand_kv(k, n_heads), expand_kv(v, n_heads)
-
-
-def attention_pattern(q: torch.Tensor, k: torch.Tensor, scale: float, window: int | None) -> torch.Tensor:
-    """``softmax(q k^T * scale + mask)`` ``[batch, head, q, k]`` float32: keys after the query masked, and keys
-    ``window`` or more positions back where the layer has a window."""
-    n = q.shape[1]
-    pos = torch.arange(n, device=q.device)
-    dist = pos[:, None] - pos[None, :]
-    mask = dist < 0
-    if window is not None:
-        mask = mask | (dist >= window)
-    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
-    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-
-
-def _affine(module, x: torch.Tensor | None, conv1d: bool) -> torch.Tensor | None:
-    """``x W + b`` of a linear layer (``nn.Linear``, or GPT-2's ``Conv1D`` whose weight is ``[in, out]``); ``x``
-    ``None`` stands for zeros (then the bias, or ``None``)."""
-    b = module.bias
-    b = None if b is None else b.detach().float()
-    if x is None:
-        return b
-    w = module.weight.detach().float()
-    y = x.float() @ (w if conv1d else w.T)
-    return y if b is None else y + b
-
-
-def value_bias(block, layer_attn, arch: Arch, n_heads: int, d_head: int):
-    """What every value holds whatever its token, per query head ``[head, d_head]`` float32 (``None``: nothing):
-    the value projection of the pre-attention norm's bias, plus the projection's own bias. TransformerLens's
-    compatibility mode folds exactly this into the output bias (LayerNorm folded into ``W_V``, value biases into
-    ``b_O``), so it passes whole whatever the pattern's rows sum to."""
-    ln = module_at(block, arch.attn_norm) if arch.attn_norm else None
-    ln_b = None if ln is None or getattr(ln, "bias", None) is None else ln.bias
-    if arch.qkv == "split":
-        b = _affine(module_at(layer_attn, arch.proj[0]), ln_b, True)
-        b = None if b is None else b.chunk(3)[2]
-    elif arch.qkv == "heads":
-        b = _affine(module_at(layer_attn, arch.proj[0]), ln_b, False)
-        b = None if b is None else b.view(n_heads, 3 * d_head)[:, 2 * d_head :]
-    else:
-        b = _affine(module_at(layer_attn, arch.proj[2]), ln_b, False)
-    if b is None:
-        return None
-    b = b.reshape(-1, d_head)
-    return b.repeat_interleave(n_heads // b.shape[0], dim=0)
-
-
-def heads_output(pattern: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``A v`` merged over heads: ``[batch, pos, head * d_head]``, the input of the output projection. With the value
-    ``bias`` ``[head, d_head]``: ``A (v - b) + b``, the value bias passing whole whatever ``A``'s rows sum to, as in
-    TransformerLens's compatibility mode (value biases folded into the output bias): an edit that removes attention
-    mass then removes what the values carry, not the bias. Equal to ``A v`` for a pattern whose rows sum to 1."""
-    if bias is not None:
-        return heads_output(pattern, v - bias) + bias.reshape(-1)
-    z = torch.einsum("bhqk,bkhd->bqhd", pattern, v)
-    return z.reshape(*z.shape[:2], -1)
-
-
-def z_gap(mine: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
-    """Relative gap of a recomputed head output to the model's own (a 0-d tensor)."""
-    theirs = theirs.float()
-    return (mine - theirs).abs().max() / (1.0 + theirs.abs().max())
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Edits applied in the trace
-# --------------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TracedEdit:
-    """One intervention inside a trace.
-
-    * ``kind="pos_embed"``: the positional embedding's output becomes ``fn(W_pos)[position]`` (``fn`` runs where
-      the model runs, on its own ``W_pos``);
-    * ``kind="resid_add"``: ``delta`` ``[pos, d_model]`` is added to the residual stream entering block ``layer``;
-    * ``kind="pattern"``: block ``layer`` attends with ``fn(A)`` instead of its pattern ``A`` (through the head
-      outputs: ``z = fn(A) v`` replaces the input of the output projection, after checking that ``A v`` is the
-      model's own ``z``). The reductions then see ``fn(A)``.
-    """
-
-    kind: str
-    layer: int = -1
-    fn: Callable | None = None
-    delta: torch.Tensor | None = None
-
-
-def replace_positions(pos_out, w_new: torch.Tensor):
-    """The rows of ``w_new`` a position embedding's output ``[.., pos, d]`` stands for (positions ``0..pos-1``)."""
-    n = pos_out.shape[-2]
-    return w_new[:n].to(pos_out.dtype).expand_as(pos_out).clone()
-
-
-# --------------------------------------------------------------------------------------------------------------
-# The one traced pass
-# --------------------------------------------------------------------------------------------------------------
-def stream_as_transformer_lens(x: torch.Tensor, center: bool) -> torch.Tensor:
-    """A residual ``[batch, pos, d_model]`` as TransformerLens's processed model holds it (float32): on a LayerNorm
-    model (``center``) each row centred over ``d_model``, as compatibility mode centres every write to the stream
-    (LayerNorm reads the same thing either way)."""
-    x = x.float()
-    return x - x.mean(-1, keepdim=True) if center else x
-
-
-def run_traced(
-    model: TracedModel,
-    batches: Sequence[torch.Tensor],
-    state: dict,
-    finish: Callable[[dict], dict],
-    on_pattern: Callable[[dict, int, torch.Tensor], None] | None = None,
-    on_resid: Callable[[dict, int, torch.Tensor], None] | None = None,
-    resid_layers: Sequence[int] = (),
-    edits: Sequence[TracedEdit] = (),
-    check: bool = True,
-    on_logits: Callable[[dict, torch.Tensor], None] | None = None,
-) -> dict:
-    """One nnsight session over ``batches`` (``[batch, pos]`` token ids) that returns ``finish(state)``.
-
-    For every batch, in one trace: ``on_resid(state, layer, resid [batch, pos, d_model])`` for each layer of
-    ``resid_layers`` (the residual entering that block; ``n_layers`` = the final residual, before the final norm;
-    float32, centred per row on a LayerNorm model: :func:`stream_as_transformer_lens`), and
-    ``on_pattern(state, layer, pattern [batch, head, q, k])`` for every layer, the pattern computed from the
-    model's queries and keys (module doc). The pass stops after the last layer it needs, unless ``on_logits``:
-    then the whole model runs and ``on_logits(state, logits [batch, pos, d_vocab])`` sees its output. ``state`` is a
-    small dict the callbacks fill (created here, shipped with the request); ``finish`` turns it into the small
-    tensors that come back — the only values that leave the session. ``check``: on the first batch, verify ``A v``
-    against the model's head outputs in every layer whose pattern is computed (raises ``RuntimeError`` past
-    tolerance).
-    """
-    require_nnsight("--engine")
-    from nnsight import save
-
-    nn, arch, cfg = model.nn, model.arch, model.cfg
-    scales, windows = model.scales, model.windows
-    n_heads, d_head, n_layers = cfg.n_heads, cfg.d_head, cfg.n_layers
-    pattern_layers = n_layers if on_pattern is not None or any(e.kind == "pattern" for e in edits) else 0
-    last = max([pattern_layers - 1, *[min(l, n_layers) for l in resid_layers], *[e.layer for e in edits]])
-    pos_edits = [e for e in edits if e.kind == "pos_embed"]
-    adds = {e.layer: e.delta for e in edits if e.kind == "resid_add"}
-    pattern_edits = {e.layer: e.fn for e in edits if e.kind == "pattern"}
-    want_resid = set(resid_layers)
-    center = getattr(cfg, "normalization_type", "LN") == "LN"
-    tol = 1e-3 if next(model.parameters()).dtype == torch.float32 else 3e-2
-    with torch.inference_mode(), nn.session(remote=model.remote):
-        gaps = []
-        for i, toks in enumerate(batches):
-            with nn.trace(toks) as tracer:
-                for e in pos_edits:
-                    pos = module_at(nn, arch.pos_embed)
-                    w = pos.weight[arch.pos_offset :]
-                    pos.output = replace_positions(pos.output, e.fn(w))
-                rot = module_at(nn, arch.rotary).output if arch.rotary is not None and pattern_layers else None
-                layers = module_at(nn, arch.layers)
-                for l in range(last + 1):
-                    if l == n_layers:
-                        if l in want_resid:
-                            on_resid(state, l, stream_as_transformer_lens(module_at(nn, arch.final_norm).input, center))
-                        break
-                    block = layers[l]
-                    if l in adds:
-                        x = block.input
-                        block.input = x + adds[l][: x.shape[-2]].to(x.device, x.dtype)
-                    if l in want_resid:
-                        on_resid(state, l, stream_as_transformer_lens(block.input, center))
-                    if l >= pattern_layers:
-                        continue
-                    attn = module_at(block, arch.attn)
-                    q, k, v = layer_qkv(attn, arch, n_heads, d_head, rot)
-                    pattern = attention_pattern(q, k, scales[l], windows[l])
-                    edit = pattern_edits.get(l)
-                    if edit is not None or (check and i == 0):
-                        out = module_at(attn, arch.out)
-                        z = out.input
-                        gap = z_gap(heads_output(pattern, v), z)
-                        gaps.append(gap)
-                        if edit is not None:
-                            if gap > tol:
-                                raise RuntimeError(
-                                    f"layer {l}: the recomputed attention does not reproduce the model's head "
-                                    f"outputs (relative gap {float(gap):.1e}); the edit was not applied"
-                                )
-                            pattern = edit(pattern)
-                            bias = value_bias(block, attn, arch, n_heads, d_head)
-                            out.input = heads_output(pattern, v, bias).to(z.dtype)
-                    if on_pattern is not None:
-                        on_pattern(state, l, pattern)
-                if on_logits is None:
-                    tracer.stop()
-                else:
-                    on_logits(state, nn.output.logits.float())
-        result = finish(state)
-        result["_max_gap"] = torch.stack(gaps).max() if gaps else torch.zeros(())
-        save(result)
-    gap = float(result.pop("_max_gap"))
-    if gap > tol:
-        raise RuntimeError(
-            f"the nnsight engine's attention, recomputed from queries and keys, does not reproduce this model's "
-            f"head outputs (relative gap {gap:.1e} > {tol:g}): its attention is not softmax(scale q.k + mask)"
-        )
-    return result
-
-
-def result_bytes(result: dict) -> int:
-    """Bytes of the tensors a traced pass returns (what travels back from NDIF, before compression)."""
-    return sum(t.numel() * t.element_size() for t in result.values() if isinstance(t, torch.Tensor))

@@ -516,15 +516,13 @@ def measure(folder: Path, n_prompts: int = 16) -> dict[str, str]:
             out["clear previous-token heads below it"] = ", ".join(
                 f"{r.name} {fmt(r.ratio)}" for r in early.itertuples()
             )
-        avg = diagonal_attention(model, prompts, fwd_hooks=average_pos_embed(10).hooks(model), progress=False)
+        avg = diagonal_attention(model, prompts, edits=[average_pos_embed(10)], progress=False)
         out["its previous-token mass under W_pos averaged in groups of 10"] = (
             f"{fmt(float(diag[l, h, 1]))} -> {fmt(float(avg[l, h, 1]))}"
         )
         if l > 0:
             rows = masked_queries(5, N_CTX)
-            cmp = compare_head_patterns(
-                model, prompts[:4], (l, h), mask_previous_attention(5, range(l)).hooks(model), rows=rows
-            )
+            cmp = compare_head_patterns(model, prompts[:4], (l, h), [mask_previous_attention(5, range(l))], rows=rows)
             out["... on the rows masked every 5th query below it"] = (
                 f"{fmt(cmp['prev_rows_clean'])} -> {fmt(cmp['prev_rows_intervened'])}"
             )

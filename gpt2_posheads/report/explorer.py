@@ -60,17 +60,14 @@ from ..analysis.interventions import (
     average_ext_pos_embed,
     average_pos_embed,
     edit_head_pattern,
-    hooks_for,
     mask_previous_attention,
     scale_head_output,
 )
 from ..analysis.posembed import extended_pos_embeddings_by_layer
 from ..analysis.repeat_prompt import edit_mapping, repeat_string_prompt, single_token_target
-from ..analysis.scores import raw_scores_from_qk
 from ..claims.gpt2_post import POS_GROUP
-from ..model.attention import attn_scale
-from ..model.engine import Reduction
-from ..model.engines import engine_for
+from ..model.attention import attn_scale, raw_scores_from_qk
+from ..model.engine import Reduction, engine_for
 from ..model.identity import has_learned_positions, position_kind
 from ..model.paths import write_whole_text
 from ..model.state import measures_caller_model
@@ -155,10 +152,10 @@ def not_applicable(variant: str, layer: int, head: int, aggregator: tuple[int, i
     return None
 
 
-def _capture(model, tokens: torch.Tensor, hooks=(), upto: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Patterns and raw (pre-mask) scores of layers ``0..upto`` (default: all) on one prompt ``[pos]``: two
-    ``[layer, head, q, k]`` tensors, read through the hooked engine (``hooks``: its edits; the pass stops after
-    layer ``upto``)."""
+def _capture(model, tokens: torch.Tensor, edits=(), upto: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Patterns and raw (pre-mask) scores of layers ``0..upto`` (default: all) on one prompt ``[pos]`` under
+    ``edits``: two ``[layer, head, q, k]`` tensors, read through the hooked engine (the pass stops after layer
+    ``upto``)."""
     upto = model.cfg.n_layers - 1 if upto is None else upto
     layers = list(range(upto + 1))
 
@@ -169,7 +166,7 @@ def _capture(model, tokens: torch.Tensor, hooks=(), upto: int | None = None) -> 
         )
 
     reads = {"q": layers, "k": layers, "pattern": layers}
-    got = engine_for(model, "hooks").activations([tokens[None]], reads, Reduction(step, dict), list(hooks))
+    got = engine_for(model, "hooks").activations([tokens[None]], reads, Reduction(step, dict), edits)
     return torch.stack([got[l][0] for l in layers]), torch.stack([got[l][1] for l in layers])
 
 
@@ -219,9 +216,9 @@ def _pack(pat: torch.Tensor, raw: torch.Tensor, na: list[str | None]) -> dict:
     }
 
 
-def _edit_hooks(model, agg: tuple[int, int], mapping: dict[int, int]):
+def _edits(agg: tuple[int, int], mapping: dict[int, int]) -> list:
     l, h = agg
-    return hooks_for(model, edit_head_pattern(l, h, mapping), scale_head_output(l, h, 2.0))
+    return [edit_head_pattern(l, h, mapping), scale_head_output(l, h, 2.0)]
 
 
 def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None) -> dict:
@@ -237,7 +234,7 @@ def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None
         if key == "clean":
             pat, raw = _capture(model, tokens)
         elif key == "wpos":
-            pat, raw = _capture(model, tokens, average_pos_embed(POS_GROUP).hooks(model))
+            pat, raw = _capture(model, tokens, [average_pos_embed(POS_GROUP)])
         elif key in ("mask", "extavg"):
             for layer in range(L):  # a run per layer: each layer's heads under the intervention at their own layer
                 if all(na[layer * H + h] is not None for h in range(H)):
@@ -247,12 +244,12 @@ def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None
                     if key == "mask"
                     else average_ext_pos_embed(layer, POS_GROUP, ext=None if ctx.ext is None else ctx.ext[layer])
                 )
-                p, r = _capture(model, tokens, iv.hooks(model), upto=layer)
+                p, r = _capture(model, tokens, [iv], upto=layer)
                 pat[layer], raw[layer] = p[layer], r[layer]
         elif key == "edit":
             al, ah = ctx.aggregator
             edit = mapping if mapping is not None else {q: q - 2 for q in range(2, n)}
-            pat, raw = _capture(model, tokens, _edit_hooks(model, ctx.aggregator, edit))
+            pat, raw = _capture(model, tokens, _edits(ctx.aggregator, edit))
             # the edited rows, as the model uses them (a bridge whose hook_pattern edits go through hook_z
             # reports the unedited pattern there)
             for q, k in edit.items():

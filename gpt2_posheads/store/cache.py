@@ -178,16 +178,12 @@ def build_cache(
             model,
             prompts[:8],
             (agg_l, agg_h),
-            mask_previous_attention(5, range(agg_l)).hooks(model),
+            [mask_previous_attention(5, range(agg_l))],
             rows=masked_queries(5, prompts.shape[1]),
         )
         masked_rows = [cmp["prev_rows_clean"], cmp["prev_rows_intervened"]]
     averaged = (
-        float(
-            diagonal_attention(model, prompts, progress=False, fwd_hooks=average_pos_embed(10).hooks(model))[
-                agg_l, agg_h, 1
-            ]
-        )
+        float(diagonal_attention(model, prompts, progress=False, edits=[average_pos_embed(10)])[agg_l, agg_h, 1])
         if learned
         else float("nan")
     )

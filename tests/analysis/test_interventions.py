@@ -60,7 +60,7 @@ def test_mask_previous_attention_touches_only_chosen_entries(tiny_model):
     heads = [(0, h) for h in range(4)] + [(1, 0)]
     iv = mask_previous_attention(every=5, layers=[0])
     clean = head_patterns(tiny_model, toks[0], heads)
-    masked = head_patterns(tiny_model, toks[0], heads, iv.hooks(tiny_model))
+    masked = head_patterns(tiny_model, toks[0], heads, [iv])
     zeroed = {(p, p - 1) for p in range(5, 23, 5)}
     for h in range(4):
         c, m = clean[(0, h)], masked[(0, h)]
@@ -71,9 +71,7 @@ def test_mask_previous_attention_touches_only_chosen_entries(tiny_model):
             diff[q, k] = 0
         assert diff.max() == 0  # layer 0: nothing else changed, not even the other entries of masked rows
     assert (clean[(1, 0)] - masked[(1, 0)]).abs().max() > 0  # a later layer feels it
-    ren = head_patterns(
-        tiny_model, toks[0], [(0, 1)], mask_previous_attention(5, [0], renormalize=True).hooks(tiny_model)
-    )
+    ren = head_patterns(tiny_model, toks[0], [(0, 1)], [mask_previous_attention(5, [0], renormalize=True)])
     torch.testing.assert_close(ren[(0, 1)].sum(-1), torch.ones(23))
 
 
@@ -132,8 +130,8 @@ def test_scale_head_output_scales_its_write(tiny_model):
 
 def test_kl_zero_for_identity_positive_otherwise(tiny_model):
     toks = _toks(tiny_model, n=3, pos=20)
-    assert kl_divergence(tiny_model, toks, average_pos_embed(1).hooks(tiny_model)) == pytest.approx(0, abs=1e-7)
-    assert kl_divergence(tiny_model, toks, average_pos_embed(10).hooks(tiny_model)) > 0
+    assert kl_divergence(tiny_model, toks, [average_pos_embed(1)]) == pytest.approx(0, abs=1e-7)
+    assert kl_divergence(tiny_model, toks, [average_pos_embed(10)]) > 0
     p = next_token_probs(tiny_model, toks[0])
     assert p.shape == (1, tiny_model.cfg.d_vocab) and abs(float(p.sum()) - 1) < 1e-4
 
@@ -163,3 +161,19 @@ def test_bad_input(tiny_model):
     with pytest.raises(ValueError, match="every"):
         mask_previous_attention(every=0)
     assert len(hooks_for(tiny_model, average_pos_embed(2), scale_head_output(0, 0, 2.0))) == 2
+
+
+def test_an_intervention_is_data_each_analysis_takes_as_edits(tiny_model):
+    """What it edits and where, read off the intervention itself; applied through an analysis's ``edits`` it moves the
+    pattern exactly as its TransformerLens hooks do, and the hooks themselves are not an edit."""
+    iv = mask_previous_attention(5, [0, 1])
+    assert (iv.site, iv.layers) == ("pattern", (0, 1))
+    assert (scale_head_output(1, 2, 0.5).site, average_pos_embed(4).site) == ("z", "pos_embed")
+    toks = _toks(tiny_model, 1)
+    got = head_patterns(tiny_model, toks[0], [(1, 0)], [iv])[(1, 0)]
+    box = {}
+    hooks = hooks_for(tiny_model, iv) + [("blocks.1.attn.hook_pattern", lambda p, hook: box.setdefault("p", p[0, 0]))]
+    _run(tiny_model, toks, hooks)
+    assert torch.equal(got, box["p"].float()) and float(got[5, 4]) == 0.0
+    with pytest.raises(TypeError, match="edits: interventions"):
+        head_patterns(tiny_model, toks[0], [(1, 0)], iv.hooks(tiny_model))

@@ -9,7 +9,7 @@ import torch
 from gpt2_posheads import diagonal_attention, extended_pos_embeddings, load_model
 from gpt2_posheads.analysis.scores import attention_scores
 from gpt2_posheads.analysis.sources import path_ablation
-from gpt2_posheads.model.hooks import hook_status
+from gpt2_posheads.model.engine_hooks import hook_status
 from gpt2_posheads.model.identity import position_kind
 
 from conftest import ARCHITECTURES, EXPERIMENTS, run_script
@@ -105,16 +105,15 @@ def test_pattern_edits_through_z_equal_the_hooked_edit(arch_dirs, monkeypatch):
     """On GPT-2 both routes exist: the edit through hook_z (used where hook_pattern does not feed the output)
     gives the same logits as editing hook_pattern itself."""
     from gpt2_posheads import edit_head_pattern, hooks_for, mask_previous_attention
-    from gpt2_posheads.model import hooks as hooks_mod
-    from gpt2_posheads.model import patterns
+    from gpt2_posheads.model import engine_hooks
 
     model = load_model(arch_dirs["gpt2"], device="cpu")
     toks = torch.randint(1, model.cfg.d_vocab, (2, 30), generator=torch.Generator().manual_seed(1))
     ivs = [mask_previous_attention(5, [0, 1]), edit_head_pattern(2, 1, {10: 3, 20: 19})]
     with torch.inference_mode():
         direct = model.run_with_hooks(toks, fwd_hooks=hooks_for(model, *ivs))
-        real = hooks_mod.hook_status(model)
-        monkeypatch.setattr(patterns, "hook_status", lambda m: {**real, "attn.hook_pattern": "dead"})
+        real = engine_hooks.hook_status(model)
+        monkeypatch.setattr(engine_hooks, "hook_status", lambda m: {**real, "attn.hook_pattern": "dead"})
         through_z = model.run_with_hooks(toks, fwd_hooks=hooks_for(model, *ivs))
         clean = model(toks)
     assert float((direct - clean).abs().max()) > 1e-3  # the edit does something

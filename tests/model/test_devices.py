@@ -37,10 +37,10 @@ def test_analyses_match_cpu(device, tiny_dir, cpu_model):
     torch.testing.assert_close(
         diagonal_attention(model, p, progress=False), diagonal_attention(cpu_model, p, progress=False), **tol
     )
-    hooks = mask_previous_attention(5, [0, 1]).hooks(model)
+    edits = [mask_previous_attention(5, [0, 1])]
     torch.testing.assert_close(
-        diagonal_attention(model, p, fwd_hooks=hooks, progress=False),
-        diagonal_attention(cpu_model, p, fwd_hooks=mask_previous_attention(5, [0, 1]).hooks(cpu_model), progress=False),
+        diagonal_attention(model, p, edits=edits, progress=False),
+        diagonal_attention(cpu_model, p, edits=edits, progress=False),
         **tol,
     )
     torch.testing.assert_close(
@@ -50,8 +50,8 @@ def test_analyses_match_cpu(device, tiny_dir, cpu_model):
         rtol=1e-3,
     )
     torch.testing.assert_close(
-        next_token_probs(model, p[0], average_pos_embed(5).hooks(model)),
-        next_token_probs(cpu_model, p[0], average_pos_embed(5).hooks(cpu_model)),
+        next_token_probs(model, p[0], [average_pos_embed(5)]),
+        next_token_probs(cpu_model, p[0], [average_pos_embed(5)]),
         atol=1e-5,
         rtol=1e-3,
     )

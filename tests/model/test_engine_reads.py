@@ -1,5 +1,5 @@
 """What an engine reads for the analyses that recompute attention themselves (``Engine.activations``: queries and
-keys as the scores use them, head outputs, patterns, residuals; ``ResidualWrite``), and the patterns-with-logits
+keys as the scores use them, head outputs, patterns, residuals; ``residual_write``), and the patterns-with-logits
 reduction of the induction score, on random-weight models of five architectures.
 
 The reads are checked against the model's own computation (the softmax of the scaled ``q . k`` plus the mask is the
@@ -19,8 +19,7 @@ from gpt2_posheads.analysis.induction import induction_scores
 from gpt2_posheads.analysis.scores import attention_scores, score_profile
 from gpt2_posheads.analysis.sources import path_ablation
 from gpt2_posheads.model.attention import attn_scale, scale_from_pattern
-from gpt2_posheads.model.engine import READS, EngineError, Reduction, ResidualWrite
-from gpt2_posheads.model.engines import engine_for
+from gpt2_posheads.model.engine import READS, EngineError, Reduction, engine_for, residual_write
 
 from conftest import ARCHITECTURES
 
@@ -78,7 +77,7 @@ def test_a_residual_write_is_what_the_head_reads(tl_models):
     eng, toks, layer = engine_for(m, "hooks"), _tokens(m), 2
     clean = eng.activations([toks], {"q": [layer], "k": [layer], "resid": [layer]}, Reduction(_keep, _kept))[layer][0]
     for value, same in ((clean["resid"], True), (torch.zeros_like(clean["resid"]), False)):
-        edits = eng.edits(ResidualWrite(layer, value))
+        edits = [residual_write(layer, value)]
         got = eng.activations([toks], {"q": [layer], "k": [layer]}, Reduction(_keep, _kept), edits)[layer][0]
         assert torch.equal(got["q"], clean["q"]) == same and torch.equal(got["k"], clean["k"]) == same
     q = got["q"]
@@ -131,8 +130,8 @@ def test_what_an_engine_cannot_read_is_one_clear_error(tl_models, arch_dirs):
         nm = load_traced(arch_dirs["gpt2"])
         with pytest.raises(EngineError, match="nnsight engine cannot read activations"):
             score_profile(nm, toks, window=3, skip_first=4)
-        with pytest.raises(ValueError, match="a residual write has no nnsight form"):
-            engine_for(nm).edits(ResidualWrite(1, torch.zeros(2, 24, m.cfg.d_model)))
+        with pytest.raises(EngineError, match="nnsight engine cannot apply an intervention \\(a residual write\\)"):
+            engine_for(nm).run(toks[:2, :24], [residual_write(1, torch.zeros(2, 24, m.cfg.d_model))])
 
 
 @pytest.mark.skipif(not HAS_NNSIGHT, reason="nnsight is not installed")

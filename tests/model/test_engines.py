@@ -27,6 +27,7 @@ from gpt2_posheads import (
     average_ext_pos_embed,
     average_pos_embed,
     diagonal_attention,
+    edit_head_pattern,
     extended_pos_embeddings,
     extended_pos_embeddings_by_layer,
     head_table,
@@ -34,11 +35,10 @@ from gpt2_posheads import (
     mask_previous_attention,
     ood_composition_scores,
     prev_token_ranking,
+    scale_head_output,
 )
 from gpt2_posheads.analysis.measures import compare_head_patterns, kl_divergence, next_token_probs
-from gpt2_posheads.model.engine import EngineError
-from gpt2_posheads.model.engines import engine_for
-from gpt2_posheads.model.fastpath import FastPathUnsupported
+from gpt2_posheads.model.engine import EngineError, engine_for
 
 from conftest import ARCHITECTURES
 
@@ -129,6 +129,8 @@ def _interventions(case: str):
     ivs = {
         "mask_previous_attention": mask_previous_attention(5, [0, 1]),
         "average_ext_pos_embed": average_ext_pos_embed(1, 4, n_prompts=2, seq_len=24),
+        "edit_head_pattern": edit_head_pattern(1, 0, {5: 3, 9: {2: 1.0, 8: 1.0}}),
+        "scale_head_output": scale_head_output(1, 0, 0.25),  # the later layers' patterns move with it
     }
     if case in LEARNED_POS:
         ivs["average_pos_embed"] = average_pos_embed(10)
@@ -136,9 +138,7 @@ def _interventions(case: str):
 
 
 EDITED = {  # passes under an intervention's edits (bound once per model): the engines that apply edits
-    "diagonal_attention": lambda m, e, edits: diagonal_attention(
-        m, _tokens(m), progress=False, fwd_hooks=edits, engine=e
-    ),
+    "diagonal_attention": lambda m, e, edits: diagonal_attention(m, _tokens(m), progress=False, edits=edits, engine=e),
     "next_token_probs": lambda m, e, edits: next_token_probs(m, _tokens(m), edits, engine=e),
     "kl_divergence": lambda m, e, edits: kl_divergence(m, _tokens(m), edits, engine=e),
     "compare_head_patterns": lambda m, e, edits: compare_head_patterns(
@@ -161,8 +161,8 @@ def test_every_clean_analysis_is_the_same_on_every_engine(case, models):
             assert_same(ref, analysis(models(case, engine), engine), f"{case} {name} on {engine}", tol(case))
 
 
-# each kind of edit (a pattern edit, a residual addition, a position-embedding replacement) under the pattern
-# reduction, and each other analysis under one of them
+# each kind of edit (a pattern edit, a residual addition, a position-embedding replacement, a head output) under the
+# pattern reduction, and each other analysis under one of them
 EDITED_UNDER = {"next_token_probs": "mask_previous_attention", "kl_divergence": "average_ext_pos_embed"}
 EDITED_UNDER["compare_head_patterns"] = "mask_previous_attention"
 # route-gpt2 counts positions from BOS: built so that W_pos averaging leaves its attention as it is
@@ -174,8 +174,8 @@ def test_every_analysis_under_interventions_is_the_same_on_every_engine(case, mo
     tl = models(case, "hooks")
     clean = diagonal_attention(tl, _tokens(tl), progress=False, engine="hooks")
     for iv_name, iv in _interventions(case).items():
-        edits = iv.hooks(tl)
-        traced = (models(case, "nnsight"), iv.hooks(models(case, "nnsight"))) if HAS_NNSIGHT else None
+        edits = [iv]
+        traced = (models(case, "nnsight"), [iv]) if HAS_NNSIGHT else None
         for name, analysis in EDITED.items():
             if name != "diagonal_attention" and EDITED_UNDER[name] != iv_name:
                 continue
@@ -219,7 +219,7 @@ def test_what_an_engine_cannot_do_is_one_clear_error(models, store):
     for call, words in [
         (lambda: ood_composition_scores(store), "stored engine cannot reduce attention patterns"),
         (lambda: head_table(store, _tokens(tl)), "stored activations fix the prompts"),
-        (lambda: iv.hooks(store), "stored engine cannot apply an intervention"),
+        (lambda: diagonal_attention(store, None, edits=[iv]), "stored engine cannot apply an intervention"),
         (lambda: engine_for(store).run(_tokens(tl)), "stored engine cannot run a model"),
         (lambda: prev_token_ranking(tl), "prompts is None"),
     ]:
@@ -229,8 +229,10 @@ def test_what_an_engine_cannot_do_is_one_clear_error(models, store):
         prev_token_ranking(store, engine="hooks")
     with pytest.raises(ValueError, match="engine='nnsight' needs a traced model"):
         diagonal_attention(tl, _tokens(tl), engine="nnsight")
-    with pytest.raises(FastPathUnsupported, match="fwd_hooks"):
-        diagonal_attention(tl, _tokens(tl), fwd_hooks=iv.hooks(tl), engine="fast")
+    with pytest.raises(EngineError, match="fast engine cannot apply an intervention"):
+        diagonal_attention(tl, _tokens(tl), edits=[iv], engine="fast")
+    with pytest.raises(TypeError, match="edits: interventions"):  # its TransformerLens hooks are not an edit
+        diagonal_attention(tl, _tokens(tl), edits=iv.hooks(tl))
     if HAS_NNSIGHT:
         nm = models("gpt2", "nnsight")
         with pytest.raises(EngineError, match="nnsight engine cannot keep every prompt's embedding"):

@@ -8,8 +8,9 @@ from gpt2_posheads import load_model
 from gpt2_posheads.analysis.diagonals import diagonal_attention
 from gpt2_posheads.analysis.interventions import mask_previous_attention
 from gpt2_posheads.analysis.posembed import extended_pos_embeddings_by_layer
-from gpt2_posheads.model import fastpath
-from gpt2_posheads.model.fastpath import FastPathUnsupported, fast_forward
+from gpt2_posheads.model import engine_fast as fastpath
+from gpt2_posheads.model.engine import EngineError
+from gpt2_posheads.model.engine_fast import FastPathUnsupported, fast_forward
 
 from conftest import MINI_DIR
 
@@ -116,13 +117,13 @@ def test_fast_ext_pos_equal_hooked(trained_model):
 
 def test_interventions_take_the_hooked_path(trained_model):
     toks = _prompts(2, 32, trained_model.cfg.d_vocab, seed=1)
-    hooks = mask_previous_attention(every=1, layers=[0]).hooks(trained_model)
-    auto = diagonal_attention(trained_model, toks, max_offset=8, progress=False, fwd_hooks=hooks)
-    hooked = diagonal_attention(trained_model, toks, max_offset=8, progress=False, fwd_hooks=hooks, engine="hooks")
+    edits = [mask_previous_attention(every=1, layers=[0])]
+    auto = diagonal_attention(trained_model, toks, max_offset=8, progress=False, edits=edits)
+    hooked = diagonal_attention(trained_model, toks, max_offset=8, progress=False, edits=edits, engine="hooks")
     torch.testing.assert_close(auto, hooked)
     assert float(auto[0, :, 1].abs().max()) < 1e-6  # the mask really ran: layer 0 no longer sees offset 1
-    with pytest.raises(FastPathUnsupported, match="fwd_hooks"):
-        diagonal_attention(trained_model, toks, max_offset=8, progress=False, fwd_hooks=hooks, engine="fast")
+    with pytest.raises(EngineError, match="fast engine cannot apply an intervention"):
+        diagonal_attention(trained_model, toks, max_offset=8, progress=False, edits=edits, engine="fast")
 
 
 def test_unknown_engine(tiny_model):
@@ -201,7 +202,7 @@ def test_bf16_falls_back_to_float32_without_native_support(tiny_dir, monkeypatch
 
 
 def test_inplace_activations_match_torch():
-    from gpt2_posheads.model.fastpath import _ACTIVATIONS
+    from gpt2_posheads.model.engine_fast import _ACTIVATIONS
 
     x = torch.randn(300, 64, generator=torch.Generator().manual_seed(0)) * 3
     want = {"gelu_new": F.gelu(x, approximate="tanh"), "gelu": F.gelu(x), "relu": F.relu(x), "silu": F.silu(x)}

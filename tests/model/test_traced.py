@@ -20,7 +20,8 @@ from gpt2_posheads import (  # noqa: E402
     prev_token_ranking,
 )
 from gpt2_posheads.analysis.diagonals import _finish_ranking  # noqa: E402
-from gpt2_posheads.model.traced import load_traced, result_bytes  # noqa: E402
+from gpt2_posheads.model.engine_nnsight import result_bytes  # noqa: E402
+from gpt2_posheads.model.traced import load_traced  # noqa: E402
 
 from conftest import ARCHITECTURES, EXPERIMENTS, MINI_DIR, Started  # noqa: E402
 
@@ -72,8 +73,8 @@ def test_extended_embeddings_and_interventions_equal_the_transformerlens_engine(
         ivs.append(average_pos_embed(10))
     clean = diagonal_attention(tl, toks, progress=False)
     for iv in ivs:
-        d_tl = diagonal_attention(tl, toks, fwd_hooks=iv.hooks(tl), progress=False)
-        d_nn = diagonal_attention(nm, toks, fwd_hooks=iv.hooks(nm))
+        d_tl = diagonal_attention(tl, toks, edits=[iv], progress=False)
+        d_nn = diagonal_attention(nm, toks, edits=[iv])
         assert float((d_tl - clean).nan_to_num().abs().max()) > 1e-6, iv.name  # the intervention does something
         # GPT-Neo's and OPT's TransformerLens pattern hooks show the pattern before a masking edit (it goes through
         # hook_z there); the nnsight engine reports the pattern the model attends with: compare the layers above
@@ -101,7 +102,7 @@ def test_the_shipped_code_runs_without_this_package(pairs, monkeypatch):
     here = prev_token_ranking(nm, toks)
     monkeypatch.setattr(nm, "remote", "local")
     shipped = prev_token_ranking(nm, toks)
-    masked = diagonal_attention(nm, toks, fwd_hooks=mask_previous_attention(5, [0]).hooks(nm))
+    masked = diagonal_attention(nm, toks, edits=[mask_previous_attention(5, [0])])
     assert here.equals(shipped) and masked.shape == (3, 4, 40)
 
 

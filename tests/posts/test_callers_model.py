@@ -13,7 +13,7 @@ from gpt2_posheads import diagonal_attention, load_model
 from gpt2_posheads.claims.record import read_summary
 from gpt2_posheads.cli import main_entry
 from gpt2_posheads.cli.output import Output
-from gpt2_posheads.model.fastpath import FastPathUnsupported
+from gpt2_posheads.model.engine_fast import FastPathUnsupported
 from gpt2_posheads.model.precision import FORCE_ENV
 from gpt2_posheads.model.state import ModelStateWarning
 from gpt2_posheads.posts.gpt2_prev_heads import edit, l4h11_edit, model_run, rank_prev_heads

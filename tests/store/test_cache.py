@@ -124,16 +124,16 @@ def test_mechanism_entries_match_recomputation(mini):
     rows_clean, rows_masked = cache.tensors["mechanism.masked_rows"].tolist()
     prompts = cache.tensors["prompts"]
     assert clean == pytest.approx(float(cache.diagonals[l, h, 1]), abs=1e-6)
-    avg = diagonal_attention(model, prompts, max_offset=2, progress=False, fwd_hooks=average_pos_embed(10).hooks(model))
+    avg = diagonal_attention(model, prompts, max_offset=2, progress=False, edits=[average_pos_embed(10)])
     assert averaged == pytest.approx(float(avg[l, h, 1]), abs=1e-5)
     if l == 0:
         assert math.isnan(rows_clean) and math.isnan(rows_masked)  # nothing below layer 0 to mask
     else:  # A[q, q-1] on the masked rows, from the patterns themselves
-        hooks = mask_previous_attention(5, range(l)).hooks(model)
+        edits = [mask_previous_attention(5, range(l))]
         q = torch.arange(5, prompts.shape[1], 5)
         from gpt2_posheads.analysis.measures import head_patterns
 
-        got = [head_patterns(model, p, [(l, h)], hooks)[(l, h)][q, q - 1].mean() for p in prompts[:8]]
+        got = [head_patterns(model, p, [(l, h)], edits)[(l, h)][q, q - 1].mean() for p in prompts[:8]]
         assert rows_masked == pytest.approx(float(torch.stack(got).mean()), abs=1e-5)
 
 

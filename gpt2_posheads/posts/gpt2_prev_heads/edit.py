@@ -22,7 +22,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from ...analysis.heads import HeadDefault
-from ...analysis.interventions import edit_head_pattern, hooks_for, scale_head_output
+from ...analysis.interventions import edit_head_pattern, scale_head_output
 from ...analysis.measures import next_token_probs, top_tokens
 from ...analysis.repeat_prompt import RepeatPrompt, edit_mapping, split_words
 from ...claims.catalogue import Option, declare
@@ -111,10 +111,10 @@ def measure(model, rp: RepeatPrompt, head: tuple[int, int], factors: list[float]
     rows = [row("clean", None, next_token_probs(model, rp.tokens)[0])]
     mapping = edit_mapping(rp)
     for f in factors:
-        hooks = hooks_for(model, edit_head_pattern(l, h, mapping), scale_head_output(l, h, f))
+        edits = [edit_head_pattern(l, h, mapping), scale_head_output(l, h, f)]
         condition = f"edit, output x{f:g}"
         try:
-            rows.append(row(condition, f, next_token_probs(model, rp.tokens, hooks)[0]))
+            rows.append(row(condition, f, next_token_probs(model, rp.tokens, edits)[0]))
         except NonFiniteError as e:
             nan = {f"P({w.strip()})": float("nan") for w in ids}
             rows.append({"condition": condition, "factor": f, **nan, "top5": [], "not_measured": f"{condition}: {e}"})

@@ -80,8 +80,8 @@ def measure(run: ModelRun, head: tuple[int, int], group_size: int, ext_prompts: 
     ``prev_score_intervened``, ``js_divergence``, ``mean_abs_diff``, ``relative_drop``, and the first prompt's
     ``clean`` and ``intervened`` ``[pos, pos]`` patterns."""
     l, h = head
-    hooks = average_ext_pos_embed(l, group_size, n_prompts=ext_prompts, seed=seed).hooks(run.model)
-    return compare_head_patterns(run.model, run.prompts, (l, h), hooks)
+    edit = average_ext_pos_embed(l, group_size, n_prompts=ext_prompts, seed=seed)
+    return compare_head_patterns(run.model, run.prompts, (l, h), [edit])
 
 
 def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> Claim:

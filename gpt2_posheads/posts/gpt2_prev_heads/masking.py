@@ -78,7 +78,7 @@ def measure(run: ModelRun, head: tuple[int, int], layers: list[int], every: int,
     ``clean`` and ``intervened`` as ``[pos, pos]`` patterns on the first prompt)."""
     iv = mask_intervention(every, layers, renormalize)
     rows = masked_queries(every, run.prompts.shape[1])
-    return compare_head_patterns(run.model, run.prompts, head, iv.hooks(run.model), rows=rows)
+    return compare_head_patterns(run.model, run.prompts, head, [iv], rows=rows)
 
 
 def preconditions(run: ModelRun, head: tuple[int, int], layers: list[int], every: int) -> list[Precondition]:

@@ -23,8 +23,8 @@ from ...analysis.prompts import encode_stream
 from ...analysis.repeat_prompt import repeat_string_prompt, single_token_target
 from ...claims.organism import REFERENCE_HELDOUT, Measured, Sharpest, judge_targets
 from ...claims.verdicts import Claim
+from ...model.engine import engine_for
 from ...model.identity import has_learned_positions
-from ...model.tokens import model_device
 from ...model.validation import head_name
 
 
@@ -44,15 +44,12 @@ def heldout_loss(model, tokens: torch.Tensor, n_ctx: int | None = None, max_wind
     n = min(max_windows, (len(tokens) - 1) // n_ctx)
     x = tokens[: n * n_ctx + 1]
     inp, tgt = x[:-1].view(n, n_ctx), x[1:].view(n, n_ctx)
-    total = 0.0
-    with torch.inference_mode():
-        for i in range(0, n, 8):
-            logits = model(inp[i : i + 8].to(model_device(model)))
-            total += float(
-                F.cross_entropy(
-                    logits.float().flatten(0, 1), tgt[i : i + 8].flatten().to(logits.device), reduction="sum"
-                )
-            )
+    total, eng = 0.0, engine_for(model)
+    for i in range(0, n, 8):
+        logits = eng.run(inp[i : i + 8])
+        total += float(
+            F.cross_entropy(logits.float().flatten(0, 1), tgt[i : i + 8].flatten().to(logits.device), reduction="sum")
+        )
     return total / tgt.numel()
 
 

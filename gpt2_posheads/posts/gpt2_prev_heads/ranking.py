@@ -32,7 +32,7 @@ from ...analysis.diagonals import (
 from ...claims.catalogue import Option, declare
 from ...claims.gpt2_post import NO_PREV_HEAD, SHARP_RATIO, SHARPEST_RULE, judge_claim, post_claim
 from ...claims.verdicts import Claim, Precondition, finite, predicate, within
-from ...model.fastpath import ENGINES
+from ...model.engine_fast import ENGINES
 from ...model.identity import is_gpt2_small
 from ...model.precision import reduced_precision, resolve_bf16
 from ...model.state import measures_caller_model

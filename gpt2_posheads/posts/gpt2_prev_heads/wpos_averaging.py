@@ -135,12 +135,12 @@ def measure(run: ModelRun, heads: list[tuple[int, int]], groups: list[int], reps
     ranking diagonals)."""
     model, rows = run.model, []
     for g in groups:
-        hooks = average_pos_embed(g).hooks(model) if g > 1 else []
-        kl = kl_divergence(model, run.prompts, hooks) if hooks else 0.0
-        diag = run.ranked().diag if g == 1 else diagonal_attention(model, run.prompts, fwd_hooks=hooks, progress=False)
+        edits = [average_pos_embed(g)] if g > 1 else []
+        kl = kl_divergence(model, run.prompts, edits) if edits else 0.0
+        diag = run.ranked().diag if g == 1 else diagonal_attention(model, run.prompts, edits=edits, progress=False)
         row = {"group_size": g, "kl": kl}
         for r in reps:
-            probs = next_token_probs(model, r.tokens, hooks)[0]
+            probs = next_token_probs(model, r.tokens, edits)[0]
             row[f"P({r.next_word.strip()} first | {r.sep.join(r.words).strip()})"] = float(
                 probs[r.next_token_id(model.tokenizer)]
             )

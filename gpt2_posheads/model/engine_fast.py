@@ -26,7 +26,7 @@ The fast path is *verified, not trusted*: the first time it meets a model it run
 prompt both ways and compares every pattern and the final residual with the hooked pass. A model it
 does not reproduce (an architecture outside the GPT-2 family, an unusual attention scale) falls back
 to the hooks with a warning, so results never depend on which path ran. Interventions
-(``fwd_hooks``), and hooks the caller left on the model, always take the hooked path.
+(edits), and hooks the caller left on the model, always take the hooked path.
 """
 
 from __future__ import annotations
@@ -38,14 +38,15 @@ import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import einops
 import torch
 import torch.nn.functional as F
 
 from .attention import attn_scale
-from .forward import resid_hook_name, run_until
+from .engine import EngineError, applied, as_edits, materialise, only_layers, pattern_layers, progress_bar, read_kinds
+from .engine_hooks import HooksEngine, resid_hook_name, run_until
 from .state import caller_hooks
 from .tokens import model_device
 
@@ -431,21 +432,17 @@ def _verify(model, fast: FastGPT2) -> str | None:
     return None
 
 
-def fast_forward(model, engine: str = "auto", dtype: torch.dtype = torch.float32, has_hooks: bool = False):
+def fast_forward(model, engine: str = "auto", dtype: torch.dtype = torch.float32):
     """The :class:`FastGPT2` for ``model``, or ``None`` when the hooked pass must run.
 
-    ``engine``: ``"auto"`` (fast path when the model is supported, verified, no ``fwd_hooks`` are given and the
-    model carries no hooks of its own), ``"fast"`` (raise instead of falling back), ``"hooks"`` (always
+    ``engine``: ``"auto"`` (fast path when the model is supported, verified and carries no hooks of its own),
+    ``"fast"`` (raise instead of falling back), ``"hooks"`` (always
     TransformerLens hooks). The fast path computes from the weights and runs no hook: hooks the caller left on the
     model (:func:`~gpt2_posheads.model.state.caller_hooks`) would be skipped, so such a model takes the hooked pass.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r} is not one of {ENGINES}")
     if engine == "hooks":
-        return None
-    if has_hooks:
-        if engine == "fast":
-            raise FastPathUnsupported("engine='fast' cannot apply fwd_hooks: use engine='auto' or 'hooks'")
         return None
     carried = caller_hooks(model)
     if carried:
@@ -480,3 +477,74 @@ def fast_forward(model, engine: str = "auto", dtype: torch.dtype = torch.float32
 def release(model) -> None:
     """Forget the fast path's weights (fused QKV, bfloat16 copies) and self-check for ``model``."""
     _CACHE.pop(model, None)
+
+
+class FastEngine:
+    """The verified hook-free GPT-2 pass (:class:`FastGPT2`) for patterns and residuals without
+    edits. It applies no edits, computes no logits and hands over no queries, keys or head outputs: with ``strict``
+    (``engine="fast"``) a pass with edits, a reduction of logits or ``activations`` is an error; otherwise
+    (``"auto"``) such a pass, ``run`` and a model the fast path does not reproduce go to TransformerLens hooks (the
+    fast path says once why it stepped aside)."""
+
+    name = "fast"
+    sites = frozenset()
+    refuse_hint = "use engine='auto' or 'hooks'"
+
+    def __init__(self, model, strict: bool = False, bf16: bool = False):
+        self.model, self.strict, self.bf16 = model, strict, bf16
+        self.hooks = HooksEngine(model, bf16)
+
+    def _fast(self, edits):
+        """The fast path, or ``None`` for the hooked pass: edits are refused under ``"fast"`` (:func:`applied`) and
+        go to the hooks under ``"auto"``."""
+        if as_edits(edits):
+            if self.strict:
+                applied(self, edits)
+            return None
+        dtype = torch.bfloat16 if self.bf16 else torch.float32
+        return fast_forward(self.model, "fast" if self.strict else "auto", dtype)
+
+    def _refuse(self, operation: str, why: str) -> None:
+        if self.strict:
+            raise EngineError(self.name, operation, why, "use engine='auto' or 'hooks'")
+
+    def patterns(self, batches, reduction, edits=(), progress=None) -> dict:
+        batches = materialise(batches)
+        if reduction.logits is not None:
+            self._refuse("hand logits to a reduction", "the fast path has no unembedding")
+            return self.hooks.patterns(batches, reduction, edits, progress)
+        fast = self._fast(edits)
+        if fast is None:
+            return self.hooks.patterns(batches, reduction, edits, progress)
+        device, ws, st = model_device(self.model), Workspace(), reduction.state
+        layers = pattern_layers(self.model, reduction)
+        on = (
+            partial(reduction.step, st)
+            if reduction.layers is None
+            else partial(only_layers, layers, reduction.step, st)
+        )
+        with torch.inference_mode():
+            for toks in progress_bar(batches, progress):
+                fast.patterns(toks.to(device), on, ws, last=layers[-1])
+        return reduction.finish(st)
+
+    def residuals(self, batches, layers, reduction, edits=(), progress=None) -> dict:
+        batches = materialise(batches)
+        fast = self._fast(edits)
+        if fast is None:
+            return self.hooks.residuals(batches, layers, reduction, edits, progress)
+        device, st = model_device(self.model), reduction.state
+        with torch.inference_mode():
+            for toks in progress_bar(batches, progress):
+                for l, resid in fast.residuals(toks.to(device), layers).items():
+                    reduction.step(st, l, resid)
+        return reduction.finish(st)
+
+    def activations(self, batches, reads, reduction, edits=(), progress=None) -> dict:
+        self._refuse(
+            f"read {read_kinds(reads)}", "it computes patterns and residuals in its own fused way, nothing else"
+        )
+        return self.hooks.activations(batches, reads, reduction, edits, progress)
+
+    def run(self, tokens, edits=()) -> torch.Tensor:
+        return self.hooks.run(tokens, edits)  # the fast path has no unembedding

@@ -1,0 +1,487 @@
+"""The TransformerLens engine: passes with hooks, the edits as hooks, and which hooks a model really fires.
+
+**Passes** (:class:`HooksEngine`) read ``blocks.{l}.attn.hook_pattern``, ``hook_resid_pre`` and, for
+``activations``, ``hook_q``/``hook_k``/``hook_cos``/``hook_sin``/``hook_z``, and stop as soon as the activation they
+need has been seen. ``stop_at_layer`` differs between TransformerLens versions (the 4.x bridge drops hooks at the stop
+layer and ignores ``stop_at_layer == n_layers``), so early exit is done with an exception raised from a hook
+(:func:`run_until`): everything after the last needed activation — later blocks, the final LayerNorm and the
+unembedding, the costliest matmul of a small model — is skipped, in TL 3.x and 4.x alike.
+
+**Which hooks feed the model** (:func:`hook_status`).
+
+A hook name in ``model.hook_dict`` is no promise. On the TransformerLens 4 bridge (measured with TL 4.3 on
+random-weight models): Pythia and Llama never fire ``hook_pos_embed`` (they have no ``W_pos``), Pythia lists
+``hook_rot_q``/``hook_rot_k`` but never fires them, and GPT-Neo and OPT fire ``hook_pattern`` only *after* the
+attention output is computed, so editing the pattern there changes nothing. An intervention that silently does
+nothing would make a claim look "not held" when it was never tested, so every intervention asks
+:func:`hook_status` first. The probe runs once per model (cached, reset when the weights change): one forward
+of 8 tokens watching the hooks of block ``min(1, n_layers - 1)`` and the embeddings, then one per hook with it
+edited, judged by the activation it feeds (:data:`DOWNSTREAM`): a verdict on the plumbing, not on the weights
+(editing the residual must reach ``resid_post`` through the skip connection whatever the block computes). A block
+hook that changes nothing there is probed in the other blocks too, since a block whose heads have zero value or
+output weights (a hand-built model's inert layer) hides the plumbing: it is ``live`` if it feeds its activation in
+any block.
+
+**Pattern edits** (:func:`pattern_edit_hooks`).
+
+Where ``hook_pattern`` feeds the output (GPT-2, Pythia, Llama on the TransformerLens 4 bridge), an edit is a hook
+on it. Where it fires only after the output is computed (GPT-Neo and OPT on that bridge: the edit would be
+discarded, :func:`~gpt2_posheads.model.engine_hooks.hook_status`), the edit goes through the head outputs instead:
+
+    A = softmax(scale * q k^T + mask)      from this pass's queries and keys (rotated as the model rotates them)
+    z' = edit(A) v                          replaces hook_z (the values per head, shared ones expanded)
+
+The scale and the mask (causal, plus any attention window, such as GPT-Neo's local layers) are calibrated once per
+model and layer on a clean pass (:func:`~gpt2_posheads.model.attention.scale_from_pattern`), and every pass checks
+that ``A v`` reproduces the model's own ``z`` before replacing it: a mismatch is an error, never a silent change.
+``hook_pattern``, which fires after the output there, then shows ``edit(A)`` to the hooks after it, so a reduction
+of the patterns sees the pattern the head attended with on every model (and every engine).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Literal
+
+import torch
+
+from .attention import attention_pattern, attn_scale, expand_kv, raw_scores_from_qk, rotate, scale_from_pattern
+from .engine import (
+    SITES,
+    Edit,
+    Reduction,
+    Step,
+    bind_all,
+    keep_reads,
+    layers_read,
+    materialise,
+    pattern_layers,
+    progress_bar,
+    read_kinds,
+    replace_positions,
+)
+from .tokens import model_device
+from .validation import UsageError
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(x, hook):
+    raise _Stop
+
+
+def resid_hook_name(model, layer: int) -> str:
+    """The residual stream entering block ``layer``; ``layer == n_layers`` is the final residual."""
+    n = model.cfg.n_layers
+    return f"blocks.{layer}.hook_resid_pre" if layer < n else f"blocks.{n - 1}.hook_resid_post"
+
+
+def run_hooked(model, tokens: torch.Tensor, hooks: Sequence[tuple[str, Callable]], return_type="logits"):
+    """``model`` on ``tokens`` with TransformerLens forward hooks ``[(hook_name, fn), ...]``, removed afterwards (hooks
+    the caller left on the model stay)."""
+    with model.hooks(list(hooks)):
+        return model(tokens, return_type=return_type)
+
+
+def run_until(model, tokens: torch.Tensor, hooks: Sequence[tuple[str, Callable]], stop_at: str) -> None:
+    """Run ``model`` on ``tokens`` with ``hooks`` and abandon the pass right after hook ``stop_at``."""
+    try:
+        run_hooked(model, tokens, list(hooks) + [(stop_at, _raise_stop)], return_type=None)
+    except _Stop:
+        return
+    raise RuntimeError(f"hook {stop_at!r} never ran: is it a valid hook name for this model?")
+
+
+HookState = Literal["live", "dead", "never fires", "absent"]
+# each probed hook and the nearest activation that an edit of it must change
+DOWNSTREAM = {
+    "hook_pos_embed": "hook_resid_pre",
+    "hook_embed": "hook_resid_pre",
+    "hook_resid_pre": "hook_resid_post",
+    "attn.hook_q": "attn.hook_pattern",
+    "attn.hook_k": "attn.hook_pattern",
+    "attn.hook_cos": "attn.hook_pattern",
+    "attn.hook_v": "attn.hook_z",
+    "attn.hook_attn_scores": "attn.hook_pattern",
+    "attn.hook_pattern": "attn.hook_z",
+    "attn.hook_z": "hook_attn_out",
+}
+PROBED = tuple(DOWNSTREAM)
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _name(model, suffix: str, embedding_block: bool = False, layer: int | None = None) -> str:
+    if suffix in ("hook_pos_embed", "hook_embed"):
+        return suffix
+    if layer is None:
+        layer = 0 if embedding_block else min(1, model.cfg.n_layers - 1)
+    return f"blocks.{layer}.{suffix}"
+
+
+def _params_key(model) -> tuple:
+    return tuple((p.data_ptr(), p._version) for p in model.parameters())
+
+
+def _watch(box: dict, name: str):
+    def hook(x, hook):
+        box[name] = x.detach().clone()
+
+    return hook
+
+
+def _edit(x, hook):
+    """Scale and shift every entry: no plumbing that uses the value can ignore it."""
+    return x * 0.5 + 0.1 if x.is_floating_point() else x
+
+
+def hook_status(model) -> dict[str, HookState]:
+    """``{suffix: state}`` for the hooks in :data:`PROBED` (block hooks as ``"attn.hook_pattern"``, checked on
+    one block, the same code in every block): ``live`` (editing it changes the activation it feeds), ``dead``
+    (it fires, but editing it changes nothing downstream), ``never fires`` or ``absent`` (not a hook of this model)."""
+    key = _params_key(model)
+    entry = _CACHE.get(model)
+    if entry is not None and entry[0] == key:
+        return entry[1]
+    toks = torch.arange(1, 9, device=model_device(model))[None] % model.cfg.d_vocab
+    hooks = getattr(model, "hook_dict", {})
+    present = {s: _name(model, s) for s in PROBED if _name(model, s) in hooks}
+    downstream = {
+        s: _name(model, DOWNSTREAM[s], embedding_block=s in ("hook_pos_embed", "hook_embed")) for s in present
+    }
+    fired: set[str] = set()
+
+    def note(suffix: str):
+        def hook(x, hook):
+            fired.add(suffix)
+
+        return hook
+
+    watched = sorted({n for n in downstream.values() if n in hooks})
+    clean: dict[str, torch.Tensor] = {}
+    status: dict[str, HookState] = {}
+    with torch.inference_mode():
+        run_hooked(
+            model, toks, [(n, note(s)) for s, n in present.items()] + [(n, _watch(clean, n)) for n in watched], None
+        )
+        for s in PROBED:
+            if s not in present:
+                status[s] = "absent"
+            elif s not in fired:
+                status[s] = "never fires"
+            elif downstream[s] not in clean:
+                status[s] = "live"  # nothing downstream to watch on this model: trust the hook
+            else:
+                status[s] = "live" if _feeds(model, toks, present[s], downstream[s], clean[downstream[s]]) else "dead"
+                if status[s] == "dead" and s.startswith("attn."):  # inert heads in the probed block hide the plumbing
+                    first = min(1, model.cfg.n_layers - 1)
+                    for layer in (l for l in range(model.cfg.n_layers) if l != first):
+                        here, there = _name(model, s, layer=layer), _name(model, DOWNSTREAM[s], layer=layer)
+                        if here in hooks and there in hooks and _feeds(model, toks, here, there):
+                            status[s] = "live"
+                            break
+    _CACHE[model] = (key, status)
+    return status
+
+
+def _feeds(model, toks: torch.Tensor, name: str, downstream: str, clean: torch.Tensor | None = None) -> bool:
+    """Whether editing hook ``name`` changes the activation at ``downstream`` (``clean``: its unedited value)."""
+    if clean is None:
+        box: dict[str, torch.Tensor] = {}
+        run_hooked(model, toks, [(downstream, _watch(box, downstream))], None)
+        clean = box[downstream]
+    after: dict[str, torch.Tensor] = {}
+    run_hooked(model, toks, [(name, _edit), (downstream, _watch(after, downstream))], None)
+    return float((after[downstream].float() - clean.float()).abs().max()) > 1e-6
+
+
+def require_live(model, suffix: str, what: str) -> None:
+    """Raise a one-line :class:`~gpt2_posheads.model.validation.UsageError` unless editing ``suffix`` changes what
+    it feeds in this model (``what``: the intervention, for the message)."""
+    state = hook_status(model).get(suffix, "absent")
+    if state != "live":
+        raise UsageError(
+            "model",
+            f"{what} has no effect on this model: its {suffix} {_WORDS[state]}",
+            "a model whose hook feeds its computation",
+            "the intervention would change nothing",
+        )
+
+
+_WORDS = {
+    "dead": "does not feed the activation after it (it fires after that is computed, or its weights ignore it)",
+    "never fires": "never fires",
+    "absent": "does not exist",
+    "live": "is live",
+}
+
+
+class QKCapture:
+    """Hooks that catch layer ``layer``'s queries and keys as its scores use them: rotated with the model's own
+    ``hook_cos``/``hook_sin`` where it fires them (rotary models), one key per query head (grouped-query attention).
+    ``hooks()`` for ``run_with_hooks``; after the pass, ``q`` and ``k`` are ``[batch, pos, head, d_head]``."""
+
+    def __init__(self, model, layer: int):
+        pre = f"blocks.{layer}.attn."
+        self.names = {"q": pre + "hook_q", "k": pre + "hook_k"}
+        if hook_status(model).get("attn.hook_cos") in ("live", "dead"):
+            self.names.update(cos=pre + "hook_cos", sin=pre + "hook_sin")
+        self.box: dict[str, torch.Tensor] = {}
+
+    def hooks(self) -> list:
+        def grab(key):
+            def hook(x, hook):
+                self.box[key] = x.detach()
+
+            return hook
+
+        return [(name, grab(key)) for key, name in self.names.items()]
+
+    @property
+    def q(self) -> torch.Tensor:
+        q = self.box["q"]
+        return rotate(q, self.box["cos"], self.box["sin"]) if "cos" in self.box else q
+
+    @property
+    def k(self) -> torch.Tensor:
+        k = self.box["k"]
+        k = rotate(k, self.box["cos"], self.box["sin"]) if "cos" in self.box else k
+        return expand_kv(k, self.box["q"].shape[2])
+
+
+PatternEdit = Callable[[torch.Tensor], torch.Tensor]  # [batch, head, q, k] -> [batch, head, q, k]
+_CALIBRATION: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _calibrate(model, layer: int) -> tuple[float, int | None]:
+    """``(scale, window)`` of ``layer`` from a clean pass on up to 256 random tokens: ``window`` is the smallest
+    query-key distance the model never attends across (``None``: no window within the probe)."""
+    per_model = _CALIBRATION.setdefault(model, {})
+    if layer in per_model:
+        return per_model[layer]
+    n = min(model.cfg.n_ctx, 256)
+    toks = torch.randint(0, model.cfg.d_vocab, (1, n), generator=torch.Generator().manual_seed(0)).to(
+        model_device(model)
+    )
+    reads = {"q": [layer], "k": [layer], "pattern": [layer]}
+    acts = HooksEngine(model).activations([toks], reads, Reduction(keep_reads, dict))[layer]
+    dot = raw_scores_from_qk(acts["q"], acts["k"], 1.0).cpu()
+    scale, mask, err = scale_from_pattern(dot, acts["pattern"].float().cpu(), attn_scale(model.cfg, layer))
+    if err > 1e-4:
+        raise UsageError(
+            "model",
+            f"layer {layer}'s attention is not softmax(scale * q . k + mask) (off by {err:.1e})",
+            "models whose pattern a hook can edit, or of that form",
+            "pattern edits cannot be made exact",
+        )
+    q_idx, k_idx = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+    inside = (k_idx <= q_idx)[None, None].expand_as(mask)
+    far = (q_idx - k_idx)[None, None].expand_as(mask)[mask & inside]
+    window = int(far.min()) if far.numel() else None
+    per_model[layer] = (scale, window)
+    return scale, window
+
+
+def pattern_edit_hooks(model, layer: int, edit: PatternEdit) -> list[tuple[str, Callable]]:
+    """TransformerLens hooks that make layer ``layer`` attend with ``edit(A)`` instead of its pattern ``A``
+    ``[batch, head, q, k]`` (see the module doc). ``edit`` must not change ``A`` in place."""
+    status = hook_status(model)
+    pre = f"blocks.{layer}.attn."
+    if status.get("attn.hook_pattern") == "live":
+        return [(pre + "hook_pattern", lambda p, hook: edit(p))]
+    if not (status.get("attn.hook_z") == "live" and status.get("attn.hook_v") in ("live", "dead")):
+        raise UsageError(
+            "model",
+            "its attention pattern cannot be edited (hook_pattern does not feed the output and "
+            "hook_z/hook_v are not available)",
+            "a model whose hook_pattern or hook_z is live",
+        )
+    scale, window = _calibrate(model, layer)
+    cap, box = QKCapture(model, layer), {}
+
+    def grab_v(v, hook):  # fires before z in every pass: a new pass starts
+        box["v"], box["z_done"] = v, False
+
+    def replace_z(z, hook):  # z: [batch, pos, head, d_head]
+        q, k = cap.q.float(), cap.k.float()
+        v = expand_kv(box["v"], q.shape[2]).float()
+        A = attention_pattern(q, k, scale, window)
+        clean_z = torch.einsum("bhqk,bkhd->bqhd", A, v)
+        gap = float((clean_z - z.float()).abs().max()) / (1.0 + float(z.abs().max()))
+        if gap > 1e-3:
+            raise RuntimeError(
+                f"pattern edit on layer {layer}: the recomputed attention does not reproduce the model's "
+                f"own output (relative gap {gap:.1e}); the edit was not applied"
+            )
+        box["z_done"] = True
+        return torch.einsum("bhqk,bkhd->bqhd", edit(A), v).to(z.dtype)
+
+    def show_edit(p, hook):  # [batch, head, q, k]
+        # hook_pattern fires after the output here: the hooks after this one (a reduction of the patterns) see the
+        # pattern the head attended with, edit(A), as on a model whose hook_pattern feeds the output
+        return edit(p) if box.get("z_done") else p
+
+    return cap.hooks() + [(pre + "hook_v", grab_v), (pre + "hook_z", replace_z), (pre + "hook_pattern", show_edit)]
+
+
+def _hook_step(step: Step, state: dict, layer: int, x: torch.Tensor, hook) -> None:
+    step(state, layer, x)
+
+
+def _replace_positions(table: torch.Tensor, x: torch.Tensor, hook) -> torch.Tensor:
+    return replace_positions(x, table)  # x: [batch, pos, d_model]
+
+
+def _add(delta: torch.Tensor, x: torch.Tensor, hook) -> torch.Tensor:
+    return x + delta[: x.shape[-2]].to(x.dtype)  # x: [batch, pos, d_model]
+
+
+def _set(value: torch.Tensor, x: torch.Tensor, hook) -> torch.Tensor:
+    return value.to(x.device, x.dtype)
+
+
+def _apply(fn, x: torch.Tensor, hook) -> torch.Tensor:
+    return fn(x)
+
+
+def _edit_hooks(model, e: Edit) -> list:
+    """The TransformerLens hooks of one checked edit; each edit of a site whose hook may not feed the model's
+    computation first asks that it does (:func:`require_live`), so none silently does nothing."""
+    if e.site == "pattern":  # exact on every model (through hook_z where hook_pattern does not feed the output)
+        return [h for l in e.layers for h in pattern_edit_hooks(model, int(l), e.fn)]
+    live = {"pos_embed": "hook_pos_embed", "resid_add": "hook_resid_pre", "z": "attn.hook_z"}.get(e.site)
+    if live is not None:
+        require_live(model, live, e.name)
+    if e.site == "pos_embed":  # the rows W_pos becomes, from the model's own (float32, as load_w_pos reads it)
+        table = e.fn(model.W_pos.detach().float().cpu()).to(model.W_pos.device)
+        return [("hook_pos_embed", partial(_replace_positions, table))]
+    if e.site == "z":
+        return [(f"blocks.{int(l)}.attn.hook_z", partial(_apply, e.fn)) for l in e.layers]
+    value = e.fn(model).to(model_device(model))
+    hook = _add if e.site == "resid_add" else _set
+    return [(resid_hook_name(model, int(l)), partial(hook, value)) for l in e.layers]
+
+
+def hook_tuples(model, edits) -> list:
+    """TransformerLens hooks ``[(hook_name, fn), ...]`` of ``edits`` (:class:`~gpt2_posheads.model.engine.Edit` s),
+    in order, for ``model.run_with_hooks``."""
+    return HooksEngine(model)._hooks(edits)
+
+
+class HooksEngine:
+    """TransformerLens hooks on ``blocks.{l}.attn.hook_pattern`` and ``hook_resid_pre`` (and, for ``activations``,
+    ``hook_q``/``hook_k``/``hook_cos``/``hook_sin``/``hook_z``); edits become hooks (each bound once), run before the
+    reduction's hooks (a pattern edit on ``hook_pattern`` is what the reduction sees). A pass stops right after the last
+    activation it needs (:func:`run_until`), unless the reduction takes logits.
+    ``bf16``: under ``torch.autocast`` in bfloat16."""
+
+    name = "hooks"
+    sites = frozenset(SITES)
+    refuse_hint = ""
+
+    def __init__(self, model, bf16: bool = False):
+        self.model, self.bf16 = model, bf16
+
+    def _hooks(self, edits) -> list:
+        return bind_all(self, edits, partial(_edit_hooks, self.model))
+
+    def _pass(self, batches, hooks, stop_at: str | None, progress, after=None) -> None:
+        """Each batch run with ``hooks`` (the edits first), abandoned right after hook ``stop_at``, or the whole model
+        when ``stop_at`` is ``None``; then ``after(index, tokens, logits)`` (logits ``None`` when abandoned)."""
+        device = model_device(self.model)
+        with torch.inference_mode():
+            for i, toks in enumerate(progress_bar(batches, progress)):
+                toks = toks.to(device)
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                    if stop_at is None:
+                        logits = run_hooked(self.model, toks, hooks)
+                    else:
+                        logits = run_until(self.model, toks, hooks, stop_at=stop_at)
+                if after is not None:
+                    after(i, toks, logits)
+
+    def patterns(self, batches, reduction, edits=(), progress=None) -> dict:
+        batches = materialise(batches)
+        layers, st = pattern_layers(self.model, reduction), reduction.state
+        hooks = self._hooks(edits) + [
+            (f"blocks.{l}.attn.hook_pattern", partial(_hook_step, reduction.step, st, l)) for l in layers
+        ]
+        if reduction.logits is not None:
+            self._pass(batches, hooks, None, progress, lambda i, toks, logits: reduction.logits(st, toks, logits))
+        else:
+            self._pass(batches, hooks, f"blocks.{layers[-1]}.attn.hook_pattern", progress)
+        return reduction.finish(st)
+
+    def residuals(self, batches, layers, reduction, edits=(), progress=None) -> dict:
+        batches = materialise(batches)
+        st, names = reduction.state, {l: resid_hook_name(self.model, l) for l in layers}
+        hooks = self._hooks(edits) + [(names[l], partial(_hook_step, reduction.step, st, l)) for l in layers]
+        self._pass(batches, hooks, names[max(layers)], progress)
+        return reduction.finish(st)
+
+    def activations(self, batches, reads, reduction, edits=(), progress=None) -> dict:
+        batches = materialise(batches)
+        st = reduction.state
+        readers = [
+            _LayerRead(self.model, l, kinds, partial(reduction.step, st))
+            for l, kinds in sorted(layers_read(self.model, reads).items())
+        ]
+        stop = max((r.stop for r in readers), key=lambda s: s[0])[1]
+
+        def all_delivered(i: int, toks, logits) -> None:
+            late = [r.layer for r in readers if r.delivered != i + 1]
+            if late:  # a read that fires after the stop would be lost: say so instead of reducing less
+                raise RuntimeError(f"layers {late}: not every read of {read_kinds(reads)} fired before {stop!r}")
+
+        self._pass(batches, self._hooks(edits) + [h for r in readers for h in r.hooks()], stop, progress, all_delivered)
+        return reduction.finish(st)
+
+    def run(self, tokens, edits=()) -> torch.Tensor:
+        with torch.inference_mode():
+            return run_hooked(self.model, tokens.to(model_device(self.model)), self._hooks(edits))
+
+
+class _LayerRead:
+    """One layer's reads in a hooked pass, handed to ``deliver(layer, {kind: tensor})`` once every hook they need
+    has fired: the order differs between bridges (some fire ``hook_pattern`` after the block's output), so nothing
+    is handed over half-read. Queries and keys come through :class:`QKCapture`
+    (rotated, one key per query head). ``stop``: ``((layer, stage), hook)``, the latest hook this layer needs, in
+    the order the pass reaches them (the residual entering a block, its queries and keys, its head outputs, the end
+    of the block for the pattern)."""
+
+    def __init__(self, model, layer: int, kinds: set[str], deliver: Callable[[int, dict], None]):
+        self.layer, self.kinds, self.deliver, self.delivered = layer, kinds, deliver, 0
+        attn = f"blocks.{layer}.attn."
+        self.qk = QKCapture(model, layer) if kinds & {"q", "k"} else None
+        self.box = self.qk.box if self.qk is not None else {}  # one dict: QKCapture reads its q, k, cos, sin here
+        self.names = dict(self.qk.names) if self.qk is not None else {}
+        if "resid" in kinds:
+            self.names["resid"] = resid_hook_name(model, layer)
+        if "z" in kinds:
+            self.names["z"] = attn + "hook_z"
+        if "pattern" in kinds:  # to the end of the block: some bridges fire hook_pattern after the output
+            self.names["pattern"] = attn + "hook_pattern"
+            self.stop = ((layer, 3), f"blocks.{layer}.hook_resid_post")
+        elif kinds & {"q", "k", "z"}:
+            self.stop = ((layer, 2), attn + "hook_z")
+        else:
+            self.stop = ((layer, 0), self.names["resid"])
+
+    def hooks(self) -> list:
+        return [(name, partial(self._grab, key)) for key, name in self.names.items()]
+
+    def _grab(self, key: str, x: torch.Tensor, hook) -> None:
+        self.box[key] = x.detach()
+        if len(self.box) < len(self.names):
+            return
+        acts = {k: self.box[k] for k in ("resid", "z", "pattern") if k in self.kinds}
+        if "q" in self.kinds:
+            acts["q"] = self.qk.q
+        if "k" in self.kinds:
+            acts["k"] = self.qk.k
+        self.box.clear()
+        self.delivered += 1
+        self.deliver(self.layer, acts)

@@ -1,0 +1,325 @@
+"""The nnsight engine: one trace per call of an analysis, its reductions and edits running where the model runs.
+
+Each layer's pattern is computed inside the trace from the model's own query and key projections
+(:func:`layer_qkv`, :func:`~gpt2_posheads.model.attention.attention_pattern`) and reduced on the spot, so only small
+tensors (per-head diagonal means, per-head scores) come back from NDIF, never a pattern; the block of
+:func:`run_traced` is what nnsight ships, and the functions it calls are shipped by value (this package need not be
+installed on the server). The models, their architectures and loading are :mod:`gpt2_posheads.model.traced`.
+
+Scores are ``q . k * scale`` with, per architecture (:data:`~gpt2_posheads.model.traced.ARCHS`):
+
+* queries and keys as the model's projections output them (GPT-2's fused ``c_attn`` split in three, GPT-NeoX's
+  fused ``query_key_value`` split per head, separate ``q_proj``/``k_proj`` elsewhere);
+* rotary models rotated with the model's own ``cos``/``sin`` (the output of its ``rotary_emb``;
+  :func:`~gpt2_posheads.model.attention.rotate`), grouped-query keys expanded per query head
+  (:func:`~gpt2_posheads.model.attention.expand_kv`);
+* the scale the module itself uses (its ``scaling`` attribute: ``1/sqrt(d_head)``, GPT-2's inverse-layer option
+  included; GPT-Neo, which does not scale, ``1``); the causal mask, plus GPT-Neo's local window and a sliding window
+  where the configuration declares one.
+
+So a hosted model need not run eager attention. The recomputation is *verified, not trusted*: on the first batch
+of every pass the trace also forms ``A v`` and compares it with the input of the attention's output projection (the
+model's own head outputs); a gap above tolerance is an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .attention import attention_pattern, expand_kv, rotate
+from .engine import Edit, EngineError, LogitsStep, bind_all, materialise, read_kinds, replace_positions
+from .traced import ENGINE, Arch, TracedModel, module_at, require_nnsight
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Inside the trace (these run where the model runs: pure torch, no imports)
+# --------------------------------------------------------------------------------------------------------------
+def layer_qkv(layer_attn, arch: Arch, n_heads: int, d_head: int, rot):
+    """Queries, keys and values of one attention module (an envoy in a trace), ``[batch, pos, head, d_head]``
+    float32, rotated as the model rotates them (``rot = (cos, sin)``), keys and values expanded per query head."""
+    if arch.qkv == "split":
+        q, k, v = module_at(layer_attn, arch.proj[0]).output.float().chunk(3, dim=-1)
+    elif arch.qkv == "heads":
+        out = module_at(layer_attn, arch.proj[0]).output.float()
+        q, k, v = out.view(*out.shape[:2], n_heads, 3 * d_head).chunk(3, dim=-1)
+    else:
+        q = module_at(layer_attn, arch.proj[0]).output.float()
+        k = module_at(layer_attn, arch.proj[1]).output.float()
+        v = module_at(layer_attn, arch.proj[2]).output.float()
+    b, n = q.shape[:2]
+    q, k, v = (t.detach().reshape(b, n, -1, d_head) for t in (q, k, v))
+    if rot is not None:
+        q, k = rotate(q, rot[0].float(), rot[1].float()), rotate(k, rot[0].float(), rot[1].float())
+    return q, expand_kv(k, n_heads), expand_kv(v, n_heads)
+
+
+def _affine(module, x: torch.Tensor | None, conv1d: bool) -> torch.Tensor | None:
+    """``x W + b`` of a linear layer (``nn.Linear``, or GPT-2's ``Conv1D`` whose weight is ``[in, out]``); ``x``
+    ``None`` stands for zeros (then the bias, or ``None``)."""
+    b = module.bias
+    b = None if b is None else b.detach().float()
+    if x is None:
+        return b
+    w = module.weight.detach().float()
+    y = x.float() @ (w if conv1d else w.T)
+    return y if b is None else y + b
+
+
+def value_bias(block, layer_attn, arch: Arch, n_heads: int, d_head: int):
+    """What every value holds whatever its token, per query head ``[head, d_head]`` float32 (``None``: nothing):
+    the value projection of the pre-attention norm's bias, plus the projection's own bias. TransformerLens's
+    compatibility mode folds exactly this into the output bias (LayerNorm folded into ``W_V``, value biases into
+    ``b_O``), so it passes whole whatever the pattern's rows sum to."""
+    ln = module_at(block, arch.attn_norm) if arch.attn_norm else None
+    ln_b = None if ln is None or getattr(ln, "bias", None) is None else ln.bias
+    if arch.qkv == "split":
+        b = _affine(module_at(layer_attn, arch.proj[0]), ln_b, True)
+        b = None if b is None else b.chunk(3)[2]
+    elif arch.qkv == "heads":
+        b = _affine(module_at(layer_attn, arch.proj[0]), ln_b, False)
+        b = None if b is None else b.view(n_heads, 3 * d_head)[:, 2 * d_head :]
+    else:
+        b = _affine(module_at(layer_attn, arch.proj[2]), ln_b, False)
+    if b is None:
+        return None
+    b = b.reshape(-1, d_head)
+    return b.repeat_interleave(n_heads // b.shape[0], dim=0)
+
+
+def heads_output(pattern: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``A v`` merged over heads: ``[batch, pos, head * d_head]``, the input of the output projection. With the value
+    ``bias`` ``[head, d_head]``: ``A (v - b) + b``, the value bias passing whole whatever ``A``'s rows sum to, as in
+    TransformerLens's compatibility mode (value biases folded into the output bias): an edit that removes attention
+    mass then removes what the values carry, not the bias. Equal to ``A v`` for a pattern whose rows sum to 1."""
+    if bias is not None:
+        return heads_output(pattern, v - bias) + bias.reshape(-1)
+    z = torch.einsum("bhqk,bkhd->bqhd", pattern, v)
+    return z.reshape(*z.shape[:2], -1)
+
+
+def z_gap(mine: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
+    """Relative gap of a recomputed head output to the model's own (a 0-d tensor)."""
+    theirs = theirs.float()
+    return (mine - theirs).abs().max() / (1.0 + theirs.abs().max())
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The one traced pass
+# --------------------------------------------------------------------------------------------------------------
+def stream_as_transformer_lens(x: torch.Tensor, center: bool) -> torch.Tensor:
+    """A residual ``[batch, pos, d_model]`` as TransformerLens's processed model holds it (float32): on a LayerNorm
+    model (``center``) each row centred over ``d_model``, as compatibility mode centres every write to the stream
+    (LayerNorm reads the same thing either way)."""
+    x = x.float()
+    return x - x.mean(-1, keepdim=True) if center else x
+
+
+def run_traced(
+    model: TracedModel,
+    batches: Sequence[torch.Tensor],
+    state: dict,
+    finish: Callable[[dict], dict],
+    on_pattern: Callable[[dict, int, torch.Tensor], None] | None = None,
+    on_resid: Callable[[dict, int, torch.Tensor], None] | None = None,
+    resid_layers: Sequence[int] = (),
+    edits: Sequence[tuple] = (),
+    check: bool = True,
+    on_logits: Callable[[dict, torch.Tensor], None] | None = None,
+) -> dict:
+    """One nnsight session over ``batches`` (``[batch, pos]`` token ids) that returns ``finish(state)``.
+
+    For every batch, in one trace: ``on_resid(state, layer, resid [batch, pos, d_model])`` for each layer of
+    ``resid_layers`` (the residual entering that block; ``n_layers`` = the final residual, before the final norm;
+    float32, centred per row on a LayerNorm model: :func:`stream_as_transformer_lens`), and
+    ``on_pattern(state, layer, pattern [batch, head, q, k])`` for every layer, the pattern computed from the
+    model's queries and keys (module doc). ``edits``: ``(site, layer, how)`` of
+    :class:`~gpt2_posheads.model.engine.Edit` s in the trace: ``"pos_embed"`` (the position embedding's output
+    becomes ``how(W_pos)[position]``, ``how`` running where the model runs), ``"resid_add"`` (``how`` ``[pos,
+    d_model]`` added to the stream entering block ``layer``), ``"pattern"`` (block ``layer`` attends with
+    ``how(A)``: ``z = how(A) v`` replaces the input of the output projection once ``A v`` is checked to be the
+    model's own ``z``; the reductions then see ``how(A)``) and ``"z"`` (the head outputs become ``how(z)``, ``z``
+    ``[batch, pos, head, d_head]`` without the value bias, as TransformerLens holds them). The pass stops after the
+    last layer it needs, unless ``on_logits``:
+    then the whole model runs and ``on_logits(state, logits [batch, pos, d_vocab])`` sees its output. ``state`` is a
+    small dict the callbacks fill (created here, shipped with the request); ``finish`` turns it into the small
+    tensors that come back — the only values that leave the session. ``check``: on the first batch, verify ``A v``
+    against the model's head outputs in every layer whose pattern is computed (raises ``RuntimeError`` past
+    tolerance).
+    """
+    require_nnsight("--engine")
+    from nnsight import save
+
+    nn, arch, cfg = model.nn, model.arch, model.cfg
+    scales, windows = model.scales, model.windows
+    n_heads, d_head, n_layers = cfg.n_heads, cfg.d_head, cfg.n_layers
+    pattern_layers = n_layers if on_pattern is not None or any(e[0] in ("pattern", "z") for e in edits) else 0
+    last = max([pattern_layers - 1, *[min(l, n_layers) for l in resid_layers], *[e[1] for e in edits]])
+    pos_edits = [how for site, _, how in edits if site == "pos_embed"]
+    adds = {l: how for site, l, how in edits if site == "resid_add"}
+    pattern_edits = {l: how for site, l, how in edits if site == "pattern"}
+    z_edits = {l: how for site, l, how in edits if site == "z"}
+    want_resid = set(resid_layers)
+    center = getattr(cfg, "normalization_type", "LN") == "LN"
+    tol = 1e-3 if next(model.parameters()).dtype == torch.float32 else 3e-2
+    with torch.inference_mode(), nn.session(remote=model.remote):
+        gaps = []
+        for i, toks in enumerate(batches):
+            with nn.trace(toks) as tracer:
+                for how in pos_edits:
+                    pos = module_at(nn, arch.pos_embed)
+                    w = pos.weight[arch.pos_offset :]
+                    pos.output = replace_positions(pos.output, how(w))
+                rot = module_at(nn, arch.rotary).output if arch.rotary is not None and pattern_layers else None
+                layers = module_at(nn, arch.layers)
+                for l in range(last + 1):
+                    if l == n_layers:
+                        if l in want_resid:
+                            on_resid(state, l, stream_as_transformer_lens(module_at(nn, arch.final_norm).input, center))
+                        break
+                    block = layers[l]
+                    if l in adds:
+                        x = block.input
+                        block.input = x + adds[l][: x.shape[-2]].to(x.device, x.dtype)
+                    if l in want_resid:
+                        on_resid(state, l, stream_as_transformer_lens(block.input, center))
+                    if l >= pattern_layers:
+                        continue
+                    attn = module_at(block, arch.attn)
+                    q, k, v = layer_qkv(attn, arch, n_heads, d_head, rot)
+                    pattern = attention_pattern(q, k, scales[l], windows[l])
+                    edit = pattern_edits.get(l)
+                    if edit is not None or (check and i == 0):
+                        out = module_at(attn, arch.out)
+                        z = out.input
+                        gap = z_gap(heads_output(pattern, v), z)
+                        gaps.append(gap)
+                        if edit is not None:
+                            if gap > tol:
+                                raise RuntimeError(
+                                    f"layer {l}: the recomputed attention does not reproduce the model's head "
+                                    f"outputs (relative gap {float(gap):.1e}); the edit was not applied"
+                                )
+                            pattern = edit(pattern)
+                            bias = value_bias(block, attn, arch, n_heads, d_head)
+                            out.input = edited = heads_output(pattern, v, bias).to(z.dtype)
+                    if l in z_edits:  # the head outputs as TransformerLens holds them: without the value bias
+                        out = module_at(attn, arch.out)
+                        bias = value_bias(block, attn, arch, n_heads, d_head)
+                        z = out.input if edit is None else edited
+                        b = 0.0 if bias is None else bias.reshape(-1)
+                        heads = (z.float() - b).reshape(*z.shape[:2], n_heads, d_head)
+                        out.input = (z_edits[l](heads).reshape(z.shape) + b).to(z.dtype)
+                    if on_pattern is not None:
+                        on_pattern(state, l, pattern)
+                if on_logits is None:
+                    tracer.stop()
+                else:
+                    on_logits(state, nn.output.logits.float())
+        result = finish(state)
+        result["_max_gap"] = torch.stack(gaps).max() if gaps else torch.zeros(())
+        save(result)
+    gap = float(result.pop("_max_gap"))
+    if gap > tol:
+        raise RuntimeError(
+            f"the nnsight engine's attention, recomputed from queries and keys, does not reproduce this model's "
+            f"head outputs (relative gap {gap:.1e} > {tol:g}): its attention is not softmax(scale q.k + mask)"
+        )
+    return result
+
+
+def result_bytes(result: dict) -> int:
+    """Bytes of the tensors a traced pass returns (what travels back from NDIF, before compression)."""
+    return sum(t.numel() * t.element_size() for t in result.values() if isinstance(t, torch.Tensor))
+
+
+def _keep_logits(state: dict, logits: torch.Tensor) -> None:
+    state["logits"] = logits
+
+
+def _finish_logits(state: dict) -> dict:
+    return {"logits": state["logits"]}
+
+
+@dataclass
+class _WithTokens:
+    """``on_logits(state, logits)`` of :func:`run_traced` as ``step(state, tokens,
+    logits)``: the trace hands over each batch's logits in the order of ``batches``, so a count finds the tokens
+    (shipped with the request, where the model runs)."""
+
+    step: LogitsStep
+    batches: list
+    seen: int = 0
+
+    def __call__(self, state: dict, logits: torch.Tensor) -> None:
+        toks = self.batches[self.seen]
+        self.seen += 1
+        self.step(state, toks.to(logits.device), logits)
+
+
+class TracedEngine:
+    """An nnsight-traced model (:class:`~gpt2_posheads.model.traced.TracedModel`), here or on NDIF: one
+    :func:`run_traced` trace per call, the reduction and the edits (every site but a replacement of the residual
+    stream) running inside the trace. Patterns are computed from the model's own queries and keys (the pattern an
+    edit leaves is the one the model attends with)."""
+
+    name = ENGINE
+    sites = frozenset({"pos_embed", "resid_add", "pattern", "z"})  # its edits add to the stream, never replace it
+    refuse_hint = "use the TransformerLens engine (gpt2_posheads.load_model)"
+
+    def __init__(self, model):
+        self.model = model
+
+    def _edits(self, edits) -> list[tuple]:
+        """``(site, layer, how)`` of each checked edit in each of its layers; an addition to the stream is computed
+        here (``fn(model)``), everything else runs in the trace."""
+        return bind_all(self, edits, self._bind)
+
+    def _bind(self, e: Edit) -> list[tuple]:
+        how = e.fn(self.model) if e.site == "resid_add" else e.fn
+        return [(e.site, int(l), how) for l in e.layers or (-1,)]
+
+    def patterns(self, batches, reduction, edits=(), progress=None) -> dict:
+        batches = list(materialise(batches))
+        on_logits = _WithTokens(reduction.logits, batches) if reduction.logits is not None else None
+        return run_traced(
+            self.model,
+            batches,
+            reduction.state,
+            reduction.finish,
+            on_pattern=reduction.step,
+            edits=self._edits(edits),
+            on_logits=on_logits,
+        )
+
+    def residuals(self, batches, layers, reduction, edits=(), progress=None) -> dict:
+        if reduction.bulk:
+            raise EngineError(
+                self.name,
+                f"keep {reduction.bulk}",
+                "it would bring back every token's residual stream from where the model runs",
+                "ask for the reduced result, or use the TransformerLens engine",
+            )
+        return run_traced(
+            self.model,
+            list(materialise(batches)),
+            reduction.state,
+            reduction.finish,
+            on_resid=reduction.step,
+            resid_layers=list(layers),
+            edits=self._edits(edits),
+        )
+
+    def activations(self, batches, reads, reduction, edits=(), progress=None) -> dict:
+        raise EngineError(
+            self.name,
+            f"read {read_kinds(reads)}",
+            "a trace hands a reduction each layer's pattern and residual only",
+            "use the TransformerLens engine (gpt2_posheads.load_model)",
+        )
+
+    def run(self, tokens, edits=()) -> torch.Tensor:
+        edits = self._edits(edits)
+        return run_traced(self.model, [tokens], {}, _finish_logits, on_logits=_keep_logits, edits=edits)["logits"]
