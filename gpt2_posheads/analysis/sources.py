@@ -46,7 +46,7 @@ import torch.nn.functional as F
 
 from ..model.attention import attn_scale, scale_from_pattern
 from ..model.engine import Reduction, engine_for, keep_reads, residual_write
-from ..model.engine_fast import _ln_params, unsupported_reason
+from ..model.engine_fast import ln_params, unsupported_reason
 from ..model.identity import has_learned_positions, position_kind
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches
@@ -147,7 +147,7 @@ class _Target:
 
     def __init__(self, model, layer: int, head: int):
         a = model.blocks[layer].attn
-        self.w, self.b = (t.cpu() if t is not None else None for t in _ln_params(model.blocks[layer].ln1))
+        self.w, self.b = (t.cpu() if t is not None else None for t in ln_params(model.blocks[layer].ln1))
         self.eps, self.d_model = float(getattr(model.cfg, "eps", 1e-5)), model.cfg.d_model
         self.W_Q, self.b_Q = a.W_Q[head].detach().float().cpu(), a.b_Q[head].detach().float().cpu()
         self.W_K, self.b_K = a.W_K[head].detach().float().cpu(), a.b_K[head].detach().float().cpu()

@@ -55,7 +55,7 @@ import pandas as pd
 import torch
 
 from ..model.attention import attn_scale
-from ..model.fastpath import _ACTIVATIONS, _ln_params
+from ..model.engine_fast import ACTIVATIONS, ln_params
 from ..model.identity import has_learned_positions, position_kind
 from ..model.validation import UsageError, check_head, head_name
 from .diagonals import diagonal_counts, diagonal_sums, prev_token_stats
@@ -152,7 +152,7 @@ class _Weights:
     def _attn(self, l: int) -> dict:
         a, blk = self.model.blocks[l].attn, self.model.blocks[l]
         f64 = lambda t: t.detach().double().cpu()  # noqa: E731
-        w, b = _ln_params(blk.ln1) if self.has_norm else (None, None)
+        w, b = ln_params(blk.ln1) if self.has_norm else (None, None)
         out = {k: f64(getattr(a, k)) for k in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")}
         out["w"] = torch.ones(self.cfg.d_model, dtype=torch.float64) if w is None else w.double().cpu()
         out["b"] = torch.zeros(self.cfg.d_model, dtype=torch.float64) if b is None else b.double().cpu()
@@ -262,12 +262,12 @@ def _mlp(W: _Weights, l: int, x: torch.Tensor) -> torch.Tensor:
     blk = W.model.blocks[l]
     if getattr(W.cfg, "attn_only", False) or getattr(blk, "mlp", None) is None:
         return torch.zeros_like(x)
-    w, b = _ln_params(blk.ln2) if W.has_norm else (None, None)
+    w, b = ln_params(blk.ln2) if W.has_norm else (None, None)
     ones, zeros = torch.ones(x.shape[-1], dtype=torch.float64), torch.zeros(x.shape[-1], dtype=torch.float64)
     ln = W.norm(x, W.sigma(x), ones if w is None else w.double().cpu(), zeros if b is None else b.double().cpu())
     mlp = blk.mlp
     f64 = lambda t: t.detach().double().cpu()  # noqa: E731
-    hidden = _ACTIVATIONS[W.cfg.act_fn](ln @ f64(mlp.W_in) + f64(mlp.b_in))
+    hidden = ACTIVATIONS[W.cfg.act_fn](ln @ f64(mlp.W_in) + f64(mlp.b_in))
     return hidden @ f64(mlp.W_out) + f64(mlp.b_out)
 
 

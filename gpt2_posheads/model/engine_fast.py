@@ -66,7 +66,7 @@ def gelu_tanh_(x: torch.Tensor) -> torch.Tensor:
     return x.mul_(t.sigmoid_())
 
 
-_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {  # may overwrite their (fresh) input
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {  # may overwrite their (fresh) input
     "gelu_new": gelu_tanh_,
     "gelu_fast": gelu_tanh_,
     "gelu_pytorch_tanh": gelu_tanh_,
@@ -140,7 +140,7 @@ def unsupported_reason(model) -> str | None:
             f"normalization_type {getattr(cfg, 'normalization_type', None)!r}",
         ),
         (
-            getattr(cfg, "attn_only", False) or getattr(cfg, "act_fn", None) in _ACTIVATIONS,
+            getattr(cfg, "attn_only", False) or getattr(cfg, "act_fn", None) in ACTIVATIONS,
             f"act_fn {getattr(cfg, 'act_fn', None)!r}",
         ),
         (not getattr(cfg, "parallel_attn_mlp", False), "parallel attention and MLP"),
@@ -157,7 +157,7 @@ def unsupported_reason(model) -> str | None:
     return None
 
 
-def _ln_params(ln) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def ln_params(ln) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     w, b = getattr(ln, "w", None), getattr(ln, "b", None)
     return tuple(t.detach().float() if isinstance(t, torch.Tensor) else None for t in (w, b))
 
@@ -173,7 +173,7 @@ class FastGPT2:
         self.n_layers, self.n_heads, self.d_model = cfg.n_layers, cfg.n_heads, cfg.d_model
         self.eps = float(getattr(cfg, "eps", 1e-5))
         self.dtype = dtype
-        self.act = None if getattr(cfg, "attn_only", False) else _ACTIVATIONS[cfg.act_fn]
+        self.act = None if getattr(cfg, "attn_only", False) else ACTIVATIONS[cfg.act_fn]
         d_qkv = 3 * cfg.n_heads * cfg.d_head
         self.fuse_per_call = cfg.n_layers * cfg.d_model * d_qkv * dtype.itemsize > FUSED_QKV_CACHE_BYTES
         with torch.no_grad():
@@ -206,7 +206,7 @@ class FastGPT2:
         b = torch.stack([a.b_Q.detach(), a.b_K.detach(), a.b_V.detach()])  # [3, head, d_head]
         mlp = None if self.act is None else blk.mlp
         return _Block(
-            ln1=_ln_params(blk.ln1),
+            ln1=ln_params(blk.ln1),
             W_qkv=None
             if self.fuse_per_call
             else einops.rearrange(torch.stack(parts), "three h d dh -> d (three h dh)"),
@@ -214,7 +214,7 @@ class FastGPT2:
             b_qkv=einops.rearrange(b, "three h dh -> (three h dh)").to(dt),
             W_O=einops.rearrange(a.W_O.detach(), "h dh d -> (h dh) d").to(dt),
             b_O=a.b_O.detach().to(dt),
-            ln2=_ln_params(blk.ln2) if mlp is not None else (None, None),
+            ln2=ln_params(blk.ln2) if mlp is not None else (None, None),
             W_in=None if mlp is None else mlp.W_in.detach().to(dt),
             b_in=None if mlp is None else mlp.b_in.detach().to(dt),
             W_out=None if mlp is None else mlp.W_out.detach().to(dt),

@@ -324,7 +324,7 @@ def check_fast_engine(model, name: str = "engine") -> None:
     import torch
 
     if isinstance(model, torch.nn.Module):
-        from .fastpath import unsupported_reason
+        from .engine_fast import unsupported_reason
 
         why = unsupported_reason(model)
         if why is not None:

@@ -202,10 +202,10 @@ def test_bf16_falls_back_to_float32_without_native_support(tiny_dir, monkeypatch
 
 
 def test_inplace_activations_match_torch():
-    from gpt2_posheads.model.engine_fast import _ACTIVATIONS
+    from gpt2_posheads.model.engine_fast import ACTIVATIONS
 
     x = torch.randn(300, 64, generator=torch.Generator().manual_seed(0)) * 3
     want = {"gelu_new": F.gelu(x, approximate="tanh"), "gelu": F.gelu(x), "relu": F.relu(x), "silu": F.silu(x)}
     for name, ref in want.items():
-        got = _ACTIVATIONS[name](x.clone())
+        got = ACTIVATIONS[name](x.clone())
         torch.testing.assert_close(got, ref, atol=2e-6, rtol=1e-6)
