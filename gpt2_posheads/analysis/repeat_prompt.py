@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -73,15 +74,7 @@ def random_demo_strings(n: int, seed: int = 0) -> list[str]:
 
 def split_words(target: str) -> list[str]:
     """``" ninja turtle pirate"`` → ``[" ninja", " turtle", " pirate"]`` (each word keeps its space)."""
-    words, cur = [], ""
-    for ch in target:
-        if ch == " " and cur.strip():
-            words.append(cur)
-            cur = ""
-        cur += ch
-    if cur:
-        words.append(cur)
-    return words
+    return re.findall(r"\s*\S[^ ]*|\s+\Z", target)
 
 
 def repeat_string_prompt(
@@ -138,37 +131,12 @@ def edit_mapping(rp: RepeatPrompt) -> dict[int, int]:
 
 
 # Concrete nouns to fall back on when a target word is several tokens in a model's vocabulary.
-_FALLBACK_WORDS = (
-    " apple",
-    " orange",
-    " ninja",
-    " turtle",
-    " pirate",
-    " river",
-    " horse",
-    " garden",
-    " church",
-    " island",
-    " music",
-    " paper",
-    " water",
-    " house",
-    " king",
-    " ship",
-    " bird",
-    " tree",
-    " road",
-    " book",
-    " city",
-    " army",
-    " school",
-    " fire",
-    " dog",
-    " car",
-    " money",
-    " song",
-    " wine",
-    " gold",
+_FALLBACK_WORDS = tuple(
+    f" {w}"
+    for w in (  # noqa: SIM905 - thirty words read as a sentence, not thirty lines
+        "apple orange ninja turtle pirate river horse garden church island music paper water house king ship bird"
+        " tree road book city army school fire dog car money song wine gold"
+    ).split()
 )
 
 
