@@ -30,8 +30,7 @@ from ..model.engine import Reduction
 from ..model.engines import engine_for
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches
-from ..model.validation import head_name
-from .diagonals import traced_stats
+from .diagonals import head_columns, traced_stats
 from .induction import repeated_random_tokens
 
 Protocol = Literal["toolkit", "ood-composition"]
@@ -178,23 +177,16 @@ def head_table(
         if protocol == "ood-composition"
         else None
     )
-    rows = []
-    for l in range(model.cfg.n_layers):
-        for h in range(model.cfg.n_heads):
-            row = dict(
-                layer=l,
-                head=h,
-                name=head_name(l, h),
-                top_offset=int(st["top_offset"][l, h]),
-                prev_ratio=float(st["ratio"][l, h]),
-                prev_mass=float(st["prev_mass"][l, h]),
-                is_prev_token=int(st["top_offset"][l, h]) == 1,
-                induction=float(rep["induction"][l, h]),
-                duplicate=float(rep["duplicate"][l, h]),
-            )
-            if ood is not None:
-                row.update(
-                    ood_previous_token=float(ood["previous_token"][l, h]), ood_induction=float(ood["induction"][l, h])
-                )
-            rows.append(row)
-    return pd.DataFrame(rows)
+    col = lambda t: t.flatten().tolist()  # noqa: E731
+    cols = dict(
+        **head_columns(model.cfg.n_layers, model.cfg.n_heads),
+        top_offset=col(st["top_offset"]),
+        prev_ratio=col(st["ratio"]),
+        prev_mass=col(st["prev_mass"]),
+        is_prev_token=[t == 1 for t in col(st["top_offset"])],
+        induction=col(rep["induction"]),
+        duplicate=col(rep["duplicate"]),
+    )
+    if ood is not None:
+        cols.update(ood_previous_token=col(ood["previous_token"]), ood_induction=col(ood["induction"]))
+    return pd.DataFrame(cols)

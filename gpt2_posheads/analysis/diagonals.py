@@ -199,15 +199,17 @@ def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:
     return rank_from_stats(prev_token_stats(diag))
 
 
+def head_columns(n_layers: int, n_heads: int) -> dict[str, list]:
+    """``layer``, ``head`` and ``name`` of every head, layer by layer: the first columns of a per-head table."""
+    slots = [(l, h) for l in range(n_layers) for h in range(n_heads)]
+    return dict(layer=[l for l, _ in slots], head=[h for _, h in slots], name=[head_name(*s) for s in slots])
+
+
 def rank_from_stats(st: dict[str, torch.Tensor]) -> pd.DataFrame:
     """The ranking of :func:`rank_from_diagonals` from the statistics of :func:`prev_token_stats` (``[n_layers,
     n_heads]`` each), as a traced pass returns them."""
-    L, H = st["ratio"].shape
     stats = {k: st[k].flatten().tolist() for k in ("top_offset", "top_mass", "second_mass", "ratio", "prev_mass")}
-    slots = [(l, h) for l in range(L) for h in range(H)]
-    df = pd.DataFrame(
-        dict(layer=[l for l, _ in slots], head=[h for _, h in slots], name=[head_name(*s) for s in slots], **stats)
-    )
+    df = pd.DataFrame({**head_columns(*st["ratio"].shape), **stats})
     df["is_prev_token"] = (df["top_offset"] == 1) & (df["top_mass"] > 0)
     df["not_measured"] = [_why_not_measured(r.top_mass, r.prev_mass) for r in df.itertuples()]
     prev = df[df.is_prev_token].sort_values("ratio", kind="stable")
