@@ -219,11 +219,6 @@ def _pack(pat: torch.Tensor, raw: torch.Tensor, na: list[str | None]) -> dict:
     }
 
 
-def _edit_hooks(model, agg: tuple[int, int], mapping: dict[int, int]):
-    l, h = agg
-    return hooks_for(model, edit_head_pattern(l, h, mapping), scale_head_output(l, h, 2.0))
-
-
 def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None) -> dict:
     """One intervention's packed data on one prompt: every head's pattern where it applies, the reason where not."""
     L, H = model.cfg.n_layers, model.cfg.n_heads
@@ -231,8 +226,7 @@ def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None
     if key in ctx.unavailable:
         return {"na": [ctx.unavailable[key]] * (L * H)}
     na = [not_applicable(key, l, h, ctx.aggregator, n) for l in range(L) for h in range(H)]
-    pat = torch.zeros(L, H, n, n)
-    raw = torch.zeros(L, H, n, n)
+    pat, raw = torch.zeros(2, L, H, n, n)  # [layer, head, q, k] each
     try:
         if key == "clean":
             pat, raw = _capture(model, tokens)
@@ -252,7 +246,8 @@ def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None
         elif key == "edit":
             al, ah = ctx.aggregator
             edit = mapping if mapping is not None else {q: q - 2 for q in range(2, n)}
-            pat, raw = _capture(model, tokens, _edit_hooks(model, ctx.aggregator, edit))
+            hooks = hooks_for(model, edit_head_pattern(al, ah, edit), scale_head_output(al, ah, 2.0))
+            pat, raw = _capture(model, tokens, hooks)
             # the edited rows, as the model uses them (a bridge whose hook_pattern edits go through hook_z
             # reports the unedited pattern there)
             for q, k in edit.items():
