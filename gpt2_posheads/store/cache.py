@@ -147,8 +147,7 @@ def build_cache(
     ext = extended_pos_embeddings_by_layer(
         model, range(model.cfg.n_layers + 1), n_prompts=ext_n_prompts, seed=seed, progress=progress, bos=ext_bos
     )
-    for l, e in ext.items():
-        t[f"ext_pos.L{l}"] = e
+    t.update({f"ext_pos.L{l}": e for l, e in ext.items()})
     names = list(REPEAT_TARGETS)
     # words that are several tokens in this vocabulary become single-token nouns (the same in every target)
     single = single_token_target(model.tokenizer, [REPEAT_TARGETS[n][0] for n in names])
@@ -182,15 +181,10 @@ def build_cache(
             rows=masked_queries(5, prompts.shape[1]),
         )
         masked_rows = [cmp["prev_rows_clean"], cmp["prev_rows_intervened"]]
-    averaged = (
-        float(
-            diagonal_attention(model, prompts, progress=False, fwd_hooks=average_pos_embed(10).hooks(model))[
-                agg_l, agg_h, 1
-            ]
-        )
-        if learned
-        else float("nan")
-    )
+    averaged = float("nan")
+    if learned:
+        avg = diagonal_attention(model, prompts, progress=False, fwd_hooks=average_pos_embed(10).hooks(model))
+        averaged = float(avg[agg_l, agg_h, 1])
     t["mechanism.aggregator_prev_mass"] = torch.tensor([float(t["diagonals"][agg_l, agg_h, 1]), averaged])
     t["mechanism.masked_rows"] = torch.tensor(masked_rows)
     # which upstream heads feed the aggregator (direct-path ablation); none for a layer-0 aggregator
