@@ -172,11 +172,9 @@ def head_table(
     seg = min(seg_len, (model.cfg.n_ctx - 1) // 2)
     rep = repeat_scores(model, n_seqs, seg, seed, engine=engine)
     name = model_name or getattr(model.cfg, "model_name", None)
-    ood = (
-        ood_composition_scores(model, bos=ood_composition_bos(name), engine=engine)
-        if protocol == "ood-composition"
-        else None
-    )
+    ood = None
+    if protocol == "ood-composition":
+        ood = ood_composition_scores(model, bos=ood_composition_bos(name), engine=engine)
     col = lambda t: t.flatten().tolist()  # noqa: E731
     cols = dict(
         **head_columns(model.cfg.n_layers, model.cfg.n_heads),

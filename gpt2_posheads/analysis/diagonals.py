@@ -178,13 +178,7 @@ def prev_token_stats(mass: torch.Tensor) -> dict[str, torch.Tensor]:
     top2 = d.topk(2, dim=-1)
     top, second, prev = (torch.where(x < 0, float("nan"), x) for x in (*top2.values.unbind(-1), d[..., 1]))
     ratio = torch.where(top > 0, second / top.clamp_min(1e-300), torch.full_like(top, float("nan")))
-    return {
-        "top_offset": top2.indices[..., 0],
-        "top_mass": top,
-        "second_mass": second,
-        "ratio": ratio,
-        "prev_mass": prev,
-    }
+    return dict(top_offset=top2.indices[..., 0], top_mass=top, second_mass=second, ratio=ratio, prev_mass=prev)
 
 
 def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:

@@ -334,11 +334,7 @@ def line_figure(
     """Lines ``{name: (x, y)}``, optionally with symmetric error bars ``{name: err}``."""
     fig = go.Figure()
     for name, (x, y) in series.items():
-        err = (
-            None
-            if not error_y or name not in error_y
-            else dict(type="data", array=np.asarray(error_y[name]), visible=True)
-        )
+        err = dict(type="data", array=np.asarray(error_y[name]), visible=True) if error_y and name in error_y else None
         fig.add_trace(go.Scatter(x=np.asarray(x), y=np.asarray(y), mode=mode, name=name, error_y=err))
     fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel)
     fig.update_xaxes(type="log" if log_x else None)

@@ -64,11 +64,8 @@ class PosheadsCache:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.partial")
-        save_file(
-            {k: v.contiguous() for k, v in self.tensors.items()},
-            str(tmp),
-            metadata={"provenance": json.dumps(self.meta)},
-        )
+        tensors = {k: v.contiguous() for k, v in self.tensors.items()}
+        save_file(tensors, str(tmp), metadata={"provenance": json.dumps(self.meta)})
         tmp.replace(path)
         return path
 
