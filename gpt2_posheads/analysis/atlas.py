@@ -29,8 +29,7 @@ import torch
 from ..model.engine import Reduction, engine_for
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches
-from ..model.validation import head_name
-from .diagonals import traced_stats
+from .diagonals import head_columns, traced_stats
 from .induction import repeated_random_tokens
 
 Protocol = Literal["toolkit", "ood-composition"]
@@ -172,28 +171,19 @@ def head_table(
     seg = min(seg_len, (model.cfg.n_ctx - 1) // 2)
     rep = repeat_scores(model, n_seqs, seg, seed, engine=engine)
     name = model_name or getattr(model.cfg, "model_name", None)
-    ood = (
-        ood_composition_scores(model, bos=ood_composition_bos(name), engine=engine)
-        if protocol == "ood-composition"
-        else None
+    ood = None
+    if protocol == "ood-composition":
+        ood = ood_composition_scores(model, bos=ood_composition_bos(name), engine=engine)
+    col = lambda t: t.flatten().tolist()  # noqa: E731
+    cols = dict(
+        **head_columns(model.cfg.n_layers, model.cfg.n_heads),
+        top_offset=col(st["top_offset"]),
+        prev_ratio=col(st["ratio"]),
+        prev_mass=col(st["prev_mass"]),
+        is_prev_token=[t == 1 for t in col(st["top_offset"])],
+        induction=col(rep["induction"]),
+        duplicate=col(rep["duplicate"]),
     )
-    rows = []
-    for l in range(model.cfg.n_layers):
-        for h in range(model.cfg.n_heads):
-            row = dict(
-                layer=l,
-                head=h,
-                name=head_name(l, h),
-                top_offset=int(st["top_offset"][l, h]),
-                prev_ratio=float(st["ratio"][l, h]),
-                prev_mass=float(st["prev_mass"][l, h]),
-                is_prev_token=int(st["top_offset"][l, h]) == 1,
-                induction=float(rep["induction"][l, h]),
-                duplicate=float(rep["duplicate"][l, h]),
-            )
-            if ood is not None:
-                row.update(
-                    ood_previous_token=float(ood["previous_token"][l, h]), ood_induction=float(ood["induction"][l, h])
-                )
-            rows.append(row)
-    return pd.DataFrame(rows)
+    if ood is not None:
+        cols.update(ood_previous_token=col(ood["previous_token"]), ood_induction=col(ood["induction"]))
+    return pd.DataFrame(cols)

@@ -177,13 +177,7 @@ def prev_token_stats(mass: torch.Tensor) -> dict[str, torch.Tensor]:
     top2 = d.topk(2, dim=-1)
     top, second, prev = (torch.where(x < 0, float("nan"), x) for x in (*top2.values.unbind(-1), d[..., 1]))
     ratio = torch.where(top > 0, second / top.clamp_min(1e-300), torch.full_like(top, float("nan")))
-    return {
-        "top_offset": top2.indices[..., 0],
-        "top_mass": top,
-        "second_mass": second,
-        "ratio": ratio,
-        "prev_mass": prev,
-    }
+    return dict(top_offset=top2.indices[..., 0], top_mass=top, second_mass=second, ratio=ratio, prev_mass=prev)
 
 
 def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:
@@ -198,26 +192,17 @@ def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:
     return rank_from_stats(prev_token_stats(diag))
 
 
+def head_columns(n_layers: int, n_heads: int) -> dict[str, list]:
+    """``layer``, ``head`` and ``name`` of every head, layer by layer: the first columns of a per-head table."""
+    slots = [(l, h) for l in range(n_layers) for h in range(n_heads)]
+    return dict(layer=[l for l, _ in slots], head=[h for _, h in slots], name=[head_name(*s) for s in slots])
+
+
 def rank_from_stats(st: dict[str, torch.Tensor]) -> pd.DataFrame:
     """The ranking of :func:`rank_from_diagonals` from the statistics of :func:`prev_token_stats` (``[n_layers,
     n_heads]`` each), as a traced pass returns them."""
-    L, H = st["ratio"].shape
-    rows = []
-    for l in range(L):
-        for h in range(H):
-            rows.append(
-                dict(
-                    layer=l,
-                    head=h,
-                    name=head_name(l, h),
-                    top_offset=int(st["top_offset"][l, h]),
-                    top_mass=float(st["top_mass"][l, h]),
-                    second_mass=float(st["second_mass"][l, h]),
-                    ratio=float(st["ratio"][l, h]),
-                    prev_mass=float(st["prev_mass"][l, h]),
-                )
-            )
-    df = pd.DataFrame(rows)
+    stats = {k: st[k].flatten().tolist() for k in ("top_offset", "top_mass", "second_mass", "ratio", "prev_mass")}
+    df = pd.DataFrame({**head_columns(*st["ratio"].shape), **stats})
     df["is_prev_token"] = (df["top_offset"] == 1) & (df["top_mass"] > 0)
     df["not_measured"] = [_why_not_measured(r.top_mass, r.prev_mass) for r in df.itertuples()]
     prev = df[df.is_prev_token].sort_values("ratio", kind="stable")
@@ -272,10 +257,6 @@ def _nonfinite(sums: torch.Tensor) -> torch.Tensor:
     return (~torch.isfinite(sums)).sum().cpu()
 
 
-def _diagonals_of(mass: torch.Tensor) -> dict:
-    return {"diagonals": mass}
-
-
 def _ranking_of(mass: torch.Tensor, keep: int = PROFILE_OFFSETS) -> dict:
     """Only what the ranking needs: :func:`prev_token_stats` of the float32 means (as :func:`diagonal_attention`
     returns them, so a ranking is the same numbers whichever engine reduced it) ``[n_layers, n_heads]`` each, and
@@ -285,7 +266,7 @@ def _ranking_of(mass: torch.Tensor, keep: int = PROFILE_OFFSETS) -> dict:
 
 def _finish_diagonals(state: dict) -> dict:
     """``diagonals``: every diagonal's mean ``[n_layers, n_heads, n_offsets]`` (float32)."""
-    return {**_diagonals_of(_means(state)), "nonfinite": _nonfinite(state["sums"])}
+    return {"diagonals": _means(state), "nonfinite": _nonfinite(state["sums"])}
 
 
 def _finish_ranking(state: dict) -> dict:
@@ -294,7 +275,7 @@ def _finish_ranking(state: dict) -> dict:
     return {**_ranking_of(_means(state), state["keep"]), "nonfinite": _nonfinite(state["sums"])}
 
 
-def _stored_diagonals(store, prompts, max_offset, exclude_bos, summary=_diagonals_of) -> dict:
+def _stored_diagonals(store, prompts, max_offset, exclude_bos, summary=lambda mass: {"diagonals": mass}) -> dict:
     """``summary`` of stored diagonals (:class:`~gpt2_posheads.model.engine.StoredActivations`), which fixed the
     prompts, offsets and BOS handling when the store was built."""
     if prompts is not None or max_offset is not None or not exclude_bos:

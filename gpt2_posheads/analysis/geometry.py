@@ -79,8 +79,5 @@ def neighbour_cosines(w: torch.Tensor, bounds: tuple[int, ...] = (1, 16, 64, 256
     """
     c = w.float() - w.float().mean(0)
     cos = torch.nn.functional.cosine_similarity(c[:-1], c[1:], dim=-1)  # [n_pos - 1]: rows p and p + 1
-    out = []
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        part = cos[lo : min(hi, len(cos))]
-        out.append(float(part.mean()) if len(part) else float("nan"))
-    return out
+    parts = [cos[lo : min(hi, len(cos))] for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return [float(part.mean()) if len(part) else float("nan") for part in parts]

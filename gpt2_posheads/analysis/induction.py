@@ -74,13 +74,10 @@ def copy_losses(
     """Per-sequence mean losses ``(first copy, second copy)`` ``[batch]`` each, on tokens ``2..seg_len`` of each
     copy (see the module doc). ``logits`` ``[batch, pos, vocab]``, ``tokens`` ``[batch, pos]``."""
     b = int(bos)
-    lp = (
-        F.cross_entropy(
-            logits[:, :-1].float().flatten(0, 1), tokens[:, 1:].flatten().to(logits.device), reduction="none"
-        )
-        .view(tokens.shape[0], -1)
-        .cpu()
-    )  # lp[:, i] predicts token i + 1
+    nll = F.cross_entropy(
+        logits[:, :-1].float().flatten(0, 1), tokens[:, 1:].flatten().to(logits.device), reduction="none"
+    )
+    lp = nll.view(tokens.shape[0], -1).cpu()  # lp[:, i] predicts token i + 1
     return lp[:, b : b + seg_len - 1].mean(1), lp[:, b + seg_len :].mean(1)
 
 

@@ -85,9 +85,7 @@ def pattern_distance(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
     m = (a + b) / 2
 
     def kl(p, q):
-        return torch.where(p > 0, p * (p.clamp_min(1e-30).log() - q.clamp_min(1e-30).log()), torch.zeros_like(p)).sum(
-            -1
-        )
+        return torch.where(p > 0, p * (p.clamp_min(1e-30).log() - q.clamp_min(1e-30).log()), 0.0).sum(-1)
 
     js = float((0.5 * kl(a, m) + 0.5 * kl(b, m)).mean())
     return {"mean_abs_diff": mad, "js_divergence": js}

@@ -170,16 +170,7 @@ def extended_pos_embeddings_by_layer(
         state.update(bos=int(b), n=len(toks))
         return out
 
-    reader = partial(
-        _ext_from_store,
-        layers=layers,
-        tokens=tokens,
-        n_prompts=n_prompts,
-        seq_len=seq_len,
-        seed=seed,
-        bos=bos,
-        return_per_token=return_per_token,
-    )
+    reader = partial(_ext_from_store, layers, tokens, n_prompts, seq_len, seed, bos, return_per_token)
     bulk = "every prompt's embedding (return_per_token)" if return_per_token else ""
     reduction = Reduction(_ext_step, _ext_finish, state, stored=reader, bulk=bulk)
     res = eng.residuals(batches, layers, reduction, progress="extended pos emb" if progress else None)
@@ -208,7 +199,7 @@ def _ext_finish(state: dict) -> dict:
     return out
 
 
-def _ext_from_store(store, layers, tokens, n_prompts, seq_len, seed, bos, return_per_token) -> dict:
+def _ext_from_store(layers, tokens, n_prompts, seq_len, seed, bos, return_per_token, store) -> dict:
     """The extended embeddings a store holds (:class:`~gpt2_posheads.model.engine.StoredActivations`), re-centred
     over the first ``seq_len`` positions when given; anything the store did not fix when it was built (other tokens,
     another seed, another number of prompts, another BOS choice) is an error."""

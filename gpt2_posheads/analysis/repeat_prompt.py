@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -73,15 +74,7 @@ def random_demo_strings(n: int, seed: int = 0) -> list[str]:
 
 def split_words(target: str) -> list[str]:
     """``" ninja turtle pirate"`` → ``[" ninja", " turtle", " pirate"]`` (each word keeps its space)."""
-    words, cur = [], ""
-    for ch in target:
-        if ch == " " and cur.strip():
-            words.append(cur)
-            cur = ""
-        cur += ch
-    if cur:
-        words.append(cur)
-    return words
+    return re.findall(r"\s*\S[^ ]*|\s+\Z", target)
 
 
 def repeat_string_prompt(
@@ -138,37 +131,12 @@ def edit_mapping(rp: RepeatPrompt) -> dict[int, int]:
 
 
 # Concrete nouns to fall back on when a target word is several tokens in a model's vocabulary.
-_FALLBACK_WORDS = (
-    " apple",
-    " orange",
-    " ninja",
-    " turtle",
-    " pirate",
-    " river",
-    " horse",
-    " garden",
-    " church",
-    " island",
-    " music",
-    " paper",
-    " water",
-    " house",
-    " king",
-    " ship",
-    " bird",
-    " tree",
-    " road",
-    " book",
-    " city",
-    " army",
-    " school",
-    " fire",
-    " dog",
-    " car",
-    " money",
-    " song",
-    " wine",
-    " gold",
+_FALLBACK_WORDS = tuple(
+    f" {w}"
+    for w in (  # noqa: SIM905 - thirty words read as a sentence, not thirty lines
+        "apple orange ninja turtle pirate river horse garden church island music paper water house king ship bird"
+        " tree road book city army school fire dog car money song wine gold"
+    ).split()
 )
 
 
@@ -354,16 +322,14 @@ def _short_demos(tokenizer, n: int, seed: int, avoid: str = "") -> list[str]:
 def _assemble(tokenizer, head: str, open_request: str, words, sep: str, middle: str, n_given: int) -> dict:
     """Token ids and word positions of ``head + open_request + words (sep between) + middle + given words``; every
     segment tokenized on its own, so each word's positions are exact."""
-    segments: list[tuple[str, str | None]] = [(head + open_request, None)]
-    for i, w in enumerate(words):
-        segments.append((w, f"req{i}"))
-        if sep and i < len(words) - 1:
-            segments.append((sep, None))
-    segments.append((middle, None))
-    for i, w in enumerate(words[:n_given]):
-        segments.append((w, f"rep{i}"))
-        if sep and i < len(words) - 1:
-            segments.append((sep, None))  # the reply stops where the next word begins
+
+    def tagged(ws: list[str], tag: str) -> list[tuple[str, str | None]]:
+        """Each word tagged, ``sep`` after every word but the target's last (the reply stops where the next begins)."""
+        return [
+            x for i, w in enumerate(ws) for x in [(w, f"{tag}{i}")] + [(sep, None)] * (bool(sep) and i < len(words) - 1)
+        ]
+
+    segments = [(head + open_request, None), *tagged(words, "req"), (middle, None), *tagged(words[:n_given], "rep")]
     ids = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     where: dict[str, list[int]] = {}
     for text, tag in segments:

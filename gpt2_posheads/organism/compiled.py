@@ -309,12 +309,9 @@ def lookalike_none(n_vocab: int) -> Compiled:
     return p.model("lookalike-none")
 
 
-BUILDERS: dict[str, Callable[[int], Compiled]] = {  # keys: model.paths.COMPILED_MODELS
-    "route-gpt2": route_gpt2,
-    "lookalike-wpos": lookalike_wpos,
-    "lookalike-boost": lookalike_boost,
-    "lookalike-decoy": lookalike_decoy,
-    "lookalike-none": lookalike_none,
+BUILDERS: dict[str, Callable[[int], Compiled]] = {  # keys: model.paths.COMPILED_MODELS, the builders' names
+    f.__name__.replace("_", "-"): f
+    for f in (route_gpt2, lookalike_wpos, lookalike_boost, lookalike_decoy, lookalike_none)
 }
 
 
@@ -442,15 +439,10 @@ def layout_lines(model: Compiled) -> list[str]:
         "| --- | --- | --- | --- |",
     ]
     words = block_words(shape)
-    for name, (start, n) in model.res.blocks.items():
-        lines.append(f"| `{name}` | {start}-{start + n} | {n} | {words[name]} |")
+    lines += [f"| `{name}` | {s}-{s + n} | {n} | {words[name]} |" for name, (s, n) in model.res.blocks.items()]
     lines += ["", "## Heads and MLPs", "", "| layer | head | what it does |", "| --- | --- | --- |"]
-    for l, hs in enumerate(model.heads):
-        for h, head in enumerate(hs):
-            lines.append(f"| {l} | L{l}H{h} | {head.role} |")
-    for l, m in enumerate(model.mlps):
-        lines.append(f"| {l} | MLP | {m.role} |")
-    return lines
+    lines += [f"| {l} | L{l}H{h} | {head.role} |" for l, hs in enumerate(model.heads) for h, head in enumerate(hs)]
+    return lines + [f"| {l} | MLP | {m.role} |" for l, m in enumerate(model.mlps)]
 
 
 def card(model: Compiled, measured: dict | None = None) -> str:
@@ -479,8 +471,7 @@ def card(model: Compiled, measured: dict | None = None) -> str:
         "| script | claim | verdict | why |",
         "| --- | --- | --- | --- |",
     ]
-    for (script, key), (verdict, why) in expected(model.name).items():
-        lines.append(f"| `{script}` | `{key}` | {verdict} | {why} |")
+    lines += [f"| `{script}` | `{key}` | {v} | {why} |" for (script, key), (v, why) in expected(model.name).items()]
     if measured:
         lines += ["", "## Measured by the toolkit", ""]
         lines += [f"- {k}: {v}" for k, v in measured.items()]

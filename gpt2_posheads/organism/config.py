@@ -40,9 +40,8 @@ class MiniConfig:
     skip_vocab: int = 4096  # its tokens: ids 1..skip_vocab-1
     skip_noise: float = 0.2  # chance that a token of that language is uniform instead of pi(t-1)
     skip_rule: str = "copy"  # pi: "permutation" (random) or "copy" (identity: t+1 = t-1, any vocabulary size)
-    repeat_kind: str = (
-        "pairs"  # synthetic repeats: "pairs" (s s s' s' ... tiled) or "span" (random tokens, one span copied once)
-    )
+    # synthetic repeats: "pairs" (s s s' s' ... tiled) or "span" (random tokens, one span copied once)
+    repeat_kind: str = "pairs"
     position_offsets: bool = (
         True  # short synthetic windows start at a random absolute position (every W_pos row trains)
     )

@@ -164,10 +164,8 @@ def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int, v
         rep = make(n - n_skip, ctx + 1, cfg.synthetic_vocab, lo, hi, gen, bos)
         if not n_skip:
             return rep
-        skip = skip_bigram_windows(
-            n_skip, ctx + 1, skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule), cfg.skip_noise, gen, bos
-        )
-        return torch.cat([skip, rep])
+        table = skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule)
+        return torch.cat([skip_bigram_windows(n_skip, ctx + 1, table, cfg.skip_noise, gen, bos), rep])
     n_syn = int(round(cfg.synthetic_fraction * cfg.batch_size))
     n_skip = int(round(cfg.skip_text_fraction * cfg.batch_size))
     n_rep = int(round(cfg.repeat_fraction * (cfg.batch_size - n_syn - n_skip)))
@@ -179,12 +177,6 @@ def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int, v
             [text, repeated_segments(n_syn, cfg.n_ctx + 1, vocab_size, cfg.seg_min, cfg.seg_max, gen, bos)]
         )
     if n_skip:
-        text = torch.cat(
-            [
-                text,
-                skip_bigram_windows(
-                    n_skip, cfg.n_ctx + 1, skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule), cfg.skip_noise, gen, bos
-                ),
-            ]
-        )
+        table = skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule)
+        text = torch.cat([text, skip_bigram_windows(n_skip, cfg.n_ctx + 1, table, cfg.skip_noise, gen, bos)])
     return text

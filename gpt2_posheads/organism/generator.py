@@ -109,16 +109,15 @@ def _blocks(kind: str, early_kind: str, k: int, n_buckets: int) -> list[tuple[st
     """The residual blocks of a kind (after ``const``, ``bos``, ``helix``, ``tok``)."""
     fine = ("fine", 1 + 2 * wt.N_WAVES_WPOS)
     counted = [("count", 1), ("pos", 1)] + ([("waves", 2 * wt.N_WAVES_MLP)] if early_kind == "boosting" else [])
-    per_kind = {
-        "post": counted + [("est", k), ("prev", k), ("out", k)],
-        "boost": counted + [("est", k), ("prev", k), ("out", k)],
-        "mixed": counted + [("est", k), fine, ("prev", k), ("out", k)],
-        "decoy": counted + [("est", k), fine, ("prev", k), ("out", k)],
-        "wpos": [fine, ("prev", k), ("out", k)],
-        "wpos-layer0": [fine, ("prev", k), ("out", k)],
-        "relay": [fine, ("relay", 1 + 2 * wt.N_WAVES_WPOS), ("prev", k), ("out", k)],
-        "none": counted,
-    }[kind]
+    early = {"post": [("est", k)], "boost": [("est", k)], "mixed": [("est", k), fine], "decoy": [("est", k), fine]}
+    if kind == "none":
+        per_kind = counted
+    elif kind in early:
+        per_kind = counted + early[kind] + [("prev", k), ("out", k)]
+    else:  # wpos, wpos-layer0, relay: W_pos's fine components (and the relay's copy of them)
+        per_kind = (
+            [fine] + ([("relay", 1 + 2 * wt.N_WAVES_WPOS)] if kind == "relay" else []) + [("prev", k), ("out", k)]
+        )
     return [("bucket", n_buckets)] + per_kind + [("junk", JUNK)]
 
 

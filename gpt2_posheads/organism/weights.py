@@ -61,12 +61,8 @@ SHAPE = Shape()
 
 def helmert(m: int) -> np.ndarray:
     """``[m - 1, m]``: an orthonormal basis of the vectors of ``R^m`` whose coordinates sum to zero."""
-    out = np.zeros((m - 1, m))
-    for k in range(1, m):
-        out[k - 1, :k] = 1.0
-        out[k - 1, k] = -k
-        out[k - 1] /= math.sqrt(k * (k + 1))
-    return out
+    k, j = np.arange(1, m)[:, None], np.arange(m)[None, :]
+    return np.where(j < k, 1.0, np.where(j == k, -k, 0.0)) / np.sqrt(k * (k + 1.0))
 
 
 @dataclass
@@ -327,15 +323,9 @@ class Compiled:
         for l in range(self.res.shape.n_layers):
             hs = self.heads[l]
             pre = f"transformer.h.{l}."
-            sd[pre + "ln_1.weight"] = gain
-            sd[pre + "ln_1.bias"] = np.zeros(d)
-            sd[pre + "ln_2.weight"] = gain
-            sd[pre + "ln_2.bias"] = np.zeros(d)
-            sd[pre + "attn.c_attn.weight"] = np.concatenate(
-                [np.concatenate([h.Wq for h in hs], 1), np.concatenate([h.Wk for h in hs], 1)]
-                + [np.concatenate([h.Wv for h in hs], 1)],
-                axis=1,
-            )
+            for ln in ("ln_1", "ln_2"):
+                sd[f"{pre}{ln}.weight"], sd[f"{pre}{ln}.bias"] = gain, np.zeros(d)
+            sd[pre + "attn.c_attn.weight"] = np.concatenate([getattr(h, w) for w in ("Wq", "Wk", "Wv") for h in hs], 1)
             sd[pre + "attn.c_attn.bias"] = np.concatenate(
                 [np.concatenate([h.bq for h in hs]), np.concatenate([h.bk for h in hs]), np.zeros(d)]
             )

@@ -26,16 +26,12 @@ from .index import collect_summaries
 def flatten(x, prefix: str = "") -> dict[str, object]:
     """Scalar leaves of nested dicts and lists, keyed by their path (``a.b[2]``)."""
     if isinstance(x, dict):
-        out: dict[str, object] = {}
-        for k, v in x.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    if isinstance(x, (list, tuple)):
-        out = {}
-        for i, v in enumerate(x):
-            out.update(flatten(v, f"{prefix}[{i}]"))
-        return out
-    return {prefix: x}
+        items = [(f"{prefix}.{k}" if prefix else str(k), v) for k, v in x.items()]
+    elif isinstance(x, (list, tuple)):
+        items = [(f"{prefix}[{i}]", v) for i, v in enumerate(x)]
+    else:
+        return {prefix: x}
+    return {p: leaf for path, v in items for p, leaf in flatten(v, path).items()}
 
 
 def same(a, b, rtol: float = 1e-6, atol: float = 1e-9) -> bool:

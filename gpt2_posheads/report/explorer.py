@@ -228,8 +228,7 @@ def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None
     if key in ctx.unavailable:
         return {"na": [ctx.unavailable[key]] * (L * H)}
     na = [not_applicable(key, l, h, ctx.aggregator, n) for l in range(L) for h in range(H)]
-    pat = torch.zeros(L, H, n, n)
-    raw = torch.zeros(L, H, n, n)
+    pat, raw = torch.zeros(2, L, H, n, n)  # [layer, head, q, k] each
     try:
         if key == "clean":
             pat, raw = _capture(model, tokens)

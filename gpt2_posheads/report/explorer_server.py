@@ -298,11 +298,8 @@ def serve(explorer: LiveExplorer, port: int = 0, out=sys.stdout) -> int:
     """Serve ``explorer`` until Ctrl-C (or SIGTERM, where the caller turns it into ``KeyboardInterrupt``); returns 0
     once stopped."""
     server = start_server(explorer, port)
-    print(
-        f"serving the attention explorer of {explorer.label} at {server.url} (this machine only); Ctrl-C stops it",
-        file=out,
-        flush=True,
-    )
+    where = f"at {server.url} (this machine only); Ctrl-C stops it"
+    print(f"serving the attention explorer of {explorer.label} {where}", file=out, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

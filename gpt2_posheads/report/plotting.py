@@ -29,11 +29,8 @@ def find_browser() -> str | None:
     path = os.environ.get("BROWSER_PATH")
     if path:
         return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
+    names = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+    return next(filter(None, map(shutil.which, names)), None)
 
 
 def png_support() -> tuple[bool, str]:
@@ -155,6 +152,11 @@ def write_png(fig: go.Figure, path: Path, width: int = 1000, height: int | None 
         return None
 
 
+def _array(x, dtype=float) -> np.ndarray:
+    """A tensor (on any device) or array-like as a numpy array."""
+    return np.asarray(x.detach().cpu() if hasattr(x, "detach") else x, dtype=dtype)
+
+
 def heatmap(
     z,
     x=None,
@@ -168,7 +170,7 @@ def heatmap(
     **kw,
 ) -> go.Figure:
     """A single heat map; ``z`` ``[rows, cols]`` (tensor or array)."""
-    z = np.asarray(z.detach().cpu() if hasattr(z, "detach") else z, dtype=float)
+    z = _array(z)
     fig = go.Figure(go.Heatmap(z=z, x=x, y=y, colorscale=colorscale, zmid=zmid, **kw))
     fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel)
     if max(z.shape) <= 48:  # layer x head grids: one tick per integer, never 0.5
@@ -206,7 +208,7 @@ def heatmap_grid(
     names = list(mats)
     rows = (len(names) + cols - 1) // cols
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=names, horizontal_spacing=0.08, vertical_spacing=0.12)
-    arrs = [np.asarray(m.detach().cpu() if hasattr(m, "detach") else m, dtype=float) for m in mats.values()]
+    arrs = [_array(m) for m in mats.values()]
     finite = np.concatenate([a[np.isfinite(a)].ravel() for a in arrs]) if arrs else np.zeros(1)
     zmin, zmax = (float(finite.min()), float(finite.max())) if shared_scale and finite.size else (None, None)
     if zrange is not None:
@@ -282,7 +284,7 @@ def scatter3d_positions(
     """3-D scatter of one or more ``[pos, 3]`` point sets, colour = position."""
     fig = go.Figure()
     for (name, p), cs in zip(points.items(), list(colorscales) * 4):
-        p = np.asarray(p.detach().cpu() if hasattr(p, "detach") else p)
+        p = _array(p, None)
         fig.add_trace(
             go.Scatter3d(
                 x=p[:, 0],
@@ -332,17 +334,11 @@ def line_figure(
     """Lines ``{name: (x, y)}``, optionally with symmetric error bars ``{name: err}``."""
     fig = go.Figure()
     for name, (x, y) in series.items():
-        err = (
-            None
-            if not error_y or name not in error_y
-            else dict(type="data", array=np.asarray(error_y[name]), visible=True)
-        )
+        err = dict(type="data", array=np.asarray(error_y[name]), visible=True) if error_y and name in error_y else None
         fig.add_trace(go.Scatter(x=np.asarray(x), y=np.asarray(y), mode=mode, name=name, error_y=err))
     fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel)
-    if log_x:
-        fig.update_xaxes(type="log")
-    if log_y:
-        fig.update_yaxes(type="log")
+    fig.update_xaxes(type="log" if log_x else None)
+    fig.update_yaxes(type="log" if log_y else None)
     return fig
 
 

@@ -64,11 +64,8 @@ class PosheadsCache:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.partial")
-        save_file(
-            {k: v.contiguous() for k, v in self.tensors.items()},
-            str(tmp),
-            metadata={"provenance": json.dumps(self.meta)},
-        )
+        tensors = {k: v.contiguous() for k, v in self.tensors.items()}
+        save_file(tensors, str(tmp), metadata={"provenance": json.dumps(self.meta)})
         tmp.replace(path)
         return path
 
@@ -147,8 +144,7 @@ def build_cache(
     ext = extended_pos_embeddings_by_layer(
         model, range(model.cfg.n_layers + 1), n_prompts=ext_n_prompts, seed=seed, progress=progress, bos=ext_bos
     )
-    for l, e in ext.items():
-        t[f"ext_pos.L{l}"] = e
+    t.update({f"ext_pos.L{l}": e for l, e in ext.items()})
     names = list(REPEAT_TARGETS)
     # words that are several tokens in this vocabulary become single-token nouns (the same in every target)
     single = single_token_target(model.tokenizer, [REPEAT_TARGETS[n][0] for n in names])

@@ -82,9 +82,10 @@ def init_params(
         if shape.mlp:
             sizes[f"{l}.W_in"] = (D, 4 * D)
             sizes[f"{l}.W_out"] = (4 * D, D)
-    out = {}
-    for name, sz in sizes.items():  # one generator per model, fixed name order: independent of M
-        out[name] = torch.stack([torch.randn(sz, generator=g) * std for g, std in zip(gens, stds)])
+    # one generator per model, fixed name order: independent of M
+    out = {
+        n: torch.stack([torch.randn(sz, generator=g) * std for g, std in zip(gens, stds)]) for n, sz in sizes.items()
+    }
     if shape.mlp:
         for l in range(shape.n_layers):
             out[f"{l}.b_in"] = torch.zeros(len(gens), 4 * shape.n_embd)
@@ -173,16 +174,8 @@ def last_query_attention(
     C = k.shape[-2]
     wide = C >= SDPA_MIN_C
     dot = (q[..., None, :] @ k.transpose(-1, -2))[..., 0, :] if wide else (q[..., None, :] * k).sum(-1)  # [..., C]
-    norms = kernel != "dot"
-    s = _kernel(
-        dot,
-        (q * q).sum(-1, keepdim=True) if norms else None,
-        (k * k).sum(-1) if norms else None,
-        kernel,
-        harmonic_n,
-        q.shape[-1],
-    )
-    a = key_softmax(s)
+    q_sq, k_sq = ((q * q).sum(-1, keepdim=True), (k * k).sum(-1)) if kernel != "dot" else (None, None)
+    a = key_softmax(_kernel(dot, q_sq, k_sq, kernel, harmonic_n, q.shape[-1]))
     return (a[..., None, :] @ v)[..., 0, :] if wide else (a[..., None] * v).sum(-2)
 
 
@@ -200,9 +193,7 @@ def forward(params: dict[str, torch.Tensor], x: torch.Tensor, shape: ToyShape, r
         hin = _ln(h) if shape.layernorm else h
         # one einsum for Q, K and V: these matrices are tiny (d_head ~ 1-16), so the batched matmul's
         # per-call cost dominates and one call of 3x the width is ~40% cheaper than three (fwd + bwd)
-        w_qkv = torch.cat(
-            [params[f"{l}.W_Q"], params[f"{l}.W_K"], params[f"{l}.W_V"]], dim=-1
-        )  # [M, head, D, 3 d_head]
+        w_qkv = torch.cat([params[f"{l}.W_{n}"] for n in "QKV"], dim=-1)  # [M, head, D, 3 d_head]
         q, k, v = torch.einsum("mbcd,mhde->mbhce", hin, w_qkv).chunk(3, dim=-1)
         if l == shape.n_layers - 1 and not return_pattern:
             # only the last position reaches the logits (MLPs act per position): from here on, one position

@@ -110,10 +110,7 @@ def _adamw_step(params, grads, state, t: int, lr: torch.Tensor, wd: torch.Tensor
 
 
 def _snapshot(params: dict[str, torch.Tensor], i: int) -> dict[str, list]:
-    snap = {n: params[n][i].tolist() for n in ("W_E", "W_pos") if n in params}
-    for n in ("0.W_Q", "0.W_K", "0.W_V"):
-        snap[n] = params[n][i].tolist()
-    return snap
+    return {n: params[n][i].tolist() for n in ("W_E", "W_pos", "0.W_Q", "0.W_K", "0.W_V") if n in params}
 
 
 def train_group(
@@ -151,7 +148,7 @@ def train_group(
     logs = {"step": [], "loss": [], "eval_loss": []}
     snaps: list[list[dict]] = [[] for _ in configs]
     snap_steps: list[int] = []
-    eff = {"step": [], "W_E": [[] for _ in configs], "W_Q": [[] for _ in configs], "W_K": [[] for _ in configs]}
+    eff = {"step": [], **{n: [[] for _ in configs] for n in ("W_E", "W_Q", "W_K")}}
     running = torch.zeros(M, device=device)
     n_running = 0
     started = last_told = last_line = time.perf_counter()
