@@ -155,9 +155,12 @@ def _engines(case: str, edits: bool) -> list[str]:
 @pytest.mark.filterwarnings("ignore:fast path disabled")
 @pytest.mark.parametrize("case", CASES)
 def test_every_clean_analysis_is_the_same_on_every_engine(case, models):
+    others = _engines(case, edits=False)[1:]
+    if not others:  # nothing to compare the hooks with: say so rather than pass on an empty loop
+        pytest.skip(f"{case}: the fast path runs the GPT-2 family only, and nnsight is not installed here")
     for name, analysis in CLEAN.items():
         ref = analysis(models(case, "hooks"), "hooks")
-        for engine in _engines(case, edits=False)[1:]:
+        for engine in others:
             assert_same(ref, analysis(models(case, engine), engine), f"{case} {name} on {engine}", tol(case))
 
 
@@ -182,8 +185,9 @@ def test_every_analysis_under_interventions_is_the_same_on_every_engine(case, mo
             ref = analysis(tl, "hooks", edits)
             if name == "diagonal_attention" and (case, iv_name) not in INERT:  # it moves what is compared
                 assert float((ref - clean).nan_to_num().abs().max()) > 10 * tol(case), iv_name
-            if case in GPT2_FAMILY:  # where "auto" has a fast path to step aside from: the same pass, bit for bit
-                assert_same(ref, analysis(tl, "auto", edits), f"{case} {name} {iv_name} on auto", tol=0.0)
+            if case in GPT2_FAMILY:  # "auto" has a fast path here, which applies no edit: it steps aside for them
+                assert type(engine_for(tl, "auto")).__name__ == "FastEngine", case
+                assert type(engine_for(tl, "auto", with_edits=True)).__name__ == "HooksEngine", case
             if traced is not None:
                 got = analysis(traced[0], "nnsight", traced[1])
                 assert_same(ref, got, f"{case} {name} {iv_name} on nnsight", tol(case))
