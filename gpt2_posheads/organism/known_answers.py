@@ -297,18 +297,3 @@ def standin_expected() -> dict[tuple[str, str], tuple[str, str]]:
 def expected(model: str) -> dict[tuple[str, str], tuple[str, str]]:
     """``{(script, claim key): (verdict, reason)}`` for ``model``, leaving out what its construction does not set."""
     return {(script_of(k), k): v[model] for k, v in KNOWN.items() if v.get(model) is not None}
-
-
-def markdown_table() -> str:
-    """The table as Markdown: the route conclusion first, then one row per claim, one column per model (``-``: not
-    set by the construction)."""
-    lines = ["| script | claim | " + " | ".join(f"`{m}`" for m in MODELS) + " |", "|" + " --- |" * (2 + len(MODELS))]
-    lines.append(
-        "| **route conclusion** | `claims.route` | "
-        + " | ".join(f"**{ROUTE_CONCLUSIONS[m][0]}**" for m in MODELS)
-        + " |"
-    )
-    for key, row in KNOWN.items():
-        cells = [row[m][0] if row.get(m) else "-" for m in MODELS]
-        lines.append(f"| `{script_of(key)}` | `{key}` | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
