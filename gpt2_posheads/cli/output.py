@@ -14,7 +14,7 @@ user has:
 * **Two runs never mix.** A lock file (:data:`LOCK`) names the process writing the folder (its pid and start time,
   the machine); a second run refuses with one line naming it and the lock file. A lock whose process is gone, or whose
   pid now names another process (same machine), is taken over, and the staging folders such a run left (``kill -9``)
-  are removed, each said in one line (:func:`remove_dead_runs` does the same for a whole results tree). A lock that
+  are removed, each said in one line (:mod:`~gpt2_posheads.cli.locks`; :func:`remove_dead_runs` does the same for a whole results tree). A lock that
   cannot be checked (empty, not the toolkit's, another machine's) is refused with how to remove it.
 
 * **Results first, then the console.** The claims table is printed once the files are in place, and the console can
@@ -30,11 +30,9 @@ through :meth:`Output.persistent_dir`.
 
 from __future__ import annotations
 
-import datetime as _dt
 import errno
 import json
 import os
-import re
 import shutil
 import sys
 import time
@@ -47,19 +45,17 @@ import pandas as pd
 from ..claims.record import MANIFEST, jsonable, read_manifest, recorded_fingerprint, write_summary
 from ..claims.verdicts import Claim, claims_table
 from ..model.paths import (
-    STAGING,
     cannot_write,
     holder_state,
     lock_holder,
     lock_record,
-    pid_alive,
     remove_dead_staging,
     write_whole_text,
 )
 from ..model.validation import UsageError, path_kind
 from ..report.plotting import png_support, save_figure, write_png
+from .locks import LOCK, lock_age, locked_error, now_iso, remove_dead_runs, say_dead  # noqa: F401 - and run_all's
 
-LOCK = ".gpt2_posheads.lock"
 _OPEN: list[Output] = []  # outputs of this process not yet committed (aborted by main_entry on failure)
 _COMMITTED: list[Path] = []  # folders this process committed (where a later "no space left" is said to be)
 
@@ -115,14 +111,7 @@ def read_json(path: str | Path):
     return json.loads(Path(path).read_text())
 
 
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
-
-
-# --- the lock and the manifest --------------------------------------------------------------------------
-
-
-LOCK_TIMEOUT = 24 * 3600  # seconds after which another machine's lock is said to be probably left behind
+# --- the lock and the manifest --------------------------------------------------------------------------------
 
 
 def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
@@ -136,7 +125,7 @@ def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             holder = lock_holder(lock)
-            if holder_state(holder) == "unreadable" and _age(lock) < 2:  # a run between creating it and writing it
+            if holder_state(holder) == "unreadable" and lock_age(lock) < 2:  # a run between creating it and writing it
                 time.sleep(2)
                 holder = lock_holder(lock)
             state = holder_state(holder)
@@ -144,9 +133,9 @@ def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
                 continue  # released meanwhile
             if state in ("dead", "reused"):
                 lock.unlink(missing_ok=True)  # a stale lock from a killed run
-                _say_dead(lock, holder, state)
+                say_dead(lock, holder, state)
                 continue
-            raise _locked(folder, lock, holder, state, param) from None
+            raise locked_error(folder, lock, holder, state, param) from None
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(lock_record(script=script, started=now_iso()), f)
@@ -158,88 +147,6 @@ def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
             raise
         return lock
     raise UsageError(param, f"could not lock {folder}", "a writable folder")
-
-
-def _age(path: Path) -> float:
-    """Seconds since ``path`` was last written (0 when it cannot be read)."""
-    try:
-        return time.time() - path.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def _locked(folder: Path, lock: Path, holder: dict, state: str, param: str) -> UsageError:
-    """The one line for ``folder`` locked by ``holder`` (``state``: ``live``, ``elsewhere`` or ``unreadable``)."""
-    who = f"{holder.get('script', '?')}, pid {holder.get('pid')} on {holder.get('host')}"
-    who += f", started {holder.get('started', '?')}"
-    clear = f"remove it (rm '{lock}')"
-    if state == "live":
-        return UsageError(
-            param,
-            f"{folder} is being written by another run ({who})",
-            "one run per output folder",
-            f"wait for it to finish, or choose another --out; its lock is {lock}",
-        )
-    if state == "elsewhere":
-        hours = _age(lock) / 3600
-        old = f", {hours:.0f} h ago, probably left by a run that ended" if hours * 3600 > LOCK_TIMEOUT else ""
-        return UsageError(
-            param,
-            f"{folder} is locked by a run on another machine ({who}{old}), which cannot be checked from here",
-            "one run per output folder",
-            f"if no run on {holder.get('host')} writes this folder, {clear}; or choose another --out",
-        )
-    try:
-        why = "it is empty" if not lock.read_text().strip() else "it is not a lock this toolkit writes"
-    except (OSError, UnicodeDecodeError) as e:
-        why = f"it cannot be read ({getattr(e, 'strerror', None) or type(e).__name__})"
-    return UsageError(
-        param,
-        f"{lock} names no run of this toolkit ({why}), so no run can be shown to be writing {folder}",
-        "one run per output folder, with a lock the toolkit wrote",
-        f"if no run writes this folder, {clear}; or choose another --out",
-    )
-
-
-def _say_dead(lock: Path, holder: dict, state: str = "dead") -> None:
-    reused = f"; pid {holder.get('pid')} is now another process" if state == "reused" else ""
-    print(
-        f"note: removed {lock}, left by a run that ended without finishing ({holder.get('script', '?')}, pid "
-        f"{holder.get('pid')}, started {holder.get('started', '?')}{reused})",
-        file=sys.stderr,
-    )
-
-
-def remove_dead_runs(root: Path) -> int:
-    """Remove what runs that ended without finishing (``kill -9``, a power cut) left anywhere under ``root``: their
-    locks (:data:`LOCK` naming a process of this machine that is gone), their staging folders
-    (``.<name>.partial-<pid>`` whose process is gone, and whose folder no live run of another machine locks) and
-    their temporary files (``.<name>.tmp-<pid>``); each said in one line. Nothing else is touched. The count
-    removed. Called by the main job on its results folder, so that a job resumed after a kill leaves nothing behind
-    (a run that writes one folder does this for that folder when it opens it)."""
-    removed = 0
-    for top, dirs, files in os.walk(root):
-        here = Path(top)
-        if LOCK in files:
-            holder = lock_holder(here / LOCK)
-            state = holder_state(holder)
-            if state in ("dead", "reused"):
-                (here / LOCK).unlink(missing_ok=True)
-                _say_dead(here / LOCK, holder, state)
-                removed += 1
-        for name in files:
-            m = re.fullmatch(r"\.(.+)\.tmp-(\d+)", name)
-            if m and int(m[2]) != os.getpid() and not pid_alive(int(m[2])):
-                (here / name).unlink(missing_ok=True)
-                removed += 1
-        staged = [d for d in dirs if STAGING.match(d)]
-        dirs[:] = [d for d in dirs if d not in staged]  # a staging folder's own files are not walked
-        for d in staged:
-            name = STAGING.match(d)["name"]
-            if holder_state(lock_holder(here / name / LOCK)) == "elsewhere":
-                continue  # its folder is locked from another machine, whose processes cannot be asked from here
-            removed += len(remove_dead_staging(here, name))
-    return removed
 
 
 def foreign_entries(folder: Path, script: str | None = None) -> list[str]:
