@@ -15,7 +15,8 @@ user has:
   the machine); a second run refuses with one line naming it and the lock file. A lock whose process is gone, or whose
   pid now names another process (same machine), is taken over, and the staging folders such a run left (``kill -9``)
   are removed, each said in one line (:mod:`~gpt2_posheads.cli.locks`; :func:`remove_dead_runs` does the same for
-  a whole results tree). A lock that cannot be checked (empty, not the toolkit's, another machine's) is refused with how to remove it.
+  a whole results tree). A lock that cannot be checked (empty, not the toolkit's, another machine's) is refused
+  with how to remove it.
 
 * **Results first, then the console.** The claims table is printed once the files are in place, and the console can
   never cost a result (:class:`~gpt2_posheads.cli.console.ConsoleStream`): a reader that stops early (``script |
