@@ -20,10 +20,11 @@ import math
 import time
 from pathlib import Path
 
-from ..claims.catalogue import posts, script_post
+from ..claims.catalogue import claims, posts, script_post
+from ..claims.catalogue import script as declared_script
 from ..claims.record import Summary, SummaryError, read_summary, recorded_fingerprint
 from ..claims.toy import grid_records
-from ..claims.verdicts import NOT_TESTABLE, VERDICT_COLOURS, VERDICTS, Claim, fmt
+from ..claims.verdicts import NOT_TESTABLE, ROUTE, VERDICT_COLOURS, VERDICTS, Claim, fmt
 from ..model.paths import write_whole_text
 from ..model.validation import UsageError
 
@@ -399,10 +400,11 @@ def route_conclusions(summaries: list[tuple[Path, Summary]], root: Path, record:
     from ..claims.route import route_conclusion_from_summaries
 
     columns = Columns(summaries, record)
+    routed = {c.post.key for c in claims().values() if c.role == ROUTE}  # the posts whose claims tell a route
     by_model: dict[str, list[Summary]] = {}
     for path, s in summaries:
         model = columns.keys[path]
-        if model != TOY_COLUMN and getattr(script_post().get(s.script), "key", None) == "004":
+        if model != TOY_COLUMN and getattr(script_post().get(s.script), "key", None) in routed:
             by_model.setdefault(model, []).append(s)
     return {columns.label(m): route_conclusion_from_summaries(ss) for m, ss in by_model.items()}
 
@@ -419,7 +421,7 @@ def routes_html(summaries: list[tuple[Path, Summary]], root: Path, record: dict 
     def weights(c) -> str:
         w = weight_route_of(c.records)
         if w is None:
-            return '<td class="none">not run</td>'
+            return "<td><div class='why'>weight_route not run on this model</div></td>"
         agree = weights_agree(c.route, str(w["label"]))
         said = {
             True: "agrees",
@@ -456,9 +458,9 @@ def routes_html(summaries: list[tuple[Path, Summary]], root: Path, record: dict 
 
 
 def organism_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
-    """The organism reports (``mini_gpt2_report.py``): each model's behaviour targets, and a link to its report,
-    which shows the post's story on it beside another model and the post's numbers."""
-    reports = [(p, s) for p, s in summaries if s.script == "mini_gpt2_report"]
+    """The reports (a script declared ``report=True``: the organism report): each model's behaviour targets, and a
+    link to its report, which shows the post's story on it beside another model and the post's numbers."""
+    reports = [(p, s) for p, s in summaries if getattr(declared_script(s.script), "report", False)]
     if not reports:
         return ""
     rows = []
