@@ -54,7 +54,10 @@ from .posts.result import ClaimResult
 
 
 def _load_compiler() -> None:
-    from .organism import compiled  # noqa: F401 - registers the builder of the compiled models on import
+    from .model.paths import register_builder
+    from .organism import compiled
+
+    register_builder(compiled.build, compiled.check_folder, compiled.FOLDER_FILES)
 
 
 _register_builder_loader(_load_compiler)

@@ -384,14 +384,15 @@ def replace_folder(new: Path, folder: Path) -> None:
 
 
 # The compiler of the compiled models lives above this layer (gpt2_posheads.organism.compiled). The package names it
-# here (register_builder_loader) and it registers itself when first needed, so that a model asked for by name is
+# here (register_builder_loader), which registers it when first needed, so that a model asked for by name is
 # built without this layer importing it, and `import gpt2_posheads` does not load the organism.
 _BUILDER: dict = {}  # "build", "check", "files": see register_builder
 _BUILDER_LOADER: list[Callable[[], None]] = []
 
 
 def register_builder_loader(load: Callable[[], None]) -> None:
-    """Set the function that imports the compiler (which then calls :func:`register_builder`) on first use."""
+    """Set the function that imports the compiler and gives it to :func:`register_builder`, called on first use (the
+    package's ``_load_compiler``: this layer never imports the organism)."""
     _BUILDER_LOADER[:] = [load]
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model.paths import ORGANISM_DIR, register_builder
+from ..model.paths import ORGANISM_DIR
 from .weights import (
     K_TOK,
     N_BUCKETS,
@@ -547,7 +547,3 @@ def check_folder(folder: Path) -> str | None:
     if missing:
         return f"no {', '.join(missing)}"
     return folder_problem(folder)
-
-
-# gpt2_posheads.model.paths builds a compiled model named by a user on first use, and rebuilds one that fails the check
-register_builder(build, check_folder, FOLDER_FILES)
