@@ -11,7 +11,7 @@ Each post's claims, on its default run and on the grid, live in the post's folde
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
@@ -28,7 +28,7 @@ from .robustness import (
     robustness_totals,
     settings,
 )
-from .train import ToyConfig
+from .train import ToyConfig, train_sweep
 
 MAX_DEFAULT_WORKERS = 8
 # the training settings the posts do not state, as every toy post trains by default (nanoGPT's initialisation)
@@ -125,6 +125,12 @@ class ToyRun:
             log_every=max(self.steps // log_points, 1),
             **task,
         )
+
+    def train(self, configs: Iterable[ToyConfig]) -> dict[str, dict]:
+        """``{config id: result}`` of ``configs``, trained by :func:`~.train.train_sweep` in :attr:`workers` processes
+        (finished runs kept in and reused from :attr:`runs_dir`)."""
+        configs = list(configs)
+        return dict(zip([c.id() for c in configs], train_sweep(configs, self.runs_dir, workers=self.workers)))
 
     def finish(self, result, figures: Mapping, base: ToyConfig, grid: Sequence[GridClaim], title: str, **numbers):
         """``result`` (the post's :class:`~gpt2_posheads.posts.result.ClaimResult`) with ``figures``

@@ -4,24 +4,18 @@ the four posts, and ``shown`` / ``why`` in words with the numbers, never a key, 
 The models train 3 steps with a small evaluation set (the numbers are meaningless, the claims and their wording are
 the ones of a full run), so the whole default run of each script takes seconds."""
 
-import importlib
 import json
 import re
 from dataclasses import asdict, replace
 
 import pytest
 
+from gpt2_posheads.toy import posts as toy_posts
 from gpt2_posheads.toy import train_sweep
 
 from conftest import load_script
 
 SCRIPTS = ("toy_sticky_plateau", "toy_similar_content", "toy_prev_token", "toy_lost_in_middle")
-CLAIM_MODULES = {  # where each script's claim function trains its models
-    "toy_sticky_plateau": "gpt2_posheads.posts.sticky_plateau.plateau",
-    "toy_similar_content": "gpt2_posheads.posts.similar_content.similarity",
-    "toy_prev_token": "gpt2_posheads.posts.prev_token_toy.copying",
-    "toy_lost_in_middle": "gpt2_posheads.posts.lost_in_middle.retrieval",
-}
 BOILERPLATE = "the measured values"
 SNAKE = re.compile(r"\b(?!n_embd\b)[a-z]+_[a-z_]+\b")  # a summary key like mean_eval_loss (n_embd is the posts' word)
 NUMBER = re.compile(r"\d")
@@ -43,8 +37,8 @@ def tiny_sweep(configs, out_dir=None, progress=True, workers=1, **kw):
 def summaries(tmp_path_factory):
     out = {}
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(toy_posts, "train_sweep", tiny_sweep)  # where every toy post's claim function trains its models
         for name in SCRIPTS:
-            mp.setattr(importlib.import_module(CLAIM_MODULES[name]), "train_sweep", tiny_sweep)
             folder = tmp_path_factory.mktemp(name)
             load_script(name).main(["--out", str(folder), "--no-png", "--steps", "3", "--workers", "1"])
             out[name] = json.loads((folder / "summary.json").read_text())

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
@@ -29,7 +28,7 @@ from ...claims.catalogue import declare
 from ...claims.toy import num, spread
 from ...claims.verdicts import Claim
 from ...model.validation import UsageError
-from ...toy import ToyConfig, train_sweep
+from ...toy import ToyConfig
 from ...toy.posts import ToyRun
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
@@ -96,18 +95,11 @@ def configs(
     }
 
 
-def measure(
-    grid: dict[str, list[list[ToyConfig]]],
-    seeds: Sequence[int],
-    steps: int,
-    three_layer_steps: int,
-    runs_dir: str | Path | None = None,
-    workers: int = 1,
-) -> Retrieval:
-    """Train every config of ``grid`` (:func:`configs`, built with ``steps`` and ``three_layer_steps``) and collect
-    the final losses."""
-    flat = [c for rows in grid.values() for row in rows for c in row]
-    res = dict(zip([c.id() for c in flat], train_sweep(flat, runs_dir, workers=workers)))
+def measure(run: ToyRun, grid: dict[str, list[list[ToyConfig]]], three_layer_steps: int) -> Retrieval:
+    """Train every config of ``grid`` (:func:`configs`, built with ``three_layer_steps``) and collect the final
+    losses."""
+    seeds = run.run_seeds
+    res = run.train(c for rows in grid.values() for row in rows for c in row)
     losses, table = {}, {}
     for name, rows in grid.items():
         loss = np.array([[res[c.id()]["final_loss"] for c in row] for row in rows])  # [k, seed]
@@ -119,7 +111,7 @@ def measure(
             "final_loss_by_seed": loss.tolist(),
             "steps": rows[0][0].steps,
         }
-    return Retrieval(list(seeds), steps, three_layer_steps, grid, losses, table)
+    return Retrieval(seeds, run.steps, three_layer_steps, grid, losses, table)
 
 
 def judge(m: Retrieval, quick: bool = False) -> list[Claim]:
@@ -228,7 +220,7 @@ def lost_in_middle(*, three_layer_steps: int = THREE_LAYER_STEPS, **options) -> 
         f"({', '.join(f'{s:,}' for s in n_steps)} steps); every k and seed of a setting trains as one group",
         flush=True,
     )
-    m = measure(grid, seeds, run.steps, three_layer_steps, run.runs_dir, run.workers)
+    m = measure(run, grid, three_layer_steps)
     result = ClaimResult("lost_in_middle", claims=judge(m, run.quick))
     figures = {"lost_in_middle": (figure(m), {"width": 1100})}
     numbers = dict(three_layer_steps=three_layer_steps, seeds=seeds, table=m.table)

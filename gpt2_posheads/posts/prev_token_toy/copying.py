@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
@@ -31,7 +30,7 @@ from ...claims.catalogue import declare
 from ...claims.toy import num, nums, rel_ppl_floor, spread
 from ...claims.verdicts import Claim, Precondition
 from ...model.validation import UsageError
-from ...toy import ToyConfig, relative_perplexity, separation_direction, train_sweep, wq_wk
+from ...toy import ToyConfig, relative_perplexity, separation_direction, wq_wk
 from ...toy.analysis import loss_spikes, order_swaps, perplexity_curve
 from ...toy.figures import COLOURS, band, log_axis, points_with_sd
 from ...toy.metrics import bilinear
@@ -108,12 +107,9 @@ def flat(cfgs: dict) -> list[ToyConfig]:
     return out + [c for row in cfgs["lr"].values() for c in row]
 
 
-def measure(
-    cfgs: dict, seed: int, cmp_seeds: Sequence[int], runs_dir: str | Path | None = None, workers: int = 1
-) -> PrevToken:
+def measure(run: ToyRun, cfgs: dict) -> PrevToken:
     """Train every run of ``cfgs`` (:func:`configs`) and read off what the claims compare."""
-    runs = flat(cfgs)
-    res = dict(zip([c.id() for c in runs], train_sweep(runs, runs_dir, workers=workers)))
+    res = run.train(flat(cfgs))
 
     def R(c):
         return res[c.id()]
@@ -124,7 +120,7 @@ def measure(
     for name, rows in cfgs["sweep"].items():
         sweeps[name] = {
             "x": [getattr(row[0], name) for row in rows],
-            "seeds": list(cmp_seeds),
+            "seeds": run.comparison_seeds,
             "relative_perplexity": [[relative_perplexity(R(c)["final_loss"], c.V) for c in row] for row in rows],
             "V": [row[0].V for row in rows],
         }
@@ -140,8 +136,8 @@ def measure(
     }
     return PrevToken(
         base=cfgs["base"],
-        seed=seed,
-        cmp_seeds=list(cmp_seeds),
+        seed=run.seed,
+        cmp_seeds=run.comparison_seeds,
         with_pos=rp,
         no_pos=R(cfgs["no_pos"]),
         s=s,
@@ -410,7 +406,7 @@ def prev_token(*, lr_steps: int | None = None, **options) -> ClaimResult:
         f"100 ({len(cmp_seeds)} seeds each, {lr_steps:,} steps)",
         flush=True,
     )
-    m = measure(cfgs, run.seed, cmp_seeds, run.runs_dir, run.workers)
+    m = measure(run, cfgs)
     result = ClaimResult("prev_token", claims=judge(m, quick))
     title = "000: previous-token copying"
     return run.finish(result, figures(m), base, prev_token_grid(), title, lr_steps=lr_steps, comparison_seeds=cmp_seeds)

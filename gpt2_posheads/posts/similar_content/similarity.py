@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import plotly.graph_objects as go
 import torch
@@ -29,7 +28,7 @@ from ...analysis.geometry import pca
 from ...claims.catalogue import declare
 from ...claims.toy import num, nums, spread
 from ...claims.verdicts import Claim
-from ...toy import ToyConfig, train_sweep
+from ...toy import ToyConfig
 from ...toy.analysis import distance_rank_correlation, perplexity_curve
 from ...toy.figures import COLOURS, log_axis, perplexity_bands, perplexity_by_vocab, points_with_sd
 from ...toy.posts import ToyRun
@@ -108,17 +107,9 @@ def configs(
     }
 
 
-def measure(
-    groups: dict[str, list[ToyConfig]],
-    seed: int,
-    seeds: Sequence[int],
-    cmp_seeds: Sequence[int],
-    runs_dir: str | Path | None = None,
-    workers: int = 1,
-) -> Similar:
+def measure(run: ToyRun, groups: dict[str, list[ToyConfig]]) -> Similar:
     """Train every run of ``groups`` (:func:`configs`) and read off what the claims compare."""
-    flat = [c for g in groups.values() for c in g]
-    res = dict(zip([c.id() for c in flat], train_sweep(flat, runs_dir, workers=workers)))
+    res = run.train(c for g in groups.values() for c in g)
 
     def get(cs):
         return [res[c.id()] for c in cs]
@@ -130,16 +121,16 @@ def measure(
     trend_v = list(dict.fromkeys(c.V for c in groups["C"]))
     cs = sorted({c.C for c in groups["C"]})
     ds = sorted({c.n_embd for c in groups["n_embd"]})
-    r2 = next(r for r in get([c for c in groups["n_embd"] if c.n_embd == 2]) if r["config"]["seed"] == seed)
+    r2 = next(r for r in get([c for c in groups["n_embd"] if c.n_embd == 2]) if r["config"]["seed"] == run.seed)
     emb = torch.tensor(r2["params"]["W_E"])
     kernels: dict[str, list[dict]] = {}  # kernel and n_embd 1, 2 -> one result per seed
     for c, r in zip(groups["kernel"] + groups["n_embd"], get(groups["kernel"] + groups["n_embd"])):
         if c.n_embd in (1, 2):
             kernels.setdefault(f"{'inner product' if c.kernel == 'dot' else c.kernel} n_embd={c.n_embd}", []).append(r)
     return Similar(
-        seed=seed,
-        seeds=list(seeds),
-        cmp_seeds=list(cmp_seeds),
+        seed=run.seed,
+        seeds=run.run_seeds,
+        cmp_seeds=run.comparison_seeds,
         vocab=vocab,
         v_runs=get([c for v in vocab for c in groups["V"] if v == c.V]),
         finals={v: finals([c for c in groups["V"] if v == c.V]) for v in vocab},
@@ -322,7 +313,7 @@ def similar_content(**options) -> ClaimResult:
         f"{', '.join(map(str, dims))} and the kernels ({len(cmp_seeds)} seeds each)",
         flush=True,
     )
-    m = measure(groups, run.seed, seeds, cmp_seeds, run.runs_dir, run.workers)
+    m = measure(run, groups)
     result = ClaimResult("similar_content", claims=judge(m, run.quick))
     title = "001: most-similar token"
     return run.finish(result, figures(m), base, similar_content_grid(), title, seeds=seeds, comparison_seeds=cmp_seeds)

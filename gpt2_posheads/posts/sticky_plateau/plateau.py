@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
@@ -30,7 +29,7 @@ from ...claims.catalogue import declare
 from ...claims.toy import num, nums, plateau, spread, v_half_plateau
 from ...claims.verdicts import Claim
 from ...model.validation import UsageError
-from ...toy import ToyConfig, train_sweep
+from ...toy import ToyConfig
 from ...toy.analysis import pairing, perplexity_curve
 from ...toy.figures import COLOURS, band, perplexity_bands, perplexity_by_vocab
 from ...toy.posts import ToyRun
@@ -78,23 +77,16 @@ def nearest(steps, at) -> int:
     return int(np.argmin(np.abs(np.asarray(steps) - at)))
 
 
-def measure(
-    base: ToyConfig,
-    vocab: Sequence[int],
-    seed: int,
-    seeds: Sequence[int],
-    cmp_seeds: Sequence[int],
-    settings: Sequence[tuple[int, int]],
-    runs_dir: str | Path | None = None,
-    workers: int = 1,
-) -> Plateaus:
-    """Train every V at ``seeds`` (V = 4 also at ``cmp_seeds``) and V = 16 at each (n_embd, C) of ``settings`` at
-    ``cmp_seeds``, from ``base``; read the plateaus, the V = 4 embeddings' clusters and the effective ranks."""
+def measure(run: ToyRun, base: ToyConfig, vocab: Sequence[int], settings: Sequence[tuple[int, int]]) -> Plateaus:
+    """Train every V at the run's seeds (V = 4 also at its comparison seeds) and V = 16 at each (n_embd, C) of
+    ``settings`` at the comparison seeds, from ``base``; read the plateaus, the V = 4 embeddings' clusters and the
+    effective ranks."""
+    seed, seeds, cmp_seeds = run.seed, run.run_seeds, run.comparison_seeds
     v_cfgs = [replace(base, V=v, seed=s) for v in vocab for s in seeds]
     v_cfgs += [replace(base, V=4, seed=s) for s in cmp_seeds if s not in seeds and 4 in vocab]
     g_cfgs = [replace(base, V=16, n_embd=d, C=c, seed=s, snapshot_every=0) for d, c in settings for s in cmp_seeds]
-    res = train_sweep(v_cfgs + g_cfgs, runs_dir, workers=workers)
-    v_res, g_res = res[: len(v_cfgs)], res[len(v_cfgs) :]
+    res = run.train(v_cfgs + g_cfgs)
+    v_res, g_res = [res[c.id()] for c in v_cfgs], [res[c.id()] for c in g_cfgs]
     r4s = [r for r in v_res if r["config"]["V"] == 4]
     r4 = next((r for r in r4s if r["config"]["seed"] == seed), None)
     by_setting: dict[tuple[int, int], list[dict]] = {}
@@ -292,7 +284,7 @@ def sticky_plateau(*, vocab: Sequence[int] = VOCAB, **options) -> ClaimResult:
         f"{len(settings)} (n_embd, C) settings at V=16 ({len(cmp_seeds)} seeds each), {run.steps:,} steps",
         flush=True,
     )
-    m = measure(base, vocab, run.seed, seeds, cmp_seeds, settings, run.runs_dir, run.workers)
+    m = measure(run, base, vocab, settings)
     result = ClaimResult("sticky_plateau", claims=judge(m, run.quick))
     return run.finish(
         result, figures(m), base, sticky_plateau_grid(), "003: sticky plateau", seeds=seeds, comparison_seeds=cmp_seeds
