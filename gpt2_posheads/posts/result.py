@@ -28,6 +28,8 @@ import pandas as pd
 
 from ..claims.verdicts import VERDICT_COLOURS, Claim, claims_table, verdict_counts
 
+VERDICT_COLUMNS = ["key", "claim", "verdict", "readout", "head", "why", "rule"]  # ClaimResult.verdicts(), in order
+
 
 @dataclass
 class ClaimResult:
@@ -63,21 +65,7 @@ class ClaimResult:
 
     def verdicts(self) -> pd.DataFrame:
         """One row per claim: key, claim, verdict, the number as a person reads it, the head, why, the rule."""
-        return pd.DataFrame(
-            [
-                {
-                    "key": c.key,
-                    "claim": c.claim,
-                    "verdict": c.verdict,
-                    "readout": c.readout,
-                    "head": c.head,
-                    "why": c.why,
-                    "rule": c.rule,
-                }
-                for c in self.claims
-            ],
-            columns=["key", "claim", "verdict", "readout", "head", "why", "rule"],
-        )
+        return pd.DataFrame([{k: getattr(c, k) for k in VERDICT_COLUMNS} for c in self.claims], columns=VERDICT_COLUMNS)
 
     def counts(self) -> dict[str, int]:
         """``{verdict: how many claims got it}``, every verdict of the vocabulary (zero included)."""

@@ -162,12 +162,4 @@ class ToyRun:
         return result
 
 
-__all__ = [
-    "BATCH_SIZE",
-    "INIT_STD",
-    "LR",
-    "MAX_DEFAULT_WORKERS",
-    "ROBUSTNESS_SEEDS",
-    "ToyRun",
-    "default_workers",
-]
+__all__ = ["BATCH_SIZE", "INIT_STD", "LR", "MAX_DEFAULT_WORKERS", "ROBUSTNESS_SEEDS", "ToyRun", "default_workers"]

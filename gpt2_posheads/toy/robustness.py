@@ -75,20 +75,15 @@ def at_setting(base: ToyConfig, setting: Mapping, seed: int) -> ToyConfig:
     return replace(base, lr=base.lr * setting.get("lr_factor", 1.0), seed=seed, snapshot_every=0, **changes)
 
 
+LABELS = {"lr_factor": "lr x{:g}", "batch_size": "batch {}", "init_std": "init {:g}"}  # out_proj: W_O / no W_O
+
+
 def setting_label(setting: Mapping) -> str:
-    parts = []
-    for k, v in setting.items():
-        if k == "lr_factor":
-            parts.append(f"lr x{v:g}")
-        elif k == "out_proj":
-            parts.append("W_O" if v else "no W_O")
-        elif k == "init_std":
-            parts.append(f"init {v:g}")
-        elif k == "batch_size":
-            parts.append(f"batch {v}")
-        else:
-            parts.append(f"{k} {v}")
-    return ", ".join(parts)
+    """``lr x0.3, batch 128, init 0.02, no W_O``."""
+    return ", ".join(
+        ("W_O" if v else "no W_O") if k == "out_proj" else LABELS.get(k, k + " {}").format(v)
+        for k, v in setting.items()
+    )
 
 
 def robustness_table(

@@ -196,10 +196,8 @@ def lost_in_middle(*, three_layer_steps: int = THREE_LAYER_STEPS, **options) -> 
     Args:
         three_layer_steps: training steps of the plain 3-layer stacks (default 5,000: converged; they are still at
             chance after 800), or ``steps`` if longer.
-        options: the training options of :class:`~gpt2_posheads.toy.posts.ToyRun`: ``steps`` (default 800;
-            ``quick``: 200), ``seed`` and ``seeds`` (every setting trains at ``seeds`` seeds, default 3), ``quick``
-            (1 and 2 layers only, short training), ``lr``, ``init_std``, ``batch_size``, ``out_proj``,
-            ``robustness`` (:func:`lost_in_middle_grid`), ``robustness_seeds``, ``workers``, ``runs_dir``.
+        options: :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 800, ``quick``: 200 and 1 and 2
+            layers only; every setting trains at ``seeds`` seeds, default 3).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``,

@@ -1,11 +1,5 @@
-"""The lost-in-the-middle post's (002) claims, declared before any run: key, the post's sentence and number, and the
-rule, made from its parameters (the same numbers its text states), as every post's claims are
-(:func:`~gpt2_posheads.claims.verdicts.declare_claim`).
-
-Each rule decides a :data:`~gpt2_posheads.claims.verdicts.Decision` ``(held, why)`` (``held`` None: not testable) in
-the shared vocabulary of :mod:`gpt2_posheads.claims.toy` (comparisons over seeds, margins). The post's default run
-(:mod:`.retrieval`) and its ``--robustness`` grid judge the same declarations.
-"""
+"""Post 002's claims (lost in the middle), declared before any run, each rule made from its parameters; the default run
+(:mod:`.retrieval`) and the ``--robustness`` grid judge the same declarations (:mod:`gpt2_posheads.claims.toy`)."""
 
 from __future__ import annotations
 

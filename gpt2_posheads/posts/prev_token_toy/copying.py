@@ -209,19 +209,15 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
         )
     lr_stats = m.lr_stats
     st = {f"V={v} lr={lr}": x for (v, lr), x in lr_stats.items()}
-
-    def mean_losses(v):
-        return f"mean eval loss {num(spread(lr_stats[(v, 0.1)]['mean_eval_loss'])[0])} nats at lr 0.1 vs " + (
-            f"{num(spread(lr_stats[(v, 0.01)]['mean_eval_loss'])[0])} at 0.01 (mean of {n_cmp} seeds)"
-        )
-
     for v, spec in LR.items():
+        fast, slow = lr_stats[(v, 0.1)]["mean_eval_loss"], lr_stats[(v, 0.01)]["mean_eval_loss"]
         claims.append(
             spec.at(setting=f"V = {v} ({n_cmp} seeds)").judge(
                 {k: x for k, x in st.items() if k.startswith(f"V={v} ")},
-                (lr_stats[(v, 0.1)]["mean_eval_loss"], lr_stats[(v, 0.01)]["mean_eval_loss"]),
+                (fast, slow),
                 quick=quick,
-                readout=mean_losses(v),
+                readout=f"mean eval loss {num(spread(fast)[0])} nats at lr 0.1 vs {num(spread(slow)[0])} at 0.01 "
+                f"(mean of {n_cmp} seeds)",
             )
         )
     first = {f"V = {v}": (lr_stats[(v, 0.1)]["spikes"][0], lr_stats[(v, 0.1)]["order_swaps"][0]) for v in LR_VOCAB}
@@ -376,11 +372,9 @@ def prev_token(*, lr_steps: int | None = None, **options) -> ClaimResult:
 
     Args:
         lr_steps: training steps of the learning-rate comparison (default twice ``steps``; ``quick``: ``steps``).
-        options: the training options of :class:`~gpt2_posheads.toy.posts.ToyRun`: ``steps`` (default 5,000;
-            ``quick``: 300), ``seed`` and ``seeds`` (the runs with and without positional embeddings train at
-            ``seed``, every comparison (the sweeps, the learning rates) at ``max(seeds, 3)`` seeds), ``quick`` (two
-            values per sweep, short training), ``lr``, ``init_std``, ``batch_size``, ``out_proj``, ``robustness``
-            (:func:`prev_token_grid`), ``robustness_seeds``, ``workers``, ``runs_dir``.
+        options: :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 5,000, ``quick``: 300 and two values
+            per sweep; the runs with and without positional embeddings train at ``seed``, every comparison (the
+            sweeps, the learning rates) at ``max(seeds, 3)`` seeds).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``, ``lr_steps``,

@@ -287,11 +287,9 @@ def similar_content(**options) -> ClaimResult:
     """Train post 001's toy models and judge its claims (``toy_similar_content`` with its defaults, called with none).
 
     Args:
-        options: the training options of :class:`~gpt2_posheads.toy.posts.ToyRun`: ``steps`` (default 4,000;
-            ``quick``: 300), ``seed`` and ``seeds`` (the perplexity-by-V runs train at ``seeds`` seeds, every
-            comparison (C, n_embd, kernels) at ``max(seeds, 3)``), ``quick`` (fewer V, C and n_embd, short training),
-            ``lr``, ``init_std``, ``batch_size``, ``out_proj``, ``robustness`` (:func:`similar_content_grid`),
-            ``robustness_seeds``, ``workers``, ``runs_dir``.
+        options: :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 4,000, ``quick``: 300 and fewer V, C
+            and n_embd; the perplexity-by-V runs train at ``seeds`` seeds, every comparison (C, n_embd, kernels) at
+            ``max(seeds, 3)``).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``, ``init_std``,
@@ -340,12 +338,7 @@ def similar_content_grid() -> list[GridClaim]:
             lambda b: {"v": replace(b, V=32)},
             lambda r: (r["v"]["final_perplexity"], 32, 1),
         ),
-        GridClaim(
-            TREND.at(V=GRID_TREND_V, confused=True),
-            by_v_c,
-            lambda r: (table(r), GRID_C),
-            confused_there,
-        ),
+        GridClaim(TREND.at(V=GRID_TREND_V, confused=True), by_v_c, lambda r: (table(r), GRID_C), confused_there),
         GridClaim(
             RISE.at(V=GRID_TREND_V, one_seed=True, confused=True),
             by_v_c,

@@ -260,11 +260,8 @@ def sticky_plateau(*, vocab: Sequence[int] = VOCAB, **options) -> ClaimResult:
 
     Args:
         vocab: the vocabulary sizes V of the perplexity curves (each >= 2; ``quick``: the first two).
-        options: the training options of :class:`~gpt2_posheads.toy.posts.ToyRun`: ``steps`` (default 5,000;
-            ``quick``: 300), ``seed`` and ``seeds`` (the curves train at ``seeds`` seeds, every comparison at
-            ``max(seeds, 3)``), ``quick`` (fewer V and settings, short training), ``lr``, ``init_std``,
-            ``batch_size``, ``out_proj``, ``robustness`` (:func:`sticky_plateau_grid`), ``robustness_seeds``,
-            ``workers``, ``runs_dir``.
+        options: :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 5,000, ``quick``: 300 and fewer V and
+            settings; the curves train at ``seeds`` seeds, every comparison at ``max(seeds, 3)``).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``, ``init_std``,
