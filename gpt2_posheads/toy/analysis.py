@@ -41,14 +41,9 @@ def angular_order(emb: torch.Tensor) -> list[int]:
 
 def same_cyclic_order(a: list[int], b: list[int]) -> bool:
     """Whether two orders around a circle agree up to rotation and reflection."""
-    n = len(a)
-    if n != len(b):
+    if len(a) != len(b):
         return False
-    i = b.index(a[0])
-    rot = b[i:] + b[:i]
-    rev = list(reversed(b))
-    j = rev.index(a[0])
-    return rot == a or rev[j:] + rev[:j] == a
+    return any(o[o.index(a[0]) :] + o[: o.index(a[0])] == a for o in (b, b[::-1]))
 
 
 def order_swaps(snapshots: list[dict], key: str = "W_E", min_norm_fraction: float = 0.5) -> int:

@@ -250,10 +250,6 @@ def _train_quietly(group: list[ToyConfig]) -> list[dict]:
     return train_group(group, progress=False, on_chunk=_count)
 
 
-def model_steps(group: list[ToyConfig]) -> int:
-    return group[0].steps * len(group)
-
-
 HEARTBEAT_S = 10  # seconds between progress lines while groups train in other processes
 
 
@@ -295,7 +291,7 @@ def _trained_groups(groups: list[list[ToyConfig]], workers: int, progress: bool)
     started = time.perf_counter()
     ctx = multiprocessing.get_context("spawn")
     done = ctx.Value("q", 0)
-    total_steps = sum(model_steps(g) for g in rest)
+    total_steps = sum(g[0].steps * len(g) for g in rest)  # model-steps
     pool = ctx.Pool(workers, initializer=_init_worker, initargs=(threads, done))
     try:
         finished = iter(pool.imap_unordered(_train_quietly, order))

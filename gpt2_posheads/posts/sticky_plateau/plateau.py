@@ -68,13 +68,20 @@ def v_half(result: dict) -> dict | None:
     return v_half_plateau(result["steps"], perplexity_curve(result), result["config"]["V"], **dict(PLATEAU.params))
 
 
+def longest(result: dict) -> dict:
+    """A run's longest plateau (:func:`~gpt2_posheads.claims.toy.plateau`)."""
+    return plateau(result["steps"], perplexity_curve(result))
+
+
 def plateau_steps(result: dict) -> int:
-    """The length in steps of a run's longest plateau (:func:`~gpt2_posheads.claims.toy.plateau`)."""
-    return plateau(result["steps"], perplexity_curve(result))["length_steps"]
+    return longest(result)["length_steps"]
 
 
-def nearest(steps, at) -> int:
-    return int(np.argmin(np.abs(np.asarray(steps) - at)))
+def mid_plateau(steps, pl: dict) -> int | None:
+    """The index of the logged ``steps`` nearest the middle of the plateau ``pl`` (None without a plateau)."""
+    if pl["start_step"] is None:
+        return None
+    return int(np.argmin(np.abs(np.asarray(steps) - (pl["start_step"] + pl["end_step"]) / 2)))
 
 
 def measure(run: ToyRun, base: ToyConfig, vocab: Sequence[int], settings: Sequence[tuple[int, int]]) -> Plateaus:
@@ -96,9 +103,8 @@ def measure(run: ToyRun, base: ToyConfig, vocab: Sequence[int], settings: Sequen
     if r4 and r4["snapshots"]:
         emb = np.array([s["W_E"] for s in r4["snapshots"]])  # [snap, V, 2]
         clusters = [pairing(e) for e in emb]
-        pl = plateau(r4["steps"], perplexity_curve(r4))
-        mid = (pl["start_step"] + pl["end_step"]) / 2 if pl["start_step"] is not None else None
-        at = nearest(r4["snapshot_steps"], mid) if mid is not None else None
+        pl = longest(r4)
+        at = mid_plateau(r4["snapshot_steps"], pl)
         found = {
             "run": r4,
             "embeddings": emb,
@@ -112,11 +118,11 @@ def measure(run: ToyRun, base: ToyConfig, vocab: Sequence[int], settings: Sequen
         for r in r4s:
             er = r["effective_rank"]
             ranks["runs"].append(er)
-            pl_r = plateau(r["steps"], perplexity_curve(r))
-            if pl_r["start_step"] is None:
+            at_r = mid_plateau(er["step"], longest(r))
+            if at_r is None:
                 ranks["no_plateau"].append(r["config"]["seed"])
                 continue
-            ranks["mid"].append(er["W_Q"][nearest(er["step"], (pl_r["start_step"] + pl_r["end_step"]) / 2)])
+            ranks["mid"].append(er["W_Q"][at_r])
             ranks["end"].append(er["W_Q"][-1])
     return Plateaus(
         base=base,
