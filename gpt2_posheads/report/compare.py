@@ -19,19 +19,14 @@ from pathlib import Path
 import pandas as pd
 
 from ..claims.record import Summary, recorded_fingerprint
+from ..claims.verdicts import leaves
 from ..model.validation import UsageError
 from .index import collect_summaries
 
 
 def flatten(x, prefix: str = "") -> dict[str, object]:
     """Scalar leaves of nested dicts and lists, keyed by their path (``a.b[2]``)."""
-    if isinstance(x, dict):
-        items = [(f"{prefix}.{k}" if prefix else str(k), v) for k, v in x.items()]
-    elif isinstance(x, (list, tuple)):
-        items = [(f"{prefix}[{i}]", v) for i, v in enumerate(x)]
-    else:
-        return {prefix: x}
-    return {p: leaf for path, v in items for p, leaf in flatten(v, path).items()}
+    return dict(leaves(x, prefix))
 
 
 def same(a, b, rtol: float = 1e-6, atol: float = 1e-9) -> bool:

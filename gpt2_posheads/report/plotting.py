@@ -166,19 +166,16 @@ def heatmap(
     zmid=None,
     xlabel: str = "",
     ylabel: str = "",
-    reversed_y: bool = True,
     **kw,
 ) -> go.Figure:
-    """A single heat map; ``z`` ``[rows, cols]`` (tensor or array)."""
+    """A single heat map; ``z`` ``[rows, cols]`` (tensor or array), row 0 at the top."""
     z = _array(z)
     fig = go.Figure(go.Heatmap(z=z, x=x, y=y, colorscale=colorscale, zmid=zmid, **kw))
     fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel)
     if max(z.shape) <= 48:  # layer x head grids: one tick per integer, never 0.5
         fig.update_xaxes(dtick=1)
         fig.update_yaxes(dtick=1)
-    if reversed_y:
-        fig.update_yaxes(autorange="reversed")
-    return fig
+    return fig.update_yaxes(autorange="reversed")
 
 
 def heatmap_grid(
@@ -321,25 +318,12 @@ def scatter3d_positions(
 SCENE_CAMERA = dict(eye=dict(x=1.55, y=1.55, z=1.1), center=dict(x=0, y=0, z=-0.08))
 
 
-def line_figure(
-    series: dict[str, tuple],
-    title: str = "",
-    xlabel: str = "",
-    ylabel: str = "",
-    log_x: bool = False,
-    log_y: bool = False,
-    error_y: dict[str, np.ndarray] | None = None,
-    mode: str = "lines",
-) -> go.Figure:
-    """Lines ``{name: (x, y)}``, optionally with symmetric error bars ``{name: err}``."""
-    fig = go.Figure()
-    for name, (x, y) in series.items():
-        err = dict(type="data", array=np.asarray(error_y[name]), visible=True) if error_y and name in error_y else None
-        fig.add_trace(go.Scatter(x=np.asarray(x), y=np.asarray(y), mode=mode, name=name, error_y=err))
-    fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel)
-    fig.update_xaxes(type="log" if log_x else None)
-    fig.update_yaxes(type="log" if log_y else None)
-    return fig
+def line_figure(series: dict[str, tuple], title: str = "", xlabel: str = "", ylabel: str = "", mode: str = "lines"):
+    """Lines ``{name: (x, y)}``."""
+    fig = go.Figure(
+        [go.Scatter(x=np.asarray(x), y=np.asarray(y), mode=mode, name=name) for name, (x, y) in series.items()]
+    )
+    return fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel)
 
 
 def submatrix(m: torch.Tensor, start: int, size: int) -> tuple[torch.Tensor, int]:
