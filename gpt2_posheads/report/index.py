@@ -73,11 +73,6 @@ def collect_summaries(root: Path) -> list[tuple[Path, Summary]]:
     return sorted(found, key=lambda t: (order.get(t[1].script, len(order)), str(t[0])))
 
 
-def humanize(key: str) -> str:
-    """A summary key for a person: ``prev_mass_clean`` -> ``prev mass clean``, ``kl_g20`` -> ``kl g20``."""
-    return str(key).replace("_", " ").strip()
-
-
 def present(x) -> str:
     """A measured value for a person: numbers at 3 significant digits, dicts as ``key value; ...`` with their keys
     in words, lists in full, never JSON and never cut."""
@@ -90,7 +85,7 @@ def present(x) -> str:
     if isinstance(x, str):
         return x
     if isinstance(x, dict):
-        return "; ".join(f"{humanize(k)} {present(v)}" for k, v in x.items())
+        return "; ".join(f"{str(k).replace('_', ' ').strip()} {present(v)}" for k, v in x.items())  # keys in words
     if isinstance(x, (list, tuple)):
         return ", ".join(present(v) for v in x)
     return str(x)
@@ -314,7 +309,7 @@ ROUTES_TABLE = Template(
     "<h2>Which route each model's sharpest previous-token head takes</h2><p>One conclusion per model, drawn from "
     "the route claims below by a rule written before it was measured (docs/known-answers.md); "
     "<i>undetermined</i> names the rows that disagree. Beside it, the route read from the weights alone, with no "
-    "data run (weight_route).</p>"
+    "data run ($weights).</p>"
     "<table><tr><th>model</th><th>route</th><th>the rows that decided it</th><th>read from the weights</th></tr>"
     "$rows</table>"
 )
@@ -449,13 +444,20 @@ WEIGHTS_SAY = {
 }
 
 
+def _weights_script() -> str:
+    """The script that reads the route from the weights: the one that declares the weight route's claim."""
+    from ..claims.route import WEIGHT_KEY
+
+    return _e(getattr(claims().get(WEIGHT_KEY), "script", WEIGHT_KEY))
+
+
 def _weights_cell(c) -> str:
     """The route read from the weights alone beside the causal conclusion ``c``, and whether they agree."""
     from ..claims.route import weight_route_of, weights_agree
 
     w = weight_route_of(c.records)
     if w is None:
-        return "<td><div class='why'>weight_route not run on this model</div></td>"
+        return f"<td><div class='why'>{_weights_script()} not run on this model</div></td>"
     said = WEIGHTS_SAY[weights_agree(c.route, str(w["label"]))]
     return (
         f"<td><b>{_e(w['label'])}</b> <span class='head'>on {_e(w.get('head', ''))}</span>"
@@ -478,7 +480,8 @@ def routes_html(summaries: list[tuple[Path, Summary]], root: Path, record: dict 
     """The page's first table: each model's route conclusion, the head, why, and the rows that decided it; beside it
     the route read from the weights alone (``weight_route``), a disagreement shown as such."""
     routes = route_conclusions(summaries, root, record)
-    return ROUTES_TABLE.substitute(rows="".join(_route_row(m, c) for m, c in routes.items())) if routes else ""
+    rows = "".join(_route_row(m, c) for m, c in routes.items())
+    return ROUTES_TABLE.substitute(weights=_weights_script(), rows=rows) if routes else ""
 
 
 def organism_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
