@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 import time
 from pathlib import Path
 from string import Template
@@ -30,24 +31,6 @@ from ..model.paths import write_whole_text
 from ..model.validation import UsageError
 
 TOY_COLUMN = "toy models"
-STYLE = """
-body{font-family:system-ui,sans-serif;margin:1.5em 2em;color:#1f2328}
-table{border-collapse:collapse;font-size:13px;margin-bottom:1.5em}
-td,th{border:1px solid #d0d7de;padding:5px 7px;vertical-align:top;max-width:420px}
-th{background:#f6f8fa;text-align:left}
-.v{color:#fff;padding:1px 6px;border-radius:3px;font-weight:600;white-space:nowrap}
-.head{color:#57606a}.m{margin-top:3px}
-.why,.rule,.when,.script{color:#57606a;font-size:12px;margin-top:2px}.script{font-family:monospace}
-.thumbs{display:flex;flex-wrap:wrap;gap:6px}.thumb{display:inline-flex;flex-direction:column;align-items:center;
-width:164px;font-size:11px;color:#0969da;text-decoration:none}.thumb img{width:160px;height:100px;object-fit:contain;
-border:1px solid #d0d7de;background:#fff}.thumb span{margin-top:2px;text-align:center}
-.noimg{display:flex;width:160px;height:40px;align-items:center;justify-content:center;border:1px dashed #d0d7de}
-.figs{display:inline-block;margin-right:14px;vertical-align:top}.figs>span{display:block;font-size:11px;color:#57606a}
-.tag{font-size:11px;border:1px solid #8c959f;border-radius:8px;padding:0 5px;color:#57606a;margin-left:4px}
-.tag.route{border-color:#0969da;color:#0969da}details{font-size:12px;color:#57606a;margin-top:2px}
-.warn{background:#fff8c5;padding:6px 10px;border:1px solid #d4a72c}
-td.none{color:#8c959f}.s-failed,.s-interrupted{color:#cf222e}.s-not-run{color:#6e7781}
-"""
 
 
 def collect_summaries(root: Path) -> list[tuple[Path, Summary]]:
@@ -297,34 +280,14 @@ def claims_markdown(root: Path, post_key: str) -> str:
 
 # --- the page, one part at a time ---------------------------------------------------------------------------------
 
-PAGE = Template("""<!doctype html><html><head><meta charset="utf-8"><title>$title</title>
-<style>$style</style></head><body>
-<h1>$title</h1>
-<p>Page written $written. Verdicts: $counts. Every claim is judged by a rule written
-before the measurement: <b>held</b>, <b>not held</b>, or <b>not testable</b> (a precondition failed, e.g. the model
-does not copy, the head is not a previous-token head, the run is a --quick smoke test, or the model has no learned
-W_pos; the reason is given).</p>$header$explorers$routes$sections$robustness
-</body></html>""")
-ROUTES_TABLE = Template(
-    "<h2>Which route each model's sharpest previous-token head takes</h2><p>One conclusion per model, drawn from "
-    "the route claims below by a rule written before it was measured (docs/known-answers.md); "
-    "<i>undetermined</i> names the rows that disagree. Beside it, the route read from the weights alone, with no "
-    "data run ($weights).</p>"
-    "<table><tr><th>model</th><th>route</th><th>the rows that decided it</th><th>read from the weights</th></tr>"
-    "$rows</table>"
-)
-ORGANISMS_TABLE = Template(
-    "<h2>Model organisms: the behaviour the post studies</h2><p>Each model's behaviour targets (a sharp "
-    "previous-token head, induction, copying, held-out loss); whether it takes the post's route is what the "
-    "route claims above say. The report puts the post's story on the model beside another model and the post's "
-    "own numbers.</p><table><tr><th>model</th>$heads</tr>$rows</table>"
-)
-ROBUSTNESS_TABLE = Template(
-    "<h2>Robustness over the settings the posts do not state</h2><p>lr x {0.3, 1, 3}, batch {128, 256}, "
-    "init std {0.02, 1.0}, W_O off/on; each claim's rule as in the tables above, per seed.</p>"
-    "<table><tr><th>script</th><th>claim</th><th>held (runs)</th><th>settings held in every seed / in none"
-    "</th><th>rule</th><th>figure</th></tr>$rows</table>"
-)
+
+def _templates(text: str) -> dict[str, Template]:
+    """The parts of ``index_page.html`` by name (see its first comment for how its line breaks are read)."""
+    parts = dict(re.findall(r"^<!-- (\w+) -->\n(.*?)\n(?=<!-- \w+ -->\n|\Z)", text, re.M | re.S))
+    return {k: Template(v if k == "page" else v.replace("\n", "")) for k, v in parts.items()}
+
+
+TEMPLATES = _templates(Path(__file__).with_name("index_page.html").read_text(encoding="utf-8"))
 
 
 def _claim_row(first: Claim, script: str, cells: dict, cols: list[str]) -> str:
@@ -408,9 +371,8 @@ def index_html(
         if keys or any(s in {sc for sc, _ in status} for s in post.scripts):
             cols = models if post.needs_model else [TOY_COLUMN]
             sections.append(_post_section(post, keys, cells, cols, columns, status, root))
-    return PAGE.substitute(
+    return TEMPLATES["page"].substitute(
         title=_e(title),
-        style=STYLE,
         written=time.strftime("%Y-%m-%d %H:%M"),
         counts=", ".join(f"{n} {v}" for v, n in counts.items()),
         header=run_header(record),
@@ -481,7 +443,7 @@ def routes_html(summaries: list[tuple[Path, Summary]], root: Path, record: dict 
     the route read from the weights alone (``weight_route``), a disagreement shown as such."""
     routes = route_conclusions(summaries, root, record)
     rows = "".join(_route_row(m, c) for m, c in routes.items())
-    return ROUTES_TABLE.substitute(weights=_weights_script(), rows=rows) if routes else ""
+    return TEMPLATES["routes"].substitute(weights=_weights_script(), rows=rows) if routes else ""
 
 
 def organism_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
@@ -497,7 +459,7 @@ def organism_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
         cells = "".join(_cell(c, _when(s)) for c in s.claims)
         rows.append(f"<tr><td><b>{_e(s.model)}</b><div><a href='{link}'>the report</a>{beside}</div></td>{cells}</tr>")
     heads = "".join(f"<th>{_e(c.claim)}</th>" for c in reports[0][1].claims)
-    return ORGANISMS_TABLE.substitute(heads=heads, rows="".join(rows))
+    return TEMPLATES["organisms"].substitute(heads=heads, rows="".join(rows))
 
 
 def _robustness_row(s: Summary, t: dict, link: str) -> str:
@@ -519,7 +481,7 @@ def robustness_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
         if s.get("robustness")
         for t in grid_records(s["robustness"])
     ]
-    return ROBUSTNESS_TABLE.substitute(rows="".join(rows)) if rows else ""
+    return TEMPLATES["robustness"].substitute(rows="".join(rows)) if rows else ""
 
 
 def write_index(root: Path, record: dict | None = None, summaries: list[tuple[Path, Summary]] | None = None) -> Path:
