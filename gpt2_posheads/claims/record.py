@@ -128,25 +128,12 @@ class Summary:
     path: Path | None = None
     schema_version: int = SCHEMA_VERSION
 
-    @property
-    def script(self) -> str:
-        return str(self.data.get("script", ""))
-
-    @property
-    def model(self) -> str:
-        return str(self.data.get("model") or "")
-
-    @property
-    def quick(self) -> bool:
-        return bool(self.data.get("quick", False))
-
-    @property
-    def figures(self) -> list[str]:
-        return list(self.data.get("figures", []))
-
-    @property
-    def finished_at(self) -> str:
-        return str(self.data.get("finished_at", ""))
+    # the fields every summary has
+    script = property(lambda self: str(self.data.get("script", "")))
+    model = property(lambda self: str(self.data.get("model") or ""))
+    quick = property(lambda self: bool(self.data.get("quick", False)))
+    figures = property(lambda self: list(self.data.get("figures", [])))
+    finished_at = property(lambda self: str(self.data.get("finished_at", "")))
 
     def get(self, name: str, default: Any = None) -> Any:
         return self.data.get(name, default)

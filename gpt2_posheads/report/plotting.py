@@ -42,22 +42,23 @@ def png_support() -> tuple[bool, str]:
     scripts: ``ok`` skips the test export, anything else is the reason there are no PNGs.
     """
     global _png
-    if _png is not None:
-        return _png
+    if _png is None:
+        _png = _check_png()
+    return _png
+
+
+def _check_png() -> tuple[bool, str]:
     told = os.environ.get(PNG_ENV)
     if told:
-        _png = (True, "") if told == "ok" else (False, told)
-        return _png
+        return (True, "") if told == "ok" else (False, told)
     try:
         import kaleido  # noqa: F401
     except ImportError:
-        _png = (False, "kaleido is not installed")
-        return _png
+        return False, "kaleido is not installed"
     browser = find_browser()
     if browser is None:
         where = f"$BROWSER_PATH ({os.environ['BROWSER_PATH']}) does not exist" if os.environ.get("BROWSER_PATH") else ""
-        _png = (False, where or "no Chromium found (apt-get install chromium)")
-        return _png
+        return False, where or "no Chromium found (apt-get install chromium)"
     import subprocess
     import sys
     import tempfile
@@ -76,8 +77,7 @@ def png_support() -> tuple[bool, str]:
             why = "" if ok else f"a test export with {browser} failed ({(r.stderr.strip().splitlines() or ['?'])[-1]})"
         except subprocess.TimeoutExpired:
             ok, why = False, f"a test export with {browser} did not finish in {PNG_CHECK_TIMEOUT} s"
-    _png = (ok, why)
-    return _png
+    return ok, why
 
 
 def _start_kaleido() -> bool:
