@@ -183,10 +183,8 @@ def heatmap_grid(
     cols: int = 2,
     title: str = "",
     colorscale: str = "Viridis",
-    zmid=None,
     shared_scale: bool = True,
-    x0: int | Sequence[int] = 0,
-    y0: int | Sequence[int] | None = None,
+    x0: int = 0,
     height_per_row: int = 380,
     zrange: tuple[float, float] | None = None,
     tokens: Sequence[str] | None = None,
@@ -195,13 +193,10 @@ def heatmap_grid(
 ) -> go.Figure:
     """Side-by-side heat maps (attention sub-matrices etc.), one panel per dict entry.
 
-    ``x0``/``y0`` label the first key/query position of each sub-matrix (one per panel, or one for all);
+    ``x0`` labels the first key and query position of every sub-matrix;
     ``tokens`` (the prompt's token strings) show on hover; ``zrange`` fixes the colour range (attention:
     ``(0, 1)``); ``mark_offset`` draws the diagonal ``k = q - mark_offset`` (1: the previous token).
     """
-    n_panels = len(mats)
-    x0s = list(x0) if isinstance(x0, (list, tuple)) else [x0] * n_panels
-    y0s = x0s if y0 is None else (list(y0) if isinstance(y0, (list, tuple)) else [y0] * n_panels)
     names = list(mats)
     rows = (len(names) + cols - 1) // cols
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=names, horizontal_spacing=0.08, vertical_spacing=0.12)
@@ -212,7 +207,7 @@ def heatmap_grid(
         zmin, zmax = zrange
     for i, a in enumerate(arrs):
         r, c = divmod(i, cols)
-        xs, ys = np.arange(a.shape[1]) + x0s[i], np.arange(a.shape[0]) + y0s[i]
+        xs, ys = np.arange(a.shape[1]) + x0, np.arange(a.shape[0]) + x0
         hover = None
         if tokens is not None:
             tk = lambda j: repr(tokens[j]) if 0 <= j < len(tokens) else ""  # noqa: E731
@@ -225,7 +220,6 @@ def heatmap_grid(
                 colorscale=colorscale,
                 zmin=zmin,
                 zmax=zmax,
-                zmid=zmid,
                 showscale=(i == 0),
                 text=hover,
                 hovertemplate="%{text}<br>value %{z:.3f}<extra></extra>" if hover else None,
