@@ -180,9 +180,13 @@ def judge(
 
 # --- declared claims ----------------------------------------------------------------------------------
 
-ROUTE = "route"  # tells the GPT-2 post's route from a head that reads W_pos
-DESCRIBES = "describes"  # says what a head or a matrix looks like: holds on either route
+ROUTE, DESCRIBES = "route", "describes"
 ROLES = (ROUTE, DESCRIBES, "")  # "": a toy post's claim, which has no route to tell apart
+# what each role tells apart, in words (the results page's tags)
+ROLE_WORDS = {
+    ROUTE: "tells the post's route from a head that reads W_pos",
+    DESCRIBES: "describes a head or a matrix; holds on either route",
+}
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from ..claims.catalogue import claims, posts, script_post
 from ..claims.catalogue import script as declared_script
 from ..claims.record import Summary, SummaryError, read_summary, recorded_fingerprint
 from ..claims.toy import grid_records
-from ..claims.verdicts import NOT_TESTABLE, ROUTE, VERDICT_COLOURS, VERDICTS, Claim, fmt
+from ..claims.verdicts import NOT_TESTABLE, ROLE_WORDS, ROUTE, VERDICT_COLOURS, VERDICTS, Claim, fmt
 from ..model.paths import write_whole_text
 from ..model.validation import UsageError
 
@@ -141,12 +141,6 @@ def _thumbs(summary: Summary, folder: Path, root: Path) -> str:
         href = _e((folder / f).relative_to(root))
         out.append(f'<a class="thumb" href="{href}" title="open {label}">{img}<span>{label}</span></a>')
     return f'<div class="thumbs">{"".join(out)}</div>' if out else ""
-
-
-TELLS = {
-    "route": ("route", "tells the post's route from a head that reads W_pos"),
-    "describes": ("describes", "describes a head or a matrix; holds on either route"),
-}
 
 
 def _cell(c: Claim | None, when: str, source: str = "", notes=()) -> str:
@@ -292,8 +286,8 @@ TEMPLATES = _templates(Path(__file__).with_name("index_page.html").read_text(enc
 
 def _claim_row(first: Claim, script: str, cells: dict, cols: list[str]) -> str:
     """A claim's row: its sentence, role tag, rule and script, the post's number, and one cell per model column."""
-    tag = TELLS.get(first.role)
-    tag_html = f"<span class='tag {tag[0]}' title='{_e(tag[1])}'>{tag[0]}</span>" if tag else ""
+    role, words = first.role, ROLE_WORDS.get(first.role)
+    tag_html = f"<span class='tag {role}' title='{_e(words)}'>{role}</span>" if words else ""
     return (
         f"<tr><td><b>{_e(first.claim)}</b>{tag_html}<div class='rule'>{_e(first.rule)}</div>"
         f"<div class='script'>{_e(script)}</div></td><td>{_e(present(first.post))}</td>"
