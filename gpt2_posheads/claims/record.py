@@ -36,10 +36,8 @@ from typing import Any
 import numpy as np
 
 from ..model.paths import write_whole_text
-from .verdicts import VERDICTS, Claim, verdict_counts
+from .verdicts import CLAIM_FIELDS, OPTIONAL_FIELDS, VERDICTS, Claim, verdict_counts
 
-CLAIM_FIELDS = ("claim", "post", "measured", "rule", "verdict", "why")  # every record has these
-OPTIONAL_FIELDS = ("key", "head", "readout", "role")
 SCHEMA_VERSION = 2  # the layout of summary.json this toolkit writes, and the newest it reads
 V1_NAMES = {"shown": "readout", "tells": "role"}  # a claim's fields as version 1 named them -> their names now
 
@@ -77,7 +75,7 @@ def jsonable(x):
     import pandas as pd
 
     if isinstance(x, Claim):
-        return jsonable(claim_to_dict(x))
+        return jsonable(x.as_dict())
     if hasattr(x, "detach") and hasattr(x, "tolist"):  # a torch tensor, without importing torch here
         return jsonable(x.detach().cpu().tolist())
     if isinstance(x, np.ndarray):
@@ -99,11 +97,6 @@ def jsonable(x):
     return x
 
 
-def claim_to_dict(c: Claim) -> dict:
-    """The record of one claim, as ``summary.json`` holds it."""
-    return c.as_dict()
-
-
 def claim_from_dict(d: dict, where: str = "claim") -> Claim:
     """The :class:`Claim` a record holds; a record without one of :data:`CLAIM_FIELDS`, or with a verdict outside
     ``held`` / ``not held`` / ``not testable``, is a :class:`SummaryError` naming ``where``."""
@@ -114,19 +107,11 @@ def claim_from_dict(d: dict, where: str = "claim") -> Claim:
         raise SummaryError(f"{where}: a claim without {', '.join(missing)}")
     if d["verdict"] not in VERDICTS:
         raise SummaryError(f"{where}: verdict {d['verdict']!r} is not one of {', '.join(VERDICTS)}")
-    known = set(CLAIM_FIELDS) | set(OPTIONAL_FIELDS)
+    as_read = ("post", "measured", "verdict")  # kept as written; the rest are text
     return Claim(
-        claim=str(d["claim"]),
-        post=d["post"],
-        measured=d["measured"],
-        rule=str(d["rule"]),
-        verdict=d["verdict"],
-        why=str(d["why"]),
-        key=str(d.get("key") or ""),
-        head=str(d.get("head") or ""),
-        readout=str(d.get("readout") or ""),
-        role=str(d.get("role") or ""),
-        extra={k: v for k, v in d.items() if k not in known},
+        **{k: d[k] if k in as_read else str(d[k]) for k in CLAIM_FIELDS},
+        **{k: str(d.get(k) or "") for k in OPTIONAL_FIELDS},
+        extra={k: v for k, v in d.items() if k not in CLAIM_FIELDS + OPTIONAL_FIELDS},
     )
 
 
@@ -143,25 +128,12 @@ class Summary:
     path: Path | None = None
     schema_version: int = SCHEMA_VERSION
 
-    @property
-    def script(self) -> str:
-        return str(self.data.get("script", ""))
-
-    @property
-    def model(self) -> str:
-        return str(self.data.get("model") or "")
-
-    @property
-    def quick(self) -> bool:
-        return bool(self.data.get("quick", False))
-
-    @property
-    def figures(self) -> list[str]:
-        return list(self.data.get("figures", []))
-
-    @property
-    def finished_at(self) -> str:
-        return str(self.data.get("finished_at", ""))
+    # the fields every summary has
+    script = property(lambda self: str(self.data.get("script", "")))
+    model = property(lambda self: str(self.data.get("model") or ""))
+    quick = property(lambda self: bool(self.data.get("quick", False)))
+    figures = property(lambda self: list(self.data.get("figures", [])))
+    finished_at = property(lambda self: str(self.data.get("finished_at", "")))
 
     def get(self, name: str, default: Any = None) -> Any:
         return self.data.get(name, default)
@@ -188,7 +160,7 @@ def summary_dict(data: dict, claims: Sequence[Claim]) -> dict:
     """The JSON object :func:`write_summary` writes: :data:`SCHEMA_VERSION`, ``data``, the claims as records and
     their verdict counts. The version is the writer's (a ``schema_version`` in ``data`` does not replace it)."""
     obj = {"schema_version": SCHEMA_VERSION, **{k: v for k, v in data.items() if k != "schema_version"}}
-    obj["claims"] = [claim_to_dict(c) for c in claims]
+    obj["claims"] = [c.as_dict() for c in claims]
     obj["verdicts"] = verdict_counts(list(claims))
     return jsonable(obj)
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from .gpt2_post import HALF, KEEP, POS_GROUP
 from .measured import EarlyLabels, LayersBelowRemoved, PrevMassAveraged
@@ -79,7 +79,7 @@ class Row:
     evidence: str
 
     def as_dict(self) -> dict:
-        return {"key": self.key, "verdict": self.verdict, "evidence": self.evidence}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -143,23 +143,6 @@ def kept_under_wpos_averaging(records: Mapping[str, Mapping], head: str) -> floa
     return PrevMassAveraged.read(_measured(records, "avg_prev_heads_unaffected"), POS_GROUP).kept(head)
 
 
-def _above(records) -> tuple[int | None, float, float | None]:
-    """``(layer, drop without the layers below, drop with W_pos averaged below)`` of ``aggregator_above_layer0``'s
-    measurement (:class:`~gpt2_posheads.claims.measured.LayersBelowRemoved`); a drop not measured is NaN, and the
-    second is None on a model with no learned ``W_pos``."""
-    m = LayersBelowRemoved.read(_measured(records, "aggregator_above_layer0"))
-    if m is None:
-        return None, math.nan, math.nan
-    return m.layer, m.below, m.relayed
-
-
-def _early_labels(records) -> tuple[int, int, int]:
-    """``(n early heads, n self-suppressing, n prev-boosting)`` of ``early_self_suppressing``'s measurement
-    (:class:`~gpt2_posheads.claims.measured.EarlyLabels`)."""
-    m = EarlyLabels.read(_measured(records, "early_self_suppressing"))
-    return len(m.early), len(m.self_suppressing), len(m.prev_boosting)
-
-
 def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
     """The route conclusion of one model from its claim records (see the module doc for the rule)."""
     sharp = _record(records, "sharp_prev_head")
@@ -192,7 +175,10 @@ def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
     if kept is None:
         return done(UNDETERMINED, f"{head}'s previous-token mass under W_pos averaging was not measured")
 
-    layer, below, relayed = _above(records)
+    # (layer, drop without the layers below, drop with W_pos averaged below): a drop not measured is NaN, and the
+    # second is None on a model with no learned W_pos
+    above = LayersBelowRemoved.read(_measured(records, "aggregator_above_layer0"))
+    layer, below, relayed = (above.layer, above.below, above.relayed) if above else (None, math.nan, math.nan)
     rows.append(
         Row(
             "aggregator_above_layer0", _verdict(records, "aggregator_above_layer0"), _above_words(layer, below, relayed)
@@ -238,7 +224,8 @@ def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
             ("aggregator_above_layer0", "sources_upstream", "mask_disrupts"),
         )
     keys = ("aggregator_above_layer0", "sources_upstream", "mask_disrupts", "early_self_suppressing")
-    n, n_self, n_boost = _early_labels(records)
+    early = EarlyLabels.read(_measured(records, "early_self_suppressing"))
+    n, n_self, n_boost = len(early.early), len(early.self_suppressing), len(early.prev_boosting)
     if _verdict(records, "early_self_suppressing") == HELD and not (n_boost >= 2 and 2 * n_boost >= n):
         return done(POST, f"built from the early heads below it, {n_self} of {n} of them self-suppressing", keys)
     if _verdict(records, "early_self_suppressing") == NOT_HELD and n_boost >= 2 and 2 * n_boost >= n:
@@ -276,12 +263,7 @@ def records_from_claims(claims: Iterable[Claim]) -> dict[str, Mapping]:
     return {c.key: c.as_dict() for c in claims if c.key}
 
 
-def records_from_summaries(summaries: Iterable) -> dict[str, Mapping]:
-    """``{claim key: record}`` from the summaries of one model's scripts (:class:`~gpt2_posheads.claims.record.Summary`
-    as :func:`~gpt2_posheads.claims.record.read_summary` gives them; a key met twice: the last)."""
-    return records_from_claims(c for s in summaries for c in s.claims)
-
-
 def route_conclusion_from_summaries(summaries: Iterable) -> RouteConclusion:
-    """The hook for the page and ``summary.json``: the conclusion of one model from its scripts' summaries."""
-    return conclude(records_from_summaries(summaries))
+    """The hook for the page and ``summary.json``: the conclusion of one model from its scripts' summaries
+    (:class:`~gpt2_posheads.claims.record.Summary`; a claim key met twice: the last)."""
+    return conclude(records_from_claims(c for s in summaries for c in s.claims))

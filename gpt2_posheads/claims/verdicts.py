@@ -66,6 +66,10 @@ class Precondition:
         return self.found or f"not met: {self.text}"
 
 
+CLAIM_FIELDS = ("claim", "post", "measured", "rule", "verdict", "why")  # every record has these
+OPTIONAL_FIELDS = ("key", "head", "readout", "role")  # a record has these when they are set
+
+
 @dataclass
 class Claim:
     """One verdict with its rule and reason: the record every claim of every post is, from the rule that decides it
@@ -84,19 +88,10 @@ class Claim:
     extra: dict = field(default_factory=dict)  # fields of a record this version does not know (claims.record)
 
     def as_dict(self) -> dict:
-        d = {
-            "claim": self.claim,
-            "post": self.post,
-            "measured": self.measured,
-            "rule": self.rule,
-            "verdict": self.verdict,
-            "why": self.why,
-        }
-        for k in ("key", "head", "readout", "role"):
-            if getattr(self, k):
-                d[k] = getattr(self, k)
-        d.update(self.extra)
-        return d
+        """The record (:data:`CLAIM_FIELDS`, then the :data:`OPTIONAL_FIELDS` that are set, then ``extra``)."""
+        d = {k: getattr(self, k) for k in CLAIM_FIELDS}
+        d.update((k, getattr(self, k)) for k in OPTIONAL_FIELDS if getattr(self, k))
+        return d | self.extra
 
 
 def finite(x) -> bool:
@@ -128,7 +123,8 @@ def not_testable(
     beside a claim that was not tested would read as a result (the measurement stays in ``measured``).
     """
     reason = "not testable here: " + _bare(why) if here else why
-    return Claim(claim, post, measured, _text(rule), NOT_TESTABLE, reason, key, head, readout, role)
+    text = rule.text if isinstance(rule, Rule) else rule
+    return Claim(claim, post, measured, text, NOT_TESTABLE, reason, key, head, readout, role)
 
 
 def judge(
@@ -184,9 +180,13 @@ def judge(
 
 # --- declared claims ----------------------------------------------------------------------------------
 
-ROUTE = "route"  # tells the GPT-2 post's route from a head that reads W_pos
-DESCRIBES = "describes"  # says what a head or a matrix looks like: holds on either route
+ROUTE, DESCRIBES = "route", "describes"
 ROLES = (ROUTE, DESCRIBES, "")  # "": a toy post's claim, which has no route to tell apart
+# what each role tells apart, in words (the results page's tags)
+ROLE_WORDS = {
+    ROUTE: "tells the post's route from a head that reads W_pos",
+    DESCRIBES: "describes a head or a matrix; holds on either route",
+}
 
 
 @dataclass(frozen=True)
@@ -291,11 +291,6 @@ def register_claim(spec: ClaimSpec) -> ClaimSpec:
     return spec
 
 
-def _text(rule: Rule | str) -> str:
-    """The rule in words (a rule given as its text is its text)."""
-    return rule.text if isinstance(rule, Rule) else rule
-
-
 def _bare(reason: str) -> str:
     """A failure's reason without a "not testable" prefix of its own (the verdict's reason adds one)."""
     for prefix in ("not testable here: ", "not testable: "):
@@ -303,20 +298,19 @@ def _bare(reason: str) -> str:
     return reason
 
 
-def _numbers(value, path: str = ""):
-    """``(where, number)`` for every number in ``value`` (nested tuples, lists, dicts, arrays, tensors)."""
+def leaves(value, path: str = ""):
+    """``(path, leaf)`` for every scalar leaf of ``value`` (nested dicts, lists, tuples; tensors and arrays as their
+    lists), each path written ``a.b[2]`` (``""``: ``value`` itself is the leaf)."""
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # tensors, arrays, NumPy scalars
         value = value.tolist()
-    if isinstance(value, bool) or value is None or isinstance(value, (str, bytes)):
-        return
-    if isinstance(value, (int, float)):
-        yield path, value
-    elif isinstance(value, dict):
+    if isinstance(value, dict):
         for k, v in value.items():
-            yield from _numbers(v, f"{path}.{k}" if path else str(k))
+            yield from leaves(v, f"{path}.{k}" if path else str(k))
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            yield from _numbers(v, f"{path}[{i}]")
+            yield from leaves(v, f"{path}[{i}]")
+    else:
+        yield path, value
 
 
 def not_measured(value) -> str:
@@ -326,7 +320,7 @@ def not_measured(value) -> str:
     extreme: the loss of a probability of 0) are left to the rule, which needs finite numbers to hold. :func:`judge`
     applies it to every rule's value; a claim whose value holds a NaN is ``not testable`` with this reason, never
     ``not held``."""
-    nan = [where for where, x in _numbers(value) if x != x]
+    nan = [where for where, x in leaves(value) if isinstance(x, float) and x != x]
     if nan:
         where = f" {', '.join(nan[:3])}{', ...' if len(nan) > 3 else ''}" if nan != [""] else ""
         return f"nothing was measured (the value{where} is NaN)"

@@ -19,19 +19,14 @@ from pathlib import Path
 import pandas as pd
 
 from ..claims.record import Summary, recorded_fingerprint
+from ..claims.verdicts import leaves
 from ..model.validation import UsageError
 from .index import collect_summaries
 
 
 def flatten(x, prefix: str = "") -> dict[str, object]:
     """Scalar leaves of nested dicts and lists, keyed by their path (``a.b[2]``)."""
-    if isinstance(x, dict):
-        items = [(f"{prefix}.{k}" if prefix else str(k), v) for k, v in x.items()]
-    elif isinstance(x, (list, tuple)):
-        items = [(f"{prefix}[{i}]", v) for i, v in enumerate(x)]
-    else:
-        return {prefix: x}
-    return {p: leaf for path, v in items for p, leaf in flatten(v, path).items()}
+    return dict(leaves(x, prefix))
 
 
 def same(a, b, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
@@ -74,15 +69,11 @@ def _row(key: str, before: str, after: str, n_numbers: int = 0, moved=(), added=
     }
 
 
-def model_of(path: Path, summary: Summary) -> tuple[str, str | None]:
-    """``(name, fingerprint)`` of the model whose results ``path`` (a ``summary.json``) holds: its ``model`` field
-    (``""`` for a script without a model) and its folder's recorded weights fingerprint (``None`` when unrecorded)."""
-    return summary.model, recorded_fingerprint(path.parent)
-
-
 def same_model(a: tuple[str, str | None], b: tuple[str, str | None]) -> bool:
-    """Whether two :func:`model_of` identities are one model: their fingerprints agree where both are recorded, else
-    their names name the same folder (``mini-gpt2`` and ``gpt2_posheads/data/mini-gpt2`` do)."""
+    """Whether two models ``(name, fingerprint)`` (a summary's ``model`` field, ``""`` for a script without a model,
+    and its folder's recorded weights fingerprint, ``None`` when unrecorded) are one model: their fingerprints agree
+    where both are recorded, else their names name the same folder (``mini-gpt2`` and ``gpt2_posheads/data/mini-gpt2``
+    do)."""
     if a[1] is not None and b[1] is not None:
         return a[1] == b[1]
     return Path(a[0]).name == Path(b[0]).name
@@ -100,7 +91,7 @@ def different_models(before: Path, after: Path, found: list[dict] | None = None)
     found = found or [_summaries(before), _summaries(after)]
     out = []
     for rel in sorted(set(found[0]) & set(found[1])):
-        a, b = (model_of(*found[i][rel]) for i in (0, 1))
+        a, b = ((found[i][rel][1].model, recorded_fingerprint(found[i][rel][0].parent)) for i in (0, 1))
         if not same_model(a, b):
             out.append(f"{rel}: {_named(a)} in {before}, {_named(b)} in {after}")
     return out

@@ -13,16 +13,11 @@ scores before the causal mask, the diagonal profile over every offset of the pro
 intervened pattern beside its difference from the clean one. An intervention that does not apply to a head is
 shown as not applicable with the reason (:func:`not_applicable`), never as the clean pattern.
 
-Interventions (:data:`VARIANTS`), each from :mod:`gpt2_posheads.analysis.interventions`:
-
-* ``wpos``: ``average_pos_embed(10)``, ``W_pos`` averaged in groups of 10 (models with learned positions);
-* ``extavg``: ``average_ext_pos_embed(layer, 10)``, the extended positional embeddings averaged in groups of 10 just
-  before the head's own layer (one run per layer, each layer's heads kept from their run);
-* ``mask``: ``mask_previous_attention(5, range(layer))``, attention to the previous position masked at every 5th
-  query in every layer below the head's (nothing to mask below layer 0);
-* ``edit``: the aggregator's pattern edited as in the post, output x2 (on the repeat-string prompt the post's edit;
-  on other prompts every query of the aggregator attends two tokens back); it reaches only the aggregator and the
-  layers above it.
+Interventions (:data:`VARIANTS` says each in words), each from :mod:`gpt2_posheads.analysis.interventions`:
+``wpos`` ``average_pos_embed(10)`` (learned positions only); ``extavg`` ``average_ext_pos_embed(layer, 10)``, one run
+per layer, each layer's heads kept from their run; ``mask`` ``mask_previous_attention(5, range(layer))`` (nothing to
+mask below layer 0); ``edit`` the aggregator's pattern edited as in the post (on the repeat-string prompt the post's
+edit; on other prompts every query attends two tokens back), output x2, reaching only the layers above it.
 
 Data, per prompt and intervention: patterns as bytes (weight x 255), raw scores as bytes between each head's
 minimum and maximum, both zlib-compressed and base64-encoded (the page inflates them with the browser's

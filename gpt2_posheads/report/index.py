@@ -17,36 +17,20 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 import time
 from pathlib import Path
+from string import Template
 
 from ..claims.catalogue import claims, posts, script_post
 from ..claims.catalogue import script as declared_script
 from ..claims.record import Summary, SummaryError, read_summary, recorded_fingerprint
 from ..claims.toy import grid_records
-from ..claims.verdicts import NOT_TESTABLE, ROUTE, VERDICT_COLOURS, VERDICTS, Claim, fmt
+from ..claims.verdicts import NOT_TESTABLE, ROLE_WORDS, ROUTE, VERDICT_COLOURS, VERDICTS, Claim, fmt
 from ..model.paths import write_whole_text
 from ..model.validation import UsageError
 
 TOY_COLUMN = "toy models"
-STYLE = """
-body{font-family:system-ui,sans-serif;margin:1.5em 2em;color:#1f2328}
-table{border-collapse:collapse;font-size:13px;margin-bottom:1.5em}
-td,th{border:1px solid #d0d7de;padding:5px 7px;vertical-align:top;max-width:420px}
-th{background:#f6f8fa;text-align:left}
-.v{color:#fff;padding:1px 6px;border-radius:3px;font-weight:600;white-space:nowrap}
-.head{color:#57606a}.m{margin-top:3px}
-.why,.rule,.when,.script{color:#57606a;font-size:12px;margin-top:2px}.script{font-family:monospace}
-.thumbs{display:flex;flex-wrap:wrap;gap:6px}.thumb{display:inline-flex;flex-direction:column;align-items:center;
-width:164px;font-size:11px;color:#0969da;text-decoration:none}.thumb img{width:160px;height:100px;object-fit:contain;
-border:1px solid #d0d7de;background:#fff}.thumb span{margin-top:2px;text-align:center}
-.noimg{display:flex;width:160px;height:40px;align-items:center;justify-content:center;border:1px dashed #d0d7de}
-.figs{display:inline-block;margin-right:14px;vertical-align:top}.figs>span{display:block;font-size:11px;color:#57606a}
-.tag{font-size:11px;border:1px solid #8c959f;border-radius:8px;padding:0 5px;color:#57606a;margin-left:4px}
-.tag.route{border-color:#0969da;color:#0969da}details{font-size:12px;color:#57606a;margin-top:2px}
-.warn{background:#fff8c5;padding:6px 10px;border:1px solid #d4a72c}
-td.none{color:#8c959f}.s-failed,.s-interrupted{color:#cf222e}.s-not-run{color:#6e7781}
-"""
 
 
 def collect_summaries(root: Path) -> list[tuple[Path, Summary]]:
@@ -72,11 +56,6 @@ def collect_summaries(root: Path) -> list[tuple[Path, Summary]]:
     return sorted(found, key=lambda t: (order.get(t[1].script, len(order)), str(t[0])))
 
 
-def humanize(key: str) -> str:
-    """A summary key for a person: ``prev_mass_clean`` -> ``prev mass clean``, ``kl_g20`` -> ``kl g20``."""
-    return str(key).replace("_", " ").strip()
-
-
 def present(x) -> str:
     """A measured value for a person: numbers at 3 significant digits, dicts as ``key value; ...`` with their keys
     in words, lists in full, never JSON and never cut."""
@@ -89,7 +68,7 @@ def present(x) -> str:
     if isinstance(x, str):
         return x
     if isinstance(x, dict):
-        return "; ".join(f"{humanize(k)} {present(v)}" for k, v in x.items())
+        return "; ".join(f"{str(k).replace('_', ' ').strip()} {present(v)}" for k, v in x.items())  # keys in words
     if isinstance(x, (list, tuple)):
         return ", ".join(present(v) for v in x)
     return str(x)
@@ -140,28 +119,28 @@ class Columns:
         return f"{text} (weights {key})" if clash and key != names[0] else text
 
 
+def _e(x) -> str:
+    return html.escape(str(x))
+
+
+def _verdict_badge(v: str) -> str:
+    return f'<span class="v" style="background:{VERDICT_COLOURS.get(v, "#444")}">{_e(v)}</span>'
+
+
 def _thumbs(summary: Summary, folder: Path, root: Path) -> str:
-    figs = [f for f in summary.figures if f.endswith(".html")]
+    """Thumbnails of the script's figures: each HTML figure linked, with its PNG where one was written."""
     out = []
-    for f in figs:
-        rel = (folder / f).relative_to(root)
+    for f in (f for f in summary.figures if f.endswith(".html")):
         png = folder / f.replace(".html", ".png")
-        label = html.escape(Path(f).stem.replace("_", " "))
+        label = _e(Path(f).stem.replace("_", " "))
         img = (
-            f'<img src="{html.escape(str(png.relative_to(root)))}" alt="{label}" loading="lazy">'
+            f'<img src="{_e(png.relative_to(root))}" alt="{label}" loading="lazy">'
             if png.exists()
             else '<span class="noimg">HTML</span>'
         )
-        out.append(
-            f'<a class="thumb" href="{html.escape(str(rel))}" title="open {label}">{img}<span>{label}</span></a>'
-        )
+        href = _e((folder / f).relative_to(root))
+        out.append(f'<a class="thumb" href="{href}" title="open {label}">{img}<span>{label}</span></a>')
     return f'<div class="thumbs">{"".join(out)}</div>' if out else ""
-
-
-TELLS = {
-    "route": ("route", "tells the post's route from a head that reads W_pos"),
-    "describes": ("describes", "describes a head or a matrix; holds on either route"),
-}
 
 
 def _cell(c: Claim | None, when: str, source: str = "", notes=()) -> str:
@@ -170,28 +149,43 @@ def _cell(c: Claim | None, when: str, source: str = "", notes=()) -> str:
     dtype), when it was measured, and the measured values in a fold."""
     if c is None:
         return '<td class="none">not measured</td>'
-    v = c.verdict
-    head = f' <span class="head">on {html.escape(c.head)}</span>' if c.head else ""
-    shown = c.readout
+    head = f' <span class="head">on {_e(c.head)}</span>' if c.head else ""
     measured = present(c.measured)
     fold = (
-        f"<details><summary>measured</summary>{html.escape(measured)}</details>"
-        if measured and measured != shown and v != NOT_TESTABLE
+        f"<details><summary>measured</summary>{_e(measured)}</details>"
+        if measured and measured != c.readout and c.verdict != NOT_TESTABLE
         else ""
     )
-    src = f'<div class="when">prompts: {html.escape(source)}</div>' if source else ""
     return (
-        f'<td><span class="v" style="background:{VERDICT_COLOURS.get(v, "#444")}">{html.escape(v)}</span>{head}'
-        + (f'<div class="m">{html.escape(shown)}</div>' if shown else "")
-        + f'<div class="why">{html.escape(c.why)}</div>'
-        + "".join(f'<div class="why">note: {html.escape(str(n))}</div>' for n in notes)
-        + f'{fold}<div class="when">measured {html.escape(when)}</div>{src}</td>'
+        f"<td>{_verdict_badge(c.verdict)}{head}"
+        + (f'<div class="m">{_e(c.readout)}</div>' if c.readout else "")
+        + f'<div class="why">{_e(c.why)}</div>'
+        + "".join(f'<div class="why">note: {_e(n)}</div>' for n in notes)
+        + f'{fold}<div class="when">measured {_e(when)}</div>'
+        + (f'<div class="when">prompts: {_e(source)}</div>' if source else "")
+        + "</td>"
     )
+
+
+def _measured_cell(got: tuple[Claim, Summary, Path] | None) -> str:
+    """:func:`_cell` of a model's ``(claim, summary, folder)``, or of none."""
+    if got is None:
+        return _cell(None, "")
+    c, s, _ = got
+    return _cell(c, _when(s), s.get("prompt_source", ""), s.get("notes") or ())
 
 
 def _when(s: Summary) -> str:
     t = s.finished_at
     return t.replace("T", " ")[:16] if t else "(time not recorded)"
+
+
+def _job_row(j: dict) -> str:
+    return (
+        f"<tr><td>{_e(j['script'])}</td><td>{_e(j.get('model') or TOY_COLUMN)}</td>"
+        f"<td class='s-{_e(j['status'].replace(' ', '-'))}'>{_e(_status(j))}</td>"
+        f"<td>{fmt(j['seconds']) + ' s' if 'seconds' in j else ''}</td></tr>"
+    )
 
 
 def run_header(record: dict | None) -> str:
@@ -204,31 +198,20 @@ def run_header(record: dict | None) -> str:
         or f"{m.get('cpu', '?')} ({', '.join(m.get('cpu_extensions', [])) or 'no AVX2'}), {m.get('cores', '?')} cores"
     )
     jobs = record.get("jobs", [])
-    n_bad = sum(j["status"] != "ok" for j in jobs)
     banner = ""
-    if record.get("interrupted") or n_bad:
-        parts = [
-            f"{sum(j['status'] == s for j in jobs)} {s}"
-            for s in ("interrupted", "failed", "not run")
-            if any(j["status"] == s for j in jobs)
-        ]
+    if record.get("interrupted") or any(j["status"] != "ok" for j in jobs):
+        parts = [f"{n} {s}" for s in ("interrupted", "failed", "not run") if (n := sum(j["status"] == s for j in jobs))]
         banner = (
             f'<p class="warn">This run did not finish every script ({", ".join(parts)}). Rows of scripts that did '
             f"not finish show the results last written to that folder, with the time they were measured, or none.</p>"
         )
-    rows = "".join(
-        f"<tr><td>{html.escape(j['script'])}</td><td>{html.escape(str(j.get('model') or TOY_COLUMN))}</td>"
-        f"<td class='s-{html.escape(j['status'].replace(' ', '-'))}'>{html.escape(_status(j))}</td>"
-        f"<td>{fmt(j['seconds']) + ' s' if 'seconds' in j else ''}</td></tr>"
-        for j in jobs
-    )
     total = record.get("seconds")
     return (
-        f"<p>Main job started {html.escape(str(record.get('started', '?')).replace('T', ' ')[:16])}"
-        f"{f', {total / 60:.1f} min in all' if total else ''}, on {html.escape(machine)}"
+        f"<p>Main job started {_e(str(record.get('started', '?')).replace('T', ' ')[:16])}"
+        f"{f', {total / 60:.1f} min in all' if total else ''}, on {_e(machine)}"
         f"{' (toy scripts as --quick smoke tests)' if record.get('quick') else ''}.</p>{banner}"
         f"<details><summary>run time of each script</summary><table class='jobs'><tr><th>script</th><th>model</th>"
-        f"<th>status</th><th>time</th></tr>{rows}</table></details>"
+        f"<th>status</th><th>time</th></tr>{''.join(map(_job_row, jobs))}</table></details>"
     )
 
 
@@ -248,23 +231,16 @@ def _claims_by_model(
     each verdict, and the columns."""
     counts = dict.fromkeys(VERDICTS, 0)
     cells: Cells = {}
-    order: list[tuple[str, str]] = []
     columns = Columns(summaries, record)
-    models: list[str] = []
-    for name in (record or {}).get("models", []):
-        if columns.key_of_name(name) not in models:
-            models.append(columns.key_of_name(name))
+    models = list(dict.fromkeys(columns.key_of_name(name) for name in (record or {}).get("models", [])))
     for path, s in summaries:
         model = columns.keys[path]
         if model != TOY_COLUMN and model not in models:
             models.append(model)
         for c in s.claims:
-            k = (s.script or path.parent.name, c.key or c.claim)
-            if k not in cells:
-                order.append(k)
-            cells.setdefault(k, {})[model] = (c, s, path.parent)
+            cells.setdefault((s.script or path.parent.name, c.key or c.claim), {})[model] = (c, s, path.parent)
             counts[c.verdict] += 1
-    return cells, order, models, counts, columns
+    return cells, list(cells), models, counts, columns
 
 
 def claims_markdown(root: Path, post_key: str) -> str:
@@ -296,6 +272,81 @@ def claims_markdown(root: Path, post_key: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- the page, one part at a time ---------------------------------------------------------------------------------
+
+
+def _templates(text: str) -> dict[str, Template]:
+    """The parts of ``index_page.html`` by name (see its first comment for how its line breaks are read)."""
+    parts = dict(re.findall(r"^<!-- (\w+) -->\n(.*?)\n(?=<!-- \w+ -->\n|\Z)", text, re.M | re.S))
+    return {k: Template(v if k == "page" else v.replace("\n", "")) for k, v in parts.items()}
+
+
+TEMPLATES = _templates(Path(__file__).with_name("index_page.html").read_text(encoding="utf-8"))
+
+
+def _claim_row(first: Claim, script: str, cells: dict, cols: list[str]) -> str:
+    """A claim's row: its sentence, role tag, rule and script, the post's number, and one cell per model column."""
+    role, words = first.role, ROLE_WORDS.get(first.role)
+    tag_html = f"<span class='tag {role}' title='{_e(words)}'>{role}</span>" if words else ""
+    return (
+        f"<tr><td><b>{_e(first.claim)}</b>{tag_html}<div class='rule'>{_e(first.rule)}</div>"
+        f"<div class='script'>{_e(script)}</div></td><td>{_e(present(first.post))}</td>"
+        + "".join(_measured_cell(cells.get(m)) for m in cols)
+        + "</tr>"
+    )
+
+
+def _no_results_row(script: str, missing: list[str], cols: list[str], status: dict) -> str:
+    """A script's row where this run produced no claims for some model columns, with each one's job status."""
+    cells = "".join(
+        f'<td class="none">no results: {_e(status.get((script, m), "not run"))}</td>' if m in missing else "<td></td>"
+        for m in cols
+    )
+    return (
+        f"<tr><td><b>{_e(script)}</b><div class='rule'>this run did not produce its claims</div></td><td></td>"
+        f"{cells}</tr>"
+    )
+
+
+def _figures_row(script: str, found: list[tuple[str, Summary, Path]], columns: Columns, n_cols: int, root) -> str:
+    """The thumbnails of a script's figures, one group per results folder (``found``: ``(model, summary,
+    folder)``)."""
+    thumbs, seen = [], set()
+    for m, s, folder in found:
+        if folder in seen:
+            continue
+        seen.add(folder)
+        if t := _thumbs(s, folder, root):
+            thumbs.append(f"<div class='figs'><span>{_e(script)} · {_e(columns.label(m))}</span>{t}</div>")
+    return f"<tr class='figrow'><td colspan='{2 + n_cols}'>{''.join(thumbs)}</td></tr>" if thumbs else ""
+
+
+def _post_section(post, keys, cells: Cells, cols: list[str], columns: Columns, status: dict, root: Path) -> str:
+    """One post's table: per script, a row of its missing results, its claims' rows, and its figures."""
+    body = []
+    for script in post.scripts:
+        mine = [k for k in keys if k[0] == script]
+        measured = {m for k in mine for m in cells[k]}
+        missing = [m for m in cols if m not in measured]
+        if missing and any((script, m) in status for m in missing):  # no results at all from this run for them
+            body.append(_no_results_row(script, missing, cols, status))
+        body += [_claim_row(next(iter(cells[k].values()))[0], script, cells[k], cols) for k in mine]
+        found = [(m, s, folder) for k in mine for m, (_, s, folder) in cells[k].items()]
+        body.append(_figures_row(script, found, columns, len(cols), root))
+    head = "".join(f"<th>{_e(columns.label(m))}</th>" for m in cols)
+    return (
+        f"<h2>{_e(post.key)}: {_e(post.title)}</h2>"
+        f"<table><tr><th>claim and rule</th><th>the post</th>{head}</tr>{''.join(body)}</table>"
+    )
+
+
+def _explorer_links(root: Path) -> str:
+    """Links to the offline attention explorers written under ``root/explorer``."""
+    found = sorted((root / "explorer").glob("*.html")) if (root / "explorer").is_dir() else []
+    links = " · ".join(f'<a href="{_e(p.relative_to(root))}">{_e(p.stem)}</a>' for p in found)
+    return f"<p>Attention explorer (offline): {links}</p>" if found else ""
+
+
 def index_html(
     summaries: list[tuple[Path, Summary]],
     root: Path,
@@ -311,86 +362,19 @@ def index_html(
     sections = []
     for post in posts():
         keys = [k for k in order if k[0] in post.scripts]
-        if not keys and not any(s in {sc for sc, _ in status} for s in post.scripts):
-            continue
-        cols = models if post.needs_model else [TOY_COLUMN]
-        head = "".join(f"<th>{html.escape(columns.label(m))}</th>" for m in cols)
-        body = []
-        for script in post.scripts:
-            measured = {m for k in keys if k[0] == script for m in cells[k]}
-            missing = [m for m in cols if m not in measured]
-            if missing and any((script, m) in status for m in missing):  # no results at all from this run for them
-                cells_html = "".join(
-                    f'<td class="none">no results: {html.escape(status.get((script, m), "not run"))}</td>'
-                    if m in missing
-                    else "<td></td>"
-                    for m in cols
-                )
-                body.append(
-                    f"<tr><td><b>{html.escape(script)}</b><div class='rule'>this run did not produce its claims"
-                    f"</div></td><td></td>{cells_html}</tr>"
-                )
-            for k in (k for k in keys if k[0] == script):
-                first = next(iter(cells[k].values()))[0]
-                row = "".join(
-                    _cell(
-                        cells[k][m][0] if m in cells[k] else None,
-                        _when(cells[k][m][1]) if m in cells[k] else "",
-                        cells[k][m][1].get("prompt_source", "") if m in cells[k] else "",
-                        (cells[k][m][1].get("notes") or ()) if m in cells[k] else (),
-                    )
-                    for m in cols
-                )
-                tag = TELLS.get(first.role)
-                tag_html = f"<span class='tag {tag[0]}' title='{html.escape(tag[1])}'>{tag[0]}</span>" if tag else ""
-                body.append(
-                    f"<tr><td><b>{html.escape(first.claim)}</b>{tag_html}<div class='rule'>"
-                    f"{html.escape(first.rule)}</div><div class='script'>{html.escape(script)}</div></td>"
-                    f"<td>{html.escape(present(first.post))}</td>{row}</tr>"
-                )
-            figs = [
-                (m, s, folder)
-                for m, (c, s, folder) in ((m, v) for k in keys if k[0] == script for m, v in cells[k].items())
-            ]
-            seen, thumbs = set(), []
-            for m, s, folder in figs:
-                if folder in seen:
-                    continue
-                seen.add(folder)
-                t = _thumbs(s, folder, root)
-                if t:
-                    label = html.escape(columns.label(m))
-                    thumbs.append(f"<div class='figs'><span>{html.escape(script)} · {label}</span>{t}</div>")
-            if thumbs:
-                body.append(f"<tr class='figrow'><td colspan='{2 + len(cols)}'>{''.join(thumbs)}</td></tr>")
-        sections.append(
-            f"<h2>{html.escape(post.key)}: {html.escape(post.title)}</h2>"
-            f"<table><tr><th>claim and rule</th><th>the post</th>{head}</tr>{''.join(body)}</table>"
-        )
-    sections.append(organism_html(summaries, root))
-    explorers = sorted((root / "explorer").glob("*.html")) if (root / "explorer").is_dir() else []
-    explore = (
-        (
-            "<p>Attention explorer (offline): "
-            + " · ".join(
-                f'<a href="{html.escape(str(p.relative_to(root)))}">{html.escape(p.stem)}</a>' for p in explorers
-            )
-            + "</p>"
-        )
-        if explorers
-        else ""
+        if keys or any(s in {sc for sc, _ in status} for s in post.scripts):
+            cols = models if post.needs_model else [TOY_COLUMN]
+            sections.append(_post_section(post, keys, cells, cols, columns, status, root))
+    return TEMPLATES["page"].substitute(
+        title=_e(title),
+        written=time.strftime("%Y-%m-%d %H:%M"),
+        counts=", ".join(f"{n} {v}" for v, n in counts.items()),
+        header=run_header(record),
+        explorers=_explorer_links(root),
+        routes=routes_html(summaries, root, record),  # each model's route conclusion, above the claims it is drawn from
+        sections="".join(sections) + organism_html(summaries, root),
+        robustness=robustness_html(summaries, root),
     )
-    summary = ", ".join(f"{n} {v}" for v, n in counts.items())
-    routes = routes_html(summaries, root, record)  # each model's route conclusion, above the claims it is drawn from
-    tail = robustness_html(summaries, root)
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>{STYLE}</style></head><body>
-<h1>{html.escape(title)}</h1>
-<p>Page written {time.strftime("%Y-%m-%d %H:%M")}. Verdicts: {summary}. Every claim is judged by a rule written
-before the measurement: <b>held</b>, <b>not held</b>, or <b>not testable</b> (a precondition failed, e.g. the model
-does not copy, the head is not a previous-token head, the run is a --quick smoke test, or the model has no learned
-W_pos; the reason is given).</p>{run_header(record)}{explore}{routes}{"".join(sections)}{tail}
-</body></html>"""
 
 
 def route_conclusions(summaries: list[tuple[Path, Summary]], root: Path, record: dict | None = None) -> dict:
@@ -409,52 +393,51 @@ def route_conclusions(summaries: list[tuple[Path, Summary]], root: Path, record:
     return {columns.label(m): route_conclusion_from_summaries(ss) for m, ss in by_model.items()}
 
 
+WEIGHTS_SAY = {
+    True: "agrees",
+    False: "<b>disagrees</b> with the causal conclusion",
+    None: "no causal label to hold it to",
+}
+
+
+def _weights_script() -> str:
+    """The script that reads the route from the weights: the one that declares the weight route's claim."""
+    from ..claims.route import WEIGHT_KEY
+
+    return _e(getattr(claims().get(WEIGHT_KEY), "script", WEIGHT_KEY))
+
+
+def _weights_cell(c) -> str:
+    """The route read from the weights alone beside the causal conclusion ``c``, and whether they agree."""
+    from ..claims.route import weight_route_of, weights_agree
+
+    w = weight_route_of(c.records)
+    if w is None:
+        return f"<td><div class='why'>{_weights_script()} not run on this model</div></td>"
+    said = WEIGHTS_SAY[weights_agree(c.route, str(w["label"]))]
+    return (
+        f"<td><b>{_e(w['label'])}</b> <span class='head'>on {_e(w.get('head', ''))}</span>"
+        f"<div class='why'>{said}: {_e(w.get('reason', ''))}</div></td>"
+    )
+
+
+def _route_row(model: str, c) -> str:
+    """A model's route conclusion: the route, the head, why, the rows that decided it, and the weights' route."""
+    return (
+        f"<tr><td><b>{_e(model)}</b></td><td><b>{_e(c.words)}</b>"
+        + (f' <span class="head">on {_e(c.head)}</span>' if c.head else "")
+        + f'<div class="why">{_e(c.why)}</div></td><td>'
+        + "".join(f"<div>{_verdict_badge(r.verdict)} {_e(r.key)}: {_e(r.evidence)}</div>" for r in c.rows)
+        + f"</td>{_weights_cell(c)}</tr>"
+    )
+
+
 def routes_html(summaries: list[tuple[Path, Summary]], root: Path, record: dict | None = None) -> str:
     """The page's first table: each model's route conclusion, the head, why, and the rows that decided it; beside it
     the route read from the weights alone (``weight_route``), a disagreement shown as such."""
-    from ..claims.route import weight_route_of, weights_agree
-
     routes = route_conclusions(summaries, root, record)
-    if not routes:
-        return ""
-
-    def weights(c) -> str:
-        w = weight_route_of(c.records)
-        if w is None:
-            return "<td><div class='why'>weight_route not run on this model</div></td>"
-        agree = weights_agree(c.route, str(w["label"]))
-        said = {
-            True: "agrees",
-            False: "<b>disagrees</b> with the causal conclusion",
-            None: "no causal label to hold it to",
-        }
-        return (
-            f"<td><b>{html.escape(str(w['label']))}</b> <span class='head'>on {html.escape(str(w.get('head', '')))}"
-            f"</span><div class='why'>{said[agree]}: {html.escape(str(w.get('reason', '')))}</div></td>"
-        )
-
-    rows = "".join(
-        f"<tr><td><b>{html.escape(m)}</b></td><td><b>{html.escape(c.words)}</b>"
-        + (f' <span class="head">on {html.escape(c.head)}</span>' if c.head else "")
-        + f'<div class="why">{html.escape(c.why)}</div></td><td>'
-        + "".join(
-            f'<div><span class="v" style="background:{VERDICT_COLOURS.get(r.verdict, "#444")}">'
-            f"{html.escape(r.verdict)}</span> {html.escape(r.key)}: {html.escape(r.evidence)}</div>"
-            for r in c.rows
-        )
-        + "</td>"
-        + weights(c)
-        + "</tr>"
-        for m, c in routes.items()
-    )
-    return (
-        "<h2>Which route each model's sharpest previous-token head takes</h2><p>One conclusion per model, drawn from "
-        "the route claims below by a rule written before it was measured (docs/known-answers.md); "
-        "<i>undetermined</i> names the rows that disagree. Beside it, the route read from the weights alone, with no "
-        "data run (weight_route).</p>"
-        "<table><tr><th>model</th><th>route</th><th>the rows that decided it</th><th>read from the weights</th></tr>"
-        f"{rows}</table>"
-    )
+    rows = "".join(_route_row(m, c) for m, c in routes.items())
+    return TEMPLATES["routes"].substitute(weights=_weights_script(), rows=rows) if routes else ""
 
 
 def organism_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
@@ -465,50 +448,34 @@ def organism_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
         return ""
     rows = []
     for p, s in reports:
-        link = html.escape(str((p.parent / "report.html").relative_to(root)))
+        link = _e((p.parent / "report.html").relative_to(root))
+        beside = f" (beside {_e(s['compare'])})" if s.get("compare") else ""
         cells = "".join(_cell(c, _when(s)) for c in s.claims)
-        rows.append(
-            f"<tr><td><b>{html.escape(s.model)}</b><div><a href='{link}'>the report</a>"
-            f"{' (beside ' + html.escape(str(s['compare'])) + ')' if s.get('compare') else ''}</div></td>"
-            f"{cells}</tr>"
-        )
-    heads = "".join(f"<th>{html.escape(c.claim)}</th>" for c in reports[0][1].claims)
+        rows.append(f"<tr><td><b>{_e(s.model)}</b><div><a href='{link}'>the report</a>{beside}</div></td>{cells}</tr>")
+    heads = "".join(f"<th>{_e(c.claim)}</th>" for c in reports[0][1].claims)
+    return TEMPLATES["organisms"].substitute(heads=heads, rows="".join(rows))
+
+
+def _robustness_row(s: Summary, t: dict, link: str) -> str:
+    """One grid claim's totals: held in k of n runs, settings held in every seed / in none, its rule."""
+    untested = f" ({t['not_testable_runs']} not testable)" if t.get("not_testable_runs") else ""
     return (
-        "<h2>Model organisms: the behaviour the post studies</h2><p>Each model's behaviour targets (a sharp "
-        "previous-token head, induction, copying, held-out loss); whether it takes the post's route is what the "
-        "route claims above say. The report puts the post's story on the model beside another model and the post's "
-        "own numbers.</p>"
-        f"<table><tr><th>model</th>{heads}</tr>{''.join(rows)}</table>"
+        f"<tr><td>{_e(s.script)}{' <b>(quick)</b>' if s.quick else ''}</td><td>{_e(t['key'])}</td>"
+        f"<td>{t['held_runs']} of {t['runs']}{untested}</td><td>{t['settings_all_seeds']} / {t['settings_no_seed']}"
+        f' of {t["settings"]}</td><td>{_e(t["rule"])}</td><td><a href="{link}">robustness</a></td></tr>'
     )
 
 
 def robustness_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
     """The toy scripts' ``--robustness`` totals: per claim, held in k of n runs over the grid of unstated
     settings, and in how many settings it held for every seed / for none (empty when no script ran it)."""
-    rows = []
-    for path, s in summaries:
-        r = s.get("robustness")
-        if not r:
-            continue
-        link = html.escape(str(path.parent.relative_to(root) / "robustness.html"))
-        for t in grid_records(r):
-            quick = " <b>(quick)</b>" if s.quick else ""
-            rows.append(
-                f"<tr><td>{html.escape(s.script)}{quick}</td><td>{html.escape(t['key'])}</td>"
-                f"<td>{t['held_runs']} of {t['runs']}"
-                + (f" ({t['not_testable_runs']} not testable)" if t.get("not_testable_runs") else "")
-                + f"</td><td>{t['settings_all_seeds']} / {t['settings_no_seed']}"
-                f" of {t['settings']}</td><td>{html.escape(t['rule'])}</td>"
-                f'<td><a href="{link}">robustness</a></td></tr>'
-            )
-    if not rows:
-        return ""
-    return (
-        "<h2>Robustness over the settings the posts do not state</h2><p>lr x {0.3, 1, 3}, batch {128, 256}, "
-        "init std {0.02, 1.0}, W_O off/on; each claim's rule as in the tables above, per seed.</p>"
-        "<table><tr><th>script</th><th>claim</th><th>held (runs)</th><th>settings held in every seed / in none"
-        "</th><th>rule</th><th>figure</th></tr>" + "".join(rows) + "</table>"
-    )
+    rows = [
+        _robustness_row(s, t, _e(path.parent.relative_to(root) / "robustness.html"))
+        for path, s in summaries
+        if s.get("robustness")
+        for t in grid_records(s["robustness"])
+    ]
+    return TEMPLATES["robustness"].substitute(rows="".join(rows)) if rows else ""
 
 
 def write_index(root: Path, record: dict | None = None, summaries: list[tuple[Path, Summary]] | None = None) -> Path:

@@ -42,22 +42,23 @@ def png_support() -> tuple[bool, str]:
     scripts: ``ok`` skips the test export, anything else is the reason there are no PNGs.
     """
     global _png
-    if _png is not None:
-        return _png
+    if _png is None:
+        _png = _check_png()
+    return _png
+
+
+def _check_png() -> tuple[bool, str]:
     told = os.environ.get(PNG_ENV)
     if told:
-        _png = (True, "") if told == "ok" else (False, told)
-        return _png
+        return (True, "") if told == "ok" else (False, told)
     try:
         import kaleido  # noqa: F401
     except ImportError:
-        _png = (False, "kaleido is not installed")
-        return _png
+        return False, "kaleido is not installed"
     browser = find_browser()
     if browser is None:
         where = f"$BROWSER_PATH ({os.environ['BROWSER_PATH']}) does not exist" if os.environ.get("BROWSER_PATH") else ""
-        _png = (False, where or "no Chromium found (apt-get install chromium)")
-        return _png
+        return False, where or "no Chromium found (apt-get install chromium)"
     import subprocess
     import sys
     import tempfile
@@ -76,8 +77,7 @@ def png_support() -> tuple[bool, str]:
             why = "" if ok else f"a test export with {browser} failed ({(r.stderr.strip().splitlines() or ['?'])[-1]})"
         except subprocess.TimeoutExpired:
             ok, why = False, f"a test export with {browser} did not finish in {PNG_CHECK_TIMEOUT} s"
-    _png = (ok, why)
-    return _png
+    return ok, why
 
 
 def _start_kaleido() -> bool:
@@ -166,19 +166,16 @@ def heatmap(
     zmid=None,
     xlabel: str = "",
     ylabel: str = "",
-    reversed_y: bool = True,
     **kw,
 ) -> go.Figure:
-    """A single heat map; ``z`` ``[rows, cols]`` (tensor or array)."""
+    """A single heat map; ``z`` ``[rows, cols]`` (tensor or array), row 0 at the top."""
     z = _array(z)
     fig = go.Figure(go.Heatmap(z=z, x=x, y=y, colorscale=colorscale, zmid=zmid, **kw))
     fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel)
     if max(z.shape) <= 48:  # layer x head grids: one tick per integer, never 0.5
         fig.update_xaxes(dtick=1)
         fig.update_yaxes(dtick=1)
-    if reversed_y:
-        fig.update_yaxes(autorange="reversed")
-    return fig
+    return fig.update_yaxes(autorange="reversed")
 
 
 def heatmap_grid(
@@ -186,10 +183,8 @@ def heatmap_grid(
     cols: int = 2,
     title: str = "",
     colorscale: str = "Viridis",
-    zmid=None,
     shared_scale: bool = True,
-    x0: int | Sequence[int] = 0,
-    y0: int | Sequence[int] | None = None,
+    x0: int = 0,
     height_per_row: int = 380,
     zrange: tuple[float, float] | None = None,
     tokens: Sequence[str] | None = None,
@@ -198,13 +193,10 @@ def heatmap_grid(
 ) -> go.Figure:
     """Side-by-side heat maps (attention sub-matrices etc.), one panel per dict entry.
 
-    ``x0``/``y0`` label the first key/query position of each sub-matrix (one per panel, or one for all);
+    ``x0`` labels the first key and query position of every sub-matrix;
     ``tokens`` (the prompt's token strings) show on hover; ``zrange`` fixes the colour range (attention:
     ``(0, 1)``); ``mark_offset`` draws the diagonal ``k = q - mark_offset`` (1: the previous token).
     """
-    n_panels = len(mats)
-    x0s = list(x0) if isinstance(x0, (list, tuple)) else [x0] * n_panels
-    y0s = x0s if y0 is None else (list(y0) if isinstance(y0, (list, tuple)) else [y0] * n_panels)
     names = list(mats)
     rows = (len(names) + cols - 1) // cols
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=names, horizontal_spacing=0.08, vertical_spacing=0.12)
@@ -215,7 +207,7 @@ def heatmap_grid(
         zmin, zmax = zrange
     for i, a in enumerate(arrs):
         r, c = divmod(i, cols)
-        xs, ys = np.arange(a.shape[1]) + x0s[i], np.arange(a.shape[0]) + y0s[i]
+        xs, ys = np.arange(a.shape[1]) + x0, np.arange(a.shape[0]) + x0
         hover = None
         if tokens is not None:
             tk = lambda j: repr(tokens[j]) if 0 <= j < len(tokens) else ""  # noqa: E731
@@ -228,7 +220,6 @@ def heatmap_grid(
                 colorscale=colorscale,
                 zmin=zmin,
                 zmax=zmax,
-                zmid=zmid,
                 showscale=(i == 0),
                 text=hover,
                 hovertemplate="%{text}<br>value %{z:.3f}<extra></extra>" if hover else None,
@@ -321,25 +312,12 @@ def scatter3d_positions(
 SCENE_CAMERA = dict(eye=dict(x=1.55, y=1.55, z=1.1), center=dict(x=0, y=0, z=-0.08))
 
 
-def line_figure(
-    series: dict[str, tuple],
-    title: str = "",
-    xlabel: str = "",
-    ylabel: str = "",
-    log_x: bool = False,
-    log_y: bool = False,
-    error_y: dict[str, np.ndarray] | None = None,
-    mode: str = "lines",
-) -> go.Figure:
-    """Lines ``{name: (x, y)}``, optionally with symmetric error bars ``{name: err}``."""
-    fig = go.Figure()
-    for name, (x, y) in series.items():
-        err = dict(type="data", array=np.asarray(error_y[name]), visible=True) if error_y and name in error_y else None
-        fig.add_trace(go.Scatter(x=np.asarray(x), y=np.asarray(y), mode=mode, name=name, error_y=err))
-    fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel)
-    fig.update_xaxes(type="log" if log_x else None)
-    fig.update_yaxes(type="log" if log_y else None)
-    return fig
+def line_figure(series: dict[str, tuple], title: str = "", xlabel: str = "", ylabel: str = "", mode: str = "lines"):
+    """Lines ``{name: (x, y)}``."""
+    fig = go.Figure(
+        [go.Scatter(x=np.asarray(x), y=np.asarray(y), mode=mode, name=name) for name, (x, y) in series.items()]
+    )
+    return fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel)
 
 
 def submatrix(m: torch.Tensor, start: int, size: int) -> tuple[torch.Tensor, int]:
