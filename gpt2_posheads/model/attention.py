@@ -9,10 +9,9 @@ import torch
 
 
 def attn_scale(cfg, layer: int) -> float:
-    """Multiplier of ``q . k`` in ``layer``: ``1 / attn_scale`` (TransformerLens's default ``attn_scale``
-    is ``sqrt(d_head)``; the 4.x bridge stores ``-1`` for "default"), ``1`` when ``use_attn_scale`` is off,
-    and a further ``1 / (layer + 1)`` with ``scale_attn_by_inverse_layer_idx`` (GPT-2's option, used by
-    some checkpoints)."""
+    """Multiplier of ``q . k`` in ``layer``: ``1 / attn_scale`` (TransformerLens's default ``attn_scale`` is
+    ``sqrt(d_head)``; the 4.x bridge stores ``-1`` for "default"), ``1`` when ``use_attn_scale`` is off, and a further
+    ``1 / (layer + 1)`` with ``scale_attn_by_inverse_layer_idx`` (GPT-2's option, used by some checkpoints)."""
     if not getattr(cfg, "use_attn_scale", True):
         scale = 1.0
     else:
@@ -45,14 +44,12 @@ def expand_kv(k: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 def scale_from_pattern(dot: torch.Tensor, pattern: torch.Tensor, declared: float) -> tuple[float, torch.Tensor, float]:
     """``(scale, mask, error)``: how a head turns ``dot = q . k`` ``[..., q, k]`` into its own ``pattern`` (same shape).
-
     The mask is where the pattern is exactly 0 (the future, and any attention window). The scale is ``declared``
-    (:func:`attn_scale`) when ``softmax(dot * declared + mask)`` reproduces the pattern; otherwise it is read off
-    the pattern (within each row ``log A - mean = scale * (dot - mean)``, a least-squares fit), which is how a
-    configuration that misstates the scale is caught (the TransformerLens 4 bridge gives GPT-Neo, which does not
-    scale its scores, the default 1/sqrt(d_head)). ``error``: the largest difference of the reproduced pattern.
-    Never read a bridge's ``hook_attn_scores`` for this: on GPT-Neo and OPT it holds the pattern.
-    """
+    (:func:`attn_scale`) when ``softmax(dot * declared + mask)`` reproduces the pattern; otherwise it is read off the
+    pattern (within each row ``log A - mean = scale * (dot - mean)``, a least-squares fit), which is how a configuration
+    that misstates the scale is caught (the TransformerLens 4 bridge gives GPT-Neo, which does not scale its scores, the
+    default 1/sqrt(d_head)). ``error``: the largest difference of the reproduced pattern. Never read a bridge's
+    ``hook_attn_scores`` for this: on GPT-Neo and OPT it holds the pattern."""
     dot, pattern = dot.double(), pattern.double()
     mask = pattern <= 0
 

@@ -3,43 +3,42 @@ trace, and stored activations.
 
 An analysis asks an :class:`Engine` for at most five things and never asks which engine it has:
 
-* ``patterns(batches, reduction, edits)``: every layer's attention pattern ``[batch, head, q, k]`` (float32 rows
-  that sum to 1, for every batch) handed to ``reduction.step(state, layer, pattern)``; returns
-  ``reduction.finish(state)``. With ``reduction.logits`` the whole model runs and each batch's logits
-  ``[batch, pos, d_vocab]`` go to ``reduction.logits(state, tokens, logits)`` in the same pass (patterns and what
-  the model predicts from them, e.g. the induction score and the copying loss, without a second pass);
+* ``patterns(batches, reduction, edits)``: every layer's attention pattern ``[batch, head, q, k]`` (float32 rows that
+  sum to 1, for every batch) handed to ``reduction.step(state, layer, pattern)``; returns ``reduction.finish(state)``.
+  With ``reduction.logits`` the whole model runs and each batch's logits ``[batch, pos, d_vocab]`` go to
+  ``reduction.logits(state, tokens, logits)`` in the same pass (patterns and what the model predicts from them, e.g. the
+  induction score and the copying loss, without a second pass);
 * ``residuals(batches, layers, reduction, edits)``: the residual stream entering each block of ``layers``
   ``[batch, pos, d_model]`` (``layer == n_layers``: the final residual, before the final norm) handed to
   ``reduction.step(state, layer, resid)``; returns ``reduction.finish(state)``. The residual is the one
-  TransformerLens's processed model holds: on a LayerNorm model each row is centred over ``d_model``
-  (TransformerLens centres every write to the stream), whichever engine ran;
+  TransformerLens's processed model holds: on a LayerNorm model each row is centred over ``d_model`` (TransformerLens
+  centres every write to the stream), whichever engine ran;
 * ``activations(batches, reads, reduction, edits)``: the activations ``reads`` names (``{kind: layers}``, kinds
-  :data:`READS`: queries and keys as the scores use them, each head's output before ``W_O``, patterns, residuals)
-  handed together, one dict per layer, to ``reduction.step(state, layer, {kind: tensor})``; returns
-  ``reduction.finish(state)``. This is what an analysis that recomputes attention itself reads (raw pre-mask
-  scores, a head's score profile, a path ablation); the residual entering a layer can be replaced first
-  (:func:`residual_write`, an edit like any other);
-* ``run(tokens, edits)``: the logits ``[batch, pos, d_vocab]`` (to a constant per position: TransformerLens
-  centres its unembedding, a Hugging Face model does not; softmax and KL see no difference).
+  :data:`READS`: queries and keys as the scores use them, each head's output before ``W_O``, patterns, residuals) handed
+  together, one dict per layer, to ``reduction.step(state, layer, {kind: tensor})``; returns
+  ``reduction.finish(state)``. This is what an analysis that recomputes attention itself reads (raw pre-mask scores, a
+  head's score profile, a path ablation); the residual entering a layer can be replaced first (:func:`residual_write`,
+  an edit like any other);
+* ``run(tokens, edits)``: the logits ``[batch, pos, d_vocab]`` (to a constant per position: TransformerLens centres its
+  unembedding, a Hugging Face model does not; softmax and KL see no difference).
 
 ``edits`` are :class:`Edit` s, interventions as data (what they edit, where, how): each engine applies those of the
 sites it edits (``engine.sites``) in its own way and refuses the others in one place (:func:`applied`).
 
-Why reductions, not activations: an nnsight trace may run on NDIF, far from here, and a pattern of a long prompt is
-too big to bring back; so an analysis hands over a :class:`Reduction` (a small ``state`` dict and two pure functions)
-that runs where the model runs, and only ``finish``'s small tensors come back. The local engines call the same two
-functions on the same tensors, so an analysis is written once and gets the same numbers everywhere
+Why reductions, not activations: an nnsight trace may run on NDIF, far from here, and a pattern of a long prompt is too
+big to bring back; so an analysis hands over a :class:`Reduction` (a small ``state`` dict and two pure functions) that
+runs where the model runs, and only ``finish``'s small tensors come back. The local engines call the same two functions
+on the same tensors, so an analysis is written once and gets the same numbers everywhere
 (``tests/model/test_engines.py`` checks every analysis on every engine).
 
 Why lazy inputs: ``batches`` may be a list of ``[batch, pos]`` token tensors or a function returning one. Stored
 activations never run a model; they answer a reduction that says how to read its result off a store
-(``Reduction.stored``), so the prompts (and the checks against the model's context that making them needs) are made
-only by an engine that runs a model.
+(``Reduction.stored``), so the prompts (and the checks against the model's context that making them needs) are made only
+by an engine that runs a model.
 
-Each engine is one module: TransformerLens hooks (:mod:`~gpt2_posheads.model.engine_hooks`), the hook-free fast
-path (:mod:`~gpt2_posheads.model.engine_fast`), an nnsight trace (:mod:`~gpt2_posheads.model.engine_nnsight`);
-stored activations (:class:`StoredEngine`) are here, with :func:`engine_for`, which picks one per call of an
-analysis:
+Each engine is one module: TransformerLens hooks (:mod:`~gpt2_posheads.model.engine_hooks`), the hook-free fast path
+(:mod:`~gpt2_posheads.model.engine_fast`), an nnsight trace (:mod:`~gpt2_posheads.model.engine_nnsight`); stored
+activations (:class:`StoredEngine`) are here, with :func:`engine_for`, which picks one per call of an analysis:
 
 ==============  ==========================================================================================
 ``"auto"``      the fast path for passes without edits when it reproduces the model (verified on first use,
@@ -52,10 +51,9 @@ analysis:
 ``"stored"``    stored activations (:class:`StoredActivations`); a store gets this engine under ``"auto"``
 ==============  ==========================================================================================
 
-An operation that does not apply to an engine (running a store, editing it, bringing every token's residual back
-from a trace, reading queries and keys off a trace or the fast path) raises :class:`EngineError` naming the engine
-and the operation.
-"""
+An operation that does not apply to an engine (running a store, editing it, bringing every token's residual back from a
+trace, reading queries and keys off a trace or the fast path) raises :class:`EngineError` naming the engine and the
+operation."""
 
 from __future__ import annotations
 
@@ -101,19 +99,17 @@ class EngineError(ValueError):
 
 @dataclass
 class Reduction:
-    """What a pass keeps of each layer's activation, as a small state and two pure functions.
-
-    ``step(state, layer, x)`` folds one layer's activation of one batch into ``state`` (it must not keep ``x``
-    itself: local engines reuse its buffer for the next layer); ``finish(state)`` turns the state into the
-    ``{name: tensor}`` result. Under nnsight both run where the model runs (shipped by value) and only ``finish``'s
-    tensors come back. ``stored(store)``: the same result read off stored activations (``None``: a store cannot
-    answer it). ``bulk``: what the state keeps per token, if anything (e.g. every prompt's residual stream); an
-    engine that would have to ship it back from where the model runs refuses it. ``layers``: the only layers whose
-    patterns ``step`` reads (``None``: every layer); an engine may skip the others and stop after the last.
-    ``logits(state, tokens, logits)``: for ``patterns``, each batch's logits ``[batch, pos, d_vocab]`` with its tokens
-    ``[batch, pos]`` (both on the model's device), after that batch's patterns (``None``: the pass stops after the
-    last pattern). Under ``activations``, ``step``'s third argument is the layer's ``{kind: tensor}`` reads.
-    """
+    """What a pass keeps of each layer's activation, as a small state and two pure functions. ``step(state, layer, x)``
+    folds one layer's activation of one batch into ``state`` (it must not keep ``x`` itself: local engines reuse its
+    buffer for the next layer); ``finish(state)`` turns the state into the ``{name: tensor}`` result. Under nnsight both
+    run where the model runs (shipped by value) and only ``finish``'s tensors come back. ``stored(store)``: the same
+    result read off stored activations (``None``: a store cannot answer it). ``bulk``: what the state keeps per token,
+    if anything (e.g. every prompt's residual stream); an engine that would have to ship it back from where the model
+    runs refuses it. ``layers``: the only layers whose patterns ``step`` reads (``None``: every layer); an engine may
+    skip the others and stop after the last. ``logits(state, tokens, logits)``: for ``patterns``, each batch's logits
+    ``[batch, pos, d_vocab]`` with its tokens ``[batch, pos]`` (both on the model's device), after that batch's patterns
+    (``None``: the pass stops after the last pattern). Under ``activations``, ``step``'s third argument is the layer's
+    ``{kind: tensor}`` reads."""
 
     step: Step
     finish: Callable[[dict], dict]
@@ -279,8 +275,7 @@ def layers_read(model, reads: Mapping[str, Iterable[int]]) -> dict[int, set[str]
 
 
 def keep_reads(state: dict, layer: int, acts: dict) -> None:
-    """The ``step`` of an ``activations`` reduction that keeps each layer's reads as they come (one batch's worth): with
-    ``finish=dict`` the result is ``{layer: {kind: tensor}}``."""
+    """A ``step`` keeping each layer's reads (one batch's worth): with ``finish=dict``, ``{layer: {kind: tensor}}``."""
     state[layer] = acts
 
 
@@ -289,9 +284,8 @@ def read_kinds(reads: Mapping[str, Iterable[int]]) -> str:
 
 
 class StoredEngine:
-    """Stored activations (:class:`StoredActivations`): they answer the reductions that say how to read their
-    result off a store (``Reduction.stored``) and nothing else: no pattern or residual of new inputs, no run, no
-    edit."""
+    """Stored activations (:class:`StoredActivations`): they answer the reductions that say how to read their result off
+    a store (``Reduction.stored``) and nothing else: no pattern or residual of new inputs, no run, no edit."""
 
     name = STORED
     sites = frozenset()
@@ -326,13 +320,11 @@ class StoredEngine:
 
 def engine_for(model, engine: str = "auto", bf16: bool = False, with_edits: bool = False) -> Engine:
     """The :class:`Engine` that runs ``model`` (a TransformerLens model, a traced model, or stored activations).
-
     ``engine``: one of :data:`ENGINES` (module doc). ``bf16``: matmuls in bfloat16 where the CPU or GPU has native
-    support (else float32, said once: :func:`~gpt2_posheads.model.precision.resolve_bf16`); a trace runs the model
-    in its own dtype. ``with_edits``: the analysis compares passes with and without edits, so under ``"auto"`` both
-    run through the engine that applies the edits (TransformerLens hooks): their difference is then the edits' alone,
-    with no difference between two ways of computing the clean pass in it.
-    """
+    support (else float32, said once: :func:`~gpt2_posheads.model.precision.resolve_bf16`); a trace runs the model in
+    its own dtype. ``with_edits``: the analysis compares passes with and without edits, so under ``"auto"`` both run
+    through the engine that applies the edits (TransformerLens hooks): their difference is then the edits' alone, with
+    no difference between two ways of computing the clean pass in it."""
     from .engine_fast import FastEngine
     from .engine_hooks import HooksEngine
     from .engine_nnsight import TracedEngine

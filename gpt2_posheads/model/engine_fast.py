@@ -1,12 +1,10 @@
 """A hook-free forward pass for the two read-only workloads: attention patterns and the residual stream.
 
-Diagonal statistics need every layer's attention pattern and nothing else; extended positional
-embeddings need the residual stream entering one block and nothing else. Through TransformerLens
-hooks both pay for machinery they do not use: the 4.x bridge forces eager attention, checks its
-masks on every call, and (under ``torch.autocast``) re-casts every weight on every call. This module
-recomputes the same GPT-2 block straight from the model's TransformerLens weights
-(``W_E``, ``W_pos``, ``blocks[l].attn.W_Q`` ... ``blocks[l].mlp.W_out``, ``ln1.w``/``ln1.b``), so it
-works on a 4.x bridge and a 3.x ``HookedTransformer`` alike:
+Diagonal statistics need every layer's attention pattern and nothing else; extended positional embeddings need the
+residual stream entering one block and nothing else. Through TransformerLens hooks both pay for machinery they do not
+use: the 4.x bridge forces eager attention, checks its masks on every call, and (under ``torch.autocast``) re-casts
+every weight on every call. This module recomputes the same GPT-2 block straight from the model's TransformerLens
+weights (a 4.x bridge and a 3.x ``HookedTransformer`` alike):
 
     resid_0      = W_E[tok] + W_pos[pos]
     x            = LN1(resid_l)
@@ -15,24 +13,20 @@ works on a 4.x bridge and a 3.x ``HookedTransformer`` alike:
     resid_mid    = resid_l + sum_h (A v)_h W_O[h] + b_O
     resid_{l+1}  = resid_mid + act(LN2(resid_mid) W_in + b_in) W_out + b_out
 
-When only the residual is wanted, ``A v`` goes through ``scaled_dot_product_attention`` (a fused
-kernel that never stores ``A``). Weights are gathered once per model (and per dtype) and reused until a
-parameter changes; in float32 they share the model's storage except the fused QKV matrix (a quarter
-of the block weights), and ``bf16`` adds a bfloat16 copy. Where the fused matrices of all layers would
-exceed :data:`FUSED_QKV_CACHE_BYTES` (GPT-2 large and XL), each layer's is built when the layer runs, in
-one reused buffer, so memory stays at the weights plus one layer's work. :func:`release` drops them.
+When only the residual is wanted, ``A v`` goes through ``scaled_dot_product_attention`` (a fused kernel that never
+stores ``A``). Weights are gathered once per model (and per dtype) and reused until a parameter changes; in float32 they
+share the model's storage except the fused QKV matrix (a quarter of the block weights), and ``bf16`` adds a bfloat16
+copy. Where the fused matrices of all layers would exceed :data:`FUSED_QKV_CACHE_BYTES` (GPT-2 large and XL), each
+layer's is built when the layer runs, in one reused buffer, so memory stays at the weights plus one layer's work.
+:func:`release` drops them.
 
-The fast path is *verified, not trusted*: the first time it meets a model it runs a short random
-prompt both ways and compares every pattern and the final residual with the hooked pass. A model it
-does not reproduce (an architecture outside the GPT-2 family, an unusual attention scale) falls back
-to the hooks with a warning, so results never depend on which path ran. Interventions
-(edits), and hooks the caller left on the model, always take the hooked path.
-"""
+The fast path is *verified, not trusted*: the first time it meets a model it runs a short random prompt both ways and
+compares every pattern and the final residual with the hooked pass. A model it does not reproduce (an architecture
+outside the GPT-2 family, an unusual attention scale) falls back to the hooks with a warning, so results never depend on
+which path ran. Edits, and hooks the caller left on the model, always take the hooked path."""
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import math
 import warnings
 import weakref
@@ -56,11 +50,9 @@ _GELU_C = 2.0 * math.sqrt(2.0 / math.pi)
 
 def gelu_tanh_(x: torch.Tensor) -> torch.Tensor:
     """GPT-2's ``gelu_new`` in place: ``0.5 x (1 + tanh(u)) = x * sigmoid(2u)``, ``u = sqrt(2/pi) (x + 0.044715 x^3)``.
-
-    The same function as ``F.gelu(x, approximate="tanh")`` (max difference ~5e-7 on N(0, 9) inputs, float
-    rounding), written with ``sigmoid`` and in-place passes: on a cache-sized chunk it runs about twice as
-    fast on AVX2 CPUs, where PyTorch's vectorised tanh is slow. ``x`` is overwritten and returned.
-    """
+    The same function as ``F.gelu(x, approximate="tanh")`` (max difference ~5e-7 on N(0, 9) inputs, float rounding),
+    written with ``sigmoid`` and in-place passes: on a cache-sized chunk it runs about twice as fast on AVX2 CPUs, where
+    PyTorch's vectorised tanh is slow. ``x`` is overwritten and returned."""
     t = x * x
     t.mul_(_GELU_C * 0.044715).add_(_GELU_C).mul_(x)
     return x.mul_(t.sigmoid_())
@@ -102,11 +94,9 @@ class FastPathUnsupported(ValueError):
 
 @dataclass
 class _Block:
-    """One block's weights in ``x @ W + b`` layout ([in, out]); only ``W_qkv`` is a copy (the fusion).
-
-    ``W_qkv`` is ``None`` when the fusion happens per call (:data:`FUSED_QKV_CACHE_BYTES`); ``qkv`` then
-    holds the model's own ``W_Q, W_K, W_V`` (each ``[n_heads, d_model, d_head]``, shared storage).
-    """
+    """One block's weights in ``x @ W + b`` layout ([in, out]); only ``W_qkv`` is a copy (the fusion). ``W_qkv`` is
+    ``None`` when the fusion happens per call (:data:`FUSED_QKV_CACHE_BYTES`); ``qkv`` then holds the model's own
+    ``W_Q, W_K, W_V`` (each ``[n_heads, d_model, d_head]``, shared storage)."""
 
     ln1: tuple[torch.Tensor | None, torch.Tensor | None]
     W_qkv: torch.Tensor | None  # [d_model, 3 * n_heads * d_head]
@@ -130,31 +120,20 @@ def _affine(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def unsupported_reason(model) -> str | None:
     """Why the fast path cannot run ``model`` (``None`` when it can)."""
     cfg = model.cfg
+    c = lambda name, default=None: getattr(cfg, name, default)  # noqa: E731
     checks = [
         (
-            getattr(cfg, "positional_embedding_type", "standard") == "standard",
+            c("positional_embedding_type", "standard") == "standard",
             "positional embeddings are not learned absolute ones",
         ),
-        (
-            getattr(cfg, "normalization_type", "LN") in ("LN", "LNPre", None),
-            f"normalization_type {getattr(cfg, 'normalization_type', None)!r}",
-        ),
-        (
-            getattr(cfg, "attn_only", False) or getattr(cfg, "act_fn", None) in ACTIVATIONS,
-            f"act_fn {getattr(cfg, 'act_fn', None)!r}",
-        ),
-        (not getattr(cfg, "parallel_attn_mlp", False), "parallel attention and MLP"),
-        (getattr(cfg, "n_key_value_heads", None) in (None, cfg.n_heads), "grouped-query attention"),
-        (
-            not getattr(cfg, "use_local_attn", False) and not getattr(cfg, "window_size", None),
-            "local attention windows",
-        ),
+        (c("normalization_type", "LN") in ("LN", "LNPre", None), f"normalization_type {c('normalization_type')!r}"),
+        (c("attn_only", False) or c("act_fn") in ACTIVATIONS, f"act_fn {c('act_fn')!r}"),
+        (not c("parallel_attn_mlp", False), "parallel attention and MLP"),
+        (c("n_key_value_heads") in (None, cfg.n_heads), "grouped-query attention"),
+        (not c("use_local_attn", False) and not c("window_size"), "local attention windows"),
         (getattr(model, "W_pos", None) is not None and getattr(model, "W_E", None) is not None, "no W_E/W_pos"),
     ]
-    for ok, why in checks:
-        if not ok:
-            return why
-    return None
+    return next((why for ok, why in checks if not ok), None)
 
 
 def ln_params(ln) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -180,24 +159,6 @@ class FastGPT2:
             self.W_E = model.W_E.detach().float()
             self.W_pos = model.W_pos.detach().float()
             self.blocks = [self._gather(model, l) for l in range(cfg.n_layers)]
-
-    def to(self, dtype: torch.dtype) -> FastGPT2:
-        """A copy whose matmul weights are in ``dtype`` (LayerNorm, embeddings stay float32)."""
-
-        def cast(block: _Block) -> _Block:
-            return dataclasses.replace(
-                block,
-                **{
-                    f.name: getattr(block, f.name).to(dtype)
-                    for f in dataclasses.fields(block)
-                    if f.name not in ("ln1", "ln2", "scale", "qkv") and getattr(block, f.name) is not None
-                },
-                qkv=None if block.qkv is None else tuple(t.to(dtype) for t in block.qkv),
-            )
-
-        out = copy.copy(self)
-        out.dtype, out.blocks = dtype, [cast(b) for b in self.blocks]
-        return out
 
     def _gather(self, model, layer: int) -> _Block:
         blk, dt = model.blocks[layer], self.dtype
@@ -229,20 +190,10 @@ class FastGPT2:
         """``[batch, pos]`` ids → ``resid_pre`` of block 0, ``[batch, pos, d_model]`` float32."""
         return self.W_E[tokens] + self.W_pos[: tokens.shape[1]]
 
-    def block(
-        self,
-        resid: torch.Tensor,
-        layer: int,
-        on_pattern=None,
-        attn_only_patterns: bool = False,
-        workspace: Workspace | None = None,
-    ):
-        """One block on the float32 residual ``[batch, pos, d_model]``.
-
-        With ``on_pattern``, the softmaxed pattern ``[batch, head, q, k]`` (float32) is passed to it;
-        with ``attn_only_patterns`` the block stops there (returns ``None``). The pattern lives in a
-        ``workspace`` buffer that the next layer overwrites: copy it to keep it.
-        """
+    def block(self, resid: torch.Tensor, layer: int, on_pattern=None, attn_only_patterns=False, workspace=None):
+        """One block on the float32 residual ``[batch, pos, d_model]``. With ``on_pattern``, the softmaxed pattern
+        ``[batch, head, q, k]`` (float32) is passed to it; with ``attn_only_patterns`` the block stops there (returns
+        ``None``). The pattern lives in a ``workspace`` buffer that the next layer overwrites: copy it to keep it."""
         w = self.blocks[layer]
         ws = workspace if workspace is not None else Workspace()
         qkv = _affine(self._norm(resid, w.ln1), self._fused_qkv(w, ws), w.b_qkv)
@@ -267,15 +218,12 @@ class FastGPT2:
     @staticmethod
     def _pattern(q: torch.Tensor, k: torch.Tensor, scale: float, ws: Workspace) -> torch.Tensor:
         """``softmax(q k^T * scale + causal mask)`` ``[batch*head, n, n]`` float32 from ``q``, ``k`` ``[batch*head, n,
-        d_head]``, in the workspace's ``pattern`` buffer (zero above the diagonal).
-
-        Scale and mask ride on the matmul (baddbmm), into reused buffers: freshly allocated ones this large cost more
-        in page faults than the softmax. From :data:`CAUSAL_BLOCKS_FROM` positions on, query rows go in blocks of
-        :data:`CAUSAL_BLOCK_ROWS` against the keys they can see (rows ``r0 .. r1 - 1``: keys ``0 .. r1 - 1``), about
-        half the scores, exponentials and writes of the whole square; the buffer's part above the blocks is zero from
-        its allocation and never written. A row's softmax over its visible keys is the softmax over all of them (the
-        others are ``-inf``: exactly 0).
-        """
+        d_head]``, in the workspace's ``pattern`` buffer (zero above the diagonal). Scale and mask ride on the matmul
+        (baddbmm), into reused buffers: freshly allocated ones this large cost more in page faults than the softmax.
+        From :data:`CAUSAL_BLOCKS_FROM` positions on, query rows go in blocks of :data:`CAUSAL_BLOCK_ROWS` against the
+        keys they can see (rows ``r0 .. r1 - 1``: keys ``0 .. r1 - 1``), about half the scores, exponentials and writes
+        of the whole square; the buffer's part above the blocks is zero from its allocation and never written. A row's
+        softmax over its visible keys is the softmax over all of them (the others are ``-inf``: exactly 0)."""
         bh, n, _ = q.shape
         bias = _causal_bias(n, q.dtype, str(q.device))
         if n < CAUSAL_BLOCKS_FROM:
@@ -323,9 +271,8 @@ class FastGPT2:
         return buf
 
     def _mlp(self, resid: torch.Tensor, w: _Block) -> torch.Tensor:
-        """``resid + act(LN2(resid) W_in + b_in) W_out + b_out`` in chunks of :data:`MLP_CHUNK_PER_THREAD`
-        rows per CPU thread, in one chunk on a GPU (any chunking gives the same rows: each row's MLP is
-        independent)."""
+        """``resid + act(LN2(resid) W_in + b_in) W_out + b_out`` in chunks of :data:`MLP_CHUNK_PER_THREAD` rows per CPU
+        thread, in one chunk on a GPU (any chunking gives the same rows: each row's MLP is independent)."""
         flat = resid.reshape(-1, self.d_model)
         out = torch.empty_like(flat)
         # the cache argument is a CPU one: on a GPU all rows go at once
@@ -348,17 +295,10 @@ class FastGPT2:
                 resid = self.block(resid, l, workspace=ws)
         return out
 
-    def patterns(
-        self,
-        tokens: torch.Tensor,
-        on_pattern: Callable[[int, torch.Tensor], None],
-        workspace: Workspace | None = None,
-        last: int | None = None,
-    ) -> None:
-        """Call ``on_pattern(layer, pattern [batch, head, q, k])`` for every layer up to ``last`` (default: the
-        last layer); stops after that layer's pattern (its values, output and MLP are never computed). Pass one
-        ``workspace`` to successive calls to reuse its buffers across batches; each pattern is overwritten by the
-        next."""
+    def patterns(self, tokens: torch.Tensor, on_pattern: Callable, workspace=None, last: int | None = None) -> None:
+        """Call ``on_pattern(layer, pattern [batch, head, q, k])`` for every layer up to ``last`` (default: the last
+        layer); stops after that layer's pattern (its values, output and MLP are never computed). Pass one ``workspace``
+        to successive calls to reuse its buffers across batches; each pattern is overwritten by the next."""
         last = self.n_layers - 1 if last is None else last
         resid, ws = self.embed(tokens), workspace if workspace is not None else Workspace()
         for l in range(last + 1):
@@ -389,11 +329,9 @@ _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _verify(model, fast: FastGPT2) -> str | None:
-    """Compare the fast path with the hooked pass on two short random prompts; ``None`` when they agree.
-
-    Tolerance 1e-3 (absolute on patterns, relative on the residual) for a float32 model; a model loaded
-    in half precision computes its own pass more coarsely, so 3e-2 there.
-    """
+    """Compare the fast path with the hooked pass on two short random prompts; ``None`` when they agree. Tolerance 1e-3
+    (absolute on patterns, relative on the residual) for a float32 model; a model loaded in half precision computes its
+    own pass more coarsely, so 3e-2 there."""
     cfg = model.cfg
     tol = 1e-3 if next(model.parameters()).dtype == torch.float32 else 3e-2
     n = min(6, cfg.n_ctx)  # 2 x 6 tokens: batch, mask and scale all exercised; the passes cost ~ tokens here
@@ -433,13 +371,11 @@ def _verify(model, fast: FastGPT2) -> str | None:
 
 
 def fast_forward(model, engine: str = "auto", dtype: torch.dtype = torch.float32):
-    """The :class:`FastGPT2` for ``model``, or ``None`` when the hooked pass must run.
-
-    ``engine``: ``"auto"`` (fast path when the model is supported, verified and carries no hooks of its own),
-    ``"fast"`` (raise instead of falling back), ``"hooks"`` (always
-    TransformerLens hooks). The fast path computes from the weights and runs no hook: hooks the caller left on the
-    model (:func:`~gpt2_posheads.model.state.caller_hooks`) would be skipped, so such a model takes the hooked pass.
-    """
+    """The :class:`FastGPT2` for ``model``, or ``None`` when the hooked pass must run. ``engine``: ``"auto"`` (fast path
+    when the model is supported, verified and carries no hooks of its own), ``"fast"`` (raise instead of falling back),
+    ``"hooks"`` (always TransformerLens hooks). The fast path computes from the weights and runs no hook: hooks the
+    caller left on the model (:func:`~gpt2_posheads.model.state.caller_hooks`) would be skipped, so such a model takes
+    the hooked pass."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r} is not one of {ENGINES}")
     if engine == "hooks":
@@ -470,7 +406,7 @@ def fast_forward(model, engine: str = "auto", dtype: torch.dtype = torch.float32
             entry["warned"] = True
         return None
     if dtype not in entry["by_dtype"]:
-        entry["by_dtype"][dtype] = entry["by_dtype"][torch.float32].to(dtype)
+        entry["by_dtype"][dtype] = FastGPT2(model, dtype)  # matmul weights in dtype; LayerNorm, embeddings float32
     return entry["by_dtype"][dtype]
 
 
@@ -480,11 +416,10 @@ def release(model) -> None:
 
 
 class FastEngine:
-    """The verified hook-free GPT-2 pass (:class:`FastGPT2`) for patterns and residuals without
-    edits. It applies no edits, computes no logits and hands over no queries, keys or head outputs: with ``strict``
-    (``engine="fast"``) a pass with edits, a reduction of logits or ``activations`` is an error; otherwise
-    (``"auto"``) such a pass, ``run`` and a model the fast path does not reproduce go to TransformerLens hooks (the
-    fast path says once why it stepped aside)."""
+    """The verified hook-free GPT-2 pass (:class:`FastGPT2`) for patterns and residuals without edits. It applies no
+    edits, computes no logits and hands over no queries, keys or head outputs: with ``strict`` (``engine="fast"``)
+    asking for any of these is an error; otherwise (``"auto"``) such a pass, ``run`` and a model the fast path does not
+    reproduce go to TransformerLens hooks (the fast path says once why it stepped aside)."""
 
     name = "fast"
     sites = frozenset()
@@ -495,8 +430,7 @@ class FastEngine:
         self.hooks = HooksEngine(model, bf16)
 
     def _fast(self, edits):
-        """The fast path, or ``None`` for the hooked pass: edits are refused under ``"fast"`` (:func:`applied`) and
-        go to the hooks under ``"auto"``."""
+        """The fast path, or ``None`` for the hooked pass (edits: refused under ``"fast"``, hooked under ``"auto"``)."""
         if as_edits(edits):
             if self.strict:
                 applied(self, edits)

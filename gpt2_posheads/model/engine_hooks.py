@@ -1,42 +1,34 @@
 """The TransformerLens engine: passes with hooks, the edits as hooks, and which hooks a model really fires.
 
-**Passes** (:class:`HooksEngine`) read ``blocks.{l}.attn.hook_pattern``, ``hook_resid_pre`` and, for
-``activations``, ``hook_q``/``hook_k``/``hook_cos``/``hook_sin``/``hook_z``, and stop as soon as the activation they
-need has been seen. ``stop_at_layer`` differs between TransformerLens versions (the 4.x bridge drops hooks at the stop
-layer and ignores ``stop_at_layer == n_layers``), so early exit is done with an exception raised from a hook
-(:func:`run_until`): everything after the last needed activation — later blocks, the final LayerNorm and the
-unembedding, the costliest matmul of a small model — is skipped, in TL 3.x and 4.x alike.
+**Passes** (:class:`HooksEngine`) stop as soon as the activation they need has been seen. ``stop_at_layer`` differs
+between TransformerLens versions (the 4.x bridge drops hooks at the stop layer and ignores
+``stop_at_layer == n_layers``), so early exit is an exception raised from a hook (:func:`run_until`): later blocks, the
+final LayerNorm and the unembedding (the costliest matmul of a small model) are skipped, in TL 3.x and 4.x alike.
 
-**Which hooks feed the model** (:func:`hook_status`).
+**Which hooks feed the model** (:func:`hook_status`). A hook name in ``model.hook_dict`` is no promise. On the
+TransformerLens 4 bridge (measured with TL 4.3 on random-weight models): Pythia and Llama never fire ``hook_pos_embed``
+(they have no ``W_pos``), Pythia lists ``hook_rot_q``/``hook_rot_k`` but never fires them, and GPT-Neo and OPT fire
+``hook_pattern`` only *after* the attention output is computed, so editing the pattern there changes nothing. An
+intervention that silently does nothing would make a claim look "not held" when it was never tested, so every
+intervention asks :func:`hook_status` first. The probe runs once per model (cached, reset when the weights change): one
+forward of 8 tokens watching the hooks of block ``min(1, n_layers - 1)`` and the embeddings, then one per hook with it
+edited, judged by the activation it feeds (:data:`DOWNSTREAM`): a verdict on the plumbing, not on the weights (editing
+the residual must reach ``resid_post`` through the skip connection whatever the block computes). A block hook that
+changes nothing there is probed in the other blocks too, since a block whose heads have zero value or output weights (a
+hand-built model's inert layer) hides the plumbing: it is ``live`` if it feeds its activation in any block.
 
-A hook name in ``model.hook_dict`` is no promise. On the TransformerLens 4 bridge (measured with TL 4.3 on
-random-weight models): Pythia and Llama never fire ``hook_pos_embed`` (they have no ``W_pos``), Pythia lists
-``hook_rot_q``/``hook_rot_k`` but never fires them, and GPT-Neo and OPT fire ``hook_pattern`` only *after* the
-attention output is computed, so editing the pattern there changes nothing. An intervention that silently does
-nothing would make a claim look "not held" when it was never tested, so every intervention asks
-:func:`hook_status` first. The probe runs once per model (cached, reset when the weights change): one forward
-of 8 tokens watching the hooks of block ``min(1, n_layers - 1)`` and the embeddings, then one per hook with it
-edited, judged by the activation it feeds (:data:`DOWNSTREAM`): a verdict on the plumbing, not on the weights
-(editing the residual must reach ``resid_post`` through the skip connection whatever the block computes). A block
-hook that changes nothing there is probed in the other blocks too, since a block whose heads have zero value or
-output weights (a hand-built model's inert layer) hides the plumbing: it is ``live`` if it feeds its activation in
-any block.
-
-**Pattern edits** (:func:`pattern_edit_hooks`).
-
-Where ``hook_pattern`` feeds the output (GPT-2, Pythia, Llama on the TransformerLens 4 bridge), an edit is a hook
-on it. Where it fires only after the output is computed (GPT-Neo and OPT on that bridge: the edit would be
-discarded, :func:`~gpt2_posheads.model.engine_hooks.hook_status`), the edit goes through the head outputs instead:
+**Pattern edits** (:func:`pattern_edit_hooks`). Where ``hook_pattern`` feeds the output (GPT-2, Pythia, Llama on the
+TransformerLens 4 bridge), an edit is a hook on it. Where it fires only after the output is computed (GPT-Neo and OPT on
+that bridge: the edit would be discarded), the edit goes through the head outputs instead:
 
     A = softmax(scale * q k^T + mask)      from this pass's queries and keys (rotated as the model rotates them)
     z' = edit(A) v                          replaces hook_z (the values per head, shared ones expanded)
 
-The scale and the mask (causal, plus any attention window, such as GPT-Neo's local layers) are calibrated once per
-model and layer on a clean pass (:func:`~gpt2_posheads.model.attention.scale_from_pattern`), and every pass checks
-that ``A v`` reproduces the model's own ``z`` before replacing it: a mismatch is an error, never a silent change.
-``hook_pattern``, which fires after the output there, then shows ``edit(A)`` to the hooks after it, so a reduction
-of the patterns sees the pattern the head attended with on every model (and every engine).
-"""
+The scale and the mask (causal, plus any attention window, such as GPT-Neo's local layers) are calibrated once per model
+and layer on a clean pass (:func:`~gpt2_posheads.model.attention.scale_from_pattern`), and every pass checks that
+``A v`` reproduces the model's own ``z`` before replacing it: a mismatch is an error, never a silent change.
+``hook_pattern``, which fires after the output there, then shows ``edit(A)`` to the hooks after it, so a reduction of
+the patterns sees the pattern the head attended with on every model (and every engine)."""
 
 from __future__ import annotations
 
@@ -81,8 +73,7 @@ def resid_hook_name(model, layer: int) -> str:
 
 
 def run_hooked(model, tokens: torch.Tensor, hooks: Sequence[tuple[str, Callable]], return_type="logits"):
-    """``model`` on ``tokens`` with TransformerLens forward hooks ``[(hook_name, fn), ...]``, removed afterwards (hooks
-    the caller left on the model stay)."""
+    """``model`` on ``tokens`` with ``hooks`` ``[(hook_name, fn), ...]``, removed afterwards (the caller's stay)."""
     with model.hooks(list(hooks)):
         return model(tokens, return_type=return_type)
 
@@ -127,10 +118,7 @@ def _params_key(model) -> tuple:
 
 
 def _watch(box: dict, name: str):
-    def hook(x, hook):
-        box[name] = x.detach().clone()
-
-    return hook
+    return lambda x, hook: box.__setitem__(name, x.detach().clone())
 
 
 def _edit(x, hook):
@@ -153,19 +141,16 @@ def hook_status(model) -> dict[str, HookState]:
         s: _name(model, DOWNSTREAM[s], embedding_block=s in ("hook_pos_embed", "hook_embed")) for s in present
     }
     fired: set[str] = set()
-
-    def note(suffix: str):
-        def hook(x, hook):
-            fired.add(suffix)
-
-        return hook
-
     watched = sorted({n for n in downstream.values() if n in hooks})
     clean: dict[str, torch.Tensor] = {}
     status: dict[str, HookState] = {}
     with torch.inference_mode():
         run_hooked(
-            model, toks, [(n, note(s)) for s, n in present.items()] + [(n, _watch(clean, n)) for n in watched], None
+            model,
+            toks,
+            [(n, lambda x, hook, s=s: fired.add(s)) for s, n in present.items()]
+            + [(n, _watch(clean, n)) for n in watched],
+            None,
         )
         for s in PROBED:
             if s not in present:
@@ -215,7 +200,6 @@ _WORDS = {
     "dead": "does not feed the activation after it (it fires after that is computed, or its weights ignore it)",
     "never fires": "never fires",
     "absent": "does not exist",
-    "live": "is live",
 }
 
 
@@ -232,24 +216,21 @@ class QKCapture:
         self.box: dict[str, torch.Tensor] = {}
 
     def hooks(self) -> list:
-        def grab(key):
-            def hook(x, hook):
-                self.box[key] = x.detach()
+        return [
+            (name, lambda x, hook, key=key: self.box.__setitem__(key, x.detach())) for key, name in self.names.items()
+        ]
 
-            return hook
-
-        return [(name, grab(key)) for key, name in self.names.items()]
+    def _rotated(self, key: str) -> torch.Tensor:
+        x = self.box[key]
+        return rotate(x, self.box["cos"], self.box["sin"]) if "cos" in self.box else x
 
     @property
     def q(self) -> torch.Tensor:
-        q = self.box["q"]
-        return rotate(q, self.box["cos"], self.box["sin"]) if "cos" in self.box else q
+        return self._rotated("q")
 
     @property
     def k(self) -> torch.Tensor:
-        k = self.box["k"]
-        k = rotate(k, self.box["cos"], self.box["sin"]) if "cos" in self.box else k
-        return expand_kv(k, self.box["q"].shape[2])
+        return expand_kv(self._rotated("k"), self.box["q"].shape[2])
 
 
 PatternEdit = Callable[[torch.Tensor], torch.Tensor]  # [batch, head, q, k] -> [batch, head, q, k]
@@ -331,12 +312,13 @@ def _hook_step(step: Step, state: dict, layer: int, x: torch.Tensor, hook) -> No
     step(state, layer, x)
 
 
+# the hook functions of the edits (x: [batch, pos, d_model], or the head outputs for ``_apply``)
 def _replace_positions(table: torch.Tensor, x: torch.Tensor, hook) -> torch.Tensor:
-    return replace_positions(x, table)  # x: [batch, pos, d_model]
+    return replace_positions(x, table)
 
 
 def _add(delta: torch.Tensor, x: torch.Tensor, hook) -> torch.Tensor:
-    return x + delta[: x.shape[-2]].to(x.dtype)  # x: [batch, pos, d_model]
+    return x + delta[: x.shape[-2]].to(x.dtype)
 
 
 def _set(value: torch.Tensor, x: torch.Tensor, hook) -> torch.Tensor:
@@ -372,11 +354,9 @@ def hook_tuples(model, edits) -> list:
 
 
 class HooksEngine:
-    """TransformerLens hooks on ``blocks.{l}.attn.hook_pattern`` and ``hook_resid_pre`` (and, for ``activations``,
-    ``hook_q``/``hook_k``/``hook_cos``/``hook_sin``/``hook_z``); edits become hooks (each bound once), run before the
-    reduction's hooks (a pattern edit on ``hook_pattern`` is what the reduction sees). A pass stops right after the last
-    activation it needs (:func:`run_until`), unless the reduction takes logits.
-    ``bf16``: under ``torch.autocast`` in bfloat16."""
+    """TransformerLens hooks; edits become hooks (each bound once), run before the reduction's (a pattern edit on
+    ``hook_pattern`` is what the reduction sees). A pass stops right after the last activation it needs
+    (:func:`run_until`), unless the reduction takes logits. ``bf16``: under ``torch.autocast`` in bfloat16."""
 
     name = "hooks"
     sites = frozenset(SITES)
@@ -445,12 +425,9 @@ class HooksEngine:
 
 
 class _LayerRead:
-    """One layer's reads in a hooked pass, handed to ``deliver(layer, {kind: tensor})`` once every hook they need
-    has fired: the order differs between bridges (some fire ``hook_pattern`` after the block's output), so nothing
-    is handed over half-read. Queries and keys come through :class:`QKCapture`
-    (rotated, one key per query head). ``stop``: ``((layer, stage), hook)``, the latest hook this layer needs, in
-    the order the pass reaches them (the residual entering a block, its queries and keys, its head outputs, the end
-    of the block for the pattern)."""
+    """One layer's reads, handed to ``deliver(layer, {kind: tensor})`` once every hook they need has fired (the order
+    differs between bridges: some fire ``hook_pattern`` after the block's output), so nothing is handed over half-read.
+    ``stop``: ``((layer, stage), hook)``, the latest hook this layer needs, in the order the pass reaches them."""
 
     def __init__(self, model, layer: int, kinds: set[str], deliver: Callable[[int, dict], None]):
         self.layer, self.kinds, self.deliver, self.delivered = layer, kinds, deliver, 0

@@ -1,15 +1,15 @@
 """The nnsight engine: one trace per call of an analysis, its reductions and edits running where the model runs.
 
-Each layer's pattern is computed inside the trace from the model's own query and key projections
-(:func:`layer_qkv`, :func:`~gpt2_posheads.model.attention.attention_pattern`) and reduced on the spot, so only small
-tensors (per-head diagonal means, per-head scores) come back from NDIF, never a pattern; the block of
-:func:`run_traced` is what nnsight ships, and the functions it calls are shipped by value (this package need not be
-installed on the server). The models, their architectures and loading are :mod:`gpt2_posheads.model.traced`.
+Each layer's pattern is computed inside the trace from the model's own query and key projections (:func:`layer_qkv`,
+:func:`~gpt2_posheads.model.attention.attention_pattern`) and reduced on the spot, so only small tensors (per-head
+diagonal means, per-head scores) come back from NDIF, never a pattern; the block of :func:`run_traced` is what nnsight
+ships, and the functions it calls are shipped by value (this package need not be installed on the server). The models,
+their architectures and loading are :mod:`gpt2_posheads.model.traced`.
 
 Scores are ``q . k * scale`` with, per architecture (:data:`~gpt2_posheads.model.traced.ARCHS`):
 
-* queries and keys as the model's projections output them (GPT-2's fused ``c_attn`` split in three, GPT-NeoX's
-  fused ``query_key_value`` split per head, separate ``q_proj``/``k_proj`` elsewhere);
+* queries and keys as the model's projections output them (GPT-2's fused ``c_attn`` split in three, GPT-NeoX's fused
+  ``query_key_value`` split per head, separate ``q_proj``/``k_proj`` elsewhere);
 * rotary models rotated with the model's own ``cos``/``sin`` (the output of its ``rotary_emb``;
   :func:`~gpt2_posheads.model.attention.rotate`), grouped-query keys expanded per query head
   (:func:`~gpt2_posheads.model.attention.expand_kv`);
@@ -17,10 +17,9 @@ Scores are ``q . k * scale`` with, per architecture (:data:`~gpt2_posheads.model
   included; GPT-Neo, which does not scale, ``1``); the causal mask, plus GPT-Neo's local window and a sliding window
   where the configuration declares one.
 
-So a hosted model need not run eager attention. The recomputation is *verified, not trusted*: on the first batch
-of every pass the trace also forms ``A v`` and compares it with the input of the attention's output projection (the
-model's own head outputs); a gap above tolerance is an error.
-"""
+So a hosted model need not run eager attention. The recomputation is *verified, not trusted*: on the first batch of
+every pass the trace also forms ``A v`` and compares it with the input of the attention's output projection (the model's
+own head outputs); a gap above tolerance is an error."""
 
 from __future__ import annotations
 
@@ -34,9 +33,7 @@ from .engine import Edit, EngineError, LogitsStep, bind_all, materialise, read_k
 from .traced import ENGINE, Arch, TracedModel, module_at, require_nnsight
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Inside the trace (these run where the model runs: pure torch, no imports)
-# --------------------------------------------------------------------------------------------------------------
+# --- inside the trace (these run where the model runs: pure torch, no imports) ---------------------------------
 def layer_qkv(layer_attn, arch: Arch, n_heads: int, d_head: int, rot):
     """Queries, keys and values of one attention module (an envoy in a trace), ``[batch, pos, head, d_head]``
     float32, rotated as the model rotates them (``rot = (cos, sin)``), keys and values expanded per query head."""
@@ -102,13 +99,10 @@ def heads_output(pattern: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | No
 
 def z_gap(mine: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
     """Relative gap of a recomputed head output to the model's own (a 0-d tensor)."""
-    theirs = theirs.float()
-    return (mine - theirs).abs().max() / (1.0 + theirs.abs().max())
+    return (mine - theirs.float()).abs().max() / (1.0 + theirs.float().abs().max())
 
 
-# --------------------------------------------------------------------------------------------------------------
-# The one traced pass
-# --------------------------------------------------------------------------------------------------------------
+# --- the one traced pass -------------------------------------------------------------------------------------
 def stream_as_transformer_lens(x: torch.Tensor, center: bool) -> torch.Tensor:
     """A residual ``[batch, pos, d_model]`` as TransformerLens's processed model holds it (float32): on a LayerNorm
     model (``center``) each row centred over ``d_model``, as compatibility mode centres every write to the stream
@@ -129,26 +123,22 @@ def run_traced(
     check: bool = True,
     on_logits: Callable[[dict, torch.Tensor], None] | None = None,
 ) -> dict:
-    """One nnsight session over ``batches`` (``[batch, pos]`` token ids) that returns ``finish(state)``.
-
-    For every batch, in one trace: ``on_resid(state, layer, resid [batch, pos, d_model])`` for each layer of
-    ``resid_layers`` (the residual entering that block; ``n_layers`` = the final residual, before the final norm;
-    float32, centred per row on a LayerNorm model: :func:`stream_as_transformer_lens`), and
-    ``on_pattern(state, layer, pattern [batch, head, q, k])`` for every layer, the pattern computed from the
-    model's queries and keys (module doc). ``edits``: ``(site, layer, how)`` of
-    :class:`~gpt2_posheads.model.engine.Edit` s in the trace: ``"pos_embed"`` (the position embedding's output
-    becomes ``how(W_pos)[position]``, ``how`` running where the model runs), ``"resid_add"`` (``how`` ``[pos,
-    d_model]`` added to the stream entering block ``layer``), ``"pattern"`` (block ``layer`` attends with
-    ``how(A)``: ``z = how(A) v`` replaces the input of the output projection once ``A v`` is checked to be the
-    model's own ``z``; the reductions then see ``how(A)``) and ``"z"`` (the head outputs become ``how(z)``, ``z``
-    ``[batch, pos, head, d_head]`` without the value bias, as TransformerLens holds them). The pass stops after the
-    last layer it needs, unless ``on_logits``:
-    then the whole model runs and ``on_logits(state, logits [batch, pos, d_vocab])`` sees its output. ``state`` is a
-    small dict the callbacks fill (created here, shipped with the request); ``finish`` turns it into the small
-    tensors that come back — the only values that leave the session. ``check``: on the first batch, verify ``A v``
-    against the model's head outputs in every layer whose pattern is computed (raises ``RuntimeError`` past
-    tolerance).
-    """
+    """One nnsight session over ``batches`` (``[batch, pos]`` token ids) that returns ``finish(state)``. For every
+    batch, in one trace: ``on_resid(state, layer, resid [batch, pos, d_model])`` for each layer of ``resid_layers`` (the
+    residual entering that block; ``n_layers`` = the final residual, before the final norm; float32, centred per row on
+    a LayerNorm model: :func:`stream_as_transformer_lens`), and ``on_pattern(state, layer, pattern [batch, head, q,
+    k])`` for every layer, the pattern computed from the model's queries and keys (module doc). ``edits``: ``(site,
+    layer, how)`` of :class:`~gpt2_posheads.model.engine.Edit` s in the trace: ``"pos_embed"`` (the position embedding's
+    output becomes ``how(W_pos)[position]``, ``how`` running where the model runs), ``"resid_add"`` (``how`` ``[pos,
+    d_model]`` added to the stream entering block ``layer``), ``"pattern"`` (block ``layer`` attends with ``how(A)``:
+    ``z = how(A) v`` replaces the input of the output projection once ``A v`` is checked to be the model's own ``z``;
+    the reductions then see ``how(A)``) and ``"z"`` (the head outputs become ``how(z)``, ``z`` ``[batch, pos, head,
+    d_head]`` without the value bias, as TransformerLens holds them). The pass stops after the last layer it needs,
+    unless ``on_logits``: then the whole model runs and ``on_logits(state, logits [batch, pos, d_vocab])`` sees its
+    output. ``state`` is a small dict the callbacks fill (created here, shipped with the request); ``finish`` turns it
+    into the small tensors that come back — the only values that leave the session. ``check``: on the first batch,
+    verify ``A v`` against the model's head outputs in every layer whose pattern is computed (raises ``RuntimeError``
+    past tolerance)."""
     require_nnsight("--engine")
     from nnsight import save
 
@@ -239,15 +229,10 @@ def _keep_logits(state: dict, logits: torch.Tensor) -> None:
     state["logits"] = logits
 
 
-def _finish_logits(state: dict) -> dict:
-    return {"logits": state["logits"]}
-
-
 @dataclass
 class _WithTokens:
-    """``on_logits(state, logits)`` of :func:`run_traced` as ``step(state, tokens,
-    logits)``: the trace hands over each batch's logits in the order of ``batches``, so a count finds the tokens
-    (shipped with the request, where the model runs)."""
+    """``on_logits(state, logits)`` of :func:`run_traced` as ``step(state, tokens, logits)``: the trace hands over each
+    batch's logits in the order of ``batches``, so a count finds the tokens (shipped with the request)."""
 
     step: LogitsStep
     batches: list
@@ -322,4 +307,4 @@ class TracedEngine:
 
     def run(self, tokens, edits=()) -> torch.Tensor:
         edits = self._edits(edits)
-        return run_traced(self.model, [tokens], {}, _finish_logits, on_logits=_keep_logits, edits=edits)["logits"]
+        return run_traced(self.model, [tokens], {}, dict, on_logits=_keep_logits, edits=edits)["logits"]

@@ -7,9 +7,8 @@ their ``*.index.json``), each file hashed whole and streamed in 8 MiB reads, so 
 (``docs/benchmarks.md``), so each file's hash is remembered by (path, size, modification time) in a small JSON file
 under the user cache folder (:func:`~gpt2_posheads.model.paths.cache_dir`): ``$GPT2_POSHEADS_CACHE``, else
 ``$XDG_CACHE_HOME/gpt2_posheads``, else ``~/.cache/gpt2_posheads``. A rerun on unchanged files reads none of them; a
-file rewritten in place gets a new modification time and is hashed again. Where the cache cannot be written, every
-call hashes.
-"""
+file rewritten in place gets a new modification time and is hashed again. Where the cache cannot be written, every call
+hashes."""
 
 from __future__ import annotations
 
@@ -17,10 +16,9 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
-from .paths import cache_dir
+from .paths import cache_dir, write_whole_text
 
 CACHE_FILE = "file-sha256.json"
 CACHE_ENTRIES = 1024  # the most recently hashed files kept
@@ -37,35 +35,16 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def _read_cache(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_cache(path: Path, data: dict) -> None:
-    """Write atomically (a temporary file renamed over the cache), so a reader never sees half a file."""
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".file-sha256.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f)
-            os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-
-
 def cached_file_sha256(path: str | os.PathLike) -> str:
     """:func:`file_sha256`, remembered by (resolved path, size, modification time in ns) in the cache folder."""
     p = Path(path).resolve()
     st = p.stat()
     stamp = [st.st_size, st.st_mtime_ns]
     cache = cache_dir() / CACHE_FILE
-    entries = _read_cache(cache)
+    entries = {}
+    with contextlib.suppress(OSError, ValueError):
+        entries = json.loads(cache.read_text(encoding="utf-8"))
+    entries = entries if isinstance(entries, dict) else {}
     hit = entries.get(str(p))
     if isinstance(hit, list) and len(hit) == 3 and hit[:2] == stamp and isinstance(hit[2], str):
         return hit[2]
@@ -74,7 +53,8 @@ def cached_file_sha256(path: str | os.PathLike) -> str:
     entries[str(p)] = [*stamp, digest]
     if len(entries) > CACHE_ENTRIES:  # oldest first (insertion order): keep the most recent
         entries = dict(list(entries.items())[-CACHE_ENTRIES:])
-    _write_cache(cache, entries)
+    with contextlib.suppress(OSError):  # written whole (a reader never sees half a file), or not at all
+        write_whole_text(cache, json.dumps(entries))
     return digest
 
 

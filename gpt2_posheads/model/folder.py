@@ -9,15 +9,14 @@ finds, from the files and before any model is built, what would go wrong, in one
 * no weights, or a weights file that is truncated or not a weights file;
 * a ``config.json`` that contradicts itself: ``architectures`` naming a class of another ``model_type``, a head count
   that does not divide the width (where no ``head_dim`` is given), a ``vocab_size`` below the tokenizer's ids;
-* weights that are not the config's model: no tensor is a parameter of it (another architecture), or some parameter
-  has no tensor or some tensor no parameter (named, a few of them, with the counts), matched by the rules
+* weights that are not the config's model: no tensor is a parameter of it (another architecture), or some parameter has
+  no tensor or some tensor no parameter (named, a few of them, with the counts), matched by the rules
   ``from_pretrained`` applies (the base-model prefix, tied weights, the model's ignore lists, renamings);
-* a ``config.json`` whose sizes disagree with the weights (each tensor's shape against the model the config
-  describes, built on PyTorch's ``meta`` device: no memory, no time);
+* a ``config.json`` whose sizes disagree with the weights (each tensor's shape against the model the config describes,
+  built on PyTorch's ``meta`` device: no memory, no time);
 * a weight that is not finite (named, with its count of NaN/inf entries).
 
-The loader checks the parameter names again as ``from_pretrained`` matches them (``memory.CheckpointLoader``).
-"""
+The loader checks the parameter names again as ``from_pretrained`` matches them (``memory.CheckpointLoader``)."""
 
 from __future__ import annotations
 
@@ -163,27 +162,24 @@ def tokenizer_size(folder: Path) -> tuple[int, str] | None:
     """One more than the largest token id the folder's tokenizer files define, and the file that defines most of
     them (``None`` for a SentencePiece model or unreadable files: the loader's tokenizer then decides)."""
     ids: list[int] = []
-    source = None
+    read = lambda name: json.loads((folder / name).read_text(encoding="utf-8"))  # noqa: E731
     try:
         if (folder / "tokenizer.json").is_file():
-            data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+            source, data = "tokenizer.json", read("tokenizer.json")
             vocab = (data.get("model") or {}).get("vocab")
             if isinstance(vocab, dict):
                 ids += [int(v) for v in vocab.values()]
             elif isinstance(vocab, list):  # Unigram: [piece, score] pairs, ids by position
                 ids.append(len(vocab) - 1)
             ids += [int(t["id"]) for t in data.get("added_tokens") or []]
-            source = "tokenizer.json"
         elif (folder / "vocab.json").is_file():
-            ids += [int(v) for v in json.loads((folder / "vocab.json").read_text(encoding="utf-8")).values()]
-            source = "vocab.json"
+            source, ids = "vocab.json", [int(v) for v in read("vocab.json").values()]
         else:
             return None
         if (folder / "added_tokens.json").is_file():
-            ids += [int(v) for v in json.loads((folder / "added_tokens.json").read_text(encoding="utf-8")).values()]
+            ids += [int(v) for v in read("added_tokens.json").values()]
         if (folder / "tokenizer_config.json").is_file():
-            tc = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-            ids += [int(k) for k in (tc.get("added_tokens_decoder") or {})]
+            ids += [int(k) for k in (read("tokenizer_config.json").get("added_tokens_decoder") or {})]
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
     return (max(ids) + 1, source) if ids else None
@@ -191,8 +187,7 @@ def tokenizer_size(folder: Path) -> tuple[int, str] | None:
 
 def vocab_problem(folder: Path, config: dict) -> str | None:
     """A ``vocab_size`` too small for the tokenizer's ids (a larger one is common: vocabularies padded for speed)."""
-    vocab = config.get("vocab_size")
-    size = tokenizer_size(folder)
+    vocab, size = config.get("vocab_size"), tokenizer_size(folder)
     if not isinstance(vocab, int) or isinstance(vocab, bool) or size is None:
         return None
     n, source = size
@@ -234,8 +229,7 @@ def matched_names(model, names: list[str]) -> tuple[set[str], set[str], set[str]
         WeightConverter = WeightRenaming = ()  # noqa: N806
     renamings = [m for m in mapping if isinstance(m, WeightRenaming)]
     converters = [m for m in mapping if isinstance(m, WeightConverter)]
-    meta = model.state_dict()
-    prefix = getattr(model, "base_model_prefix", "") or ""
+    meta, prefix = model.state_dict(), getattr(model, "base_model_prefix", "") or ""
     loaded: set[str] = set()
     unexpected: set[str] = set()
     for name in names:
@@ -282,13 +276,15 @@ def matched_names(model, names: list[str]) -> tuple[set[str], set[str], set[str]
 def mismatch_message(weights: str, kind: str, missing, unexpected, mismatched=()) -> str:
     """One line: which parameters have no tensor in ``weights``, which tensors no parameter, which another shape
     (a few of each, and the counts)."""
-    parts = []
-    if missing:
-        parts.append(f"{len(missing):,} parameter(s) of the model have no tensor ({_names(missing)})")
-    if unexpected:
-        parts.append(f"{len(unexpected):,} tensor(s) are no parameter of it ({_names(unexpected)})")
-    if mismatched:
-        parts.append(f"{len(mismatched):,} tensor(s) have another shape ({_names(mismatched)})")
+    parts = [
+        f"{len(keys):,} {what} ({_names(keys)})"
+        for keys, what in (
+            (missing, "parameter(s) of the model have no tensor"),
+            (unexpected, "tensor(s) are no parameter of it"),
+            (mismatched, "tensor(s) have another shape"),
+        )
+        if keys
+    ]
     return (
         f"{weights} does not hold the weights of the model config.json describes ({kind!r}): "
         + " and ".join(parts)
@@ -377,11 +373,10 @@ def nonfinite_problem(files: list[Path]) -> str | None:
     """The first weight holding NaN or infinite entries, named, with how many."""
     import torch
 
-    for path in files:
-        for name, t in iter_safetensors(path):
-            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-                bad = int((~torch.isfinite(t)).sum())
-                return f"weight {name} has {bad:,} non-finite entries (NaN or inf) of {t.numel():,}"
+    for name, t in (nt for path in files for nt in iter_safetensors(path)):
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            return f"weight {name} has {bad:,} non-finite entries (NaN or inf) of {t.numel():,}"
     return None
 
 

@@ -16,6 +16,7 @@ cuts a file at the same byte every time, would hold a run for good. Every downlo
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import logging
@@ -88,11 +89,8 @@ def error_chain(e: BaseException) -> list[BaseException]:
 
 def http_status(e: BaseException) -> int | None:
     """The HTTP status of the first error in :func:`error_chain` that carries a response."""
-    for c in error_chain(e):
-        status = getattr(getattr(c, "response", None), "status_code", None)
-        if status is not None:
-            return int(status)
-    return None
+    statuses = (getattr(getattr(c, "response", None), "status_code", None) for c in error_chain(e))
+    return next((int(s) for s in statuses if s is not None), None)
 
 
 def first_line(e: BaseException | str) -> str:
@@ -102,9 +100,7 @@ def first_line(e: BaseException | str) -> str:
     return (text[0] if text else type(root).__name__)[:200]
 
 
-# --------------------------------------------------------------------------------------------
-# Does the hub answer: asked of the API the run will use, in seconds.
-# --------------------------------------------------------------------------------------------
+# --- does the hub answer: asked of the API the run will use, in seconds ------------------------------------------
 class Unanswered(NamedTuple):
     """Why the hub's API did not answer: ``why`` in words, to follow "and" (``HF_HUB_OFFLINE is set``); ``offline``:
     there is no connection at all (``HF_HUB_OFFLINE``, no network, a dead proxy), as against an endpoint that is
@@ -167,9 +163,7 @@ def hub_reachable(
     return hub_problem(repo, repo_type, revision, timeout) is None
 
 
-# --------------------------------------------------------------------------------------------
-# Bounded downloads.
-# --------------------------------------------------------------------------------------------
+# --- bounded downloads --------------------------------------------------------------------------------------------
 class _Guard:
     """The bounds of one download, enforced from the client's own requests (:func:`_on_request`,
     :func:`_on_response`) and from the thread that waits on it (:meth:`overdue`)."""
@@ -250,10 +244,8 @@ def _on_response(response) -> None:
         return
     start = 0
     if response.status_code == 206:  # Content-Range: bytes <start>-<end>/<size>
-        try:
+        with contextlib.suppress(IndexError, ValueError):
             start = int(response.headers.get("Content-Range", "").split()[1].split("-")[0])
-        except (IndexError, ValueError):
-            start = 0
     url = str(response.request.url).split("?")[0]
     http = importlib.import_module(type(response).__module__.split(".")[0])  # httpx, or httpx2 (huggingface_hub 2)
     response.stream = _counted(http.SyncByteStream)(response.stream, guard.body(url, start, response.stream))

@@ -1,11 +1,10 @@
 """What kind of model this is: OpenAI's GPT-2 small or not, and what kind of positions it has.
 
-The GPT-2 post names heads (L4H11, L2H2, ...) that mean something only on GPT-2 small, so scripts use
-those names as defaults only when :func:`is_gpt2_small` is sure. Shape alone is not enough (a random
-12 x 12 x 768 model has it, and so does one carrying GPT-2's real ``W_pos``): the check also needs
-GPT-2's token-embedding values and its tokenizer. Compatibility mode centres every row of ``W_E`` and
-``W_pos`` (subtracts its mean over ``d_model``), so values are compared up to one offset per row.
-"""
+The GPT-2 post names heads (L4H11, L2H2, ...) that mean something only on GPT-2 small, so scripts use those names as
+defaults only when :func:`is_gpt2_small` is sure. Shape alone is not enough (a random 12 x 12 x 768 model has it, and so
+does one carrying GPT-2's real ``W_pos``): the check also needs GPT-2's token-embedding values and its tokenizer.
+Compatibility mode centres every row of ``W_E`` and ``W_pos`` (subtracts its mean over ``d_model``), so values are
+compared up to one offset per row."""
 
 from __future__ import annotations
 
@@ -34,9 +33,7 @@ STANDIN_KEY = "gpt2_posheads_compiled_standin"
 def _rows_match(w: torch.Tensor, known: dict[int, dict[int, float]], tol: float = 2e-3) -> bool:
     """Each known row equals ``w``'s up to one offset per row (the compatibility-mode centring), to ``tol``."""
     for row, cols in known.items():
-        got = torch.tensor([float(w[row, c]) for c in cols])
-        want = torch.tensor(list(cols.values()))
-        diff = want - got
+        diff = torch.tensor(list(cols.values())) - torch.tensor([float(w[row, c]) for c in cols])
         if float(diff.max() - diff.min()) > 2 * tol or float(diff.abs().max()) > 0.05:
             return False
     return True
@@ -84,13 +81,11 @@ def position_kind(model) -> PositionKind:
 
 def has_learned_positions(model) -> bool:
     """``W_pos`` exists and is added to the residual stream (what the ``W_pos`` interventions need)."""
-    return (
-        position_kind(model) == "learned" and getattr(model.cfg, "positional_embedding_type", "standard") == "standard"
-    )
+    standard = getattr(model.cfg, "positional_embedding_type", "standard") == "standard"
+    return standard and position_kind(model) == "learned"
 
 
 def wpos_reason(model, label: str) -> str | None:
     """Why ``W_pos`` interventions do not apply to ``model`` (``None`` when they do)."""
-    if has_learned_positions(model):
-        return None
-    return f"{label} has {position_kind(model)} positions; W_pos interventions need learned absolute positions"
+    why = f"{label} has {position_kind(model)} positions; W_pos interventions need learned absolute positions"
+    return None if has_learned_positions(model) else why

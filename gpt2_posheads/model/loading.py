@@ -1,9 +1,7 @@
 """Loading TransformerLens models from the hub or a local Hugging Face directory, offline-safe.
 
-Analysis code in this package only touches TransformerLens hook names and ``model.cfg``, so the
-model returned here (a TL 4.x ``TransformerBridge`` in compatibility mode) and a TL 3.x
-``HookedTransformer`` are interchangeable.
-"""
+Analysis code in this package only touches TransformerLens hook names and ``model.cfg``, so the model returned here (a
+TL 4.x ``TransformerBridge`` in compatibility mode) and a TL 3.x ``HookedTransformer`` are interchangeable."""
 
 from __future__ import annotations
 
@@ -177,21 +175,13 @@ def load_model(
     center_writing_weights: bool = True,
     center_unembed: bool = True,
 ):
-    """A TransformerLens model from a hub name (``"gpt2"``) or a local Hugging Face directory.
-
-    On TransformerLens 4.x this is ``TransformerBridge.boot_transformers`` followed by
-    ``enable_compatibility_mode`` (HookedTransformer-equivalent weight processing: LayerNorm folded,
-    writing weights centred, so ``W_pos`` rows have zero mean over ``d_model``). On TL 3.x it is
-    ``HookedTransformer.from_pretrained``. Offline with no local or cached copy it raises
-    :class:`ModelLoadError` within seconds.
-    """
+    """A TransformerLens model from a hub name (``"gpt2"``) or a local Hugging Face directory. On TransformerLens 4.x
+    this is ``TransformerBridge.boot_transformers`` followed by ``enable_compatibility_mode``
+    (HookedTransformer-equivalent weight processing: LayerNorm folded, writing weights centred, so ``W_pos`` rows have
+    zero mean over ``d_model``). On TL 3.x it is ``HookedTransformer.from_pretrained``. Offline with no local or cached
+    copy it raises :class:`ModelLoadError` within seconds."""
     source = resolve_model_source(name_or_path)
-    try:  # transformers' "Loading weights" bar is noise on every script's stderr
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    except Exception:  # pragma: no cover
-        pass
+    quiet_loading()
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     local = Path(source).is_dir()
@@ -245,6 +235,14 @@ def load_model(
     return model
 
 
+def quiet_loading() -> None:
+    """Turn off transformers' "Loading weights" bar: noise on every script's stderr."""
+    with contextlib.suppress(Exception):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
 def _refuse_mismatch(source: str, files: list[Path], missing: list[str], unexpected: list[str], mismatched: list[str]):
     """:class:`ModelLoadError` when the checkpoint did not provide every parameter or a tensor went unused."""
     if missing or unexpected or mismatched:
@@ -262,19 +260,15 @@ def _local_tokenizer(path: str):
         return None
 
 
-# --------------------------------------------------------------------------------------------
-# The GPT-2 tokenizer from vocab.json + merges.txt, and small model directories for tests/demos.
-# --------------------------------------------------------------------------------------------
+# --- the GPT-2 tokenizer from vocab.json + merges.txt, and small model directories for tests/demos ---------------
 _REPAIRED_WARNED: set[str] = set()
 
 
 def _read_merges(vocab: dict[str, int], merges_path: Path) -> list[tuple[str, str]]:
-    """Merge pairs, repairing lines whose left part is not a vocabulary token.
-
-    Every merge ``a b`` must produce ``a+b`` from two existing tokens. A corrupted line (the copy in
-    ``shared/`` has four, where ``Run``/``Config`` were rewritten) is repaired when exactly one
-    vocabulary token with the same right part is produced by no merge; otherwise it is dropped.
-    """
+    """Merge pairs, repairing lines whose left part is not a vocabulary token. Every merge ``a b`` must produce ``a+b``
+    from two existing tokens. A corrupted line (the copy in ``shared/`` has four, where ``Run``/``Config`` were
+    rewritten) is repaired when exactly one vocabulary token with the same right part is produced by no merge; otherwise
+    it is dropped."""
     lines = [ln for ln in merges_path.read_text(encoding="utf-8").split("\n") if ln and not ln.startswith("#version")]
     pairs = [tuple(ln.split(" ")) for ln in lines]
     produced = {a + b for a, b in pairs if a in vocab and b in vocab}
@@ -286,9 +280,8 @@ def _read_merges(vocab: dict[str, int], merges_path: Path) -> list[tuple[str, st
             fixed.append((a, b))
             continue
         n_bad += 1
-        cands = [t for t in orphans if t.endswith(b) and t[: -len(b)] in vocab] if b in vocab else []
-        if len(cands) >= 1:
-            t = cands[0]
+        t = next((t for t in orphans if t.endswith(b) and t[: -len(b)] in vocab), None) if b in vocab else None
+        if t is not None:
             orphans.remove(t)
             fixed.append((t[: -len(b)], b))
     if n_bad and str(merges_path) not in _REPAIRED_WARNED:  # once per process is enough
@@ -330,12 +323,10 @@ def make_random_model_dir(
     seed: int = 0,
     state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Write a GPT-2-architecture model directory (config, ``model.safetensors``, tokenizer files).
-
-    Weights are GPT-2's random initialisation under ``seed``; entries of ``state_dict`` (Hugging Face
-    ``GPT2LMHeadModel`` names, e.g. ``transformer.wpe.weight``) overwrite them, which is how tests
-    set heads by hand. ``tokenizer`` defaults to the real GPT-2 tokenizer from ``shared/``.
-    """
+    """Write a GPT-2-architecture model directory (config, ``model.safetensors``, tokenizer files). Weights are GPT-2's
+    random initialisation under ``seed``; entries of ``state_dict`` (Hugging Face ``GPT2LMHeadModel`` names, e.g.
+    ``transformer.wpe.weight``) overwrite them, which is how tests set heads by hand. ``tokenizer`` defaults to the real
+    GPT-2 tokenizer from ``shared/``."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     for name, v, lo in (

@@ -9,22 +9,20 @@ weights (``docs/benchmarks.md``). Here the same processing runs on one copy:
 * :func:`read_checkpoint` reads a local ``.safetensors`` checkpoint with plain reads into memory the process owns, one
   tensor at a time (no mapping: the file's pages stay in the page cache, outside the process's resident set), and
   :class:`CheckpointLoader` hands those tensors to ``from_pretrained`` in place of the file, which keeps them as the
-  model's parameters without copying (and reports any parameter without a tensor or tensor without a parameter:
-  refused, never initialised afresh);
-* :func:`layerwise_processing` runs TransformerLens's own ``ProcessWeights.process_weights`` on one layer's tensors at
-  a time (and on the input side, embeddings, and the output side, final norm and unembedding, once each), distributes
-  each result to the model and drops the source tensors, and what the processed layer no longer uses of the
-  checkpoint (GPT-2's fused ``c_attn``, split into per-head Q, K, V), before the next layer. Every step of that
-  processing reads only its own layer's tensors or only one side's global ones, so the pieces give the same weights
-  as the whole (``tests/model/test_one_copy.py`` checks it against TransformerLens's processing on five
-  architectures);
+  model's parameters without copying (and reports any parameter without a tensor or tensor without a parameter: refused,
+  never initialised afresh);
+* :func:`layerwise_processing` runs TransformerLens's own ``ProcessWeights.process_weights`` on one layer's tensors at a
+  time (and on the input side, embeddings, and the output side, final norm and unembedding, once each), distributes each
+  result to the model and drops the source tensors, and what the processed layer no longer uses of the checkpoint
+  (GPT-2's fused ``c_attn``, split into per-head Q, K, V), before the next layer. Every step of that processing reads
+  only its own layer's tensors or only one side's global ones, so the pieces give the same weights as the whole
+  (``tests/model/test_one_copy.py`` checks it against TransformerLens's processing on five architectures);
 * :func:`release_source_copies` checks that the model does not compute with what was dropped (the output is unchanged
   when it is NaN; otherwise it is read back from the checkpoint), drops any other leftover of the checkpoint the same
-  way (views of a mapped checkpoint where TransformerLens loaded it), and hands freed heap back to the system
-  (glibc's ``malloc_trim``).
+  way (views of a mapped checkpoint where TransformerLens loaded it), and hands freed heap back to the system (glibc's
+  ``malloc_trim``).
 
-On the GPT-2 XL shape the loading peak is 1.24x the weights (``docs/benchmarks.md``).
-"""
+On the GPT-2 XL shape the loading peak is 1.24x the weights (``docs/benchmarks.md``)."""
 
 from __future__ import annotations
 
@@ -45,25 +43,16 @@ from .folder import iter_safetensors, unused_weights
 
 def read_checkpoint(files: list[Path], dtype: torch.dtype | None = None, names=None) -> dict[str, torch.Tensor]:
     """Every tensor of the safetensors ``files`` (or those in ``names``), read with plain reads into tensors of their
-    own (``folder.iter_safetensors``: no mapping).
-
-    A floating tensor is cast to ``dtype`` as it is read when that cast is exact (a wider float: float16 or
-    bfloat16 into float32), so the narrower copy never coexists with the whole wider model; a narrowing cast is left
-    to ``from_pretrained``, which applies the model's own dtype plan.
-    """
-    out: dict[str, torch.Tensor] = {}
-    for path in files:
-        for name, t in iter_safetensors(path, names):
-            if (
-                dtype is not None
-                and t.is_floating_point()
-                and dtype.is_floating_point
-                and t.dtype != dtype
-                and torch.finfo(dtype).bits > torch.finfo(t.dtype).bits
-            ):
-                t = t.to(dtype)
-            out[name] = t
-    return out
+    own (``folder.iter_safetensors``: no mapping). A floating tensor is cast to ``dtype`` as it is read when that cast
+    is exact (a wider float: float16 or bfloat16 into float32), so the narrower copy never coexists with the whole
+    wider model; a narrowing cast is left to ``from_pretrained``, which applies the model's own dtype plan."""
+    widen = lambda t: (  # noqa: E731
+        dtype is not None
+        and t.is_floating_point()
+        and dtype.is_floating_point
+        and torch.finfo(dtype).bits > torch.finfo(t.dtype).bits
+    )
+    return {name: t.to(dtype) if widen(t) else t for path in files for name, t in iter_safetensors(path, names)}
 
 
 def _placeholder(p: torch.Tensor, value: float = 0.0) -> torch.Tensor:
@@ -72,15 +61,13 @@ def _placeholder(p: torch.Tensor, value: float = 0.0) -> torch.Tensor:
 
 
 class CheckpointLoader:
-    """Stands in for the Hugging Face model class ``boot_transformers`` loads with (its ``model_class``): the same
-    class (chosen as TransformerLens chooses it) and the same ``from_pretrained`` arguments, with the checkpoint read
-    by :func:`read_checkpoint` instead of mapped. ``from_pretrained`` reports which parameters the checkpoint did not
+    """Stands in for the Hugging Face model class ``boot_transformers`` loads with (its ``model_class``): the same class
+    (chosen as TransformerLens chooses it) and the same ``from_pretrained`` arguments, with the checkpoint read by
+    :func:`read_checkpoint` instead of mapped. ``from_pretrained`` reports which parameters the checkpoint did not
     provide and which tensors no parameter took; either is an error (``on_mismatch`` raises it), never a model with
-    freshly initialised weights.
-
-    It remembers the parameters as loaded (weakly: one still alive after processing was never replaced) and which
-    checkpoint tensor each one is, so that :meth:`drop_unreplaced` can let go of a processed layer's leftovers at once
-    and :meth:`restore` can read them back should the model turn out to compute with them."""
+    freshly initialised weights. It remembers the parameters as loaded (weakly: one still alive after processing was
+    never replaced) and which checkpoint tensor each one is, so that :meth:`drop_unreplaced` can let go of a processed
+    layer's leftovers at once and :meth:`restore` can read them back should the model turn out to compute with them."""
 
     def __init__(self, files: list[Path], on_mismatch):
         self.files = list(files)
@@ -173,9 +160,7 @@ def concrete_class(cls, config):
     return model_class
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Weight processing one layer at a time
-# --------------------------------------------------------------------------------------------------------------------
+# --- weight processing one layer at a time ------------------------------------------------------------------------
 _LAYER = re.compile(r"^blocks\.(\d+)\.(.+)$")
 
 
@@ -204,11 +189,8 @@ def _to_tl_prefix(bridge, state_dict: dict[str, torch.Tensor]) -> dict[str, torc
     hf_to_tl = {remote: tl for tl, (remote, _c) in bridge.real_components.items() if remote and remote != tl}
     out = {}
     for key, value in state_dict.items():
-        for hf, tl in hf_to_tl.items():
-            if key.startswith(hf + "."):
-                key = f"{tl}.{key[len(hf) + 1 :]}"
-                break
-        out[key] = value
+        hf = next((hf for hf in hf_to_tl if key.startswith(hf + ".")), None)
+        out[key if hf is None else f"{hf_to_tl[hf]}.{key[len(hf) + 1 :]}"] = value
     return out
 
 
@@ -223,17 +205,14 @@ def process_weights_layerwise(
     refactor_factored_attn_matrices: bool = False,
 ) -> None:
     """``TransformerBridge.process_weights`` (TransformerLens 4.3) with ``ProcessWeights.process_weights`` applied to
-    one layer's tensors at a time instead of the whole state dict (module doc).
-
-    The steps around it are the bridge's own: the readable-weight check, no unembedding centring under logit
-    softcapping, the result's Hugging Face prefixes renamed, distributed to the
-    components, and the adapter's ``postprocess_weights``. Each layer's pass sees that layer renamed ``blocks.0`` with
-    a one-layer configuration, and one-row copies of the global tensors where a step insists on finding them (their
-    results are discarded); two global passes, with a zero-layer configuration, see the input side (embeddings) and
-    the output side (final norm, unembedding) in turn, each with one-row copies of the other. Raises
-    :class:`_NotLayerwise`, having changed nothing, where the split does not apply. ``after_layer(index)`` runs once
-    each layer's processed weights are in the model.
-    """
+    one layer's tensors at a time instead of the whole state dict (module doc). The steps around it are the bridge's
+    own: the readable-weight check, no unembedding centring under logit softcapping, the result's Hugging Face prefixes
+    renamed, distributed to the components, and the adapter's ``postprocess_weights``. Each layer's pass sees that layer
+    renamed ``blocks.0`` with a one-layer configuration, and one-row copies of the global tensors where a step insists
+    on finding them (their results are discarded); two global passes, with a zero-layer configuration, see the input
+    side (embeddings) and the output side (final norm, unembedding) in turn, each with one-row copies of the other.
+    Raises :class:`_NotLayerwise`, having changed nothing, where the split does not apply. ``after_layer(index)`` runs
+    once each layer's processed weights are in the model."""
     import logging
 
     from transformer_lens.utilities.activation_functions import softcap_enabled
@@ -352,22 +331,14 @@ def layerwise_processing(bridge, loader: CheckpointLoader | None = None) -> Iter
         del bridge.process_weights
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Dropping what the processed model no longer computes with
-# --------------------------------------------------------------------------------------------------------------------
+# --- dropping what the processed model no longer computes with ------------------------------------------------------
 def _mapped_ranges(suffix: str = ".safetensors") -> list[tuple[int, int]]:
     """Address ranges of this process's mappings of files ending in ``suffix`` (Linux; empty elsewhere)."""
     try:
-        lines = Path("/proc/self/maps").read_text().splitlines()
+        lines = [line.split() for line in Path("/proc/self/maps").read_text().splitlines()]
     except OSError:
         return []
-    out = []
-    for line in lines:
-        parts = line.split()
-        if len(parts) >= 6 and parts[-1].endswith(suffix):
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            out.append((lo, hi))
-    return out
+    return [tuple(int(x, 16) for x in p[0].split("-")) for p in lines if len(p) >= 6 and p[-1].endswith(suffix)]
 
 
 def trim_heap() -> None:

@@ -6,8 +6,8 @@
   ``$GPT2_POSHEADS_MODELS`` when set; else ``data/`` of a source checkout (the package sits in a clone beside its
   ``pyproject.toml``); else the user cache, ``$GPT2_POSHEADS_CACHE`` or ``$XDG_CACHE_HOME/gpt2_posheads`` or
   ``~/.cache/gpt2_posheads``, under ``models/``.
-* **Shipped models by name** (:func:`shipped_model_dir`): ``mini-gpt2`` and the compiled ``route-gpt2``,
-  ``lookalike-*`` resolve to their folders (a compiled one is built first when missing).
+* **Shipped models by name** (:func:`shipped_model_dir`): ``mini-gpt2`` and the compiled ``route-gpt2``, ``lookalike-*``
+  resolve to their folders (a compiled one is built first when missing).
 * ``../shared`` in development (:func:`shared_dir`): the larger data beside the project (full GPT-2 tokenizer).
 
 A compiled model is built once, whoever asks first (:func:`shipped_model_dir`): under a lock beside it
@@ -18,9 +18,8 @@ holding files a build does not write, or in a folder that cannot be written, is 
 ``gpt2-posheads build_compiled_models --only NAME``. No writable models folder is one line naming where it tried and
 ``$GPT2_POSHEADS_MODELS`` (:class:`~gpt2_posheads.model.validation.UsageError`, parameter ``model``).
 
-What cannot be written (:data:`CANNOT_WRITE`: a full disk, a quota, a file-size limit, a read-only file system) is
-named here once, for every place the toolkit writes (:func:`cannot_write`).
-"""
+What cannot be written (:data:`CANNOT_WRITE`: a full disk, a quota, a file-size limit, a read-only file system) is named
+here once, for every place the toolkit writes (:func:`cannot_write`)."""
 
 from __future__ import annotations
 
@@ -55,10 +54,8 @@ SHIPPED_MODELS = (*COMPILED_MODELS, ORGANISM)
 def source_checkout() -> Path | None:
     """The root of the source checkout the package runs from (an editable install or ``PYTHONPATH``), or ``None``
     for an installed package."""
-    root = REPO_ROOT
-    if (root / "pyproject.toml").is_file() and (root / "gpt2_posheads").resolve() == PACKAGE_DIR:
-        return root
-    return None
+    ok = (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "gpt2_posheads").resolve() == PACKAGE_DIR
+    return REPO_ROOT if ok else None
 
 
 def cache_dir() -> Path:
@@ -79,8 +76,6 @@ def models_dir() -> Path:
         return root / "data"
     return cache_dir() / "models"
 
-
-# --- what cannot be written --------------------------------------------------------------------------------------
 
 # errno -> what it means for a file being written; every place that writes says these in one line
 CANNOT_WRITE = {
@@ -106,22 +101,17 @@ def cannot_write(e: BaseException, written: tuple[Path, ...] = ()) -> str | None
     return None
 
 
-# --- runs that ended without finishing ------------------------------------------------------------------------
-
 STAGING = re.compile(r"^\.(?P<name>.+)\.(?:partial|replaced)-(?P<pid>\d+)$")  # .<name>.partial-<pid>: a run's own
 
 
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` runs on this machine (one of another user counts)."""
-    if pid <= 0:
-        return False
     try:
-        os.kill(pid, 0)
+        return pid > 0 and os.kill(pid, 0) is None
     except ProcessLookupError:
         return False
-    except (PermissionError, OSError):
+    except OSError:  # PermissionError: another user's
         return True
-    return True
 
 
 def process_start(pid: int) -> int | None:
@@ -231,21 +221,16 @@ def held(lock: Path, what: str) -> Iterator[None]:
 
 def lock_holder(lock: Path) -> dict:
     """What a lock file says of its holder (``pid``, ``host``, what it does), empty when it cannot be read."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         d = json.loads(lock.read_text() or "{}")
         return d if isinstance(d, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-# --- shipped models --------------------------------------------------------------------------------------------
+    return {}
 
 
 def shipped_model_dir(name: str, build: bool = True) -> Path:
-    """The folder of a shipped model: ``mini-gpt2`` inside the package, a compiled model in :func:`models_dir`
-    (with ``build``: built there first when missing, rebuilt when it fails its check; see the module doc).
-    ``ValueError`` for a name that is not shipped; :class:`UsageError` (parameter ``model``) for a folder that
-    cannot be built."""
+    """The folder of a shipped model: ``mini-gpt2`` inside the package, a compiled model in :func:`models_dir` (with
+    ``build``: built there first when missing, rebuilt when it fails its check; see the module doc). ``ValueError`` for
+    a name that is not shipped; :class:`UsageError` (parameter ``model``) for a folder that cannot be built."""
     if name == ORGANISM:
         return ORGANISM_DIR
     if name not in COMPILED_MODELS:
@@ -320,9 +305,7 @@ def _ensure_built(name: str, folder: Path) -> None:
 
 def _problem(folder: Path) -> str | None:
     """What is wrong with a compiled model's folder (``missing`` when there is none), or ``None``."""
-    if not folder.is_dir():
-        return "missing"
-    return _builder()["check"](folder)
+    return _builder()["check"](folder) if folder.is_dir() else "missing"
 
 
 def _tried(folder: Path) -> str:
@@ -340,13 +323,24 @@ def folder_lock(folder: Path, what: str):
 
 def write_whole(folder: Path, make: Callable[[Path], object]) -> None:
     """Write ``folder`` whole or not at all: ``make(staging)`` fills ``.<name>.partial-<pid>`` beside it, which then
-    replaces ``folder`` (:func:`replace_folder`); the staging folder is removed whatever happens, and those of
+    replaces ``folder``; the staging folder is removed whatever happens, and those of
     processes that died are removed first (:func:`remove_dead_staging`). The caller holds :func:`folder_lock`."""
     remove_dead_staging(folder.parent, folder.name)
     staging = folder.parent / f".{folder.name}.partial-{os.getpid()}"
+    aside = folder.parent / f".{folder.name}.replaced-{os.getpid()}"
     try:
         make(staging)
-        replace_folder(staging, folder)
+        # an existing folder (the toolkit's own, checked by the caller) is renamed aside first and removed once the
+        # new one is in place, so ``folder`` is never half written
+        if folder.exists():
+            os.rename(folder, aside)
+        try:
+            os.rename(staging, folder)
+        except BaseException:
+            if aside.exists() and not folder.exists():
+                os.rename(aside, folder)
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -367,22 +361,6 @@ def write_whole_text(path: str | Path, text: str) -> Path:
     return path
 
 
-def replace_folder(new: Path, folder: Path) -> None:
-    """Move the finished folder ``new`` to ``folder``: a rename; an existing ``folder`` (the toolkit's own, checked
-    by the caller) is renamed aside first and removed once ``new`` is in place, so ``folder`` is never half
-    written."""
-    aside = folder.parent / f".{folder.name}.replaced-{os.getpid()}"
-    if folder.exists():
-        os.rename(folder, aside)
-    try:
-        os.rename(new, folder)
-    except BaseException:
-        if aside.exists() and not folder.exists():
-            os.rename(aside, folder)
-        raise
-    shutil.rmtree(aside, ignore_errors=True)
-
-
 # The compiler of the compiled models lives above this layer (gpt2_posheads.organism.compiled). The package names it
 # here (register_builder_loader), which registers it when first needed, so that a model asked for by name is
 # built without this layer importing it, and `import gpt2_posheads` does not load the organism.
@@ -397,7 +375,6 @@ def register_builder_loader(load: Callable[[], None]) -> None:
 
 
 def _builder() -> dict:
-    """The registered compiler, importing it first if only its loader is known."""
     if not _BUILDER and _BUILDER_LOADER:
         _BUILDER_LOADER[0]()
     return _BUILDER
@@ -414,10 +391,7 @@ def register_builder(
 
 def shared_dir(required: bool = False) -> Path | None:
     """The ``shared/`` folder: ``$GPT2_POSHEADS_SHARED``, else ``../shared`` beside a source checkout or the
-    current folder.
-
-    Returns ``None`` (or raises, with ``required=True``) when none exists.
-    """
+    current folder; ``None`` (or ``FileNotFoundError`` with ``required``) when none exists."""
     candidates = []
     if os.environ.get(SHARED_ENV):
         candidates.append(Path(os.environ[SHARED_ENV]))
@@ -437,8 +411,5 @@ def shared_dir(required: bool = False) -> Path | None:
 
 def shared_file(*parts: str) -> Path | None:
     """A file under ``shared/`` if it exists, else ``None``."""
-    root = shared_dir()
-    if root is None:
-        return None
-    p = root.joinpath(*parts)
-    return p if p.exists() else None
+    p = None if (root := shared_dir()) is None else root.joinpath(*parts)
+    return p if p is not None and p.exists() else None

@@ -1,19 +1,18 @@
-"""Where bfloat16 is fast, what this machine is (for benchmarks and the bfloat16 fallback), and the one precision
-policy of the claims.
+"""Where bfloat16 is fast, what this machine is (for benchmarks and the bfloat16 fallback), and the one precision policy
+of the claims.
 
 On a CPU without bfloat16 matrix units (no AVX512-BF16, no AMX) PyTorch emulates bfloat16 matmuls:
-on a 2-core AMD EPYC with AVX2 only, ``bf16=True`` was at least 85x *slower* than float32. So a
-bfloat16 request is honoured only where the hardware has native support; elsewhere it falls back to
-float32 with one line saying why. ``GPT2_POSHEADS_FORCE_BF16=1`` (or ``force=True``) overrides.
+on a 2-core AMD EPYC with AVX2 only, ``bf16=True`` was at least 85x *slower* than float32. So a bfloat16 request is
+honoured only where the hardware has native support; elsewhere it falls back to float32 with one line saying why.
+``GPT2_POSHEADS_FORCE_BF16=1`` (or ``force=True``) overrides.
 
 **The precision policy.** The rules judge numbers computed in float32 (the default of ``load_model`` and of every
-command). A measurement whose matmuls ran in a half-precision type — because ``bf16=True`` / ``--bf16`` asked for it,
-or because the caller's model holds bfloat16 or float16 weights (``model.to(torch.bfloat16)``, ``model.half()``) —
-is :func:`reduced_precision`: the claims whose numbers that type is known to move (the ranking's diagonal masses:
+command). A measurement whose matmuls ran in a half-precision type — because ``bf16=True`` / ``--bf16`` asked for it, or
+because the caller's model holds bfloat16 or float16 weights (``model.to(torch.bfloat16)``, ``model.half()``) — is
+:func:`reduced_precision`: the claims whose numbers that type is known to move (the ranking's diagonal masses:
 bfloat16 moved sharp heads' masses by up to 0.5 on the shipped compiled models) are ``not testable``, naming the type
-and the way back to float32; every other claim is judged and carries a note naming the type. One function says both,
-so a command's ``--bf16`` and a caller's bfloat16 model read the same.
-"""
+and the way back to float32; every other claim is judged and carries a note naming the type. One function says both, so
+a command's ``--bf16`` and a caller's bfloat16 model read the same."""
 
 from __future__ import annotations
 
@@ -28,29 +27,23 @@ FORCE_ENV = "GPT2_POSHEADS_FORCE_BF16"
 _BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=2)
+def _cpuinfo(field: str) -> str | None:
+    """The first ``field`` line's value in ``/proc/cpuinfo`` (``None`` where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith(field)), None)
+    except OSError:
+        return None
+
+
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags from ``/proc/cpuinfo`` (empty where that file does not exist)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
+    return frozenset((_cpuinfo("flags") or "").split())
 
 
-@lru_cache(maxsize=1)
 def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_has_native_bf16() -> bool:
@@ -138,20 +131,18 @@ def require_finite_half(model, prompts: torch.Tensor) -> None:
     patterns stay finite (float16 on a CPU: every logit NaN), and a ranking of such patterns names a wrong cause. So
     such a model is run once on the first of ``prompts`` (``[batch, pos]``):
     :class:`~gpt2_posheads.model.validation.NonFiniteError` when its logits are not finite."""
+    from .engine import engine_for
     from .validation import require_finite
 
     if weights_dtype(model) in HALF_DTYPES and isinstance(model, torch.nn.Module) and prompts is not None:
-        with torch.no_grad():
-            logits = model(prompts[:1].to(next(model.parameters()).device))
-        require_finite(logits, "the model's logits")
+        require_finite(engine_for(model, "hooks").run(prompts[:1]), "the model's logits")
 
 
 def reduced_precision(bf16_used: bool = False, model=None) -> tuple[str, str] | None:
-    """``(cause, fix)`` when a measurement did not run in float32 (see the module doc), else ``None``.
-
-    ``bf16_used``: the pass ran bfloat16 matmuls on request (``bf16=True``, ``--bf16``: what
-    :func:`resolve_bf16` granted); ``model``: the model measured, whose weights may be bfloat16 or float16. ``cause``
-    completes "the numbers were ..." and names the type; ``fix`` says how to measure in float32."""
+    """``(cause, fix)`` when a measurement did not run in float32 (see the module doc), else ``None``. ``bf16_used``:
+    the pass ran bfloat16 matmuls on request (what :func:`resolve_bf16` granted); ``model``: the model measured, whose
+    weights may be bfloat16 or float16. ``cause`` completes "the numbers were ..."; ``fix`` says how to measure in
+    float32."""
     dtype = weights_dtype(model) if model is not None else None
     if dtype in HALF_DTYPES:
         name = str(dtype).removeprefix("torch.")

@@ -1,24 +1,31 @@
 """The caller's model as a measurement finds it: its training flag, the hooks it carries, the dtype of its weights.
 
-A model handed to a library function is the caller's object, in whatever state the caller left it. Three states
-change what a measurement measures, and none may do so silently:
+A model handed to a library function is the caller's object, in whatever state the caller left it. Three states change
+what a measurement measures, and none may do so silently:
 
 * **training mode** (``model.train()``): dropout makes two passes on the same prompts differ, so two calls give two
-  rankings. Every measurement runs in eval mode, as the rules assume; the caller's flags (module by module) are
-  handed back afterwards, on an exception too, and the result says the model was in training mode;
-* **hooks the caller attached** (``model.add_hook(...)``, a ``with model.hooks(...)`` block): they may be the
-  experiment (a head zeroed, a pattern edited), so they are measured with, never removed, and named in the result.
-  The hook-free fast path would skip them, so it is not used while the model carries any
+  rankings. Every measurement runs in eval mode, as the rules assume; the caller's flags (module by module) are handed
+  back afterwards, on an exception too, and the result says the model was in training mode;
+* **hooks the caller attached** (``model.add_hook(...)``, a ``with model.hooks(...)`` block): they may be the experiment
+  (a head zeroed, a pattern edited), so they are measured with, never removed, and named in the result. The hook-free
+  fast path would skip them, so it is not used while the model carries any
   (:func:`~gpt2_posheads.model.engine_fast.fast_forward`);
 * **bfloat16 or float16 weights**: the one precision policy of :mod:`~gpt2_posheads.model.precision`
   (:func:`~gpt2_posheads.model.precision.reduced_precision`) names the dtype; the claims it is known to move are
   ``not testable``.
 
 :func:`caller_model` is the context manager every measurement entry point runs under; :func:`measures_caller_model`
-makes a public function one. Entry points nest (a claim function calls the analyses): only the outermost reads the
-state and reports it — into a result's ``notes`` (a :class:`~gpt2_posheads.posts.result.ClaimResult`), or as one
+makes a public function one. Entry points nest (a claim function calls the analyses): only the outermost reads the state
+and reports it — into a result's ``notes`` (a :class:`~gpt2_posheads.posts.result.ClaimResult`), or as one
 :class:`ModelStateWarning` per note for a function that returns plain numbers.
-"""
+
+**One model, one measurement at a time.** TransformerLens keeps hooks on the model object: while one measurement has its
+hooks on (an intervention, a captured pattern), every forward pass of that model runs them, whoever calls it. Two
+measurements of one model from two threads (or an async notebook's worker threads) would each compute through the
+other's edits: previous-token masses of 1.99, rankings that differ from the same call made alone. So every public
+measurement holds its model's lock for its whole duration (:func:`model_lock`, taken by :func:`measures_caller_model`):
+calls on one model run one after another and each gives the numbers it gives alone; calls on different models still run
+at once. The lock is re-entrant, as a claim function calls the analyses, and a call that has to wait says so once."""
 
 from __future__ import annotations
 
@@ -26,15 +33,15 @@ import functools
 import inspect
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
-from .lock import model_lock
 from .precision import reduced_precision
-from .validation import NonFiniteError, checked_call
+from .validation import NonFiniteError, checked_call, note
 
 
 class ModelStateWarning(UserWarning):
@@ -62,15 +69,11 @@ def caller_hooks(model) -> tuple[str, ...]:
     hook_dict = getattr(model, "hook_dict", None)
     if not isinstance(model, torch.nn.Module) or not isinstance(hook_dict, dict):
         return ()
-    seen: set[int] = set()
-    names = []
+    first: dict[int, tuple] = {}  # each hook point once, under its first name
     for name, point in hook_dict.items():
-        if id(point) in seen:
-            continue
-        seen.add(id(point))
-        if any(_callers(h) for h in getattr(point, "fwd_hooks", None) or ()):
-            names.append(getattr(point, "name", None) or name)
-    return tuple(names)
+        first.setdefault(id(point), (name, point))
+    hooked = [(n, p) for n, p in first.values() if any(_callers(h) for h in getattr(p, "fwd_hooks", None) or ())]
+    return tuple(getattr(p, "name", None) or n for n, p in hooked)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,31 @@ class ModelState:
         return out
 
 
+_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its RLock, gone with the model
+_GUARD = threading.Lock()
+
+
+@contextmanager
+def model_lock(model) -> Iterator[None]:
+    """Hold ``model``'s re-entrant lock for the block, saying so once (``note: model <name> is being measured by
+    another call; waiting``) when another thread holds it. Nothing is locked for ``None`` or an object that cannot
+    be referenced weakly (stored activations)."""
+    try:
+        with _GUARD:
+            lock = _LOCKS.setdefault(model, threading.RLock())
+    except TypeError:
+        yield
+        return
+    if not lock.acquire(blocking=False):
+        name = getattr(getattr(model, "cfg", None), "model_name", "") or type(model).__name__
+        note(f"model {name} is being measured by another call; waiting")
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 _LOCK = threading.Lock()
 _ACTIVE: dict[int, list] = {}  # id(model) -> [state, depth, the modules' training flags as the caller left them]
 
@@ -142,19 +170,10 @@ def caller_model(model) -> Iterator[ModelState | None]:
                     m.training = was
 
 
-def _model_of(bound: inspect.BoundArguments):
-    """The model a call measures: its ``model`` argument, else its ``run``'s model."""
-    model = bound.arguments.get("model")
-    run = bound.arguments.get("run")
-    if model is None and run is not None:
-        model = getattr(run, "model", None)
-    return model
-
-
 def measures_caller_model(fn: Callable) -> Callable:
     """``fn`` (a public function taking ``model`` or ``run``) with its arguments checked
     (:func:`~gpt2_posheads.model.validation.check_arguments`), run holding the model's lock
-    (:func:`~gpt2_posheads.model.lock.model_lock`: one measurement of a model at a time) under :func:`caller_model`;
+    (:func:`model_lock`: one measurement of a model at a time) under :func:`caller_model`;
     what the model's state makes worth saying goes into the returned object's ``notes`` when it has that list (a
     claim result), else it is warned (:class:`ModelStateWarning`, one per note, naming ``fn``). A NaN the model
     computed in half precision (:class:`~gpt2_posheads.model.validation.NonFiniteError`) is said with the dtype."""
@@ -165,7 +184,9 @@ def measures_caller_model(fn: Callable) -> Callable:
         bound = checked_call(signature, args, kwargs)
         if bound is None:  # the call itself is wrong: let fn say so
             return fn(*args, **kwargs)
-        model = _model_of(bound)
+        model = bound.arguments.get("model")  # else its ``run``'s model
+        if model is None:
+            model = getattr(bound.arguments.get("run"), "model", None)
         with model_lock(model), caller_model(model) as state:
             try:
                 out = fn(*args, **kwargs)

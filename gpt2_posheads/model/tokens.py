@@ -31,16 +31,12 @@ def bos_token_id(tokenizer) -> int:
 
 
 def as_token_batches(model, prompts, batch_size: int) -> Iterator[torch.Tensor]:
-    """Yield ``[batch, pos]`` token tensors; prompts of equal length share a batch.
-
-    ``prompts``: a ``[n, pos]`` tensor, a list of 1-D tensors, or a list of strings (tokenized with the
-    model's tokenizer, BOS prepended as ``model.to_tokens`` does). Raises on an empty list or a prompt
-    longer than ``n_ctx``.
-    """
+    """Yield ``[batch, pos]`` token tensors; prompts of equal length share a batch. ``prompts``: a ``[n, pos]``
+    tensor, a list of 1-D tensors, or a list of strings (tokenized with the model's tokenizer, BOS prepended as
+    ``model.to_tokens`` does). Raises on an empty list or a prompt longer than ``n_ctx``."""
     check_int_range("batch_size", batch_size, 1, 1 << 30)
-    seqs = to_token_list(model, prompts)
     by_len: dict[int, list[torch.Tensor]] = {}
-    for s in seqs:
+    for s in to_token_list(model, prompts):
         by_len.setdefault(len(s), []).append(s)
     for _, group in sorted(by_len.items()):
         for i in range(0, len(group), batch_size):

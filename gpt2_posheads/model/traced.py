@@ -1,11 +1,10 @@
 """Models that do not fit one machine: a Hugging Face causal LM under nnsight, run here or on NDIF.
 
-Where each architecture keeps what the scores use (:data:`ARCHS`), the traced model (:class:`TracedModel`), its
-loading and the ``--remote`` check; the engine that runs it is :mod:`~gpt2_posheads.model.engine_nnsight`.
-``nnsight`` is imported only here and there, and only when a traced model is made (importing it patches ``torch``
-and mounts a ``save`` method on every object). Remote runs need ``NDIF_API_KEY``; :func:`check_remote` says so in
-one line, and bounds the connection attempt to a few seconds, before any work.
-"""
+Where each architecture keeps what the scores use (:data:`ARCHS`), the traced model (:class:`TracedModel`), its loading
+and the ``--remote`` check; the engine that runs it is :mod:`~gpt2_posheads.model.engine_nnsight`. ``nnsight`` is
+imported only here and there, and only when a traced model is made (importing it patches ``torch`` and mounts a ``save``
+method on every object). Remote runs need ``NDIF_API_KEY``; :func:`check_remote` says so in one line, and bounds the
+connection attempt to a few seconds, before any work."""
 
 from __future__ import annotations
 
@@ -24,16 +23,12 @@ REMOTE_TIMEOUT_S = 3.0
 DEFAULT_NDIF_HOST = "https://api.ndif.us"
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Architectures: where each model keeps what the scores use.
-# --------------------------------------------------------------------------------------------------------------
+# --- architectures: where each model keeps what the scores use ------------------------------------------------
 @dataclass(frozen=True)
 class Arch:
-    """Module paths (relative to the Hugging Face model) of one architecture.
-
-    ``qkv``: ``"split"`` (one fused projection, ``[q | k | v]`` along features: GPT-2), ``"heads"`` (one fused
-    projection, ``[q k v]`` within each head: GPT-NeoX), or ``"separate"`` (``q_proj``, ``k_proj``, ``v_proj``).
-    """
+    """Module paths (relative to the Hugging Face model) of one architecture. ``qkv``: ``"split"`` (one fused
+    projection, ``[q | k | v]`` along features: GPT-2), ``"heads"`` (one fused projection, ``[q k v]`` within each head:
+    GPT-NeoX), or ``"separate"`` (``q_proj``, ``k_proj``, ``v_proj``)."""
 
     layers: str
     attn: str  # inside a layer
@@ -105,27 +100,20 @@ def _windows(config, arch: Arch, n_layers: int) -> tuple[int | None, ...]:
         kinds = list(getattr(config, "attention_layers", []) or [])
         w = int(config.window_size)
         return tuple(w if i < len(kinds) and kinds[i] == "local" else None for i in range(n_layers))
-    sliding = getattr(config, "sliding_window", None)
-    types = getattr(config, "layer_types", None)
-    if sliding and getattr(config, "use_sliding_window", True):
-        return tuple(
-            int(sliding) if types is None or types[i] == "sliding_attention" else None for i in range(n_layers)
-        )
-    return (None,) * n_layers
+    sliding, types = getattr(config, "sliding_window", None), getattr(config, "layer_types", None)
+    if not (sliding and getattr(config, "use_sliding_window", True)):
+        return (None,) * n_layers
+    return tuple(int(sliding) if types is None or types[i] == "sliding_attention" else None for i in range(n_layers))
 
 
-# --------------------------------------------------------------------------------------------------------------
-# The traced model
-# --------------------------------------------------------------------------------------------------------------
+# --- the traced model -------------------------------------------------------------------------------------------
 @dataclass
 class TracedModel:
     """An nnsight-wrapped Hugging Face causal LM with what the analyses ask of a model: ``cfg`` (``n_layers``,
     ``n_heads``, ``n_kv_heads``, ``d_head``, ``d_model``, ``n_ctx``, ``d_vocab``, ``positional_embedding_type``,
     ``model_name``), ``tokenizer``, ``to_tokens``, ``parameters()``; ``W_E``/``W_pos`` where the weights are here.
-
-    ``remote``: ``False`` (run here), ``True`` (NDIF) or ``"local"`` (nnsight's simulation of a remote run:
-    serialised and deserialised here, then run here; what the tests use).
-    """
+    ``remote``: ``False`` (run here), ``True`` (NDIF) or ``"local"`` (nnsight's simulation of a remote run: serialised
+    and deserialised here, then run here; what the tests use)."""
 
     nn: object
     arch: Arch
@@ -274,12 +262,9 @@ def load_traced(
                 "a folder with config.json and weights",
                 "a hub name needs --remote (NDIF) or the TransformerLens engine",
             )
-        try:  # transformers' "Loading weights" bar is noise on every script's stderr
-            from transformers.utils import logging as hf_logging
+        from .loading import quiet_loading
 
-            hf_logging.disable_progress_bar()
-        except Exception:  # pragma: no cover
-            pass
+        quiet_loading()
         model = TransformersModel(
             str(path), task="text-generation", dispatch=True, device_map=device or "cpu", dtype=dtype
         )
@@ -293,21 +278,16 @@ def traced_from(model, remote: bool | str = False, name: str | None = None) -> T
     c = hf.config
     arch = arch_of(c)
     text = c.get_text_config() if hasattr(c, "get_text_config") else c
-    n_layers = int(text.num_hidden_layers)
-    n_heads = int(text.num_attention_heads)
-    d_model = int(text.hidden_size)
-    d_head = int(getattr(text, "head_dim", None) or d_model // n_heads)
-    n_kv = int(getattr(text, "num_key_value_heads", None) or n_heads)
-    n_ctx = int(getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", 0))
+    n_layers, n_heads, d_model = int(text.num_hidden_layers), int(text.num_attention_heads), int(text.hidden_size)
     layers = module_at(hf, arch.layers)
     scales = tuple(float(module_at(layers[l], arch.attn).scaling) if arch.scaled else 1.0 for l in range(n_layers))
     cfg = SimpleNamespace(
         n_layers=n_layers,
         n_heads=n_heads,
-        n_kv_heads=n_kv,
-        d_head=d_head,
+        n_kv_heads=int(getattr(text, "num_key_value_heads", None) or n_heads),
+        d_head=int(getattr(text, "head_dim", None) or d_model // n_heads),
         d_model=d_model,
-        n_ctx=n_ctx,
+        n_ctx=int(getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", 0)),
         d_vocab=int(text.vocab_size),
         positional_embedding_type="rotary" if arch.rotary else "standard",
         normalization_type=arch.norm,

@@ -15,11 +15,8 @@ HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
 
 
 class UsageError(ValueError):
-    """A caller's mistake, told in one line: ``<parameter>: <what is wrong>; <allowed>; <hint>``.
-
-    Scripts print it as ``error: ...`` and exit with status 2, without a traceback; library callers
-    get an ordinary ``ValueError``.
-    """
+    """A caller's mistake, told in one line: ``<parameter>: <what is wrong>; <allowed>; <hint>``. Scripts print it as
+    ``error: ...`` and exit with status 2, without a traceback; library callers get an ordinary ``ValueError``."""
 
     def __init__(self, param: str, problem: str, allowed: str = "", hint: str = ""):
         self.param, self.problem, self.allowed, self.hint = param, problem, allowed, hint
@@ -93,11 +90,7 @@ def check_model(model, name: str = "model"):
     :mod:`gpt2_posheads.model.traced`; anything else is a ``TypeError`` saying how to load one. A plain Hugging Face
     model (``GPT2LMHeadModel``) has no ``cfg``: it is named, with the call that loads it."""
     cfg = getattr(model, "cfg", None)
-    if (
-        cfg is not None
-        and isinstance(getattr(cfg, "n_layers", None), int)
-        and isinstance(getattr(cfg, "n_heads", None), int)
-    ):
+    if isinstance(getattr(cfg, "n_layers", None), int) and isinstance(getattr(cfg, "n_heads", None), int):
         return model
     hf = next((c.__name__ for c in type(model).__mro__ if c.__module__.startswith("transformers.")), None)
     if hf is not None or hasattr(model, "config"):
@@ -190,33 +183,26 @@ def path_kind(path) -> str:
     try:
         st = os.stat(p)
     except OSError as e:
-        if e.errno == errno.ELOOP:
-            return "a symbolic link loop"
-        if e.errno == errno.ENOENT:
-            if os.path.islink(p):
-                return f"a broken symbolic link (to {os.readlink(p)})"
-            return "missing"
-        if e.errno == errno.ENOTDIR:
-            return "missing"  # a part of the path is a file
-        if e.errno == errno.ENAMETOOLONG:
-            return "a name too long for this file system"
-        return f"not accessible ({e.strerror})"
+        if e.errno == errno.ENOENT and os.path.islink(p):
+            return f"a broken symbolic link (to {os.readlink(p)})"
+        words = {
+            errno.ELOOP: "a symbolic link loop",
+            errno.ENOENT: "missing",
+            errno.ENOTDIR: "missing",  # a part of the path is a file
+            errno.ENAMETOOLONG: "a name too long for this file system",
+        }
+        return words.get(e.errno, f"not accessible ({e.strerror})")
     except ValueError:  # a NUL character in the path
         return "not a valid path (it holds a NUL character)"
-    mode = st.st_mode
-    if stat.S_ISDIR(mode):
-        return "folder"
-    if stat.S_ISREG(mode):
-        return "file"
-    for test, what in (
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return what
-    return "neither a file nor a folder"
+    kinds = {
+        stat.S_ISDIR: "folder",
+        stat.S_ISREG: "file",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+        stat.S_ISFIFO: "a FIFO (named pipe)",
+        stat.S_ISSOCK: "a socket",
+    }
+    return next((what for test, what in kinds.items() if test(st.st_mode)), "neither a file nor a folder")
 
 
 def check_learned_pos_embed(model) -> None:
@@ -238,7 +224,7 @@ def positive(name: str, value, low: float = 1, high: float | None = None, kind: 
     integer past int64 (what torch takes) is outside every integer option's range: refused, naming ``low`` and int64's
     top."""
     if value is None:
-        return value
+        return None
     if isinstance(value, int) and value > INT64[1] and (high is None or high > INT64[1]):
         raise UsageError(name, f"{value} is out of range", f"allowed {low:g}..{INT64[1]} (what torch takes)")
     if (

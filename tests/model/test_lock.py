@@ -1,4 +1,4 @@
-"""One model, one measurement at a time (``gpt2_posheads.model.lock``): TransformerLens keeps hooks on the model, so a
+"""One model, one measurement at a time (``gpt2_posheads.model.state``): TransformerLens keeps hooks on the model, so a
 ranking taken while another thread masks attention on the same model used to read the other call's edits (masses
 of 1.99, rankings that differ from the same call alone). Every public measurement holds the model's lock: calls from
 threads give exactly the numbers they give alone, a call that waits says so once, other models are not held up."""
@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from gpt2_posheads import average_pos_embed, diagonal_attention, hooks_for, load_model, prev_token_ranking
-from gpt2_posheads.model import lock
-from gpt2_posheads.model.lock import model_lock
+from gpt2_posheads.model import state
+from gpt2_posheads.model.state import model_lock
 from gpt2_posheads.posts.gpt2_prev_heads import mask_prev_attention, model_run
 
 HEADS = ["L2H0"]  # route-gpt2's previous-token head above the layers the mask edits
@@ -79,7 +79,7 @@ def test_a_call_that_waits_says_so_once_and_then_measures(route, prompts, monkey
         said.append(message)
         waiting.set()
 
-    monkeypatch.setattr(lock, "note", note)
+    monkeypatch.setattr(state, "note", note)
     alone = diagonal_attention(route, prompts, progress=False)
     out = {}
     with model_lock(route):
