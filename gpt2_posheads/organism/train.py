@@ -43,7 +43,7 @@ from ..analysis.interventions import group_average_rows
 from .config import POS_INITS, MiniConfig
 from .data import encode_stream, position_ids, split_docs, train_tokenizer, training_batch
 from .positions import gpt2_positions, pos_average_at, pos_roughness, sinusoidal_positions
-from .probe import evaluate, probe
+from .probe import evaluate, lens, probe
 
 
 def lr_at(cfg: MiniConfig, s: int) -> float:
@@ -54,10 +54,9 @@ def lr_at(cfg: MiniConfig, s: int) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def _load_tokenizer(work: Path, train_docs: Sequence[str], cfg: MiniConfig, tokenizer_dir: str | Path | None):
+def _load_tokenizer(tok_dir: Path, train_docs: Sequence[str], cfg: MiniConfig, tokenizer_dir: str | Path | None):
     from transformers import PreTrainedTokenizerFast
 
-    tok_dir = work / "tokenizer"
     if (tok_dir / "tokenizer.json").exists():
         return PreTrainedTokenizerFast.from_pretrained(tok_dir)
     if tokenizer_dir is not None:
@@ -124,7 +123,8 @@ def train_mini_gpt2(
         train_docs, val_docs = split_docs(docs, cfg.val_fraction, cfg.seed)
     else:
         train_docs = list(docs)
-    tok = _load_tokenizer(work, train_docs, cfg, tokenizer_dir)
+    tok_dir = work / "tokenizer"  # also what lens() gives the measured copies
+    tok = _load_tokenizer(tok_dir, train_docs, cfg, tokenizer_dir)
     train_stream, val_stream = encode_stream(tok, train_docs), encode_stream(tok, val_docs)
     cfg = replace(
         cfg, synthetic_vocab=min(cfg.synthetic_vocab, len(tok))
@@ -192,6 +192,8 @@ def train_mini_gpt2(
         handle = None
         if averaged is not None:  # this step sees W_pos averaged in groups: gradients still reach every row
             handle = model.transformer.wpe.register_forward_hook(averaged_positions(*averaged))
+        # The one pass on the Hugging Face module itself: the engine runs no backward pass, so the step that trains
+        # (gradients, the augmentation hook on wpe, autocast) stays here; every measurement goes through lens().
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
             logits = model(xy[:, :-1], position_ids=position_ids(cfg, s, xy)).logits
         if handle is not None:
@@ -206,11 +208,12 @@ def train_mini_gpt2(
         bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
         done = s + 1
         if done % cfg.probe_every == 0 or done == cfg.steps:
-            pr = probe(model, val_stream, cfg.n_ctx, len(tok), seed=cfg.seed)
+            measured = lens(model, tok_dir)
+            pr = probe(measured, val_stream, cfg.n_ctx, len(tok), seed=cfg.seed)
             pr["step"] = done
             recent = [l for _, l in record["loss"][-cfg.probe_every :]]
             pr["train_loss"] = sum(recent) / len(recent)
-            pr["val_loss"] = evaluate(model, val_stream, cfg.n_ctx, max_windows=32)
+            pr["val_loss"] = evaluate(measured, val_stream, cfg.n_ctx, max_windows=32)
             pr["seconds"] = round(time.time() - t0, 1)
             record["probes"].append(pr)
             record["val_loss"].append([done, pr["val_loss"]])
@@ -219,7 +222,7 @@ def train_mini_gpt2(
             save_checkpoint(done)
             last_ckpt = time.time()
     record["seconds"] = time.time() - t0
-    record["final_val_loss"] = evaluate(model, val_stream, cfg.n_ctx)
+    record["final_val_loss"] = evaluate(lens(model, tok_dir), val_stream, cfg.n_ctx)
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
