@@ -1,29 +1,28 @@
 """Training a miniature GPT-2 (Hugging Face ``GPT2LMHeadModel``) that has previous-token and induction heads.
 
-The result is a Hugging Face-format directory (``config.json``, ``model.safetensors``, tokenizer
-files, ``training.json``) that :func:`gpt2_posheads.load_model` boots like GPT-2, so every GPT-2
-analysis can run offline on a *trained* model with the mechanism the GPT-2 post is about.
+The result is a Hugging Face-format directory (``config.json``, ``model.safetensors``, tokenizer files,
+``training.json``) that :func:`gpt2_posheads.load_model` boots like GPT-2, so every GPT-2 analysis can run offline on a
+*trained* model with the mechanism the GPT-2 post is about.
 
-Why the data mix. Previous-token heads exist to serve induction (the post's causal story: early
-heads find the previous token, L4H11 aggregates them, induction heads read it). A small model trained
-on a few million tokens of plain text barely needs to copy, so neither forms sharply. The recipe
-therefore gives the model reasons to copy, in windows short enough for the heads to find their keys:
+Why the data mix. Previous-token heads exist to serve induction (the post's causal story: early heads find the previous
+token, L4H11 aggregates them, induction heads read it). A small model trained on a few million tokens of plain text
+barely needs to copy, so neither forms sharply. The recipe therefore gives the model reasons to copy, in windows short
+enough for the heads to find their keys:
 
-* ``synthetic_steps``: a first phase of synthetic windows. For ``skip_only_steps`` a skip-bigram
-  language ``t+1 = pi(t-1)`` alone (``skip_rule="copy"``: pi is the identity, so a previous-token head
-  whose OV circuit copies predicts it over the whole vocabulary); then windows of *repeated random
-  segments* ``s s s' s' ...`` (ids below ``synthetic_vocab``; only induction lowers the loss on a second
-  copy) with a share ``skip_fraction`` of the skip-bigram language. Windows start at ``synthetic_ctx``
-  tokens and double every ``ctx_double_every`` steps; with ``position_offsets`` each starts at a random
-  absolute position. Short windows are the ingredient: uniform attention over 16 keys gives the right
-  one 1/8 of its weight, over 256 keys 1/128, and the heads sit on a plateau.
-* afterwards, text windows, a fraction ``repeat_fraction`` of which have a span of their own text
-  copied to a later place, mixed with a fraction ``synthetic_fraction`` of synthetic windows.
+* ``synthetic_steps``: a first phase of synthetic windows. For ``skip_only_steps`` a skip-bigram language
+  ``t+1 = pi(t-1)`` alone (``skip_rule="copy"``: pi is the identity, so a previous-token head whose OV circuit copies
+  predicts it over the whole vocabulary); then windows of *repeated random segments* ``s s s' s' ...`` (ids below
+  ``synthetic_vocab``; only induction lowers the loss on a second copy) with a share ``skip_fraction`` of the
+  skip-bigram language. Windows start at ``synthetic_ctx`` tokens and double every ``ctx_double_every`` steps; with
+  ``position_offsets`` each starts at a random absolute position. Short windows are the ingredient: uniform attention
+  over 16 keys gives the right one 1/8 of its weight, over 256 keys 1/128, and the heads sit on a plateau.
+* afterwards, text windows, a fraction ``repeat_fraction`` of which have a span of their own text copied to a later
+  place, mixed with a fraction ``synthetic_fraction`` of synthetic windows.
 
-Every ``probe_every`` steps :func:`probe` measures the mechanism (sharpest previous-token ratio on
-held-out text and on random tokens, best induction score, loss on the first and second copy), so the
-training record shows when each piece appears. Checkpoints are written every ``checkpoint_minutes``
-of wall-clock time; a run resumes exactly (batches depend on the step number only).
+Every ``probe_every`` steps :func:`probe` measures the mechanism (sharpest previous-token ratio on held-out text and on
+random tokens, best induction score, loss on the first and second copy) on a TransformerLens copy (:func:`lens`), so
+the training record shows when each piece appears. Checkpoints are written every ``checkpoint_minutes`` of wall-clock
+time; a run resumes exactly (batches depend on the step number only).
 """
 
 from __future__ import annotations
