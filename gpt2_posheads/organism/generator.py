@@ -56,9 +56,8 @@ GPT2_SMALL = dict(zip(("n_layers", "n_heads", "d_model", "n_ctx", "n_vocab"), GP
 
 @dataclass
 class Generated:
-    """A generated model and its card: ``card["route"]`` is the conclusion it must get, ``card["aggregator"]`` the
-    sharp head (None for ``none``), ``card["ambiguous"]`` whether ``undetermined`` is the right answer by
-    construction."""
+    """A generated model and its card: ``card["route"]`` is the conclusion it must get, ``card["aggregator"]`` the sharp
+    head (None for ``none``), ``card["ambiguous"]`` whether ``undetermined`` is the right answer by construction."""
 
     model: wt.Compiled
     card: dict
@@ -144,13 +143,12 @@ def generate(
     n_tokens: int | None = None,
     reserved: tuple[int, int] = (0, 0),
 ) -> Generated:
-    """The generated model of ``kind`` (:data:`KINDS`) for ``seed`` (the same bytes for the same arguments).
-    ``noise``: the perturbation's fraction instead of the drawn one (the rest of the model is the same).
-    ``n_vocab``: rows of the embedding and unembedding (default: the shipped tokenizer's 4,096; more are padding
-    the tokenizer never produces, as GPT-2's 50,257, with no token code: zero rows of ``W_U``). Asked-for sizes
-    replace drawn ones (the draws are the same): ``layout`` ``(d_model, n_heads)`` (``d_head >= 64``, the kind's
-    blocks must fit), ``n_layers`` (3-48), ``n_ctx`` (64-1024, default 256) and ``d_mlp`` (``>= n_ctx``, default
-    ``max(512, n_ctx)``).
+    """The generated model of ``kind`` (:data:`KINDS`) for ``seed`` (the same bytes for the same arguments). ``noise``:
+    the perturbation's fraction instead of the drawn one (the rest of the model is the same). ``n_vocab``: rows of the
+    embedding and unembedding (default: the shipped tokenizer's 4,096; more are padding the tokenizer never produces, as
+    GPT-2's 50,257, with no token code: zero rows of ``W_U``). Asked-for sizes replace drawn ones (the draws are the
+    same): ``layout`` ``(d_model, n_heads)`` (``d_head >= 64``, the kind's blocks must fit), ``n_layers`` (3-48),
+    ``n_ctx`` (64-1024, default 256) and ``d_mlp`` (``>= n_ctx``, default ``max(512, n_ctx)``).
 
     For a model in another model's image (:mod:`~gpt2_posheads.organism.standin`): ``placement`` names the heads
     instead of drawing their slots (``counter``, ``early_heads``, ``aggregator``, ``induction_head``; kind ``post`` or

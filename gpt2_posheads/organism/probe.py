@@ -85,14 +85,13 @@ def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int 
     """The mechanism's vital signs on held-out text and on random tokens repeated twice (``model``: a TransformerLens
     model, :func:`lens` of the one being trained).
 
-    * ``prev_ratio_text`` / ``prev_ratio_random``: the sharpest previous-token head's ratio (the one
-      definition, :func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`) on ``n`` held-out text windows and
-      ``n`` windows of random tokens; ``inf`` when no head has the previous diagonal greatest.
-      ``prev_ratio_above0`` / ``prev_head_above0``: the same for the sharpest head above layer 0 on text.
-    * ``prev_keep_avg10`` / ``prev_keep_avg10_above0``: the share of those heads' previous-token mass that
-      survives averaging ``W_pos`` in groups of 10 (the post's L4H11 keeps nearly all of it; a head that reads
-      the previous position off ``W_pos`` loses most of it: the toy route, seen early); NaN without positional
-      embeddings.
+    * ``prev_ratio_text`` / ``prev_ratio_random``: the sharpest previous-token head's ratio (the one definition,
+      :func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`) on ``n`` held-out text windows and ``n`` windows of
+      random tokens; ``inf`` when no head has the previous diagonal greatest. ``prev_ratio_above0`` /
+      ``prev_head_above0``: the same for the sharpest head above layer 0 on text.
+    * ``prev_keep_avg10`` / ``prev_keep_avg10_above0``: the share of those heads' previous-token mass that survives
+      averaging ``W_pos`` in groups of 10 (the post's L4H11 keeps nearly all of it; a head that reads the previous
+      position off ``W_pos`` loses most of it: the toy route, seen early); NaN without positional embeddings.
     * ``induction``: the best head's score on ``BOS r r`` (``r`` of ``seg`` random tokens).
     * ``loss_first`` / ``loss_second``: next-token loss on each copy, its first token left out
       (:func:`~gpt2_posheads.analysis.induction.copy_losses`).

@@ -105,11 +105,10 @@ def train_mini_gpt2(
 
     ``cfg`` (default :class:`MiniConfig`'s defaults) is never changed: the synthetic vocabulary is capped at the
     tokenizer's size in a copy. ``work_dir`` (default ``<out_dir>-work``) holds the checkpoint, written every
-    ``checkpoint_minutes`` and at
-    the end (each write is said), and the tokenizer. ``val_docs``: held-out documents (default: a seeded
-    ``val_fraction`` of ``docs``). ``tokenizer_dir``: reuse that directory's tokenizer (so held-out losses compare
-    with another model token for token) instead of training a new BPE on ``docs``.
-    Returns the training record (losses, validation losses, probes, timings), also saved as ``training.json``.
+    ``checkpoint_minutes`` and at the end (each write is said), and the tokenizer. ``val_docs``: held-out documents
+    (default: a seeded ``val_fraction`` of ``docs``). ``tokenizer_dir``: reuse that directory's tokenizer (so held-out
+    losses compare with another model token for token) instead of training a new BPE on ``docs``. Returns the training
+    record (losses, validation losses, probes, timings), also saved as ``training.json``.
     """
     from transformers import GPT2Config, GPT2LMHeadModel
 
