@@ -398,19 +398,15 @@ def perturb(p: wt.Parts, frac: float, rng: np.random.Generator) -> None:
     rows = token_rows(p.res)
     if frac <= 0 or not len(rows):
         return
-    c = cp.CODE
+    c, codes = cp.CODE, np.arange(cp.CODE, p.res.shape.d_head)  # the head dimensions that carry codes
     for heads in p.heads[1:]:
         attn = np.concatenate([m[rows][:, c:].ravel() for h in heads for m in (h.Wq, h.Wk, h.Wv)])
         proj = np.concatenate([h.Wo[c:][:, rows].ravel() for h in heads])
         sd_attn, sd_proj = float(attn.std()), float(proj.std())
         for h in heads:
             for m in (h.Wq, h.Wk, h.Wv):
-                m[np.ix_(rows, np.arange(c, m.shape[1]))] += rng.normal(
-                    0.0, frac * sd_attn, (len(rows), m.shape[1] - c)
-                )
-            h.Wo[np.ix_(np.arange(c, h.Wo.shape[0]), rows)] += rng.normal(
-                0.0, frac * sd_proj, (h.Wo.shape[0] - c, len(rows))
-            )
+                m[np.ix_(rows, codes)] += rng.normal(0.0, frac * sd_attn, (len(rows), len(codes)))
+            h.Wo[np.ix_(codes, rows)] += rng.normal(0.0, frac * sd_proj, (len(codes), len(rows)))
 
 
 def member(i: int, seed: int = 0, max_d_model: int | None = None) -> Generated:
