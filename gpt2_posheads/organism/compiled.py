@@ -6,12 +6,9 @@ Each model is an ordinary Hugging Face GPT-2 folder (4 layers, 4 heads, ``d_mode
 blocks hold (:mod:`~gpt2_posheads.organism.weights`: the Helmert bases, the constant feature ``C``, heads and MLPs
 built from features).
 
-Blocks (features): ``const`` (C), ``bos`` (1 on the BOS token), ``helix`` (GPT-2's own ``W_pos``: the top eight
-principal components of its first 256 rows), ``tok`` (a random unit code per token), ``bucket`` (a one-hot bucket
-per token: what a self-suppressing head matches), ``count`` (SMALL/(p+1), written by the layer-0 counter), ``pos``
-(SMALL p/256, written by the layer-0 MLP), ``est`` (the early heads' estimate of the previous token), ``prev`` (the
-sharp head's previous-token code), ``out`` (the induction head's copy, read by the unembedding), and per model
-``waves`` (sines and cosines of the counted position) or ``fine`` (a ramp and waves added to ``W_pos``).
+Blocks (features, in the card's words: :func:`block_words`): the constant ``C``, the BOS flag, GPT-2's helix, token
+codes and buckets, the counted position (``count``, ``pos``, ``waves``), W_pos's ``fine`` components, and what heads
+write (``est``, ``prev``, ``out``, ``relay``, ``junk``).
 
 Each head is built by a small function that says what it reads and writes (:func:`counter`, :func:`self_suppressing`,
 :func:`boosting`, :func:`aggregator`, :func:`wpos_reader`, :func:`induction`, :func:`self_attending`), each model by
@@ -24,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import json
 import shutil
 from collections.abc import Callable
@@ -124,11 +122,7 @@ def self_suppressing(p: Parts, slope: float, writes: bool = True, penalty: float
         "key's token is the query's own (read off pos and bucket); "
         + ("writes the attended token's code to est" if writes else "writes nothing"),
     )
-    rising(h, slope)
-    avoiding_bos(h)
-    n = p.res.size("bucket")
-    h.query("bucket", onto(n, CODE, -penalty)).key("bucket", onto(n, CODE))
-    return copies_into(h, "est") if writes else h
+    return own_token(h, slope, -penalty, "est" if writes else None)
 
 
 def boosting(p: Parts, slope: float, margin: float, writes: bool = True) -> Head:
@@ -237,11 +231,17 @@ def self_attending(p: Parts, slope: float | None, penalty: float = SELF_PENALTY,
         role=f"attends to its own token (score {rise}{penalty:g} on its own token); "
         + (f"writes the attended token's code into {writes} (nothing reads it)" if writes else "writes nothing"),
     )
+    return own_token(h, slope, penalty, writes)
+
+
+def own_token(h: Head, slope: float | None, score: float, writes: str | None) -> Head:
+    """``h`` rising ``slope`` logits per position towards recent keys (``None``: no rise), BOS avoided, ``score``
+    logits on a key whose bucket is the query's own; copying the attended token's code into ``writes`` (or not)."""
     if slope is not None:
         rising(h, slope)
     avoiding_bos(h)
-    n = p.res.size("bucket")
-    h.query("bucket", onto(n, CODE, penalty)).key("bucket", onto(n, CODE))
+    n = h.res.size("bucket")
+    h.query("bucket", onto(n, CODE, score)).key("bucket", onto(n, CODE))
     return copies_into(h, writes) if writes else h
 
 
@@ -260,7 +260,13 @@ _ROUTE_BLOCKS = [("bucket", N_BUCKETS), ("count", 1), ("pos", 1), ("est", K_TOK)
 
 
 def route_gpt2(n_vocab: int) -> Compiled:
-    """The post's route: count -> position -> self-suppressing early heads -> aggregator -> induction."""
+    """The GPT-2 post's route, compiled.
+
+    Layer 0 counts positions from BOS with a uniform head and an MLP; four layer-1 heads rise towards recent keys
+    and dip at their own token (self-suppressing, ratios 0.3-0.5); a layer-2 aggregator matches their estimate of
+    the previous token against each key's token and attends precisely to it; a layer-3 induction head reads the
+    aggregator. W_pos is GPT-2's own helix and nothing reads it.
+    """
     p = parts(n_vocab, _ROUTE_BLOCKS)
     counted_position(p)
     p.heads[1] = [self_suppressing(p, s) for s in EARLY_SLOPES]
@@ -270,8 +276,12 @@ def route_gpt2(n_vocab: int) -> Compiled:
 
 
 def lookalike_wpos(n_vocab: int) -> Compiled:
-    """The behaviour by another route: the sharp layer-2 head reads W_pos's fine components; layers 0-1 write
-    nothing."""
+    """A look-alike: the sharp head reads W_pos.
+
+    The same behaviour (a sharp previous-token head in layer 2, induction, copying) by another route: the sharp
+    head reads the previous position straight off fine components of W_pos (a ramp and four waves added to GPT-2's
+    helix); layers 0-1 write nothing.
+    """
     p = parts(n_vocab, [("fine", 1 + 2 * N_WAVES_WPOS), ("prev", K_TOK), ("out", K_TOK)])
     p.heads[2][0] = wpos_reader(p)
     p.heads[3][0] = induction(p, position="fine")
@@ -279,8 +289,11 @@ def lookalike_wpos(n_vocab: int) -> Compiled:
 
 
 def lookalike_boost(n_vocab: int) -> Compiled:
-    """The route with early heads that boost p-1 (a bump from the counted position's waves) instead of suppressing
-    their own token."""
+    """A look-alike: early heads that boost the previous position.
+
+    route-gpt2 with layer-1 heads that boost p-1 (a bump in their score, from waves of the counted position)
+    instead of suppressing their own token; the aggregator and induction head are route-gpt2's.
+    """
     p = parts(n_vocab, _ROUTE_BLOCKS[1:3] + [("waves", 2 * N_WAVES_MLP)] + _ROUTE_BLOCKS[3:])
     counted_position(p, kernel_freqs(N_WAVES_MLP))
     p.heads[1] = [boosting(p, s, m) for s, m in zip(EARLY_SLOPES, BOOST_MARGINS)]
@@ -290,8 +303,11 @@ def lookalike_boost(n_vocab: int) -> Compiled:
 
 
 def lookalike_decoy(n_vocab: int) -> Compiled:
-    """The route's layers 0-1 (self-suppressing early heads writing their estimate), but the sharp layer-2 head
-    ignores them and reads W_pos's fine components."""
+    """A look-alike: self-suppressing early heads that the sharp head ignores.
+
+    route-gpt2's layers 0-1 (the counter, and self-suppressing early heads that write their estimate), but the
+    sharp layer-2 head ignores them and reads fine components of W_pos, as in lookalike-wpos.
+    """
     p = parts(n_vocab, _ROUTE_BLOCKS[:4] + [("fine", 1 + 2 * N_WAVES_WPOS)] + _ROUTE_BLOCKS[4:])
     counted_position(p)
     p.heads[1] = [self_suppressing(p, s) for s in EARLY_SLOPES]
@@ -301,7 +317,11 @@ def lookalike_decoy(n_vocab: int) -> Compiled:
 
 
 def lookalike_none(n_vocab: int) -> Compiled:
-    """Positions are counted, heads attend to their own token, nothing attends to the previous one or copies."""
+    """A look-alike: no previous-token mechanism.
+
+    Positions are counted as in route-gpt2, every later head attends to its own token, nothing copies and the
+    unembedding is zero.
+    """
     p = parts(n_vocab, [("bucket", N_BUCKETS), ("count", 1), ("pos", 1)])
     counted_position(p)
     for layer in (1, 2, 3):
@@ -317,36 +337,11 @@ BUILDERS: dict[str, Callable[[int], Compiled]] = {  # keys: model.paths.COMPILED
 
 # --- folders, cards, measurements -----------------------------------------------------------------------------------
 
-SUMMARIES = {
-    "route-gpt2": (
-        "the GPT-2 post's route, compiled",
-        "Layer 0 counts positions from BOS with a uniform head and an MLP; four layer-1 heads rise towards recent keys "
-        "and dip at their own token (self-suppressing, ratios 0.3-0.5); a layer-2 aggregator matches their estimate "
-        "of the previous token against each key's token and attends precisely to it; a layer-3 induction head reads "
-        "the aggregator. W_pos is GPT-2's own helix and nothing reads it.",
-    ),
-    "lookalike-wpos": (
-        "a look-alike: the sharp head reads W_pos",
-        "The same behaviour (a sharp previous-token head in layer 2, induction, copying) by another route: the sharp "
-        "head reads the previous position straight off fine components of W_pos (a ramp and four waves added to "
-        "GPT-2's helix); layers 0-1 write nothing.",
-    ),
-    "lookalike-boost": (
-        "a look-alike: early heads that boost the previous position",
-        "route-gpt2 with layer-1 heads that boost p-1 (a bump in their score, from waves of the counted position) "
-        "instead of suppressing their own token; the aggregator and induction head are route-gpt2's.",
-    ),
-    "lookalike-decoy": (
-        "a look-alike: self-suppressing early heads that the sharp head ignores",
-        "route-gpt2's layers 0-1 (the counter, and self-suppressing early heads that write their estimate), but the "
-        "sharp layer-2 head ignores them and reads fine components of W_pos, as in lookalike-wpos.",
-    ),
-    "lookalike-none": (
-        "a look-alike: no previous-token mechanism",
-        "Positions are counted as in route-gpt2, every later head attends to its own token, nothing copies and the "
-        "unembedding is zero.",
-    ),
-}
+
+def summary(name: str) -> tuple[str, str]:
+    """``(title, summary)`` of compiled model ``name`` for its card: its builder's docstring (:data:`BUILDERS`)."""
+    title, body = inspect.cleandoc(BUILDERS[name].__doc__).split("\n\n", 1)
+    return title[0].lower() + title[1:-1], " ".join(body.split("\n"))
 
 
 def block_words(shape: Shape) -> dict[str, str]:
@@ -450,11 +445,11 @@ def card(model: Compiled, measured: dict | None = None) -> str:
     construction implies (:mod:`~gpt2_posheads.organism.known_answers`), and the numbers the toolkit measured."""
     from .known_answers import expected
 
-    title, summary = SUMMARIES[model.name]
+    title, about = summary(model.name)
     lines = [
         f"# {model.name}: {title}",
         "",
-        summary,
+        about,
         "",
         "A GPT-2 whose weights are set by hand (`gpt2_posheads.organism.compiled`), built by "
         "`python experiments/build_compiled_models.py`: deterministic, the same bytes on every rebuild. A ground "

@@ -2,36 +2,11 @@
 
 Every model is built from the heads of :mod:`~gpt2_posheads.organism.compiled` (the same blocks, LayerNorm trick and
 head builders as ``route-gpt2`` and the look-alikes), with its sizes, head placement, strengths, perturbation and
-extra heads drawn from ``numpy``'s PCG64 seeded with the model's seed. The kinds (:data:`KINDS`) and the route
-conclusion each must get (:func:`~gpt2_posheads.claims.route.conclude`), written down before anything was measured
-on them:
-
-* ``post`` -> ``post``: a layer-0 counter and MLP (position from BOS), 2-6 self-suppressing early heads in the layers
-  between, an aggregator that matches their estimate of the previous token against each key's token;
-* ``boost`` -> ``boost``: the same with early heads that boost p-1 (waves of the counted position);
-* ``wpos`` -> ``wpos``: a head in layer >= 1 reads the previous position off fine components of ``W_pos``;
-  the layers below do only unrelated work;
-* ``wpos-layer0`` -> ``wpos``: the same head in layer 0 (the toy post 000's route);
-* ``decoy`` -> ``wpos``: the ``W_pos`` reader above a counter and 2-6 early heads (self-suppressing or boosting)
-  that write their estimate, which nothing reads;
-* ``relay`` -> ``relay``: 1-2 heads in a layer below the sharp head attend to their own position and copy ``W_pos``'s
-  fine components into another block; the sharp head reads the copy, never ``W_pos`` itself;
-* ``none`` -> ``none``: a counter, heads that attend to their own token, and up to four messy previous-token heads
-  (self-suppressing, ratio > 0.1) that write nothing: no sharp previous-token head;
-* ``mixed`` -> ``undetermined`` (marked ambiguous): the post's aggregator whose score also has the ``W_pos`` reader's
-  kernel, so it reads both the early heads' estimate and ``W_pos``; no single route is the true one.
-
-Layouts: 3-6 layers; d_model 256-1024 and 2-8 heads with d_head >= 64 (the token codes and a position kernel share a
-head's dimensions); token codes of ``k_tok = min(96, d_head - 10)`` dimensions or fewer, as the residual allows;
-the counter always in layer 0, the aggregator (or reader) in a layer drawn above its inputs, an induction head above
-it where a layer is left. Strengths: early heads rise 0.6-1.2 logits per position, dip 4.5-7.5 logits at their own
-token or bump p-1 by 0.7-1.2 above the rise; the aggregator's gain 0.8-1.25 x (24 / the number of early heads that
-write), its recency 1.5-2.5 logits per position; readers and relays 10-14 logits at their kernel's peak, 2.5-3.5 per
-position. Perturbations: every weight of the layers above layer 0 gets Gaussian noise in the token subspaces (the
-residual coordinates of the blocks that carry token codes, ``tok``, ``est``, ``prev``, ``out``, ``junk``, against
-the head dimensions that carry codes, 2 and up) at 0-3% of the standard deviation of that tensor's entries there
-(the layer's ``c_attn`` and ``c_proj`` weights each); every free head slot does unrelated work with probability 0.4
-(attends uniformly, or to its own token, and writes into ``junk``, which nothing reads).
+extra heads drawn from ``numpy``'s PCG64 seeded with the model's seed. The kinds (:data:`KINDS`: the route conclusion
+each must get, :func:`~gpt2_posheads.claims.route.conclude`, written down before anything was measured on them), the
+layouts, strengths and perturbations drawn are specified in ``docs/known-answers.md`` ("The generator"); the ranges
+stand beside each draw below. ``mixed`` is ambiguous by construction: the post's aggregator whose score also has the
+``W_pos`` reader's kernel reads both the early heads' estimate and ``W_pos``, so no single route is the true one.
 
 A shape can be asked for instead of drawn (``layout``, ``n_layers``, ``n_ctx``, ``d_mlp``; :func:`gpt2_small_route`:
 the post's route in GPT-2 small's shape, 12 layers x 12 heads, d_model 768, n_ctx 1024, 50,257 tokens). The draws
@@ -81,9 +56,8 @@ GPT2_SMALL = dict(zip(("n_layers", "n_heads", "d_model", "n_ctx", "n_vocab"), GP
 
 @dataclass
 class Generated:
-    """A generated model and its card: ``card["route"]`` is the conclusion it must get, ``card["aggregator"]`` the
-    sharp head (None for ``none``), ``card["ambiguous"]`` whether ``undetermined`` is the right answer by
-    construction."""
+    """A generated model and its card: ``card["route"]`` is the conclusion it must get, ``card["aggregator"]`` the sharp
+    head (None for ``none``), ``card["ambiguous"]`` whether ``undetermined`` is the right answer by construction."""
 
     model: wt.Compiled
     card: dict
@@ -169,13 +143,12 @@ def generate(
     n_tokens: int | None = None,
     reserved: tuple[int, int] = (0, 0),
 ) -> Generated:
-    """The generated model of ``kind`` (:data:`KINDS`) for ``seed`` (the same bytes for the same arguments).
-    ``noise``: the perturbation's fraction instead of the drawn one (the rest of the model is the same).
-    ``n_vocab``: rows of the embedding and unembedding (default: the shipped tokenizer's 4,096; more are padding
-    the tokenizer never produces, as GPT-2's 50,257, with no token code: zero rows of ``W_U``). Asked-for sizes
-    replace drawn ones (the draws are the same): ``layout`` ``(d_model, n_heads)`` (``d_head >= 64``, the kind's
-    blocks must fit), ``n_layers`` (3-48), ``n_ctx`` (64-1024, default 256) and ``d_mlp`` (``>= n_ctx``, default
-    ``max(512, n_ctx)``).
+    """The generated model of ``kind`` (:data:`KINDS`) for ``seed`` (the same bytes for the same arguments). ``noise``:
+    the perturbation's fraction instead of the drawn one (the rest of the model is the same). ``n_vocab``: rows of the
+    embedding and unembedding (default: the shipped tokenizer's 4,096; more are padding the tokenizer never produces, as
+    GPT-2's 50,257, with no token code: zero rows of ``W_U``). Asked-for sizes replace drawn ones (the draws are the
+    same): ``layout`` ``(d_model, n_heads)`` (``d_head >= 64``, the kind's blocks must fit), ``n_layers`` (3-48),
+    ``n_ctx`` (64-1024, default 256) and ``d_mlp`` (``>= n_ctx``, default ``max(512, n_ctx)``).
 
     For a model in another model's image (:mod:`~gpt2_posheads.organism.standin`): ``placement`` names the heads
     instead of drawing their slots (``counter``, ``early_heads``, ``aggregator``, ``induction_head``; kind ``post`` or
@@ -222,9 +195,20 @@ def generate(
         free.discard((layer, h))
         return head_name(layer, h)
 
-    def put(name: str, head: wt.Head) -> None:
+    def put(name: str, head: wt.Head) -> str:
         l, h = parse_head(name)
+        free.discard((l, h))
         p.heads[l][h] = head
+        return name
+
+    def some_slots(top: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """``lo..hi-1`` free slots (at most all of them) drawn from layers ``1..top-1``, in order."""
+        slots = sorted(s for s in free if 1 <= s[0] < top)
+        n = min(int(rng.integers(lo, hi)), len(slots))
+        return [slots[i] for i in sorted(rng.choice(len(slots), n, replace=False))]
+
+    def reader_strengths() -> tuple[float, float]:
+        return float(rng.uniform(10, 14)), float(rng.uniform(2.5, 3.5))  # kernel peak, rise per position
 
     strengths: dict = {}
     counted = kind in ("post", "boost", "mixed", "decoy", "none")
@@ -235,35 +219,29 @@ def generate(
 
     if kind in ("post", "boost", "mixed", "decoy"):
         a = int(rng.integers(2, route_top))
-        slots = sorted(s for s in free if 1 <= s[0] < a)
-        n_early = min(int(rng.integers(2, 7)), len(slots))
-        chosen = [slots[i] for i in sorted(rng.choice(len(slots), n_early, replace=False))]
+        chosen = some_slots(a, 2, 7)
         if asked_heads:  # drawn above and replaced: the draws that follow are the same
-            a = asked_heads["aggregator"][0]
-            chosen = list(asked_heads["early_heads"])
-            n_early = len(chosen)
+            a, chosen = asked_heads["aggregator"][0], list(asked_heads["early_heads"])
         early = []
         for l, h in chosen:
-            free.discard((l, h))
-            slope = float(rng.uniform(0.6, 1.2))
+            e = {"slope": float(rng.uniform(0.6, 1.2))}
             if early_kind == "boosting":
-                margin = float(rng.uniform(0.7, 1.2))
-                put(head_name(l, h), cp.boosting(p, slope, margin))
-                early.append({"head": head_name(l, h), "slope": slope, "margin": margin})
+                e["margin"] = float(rng.uniform(0.7, 1.2))
+                head = cp.boosting(p, e["slope"], e["margin"])
             else:
-                penalty = float(rng.uniform(4.5, 7.5))
-                put(head_name(l, h), cp.self_suppressing(p, slope, penalty=penalty))
-                early.append({"head": head_name(l, h), "slope": slope, "penalty": penalty})
+                e["penalty"] = float(rng.uniform(4.5, 7.5))
+                head = cp.self_suppressing(p, e["slope"], penalty=e["penalty"])
+            early.append({"head": put(head_name(l, h), head), **e})
         card["early_heads"] = [e["head"] for e in early]
         card["early_kind"] = early_kind
         strengths["early"] = early
         card["aggregator"] = place(a, asked_heads["aggregator"][1] if asked_heads else None)
         if kind == "decoy":
-            gain, rec = float(rng.uniform(10, 14)), float(rng.uniform(2.5, 3.5))
+            gain, rec = reader_strengths()
             put(card["aggregator"], cp.wpos_reader(p, gain=gain, recency=rec))
             card["decoy"] = True
         else:
-            gain = float(rng.uniform(0.8, 1.25)) * cp.AGG_GAIN * 4 / n_early
+            gain = float(rng.uniform(0.8, 1.25)) * cp.AGG_GAIN * 4 / len(chosen)
             rec = float(rng.uniform(1.5, 2.5))
             agg = cp.aggregator(p, gain=gain, recency=rec)
             if kind == "mixed":
@@ -276,33 +254,25 @@ def generate(
     elif kind in ("wpos", "wpos-layer0", "relay"):
         a = 0 if kind == "wpos-layer0" else int(rng.integers(1, route_top))
         card["aggregator"] = place(a, None)
-        gain, rec = float(rng.uniform(10, 14)), float(rng.uniform(2.5, 3.5))
+        gain, rec = reader_strengths()
         if kind == "relay":
             r = int(rng.integers(0, a))
             n_relay = min(int(rng.integers(1, 3)), n_heads)
             card["relay_heads"] = [place(r, None) for _ in range(n_relay)]
-            relays = []
+            strengths["relay"] = []
             for name in card["relay_heads"]:
-                rg, rr = float(rng.uniform(10, 14)), float(rng.uniform(2.5, 3.5))
+                rg, rr = reader_strengths()
                 put(name, cp.relay(p, gain=rg, recency=rr, share=1.0 / n_relay))
-                relays.append({"head": name, "gain": rg, "recency": rr})
-            strengths["relay"] = relays
+                strengths["relay"].append({"head": name, "gain": rg, "recency": rr})
         put(card["aggregator"], cp.wpos_reader(p, block="relay" if kind == "relay" else "fine", gain=gain, recency=rec))
         strengths["aggregator"] = {"gain": gain, "recency": rec}
-    else:  # none
+    else:  # none: messy previous-token heads that write nothing, then heads that attend to their own token
         card["aggregator"] = None
-        slots = sorted(s for s in free if 1 <= s[0] < route_top)
-        n_messy = min(int(rng.integers(0, 5)), len(slots))
-        messy = [slots[i] for i in sorted(rng.choice(len(slots), n_messy, replace=False))]
-        for l, h in messy:
-            free.discard((l, h))
+        card["messy_heads"] = [
             put(head_name(l, h), cp.self_suppressing(p, float(rng.uniform(0.6, 1.2)), writes=False))
-        card["messy_heads"] = [head_name(l, h) for l, h in messy]
-        slots = sorted(s for s in free if 1 <= s[0] < route_top)
-        n_self = min(int(rng.integers(1, 5)), len(slots))
-        for i in sorted(rng.choice(len(slots), n_self, replace=False)):
-            l, h = slots[i]
-            free.discard((l, h))
+            for l, h in some_slots(route_top, 0, 5)
+        ]
+        for l, h in some_slots(route_top, 1, 5):
             put(head_name(l, h), cp.self_attending(p, float(rng.uniform(0.6, 1.2))))
 
     a_layer = parse_head(card["aggregator"])[0] if card.get("aggregator") else None
@@ -313,23 +283,20 @@ def generate(
         card["induction_head"] = place(ind_layer, ind_head)
         put(card["induction_head"], cp.induction(p, position="pos" if "pos" in p.res.blocks else "fine"))
 
-    unrelated = []
+    card["unrelated_heads"] = []
     for l, h in sorted(free):
         if rng.uniform() >= P_UNRELATED:
             continue
-        name = head_name(l, h)
         if rng.integers(2) == 0:
-            put(name, cp.uniform_writer(p))
+            head = cp.uniform_writer(p)
         else:
             slope = float(rng.uniform(0.6, 1.2)) if ("pos" in p.res.blocks and l >= 1) else None
-            put(name, cp.self_attending(p, slope, writes="junk"))
-        unrelated.append(name)
-    card["unrelated_heads"] = unrelated
+            head = cp.self_attending(p, slope, writes="junk")
+        card["unrelated_heads"].append(put(head_name(l, h), head))
 
     drawn_noise = float(rng.uniform(0, MAX_NOISE))
-    noise = drawn_noise if noise is None else float(noise)
-    perturb(p, noise, rng)
-    card["noise"] = noise
+    card["noise"] = drawn_noise if noise is None else float(noise)
+    perturb(p, card["noise"], rng)
     card["strengths"] = strengths
     card["shape"] = {**asdict(shape), "d_head": shape.d_head, "n_vocab": int(n_vocab)}
     # the sizes that differ from the draws and defaults: what generate() must be asked for to rebuild this model
@@ -431,19 +398,15 @@ def perturb(p: wt.Parts, frac: float, rng: np.random.Generator) -> None:
     rows = token_rows(p.res)
     if frac <= 0 or not len(rows):
         return
-    c = cp.CODE
+    c, codes = cp.CODE, np.arange(cp.CODE, p.res.shape.d_head)  # the head dimensions that carry codes
     for heads in p.heads[1:]:
         attn = np.concatenate([m[rows][:, c:].ravel() for h in heads for m in (h.Wq, h.Wk, h.Wv)])
         proj = np.concatenate([h.Wo[c:][:, rows].ravel() for h in heads])
         sd_attn, sd_proj = float(attn.std()), float(proj.std())
         for h in heads:
             for m in (h.Wq, h.Wk, h.Wv):
-                m[np.ix_(rows, np.arange(c, m.shape[1]))] += rng.normal(
-                    0.0, frac * sd_attn, (len(rows), m.shape[1] - c)
-                )
-            h.Wo[np.ix_(np.arange(c, h.Wo.shape[0]), rows)] += rng.normal(
-                0.0, frac * sd_proj, (h.Wo.shape[0] - c, len(rows))
-            )
+                m[np.ix_(rows, codes)] += rng.normal(0.0, frac * sd_attn, (len(rows), len(codes)))
+            h.Wo[np.ix_(codes, rows)] += rng.normal(0.0, frac * sd_proj, (len(codes), len(rows)))
 
 
 def member(i: int, seed: int = 0, max_d_model: int | None = None) -> Generated:

@@ -5,21 +5,9 @@ the models, runs every claim script of the GPT-2 post and the organism report, a
 verdict differs, either a rule is wrong (fix the rule) or a construction is (fix the construction); the table is
 never edited to match a measurement.
 
-Models (``gpt2_posheads.organism.compiled``):
-
-* ``route-gpt2``: the post's route. A layer-0 head attends uniformly and counts from BOS; the layer-0 MLP turns
-  the count into a position; four layer-1 heads rise towards recent keys and dip at their own token
-  (self-suppressing); a layer-2 aggregator matches their estimate of the previous token against each key's token;
-  a layer-3 induction head reads the aggregator. ``W_pos`` is GPT-2's helix and nothing reads it.
-* ``lookalike-wpos``: the same behaviour, but the sharp layer-2 head reads the previous position straight off fine
-  components of ``W_pos``; the layers below write nothing.
-* ``lookalike-boost``: the route, but the layer-1 heads *boost* the previous position (a bump in their score from
-  sines and cosines of the counted position) instead of suppressing their own token.
-* ``lookalike-decoy``: the route's layers 0-1 (self-suppressing early heads that write their estimate), but the
-  sharp layer-2 head ignores them and reads fine components of ``W_pos``, as in ``lookalike-wpos``.
-* ``lookalike-none``: positions are counted, but no head attends to the previous token and nothing copies.
-* ``mini-gpt2``: the trained organism (``mini-gpt2``): a layer-0 previous-token head that reads an alternating
-  ``W_pos`` (the toy post's route), induction and copying. Its geometry is not set by hand: those rows are ``None``.
+Models: the five compiled ones (:mod:`~gpt2_posheads.organism.compiled`; each builder's docstring says what it is)
+and ``mini-gpt2``, the trained organism: a layer-0 previous-token head that reads an alternating ``W_pos`` (the toy
+post's route), induction and copying. Its geometry is not set by hand: those rows are ``None``.
 """
 
 from __future__ import annotations
@@ -252,7 +240,6 @@ ROUTE_CONCLUSIONS: dict[str, tuple[str, str]] = {
 
 # The GPT-2-small stand-in (gpt2_posheads.organism.standin): the route of route-gpt2 at the post's heads, in GPT-2
 # small's shape, taken for GPT-2 small by is_gpt2_small. Where its answer differs from route-gpt2's, the reason.
-STANDIN = "gpt2-standin"
 _STANDIN_DIFFERS: dict[str, tuple[str, str]] = {
     "half_prev_heads": (
         NOT_HELD,

@@ -26,10 +26,9 @@ def gpt2_positions(n_ctx: int, d_model: int, rms: float, w_pos: torch.Tensor | N
     """``[n_ctx, d_model]``: GPT-2 small's own positional geometry at this size.
 
     The first ``n_ctx`` rows of GPT-2's ``W_pos`` ``[1024, 768]`` (``w_pos``, default the shipped
-    ``data/gpt2-small/W_pos.npy``), mean-centred and projected onto their top ``d_model`` principal components,
-    scaled to ``rms``. Neighbouring rows stay almost the same vector (cosine ~0.99, the smooth helix), so a head
-    cannot read "the previous position" off them as sharply as off a learned ``W_pos`` whose neighbours alternate
-    in sign.
+    ``data/gpt2-small/W_pos.npy``), mean-centred and projected onto their top ``d_model`` principal components, scaled
+    to ``rms``. Neighbouring rows stay almost the same vector (cosine ~0.99, the smooth helix), so a head cannot read
+    "the previous position" off them as sharply as off a learned ``W_pos`` whose neighbours alternate in sign.
     """
     if w_pos is None:
         w_pos = torch.from_numpy(gpt2_w_pos())

@@ -1,41 +1,62 @@
 """The mechanism's vital signs during training, measured with the analysis layer's own definitions (the one
-previous-token ratio, the induction score and copy losses), on a Hugging Face ``GPT2LMHeadModel``."""
+previous-token ratio, the induction score and copy losses) through the engine interface
+(:func:`~gpt2_posheads.model.engine.engine_for`), on a TransformerLens bridge over a copy of the Hugging Face
+``GPT2LMHeadModel`` being trained (:func:`lens`)."""
 
 from __future__ import annotations
 
+import copy
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from ..analysis.diagonals import diagonal_counts, diagonal_sums, prev_token_stats
+from ..analysis.diagonals import diagonal_attention, diagonal_counts, diagonal_sums, prev_token_stats
 from ..analysis.induction import copy_losses, induction_from_patterns
-from ..analysis.interventions import group_average_rows
+from ..analysis.interventions import average_pos_embed
+from ..model.engine import Reduction, engine_for
 from ..model.validation import head_name
 from .data import sample_batch
 
 
+def lens(model, tokenizer_dir: str | Path):
+    """A TransformerLens bridge over a copy of the Hugging Face ``model`` (its tokenizer saved in ``tokenizer_dir``),
+    its weights processed as :func:`~gpt2_posheads.model.loading.load_model`'s (LayerNorm folded, writing weights
+    centred), for the engine to run. The copy keeps the bridge's wrappers and its weight processing out of the module
+    the optimiser steps."""
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformers import PreTrainedTokenizerFast
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bridge = TransformerBridge.boot_transformers(
+            "mini-gpt2",
+            hf_model=copy.deepcopy(model).eval(),
+            tokenizer=PreTrainedTokenizerFast.from_pretrained(tokenizer_dir),
+            device="cpu",
+        )
+        bridge.enable_compatibility_mode(disable_warnings=True)
+    return bridge.eval()
+
+
 @torch.no_grad()
 def evaluate(model, stream: torch.Tensor, n_ctx: int, max_windows: int = 64) -> float:
-    """Mean next-token loss over non-overlapping windows of ``stream``."""
-    was_training = model.training
-    model.eval()
+    """Mean next-token loss over non-overlapping windows of ``stream`` (``model``: a TransformerLens model)."""
     n = min(max_windows, (len(stream) - 1) // n_ctx)
     x = stream[: n * n_ctx + 1]
-    inp = x[:-1].view(n, n_ctx)
-    tgt = x[1:].view(n, n_ctx)
-    losses = []
+    inp, tgt = x[:-1].view(n, n_ctx), x[1:].view(n, n_ctx)
+    eng, losses = engine_for(model), []
     for i in range(0, n, 16):
-        logits = model(inp[i : i + 16]).logits
+        logits = eng.run(inp[i : i + 16])
         losses.append(F.cross_entropy(logits.flatten(0, 1), tgt[i : i + 16].flatten(), reduction="sum"))
-    model.train(was_training)
     return float(torch.stack(losses).sum() / tgt.numel())
 
 
 def _diagonal_masses(patterns: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``[layer, head, n_offsets]`` mean attention per diagonal (every offset, key 0 left out) from Hugging Face
-    patterns ``[batch, head, q, k]`` per layer: the numbers of
-    :func:`~gpt2_posheads.analysis.diagonals.diagonal_attention`."""
+    """``[layer, head, n_offsets]`` mean attention per diagonal (every offset, key 0 left out) from patterns
+    ``[batch, head, q, k]`` per layer: the numbers of :func:`~gpt2_posheads.analysis.diagonals.diagonal_attention`."""
     n = patterns[0].shape[-1]
     return torch.stack([diagonal_sums(p, n, True) / (p.shape[0] * diagonal_counts(n, n, True)) for p in patterns])
 
@@ -51,51 +72,49 @@ def _sharpest(mass: torch.Tensor, min_layer: int = 0) -> tuple[float, int, int]:
     return best
 
 
+def _induction_step(state: dict, layer: int, pattern: torch.Tensor) -> None:
+    state["ind"][layer] += induction_from_patterns(pattern, state["seg"]).cpu()
+
+
+def _copy_step(state: dict, tokens: torch.Tensor, logits: torch.Tensor) -> None:
+    state["first"], state["second"] = copy_losses(logits, tokens, state["seg"])
+
+
 @torch.no_grad()
 def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int = 0, n: int = 8, seg: int = 50) -> dict:
-    """The mechanism's vital signs on held-out text and on random tokens repeated twice.
+    """The mechanism's vital signs on held-out text and on random tokens repeated twice (``model``: a TransformerLens
+    model, :func:`lens` of the one being trained).
 
-    * ``prev_ratio_text`` / ``prev_ratio_random``: the sharpest previous-token head's ratio (the one
-      definition, :func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`) on ``n`` held-out text windows and
-      ``n`` windows of random tokens; ``inf`` when no head has the previous diagonal greatest.
-      ``prev_ratio_above0`` / ``prev_head_above0``: the same for the sharpest head above layer 0 on text.
-    * ``prev_keep_avg10`` / ``prev_keep_avg10_above0``: the share of those heads' previous-token mass that
-      survives averaging ``W_pos`` in groups of 10 (the post's L4H11 keeps nearly all of it; a head that reads
-      the previous position off ``W_pos`` loses most of it: the toy route, seen early); NaN without positional
-      embeddings.
+    * ``prev_ratio_text`` / ``prev_ratio_random``: the sharpest previous-token head's ratio (the one definition,
+      :func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`) on ``n`` held-out text windows and ``n`` windows of
+      random tokens; ``inf`` when no head has the previous diagonal greatest. ``prev_ratio_above0`` /
+      ``prev_head_above0``: the same for the sharpest head above layer 0 on text.
+    * ``prev_keep_avg10`` / ``prev_keep_avg10_above0``: the share of those heads' previous-token mass that survives
+      averaging ``W_pos`` in groups of 10 (the post's L4H11 keeps nearly all of it; a head that reads the previous
+      position off ``W_pos`` loses most of it: the toy route, seen early); NaN without positional embeddings.
     * ``induction``: the best head's score on ``BOS r r`` (``r`` of ``seg`` random tokens).
     * ``loss_first`` / ``loss_second``: next-token loss on each copy, its first token left out
       (:func:`~gpt2_posheads.analysis.induction.copy_losses`).
     """
     seg = min(seg, (n_ctx - 1) // 2)  # BOS r r must fit the context
-    was_training = model.training
-    model.eval()
-    impl = model.config._attn_implementation
-    model.set_attn_implementation("eager")
     gen = torch.Generator().manual_seed(10_000 + seed)
     text = sample_batch(val_stream, n, n_ctx - 1, gen)[:, :n_ctx]
-    mass = _diagonal_masses(model(text, output_attentions=True).attentions)
-    wpe = model.transformer.wpe.weight
-    clean_wpe = wpe.detach().clone()
-    wpe.copy_(group_average_rows(clean_wpe, 10))
-    mass_avg = _diagonal_masses(model(text, output_attentions=True).attentions)
-    wpe.copy_(clean_wpe)
+    mass = diagonal_attention(model, text, progress=False)
+    mass_avg = None  # an all-zero W_pos (no positional embeddings): nothing to average
+    if model.W_pos.abs().max() > 0:
+        mass_avg = diagonal_attention(model, text, edits=[average_pos_embed(10)], progress=False)
     rand = torch.randint(1, vocab_hi, (n, n_ctx), generator=gen)
     rand[:, 0] = val_stream[0]
-    r_rand = _sharpest(_diagonal_masses(model(rand, output_attentions=True).attentions))
+    r_rand = _sharpest(diagonal_attention(model, rand, progress=False))
     r = torch.randint(1, vocab_hi, (n, seg), generator=gen)
     rep = torch.cat([torch.full((n, 1), int(val_stream[0])), r, r], dim=1)
-    out = model(rep, output_attentions=True)
-    ind = torch.stack([induction_from_patterns(a, seg) for a in out.attentions]) / (n * seg)  # [layer, head]
-    first, second = copy_losses(out.logits, rep, seg)
-    model.set_attn_implementation(impl)
-    model.train(was_training)
+    state = {"ind": torch.zeros(model.cfg.n_layers, model.cfg.n_heads, dtype=torch.float64), "seg": seg}
+    got = engine_for(model).patterns([rep], Reduction(_induction_step, dict, state, logits=_copy_step))
+    ind = got["ind"] / (n * seg)  # [layer, head]
     il, ih = divmod(int(ind.argmax()), ind.shape[1])
 
-    has_positions = bool(clean_wpe.abs().max() > 0)  # an all-zero W_pos (no positional embeddings): nothing to average
-
     def keep(layer: int, head: int) -> float:
-        if layer < 0 or not has_positions:
+        if layer < 0 or mass_avg is None:
             return float("nan")
         return float(mass_avg[layer, head, 1] / mass[layer, head, 1])
 
@@ -112,6 +131,6 @@ def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int 
         prev_head_random=name(r_rand),
         induction=float(ind.max()),
         induction_head=head_name(il, ih),
-        loss_first=float(first.mean()),
-        loss_second=float(second.mean()),
+        loss_first=float(got["first"].mean()),
+        loss_second=float(got["second"].mean()),
     )

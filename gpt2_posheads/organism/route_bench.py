@@ -126,19 +126,17 @@ def score(
 
 def confusion(scored: Sequence[Scored]) -> pd.DataFrame:
     """True route (rows) x concluded route (columns), every route of :data:`~gpt2_posheads.claims.route.ROUTES`."""
-    routes = list(ROUTES)
-    m = pd.DataFrame(0, index=pd.Index(routes, name="true"), columns=pd.Index(routes, name="concluded"))
-    for s in scored:
-        m.loc[s.route, s.concluded] += 1
-    return m
+    return label_confusion([(s.route, s.concluded) for s in scored], list(ROUTES), ("true", "concluded"))
 
 
-def label_confusion(pairs: Sequence[tuple[str, str]], labels: Sequence[str]) -> pd.DataFrame:
+def label_confusion(
+    pairs: Sequence[tuple[str, str]], labels: Sequence[str], names: tuple[str, str] = ("expected", "weights")
+) -> pd.DataFrame:
     """``(expected, got)`` label pairs counted: expected (rows) x got (columns), over ``labels`` (any other value
-    gets its own row or column)."""
+    gets its own row or column); ``names``: the two axes'."""
     rows = list(dict.fromkeys([*labels, *(e for e, _ in pairs)]))
     cols = list(dict.fromkeys([*labels, *(g for _, g in pairs)]))
-    m = pd.DataFrame(0, index=pd.Index(rows, name="expected"), columns=pd.Index(cols, name="weights"))
+    m = pd.DataFrame(0, index=pd.Index(rows, name=names[0]), columns=pd.Index(cols, name=names[1]))
     for e, g in pairs:
         m.loc[e, g] += 1
     return m

@@ -1,29 +1,28 @@
 """Training a miniature GPT-2 (Hugging Face ``GPT2LMHeadModel``) that has previous-token and induction heads.
 
-The result is a Hugging Face-format directory (``config.json``, ``model.safetensors``, tokenizer
-files, ``training.json``) that :func:`gpt2_posheads.load_model` boots like GPT-2, so every GPT-2
-analysis can run offline on a *trained* model with the mechanism the GPT-2 post is about.
+The result is a Hugging Face-format directory (``config.json``, ``model.safetensors``, tokenizer files,
+``training.json``) that :func:`gpt2_posheads.load_model` boots like GPT-2, so every GPT-2 analysis can run offline on a
+*trained* model with the mechanism the GPT-2 post is about.
 
-Why the data mix. Previous-token heads exist to serve induction (the post's causal story: early
-heads find the previous token, L4H11 aggregates them, induction heads read it). A small model trained
-on a few million tokens of plain text barely needs to copy, so neither forms sharply. The recipe
-therefore gives the model reasons to copy, in windows short enough for the heads to find their keys:
+Why the data mix. Previous-token heads exist to serve induction (the post's causal story: early heads find the previous
+token, L4H11 aggregates them, induction heads read it). A small model trained on a few million tokens of plain text
+barely needs to copy, so neither forms sharply. The recipe therefore gives the model reasons to copy, in windows short
+enough for the heads to find their keys:
 
-* ``synthetic_steps``: a first phase of synthetic windows. For ``skip_only_steps`` a skip-bigram
-  language ``t+1 = pi(t-1)`` alone (``skip_rule="copy"``: pi is the identity, so a previous-token head
-  whose OV circuit copies predicts it over the whole vocabulary); then windows of *repeated random
-  segments* ``s s s' s' ...`` (ids below ``synthetic_vocab``; only induction lowers the loss on a second
-  copy) with a share ``skip_fraction`` of the skip-bigram language. Windows start at ``synthetic_ctx``
-  tokens and double every ``ctx_double_every`` steps; with ``position_offsets`` each starts at a random
-  absolute position. Short windows are the ingredient: uniform attention over 16 keys gives the right
-  one 1/8 of its weight, over 256 keys 1/128, and the heads sit on a plateau.
-* afterwards, text windows, a fraction ``repeat_fraction`` of which have a span of their own text
-  copied to a later place, mixed with a fraction ``synthetic_fraction`` of synthetic windows.
+* ``synthetic_steps``: a first phase of synthetic windows. For ``skip_only_steps`` a skip-bigram language
+  ``t+1 = pi(t-1)`` alone (``skip_rule="copy"``: pi is the identity, so a previous-token head whose OV circuit copies
+  predicts it over the whole vocabulary); then windows of *repeated random segments* ``s s s' s' ...`` (ids below
+  ``synthetic_vocab``; only induction lowers the loss on a second copy) with a share ``skip_fraction`` of the
+  skip-bigram language. Windows start at ``synthetic_ctx`` tokens and double every ``ctx_double_every`` steps; with
+  ``position_offsets`` each starts at a random absolute position. Short windows are the ingredient: uniform attention
+  over 16 keys gives the right one 1/8 of its weight, over 256 keys 1/128, and the heads sit on a plateau.
+* afterwards, text windows, a fraction ``repeat_fraction`` of which have a span of their own text copied to a later
+  place, mixed with a fraction ``synthetic_fraction`` of synthetic windows.
 
-Every ``probe_every`` steps :func:`probe` measures the mechanism (sharpest previous-token ratio on
-held-out text and on random tokens, best induction score, loss on the first and second copy), so the
-training record shows when each piece appears. Checkpoints are written every ``checkpoint_minutes``
-of wall-clock time; a run resumes exactly (batches depend on the step number only).
+Every ``probe_every`` steps :func:`probe` measures the mechanism (sharpest previous-token ratio on held-out text and on
+random tokens, best induction score, loss on the first and second copy) on a TransformerLens copy (:func:`lens`), so
+the training record shows when each piece appears. Checkpoints are written every ``checkpoint_minutes`` of wall-clock
+time; a run resumes exactly (batches depend on the step number only).
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ from ..analysis.interventions import group_average_rows
 from .config import POS_INITS, MiniConfig
 from .data import encode_stream, position_ids, split_docs, train_tokenizer, training_batch
 from .positions import gpt2_positions, pos_average_at, pos_roughness, sinusoidal_positions
-from .probe import evaluate, probe
+from .probe import evaluate, lens, probe
 
 
 def lr_at(cfg: MiniConfig, s: int) -> float:
@@ -54,10 +53,9 @@ def lr_at(cfg: MiniConfig, s: int) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def _load_tokenizer(work: Path, train_docs: Sequence[str], cfg: MiniConfig, tokenizer_dir: str | Path | None):
+def _load_tokenizer(tok_dir: Path, train_docs: Sequence[str], cfg: MiniConfig, tokenizer_dir: str | Path | None):
     from transformers import PreTrainedTokenizerFast
 
-    tok_dir = work / "tokenizer"
     if (tok_dir / "tokenizer.json").exists():
         return PreTrainedTokenizerFast.from_pretrained(tok_dir)
     if tokenizer_dir is not None:
@@ -107,11 +105,10 @@ def train_mini_gpt2(
 
     ``cfg`` (default :class:`MiniConfig`'s defaults) is never changed: the synthetic vocabulary is capped at the
     tokenizer's size in a copy. ``work_dir`` (default ``<out_dir>-work``) holds the checkpoint, written every
-    ``checkpoint_minutes`` and at
-    the end (each write is said), and the tokenizer. ``val_docs``: held-out documents (default: a seeded
-    ``val_fraction`` of ``docs``). ``tokenizer_dir``: reuse that directory's tokenizer (so held-out losses compare
-    with another model token for token) instead of training a new BPE on ``docs``.
-    Returns the training record (losses, validation losses, probes, timings), also saved as ``training.json``.
+    ``checkpoint_minutes`` and at the end (each write is said), and the tokenizer. ``val_docs``: held-out documents
+    (default: a seeded ``val_fraction`` of ``docs``). ``tokenizer_dir``: reuse that directory's tokenizer (so held-out
+    losses compare with another model token for token) instead of training a new BPE on ``docs``. Returns the training
+    record (losses, validation losses, probes, timings), also saved as ``training.json``.
     """
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -124,7 +121,8 @@ def train_mini_gpt2(
         train_docs, val_docs = split_docs(docs, cfg.val_fraction, cfg.seed)
     else:
         train_docs = list(docs)
-    tok = _load_tokenizer(work, train_docs, cfg, tokenizer_dir)
+    tok_dir = work / "tokenizer"  # also what lens() gives the measured copies
+    tok = _load_tokenizer(tok_dir, train_docs, cfg, tokenizer_dir)
     train_stream, val_stream = encode_stream(tok, train_docs), encode_stream(tok, val_docs)
     cfg = replace(
         cfg, synthetic_vocab=min(cfg.synthetic_vocab, len(tok))
@@ -192,6 +190,8 @@ def train_mini_gpt2(
         handle = None
         if averaged is not None:  # this step sees W_pos averaged in groups: gradients still reach every row
             handle = model.transformer.wpe.register_forward_hook(averaged_positions(*averaged))
+        # The one pass on the Hugging Face module itself: the engine runs no backward pass, so the step that trains
+        # (gradients, the augmentation hook on wpe, autocast) stays here; every measurement goes through lens().
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
             logits = model(xy[:, :-1], position_ids=position_ids(cfg, s, xy)).logits
         if handle is not None:
@@ -206,11 +206,12 @@ def train_mini_gpt2(
         bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
         done = s + 1
         if done % cfg.probe_every == 0 or done == cfg.steps:
-            pr = probe(model, val_stream, cfg.n_ctx, len(tok), seed=cfg.seed)
+            measured = lens(model, tok_dir)
+            pr = probe(measured, val_stream, cfg.n_ctx, len(tok), seed=cfg.seed)
             pr["step"] = done
             recent = [l for _, l in record["loss"][-cfg.probe_every :]]
             pr["train_loss"] = sum(recent) / len(recent)
-            pr["val_loss"] = evaluate(model, val_stream, cfg.n_ctx, max_windows=32)
+            pr["val_loss"] = evaluate(measured, val_stream, cfg.n_ctx, max_windows=32)
             pr["seconds"] = round(time.time() - t0, 1)
             record["probes"].append(pr)
             record["val_loss"].append([done, pr["val_loss"]])
@@ -219,7 +220,7 @@ def train_mini_gpt2(
             save_checkpoint(done)
             last_ckpt = time.time()
     record["seconds"] = time.time() - t0
-    record["final_val_loss"] = evaluate(model, val_stream, cfg.n_ctx)
+    record["final_val_loss"] = evaluate(lens(model, tok_dir), val_stream, cfg.n_ctx)
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)

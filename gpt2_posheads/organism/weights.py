@@ -117,8 +117,7 @@ def token_buckets(n_vocab: int, n: int = N_BUCKETS, seed: int = SEED + 1) -> np.
 
 
 def gpt2_w_pos() -> np.ndarray:
-    """GPT-2 small's real ``W_pos`` ``[1024, 768]``, shipped in ``data/gpt2-small``: the one source every build
-    uses."""
+    """GPT-2 small's real ``W_pos`` ``[1024, 768]``, shipped in ``data/gpt2-small``: the one source every build uses."""
     return np.load(GPT2_W_POS)
 
 
@@ -298,8 +297,7 @@ def positions_mlp(p: Parts, outputs: dict[str, np.ndarray], role: str) -> Mlp:
 
 @dataclass
 class Compiled:
-    """A whole model: embeddings, ``n_layers x n_heads`` heads (``res.shape``), one MLP per layer, the
-    unembedding."""
+    """A whole model: embeddings, ``n_layers x n_heads`` heads (``res.shape``), one MLP per layer, the unembedding."""
 
     name: str
     res: Residual
