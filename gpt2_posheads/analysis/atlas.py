@@ -1,20 +1,13 @@
 """A head atlas: for every head of a model, how previous-token-like, induction-like and duplicate-token-like it is,
 under one stated protocol.
 
-Two protocols:
-
-* ``"toolkit"`` (:data:`TOOLKIT_PROTOCOL`): the previous-token statistics of
-  :func:`~gpt2_posheads.analysis.diagonals.prev_token_stats` on natural-text prompts (every offset, key 0 left
-  out), and on ``BOS r r`` (``r`` ``seg_len`` random tokens, seed given) the induction score ``mean A[q, q - seg_len
-  + 1]`` and the duplicate-token score ``mean A[q, q - seg_len]`` over the second copy.
-* ``"ood-composition"`` (:func:`ood_composition_scores`): the protocol whose per-head scores were released with
-  "Out-of-distribution generalization via composition" (repository ``JiajunSong629/ood-generalization-via-composition``,
-  ``llm-interventions/removal-ih/IH_list/prep.py``): 50 sequences of 25 uniform random token ids (numpy's global
-  generator seeded with 2024, ids in ``0..vocab_size-1``) repeated twice, with the BOS token first where that
-  script prepends it (``prep.py``: Llama-2 7B and 70B, Llama-3 8B, Gemma 7B, Mixtral; :func:`ood_composition_bos`)
-  and no BOS otherwise; position 0 dropped and each row renormalised (``A[q, 1:] / sum_k (A[q, k] + 1e-6)``); the
-  score is the mean over sequences of the mean of the diagonal at offset 1 (previous token) or 24 (induction), its
-  first entry skipped.
+Two protocols: ``"toolkit"`` (:data:`TOOLKIT_PROTOCOL`: :func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`
+on natural-text prompts, and :func:`repeat_scores`) and ``"ood-composition"`` (:data:`OOD_PROTOCOL`,
+:func:`ood_composition_scores`): the protocol whose per-head scores were released with "Out-of-distribution
+generalization via composition" (repository ``JiajunSong629/ood-generalization-via-composition``,
+``llm-interventions/removal-ih/IH_list/prep.py``): numpy's global generator seeded with 2024, ids in
+``0..vocab_size-1``, the BOS token first where that script prepends it (:func:`ood_composition_bos`); each row
+renormalised as ``A[q, 1:] / sum_k (A[q, k] + 1e-6)``.
 """
 
 from __future__ import annotations
@@ -30,7 +23,7 @@ from ..model.engine import Reduction, engine_for
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches
 from .diagonals import head_columns, traced_stats
-from .induction import repeated_random_tokens
+from .induction import induction_positions, repeated_random_tokens
 
 Protocol = Literal["toolkit", "ood-composition"]
 TOOLKIT_PROTOCOL = (
@@ -48,8 +41,7 @@ OOD_PROTOCOL = (
 
 def _reduce_patterns(model, make_tokens, state: dict, on_pattern, engine: str = "auto") -> dict:
     """:func:`_mean_scores` after ``on_pattern(state, layer, pattern)`` for every layer and batch (of 8) of
-    ``make_tokens()`` ``[n, pos]``, on the engine of :func:`~gpt2_posheads.model.engine.engine_for` (through nnsight
-    only those small tensors come back). ``state["shape"]`` is set to ``(n_layers, n_heads)`` first."""
+    ``make_tokens()`` ``[n, pos]`` (through nnsight only those small tensors come back)."""
     eng = engine_for(model, engine)
 
     def batches() -> list[torch.Tensor]:  # only an engine that runs a model makes them
@@ -74,9 +66,9 @@ def _mean_scores(state: dict) -> dict:
 def _repeat_layer(state: dict, layer: int, p: torch.Tensor) -> None:
     """Induction ``A[q, q - seg + 1]`` and duplicate-token ``A[q, q - seg]`` sums over the second copy."""
     _zeros(state, p.device)
-    q, seg = state["q"].to(p.device), state["seg_len"]
-    state["induction"][layer] += p[:, :, q, q - seg + 1].double().sum((0, 2))
-    state["duplicate"][layer] += p[:, :, q, q - seg].double().sum((0, 2))
+    q, k = (t.to(p.device) for t in induction_positions(state["seg_len"], state["bos"]))
+    state["induction"][layer] += p[:, :, q, k].double().sum((0, 2))
+    state["duplicate"][layer] += p[:, :, q, k - 1].double().sum((0, 2))
 
 
 @measures_caller_model
@@ -84,9 +76,7 @@ def repeat_scores(
     model, n_seqs: int = 16, seg_len: int = 50, seed: int = 0, bos: bool = True, engine: str = "auto"
 ) -> dict[str, torch.Tensor]:
     """Toolkit protocol on ``[BOS] r r``: ``induction`` and ``duplicate`` ``[n_layers, n_heads]`` (module doc)."""
-    b = int(bos)
-    q = torch.arange(b + seg_len, b + 2 * seg_len)
-    state = dict(q=q, seg_len=seg_len, n=n_seqs * seg_len, scores=("induction", "duplicate"))
+    state = dict(seg_len=seg_len, bos=bos, n=n_seqs * seg_len, scores=("induction", "duplicate"))
     tokens = partial(repeated_random_tokens, model, n_seqs, seg_len, seed, bos=bos)
     return _reduce_patterns(model, tokens, state, _repeat_layer, engine)
 
@@ -116,8 +106,8 @@ def ood_composition_tokens(
 
 
 def ood_composition_from_patterns(pattern: torch.Tensor, offset: int, eps: float = 1e-6) -> torch.Tensor:
-    """Per-head score of one batch of patterns ``[batch, head, T, T]`` (the protocol's formula; see the module
-    doc): ``[batch, head]``, the mean over each sequence's diagonal at ``offset``, first entry skipped."""
+    """The protocol's score ``[batch, head]`` of patterns ``[batch, head, T, T]``: the mean over each sequence's
+    diagonal at ``offset`` of the renormalised pattern, first entry skipped."""
     A = pattern.double()
     adj = torch.zeros_like(A)
     adj[..., 1:, 1:] = A[..., 1:, 1:] / (A[..., 1:, 1:] + eps).sum(-1, keepdim=True)
@@ -163,10 +153,8 @@ def head_table(
 ) -> pd.DataFrame:
     """One row per head: ``layer, head, name, top_offset, prev_ratio, prev_mass, is_prev_token, induction, duplicate``
     (toolkit protocol), plus ``ood_previous_token`` and ``ood_induction`` with ``protocol="ood-composition"`` (BOS
-    first as the published script does for ``model_name``: :func:`ood_composition_bos`). Every score is one reduction
-    on the engine of :func:`~gpt2_posheads.model.engine.engine_for` (``engine``): through nnsight (a traced model)
-    the scores are reduced inside the traces, locally or on NDIF, and only ``[n_layers, n_heads]`` tensors come
-    back."""
+    first as the published script does for ``model_name``). Every score is one reduction on the model's engine: through
+    nnsight the scores are reduced inside the traces and only ``[n_layers, n_heads]`` tensors come back."""
     st = traced_stats(model, prompts, engine=engine)
     seg = min(seg_len, (model.cfg.n_ctx - 1) // 2)
     rep = repeat_scores(model, n_seqs, seg, seed, engine=engine)

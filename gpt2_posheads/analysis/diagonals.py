@@ -5,12 +5,10 @@ offset ``d`` is the set of entries ``A[q, q - d]``: offset 0 is attention to the
 the previous token, and so on. Its *mass* is the mean of those entries over every query where the key
 exists (``q >= d``) and over all prompts — the quantity the GPT-2 post ranks heads by.
 
-Prompts are streamed in batches and each pattern is reduced to per-diagonal sums on the spot, so
-memory does not grow with the number of prompts and no activation cache is ever held. The forward
-pass stops right after the last layer's pattern: the rest of that block and the unembedding are never
-computed. The sums are one reduction (:func:`diagonal_sums` per layer and batch, then the means) that every engine
-of :mod:`gpt2_posheads.model.engine` runs: the verified hook-free pass when it applies, TransformerLens hooks (always
-so with ``edits``), an nnsight trace (where only the means, or the statistics, come back), or stored diagonals.
+Prompts are streamed in batches and each pattern is reduced to per-diagonal sums on the spot (no activation
+cache; the pass stops after the last layer's pattern), one reduction that every engine of
+:mod:`gpt2_posheads.model.engine` runs: the verified hook-free pass when it applies, TransformerLens hooks (always so
+with ``edits``), an nnsight trace (where only the means, or the statistics, come back), or stored diagonals.
 """
 
 from __future__ import annotations
@@ -39,8 +37,8 @@ _INDEX_CACHE = _IndexCache()
 
 
 def _diagonal_index(n_pos: int, n_offsets: int, exclude_bos: bool, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Key index ``k = q - d`` for every ``[q, d]`` (clamped to 0) and the float mask of the entries
-    that count: ``k >= 0``, and ``k >= 1`` when ``exclude_bos``. The last 8 are kept."""
+    """Key index ``k = q - d`` ``[q, d]`` (clamped to 0) and the float mask of the entries that count (``k >= 0``,
+    ``k >= 1`` when ``exclude_bos``); the last 8 are kept."""
     key = (n_pos, n_offsets, exclude_bos, device)
     hit = _INDEX_CACHE.get(key)
     if hit is None:
@@ -54,10 +52,8 @@ def _diagonal_index(n_pos: int, n_offsets: int, exclude_bos: bool, device: str) 
 
 
 def diagonal_sums(pattern: torch.Tensor, n_offsets: int, exclude_bos: bool) -> torch.Tensor:
-    """Per-head sums of each diagonal of a batch of patterns.
-
-    pattern: ``[batch, head, q, k]``. Returns ``[head, n_offsets]`` float64 sums of ``A[q, q - d]``
-    over batch and queries, with key 0 left out when ``exclude_bos``.
+    """``[head, n_offsets]`` float64 sums of ``A[q, q - d]`` over batch and queries of ``pattern`` ``[batch, head, q,
+    k]``, key 0 left out when ``exclude_bos``.
 
     Two ways, the same sums: when most diagonals are wanted (``4 * n_offsets >= n_pos``) of a contiguous causal
     pattern, :func:`_skewed_sums` reads every diagonal at once through a strided view (one pass over the pattern);
@@ -128,29 +124,17 @@ def diagonal_attention(
 ) -> torch.Tensor:
     """Mean attention on each diagonal for every head: ``[n_layers, n_heads, max_offset + 1]``.
 
-    Entry ``[l, h, d]`` is the mean of ``A_{l,h}[q, q - d]`` over all queries ``q >= d`` of all prompts
-    (pooled: long prompts weigh by their number of entries).
-
-    BOS: with ``exclude_bos=True`` (default) key position 0 is left out of every diagonal, since GPT-2
-    heads park spare attention on the first token whatever it is; otherwise the sink would make every
-    such head's longest diagonals look large. Short diagonals: offset ``d`` has ``pos - d`` entries per
-    prompt, so the last few offsets rest on few entries; they are kept (set ``max_offset`` to cut
-    them), and offsets with no entries at all are NaN.
-
-    Args:
-        prompts: ``[batch, pos]`` token ids, a list of token tensors, or a list of strings.
-        max_offset: largest offset ``d`` (default: longest prompt length − 1); must be >= 1.
-        edits: interventions applied during the pass (``mask_previous_attention(5, range(4))``, ...).
-        bf16: matmuls in bfloat16 (LayerNorm, softmax and the residual stay float32): ~3x faster on
-            CPUs with AMX at GPT-2 sizes; diagonal masses within ~1e-3 of float32 on diffuse random-weight heads,
-            but up to 0.5 off on sharp heads (large query-key logits, as in the compiled models). Where the CPU has no
-            native bfloat16 it runs float32 and says so (:func:`gpt2_posheads.model.precision.resolve_bf16`).
-        engine: ``"auto"`` (hook-free fast path when it applies), ``"fast"`` or ``"hooks"``; see
-            :func:`gpt2_posheads.model.engine.engine_for`. Both give the same numbers to ~1e-6.
-            ``"nnsight"`` (the only engine of a :class:`~gpt2_posheads.model.traced.TracedModel`): the patterns are
-            computed and reduced inside an nnsight trace, locally or on NDIF, the interventions applied there.
-            ``model`` may be stored activations (then
-            ``prompts`` is ``None``, and ``max_offset`` and ``exclude_bos`` are left as they are): the stored diagonals.
+    Entry ``[l, h, d]`` is the mean of ``A_{l,h}[q, q - d]`` over all queries ``q >= d`` of all prompts (pooled: long
+    prompts weigh by their number of entries); offsets with no entry at all are NaN. ``exclude_bos`` (default) leaves
+    key 0 out of every diagonal: GPT-2 heads park spare attention on the first token whatever it is, which would make
+    every such head's longest diagonals look large. ``max_offset`` defaults to the longest prompt length - 1 (the last
+    offsets rest on few entries). ``edits``: interventions applied during the pass. ``bf16``: matmuls in bfloat16
+    (LayerNorm, softmax and the residual stay float32; :func:`gpt2_posheads.model.precision.resolve_bf16`): ~3x faster
+    on CPUs with AMX, within ~1e-3 of float32 on diffuse heads but up to 0.5 off on sharp ones (large query-key logits,
+    as in the compiled models). ``engine``: :func:`gpt2_posheads.model.engine.engine_for`'s choice (the engines agree
+    to ~1e-6; a :class:`~gpt2_posheads.model.traced.TracedModel`'s patterns are reduced inside its nnsight trace).
+    ``model`` may be stored activations (``prompts`` ``None``, ``max_offset`` and ``exclude_bos`` as they are): the
+    stored diagonals.
     """
     return _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, False, engine, bf16, edits, progress)[
         "diagonals"
@@ -181,11 +165,9 @@ def prev_token_stats(mass: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:
-    """The previous-token ranking from per-diagonal masses ``[n_layers, n_heads, n_offsets]``.
-
-    One row per head with the columns of :func:`prev_token_stats` (``top_offset``, ``top_mass``,
-    ``second_mass``, ``ratio``, ``prev_mass``), ``is_prev_token`` (top offset is 1) and ``not_measured``: why the
-    head's NaN statistics are NaN (:data:`NO_DIAGONAL`, :data:`NO_PREVIOUS`, :data:`ONLY_BOS`; ``""`` when every
+    """The previous-token ranking from per-diagonal masses ``[n_layers, n_heads, n_offsets]``: one row per head with
+    the columns of :func:`prev_token_stats`, ``is_prev_token`` (top offset is 1) and ``not_measured``: why the head's
+    NaN statistics are NaN (:data:`NO_DIAGONAL`, :data:`NO_PREVIOUS`, :data:`ONLY_BOS`; ``""`` when every
     statistic is a number). Previous-token heads come first, by ratio ascending (the GPT-2 post's L4H11: 0.01); the
     other heads follow by ``prev_mass`` descending, heads with nothing measured last.
     """
@@ -223,13 +205,9 @@ def prev_token_ranking(
     bf16: bool = False,
     engine: str = "auto",
 ) -> pd.DataFrame:
-    """Rank all heads by how previous-token-like they are (see :func:`rank_from_diagonals`).
-
-    ``int(df.is_prev_token.sum())`` is the number of heads whose greatest diagonal is the previous
-    one (69 of 144 for GPT-2 small in the post). ``model`` may be stored activations (anything with a
-    ``diagonals`` tensor, such as :class:`~gpt2_posheads.store.cache.PosheadsCache`): then the stored
-    diagonals are ranked and ``prompts`` must be ``None`` (they were fixed when the store was built).
-    """
+    """Rank all heads by how previous-token-like they are (:func:`rank_from_diagonals`); ``df.is_prev_token.sum()``
+    heads have the previous diagonal greatest (69 of 144 for GPT-2 small in the post). ``model`` may be stored
+    activations (:class:`~gpt2_posheads.store.cache.PosheadsCache`): their diagonals, ``prompts`` ``None``."""
     st = traced_stats(model, prompts, max_offset, exclude_bos, batch_size, engine=engine, bf16=bf16, progress=progress)
     st.pop("profile")
     return rank_from_stats(st)
@@ -240,21 +218,11 @@ PROFILE_OFFSETS = 16  # the diagonals a ranking brings back besides the statisti
 
 
 def _diagonal_step(state: dict, layer: int, pattern: torch.Tensor) -> None:
-    """One layer's diagonal sums (:func:`diagonal_sums`) of one batch added to ``state["sums"]``; runs where the
-    model runs (inside an nnsight trace too)."""
+    """One layer's :func:`diagonal_sums` of one batch added to ``state["sums"]`` (runs where the model runs)."""
     width = min(state["n_off"], pattern.shape[-1])
     if "sums" not in state:
         state["sums"] = torch.zeros(state["shape"], dtype=torch.float64, device=pattern.device)
     state["sums"][layer, :, :width] += diagonal_sums(pattern, width, state["exclude_bos"])
-
-
-def _means(state: dict) -> torch.Tensor:
-    """Every diagonal's mean ``[n_layers, n_heads, n_offsets]`` float32 (NaN where a diagonal has no entry)."""
-    return (state["sums"].cpu() / state["counts"]).float()
-
-
-def _nonfinite(sums: torch.Tensor) -> torch.Tensor:
-    return (~torch.isfinite(sums)).sum().cpu()
 
 
 def _ranking_of(mass: torch.Tensor, keep: int = PROFILE_OFFSETS) -> dict:
@@ -265,29 +233,26 @@ def _ranking_of(mass: torch.Tensor, keep: int = PROFILE_OFFSETS) -> dict:
 
 
 def _finish_diagonals(state: dict) -> dict:
-    """``diagonals``: every diagonal's mean ``[n_layers, n_heads, n_offsets]`` (float32)."""
-    return {"diagonals": _means(state), "nonfinite": _nonfinite(state["sums"])}
+    """``diagonals``: every diagonal's mean ``[n_layers, n_heads, n_offsets]`` float32 (NaN where it has no entry)."""
+    sums = state["sums"]
+    return {"diagonals": (sums.cpu() / state["counts"]).float(), "nonfinite": (~torch.isfinite(sums)).sum().cpu()}
 
 
 def _finish_ranking(state: dict) -> dict:
-    """:func:`_ranking_of` the means: per-head statistics and the first :data:`PROFILE_OFFSETS` diagonals, all a
-    trace brings back (about 0.5 MB for a Llama-70B shape)."""
-    return {**_ranking_of(_means(state), state["keep"]), "nonfinite": _nonfinite(state["sums"])}
+    """:func:`_ranking_of` the means: all a trace brings back (about 0.5 MB for a Llama-70B shape)."""
+    out = _finish_diagonals(state)
+    return {**_ranking_of(out.pop("diagonals"), state["keep"]), **out}
 
 
-def _stored_diagonals(store, prompts, max_offset, exclude_bos, summary=lambda mass: {"diagonals": mass}) -> dict:
-    """``summary`` of stored diagonals (:class:`~gpt2_posheads.model.engine.StoredActivations`), which fixed the
-    prompts, offsets and BOS handling when the store was built."""
+def _stored(store, prompts, max_offset, exclude_bos, ranking: bool) -> dict:
+    """Stored diagonals (:class:`~gpt2_posheads.model.engine.StoredActivations`; its prompts, offsets and BOS handling
+    were fixed when the store was built), or with ``ranking`` their :func:`_ranking_of`."""
     if prompts is not None or max_offset is not None or not exclude_bos:
         raise ValueError(
             "stored activations fix the prompts, offsets and BOS handling: call "
             "prev_token_ranking(store) or diagonal_attention(store) without prompts, max_offset or exclude_bos"
         )
-    return summary(store.diagonals)
-
-
-def _stored_ranking(store, prompts, max_offset, exclude_bos) -> dict:
-    return _stored_diagonals(store, prompts, max_offset, exclude_bos, _ranking_of)
+    return _ranking_of(store.diagonals) if ranking else {"diagonals": store.diagonals}
 
 
 def _diagonal_pass(
@@ -300,13 +265,10 @@ def _diagonal_pass(
     engine="auto",
     bf16=False,
     edits=(),
-    progress: bool = False,
+    progress=False,
 ) -> dict:
-    """One pass of ``engine`` over ``prompts`` reducing every layer's pattern to diagonal sums: the means
-    (:func:`_finish_diagonals`), or with ``ranking`` their statistics and profile (:func:`_finish_ranking`); on stored
-    activations the same read off the store (``stored(store, prompts, max_offset, exclude_bos)``). ``progress``: a
-    bar labelled "diagonal attention"."""
-    finish, stored = (_finish_ranking, _stored_ranking) if ranking else (_finish_diagonals, _stored_diagonals)
+    """One pass of ``engine`` over ``prompts`` reducing every layer's pattern to diagonal sums: the means, or with
+    ``ranking`` their statistics and profile; on stored activations the same read off the store."""
     eng = engine_for(model, engine, bf16=bf16)
     state: dict = dict(exclude_bos=bool(exclude_bos), keep=PROFILE_OFFSETS)
 
@@ -324,9 +286,14 @@ def _diagonal_pass(
         state.update(n_off=n_off, shape=(model.cfg.n_layers, model.cfg.n_heads, n_off), counts=counts)
         return out
 
-    reader = partial(stored, prompts=prompts, max_offset=max_offset, exclude_bos=exclude_bos)
-    reduction = Reduction(_diagonal_step, finish, state, stored=reader)
-    res = eng.patterns(batches, reduction, edits, "diagonal attention" if progress else None)
+    reader = partial(_stored, prompts=prompts, max_offset=max_offset, exclude_bos=exclude_bos, ranking=ranking)
+    finish = _finish_ranking if ranking else _finish_diagonals
+    res = eng.patterns(
+        batches,
+        Reduction(_diagonal_step, finish, state, stored=reader),
+        edits,
+        "diagonal attention" if progress else None,
+    )
     bad = int(res.pop("nonfinite", 0))
     if bad:
         raise NonFiniteError(f"the attention patterns is not finite ({bad:,} NaN or infinite diagonal sums)")
@@ -345,17 +312,15 @@ def traced_stats(
     progress: bool = False,
 ) -> dict[str, torch.Tensor]:
     """:func:`prev_token_stats` of every diagonal's mean (``[n_layers, n_heads]`` each) and ``profile``, the first
-    :data:`PROFILE_OFFSETS` diagonal means ``[n_layers, n_heads, 16]``, on any engine (what
-    :func:`prev_token_ranking` ranks; ``bf16``, ``progress`` as there). Through nnsight that is all that comes back
-    from the trace (about 0.5 MB for a Llama-70B shape); the statistics are computed where the model runs."""
+    :data:`PROFILE_OFFSETS` means ``[n_layers, n_heads, 16]``, on any engine (what :func:`prev_token_ranking` ranks).
+    Through nnsight that is all that comes back from the trace; the statistics are computed where the model runs."""
     return _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, True, engine, bf16, edits, progress)
 
 
 def traced_ranking(
     model, prompts, max_offset: int | None = None, exclude_bos: bool = True, batch_size: int = 8, edits=()
 ) -> tuple[pd.DataFrame, torch.Tensor]:
-    """The ranking (:func:`prev_token_ranking`) and the first :data:`PROFILE_OFFSETS` diagonal means
-    (:func:`traced_stats`): through nnsight, all that comes back from the trace."""
+    """The ranking (:func:`prev_token_ranking`) and the profile of :func:`traced_stats`."""
     st = traced_stats(model, prompts, max_offset, exclude_bos, batch_size, edits)
     profile = st.pop("profile")
     return rank_from_stats(st), profile
@@ -368,19 +333,17 @@ CLEAR_PREV_RATIO = 0.6
 
 
 def is_clear_prev(top_offset: int, ratio: float) -> bool:
-    """Greatest diagonal offset 1 and ratio <= :data:`CLEAR_PREV_RATIO`."""
     return int(top_offset) == 1 and float(ratio) <= CLEAR_PREV_RATIO
 
 
 def choose_aggregator(ranking: pd.DataFrame) -> tuple[int, int]:
-    """The aggregator (the post's L4H11 on another model): the sharpest previous-token head, whatever its
-    layer; the top-ranked head when the model has no previous-token head (claims about it then fail their
-    "is a previous-token head" precondition). Every script and the cache use this one rule.
-
-    Raises ``ValueError`` on an empty ranking, and :class:`~gpt2_posheads.model.validation.NothingMeasuredError` (a
-    ``ValueError``; scripts make every claim ``not testable`` with its message) when no head has attention off BOS on
-    the previous token: nothing was measured to choose by (one- or two-token prompts, key 0 left out), or every head
-    puts all of it on BOS. No head is then returned: any would be an arbitrary one."""
+    """The aggregator (the post's L4H11 on another model): the sharpest previous-token head, whatever its layer; the
+    top-ranked head when the model has no previous-token head (claims about it then fail their "is a previous-token
+    head" precondition). Raises ``ValueError`` on an empty ranking, and
+    :class:`~gpt2_posheads.model.validation.NothingMeasuredError` (a ``ValueError``; scripts make every claim ``not
+    testable`` with its message) when no head has attention off BOS on the previous token: nothing was measured to
+    choose by (one- or two-token prompts, key 0 left out), or every head puts all of it on BOS. No head is then
+    returned: any would be an arbitrary one."""
     _check_ranking(ranking)
     prev = ranking[ranking.is_prev_token]
     if not len(prev):
@@ -416,7 +379,6 @@ def _why_not_measured(top_mass: float, prev_mass: float) -> str:
 
 
 def _check_ranking(ranking) -> None:
-    """A ranking of :func:`rank_from_diagonals` with a row, else a ``TypeError``/``ValueError`` naming ``ranking``."""
     if not isinstance(ranking, pd.DataFrame):
         raise TypeError(f"ranking must be a DataFrame of prev_token_ranking, got {type(ranking).__name__}")
     missing = {"layer", "head", "is_prev_token", "prev_mass"} - set(ranking.columns)
@@ -444,8 +406,8 @@ def early_prev_heads(ranking: pd.DataFrame, layer: int) -> pd.DataFrame:
 
 
 def aggregator_and_early(ranking: pd.DataFrame) -> list[tuple[int, int]]:
-    """``[early, aggregator]``: the aggregator (:func:`choose_aggregator`) preceded by the sharpest clear
-    previous-token head in a lower layer (like L2H2 below L4H11); just ``[aggregator]`` when there is none."""
+    """``[early, aggregator]``: the aggregator preceded by the sharpest clear previous-token head in a lower layer
+    (L2H2 below L4H11); just ``[aggregator]`` when there is none."""
     layer, head = choose_aggregator(ranking)
     below = early_prev_heads(ranking, layer)
     early = [(int(below.iloc[0]["layer"]), int(below.iloc[0]["head"]))] if len(below) else []

@@ -9,11 +9,8 @@ import torch
 
 
 def pca(x: torch.Tensor, k: int = 3, center: bool = True):
-    """Top-``k`` principal directions of the rows of ``x`` ``[n, d]``.
-
-    Returns ``(components [k, d], explained_variance_ratio [k], projections [n, k])``; projections are of
-    the centred rows when ``center``.
-    """
+    """Top-``k`` principal directions of the rows of ``x`` ``[n, d]``: ``(components [k, d],
+    explained_variance_ratio [k], projections [n, k])``, projections of the centred rows when ``center``."""
     if k < 1 or k > min(x.shape):
         raise ValueError(f"k={k} must lie in 1..{min(x.shape)} for a matrix of shape {tuple(x.shape)}")
     x = x.double()

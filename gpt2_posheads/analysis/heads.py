@@ -1,16 +1,10 @@
 """Which heads a claim measures: ``--heads`` or the script's stated default, resolved in one place.
 
-``--heads`` takes names (``L4H11,L2H2``) or ``auto:N`` (the model's N most previous-token-like heads by
-the ranking). Without it a script measures its :class:`HeadDefault`: the post's heads on GPT-2 small
-(:func:`~gpt2_posheads.model.identity.is_gpt2_small`, where those names mean something), and on any other
-model the heads with the same *role* chosen by one rule (:mod:`gpt2_posheads.analysis.diagonals`):
-
-* ``aggregator``: the sharpest previous-token head (the post's L4H11);
-* ``aggregator+early``: the sharpest previous-token head below it, then the aggregator (L2H2, L4H11);
-* ``top``: the ``n`` most previous-token-like heads.
-
-:func:`resolve_heads` returns the heads and a sentence saying how they were chosen, which every summary
-records next to its claims.
+``--heads`` takes names (``L4H11,L2H2``) or ``auto:N`` (the model's N most previous-token-like heads by the ranking).
+Without it a script measures its :class:`HeadDefault`: the post's heads on GPT-2 small (where those names mean
+something), and on any other model the heads with the same *role* (:data:`ROLE_WORDS`), chosen by the rules of
+:mod:`gpt2_posheads.analysis.diagonals`. :func:`resolve_heads` returns the heads and a sentence saying how they were
+chosen, which every summary records next to its claims.
 """
 
 from __future__ import annotations
@@ -117,8 +111,8 @@ def require_above_layer0(spec: HeadSpec | None, param: str = "--heads") -> None:
 def resolve_heads(
     model, spec: HeadSpec | None, default: HeadDefault, ranking: pd.DataFrame
 ) -> tuple[list[tuple[int, int]], str]:
-    """``(heads, how they were chosen)``: ``--heads`` if given, else ``default`` (see the module doc).
-    ``ranking`` is the model's previous-token ranking on the script's prompts."""
+    """``(heads, how they were chosen)``: ``--heads`` if given, else ``default``, from the model's previous-token
+    ``ranking`` on the script's prompts."""
     if spec is not None and spec.auto is not None:
         heads = [(int(r.layer), int(r.head)) for r in ranking.head(spec.auto).itertuples()]
         return heads, f"--heads auto:{spec.auto}: the model's {spec.auto} most previous-token-like heads"

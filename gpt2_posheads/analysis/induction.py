@@ -12,10 +12,9 @@ repeats), so both losses leave it out:
 * ``loss_first``: mean next-token loss on tokens ``2..seg_len`` of the first copy (about ``ln d_vocab``);
 * ``loss_second``: mean next-token loss on tokens ``2..seg_len`` of the second copy (near 0 with induction).
 
-The pure functions (:func:`induction_from_patterns`, :func:`copy_losses`) take tensors, so the training
-probe of :mod:`gpt2_posheads.organism` computes exactly these numbers on a Hugging Face model.
-:func:`induction_scores` runs them as one reduction of the model's engine (:mod:`gpt2_posheads.model.engine`): every
-layer's pattern and the logits of one pass per batch, reduced where the model runs.
+The pure functions (:func:`induction_from_patterns`, :func:`copy_losses`) take tensors, so the training probe of
+:mod:`gpt2_posheads.organism` computes exactly these numbers on a Hugging Face model; :func:`induction_scores` runs them
+as one reduction of the model's engine.
 """
 
 from __future__ import annotations
@@ -121,8 +120,7 @@ def induction_scores(
     engine: str = "auto",
 ) -> InductionResult:
     """Induction score of every head and the loss on each copy of ``[BOS] r r`` (see the module doc), from one pass
-    per batch of ``engine`` (:func:`~gpt2_posheads.model.engine.engine_for`'s choice: TransformerLens hooks, or the
-    nnsight trace of a traced model) that reduces every layer's pattern and the logits."""
+    per batch that reduces every layer's pattern and the logits."""
     check_model(model)
     toks = repeated_random_tokens(model, n_seqs, seg_len, seed, bos=bos)
     L, H = model.cfg.n_layers, model.cfg.n_heads

@@ -1,11 +1,9 @@
 """Causal interventions of the GPT-2 post, as data.
 
 Each factory validates its arguments at once and returns an :class:`~gpt2_posheads.model.engine.Edit` (what it edits,
-where, how) that any analysis takes in its ``edits`` and every engine applies in its own way: TransformerLens hooks,
-an nnsight trace (locally or on NDIF), or an error from the one place that refuses what an engine cannot edit
-(:func:`~gpt2_posheads.model.engine.applied`). Layers and heads are checked against the model when it is applied.
-For TransformerLens itself, :func:`hooks_for` (or ``edit.hooks(model)``) gives the hooks ``[(hook_name, fn), ...]``
-for ``model.run_with_hooks``.
+where, how) that any analysis takes in its ``edits`` and every engine applies in its own way (TransformerLens hooks,
+an nnsight trace), or refuses in one place (:func:`~gpt2_posheads.model.engine.applied`). Layers and heads are
+checked against the model when it is applied. :func:`hooks_for` gives the TransformerLens hooks.
 
 Maths, per intervention (``A`` a head's attention pattern ``[q, k]``, ``g`` a group size):
 
@@ -49,13 +47,10 @@ from ..model.validation import (
 )
 from .posembed import default_bos, extended_pos_embeddings
 
-Intervention = Edit  # the name interventions had as hook factories
-
 
 @measures_caller_model
 def hooks_for(model, *interventions: Edit) -> list[tuple]:
-    """The TransformerLens hooks of several interventions, in order, for ``model.run_with_hooks``; an analysis takes
-    the interventions themselves (``edits=[...]``)."""
+    """The TransformerLens hooks of several interventions, in order, for ``model.run_with_hooks``."""
     from ..model.engine_hooks import hook_tuples
 
     if is_traced(model):
@@ -64,12 +59,9 @@ def hooks_for(model, *interventions: Edit) -> list[tuple]:
 
 
 def group_average_rows(x: torch.Tensor, group_size: int, offset: int = 0) -> torch.Tensor:
-    """``[pos, d]`` → same shape, rows replaced by the mean of their group of consecutive rows.
-
-    Groups are ``[0, offset)`` (when ``offset > 0``), then ``[offset + k g, offset + (k+1) g)``; the last
-    may be partial and averages the rows it has. The post's averaging is ``offset = 0``. Differentiable in
-    ``x`` (the organism trains through it as augmentation).
-    """
+    """``[pos, d]`` → same shape, rows replaced by the mean of their group of consecutive rows: ``[0, offset)``
+    (when ``offset > 0``), then ``[offset + k g, offset + (k+1) g)``, the last one partial where the rows run out (the
+    post's averaging: ``offset = 0``). Differentiable in ``x`` (the organism trains through it as augmentation)."""
     check_int_range("group_size", group_size, 1, 1 << 30)
     n = x.shape[0]
     check_int_range("offset", offset, 0, max(n - 1, 0))
@@ -122,12 +114,9 @@ def _ext_delta(model, layer: int, group_size: int, ext, bos, ext_kwargs: dict) -
 def average_ext_pos_embed(
     layer: int, group_size: int, ext: torch.Tensor | None = None, bos: bool | None = None, **ext_kwargs
 ) -> Edit:
-    """Replace the extended positional embedding at ``layer`` by its group average (see module doc).
-
-    ``ext`` ``[pos, d_model]`` defaults to :func:`extended_pos_embeddings` ``(model, layer, bos=bos, **ext_kwargs)``;
-    ``bos`` (default: the model has a BOS token, as the toolkit's prompts then start with it) keeps row 0 out of the
-    groups. Prompts without BOS need ``bos=False``.
-    """
+    """Replace the extended positional embedding at ``layer`` by its group average (see module doc). ``ext`` ``[pos,
+    d_model]`` defaults to :func:`extended_pos_embeddings` ``(model, layer, bos=bos, **ext_kwargs)``; ``bos`` (default:
+    the model has a BOS token) keeps row 0 out of the groups (prompts without BOS need ``bos=False``)."""
     check_int_range("group_size", group_size, 1, 1 << 30)
     fn = partial(_ext_delta, layer=layer, group_size=group_size, ext=ext, bos=bos, ext_kwargs=ext_kwargs)
     return Edit(
@@ -143,8 +132,7 @@ MASK_EVERY = 5  # the post's masking: every 5th query loses its attention to the
 
 
 def masked_queries(every: int, n_pos: int) -> torch.Tensor:
-    """The queries :func:`mask_previous_attention` touches in an ``n_pos``-token prompt: ``p % every == 0``,
-    ``p > 0``."""
+    """The queries :func:`mask_previous_attention` touches in an ``n_pos``-token prompt."""
     return torch.arange(every, max(n_pos, every), every)  # none in a prompt shorter than ``every``
 
 
@@ -152,8 +140,7 @@ def masked_queries(every: int, n_pos: int) -> torch.Tensor:
 def mask_previous_attention(
     every: int = MASK_EVERY, layers: Iterable[int] = range(4), renormalize: bool = False
 ) -> Edit:
-    """Zero attention from query ``p`` to key ``p-1`` for every ``p % every == 0`` (``p > 0``) in all heads of
-    ``layers`` (exact on every model)."""
+    """``A[p, p-1] <- 0`` in all heads of ``layers`` (see module doc)."""
     check_int_range("every", every, 1, 1 << 30)
     layers = list(layers)
     edit = partial(_mask_previous, every=every, renormalize=renormalize)
@@ -162,7 +149,6 @@ def mask_previous_attention(
 
 
 def _mask_previous(pattern: torch.Tensor, every: int, renormalize: bool) -> torch.Tensor:
-    """``A[p, p-1] <- 0`` for ``p % every == 0``, ``p > 0`` (rows renormalised if asked); ``[batch, head, q, k]``."""
     n = pattern.shape[-1]
     q = masked_queries(every, n).to(pattern.device)
     pattern = pattern.clone()
@@ -216,7 +202,6 @@ def _scale_head(z: torch.Tensor, head: int, factor: float) -> torch.Tensor:
 
 @checked
 def scale_head_output(layer: int, head: int, factor: float) -> Edit:
-    """Multiply head ``(layer, head)``'s output by ``factor`` (on ``hook_z``, before ``W_O``)."""
     fn = partial(_scale_head, head=head, factor=factor)
     return Edit(
         f"scale L{layer}H{head} output by {factor}", "z", fn, (layer,), partial(check_head, layer=layer, head=head)

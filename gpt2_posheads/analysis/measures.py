@@ -56,6 +56,7 @@ def _finish_heads(state: dict) -> dict:
 
 
 def _head_patterns(eng, prompt, heads: list[tuple[int, int]], edits=()) -> dict[tuple[int, int], torch.Tensor]:
+    """``{(layer, head): [pos, pos]}`` of one prompt from one pass of ``eng``."""
     toks = single_prompt(eng.model, prompt)
     wanted: dict[int, list[int]] = {}
     for l, h in heads:
@@ -103,38 +104,34 @@ def prev_token_score(pattern: torch.Tensor, skip_first: int = 1, rows: torch.Ten
 def compare_head_patterns(
     model, prompts, head: tuple[int, int], edits, rows: torch.Tensor | None = None, engine: str = "auto"
 ) -> dict:
-    """A head's attention clean vs under ``edits``, over every prompt of ``prompts``.
-
-    Returns the mean previous-token score of each run (``prev_score_clean``, ``prev_score_intervened``: every
-    query), the mean pattern distances, the relative drop of the previous-token score, and the first prompt's two
-    patterns (``clean``, ``intervened``) for figures. With ``rows`` (query positions, e.g. the ones an intervention
-    touched) also ``prev_rows_clean``, ``prev_rows_intervened`` and ``rows_relative_drop`` on those queries alone.
-    """
+    """A head's attention clean vs under ``edits``, over every prompt: the mean previous-token score of each run
+    (``prev_score_clean``, ``prev_score_intervened``: every query), the mean pattern distances, the relative drop of
+    the previous-token score, and the first prompt's two patterns (``clean``, ``intervened``). With ``rows`` (query
+    positions, e.g. the ones an intervention touched) also ``prev_rows_clean``, ``prev_rows_intervened`` and
+    ``rows_relative_drop`` on those queries alone."""
     eng = engine_for(model, engine, with_edits=True)
-    clean_s, new_s, rows_c, rows_n, dists, first = [], [], [], [], [], None
+    per, first = [], None  # per prompt: {measure: value}
     for prompt in prompts:
         clean = _head_patterns(eng, prompt, [head])[head]
         new = _head_patterns(eng, prompt, [head], edits)[head]
-        clean_s.append(prev_token_score(clean))
-        new_s.append(prev_token_score(new))
+        m = dict(prev_score_clean=prev_token_score(clean), prev_score_intervened=prev_token_score(new))
+        m.update(pattern_distance(clean, new))
         if rows is not None:
             r = torch.as_tensor(rows)
             r = r[(r >= 1) & (r < clean.shape[-1])]
-            rows_c.append(prev_token_score(clean, rows=r))
-            rows_n.append(prev_token_score(new, rows=r))
-        dists.append(pattern_distance(clean, new))
-        if first is None:
-            first = (clean, new)
-    n = len(clean_s)
-    out = {
-        "prev_score_clean": sum(clean_s) / n,
-        "prev_score_intervened": sum(new_s) / n,
-        "mean_abs_diff": sum(d["mean_abs_diff"] for d in dists) / n,
-        "js_divergence": sum(d["js_divergence"] for d in dists) / n,
-    }
+            m.update(
+                prev_rows_clean=prev_token_score(clean, rows=r), prev_rows_intervened=prev_token_score(new, rows=r)
+            )
+        per.append(m)
+        first = first or (clean, new)
+
+    def mean(*keys: str) -> dict[str, float]:
+        return {k: sum(m[k] for m in per) / len(per) for k in keys}
+
+    out = mean("prev_score_clean", "prev_score_intervened", "mean_abs_diff", "js_divergence")
     out["relative_drop"] = 1 - out["prev_score_intervened"] / max(out["prev_score_clean"], 1e-12)
     if rows is not None:
-        out["prev_rows_clean"], out["prev_rows_intervened"] = sum(rows_c) / n, sum(rows_n) / n
+        out.update(mean("prev_rows_clean", "prev_rows_intervened"))
         out["rows_relative_drop"] = 1 - out["prev_rows_intervened"] / max(out["prev_rows_clean"], 1e-12)
     out["clean"], out["intervened"] = first
     return out

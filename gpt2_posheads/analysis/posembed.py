@@ -99,19 +99,16 @@ def extended_pos_embeddings(
     For each token ``t`` (``tokens``, or ``n_prompts`` random ids from ``seed``) the prompt is ``BOS`` then ``t``
     repeated to ``seq_len`` tokens (default ``n_ctx``; ``bos=False``, or a model without a BOS token: ``t`` repeated
     ``seq_len`` times). ``E_t = R_t - mean R_t`` where ``R_t`` ``[seq_len, d_model]`` is the residual stream entering
-    block ``layer`` (``blocks.{layer}.hook_resid_pre``; ``layer == n_layers`` is the final residual, before
-    ``ln_final``) and the mean runs over the repeated token's positions. Returns ``mean_t E_t``, and with
-    ``return_per_token`` also the stack ``[n_tokens, seq_len, d_model]``. Row 0 is the BOS position when there is one.
+    block ``layer`` (``layer == n_layers``: the final residual, before ``ln_final``) and the mean runs over the
+    repeated token's positions. Returns ``mean_t E_t``, and with ``return_per_token`` also the stack ``[n_tokens,
+    seq_len, d_model]``. Row 0 is the BOS position when there is one. At ``layer=0`` the repeated token's rows equal
+    ``W_pos`` (those rows) minus their mean.
 
-    Only blocks ``< layer`` run, in batches, without an activation cache, on the engine of
-    :func:`~gpt2_posheads.model.engine.engine_for`: the hook-free fused attention of
-    :mod:`gpt2_posheads.model.engine_fast` when ``engine`` allows it (``"auto"``, the default), TransformerLens hooks
-    (``engine="hooks"``; the two agree to ~1e-6), or an nnsight trace (where only the mean comes back: no
-    ``return_per_token``). At ``layer=0`` the repeated token's rows equal ``W_pos`` (those rows) minus their mean.
-    ``model`` may be stored activations holding the layer (:class:`~gpt2_posheads.model.engine.StoredActivations`,
-    e.g. the activation cache): the stored matrix, re-centred over the first ``seq_len`` positions when given;
-    anything the store did not fix when it was built (other tokens, another seed, another number of prompts, another
-    BOS choice) is an error.
+    Only blocks ``< layer`` run, in batches, on the model's engine (the fast path and hooks agree to ~1e-6; through
+    nnsight only the mean comes back: no ``return_per_token``). ``model`` may be stored activations holding the layer
+    (:class:`~gpt2_posheads.model.engine.StoredActivations`): the stored matrix, re-centred over the first ``seq_len``
+    positions when given; anything the store did not fix when it was built (other tokens, another seed, another number
+    of prompts, another BOS choice) is an error.
     """
     layer = as_index("layer", layer)  # a bool, a float or a string is not a layer (its range: the engine's model)
     res = extended_pos_embeddings_by_layer(
@@ -181,9 +178,8 @@ def extended_pos_embeddings_by_layer(
 
 
 def _ext_step(state: dict, layer: int, resid: torch.Tensor) -> None:
-    """One batch's residuals ``[batch, pos, d_model]`` at ``layer``, each prompt centred over the repeated token's
-    positions, summed into ``state[layer]`` ``[pos, d_model]`` (and kept per prompt with ``state["per_token"]``); runs
-    where the model runs (inside an nnsight trace too)."""
+    """One batch's residuals ``[batch, pos, d_model]``, each prompt centred over the repeated token's positions,
+    summed into ``state[layer]`` ``[pos, d_model]`` (and kept per prompt with ``state["per_token"]``)."""
     r = resid.float()
     centred = r - r[:, state["bos"] :].mean(dim=1, keepdim=True)
     if layer not in state:
@@ -200,9 +196,7 @@ def _ext_finish(state: dict) -> dict:
 
 
 def _ext_from_store(layers, tokens, n_prompts, seq_len, seed, bos, return_per_token, store) -> dict:
-    """The extended embeddings a store holds (:class:`~gpt2_posheads.model.engine.StoredActivations`), re-centred
-    over the first ``seq_len`` positions when given; anything the store did not fix when it was built (other tokens,
-    another seed, another number of prompts, another BOS choice) is an error."""
+    """The extended embeddings a store holds, as :func:`extended_pos_embeddings` says."""
     meta = getattr(store, "meta", {}) or {}
     # (given, this function's default, what the store was built with): a value other than both is refused
     fixed = {

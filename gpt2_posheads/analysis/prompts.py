@@ -45,14 +45,10 @@ class HubDatasetError(RuntimeError):
 
 
 def openwebtext_documents(dataset: str = OPENWEBTEXT) -> list[str]:
-    """Documents (the ``text`` column, blank ones dropped) of ``dataset``'s parquet conversion on the hub.
-
-    A complete cached copy is read without the network; otherwise the files are downloaded (``huggingface_hub``
-    downloads into a temporary file and renames it only when complete, so a cut download is never read later). A
-    cached file that does not read as parquet is downloaded again. The hub is asked within seconds and the download is
-    bounded in time (:mod:`gpt2_posheads.model.hub`). Every failure (offline and not cached, the hub's refusal, a
-    missing conversion, a stall or a cut, an answer that is not the hub's) is a :class:`HubDatasetError` whose message
-    says which."""
+    """Documents (the ``text`` column, blank ones dropped) of ``dataset``'s parquet conversion on the hub: a complete
+    cached copy without the network, else downloaded (into a temporary file renamed only when complete, bounded in
+    time: :mod:`gpt2_posheads.model.hub`); a cached file that does not read as parquet is downloaded again. Every
+    failure is a :class:`HubDatasetError` whose message says which."""
     return list(_openwebtext(dataset, hub_endpoint()))
 
 
@@ -75,9 +71,8 @@ def _openwebtext(dataset: str, endpoint: str) -> tuple[str, ...]:
 
 
 def _parquet_snapshot(dataset: str, local_only: bool, again: bool = False) -> list[Path]:
-    """The parquet files of ``dataset``'s conversion: from the cache only (``local_only``) or from the hub, bounded in
-    time (:func:`~gpt2_posheads.model.hub.download`; ``again``: downloaded anew, over a cached copy that does not
-    read)."""
+    """The parquet files of ``dataset``'s conversion: from the cache only (``local_only``) or from the hub (``again``:
+    anew, over a cached copy that does not read)."""
     from huggingface_hub import snapshot_download
 
     try:
@@ -156,8 +151,7 @@ def wikitext_documents(path: str | Path | None = None) -> list[str]:
         files = [WIKITEXT_DIR / f"{n}.txt.gz" for n in ("test", "valid")]
     else:
         p = Path(path)
-        files = sorted(list(p.glob("*.txt")) + list(p.glob("*.txt.gz"))) if p.is_dir() else [p]
-        files = [f for f in files if f.name not in ("SOURCE.txt", "README.txt")]
+        files = _corpus_files(p, "*.txt", "*.txt.gz") if p.is_dir() else [p]
     docs: list[str] = []
     for f in files:
         if f.exists():
@@ -196,6 +190,12 @@ def _detok_wikitext(text: str) -> str:
     return text.replace(" n't", "n't").replace(" 's", "'s")
 
 
+def _corpus_files(folder: Path, *patterns: str) -> list[Path]:
+    """``folder``'s files matching ``patterns``, sorted, without its notes (``SOURCE.txt``, ``README.txt``)."""
+    files = sorted(f for pattern in patterns for f in folder.glob(pattern))
+    return [f for f in files if f.name not in ("SOURCE.txt", "README.txt")]
+
+
 def read_text(path: Path) -> str:
     """A text file as UTF-8 (a byte-order mark dropped). Any other encoding is refused in one line naming the file:
     guessing one would put wrong characters into the prompts without a word."""
@@ -217,11 +217,7 @@ def file_documents(paths: Iterable[str | Path]) -> list[str]:
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            files = [
-                f
-                for f in sorted(list(p.glob("*.txt")) + list(p.glob("*.jsonl")))
-                if f.name not in ("SOURCE.txt", "README.txt")
-            ]  # a corpus folder's notes are not text
+            files = _corpus_files(p, "*.txt", "*.jsonl")
             if not files:
                 raise UsageError(
                     "prompts", f"folder {p} holds no .txt or .jsonl files", "a folder of .txt/.jsonl files"
@@ -251,11 +247,9 @@ def file_documents(paths: Iterable[str | Path]) -> list[str]:
 
 
 def documents(source: str | Sequence[str] = "auto") -> tuple[list[str], str]:
-    """``(documents, description)`` for ``"auto"``, ``"openwebtext"``, ``"wikitext"``, or file paths.
-
-    ``"auto"``: openwebtext-10k when it can be read, else the shipped WikiText-2; a fallback for any reason but being
-    offline is said in one line, and the description (a summary's ``prompt_source``) says why. ``"openwebtext"``:
-    openwebtext-10k or a :class:`~gpt2_posheads.model.validation.UsageError` naming ``prompts`` and the reason."""
+    """``(documents, description)`` for ``"auto"``, ``"openwebtext"``, ``"wikitext"``, or file paths. ``"auto"``:
+    openwebtext-10k when it can be read, else the shipped WikiText-2; a fallback for any reason but being offline is
+    said in one line, and the description (a summary's ``prompt_source``) says why."""
     if isinstance(source, (list, tuple)):
         return file_documents(source), f"files:{','.join(map(str, source))}"
     if source == "auto":
@@ -299,14 +293,11 @@ def make_prompts(
     docs: list[str] | None = None,
     model=None,
 ) -> torch.Tensor:
-    """Token ids ``[n_prompts, seq_len]`` from documents long enough to fill ``seq_len``.
-
-    Documents are shuffled with ``seed`` and each contributes its first ``seq_len`` tokens (BOS first when
-    ``prepend_bos``), so the same seed gives the same prompts. When fewer documents are long enough than prompts are
-    asked for, the long ones give further, non-overlapping windows of their text (a single long file still gives
-    many prompts). Raises, saying how many could be made, when even that is not enough. With ``model`` ``seq_len``
-    is checked against the model's context.
-    """
+    """Token ids ``[n_prompts, seq_len]`` from documents long enough to fill ``seq_len``. Documents are shuffled with
+    ``seed`` and each contributes its first ``seq_len`` tokens (BOS first when ``prepend_bos``), so the same seed gives
+    the same prompts. When fewer documents are long enough than prompts are asked for, the long ones give further,
+    non-overlapping windows of their text. Raises, saying how many could be made, when even that is not enough. With
+    ``model`` ``seq_len`` is checked against the model's context."""
     if seq_len < 2:
         raise UsageError("seq_len", f"{seq_len} is out of range", "allowed >= 2")
     if model is not None and seq_len > model.cfg.n_ctx:

@@ -57,9 +57,7 @@ class RepeatPrompt:
     adjusted: list[str] = field(default_factory=list)  # what was changed from the post's prompt, in words
 
     def next_token_id(self, tokenizer) -> int | None:
-        if self.next_word is None:
-            return None
-        return tokenizer(self.next_word, add_special_tokens=False)["input_ids"][0]
+        return None if self.next_word is None else _ids(tokenizer, self.next_word)[0]
 
 
 def random_demo_strings(n: int, seed: int = 0) -> list[str]:
@@ -85,31 +83,25 @@ def repeat_string_prompt(
     seed: int = 0,
     max_len: int | None = None,
 ) -> RepeatPrompt:
-    """Build the prompt with ``n_demos`` demonstrations and the first ``n_given`` words of ``target`` in
-    the reply. Segments are tokenized separately (boundaries are quotes/spaces, where GPT-2's
-    pre-tokenizer splits anyway) so every word's token positions are known exactly.
-
-    ``max_len`` (a model's ``n_ctx``): demonstrations are dropped from the end until the prompt fits.
-    """
-    rp = _build(tokenizer, target, n_given, n_demos, seed)
-    while max_len is not None and len(rp.tokens) > max_len:
-        if n_demos == 1:
-            raise ValueError(
-                f"the repeat-string prompt needs {len(rp.tokens)} tokens even with one demonstration; max_len={max_len}"
-            )
-        n_demos -= 1
-        rp = _build(tokenizer, target, n_given, n_demos, seed)
-    return rp
-
-
-def _build(tokenizer, target: str, n_given: int, n_demos: int, seed: int) -> RepeatPrompt:
+    """The post's prompt with ``n_demos`` demonstrations and the first ``n_given`` words of ``target`` in the reply.
+    Segments are tokenized separately (boundaries are quotes/spaces, where GPT-2's pre-tokenizer splits anyway) so
+    every word's token positions are known exactly. ``max_len`` (a model's ``n_ctx``): demonstrations are dropped
+    from the end until the prompt fits."""
     words = split_words(target)
     if not 0 <= n_given <= len(words):
         raise ValueError(f"n_given={n_given} must lie in 0..{len(words)} for target {target!r}")
     if n_demos < 1:
         raise ValueError(f"n_demos={n_demos} must be >= 1")
-    head = _post_head(random_demo_strings(n_demos, seed))
-    return RepeatPrompt(**_assemble(tokenizer, head, POST_REQUEST, words, "", POST_REPLY, n_given))
+    while True:
+        head = _post_head(random_demo_strings(n_demos, seed))
+        rp = RepeatPrompt(**_assemble(tokenizer, head, POST_REQUEST, words, "", POST_REPLY, n_given))
+        if max_len is None or len(rp.tokens) <= max_len:
+            return rp
+        if n_demos == 1:
+            raise ValueError(
+                f"the repeat-string prompt needs {len(rp.tokens)} tokens even with one demonstration; max_len={max_len}"
+            )
+        n_demos -= 1
 
 
 def _post_head(demos: list[str]) -> str:
@@ -141,9 +133,9 @@ _FALLBACK_WORDS = tuple(
 
 
 def single_token_words(tokenizer, words) -> dict[str, str]:
-    """``{word: replacement}``: each word that is one token of ``tokenizer`` maps to itself, every other
-    to a distinct single-token noun from a fixed list (deterministic, in order of first appearance)."""
-    is_one = lambda w: len(tokenizer(w, add_special_tokens=False)["input_ids"]) == 1  # noqa: E731
+    """``{word: replacement}``: each word that is one token maps to itself, every other to a distinct single-token
+    noun of :data:`_FALLBACK_WORDS` (in order of first appearance)."""
+    is_one = lambda w: len(_ids(tokenizer, w)) == 1  # noqa: E731
     words = list(dict.fromkeys(words))
     out = {w: w for w in words if is_one(w)}
     spare = [w for w in _FALLBACK_WORDS if is_one(w) and w not in out.values()]
@@ -156,10 +148,9 @@ def single_token_words(tokenizer, words) -> dict[str, str]:
 
 
 def single_token_target(tokenizer, preferred: str | list[str]) -> str | list[str]:
-    """``preferred`` (e.g. ``" ninja turtle pirate"``, or a list of such targets) with every word that is
-    several tokens in ``tokenizer`` replaced by a single-token noun; the same word gets the same
-    replacement in every target, so ``" apple orange"`` and ``" orange apple"`` stay each other's swap.
-    The copy claims need one token per word."""
+    """``preferred`` (e.g. ``" ninja turtle pirate"``, or a list of such targets) with every word that is several
+    tokens replaced by a single-token noun, the same in every target (``" apple orange"`` and ``" orange apple"`` stay
+    each other's swap): the copy claims need one token per word."""
     targets = [preferred] if isinstance(preferred, str) else list(preferred)
     mapping = single_token_words(tokenizer, [w for t in targets for w in split_words(t)])
     out = ["".join(mapping[w] for w in split_words(t)) for t in targets]
@@ -172,8 +163,7 @@ def single_token_target(tokenizer, preferred: str | list[str]) -> str | list[str
 @dataclass(frozen=True)
 class NoRepeatPrompt:
     """No faithful repeat-string prompt exists for this tokenizer and context: ``reason`` says why, with the numbers
-    (``n_ctx``: the context, ``needs``: the tokens the shortest prompt takes; ``None`` where the vocabulary is what
-    lacks). It is falsy, so ``if not rp:`` reads as "no prompt"."""
+    (``n_ctx``, ``needs``: the tokens the shortest prompt takes; ``None`` where the vocabulary lacks). Falsy."""
 
     reason: str
     n_ctx: int | None = None
@@ -203,9 +193,8 @@ def _one_token(tokenizer, word: str) -> bool:
 
 
 def tokenizer_fingerprint(tokenizer) -> str | None:
-    """What ``tokenizer`` does, as a digest: a fast tokenizer's whole serialisation (vocabulary, merges, normaliser,
-    pre-tokeniser, decoder, added tokens) and its class. Two loads of one tokenizer share it; ``None`` for a tokenizer
-    that cannot serialise itself."""
+    """What ``tokenizer`` does, as a digest of its class and a fast tokenizer's whole serialisation (vocabulary, merges,
+    normaliser, pre-tokeniser, decoder, added tokens); ``None`` for a tokenizer that cannot serialise itself."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     try:
         text = backend.to_str() if backend is not None else None
@@ -223,8 +212,8 @@ _VOCABULARY_WORDS_KEPT = 16
 
 
 def _vocabulary_words(tokenizer, spaced: bool) -> list[str]:
-    """The vocabulary's single-token words: letters only, with a leading space when ``spaced``; longest first, then
-    in alphabetical order (deterministic). Remembered per :func:`tokenizer_fingerprint`."""
+    """The vocabulary's single-token words (letters only, with a leading space when ``spaced``), longest first, then
+    alphabetical; remembered per :func:`tokenizer_fingerprint`."""
     fingerprint = tokenizer_fingerprint(tokenizer)
     key = (fingerprint, spaced) if fingerprint is not None else None
     if key in _VOCABULARY_WORDS:
@@ -320,8 +309,8 @@ def _short_demos(tokenizer, n: int, seed: int, avoid: str = "") -> list[str]:
 
 
 def _assemble(tokenizer, head: str, open_request: str, words, sep: str, middle: str, n_given: int) -> dict:
-    """Token ids and word positions of ``head + open_request + words (sep between) + middle + given words``; every
-    segment tokenized on its own, so each word's positions are exact."""
+    """Token ids and word positions of ``head + open_request + words (sep between) + middle + given words``, each
+    segment tokenized on its own."""
 
     def tagged(ws: list[str], tag: str) -> list[tuple[str, str | None]]:
         """Each word tagged, ``sep`` after every word but the target's last (the reply stops where the next begins)."""
@@ -377,14 +366,12 @@ def fit_repeat_prompt(
 ) -> RepeatPrompt | NoRepeatPrompt:
     """The repeat-string prompt for any tokenizer and context, or why there is none.
 
-    ``target``: a string of words (made one token each by :func:`target_words`), or the words themselves as
-    :func:`target_words` chose them (with its ``sep``). The prompt is the post's
-    (:func:`repeat_string_prompt`) with as many of ``n_demos`` demonstrations as ``max_len`` (a model's ``n_ctx``)
-    holds; else the short template (the target in quotes, the reply's first ``n_given`` words on the next line) with
-    as many short demonstrations as fit, down to none; else the bare target and reply. ``adjusted`` lists, in words,
-    what differs from the post's prompt. Where the vocabulary lacks single-token words, or even the shortest prompt
-    exceeds ``max_len``: a :class:`NoRepeatPrompt` with the reason and the numbers (context N, needs M), never an
-    exception."""
+    ``target``: a string of words (made one token each by :func:`target_words`), or the words :func:`target_words`
+    chose (with its ``sep``). The prompt is the post's with as many of ``n_demos`` demonstrations as ``max_len`` (a
+    model's ``n_ctx``) holds; else the short template (the target in quotes, the reply's first ``n_given`` words on
+    the next line) with as many short demonstrations as fit, down to none; else the bare target and reply.
+    ``adjusted`` lists, in words, what differs from the post's prompt. Where the vocabulary lacks single-token words,
+    or even the shortest prompt exceeds ``max_len``: a :class:`NoRepeatPrompt` with the reason and the numbers."""
     if isinstance(target, str):
         try:
             words, sep, how = target_words(tokenizer, target)

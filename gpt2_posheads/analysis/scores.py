@@ -1,10 +1,11 @@
 """Raw attention scores and the score profile that separates the two kinds of previous-token head.
 
 The GPT-2 post looks at raw scores ``S[q, k] = q_q · k_k / sqrt(d_head)`` *before* the causal mask (on a rotary
-model the queries and keys rotated as the model rotates them; with grouped-query attention each query head's
-shared key head), read through the model's engine (:meth:`gpt2_posheads.model.engine.Engine.activations`, reads
-``"q"``, ``"k"``, ``"pattern"``): the engines that run TransformerLens models read them; a trace, the strict fast path
-and stored activations say they cannot (:class:`~gpt2_posheads.model.engine.EngineError`).
+model the queries and keys rotated as the model rotates them; with grouped-query attention each query head's shared
+key head): the engine's ``"q"``, ``"k"`` and ``"pattern"`` reads, made scores by
+:func:`~gpt2_posheads.model.attention.raw_scores_from_qk` with the scale of
+:func:`~gpt2_posheads.model.attention.scale_from_pattern` (a trace, the strict fast path and stored activations cannot
+read them: :class:`~gpt2_posheads.model.engine.EngineError`).
 Early previous-token heads (L2H2, L3H3, ...) show a *dark main diagonal*: ``S[q, q]`` dips below the
 trend of its neighbours (negative self-attention), and with the future masked off the previous token
 is left as the most advanced key. L4H11 instead shows a *bright previous diagonal*: ``S[q, q-1]`` is
@@ -37,13 +38,9 @@ from ..model.validation import (
 @measures_caller_model
 def attention_scores(model, prompt, layer: int, head: int, edits=(), engine: str = "auto") -> dict[str, torch.Tensor]:
     """One head on one prompt: ``raw`` (before the causal mask, the upper triangle included), ``masked`` (future =
-    -inf) and ``pattern`` (softmax), each ``[pos, pos]``. ``edits``: interventions upstream. ``engine``:
-    :func:`~gpt2_posheads.model.engine.engine_for`'s choice.
-
-    ``raw = (q . k) * scale`` with the queries and keys as the model uses them, the scale checked (or read off)
-    against the model's own pattern (:func:`~gpt2_posheads.model.attention.scale_from_pattern`: ``softmax(raw +
-    mask)`` must reproduce it to 1e-4); a model whose attention is not of that form (a position bias) is an error.
-    """
+    -inf) and ``pattern`` (softmax), each ``[pos, pos]``, under ``edits``. ``raw = (q . k) * scale`` with the scale
+    checked (or read off) against the model's own pattern (``softmax(raw + mask)`` must reproduce it to 1e-4); a model
+    whose attention is not of that form (a position bias) is an error."""
     check_head(model, layer, head)
     toks = single_prompt(model, prompt)
     reads = {"q": [layer], "k": [layer], "pattern": [layer]}
@@ -70,10 +67,8 @@ def _profile_step(state: dict, layer: int, acts: dict) -> None:
     if layer not in scales:
         dot = raw_scores_from_qk(q, k, 1.0).cpu()
         scales[layer] = scale_from_pattern(dot, acts["pattern"].float().cpu(), state["declared"][layer])[0]
-    n = k.shape[1]
-    qs = torch.arange(max(w, state["skip_first"]), n - w, device=k.device)
-    offs = torch.arange(-w, w + 1, device=k.device)
-    keys = qs[:, None] + offs[None, :]  # [n_q, 2w+1]
+    qs = torch.arange(max(w, state["skip_first"]), k.shape[1] - w, device=k.device)
+    keys = qs[:, None] + torch.arange(-w, w + 1, device=k.device)[None, :]  # [n_q, 2w+1]
     kk = k[:, keys]  # [batch, n_q, 2w+1, head, d_head]
     s = torch.einsum("bqhd,bqohd->bhqo", q[:, qs].float(), kk.float()) * scales[layer]
     s = s - s.mean(-1, keepdim=True)  # softmax ignores a shift per query
@@ -94,17 +89,15 @@ def score_profile(
     progress: bool = False,
     engine: str = "auto",
 ) -> torch.Tensor:
-    """Mean centred raw score at key offset ``o = k - q`` for ``o`` in ``-window..+window``:
-    ``[n_layers, n_heads, 2 * window + 1]`` (index ``window`` is the current token, ``window - 1`` the
-    previous one, larger indices are future keys, which raw scores still have).
+    """Mean centred raw score at key offset ``o = k - q`` for ``o`` in ``-window..+window``: ``[n_layers, n_heads, 2
+    * window + 1]`` (index ``window`` is the current token, ``window - 1`` the previous one, larger indices are future
+    keys, which raw scores still have).
 
-    For every query ``q`` with all ``2*window+1`` keys inside the prompt (and ``q >= skip_first``, to
-    leave out the BOS-dominated start) the scores in the window are centred on their mean, then
-    averaged over queries and prompts. Scores are ``scale * q . k`` with each layer's scale read off its own
-    pattern on the first batch (:func:`~gpt2_posheads.model.attention.scale_from_pattern`), not the configuration's
-    (the TransformerLens 4 bridge misstates GPT-Neo's), so the profile is in the logits the softmax sees. One pass
-    per batch reads every layer's queries, keys and pattern (``engine``:
-    :func:`~gpt2_posheads.model.engine.engine_for`'s choice) and reduces each layer as it comes.
+    For every query ``q`` with all ``2*window+1`` keys inside the prompt (and ``q >= skip_first``, to leave out the
+    BOS-dominated start) the scores in the window are centred on their mean, then averaged over queries and prompts.
+    Each layer's scale is read off its own pattern on the first batch, not the configuration's (the TransformerLens 4
+    bridge misstates GPT-Neo's), so the profile is in the logits the softmax sees. One pass per batch reads every
+    layer's queries, keys and pattern and reduces each layer as it comes.
     """
     check_model(model)
     check_int_range("window", window, 1, 64)
@@ -139,9 +132,8 @@ LABEL_THRESHOLD = math.log(2.0)
 
 
 def profile_features(p: torch.Tensor) -> dict[str, float]:
-    """The numbers a head's label rests on, from one profile ``p`` ``[2w+1]`` (``w >= 3``; see
-    :func:`classify_prev_heads`): ``trend`` (slope of the line through the keys ``o = -w..-2``, logits per position),
-    ``spike`` (``s(-1)`` above that line), ``dip`` (``s(0)`` below it) and ``lead`` (``s(-1) - s(0)``)."""
+    """``trend``, ``spike``, ``dip`` and ``lead`` of one profile ``p`` ``[2w+1]``, ``w >= 3``
+    (:func:`classify_prev_heads`)."""
     w = len(p) // 2
     if w < 3:
         raise ValueError(f"a profile needs window >= 3 (two keys before the previous one), got {w}")
@@ -159,8 +151,7 @@ def profile_features(p: torch.Tensor) -> dict[str, float]:
 
 
 def label_profile(f: dict[str, float], threshold: float = LABEL_THRESHOLD) -> str:
-    """``prev_boosting``, ``self_suppressing`` or ``neither`` from :func:`profile_features` (see
-    :func:`classify_prev_heads`)."""
+    """``prev_boosting``, ``self_suppressing`` or ``neither`` (:func:`classify_prev_heads`)."""
     if f["lead"] <= 0:
         return "neither"  # the previous key does not even beat the current one
     if f["spike"] >= threshold:

@@ -20,17 +20,13 @@ weights are the model's as loaded (``load_model`` folds each LayerNorm's scale i
 weights and centres the writing weights); the per-token normalisation (division by the residual's
 norm) is a positive scalar per token and is left out, as in the paper.
 
-**Causal direct-path ablation.** One forward (through the model's engine, :mod:`gpt2_posheads.model.engine`: its
-``activations`` reads) captures the residual stream entering layer ``L`` and every upstream head's output
-``z^u W_O^u`` ``[batch, pos, d_model]``. The target's pattern is then
-recomputed from that residual with one upstream head's output replaced *only in its query input*
-(or only in its key input): ``x_q <- x - (o^u - ablated o^u)``; every other path, including that head's
-effect on later heads, is untouched. The recomputed clean pattern is checked against the model's own
-pattern (to 1e-4) so the recomputation is exact. Ablations: ``mean`` (the head's mean output
-over prompts and positions, the default), ``zero``, ``resample`` (the same position of another prompt).
-The positional route is ablated the same way: ``W_pos`` group-averaged (groups of 10) only in the
-target's query or key input. The cost beyond the one forward is a LayerNorm and two small matmuls per
-(source, side).
+**Causal direct-path ablation.** One forward (the engine's ``activations`` reads) captures the residual stream
+entering layer ``L`` and every upstream head's output ``z^u W_O^u`` ``[batch, pos, d_model]``. The target's pattern is
+then recomputed from that residual with one upstream head's output replaced *only in its query input* (or only in its
+key input): ``x_q <- x - (o^u - ablated o^u)``; every other path, including that head's effect on later heads, is
+untouched. The recomputed clean pattern is checked against the model's own (to 1e-4). Ablations: ``mean`` (the head's
+mean output over prompts and positions, the default), ``zero``, ``resample`` (the same position of another prompt).
+The positional route is ablated the same way: ``W_pos`` group-averaged (groups of 10) only in the query or key input.
 """
 
 from __future__ import annotations
@@ -45,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from ..model.attention import attn_scale, scale_from_pattern
-from ..model.engine import Reduction, engine_for, keep_reads, residual_write
+from ..model.engine import Reduction, engine_for, residual_write
 from ..model.engine_fast import ln_params, unsupported_reason
 from ..model.identity import has_learned_positions, position_kind
 from ..model.state import measures_caller_model
@@ -102,20 +98,9 @@ def composition_scores(model, layer: int, head: int) -> pd.DataFrame:
         k = composition_score(qk_t, ov_u.transpose(-1, -2))
         v = composition_score(ov_u, ov_t)
         for h in range(model.cfg.n_heads):
-            rows.append(
-                dict(
-                    source=head_name(l, h),
-                    layer=l,
-                    head=h,
-                    q_comp=float(q[h]),
-                    k_comp=float(k[h]),
-                    v_comp=float(v[h]),
-                    baseline=base,
-                    q_ratio=float(q[h]) / base,
-                    k_ratio=float(k[h]) / base,
-                    v_ratio=float(v[h]) / base,
-                )
-            )
+            c = {f"{s}_comp": float(x[h]) for s, x in zip("qkv", (q, k, v))}
+            ratios = {f"{s}_ratio": c[f"{s}_comp"] / base for s in "qkv"}
+            rows.append(dict(source=head_name(l, h), layer=l, head=h, **c, baseline=base, **ratios))
     df = pd.DataFrame(rows)
     df["qk_ratio_max"] = df[["q_ratio", "k_ratio"]].max(axis=1)
     return df.sort_values("qk_ratio_max", ascending=False, kind="stable").reset_index(drop=True)
@@ -125,9 +110,11 @@ def composition_baseline(d_model: int, d_head: int, n_samples: int = 64, seed: i
     """Mean composition score of random Gaussian circuits of the model's shapes: ``W_OV = A B`` and
     ``W_QK = C D^T`` with ``A, C, D`` ``[d_model, d_head]``, ``B`` ``[d_head, d_model]``."""
     g = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
-    ov = r(n_samples, d_model, d_head) @ r(n_samples, d_head, d_model)
-    qk = r(n_samples, d_model, d_head) @ r(n_samples, d_head, d_model)
+    ov, qk = (
+        torch.randn(n_samples, d_model, d_head, generator=g, dtype=torch.float64)
+        @ torch.randn(n_samples, d_head, d_model, generator=g, dtype=torch.float64)
+        for _ in range(2)
+    )
     return float(composition_score(ov, qk).mean())
 
 
@@ -135,7 +122,7 @@ def composition_baseline(d_model: int, d_head: int, n_samples: int = 64, seed: i
 
 
 def _prev_stats(pattern: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sums over batch and queries of ``A[q, q - d]`` (key 0 left out) for every offset ``d`` and their counts."""
+    """Sums over batch and queries of ``A[q, q - d]`` ``[batch, q, k]`` (key 0 left out) for every ``d``, and counts."""
     n = pattern.shape[-1]
     return diagonal_sums(pattern[:, None], n, True)[0], pattern.shape[0] * diagonal_counts(n, n, True)
 
@@ -155,7 +142,7 @@ class _Target:
         self.mask = None  # causal
 
     def start(self, toks: torch.Tensor, clean_pattern: torch.Tensor) -> None:
-        """Nothing to prepare: the recomputation needs only the residual."""
+        pass  # the recomputation needs only the residual
 
     def qk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x`` ``[batch, pos, d_model]`` → the head's queries and keys ``[batch, pos, d_head]`` each."""
@@ -195,11 +182,8 @@ class _ModelTarget:
 
     def qk(self, x: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         edits = [] if x is None else [residual_write(self.layer, x)]
-        got = self.engine.activations(
-            [self.toks], {"q": [self.layer], "k": [self.layer]}, Reduction(keep_reads, dict), edits
-        )
-        acts = got[self.layer]
-        return acts["q"][:, :, self.head].float().cpu(), acts["k"][:, :, self.head].float().cpu()
+        acts = _read(self.engine, self.toks, {"q": [self.layer], "k": [self.layer]}, edits)[self.layer]
+        return acts["q"][:, :, self.head], acts["k"][:, :, self.head]
 
 
 def _pattern(target, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -245,32 +229,29 @@ def path_ablation(
     below: bool = False,
     engine: str = "auto",
 ) -> pd.DataFrame:
-    """Effect on ``(layer, head)``'s previous-token attention of removing each upstream head's output
-    (and the fine-grained part of ``W_pos``) from only its query or only its key input, and of removing groups of
-    heads, or everything the layers below write, from both inputs at once.
+    """Effect on ``(layer, head)``'s previous-token attention of removing each upstream head's output (and the
+    fine-grained part of ``W_pos``) from only its query or only its key input, and of removing groups of heads, or
+    everything the layers below write, from both inputs at once.
 
     One row per (source, side): ``prev_mass`` (mean ``A[q, q-1]``, key 0 left out) and ``ratio``
     (:func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`, every offset) under the ablation, the clean values, and
-    ``drop = clean prev_mass - ablated prev_mass`` (``relative_drop`` = ``drop / clean``). Rows
-    ``source == "none"`` (nothing ablated: exactly the clean numbers) and ``source == "W_pos/<g>"`` (the positional
-    route) are included. ``groups`` ``{name: [(layer, head), ...]}`` (heads below ``layer``) add one row each, side
-    ``"both"``: the group's outputs replaced together, in the query and the key input. ``below`` adds the row
-    ``source == "layers below"``, side ``"both"``: the residual stream entering ``layer`` replaced by the embeddings
-    plus the ablated value of everything blocks ``0 .. layer-1`` added to it (their mean, for ``ablation="mean"``);
-    and, on a model with learned ``W_pos`` and ``pos_group > 1``, the row ``source == below_relayed(pos_group)``:
-    the embeddings (their own ``W_pos``) plus what blocks ``0 .. layer-1`` write when *they* run on ``W_pos``
-    averaged in groups of ``pos_group`` (does the head read computation, or ``W_pos`` relayed by the layers below?
-    one more pass per batch). Sorted by ``drop``, largest first. Needs mean outputs, so prompts are read twice for
-    ``ablation="mean"``. ``engine``: :func:`~gpt2_posheads.model.engine.engine_for`'s choice (one that reads head
-    outputs and residuals: TransformerLens hooks).
+    ``drop = clean prev_mass - ablated prev_mass`` (``relative_drop = drop / clean``). Rows ``source == "none"``
+    (nothing ablated: exactly the clean numbers) and ``source == "W_pos/<g>"`` (the positional route) are included.
+    ``groups`` ``{name: [(layer, head), ...]}`` (heads below ``layer``) add one row each, side ``"both"``: the group's
+    outputs replaced together, in the query and the key input. ``below`` adds the row ``source == "layers below"``,
+    side ``"both"``: the residual entering ``layer`` replaced by the embeddings plus the ablated value of everything
+    blocks ``0 .. layer-1`` added to it (their mean, for ``ablation="mean"``); and, on a model with learned ``W_pos``
+    and ``pos_group > 1``, the row ``source == below_relayed(pos_group)``: the embeddings plus what blocks ``0 ..
+    layer-1`` write when *they* run on ``W_pos`` averaged in groups of ``pos_group`` (does the head read computation,
+    or ``W_pos`` relayed by the layers below?). Sorted by ``drop``, largest first. ``ablation="mean"`` reads the
+    prompts twice. ``engine``: one that reads head outputs and residuals (TransformerLens hooks).
     """
     check_head(model, layer, head)
     if ablation not in ABLATIONS:
         raise UsageError("ablation", f"{ablation!r} is not an ablation", f"allowed {', '.join(ABLATIONS)}")
     if layer == 0:
         raise UsageError("head", f"{head_name(layer, head)} is in layer 0", "a head in layer >= 1 has upstream heads")
-    H = model.cfg.n_heads
-    sources = [(l, h) for l in range(layer) for h in range(H)]
+    sources = [(l, h) for l in range(layer) for h in range(model.cfg.n_heads)]
     index = {s: i for i, s in enumerate(sources)}
     groups = {name: list(g) for name, g in (groups or {}).items()}
     for name, g in groups.items():
@@ -286,13 +267,7 @@ def path_ablation(
     if pos_group > 1 and has_learned_positions(model):
         w_pos = load_w_pos(model)
         pos_delta = w_pos - group_average_rows(w_pos, pos_group)
-
     relay_edits = [average_pos_embed(pos_group)] if below and pos_delta is not None else None
-
-    def written_relayed(toks):
-        """``[b, p, d]``: what blocks ``0 .. layer-1`` write when they run on averaged W_pos."""
-        got = _read(eng, toks, {"resid": [0, layer]}, relay_edits)
-        return got[layer]["resid"] - got[0]["resid"]
 
     def capture(toks):
         """``(resid [b,p,d], head outputs [S,b,p,d], written below [b,p,d], the target's pattern [b,q,k])``."""
@@ -318,12 +293,10 @@ def path_ablation(
         batches = merged
     means = mean_below = None
     if ablation == "mean":
-        total, total_below, count = None, None, 0
+        total, total_below, count = 0, 0, 0
         for toks in batches:
             _, outs, written, _ = capture(toks)
-            s, sb = outs.sum((1, 2)), written.sum((0, 1))
-            total = s if total is None else total + s
-            total_below = sb if total_below is None else total_below + sb
+            total, total_below = total + outs.sum((1, 2)), total_below + written.sum((0, 1))
             count += outs.shape[1] * outs.shape[2]
         means, mean_below = total / count, total_below / count  # [S, d_model], [d_model]
 
@@ -332,57 +305,47 @@ def path_ablation(
         keys += [(f"W_pos/{pos_group}", side) for side in ("query", "key")]
     keys += [(name, "both") for name in groups] + ([(BELOW, "both")] if below else [])
     keys += [(below_relayed(pos_group), "both")] if relay_edits is not None else []
-    sums = dict.fromkeys(keys)
-    counts = None
-    max_err = 0.0
+    sums, counts, max_err = dict.fromkeys(keys, 0), 0, 0.0
 
     def add(key, pat):
-        st, _ = _prev_stats(pat)
-        sums[key] = st if sums[key] is None else sums[key] + st
+        sums[key] = sums[key] + _prev_stats(pat)[0]
 
     for toks in batches:
         resid, outs, written, pattern = capture(toks)
-        target.start(toks, pattern)
-        q0, k0 = target.qk(resid)
-        clean = _pattern(target, q0, k0)
-        err = float((clean - pattern).abs().max())
-        if err > 1e-4 and isinstance(target, _Target):  # the weights do not give this model's attention: ask the model
+        for _ in range(2):  # from the weights first; where they do not give this model's attention, from the model
+            target.start(toks, pattern)
+            q0, k0 = target.qk(resid)
+            clean = _pattern(target, q0, k0)
+            err = float((clean - pattern).abs().max())
+            if err <= 1e-4 or not isinstance(target, _Target):
+                break
             warnings.warn(
                 f"path_ablation: recomputing {head_name(layer, head)}'s attention from the weights is off by "
                 f"{err:.1e}; running one pass of the model per source instead (exact, slower)",
                 stacklevel=2,
             )
             target = _ModelTarget(model, layer, head, eng)
-            target.start(toks, pattern)
-            q0, k0 = target.qk(resid)
-            clean = _pattern(target, q0, k0)
-            err = float((clean - pattern).abs().max())
         max_err = max(max_err, err)
-        _, c = _prev_stats(clean)
-        counts = c if counts is None else counts + c
+        counts = counts + _prev_stats(clean)[1]
         add(("none", "-"), clean)
+        # what removing each head (and the fine-grained part of W_pos) takes away from the residual, [b, p, d] each
         change = [
-            outs[i] - _ablated(outs[i], ablation, means[i] if means is not None else None) for i in range(len(sources))
-        ]  # what removing each head takes away from the residual, [b, p, d] each
-        for i, (l, h) in enumerate(sources):
-            q1, k1 = target.qk(resid - change[i])
-            add((head_name(l, h), "query"), _pattern(target, q1, k0))
-            add((head_name(l, h), "key"), _pattern(target, q0, k1))
-        if pos_delta is not None:
-            q1, k1 = target.qk(resid - pos_delta[: resid.shape[1]])
-            add((f"W_pos/{pos_group}", "query"), _pattern(target, q1, k0))
-            add((f"W_pos/{pos_group}", "key"), _pattern(target, q0, k1))
-        for name, g in groups.items():
-            x = resid - sum(change[index[s]] for s in g)
-            add((name, "both"), _pattern(target, *target.qk(x)))
+            outs[i] - _ablated(outs[i], ablation, None if means is None else means[i]) for i in range(len(sources))
+        ]
+        removed = [(head_name(l, h), change[i]) for i, (l, h) in enumerate(sources)]
+        removed += [(f"W_pos/{pos_group}", pos_delta[: resid.shape[1]])] if pos_delta is not None else []
+        for name, delta in removed:
+            q1, k1 = target.qk(resid - delta)
+            add((name, "query"), _pattern(target, q1, k0))
+            add((name, "key"), _pattern(target, q0, k1))
+        both = {name: resid - sum(change[index[s]] for s in g) for name, g in groups.items()}
         if below:
-            x = resid - written + _ablated(written, ablation, mean_below)
-            add((BELOW, "both"), _pattern(target, *target.qk(x)))
-        if relay_edits is not None:
-            add(
-                (below_relayed(pos_group), "both"),
-                _pattern(target, *target.qk(resid - written + written_relayed(toks))),
-            )
+            both[BELOW] = resid - written + _ablated(written, ablation, mean_below)
+        if relay_edits is not None:  # what blocks 0 .. layer-1 write when they run on averaged W_pos
+            got = _read(eng, toks, {"resid": [0, layer]}, relay_edits)
+            both[below_relayed(pos_group)] = resid - written + (got[layer]["resid"] - got[0]["resid"])
+        for name, x in both.items():
+            add((name, "both"), _pattern(target, *target.qk(x)))
     if max_err > 1e-4:
         raise RuntimeError(
             f"recomputed pattern of {head_name(layer, head)} differs from the model's by {max_err:.2e}: "
