@@ -7,9 +7,10 @@ post's sentence, the post's number, the :class:`Rule` that decides it, and what 
 (:attr:`ClaimSpec.role`): a *route* claim says whether the sharp head is built the post's way (from early heads that
 read extended positions) rather than another way with the same behaviour (reading the previous position straight off
 ``W_pos``); a *description* says what a head or a matrix looks like, and holds on either route. :data:`CLAIMS` is
-every declared claim of every post by key. Scripts call :func:`judge_claim` with their measurement and the
-preconditions that make the claim testable on the model at hand (the model copies; the head is a clear
-previous-token head; ...). The rules that other code reads too live here: :data:`SHARPEST_RULE` and
+every declared claim of every post by key. Scripts judge a claim with its spec's own
+:meth:`~gpt2_posheads.claims.verdicts.ClaimSpec.judge` on their measurement and the preconditions that make it
+testable on the model at hand (the model copies; the head is a clear previous-token head; ...); :func:`judge_claim`
+does so by key. The rules that other code reads too live here: :data:`SHARPEST_RULE` and
 :data:`INDUCTION_RULE` (the organism's targets), :func:`built_from_below` (the route conclusion),
 :func:`helix_evr_rule` (a precondition).
 

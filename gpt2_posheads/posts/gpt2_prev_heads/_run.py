@@ -1,36 +1,35 @@
-"""What every claim of the GPT-2 post measures on: a model, natural-text prompts, and the previous-token ranking.
-
-Each claim function takes ``model`` and, optionally, ``prompts`` (``[batch, pos]`` token ids); without them it makes
-the post's prompts from the shipped text (or openwebtext-10k with the hub). The ranking of every head on those
-prompts (:func:`~gpt2_posheads.analysis.diagonals.diagonal_attention`, every offset) chooses the heads a claim is
-measured on when ``heads`` is not given, as the post's roles say (the aggregator: the sharpest previous-token head;
-the early heads below it). A caller measuring several claims on one model passes the same ``run`` to each
-(:func:`model_run`), so the prompts are made and the heads ranked once.
-"""
+"""What every claim of the GPT-2 post measures on: a model, natural-text prompts, and the previous-token ranking
+(:class:`ModelRun`), and the pieces the claim scripts share (the arguments they take: the package's doc)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import torch
 
 from ...analysis.diagonals import diagonal_attention, rank_from_diagonals
 from ...analysis.heads import HeadDefault, HeadSpec, resolve_heads
 from ...analysis.prompts import make_prompts
 from ...analysis.repeat_prompt import RepeatPrompt, fit_repeat_prompt, target_words
+from ...claims.gpt2_post import prev_head_precondition
+from ...claims.verdicts import Precondition
 from ...model.precision import require_finite_half
 from ...model.validation import (
     ARGUMENT_CHECKS,
     UsageError,
     capped_seq_len,
+    check_layer,
     check_model,
     checked,
     head_name,
     note,
     parse_head,
 )
+from ...report.plotting import heatmap, submatrix
 
 HeadsArg = str | Sequence[str | tuple[int, int]] | None
 
@@ -65,6 +64,16 @@ class ModelRun:
         if self.ranking is None:
             self.ranking = rank_from_diagonals(self.diag)
         return self
+
+    def tokens(self) -> list[str]:
+        """The first prompt's tokens as text (what a figure's hover shows)."""
+        return [self.model.tokenizer.decode([int(t)]) for t in self.prompts[0]]
+
+    def prev_head(self, head: tuple[int, int]) -> Precondition:
+        """The precondition that ``head`` is a clear previous-token head on this run's ranking
+        (:func:`~gpt2_posheads.claims.gpt2_post.prev_head_precondition`)."""
+        l, h = head
+        return prev_head_precondition(head_name(l, h), self.ranked().diag[l, h])
 
     def heads(self, heads: HeadsArg, default: HeadDefault) -> tuple[list[tuple[int, int]], str]:
         """``(heads, how they were chosen)``: ``heads`` as given (names like ``"L4H11"``, ``(layer, head)`` pairs,
@@ -136,6 +145,24 @@ def unprompted_run(model, run: ModelRun | None) -> ModelRun:
     return _same_model(model, run)
 
 
+def repeated_token_run(model, run: ModelRun | None, layer: int, n_prompts: int, seq_len: int | None):
+    """``(run, seq_len)`` for a claim on the extended positional embeddings (:func:`unprompted_run`; it makes its own
+    repeated-token prompts): ``layer`` in ``0..n_layers`` (``n_layers`` = the final residual), ``n_prompts >= 1``,
+    and ``seq_len >= 2`` capped at the model's context, and said (``None``: the context)."""
+    run = unprompted_run(model, run)
+    check_layer(run.model, layer, allow_final=True)
+    if n_prompts < 1:
+        raise ValueError(f"n_prompts: {n_prompts} is out of range; allowed >= 1")
+    n_ctx = run.model.cfg.n_ctx
+    if seq_len is not None:
+        if seq_len < 2:
+            raise ValueError(f"seq_len: {seq_len} is out of range; allowed >= 2 (a position after the first)")
+        if seq_len > n_ctx:
+            note(f"seq_len {seq_len} is capped at the model's context, {n_ctx}")
+            seq_len = n_ctx
+    return run, seq_len
+
+
 def _same_model(model, run: ModelRun) -> ModelRun:
     if model is not None and model is not run.model:
         raise ValueError("run: it was made for another model than the one given")
@@ -175,3 +202,33 @@ def repeat_prompts(
     for adjusted in dict.fromkeys(a for rp in prompts for a in rp.adjusted if a != how):
         note(f"the repeat-string prompt: {adjusted}")
     return prompts, ""
+
+
+def side_by_side(panels: dict, cmp: dict, name: str, changed: str, start: int, size: int) -> int:
+    """Put a head's ``[size, size]`` attention submatrices from ``start`` into ``panels``, clean (``"<name> clean"``)
+    and intervened (``"<name> <changed>"``), popping the first prompt's ``[pos, pos]`` patterns from ``cmp``
+    (:func:`~gpt2_posheads.analysis.measures.compare_head_patterns`); returns the first position shown."""
+    panels[f"{name} clean"], first = submatrix(cmp.pop("clean"), start, size)
+    panels[f"{name} {changed}"], _ = submatrix(cmp.pop("intervened"), start, size)
+    return first
+
+
+def ratio_grid(ranking: pd.DataFrame, n_layers: int, n_heads: int, title: str, **kw) -> go.Figure:
+    """The previous-token heads' ratios on a layer x head grid ``[n_layers, n_heads]`` (0..1, lower = sharper),
+    blank where a head is not a previous-token head."""
+    grid = np.full((n_layers, n_heads), np.nan)
+    for r in ranking[ranking.is_prev_token].itertuples():
+        grid[r.layer, r.head] = r.ratio
+    return heatmap(
+        grid,
+        x=list(range(n_heads)),
+        y=list(range(n_layers)),
+        colorscale="Viridis_r",
+        xlabel="head",
+        ylabel="layer",
+        title=title,
+        zmin=0,
+        zmax=1,
+        colorbar=dict(title="ratio"),
+        **kw,
+    )

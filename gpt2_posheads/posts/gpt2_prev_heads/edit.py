@@ -1,20 +1,17 @@
 """Editing the aggregator's attention and scaling its output redirects induction (GPT-2 post, last section).
 
-On a repeat-string prompt ending in ``Reply: " ninja`` the model should say " turtle". The post shifts L4H11's
-attention in the request back by one position — " turtle" attends to the token before " ninja" and " pirate" attends
-to " ninja" — so an induction head looking for "the token after ninja" finds " pirate", and multiplies the head's
-output by 2. Post: P(" turtle") 99% clean; with the edit and factor 2, P(" pirate") 65% and P(" turtle") 26%. Here:
+    gpt2-posheads l4h11_edit --model mini-gpt2          # the model's aggregator
+    gpt2-posheads l4h11_edit --heads L4H11                        # GPT-2 small (the default there)
 
-* **measure** — the next-token distribution on the prompt clean and with the edit at each output factor
-  (:func:`~gpt2_posheads.analysis.interventions.edit_head_pattern`,
-  :func:`~gpt2_posheads.analysis.interventions.scale_head_output`): P(second word), P(third word), the top 5;
-* **judge** — ``edit_moves_copy`` (declared here, :data:`SPECS`) at factor 2; not testable on a
-  model that does not copy the clean prompt, or for a head that is not a previous-token head;
-* **figure** — the two probabilities per condition.
-
-A word that is several tokens in the model's vocabulary is replaced by a single-token word (single characters in a
-character vocabulary), and a context too short for the post's prompt gets a shorter one, each said
-(:func:`._run.repeat_prompts`); where no prompt fits, the claim is not testable with the numbers.
+On the repeat-string prompt ending in `Reply: " ninja`, the model should say " turtle". The edit shifts
+the head's attention in the request back by one position — " turtle" attends to the token before " ninja"
+and " pirate" attends to " ninja" — so an induction head looking for "the token after ninja" finds
+" pirate"; the head's output is multiplied by each factor. A word that is several tokens in the model's
+vocabulary is replaced by a single-token word (single characters in a character vocabulary) and a short context
+gets a shorter prompt, each said; where no prompt fits, the claim is not testable with the numbers.
+Post: P(" turtle") 99% clean; with the edit and factor 2, P(" pirate") 65% and P(" turtle") 26%.
+Not testable on a model that does not copy the clean prompt, or for a head that is not a previous-token head.
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.l4h11_edit (gpt2_posheads/posts/gpt2_prev_heads/edit.py).
 """
 
 from __future__ import annotations
@@ -26,9 +23,8 @@ from ...analysis.interventions import edit_head_pattern, scale_head_output
 from ...analysis.measures import next_token_probs, top_tokens
 from ...analysis.repeat_prompt import RepeatPrompt, edit_mapping, split_words
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import judge_claim, model_copies, post_claim, prev_head_precondition
+from ...claims.gpt2_post import model_copies, post_claim
 from ...claims.verdicts import Claim, Precondition, predicate
-from ...model.state import measures_caller_model
 from ...model.validation import NonFiniteError, UsageError, head_name
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run, repeat_prompts
@@ -48,7 +44,7 @@ def _edit_moves_copy(v) -> tuple[bool, str]:
 
 
 # the post's claims this script judges, each with its rule (written before anything is measured)
-SPECS = (
+SPECS = (MOVES_COPY,) = (
     post_claim(
         "edit_moves_copy",
         "editing the aggregator's pattern with output x2 moves the copy to the third word",
@@ -129,17 +125,16 @@ def judge(run: ModelRun, head: tuple[int, int], rp: RepeatPrompt, rows: list[dic
     x2 = next(r for r in rows if r["factor"] == 2.0)
     pre = [
         model_copies({f"P({s} | {rp.words[0].strip()})": rows[0][f"P({s})"]}),
-        prev_head_precondition(name, run.diag[l, h]),
+        run.prev_head(head),
         Precondition("the edit with output x2 is measured", "not_measured" not in x2, x2.get("not_measured", "")),
     ]
-    return judge_claim(
-        "edit_moves_copy",
+    return MOVES_COPY.judge(
         {
             "clean": {k: v for k, v in rows[0].items() if k.startswith("P(")},
             "edit_x2": {k: v for k, v in x2.items() if k.startswith("P(")},
         },
-        value=(rows[0][f"P({t})"], x2[f"P({s})"], x2[f"P({t})"]),
-        preconditions=pre,
+        (rows[0][f"P({t})"], x2[f"P({s})"], x2[f"P({t})"]),
+        pre,
         head=name,
         readout=f"P({t}) {rows[0][f'P({t})']:.3g} -> {x2[f'P({t})']:.3g}, P({s}) {x2[f'P({s})']:.3g}",
     )
@@ -148,24 +143,10 @@ def judge(run: ModelRun, head: tuple[int, int], rp: RepeatPrompt, rows: list[dic
 def no_prompt_claim(why: str) -> Claim:
     """``edit_moves_copy`` not testable: no repeat-string prompt fits the model (``why``, with the numbers)."""
     pre = [Precondition("the repeat-string prompt fits the model", False, f"not testable here: {why}")]
-    return judge_claim("edit_moves_copy", {"no_prompt": why}, value=(float("nan"),) * 3, preconditions=pre)
+    return MOVES_COPY.judge({"no_prompt": why}, (float("nan"),) * 3, pre)
 
 
-USAGE = """Editing the aggregator's attention and scaling its output redirects induction (GPT-2 post, last section).
-
-    gpt2-posheads l4h11_edit --model mini-gpt2          # the model's aggregator
-    gpt2-posheads l4h11_edit --heads L4H11                        # GPT-2 small (the default there)
-
-On the repeat-string prompt ending in `Reply: " ninja`, the model should say " turtle". The edit shifts
-the head's attention in the request back by one position — " turtle" attends to the token before " ninja"
-and " pirate" attends to " ninja" — so an induction head looking for "the token after ninja" finds
-" pirate"; the head's output is multiplied by each factor. A word that is several tokens in the model's
-vocabulary is replaced by a single-token word (single characters in a character vocabulary) and a short context
-gets a shorter prompt, each said; where no prompt fits, the claim is not testable with the numbers.
-Post: P(" turtle") 99% clean; with the edit and factor 2, P(" pirate") 65% and P(" turtle") 26%.
-Not testable on a model that does not copy the clean prompt, or for a head that is not a previous-token head.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.l4h11_edit (gpt2_posheads/posts/gpt2_prev_heads/edit.py).
-"""
+USAGE = __doc__  # the command's help
 
 
 def _prepare(model, kwargs: dict, args) -> None:
@@ -209,7 +190,6 @@ def _console(result: ClaimResult, options: dict) -> None:
     prepare=_prepare,
     console=_console,
 )
-@measures_caller_model
 def l4h11_edit(
     model=None,
     prompts=None,
@@ -222,19 +202,17 @@ def l4h11_edit(
 ) -> ClaimResult:
     """Edit the head's attention on the repeat-string prompt, scale its output by each factor, and read the copy.
 
+    ``model``, ``prompts`` (what the heads are ranked on when ``heads`` is not given; default: 8 natural-text prompts
+    of 128 tokens; the edit itself runs on the repeat-string prompt), ``heads`` (the first is edited; default: the
+    aggregator, L4H11 on GPT-2 small), ``run``: as every claim function takes them
+    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
+
     Args:
-        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``).
-        prompts: ``[batch, pos]`` token ids the heads are ranked on when ``heads`` is not given (default: 8
-            natural-text prompts of 128 tokens); the edit itself runs on the repeat-string prompt.
-        heads: the head to edit (the first is used): an ``"L4H11"``-style name, a ``(layer, head)`` pair or
-            ``"auto:N"`` (default: the aggregator, the model's sharpest previous-token head; L4H11 on GPT-2 small).
         target: three words to repeat (each keeps its leading space).
         factors: output scale factors, each in ``0..MAX_FACTOR`` (1e6); must include 2 (the post's). A factor whose
             edited logits are not finite on this model leaves that row not measured (NaN, with the reason in
             ``not_measured``); the claim is judged on the x2 row.
         seed: the seed of the repeat-string prompt's demonstrations.
-        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (prompts and
-        ranking once).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``edit_moves_copy``), ``numbers``

@@ -1,19 +1,18 @@
-"""Averaging extended positional embeddings in groups of 10 hurts early previous-token heads much more than the
-aggregator (GPT-2 post: L4H11 aggregates earlier heads' signals rather than reading positions).
+"""Averaging extended positional embeddings in groups of 10 hurts early previous-token heads much more
+than the aggregator (GPT-2 post: L4H11 aggregates earlier heads' signals rather than reading positions).
 
-The post averages the extended positional embeddings (what the residual stream holds about position at a layer) in
-groups of 10 just before a head and finds "tremendous damage" to an early previous-token head (L2H2) and "minimal
-damage" to L4H11. Here:
+    gpt2-posheads ext_pos_averaging --model mini-gpt2
+    gpt2-posheads ext_pos_averaging --heads L2H2,L4H11          # the post's pair
 
-* **measure** — for each head, its attention clean and with the extended positional embeddings at its own layer
-  (measured after BOS, as the prompts start with it; the BOS row left alone) group-averaged just before it
-  (:func:`~gpt2_posheads.analysis.interventions.average_ext_pos_embed`,
-  :func:`~gpt2_posheads.analysis.measures.compare_head_patterns`): its previous-token mass both ways and the
-  Jensen-Shannon divergence of the patterns;
-* **judge** — ``ext_avg_hurts_early_more`` (declared here, :data:`SPECS`), both parts: the early
-  head's pattern moves, the aggregator keeps its previous-token attention; not testable unless both are clear
-  previous-token heads and the first sits below the second;
-* **figure** — each head's submatrix clean beside averaged.
+For each head, the extended positional embeddings at the head's own layer (measured after BOS, as the prompts
+start with it; the BOS row is left alone) are group-averaged just before it, and its attention is compared with
+the clean run. The post's claim has two parts, both tested: "tremendous damage" to the early head (its pattern
+moves) and "minimal damage" to the aggregator (it keeps its previous-token attention). Default heads on a model
+other than GPT-2 small: the sharpest clear previous-token head below the aggregator, then the aggregator (its
+sharpest previous-token head). Not testable unless both are clear previous-token heads and the first sits below
+the second.
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.ext_pos_averaging
+(gpt2_posheads/posts/gpt2_prev_heads/ext_averaging.py).
 """
 
 from __future__ import annotations
@@ -24,13 +23,12 @@ from ...analysis.heads import HeadDefault
 from ...analysis.interventions import average_ext_pos_embed
 from ...analysis.measures import compare_head_patterns
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import DAMAGE_JS, KEEP, POS_GROUP, ROUTE, judge_claim, post_claim, prev_head_precondition
+from ...claims.gpt2_post import DAMAGE_JS, KEEP, POS_GROUP, ROUTE, post_claim
 from ...claims.verdicts import Claim, Precondition, finite, predicate
-from ...model.state import measures_caller_model
 from ...model.validation import head_name, note
-from ...report.plotting import attention_panels, submatrix
+from ...report.plotting import attention_panels
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, prompted_run
+from ._run import HeadsArg, ModelRun, prompted_run, side_by_side
 from .about import POST
 
 HEADS = HeadDefault(
@@ -55,7 +53,7 @@ def _hurts_early_more(v) -> tuple[bool, str]:
 
 
 # the post's claims this script judges, each with its rule (written before anything is measured)
-SPECS = (
+SPECS = (HURTS_EARLY_MORE,) = (
     post_claim(
         "ext_avg_hurts_early_more",
         "averaging extended embeddings hurts early heads far more than the aggregator",
@@ -75,18 +73,18 @@ PROMPTS = dict(n_prompts=8, seq_len=256)  # the natural-text prompts it measures
 
 
 def measure(run: ModelRun, head: tuple[int, int], group_size: int, ext_prompts: int, seed: int) -> dict:
-    """The head clean and with the extended positional embeddings at its layer averaged in groups of
-    ``group_size`` (measured on ``ext_prompts`` repeated-token prompts from ``seed``): ``prev_score_clean``,
-    ``prev_score_intervened``, ``js_divergence``, ``mean_abs_diff``, ``relative_drop``, and the first prompt's
-    ``clean`` and ``intervened`` ``[pos, pos]`` patterns."""
-    l, h = head
-    edit = average_ext_pos_embed(l, group_size, n_prompts=ext_prompts, seed=seed)
-    return compare_head_patterns(run.model, run.prompts, (l, h), [edit])
+    """The head clean and with the extended positional embeddings at its layer (what the residual stream holds about
+    position there; measured on ``ext_prompts`` repeated-token prompts from ``seed``, after BOS) averaged in groups of
+    ``group_size`` just before it, the BOS row left alone: ``prev_score_clean``, ``prev_score_intervened``,
+    ``js_divergence``, ``mean_abs_diff``, ``relative_drop``, and the first prompt's ``clean`` and ``intervened``
+    ``[pos, pos]`` patterns."""
+    edit = average_ext_pos_embed(head[0], group_size, n_prompts=ext_prompts, seed=seed)
+    return compare_head_patterns(run.model, run.prompts, head, [edit])
 
 
 def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> Claim:
-    """``ext_avg_hurts_early_more`` on the first head (the early one) and the last (the aggregator)."""
-    names = [head_name(l, h) for l, h in heads]
+    """``ext_avg_hurts_early_more`` on the first head (the early one) and the last (the aggregator): the post's
+    "tremendous damage" to the first and "minimal damage" to the second, both tested."""
     first, last = results[0], results[-1]
     keep = last["prev_score_intervened"] / last["prev_score_clean"] if last["prev_score_clean"] > 0 else float("nan")
     pre = [
@@ -96,7 +94,7 @@ def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> C
             f"only {results[0]['head']}: the model has no previous-token head below it",
         )
     ]
-    pre += [prev_head_precondition(n, run.diag[l, h]) for (l, h), n in zip(heads, names)]
+    pre += [run.prev_head(head) for head in heads]
     if len(results) >= 2:  # with one head the first line already says there is no early head
         pre.append(
             Precondition(
@@ -105,15 +103,14 @@ def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> C
                 f"{first['head']} (layer {first['layer']}) does not sit below {last['head']} (layer {last['layer']})",
             )
         )
-    return judge_claim(
-        "ext_avg_hurts_early_more",
+    return HURTS_EARLY_MORE.judge(
         {
             "js": {r["head"]: r["js_divergence"] for r in results},
             "prev_mass": {r["head"]: [r["prev_score_clean"], r["prev_score_intervened"]] for r in results},
         },
-        value=(first["js_divergence"], last["js_divergence"], keep),
-        preconditions=pre,
-        head=",".join(names),
+        (first["js_divergence"], last["js_divergence"], keep),
+        pre,
+        head=",".join(head_name(l, h) for l, h in heads),
         readout=f"JS {first['js_divergence']:.3g} ({first['head']}) vs {last['js_divergence']:.3g} ({last['head']}, "
         f"keeps {keep:.0%})"
         if len(results) >= 2
@@ -121,22 +118,7 @@ def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> C
     )
 
 
-USAGE = """Averaging extended positional embeddings in groups of 10 hurts early previous-token heads much more
-than the aggregator (GPT-2 post: L4H11 aggregates earlier heads' signals rather than reading positions).
-
-    gpt2-posheads ext_pos_averaging --model mini-gpt2
-    gpt2-posheads ext_pos_averaging --heads L2H2,L4H11          # the post's pair
-
-For each head, the extended positional embeddings at the head's own layer (measured after BOS, as the prompts
-start with it; the BOS row is left alone) are group-averaged just before it, and its attention is compared with
-the clean run. The post's claim has two parts, both tested: "tremendous damage" to the early head (its pattern
-moves) and "minimal damage" to the aggregator (it keeps its previous-token attention). Default heads on a model
-other than GPT-2 small: the sharpest clear previous-token head below the aggregator, then the aggregator (its
-sharpest previous-token head). Not testable unless both are clear previous-token heads and the first sits below
-the second.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.ext_pos_averaging
-(gpt2_posheads/posts/gpt2_prev_heads/ext_averaging.py).
-"""
+USAGE = __doc__  # the command's help
 
 
 def _console(result: ClaimResult, options: dict) -> None:
@@ -165,7 +147,6 @@ def _console(result: ClaimResult, options: dict) -> None:
     submatrix=True,
     console=_console,
 )
-@measures_caller_model
 def ext_pos_averaging(
     model=None,
     prompts=None,
@@ -180,20 +161,16 @@ def ext_pos_averaging(
 ) -> ClaimResult:
     """Average the extended positional embeddings just before each head and compare its attention with the clean run.
 
+    ``model``, ``prompts`` (starting with BOS where the model has one; default: 8 natural-text prompts of 256 tokens),
+    ``heads`` (the early head first and the aggregator last; default: L2H2, L4H11 on GPT-2 small, elsewhere the
+    sharpest clear previous-token head below the aggregator, then the aggregator), ``start``, ``size``, ``run``: as
+    every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
+
     Args:
-        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``).
-        prompts: ``[batch, pos]`` token ids, starting with BOS where the model has one (default: 8 natural-text
-            prompts of 256 tokens).
-        heads: ``"L4H11"``-style names, ``(layer, head)`` pairs or ``"auto:N"``, the early head first and the
-            aggregator last (default: L2H2, L4H11 on GPT-2 small; elsewhere the sharpest clear previous-token head
-            below the aggregator, then the aggregator).
         group_size: rows averaged together (>= 2, the post: 10; one above the model's context is capped at it, and
             said).
         ext_prompts: repeated-token prompts the extended positional embeddings are measured on (>= 1).
         seed: the seed of those prompts.
-        start, size: the submatrix shown in the figure (the post: 50 x 50).
-        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (prompts and
-        ranking once).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``ext_avg_hurts_early_more``), ``numbers``
@@ -205,29 +182,23 @@ def ext_pos_averaging(
     run = prompted_run(model, prompts, run, **PROMPTS)
     if isinstance(group_size, bool) or not (isinstance(group_size, int) and group_size >= 2):
         raise ValueError(f"group_size: {group_size!r} is out of range; allowed an integer >= 2 (the post: 10)")
-    if group_size > run.model.cfg.n_ctx:
-        n_ctx = run.model.cfg.n_ctx
+    n_ctx = run.model.cfg.n_ctx
+    if group_size > n_ctx:
         note(f"group_size: {group_size} capped at the model's context, {n_ctx} (one group holds every row)")
-        group_size = run.model.cfg.n_ctx
+        group_size = n_ctx
     run.ranked()
     chosen, how = run.heads(heads, HEADS)
     result = ClaimResult("ext_pos_averaging", run.label)
-    tokens = [run.model.tokenizer.decode([int(t)]) for t in run.prompts[0]]
     results, panels, first = [], {}, 0
     for l, h in chosen:
         name = head_name(l, h)
         cmp = measure(run, (l, h), group_size, ext_prompts, seed)
-        panels[f"{name} clean"], first = submatrix(cmp.pop("clean"), start, size)
-        panels[f"{name} ext. pos. averaged (g={group_size})"], _ = submatrix(cmp.pop("intervened"), start, size)
+        first = side_by_side(panels, cmp, name, f"ext. pos. averaged (g={group_size})", start, size)
         results.append({"head": name, "layer": l, **cmp})
-    result.figure(figure(panels, tokens, first, run), "ext_pos_averaging", width=1100)
+    what = "extended positional embeddings averaged just before each head"
+    result.figure(
+        attention_panels(panels, run.tokens(), first, run.label, what, run.source), "ext_pos_averaging", width=1100
+    )
     result.claims.append(judge(run, chosen, results))
     result.numbers.update(heads_chosen=how, group_size=group_size, results=results)
     return result
-
-
-def figure(panels: dict, tokens: list[str], first: int, run: ModelRun):
-    """Each head's submatrix, clean beside averaged."""
-    return attention_panels(
-        panels, tokens, first, run.label, "extended positional embeddings averaged just before each head", run.source
-    )

@@ -1,20 +1,14 @@
-"""Extended positional embeddings: the positional part of the residual stream keeps ``W_pos``'s subspace, grows
-sparser and barely depends on the token (GPT-2 post, "Concept: extended positional embeddings").
+"""Extended positional embeddings against W_pos, layer by layer (GPT-2 post: "Concept: extended
+positional embeddings").
 
-The extended positional embedding at a layer is the residual stream on repeated-token prompts (BOS, then one token
-repeated), centred over the positions and averaged over tokens. The post finds it at layer 2 within 8-10 degrees of
-``W_pos``'s top-3 subspace, about three times sparser than ``W_pos``, and nearly the same whatever the token. Here:
+    gpt2-posheads ext_pos_vs_wpe --model mini-gpt2
 
-* **measure** — per layer ``0..n_layers`` (the input of each block, then the final residual): the principal angles
-  to ``W_pos`` (:func:`~gpt2_posheads.analysis.geometry.principal_angles`), the share of large entries
-  (:func:`~gpt2_posheads.analysis.geometry.large_entry_fraction`) and the token dependence
-  (:func:`~gpt2_posheads.analysis.geometry.token_dependence`), all on the repeated token's rows (after BOS);
-* **judge** — ``ext_same_subspace``, ``ext_sparser`` and ``ext_token_independent``
-  (declared here, :data:`SPECS`) at layer 2 (or the last layer of a shallower model); the
-  comparisons with ``W_pos`` are not testable on a model without learned absolute positions, a subspace comparison
-  not on one whose ``W_pos`` is no helix, and the token dependence not where the extended embeddings are none;
-* **figure** — both point sets on three bases (``W_pos``'s components, the extended embeddings', both together) at
-  ``layer``, and the angles, the sparsity and the token dependence per layer.
+Figures: the three-panel comparison at --layer (both sets on W_pos's PCs, on the extended embeddings' PCs,
+on the PCs of both concatenated), and per layer 0..n_layers the principal angles to W_pos, the large-entry
+fraction (sparsity) and the token dependence. CSV + JSON of all numbers. On a model without learned
+absolute positions only the token dependence is measured (the rest compares with W_pos).
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.ext_pos_vs_wpe
+(gpt2_posheads/posts/gpt2_prev_heads/extended.py).
 """
 
 from __future__ import annotations
@@ -34,18 +28,17 @@ from ...analysis.posembed import (
     token_rows,
 )
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import helix_precondition, judge_claim, post_claim
+from ...claims.gpt2_post import helix_precondition, post_claim
 from ...claims.verdicts import Claim, Precondition, at_least, at_most
 from ...model.identity import position_kind, wpos_reason
-from ...model.state import measures_caller_model
-from ...model.validation import UsageError, capped_seq_len, check_layer, note
+from ...model.validation import UsageError, capped_seq_len
 from ...report.plotting import line_figure
 from ..result import ClaimResult
-from ._run import ModelRun, unprompted_run
+from ._run import ModelRun, repeated_token_run
 from .about import POST
 
 # the post's claims this script judges, each with its rule (written before anything is measured)
-SPECS = (
+SPECS = SAME_SUBSPACE, SPARSER, TOKEN_INDEPENDENT = (
     post_claim(
         "ext_same_subspace",
         "extended embeddings at layer 2 span nearly W_pos's top-3 subspace",
@@ -84,7 +77,11 @@ def measure(
     label: str,
     progress: bool = True,
 ) -> dict:
-    """``{"per_layer", "ext", "w_pos", "wpos_reason", "after_bos"}``: the per-layer DataFrame (``layer``,
+    """The extended positional embedding at a layer: the residual stream on repeated-token prompts (BOS, then one
+    token repeated), centred over the positions and averaged over tokens; measured at the input of each block
+    ``0..n_layers - 1`` and the final residual, on the repeated token's rows (after BOS).
+
+    Returns ``{"per_layer", "ext", "w_pos", "wpos_reason", "after_bos"}``: the per-layer DataFrame (``layer``,
     ``large_entry_fraction``, ``norm``, ``token_dependence``, ``angle_<i>_deg`` with ``W_pos``,
     ``sparsity_vs_layer0``), the extended embeddings ``{layer: [seq_len - after_bos, d_model]}`` and ``W_pos`` on
     the same rows (``None``, and why, without learned positions). The token dependence runs on
@@ -141,26 +138,20 @@ def judge(m: dict, k: int, n_layers: int) -> tuple[list[Claim], list[float], flo
     sparsity = float(df.sparsity_vs_layer0[1:].mean())
     spread = float(a2.token_dependence)
     claims = [
-        judge_claim(
-            "ext_same_subspace",
+        SAME_SUBSPACE.judge(
             {"layer": l2, "angles_deg": angles},
-            value=max(angles),
-            preconditions=has_w + w_helix,
+            max(angles),
+            has_w + w_helix,
             readout=f"layer {l2}: " + ", ".join(f"{a:.3g}°" for a in angles),
         ),
-        judge_claim(
-            "ext_sparser",
+        SPARSER.judge(
             {"ratio": sparsity, "per_layer": df.large_entry_fraction.tolist()},
-            value=sparsity,
-            preconditions=has_w,
+            sparsity,
+            has_w,
             readout=f"{sparsity:.3g}x fewer large entries",
         ),
-        judge_claim(
-            "ext_token_independent",
-            {"layer": l2, "spread": spread},
-            value=spread,
-            preconditions=[ext_helix],
-            readout=f"relative spread {spread:.3g}",
+        TOKEN_INDEPENDENT.judge(
+            {"layer": l2, "spread": spread}, spread, [ext_helix], readout=f"relative spread {spread:.3g}"
         ),
     ]
     return claims, angles, sparsity
@@ -223,34 +214,27 @@ def figure(m: dict, layer: int, k: int, label: str) -> dict:
     """``{stem: figure}``: with ``W_pos``, the three-panel comparison at ``layer`` (``three_panel_L<layer>``) and the
     principal angles per layer; always the sparsity and the token dependence per layer."""
     df, w = m["per_layer"], m["w_pos"]
-    figs = {}
+    figs, lines = {}, {}
     if w is not None:
         figs[f"three_panel_L{layer}"] = three_panel(w, m["ext"][layer], layer, label)
-        fig = line_figure(
-            {f"angle {i + 1}": (df.layer, df[f"angle_{i + 1}_deg"]) for i in range(k)},
-            title=f"{label}: principal angles between W_pos and the extended positional embeddings",
-            xlabel="layer (input of the block)",
-            ylabel="degrees",
-            mode="lines+markers",
+        lines["principal_angles"] = (
+            {f"angle {i + 1}": f"angle_{i + 1}_deg" for i in range(k)},
+            "principal angles between W_pos and the extended positional embeddings",
+            "degrees",
         )
-        fig.update_xaxes(dtick=1)
-        figs["principal_angles"] = fig
-    for col, title, ylabel, name in (
-        (
-            "large_entry_fraction",
-            "share of large entries (|x| > the matrix's RMS); lower = sparser",
-            "share of entries with |x| > RMS",
-            "sparsity",
-        ),
-        (
-            "token_dependence",
-            "token dependence of the extended positional embeddings",
-            "relative spread across repeated tokens",
-            "token_dependence",
-        ),
-    ):
+    lines["sparsity"] = (
+        {"large entry fraction": "large_entry_fraction"},
+        "share of large entries (|x| > the matrix's RMS); lower = sparser",
+        "share of entries with |x| > RMS",
+    )
+    lines["token_dependence"] = (
+        {"token dependence": "token_dependence"},
+        "token dependence of the extended positional embeddings",
+        "relative spread across repeated tokens",
+    )
+    for name, (series, title, ylabel) in lines.items():
         fig = line_figure(
-            {col.replace("_", " "): (df.layer, df[col])},
+            {n: (df.layer, df[c]) for n, c in series.items()},
             title=f"{label}: {title}",
             xlabel="layer (input of the block)",
             ylabel=ylabel,
@@ -261,18 +245,7 @@ def figure(m: dict, layer: int, k: int, label: str) -> dict:
     return figs
 
 
-USAGE = """Extended positional embeddings against W_pos, layer by layer (GPT-2 post: "Concept: extended
-positional embeddings").
-
-    gpt2-posheads ext_pos_vs_wpe --model mini-gpt2
-
-Figures: the three-panel comparison at --layer (both sets on W_pos's PCs, on the extended embeddings' PCs,
-on the PCs of both concatenated), and per layer 0..n_layers the principal angles to W_pos, the large-entry
-fraction (sparsity) and the token dependence. CSV + JSON of all numbers. On a model without learned
-absolute positions only the token dependence is measured (the rest compares with W_pos).
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.ext_pos_vs_wpe
-(gpt2_posheads/posts/gpt2_prev_heads/extended.py).
-"""
+USAGE = __doc__  # the command's help
 
 
 def _prepare(model, kwargs: dict, args) -> None:
@@ -312,7 +285,6 @@ def _console(result: ClaimResult, options: dict) -> None:
     prepare=_prepare,
     console=_console,
 )
-@measures_caller_model
 def ext_pos_vs_wpe(
     model=None,
     *,
@@ -327,8 +299,10 @@ def ext_pos_vs_wpe(
 ) -> ClaimResult:
     """The extended positional embeddings against ``W_pos``, layer by layer, and the post's three claims on them.
 
+    ``model``, ``run`` (its model and label; the claim makes its own repeated-token prompts): as every claim function
+    takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
+
     Args:
-        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``).
         layer: the layer of the three-panel figure (``0..n_layers``; ``n_layers`` = the final residual); the
             claims are judged at layer 2 (or the final residual of a shallower model), as the post.
         n_prompts: repeated-token prompts averaged.
@@ -337,9 +311,6 @@ def ext_pos_vs_wpe(
         k: the dimension of the subspaces compared by principal angles (``1..min(d_model, seq_len)``).
         seed: the seed of the repeated tokens (``seed + 1`` for the token-dependence tokens).
         progress: a progress bar over the batches.
-        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (its model and
-        label; the
-            claim makes its own repeated-token prompts).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``ext_same_subspace``, ``ext_sparser``,
@@ -348,19 +319,11 @@ def ext_pos_vs_wpe(
         ``figures`` (``three_panel_L<layer>`` and ``principal_angles`` with ``W_pos``, ``sparsity``,
         ``token_dependence``).
     """
-    run = unprompted_run(model, run)
-    model = run.model
-    check_layer(model, layer, allow_final=True)
-    if n_prompts < 1:
-        raise ValueError(f"n_prompts: {n_prompts} is out of range; allowed >= 1")
     if n_token_dependence < 2:
         raise ValueError(f"n_token_dependence: {n_token_dependence} is out of range; allowed >= 2 (a spread)")
-    if seq_len is not None and seq_len < 2:
-        raise ValueError(f"seq_len: {seq_len} is out of range; allowed >= 2 (a position after the first)")
-    n_ctx = model.cfg.n_ctx
-    if seq_len is not None and seq_len > n_ctx:
-        note(f"seq_len {seq_len} is capped at the model's context, {n_ctx}")
-    seq_len = min(seq_len or n_ctx, n_ctx)
+    run, seq_len = repeated_token_run(model, run, layer, n_prompts, seq_len)
+    model = run.model
+    seq_len = seq_len or model.cfg.n_ctx
     if not 1 <= k <= min(model.cfg.d_model, seq_len):
         raise ValueError(f"k: {k} is out of range; allowed 1..{min(model.cfg.d_model, seq_len)} (d_model, seq_len)")
     m = measure(model, seq_len, n_prompts, n_token_dependence, k, seed, run.label, progress)

@@ -22,18 +22,16 @@ import torch
 from ...analysis.geometry import pca
 from ...analysis.posembed import centred_w_pos, default_bos, extended_pos_embeddings, load_w_pos, token_rows
 from ...claims.catalogue import declare
-from ...claims.gpt2_post import helix_evr_rule, judge_claim, post_claim
+from ...claims.gpt2_post import helix_evr_rule, post_claim
 from ...claims.verdicts import Claim, Precondition
 from ...model.identity import wpos_reason
-from ...model.state import measures_caller_model
-from ...model.validation import check_layer, note
 from ...report.plotting import scatter3d_positions
 from ..result import ClaimResult
-from ._run import ModelRun, unprompted_run
+from ._run import ModelRun, repeated_token_run
 from .about import POST
 
 # the post's claims this script judges, each with its rule (written before anything is measured)
-SPECS = (
+SPECS = WPOS_HELIX, EXT_HELIX = (
     post_claim(
         "wpos_helix",
         "W_pos lies on a low-dimensional helix",
@@ -81,24 +79,13 @@ def judge(w_evr: list[float] | None, reason: str | None, ext_evr: list[float] | 
     """``wpos_helix`` on ``W_pos``'s ratios (not testable for ``reason`` when there are none) and, with a model,
     ``ext_helix`` on the extended embeddings' at ``layer``."""
     if w_evr is not None:
-        claims = [judge_claim("wpos_helix", {"top4": w_evr}, value=w_evr, readout=shown(w_evr))]
+        claims = [WPOS_HELIX.judge({"top4": w_evr}, w_evr, readout=shown(w_evr))]
     else:
-        claims = [
-            judge_claim(
-                "wpos_helix",
-                {"not_applicable": reason},
-                value=[float("nan")] * 4,
-                preconditions=[Precondition("the model has W_pos", False, reason)],
-            )
-        ]
+        no_w = [Precondition("the model has W_pos", False, reason)]
+        claims = [WPOS_HELIX.judge({"not_applicable": reason}, [float("nan")] * 4, no_w)]
     if ext_evr is not None:
         claims.append(
-            judge_claim(
-                "ext_helix",
-                {"layer": layer, "top4": ext_evr},
-                value=ext_evr,
-                readout=f"layer {layer}: " + shown(ext_evr),
-            )
+            EXT_HELIX.judge({"layer": layer, "top4": ext_evr}, ext_evr, readout=f"layer {layer}: " + shown(ext_evr))
         )
     return claims
 
@@ -110,7 +97,6 @@ def figure(evr: list[float], points: torch.Tensor, title: str):
 
 
 @declare(POST, "pos_embed_helix", claims=SPECS, command=True, order=2)
-@measures_caller_model
 def pos_embed_helix(
     model=None,
     *,
@@ -124,8 +110,10 @@ def pos_embed_helix(
 ) -> ClaimResult:
     """The top-3 PCA of ``W_pos`` and of the extended positional embeddings at ``layer``, judged as helices.
 
+    ``model`` (not with ``w_pos``), ``run`` (its model and label; the claim makes its own repeated-token prompts): as
+    every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
+
     Args:
-        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``); not with ``w_pos``.
         w_pos: instead of a model, ``W_pos`` ``[n_ctx, d_model]`` itself or a ``.npy``/``.pt`` file of it: only
             ``wpos_helix`` is judged (GPT-2 small's own: ``gpt2_posheads.model.paths.GPT2_W_POS``).
         layer: the layer of the extended positional embeddings (``0..n_layers``; ``n_layers`` = the final residual).
@@ -133,9 +121,6 @@ def pos_embed_helix(
         seq_len: positions (default: the model's context; capped at it, and said).
         seed: the seed of the repeated tokens.
         progress: a progress bar over the batches.
-        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (its model and
-        label; the
-            claim makes its own repeated-token prompts).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``wpos_helix``, and ``ext_helix`` with a
@@ -146,18 +131,8 @@ def pos_embed_helix(
         if model is not None or run is not None:
             raise ValueError("w_pos: measured alone, without a model; pass either w_pos or model/run")
         return _w_pos_only(w_pos)
-    run = unprompted_run(model, run)
-    model = run.model
-    check_layer(model, layer, allow_final=True)
-    if n_prompts < 1:
-        raise ValueError(f"n_prompts: {n_prompts} is out of range; allowed >= 1")
-    if seq_len is not None:
-        if seq_len < 2:
-            raise ValueError(f"seq_len: {seq_len} is out of range; allowed >= 2 (a position after the first)")
-        if seq_len > model.cfg.n_ctx:
-            note(f"seq_len {seq_len} is capped at the model's context, {model.cfg.n_ctx}")
-            seq_len = model.cfg.n_ctx
-    m = measure(model, layer, n_prompts, seq_len, seed, run.label, progress)
+    run, seq_len = repeated_token_run(model, run, layer, n_prompts, seq_len)
+    m = measure(run.model, layer, n_prompts, seq_len, seed, run.label, progress)
     result = ClaimResult("pos_embed_helix", run.label)
     result.numbers.update(layer=layer, n_prompts=n_prompts)
     if m["w_pos"] is not None:

@@ -1,16 +1,15 @@
 """Masking attention to the previous position in earlier layers disrupts the aggregator (GPT-2 post).
 
-The post masks, in every head of layers 0-3, the attention of every fifth query to its previous position
-(post-softmax; ``W_pos`` untouched) and shows L4H11's pattern "visibly disrupted" on those rows: L4H11 gets the
-previous position from what earlier heads computed, not from the embeddings. Here:
+    gpt2-posheads mask_prev_attention --model mini-gpt2
+    gpt2-posheads mask_prev_attention --heads L4H11 --layers 0,1,2,3      # the post's setting
 
-* **measure** — for each head, its pattern clean and with the mask on ``layers`` (default: every layer below the
-  head's own; masking the head's own layer would test the mask, not the mechanism), and its previous-token mass on
-  the masked rows and on all rows (:func:`~gpt2_posheads.analysis.measures.compare_head_patterns`);
-* **judge** — ``mask_disrupts`` (declared here, :data:`SPECS`): on the masked rows the head loses
-  at least half its previous-token attention; not testable for a head that is not a clear previous-token head or sits
-  in layer 0, or when no query is masked (a prompt shorter than the period);
-* **figure** — the head's submatrix clean beside masked.
+Every query p with p % every == 0 loses its attention to p-1 in every head of --layers (post-softmax);
+W_pos is untouched. Default --layers: every layer below the head's own (masking the head's own layer
+would test the mask, not the mechanism). The claim is judged on the masked rows, the ones the post's figure shows
+disrupted (the rows in between are reported too). Side by side: the head's 50x50 pattern clean vs masked.
+Not testable for a head that is not a clear previous-token head or sits in layer 0.
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.mask_prev_attention
+(gpt2_posheads/posts/gpt2_prev_heads/masking.py).
 """
 
 from __future__ import annotations
@@ -20,13 +19,12 @@ from ...analysis.interventions import MASK_EVERY, masked_queries
 from ...analysis.interventions import mask_previous_attention as mask_intervention
 from ...analysis.measures import compare_head_patterns
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import HALF, ROUTE, ClaimSpec, judge_claim, layer_above, prev_head_precondition, register_claim
-from ...claims.verdicts import Precondition, finite, predicate
-from ...model.state import measures_caller_model
+from ...claims.gpt2_post import HALF, ROUTE, ClaimSpec, layer_above, register_claim
+from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.validation import head_name
-from ...report.plotting import attention_panels, submatrix
+from ...report.plotting import attention_panels
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, prompted_run
+from ._run import HeadsArg, ModelRun, prompted_run, side_by_side
 from .about import POST
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="head(s) whose pattern is measured")
@@ -46,7 +44,7 @@ def _drops_half(v) -> tuple[bool, str]:
 def disrupts_at(every: int) -> ClaimSpec:
     """``mask_disrupts`` as measured at masking period ``every``: its sentence and rule name the period (the post
     masks every 5th query, :data:`~gpt2_posheads.analysis.interventions.MASK_EVERY`)."""
-    nth = f"every {every}{_ordinal_suffix(every)}"
+    nth = f"every {every}{'th' if 10 <= every % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(every % 10, 'th')}"
     return ClaimSpec(
         "mask_disrupts",
         f"masking attention to p-1 {nth} position in the layers below disrupts the head",
@@ -61,10 +59,6 @@ def disrupts_at(every: int) -> ClaimSpec:
     )
 
 
-def _ordinal_suffix(n: int) -> str:
-    return "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-
-
 # the post's claims this script judges, each with its rule (written before anything is measured): the post's period
 SPECS = (register_claim(disrupts_at(MASK_EVERY)),)
 
@@ -73,7 +67,8 @@ PROMPTS = dict(n_prompts=8, seq_len=256)  # the natural-text prompts it measures
 
 
 def measure(run: ModelRun, head: tuple[int, int], layers: list[int], every: int, renormalize: bool) -> dict:
-    """The head's pattern clean and masked, and its previous-token mass on the masked rows and on all rows
+    """The head's pattern clean and with attention to p-1 masked (post-softmax) for every query ``p % every == 0``
+    in every head of ``layers``, and its previous-token mass on the masked rows and on all rows
     (``prev_rows_clean``/``prev_rows_intervened``, ``prev_score_clean``/``prev_score_intervened``, the relative drops,
     ``clean`` and ``intervened`` as ``[pos, pos]`` patterns on the first prompt)."""
     iv = mask_intervention(every, layers, renormalize)
@@ -84,7 +79,7 @@ def measure(run: ModelRun, head: tuple[int, int], layers: list[int], every: int,
 def preconditions(run: ModelRun, head: tuple[int, int], layers: list[int], every: int) -> list[Precondition]:
     l, h = head
     name = head_name(l, h)
-    pre = [prev_head_precondition(name, run.diag[l, h]), layer_above(name, l, 0)]
+    pre = [run.prev_head(head), layer_above(name, l, 0)]
     if l > 0:  # in layer 0 the line above already says there is nothing below
         pre.append(
             Precondition(
@@ -105,19 +100,7 @@ def preconditions(run: ModelRun, head: tuple[int, int], layers: list[int], every
     return pre
 
 
-USAGE = """Masking attention to the previous position in earlier layers disrupts the aggregator (GPT-2 post).
-
-    gpt2-posheads mask_prev_attention --model mini-gpt2
-    gpt2-posheads mask_prev_attention --heads L4H11 --layers 0,1,2,3      # the post's setting
-
-Every query p with p % every == 0 loses its attention to p-1 in every head of --layers (post-softmax);
-W_pos is untouched. Default --layers: every layer below the head's own (masking the head's own layer
-would test the mask, not the mechanism). The claim is judged on the masked rows, the ones the post's figure shows
-disrupted (the rows in between are reported too). Side by side: the head's 50x50 pattern clean vs masked.
-Not testable for a head that is not a clear previous-token head or sits in layer 0.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.mask_prev_attention
-(gpt2_posheads/posts/gpt2_prev_heads/masking.py).
-"""
+USAGE = __doc__  # the command's help
 
 
 @declare(
@@ -137,7 +120,6 @@ The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.mask_prev_attention
     ),
     submatrix=True,
 )
-@measures_caller_model
 def mask_prev_attention(
     model=None,
     prompts=None,
@@ -152,17 +134,15 @@ def mask_prev_attention(
 ) -> ClaimResult:
     """Mask attention to the previous position (queries ``p % every == 0``) in ``layers`` and measure each head.
 
+    ``model``, ``prompts`` (default: 8 natural-text prompts of 256 tokens), ``heads`` (default: the aggregator; L4H11
+    on GPT-2 small), ``start``, ``size``, ``run``: as every claim function takes them
+    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
+
     Args:
-        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``).
-        prompts: ``[batch, pos]`` token ids (default: 8 natural-text prompts of 256 tokens).
-        heads: ``"L4H11"``-style names, ``(layer, head)`` pairs or ``"auto:N"`` (default: the aggregator, the
-            model's sharpest previous-token head; L4H11 on GPT-2 small).
-        layers: the layers masked (default: every layer below each head's own).
+        layers: the layers masked (default: every layer below each head's own: masking the head's own layer would
+            test the mask, not the mechanism).
         every: the masking period (the post: 5).
         renormalize: renormalise masked rows to sum to 1.
-        start, size: the submatrix shown in the figure (the post: 50 x 50).
-        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (prompts and
-        ranking once).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``mask_disrupts`` per head), ``numbers``
@@ -174,59 +154,43 @@ def mask_prev_attention(
     chosen, how = run.heads(heads, HEADS)
     result = ClaimResult("mask_prev_attention", run.label)
     result.numbers.update(heads_chosen=how, every=every)
-    tokens = [run.model.tokenizer.decode([int(t)]) for t in run.prompts[0]]
+    spec = disrupts_at(every)
     results, panels, first = [], {}, 0
     for l, h in chosen:
         name = head_name(l, h)
         masked_layers = list(layers) if layers is not None else list(range(l))
         pre = preconditions(run, (l, h), masked_layers, every)
+        measured = {"head": name, "masked_layers": masked_layers}
         if not masked_layers or max(masked_layers) >= l or not len(masked_queries(every, run.prompts.shape[1])):
-            results.append({"head": name, "masked_layers": masked_layers})
-            result.claims.append(
-                judge_claim(
-                    disrupts_at(every),
-                    {"head": name, "masked_layers": masked_layers},
-                    value=(0.0, 0.0),
-                    preconditions=pre,
-                    head=name,
-                )
-            )
+            results.append(measured)
+            result.claims.append(spec.judge(dict(measured), (0.0, 0.0), pre, head=name))
             continue
         cmp = measure(run, (l, h), masked_layers, every, renormalize)
-        clean, first = submatrix(cmp.pop("clean"), start, size)
-        masked, _ = submatrix(cmp.pop("intervened"), start, size)
-        panels[f"{name} clean"] = clean
-        panels[f"{name} masked ({_layers_words(masked_layers)}, every {every})"] = masked
-        results.append({"head": name, "masked_layers": masked_layers, "every": every, **cmp})
+        first = side_by_side(panels, cmp, name, f"masked ({_layers_words(masked_layers)}, every {every})", start, size)
+        results.append({**measured, "every": every, **cmp})
         result.claims.append(judge(name, masked_layers, cmp, pre, every))
     result.numbers["results"] = results
     if panels:
-        result.figure(figure(panels, tokens, first, run), "mask_prev_attention", width=1100)
+        what = "attention submatrix, clean vs previous position masked below"
+        fig = attention_panels(panels, run.tokens(), first, run.label, what, run.source)
+        result.figure(fig, "mask_prev_attention", width=1100)
     return result
 
 
-def judge(name: str, masked_layers: list[int], cmp: dict, pre: list[Precondition], every: int = MASK_EVERY):
+def judge(name: str, masked_layers: list[int], cmp: dict, pre: list[Precondition], every: int = MASK_EVERY) -> Claim:
     """``mask_disrupts`` on one head, masked at period ``every``: at least half its previous-token mass gone on the
     masked rows."""
-    return judge_claim(
-        disrupts_at(every),
+    return disrupts_at(every).judge(
         {
             "head": name,
             "masked_layers": masked_layers,
             "prev_mass_masked_rows": [cmp["prev_rows_clean"], cmp["prev_rows_intervened"]],
             "prev_mass_all_rows": [cmp["prev_score_clean"], cmp["prev_score_intervened"]],
         },
-        value=(cmp["prev_rows_clean"], cmp["prev_rows_intervened"]),
-        preconditions=pre,
+        (cmp["prev_rows_clean"], cmp["prev_rows_intervened"]),
+        pre,
         head=name,
         readout=f"{cmp['rows_relative_drop']:.0%} lower on the masked rows ({cmp['relative_drop']:.0%} on all)",
-    )
-
-
-def figure(panels: dict, tokens: list[str], first: int, run: ModelRun):
-    """The heads' submatrices, clean beside masked."""
-    return attention_panels(
-        panels, tokens, first, run.label, "attention submatrix, clean vs previous position masked below", run.source
     )
 
 

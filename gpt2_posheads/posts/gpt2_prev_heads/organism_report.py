@@ -19,19 +19,19 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from ...analysis.prompts import wikitext_documents
+from ...analysis.prompts import encode_stream, wikitext_documents
 from ...claims.catalogue import claims, declare
 from ...claims.gpt2_post import CLAIMS, ROUTE
 from ...claims.organism import REFERENCE_HELDOUT, TARGETS
 from ...claims.record import SummaryError, read_summary
 from ...claims.route import RouteConclusion, conclude, records_from_claims
 from ...claims.verdicts import NOT_TESTABLE, VERDICT_COLOURS, Claim
-from ...model.state import measures_caller_model
 from ...organism.data import split_docs
 from ...report.plotting import heatmap
 from ..result import ClaimResult
+from ._run import ratio_grid
 from .about import POST
-from .organism_targets import heldout_stream, organism_targets
+from .organism_targets import organism_targets
 
 
 def story_steps() -> list[tuple[str, str]]:
@@ -45,7 +45,7 @@ def heldout_text(model, n_prompts: int, seq_len: int):
     cut from the organism's held-out WikiText-2 split, and that split as one token stream ``[tokens]``."""
     _, val_docs = split_docs(wikitext_documents(), 0.05, 0)  # the organism's held-out split (never trained on)
     seq = min(seq_len, model.cfg.n_ctx)
-    stream = heldout_stream(model, val_docs)
+    stream = encode_stream(model.tokenizer, val_docs)  # each document after <|endoftext|>, as the training evaluates
     n = min(n_prompts, (len(stream) - 1) // seq)
     text = stream[: n * seq].view(n, seq).clone()
     text[:, 0] = model.tokenizer.bos_token_id
@@ -89,7 +89,6 @@ SPECS = TARGETS  # the organism's behaviour targets, declared with their rules i
 
 
 @declare(POST, "mini_gpt2_report", claims=SPECS, command=True, report=True)
-@measures_caller_model
 def mini_gpt2_report(
     model=None,
     *,
@@ -103,8 +102,9 @@ def mini_gpt2_report(
 ) -> ClaimResult:
     """Judge the organism's behaviour targets on held-out text and put the post's story on it beside another model.
 
+    ``model``: the organism, as every claim function takes it (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
+
     Args:
-        model: the organism (a TransformerLens model or bridge; ``gpt2_posheads.load_model``).
         results: the results folder the story is read from (``<results>/<command>/<name>/summary.json``).
         name: the model's folder name there (default: the last part of its name).
         compare: a second model (a folder or name): its latest results in the same ``results`` fill the middle
@@ -180,23 +180,8 @@ def induction_figure(m: dict, model, label: str):
 
 def ratio_figure(m: dict, model, label: str):
     """The previous-token ratio on held-out text per head ``[layer, head]``, blank where a head is not one."""
-    L, H = model.cfg.n_layers, model.cfg.n_heads
-    grid = [[float("nan")] * H for _ in range(L)]
-    for r in m["ranking_text"].itertuples():
-        grid[r.layer][r.head] = r.ratio if r.is_prev_token else float("nan")
-    return heatmap(
-        grid,
-        x=list(range(H)),
-        y=list(range(L)),
-        zmin=0,
-        zmax=1,
-        colorscale="Viridis_r",
-        colorbar=dict(title="ratio"),
-        xlabel="head",
-        ylabel="layer",
-        title=f"{label}: previous-token ratio on held-out text<br><sup>lower = sharper; blank = not a "
-        f"previous-token head</sup>",
-    )
+    title = f"{label}: previous-token ratio on held-out text<br><sup>lower = sharper; blank = not a previous-token head"
+    return ratio_grid(m["ranking_text"], model.cfg.n_layers, model.cfg.n_heads, title + "</sup>")
 
 
 def _cell(c: Claim | None) -> str:

@@ -19,7 +19,6 @@ from ...analysis.geometry import neighbour_cosines
 from ...analysis.induction import induction_scores
 from ...analysis.measures import next_token_probs
 from ...analysis.posembed import load_w_pos
-from ...analysis.prompts import encode_stream
 from ...analysis.repeat_prompt import repeat_string_prompt, single_token_target
 from ...claims.organism import REFERENCE_HELDOUT, Measured, Sharpest, judge_targets
 from ...claims.verdicts import Claim
@@ -51,11 +50,6 @@ def heldout_loss(model, tokens: torch.Tensor, n_ctx: int | None = None, max_wind
             F.cross_entropy(logits.float().flatten(0, 1), tgt[i : i + 8].flatten().to(logits.device), reduction="sum")
         )
     return total / tgt.numel()
-
-
-def heldout_stream(model, docs) -> torch.Tensor:
-    """Held-out documents as one stream, each after ``<|endoftext|>``, exactly as the organism's training evaluates."""
-    return encode_stream(model.tokenizer, docs)
 
 
 def _sharpest(ranking) -> Sharpest:

@@ -1,17 +1,13 @@
-"""A taxonomy of previous-token heads: one head is far sharper than the rest, and about half the heads attend most to
-the previous token (GPT-2 post).
+"""Rank every head by how previous-token-like it is (GPT-2 post: "a taxonomy of previous-token heads").
 
-The post averages, for every head, its attention on each diagonal (offset ``q - k``) and ranks the heads whose
-greatest diagonal is the previous one by the ratio of the second-greatest diagonal to the greatest: L4H11 has 0.01,
-the next (L5H6) 0.18, and 69 of GPT-2 small's 144 heads are previous-token heads. Here:
+    gpt2-posheads rank_prev_heads                       # GPT-2 small from the hub
+    gpt2-posheads rank_prev_heads --model mini-gpt2
 
-* **measure** — the mean attention on every diagonal of every head, key 0 left out
-  (:func:`~gpt2_posheads.analysis.diagonals.diagonal_attention`, or the nnsight trace
-  :func:`~gpt2_posheads.analysis.diagonals.traced_ranking`), and the ranking from it;
-* **judge** — ``sharp_prev_head``, ``sharpest_stands_alone`` and ``half_prev_heads``
-  (declared here, :data:`SPECS`) on the ranking;
-* **figure** — a layer x head grid of the previous-token heads' ratios, and the diagonal masses of every head in
-  ranking order.
+For every head, the mean attention on each diagonal (every offset; key 0 left out) and the ratio of the
+second-greatest diagonal to the greatest (L4H11: 0.01). Writes ranking.csv, summary.json, the diagonal
+masses (heads x offsets) and a layer x head grid of ratios.
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.rank_prev_heads
+(gpt2_posheads/posts/gpt2_prev_heads/ranking.py).
 """
 
 from __future__ import annotations
@@ -30,19 +26,17 @@ from ...analysis.diagonals import (
     traced_ranking,
 )
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import NO_PREV_HEAD, SHARP_RATIO, SHARPEST_RULE, judge_claim, post_claim
+from ...claims.gpt2_post import NO_PREV_HEAD, SHARP_RATIO, SHARPEST_RULE, post_claim
 from ...claims.verdicts import Claim, Precondition, finite, predicate, within
 from ...model.engine_fast import ENGINES
 from ...model.identity import is_gpt2_small
 from ...model.precision import reduced_precision, resolve_bf16
-from ...model.state import measures_caller_model
 from ...model.tokens import model_device
 from ...model.traced import ENGINE as NNSIGHT
 from ...model.traced import is_traced
 from ...model.validation import NothingMeasuredError, UsageError, head_name
-from ...report.plotting import heatmap
 from ..result import ClaimResult
-from ._run import ModelRun, prompted_run
+from ._run import ModelRun, prompted_run, ratio_grid
 from .about import POST
 
 
@@ -65,7 +59,7 @@ def _stands_alone(v) -> tuple[bool, str]:
 
 
 # the post's claims this script judges, each with its rule (written before anything is measured)
-SPECS = (
+SPECS = SHARP, ALONE, HALF_PREV = (
     post_claim(
         "sharp_prev_head",
         "a head attends almost only to the previous token",
@@ -95,19 +89,12 @@ SPECS = (
 
 PROMPTS = dict(n_prompts=64, seq_len=256)  # the natural-text prompts it measures on by default
 # The post's ratios of its eleven sharpest previous-token heads, and its count of previous-token heads (GPT-2 small)
-POST_TOP = {
-    "L4H11": 0.01,
-    "L5H6": 0.18,
-    "L3H3": 0.33,
-    "L2H2": 0.33,
-    "L6H8": 0.43,
-    "L7H0": 0.45,
-    "L2H4": 0.46,
-    "L1H0": 0.47,
-    "L3H7": 0.50,
-    "L8H7": 0.51,
-    "L3H2": 0.52,
-}
+POST_TOP = dict(
+    zip(
+        ("L4H11", "L5H6", "L3H3", "L2H2", "L6H8", "L7H0", "L2H4", "L1H0", "L3H7", "L8H7", "L3H2"),
+        (0.01, 0.18, 0.33, 0.33, 0.43, 0.45, 0.46, 0.47, 0.50, 0.51, 0.52),
+    )
+)
 POST_N_PREV = 69
 N_SHOWN_OFFSETS = 16  # the diagonals the masses figure shows (a traced ranking brings back as many)
 
@@ -123,9 +110,9 @@ def measure(
     progress: bool = True,
 ) -> tuple[pd.DataFrame, torch.Tensor, int]:
     """``(ranking, diag, n_offsets)``: the ranking DataFrame
-    (:func:`~gpt2_posheads.analysis.diagonals.rank_from_diagonals`), the mean attention per diagonal
-    ``[n_layers, n_heads, n_offsets]`` (through nnsight only the first :data:`N_SHOWN_OFFSETS` come back; the
-    statistics are computed where the model runs, on every offset) and the number of offsets ranked on."""
+    (:func:`~gpt2_posheads.analysis.diagonals.rank_from_diagonals`), the mean attention per diagonal (offset
+    ``q - k``) ``[n_layers, n_heads, n_offsets]`` (through nnsight only the first :data:`N_SHOWN_OFFSETS` come back;
+    the statistics are computed where the model runs, on every offset) and the number of offsets ranked on."""
     if engine == NNSIGHT:
         ranking, diag = traced_ranking(model, prompts, exclude_bos=not include_bos, batch_size=batch_size)
         return ranking, diag, int(prompts.shape[1])
@@ -161,60 +148,41 @@ def judge(ranking: pd.DataFrame, preconditions: list[Precondition] = ()) -> list
     agg = head_name(*choose_aggregator(ranking)) if ratios else ""
     none = "no previous-token head"
     sharpest = sharpest_prev_ratio(ranking)  # no previous-token head is a measured fact, judged (not held): inf
+    next_ratio = ratios[1] if len(ratios) >= 2 else None
     return [
-        judge_claim(
-            "sharp_prev_head",
+        SHARP.judge(
             {"head": agg or None, "ratio": ratios[0] if ratios else None, "prev_token_heads": n_prev, "heads": n_heads},
-            value=sharpest,
-            preconditions=preconditions,
+            sharpest,
+            preconditions,
             head=agg,
             readout=f"ratio {ratios[0]:.3g}" if ratios else none,
         ),
-        judge_claim(
-            "sharpest_stands_alone",
+        ALONE.judge(
             {"ratios": ratios[:2], "heads": prev.name.tolist()[:2], "prev_token_heads": n_prev},
-            value=(sharpest, ratios[1] if len(ratios) >= 2 else None),
-            preconditions=preconditions,
+            (sharpest, next_ratio),
+            preconditions,
             head=agg,
-            readout=(f"{ratios[0]:.3g} vs next {ratios[1]:.3g}" if len(ratios) >= 2 else f"{ratios[0]:.3g}, alone")
+            readout=(
+                f"{ratios[0]:.3g} vs next {next_ratio:.3g}" if next_ratio is not None else f"{ratios[0]:.3g}, alone"
+            )
             if ratios
             else none,
         ),
-        judge_claim(
-            "half_prev_heads",
+        HALF_PREV.judge(
             {"n_prev": n_prev, "n_heads": n_heads},
-            value=n_prev / n_heads,
-            preconditions=preconditions,
+            n_prev / n_heads,
+            preconditions,
             readout=f"{n_prev} of {n_heads} heads ({n_prev / n_heads:.0%})",
         ),
     ]
 
 
-def figure(ranking: pd.DataFrame, diag: torch.Tensor, n_layers: int, n_heads: int, label: str) -> dict:
-    """``{"ratio_grid": ..., "diagonal_masses": ...}``: the previous-token heads' ratios on a layer x head grid
-    (other heads blank), and the first :data:`N_SHOWN_OFFSETS` diagonal masses of every head in ranking order."""
-    grid = np.full((n_layers, n_heads), np.nan)
-    for r in ranking.itertuples():
-        grid[r.layer, r.head] = r.ratio if r.is_prev_token else np.nan
-    ratio_grid = heatmap(
-        grid,
-        x=list(range(n_heads)),
-        y=list(range(n_layers)),
-        colorscale="Viridis_r",
-        xlabel="head",
-        ylabel="layer",
-        title=f"{label}: previous-token ratio (second / greatest diagonal)<br><sup>previous-token "
-        f"heads only; lower = sharper; blank = not a previous-token head</sup>",
-        text=[[f"L{l}H{h}" for h in range(n_heads)] for l in range(n_layers)],
-        hovertemplate="%{text}: %{z:.3f}",
-        zmin=0,
-        zmax=1,
-        colorbar=dict(title="ratio"),
-    )
+def masses_figure(ranking: pd.DataFrame, diag: torch.Tensor, label: str) -> go.Figure:
+    """The first :data:`N_SHOWN_OFFSETS` diagonal masses of every head, in ranking order."""
     n_show = min(diag.shape[-1], N_SHOWN_OFFSETS)
     order = ranking["name"].tolist()
     z = np.stack([diag[r.layer, r.head, :n_show].numpy() for r in ranking.itertuples()])
-    masses = go.Figure(
+    fig = go.Figure(
         go.Heatmap(
             z=z,
             x=list(range(n_show)),
@@ -225,28 +193,18 @@ def figure(ranking: pd.DataFrame, diag: torch.Tensor, n_layers: int, n_heads: in
             colorbar=dict(title="mean attention"),
         )
     )
-    masses.update_layout(
+    fig.update_layout(
         title=f"{label}: mean attention per diagonal (heads in ranking order)",
         xaxis_title="offset q - k (1 = previous token)",
         yaxis_title="head",
         height=max(500, 12 * len(order)),
     )
-    masses.update_xaxes(dtick=1)
-    masses.update_yaxes(autorange="reversed")
-    return {"ratio_grid": ratio_grid, "diagonal_masses": masses}
+    fig.update_xaxes(dtick=1)
+    fig.update_yaxes(autorange="reversed")
+    return fig
 
 
-USAGE = """Rank every head by how previous-token-like it is (GPT-2 post: "a taxonomy of previous-token heads").
-
-    gpt2-posheads rank_prev_heads                       # GPT-2 small from the hub
-    gpt2-posheads rank_prev_heads --model mini-gpt2
-
-For every head, the mean attention on each diagonal (every offset; key 0 left out) and the ratio of the
-second-greatest diagonal to the greatest (L4H11: 0.01). Writes ranking.csv, summary.json, the diagonal
-masses (heads x offsets) and a layer x head grid of ratios.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.rank_prev_heads
-(gpt2_posheads/posts/gpt2_prev_heads/ranking.py).
-"""
+USAGE = __doc__  # the command's help
 
 
 def _prepare(model, kwargs: dict, args) -> None:
@@ -287,7 +245,6 @@ def _console(result: ClaimResult, options: dict) -> None:
     prepare=_prepare,
     console=_console,
 )
-@measures_caller_model
 def rank_prev_heads(
     model=None,
     prompts: torch.Tensor | None = None,
@@ -301,10 +258,12 @@ def rank_prev_heads(
 ) -> ClaimResult:
     """Rank every head by how previous-token-like it is and judge the post's taxonomy claims on the ranking.
 
+    ``model``, ``prompts`` (default: 64 natural-text prompts of 256 tokens), ``run``: as every claim function takes
+    them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`); ``model`` may be an nnsight
+    :class:`~gpt2_posheads.model.traced.TracedModel` (then ``engine`` is ``"nnsight"``). A ``run`` with the default
+    options lends its ranking when it has one, and keeps this one when it has none.
+
     Args:
-        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``), or an nnsight
-            :class:`~gpt2_posheads.model.traced.TracedModel` (then ``engine`` is ``"nnsight"``).
-        prompts: ``[batch, pos]`` token ids (default: 64 natural-text prompts of 256 tokens).
         include_bos: count attention to key 0 in the diagonals (the post leaves it out: heads park spare attention
             there).
         batch_size: prompts per forward pass.
@@ -315,9 +274,6 @@ def rank_prev_heads(
         engine: ``"auto"`` (the hook-free fast path where it reproduces the model), ``"fast"``, ``"hooks"``, or
             ``"nnsight"`` (every pattern reduced inside an nnsight trace; the engine of a traced model).
         progress: a progress bar over the batches.
-        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims; with the default
-        options
-            its ranking is used when it has one, and kept in it when it has none.
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``sharp_prev_head``,
@@ -331,28 +287,22 @@ def rank_prev_heads(
         raise ValueError("include_bos: the fast engine leaves key 0 out; use engine='auto' or 'hooks' to include it")
     if batch_size < 1:
         raise ValueError(f"batch_size: {batch_size} is out of range; allowed >= 1")
-    traced = is_traced(run.model if run is not None else model)
+    given = run.model if run is not None else model
+    traced = is_traced(given)
     if traced and engine == "auto":
         engine = NNSIGHT  # the only engine of a traced model
     if traced != (engine == NNSIGHT):
         raise ValueError(
             f"engine: {engine!r} needs {'an nnsight traced model' if engine == NNSIGHT else 'a TransformerLens model'}"
-            f", got {type(run.model if run is not None else model).__name__}"
+            f", got {type(given).__name__}"
         )
     run = prompted_run(model, prompts, run, **PROMPTS, traced=traced)
     shared = not include_bos and not bf16 and engine == "auto" and batch_size == 8  # what ModelRun.ranked() computes
     if shared and run.diag is not None and run.ranking is not None:
         ranking, diag, n_offsets = run.ranking, run.diag, int(run.diag.shape[-1])
     else:
-        ranking, diag, n_offsets = measure(
-            run.model,
-            run.prompts,
-            include_bos=include_bos,
-            batch_size=batch_size,
-            bf16=bf16,
-            engine=engine,
-            progress=progress,
-        )
+        options = dict(include_bos=include_bos, batch_size=batch_size, bf16=bf16, engine=engine, progress=progress)
+        ranking, diag, n_offsets = measure(run.model, run.prompts, **options)
         if shared:
             run.diag, run.ranking = diag, ranking
     result = ClaimResult("rank_prev_heads", run.label)
@@ -365,14 +315,14 @@ def rank_prev_heads(
     # what the pass ran in: the engine's own resolution (native units, or forced by the environment)
     bf16_used = engine != NNSIGHT and resolve_bf16(bf16, model_device(run.model))
     result.claims = judge(ranking, [float32_masses(bf16_used, run.model)])
-    gpt2 = is_gpt2_small(run.model)
     # the post's per-head ratios belong to GPT-2 small's heads only, never to another model's head of that name
+    post = POST_TOP if is_gpt2_small(run.model) else None
     top = [
         {
             "name": r.name,
             "ratio": r.ratio,
             "top_offset": r.top_offset,
-            **({"post_ratio": POST_TOP.get(r.name)} if gpt2 else {}),
+            **({"post_ratio": post.get(r.name)} if post else {}),
         }
         for r in ranking.head(11).itertuples()
     ]
@@ -386,7 +336,13 @@ def rank_prev_heads(
         aggregator=agg,
         top=top,
     )
-    figs = figure(ranking, diag, run.model.cfg.n_layers, run.model.cfg.n_heads, run.label)
-    result.figure(figs["ratio_grid"], "ratio_grid")
-    result.figure(figs["diagonal_masses"], "diagonal_masses", height=max(500, 12 * len(ranking)))
+    title = (
+        f"{run.label}: previous-token ratio (second / greatest diagonal)<br><sup>previous-token "
+        f"heads only; lower = sharper; blank = not a previous-token head</sup>"
+    )
+    L, H = run.model.cfg.n_layers, run.model.cfg.n_heads
+    text = [[f"L{l}H{h}" for h in range(H)] for l in range(L)]
+    result.figure(ratio_grid(ranking, L, H, title, text=text, hovertemplate="%{text}: %{z:.3f}"), "ratio_grid")
+    masses = masses_figure(ranking, diag, run.label)
+    result.figure(masses, "diagonal_masses", height=max(500, 12 * len(ranking)))
     return result

@@ -1,21 +1,21 @@
-"""Which upstream heads make a head previous-token, and through its query or its key? (GPT-2 post: L4H11 aggregates
+"""Which upstream heads make a head previous-token, and through query or key? (GPT-2 post: L4H11 aggregates
 L1H0, L2H2, L3H3, L2H4, L3H7, L3H2; early heads like L2H2 compute position themselves.)
 
-Here:
+    gpt2-posheads prev_head_sources --model route-gpt2    # its aggregator and an early head
+    gpt2-posheads prev_head_sources --heads L4H11,L2H2              # GPT-2 small (the default there)
 
-* **measure** — for each target head (layer >= 1): Q/K/V composition scores of every upstream head against a random
-  baseline (:func:`~gpt2_posheads.analysis.sources.composition_scores`), and direct-path ablation
-  (:func:`~gpt2_posheads.analysis.sources.path_ablation`): one upstream head's output (mean-ablated by default) removed
-  only from the target's query input or only from its key input, and ``W_pos`` averaged in groups on that input
-  alone; the drop in the target's previous-token mass, one row per (source, side). For the aggregator also, from
-  both inputs at once: everything the layers below write, the early clear previous-token heads together and random
-  groups of as many heads from below (chance);
-* **judge** — on the aggregator (declared here, :data:`SPECS`): ``aggregator_above_layer0`` (it is
-  built from the layers below), ``sources_upstream`` (removing the early heads together costs it at least half its
-  previous-token mass, well above chance) and ``sources_named_heads`` (the post's six heads among its top 10
-  sources; GPT-2 small's L4H11 only); an aggregator in layer 0 is built from the embeddings alone, with nothing
-  upstream to read;
-* **figure** — layer x head maps of the drop, query and key side by side, and the aggregator's group drops.
+For each target head: Q/K/V composition scores of every upstream head against a random baseline, and
+direct-path ablation: one upstream head's output (mean-ablated by default) removed only from the
+target's query input or only from its key input, and W_pos averaged in groups of 10 on that input alone;
+the drop in the target's previous-token mass, one row per (source, side). For the aggregator also, from both
+inputs at once: everything the layers below write (is it built from earlier layers?), the early clear
+previous-token heads together (does it aggregate them?) and random groups of as many heads from below (chance).
+Figures: layer x head maps of the drop, query and key side by side. Default heads on a model other than GPT-2
+small: its sharpest previous-token head (the aggregator) and the sharpest clear previous-token head below it. A head
+in layer 0 has nothing upstream: given with --heads it is an error; as the model's aggregator, it is built from the
+embeddings alone.
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.prev_head_sources
+(gpt2_posheads/posts/gpt2_prev_heads/sources.py).
 """
 
 from __future__ import annotations
@@ -40,21 +40,10 @@ from ...analysis.sources import (
     upstream_summary,
 )
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import (
-    HALF,
-    KEEP,
-    POS_GROUP,
-    ROUTE,
-    built_from_below,
-    judge_claim,
-    layer_above,
-    post_claim,
-    prev_head_precondition,
-)
+from ...claims.gpt2_post import HALF, KEEP, POS_GROUP, ROUTE, built_from_below, layer_above, post_claim
 from ...claims.measured import LayersBelowRemoved
 from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.identity import is_gpt2_small
-from ...model.state import measures_caller_model
 from ...model.validation import UsageError, head_name, note
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run
@@ -91,7 +80,7 @@ def _pools_early_heads(v) -> tuple[bool, str]:
 
 
 # the post's claims this script judges, each with its rule (written before anything is measured)
-SPECS = (
+SPECS = FROM_BELOW, UPSTREAM, NAMED = (
     post_claim(
         "aggregator_above_layer0",
         "the sharp head is built from earlier layers, not from the embeddings alone",
@@ -143,12 +132,6 @@ def aggregator_first(model, heads: list[tuple[int, int]]) -> list[tuple[int, int
     return heads if is_gpt2_small(model) else heads[::-1]
 
 
-def upstream_groups(run: ModelRun, head: tuple[int, int], early: list[tuple[int, int]], seed: int) -> dict:
-    """``{group name: heads}`` removed together from the aggregator: the early heads, and random groups of as many
-    heads from the layers below (chance; a draw equal to the early heads left out)."""
-    return early_and_chance_groups(early, head[0], run.model.cfg.n_heads, seed=seed)
-
-
 def measure(
     run: ModelRun,
     head: tuple[int, int],
@@ -160,24 +143,19 @@ def measure(
     below: bool,
     progress: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """``(ablation table, composition table)`` of one target head: the path ablation, one row per (source, side),
-    largest drop first, with the sources' composition scores merged in (``q_comp``, ``k_comp``, ``v_comp``,
-    ``q_ratio``, ``k_ratio``); the composition table is ``None`` on a model whose weights do not give it."""
+    """``(ablation table, composition table)`` of one target head: the direct-path ablation
+    (:func:`~gpt2_posheads.analysis.sources.path_ablation`: one upstream head's output removed only from the target's
+    query input or only from its key input, ``W_pos`` averaged in groups of ``pos_group`` on that input alone;
+    ``groups`` removed together from both, and with ``below`` everything the layers below write), one row per
+    (source, side), largest drop first, with the sources' Q/K/V composition scores against a random baseline
+    merged in (``q_comp``, ``k_comp``, ``v_comp``, ``q_ratio``, ``k_ratio``); the composition table is ``None`` on a
+    model whose weights do not give it."""
     l, h = head
     H = run.model.cfg.n_heads
     if progress:
         print(f"\n{head_name(l, h)}: path ablation over {l * H} upstream heads x 2 sides ({ablation})", flush=True)
-    df = path_ablation(
-        run.model,
-        run.prompts,
-        l,
-        h,
-        ablation=ablation,
-        pos_group=pos_group,
-        batch_size=batch_size,
-        groups=groups,
-        below=below,
-    )
+    options = dict(ablation=ablation, pos_group=pos_group, batch_size=batch_size, groups=groups, below=below)
+    df = path_ablation(run.model, run.prompts, l, h, **options)
     try:
         comp = composition_scores(run.model, l, h)
     except UsageError as e:
@@ -200,110 +178,75 @@ def head_sources(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def judge(
-    run: ModelRun,
     agg: tuple[int, int],
-    df: pd.DataFrame,
-    groups: dict,
+    df: pd.DataFrame | None,
     early: list[tuple[int, int]],
     pre_agg: list[Precondition],
     named_pre: Precondition,
     pos_group: int = POS_GROUP,
 ) -> tuple[list[Claim], dict]:
     """The three claims on the aggregator's ablation table ``df``, and what the summary records beside them
-    (``below_relative_drop``, ``upstream``)."""
+    (``below_relative_drop``, ``upstream``). ``df`` ``None``: the aggregator sits in layer 0, built from the
+    embeddings alone, with nothing upstream to read."""
     agg_l, agg_h = agg
     name = head_name(agg_l, agg_h)
-    heads_only = head_sources(df)
-    claims, found = [], {}
+    if df is None:
+        return (
+            [
+                FROM_BELOW.judge(
+                    LayersBelowRemoved(name, agg_l).measured(),
+                    (name, agg_l, None, None),  # in layer 0 nothing below was removed: absent by design, not NaN
+                    pre_agg[:1],
+                    head=name,
+                    readout=f"layer {agg_l}",
+                ),
+                UPSTREAM.judge({"head": name}, {}, pre_agg, head=name),
+                NAMED.judge({"head": name}, [], [named_pre] + pre_agg, head=name),
+            ],
+            {},
+        )
     rel = df.set_index(["source", "side"])["relative_drop"]
     below_drop = float(rel[(BELOW, "both")])
     relay_key = (below_relayed(pos_group), "both")
     relayed = float(rel[relay_key]) if relay_key in rel.index else None  # None: no learned W_pos to relay
-    found["below_relative_drop"] = below_drop
-    claims.append(
-        judge_claim(
-            "aggregator_above_layer0",
+    upstream = upstream_summary(df, early)
+    top10 = head_sources(df).groupby("source")["drop"].max().nlargest(10).index
+    named = [s for s in POST_SOURCES if s in set(top10)]
+    none_below = Precondition(
+        "clear previous-token heads sit below the aggregator",
+        bool(early),
+        f"no clear previous-token head sits below {name} (layer {agg_l})",
+    )
+    claims = [
+        FROM_BELOW.judge(
             LayersBelowRemoved(name, agg_l, below_drop, relayed).measured(),  # what the route conclusion reads
-            value=(name, agg_l, below_drop, relayed),
-            preconditions=pre_agg[:1],
+            (name, agg_l, below_drop, relayed),
+            pre_agg[:1],
             head=name,
             readout=f"layer {agg_l}; {below_drop:.0%} lower without the layers below"
             + (f", {relayed:.0%} with them fed averaged W_pos" if relayed is not None else ""),
-        )
-    )
-    upstream = upstream_summary(df, early)
-    found["upstream"] = upstream
-    claims.append(
-        judge_claim(
-            "sources_upstream",
+        ),
+        UPSTREAM.judge(
             upstream,
             upstream,
-            preconditions=pre_agg
-            + [
-                Precondition(
-                    "clear previous-token heads sit below the aggregator",
-                    bool(early),
-                    f"no clear previous-token head sits below {name} (layer {agg_l})",
-                )
-            ],
+            pre_agg + [none_below],
             head=name,
             readout=f"{upstream['group_drop']:.0%} lower without the early heads (chance {upstream['chance']:.0%})"
             if early
             else "",
-        )
-    )
-    top10 = heads_only.groupby("source")["drop"].max().nlargest(10).index
-    named = [s for s in POST_SOURCES if s in set(top10)]
-    claims.append(
-        judge_claim(
-            "sources_named_heads",
+        ),
+        NAMED.judge(
             {"named_in_top10": named} if named_pre.ok else "n/a: not GPT-2 small's L4H11",
             named,
-            preconditions=[named_pre],
+            [named_pre],
             head=name,
             readout=f"{len(named)} of 6",
-        )
-    )
-    return claims, found
-
-
-def judge_in_layer0(agg: tuple[int, int], pre_agg: list[Precondition], named_pre: Precondition) -> list[Claim]:
-    """The claims when the aggregator sits in layer 0: built from the embeddings alone; nothing upstream to read."""
-    agg_l, agg_h = agg
-    name = head_name(agg_l, agg_h)
-    return [
-        judge_claim(
-            "aggregator_above_layer0",
-            LayersBelowRemoved(name, agg_l).measured(),
-            value=(name, agg_l, None, None),  # in layer 0 nothing below was removed: absent by design, not NaN
-            preconditions=pre_agg[:1],
-            head=name,
-            readout=f"layer {agg_l}",
         ),
-        judge_claim("sources_upstream", {"head": name}, {}, preconditions=pre_agg, head=name),
-        judge_claim("sources_named_heads", {"head": name}, [], preconditions=[named_pre] + pre_agg, head=name),
     ]
+    return claims, {"below_relative_drop": below_drop, "upstream": upstream}
 
 
-USAGE = """Which upstream heads make a head previous-token, and through query or key? (GPT-2 post: L4H11 aggregates
-L1H0, L2H2, L3H3, L2H4, L3H7, L3H2; early heads like L2H2 compute position themselves.)
-
-    gpt2-posheads prev_head_sources --model route-gpt2    # its aggregator and an early head
-    gpt2-posheads prev_head_sources --heads L4H11,L2H2              # GPT-2 small (the default there)
-
-For each target head: Q/K/V composition scores of every upstream head against a random baseline, and
-direct-path ablation: one upstream head's output (mean-ablated by default) removed only from the
-target's query input or only from its key input, and W_pos averaged in groups of 10 on that input alone;
-the drop in the target's previous-token mass, one row per (source, side). For the aggregator also, from both
-inputs at once: everything the layers below write (is it built from earlier layers?), the early clear
-previous-token heads together (does it aggregate them?) and random groups of as many heads from below (chance).
-Figures: layer x head maps of the drop, query and key side by side. Default heads on a model other than GPT-2
-small: its sharpest previous-token head (the aggregator) and the sharpest clear previous-token head below it. A head
-in layer 0 has nothing upstream: given with --heads it is an error; as the model's aggregator, it is built from the
-embeddings alone.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.prev_head_sources
-(gpt2_posheads/posts/gpt2_prev_heads/sources.py).
-"""
+USAGE = __doc__  # the command's help
 
 
 def _prepare(model, kwargs: dict, args) -> None:
@@ -333,7 +276,6 @@ def _prepare(model, kwargs: dict, args) -> None:
     above_layer0=True,
     prepare=_prepare,
 )
-@measures_caller_model
 def prev_head_sources(
     model=None,
     prompts=None,
@@ -348,20 +290,18 @@ def prev_head_sources(
 ) -> ClaimResult:
     """Trace each target head's previous-token attention to the upstream heads that make it, side by side.
 
+    ``model``, ``prompts`` (default: 16 natural-text prompts of 256 tokens), ``heads`` (the target heads, the
+    aggregator first; default: L4H11, L2H2 on GPT-2 small, elsewhere the model's sharpest previous-token head, then
+    the sharpest clear previous-token head below it; a head in layer 0 has nothing upstream and is not measured, and
+    an aggregator there is judged as built from the embeddings alone), ``run``: as every claim function takes them
+    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
+
     Args:
-        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``).
-        prompts: ``[batch, pos]`` token ids (default: 16 natural-text prompts of 256 tokens).
-        heads: the target heads, the aggregator first: ``"L4H11"``-style names, ``(layer, head)`` pairs or
-            ``"auto:N"`` (default: L4H11, L2H2 on GPT-2 small; elsewhere the model's sharpest previous-token head,
-            then the sharpest clear previous-token head below it). A head in layer 0 has nothing upstream and is not
-            measured; an aggregator there is judged as built from the embeddings alone.
         ablation: what replaces a source's output: ``"mean"``, ``"zero"`` or ``"resample"`` (two prompts or more).
         pos_group: the ``W_pos`` group size of the positional route (>= 2).
         batch_size: prompts per forward (>= 1).
         seed: the seed of the random groups (chance).
         progress: print each target's progress and its top sources.
-        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (prompts and
-        ranking once).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``aggregator_above_layer0``,
@@ -388,7 +328,7 @@ def prev_head_sources(
     results, dfs = {}, {}
     agg_l, agg_h = chosen[0]
     agg = head_name(agg_l, agg_h)
-    pre_agg = [prev_head_precondition(agg, run.diag[agg_l, agg_h]), layer_above(agg, agg_l, 0)]
+    pre_agg = [run.prev_head((agg_l, agg_h)), layer_above(agg, agg_l, 0)]
     named_pre = Precondition(
         "the model is GPT-2 small and the target is L4H11",
         is_gpt2_small(run.model) and agg == "L4H11",
@@ -400,17 +340,11 @@ def prev_head_sources(
     for l, h in targets:
         name = head_name(l, h)
         is_agg = (l, h) == (agg_l, agg_h)
-        groups = upstream_groups(run, (l, h), early, seed) if is_agg else {}
-        df, comp = measure(
-            run,
-            (l, h),
-            groups,
-            ablation=ablation,
-            pos_group=pos_group,
-            batch_size=batch_size,
-            below=is_agg,
-            progress=progress,
-        )
+        # removed together from the aggregator: the early heads, and random groups of as many heads from the layers
+        # below (chance; a draw equal to the early heads left out)
+        groups = early_and_chance_groups(early, l, run.model.cfg.n_heads, seed=seed) if is_agg else {}
+        options = dict(ablation=ablation, pos_group=pos_group, batch_size=batch_size, below=is_agg, progress=progress)
+        df, comp = measure(run, (l, h), groups, **options)
         if comp is not None:
             result.table(comp, f"composition_{name}")
         result.table(df, f"ablation_{name}")
@@ -420,11 +354,10 @@ def prev_head_sources(
             "pattern_check_max_abs_err": df.attrs.get("pattern_check_max_abs_err"),
             "top_rows": df[df.side != "both"].head(10)[["source", "side", "drop", "relative_drop", "prev_mass"]],
         }
-        if is_agg:
-            result.claims, found = judge(run, (agg_l, agg_h), df, groups, early, pre_agg, named_pre, pos_group)
-            results[name].update(found)
-    if not result.claims:  # the aggregator sits in layer 0: built from the embeddings alone; nothing upstream to read
-        result.claims = judge_in_layer0((agg_l, agg_h), pre_agg, named_pre)
+    # the aggregator in layer 0 (not a target): built from the embeddings alone; nothing upstream to read
+    result.claims, found = judge((agg_l, agg_h), dfs.get((agg_l, agg_h)), early, pre_agg, named_pre, pos_group)
+    if found:
+        results[agg].update(found)
     groups_fig = group_figure(results.get(agg, {}), agg, run.label)
     if groups_fig is not None:
         result.figure(groups_fig, "sources_groups", width=900)

@@ -1,20 +1,16 @@
-"""Early previous-token heads suppress the current token; the aggregator boosts the previous one (GPT-2 post, "Early
-previous-token heads: how do they work?").
+"""Raw attention scores: early previous-token heads suppress the current token, the aggregator boosts
+the previous one (GPT-2 post, "Early previous-token heads: how do they work?").
 
-The post reads the raw attention scores (before the causal mask) of the early previous-token heads and of L4H11: the
-early heads score more advanced keys higher and push their own token down (a dark main diagonal), so with the future
-masked the previous key wins; L4H11 has a bright previous diagonal instead. Post: six self-suppressing early heads,
-L4H11 previous-boosting. Here:
+    gpt2-posheads raw_scores_taxonomy --model mini-gpt2
 
-* **measure** — every head's mean centred raw-score profile over the key offsets ``-window..+window``
-  (:func:`~gpt2_posheads.analysis.scores.score_profile`) and its label from it (dip vs spike, in logits;
-  :func:`~gpt2_posheads.analysis.scores.classify_prev_heads`), and the chosen heads' raw-score submatrices on the first
-  prompt (:func:`raw_score_panels`);
-* **judge** — ``early_self_suppressing`` (the clear previous-token heads below the aggregator are self-suppressing)
-  and ``aggregator_prev_boosting`` (declared here, :data:`SPECS`); the aggregator is the model's
-  sharpest previous-token head, the early heads the clear previous-token heads (ratio <= 0.6) in layers below it;
-  not testable when the aggregator is not a clear previous-token head or no clear previous-token head sits below it;
-* **figure** — the raw-score submatrices, and every head's profile as dip vs spike.
+Figures: 50x50 raw-score submatrices (before the causal mask, so the upper triangle shows the scores the
+mask removes) of the chosen heads, and every head's score profile summarised as dip (the current key below the
+trend of older keys: a dark main diagonal) vs spike (the previous key above that trend: a bright previous
+diagonal), in logits. CSV: the classification of all heads. Post: six self-suppressing early heads, L4H11
+prev-boosting. The aggregator is the model's sharpest previous-token head; "early" heads are the clear
+previous-token heads (ratio <= 0.6) in layers below it.
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.raw_scores_taxonomy
+(gpt2_posheads/posts/gpt2_prev_heads/taxonomy.py).
 """
 
 from __future__ import annotations
@@ -28,10 +24,9 @@ from ...analysis.diagonals import CLEAR_PREV_RATIO, choose_aggregator, early_pre
 from ...analysis.heads import HeadDefault
 from ...analysis.scores import LABEL_THRESHOLD, attention_scores, classify_prev_heads, score_profile
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import ROUTE, judge_claim, post_claim, prev_head_precondition
+from ...claims.gpt2_post import ROUTE, post_claim
 from ...claims.measured import EarlyLabels
 from ...claims.verdicts import Claim, Precondition, predicate
-from ...model.state import measures_caller_model
 from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ...report.plotting import heatmap_grid, submatrix
 from ..result import ClaimResult
@@ -58,7 +53,7 @@ def _is_label(label: str):
 
 
 # the post's claims this script judges, each with its rule (written before anything is measured)
-SPECS = (
+SPECS = SELF_SUPPRESSING, PREV_BOOSTING = (
     post_claim(
         "early_self_suppressing",
         "early previous-token heads suppress attention to the current token",
@@ -97,7 +92,12 @@ def raw_score_panels(run: ModelRun, heads: list[tuple[int, int]], start: int, si
 
 def measure(run: ModelRun, window: int, threshold: float, progress: bool = False) -> pd.DataFrame:
     """One row per head: its label and the features it rests on (``trend``, ``spike``, ``dip``, ``lead``, in
-    logits), its profile ``s(-w)``..``s(+w)`` and ``clear_prev_token`` (top offset 1, ratio <= 0.6 in the ranking)."""
+    logits), its profile ``s(-w)``..``s(+w)`` and ``clear_prev_token`` (top offset 1, ratio <= 0.6 in the ranking).
+
+    The profile is the head's mean centred raw score (before the causal mask) at key offsets ``-window..+window``
+    (:func:`~gpt2_posheads.analysis.scores.score_profile`). The post's early heads score more advanced keys higher
+    and push their own token down (a dip: a dark main diagonal), so with the future masked the previous key wins;
+    L4H11 has a bright previous diagonal instead (a spike)."""
     profile = score_profile(run.model, run.prompts, window=window, progress=progress)  # [layers, heads, 2w+1]
     df = classify_prev_heads(profile, threshold=threshold)
     for i, o in enumerate(range(-window, window + 1)):
@@ -118,20 +118,17 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
     early = df[df.name.isin(early_names)]
     n_self = int((early.label == "self_suppressing").sum())
     agg_label = df.set_index("name").loc[agg, "label"]
-    pre_agg = [prev_head_precondition(agg, run.diag[agg_l, agg_h])]
+    pre_agg = [run.prev_head((agg_l, agg_h))]
     claims = [
-        judge_claim(
-            "early_self_suppressing",
+        SELF_SUPPRESSING.judge(
             EarlyLabels(  # what the route conclusion reads
                 agg,
                 tuple(early.name),
                 tuple(early[early.label == "self_suppressing"].name),
                 tuple(early[early.label == "prev_boosting"].name),
             ).measured(),
-            value=(n_self, len(early)),
-            head=",".join(early.name),
-            readout=f"{n_self} of {len(early)} self-suppressing",
-            preconditions=pre_agg
+            (n_self, len(early)),
+            pre_agg
             + [
                 Precondition(
                     "there are clear previous-token heads below the aggregator",
@@ -139,33 +136,21 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
                     f"no clear previous-token head sits below {agg} (layer {agg_l})",
                 )
             ],
+            head=",".join(early.name),
+            readout=f"{n_self} of {len(early)} self-suppressing",
         ),
-        judge_claim(
-            "aggregator_prev_boosting",
+        PREV_BOOSTING.judge(
             {"head": agg, "label": agg_label},
-            value=(agg, agg_label),
+            (agg, agg_label),
+            pre_agg,
             head=agg,
             readout=str(agg_label).replace("_", "-"),
-            preconditions=pre_agg,
         ),
     ]
     return claims, {"aggregator": agg, "early_prev_heads": early[COLUMNS]}
 
 
-USAGE = """Raw attention scores: early previous-token heads suppress the current token, the aggregator boosts
-the previous one (GPT-2 post, "Early previous-token heads: how do they work?").
-
-    gpt2-posheads raw_scores_taxonomy --model mini-gpt2
-
-Figures: 50x50 raw-score submatrices (before the causal mask, so the upper triangle shows the scores the
-mask removes) of the chosen heads, and every head's score profile summarised as dip (the current key below the
-trend of older keys: a dark main diagonal) vs spike (the previous key above that trend: a bright previous
-diagonal), in logits. CSV: the classification of all heads. Post: six self-suppressing early heads, L4H11
-prev-boosting. The aggregator is the model's sharpest previous-token head; "early" heads are the clear
-previous-token heads (ratio <= 0.6) in layers below it.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.raw_scores_taxonomy
-(gpt2_posheads/posts/gpt2_prev_heads/taxonomy.py).
-"""
+USAGE = __doc__  # the command's help
 
 
 def _prepare(model, kwargs: dict, args) -> None:
@@ -203,7 +188,6 @@ def _console(result: ClaimResult, options: dict) -> None:
     prepare=_prepare,
     console=_console,
 )
-@measures_caller_model
 def raw_scores_taxonomy(
     model=None,
     prompts=None,
@@ -218,19 +202,17 @@ def raw_scores_taxonomy(
 ) -> ClaimResult:
     """Classify every head from its raw attention scores and judge the post's two claims about them.
 
+    ``model``, ``prompts`` (default: 16 natural-text prompts of 256 tokens), ``heads`` (the heads whose raw-score
+    submatrices are drawn; default: the post's seven heads on GPT-2 small, the 4 sharpest previous-token heads
+    elsewhere; every head is classified, whatever is drawn), ``start``, ``size``, ``run``: as every claim function
+    takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
+
     Args:
-        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``).
-        prompts: ``[batch, pos]`` token ids (default: 16 natural-text prompts of 256 tokens).
-        heads: the heads whose raw-score submatrices are drawn: ``"L4H11"``-style names, ``(layer, head)`` pairs or
-            ``"auto:N"`` (default: the post's seven heads on GPT-2 small, the 4 sharpest previous-token heads
-            elsewhere). Every head is classified, whatever is drawn.
         window: key offsets ``-window..+window`` in the profile (``3 <= window <= (pos - 9) // 2``: the trend needs
             two keys older than the previous one).
         threshold: logits a spike or dip needs to label a head (>= 0; default ln 2: attention odds changed 2x).
         start, size: the submatrix drawn (the post: 50 x 50).
         progress: show a progress bar over the prompt batches of the profile.
-        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (prompts and
-        ranking once).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``early_self_suppressing``,
@@ -254,9 +236,8 @@ def raw_scores_taxonomy(
     chosen, how = run.heads(heads, HEADS)
     names = [head_name(l, h) for l, h in chosen]
     result = ClaimResult("raw_scores_taxonomy", run.label)
-    tokens = [run.model.tokenizer.decode([int(t)]) for t in run.prompts[0]]
     panels, first = raw_score_panels(run, chosen, start, size)
-    result.figure(raw_scores_figure(panels, tokens, first, run), "raw_scores", width=1500)
+    result.figure(raw_scores_figure(panels, run.tokens(), first, run), "raw_scores", width=1500)
     df = measure(run, window, threshold, progress)
     result.table(df, "classification")
     result.figure(taxonomy_figure(df, threshold, run), "taxonomy")

@@ -1,18 +1,16 @@
-"""Averaging ``W_pos`` rows in groups barely matters (GPT-2 post, first section).
+"""Averaging W_pos rows in groups barely matters (GPT-2 post, first section).
 
-The post replaces each row of ``W_pos`` by the mean of its group of consecutive positions: up to groups of about 20
-GPT-2's output is unchanged (it still copies " apple orange" on the repeat-string prompt), it breaks down around
-groups of 50-100, and the previous-token heads L2H2, L3H3 and L4H11 are unaffected. So the heads do not read the
-exact position off ``W_pos``. Here:
+    gpt2-posheads pos_embed_averaging --model mini-gpt2
 
-* **measure** — for each group size (:func:`~gpt2_posheads.analysis.interventions.average_pos_embed`): the KL
-  divergence of next-token distributions from the clean model over the prompts, the probability of the right first
-  word of the reply on each repeat-string prompt, and the previous-token mass (offset-1 diagonal) of each head;
-* **judge** — ``avg_output_unchanged``, ``avg_breaks_down`` and ``avg_prev_heads_unaffected``
-  (declared here, :data:`SPECS`); a claim whose reference group size (10 or 20) was not measured is
-  not testable, the output claims are not testable on a model that does not copy the clean prompt (or whose context
-  cannot hold it), and every claim on a model without learned absolute positions;
-* **figure** — the KL, the probabilities and the previous-token masses against the group size.
+For each group size: KL(clean || averaged) of next-token distributions over a corpus, the probability of
+the right first word of the reply on the repeat-string prompt (" apple orange" and the swapped " orange
+apple"; a word that is several tokens in the model's vocabulary is replaced by a single-token noun, and
+said), and the previous-token mass (offset-1 diagonal) of the tracked heads.
+Post: output unchanged up to groups of ~20, breaks down around 50-100; L2H2, L3H3, L4H11 unaffected.
+A claim whose reference group size (10 or 20) was not measured is not testable; the output claims are not
+testable on a model that does not copy the clean prompt (or whose context cannot hold it).
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.pos_embed_averaging
+(gpt2_posheads/posts/gpt2_prev_heads/wpos_averaging.py).
 """
 
 from __future__ import annotations
@@ -31,20 +29,10 @@ from ...analysis.interventions import average_pos_embed
 from ...analysis.measures import kl_divergence, next_token_probs
 from ...analysis.repeat_prompt import RepeatPrompt
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import (
-    BREAK_KL,
-    KEEP,
-    POS_GROUP,
-    ROUTE,
-    judge_claim,
-    model_copies,
-    post_claim,
-    prev_head_precondition,
-)
+from ...claims.gpt2_post import BREAK_KL, KEEP, POS_GROUP, ROUTE, model_copies, post_claim
 from ...claims.measured import PrevMassAveraged
 from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.identity import wpos_reason
-from ...model.state import measures_caller_model
 from ...model.validation import UsageError, head_name, note
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run, repeat_prompts
@@ -74,7 +62,7 @@ def _breaks_down(v) -> tuple[bool, str]:
 
 
 # the post's claims this script judges, each with its rule (written before anything is measured)
-SPECS = (
+SPECS = OUTPUT_UNCHANGED, BREAKS_DOWN, HEADS_UNAFFECTED = (
     post_claim(
         "avg_output_unchanged",
         "averaging W_pos in groups of up to 20 leaves the output unchanged",
@@ -130,9 +118,10 @@ def group_sizes_for(model, asked: Sequence[int], param: str = "group_sizes") -> 
 
 
 def measure(run: ModelRun, heads: list[tuple[int, int]], groups: list[int], reps: list[RepeatPrompt]) -> list[dict]:
-    """One row per group size: ``group_size``, ``kl`` (nats, mean over the prompts' positions), ``P(<word> first |
-    <target>)`` per repeat-string prompt, ``prev_mass <head>`` per head (the offset-1 diagonal; at size 1 the run's
-    ranking diagonals)."""
+    """Each row of ``W_pos`` replaced by the mean of its group of consecutive positions
+    (:func:`~gpt2_posheads.analysis.interventions.average_pos_embed`); one row per group size: ``group_size``,
+    ``kl`` (nats, mean over the prompts' positions), ``P(<word> first | <target>)`` per repeat-string prompt,
+    ``prev_mass <head>`` per head (the offset-1 diagonal; at size 1 the run's ranking diagonals)."""
     model, rows = run.model, []
     for g in groups:
         edits = [average_pos_embed(g)] if g > 1 else []
@@ -167,10 +156,11 @@ def _measured(g: int, groups: list[int]) -> Precondition:
 
 
 def judge(
-    rows: list[dict], groups: list[int], heads: list[tuple[int, int]], diag: torch.Tensor, copies: Precondition
+    rows: list[dict], groups: list[int], heads: list[tuple[int, int]], run: ModelRun, copies: Precondition
 ) -> list[Claim]:
     """The three claims on the rows of :func:`measure`: the output at groups of 20 against clean, the KL at 20
-    against the largest size (>= 50), and each head's previous-token mass at groups of 10 against clean."""
+    against the largest size (>= 50), and each head's previous-token mass at groups of 10 against clean (unaffected:
+    the heads do not read the exact position off ``W_pos``)."""
     by_g = {r["group_size"]: r for r in rows}
     clean = by_g[1]
     pkeys = [k for k in clean if k.startswith("P(")]
@@ -180,18 +170,16 @@ def judge(
     big = gmax >= 50 and 20 in by_g
     kept = {n: (clean[f"prev_mass {n}"], by_g[10][f"prev_mass {n}"]) for n in names} if 10 in by_g else {}
     return [
-        judge_claim(
-            "avg_output_unchanged",
+        OUTPUT_UNCHANGED.judge(
             {f"{k} clean -> g20": v for k, v in keep.items()},
-            value=keep,
-            preconditions=[_measured(20, groups), copies],
+            keep,
+            [_measured(20, groups), copies],
             readout=", ".join(f"{k.split(' first')[0]} keeps {b / a:.0%}" for k, (a, b) in keep.items() if a > 0),
         ),
-        judge_claim(
-            "avg_breaks_down",
+        BREAKS_DOWN.judge(
             {"kl_g20": by_g.get(20, {}).get("kl"), f"kl_g{gmax}": by_g[gmax]["kl"]},
-            value=(by_g[20]["kl"], by_g[gmax]["kl"], gmax) if big else (float("nan"), float("nan"), gmax),
-            preconditions=[
+            (by_g[20]["kl"], by_g[gmax]["kl"], gmax) if big else (float("nan"), float("nan"), gmax),
+            [
                 _measured(20, groups),
                 Precondition(
                     "a group size of 50 or more was measured",
@@ -202,13 +190,11 @@ def judge(
             ],
             readout=f"KL {by_g[20]['kl']:.3g} nats at 20, {by_g[gmax]['kl']:.3g} at {gmax}" if big else "",
         ),
-        judge_claim(
-            "avg_prev_heads_unaffected",
+        HEADS_UNAFFECTED.judge(
             PrevMassAveraged(kept, group=POS_GROUP).measured(),  # the pairs the route conclusion reads
-            value=kept,
+            kept,
+            [_measured(10, groups)] + [run.prev_head(head) for head in heads],
             head=",".join(names),
-            preconditions=[_measured(10, groups)]
-            + [prev_head_precondition(n, diag[l, h]) for n, (l, h) in zip(names, heads)],
             readout=", ".join(f"{n} keeps {b / a:.0%}" for n, (a, b) in kept.items() if a > 0),
         ),
     ]
@@ -256,20 +242,7 @@ def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:
     return fig
 
 
-USAGE = """Averaging W_pos rows in groups barely matters (GPT-2 post, first section).
-
-    gpt2-posheads pos_embed_averaging --model mini-gpt2
-
-For each group size: KL(clean || averaged) of next-token distributions over a corpus, the probability of
-the right first word of the reply on the repeat-string prompt (" apple orange" and the swapped " orange
-apple"; a word that is several tokens in the model's vocabulary is replaced by a single-token noun, and
-said), and the previous-token mass (offset-1 diagonal) of the tracked heads.
-Post: output unchanged up to groups of ~20, breaks down around 50-100; L2H2, L3H3, L4H11 unaffected.
-A claim whose reference group size (10 or 20) was not measured is not testable; the output claims are not
-testable on a model that does not copy the clean prompt (or whose context cannot hold it).
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.pos_embed_averaging
-(gpt2_posheads/posts/gpt2_prev_heads/wpos_averaging.py).
-"""
+USAGE = __doc__  # the command's help
 
 
 def _prepare(model, kwargs: dict, args) -> None:
@@ -313,7 +286,6 @@ def _console(result: ClaimResult, options: dict) -> None:
     prepare=_prepare,
     console=_console,
 )
-@measures_caller_model
 def pos_embed_averaging(
     model=None,
     prompts: torch.Tensor | None = None,
@@ -326,19 +298,17 @@ def pos_embed_averaging(
 ) -> ClaimResult:
     """Average ``W_pos`` rows in groups of each size and measure the output and the heads' previous-token mass.
 
+    ``model``, ``prompts`` (what the KL runs over; default: 16 natural-text prompts of 256 tokens), ``heads`` (default:
+    the aggregator and the early previous-token heads; L2H2, L3H3, L4H11 on GPT-2 small), ``run``: as every claim
+    function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
+
     Args:
-        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``).
-        prompts: ``[batch, pos]`` token ids the KL runs over (default: 16 natural-text prompts of 256 tokens).
-        heads: ``"L4H11"``-style names, ``(layer, head)`` pairs or ``"auto:N"`` (default: the aggregator and the
-            early previous-token heads; L2H2, L3H3, L4H11 on GPT-2 small).
         group_sizes: the group sizes (>= 1; one above the model's context is capped at it, and said; 1, the clean
             model, is always measured). The claims compare with groups of 10 and 20 and with the largest (>= 50).
         targets: the repeat-string targets (a leading space is added where missing; a word that is several tokens
             in the model's vocabulary is replaced by a single-token word, single characters in a character
             vocabulary, and a short context gets a shorter prompt: each said; :func:`._run.repeat_prompts`).
         seed: the seed of the repeat-string prompts' demonstrations.
-        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (prompts and
-        ranking once).
 
     Returns:
         a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``avg_output_unchanged``,
@@ -368,7 +338,7 @@ def pos_embed_averaging(
     rows = measure(run, chosen, groups, reps)
     copies = copies_precondition(rows, no_prompt)
     result.figure(figure(rows, copies.ok, run.label), "pos_embed_averaging", width=1400)
-    result.claims = judge(rows, groups, chosen, run.diag, copies)
+    result.claims = judge(rows, groups, chosen, run, copies)
     result.table(pd.DataFrame(rows), "pos_embed_averaging")
     result.numbers.update(targets=targets, group_sizes=groups, rows=rows)
     return result
