@@ -21,6 +21,7 @@ import pandas as pd
 import torch
 
 from ..analysis.diagonals import diagonal_attention, rank_from_diagonals
+from ..analysis.heads import HeadDefault, require_above_layer0, resolve_heads
 from ..analysis.prompts import documents, make_prompts
 from ..model.fingerprint import folder_fingerprint
 from ..model.identity import compiled_standin, is_gpt2_small, position_kind
@@ -28,7 +29,6 @@ from ..model.loading import ModelLoadError, load_model
 from ..model.validation import UsageError, capped_seq_len, head_name
 from .checks import CheckedArgs, model_folder, postcheck, precheck
 from .engine import check_engine_model, load_engine_model
-from .heads import HeadDefault, require_above_layer0, resolve_heads
 from .output import Output, check_one_model_per_name, default_target
 
 # What commands run one after another in one process share (the main job: :func:`shared_setup`): each model loaded
@@ -209,10 +209,6 @@ def setup(
     checked = precheck(args, layer_final=layer_final)
     if above_layer0:
         require_above_layer0(checked.heads)
-    if hasattr(args, "start"):
-        from .args import check_submatrix_args
-
-        check_submatrix_args(args)
     out = open_output(args, script_file)
     model = model_from_args(args)
     postcheck(args, checked, model, layer_final=layer_final)
