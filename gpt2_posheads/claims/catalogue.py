@@ -13,8 +13,10 @@ A claim script is declared once, beside its measurement, in its post's module, b
     def mask_prev_attention(model=None, prompts=None, heads=None, *, every=MASK_EVERY, run=None): ...
 
 Everything else reads the declaration: the command ``gpt2-posheads mask_prev_attention`` and its ``--help``
-(:mod:`gpt2_posheads.cli.declared` builds them from ``usage``, the prompt defaults, ``heads`` and ``options``), the
-command list, the main job's list of scripts, the page's sections and rows, the claims a script's results must hold.
+(:func:`gpt2_posheads.cli.declared.parse` builds them from ``usage``, the prompt defaults, ``heads`` and ``options``),
+the command list, the main job's list of scripts, the page's sections and rows, the claims a script's results must
+hold. A claim script is one kind of :class:`Command`; every other command (the main job, the tools, ``explore``)
+is a ``Command`` declared in its module, its options stated the same way.
 A researcher's own module declares its claims the same way; importing it registers them (for the command line and
 the main job, name it in ``$GPT2_POSHEADS_POSTS``: :data:`PLUGINS_ENV`).
 
