@@ -71,16 +71,16 @@ def _empty_ok(action: argparse.Action) -> bool:
     return action.default == "" or "''" in (action.help or "")
 
 
-def _check_given(action: argparse.Action, namespace, values, option_string: str | None) -> None:
+def _check_given(action: argparse.Action, namespace, values, repeats: bool = False) -> None:
     """Refuse an empty or blank value (unless the option says what one means), and an option given a second time
-    (argparse would keep the last silently)."""
+    (argparse would keep the last silently) unless it ``repeats``."""
     if isinstance(values, str) and not values.strip() and not _empty_ok(action):
         raise argparse.ArgumentError(
             action,
             f"the value is empty ({values!r}); a non-empty value; leave the option out to use its default",
         )
     seen = namespace.__dict__.setdefault(_SEEN, {})
-    if action.dest in seen and action.option_strings:
+    if action.dest in seen and action.option_strings and not repeats:
         first = seen[action.dest]
         raise argparse.ArgumentError(
             action,
@@ -94,7 +94,7 @@ class _StoreOnce(argparse._StoreAction):
     an error instead of the last or the empty value silently winning."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        _check_given(self, namespace, values, option_string)
+        _check_given(self, namespace, values)
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -102,10 +102,7 @@ class _AppendNonEmpty(argparse._AppendAction):
     """``append`` (an option meant to be repeated, such as ``--prompt``): an empty value is an error."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        if isinstance(values, str) and not values.strip() and not _empty_ok(self):
-            raise argparse.ArgumentError(
-                self, f"the value is empty ({values!r}); a non-empty value; leave the option out to use its default"
-            )
+        _check_given(self, namespace, values, repeats=True)
         super().__call__(parser, namespace, values, option_string)
 
 
