@@ -1,6 +1,7 @@
 """Sparse attention 7 (002): stacked causal attention without positional embeddings retrieves the
 
-The command lives in the package (``gpt2_posheads.commands.toy_lost_in_middle``); in any folder, once installed:
+The command is built from the claim's declaration in ``gpt2_posheads.posts.lost_in_middle.retrieval``; in any
+folder, once installed:
 ``gpt2-posheads toy_lost_in_middle [options]`` or ``python -m gpt2_posheads toy_lost_in_middle [options]``.
 """
 

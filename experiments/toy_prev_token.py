@@ -1,6 +1,7 @@
 """Sparse attention 4 (000): a previous-token head from positional embeddings.
 
-The command lives in the package (``gpt2_posheads.commands.toy_prev_token``); in any folder, once installed:
+The command is built from the claim's declaration in ``gpt2_posheads.posts.prev_token_toy.copying``; in any
+folder, once installed:
 ``gpt2-posheads toy_prev_token [options]`` or ``python -m gpt2_posheads toy_prev_token [options]``.
 """
 

@@ -1,6 +1,7 @@
 """Sparse attention 3 (001): one attention layer is inefficient at retrieving the most similar
 
-The command lives in the package (``gpt2_posheads.commands.toy_similar_content``); in any folder, once installed:
+The command is built from the claim's declaration in ``gpt2_posheads.posts.similar_content.similarity``; in any
+folder, once installed:
 ``gpt2-posheads toy_similar_content [options]`` or ``python -m gpt2_posheads toy_similar_content [options]``.
 """
 

@@ -1,6 +1,7 @@
 """Sparse attention 1 (003): copying the current token with one attention layer (no positions)
 
-The command lives in the package (``gpt2_posheads.commands.toy_sticky_plateau``); in any folder, once installed:
+The command is built from the claim's declaration in ``gpt2_posheads.posts.sticky_plateau.plateau``; in any
+folder, once installed:
 ``gpt2-posheads toy_sticky_plateau [options]`` or ``python -m gpt2_posheads toy_sticky_plateau [options]``.
 """
 

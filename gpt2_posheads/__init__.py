@@ -9,11 +9,12 @@ The package is layered; each layer imports only the ones above it in this list:
 * ``store``: the activation cache;
 * ``claims``: the verdict vocabulary and every post's claims as rules, the organism's targets;
 * ``report``: figures, the results page, the attention explorer;
-* ``cli``: options and checks, heads, output folders, the set-up of a script;
 * ``organism``: training the miniature GPT-2 model organism, the compiled models with known mechanisms;
 * ``toy``: the sparse-attention toy models;
 * ``posts``: one folder per post, every claim a function returning its numbers, verdicts and figures
   (``from gpt2_posheads import posts``; ``posts.gpt2_prev_heads.mask_prev_attention(model)``);
+* ``cli``: every command's options, parsed from its declaration, and their checks, output folders, the set-up of a
+  script;
 * ``commands``: the command-line programs (``gpt2-posheads NAME``), each parsing options, calling a claim function
   and writing a results folder.
 

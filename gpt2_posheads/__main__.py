@@ -12,39 +12,34 @@ from __future__ import annotations
 import difflib
 import sys
 
+from .claims.catalogue import Command, Option
+from .cli.args import MODEL_OPTIONS
 from .commands import commands, normalize, plugins_failed, run
 
-EXPLORE = "explore"
-EXPLORE_LINE = "the attention explorer of a model, live on 127.0.0.1 (your prompts), or one offline page (--out)"
-
-
-def explore_parser():
-    from .cli.args import Parser, add_model_args
-
-    p = Parser(
-        prog="python -m gpt2_posheads explore",
-        description=(
-            "Every head of a model on a prompt, under each intervention of the toolkit: a grid of all heads, the\n"
-            "chosen head large with its difference from clean, the raw scores and the diagonal profile.\n\n"
-            "  gpt2-posheads explore --model mini-gpt2              # serve; type prompts\n"
-            "  gpt2-posheads explore --model mini-gpt2 --out e.html  # one offline page\n\n"
-            "docs/explorer.md is the reader's guide."
+EXPLORE = Command(
+    "explore",
+    usage=(
+        "Every head of a model on a prompt, under each intervention of the toolkit: a grid of all heads, the\n"
+        "chosen head large with its difference from clean, the raw scores and the diagonal profile.\n\n"
+        "  gpt2-posheads explore --model mini-gpt2              # serve; type prompts\n"
+        "  gpt2-posheads explore --model mini-gpt2 --out e.html  # one offline page\n\n"
+        "docs/explorer.md is the reader's guide."
+    ),
+    options=(
+        *MODEL_OPTIONS,
+        Option("--port", 8765, "port on 127.0.0.1; 0 picks a free one", int),
+        Option(
+            "--prompt",
+            None,
+            "an opening prompt (repeat for several; default: natural text, the post's repeat-string prompt and a "
+            "repeated random sequence)",
+            action="append",
         ),
-    )
-    add_model_args(p)
-    p.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1; 0 picks a free one")
-    p.add_argument(
-        "--prompt",
-        action="append",
-        default=None,
-        help="an opening prompt (repeat for several; default: natural text, the post's repeat-string prompt and a "
-        "repeated random sequence)",
-    )
-    p.add_argument(
-        "--max-tokens", type=int, default=None, help="longest prompt taken (default: what the model's size allows)"
-    )
-    p.add_argument("--out", default=None, help="write one self-contained offline page to this .html file and exit")
-    return p
+        Option("--max-tokens", None, "longest prompt taken (default: what the model's size allows)", int),
+        Option("--out", None, "write one self-contained offline page to this .html file and exit"),
+    ),
+)
+EXPLORE_LINE = "the attention explorer of a model, live on 127.0.0.1 (your prompts), or one offline page (--out)"
 
 
 def explore(argv: list[str]) -> int:
@@ -52,11 +47,12 @@ def explore(argv: list[str]) -> int:
     (status 0), or the start before it (one line, status 128 + the signal's number)."""
     from .cli.args import Terminated, exit_status, stop_on_signals
     from .cli.checks import check_device, check_model_dir, model_folder
+    from .cli.declared import parse
     from .cli.experiment import model_from_args, model_label
     from .model.validation import UsageError
 
     try:
-        args = explore_parser().parse_args(argv)
+        args = parse(EXPLORE, argv, prog="python -m gpt2_posheads explore")
     except SystemExit as e:  # --help, or an argparse error already printed
         return e.code if isinstance(e.code, int) else 2
     restore = stop_on_signals()  # SIGTERM and SIGHUP stop the server as Ctrl-C does
@@ -146,7 +142,7 @@ def listing() -> str:
     scripts = {s for p in posts() for s in p.scripts}
     lines += ["", "tools:"]
     lines += [f"  {name:<24} {line}" for name, line in found.items() if name not in scripts]
-    lines.append(f"  {EXPLORE:<24} {EXPLORE_LINE}")
+    lines.append(f"  {EXPLORE.name:<24} {EXPLORE_LINE}")
     lines += ["", "run one: gpt2-posheads NAME [options]  (or python -m gpt2_posheads NAME; NAME --help: its options)"]
     return "\n".join(lines)
 
@@ -159,13 +155,13 @@ def main(argv: list[str] | None = None) -> int:
         print(listing())
         return 0
     name = normalize(argv[0])
-    if name == EXPLORE:
+    if name == EXPLORE.name:
         return explore(argv[1:])
     found = commands()
     if name not in found:
-        near = difflib.get_close_matches(name, [*found, EXPLORE], n=1)
+        near = difflib.get_close_matches(name, [*found, EXPLORE.name], n=1)
         print(
-            f"error: command: {argv[0]!r} is unknown; allowed {', '.join([*found, EXPLORE])}"
+            f"error: command: {argv[0]!r} is unknown; allowed {', '.join([*found, EXPLORE.name])}"
             + (f"; did you mean {near[0]}?" if near else "; gpt2-posheads lists them"),
             file=sys.stderr,
         )

@@ -13,8 +13,10 @@ A claim script is declared once, beside its measurement, in its post's module, b
     def mask_prev_attention(model=None, prompts=None, heads=None, *, every=MASK_EVERY, run=None): ...
 
 Everything else reads the declaration: the command ``gpt2-posheads mask_prev_attention`` and its ``--help``
-(:mod:`gpt2_posheads.cli.declared` builds them from ``usage``, the prompt defaults, ``heads`` and ``options``), the
-command list, the main job's list of scripts, the page's sections and rows, the claims a script's results must hold.
+(:func:`gpt2_posheads.cli.declared.parse` builds them from ``usage``, the prompt defaults, ``heads`` and ``options``),
+the command list, the main job's list of scripts, the page's sections and rows, the claims a script's results must
+hold. A claim script is one kind of :class:`Command`; every other command (the main job, the tools, ``explore``)
+is a ``Command`` declared in its module, its options stated the same way.
 A researcher's own module declares its claims the same way; importing it registers them (for the command line and
 the main job, name it in ``$GPT2_POSHEADS_POSTS``: :data:`PLUGINS_ENV`).
 
@@ -25,7 +27,7 @@ read it. The declarations fill it when :mod:`gpt2_posheads.posts` is imported (`
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 PLUGINS_ENV = "GPT2_POSHEADS_POSTS"  # comma-separated modules of a researcher's own declared claims
@@ -55,14 +57,16 @@ class Post:
 
 @dataclass(frozen=True)
 class Option:
-    """One option of a declared claim script's command, passed to its function as the keyword ``kwarg``.
+    """One option of a command, stated where the command is declared: ``flag`` (``--group-size``; a name without
+    dashes is positional), its default and its help, as ``--help`` shows them.
 
     ``type`` int, float or str; ``None`` with a ``False`` default makes a switch. ``low``/``high``: the range an int
-    or float is checked against before the model loads (one ``error:`` line otherwise). ``parse``: ``"int_list"`` or
-    ``"float_list"`` for a comma-separated list (checked, each >= ``low``); ``"layers"`` for comma-separated layers,
-    checked against the model's by the set-up, which passes the checked tuple. ``kwarg``: the function's keyword ("" :
-    the flag's name, ``--group-size`` -> ``group_size``; ``None``: an option of the command alone, e.g. how many
-    rows it prints, which :attr:`Script.console` reads).
+    or float is checked against as soon as the options are parsed, before the model loads (one ``error:`` line
+    otherwise). ``parse``: ``"int_list"`` or ``"float_list"`` for a comma-separated list (checked, each >= ``low``);
+    ``"layers"`` for comma-separated layers, checked against the model's by the set-up, which passes the checked
+    tuple. ``action``: ``"append"`` for an option given once per value, ``"negatable"`` for a switch with a ``--no-``
+    form. ``kwarg``: a claim script's keyword for it ("": the flag's name, ``--group-size`` -> ``group_size``;
+    ``None``: an option of the command alone, e.g. how many rows it prints, which :attr:`Script.console` reads).
     """
 
     flag: str
@@ -74,6 +78,7 @@ class Option:
     choices: tuple | None = None
     parse: str = ""
     kwarg: str | None = ""
+    action: str = ""
 
     @property
     def dest(self) -> str:
@@ -85,10 +90,26 @@ class Option:
 
 
 @dataclass(frozen=True)
-class Script:
-    """A claim script as declared: its command's name, its post, the function, the claims it judges (in the order
-    it writes them), the command's help (``usage``: its first line is the command list's) and what the command
-    needs.
+class Command:
+    """A command of ``gpt2-posheads``: its name, its help (``usage``: its first line is the command list's) and its
+    options, each stated (:func:`gpt2_posheads.cli.declared.parse` parses them, the same for every command)."""
+
+    name: str
+    usage: str = field(default="", kw_only=True)
+    options: tuple[Option, ...] = field(default=(), kw_only=True)
+
+    @property
+    def line(self) -> str:
+        """The first line of its help: what the command list says of it."""
+        text = self.usage.strip()
+        return text.splitlines()[0] if text else ""
+
+
+@dataclass(frozen=True)
+class Script(Command):
+    """A claim script: the command of a post's claim function, the claims it judges (in the order it writes them) and
+    what the command needs; its options are the model's, the prompts', ``--heads``, its own, the submatrix's and the
+    engine's (a toy post's: the training options of every toy post, then its own).
 
     ``n_prompts``/``seq_len``: the defaults of the natural-text prompts it measures on (``n_prompts=None``: it makes
     its own inputs). ``heads``: the :class:`~gpt2_posheads.analysis.heads.HeadDefault` of its ``--heads``.
@@ -99,21 +120,17 @@ class Script:
     ``report``: a report over the post's claim scripts' results with claims of its own (the organism report): its
     claims are in :func:`claims`, but it is none of the post's claim scripts (``Post.scripts``: the main job runs it
     after them, the page gives it a table of its own).
-    ``prepare(model, kwargs, args)``: the command's checks
-    and adjustments beyond the options' ranges, on the function's keywords (``UsageError`` naming the option),
-    called with ``model=None`` before the model loads and again with the model. ``console(result,
-    options)``: what the command prints beside the results folder. ``command``: the command is a module of
-    :mod:`gpt2_posheads.commands` with its own options (the toy posts' training options) rather than built from
-    this declaration. ``order``: its place in the post's reading order (the command list, the main job and the page
+    ``prepare(model, kwargs, args)``: the command's checks and adjustments beyond the options' ranges, on the
+    function's keywords (``UsageError`` naming the option), called with ``model=None`` before the model loads and
+    again with the model. ``console(result, options)``: what the command prints beside the results folder.
+    ``command``: the command is a module of :mod:`gpt2_posheads.commands` (its own flow) rather than run from this
+    declaration. ``order``: its place in the post's reading order (the command list, the main job and the page
     follow it).
     """
 
-    name: str
-    post: Post
-    function: Callable
+    post: Post = None
+    function: Callable = None
     claims: tuple[str, ...] = ()
-    usage: str = ""
-    options: tuple[Option, ...] = ()
     n_prompts: int | None = None
     seq_len: int = 256
     heads: Any = None
@@ -133,12 +150,6 @@ class Script:
         unknown = set(self.takes) - {"seed", "progress"}
         if unknown:
             raise ValueError(f"takes: {sorted(unknown)} of script {self.name!r}; allowed: 'seed', 'progress'")
-
-    @property
-    def line(self) -> str:
-        """The first line of its help: what the command list says of it."""
-        text = self.usage.strip()
-        return text.splitlines()[0] if text else ""
 
 
 _POSTS: dict[str, Post] = {}

@@ -17,7 +17,8 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from ..model.validation import INT64, NonFiniteError, NothingMeasuredError, UsageError, positive
+from ..claims.catalogue import Option
+from ..model.validation import INT64, NonFiniteError, NothingMeasuredError, UsageError
 from .console import guard_console
 from .output import abort_open_outputs, finish_not_testable, write_failure
 
@@ -70,16 +71,16 @@ def _empty_ok(action: argparse.Action) -> bool:
     return action.default == "" or "''" in (action.help or "")
 
 
-def _check_given(action: argparse.Action, namespace, values, option_string: str | None) -> None:
+def _check_given(action: argparse.Action, namespace, values, repeats: bool = False) -> None:
     """Refuse an empty or blank value (unless the option says what one means), and an option given a second time
-    (argparse would keep the last silently)."""
+    (argparse would keep the last silently) unless it ``repeats``."""
     if isinstance(values, str) and not values.strip() and not _empty_ok(action):
         raise argparse.ArgumentError(
             action,
             f"the value is empty ({values!r}); a non-empty value; leave the option out to use its default",
         )
     seen = namespace.__dict__.setdefault(_SEEN, {})
-    if action.dest in seen and action.option_strings:
+    if action.dest in seen and action.option_strings and not repeats:
         first = seen[action.dest]
         raise argparse.ArgumentError(
             action,
@@ -93,7 +94,7 @@ class _StoreOnce(argparse._StoreAction):
     an error instead of the last or the empty value silently winning."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        _check_given(self, namespace, values, option_string)
+        _check_given(self, namespace, values)
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -101,10 +102,7 @@ class _AppendNonEmpty(argparse._AppendAction):
     """``append`` (an option meant to be repeated, such as ``--prompt``): an empty value is an error."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        if isinstance(values, str) and not values.strip() and not _empty_ok(self):
-            raise argparse.ArgumentError(
-                self, f"the value is empty ({values!r}); a non-empty value; leave the option out to use its default"
-            )
+        _check_given(self, namespace, values, repeats=True)
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -139,38 +137,54 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """``--model``, ``--model-dir`` and ``--device``: the model options of every command that loads one model."""
-    p.add_argument(
+MODEL_OPTIONS = (
+    Option(
         "--model",
-        default="gpt2",
-        help="Hugging Face hub name of the model, or a shipped model by name (mini-gpt2, route-gpt2, "
-        "lookalike-wpos, ...: offline)",
-    )
-    p.add_argument("--model-dir", default=None, help="local Hugging Face-format model directory (overrides --model)")
-    p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: cuda if available)")
+        "gpt2",
+        "Hugging Face hub name of the model, or a shipped model by name (mini-gpt2, route-gpt2, lookalike-wpos, ...: "
+        "offline)",
+    ),
+    Option("--model-dir", None, "local Hugging Face-format model directory (overrides --model)"),
+    Option("--device", None, "torch device: cpu, cuda, cuda:N (default: cuda if available)"),
+)
 
 
-def experiment_parser(description: str, model: bool = True, out_help: str | None = None) -> Parser:
-    """A parser with the options every experiment takes."""
-    p = Parser(description=description)
-    if model:
-        add_model_args(p)
-    p.add_argument(
-        "--out",
-        default=None,
-        help=out_help
-        or "output folder (default: results/<script>/<model>); a "
-        "folder holding files this toolkit did not write is refused unless --force",
+def output_options(out_help: str | None = None) -> tuple[Option, ...]:
+    """``--out`` (``out_help``: what it is when not a results folder), ``--force``, ``--seed``, ``--no-png``: the
+    options of every command that writes a results folder."""
+    return (
+        Option(
+            "--out",
+            None,
+            out_help
+            or "output folder (default: results/<script>/<model>); a folder holding files this toolkit did not "
+            "write is refused unless --force",
+        ),
+        Option("--force", False, "write into an --out folder that holds other files (they are kept; none is replaced)"),
+        Option("--seed", 0, "random seed", int),
+        Option("--no-png", False, "write HTML figures only (skip kaleido/Chromium)"),
     )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="write into an --out folder that holds other files (they are kept; none is replaced)",
+
+
+def prompt_options(n_prompts: int = 16, seq_len: int = 256) -> tuple[Option, ...]:
+    """The natural-text prompts' options at a command's defaults (checked by :func:`~gpt2_posheads.cli.checks.precheck`
+    with the prompt source)."""
+    return (
+        Option("--prompts", "auto", "auto | openwebtext | wikitext | path to .txt/.jsonl files"),
+        Option("--n-prompts", n_prompts, "natural-text prompts", int),
+        Option(
+            "--seq-len",
+            seq_len,
+            "tokens per prompt, BOS included (a value above the model's context is capped at it, and said)",
+            int,
+        ),
     )
-    p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--no-png", action="store_true", help="write HTML figures only (skip kaleido/Chromium)")
-    return p
+
+
+SUBMATRIX_OPTIONS = (
+    Option("--start", 60, "first position of the submatrix shown", int, low=0),
+    Option("--size", 50, "side of the submatrix shown (the post: 50)", int, low=2),
+)
 
 
 def main_entry(main: Callable, argv: Sequence[str] | None = None):
@@ -329,24 +343,3 @@ def float_list(name: str, text: str, low: float | None = None) -> list[float]:
         if low is not None and v < low:
             raise UsageError(name, f"{v:g} is out of range", f"allowed numbers >= {low:g}", "e.g. 1,2,3")
     return vals
-
-
-def add_prompt_args(p: argparse.ArgumentParser, n_prompts: int = 16, seq_len: int = 256) -> None:
-    p.add_argument("--prompts", default="auto", help="auto | openwebtext | wikitext | path to .txt/.jsonl files")
-    p.add_argument("--n-prompts", type=int, default=n_prompts, help="natural-text prompts")
-    p.add_argument(
-        "--seq-len",
-        type=int,
-        default=seq_len,
-        help="tokens per prompt, BOS included (a value above the model's context is capped at it, and said)",
-    )
-
-
-def add_submatrix_args(p: argparse.ArgumentParser, start: int = 60, size: int = 50) -> None:
-    p.add_argument("--start", type=int, default=start, help="first position of the submatrix shown")
-    p.add_argument("--size", type=int, default=size, help="side of the submatrix shown (the post: 50)")
-
-
-def check_submatrix_args(args) -> None:
-    positive("--start", args.start, 0)
-    positive("--size", args.size, 2)

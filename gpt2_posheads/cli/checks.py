@@ -17,12 +17,12 @@ from pathlib import Path
 
 import torch
 
+from ..analysis.heads import HeadSpec
 from ..model.folder import WEIGHT_FILES, folder_problem
 from ..model.loading import hub_model_cached, hub_model_problem
 from ..model.paths import SHIPPED_MODELS, models_dir, shipped_model_dir
 from ..model.validation import UsageError, path_kind, positive
 from .args import PROMPT_SOURCES, int_list
-from .heads import HeadSpec
 
 # --- model folder, device, prompts -------------------------------------------------------------------------
 

@@ -1,28 +1,106 @@
-"""The command of a declared claim script, built from its declaration (:mod:`gpt2_posheads.claims.catalogue`).
+"""Every command's options, parsed by one function from its declaration, and the run of a declared claim script.
 
-``gpt2-posheads NAME`` for a script declared with ``@declare(...)`` is ``parse → check → setup → call → write``:
-the options every model command takes, the prompt options at the declaration's defaults, ``--heads`` when it
-measures heads, the declaration's own options; every check that needs no model before the model loads
-(:func:`~gpt2_posheads.cli.experiment.setup`), then the declaration's ``prepare`` with the model, then the claim
-function on the shared run, its console lines and its results folder (``ClaimResult.write``).
+A command is a :class:`~gpt2_posheads.claims.catalogue.Command`: its help and its options, each an
+:class:`~gpt2_posheads.claims.catalogue.Option` stated where the command is declared. :func:`parse` builds the
+parser, parses, and checks every option's range (one ``error:`` line) before anything else happens. A claim script (a
+:class:`~gpt2_posheads.claims.catalogue.Script`) takes the options every model command takes, the prompt options at
+its declaration's defaults, ``--heads`` when it measures heads, its own, the submatrix's and the engine's; a toy post's
+script takes the training options of every toy post (:data:`toy_options`; its own ``--steps`` and any option it
+states again replace them in place) and its own.
+
+``gpt2-posheads NAME`` for a declared script is ``parse → check → setup → call → write``: every check that needs no
+model before the model loads (:func:`~gpt2_posheads.cli.experiment.setup`), then the declaration's ``prepare`` with
+the model, then the claim function on the shared run, its console lines and its results folder
+(``ClaimResult.write``). A toy post's script opens its output folder and the folder of its resumable runs and calls
+its function with its own options and every option of :class:`~gpt2_posheads.toy.posts.ToyRun`.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+from dataclasses import fields
 
-from ..claims.catalogue import Option, Script
+from ..claims.catalogue import Command, Option, Script
 from ..model.validation import NothingMeasuredError, positive
 from ..posts.gpt2_prev_heads._run import ModelRun
-from .args import add_prompt_args, add_submatrix_args, experiment_parser, float_list, int_list
-from .engine import add_engine_args, check_engine_args
-from .experiment import setup
-from .heads import add_heads_arg
+from .args import MODEL_OPTIONS, SUBMATRIX_OPTIONS, Parser, float_list, int_list, output_options, prompt_options
+from .engine import check_engine_args, engine_options
+from .experiment import open_output, setup
 
 
-def add_option(p: argparse.ArgumentParser, o: Option) -> None:
-    """``o`` on the parser: a switch, a choice, a comma-separated list (parsed after) or a typed value."""
-    if o.type is None and o.default is False:
+def toy_options() -> tuple[Option, ...]:
+    """The training options of every toy post's command (:class:`~gpt2_posheads.toy.posts.ToyRun`'s, checked by
+    ``ToyRun.check`` naming the flags)."""
+    from ..toy.posts import BATCH_SIZE, INIT_STD, LR, MAX_DEFAULT_WORKERS, ROBUSTNESS_SEEDS
+
+    return (
+        Option("--steps", None, "training steps", int),
+        Option(
+            "--quick", False, "a few hundred steps and fewer settings: a smoke test whose claims are 'not testable'"
+        ),
+        Option("--init-std", INIT_STD, "std of the N(0, s^2) initialisation (nanoGPT: 0.02)", float),
+        Option("--lr", LR, "Adam learning rate", float),
+        Option("--batch-size", BATCH_SIZE, "sequences per step", int),
+        Option("--seeds", 1, "seeds per setting", int),
+        Option("--threads", None, "CPU threads in all (default: every core)", int, low=1),
+        Option(
+            "--workers",
+            None,
+            "processes that train groups of models at once "
+            f"(default: one per thread, at most {MAX_DEFAULT_WORKERS}; 1 trains in this process)",
+            int,
+        ),
+        Option(
+            "--out-proj",
+            False,
+            "add an attention output matrix W_O (the posts' model has none: embedding, one attention layer, "
+            "unembedding)",
+        ),
+        Option("--fresh", False, "ignore finished runs in <out>/runs and train everything again"),
+        Option(
+            "--robustness",
+            False,
+            "also run the headline claims over a grid of the settings the posts do not state (lr x {0.3, 1, 3}, batch "
+            "{128, 256}, init std {0.02, 1.0}, W_O off/on) and --robustness-seeds seeds: a 'held in k of n' table and "
+            "figure (much longer than the default run)",
+        ),
+        Option("--robustness-seeds", ROBUSTNESS_SEEDS, "seeds per setting of --robustness", int),
+    )
+
+
+def _merged(group: tuple[Option, ...], own: tuple[Option, ...]) -> list[Option]:
+    """``group`` with each option ``own`` states again replaced in its place, then the rest of ``own``."""
+    mine = {o.flag: o for o in own}
+    return [mine.pop(o.flag, o) for o in group] + list(mine.values())
+
+
+def command_options(command: Command) -> list[Option]:
+    """Every option of ``command``, in its ``--help``'s order."""
+    if not isinstance(command, Script):
+        return list(command.options)
+    if not command.post.needs_model:
+        return _merged(output_options() + toy_options(), command.options)
+    opts = [*MODEL_OPTIONS, *output_options()]
+    if command.n_prompts is not None:
+        opts += prompt_options(command.n_prompts, command.seq_len)
+    if command.heads is not None:
+        opts.append(Option("--heads", None, command.heads.help()))
+    opts += [*command.options, *(SUBMATRIX_OPTIONS if command.submatrix else ())]
+    auto = "auto: hook-free fast path when it reproduces the model (checked), else TransformerLens hooks"
+    return opts + list(engine_options(command.engines, auto) if command.engines else ())
+
+
+def _add(p: argparse.ArgumentParser, o: Option) -> None:
+    """``o`` on the parser: a positional, a repeated option, a negatable switch, a switch, a comma-separated list
+    (parsed after) or a typed value."""
+    if not o.flag.startswith("-"):
+        p.add_argument(o.flag, help=o.help)
+    elif o.action == "append":
+        p.add_argument(o.flag, action="append", default=o.default, help=o.help)
+    elif o.action == "negatable":
+        p.add_argument(o.flag, action=argparse.BooleanOptionalAction, default=o.default, help=o.help)
+    elif o.type is None and o.default is False:
         p.add_argument(o.flag, action="store_true", help=o.help)
     elif o.parse:
         p.add_argument(o.flag, default=o.default, help=o.help)
@@ -36,38 +114,29 @@ def option_value(o: Option, value):
         return int_list(o.flag, value, int(o.low or 0))
     if o.parse == "float_list":
         return float_list(o.flag, value, o.low)
-    if o.parse == "layers":  # checked against the model's layers by the set-up (cli.checks), which passes them
-        return value
     if o.type in (int, float) and o.low is not None and value is not None:
         return positive(o.flag, value, o.low, o.high, kind="an integer" if o.type is int else "a number")
-    return value
+    return value  # a "layers" option is checked against the model's layers by the set-up (cli.checks)
 
 
-def parser(script: Script) -> argparse.ArgumentParser:
-    """The command's options: the model's, the prompts' (at the declaration's defaults), ``--heads``, the
-    declaration's, the submatrix's and the engine's."""
-    p = experiment_parser(script.usage)
-    if script.n_prompts is not None:
-        add_prompt_args(p, n_prompts=script.n_prompts, seq_len=script.seq_len)
-    if script.heads is not None:
-        add_heads_arg(p, script.heads)
-    for o in script.options:
-        add_option(p, o)
-    if script.submatrix:
-        add_submatrix_args(p)
-    if script.engines:
-        add_engine_args(
-            p,
-            script.engines,
-            help="auto: hook-free fast path when it reproduces the model (checked), else TransformerLens hooks",
-        )
-    return p
+def parse(command: Command, argv=None, prog: str | None = None) -> argparse.Namespace:
+    """``argv`` parsed by ``command``'s options, each checked (a list option's value is the parsed list)."""
+    p = Parser(description=command.usage, prog=prog)
+    opts = command_options(command)
+    for o in opts:
+        _add(p, o)
+    args = p.parse_args(argv)
+    for o in opts:
+        setattr(args, o.dest, option_value(o, getattr(args, o.dest)))
+    return args
 
 
 def run_declared(script: Script, argv=None):
     """Run the command of ``script`` with ``argv`` (``main(argv)`` of a command module); returns the result."""
-    args = parser(script).parse_args(argv)
-    options = {o.dest: option_value(o, getattr(args, o.dest)) for o in script.options}  # each checked once
+    args = parse(script, argv)
+    if not script.post.needs_model:
+        return run_toy(script, args)
+    options = {o.dest: getattr(args, o.dest) for o in script.options}
     kwargs = {o.keyword: options[o.dest] for o in script.options if o.keyword}
     if script.engines:
         check_engine_args(args)
@@ -108,6 +177,29 @@ def run_declared(script: Script, argv=None):
         script.console(result, options)
     result.write(exp.out, exp.describe())
     return result
+
+
+def run_toy(script: Script, args) -> None:
+    """Run a toy post's claim function from its command line: check the training options, open the output folder and
+    the folder where finished runs are kept (resume: the next run reuses them; kept if this run fails, emptied by
+    ``--fresh``), call the function with the post's own options and every option of
+    :class:`~gpt2_posheads.toy.posts.ToyRun` (``steps`` and ``workers`` None: the post's defaults), and write what it
+    returns."""
+    import torch
+
+    from ..toy.posts import ToyRun
+
+    ToyRun.check(vars(args), lambda field: "--" + field.replace("_", "-"))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = open_output(args, script.name, per_model=False, quick=args.quick)
+    args.runs_dir = out.persistent_dir("runs")
+    if args.fresh:
+        shutil.rmtree(args.runs_dir)
+        args.runs_dir.mkdir()
+    training = {f.name: getattr(args, f.name) for f in fields(ToyRun)}
+    own = {o.keyword: getattr(args, o.dest) for o in script.options if o.keyword and o.keyword not in training}
+    script.function(**own, **training).write(out)
 
 
 class DeclaredCommand:

@@ -6,28 +6,27 @@
 
 from __future__ import annotations
 
-import argparse
-
+from ..claims.catalogue import Option
 from ..model.traced import ENGINE as NNSIGHT
 from ..model.traced import check_remote, load_traced, require_nnsight
 from ..model.validation import UsageError, check_fast_engine
 
 
-def add_engine_args(
-    p: argparse.ArgumentParser, engines: tuple[str, ...], default: str = "auto", help: str = ""
-) -> None:
-    p.add_argument(
-        "--engine",
-        default=default,
-        choices=(*engines, NNSIGHT),
-        help=(help + "; " if help else "")
-        + "nnsight: every pattern computed and reduced inside an nnsight trace (a local Hugging Face folder, or "
-        "an NDIF-hosted model with --remote)",
-    )
-    p.add_argument(
-        "--remote",
-        action="store_true",
-        help="run the nnsight traces on NDIF (needs --engine nnsight, NDIF_API_KEY and a hub name in --model/--models)",
+def engine_options(engines: tuple[str, ...], help: str) -> tuple[Option, ...]:
+    """``--engine`` (``engines`` and nnsight) and ``--remote``."""
+    return (
+        Option(
+            "--engine",
+            "auto",
+            help + "; nnsight: every pattern computed and reduced inside an nnsight trace (a local Hugging Face "
+            "folder, or an NDIF-hosted model with --remote)",
+            choices=(*engines, NNSIGHT),
+        ),
+        Option(
+            "--remote",
+            False,
+            "run the nnsight traces on NDIF (needs --engine nnsight, NDIF_API_KEY and a hub name in --model/--models)",
+        ),
     )
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 import torch
 
 from ..analysis.diagonals import diagonal_attention, rank_from_diagonals
+from ..analysis.heads import HeadDefault, require_above_layer0, resolve_heads
 from ..analysis.prompts import documents, make_prompts
 from ..model.fingerprint import folder_fingerprint
 from ..model.identity import compiled_standin, is_gpt2_small, position_kind
@@ -28,7 +29,6 @@ from ..model.loading import ModelLoadError, load_model
 from ..model.validation import UsageError, capped_seq_len, head_name
 from .checks import CheckedArgs, model_folder, postcheck, precheck
 from .engine import check_engine_model, load_engine_model
-from .heads import HeadDefault, require_above_layer0, resolve_heads
 from .output import Output, check_one_model_per_name, default_target
 
 # What commands run one after another in one process share (the main job: :func:`shared_setup`): each model loaded
@@ -51,6 +51,16 @@ def shared_setup() -> Iterator[None]:
         _SHARED = previous
 
 
+def _shared(kind: str, key: tuple, make):
+    """``make()``, made once per ``key`` inside :func:`shared_setup` (``kind``: ``"models"``, ``"prompts"`` or
+    ``"rankings"``)."""
+    if _SHARED is None:
+        return make()
+    if key not in _SHARED[kind]:
+        _SHARED[kind][key] = make()
+    return _SHARED[kind][key]
+
+
 def model_from_args(args):
     """Load ``--model-dir`` or ``--model``; a load failure is a one-line error. With ``--engine nnsight`` the model
     is traced through nnsight (:mod:`gpt2_posheads.cli.engine`)."""
@@ -58,16 +68,14 @@ def model_from_args(args):
     traced = load_engine_model(source, args, "--model-dir" if args.model_dir else "--model")
     if traced is not None:
         return traced
-    key = (source, args.device)
-    if _SHARED is not None and key in _SHARED["models"]:
-        return check_engine_model(args, _SHARED["models"][key])
-    try:
-        model = load_model(source, device=args.device)
-    except (ModelLoadError, FileNotFoundError) as e:
-        raise UsageError("--model-dir" if args.model_dir else "--model", str(e)) from None
-    if _SHARED is not None:
-        _SHARED["models"][key] = model
-    return check_engine_model(args, model)
+
+    def load():
+        try:
+            return load_model(source, device=args.device)
+        except (ModelLoadError, FileNotFoundError) as e:
+            raise UsageError("--model-dir" if args.model_dir else "--model", str(e)) from None
+
+    return check_engine_model(args, _shared("models", (source, args.device), load))
 
 
 def model_label(args) -> str:
@@ -135,14 +143,12 @@ def corpus_prompts(model, args) -> tuple[torch.Tensor, str]:
     named by its command-line option)."""
     try:
         seq_len = capped_seq_len(model, args.seq_len)
-        key = (id(model), args.prompts, args.n_prompts, seq_len, args.seed)
-        if _SHARED is not None and key in _SHARED["prompts"]:
-            return _SHARED["prompts"][key]
-        docs, source = documents(args.prompts)
-        made = make_prompts(model.tokenizer, args.n_prompts, seq_len, seed=args.seed, docs=docs), source
-        if _SHARED is not None:
-            _SHARED["prompts"][key] = made
-        return made
+
+        def make():
+            docs, source = documents(args.prompts)
+            return make_prompts(model.tokenizer, args.n_prompts, seq_len, seed=args.seed, docs=docs), source
+
+        return _shared("prompts", (id(model), args.prompts, args.n_prompts, seq_len, args.seed), make)
     except UsageError as e:
         allowed = re.sub(r"\b(n_prompts|seq_len)\b", lambda m: OPTION_OF[m.group(1)], e.allowed)
         raise UsageError(OPTION_OF.get(e.param, e.param), e.problem, allowed, e.hint) from None
@@ -209,10 +215,6 @@ def setup(
     checked = precheck(args, layer_final=layer_final)
     if above_layer0:
         require_above_layer0(checked.heads)
-    if hasattr(args, "start"):
-        from .args import check_submatrix_args
-
-        check_submatrix_args(args)
     out = open_output(args, script_file)
     model = model_from_args(args)
     postcheck(args, checked, model, layer_final=layer_final)
@@ -231,11 +233,9 @@ def setup(
 def _ranking(model, prompts: torch.Tensor) -> tuple[torch.Tensor, pd.DataFrame]:
     """The mean attention per diagonal ``[n_layers, n_heads, n_offsets]`` on ``prompts`` and the ranking from it
     (once per prompts inside :func:`shared_setup`)."""
-    key = (id(model), id(prompts))
-    if _SHARED is not None and key in _SHARED["rankings"]:
-        return _SHARED["rankings"][key]
-    diag = diagonal_attention(model, prompts, progress=False)
-    ranked = diag, rank_from_diagonals(diag)
-    if _SHARED is not None:
-        _SHARED["rankings"][key] = ranked
-    return ranked
+
+    def rank():
+        diag = diagonal_attention(model, prompts, progress=False)
+        return diag, rank_from_diagonals(diag)
+
+    return _shared("rankings", (id(model), id(prompts)), rank)

@@ -20,26 +20,20 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-# commands whose first second is spent loading torch: they say so at once (a busy machine takes seconds)
-SAY_FIRST = ("toy_sticky_plateau", "toy_similar_content", "toy_prev_token", "toy_lost_in_middle")
-
 
 def commands() -> dict[str, str]:
-    """``{command name: the first line of its help}``: every module of this package (read without importing them,
-    so listing stays instant) and every claim script declared without one (its command is built from its declaration:
-    :mod:`gpt2_posheads.cli.declared`)."""
-    from ..claims.catalogue import scripts
+    """``{command name: the first line of its help}``: every claim script (its declaration's) and every other module of
+    this package (its docstring's, read without importing it, so listing stays instant)."""
+    from ..claims.catalogue import script, scripts
 
-    out = {}
+    out = {name: s.line for name, s in scripts().items()}
     for m in pkgutil.iter_modules(__path__):
-        if m.name.startswith("_"):
+        if m.name.startswith("_") or m.name in out:
             continue
+        declared = script(m.name)  # a report: a claim script of no post's list
         path = Path(__path__[0]) / f"{m.name}.py"
-        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        doc = declared.usage if declared else ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
         out[m.name] = doc.strip().splitlines()[0] if doc.strip() else ""
-    for name, script in scripts().items():
-        if not script.command:
-            out.setdefault(name, script.line)
     return dict(sorted(out.items()))
 
 
@@ -84,8 +78,10 @@ def run(name: str, argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if plugins_failed():
         return 2
+    from ..claims.catalogue import toy_scripts
+
     name = normalize(name)
-    if name in SAY_FIRST and not {"-h", "--help"} & set(argv):
+    if name in toy_scripts() and not {"-h", "--help"} & set(argv):  # their first second loads torch: said at once
         print(f"{name}: loading torch and the toolkit", flush=True)
     from ..cli.args import main_entry
 

@@ -14,7 +14,8 @@ models are described in gpt2_posheads/organism/compiled.py and docs/posts/004-gp
 
 from pathlib import Path
 
-from gpt2_posheads.cli import Parser
+from gpt2_posheads.claims.catalogue import Command, Option
+from gpt2_posheads.cli.declared import parse
 from gpt2_posheads.cli.output import check_out_folder
 from gpt2_posheads.model.paths import folder_lock, models_dir, write_whole
 from gpt2_posheads.model.validation import UsageError
@@ -59,17 +60,24 @@ def build_all(names: list[str], out_dir: Path, measured: bool = True, force: boo
     return status
 
 
+COMMAND = Command(
+    "build_compiled_models",
+    usage=__doc__,
+    options=(
+        Option("--only", None, f"comma-separated models (default all: {', '.join(BUILDERS)})"),
+        Option(
+            "--out-dir",
+            None,  # the models folder, when the command runs
+            "parent folder of the model folders (default: the models folder, data/ in a source checkout)",
+        ),
+        Option("--no-measure", False, "leave the measured numbers out of the cards (faster)"),
+        Option("--force", False, "replace a folder of a model's name this script did not write"),
+    ),
+)
+
+
 def main(argv=None):
-    p = Parser(description=__doc__)
-    p.add_argument("--only", default=None, help=f"comma-separated models (default all: {', '.join(BUILDERS)})")
-    p.add_argument(
-        "--out-dir",
-        default=str(models_dir()),
-        help="parent folder of the model folders (default: the models folder, data/ in a source checkout)",
-    )
-    p.add_argument("--no-measure", action="store_true", help="leave the measured numbers out of the cards (faster)")
-    p.add_argument("--force", action="store_true", help="replace a folder of a model's name this script did not write")
-    args = p.parse_args(argv)
+    args = parse(COMMAND, argv)
     names = list(BUILDERS)
     if args.only is not None:
         names = [n.strip() for n in args.only.split(",") if n.strip()]
@@ -78,5 +86,6 @@ def main(argv=None):
             raise UsageError(
                 "--only", f"unknown model(s) {unknown or '(none given)'}", f"allowed {', '.join(BUILDERS)}"
             )
-    build_all(names, check_out_folder(args.out_dir, "--out-dir"), measured=not args.no_measure, force=args.force)
+    out_dir = check_out_folder(args.out_dir or str(models_dir()), "--out-dir")
+    build_all(names, out_dir, measured=not args.no_measure, force=args.force)
     return 0

@@ -12,21 +12,13 @@ import json
 from pathlib import Path
 
 from gpt2_posheads.analysis.diagonals import diagonal_attention, rank_from_diagonals
+from gpt2_posheads.analysis.heads import HeadDefault, resolve_heads
 from gpt2_posheads.analysis.prompts import documents, make_prompts
-from gpt2_posheads.cli import (
-    HeadDefault,
-    add_heads_arg,
-    add_prompt_args,
-    capped_seq_len,
-    experiment_parser,
-    model_from_args,
-    model_label,
-    positive,
-    postcheck,
-    precheck,
-    resolve_heads,
-)
-from gpt2_posheads.cli.experiment import model_identity
+from gpt2_posheads.claims.catalogue import Command, Option
+from gpt2_posheads.cli.args import MODEL_OPTIONS, output_options, prompt_options
+from gpt2_posheads.cli.checks import postcheck, precheck
+from gpt2_posheads.cli.declared import parse
+from gpt2_posheads.cli.experiment import capped_seq_len, model_from_args, model_identity, model_label
 from gpt2_posheads.cli.output import check_one_model_per_name, check_out_folder
 from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.store.cache import PosheadsCache, build_cache
@@ -37,19 +29,24 @@ HEADS = HeadDefault(
     n=4,
     what="heads whose patterns and raw scores are stored",
 )
+COMMAND = Command(
+    "cache_activations",
+    usage=__doc__,
+    options=(
+        *MODEL_OPTIONS,
+        *output_options(
+            "the .safetensors file to write (an existing file is replaced only if it is a cache of this toolkit)"
+        ),
+        *prompt_options(n_prompts=32, seq_len=256),
+        Option("--heads", None, HEADS.help()),
+        Option("--ext-prompts", 16, "repeated-token prompts for the extended embeddings", int, low=1),
+    ),
+)
 
 
 def main(argv=None):
-    p = experiment_parser(
-        __doc__,
-        out_help="the .safetensors file to write (an existing file is replaced only if it is a cache of this toolkit)",
-    )
-    add_prompt_args(p, n_prompts=32, seq_len=256)
-    add_heads_arg(p, HEADS)
-    p.add_argument("--ext-prompts", type=int, default=16, help="repeated-token prompts for the extended embeddings")
-    args = p.parse_args(argv)
+    args = parse(COMMAND, argv)
     checked = precheck(args)
-    positive("--ext-prompts", args.ext_prompts)
     if args.out is None:
         raise UsageError("--out", "is required", "a .safetensors path", "e.g. --out data/gpt2-cache.safetensors")
     out = Path(args.out)

@@ -14,27 +14,32 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpt2_posheads.cli import Parser, positive
+from gpt2_posheads.claims.catalogue import Command, Option
+from gpt2_posheads.cli.declared import parse
 from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.report.compare import compare_folders, different_models, differing_models_line
 
+COMMAND = Command(
+    "compare_results",
+    usage=__doc__,
+    options=(
+        Option("before", None, "the reference results folder"),
+        Option("after", None, "the results folder to compare with it"),
+        Option("--rtol", 1e-6, "relative tolerance for numbers (default: 1e-6)", float, low=0),
+        Option("--atol", 1e-9, "absolute tolerance for numbers (default: 1e-9)", float, low=0),
+        Option("--all", False, "list every claim, not only those that moved"),
+        Option("--csv", None, "also write the table to this CSV file"),
+        Option(
+            "--allow-different-models",
+            False,
+            "compare folders that hold results of different models (said first; refused without it)",
+        ),
+    ),
+)
+
 
 def main(argv=None):
-    p = Parser(description=__doc__)
-    p.add_argument("before", help="the reference results folder")
-    p.add_argument("after", help="the results folder to compare with it")
-    p.add_argument("--rtol", type=float, default=1e-6, help="relative tolerance for numbers (default: 1e-6)")
-    p.add_argument("--atol", type=float, default=1e-9, help="absolute tolerance for numbers (default: 1e-9)")
-    p.add_argument("--all", action="store_true", help="list every claim, not only those that moved")
-    p.add_argument("--csv", default=None, help="also write the table to this CSV file")
-    p.add_argument(
-        "--allow-different-models",
-        action="store_true",
-        help="compare folders that hold results of different models (said first; refused without it)",
-    )
-    args = p.parse_args(argv)
-    positive("--rtol", args.rtol, 0, kind="a number")
-    positive("--atol", args.atol, 0, kind="a number")
+    args = parse(COMMAND, argv)
     if args.csv and not Path(args.csv).resolve().parent.is_dir():
         raise UsageError("--csv", f"the folder of {args.csv} does not exist", "a file in an existing folder")
     for name in ("before", "after"):

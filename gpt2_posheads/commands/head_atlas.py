@@ -25,16 +25,12 @@ from plotly.subplots import make_subplots
 from gpt2_posheads.analysis.atlas import OOD_PROTOCOL, TOOLKIT_PROTOCOL, head_table
 from gpt2_posheads.analysis.diagonals import diagonal_attention
 from gpt2_posheads.analysis.interventions import average_pos_embed
-from gpt2_posheads.cli import (
-    Parser,
-    add_prompt_args,
-    check_device,
-    check_hub_names,
-    corpus_prompts,
-    positive,
-)
+from gpt2_posheads.claims.catalogue import Command, Option
+from gpt2_posheads.cli import check_device, check_hub_names, corpus_prompts, positive
+from gpt2_posheads.cli.args import prompt_options
 from gpt2_posheads.cli.checks import check_model_dirs
-from gpt2_posheads.cli.engine import add_engine_args, check_engine_args, load_engine_model
+from gpt2_posheads.cli.declared import parse
+from gpt2_posheads.cli.engine import check_engine_args, engine_options, load_engine_model
 from gpt2_posheads.cli.experiment import check_model_names
 from gpt2_posheads.cli.output import Output, default_target
 from gpt2_posheads.model.identity import has_learned_positions, position_kind
@@ -46,29 +42,32 @@ from gpt2_posheads.posts.gpt2_prev_heads.weight_route import route_record
 METRICS = (("sharpness", "previous-token: 1 - ratio"), ("induction", "induction"), ("duplicate", "duplicate-token"))
 
 
+COMMAND = Command(
+    "head_atlas",
+    usage=__doc__,
+    options=(
+        Option("--model-dirs", "", "comma-separated local Hugging Face model folders"),
+        Option("--models", "", "comma-separated shipped models (mini-gpt2, route-gpt2, ...) or hub names"),
+        Option(
+            "--protocol",
+            "toolkit",
+            "ood-composition adds that paper's per-head scores to the table",
+            choices=("toolkit", "ood-composition"),
+        ),
+        Option("--route", "none", "weights: each model's route read from the weights", choices=("none", "weights")),
+        *prompt_options(n_prompts=16, seq_len=256),
+        Option("--device", None, "torch device: cpu, cuda, cuda:N"),
+        Option("--out", None, "output folder (default: results/head_atlas)"),
+        Option("--force", False, "write into an --out folder that holds other files (kept)"),
+        Option("--seed", 0, "random seed of the prompts and repeated sequences", int),
+        Option("--no-png", False, "HTML figures only"),
+        *engine_options(("auto",), "auto: TransformerLens"),
+    ),
+)
+
+
 def main(argv=None):
-    p = Parser(description=__doc__)
-    p.add_argument("--model-dirs", default="", help="comma-separated local Hugging Face model folders")
-    p.add_argument(
-        "--models", default="", help="comma-separated shipped models (mini-gpt2, route-gpt2, ...) or hub names"
-    )
-    p.add_argument(
-        "--protocol",
-        default="toolkit",
-        choices=("toolkit", "ood-composition"),
-        help="ood-composition adds that paper's per-head scores to the table",
-    )
-    p.add_argument(
-        "--route", default="none", choices=("none", "weights"), help="weights: each model's route read from the weights"
-    )
-    add_prompt_args(p, n_prompts=16, seq_len=256)
-    p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N")
-    p.add_argument("--out", default=None, help="output folder (default: results/head_atlas)")
-    p.add_argument("--force", action="store_true", help="write into an --out folder that holds other files (kept)")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the prompts and repeated sequences")
-    p.add_argument("--no-png", action="store_true", help="HTML figures only")
-    add_engine_args(p, ("auto",), help="auto: TransformerLens")
-    args = p.parse_args(argv)
+    args = parse(COMMAND, argv)
     check_engine_args(args, "--model-dirs")
     dirs = check_model_dirs(args.model_dirs)
     hub = [m.strip() for m in args.models.split(",") if m.strip()]

@@ -36,11 +36,12 @@ from pathlib import Path
 
 import torch
 
-from gpt2_posheads.claims.catalogue import model_scripts, toy_scripts
+from gpt2_posheads.claims.catalogue import Command, Option, model_scripts, toy_scripts
 from gpt2_posheads.claims.record import recorded_fingerprint
-from gpt2_posheads.cli import Parser, check_device, check_hub_names, results_root, write_json
+from gpt2_posheads.cli import check_device, check_hub_names, results_root, write_json
 from gpt2_posheads.cli.args import Terminated, exit_status, stopped_by
 from gpt2_posheads.cli.checks import check_model_dirs
+from gpt2_posheads.cli.declared import parse
 from gpt2_posheads.cli.experiment import check_model_names, shared_setup
 from gpt2_posheads.cli.output import RESULTS_ENV, acquire_lock, check_out_folder, now_iso, remove_dead_runs
 from gpt2_posheads.commands import run, run_experiment
@@ -56,34 +57,41 @@ SHIPPED = ("route-gpt2", "lookalike-wpos", "mini-gpt2")
 REPORT = ("route-gpt2", "mini-gpt2")  # the organism report: this model, beside that one
 
 
+COMMAND = Command(
+    "run_all",
+    usage=__doc__,
+    options=(
+        Option(
+            "--models",
+            ",".join(SHIPPED),
+            "comma-separated models the GPT-2 post's scripts run on ('' for none): shipped models by name "
+            f"({', '.join(SHIPPED_MODELS)}; offline, compiled ones built on first use) or Hugging Face hub names, "
+            "e.g. gpt2 (needs the hub)",
+        ),
+        Option("--model-dirs", "", "comma-separated local model folders too"),
+        Option(
+            "--out",
+            None,
+            "results folder (default: ./results): every script's results, the page, the explorers and the run record",
+        ),
+        Option("--device", None, "torch device: cpu, cuda, cuda:N"),
+        Option("--quick", False, "toy scripts as smoke tests (their claims: not testable)"),
+        Option("--only", None, "comma-separated script names to run (default: all)"),
+        Option("--no-png", False, "HTML figures only"),
+        Option("--no-explorer", False, "skip the attention explorer pages"),
+        Option(
+            "--resume",
+            False,
+            "run only what the last job (run_all.json in the results folder) did not finish, or finished with "
+            "other options or on other weights (each said)",
+        ),
+        Option("--processes", False, "each script in its own Python process (slower)"),
+    ),
+)
+
+
 def main(argv=None):
-    p = Parser(description=__doc__)
-    p.add_argument(
-        "--models",
-        default=",".join(SHIPPED),
-        help="comma-separated models the GPT-2 post's scripts run on ('' for none): shipped models by name "
-        f"({', '.join(SHIPPED_MODELS)}; offline, compiled ones built on first use) or Hugging Face hub names, "
-        "e.g. gpt2 (needs the hub)",
-    )
-    p.add_argument("--model-dirs", default="", help="comma-separated local model folders too")
-    p.add_argument(
-        "--out",
-        default=None,
-        help="results folder (default: ./results): every script's results, the page, the explorers and the run record",
-    )
-    p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:N")
-    p.add_argument("--quick", action="store_true", help="toy scripts as smoke tests (their claims: not testable)")
-    p.add_argument("--only", default=None, help="comma-separated script names to run (default: all)")
-    p.add_argument("--no-png", action="store_true", help="HTML figures only")
-    p.add_argument("--no-explorer", action="store_true", help="skip the attention explorer pages")
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="run only what the last job (run_all.json in the results folder) did not finish, or finished with "
-        "other options or on other weights (each said)",
-    )
-    p.add_argument("--processes", action="store_true", help="each script in its own Python process (slower)")
-    args = p.parse_args(argv)
+    args = parse(COMMAND, argv)
     dirs = check_model_dirs(args.model_dirs)
     names = [m.strip() for m in args.models.split(",") if m.strip()]
     results = check_out_folder(args.out) if args.out else results_root()

@@ -25,14 +25,16 @@ rerunning the same command resumes exactly. Ctrl-C keeps the last checkpoint; a 
 finishes writes the model into --out and removes <out>-work.
 """
 
-import argparse
 import shutil
 from pathlib import Path
 
 import torch
 
 from gpt2_posheads.analysis.prompts import documents, file_documents, wikitext_documents
-from gpt2_posheads.cli import Output, experiment_parser, positive
+from gpt2_posheads.claims.catalogue import Command, Option
+from gpt2_posheads.cli import Output, positive
+from gpt2_posheads.cli.args import output_options
+from gpt2_posheads.cli.declared import parse
 from gpt2_posheads.cli.output import check_out_folder
 from gpt2_posheads.model.paths import ORGANISM_DIR, shared_dir
 from gpt2_posheads.model.precision import resolve_bf16
@@ -71,130 +73,120 @@ def training_documents(spec: str, seed: int) -> tuple[list[str], list[str], str]
     return docs, held, "+".join(names)
 
 
+D = MiniConfig()
+INTS = {  # MiniConfig's integer fields: (help, the lowest value taken)
+    "n_layers": ("transformer blocks", 1),
+    "n_heads": ("heads per block", 1),
+    "d_model": ("residual width", 1),
+    "n_ctx": ("context length", 1),
+    "steps": ("optimizer steps in all", 1),
+    "batch_size": ("windows per step", 1),
+    "synthetic_steps": ("steps of the first, synthetic-only phase", 0),
+    "seg_min": ("shortest repeated segment", 1),
+    "seg_max": ("longest repeated segment", 1),
+    "synthetic_vocab": ("synthetic token ids are drawn below this", 1),
+    "skip_vocab": ("the skip-bigram language's tokens are ids below this", 1),
+    "warmup": ("linear warm-up steps", 0),
+    "synthetic_ctx": ("synthetic window length at step 0 (0: n_ctx)", 0),
+    "skip_only_steps": ("first steps on the skip-bigram language alone", 0),
+    "ctx_double_every": ("the synthetic window length doubles every this many steps (0: never)", 0),
+    "probe_every": ("steps between measurements of the mechanism", 1),
+    "pos_avg_max": ("largest W_pos group size of the averaging augmentation", 1),
+    "pos_avg_start": ("the first step of the averaging augmentation", 0),
+}
+FLOATS = {  # MiniConfig's float fields: (help, the range checked here; None: checked below)
+    "lr": ("peak learning rate (cosine decay to a tenth)", None),
+    "skip_fraction": ("share of skip-bigram windows in the synthetic phase", (0, 1)),
+    "synthetic_fraction": ("share of synthetic windows after it", (0, 1)),
+    "skip_text_fraction": ("share of skip-bigram-language windows after the synthetic phase", (0, 1)),
+    "repeat_fraction": ("share of text windows with a span of their own text repeated", (0, 1)),
+    "checkpoint_minutes": ("wall-clock minutes between checkpoints", None),
+    "skip_noise": ("chance that a skip-bigram token is uniform instead of pi(t-1)", (0, 1)),
+    "pos_rms": ("RMS of a sinusoidal or gpt2 W_pos (0: the initializer range, 0.02)", None),
+    "pos_lr": ("W_pos learning rate as a multiple of --lr (0: frozen)", None),
+    "pos_smooth": ("weight of the W_pos roughness penalty mean|W[p+1]-W[p]|^2 / mean|W[p]-mean W|^2", None),
+    "pos_avg_prob": (
+        "chance that a step trains on W_pos averaged in groups of 2..--pos-avg-max at a random offset (augmentation: "
+        "it trains the averaging claim in)",
+        (0, 1),
+    ),
+}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+COMMAND = Command(
+    "train_mini_gpt2",
+    usage=__doc__,
+    options=(
+        *output_options(
+            "the model folder to write (required; a folder holding anything else is refused; the shipped mini-gpt2 "
+            "needs --overwrite)"
+        ),
+        *(Option(_flag(n), getattr(D, n), h, int, low=low) for n, (h, low) in INTS.items()),
+        *(Option(_flag(n), getattr(D, n), h, float, *(r or (None, None))) for n, (h, r) in FLOATS.items()),
+        Option(
+            "--pos-init",
+            D.pos_init,
+            "W_pos initialisation: random, sinusoidal, gpt2 (GPT-2's own rows projected onto their top d_model "
+            "principal components) or none (no positional embeddings at all)",
+            choices=POS_INITS,
+        ),
+        Option(
+            "--skip-rule",
+            D.skip_rule,
+            "the skip-bigram language's pi: a random permutation, or the identity (t+1 = t-1, copy the previous token)",
+            choices=("permutation", "copy"),
+        ),
+        Option(
+            "--repeat-kind",
+            D.repeat_kind,
+            "synthetic repeats: segment pairs tiled across the window, or random tokens with one span copied at a "
+            "random place",
+            choices=tuple(REPEAT_KINDS),
+        ),
+        Option(
+            "--position-offsets",
+            D.position_offsets,
+            "short synthetic windows start at a random absolute position, so every W_pos row trains while windows "
+            "are short",
+            action="negatable",
+        ),
+        Option(
+            "--text",
+            "wikitext",
+            f"comma-separated training text: {', '.join(TEXT_SOURCES)} or .txt/.jsonl paths (WikiText-2's held-out "
+            "split is never trained on)",
+        ),
+        Option("--tokenizer-dir", str(SHIPPED), "reuse this model folder's tokenizer ('' trains a new BPE)"),
+        Option("--threads", None, "torch CPU threads", int, low=1),
+        Option(
+            "--bf16",
+            False,
+            "bfloat16 autocast where the CPU has native bfloat16 units (AVX512-BF16/AMX); float32 elsewhere, with a "
+            "note (emulated bfloat16 is many times slower)",
+        ),
+        Option("--overwrite", False, "replace the model in --out (e.g. the shipped mini-gpt2)"),
+        Option(
+            "--keep-work",
+            False,
+            "keep <out>-work (the checkpoint and tokenizer used to resume) after a successful run; by default it is "
+            "removed once the model is written",
+        ),
+    ),
+)
+
+
 def main(argv=None):
-    p = experiment_parser(
-        __doc__,
-        model=False,
-        out_help="the model folder to write (required; a folder holding "
-        "anything else is refused; the shipped mini-gpt2 needs --overwrite)",
-    )
-    d = MiniConfig()
-    ints = {
-        "n_layers": "transformer blocks",
-        "n_heads": "heads per block",
-        "d_model": "residual width",
-        "n_ctx": "context length",
-        "steps": "optimizer steps in all",
-        "batch_size": "windows per step",
-        "synthetic_steps": "steps of the first, synthetic-only phase",
-        "seg_min": "shortest repeated segment",
-        "seg_max": "longest repeated segment",
-        "synthetic_vocab": "synthetic token ids are drawn below this",
-        "skip_vocab": "the skip-bigram language's tokens are ids below this",
-        "warmup": "linear warm-up steps",
-        "synthetic_ctx": "synthetic window length at step 0 (0: n_ctx)",
-        "skip_only_steps": "first steps on the skip-bigram language alone",
-        "ctx_double_every": "the synthetic window length doubles every this many steps (0: never)",
-        "probe_every": "steps between measurements of the mechanism",
-        "pos_avg_max": "largest W_pos group size of the averaging augmentation",
-        "pos_avg_start": "the first step of the averaging augmentation",
-    }
-    for name, h in ints.items():
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name), help=h)
-    floats = {
-        "lr": "peak learning rate (cosine decay to a tenth)",
-        "skip_fraction": "share of skip-bigram windows in the synthetic phase",
-        "synthetic_fraction": "share of synthetic windows after it",
-        "skip_text_fraction": "share of skip-bigram-language windows after the synthetic phase",
-        "repeat_fraction": "share of text windows with a span of their own text repeated",
-        "checkpoint_minutes": "wall-clock minutes between checkpoints",
-        "skip_noise": "chance that a skip-bigram token is uniform instead of pi(t-1)",
-        "pos_rms": "RMS of a sinusoidal or gpt2 W_pos (0: the initializer range, 0.02)",
-        "pos_lr": "W_pos learning rate as a multiple of --lr (0: frozen)",
-        "pos_smooth": "weight of the W_pos roughness penalty mean|W[p+1]-W[p]|^2 / mean|W[p]-mean W|^2",
-        "pos_avg_prob": "chance that a step trains on W_pos averaged in groups of 2..--pos-avg-max at a "
-        "random offset (augmentation: it trains the averaging claim in)",
-    }
-    for name, h in floats.items():
-        p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(d, name), help=h)
-    p.add_argument(
-        "--pos-init",
-        default=d.pos_init,
-        choices=POS_INITS,
-        help="W_pos initialisation: random, "
-        "sinusoidal, gpt2 (GPT-2's own rows projected onto their top d_model principal components) or none "
-        "(no positional embeddings at all)",
-    )
-    p.add_argument(
-        "--skip-rule",
-        default=d.skip_rule,
-        choices=("permutation", "copy"),
-        help="the skip-bigram "
-        "language's pi: a random permutation, or the identity (t+1 = t-1, copy the previous token)",
-    )
-    p.add_argument(
-        "--repeat-kind",
-        default=d.repeat_kind,
-        choices=tuple(REPEAT_KINDS),
-        help="synthetic repeats: "
-        "segment pairs tiled across the window, or random tokens with one span copied at a random place",
-    )
-    p.add_argument(
-        "--position-offsets",
-        action=argparse.BooleanOptionalAction,
-        default=d.position_offsets,
-        help="short synthetic windows start at a random absolute position, so every W_pos row trains while "
-        "windows are short",
-    )
-    p.add_argument(
-        "--text",
-        default="wikitext",
-        help=f"comma-separated training text: {', '.join(TEXT_SOURCES)} "
-        "or .txt/.jsonl paths (WikiText-2's held-out split is never trained on)",
-    )
-    p.add_argument(
-        "--tokenizer-dir", default=str(SHIPPED), help="reuse this model folder's tokenizer ('' trains a new BPE)"
-    )
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument(
-        "--bf16",
-        action="store_true",
-        help="bfloat16 autocast where the CPU has native bfloat16 units "
-        "(AVX512-BF16/AMX); float32 elsewhere, with a note (emulated bfloat16 is many times slower)",
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace the model in --out (e.g. the shipped mini-gpt2)")
-    p.add_argument(
-        "--keep-work",
-        action="store_true",
-        help="keep <out>-work (the checkpoint and tokenizer used to "
-        "resume) after a successful run; by default it is removed once the model is written",
-    )
-    args = p.parse_args(argv)
-    for name in ints:
-        positive(
-            "--" + name.replace("_", "-"),
-            getattr(args, name),
-            0
-            if name
-            in ("synthetic_steps", "warmup", "synthetic_ctx", "ctx_double_every", "skip_only_steps", "pos_avg_start")
-            else 1,
-        )
-    positive("--threads", args.threads, 1)
+    args = parse(COMMAND, argv)
     if not args.lr > 0:
         raise UsageError("--lr", f"{args.lr} is out of range", "allowed > 0")
     for name in ("pos_rms", "pos_lr", "pos_smooth"):
         if not getattr(args, name) >= 0:
-            raise UsageError("--" + name.replace("_", "-"), f"{getattr(args, name)} is out of range", "allowed >= 0")
+            raise UsageError(_flag(name), f"{getattr(args, name)} is out of range", "allowed >= 0")
     positive("--pos-avg-max", args.pos_avg_max, 2)
-    for name in (
-        "skip_fraction",
-        "synthetic_fraction",
-        "repeat_fraction",
-        "skip_noise",
-        "pos_avg_prob",
-        "skip_text_fraction",
-    ):
-        positive("--" + name.replace("_", "-"), getattr(args, name), 0, 1)
     if args.synthetic_fraction + args.skip_text_fraction > 1:
         raise UsageError(
             "--skip-text-fraction",
@@ -228,7 +220,7 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = MiniConfig(
-        **{k: getattr(args, k) for k in list(ints) + list(floats)},
+        **{k: getattr(args, k) for k in [*INTS, *FLOATS]},
         pos_init=args.pos_init,
         skip_rule=args.skip_rule,
         repeat_kind=args.repeat_kind,

@@ -109,3 +109,36 @@ def test_what_a_command_passes_is_declared_not_read_from_the_signature():
     assert [o.flag for o in script("mask_prev_attention").options if o.parse == "layers"] == ["--layers"]
     with pytest.raises(ValueError, match="takes: \\['layer'\\]"):
         Script("x", posts()[0], print, takes=("layer",))
+
+
+def test_every_command_is_one_declaration_parsed_by_one_function(capsys):
+    """Each command — claim script, toy post, report, tool, ``explore`` — is a declared Command whose options its
+    ``--help`` shows and whose defaults its parse gives; no command module builds a parser of its own."""
+    import importlib
+
+    from gpt2_posheads import __main__
+    from gpt2_posheads.claims.catalogue import Command
+    from gpt2_posheads.cli.declared import command_options, parse
+    from gpt2_posheads.commands import commands, load
+
+    package = Path(__main__.__file__).parent
+    for path in [package / "__main__.py", *sorted((package / "commands").glob("*.py"))]:
+        text = path.read_text(encoding="utf-8")
+        assert "add_argument" not in text and "ArgumentParser" not in text and "Parser(" not in text, path.name
+    module = lambda name: importlib.import_module(f"gpt2_posheads.commands.{name}")  # noqa: E731
+    declared = {name: script(name) or module(name).COMMAND for name in commands()}
+    declared["explore"] = __main__.EXPLORE
+    assert all(isinstance(c, Command) for c in declared.values())
+    for name, command in declared.items():
+        opts = command_options(command)
+        if name == "explore":
+            assert __main__.explore(["--help"]) == 0
+        else:
+            with pytest.raises(SystemExit):
+                load(name).main(["--help"])
+        shown = capsys.readouterr().out
+        assert opts and all(o.flag in shown for o in opts), name
+        given = parse(command, ["x" for o in opts if not o.flag.startswith("-")])  # the positionals: a value each
+        for o in opts:
+            if o.flag.startswith("-") and not o.parse:
+                assert getattr(given, o.dest) == o.default, (name, o.flag)

@@ -7,8 +7,9 @@ import os
 import pytest
 
 import gpt2_posheads.cli.experiment as cliexp
-from gpt2_posheads.__main__ import explore_parser
+from gpt2_posheads.__main__ import EXPLORE
 from gpt2_posheads.cli import main_entry
+from gpt2_posheads.cli.declared import parse
 
 from conftest import MINI_DIR, load_script
 
@@ -81,7 +82,7 @@ def test_values_and_repeats_are_one_line(script, argv, start, tmp_path, capsys, 
 
 
 def test_options_meant_to_repeat_still_repeat():
-    args = explore_parser().parse_args(["--prompt", "one two three", "--prompt", "four five six"])
+    args = parse(EXPLORE, ["--prompt", "one two three", "--prompt", "four five six"])
     assert args.prompt == ["one two three", "four five six"]
     assert not hasattr(args, "_options_given")  # the record of what was given does not leak into the options
 

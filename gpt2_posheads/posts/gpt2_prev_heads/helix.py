@@ -21,7 +21,7 @@ import torch
 
 from ...analysis.geometry import pca
 from ...analysis.posembed import centred_w_pos, default_bos, extended_pos_embeddings, load_w_pos, token_rows
-from ...claims.catalogue import declare
+from ...claims.catalogue import Option, declare
 from ...claims.gpt2_post import helix_evr_rule, post_claim
 from ...claims.verdicts import Claim, Precondition
 from ...model.identity import wpos_reason
@@ -96,7 +96,36 @@ def figure(evr: list[float], points: torch.Tensor, title: str):
     return scatter3d_positions({"positions": points}, title=title, axis_titles=labels)
 
 
-@declare(POST, "pos_embed_helix", claims=SPECS, command=True, order=2)
+@declare(
+    POST,
+    "pos_embed_helix",
+    claims=SPECS,
+    command=True,
+    order=2,
+    usage="""The 3-D PCA helix of W_pos and of the extended positional embeddings at a layer (GPT-2 post).
+
+    gpt2-posheads pos_embed_helix --w-pos ../shared/gpt2-small/W_pos.npy   # real GPT-2, offline
+    gpt2-posheads pos_embed_helix --model mini-gpt2 --layer 2
+
+The extended positional embeddings (the residual stream on repeated-token prompts after BOS, centred; the repeated
+token's rows) exist for every model; W_pos's helix only for a model with learned absolute positions (else that claim
+is not testable). A helix: the top three principal components explain >= 60% of the variance and the third carries
+>= twice the fourth.
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.pos_embed_helix
+(gpt2_posheads/posts/gpt2_prev_heads/helix.py).
+""",
+    options=(
+        Option("--w-pos", None, ".npy file of W_pos: plot it without loading a model"),
+        Option(
+            "--layer",
+            2,
+            "layer of the extended positional embeddings (0..n_layers; n_layers = the final residual stream)",
+            int,
+        ),
+        Option("--n-prompts", 16, "repeated-token prompts to average", int, low=1),
+        Option("--seq-len", None, "positions (default n_ctx; capped at it, and said)", int, low=2),
+    ),
+)
 def pos_embed_helix(
     model=None,
     *,

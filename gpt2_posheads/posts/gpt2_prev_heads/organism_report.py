@@ -20,7 +20,7 @@ import html
 from pathlib import Path
 
 from ...analysis.prompts import encode_stream, wikitext_documents
-from ...claims.catalogue import claims, declare
+from ...claims.catalogue import Option, claims, declare
 from ...claims.gpt2_post import CLAIMS, ROUTE
 from ...claims.organism import REFERENCE_HELDOUT, TARGETS
 from ...claims.record import SummaryError, read_summary
@@ -88,7 +88,44 @@ def _shown(path: Path) -> str:
 SPECS = TARGETS  # the organism's behaviour targets, declared with their rules in claims.organism
 
 
-@declare(POST, "mini_gpt2_report", claims=SPECS, command=True, report=True)
+USAGE = """\
+One page on a model organism: does it have the GPT-2 post's mechanism, and claim by claim, does the post's causal
+story hold on it (does it take the post's route)?
+
+    gpt2-posheads mini_gpt2_report --model route-gpt2 --compare <mini-gpt2 folder>
+    gpt2-posheads mini_gpt2_report --model-dir my-organism --compare <route-gpt2 folder>
+    gpt2-posheads mini_gpt2_report --model mini-gpt2 --skip-scripts   # targets only
+
+Part 1, the behaviour targets (measured by gpt2_posheads.posts.gpt2_prev_heads.organism_targets, judged by
+gpt2_posheads.claims.organism), each a rule fixed before any model was built or trained: a sharp previous-token head,
+induction and copying, held-out loss. Part 2, the story: every GPT-2 claim script on this model
+(results/<script>/<model>/), in three columns: this model, the --compare model (its latest results, when it has any)
+and the post's GPT-2 numbers; the claims that tell the post's route from a head reading W_pos are marked "route", and
+the route conclusion drawn from them (gpt2_posheads.claims.route) leads it.
+Writes report.html and summary.json under results/mini_gpt2_report/<model>/. As a function:
+posts.gpt2_prev_heads.mini_gpt2_report.
+"""
+
+
+@declare(
+    POST,
+    "mini_gpt2_report",
+    claims=SPECS,
+    command=True,
+    report=True,
+    usage=USAGE,
+    options=(
+        Option("--n-prompts", 32, "held-out text prompts (WikiText-2 held-out split)", int, low=1),
+        Option("--seq-len", 256, "tokens per prompt (capped at n_ctx)", int, low=1),
+        Option(
+            "--compare",
+            None,
+            "a second model folder whose latest claim results fill the middle column (default: the other shipped "
+            "organism)",
+        ),
+        Option("--skip-scripts", False, "only the targets; reuse the claim scripts' last results"),
+    ),
+)
 def mini_gpt2_report(
     model=None,
     *,

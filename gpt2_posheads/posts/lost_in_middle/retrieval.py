@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import plotly.graph_objects as go
 
-from ...claims.catalogue import declare
+from ...claims.catalogue import Option, declare
 from ...claims.toy import num, spread
 from ...claims.verdicts import Claim
 from ...model.validation import UsageError
@@ -189,7 +189,38 @@ def figure(m: Retrieval) -> go.Figure:
     return fig
 
 
-@declare(POST, "toy_lost_in_middle", claims=SPECS, command=True)
+@declare(
+    POST,
+    "toy_lost_in_middle",
+    claims=SPECS,
+    usage="""Sparse attention 7 (002): stacked causal attention without positional embeddings retrieves the
+first and last tokens but loses the middle ("lost in the middle").
+
+V 10, C 10, one head, no positional embeddings; target = the k-th token. Final loss against k for
+1 layer (only k = C-1 retrievable) and 2 layers (U shape), n_embd {2, 10} x n_layers {2, 3}, and
+with residual connections + MLPs (plateau replaced by spikes). Every k and seed of a setting trains
+as one batched computation.
+
+    gpt2-posheads toy_lost_in_middle            # 800 steps; 3 plain layers 5,000 (times: docs/posts/002-*.md)
+    gpt2-posheads toy_lost_in_middle --three-layer-steps 800   # shorter; the 3-layer stacks stay at chance
+    gpt2-posheads toy_lost_in_middle --quick
+
+The claim as a function: gpt2_posheads.posts.lost_in_middle.lost_in_middle
+(gpt2_posheads/posts/lost_in_middle/retrieval.py).
+""",
+    options=(
+        Option("--steps", None, f"training steps (default {STEPS}; --quick: {QUICK_STEPS})", int),
+        Option("--seeds", SEEDS, "seeds per setting", int),
+        Option(
+            "--three-layer-steps",
+            THREE_LAYER_STEPS,
+            "training steps of the plain 3-layer stacks "
+            f"(default {THREE_LAYER_STEPS}: converged; they are still at chance after 800)",
+            int,
+            low=1,
+        ),
+    ),
+)
 def lost_in_middle(*, three_layer_steps: int = THREE_LAYER_STEPS, **options) -> ClaimResult:
     """Train post 002's toy models and judge its claims (``toy_lost_in_middle`` with its defaults, called with none).
 

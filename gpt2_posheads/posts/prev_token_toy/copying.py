@@ -26,7 +26,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from ...claims.catalogue import declare
+from ...claims.catalogue import Option, declare
 from ...claims.toy import num, nums, rel_ppl_floor, spread
 from ...claims.verdicts import Claim, Precondition
 from ...model.validation import UsageError
@@ -366,7 +366,29 @@ def embedding_animation(result: dict, title: str) -> go.Figure:
     return fig
 
 
-@declare(POST, "toy_prev_token", claims=SPECS, command=True)
+@declare(
+    POST,
+    "toy_prev_token",
+    claims=SPECS,
+    usage="""Sparse attention 4 (000): a previous-token head from positional embeddings.
+
+V 30, C 4, n_embd 2: copying the previous token fails without positional embeddings and is learned
+with them; the previous position separates from the others along a direction s, and
+s^T W_Q W_K^T s < 0 (post: -1.1); relative perplexity (ppl-1)/V grows with V and C and falls with
+n_embd; lr 0.1 beats 0.01 at V 30 but not at V 100, where loss spikes come with token-order swaps
+(animation of the embeddings).
+
+    gpt2-posheads toy_prev_token               # the default run (times: docs/posts/000-previous-token-head.md)
+    gpt2-posheads toy_prev_token --robustness  # + 720 grid runs: ~30 min on one such core
+    gpt2-posheads toy_prev_token --quick
+
+The claim as a function: gpt2_posheads.posts.prev_token_toy.prev_token (gpt2_posheads/posts/prev_token_toy/copying.py).
+""",
+    options=(
+        Option("--steps", None, f"training steps (default {STEPS}; --quick: {QUICK_STEPS})", int),
+        Option("--lr-steps", None, "steps of the learning-rate comparison (default 2x --steps)", int, low=1),
+    ),
+)
 def prev_token(*, lr_steps: int | None = None, **options) -> ClaimResult:
     """Train post 000's toy models and judge its claims (``toy_prev_token`` with its defaults, called with none).
 

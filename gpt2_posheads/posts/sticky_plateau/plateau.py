@@ -25,7 +25,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ...claims.catalogue import declare
+from ...claims.catalogue import Option, declare
 from ...claims.toy import num, nums, plateau, spread, v_half_plateau
 from ...claims.verdicts import Claim
 from ...model.validation import UsageError
@@ -260,7 +260,27 @@ def figures(m: Plateaus) -> dict[str, tuple[go.Figure, dict]]:
     return out
 
 
-@declare(POST, "toy_sticky_plateau", claims=SPECS, command=True)
+@declare(
+    POST,
+    "toy_sticky_plateau",
+    claims=SPECS,
+    usage="""Sparse attention 1 (003): copying the current token with one attention layer (no positions)
+gets stuck on a perplexity plateau near V/2; the embeddings branch in two stages; the plateau
+disappears with more embedding dimensions and returns with a longer context; effective ranks.
+The comparisons (plateau lengths, ranks) are judged on 3 seeds per setting.
+
+    gpt2-posheads toy_sticky_plateau            # times: docs/posts/003-sticky-plateau.md
+    gpt2-posheads toy_sticky_plateau --robustness  # + 480 grid runs: under 1 h (C=64 runs: 23 min on 2 cores)
+    gpt2-posheads toy_sticky_plateau --quick    # smoke test
+
+The claim as a function: gpt2_posheads.posts.sticky_plateau.sticky_plateau
+(gpt2_posheads/posts/sticky_plateau/plateau.py).
+""",
+    options=(
+        Option("--steps", None, f"training steps (default {STEPS}; --quick: {QUICK_STEPS})", int),
+        Option("--vocab", ",".join(map(str, VOCAB)), "comma-separated vocabulary sizes V", parse="int_list", low=2),
+    ),
+)
 def sticky_plateau(*, vocab: Sequence[int] = VOCAB, **options) -> ClaimResult:
     """Train post 003's toy models and judge its claims (``toy_sticky_plateau`` with its defaults, called with none).
 
