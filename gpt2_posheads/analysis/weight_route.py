@@ -108,21 +108,18 @@ class PositionalCircuits:
         """One row per head: ``head``, ``layer``, ``index``, ``direct_prev``, ``composed_prev``, ``direct_ratio``,
         ``composed_ratio``, ``composed_top`` (the composed pattern's greatest diagonal)."""
         L, H = self.composed["prev_mass"].shape
+        columns = dict(
+            direct_prev=self.direct["prev_mass"],
+            composed_prev=self.composed["prev_mass"],
+            direct_ratio=self.direct["ratio"],
+            composed_ratio=self.composed["ratio"],
+            composed_top=self.composed["top_offset"],
+        )
+        heads = dict(
+            head=[head_name(l, h) for l in range(L) for h in range(H)], layer=[l for l in range(L) for _ in range(H)]
+        )
         return pd.DataFrame(
-            [
-                dict(
-                    head=head_name(l, h),
-                    layer=l,
-                    index=h,
-                    direct_prev=float(self.direct["prev_mass"][l, h]),
-                    composed_prev=float(self.composed["prev_mass"][l, h]),
-                    direct_ratio=float(self.direct["ratio"][l, h]),
-                    composed_ratio=float(self.composed["ratio"][l, h]),
-                    composed_top=int(self.composed["top_offset"][l, h]),
-                )
-                for l in range(L)
-                for h in range(H)
-            ]
+            dict(heads, index=list(range(H)) * L, **{k: v.flatten().tolist() for k, v in columns.items()})
         )
 
 
@@ -154,8 +151,7 @@ class _Weights:
         self.m0 = W_pos[:n] + self.mu
         if bos:
             self.m0[0] = W_E[model.tokenizer.bos_token_id] + W_pos[0]
-        self.has_tok = torch.ones(n)  # positions whose token varies
-        self.has_tok[0] = 0.0 if bos else 1.0
+        self.has_tok = torch.ones(n) if not bos else (torch.arange(n) > 0).float()  # positions whose token varies
         self._copies: dict[int, tuple[torch.Tensor, list]] = {}
         self._written: dict[int, torch.Tensor] = {}
 
@@ -198,11 +194,8 @@ class _Weights:
             QK[1] = QK[0].transpose(-1, -2)
             QK = QK.view(2 * H, d * d)
             c_self = (QK[:H] @ self.cov.flatten()).double()
-            pairs = []
-            for u in range(l):
-                c = (self.written(u) @ QK.T).double()  # [U, 2H]
-                pairs.append((c[:, :H], c[:, H:]))
-            self._copies[l] = c_self, pairs
+            c = [(self.written(u) @ QK.T).double() for u in range(l)]  # [U, 2H] each
+            self._copies[l] = c_self, [(x[:, :H], x[:, H:]) for x in c]
         return self._copies[l]
 
     def written(self, u: int) -> torch.Tensor:
@@ -229,8 +222,7 @@ def _scores(W: _Weights, l: int, x: torch.Tensor, sigma: torch.Tensor, heads=sli
 
 def _softmax(s: torch.Tensor) -> torch.Tensor:
     n = s.shape[-1]
-    mask = torch.ones(n, n, dtype=torch.bool).tril()
-    return s.masked_fill(~mask, float("-inf")).softmax(-1)
+    return s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
 
 
 def _diagonals(A: torch.Tensor) -> torch.Tensor:
@@ -330,7 +322,6 @@ def upstream_contributions(model, circuits: PositionalCircuits, layer: int, head
     t = _token_terms(W, layer, P, sig)[head]
     idx, scale = torch.arange(n), W.attn(layer)["scale"] / (s[:, None] * s[None, :])
     c_self, pairs = W.copy_terms(layer)
-    one = slice(head, head + 1)
     rows, writes = [], torch.zeros_like(m)
     for u, (c_q, c_k) in enumerate(pairs):
         outs = _head_outputs(W, u, circuits.stream[u], sig[u], P[u])  # [U, n, d]
@@ -339,14 +330,14 @@ def upstream_contributions(model, circuits: PositionalCircuits, layer: int, head
         own = c_q[:, head, None, None].float() * Au  # each upstream head's copy terms in the head's scores [U, n, n]
         own[:, idx, idx] += c_k[:, head, None].float() * Au[:, idx, idx]
         # every upstream head of layer u removed in turn: [U, n, n] patterns of the one head
-        A = _softmax(_scores(W, layer, m - outs, s, heads=one)[:, 0] + t - own * scale)
+        A = _softmax(_scores(W, layer, m - outs, s, heads=slice(head, head + 1))[:, 0] + t - own * scale)
         prev = prev_token_stats(_diagonals(A))["prev_mass"]
         rows += [
             dict(source=head_name(u, j), layer=u, head=j, prev_without=float(p), drop=base - float(p))
             for j, p in enumerate(prev)
         ]
     s_only = W.attn(layer)["scale"] * c_self[head].float() * W.has_tok / s**2
-    A = _softmax(_scores(W, layer, m - writes, s, heads=one)[0] + torch.diag(s_only))
+    A = _softmax(_scores(W, layer, m - writes, s, heads=slice(head, head + 1))[0] + torch.diag(s_only))
     without = float(prev_token_stats(_diagonals(A))["prev_mass"])
     df = pd.DataFrame(rows, columns=["source", "layer", "head", "prev_without", "drop"])
     return df.sort_values("drop", ascending=False, kind="stable").reset_index(drop=True), without
