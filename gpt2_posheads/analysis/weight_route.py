@@ -44,6 +44,12 @@ diagonal means with key 0 left out (the toolkit's one definition), over ``n_posi
 **Upstream contributions** to a head's composed previous-token mass: the mass lost when one upstream head's write is
 removed from that head's input only (its mean-stream write and its copy terms; every other path kept), and
 ``without_heads``: the mass left when every upstream head's write is removed (the MLPs' writes kept).
+
+**Cost.** With ``M_h = D W_K^h W_Q^h^T D`` and ``A_u = D_u W_V^u W_O^u C`` (``[d_model, d_model]`` each), the copy
+coefficients are Frobenius products, ``c_Q(u) = <Sigma' A_u, M_h>``, ``c_K(u) = <Sigma' A_u, M_h^T>`` and ``c_self =
+<Sigma', M_h>`` (the traces above, turned cyclically): ``M`` is built once per layer, ``Sigma' A_u`` once per upstream
+layer (kept while it fits :data:`CACHE_BYTES`), and one matmul gives every pair of heads of a pair of layers.
+Everything is float32, the weights read in place; the token moments are summed in float64 over blocks of rows.
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ from .diagonals import diagonal_counts, diagonal_sums, prev_token_stats
 from .posembed import default_bos
 
 N_POSITIONS = 256  # positions the circuits span (capped at n_ctx): the length of the toolkit's natural-text prompts
+ROWS = 4096  # embedding rows per block when the token moments are summed
+CACHE_BYTES = 2**28  # memory traded for time: the upstream side of the copy coefficients kept (256 MiB)
 
 
 def not_applicable(model) -> str | None:
@@ -84,9 +92,9 @@ class PositionalCircuits:
 
     ``direct``/``composed``: per-head statistics of :func:`prev_token_stats` (``prev_mass``, ``ratio``,
     ``top_offset``, ...) ``[n_layers, n_heads]`` each; ``patterns`` the composed patterns ``[n_layers, n_heads, n, n]``;
-    ``stream`` the composed mean stream entering each layer ``[n_layers + 1, n, d_model]`` (float64; row ``l`` centred
-    over the token rows is the extended positional embedding at layer ``l``); ``sigma`` its typical norms
-    ``[n_layers, n]``; ``bos`` whether row 0 is BOS."""
+    ``stream`` the composed mean stream entering each layer ``[n_layers + 1, n, d_model]`` (row ``l`` centred over the
+    token rows is the extended positional embedding at layer ``l``); ``sigma`` its typical norms ``[n_layers, n]``;
+    ``bos`` whether row 0 is BOS."""
 
     direct: dict[str, torch.Tensor]
     composed: dict[str, torch.Tensor]
@@ -100,26 +108,29 @@ class PositionalCircuits:
         """One row per head: ``head``, ``layer``, ``index``, ``direct_prev``, ``composed_prev``, ``direct_ratio``,
         ``composed_ratio``, ``composed_top`` (the composed pattern's greatest diagonal)."""
         L, H = self.composed["prev_mass"].shape
+        columns = dict(
+            direct_prev=self.direct["prev_mass"],
+            composed_prev=self.composed["prev_mass"],
+            direct_ratio=self.direct["ratio"],
+            composed_ratio=self.composed["ratio"],
+            composed_top=self.composed["top_offset"],
+        )
+        heads = dict(
+            head=[head_name(l, h) for l in range(L) for h in range(H)], layer=[l for l in range(L) for _ in range(H)]
+        )
         return pd.DataFrame(
-            [
-                dict(
-                    head=head_name(l, h),
-                    layer=l,
-                    index=h,
-                    direct_prev=float(self.direct["prev_mass"][l, h]),
-                    composed_prev=float(self.composed["prev_mass"][l, h]),
-                    direct_ratio=float(self.direct["ratio"][l, h]),
-                    composed_ratio=float(self.composed["ratio"][l, h]),
-                    composed_top=int(self.composed["top_offset"][l, h]),
-                )
-                for l in range(L)
-                for h in range(H)
-            ]
+            dict(heads, index=list(range(H)) * L, **{k: v.flatten().tolist() for k, v in columns.items()})
         )
 
 
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a float32 CPU tensor: the same storage where it is one already."""
+    return t.detach().to("cpu", torch.float32)
+
+
 class _Weights:
-    """The model's weights as float64 CPU tensors, and the token statistics (``mu``, ``Sigma'``)."""
+    """The model's weights as float32 views, the token statistics (``mu``, ``Sigma'``) and the copy coefficients of
+    each layer, computed once."""
 
     def __init__(self, model, n: int, bos: bool):
         cfg = model.cfg
@@ -127,44 +138,43 @@ class _Weights:
         norm = getattr(cfg, "normalization_type", "LN")
         self.has_norm, self.centres = norm is not None, norm in ("LN", "LNPre")
         self.eps = float(getattr(cfg, "eps", 1e-5))
-        d = cfg.d_model
-        f64 = lambda t: t.detach().double().cpu()  # noqa: E731
-        W_E = f64(model.W_E)
-        if bos:  # the tokens after BOS: a model that counts from BOS reads a flag no other token has
-            W_E = W_E[torch.arange(W_E.shape[0]) != model.tokenizer.bos_token_id]
-        self.mu = W_E.mean(0)
-        dev = W_E - self.mu
-        cov = (dev.T.float() @ dev.float()).double() / W_E.shape[0]  # [d_model, d_model]; float32: 50k rows
-        self.cov = self.centre(self.centre(cov).T)  # Sigma' = C Sigma C
-        self.tok_var = float(self.cov.trace()) / d  # a token's share of sigma^2
-        self.m0 = f64(model.W_pos)[:n] + self.mu
+        W_E, W_pos = _f32(model.W_E), _f32(model.W_pos)
+        # the tokens after BOS: a model that counts from BOS reads a flag no other token has
+        keep = torch.ones(W_E.shape[0], dtype=torch.bool)
         if bos:
-            self.m0[0] = f64(model.W_E[model.tokenizer.bos_token_id]) + f64(model.W_pos[0])
-        self.has_tok = torch.ones(n, dtype=torch.float64)  # positions whose token varies
-        self.has_tok[0] = 0.0 if bos else 1.0
-        self.attn = [self._attn(l) for l in range(cfg.n_layers)]
-        self._copies: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+            keep[model.tokenizer.bos_token_id] = False
+        blocks = [(W_E[i : i + ROWS], keep[i : i + ROWS]) for i in range(0, W_E.shape[0], ROWS)]
+        self.mu = (sum(rows.double().T @ k.double() for rows, k in blocks) / keep.sum()).float()
+        cov = sum((((rows - self.mu) * k[:, None]).T @ (rows - self.mu)).double() for rows, k in blocks)
+        self.cov = self.centre(self.centre((cov / keep.sum()).float()).T)  # Sigma' = C Sigma C [d_model, d_model]
+        self.tok_var = float(self.cov.trace()) / cfg.d_model  # a token's share of sigma^2
+        self.m0 = W_pos[:n] + self.mu
+        if bos:
+            self.m0[0] = W_E[model.tokenizer.bos_token_id] + W_pos[0]
+        self.has_tok = torch.ones(n) if not bos else (torch.arange(n) > 0).float()  # positions whose token varies
+        self._copies: dict[int, tuple[torch.Tensor, list]] = {}
+        self._written: dict[int, torch.Tensor] = {}
 
     def centre(self, x: torch.Tensor) -> torch.Tensor:
         """``x C``: each row of ``x`` ``[..., d_model]`` less its mean (unchanged where the norm does not centre)."""
         return x - x.mean(-1, keepdim=True) if self.centres else x
 
-    def _attn(self, l: int) -> dict:
+    def attn(self, l: int) -> dict:
+        """Layer ``l``'s attention weights (``W_Q``, ``W_K``, ``W_V`` ``[H, d, dh]``, ``W_O`` ``[H, dh, d]``, biases),
+        its LayerNorm's gain ``w`` and bias ``b`` ``[d]`` and its score scale."""
         a, blk = self.model.blocks[l].attn, self.model.blocks[l]
-        f64 = lambda t: t.detach().double().cpu()  # noqa: E731
+        out = {k: _f32(getattr(a, k)) for k in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")}
         w, b = ln_params(blk.ln1) if self.has_norm else (None, None)
-        out = {k: f64(getattr(a, k)) for k in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")}
-        out["w"] = torch.ones(self.cfg.d_model, dtype=torch.float64) if w is None else w.double().cpu()
-        out["b"] = torch.zeros(self.cfg.d_model, dtype=torch.float64) if b is None else b.double().cpu()
+        out["w"] = torch.ones(self.cfg.d_model) if w is None else _f32(w)
+        out["b"] = torch.zeros(self.cfg.d_model) if b is None else _f32(b)
         out["scale"] = attn_scale(self.cfg, l)
         return out
 
     def sigma(self, m: torch.Tensor) -> torch.Tensor:
         """Typical norms ``[n]`` of the mean stream ``m`` ``[n, d_model]`` with a token's deviation added."""
         if not self.has_norm:
-            return torch.ones(m.shape[0], dtype=torch.float64)
-        c = self.centre(m)
-        return (c.pow(2).mean(-1) + self.tok_var * self.has_tok + self.eps).sqrt()
+            return torch.ones(m.shape[0])
+        return (self.centre(m).pow(2).mean(-1) + self.tok_var * self.has_tok + self.eps).sqrt()
 
     def norm(self, m: torch.Tensor, sigma: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """``w * C m / sigma + b`` row by row: ``m`` ``[..., n, d_model]``, ``sigma`` ``[n]``."""
@@ -172,47 +182,38 @@ class _Weights:
             return m
         return self.centre(m) / sigma[:, None] * w + b
 
-    def self_match(self, l: int) -> torch.Tensor:
-        """``c_self`` of every head of layer ``l`` ``[n_heads]``: ``tr(Sigma' D W_Q W_K^T D)``."""
-        a = self.attn[l]
-        Dq = a["W_Q"] * a["w"][:, None]  # D W_Q [H, d, dh]
-        Dk = a["W_K"] * a["w"][:, None]
-        return ((self.cov @ Dq) * Dk).sum((-1, -2))
+    def copy_terms(self, l: int) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """``(c_self, [(c_Q, c_K) for u < l])``: ``c_self`` ``[n_heads]`` of every head of layer ``l`` and ``c_Q``,
+        ``c_K`` ``[n_heads(u), n_heads(l)]`` of every head of layer ``u`` into every head of layer ``l``, as the
+        module doc's Frobenius products with ``M_h = D W_K^h W_Q^h^T D``."""
+        if l not in self._copies:
+            a = self.attn(l)
+            H, d = a["W_Q"].shape[:2]
+            QK = torch.empty(2, H, d, d)  # M and M^T
+            torch.matmul(a["W_K"] * a["w"][:, None], (a["W_Q"] * a["w"][:, None]).transpose(-1, -2), out=QK[0])
+            QK[1] = QK[0].transpose(-1, -2)
+            QK = QK.view(2 * H, d * d)
+            c_self = (QK[:H] @ self.cov.flatten()).double()
+            c = [(self.written(u) @ QK.T).double() for u in range(l)]  # [U, 2H] each
+            self._copies[l] = c_self, [(x[:, :H], x[:, H:]) for x in c]
+        return self._copies[l]
 
-    def copy_terms(self, u: int, l: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(c_Q, c_K)`` ``[n_heads(u), n_heads(l)]`` of every head of layer ``u < l`` into every head of layer
-        ``l``: ``tr(Sigma' D_u W_V W_O C D W_Q W_K^T D)`` and ``tr(Sigma' D W_Q W_K^T D C W_O^T W_V^T D_u)``."""
-        if (u, l) not in self._copies:
-            self._copies[u, l] = self._copy_terms(u, l)
-        return self._copies[u, l]
-
-    def _copy_terms(self, u: int, l: int) -> tuple[torch.Tensor, torch.Tensor]:
-        up, a = self.attn[u], self.attn[l]
-        V = self.cov @ (up["W_V"] * up["w"][:, None])  # Sigma' D_u W_V [U, d, dh]
-        OC = self.centre(up["W_O"])  # W_O C [U, dh, d]
-        Dq, Dk = a["W_Q"] * a["w"][:, None], a["W_K"] * a["w"][:, None]  # [H, d, dh]
-
-        # tr(Sigma' D_u W_V W_O C D W_Q W_K^T D) = tr((W_K^T D Sigma' D_u W_V) (W_O C D W_Q)): [dh, dh] per pair,
-        # every pair of one layer pair from two matmuls over the stacked heads
-        Vs = einops.rearrange(V, "u d v -> d (u v)")
-        Os = einops.rearrange(OC, "u v d -> (u v) d")
-        U = V.shape[0]
-
-        def tr(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:  # [H, d, dh] each -> [U, H]
-            x = einops.rearrange(left, "h d k -> (h k) d") @ Vs  # [(H dh), (U dh)]
-            y = Os @ einops.rearrange(right, "h d k -> d (h k)")  # [(U dh), (H dh)]
-            x = einops.rearrange(x, "(h k) (u v) -> u h k v", h=left.shape[0], u=U)
-            y = einops.rearrange(y, "(u v) (h k) -> u h v k", h=left.shape[0], u=U)
-            return einops.einsum(x, y, "u h k v, u h v k -> u h")
-
-        c_q, c_k = tr(Dk, Dq), tr(Dq, Dk)
-        return c_q, c_k
+    def written(self, u: int) -> torch.Tensor:
+        """``Sigma' A_u`` of every head of layer ``u``, flattened ``[n_heads, d_model * d_model]``; kept while the
+        kept ones fit in :data:`CACHE_BYTES` (the earliest layers first: every layer above reads them)."""
+        if u in self._written:
+            return self._written[u]
+        a = self.attn(u)
+        A = ((self.cov @ (a["W_V"] * a["w"][:, None])) @ self.centre(a["W_O"])).flatten(1)
+        if (len(self._written) + 1) * A.nbytes <= CACHE_BYTES:
+            self._written[u] = A
+        return A
 
 
 def _scores(W: _Weights, l: int, x: torch.Tensor, sigma: torch.Tensor, heads=slice(None)) -> torch.Tensor:
     """The mean-stream scores ``[..., H, n, n]`` (scaled) of the heads ``heads`` of layer ``l`` on ``x`` ``[..., n,
     d_model]`` normalised by ``sigma`` ``[n]``."""
-    a = W.attn[l]
+    a = W.attn(l)
     ln = W.norm(x, sigma, a["w"], a["b"])[..., None, :, :]
     q = ln @ a["W_Q"][heads] + a["b_Q"][heads][:, None]
     k = ln @ a["W_K"][heads] + a["b_K"][heads][:, None]
@@ -221,37 +222,34 @@ def _scores(W: _Weights, l: int, x: torch.Tensor, sigma: torch.Tensor, heads=sli
 
 def _softmax(s: torch.Tensor) -> torch.Tensor:
     n = s.shape[-1]
-    mask = torch.ones(n, n, dtype=torch.bool).tril()
-    return s.masked_fill(~mask, float("-inf")).softmax(-1)
+    return s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
 
 
-def _stats(A: torch.Tensor) -> dict[str, torch.Tensor]:
-    """:func:`prev_token_stats` of patterns ``[..., H, n, n]``: diagonal means over every query, key 0 left out."""
+def _diagonals(A: torch.Tensor) -> torch.Tensor:
+    """The diagonal means ``[..., n]`` of patterns ``[..., n, n]`` over every query, key 0 left out."""
     n = A.shape[-1]
-    lead = A.shape[:-2]
-    sums = diagonal_sums(A.reshape(1, -1, n, n).float(), n, True)
-    return {k: v.reshape(lead) for k, v in prev_token_stats(sums / diagonal_counts(n, n, True)).items()}
+    sums = diagonal_sums(A.reshape(1, -1, n, n), n, True)
+    return (sums / diagonal_counts(n, n, True)).reshape(*A.shape[:-2], n)
 
 
 def _token_terms(W: _Weights, l: int, patterns: list[torch.Tensor], sigmas: list[torch.Tensor]) -> torch.Tensor:
     """The covariance part of layer ``l``'s scores ``[H, n, n]`` (scaled; see the module doc), from the composed
     patterns ``[H, n, n]`` and typical norms ``[n]`` of the layers below."""
-    a, s = W.attn[l], sigmas[l]
-    H, n = W.cfg.n_heads, W.n
-    t = torch.zeros(H, n, n, dtype=torch.float64)
+    s, n = sigmas[l], W.n
+    c_self, pairs = W.copy_terms(l)
+    t = torch.zeros(len(c_self), n, n)
     idx = torch.arange(n)
-    t[:, idx, idx] = W.self_match(l)[:, None] * W.has_tok
-    for u in range(l):
-        c_q, c_k = W.copy_terms(u, l)
+    t[:, idx, idx] = c_self.float()[:, None] * W.has_tok
+    for u, (c_q, c_k) in enumerate(pairs):
         Au = patterns[u] * (W.has_tok / sigmas[u])[None, None, :]  # a token's copy, as u's LayerNorm scales it
-        t += einops.einsum(c_q, Au, "u h, u p k -> h p k")
-        t[:, idx, idx] += einops.einsum(c_k, Au[:, idx, idx], "u h, u p -> h p")
-    return a["scale"] * t / (s[:, None] * s[None, :])
+        t += einops.einsum(c_q.float(), Au, "u h, u p k -> h p k")
+        t[:, idx, idx] += einops.einsum(c_k.float(), Au[:, idx, idx], "u h, u p -> h p")
+    return W.attn(l)["scale"] * t / (s[:, None] * s[None, :])
 
 
 def _head_outputs(W: _Weights, l: int, m: torch.Tensor, sigma: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
     """Each head's write ``A^h (LN(m) W_V^h + b_V^h) W_O^h`` ``[H, n, d_model]`` (``b_O`` apart)."""
-    a = W.attn[l]
+    a = W.attn(l)
     v = W.norm(m, sigma, a["w"], a["b"]) @ a["W_V"] + a["b_V"][:, None]  # [H, n, dh]
     return (A @ v) @ a["W_O"]
 
@@ -263,12 +261,11 @@ def _mlp(W: _Weights, l: int, x: torch.Tensor) -> torch.Tensor:
     if getattr(W.cfg, "attn_only", False) or getattr(blk, "mlp", None) is None:
         return torch.zeros_like(x)
     w, b = ln_params(blk.ln2) if W.has_norm else (None, None)
-    ones, zeros = torch.ones(x.shape[-1], dtype=torch.float64), torch.zeros(x.shape[-1], dtype=torch.float64)
-    ln = W.norm(x, W.sigma(x), ones if w is None else w.double().cpu(), zeros if b is None else b.double().cpu())
+    ones, zeros = torch.ones(x.shape[-1]), torch.zeros(x.shape[-1])
+    ln = W.norm(x, W.sigma(x), ones if w is None else _f32(w), zeros if b is None else _f32(b))
     mlp = blk.mlp
-    f64 = lambda t: t.detach().double().cpu()  # noqa: E731
-    hidden = ACTIVATIONS[W.cfg.act_fn](ln @ f64(mlp.W_in) + f64(mlp.b_in))
-    return hidden @ f64(mlp.W_out) + f64(mlp.b_out)
+    hidden = ACTIVATIONS[W.cfg.act_fn](ln @ _f32(mlp.W_in) + _f32(mlp.b_in))
+    return hidden @ _f32(mlp.W_out) + _f32(mlp.b_out)
 
 
 def positional_circuits(model, n_positions: int = N_POSITIONS, bos: bool | None = None) -> PositionalCircuits:
@@ -282,25 +279,32 @@ def positional_circuits(model, n_positions: int = N_POSITIONS, bos: bool | None 
         raise ValueError(f"n_positions: {n_positions!r} is not an int >= 3 (a query with a previous non-BOS key)")
     n = min(n_positions, model.cfg.n_ctx)
     W = _Weights(model, n, default_bos(model) if bos is None else bool(bos))
-    L = model.cfg.n_layers
     m = W.m0.clone()
-    streams, sigmas, patterns, direct = [m.clone()], [], [], []
-    for l in range(L):
+    streams, sigmas, patterns, direct = [m], [], [], []
+    for l in range(model.cfg.n_layers):
         s = W.sigma(m)
         sigmas.append(s)
         t = _token_terms(W, l, patterns, sigmas)
         # the direct circuit: the embedding stream and the token's self-match, at this layer's typical norm
-        self_only = W.attn[l]["scale"] * torch.diag_embed(W.self_match(l)[:, None] * W.has_tok / s**2)
-        direct.append(_softmax(_scores(W, l, W.m0, s) + self_only))
+        self_only = W.attn(l)["scale"] * torch.diag_embed(W.copy_terms(l)[0].float()[:, None] * W.has_tok / s**2)
+        direct.append(_diagonals(_softmax(_scores(W, l, W.m0, s) + self_only)))
         A = _softmax(_scores(W, l, m, s) + t)
         patterns.append(A)
-        attn_out = _head_outputs(W, l, m, s, A).sum(0) + W.attn[l]["b_O"]
+        a = W.attn(l)
+        v = W.norm(m, s, a["w"], a["b"]) @ a["W_V"] + a["b_V"][:, None]  # [H, n, dh]
+        attn_out = einops.einsum(A @ v, a["W_O"], "h p k, h k d -> p d") + a["b_O"]
         mlp_in = m if getattr(W.cfg, "parallel_attn_mlp", False) else m + attn_out
         m = m + attn_out + _mlp(W, l, mlp_in)
-        streams.append(m.clone())
+        streams.append(m)
     P = torch.stack(patterns)
     return PositionalCircuits(
-        _stats(torch.stack(direct)), _stats(P), P.float(), torch.stack(streams), torch.stack(sigmas), W.bos, W
+        prev_token_stats(torch.stack(direct)),
+        prev_token_stats(_diagonals(P)),
+        P,
+        torch.stack(streams),
+        torch.stack(sigmas),
+        W.bos,
+        W,
     )
 
 
@@ -312,27 +316,28 @@ def upstream_contributions(model, circuits: PositionalCircuits, layer: int, head
     check_head(model, layer, head)
     n = circuits.patterns.shape[-1]
     W = circuits._weights if circuits._weights is not None else _Weights(model, n, circuits.bos)
-    P = [p.double() for p in circuits.patterns]
-    sig = list(circuits.sigma)
+    P, sig = list(circuits.patterns), list(circuits.sigma)
     m, s = circuits.stream[layer], circuits.sigma[layer]
     base = float(circuits.composed["prev_mass"][layer, head])
     t = _token_terms(W, layer, P, sig)[head]
-    idx, scale = torch.arange(n), W.attn[layer]["scale"] / (s[:, None] * s[None, :])
+    idx, scale = torch.arange(n), W.attn(layer)["scale"] / (s[:, None] * s[None, :])
+    c_self, pairs = W.copy_terms(layer)
     rows, writes = [], torch.zeros_like(m)
-    for u in range(layer):
+    for u, (c_q, c_k) in enumerate(pairs):
         outs = _head_outputs(W, u, circuits.stream[u], sig[u], P[u])  # [U, n, d]
-        writes += outs.sum(0) + W.attn[u]["b_O"]
-        c_q, c_k = W.copy_terms(u, layer)
+        writes += outs.sum(0) + W.attn(u)["b_O"]
         Au = P[u] * (W.has_tok / sig[u])[None, None, :]
-        own = c_q[:, head, None, None] * Au  # each upstream head's copy terms in the head's scores [U, n, n]
-        own[:, idx, idx] += c_k[:, head, None] * Au[:, idx, idx]
-        own *= scale
-        for j in range(W.cfg.n_heads):
-            A = _softmax(_scores(W, layer, m - outs[j], s, heads=slice(head, head + 1))[0] + t - own[j])
-            prev = float(_stats(A[None])["prev_mass"][0])
-            rows.append(dict(source=head_name(u, j), layer=u, head=j, prev_without=prev, drop=base - prev))
-    s_only = W.attn[layer]["scale"] * W.self_match(layer)[head] * W.has_tok / s**2
+        own = c_q[:, head, None, None].float() * Au  # each upstream head's copy terms in the head's scores [U, n, n]
+        own[:, idx, idx] += c_k[:, head, None].float() * Au[:, idx, idx]
+        # every upstream head of layer u removed in turn: [U, n, n] patterns of the one head
+        A = _softmax(_scores(W, layer, m - outs, s, heads=slice(head, head + 1))[:, 0] + t - own * scale)
+        prev = prev_token_stats(_diagonals(A))["prev_mass"]
+        rows += [
+            dict(source=head_name(u, j), layer=u, head=j, prev_without=float(p), drop=base - float(p))
+            for j, p in enumerate(prev)
+        ]
+    s_only = W.attn(layer)["scale"] * c_self[head].float() * W.has_tok / s**2
     A = _softmax(_scores(W, layer, m - writes, s, heads=slice(head, head + 1))[0] + torch.diag(s_only))
-    without = float(_stats(A[None])["prev_mass"][0])
+    without = float(prev_token_stats(_diagonals(A))["prev_mass"])
     df = pd.DataFrame(rows, columns=["source", "layer", "head", "prev_without", "drop"])
     return df.sort_values("drop", ascending=False, kind="stable").reset_index(drop=True), without

@@ -105,22 +105,16 @@ def measure(model, n_positions: int = N_POSITIONS) -> dict:
     upstream, without = (None, float(row.composed_prev))
     if layer > 0:
         upstream, without = upstream_contributions(model, c, layer, index)
+    x = {k: float(row[k]) for k in ("direct_prev", "composed_prev", "composed_ratio")}
     label, reason = route_label(
-        int(row.composed_top),
-        float(row.composed_ratio),
-        float(row.direct_prev),
-        float(row.composed_prev),
-        without,
-        layer,
+        int(row.composed_top), x["composed_ratio"], x["direct_prev"], x["composed_prev"], without, layer
     )
     carried = [] if upstream is None else [(r.source, float(r.drop)) for r in upstream.head(N_CARRIERS).itertuples()]
     record = dict(
         head=str(row["head"]),
         label=label,
         reason=reason,
-        direct_prev=float(row.direct_prev),
-        composed_prev=float(row.composed_prev),
-        composed_ratio=float(row.composed_ratio),
+        **x,
         without_heads=without,
         carried_by=carried,
         n_positions=int(c.patterns.shape[-1]),
