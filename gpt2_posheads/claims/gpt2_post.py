@@ -9,10 +9,9 @@ read extended positions) rather than another way with the same behaviour (readin
 ``W_pos``); a *description* says what a head or a matrix looks like, and holds on either route. :data:`CLAIMS` is
 every declared claim of every post by key. Scripts judge a claim with its spec's own
 :meth:`~gpt2_posheads.claims.verdicts.ClaimSpec.judge` on their measurement and the preconditions that make it
-testable on the model at hand (the model copies; the head is a clear previous-token head; ...); :func:`judge_claim`
-does so by key. The rules that other code reads too live here: :data:`SHARPEST_RULE` and
-:data:`INDUCTION_RULE` (the organism's targets), :func:`built_from_below` (the route conclusion),
-:func:`helix_evr_rule` (a precondition).
+testable on the model at hand (the model copies; the head is a clear previous-token head; ...); ``CLAIMS[key].judge``
+judges one by key. The rules that other code reads too live here: :data:`SHARPEST_RULE` and :data:`INDUCTION_RULE`
+(the organism's targets), :func:`built_from_below` (the route conclusion), :func:`helix_evr_rule` (a precondition).
 
 Every threshold has a stated reason (the post's words and numbers, a chance level, or a level random models stay
 below), and where the post's claim has two parts ("tremendous damage" to early heads, "minimal damage" to L4H11)
@@ -39,7 +38,6 @@ the rule tests both:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 from ..analysis.diagonals import CLEAR_PREV_RATIO, is_clear_prev, prev_token_stats
 from .verdicts import (  # noqa: F401 - ROUTE, DESCRIBES, register_claim: the post's modules read them here
@@ -144,29 +142,6 @@ def helix_evr_rule(what: str, allow_quick: bool = True) -> Rule:
         decide,
         allow_quick=allow_quick,
     )
-
-
-def judge_claim(
-    key: str | ClaimSpec,
-    measured,
-    value=None,
-    preconditions: Sequence[Precondition] = (),
-    quick: bool = False,
-    post: str | None = None,
-    head: str = "",
-    readout: str = "",
-) -> Claim:
-    """Judge the post's claim ``key`` (declared by :func:`post_claim`; or a :class:`ClaimSpec` itself, e.g. the
-    claim as measured at another masking period) on a measurement.
-
-    ``post`` overrides the post's number (scripts pass ``"(GPT-2 small only)"`` style text when the
-    post's per-head figure would be misread next to another model's head of the same name); ``head`` names
-    the head the claim was measured on, ``readout`` the measured number for a person.
-    """
-    spec = key if isinstance(key, ClaimSpec) else CLAIMS.get(key)
-    if spec is None:
-        raise ValueError(f"key: {key!r} is not a declared claim of the post; declared: {', '.join(CLAIMS)}")
-    return spec.judge(measured, value, preconditions, quick, post=post, head=head, readout=readout)
 
 
 # --- preconditions -----------------------------------------------------------------------------------

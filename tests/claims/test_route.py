@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from gpt2_posheads.claims.gpt2_post import built_from_below, judge_claim
+from gpt2_posheads.claims.gpt2_post import CLAIMS, built_from_below
 from gpt2_posheads.claims.measured import EarlyLabels, LayersBelowRemoved, PrevMassAveraged
 from gpt2_posheads.claims.record import summary_from_dict
 from gpt2_posheads.claims.route import (
@@ -197,6 +197,6 @@ def test_from_summaries_reads_every_scripts_claims():
 def test_the_relay_aware_rule(layer, below, relayed, held, says):
     ok, why = built_from_below("L2H0", layer, below, relayed)
     assert ok is held and says in why, why
-    verdict = judge_claim("aggregator_above_layer0", {}, value=("L2H0", layer, below, relayed)).verdict
+    verdict = CLAIMS["aggregator_above_layer0"].judge({}, value=("L2H0", layer, below, relayed)).verdict
     unmeasured = any(isinstance(x, float) and math.isnan(x) for x in (below, relayed))
     assert verdict == ("not testable" if unmeasured else "held" if held else "not held")  # a NaN is never judged

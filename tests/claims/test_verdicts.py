@@ -8,7 +8,6 @@ from gpt2_posheads.claims.catalogue import claims, script
 from gpt2_posheads.claims.gpt2_post import (
     CLAIMS,
     is_prev_token_head,
-    judge_claim,
     layer_above,
     model_copies,
     post_claim,
@@ -99,22 +98,21 @@ def test_failed_precondition_is_not_testable_even_if_the_number_looks_good():
 
 def test_quick_runs_are_not_testable_unless_the_rule_allows():
     assert judge("c", "p", at_most(0.1, "r"), 0.05, quick=True).verdict == "not testable"
-    assert judge_claim("wpos_helix", {}, value=[0.33, 0.32, 0.25, 0.035], quick=True).verdict == "held"  # a matrix
+    assert CLAIMS["wpos_helix"].judge({}, value=[0.33, 0.32, 0.25, 0.035], quick=True).verdict == "held"  # a matrix
 
 
 def test_the_l4h11_edit_on_a_model_that_does_not_copy_is_not_testable():
     # a model that does not copy: clean P(turtle) 0.00005, and P(pirate) > P(turtle) already before the edit
-    c = judge_claim(
-        "edit_moves_copy",
+    c = CLAIMS["edit_moves_copy"].judge(
         {},
         value=(0.0001, 0.00005, 0.0002),
         preconditions=[model_copies({"P(turtle | ninja)": 0.00005})],
     )
     assert c.verdict == "not testable"
-    held = judge_claim("edit_moves_copy", {}, value=(0.001, 0.26, 0.65), preconditions=[model_copies({"P": 0.99})])
+    held = CLAIMS["edit_moves_copy"].judge({}, value=(0.001, 0.26, 0.65), preconditions=[model_copies({"P": 0.99})])
     assert held.verdict == "held"
     # the third word must rise, not only beat a collapsed second word
-    assert judge_claim("edit_moves_copy", {}, value=(0.001, 0.01, 0.05)).verdict == "not held"
+    assert CLAIMS["edit_moves_copy"].judge({}, value=(0.001, 0.01, 0.05)).verdict == "not held"
 
 
 UP = {"group_drop": 0.87, "chance": 0.01, "n_early": 4, "n_groups": 63, "top_single": "L1H3 (query) 10%"}
@@ -187,7 +185,7 @@ UP = {"group_drop": 0.87, "chance": 0.01, "n_early": 4, "n_groups": 63, "top_sin
     ],
 )
 def test_every_post_claim_rule(key, value, verdict):
-    assert judge_claim(key, {}, value=value).verdict == verdict
+    assert CLAIMS[key].judge({}, value=value).verdict == verdict
 
 
 def test_every_claim_has_a_rule_in_words():
@@ -337,5 +335,5 @@ def test_a_claim_key_declared_twice_or_unknown_is_refused():
     with pytest.raises(ValueError, match="role: 'sometimes'"):
         post_claim("a_new_claim", "a sentence", "", spec.rule, "sometimes")
     assert "a_new_claim" not in CLAIMS
-    with pytest.raises(ValueError, match="key: 'no_such_claim' is not a declared claim"):
-        judge_claim("no_such_claim", {}, value=1.0)
+    with pytest.raises(KeyError, match="no_such_claim"):
+        CLAIMS["no_such_claim"].judge({}, value=1.0)

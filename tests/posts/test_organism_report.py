@@ -4,7 +4,7 @@ as its command judged it, and a step without a run that judged it not testable, 
 import json
 import math
 
-from gpt2_posheads.claims.gpt2_post import CLAIMS, judge_claim
+from gpt2_posheads.claims.gpt2_post import CLAIMS
 from gpt2_posheads.claims.organism import Measured, Sharpest, judge_targets
 from gpt2_posheads.claims.record import read_summary, write_summary
 from gpt2_posheads.claims.route import NONE, UNDETERMINED, conclude, records_from_claims
@@ -13,12 +13,12 @@ from gpt2_posheads.posts.gpt2_prev_heads.organism_report import page, story, sto
 
 
 def test_story_reads_each_claim_as_its_command_wrote_it(tmp_path):
-    judged = judge_claim("mask_disrupts", {"head": "L2H0"}, value=(0.9, 0.1), head="L2H0", readout="89% lower")
+    judged = CLAIMS["mask_disrupts"].judge({"head": "L2H0"}, value=(0.9, 0.1), head="L2H0", readout="89% lower")
     write_summary(tmp_path / "mask_prev_attention" / "m" / "summary.json", {"script": "mask_prev_attention"}, [judged])
     write_summary(tmp_path / "l4h11_edit" / "m" / "summary.json", {"script": "l4h11_edit"}, [])  # judged nothing
     (tmp_path / "ext_pos_averaging" / "m").mkdir(parents=True)
     (tmp_path / "ext_pos_averaging" / "m" / "summary.json").write_text('{"claims": [{"claim": "cut')  # cut short
-    bad = judge_claim("wpos_helix", {}, value=0.0, preconditions=[Precondition("p", False, "a reason")]).as_dict() | {
+    bad = CLAIMS["wpos_helix"].judge({}, value=0.0, preconditions=[Precondition("p", False, "a reason")]).as_dict() | {
         "verdict": "maybe"
     }
     (tmp_path / "pos_embed_helix" / "m").mkdir(parents=True)
@@ -45,7 +45,7 @@ def test_the_story_round_trips_through_summary_json(tmp_path):
 
 
 def test_the_page_puts_the_story_beside_the_other_model(tmp_path):
-    judged = judge_claim("mask_disrupts", {"head": "L2H0"}, value=(0.9, 0.1), head="L2H0", readout="89% lower")
+    judged = CLAIMS["mask_disrupts"].judge({"head": "L2H0"}, value=(0.9, 0.1), head="L2H0", readout="89% lower")
     write_summary(tmp_path / "mask_prev_attention" / "other" / "summary.json", {}, [judged])
     html = page("t", [], story(tmp_path, "m"), story(tmp_path, "other"), "other-model", ["a.html"])
     assert "other-model" in html and "89% lower" in html and "(L2H0)" in html
@@ -64,8 +64,8 @@ def test_the_route_conclusion_is_drawn_from_the_story(tmp_path):
             CLAIMS[key].role,
             CLAIMS[key].rule.text,
         )
-    flat = judge_claim(
-        "sharp_prev_head", {"head": None, "ratio": None}, value=math.inf, readout="no previous-token head"
+    flat = CLAIMS["sharp_prev_head"].judge(
+        {"head": None, "ratio": None}, value=math.inf, readout="no previous-token head"
     )
     write_summary(tmp_path / "rank_prev_heads" / "m" / "summary.json", {"script": "rank_prev_heads"}, [flat])
     rows = story(tmp_path, "m")

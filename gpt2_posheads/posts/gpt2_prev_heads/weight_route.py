@@ -25,7 +25,7 @@ import torch
 
 from ...analysis.weight_route import N_POSITIONS, not_applicable, positional_circuits, upstream_contributions
 from ...claims.catalogue import Option, declare
-from ...claims.gpt2_post import HALF, ROUTE, SHARP_RATIO, judge_claim, post_claim
+from ...claims.gpt2_post import HALF, ROUTE, SHARP_RATIO, post_claim
 from ...claims.route import BUILT, LABELS, NOT_POSITIONAL, READS_WPOS, ROUTE_LABELS  # noqa: F401 - names of this claim
 from ...claims.verdicts import Precondition, finite, predicate
 from ...model.state import measures_caller_model
@@ -74,22 +74,21 @@ def _built(record) -> tuple[bool, str]:
     return record["label"] == BUILT, f"{record['head']}: {record['label']} ({record['reason']})"
 
 
-SPECS = (
-    post_claim(
-        "weight_route_built",
-        "the sharpest previous-token head reads the previous position from earlier heads, not directly from W_pos "
-        "(by the weights)",
-        "L4H11: an aggregator of the earlier heads' signals",
-        predicate(
-            f"held if the route label of the sharpest previous-token head by the composed weight circuit (ratio <= "
-            f"{SHARP_RATIO:g}) is '{BUILT}': its direct circuit gives < {DIRECT_SHARE:.0%} of its composed "
-            f"previous-token mass and removing the upstream heads' writes takes >= {HEADS_SHARE:.0%}",
-            _built,
-        ),
-        ROUTE,
-        "a head that reads W_pos finds p-1 in its direct circuit",
+BUILT_SPEC = post_claim(
+    "weight_route_built",
+    "the sharpest previous-token head reads the previous position from earlier heads, not directly from W_pos "
+    "(by the weights)",
+    "L4H11: an aggregator of the earlier heads' signals",
+    predicate(
+        f"held if the route label of the sharpest previous-token head by the composed weight circuit (ratio <= "
+        f"{SHARP_RATIO:g}) is '{BUILT}': its direct circuit gives < {DIRECT_SHARE:.0%} of its composed "
+        f"previous-token mass and removing the upstream heads' writes takes >= {HEADS_SHARE:.0%}",
+        _built,
     ),
+    ROUTE,
+    "a head that reads W_pos finds p-1 in its direct circuit",
 )
+SPECS = (BUILT_SPEC,)
 
 
 def measure(model, n_positions: int = N_POSITIONS) -> dict:
@@ -198,9 +197,7 @@ def weight_route(model=None, *, n_positions: int = N_POSITIONS, run: ModelRun | 
     if why is not None:
         result.numbers["not_applicable"] = why
         result.claims = [
-            judge_claim(
-                "weight_route_built", {"not_applicable": why}, preconditions=[Precondition("learned W_pos", False, why)]
-            )
+            BUILT_SPEC.judge({"not_applicable": why}, preconditions=[Precondition("learned W_pos", False, why)])
         ]
         return result
     m = measure(model, n_positions)
@@ -217,8 +214,6 @@ def weight_route(model=None, *, n_positions: int = N_POSITIONS, run: ModelRun | 
         )
     ]
     result.claims = [
-        judge_claim(
-            "weight_route_built", r, value=r, preconditions=pre, head=r["head"], readout=f"{r['head']}: {r['label']}"
-        )
+        BUILT_SPEC.judge(r, value=r, preconditions=pre, head=r["head"], readout=f"{r['head']}: {r['label']}")
     ]
     return result
