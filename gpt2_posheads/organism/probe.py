@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from ..analysis.diagonals import diagonal_attention, diagonal_counts, diagonal_sums, prev_token_stats
+from ..analysis.diagonals import diagonal_attention, prev_token_stats
 from ..analysis.induction import copy_losses, induction_from_patterns
 from ..analysis.interventions import average_pos_embed
 from ..model.engine import Reduction, engine_for
@@ -52,13 +51,6 @@ def evaluate(model, stream: torch.Tensor, n_ctx: int, max_windows: int = 64) -> 
         logits = eng.run(inp[i : i + 16])
         losses.append(F.cross_entropy(logits.flatten(0, 1), tgt[i : i + 16].flatten(), reduction="sum"))
     return float(torch.stack(losses).sum() / tgt.numel())
-
-
-def _diagonal_masses(patterns: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``[layer, head, n_offsets]`` mean attention per diagonal (every offset, key 0 left out) from patterns
-    ``[batch, head, q, k]`` per layer: the numbers of :func:`~gpt2_posheads.analysis.diagonals.diagonal_attention`."""
-    n = patterns[0].shape[-1]
-    return torch.stack([diagonal_sums(p, n, True) / (p.shape[0] * diagonal_counts(n, n, True)) for p in patterns])
 
 
 def _sharpest(mass: torch.Tensor, min_layer: int = 0) -> tuple[float, int, int]:

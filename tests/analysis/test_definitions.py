@@ -22,7 +22,7 @@ from gpt2_posheads.analysis.sources import path_ablation
 from gpt2_posheads.model.attention import attn_scale
 from gpt2_posheads.model.identity import is_gpt2_small
 from gpt2_posheads.model.paths import GPT2_W_POS
-from gpt2_posheads.organism.probe import _diagonal_masses, _sharpest
+from gpt2_posheads.organism.probe import _sharpest
 from gpt2_posheads.posts.gpt2_prev_heads.organism_targets import random_prompts
 from gpt2_posheads.store.cache import build_cache
 
@@ -35,8 +35,7 @@ def test_one_previous_token_ratio_everywhere(tiny_model, small_tokenizer):  # pr
     cache = build_cache(tiny_model, prompts, [(1, 0)], "tiny", ext_n_prompts=2, progress=False)
     cached = cache.ranking().set_index("name")
     table = head_table(tiny_model, prompts).set_index("name")
-    _, run_cache = tiny_model.run_with_cache(prompts)
-    probe_mass = _diagonal_masses([run_cache[f"blocks.{l}.attn.hook_pattern"] for l in range(tiny_model.cfg.n_layers)])
+    probe_mass = diagonal_attention(tiny_model, prompts, progress=False)  # what the training probe reads (lens)
     probe_st = prev_token_stats(probe_mass)
     for name in rank.index:
         l, h = int(rank.loc[name, "layer"]), int(rank.loc[name, "head"])
