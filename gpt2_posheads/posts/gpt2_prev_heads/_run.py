@@ -219,16 +219,11 @@ def ratio_grid(ranking: pd.DataFrame, n_layers: int, n_heads: int, title: str, *
     grid = np.full((n_layers, n_heads), np.nan)
     for r in ranking[ranking.is_prev_token].itertuples():
         grid[r.layer, r.head] = r.ratio
-    return heatmap(
-        grid,
-        x=list(range(n_heads)),
-        y=list(range(n_layers)),
-        colorscale="Viridis_r",
-        xlabel="head",
-        ylabel="layer",
-        title=title,
-        zmin=0,
-        zmax=1,
-        colorbar=dict(title="ratio"),
-        **kw,
-    )
+    return head_grid(grid, title, "ratio", colorscale="Viridis_r", **kw)
+
+
+def head_grid(z, title: str, what: str, **kw) -> go.Figure:
+    """A layer x head heat map of ``z`` ``[n_layers, n_heads]`` on 0..1, its colour bar titled ``what``."""
+    n_layers, n_heads = z.shape[:2]
+    x, y = list(range(n_heads)), list(range(n_layers))
+    return heatmap(z, x, y, title, xlabel="head", ylabel="layer", zmin=0, zmax=1, colorbar=dict(title=what), **kw)

@@ -146,9 +146,6 @@ def no_prompt_claim(why: str) -> Claim:
     return MOVES_COPY.judge({"no_prompt": why}, (float("nan"),) * 3, pre)
 
 
-USAGE = __doc__  # the command's help
-
-
 def _prepare(model, kwargs: dict, args) -> None:
     if model is not None:
         return
@@ -178,7 +175,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     takes=("seed",),
     order=8,
     claims=SPECS,
-    usage=USAGE,
+    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -207,17 +204,11 @@ def l4h11_edit(
     aggregator, L4H11 on GPT-2 small), ``run``: as every claim function takes them
     (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
 
-    Args:
-        target: three words to repeat (each keeps its leading space).
-        factors: output scale factors, each in ``0..MAX_FACTOR`` (1e6); must include 2 (the post's). A factor whose
-            edited logits are not finite on this model leaves that row not measured (NaN, with the reason in
-            ``not_measured``); the claim is judged on the x2 row.
-        seed: the seed of the repeat-string prompt's demonstrations.
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``edit_moves_copy``), ``numbers``
-        (``target`` as used, ``prompt``, ``mapping`` ``{query position: key position}``, ``mapping_tokens``,
-        ``rows``: per condition the two probabilities and the top 5), ``figures`` (``l4h11_edit``).
+    ``target``: three words, each keeping its leading space. ``factors``: each in ``0..MAX_FACTOR`` (1e6), 2 (the
+    post's) among them; a factor whose edited logits are not finite on this model leaves that row not measured (NaN,
+    the reason in ``not_measured``); the claim is judged on the x2 row. ``seed``: the demonstrations'. The result's
+    ``numbers`` hold ``target`` as used, ``prompt``, ``mapping`` ``{query position: key position}``,
+    ``mapping_tokens`` and ``rows``: per condition the two probabilities and the top 5.
     """
     factors = check_factors(factors)
     if not isinstance(target, str) or len(split_words(target)) != 3:

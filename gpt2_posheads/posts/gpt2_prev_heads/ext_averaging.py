@@ -118,9 +118,6 @@ def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> C
     )
 
 
-USAGE = __doc__  # the command's help
-
-
 def _console(result: ClaimResult, options: dict) -> None:
     for r in result.numbers["results"]:
         print(
@@ -135,7 +132,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     takes=("seed",),
     order=7,
     claims=SPECS,
-    usage=USAGE,
+    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -166,19 +163,10 @@ def ext_pos_averaging(
     sharpest clear previous-token head below the aggregator, then the aggregator), ``start``, ``size``, ``run``: as
     every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
 
-    Args:
-        group_size: rows averaged together (>= 2, the post: 10; one above the model's context is capped at it, and
-            said).
-        ext_prompts: repeated-token prompts the extended positional embeddings are measured on (>= 1).
-        seed: the seed of those prompts.
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``ext_avg_hurts_early_more``), ``numbers``
-        (``group_size``, ``results``: per head its layer, previous-token mass clean and averaged, JS divergence),
-        ``figures`` (``ext_pos_averaging``).
+    ``group_size`` (>= 2, the post: 10) above the model's context is capped at it, and said; the extended positional
+    embeddings are measured on ``ext_prompts`` repeated-token prompts from ``seed``. The result's ``numbers`` hold
+    ``results``: per head its layer, previous-token mass clean and averaged, JS divergence.
     """
-    if not (isinstance(ext_prompts, int) and ext_prompts >= 1):
-        raise ValueError(f"ext_prompts: {ext_prompts!r} is out of range; allowed an integer >= 1")
     run = prompted_run(model, prompts, run, **PROMPTS)
     if isinstance(group_size, bool) or not (isinstance(group_size, int) and group_size >= 2):
         raise ValueError(f"group_size: {group_size!r} is out of range; allowed an integer >= 2 (the post: 10)")

@@ -100,15 +100,12 @@ def preconditions(run: ModelRun, head: tuple[int, int], layers: list[int], every
     return pre
 
 
-USAGE = __doc__  # the command's help
-
-
 @declare(
     POST,
     "mask_prev_attention",
     order=5,
     claims=SPECS,
-    usage=USAGE,
+    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -138,15 +135,9 @@ def mask_prev_attention(
     on GPT-2 small), ``start``, ``size``, ``run``: as every claim function takes them
     (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
 
-    Args:
-        layers: the layers masked (default: every layer below each head's own: masking the head's own layer would
-            test the mask, not the mechanism).
-        every: the masking period (the post: 5).
-        renormalize: renormalise masked rows to sum to 1.
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``mask_disrupts`` per head), ``numbers``
-        (``every``, ``results``: per head the masses clean and masked), ``figures`` (``mask_prev_attention``).
+    ``layers`` default to every layer below each head's own (masking the head's own layer would test the mask, not
+    the mechanism); ``every``: the masking period (the post: 5). One ``mask_disrupts`` per head; the result's
+    ``numbers`` hold ``results``: per head the masses clean and masked.
     """
     if every < MIN_EVERY:
         raise ValueError(f"every: {every} is out of range; allowed >= {MIN_EVERY} (every=1 would mask every query)")

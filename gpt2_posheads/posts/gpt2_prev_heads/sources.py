@@ -44,7 +44,7 @@ from ...claims.gpt2_post import HALF, KEEP, POS_GROUP, ROUTE, built_from_below, 
 from ...claims.measured import LayersBelowRemoved
 from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.identity import is_gpt2_small
-from ...model.validation import UsageError, head_name, note
+from ...model.validation import UsageError, head_name, note, positive
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run
 from .about import POST
@@ -133,29 +133,22 @@ def aggregator_first(model, heads: list[tuple[int, int]]) -> list[tuple[int, int
 
 
 def measure(
-    run: ModelRun,
-    head: tuple[int, int],
-    groups: dict,
-    *,
-    ablation: str,
-    pos_group: int,
-    batch_size: int,
-    below: bool,
-    progress: bool = False,
+    run: ModelRun, head: tuple[int, int], groups: dict, progress: bool = False, **options
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """``(ablation table, composition table)`` of one target head: the direct-path ablation
-    (:func:`~gpt2_posheads.analysis.sources.path_ablation`: one upstream head's output removed only from the target's
-    query input or only from its key input, ``W_pos`` averaged in groups of ``pos_group`` on that input alone;
-    ``groups`` removed together from both, and with ``below`` everything the layers below write), one row per
-    (source, side), largest drop first, with the sources' Q/K/V composition scores against a random baseline
-    merged in (``q_comp``, ``k_comp``, ``v_comp``, ``q_ratio``, ``k_ratio``); the composition table is ``None`` on a
-    model whose weights do not give it."""
+    (:func:`~gpt2_posheads.analysis.sources.path_ablation` with ``options``: ``ablation``, ``batch_size``, one upstream
+    head's output removed only from the target's query input or only from its key input, ``W_pos`` averaged in groups of
+    ``pos_group`` on that input alone; ``groups`` removed together from both, and with ``below`` everything the layers
+    below write), one row per (source, side), largest drop first, with the sources' Q/K/V composition scores against a
+    random baseline merged in (``q_comp``, ``k_comp``, ``v_comp``, ``q_ratio``, ``k_ratio``); the composition table is
+    ``None`` on a model whose weights do not give it."""
     l, h = head
-    H = run.model.cfg.n_heads
     if progress:
-        print(f"\n{head_name(l, h)}: path ablation over {l * H} upstream heads x 2 sides ({ablation})", flush=True)
-    options = dict(ablation=ablation, pos_group=pos_group, batch_size=batch_size, groups=groups, below=below)
-    df = path_ablation(run.model, run.prompts, l, h, **options)
+        n = l * run.model.cfg.n_heads
+        print(
+            f"\n{head_name(l, h)}: path ablation over {n} upstream heads x 2 sides ({options['ablation']})", flush=True
+        )
+    df = path_ablation(run.model, run.prompts, l, h, groups=groups, **options)
     try:
         comp = composition_scores(run.model, l, h)
     except UsageError as e:
@@ -246,9 +239,6 @@ def judge(
     return claims, {"below_relative_drop": below_drop, "upstream": upstream}
 
 
-USAGE = __doc__  # the command's help
-
-
 def _prepare(model, kwargs: dict, args) -> None:
     if model is None:
         if kwargs["ablation"] == "resample" and args.n_prompts < 2:
@@ -265,7 +255,7 @@ def _prepare(model, kwargs: dict, args) -> None:
     takes=("seed", "progress"),
     order=9,
     claims=SPECS,
-    usage=USAGE,
+    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -296,25 +286,14 @@ def prev_head_sources(
     an aggregator there is judged as built from the embeddings alone), ``run``: as every claim function takes them
     (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
 
-    Args:
-        ablation: what replaces a source's output: ``"mean"``, ``"zero"`` or ``"resample"`` (two prompts or more).
-        pos_group: the ``W_pos`` group size of the positional route (>= 2).
-        batch_size: prompts per forward (>= 1).
-        seed: the seed of the random groups (chance).
-        progress: print each target's progress and its top sources.
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``aggregator_above_layer0``,
-        ``sources_upstream``, ``sources_named_heads``), ``numbers`` (``ablation``, ``targets``, ``results``: per
-        target its top sources and, for the aggregator, ``below_relative_drop`` and ``upstream``), ``tables``
-        (``ablation_<head>`` and ``composition_<head>`` per target), ``figures`` (``prev_head_sources``,
-        ``sources_groups``).
+    ``ablation``: what replaces a source's output (``"resample"``: two prompts or more); ``seed``: the random groups'
+    (chance); ``progress``: print each target's progress and its top sources. The result's ``numbers`` hold
+    ``results``: per target its top sources and, for the aggregator, ``below_relative_drop`` and ``upstream``;
+    ``tables`` ``ablation_<head>`` and ``composition_<head>`` per target.
     """
     if ablation not in ABLATIONS:
         raise UsageError("ablation", f"{ablation!r} is not an ablation", f"allowed {', '.join(ABLATIONS)}")
-    for param, value, low in (("pos_group", pos_group, 2), ("batch_size", batch_size, 1)):
-        if not (isinstance(value, int) and value >= low):
-            raise UsageError(param, f"{value!r} is out of range", f"allowed an integer >= {low}")
+    positive("pos_group", pos_group, 2)  # batch_size >= 1: checked by name before the call (ARGUMENT_CHECKS)
     run = prompted_run(model, prompts, run, **PROMPTS).ranked()
     if ablation == "resample" and len(run.prompts) < 2:
         raise UsageError("ablation", "resample needs at least two prompts", "use mean or zero, or two prompts or more")

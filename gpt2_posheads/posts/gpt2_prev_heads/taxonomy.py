@@ -150,9 +150,6 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
     return claims, {"aggregator": agg, "early_prev_heads": early[COLUMNS]}
 
 
-USAGE = __doc__  # the command's help
-
-
 def _prepare(model, kwargs: dict, args) -> None:
     if model is None:
         return
@@ -171,7 +168,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     takes=("progress",),
     order=6,
     claims=SPECS,
-    usage=USAGE,
+    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -207,18 +204,11 @@ def raw_scores_taxonomy(
     elsewhere; every head is classified, whatever is drawn), ``start``, ``size``, ``run``: as every claim function
     takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
 
-    Args:
-        window: key offsets ``-window..+window`` in the profile (``3 <= window <= (pos - 9) // 2``: the trend needs
-            two keys older than the previous one).
-        threshold: logits a spike or dip needs to label a head (>= 0; default ln 2: attention odds changed 2x).
-        start, size: the submatrix drawn (the post: 50 x 50).
-        progress: show a progress bar over the prompt batches of the profile.
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``early_self_suppressing``,
-        ``aggregator_prev_boosting``), ``numbers`` (``window``, ``threshold``, ``label_counts``, ``aggregator``,
-        ``early_prev_heads`` and ``chosen_heads`` as DataFrames of :data:`COLUMNS`), ``tables`` (``classification``:
-        every head), ``figures`` (``raw_scores``, ``taxonomy``).
+    ``window``: key offsets ``-window..+window`` in the profile (``3 <= window <= (pos - 9) // 2``: the trend needs two
+    keys older than the previous one). ``threshold``: logits a spike or dip needs to label a head (>= 0; default ln
+    2: attention odds changed 2x). The result's ``numbers`` hold ``label_counts``, ``aggregator``, and
+    ``early_prev_heads`` and ``chosen_heads`` as DataFrames of :data:`COLUMNS`; ``tables`` the ``classification`` of
+    every head.
     """
     if not (isinstance(threshold, (int, float)) and math.isfinite(threshold) and threshold >= 0):
         raise ValueError(f"threshold: {threshold!r} is out of range; allowed a number >= 0 (logits)")

@@ -242,9 +242,6 @@ def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:
     return fig
 
 
-USAGE = __doc__  # the command's help
-
-
 def _prepare(model, kwargs: dict, args) -> None:
     if model is None:
         targets = [t if t.startswith(" ") else " " + t for t in kwargs["targets"].split(",") if t.strip()]
@@ -270,7 +267,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     takes=("seed",),
     order=4,
     claims=SPECS,
-    usage=USAGE,
+    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -302,24 +299,16 @@ def pos_embed_averaging(
     the aggregator and the early previous-token heads; L2H2, L3H3, L4H11 on GPT-2 small), ``run``: as every claim
     function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
 
-    Args:
-        group_sizes: the group sizes (>= 1; one above the model's context is capped at it, and said; 1, the clean
-            model, is always measured). The claims compare with groups of 10 and 20 and with the largest (>= 50).
-        targets: the repeat-string targets (a leading space is added where missing; a word that is several tokens
-            in the model's vocabulary is replaced by a single-token word, single characters in a character
-            vocabulary, and a short context gets a shorter prompt: each said; :func:`._run.repeat_prompts`).
-        seed: the seed of the repeat-string prompts' demonstrations.
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``avg_output_unchanged``,
-        ``avg_breaks_down``, ``avg_prev_heads_unaffected``), ``numbers`` (``targets``, ``group_sizes``, ``rows``:
-        one per group size; or ``not_applicable`` and why), ``tables`` and ``figures`` (``pos_embed_averaging``).
+    ``group_sizes``: a size above the model's context is capped at it, and said; 1 (the clean model) is always
+    measured; the claims compare with groups of 10 and 20 and with the largest (>= 50). ``targets``: a leading space
+    is added where missing; a word that is several tokens in the model's vocabulary is replaced by a single-token word
+    (single characters in a character vocabulary), and a short context gets a shorter prompt: each said
+    (:func:`._run.repeat_prompts`). ``seed``: the demonstrations'. The result's ``numbers`` hold ``targets``,
+    ``group_sizes`` and ``rows`` (one per group size; also a table), or ``not_applicable`` and why.
     """
     group_sizes = list(group_sizes)
     if not group_sizes or not all(isinstance(g, int) and g >= 1 for g in group_sizes):
         raise ValueError(f"group_sizes: {group_sizes} must be integers >= 1, at least one (e.g. 1,5,10,20,50,100)")
-    if isinstance(targets, str) or not all(isinstance(t, str) for t in targets):
-        raise TypeError("targets: a list of strings like [' apple orange', ' orange apple']")
     targets = [t if t.startswith(" ") else " " + t for t in targets if t.strip()]
     if not targets:
         raise ValueError("targets: is empty; repeat-string targets like ' apple orange'")

@@ -29,7 +29,6 @@ from plotly.subplots import make_subplots
 from ...claims.catalogue import Option, declare
 from ...claims.toy import num, nums, rel_ppl_floor, spread
 from ...claims.verdicts import Claim, Precondition
-from ...model.validation import UsageError
 from ...toy import ToyConfig, relative_perplexity, separation_direction, wq_wk
 from ...toy.analysis import loss_spikes, order_swaps, perplexity_curve
 from ...toy.figures import COLOURS, band, log_axis, points_with_sd
@@ -37,8 +36,7 @@ from ...toy.metrics import bilinear
 from ...toy.posts import ToyRun
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
-from .about import POST
-from .rules import FAILS, LEARNED, LR, MONO, SEPARATION, SIGN, SPECS, SPIKES
+from .rules import FAILS, LEARNED, LR, MONO, POST, SEPARATION, SIGN, SPECS, SPIKES
 
 STEPS, QUICK_STEPS = 5000, 300
 LR_COMPARED = (0.1, 0.01)  # the post's two learning rates, each at V 30 and V 100
@@ -152,82 +150,75 @@ def measure(run: ToyRun, cfgs: dict) -> PrevToken:
 def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
     """The post's claims on a measurement (``quick``: every claim not testable, a smoke run)."""
     rp, rn, base, proj, s, M = m.with_pos, m.no_pos, m.base, m.proj, m.s, m.M
-    n_cmp = len(m.cmp_seeds)
+    n_cmp, claims = len(m.cmp_seeds), []
+
+    def add(spec, measured, value, **kw):
+        claims.append(spec.judge(measured, value, quick=quick, **kw))
+
     rel_with, rel_without = (relative_perplexity(r["final_loss"], base.V) for r in (rp, rn))
     one = f"V = 30, C = 4, n_embd = 2 (seed {m.seed})"
-    claims = [
-        LEARNED.at(setting=one).judge(
-            {"final_ppl": rp["final_perplexity"], "relative": rel_with},
-            (rp["final_perplexity"], base.V),
-            quick=quick,
-            readout=f"final perplexity {num(rp['final_perplexity'], 4)}",
-        ),
-        FAILS.at(setting=one).judge(
-            {"final_ppl": rn["final_perplexity"], "relative": rel_without},
-            (rn["final_perplexity"], base.V),
-            quick=quick,
-            readout=f"relative perplexity {num(rel_without, 2)} (final perplexity {num(rn['final_perplexity'])})",
-        ),
-    ]
+    add(
+        LEARNED.at(setting=one),
+        {"final_ppl": rp["final_perplexity"], "relative": rel_with},
+        (rp["final_perplexity"], base.V),
+        readout=f"final perplexity {num(rp['final_perplexity'], 4)}",
+    )
+    add(
+        FAILS.at(setting=one),
+        {"final_ppl": rn["final_perplexity"], "relative": rel_without},
+        (rn["final_perplexity"], base.V),
+        readout=f"relative perplexity {num(rel_without, 2)} (final perplexity {num(rn['final_perplexity'])})",
+    )
     ok, why = LEARNED.rule.decide((rp["final_perplexity"], base.V))
     learned_ok = Precondition(
         "the model with positional embeddings learned the task",
         ok,
         f"the model with positional embeddings did not learn the task ({why})",
     )
-    claims.append(
-        SEPARATION.at(setting=one).judge(
-            {"s": s.tolist(), "projections p_-3..p_0": proj},
-            (proj, base.C - 2),
-            quick=quick,
-            preconditions=[learned_ok],
-            readout=f"p_-1·s {num(proj[base.C - 2], 2)}; others "
-            + ", ".join(num(x, 2) for i, x in enumerate(proj) if i != base.C - 2)
-            + f" (s = ({num(float(s[0]), 2)}, {num(float(s[1]), 2)}))",
-        )
+    add(
+        SEPARATION.at(setting=one),
+        {"s": s.tolist(), "projections p_-3..p_0": proj},
+        (proj, base.C - 2),
+        preconditions=[learned_ok],
+        readout=f"p_-1·s {num(proj[base.C - 2], 2)}; others "
+        + ", ".join(num(x, 2) for i, x in enumerate(proj) if i != base.C - 2)
+        + f" (s = ({num(float(s[0]), 2)}, {num(float(s[1]), 2)}))",
     )
-    claims.append(
-        SIGN.at(setting=one).judge(
-            {"W_Q W_K^T": M.tolist(), "s^T W_Q W_K^T s": bilinear(s, M)},
-            bilinear(s, M),
-            quick=quick,
-            preconditions=[learned_ok],
-            readout=f"s^T W_Q W_K^T s = {num(bilinear(s, M))}",
-        )
+    sign = bilinear(s, M)
+    add(
+        SIGN.at(setting=one),
+        {"W_Q W_K^T": M.tolist(), "s^T W_Q W_K^T s": sign},
+        sign,
+        preconditions=[learned_ok],
+        readout=f"s^T W_Q W_K^T s = {num(sign)}",
     )
     for name, spec in MONO.items():
         h = m.sweeps[name]
         fixed = ", ".join(f"{k} = {x}" for k, x in (("V", 30), ("C", 4), ("n_embd", 2)) if k != name)
-        claims.append(
-            spec.at(setting=f"{name} = {', '.join(map(str, h['x']))} ({fixed}; {n_cmp} seeds)").judge(
-                h,
-                (h["relative_perplexity"], h["x"], h["V"]),
-                quick=quick,
-                readout=f"(ppl-1)/V {nums(spread(y)[0] for y in h['relative_perplexity'])} at {name} = "
-                f"{', '.join(map(str, h['x']))} (floor {nums(dict.fromkeys(rel_ppl_floor(v) for v in h['V']), 2)})",
-            )
+        add(
+            spec.at(setting=f"{name} = {', '.join(map(str, h['x']))} ({fixed}; {n_cmp} seeds)"),
+            h,
+            (h["relative_perplexity"], h["x"], h["V"]),
+            readout=f"(ppl-1)/V {nums(spread(y)[0] for y in h['relative_perplexity'])} at {name} = "
+            f"{', '.join(map(str, h['x']))} (floor {nums(dict.fromkeys(rel_ppl_floor(v) for v in h['V']), 2)})",
         )
     lr_stats = m.lr_stats
     st = {f"V={v} lr={lr}": x for (v, lr), x in lr_stats.items()}
     for v, spec in LR.items():
         fast, slow = lr_stats[(v, 0.1)]["mean_eval_loss"], lr_stats[(v, 0.01)]["mean_eval_loss"]
-        claims.append(
-            spec.at(setting=f"V = {v} ({n_cmp} seeds)").judge(
-                {k: x for k, x in st.items() if k.startswith(f"V={v} ")},
-                (fast, slow),
-                quick=quick,
-                readout=f"mean eval loss {num(spread(fast)[0])} nats at lr 0.1 vs {num(spread(slow)[0])} at 0.01 "
-                f"(mean of {n_cmp} seeds)",
-            )
+        add(
+            spec.at(setting=f"V = {v} ({n_cmp} seeds)"),
+            {k: x for k, x in st.items() if k.startswith(f"V={v} ")},
+            (fast, slow),
+            readout=f"mean eval loss {num(spread(fast)[0])} nats at lr 0.1 vs {num(spread(slow)[0])} at 0.01 "
+            f"(mean of {n_cmp} seeds)",
         )
     first = {f"V = {v}": (lr_stats[(v, 0.1)]["spikes"][0], lr_stats[(v, 0.1)]["order_swaps"][0]) for v in LR_VOCAB}
-    claims.append(
-        SPIKES.at(setting=f"V = 30 and 100 (seed {m.seed})", seed=m.seed).judge(
-            {k: {"spikes": x["spikes"], "order_swaps": x["order_swaps"]} for k, x in st.items()},
-            first,
-            quick=quick,
-            readout="lr 0.1: " + "; ".join(f"{k}: {a} spike(s), {b} swap(s)" for k, (a, b) in first.items()),
-        )
+    add(
+        SPIKES.at(setting=f"V = 30 and 100 (seed {m.seed})", seed=m.seed),
+        {k: {"spikes": x["spikes"], "order_swaps": x["order_swaps"]} for k, x in st.items()},
+        first,
+        readout="lr 0.1: " + "; ".join(f"{k}: {a} spike(s), {b} swap(s)" for k, (a, b) in first.items()),
     )
     return claims
 
@@ -392,21 +383,12 @@ The claim as a function: gpt2_posheads.posts.prev_token_toy.prev_token (gpt2_pos
 def prev_token(*, lr_steps: int | None = None, **options) -> ClaimResult:
     """Train post 000's toy models and judge its claims (``toy_prev_token`` with its defaults, called with none).
 
-    Args:
-        lr_steps: training steps of the learning-rate comparison (default twice ``steps``; ``quick``: ``steps``).
-        options: :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 5,000, ``quick``: 300 and two values
-            per sweep; the runs with and without positional embeddings train at ``seed``, every comparison (the
-            sweeps, the learning rates) at ``max(seeds, 3)`` seeds).
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``, ``lr_steps``,
-        ``init_std``, ``lr``, ``comparison_seeds``, ``robustness`` with the grid), ``figures``
-        (``positional_embeddings``, ``hyperparameters``, ``learning_rate``, ``embedding_animation``, ``robustness``),
-        ``tables`` (``robustness``).
+    ``lr_steps``: the learning-rate comparison's (default twice ``steps``; ``quick``: ``steps``). ``options``:
+    :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 5,000, ``quick``: 300 and two values per sweep; the
+    runs with and without positional embeddings train at ``seed``, every comparison (the sweeps, the learning rates)
+    at ``max(seeds, 3)`` seeds); ``numbers`` records them and the ``robustness`` grid (also a table and a figure).
     """
     run = ToyRun.of("prev_token", options, STEPS, QUICK_STEPS)
-    if lr_steps is not None and (not isinstance(lr_steps, int) or lr_steps < 1):
-        raise UsageError("lr_steps", f"{lr_steps!r} is out of range", "allowed an integer >= 1 or None")
     steps, quick, cmp_seeds = run.steps, run.quick, run.comparison_seeds
     base = run.base(task="copy_offset", k=1, V=30, C=4, n_embd=2, pos_emb=True, seed=run.seed)
     sweep_values = {
