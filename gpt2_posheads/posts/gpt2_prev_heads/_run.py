@@ -122,8 +122,7 @@ def model_run(
 
 
 def _label(model) -> str:
-    name = getattr(model.cfg, "model_name", "") or ""
-    return str(name) or "model"
+    return str(getattr(model.cfg, "model_name", "") or "") or "model"
 
 
 def prompted_run(model, prompts, run: ModelRun | None, **options) -> ModelRun:
@@ -147,12 +146,11 @@ def unprompted_run(model, run: ModelRun | None) -> ModelRun:
 
 def repeated_token_run(model, run: ModelRun | None, layer: int, n_prompts: int, seq_len: int | None):
     """``(run, seq_len)`` for a claim on the extended positional embeddings (:func:`unprompted_run`; it makes its own
-    repeated-token prompts): ``layer`` in ``0..n_layers`` (``n_layers`` = the final residual), ``n_prompts >= 1``,
-    and ``seq_len >= 2`` capped at the model's context, and said (``None``: the context)."""
+    repeated-token prompts): ``layer`` in ``0..n_layers`` (``n_layers`` = the final residual), and ``seq_len >= 2``
+    capped at the model's context, and said (``None``: the context); ``n_prompts >= 1`` is checked by name before
+    the claim function runs (:data:`~gpt2_posheads.model.validation.ARGUMENT_CHECKS`)."""
     run = unprompted_run(model, run)
     check_layer(run.model, layer, allow_final=True)
-    if n_prompts < 1:
-        raise ValueError(f"n_prompts: {n_prompts} is out of range; allowed >= 1")
     n_ctx = run.model.cfg.n_ctx
     if seq_len is not None:
         if seq_len < 2:

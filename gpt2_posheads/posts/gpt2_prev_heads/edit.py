@@ -247,14 +247,10 @@ def figure(rows: list[dict], rp: RepeatPrompt, target: str, head: tuple[int, int
     """P(second word) and P(third word) per condition."""
     fig = go.Figure()
     for w in dict.fromkeys((rp.words[1], rp.words[2])):  # one trace per distinct word
+        probs = [r[f"P({w.strip()})"] for r in rows]
+        text = [f"{p:.3f}" for p in probs]
         fig.add_trace(
-            go.Bar(
-                x=[r["condition"] for r in rows],
-                y=[r[f"P({w.strip()})"] for r in rows],
-                name=f"P({w!r})",
-                text=[f"{r[f'P({w.strip()})']:.3f}" for r in rows],
-                textposition="outside",
-            )
+            go.Bar(x=[r["condition"] for r in rows], y=probs, name=f"P({w!r})", text=text, textposition="outside")
         )
     fig.update_layout(
         barmode="group",

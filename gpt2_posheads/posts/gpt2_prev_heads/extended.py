@@ -166,19 +166,9 @@ def three_panel(w: torch.Tensor, ext: torch.Tensor, layer: int, label: str) -> g
         for lab, x, colour in ((f"extended L{layer}", ext, "red"), ("W_pos", w, "blue")):
             p = project(x, comps).numpy()
             pts.append(p)
-            fig.add_trace(
-                go.Scatter3d(
-                    x=p[:, 0],
-                    y=p[:, 1],
-                    z=p[:, 2],
-                    mode="markers",
-                    name=lab,
-                    marker=dict(size=2, color=colour),
-                    showlegend=i == 0,
-                ),
-                row=1,
-                col=i + 1,
-            )
+            xs, ys, zs, marker = p[:, 0], p[:, 1], p[:, 2], dict(size=2, color=colour)
+            trace = go.Scatter3d(x=xs, y=ys, z=zs, mode="markers", name=lab, marker=marker, showlegend=i == 0)
+            fig.add_trace(trace, row=1, col=i + 1)
         allp = np.concatenate(pts)
         lo, hi = np.percentile(allp, 1, axis=0), np.percentile(allp, 99, axis=0)
         pad = 0.1 * (hi - lo)

@@ -181,12 +181,7 @@ def _w_pos_only(w_pos) -> ClaimResult:
     evr, points = helix(centred_w_pos(w))
     result = ClaimResult("pos_embed_helix", label)
     result.figure(figure(evr, points, f"W_pos from {source}: top-3 PCA"), "w_pos_helix")
-    result.numbers["w_pos"] = {
-        "source": source,
-        "shape": list(w.shape),
-        "explained_variance_top4": evr,
-        "row0_norm": float(w[0].norm()),
-        "last_row_norm": float(w[-1].norm()),
-    }
+    norms = {"row0_norm": float(w[0].norm()), "last_row_norm": float(w[-1].norm())}
+    result.numbers["w_pos"] = {"source": source, "shape": list(w.shape), "explained_variance_top4": evr, **norms}
     result.claims = judge(evr, None, None, 0)
     return result

@@ -181,17 +181,8 @@ def masses_figure(ranking: pd.DataFrame, diag: torch.Tensor, label: str) -> go.F
     n_show = min(diag.shape[-1], N_SHOWN_OFFSETS)
     order = ranking["name"].tolist()
     z = np.stack([diag[r.layer, r.head, :n_show].numpy() for r in ranking.itertuples()])
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=list(range(n_show)),
-            y=order,
-            colorscale="Viridis",
-            zmin=0,
-            zmax=1,
-            colorbar=dict(title="mean attention"),
-        )
-    )
+    scale = dict(colorscale="Viridis", zmin=0, zmax=1, colorbar=dict(title="mean attention"))
+    fig = go.Figure(go.Heatmap(z=z, x=list(range(n_show)), y=order, **scale))
     fig.update_layout(
         title=f"{label}: mean attention per diagonal (heads in ranking order)",
         xaxis_title="offset q - k (1 = previous token)",
@@ -300,15 +291,9 @@ def rank_prev_heads(
     result.claims = judge(ranking, [float32_masses(bf16_used, run.model)])
     # the post's per-head ratios belong to GPT-2 small's heads only, never to another model's head of that name
     post = POST_TOP if is_gpt2_small(run.model) else None
-    top = [
-        {
-            "name": r.name,
-            "ratio": r.ratio,
-            "top_offset": r.top_offset,
-            **({"post_ratio": post.get(r.name)} if post else {}),
-        }
-        for r in ranking.head(11).itertuples()
-    ]
+    top = [{"name": r.name, "ratio": r.ratio, "top_offset": r.top_offset} for r in ranking.head(11).itertuples()]
+    for row in top if post else ():
+        row["post_ratio"] = post.get(row["name"])
     result.numbers.update(
         exclude_bos=not include_bos,
         bf16=bf16_used,

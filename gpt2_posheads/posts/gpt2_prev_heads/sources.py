@@ -359,28 +359,16 @@ def figure(dfs: dict, n_heads: int, ablation: str, label: str):
         vertical_spacing=0.12,
         subplot_titles=[f"{head_name(l, h)}: {s} side" for l, h in targets for s in ("query", "key")],
     )
+    style = dict(zmid=0, colorscale="RdBu_r", colorbar=dict(title="drop in prev. mass", tickformat=".2g"))
+    style["hovertemplate"] = "L%{y}H%{x}: drop %{z:.4f}<extra></extra>"
     for i, (l, h) in enumerate(targets):
         df = dfs[(l, h)]
         heads_only = head_sources(df)
         zmax = max(1e-6, float(heads_only["drop"].abs().max()) if len(heads_only) else 0.0)
         for j, side in enumerate(("query", "key")):
-            g = drop_grid(df, l, H, side)
-            fig.add_trace(
-                go.Heatmap(
-                    z=g.numpy(),
-                    x=list(range(H)),
-                    y=list(range(l)),
-                    zmin=-zmax,
-                    zmax=zmax,
-                    zmid=0,
-                    colorscale="RdBu_r",
-                    showscale=(i == 0 and j == 0),
-                    colorbar=dict(title="drop in prev. mass", tickformat=".2g"),
-                    hovertemplate="L%{y}H%{x}: drop %{z:.4f}<extra></extra>",
-                ),
-                row=i + 1,
-                col=j + 1,
-            )
+            z, first = drop_grid(df, l, H, side).numpy(), i == 0 and j == 0
+            heat = go.Heatmap(z=z, x=list(range(H)), y=list(range(l)), zmin=-zmax, zmax=zmax, showscale=first, **style)
+            fig.add_trace(heat, row=i + 1, col=j + 1)
             fig.update_xaxes(title_text="head", dtick=1, row=i + 1, col=j + 1)
             fig.update_yaxes(title_text="layer", dtick=1, autorange="reversed", row=i + 1, col=j + 1)
     fig.update_layout(
@@ -398,30 +386,17 @@ def group_figure(result: dict, agg: str, label: str):
     up = result.get("upstream") or {}
     if "below_relative_drop" not in result:
         return None
-    names, values, errors = ["everything the layers below write"], [result["below_relative_drop"]], [None]
+    bars = [("everything the layers below write", result["below_relative_drop"], 0, 0)]  # name, value, error -, +
     if up.get("n_early"):
-        names.append(f"the {up['n_early']} early heads together")
-        values.append(up["group_drop"])
-        errors.append(None)
+        bars.append((f"the {up['n_early']} early heads together", up["group_drop"], 0, 0))
         if up.get("n_groups"):
-            chance = up["chance_range"]
-            names.append(f"random groups of {up['n_early']} (median of {up['n_groups']}; bar: range)")
-            values.append(up["chance"])
-            errors.append((up["chance"] - chance[0], chance[1] - up["chance"]))
-    fig = go.Figure(
-        go.Bar(
-            x=names,
-            y=values,
-            text=[f"{v:.0%}" for v in values],
-            textposition="outside",
-            error_y=dict(
-                type="data",
-                symmetric=False,
-                array=[e[1] if e else 0 for e in errors],
-                arrayminus=[e[0] if e else 0 for e in errors],
-            ),
-        )
-    )
+            (low, high), mid = up["chance_range"], up["chance"]
+            name = f"random groups of {up['n_early']} (median of {up['n_groups']}; bar: range)"
+            bars.append((name, mid, mid - low, high - mid))
+    names, values, minus, plus = (list(x) for x in zip(*bars))
+    errors = dict(type="data", symmetric=False, array=plus, arrayminus=minus)
+    bar = go.Bar(x=names, y=values, text=[f"{v:.0%}" for v in values], textposition="outside", error_y=errors)
+    fig = go.Figure(bar)
     fig.add_hline(y=0.5, line_dash="dot", annotation_text="half (the rules' level)")
     fig.update_layout(
         title=f"{label}: what {agg} loses when heads below it are removed together<br><sup>share of its "

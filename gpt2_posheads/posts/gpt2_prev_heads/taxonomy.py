@@ -80,16 +80,6 @@ PROMPTS = dict(n_prompts=16, seq_len=256)  # the natural-text prompts it measure
 COLUMNS = ["name", "trend", "spike", "dip", "lead", "label"]  # the numbers summary.json records per head
 
 
-def raw_score_panels(run: ModelRun, heads: list[tuple[int, int]], start: int, size: int) -> tuple[dict, int]:
-    """``({head name: [size, size] raw scores before the causal mask}, first position shown)`` on the first prompt."""
-    panels, first = {}, 0
-    for l, h in heads:
-        panels[head_name(l, h)], first = submatrix(
-            attention_scores(run.model, run.prompts[0], l, h)["raw"], start, size
-        )
-    return panels, first
-
-
 def measure(run: ModelRun, window: int, threshold: float, progress: bool = False) -> pd.DataFrame:
     """One row per head: its label and the features it rests on (``trend``, ``spike``, ``dip``, ``lead``, in
     logits), its profile ``s(-w)``..``s(+w)`` and ``clear_prev_token`` (top offset 1, ratio <= 0.6 in the ranking).
@@ -226,8 +216,7 @@ def raw_scores_taxonomy(
     chosen, how = run.heads(heads, HEADS)
     names = [head_name(l, h) for l, h in chosen]
     result = ClaimResult("raw_scores_taxonomy", run.label)
-    panels, first = raw_score_panels(run, chosen, start, size)
-    result.figure(raw_scores_figure(panels, run.tokens(), first, run), "raw_scores", width=1500)
+    result.figure(raw_scores_figure(run, chosen, start, size), "raw_scores", width=1500)
     df = measure(run, window, threshold, progress)
     result.table(df, "classification")
     result.figure(taxonomy_figure(df, threshold, run), "taxonomy")
@@ -243,15 +232,21 @@ def raw_scores_taxonomy(
     return result
 
 
-def raw_scores_figure(panels: dict, tokens: list[str], first: int, run: ModelRun):
-    """The heads' raw-score submatrices, the upper triangle (what the causal mask removes) included."""
+def raw_scores_figure(run: ModelRun, heads: list[tuple[int, int]], start: int, size: int):
+    """The heads' ``[size, size]`` raw-score submatrices from ``start`` on the first prompt, the upper triangle (what
+    the causal mask removes) included."""
+    panels, first = {}, 0
+    for l, h in heads:
+        panels[head_name(l, h)], first = submatrix(
+            attention_scores(run.model, run.prompts[0], l, h)["raw"], start, size
+        )
     return heatmap_grid(
         panels,
         cols=4,
         colorscale="Greys_r",
         shared_scale=False,
         x0=first,
-        tokens=tokens,
+        tokens=run.tokens(),
         mark_offset=1,
         colorbar_title="raw score",
         height_per_row=330,

@@ -210,9 +210,8 @@ def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:
     """KL, P(right continuation) and previous-token masses against the group size (log axis); when the model does
     not copy even clean, the probability panel says so (a flat line at zero would read as "averaging kills
     copying")."""
-    fig = make_subplots(
-        rows=1, cols=3, subplot_titles=["KL(clean || averaged), nats", "P(right continuation)", "previous-token mass"]
-    )
+    titles = ["KL(clean || averaged), nats", "P(right continuation)", "previous-token mass"]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=titles)
     gs = [r["group_size"] for r in rows]
     fig.add_trace(go.Scatter(x=gs, y=[r["kl"] for r in rows], name="KL", mode="lines+markers"), 1, 1)
     for key in rows[0]:
@@ -221,18 +220,9 @@ def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:
         if key.startswith("prev_mass"):
             fig.add_trace(go.Scatter(x=gs, y=[r[key] for r in rows], name=key[10:], mode="lines+markers"), 1, 3)
     if not copies:
-        fig.add_annotation(
-            text="not testable: the model does not copy<br>these prompts even clean",
-            row=1,
-            col=2,
-            x=0.5,
-            y=0.5,
-            xref="x2 domain",
-            yref="y2 domain",
-            showarrow=False,
-            font=dict(size=13, color="#6e7781"),
-            bgcolor="rgba(255,255,255,0.85)",
-        )
+        where = dict(row=1, col=2, x=0.5, y=0.5, xref="x2 domain", yref="y2 domain", showarrow=False)
+        style = dict(font=dict(size=13, color="#6e7781"), bgcolor="rgba(255,255,255,0.85)")
+        fig.add_annotation(text="not testable: the model does not copy<br>these prompts even clean", **where, **style)
     fig.update_xaxes(type="log", title="group size", tickvals=gs, ticktext=[str(g) for g in gs])
     fig.update_yaxes(range=[0, 1], tickformat=".2f", row=1, col=2)
     fig.update_yaxes(range=[0, 1], tickformat=".2f", row=1, col=3)

@@ -165,14 +165,9 @@ def figure(m: Retrieval) -> go.Figure:
     """The final loss against k, mean ± sd over seeds, one curve per setting; chance (ln V) dotted."""
     fig = go.Figure()
     for name, row in m.table.items():
+        sd = dict(type="data", array=row["std"])
         fig.add_trace(
-            go.Scatter(
-                x=list(range(C)),
-                y=row["mean_final_loss"],
-                error_y=dict(type="data", array=row["std"]),
-                mode="lines+markers",
-                name=name,
-            )
+            go.Scatter(x=list(range(C)), y=row["mean_final_loss"], error_y=sd, mode="lines+markers", name=name)
         )
     fig.add_hline(y=math.log(V), line_dash="dot", annotation_text="ln V (chance)")
     three = any(r[0][0].n_layers == 3 and not r[0][0].residual for r in m.configs.values())

@@ -73,22 +73,8 @@ def configs(base: ToyConfig, cmp_seeds: Sequence[int], sweep_values: dict[str, l
     sweep = {
         name: [[replace(base, **{name: x}, seed=s) for s in cmp_seeds] for x in xs] for name, xs in sweep_values.items()
     }
-    lr_cfgs = {
-        (v, lr): [
-            replace(
-                base,
-                V=v,
-                lr=lr,
-                seed=s,
-                steps=lr_steps,
-                log_every=max(lr_steps // 200, 1),
-                snapshot_every=max(lr_steps // 100, 1),
-            )
-            for s in cmp_seeds
-        ]
-        for v in LR_VOCAB
-        for lr in LR_COMPARED
-    }
+    at_lr = replace(base, steps=lr_steps, log_every=max(lr_steps // 200, 1), snapshot_every=max(lr_steps // 100, 1))
+    lr_cfgs = {(v, lr): [replace(at_lr, V=v, lr=lr, seed=s) for s in cmp_seeds] for v in LR_VOCAB for lr in LR_COMPARED}
     return {"base": base, "with_pos": with_pos, "no_pos": no_pos, "sweep": sweep, "lr": lr_cfgs}
 
 
@@ -132,19 +118,9 @@ def measure(run: ToyRun, cfgs: dict) -> PrevToken:
         }
         for k, rs in lr_runs.items()
     }
-    return PrevToken(
-        base=cfgs["base"],
-        seed=run.seed,
-        cmp_seeds=run.comparison_seeds,
-        with_pos=rp,
-        no_pos=R(cfgs["no_pos"]),
-        s=s,
-        M=M,
-        proj=(torch.tensor(rp["params"]["W_pos"]).double() @ s.double()).tolist(),
-        sweeps=sweeps,
-        lr_runs=lr_runs,
-        lr_stats=lr_stats,
-    )
+    proj = (torch.tensor(rp["params"]["W_pos"]).double() @ s.double()).tolist()
+    runs = (cfgs["base"], run.seed, run.comparison_seeds, rp, R(cfgs["no_pos"]))
+    return PrevToken(*runs, s, M, proj, sweeps, lr_runs, lr_stats)  # in the order of its fields
 
 
 def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
@@ -237,11 +213,8 @@ def figures(m: PrevToken) -> dict[str, tuple[go.Figure, dict]]:
     traj = np.array([sn["W_pos"] for sn in rp["snapshots"]])
     for i in range(base.C):
         fig.add_trace(go.Scatter(x=traj[:, i, 0], y=traj[:, i, 1], mode="lines", name=f"p_{i - base.C + 1}"), 1, 2)
-    fig.add_trace(
-        go.Scatter(x=[0, float(s[0])], y=[0, float(s[1])], mode="lines+markers", name="s", line=dict(color="black")),
-        1,
-        2,
-    )
+    arrow = go.Scatter(x=[0, float(s[0])], y=[0, float(s[1])], mode="lines+markers", name="s", line=dict(color="black"))
+    fig.add_trace(arrow, 1, 2)
     fig.add_trace(go.Bar(x=[f"p_{i - base.C + 1}" for i in range(base.C)], y=proj, name="p·s"), 1, 3)
     log_axis(fig, "y", [1, base.V], row=1, col=1)
     fig.update_xaxes(title_text="step", row=1, col=1)
@@ -258,18 +231,8 @@ def figures(m: PrevToken) -> dict[str, tuple[go.Figure, dict]]:
         xs, ys = h["x"], h["relative_perplexity"]  # [x, seed]
         fig.add_trace(points_with_sd(xs, list(zip(*ys)), f"(ppl-1)/V vs {name}", COLOURS[col - 1]), 1, col)
         floors = [rel_ppl_floor(v) for v in h["V"]]
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=floors,
-                mode="lines",
-                line=dict(color="grey", dash="dot"),
-                name="the floor (one eval sequence at chance)",
-                showlegend=col == 1,
-            ),
-            1,
-            col,
-        )
+        floor = dict(mode="lines", line=dict(color="grey", dash="dot"), name="the floor (one eval sequence at chance)")
+        fig.add_trace(go.Scatter(x=xs, y=floors, showlegend=col == 1, **floor), 1, col)
         lows = [max(min(spread(y)[0] - spread(y)[1], min(y)), 1e-12) for y in ys]
         log_axis(fig, "y", [*lows, *[max(y) for y in ys], *floors], row=1, col=col)
         fig.update_xaxes(title_text=name, type="log" if name != "C" else None, row=1, col=col)
@@ -303,29 +266,12 @@ def embedding_animation(result: dict, title: str) -> go.Figure:
     snaps = result["snapshots"]
     traj = np.array([s["W_E"] for s in snaps])  # [snapshot, V, 2]
     n_tok = traj.shape[1]
-    paths = [
-        go.Scatter(
-            x=traj[:, t, 0],
-            y=traj[:, t, 1],
-            mode="lines",
-            line=dict(width=1),
-            opacity=0.5,
-            showlegend=False,
-            hoverinfo="skip",
-        )
-        for t in range(n_tok)
-    ]
+    faint = dict(mode="lines", line=dict(width=1), opacity=0.5, showlegend=False, hoverinfo="skip")
+    paths = [go.Scatter(x=traj[:, t, 0], y=traj[:, t, 1], **faint) for t in range(n_tok)]
+    labelled = dict(mode="markers+text", text=[str(i) for i in range(n_tok)], textposition="top center")
 
     def markers(e):
-        return go.Scatter(
-            x=e[:, 0],
-            y=e[:, 1],
-            mode="markers+text",
-            text=[str(i) for i in range(n_tok)],
-            textposition="top center",
-            marker=dict(size=7, color="black"),
-            name="tokens",
-        )
+        return go.Scatter(x=e[:, 0], y=e[:, 1], marker=dict(size=7, color="black"), name="tokens", **labelled)
 
     frames = [
         go.Frame(data=[markers(traj[i])], traces=[n_tok], name=str(st)) for i, st in enumerate(result["snapshot_steps"])

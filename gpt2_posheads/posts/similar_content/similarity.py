@@ -126,21 +126,12 @@ def measure(run: ToyRun, groups: dict[str, list[ToyConfig]]) -> Similar:
     for c, r in zip(groups["kernel"] + groups["n_embd"], get(groups["kernel"] + groups["n_embd"])):
         if c.n_embd in (1, 2):
             kernels.setdefault(f"{'inner product' if c.kernel == 'dot' else c.kernel} n_embd={c.n_embd}", []).append(r)
-    return Similar(
-        seed=run.seed,
-        cmp_seeds=run.comparison_seeds,
-        vocab=vocab,
-        v_runs=get([c for v in vocab for c in groups["V"] if v == c.V]),
-        finals={v: finals([c for c in groups["V"] if v == c.V]) for v in vocab},
-        trend_v=trend_v,
-        cs=cs,
-        by_c={v: {C: finals([c for c in groups["C"] if c.C == C and v == c.V]) for C in cs} for v in trend_v},
-        ds=ds,
-        best=[[min(perplexity_curve(r)) for r in get([c for c in groups["n_embd"] if c.n_embd == d])] for d in ds],
-        embeddings=emb,
-        rho=distance_rank_correlation(emb),
-        kernels=kernels,
-    )
+    v_runs = get([c for v in vocab for c in groups["V"] if v == c.V])
+    by_v = {v: finals([c for c in groups["V"] if v == c.V]) for v in vocab}
+    by_c = {v: {C: finals([c for c in groups["C"] if c.C == C and v == c.V]) for C in cs} for v in trend_v}
+    best = [[min(perplexity_curve(r)) for r in get([c for c in groups["n_embd"] if c.n_embd == d])] for d in ds]
+    found = (ds, best, emb, distance_rank_correlation(emb), kernels)
+    return Similar(run.seed, run.comparison_seeds, vocab, v_runs, by_v, trend_v, cs, by_c, *found)  # its fields' order
 
 
 def judge(m: Similar, quick: bool = False) -> list[Claim]:
@@ -223,15 +214,8 @@ def figures(m: Similar) -> dict[str, tuple[go.Figure, dict]]:
     for i, v in enumerate(m.trend_v):
         runs_v = [[m.by_c[v][C][j] / v for C in cs] for j in range(len(m.cmp_seeds))]
         fig.add_trace(points_with_sd(cs, runs_v, f"measured, V={v}", COLOURS[i]))
-    fig.add_trace(
-        go.Scatter(
-            x=cs,
-            y=[(C - 2) / (C - 1) for C in cs],
-            mode="lines+markers",
-            name="(C-2)/(C-1): the post's guess-from-context",
-            line=dict(color="black", dash="dot"),
-        )
-    )
+    guess = dict(mode="lines+markers", name="(C-2)/(C-1): the post's guess-from-context")
+    fig.add_trace(go.Scatter(x=cs, y=[(C - 2) / (C - 1) for C in cs], line=dict(color="black", dash="dot"), **guess))
     fig.update_layout(
         title="n_embd=2: final perplexity / V against context length",
         xaxis=dict(title="context length C", dtick=1),
@@ -241,9 +225,8 @@ def figures(m: Similar) -> dict[str, tuple[go.Figure, dict]]:
     ds, best = m.ds, m.best
     fig = go.Figure()
     fig.add_trace(points_with_sd(ds, list(zip(*best)), "best perplexity", COLOURS[0]))
-    fig.add_trace(
-        go.Scatter(x=ds, y=[KERNEL_V / d for d in ds], mode="lines", name="V / n_embd", line=dict(dash="dot"))
-    )
+    dotted = dict(dash="dot")
+    fig.add_trace(go.Scatter(x=ds, y=[KERNEL_V / d for d in ds], mode="lines", name="V / n_embd", line=dotted))
     fig.update_layout(
         title=f"V={KERNEL_V}, C=3: best perplexity against n_embd",
         xaxis_title="n_embd",
@@ -254,16 +237,9 @@ def figures(m: Similar) -> dict[str, tuple[go.Figure, dict]]:
     out["perplexity_vs_n_embd"] = (fig, {})
     emb = m.embeddings
     proj = pca(emb, 2)[2].numpy()
-    fig = go.Figure(
-        go.Scatter(
-            x=proj[:, 0],
-            y=proj[:, 1],
-            mode="markers+text",
-            text=[str(i) for i in range(len(emb))],
-            textposition="top center",
-            marker=dict(color=list(range(len(emb))), colorscale="Viridis", size=9),
-        )
-    )
+    labelled = dict(mode="markers+text", text=[str(i) for i in range(len(emb))], textposition="top center")
+    colour = dict(color=list(range(len(emb))), colorscale="Viridis", size=9)
+    fig = go.Figure(go.Scatter(x=proj[:, 0], y=proj[:, 1], marker=colour, **labelled))
     fig.update_layout(
         title=f"V={KERNEL_V}, n_embd=2, seed {m.seed}: learned token embeddings (colour = token value)",
         xaxis_title="principal component 1",

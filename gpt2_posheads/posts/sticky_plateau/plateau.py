@@ -123,20 +123,10 @@ def measure(run: ToyRun, base: ToyConfig, vocab: Sequence[int], settings: Sequen
                 continue
             ranks["mid"].append(er["W_Q"][at_r])
             ranks["end"].append(er["W_Q"][-1])
-    return Plateaus(
-        base=base,
-        vocab=list(vocab),
-        seed=seed,
-        seeds=list(seeds),
-        cmp_seeds=list(cmp_seeds),
-        settings=list(settings),
-        curves=[r for r in v_res if r["config"]["seed"] in seeds],
-        r4s=r4s,
-        branching=found,
-        ranks=ranks,
-        by_setting=by_setting,
-        lengths={k: [plateau_steps(r) for r in rs] for k, rs in by_setting.items()},
-    )
+    asked = (base, list(vocab), seed, list(seeds), list(cmp_seeds), list(settings))
+    curves = [r for r in v_res if r["config"]["seed"] in seeds]
+    lengths = {k: [plateau_steps(r) for r in rs] for k, rs in by_setting.items()}
+    return Plateaus(*asked, curves, r4s, found, ranks, by_setting, lengths)  # in the order of its fields
 
 
 def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
@@ -217,13 +207,9 @@ def figures(m: Plateaus) -> dict[str, tuple[go.Figure, dict]]:
             subplot_titles=["token embeddings over training (start: small dot)", "direction clusters (cos > 0.95)"],
         )
         for t in range(emb.shape[1]):
-            fig.add_trace(
-                go.Scatter(
-                    x=emb[:, t, 0], y=emb[:, t, 1], mode="lines+markers", name=f"token {t}", marker=dict(size=3)
-                ),
-                1,
-                1,
-            )
+            dot = dict(size=3)
+            path = go.Scatter(x=emb[:, t, 0], y=emb[:, t, 1], mode="lines+markers", name=f"token {t}", marker=dot)
+            fig.add_trace(path, 1, 1)
         fig.add_trace(go.Scatter(x=r4["snapshot_steps"], y=b["clusters"], name="clusters", mode="lines"), 1, 2)
         if pl["start_step"] is not None:
             fig.add_vrect(
