@@ -79,14 +79,8 @@ class ModelRun:
         """``(heads, how they were chosen)``: ``heads`` as given (names like ``"L4H11"``, ``(layer, head)`` pairs,
         or ``"auto:N"``), else ``default`` (the post's heads on GPT-2 small, the same role elsewhere)."""
         if heads is not None and not isinstance(heads, str) and all(isinstance(h, tuple) for h in heads):
-            pairs = [parse_head(head_name(*h), self.model) for h in heads]
-            return pairs, "heads given"
-        if isinstance(heads, str):
-            spec = HeadSpec.parse(heads)
-        elif heads is not None:
-            spec = HeadSpec.parse(",".join(str(h) for h in heads))
-        else:
-            spec = None
+            return [parse_head(head_name(*h), self.model) for h in heads], "heads given"
+        spec = None if heads is None else HeadSpec.parse(heads if isinstance(heads, str) else ",".join(map(str, heads)))
         if spec is not None and spec.auto is None:  # explicit names need no ranking
             return [parse_head(s, self.model) for s in spec.names], "heads given"
         return resolve_heads(self.model, spec, default, self.ranked().ranking)

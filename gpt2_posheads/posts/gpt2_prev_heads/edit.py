@@ -152,12 +152,8 @@ def _prepare(model, kwargs: dict, args) -> None:
     kwargs["factors"] = check_factors(kwargs["factors"], "--factors")
     words = split_words(kwargs["target"])
     if len(words) != 3:
-        raise UsageError(
-            "--target",
-            f"{kwargs['target']!r} has {len(words)} word(s)",
-            "exactly three words",
-            "e.g. ' ninja turtle pirate'",
-        )
+        problem = f"{kwargs['target']!r} has {len(words)} word(s)"
+        raise UsageError("--target", problem, "exactly three words", "e.g. ' ninja turtle pirate'")
 
 
 def _console(result: ClaimResult, options: dict) -> None:

@@ -87,22 +87,12 @@ def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> C
     "tremendous damage" to the first and "minimal damage" to the second, both tested."""
     first, last = results[0], results[-1]
     keep = last["prev_score_intervened"] / last["prev_score_clean"] if last["prev_score_clean"] > 0 else float("nan")
-    pre = [
-        Precondition(
-            "two heads: an early one and the aggregator",
-            len(results) >= 2,
-            f"only {results[0]['head']}: the model has no previous-token head below it",
-        )
-    ]
+    alone = f"only {first['head']}: the model has no previous-token head below it"
+    pre = [Precondition("two heads: an early one and the aggregator", len(results) >= 2, alone)]
     pre += [run.prev_head(head) for head in heads]
     if len(results) >= 2:  # with one head the first line already says there is no early head
-        pre.append(
-            Precondition(
-                "the early head sits below the aggregator",
-                first["layer"] < last["layer"],
-                f"{first['head']} (layer {first['layer']}) does not sit below {last['head']} (layer {last['layer']})",
-            )
-        )
+        above = f"{first['head']} (layer {first['layer']}) does not sit below {last['head']} (layer {last['layer']})"
+        pre.append(Precondition("the early head sits below the aggregator", first["layer"] < last["layer"], above))
     return HURTS_EARLY_MORE.judge(
         {
             "js": {r["head"]: r["js_divergence"] for r in results},

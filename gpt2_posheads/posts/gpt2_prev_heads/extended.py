@@ -20,13 +20,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from ...analysis.geometry import large_entry_fraction, pca, principal_angles, project, token_dependence
-from ...analysis.posembed import (
-    centred_w_pos,
-    default_bos,
-    extended_pos_embeddings_by_layer,
-    load_w_pos,
-    token_rows,
-)
+from ...analysis.posembed import centred_w_pos, default_bos, extended_pos_embeddings_by_layer, load_w_pos, token_rows
 from ...claims.catalogue import Option, declare
 from ...claims.gpt2_post import helix_precondition, post_claim
 from ...claims.verdicts import Claim, Precondition, at_least, at_most
@@ -64,14 +58,7 @@ SPECS = SAME_SUBSPACE, SPARSER, TOKEN_INDEPENDENT = (
 
 
 def measure(
-    model,
-    seq_len: int,
-    n_prompts: int,
-    n_token_dependence: int,
-    k: int,
-    seed: int,
-    label: str,
-    progress: bool = True,
+    model, seq_len: int, n_prompts: int, n_token_dependence: int, k: int, seed: int, label: str, progress: bool = True
 ) -> dict:
     """The extended positional embedding at a layer: the residual stream on repeated-token prompts (BOS, then one
     token repeated), centred over the positions and averaged over tokens; measured at the input of each block
@@ -248,10 +235,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     usage=__doc__,
     options=(
         Option(
-            "--layer",
-            2,
-            "layer of the three-panel comparison (0..n_layers; n_layers = the final residual stream)",
-            int,
+            "--layer", 2, "layer of the three-panel comparison (0..n_layers; n_layers = the final residual stream)", int
         ),
         Option("--n-prompts", 16, "repeated-token prompts averaged", int, low=1),
         Option("--n-token-dependence", 4, "tokens kept separately for token dependence", int, low=2),

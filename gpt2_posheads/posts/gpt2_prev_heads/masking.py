@@ -81,23 +81,14 @@ def preconditions(run: ModelRun, head: tuple[int, int], layers: list[int], every
     name = head_name(l, h)
     pre = [run.prev_head(head), layer_above(name, l, 0)]
     if l > 0:  # in layer 0 the line above already says there is nothing below
+        above = f"the masked layers {', '.join(map(str, layers))} do not all lie below {name}'s layer {l}"
         pre.append(
-            Precondition(
-                "every masked layer lies below the head's own",
-                bool(layers) and max(layers) < l,
-                f"the masked layers {', '.join(map(str, layers))} do not all lie below {name}'s layer {l}",
-            )
+            Precondition("every masked layer lies below the head's own", bool(layers) and max(layers) < l, above)
         )
     n_rows = len(masked_queries(every, run.prompts.shape[1]))
-    pre.append(
-        Precondition(
-            "at least one query is masked",
-            n_rows > 0,
-            f"no query is masked: --every {every} with prompts of {run.prompts.shape[1]} tokens (the first masked "
-            f"query is position {every})",
-        )
-    )
-    return pre
+    none = f"no query is masked: --every {every} with prompts of {run.prompts.shape[1]} tokens (the first masked query "
+    none += f"is position {every})"
+    return pre + [Precondition("at least one query is masked", n_rows > 0, none)]
 
 
 @declare(

@@ -205,11 +205,8 @@ def judge(
     upstream = upstream_summary(df, early)
     top10 = head_sources(df).groupby("source")["drop"].max().nlargest(10).index
     named = [s for s in POST_SOURCES if s in set(top10)]
-    none_below = Precondition(
-        "clear previous-token heads sit below the aggregator",
-        bool(early),
-        f"no clear previous-token head sits below {name} (layer {agg_l})",
-    )
+    none = f"no clear previous-token head sits below {name} (layer {agg_l})"
+    none_below = Precondition("clear previous-token heads sit below the aggregator", bool(early), none)
     claims = [
         FROM_BELOW.judge(
             LayersBelowRemoved(name, agg_l, below_drop, relayed).measured(),  # what the route conclusion reads

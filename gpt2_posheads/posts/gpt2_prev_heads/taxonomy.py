@@ -109,6 +109,7 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
     n_self = int((early.label == "self_suppressing").sum())
     agg_label = df.set_index("name").loc[agg, "label"]
     pre_agg = [run.prev_head((agg_l, agg_h))]
+    none = f"no clear previous-token head sits below {agg} (layer {agg_l})"
     claims = [
         SELF_SUPPRESSING.judge(
             EarlyLabels(  # what the route conclusion reads
@@ -118,14 +119,7 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
                 tuple(early[early.label == "prev_boosting"].name),
             ).measured(),
             (n_self, len(early)),
-            pre_agg
-            + [
-                Precondition(
-                    "there are clear previous-token heads below the aggregator",
-                    len(early) > 0,
-                    f"no clear previous-token head sits below {agg} (layer {agg_l})",
-                )
-            ],
+            pre_agg + [Precondition("there are clear previous-token heads below the aggregator", len(early) > 0, none)],
             head=",".join(early.name),
             readout=f"{n_self} of {len(early)} self-suppressing",
         ),

@@ -130,9 +130,8 @@ def measure(run: ModelRun, heads: list[tuple[int, int]], groups: list[int], reps
         row = {"group_size": g, "kl": kl}
         for r in reps:
             probs = next_token_probs(model, r.tokens, edits)[0]
-            row[f"P({r.next_word.strip()} first | {r.sep.join(r.words).strip()})"] = float(
-                probs[r.next_token_id(model.tokenizer)]
-            )
+            key = f"P({r.next_word.strip()} first | {r.sep.join(r.words).strip()})"
+            row[key] = float(probs[r.next_token_id(model.tokenizer)])
         for l, h in heads:
             row[f"prev_mass {head_name(l, h)}"] = float(diag[l, h, 1])
         rows.append(row)
@@ -148,11 +147,8 @@ def copies_precondition(rows: list[dict], no_prompt: str) -> Precondition:
 
 
 def _measured(g: int, groups: list[int]) -> Precondition:
-    return Precondition(
-        f"groups of {g} were measured",
-        g in groups,
-        f"groups of {g} were not measured (--group-sizes {','.join(map(str, groups))})",
-    )
+    missing = f"groups of {g} were not measured (--group-sizes {','.join(map(str, groups))})"
+    return Precondition(f"groups of {g} were measured", g in groups, missing)
 
 
 def judge(
@@ -169,6 +165,8 @@ def judge(
     gmax = max(groups)
     big = gmax >= 50 and 20 in by_g
     kept = {n: (clean[f"prev_mass {n}"], by_g[10][f"prev_mass {n}"]) for n in names} if 10 in by_g else {}
+    small = f"no group size of 50 or more was measured (largest {gmax})"
+    large = Precondition("a group size of 50 or more was measured", gmax >= 50, small)
     return [
         OUTPUT_UNCHANGED.judge(
             {f"{k} clean -> g20": v for k, v in keep.items()},
@@ -179,15 +177,7 @@ def judge(
         BREAKS_DOWN.judge(
             {"kl_g20": by_g.get(20, {}).get("kl"), f"kl_g{gmax}": by_g[gmax]["kl"]},
             (by_g[20]["kl"], by_g[gmax]["kl"], gmax) if big else (float("nan"), float("nan"), gmax),
-            [
-                _measured(20, groups),
-                Precondition(
-                    "a group size of 50 or more was measured",
-                    gmax >= 50,
-                    f"no group size of 50 or more was measured (largest {gmax})",
-                ),
-                copies,
-            ],
+            [_measured(20, groups), large, copies],
             readout=f"KL {by_g[20]['kl']:.3g} nats at 20, {by_g[gmax]['kl']:.3g} at {gmax}" if big else "",
         ),
         HEADS_UNAFFECTED.judge(

@@ -146,11 +146,8 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
         readout=f"relative perplexity {num(rel_without, 2)} (final perplexity {num(rn['final_perplexity'])})",
     )
     ok, why = LEARNED.rule.decide((rp["final_perplexity"], base.V))
-    learned_ok = Precondition(
-        "the model with positional embeddings learned the task",
-        ok,
-        f"the model with positional embeddings did not learn the task ({why})",
-    )
+    failed = f"the model with positional embeddings did not learn the task ({why})"
+    learned_ok = Precondition("the model with positional embeddings learned the task", ok, failed)
     add(
         SEPARATION.at(setting=one),
         {"s": s.tolist(), "projections p_-3..p_0": proj},
