@@ -48,11 +48,4 @@ def import_plugins() -> None:
             PLUGIN_ERRORS.append(f"{name!r} cannot be imported ({type(e).__name__}: {e})")
 
 
-__all__ = [
-    "ClaimResult",
-    "gpt2_prev_heads",
-    "lost_in_middle",
-    "prev_token_toy",
-    "similar_content",
-    "sticky_plateau",
-]
+__all__ = ["ClaimResult", "gpt2_prev_heads", "lost_in_middle", "prev_token_toy", "similar_content", "sticky_plateau"]

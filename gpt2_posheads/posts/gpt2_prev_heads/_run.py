@@ -79,14 +79,8 @@ class ModelRun:
         """``(heads, how they were chosen)``: ``heads`` as given (names like ``"L4H11"``, ``(layer, head)`` pairs,
         or ``"auto:N"``), else ``default`` (the post's heads on GPT-2 small, the same role elsewhere)."""
         if heads is not None and not isinstance(heads, str) and all(isinstance(h, tuple) for h in heads):
-            pairs = [parse_head(head_name(*h), self.model) for h in heads]
-            return pairs, "heads given"
-        if isinstance(heads, str):
-            spec = HeadSpec.parse(heads)
-        elif heads is not None:
-            spec = HeadSpec.parse(",".join(str(h) for h in heads))
-        else:
-            spec = None
+            return [parse_head(head_name(*h), self.model) for h in heads], "heads given"
+        spec = None if heads is None else HeadSpec.parse(heads if isinstance(heads, str) else ",".join(map(str, heads)))
         if spec is not None and spec.auto is None:  # explicit names need no ranking
             return [parse_head(s, self.model) for s in spec.names], "heads given"
         return resolve_heads(self.model, spec, default, self.ranked().ranking)
@@ -122,8 +116,7 @@ def model_run(
 
 
 def _label(model) -> str:
-    name = getattr(model.cfg, "model_name", "") or ""
-    return str(name) or "model"
+    return str(getattr(model.cfg, "model_name", "") or "") or "model"
 
 
 def prompted_run(model, prompts, run: ModelRun | None, **options) -> ModelRun:
@@ -147,12 +140,11 @@ def unprompted_run(model, run: ModelRun | None) -> ModelRun:
 
 def repeated_token_run(model, run: ModelRun | None, layer: int, n_prompts: int, seq_len: int | None):
     """``(run, seq_len)`` for a claim on the extended positional embeddings (:func:`unprompted_run`; it makes its own
-    repeated-token prompts): ``layer`` in ``0..n_layers`` (``n_layers`` = the final residual), ``n_prompts >= 1``,
-    and ``seq_len >= 2`` capped at the model's context, and said (``None``: the context)."""
+    repeated-token prompts): ``layer`` in ``0..n_layers`` (``n_layers`` = the final residual), and ``seq_len >= 2``
+    capped at the model's context, and said (``None``: the context); ``n_prompts >= 1`` is checked by name before
+    the claim function runs (:data:`~gpt2_posheads.model.validation.ARGUMENT_CHECKS`)."""
     run = unprompted_run(model, run)
     check_layer(run.model, layer, allow_final=True)
-    if n_prompts < 1:
-        raise ValueError(f"n_prompts: {n_prompts} is out of range; allowed >= 1")
     n_ctx = run.model.cfg.n_ctx
     if seq_len is not None:
         if seq_len < 2:
@@ -219,16 +211,11 @@ def ratio_grid(ranking: pd.DataFrame, n_layers: int, n_heads: int, title: str, *
     grid = np.full((n_layers, n_heads), np.nan)
     for r in ranking[ranking.is_prev_token].itertuples():
         grid[r.layer, r.head] = r.ratio
-    return heatmap(
-        grid,
-        x=list(range(n_heads)),
-        y=list(range(n_layers)),
-        colorscale="Viridis_r",
-        xlabel="head",
-        ylabel="layer",
-        title=title,
-        zmin=0,
-        zmax=1,
-        colorbar=dict(title="ratio"),
-        **kw,
-    )
+    return head_grid(grid, title, "ratio", colorscale="Viridis_r", **kw)
+
+
+def head_grid(z, title: str, what: str, **kw) -> go.Figure:
+    """A layer x head heat map of ``z`` ``[n_layers, n_heads]`` on 0..1, its colour bar titled ``what``."""
+    n_layers, n_heads = z.shape[:2]
+    x, y = list(range(n_heads)), list(range(n_layers))
+    return heatmap(z, x, y, title, xlabel="head", ylabel="layer", zmin=0, zmax=1, colorbar=dict(title=what), **kw)

@@ -146,21 +146,14 @@ def no_prompt_claim(why: str) -> Claim:
     return MOVES_COPY.judge({"no_prompt": why}, (float("nan"),) * 3, pre)
 
 
-USAGE = __doc__  # the command's help
-
-
 def _prepare(model, kwargs: dict, args) -> None:
     if model is not None:
         return
     kwargs["factors"] = check_factors(kwargs["factors"], "--factors")
     words = split_words(kwargs["target"])
     if len(words) != 3:
-        raise UsageError(
-            "--target",
-            f"{kwargs['target']!r} has {len(words)} word(s)",
-            "exactly three words",
-            "e.g. ' ninja turtle pirate'",
-        )
+        problem = f"{kwargs['target']!r} has {len(words)} word(s)"
+        raise UsageError("--target", problem, "exactly three words", "e.g. ' ninja turtle pirate'")
 
 
 def _console(result: ClaimResult, options: dict) -> None:
@@ -178,7 +171,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     takes=("seed",),
     order=8,
     claims=SPECS,
-    usage=USAGE,
+    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -207,17 +200,11 @@ def l4h11_edit(
     aggregator, L4H11 on GPT-2 small), ``run``: as every claim function takes them
     (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
 
-    Args:
-        target: three words to repeat (each keeps its leading space).
-        factors: output scale factors, each in ``0..MAX_FACTOR`` (1e6); must include 2 (the post's). A factor whose
-            edited logits are not finite on this model leaves that row not measured (NaN, with the reason in
-            ``not_measured``); the claim is judged on the x2 row.
-        seed: the seed of the repeat-string prompt's demonstrations.
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``edit_moves_copy``), ``numbers``
-        (``target`` as used, ``prompt``, ``mapping`` ``{query position: key position}``, ``mapping_tokens``,
-        ``rows``: per condition the two probabilities and the top 5), ``figures`` (``l4h11_edit``).
+    ``target``: three words, each keeping its leading space. ``factors``: each in ``0..MAX_FACTOR`` (1e6), 2 (the
+    post's) among them; a factor whose edited logits are not finite on this model leaves that row not measured (NaN,
+    the reason in ``not_measured``); the claim is judged on the x2 row. ``seed``: the demonstrations'. The result's
+    ``numbers`` hold ``target`` as used, ``prompt``, ``mapping`` ``{query position: key position}``,
+    ``mapping_tokens`` and ``rows``: per condition the two probabilities and the top 5.
     """
     factors = check_factors(factors)
     if not isinstance(target, str) or len(split_words(target)) != 3:
@@ -256,14 +243,10 @@ def figure(rows: list[dict], rp: RepeatPrompt, target: str, head: tuple[int, int
     """P(second word) and P(third word) per condition."""
     fig = go.Figure()
     for w in dict.fromkeys((rp.words[1], rp.words[2])):  # one trace per distinct word
+        probs = [r[f"P({w.strip()})"] for r in rows]
+        text = [f"{p:.3f}" for p in probs]
         fig.add_trace(
-            go.Bar(
-                x=[r["condition"] for r in rows],
-                y=[r[f"P({w.strip()})"] for r in rows],
-                name=f"P({w!r})",
-                text=[f"{r[f'P({w.strip()})']:.3f}" for r in rows],
-                textposition="outside",
-            )
+            go.Bar(x=[r["condition"] for r in rows], y=probs, name=f"P({w!r})", text=text, textposition="outside")
         )
     fig.update_layout(
         barmode="group",

@@ -87,22 +87,12 @@ def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> C
     "tremendous damage" to the first and "minimal damage" to the second, both tested."""
     first, last = results[0], results[-1]
     keep = last["prev_score_intervened"] / last["prev_score_clean"] if last["prev_score_clean"] > 0 else float("nan")
-    pre = [
-        Precondition(
-            "two heads: an early one and the aggregator",
-            len(results) >= 2,
-            f"only {results[0]['head']}: the model has no previous-token head below it",
-        )
-    ]
+    alone = f"only {first['head']}: the model has no previous-token head below it"
+    pre = [Precondition("two heads: an early one and the aggregator", len(results) >= 2, alone)]
     pre += [run.prev_head(head) for head in heads]
     if len(results) >= 2:  # with one head the first line already says there is no early head
-        pre.append(
-            Precondition(
-                "the early head sits below the aggregator",
-                first["layer"] < last["layer"],
-                f"{first['head']} (layer {first['layer']}) does not sit below {last['head']} (layer {last['layer']})",
-            )
-        )
+        above = f"{first['head']} (layer {first['layer']}) does not sit below {last['head']} (layer {last['layer']})"
+        pre.append(Precondition("the early head sits below the aggregator", first["layer"] < last["layer"], above))
     return HURTS_EARLY_MORE.judge(
         {
             "js": {r["head"]: r["js_divergence"] for r in results},
@@ -116,9 +106,6 @@ def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> C
         if len(results) >= 2
         else "",
     )
-
-
-USAGE = __doc__  # the command's help
 
 
 def _console(result: ClaimResult, options: dict) -> None:
@@ -135,7 +122,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     takes=("seed",),
     order=7,
     claims=SPECS,
-    usage=USAGE,
+    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -166,19 +153,10 @@ def ext_pos_averaging(
     sharpest clear previous-token head below the aggregator, then the aggregator), ``start``, ``size``, ``run``: as
     every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
 
-    Args:
-        group_size: rows averaged together (>= 2, the post: 10; one above the model's context is capped at it, and
-            said).
-        ext_prompts: repeated-token prompts the extended positional embeddings are measured on (>= 1).
-        seed: the seed of those prompts.
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``ext_avg_hurts_early_more``), ``numbers``
-        (``group_size``, ``results``: per head its layer, previous-token mass clean and averaged, JS divergence),
-        ``figures`` (``ext_pos_averaging``).
+    ``group_size`` (>= 2, the post: 10) above the model's context is capped at it, and said; the extended positional
+    embeddings are measured on ``ext_prompts`` repeated-token prompts from ``seed``. The result's ``numbers`` hold
+    ``results``: per head its layer, previous-token mass clean and averaged, JS divergence.
     """
-    if not (isinstance(ext_prompts, int) and ext_prompts >= 1):
-        raise ValueError(f"ext_prompts: {ext_prompts!r} is out of range; allowed an integer >= 1")
     run = prompted_run(model, prompts, run, **PROMPTS)
     if isinstance(group_size, bool) or not (isinstance(group_size, int) and group_size >= 2):
         raise ValueError(f"group_size: {group_size!r} is out of range; allowed an integer >= 2 (the post: 10)")

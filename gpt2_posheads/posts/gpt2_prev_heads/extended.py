@@ -20,13 +20,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from ...analysis.geometry import large_entry_fraction, pca, principal_angles, project, token_dependence
-from ...analysis.posembed import (
-    centred_w_pos,
-    default_bos,
-    extended_pos_embeddings_by_layer,
-    load_w_pos,
-    token_rows,
-)
+from ...analysis.posembed import centred_w_pos, default_bos, extended_pos_embeddings_by_layer, load_w_pos, token_rows
 from ...claims.catalogue import Option, declare
 from ...claims.gpt2_post import helix_precondition, post_claim
 from ...claims.verdicts import Claim, Precondition, at_least, at_most
@@ -62,20 +56,9 @@ SPECS = SAME_SUBSPACE, SPARSER, TOKEN_INDEPENDENT = (
     ),
 )
 
-SPARSITY_RULE = "fraction of entries with |x| > 1 * RMS of the matrix (the repeated token's rows)"
-POST_LAYER2_ANGLES_DEG = [8, 9, 10]
-POST_SPARSITY_RATIO = 3.0
-
 
 def measure(
-    model,
-    seq_len: int,
-    n_prompts: int,
-    n_token_dependence: int,
-    k: int,
-    seed: int,
-    label: str,
-    progress: bool = True,
+    model, seq_len: int, n_prompts: int, n_token_dependence: int, k: int, seed: int, label: str, progress: bool = True
 ) -> dict:
     """The extended positional embedding at a layer: the residual stream on repeated-token prompts (BOS, then one
     token repeated), centred over the positions and averaged over tokens; measured at the input of each block
@@ -121,15 +104,10 @@ def measure(
     return {"per_layer": df, "ext": ext, "w_pos": w, "wpos_reason": reason, "after_bos": bos}
 
 
-def judged_layer(n_layers: int) -> int:
-    """The layer the claims are judged at: the post's layer 2, or the final residual of a shallower model."""
-    return min(2, n_layers)
-
-
 def judge(m: dict, k: int, n_layers: int) -> tuple[list[Claim], list[float], float]:
     """``(claims, angles at the judged layer, mean sparsity ratio over layers > 0)`` of a :func:`measure`."""
     df, w, reason = m["per_layer"], m["w_pos"], m["wpos_reason"]
-    l2 = judged_layer(n_layers)
+    l2 = min(2, n_layers)  # the post's layer 2, or the final residual of a shallower model
     a2 = df.set_index("layer").loc[l2]
     has_w = [Precondition("the model has learned absolute positions (W_pos)", w is not None, reason or "")]
     w_helix = [helix_precondition(pca(w, 4)[1].tolist(), "W_pos")] if w is not None else []
@@ -175,19 +153,9 @@ def three_panel(w: torch.Tensor, ext: torch.Tensor, layer: int, label: str) -> g
         for lab, x, colour in ((f"extended L{layer}", ext, "red"), ("W_pos", w, "blue")):
             p = project(x, comps).numpy()
             pts.append(p)
-            fig.add_trace(
-                go.Scatter3d(
-                    x=p[:, 0],
-                    y=p[:, 1],
-                    z=p[:, 2],
-                    mode="markers",
-                    name=lab,
-                    marker=dict(size=2, color=colour),
-                    showlegend=i == 0,
-                ),
-                row=1,
-                col=i + 1,
-            )
+            xs, ys, zs, marker = p[:, 0], p[:, 1], p[:, 2], dict(size=2, color=colour)
+            trace = go.Scatter3d(x=xs, y=ys, z=zs, mode="markers", name=lab, marker=marker, showlegend=i == 0)
+            fig.add_trace(trace, row=1, col=i + 1)
         allp = np.concatenate(pts)
         lo, hi = np.percentile(allp, 1, axis=0), np.percentile(allp, 99, axis=0)
         pad = 0.1 * (hi - lo)
@@ -245,9 +213,6 @@ def figure(m: dict, layer: int, k: int, label: str) -> dict:
     return figs
 
 
-USAGE = __doc__  # the command's help
-
-
 def _prepare(model, kwargs: dict, args) -> None:
     if model is None:
         return
@@ -267,13 +232,10 @@ def _console(result: ClaimResult, options: dict) -> None:
     takes=("seed", "progress"),
     order=3,
     claims=SPECS,
-    usage=USAGE,
+    usage=__doc__,
     options=(
         Option(
-            "--layer",
-            2,
-            "layer of the three-panel comparison (0..n_layers; n_layers = the final residual stream)",
-            int,
+            "--layer", 2, "layer of the three-panel comparison (0..n_layers; n_layers = the final residual stream)", int
         ),
         Option("--n-prompts", 16, "repeated-token prompts averaged", int, low=1),
         Option("--n-token-dependence", 4, "tokens kept separately for token dependence", int, low=2),
@@ -302,22 +264,11 @@ def ext_pos_vs_wpe(
     ``model``, ``run`` (its model and label; the claim makes its own repeated-token prompts): as every claim function
     takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
 
-    Args:
-        layer: the layer of the three-panel figure (``0..n_layers``; ``n_layers`` = the final residual); the
-            claims are judged at layer 2 (or the final residual of a shallower model), as the post.
-        n_prompts: repeated-token prompts averaged.
-        n_token_dependence: tokens kept apart to measure the token dependence (>= 2).
-        seq_len: positions (default: the model's context; capped at it, and said).
-        k: the dimension of the subspaces compared by principal angles (``1..min(d_model, seq_len)``).
-        seed: the seed of the repeated tokens (``seed + 1`` for the token-dependence tokens).
-        progress: a progress bar over the batches.
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``ext_same_subspace``, ``ext_sparser``,
-        ``ext_token_independent``), ``numbers`` (``per_layer``, ``layer2_angles_deg``,
-        ``mean_sparsity_ratio_layers_gt0`` beside the post's, ...), ``tables`` (``per_layer``: one row per layer),
-        ``figures`` (``three_panel_L<layer>`` and ``principal_angles`` with ``W_pos``, ``sparsity``,
-        ``token_dependence``).
+    ``layer`` is the three-panel figure's (``0..n_layers``; ``n_layers`` = the final residual); the claims are judged
+    at layer 2 (or the final residual of a shallower model), as the post. ``k``: the dimension of the subspaces
+    compared by principal angles (``1..min(d_model, seq_len)``). ``seed``: the repeated tokens' (``seed + 1`` for the
+    ``n_token_dependence >= 2`` tokens kept apart). The result's ``numbers`` hold ``per_layer`` (also a table: one
+    row per layer), ``layer2_angles_deg`` and ``mean_sparsity_ratio_layers_gt0`` beside the post's, ...
     """
     if n_token_dependence < 2:
         raise ValueError(f"n_token_dependence: {n_token_dependence} is out of range; allowed >= 2 (a spread)")
@@ -336,12 +287,12 @@ def ext_pos_vs_wpe(
         seq_len=seq_len,
         n_prompts=n_prompts,
         k=k,
-        sparsity_rule=SPARSITY_RULE,
+        sparsity_rule="fraction of entries with |x| > 1 * RMS of the matrix (the repeated token's rows)",
         after_bos=m["after_bos"],
         per_layer=m["per_layer"],
         layer2_angles_deg=angles,
-        post_layer2_angles_deg=POST_LAYER2_ANGLES_DEG,
+        post_layer2_angles_deg=[8, 9, 10],
         mean_sparsity_ratio_layers_gt0=sparsity,
-        post_sparsity_ratio=POST_SPARSITY_RATIO,
+        post_sparsity_ratio=3.0,
     )
     return result

@@ -142,19 +142,10 @@ def pos_embed_helix(
     ``model`` (not with ``w_pos``), ``run`` (its model and label; the claim makes its own repeated-token prompts): as
     every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
 
-    Args:
-        w_pos: instead of a model, ``W_pos`` ``[n_ctx, d_model]`` itself or a ``.npy``/``.pt`` file of it: only
-            ``wpos_helix`` is judged (GPT-2 small's own: ``gpt2_posheads.model.paths.GPT2_W_POS``).
-        layer: the layer of the extended positional embeddings (``0..n_layers``; ``n_layers`` = the final residual).
-        n_prompts: repeated-token prompts averaged.
-        seq_len: positions (default: the model's context; capped at it, and said).
-        seed: the seed of the repeated tokens.
-        progress: a progress bar over the batches.
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``wpos_helix``, and ``ext_helix`` with a
-        model), ``numbers`` (``w_pos`` and ``ext``: each ``explained_variance_top4``), ``figures`` (``w_pos_helix``,
-        ``ext_pos_helix_L<layer>``).
+    ``w_pos``: instead of a model, ``W_pos`` ``[n_ctx, d_model]`` itself or a ``.npy``/``.pt`` file of it; only
+    ``wpos_helix`` is then judged (GPT-2 small's own: ``gpt2_posheads.model.paths.GPT2_W_POS``). ``layer``:
+    ``0..n_layers`` (``n_layers`` = the final residual). The result's ``numbers`` hold ``w_pos`` and ``ext``, each
+    with its ``explained_variance_top4``.
     """
     if w_pos is not None:
         if model is not None or run is not None:
@@ -190,12 +181,7 @@ def _w_pos_only(w_pos) -> ClaimResult:
     evr, points = helix(centred_w_pos(w))
     result = ClaimResult("pos_embed_helix", label)
     result.figure(figure(evr, points, f"W_pos from {source}: top-3 PCA"), "w_pos_helix")
-    result.numbers["w_pos"] = {
-        "source": source,
-        "shape": list(w.shape),
-        "explained_variance_top4": evr,
-        "row0_norm": float(w[0].norm()),
-        "last_row_norm": float(w[-1].norm()),
-    }
+    norms = {"row0_norm": float(w[0].norm()), "last_row_norm": float(w[-1].norm())}
+    result.numbers["w_pos"] = {"source": source, "shape": list(w.shape), "explained_variance_top4": evr, **norms}
     result.claims = judge(evr, None, None, 0)
     return result

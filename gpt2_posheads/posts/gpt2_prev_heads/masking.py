@@ -81,26 +81,14 @@ def preconditions(run: ModelRun, head: tuple[int, int], layers: list[int], every
     name = head_name(l, h)
     pre = [run.prev_head(head), layer_above(name, l, 0)]
     if l > 0:  # in layer 0 the line above already says there is nothing below
+        above = f"the masked layers {', '.join(map(str, layers))} do not all lie below {name}'s layer {l}"
         pre.append(
-            Precondition(
-                "every masked layer lies below the head's own",
-                bool(layers) and max(layers) < l,
-                f"the masked layers {', '.join(map(str, layers))} do not all lie below {name}'s layer {l}",
-            )
+            Precondition("every masked layer lies below the head's own", bool(layers) and max(layers) < l, above)
         )
     n_rows = len(masked_queries(every, run.prompts.shape[1]))
-    pre.append(
-        Precondition(
-            "at least one query is masked",
-            n_rows > 0,
-            f"no query is masked: --every {every} with prompts of {run.prompts.shape[1]} tokens (the first masked "
-            f"query is position {every})",
-        )
-    )
-    return pre
-
-
-USAGE = __doc__  # the command's help
+    none = f"no query is masked: --every {every} with prompts of {run.prompts.shape[1]} tokens (the first masked query "
+    none += f"is position {every})"
+    return pre + [Precondition("at least one query is masked", n_rows > 0, none)]
 
 
 @declare(
@@ -108,7 +96,7 @@ USAGE = __doc__  # the command's help
     "mask_prev_attention",
     order=5,
     claims=SPECS,
-    usage=USAGE,
+    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -138,15 +126,9 @@ def mask_prev_attention(
     on GPT-2 small), ``start``, ``size``, ``run``: as every claim function takes them
     (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
 
-    Args:
-        layers: the layers masked (default: every layer below each head's own: masking the head's own layer would
-            test the mask, not the mechanism).
-        every: the masking period (the post: 5).
-        renormalize: renormalise masked rows to sum to 1.
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``mask_disrupts`` per head), ``numbers``
-        (``every``, ``results``: per head the masses clean and masked), ``figures`` (``mask_prev_attention``).
+    ``layers`` default to every layer below each head's own (masking the head's own layer would test the mask, not
+    the mechanism); ``every``: the masking period (the post: 5). One ``mask_disrupts`` per head; the result's
+    ``numbers`` hold ``results``: per head the masses clean and masked.
     """
     if every < MIN_EVERY:
         raise ValueError(f"every: {every} is out of range; allowed >= {MIN_EVERY} (every=1 would mask every query)")

@@ -27,9 +27,8 @@ from ...claims.record import SummaryError, read_summary
 from ...claims.route import RouteConclusion, conclude, records_from_claims
 from ...claims.verdicts import NOT_TESTABLE, VERDICT_COLOURS, Claim
 from ...organism.data import split_docs
-from ...report.plotting import heatmap
 from ..result import ClaimResult
-from ._run import ratio_grid
+from ._run import head_grid, ratio_grid
 from .about import POST
 from .organism_targets import organism_targets
 
@@ -141,54 +140,33 @@ def mini_gpt2_report(
 
     ``model``: the organism, as every claim function takes it (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
 
-    Args:
-        results: the results folder the story is read from (``<results>/<command>/<name>/summary.json``).
-        name: the model's folder name there (default: the last part of its name).
-        compare: a second model (a folder or name): its latest results in the same ``results`` fill the middle
-            column, when it has any.
-        n_prompts, seq_len: held-out text prompts (>= 1; the length capped at the model's context).
-        seed: the seed of the random-token prompts and the copy prompts.
-        label: how the model is named in the titles (default: its name).
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (the behaviour targets), ``numbers``
-        (``targets``: the measurements, ``reference_heldout``, ``compare``, ``story``: the story's claims, each keyed,
-        ``route``: the route conclusion drawn from them),
-        ``figures`` (``induction_scores``, ``prev_token_ratio``), ``files`` (``report.html``).
+    The story is read from ``<results>/<command>/<name>/summary.json`` (``name``: default the last part of the model's
+    name, ``label`` in the titles); ``compare``, a second model (a folder or name), fills the middle column from its
+    latest results in ``results``, when it has any. ``n_prompts`` held-out text prompts of ``seq_len`` tokens (capped
+    at the model's context); ``seed``: the random-token and copy prompts'. The result's ``claims`` are the behaviour
+    targets; its ``numbers`` hold ``targets`` (the measurements), ``reference_heldout``, ``compare``, ``story`` (the
+    story's claims) and ``route`` (the route conclusion drawn from them); its ``files`` ``report.html``.
     """
     if not (hasattr(model, "cfg") and hasattr(model, "tokenizer")):
         raise TypeError(
             f"model: a TransformerLens model or bridge is needed, got {type(model).__name__}; "
             "gpt2_posheads.load_model(name or folder) loads one"
         )
-    for param, value in (("n_prompts", n_prompts), ("seq_len", seq_len)):
-        if not (isinstance(value, int) and value >= 1):
-            raise ValueError(f"{param}: {value!r} is out of range; allowed an integer >= 1")
     label = label or str(getattr(model.cfg, "model_name", "") or "model")
     name = name or Path(label).name
     text, stream = heldout_text(model, n_prompts, seq_len)
     claims, m = organism_targets(model, text, heldout=stream, seed=seed)
     result = ClaimResult("mini_gpt2_report", label, claims=claims)
-    result.figure(induction_figure(m, model, label), "induction_scores")
+    result.figure(induction_figure(m, label), "induction_scores")
     result.figure(ratio_figure(m, model, label), "prev_token_ratio")
     this = story(results, name)
     contrast_name = Path(compare).resolve().name if compare else None
-    contrast = (
-        story(results, contrast_name)
-        if contrast_name and (Path(results) / "rank_prev_heads" / contrast_name).exists()
-        else None
-    )
+    ran = contrast_name and (Path(results) / "rank_prev_heads" / contrast_name).exists()
+    contrast = story(results, contrast_name) if ran else None
     route = conclude(records_from_claims(this.values()))  # the route rule on the story's claims, as read
-    figs = [f"{stem}.html" for stem in result.figures]
-    result.files["report.html"] = page(
-        f"{label} as a model organism of the GPT-2 post",
-        claims,
-        this,
-        contrast,
-        str(compare) if compare else "(no comparison model)",
-        figs,
-        route=route,
-    )
+    title, figs = f"{label} as a model organism of the GPT-2 post", [f"{stem}.html" for stem in result.figures]
+    shown = str(compare) if compare else "(no comparison model)"
+    result.files["report.html"] = page(title, claims, this, contrast, shown, figs, route=route)
     result.numbers.update(
         targets={k: v for k, v in m.items() if k not in ("induction_scores", "ranking_text")},
         reference_heldout=REFERENCE_HELDOUT,
@@ -199,20 +177,10 @@ def mini_gpt2_report(
     return result
 
 
-def induction_figure(m: dict, model, label: str):
+def induction_figure(m: dict, label: str):
     """The induction score per head ``[layer, head]``."""
-    L, H = model.cfg.n_layers, model.cfg.n_heads
-    return heatmap(
-        m["induction_scores"],
-        x=list(range(H)),
-        y=list(range(L)),
-        zmin=0,
-        zmax=1,
-        colorbar=dict(title="score"),
-        xlabel="head",
-        ylabel="layer",
-        title=f"{label}: induction score<br><sup>attention to the token after the earlier occurrence</sup>",
-    )
+    title = f"{label}: induction score<br><sup>attention to the token after the earlier occurrence</sup>"
+    return head_grid(m["induction_scores"], title, "score")
 
 
 def ratio_figure(m: dict, model, label: str):

@@ -88,14 +88,13 @@ SPECS = SHARP, ALONE, HALF_PREV = (
 )
 
 PROMPTS = dict(n_prompts=64, seq_len=256)  # the natural-text prompts it measures on by default
-# The post's ratios of its eleven sharpest previous-token heads, and its count of previous-token heads (GPT-2 small)
+# The post's ratios of its eleven sharpest previous-token heads (GPT-2 small; its count of previous-token heads: 69)
 POST_TOP = dict(
     zip(
         ("L4H11", "L5H6", "L3H3", "L2H2", "L6H8", "L7H0", "L2H4", "L1H0", "L3H7", "L8H7", "L3H2"),
         (0.01, 0.18, 0.33, 0.33, 0.43, 0.45, 0.46, 0.47, 0.50, 0.51, 0.52),
     )
 )
-POST_N_PREV = 69
 N_SHOWN_OFFSETS = 16  # the diagonals the masses figure shows (a traced ranking brings back as many)
 
 
@@ -182,17 +181,8 @@ def masses_figure(ranking: pd.DataFrame, diag: torch.Tensor, label: str) -> go.F
     n_show = min(diag.shape[-1], N_SHOWN_OFFSETS)
     order = ranking["name"].tolist()
     z = np.stack([diag[r.layer, r.head, :n_show].numpy() for r in ranking.itertuples()])
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=list(range(n_show)),
-            y=order,
-            colorscale="Viridis",
-            zmin=0,
-            zmax=1,
-            colorbar=dict(title="mean attention"),
-        )
-    )
+    scale = dict(colorscale="Viridis", zmin=0, zmax=1, colorbar=dict(title="mean attention"))
+    fig = go.Figure(go.Heatmap(z=z, x=list(range(n_show)), y=order, **scale))
     fig.update_layout(
         title=f"{label}: mean attention per diagonal (heads in ranking order)",
         xaxis_title="offset q - k (1 = previous token)",
@@ -202,9 +192,6 @@ def masses_figure(ranking: pd.DataFrame, diag: torch.Tensor, label: str) -> go.F
     fig.update_xaxes(dtick=1)
     fig.update_yaxes(autorange="reversed")
     return fig
-
-
-USAGE = __doc__  # the command's help
 
 
 def _prepare(model, kwargs: dict, args) -> None:
@@ -226,7 +213,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     takes=("progress",),
     order=1,
     claims=SPECS,
-    usage=USAGE,
+    usage=__doc__,
     **PROMPTS,
     options=(
         Option("--include-bos", False, "count attention to key 0 in the diagonals"),
@@ -263,30 +250,17 @@ def rank_prev_heads(
     :class:`~gpt2_posheads.model.traced.TracedModel` (then ``engine`` is ``"nnsight"``). A ``run`` with the default
     options lends its ranking when it has one, and keeps this one when it has none.
 
-    Args:
-        include_bos: count attention to key 0 in the diagonals (the post leaves it out: heads park spare attention
-            there).
-        batch_size: prompts per forward pass.
-        bf16: bfloat16 matmuls (softmax, LayerNorm and the residual in float32) for a faster look at the ranking;
-            its claims are then not testable (:func:`float32_masses`: sharp heads' masses move by up to 0.5), as
-            they are on a model whose weights are bfloat16 or float16. Float32 where the CPU has no native bfloat16,
-            said once.
-        engine: ``"auto"`` (the hook-free fast path where it reproduces the model), ``"fast"``, ``"hooks"``, or
-            ``"nnsight"`` (every pattern reduced inside an nnsight trace; the engine of a traced model).
-        progress: a progress bar over the batches.
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``sharp_prev_head``,
-        ``sharpest_stands_alone``, ``half_prev_heads``), ``numbers`` (``n_heads``, ``n_prev_token_heads``,
-        ``aggregator``, ``top``: the eleven first heads with the post's ratio on GPT-2 small, ...), ``tables``
-        (``ranking``: one row per head), ``figures`` (``ratio_grid``, ``diagonal_masses``).
+    ``include_bos``: the post leaves key 0 out (heads park spare attention there). ``bf16``: the ranking's claims are
+    then not testable (:func:`float32_masses`), as on a model whose weights are bfloat16 or float16; float32 where the
+    CPU has no native bfloat16, said once. ``engine``: ``"auto"`` (the hook-free fast path where it reproduces the
+    model), ``"fast"``, ``"hooks"``, or ``"nnsight"`` (every pattern reduced inside a trace). The result's ``numbers``
+    hold ``n_heads``, ``n_prev_token_heads``, ``aggregator``, ``top`` (the eleven first heads, with the post's ratio
+    on GPT-2 small), ...; ``tables`` the ``ranking`` (one row per head).
     """
     if engine not in (*ENGINES, NNSIGHT):
         raise ValueError(f"engine: {engine!r} is not an engine; allowed {', '.join((*ENGINES, NNSIGHT))}")
     if include_bos and engine == "fast":
         raise ValueError("include_bos: the fast engine leaves key 0 out; use engine='auto' or 'hooks' to include it")
-    if batch_size < 1:
-        raise ValueError(f"batch_size: {batch_size} is out of range; allowed >= 1")
     given = run.model if run is not None else model
     traced = is_traced(given)
     if traced and engine == "auto":
@@ -317,22 +291,16 @@ def rank_prev_heads(
     result.claims = judge(ranking, [float32_masses(bf16_used, run.model)])
     # the post's per-head ratios belong to GPT-2 small's heads only, never to another model's head of that name
     post = POST_TOP if is_gpt2_small(run.model) else None
-    top = [
-        {
-            "name": r.name,
-            "ratio": r.ratio,
-            "top_offset": r.top_offset,
-            **({"post_ratio": post.get(r.name)} if post else {}),
-        }
-        for r in ranking.head(11).itertuples()
-    ]
+    top = [{"name": r.name, "ratio": r.ratio, "top_offset": r.top_offset} for r in ranking.head(11).itertuples()]
+    for row in top if post else ():
+        row["post_ratio"] = post.get(row["name"])
     result.numbers.update(
         exclude_bos=not include_bos,
         bf16=bf16_used,
         n_offsets=n_offsets,
         n_heads=len(ranking),
         n_prev_token_heads=count_prev_heads(ranking),
-        post_n_prev_token_heads=POST_N_PREV,
+        post_n_prev_token_heads=69,
         aggregator=agg,
         top=top,
     )

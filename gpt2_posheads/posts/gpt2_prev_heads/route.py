@@ -75,17 +75,10 @@ def route_results(
     return out
 
 
-def route_records(
-    model=None,
-    prompts: torch.Tensor | None = None,
-    *,
-    seed: int = 0,
-    n_pattern_prompts: int = N_PATTERN_PROMPTS,
-    run: ModelRun | None = None,
-) -> dict[str, dict]:
-    """``{claim key: record}`` of every claim :func:`route_results` judged: what
-    :func:`~gpt2_posheads.claims.route.conclude` reads."""
-    results = route_results(model, prompts, seed=seed, n_pattern_prompts=n_pattern_prompts, run=run)
+def route_records(model=None, prompts: torch.Tensor | None = None, **options) -> dict[str, dict]:
+    """``{claim key: record}`` of every claim :func:`route_results` judged (``options``: its ``seed``,
+    ``n_pattern_prompts``, ``run``): what :func:`~gpt2_posheads.claims.route.conclude` reads."""
+    results = route_results(model, prompts, **options)
     return records_from_claims(c for r in results.values() for c in r.claims)
 
 

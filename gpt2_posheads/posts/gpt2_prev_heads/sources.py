@@ -44,7 +44,7 @@ from ...claims.gpt2_post import HALF, KEEP, POS_GROUP, ROUTE, built_from_below, 
 from ...claims.measured import LayersBelowRemoved
 from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.identity import is_gpt2_small
-from ...model.validation import UsageError, head_name, note
+from ...model.validation import UsageError, head_name, note, positive
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run
 from .about import POST
@@ -133,29 +133,22 @@ def aggregator_first(model, heads: list[tuple[int, int]]) -> list[tuple[int, int
 
 
 def measure(
-    run: ModelRun,
-    head: tuple[int, int],
-    groups: dict,
-    *,
-    ablation: str,
-    pos_group: int,
-    batch_size: int,
-    below: bool,
-    progress: bool = False,
+    run: ModelRun, head: tuple[int, int], groups: dict, progress: bool = False, **options
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """``(ablation table, composition table)`` of one target head: the direct-path ablation
-    (:func:`~gpt2_posheads.analysis.sources.path_ablation`: one upstream head's output removed only from the target's
-    query input or only from its key input, ``W_pos`` averaged in groups of ``pos_group`` on that input alone;
-    ``groups`` removed together from both, and with ``below`` everything the layers below write), one row per
-    (source, side), largest drop first, with the sources' Q/K/V composition scores against a random baseline
-    merged in (``q_comp``, ``k_comp``, ``v_comp``, ``q_ratio``, ``k_ratio``); the composition table is ``None`` on a
-    model whose weights do not give it."""
+    (:func:`~gpt2_posheads.analysis.sources.path_ablation` with ``options``: ``ablation``, ``batch_size``, one upstream
+    head's output removed only from the target's query input or only from its key input, ``W_pos`` averaged in groups of
+    ``pos_group`` on that input alone; ``groups`` removed together from both, and with ``below`` everything the layers
+    below write), one row per (source, side), largest drop first, with the sources' Q/K/V composition scores against a
+    random baseline merged in (``q_comp``, ``k_comp``, ``v_comp``, ``q_ratio``, ``k_ratio``); the composition table is
+    ``None`` on a model whose weights do not give it."""
     l, h = head
-    H = run.model.cfg.n_heads
     if progress:
-        print(f"\n{head_name(l, h)}: path ablation over {l * H} upstream heads x 2 sides ({ablation})", flush=True)
-    options = dict(ablation=ablation, pos_group=pos_group, batch_size=batch_size, groups=groups, below=below)
-    df = path_ablation(run.model, run.prompts, l, h, **options)
+        n = l * run.model.cfg.n_heads
+        print(
+            f"\n{head_name(l, h)}: path ablation over {n} upstream heads x 2 sides ({options['ablation']})", flush=True
+        )
+    df = path_ablation(run.model, run.prompts, l, h, groups=groups, **options)
     try:
         comp = composition_scores(run.model, l, h)
     except UsageError as e:
@@ -212,11 +205,8 @@ def judge(
     upstream = upstream_summary(df, early)
     top10 = head_sources(df).groupby("source")["drop"].max().nlargest(10).index
     named = [s for s in POST_SOURCES if s in set(top10)]
-    none_below = Precondition(
-        "clear previous-token heads sit below the aggregator",
-        bool(early),
-        f"no clear previous-token head sits below {name} (layer {agg_l})",
-    )
+    none = f"no clear previous-token head sits below {name} (layer {agg_l})"
+    none_below = Precondition("clear previous-token heads sit below the aggregator", bool(early), none)
     claims = [
         FROM_BELOW.judge(
             LayersBelowRemoved(name, agg_l, below_drop, relayed).measured(),  # what the route conclusion reads
@@ -246,9 +236,6 @@ def judge(
     return claims, {"below_relative_drop": below_drop, "upstream": upstream}
 
 
-USAGE = __doc__  # the command's help
-
-
 def _prepare(model, kwargs: dict, args) -> None:
     if model is None:
         if kwargs["ablation"] == "resample" and args.n_prompts < 2:
@@ -265,7 +252,7 @@ def _prepare(model, kwargs: dict, args) -> None:
     takes=("seed", "progress"),
     order=9,
     claims=SPECS,
-    usage=USAGE,
+    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -296,25 +283,14 @@ def prev_head_sources(
     an aggregator there is judged as built from the embeddings alone), ``run``: as every claim function takes them
     (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
 
-    Args:
-        ablation: what replaces a source's output: ``"mean"``, ``"zero"`` or ``"resample"`` (two prompts or more).
-        pos_group: the ``W_pos`` group size of the positional route (>= 2).
-        batch_size: prompts per forward (>= 1).
-        seed: the seed of the random groups (chance).
-        progress: print each target's progress and its top sources.
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``aggregator_above_layer0``,
-        ``sources_upstream``, ``sources_named_heads``), ``numbers`` (``ablation``, ``targets``, ``results``: per
-        target its top sources and, for the aggregator, ``below_relative_drop`` and ``upstream``), ``tables``
-        (``ablation_<head>`` and ``composition_<head>`` per target), ``figures`` (``prev_head_sources``,
-        ``sources_groups``).
+    ``ablation``: what replaces a source's output (``"resample"``: two prompts or more); ``seed``: the random groups'
+    (chance); ``progress``: print each target's progress and its top sources. The result's ``numbers`` hold
+    ``results``: per target its top sources and, for the aggregator, ``below_relative_drop`` and ``upstream``;
+    ``tables`` ``ablation_<head>`` and ``composition_<head>`` per target.
     """
     if ablation not in ABLATIONS:
         raise UsageError("ablation", f"{ablation!r} is not an ablation", f"allowed {', '.join(ABLATIONS)}")
-    for param, value, low in (("pos_group", pos_group, 2), ("batch_size", batch_size, 1)):
-        if not (isinstance(value, int) and value >= low):
-            raise UsageError(param, f"{value!r} is out of range", f"allowed an integer >= {low}")
+    positive("pos_group", pos_group, 2)  # batch_size >= 1: checked by name before the call (ARGUMENT_CHECKS)
     run = prompted_run(model, prompts, run, **PROMPTS).ranked()
     if ablation == "resample" and len(run.prompts) < 2:
         raise UsageError("ablation", "resample needs at least two prompts", "use mean or zero, or two prompts or more")
@@ -380,28 +356,16 @@ def figure(dfs: dict, n_heads: int, ablation: str, label: str):
         vertical_spacing=0.12,
         subplot_titles=[f"{head_name(l, h)}: {s} side" for l, h in targets for s in ("query", "key")],
     )
+    style = dict(zmid=0, colorscale="RdBu_r", colorbar=dict(title="drop in prev. mass", tickformat=".2g"))
+    style["hovertemplate"] = "L%{y}H%{x}: drop %{z:.4f}<extra></extra>"
     for i, (l, h) in enumerate(targets):
         df = dfs[(l, h)]
         heads_only = head_sources(df)
         zmax = max(1e-6, float(heads_only["drop"].abs().max()) if len(heads_only) else 0.0)
         for j, side in enumerate(("query", "key")):
-            g = drop_grid(df, l, H, side)
-            fig.add_trace(
-                go.Heatmap(
-                    z=g.numpy(),
-                    x=list(range(H)),
-                    y=list(range(l)),
-                    zmin=-zmax,
-                    zmax=zmax,
-                    zmid=0,
-                    colorscale="RdBu_r",
-                    showscale=(i == 0 and j == 0),
-                    colorbar=dict(title="drop in prev. mass", tickformat=".2g"),
-                    hovertemplate="L%{y}H%{x}: drop %{z:.4f}<extra></extra>",
-                ),
-                row=i + 1,
-                col=j + 1,
-            )
+            z, first = drop_grid(df, l, H, side).numpy(), i == 0 and j == 0
+            heat = go.Heatmap(z=z, x=list(range(H)), y=list(range(l)), zmin=-zmax, zmax=zmax, showscale=first, **style)
+            fig.add_trace(heat, row=i + 1, col=j + 1)
             fig.update_xaxes(title_text="head", dtick=1, row=i + 1, col=j + 1)
             fig.update_yaxes(title_text="layer", dtick=1, autorange="reversed", row=i + 1, col=j + 1)
     fig.update_layout(
@@ -419,30 +383,17 @@ def group_figure(result: dict, agg: str, label: str):
     up = result.get("upstream") or {}
     if "below_relative_drop" not in result:
         return None
-    names, values, errors = ["everything the layers below write"], [result["below_relative_drop"]], [None]
+    bars = [("everything the layers below write", result["below_relative_drop"], 0, 0)]  # name, value, error -, +
     if up.get("n_early"):
-        names.append(f"the {up['n_early']} early heads together")
-        values.append(up["group_drop"])
-        errors.append(None)
+        bars.append((f"the {up['n_early']} early heads together", up["group_drop"], 0, 0))
         if up.get("n_groups"):
-            chance = up["chance_range"]
-            names.append(f"random groups of {up['n_early']} (median of {up['n_groups']}; bar: range)")
-            values.append(up["chance"])
-            errors.append((up["chance"] - chance[0], chance[1] - up["chance"]))
-    fig = go.Figure(
-        go.Bar(
-            x=names,
-            y=values,
-            text=[f"{v:.0%}" for v in values],
-            textposition="outside",
-            error_y=dict(
-                type="data",
-                symmetric=False,
-                array=[e[1] if e else 0 for e in errors],
-                arrayminus=[e[0] if e else 0 for e in errors],
-            ),
-        )
-    )
+            (low, high), mid = up["chance_range"], up["chance"]
+            name = f"random groups of {up['n_early']} (median of {up['n_groups']}; bar: range)"
+            bars.append((name, mid, mid - low, high - mid))
+    names, values, minus, plus = (list(x) for x in zip(*bars))
+    errors = dict(type="data", symmetric=False, array=plus, arrayminus=minus)
+    bar = go.Bar(x=names, y=values, text=[f"{v:.0%}" for v in values], textposition="outside", error_y=errors)
+    fig = go.Figure(bar)
     fig.add_hline(y=0.5, line_dash="dot", annotation_text="half (the rules' level)")
     fig.update_layout(
         title=f"{label}: what {agg} loses when heads below it are removed together<br><sup>share of its "

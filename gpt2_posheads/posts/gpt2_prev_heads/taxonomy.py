@@ -80,16 +80,6 @@ PROMPTS = dict(n_prompts=16, seq_len=256)  # the natural-text prompts it measure
 COLUMNS = ["name", "trend", "spike", "dip", "lead", "label"]  # the numbers summary.json records per head
 
 
-def raw_score_panels(run: ModelRun, heads: list[tuple[int, int]], start: int, size: int) -> tuple[dict, int]:
-    """``({head name: [size, size] raw scores before the causal mask}, first position shown)`` on the first prompt."""
-    panels, first = {}, 0
-    for l, h in heads:
-        panels[head_name(l, h)], first = submatrix(
-            attention_scores(run.model, run.prompts[0], l, h)["raw"], start, size
-        )
-    return panels, first
-
-
 def measure(run: ModelRun, window: int, threshold: float, progress: bool = False) -> pd.DataFrame:
     """One row per head: its label and the features it rests on (``trend``, ``spike``, ``dip``, ``lead``, in
     logits), its profile ``s(-w)``..``s(+w)`` and ``clear_prev_token`` (top offset 1, ratio <= 0.6 in the ranking).
@@ -119,6 +109,7 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
     n_self = int((early.label == "self_suppressing").sum())
     agg_label = df.set_index("name").loc[agg, "label"]
     pre_agg = [run.prev_head((agg_l, agg_h))]
+    none = f"no clear previous-token head sits below {agg} (layer {agg_l})"
     claims = [
         SELF_SUPPRESSING.judge(
             EarlyLabels(  # what the route conclusion reads
@@ -128,14 +119,7 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
                 tuple(early[early.label == "prev_boosting"].name),
             ).measured(),
             (n_self, len(early)),
-            pre_agg
-            + [
-                Precondition(
-                    "there are clear previous-token heads below the aggregator",
-                    len(early) > 0,
-                    f"no clear previous-token head sits below {agg} (layer {agg_l})",
-                )
-            ],
+            pre_agg + [Precondition("there are clear previous-token heads below the aggregator", len(early) > 0, none)],
             head=",".join(early.name),
             readout=f"{n_self} of {len(early)} self-suppressing",
         ),
@@ -148,9 +132,6 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
         ),
     ]
     return claims, {"aggregator": agg, "early_prev_heads": early[COLUMNS]}
-
-
-USAGE = __doc__  # the command's help
 
 
 def _prepare(model, kwargs: dict, args) -> None:
@@ -171,7 +152,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     takes=("progress",),
     order=6,
     claims=SPECS,
-    usage=USAGE,
+    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -207,18 +188,11 @@ def raw_scores_taxonomy(
     elsewhere; every head is classified, whatever is drawn), ``start``, ``size``, ``run``: as every claim function
     takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
 
-    Args:
-        window: key offsets ``-window..+window`` in the profile (``3 <= window <= (pos - 9) // 2``: the trend needs
-            two keys older than the previous one).
-        threshold: logits a spike or dip needs to label a head (>= 0; default ln 2: attention odds changed 2x).
-        start, size: the submatrix drawn (the post: 50 x 50).
-        progress: show a progress bar over the prompt batches of the profile.
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``early_self_suppressing``,
-        ``aggregator_prev_boosting``), ``numbers`` (``window``, ``threshold``, ``label_counts``, ``aggregator``,
-        ``early_prev_heads`` and ``chosen_heads`` as DataFrames of :data:`COLUMNS`), ``tables`` (``classification``:
-        every head), ``figures`` (``raw_scores``, ``taxonomy``).
+    ``window``: key offsets ``-window..+window`` in the profile (``3 <= window <= (pos - 9) // 2``: the trend needs two
+    keys older than the previous one). ``threshold``: logits a spike or dip needs to label a head (>= 0; default ln
+    2: attention odds changed 2x). The result's ``numbers`` hold ``label_counts``, ``aggregator``, and
+    ``early_prev_heads`` and ``chosen_heads`` as DataFrames of :data:`COLUMNS`; ``tables`` the ``classification`` of
+    every head.
     """
     if not (isinstance(threshold, (int, float)) and math.isfinite(threshold) and threshold >= 0):
         raise ValueError(f"threshold: {threshold!r} is out of range; allowed a number >= 0 (logits)")
@@ -236,8 +210,7 @@ def raw_scores_taxonomy(
     chosen, how = run.heads(heads, HEADS)
     names = [head_name(l, h) for l, h in chosen]
     result = ClaimResult("raw_scores_taxonomy", run.label)
-    panels, first = raw_score_panels(run, chosen, start, size)
-    result.figure(raw_scores_figure(panels, run.tokens(), first, run), "raw_scores", width=1500)
+    result.figure(raw_scores_figure(run, chosen, start, size), "raw_scores", width=1500)
     df = measure(run, window, threshold, progress)
     result.table(df, "classification")
     result.figure(taxonomy_figure(df, threshold, run), "taxonomy")
@@ -253,15 +226,21 @@ def raw_scores_taxonomy(
     return result
 
 
-def raw_scores_figure(panels: dict, tokens: list[str], first: int, run: ModelRun):
-    """The heads' raw-score submatrices, the upper triangle (what the causal mask removes) included."""
+def raw_scores_figure(run: ModelRun, heads: list[tuple[int, int]], start: int, size: int):
+    """The heads' ``[size, size]`` raw-score submatrices from ``start`` on the first prompt, the upper triangle (what
+    the causal mask removes) included."""
+    panels, first = {}, 0
+    for l, h in heads:
+        panels[head_name(l, h)], first = submatrix(
+            attention_scores(run.model, run.prompts[0], l, h)["raw"], start, size
+        )
     return heatmap_grid(
         panels,
         cols=4,
         colorscale="Greys_r",
         shared_scale=False,
         x0=first,
-        tokens=tokens,
+        tokens=run.tokens(),
         mark_offset=1,
         colorbar_title="raw score",
         height_per_row=330,

@@ -130,9 +130,8 @@ def measure(run: ModelRun, heads: list[tuple[int, int]], groups: list[int], reps
         row = {"group_size": g, "kl": kl}
         for r in reps:
             probs = next_token_probs(model, r.tokens, edits)[0]
-            row[f"P({r.next_word.strip()} first | {r.sep.join(r.words).strip()})"] = float(
-                probs[r.next_token_id(model.tokenizer)]
-            )
+            key = f"P({r.next_word.strip()} first | {r.sep.join(r.words).strip()})"
+            row[key] = float(probs[r.next_token_id(model.tokenizer)])
         for l, h in heads:
             row[f"prev_mass {head_name(l, h)}"] = float(diag[l, h, 1])
         rows.append(row)
@@ -148,11 +147,8 @@ def copies_precondition(rows: list[dict], no_prompt: str) -> Precondition:
 
 
 def _measured(g: int, groups: list[int]) -> Precondition:
-    return Precondition(
-        f"groups of {g} were measured",
-        g in groups,
-        f"groups of {g} were not measured (--group-sizes {','.join(map(str, groups))})",
-    )
+    missing = f"groups of {g} were not measured (--group-sizes {','.join(map(str, groups))})"
+    return Precondition(f"groups of {g} were measured", g in groups, missing)
 
 
 def judge(
@@ -169,6 +165,8 @@ def judge(
     gmax = max(groups)
     big = gmax >= 50 and 20 in by_g
     kept = {n: (clean[f"prev_mass {n}"], by_g[10][f"prev_mass {n}"]) for n in names} if 10 in by_g else {}
+    small = f"no group size of 50 or more was measured (largest {gmax})"
+    large = Precondition("a group size of 50 or more was measured", gmax >= 50, small)
     return [
         OUTPUT_UNCHANGED.judge(
             {f"{k} clean -> g20": v for k, v in keep.items()},
@@ -179,15 +177,7 @@ def judge(
         BREAKS_DOWN.judge(
             {"kl_g20": by_g.get(20, {}).get("kl"), f"kl_g{gmax}": by_g[gmax]["kl"]},
             (by_g[20]["kl"], by_g[gmax]["kl"], gmax) if big else (float("nan"), float("nan"), gmax),
-            [
-                _measured(20, groups),
-                Precondition(
-                    "a group size of 50 or more was measured",
-                    gmax >= 50,
-                    f"no group size of 50 or more was measured (largest {gmax})",
-                ),
-                copies,
-            ],
+            [_measured(20, groups), large, copies],
             readout=f"KL {by_g[20]['kl']:.3g} nats at 20, {by_g[gmax]['kl']:.3g} at {gmax}" if big else "",
         ),
         HEADS_UNAFFECTED.judge(
@@ -210,9 +200,8 @@ def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:
     """KL, P(right continuation) and previous-token masses against the group size (log axis); when the model does
     not copy even clean, the probability panel says so (a flat line at zero would read as "averaging kills
     copying")."""
-    fig = make_subplots(
-        rows=1, cols=3, subplot_titles=["KL(clean || averaged), nats", "P(right continuation)", "previous-token mass"]
-    )
+    titles = ["KL(clean || averaged), nats", "P(right continuation)", "previous-token mass"]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=titles)
     gs = [r["group_size"] for r in rows]
     fig.add_trace(go.Scatter(x=gs, y=[r["kl"] for r in rows], name="KL", mode="lines+markers"), 1, 1)
     for key in rows[0]:
@@ -221,18 +210,9 @@ def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:
         if key.startswith("prev_mass"):
             fig.add_trace(go.Scatter(x=gs, y=[r[key] for r in rows], name=key[10:], mode="lines+markers"), 1, 3)
     if not copies:
-        fig.add_annotation(
-            text="not testable: the model does not copy<br>these prompts even clean",
-            row=1,
-            col=2,
-            x=0.5,
-            y=0.5,
-            xref="x2 domain",
-            yref="y2 domain",
-            showarrow=False,
-            font=dict(size=13, color="#6e7781"),
-            bgcolor="rgba(255,255,255,0.85)",
-        )
+        where = dict(row=1, col=2, x=0.5, y=0.5, xref="x2 domain", yref="y2 domain", showarrow=False)
+        style = dict(font=dict(size=13, color="#6e7781"), bgcolor="rgba(255,255,255,0.85)")
+        fig.add_annotation(text="not testable: the model does not copy<br>these prompts even clean", **where, **style)
     fig.update_xaxes(type="log", title="group size", tickvals=gs, ticktext=[str(g) for g in gs])
     fig.update_yaxes(range=[0, 1], tickformat=".2f", row=1, col=2)
     fig.update_yaxes(range=[0, 1], tickformat=".2f", row=1, col=3)
@@ -240,9 +220,6 @@ def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:
         title=f"{label}: averaging W_pos rows in groups", height=450, legend=dict(orientation="h", y=-0.25)
     )
     return fig
-
-
-USAGE = __doc__  # the command's help
 
 
 def _prepare(model, kwargs: dict, args) -> None:
@@ -270,7 +247,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     takes=("seed",),
     order=4,
     claims=SPECS,
-    usage=USAGE,
+    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -302,24 +279,16 @@ def pos_embed_averaging(
     the aggregator and the early previous-token heads; L2H2, L3H3, L4H11 on GPT-2 small), ``run``: as every claim
     function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
 
-    Args:
-        group_sizes: the group sizes (>= 1; one above the model's context is capped at it, and said; 1, the clean
-            model, is always measured). The claims compare with groups of 10 and 20 and with the largest (>= 50).
-        targets: the repeat-string targets (a leading space is added where missing; a word that is several tokens
-            in the model's vocabulary is replaced by a single-token word, single characters in a character
-            vocabulary, and a short context gets a shorter prompt: each said; :func:`._run.repeat_prompts`).
-        seed: the seed of the repeat-string prompts' demonstrations.
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``avg_output_unchanged``,
-        ``avg_breaks_down``, ``avg_prev_heads_unaffected``), ``numbers`` (``targets``, ``group_sizes``, ``rows``:
-        one per group size; or ``not_applicable`` and why), ``tables`` and ``figures`` (``pos_embed_averaging``).
+    ``group_sizes``: a size above the model's context is capped at it, and said; 1 (the clean model) is always
+    measured; the claims compare with groups of 10 and 20 and with the largest (>= 50). ``targets``: a leading space
+    is added where missing; a word that is several tokens in the model's vocabulary is replaced by a single-token word
+    (single characters in a character vocabulary), and a short context gets a shorter prompt: each said
+    (:func:`._run.repeat_prompts`). ``seed``: the demonstrations'. The result's ``numbers`` hold ``targets``,
+    ``group_sizes`` and ``rows`` (one per group size; also a table), or ``not_applicable`` and why.
     """
     group_sizes = list(group_sizes)
     if not group_sizes or not all(isinstance(g, int) and g >= 1 for g in group_sizes):
         raise ValueError(f"group_sizes: {group_sizes} must be integers >= 1, at least one (e.g. 1,5,10,20,50,100)")
-    if isinstance(targets, str) or not all(isinstance(t, str) for t in targets):
-        raise TypeError("targets: a list of strings like [' apple orange', ' orange apple']")
     targets = [t if t.startswith(" ") else " " + t for t in targets if t.strip()]
     if not targets:
         raise ValueError("targets: is empty; repeat-string targets like ' apple orange'")

@@ -27,13 +27,11 @@ import plotly.graph_objects as go
 from ...claims.catalogue import Option, declare
 from ...claims.toy import num, spread
 from ...claims.verdicts import Claim
-from ...model.validation import UsageError
 from ...toy import ToyConfig
 from ...toy.posts import ToyRun
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
-from .about import POST
-from .rules import ONLY_LAST, SPECS, SPIKIER, U_SHAPE, U_SHAPE_2, middle_spread
+from .rules import ONLY_LAST, POST, SPECS, SPIKIER, U_SHAPE, U_SHAPE_2, middle_spread
 
 V, C = 10, 10
 STEPS, QUICK_STEPS, SEEDS = 800, 200, 3
@@ -127,28 +125,28 @@ def judge(m: Retrieval, quick: bool = False) -> list[Claim]:
 
     one, two = "1 layer, n_embd 10", "2 layers, n_embd 10"
     m1 = losses[one].mean(1)
-    claims = [
-        ONLY_LAST.at(setting=one).judge(
-            table[one],
-            (losses[one], V),
-            quick=quick,
-            readout=f"k = {C - 1}: {num(m1[-1], 2)} nats; k = 0..{C - 2}: {num(m1[:-1].min(), 3)}–"
-            f"{num(m1[:-1].max(), 3)} nats (mean of {n} seeds)",
-        ),
-        U_SHAPE_2.at(setting=two).judge(table[two], (losses[two], V), quick=quick, readout=ends(two)),
-    ]
+    claims = []
+
+    def add(spec, name, value, **kw):
+        claims.append(spec.judge(table[name], value, quick=quick, **kw))
+
+    add(
+        ONLY_LAST.at(setting=one),
+        one,
+        (losses[one], V),
+        readout=f"k = {C - 1}: {num(m1[-1], 2)} nats; k = 0..{C - 2}: {num(m1[:-1].min(), 3)}–"
+        f"{num(m1[:-1].max(), 3)} nats (mean of {n} seeds)",
+    )
+    add(U_SHAPE_2.at(setting=two), two, (losses[two], V), readout=ends(two))
     for l, e in PLAIN:
         name = f"{l} layers, n_embd {e}"
-        if (l, e) == (2, 10) or name not in table:
-            continue
-        at = U_SHAPE.at(name, f"{name} ({table[name]['steps']:,} steps)")
-        claims.append(at.judge(table[name], (losses[name], V), quick=quick, readout=ends(name)))
+        if (l, e) != (2, 10) and name in table:
+            at = U_SHAPE.at(name, f"{name} ({table[name]['steps']:,} steps)")
+            add(at, name, (losses[name], V), readout=ends(name))
     for name in table:
-        if "residual" not in name:
-            continue
         layers = m.configs[name][0][0].n_layers
         plain = f"{layers} layers, n_embd 10"
-        if plain not in losses:
+        if "residual" not in name or plain not in losses:
             continue
         spread_res, spread_plain = middle_spread(losses[name]), middle_spread(losses[plain])
         claims.append(
@@ -167,14 +165,9 @@ def figure(m: Retrieval) -> go.Figure:
     """The final loss against k, mean ± sd over seeds, one curve per setting; chance (ln V) dotted."""
     fig = go.Figure()
     for name, row in m.table.items():
+        sd = dict(type="data", array=row["std"])
         fig.add_trace(
-            go.Scatter(
-                x=list(range(C)),
-                y=row["mean_final_loss"],
-                error_y=dict(type="data", array=row["std"]),
-                mode="lines+markers",
-                name=name,
-            )
+            go.Scatter(x=list(range(C)), y=row["mean_final_loss"], error_y=sd, mode="lines+markers", name=name)
         )
     fig.add_hline(y=math.log(V), line_dash="dot", annotation_text="ln V (chance)")
     three = any(r[0][0].n_layers == 3 and not r[0][0].residual for r in m.configs.values())
@@ -224,21 +217,12 @@ The claim as a function: gpt2_posheads.posts.lost_in_middle.lost_in_middle
 def lost_in_middle(*, three_layer_steps: int = THREE_LAYER_STEPS, **options) -> ClaimResult:
     """Train post 002's toy models and judge its claims (``toy_lost_in_middle`` with its defaults, called with none).
 
-    Args:
-        three_layer_steps: training steps of the plain 3-layer stacks (default 5,000: converged; they are still at
-            chance after 800), or ``steps`` if longer.
-        options: :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 800, ``quick``: 200 and 1 and 2
-            layers only; every setting trains at ``seeds`` seeds, default 3).
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``,
-        ``three_layer_steps``, ``seeds``, ``init_std``, ``lr``, ``table``: the final losses per setting and k,
-        ``robustness`` with the grid), ``figures`` (``lost_in_middle``, ``robustness``), ``tables``
-        (``robustness``).
+    ``three_layer_steps``: the plain 3-layer stacks' (default 5,000: converged; they are still at chance after 800),
+    or ``steps`` if longer. ``options``: :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 800,
+    ``quick``: 200 and 1 and 2 layers only; every setting trains at ``seeds`` seeds, default 3); ``numbers`` records
+    them, the final losses per setting and k (``table``) and the ``robustness`` grid (also a table and a figure).
     """
     run = ToyRun.of("lost_in_middle", options, STEPS, QUICK_STEPS, seeds=SEEDS)
-    if not isinstance(three_layer_steps, int) or three_layer_steps < 1:
-        raise UsageError("three_layer_steps", f"{three_layer_steps!r} is out of range", "allowed an integer >= 1")
     base = run.base(log_points=50, task="kth_token", V=V, C=C, n_heads=1, pos_emb=False)
     seeds = run.run_seeds
     grid = configs(base, seeds, run.quick, three_layer_steps)

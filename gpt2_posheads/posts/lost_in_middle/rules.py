@@ -1,5 +1,6 @@
-"""Post 002's claims (lost in the middle), declared before any run, each rule made from its parameters; the default run
-(:mod:`.retrieval`) and the ``--robustness`` grid judge the same declarations (:mod:`gpt2_posheads.claims.toy`)."""
+"""Post 002 and its claims (lost in the middle), declared before any run, each rule made from its parameters; the
+default run (:mod:`.retrieval`) and the ``--robustness`` grid judge the same declarations
+(:mod:`gpt2_posheads.claims.toy`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,22 @@ import math
 
 import numpy as np
 
+from ...claims.catalogue import Post, register_post
 from ...claims.toy import N_EVAL, SPREAD_SDS, compare_pair, margin_words, mean_sd, num, seeds_phrase, spread, toy_claim
 from ...claims.verdicts import Rule
+
+POST = register_post(
+    Post(
+        key="002",
+        title="Sparse attention 7: stacked causal attention as implicit positions, and lost in the middle",
+        author="Ziming Liu",
+        date="2026-01-31",
+        seed="002_05fa633ad24e0e9c.txt",
+        subject="lost_in_middle",
+        needs_model=False,
+        order=4,
+    )
+)
 
 
 def _by_k(losses) -> np.ndarray:

@@ -29,7 +29,6 @@ from plotly.subplots import make_subplots
 from ...claims.catalogue import Option, declare
 from ...claims.toy import num, nums, rel_ppl_floor, spread
 from ...claims.verdicts import Claim, Precondition
-from ...model.validation import UsageError
 from ...toy import ToyConfig, relative_perplexity, separation_direction, wq_wk
 from ...toy.analysis import loss_spikes, order_swaps, perplexity_curve
 from ...toy.figures import COLOURS, band, log_axis, points_with_sd
@@ -37,8 +36,7 @@ from ...toy.metrics import bilinear
 from ...toy.posts import ToyRun
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
-from .about import POST
-from .rules import FAILS, LEARNED, LR, MONO, SEPARATION, SIGN, SPECS, SPIKES
+from .rules import FAILS, LEARNED, LR, MONO, POST, SEPARATION, SIGN, SPECS, SPIKES
 
 STEPS, QUICK_STEPS = 5000, 300
 LR_COMPARED = (0.1, 0.01)  # the post's two learning rates, each at V 30 and V 100
@@ -75,22 +73,8 @@ def configs(base: ToyConfig, cmp_seeds: Sequence[int], sweep_values: dict[str, l
     sweep = {
         name: [[replace(base, **{name: x}, seed=s) for s in cmp_seeds] for x in xs] for name, xs in sweep_values.items()
     }
-    lr_cfgs = {
-        (v, lr): [
-            replace(
-                base,
-                V=v,
-                lr=lr,
-                seed=s,
-                steps=lr_steps,
-                log_every=max(lr_steps // 200, 1),
-                snapshot_every=max(lr_steps // 100, 1),
-            )
-            for s in cmp_seeds
-        ]
-        for v in LR_VOCAB
-        for lr in LR_COMPARED
-    }
+    at_lr = replace(base, steps=lr_steps, log_every=max(lr_steps // 200, 1), snapshot_every=max(lr_steps // 100, 1))
+    lr_cfgs = {(v, lr): [replace(at_lr, V=v, lr=lr, seed=s) for s in cmp_seeds] for v in LR_VOCAB for lr in LR_COMPARED}
     return {"base": base, "with_pos": with_pos, "no_pos": no_pos, "sweep": sweep, "lr": lr_cfgs}
 
 
@@ -134,100 +118,80 @@ def measure(run: ToyRun, cfgs: dict) -> PrevToken:
         }
         for k, rs in lr_runs.items()
     }
-    return PrevToken(
-        base=cfgs["base"],
-        seed=run.seed,
-        cmp_seeds=run.comparison_seeds,
-        with_pos=rp,
-        no_pos=R(cfgs["no_pos"]),
-        s=s,
-        M=M,
-        proj=(torch.tensor(rp["params"]["W_pos"]).double() @ s.double()).tolist(),
-        sweeps=sweeps,
-        lr_runs=lr_runs,
-        lr_stats=lr_stats,
-    )
+    proj = (torch.tensor(rp["params"]["W_pos"]).double() @ s.double()).tolist()
+    runs = (cfgs["base"], run.seed, run.comparison_seeds, rp, R(cfgs["no_pos"]))
+    return PrevToken(*runs, s, M, proj, sweeps, lr_runs, lr_stats)  # in the order of its fields
 
 
 def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
     """The post's claims on a measurement (``quick``: every claim not testable, a smoke run)."""
     rp, rn, base, proj, s, M = m.with_pos, m.no_pos, m.base, m.proj, m.s, m.M
-    n_cmp = len(m.cmp_seeds)
+    n_cmp, claims = len(m.cmp_seeds), []
+
+    def add(spec, measured, value, **kw):
+        claims.append(spec.judge(measured, value, quick=quick, **kw))
+
     rel_with, rel_without = (relative_perplexity(r["final_loss"], base.V) for r in (rp, rn))
     one = f"V = 30, C = 4, n_embd = 2 (seed {m.seed})"
-    claims = [
-        LEARNED.at(setting=one).judge(
-            {"final_ppl": rp["final_perplexity"], "relative": rel_with},
-            (rp["final_perplexity"], base.V),
-            quick=quick,
-            readout=f"final perplexity {num(rp['final_perplexity'], 4)}",
-        ),
-        FAILS.at(setting=one).judge(
-            {"final_ppl": rn["final_perplexity"], "relative": rel_without},
-            (rn["final_perplexity"], base.V),
-            quick=quick,
-            readout=f"relative perplexity {num(rel_without, 2)} (final perplexity {num(rn['final_perplexity'])})",
-        ),
-    ]
+    add(
+        LEARNED.at(setting=one),
+        {"final_ppl": rp["final_perplexity"], "relative": rel_with},
+        (rp["final_perplexity"], base.V),
+        readout=f"final perplexity {num(rp['final_perplexity'], 4)}",
+    )
+    add(
+        FAILS.at(setting=one),
+        {"final_ppl": rn["final_perplexity"], "relative": rel_without},
+        (rn["final_perplexity"], base.V),
+        readout=f"relative perplexity {num(rel_without, 2)} (final perplexity {num(rn['final_perplexity'])})",
+    )
     ok, why = LEARNED.rule.decide((rp["final_perplexity"], base.V))
-    learned_ok = Precondition(
-        "the model with positional embeddings learned the task",
-        ok,
-        f"the model with positional embeddings did not learn the task ({why})",
+    failed = f"the model with positional embeddings did not learn the task ({why})"
+    learned_ok = Precondition("the model with positional embeddings learned the task", ok, failed)
+    add(
+        SEPARATION.at(setting=one),
+        {"s": s.tolist(), "projections p_-3..p_0": proj},
+        (proj, base.C - 2),
+        preconditions=[learned_ok],
+        readout=f"p_-1·s {num(proj[base.C - 2], 2)}; others "
+        + ", ".join(num(x, 2) for i, x in enumerate(proj) if i != base.C - 2)
+        + f" (s = ({num(float(s[0]), 2)}, {num(float(s[1]), 2)}))",
     )
-    claims.append(
-        SEPARATION.at(setting=one).judge(
-            {"s": s.tolist(), "projections p_-3..p_0": proj},
-            (proj, base.C - 2),
-            quick=quick,
-            preconditions=[learned_ok],
-            readout=f"p_-1·s {num(proj[base.C - 2], 2)}; others "
-            + ", ".join(num(x, 2) for i, x in enumerate(proj) if i != base.C - 2)
-            + f" (s = ({num(float(s[0]), 2)}, {num(float(s[1]), 2)}))",
-        )
-    )
-    claims.append(
-        SIGN.at(setting=one).judge(
-            {"W_Q W_K^T": M.tolist(), "s^T W_Q W_K^T s": bilinear(s, M)},
-            bilinear(s, M),
-            quick=quick,
-            preconditions=[learned_ok],
-            readout=f"s^T W_Q W_K^T s = {num(bilinear(s, M))}",
-        )
+    sign = bilinear(s, M)
+    add(
+        SIGN.at(setting=one),
+        {"W_Q W_K^T": M.tolist(), "s^T W_Q W_K^T s": sign},
+        sign,
+        preconditions=[learned_ok],
+        readout=f"s^T W_Q W_K^T s = {num(sign)}",
     )
     for name, spec in MONO.items():
         h = m.sweeps[name]
         fixed = ", ".join(f"{k} = {x}" for k, x in (("V", 30), ("C", 4), ("n_embd", 2)) if k != name)
-        claims.append(
-            spec.at(setting=f"{name} = {', '.join(map(str, h['x']))} ({fixed}; {n_cmp} seeds)").judge(
-                h,
-                (h["relative_perplexity"], h["x"], h["V"]),
-                quick=quick,
-                readout=f"(ppl-1)/V {nums(spread(y)[0] for y in h['relative_perplexity'])} at {name} = "
-                f"{', '.join(map(str, h['x']))} (floor {nums(dict.fromkeys(rel_ppl_floor(v) for v in h['V']), 2)})",
-            )
+        add(
+            spec.at(setting=f"{name} = {', '.join(map(str, h['x']))} ({fixed}; {n_cmp} seeds)"),
+            h,
+            (h["relative_perplexity"], h["x"], h["V"]),
+            readout=f"(ppl-1)/V {nums(spread(y)[0] for y in h['relative_perplexity'])} at {name} = "
+            f"{', '.join(map(str, h['x']))} (floor {nums(dict.fromkeys(rel_ppl_floor(v) for v in h['V']), 2)})",
         )
     lr_stats = m.lr_stats
     st = {f"V={v} lr={lr}": x for (v, lr), x in lr_stats.items()}
     for v, spec in LR.items():
         fast, slow = lr_stats[(v, 0.1)]["mean_eval_loss"], lr_stats[(v, 0.01)]["mean_eval_loss"]
-        claims.append(
-            spec.at(setting=f"V = {v} ({n_cmp} seeds)").judge(
-                {k: x for k, x in st.items() if k.startswith(f"V={v} ")},
-                (fast, slow),
-                quick=quick,
-                readout=f"mean eval loss {num(spread(fast)[0])} nats at lr 0.1 vs {num(spread(slow)[0])} at 0.01 "
-                f"(mean of {n_cmp} seeds)",
-            )
+        add(
+            spec.at(setting=f"V = {v} ({n_cmp} seeds)"),
+            {k: x for k, x in st.items() if k.startswith(f"V={v} ")},
+            (fast, slow),
+            readout=f"mean eval loss {num(spread(fast)[0])} nats at lr 0.1 vs {num(spread(slow)[0])} at 0.01 "
+            f"(mean of {n_cmp} seeds)",
         )
     first = {f"V = {v}": (lr_stats[(v, 0.1)]["spikes"][0], lr_stats[(v, 0.1)]["order_swaps"][0]) for v in LR_VOCAB}
-    claims.append(
-        SPIKES.at(setting=f"V = 30 and 100 (seed {m.seed})", seed=m.seed).judge(
-            {k: {"spikes": x["spikes"], "order_swaps": x["order_swaps"]} for k, x in st.items()},
-            first,
-            quick=quick,
-            readout="lr 0.1: " + "; ".join(f"{k}: {a} spike(s), {b} swap(s)" for k, (a, b) in first.items()),
-        )
+    add(
+        SPIKES.at(setting=f"V = 30 and 100 (seed {m.seed})", seed=m.seed),
+        {k: {"spikes": x["spikes"], "order_swaps": x["order_swaps"]} for k, x in st.items()},
+        first,
+        readout="lr 0.1: " + "; ".join(f"{k}: {a} spike(s), {b} swap(s)" for k, (a, b) in first.items()),
     )
     return claims
 
@@ -246,11 +210,8 @@ def figures(m: PrevToken) -> dict[str, tuple[go.Figure, dict]]:
     traj = np.array([sn["W_pos"] for sn in rp["snapshots"]])
     for i in range(base.C):
         fig.add_trace(go.Scatter(x=traj[:, i, 0], y=traj[:, i, 1], mode="lines", name=f"p_{i - base.C + 1}"), 1, 2)
-    fig.add_trace(
-        go.Scatter(x=[0, float(s[0])], y=[0, float(s[1])], mode="lines+markers", name="s", line=dict(color="black")),
-        1,
-        2,
-    )
+    arrow = go.Scatter(x=[0, float(s[0])], y=[0, float(s[1])], mode="lines+markers", name="s", line=dict(color="black"))
+    fig.add_trace(arrow, 1, 2)
     fig.add_trace(go.Bar(x=[f"p_{i - base.C + 1}" for i in range(base.C)], y=proj, name="p·s"), 1, 3)
     log_axis(fig, "y", [1, base.V], row=1, col=1)
     fig.update_xaxes(title_text="step", row=1, col=1)
@@ -267,18 +228,8 @@ def figures(m: PrevToken) -> dict[str, tuple[go.Figure, dict]]:
         xs, ys = h["x"], h["relative_perplexity"]  # [x, seed]
         fig.add_trace(points_with_sd(xs, list(zip(*ys)), f"(ppl-1)/V vs {name}", COLOURS[col - 1]), 1, col)
         floors = [rel_ppl_floor(v) for v in h["V"]]
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=floors,
-                mode="lines",
-                line=dict(color="grey", dash="dot"),
-                name="the floor (one eval sequence at chance)",
-                showlegend=col == 1,
-            ),
-            1,
-            col,
-        )
+        floor = dict(mode="lines", line=dict(color="grey", dash="dot"), name="the floor (one eval sequence at chance)")
+        fig.add_trace(go.Scatter(x=xs, y=floors, showlegend=col == 1, **floor), 1, col)
         lows = [max(min(spread(y)[0] - spread(y)[1], min(y)), 1e-12) for y in ys]
         log_axis(fig, "y", [*lows, *[max(y) for y in ys], *floors], row=1, col=col)
         fig.update_xaxes(title_text=name, type="log" if name != "C" else None, row=1, col=col)
@@ -312,29 +263,12 @@ def embedding_animation(result: dict, title: str) -> go.Figure:
     snaps = result["snapshots"]
     traj = np.array([s["W_E"] for s in snaps])  # [snapshot, V, 2]
     n_tok = traj.shape[1]
-    paths = [
-        go.Scatter(
-            x=traj[:, t, 0],
-            y=traj[:, t, 1],
-            mode="lines",
-            line=dict(width=1),
-            opacity=0.5,
-            showlegend=False,
-            hoverinfo="skip",
-        )
-        for t in range(n_tok)
-    ]
+    faint = dict(mode="lines", line=dict(width=1), opacity=0.5, showlegend=False, hoverinfo="skip")
+    paths = [go.Scatter(x=traj[:, t, 0], y=traj[:, t, 1], **faint) for t in range(n_tok)]
+    labelled = dict(mode="markers+text", text=[str(i) for i in range(n_tok)], textposition="top center")
 
     def markers(e):
-        return go.Scatter(
-            x=e[:, 0],
-            y=e[:, 1],
-            mode="markers+text",
-            text=[str(i) for i in range(n_tok)],
-            textposition="top center",
-            marker=dict(size=7, color="black"),
-            name="tokens",
-        )
+        return go.Scatter(x=e[:, 0], y=e[:, 1], marker=dict(size=7, color="black"), name="tokens", **labelled)
 
     frames = [
         go.Frame(data=[markers(traj[i])], traces=[n_tok], name=str(st)) for i, st in enumerate(result["snapshot_steps"])
@@ -392,21 +326,12 @@ The claim as a function: gpt2_posheads.posts.prev_token_toy.prev_token (gpt2_pos
 def prev_token(*, lr_steps: int | None = None, **options) -> ClaimResult:
     """Train post 000's toy models and judge its claims (``toy_prev_token`` with its defaults, called with none).
 
-    Args:
-        lr_steps: training steps of the learning-rate comparison (default twice ``steps``; ``quick``: ``steps``).
-        options: :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 5,000, ``quick``: 300 and two values
-            per sweep; the runs with and without positional embeddings train at ``seed``, every comparison (the
-            sweeps, the learning rates) at ``max(seeds, 3)`` seeds).
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``, ``lr_steps``,
-        ``init_std``, ``lr``, ``comparison_seeds``, ``robustness`` with the grid), ``figures``
-        (``positional_embeddings``, ``hyperparameters``, ``learning_rate``, ``embedding_animation``, ``robustness``),
-        ``tables`` (``robustness``).
+    ``lr_steps``: the learning-rate comparison's (default twice ``steps``; ``quick``: ``steps``). ``options``:
+    :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 5,000, ``quick``: 300 and two values per sweep; the
+    runs with and without positional embeddings train at ``seed``, every comparison (the sweeps, the learning rates)
+    at ``max(seeds, 3)`` seeds); ``numbers`` records them and the ``robustness`` grid (also a table and a figure).
     """
     run = ToyRun.of("prev_token", options, STEPS, QUICK_STEPS)
-    if lr_steps is not None and (not isinstance(lr_steps, int) or lr_steps < 1):
-        raise UsageError("lr_steps", f"{lr_steps!r} is out of range", "allowed an integer >= 1 or None")
     steps, quick, cmp_seeds = run.steps, run.quick, run.comparison_seeds
     base = run.base(task="copy_offset", k=1, V=30, C=4, n_embd=2, pos_emb=True, seed=run.seed)
     sweep_values = {

@@ -1,10 +1,12 @@
-"""Post 000's claims (previous-token toy), declared before any run, each rule made from its parameters; the default run
-(:mod:`.copying`) and the ``--robustness`` grid judge the same declarations (:mod:`gpt2_posheads.claims.toy`)."""
+"""Post 000 and its claims (previous-token toy), declared before any run, each rule made from its parameters; the
+default run (:mod:`.copying`) and the ``--robustness`` grid judge the same declarations
+(:mod:`gpt2_posheads.claims.toy`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ...claims.catalogue import Post, register_post
 from ...claims.toy import (
     FLOOR_WORDS,
     compare_pair,
@@ -16,6 +18,19 @@ from ...claims.toy import (
     toy_claim,
 )
 from ...claims.verdicts import Rule
+
+POST = register_post(
+    Post(
+        key="000",
+        title="Sparse attention 4: previous token head",
+        author="Ziming Liu",
+        date="2026-01-13",
+        seed="000_0f0fdff7da957e3e.txt",
+        subject="prev_token_toy",
+        needs_model=False,
+        order=3,
+    )
+)
 
 
 def learned_rule(max_ppl: float, max_rel: float) -> Rule:

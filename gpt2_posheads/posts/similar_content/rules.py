@@ -1,9 +1,10 @@
-"""Post 001's claims (similar content), declared before any run, each rule made from its parameters; the default run
-(:mod:`.similarity`) and the ``--robustness`` grid judge the same declarations (:mod:`gpt2_posheads.claims.toy`);
+"""Post 001 and its claims (similar content), declared before any run, each rule made from its parameters; the default
+run (:mod:`.similarity`) and the ``--robustness`` grid judge the same declarations (:mod:`gpt2_posheads.claims.toy`);
 ``confused``: the rule states the precondition it is judged under."""
 
 from __future__ import annotations
 
+from ...claims.catalogue import Post, register_post
 from ...claims.toy import (
     COMPARE_SEEDS,
     FLOOR_WORDS,
@@ -22,6 +23,19 @@ from ...claims.toy import (
     toy_claim,
 )
 from ...claims.verdicts import Precondition, Rule
+
+POST = register_post(
+    Post(
+        key="001",
+        title="Sparse attention 3: inefficiency of extracting similar content",
+        author="Ziming Liu",
+        date="2026-01-12",
+        seed="001_40b321c40389bd3f.txt",
+        subject="similar_content",
+        needs_model=False,
+        order=2,
+    )
+)
 
 PRE_CONFUSED = "the model sits in the confused regime at C=3 and C=5 for every V (1.5 < perplexity <= 0.9 V)"
 TREND_SEEDS = COMPARE_SEEDS  # seeds per (V, C) of the C claims (they batch with each other: little extra time)

@@ -34,7 +34,6 @@ from ...toy.figures import COLOURS, log_axis, perplexity_bands, perplexity_by_vo
 from ...toy.posts import ToyRun
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
-from .about import POST
 from .rules import (
     CLOSE,
     FALLS_EMBD,
@@ -42,6 +41,7 @@ from .rules import (
     KERNEL,
     NEAR_HALF,
     ONE_D,
+    POST,
     RISE,
     SPECS,
     TREND,
@@ -64,7 +64,6 @@ class Similar:
     their distances with ``|i - j|``; ``kernels``: ``{"<kernel> n_embd=<d>": [run per seed]}``."""
 
     seed: int
-    seeds: list[int]
     cmp_seeds: list[int]
     vocab: list[int]
     v_runs: list[dict]
@@ -127,34 +126,28 @@ def measure(run: ToyRun, groups: dict[str, list[ToyConfig]]) -> Similar:
     for c, r in zip(groups["kernel"] + groups["n_embd"], get(groups["kernel"] + groups["n_embd"])):
         if c.n_embd in (1, 2):
             kernels.setdefault(f"{'inner product' if c.kernel == 'dot' else c.kernel} n_embd={c.n_embd}", []).append(r)
-    return Similar(
-        seed=run.seed,
-        seeds=run.run_seeds,
-        cmp_seeds=run.comparison_seeds,
-        vocab=vocab,
-        v_runs=get([c for v in vocab for c in groups["V"] if v == c.V]),
-        finals={v: finals([c for c in groups["V"] if v == c.V]) for v in vocab},
-        trend_v=trend_v,
-        cs=cs,
-        by_c={v: {C: finals([c for c in groups["C"] if c.C == C and v == c.V]) for C in cs} for v in trend_v},
-        ds=ds,
-        best=[[min(perplexity_curve(r)) for r in get([c for c in groups["n_embd"] if c.n_embd == d])] for d in ds],
-        embeddings=emb,
-        rho=distance_rank_correlation(emb),
-        kernels=kernels,
-    )
+    v_runs = get([c for v in vocab for c in groups["V"] if v == c.V])
+    by_v = {v: finals([c for c in groups["V"] if v == c.V]) for v in vocab}
+    by_c = {v: {C: finals([c for c in groups["C"] if c.C == C and v == c.V]) for C in cs} for v in trend_v}
+    best = [[min(perplexity_curve(r)) for r in get([c for c in groups["n_embd"] if c.n_embd == d])] for d in ds]
+    found = (ds, best, emb, distance_rank_correlation(emb), kernels)
+    return Similar(run.seed, run.comparison_seeds, vocab, v_runs, by_v, trend_v, cs, by_c, *found)  # its fields' order
 
 
 def judge(m: Similar, quick: bool = False) -> list[Claim]:
     """The post's claims on a measurement (``quick``: every claim not testable, a smoke run)."""
     claims, n_cmp, trend_v, cs = [], len(m.cmp_seeds), m.trend_v, m.cs
+
+    def add(spec, measured, value, **kw):
+        claims.append(spec.judge(measured, value, quick=quick, **kw))
+
     for v in m.vocab:
-        ppl = m.finals[v]
-        mean = spread(ppl)[0]
-        claims.append(
-            NEAR_HALF.at(f"V={v}", f"V = {v}", post=f"<= V/2 = {v / 2:g}").judge(
-                mean, (mean, v, len(ppl)), quick=quick, readout=f"final perplexity {num(mean)} = {num(mean / v, 2)} V"
-            )
+        mean = spread(m.finals[v])[0]
+        add(
+            NEAR_HALF.at(f"V={v}", f"V = {v}", post=f"<= V/2 = {v / 2:g}"),
+            mean,
+            (mean, v, len(m.finals[v])),
+            readout=f"final perplexity {num(mean)} = {num(mean / v, 2)} V",
         )
     ppl_vc = {v: [spread(m.by_c[v][C])[0] for C in cs] for v in trend_v}
     rho = trend_spearman(ppl_vc, cs)
@@ -164,59 +157,50 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
     }
     pre = [confused(ppl_vc, cs)]
     vs = ", ".join(map(str, trend_v))
-    claims.append(
-        TREND.at(setting=f"V = {vs} ({n_cmp} seeds)", V=tuple(trend_v)).judge(
-            {"C": cs, **measured},
-            (ppl_vc, cs),
-            quick=quick,
-            preconditions=pre,
-            readout=f"Spearman {nums(rho.values(), 2)} at V = {vs} (each needs >= 0.8)",
-        )
+    add(
+        TREND.at(setting=f"V = {vs} ({n_cmp} seeds)", V=tuple(trend_v)),
+        {"C": cs, **measured},
+        (ppl_vc, cs),
+        preconditions=pre,
+        readout=f"Spearman {nums(rho.values(), 2)} at V = {vs} (each needs >= 0.8)",
     )
     rise = {v: {C: m.by_c[v][C] for C in (3, 5)} for v in trend_v}
-    claims.append(
-        RISE.at(setting=f"V = {vs} ({n_cmp} seeds)", V=tuple(trend_v)).judge(
-            {f"V={v}": {"C=3": rise[v][3], "C=5": rise[v][5]} for v in trend_v},
-            rise,
-            quick=quick,
-            preconditions=pre,
-            readout="perplexity / V at C=3 → C=5: "
-            + "; ".join(
-                f"V = {v}: {num(spread(rise[v][3])[0] / v, 2)} → {num(spread(rise[v][5])[0] / v, 2)}" for v in trend_v
-            ),
-        )
+    add(
+        RISE.at(setting=f"V = {vs} ({n_cmp} seeds)", V=tuple(trend_v)),
+        {f"V={v}": {"C=3": rise[v][3], "C=5": rise[v][5]} for v in trend_v},
+        rise,
+        preconditions=pre,
+        readout="perplexity / V at C=3 → C=5: "
+        + "; ".join(
+            f"V = {v}: {num(spread(rise[v][3])[0] / v, 2)} → {num(spread(rise[v][5])[0] / v, 2)}" for v in trend_v
+        ),
     )
     ds, best = m.ds, m.best
-    claims.append(
-        FALLS_EMBD.at(setting=f"V = {KERNEL_V} ({n_cmp} seeds)", ds=tuple(ds)).judge(
-            dict(zip(ds, best)),
-            (best, KERNEL_V),
-            quick=quick,
-            readout=f"best perplexity {nums([spread(b)[0] for b in best])} at n_embd = {', '.join(map(str, ds))}",
-        )
+    add(
+        FALLS_EMBD.at(setting=f"V = {KERNEL_V} ({n_cmp} seeds)", ds=tuple(ds)),
+        dict(zip(ds, best)),
+        (best, KERNEL_V),
+        readout=f"best perplexity {nums([spread(b)[0] for b in best])} at n_embd = {', '.join(map(str, ds))}",
     )
-    claims.append(
-        CLOSE.at(setting=f"V = {KERNEL_V}, n_embd = 2 (seed {m.seed})").judge(
-            {"spearman(|i-j|, dist)": m.rho}, m.rho, quick=quick, readout=f"Spearman {num(m.rho, 2)}"
-        )
-    )
+    at = f"V = {KERNEL_V}, n_embd = 2 (seed {m.seed})"
+    add(CLOSE.at(setting=at), {"spearman(|i-j|, dist)": m.rho}, m.rho, readout=f"Spearman {num(m.rho, 2)}")
     kfinal = {k: [r["final_perplexity"] for r in rs] for k, rs in m.kernels.items()}
     kmean = {k: spread(v)[0] for k, v in kfinal.items()}
     best_k = min((k for k in kmean if not k.startswith("inner")), key=kmean.get)
     best_dot = min((k for k in kmean if k.startswith("inner")), key=kmean.get)
-    claims.append(
-        KERNEL.at(UNTESTED_IN_POST, f"V = {KERNEL_V} ({n_cmp} seeds)").judge(
-            kfinal,
-            (kfinal[best_k], best_k, kfinal[best_dot], best_dot, KERNEL_V),
-            quick=quick,
-            readout=f"final perplexity {num(kmean[best_k])} ({best_k}) vs {num(kmean[best_dot])} ({best_dot})",
-        )
+    at = f"V = {KERNEL_V} ({n_cmp} seeds)"
+    add(
+        KERNEL.at(UNTESTED_IN_POST, at),
+        kfinal,
+        (kfinal[best_k], best_k, kfinal[best_dot], best_dot, KERNEL_V),
+        readout=f"final perplexity {num(kmean[best_k])} ({best_k}) vs {num(kmean[best_dot])} ({best_dot})",
     )
     k1 = min((k for k in kmean if not k.startswith("inner") and k.endswith("n_embd=1")), key=kmean.get)
-    claims.append(
-        ONE_D.at(UNTESTED_IN_POST, f"V = {KERNEL_V} ({n_cmp} seeds)").judge(
-            {k1: kfinal[k1]}, (kfinal[k1], k1), quick=quick, readout=f"final perplexity {num(kmean[k1])} ({k1})"
-        )
+    add(
+        ONE_D.at(UNTESTED_IN_POST, at),
+        {k1: kfinal[k1]},
+        (kfinal[k1], k1),
+        readout=f"final perplexity {num(kmean[k1])} ({k1})",
     )
     return claims
 
@@ -230,15 +214,8 @@ def figures(m: Similar) -> dict[str, tuple[go.Figure, dict]]:
     for i, v in enumerate(m.trend_v):
         runs_v = [[m.by_c[v][C][j] / v for C in cs] for j in range(len(m.cmp_seeds))]
         fig.add_trace(points_with_sd(cs, runs_v, f"measured, V={v}", COLOURS[i]))
-    fig.add_trace(
-        go.Scatter(
-            x=cs,
-            y=[(C - 2) / (C - 1) for C in cs],
-            mode="lines+markers",
-            name="(C-2)/(C-1): the post's guess-from-context",
-            line=dict(color="black", dash="dot"),
-        )
-    )
+    guess = dict(mode="lines+markers", name="(C-2)/(C-1): the post's guess-from-context")
+    fig.add_trace(go.Scatter(x=cs, y=[(C - 2) / (C - 1) for C in cs], line=dict(color="black", dash="dot"), **guess))
     fig.update_layout(
         title="n_embd=2: final perplexity / V against context length",
         xaxis=dict(title="context length C", dtick=1),
@@ -248,9 +225,8 @@ def figures(m: Similar) -> dict[str, tuple[go.Figure, dict]]:
     ds, best = m.ds, m.best
     fig = go.Figure()
     fig.add_trace(points_with_sd(ds, list(zip(*best)), "best perplexity", COLOURS[0]))
-    fig.add_trace(
-        go.Scatter(x=ds, y=[KERNEL_V / d for d in ds], mode="lines", name="V / n_embd", line=dict(dash="dot"))
-    )
+    dotted = dict(dash="dot")
+    fig.add_trace(go.Scatter(x=ds, y=[KERNEL_V / d for d in ds], mode="lines", name="V / n_embd", line=dotted))
     fig.update_layout(
         title=f"V={KERNEL_V}, C=3: best perplexity against n_embd",
         xaxis_title="n_embd",
@@ -261,16 +237,9 @@ def figures(m: Similar) -> dict[str, tuple[go.Figure, dict]]:
     out["perplexity_vs_n_embd"] = (fig, {})
     emb = m.embeddings
     proj = pca(emb, 2)[2].numpy()
-    fig = go.Figure(
-        go.Scatter(
-            x=proj[:, 0],
-            y=proj[:, 1],
-            mode="markers+text",
-            text=[str(i) for i in range(len(emb))],
-            textposition="top center",
-            marker=dict(color=list(range(len(emb))), colorscale="Viridis", size=9),
-        )
-    )
+    labelled = dict(mode="markers+text", text=[str(i) for i in range(len(emb))], textposition="top center")
+    colour = dict(color=list(range(len(emb))), colorscale="Viridis", size=9)
+    fig = go.Figure(go.Scatter(x=proj[:, 0], y=proj[:, 1], marker=colour, **labelled))
     fig.update_layout(
         title=f"V={KERNEL_V}, n_embd=2, seed {m.seed}: learned token embeddings (colour = token value)",
         xaxis_title="principal component 1",
@@ -304,16 +273,9 @@ The claim as a function: gpt2_posheads.posts.similar_content.similar_content
 def similar_content(**options) -> ClaimResult:
     """Train post 001's toy models and judge its claims (``toy_similar_content`` with its defaults, called with none).
 
-    Args:
-        options: :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 4,000, ``quick``: 300 and fewer V, C
-            and n_embd; the perplexity-by-V runs train at ``seeds`` seeds, every comparison (C, n_embd, kernels) at
-            ``max(seeds, 3)``).
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``, ``init_std``,
-        ``lr``, ``seeds``, ``comparison_seeds``, ``robustness`` with the grid), ``figures`` (``perplexity_vs_V``,
-        ``perplexity_vs_C``, ``perplexity_vs_n_embd``, ``embeddings``, ``kernels``, ``robustness``), ``tables``
-        (``robustness``).
+    ``options``: :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 4,000, ``quick``: 300 and fewer V, C
+    and n_embd; the perplexity-by-V runs train at ``seeds`` seeds, every comparison (C, n_embd, kernels) at
+    ``max(seeds, 3)``); ``numbers`` records them and the ``robustness`` grid (also a table and a figure).
     """
     run = ToyRun.of("similar_content", options, STEPS, QUICK_STEPS)
     base = run.base(task="most_similar", C=3, n_embd=2)

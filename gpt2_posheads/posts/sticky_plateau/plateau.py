@@ -35,8 +35,7 @@ from ...toy.figures import COLOURS, band, perplexity_bands, perplexity_by_vocab
 from ...toy.posts import ToyRun
 from ...toy.robustness import GridClaim
 from ..result import ClaimResult
-from .about import POST
-from .rules import BACK, BRANCHING, GONE, PLATEAU, RANK, SPECS, plateau_shown
+from .rules import BACK, BRANCHING, GONE, PLATEAU, POST, RANK, SPECS, plateau_shown
 
 VOCAB = (4, 8, 16, 32)
 STEPS, QUICK_STEPS = 5000, 300
@@ -124,67 +123,53 @@ def measure(run: ToyRun, base: ToyConfig, vocab: Sequence[int], settings: Sequen
                 continue
             ranks["mid"].append(er["W_Q"][at_r])
             ranks["end"].append(er["W_Q"][-1])
-    return Plateaus(
-        base=base,
-        vocab=list(vocab),
-        seed=seed,
-        seeds=list(seeds),
-        cmp_seeds=list(cmp_seeds),
-        settings=list(settings),
-        curves=[r for r in v_res if r["config"]["seed"] in seeds],
-        r4s=r4s,
-        branching=found,
-        ranks=ranks,
-        by_setting=by_setting,
-        lengths={k: [plateau_steps(r) for r in rs] for k, rs in by_setting.items()},
-    )
+    asked = (base, list(vocab), seed, list(seeds), list(cmp_seeds), list(settings))
+    curves = [r for r in v_res if r["config"]["seed"] in seeds]
+    lengths = {k: [plateau_steps(r) for r in rs] for k, rs in by_setting.items()}
+    return Plateaus(*asked, curves, r4s, found, ranks, by_setting, lengths)  # in the order of its fields
 
 
 def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
     """The post's claims on a measurement (``quick``: every claim not testable, a smoke run)."""
     claims = []
+
+    def add(spec, measured, value, **kw):
+        claims.append(spec.judge(measured, value, quick=quick, **kw))
+
     for r in m.curves:
         V, seed = r["config"]["V"], r["config"]["seed"]
         ppl = perplexity_curve(r)
-        at = PLATEAU.at(f"V={V} seed={seed}", f"V = {V}" + (f" (seed {seed})" if len(m.seeds) > 1 else ""))
-        claims.append(
-            at.judge(
-                {"plateau": v_half(r), "final_perplexity": r["final_perplexity"]},
-                (r["steps"], ppl, V),
-                quick=quick,
-                post=f"perplexity V/2 = {V / 2:g}",
-                readout=plateau_shown(r["steps"], ppl, V),
-            )
+        add(
+            PLATEAU.at(f"V={V} seed={seed}", f"V = {V}" + (f" (seed {seed})" if len(m.seeds) > 1 else "")),
+            {"plateau": v_half(r), "final_perplexity": r["final_perplexity"]},
+            (r["steps"], ppl, V),
+            post=f"perplexity V/2 = {V / 2:g}",
+            readout=plateau_shown(r["steps"], ppl, V),
         )
     if m.branching is not None:
         b, rk = m.branching, m.ranks
         at_mid, mid_step, end_step, last = b["clusters_mid"], b["mid_step"], b["end_step"], b["clusters"][-1]
-        claims.append(
-            BRANCHING.at("V=4", f"V = 4 (seed {m.seed})").judge(
-                {"clusters_mid_plateau": at_mid, "step_mid_plateau": mid_step, "clusters_end": last},
-                (at_mid, last, mid_step, end_step),
-                quick=quick,
-                readout=f"{at_mid} clusters at step {mid_step} (mid-plateau), {last} at step {end_step}"
-                if at_mid is not None
-                else "no plateau",
-            )
+        add(
+            BRANCHING.at("V=4", f"V = 4 (seed {m.seed})"),
+            {"clusters_mid_plateau": at_mid, "step_mid_plateau": mid_step, "clusters_end": last},
+            (at_mid, last, mid_step, end_step),
+            readout=f"{at_mid} clusters at step {mid_step} (mid-plateau), {last} at step {end_step}"
+            if at_mid is not None
+            else "no plateau",
         )
-        mids, ends = rk["mid"], rk["end"]
-        measured = {
-            "effective_rank_W_Q_mid_plateau": mids,
-            "effective_rank_W_Q_end": ends,
-            "seeds_without_plateau": rk["no_plateau"],
-        }
-        claims.append(
-            RANK.at("V=4", f"V = 4 ({len(m.r4s)} seeds)").judge(
-                measured,
-                (mids, ends, rk["no_plateau"]),
-                quick=quick,
-                readout=f"W_Q effective rank {num(spread(mids)[0])} mid-plateau vs {num(spread(ends)[0])} at the end "
-                f"(mean of {len(mids)} seeds)"
-                if mids
-                else "no plateau",
-            )
+        mids, ends, no_plateau = rk["mid"], rk["end"], rk["no_plateau"]
+        add(
+            RANK.at("V=4", f"V = 4 ({len(m.r4s)} seeds)"),
+            {
+                "effective_rank_W_Q_mid_plateau": mids,
+                "effective_rank_W_Q_end": ends,
+                "seeds_without_plateau": no_plateau,
+            },
+            (mids, ends, no_plateau),
+            readout=f"W_Q effective rank {num(spread(mids)[0])} mid-plateau vs {num(spread(ends)[0])} at the end "
+            f"(mean of {len(mids)} seeds)"
+            if mids
+            else "no plateau",
         )
     glens, n_cmp, every = m.lengths, len(m.cmp_seeds), m.base.log_every
     big = max(d for d, _ in m.settings)
@@ -193,22 +178,18 @@ def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
     def lens(d, c):
         return f"{num(spread(glens[(d, c)])[0])} steps at n_embd={d}, C={c}"
 
-    claims.append(
-        GONE.at(setting=f"V = 16, C = 4 ({n_cmp} seeds)", big=big).judge(
-            {f"plateau_steps n_embd={d} C=4": glens[(d, 4)] for d, c in m.settings if c == 4},
-            (glens[(2, 4)], glens[(big, 4)], every),
-            quick=quick,
-            readout=f"longest plateau {lens(big, 4)} vs {lens(2, 4)} (mean of {n_cmp} seeds)",
-        )
+    add(
+        GONE.at(setting=f"V = 16, C = 4 ({n_cmp} seeds)", big=big),
+        {f"plateau_steps n_embd={d} C=4": glens[(d, 4)] for d, c in m.settings if c == 4},
+        (glens[(2, 4)], glens[(big, 4)], every),
+        readout=f"longest plateau {lens(big, 4)} vs {lens(2, 4)} (mean of {n_cmp} seeds)",
     )
-    claims.append(
-        BACK.at(setting=f"V = 16, n_embd = {big} ({n_cmp} seeds)", big=big, C=longest_c).judge(
-            {f"plateau_steps n_embd={big} C={c}": glens[(big, c)] for d, c in m.settings if d == big},
-            (glens[(big, 4)], glens[(big, longest_c)], every),
-            quick=quick,
-            readout=f"longest plateau {lens(big, longest_c)} vs {lens(big, 4)} (mean of {n_cmp} seeds; each seed: "
-            f"{nums(glens[(big, longest_c)])} vs {nums(glens[(big, 4)])})",
-        )
+    add(
+        BACK.at(setting=f"V = 16, n_embd = {big} ({n_cmp} seeds)", big=big, C=longest_c),
+        {f"plateau_steps n_embd={big} C={c}": glens[(big, c)] for d, c in m.settings if d == big},
+        (glens[(big, 4)], glens[(big, longest_c)], every),
+        readout=f"longest plateau {lens(big, longest_c)} vs {lens(big, 4)} (mean of {n_cmp} seeds; each seed: "
+        f"{nums(glens[(big, longest_c)])} vs {nums(glens[(big, 4)])})",
     )
     return claims
 
@@ -226,13 +207,9 @@ def figures(m: Plateaus) -> dict[str, tuple[go.Figure, dict]]:
             subplot_titles=["token embeddings over training (start: small dot)", "direction clusters (cos > 0.95)"],
         )
         for t in range(emb.shape[1]):
-            fig.add_trace(
-                go.Scatter(
-                    x=emb[:, t, 0], y=emb[:, t, 1], mode="lines+markers", name=f"token {t}", marker=dict(size=3)
-                ),
-                1,
-                1,
-            )
+            dot = dict(size=3)
+            path = go.Scatter(x=emb[:, t, 0], y=emb[:, t, 1], mode="lines+markers", name=f"token {t}", marker=dot)
+            fig.add_trace(path, 1, 1)
         fig.add_trace(go.Scatter(x=r4["snapshot_steps"], y=b["clusters"], name="clusters", mode="lines"), 1, 2)
         if pl["start_step"] is not None:
             fig.add_vrect(
@@ -284,15 +261,10 @@ The claim as a function: gpt2_posheads.posts.sticky_plateau.sticky_plateau
 def sticky_plateau(*, vocab: Sequence[int] = VOCAB, **options) -> ClaimResult:
     """Train post 003's toy models and judge its claims (``toy_sticky_plateau`` with its defaults, called with none).
 
-    Args:
-        vocab: the vocabulary sizes V of the perplexity curves (each >= 2; ``quick``: the first two).
-        options: :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 5,000, ``quick``: 300 and fewer V and
-            settings; the curves train at ``seeds`` seeds, every comparison at ``max(seeds, 3)``).
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims``, ``numbers`` (``steps``, ``init_std``,
-        ``lr``, ``seeds``, ``comparison_seeds``, ``robustness`` with the grid), ``figures`` (``sticky_plateau``,
-        ``branching``, ``effective_rank``, ``generality``, ``robustness``), ``tables`` (``robustness``).
+    ``vocab``: the V of the perplexity curves (``quick``: the first two). ``options``:
+    :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 5,000, ``quick``: 300 and fewer V and settings; the
+    curves train at ``seeds`` seeds, every comparison at ``max(seeds, 3)``); ``numbers`` records them and the
+    ``robustness`` grid (also a table and a figure).
     """
     run = ToyRun.of("sticky_plateau", options, STEPS, QUICK_STEPS)
     vocab = list(vocab)

@@ -1,10 +1,11 @@
-"""Post 003's claims (sticky plateau), declared before any run, each rule made from its parameters; the default run
-(:mod:`.plateau`) and the ``--robustness`` grid judge the same declarations (:mod:`gpt2_posheads.claims.toy`)."""
+"""Post 003 and its claims (sticky plateau), declared before any run, each rule made from its parameters; the default
+run (:mod:`.plateau`) and the ``--robustness`` grid judge the same declarations (:mod:`gpt2_posheads.claims.toy`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ...claims.catalogue import Post, register_post
 from ...claims.toy import (
     compare_pair,
     margin_words,
@@ -17,6 +18,19 @@ from ...claims.toy import (
     v_half_plateau,
 )
 from ...claims.verdicts import Rule
+
+POST = register_post(
+    Post(
+        key="003",
+        title="Sparse attention 1: sticky plateau and rank collapse",
+        author="Ziming Liu",
+        date="2026-01-08",
+        seed="003_6c0dc1ca34b13b48.txt",
+        subject="sticky_plateau",
+        needs_model=False,
+        order=1,
+    )
+)
 
 PLATEAU_WORDS = "the longest plateau (logged steps within ±10% of its first value, above perplexity 1.5)"
 RESOLUTION_WORDS = "and more than one logging interval (the resolution of a plateau length)"
