@@ -4,8 +4,8 @@
 Its names load on first use: the GPT-2 post's report reads the organism's data split without loading its trainer."""
 
 _NAMES = {
-    "MiniConfig": "config",
-    "POS_INITS": "config",
+    "MiniConfig": "data",
+    "POS_INITS": "data",
     "REPEAT_KINDS": "data",
     "encode_stream": "data",
     "split_docs": "data",

@@ -374,8 +374,7 @@ def compile_model(name: str) -> Compiled:
 
 @functools.lru_cache(maxsize=1)
 def tokenizer_vocab() -> int:
-    """The number of tokens of the shipped tokenizer (:data:`TOKENIZER_DIR`): every compiled model's default
-    vocabulary."""
+    """The shipped tokenizer's number of tokens (:data:`TOKENIZER_DIR`): every compiled model's default vocabulary."""
     return len(json.loads((TOKENIZER_DIR / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"])
 
 
@@ -404,8 +403,7 @@ def write_folder(
 
 
 def weights_digest(folder: Path) -> str:
-    """SHA-256 of the files a rebuild must reproduce byte for byte (:data:`REBUILT_FILES`: weights, config,
-    tokenizer)."""
+    """SHA-256 of the files a rebuild reproduces byte for byte (:data:`REBUILT_FILES`: weights, config, tokenizer)."""
     h = hashlib.sha256()
     for name in REBUILT_FILES:
         h.update(name.encode())

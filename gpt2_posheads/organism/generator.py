@@ -232,8 +232,7 @@ def generate(
                 e["penalty"] = float(rng.uniform(4.5, 7.5))
                 head = cp.self_suppressing(p, e["slope"], penalty=e["penalty"])
             early.append({"head": put(head_name(l, h), head), **e})
-        card["early_heads"] = [e["head"] for e in early]
-        card["early_kind"] = early_kind
+        card.update(early_heads=[e["head"] for e in early], early_kind=early_kind)
         strengths["early"] = early
         card["aggregator"] = place(a, asked_heads["aggregator"][1] if asked_heads else None)
         if kind == "decoy":

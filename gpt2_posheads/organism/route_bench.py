@@ -147,12 +147,7 @@ def aggregator_found(scored: Sequence[Scored]) -> tuple[int, int, int, int]:
     found as their sharpest previous-token head, and how many without one had no sharp head."""
     with_agg = [s for s in scored if s.aggregator is not None]
     without = [s for s in scored if s.aggregator is None]
-    return (
-        sum(s.aggregator_right for s in with_agg),
-        len(with_agg),
-        sum(s.found is None for s in without),
-        len(without),
-    )
+    return sum(s.aggregator_right for s in with_agg), len(with_agg), sum(s.found is None for s in without), len(without)
 
 
 def report(scored: Sequence[Scored]) -> str:
@@ -163,21 +158,17 @@ def report(scored: Sequence[Scored]) -> str:
         f"{len(scored)} generated models: {sum(s.right for s in scored)} on the diagonal",
         "",
         "true \\ concluded  " + "  ".join(f"{c:>12}" for c in m.columns),
-    ]
-    for r in m.index:
-        lines.append(f"{r:>16}  " + "  ".join(f"{int(v):>12}" for v in m.loc[r]))
-    lines += [
+        *(f"{r:>16}  " + "  ".join(f"{int(v):>12}" for v in m.loc[r]) for r in m.index),
         "",
         f"aggregator found: {found} of {n_agg} models that have one; no sharp head found: {none_ok} of {n_none} "
         f"models without one ({NONE})",
     ]
     for s in scored:
         if not s.right or not s.aggregator_right:
-            lines.append(
+            lines += [
                 f"  {s.name} ({s.kind}): true {s.route}, concluded {s.concluded}; aggregator {s.aggregator}, "
-                f"found {s.found}"
-            )
-            for row in s.conclusion.get("rows", []):
-                lines.append(f"      {row['key']}: {row['verdict']}: {row['evidence']}")
-            lines.append(f"      why: {s.conclusion.get('why', '')}")
+                f"found {s.found}",
+                *(f"      {row['key']}: {row['verdict']}: {row['evidence']}" for row in s.conclusion.get("rows", [])),
+                f"      why: {s.conclusion.get('why', '')}",
+            ]
     return "\n".join(lines)

@@ -202,15 +202,9 @@ class Head:
     """
 
     res: Residual
-    Wq: np.ndarray = None
-    bq: np.ndarray = None
-    Wk: np.ndarray = None
-    bk: np.ndarray = None
-    Wv: np.ndarray = None
-    Wo: np.ndarray = None
     role: str = "inert: attends uniformly (zero query and key) and writes nothing"
 
-    def __post_init__(self):
+    def __post_init__(self):  # the weights, zero until a builder adds features
         d, dh = self.res.d_model, self.d_head
         self.Wq, self.Wk, self.Wv = np.zeros((d, dh)), np.zeros((d, dh)), np.zeros((d, dh))
         self.bq, self.bk = np.zeros(dh), np.zeros(dh)
@@ -268,10 +262,6 @@ class Mlp:
 
     res: Residual
     role: str = "zero"
-    w_fc: np.ndarray = None
-    b_fc: np.ndarray = None
-    w_proj: np.ndarray = None
-    b_proj: np.ndarray = None
 
     def __post_init__(self):
         d, d_mlp = self.res.d_model, self.res.shape.d_mlp
@@ -339,10 +329,8 @@ class Compiled:
         return {
             "activation_function": "gelu_new",
             "architectures": ["GPT2LMHeadModel"],
-            "attn_pdrop": 0.0,
-            "bos_token_id": BOS,
-            "embd_pdrop": 0.0,
-            "eos_token_id": BOS,
+            **dict.fromkeys(("attn_pdrop", "embd_pdrop", "resid_pdrop"), 0.0),
+            **dict.fromkeys(("bos_token_id", "eos_token_id"), BOS),
             "initializer_range": 0.02,
             "layer_norm_epsilon": 1e-05,
             "model_type": "gpt2",
@@ -351,7 +339,6 @@ class Compiled:
             "n_inner": shape.d_mlp,
             "n_layer": shape.n_layers,
             "n_positions": shape.n_ctx,
-            "resid_pdrop": 0.0,
             "scale_attn_by_inverse_layer_idx": False,
             "scale_attn_weights": True,
             "tie_word_embeddings": False,

@@ -2,8 +2,7 @@
 
 from .metrics import effective_rank, relative_perplexity, separation_direction, wq_wk
 from .model import ToyShape, attention_scores, forward, init_params
-from .tasks import make_batch, targets
-from .train import ToyConfig, train_group, train_sweep
+from .train import ToyConfig, make_batch, targets, train_group, train_sweep
 
 __all__ = [
     "ToyConfig",

@@ -19,8 +19,7 @@ DENSER = ((1, 2, 5), (1, 2, 3, 5), (1, 1.5, 2, 3, 4, 5, 6, 8), tuple(x / 10 for 
 def log_ticks(values) -> dict:
     """``range``, ``tickvals`` and ``ticktext`` for a log axis showing every value of ``values`` (with a little room):
     round values (1-2-3-5 per decade up to two decades, 1-2-5 up to four, one per decade beyond; denser where fewer
-    than 3 fall in range),
-    each labelled with its full value, so 20 and 30 read "20" and "30"."""
+    than 3 fall in range), each labelled with its full value, so 20 and 30 read "20" and "30"."""
     v = np.asarray([x for x in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(x) and x > 0])
     if not len(v):
         return {}
@@ -56,8 +55,7 @@ def log_axis(fig: go.Figure, axis: str, values, **where) -> None:
 def band(fig: go.Figure, x, runs, name: str, colour: str) -> None:
     """A line at the mean of ``runs`` ``[seed, x]`` and a shaded band from the lowest to the highest seed (a band
     that stays inside the values, so it is drawn on log axes and never leaves a bounded measure's range)."""
-    a = np.asarray(runs, dtype=float)
-    a = a[None] if a.ndim == 1 else a
+    a = np.atleast_2d(np.asarray(runs, dtype=float))
     mean = a.mean(0)
     if len(a) > 1:
         lo, hi = a.min(0), a.max(0)
@@ -90,8 +88,7 @@ def band(fig: go.Figure, x, runs, name: str, colour: str) -> None:
 
 def points_with_sd(x, runs, name: str, colour: str | None = None) -> go.Scatter:
     """Markers and lines at the mean over seeds of ``runs`` ``[seed, x]``, error bars ± sd (sample sd)."""
-    a = np.asarray(runs, dtype=float)
-    a = a[None] if a.ndim == 1 else a
+    a = np.atleast_2d(np.asarray(runs, dtype=float))
     sd = a.std(0, ddof=1) if len(a) > 1 else None
     return go.Scatter(
         x=list(x),

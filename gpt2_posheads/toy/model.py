@@ -218,9 +218,7 @@ def forward(params: dict[str, torch.Tensor], x: torch.Tensor, shape: ToyShape, r
             )
             mo = torch.einsum("mbcf,mfd->mbcd", mid, params[f"{l}.W_out"]) + params[f"{l}.b_out"][:, None, None]
             h = h + mo if shape.residual else mo
-    last = h[:, :, -1]
-    if shape.layernorm:
-        last = _ln(last)
+    last = _ln(h[:, :, -1]) if shape.layernorm else h[:, :, -1]
     logits = torch.einsum("mbd,mdv->mbv", last, params["W_U"])
     return (logits, patterns) if return_pattern else logits
 

@@ -116,15 +116,8 @@ class ToyRun:
     def base(self, log_points: int = 100, **task) -> ToyConfig:
         """The post's base :class:`ToyConfig`: its task settings (``task``) plus these training options, logging
         ``log_points`` times per run."""
-        return ToyConfig(
-            steps=self.steps,
-            lr=self.lr,
-            init_std=self.init_std,
-            out_proj=self.out_proj,
-            batch_size=self.batch_size,
-            log_every=max(self.steps // log_points, 1),
-            **task,
-        )
+        training = {f: getattr(self, f) for f in ("steps", "lr", "init_std", "out_proj", "batch_size")}
+        return ToyConfig(**training, log_every=max(self.steps // log_points, 1), **task)
 
     def train(self, configs: Iterable[ToyConfig]) -> dict[str, dict]:
         """``{config id: result}`` of ``configs``, trained by :func:`~.train.train_sweep` in :attr:`workers` processes

@@ -114,22 +114,11 @@ def robustness_table(
         k = counts.setdefault((i, c.key), [0, 0])
         k[0] += verdict == HELD
         k[1] += verdict == NOT_TESTABLE
-    rows = []
-    for i, p in enumerate(points):
-        for c in claims:
-            k, untestable = counts[(i, c.key)]
-            rows.append(
-                {
-                    **p,
-                    "setting": setting_label(p),
-                    "claim": c.key,
-                    "held": k,
-                    "not_testable": untestable,
-                    "n": len(seeds),
-                    "fraction": k / len(seeds),
-                }
-            )
-    return pd.DataFrame(rows)
+    rows = [{**p, "setting": setting_label(p), "claim": c.key} for p in points for c in claims]
+    held, untestable = zip(*(counts[(i, c.key)] for i in range(len(points)) for c in claims))
+    return pd.DataFrame(rows).assign(
+        held=held, not_testable=untestable, n=len(seeds), fraction=[k / len(seeds) for k in held]
+    )
 
 
 def robustness_totals(table: pd.DataFrame) -> dict[str, dict]:
@@ -153,23 +142,17 @@ def robustness_figure(table: pd.DataFrame, title: str) -> go.Figure:
     how many seeds were not testable, where any)."""
     claims = list(dict.fromkeys(table.claim))
     labels = list(dict.fromkeys(table.setting))
-    frac = table.pivot(index="claim", columns="setting", values="fraction").loc[claims, labels]
-    text = (
-        table.assign(
-            t=table.held.astype(str)
-            + "/"
-            + table.n.astype(str)
-            + table.not_testable.map(lambda u: f"<br>{u} n.t." if u else "")
-        )
-        .pivot(index="claim", columns="setting", values="t")
-        .loc[claims, labels]
-    )
+
+    def grid(values) -> pd.DataFrame:  # claims x settings
+        return table.assign(v=values).pivot(index="claim", columns="setting", values="v").loc[claims, labels]
+
+    text = [f"{k}/{n}" + (f"<br>{u} n.t." if u else "") for k, n, u in zip(table.held, table.n, table.not_testable)]
     fig = go.Figure(
         go.Heatmap(
-            z=frac.to_numpy(dtype=float),
+            z=grid(table.fraction).to_numpy(dtype=float),
             x=labels,
             y=claims,
-            text=text.to_numpy(),
+            text=grid(text).to_numpy(),
             texttemplate="%{text}",
             zmin=0,
             zmax=1,

@@ -25,13 +25,68 @@ from tqdm.auto import tqdm
 
 from .metrics import effective_rank
 from .model import ToyShape, forward, init_params, per_model_loss
-from .tasks import check_task, make_batch
 
 # Bump when a change to the model, task or training code changes what a run computes: cached runs
 # under results/<script>/runs/ with another version are then trained again instead of reused. Changes of
 # float rounding alone do not bump it (the thread count changes rounding too): the last-query path of
 # model.forward left the eval losses of six runs of 800-2,000 steps within 3.6e-6 of the full path's.
 CODE_VERSION = 5
+
+
+# The tasks: sparse retrieval on uniform random tokens, the target predicted at the last position. Every generator
+# takes a torch.Generator, so each model of a sweep draws its own reproducible data whatever trains beside it.
+# x: [batch, C] token ids in 0..V-1; y: [batch].
+TASKS = ("copy_current", "copy_offset", "kth_token", "most_similar")
+
+
+def check_task(task: str, V: int, C: int, k: int | None) -> None:
+    if task not in TASKS:
+        raise ValueError(f"task {task!r} is unknown: allowed {TASKS}")
+    if V < 2:
+        raise ValueError(f"V={V} (vocabulary size) must be >= 2")
+    if C < 2:
+        raise ValueError(f"C={C} (context length) must be >= 2")
+    k_means = {"copy_offset": "offset back from the last token", "kth_token": "position of the token to copy"}
+    if task in k_means and (k is None or not 0 <= k <= C - 1):
+        raise ValueError(f"k={k} ({k_means[task]}) must lie in 0..C-1={C - 1}")
+
+
+def targets(task: str, x: torch.Tensor, k: int | None = None) -> torch.Tensor:
+    """The answer for each sequence of ``x`` ``[batch, C]``.
+
+    * ``copy_current``: ``x[:, -1]`` — ``[A][B][C][D] → [D]``.
+    * ``copy_offset``: the token ``k`` back from the last, ``x[:, C-1-k]`` (``k = 1``: previous token).
+    * ``kth_token``: ``x[:, k]``, the ``k``-th token of the context (0-based).
+    * ``most_similar``: among ``x[:, :-1]``, the token numerically closest to ``x[:, -1]``
+      (``[1][5][10][6] → [5]``). Ties between two different values go to the smaller value; a context
+      token equal to the current one is closest (distance 0).
+    """
+    C = x.shape[1]
+    if task == "copy_current":
+        return x[:, -1]
+    if task == "copy_offset":
+        return x[:, C - 1 - k]
+    if task == "kth_token":
+        return x[:, k]
+    if task == "most_similar":
+        ctx, cur = x[:, :-1], x[:, -1:]
+        dist = (ctx - cur).abs()
+        # rank by distance, then by value: key = dist * (V_big) + value; V_big exceeds any token id
+        big = int(x.max()) + 1
+        key = dist * big + ctx
+        return ctx.gather(1, key.argmin(1, keepdim=True))[:, 0]
+    raise ValueError(f"task {task!r} is unknown: allowed {TASKS}")
+
+
+def make_batch(task: str, V: int, C: int, batch: int, gen: torch.Generator, k: int | None = None, n: int | None = None):
+    """``(x [batch, C], y [batch])`` — or ``[n, batch, C]``/``[n, batch]`` for ``n`` steps at once."""
+    check_task(task, V, C, k)
+    shape = (batch, C) if n is None else (n * batch, C)
+    x = torch.randint(0, V, shape, generator=gen)
+    y = targets(task, x, k)
+    if n is not None:
+        return x.view(n, batch, C), y.view(n, batch)
+    return x, y
 
 
 @dataclass(frozen=True)
@@ -58,13 +113,12 @@ class ToyConfig(ToyShape):
     def validate(self) -> ToyConfig:
         super().validate()
         check_task(self.task, self.V, self.C, self.k)
-        for name, lo in (("steps", 1), ("batch_size", 1), ("log_every", 1)):
-            if getattr(self, name) < lo:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= {lo}")
-        if not self.lr > 0:
-            raise ValueError(f"lr={self.lr} must be > 0")
-        if not self.init_std > 0:
-            raise ValueError(f"init_std={self.init_std} must be > 0")
+        for name in ("steps", "batch_size", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        for name in ("lr", "init_std"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be > 0")
         return self
 
     def group_key(self) -> tuple:
@@ -147,8 +201,7 @@ def train_group(
     state: dict = {}
     logs = {"step": [], "loss": [], "eval_loss": []}
     snaps: list[list[dict]] = [[] for _ in configs]
-    snap_steps: list[int] = []
-    eff = {"step": [], **{n: [[] for _ in configs] for n in ("W_E", "W_Q", "W_K")}}
+    eff = {"step": [], **{n: [[] for _ in configs] for n in ("W_E", "W_Q", "W_K")}}  # eff["step"]: snapshot steps
     running = torch.zeros(M, device=device)
     n_running = 0
     started = last_told = last_line = time.perf_counter()
@@ -174,13 +227,11 @@ def train_group(
                     running.zero_()
                     n_running = 0
                 if c0.snapshot_every and (t % c0.snapshot_every == 0 or t == 1):
-                    snap_steps.append(t)
                     eff["step"].append(t)
                     for i in range(M):
                         snaps[i].append(_snapshot(params, i))
-                        eff["W_E"][i].append(effective_rank(params["W_E"][i]))
-                        eff["W_Q"][i].append(effective_rank(params["0.W_Q"][i].flatten(0, 1)))
-                        eff["W_K"][i].append(effective_rank(params["0.W_K"][i].flatten(0, 1)))
+                        for n, w in (("W_E", "W_E"), ("W_Q", "0.W_Q"), ("W_K", "0.W_K")):  # heads' matrices stacked
+                            eff[n][i].append(effective_rank(params[w][i].flatten(0, -2)))
             now = time.perf_counter()
             if on_chunk is not None and (now - last_told >= 1.0 or t == c0.steps):
                 on_chunk((t - told) * M)
@@ -202,7 +253,7 @@ def train_group(
                     "final_loss": final,
                     "final_perplexity": math.exp(final),
                     "params": {n: p[i].detach().cpu().tolist() for n, p in params.items()},
-                    "snapshot_steps": snap_steps,
+                    "snapshot_steps": eff["step"],
                     "snapshots": snaps[i],
                     "effective_rank": {"step": eff["step"], **{n: eff[n][i] for n in ("W_E", "W_Q", "W_K")}},
                 }
@@ -349,10 +400,8 @@ def train_sweep(
         f = out / f"{c.id()}.json" if out else None
         if f is not None and f.exists():
             done[c.id()] = json.loads(f.read_text())
-        elif c.id() not in done:
-            todo.setdefault(c.group_key(), [])
-            if c not in todo[c.group_key()]:
-                todo[c.group_key()].append(c)
+        elif c not in todo.setdefault(c.group_key(), []):
+            todo[c.group_key()].append(c)
     groups = [g[i : i + max_models_per_group] for g in todo.values() for i in range(0, len(g), max_models_per_group)]
     n_unique = len({c.id() for c in configs})
     if out and progress:

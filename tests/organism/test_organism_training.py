@@ -113,7 +113,7 @@ def test_training_resumes_exactly(tmp_path):
 def test_pos_averaging_augmentation_schedule():
     """Steps before ``pos_avg_start`` never average; after it about ``pos_avg_prob`` of them do, each with a group
     size in 2..pos_avg_max and an offset below it, the same on every call (resumes see the same schedule)."""
-    from gpt2_posheads.organism.positions import pos_average_at
+    from gpt2_posheads.organism.train import pos_average_at
 
     cfg = MiniConfig(pos_avg_prob=0.5, pos_avg_max=20, pos_avg_start=300)
     draws = [pos_average_at(cfg, s) for s in range(1300)]
