@@ -252,25 +252,22 @@ def documents(source: str | Sequence[str] = "auto") -> tuple[list[str], str]:
     said in one line, and the description (a summary's ``prompt_source``) says why."""
     if isinstance(source, (list, tuple)):
         return file_documents(source), f"files:{','.join(map(str, source))}"
-    if source == "auto":
+    if source in ("auto", "openwebtext"):
         try:
             return openwebtext_documents(), OPENWEBTEXT
         except HubDatasetError as e:
+            if source == "openwebtext":
+                raise UsageError(
+                    "prompts",
+                    f"{OPENWEBTEXT} could not be read: {e}",
+                    "allowed auto, openwebtext, wikitext, or a path to .txt/.jsonl files",
+                    "--prompts auto falls back to the shipped WikiText-2; --prompts wikitext uses it",
+                ) from None
             if e.offline:
                 return wikitext_documents(), WIKITEXT_OFFLINE
             why = str(e)
             note(f"prompts: {OPENWEBTEXT} could not be read ({why}); using the shipped WikiText-2 instead")
             return wikitext_documents(), f"wikitext-2 (stand-in for {OPENWEBTEXT}, which could not be read: {why})"
-    if source == "openwebtext":
-        try:
-            return openwebtext_documents(), OPENWEBTEXT
-        except HubDatasetError as e:
-            raise UsageError(
-                "prompts",
-                f"{OPENWEBTEXT} could not be read: {e}",
-                "allowed auto, openwebtext, wikitext, or a path to .txt/.jsonl files",
-                "--prompts auto falls back to the shipped WikiText-2; --prompts wikitext uses it",
-            ) from None
     if source == "wikitext":
         return wikitext_documents(), "wikitext-2"
     if not Path(source).exists():
