@@ -168,18 +168,13 @@ def _wikitext_file(path: str, size: int, mtime_ns: int) -> tuple[str, ...]:
     shipped splits takes a tenth of a second, and every prompt set of every model asks for them)."""
     f = Path(path)
     text = gzip.decompress(f.read_bytes()).decode("utf-8") if f.suffix == ".gz" else f.read_text(encoding="utf-8")
-    docs: list[str] = []
-    current: list[str] = []
+    articles: list[list[str]] = [[]]  # the lines of each article, the first one's before any heading
     for line in text.split("\n"):
         if re.match(r"^ = [^=].* = $", line):
-            if current:
-                docs.append(_detok_wikitext("\n".join(current)))
-            current = [line.strip(" =")]
+            articles.append([line.strip(" =")])
         elif line.strip():
-            current.append(line.strip())
-    if current:
-        docs.append(_detok_wikitext("\n".join(current)))
-    return tuple(docs)
+            articles[-1].append(line.strip())
+    return tuple(_detok_wikitext("\n".join(lines)) for lines in articles if lines)
 
 
 def _detok_wikitext(text: str) -> str:

@@ -24,15 +24,7 @@ from ..model.attention import attn_scale, raw_scores_from_qk, scale_from_pattern
 from ..model.engine import Reduction, engine_for, keep_reads
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches, single_prompt
-from ..model.validation import (
-    UsageError,
-    check_head,
-    check_int_range,
-    check_model,
-    checked,
-    head_name,
-    require_finite,
-)
+from ..model.validation import UsageError, check_head, check_int_range, check_model, checked, head_name, require_finite
 
 
 @measures_caller_model

@@ -103,13 +103,9 @@ class RouteConclusion:
         return f"{self.words}{on}: {self.why} [rows: {', '.join(r.key for r in self.rows)}]"
 
     def as_dict(self) -> dict:
-        return {
-            "route": self.route,
-            "words": self.words,
-            "head": self.head,
-            "why": self.why,
-            "rows": [r.as_dict() for r in self.rows],
-        }
+        return dict(
+            route=self.route, words=self.words, head=self.head, why=self.why, rows=[r.as_dict() for r in self.rows]
+        )
 
 
 def _record(records: Mapping[str, Mapping], key: str) -> Mapping | None:
