@@ -136,9 +136,8 @@ def diagonal_attention(
     ``model`` may be stored activations (``prompts`` ``None``, ``max_offset`` and ``exclude_bos`` as they are): the
     stored diagonals.
     """
-    return _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, False, engine, bf16, edits, progress)[
-        "diagonals"
-    ]
+    res = _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, False, engine, bf16, edits, progress)
+    return res["diagonals"]
 
 
 def prev_token_stats(mass: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -208,9 +207,7 @@ def prev_token_ranking(
     """Rank all heads by how previous-token-like they are (:func:`rank_from_diagonals`); ``df.is_prev_token.sum()``
     heads have the previous diagonal greatest (69 of 144 for GPT-2 small in the post). ``model`` may be stored
     activations (:class:`~gpt2_posheads.store.cache.PosheadsCache`): their diagonals, ``prompts`` ``None``."""
-    st = traced_stats(model, prompts, max_offset, exclude_bos, batch_size, engine=engine, bf16=bf16, progress=progress)
-    st.pop("profile")
-    return rank_from_stats(st)
+    return traced_ranking(model, prompts, max_offset, exclude_bos, batch_size, (), engine, bf16, progress)[0]
 
 
 # --- the one reduction: the same sums on every engine, reduced where the model runs ---------------------------------
@@ -255,18 +252,7 @@ def _stored(store, prompts, max_offset, exclude_bos, ranking: bool) -> dict:
     return _ranking_of(store.diagonals) if ranking else {"diagonals": store.diagonals}
 
 
-def _diagonal_pass(
-    model,
-    prompts,
-    max_offset,
-    exclude_bos,
-    batch_size,
-    ranking: bool,
-    engine="auto",
-    bf16=False,
-    edits=(),
-    progress=False,
-) -> dict:
+def _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, ranking, engine, bf16, edits, progress) -> dict:
     """One pass of ``engine`` over ``prompts`` reducing every layer's pattern to diagonal sums: the means, or with
     ``ranking`` their statistics and profile; on stored activations the same read off the store."""
     eng = engine_for(model, engine, bf16=bf16)
@@ -317,11 +303,9 @@ def traced_stats(
     return _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, True, engine, bf16, edits, progress)
 
 
-def traced_ranking(
-    model, prompts, max_offset: int | None = None, exclude_bos: bool = True, batch_size: int = 8, edits=()
-) -> tuple[pd.DataFrame, torch.Tensor]:
-    """The ranking (:func:`prev_token_ranking`) and the profile of :func:`traced_stats`."""
-    st = traced_stats(model, prompts, max_offset, exclude_bos, batch_size, edits)
+def traced_ranking(model, prompts, *args, **kwargs) -> tuple[pd.DataFrame, torch.Tensor]:
+    """The ranking (:func:`prev_token_ranking`) and the profile of :func:`traced_stats` (which takes the arguments)."""
+    st = traced_stats(model, prompts, *args, **kwargs)
     profile = st.pop("profile")
     return rank_from_stats(st), profile
 

@@ -37,8 +37,7 @@ def principal_angles(a: torch.Tensor, b: torch.Tensor, k: int = 3, center: bool 
     """
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"a and b need the same number of columns, got {a.shape[1]} and {b.shape[1]}")
-    va = pca(a, k, center)[0].double().T
-    vb = pca(b, k, center)[0].double().T
+    va, vb = (pca(m, k, center)[0].double().T for m in (a, b))
     cos = torch.linalg.svdvals(va.T @ vb).clamp(-1.0, 1.0)
     return torch.rad2deg(torch.arccos(cos)).float()
 

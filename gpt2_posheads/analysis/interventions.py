@@ -119,13 +119,8 @@ def average_ext_pos_embed(
     the model has a BOS token) keeps row 0 out of the groups (prompts without BOS need ``bos=False``)."""
     check_int_range("group_size", group_size, 1, 1 << 30)
     fn = partial(_ext_delta, layer=layer, group_size=group_size, ext=ext, bos=bos, ext_kwargs=ext_kwargs)
-    return Edit(
-        f"average extended pos emb at layer {layer} in groups of {group_size}",
-        "resid_add",
-        fn,
-        (layer,),
-        partial(check_layer, layer=layer),
-    )
+    name = f"average extended pos emb at layer {layer} in groups of {group_size}"
+    return Edit(name, "resid_add", fn, (layer,), partial(check_layer, layer=layer))
 
 
 MASK_EVERY = 5  # the post's masking: every 5th query loses its attention to the previous position
@@ -202,7 +197,5 @@ def _scale_head(z: torch.Tensor, head: int, factor: float) -> torch.Tensor:
 
 @checked
 def scale_head_output(layer: int, head: int, factor: float) -> Edit:
-    fn = partial(_scale_head, head=head, factor=factor)
-    return Edit(
-        f"scale L{layer}H{head} output by {factor}", "z", fn, (layer,), partial(check_head, layer=layer, head=head)
-    )
+    fn, check = partial(_scale_head, head=head, factor=factor), partial(check_head, layer=layer, head=head)
+    return Edit(f"scale L{layer}H{head} output by {factor}", "z", fn, (layer,), check)

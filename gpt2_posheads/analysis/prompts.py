@@ -168,18 +168,13 @@ def _wikitext_file(path: str, size: int, mtime_ns: int) -> tuple[str, ...]:
     shipped splits takes a tenth of a second, and every prompt set of every model asks for them)."""
     f = Path(path)
     text = gzip.decompress(f.read_bytes()).decode("utf-8") if f.suffix == ".gz" else f.read_text(encoding="utf-8")
-    docs: list[str] = []
-    current: list[str] = []
+    articles: list[list[str]] = [[]]  # the lines of each article, the first one's before any heading
     for line in text.split("\n"):
         if re.match(r"^ = [^=].* = $", line):
-            if current:
-                docs.append(_detok_wikitext("\n".join(current)))
-            current = [line.strip(" =")]
+            articles.append([line.strip(" =")])
         elif line.strip():
-            current.append(line.strip())
-    if current:
-        docs.append(_detok_wikitext("\n".join(current)))
-    return tuple(docs)
+            articles[-1].append(line.strip())
+    return tuple(_detok_wikitext("\n".join(lines)) for lines in articles if lines)
 
 
 def _detok_wikitext(text: str) -> str:
@@ -252,25 +247,22 @@ def documents(source: str | Sequence[str] = "auto") -> tuple[list[str], str]:
     said in one line, and the description (a summary's ``prompt_source``) says why."""
     if isinstance(source, (list, tuple)):
         return file_documents(source), f"files:{','.join(map(str, source))}"
-    if source == "auto":
+    if source in ("auto", "openwebtext"):
         try:
             return openwebtext_documents(), OPENWEBTEXT
         except HubDatasetError as e:
+            if source == "openwebtext":
+                raise UsageError(
+                    "prompts",
+                    f"{OPENWEBTEXT} could not be read: {e}",
+                    "allowed auto, openwebtext, wikitext, or a path to .txt/.jsonl files",
+                    "--prompts auto falls back to the shipped WikiText-2; --prompts wikitext uses it",
+                ) from None
             if e.offline:
                 return wikitext_documents(), WIKITEXT_OFFLINE
             why = str(e)
             note(f"prompts: {OPENWEBTEXT} could not be read ({why}); using the shipped WikiText-2 instead")
             return wikitext_documents(), f"wikitext-2 (stand-in for {OPENWEBTEXT}, which could not be read: {why})"
-    if source == "openwebtext":
-        try:
-            return openwebtext_documents(), OPENWEBTEXT
-        except HubDatasetError as e:
-            raise UsageError(
-                "prompts",
-                f"{OPENWEBTEXT} could not be read: {e}",
-                "allowed auto, openwebtext, wikitext, or a path to .txt/.jsonl files",
-                "--prompts auto falls back to the shipped WikiText-2; --prompts wikitext uses it",
-            ) from None
     if source == "wikitext":
         return wikitext_documents(), "wikitext-2"
     if not Path(source).exists():

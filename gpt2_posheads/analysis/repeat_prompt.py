@@ -132,27 +132,21 @@ _FALLBACK_WORDS = tuple(
 )
 
 
-def single_token_words(tokenizer, words) -> dict[str, str]:
-    """``{word: replacement}``: each word that is one token maps to itself, every other to a distinct single-token
-    noun of :data:`_FALLBACK_WORDS` (in order of first appearance)."""
-    is_one = lambda w: len(_ids(tokenizer, w)) == 1  # noqa: E731
-    words = list(dict.fromkeys(words))
-    out = {w: w for w in words if is_one(w)}
-    spare = [w for w in _FALLBACK_WORDS if is_one(w) and w not in out.values()]
-    for w in words:
-        if w not in out:
-            if not spare:
-                raise ValueError(f"no single-token word left to replace {w!r} in this vocabulary")
-            out[w] = spare.pop(0)
-    return out
-
-
 def single_token_target(tokenizer, preferred: str | list[str]) -> str | list[str]:
     """``preferred`` (e.g. ``" ninja turtle pirate"``, or a list of such targets) with every word that is several
-    tokens replaced by a single-token noun, the same in every target (``" apple orange"`` and ``" orange apple"`` stay
-    each other's swap): the copy claims need one token per word."""
+    tokens replaced by a distinct single-token noun of :data:`_FALLBACK_WORDS` (in order of first appearance), the same
+    in every target (``" apple orange"`` and ``" orange apple"`` stay each other's swap): the copy claims need one
+    token per word."""
     targets = [preferred] if isinstance(preferred, str) else list(preferred)
-    mapping = single_token_words(tokenizer, [w for t in targets for w in split_words(t)])
+    is_one = lambda w: len(_ids(tokenizer, w)) == 1  # noqa: E731
+    words = list(dict.fromkeys(w for t in targets for w in split_words(t)))
+    mapping = {w: w for w in words if is_one(w)}
+    spare = [w for w in _FALLBACK_WORDS if is_one(w) and w not in mapping.values()]
+    for w in words:
+        if w not in mapping:
+            if not spare:
+                raise ValueError(f"no single-token word left to replace {w!r} in this vocabulary")
+            mapping[w] = spare.pop(0)
     out = ["".join(mapping[w] for w in split_words(t)) for t in targets]
     return out[0] if isinstance(preferred, str) else out
 
@@ -294,10 +288,6 @@ def target_words(tokenizer, preferred: str | Sequence[str] = " ninja turtle pira
     )
 
 
-def _line_break(tokenizer) -> str:
-    return "\n" if representable(tokenizer, "\n") else " "
-
-
 def _short_demos(tokenizer, n: int, seed: int, avoid: str = "") -> list[str]:
     """``n`` short demonstration strings of letters the vocabulary reads (3-6 characters each), none of ``avoid`` (the
     target's characters: a demonstration must not teach what follows a target word)."""
@@ -344,7 +334,7 @@ def _candidates(tokenizer, words, sep: str, n_given: int, n_demos: int, seed: in
     if sep == "" and words[0].startswith(" ") and representable(tokenizer, _post_head(FIRST_DEMOS[:1])):
         for k in range(n_demos, 0, -1):
             yield "post", k, _post_head(random_demo_strings(k, seed)), POST_REQUEST, POST_REPLY
-    nl = _line_break(tokenizer)
+    nl = "\n" if representable(tokenizer, "\n") else " "
     quote = next((q for q in ('"', "'") if representable(tokenizer, q)), "")
     avoid = "".join(words) if all(len(w.strip()) == 1 for w in words) else ""
     for k in range(n_demos, -1, -1):

@@ -24,15 +24,7 @@ from ..model.attention import attn_scale, raw_scores_from_qk, scale_from_pattern
 from ..model.engine import Reduction, engine_for, keep_reads
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches, single_prompt
-from ..model.validation import (
-    UsageError,
-    check_head,
-    check_int_range,
-    check_model,
-    checked,
-    head_name,
-    require_finite,
-)
+from ..model.validation import UsageError, check_head, check_int_range, check_model, checked, head_name, require_finite
 
 
 @measures_caller_model
@@ -75,10 +67,6 @@ def _profile_step(state: dict, layer: int, acts: dict) -> None:
     state["sums"][layer] += s.sum((0, 2)).double().cpu()
 
 
-def _profile_sums(state: dict) -> dict:
-    return {"sums": state["sums"]}
-
-
 @measures_caller_model
 def score_profile(
     model,
@@ -110,21 +98,12 @@ def score_profile(
             count += toks.shape[0] * n_q
     if count == 0:
         raise ValueError(f"prompts are too short for window={window} and skip_first={skip_first}")
-    state = {
-        "sums": torch.zeros(L, H, 2 * w + 1, dtype=torch.float64),
-        "scales": {},
-        "declared": [attn_scale(model.cfg, l) for l in range(L)],
-        "window": w,
-        "skip_first": skip_first,
-    }
-    every = list(range(L))
-    sums = engine_for(model, engine).activations(
-        batches,
-        {"q": every, "k": every, "pattern": every},
-        Reduction(_profile_step, _profile_sums, state),
-        progress="score profile" if progress else None,
-    )["sums"]
-    return require_finite(sums / count, "the raw attention scores").float()
+    state = dict(sums=torch.zeros(L, H, 2 * w + 1, dtype=torch.float64), scales={}, window=w, skip_first=skip_first)
+    state["declared"] = [attn_scale(model.cfg, l) for l in range(L)]
+    reads = dict.fromkeys(("q", "k", "pattern"), list(range(L)))  # every layer's queries, keys and pattern
+    bar = "score profile" if progress else None
+    got = engine_for(model, engine).activations(batches, reads, Reduction(_profile_step, dict, state), progress=bar)
+    return require_finite(got["sums"] / count, "the raw attention scores").float()
 
 
 # A feature of the profile decides where a head attends only if it changes the attention odds by a factor 2 or more.

@@ -31,7 +31,9 @@ The positional route is ablated the same way: ``W_pos`` group-averaged (groups o
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Literal
@@ -136,8 +138,7 @@ class _Target:
         a = model.blocks[layer].attn
         self.w, self.b = (t.cpu() if t is not None else None for t in ln_params(model.blocks[layer].ln1))
         self.eps, self.d_model = float(getattr(model.cfg, "eps", 1e-5)), model.cfg.d_model
-        self.W_Q, self.b_Q = a.W_Q[head].detach().float().cpu(), a.b_Q[head].detach().float().cpu()
-        self.W_K, self.b_K = a.W_K[head].detach().float().cpu(), a.b_K[head].detach().float().cpu()
+        self.W_Q, self.b_Q, self.W_K, self.b_K = (t[head].detach().float().cpu() for t in (a.W_Q, a.b_Q, a.W_K, a.b_K))
         self.scale = attn_scale(model.cfg, layer)
         self.mask = None  # causal
 
@@ -195,15 +196,11 @@ def _pattern(target, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 
 def _ablated(out: torch.Tensor, how: Ablation, mean: torch.Tensor | None) -> torch.Tensor:
-    """What replaces a head's output ``out`` ``[batch, pos, d_model]``."""
+    """What replaces a head's output ``out`` ``[batch, pos, d_model]`` (``resample``: batches of two or more)."""
     if how == "zero":
         return torch.zeros_like(out)
     if how == "mean":
         return mean.expand_as(out)
-    if out.shape[0] < 2:
-        raise UsageError(
-            "ablation", "resample needs at least two prompts in a batch", "use mean or zero, or more prompts"
-        )
     perm = torch.roll(torch.arange(out.shape[0]), 1)  # a derangement: every prompt takes the next one's output
     return out[perm]
 
@@ -263,10 +260,8 @@ def path_ablation(
     eng = engine_for(model, engine)
     target = _Target(model, layer, head) if unsupported_reason(model) is None else _ModelTarget(model, layer, head, eng)
     W_O = [model.blocks[l].attn.W_O.detach().float() for l in range(layer)]  # [head, d_head, d_model]
-    pos_delta = None
-    if pos_group > 1 and has_learned_positions(model):
-        w_pos = load_w_pos(model)
-        pos_delta = w_pos - group_average_rows(w_pos, pos_group)
+    w_pos = load_w_pos(model) if pos_group > 1 and has_learned_positions(model) else None
+    pos_delta = None if w_pos is None else w_pos - group_average_rows(w_pos, pos_group)
     relay_edits = [average_pos_embed(pos_group)] if below and pos_delta is not None else None
 
     def capture(toks):
@@ -300,15 +295,11 @@ def path_ablation(
             count += outs.shape[1] * outs.shape[2]
         means, mean_below = total / count, total_below / count  # [S, d_model], [d_model]
 
-    keys = [("none", "-")] + [(head_name(l, h), side) for l, h in sources for side in ("query", "key")]
-    if pos_delta is not None:
-        keys += [(f"W_pos/{pos_group}", side) for side in ("query", "key")]
-    keys += [(name, "both") for name in groups] + ([(BELOW, "both")] if below else [])
-    keys += [(below_relayed(pos_group), "both")] if relay_edits is not None else []
-    sums, counts, max_err = dict.fromkeys(keys, 0), 0, 0.0
+    # (source, side) -> diagonal sums, in the order the rows are made: none, each head's query and key, W_pos's, groups
+    sums, counts, max_err = {}, 0, 0.0
 
     def add(key, pat):
-        sums[key] = sums[key] + _prev_stats(pat)[0]
+        sums[key] = sums.get(key, 0) + _prev_stats(pat)[0]
 
     for toks in batches:
         resid, outs, written, pattern = capture(toks)
@@ -356,25 +347,18 @@ def path_ablation(
         st = prev_token_stats(v / counts)
         return float(st["prev_mass"]), float(st["ratio"]) if int(st["top_offset"]) == 1 else float("nan")
 
+    def layer_of(src: str) -> int | None:
+        return int(src[1 : src.index("H")]) if HEAD_NAME.match(src) else (-1 if src == "none" else None)
+
     clean_prev, clean_ratio = stats(sums[("none", "-")])
-    rows = []
-    for (src, side), v in sums.items():
-        pm, ratio = stats(v)
-        layer_of = int(src[1 : src.index("H")]) if HEAD_NAME.match(src) else (-1 if src == "none" else None)
-        rows.append(
-            dict(
-                source=src,
-                side=side,
-                layer=layer_of,
-                prev_mass=pm,
-                ratio=ratio,
-                clean_prev_mass=clean_prev,
-                clean_ratio=clean_ratio,
-                drop=clean_prev - pm,
-                relative_drop=(clean_prev - pm) / clean_prev if clean_prev > 0 else math.nan,
-            )
-        )
-    df = pd.DataFrame(rows).sort_values("drop", ascending=False, kind="stable").reset_index(drop=True)
+    rows = [
+        dict(source=s, side=d, layer=layer_of(s), prev_mass=pm, ratio=r)
+        for (s, d), (pm, r) in zip(sums, map(stats, sums.values()))
+    ]
+    df = pd.DataFrame(rows).assign(clean_prev_mass=clean_prev, clean_ratio=clean_ratio)
+    df["drop"] = clean_prev - df["prev_mass"]
+    df["relative_drop"] = df["drop"] / clean_prev if clean_prev > 0 else math.nan
+    df = df.sort_values("drop", ascending=False, kind="stable").reset_index(drop=True)
     df.attrs.update(target=head_name(layer, head), ablation=ablation, pattern_check_max_abs_err=max_err)
     return df
 
@@ -384,9 +368,6 @@ def random_groups(
 ) -> list[list[tuple[int, int]]]:
     """Up to ``n`` distinct random groups of ``size`` heads from ``heads`` (all of them when there are fewer):
     the chance level a group of particular heads is compared with."""
-    import itertools
-    import random
-
     heads = sorted(heads)
     if size < 1 or size > len(heads):
         return []

@@ -206,7 +206,6 @@ def script(name: str) -> Script | None:
 
 
 def script_post() -> dict[str, Post]:
-    """``{script: its post}``."""
     return {name: s.post for name, s in scripts().items()}
 
 
@@ -249,9 +248,8 @@ def claims() -> dict[str, DeclaredClaim]:
     out = {}
     reports = [s for s in _SCRIPTS.values() if s.report]
     for s in [*scripts().values(), *reports]:
-        name = s.name
         for key in s.claims:
             spec = CLAIMS[key].at() if key in CLAIMS else None  # a script may name a claim it judges inline
             said = (spec.claim, spec.rule.text, spec.role) if spec else ("", "", "")
-            out[key] = DeclaredClaim(key, s.post, name, *said)
+            out[key] = DeclaredClaim(key, s.post, s.name, *said)
     return out

@@ -136,14 +136,9 @@ def judge_targets(m: Measured, reference_loss: float | None = REFERENCE_HELDOUT[
     numbers = m.numbers()
     (first, second), (first_nb, second_nb) = m.copy_loss, m.copy_loss_no_bos
     claims = [
-        PREV_TEXT.judge(
-            numbers["prev_text"], m.prev_text.ratio, head=numbers["prev_text"]["head"], readout=m.prev_text.readout()
-        ),
-        PREV_RANDOM.judge(
-            numbers["prev_random"],
-            m.prev_random.ratio,
-            head=numbers["prev_random"]["head"],
-            readout=m.prev_random.readout(),
+        *(
+            spec.judge(numbers[spec.key], sharp.ratio, head=numbers[spec.key]["head"], readout=sharp.readout())
+            for spec, sharp in ((PREV_TEXT, m.prev_text), (PREV_RANDOM, m.prev_random))
         ),
         INDUCTION.judge(
             numbers["induction"], m.induction_score, head=m.induction_head, readout=f"score {m.induction_score:.3g}"

@@ -156,23 +156,17 @@ class Summary:
         return iter(self.claims)
 
 
-def summary_dict(data: dict, claims: Sequence[Claim]) -> dict:
-    """The JSON object :func:`write_summary` writes: :data:`SCHEMA_VERSION`, ``data``, the claims as records and
-    their verdict counts. The version is the writer's (a ``schema_version`` in ``data`` does not replace it)."""
-    obj = {"schema_version": SCHEMA_VERSION, **{k: v for k, v in data.items() if k != "schema_version"}}
-    obj["claims"] = [c.as_dict() for c in claims]
-    obj["verdicts"] = verdict_counts(list(claims))
-    return jsonable(obj)
-
-
 def write_summary(path: str | Path, data: dict, claims: Sequence[Claim]) -> Path:
-    """Write ``summary.json`` at ``path``: ``data`` plus ``claims`` (:func:`summary_dict`), whole or not at all (a
-    temporary file of this process renamed over it; a full disk or an interruption leaves no temporary behind).
-    The one writer of a summary: every script's results folder and every test write through it."""
+    """Write ``summary.json`` at ``path``: :data:`SCHEMA_VERSION` (the writer's: a ``schema_version`` in ``data`` does
+    not replace it), ``data``, the claims as records and their verdict counts, whole or not at all (a temporary file of
+    this process renamed over it; a full disk or an interruption leaves no temporary behind). The one writer of a
+    summary: every script's results folder and every test write through it."""
     for c in claims:
         if not isinstance(c, Claim):
             raise TypeError(f"claims: every claim must be a Claim, got {type(c).__name__}")
-    return write_whole_text(path, json.dumps(summary_dict(data, claims), indent=2, allow_nan=False) + "\n")
+    obj = {"schema_version": SCHEMA_VERSION, **{k: v for k, v in data.items() if k != "schema_version"}}
+    obj.update(claims=[c.as_dict() for c in claims], verdicts=verdict_counts(list(claims)))
+    return write_whole_text(path, json.dumps(jsonable(obj), indent=2, allow_nan=False) + "\n")
 
 
 def schema_version(obj: dict, where: str = "summary") -> int:

@@ -103,13 +103,9 @@ class RouteConclusion:
         return f"{self.words}{on}: {self.why} [rows: {', '.join(r.key for r in self.rows)}]"
 
     def as_dict(self) -> dict:
-        return {
-            "route": self.route,
-            "words": self.words,
-            "head": self.head,
-            "why": self.why,
-            "rows": [r.as_dict() for r in self.rows],
-        }
+        return dict(
+            route=self.route, words=self.words, head=self.head, why=self.why, rows=[r.as_dict() for r in self.rows]
+        )
 
 
 def _record(records: Mapping[str, Mapping], key: str) -> Mapping | None:
@@ -146,15 +142,16 @@ def kept_under_wpos_averaging(records: Mapping[str, Mapping], head: str) -> floa
 def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
     """The route conclusion of one model from its claim records (see the module doc for the rule)."""
     sharp = _record(records, "sharp_prev_head")
-    head = ""
-    if sharp:
-        head = str(sharp.get("head") or (sharp.get("measured") or {}).get("head") or "")
-    rows: list[Row] = [Row("sharp_prev_head", _verdict(records, "sharp_prev_head"), _said(records, "sharp_prev_head"))]
+    head = str(sharp.get("head") or (sharp.get("measured") or {}).get("head") or "") if sharp else ""
+
+    def row(key: str, evidence: str | None = None) -> Row:
+        """The claim's row: its verdict, and ``evidence`` or else what its record says."""
+        return Row(key, _verdict(records, key), _said(records, key) if evidence is None else evidence)
+
+    rows: list[Row] = [row("sharp_prev_head")]
 
     def done(route: str, why: str, keys: Iterable[str] = ()) -> RouteConclusion:
-        for k in keys:
-            if k not in {r.key for r in rows}:
-                rows.append(Row(k, _verdict(records, k), _said(records, k)))
+        rows.extend(row(k) for k in keys if k not in {r.key for r in rows})
         return RouteConclusion(route, head if route != NONE else "", why, tuple(rows), dict(records))
 
     if rows[0].verdict == NOT_HELD:
@@ -163,15 +160,8 @@ def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
         return done(UNDETERMINED, f"whether a head is sharp is {rows[0].verdict}: {rows[0].evidence}")
 
     kept = kept_under_wpos_averaging(records, head)
-    rows.append(
-        Row(
-            "avg_prev_heads_unaffected",
-            _verdict(records, "avg_prev_heads_unaffected"),
-            f"{head} keeps {kept:.0%} of its previous-token mass under W_pos averaged in groups of {POS_GROUP}"
-            if kept is not None
-            else _said(records, "avg_prev_heads_unaffected"),
-        )
-    )
+    kept_words = f"{head} keeps {{:.0%}} of its previous-token mass under W_pos averaged in groups of {POS_GROUP}"
+    rows.append(row("avg_prev_heads_unaffected", None if kept is None else kept_words.format(kept)))
     if kept is None:
         return done(UNDETERMINED, f"{head}'s previous-token mass under W_pos averaging was not measured")
 
@@ -179,11 +169,7 @@ def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
     # second is None on a model with no learned W_pos
     above = LayersBelowRemoved.read(_measured(records, "aggregator_above_layer0"))
     layer, below, relayed = (above.layer, above.below, above.relayed) if above else (None, math.nan, math.nan)
-    rows.append(
-        Row(
-            "aggregator_above_layer0", _verdict(records, "aggregator_above_layer0"), _above_words(layer, below, relayed)
-        )
-    )
+    rows.append(row("aggregator_above_layer0", _above_words(layer, below, relayed)))
     if layer is None:
         return done(UNDETERMINED, f"{head}'s layer and inputs were not measured (aggregator_above_layer0)")
 

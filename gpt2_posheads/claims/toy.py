@@ -31,6 +31,7 @@ rules judge them, and :mod:`gpt2_posheads.toy.analysis` reads curves with them.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 
@@ -276,10 +277,8 @@ def plateaus(steps, ppl, tol: float = 0.1, floor: float = 1.5, min_steps: int = 
 
 def plateau(steps, ppl, tol: float = 0.1, floor: float = 1.5) -> dict:
     """The longest of :func:`plateaus` (length 0 and NaN perplexity when there is none)."""
-    found = plateaus(steps, ppl, tol, floor)
-    if not found:
-        return {"length_steps": 0, "start_step": None, "end_step": None, "perplexity": math.nan}
-    return max(found, key=lambda p: p["length_steps"])
+    none = {"length_steps": 0, "start_step": None, "end_step": None, "perplexity": math.nan}
+    return max(plateaus(steps, ppl, tol, floor), key=lambda p: p["length_steps"], default=none)
 
 
 def near_half_runs(steps, ppl, V: int, tol: float, below: float):
@@ -290,16 +289,8 @@ def near_half_runs(steps, ppl, V: int, tol: float, below: float):
     if not len(first):
         return None, []
     near = np.abs(ppl - V / 2) <= tol * V / 2
-    runs, i = [], int(first[0])
-    while i < len(ppl):
-        if near[i]:
-            j = i
-            while j + 1 < len(ppl) and near[j + 1]:
-                j += 1
-            runs.append((i, j))
-            i = j + 1
-        else:
-            i += 1
+    groups = itertools.groupby(range(int(first[0]), len(ppl)), key=lambda i: bool(near[i]))
+    runs = [(g[0], g[-1]) for g in (list(idx) for is_near, idx in groups if is_near)]
     return int(first[0]), runs
 
 

@@ -340,8 +340,7 @@ def fmt(x, digits: int = 3) -> str:
     if v == 0:
         return "0"
     if 1e-4 <= abs(v) < 1e6:
-        s = f"{v:.{max(digits - 1 - math.floor(math.log10(abs(v))), 0)}f}"
-        return s
+        return f"{v:.{max(digits - 1 - math.floor(math.log10(abs(v))), 0)}f}"
     return f"{v:.{digits - 1}e}"
 
 

@@ -145,12 +145,10 @@ def build_cache(
         model, range(model.cfg.n_layers + 1), n_prompts=ext_n_prompts, seed=seed, progress=progress, bos=ext_bos
     )
     t.update({f"ext_pos.L{l}": e for l, e in ext.items()})
-    names = list(REPEAT_TARGETS)
     # words that are several tokens in this vocabulary become single-token nouns (the same in every target)
-    single = single_token_target(model.tokenizer, [REPEAT_TARGETS[n][0] for n in names])
+    single = single_token_target(model.tokenizer, [target for target, _ in REPEAT_TARGETS.values()])
     repeat_skipped = ""
-    for name, target in zip(names, single):
-        n_given = REPEAT_TARGETS[name][1]
+    for (name, (_, n_given)), target in zip(REPEAT_TARGETS.items(), single):
         try:
             rp = repeat_string_prompt(model.tokenizer, target, n_given=n_given, seed=seed, max_len=model.cfg.n_ctx)
         except ValueError as e:  # a context too short for the prompt: stored without it, and said in the provenance
