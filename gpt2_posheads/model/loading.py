@@ -185,54 +185,61 @@ def load_model(
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     local = Path(source).is_dir()
-    try:
-        from transformer_lens.model_bridge import TransformerBridge
-    except ImportError:  # TransformerLens 3.x
-        TransformerBridge = None
-    loader = None
+    processing = dict(fold_ln=fold_ln, center_writing_weights=center_writing_weights, center_unembed=center_unembed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if TransformerBridge is not None:
-            tokenizer = _local_tokenizer(source) if local else None
-            files = safetensors_files(Path(source)) if local else []
-            if files:  # read once into memory and processed layer by layer: one copy of the weights (model.memory)
-                loader = CheckpointLoader(files, on_mismatch=lambda *keys: _refuse_mismatch(source, files, *keys))
-            model = TransformerBridge.boot_transformers(
-                source,
-                device=device,
-                dtype=dtype,
-                tokenizer=tokenizer,
-                **({"model_class": loader} if loader is not None else {}),
-            )
-            with layerwise_processing(model, loader) if loader is not None else contextlib.nullcontext():
-                model.enable_compatibility_mode(
-                    disable_warnings=True,
-                    fold_ln=fold_ln,
-                    center_writing_weights=center_writing_weights,
-                    center_unembed=center_unembed,
-                )
-        else:  # pragma: no cover - exercised only with TransformerLens 3.x installed
+        try:
+            from transformer_lens.model_bridge import TransformerBridge  # noqa: F401 - TransformerLens 4.x
+        except ImportError:  # pragma: no cover - exercised only with TransformerLens 3.x installed
             from transformer_lens import HookedTransformer
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            hf = AutoModelForCausalLM.from_pretrained(source) if local else None
             model = HookedTransformer.from_pretrained(
                 "gpt2" if local else source,
-                hf_model=hf,
+                hf_model=AutoModelForCausalLM.from_pretrained(source) if local else None,
                 tokenizer=AutoTokenizer.from_pretrained(source) if local else None,
                 device=device,
                 dtype=dtype,
-                fold_ln=fold_ln,
-                center_writing_weights=center_writing_weights,
-                center_unembed=center_unembed,
-            )
-    model.eval()
-    if TransformerBridge is not None:  # the processed weights are the one copy kept (model.memory)
-        release_source_copies(model, loader)
+                **processing,
+            ).eval()
+        else:
+            files = safetensors_files(Path(source)) if local else []
+            # read once into memory and processed layer by layer: one copy of the weights (model.memory)
+            loader = CheckpointLoader(files, lambda *keys: _refuse_mismatch(source, files, *keys)) if files else None
+            tokenizer = _local_tokenizer(source) if local else None
+            model = boot_bridge(source, tokenizer, loader, device=device, dtype=dtype, **processing)
+            release_source_copies(model, loader)  # the processed weights are the one copy kept (model.memory)
     given = str(name_or_path)
     if not Path(given).expanduser().is_dir() and given not in SHIPPED_MODELS:
         model.cfg.model_name = given  # a hub model is named as the caller named it, not by its cache folder
     return model
+
+
+def boot_bridge(
+    source: str,
+    tokenizer,
+    loader: CheckpointLoader | None = None,
+    hf_model=None,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+    **processing,
+):
+    """A TransformerLens 4.x ``TransformerBridge`` in compatibility mode and eval mode: ``boot_transformers`` of
+    ``source`` (a folder or hub name; with ``hf_model``, the Hugging Face module to wrap, ``source`` naming its
+    architecture), ``loader`` as its model class (the checkpoint read once and processed layer by layer,
+    :mod:`.memory`), then ``enable_compatibility_mode(**processing)`` (``fold_ln``, ``center_writing_weights``,
+    ``center_unembed``: all on by default). :func:`load_model` boots a folder this way, the organism the module it
+    trains."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = TransformerBridge.boot_transformers(
+            source, device=device, dtype=dtype, tokenizer=tokenizer, model_class=loader, hf_model=hf_model
+        )
+        with layerwise_processing(model, loader) if loader is not None else contextlib.nullcontext():
+            model.enable_compatibility_mode(disable_warnings=True, **processing)
+    return model.eval()
 
 
 def quiet_loading() -> None:
