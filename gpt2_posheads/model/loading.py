@@ -30,21 +30,23 @@ _MODEL_FILES = ["*.json", "*.txt", "*.model", "*.tiktoken", "tokenizer*", "vocab
 _WEIGHT_PATTERNS = (["*.safetensors"], ["pytorch_model*.bin"])  # safetensors when the repository has them
 
 
-def _cached_snapshot(repo_id: str) -> Path | None:
-    """The local snapshot of ``repo_id``'s ``main`` in the Hugging Face cache, complete or not, if one exists (the
-    client refuses an incomplete one; :func:`folder_problem` then says what it lacks)."""
+def _cached_copy(repo_id: str) -> tuple[Path | None, str | None]:
+    """``(snapshot, what it lacks)``: the local snapshot of ``repo_id``'s ``main`` in the Hugging Face cache, complete
+    or not (the client refuses an incomplete one), or ``None``; for an incomplete one, what :func:`folder_problem` says
+    of it (``None`` when it loads as it is)."""
     try:
         from huggingface_hub import constants, snapshot_download
         from huggingface_hub.file_download import repo_folder_name
 
-        return Path(snapshot_download(repo_id, local_files_only=True))
+        snap = Path(snapshot_download(repo_id, local_files_only=True))
     except Exception:  # noqa: BLE001 - not cached, or cached in part
         try:
             storage = Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo_id, repo_type="model")
             snap = storage / "snapshots" / (storage / "refs" / "main").read_text().strip()
-            return snap if snap.is_dir() else None
+            snap = snap if snap.is_dir() else None
         except Exception:  # noqa: BLE001
-            return None
+            snap = None
+    return snap, folder_problem(snap, check_values=False) if snap is not None else None
 
 
 def hub_model_cached(name: str) -> bool:
@@ -57,13 +59,6 @@ def hub_model_problem(name: str):
     """Why the hub's API does not answer for the hub model ``name`` (:func:`~gpt2_posheads.model.hub.hub_problem`),
     or ``None`` when it does."""
     return hub_problem(_ALIASES.get(name, name))
-
-
-def _cached_copy(repo_id: str) -> tuple[Path | None, str | None]:
-    """``(snapshot, what it lacks)``: the cached snapshot of ``repo_id`` (or ``None``) and, for an incomplete one, what
-    :func:`folder_problem` says of it (``None`` when it loads as it is)."""
-    snap = _cached_snapshot(repo_id)
-    return snap, folder_problem(snap, check_values=False) if snap is not None else None
 
 
 def _download(name: str, repo_id: str) -> Path:
