@@ -84,3 +84,9 @@ def attention_pattern(q: torch.Tensor, k: torch.Tensor, scale: float, window: in
         mask = mask | (dist >= window)
     scores = raw_scores_from_qk(q, k, scale)
     return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+
+
+def z_gap(mine: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
+    """Relative gap of a recomputed activation to the model's own (a 0-d tensor): ``max |mine - theirs| / (1 + max
+    |theirs|)``."""
+    return (mine - theirs.float()).abs().max() / (1.0 + theirs.float().abs().max())

@@ -1,29 +1,25 @@
 """One interface to every way this toolkit runs a model: TransformerLens hooks, the hook-free fast path, an nnsight
 trace, and stored activations.
 
-An analysis asks an :class:`Engine` for at most five things and never asks which engine it has:
+An analysis asks an :class:`Engine` for at most four things and never asks which engine it has:
 
 * ``patterns(batches, reduction, edits)``: every layer's attention pattern ``[batch, head, q, k]`` (float32 rows that
-  sum to 1, for every batch) handed to ``reduction.step(state, layer, pattern)``; returns ``reduction.finish(state)``.
-  With ``reduction.logits`` the whole model runs and each batch's logits ``[batch, pos, d_vocab]`` go to
-  ``reduction.logits(state, tokens, logits)`` in the same pass (patterns and what the model predicts from them, e.g. the
+  sum to 1) handed to ``reduction.step(state, layer, pattern)``; with ``reduction.logits`` the whole model runs and
+  each batch's logits go to the reduction in the same pass (patterns and what the model predicts from them, e.g. the
   induction score and the copying loss, without a second pass);
 * ``residuals(batches, layers, reduction, edits)``: the residual stream entering each block of ``layers``
-  ``[batch, pos, d_model]`` (``layer == n_layers``: the final residual, before the final norm) handed to
-  ``reduction.step(state, layer, resid)``; returns ``reduction.finish(state)``. The residual is the one
+  ``[batch, pos, d_model]`` (``layer == n_layers``: the final residual, before the final norm). It is the one
   TransformerLens's processed model holds: on a LayerNorm model each row is centred over ``d_model`` (TransformerLens
   centres every write to the stream), whichever engine ran;
 * ``activations(batches, reads, reduction, edits)``: the activations ``reads`` names (``{kind: layers}``, kinds
-  :data:`READS`: queries and keys as the scores use them, each head's output before ``W_O``, patterns, residuals) handed
-  together, one dict per layer, to ``reduction.step(state, layer, {kind: tensor})``; returns
-  ``reduction.finish(state)``. This is what an analysis that recomputes attention itself reads (raw pre-mask scores, a
-  head's score profile, a path ablation); the residual entering a layer can be replaced first (:func:`residual_write`,
-  an edit like any other);
+  :data:`READS`), one dict per layer: what an analysis that recomputes attention itself reads (raw pre-mask scores, a
+  head's score profile, a path ablation, with the residual entering a layer replaced first: :func:`residual_write`);
 * ``run(tokens, edits)``: the logits ``[batch, pos, d_vocab]`` (to a constant per position: TransformerLens centres its
   unembedding, a Hugging Face model does not; softmax and KL see no difference).
 
-``edits`` are :class:`Edit` s, interventions as data (what they edit, where, how): each engine applies those of the
-sites it edits (``engine.sites``) in its own way and refuses the others in one place (:func:`applied`).
+Each returns ``reduction.finish(state)``. ``edits`` are :class:`Edit` s, interventions as data (what they edit, where,
+how): each engine applies those of the sites it edits (``engine.sites``) in its own way and refuses the others in one
+place (:func:`applied`).
 
 Why reductions, not activations: an nnsight trace may run on NDIF, far from here, and a pattern of a long prompt is too
 big to bring back; so an analysis hands over a :class:`Reduction` (a small ``state`` dict and two pure functions) that
@@ -60,7 +56,6 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -209,10 +204,6 @@ def replace_positions(pos_out, w_new: torch.Tensor):
     return w_new[:n].to(pos_out.dtype).expand_as(pos_out).clone()
 
 
-def _write(value: torch.Tensor, model) -> torch.Tensor:
-    return value
-
-
 def residual_write(layer: int, value: torch.Tensor) -> Edit:
     """An edit that replaces the residual stream entering block ``layer`` by ``value`` ``[batch, pos, d_model]``
     (the batch it runs on must have that shape): what a head would compute from a residual the model never made
@@ -220,7 +211,7 @@ def residual_write(layer: int, value: torch.Tensor) -> Edit:
     below ``layer`` still run; their result is discarded. TransformerLens hooks apply it; a trace does not (its edits
     add to the stream, they do not replace it)."""
     check = lambda model: check_int_range("layer", layer, 0, model.cfg.n_layers)  # noqa: E731
-    return Edit("a residual write", "resid_set", partial(_write, value), (layer,), check)
+    return Edit("a residual write", "resid_set", lambda model: value, (layer,), check)
 
 
 class Engine(Protocol):

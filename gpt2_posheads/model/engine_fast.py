@@ -38,9 +38,20 @@ import einops
 import torch
 import torch.nn.functional as F
 
-from .attention import attn_scale
-from .engine import EngineError, applied, as_edits, materialise, only_layers, pattern_layers, progress_bar, read_kinds
-from .engine_hooks import HooksEngine, resid_hook_name, run_until
+from .attention import attn_scale, z_gap
+from .engine import (
+    EngineError,
+    Reduction,
+    applied,
+    as_edits,
+    keep_reads,
+    materialise,
+    only_layers,
+    pattern_layers,
+    progress_bar,
+    read_kinds,
+)
+from .engine_hooks import HooksEngine, params_key
 from .state import caller_hooks
 from .tokens import model_device
 
@@ -104,12 +115,12 @@ class _Block:
     b_qkv: torch.Tensor  # [3 * n_heads * d_head]
     W_O: torch.Tensor  # [n_heads * d_head, d_model]
     b_O: torch.Tensor  # [d_model]
-    ln2: tuple[torch.Tensor | None, torch.Tensor | None]
-    W_in: torch.Tensor | None  # [d_model, d_mlp]
-    b_in: torch.Tensor | None
-    W_out: torch.Tensor | None  # [d_mlp, d_model]
-    b_out: torch.Tensor | None
     scale: float
+    ln2: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)  # the MLP's (none: attention only)
+    W_in: torch.Tensor | None = None  # [d_model, d_mlp]
+    b_in: torch.Tensor | None = None
+    W_out: torch.Tensor | None = None  # [d_mlp, d_model]
+    b_out: torch.Tensor | None = None
 
 
 def _affine(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -165,22 +176,20 @@ class FastGPT2:
         a = blk.attn
         parts = (a.W_Q.detach().to(dt), a.W_K.detach().to(dt), a.W_V.detach().to(dt))  # [head, d_model, d_head]
         b = torch.stack([a.b_Q.detach(), a.b_K.detach(), a.b_V.detach()])  # [3, head, d_head]
-        mlp = None if self.act is None else blk.mlp
+        mlp = {}  # attention only: no MLP weights
+        if self.act is not None:
+            mlp = {k: getattr(blk.mlp, k).detach().to(dt) for k in ("W_in", "b_in", "W_out", "b_out")}
+            mlp["ln2"] = ln_params(blk.ln2)
+        fused = None if self.fuse_per_call else einops.rearrange(torch.stack(parts), "three h d dh -> d (three h dh)")
         return _Block(
             ln1=ln_params(blk.ln1),
-            W_qkv=None
-            if self.fuse_per_call
-            else einops.rearrange(torch.stack(parts), "three h d dh -> d (three h dh)"),
+            W_qkv=fused,
             qkv=parts if self.fuse_per_call else None,
             b_qkv=einops.rearrange(b, "three h dh -> (three h dh)").to(dt),
             W_O=einops.rearrange(a.W_O.detach(), "h dh d -> (h dh) d").to(dt),
             b_O=a.b_O.detach().to(dt),
-            ln2=ln_params(blk.ln2) if mlp is not None else (None, None),
-            W_in=None if mlp is None else mlp.W_in.detach().to(dt),
-            b_in=None if mlp is None else mlp.b_in.detach().to(dt),
-            W_out=None if mlp is None else mlp.W_out.detach().to(dt),
-            b_out=None if mlp is None else mlp.b_out.detach().to(dt),
             scale=attn_scale(model.cfg, layer),
+            **mlp,
         )
 
     def _norm(self, x: torch.Tensor, wb) -> torch.Tensor:
@@ -321,10 +330,6 @@ class Workspace:
         return buf
 
 
-def _param_state(model) -> tuple:
-    return tuple((p.data_ptr(), p._version, p.dtype, str(p.device)) for p in model.parameters())
-
-
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -332,19 +337,13 @@ def _verify(model, fast: FastGPT2) -> str | None:
     """Compare the fast path with the hooked pass on two short random prompts; ``None`` when they agree. Tolerance 1e-3
     (absolute on patterns, relative on the residual) for a float32 model; a model loaded in half precision computes its
     own pass more coarsely, so 3e-2 there."""
-    cfg = model.cfg
+    L = model.cfg.n_layers
     tol = 1e-3 if next(model.parameters()).dtype == torch.float32 else 3e-2
-    n = min(6, cfg.n_ctx)  # 2 x 6 tokens: batch, mask and scale all exercised; the passes cost ~ tokens here
-    toks = torch.randint(0, cfg.d_vocab, (2, n), generator=torch.Generator().manual_seed(0)).to(model_device(model))
+    n = min(6, model.cfg.n_ctx)  # 2 x 6 tokens: batch, mask and scale all exercised; the passes cost ~ tokens here
+    gen = torch.Generator().manual_seed(0)
+    toks = torch.randint(0, model.cfg.d_vocab, (2, n), generator=gen).to(model_device(model))
     fast_p: dict[int, torch.Tensor] = {}
-    ref_p: dict[int, torch.Tensor] = {}
-    final_name = resid_hook_name(model, cfg.n_layers)
-    hooks = [
-        (f"blocks.{l}.attn.hook_pattern", lambda p, hook, l=l: ref_p.__setitem__(l, p.float().clone()))
-        for l in range(cfg.n_layers)
-    ]
-    hooks.append((final_name, lambda r, hook: ref_p.__setitem__("final", r.float().clone())))
-    L, ws = cfg.n_layers, Workspace()
+    ws = Workspace()
     with torch.inference_mode():
         # One full fast pass on the explicit-softmax branch gives every pattern and the final residual;
         # the fused SDPA branch (residual-only workloads) is checked against it on the last block, whose
@@ -355,17 +354,14 @@ def _verify(model, fast: FastGPT2) -> str | None:
             last_in = resid
             resid = fast.block(resid, l, lambda l, p: fast_p.__setitem__(l, p.clone()), workspace=ws)
         final, fused = resid, fast.block(last_in, L - 1)
-        run_until(model, toks, hooks, stop_at=final_name)
-    for l in range(cfg.n_layers):
-        if not torch.allclose(fast_p[l], ref_p[l], atol=tol, rtol=tol):
-            gap = float((fast_p[l] - ref_p[l]).abs().max())
+    ref = HooksEngine(model).activations([toks], {"pattern": range(L), "resid": [L]}, Reduction(keep_reads, dict))
+    for l in range(L):
+        if not torch.allclose(fast_p[l], ref_p := ref[l]["pattern"].float(), atol=tol, rtol=tol):
+            gap = float((fast_p[l] - ref_p).abs().max())
             return f"it does not reproduce it: layer {l} attention patterns differ by {gap:.2e}"
-    ref = ref_p["final"]
-    err = float((final - ref).abs().max()) / (1.0 + float(ref.abs().max()))
-    if err > tol:
+    if (err := float(z_gap(final, ref[L]["resid"]))) > tol:
         return f"it does not reproduce it: the final residual differs by {err:.2e} (relative)"
-    err = float((fused - final).abs().max()) / (1.0 + float(final.abs().max()))
-    if err > tol:
+    if (err := float(z_gap(fused, final))) > tol:
         return f"its fused attention disagrees with its explicit softmax by {err:.2e} (relative)"
     return None
 
@@ -388,7 +384,7 @@ def fast_forward(model, engine: str = "auto", dtype: torch.dtype = torch.float32
                 "or 'hooks', or remove them (model.reset_hooks(including_permanent=True))"
             )
         return None
-    state = _param_state(model)
+    state = params_key(model)
     entry = _CACHE.get(model)
     if entry is None or entry["state"] != state:
         entry = {"state": state, "by_dtype": {}, "problem": unsupported_reason(model)}
@@ -452,11 +448,7 @@ class FastEngine:
             return self.hooks.patterns(batches, reduction, edits, progress)
         device, ws, st = model_device(self.model), Workspace(), reduction.state
         layers = pattern_layers(self.model, reduction)
-        on = (
-            partial(reduction.step, st)
-            if reduction.layers is None
-            else partial(only_layers, layers, reduction.step, st)
-        )
+        on = partial(only_layers, layers, reduction.step, st)
         with torch.inference_mode():
             for toks in progress_bar(batches, progress):
                 fast.patterns(toks.to(device), on, ws, last=layers[-1])

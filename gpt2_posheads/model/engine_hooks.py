@@ -44,7 +44,6 @@ from .engine import (
     SITES,
     Edit,
     Reduction,
-    Step,
     bind_all,
     keep_reads,
     layers_read,
@@ -113,8 +112,9 @@ def _name(model, suffix: str, embedding_block: bool = False, layer: int | None =
     return f"blocks.{layer}.{suffix}"
 
 
-def _params_key(model) -> tuple:
-    return tuple((p.data_ptr(), p._version) for p in model.parameters())
+def params_key(model) -> tuple:
+    """What changes when a parameter is replaced, written in place, cast or moved: the key of per-model caches."""
+    return tuple((p.data_ptr(), p._version, p.dtype, str(p.device)) for p in model.parameters())
 
 
 def _watch(box: dict, name: str):
@@ -130,7 +130,7 @@ def hook_status(model) -> dict[str, HookState]:
     """``{suffix: state}`` for the hooks in :data:`PROBED` (block hooks as ``"attn.hook_pattern"``, checked on
     one block, the same code in every block): ``live`` (editing it changes the activation it feeds), ``dead``
     (it fires, but editing it changes nothing downstream), ``never fires`` or ``absent`` (not a hook of this model)."""
-    key = _params_key(model)
+    key = params_key(model)
     entry = _CACHE.get(model)
     if entry is not None and entry[0] == key:
         return entry[1]
@@ -141,17 +141,12 @@ def hook_status(model) -> dict[str, HookState]:
         s: _name(model, DOWNSTREAM[s], embedding_block=s in ("hook_pos_embed", "hook_embed")) for s in present
     }
     fired: set[str] = set()
-    watched = sorted({n for n in downstream.values() if n in hooks})
     clean: dict[str, torch.Tensor] = {}
     status: dict[str, HookState] = {}
+    watch = [(n, lambda x, hook, s=s: fired.add(s)) for s, n in present.items()]
+    watch += [(n, _watch(clean, n)) for n in sorted({n for n in downstream.values() if n in hooks})]
     with torch.inference_mode():
-        run_hooked(
-            model,
-            toks,
-            [(n, lambda x, hook, s=s: fired.add(s)) for s, n in present.items()]
-            + [(n, _watch(clean, n)) for n in watched],
-            None,
-        )
+        run_hooked(model, toks, watch, None)
         for s in PROBED:
             if s not in present:
                 status[s] = "absent"
@@ -162,12 +157,10 @@ def hook_status(model) -> dict[str, HookState]:
             else:
                 status[s] = "live" if _feeds(model, toks, present[s], downstream[s], clean[downstream[s]]) else "dead"
                 if status[s] == "dead" and s.startswith("attn."):  # inert heads in the probed block hide the plumbing
-                    first = min(1, model.cfg.n_layers - 1)
-                    for layer in (l for l in range(model.cfg.n_layers) if l != first):
-                        here, there = _name(model, s, layer=layer), _name(model, DOWNSTREAM[s], layer=layer)
-                        if here in hooks and there in hooks and _feeds(model, toks, here, there):
-                            status[s] = "live"
-                            break
+                    others = (l for l in range(model.cfg.n_layers) if l != min(1, model.cfg.n_layers - 1))
+                    pairs = ((_name(model, s, layer=l), _name(model, DOWNSTREAM[s], layer=l)) for l in others)
+                    if any(a in hooks and b in hooks and _feeds(model, toks, a, b) for a, b in pairs):
+                        status[s] = "live"
     _CACHE[model] = (key, status)
     return status
 
@@ -308,27 +301,6 @@ def pattern_edit_hooks(model, layer: int, edit: PatternEdit) -> list[tuple[str, 
     return cap.hooks() + [(pre + "hook_v", grab_v), (pre + "hook_z", replace_z), (pre + "hook_pattern", show_edit)]
 
 
-def _hook_step(step: Step, state: dict, layer: int, x: torch.Tensor, hook) -> None:
-    step(state, layer, x)
-
-
-# the hook functions of the edits (x: [batch, pos, d_model], or the head outputs for ``_apply``)
-def _replace_positions(table: torch.Tensor, x: torch.Tensor, hook) -> torch.Tensor:
-    return replace_positions(x, table)
-
-
-def _add(delta: torch.Tensor, x: torch.Tensor, hook) -> torch.Tensor:
-    return x + delta[: x.shape[-2]].to(x.dtype)
-
-
-def _set(value: torch.Tensor, x: torch.Tensor, hook) -> torch.Tensor:
-    return value.to(x.device, x.dtype)
-
-
-def _apply(fn, x: torch.Tensor, hook) -> torch.Tensor:
-    return fn(x)
-
-
 def _edit_hooks(model, e: Edit) -> list:
     """The TransformerLens hooks of one checked edit; each edit of a site whose hook may not feed the model's
     computation first asks that it does (:func:`require_live`), so none silently does nothing."""
@@ -339,12 +311,15 @@ def _edit_hooks(model, e: Edit) -> list:
         require_live(model, live, e.name)
     if e.site == "pos_embed":  # the rows W_pos becomes, from the model's own (float32, as load_w_pos reads it)
         table = e.fn(model.W_pos.detach().float().cpu()).to(model.W_pos.device)
-        return [("hook_pos_embed", partial(_replace_positions, table))]
+        return [("hook_pos_embed", lambda x, hook: replace_positions(x, table))]
     if e.site == "z":
-        return [(f"blocks.{int(l)}.attn.hook_z", partial(_apply, e.fn)) for l in e.layers]
-    value = e.fn(model).to(model_device(model))
-    hook = _add if e.site == "resid_add" else _set
-    return [(resid_hook_name(model, int(l)), partial(hook, value)) for l in e.layers]
+        return [(f"blocks.{int(l)}.attn.hook_z", lambda z, hook: e.fn(z)) for l in e.layers]
+    value = e.fn(model).to(model_device(model))  # x: [batch, pos, d_model]
+
+    def write(x: torch.Tensor, hook) -> torch.Tensor:
+        return x + value[: x.shape[-2]].to(x.dtype) if e.site == "resid_add" else value.to(x.device, x.dtype)
+
+    return [(resid_hook_name(model, int(l)), write) for l in e.layers]
 
 
 def hook_tuples(model, edits) -> list:
@@ -387,7 +362,7 @@ class HooksEngine:
         batches = materialise(batches)
         layers, st = pattern_layers(self.model, reduction), reduction.state
         hooks = self._hooks(edits) + [
-            (f"blocks.{l}.attn.hook_pattern", partial(_hook_step, reduction.step, st, l)) for l in layers
+            (f"blocks.{l}.attn.hook_pattern", lambda x, hook, l=l: reduction.step(st, l, x)) for l in layers
         ]
         if reduction.logits is not None:
             self._pass(batches, hooks, None, progress, lambda i, toks, logits: reduction.logits(st, toks, logits))
@@ -398,7 +373,7 @@ class HooksEngine:
     def residuals(self, batches, layers, reduction, edits=(), progress=None) -> dict:
         batches = materialise(batches)
         st, names = reduction.state, {l: resid_hook_name(self.model, l) for l in layers}
-        hooks = self._hooks(edits) + [(names[l], partial(_hook_step, reduction.step, st, l)) for l in layers]
+        hooks = self._hooks(edits) + [(names[l], lambda x, hook, l=l: reduction.step(st, l, x)) for l in layers]
         self._pass(batches, hooks, names[max(layers)], progress)
         return reduction.finish(st)
 

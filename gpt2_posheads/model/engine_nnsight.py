@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .attention import attention_pattern, expand_kv, rotate
+from .attention import attention_pattern, expand_kv, rotate, z_gap
 from .engine import Edit, EngineError, LogitsStep, bind_all, materialise, read_kinds, replace_positions
 from .traced import ENGINE, Arch, TracedModel, module_at, require_nnsight
 
@@ -97,11 +97,6 @@ def heads_output(pattern: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | No
     return z.reshape(*z.shape[:2], -1)
 
 
-def z_gap(mine: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
-    """Relative gap of a recomputed head output to the model's own (a 0-d tensor)."""
-    return (mine - theirs.float()).abs().max() / (1.0 + theirs.float().abs().max())
-
-
 # --- the one traced pass -------------------------------------------------------------------------------------
 def stream_as_transformer_lens(x: torch.Tensor, center: bool) -> torch.Tensor:
     """A residual ``[batch, pos, d_model]`` as TransformerLens's processed model holds it (float32): on a LayerNorm
@@ -123,22 +118,19 @@ def run_traced(
     check: bool = True,
     on_logits: Callable[[dict, torch.Tensor], None] | None = None,
 ) -> dict:
-    """One nnsight session over ``batches`` (``[batch, pos]`` token ids) that returns ``finish(state)``. For every
-    batch, in one trace: ``on_resid(state, layer, resid [batch, pos, d_model])`` for each layer of ``resid_layers`` (the
-    residual entering that block; ``n_layers`` = the final residual, before the final norm; float32, centred per row on
-    a LayerNorm model: :func:`stream_as_transformer_lens`), and ``on_pattern(state, layer, pattern [batch, head, q,
-    k])`` for every layer, the pattern computed from the model's queries and keys (module doc). ``edits``: ``(site,
-    layer, how)`` of :class:`~gpt2_posheads.model.engine.Edit` s in the trace: ``"pos_embed"`` (the position embedding's
-    output becomes ``how(W_pos)[position]``, ``how`` running where the model runs), ``"resid_add"`` (``how`` ``[pos,
-    d_model]`` added to the stream entering block ``layer``), ``"pattern"`` (block ``layer`` attends with ``how(A)``:
-    ``z = how(A) v`` replaces the input of the output projection once ``A v`` is checked to be the model's own ``z``;
-    the reductions then see ``how(A)``) and ``"z"`` (the head outputs become ``how(z)``, ``z`` ``[batch, pos, head,
-    d_head]`` without the value bias, as TransformerLens holds them). The pass stops after the last layer it needs,
-    unless ``on_logits``: then the whole model runs and ``on_logits(state, logits [batch, pos, d_vocab])`` sees its
-    output. ``state`` is a small dict the callbacks fill (created here, shipped with the request); ``finish`` turns it
-    into the small tensors that come back — the only values that leave the session. ``check``: on the first batch,
-    verify ``A v`` against the model's head outputs in every layer whose pattern is computed (raises ``RuntimeError``
-    past tolerance)."""
+    """One nnsight session over ``batches`` (``[batch, pos]`` token ids) that returns ``finish(state)``, the only
+    values that leave the session (``state``: a small dict the callbacks fill, shipped with the request). For every
+    batch, in one trace: ``on_resid(state, layer, resid [batch, pos, d_model])`` for each of ``resid_layers`` (the
+    residual entering that block, ``n_layers``: the final one; as :func:`stream_as_transformer_lens` holds it) and
+    ``on_pattern(state, layer, pattern [batch, head, q, k])`` for every layer, the pattern computed from the model's
+    queries and keys (module doc). ``edits``: ``(site, layer, how)`` of :class:`~gpt2_posheads.model.engine.Edit` s,
+    applied in the trace: ``how(W_pos)`` replaces the position rows, ``how`` ``[pos, d_model]`` is added to the stream
+    entering ``layer``, ``z = how(A) v`` replaces the input of the output projection once ``A v`` is checked to be the
+    model's own (the reductions then see ``how(A)``), ``how(z)`` replaces the head outputs ``[batch, pos, head,
+    d_head]`` (without the value bias, as TransformerLens holds them). The pass stops after the last layer it needs,
+    unless ``on_logits(state, logits [batch, pos, d_vocab])`` asks for the whole model's output. ``check``: on the
+    first batch, ``A v`` is verified against the model's head outputs in every layer (``RuntimeError`` past
+    tolerance)."""
     require_nnsight("--engine")
     from nnsight import save
 
@@ -269,15 +261,7 @@ class TracedEngine:
     def patterns(self, batches, reduction, edits=(), progress=None) -> dict:
         batches = list(materialise(batches))
         on_logits = _WithTokens(reduction.logits, batches) if reduction.logits is not None else None
-        return run_traced(
-            self.model,
-            batches,
-            reduction.state,
-            reduction.finish,
-            on_pattern=reduction.step,
-            edits=self._edits(edits),
-            on_logits=on_logits,
-        )
+        return self._trace(batches, reduction, edits, on_pattern=reduction.step, on_logits=on_logits)
 
     def residuals(self, batches, layers, reduction, edits=(), progress=None) -> dict:
         if reduction.bulk:
@@ -287,15 +271,12 @@ class TracedEngine:
                 "it would bring back every token's residual stream from where the model runs",
                 "ask for the reduced result, or use the TransformerLens engine",
             )
-        return run_traced(
-            self.model,
-            list(materialise(batches)),
-            reduction.state,
-            reduction.finish,
-            on_resid=reduction.step,
-            resid_layers=list(layers),
-            edits=self._edits(edits),
-        )
+        return self._trace(batches, reduction, edits, on_resid=reduction.step, resid_layers=list(layers))
+
+    def _trace(self, batches, reduction, edits, **callbacks) -> dict:
+        """One :func:`run_traced` session of ``reduction`` under ``edits``."""
+        state, finish = reduction.state, reduction.finish
+        return run_traced(self.model, list(materialise(batches)), state, finish, edits=self._edits(edits), **callbacks)
 
     def activations(self, batches, reads, reduction, edits=(), progress=None) -> dict:
         raise EngineError(

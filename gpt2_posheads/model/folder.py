@@ -239,14 +239,8 @@ def matched_names(model, names: list[str]) -> tuple[set[str], set[str], set[str]
                 key, converter = rename_source_key(name, [], [], prefix, meta)
             if converter is not None:
                 return None
-        elif name in meta:
-            key = name
-        elif prefix and f"{prefix}.{name}" in meta:
-            key = f"{prefix}.{name}"
-        elif prefix and name.startswith(prefix + ".") and name[len(prefix) + 1 :] in meta:
-            key = name[len(prefix) + 1 :]
-        else:
-            key = name
+        else:  # the name as it is, under the base-model prefix, or without it
+            key = next((k for k in (name, f"{prefix}.{name}", name.removeprefix(f"{prefix}.")) if k in meta), name)
         (loaded if key in meta else unexpected).add(key)
     tied = getattr(model, "all_tied_weights_keys", None)
     if not isinstance(tied, dict):  # transformers 4: a list of targets, tied when the config says so

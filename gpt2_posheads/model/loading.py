@@ -30,21 +30,23 @@ _MODEL_FILES = ["*.json", "*.txt", "*.model", "*.tiktoken", "tokenizer*", "vocab
 _WEIGHT_PATTERNS = (["*.safetensors"], ["pytorch_model*.bin"])  # safetensors when the repository has them
 
 
-def _cached_snapshot(repo_id: str) -> Path | None:
-    """The local snapshot of ``repo_id``'s ``main`` in the Hugging Face cache, complete or not, if one exists (the
-    client refuses an incomplete one; :func:`folder_problem` then says what it lacks)."""
+def _cached_copy(repo_id: str) -> tuple[Path | None, str | None]:
+    """``(snapshot, what it lacks)``: the local snapshot of ``repo_id``'s ``main`` in the Hugging Face cache, complete
+    or not (the client refuses an incomplete one), or ``None``; for an incomplete one, what :func:`folder_problem` says
+    of it (``None`` when it loads as it is)."""
     try:
         from huggingface_hub import constants, snapshot_download
         from huggingface_hub.file_download import repo_folder_name
 
-        return Path(snapshot_download(repo_id, local_files_only=True))
+        snap = Path(snapshot_download(repo_id, local_files_only=True))
     except Exception:  # noqa: BLE001 - not cached, or cached in part
         try:
             storage = Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo_id, repo_type="model")
             snap = storage / "snapshots" / (storage / "refs" / "main").read_text().strip()
-            return snap if snap.is_dir() else None
+            snap = snap if snap.is_dir() else None
         except Exception:  # noqa: BLE001
-            return None
+            snap = None
+    return snap, folder_problem(snap, check_values=False) if snap is not None else None
 
 
 def hub_model_cached(name: str) -> bool:
@@ -57,13 +59,6 @@ def hub_model_problem(name: str):
     """Why the hub's API does not answer for the hub model ``name`` (:func:`~gpt2_posheads.model.hub.hub_problem`),
     or ``None`` when it does."""
     return hub_problem(_ALIASES.get(name, name))
-
-
-def _cached_copy(repo_id: str) -> tuple[Path | None, str | None]:
-    """``(snapshot, what it lacks)``: the cached snapshot of ``repo_id`` (or ``None``) and, for an incomplete one, what
-    :func:`folder_problem` says of it (``None`` when it loads as it is)."""
-    snap = _cached_snapshot(repo_id)
-    return snap, folder_problem(snap, check_values=False) if snap is not None else None
 
 
 def _download(name: str, repo_id: str) -> Path:
@@ -185,54 +180,61 @@ def load_model(
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     local = Path(source).is_dir()
-    try:
-        from transformer_lens.model_bridge import TransformerBridge
-    except ImportError:  # TransformerLens 3.x
-        TransformerBridge = None
-    loader = None
+    processing = dict(fold_ln=fold_ln, center_writing_weights=center_writing_weights, center_unembed=center_unembed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if TransformerBridge is not None:
-            tokenizer = _local_tokenizer(source) if local else None
-            files = safetensors_files(Path(source)) if local else []
-            if files:  # read once into memory and processed layer by layer: one copy of the weights (model.memory)
-                loader = CheckpointLoader(files, on_mismatch=lambda *keys: _refuse_mismatch(source, files, *keys))
-            model = TransformerBridge.boot_transformers(
-                source,
-                device=device,
-                dtype=dtype,
-                tokenizer=tokenizer,
-                **({"model_class": loader} if loader is not None else {}),
-            )
-            with layerwise_processing(model, loader) if loader is not None else contextlib.nullcontext():
-                model.enable_compatibility_mode(
-                    disable_warnings=True,
-                    fold_ln=fold_ln,
-                    center_writing_weights=center_writing_weights,
-                    center_unembed=center_unembed,
-                )
-        else:  # pragma: no cover - exercised only with TransformerLens 3.x installed
+        try:
+            from transformer_lens.model_bridge import TransformerBridge  # noqa: F401 - TransformerLens 4.x
+        except ImportError:  # pragma: no cover - exercised only with TransformerLens 3.x installed
             from transformer_lens import HookedTransformer
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            hf = AutoModelForCausalLM.from_pretrained(source) if local else None
             model = HookedTransformer.from_pretrained(
                 "gpt2" if local else source,
-                hf_model=hf,
+                hf_model=AutoModelForCausalLM.from_pretrained(source) if local else None,
                 tokenizer=AutoTokenizer.from_pretrained(source) if local else None,
                 device=device,
                 dtype=dtype,
-                fold_ln=fold_ln,
-                center_writing_weights=center_writing_weights,
-                center_unembed=center_unembed,
-            )
-    model.eval()
-    if TransformerBridge is not None:  # the processed weights are the one copy kept (model.memory)
-        release_source_copies(model, loader)
+                **processing,
+            ).eval()
+        else:
+            files = safetensors_files(Path(source)) if local else []
+            # read once into memory and processed layer by layer: one copy of the weights (model.memory)
+            loader = CheckpointLoader(files, lambda *keys: _refuse_mismatch(source, files, *keys)) if files else None
+            tokenizer = _local_tokenizer(source) if local else None
+            model = boot_bridge(source, tokenizer, loader, device=device, dtype=dtype, **processing)
+            release_source_copies(model, loader)  # the processed weights are the one copy kept (model.memory)
     given = str(name_or_path)
     if not Path(given).expanduser().is_dir() and given not in SHIPPED_MODELS:
         model.cfg.model_name = given  # a hub model is named as the caller named it, not by its cache folder
     return model
+
+
+def boot_bridge(
+    source: str,
+    tokenizer,
+    loader: CheckpointLoader | None = None,
+    hf_model=None,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+    **processing,
+):
+    """A TransformerLens 4.x ``TransformerBridge`` in compatibility mode and eval mode: ``boot_transformers`` of
+    ``source`` (a folder or hub name; with ``hf_model``, the Hugging Face module to wrap, ``source`` naming its
+    architecture), ``loader`` as its model class (the checkpoint read once and processed layer by layer,
+    :mod:`.memory`), then ``enable_compatibility_mode(**processing)`` (``fold_ln``, ``center_writing_weights``,
+    ``center_unembed``: all on by default). :func:`load_model` boots a folder this way, the organism the module it
+    trains."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = TransformerBridge.boot_transformers(
+            source, device=device, dtype=dtype, tokenizer=tokenizer, model_class=loader, hf_model=hf_model
+        )
+        with layerwise_processing(model, loader) if loader is not None else contextlib.nullcontext():
+            model.enable_compatibility_mode(disable_warnings=True, **processing)
+    return model.eval()
 
 
 def quiet_loading() -> None:

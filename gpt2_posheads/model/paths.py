@@ -247,16 +247,16 @@ def _ensure_built(name: str, folder: Path) -> None:
     if problem is None:
         return
     hint = f"gpt2-posheads build_compiled_models --only {name} builds it"
+    writable = f"set ${MODELS_ENV} to a writable folder"
+
+    def unwritable(why: str) -> UsageError:
+        return UsageError("model", f"{name} is built on first use, and {why}", "a writable models folder", writable)
+
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # an unwritable or missing home, a file where a folder should be
-        raise UsageError(
-            "model",
-            f"{name} is built on first use, and no models folder can be made: tried {_tried(folder.parent)} "
-            f"({cannot_write(e) or e.strerror})",
-            "a writable models folder",
-            f"set ${MODELS_ENV} to a writable folder",
-        ) from None
+        why = f"no models folder can be made: tried {_tried(folder.parent)} ({cannot_write(e) or e.strerror})"
+        raise unwritable(why) from None
     try:
         with folder_lock(folder, f"the build of {name}"):
             problem = _problem(folder)
@@ -293,14 +293,9 @@ def _ensure_built(name: str, folder: Path) -> None:
                 "model",
                 f"{folder} fails the check of a compiled model ({problem}) and cannot be rebuilt there ({why})",
                 "a complete compiled model",
-                f"{hint} (run by a user who can write {folder.parent}), or set ${MODELS_ENV} to a writable folder",
+                f"{hint} (run by a user who can write {folder.parent}), or {writable}",
             ) from None
-        raise UsageError(
-            "model",
-            f"{name} is built on first use, and {folder.parent} cannot be written ({why})",
-            "a writable models folder",
-            f"set ${MODELS_ENV} to a writable folder",
-        ) from None
+        raise unwritable(f"{folder.parent} cannot be written ({why})") from None
 
 
 def _problem(folder: Path) -> str | None:

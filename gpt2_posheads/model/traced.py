@@ -194,24 +194,17 @@ def check_remote(param: str = "--remote", timeout: float = REMOTE_TIMEOUT_S) -> 
                 "an NDIF API key (https://login.ndif.us)",
                 "export NDIF_API_KEY=...; or drop --remote to run through nnsight on a local folder",
             )
-    host = ndif_host()
+    host, local = ndif_host(), "drop --remote to run through nnsight on a local Hugging Face folder"
     why = _connect_within(host, timeout)
     if why is not None:
         raise UsageError(
-            param,
-            f"NDIF ({host}) is unreachable within {timeout:g} s ({why})",
-            "a machine that reaches NDIF",
-            "drop --remote to run through nnsight on a local Hugging Face folder",
+            param, f"NDIF ({host}) is unreachable within {timeout:g} s ({why})", "a machine that reaches NDIF", local
         )
     from .loading import hub_reachable
 
     if not hub_reachable(timeout):
-        raise UsageError(
-            param,
-            "the hosted model's configuration and tokenizer come from the Hugging Face hub, which is unreachable",
-            "a machine that reaches NDIF and the hub",
-            "drop --remote to run through nnsight on a local Hugging Face folder",
-        )
+        why = "the hosted model's configuration and tokenizer come from the Hugging Face hub, which is unreachable"
+        raise UsageError(param, why, "a machine that reaches NDIF and the hub", local)
 
 
 def _connect_within(url: str, timeout: float) -> str | None:

@@ -6,7 +6,6 @@ previous-token ratio, the induction score and copy losses) through the engine in
 from __future__ import annotations
 
 import copy
-import warnings
 from pathlib import Path
 
 import torch
@@ -25,19 +24,12 @@ def lens(model, tokenizer_dir: str | Path):
     its weights processed as :func:`~gpt2_posheads.model.loading.load_model`'s (LayerNorm folded, writing weights
     centred), for the engine to run. The copy keeps the bridge's wrappers and its weight processing out of the module
     the optimiser steps."""
-    from transformer_lens.model_bridge import TransformerBridge
     from transformers import PreTrainedTokenizerFast
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        bridge = TransformerBridge.boot_transformers(
-            "mini-gpt2",
-            hf_model=copy.deepcopy(model).eval(),
-            tokenizer=PreTrainedTokenizerFast.from_pretrained(tokenizer_dir),
-            device="cpu",
-        )
-        bridge.enable_compatibility_mode(disable_warnings=True)
-    return bridge.eval()
+    from ..model.loading import boot_bridge
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+    return boot_bridge("mini-gpt2", tokenizer, hf_model=copy.deepcopy(model).eval(), device="cpu")
 
 
 @torch.no_grad()
