@@ -1,3 +1,4 @@
+# ruff: noqa: F401 - the names imported here are the public face (__all__ lists them)
 """gpt2_posheads: positional information and previous-token heads, in GPT-2, in other transformers and in toy models.
 
 The package is layered; each layer imports only the ones above it in this list:
@@ -20,6 +21,8 @@ The package is layered; each layer imports only the ones above it in this list:
 
 The names below are the public face; everything is also importable from its module.
 """
+
+import types as _types
 
 from . import posts  # the posts' declarations fill the catalogue of claims (claims.catalogue)
 from .analysis.atlas import head_table, ood_composition_scores
@@ -97,56 +100,8 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = [
-    "posts",
-    "ClaimResult",
-    "Option",
-    "Post",
-    "at_least",
-    "at_most",
-    "declare",
-    "declare_claim",
-    "judge",
-    "predicate",
-    "prompted_run",
-    "register_post",
-    "Explorer",
-    "ModelLoadError",
-    "PosheadsCache",
-    "UsageError",
-    "attention_scores",
-    "average_ext_pos_embed",
-    "average_pos_embed",
-    "choose_aggregator",
-    "classify_prev_heads",
-    "composition_scores",
-    "count_prev_heads",
-    "diagonal_attention",
-    "edit_head_pattern",
-    "explore",
-    "extended_pos_embeddings",
-    "extended_pos_embeddings_by_layer",
-    "gpt2_tokenizer",
-    "head_table",
-    "hooks_for",
-    "hub_reachable",
-    "induction_scores",
-    "is_gpt2_small",
-    "load_model",
-    "load_w_pos",
-    "make_prompts",
-    "make_random_model_dir",
-    "mask_previous_attention",
-    "ood_composition_scores",
-    "path_ablation",
-    "position_kind",
-    "prev_token_stats",
-    "rank_from_diagonals",
-    "prev_token_ranking",
-    "scale_head_output",
-    "score_profile",
-    "write_explorer",
-]
+# the public face: every name imported above (the posts' module among them) and those loaded on first use
+__all__ = ["posts", *(n for n, v in globals().items() if n[0] != "_" and not isinstance(v, _types.ModuleType)), *_LAZY]
 __version__ = "0.3.0"
 
 posts.import_plugins()  # last: a researcher's module of claims ($GPT2_POSHEADS_POSTS) may import any name above

@@ -77,11 +77,8 @@ def explore(argv: list[str]) -> int:
         top = max_tokens(model) if args.max_tokens is None else args.max_tokens
         if not MIN_TOKENS <= top <= model.cfg.n_ctx:
             raise UsageError("--max-tokens", f"{top} is out of range", f"allowed {MIN_TOKENS}..{model.cfg.n_ctx}")
-        prompts = None
-        if args.prompt:
-            prompts = [
-                (f"prompt {i + 1}", prompt_tokens(model, t, top, "--prompt"), None) for i, t in enumerate(args.prompt)
-            ]
+        given = enumerate(args.prompt or ())
+        prompts = [(f"prompt {i + 1}", prompt_tokens(model, t, top, "--prompt"), None) for i, t in given] or None
         if args.out is not None:
             from pathlib import Path
 

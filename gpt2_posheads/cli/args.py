@@ -29,16 +29,11 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the description's example blocks as written; adds each default once (unless the help names it)."""
 
     def _get_help_string(self, action):
-        h = action.help or ""
-        if (
-            "default" in h.lower()
-            or action.default is None
-            or action.default is False
-            or action.default is argparse.SUPPRESS
-            or not action.option_strings
-        ):
-            return h
-        return h + " (default: %(default)s)"
+        h, d = action.help or "", action.default
+        said = (
+            "default" in h.lower() or not action.option_strings or any(d is x for x in (None, False, argparse.SUPPRESS))
+        )
+        return h if said else h + " (default: %(default)s)"
 
 
 SEED_RANGE = (0, (1 << 32) - 1)  # what every random generator here takes as a seed (NumPy's is the narrowest)
@@ -71,39 +66,27 @@ def _empty_ok(action: argparse.Action) -> bool:
     return action.default == "" or "''" in (action.help or "")
 
 
-def _check_given(action: argparse.Action, namespace, values, repeats: bool = False) -> None:
-    """Refuse an empty or blank value (unless the option says what one means), and an option given a second time
-    (argparse would keep the last silently) unless it ``repeats``."""
-    if isinstance(values, str) and not values.strip() and not _empty_ok(action):
-        raise argparse.ArgumentError(
-            action,
-            f"the value is empty ({values!r}); a non-empty value; leave the option out to use its default",
-        )
-    seen = namespace.__dict__.setdefault(_SEEN, {})
-    if action.dest in seen and action.option_strings and not repeats:
-        first = seen[action.dest]
-        raise argparse.ArgumentError(
-            action,
-            f"given twice ({first!r}, then {values!r}); give it once",
-        )
-    seen[action.dest] = values
+def _checked(base: type, repeats: bool = False) -> type:
+    """argparse's ``base`` action (``store``; ``append`` for an option meant to be repeated, such as ``--prompt``),
+    but an empty or blank value (``--out ""``) is an error unless the option says what one means, and so is an option
+    given twice (``--seq-len 64 --seq-len 128``) unless it ``repeats``, instead of the last or the empty value silently
+    winning."""
+
+    class Checked(base):
+        def __call__(self, parser, namespace, values, option_string=None):
+            if isinstance(values, str) and not values.strip() and not _empty_ok(self):
+                empty = f"the value is empty ({values!r}); a non-empty value; leave the option out to use its default"
+                raise argparse.ArgumentError(self, empty)
+            seen = namespace.__dict__.setdefault(_SEEN, {})
+            if self.dest in seen and self.option_strings and not repeats:
+                raise argparse.ArgumentError(self, f"given twice ({seen[self.dest]!r}, then {values!r}); give it once")
+            seen[self.dest] = values
+            super().__call__(parser, namespace, values, option_string)
+
+    return Checked
 
 
-class _StoreOnce(argparse._StoreAction):
-    """``store``, but an option given twice (``--seq-len 64 --seq-len 128``) or with an empty value (``--out ""``) is
-    an error instead of the last or the empty value silently winning."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        _check_given(self, namespace, values)
-        super().__call__(parser, namespace, values, option_string)
-
-
-class _AppendNonEmpty(argparse._AppendAction):
-    """``append`` (an option meant to be repeated, such as ``--prompt``): an empty value is an error."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        _check_given(self, namespace, values, repeats=True)
-        super().__call__(parser, namespace, values, option_string)
+_StoreOnce, _AppendNonEmpty = _checked(argparse._StoreAction), _checked(argparse._AppendAction, repeats=True)
 
 
 class Parser(argparse.ArgumentParser):

@@ -212,8 +212,7 @@ def check_prompt_source(source: str) -> None:
                 f"{source} is a binary file",
                 "UTF-8 text: .txt of documents separated by blank lines, or .jsonl with a 'text' field",
             )
-        text = raw.decode("utf-8", errors="replace")
-        if not text.strip():
+        if not raw.decode("utf-8", errors="replace").strip():
             raise UsageError(
                 "--prompts",
                 f"{source} is empty",

@@ -200,14 +200,3 @@ def run_toy(script: Script, args) -> None:
     training = {f.name: getattr(args, f.name) for f in fields(ToyRun)}
     own = {o.keyword: getattr(args, o.dest) for o in script.options if o.keyword and o.keyword not in training}
     script.function(**own, **training).write(out)
-
-
-class DeclaredCommand:
-    """The program of a declared claim script: ``main(argv)`` as a command module has, and its help as ``__doc__``."""
-
-    def __init__(self, script: Script):
-        self.script = script
-        self.__doc__ = script.usage
-
-    def main(self, argv=None):
-        return run_declared(self.script, argv)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..claims.catalogue import Option
 from ..model.traced import ENGINE as NNSIGHT
 from ..model.traced import check_remote, load_traced, require_nnsight
-from ..model.validation import UsageError, check_fast_engine
+from ..model.validation import UsageError
 
 
 def engine_options(engines: tuple[str, ...], help: str) -> tuple[Option, ...]:
@@ -47,14 +47,6 @@ def check_engine_args(args, model_dir_flag: str = "--model-dir") -> None:
             f"or drop --remote to run {model_dir_flag} through nnsight here",
         )
     check_remote("--remote")
-
-
-def check_engine_model(args, model):
-    """``model`` unless ``--engine fast`` asks for the hook-free fast path on a model it cannot run (rotary or ALiBi
-    positions, ...): then one ``error: --engine: ...`` line, as soon as the model is loaded."""
-    if getattr(args, "engine", None) == "fast":
-        check_fast_engine(model, "--engine")
-    return model
 
 
 def load_engine_model(name: str, args, param: str = "--model"):

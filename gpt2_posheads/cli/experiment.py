@@ -26,9 +26,9 @@ from ..analysis.prompts import documents, make_prompts
 from ..model.fingerprint import folder_fingerprint
 from ..model.identity import compiled_standin, is_gpt2_small, position_kind
 from ..model.loading import ModelLoadError, load_model
-from ..model.validation import UsageError, capped_seq_len, head_name
+from ..model.validation import UsageError, capped_seq_len, check_fast_engine, head_name
 from .checks import CheckedArgs, model_folder, postcheck, precheck
-from .engine import check_engine_model, load_engine_model
+from .engine import load_engine_model
 from .output import Output, check_one_model_per_name, default_target
 
 # What commands run one after another in one process share (the main job: :func:`shared_setup`): each model loaded
@@ -75,7 +75,10 @@ def model_from_args(args):
         except (ModelLoadError, FileNotFoundError) as e:
             raise UsageError("--model-dir" if args.model_dir else "--model", str(e)) from None
 
-    return check_engine_model(args, _shared("models", (source, args.device), load))
+    model = _shared("models", (source, args.device), load)
+    if getattr(args, "engine", None) == "fast":  # the fast path on a model it cannot run (rotary, ALiBi): one line now
+        check_fast_engine(model, "--engine")
+    return model
 
 
 def model_label(args) -> str:
@@ -125,14 +128,8 @@ def open_output(args, script_file: str, per_model: bool = True, quick: bool = Fa
     script = Path(script_file).stem
     has_model = per_model and hasattr(args, "model")
     target = Path(args.out) if args.out else default_target(script, model_slug(args) if has_model else None)
-    return Output.open(
-        target,
-        script,
-        png=not args.no_png,
-        quick=quick,
-        force=getattr(args, "force", False),
-        model=model_identity(args) if has_model else None,
-    )
+    model = model_identity(args) if has_model else None
+    return Output.open(target, script, not args.no_png, quick, getattr(args, "force", False), model=model)
 
 
 OPTION_OF = {"n_prompts": "--n-prompts", "seq_len": "--seq-len", "prompts": "--prompts"}
@@ -173,10 +170,6 @@ class Experiment:
     def label(self) -> str:
         return model_label(self.args)
 
-    @property
-    def head_names(self) -> list[str]:
-        return [head_name(l, h) for l, h in self.heads]
-
     def describe(self) -> dict:
         """The facts every summary of a model script records."""
         d = {
@@ -193,7 +186,7 @@ class Experiment:
                 prompt_source=self.source, n_prompts=int(self.prompts.shape[0]), seq_len=int(self.prompts.shape[1])
             )
         if self.heads:
-            d.update(heads=self.head_names, heads_chosen=self.heads_chosen)
+            d.update(heads=[head_name(l, h) for l, h in self.heads], heads_chosen=self.heads_chosen)
         return d
 
 
@@ -223,19 +216,13 @@ def setup(
     if prompts:
         exp.prompts, exp.source = corpus_prompts(model, args)
         out.context = exp.describe()
-    if ranking and exp.prompts is not None:
-        exp.diag, exp.ranking = _ranking(model, exp.prompts)
+    if ranking and exp.prompts is not None:  # every offset; once per prompts inside shared_setup
+
+        def rank():
+            diag = diagonal_attention(model, exp.prompts, progress=False)
+            return diag, rank_from_diagonals(diag)
+
+        exp.diag, exp.ranking = _shared("rankings", (id(model), id(exp.prompts)), rank)
     if heads is not None and exp.ranking is not None:
         exp.heads, exp.heads_chosen = resolve_heads(model, checked.heads, heads, exp.ranking)
     return exp
-
-
-def _ranking(model, prompts: torch.Tensor) -> tuple[torch.Tensor, pd.DataFrame]:
-    """The mean attention per diagonal ``[n_layers, n_heads, n_offsets]`` on ``prompts`` and the ranking from it
-    (once per prompts inside :func:`shared_setup`)."""
-
-    def rank():
-        diag = diagonal_attention(model, prompts, progress=False)
-        return diag, rank_from_diagonals(diag)
-
-    return _shared("rankings", (id(model), id(prompts)), rank)

@@ -45,14 +45,7 @@ import pandas as pd
 
 from ..claims.record import MANIFEST, jsonable, read_manifest, recorded_fingerprint, write_summary
 from ..claims.verdicts import Claim, claims_table
-from ..model.paths import (
-    cannot_write,
-    holder_state,
-    lock_holder,
-    lock_record,
-    remove_dead_staging,
-    write_whole_text,
-)
+from ..model.paths import cannot_write, holder_state, lock_holder, lock_record, remove_dead_staging, write_whole_text
 from ..model.validation import UsageError, path_kind
 from ..report.plotting import png_support, save_figure, write_png
 from .locks import LOCK, lock_age, locked_error, now_iso, remove_dead_runs, say_dead  # noqa: F401 - and run_all's
@@ -108,10 +101,6 @@ def write_json(path: str | Path, obj) -> Path:
     return write_whole_text(path, json.dumps(jsonable(obj), indent=2) + "\n")
 
 
-def read_json(path: str | Path):
-    return json.loads(Path(path).read_text())
-
-
 # --- the lock and the manifest --------------------------------------------------------------------------------
 
 
@@ -142,10 +131,7 @@ def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
                 json.dump(lock_record(script=script, started=now_iso()), f)
         except OSError as e:  # a full disk: an empty lock left behind would refuse every later run
             lock.unlink(missing_ok=True)
-            failure = write_failure(e, folder, param)
-            if failure is not None:
-                raise failure from None
-            raise
+            raise (write_failure(e, folder, param) or e) from None
         return lock
     raise UsageError(param, f"could not lock {folder}", "a writable folder")
 
@@ -259,12 +245,11 @@ class Output:
         try:
             target.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            failure = write_failure(e, target, param)
-            if failure is not None:
-                raise failure from None
-            raise UsageError(param, f"{target} cannot be created ({e.strerror})", "a writable folder") from None
-        foreign = [] if adopt else foreign_entries(target, script)
-        other = read_manifest(target).get("script")
+            raise write_failure(e, target, param) or UsageError(
+                param, f"{target} cannot be created ({e.strerror})", "a writable folder"
+            ) from None
+        foreign, manifest = [] if adopt else foreign_entries(target, script), read_manifest(target)
+        other = manifest.get("script")
         if other not in (None, script) and not force and not adopt:
             raise UsageError(
                 param,
@@ -272,10 +257,7 @@ class Output:
                 "a folder of this script's own results",
                 "choose another --out",
             )
-        filed = {
-            "label": (read_manifest(target).get("model") or {}).get("label"),
-            "fingerprint": recorded_fingerprint(target),
-        }
+        filed = {"label": (manifest.get("model") or {}).get("label"), "fingerprint": recorded_fingerprint(target)}
         if model and filed["label"] == model.get("label") and filed["fingerprint"] not in (None, model["fingerprint"]):
             was, now = filed["fingerprint"], model["fingerprint"]
             print(
@@ -320,47 +302,33 @@ class Output:
         except OSError as e:
             lock.unlink(missing_ok=True)
             _remove_empty(made)
-            failure = write_failure(e, target, param)
-            if failure is not None:
-                raise failure from None
-            raise UsageError(param, f"{staging} cannot be created ({e.strerror})", "a writable parent folder") from None
-        out = cls(
-            target=target,
-            out_dir=staging,
-            lock=lock,
-            script=script,
-            png=png,
-            quick=quick,
-            foreign=frozenset(foreign),
-            model=model or {},
-            made=made,
-        )
+            raise write_failure(e, target, param) or UsageError(
+                param, f"{staging} cannot be created ({e.strerror})", "a writable parent folder"
+            ) from None
+        out = cls(target, staging, lock, script, png, quick, foreign=frozenset(foreign), model=model or {}, made=made)
         _OPEN.append(out)
         return out
 
     # --- writing ---
-    def path(self, name: str) -> Path:
-        """A file of this run (in the staging folder), recorded as written."""
-        p = self.out_dir / name
+    def _not_yours(self, name: str, what: str) -> None:
+        """Refuse to write ``name`` where the target holds a ``what`` of the user's of that name."""
         if name in self.foreign:
             raise UsageError(
                 "--out",
                 f"{self.target / name} belongs to you, not to this toolkit",
-                "a folder without a file of that name",
+                f"a folder without {what} of that name",
                 "choose another --out",
             )
-        self.written.append(p)
-        return p
+
+    def path(self, name: str) -> Path:
+        """A file of this run (in the staging folder), recorded as written."""
+        self._not_yours(name, "a file")
+        self.written.append(self.out_dir / name)
+        return self.out_dir / name
 
     def persistent_dir(self, name: str) -> Path:
         """A sub-folder written in place (it survives a failed run: resumable work), recorded in the manifest."""
-        if name in self.foreign:
-            raise UsageError(
-                "--out",
-                f"{self.target / name} belongs to you, not to this toolkit",
-                "a folder without an entry of that name",
-                "choose another --out",
-            )
+        self._not_yours(name, "an entry")
         d = self.target / name
         d.mkdir(parents=True, exist_ok=True)
         if name not in self.folders:
@@ -368,14 +336,9 @@ class Output:
         # recorded at once, so a run that fails after writing resumable work leaves a folder the next run may use
         m = read_manifest(self.target)
         if m.get("script") in (None, self.script) and name not in m.get("folders", []):
+            folders = sorted(set(m.get("folders", [])) | {name})
             write_json(
-                self.target / MANIFEST,
-                {
-                    **m,
-                    "script": self.script,
-                    "files": m.get("files", []),
-                    "folders": sorted(set(m.get("folders", [])) | {name}),
-                },
+                self.target / MANIFEST, {**m, "script": self.script, "files": m.get("files", []), "folders": folders}
             )
         return d
 
@@ -514,5 +477,4 @@ def results_root() -> Path:
 def default_target(script: str, model_slug: str | None = None) -> Path:
     """``results/<script>/<model>/`` (or ``results/<script>/`` for a script without a model) under
     :func:`results_root`."""
-    root = results_root()
-    return root / script / model_slug if model_slug else root / script
+    return results_root() / script / (model_slug or "")

@@ -51,10 +51,12 @@ def load(name: str):
     if name not in commands():
         raise KeyError(f"{name!r} is not a command; commands: {', '.join(commands())}")
     declared = script(name)
-    if declared is not None and not declared.command:
-        from ..cli.declared import DeclaredCommand
+    if declared is not None and not declared.command:  # main(argv) as a module has, its help as __doc__
+        from types import SimpleNamespace
 
-        return DeclaredCommand(declared)
+        from ..cli.declared import run_declared
+
+        return SimpleNamespace(main=lambda argv=None: run_declared(declared, argv), __doc__=declared.usage)
     return importlib.import_module(f"{__name__}.{name}")
 
 

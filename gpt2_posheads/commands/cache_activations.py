@@ -13,12 +13,11 @@ from pathlib import Path
 
 from gpt2_posheads.analysis.diagonals import diagonal_attention, rank_from_diagonals
 from gpt2_posheads.analysis.heads import HeadDefault, resolve_heads
-from gpt2_posheads.analysis.prompts import documents, make_prompts
 from gpt2_posheads.claims.catalogue import Command, Option
 from gpt2_posheads.cli.args import MODEL_OPTIONS, output_options, prompt_options
 from gpt2_posheads.cli.checks import postcheck, precheck
 from gpt2_posheads.cli.declared import parse
-from gpt2_posheads.cli.experiment import capped_seq_len, model_from_args, model_identity, model_label
+from gpt2_posheads.cli.experiment import corpus_prompts, model_from_args, model_identity, model_label
 from gpt2_posheads.cli.output import check_one_model_per_name, check_out_folder
 from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.store.cache import PosheadsCache, build_cache
@@ -68,10 +67,7 @@ def main(argv=None):
         check_one_model_per_name(cached_model(out), identity, "--out", f"{out} holds the cache of", hint)
     model = model_from_args(args)
     postcheck(args, checked, model)
-    docs, source = documents(args.prompts)
-    prompts = make_prompts(
-        model.tokenizer, args.n_prompts, capped_seq_len(model, args.seq_len), seed=args.seed, docs=docs
-    )
+    prompts, source = corpus_prompts(model, args)
     ranking = rank_from_diagonals(diagonal_attention(model, prompts, progress=False))
     heads, chosen = resolve_heads(model, checked.heads, HEADS, ranking)
     print(f"stored heads: {chosen}")

@@ -95,15 +95,14 @@ def main(argv=None):
     dirs = check_model_dirs(args.model_dirs)
     names = [m.strip() for m in args.models.split(",") if m.strip()]
     results = check_out_folder(args.out) if args.out else results_root()
-    shipped = [m for m in names if m in SHIPPED_MODELS]
-    for m in shipped:
+    for m in [m for m in names if m in SHIPPED_MODELS]:
         try:
             shipped_model_dir(m)  # a compiled model is built now, once, not by each script
         except UsageError as e:
             raise UsageError("--models", e.problem, e.allowed, e.hint) from None
-    hub = [m for m in names if m not in SHIPPED_MODELS]
-    check_hub_names(hub)
-    known = check_model_names([("--model", m) for m in names] + [("--model-dir", d) for d in dirs])
+    check_hub_names([m for m in names if m not in SHIPPED_MODELS])
+    models = [["--model", m] for m in names] + [["--model-dir", d] for d in dirs]
+    known = check_model_names(models)
     check_device(args.device)
     scripts = list(model_scripts() + toy_scripts())
     if args.only is not None:
@@ -114,7 +113,6 @@ def main(argv=None):
         if unknown:
             raise UsageError("--only", f"unknown script(s) {unknown}", f"allowed {', '.join(scripts)}")
         scripts = [s for s in scripts if s in wanted]
-    models = [["--model", m] for m in names] + [["--model-dir", d] for d in dirs]
     device = ["--device", args.device] if args.device else []
     jobs = []  # (script, model label or None, arguments)
     for name in scripts:

@@ -219,15 +219,8 @@ def main(argv=None):
         )
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg = MiniConfig(
-        **{k: getattr(args, k) for k in [*INTS, *FLOATS]},
-        pos_init=args.pos_init,
-        skip_rule=args.skip_rule,
-        repeat_kind=args.repeat_kind,
-        position_offsets=args.position_offsets,
-        seed=args.seed,
-        bf16=resolve_bf16(args.bf16, "cpu"),
-    )
+    own = [*INTS, *FLOATS, "pos_init", "skip_rule", "repeat_kind", "position_offsets", "seed"]
+    cfg = MiniConfig(**{k: getattr(args, k) for k in own}, bf16=resolve_bf16(args.bf16, "cpu"))
     tok_dir = args.tokenizer_dir or None
     if tok_dir and not (Path(tok_dir) / "tokenizer.json").exists():
         raise UsageError("--tokenizer-dir", f"{tok_dir} has no tokenizer.json", "a model folder, or '' for a new BPE")
@@ -238,33 +231,15 @@ def main(argv=None):
     rec = train_mini_gpt2(train_docs, out.out_dir, cfg, work_dir=work, val_docs=held_docs, tokenizer_dir=tok_dir)
     for f in sorted(out.out_dir.iterdir()):  # the model, tokenizer and training record written by the trainer
         out.path(f.name)
-    steps, losses = zip(*rec["loss"])
-    vs, vl = zip(*rec["val_loss"])
-    out.figure(
-        line_figure(
-            {"train": (steps, losses), "held-out": (vs, vl)},
-            title="mini GPT-2 training loss",
-            xlabel="step",
-            ylabel="cross-entropy (nats)",
-        ),
-        "training_loss",
-    )
+    losses = {"train": tuple(zip(*rec["loss"])), "held-out": tuple(zip(*rec["val_loss"]))}  # (steps, losses)
+    out.figure(line_figure(losses, "mini GPT-2 training loss", "step", "cross-entropy (nats)"), "training_loss")
     pr = rec["probes"]
-    out.figure(
-        line_figure(
-            {
-                "sharpest previous-token ratio (text)": (
-                    [x["step"] for x in pr],
-                    [min(x["prev_ratio_text"], 1.0) for x in pr],
-                ),
-                "best induction score": ([x["step"] for x in pr], [x["induction"] for x in pr]),
-            },
-            title="the mechanism during training",
-            xlabel="step",
-            ylabel="ratio / score",
-        ),
-        "mechanism",
-    )
+    steps = [x["step"] for x in pr]
+    mechanism = {
+        "sharpest previous-token ratio (text)": (steps, [min(x["prev_ratio_text"], 1.0) for x in pr]),
+        "best induction score": (steps, [x["induction"] for x in pr]),
+    }
+    out.figure(line_figure(mechanism, "the mechanism during training", "step", "ratio / score"), "mechanism")
     print(
         f"held-out loss {rec['final_val_loss']:.3f} (perplexity {torch.tensor(rec['final_val_loss']).exp():.1f}) "
         f"after {rec['seconds'] / 60:.1f} min"

@@ -211,11 +211,6 @@ def _pack(pat: torch.Tensor, raw: torch.Tensor, na: list[str | None]) -> dict:
     }
 
 
-def _edits(agg: tuple[int, int], mapping: dict[int, int]) -> list:
-    l, h = agg
-    return [edit_head_pattern(l, h, mapping), scale_head_output(l, h, 2.0)]
-
-
 def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None) -> dict:
     """One intervention's packed data on one prompt: every head's pattern where it applies, the reason where not."""
     L, H = model.cfg.n_layers, model.cfg.n_heads
@@ -243,7 +238,7 @@ def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None
         elif key == "edit":
             al, ah = ctx.aggregator
             edit = mapping if mapping is not None else {q: q - 2 for q in range(2, n)}
-            pat, raw = _capture(model, tokens, _edits(ctx.aggregator, edit))
+            pat, raw = _capture(model, tokens, [edit_head_pattern(al, ah, edit), scale_head_output(al, ah, 2.0)])
             # the edited rows, as the model uses them (a bridge whose hook_pattern edits go through hook_z
             # reports the unedited pattern there)
             for q, k in edit.items():

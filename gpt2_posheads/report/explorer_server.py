@@ -262,9 +262,7 @@ class _Handler(BaseHTTPRequestHandler):
     def handle_one_request(self):
         try:
             super().handle_one_request()
-        except TimeoutError:  # the request line or the headers never came: nothing to answer
-            self.close_connection = True
-        except (ConnectionError, BrokenPipeError):  # the client went away mid-answer
+        except (TimeoutError, ConnectionError):  # the request never came whole, or its client left: nothing to answer
             self.close_connection = True
 
 

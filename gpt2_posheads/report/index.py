@@ -61,12 +61,10 @@ def present(x) -> str:
     in words, lists in full, never JSON and never cut."""
     if isinstance(x, bool):
         return "yes" if x else "no"
-    if isinstance(x, (int, float)):
-        return fmt(x) if not (isinstance(x, float) and math.isnan(x)) else "n/a"
-    if x is None:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
-    if isinstance(x, str):
-        return x
+    if isinstance(x, (int, float)):
+        return fmt(x)
     if isinstance(x, dict):
         return "; ".join(f"{str(k).replace('_', ' ').strip()} {present(v)}" for k, v in x.items())  # keys in words
     if isinstance(x, (list, tuple)):
@@ -143,12 +141,16 @@ def _thumbs(summary: Summary, folder: Path, root: Path) -> str:
     return f'<div class="thumbs">{"".join(out)}</div>' if out else ""
 
 
-def _cell(c: Claim | None, when: str, source: str = "", notes=()) -> str:
+def _cell(c: Claim | None, s: Summary | None = None, prompts: bool = True) -> str:
     """A claim's cell: the verdict, the head, the tested number, the reason (the rule's comparison, with its
     threshold), the run's notes on the model measured (``summary.json``'s ``notes``: training mode, its own hooks, its
-    dtype), when it was measured, and the measured values in a fold."""
+    dtype), when it was measured (summary ``s``), and the measured values in a fold; ``prompts``: with the run's notes
+    and prompt source."""
     if c is None:
         return '<td class="none">not measured</td>'
+    t = s.finished_at
+    when = t.replace("T", " ")[:16] if t else "(time not recorded)"
+    source, notes = (s.get("prompt_source", ""), s.get("notes") or ()) if prompts else ("", ())
     head = f' <span class="head">on {_e(c.head)}</span>' if c.head else ""
     measured = present(c.measured)
     fold = (
@@ -167,23 +169,12 @@ def _cell(c: Claim | None, when: str, source: str = "", notes=()) -> str:
     )
 
 
-def _measured_cell(got: tuple[Claim, Summary, Path] | None) -> str:
-    """:func:`_cell` of a model's ``(claim, summary, folder)``, or of none."""
-    if got is None:
-        return _cell(None, "")
-    c, s, _ = got
-    return _cell(c, _when(s), s.get("prompt_source", ""), s.get("notes") or ())
-
-
-def _when(s: Summary) -> str:
-    t = s.finished_at
-    return t.replace("T", " ")[:16] if t else "(time not recorded)"
-
-
 def _job_row(j: dict) -> str:
+    """A job's row: an interrupted one's status with the signal that stopped it."""
+    signal = f" ({j['signal']})" if j.get("signal") else ""
     return (
         f"<tr><td>{_e(j['script'])}</td><td>{_e(j.get('model') or TOY_COLUMN)}</td>"
-        f"<td class='s-{_e(j['status'].replace(' ', '-'))}'>{_e(_status(j))}</td>"
+        f"<td class='s-{_e(j['status'].replace(' ', '-'))}'>{_e(j['status'] + signal)}</td>"
         f"<td>{fmt(j['seconds']) + ' s' if 'seconds' in j else ''}</td></tr>"
     )
 
@@ -215,19 +206,14 @@ def run_header(record: dict | None) -> str:
     )
 
 
-def _status(job: dict) -> str:
-    """A job's status as the page shows it: an interrupted one with the signal that stopped it."""
-    return job["status"] + (f" ({job['signal']})" if job.get("signal") else "")
-
-
 Cells = dict[tuple[str, str], dict[str, tuple[Claim, Summary, Path]]]
 
 
 def _claims_by_model(
-    summaries: list[tuple[Path, Summary]], root: Path, record: dict | None = None
-) -> tuple[Cells, list[tuple[str, str]], list[str], dict[str, int], Columns]:
-    """``(cells, order, models, counts, columns)``: ``cells[(script, claim key)][model] = (claim, summary, folder)``,
-    the claim keys in the order met, the model columns (:class:`Columns` keys, the run record's first), the count of
+    summaries: list[tuple[Path, Summary]], record: dict | None = None
+) -> tuple[Cells, list[str], dict[str, int], Columns]:
+    """``(cells, models, counts, columns)``: ``cells[(script, claim key)][model] = (claim, summary, folder)`` (the
+    claim keys in the order met), the model columns (:class:`Columns` keys, the run record's first), the count of
     each verdict, and the columns."""
     counts = dict.fromkeys(VERDICTS, 0)
     cells: Cells = {}
@@ -240,7 +226,7 @@ def _claims_by_model(
         for c in s.claims:
             cells.setdefault((s.script or path.parent.name, c.key or c.claim), {})[model] = (c, s, path.parent)
             counts[c.verdict] += 1
-    return cells, list(cells), models, counts, columns
+    return cells, models, counts, columns
 
 
 def claims_markdown(root: Path, post_key: str) -> str:
@@ -250,7 +236,7 @@ def claims_markdown(root: Path, post_key: str) -> str:
     post = next((p for p in posts() if p.key == post_key), None)
     if post is None:
         raise ValueError(f"unknown post {post_key!r}; posts: {', '.join(p.key for p in posts())}")
-    cells, order, models, _, columns = _claims_by_model(collect_summaries(root), root)
+    cells, models, _, columns = _claims_by_model(collect_summaries(root))
     cols = models if post.needs_model else [TOY_COLUMN]
 
     def cell(c: Claim | None) -> str:
@@ -265,7 +251,7 @@ def claims_markdown(root: Path, post_key: str) -> str:
 
     heads = [columns.label(m) for m in cols]
     lines = ["| claim | the post | " + " | ".join(heads) + " |", "| --- | --- |" + " --- |" * len(cols)]
-    for k in (k for k in order if k[0] in post.scripts):
+    for k in (k for k in cells if k[0] in post.scripts):
         first = next(iter(cells[k].values()))[0]
         row = [cell(cells[k][m][0] if m in cells[k] else None) for m in cols]
         lines.append(f"| {first.claim} | {present(first.post)} | " + " | ".join(row) + " |")
@@ -291,7 +277,7 @@ def _claim_row(first: Claim, script: str, cells: dict, cols: list[str]) -> str:
     return (
         f"<tr><td><b>{_e(first.claim)}</b>{tag_html}<div class='rule'>{_e(first.rule)}</div>"
         f"<div class='script'>{_e(script)}</div></td><td>{_e(present(first.post))}</td>"
-        + "".join(_measured_cell(cells.get(m)) for m in cols)
+        + "".join(_cell(*cells[m][:2]) if m in cells else _cell(None) for m in cols)
         + "</tr>"
     )
 
@@ -354,14 +340,14 @@ def index_html(
     title: str = "gpt2_posheads: the posts' claims, measured",
 ) -> str:
     """The page (see the module doc)."""
-    cells, order, models, counts, columns = _claims_by_model(summaries, root, record)
+    cells, models, counts, columns = _claims_by_model(summaries, record)
     status = {
         (j["script"], columns.key_of_name(j["model"]) if j.get("model") else TOY_COLUMN): j["status"]
         for j in (record or {}).get("jobs", [])
     }
     sections = []
     for post in posts():
-        keys = [k for k in order if k[0] in post.scripts]
+        keys = [k for k in cells if k[0] in post.scripts]
         if keys or any(s in {sc for sc, _ in status} for s in post.scripts):
             cols = models if post.needs_model else [TOY_COLUMN]
             sections.append(_post_section(post, keys, cells, cols, columns, status, root))
@@ -450,7 +436,7 @@ def organism_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
     for p, s in reports:
         link = _e((p.parent / "report.html").relative_to(root))
         beside = f" (beside {_e(s['compare'])})" if s.get("compare") else ""
-        cells = "".join(_cell(c, _when(s)) for c in s.claims)
+        cells = "".join(_cell(c, s, prompts=False) for c in s.claims)
         rows.append(f"<tr><td><b>{_e(s.model)}</b><div><a href='{link}'>the report</a>{beside}</div></td>{cells}</tr>")
     heads = "".join(f"<th>{_e(c.claim)}</th>" for c in reports[0][1].claims)
     return TEMPLATES["organisms"].substitute(heads=heads, rows="".join(rows))

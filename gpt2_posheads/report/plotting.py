@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import warnings
 from collections.abc import Sequence
@@ -16,10 +17,8 @@ from plotly.subplots import make_subplots
 from ..model.paths import cannot_write, write_whole_text
 from ..model.validation import note
 
-_server_started: bool | None = None
 PNG_ENV = "GPT2_POSHEADS_PNG"  # "off" (or a reason) makes every figure HTML only; set by the main job once for all
 PNG_CHECK_TIMEOUT = 60  # seconds one tiny test export may take before PNGs are given up for the run
-_png: tuple[bool, str] | None = None
 
 
 def find_browser() -> str | None:
@@ -33,6 +32,7 @@ def find_browser() -> str | None:
     return next(filter(None, map(shutil.which, names)), None)
 
 
+@functools.cache
 def png_support() -> tuple[bool, str]:
     """``(can write PNGs, why not)``, decided once per process and before any figure, with a bounded wait.
 
@@ -41,13 +41,6 @@ def png_support() -> tuple[bool, str]:
     that cannot start would otherwise hang the run). ``$GPT2_POSHEADS_PNG`` carries the main job's answer to its
     scripts: ``ok`` skips the test export, anything else is the reason there are no PNGs.
     """
-    global _png
-    if _png is None:
-        _png = _check_png()
-    return _png
-
-
-def _check_png() -> tuple[bool, str]:
     told = os.environ.get(PNG_ENV)
     if told:
         return (True, "") if told == "ok" else (False, told)
@@ -80,19 +73,17 @@ def _check_png() -> tuple[bool, str]:
     return ok, why
 
 
+@functools.cache
 def _start_kaleido() -> bool:
     """One Chromium for all PNGs of a run (kaleido otherwise starts one per image)."""
-    global _server_started
-    if _server_started is None:
-        try:
-            import kaleido
+    try:
+        import kaleido
 
-            kaleido.start_sync_server(silence_warnings=True)
-            atexit.register(kaleido.stop_sync_server, silence_warnings=True)
-            _server_started = True
-        except Exception:
-            _server_started = False
-    return _server_started
+        kaleido.start_sync_server(silence_warnings=True)
+        atexit.register(kaleido.stop_sync_server, silence_warnings=True)
+        return True
+    except Exception:
+        return False
 
 
 def shared_plotlyjs(out_dir: Path) -> str:
@@ -158,15 +149,7 @@ def _array(x, dtype=float) -> np.ndarray:
 
 
 def heatmap(
-    z,
-    x=None,
-    y=None,
-    title: str = "",
-    colorscale: str = "Viridis",
-    zmid=None,
-    xlabel: str = "",
-    ylabel: str = "",
-    **kw,
+    z, x=None, y=None, title: str = "", colorscale: str = "Viridis", zmid=None, xlabel: str = "", ylabel: str = "", **kw
 ) -> go.Figure:
     """A single heat map; ``z`` ``[rows, cols]`` (tensor or array), row 0 at the top."""
     z = _array(z)
@@ -207,6 +190,7 @@ def heatmap_grid(
         zmin, zmax = zrange
     for i, a in enumerate(arrs):
         r, c = divmod(i, cols)
+        at = dict(row=r + 1, col=c + 1)
         xs, ys = np.arange(a.shape[1]) + x0, np.arange(a.shape[0]) + x0
         hover = None
         if tokens is not None:
@@ -225,8 +209,7 @@ def heatmap_grid(
                 hovertemplate="%{text}<br>value %{z:.3f}<extra></extra>" if hover else None,
                 colorbar=dict(title=colorbar_title) if colorbar_title else None,
             ),
-            row=r + 1,
-            col=c + 1,
+            **at,
         )
         if mark_offset is not None:
             lo, hi = max(xs[0], ys[0] - mark_offset), min(xs[-1], ys[-1] - mark_offset)
@@ -240,11 +223,10 @@ def heatmap_grid(
                         showlegend=False,
                         hoverinfo="skip",
                     ),
-                    row=r + 1,
-                    col=c + 1,
+                    **at,
                 )
-        fig.update_yaxes(autorange="reversed", title_text="query position", row=r + 1, col=c + 1)
-        fig.update_xaxes(title_text="key position", row=r + 1, col=c + 1)
+        fig.update_yaxes(autorange="reversed", title_text="query position", **at)
+        fig.update_xaxes(title_text="key position", **at)
     fig.update_layout(title=title, height=height_per_row * rows + 80)
     return fig
 
@@ -294,13 +276,11 @@ def scatter3d_positions(
         )
     fig.update_layout(
         title=title,
-        scene=dict(
-            xaxis_title=axis_titles[0],
-            yaxis_title=axis_titles[1],
-            zaxis_title=axis_titles[2],
-            aspectmode="cube",
-            camera=SCENE_CAMERA,
-        ),
+        scene={
+            **{f"{a}axis_title": t for a, t in zip("xyz", axis_titles)},
+            "aspectmode": "cube",
+            "camera": SCENE_CAMERA,
+        },
         height=700,
         margin=dict(l=10, r=10, t=60, b=10),
     )

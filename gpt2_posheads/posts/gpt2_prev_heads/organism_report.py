@@ -26,7 +26,6 @@ from ...claims.organism import REFERENCE_HELDOUT, TARGETS
 from ...claims.record import SummaryError, read_summary
 from ...claims.route import RouteConclusion, conclude, records_from_claims
 from ...claims.verdicts import NOT_TESTABLE, VERDICT_COLOURS, Claim
-from ...organism.data import split_docs
 from ..result import ClaimResult
 from ._run import head_grid, ratio_grid
 from .about import POST
@@ -42,6 +41,8 @@ def story_steps() -> list[tuple[str, str]]:
 def heldout_text(model, n_prompts: int, seq_len: int):
     """``(prompts, stream)``: up to ``n_prompts`` prompts ``[n, seq]`` (``seq_len`` capped at the context, BOS first)
     cut from the organism's held-out WikiText-2 split, and that split as one token stream ``[tokens]``."""
+    from ...organism.data import split_docs  # the organism loads on first use, not with the package
+
     _, val_docs = split_docs(wikitext_documents(), 0.05, 0)  # the organism's held-out split (never trained on)
     seq = min(seq_len, model.cfg.n_ctx)
     stream = encode_stream(model.tokenizer, val_docs)  # each document after <|endoftext|>, as the training evaluates
