@@ -202,8 +202,10 @@ class _Weights:
                     for rows, QK in self.qk_blocks(k):
                         if not start:
                             c_self[k] = add(c_self[k], QK[: len(QK) // 2] @ self.cov.flatten()[rows])
-                        for u, A in enumerate(written[: k - start], start):
-                            pairs[k][u] = add(pairs[k][u], A[:, rows] @ QK.T)  # [U, 2H]
+                        for u in range(start, min(k, start + len(written))):
+                            pairs[k][u] = add(pairs[k][u], written[u - start][:, rows] @ QK.T)  # [U, 2H]
+                        del QK  # one block held at a time: freed before the next is built
+                del written  # one group held at a time
             self._copies = [
                 (c.double(), [(x[:, : len(c)], x[:, len(c) :]) for x in map(torch.Tensor.double, p)])
                 for c, p in zip(c_self, pairs, strict=True)
@@ -226,6 +228,7 @@ class _Weights:
             else:
                 torch.matmul(Q[:, r : r + step], K.transpose(-1, -2), out=QK[1])
             yield slice(r * d, (r + step) * d), QK.view(2 * H, -1)
+            del QK
 
     def written(self, u: int) -> torch.Tensor:
         """``Sigma' A_u`` of every head of layer ``u``, flattened ``[n_heads, d_model * d_model]``."""
