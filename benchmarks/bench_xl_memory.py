@@ -5,6 +5,7 @@ against the weight-matmul floor, and the TransformerLens bridge's own pass besid
     python benchmarks/bench_xl_memory.py --n-layers 12 --n-heads 12 --d-model 768   # a quick GPT-2-small run
     python benchmarks/bench_xl_memory.py --load-only      # loading alone: load_model against TransformerLens's own
                                                           # processing (that one needs ~3.2x the weights; see below)
+    python benchmarks/bench_xl_memory.py --route          # load_model, then the route read from the weights
 
 The random-weight model (about 6.2 GB in float32) is built once per machine in the temp folder. Each variant
 runs in its own process, loads the model, then ranks 4 prompts of 1,024 random tokens one prompt at a time:
@@ -23,7 +24,13 @@ layer, ``gpt2_posheads.model.memory``) and, as the baseline, TransformerLens's o
 loading peak (``VmHWM``) against the loaded weights; ``--no-baseline`` skips the second (at the XL shape it needs about
 20 GiB).
 
-Bounds: loading peak <= 1.5x the weights; ranking peak <= 1.3x the weights, time <= 1.25x the floor.
+``--route`` runs one worker: ``load_model`` then ``posts.gpt2_prev_heads.weight_route.measure`` (every head's direct
+and composed circuit, the label and the upstream contributions), reporting the loading time and peak, the route's
+time and the process's peak while it runs (``VmHWM`` reset after loading) against the checkpoint's bytes, and what
+the loaded model holds (its distinct storages: ``parameters()`` of the bridge lists some tensors twice, as views).
+
+Bounds: loading peak <= 1.5x the weights; ranking peak <= 1.3x the weights, time <= 1.25x the floor; route peak
+<= 1.3x the checkpoint.
 """
 
 from __future__ import annotations
@@ -185,11 +192,49 @@ def load_worker(which: str, shape: dict) -> None:
     )
 
 
+def route_worker(shape: dict) -> None:
+    """``load_model`` then the weight route's ``measure``: times, peaks and sizes in MB."""
+    from gpt2_posheads import load_model
+    from gpt2_posheads.posts.gpt2_prev_heads.weight_route import measure
+
+    folder = model_dir(shape)
+    start = time.perf_counter()
+    model = load_model(folder, device="cpu")
+    load_s, load_peak = time.perf_counter() - start, status_kb("VmHWM")["VmHWM"]
+    after = status_kb("VmRSS")["VmRSS"]
+    can_reset = reset_peak()
+    start = time.perf_counter()
+    record = measure(model)["record"]
+    seconds, peak = time.perf_counter() - start, status_kb("VmHWM")["VmHWM"]
+    out = dict(which="route", seconds=seconds, load_seconds=load_s, load_peak_mb=load_peak, rss_after_load_mb=after)
+    out.update(peak_mb=peak if can_reset else float("nan"), weights_mb=held_bytes(model) / 2**20)
+    out["checkpoint_mb"] = sum(f.stat().st_size for f in folder.glob("*.safetensors")) / 2**20
+    print(json.dumps(dict(out, head=record["head"], label=record["label"])))
+
+
+def report_route(shape: dict, args: list[str], started: float) -> None:
+    """``--route``: the route's time and peak against the checkpoint."""
+    r = run_worker(__file__, ["route", *args])
+    c = r["checkpoint_mb"]
+    print(
+        f"{shape['n_layers']} x {shape['n_heads']} heads, d_model {shape['d_model']}: checkpoint {c / 1024:.2f} GiB; "
+        f"the loaded model's distinct storages {r['weights_mb'] / 1024:.2f} GiB = {r['weights_mb'] / c:.2f}x\n"
+        f"  load_model: {r['load_seconds']:.0f} s, peak {r['load_peak_mb'] / 1024:.2f} GiB = "
+        f"{r['load_peak_mb'] / c:.2f}x; resident after loading {r['rss_after_load_mb'] / 1024:.2f} GiB = "
+        f"{r['rss_after_load_mb'] / c:.2f}x\n"
+        f"  weight route: {r['seconds']:.0f} s, peak {r['peak_mb'] / 1024:.2f} GiB = {r['peak_mb'] / c:.2f}x the "
+        f"checkpoint ({r['head']}: {r['label']})\n"
+        f"bound: route peak <= 1.3x the checkpoint; run took {time.perf_counter() - started:.0f} s"
+    )
+
+
 def worker(which: str, shape: dict, n_prompts: int, threads: int) -> None:
     torch.set_num_threads(threads)
     n = shape["n_ctx"]
     if which in ("load", "tl-load"):
         return load_worker(which, shape)
+    if which == "route":
+        return route_worker(shape)
     if which == "profile":
         return profile_worker(shape, threads)
     if which == "floor":  # the weight matmuls; the attention, GELU and diagonal sums beside them (prompt by prompt)
@@ -248,6 +293,7 @@ def main() -> None:
     p.add_argument("--no-baseline", action="store_true", help="skip the TransformerLens-hooks pass")
     p.add_argument("--profile", action="store_true", help="only the time shares of one pass (a 4-layer model)")
     p.add_argument("--load-only", action="store_true", help="only loading: load_model against TransformerLens's own")
+    p.add_argument("--route", action="store_true", help="only load_model then the weight route (weight_route.measure)")
     a = p.parse_args()
     shape = dict(n_layers=a.n_layers, n_heads=a.n_heads, d_model=a.d_model, n_ctx=a.n_ctx)
     if a.worker:
@@ -269,6 +315,8 @@ def main() -> None:
         return
     if a.load_only:
         return report_loading(shape, args, a.no_baseline, started)
+    if a.route:
+        return report_route(shape, args, started)
     ours = run_worker(__file__, ["ours", *args])
     floor = run_worker(__file__, ["floor", *args])
     base = None if a.no_baseline else run_worker(__file__, ["hooks", *args])

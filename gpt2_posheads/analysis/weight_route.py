@@ -47,9 +47,14 @@ removed from that head's input only (its mean-stream write and its copy terms; e
 
 **Cost.** With ``M_h = D W_K^h W_Q^h^T D`` and ``A_u = D_u W_V^u W_O^u C`` (``[d_model, d_model]`` each), the copy
 coefficients are Frobenius products, ``c_Q(u) = <Sigma' A_u, M_h>``, ``c_K(u) = <Sigma' A_u, M_h^T>`` and ``c_self =
-<Sigma', M_h>`` (the traces above, turned cyclically): ``M`` is built once per layer, ``Sigma' A_u`` once per upstream
-layer (kept while it fits :data:`CACHE_BYTES`), and one matmul gives every pair of heads of a pair of layers.
-Everything is float32, the weights read in place; the token moments are summed in float64 over blocks of rows.
+<Sigma', M_h>`` (the traces above, turned cyclically): one matmul gives every pair of heads of a pair of layers.
+They depend on the weights alone, so all of them are computed first, with memory bounded by bytes, not by the model:
+``Sigma' A_u`` of as many upstream layers at once as fit :data:`CACHE_BYTES` (each computed once), and for every
+layer above them ``M`` and ``M^T`` of all its heads in blocks of rows that fit :data:`QK_BYTES` (rebuilt for each
+group of upstream layers: ``d_model^3`` multiplications, half of what one ``Sigma' A_u`` costs). Where one block
+holds every row (every model up to GPT-2 medium) each coefficient is one dot product; where there are several, its
+partial sums over the blocks are added in float32 (a re-association of the same sum). Everything is float32, the
+weights read in place; the token moments are summed in float64 over blocks of rows.
 """
 
 from __future__ import annotations
@@ -69,7 +74,8 @@ from .posembed import default_bos
 
 N_POSITIONS = 256  # positions the circuits span (capped at n_ctx): the length of the toolkit's natural-text prompts
 ROWS = 4096  # embedding rows per block when the token moments are summed
-CACHE_BYTES = 2**28  # memory traded for time: the upstream side of the copy coefficients kept (256 MiB)
+CACHE_BYTES = 2**28  # the upstream side of the copy coefficients held at once (256 MiB: one layer of GPT-2 XL)
+QK_BYTES = 2**27  # M and M^T of a layer's heads held at once (128 MiB: every row up to GPT-2 medium)
 
 
 def not_applicable(model) -> str | None:
@@ -152,8 +158,7 @@ class _Weights:
         if bos:
             self.m0[0] = W_E[model.tokenizer.bos_token_id] + W_pos[0]
         self.has_tok = torch.ones(n) if not bos else (torch.arange(n) > 0).float()  # positions whose token varies
-        self._copies: dict[int, tuple[torch.Tensor, list]] = {}
-        self._written: dict[int, torch.Tensor] = {}
+        self._copies: list[tuple[torch.Tensor, list]] | None = None
 
     def centre(self, x: torch.Tensor) -> torch.Tensor:
         """``x C``: each row of ``x`` ``[..., d_model]`` less its mean (unchanged where the norm does not centre)."""
@@ -185,29 +190,50 @@ class _Weights:
     def copy_terms(self, l: int) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """``(c_self, [(c_Q, c_K) for u < l])``: ``c_self`` ``[n_heads]`` of every head of layer ``l`` and ``c_Q``,
         ``c_K`` ``[n_heads(u), n_heads(l)]`` of every head of layer ``u`` into every head of layer ``l``, as the
-        module doc's Frobenius products with ``M_h = D W_K^h W_Q^h^T D``."""
-        if l not in self._copies:
-            a = self.attn(l)
-            H, d = a["W_Q"].shape[:2]
-            QK = torch.empty(2, H, d, d)  # M and M^T
-            torch.matmul(a["W_K"] * a["w"][:, None], (a["W_Q"] * a["w"][:, None]).transpose(-1, -2), out=QK[0])
-            QK[1] = QK[0].transpose(-1, -2)
-            QK = QK.view(2 * H, d * d)
-            c_self = (QK[:H] @ self.cov.flatten()).double()
-            c = [(self.written(u) @ QK.T).double() for u in range(l)]  # [U, 2H] each
-            self._copies[l] = c_self, [(x[:, :H], x[:, H:]) for x in c]
+        module doc's Frobenius products with ``M_h = D W_K^h W_Q^h^T D`` (every layer's computed at the first call)."""
+        if self._copies is None:
+            L = self.cfg.n_layers
+            c_self, pairs = [None] * L, [[None] * k for k in range(L)]
+            add = lambda acc, x: x if acc is None else acc + x  # noqa: E731 - a block's partial sums
+            group = max(1, CACHE_BYTES // (self.cfg.n_heads * self.cfg.d_model**2 * 4))
+            for start in range(0, max(L - 1, 1), group):  # upstream layers start.. (the last layer is no one's)
+                written = [self.written(u) for u in range(start, min(start + group, L - 1))]  # [U, d * d] each
+                for k in range(start + 1 if start else 0, L):
+                    for rows, QK in self.qk_blocks(k):
+                        if not start:
+                            c_self[k] = add(c_self[k], QK[: len(QK) // 2] @ self.cov.flatten()[rows])
+                        for u in range(start, min(k, start + len(written))):
+                            pairs[k][u] = add(pairs[k][u], written[u - start][:, rows] @ QK.T)  # [U, 2H]
+                        del QK  # one block held at a time: freed before the next is built
+                del written  # one group held at a time
+            self._copies = [
+                (c.double(), [(x[:, : len(c)], x[:, len(c) :]) for x in map(torch.Tensor.double, p)])
+                for c, p in zip(c_self, pairs, strict=True)
+            ]
         return self._copies[l]
 
+    def qk_blocks(self, l: int):
+        """``(columns, QK)`` for blocks of rows of layer ``l``'s ``M`` and ``M^T``: ``QK`` ``[2 n_heads, rows *
+        d_model]`` (every head's ``M`` rows then its ``M^T`` rows, flattened), ``columns`` their slice of a flattened
+        ``[d_model, d_model]``; as many rows at once as fit :data:`QK_BYTES`."""
+        a = self.attn(l)
+        K, Q = a["W_K"] * a["w"][:, None], a["W_Q"] * a["w"][:, None]  # D W_K, D W_Q [H, d, dh]
+        H, d = K.shape[:2]
+        step = max(1, QK_BYTES // (2 * H * d * 4))
+        for r in range(0, d, step):
+            QK = torch.empty(2, H, min(step, d - r), d)
+            torch.matmul(K[:, r : r + step], Q.transpose(-1, -2), out=QK[0])
+            if step >= d:
+                QK[1] = QK[0].transpose(-1, -2)
+            else:
+                torch.matmul(Q[:, r : r + step], K.transpose(-1, -2), out=QK[1])
+            yield slice(r * d, (r + step) * d), QK.view(2 * H, -1)
+            del QK
+
     def written(self, u: int) -> torch.Tensor:
-        """``Sigma' A_u`` of every head of layer ``u``, flattened ``[n_heads, d_model * d_model]``; kept while the
-        kept ones fit in :data:`CACHE_BYTES` (the earliest layers first: every layer above reads them)."""
-        if u in self._written:
-            return self._written[u]
+        """``Sigma' A_u`` of every head of layer ``u``, flattened ``[n_heads, d_model * d_model]``."""
         a = self.attn(u)
-        A = ((self.cov @ (a["W_V"] * a["w"][:, None])) @ self.centre(a["W_O"])).flatten(1)
-        if (len(self._written) + 1) * A.nbytes <= CACHE_BYTES:
-            self._written[u] = A
-        return A
+        return ((self.cov @ (a["W_V"] * a["w"][:, None])) @ self.centre(a["W_O"])).flatten(1)
 
 
 def _scores(W: _Weights, l: int, x: torch.Tensor, sigma: torch.Tensor, heads=slice(None)) -> torch.Tensor:
@@ -280,6 +306,7 @@ def positional_circuits(model, n_positions: int = N_POSITIONS, bos: bool | None 
     n = min(n_positions, model.cfg.n_ctx)
     W = _Weights(model, n, default_bos(model) if bos is None else bool(bos))
     m = W.m0.clone()
+    P = torch.empty(model.cfg.n_layers, model.cfg.n_heads, n, n)  # the composed patterns, filled layer by layer
     streams, sigmas, patterns, direct = [m], [], [], []
     for l in range(model.cfg.n_layers):
         s = W.sigma(m)
@@ -288,7 +315,8 @@ def positional_circuits(model, n_positions: int = N_POSITIONS, bos: bool | None 
         # the direct circuit: the embedding stream and the token's self-match, at this layer's typical norm
         self_only = W.attn(l)["scale"] * torch.diag_embed(W.copy_terms(l)[0].float()[:, None] * W.has_tok / s**2)
         direct.append(_diagonals(_softmax(_scores(W, l, W.m0, s) + self_only)))
-        A = _softmax(_scores(W, l, m, s) + t)
+        P[l] = _softmax(_scores(W, l, m, s) + t)
+        A = P[l]
         patterns.append(A)
         a = W.attn(l)
         v = W.norm(m, s, a["w"], a["b"]) @ a["W_V"] + a["b_V"][:, None]  # [H, n, dh]
@@ -296,7 +324,6 @@ def positional_circuits(model, n_positions: int = N_POSITIONS, bos: bool | None 
         mlp_in = m if getattr(W.cfg, "parallel_attn_mlp", False) else m + attn_out
         m = m + attn_out + _mlp(W, l, mlp_in)
         streams.append(m)
-    P = torch.stack(patterns)
     return PositionalCircuits(
         prev_token_stats(torch.stack(direct)),
         prev_token_stats(_diagonals(P)),

@@ -182,3 +182,38 @@ def test_label_confusion_counts_expected_against_got():
     m = label_confusion(pairs, LABELS)
     assert m.loc[BUILT, BUILT] == 1 and m.loc[BUILT, READS_WPOS] == 1 and m.loc[READS_WPOS, READS_WPOS] == 1
     assert m.loc[BUILT, "not testable"] == 1 and int(m.to_numpy().sum()) == 4 and m.loc[NOT_POSITIONAL].sum() == 0
+
+
+def test_copy_coefficients_in_bounded_pieces_are_the_traces(tmp_path, small_tokenizer, monkeypatch):
+    """``c_self``, ``c_Q``, ``c_K`` of every pair of layers are the module doc's Frobenius products, computed here in
+    float64 head by head: with every layer's ``M`` in one block, and with one upstream layer and 8 rows of ``M`` held
+    at a time (the pieces GPT-2 XL is computed in; its partial sums re-associated in float32)."""
+    import gpt2_posheads.analysis.weight_route as wr
+    from gpt2_posheads import load_model
+
+    model = load_model(random_arch_dir(tmp_path / "gpt2", "gpt2", small_tokenizer), device="cpu")
+    whole = wr._Weights(model, 16, True)
+    monkeypatch.setattr(wr, "CACHE_BYTES", 1)
+    monkeypatch.setattr(wr, "QK_BYTES", 2 * 4 * 64 * 8 * 4)  # 2 x 4 heads x 8 rows x d_model 64, float32
+    pieces = wr._Weights(model, 16, True)
+    cov = whole.cov.double()
+    ws = [whole.attn(l) for l in range(3)]
+    D = [torch.diag(a["w"].double()) for a in ws]
+    M = [[D[l] @ a["W_K"][h].double() @ a["W_Q"][h].double().T @ D[l] for h in range(4)] for l, a in enumerate(ws)]
+    A = [[cov @ D[u] @ a["W_V"][j].double() @ a["W_O"][j].double() for j in range(4)] for u, a in enumerate(ws)]
+    A = [[x - x.mean(-1, keepdim=True) for x in xs] for xs in A]  # times C: the write centred
+
+    def close(got, want):  # float32 against float64, to the scale of the coefficients (about 1e-5 here)
+        return torch.allclose(got, want, rtol=1e-4, atol=1e-5 * float(want.abs().max()))
+
+    for l in range(3):
+        want_self = torch.tensor([float((cov * m).sum()) for m in M[l]], dtype=torch.float64)
+        for W in (whole, pieces):
+            c_self, pairs = W.copy_terms(l)
+            assert close(c_self, want_self)
+            assert len(pairs) == l
+            for u, (c_q, c_k) in enumerate(pairs):
+                want_q = torch.tensor([[float((x * m).sum()) for m in M[l]] for x in A[u]], dtype=torch.float64)
+                want_k = torch.tensor([[float((x * m.T).sum()) for m in M[l]] for x in A[u]], dtype=torch.float64)
+                assert close(c_q, want_q)
+                assert close(c_k, want_k) and not close(c_k, want_q)
