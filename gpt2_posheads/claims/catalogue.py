@@ -12,16 +12,11 @@ A claim script is declared once, beside its measurement, in its post's module, b
              options=(Option("--every", MASK_EVERY, "mask queries p with p %% every == 0", int, low=2),))
     def mask_prev_attention(model=None, prompts=None, heads=None, *, every=MASK_EVERY, run=None): ...
 
-Everything else reads the declaration: the command ``gpt2-posheads mask_prev_attention`` and its ``--help``
-(:func:`gpt2_posheads.cli.declared.parse` builds them from ``usage``, the prompt defaults, ``heads`` and ``options``),
-the command list, the main job's list of scripts, the page's sections and rows, the claims a script's results must
-hold. A claim script is one kind of :class:`Command`; every other command (the main job, the tools, ``explore``)
-is a ``Command`` declared in its module, its options stated the same way.
-A researcher's own module declares its claims the same way; importing it registers them (for the command line and
-the main job, name it in ``$GPT2_POSHEADS_POSTS``: :data:`PLUGINS_ENV`).
-
-This module holds only the catalogue's data and its lookups: it imports nothing that measures, so every layer can
-read it. The declarations fill it when :mod:`gpt2_posheads.posts` is imported (``import gpt2_posheads`` does).
+Everything else reads the declaration: the command and its ``--help`` (:func:`gpt2_posheads.cli.declared.parse`),
+the command list, the main job's scripts, the page's sections and rows, the claims a script's results must hold. Every
+other command is a :class:`Command` declared in its module, its options stated the same way. A researcher's own module
+declares its claims the same way (for the command line and the main job, named in ``$GPT2_POSHEADS_POSTS``). This
+module imports nothing that measures, so every layer can read it; :mod:`gpt2_posheads.posts` fills it on import.
 """
 
 from __future__ import annotations
@@ -35,9 +30,9 @@ PLUGINS_ENV = "GPT2_POSHEADS_POSTS"  # comma-separated modules of a researcher's
 
 @dataclass(frozen=True)
 class Post:
-    """A post this toolkit tests: its seed's number (``key``), title, author, date, seed file, the subject its
-    package is named by (``gpt2_posheads.posts.<subject>``), whether its scripts run on a transformer
-    (``needs_model``; False: they train their own toy models) and its place in the reading order."""
+    """A post this toolkit tests: its seed's number (``key``), title, author, date, seed file, its package's name
+    (``gpt2_posheads.posts.<subject>``), whether its scripts run on a transformer (``needs_model``; else they train
+    toy models) and its place in the reading order."""
 
     key: str
     title: str
@@ -57,16 +52,13 @@ class Post:
 
 @dataclass(frozen=True)
 class Option:
-    """One option of a command, stated where the command is declared: ``flag`` (``--group-size``; a name without
-    dashes is positional), its default and its help, as ``--help`` shows them.
+    """One option of a command: ``flag`` (``--group-size``; without dashes: positional), default and help.
 
-    ``type`` int, float or str; ``None`` with a ``False`` default makes a switch. ``low``/``high``: the range an int
-    or float is checked against as soon as the options are parsed, before the model loads (one ``error:`` line
-    otherwise). ``parse``: ``"int_list"`` or ``"float_list"`` for a comma-separated list (checked, each >= ``low``);
-    ``"layers"`` for comma-separated layers, checked against the model's by the set-up, which passes the checked
-    tuple. ``action``: ``"append"`` for an option given once per value, ``"negatable"`` for a switch with a ``--no-``
-    form. ``kwarg``: a claim script's keyword for it ("": the flag's name, ``--group-size`` -> ``group_size``;
-    ``None``: an option of the command alone, e.g. how many rows it prints, which :attr:`Script.console` reads).
+    ``type`` int, float or str (``None`` with a ``False`` default: a switch); ``low``/``high``: the range checked as
+    soon as the options are parsed, before the model loads. ``parse``: ``"int_list"``/``"float_list"`` (a checked
+    comma-separated list, each >= ``low``) or ``"layers"`` (checked against the model's by the set-up). ``action``:
+    ``"append"`` (given once per value) or ``"negatable"`` (a ``--no-`` form). ``kwarg``: the claim function's keyword
+    ("": the flag's name, ``group_size``; ``None``: an option of the command alone, read by :attr:`Script.console`).
     """
 
     flag: str
@@ -91,8 +83,8 @@ class Option:
 
 @dataclass(frozen=True)
 class Command:
-    """A command of ``gpt2-posheads``: its name, its help (``usage``: its first line is the command list's) and its
-    options, each stated (:func:`gpt2_posheads.cli.declared.parse` parses them, the same for every command)."""
+    """A command of ``gpt2-posheads``: its name, its help (``usage``; its first line is the command list's) and its
+    options."""
 
     name: str
     usage: str = field(default="", kw_only=True)
@@ -100,32 +92,26 @@ class Command:
 
     @property
     def line(self) -> str:
-        """The first line of its help: what the command list says of it."""
         text = self.usage.strip()
         return text.splitlines()[0] if text else ""
 
 
 @dataclass(frozen=True)
 class Script(Command):
-    """A claim script: the command of a post's claim function, the claims it judges (in the order it writes them) and
-    what the command needs; its options are the model's, the prompts', ``--heads``, its own, the submatrix's and the
-    engine's (a toy post's: the training options of every toy post, then its own).
+    """A claim script: the command of a post's claim function and the claims it judges (in the order it writes them).
+    Its options: the model's, the prompts', ``--heads``, its own, the submatrix's and the engine's (a toy post's: the
+    training options of every toy post, then its own).
 
-    ``n_prompts``/``seq_len``: the defaults of the natural-text prompts it measures on (``n_prompts=None``: it makes
-    its own inputs). ``heads``: the :class:`~gpt2_posheads.analysis.heads.HeadDefault` of its ``--heads``.
-    ``submatrix``: it shows a ``--start``/``--size`` submatrix. ``engines``: the engines of its ``--engine``.
-    ``ranking``/``above_layer0``/``layer_final``: the set-up's (the heads ranked first; ``--heads`` in layer 0
-    refused; a ``--layer`` may name the final residual stream). ``takes``: the set-up's values the function takes
-    as keywords — ``"seed"`` (the prompts' ``--seed``) and ``"progress"`` (a command shows progress bars).
-    ``report``: a report over the post's claim scripts' results with claims of its own (the organism report): its
-    claims are in :func:`claims`, but it is none of the post's claim scripts (``Post.scripts``: the main job runs it
-    after them, the page gives it a table of its own).
-    ``prepare(model, kwargs, args)``: the command's checks and adjustments beyond the options' ranges, on the
-    function's keywords (``UsageError`` naming the option), called with ``model=None`` before the model loads and
-    again with the model. ``console(result, options)``: what the command prints beside the results folder.
-    ``command``: the command is a module of :mod:`gpt2_posheads.commands` (its own flow) rather than run from this
-    declaration. ``order``: its place in the post's reading order (the command list, the main job and the page
-    follow it).
+    ``n_prompts``/``seq_len``: its natural-text prompts' defaults (``n_prompts=None``: it makes its own inputs).
+    ``heads``: its ``--heads`` default (a ``HeadDefault``). ``submatrix``: it shows a ``--start``/``--size``
+    submatrix. ``engines``: its ``--engine`` choices. ``ranking``/``above_layer0``/``layer_final``: the set-up ranks
+    the heads first / refuses ``--heads`` in layer 0 / lets ``--layer`` name the final residual stream. ``takes``:
+    ``"seed"`` and ``"progress"``, set-up values passed as keywords. ``report``: a report over the post's scripts'
+    results with claims of its own (the organism report: in :func:`claims`, not in ``Post.scripts``; the main job runs
+    it after them, the page gives it its own table). ``prepare(model, kwargs, args)``: checks beyond the options'
+    ranges (``UsageError`` naming the option), called with ``model=None`` before the model loads and again with it.
+    ``console(result, options)``: what the command prints. ``command``: run by its own module in
+    :mod:`gpt2_posheads.commands`. ``order``: its place in the post's reading order.
     """
 
     post: Post = None
@@ -167,9 +153,8 @@ def register_post(post: Post) -> Post:
 
 def declare(post: Post, name: str, **spec) -> Callable[[Callable], Callable]:
     """Decorate a claim function to declare it as script ``name`` of ``post`` (the fields of :class:`Script`;
-    ``claims`` the claims it judges, as keys or as the declared claims themselves); returns the function, with its
-    declaration as ``.script``. Every claim function checks its arguments and holds its model's lock while it runs
-    (:func:`~gpt2_posheads.model.state.measures_caller_model`, applied here to one not decorated with it yet)."""
+    ``claims`` as keys or specs); the function gets ``.script``, and checks its arguments and holds its model's lock
+    (:func:`~gpt2_posheads.model.state.measures_caller_model`, applied where it is not yet)."""
 
     def register(fn: Callable) -> Callable:
         if not hasattr(fn, "__wrapped__"):
@@ -177,7 +162,6 @@ def declare(post: Post, name: str, **spec) -> Callable[[Callable], Callable]:
 
             fn = measures_caller_model(fn)
         register_post(post)
-        # a claim may be declared by its spec (``claims.gpt2_post.post_claim``) or by its key alone
         claims = tuple(getattr(c, "key", c) for c in spec.pop("claims", ()))
         script = Script(name, post, fn, claims, **spec)
         known = _SCRIPTS.get(name)
@@ -226,9 +210,8 @@ def script_claims() -> dict[str, tuple[str, ...]]:
 
 @dataclass(frozen=True)
 class DeclaredClaim:
-    """A claim as its post declares it: its ``key``, its ``post``, the ``script`` that judges it, the post's sentence
-    (``claim``), its rule's text at the post's own settings (``rule``) and its ``role`` (``"route"``,
-    ``"describes"``; ``""`` for a toy post's claim)."""
+    """A claim as its post declares it: the ``script`` that judges it, the post's sentence (``claim``), its rule's
+    text at the post's own settings and its ``role`` (``""`` for a toy post's claim)."""
 
     key: str
     post: Post
@@ -239,17 +222,16 @@ class DeclaredClaim:
 
 
 def claims() -> dict[str, DeclaredClaim]:
-    """``{key: DeclaredClaim}`` of every claim every script declares, post by post in reading order. A record whose
-    key adds its settings (``plateau_near_V/2 (V=4 seed=0)``, a ``--robustness`` grid's ``(C=16)``) is the claim of
-    the key before the first `` (``. A key a script names without declaring it (a claim judged inline, by
-    :func:`~gpt2_posheads.claims.verdicts.judge`) is listed with its post and script alone."""
-    from .verdicts import CLAIMS  # the declarations themselves (plain data, as this module)
+    """``{key: DeclaredClaim}`` of every claim every script declares, post by post in reading order (a record's key
+    with settings, ``plateau_near_V/2 (V=4 seed=0)``, is the claim before `` (``). A key a script names without
+    declaring it (judged inline) is listed with its post and script alone."""
+    from .verdicts import CLAIMS
 
     out = {}
     reports = [s for s in _SCRIPTS.values() if s.report]
     for s in [*scripts().values(), *reports]:
         for key in s.claims:
-            spec = CLAIMS[key].at() if key in CLAIMS else None  # a script may name a claim it judges inline
+            spec = CLAIMS[key].at() if key in CLAIMS else None
             said = (spec.claim, spec.rule.text, spec.role) if spec else ("", "", "")
             out[key] = DeclaredClaim(key, s.post, s.name, *said)
     return out

@@ -1,17 +1,12 @@
 """The GPT-2 post's (``004``) claims: how one is declared, judged and made testable, and the thresholds its rules
 share.
 
-A claim is declared once, beside its measurement, in its script's module (``posts/gpt2_prev_heads/<script>.py``),
-as every post's claims are (:class:`~gpt2_posheads.claims.verdicts.ClaimSpec`): :func:`post_claim` records the
-post's sentence, the post's number, the :class:`Rule` that decides it, and what the claim can tell apart
-(:attr:`ClaimSpec.role`): a *route* claim says whether the sharp head is built the post's way (from early heads that
-read extended positions) rather than another way with the same behaviour (reading the previous position straight off
-``W_pos``); a *description* says what a head or a matrix looks like, and holds on either route. :data:`CLAIMS` is
-every declared claim of every post by key. Scripts judge a claim with its spec's own
-:meth:`~gpt2_posheads.claims.verdicts.ClaimSpec.judge` on their measurement and the preconditions that make it
-testable on the model at hand (the model copies; the head is a clear previous-token head; ...); ``CLAIMS[key].judge``
-judges one by key. The rules that other code reads too live here: :data:`SHARPEST_RULE` and :data:`INDUCTION_RULE`
-(the organism's targets), :func:`built_from_below` (the route conclusion), :func:`helix_evr_rule` (a precondition).
+Each claim is declared beside its measurement (``posts/gpt2_prev_heads/<script>.py``) with :func:`post_claim`: the
+post's sentence and number, its :class:`Rule`, and its role: a *route* claim says whether the sharp head is built the
+post's way (from early heads that read extended positions) rather than another way with the same behaviour (reading
+the previous position straight off ``W_pos``); a *description* says what a head or a matrix looks like, and holds on
+either route. The rules other code reads too live here (:data:`SHARPEST_RULE`, :data:`INDUCTION_RULE`,
+:func:`built_from_below`, :func:`helix_evr_rule`), with the preconditions that make a claim testable.
 
 Every threshold has a stated reason (the post's words and numbers, a chance level, or a level random models stay
 below), and where the post's claim has two parts ("tremendous damage" to early heads, "minimal damage" to L4H11)
@@ -40,21 +35,11 @@ from __future__ import annotations
 import math
 
 from ..analysis.diagonals import CLEAR_PREV_RATIO, is_clear_prev, prev_token_stats
-from .verdicts import (  # noqa: F401 - ROUTE, DESCRIBES, register_claim: the post's modules read them here
-    CLAIMS,
-    DESCRIBES,
-    ROUTE,
-    Claim,
-    ClaimSpec,
-    Precondition,
-    Rule,
-    at_least,
-    at_most,
-    declare_claim,
-    finite,
-    predicate,
-    register_claim,
-)
+from .verdicts import CLAIMS as CLAIMS  # the post's modules read these four here
+from .verdicts import ROUTE as ROUTE
+from .verdicts import ClaimSpec as ClaimSpec
+from .verdicts import Precondition, Rule, at_least, at_most, declare_claim, finite, predicate
+from .verdicts import register_claim as register_claim
 
 # model-level preconditions, shared by several scripts
 COPY_THRESHOLD = 0.5  # P(right continuation) on the repeat-string prompt for "the model copies"
@@ -65,8 +50,7 @@ HALF = 0.50  # "disrupted", "relies on": at least half of the previous-token att
 BREAK_KL = 0.1  # nats per token: "performance breaks down" (random models move < 0.01 at groups of 100)
 DAMAGE_JS = 0.05  # nats of Jensen-Shannon per row: about 15% of a row's attention moved (visible in the figure)
 
-# a claim of the post is declared as every post's claims are (claims.verdicts): post_claim is declare_claim
-post_claim = declare_claim
+post_claim = declare_claim  # the post's claims are declared as every post's are
 
 
 # what an infinite sharpest ratio means (analysis.diagonals.sharpest_prev_ratio): every head was ranked, none tops at
@@ -89,14 +73,10 @@ INDUCTION_RULE = at_least(0.4, "best induction score")
 
 
 def built_from_below(name: str, layer: int, drop_below: float, relayed: float | None) -> tuple[bool, str]:
-    """The relay-aware rule of ``aggregator_above_layer0`` as a pure function: ``(held, why)``.
-
-    Held if the head sits in layer >= 1, removing what the layers below write lowers its previous-token mass by >=
-    half (``drop_below``), and feeding the layers below ``W_pos`` averaged in groups of 10 (their writes patched into
-    the head's inputs, its own ``W_pos`` left alone) lowers it by at most 1 - 80% = 20% (``relayed``): what the
-    layers below give it is computed, not ``W_pos`` passed on. ``relayed=None``: the model has no learned ``W_pos``,
-    so there is nothing to relay and ``drop_below`` decides alone.
-    """
+    """The relay-aware rule of ``aggregator_above_layer0``: held if the head sits in layer >= 1, removing what the
+    layers below write lowers its previous-token mass by >= half (``drop_below``), and feeding the layers below
+    ``W_pos`` averaged in groups of 10 (their writes patched into the head's inputs) lowers it by at most 20%
+    (``relayed``): what they give it is computed, not ``W_pos`` passed on. ``relayed=None``: no learned ``W_pos``."""
     if layer == 0:
         return False, f"{name} sits in layer 0: it can only read the token and positional embeddings"
     if not finite(drop_below):
@@ -148,7 +128,7 @@ def helix_evr_rule(what: str, allow_quick: bool = True) -> Rule:
 
 
 def model_copies(p_clean: dict[str, float]) -> Precondition:
-    """The model continues the repeat-string prompt correctly (P >= 0.5 on every prompt)."""
+    """The model continues the repeat-string prompt (P >= 0.5 on every prompt)."""
     worst = min(p_clean.values()) if p_clean else 0.0
     shown = ", ".join(f"{k} = {v:.3g}" for k, v in p_clean.items())
     return Precondition(
@@ -159,9 +139,8 @@ def model_copies(p_clean: dict[str, float]) -> Precondition:
 
 
 def is_prev_token_head(name: str, top_offset: int, ratio: float | None = None) -> Precondition:
-    """The head's greatest diagonal is the previous one and (when ``ratio`` is given) it is clearly so: ratio <=
-    :data:`~gpt2_posheads.analysis.diagonals.CLEAR_PREV_RATIO`. A weak head 'unaffected' by an intervention tells
-    nothing."""
+    """The head's greatest diagonal is the previous one, and clearly (ratio <= ``CLEAR_PREV_RATIO``) when ``ratio`` is
+    given: a weak head 'unaffected' by an intervention tells nothing."""
     text = f"{name} is a previous-token head (greatest diagonal offset 1" + (
         f", ratio <= {CLEAR_PREV_RATIO})" if ratio is not None else ")"
     )
@@ -177,8 +156,7 @@ def is_prev_token_head(name: str, top_offset: int, ratio: float | None = None) -
 
 
 def prev_head_precondition(name: str, diag_row) -> Precondition:
-    """:func:`is_prev_token_head` from a head's per-diagonal masses ``[n_offsets]`` (the one ratio:
-    :func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`)."""
+    """:func:`is_prev_token_head` from a head's per-diagonal masses ``[n_offsets]``."""
     import torch
 
     st = prev_token_stats(torch.as_tensor(diag_row))
@@ -186,8 +164,8 @@ def prev_head_precondition(name: str, diag_row) -> Precondition:
 
 
 def helix_precondition(evr, what: str) -> Precondition:
-    """``what`` (W_pos, or the extended embeddings) is a low-dimensional helix by :func:`helix_evr_rule`: comparing
-    its subspace, or asking whether it depends on the token, only means something then."""
+    """``what`` is a low-dimensional helix by :func:`helix_evr_rule` (comparing subspaces only means something
+    then)."""
     ok, why = helix_evr_rule(what).decide(evr)
     return Precondition(f"{what}: a low-dimensional helix", ok, f"not a low-dimensional helix: {what} ({why})")
 

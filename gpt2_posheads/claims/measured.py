@@ -1,9 +1,6 @@
-"""What the route conclusion reads of three claims' measurements, as typed records.
-
-Three claims' measurements are read back as numbers by the route conclusion (:mod:`gpt2_posheads.claims.route`).
-Each is one frozen record here: the script that judges the claim writes the claim's ``measured`` with
-:meth:`measured`, and the route reads it back with :meth:`read`, from memory or from ``summary.json`` alike, so the
-names of the fields are written down once.
+"""What the route conclusion (:mod:`gpt2_posheads.claims.route`) reads of three claims' measurements: one frozen
+record each, which the judging script writes as the claim's ``measured`` (:meth:`measured`) and the route reads back
+(:meth:`read`), from memory or ``summary.json`` alike, so the fields are named once.
 """
 
 from __future__ import annotations
@@ -21,9 +18,8 @@ RELAYED_DROP = "relative_drop_wpos_averaged_below"
 
 @dataclass(frozen=True)
 class PrevMassAveraged:
-    """``avg_prev_heads_unaffected``'s measurement: each tracked head's previous-token mass (its mean offset-1
-    diagonal) clean and with ``W_pos`` averaged in groups of ``group``, ``{head: (clean, averaged)}``. The record holds
-    one pair per head under ``"<head> clean -> g<group>"``, as a person reads it."""
+    """``avg_prev_heads_unaffected``'s measurement: each tracked head's previous-token mass (mean offset-1 diagonal)
+    clean and with ``W_pos`` averaged in groups of ``group``, recorded as ``{"<head> clean -> g<group>": pair}``."""
 
     masses: Mapping[str, tuple[float, float]]
     group: int = POS_GROUP
@@ -37,8 +33,7 @@ class PrevMassAveraged:
 
     @classmethod
     def read(cls, measured, group: int = POS_GROUP) -> PrevMassAveraged:
-        """The pairs of a record's ``measured`` at ``group`` (a pair that is not two finite numbers is left out: it
-        was not measured)."""
+        """The pairs of a record's ``measured`` at ``group`` (one not two finite numbers: not measured, left out)."""
         suffix, masses = cls._suffix(group), {}
         for key, pair in measured.items() if isinstance(measured, Mapping) else ():
             if not (isinstance(key, str) and key.endswith(suffix) and isinstance(pair, (list, tuple))):
@@ -48,18 +43,16 @@ class PrevMassAveraged:
         return cls(masses, group)
 
     def kept(self, head: str) -> float | None:
-        """averaged / clean of ``head``: the share of its previous-token mass it keeps; None where it was not
-        measured or had none to keep a share of (clean <= 0)."""
+        """averaged / clean of ``head``; None where not measured or clean <= 0."""
         clean, averaged = self.masses.get(head, (math.nan, math.nan))
         return averaged / clean if clean > 0 else None
 
 
 @dataclass(frozen=True)
 class LayersBelowRemoved:
-    """``aggregator_above_layer0``'s measurement: the head, its layer, and, where the layers below it were measured
-    (layer >= 1), the relative drops of its previous-token mass when what they write is removed (``below``) and when
-    they run on ``W_pos`` averaged in groups of 10 (``relayed``; None: the model has no learned ``W_pos`` to relay).
-    ``below`` None: nothing below was measured; read back, a drop not measured or not finite is NaN."""
+    """``aggregator_above_layer0``'s measurement: the head, its layer, and (layer >= 1) the relative drops of its
+    previous-token mass without what the layers below write (``below``; None: not measured) and with them fed ``W_pos``
+    averaged in groups of 10 (``relayed``; None: no learned ``W_pos``). Read back, a drop not finite is NaN."""
 
     head: str
     layer: int
@@ -74,7 +67,6 @@ class LayersBelowRemoved:
 
     @classmethod
     def read(cls, measured) -> LayersBelowRemoved | None:
-        """The record's measurement; None where it names no layer."""
         if not isinstance(measured, Mapping) or measured.get("layer") is None:
             return None
         below, relayed = measured.get(BELOW_DROP), measured.get(RELAYED_DROP, math.nan)
@@ -89,7 +81,7 @@ class LayersBelowRemoved:
 @dataclass(frozen=True)
 class EarlyLabels:
     """``early_self_suppressing``'s measurement: the aggregator, the clear previous-token heads below it, and those
-    of them labelled self-suppressing and prev-boosting by their raw-score profile."""
+    labelled self-suppressing and prev-boosting by their raw-score profile."""
 
     aggregator: str
     early: tuple[str, ...]
@@ -106,7 +98,6 @@ class EarlyLabels:
 
     @classmethod
     def read(cls, measured) -> EarlyLabels:
-        """The record's labels (none where it holds no measurement)."""
         m = measured if isinstance(measured, Mapping) else {}
         return cls(
             str(m.get("aggregator") or ""),

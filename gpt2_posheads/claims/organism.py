@@ -1,7 +1,7 @@
 """A model organism's behaviour targets, judged: does it have the mechanism the GPT-2 post studies?
 
-Each target is a rule fixed here before anything is measured. "The sharp head" is the model's aggregator
-(:func:`~gpt2_posheads.analysis.diagonals.choose_aggregator`: its sharpest previous-token head on held-out text).
+Each target is a rule fixed here before anything is measured ("the sharp head": the model's aggregator, its
+sharpest previous-token head on held-out text):
 
 * a sharp previous-token head: ratio <= 0.10 on held-out natural text (the post's rule) and <= 0.20 on random
   tokens (GPT-2's L4H11: 0.01);
@@ -10,10 +10,9 @@ Each target is a rule fixed here before anything is measured. "The sharp head" i
 * copying on the post's repeat-string prompt: P(second word | first word) >= 0.5;
 * held-out loss no worse than the reference model on the same text and tokenizer.
 
-Whether the organism takes the post's *route* is not decided here: the post's own claims decide it, measured by the
-claim scripts (the claims declared with ``role=ROUTE``), one rule each, beside its measurement. The targets are
+Whether the organism takes the post's *route* is decided by the post's own route claims, not here. The targets are
 measured by :func:`gpt2_posheads.posts.gpt2_prev_heads.organism_targets.measure_targets` and judged here from the
-numbers alone (:class:`Measured`, :func:`judge_targets`): nothing here runs a model.
+numbers alone (:func:`judge_targets`).
 """
 
 from __future__ import annotations
@@ -84,8 +83,7 @@ TARGETS = (PREV_TEXT, PREV_RANDOM, INDUCTION, COPY_LOSS, COPIES, HELDOUT)
 
 @dataclass(frozen=True)
 class Sharpest:
-    """The sharpest previous-token head on some prompts and its ratio (second-greatest diagonal / greatest);
-    ``head`` None where no head is a previous-token head (the ratio is then inf)."""
+    """The sharpest previous-token head and its ratio (``head`` None: no previous-token head, ratio inf)."""
 
     head: str | None
     ratio: float
@@ -100,9 +98,9 @@ class Sharpest:
 @dataclass(frozen=True)
 class Measured:
     """What the targets are judged on: the sharpest previous-token head on held-out text and on random tokens, the
-    best induction head (its score, on repeated random segments of ``seg_len``), the loss (nats) on the first and the
-    second copy of ``BOS r r`` and of ``r r``, P(second word | first word) on the repeat-string prompt (``pair`` says
-    which words, ``words`` the target), and the held-out loss (None: not measured)."""
+    best induction head (score on repeated random segments of ``seg_len``), the loss (nats) on the first and second
+    copy of ``BOS r r`` and ``r r``, P(second word | first word) on the repeat-string prompt (``pair``: the words,
+    ``words``: the target), and the held-out loss (None: not measured)."""
 
     prev_text: Sharpest
     prev_random: Sharpest
@@ -117,7 +115,7 @@ class Measured:
     heldout_loss: float | None = None
 
     def numbers(self) -> dict:
-        """The measurements as the report records them, one entry per target."""
+        """The measurements as the report records them."""
         first, second = self.copy_loss
         first_nb, second_nb = self.copy_loss_no_bos
         return {
@@ -131,8 +129,7 @@ class Measured:
 
 
 def judge_targets(m: Measured, reference_loss: float | None = REFERENCE_HELDOUT["loss"]) -> list[Claim]:
-    """The behaviour targets of the module doc, judged on ``m``; the held-out loss only where it was measured and
-    there is a reference to hold it to."""
+    """The targets judged on ``m`` (the held-out loss only where measured and with a reference)."""
     numbers = m.numbers()
     (first, second), (first_nb, second_nb) = m.copy_loss, m.copy_loss_no_bos
     claims = [

@@ -1,14 +1,11 @@
 """The claim record on disk: one pair of functions writes and reads ``summary.json``.
 
-A verdict is a :class:`~gpt2_posheads.claims.verdicts.Claim` from the moment a rule decides it until a person reads
-it. :func:`write_summary` turns a run's claims and numbers into ``summary.json``; :func:`read_summary` turns the file
-back into a :class:`Summary` whose ``claims`` are :class:`Claim` objects again. Nothing else parses a summary: the
-results page, ``compare_results``, the organism report and the notebooks read through :func:`read_summary`, so a
-field is named in one place and a malformed file is refused in one place (:class:`SummaryError`, naming the file).
-
-Beside it, every results folder holds the toolkit's manifest (:data:`MANIFEST`: the files a run wrote there, the
-script, and the model the results are of, with its weights fingerprint); :func:`recorded_fingerprint` reads the
-fingerprint, which tells whether two folders hold results of one model.
+:func:`write_summary` turns a run's claims (:class:`~gpt2_posheads.claims.verdicts.Claim`) and numbers into
+``summary.json``; :func:`read_summary` turns it back into a :class:`Summary` of :class:`Claim` objects. Nothing else
+parses a summary, so a field is named in one place and a malformed file is refused in one place
+(:class:`SummaryError`, naming the file). Beside it, every results folder holds the toolkit's manifest
+(:data:`MANIFEST`: the files a run wrote, the script, the model with its weights fingerprint, which
+:func:`recorded_fingerprint` reads to tell whether two folders hold results of one model).
 
 ``summary.json``::
 
@@ -16,11 +13,9 @@ fingerprint, which tells whether two folders hold results of one model.
      "claims": [{"claim", "post", "measured", "rule", "verdict", "why", "key"?, "head"?, "readout"?, "role"?, ...}],
      "verdicts": {"held": n, "not held": n, "not testable": n}, "figures": [...], "finished_at": ..., "elapsed_s": ...}
 
-``schema_version`` (:data:`SCHEMA_VERSION`) names the layout above. Version 1 is the same layout with two fields
-named otherwise: a claim's ``readout`` was ``shown`` and its ``role`` was ``tells`` (:data:`V1_NAMES`); it is read
-with them renamed, so results written by an older toolkit stay readable. A summary without a version was written
-before the field existed: version 1. A version above :data:`SCHEMA_VERSION` comes from a later toolkit,
-whose layout this one cannot know: :func:`read_summary` refuses it, saying to upgrade, rather than misread it.
+``schema_version`` (:data:`SCHEMA_VERSION`) names the layout above. Version 1 (also a summary without one) named a
+claim's ``readout`` ``shown`` and its ``role`` ``tells`` (:data:`V1_NAMES`) and is read with them renamed. A version
+above :data:`SCHEMA_VERSION` comes from a later toolkit: refused, saying to upgrade, rather than misread.
 """
 
 from __future__ import annotations
@@ -55,9 +50,9 @@ def read_manifest(folder: str | Path) -> dict:
 
 
 def recorded_fingerprint(folder: str | Path) -> str | None:
-    """The weights fingerprint of the model whose results ``folder`` holds, as its manifest records it
-    (:mod:`gpt2_posheads.model.fingerprint`; a hub model's is its name), or ``None``: no manifest, no model, or a
-    hash of part of the weights (12 hex digits), which no whole-file fingerprint can be compared with."""
+    """The weights fingerprint (a hub model's: its name) of the model whose results ``folder`` holds, as its manifest
+    records it, or ``None``: no manifest, no model, or a hash of part of the weights (12 hex digits), which no
+    whole-file fingerprint can be compared with."""
     model = read_manifest(folder).get("model")
     fingerprint = model.get("fingerprint") if isinstance(model, dict) else None
     if not isinstance(fingerprint, str) or not fingerprint or re.fullmatch(r"[0-9a-f]{12}", fingerprint):
@@ -98,8 +93,8 @@ def jsonable(x):
 
 
 def claim_from_dict(d: dict, where: str = "claim") -> Claim:
-    """The :class:`Claim` a record holds; a record without one of :data:`CLAIM_FIELDS`, or with a verdict outside
-    ``held`` / ``not held`` / ``not testable``, is a :class:`SummaryError` naming ``where``."""
+    """The :class:`Claim` a record holds; one without a :data:`CLAIM_FIELDS` field or with another verdict is a
+    :class:`SummaryError` naming ``where``."""
     if not isinstance(d, dict):
         raise SummaryError(f"{where}: a claim must be a JSON object, got {type(d).__name__}")
     missing = [k for k in CLAIM_FIELDS if k not in d]
@@ -117,18 +112,14 @@ def claim_from_dict(d: dict, where: str = "claim") -> Claim:
 
 @dataclass
 class Summary:
-    """A run's ``summary.json``: its claims as :class:`Claim` objects and the rest of its numbers in ``data``.
-
-    ``summary.get(name)`` reads one of the run's own numbers (what a script records beside its claims differs from
-    script to script, so those stay a mapping); the fields every summary has are attributes.
-    """
+    """A run's ``summary.json``: its claims as :class:`Claim` objects and the rest in ``data``, a mapping (what a
+    script records beside its claims differs from script to script); the fields every summary has are attributes."""
 
     claims: list[Claim]
     data: dict = field(default_factory=dict)
     path: Path | None = None
     schema_version: int = SCHEMA_VERSION
 
-    # the fields every summary has
     script = property(lambda self: str(self.data.get("script", "")))
     model = property(lambda self: str(self.data.get("model") or ""))
     quick = property(lambda self: bool(self.data.get("quick", False)))
@@ -145,11 +136,11 @@ class Summary:
         return name in self.data
 
     def claim(self, key: str) -> Claim | None:
-        """The claim with this key (or, for records without keys, this sentence); ``None`` when absent."""
+        """The claim with this key (without keys: this sentence), or ``None``."""
         return next((c for c in self.claims if (c.key or c.claim) == key), None)
 
     def by_key(self) -> dict[str, Claim]:
-        """``{key: claim}`` in the order written (a claim without a key is named by its sentence)."""
+        """``{key (or sentence): claim}`` in the order written."""
         return {c.key or c.claim: c for c in self.claims}
 
     def __iter__(self) -> Iterator[Claim]:
@@ -157,10 +148,8 @@ class Summary:
 
 
 def write_summary(path: str | Path, data: dict, claims: Sequence[Claim]) -> Path:
-    """Write ``summary.json`` at ``path``: :data:`SCHEMA_VERSION` (the writer's: a ``schema_version`` in ``data`` does
-    not replace it), ``data``, the claims as records and their verdict counts, whole or not at all (a temporary file of
-    this process renamed over it; a full disk or an interruption leaves no temporary behind). The one writer of a
-    summary: every script's results folder and every test write through it."""
+    """Write ``summary.json`` at ``path``, the one writer of a summary: :data:`SCHEMA_VERSION` (``data``'s own does not
+    replace it), ``data``, the claims and their verdict counts, whole or not at all."""
     for c in claims:
         if not isinstance(c, Claim):
             raise TypeError(f"claims: every claim must be a Claim, got {type(c).__name__}")
@@ -170,9 +159,8 @@ def write_summary(path: str | Path, data: dict, claims: Sequence[Claim]) -> Path
 
 
 def schema_version(obj: dict, where: str = "summary") -> int:
-    """The layout version of a parsed summary: its ``schema_version``, 1 when it has none (written before the field
-    existed). A version that is not a whole number >= 1 is a :class:`SummaryError`, and so is one above
-    :data:`SCHEMA_VERSION`, saying to upgrade: a later layout read as this one would give wrong verdicts quietly."""
+    """A parsed summary's ``schema_version`` (none: 1); one not a whole number >= 1, or above :data:`SCHEMA_VERSION`
+    (a later layout read as this one would give wrong verdicts quietly), is a :class:`SummaryError`."""
     version = obj.get("schema_version", 1)
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise SummaryError(f"{where}: schema_version {version!r} is not a summary version (a whole number >= 1)")
@@ -202,9 +190,8 @@ def summary_from_dict(obj: Any, where: str = "summary") -> Summary:
 
 
 def read_summary(path: str | Path) -> Summary:
-    """The :class:`Summary` in ``path``; a file that cannot be read, is not JSON, holds a claim that is not a
-    record of this toolkit, or was written by a later toolkit (:func:`schema_version`) is a :class:`SummaryError`
-    naming the file. The one reader of a summary."""
+    """The :class:`Summary` in ``path``, the one reader of a summary; a file that cannot be read, is not JSON, holds a
+    claim not of this toolkit or comes from a later one is a :class:`SummaryError` naming the file."""
     path = Path(path)
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))

@@ -1,12 +1,9 @@
 """One route conclusion per model: which route does its sharpest previous-token head take?
 
-A pure function of the claim records of one model (``{claim key: {"verdict", "measured", "head", ...}}``, as the
-scripts write them to ``summary.json``, or as the claim functions return them: :func:`records_from_claims`), written
-down before it was measured on the generated known-answer models (``docs/known-answers.md``). The conclusion is one
-of :data:`ROUTES`, with the rows that decided it. Nothing here measures: a model's route is measured by the post's
-own claim functions on one shared run (:func:`gpt2_posheads.posts.gpt2_prev_heads.route.measure_route`), and the
-numbers it reads come back through the typed records of :mod:`~gpt2_posheads.claims.measured` that the scripts
-write them with (:class:`~gpt2_posheads.claims.measured.PrevMassAveraged`, ``LayersBelowRemoved``, ``EarlyLabels``).
+A pure function of one model's claim records (``{claim key: {"verdict", "measured", "head", ...}}``, from
+``summary.json`` or :func:`records_from_claims`), written down before it was measured on the generated known-answer
+models (``docs/known-answers.md``): one of :data:`ROUTES`, with the rows that decided it. The numbers it reads come
+back through the typed records of :mod:`~gpt2_posheads.claims.measured`.
 
 The rule, with ``A`` the sharpest previous-token head (the aggregator), ``kept`` the share of its previous-token mass
 it keeps when ``W_pos`` is averaged in groups of 10 (``avg_prev_heads_unaffected``), ``below`` how much it loses when
@@ -49,9 +46,8 @@ ROUTES: dict[str, str] = {
 }
 
 
-# The route read from the weights alone (posts.gpt2_prev_heads.weight_route), and each causal route as the weight
-# label it means: the early heads' estimate (post, boost) and a relayed W_pos are both built by earlier heads; an
-# undetermined route has no one label.
+# The route read from the weights alone (posts.gpt2_prev_heads.weight_route), and the weight label each causal route
+# means (post, boost and a relayed W_pos are all built by earlier heads; undetermined has none).
 READS_WPOS, BUILT, NOT_POSITIONAL = "reads W_pos directly", "built from earlier heads", "not positional"
 LABELS = (READS_WPOS, BUILT, NOT_POSITIONAL)
 ROUTE_LABELS = {POST: BUILT, BOOST: BUILT, RELAY: BUILT, WPOS: READS_WPOS, NONE: NOT_POSITIONAL, UNDETERMINED: None}
@@ -59,20 +55,20 @@ WEIGHT_KEY = "weight_route_built"  # the claim whose record holds the weight rou
 
 
 def weight_route_of(records: Mapping[str, Mapping]) -> Mapping | None:
-    """The weight route's record (``head``, ``label``, ``reason``) among one model's claim records, or ``None``."""
+    """The weight route's record (``head``, ``label``, ``reason``), or ``None``."""
     measured = (_record(records, WEIGHT_KEY) or {}).get("measured")
     return measured if isinstance(measured, Mapping) and measured.get("label") else None
 
 
 def weights_agree(route: str, label: str) -> bool | None:
-    """Whether the weight ``label`` is the label the causal ``route`` means; ``None`` where the route has none."""
+    """Whether the weight ``label`` is the causal ``route``'s; ``None`` where the route has none."""
     want = ROUTE_LABELS.get(route)
     return None if want is None else want == label
 
 
 @dataclass(frozen=True)
 class Row:
-    """One claim as the conclusion read it: its key, its verdict, and the number or reason that counted."""
+    """One claim as the conclusion read it: key, verdict, and the number or reason that counted."""
 
     key: str
     verdict: str
@@ -84,8 +80,8 @@ class Row:
 
 @dataclass(frozen=True)
 class RouteConclusion:
-    """``route`` (a key of :data:`ROUTES`), the head it is about, why in one sentence, and the rows that decided it.
-    ``records`` holds every claim record it was drawn from (for a person who wants the rest)."""
+    """``route`` (a key of :data:`ROUTES`), its head, why in one sentence, the rows that decided it, and every
+    claim record it was drawn from."""
 
     route: str
     head: str
@@ -98,7 +94,6 @@ class RouteConclusion:
         return ROUTES[self.route]
 
     def line(self) -> str:
-        """The conclusion as one line: route, head, why, the deciding rows' keys."""
         on = f" ({self.head})" if self.head else ""
         return f"{self.words}{on}: {self.why} [rows: {', '.join(r.key for r in self.rows)}]"
 
@@ -133,19 +128,17 @@ def _measured(records, key):
 
 
 def kept_under_wpos_averaging(records: Mapping[str, Mapping], head: str) -> float | None:
-    """The share of ``head``'s previous-token mass kept under ``W_pos`` averaged in groups of 10, read off
-    ``avg_prev_heads_unaffected``'s measurement (:class:`~gpt2_posheads.claims.measured.PrevMassAveraged`); None if
-    not measured."""
+    """The share of ``head``'s previous-token mass kept under ``W_pos`` averaged in groups of 10
+    (``avg_prev_heads_unaffected``); None if not measured."""
     return PrevMassAveraged.read(_measured(records, "avg_prev_heads_unaffected"), POS_GROUP).kept(head)
 
 
 def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
-    """The route conclusion of one model from its claim records (see the module doc for the rule)."""
+    """The route conclusion of one model from its claim records (the module doc's rule)."""
     sharp = _record(records, "sharp_prev_head")
     head = str(sharp.get("head") or (sharp.get("measured") or {}).get("head") or "") if sharp else ""
 
     def row(key: str, evidence: str | None = None) -> Row:
-        """The claim's row: its verdict, and ``evidence`` or else what its record says."""
         return Row(key, _verdict(records, key), _said(records, key) if evidence is None else evidence)
 
     rows: list[Row] = [row("sharp_prev_head")]
@@ -244,12 +237,10 @@ def _above_words(layer, below, relayed) -> str:
 
 
 def records_from_claims(claims: Iterable[Claim]) -> dict[str, Mapping]:
-    """``{claim key: record}`` from judged claims (a claim function's ``ClaimResult.claims``; a key met twice: the
-    last)."""
+    """``{claim key: record}`` from judged claims (a key met twice: the last)."""
     return {c.key: c.as_dict() for c in claims if c.key}
 
 
 def route_conclusion_from_summaries(summaries: Iterable) -> RouteConclusion:
-    """The hook for the page and ``summary.json``: the conclusion of one model from its scripts' summaries
-    (:class:`~gpt2_posheads.claims.record.Summary`; a claim key met twice: the last)."""
+    """The conclusion of one model from its scripts' summaries (a claim key met twice: the last)."""
     return conclude(records_from_claims(c for s in summaries for c in s.claims))

@@ -1,32 +1,23 @@
 """The toy posts' shared vocabulary for their rules: comparisons over seeds, the floor, numbers for a person.
 
-Each toy post's claims are declared before any run, in the post's folder (``posts/<post>/rules.py``), as every
-post's are (:func:`~gpt2_posheads.claims.verdicts.declare_claim`): a key, the post's sentence and number, and a
-rule made from its parameters, whose ``decide`` reads the measured numbers (final perplexities, loss curves, values
-over seeds) and returns a :data:`~gpt2_posheads.claims.verdicts.Decision` ``(held, why)``: ``why`` says, in words
-with units, the numbers the rule compared and what each needed. ``held`` is ``None`` when the numbers cannot decide
-the claim (both sides of a comparison at the floor); the claim is then ``not testable`` and ``why`` says so. The
-default run of a toy post and its ``--robustness`` grid judge the same declarations, and tests check every outcome
-on made-up numbers.
+Each toy post declares its claims in ``posts/<post>/rules.py`` (:func:`toy_claim`); a rule's ``decide`` reads the
+measured numbers (final perplexities, loss curves, values over seeds) and its ``why`` says, with units, what it
+compared and what each side needed. The default run and the ``--robustness`` grid judge the same declarations.
 
 Comparisons (which setting beats which, what rises or falls along a sweep) are judged on the mean over seeds, and a
 difference counts only when it exceeds both
 
-* :data:`SPREAD_SDS` = 2 standard deviations across seeds (sample sd, the larger of the two sides): with
-  :data:`COMPARE_SEEDS` = 3 seeds per side that is about 2.4 standard errors of the difference of the two means,
-  close to a one-sided t-test at 95%, so a difference that one lucky seed makes does not pass;
+* :data:`SPREAD_SDS` = 2 sample standard deviations across seeds (the larger side's): with :data:`COMPARE_SEEDS` = 3
+  seeds per side about 2.4 standard errors of the difference of means, close to a one-sided t-test at 95%;
 * a relative margin of the value it moves from (:data:`REL_MARGIN` = 10% unless a claim states its own): seeds that
   agree closely have a tiny sd, and a 1% difference is not what "beats" or "rises" means.
 
-A comparison of two models that have both learned the task is decided by noise: once every answer is right with
-probability ~1, what is left of the loss measures how far the logits have grown, not how hard the task is. The
-floor (:func:`loss_floor`) is the loss a model has when it answers one of the ``n_eval`` = 2,048 evaluation
-sequences at chance and every other one with certainty: ``ln V / n_eval`` nats. A model below it has learned the
-task as well as the evaluation can show; a step where both sides sit at or below it is left out, and a claim with no
-step left is ``not testable``.
+Two models that have both learned the task differ by noise: once every answer is right with probability ~1, the loss
+left measures how far the logits have grown. The floor (:func:`loss_floor`) is the loss of a model that answers one of
+the ``n_eval`` = 2,048 evaluation sequences at chance and the rest with certainty, ``ln V / n_eval`` nats; a step
+where both sides sit at or below it is left out, and a claim with no step left is ``not testable``.
 
-Plateaus of a training curve (:func:`plateaus`, :func:`v_half_plateau`) are read here too: the sticky plateau's
-rules judge them, and :mod:`gpt2_posheads.toy.analysis` reads curves with them.
+Plateaus of a training curve (:func:`plateaus`, :func:`v_half_plateau`) are read here too.
 """
 
 from __future__ import annotations
@@ -44,8 +35,7 @@ from .verdicts import ClaimSpec, Decision, Rule, declare_claim, fmt
 
 
 def toy_claim(key: str, claim: str, post, rule: Rule | Callable[..., Rule], **params) -> ClaimSpec:
-    """Declare a toy post's claim as every post's claim is declared
-    (:func:`~gpt2_posheads.claims.verdicts.declare_claim`), with no route to tell apart (role ``""``)."""
+    """:func:`~gpt2_posheads.claims.verdicts.declare_claim` with no route to tell apart (role ``""``)."""
     return declare_claim(key, claim, post, rule, "", **params)
 
 
@@ -68,8 +58,7 @@ def labels(xs) -> str:
 
 
 def spearman(a, b) -> float:
-    """Spearman rank correlation: Pearson on ranks, tied values sharing their average rank (as
-    ``scipy.stats.spearmanr``, without needing scipy)."""
+    """Spearman rank correlation: Pearson on ranks, ties sharing their average rank (``scipy.stats.spearmanr``)."""
     return float(pd.Series(np.asarray(a, dtype=float)).rank().corr(pd.Series(np.asarray(b, dtype=float)).rank()))
 
 
@@ -77,14 +66,13 @@ def spearman(a, b) -> float:
 
 
 def grid_record(spec: ClaimSpec) -> dict:
-    """What a grid claim's record in ``summary.json`` says of its declaration: ``key``, ``claim``, ``post``, ``rule``
-    (the held counts of :func:`robustness_totals` go beside them)."""
+    """A grid claim's record in ``summary.json``, as declared (its held counts go beside)."""
     return {"key": spec.key, "claim": spec.claim, "post": spec.post, "rule": spec.rule.text}
 
 
 def grid_records(robustness: Mapping) -> list[dict]:
-    """The grid claims' records of a summary's ``robustness``; a summary that holds them as ``totals`` and ``rules`` by
-    key is read as such records (``claim`` and ``post`` then unknown)."""
+    """The grid claims' records of a summary's ``robustness`` (one holding ``totals`` and ``rules`` by key: read as
+    records with ``claim`` and ``post`` unknown)."""
     if "claims" in robustness:
         return list(robustness["claims"])
     rules = robustness.get("rules", {})
@@ -97,15 +85,12 @@ SPREAD_SDS = 2.0
 COMPARE_SEEDS = 3  # seeds per side of every comparison claim of a default run (--seeds raises it)
 REL_MARGIN = 0.10
 N_EVAL = 2048  # evaluation sequences per model (ToyConfig.eval_size)
-
-
-# The --robustness grid runs one seed per test (its k of n counts are the spread across seeds), so a comparison there
-# has no spread of its own: only the relative margin applies.
+# The --robustness grid runs one seed per test (its k of n counts are the spread), so only the relative margin applies.
 ONE_SEED = "one seed per test, so only the relative margin applies: "
 
 
 def seeds_words(one_seed: bool) -> str:
-    """What a comparison rule's text starts with: :data:`ONE_SEED` on the grid, nothing on a default run."""
+    """What a comparison rule's text starts with on the grid."""
     return ONE_SEED if one_seed else ""
 
 
@@ -125,7 +110,7 @@ FLOOR_WORDS = (
 
 
 def spread(values) -> tuple[float, float, int]:
-    """``(mean, sd, n)`` of one setting's values over seeds: sample sd (ddof 1), 0 for one seed."""
+    """``(mean, sample sd, n)`` of one setting's values over seeds (sd 0 for one seed)."""
     v = np.asarray(values, dtype=float).ravel()
     return float(v.mean()), (float(v.std(ddof=1)) if len(v) > 1 else 0.0), len(v)
 
@@ -146,9 +131,8 @@ def ppl_floor(V: int, n_eval: int = N_EVAL) -> float:
 
 
 def moved(a, b, up: bool, rel: float = REL_MARGIN, resolution: float = 0.0) -> tuple[bool, float, float]:
-    """From side ``a`` to side ``b`` (values over seeds): ``(rose / fell by the margin, change of the means, the
-    margin it needed)``. The margin: the larger of 2 sd, ``rel`` of ``a``'s mean and ``resolution`` (the smallest
-    difference the measure resolves, e.g. the logging interval of a plateau length)."""
+    """From ``a`` to ``b`` (values over seeds): ``(rose / fell by the margin, change of means, margin)``; the margin is
+    the larger of 2 sd, ``rel`` of ``a``'s mean and ``resolution`` (e.g. the logging interval of a plateau length)."""
     (ma, sa, _), (mb, sb, _) = spread(a), spread(b)
     change = mb - ma
     need = max(SPREAD_SDS * max(sa, sb), rel * abs(ma), resolution)
@@ -156,8 +140,7 @@ def moved(a, b, up: bool, rel: float = REL_MARGIN, resolution: float = 0.0) -> t
 
 
 def mean_sd(values, unit: str = "") -> str:
-    """One setting's values over seeds for a person: ``mean ± sd`` (sd at 2 significant digits), the mean alone for
-    one seed."""
+    """``mean ± sd`` over seeds (sd at 2 significant digits; one seed: the mean)."""
     m, s, n = spread(values)
     return f"{num(m)}{unit}" if n == 1 else f"{num(m)} ± {num(float(f'{s:.2g}'), 2)}{unit}"
 
@@ -167,8 +150,7 @@ def _finite(*sides) -> bool:
 
 
 def seeds_phrase(sides) -> str:
-    """How many seeds the means of ``sides`` are over: ``mean ± sd of 3 seeds`` (``3/5`` when the sides differ), or
-    ``1 seed, no spread``."""
+    """``mean ± sd of 3 seeds`` (``3/5`` when the sides differ), or ``1 seed, no spread``."""
     ns = sorted({spread(v)[2] for v in sides})
     n = "/".join(str(x) for x in ns)
     return "1 seed, no spread" if ns == [1] else f"mean ± sd of {n} seeds"
@@ -184,9 +166,8 @@ def sweep_trend(
     rel: float = REL_MARGIN,
     floor: Sequence[float] | float | None = None,
 ) -> Decision:
-    """Does ``what`` rise (``up``) or fall at every step of a sweep? ``values[i]``: the values over seeds at
-    ``xs[i]``; each step must move by the margin of :func:`moved`; a step with both means at or below ``floor``
-    (one per x, or one for all) is left out, and with no step left the answer is ``None`` (not testable)."""
+    """Does ``what`` rise (``up``) or fall by :func:`moved`'s margin at every step? ``values[i]``: values over seeds
+    at ``xs[i]``; a step with both means at or below ``floor`` (one per x, or one) is left out; none left: ``None``."""
     if not _finite(*values):
         return False, f"{what} at {x_name} = {labels(xs)} is not finite ({'; '.join(nums(v) for v in values)})"
     floors = [floor] * len(xs) if floor is None or np.isscalar(floor) else list(floor)
@@ -231,9 +212,8 @@ def compare_pair(
     resolution: float = 0.0,
     floor_words: str = "",
 ) -> Decision:
-    """Is ``what`` at ``b`` higher (``b_higher``) or lower than at ``a`` by the margin of :func:`moved`? ``a``,
-    ``b``: values over seeds. Both means at or below ``floor``: ``None`` (not testable; ``floor_words`` says what the
-    floor is)."""
+    """Is ``what`` at ``b`` higher (``b_higher``) or lower than at ``a`` (values over seeds) by :func:`moved`'s
+    margin? Both means at or below ``floor``: ``None`` (``floor_words`` says what the floor is)."""
     if not _finite(a, b):
         return False, f"{what}: {b_label} {nums(np.ravel(b))}, {a_label} {nums(np.ravel(a))}: not finite"
     head = f"{what} {mean_sd(b, unit)} at {b_label} vs {mean_sd(a, unit)} at {a_label} ({seeds_phrase([a, b])})"
@@ -252,9 +232,9 @@ def compare_pair(
 
 
 def plateaus(steps, ppl, tol: float = 0.1, floor: float = 1.5, min_steps: int = 1) -> list[dict]:
-    """Every stretch, in order, where perplexity stays within ``±tol`` (relative) of its value at the stretch's
-    start while above ``floor`` (a solved task sitting at 1 does not count), lasting at least ``min_steps``.
-    Each: ``{"length_steps", "start_step", "end_step", "perplexity"}`` (median)."""
+    """Every stretch, in order, of at least ``min_steps`` where perplexity stays within ``±tol`` (relative) of its
+    value at the stretch's start and above ``floor`` (a solved task at 1 does not count): ``{"length_steps",
+    "start_step", "end_step", "perplexity"}`` (median)."""
     steps, ppl = np.asarray(steps), np.asarray(ppl, dtype=float)
     out, i = [], 0
     while i < len(ppl):
@@ -282,8 +262,7 @@ def plateau(steps, ppl, tol: float = 0.1, floor: float = 1.5) -> dict:
 
 
 def near_half_runs(steps, ppl, V: int, tol: float, below: float):
-    """``(index where perplexity first falls below ``below`` V or None, [(i, j) runs of consecutive logged steps within
-    ±tol of V/2 from there on])``."""
+    """``(index where perplexity first falls below ``below`` V or None, [(i, j) runs within ±tol of V/2 after it])``."""
     ppl = np.asarray(ppl, dtype=float)
     first = np.nonzero(ppl < below * V)[0]
     if not len(first):
@@ -295,10 +274,9 @@ def near_half_runs(steps, ppl, V: int, tol: float, below: float):
 
 
 def v_half_plateau(steps, ppl, V: int, *, tol: float, min_points: int, below: float) -> dict | None:
-    """A plateau at V/2 as the sticky plateau post's claim ``plateau_near_V/2`` states it, at its parameters
-    (:data:`gpt2_posheads.posts.sticky_plateau.rules.PLATEAU`): the first run of >= ``min_points`` consecutive logged
-    steps with perplexity within ``±tol`` of ``V/2``, counted only after perplexity first falls below ``below`` V (so
-    the initial phase at perplexity ~V is never taken for it). ``None`` when there is none."""
+    """A plateau at V/2 as ``plateau_near_V/2`` states it (:data:`gpt2_posheads.posts.sticky_plateau.rules.PLATEAU`):
+    the first run of >= ``min_points`` logged steps within ``±tol`` of ``V/2`` after perplexity first falls below
+    ``below`` V (so the initial phase at ~V is never taken for it); ``None`` when there is none."""
     steps, ppl = np.asarray(steps), np.asarray(ppl, dtype=float)
     _, runs = near_half_runs(steps, ppl, V, tol, below)
     for i, j in runs:

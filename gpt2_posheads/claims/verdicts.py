@@ -1,23 +1,15 @@
 """One verdict vocabulary for every claim of every post: ``held``, ``not held``, ``not testable``.
 
-The words (:data:`HELD`, :data:`NOT_HELD`, :data:`NOT_TESTABLE`) and their colours (:data:`VERDICT_COLOURS`) are
-defined here and nowhere else. A claim is judged by a :class:`Rule` — a sentence written down *before* the
-measurement and a small pure function that applies it to the measured numbers, returning a :data:`Decision`
-``(held, why)``; ``held`` is ``None`` when the numbers cannot decide the claim. Preconditions come first: if the
-model does not copy, a head is not a previous-token head, or the run is a ``--quick`` smoke test, the claim is
-``not testable`` and says why, instead of a verdict that would look good on a model where the phenomenon is absent.
+The words and their colours are defined here and nowhere else. A claim is judged by a :class:`Rule`: a sentence
+written down *before* the measurement and a pure function of the measured numbers returning a :data:`Decision`
+``(held, why)``. Preconditions come first: if the model does not copy, a head is not a previous-token head, or the
+run is a ``--quick`` smoke test, the claim is ``not testable`` and says why, instead of a verdict that would look
+good on a model where the phenomenon is absent. :func:`judge` is the one path from a measurement to a :class:`Claim`
+(record keys ``claim, post, measured, rule, verdict, why``); :func:`not_testable` the one constructor of an untested
+claim. Usage::
 
-:func:`judge` is the one path from a measurement to a :class:`Claim`, for the GPT-2 post and the toy posts alike;
-:func:`not_testable` is the one constructor of a claim that was not tested (``judge`` and every script that ends
-without measuring call it). Every record has the same keys::
-
-    {"claim", "post", "measured", "rule", "verdict", "why"}
-
-Usage::
-
-    rule = at_most(0.10, "ratio of the sharpest previous-token head")
     c = judge("a head attends almost only to the previous token", post="L4H11: 0.01",
-              rule=rule, measured={"ratio": 0.04}, value=0.04)
+              rule=at_most(0.10, "ratio of the sharpest previous-token head"), measured={"ratio": 0.04})
 """
 
 from __future__ import annotations
@@ -42,8 +34,7 @@ QUICK_WHY = "--quick run: too short or too small to test this claim; run without
 
 @dataclass(frozen=True)
 class Rule:
-    """A decision rule: ``text`` says it in words, ``decide(value) -> (held, why)`` applies it (a
-    :data:`Decision`: ``held`` None makes the claim ``not testable`` with ``why``)."""
+    """A decision rule: ``text`` says it in words, ``decide(value) -> (held, why)`` (a :data:`Decision`) applies it."""
 
     text: str
     decide: Callable[[Any], Decision]
@@ -52,11 +43,8 @@ class Rule:
 
 @dataclass(frozen=True)
 class Precondition:
-    """Something that must be true for a claim to be testable on this model or run.
-
-    ``text`` states the requirement; ``found`` says, when it fails, what was found instead, as a sentence
-    that reads on its own ("L2H1 is not a previous-token head (ratio 0.95 > 0.5)").
-    """
+    """What must be true for a claim to be testable: ``text`` states it; ``found`` says, when it fails, what was found
+    instead, as a sentence that reads on its own ("L2H1 is not a previous-token head (ratio 0.95 > 0.5)")."""
 
     text: str
     ok: bool
@@ -72,8 +60,8 @@ OPTIONAL_FIELDS = ("key", "head", "readout", "role")  # a record has these when 
 
 @dataclass
 class Claim:
-    """One verdict with its rule and reason: the record every claim of every post is, from the rule that decides it
-    to ``summary.json`` (:mod:`gpt2_posheads.claims.record`) and the page."""
+    """One verdict with its rule and reason: the record of every claim, from its rule to ``summary.json`` and the
+    page."""
 
     claim: str
     post: str
@@ -115,13 +103,10 @@ def not_testable(
     role: str = "",
     here: bool = True,
 ) -> Claim:
-    """The record of a claim that was not tested: the one place a ``not testable`` :class:`Claim` is made.
-
-    ``why`` says why in words; the record gives it as ``not testable here: <why>`` (a reason that carries a "not
-    testable" prefix of its own keeps one), or, with ``here=False``, as written: a reason that names its own cause
-    (:data:`QUICK_WHY`; a command that has not run). ``readout`` is empty unless the caller says otherwise: a number
-    beside a claim that was not tested would read as a result (the measurement stays in ``measured``).
-    """
+    """The one place a ``not testable`` :class:`Claim` is made. Its why reads ``not testable here: <why>`` (once,
+    whatever prefix ``why`` carries), or with ``here=False`` ``why`` as written (a reason that names its own cause:
+    :data:`QUICK_WHY`). ``readout`` stays empty unless given: a number beside an untested claim would read as a
+    result (the measurement stays in ``measured``)."""
     reason = "not testable here: " + _bare(why) if here else why
     text = rule.text if isinstance(rule, Rule) else rule
     return Claim(claim, post, measured, text, NOT_TESTABLE, reason, key, head, readout, role)
@@ -140,18 +125,15 @@ def judge(
     readout: str = "",
     role: str = "",
 ) -> Claim:
-    """The one path from a measurement to a :class:`Claim`, for every post. The first of these that applies decides:
+    """The one path from a measurement to a :class:`Claim`. The first of these that applies decides:
 
     1. a failed precondition: ``not testable here: <what was found>`` (each distinct reason once, joined by "; ");
-    2. a ``--quick`` run, unless the rule allows it (``Rule.allow_quick``): ``not testable``, :data:`QUICK_WHY`;
-    3. ``rule.decide(value)`` (``value`` default: ``measured``) once :func:`not_measured` finds no NaN in ``value``
-       (a NaN: ``not testable``, saying so, and the rule is never asked). ``held`` None is ``not testable`` with the
-       rule's why.
+    2. a ``--quick`` run, unless ``rule.allow_quick``: ``not testable``, :data:`QUICK_WHY`;
+    3. a NaN in ``value`` (default ``measured``; :func:`not_measured`): ``not testable``, and the rule is never asked;
+    4. ``rule.decide(value)``; ``held`` None is ``not testable`` with the rule's why.
 
-    ``head``: the head the claim was measured on; ``readout``: the measured number for a person (default: ``value``
-    at 3 significant digits when it is a number). A claim that was not tested (1, 2, or a NaN) shows no readout: a
-    number there would read as a result. A rule that cannot decide keeps ``readout``: at a floor the numbers are the
-    reason.
+    ``readout`` (default: a numeric ``value`` at 3 significant digits) is dropped in 1-3, where a number would read as
+    a result, and kept in 4's ``not testable``: at a floor the numbers are the reason.
     """
     if not isinstance(rule, Rule):
         raise TypeError(f"rule: a Rule is needed (its text and how it decides), got {type(rule).__name__}")
@@ -191,13 +173,11 @@ ROLE_WORDS = {
 
 @dataclass(frozen=True)
 class ClaimSpec:
-    """A claim of a post, declared before anything is measured: its ``key``, the post's sentence (``claim``) and
-    number (``post``), the ``rule`` that decides it, its ``role`` (what it tells apart) and why (``why_kind``).
-
-    A claim measured at settings (a toy post's V or seed, the ``--robustness`` grid's one seed per test) is declared
-    with ``make``, the function of those settings (``params``) that builds its rule, so that the rule's text is made
-    from the numbers it tests; ``claim`` and ``post`` may name the settings in braces. :meth:`at` is the claim at
-    other settings; :meth:`judge` judges it on a measurement; :meth:`untested` is it not tested."""
+    """A claim of a post, declared before anything is measured: ``key``, the post's sentence (``claim``) and number
+    (``post``), the ``rule`` that decides it, its ``role`` (what it tells apart) and why (``why_kind``). A claim
+    measured at settings (a toy post's V or seed, the ``--robustness`` grid) has ``make``, the function of those
+    settings (``params``) that builds its rule, so that the rule's text is made from the numbers it tests; ``claim``
+    and ``post`` may name the settings in braces."""
 
     key: str
     claim: str
@@ -213,9 +193,8 @@ class ClaimSpec:
             raise ValueError(f"role: {self.role!r} is not one of {ROUTE!r}, {DESCRIBES!r}")
 
     def at(self, label: str = "", setting: str = "", post: str | None = None, **params) -> ClaimSpec:
-        """This claim at other settings: ``params`` override the declared ones (the rule is made again from them and
-        the sentence and the post's number filled in with them); ``label`` is added to the key (``key (label)``),
-        ``setting`` leads the sentence (``setting: claim``), ``post`` replaces the post's number."""
+        """This claim at other settings: ``params`` override the declared ones (the rule made again, the braces
+        filled); the key becomes ``key (label)``, the sentence ``setting: claim``; ``post`` replaces the number."""
         p = {**dict(self.params), **params}
 
         def filled(text):
@@ -242,16 +221,14 @@ class ClaimSpec:
         head: str = "",
         readout: str = "",
     ) -> Claim:
-        """:func:`judge` this claim on ``measured`` (``value``: what its rule reads, default ``measured``);
-        ``post`` overrides the post's number."""
+        """:func:`judge` this claim on ``measured``; ``post`` overrides the post's number."""
         number = self.post if post is None else post
         return judge(
             self.claim, number, self.rule, measured, value, preconditions, quick, self.key, head, readout, self.role
         )
 
     def untested(self, why: str, measured=None, here: bool = True) -> Claim:
-        """This claim ``not testable`` for ``why`` (:func:`not_testable`: ``here`` says whether the reason is given
-        as ``not testable here: <why>``), with its key and role."""
+        """This claim ``not testable`` for ``why`` (:func:`not_testable`), with its key and role."""
         return not_testable(
             self.claim, self.post, self.rule, why, key=self.key, role=self.role, measured=measured, here=here
         )
@@ -271,19 +248,15 @@ def declare_claim(
     why_kind: str = "",
     **params,
 ) -> ClaimSpec:
-    """Declare claim ``key``: its sentence (``claim``), the post's number (``post``), its ``rule`` (a :class:`Rule`,
-    or a function of ``params`` that makes one: the rule at the post's own settings is ``rule(**params)``), what it
-    tells apart (``role``) and why (``why_kind``); ``params`` also fill the sentence's and the number's braces
-    (:meth:`ClaimSpec.at`). Registered in :data:`CLAIMS` (:func:`register_claim`) and
-    returned."""
+    """Declare and register (:func:`register_claim`) a :class:`ClaimSpec`; ``rule``: a :class:`Rule`, or a function
+    of ``params`` that makes one (the post's own: ``rule(**params)``); ``params`` also fill the braces."""
     make = None if isinstance(rule, Rule) else rule
     spec = ClaimSpec(key, claim, post, make(**params) if make else rule, role, why_kind, make, tuple(params.items()))
     return register_claim(spec)
 
 
 def register_claim(spec: ClaimSpec) -> ClaimSpec:
-    """Add ``spec`` to :data:`CLAIMS` and return it; a key declared again with another sentence is a
-    ``ValueError``."""
+    """Add ``spec`` to :data:`CLAIMS`; a key declared again with another sentence is a ``ValueError``."""
     known = CLAIMS.get(spec.key)
     if known is not None and (known.claim, known.role) != (spec.claim, spec.role):
         raise ValueError(f"key: the claim {spec.key!r} is declared twice ({known.claim!r} and {spec.claim!r})")
@@ -299,8 +272,7 @@ def _bare(reason: str) -> str:
 
 
 def leaves(value, path: str = ""):
-    """``(path, leaf)`` for every scalar leaf of ``value`` (nested dicts, lists, tuples; tensors and arrays as their
-    lists), each path written ``a.b[2]`` (``""``: ``value`` itself is the leaf)."""
+    """``(path, leaf)`` for every scalar leaf of nested dicts, lists, tuples, tensors, arrays; paths ``a.b[2]``."""
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # tensors, arrays, NumPy scalars
         value = value.tolist()
     if isinstance(value, dict):
@@ -315,11 +287,8 @@ def leaves(value, path: str = ""):
 
 def not_measured(value) -> str:
     """Why ``value`` is not a measurement a rule may judge (``""`` when it is): a NaN anywhere in it, the mark of an
-    empty measurement (the mean of no entries, 0/0). ``None`` (a part absent by design: "no other previous-token head",
-    a head in layer 0 with nothing below it), an empty list (a measured "none of them") and infinities (a measured
-    extreme: the loss of a probability of 0) are left to the rule, which needs finite numbers to hold. :func:`judge`
-    applies it to every rule's value; a claim whose value holds a NaN is ``not testable`` with this reason, never
-    ``not held``."""
+    empty measurement (the mean of no entries, 0/0). ``None`` (a part absent by design: a head in layer 0 with nothing
+    below it), an empty list (a measured "none of them") and infinities (a measured extreme) are left to the rule."""
     nan = [where for where, x in leaves(value) if isinstance(x, float) and x != x]
     if nan:
         where = f" {', '.join(nan[:3])}{', ...' if len(nan) > 3 else ''}" if nan != [""] else ""
@@ -347,22 +316,24 @@ def fmt(x, digits: int = 3) -> str:
 # --- rule builders: each returns a Rule whose text is fixed before anything is measured ---------------
 
 
-def at_most(threshold: float, what: str) -> Rule:
+def _bound(threshold: float, what: str, op: str) -> Rule:
+    """Held if ``value op threshold`` (``op`` ``"<="`` or ``">="``)."""
+
     def decide(v):
         if not finite(v):
             return False, f"{what} is {v}, not a finite number"
-        return float(v) <= threshold, f"{what} = {float(v):.4g} {'<=' if float(v) <= threshold else '>'} {threshold:g}"
+        ok = float(v) <= threshold if op == "<=" else float(v) >= threshold
+        return ok, f"{what} = {float(v):.4g} {op if ok else {'<=': '>', '>=': '<'}[op]} {threshold:g}"
 
-    return Rule(f"held if {what} <= {threshold:g}", decide)
+    return Rule(f"held if {what} {op} {threshold:g}", decide)
+
+
+def at_most(threshold: float, what: str) -> Rule:
+    return _bound(threshold, what, "<=")
 
 
 def at_least(threshold: float, what: str) -> Rule:
-    def decide(v):
-        if not finite(v):
-            return False, f"{what} is {v}, not a finite number"
-        return float(v) >= threshold, f"{what} = {float(v):.4g} {'>=' if float(v) >= threshold else '<'} {threshold:g}"
-
-    return Rule(f"held if {what} >= {threshold:g}", decide)
+    return _bound(threshold, what, ">=")
 
 
 def within(low: float, high: float, what: str) -> Rule:
