@@ -1,14 +1,9 @@
 """Two results folders side by side, claim by claim: did a change move any number or verdict?
 
 Each claim's ``measured`` value is flattened to scalar leaves (``ratios[0]``, ``L0H1 clean -> g10[1]``, ...); two
-leaves agree when both are NaN, or equal, or floats within ``rtol``/``atol``. Used to check that a refactor
-changes no number, and to see what a new model changes against a reference run.
-
-Only results of one model are compared: two summaries at the same path are of one model when their folders' manifests
-record the same weights fingerprint (:func:`~gpt2_posheads.claims.record.recorded_fingerprint`), or, where a side
-records none, when their ``model`` fields name the same folder. Folders that hold different models are refused in one
-line naming the first pair (:func:`different_models`), unless the caller asks for the comparison anyway: numbers of two
-models moving apart is not a change that moved them.
+leaves agree when both are NaN, or equal, or floats within ``rtol``/``atol``. Only results of one model are compared
+(:func:`same_model`); folders that hold different models are refused in one line naming the first pair, unless the
+caller asks anyway: numbers of two models moving apart is not a change that moved them.
 """
 
 from __future__ import annotations
@@ -37,10 +32,9 @@ def same(a, b, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
 
 
 def compare_claims(before: Summary, after: Summary, rtol: float = 1e-6, atol: float = 1e-9) -> pd.DataFrame:
-    """One row per claim of either summary: ``key``, ``verdict_before``, ``verdict_after``, ``n_numbers`` (leaves
-    compared), ``n_moved`` and ``moved`` (up to three ``path: before -> after``: a number both record that differs),
-    ``n_added`` and ``added`` (up to three paths one side records and the other does not: a field a newer version
-    adds or drops is not a number that moved)."""
+    """One row per claim of either summary: ``key``, ``verdict_before``/``_after``, ``n_numbers`` (leaves compared),
+    ``n_moved``/``moved`` (up to three ``path: before -> after``), ``n_added``/``added`` (up to three paths one side
+    records and the other does not: a field a newer version adds is not a number that moved)."""
     b, a = before.by_key(), after.by_key()
     rows = []
     for key in list(b) + [k for k in a if k not in b]:
@@ -56,7 +50,6 @@ def compare_claims(before: Summary, after: Summary, rtol: float = 1e-6, atol: fl
 
 
 def _row(key: str, before: str, after: str, n_numbers: int = 0, moved=(), added=()) -> dict:
-    """One row of :func:`compare_claims`: the counts of ``moved`` and ``added`` and up to three of each."""
     return {
         "key": key,
         "verdict_before": before,
@@ -70,24 +63,20 @@ def _row(key: str, before: str, after: str, n_numbers: int = 0, moved=(), added=
 
 
 def same_model(a: tuple[str, str | None], b: tuple[str, str | None]) -> bool:
-    """Whether two models ``(name, fingerprint)`` (a summary's ``model`` field, ``""`` for a script without a model,
-    and its folder's recorded weights fingerprint, ``None`` when unrecorded) are one model: their fingerprints agree
-    where both are recorded, else their names name the same folder (``mini-gpt2`` and ``gpt2_posheads/data/mini-gpt2``
-    do)."""
+    """Whether two ``(model name, recorded fingerprint or None)`` are one model: their fingerprints agree where both
+    are recorded, else their names name the same folder (``mini-gpt2`` and ``gpt2_posheads/data/mini-gpt2`` do)."""
     if a[1] is not None and b[1] is not None:
         return a[1] == b[1]
     return Path(a[0]).name == Path(b[0]).name
 
 
 def _summaries(root: Path) -> dict[str, tuple[Path, Summary]]:
-    """``{path relative to root: (path, summary)}`` of every summary under ``root``."""
     return {str(p.relative_to(root)): (p, s) for p, s in collect_summaries(root)}
 
 
 def different_models(before: Path, after: Path, found: list[dict] | None = None) -> list[str]:
-    """One entry per summary path both folders hold whose two results are of different models (:func:`same_model`):
-    ``"<path>: <name> (weights <fingerprint>) in before, <name> (...) in after"``. ``found``: the two folders'
-    :func:`_summaries`, when read already."""
+    """``"<path>: <name> (weights <fingerprint>) in before, <name> (...) in after"`` for each summary path both
+    folders hold with results of different models (``found``: the two folders' summaries, when read already)."""
     found = found or [_summaries(before), _summaries(after)]
     out = []
     for rel in sorted(set(found[0]) & set(found[1])):
@@ -103,7 +92,6 @@ def _named(model: tuple[str, str | None]) -> str:
 
 
 def differing_models_line(before: Path, after: Path, differ: list[str]) -> str:
-    """The one line that says the folders hold different models: how many summaries, and the first."""
     n = len(differ)
     more = f" (and {n - 1} more)" if n > 1 else ""
     return f"{before} and {after} hold different models in {n} summar{'y' if n == 1 else 'ies'}; {differ[0]}{more}"
@@ -112,12 +100,9 @@ def differing_models_line(before: Path, after: Path, differ: list[str]) -> str:
 def compare_folders(
     before: Path, after: Path, rtol: float = 1e-6, atol: float = 1e-9, allow_different_models: bool = False
 ) -> pd.DataFrame:
-    """:func:`compare_claims` for every ``summary.json`` found under both folders (matched by their path
-    relative to the folder), with a ``summary`` column naming it; summaries under one folder only are listed with
-    ``verdict_before`` or ``verdict_after`` ``"(no summary)"``. A summary that cannot be read is an error naming it;
-    two folders with no claim in common are refused (:class:`UsageError`): there is nothing to compare; so are two
-    folders holding different models (:func:`different_models`), unless ``allow_different_models``.
-    """
+    """:func:`compare_claims` for every ``summary.json`` under both folders (matched by relative path; one side only:
+    ``"(no summary)"``), with a ``summary`` column. Two folders with no claim in common, or holding different models
+    (unless ``allow_different_models``), are a :class:`UsageError`."""
     read = [_summaries(before), _summaries(after)]
     differ = different_models(before, after, read)
     if differ and not allow_different_models:

@@ -1,31 +1,15 @@
-"""The attention explorer: every head of a model on a few prompts, under each intervention of the toolkit.
+"""The attention explorer: every head of a model on a few prompts, under each intervention of the toolkit
+(``docs/explorer.md`` is the reader's guide: what the page draws, its address as its state, data and size).
 
-One page, two ways to open it:
-
-* :func:`write_explorer` writes it as one self-contained HTML file (data, script and style inlined; it opens from
-  ``file://`` with no network);
-* :mod:`gpt2_posheads.report.explorer_server` (``python -m gpt2_posheads explore --model-dir DIR``) serves the
-  same page on 127.0.0.1 and feeds it the reader's own prompts, built by the same :func:`explorer_data`.
-
-What the page draws (``docs/explorer.md`` is the reader's guide): a grid of every head's pattern (the aggregator
-preselected; click a head to open it large), the large pattern with token labels and a colour scale, the raw
-scores before the causal mask, the diagonal profile over every offset of the prompt, and for each intervention the
-intervened pattern beside its difference from the clean one. An intervention that does not apply to a head is
-shown as not applicable with the reason (:func:`not_applicable`), never as the clean pattern.
-
-Interventions (:data:`VARIANTS` says each in words), each from :mod:`gpt2_posheads.analysis.interventions`:
-``wpos`` ``average_pos_embed(10)`` (learned positions only); ``extavg`` ``average_ext_pos_embed(layer, 10)``, one run
-per layer, each layer's heads kept from their run; ``mask`` ``mask_previous_attention(5, range(layer))`` (nothing to
-mask below layer 0); ``edit`` the aggregator's pattern edited as in the post (on the repeat-string prompt the post's
-edit; on other prompts every query attends two tokens back), output x2, reaching only the layers above it.
-
-Data, per prompt and intervention: patterns as bytes (weight x 255), raw scores as bytes between each head's
-minimum and maximum, both zlib-compressed and base64-encoded (the page inflates them with the browser's
-``DecompressionStream``); the diagonal profile of every head as float32 and its previous-token statistics, both
-computed here by the toolkit's one definition (:func:`~gpt2_posheads.analysis.diagonals.diagonal_sums`,
-:func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`: every offset, key 0 left out). The page's state is its
-address, ``#prompt=P&head=LxHy&variant=V&zoom=Z&grid=G``, the one source of truth every control writes; what it
-drew is written into ``#summary`` (a sentence and ``data-`` attributes) and ``body[data-rendered]``.
+:func:`write_explorer` writes it as one self-contained HTML file (data, script and style inlined; it opens from
+``file://`` with no network); :mod:`gpt2_posheads.report.explorer_server` serves the same page, fed the reader's own
+prompts by the same :func:`explorer_data`. An intervention that cannot change a head is shown as not applicable with
+the reason (:func:`not_applicable`), never as the clean pattern. Interventions (:data:`VARIANTS`): ``wpos``
+``average_pos_embed(10)``; ``extavg`` ``average_ext_pos_embed(layer, 10)``, one run per layer; ``mask``
+``mask_previous_attention(5, range(layer))``; ``edit`` the aggregator's pattern edited as in the post (on other
+prompts every query attends two tokens back), output x2. Patterns are bytes (weight x 255), raw scores bytes between
+each head's minimum and maximum, both zlib-compressed and base64-encoded; the diagonal profile (float32) and the
+previous-token statistics are the toolkit's one definition (:mod:`gpt2_posheads.analysis.diagonals`).
 """
 
 from __future__ import annotations
@@ -98,8 +82,8 @@ Prompt = tuple[str, torch.Tensor, "dict | None"]  # (name, tokens [pos], the edi
 
 @dataclass
 class ExplorerContext:
-    """What every prompt's data shares: the aggregator, the extended positional embeddings per layer (computed
-    once), and why the model-wide interventions do not apply (``{variant: reason}``)."""
+    """What every prompt's data shares: the aggregator, the extended positional embeddings per layer, and why
+    model-wide interventions do not apply (``{variant: reason}``)."""
 
     aggregator: tuple[int, int]
     ext: dict[int, torch.Tensor] | None
@@ -110,9 +94,8 @@ class ExplorerContext:
 def explorer_context(
     model, prompts: Sequence[Prompt] | None = None, aggregator: tuple[int, int] | None = None, ext_prompts: int = 8
 ) -> ExplorerContext:
-    """The shared part of :func:`explorer_data`. ``aggregator`` defaults to the model's sharpest previous-token head
-    on ``prompts`` (default :func:`default_prompts`):
-    ``choose_aggregator(rank_from_diagonals(diagonal_attention(model, prompts)))``."""
+    """The shared part of :func:`explorer_data`; ``aggregator`` defaults to the sharpest previous-token head on
+    ``prompts`` (default :func:`default_prompts`)."""
     if aggregator is None:
         prompts = default_prompts(model) if prompts is None else prompts
         n_min = min(len(t) for _, t, _ in prompts)
@@ -129,8 +112,7 @@ def explorer_context(
 
 
 def not_applicable(variant: str, layer: int, head: int, aggregator: tuple[int, int], n_tokens: int) -> str | None:
-    """Why ``variant`` cannot change head ``(layer, head)`` on an ``n_tokens`` prompt whatever the model, or
-    ``None`` when it can."""
+    """Why ``variant`` cannot change head ``(layer, head)`` on an ``n_tokens`` prompt, or ``None``."""
     name = head_name(layer, head)
     if variant == "mask" and layer == 0:
         return (
@@ -148,9 +130,8 @@ def not_applicable(variant: str, layer: int, head: int, aggregator: tuple[int, i
 
 
 def _capture(model, tokens: torch.Tensor, edits=(), upto: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Patterns and raw (pre-mask) scores of layers ``0..upto`` (default: all) on one prompt ``[pos]`` under
-    ``edits``: two ``[layer, head, q, k]`` tensors, read through the hooked engine (the pass stops after layer
-    ``upto``)."""
+    """Patterns and raw (pre-mask) scores ``[layer, head, q, k]`` of layers ``0..upto`` (default: all; the pass stops
+    there) on one prompt ``[pos]`` under ``edits``, through the hooked engine."""
     upto = model.cfg.n_layers - 1 if upto is None else upto
     layers = list(range(upto + 1))
 
@@ -171,8 +152,8 @@ def _z64(a: np.ndarray) -> str:
 
 
 def _profile(pat: torch.Tensor) -> torch.Tensor:
-    """Mean attention per offset ``[layer, head, n - 1]`` of patterns ``[layer, head, n, n]``, key 0 left out: the
-    toolkit's definition (the last offset, whose only entry is key 0, has none and is dropped)."""
+    """Mean attention per offset ``[layer, head, n - 1]`` of patterns ``[layer, head, n, n]``, key 0 left out (the
+    last offset, whose only entry is key 0, is dropped)."""
     n = pat.shape[-1]
     sums = torch.stack([diagonal_sums(p[None], n, exclude_bos=True) for p in pat])
     return (sums / diagonal_counts(n, n, exclude_bos=True))[..., : n - 1].float()
@@ -192,7 +173,6 @@ def _pack(pat: torch.Tensor, raw: torch.Tensor, na: list[str | None]) -> dict:
     st = prev_token_stats(prof)
 
     def stat(key: str, cast, digits: int = 6):
-        """One statistic per head: ``None`` where the head has no number (not applicable, or no greatest offset)."""
         v = st[key].double().flatten().tolist()
         return [
             None if na[i] is not None or not math.isfinite(v[i]) else cast(round(v[i], digits)) for i in range(L * H)
@@ -212,7 +192,7 @@ def _pack(pat: torch.Tensor, raw: torch.Tensor, na: list[str | None]) -> dict:
 
 
 def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None) -> dict:
-    """One intervention's packed data on one prompt: every head's pattern where it applies, the reason where not."""
+    """One intervention's packed data on one prompt."""
     L, H = model.cfg.n_layers, model.cfg.n_heads
     n = len(tokens)
     if key in ctx.unavailable:
@@ -261,9 +241,8 @@ def explorer_data(
     ext_prompts: int = 8,
     context: ExplorerContext | None = None,
 ) -> dict:
-    """Everything the page draws, as JSON-ready data. ``prompts``: ``(name, tokens [pos], edit mapping or None)``
-    (:func:`default_prompts`); ``context`` (:func:`explorer_context`, computed when not given) carries the aggregator
-    and the extended positional embeddings, so the live server computes them once."""
+    """Everything the page draws, as JSON-ready data. ``prompts``: ``(name, tokens [pos], edit mapping or None)``;
+    ``context``: :func:`explorer_context` (given, the live server computes it once)."""
     if not prompts:
         raise UsageError("prompts", "none given", "at least one prompt")
     ctx = context or explorer_context(model, prompts, aggregator, ext_prompts)
@@ -299,9 +278,8 @@ def explorer_data(
 
 
 def default_prompts(model, n_tokens: int = 64, seed: int = 0) -> list[Prompt]:
-    """Up to three prompts of at most ``n_tokens`` (and the model's context): held-out natural text, the post's
-    repeat-string prompt (the edit is the post's there; left out where it does not fit the context) and a random
-    sequence repeated twice after BOS (an induction head's stripe at offset ``seg - 1``)."""
+    """Up to three prompts of at most ``n_tokens``: held-out natural text, the post's repeat-string prompt (where it
+    fits the context) and a random sequence repeated twice after BOS (an induction stripe at offset ``seg - 1``)."""
     from ..analysis.induction import repeated_random_tokens
     from ..analysis.prompts import documents, make_prompts
 
@@ -339,8 +317,7 @@ def write_explorer(
     aggregator: tuple[int, int] | None = None,
     context: ExplorerContext | None = None,
 ) -> Path:
-    """Write the explorer of ``model`` on ``prompts`` (default :func:`default_prompts`) to ``path`` as one
-    self-contained HTML file (see the module doc); returns the path."""
+    """Write the explorer of ``model`` on ``prompts`` (default :func:`default_prompts`) to ``path``."""
     prompts = default_prompts(model) if prompts is None else prompts
     data = explorer_data(model, prompts, label, aggregator, context=context)
     return write_whole_text(path, page_html(data))
@@ -351,9 +328,8 @@ PAGE = (Path(__file__).with_name("explorer.html")).read_text(encoding="utf-8")
 
 
 class Explorer:
-    """The explorer of one model as an object a notebook shows inline (``_repr_html_``): the same self-contained page
-    :func:`write_explorer` writes, in an ``iframe`` of its own (``srcdoc``), so its script and style never touch the
-    notebook's, and it works offline. ``.save(path)`` writes the page."""
+    """The explorer as an object a notebook shows inline: the page :func:`write_explorer` writes, in an ``iframe`` of
+    its own (``srcdoc``) so its script and style never touch the notebook's; ``.save(path)`` writes it."""
 
     @measures_caller_model
     def __init__(self, model, label: str = "", prompts=None, aggregator: tuple[int, int] | None = None, height=900):

@@ -1,19 +1,11 @@
-"""The attention explorer, live: the page of :mod:`gpt2_posheads.report.explorer` served on 127.0.0.1, where the
-reader types a prompt and sees every head on it.
-
-The page and the data are the static file's: ``GET /`` is :func:`~gpt2_posheads.report.explorer.page_html` of the
-opening prompts with a prompt box added, and ``POST /api/explore`` with ``{"prompt": "text"}`` answers
-:func:`~gpt2_posheads.report.explorer.explorer_data` of that prompt (the aggregator and the extended positional
-embeddings are computed once, at start, in an :class:`~gpt2_posheads.report.explorer.ExplorerContext`). A mistake in
-the prompt is answered ``400 {"error": "<parameter>: <what is wrong>; <allowed values>; <hint>"}``, which the page
-shows in a red box. ``python -m gpt2_posheads explore --model-dir DIR`` runs it (:func:`serve`); Ctrl-C stops it.
-
-Only 127.0.0.1 is bound, and requests naming another host (a page elsewhere reaching this port through DNS
-rebinding) or posting anything but JSON are refused. Every bad request is answered with a 4xx status and a one-line
-JSON reason, never a traceback or a 500: malformed or non-UTF-8 JSON, JSON nested too deep, a prompt that is not text
-or holds a lone surrogate (``"\\ud800"``), a body too large or of a missing or malformed length, a method or request
-line the server does not take, a client that stops sending. Bodies come with ``Content-Length`` or
-``Transfer-Encoding: chunked``.
+"""The attention explorer, live on 127.0.0.1 (``docs/explorer.md``, "Live mode"): ``GET /`` is the static page of
+the opening prompts with a prompt box; ``POST /api/explore`` with ``{"prompt": "text"}`` answers
+:func:`~gpt2_posheads.report.explorer.explorer_data` of that prompt, or ``400 {"error": "<parameter>: <what is
+wrong>; <allowed values>; <hint>"}``. Only 127.0.0.1 is bound; a request naming another host (DNS rebinding) or
+posting anything but JSON is refused. Every bad request gets a 4xx and one line of JSON, never a traceback or a 500:
+malformed, non-UTF-8 or too deeply nested JSON, a prompt that is not text or holds a lone surrogate, a body too
+large or of a missing or malformed length (``Content-Length`` or ``Transfer-Encoding: chunked``), a method or
+request line not taken, a client that stops sending.
 """
 
 from __future__ import annotations
@@ -41,8 +33,7 @@ CELL_BUDGET = 4_000_000  # heads x tokens^2 per prompt: what one prompt's page d
 
 
 def max_tokens(model) -> int:
-    """The longest prompt the explorer takes on ``model``: its context, at most 512 tokens, and at most what keeps
-    every head's ``[n, n]`` pattern within :data:`CELL_BUDGET` cells (GPT-2 small: 166 tokens)."""
+    """The longest prompt taken: the context, at most 512, and within :data:`CELL_BUDGET` cells (GPT-2 small: 166)."""
     heads = model.cfg.n_layers * model.cfg.n_heads
     return max(MIN_TOKENS, min(model.cfg.n_ctx, 512, math.isqrt(CELL_BUDGET // heads)))
 
@@ -78,7 +69,7 @@ def prompt_tokens(model, text, limit: int | None = None, param: str = "prompt") 
 
 
 class LiveExplorer:
-    """A model, its label, the opening prompts' data and the shared context: what the server answers from."""
+    """What the server answers from: a model, its label, the opening prompts' data and the shared context."""
 
     def __init__(
         self, model, label: str, prompts=None, limit: int | None = None, context: ExplorerContext | None = None
@@ -95,7 +86,6 @@ class LiveExplorer:
         return page_html(self.initial, live=True)
 
     def explore(self, text) -> dict:
-        """The page's data for one prompt of the reader's."""
         toks = prompt_tokens(self.model, text, self.limit)
         with self.lock:
             self.count += 1
@@ -105,7 +95,7 @@ class LiveExplorer:
 
 
 class BadRequest(Exception):
-    """A request the server refuses: ``status`` (4xx) and the one-line reason's parts (as :class:`UsageError`)."""
+    """A refused request: ``status`` (4xx) and the one-line reason's parts (as :class:`UsageError`)."""
 
     def __init__(self, status: int, param: str, problem: str, allowed: str = "", hint: str = ""):
         super().__init__(problem)
@@ -150,8 +140,7 @@ class _Handler(BaseHTTPRequestHandler):
                     left -= len(data)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """The base class's errors (a malformed request line or header, a method it has no handler for, a request
-        line too long) as every other refusal: a 4xx and one line of JSON."""
+        """The base class's errors (malformed request line or header, unknown method) as a 4xx and one JSON line."""
         if code == 501:  # "unsupported method": the client asked for something this server does not do
             code, message = 405, f"method {self.command!r} is not taken"
         if code >= 500:
@@ -162,8 +151,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(code, "request", " ".join(str(message or "is malformed").split()), "GET /, POST /api/explore")
 
     def _read_body(self) -> bytes:
-        """The request's body, at most :data:`MAX_BODY` bytes, from ``Content-Length`` or ``Transfer-Encoding:
-        chunked``; anything else is a :class:`BadRequest`."""
+        """The body (at most :data:`MAX_BODY` bytes, by ``Content-Length`` or chunked), else a :class:`BadRequest`."""
         allowed = f"allowed 1..{MAX_BODY} bytes"
         coding = (self.headers.get("Transfer-Encoding") or "").strip().lower()
         if coding:
@@ -275,8 +263,7 @@ class ExplorerServer(ThreadingHTTPServer):
 
 
 def start_server(explorer: LiveExplorer, port: int = 0) -> ExplorerServer:
-    """A server of ``explorer`` bound to 127.0.0.1:``port`` (0: any free port), not yet serving: call its
-    ``serve_forever()`` (in a thread for tests), then ``shutdown()`` and ``server_close()``. A port in use is a
+    """A server of ``explorer`` on 127.0.0.1:``port`` (0: any free port), not yet serving; a port in use is a
     :class:`UsageError`."""
     handler = type("Handler", (_Handler,), {"explorer": explorer})
     try:
@@ -293,8 +280,7 @@ def start_server(explorer: LiveExplorer, port: int = 0) -> ExplorerServer:
 
 
 def serve(explorer: LiveExplorer, port: int = 0, out=sys.stdout) -> int:
-    """Serve ``explorer`` until Ctrl-C (or SIGTERM, where the caller turns it into ``KeyboardInterrupt``); returns 0
-    once stopped."""
+    """Serve ``explorer`` until Ctrl-C (or SIGTERM made ``KeyboardInterrupt``); 0 once stopped."""
     server = start_server(explorer, port)
     where = f"at {server.url} (this machine only); Ctrl-C stops it"
     print(f"serving the attention explorer of {explorer.label} {where}", file=out, flush=True)

@@ -1,15 +1,13 @@
 """The ``results/index.html`` page: every post's claims, one column per model, readable in a minute.
 
-Grouped by post (:func:`gpt2_posheads.claims.catalogue.posts`), then claim. Each cell: the verdict, the measured
-number for a person (3 significant digits, the head it was measured on), the reason in words, when it was
-measured, and thumbnails of the script's figures. The header gives the date, the machine and each script's run
-time from ``run_all.json``, and marks a run that was interrupted and the scripts that did not run. The page links
-only to files beside it, so it works from ``file://`` with no network.
+Grouped by post, then claim. Each cell: the verdict, the measured number for a person and the head, the reason,
+when it was measured, and thumbnails of the script's figures. The header gives the date, the machine and each
+script's run time from ``run_all.json``, marking an interrupted run and the scripts that did not run. The page links
+only to files beside it, so it works from ``file://``; its HTML is in ``index_page.html``.
 
-A model column is one model, told by its weights fingerprint (the results folder's manifest,
-:func:`~gpt2_posheads.claims.record.recorded_fingerprint`, or the run record's ``fingerprints``), not by the words it
-was given in: ``--model mini-gpt2`` and ``--model-dir gpt2_posheads/data/mini-gpt2`` are one column headed with both
-names, and two models given the same name are two columns, each with its fingerprint.
+A model column is one model, told by its weights fingerprint (the results folder's manifest, or the run record's
+``fingerprints``), not by the words it was given in: ``--model mini-gpt2`` and ``--model-dir
+gpt2_posheads/data/mini-gpt2`` are one column headed with both names; two models of one name are two columns.
 """
 
 from __future__ import annotations
@@ -34,11 +32,9 @@ TOY_COLUMN = "toy models"
 
 
 def collect_summaries(root: Path) -> list[tuple[Path, Summary]]:
-    """Every ``summary.json`` under ``root``, read through :func:`~gpt2_posheads.claims.record.read_summary` (sorted
-    by script order, then path). Folders whose name starts with a dot are a run's staging folders (not finished) and
-    are left out; nothing else is. A ``summary.json`` that cannot be read is an error naming it
-    (:class:`~gpt2_posheads.model.validation.UsageError`): a page or a comparison that silently left it out would
-    show a result as missing."""
+    """Every ``summary.json`` under ``root`` in script order, then path, except in a run's staging folders (names
+    starting with a dot). One that cannot be read is a :class:`UsageError` naming it: a page or a comparison that
+    silently left it out would show a result as missing."""
     found = []
     for p in root.rglob("summary.json"):
         if any(part.startswith(".") for part in p.relative_to(root).parent.parts):
@@ -57,8 +53,8 @@ def collect_summaries(root: Path) -> list[tuple[Path, Summary]]:
 
 
 def present(x) -> str:
-    """A measured value for a person: numbers at 3 significant digits, dicts as ``key value; ...`` with their keys
-    in words, lists in full, never JSON and never cut."""
+    """A measured value for a person: numbers at 3 significant digits, dicts as ``key value; ...`` (keys in words),
+    lists in full; never JSON, never cut."""
     if isinstance(x, bool):
         return "yes" if x else "no"
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -73,8 +69,8 @@ def present(x) -> str:
 
 
 class Columns:
-    """The page's model columns: which column each summary's results belong to (its model's weights fingerprint,
-    else its model's name) and each column's heading (every name the model was given, the run record's first)."""
+    """The page's model columns: each summary's column (its model's fingerprint, else its name) and each column's
+    heading (every name the model was given, the run record's first)."""
 
     def __init__(self, summaries: list[tuple[Path, Summary]], record: dict | None = None):
         found = {}  # path -> (model name, recorded fingerprint)
@@ -86,8 +82,7 @@ class Columns:
             found[path] = (s.model or path.parent.name, recorded_fingerprint(path.parent))
             if s.get("compiled_standin"):
                 self.standins.add(found[path][0])
-        # {name as given: fingerprint}: the results' manifests, then the run record's (a record without them, or a
-        # name no manifest records, still finds its model's column through a summary of that name)
+        # {name as given: fingerprint}: the results' manifests, then the run record's
         self.fingerprints = {name: fp for name, fp in found.values() if fp}
         self.fingerprints.update((record or {}).get("fingerprints") or {})
         self.names: dict[str, list[str]] = {}
@@ -107,8 +102,8 @@ class Columns:
             names.append(name)
 
     def label(self, key: str) -> str:
-        """A column's heading: its names (``mini-gpt2 (also gpt2_posheads/data/mini-gpt2)``), with the fingerprint
-        where another column has the same heading."""
+        """A column's heading, ``mini-gpt2 (also gpt2_posheads/data/mini-gpt2)``, with the fingerprint where another
+        column has the same."""
         names = self.names.get(key) or [key]
         text = names[0] + (f" (also {', '.join(names[1:])})" if len(names) > 1 else "")
         if self.standins & set(names):  # e.g. a test hub's gpt2: its numbers describe a construction
@@ -126,7 +121,7 @@ def _verdict_badge(v: str) -> str:
 
 
 def _thumbs(summary: Summary, folder: Path, root: Path) -> str:
-    """Thumbnails of the script's figures: each HTML figure linked, with its PNG where one was written."""
+    """Thumbnails of the script's figures: each HTML figure linked, with its PNG where there is one."""
     out = []
     for f in (f for f in summary.figures if f.endswith(".html")):
         png = folder / f.replace(".html", ".png")
@@ -142,10 +137,8 @@ def _thumbs(summary: Summary, folder: Path, root: Path) -> str:
 
 
 def _cell(c: Claim | None, s: Summary | None = None, prompts: bool = True) -> str:
-    """A claim's cell: the verdict, the head, the tested number, the reason (the rule's comparison, with its
-    threshold), the run's notes on the model measured (``summary.json``'s ``notes``: training mode, its own hooks, its
-    dtype), when it was measured (summary ``s``), and the measured values in a fold; ``prompts``: with the run's notes
-    and prompt source."""
+    """A claim's cell: verdict, head, number, reason, (``prompts``: the run's notes and prompt source,) when it was
+    measured, and the measured values in a fold."""
     if c is None:
         return '<td class="none">not measured</td>'
     t = s.finished_at
@@ -170,7 +163,6 @@ def _cell(c: Claim | None, s: Summary | None = None, prompts: bool = True) -> st
 
 
 def _job_row(j: dict) -> str:
-    """A job's row: an interrupted one's status with the signal that stopped it."""
     signal = f" ({j['signal']})" if j.get("signal") else ""
     return (
         f"<tr><td>{_e(j['script'])}</td><td>{_e(j.get('model') or TOY_COLUMN)}</td>"
@@ -180,7 +172,6 @@ def _job_row(j: dict) -> str:
 
 
 def run_header(record: dict | None) -> str:
-    """Date, machine, total time and each script's time and status from ``run_all.json``."""
     if not record:
         return "<p>No run record (results/run_all.json): the rows below come from scripts run one by one.</p>"
     m = record.get("machine", {})
@@ -212,9 +203,8 @@ Cells = dict[tuple[str, str], dict[str, tuple[Claim, Summary, Path]]]
 def _claims_by_model(
     summaries: list[tuple[Path, Summary]], record: dict | None = None
 ) -> tuple[Cells, list[str], dict[str, int], Columns]:
-    """``(cells, models, counts, columns)``: ``cells[(script, claim key)][model] = (claim, summary, folder)`` (the
-    claim keys in the order met), the model columns (:class:`Columns` keys, the run record's first), the count of
-    each verdict, and the columns."""
+    """``(cells, models, counts, columns)``: ``cells[(script, claim key)][model] = (claim, summary, folder)``, the
+    model columns' keys (the run record's first), each verdict's count, and the :class:`Columns`."""
     counts = dict.fromkeys(VERDICTS, 0)
     cells: Cells = {}
     columns = Columns(summaries, record)
@@ -230,9 +220,8 @@ def _claims_by_model(
 
 
 def claims_markdown(root: Path, post_key: str) -> str:
-    """One post's claims as a Markdown table, one column per model: the verdict, the number as the page shows it
-    and the head it was measured on (for the docs; a `not testable` cell says what failed; the page itself has
-    the rules)."""
+    """One post's claims as a Markdown table for the docs, one column per model: verdict, head and number (a `not
+    testable` cell: what failed)."""
     post = next((p for p in posts() if p.key == post_key), None)
     if post is None:
         raise ValueError(f"unknown post {post_key!r}; posts: {', '.join(p.key for p in posts())}")
@@ -262,7 +251,7 @@ def claims_markdown(root: Path, post_key: str) -> str:
 
 
 def _templates(text: str) -> dict[str, Template]:
-    """The parts of ``index_page.html`` by name (see its first comment for how its line breaks are read)."""
+    """The parts of ``index_page.html`` by name (its first comment says how line breaks are read)."""
     parts = dict(re.findall(r"^<!-- (\w+) -->\n(.*?)\n(?=<!-- \w+ -->\n|\Z)", text, re.M | re.S))
     return {k: Template(v if k == "page" else v.replace("\n", "")) for k, v in parts.items()}
 
@@ -271,7 +260,6 @@ TEMPLATES = _templates(Path(__file__).with_name("index_page.html").read_text(enc
 
 
 def _claim_row(first: Claim, script: str, cells: dict, cols: list[str]) -> str:
-    """A claim's row: its sentence, role tag, rule and script, the post's number, and one cell per model column."""
     role, words = first.role, ROLE_WORDS.get(first.role)
     tag_html = f"<span class='tag {role}' title='{_e(words)}'>{role}</span>" if words else ""
     return (
@@ -283,7 +271,7 @@ def _claim_row(first: Claim, script: str, cells: dict, cols: list[str]) -> str:
 
 
 def _no_results_row(script: str, missing: list[str], cols: list[str], status: dict) -> str:
-    """A script's row where this run produced no claims for some model columns, with each one's job status."""
+    """A script's row where this run produced no claims for some columns, with each one's job status."""
     cells = "".join(
         f'<td class="none">no results: {_e(status.get((script, m), "not run"))}</td>' if m in missing else "<td></td>"
         for m in cols
@@ -295,8 +283,7 @@ def _no_results_row(script: str, missing: list[str], cols: list[str], status: di
 
 
 def _figures_row(script: str, found: list[tuple[str, Summary, Path]], columns: Columns, n_cols: int, root) -> str:
-    """The thumbnails of a script's figures, one group per results folder (``found``: ``(model, summary,
-    folder)``)."""
+    """A script's figures, one group per results folder (``found``: ``(model, summary, folder)``)."""
     thumbs, seen = [], set()
     for m, s, folder in found:
         if folder in seen:
@@ -308,7 +295,6 @@ def _figures_row(script: str, found: list[tuple[str, Summary, Path]], columns: C
 
 
 def _post_section(post, keys, cells: Cells, cols: list[str], columns: Columns, status: dict, root: Path) -> str:
-    """One post's table: per script, a row of its missing results, its claims' rows, and its figures."""
     body = []
     for script in post.scripts:
         mine = [k for k in keys if k[0] == script]
@@ -327,7 +313,6 @@ def _post_section(post, keys, cells: Cells, cols: list[str], columns: Columns, s
 
 
 def _explorer_links(root: Path) -> str:
-    """Links to the offline attention explorers written under ``root/explorer``."""
     found = sorted((root / "explorer").glob("*.html")) if (root / "explorer").is_dir() else []
     links = " · ".join(f'<a href="{_e(p.relative_to(root))}">{_e(p.stem)}</a>' for p in found)
     return f"<p>Attention explorer (offline): {links}</p>" if found else ""
@@ -364,9 +349,7 @@ def index_html(
 
 
 def route_conclusions(summaries: list[tuple[Path, Summary]], root: Path, record: dict | None = None) -> dict:
-    """``{model column heading: RouteConclusion}`` for every model a GPT-2 post script ran on: which route its
-    sharpest previous-token head takes, drawn from its scripts' claims (:func:`~gpt2_posheads.claims.route.conclude`);
-    one model given two ways is one column (:class:`Columns`)."""
+    """``{model column heading: RouteConclusion}`` for every model a route-telling post's scripts ran on."""
     from ..claims.route import route_conclusion_from_summaries
 
     columns = Columns(summaries, record)
@@ -387,14 +370,14 @@ WEIGHTS_SAY = {
 
 
 def _weights_script() -> str:
-    """The script that reads the route from the weights: the one that declares the weight route's claim."""
+    """The script that declares the weight route's claim."""
     from ..claims.route import WEIGHT_KEY
 
     return _e(getattr(claims().get(WEIGHT_KEY), "script", WEIGHT_KEY))
 
 
 def _weights_cell(c) -> str:
-    """The route read from the weights alone beside the causal conclusion ``c``, and whether they agree."""
+    """The route read from the weights alone, and whether it agrees with the causal conclusion ``c``."""
     from ..claims.route import weight_route_of, weights_agree
 
     w = weight_route_of(c.records)
@@ -408,7 +391,6 @@ def _weights_cell(c) -> str:
 
 
 def _route_row(model: str, c) -> str:
-    """A model's route conclusion: the route, the head, why, the rows that decided it, and the weights' route."""
     return (
         f"<tr><td><b>{_e(model)}</b></td><td><b>{_e(c.words)}</b>"
         + (f' <span class="head">on {_e(c.head)}</span>' if c.head else "")
@@ -419,16 +401,14 @@ def _route_row(model: str, c) -> str:
 
 
 def routes_html(summaries: list[tuple[Path, Summary]], root: Path, record: dict | None = None) -> str:
-    """The page's first table: each model's route conclusion, the head, why, and the rows that decided it; beside it
-    the route read from the weights alone (``weight_route``), a disagreement shown as such."""
+    """The page's first table: each model's route conclusion, and beside it the route read from the weights."""
     routes = route_conclusions(summaries, root, record)
     rows = "".join(_route_row(m, c) for m, c in routes.items())
     return TEMPLATES["routes"].substitute(weights=_weights_script(), rows=rows) if routes else ""
 
 
 def organism_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
-    """The reports (a script declared ``report=True``: the organism report): each model's behaviour targets, and a
-    link to its report, which shows the post's story on it beside another model and the post's numbers."""
+    """The reports (scripts declared ``report=True``): each model's behaviour targets and a link to its report."""
     reports = [(p, s) for p, s in summaries if getattr(declared_script(s.script), "report", False)]
     if not reports:
         return ""
@@ -443,7 +423,6 @@ def organism_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
 
 
 def _robustness_row(s: Summary, t: dict, link: str) -> str:
-    """One grid claim's totals: held in k of n runs, settings held in every seed / in none, its rule."""
     untested = f" ({t['not_testable_runs']} not testable)" if t.get("not_testable_runs") else ""
     return (
         f"<tr><td>{_e(s.script)}{' <b>(quick)</b>' if s.quick else ''}</td><td>{_e(t['key'])}</td>"
@@ -453,8 +432,8 @@ def _robustness_row(s: Summary, t: dict, link: str) -> str:
 
 
 def robustness_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
-    """The toy scripts' ``--robustness`` totals: per claim, held in k of n runs over the grid of unstated
-    settings, and in how many settings it held for every seed / for none (empty when no script ran it)."""
+    """The ``--robustness`` totals: per grid claim, held in k of n runs, and in how many settings for every seed /
+    for none."""
     rows = [
         _robustness_row(s, t, _e(path.parent.relative_to(root) / "robustness.html"))
         for path, s in summaries
@@ -465,8 +444,8 @@ def robustness_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
 
 
 def write_index(root: Path, record: dict | None = None, summaries: list[tuple[Path, Summary]] | None = None) -> Path:
-    """Write ``root/index.html`` from ``summaries`` (default: every summary under ``root``) and the run record
-    (default: ``root/run_all.json``, when present), whole or not at all (a temporary file renamed over it)."""
+    """Write ``root/index.html``, whole or not at all, from ``summaries`` (default: every one under ``root``) and the
+    run record (default: ``root/run_all.json``)."""
     root.mkdir(parents=True, exist_ok=True)
     if record is None and (root / "run_all.json").exists():
         try:

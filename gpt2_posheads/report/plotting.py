@@ -34,13 +34,9 @@ def find_browser() -> str | None:
 
 @functools.cache
 def png_support() -> tuple[bool, str]:
-    """``(can write PNGs, why not)``, decided once per process and before any figure, with a bounded wait.
-
-    kaleido must import, a browser must exist (a ``$BROWSER_PATH`` that does not exist is a missing browser, not a
-    hang), and one tiny figure must export within :data:`PNG_CHECK_TIMEOUT` seconds in a child process (a browser
-    that cannot start would otherwise hang the run). ``$GPT2_POSHEADS_PNG`` carries the main job's answer to its
-    scripts: ``ok`` skips the test export, anything else is the reason there are no PNGs.
-    """
+    """``(can write PNGs, why not)``, decided once per process: kaleido must import, a browser must exist, and one
+    tiny figure must export within :data:`PNG_CHECK_TIMEOUT` seconds in a child process (a browser that cannot start
+    would otherwise hang the run). ``$GPT2_POSHEADS_PNG`` carries the main job's answer: ``ok``, or why not."""
     told = os.environ.get(PNG_ENV)
     if told:
         return (True, "") if told == "ok" else (False, told)
@@ -87,9 +83,8 @@ def _start_kaleido() -> bool:
 
 
 def shared_plotlyjs(out_dir: Path) -> str:
-    """The ``include_plotlyjs`` value for a figure in ``out_dir``: a relative link to one
-    ``plotly.min.js`` at the top of the ``results/`` tree (written once, CDN-free), so each HTML is a
-    few kB instead of 4.8 MB; outside ``results/`` the file sits beside the figure ("directory")."""
+    """``include_plotlyjs`` for a figure in ``out_dir``: a relative link to one ``plotly.min.js`` at the top of the
+    ``results/`` tree (so each HTML is a few kB, not 4.8 MB), or beside the figure outside it ("directory")."""
     out_dir = Path(out_dir).resolve()
     root = next((p for p in [out_dir, *out_dir.parents] if p.name == "results"), None)
     if root is None:
@@ -105,11 +100,8 @@ def shared_plotlyjs(out_dir: Path) -> str:
 def save_figure(
     fig: go.Figure, out_dir: str | Path, stem: str, png: bool = True, width: int = 1000, height: int | None = None
 ) -> list[Path]:
-    """Write ``stem.html`` (always) and ``stem.png`` (when ``png`` and :func:`png_support` says PNGs can be written).
-
-    A PNG failure is a warning, not an error: the HTML and the numbers are what matter, and a machine without
-    Chromium still runs every analysis.
-    """
+    """Write ``stem.html`` and, where ``png`` and :func:`png_support` allow, ``stem.png``; a PNG failure is a warning:
+    a machine without Chromium still runs every analysis."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     html = out / f"{stem}.html"
@@ -124,8 +116,7 @@ def save_figure(
 
 
 def write_png(fig: go.Figure, path: Path, width: int = 1000, height: int | None = None) -> Path | None:
-    """``fig`` as a PNG at ``path`` (written under a temporary name, then renamed: never half a file), or ``None``
-    with a warning when the export fails."""
+    """``fig`` as a PNG at ``path`` (never half a file), or ``None`` with a warning when the export fails."""
     _start_kaleido()
     tmp = path.with_name(f".{path.name}.partial")
     try:
@@ -144,7 +135,6 @@ def write_png(fig: go.Figure, path: Path, width: int = 1000, height: int | None 
 
 
 def _array(x, dtype=float) -> np.ndarray:
-    """A tensor (on any device) or array-like as a numpy array."""
     return np.asarray(x.detach().cpu() if hasattr(x, "detach") else x, dtype=dtype)
 
 
@@ -174,12 +164,8 @@ def heatmap_grid(
     colorbar_title: str = "",
     mark_offset: int | None = None,
 ) -> go.Figure:
-    """Side-by-side heat maps (attention sub-matrices etc.), one panel per dict entry.
-
-    ``x0`` labels the first key and query position of every sub-matrix;
-    ``tokens`` (the prompt's token strings) show on hover; ``zrange`` fixes the colour range (attention:
-    ``(0, 1)``); ``mark_offset`` draws the diagonal ``k = q - mark_offset`` (1: the previous token).
-    """
+    """Side-by-side heat maps, one panel per entry. ``x0``: the first position of every panel; ``tokens`` show on
+    hover; ``zrange`` fixes the colour range; ``mark_offset`` draws the diagonal ``k = q - mark_offset``."""
     names = list(mats)
     rows = (len(names) + cols - 1) // cols
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=names, horizontal_spacing=0.08, vertical_spacing=0.12)
@@ -234,8 +220,8 @@ def heatmap_grid(
 def attention_panels(
     panels: dict[str, np.ndarray], tokens, start: int, label: str, what: str, source: str
 ) -> go.Figure:
-    """Attention sub-matrices ``{panel title: [q, k]}`` two to a row, on the attention scale (0..1), the
-    previous-token diagonal dotted: the figure of every script that compares a head clean vs intervened."""
+    """Attention sub-matrices ``{panel title: [q, k]}`` two to a row on the scale 0..1, the previous-token diagonal
+    dotted: every script's figure of a head clean vs intervened."""
     return heatmap_grid(
         panels,
         cols=2,
@@ -301,8 +287,8 @@ def line_figure(series: dict[str, tuple], title: str = "", xlabel: str = "", yla
 
 
 def submatrix(m: torch.Tensor, start: int, size: int) -> tuple[torch.Tensor, int]:
-    """The ``size`` square of ``m`` ``[pos, pos]`` from ``start`` and its first position; a square that does not
-    fit the prompt is moved back (or shrunk) to fit, and said."""
+    """The ``size`` square of ``m`` ``[pos, pos]`` from ``start`` and its first position (moved back or shrunk to
+    fit, and said)."""
     n = m.shape[0]
     first = max(0, min(start, n - size))
     if first != start or size > n:
