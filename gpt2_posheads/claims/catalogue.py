@@ -189,10 +189,6 @@ def script(name: str) -> Script | None:
     return _SCRIPTS.get(name)
 
 
-def script_post() -> dict[str, Post]:
-    return {name: s.post for name, s in scripts().items()}
-
-
 def model_scripts() -> tuple[str, ...]:
     """The claim scripts that run on a transformer, in reading order."""
     return tuple(name for name, s in scripts().items() if s.post.needs_model)

@@ -110,8 +110,7 @@ def _record(records: Mapping[str, Mapping], key: str) -> Mapping | None:
 
 def _verdict(records, key) -> str:
     """The claim's verdict; a claim the records lack is not testable (:func:`_said` says why)."""
-    r = _record(records, key)
-    return str(r.get("verdict", NOT_TESTABLE)) if r else NOT_TESTABLE
+    return str((_record(records, key) or {}).get("verdict", NOT_TESTABLE))
 
 
 def _said(records, key) -> str:
@@ -123,8 +122,7 @@ def _said(records, key) -> str:
 
 
 def _measured(records, key):
-    r = _record(records, key)
-    return r.get("measured") if r else None
+    return (_record(records, key) or {}).get("measured")
 
 
 def kept_under_wpos_averaging(records: Mapping[str, Mapping], head: str) -> float | None:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from string import Template
 
-from ..claims.catalogue import claims, posts, script_post
+from ..claims.catalogue import claims, posts, scripts
 from ..claims.catalogue import script as declared_script
 from ..claims.record import Summary, SummaryError, read_summary, recorded_fingerprint
 from ..claims.toy import grid_records
@@ -75,9 +75,9 @@ class Columns:
     def __init__(self, summaries: list[tuple[Path, Summary]], record: dict | None = None):
         found = {}  # path -> (model name, recorded fingerprint)
         self.standins: set[str] = set()  # names of models that record being a compiled stand-in (not the real one)
-        post_of = script_post()
+        post_of = scripts()
         for path, s in summaries:
-            if s.script in post_of and not post_of[s.script].needs_model:
+            if s.script in post_of and not post_of[s.script].post.needs_model:
                 continue
             found[path] = (s.model or path.parent.name, recorded_fingerprint(path.parent))
             if s.get("compiled_standin"):
@@ -151,23 +151,28 @@ def _cell(c: Claim | None, s: Summary | None = None, prompts: bool = True) -> st
         if measured and measured != c.readout and c.verdict != NOT_TESTABLE
         else ""
     )
-    return (
-        f"<td>{_verdict_badge(c.verdict)}{head}"
-        + (f'<div class="m">{_e(c.readout)}</div>' if c.readout else "")
-        + f'<div class="why">{_e(c.why)}</div>'
-        + "".join(f'<div class="why">note: {_e(n)}</div>' for n in notes)
-        + f'{fold}<div class="when">measured {_e(when)}</div>'
-        + (f'<div class="when">prompts: {_e(source)}</div>' if source else "")
-        + "</td>"
+    return _fill(
+        "cell",
+        badge=_verdict_badge(c.verdict),
+        head=head,
+        readout=f'<div class="m">{_e(c.readout)}</div>' if c.readout else "",
+        why=_e(c.why),
+        notes="".join(f'<div class="why">note: {_e(n)}</div>' for n in notes),
+        fold=fold,
+        when=_e(when),
+        source=f'<div class="when">prompts: {_e(source)}</div>' if source else "",
     )
 
 
 def _job_row(j: dict) -> str:
     signal = f" ({j['signal']})" if j.get("signal") else ""
-    return (
-        f"<tr><td>{_e(j['script'])}</td><td>{_e(j.get('model') or TOY_COLUMN)}</td>"
-        f"<td class='s-{_e(j['status'].replace(' ', '-'))}'>{_e(j['status'] + signal)}</td>"
-        f"<td>{fmt(j['seconds']) + ' s' if 'seconds' in j else ''}</td></tr>"
+    return _fill(
+        "job",
+        script=_e(j["script"]),
+        model=_e(j.get("model") or TOY_COLUMN),
+        kind=_e(j["status"].replace(" ", "-")),
+        status=_e(j["status"] + signal),
+        time=fmt(j["seconds"]) + " s" if "seconds" in j else "",
     )
 
 
@@ -179,21 +184,17 @@ def run_header(record: dict | None) -> str:
         m.get("gpu")
         or f"{m.get('cpu', '?')} ({', '.join(m.get('cpu_extensions', [])) or 'no AVX2'}), {m.get('cores', '?')} cores"
     )
-    jobs = record.get("jobs", [])
-    banner = ""
-    if record.get("interrupted") or any(j["status"] != "ok" for j in jobs):
-        parts = [f"{n} {s}" for s in ("interrupted", "failed", "not run") if (n := sum(j["status"] == s for j in jobs))]
-        banner = (
-            f'<p class="warn">This run did not finish every script ({", ".join(parts)}). Rows of scripts that did '
-            f"not finish show the results last written to that folder, with the time they were measured, or none.</p>"
-        )
-    total = record.get("seconds")
-    return (
-        f"<p>Main job started {_e(str(record.get('started', '?')).replace('T', ' ')[:16])}"
-        f"{f', {total / 60:.1f} min in all' if total else ''}, on {_e(machine)}"
-        f"{' (toy scripts as --quick smoke tests)' if record.get('quick') else ''}.</p>{banner}"
-        f"<details><summary>run time of each script</summary><table class='jobs'><tr><th>script</th><th>model</th>"
-        f"<th>status</th><th>time</th></tr>{''.join(map(_job_row, jobs))}</table></details>"
+    jobs, total = record.get("jobs", []), record.get("seconds")
+    parts = [f"{n} {s}" for s in ("interrupted", "failed", "not run") if (n := sum(j["status"] == s for j in jobs))]
+    unfinished = record.get("interrupted") or any(j["status"] != "ok" for j in jobs)
+    return _fill(
+        "header",
+        started=_e(str(record.get("started", "?")).replace("T", " ")[:16]),
+        total=f", {total / 60:.1f} min in all" if total else "",
+        machine=_e(machine),
+        quick=" (toy scripts as --quick smoke tests)" if record.get("quick") else "",
+        banner=_fill("unfinished", parts=", ".join(parts)) if unfinished else "",
+        rows="".join(map(_job_row, jobs)),
     )
 
 
@@ -259,15 +260,17 @@ def _templates(text: str) -> dict[str, Template]:
 TEMPLATES = _templates(Path(__file__).with_name("index_page.html").read_text(encoding="utf-8"))
 
 
+def _fill(part: str, values: dict | None = None, **more) -> str:
+    """Part ``part`` of the page with ``values`` and ``more`` filled in (HTML already escaped)."""
+    return TEMPLATES[part].substitute(dict(values or {}, **more))
+
+
 def _claim_row(first: Claim, script: str, cells: dict, cols: list[str]) -> str:
     role, words = first.role, ROLE_WORDS.get(first.role)
     tag_html = f"<span class='tag {role}' title='{_e(words)}'>{role}</span>" if words else ""
-    return (
-        f"<tr><td><b>{_e(first.claim)}</b>{tag_html}<div class='rule'>{_e(first.rule)}</div>"
-        f"<div class='script'>{_e(script)}</div></td><td>{_e(present(first.post))}</td>"
-        + "".join(_cell(*cells[m][:2]) if m in cells else _cell(None) for m in cols)
-        + "</tr>"
-    )
+    row = "".join(_cell(*cells[m][:2]) if m in cells else _cell(None) for m in cols)
+    claim, rule, post = _e(first.claim), _e(first.rule), _e(present(first.post))
+    return _fill("claim", claim=claim, tag=tag_html, rule=rule, script=_e(script), post=post, cells=row)
 
 
 def _no_results_row(script: str, missing: list[str], cols: list[str], status: dict) -> str:
@@ -276,10 +279,7 @@ def _no_results_row(script: str, missing: list[str], cols: list[str], status: di
         f'<td class="none">no results: {_e(status.get((script, m), "not run"))}</td>' if m in missing else "<td></td>"
         for m in cols
     )
-    return (
-        f"<tr><td><b>{_e(script)}</b><div class='rule'>this run did not produce its claims</div></td><td></td>"
-        f"{cells}</tr>"
-    )
+    return _fill("no_results", script=_e(script), cells=cells)
 
 
 def _figures_row(script: str, found: list[tuple[str, Summary, Path]], columns: Columns, n_cols: int, root) -> str:
@@ -305,11 +305,8 @@ def _post_section(post, keys, cells: Cells, cols: list[str], columns: Columns, s
         body += [_claim_row(next(iter(cells[k].values()))[0], script, cells[k], cols) for k in mine]
         found = [(m, s, folder) for k in mine for m, (_, s, folder) in cells[k].items()]
         body.append(_figures_row(script, found, columns, len(cols), root))
-    head = "".join(f"<th>{_e(columns.label(m))}</th>" for m in cols)
-    return (
-        f"<h2>{_e(post.key)}: {_e(post.title)}</h2>"
-        f"<table><tr><th>claim and rule</th><th>the post</th>{head}</tr>{''.join(body)}</table>"
-    )
+    heads = "".join(f"<th>{_e(columns.label(m))}</th>" for m in cols)
+    return _fill("section", key=_e(post.key), title=_e(post.title), heads=heads, rows="".join(body))
 
 
 def _explorer_links(root: Path) -> str:
@@ -353,11 +350,11 @@ def route_conclusions(summaries: list[tuple[Path, Summary]], root: Path, record:
     from ..claims.route import route_conclusion_from_summaries
 
     columns = Columns(summaries, record)
-    routed = {c.post.key for c in claims().values() if c.role == ROUTE}  # the posts whose claims tell a route
+    routed = {c.post for c in claims().values() if c.role == ROUTE}  # the posts whose claims tell a route
     by_model: dict[str, list[Summary]] = {}
     for path, s in summaries:
         model = columns.keys[path]
-        if model != TOY_COLUMN and getattr(script_post().get(s.script), "key", None) in routed:
+        if model != TOY_COLUMN and getattr(scripts().get(s.script), "post", None) in routed:
             by_model.setdefault(model, []).append(s)
     return {columns.label(m): route_conclusion_from_summaries(ss) for m, ss in by_model.items()}
 
@@ -391,13 +388,10 @@ def _weights_cell(c) -> str:
 
 
 def _route_row(model: str, c) -> str:
-    return (
-        f"<tr><td><b>{_e(model)}</b></td><td><b>{_e(c.words)}</b>"
-        + (f' <span class="head">on {_e(c.head)}</span>' if c.head else "")
-        + f'<div class="why">{_e(c.why)}</div></td><td>'
-        + "".join(f"<div>{_verdict_badge(r.verdict)} {_e(r.key)}: {_e(r.evidence)}</div>" for r in c.rows)
-        + f"</td>{_weights_cell(c)}</tr>"
-    )
+    head = f' <span class="head">on {_e(c.head)}</span>' if c.head else ""
+    rows = "".join(f"<div>{_verdict_badge(r.verdict)} {_e(r.key)}: {_e(r.evidence)}</div>" for r in c.rows)
+    weights = _weights_cell(c)
+    return _fill("route", model=_e(model), words=_e(c.words), head=head, why=_e(c.why), rows=rows, weights=weights)
 
 
 def routes_html(summaries: list[tuple[Path, Summary]], root: Path, record: dict | None = None) -> str:
@@ -424,10 +418,16 @@ def organism_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
 
 def _robustness_row(s: Summary, t: dict, link: str) -> str:
     untested = f" ({t['not_testable_runs']} not testable)" if t.get("not_testable_runs") else ""
-    return (
-        f"<tr><td>{_e(s.script)}{' <b>(quick)</b>' if s.quick else ''}</td><td>{_e(t['key'])}</td>"
-        f"<td>{t['held_runs']} of {t['runs']}{untested}</td><td>{t['settings_all_seeds']} / {t['settings_no_seed']}"
-        f' of {t["settings"]}</td><td>{_e(t["rule"])}</td><td><a href="{link}">robustness</a></td></tr>'
+    quick = " <b>(quick)</b>" if s.quick else ""
+    return _fill(
+        "grid_claim",
+        t,
+        script=_e(s.script),
+        quick=quick,
+        key=_e(t["key"]),
+        rule=_e(t["rule"]),
+        untested=untested,
+        link=link,
     )
 
 
