@@ -23,7 +23,7 @@ from ..model.engine import Reduction, engine_for
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches
 from .diagonals import head_columns, traced_stats
-from .induction import induction_positions, repeated_random_tokens
+from .induction import induction_from_patterns, repeated_random_tokens
 
 Protocol = Literal["toolkit", "ood-composition"]
 TOOLKIT_PROTOCOL = (
@@ -65,9 +65,8 @@ def _mean_scores(state: dict) -> dict:
 def _repeat_layer(state: dict, layer: int, p: torch.Tensor) -> None:
     """Induction ``A[q, q - seg + 1]`` and duplicate-token ``A[q, q - seg]`` summed over the second copy."""
     _zeros(state, p.device)
-    q, k = (t.to(p.device) for t in induction_positions(state["seg_len"], state["bos"]))
-    state["induction"][layer] += p[:, :, q, k].double().sum((0, 2))
-    state["duplicate"][layer] += p[:, :, q, k - 1].double().sum((0, 2))
+    for name, back in (("induction", 0), ("duplicate", 1)):
+        state[name][layer] += induction_from_patterns(p, state["seg_len"], state["bos"], back)
 
 
 @measures_caller_model

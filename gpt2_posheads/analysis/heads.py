@@ -72,9 +72,6 @@ class HeadSpec:
                     f"this model has layers 0..{shape.n_layers - 1} and heads 0..{shape.n_heads - 1}",
                 )
 
-    def layers(self) -> list[int]:
-        return [int(HEAD_NAME.match(s).group(1)) for s in self.names]
-
 
 @dataclass(frozen=True)
 class HeadDefault:

@@ -58,11 +58,11 @@ def induction_positions(seg_len: int, bos: bool = True) -> tuple[torch.Tensor, t
     return q, q - seg_len + 1
 
 
-def induction_from_patterns(pattern: torch.Tensor, seg_len: int, bos: bool = True) -> torch.Tensor:
-    """Sum over batch and the second copy of ``A[q, q - seg_len + 1]`` per head: ``[batch, head, q, k]`` → ``[head]``
-    (divide by ``batch * seg_len`` for the score)."""
-    q, k = induction_positions(seg_len, bos)
-    return pattern[:, :, q, k].double().sum((0, 2))
+def induction_from_patterns(pattern: torch.Tensor, seg_len: int, bos: bool = True, back: int = 0) -> torch.Tensor:
+    """Sum over batch and the second copy of ``A[q, q - seg_len + 1 - back]`` per head: ``[batch, head, q, k]`` →
+    ``[head]`` (divide by ``batch * seg_len`` for the score; ``back=1``: the duplicate-token key)."""
+    q, k = (t.to(pattern.device) for t in induction_positions(seg_len, bos))
+    return pattern[:, :, q, k - back].double().sum((0, 2))
 
 
 def copy_losses(
