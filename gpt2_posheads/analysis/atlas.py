@@ -23,7 +23,7 @@ from ..model.engine import Reduction, engine_for
 from ..model.state import measures_caller_model
 from ..model.tokens import as_token_batches
 from .diagonals import head_columns, traced_stats
-from .induction import induction_positions, repeated_random_tokens
+from .induction import induction_from_patterns, repeated_random_tokens
 
 Protocol = Literal["toolkit", "ood-composition"]
 TOOLKIT_PROTOCOL = (
@@ -41,7 +41,7 @@ OOD_PROTOCOL = (
 
 def _reduce_patterns(model, make_tokens, state: dict, on_pattern, engine: str = "auto") -> dict:
     """:func:`_mean_scores` after ``on_pattern(state, layer, pattern)`` for every layer and batch (of 8) of
-    ``make_tokens()`` ``[n, pos]`` (through nnsight only those small tensors come back)."""
+    ``make_tokens()`` ``[n, pos]``."""
     eng = engine_for(model, engine)
 
     def batches() -> list[torch.Tensor]:  # only an engine that runs a model makes them
@@ -52,23 +52,21 @@ def _reduce_patterns(model, make_tokens, state: dict, on_pattern, engine: str = 
 
 
 def _zeros(state: dict, device) -> None:
-    """The sums of each score of ``state["scores"]``, ``[n_layers, n_heads]`` zeros, where not made yet."""
+    """``[n_layers, n_heads]`` zero sums of each score of ``state["scores"]``, where not made yet."""
     for name in state["scores"]:
         if name not in state:
             state[name] = torch.zeros(state["shape"], dtype=torch.float64, device=device)
 
 
 def _mean_scores(state: dict) -> dict:
-    """Each score of ``state["scores"]``: its sums over ``state["n"]``, ``[n_layers, n_heads]`` float32."""
     return {k: (state[k].cpu() / state["n"]).float() for k in state["scores"]}
 
 
 def _repeat_layer(state: dict, layer: int, p: torch.Tensor) -> None:
-    """Induction ``A[q, q - seg + 1]`` and duplicate-token ``A[q, q - seg]`` sums over the second copy."""
+    """Induction ``A[q, q - seg + 1]`` and duplicate-token ``A[q, q - seg]`` summed over the second copy."""
     _zeros(state, p.device)
-    q, k = (t.to(p.device) for t in induction_positions(state["seg_len"], state["bos"]))
-    state["induction"][layer] += p[:, :, q, k].double().sum((0, 2))
-    state["duplicate"][layer] += p[:, :, q, k - 1].double().sum((0, 2))
+    for name, back in (("induction", 0), ("duplicate", 1)):
+        state[name][layer] += induction_from_patterns(p, state["seg_len"], state["bos"], back)
 
 
 @measures_caller_model
@@ -87,8 +85,7 @@ _OOD_BOS_MODELS = ("llama-2-7b", "llama-2-70b", "meta-llama-3-8b", "gemma-7b", "
 
 
 def ood_composition_bos(model_name: str | None) -> bool:
-    """Whether the published script prepends BOS for ``model_name`` (a hub id or folder name), as it does for
-    Llama-2 7B/70B, Llama-3 8B, Gemma 7B and Mixtral, and for no other model."""
+    """Whether the published script prepends BOS for ``model_name`` (a hub id or folder name)."""
     name = (model_name or "").lower().rstrip("/").split("/")[-1]
     return any(m in name for m in _OOD_BOS_MODELS)
 
@@ -120,8 +117,7 @@ def ood_composition_scores(
     model, n_seqs: int = 50, seg_len: int = 25, seed: int = 2024, bos: bool | None = None, engine: str = "auto"
 ) -> dict[str, torch.Tensor]:
     """``{"previous_token", "induction"}`` ``[n_layers, n_heads]`` by the "ood-composition" protocol (module doc).
-    ``bos`` (default: :func:`ood_composition_bos` of the model's name, as the published script decides) puts the
-    tokenizer's BOS first; the diagonals are then read off the same formula (position 0, BOS, is dropped)."""
+    ``bos`` (default: :func:`ood_composition_bos` of the model's name) puts the tokenizer's BOS first."""
 
     def tokens() -> torch.Tensor:
         b = ood_composition_bos(getattr(model.cfg, "model_name", None)) if bos is None else bos
@@ -153,8 +149,7 @@ def head_table(
 ) -> pd.DataFrame:
     """One row per head: ``layer, head, name, top_offset, prev_ratio, prev_mass, is_prev_token, induction, duplicate``
     (toolkit protocol), plus ``ood_previous_token`` and ``ood_induction`` with ``protocol="ood-composition"`` (BOS
-    first as the published script does for ``model_name``). Every score is one reduction on the model's engine: through
-    nnsight the scores are reduced inside the traces and only ``[n_layers, n_heads]`` tensors come back."""
+    first as the published script does for ``model_name``). Every score is one reduction on the model's engine."""
     st = traced_stats(model, prompts, engine=engine)
     seg = min(seg_len, (model.cfg.n_ctx - 1) // 2)
     rep = repeat_scores(model, n_seqs, seg, seed, engine=engine)

@@ -5,10 +5,9 @@ offset ``d`` is the set of entries ``A[q, q - d]``: offset 0 is attention to the
 the previous token, and so on. Its *mass* is the mean of those entries over every query where the key
 exists (``q >= d``) and over all prompts — the quantity the GPT-2 post ranks heads by.
 
-Prompts are streamed in batches and each pattern is reduced to per-diagonal sums on the spot (no activation
-cache; the pass stops after the last layer's pattern), one reduction that every engine of
-:mod:`gpt2_posheads.model.engine` runs: the verified hook-free pass when it applies, TransformerLens hooks (always so
-with ``edits``), an nnsight trace (where only the means, or the statistics, come back), or stored diagonals.
+Prompts are streamed in batches and each pattern is reduced to per-diagonal sums on the spot (no activation cache;
+the pass stops after the last layer's pattern): one reduction that every engine of :mod:`gpt2_posheads.model.engine`
+runs (through nnsight only the means, or the statistics, come back), or stored diagonals.
 """
 
 from __future__ import annotations
@@ -26,8 +25,7 @@ from ..model.validation import NonFiniteError, NothingMeasuredError, check_int_r
 
 
 class _IndexCache(dict):
-    """The last few diagonal indices. It pickles empty: :func:`diagonal_sums` also runs inside nnsight traces,
-    shipped by value to where the model runs, and the cache is refilled there."""
+    """Pickles empty: :func:`diagonal_sums` is shipped by value into nnsight traces and refills it there."""
 
     def __reduce__(self):
         return (dict, ())
@@ -38,7 +36,7 @@ _INDEX_CACHE = _IndexCache()
 
 def _diagonal_index(n_pos: int, n_offsets: int, exclude_bos: bool, device: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Key index ``k = q - d`` ``[q, d]`` (clamped to 0) and the float mask of the entries that count (``k >= 0``,
-    ``k >= 1`` when ``exclude_bos``); the last 8 are kept."""
+    ``k >= 1`` when ``exclude_bos``)."""
     key = (n_pos, n_offsets, exclude_bos, device)
     hit = _INDEX_CACHE.get(key)
     if hit is None:
@@ -125,16 +123,12 @@ def diagonal_attention(
     """Mean attention on each diagonal for every head: ``[n_layers, n_heads, max_offset + 1]``.
 
     Entry ``[l, h, d]`` is the mean of ``A_{l,h}[q, q - d]`` over all queries ``q >= d`` of all prompts (pooled: long
-    prompts weigh by their number of entries); offsets with no entry at all are NaN. ``exclude_bos`` (default) leaves
-    key 0 out of every diagonal: GPT-2 heads park spare attention on the first token whatever it is, which would make
-    every such head's longest diagonals look large. ``max_offset`` defaults to the longest prompt length - 1 (the last
-    offsets rest on few entries). ``edits``: interventions applied during the pass. ``bf16``: matmuls in bfloat16
-    (LayerNorm, softmax and the residual stay float32; :func:`gpt2_posheads.model.precision.resolve_bf16`): ~3x faster
-    on CPUs with AMX, within ~1e-3 of float32 on diffuse heads but up to 0.5 off on sharp ones (large query-key logits,
-    as in the compiled models). ``engine``: :func:`gpt2_posheads.model.engine.engine_for`'s choice (the engines agree
-    to ~1e-6; a :class:`~gpt2_posheads.model.traced.TracedModel`'s patterns are reduced inside its nnsight trace).
-    ``model`` may be stored activations (``prompts`` ``None``, ``max_offset`` and ``exclude_bos`` as they are): the
-    stored diagonals.
+    prompts weigh by their number of entries); offsets with no entry are NaN. ``exclude_bos`` (default) leaves key 0
+    out: GPT-2 heads park spare attention on the first token, which would make every such head's longest diagonals
+    look large. ``max_offset`` defaults to the longest prompt length - 1. ``bf16``: matmuls in bfloat16
+    (:func:`gpt2_posheads.model.precision.resolve_bf16`): ~3x faster on CPUs with AMX, within ~1e-3 of float32 on
+    diffuse heads but up to 0.5 off on sharp ones. ``engine``: :func:`gpt2_posheads.model.engine.engine_for`'s choice
+    (the engines agree to ~1e-6). ``model`` may be stored activations (``prompts`` ``None``): the stored diagonals.
     """
     res = _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, False, engine, bf16, edits, progress)
     return res["diagonals"]
@@ -143,18 +137,15 @@ def diagonal_attention(
 def prev_token_stats(mass: torch.Tensor) -> dict[str, torch.Tensor]:
     """The previous-token statistics of per-diagonal masses ``[..., n_offsets]`` (NaN = no entries).
 
-    The one definition every part of the toolkit uses (ranking, preconditions, ``auto:N``, the cache, the
-    organism's targets and training probe, the sources). With ``m_d`` the mass of offset ``d``:
+    The one definition every part of the toolkit uses. With ``m_d`` the mass of offset ``d``:
 
     * ``top_offset = argmax_d m_d``; a head is a *previous-token head* when ``top_offset == 1``;
     * ``ratio = (second-greatest m_d) / (greatest m_d)``: the post's "what fraction of the attention mass
       of the greatest diagonal the second-greatest diagonal has" (L4H11: 0.01);
     * ``prev_mass = m_1``.
 
-    The window is every offset the masses hold: :func:`diagonal_attention` computes all of them by default
-    (the post averages "each diagonal"), with key 0 left out. A diagonal with no entries is never a number here: a mass
-    that was not measured (offset 1 of a two-token prompt, every offset of a one-token prompt) is NaN, and so is the
-    ratio then, and where the greatest mass is 0 (no attention off BOS).
+    The window is every offset the masses hold (the post averages "each diagonal"). A mass that was not measured
+    (offset 1 of a two-token prompt) is NaN, and so is the ratio then, and where the greatest mass is 0.
     """
     d = torch.nan_to_num(mass.double(), nan=-1.0)  # -1 sorts an empty diagonal last; it never leaves this function
     top2 = d.topk(2, dim=-1)
@@ -164,12 +155,8 @@ def prev_token_stats(mass: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:
-    """The previous-token ranking from per-diagonal masses ``[n_layers, n_heads, n_offsets]``: one row per head with
-    the columns of :func:`prev_token_stats`, ``is_prev_token`` (top offset is 1) and ``not_measured``: why the head's
-    NaN statistics are NaN (:data:`NO_DIAGONAL`, :data:`NO_PREVIOUS`, :data:`ONLY_BOS`; ``""`` when every
-    statistic is a number). Previous-token heads come first, by ratio ascending (the GPT-2 post's L4H11: 0.01); the
-    other heads follow by ``prev_mass`` descending, heads with nothing measured last.
-    """
+    """The previous-token ranking from per-diagonal masses ``[n_layers, n_heads, n_offsets]``
+    (:func:`rank_from_stats`)."""
     return rank_from_stats(prev_token_stats(diag))
 
 
@@ -180,8 +167,10 @@ def head_columns(n_layers: int, n_heads: int) -> dict[str, list]:
 
 
 def rank_from_stats(st: dict[str, torch.Tensor]) -> pd.DataFrame:
-    """The ranking of :func:`rank_from_diagonals` from the statistics of :func:`prev_token_stats` (``[n_layers,
-    n_heads]`` each), as a traced pass returns them."""
+    """One row per head from :func:`prev_token_stats` (``[n_layers, n_heads]`` each): its columns, ``is_prev_token``
+    (top offset is 1) and ``not_measured`` (why NaN statistics are NaN: :data:`NO_DIAGONAL`, :data:`NO_PREVIOUS`,
+    :data:`ONLY_BOS`; ``""`` otherwise). Previous-token heads first, by ratio ascending (the post's L4H11: 0.01), then
+    the others by ``prev_mass`` descending, heads with nothing measured last."""
     stats = {k: st[k].flatten().tolist() for k in ("top_offset", "top_mass", "second_mass", "ratio", "prev_mass")}
     df = pd.DataFrame({**head_columns(*st["ratio"].shape), **stats})
     df["is_prev_token"] = (df["top_offset"] == 1) & (df["top_mass"] > 0)
@@ -204,9 +193,8 @@ def prev_token_ranking(
     bf16: bool = False,
     engine: str = "auto",
 ) -> pd.DataFrame:
-    """Rank all heads by how previous-token-like they are (:func:`rank_from_diagonals`); ``df.is_prev_token.sum()``
-    heads have the previous diagonal greatest (69 of 144 for GPT-2 small in the post). ``model`` may be stored
-    activations (:class:`~gpt2_posheads.store.cache.PosheadsCache`): their diagonals, ``prompts`` ``None``."""
+    """Rank all heads by how previous-token-like they are (:func:`rank_from_stats`); ``df.is_prev_token.sum()`` heads
+    have the previous diagonal greatest (69 of 144 for GPT-2 small in the post). ``model`` may be stored activations."""
     return traced_ranking(model, prompts, max_offset, exclude_bos, batch_size, (), engine, bf16, progress)[0]
 
 
@@ -223,9 +211,8 @@ def _diagonal_step(state: dict, layer: int, pattern: torch.Tensor) -> None:
 
 
 def _ranking_of(mass: torch.Tensor, keep: int = PROFILE_OFFSETS) -> dict:
-    """Only what the ranking needs: :func:`prev_token_stats` of the float32 means (as :func:`diagonal_attention`
-    returns them, so a ranking is the same numbers whichever engine reduced it) ``[n_layers, n_heads]`` each, and
-    ``profile``, the first ``keep`` means ``[n_layers, n_heads, keep]`` (a copy: a view would carry every mean)."""
+    """:func:`prev_token_stats` of the float32 means (the same numbers whichever engine reduced them) and ``profile``,
+    the first ``keep`` means (a copy: a view would carry every mean)."""
     return {**prev_token_stats(mass), "profile": mass[..., :keep].clone()}
 
 
@@ -236,14 +223,13 @@ def _finish_diagonals(state: dict) -> dict:
 
 
 def _finish_ranking(state: dict) -> dict:
-    """:func:`_ranking_of` the means: all a trace brings back (about 0.5 MB for a Llama-70B shape)."""
+    """:func:`_ranking_of` the means: all a trace brings back."""
     out = _finish_diagonals(state)
     return {**_ranking_of(out.pop("diagonals"), state["keep"]), **out}
 
 
 def _stored(store, prompts, max_offset, exclude_bos, ranking: bool) -> dict:
-    """Stored diagonals (:class:`~gpt2_posheads.model.engine.StoredActivations`; its prompts, offsets and BOS handling
-    were fixed when the store was built), or with ``ranking`` their :func:`_ranking_of`."""
+    """Stored diagonals (prompts, offsets and BOS handling fixed when the store was built), or their ranking."""
     if prompts is not None or max_offset is not None or not exclude_bos:
         raise ValueError(
             "stored activations fix the prompts, offsets and BOS handling: call "
@@ -253,8 +239,8 @@ def _stored(store, prompts, max_offset, exclude_bos, ranking: bool) -> dict:
 
 
 def _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, ranking, engine, bf16, edits, progress) -> dict:
-    """One pass of ``engine`` over ``prompts`` reducing every layer's pattern to diagonal sums: the means, or with
-    ``ranking`` their statistics and profile; on stored activations the same read off the store."""
+    """One pass over ``prompts`` reducing every layer's pattern to diagonal sums: the means, or with ``ranking`` their
+    statistics and profile."""
     eng = engine_for(model, engine, bf16=bf16)
     state: dict = dict(exclude_bos=bool(exclude_bos), keep=PROFILE_OFFSETS)
 
@@ -298,8 +284,7 @@ def traced_stats(
     progress: bool = False,
 ) -> dict[str, torch.Tensor]:
     """:func:`prev_token_stats` of every diagonal's mean (``[n_layers, n_heads]`` each) and ``profile``, the first
-    :data:`PROFILE_OFFSETS` means ``[n_layers, n_heads, 16]``, on any engine (what :func:`prev_token_ranking` ranks).
-    Through nnsight that is all that comes back from the trace; the statistics are computed where the model runs."""
+    :data:`PROFILE_OFFSETS` means ``[n_layers, n_heads, 16]``, computed where the model runs."""
     return _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, True, engine, bf16, edits, progress)
 
 
@@ -322,12 +307,10 @@ def is_clear_prev(top_offset: int, ratio: float) -> bool:
 
 def choose_aggregator(ranking: pd.DataFrame) -> tuple[int, int]:
     """The aggregator (the post's L4H11 on another model): the sharpest previous-token head, whatever its layer; the
-    top-ranked head when the model has no previous-token head (claims about it then fail their "is a previous-token
-    head" precondition). Raises ``ValueError`` on an empty ranking, and
-    :class:`~gpt2_posheads.model.validation.NothingMeasuredError` (a ``ValueError``; scripts make every claim ``not
-    testable`` with its message) when no head has attention off BOS on the previous token: nothing was measured to
-    choose by (one- or two-token prompts, key 0 left out), or every head puts all of it on BOS. No head is then
-    returned: any would be an arbitrary one."""
+    top-ranked head when the model has none (claims about it then fail their "is a previous-token head"
+    precondition). :class:`~gpt2_posheads.model.validation.NothingMeasuredError` (a ``ValueError``: scripts make every
+    claim ``not testable`` with its message) when no head has attention off BOS on the previous token: any head
+    returned would be an arbitrary one."""
     _check_ranking(ranking)
     prev = ranking[ranking.is_prev_token]
     if not len(prev):
@@ -339,10 +322,8 @@ def choose_aggregator(ranking: pd.DataFrame) -> tuple[int, int]:
 
 
 def sharpest_prev_ratio(ranking: pd.DataFrame) -> float:
-    """The sharpest previous-token head's ratio (second-greatest diagonal over the greatest; the post's L4H11: 0.01),
-    or ``math.inf`` where no head is a previous-token head: every head was ranked and none tops at offset 1, a
-    measured fact infinitely far from sharp, so a rule judges it (never a NaN that reads as "nothing measured").
-    Whether anything was measured at all is :func:`choose_aggregator`'s question, asked first."""
+    """The sharpest previous-token head's ratio (the post's L4H11: 0.01), or ``math.inf`` where none tops at offset
+    1: a measured fact infinitely far from sharp, which a rule judges (a NaN would read as "nothing measured")."""
     _check_ranking(ranking)
     prev = ranking[ranking.is_prev_token]
     return float(prev.ratio.iloc[0]) if len(prev) else math.inf
@@ -382,9 +363,8 @@ def _nothing_to_choose(ranking: pd.DataFrame) -> str:
 
 
 def early_prev_heads(ranking: pd.DataFrame, layer: int) -> pd.DataFrame:
-    """The clear previous-token heads (ratio <= :data:`CLEAR_PREV_RATIO`) in layers below ``layer``: the post's early
-    heads below L4H11 (ratios 0.33-0.52), sharpest first. Near-ties are left out: a head whose previous diagonal is
-    barely the greatest would make any count of "early heads" mostly noise."""
+    """The clear previous-token heads (ratio <= :data:`CLEAR_PREV_RATIO`) in layers below ``layer``, sharpest first:
+    the post's early heads below L4H11 (ratios 0.33-0.52)."""
     prev = ranking[ranking.is_prev_token & (ranking.ratio <= CLEAR_PREV_RATIO)]
     return prev[prev.layer < layer]
 

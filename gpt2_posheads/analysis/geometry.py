@@ -28,13 +28,9 @@ def project(x: torch.Tensor, components: torch.Tensor, center: bool = True) -> t
 
 
 def principal_angles(a: torch.Tensor, b: torch.Tensor, k: int = 3, center: bool = True) -> torch.Tensor:
-    """Principal (canonical) angles in degrees between the top-``k`` right singular subspaces of ``a``
-    and ``b`` (both ``[n, d]``), ascending.
-
-    With ``Va``, ``Vb`` the ``[d, k]`` orthonormal bases, the cosines of the angles are the singular
-    values of ``Va^T Vb``. 0° means a shared direction, 90° an orthogonal one. The GPT-2 post reports
-    8°, 9°, 10° between ``W_pos`` and the layer-2 extended embeddings.
-    """
+    """Principal angles in degrees between the top-``k`` right singular subspaces of ``a`` and ``b`` (both ``[n,
+    d]``), ascending: with ``Va``, ``Vb`` the ``[d, k]`` orthonormal bases, the cosines are the singular values of
+    ``Va^T Vb`` (the post: 8°, 9°, 10° between ``W_pos`` and the layer-2 extended embeddings)."""
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"a and b need the same number of columns, got {a.shape[1]} and {b.shape[1]}")
     va, vb = (pca(m, k, center)[0].double().T for m in (a, b))
@@ -43,11 +39,8 @@ def principal_angles(a: torch.Tensor, b: torch.Tensor, k: int = 3, center: bool 
 
 
 def large_entry_fraction(x: torch.Tensor, k: float = 1.0) -> float:
-    """Fraction of entries with ``|x| > k * RMS(x)``: a scale-free count of "entries far from 0".
-
-    Scale-free so that matrices at different layers (different norms) compare. A Gaussian matrix
-    gives 0.317 at ``k = 1``; a sparser matrix — energy concentrated in fewer entries — gives less.
-    """
+    """Fraction of entries with ``|x| > k * RMS(x)``: scale-free, so that matrices at different layers compare. A
+    Gaussian matrix gives 0.317 at ``k = 1``; a sparser one (energy in fewer entries) gives less."""
     x = x.double()
     rms = x.pow(2).mean().sqrt()
     if rms == 0:
@@ -65,14 +58,10 @@ def token_dependence(per_token: torch.Tensor) -> float:
 
 
 def neighbour_cosines(w: torch.Tensor, bounds: tuple[int, ...] = (1, 16, 64, 256)) -> list[float]:
-    """Mean cosine of consecutive rows of mean-centred ``w`` ``[n_pos, d]``, over each position range
-    ``bounds[i]..bounds[i+1]`` (ranges beyond ``n_pos`` are cut; empty ones are NaN).
-
-    ``cos(w[p] - m, w[p+1] - m)``, ``m`` the mean row: near +1 for a smooth curve (GPT-2's ``W_pos``, centred
-    over its 1,024 rows: 0.991, 0.999, 0.999 over 1-16, 16-64, 64-255), negative where neighbours alternate in
-    sign (a layer-0 head can then tell the previous position apart along one direction: the toy route of the
-    sparse-attention post 000).
-    """
+    """Mean ``cos(w[p] - m, w[p+1] - m)`` (``m`` the mean row of ``w`` ``[n_pos, d]``) over each position range
+    ``bounds[i]..bounds[i+1]`` (cut at ``n_pos``; empty ones NaN): near +1 for a smooth curve (GPT-2's ``W_pos``:
+    0.991, 0.999, 0.999 over 1-16, 16-64, 64-255), negative where neighbours alternate in sign (a layer-0 head can
+    then tell the previous position apart along one direction: the toy route of post 000)."""
     c = w.float() - w.float().mean(0)
     cos = torch.nn.functional.cosine_similarity(c[:-1], c[1:], dim=-1)  # [n_pos - 1]: rows p and p + 1
     parts = [cos[lo : min(hi, len(cos))] for lo, hi in zip(bounds[:-1], bounds[1:])]

@@ -1,10 +1,9 @@
 """Which heads a claim measures: ``--heads`` or the script's stated default, resolved in one place.
 
-``--heads`` takes names (``L4H11,L2H2``) or ``auto:N`` (the model's N most previous-token-like heads by the ranking).
-Without it a script measures its :class:`HeadDefault`: the post's heads on GPT-2 small (where those names mean
-something), and on any other model the heads with the same *role* (:data:`ROLE_WORDS`), chosen by the rules of
-:mod:`gpt2_posheads.analysis.diagonals`. :func:`resolve_heads` returns the heads and a sentence saying how they were
-chosen, which every summary records next to its claims.
+``--heads`` takes names (``L4H11,L2H2``) or ``auto:N`` (the model's N most previous-token-like heads). Without it a
+script measures its :class:`HeadDefault`: the post's heads on GPT-2 small (where those names mean something), and on
+any other model the heads with the same *role* (:data:`ROLE_WORDS`). :func:`resolve_heads` returns the heads and a
+sentence saying how they were chosen, which every summary records next to its claims.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ ROLE_WORDS = {
 
 @dataclass(frozen=True)
 class HeadSpec:
-    """``--heads``: explicit names, or ``auto:N`` (the model's N most previous-token-like heads)."""
+    """``--heads``: explicit names, or ``auto:N``."""
 
     names: tuple[str, ...] = ()
     auto: int | None = None
@@ -73,9 +72,6 @@ class HeadSpec:
                     f"this model has layers 0..{shape.n_layers - 1} and heads 0..{shape.n_heads - 1}",
                 )
 
-    def layers(self) -> list[int]:
-        return [int(HEAD_NAME.match(s).group(1)) for s in self.names]
-
 
 @dataclass(frozen=True)
 class HeadDefault:
@@ -111,8 +107,7 @@ def require_above_layer0(spec: HeadSpec | None, param: str = "--heads") -> None:
 def resolve_heads(
     model, spec: HeadSpec | None, default: HeadDefault, ranking: pd.DataFrame
 ) -> tuple[list[tuple[int, int]], str]:
-    """``(heads, how they were chosen)``: ``--heads`` if given, else ``default``, from the model's previous-token
-    ``ranking`` on the script's prompts."""
+    """``(heads, how they were chosen)``: ``--heads`` if given, else ``default``, from the model's ``ranking``."""
     if spec is not None and spec.auto is not None:
         heads = [(int(r.layer), int(r.head)) for r in ranking.head(spec.auto).itertuples()]
         return heads, f"--heads auto:{spec.auto}: the model's {spec.auto} most previous-token-like heads"

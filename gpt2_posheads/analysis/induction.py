@@ -5,16 +5,14 @@ On prompts ``[BOS] r r`` (``r`` a sequence of ``seg_len`` random tokens; ``b = 1
 induction head attends from ``q`` to the token *after* that occurrence, ``k = q - seg_len + 1``. The
 *induction score* of a head is the mean of ``A[q, q - seg_len + 1]`` over the second copy.
 
-Copying shows in the loss. The first token of each copy is unpredictable (the first copy's from what comes
-before; the second copy's first token follows the end of the first copy, and nothing says the sequence
-repeats), so both losses leave it out:
+Copying shows in the loss. The first token of each copy is unpredictable (nothing says the sequence repeats), so
+both losses leave it out:
 
 * ``loss_first``: mean next-token loss on tokens ``2..seg_len`` of the first copy (about ``ln d_vocab``);
 * ``loss_second``: mean next-token loss on tokens ``2..seg_len`` of the second copy (near 0 with induction).
 
-The pure functions (:func:`induction_from_patterns`, :func:`copy_losses`) take tensors, so the training probe of
-:mod:`gpt2_posheads.organism` computes exactly these numbers on a Hugging Face model; :func:`induction_scores` runs them
-as one reduction of the model's engine.
+The pure functions take tensors, so the training probe of :mod:`gpt2_posheads.organism` computes exactly these numbers
+on a Hugging Face model.
 """
 
 from __future__ import annotations
@@ -60,18 +58,18 @@ def induction_positions(seg_len: int, bos: bool = True) -> tuple[torch.Tensor, t
     return q, q - seg_len + 1
 
 
-def induction_from_patterns(pattern: torch.Tensor, seg_len: int, bos: bool = True) -> torch.Tensor:
-    """Sum over batch and the second copy of ``A[q, q - seg_len + 1]`` per head: ``[batch, head, q, k]`` → ``[head]``
-    (divide by ``batch * seg_len`` for the score)."""
-    q, k = induction_positions(seg_len, bos)
-    return pattern[:, :, q, k].double().sum((0, 2))
+def induction_from_patterns(pattern: torch.Tensor, seg_len: int, bos: bool = True, back: int = 0) -> torch.Tensor:
+    """Sum over batch and the second copy of ``A[q, q - seg_len + 1 - back]`` per head: ``[batch, head, q, k]`` →
+    ``[head]`` (divide by ``batch * seg_len`` for the score; ``back=1``: the duplicate-token key)."""
+    q, k = (t.to(pattern.device) for t in induction_positions(seg_len, bos))
+    return pattern[:, :, q, k - back].double().sum((0, 2))
 
 
 def copy_losses(
     logits: torch.Tensor, tokens: torch.Tensor, seg_len: int, bos: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sequence mean losses ``(first copy, second copy)`` ``[batch]`` each, on tokens ``2..seg_len`` of each
-    copy (see the module doc). ``logits`` ``[batch, pos, vocab]``, ``tokens`` ``[batch, pos]``."""
+    """Per-sequence mean losses ``(first copy, second copy)`` ``[batch]`` each (module doc) of ``logits`` ``[batch,
+    pos, vocab]`` and ``tokens`` ``[batch, pos]``."""
     b = int(bos)
     nll = F.cross_entropy(
         logits[:, :-1].float().flatten(0, 1), tokens[:, 1:].flatten().to(logits.device), reduction="none"
@@ -105,7 +103,6 @@ def _copy_loss_step(state: dict, tokens: torch.Tensor, logits: torch.Tensor) -> 
 
 
 def _induction_finish(state: dict) -> dict:
-    """The sums ``[n_layers, n_heads]`` and every sequence's copy losses ``[n_seqs]`` each."""
     return {"sums": state["sums"], "first": torch.cat(state["first"]), "second": torch.cat(state["second"])}
 
 
@@ -119,8 +116,7 @@ def induction_scores(
     bos: bool = True,
     engine: str = "auto",
 ) -> InductionResult:
-    """Induction score of every head and the loss on each copy of ``[BOS] r r`` (see the module doc), from one pass
-    per batch that reduces every layer's pattern and the logits."""
+    """Induction score of every head and the loss on each copy of ``[BOS] r r`` (module doc), from one pass."""
     check_model(model)
     toks = repeated_random_tokens(model, n_seqs, seg_len, seed, bos=bos)
     L, H = model.cfg.n_layers, model.cfg.n_heads

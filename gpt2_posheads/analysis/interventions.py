@@ -1,9 +1,8 @@
 """Causal interventions of the GPT-2 post, as data.
 
 Each factory validates its arguments at once and returns an :class:`~gpt2_posheads.model.engine.Edit` (what it edits,
-where, how) that any analysis takes in its ``edits`` and every engine applies in its own way (TransformerLens hooks,
-an nnsight trace), or refuses in one place (:func:`~gpt2_posheads.model.engine.applied`). Layers and heads are
-checked against the model when it is applied. :func:`hooks_for` gives the TransformerLens hooks.
+where, how) that any analysis takes in its ``edits`` and every engine applies in its own way, or refuses in one place
+(:func:`~gpt2_posheads.model.engine.applied`). Layers and heads are checked against the model when it is applied.
 
 Maths, per intervention (``A`` a head's attention pattern ``[q, k]``, ``g`` a group size):
 
@@ -59,9 +58,9 @@ def hooks_for(model, *interventions: Edit) -> list[tuple]:
 
 
 def group_average_rows(x: torch.Tensor, group_size: int, offset: int = 0) -> torch.Tensor:
-    """``[pos, d]`` → same shape, rows replaced by the mean of their group of consecutive rows: ``[0, offset)``
-    (when ``offset > 0``), then ``[offset + k g, offset + (k+1) g)``, the last one partial where the rows run out (the
-    post's averaging: ``offset = 0``). Differentiable in ``x`` (the organism trains through it as augmentation)."""
+    """``[pos, d]`` → same shape, rows replaced by the mean of their group: ``[0, offset)`` (when ``offset > 0``), then
+    ``[offset + k g, offset + (k+1) g)``, the last one partial (the post's averaging: ``offset = 0``). Differentiable in
+    ``x`` (the organism trains through it as augmentation)."""
     check_int_range("group_size", group_size, 1, 1 << 30)
     n = x.shape[0]
     check_int_range("offset", offset, 0, max(n - 1, 0))
@@ -90,7 +89,6 @@ def _check_positions(model) -> None:
 @checked
 def average_pos_embed(group_size: int, w_pos: torch.Tensor | None = None) -> Edit:
     """Average the rows of ``W_pos`` (the model's, or ``w_pos``) in consecutive groups of ``group_size``."""
-    check_int_range("group_size", group_size, 1, 1 << 30)
     fn = (  # runs where the model runs, on its own W_pos
         partial(group_average_rows, group_size=group_size)
         if w_pos is None
@@ -114,10 +112,9 @@ def _ext_delta(model, layer: int, group_size: int, ext, bos, ext_kwargs: dict) -
 def average_ext_pos_embed(
     layer: int, group_size: int, ext: torch.Tensor | None = None, bos: bool | None = None, **ext_kwargs
 ) -> Edit:
-    """Replace the extended positional embedding at ``layer`` by its group average (see module doc). ``ext`` ``[pos,
+    """Replace the extended positional embedding at ``layer`` by its group average (module doc). ``ext`` ``[pos,
     d_model]`` defaults to :func:`extended_pos_embeddings` ``(model, layer, bos=bos, **ext_kwargs)``; ``bos`` (default:
-    the model has a BOS token) keeps row 0 out of the groups (prompts without BOS need ``bos=False``)."""
-    check_int_range("group_size", group_size, 1, 1 << 30)
+    the model has a BOS token) keeps row 0 out of the groups."""
     fn = partial(_ext_delta, layer=layer, group_size=group_size, ext=ext, bos=bos, ext_kwargs=ext_kwargs)
     name = f"average extended pos emb at layer {layer} in groups of {group_size}"
     return Edit(name, "resid_add", fn, (layer,), partial(check_layer, layer=layer))
@@ -136,7 +133,6 @@ def mask_previous_attention(
     every: int = MASK_EVERY, layers: Iterable[int] = range(4), renormalize: bool = False
 ) -> Edit:
     """``A[p, p-1] <- 0`` in all heads of ``layers`` (see module doc)."""
-    check_int_range("every", every, 1, 1 << 30)
     layers = list(layers)
     edit = partial(_mask_previous, every=every, renormalize=renormalize)
     name = f"mask attention to p-1 every {every} positions in layers {layers}"

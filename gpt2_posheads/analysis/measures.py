@@ -1,9 +1,7 @@
 """What an intervention changed: next-token distributions, KL over a corpus, attention patterns.
 
-Every pass goes through the model's engine (:func:`~gpt2_posheads.model.engine.engine_for`): logits from
-``run``, patterns from ``patterns`` with a reduction that keeps the heads asked for. A clean pattern compared with an
-intervened one comes from the engine that applies the intervention (``with_edits``), so that their difference is the
-intervention's alone.
+Every pass goes through the model's engine. A clean pattern compared with an intervened one comes from the engine that
+applies the intervention (``with_edits``), so that their difference is the intervention's alone.
 """
 
 from __future__ import annotations
@@ -30,9 +28,8 @@ def top_tokens(model, probs: torch.Tensor, k: int = 5) -> list[tuple[str, float]
 
 
 def kl_divergence(model, prompts, edits, batch_size: int = 4, progress: bool = False, engine: str = "auto") -> float:
-    """Mean ``KL(clean || intervened)`` (nats) of next-token distributions over every position of
-    every prompt. A KL is never negative; float rounding of two equal distributions can give -1e-10, which is
-    returned as 0."""
+    """Mean ``KL(clean || intervened)`` (nats) of next-token distributions over every position of every prompt; the
+    -1e-10 float rounding can give for two equal distributions is returned as 0."""
     eng = engine_for(model, engine, with_edits=True)
     total, count = 0.0, 0
     for toks in tqdm(list(as_token_batches(model, prompts, batch_size)), desc="KL", disable=not progress):
@@ -45,8 +42,7 @@ def kl_divergence(model, prompts, edits, batch_size: int = 4, progress: bool = F
 
 
 def _keep_heads(state: dict, layer: int, pattern: torch.Tensor) -> None:
-    """Inside a pass: the first prompt's pattern ``[q, k]`` of each head of ``state["heads"][layer]``, copied (the
-    engine may reuse the pattern's buffer)."""
+    """The first prompt's pattern ``[q, k]`` of each head of ``state["heads"][layer]``, copied (buffers are reused)."""
     for h in state["heads"].get(layer, ()):
         state[f"L{layer}H{h}"] = pattern[0, h].detach().float().clone()
 
@@ -69,9 +65,8 @@ def _head_patterns(eng, prompt, heads: list[tuple[int, int]], edits=()) -> dict[
 def head_patterns(
     model, prompt, heads: list[tuple[int, int]], edits=(), engine: str = "auto"
 ) -> dict[tuple[int, int], torch.Tensor]:
-    """Attention patterns ``{(layer, head): [pos, pos]}`` on one prompt, under ``edits`` (interventions). Under
-    ``"auto"`` from the engine that applies interventions (TransformerLens hooks), with or without them: a clean
-    pattern and an intervened one then differ by the intervention alone, to the bit."""
+    """Attention patterns ``{(layer, head): [pos, pos]}`` on one prompt under ``edits``, from the engine that applies
+    interventions, with or without them (module doc)."""
     return _head_patterns(engine_for(model, engine, with_edits=True), prompt, heads, edits)
 
 
@@ -104,11 +99,10 @@ def prev_token_score(pattern: torch.Tensor, skip_first: int = 1, rows: torch.Ten
 def compare_head_patterns(
     model, prompts, head: tuple[int, int], edits, rows: torch.Tensor | None = None, engine: str = "auto"
 ) -> dict:
-    """A head's attention clean vs under ``edits``, over every prompt: the mean previous-token score of each run
-    (``prev_score_clean``, ``prev_score_intervened``: every query), the mean pattern distances, the relative drop of
-    the previous-token score, and the first prompt's two patterns (``clean``, ``intervened``). With ``rows`` (query
-    positions, e.g. the ones an intervention touched) also ``prev_rows_clean``, ``prev_rows_intervened`` and
-    ``rows_relative_drop`` on those queries alone."""
+    """A head's attention clean vs under ``edits``, averaged over prompts: the previous-token scores
+    (``prev_score_clean``, ``prev_score_intervened``), the pattern distances, the relative drop of the score, and the
+    first prompt's two patterns (``clean``, ``intervened``). With ``rows`` (query positions, e.g. those an intervention
+    touched) also ``prev_rows_clean``, ``prev_rows_intervened`` and ``rows_relative_drop`` on those queries alone."""
     eng = engine_for(model, engine, with_edits=True)
     per, first = [], None  # per prompt: {measure: value}
     for prompt in prompts:

@@ -1,16 +1,14 @@
 """Extended positional embeddings: what the residual stream at a layer says about position.
 
-Feed prompts that repeat a single token: ``BOS t t ... t`` (as every prompt of this toolkit starts with BOS, and as
-TransformerLens's ``to_tokens`` builds them), or ``t t ... t`` on a model without a BOS token. At layer 0 the
-residual stream at a position ``p >= 1`` is ``W_E[t] + W_pos[p]``; subtracting the mean over the repeated token's
-positions removes the token (and the mean position), leaving ``W_pos[p] - mean W_pos``. At a later layer the same
+Feed prompts that repeat a single token: ``BOS t t ... t`` (as every prompt of this toolkit starts), or ``t t ... t``
+on a model without a BOS token. At layer 0 the residual stream at a position ``p >= 1`` is ``W_E[t] + W_pos[p]``;
+subtracting the mean over the repeated token's positions leaves ``W_pos[p] - mean W_pos``. At a later layer the same
 recipe isolates the positional part of the residual stream as the earlier blocks have rewritten it: the *extended
 positional embedding*. Averaging over several repeated tokens removes what little token dependence is left.
 
-BOS matters: a model may count positions from it (any head that attends uniformly and reads a BOS feature does), and
-the embeddings are added to prompts that start with it, so they are measured on prompts that start with it. Row 0 is
-then the BOS position, centred with the same mean; geometry is measured on the repeated token's rows
-(:func:`token_rows`), and group averaging leaves row 0 alone.
+BOS matters: a model may count positions from it, and the embeddings are added to prompts that start with it, so
+they are measured on prompts that start with it. Row 0 is then the BOS position, centred with the same mean; geometry
+is measured on the repeated token's rows (:func:`token_rows`), and group averaging leaves row 0 alone.
 """
 
 from __future__ import annotations
@@ -75,8 +73,7 @@ def default_bos(model) -> bool:
 
 
 def token_rows(x: torch.Tensor, bos: bool) -> torch.Tensor:
-    """The rows of the repeated token's positions (``1..`` after BOS, every row without it) of an extended positional
-    embedding ``[seq_len, d_model]``, or of ``W_pos`` to compare with it."""
+    """The repeated token's rows (``1..`` after BOS) of ``[seq_len, d_model]``."""
     return x[int(bos) :]
 
 
@@ -97,18 +94,12 @@ def extended_pos_embeddings(
     """The extended positional embedding matrix at ``layer``: ``[seq_len, d_model]``.
 
     For each token ``t`` (``tokens``, or ``n_prompts`` random ids from ``seed``) the prompt is ``BOS`` then ``t``
-    repeated to ``seq_len`` tokens (default ``n_ctx``; ``bos=False``, or a model without a BOS token: ``t`` repeated
-    ``seq_len`` times). ``E_t = R_t - mean R_t`` where ``R_t`` ``[seq_len, d_model]`` is the residual stream entering
-    block ``layer`` (``layer == n_layers``: the final residual, before ``ln_final``) and the mean runs over the
-    repeated token's positions. Returns ``mean_t E_t``, and with ``return_per_token`` also the stack ``[n_tokens,
-    seq_len, d_model]``. Row 0 is the BOS position when there is one. At ``layer=0`` the repeated token's rows equal
-    ``W_pos`` (those rows) minus their mean.
-
-    Only blocks ``< layer`` run, in batches, on the model's engine (the fast path and hooks agree to ~1e-6; through
-    nnsight only the mean comes back: no ``return_per_token``). ``model`` may be stored activations holding the layer
-    (:class:`~gpt2_posheads.model.engine.StoredActivations`): the stored matrix, re-centred over the first ``seq_len``
-    positions when given; anything the store did not fix when it was built (other tokens, another seed, another number
-    of prompts, another BOS choice) is an error.
+    repeated to ``seq_len`` tokens (default ``n_ctx``; without BOS with ``bos=False``). ``E_t = R_t - mean R_t`` where
+    ``R_t`` ``[seq_len, d_model]`` is the residual stream entering block ``layer`` (``n_layers``: before
+    ``ln_final``), the mean over the repeated token's positions. Returns ``mean_t E_t``, with ``return_per_token``
+    also the stack ``[n_tokens, seq_len, d_model]`` (not through nnsight). At ``layer=0`` the repeated token's rows
+    equal ``W_pos`` minus their mean. ``model`` may be stored activations holding the layer: the stored matrix,
+    re-centred over the first ``seq_len`` positions; anything the store did not fix when built is an error.
     """
     layer = as_index("layer", layer)  # a bool, a float or a string is not a layer (its range: the engine's model)
     res = extended_pos_embeddings_by_layer(
@@ -131,10 +122,8 @@ def extended_pos_embeddings_by_layer(
     engine: str = "auto",
     bos: bool | None = None,
 ):
-    """:func:`extended_pos_embeddings` at several layers from one pass: ``{layer: [seq_len, d_model]}``
-    (and ``{layer: [n_tokens, seq_len, d_model]}`` with ``return_per_token``). Defined for every model (the
-    residual on repeated-token prompts); on a model without ``W_pos`` layer 0 holds no position (zeros). Stored
-    activations answer with the layers they hold, as :func:`extended_pos_embeddings` says."""
+    """:func:`extended_pos_embeddings` at several layers from one pass: ``{layer: [seq_len, d_model]}`` (and ``{layer:
+    [n_tokens, seq_len, d_model]}`` with ``return_per_token``). On a model without ``W_pos`` layer 0 is zeros."""
     layers = sorted({as_index("layer", l) for l in layers})
     if not layers:
         raise ValueError("layers is empty: pass at least one layer")
@@ -178,8 +167,8 @@ def extended_pos_embeddings_by_layer(
 
 
 def _ext_step(state: dict, layer: int, resid: torch.Tensor) -> None:
-    """One batch's residuals ``[batch, pos, d_model]``, each prompt centred over the repeated token's positions,
-    summed into ``state[layer]`` ``[pos, d_model]`` (and kept per prompt with ``state["per_token"]``)."""
+    """One batch's residuals ``[batch, pos, d_model]``, each centred over the repeated token's positions, summed into
+    ``state[layer]`` ``[pos, d_model]`` (and kept per prompt with ``state["per_token"]``)."""
     r = resid.float()
     centred = r - r[:, state["bos"] :].mean(dim=1, keepdim=True)
     if layer not in state:
@@ -196,7 +185,6 @@ def _ext_finish(state: dict) -> dict:
 
 
 def _ext_from_store(layers, tokens, n_prompts, seq_len, seed, bos, return_per_token, store) -> dict:
-    """The extended embeddings a store holds, as :func:`extended_pos_embeddings` says."""
     meta = getattr(store, "meta", {}) or {}
     # (given, this function's default, what the store was built with): a value other than both is refused
     fixed = {
@@ -227,7 +215,6 @@ def _ext_from_store(layers, tokens, n_prompts, seq_len, seed, bos, return_per_to
 
 
 def centred_w_pos(w_pos: torch.Tensor, seq_len: int | None = None, bos: bool = False) -> torch.Tensor:
-    """``W_pos[:seq_len]`` minus the mean of the rows compared (``1..`` with ``bos``, as the extended embeddings are
-    centred): the layer-0 extended positional embedding."""
+    """``W_pos[:seq_len]`` minus the mean of its rows ``1..`` with ``bos``: the layer-0 extended embedding."""
     w = w_pos[:seq_len] if seq_len else w_pos
     return w - w[int(bos) :].mean(0)

@@ -4,10 +4,9 @@ Sources: the hub dataset ``stas/openwebtext-10k`` (what the GPT-2 post used), lo
 the WikiText-2 text shipped in ``data/wikitext-2``. ``"auto"`` takes the hub dataset when it can be read (cached, or
 the hub answers) and WikiText-2 otherwise, and says which it used and why.
 
-The hub dataset is read from the hub's own parquet conversion (revision ``refs/convert/parquet``, files
-``plain_text/train/*.parquet``), not through ``datasets.load_dataset``: the repository holds a loading script, which
-``datasets`` 4 and later refuse and 3.x runs only with ``trust_remote_code``. The parquet files are read the same way
-on every ``datasets`` the package allows, through ``huggingface_hub`` (its cache, its proxies, its token), so a
+The hub dataset is read from the hub's own parquet conversion (revision ``refs/convert/parquet``), not through
+``datasets.load_dataset``: the repository holds a loading script, which ``datasets`` 4 and later refuse and 3.x runs
+only with ``trust_remote_code``. The files are read through ``huggingface_hub`` (its cache, proxies, token), so a
 second run reads them from the cache without asking the network.
 """
 
@@ -36,8 +35,8 @@ WIKITEXT_OFFLINE = "wikitext-2 (offline stand-in for openwebtext-10k)"
 
 
 class HubDatasetError(RuntimeError):
-    """The hub dataset could not be read; the message is the reason, in words, naming what failed. ``offline``: there
-    is no connection to the hub at all (``HF_HUB_OFFLINE``, no network), as against a hub that stalls or fails."""
+    """The hub dataset could not be read (the message says why). ``offline``: no connection to the hub at all
+    (``HF_HUB_OFFLINE``, no network), as against a hub that stalls or fails."""
 
     def __init__(self, message: str, offline: bool = False):
         super().__init__(message)
@@ -45,16 +44,15 @@ class HubDatasetError(RuntimeError):
 
 
 def openwebtext_documents(dataset: str = OPENWEBTEXT) -> list[str]:
-    """Documents (the ``text`` column, blank ones dropped) of ``dataset``'s parquet conversion on the hub: a complete
-    cached copy without the network, else downloaded (into a temporary file renamed only when complete, bounded in
-    time: :mod:`gpt2_posheads.model.hub`); a cached file that does not read as parquet is downloaded again. Every
-    failure is a :class:`HubDatasetError` whose message says which."""
+    """Documents (the ``text`` column, blank ones dropped) of ``dataset``'s parquet conversion: a complete cached copy
+    without the network, else downloaded (:mod:`gpt2_posheads.model.hub`); a cached file that does not read as parquet
+    is downloaded again. Every failure is a :class:`HubDatasetError`."""
     return list(_openwebtext(dataset, hub_endpoint()))
 
 
 @functools.lru_cache(maxsize=4)
 def _openwebtext(dataset: str, endpoint: str) -> tuple[str, ...]:
-    """:func:`openwebtext_documents`, read once per process and endpoint (every script of a job asks for it)."""
+    """Read once per process and endpoint (every script of a job asks)."""
     try:
         cached = _parquet_snapshot(dataset, local_only=True)
     except HubDatasetError:
@@ -71,8 +69,7 @@ def _openwebtext(dataset: str, endpoint: str) -> tuple[str, ...]:
 
 
 def _parquet_snapshot(dataset: str, local_only: bool, again: bool = False) -> list[Path]:
-    """The parquet files of ``dataset``'s conversion: from the cache only (``local_only``) or from the hub (``again``:
-    anew, over a cached copy that does not read)."""
+    """The parquet files from the cache only (``local_only``) or from the hub (``again``: over a broken cached copy)."""
     from huggingface_hub import snapshot_download
 
     try:
@@ -98,7 +95,7 @@ def _parquet_snapshot(dataset: str, local_only: bool, again: bool = False) -> li
 
 
 def _parquet_texts(files: list[Path]) -> tuple[str, ...]:
-    """The non-blank ``text`` values of ``files`` in order; a file that does not read is a :class:`HubDatasetError`."""
+    """The non-blank ``text`` values of ``files`` in order."""
     import pyarrow.parquet as pq
 
     docs: list[str] = []
@@ -114,7 +111,7 @@ def _parquet_texts(files: list[Path]) -> tuple[str, ...]:
 
 
 def _hub_failure(dataset: str, e: BaseException) -> str:
-    """What went wrong reading ``dataset`` from the hub, in words (the status code where the hub answered)."""
+    """What went wrong reading ``dataset`` from the hub, in words."""
     from huggingface_hub import errors
 
     chain, status, text = error_chain(e), http_status(e), first_line(e)
@@ -164,8 +161,8 @@ def wikitext_documents(path: str | Path | None = None) -> list[str]:
 
 @functools.lru_cache(maxsize=8)
 def _wikitext_file(path: str, size: int, mtime_ns: int) -> tuple[str, ...]:
-    """The articles of one WikiText file, detokenised; remembered by path, size and modification time (parsing the
-    shipped splits takes a tenth of a second, and every prompt set of every model asks for them)."""
+    """The articles of one WikiText file, detokenised; remembered by path, size and modification time (every prompt
+    set of every model asks)."""
     f = Path(path)
     text = gzip.decompress(f.read_bytes()).decode("utf-8") if f.suffix == ".gz" else f.read_text(encoding="utf-8")
     articles: list[list[str]] = [[]]  # the lines of each article, the first one's before any heading
@@ -192,8 +189,8 @@ def _corpus_files(folder: Path, *patterns: str) -> list[Path]:
 
 
 def read_text(path: Path) -> str:
-    """A text file as UTF-8 (a byte-order mark dropped). Any other encoding is refused in one line naming the file:
-    guessing one would put wrong characters into the prompts without a word."""
+    """A text file as UTF-8 (a byte-order mark dropped); any other encoding is refused: guessing one would put wrong
+    characters into the prompts without a word."""
     data = path.read_bytes()
     try:
         return data.decode("utf-8-sig")
@@ -242,9 +239,8 @@ def file_documents(paths: Iterable[str | Path]) -> list[str]:
 
 
 def documents(source: str | Sequence[str] = "auto") -> tuple[list[str], str]:
-    """``(documents, description)`` for ``"auto"``, ``"openwebtext"``, ``"wikitext"``, or file paths. ``"auto"``:
-    openwebtext-10k when it can be read, else the shipped WikiText-2; a fallback for any reason but being offline is
-    said in one line, and the description (a summary's ``prompt_source``) says why."""
+    """``(documents, description)`` for ``"auto"``, ``"openwebtext"``, ``"wikitext"``, or file paths (module doc); a
+    fallback for any reason but being offline is said in one line, and the description says why."""
     if isinstance(source, (list, tuple)):
         return file_documents(source), f"files:{','.join(map(str, source))}"
     if source in ("auto", "openwebtext"):
@@ -285,11 +281,10 @@ def make_prompts(
     docs: list[str] | None = None,
     model=None,
 ) -> torch.Tensor:
-    """Token ids ``[n_prompts, seq_len]`` from documents long enough to fill ``seq_len``. Documents are shuffled with
-    ``seed`` and each contributes its first ``seq_len`` tokens (BOS first when ``prepend_bos``), so the same seed gives
-    the same prompts. When fewer documents are long enough than prompts are asked for, the long ones give further,
-    non-overlapping windows of their text. Raises, saying how many could be made, when even that is not enough. With
-    ``model`` ``seq_len`` is checked against the model's context."""
+    """Token ids ``[n_prompts, seq_len]``: documents shuffled with ``seed``, each long enough contributing its first
+    ``seq_len`` tokens (BOS first when ``prepend_bos``); when too few are long enough, the long ones give further,
+    non-overlapping windows. Raises, saying how many could be made, when even that is not enough. With ``model``
+    ``seq_len`` is checked against its context."""
     if seq_len < 2:
         raise UsageError("seq_len", f"{seq_len} is out of range", "allowed >= 2")
     if model is not None and seq_len > model.cfg.n_ctx:

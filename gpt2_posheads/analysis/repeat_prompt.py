@@ -87,21 +87,26 @@ def repeat_string_prompt(
     Segments are tokenized separately (boundaries are quotes/spaces, where GPT-2's pre-tokenizer splits anyway) so
     every word's token positions are known exactly. ``max_len`` (a model's ``n_ctx``): demonstrations are dropped
     from the end until the prompt fits."""
-    words = split_words(target)
+    words = _check_counts(split_words(target), target, n_given, n_demos)
+    for k in range(n_demos, 0, -1):
+        rp = RepeatPrompt(
+            **_assemble(
+                tokenizer, _post_head(random_demo_strings(k, seed)), POST_REQUEST, words, "", POST_REPLY, n_given
+            )
+        )
+        if max_len is None or len(rp.tokens) <= max_len:
+            return rp
+    raise ValueError(
+        f"the repeat-string prompt needs {len(rp.tokens)} tokens even with one demonstration; max_len={max_len}"
+    )
+
+
+def _check_counts(words: list, target, n_given: int, n_demos: int) -> list:
     if not 0 <= n_given <= len(words):
         raise ValueError(f"n_given={n_given} must lie in 0..{len(words)} for target {target!r}")
     if n_demos < 1:
         raise ValueError(f"n_demos={n_demos} must be >= 1")
-    while True:
-        head = _post_head(random_demo_strings(n_demos, seed))
-        rp = RepeatPrompt(**_assemble(tokenizer, head, POST_REQUEST, words, "", POST_REPLY, n_given))
-        if max_len is None or len(rp.tokens) <= max_len:
-            return rp
-        if n_demos == 1:
-            raise ValueError(
-                f"the repeat-string prompt needs {len(rp.tokens)} tokens even with one demonstration; max_len={max_len}"
-            )
-        n_demos -= 1
+    return words
 
 
 def _post_head(demos: list[str]) -> str:
@@ -133,10 +138,8 @@ _FALLBACK_WORDS = tuple(
 
 
 def single_token_target(tokenizer, preferred: str | list[str]) -> str | list[str]:
-    """``preferred`` (e.g. ``" ninja turtle pirate"``, or a list of such targets) with every word that is several
-    tokens replaced by a distinct single-token noun of :data:`_FALLBACK_WORDS` (in order of first appearance), the same
-    in every target (``" apple orange"`` and ``" orange apple"`` stay each other's swap): the copy claims need one
-    token per word."""
+    """``preferred`` (a target, or a list of them) with every word that is several tokens replaced by a distinct
+    single-token noun of :data:`_FALLBACK_WORDS`, the same in every target: the copy claims need one token per word."""
     targets = [preferred] if isinstance(preferred, str) else list(preferred)
     is_one = lambda w: len(_ids(tokenizer, w)) == 1  # noqa: E731
     words = list(dict.fromkeys(w for t in targets for w in split_words(t)))
@@ -156,8 +159,8 @@ def single_token_target(tokenizer, preferred: str | list[str]) -> str | list[str
 
 @dataclass(frozen=True)
 class NoRepeatPrompt:
-    """No faithful repeat-string prompt exists for this tokenizer and context: ``reason`` says why, with the numbers
-    (``n_ctx``, ``needs``: the tokens the shortest prompt takes; ``None`` where the vocabulary lacks). Falsy."""
+    """No faithful repeat-string prompt exists: ``reason`` says why, with ``n_ctx`` and ``needs`` (the tokens the
+    shortest prompt takes; ``None`` where the vocabulary lacks). Falsy."""
 
     reason: str
     n_ctx: int | None = None
@@ -187,8 +190,7 @@ def _one_token(tokenizer, word: str) -> bool:
 
 
 def tokenizer_fingerprint(tokenizer) -> str | None:
-    """What ``tokenizer`` does, as a digest of its class and a fast tokenizer's whole serialisation (vocabulary, merges,
-    normaliser, pre-tokeniser, decoder, added tokens); ``None`` for a tokenizer that cannot serialise itself."""
+    """A digest of ``tokenizer``'s class and a fast tokenizer's whole serialisation; ``None`` where it has none."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     try:
         text = backend.to_str() if backend is not None else None
@@ -207,7 +209,7 @@ _VOCABULARY_WORDS_KEPT = 16
 
 def _vocabulary_words(tokenizer, spaced: bool) -> list[str]:
     """The vocabulary's single-token words (letters only, with a leading space when ``spaced``), longest first, then
-    alphabetical; remembered per :func:`tokenizer_fingerprint`."""
+    alphabetical."""
     fingerprint = tokenizer_fingerprint(tokenizer)
     key = (fingerprint, spaced) if fingerprint is not None else None
     if key in _VOCABULARY_WORDS:
@@ -230,8 +232,7 @@ def _vocabulary_words(tokenizer, spaced: bool) -> list[str]:
 
 
 def _spare_words(tokenizer, bare: bool, distinct: list[str]) -> list[str]:
-    """Single-token replacements in the order :func:`target_words` offers them: the fallback nouns, the vocabulary's own
-    words, then (``bare``) single characters, the first letter of each preferred word first."""
+    """Single-token replacements in the order :func:`target_words` offers them."""
     vocabulary = _vocabulary_words(tokenizer, spaced=not bare)
     spare = [f.strip() if bare else f for f in _FALLBACK_WORDS] + vocabulary
     if bare:
@@ -241,16 +242,15 @@ def _spare_words(tokenizer, bare: bool, distinct: list[str]) -> list[str]:
 
 
 def target_words(tokenizer, preferred: str | Sequence[str] = " ninja turtle pirate") -> tuple[list, str, str]:
-    """A target (``preferred``: a string of space-separated words), or several (a list of such strings), as words that
-    are each one token of ``tokenizer``: ``(words, sep, how)``, ``words`` a list per target when several are given.
+    """A target (a string of words), or several (a list), as words that are each one token of ``tokenizer``:
+    ``(words, sep, how)``, ``words`` a list per target when several are given.
 
     In order: the preferred words with their leading space (GPT-2: ``" ninja"``), every word that is several tokens
-    replaced by another single-token noun (:data:`_FALLBACK_WORDS`) or by one of the vocabulary's own single-token
-    words; then, where the vocabulary has no such words (a character-level vocabulary), the words without their
-    space, and at last single characters (the first letter of each preferred word where it is free), with ``sep``
-    ``" "`` between them as its own token. A word gets the same replacement in every target (``" apple orange"`` and
-    ``" orange apple"`` stay each other's swap). ``how`` says what was replaced (``""`` when nothing was). Raises
-    ``ValueError`` with the numbers when the vocabulary does not hold as many distinct single-token words."""
+    replaced by a single-token noun (:data:`_FALLBACK_WORDS`) or by one of the vocabulary's own single-token words;
+    then, for a character-level vocabulary, the words without their space, and at last single characters (the first
+    letter of each preferred word where it is free), with ``sep`` ``" "`` between them as its own token. A word gets
+    the same replacement in every target (``" apple orange"`` and ``" orange apple"`` stay each other's swap). ``how``
+    says what was replaced (``""``: nothing). ``ValueError`` when the vocabulary has too few such words."""
     several = not isinstance(preferred, str)
     targets = [split_words(t) for t in (preferred if several else [preferred])]
     distinct = list(dict.fromkeys(w.strip() for t in targets for w in t if w.strip()))
@@ -289,8 +289,8 @@ def target_words(tokenizer, preferred: str | Sequence[str] = " ninja turtle pira
 
 
 def _short_demos(tokenizer, n: int, seed: int, avoid: str = "") -> list[str]:
-    """``n`` short demonstration strings of letters the vocabulary reads (3-6 characters each), none of ``avoid`` (the
-    target's characters: a demonstration must not teach what follows a target word)."""
+    """``n`` demonstration strings of 3-6 letters the vocabulary reads, none of ``avoid`` (the target's characters: a
+    demonstration must not teach what follows a target word)."""
     letters = [c for c in string.ascii_lowercase if c not in avoid and representable(tokenizer, c)]
     if not letters:
         return []
@@ -302,8 +302,7 @@ def _assemble(tokenizer, head: str, open_request: str, words, sep: str, middle: 
     """Token ids and word positions of ``head + open_request + words (sep between) + middle + given words``, each
     segment tokenized on its own."""
 
-    def tagged(ws: list[str], tag: str) -> list[tuple[str, str | None]]:
-        """Each word tagged, ``sep`` after every word but the target's last (the reply stops where the next begins)."""
+    def tagged(ws: list[str], tag: str) -> list[tuple[str, str | None]]:  # sep after every word but the target's last
         return [
             x for i, w in enumerate(ws) for x in [(w, f"{tag}{i}")] + [(sep, None)] * (bool(sep) and i < len(words) - 1)
         ]
@@ -330,7 +329,7 @@ def _assemble(tokenizer, head: str, open_request: str, words, sep: str, middle: 
 
 def _candidates(tokenizer, words, sep: str, n_given: int, n_demos: int, seed: int):
     """Every prompt to try, most faithful first: the post's wording (``n_demos`` down to one demonstration), then the
-    short template (quotes, or none where the vocabulary has no quote, ``n_demos`` down to none)."""
+    short template (quotes where the vocabulary has them, ``n_demos`` down to none)."""
     if sep == "" and words[0].startswith(" ") and representable(tokenizer, _post_head(FIRST_DEMOS[:1])):
         for k in range(n_demos, 0, -1):
             yield "post", k, _post_head(random_demo_strings(k, seed)), POST_REQUEST, POST_REPLY
@@ -354,14 +353,13 @@ def fit_repeat_prompt(
     seed: int = 0,
     sep: str | None = None,
 ) -> RepeatPrompt | NoRepeatPrompt:
-    """The repeat-string prompt for any tokenizer and context, or why there is none.
+    """The repeat-string prompt for any tokenizer and context (module doc), or a :class:`NoRepeatPrompt` saying why
+    there is none.
 
-    ``target``: a string of words (made one token each by :func:`target_words`), or the words :func:`target_words`
-    chose (with its ``sep``). The prompt is the post's with as many of ``n_demos`` demonstrations as ``max_len`` (a
-    model's ``n_ctx``) holds; else the short template (the target in quotes, the reply's first ``n_given`` words on
-    the next line) with as many short demonstrations as fit, down to none; else the bare target and reply.
-    ``adjusted`` lists, in words, what differs from the post's prompt. Where the vocabulary lacks single-token words,
-    or even the shortest prompt exceeds ``max_len``: a :class:`NoRepeatPrompt` with the reason and the numbers."""
+    ``target``: a string of words (made one token each by :func:`target_words`), or the words it chose (with its
+    ``sep``). The post's prompt with as many of ``n_demos`` demonstrations as ``max_len`` holds; else the short
+    template with as many short demonstrations as fit; else the bare target and reply. ``adjusted`` lists, in words,
+    what differs from the post's prompt."""
     if isinstance(target, str):
         try:
             words, sep, how = target_words(tokenizer, target)
@@ -370,11 +368,7 @@ def fit_repeat_prompt(
     else:  # words already chosen (several targets: target_words of them all, then one prompt each)
         words, how = list(target), ""
         sep = ("" if words[0].startswith(" ") else " ") if sep is None else sep
-    n_words = len(words)
-    if not 0 <= n_given <= n_words:
-        raise ValueError(f"n_given={n_given} must lie in 0..{n_words} for target {target!r}")
-    if n_demos < 1:
-        raise ValueError(f"n_demos={n_demos} must be >= 1")
+    n_words = len(_check_counts(words, target, n_given, n_demos))
     shortest, post_needs = None, None
     for template, k, head, open_request, middle in _candidates(tokenizer, words, sep, n_given, n_demos, seed):
         parts = _assemble(tokenizer, head, open_request, words, sep, middle, n_given)

@@ -1,11 +1,9 @@
 """Raw attention scores and the score profile that separates the two kinds of previous-token head.
 
 The GPT-2 post looks at raw scores ``S[q, k] = q_q · k_k / sqrt(d_head)`` *before* the causal mask (on a rotary
-model the queries and keys rotated as the model rotates them; with grouped-query attention each query head's shared
-key head): the engine's ``"q"``, ``"k"`` and ``"pattern"`` reads, made scores by
-:func:`~gpt2_posheads.model.attention.raw_scores_from_qk` with the scale of
-:func:`~gpt2_posheads.model.attention.scale_from_pattern` (a trace, the strict fast path and stored activations cannot
-read them: :class:`~gpt2_posheads.model.engine.EngineError`).
+model the queries and keys rotated; with grouped-query attention each query head's shared key head): the engine's
+``"q"``, ``"k"`` and ``"pattern"`` reads, with the scale of :func:`~gpt2_posheads.model.attention.scale_from_pattern`
+(a trace, the strict fast path and stored activations cannot read them).
 Early previous-token heads (L2H2, L3H3, ...) show a *dark main diagonal*: ``S[q, q]`` dips below the
 trend of its neighbours (negative self-attention), and with the future masked off the previous token
 is left as the most advanced key. L4H11 instead shows a *bright previous diagonal*: ``S[q, q-1]`` is
@@ -29,10 +27,9 @@ from ..model.validation import UsageError, check_head, check_int_range, check_mo
 
 @measures_caller_model
 def attention_scores(model, prompt, layer: int, head: int, edits=(), engine: str = "auto") -> dict[str, torch.Tensor]:
-    """One head on one prompt: ``raw`` (before the causal mask, the upper triangle included), ``masked`` (future =
-    -inf) and ``pattern`` (softmax), each ``[pos, pos]``, under ``edits``. ``raw = (q . k) * scale`` with the scale
-    checked (or read off) against the model's own pattern (``softmax(raw + mask)`` must reproduce it to 1e-4); a model
-    whose attention is not of that form (a position bias) is an error."""
+    """One head on one prompt: ``raw`` (before the causal mask), ``masked`` (future = -inf) and ``pattern``, each
+    ``[pos, pos]``, under ``edits``. ``raw = (q . k) * scale``, the scale read off the model's own pattern
+    (``softmax(raw + mask)`` must reproduce it to 1e-4; a position bias is an error)."""
     check_head(model, layer, head)
     toks = single_prompt(model, prompt)
     reads = {"q": [layer], "k": [layer], "pattern": [layer]}
@@ -53,8 +50,7 @@ def attention_scores(model, prompt, layer: int, head: int, edits=(), engine: str
 
 def _profile_step(state: dict, layer: int, acts: dict) -> None:
     """Fold one layer's queries and keys ``[batch, pos, head, d_head]`` into ``state["sums"][layer]`` ``[head,
-    2w+1]``: the centred scores of every kept query at offsets ``-w..w``. The layer's scale is read off its pattern
-    ``[batch, head, q, k]`` once, on the first batch."""
+    2w+1]``; the layer's scale read off its pattern on the first batch."""
     q, k, w, scales = acts["q"], acts["k"], state["window"], state["scales"]
     if layer not in scales:
         dot = raw_scores_from_qk(q, k, 1.0).cpu()
@@ -78,14 +74,13 @@ def score_profile(
     engine: str = "auto",
 ) -> torch.Tensor:
     """Mean centred raw score at key offset ``o = k - q`` for ``o`` in ``-window..+window``: ``[n_layers, n_heads, 2
-    * window + 1]`` (index ``window`` is the current token, ``window - 1`` the previous one, larger indices are future
-    keys, which raw scores still have).
+    * window + 1]`` (index ``window`` is the current token, ``window - 1`` the previous one; raw scores have the
+    future keys too).
 
     For every query ``q`` with all ``2*window+1`` keys inside the prompt (and ``q >= skip_first``, to leave out the
     BOS-dominated start) the scores in the window are centred on their mean, then averaged over queries and prompts.
-    Each layer's scale is read off its own pattern on the first batch, not the configuration's (the TransformerLens 4
-    bridge misstates GPT-Neo's), so the profile is in the logits the softmax sees. One pass per batch reads every
-    layer's queries, keys and pattern and reduces each layer as it comes.
+    Each layer's scale is read off its own pattern, not the configuration's (the TransformerLens 4 bridge misstates
+    GPT-Neo's), so the profile is in the logits the softmax sees.
     """
     check_model(model)
     check_int_range("window", window, 1, 64)
@@ -144,11 +139,8 @@ def label_profile(f: dict[str, float], threshold: float = LABEL_THRESHOLD) -> st
 def classify_prev_heads(profile: torch.Tensor, threshold: float = LABEL_THRESHOLD) -> pd.DataFrame:
     """Label every head from :func:`score_profile` ``[n_layers, n_heads, 2w+1]`` (``w >= 3``), in logits.
 
-    The post: an early previous-token head (L2H2) scores *more advanced keys higher* and has a *dark main diagonal*
-    (its own token pushed down), so with the future masked the previous key is left as the best; L4H11 instead has a
-    *bright previous diagonal*. Only the visible keys (``o <= 0``) decide: the future is masked before the softmax.
-    With ``s(o)`` the profile and the trend the least-squares line through the keys before the previous one
-    (``o = -w..-2``):
+    Only the visible keys (``o <= 0``) decide (module doc). With ``s(o)`` the profile and the trend the least-squares
+    line through the keys before the previous one (``o = -w..-2``):
 
     * ``spike = s(-1) - line(-1)``: how far the previous key stands above the trend of older keys;
     * ``dip = line(0) - s(0)``: how far the current key falls below it;
@@ -157,9 +149,8 @@ def classify_prev_heads(profile: torch.Tensor, threshold: float = LABEL_THRESHOL
     ``prev_boosting`` when ``lead > 0`` and ``spike >= threshold`` (a bright previous diagonal);
     ``self_suppressing`` when ``lead > 0``, ``spike < threshold``, the trend rises and ``dip >= threshold`` (the
     previous key wins because the current one, which the rising trend would favour, is pushed down); else
-    ``neither``. ``threshold``: ln 2 logits, a change of the attention odds by a factor 2 (a smaller feature does not
-    decide where the head attends). Limitation: within a window of 3 a bump centred on ``p-1`` (falling on both
-    sides) looks like a rising trend with a dip; a wider ``window`` shows its curvature.
+    ``neither``. ``threshold``: :data:`LABEL_THRESHOLD`. Limitation: within a window of 3 a bump centred on ``p-1``
+    (falling on both sides) looks like a rising trend with a dip; a wider ``window`` shows its curvature.
     """
     L, H, n = profile.shape
     rows = []

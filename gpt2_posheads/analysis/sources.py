@@ -13,12 +13,10 @@ Circuits"). In TransformerLens's row-vector convention an upstream head ``u`` wr
     K:  ||W_QK W_OV^u^T|| / (||W_OV^u|| ||W_QK||)     (... as its key)
     V:  ||W_OV^u W_OV||  / (||W_OV^u|| ||W_OV||)      (... as its value)
 
-each in ``[0, 1]``; 0 for circuits whose row and column spaces are orthogonal. A score means little
-alone: :func:`composition_baseline` gives the mean score of random Gaussian matrices of the same
-shapes (the same low ranks), so ``score / baseline`` reads as above or below chance. LayerNorm: the
-weights are the model's as loaded (``load_model`` folds each LayerNorm's scale into the reading
-weights and centres the writing weights); the per-token normalisation (division by the residual's
-norm) is a positive scalar per token and is left out, as in the paper.
+each in ``[0, 1]``; 0 for circuits whose row and column spaces are orthogonal. :func:`composition_baseline` gives
+the mean score of random Gaussian matrices of the same shapes (the same low ranks), so ``score / baseline`` reads as
+above or below chance. LayerNorm: the weights as loaded (scale folded into the reading weights); the per-token
+division by the residual's norm is a positive scalar and is left out, as in the paper.
 
 **Causal direct-path ablation.** One forward (the engine's ``activations`` reads) captures the residual stream
 entering layer ``L`` and every upstream head's output ``z^u W_O^u`` ``[batch, pos, d_model]``. The target's pattern is
@@ -70,7 +68,7 @@ def composition_score(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
 
 
 def _circuits(model, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``W_OV`` and ``W_QK`` of every head of ``layer``: ``[n_heads, d_model, d_model]`` each (float64)."""
+    """``W_OV`` and ``W_QK`` ``[n_heads, d_model, d_model]`` (float64)."""
     a = model.blocks[layer].attn
     W_V, W_O, W_Q, W_K = (t.detach().double().cpu() for t in (a.W_V, a.W_O, a.W_Q, a.W_K))
     return W_V @ W_O, W_Q @ W_K.transpose(-1, -2)
@@ -124,15 +122,14 @@ def composition_baseline(d_model: int, d_head: int, n_samples: int = 64, seed: i
 
 
 def _prev_stats(pattern: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sums over batch and queries of ``A[q, q - d]`` ``[batch, q, k]`` (key 0 left out) for every ``d``, and counts."""
+    """Sums over batch and queries of ``A[q, q - d]`` of ``[batch, q, k]`` (key 0 left out), and their counts."""
     n = pattern.shape[-1]
     return diagonal_sums(pattern[:, None], n, True)[0], pattern.shape[0] * diagonal_counts(n, n, True)
 
 
 class _Target:
-    """The target head's queries and keys recomputed from the weights: ``LN(x) W_Q + b_Q`` and ``LN(x) W_K + b_K``
-    (GPT-2's form: LayerNorm, learned positions, one key per query head). Cheap, and checked against the model's
-    own pattern on every batch."""
+    """The target head's ``LN(x) W_Q + b_Q`` and ``LN(x) W_K + b_K`` from the weights (GPT-2's form): cheap, and
+    checked against the model's own pattern on every batch."""
 
     def __init__(self, model, layer: int, head: int):
         a = model.blocks[layer].attn
@@ -146,7 +143,7 @@ class _Target:
         pass  # the recomputation needs only the residual
 
     def qk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``x`` ``[batch, pos, d_model]`` → the head's queries and keys ``[batch, pos, d_head]`` each."""
+        """``x`` ``[batch, pos, d_model]`` → queries and keys ``[batch, pos, d_head]``."""
         ln = F.layer_norm(x.float(), (self.d_model,), self.w, self.b, self.eps)
         return ln @ self.W_Q + self.b_Q, ln @ self.W_K + self.b_K
 
@@ -156,25 +153,22 @@ def _keep_cpu(state: dict, layer: int, acts: dict) -> None:
 
 
 def _read(engine, toks: torch.Tensor, reads: dict, edits=()) -> dict:
-    """One batch's ``reads`` ``{kind: layers}`` as float32 CPU tensors, ``{layer: {kind: tensor}}``."""
+    """One batch's ``reads`` ``{kind: layers}`` as ``{layer: {kind: float32 CPU tensor}}``."""
     return engine.activations([toks], reads, Reduction(_keep_cpu, dict, bulk="every token's activations"), edits)
 
 
 class _ModelTarget:
-    """The target head's queries and keys from the model itself: one pass of its engine with the residual entering
-    ``layer`` replaced by ``x`` (:func:`~gpt2_posheads.model.engine.residual_write`; the queries and keys as the
-    scores use them: rotated on a rotary model, a shared key head under grouped-query attention). Exact for any
-    attention whose scores are a scaled ``q . k`` plus a mask; the mask (causal, and any attention window) and the
-    scale are read off the model's own clean pattern: masked entries are exactly 0, and within a row
-    ``log A[q, k] - mean = scale * (q . k - mean)``."""
+    """The target head's queries and keys (as the scores use them: rotated, a shared key head) from one pass of the
+    model with the residual entering ``layer`` replaced by ``x``. Exact for any attention whose scores are a scaled
+    ``q . k`` plus a mask; mask and scale are read off the clean pattern (masked entries are exactly 0, and within a
+    row ``log A[q, k] - mean = scale * (q . k - mean)``)."""
 
     def __init__(self, model, layer: int, head: int, engine):
         self.model, self.layer, self.head, self.engine = model, layer, head, engine
         self.toks = None
 
     def start(self, toks: torch.Tensor, clean_pattern: torch.Tensor) -> None:
-        """The batch's tokens (layers below the target still run), and its mask and scale from ``clean_pattern``
-        ``[batch, q, k]`` (the model's own pattern of the clean pass)."""
+        """The batch's tokens, and its mask and scale from the model's own ``clean_pattern`` ``[batch, q, k]``."""
         self.toks = toks
         q, k = self.qk(None)
         self.scale, self.mask, _ = scale_from_pattern(
@@ -228,20 +222,17 @@ def path_ablation(
 ) -> pd.DataFrame:
     """Effect on ``(layer, head)``'s previous-token attention of removing each upstream head's output (and the
     fine-grained part of ``W_pos``) from only its query or only its key input, and of removing groups of heads, or
-    everything the layers below write, from both inputs at once.
+    everything the layers below write, from both (module doc).
 
     One row per (source, side): ``prev_mass`` (mean ``A[q, q-1]``, key 0 left out) and ``ratio``
-    (:func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`, every offset) under the ablation, the clean values, and
-    ``drop = clean prev_mass - ablated prev_mass`` (``relative_drop = drop / clean``). Rows ``source == "none"``
-    (nothing ablated: exactly the clean numbers) and ``source == "W_pos/<g>"`` (the positional route) are included.
-    ``groups`` ``{name: [(layer, head), ...]}`` (heads below ``layer``) add one row each, side ``"both"``: the group's
-    outputs replaced together, in the query and the key input. ``below`` adds the row ``source == "layers below"``,
-    side ``"both"``: the residual entering ``layer`` replaced by the embeddings plus the ablated value of everything
-    blocks ``0 .. layer-1`` added to it (their mean, for ``ablation="mean"``); and, on a model with learned ``W_pos``
-    and ``pos_group > 1``, the row ``source == below_relayed(pos_group)``: the embeddings plus what blocks ``0 ..
-    layer-1`` write when *they* run on ``W_pos`` averaged in groups of ``pos_group`` (does the head read computation,
-    or ``W_pos`` relayed by the layers below?). Sorted by ``drop``, largest first. ``ablation="mean"`` reads the
-    prompts twice. ``engine``: one that reads head outputs and residuals (TransformerLens hooks).
+    (:func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`) under the ablation, the clean values, and ``drop =
+    clean prev_mass - ablated prev_mass`` (``relative_drop = drop / clean``); rows ``"none"`` (the clean numbers) and
+    ``"W_pos/<g>"`` included. ``groups`` ``{name: [(layer, head), ...]}`` add one row each, side ``"both"``: the group's
+    outputs replaced together in both inputs. ``below`` adds the row ``"layers below"``: the residual entering
+    ``layer`` replaced by the embeddings plus the ablated value of everything blocks ``0 .. layer-1`` added; and, with
+    learned ``W_pos`` and ``pos_group > 1``, the row ``below_relayed(pos_group)``: the embeddings plus what those blocks
+    write when *they* run on ``W_pos`` averaged in groups (does the head read computation, or ``W_pos`` relayed?).
+    Sorted by ``drop``, largest first. ``ablation="mean"`` reads the prompts twice.
     """
     check_head(model, layer, head)
     if ablation not in ABLATIONS:
@@ -363,23 +354,6 @@ def path_ablation(
     return df
 
 
-def random_groups(
-    heads: Sequence[tuple[int, int]], size: int, n: int = 64, seed: int = 0
-) -> list[list[tuple[int, int]]]:
-    """Up to ``n`` distinct random groups of ``size`` heads from ``heads`` (all of them when there are fewer):
-    the chance level a group of particular heads is compared with."""
-    heads = sorted(heads)
-    if size < 1 or size > len(heads):
-        return []
-    total = math.comb(len(heads), size)
-    if total <= n:
-        return [list(c) for c in itertools.combinations(heads, size)]
-    rng, seen = random.Random(seed), set()
-    while len(seen) < n:
-        seen.add(tuple(sorted(rng.sample(heads, size))))
-    return [list(c) for c in sorted(seen)]
-
-
 EARLY_GROUP = "early previous-token heads"  # the group of the target's early heads in path_ablation's rows
 CHANCE_GROUP = "random group"  # the prefix of the groups of as many other heads from below (chance)
 
@@ -389,12 +363,23 @@ def early_and_chance_groups(
 ) -> dict[str, list[tuple[int, int]]]:
     """``path_ablation``'s ``groups`` for "does the head aggregate its early heads?": the early heads together
     (:data:`EARLY_GROUP`) and up to 64 random groups of as many heads from the layers below ``layer`` (the chance
-    level, the early group itself left out); empty when there is no early head."""
+    level: every such group where there are no more than 64; the early group itself left out); empty when there is
+    no early head."""
     if not early:
         return {}
-    others = [(a, b) for a in range(layer) for b in range(n_heads)]
-    chance = [g for g in random_groups(others, len(early), seed=seed) if sorted(g) != sorted(early)]
+    others, size, seen = [(a, b) for a in range(layer) for b in range(n_heads)], len(early), set()
+    if size <= len(others) and math.comb(len(others), size) <= 64:
+        seen = set(itertools.combinations(others, size))
+    elif size <= len(others):
+        rng = random.Random(seed)
+        while len(seen) < 64:
+            seen.add(tuple(sorted(rng.sample(others, size))))
+    chance = [list(g) for g in sorted(seen) if sorted(g) != sorted(early)]
     return {EARLY_GROUP: list(early), **{f"{CHANCE_GROUP} {j + 1}": g for j, g in enumerate(chance)}}
+
+
+def _is_head(df: pd.DataFrame) -> pd.Series:
+    return df.source.str.match(r"^L\d+H\d+$")
 
 
 def upstream_summary(df: pd.DataFrame, early: Sequence[tuple[int, int]]) -> dict:
@@ -406,7 +391,7 @@ def upstream_summary(df: pd.DataFrame, early: Sequence[tuple[int, int]]) -> dict
         return {"early_heads": []}
     rel = df.set_index(["source", "side"])["relative_drop"]
     chance = [float(v) for (src, side), v in rel.items() if side == "both" and str(src).startswith(CHANCE_GROUP)]
-    heads = df[df.side.isin(["query", "key"]) & df.source.str.match(r"^L\d+H\d+$")]
+    heads = df[df.side.isin(["query", "key"]) & _is_head(df)]
     top = heads.iloc[0] if len(heads) else None
     return {
         "early_heads": [head_name(a, b) for a, b in early],
@@ -421,7 +406,7 @@ def upstream_summary(df: pd.DataFrame, early: Sequence[tuple[int, int]]) -> dict
 
 def top_sources(df: pd.DataFrame, n: int = 5) -> list[str]:
     """The ``n`` upstream heads with the largest drop on either side (heads only, positional route excluded)."""
-    heads = df[df.source.str.match(r"^L\d+H\d+$")]
+    heads = df[_is_head(df)]
     best = heads.groupby("source")["drop"].max().sort_values(ascending=False)
     return best.head(n).index.tolist()
 
@@ -429,7 +414,7 @@ def top_sources(df: pd.DataFrame, n: int = 5) -> list[str]:
 def drop_grid(df: pd.DataFrame, n_layers: int, n_heads: int, side: str) -> torch.Tensor:
     """``[n_layers, n_heads]`` drops of one side (NaN for layers at or above the target)."""
     g = torch.full((n_layers, n_heads), float("nan"))
-    for r in df[(df.side == side) & df.source.str.match(r"^L\d+H\d+$")].itertuples():
+    for r in df[(df.side == side) & _is_head(df)].itertuples():
         l, h = (int(x) for x in r.source[1:].split("H"))
         g[l, h] = r.drop
     return g
@@ -445,7 +430,7 @@ def sources_summary(df: pd.DataFrame, prev_heads: Sequence[str], n: int = 5) -> 
         "top_sources": top,
         "sides": sides,
         "n_prev_token_among_top": sum(s in set(prev_heads) for s in top),
-        "top_drop": float(df[df.source.str.match(r"^L\d+H\d+$")]["drop"].max()),
+        "top_drop": float(df[_is_head(df)]["drop"].max()),
         "wpos_drop": float(pos["drop"].max()) if len(pos) else float("nan"),
         "clean_prev_mass": float(df.clean_prev_mass.iloc[0]),
     }

@@ -9,8 +9,8 @@
   model has one: ``ext_bos`` in the provenance; row 0 is then the BOS position);
 * ``repeat.{name}.tokens`` and ``repeat.{name}.probs`` (next-token distribution) for repeat-string prompts.
 
-:class:`PosheadsCache` reads it back; ``prev_token_ranking``, ``extended_pos_embeddings`` and
-``classify_prev_heads`` accept one in place of a model.
+:class:`PosheadsCache` reads it back; ``prev_token_ranking``, ``diagonal_attention`` and ``extended_pos_embeddings``
+accept one in place of a model.
 """
 
 from __future__ import annotations
@@ -57,8 +57,7 @@ class PosheadsCache:
         return cls(tensors, meta)
 
     def save(self, path: str | Path) -> Path:
-        """Write the file atomically (a temporary file renamed over ``path``): an interrupted save leaves the
-        previous cache intact."""
+        """Write atomically (a temporary file renamed over ``path``): an interrupted save leaves the old cache."""
         from safetensors.torch import save_file
 
         path = Path(path)
@@ -71,7 +70,7 @@ class PosheadsCache:
 
     @staticmethod
     def is_cache_file(path: str | Path) -> bool:
-        """True for a safetensors file with this toolkit's provenance (a file a cache may replace)."""
+        """A safetensors file with this toolkit's provenance (one a cache may replace)."""
         try:
             from safetensors import safe_open
 
@@ -80,7 +79,6 @@ class PosheadsCache:
         except Exception:  # noqa: BLE001 - any unreadable file is not a cache
             return False
 
-    # --- what the analyses read -------------------------------------------------------------
     @property
     def diagonals(self) -> torch.Tensor:
         return self.tensors["diagonals"]
@@ -123,12 +121,8 @@ def build_cache(
     heads_chosen: str = "",
     progress: bool = True,
 ) -> PosheadsCache:
-    """Run ``model`` once over everything the analyses need (see the module doc).
-
-    The diagonals hold every offset of the prompts (the one window rule of
-    :func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`); the aggregator is
-    :func:`~gpt2_posheads.analysis.diagonals.choose_aggregator` of their ranking, as in every script.
-    """
+    """Run ``model`` once over everything the analyses need (module doc); the diagonals hold every offset, and the
+    aggregator is :func:`~gpt2_posheads.analysis.diagonals.choose_aggregator` of their ranking, as in every script."""
     heads = [parse_head(h, model) for h in heads]
     t: dict[str, torch.Tensor] = {"prompts": prompts.clone()}
     t["diagonals"] = diagonal_attention(model, prompts, progress=progress)
