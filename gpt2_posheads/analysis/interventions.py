@@ -89,6 +89,7 @@ def _check_positions(model) -> None:
 @checked
 def average_pos_embed(group_size: int, w_pos: torch.Tensor | None = None) -> Edit:
     """Average the rows of ``W_pos`` (the model's, or ``w_pos``) in consecutive groups of ``group_size``."""
+    check_int_range("group_size", group_size, 1, 1 << 30)
     fn = (  # runs where the model runs, on its own W_pos
         partial(group_average_rows, group_size=group_size)
         if w_pos is None
@@ -115,6 +116,7 @@ def average_ext_pos_embed(
     """Replace the extended positional embedding at ``layer`` by its group average (module doc). ``ext`` ``[pos,
     d_model]`` defaults to :func:`extended_pos_embeddings` ``(model, layer, bos=bos, **ext_kwargs)``; ``bos`` (default:
     the model has a BOS token) keeps row 0 out of the groups."""
+    check_int_range("group_size", group_size, 1, 1 << 30)
     fn = partial(_ext_delta, layer=layer, group_size=group_size, ext=ext, bos=bos, ext_kwargs=ext_kwargs)
     name = f"average extended pos emb at layer {layer} in groups of {group_size}"
     return Edit(name, "resid_add", fn, (layer,), partial(check_layer, layer=layer))
@@ -133,6 +135,7 @@ def mask_previous_attention(
     every: int = MASK_EVERY, layers: Iterable[int] = range(4), renormalize: bool = False
 ) -> Edit:
     """``A[p, p-1] <- 0`` in all heads of ``layers`` (see module doc)."""
+    check_int_range("every", every, 1, 1 << 30)
     layers = list(layers)
     edit = partial(_mask_previous, every=every, renormalize=renormalize)
     name = f"mask attention to p-1 every {every} positions in layers {layers}"
