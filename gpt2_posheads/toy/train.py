@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .metrics import effective_rank
+from .analysis import effective_rank
 from .model import ToyShape, forward, init_params, per_model_loss
 
 # Bump when a change to the model, task or training code changes what a run computes: cached runs

@@ -28,8 +28,7 @@ from ...claims.catalogue import Option, declare
 from ...claims.toy import num, spread
 from ...claims.verdicts import Claim
 from ...toy import ToyConfig
-from ...toy.posts import ToyRun
-from ...toy.robustness import GridClaim
+from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 from .rules import ONLY_LAST, POST, SPECS, SPIKIER, U_SHAPE, U_SHAPE_2, middle_spread
 

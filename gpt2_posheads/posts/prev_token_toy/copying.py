@@ -30,11 +30,9 @@ from ...claims.catalogue import Option, declare
 from ...claims.toy import num, nums, rel_ppl_floor, spread
 from ...claims.verdicts import Claim, Precondition
 from ...toy import ToyConfig, relative_perplexity, separation_direction, wq_wk
-from ...toy.analysis import loss_spikes, order_swaps, perplexity_curve
+from ...toy.analysis import bilinear, loss_spikes, order_swaps, perplexity_curve
 from ...toy.figures import COLOURS, band, log_axis, points_with_sd
-from ...toy.metrics import bilinear
-from ...toy.posts import ToyRun
-from ...toy.robustness import GridClaim
+from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 from .rules import FAILS, LEARNED, LR, MONO, POST, SEPARATION, SIGN, SPECS, SPIKES
 

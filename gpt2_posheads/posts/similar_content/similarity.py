@@ -31,8 +31,7 @@ from ...claims.verdicts import Claim
 from ...toy import ToyConfig
 from ...toy.analysis import distance_rank_correlation, perplexity_curve
 from ...toy.figures import COLOURS, log_axis, perplexity_bands, perplexity_by_vocab, points_with_sd
-from ...toy.posts import ToyRun
-from ...toy.robustness import GridClaim
+from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 from .rules import (
     CLOSE,

@@ -32,8 +32,7 @@ from ...model.validation import UsageError
 from ...toy import ToyConfig
 from ...toy.analysis import pairing, perplexity_curve
 from ...toy.figures import COLOURS, band, perplexity_bands, perplexity_by_vocab
-from ...toy.posts import ToyRun
-from ...toy.robustness import GridClaim
+from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 from .rules import BACK, BRANCHING, GONE, PLATEAU, POST, RANK, SPECS, plateau_shown
 
