@@ -135,9 +135,8 @@ def robustness_table(
 def robustness_totals(table: pd.DataFrame) -> dict[str, dict]:
     """Per claim: runs held (and not testable) over the whole grid, and the settings where it held in every seed / in
     none."""
-    out = {}
-    for claim, g in table.groupby("claim", sort=False):
-        out[claim] = {
+    return {
+        claim: {
             "held_runs": int(g.held.sum()),
             "not_testable_runs": int(g.not_testable.sum()),
             "runs": int(g.n.sum()),
@@ -145,7 +144,8 @@ def robustness_totals(table: pd.DataFrame) -> dict[str, dict]:
             "settings_no_seed": int((g.held == 0).sum()),
             "settings": len(g),
         }
-    return out
+        for claim, g in table.groupby("claim", sort=False)
+    }
 
 
 def robustness_figure(table: pd.DataFrame, title: str) -> go.Figure:
@@ -273,26 +273,23 @@ class ToyRun:
         return list(range(self.seed, self.seed + max(self.seeds, 2 if self.quick else COMPARE_SEEDS)))
 
     def base(self, log_points: int = 100, **task) -> ToyConfig:
-        """The post's base :class:`ToyConfig`: its task settings (``task``) plus these training options, logging
-        ``log_points`` times per run."""
+        """The post's base :class:`ToyConfig`: ``task`` and these training options, logging ``log_points`` times."""
         training = {f: getattr(self, f) for f in ("steps", "lr", "init_std", "out_proj", "batch_size")}
         return ToyConfig(**training, log_every=max(self.steps // log_points, 1), **task)
 
     def train(self, configs: Iterable[ToyConfig]) -> dict[str, dict]:
-        """``{config id: result}`` of ``configs``, trained by :func:`~.train.train_sweep` in :attr:`workers` processes
-        (finished runs kept in and reused from :attr:`runs_dir`)."""
+        """``{config id: result}`` of ``configs`` (:func:`train_sweep` with :attr:`workers`, :attr:`runs_dir`)."""
         configs = list(configs)
         return dict(zip([c.id() for c in configs], train_sweep(configs, self.runs_dir, workers=self.workers)))
 
     def finish(self, result, figures: Mapping, base: ToyConfig, grid: Sequence[GridClaim], title: str, **numbers):
         """``result`` (the post's :class:`~gpt2_posheads.posts.result.ClaimResult`) with ``figures``
         (``{stem: (figure, PNG size)}``) and, in its numbers, ``steps``, ``init_std``, ``lr`` and the post's own
-        ``numbers``; with :attr:`robustness`, also the post's headline claims ``grid`` over the grid of
-        :data:`~.robustness.UNSTATED` around ``base``, each at :attr:`robustness_seeds` seeds from :attr:`seed`
-        (``quick``: 2, still every setting): the held counts (:func:`~.robustness.robustness_table`) as the table
-        ``robustness``, their heatmap (``title`` names the post) as the figure ``robustness`` and the part of
-        ``summary.json`` as ``numbers["robustness"]`` (the grid, the seeds, each claim's record with its totals
-        (:func:`~gpt2_posheads.claims.toy.grid_record`) and the table)."""
+        ``numbers``; with :attr:`robustness`, also the post's headline claims ``grid`` over :data:`UNSTATED` around
+        ``base`` at :attr:`robustness_seeds` seeds from :attr:`seed` (``quick``: 2, still every setting): the held
+        counts (:func:`robustness_table`) as the table ``robustness``, their heatmap (``title`` names the post) as the
+        figure ``robustness``, and ``numbers["robustness"]``: the grid, the seeds, each claim's record with its
+        totals (:func:`~gpt2_posheads.claims.toy.grid_record`) and the table."""
         for stem, (fig, size) in figures.items():
             result.figure(fig, stem, **size)
         result.numbers.update(steps=self.steps, init_std=self.init_std, lr=self.lr, **numbers)
@@ -314,15 +311,4 @@ class ToyRun:
         return result
 
 
-__all__ = [
-    "BATCH_SIZE",
-    "GridClaim",
-    "INIT_STD",
-    "LR",
-    "MAX_DEFAULT_WORKERS",
-    "ROBUSTNESS_SEEDS",
-    "ToyRun",
-    "UNSTATED",
-    "default_workers",
-    "robustness_table",
-]
+__all__ = ["BATCH_SIZE", "INIT_STD", "LR", "MAX_DEFAULT_WORKERS", "ROBUSTNESS_SEEDS", "ToyRun", "default_workers"]
