@@ -2,16 +2,13 @@
 
 Every claim function of every post (``posts.gpt2_prev_heads.mask_prev_attention(model, prompts)``,
 ``posts.sticky_plateau.sticky_plateau()``, ...) measures, judges and draws, and hands back a :class:`ClaimResult`:
-
-* ``result.claims``: the verdicts (:class:`~gpt2_posheads.claims.verdicts.Claim`: verdict, rule, reason, the number),
-  also as a table (:meth:`ClaimResult.verdicts`);
-* ``result.numbers``: what the measurement found, as ``summary.json`` records it beside the claims;
-* ``result.tables``: DataFrames (``ranking``, ``per_layer``, ...), written as ``<name>.csv``;
-* ``result.figures``: plotly figures by file stem (``result.show()`` draws them in a notebook);
-* ``result.notes``: what the measurement says about the model it was given, as sentences (a model left in training
-  mode, measured in eval mode; the hooks it carries, measured with; half-precision weights:
-  :mod:`gpt2_posheads.model.state`), written into ``summary.json`` as ``notes`` and shown on the page beside each
-  verdict.
+``.claims`` the verdicts (:class:`~gpt2_posheads.claims.verdicts.Claim`: verdict, rule, reason, the number; as a
+table: :meth:`ClaimResult.verdicts`); ``.numbers`` what the measurement found, as ``summary.json`` records it beside
+the claims; ``.tables`` DataFrames (``ranking``, ``per_layer``, ...), written as ``<name>.csv``; ``.figures`` plotly
+figures by file stem (``result.show()`` draws them in a notebook); ``.notes`` what the measurement says about the
+model it was given, as sentences (a model left in training mode, measured in eval mode; the hooks it carries,
+measured with; half-precision weights: :mod:`gpt2_posheads.model.state`), written into ``summary.json`` as ``notes``
+and shown on the page beside each verdict.
 
 The command-line scripts write the same object into a results folder (:meth:`ClaimResult.write`), so a verdict in a
 notebook and on the results page come from one computation. In Jupyter the object shows itself as its verdict table

@@ -1,6 +1,6 @@
-"""Toy sparse-attention models: tasks, a batched attention-only transformer, sweeps, metrics."""
+"""Toy sparse-attention models: tasks, a batched attention-only transformer, sweeps, what is measured on them."""
 
-from .metrics import effective_rank, relative_perplexity, separation_direction, wq_wk
+from .analysis import effective_rank, relative_perplexity, separation_direction, wq_wk
 from .model import ToyShape, attention_scores, forward, init_params
 from .train import ToyConfig, make_batch, targets, train_group, train_sweep
 

@@ -52,6 +52,13 @@ def log_axis(fig: go.Figure, axis: str, values, **where) -> None:
     update(type="log", **log_ticks(values), **where)
 
 
+def axis_titles(fig: go.Figure, *titles: tuple[str, str], col: int = 1) -> None:
+    """Title the x and y axes of the subplots of row 1 from column ``col`` on, one ``(x, y)`` pair each."""
+    for c, (x, y) in enumerate(titles, start=col):
+        fig.update_xaxes(title_text=x, row=1, col=c)
+        fig.update_yaxes(title_text=y, row=1, col=c)
+
+
 def band(fig: go.Figure, x, runs, name: str, colour: str) -> None:
     """A line at the mean of ``runs`` ``[seed, x]`` and a shaded band from the lowest to the highest seed (a band
     that stays inside the values, so it is drawn on log axes and never leaves a bounded measure's range)."""

@@ -1,34 +1,193 @@
 """What the four toy posts' claim functions share (:mod:`gpt2_posheads.posts.sticky_plateau`, ``similar_content``,
-``prev_token_toy``, ``lost_in_middle``).
+``prev_token_toy``, ``lost_in_middle``): their training options and the ``--robustness`` grid.
 
 Each post trains its own toy models, so each claim function takes the same training options (steps, learning rate,
 initialisation scale, batch size, the attention output matrix, seeds, worker processes, the folder of resumable
 runs) besides its own: they are one :class:`ToyRun`, documented once, checked once (:meth:`ToyRun.of`), turned into
 the post's base :class:`~gpt2_posheads.toy.train.ToyConfig` (:meth:`ToyRun.base`) and used to finish the post's
-result, its headline claims over the ``--robustness`` grid of :mod:`.robustness` included (:meth:`ToyRun.finish`).
-Each post's claims, on its default run and on the grid, live in the post's folder.
+result, its headline claims over the ``--robustness`` grid included (:meth:`ToyRun.finish`).
+
+Which toy claims survive the settings the posts do not state? The posts give the task, V, C and n_embd, but not the
+learning rate, batch size, initialisation scale, or whether attention has an output projection.
+:func:`robustness_table` re-runs each claim's test at every point of a grid of those settings (:data:`UNSTATED`) and
+over several seeds, and counts "held in k of n runs" per setting and claim:
+
+    setting s = (lr x f, batch b, init std sigma, W_O on/off),   k(claim, s) = #{seeds : held(claim, s, seed)}
+
+A claim is a :class:`GridClaim`: the post's declared claim at the grid's settings (the same declaration the default
+run judges, :meth:`~gpt2_posheads.claims.verdicts.ClaimSpec.at`), the named runs its test needs (built from one
+setting's base config and seed) and what its rule reads off their results. Each run is judged into the same
+:class:`~gpt2_posheads.claims.verdicts.Claim` record as every claim (a run whose numbers cannot decide the claim is
+``not testable``, not held). Every run of the grid goes through :func:`train_sweep`, so runs that share a shape train
+as one batched computation and finished runs are reused. Each post's claims, on its default run and on the grid, live
+in the post's folder.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
 import torch
 
 from ..claims.toy import COMPARE_SEEDS, grid_record
+from ..claims.verdicts import HELD, NOT_TESTABLE, Claim, ClaimSpec, Precondition
 from ..model.validation import UsageError, positive
-from .robustness import (
-    UNSTATED,
-    GridClaim,
-    robustness_figure,
-    robustness_records,
-    robustness_table,
-    robustness_totals,
-    settings,
-)
 from .train import ToyConfig, train_sweep
+
+# The posts' unstated settings and the values tried: learning rate as a factor of the script's default,
+# batch size, std of the N(0, s^2) initialisation, attention output projection W_O.
+UNSTATED: dict[str, tuple] = {
+    "lr_factor": (0.3, 1.0, 3.0),
+    "batch_size": (128, 256),
+    "init_std": (0.02, 1.0),
+    "out_proj": (False, True),
+}
+
+
+@dataclass(frozen=True)
+class GridClaim:
+    """One declared claim, runnable at any setting: ``spec`` (the post's declaration at the grid's settings),
+    ``configs(base)`` the runs its test needs, by name, built from ``base`` (a setting's config with its seed), and
+    ``value(results)`` what its rule reads off those runs' results (same names), ``preconditions(results)`` what
+    must hold for the claim to be testable there (as on the default run)."""
+
+    spec: ClaimSpec
+    configs: Callable[[ToyConfig], Mapping[str, ToyConfig]]
+    value: Callable[[Mapping[str, dict]], Any]
+    preconditions: Callable[[Mapping[str, dict]], Sequence[Precondition]] = lambda results: ()
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    def judge(self, results: Mapping[str, dict]) -> Claim:
+        """The claim on one setting's runs: the record every claim is."""
+        value = self.value(results)
+        return self.spec.judge(value, value, self.preconditions(results))
+
+
+def settings(grid: Mapping[str, Sequence] = UNSTATED) -> list[dict]:
+    """Every point of ``grid`` (the Cartesian product of its values), as dicts."""
+    names = list(grid)
+    return [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
+
+
+def at_setting(base: ToyConfig, setting: Mapping, seed: int) -> ToyConfig:
+    """``base`` with a setting of :data:`UNSTATED` applied (``lr_factor`` scales ``base.lr``) and ``seed``;
+    no snapshots (grid tests read final parameters and logged losses only)."""
+    changes = {k: v for k, v in setting.items() if k != "lr_factor"}
+    return replace(base, lr=base.lr * setting.get("lr_factor", 1.0), seed=seed, snapshot_every=0, **changes)
+
+
+LABELS = {"lr_factor": "lr x{:g}", "batch_size": "batch {}", "init_std": "init {:g}"}  # out_proj: W_O / no W_O
+
+
+def setting_label(setting: Mapping) -> str:
+    """``lr x0.3, batch 128, init 0.02, no W_O``."""
+    return ", ".join(
+        ("W_O" if v else "no W_O") if k == "out_proj" else LABELS.get(k, k + " {}").format(v)
+        for k, v in setting.items()
+    )
+
+
+def robustness_table(
+    claims: Sequence[GridClaim],
+    base: ToyConfig,
+    seeds: Sequence[int],
+    runs_dir: str | Path | None = None,
+    grid: Mapping[str, Sequence] = UNSTATED,
+    progress: bool = True,
+    workers: int = 1,
+) -> pd.DataFrame:
+    """Held count of every claim at every setting of ``grid``, over ``seeds``.
+
+    Returns one row per (setting, claim): the setting's values, ``setting`` (a label), ``claim``, ``held``
+    (k), ``not_testable`` (seeds whose numbers could not decide it), ``n`` (number of seeds) and ``fraction`` = k / n.
+    The posts' setting is the row with ``lr_factor`` 1, ``out_proj`` False (the scripts' defaults). ``workers``: as
+    in :func:`train_sweep`.
+    """
+    points = settings(grid)
+    needs = [
+        (i, c, dict(c.configs(at_setting(base, p, s)))) for i, p in enumerate(points) for s in seeds for c in claims
+    ]
+    flat = list({cfg.id(): cfg for _, _, named in needs for cfg in named.values()}.values())
+    results = dict(zip([c.id() for c in flat], train_sweep(flat, runs_dir, progress=progress, workers=workers)))
+    counts: dict[tuple[int, str], list[int]] = {}
+    for i, c, named in needs:
+        verdict = c.judge({name: results[cfg.id()] for name, cfg in named.items()}).verdict
+        k = counts.setdefault((i, c.key), [0, 0])
+        k[0] += verdict == HELD
+        k[1] += verdict == NOT_TESTABLE
+    rows = [{**p, "setting": setting_label(p), "claim": c.key} for p in points for c in claims]
+    held, untestable = zip(*(counts[(i, c.key)] for i in range(len(points)) for c in claims))
+    return pd.DataFrame(rows).assign(
+        held=held, not_testable=untestable, n=len(seeds), fraction=[k / len(seeds) for k in held]
+    )
+
+
+def robustness_totals(table: pd.DataFrame) -> dict[str, dict]:
+    """Per claim: runs held (and not testable) over the whole grid, and the settings where it held in every seed / in
+    none."""
+    return {
+        claim: {
+            "held_runs": int(g.held.sum()),
+            "not_testable_runs": int(g.not_testable.sum()),
+            "runs": int(g.n.sum()),
+            "settings_all_seeds": int((g.held == g.n).sum()),
+            "settings_no_seed": int((g.held == 0).sum()),
+            "settings": len(g),
+        }
+        for claim, g in table.groupby("claim", sort=False)
+    }
+
+
+def robustness_figure(table: pd.DataFrame, title: str) -> go.Figure:
+    """Heatmap: claims (rows) x settings (columns), colour = fraction of seeds where the claim held, text k/n (and
+    how many seeds were not testable, where any)."""
+    claims = list(dict.fromkeys(table.claim))
+    labels = list(dict.fromkeys(table.setting))
+
+    def grid(values) -> pd.DataFrame:  # claims x settings
+        return table.assign(v=values).pivot(index="claim", columns="setting", values="v").loc[claims, labels]
+
+    text = [f"{k}/{n}" + (f"<br>{u} n.t." if u else "") for k, n, u in zip(table.held, table.n, table.not_testable)]
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid(table.fraction).to_numpy(dtype=float),
+            x=labels,
+            y=claims,
+            text=grid(text).to_numpy(),
+            texttemplate="%{text}",
+            zmin=0,
+            zmax=1,
+            colorscale="RdYlGn",
+            colorbar=dict(title="held<br>fraction"),
+        )
+    )
+    fig.update_layout(
+        title=title,
+        height=220 + 40 * len(claims),
+        width=max(900, 70 * len(labels) + 300),
+        xaxis=dict(title="setting (posts' default: lr x1, no W_O)", tickangle=-50),
+        yaxis=dict(title="claim", autorange="reversed"),
+    )
+    return fig
+
+
+def robustness_records(table: pd.DataFrame) -> list[dict]:
+    """The table as JSON-ready rows for ``summary.json``."""
+    return [
+        {k: (v.item() if isinstance(v, np.generic) else v) for k, v in row.items()}
+        for row in table.to_dict(orient="records")
+    ]
+
 
 MAX_DEFAULT_WORKERS = 8
 # the training settings the posts do not state, as every toy post trains by default (nanoGPT's initialisation)
@@ -114,26 +273,23 @@ class ToyRun:
         return list(range(self.seed, self.seed + max(self.seeds, 2 if self.quick else COMPARE_SEEDS)))
 
     def base(self, log_points: int = 100, **task) -> ToyConfig:
-        """The post's base :class:`ToyConfig`: its task settings (``task``) plus these training options, logging
-        ``log_points`` times per run."""
+        """The post's base :class:`ToyConfig`: ``task`` and these training options, logging ``log_points`` times."""
         training = {f: getattr(self, f) for f in ("steps", "lr", "init_std", "out_proj", "batch_size")}
         return ToyConfig(**training, log_every=max(self.steps // log_points, 1), **task)
 
     def train(self, configs: Iterable[ToyConfig]) -> dict[str, dict]:
-        """``{config id: result}`` of ``configs``, trained by :func:`~.train.train_sweep` in :attr:`workers` processes
-        (finished runs kept in and reused from :attr:`runs_dir`)."""
+        """``{config id: result}`` of ``configs`` (:func:`train_sweep` with :attr:`workers`, :attr:`runs_dir`)."""
         configs = list(configs)
         return dict(zip([c.id() for c in configs], train_sweep(configs, self.runs_dir, workers=self.workers)))
 
     def finish(self, result, figures: Mapping, base: ToyConfig, grid: Sequence[GridClaim], title: str, **numbers):
         """``result`` (the post's :class:`~gpt2_posheads.posts.result.ClaimResult`) with ``figures``
         (``{stem: (figure, PNG size)}``) and, in its numbers, ``steps``, ``init_std``, ``lr`` and the post's own
-        ``numbers``; with :attr:`robustness`, also the post's headline claims ``grid`` over the grid of
-        :data:`~.robustness.UNSTATED` around ``base``, each at :attr:`robustness_seeds` seeds from :attr:`seed`
-        (``quick``: 2, still every setting): the held counts (:func:`~.robustness.robustness_table`) as the table
-        ``robustness``, their heatmap (``title`` names the post) as the figure ``robustness`` and the part of
-        ``summary.json`` as ``numbers["robustness"]`` (the grid, the seeds, each claim's record with its totals
-        (:func:`~gpt2_posheads.claims.toy.grid_record`) and the table)."""
+        ``numbers``; with :attr:`robustness`, also the post's headline claims ``grid`` over :data:`UNSTATED` around
+        ``base`` at :attr:`robustness_seeds` seeds from :attr:`seed` (``quick``: 2, still every setting): the held
+        counts (:func:`robustness_table`) as the table ``robustness``, their heatmap (``title`` names the post) as the
+        figure ``robustness``, and ``numbers["robustness"]``: the grid, the seeds, each claim's record with its
+        totals (:func:`~gpt2_posheads.claims.toy.grid_record`) and the table."""
         for stem, (fig, size) in figures.items():
             result.figure(fig, stem, **size)
         result.numbers.update(steps=self.steps, init_std=self.init_std, lr=self.lr, **numbers)

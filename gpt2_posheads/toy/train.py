@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .metrics import effective_rank
+from .analysis import effective_rank
 from .model import ToyShape, forward, init_params, per_model_loss
 
 # Bump when a change to the model, task or training code changes what a run computes: cached runs
@@ -181,8 +181,7 @@ def train_group(
     group has reached (``label`` names the group)."""
     for c in configs:
         c.validate()
-    keys = {c.group_key() for c in configs}
-    if len(keys) != 1:
+    if len({c.group_key() for c in configs}) != 1:
         raise ValueError("train_group needs configs that share every shape setting (use train_sweep)")
     c0 = configs[0]
     M = len(configs)
@@ -239,26 +238,23 @@ def train_group(
             if progress and now - last_line >= HEARTBEAT_S and t < c0.steps:
                 print(f"toy sweep: {label}step {t:,} of {c0.steps:,} ({now - started:.0f} s)", flush=True)
                 last_line = now
-    results = []
     with torch.no_grad():
-        for i, c in enumerate(configs):
-            final = logs["eval_loss"][-1][i]
-            results.append(
-                {
-                    "config": asdict(c),
-                    "id": c.id(),
-                    "steps": logs["step"],
-                    "loss": [row[i] for row in logs["loss"]],
-                    "eval_loss": [row[i] for row in logs["eval_loss"]],
-                    "final_loss": final,
-                    "final_perplexity": math.exp(final),
-                    "params": {n: p[i].detach().cpu().tolist() for n, p in params.items()},
-                    "snapshot_steps": eff["step"],
-                    "snapshots": snaps[i],
-                    "effective_rank": {"step": eff["step"], **{n: eff[n][i] for n in ("W_E", "W_Q", "W_K")}},
-                }
-            )
-    return results
+        return [
+            {
+                "config": asdict(c),
+                "id": c.id(),
+                "steps": logs["step"],
+                "loss": [row[i] for row in logs["loss"]],
+                "eval_loss": [row[i] for row in logs["eval_loss"]],
+                "final_loss": logs["eval_loss"][-1][i],
+                "final_perplexity": math.exp(logs["eval_loss"][-1][i]),
+                "params": {n: p[i].detach().cpu().tolist() for n, p in params.items()},
+                "snapshot_steps": eff["step"],
+                "snapshots": snaps[i],
+                "effective_rank": {"step": eff["step"], **{n: eff[n][i] for n in ("W_E", "W_Q", "W_K")}},
+            }
+            for i, c in enumerate(configs)
+        ]
 
 
 # A layer's fixed cost (kernel calls, softmax, copies) in units of the per-sequence work below, fitted to

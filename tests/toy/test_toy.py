@@ -4,17 +4,16 @@ import math
 import pytest
 import torch
 
+from gpt2_posheads.claims.toy import plateau, plateaus, spearman
 from gpt2_posheads.toy import ToyConfig, attention_scores, effective_rank, targets, train_group, train_sweep
 from gpt2_posheads.toy.analysis import (
     distance_rank_correlation,
     loss_spikes,
     pairing,
-    plateau,
-    plateaus,
+    relative_perplexity,
     same_cyclic_order,
-    spearman,
+    separation_direction,
 )
-from gpt2_posheads.toy.metrics import relative_perplexity, separation_direction
 
 
 def test_task_targets_hand_checked():
@@ -202,8 +201,8 @@ def test_analysis_helpers():
 def test_v_half_plateau_ignores_the_initial_phase():
     from functools import partial
 
+    from gpt2_posheads.claims.toy import v_half_plateau
     from gpt2_posheads.posts.sticky_plateau.rules import PLATEAU
-    from gpt2_posheads.toy.analysis import v_half_plateau
 
     v_half_plateau = partial(v_half_plateau, **dict(PLATEAU.params))  # within ±20% of V/2, >= 5 points, after 0.8 V
     steps = list(range(0, 200, 10))

@@ -8,7 +8,7 @@ import torch
 
 from gpt2_posheads.claims.verdicts import ClaimSpec, Precondition, Rule
 from gpt2_posheads.toy import ToyConfig, train_group
-from gpt2_posheads.toy.robustness import (
+from gpt2_posheads.toy.posts import (
     GridClaim,
     at_setting,
     robustness_figure,

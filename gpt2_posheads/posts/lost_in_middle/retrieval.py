@@ -1,10 +1,5 @@
-"""Post 002 ("Sparse attention 7"): stacked causal attention without positions loses the middle of its context.
-
-The post trains stacks of causal attention layers without positional embeddings (V 10, C 10, one head) to output the
-k-th token of the context and finds: one layer retrieves only the current token (k = C-1); two layers retrieve the
-first and the last tokens but not the middle ("lost in the middle", a U shape of the final loss against k), and so do
-n_embd {2, 10} x n_layers {2, 3}; residual connections with MLPs replace the middle's plateau by a spikier profile.
-Here:
+"""Post 002 ("Sparse attention 7"): stacked causal attention without positions loses the middle of its context
+(what the post finds: the command's usage, below). Here:
 
 * **measure** — train every k at every seed of each setting (:func:`configs`, :func:`measure`; a setting's models
   train as one batched computation): the final loss per (k, seed);
@@ -28,8 +23,7 @@ from ...claims.catalogue import Option, declare
 from ...claims.toy import num, spread
 from ...claims.verdicts import Claim
 from ...toy import ToyConfig
-from ...toy.posts import ToyRun
-from ...toy.robustness import GridClaim
+from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 from .rules import ONLY_LAST, POST, SPECS, SPIKIER, U_SHAPE, U_SHAPE_2, middle_spread
 
@@ -62,34 +56,29 @@ class Retrieval:
     table: dict[str, dict]
 
 
-def settings(quick: bool, steps: int, three_layer_steps: int = THREE_LAYER_STEPS):
-    """``(name, config changes)`` for each setting of the default run."""
-
-    def plain(layers: int, embd: int) -> dict:
-        return dict(n_layers=layers, n_embd=embd, **({"steps": max(steps, three_layer_steps)} if layers == 3 else {}))
-
-    s = [("1 layer, n_embd 10", dict(n_layers=1, n_embd=10)), ("2 layers, n_embd 10", plain(2, 10))]
-    if not quick:
-        s += [(f"{l} layers, n_embd {e}", plain(l, e)) for l, e in PLAIN if (l, e) != (2, 10)]
-        s += [
-            ("2 layers, n_embd 10, residual + MLP", dict(n_layers=2, n_embd=10, residual=True, mlp=True)),
-            ("3 layers, n_embd 10, residual + MLP", dict(n_layers=3, n_embd=10, residual=True, mlp=True)),
-        ]
-    return s
-
-
 def configs(
     base: ToyConfig, seeds: Sequence[int], quick: bool, three_layer_steps: int
 ) -> dict[str, list[list[ToyConfig]]]:
     """``{setting: [k][seed] config}`` from ``base``: every k of the context at every seed, evaluated
     :data:`EVALS` times per run."""
     steps = base.steps
+
+    def plain(layers: int, embd: int) -> dict:
+        return dict(n_layers=layers, n_embd=embd, **({"steps": max(steps, three_layer_steps)} if layers == 3 else {}))
+
+    named = [("1 layer, n_embd 10", dict(n_layers=1, n_embd=10)), ("2 layers, n_embd 10", plain(2, 10))]
+    if not quick:
+        named += [(f"{l} layers, n_embd {e}", plain(l, e)) for l, e in PLAIN if (l, e) != (2, 10)]
+        named += [
+            ("2 layers, n_embd 10, residual + MLP", dict(n_layers=2, n_embd=10, residual=True, mlp=True)),
+            ("3 layers, n_embd 10, residual + MLP", dict(n_layers=3, n_embd=10, residual=True, mlp=True)),
+        ]
     return {
         name: [
             [replace(base, **kw, k=k, seed=s, log_every=max(kw.get("steps", steps) // EVALS, 1)) for s in seeds]
             for k in range(base.C)
         ]
-        for name, kw in settings(quick, steps, three_layer_steps)
+        for name, kw in named
     }
 
 
@@ -113,7 +102,6 @@ def measure(run: ToyRun, grid: dict[str, list[list[ToyConfig]]], three_layer_ste
 
 
 def judge(m: Retrieval, quick: bool = False) -> list[Claim]:
-    """The post's claims on a measurement (``quick``: every claim not testable, a smoke run)."""
     losses, table, n = m.losses, m.table, len(m.seeds)
 
     def ends(name):

@@ -1,11 +1,6 @@
 """Post 000, "Sparse attention 4: previous token head": a previous-token head from positional embeddings in one
-attention layer.
-
-:func:`prev_token` trains the post's toy models and judges its claims (:mod:`.copying`)::
-
-    result = prev_token(quick=True)              # a smoke run; prev_token() is the default run
-    result.verdicts()
-"""
+attention layer. :func:`prev_token` trains the post's toy models and judges its claims (:mod:`.copying`;
+``prev_token(quick=True)``: a smoke run)."""
 
 from .copying import embedding_animation, prev_token, prev_token_grid
 

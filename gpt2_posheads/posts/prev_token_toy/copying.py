@@ -1,10 +1,5 @@
-"""Post 000 ("Sparse attention 4"): a previous-token head from positional embeddings.
-
-The post trains one attention layer (V 30, C 4, n_embd 2) to copy the previous token and finds: the task fails without
-positional embeddings and is learned with them; the previous position's embedding separates from the others along a
-direction s, and s^T W_Q W_K^T s < 0 (the post: -1.1); the relative perplexity (ppl-1)/V grows with V and C and falls
-with n_embd; lr 0.1 learns faster than 0.01 at V 30 but not at V 100, where loss spikes come with swaps of the
-tokens' order. Here:
+"""Post 000 ("Sparse attention 4"): a previous-token head from positional embeddings (what the post finds: the
+command's usage, below). Here:
 
 * **measure** — train the runs (:func:`configs`, :func:`measure`): with and without positional embeddings (seed
   ``seed``); the V, C and n_embd sweeps and lr 0.1 against 0.01 at V 30 and 100 (3 seeds per side of every
@@ -30,11 +25,9 @@ from ...claims.catalogue import Option, declare
 from ...claims.toy import num, nums, rel_ppl_floor, spread
 from ...claims.verdicts import Claim, Precondition
 from ...toy import ToyConfig, relative_perplexity, separation_direction, wq_wk
-from ...toy.analysis import loss_spikes, order_swaps, perplexity_curve
-from ...toy.figures import COLOURS, band, log_axis, points_with_sd
-from ...toy.metrics import bilinear
-from ...toy.posts import ToyRun
-from ...toy.robustness import GridClaim
+from ...toy.analysis import bilinear, loss_spikes, order_swaps, perplexity_curve
+from ...toy.figures import COLOURS, axis_titles, band, log_axis, points_with_sd
+from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 from .rules import FAILS, LEARNED, LR, MONO, POST, SEPARATION, SIGN, SPECS, SPIKES
 
@@ -65,9 +58,8 @@ class PrevToken:
 
 
 def configs(base: ToyConfig, cmp_seeds: Sequence[int], sweep_values: dict[str, list], lr_steps: int) -> dict:
-    """The runs from ``base`` (kept as ``base``): ``with_pos`` (snapshots of the embeddings) and ``no_pos``;
-    ``sweep``: ``{name: [[config per seed] per value]}``; ``lr``: ``{(V, lr): [config per seed]}``, ``lr_steps``
-    steps each."""
+    """The runs: ``base``, ``with_pos`` (snapshots of the embeddings), ``no_pos``; ``sweep``: ``{name: [[config per
+    seed] per value]}``; ``lr``: ``{(V, lr): [config per seed]}``, ``lr_steps`` steps each."""
     with_pos = replace(base, snapshot_every=max(base.steps // 100, 1))
     no_pos = replace(base, pos_emb=False)
     sweep = {
@@ -79,20 +71,17 @@ def configs(base: ToyConfig, cmp_seeds: Sequence[int], sweep_values: dict[str, l
 
 
 def previous_direction(result: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """Of a trained run: the direction s separating the previous position's embedding from the others, and
-    ``W_Q W_K^T`` (the bilinear form whose sign on s the post reads)."""
+    """A run's direction s separating the previous position from the others, and ``W_Q W_K^T`` (its sign on s)."""
     W_pos, W_Q, W_K = (torch.tensor(result["params"][n]) for n in ("W_pos", "0.W_Q", "0.W_K"))
     return separation_direction(W_pos, 1), wq_wk(W_Q[0], W_K[0])
 
 
 def flat(cfgs: dict) -> list[ToyConfig]:
-    """Every config of :func:`configs`, in training order."""
     out = [cfgs["with_pos"], cfgs["no_pos"]] + [c for g in cfgs["sweep"].values() for row in g for c in row]
     return out + [c for row in cfgs["lr"].values() for c in row]
 
 
 def measure(run: ToyRun, cfgs: dict) -> PrevToken:
-    """Train every run of ``cfgs`` (:func:`configs`) and read off what the claims compare."""
     res = run.train(flat(cfgs))
 
     def R(c):
@@ -124,7 +113,6 @@ def measure(run: ToyRun, cfgs: dict) -> PrevToken:
 
 
 def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
-    """The post's claims on a measurement (``quick``: every claim not testable, a smoke run)."""
     rp, rn, base, proj, s, M = m.with_pos, m.no_pos, m.base, m.proj, m.s, m.M
     n_cmp, claims = len(m.cmp_seeds), []
 
@@ -197,7 +185,7 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
 
 
 def figures(m: PrevToken) -> dict[str, tuple[go.Figure, dict]]:
-    """``{stem: (figure, PNG size)}``: the positional embeddings and s, the sweeps, the lr curves, the animation."""
+    """``{stem: (figure, PNG size)}``."""
     rp, rn, base, s, proj = m.with_pos, m.no_pos, m.base, m.s, m.proj
     fig = make_subplots(
         rows=1,
@@ -214,12 +202,8 @@ def figures(m: PrevToken) -> dict[str, tuple[go.Figure, dict]]:
     fig.add_trace(arrow, 1, 2)
     fig.add_trace(go.Bar(x=[f"p_{i - base.C + 1}" for i in range(base.C)], y=proj, name="p·s"), 1, 3)
     log_axis(fig, "y", [1, base.V], row=1, col=1)
-    fig.update_xaxes(title_text="step", row=1, col=1)
-    fig.update_yaxes(title_text="perplexity (eval)", row=1, col=1)
-    fig.update_xaxes(title_text="dimension 1", row=1, col=2)
-    fig.update_yaxes(title_text="dimension 2", row=1, col=2)
-    fig.update_xaxes(title_text="position (0: the current token)", row=1, col=3)
-    fig.update_yaxes(title_text="projection p·s", row=1, col=3)
+    axis_titles(fig, ("step", "perplexity (eval)"), ("dimension 1", "dimension 2"))
+    axis_titles(fig, ("position (0: the current token)", "projection p·s"), col=3)
     fig.update_layout(title=f"V=30, C=4, n_embd=2, seed {m.seed}: copying the previous token", height=450)
     out = {"positional_embeddings": (fig, {"width": 1500})}
 

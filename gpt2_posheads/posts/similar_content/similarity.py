@@ -1,10 +1,6 @@
-"""Post 001 ("Sparse attention 3"): one attention layer is inefficient at retrieving the most similar token.
-
-The post trains one attention layer (n_embd 2, C 3) to output the context token numerically closest to the last one
-and finds: perplexity converges near V/2; it follows (C-2)/(C-1) V qualitatively as the context grows; the best
-perplexity falls with n_embd, faster than V/n_embd; numerically close tokens are embedded close together. It proposes,
-without testing, a distance kernel (-|q-k|^2, or a harmonic 1/|q-k|^n) in place of the inner product, with which a
-1-D embedding would suffice. Here:
+"""Post 001 ("Sparse attention 3"): one attention layer is inefficient at retrieving the most similar token (what
+the post finds, and the kernels it proposes without testing them: the command's usage, below; with a distance kernel
+a 1-D embedding would suffice). Here:
 
 * **measure** — train the runs (:func:`configs`, :func:`measure`): the final perplexity for each V; for each
   (V, C) of the trend; the best perplexity for each n_embd at V = 32; the learned embeddings at n_embd 2; the kernels
@@ -31,8 +27,7 @@ from ...claims.verdicts import Claim
 from ...toy import ToyConfig
 from ...toy.analysis import distance_rank_correlation, perplexity_curve
 from ...toy.figures import COLOURS, log_axis, perplexity_bands, perplexity_by_vocab, points_with_sd
-from ...toy.posts import ToyRun
-from ...toy.robustness import GridClaim
+from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 from .rules import (
     CLOSE,
@@ -107,7 +102,6 @@ def configs(
 
 
 def measure(run: ToyRun, groups: dict[str, list[ToyConfig]]) -> Similar:
-    """Train every run of ``groups`` (:func:`configs`) and read off what the claims compare."""
     res = run.train(c for g in groups.values() for c in g)
 
     def get(cs):
@@ -135,7 +129,6 @@ def measure(run: ToyRun, groups: dict[str, list[ToyConfig]]) -> Similar:
 
 
 def judge(m: Similar, quick: bool = False) -> list[Claim]:
-    """The post's claims on a measurement (``quick``: every claim not testable, a smoke run)."""
     claims, n_cmp, trend_v, cs = [], len(m.cmp_seeds), m.trend_v, m.cs
 
     def add(spec, measured, value, **kw):
@@ -206,8 +199,7 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
 
 
 def figures(m: Similar) -> dict[str, tuple[go.Figure, dict]]:
-    """``{stem: (figure, PNG size)}``: perplexity against V, C and n_embd, the learned embeddings, the kernels'
-    curves."""
+    """``{stem: (figure, PNG size)}``."""
     out = {"perplexity_vs_V": (perplexity_by_vocab(m.v_runs, m.vocab, "most-similar token, n_embd=2, C=3"), {})}
     cs = m.cs
     fig = go.Figure()

@@ -1,9 +1,6 @@
-"""Post 003 ("Sparse attention 1"): copying the current token with one attention layer gets stuck on a plateau.
-
-The post trains one attention layer without positions (n_embd 2, C 4) to copy the current token and finds a sticky
-plateau at perplexity V/2; on it (V = 4) the embeddings split into two groups of two, and only after it into four;
-W_Q and W_K stay low-rank (sticky) on the plateau and grow after it; with more embedding dimensions the plateau
-disappears, and with a longer context it returns. Here:
+"""Post 003 ("Sparse attention 1"): copying the current token with one attention layer gets stuck on a plateau
+(what the post finds: the command's usage, below; on the plateau at V = 4 the embeddings split into two groups of two,
+and only after it into four). Here:
 
 * **measure** — train the runs (:func:`measure`): one curve per V and seed; every V = 4 run's embeddings (direction
   clusters) and effective ranks over training; the longest plateau at V = 16 for each (n_embd, C) setting, over the
@@ -31,9 +28,8 @@ from ...claims.verdicts import Claim
 from ...model.validation import UsageError
 from ...toy import ToyConfig
 from ...toy.analysis import pairing, perplexity_curve
-from ...toy.figures import COLOURS, band, perplexity_bands, perplexity_by_vocab
-from ...toy.posts import ToyRun
-from ...toy.robustness import GridClaim
+from ...toy.figures import COLOURS, axis_titles, band, perplexity_bands, perplexity_by_vocab
+from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 from .rules import BACK, BRANCHING, GONE, PLATEAU, POST, RANK, SPECS, plateau_shown
 
@@ -63,7 +59,7 @@ class Plateaus:
 
 
 def v_half(result: dict) -> dict | None:
-    """The plateau at V/2 of a run as :data:`~.rules.PLATEAU` states it, or None."""
+    """A run's plateau at V/2 as :data:`~.rules.PLATEAU` states it, or None."""
     return v_half_plateau(result["steps"], perplexity_curve(result), result["config"]["V"], **dict(PLATEAU.params))
 
 
@@ -130,7 +126,6 @@ def measure(run: ToyRun, base: ToyConfig, vocab: Sequence[int], settings: Sequen
 
 
 def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
-    """The post's claims on a measurement (``quick``: every claim not testable, a smoke run)."""
     claims = []
 
     def add(spec, measured, value, **kw):
@@ -195,8 +190,7 @@ def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
 
 
 def figures(m: Plateaus) -> dict[str, tuple[go.Figure, dict]]:
-    """``{stem: (figure, PNG size)}``: the curves by V, the V = 4 branching and effective ranks (with a V = 4 run),
-    the V = 16 plateau against n_embd and C."""
+    """``{stem: (figure, PNG size)}``; the V = 4 branching and effective ranks with a V = 4 run."""
     out = {"sticky_plateau": (perplexity_by_vocab(m.curves, m.vocab, "copying the current token, n_embd=2, C=4"), {})}
     if m.branching is not None:
         b = m.branching
@@ -215,8 +209,7 @@ def figures(m: Plateaus) -> dict[str, tuple[go.Figure, dict]]:
             fig.add_vrect(
                 x0=pl["start_step"], x1=pl["end_step"], fillcolor="grey", opacity=0.15, line_width=0, row=1, col=2
             )
-        fig.update_xaxes(title_text="embedding dimension 1", row=1, col=1)
-        fig.update_yaxes(title_text="embedding dimension 2", row=1, col=1)
+        axis_titles(fig, ("embedding dimension 1", "embedding dimension 2"))
         fig.update_xaxes(title_text="step (grey: the plateau)", row=1, col=2)
         fig.update_yaxes(title_text="number of clusters", dtick=1, tick0=0, range=[0, 4.5], row=1, col=2)
         fig.update_layout(title=f"V=4, seed {m.seed}: two-stage branching of the embeddings", height=480)
