@@ -2,15 +2,14 @@
 
 One function per claim script; each returns a :class:`~gpt2_posheads.posts.result.ClaimResult`. Each takes ``model``
 (a TransformerLens model or bridge, ``gpt2_posheads.load_model``) and, optionally, ``prompts`` (``[batch, pos]``
-token ids); without them it makes its script's ``PROMPTS`` (how many natural-text prompts, how long) from the shipped
-text (or openwebtext-10k with the hub). The ranking of every head on those prompts
-(:func:`~gpt2_posheads.analysis.diagonals.diagonal_attention`, every offset) chooses the heads a claim is measured on
-when ``heads`` is not given (:meth:`~._run.ModelRun.heads`: ``"L4H11"``-style names, ``(layer, head)`` pairs or
-``"auto:N"``), as the post's roles say in the script's ``HEADS`` (the aggregator: the sharpest previous-token head;
-the early heads below it; the post's heads on GPT-2 small). ``start``, ``size``: the attention submatrix a figure
-shows (the post: 50 x 50 from position 60). A claim that makes its own prompts (repeated tokens) or reads only the
-weights takes from ``run`` only its model and label. To measure several claims on one model with one set of prompts
-and one ranking, make the run once::
+token ids; default: its script's ``PROMPTS``, natural-text prompts from the shipped text, or openwebtext-10k with the
+hub). The ranking of every head on them (every offset) chooses the heads a claim is measured on when ``heads`` is not
+given (:meth:`~._run.ModelRun.heads`: ``"L4H11"``-style names, ``(layer, head)`` pairs or ``"auto:N"``), as the
+post's roles say in the script's ``HEADS`` (the aggregator: the sharpest previous-token head; the early heads below
+it; the post's heads on GPT-2 small). ``start``, ``size``: the attention submatrix a figure shows (the post: 50 x 50
+from position 60). A claim that makes its own prompts (repeated tokens) or reads only the weights takes from ``run``
+only its model and label. To measure several claims on one model with one set of prompts and one ranking, make the
+run once::
 
     run = model_run(model)                       # prompts from the shipped text, the ranking on first use
     a = mask_prev_attention(run=run)

@@ -70,8 +70,7 @@ class ModelRun:
         return [self.model.tokenizer.decode([int(t)]) for t in self.prompts[0]]
 
     def prev_head(self, head: tuple[int, int]) -> Precondition:
-        """The precondition that ``head`` is a clear previous-token head on this run's ranking
-        (:func:`~gpt2_posheads.claims.gpt2_post.prev_head_precondition`)."""
+        """The precondition that ``head`` is a clear previous-token head on this run's ranking."""
         l, h = head
         return prev_head_precondition(head_name(l, h), self.ranked().diag[l, h])
 
@@ -98,9 +97,9 @@ def model_run(
     source: str | None = None,
     traced: bool = False,
 ) -> ModelRun:
-    """A :class:`ModelRun` for ``model``: ``prompts`` as given, or ``n_prompts`` natural-text prompts of ``seq_len``
-    tokens (capped at the model's context) from the shipped text, or openwebtext-10k with the hub. ``traced``: an
-    nnsight :class:`~gpt2_posheads.model.traced.TracedModel` is accepted too (a claim that runs through nnsight)."""
+    """A :class:`ModelRun` for ``model`` (or, ``traced``, an nnsight :class:`~gpt2_posheads.model.traced.TracedModel`):
+    ``prompts`` as given, or ``n_prompts`` natural-text prompts of ``seq_len`` tokens (capped at the model's context)
+    from the shipped text, or openwebtext-10k with the hub."""
     if prompts is None:
         from ...analysis.prompts import documents
 
@@ -120,10 +119,9 @@ def _label(model) -> str:
 
 
 def prompted_run(model, prompts, run: ModelRun | None, **options) -> ModelRun:
-    """``run`` when given (its model must be ``model``), else a run of ``model`` on natural-text ``prompts``
-    (:func:`model_run`: given, or made from the shipped text). A model whose half-precision weights overflow to NaN
-    on the prompts is a :class:`~gpt2_posheads.model.validation.NonFiniteError` here, before anything is judged
-    (:func:`~gpt2_posheads.model.precision.require_finite_half`)."""
+    """``run`` when given (its model must be ``model``), else :func:`model_run` of ``model`` on ``prompts``. A model
+    whose half-precision weights overflow to NaN on the prompts is a
+    :class:`~gpt2_posheads.model.validation.NonFiniteError` here, before anything is judged."""
     run = model_run(model, prompts, **options) if run is None else _same_model(model, run)
     require_finite_half(run.model, run.prompts)
     return run
@@ -139,10 +137,9 @@ def unprompted_run(model, run: ModelRun | None) -> ModelRun:
 
 
 def repeated_token_run(model, run: ModelRun | None, layer: int, n_prompts: int, seq_len: int | None):
-    """``(run, seq_len)`` for a claim on the extended positional embeddings (:func:`unprompted_run`; it makes its own
-    repeated-token prompts): ``layer`` in ``0..n_layers`` (``n_layers`` = the final residual), and ``seq_len >= 2``
-    capped at the model's context, and said (``None``: the context); ``n_prompts >= 1`` is checked by name before
-    the claim function runs (:data:`~gpt2_posheads.model.validation.ARGUMENT_CHECKS`)."""
+    """``(run, seq_len)`` for a claim on the extended positional embeddings (:func:`unprompted_run`: it makes its own
+    repeated-token prompts), ``layer`` checked in ``0..n_layers`` (``n_layers`` = the final residual) and
+    ``seq_len >= 2`` capped at the model's context, and said (``None``: the context)."""
     run = unprompted_run(model, run)
     check_layer(run.model, layer, allow_final=True)
     n_ctx = run.model.cfg.n_ctx
@@ -166,13 +163,12 @@ def repeat_prompts(
 ) -> tuple[list[RepeatPrompt], str]:
     """``(prompts, why there are none)``: one repeat-string prompt per target
     (:func:`~gpt2_posheads.analysis.repeat_prompt.fit_repeat_prompt`), each word one token of the model's vocabulary
-    and the prompt within its context; what differs from the post's prompt is said (a note naming ``param``). The
-    same word gets the same replacement in every target, so swapped targets stay swapped.
-
-    ``contiguous``: the words follow each other with no separator token even where the vocabulary would separate
-    them (a character vocabulary): the token after a word is then the next word, as on GPT-2, which the induction
-    an edit redirects needs. No prompt (the vocabulary lacks the words, or even the shortest template exceeds the
-    context): ``([], reason with the numbers)``; the claims resting on the prompt are then not testable."""
+    (a word several tokens long replaced by a single-token word, single characters in a character vocabulary; the same
+    word the same replacement in every target, so swapped targets stay swapped) and the prompt within its context;
+    what differs from the post's prompt is said (a note naming ``param``). ``contiguous``: no separator token between
+    the words even where the vocabulary would separate them: the token after a word is then the next word, as on
+    GPT-2, which the induction an edit redirects needs. No prompt (the vocabulary lacks the words, or even the
+    shortest template exceeds the context): ``([], reason with the numbers)``: the claims on it are not testable."""
     tok, n_ctx = model.tokenizer, model.cfg.n_ctx
     try:
         words, sep, how = target_words(tok, list(targets))
@@ -197,8 +193,8 @@ def repeat_prompts(
 
 
 def side_by_side(panels: dict, cmp: dict, name: str, changed: str, start: int, size: int) -> int:
-    """Put a head's ``[size, size]`` attention submatrices from ``start`` into ``panels``, clean (``"<name> clean"``)
-    and intervened (``"<name> <changed>"``), popping the first prompt's ``[pos, pos]`` patterns from ``cmp``
+    """Put a head's ``[size, size]`` attention submatrices from ``start`` into ``panels``, ``"<name> clean"`` and
+    ``"<name> <changed>"``, popping the first prompt's ``[pos, pos]`` patterns from ``cmp``
     (:func:`~gpt2_posheads.analysis.measures.compare_head_patterns`); returns the first position shown."""
     panels[f"{name} clean"], first = submatrix(cmp.pop("clean"), start, size)
     panels[f"{name} {changed}"], _ = submatrix(cmp.pop("intervened"), start, size)
@@ -216,6 +212,5 @@ def ratio_grid(ranking: pd.DataFrame, n_layers: int, n_heads: int, title: str, *
 
 def head_grid(z, title: str, what: str, **kw) -> go.Figure:
     """A layer x head heat map of ``z`` ``[n_layers, n_heads]`` on 0..1, its colour bar titled ``what``."""
-    n_layers, n_heads = z.shape[:2]
-    x, y = list(range(n_heads)), list(range(n_layers))
+    x, y = list(range(z.shape[1])), list(range(z.shape[0]))
     return heatmap(z, x, y, title, xlabel="head", ylabel="layer", zmin=0, zmax=1, colorbar=dict(title=what), **kw)

@@ -89,12 +89,10 @@ def check_factors(factors, param: str = "factors") -> list[float]:
 def measure(model, rp: RepeatPrompt, head: tuple[int, int], factors: list[float]) -> list[dict]:
     """One row per condition (clean, then the edit at each factor): ``condition``, ``factor`` (``None`` clean),
     ``P(<second word>)``, ``P(<third word>)`` (the next token after the prompt) and ``top5`` (token, probability).
-
-    An edited condition whose logits are not finite is that row's failure, not the model's: its probabilities are NaN
-    and ``not_measured`` says why; the other rows are measured (the clean pass failing is the model's, and raises)."""
+    An edited condition whose logits are not finite is that row's failure (NaN, ``not_measured`` says why); the clean
+    pass failing is the model's, and raises."""
     l, h = head
-    tok = model.tokenizer
-    ids = {w: tok(w, add_special_tokens=False)["input_ids"][0] for w in (rp.words[1], rp.words[2])}
+    ids = {w: model.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in (rp.words[1], rp.words[2])}
 
     def row(condition: str, factor: float | None, probs) -> dict:  # probs [d_vocab]
         return {
@@ -104,8 +102,7 @@ def measure(model, rp: RepeatPrompt, head: tuple[int, int], factors: list[float]
             "top5": top_tokens(model, probs),
         }
 
-    rows = [row("clean", None, next_token_probs(model, rp.tokens)[0])]
-    mapping = edit_mapping(rp)
+    rows, mapping = [row("clean", None, next_token_probs(model, rp.tokens)[0])], edit_mapping(rp)
     for f in factors:
         edits = [edit_head_pattern(l, h, mapping), scale_head_output(l, h, f)]
         condition = f"edit, output x{f:g}"
@@ -119,8 +116,6 @@ def measure(model, rp: RepeatPrompt, head: tuple[int, int], factors: list[float]
 
 def judge(run: ModelRun, head: tuple[int, int], rp: RepeatPrompt, rows: list[dict]) -> Claim:
     """``edit_moves_copy``: at factor 2 the third word overtakes the second, which the clean model copies."""
-    l, h = head
-    name = head_name(l, h)
     s, t = rp.words[1].strip(), rp.words[2].strip()
     x2 = next(r for r in rows if r["factor"] == 2.0)
     pre = [
@@ -135,15 +130,9 @@ def judge(run: ModelRun, head: tuple[int, int], rp: RepeatPrompt, rows: list[dic
         },
         (rows[0][f"P({t})"], x2[f"P({s})"], x2[f"P({t})"]),
         pre,
-        head=name,
+        head=head_name(*head),
         readout=f"P({t}) {rows[0][f'P({t})']:.3g} -> {x2[f'P({t})']:.3g}, P({s}) {x2[f'P({s})']:.3g}",
     )
-
-
-def no_prompt_claim(why: str) -> Claim:
-    """``edit_moves_copy`` not testable: no repeat-string prompt fits the model (``why``, with the numbers)."""
-    pre = [Precondition("the repeat-string prompt fits the model", False, f"not testable here: {why}")]
-    return MOVES_COPY.judge({"no_prompt": why}, (float("nan"),) * 3, pre)
 
 
 def _prepare(model, kwargs: dict, args) -> None:
@@ -195,16 +184,12 @@ def l4h11_edit(
 ) -> ClaimResult:
     """Edit the head's attention on the repeat-string prompt, scale its output by each factor, and read the copy.
 
-    ``model``, ``prompts`` (what the heads are ranked on when ``heads`` is not given; default: 8 natural-text prompts
-    of 128 tokens; the edit itself runs on the repeat-string prompt), ``heads`` (the first is edited; default: the
-    aggregator, L4H11 on GPT-2 small), ``run``: as every claim function takes them
-    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
-
-    ``target``: three words, each keeping its leading space. ``factors``: each in ``0..MAX_FACTOR`` (1e6), 2 (the
-    post's) among them; a factor whose edited logits are not finite on this model leaves that row not measured (NaN,
-    the reason in ``not_measured``); the claim is judged on the x2 row. ``seed``: the demonstrations'. The result's
-    ``numbers`` hold ``target`` as used, ``prompt``, ``mapping`` ``{query position: key position}``,
-    ``mapping_tokens`` and ``rows``: per condition the two probabilities and the top 5.
+    ``model``, ``prompts`` (what the heads are ranked on; the edit runs on the repeat-string prompt), ``heads`` (the
+    first is edited), ``run``: as every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
+    ``target``: three words, each keeping its leading space. ``factors``: each in ``0..MAX_FACTOR``, 2 (the post's)
+    among them; the claim is judged on the x2 row (:func:`measure`: a row whose logits are not finite is not
+    measured). ``seed``: the demonstrations'. ``numbers`` hold ``target`` as used, ``prompt``, ``mapping`` ``{query
+    position: key position}``, ``mapping_tokens`` and ``rows``: per condition the two probabilities and the top 5.
     """
     factors = check_factors(factors)
     if not isinstance(target, str) or len(split_words(target)) != 3:
@@ -213,29 +198,22 @@ def l4h11_edit(
         )
     run = prompted_run(model, prompts, run, **PROMPTS).ranked()
     chosen, how = run.heads(heads, HEADS)
-    head = chosen[0]
-    tok = run.model.tokenizer
     result = ClaimResult("l4h11_edit", run.label)
     result.numbers["heads_chosen"] = how
     target = target if target.startswith(" ") else " " + target
     reps, no_prompt = repeat_prompts(run.model, [target], n_given=1, seed=seed, param="target", contiguous=True)
-    if no_prompt:
+    if no_prompt:  # not testable, with the numbers
         result.numbers.update(target=target, no_prompt=no_prompt)
-        result.claims.append(no_prompt_claim(no_prompt))
+        pre = [Precondition("the repeat-string prompt fits the model", False, f"not testable here: {no_prompt}")]
+        result.claims.append(MOVES_COPY.judge({"no_prompt": no_prompt}, (float("nan"),) * 3, pre))
         return result
-    rp = reps[0]
-    target = rp.sep.join(rp.words)
-    mapping = edit_mapping(rp)
-    rows = measure(run.model, rp, head, factors)
-    result.figure(figure(rows, rp, target, head, run), "l4h11_edit")
-    result.claims.append(judge(run, head, rp, rows))
-    result.numbers.update(
-        target=target,
-        prompt=rp.text,
-        mapping=mapping,
-        mapping_tokens={tok.decode([int(rp.tokens[q])]): tok.decode([int(rp.tokens[k])]) for q, k in mapping.items()},
-        rows=rows,
-    )
+    rp, decode = reps[0], lambda i: run.model.tokenizer.decode([int(rp.tokens[i])])
+    target, mapping = rp.sep.join(rp.words), edit_mapping(rp)
+    rows = measure(run.model, rp, chosen[0], factors)
+    result.figure(figure(rows, rp, target, chosen[0], run), "l4h11_edit")
+    result.claims.append(judge(run, chosen[0], rp, rows))
+    mapping_tokens = {decode(q): decode(k) for q, k in mapping.items()}
+    result.numbers.update(target=target, prompt=rp.text, mapping=mapping, mapping_tokens=mapping_tokens, rows=rows)
     return result
 
 

@@ -72,16 +72,6 @@ SPECS = (HURTS_EARLY_MORE,) = (
 PROMPTS = dict(n_prompts=8, seq_len=256)  # the natural-text prompts it measures on by default
 
 
-def measure(run: ModelRun, head: tuple[int, int], group_size: int, ext_prompts: int, seed: int) -> dict:
-    """The head clean and with the extended positional embeddings at its layer (what the residual stream holds about
-    position there; measured on ``ext_prompts`` repeated-token prompts from ``seed``, after BOS) averaged in groups of
-    ``group_size`` just before it, the BOS row left alone: ``prev_score_clean``, ``prev_score_intervened``,
-    ``js_divergence``, ``mean_abs_diff``, ``relative_drop``, and the first prompt's ``clean`` and ``intervened``
-    ``[pos, pos]`` patterns."""
-    edit = average_ext_pos_embed(head[0], group_size, n_prompts=ext_prompts, seed=seed)
-    return compare_head_patterns(run.model, run.prompts, head, [edit])
-
-
 def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> Claim:
     """``ext_avg_hurts_early_more`` on the first head (the early one) and the last (the aggregator): the post's
     "tremendous damage" to the first and "minimal damage" to the second, both tested."""
@@ -148,14 +138,11 @@ def ext_pos_averaging(
 ) -> ClaimResult:
     """Average the extended positional embeddings just before each head and compare its attention with the clean run.
 
-    ``model``, ``prompts`` (starting with BOS where the model has one; default: 8 natural-text prompts of 256 tokens),
-    ``heads`` (the early head first and the aggregator last; default: L2H2, L4H11 on GPT-2 small, elsewhere the
-    sharpest clear previous-token head below the aggregator, then the aggregator), ``start``, ``size``, ``run``: as
-    every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
-
-    ``group_size`` (>= 2, the post: 10) above the model's context is capped at it, and said; the extended positional
-    embeddings are measured on ``ext_prompts`` repeated-token prompts from ``seed``. The result's ``numbers`` hold
-    ``results``: per head its layer, previous-token mass clean and averaged, JS divergence.
+    ``model``, ``prompts`` (starting with BOS where the model has one), ``heads`` (the early head first, the
+    aggregator last), ``start``, ``size``, ``run``: as every claim function takes them
+    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``group_size`` (>= 2, the post: 10) above the model's context is
+    capped at it, and said. ``numbers`` hold ``results``: per head its layer, previous-token mass clean and averaged,
+    JS divergence.
     """
     run = prompted_run(model, prompts, run, **PROMPTS)
     if isinstance(group_size, bool) or not (isinstance(group_size, int) and group_size >= 2):
@@ -164,19 +151,20 @@ def ext_pos_averaging(
     if group_size > n_ctx:
         note(f"group_size: {group_size} capped at the model's context, {n_ctx} (one group holds every row)")
         group_size = n_ctx
-    run.ranked()
-    chosen, how = run.heads(heads, HEADS)
+    chosen, how = run.ranked().heads(heads, HEADS)
     result = ClaimResult("ext_pos_averaging", run.label)
     results, panels, first = [], {}, 0
     for l, h in chosen:
         name = head_name(l, h)
-        cmp = measure(run, (l, h), group_size, ext_prompts, seed)
+        # the extended positional embeddings at the head's layer (ext_prompts repeated-token prompts from seed, after
+        # BOS) averaged in groups just before it, the BOS row left alone
+        edit = average_ext_pos_embed(l, group_size, n_prompts=ext_prompts, seed=seed)
+        cmp = compare_head_patterns(run.model, run.prompts, (l, h), [edit])
         first = side_by_side(panels, cmp, name, f"ext. pos. averaged (g={group_size})", start, size)
         results.append({"head": name, "layer": l, **cmp})
     what = "extended positional embeddings averaged just before each head"
-    result.figure(
-        attention_panels(panels, run.tokens(), first, run.label, what, run.source), "ext_pos_averaging", width=1100
-    )
+    fig = attention_panels(panels, run.tokens(), first, run.label, what, run.source)
+    result.figure(fig, "ext_pos_averaging", width=1100)
     result.claims.append(judge(run, chosen, results))
     result.numbers.update(heads_chosen=how, group_size=group_size, results=results)
     return result

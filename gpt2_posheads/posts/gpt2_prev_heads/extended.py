@@ -60,9 +60,8 @@ SPECS = SAME_SUBSPACE, SPARSER, TOKEN_INDEPENDENT = (
 def measure(
     model, seq_len: int, n_prompts: int, n_token_dependence: int, k: int, seed: int, label: str, progress: bool = True
 ) -> dict:
-    """The extended positional embedding at a layer: the residual stream on repeated-token prompts (BOS, then one
-    token repeated), centred over the positions and averaged over tokens; measured at the input of each block
-    ``0..n_layers - 1`` and the final residual, on the repeated token's rows (after BOS).
+    """The extended positional embeddings (the residual stream on repeated-token prompts, centred over the positions
+    and averaged over tokens) at the input of each block and the final residual, on the repeated token's rows.
 
     Returns ``{"per_layer", "ext", "w_pos", "wpos_reason", "after_bos"}``: the per-layer DataFrame (``layer``,
     ``large_entry_fraction``, ``norm``, ``token_dependence``, ``angle_<i>_deg`` with ``W_pos``,
@@ -138,12 +137,8 @@ def judge(m: dict, k: int, n_layers: int) -> tuple[list[Claim], list[float], flo
 def three_panel(w: torch.Tensor, ext: torch.Tensor, layer: int, label: str) -> go.Figure:
     """Both point sets on three bases; each scene's axes span the 1st-99th percentile of its points, so one
     outlying position (GPT-2's W_pos[0] has norm 9.9) does not squash the rest."""
-    both = torch.cat([w, ext])
-    bases = {
-        "W_pos PCs": pca(w, 3)[0],
-        f"layer-{layer} extended PCs": pca(ext, 3)[0],
-        "concatenated PCs": pca(both, 3)[0],
-    }
+    bases = {"W_pos PCs": w, f"layer-{layer} extended PCs": ext, "concatenated PCs": torch.cat([w, ext])}
+    bases = {name: pca(x, 3)[0] for name, x in bases.items()}
     fig = make_subplots(
         rows=1, cols=3, specs=[[{"type": "scene"}] * 3], subplot_titles=list(bases), horizontal_spacing=0.02
     )
@@ -160,10 +155,11 @@ def three_panel(w: torch.Tensor, ext: torch.Tensor, layer: int, label: str) -> g
         lo, hi = np.percentile(allp, 1, axis=0), np.percentile(allp, 99, axis=0)
         pad = 0.1 * (hi - lo)
         clipped = max(clipped, int((((allp < lo - pad) | (allp > hi + pad)).any(axis=1)).sum()))
+        axes = {
+            f"{a}axis": dict(title=f"PC{j + 1}", range=[lo[j] - pad[j], hi[j] + pad[j]]) for j, a in enumerate("xyz")
+        }
         scenes["scene" if i == 0 else f"scene{i + 1}"] = dict(
-            xaxis=dict(title="PC1", range=[lo[0] - pad[0], hi[0] + pad[0]]),
-            yaxis=dict(title="PC2", range=[lo[1] - pad[1], hi[1] + pad[1]]),
-            zaxis=dict(title="PC3", range=[lo[2] - pad[2], hi[2] + pad[2]]),
+            **axes,
             aspectmode="cube",
             camera=dict(eye=dict(x=1.9, y=1.9, z=1.3), center=dict(x=0, y=0, z=-0.1)),  # a third of the width each
         )
@@ -181,8 +177,7 @@ def three_panel(w: torch.Tensor, ext: torch.Tensor, layer: int, label: str) -> g
 def figure(m: dict, layer: int, k: int, label: str) -> dict:
     """``{stem: figure}``: with ``W_pos``, the three-panel comparison at ``layer`` (``three_panel_L<layer>``) and the
     principal angles per layer; always the sparsity and the token dependence per layer."""
-    df, w = m["per_layer"], m["w_pos"]
-    figs, lines = {}, {}
+    df, w, figs, lines = m["per_layer"], m["w_pos"], {}, {}
     if w is not None:
         figs[f"three_panel_L{layer}"] = three_panel(w, m["ext"][layer], layer, label)
         lines["principal_angles"] = (
@@ -262,19 +257,16 @@ def ext_pos_vs_wpe(
     """The extended positional embeddings against ``W_pos``, layer by layer, and the post's three claims on them.
 
     ``model``, ``run`` (its model and label; the claim makes its own repeated-token prompts): as every claim function
-    takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
-
-    ``layer`` is the three-panel figure's (``0..n_layers``; ``n_layers`` = the final residual); the claims are judged
-    at layer 2 (or the final residual of a shallower model), as the post. ``k``: the dimension of the subspaces
-    compared by principal angles (``1..min(d_model, seq_len)``). ``seed``: the repeated tokens' (``seed + 1`` for the
-    ``n_token_dependence >= 2`` tokens kept apart). The result's ``numbers`` hold ``per_layer`` (also a table: one
-    row per layer), ``layer2_angles_deg`` and ``mean_sparsity_ratio_layers_gt0`` beside the post's, ...
+    takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``layer`` is the three-panel figure's (``0..n_layers``;
+    ``n_layers`` = the final residual); the claims are judged at layer 2 (or the final residual of a shallower model),
+    as the post. ``k``: the dimension of the subspaces compared (``1..min(d_model, seq_len)``). ``seed``: the repeated
+    tokens' (``seed + 1`` for the ``n_token_dependence`` kept apart). ``numbers`` hold ``per_layer`` (also a table),
+    ``layer2_angles_deg`` and ``mean_sparsity_ratio_layers_gt0`` beside the post's, ...
     """
     if n_token_dependence < 2:
         raise ValueError(f"n_token_dependence: {n_token_dependence} is out of range; allowed >= 2 (a spread)")
     run, seq_len = repeated_token_run(model, run, layer, n_prompts, seq_len)
-    model = run.model
-    seq_len = seq_len or model.cfg.n_ctx
+    model, seq_len = run.model, seq_len or run.model.cfg.n_ctx
     if not 1 <= k <= min(model.cfg.d_model, seq_len):
         raise ValueError(f"k: {k} is out of range; allowed 1..{min(model.cfg.d_model, seq_len)} (d_model, seq_len)")
     m = measure(model, seq_len, n_prompts, n_token_dependence, k, seed, run.label, progress)

@@ -1,16 +1,14 @@
-"""``W_pos`` and the extended positional embeddings lie on a helix (GPT-2 post).
+"""The 3-D PCA helix of W_pos and of the extended positional embeddings at a layer (GPT-2 post).
 
-The post plots GPT-2 small's ``W_pos`` on its top three principal components (33%, 32% and 25% of the variance; the
-fourth 3.5%): a helix. The extended positional embeddings (the residual stream on repeated-token prompts, centred;
-the repeated token's rows after BOS) at layer 2 make the same shape. Here:
+    gpt2-posheads pos_embed_helix --w-pos ../shared/gpt2-small/W_pos.npy   # real GPT-2, offline
+    gpt2-posheads pos_embed_helix --model mini-gpt2 --layer 2
 
-* **measure** — the top-4 explained-variance ratios of ``W_pos`` (centred) and of the extended positional
-  embeddings at ``layer`` (:func:`~gpt2_posheads.analysis.posembed.extended_pos_embeddings`), and the points on the
-  top three components; ``W_pos`` can be measured alone, from a file, with no model;
-* **judge** — ``wpos_helix`` and ``ext_helix`` (declared here, :data:`SPECS`): the top three
-  components explain >= 60% of the variance and the third carries >= twice the fourth; ``wpos_helix`` is not
-  testable on a model without learned absolute positions;
-* **figure** — each point set on its top three components, coloured by position.
+The extended positional embeddings (the residual stream on repeated-token prompts after BOS, centred; the repeated
+token's rows) exist for every model; W_pos's helix only for a model with learned absolute positions (else that claim
+is not testable). A helix: the top three principal components explain >= 60% of the variance and the third carries
+>= twice the fourth.
+The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.pos_embed_helix
+(gpt2_posheads/posts/gpt2_prev_heads/helix.py).
 """
 
 from __future__ import annotations
@@ -61,7 +59,8 @@ def measure(
 ) -> dict:
     """``{"w_pos": (evr, points) or None, "wpos_reason": why there is none, "ext": (evr, points), "after_bos"}``:
     :func:`helix` of the model's centred ``W_pos`` (its first ``seq_len`` rows) and of the extended positional
-    embeddings at ``layer`` (the repeated token's rows, ``[seq_len - after_bos, d_model]``)."""
+    embeddings at ``layer`` (:func:`~gpt2_posheads.analysis.posembed.extended_pos_embeddings`; the repeated token's
+    rows, ``[seq_len - after_bos, d_model]``)."""
     reason = wpos_reason(model, label)
     w = helix(centred_w_pos(load_w_pos(model), seq_len)) if reason is None else None
     bos = default_bos(model)
@@ -91,7 +90,8 @@ def judge(w_evr: list[float] | None, reason: str | None, ext_evr: list[float] | 
 
 
 def figure(evr: list[float], points: torch.Tensor, title: str):
-    """The points on their top three components, each axis titled with its share of the variance."""
+    """The points on their top three components, coloured by position, each axis titled with its share of the
+    variance."""
     labels = [f"PC{i + 1} ({100 * float(v):.0f}% of variance)" for i, v in enumerate(evr[:3])]
     return scatter3d_positions({"positions": points}, title=title, axis_titles=labels)
 
@@ -102,18 +102,7 @@ def figure(evr: list[float], points: torch.Tensor, title: str):
     claims=SPECS,
     command=True,
     order=2,
-    usage="""The 3-D PCA helix of W_pos and of the extended positional embeddings at a layer (GPT-2 post).
-
-    gpt2-posheads pos_embed_helix --w-pos ../shared/gpt2-small/W_pos.npy   # real GPT-2, offline
-    gpt2-posheads pos_embed_helix --model mini-gpt2 --layer 2
-
-The extended positional embeddings (the residual stream on repeated-token prompts after BOS, centred; the repeated
-token's rows) exist for every model; W_pos's helix only for a model with learned absolute positions (else that claim
-is not testable). A helix: the top three principal components explain >= 60% of the variance and the third carries
->= twice the fourth.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.pos_embed_helix
-(gpt2_posheads/posts/gpt2_prev_heads/helix.py).
-""",
+    usage=__doc__,
     options=(
         Option("--w-pos", None, ".npy file of W_pos: plot it without loading a model"),
         Option(
@@ -140,12 +129,10 @@ def pos_embed_helix(
     """The top-3 PCA of ``W_pos`` and of the extended positional embeddings at ``layer``, judged as helices.
 
     ``model`` (not with ``w_pos``), ``run`` (its model and label; the claim makes its own repeated-token prompts): as
-    every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
-
-    ``w_pos``: instead of a model, ``W_pos`` ``[n_ctx, d_model]`` itself or a ``.npy``/``.pt`` file of it; only
-    ``wpos_helix`` is then judged (GPT-2 small's own: ``gpt2_posheads.model.paths.GPT2_W_POS``). ``layer``:
-    ``0..n_layers`` (``n_layers`` = the final residual). The result's ``numbers`` hold ``w_pos`` and ``ext``, each
-    with its ``explained_variance_top4``.
+    every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``w_pos``: instead of a model,
+    ``W_pos`` ``[n_ctx, d_model]`` or a ``.npy``/``.pt`` file of it; only ``wpos_helix`` is then judged (GPT-2 small's
+    own: ``gpt2_posheads.model.paths.GPT2_W_POS``). ``layer``: ``0..n_layers`` (``n_layers`` = the final residual).
+    ``numbers`` hold ``w_pos`` and ``ext``, each with its ``explained_variance_top4``.
     """
     if w_pos is not None:
         if model is not None or run is not None:
@@ -168,8 +155,7 @@ def pos_embed_helix(
 
 
 def _w_pos_only(w_pos) -> ClaimResult:
-    """``wpos_helix`` on a given ``W_pos`` (a tensor, or a file read by
-    :func:`~gpt2_posheads.analysis.posembed.load_w_pos`)."""
+    """``wpos_helix`` on a given ``W_pos`` (a tensor, or a file :func:`load_w_pos` reads)."""
     if isinstance(w_pos, torch.Tensor):
         if w_pos.ndim != 2:
             raise ValueError(f"w_pos: has shape {tuple(w_pos.shape)}; W_pos must be a [n_ctx, d_model] matrix")

@@ -66,19 +66,8 @@ MIN_EVERY = 2  # the claim's period: every=1 would mask every query, the previou
 PROMPTS = dict(n_prompts=8, seq_len=256)  # the natural-text prompts it measures on by default
 
 
-def measure(run: ModelRun, head: tuple[int, int], layers: list[int], every: int, renormalize: bool) -> dict:
-    """The head's pattern clean and with attention to p-1 masked (post-softmax) for every query ``p % every == 0``
-    in every head of ``layers``, and its previous-token mass on the masked rows and on all rows
-    (``prev_rows_clean``/``prev_rows_intervened``, ``prev_score_clean``/``prev_score_intervened``, the relative drops,
-    ``clean`` and ``intervened`` as ``[pos, pos]`` patterns on the first prompt)."""
-    iv = mask_intervention(every, layers, renormalize)
-    rows = masked_queries(every, run.prompts.shape[1])
-    return compare_head_patterns(run.model, run.prompts, head, [iv], rows=rows)
-
-
 def preconditions(run: ModelRun, head: tuple[int, int], layers: list[int], every: int) -> list[Precondition]:
-    l, h = head
-    name = head_name(l, h)
+    (l, _), name = head, head_name(*head)
     pre = [run.prev_head(head), layer_above(name, l, 0)]
     if l > 0:  # in layer 0 the line above already says there is nothing below
         above = f"the masked layers {', '.join(map(str, layers))} do not all lie below {name}'s layer {l}"
@@ -122,13 +111,10 @@ def mask_prev_attention(
 ) -> ClaimResult:
     """Mask attention to the previous position (queries ``p % every == 0``) in ``layers`` and measure each head.
 
-    ``model``, ``prompts`` (default: 8 natural-text prompts of 256 tokens), ``heads`` (default: the aggregator; L4H11
-    on GPT-2 small), ``start``, ``size``, ``run``: as every claim function takes them
-    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
-
-    ``layers`` default to every layer below each head's own (masking the head's own layer would test the mask, not
-    the mechanism); ``every``: the masking period (the post: 5). One ``mask_disrupts`` per head; the result's
-    ``numbers`` hold ``results``: per head the masses clean and masked.
+    ``model``, ``prompts``, ``heads``, ``start``, ``size``, ``run``: as every claim function takes them
+    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``layers`` default to every layer below each head's own (masking
+    the head's own layer would test the mask, not the mechanism); ``every``: the masking period (the post: 5). One
+    ``mask_disrupts`` per head; ``numbers`` hold ``results``: per head the masses clean and masked.
     """
     if every < MIN_EVERY:
         raise ValueError(f"every: {every} is out of range; allowed >= {MIN_EVERY} (every=1 would mask every query)")
@@ -143,11 +129,14 @@ def mask_prev_attention(
         masked_layers = list(layers) if layers is not None else list(range(l))
         pre = preconditions(run, (l, h), masked_layers, every)
         measured = {"head": name, "masked_layers": masked_layers}
-        if not masked_layers or max(masked_layers) >= l or not len(masked_queries(every, run.prompts.shape[1])):
+        if not all(p.ok for p in pre[1:]):  # nothing below to mask, or no query masked
             results.append(measured)
             result.claims.append(spec.judge(dict(measured), (0.0, 0.0), pre, head=name))
             continue
-        cmp = measure(run, (l, h), masked_layers, every, renormalize)
+        # the head's pattern clean and with attention to p-1 masked (post-softmax) for every query p % every == 0 in
+        # every head of the layers below; its previous-token mass also on the masked rows
+        iv, rows = mask_intervention(every, masked_layers, renormalize), masked_queries(every, run.prompts.shape[1])
+        cmp = compare_head_patterns(run.model, run.prompts, (l, h), [iv], rows=rows)
         first = side_by_side(panels, cmp, name, f"masked ({_layers_words(masked_layers)}, every {every})", start, size)
         results.append({**measured, "every": every, **cmp})
         result.claims.append(judge(name, masked_layers, cmp, pre, every))
@@ -160,8 +149,7 @@ def mask_prev_attention(
 
 
 def judge(name: str, masked_layers: list[int], cmp: dict, pre: list[Precondition], every: int = MASK_EVERY) -> Claim:
-    """``mask_disrupts`` on one head, masked at period ``every``: at least half its previous-token mass gone on the
-    masked rows."""
+    """``mask_disrupts`` on one head, masked at period ``every``."""
     return disrupts_at(every).judge(
         {
             "head": name,

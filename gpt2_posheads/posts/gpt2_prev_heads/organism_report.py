@@ -1,17 +1,18 @@
 """One page on a model organism: does it have the GPT-2 post's mechanism, and claim by claim, does the post's causal
 story hold on it (does it take the post's route)?
 
-* **measure** — the organism's behaviour on held-out text (the WikiText-2 split its training never saw): the
-  previous-token ranking on text and on random tokens, induction and copying, the held-out loss
-  (:func:`~gpt2_posheads.posts.gpt2_prev_heads.organism_targets.organism_targets`);
-* **judge** — part 1, the behaviour targets (:mod:`gpt2_posheads.claims.organism`, rules fixed before any model was
-  built or trained); part 2, the post's story (:func:`story_steps`: every claim its commands declare): each step's
-  verdict as the claim's own command judged it on this model, read from its ``summary.json`` through the claim
-  record (:func:`~gpt2_posheads.claims.record.read_summary`); a step whose command has not run is not testable,
-  saying so; and the route conclusion drawn from those claims (:func:`~gpt2_posheads.claims.route.conclude`);
-* **figure** — the induction scores and the previous-token ratios per head, and ``report.html``: the targets, then the
-  story in three columns (this model, a second model's latest results, the post's GPT-2 numbers), the claims that
-  tell the post's route from a head reading ``W_pos`` marked "route".
+    gpt2-posheads mini_gpt2_report --model route-gpt2 --compare <mini-gpt2 folder>
+    gpt2-posheads mini_gpt2_report --model-dir my-organism --compare <route-gpt2 folder>
+    gpt2-posheads mini_gpt2_report --model mini-gpt2 --skip-scripts   # targets only
+
+Part 1, the behaviour targets (measured by gpt2_posheads.posts.gpt2_prev_heads.organism_targets, judged by
+gpt2_posheads.claims.organism), each a rule fixed before any model was built or trained: a sharp previous-token head,
+induction and copying, held-out loss. Part 2, the story: every GPT-2 claim script on this model
+(results/<script>/<model>/), in three columns: this model, the --compare model (its latest results, when it has any)
+and the post's GPT-2 numbers; the claims that tell the post's route from a head reading W_pos are marked "route", and
+the route conclusion drawn from them (gpt2_posheads.claims.route) leads it.
+Writes report.html and summary.json under results/mini_gpt2_report/<model>/. As a function:
+posts.gpt2_prev_heads.mini_gpt2_report.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ from pathlib import Path
 from ...analysis.prompts import encode_stream, wikitext_documents
 from ...claims.catalogue import Option, claims, declare
 from ...claims.gpt2_post import CLAIMS, ROUTE
-from ...claims.organism import REFERENCE_HELDOUT, TARGETS
+from ...claims.organism import REFERENCE_HELDOUT, TARGETS, judge_targets
 from ...claims.record import SummaryError, read_summary
 from ...claims.route import RouteConclusion, conclude, records_from_claims
 from ...claims.verdicts import NOT_TESTABLE, VERDICT_COLOURS, Claim
 from ..result import ClaimResult
 from ._run import head_grid, ratio_grid
 from .about import POST
-from .organism_targets import organism_targets
+from .organism_targets import measure_targets
 
 
 def story_steps() -> list[tuple[str, str]]:
@@ -53,9 +54,10 @@ def heldout_text(model, n_prompts: int, seq_len: int):
 
 
 def story(results: str | Path, name: str) -> dict[str, Claim]:
-    """``{claim key: the claim of this model's latest run}`` for every step of :func:`story_steps`, read from
-    ``results/<command>/<name>/summary.json`` through the claim record; a step without a run that judged it is
-    ``not testable``, saying why."""
+    """``{claim key: the claim of this model's latest run}`` for every step of :func:`story_steps`, as the claim's own
+    command judged it on this model, read from ``results/<command>/<name>/summary.json`` through the claim record
+    (:func:`~gpt2_posheads.claims.record.read_summary`); a step without a run that judged it is ``not testable``,
+    saying why."""
     summaries, missing, steps = {}, {}, story_steps()
     for script in dict.fromkeys(s for s, _ in steps):
         path = Path(results) / script / name / "summary.json"
@@ -85,26 +87,7 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-SPECS = TARGETS  # the organism's behaviour targets, declared with their rules in claims.organism
-
-
-USAGE = """\
-One page on a model organism: does it have the GPT-2 post's mechanism, and claim by claim, does the post's causal
-story hold on it (does it take the post's route)?
-
-    gpt2-posheads mini_gpt2_report --model route-gpt2 --compare <mini-gpt2 folder>
-    gpt2-posheads mini_gpt2_report --model-dir my-organism --compare <route-gpt2 folder>
-    gpt2-posheads mini_gpt2_report --model mini-gpt2 --skip-scripts   # targets only
-
-Part 1, the behaviour targets (measured by gpt2_posheads.posts.gpt2_prev_heads.organism_targets, judged by
-gpt2_posheads.claims.organism), each a rule fixed before any model was built or trained: a sharp previous-token head,
-induction and copying, held-out loss. Part 2, the story: every GPT-2 claim script on this model
-(results/<script>/<model>/), in three columns: this model, the --compare model (its latest results, when it has any)
-and the post's GPT-2 numbers; the claims that tell the post's route from a head reading W_pos are marked "route", and
-the route conclusion drawn from them (gpt2_posheads.claims.route) leads it.
-Writes report.html and summary.json under results/mini_gpt2_report/<model>/. As a function:
-posts.gpt2_prev_heads.mini_gpt2_report.
-"""
+SPECS = TARGETS  # the organism's behaviour targets, declared with their rules before any model was built or trained
 
 
 @declare(
@@ -113,7 +96,7 @@ posts.gpt2_prev_heads.mini_gpt2_report.
     claims=SPECS,
     command=True,
     report=True,
-    usage=USAGE,
+    usage=__doc__,
     options=(
         Option("--n-prompts", 32, "held-out text prompts (WikiText-2 held-out split)", int, low=1),
         Option("--seq-len", 256, "tokens per prompt (capped at n_ctx)", int, low=1),
@@ -137,16 +120,15 @@ def mini_gpt2_report(
     seed: int = 0,
     label: str = "",
 ) -> ClaimResult:
-    """Judge the organism's behaviour targets on held-out text and put the post's story on it beside another model.
+    """Judge the organism's behaviour targets on held-out text (:func:`heldout_text`, measured by
+    :func:`~.organism_targets.measure_targets`) and put the post's story on it beside another model.
 
-    ``model``: the organism, as every claim function takes it (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
-
-    The story is read from ``<results>/<command>/<name>/summary.json`` (``name``: default the last part of the model's
-    name, ``label`` in the titles); ``compare``, a second model (a folder or name), fills the middle column from its
-    latest results in ``results``, when it has any. ``n_prompts`` held-out text prompts of ``seq_len`` tokens (capped
-    at the model's context); ``seed``: the random-token and copy prompts'. The result's ``claims`` are the behaviour
-    targets; its ``numbers`` hold ``targets`` (the measurements), ``reference_heldout``, ``compare``, ``story`` (the
-    story's claims) and ``route`` (the route conclusion drawn from them); its ``files`` ``report.html``.
+    ``model``: the organism, as every claim function takes it (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). The story
+    is read from ``<results>/<command>/<name>/summary.json`` (:func:`story`; ``name``: default the last part of the
+    model's name, ``label`` in the titles); ``compare``, a second model (a folder or name), fills the middle column
+    from its latest results in ``results``, when it has any. ``seed``: the random-token and copy prompts'. ``claims``
+    are the behaviour targets; ``numbers`` hold ``targets`` (the measurements), ``reference_heldout``, ``compare``,
+    ``story`` (the story's claims) and ``route`` (the route conclusion drawn from them); ``files`` ``report.html``.
     """
     if not (hasattr(model, "cfg") and hasattr(model, "tokenizer")):
         raise TypeError(
@@ -156,10 +138,14 @@ def mini_gpt2_report(
     label = label or str(getattr(model.cfg, "model_name", "") or "model")
     name = name or Path(label).name
     text, stream = heldout_text(model, n_prompts, seq_len)
-    claims, m = organism_targets(model, text, heldout=stream, seed=seed)
+    measured, m = measure_targets(model, text, heldout=stream, seed=seed)
+    claims = judge_targets(measured, REFERENCE_HELDOUT["loss"])
     result = ClaimResult("mini_gpt2_report", label, claims=claims)
-    result.figure(induction_figure(m, label), "induction_scores")
-    result.figure(ratio_figure(m, model, label), "prev_token_ratio")
+    title = f"{label}: induction score<br><sup>attention to the token after the earlier occurrence</sup>"
+    result.figure(head_grid(m["induction_scores"], title, "score"), "induction_scores")
+    title = f"{label}: previous-token ratio on held-out text<br><sup>lower = sharper; blank = not a previous-token head"
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    result.figure(ratio_grid(m["ranking_text"], L, H, title + "</sup>"), "prev_token_ratio")
     this = story(results, name)
     contrast_name = Path(compare).resolve().name if compare else None
     ran = contrast_name and (Path(results) / "rank_prev_heads" / contrast_name).exists()
@@ -176,18 +162,6 @@ def mini_gpt2_report(
         route=route.as_dict(),
     )
     return result
-
-
-def induction_figure(m: dict, label: str):
-    """The induction score per head ``[layer, head]``."""
-    title = f"{label}: induction score<br><sup>attention to the token after the earlier occurrence</sup>"
-    return head_grid(m["induction_scores"], title, "score")
-
-
-def ratio_figure(m: dict, model, label: str):
-    """The previous-token ratio on held-out text per head ``[layer, head]``, blank where a head is not one."""
-    title = f"{label}: previous-token ratio on held-out text<br><sup>lower = sharper; blank = not a previous-token head"
-    return ratio_grid(m["ranking_text"], model.cfg.n_layers, model.cfg.n_heads, title + "</sup>")
 
 
 def _cell(c: Claim | None) -> str:

@@ -1,5 +1,5 @@
-"""A model organism's behaviour targets, measured: the numbers :func:`gpt2_posheads.claims.organism.judge_targets`
-judges (rules fixed there before any model was built or trained).
+"""A model organism's behaviour targets, measured (:func:`measure_targets`): the numbers
+:func:`gpt2_posheads.claims.organism.judge_targets` judges (rules fixed there before any model was built or trained).
 
 * the previous-token ranking on held-out natural text and on random tokens (the sharpest previous-token head and its
   ratio on each; the aggregator is the one on text, :func:`~gpt2_posheads.analysis.diagonals.choose_aggregator`);
@@ -20,8 +20,7 @@ from ...analysis.induction import induction_scores
 from ...analysis.measures import next_token_probs
 from ...analysis.posembed import load_w_pos
 from ...analysis.repeat_prompt import repeat_string_prompt, single_token_target
-from ...claims.organism import REFERENCE_HELDOUT, Measured, Sharpest, judge_targets
-from ...claims.verdicts import Claim
+from ...claims.organism import REFERENCE_HELDOUT, Measured, Sharpest
 from ...model.engine import engine_for
 from ...model.identity import has_learned_positions
 from ...model.validation import head_name
@@ -45,10 +44,8 @@ def heldout_loss(model, tokens: torch.Tensor, n_ctx: int | None = None, max_wind
     inp, tgt = x[:-1].view(n, n_ctx), x[1:].view(n, n_ctx)
     total, eng = 0.0, engine_for(model)
     for i in range(0, n, 8):
-        logits = eng.run(inp[i : i + 8])
-        total += float(
-            F.cross_entropy(logits.float().flatten(0, 1), tgt[i : i + 8].flatten().to(logits.device), reduction="sum")
-        )
+        logits = eng.run(inp[i : i + 8]).float().flatten(0, 1)
+        total += float(F.cross_entropy(logits, tgt[i : i + 8].flatten().to(logits.device), reduction="sum"))
     return total / tgt.numel()
 
 
@@ -64,14 +61,14 @@ def measure_targets(
     seed: int = 0,
     target: str = " ninja turtle pirate",
 ) -> tuple[Measured, dict]:
-    """``(what the targets are judged on, every measurement for the report)`` of ``model``: ``text_prompts``
-    ``[n, pos]`` held-out natural text; ``heldout`` a 1-D held-out token stream (its loss is not measured when
-    ``None``). The report's numbers add the aggregator (``sharp_head``), the number of previous-token heads on text,
-    how smooth ``W_pos`` is (the cosine of neighbouring rows, GPT-2: +0.99), the induction scores per head and the
-    ranking on text."""
-    rank_text = rank_from_diagonals(diagonal_attention(model, text_prompts, progress=False))
+    """``(what the targets are judged on, every measurement for the report)`` of ``model`` on ``text_prompts``
+    ``[n, pos]`` of held-out text and ``heldout``, a 1-D held-out token stream (``None``: no loss). The report's
+    numbers add the aggregator (``sharp_head``), the number of previous-token heads on text, how smooth ``W_pos`` is,
+    the induction scores per head and the ranking on text."""
     rand = random_prompts(model, len(text_prompts), text_prompts.shape[1], seed)
-    rank_rand = rank_from_diagonals(diagonal_attention(model, rand, progress=False))
+    rank_text, rank_rand = (
+        rank_from_diagonals(diagonal_attention(model, p, progress=False)) for p in (text_prompts, rand)
+    )
     prev_text, prev_random = _sharpest(rank_text), _sharpest(rank_rand)  # on text: the aggregator, where there is one
 
     # the repeat-string prompt: P(second | first)
@@ -113,20 +110,3 @@ def measure_targets(
         loss = measured.heldout_loss
         m["heldout"] = {"loss": loss, "perplexity": float(torch.tensor(loss).exp()), "reference": REFERENCE_HELDOUT}
     return measured, m
-
-
-def organism_targets(
-    model,
-    text_prompts: torch.Tensor,
-    heldout: torch.Tensor | None = None,
-    reference_loss: float | None = REFERENCE_HELDOUT["loss"],
-    seed: int = 0,
-    target: str = " ninja turtle pirate",
-) -> tuple[list[Claim], dict]:
-    """Measure the targets of ``model`` (:func:`measure_targets`) and judge them
-    (:func:`~gpt2_posheads.claims.organism.judge_targets`); returns the claims and the measurements. The held-out
-    loss is measured only where there is a reference to hold it to."""
-    measured, m = measure_targets(
-        model, text_prompts, heldout if reference_loss is not None else None, seed=seed, target=target
-    )
-    return judge_targets(measured, reference_loss), m

@@ -108,10 +108,9 @@ def measure(
     engine: str = "auto",
     progress: bool = True,
 ) -> tuple[pd.DataFrame, torch.Tensor, int]:
-    """``(ranking, diag, n_offsets)``: the ranking DataFrame
-    (:func:`~gpt2_posheads.analysis.diagonals.rank_from_diagonals`), the mean attention per diagonal (offset
-    ``q - k``) ``[n_layers, n_heads, n_offsets]`` (through nnsight only the first :data:`N_SHOWN_OFFSETS` come back;
-    the statistics are computed where the model runs, on every offset) and the number of offsets ranked on."""
+    """``(ranking, diag, n_offsets)``: the ranking, the mean attention per diagonal (offset ``q - k``) ``[n_layers,
+    n_heads, n_offsets]`` (through nnsight only the first :data:`N_SHOWN_OFFSETS` come back; the statistics are
+    computed where the model runs, on every offset) and the number of offsets ranked on."""
     if engine == NNSIGHT:
         ranking, diag = traced_ranking(model, prompts, exclude_bos=not include_bos, batch_size=batch_size)
         return ranking, diag, int(prompts.shape[1])
@@ -122,12 +121,10 @@ def measure(
 
 
 def float32_masses(bf16_used: bool, model=None) -> Precondition:
-    """The rules judge diagonal masses computed in float32. bfloat16 matmuls (8 bits of mantissa in every query and
-    key) moved the masses of the shipped compiled models' sharp heads by up to 0.5 and turned 4 of their 18 ranking
-    verdicts (``benchmarks/bench_rank_heads.py --verdicts``): a bfloat16 ranking is for looking, not judging. The
-    same holds for a model whose weights are bfloat16 or float16 (the precision policy,
-    :func:`~gpt2_posheads.model.precision.reduced_precision`: ``bf16_used`` the pass's own bfloat16, ``model`` the
-    model measured)."""
+    """The rules judge diagonal masses computed in float32: bfloat16 matmuls (8 bits of mantissa in every query and
+    key) moved the shipped compiled models' sharp heads' masses by up to 0.5 and turned 4 of their 18 ranking verdicts
+    (``benchmarks/bench_rank_heads.py --verdicts``), and so do bfloat16 or float16 weights
+    (:func:`~gpt2_posheads.model.precision.reduced_precision`)."""
     reduced = reduced_precision(bf16_used, model)
     cause, fix = reduced or ("", "")
     return Precondition(
@@ -145,27 +142,21 @@ def judge(ranking: pd.DataFrame, preconditions: list[Precondition] = ()) -> list
     ratios = prev.ratio.tolist()
     n_prev, n_heads = count_prev_heads(ranking), len(ranking)
     agg = head_name(*choose_aggregator(ranking)) if ratios else ""
-    none = "no previous-token head"
     sharpest = sharpest_prev_ratio(ranking)  # no previous-token head is a measured fact, judged (not held): inf
     next_ratio = ratios[1] if len(ratios) >= 2 else None
+    sharp, alone = ("no previous-token head",) * 2
+    if ratios:
+        sharp = f"ratio {ratios[0]:.3g}"
+        alone = f"{ratios[0]:.3g} vs next {next_ratio:.3g}" if next_ratio is not None else f"{ratios[0]:.3g}, alone"
+    first = {"head": agg or None, "ratio": ratios[0] if ratios else None, "prev_token_heads": n_prev, "heads": n_heads}
     return [
-        SHARP.judge(
-            {"head": agg or None, "ratio": ratios[0] if ratios else None, "prev_token_heads": n_prev, "heads": n_heads},
-            sharpest,
-            preconditions,
-            head=agg,
-            readout=f"ratio {ratios[0]:.3g}" if ratios else none,
-        ),
+        SHARP.judge(first, sharpest, preconditions, head=agg, readout=sharp),
         ALONE.judge(
             {"ratios": ratios[:2], "heads": prev.name.tolist()[:2], "prev_token_heads": n_prev},
             (sharpest, next_ratio),
             preconditions,
             head=agg,
-            readout=(
-                f"{ratios[0]:.3g} vs next {next_ratio:.3g}" if next_ratio is not None else f"{ratios[0]:.3g}, alone"
-            )
-            if ratios
-            else none,
+            readout=alone,
         ),
         HALF_PREV.judge(
             {"n_prev": n_prev, "n_heads": n_heads},
@@ -245,17 +236,14 @@ def rank_prev_heads(
 ) -> ClaimResult:
     """Rank every head by how previous-token-like it is and judge the post's taxonomy claims on the ranking.
 
-    ``model``, ``prompts`` (default: 64 natural-text prompts of 256 tokens), ``run``: as every claim function takes
-    them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`); ``model`` may be an nnsight
-    :class:`~gpt2_posheads.model.traced.TracedModel` (then ``engine`` is ``"nnsight"``). A ``run`` with the default
-    options lends its ranking when it has one, and keeps this one when it has none.
-
-    ``include_bos``: the post leaves key 0 out (heads park spare attention there). ``bf16``: the ranking's claims are
-    then not testable (:func:`float32_masses`), as on a model whose weights are bfloat16 or float16; float32 where the
-    CPU has no native bfloat16, said once. ``engine``: ``"auto"`` (the hook-free fast path where it reproduces the
-    model), ``"fast"``, ``"hooks"``, or ``"nnsight"`` (every pattern reduced inside a trace). The result's ``numbers``
-    hold ``n_heads``, ``n_prev_token_heads``, ``aggregator``, ``top`` (the eleven first heads, with the post's ratio
-    on GPT-2 small), ...; ``tables`` the ``ranking`` (one row per head).
+    ``model`` (or an nnsight :class:`~gpt2_posheads.model.traced.TracedModel`: ``engine`` ``"nnsight"``), ``prompts``,
+    ``run``: as every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`); a ``run`` with the
+    default options lends its ranking, or keeps this one. ``include_bos``: the post leaves key 0 out (heads park spare
+    attention there). ``bf16``: the claims are then not testable (:func:`float32_masses`); float32 where the CPU has no
+    native bfloat16, said once. ``engine``: ``"auto"`` (the hook-free fast path where it reproduces the model),
+    ``"fast"``, ``"hooks"`` or ``"nnsight"`` (every pattern reduced inside a trace). ``numbers`` hold ``n_heads``,
+    ``n_prev_token_heads``, ``aggregator``, ``top`` (the eleven first heads, with the post's ratio on GPT-2 small), ...;
+    ``tables`` the ``ranking``.
     """
     if engine not in (*ENGINES, NNSIGHT):
         raise ValueError(f"engine: {engine!r} is not an engine; allowed {', '.join((*ENGINES, NNSIGHT))}")
@@ -311,6 +299,5 @@ def rank_prev_heads(
     L, H = run.model.cfg.n_layers, run.model.cfg.n_heads
     text = [[f"L{l}H{h}" for h in range(H)] for l in range(L)]
     result.figure(ratio_grid(ranking, L, H, title, text=text, hovertemplate="%{text}: %{z:.3f}"), "ratio_grid")
-    masses = masses_figure(ranking, diag, run.label)
-    result.figure(masses, "diagonal_masses", height=max(500, 12 * len(ranking)))
+    result.figure(masses_figure(ranking, diag, run.label), "diagonal_masses", height=max(500, 12 * len(ranking)))
     return result

@@ -1,22 +1,16 @@
 """Which route a model's sharpest previous-token head takes, measured: the post's own claim functions on one shared
-run, their claims judged by the route rule (:func:`~gpt2_posheads.claims.route.conclude`).
+:class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` (one set of prompts, one ranking, so one aggregator), their
+claims judged by the route rule (:func:`~gpt2_posheads.claims.route.conclude`), which reads six:
 
-The rule reads six claims, each measured here by the function of the claim script that judges it, all on one
-:class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` (one set of prompts, one ranking, so one aggregator):
-
-* ``sharp_prev_head``: :func:`~.ranking.rank_prev_heads`;
+* ``sharp_prev_head``: :func:`~.ranking.rank_prev_heads` (where no head is sharp the rule stops at this first row, so
+  nothing more is measured);
 * ``avg_prev_heads_unaffected``: :func:`~.wpos_averaging.pos_embed_averaging` on the aggregator and the sharpest
-  clear previous-token head below it, at groups of 10 alone (the size the rule reads; the script's other sizes
-  decide only its other claims);
+  clear previous-token head below it, at groups of 10 alone (the size the rule reads);
 * ``aggregator_above_layer0`` and ``sources_upstream``: :func:`~.sources.prev_head_sources` on the aggregator;
 * ``mask_disrupts``: :func:`~.masking.mask_prev_attention` on the aggregator, on the run's first
-  ``n_pattern_prompts`` prompts (it runs every prompt twice, clean and masked, and keeps whole patterns); the head and
-  its preconditions are the whole run's;
-* ``early_self_suppressing``: :func:`~.taxonomy.raw_scores_taxonomy` (every head is labelled; only the aggregator's
-  raw scores are drawn).
-
-Where no head is sharp (``sharp_prev_head`` not held, or not testable) the rule stops at its first row, so nothing
-more is measured.
+  ``n_pattern_prompts`` prompts (it runs every prompt twice and keeps whole patterns); the head and its
+  preconditions are the whole run's;
+* ``early_self_suppressing``: :func:`~.taxonomy.raw_scores_taxonomy` (every head labelled; one drawn).
 
     from gpt2_posheads import load_model
     from gpt2_posheads.posts.gpt2_prev_heads.route import measure_route
@@ -55,9 +49,8 @@ def route_results(
     run: ModelRun | None = None,
 ) -> dict[str, ClaimResult]:
     """``{script: its ClaimResult}``: the claim functions the route reads (the module doc), on one run of ``model``
-    (``prompts`` ``[batch, pos]`` token ids, BOS first; default 8 natural-text prompts of 256 tokens) or on ``run``.
-    ``seed``: the random groups of the chance level (``sources_upstream``). Only ``rank_prev_heads`` where no head is
-    sharp."""
+    (``prompts`` ``[batch, pos]``, BOS first; default 8 natural-text prompts of 256 tokens) or on ``run``. ``seed``:
+    the random groups of the chance level (``sources_upstream``)."""
     if not (isinstance(n_pattern_prompts, int) and n_pattern_prompts >= 1):
         raise ValueError(f"n_pattern_prompts: {n_pattern_prompts!r} is out of range; allowed an integer >= 1")
     run = prompted_run(model, prompts, run, n_prompts=8, seq_len=256).ranked()
@@ -76,10 +69,9 @@ def route_results(
 
 
 def route_records(model=None, prompts: torch.Tensor | None = None, **options) -> dict[str, dict]:
-    """``{claim key: record}`` of every claim :func:`route_results` judged (``options``: its ``seed``,
-    ``n_pattern_prompts``, ``run``): what :func:`~gpt2_posheads.claims.route.conclude` reads."""
-    results = route_results(model, prompts, **options)
-    return records_from_claims(c for r in results.values() for c in r.claims)
+    """``{claim key: record}`` of every claim :func:`route_results` judged (``options`` its own): what
+    :func:`~gpt2_posheads.claims.route.conclude` reads."""
+    return records_from_claims(c for r in route_results(model, prompts, **options).values() for c in r.claims)
 
 
 def measure_route(
@@ -92,7 +84,7 @@ def measure_route(
     run: ModelRun | None = None,
 ) -> RouteConclusion:
     """Which route ``model``'s sharpest previous-token head takes, with the rows that decided it:
-    :func:`~gpt2_posheads.claims.route.conclude` on :func:`route_records`. ``prompts``: ``[batch, pos]`` token ids with
-    BOS first; default ``n_prompts`` natural-text prompts of ``seq_len`` tokens (at most the context)."""
+    :func:`~gpt2_posheads.claims.route.conclude` on :func:`route_records` (``prompts`` as there; default ``n_prompts``
+    natural-text prompts of ``seq_len`` tokens, at most the context)."""
     run = prompted_run(model, prompts, run, n_prompts=n_prompts, seq_len=seq_len, seed=seed)
     return conclude(route_records(run=run, seed=seed))

@@ -54,9 +54,7 @@ POST_SOURCES = ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2")  # the early hea
 
 
 def _built_from_below(v) -> tuple[bool, str]:
-    """``v``: ``(name, layer, relative drop when everything the layers below write is removed[, relative drop when
-    the layers below are fed W_pos averaged in groups of 10, None without learned W_pos])``: the relay-aware rule,
-    :func:`built_from_below`."""
+    """``v``: ``(name, layer, drop without the layers below[, drop with them fed averaged W_pos])``."""
     name, layer, drop = v[:3]
     return built_from_below(name, layer, drop, v[3] if len(v) > 3 else math.nan)
 
@@ -124,6 +122,7 @@ SPECS = FROM_BELOW, UPSTREAM, NAMED = (
 
 PROMPTS = dict(n_prompts=16, seq_len=256)  # the natural-text prompts it measures on by default
 HEAD_SOURCE = r"^L\d+H\d+$"  # a source that is one head (not W_pos, a group or the layers below)
+COMPOSITION = ["q_comp", "k_comp", "v_comp", "q_ratio", "k_ratio"]
 
 
 def aggregator_first(model, heads: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -136,12 +135,9 @@ def measure(
     run: ModelRun, head: tuple[int, int], groups: dict, progress: bool = False, **options
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """``(ablation table, composition table)`` of one target head: the direct-path ablation
-    (:func:`~gpt2_posheads.analysis.sources.path_ablation` with ``options``: ``ablation``, ``batch_size``, one upstream
-    head's output removed only from the target's query input or only from its key input, ``W_pos`` averaged in groups of
-    ``pos_group`` on that input alone; ``groups`` removed together from both, and with ``below`` everything the layers
-    below write), one row per (source, side), largest drop first, with the sources' Q/K/V composition scores against a
-    random baseline merged in (``q_comp``, ``k_comp``, ``v_comp``, ``q_ratio``, ``k_ratio``); the composition table is
-    ``None`` on a model whose weights do not give it."""
+    (:func:`~gpt2_posheads.analysis.sources.path_ablation`, ``options`` its own; ``groups`` removed together), one row
+    per (source, side), largest drop first, with the sources' Q/K/V composition scores against a random baseline
+    merged in; the composition table is ``None`` on a model whose weights do not give it."""
     l, h = head
     if progress:
         n = l * run.model.cfg.n_heads
@@ -151,17 +147,13 @@ def measure(
     df = path_ablation(run.model, run.prompts, l, h, groups=groups, **options)
     try:
         comp = composition_scores(run.model, l, h)
+        df = df.merge(comp[["source", *COMPOSITION]], on="source", how="left")
     except UsageError as e:
         note(f"composition scores skipped: {e}")
         comp = None
-    if comp is not None:
-        df = df.merge(comp[["source", "q_comp", "k_comp", "v_comp", "q_ratio", "k_ratio"]], on="source", how="left")
     if progress:
-        print(
-            head_sources(df)
-            .head(10)[[c for c in ("source", "side", "drop", "relative_drop", "q_ratio", "k_ratio") if c in df]]
-            .to_string(index=False, float_format=lambda x: f"{x:.4f}")
-        )
+        cols = [c for c in ("source", "side", "drop", "relative_drop", "q_ratio", "k_ratio") if c in df]
+        print(head_sources(df).head(10)[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     return df, comp
 
 
@@ -181,50 +173,34 @@ def judge(
     """The three claims on the aggregator's ablation table ``df``, and what the summary records beside them
     (``below_relative_drop``, ``upstream``). ``df`` ``None``: the aggregator sits in layer 0, built from the
     embeddings alone, with nothing upstream to read."""
-    agg_l, agg_h = agg
-    name = head_name(agg_l, agg_h)
-    if df is None:
-        return (
-            [
-                FROM_BELOW.judge(
-                    LayersBelowRemoved(name, agg_l).measured(),
-                    (name, agg_l, None, None),  # in layer 0 nothing below was removed: absent by design, not NaN
-                    pre_agg[:1],
-                    head=name,
-                    readout=f"layer {agg_l}",
-                ),
-                UPSTREAM.judge({"head": name}, {}, pre_agg, head=name),
-                NAMED.judge({"head": name}, [], [named_pre] + pre_agg, head=name),
-            ],
-            {},
-        )
+    name = head_name(*agg)
+    if df is None:  # in layer 0 nothing below was removed: absent by design, not NaN
+        below = LayersBelowRemoved(name, agg[0]).measured()
+        return [
+            FROM_BELOW.judge(below, (name, agg[0], None, None), pre_agg[:1], head=name, readout=f"layer {agg[0]}"),
+            UPSTREAM.judge({"head": name}, {}, pre_agg, head=name),
+            NAMED.judge({"head": name}, [], [named_pre] + pre_agg, head=name),
+        ], {}
     rel = df.set_index(["source", "side"])["relative_drop"]
     below_drop = float(rel[(BELOW, "both")])
     relay_key = (below_relayed(pos_group), "both")
     relayed = float(rel[relay_key]) if relay_key in rel.index else None  # None: no learned W_pos to relay
-    upstream = upstream_summary(df, early)
-    top10 = head_sources(df).groupby("source")["drop"].max().nlargest(10).index
-    named = [s for s in POST_SOURCES if s in set(top10)]
-    none = f"no clear previous-token head sits below {name} (layer {agg_l})"
+    up = upstream_summary(df, early)
+    top10 = set(head_sources(df).groupby("source")["drop"].max().nlargest(10).index)
+    named = [s for s in POST_SOURCES if s in top10]
+    none = f"no clear previous-token head sits below {name} (layer {agg[0]})"
     none_below = Precondition("clear previous-token heads sit below the aggregator", bool(early), none)
+    fed = f", {relayed:.0%} with them fed averaged W_pos" if relayed is not None else ""
+    chance = f"{up['group_drop']:.0%} lower without the early heads (chance {up['chance']:.0%})" if early else ""
     claims = [
         FROM_BELOW.judge(
-            LayersBelowRemoved(name, agg_l, below_drop, relayed).measured(),  # what the route conclusion reads
-            (name, agg_l, below_drop, relayed),
+            LayersBelowRemoved(name, agg[0], below_drop, relayed).measured(),  # what the route conclusion reads
+            (name, agg[0], below_drop, relayed),
             pre_agg[:1],
             head=name,
-            readout=f"layer {agg_l}; {below_drop:.0%} lower without the layers below"
-            + (f", {relayed:.0%} with them fed averaged W_pos" if relayed is not None else ""),
+            readout=f"layer {agg[0]}; {below_drop:.0%} lower without the layers below{fed}",
         ),
-        UPSTREAM.judge(
-            upstream,
-            upstream,
-            pre_agg + [none_below],
-            head=name,
-            readout=f"{upstream['group_drop']:.0%} lower without the early heads (chance {upstream['chance']:.0%})"
-            if early
-            else "",
-        ),
+        UPSTREAM.judge(up, up, pre_agg + [none_below], head=name, readout=chance),
         NAMED.judge(
             {"named_in_top10": named} if named_pre.ok else "n/a: not GPT-2 small's L4H11",
             named,
@@ -233,7 +209,7 @@ def judge(
             readout=f"{len(named)} of 6",
         ),
     ]
-    return claims, {"below_relative_drop": below_drop, "upstream": upstream}
+    return claims, {"below_relative_drop": below_drop, "upstream": up}
 
 
 def _prepare(model, kwargs: dict, args) -> None:
@@ -277,16 +253,12 @@ def prev_head_sources(
 ) -> ClaimResult:
     """Trace each target head's previous-token attention to the upstream heads that make it, side by side.
 
-    ``model``, ``prompts`` (default: 16 natural-text prompts of 256 tokens), ``heads`` (the target heads, the
-    aggregator first; default: L4H11, L2H2 on GPT-2 small, elsewhere the model's sharpest previous-token head, then
-    the sharpest clear previous-token head below it; a head in layer 0 has nothing upstream and is not measured, and
-    an aggregator there is judged as built from the embeddings alone), ``run``: as every claim function takes them
-    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
-
-    ``ablation``: what replaces a source's output (``"resample"``: two prompts or more); ``seed``: the random groups'
-    (chance); ``progress``: print each target's progress and its top sources. The result's ``numbers`` hold
-    ``results``: per target its top sources and, for the aggregator, ``below_relative_drop`` and ``upstream``;
-    ``tables`` ``ablation_<head>`` and ``composition_<head>`` per target.
+    ``model``, ``prompts``, ``heads`` (the targets, the aggregator first; a head in layer 0 has nothing upstream and
+    is not measured, and an aggregator there is judged as built from the embeddings alone), ``run``: as every claim
+    function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``ablation``: what replaces a source's output
+    (``"resample"``: two prompts or more); ``seed``: the random groups' (chance); ``progress``: print each target's
+    top sources. The result's ``numbers`` hold ``results``: per target its top sources and, for the aggregator,
+    ``below_relative_drop`` and ``upstream``; ``tables`` ``ablation_<head>`` and ``composition_<head>`` per target.
     """
     if ablation not in ABLATIONS:
         raise UsageError("ablation", f"{ablation!r} is not an ablation", f"allowed {', '.join(ABLATIONS)}")
@@ -302,41 +274,38 @@ def prev_head_sources(
     prev_heads = rank[rank.is_prev_token].name.tolist()
     targets = [(l, h) for l, h in chosen if l >= 1]
     results, dfs = {}, {}
-    agg_l, agg_h = chosen[0]
-    agg = head_name(agg_l, agg_h)
-    pre_agg = [run.prev_head((agg_l, agg_h)), layer_above(agg, agg_l, 0)]
+    agg = tuple(chosen[0])
+    name = head_name(*agg)
+    pre_agg = [run.prev_head(agg), layer_above(name, agg[0], 0)]
     named_pre = Precondition(
         "the model is GPT-2 small and the target is L4H11",
-        is_gpt2_small(run.model) and agg == "L4H11",
+        is_gpt2_small(run.model) and name == "L4H11",
         "the post's head names only mean something on GPT-2 small's L4H11",
     )
     if not targets and progress:
-        print(f"{agg} sits in layer 0: nothing upstream to analyse")
-    early = [(int(r.layer), int(r.head)) for r in early_prev_heads(rank, agg_l).itertuples()]
+        print(f"{name} sits in layer 0: nothing upstream to analyse")
+    early = [(int(r.layer), int(r.head)) for r in early_prev_heads(rank, agg[0]).itertuples()]
     for l, h in targets:
-        name = head_name(l, h)
-        is_agg = (l, h) == (agg_l, agg_h)
         # removed together from the aggregator: the early heads, and random groups of as many heads from the layers
         # below (chance; a draw equal to the early heads left out)
+        is_agg = (l, h) == agg
         groups = early_and_chance_groups(early, l, run.model.cfg.n_heads, seed=seed) if is_agg else {}
         options = dict(ablation=ablation, pos_group=pos_group, batch_size=batch_size, below=is_agg, progress=progress)
         df, comp = measure(run, (l, h), groups, **options)
         if comp is not None:
-            result.table(comp, f"composition_{name}")
-        result.table(df, f"ablation_{name}")
+            result.table(comp, f"composition_{head_name(l, h)}")
+        result.table(df, f"ablation_{head_name(l, h)}")
         dfs[(l, h)] = df
-        results[name] = {
+        results[head_name(l, h)] = {
             **sources_summary(df, prev_heads),
             "pattern_check_max_abs_err": df.attrs.get("pattern_check_max_abs_err"),
             "top_rows": df[df.side != "both"].head(10)[["source", "side", "drop", "relative_drop", "prev_mass"]],
         }
     # the aggregator in layer 0 (not a target): built from the embeddings alone; nothing upstream to read
-    result.claims, found = judge((agg_l, agg_h), dfs.get((agg_l, agg_h)), early, pre_agg, named_pre, pos_group)
+    result.claims, found = judge(agg, dfs.get(agg), early, pre_agg, named_pre, pos_group)
     if found:
-        results[agg].update(found)
-    groups_fig = group_figure(results.get(agg, {}), agg, run.label)
-    if groups_fig is not None:
-        result.figure(groups_fig, "sources_groups", width=900)
+        results[name].update(found)
+        result.figure(group_figure(results[name], name, run.label), "sources_groups", width=900)
     if targets:
         result.figure(figure(dfs, run.model.cfg.n_heads, ablation, run.label), "prev_head_sources", width=1200)
     result.numbers.update(
@@ -348,41 +317,36 @@ def prev_head_sources(
 def figure(dfs: dict, n_heads: int, ablation: str, label: str):
     """Per target (a row), layer x head maps of the drop in its previous-token mass when one upstream head is
     removed from its query input (left) or its key input (right)."""
-    targets = list(dfs)
-    H = n_heads
     fig = make_subplots(
-        rows=max(1, len(targets)),
+        rows=max(1, len(dfs)),
         cols=2,
         vertical_spacing=0.12,
-        subplot_titles=[f"{head_name(l, h)}: {s} side" for l, h in targets for s in ("query", "key")],
+        subplot_titles=[f"{head_name(l, h)}: {s} side" for l, h in dfs for s in ("query", "key")],
     )
     style = dict(zmid=0, colorscale="RdBu_r", colorbar=dict(title="drop in prev. mass", tickformat=".2g"))
     style["hovertemplate"] = "L%{y}H%{x}: drop %{z:.4f}<extra></extra>"
-    for i, (l, h) in enumerate(targets):
-        df = dfs[(l, h)]
+    for i, ((l, _), df) in enumerate(dfs.items()):
         heads_only = head_sources(df)
         zmax = max(1e-6, float(heads_only["drop"].abs().max()) if len(heads_only) else 0.0)
         for j, side in enumerate(("query", "key")):
-            z, first = drop_grid(df, l, H, side).numpy(), i == 0 and j == 0
-            heat = go.Heatmap(z=z, x=list(range(H)), y=list(range(l)), zmin=-zmax, zmax=zmax, showscale=first, **style)
+            z = drop_grid(df, l, n_heads, side).numpy()
+            y, first = list(range(l)), i == j == 0
+            heat = go.Heatmap(z=z, x=list(range(n_heads)), y=y, zmin=-zmax, zmax=zmax, showscale=first, **style)
             fig.add_trace(heat, row=i + 1, col=j + 1)
             fig.update_xaxes(title_text="head", dtick=1, row=i + 1, col=j + 1)
             fig.update_yaxes(title_text="layer", dtick=1, autorange="reversed", row=i + 1, col=j + 1)
     fig.update_layout(
         title=f"{label}: drop in previous-token mass when one upstream head is removed from the "
         f"target's query or key input<br><sup>{ablation} ablation</sup>",
-        height=420 * len(targets),
+        height=420 * len(dfs),
     )
     return fig
 
 
 def group_figure(result: dict, agg: str, label: str):
     """Bars: the aggregator's previous-token mass lost when what the layers below write, the early heads together,
-    and random groups of as many heads from below (median and range) are removed from its query and key inputs
-    (``None`` when the aggregator was not measured)."""
+    and random groups of as many heads from below (median and range) are removed from its query and key inputs."""
     up = result.get("upstream") or {}
-    if "below_relative_drop" not in result:
-        return None
     bars = [("everything the layers below write", result["below_relative_drop"], 0, 0)]  # name, value, error -, +
     if up.get("n_early"):
         bars.append((f"the {up['n_early']} early heads together", up["group_drop"], 0, 0))
@@ -392,8 +356,9 @@ def group_figure(result: dict, agg: str, label: str):
             bars.append((name, mid, mid - low, high - mid))
     names, values, minus, plus = (list(x) for x in zip(*bars))
     errors = dict(type="data", symmetric=False, array=plus, arrayminus=minus)
-    bar = go.Bar(x=names, y=values, text=[f"{v:.0%}" for v in values], textposition="outside", error_y=errors)
-    fig = go.Figure(bar)
+    fig = go.Figure(
+        go.Bar(x=names, y=values, text=[f"{v:.0%}" for v in values], textposition="outside", error_y=errors)
+    )
     fig.add_hline(y=0.5, line_dash="dot", annotation_text="half (the rules' level)")
     fig.update_layout(
         title=f"{label}: what {agg} loses when heads below it are removed together<br><sup>share of its "

@@ -44,12 +44,9 @@ def _early_self_suppressing(v) -> tuple[bool, str]:
     return ok, f"{n_self} of {n} early clear previous-token heads are self-suppressing (needs >= 2, and >= half)"
 
 
-def _is_label(label: str):
-    def decide(v):
-        name, got = v
-        return got == label, f"{name} is labelled {str(got).replace('_', '-')}"
-
-    return decide
+def _prev_boosting(v) -> tuple[bool, str]:
+    name, got = v
+    return got == "prev_boosting", f"{name} is labelled {str(got).replace('_', '-')}"
 
 
 # the post's claims this script judges, each with its rule (written before anything is measured)
@@ -71,7 +68,7 @@ SPECS = SELF_SUPPRESSING, PREV_BOOSTING = (
         "aggregator_prev_boosting",
         "the sharp head boosts the previous token instead",
         "L4H11: bright p-1 line",
-        predicate("held if the sharpest previous-token head is labelled prev-boosting", _is_label("prev_boosting")),
+        predicate("held if the sharpest previous-token head is labelled prev-boosting", _prev_boosting),
         why_kind="a head reading a shifted W_pos also shows a bright p-1 line",
     ),
 )
@@ -82,12 +79,10 @@ COLUMNS = ["name", "trend", "spike", "dip", "lead", "label"]  # the numbers summ
 
 def measure(run: ModelRun, window: int, threshold: float, progress: bool = False) -> pd.DataFrame:
     """One row per head: its label and the features it rests on (``trend``, ``spike``, ``dip``, ``lead``, in
-    logits), its profile ``s(-w)``..``s(+w)`` and ``clear_prev_token`` (top offset 1, ratio <= 0.6 in the ranking).
-
-    The profile is the head's mean centred raw score (before the causal mask) at key offsets ``-window..+window``
-    (:func:`~gpt2_posheads.analysis.scores.score_profile`). The post's early heads score more advanced keys higher
-    and push their own token down (a dip: a dark main diagonal), so with the future masked the previous key wins;
-    L4H11 has a bright previous diagonal instead (a spike)."""
+    logits), its profile ``s(-w)``..``s(+w)`` (the mean centred raw score before the causal mask at key offsets
+    ``-window..+window``) and ``clear_prev_token`` (top offset 1, ratio <= 0.6 in the ranking). The post's early heads
+    score more advanced keys higher and push their own token down (a dip: a dark main diagonal), so with the future
+    masked the previous key wins; L4H11 has a bright previous diagonal instead (a spike)."""
     profile = score_profile(run.model, run.prompts, window=window, progress=progress)  # [layers, heads, 2w+1]
     df = classify_prev_heads(profile, threshold=threshold)
     for i, o in enumerate(range(-window, window + 1)):
@@ -101,23 +96,17 @@ def measure(run: ModelRun, window: int, threshold: float, progress: bool = False
 def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
     """The two claims on the classification ``df`` (:func:`measure`), and what they rest on: ``aggregator`` and
     ``early_prev_heads`` (their rows of ``df``)."""
-    rank = run.ranking
-    agg_l, agg_h = choose_aggregator(rank)
+    agg_l, agg_h = choose_aggregator(run.ranking)
     agg = head_name(agg_l, agg_h)
-    early_names = early_prev_heads(rank, agg_l).name.tolist()
-    early = df[df.name.isin(early_names)]
-    n_self = int((early.label == "self_suppressing").sum())
+    early = df[df.name.isin(early_prev_heads(run.ranking, agg_l).name.tolist())]
+    named = {label: tuple(early[early.label == label].name) for label in ("self_suppressing", "prev_boosting")}
+    n_self = len(named["self_suppressing"])
     agg_label = df.set_index("name").loc[agg, "label"]
     pre_agg = [run.prev_head((agg_l, agg_h))]
     none = f"no clear previous-token head sits below {agg} (layer {agg_l})"
     claims = [
         SELF_SUPPRESSING.judge(
-            EarlyLabels(  # what the route conclusion reads
-                agg,
-                tuple(early.name),
-                tuple(early[early.label == "self_suppressing"].name),
-                tuple(early[early.label == "prev_boosting"].name),
-            ).measured(),
+            EarlyLabels(agg, tuple(early.name), *named.values()).measured(),  # what the route conclusion reads
             (n_self, len(early)),
             pre_agg + [Precondition("there are clear previous-token heads below the aggregator", len(early) > 0, none)],
             head=",".join(early.name),
@@ -183,16 +172,12 @@ def raw_scores_taxonomy(
 ) -> ClaimResult:
     """Classify every head from its raw attention scores and judge the post's two claims about them.
 
-    ``model``, ``prompts`` (default: 16 natural-text prompts of 256 tokens), ``heads`` (the heads whose raw-score
-    submatrices are drawn; default: the post's seven heads on GPT-2 small, the 4 sharpest previous-token heads
-    elsewhere; every head is classified, whatever is drawn), ``start``, ``size``, ``run``: as every claim function
-    takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
-
+    ``model``, ``prompts``, ``heads`` (those whose raw-score submatrices are drawn; every head is classified),
+    ``start``, ``size``, ``run``: as every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
     ``window``: key offsets ``-window..+window`` in the profile (``3 <= window <= (pos - 9) // 2``: the trend needs two
-    keys older than the previous one). ``threshold``: logits a spike or dip needs to label a head (>= 0; default ln
-    2: attention odds changed 2x). The result's ``numbers`` hold ``label_counts``, ``aggregator``, and
-    ``early_prev_heads`` and ``chosen_heads`` as DataFrames of :data:`COLUMNS`; ``tables`` the ``classification`` of
-    every head.
+    keys older than the previous one). ``threshold``: logits a spike or dip needs to label a head (>= 0; default ln 2:
+    attention odds changed 2x). ``numbers`` hold ``label_counts``, ``aggregator``, and ``early_prev_heads`` and
+    ``chosen_heads`` as DataFrames of :data:`COLUMNS`; ``tables`` the ``classification`` of every head.
     """
     if not (isinstance(threshold, (int, float)) and math.isfinite(threshold) and threshold >= 0):
         raise ValueError(f"threshold: {threshold!r} is out of range; allowed a number >= 0 (logits)")
@@ -206,8 +191,7 @@ def raw_scores_taxonomy(
         )
     if not (isinstance(window, int) and 3 <= window <= high):
         raise UsageError("window", f"{window!r} is out of range", f"allowed 3..{high} for prompts of this length")
-    run.ranked()
-    chosen, how = run.heads(heads, HEADS)
+    chosen, how = run.ranked().heads(heads, HEADS)
     names = [head_name(l, h) for l, h in chosen]
     result = ClaimResult("raw_scores_taxonomy", run.label)
     result.figure(raw_scores_figure(run, chosen, start, size), "raw_scores", width=1500)
@@ -231,9 +215,8 @@ def raw_scores_figure(run: ModelRun, heads: list[tuple[int, int]], start: int, s
     the causal mask removes) included."""
     panels, first = {}, 0
     for l, h in heads:
-        panels[head_name(l, h)], first = submatrix(
-            attention_scores(run.model, run.prompts[0], l, h)["raw"], start, size
-        )
+        raw = attention_scores(run.model, run.prompts[0], l, h)["raw"]
+        panels[head_name(l, h)], first = submatrix(raw, start, size)
     return heatmap_grid(
         panels,
         cols=4,

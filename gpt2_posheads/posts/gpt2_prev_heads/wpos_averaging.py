@@ -50,7 +50,6 @@ def _keeps_each(v) -> tuple[bool, str]:
 
 
 def _breaks_down(v) -> tuple[bool, str]:
-    """``v``: ``(KL at groups of 20, KL at the largest group, largest group size)``."""
     kl20, kl_max, g = v
     if not (finite(kl20) and finite(kl_max)):
         return False, f"KL {kl20} at 20, {kl_max} at {g}: not finite"
@@ -106,8 +105,8 @@ TARGETS = (" apple orange", " orange apple")
 
 
 def group_sizes_for(model, asked: Sequence[int], param: str = "group_sizes") -> list[int]:
-    """The group sizes measured: ``asked`` with each size above the model's context capped at it (one group then
-    holds every position; said, naming ``param``), and 1 (the clean model) added; sorted, distinct."""
+    """``asked``, each size above the model's context capped at it (one group then holds every position; said,
+    naming ``param``), and 1 (the clean model); sorted, distinct."""
     n_ctx = model.cfg.n_ctx
     if max(asked) > n_ctx:
         note(
@@ -118,10 +117,9 @@ def group_sizes_for(model, asked: Sequence[int], param: str = "group_sizes") -> 
 
 
 def measure(run: ModelRun, heads: list[tuple[int, int]], groups: list[int], reps: list[RepeatPrompt]) -> list[dict]:
-    """Each row of ``W_pos`` replaced by the mean of its group of consecutive positions
-    (:func:`~gpt2_posheads.analysis.interventions.average_pos_embed`); one row per group size: ``group_size``,
-    ``kl`` (nats, mean over the prompts' positions), ``P(<word> first | <target>)`` per repeat-string prompt,
-    ``prev_mass <head>`` per head (the offset-1 diagonal; at size 1 the run's ranking diagonals)."""
+    """Each row of ``W_pos`` replaced by the mean of its group of consecutive positions; one row per group size:
+    ``group_size``, ``kl`` (nats, mean over the prompts' positions), ``P(<word> first | <target>)`` per repeat-string
+    prompt, ``prev_mass <head>`` per head (the offset-1 diagonal; at size 1 the run's ranking diagonals)."""
     model, rows = run.model, []
     for g in groups:
         edits = [average_pos_embed(g)] if g > 1 else []
@@ -142,13 +140,7 @@ def copies_precondition(rows: list[dict], no_prompt: str) -> Precondition:
     """The model copies every repeat-string prompt clean (or: why there was no prompt)."""
     if no_prompt:
         return Precondition("the repeat-string prompt fits the context", False, f"not testable here: {no_prompt}")
-    clean = rows[0]
-    return model_copies({k: v for k, v in clean.items() if k.startswith("P(")})
-
-
-def _measured(g: int, groups: list[int]) -> Precondition:
-    missing = f"groups of {g} were not measured (--group-sizes {','.join(map(str, groups))})"
-    return Precondition(f"groups of {g} were measured", g in groups, missing)
+    return model_copies({k: v for k, v in rows[0].items() if k.startswith("P(")})
 
 
 def judge(
@@ -158,42 +150,45 @@ def judge(
     against the largest size (>= 50), and each head's previous-token mass at groups of 10 against clean (unaffected:
     the heads do not read the exact position off ``W_pos``)."""
     by_g = {r["group_size"]: r for r in rows}
-    clean = by_g[1]
-    pkeys = [k for k in clean if k.startswith("P(")]
+    clean, gmax = by_g[1], max(groups)
     names = [head_name(l, h) for l, h in heads]
-    keep = {k: (clean[k], by_g[20][k]) for k in pkeys} if 20 in by_g else {}
-    gmax = max(groups)
-    big = gmax >= 50 and 20 in by_g
+    keep = {k: (clean[k], by_g[20][k]) for k in clean if k.startswith("P(")} if 20 in by_g else {}
     kept = {n: (clean[f"prev_mass {n}"], by_g[10][f"prev_mass {n}"]) for n in names} if 10 in by_g else {}
-    small = f"no group size of 50 or more was measured (largest {gmax})"
-    large = Precondition("a group size of 50 or more was measured", gmax >= 50, small)
+    big = gmax >= 50 and 20 in by_g
+    large = Precondition(
+        "a group size of 50 or more was measured",
+        gmax >= 50,
+        f"no group size of 50 or more was measured (largest {gmax})",
+    )
+    g10, g20 = (
+        Precondition(
+            f"groups of {g} were measured",
+            g in groups,
+            f"groups of {g} were not measured (--group-sizes {','.join(map(str, groups))})",
+        )
+        for g in (10, 20)
+    )
     return [
         OUTPUT_UNCHANGED.judge(
             {f"{k} clean -> g20": v for k, v in keep.items()},
             keep,
-            [_measured(20, groups), copies],
+            [g20, copies],
             readout=", ".join(f"{k.split(' first')[0]} keeps {b / a:.0%}" for k, (a, b) in keep.items() if a > 0),
         ),
         BREAKS_DOWN.judge(
             {"kl_g20": by_g.get(20, {}).get("kl"), f"kl_g{gmax}": by_g[gmax]["kl"]},
             (by_g[20]["kl"], by_g[gmax]["kl"], gmax) if big else (float("nan"), float("nan"), gmax),
-            [_measured(20, groups), large, copies],
+            [g20, large, copies],
             readout=f"KL {by_g[20]['kl']:.3g} nats at 20, {by_g[gmax]['kl']:.3g} at {gmax}" if big else "",
         ),
         HEADS_UNAFFECTED.judge(
             PrevMassAveraged(kept, group=POS_GROUP).measured(),  # the pairs the route conclusion reads
             kept,
-            [_measured(10, groups)] + [run.prev_head(head) for head in heads],
+            [g10] + [run.prev_head(head) for head in heads],
             head=",".join(names),
             readout=", ".join(f"{n} keeps {b / a:.0%}" for n, (a, b) in kept.items() if a > 0),
         ),
     ]
-
-
-def not_applicable(reason: str) -> list[Claim]:
-    """Every claim not testable: ``W_pos`` averaging does not apply to the model (``reason``)."""
-    why, measured = f"not applicable: {reason}", {"not_applicable": reason}
-    return [c.untested(why, measured) for c in SPECS]
 
 
 def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:
@@ -203,12 +198,10 @@ def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:
     titles = ["KL(clean || averaged), nats", "P(right continuation)", "previous-token mass"]
     fig = make_subplots(rows=1, cols=3, subplot_titles=titles)
     gs = [r["group_size"] for r in rows]
-    fig.add_trace(go.Scatter(x=gs, y=[r["kl"] for r in rows], name="KL", mode="lines+markers"), 1, 1)
-    for key in rows[0]:
-        if key.startswith("P("):
-            fig.add_trace(go.Scatter(x=gs, y=[r[key] for r in rows], name=key, mode="lines+markers"), 1, 2)
-        if key.startswith("prev_mass"):
-            fig.add_trace(go.Scatter(x=gs, y=[r[key] for r in rows], name=key[10:], mode="lines+markers"), 1, 3)
+    series = {"kl": ("KL", 1)} | {k: (k, 2) for k in rows[0] if k.startswith("P(")}  # key: (name, panel)
+    series |= {k: (k[10:], 3) for k in rows[0] if k.startswith("prev_mass")}
+    for key, (name, col) in series.items():
+        fig.add_trace(go.Scatter(x=gs, y=[r[key] for r in rows], name=name, mode="lines+markers"), 1, col)
     if not copies:
         where = dict(row=1, col=2, x=0.5, y=0.5, xref="x2 domain", yref="y2 domain", showarrow=False)
         style = dict(font=dict(size=13, color="#6e7781"), bgcolor="rgba(255,255,255,0.85)")
@@ -275,16 +268,12 @@ def pos_embed_averaging(
 ) -> ClaimResult:
     """Average ``W_pos`` rows in groups of each size and measure the output and the heads' previous-token mass.
 
-    ``model``, ``prompts`` (what the KL runs over; default: 16 natural-text prompts of 256 tokens), ``heads`` (default:
-    the aggregator and the early previous-token heads; L2H2, L3H3, L4H11 on GPT-2 small), ``run``: as every claim
-    function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
-
-    ``group_sizes``: a size above the model's context is capped at it, and said; 1 (the clean model) is always
-    measured; the claims compare with groups of 10 and 20 and with the largest (>= 50). ``targets``: a leading space
-    is added where missing; a word that is several tokens in the model's vocabulary is replaced by a single-token word
-    (single characters in a character vocabulary), and a short context gets a shorter prompt: each said
-    (:func:`._run.repeat_prompts`). ``seed``: the demonstrations'. The result's ``numbers`` hold ``targets``,
-    ``group_sizes`` and ``rows`` (one per group size; also a table), or ``not_applicable`` and why.
+    ``model``, ``prompts`` (what the KL runs over), ``heads``, ``run``: as every claim function takes them
+    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``group_sizes``: capped at the model's context, and said; 1 (clean)
+    is always measured; the claims compare with 10, 20 and the largest (>= 50). ``targets``: a leading space added
+    where missing; each word made one token and the prompt fit to the context, each said
+    (:func:`._run.repeat_prompts`). ``seed``: the demonstrations'. ``numbers`` hold ``targets``, ``group_sizes`` and
+    ``rows`` (one per group size; also a table), or ``not_applicable`` and why.
     """
     group_sizes = list(group_sizes)
     if not group_sizes or not all(isinstance(g, int) and g >= 1 for g in group_sizes):
@@ -297,9 +286,9 @@ def pos_embed_averaging(
     result = ClaimResult("pos_embed_averaging", run.label)
     result.numbers.update(heads=[head_name(l, h) for l, h in chosen], heads_chosen=how)
     reason = wpos_reason(run.model, run.label)
-    if reason:
+    if reason:  # W_pos averaging does not apply to the model: every claim not testable
         result.numbers["not_applicable"] = reason
-        result.claims = not_applicable(reason)
+        result.claims = [c.untested(f"not applicable: {reason}", {"not_applicable": reason}) for c in SPECS]
         return result
     groups = group_sizes_for(run.model, group_sizes)
     reps, no_prompt = repeat_prompts(run.model, targets, n_given=0, seed=seed)
