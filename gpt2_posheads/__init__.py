@@ -14,10 +14,8 @@ The package is layered; each layer imports only the ones above it in this list:
 * ``toy``: the sparse-attention toy models;
 * ``posts``: one folder per post, every claim a function returning its numbers, verdicts and figures
   (``from gpt2_posheads import posts``; ``posts.gpt2_prev_heads.mask_prev_attention(model)``);
-* ``cli``: every command's options, parsed from its declaration, and their checks, output folders, the set-up of a
-  script;
-* ``commands``: the command-line programs (``gpt2-posheads NAME``), each parsing options, calling a claim function
-  and writing a results folder.
+* ``cli``: each command's options, parsed from its declaration, their checks, output folders, a script's set-up;
+* ``commands``: the programs (``gpt2-posheads NAME``): parse options, call a claim function, write a results folder.
 
 The names below are the public face; everything is also importable from its module.
 """

@@ -43,10 +43,10 @@ EXPLORE_LINE = "the attention explorer of a model, live on 127.0.0.1 (your promp
 
 
 def explore(argv: list[str]) -> int:
-    """``explore``: every user mistake is one ``error:`` line and status 2; Ctrl-C, SIGTERM or SIGHUP stops the server
-    (status 0), or the start before it (one line, status 128 + the signal's number)."""
+    """``explore``: a mistake is one ``error:`` line and status 2; a stop signal stops the server (status 0), or the
+    start before it (one line, status 128 + the signal's number)."""
     from .cli.args import Terminated, exit_status, stop_on_signals
-    from .cli.checks import check_device, check_model_dir, model_folder
+    from .cli.checks import precheck
     from .cli.declared import parse
     from .cli.experiment import model_from_args, model_label
     from .model.validation import UsageError
@@ -58,9 +58,7 @@ def explore(argv: list[str]) -> int:
     restore = stop_on_signals()  # SIGTERM and SIGHUP stop the server as Ctrl-C does
     stopped = None
     try:
-        folder = model_folder(args)
-        check_model_dir(None if folder is None else str(folder))
-        check_device(args.device)
+        precheck(args)  # the model folder and the device
         if args.out is None and not (args.port == 0 or 1024 <= args.port <= 65535):
             raise UsageError("--port", f"{args.port} is out of range", "allowed 0 (any free port) or 1024..65535")
         if args.out is not None and not args.out.endswith((".html", ".htm")):
@@ -102,7 +100,7 @@ def explore(argv: list[str]) -> int:
 
 
 def _check_port_free(port: int) -> None:
-    """A one-line error now when ``port`` on 127.0.0.1 cannot be bound (0 always can)."""
+    """A one-line error now when ``port`` on 127.0.0.1 cannot be bound."""
     import errno
     import socket
 
@@ -125,7 +123,7 @@ def _check_port_free(port: int) -> None:
 
 
 def listing() -> str:
-    """Every command, the claim scripts grouped by post with the claims each judges, then the tools."""
+    """Every command: the claim scripts by post with the claims each judges, then the tools."""
     from .claims.catalogue import posts, script_claims
 
     found = commands()

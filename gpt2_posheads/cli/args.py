@@ -1,4 +1,4 @@
-"""Options every script shares, their number checks, and the entry that turns a mistake into one line.
+"""Options every script shares, their number checks, the console, and the entry that turns a mistake into one line.
 
 A script's life: parse → :func:`~gpt2_posheads.cli.checks.precheck` everything that does not need the model
 (model folder, device, prompt source, numbers, ``--heads`` and layers against the folder's ``config.json``) → open
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import signal
 import sys
@@ -19,7 +20,6 @@ from collections.abc import Callable, Sequence
 
 from ..claims.catalogue import Option
 from ..model.validation import INT64, NonFiniteError, NothingMeasuredError, UsageError
-from .console import guard_console
 from .output import abort_open_outputs, finish_not_testable, write_failure
 
 PROMPT_SOURCES = ("auto", "openwebtext", "wikitext")
@@ -41,13 +41,10 @@ _SEEN = "_options_given"  # namespace attribute that records the options given w
 
 
 def _int_type(low: int, high: int, name: str = "int"):
-    """An argparse ``type``: an integer within ``low..high``. Not an integer: argparse's ``invalid int value``; outside
-    the range: the range, in one line.
-
-    ``(low, high) == INT64`` (an option whose own range the command checks after parsing: :func:`positive`,
-    :func:`int_list`, :func:`check_layer_arg`): an integer past int64 is passed on as it is, and that check refuses it
-    naming the option's own range (``--every``: ``allowed 2..9223372036854775807``), not int64's, which holds values
-    the option refuses. Every integer option of every command is checked so (``tests/cli/test_values.py``)."""
+    """An argparse ``type``: an integer within ``low..high`` (else argparse's ``invalid int value``, or the range).
+    ``INT64``: the command checks the option's own range after parsing (:func:`positive`, :func:`int_list`,
+    :func:`check_layer_arg`), so an integer past int64 is passed on and refused naming that range
+    (``--every``: ``allowed 2..9223372036854775807``), not int64's."""
     deferred = (low, high) == INT64
 
     def parse(text: str) -> int:
@@ -61,16 +58,13 @@ def _int_type(low: int, high: int, name: str = "int"):
 
 
 def _empty_ok(action: argparse.Action) -> bool:
-    """Whether an empty value means something for this option: its default is empty (``--models``), or its help says
-    what ``''`` does (``--model-dirs '' for none``)."""
+    """An empty value means something: the default is empty (``--models``), or the help says what ``''`` does."""
     return action.default == "" or "''" in (action.help or "")
 
 
 def _checked(base: type, repeats: bool = False) -> type:
-    """argparse's ``base`` action (``store``; ``append`` for an option meant to be repeated, such as ``--prompt``),
-    but an empty or blank value (``--out ""``) is an error unless the option says what one means, and so is an option
-    given twice (``--seq-len 64 --seq-len 128``) unless it ``repeats``, instead of the last or the empty value silently
-    winning."""
+    """argparse's ``base`` action refusing an empty value (unless :func:`_empty_ok`) and, unless it ``repeats``
+    (``append``: ``--prompt``), a second value (``--seq-len 64 --seq-len 128``), instead of one silently winning."""
 
     class Checked(base):
         def __call__(self, parser, namespace, values, option_string=None):
@@ -90,10 +84,8 @@ _StoreOnce, _AppendNonEmpty = _checked(argparse._StoreAction), _checked(argparse
 
 
 class Parser(argparse.ArgumentParser):
-    """``argparse`` whose errors are the one-line ``error: ...`` of every other user mistake, and which refuses what
-    argparse lets through silently: an option given twice (options meant to repeat use ``action="append"``), an empty
-    or blank value (``--out ""``; an option whose help says what ``''`` means takes it), an integer outside what
-    torch takes (``--seed 2**64``; a seed is 0..2**32-1)."""
+    """``argparse`` whose errors are one ``error: ...`` line, refusing what argparse lets through silently: an option
+    given twice, an empty value (:func:`_checked`), an integer outside what torch takes (a seed: 0..2**32-1)."""
 
     def __init__(self, *a, **kw):
         kw.setdefault("formatter_class", _Formatter)
@@ -133,8 +125,7 @@ MODEL_OPTIONS = (
 
 
 def output_options(out_help: str | None = None) -> tuple[Option, ...]:
-    """``--out`` (``out_help``: what it is when not a results folder), ``--force``, ``--seed``, ``--no-png``: the
-    options of every command that writes a results folder."""
+    """The options of every command that writes a results folder (``out_help``: ``--out`` when it is not one)."""
     return (
         Option(
             "--out",
@@ -150,8 +141,7 @@ def output_options(out_help: str | None = None) -> tuple[Option, ...]:
 
 
 def prompt_options(n_prompts: int = 16, seq_len: int = 256) -> tuple[Option, ...]:
-    """The natural-text prompts' options at a command's defaults (checked by :func:`~gpt2_posheads.cli.checks.precheck`
-    with the prompt source)."""
+    """The natural-text prompts' options at a command's defaults (checked by :func:`.checks.precheck`)."""
     return (
         Option("--prompts", "auto", "auto | openwebtext | wikitext | path to .txt/.jsonl files"),
         Option("--n-prompts", n_prompts, "natural-text prompts", int),
@@ -171,23 +161,15 @@ SUBMATRIX_OPTIONS = (
 
 
 def main_entry(main: Callable, argv: Sequence[str] | None = None):
-    """Run a script's ``main``: a :class:`UsageError` is one ``error:`` line and exit status 2; Ctrl-C, SIGTERM or
-    SIGHUP (:class:`Terminated`) or an error leaves every earlier result as it was (staged outputs are dropped);
-    anything else keeps its traceback (it is a bug).
-
-    A stop signal ends the run within seconds, a download too (:mod:`gpt2_posheads.model.hub`), with one line and exit
-    status 130 (Ctrl-C), 143 (SIGTERM) or 129 (SIGHUP); further stop signals while it cleans up are ignored
-    (:func:`stop_on_signals`), so a second one never prints a traceback.
-
-    Outside the measurement: the console cannot end the run (:class:`~gpt2_posheads.cli.console.ConsoleStream`). A
-    reader that stops early (``script | head -2``) silences the rest of the output and the run finishes, writes its
-    results and exits 0: the results are whole, and a status of 141 (killed by SIGPIPE) would tell a caller, or a
-    ``set -o pipefail`` pipeline, that the work was cut short when only the reading was. A character the console
-    cannot show is replaced. A folder that cannot be written (a full disk or quota, a file-size limit, a read-only file
-    system: :func:`~gpt2_posheads.cli.output.write_failure`) is one line naming it, exit status 2, with earlier
-    results kept (the staged output is dropped). A measurement with nothing in it
-    (:class:`~gpt2_posheads.model.validation.NothingMeasuredError`) or a NaN the model computed ends the run with
-    every claim ``not testable`` and the reason."""
+    """Run a script's ``main``: a :class:`UsageError`, or a folder that cannot be written
+    (:func:`~gpt2_posheads.cli.output.write_failure`), is one ``error:`` line and exit status 2; a stop signal
+    (:func:`stop_on_signals`; a download stops too, :mod:`gpt2_posheads.model.hub`) is one line and 128 + its number;
+    either way staged outputs are dropped and earlier results kept. A measurement with nothing in it
+    (:class:`~gpt2_posheads.model.validation.NothingMeasuredError`) or a NaN the model computed ends the run with every
+    claim ``not testable`` and the reason. Anything else keeps its traceback (a bug). The console cannot end the run
+    (:class:`ConsoleStream`): a reader that stops early (``script | head -2``) gets exit
+    status 0, not 141 (SIGPIPE), which would tell a ``set -o pipefail`` pipeline that the work was cut short when only
+    the reading was."""
     restore = stop_on_signals()
     restore_console = guard_console()
     stopped = None
@@ -238,9 +220,8 @@ STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 class Terminated(KeyboardInterrupt):
-    """A stop signal other than Ctrl-C, handled as Ctrl-C is (staged outputs dropped, locks released, earlier results
-    kept): SIGTERM (what ``timeout``, ``kill`` and job schedulers send) or SIGHUP (the terminal or ssh session
-    closed). ``name``: the signal's (``"SIGTERM"``)."""
+    """SIGTERM (``timeout``, ``kill``, job schedulers) or SIGHUP (the terminal or ssh session closed), handled as
+    Ctrl-C is. ``name``: the signal's (``"SIGTERM"``)."""
 
     def __init__(self, signum: int = signal.SIGTERM):
         super().__init__(signum)
@@ -249,14 +230,12 @@ class Terminated(KeyboardInterrupt):
 
 
 def exit_status(e: KeyboardInterrupt) -> int:
-    """A stopped run's exit status, as a shell reports a process the signal ended: 128 + the signal's number (130 for
-    Ctrl-C, 143 for SIGTERM, 129 for SIGHUP)."""
+    """128 + the signal's number, as a shell reports it: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP."""
     return 128 + (e.signum if isinstance(e, Terminated) else int(signal.SIGINT))
 
 
 def stopped_by(status: int) -> KeyboardInterrupt | None:
-    """The interrupt that exit status ``status`` reports (:func:`exit_status`; ``-N`` too: a child process that signal
-    ``N`` ended), to raise again; ``None`` for a run that was not stopped."""
+    """The interrupt ``status`` reports (:func:`exit_status`, or ``-N`` from a child), to raise again; or ``None``."""
     for s in STOP_SIGNALS:
         if status in (128 + s, -s):
             return KeyboardInterrupt() if s == signal.SIGINT else Terminated(s)
@@ -264,11 +243,10 @@ def stopped_by(status: int) -> KeyboardInterrupt | None:
 
 
 def stop_on_signals() -> Callable[[KeyboardInterrupt | None], None] | None:
-    """In the main thread, make Ctrl-C raise ``KeyboardInterrupt`` and SIGTERM and SIGHUP :class:`Terminated`; the
-    first of them ignores all three from then on (the run cleans up undisturbed). A signal the process was started
-    ignoring (``nohup``: SIGHUP) stays ignored. Returns ``restore(stopped)``, which puts the previous handlers back
-    (after a run SIGTERM or SIGHUP stopped, those two stay ignored: the process is ending as it was told); ``None`` off
-    the main thread, where signals cannot be set."""
+    """In the main thread, make Ctrl-C raise ``KeyboardInterrupt`` and SIGTERM/SIGHUP :class:`Terminated`; the first
+    ignores all three from then on (the run cleans up undisturbed; a second never prints a traceback), and a signal
+    the process started ignoring (``nohup``) stays ignored. Returns ``restore(stopped)`` (after SIGTERM or SIGHUP
+    those two stay ignored: the process is ending as told); ``None`` off the main thread."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -286,6 +264,73 @@ def stop_on_signals() -> Callable[[KeyboardInterrupt | None], None] | None:
         for s, h in previous.items():
             ending = isinstance(stopped, Terminated) and s != signal.SIGINT
             signal.signal(s, signal.SIG_IGN if ending else signal.SIG_DFL if h is None else h)
+
+    return restore
+
+
+# --- the console -----------------------------------------------------------------------------------------
+
+
+class ConsoleStream:
+    """``sys.stdout`` or ``sys.stderr`` that can never end a run: a reader that stops early (``script | head -2``), a
+    closed or failing console (any ``OSError``) sends the rest of the output to ``/dev/null``; a character the
+    encoding cannot show (``PYTHONIOENCODING=ascii``) is replaced instead of raising ``UnicodeEncodeError``."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.gone = False  # the console went away: what is written from here on is dropped
+
+    def write(self, text: str) -> int:
+        if self.gone:
+            return len(text)
+        try:
+            return self.stream.write(text)
+        except UnicodeEncodeError:
+            enc = getattr(self.stream, "encoding", None) or "ascii"
+            return self.write(text.encode(enc, "replace").decode(enc, "replace"))
+        except (OSError, ValueError):  # a broken pipe, a full disk under a redirect, a closed file
+            self._went_away()
+            return len(text)
+
+    def flush(self) -> None:
+        if self.gone:
+            return
+        try:
+            self.stream.flush()
+        except (OSError, ValueError):
+            self._went_away()
+
+    def _went_away(self) -> None:
+        """Point the stream's file descriptor at ``/dev/null``, so that what its buffer still holds, and the
+        interpreter's flush at exit, go nowhere instead of raising again."""
+        self.gone = True
+        try:
+            fd = self.stream.fileno()
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, fd)
+            finally:
+                os.close(null)
+            self.stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def guard_console():
+    """Put :class:`ConsoleStream` in front of ``sys.stdout`` and ``sys.stderr``; returns the function that flushes them
+    and puts the originals back."""
+    saved = sys.stdout, sys.stderr
+    guards = [ConsoleStream(s) if s is not None and not isinstance(s, ConsoleStream) else s for s in saved]
+    sys.stdout, sys.stderr = guards
+
+    def restore() -> None:
+        for g in guards:
+            if isinstance(g, ConsoleStream):
+                g.flush()
+        sys.stdout, sys.stderr = saved
 
     return restore
 

@@ -1,9 +1,6 @@
-"""The checks a command makes before its model loads, and what they know of the model.
-
-Model folder, device, prompt source, numbers, ``--heads`` and layers against the folder's ``config.json``
-(:func:`precheck`); then, with the model loaded, the same against ``model.cfg`` (:func:`postcheck`). Each failure is
-one :class:`~gpt2_posheads.model.validation.UsageError` naming the option (:func:`~gpt2_posheads.cli.args.main_entry`
-prints it as one ``error:`` line).
+"""The checks a command makes before its model loads (:func:`precheck`: model folder, device, prompt source, numbers,
+``--heads`` and layers against the folder's ``config.json``), and with it loaded (:func:`postcheck`: against
+``model.cfg``). Each failure is one :class:`~gpt2_posheads.model.validation.UsageError` naming the option.
 """
 
 from __future__ import annotations
@@ -28,9 +25,8 @@ from .args import PROMPT_SOURCES, int_list
 
 
 def _nearest_dir(path: Path) -> str | None:
-    """A model folder beside ``path`` (or in the models folder) whose name is ``path``'s name with a typo, else a
-    shipped model of such a name: a hint never names a folder of another model's name (``data/route-gpt2`` for
-    ``data/mini-gpt``)."""
+    """A model folder beside ``path`` (or in the models folder), else a shipped model, whose name is ``path``'s with a
+    typo (never another model's name: not ``data/route-gpt2`` for ``data/mini-gpt``)."""
     parent = path.parent if path.parent.is_dir() else models_dir()
     cands = [c for c in parent.iterdir() if c.is_dir() and (c / "config.json").exists()] if parent.is_dir() else []
     best = difflib.get_close_matches(path.name, [c.name for c in cands], n=1, cutoff=0.8)
@@ -41,8 +37,8 @@ def _nearest_dir(path: Path) -> str | None:
 
 
 def check_model_dir(model_dir: str | None) -> dict | None:
-    """A ``--model-dir`` must be a Hugging Face folder: ``config.json`` that is a JSON object, and weights.
-    Returns the parsed config (``None`` without ``--model-dir``). It is never taken as a hub name."""
+    """The parsed ``config.json`` of a ``--model-dir`` (never taken as a hub name), a complete Hugging Face folder;
+    ``None`` without one."""
     if model_dir is None:
         return None
     p = Path(model_dir).expanduser()
@@ -107,8 +103,8 @@ def check_model_dir(model_dir: str | None) -> dict | None:
 
 def check_model_dirs(text: str, param: str = "--model-dirs") -> list[str]:
     """Comma-separated model folders, each checked (:func:`check_model_dir`). A folder whose name holds a comma is one
-    folder: from each piece on, the most pieces that, joined by their commas, name an existing path are taken whole. A
-    mistake names the piece and, where it was split off, the text it came from."""
+    folder: from each piece on, the most pieces that name an existing path joined are taken whole. A mistake names
+    the piece and the text it was split from."""
     pieces, dirs, i = text.split(","), [], 0
     while i < len(pieces):
         j = next(
@@ -127,8 +123,8 @@ def check_model_dirs(text: str, param: str = "--model-dirs") -> list[str]:
 
 
 def model_folder(args) -> Path | None:
-    """The local folder a script's model comes from: ``--model-dir``, or a shipped model named by ``--model``
-    (``mini-gpt2``, ``route-gpt2``, ...; a compiled one is built on first use); ``None`` for a hub name."""
+    """``--model-dir``, or the folder of a shipped ``--model`` (a compiled one built on first use); ``None`` for a hub
+    name."""
     if getattr(args, "model_dir", None):
         return Path(args.model_dir)
     name = getattr(args, "model", None)
@@ -141,8 +137,7 @@ def model_folder(args) -> Path | None:
 
 
 def check_hub_names(hub: Sequence[str]) -> None:
-    """Hub names (``--models``) need the Hugging Face hub: refuse them in one line, within seconds, when it is
-    unreachable (before any model is loaded), and point at local folders."""
+    """Refuse hub names (``--models``) not cached, within seconds, when the hub does not answer."""
     missing = [name for name in hub if not hub_model_cached(name)]  # a complete cached copy loads offline
     problem = next(filter(None, map(hub_model_problem, missing)), None)  # asked of each model's API, in turn
     if problem is not None:
@@ -174,9 +169,8 @@ def check_device(device: str | None) -> None:
 
 
 def check_prompt_source(source: str) -> None:
-    """``auto``/``openwebtext``/``wikitext`` or an existing, non-empty UTF-8 ``.txt``/``.jsonl`` file or folder.
-    ``openwebtext`` is read here (then remembered), so that a dataset that cannot be read is said before any model
-    loads."""
+    """A known source or a non-empty UTF-8 ``.txt``/``.jsonl`` file or folder; ``openwebtext`` is read here (then
+    remembered), so that a dataset that cannot be read is said before any model loads."""
     if source == "openwebtext":
         from ..analysis.prompts import documents
 
@@ -231,7 +225,7 @@ def check_prompt_source(source: str) -> None:
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What the checks need to know of a model: from ``config.json`` before loading, or ``model.cfg`` after."""
+    """A model's shape, from ``config.json`` before loading or ``model.cfg`` after."""
 
     n_layers: int
     n_heads: int
@@ -268,7 +262,7 @@ def check_layer_arg(name: str, layer: int | None, shape: ModelShape | None, allo
 
 @dataclass(frozen=True)
 class CheckedArgs:
-    """What :func:`precheck` parsed (``args`` itself is never changed)."""
+    """What :func:`precheck` parsed (``args`` is never changed)."""
 
     shape: ModelShape | None = None
     heads: HeadSpec | None = None
@@ -276,8 +270,7 @@ class CheckedArgs:
 
 
 def precheck(args, *, layer_final: bool = False) -> CheckedArgs:
-    """Every check that needs no model: model folder, device, prompt source and counts, ``--heads``,
-    ``--layer``/``--layers`` against the folder's ``config.json``."""
+    """Every check that needs no model (the module's docstring)."""
     shape = None
     if hasattr(args, "model_dir"):
         folder = model_folder(args)
@@ -301,7 +294,7 @@ def precheck(args, *, layer_final: bool = False) -> CheckedArgs:
 
 
 def postcheck(args, checked: CheckedArgs, model, *, layer_final: bool = False) -> ModelShape:
-    """The checks of :func:`precheck` that needed the model (a hub model has no ``config.json`` to peek)."""
+    """The checks of :func:`precheck` that needed the model (a hub model has no ``config.json``)."""
     shape = ModelShape.of(model)
     if checked.heads is not None:
         checked.heads.check(shape)

@@ -1,18 +1,10 @@
 """Every command's options, parsed by one function from its declaration, and the run of a declared claim script.
 
 A command is a :class:`~gpt2_posheads.claims.catalogue.Command`: its help and its options, each an
-:class:`~gpt2_posheads.claims.catalogue.Option` stated where the command is declared. :func:`parse` builds the
-parser, parses, and checks every option's range (one ``error:`` line) before anything else happens. A claim script (a
-:class:`~gpt2_posheads.claims.catalogue.Script`) takes the options every model command takes, the prompt options at
-its declaration's defaults, ``--heads`` when it measures heads, its own, the submatrix's and the engine's; a toy post's
-script takes the training options of every toy post (:data:`toy_options`; its own ``--steps`` and any option it
-states again replace them in place) and its own.
-
-``gpt2-posheads NAME`` for a declared script is ``parse → check → setup → call → write``: every check that needs no
-model before the model loads (:func:`~gpt2_posheads.cli.experiment.setup`), then the declaration's ``prepare`` with
-the model, then the claim function on the shared run, its console lines and its results folder
-(``ClaimResult.write``). A toy post's script opens its output folder and the folder of its resumable runs and calls
-its function with its own options and every option of :class:`~gpt2_posheads.toy.posts.ToyRun`.
+:class:`~gpt2_posheads.claims.catalogue.Option` stated where the command is declared. :func:`parse` parses and checks
+every option's range (one ``error:`` line) before anything else happens. The options of a claim script
+(:class:`~gpt2_posheads.claims.catalogue.Script`) are :func:`command_options`'. A model script runs
+``parse → check → setup → call → write`` (:func:`run_declared`), a toy post's script :func:`run_toy`.
 """
 
 from __future__ import annotations
@@ -25,13 +17,11 @@ from ..claims.catalogue import Command, Option, Script
 from ..model.validation import NothingMeasuredError, positive
 from ..posts.gpt2_prev_heads._run import ModelRun
 from .args import MODEL_OPTIONS, SUBMATRIX_OPTIONS, Parser, float_list, int_list, output_options, prompt_options
-from .engine import check_engine_args, engine_options
-from .experiment import open_output, setup
+from .experiment import check_engine_args, engine_options, open_output, setup
 
 
 def toy_options() -> tuple[Option, ...]:
-    """The training options of every toy post's command (:class:`~gpt2_posheads.toy.posts.ToyRun`'s, checked by
-    ``ToyRun.check`` naming the flags)."""
+    """The training options of every toy post's command (:class:`~gpt2_posheads.toy.posts.ToyRun`'s)."""
     from ..toy.posts import BATCH_SIZE, INIT_STD, LR, MAX_DEFAULT_WORKERS, ROBUSTNESS_SEEDS
 
     return (
@@ -69,18 +59,15 @@ def toy_options() -> tuple[Option, ...]:
     )
 
 
-def _merged(group: tuple[Option, ...], own: tuple[Option, ...]) -> list[Option]:
-    """``group`` with each option ``own`` states again replaced in its place, then the rest of ``own``."""
-    mine = {o.flag: o for o in own}
-    return [mine.pop(o.flag, o) for o in group] + list(mine.values())
-
-
 def command_options(command: Command) -> list[Option]:
-    """Every option of ``command``, in its ``--help``'s order."""
+    """Every option of ``command``, in its ``--help``'s order: a model script's are the model's, the output's, the
+    prompts' at its defaults, ``--heads`` when it measures heads, its own, the submatrix's and the engine's; a toy
+    post's are the output's and :func:`toy_options`, each it states again (its ``--steps``) replaced in place."""
     if not isinstance(command, Script):
         return list(command.options)
-    if not command.post.needs_model:
-        return _merged(output_options() + toy_options(), command.options)
+    if not command.post.needs_model:  # each option the script states again replaces the toys' in its place
+        mine = {o.flag: o for o in command.options}
+        return [mine.pop(o.flag, o) for o in output_options() + toy_options()] + list(mine.values())
     opts = [*MODEL_OPTIONS, *output_options()]
     if command.n_prompts is not None:
         opts += prompt_options(command.n_prompts, command.seq_len)
@@ -92,8 +79,7 @@ def command_options(command: Command) -> list[Option]:
 
 
 def _add(p: argparse.ArgumentParser, o: Option) -> None:
-    """``o`` on the parser: a positional, a repeated option, a negatable switch, a switch, a comma-separated list
-    (parsed after) or a typed value."""
+    """``o`` on the parser (a list option is parsed after: :func:`option_value`)."""
     if not o.flag.startswith("-"):
         p.add_argument(o.flag, help=o.help)
     elif o.action == "append":
@@ -132,7 +118,9 @@ def parse(command: Command, argv=None, prog: str | None = None) -> argparse.Name
 
 
 def run_declared(script: Script, argv=None):
-    """Run the command of ``script`` with ``argv`` (``main(argv)`` of a command module); returns the result."""
+    """Run the command of ``script`` with ``argv``: every check that needs no model before it loads
+    (:func:`~gpt2_posheads.cli.experiment.setup`), the declaration's ``prepare`` with the model, the claim function on
+    the shared run, its console lines, its results folder (``ClaimResult.write``); returns the result."""
     args = parse(script, argv)
     if not script.post.needs_model:
         return run_toy(script, args)
@@ -180,11 +168,9 @@ def run_declared(script: Script, argv=None):
 
 
 def run_toy(script: Script, args) -> None:
-    """Run a toy post's claim function from its command line: check the training options, open the output folder and
-    the folder where finished runs are kept (resume: the next run reuses them; kept if this run fails, emptied by
-    ``--fresh``), call the function with the post's own options and every option of
-    :class:`~gpt2_posheads.toy.posts.ToyRun` (``steps`` and ``workers`` None: the post's defaults), and write what it
-    returns."""
+    """Run a toy post's claim function: the output folder and its ``runs/`` of finished runs (reused by the next run,
+    kept if this one fails, emptied by ``--fresh``), the post's own options and every
+    :class:`~gpt2_posheads.toy.posts.ToyRun` option (``steps``/``workers`` None: the post's defaults)."""
     import torch
 
     from ..toy.posts import ToyRun

@@ -6,6 +6,9 @@ A script is ``parse → setup → measure → judge → write``::
     ... measure on exp.model / exp.prompts / exp.heads ...
     exp.out.summary({**exp.describe(), ...}, claims)
     exp.out.commit()
+
+``--engine nnsight`` runs the measurements in nnsight traces, and ``--remote`` on NDIF: checked before any work
+(:func:`check_engine_args`; needs ``--engine nnsight``, nnsight, ``NDIF_API_KEY`` and NDIF answering within seconds).
 """
 
 from __future__ import annotations
@@ -23,17 +26,17 @@ import torch
 from ..analysis.diagonals import diagonal_attention, rank_from_diagonals
 from ..analysis.heads import HeadDefault, require_above_layer0, resolve_heads
 from ..analysis.prompts import documents, make_prompts
+from ..claims.catalogue import Option
 from ..model.fingerprint import folder_fingerprint
 from ..model.identity import compiled_standin, is_gpt2_small, position_kind
 from ..model.loading import ModelLoadError, load_model
+from ..model.traced import ENGINE as NNSIGHT
+from ..model.traced import check_remote, load_traced, require_nnsight
 from ..model.validation import UsageError, capped_seq_len, check_fast_engine, head_name
 from .checks import CheckedArgs, model_folder, postcheck, precheck
-from .engine import load_engine_model
 from .output import Output, check_one_model_per_name, default_target
 
-# What commands run one after another in one process share (the main job: :func:`shared_setup`): each model loaded
-# once, its prompts made once per option set, the heads ranked once per prompts. ``None`` outside that block.
-_SHARED: dict | None = None
+_SHARED: dict | None = None  # the memos of :func:`shared_setup`; None outside it
 
 
 @contextmanager
@@ -52,8 +55,7 @@ def shared_setup() -> Iterator[None]:
 
 
 def _shared(kind: str, key: tuple, make):
-    """``make()``, made once per ``key`` inside :func:`shared_setup` (``kind``: ``"models"``, ``"prompts"`` or
-    ``"rankings"``)."""
+    """``make()``, made once per ``key`` of memo ``kind`` inside :func:`shared_setup`."""
     if _SHARED is None:
         return make()
     if key not in _SHARED[kind]:
@@ -61,9 +63,57 @@ def _shared(kind: str, key: tuple, make):
     return _SHARED[kind][key]
 
 
+def engine_options(engines: tuple[str, ...], help: str) -> tuple[Option, ...]:
+    """``--engine`` (``engines`` and nnsight) and ``--remote``."""
+    return (
+        Option(
+            "--engine",
+            "auto",
+            help + "; nnsight: every pattern computed and reduced inside an nnsight trace (a local Hugging Face "
+            "folder, or an NDIF-hosted model with --remote)",
+            choices=(*engines, NNSIGHT),
+        ),
+        Option(
+            "--remote",
+            False,
+            "run the nnsight traces on NDIF (needs --engine nnsight, NDIF_API_KEY and a hub name in --model/--models)",
+        ),
+    )
+
+
+def check_engine_args(args, model_dir_flag: str = "--model-dir") -> None:
+    """``--remote`` needs ``--engine nnsight``, a hub name and NDIF; a local nnsight run needs nnsight installed."""
+    if not getattr(args, "remote", False):
+        if getattr(args, "engine", None) == NNSIGHT:
+            require_nnsight("--engine", "or --engine auto")
+        return
+    if getattr(args, "engine", None) != NNSIGHT:
+        raise UsageError("--remote", "needs --engine nnsight", "--engine nnsight --remote", "or drop --remote")
+    if getattr(args, model_dir_flag.lstrip("-").replace("-", "_"), None):
+        raise UsageError(
+            "--remote",
+            f"runs a model hosted on NDIF, named by its hub id, not a local folder ({model_dir_flag})",
+            "--model <hub id> --remote",
+            f"or drop --remote to run {model_dir_flag} through nnsight here",
+        )
+    check_remote("--remote")
+
+
+def load_engine_model(name: str, args, param: str = "--model"):
+    """A :class:`~gpt2_posheads.model.traced.TracedModel` with ``--engine nnsight`` (on NDIF with ``--remote``), else
+    ``None`` (the caller loads its TransformerLens model)."""
+    if getattr(args, "engine", None) != NNSIGHT:
+        return None
+    try:
+        return load_traced(name, remote=bool(getattr(args, "remote", False)), device=getattr(args, "device", None))
+    except (OSError, ValueError) as e:
+        if isinstance(e, UsageError):
+            raise
+        raise UsageError(param, f"{name} could not be loaded through nnsight ({type(e).__name__}: {e})") from None
+
+
 def model_from_args(args):
-    """Load ``--model-dir`` or ``--model``; a load failure is a one-line error. With ``--engine nnsight`` the model
-    is traced through nnsight (:mod:`gpt2_posheads.cli.engine`)."""
+    """Load ``--model-dir`` or ``--model`` (traced with ``--engine nnsight``); a load failure is one line."""
     source = str(model_folder(args) or args.model)
     traced = load_engine_model(source, args, "--model-dir" if args.model_dir else "--model")
     if traced is not None:
@@ -94,9 +144,8 @@ def model_slug(args) -> str:
 
 
 def model_identity(args) -> dict:
-    """``{"label", "fingerprint"}`` of ``--model-dir`` or ``--model``: what tells two models of the same name apart.
-    A folder's fingerprint hashes its ``config.json`` and its weight files whole (``model.fingerprint``);
-    a hub model's is its name."""
+    """``{"label", "fingerprint"}``: what tells two models of the same name apart (a folder's hashes its config and
+    weights, :mod:`~gpt2_posheads.model.fingerprint`; a hub model's is its name)."""
     label = model_label(args)
     folder = model_folder(args)
     if folder is None:
@@ -106,11 +155,10 @@ def model_identity(args) -> dict:
 
 
 def check_model_names(models: list[tuple[str, str]]) -> dict[str, tuple[str, str]]:
-    """``{value: (its name, its weights fingerprint)}`` for the models of one command, each given as ``(--model or
-    --model-dir, value)``: the name its results are filed under (:func:`model_slug`) and :func:`model_identity`'s
-    fingerprint (a hub model's is its name). Two models of one name with other weights are refused as a
-    results folder refuses them (:func:`~gpt2_posheads.cli.checks.check_one_model_per_name`), named by the option
-    that gave the second (``--models``, ``--model-dirs``); one model given twice has one name."""
+    """``{value: (the name its results are filed under, its weights fingerprint)}`` for ``(--model or --model-dir,
+    value)`` pairs. Two models of one name with other weights are refused as a results folder refuses them
+    (:func:`~gpt2_posheads.cli.output.check_one_model_per_name`), named by the option of the second (``--models``,
+    ``--model-dirs``); one model given twice has one name."""
     first: dict[str, dict] = {}
     names = {}
     for flag, value in models:
@@ -123,8 +171,7 @@ def check_model_names(models: list[tuple[str, str]]) -> dict[str, tuple[str, str
 
 
 def open_output(args, script_file: str, per_model: bool = True, quick: bool = False) -> Output:
-    """The run's output folder: ``--out`` or ``results/<script>/<model>/`` (see :class:`Output`); a folder holding
-    another model's results of the same name is refused."""
+    """The run's output folder (:class:`Output`): ``--out`` or ``results/<script>/<model>/``."""
     script = Path(script_file).stem
     has_model = per_model and hasattr(args, "model")
     target = Path(args.out) if args.out else default_target(script, model_slug(args) if has_model else None)
@@ -136,8 +183,7 @@ OPTION_OF = {"n_prompts": "--n-prompts", "seq_len": "--seq-len", "prompts": "--p
 
 
 def corpus_prompts(model, args) -> tuple[torch.Tensor, str]:
-    """``[n_prompts, seq_len]`` natural-text prompts for ``args`` and a description of their source (a mistake is
-    named by its command-line option)."""
+    """``[n_prompts, seq_len]`` natural-text prompts and their source (a mistake named by its option)."""
     try:
         seq_len = capped_seq_len(model, args.seq_len)
 
@@ -199,12 +245,9 @@ def setup(
     above_layer0: bool = False,
     layer_final: bool = False,
 ) -> Experiment:
-    """Check every option that needs no model, open the output folder, load the model, check the rest, make
-    the prompts, rank the heads on them (:func:`rank_from_diagonals`, every offset) and choose the heads.
-
-    ``above_layer0``: explicit ``--heads`` in layer 0 are refused (the script needs heads with something
-    upstream). Nothing is loaded before every model-free check has passed.
-    """
+    """Check every option that needs no model, open the output folder, load the model, check the rest, make the
+    prompts, rank the heads on them (every offset) and choose the heads. ``above_layer0``: ``--heads`` in layer 0 are
+    refused (the script needs heads with something upstream)."""
     checked = precheck(args, layer_final=layer_final)
     if above_layer0:
         require_above_layer0(checked.heads)

@@ -1,39 +1,30 @@
-"""Output folders that never lose or mix results.
+"""Output folders that never lose or mix results: ``results/<script>/<model>/`` or ``--out``.
 
-A script's results go to one folder (``results/<script>/<model>/`` or ``--out``). Three rules keep what a
-user has:
-
-* **Only the toolkit's own files are replaced.** Every folder the toolkit writes holds a manifest
-  (:data:`MANIFEST`) naming the files and sub-folders it wrote. A later run replaces exactly those; a
-  folder holding anything else (a user's ``notes.csv``, a model's ``config.json``) is refused unless
-  ``--force``, and even then nothing of the user's is replaced or deleted.
-* **A run that fails changes nothing.** Files are written into a staging folder beside the target
-  (``.<name>.partial-<pid>``) and moved into place only when the run succeeds; an error or Ctrl-C removes
-  the staging folder and the lock, and the folders the run made that stayed empty, and leaves the earlier results
-  as they were.
-* **Two runs never mix.** A lock file (:data:`LOCK`) names the process writing the folder (its pid and start time,
-  the machine); a second run refuses with one line naming it and the lock file. A lock whose process is gone, or whose
-  pid now names another process (same machine), is taken over, and the staging folders such a run left (``kill -9``)
-  are removed, each said in one line (:mod:`~gpt2_posheads.cli.locks`; :func:`remove_dead_runs` does the same for
-  a whole results tree). A lock that cannot be checked (empty, not the toolkit's, another machine's) is refused
+* **Only the toolkit's own files are replaced.** A manifest (:data:`MANIFEST`) names the files and sub-folders the
+  toolkit wrote; a later run replaces exactly those. A folder holding anything else (a user's ``notes.csv``, a model's
+  ``config.json``) is refused unless ``--force``, and even then nothing of the user's is replaced or deleted.
+* **A run that fails changes nothing.** Files are staged beside the target (``.<name>.partial-<pid>``) and moved in
+  only when the run succeeds; an error or Ctrl-C removes the staging folder, the lock and the folders the run made
+  that stayed empty. Sub-folders that must outlive a failed run (a toy sweep's resumable ``runs/``) are written in
+  place (:meth:`Output.persistent_dir`).
+* **Two runs never mix.** A lock (:data:`LOCK`: pid, its start time, machine) refuses a second run in one line naming
+  it; a lock whose process is gone, or whose pid now names another process of this machine, is taken over and the
+  staging folders of that run (``kill -9``) removed, each said in one line (:func:`acquire_lock`,
+  :func:`remove_dead_runs`). A lock that cannot be checked (empty, not the toolkit's, another machine's) is refused
   with how to remove it.
-
 * **Results first, then the console.** The claims table is printed once the files are in place, and the console can
-  never cost a result (:class:`~gpt2_posheads.cli.console.ConsoleStream`): a reader that stops early (``script |
-  head -2``) silences the rest of the run's output, a console that cannot show a character gets a replacement
-  character. A folder that cannot be written (a full disk, a quota, a file-size limit, a read-only file system:
-  :data:`~gpt2_posheads.model.paths.CANNOT_WRITE`) is one line naming it (:func:`write_failure`), with the earlier
-  results as they were.
-
-Sub-folders that must outlive a failed run (a toy sweep's resumable ``runs/``) are written in place
-through :meth:`Output.persistent_dir`.
+  never cost a result (:class:`~gpt2_posheads.cli.args.ConsoleStream`). A folder that cannot be written (full disk,
+  quota, file-size limit, read-only: :data:`~gpt2_posheads.model.paths.CANNOT_WRITE`) is one line naming it
+  (:func:`write_failure`), with the earlier results as they were.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import errno
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -45,10 +36,18 @@ import pandas as pd
 
 from ..claims.record import MANIFEST, jsonable, read_manifest, recorded_fingerprint, write_summary
 from ..claims.verdicts import Claim, claims_table
-from ..model.paths import cannot_write, holder_state, lock_holder, lock_record, remove_dead_staging, write_whole_text
+from ..model.paths import (
+    STAGING,
+    cannot_write,
+    holder_state,
+    lock_holder,
+    lock_record,
+    pid_alive,
+    remove_dead_staging,
+    write_whole_text,
+)
 from ..model.validation import UsageError, path_kind
 from ..report.plotting import png_support, save_figure, write_png
-from .locks import LOCK, lock_age, locked_error, now_iso, remove_dead_runs, say_dead  # noqa: F401 - and run_all's
 
 _OPEN: list[Output] = []  # outputs of this process not yet committed (aborted by main_entry on failure)
 _COMMITTED: list[Path] = []  # folders this process committed (where a later "no space left" is said to be)
@@ -57,17 +56,13 @@ _COMMITTED: list[Path] = []  # folders this process committed (where a later "no
 # --- a folder that cannot be written ------------------------------------------------------------------------------
 
 
-def _written_folders() -> tuple[Path, ...]:
-    """The folders this process writes or wrote: its open outputs' targets and staging folders, those it committed."""
-    return tuple(f for o in _OPEN for f in (o.target, o.out_dir)) + tuple(_COMMITTED)
-
-
 def write_failure(e: BaseException, folder: Path | None = None, param: str = "--out") -> UsageError | None:
     """The one line for an error that says a file cannot be written (``ENOSPC``, ``EDQUOT``, ``EFBIG``, ``EROFS``;
     permission denied on a file this process writes: :func:`~gpt2_posheads.model.paths.cannot_write`), naming the
     folder being written (``folder``, else this process's open output, else the last one it committed, else the
     file's own folder) and that earlier results are kept; ``None`` for any other error."""
-    why = cannot_write(e, _written_folders() + ((folder,) if folder is not None else ()))
+    ours = tuple(f for o in _OPEN for f in (o.target, o.out_dir)) + tuple(_COMMITTED)  # written, or being written
+    why = cannot_write(e, ours + ((folder,) if folder is not None else ()))
     if why is None:
         return None
     if folder is None:
@@ -104,11 +99,99 @@ def write_json(path: str | Path, obj) -> Path:
 # --- the lock and the manifest --------------------------------------------------------------------------------
 
 
+LOCK = ".gpt2_posheads.lock"
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+LOCK_TIMEOUT = 24 * 3600  # seconds after which another machine's lock is said to be probably left behind
+
+
+def lock_age(path: Path) -> float:
+    """Seconds since ``path`` was last written (0 when it cannot be read)."""
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def locked_error(folder: Path, lock: Path, holder: dict, state: str, param: str) -> UsageError:
+    """The one line for ``folder`` locked by ``holder`` (``state``: ``live``, ``elsewhere`` or ``unreadable``)."""
+    who = f"{holder.get('script', '?')}, pid {holder.get('pid')} on {holder.get('host')}"
+    who += f", started {holder.get('started', '?')}"
+    clear = f"remove it (rm '{lock}')"
+    if state == "live":
+        return UsageError(
+            param,
+            f"{folder} is being written by another run ({who})",
+            "one run per output folder",
+            f"wait for it to finish, or choose another --out; its lock is {lock}",
+        )
+    if state == "elsewhere":
+        hours = lock_age(lock) / 3600
+        old = f", {hours:.0f} h ago, probably left by a run that ended" if hours * 3600 > LOCK_TIMEOUT else ""
+        return UsageError(
+            param,
+            f"{folder} is locked by a run on another machine ({who}{old}), which cannot be checked from here",
+            "one run per output folder",
+            f"if no run on {holder.get('host')} writes this folder, {clear}; or choose another --out",
+        )
+    try:
+        why = "it is empty" if not lock.read_text().strip() else "it is not a lock this toolkit writes"
+    except (OSError, UnicodeDecodeError) as e:
+        why = f"it cannot be read ({getattr(e, 'strerror', None) or type(e).__name__})"
+    return UsageError(
+        param,
+        f"{lock} names no run of this toolkit ({why}), so no run can be shown to be writing {folder}",
+        "one run per output folder, with a lock the toolkit wrote",
+        f"if no run writes this folder, {clear}; or choose another --out",
+    )
+
+
+def say_dead(lock: Path, holder: dict, state: str = "dead") -> None:
+    reused = f"; pid {holder.get('pid')} is now another process" if state == "reused" else ""
+    print(
+        f"note: removed {lock}, left by a run that ended without finishing ({holder.get('script', '?')}, pid "
+        f"{holder.get('pid')}, started {holder.get('started', '?')}{reused})",
+        file=sys.stderr,
+    )
+
+
+def remove_dead_runs(root: Path) -> int:
+    """Remove, under ``root``, what runs that ended without finishing (``kill -9``, a power cut) left: locks of gone
+    processes of this machine, their staging folders (unless another machine locks the folder) and temporary files
+    (``.<name>.tmp-<pid>``), each said in one line; the count removed. The main job calls it on its results folder
+    (a run that writes one folder does this for that folder when it opens it)."""
+    removed = 0
+    for top, dirs, files in os.walk(root):
+        here = Path(top)
+        if LOCK in files:
+            holder = lock_holder(here / LOCK)
+            state = holder_state(holder)
+            if state in ("dead", "reused"):
+                (here / LOCK).unlink(missing_ok=True)
+                say_dead(here / LOCK, holder, state)
+                removed += 1
+        for name in files:
+            m = re.fullmatch(r"\.(.+)\.tmp-(\d+)", name)
+            if m and int(m[2]) != os.getpid() and not pid_alive(int(m[2])):
+                (here / name).unlink(missing_ok=True)
+                removed += 1
+        staged = [d for d in dirs if STAGING.match(d)]
+        dirs[:] = [d for d in dirs if d not in staged]  # a staging folder's own files are not walked
+        for d in staged:
+            name = STAGING.match(d)["name"]
+            if holder_state(lock_holder(here / name / LOCK)) == "elsewhere":
+                continue  # its folder is locked from another machine, whose processes cannot be asked from here
+            removed += len(remove_dead_staging(here, name))
+    return removed
+
+
 def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
-    """Create ``folder/LOCK`` (:func:`~gpt2_posheads.model.paths.lock_record`: pid, its start time, machine, script) or
-    refuse in one line naming the lock file and how to clear it where no live run of this machine can be shown to
-    hold it (:func:`~gpt2_posheads.model.paths.holder_state`); a lock of a process of this machine that is gone, or
-    whose pid now names another process, is taken over, and said."""
+    """Create ``folder/LOCK`` (:func:`~gpt2_posheads.model.paths.lock_record`) or refuse in one line
+    (:func:`locked_error`); a lock of a gone process of this machine, or whose pid names another, is taken over."""
     lock = folder / LOCK
     for _ in range(3):
         try:
@@ -137,9 +220,8 @@ def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
 
 
 def foreign_entries(folder: Path, script: str | None = None) -> list[str]:
-    """Names in ``folder`` that this script may not replace: not in its manifest (a manifest written by another
-    script protects that script's files too), not the manifest or lock, not a staging folder, and not a
-    sub-folder holding a manifest of its own (a nested toolkit output)."""
+    """Names in ``folder`` this script may not replace: not in its manifest (another script's manifest protects its
+    files too), not the manifest, lock or a staging folder, not a nested toolkit output (a manifest of its own)."""
     if not folder.is_dir():
         return []
     m = read_manifest(folder)
@@ -156,8 +238,7 @@ def foreign_entries(folder: Path, script: str | None = None) -> list[str]:
 
 
 def check_out_folder(path: str | Path, param: str = "--out") -> Path:
-    """An output folder is a folder or does not exist yet, with folders above it: a file (or a device, a broken link)
-    there or above is one line before anything runs. ``path``, expanded."""
+    """``path`` expanded, unless it or a path above it is not a folder (a file, a device, a broken link)."""
     p = Path(path).expanduser()
     for q in (p, *p.parents):
         kind = path_kind(q)
@@ -176,10 +257,9 @@ def check_out_folder(path: str | Path, param: str = "--out") -> Path:
 
 
 def check_one_model_per_name(filed: dict, this: dict, param: str, where: str, hint: str) -> None:
-    """Results are filed by a model's name (its folder's name, a hub id): ``this`` model (``{"label",
-    "fingerprint"}``) is refused, in one line beginning with ``where``, where ``filed`` (the model whose results are
-    there, or one given beside it) has other weights. The one check of every command that files results of a model:
-    a results folder (:class:`Output`), the models of one command (head_atlas, run_all)."""
+    """Results are filed by a model's name: ``this`` model (``{"label", "fingerprint"}``) is refused, in one line
+    beginning with ``where``, where ``filed`` (the model filed there, or given beside it) has other weights. The one
+    such check, for a results folder (:class:`Output`) and the models of one command (head_atlas, run_all)."""
     theirs, ours = filed.get("fingerprint"), this.get("fingerprint")
     if theirs in (None, ours):
         return
@@ -197,11 +277,8 @@ def check_one_model_per_name(filed: dict, this: dict, param: str, where: str, hi
 
 @dataclass
 class Output:
-    """One run's output folder: figures (HTML + PNG), CSV tables, ``summary.json``; staged, locked, manifested.
-
-    ``out_dir`` is where this run writes (the staging folder); ``target`` is where the files land when
-    :meth:`commit` succeeds. Use :meth:`open`; never construct directly.
-    """
+    """One run's output folder (figures, CSV tables, ``summary.json``): written into ``out_dir`` (staging), moved to
+    ``target`` by :meth:`commit`. Made by :meth:`open`."""
 
     target: Path
     out_dir: Path
@@ -232,14 +309,10 @@ class Output:
         adopt: bool = False,
         model: dict | None = None,
     ) -> Output:
-        """Check ``target``, lock it and make a staging folder beside it (see the module doc).
-
-        ``adopt``: the user asked to replace what the folder holds (e.g. ``train_mini_gpt2.py --overwrite`` on a
-        model folder): its files count as this run's to replace. ``model`` (``{"label", "fingerprint"}``): the model
-        the results are of; a folder holding another model's results (another fingerprint under the same name) is
-        refused unless ``force``, so two models never share a folder. Results of the same model folder measured on
-        weights it no longer has are replaced, and said.
-        """
+        """Check ``target``, lock it and make a staging folder beside it. ``adopt``: its files count as this run's to
+        replace (``train_mini_gpt2 --overwrite``). ``model`` (``{"label", "fingerprint"}``): a folder holding another
+        model's results under the same name is refused unless ``force``; results of the same model folder measured on
+        weights it no longer has are replaced, and said."""
         target = check_out_folder(target, param)
         made = [d for d in (target, *target.parents) if not d.exists()]  # removed again if they stay empty
         try:

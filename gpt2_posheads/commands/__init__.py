@@ -1,14 +1,6 @@
-"""The command-line programs: one per claim script, plus the main job and the tools around it.
-
-Each module here is a program: ``main(argv)`` parses its options, calls the library (the post's claim functions in
-:mod:`gpt2_posheads.posts`), and writes the results folder. They run, once the package is installed, from any folder:
-
-    gpt2-posheads                              # list them
-    gpt2-posheads rank_prev_heads --model route-gpt2
-    python -m gpt2_posheads run_all            # the main job
-
-``experiments/<name>.py`` in a source checkout runs the same program. Commands are found through the package
-(:func:`commands`), never through a path under a checkout.
+"""The command-line programs (``gpt2-posheads NAME``, or ``experiments/NAME.py`` in a checkout): every declared claim
+script, and each module here (``main(argv)``: parse, call the library, write the results folder). Commands are found
+through the package (:func:`commands`), never through a path under a checkout.
 """
 
 from __future__ import annotations
@@ -22,8 +14,7 @@ from pathlib import Path
 
 
 def commands() -> dict[str, str]:
-    """``{command name: the first line of its help}``: every claim script (its declaration's) and every other module of
-    this package (its docstring's, read without importing it, so listing stays instant)."""
+    """``{command name: the first line of its help}``; a module's docstring is read without importing it (instant)."""
     from ..claims.catalogue import script, scripts
 
     out = {name: s.line for name, s in scripts().items()}
@@ -43,8 +34,8 @@ def normalize(name: str) -> str:
 
 
 def load(name: str):
-    """The program of command ``name``: its module, or for a declared claim script without one the command its
-    declaration builds (anything with ``main(argv)``); ``KeyError`` naming the commands there are."""
+    """Command ``name``'s program (``main(argv)``): its module, or the one a declared claim script's declaration builds;
+    ``KeyError`` naming the commands there are."""
     from ..claims.catalogue import script
 
     name = normalize(name)
@@ -61,8 +52,8 @@ def load(name: str):
 
 
 def plugins_failed() -> bool:
-    """Say, in one ``error:`` line, a module of ``$GPT2_POSHEADS_POSTS`` that could not be imported (a claim of it
-    would be missing from the command list, the main job and the page); True if there is one."""
+    """Whether a module of ``$GPT2_POSHEADS_POSTS`` could not be imported (its claims would be missing everywhere),
+    said in one ``error:`` line."""
     from ..claims.catalogue import PLUGINS_ENV
     from ..posts import PLUGIN_ERRORS
 
@@ -75,8 +66,7 @@ def plugins_failed() -> bool:
 
 
 def run(name: str, argv: Sequence[str] | None = None) -> int:
-    """Run command ``name`` with ``argv`` as a program does: one ``error:`` line and status 2 for a mistake, the
-    results of an interrupted run kept (:func:`~gpt2_posheads.cli.args.main_entry`). Returns the exit status."""
+    """Run command ``name`` as a program does (:func:`~gpt2_posheads.cli.args.main_entry`); its exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if plugins_failed():
         return 2
@@ -92,10 +82,8 @@ def run(name: str, argv: Sequence[str] | None = None) -> int:
 
 
 def run_experiment(name: str, args: Sequence[str], check: bool = False, env: dict[str, str] | None = None) -> int:
-    """Run command ``name`` with ``args`` (and ``env`` added to this process's environment) in a fresh Python
-    process (``python -m gpt2_posheads NAME``, so it runs wherever the package is importable); its exit status (130
-    when it was interrupted, 143 or 129 when SIGTERM or SIGHUP stopped it). Interrupted or terminated here, the child
-    is terminated too and given time to drop its staged output and release its lock before this raises."""
+    """Run command ``name`` in a fresh ``python -m gpt2_posheads`` (with ``env`` added); its exit status. Stopped here,
+    the child is terminated too and given time to drop its staged output and release its lock before this raises."""
     import os
     import subprocess
 

@@ -14,12 +14,12 @@ models are described in gpt2_posheads/organism/compiled.py and docs/posts/004-gp
 
 from pathlib import Path
 
-from gpt2_posheads.claims.catalogue import Command, Option
-from gpt2_posheads.cli.declared import parse
-from gpt2_posheads.cli.output import check_out_folder
-from gpt2_posheads.model.paths import folder_lock, models_dir, write_whole
-from gpt2_posheads.model.validation import UsageError
-from gpt2_posheads.organism.compiled import BUILDERS, build, weights_digest
+from ..claims.catalogue import Command, Option
+from ..cli.declared import parse
+from ..cli.output import check_out_folder
+from ..model.paths import folder_lock, models_dir, write_whole
+from ..model.validation import UsageError
+from ..organism.compiled import BUILDERS, build, weights_digest
 
 
 def is_ours(folder: Path, name: str) -> bool:

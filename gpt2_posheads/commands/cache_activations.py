@@ -11,16 +11,16 @@ layer, repeat-prompt probabilities, induction and the aggregator under masking a
 import json
 from pathlib import Path
 
-from gpt2_posheads.analysis.diagonals import diagonal_attention, rank_from_diagonals
-from gpt2_posheads.analysis.heads import HeadDefault, resolve_heads
-from gpt2_posheads.claims.catalogue import Command, Option
-from gpt2_posheads.cli.args import MODEL_OPTIONS, output_options, prompt_options
-from gpt2_posheads.cli.checks import postcheck, precheck
-from gpt2_posheads.cli.declared import parse
-from gpt2_posheads.cli.experiment import corpus_prompts, model_from_args, model_identity, model_label
-from gpt2_posheads.cli.output import check_one_model_per_name, check_out_folder
-from gpt2_posheads.model.validation import UsageError
-from gpt2_posheads.store.cache import PosheadsCache, build_cache
+from ..analysis.diagonals import diagonal_attention, rank_from_diagonals
+from ..analysis.heads import HeadDefault, resolve_heads
+from ..claims.catalogue import Command, Option
+from ..cli.args import MODEL_OPTIONS, output_options, prompt_options
+from ..cli.checks import postcheck, precheck
+from ..cli.declared import parse
+from ..cli.experiment import corpus_prompts, model_from_args, model_identity, model_label
+from ..cli.output import check_one_model_per_name, check_out_folder
+from ..model.validation import UsageError
+from ..store.cache import PosheadsCache, build_cache
 
 HEADS = HeadDefault(
     ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2", "L4H11", "L5H6"),

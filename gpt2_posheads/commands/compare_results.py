@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpt2_posheads.claims.catalogue import Command, Option
-from gpt2_posheads.cli.declared import parse
-from gpt2_posheads.model.validation import UsageError
-from gpt2_posheads.report.compare import compare_folders, different_models, differing_models_line
+from ..claims.catalogue import Command, Option
+from ..cli.declared import parse
+from ..model.validation import UsageError
+from ..report.compare import compare_folders, different_models, differing_models_line
 
 COMMAND = Command(
     "compare_results",

@@ -22,22 +22,20 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from gpt2_posheads.analysis.atlas import OOD_PROTOCOL, TOOLKIT_PROTOCOL, head_table
-from gpt2_posheads.analysis.diagonals import diagonal_attention
-from gpt2_posheads.analysis.interventions import average_pos_embed
-from gpt2_posheads.claims.catalogue import Command, Option
-from gpt2_posheads.cli import check_device, check_hub_names, corpus_prompts, positive
-from gpt2_posheads.cli.args import prompt_options
-from gpt2_posheads.cli.checks import check_model_dirs
-from gpt2_posheads.cli.declared import parse
-from gpt2_posheads.cli.engine import check_engine_args, engine_options, load_engine_model
-from gpt2_posheads.cli.experiment import check_model_names
-from gpt2_posheads.cli.output import Output, default_target
-from gpt2_posheads.model.identity import has_learned_positions, position_kind
-from gpt2_posheads.model.loading import ModelLoadError, load_model
-from gpt2_posheads.model.paths import SHIPPED_MODELS
-from gpt2_posheads.model.validation import UsageError
-from gpt2_posheads.posts.gpt2_prev_heads.weight_route import route_record
+from ..analysis.atlas import OOD_PROTOCOL, TOOLKIT_PROTOCOL, head_table
+from ..analysis.diagonals import diagonal_attention
+from ..analysis.interventions import average_pos_embed
+from ..claims.catalogue import Command, Option
+from ..cli.args import prompt_options
+from ..cli.checks import check_device, check_hub_names, check_model_dirs
+from ..cli.declared import parse
+from ..cli.experiment import check_engine_args, check_model_names, corpus_prompts, engine_options, load_engine_model
+from ..cli.output import Output, default_target
+from ..model.identity import has_learned_positions, position_kind
+from ..model.loading import ModelLoadError, load_model
+from ..model.paths import SHIPPED_MODELS
+from ..model.validation import UsageError, positive
+from ..posts.gpt2_prev_heads.weight_route import route_record
 
 METRICS = (("sharpness", "previous-token: 1 - ratio"), ("induction", "induction"), ("duplicate", "duplicate-token"))
 
@@ -79,15 +77,8 @@ def main(argv=None):
     positive("--n-prompts", args.n_prompts)
     positive("--seq-len", args.seq_len, 2)
     out = Output.open(args.out or default_target("head_atlas"), "head_atlas", png=not args.no_png, force=args.force)
-    tables, summary = (
-        {},
-        {
-            "protocol": TOOLKIT_PROTOCOL
-            + (f"; ood-composition: {OOD_PROTOCOL}" if args.protocol == "ood-composition" else ""),
-            "seed": args.seed,
-            "models": {},
-        },
-    )
+    protocol = TOOLKIT_PROTOCOL + (f"; ood-composition: {OOD_PROTOCOL}" if args.protocol == "ood-composition" else "")
+    tables, summary = {}, {"protocol": protocol, "seed": args.seed, "models": {}}
     for name in dirs + hub:
         label = labels[name][0]
         if label in tables:  # one model given twice (the same weights): measured once
@@ -141,7 +132,7 @@ def main(argv=None):
         L, H = int(df["layer"].max()) + 1, int(df["head"].max()) + 1
         for r, (key, _) in enumerate(METRICS, start=1):
             vals = np.where(df.is_prev_token, 1 - df.prev_ratio, 0.0) if key == "sharpness" else df[key].to_numpy()
-            z = np.asarray(vals, dtype=float).reshape(L, H)
+            z, at = np.asarray(vals, dtype=float).reshape(L, H), dict(row=r, col=c)
             fig.add_trace(
                 go.Heatmap(
                     z=z,
@@ -153,19 +144,12 @@ def main(argv=None):
                     text=df.name.to_numpy().reshape(L, H),
                     hovertemplate="%{text}: %{z:.3f}<extra></extra>",
                 ),
-                row=r,
-                col=c,
+                **at,
             )
             fig.update_yaxes(
-                autorange="reversed",
-                title_text="layer" if c == 1 else None,
-                dtick=max(1, math.ceil(L / 12)),
-                row=r,
-                col=c,
+                autorange="reversed", title_text="layer" if c == 1 else None, dtick=max(1, math.ceil(L / 12)), **at
             )
-            fig.update_xaxes(
-                title_text="head" if r == len(METRICS) else None, dtick=max(1, math.ceil(H / 12)), row=r, col=c
-            )
+            fig.update_xaxes(title_text="head" if r == len(METRICS) else None, dtick=max(1, math.ceil(H / 12)), **at)
     fig.update_layout(
         title="Head atlas<br><sup>1 - ratio for previous-token heads (0 for the others)</sup>",
         height=330 * len(METRICS) + 100,

@@ -2,14 +2,14 @@
 (gpt2_posheads.posts.gpt2_prev_heads.organism_report); here, its run (every claim script on the model first, unless
 --skip-scripts)."""
 
-from gpt2_posheads.claims.catalogue import model_scripts
-from gpt2_posheads.claims.verdicts import claims_table
-from gpt2_posheads.cli import results_root, setup
-from gpt2_posheads.cli.checks import check_model_dir
-from gpt2_posheads.cli.declared import parse
-from gpt2_posheads.cli.experiment import model_slug
-from gpt2_posheads.commands import run_experiment
-from gpt2_posheads.posts.gpt2_prev_heads import organism_report as claim
+from ..claims.catalogue import model_scripts
+from ..claims.verdicts import claims_table
+from ..cli.checks import check_model_dir
+from ..cli.declared import parse
+from ..cli.experiment import model_slug, setup
+from ..cli.output import results_root
+from ..posts.gpt2_prev_heads import organism_report as claim
+from . import run_experiment
 
 
 def main(argv=None):

@@ -3,12 +3,11 @@ declaration (gpt2_posheads.posts.gpt2_prev_heads.helix); here, its run (--w-pos 
 
 from pathlib import Path
 
-from gpt2_posheads.cli import Output, setup
-from gpt2_posheads.cli.declared import parse
-from gpt2_posheads.cli.experiment import capped_seq_len
-from gpt2_posheads.cli.output import default_target
-from gpt2_posheads.posts.gpt2_prev_heads import helix as claim
-from gpt2_posheads.posts.gpt2_prev_heads._run import ModelRun
+from ..cli.declared import parse
+from ..cli.experiment import capped_seq_len, setup
+from ..cli.output import Output, default_target
+from ..posts.gpt2_prev_heads import helix as claim
+from ..posts.gpt2_prev_heads._run import ModelRun
 
 
 def main(argv=None):

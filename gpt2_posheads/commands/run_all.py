@@ -36,22 +36,29 @@ from pathlib import Path
 
 import torch
 
-from gpt2_posheads.claims.catalogue import Command, Option, model_scripts, toy_scripts
-from gpt2_posheads.claims.record import recorded_fingerprint
-from gpt2_posheads.cli import check_device, check_hub_names, results_root, write_json
-from gpt2_posheads.cli.args import Terminated, exit_status, stopped_by
-from gpt2_posheads.cli.checks import check_model_dirs
-from gpt2_posheads.cli.declared import parse
-from gpt2_posheads.cli.experiment import check_model_names, shared_setup
-from gpt2_posheads.cli.output import RESULTS_ENV, acquire_lock, check_out_folder, now_iso, remove_dead_runs
-from gpt2_posheads.commands import run, run_experiment
-from gpt2_posheads.model.loading import load_model
-from gpt2_posheads.model.paths import SHIPPED_MODELS, shipped_model_dir
-from gpt2_posheads.model.precision import machine_description
-from gpt2_posheads.model.validation import UsageError
-from gpt2_posheads.report.explorer import write_explorer
-from gpt2_posheads.report.index import collect_summaries, write_index
-from gpt2_posheads.report.plotting import PNG_ENV, png_support
+from ..claims.catalogue import Command, Option, model_scripts, toy_scripts
+from ..claims.record import recorded_fingerprint
+from ..cli.args import Terminated, exit_status, stopped_by
+from ..cli.checks import check_device, check_hub_names, check_model_dirs
+from ..cli.declared import parse
+from ..cli.experiment import check_model_names, shared_setup
+from ..cli.output import (
+    RESULTS_ENV,
+    acquire_lock,
+    check_out_folder,
+    now_iso,
+    remove_dead_runs,
+    results_root,
+    write_json,
+)
+from ..model.loading import load_model
+from ..model.paths import SHIPPED_MODELS, shipped_model_dir
+from ..model.precision import machine_description
+from ..model.validation import UsageError
+from ..report.explorer import write_explorer
+from ..report.index import collect_summaries, write_index
+from ..report.plotting import PNG_ENV, png_support
+from . import run, run_experiment
 
 SHIPPED = ("route-gpt2", "lookalike-wpos", "mini-gpt2")
 REPORT = ("route-gpt2", "mini-gpt2")  # the organism report: this model, beside that one
@@ -149,10 +156,9 @@ def main(argv=None):
 
 
 def run_jobs(args, results: Path, jobs: list, models: list[list[str]], known: dict, staging: Path) -> int:
-    """Run ``jobs`` (``(script, model label or None, arguments)``) into ``results``, then write the explorers of
-    ``models`` into ``staging`` and :func:`finish`; the exit status. ``known``: each model's results name and weights
-    fingerprint (:func:`~gpt2_posheads.cli.experiment.check_model_names`), which the run record keeps so that the page
-    shows one model given two ways as one column."""
+    """Run ``jobs`` (``(script, model label or None, arguments)``) into ``results``, the explorers of ``models`` into
+    ``staging``, then :func:`finish`; the exit status. ``known``: :func:`.check_model_names`
+    (kept in the record: the page shows one model given two ways as one column)."""
     child_env, no_png = {RESULTS_ENV: str(results.absolute())}, args.no_png  # every script writes under results
     if not no_png:  # decided once for every script (a bounded test export), passed on to each
         can, why = png_support()
@@ -219,8 +225,7 @@ def run_jobs(args, results: Path, jobs: list, models: list[list[str]], known: di
 
 
 def run_here(name: str, argv: list[str]) -> int:
-    """Run script ``name`` in this process as its own process would: its exit status (a mistake 2, Ctrl-C 130,
-    SIGTERM 143, SIGHUP 129); a bug is printed with its traceback and counted a failure, and the job goes on. The
+    """Run script ``name`` here as its own process would: its exit status (a bug: printed with its traceback, 1). The
     thread count a script sets (the toys') is restored after it."""
     threads = torch.get_num_threads()
     try:
@@ -235,9 +240,8 @@ def run_here(name: str, argv: list[str]) -> int:
 
 
 def finished_before(results: Path, record: dict, slug: dict[str, str]) -> dict[tuple[str, str | None], dict]:
-    """``{(script, model): its record}`` for each job of this run that the last run (``run_all.json``) finished with
-    the same options, whose results are still there and measured on the model's weights as they are now (the
-    fingerprint their manifest records); every other finished job runs again, saying why in one line."""
+    """``{(script, model): its record}`` for each job the last run (``run_all.json``) finished whose results stand
+    (:func:`rerun_reason`); every other finished job runs again, saying why in one line."""
     import json
 
     try:
@@ -264,9 +268,8 @@ def finished_before(results: Path, record: dict, slug: dict[str, str]) -> dict[t
 
 
 def rerun_reason(folder: Path, last: dict, job: dict, record: dict) -> str | None:
-    """Why ``job``, which the last run finished (its record ``last``), runs again: its results in ``folder`` (laid out
-    as :func:`~gpt2_posheads.cli.output.default_target` lays them out) are gone, its options changed, or its model's
-    weights are not those its results were measured on; ``None`` when they stand."""
+    """Why ``job``, finished by the last run (``last``), runs again: its results in ``folder`` are gone, its options
+    changed, or its model's weights are not those its results were measured on; ``None`` when they stand."""
     if not (folder / "summary.json").exists():
         return f"its results are gone ({folder})"
     if last.get("options") is None:
@@ -280,8 +283,8 @@ def rerun_reason(folder: Path, last: dict, job: dict, record: dict) -> str | Non
 
 
 def finish(results: Path, record: dict, staging: Path, t_all: float, failed: list[str], code: int) -> int:
-    """Write the job's explorers (from ``staging``), its record and the page, all or none: every summary under
-    ``results`` is read first, so one that cannot be read (a :class:`UsageError` naming it) changes nothing."""
+    """Write the explorers (from ``staging``), the record and the page, all or none: every summary is read first, so
+    one that cannot be read (a :class:`UsageError` naming it) changes nothing."""
     record.update(finished=now_iso(), seconds=round(time.time() - t_all, 1), interrupted=stopped_by(code) is not None)
     summaries = collect_summaries(results)
     written = []

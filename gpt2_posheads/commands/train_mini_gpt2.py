@@ -30,17 +30,16 @@ from pathlib import Path
 
 import torch
 
-from gpt2_posheads.analysis.prompts import documents, file_documents, wikitext_documents
-from gpt2_posheads.claims.catalogue import Command, Option
-from gpt2_posheads.cli import Output, positive
-from gpt2_posheads.cli.args import output_options
-from gpt2_posheads.cli.declared import parse
-from gpt2_posheads.cli.output import check_out_folder
-from gpt2_posheads.model.paths import ORGANISM_DIR, shared_dir
-from gpt2_posheads.model.precision import resolve_bf16
-from gpt2_posheads.model.validation import UsageError
-from gpt2_posheads.organism import POS_INITS, REPEAT_KINDS, MiniConfig, split_docs, train_mini_gpt2
-from gpt2_posheads.report.plotting import line_figure
+from ..analysis.prompts import documents, file_documents, wikitext_documents
+from ..claims.catalogue import Command, Option
+from ..cli.args import output_options
+from ..cli.declared import parse
+from ..cli.output import Output, check_out_folder
+from ..model.paths import ORGANISM_DIR, shared_dir
+from ..model.precision import resolve_bf16
+from ..model.validation import UsageError, positive
+from ..organism import POS_INITS, REPEAT_KINDS, MiniConfig, split_docs, train_mini_gpt2
+from ..report.plotting import line_figure
 
 SHIPPED = ORGANISM_DIR
 TEXT_SOURCES = ("wikitext", "nltk", "openwebtext")

@@ -13,8 +13,7 @@ import uuid
 
 import pytest
 
-from gpt2_posheads.cli.args import main_entry
-from gpt2_posheads.cli.console import ConsoleStream
+from gpt2_posheads.cli.args import ConsoleStream, main_entry
 from gpt2_posheads.cli.output import LOCK, MANIFEST, Output
 from gpt2_posheads.model.paths import REPO_ROOT
 
