@@ -19,9 +19,8 @@ from functools import partial
 import pandas as pd
 import torch
 
-from ..model.engine import Reduction, engine_for
+from ..model.engine import Reduction, as_token_batches, engine_for, to_token_list
 from ..model.state import measures_caller_model
-from ..model.tokens import as_token_batches, to_token_list
 from ..model.validation import NonFiniteError, NothingMeasuredError, check_int_range, head_name
 
 
@@ -129,10 +128,11 @@ def diagonal_attention(
     key 0 out of every diagonal: GPT-2 heads park spare attention on the first token whatever it is, which would make
     every such head's longest diagonals look large. ``max_offset`` defaults to the longest prompt length - 1 (the last
     offsets rest on few entries). ``edits``: interventions applied during the pass. ``bf16``: matmuls in bfloat16
-    (LayerNorm, softmax and the residual stay float32; :func:`gpt2_posheads.model.precision.resolve_bf16`): ~3x faster
+    (LayerNorm, softmax and the residual stay float32; :func:`gpt2_posheads.model.state.resolve_bf16`): ~3x faster
     on CPUs with AMX, within ~1e-3 of float32 on diffuse heads but up to 0.5 off on sharp ones (large query-key logits,
     as in the compiled models). ``engine``: :func:`gpt2_posheads.model.engine.engine_for`'s choice (the engines agree
-    to ~1e-6; a :class:`~gpt2_posheads.model.traced.TracedModel`'s patterns are reduced inside its nnsight trace).
+    to ~1e-6; a :class:`~gpt2_posheads.model.engine_nnsight.TracedModel`'s patterns are reduced inside its nnsight
+    trace).
     ``model`` may be stored activations (``prompts`` ``None``, ``max_offset`` and ``exclude_bos`` as they are): the
     stored diagonals.
     """

@@ -56,7 +56,7 @@ def read_manifest(folder: str | Path) -> dict:
 
 def recorded_fingerprint(folder: str | Path) -> str | None:
     """The weights fingerprint of the model whose results ``folder`` holds, as its manifest records it
-    (:mod:`gpt2_posheads.model.fingerprint`; a hub model's is its name), or ``None``: no manifest, no model, or a
+    (:mod:`gpt2_posheads.model.folder`; a hub model's is its name), or ``None``: no manifest, no model, or a
     hash of part of the weights (12 hex digits), which no whole-file fingerprint can be compared with."""
     model = read_manifest(folder).get("model")
     fingerprint = model.get("fingerprint") if isinstance(model, dict) else None

@@ -7,8 +7,8 @@
 from __future__ import annotations
 
 from ..claims.catalogue import Option
-from ..model.traced import ENGINE as NNSIGHT
-from ..model.traced import check_remote, load_traced, require_nnsight
+from ..model.engine_nnsight import ENGINE as NNSIGHT
+from ..model.engine_nnsight import check_remote, load_traced, require_nnsight
 from ..model.validation import UsageError
 
 
@@ -50,7 +50,7 @@ def check_engine_args(args, model_dir_flag: str = "--model-dir") -> None:
 
 
 def load_engine_model(name: str, args, param: str = "--model"):
-    """The model a script measures: a :class:`~gpt2_posheads.model.traced.TracedModel` with ``--engine nnsight``
+    """The model a script measures: a :class:`~gpt2_posheads.model.engine_nnsight.TracedModel` with ``--engine nnsight``
     (hosted on NDIF with ``--remote``), else ``None`` (the caller loads its TransformerLens model)."""
     if getattr(args, "engine", None) != NNSIGHT:
         return None

@@ -23,9 +23,8 @@ import torch
 from ..analysis.diagonals import diagonal_attention, rank_from_diagonals
 from ..analysis.heads import HeadDefault, require_above_layer0, resolve_heads
 from ..analysis.prompts import documents, make_prompts
-from ..model.fingerprint import folder_fingerprint
-from ..model.identity import compiled_standin, is_gpt2_small, position_kind
-from ..model.loading import ModelLoadError, load_model
+from ..model.folder import folder_fingerprint
+from ..model.loading import ModelLoadError, compiled_standin, is_gpt2_small, load_model, position_kind
 from ..model.validation import UsageError, capped_seq_len, check_fast_engine, head_name
 from .checks import CheckedArgs, model_folder, postcheck, precheck
 from .engine import load_engine_model
@@ -95,7 +94,7 @@ def model_slug(args) -> str:
 
 def model_identity(args) -> dict:
     """``{"label", "fingerprint"}`` of ``--model-dir`` or ``--model``: what tells two models of the same name apart.
-    A folder's fingerprint hashes its ``config.json`` and its weight files whole (``model.fingerprint``);
+    A folder's fingerprint hashes its ``config.json`` and its weight files whole (``model.folder``);
     a hub model's is its name."""
     label = model_label(args)
     folder = model_folder(args)

@@ -33,8 +33,7 @@ from gpt2_posheads.cli.declared import parse
 from gpt2_posheads.cli.engine import check_engine_args, engine_options, load_engine_model
 from gpt2_posheads.cli.experiment import check_model_names
 from gpt2_posheads.cli.output import Output, default_target
-from gpt2_posheads.model.identity import has_learned_positions, position_kind
-from gpt2_posheads.model.loading import ModelLoadError, load_model
+from gpt2_posheads.model.loading import ModelLoadError, has_learned_positions, load_model, position_kind
 from gpt2_posheads.model.paths import SHIPPED_MODELS
 from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.posts.gpt2_prev_heads.weight_route import route_record

@@ -47,7 +47,7 @@ from gpt2_posheads.cli.output import RESULTS_ENV, acquire_lock, check_out_folder
 from gpt2_posheads.commands import run, run_experiment
 from gpt2_posheads.model.loading import load_model
 from gpt2_posheads.model.paths import SHIPPED_MODELS, shipped_model_dir
-from gpt2_posheads.model.precision import machine_description
+from gpt2_posheads.model.state import machine_description
 from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.report.explorer import write_explorer
 from gpt2_posheads.report.index import collect_summaries, write_index

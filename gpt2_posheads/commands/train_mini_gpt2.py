@@ -37,7 +37,7 @@ from gpt2_posheads.cli.args import output_options
 from gpt2_posheads.cli.declared import parse
 from gpt2_posheads.cli.output import check_out_folder
 from gpt2_posheads.model.paths import ORGANISM_DIR, shared_dir
-from gpt2_posheads.model.precision import resolve_bf16
+from gpt2_posheads.model.state import resolve_bf16
 from gpt2_posheads.model.validation import UsageError
 from gpt2_posheads.organism import POS_INITS, REPEAT_KINDS, MiniConfig, split_docs, train_mini_gpt2
 from gpt2_posheads.report.plotting import line_figure

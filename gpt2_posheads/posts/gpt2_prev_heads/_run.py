@@ -17,7 +17,7 @@ from ...analysis.prompts import make_prompts
 from ...analysis.repeat_prompt import RepeatPrompt, fit_repeat_prompt, target_words
 from ...claims.gpt2_post import prev_head_precondition
 from ...claims.verdicts import Precondition
-from ...model.precision import require_finite_half
+from ...model.state import require_finite_half
 from ...model.validation import (
     ARGUMENT_CHECKS,
     UsageError,
@@ -100,7 +100,8 @@ def model_run(
 ) -> ModelRun:
     """A :class:`ModelRun` for ``model``: ``prompts`` as given, or ``n_prompts`` natural-text prompts of ``seq_len``
     tokens (capped at the model's context) from the shipped text, or openwebtext-10k with the hub. ``traced``: an
-    nnsight :class:`~gpt2_posheads.model.traced.TracedModel` is accepted too (a claim that runs through nnsight)."""
+    nnsight :class:`~gpt2_posheads.model.engine_nnsight.TracedModel` is accepted too (a claim that runs through
+    nnsight)."""
     if prompts is None:
         from ...analysis.prompts import documents
 
@@ -123,7 +124,7 @@ def prompted_run(model, prompts, run: ModelRun | None, **options) -> ModelRun:
     """``run`` when given (its model must be ``model``), else a run of ``model`` on natural-text ``prompts``
     (:func:`model_run`: given, or made from the shipped text). A model whose half-precision weights overflow to NaN
     on the prompts is a :class:`~gpt2_posheads.model.validation.NonFiniteError` here, before anything is judged
-    (:func:`~gpt2_posheads.model.precision.require_finite_half`)."""
+    (:func:`~gpt2_posheads.model.state.require_finite_half`)."""
     run = model_run(model, prompts, **options) if run is None else _same_model(model, run)
     require_finite_half(run.model, run.prompts)
     return run

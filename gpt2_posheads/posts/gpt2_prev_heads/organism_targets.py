@@ -23,7 +23,7 @@ from ...analysis.repeat_prompt import repeat_string_prompt, single_token_target
 from ...claims.organism import REFERENCE_HELDOUT, Measured, Sharpest, judge_targets
 from ...claims.verdicts import Claim
 from ...model.engine import engine_for
-from ...model.identity import has_learned_positions
+from ...model.loading import has_learned_positions
 from ...model.validation import head_name
 
 

@@ -28,12 +28,12 @@ from ...analysis.diagonals import (
 from ...claims.catalogue import Option, declare
 from ...claims.gpt2_post import NO_PREV_HEAD, SHARP_RATIO, SHARPEST_RULE, post_claim
 from ...claims.verdicts import Claim, Precondition, finite, predicate, within
+from ...model.engine import model_device
 from ...model.engine_fast import ENGINES
-from ...model.identity import is_gpt2_small
-from ...model.precision import reduced_precision, resolve_bf16
-from ...model.tokens import model_device
-from ...model.traced import ENGINE as NNSIGHT
-from ...model.traced import is_traced
+from ...model.engine_nnsight import ENGINE as NNSIGHT
+from ...model.engine_nnsight import is_traced
+from ...model.loading import is_gpt2_small
+from ...model.state import reduced_precision, resolve_bf16
 from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ..result import ClaimResult
 from ._run import ModelRun, prompted_run, ratio_grid
@@ -126,7 +126,7 @@ def float32_masses(bf16_used: bool, model=None) -> Precondition:
     key) moved the masses of the shipped compiled models' sharp heads by up to 0.5 and turned 4 of their 18 ranking
     verdicts (``benchmarks/bench_rank_heads.py --verdicts``): a bfloat16 ranking is for looking, not judging. The
     same holds for a model whose weights are bfloat16 or float16 (the precision policy,
-    :func:`~gpt2_posheads.model.precision.reduced_precision`: ``bf16_used`` the pass's own bfloat16, ``model`` the
+    :func:`~gpt2_posheads.model.state.reduced_precision`: ``bf16_used`` the pass's own bfloat16, ``model`` the
     model measured)."""
     reduced = reduced_precision(bf16_used, model)
     cause, fix = reduced or ("", "")
@@ -247,8 +247,8 @@ def rank_prev_heads(
 
     ``model``, ``prompts`` (default: 64 natural-text prompts of 256 tokens), ``run``: as every claim function takes
     them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`); ``model`` may be an nnsight
-    :class:`~gpt2_posheads.model.traced.TracedModel` (then ``engine`` is ``"nnsight"``). A ``run`` with the default
-    options lends its ranking when it has one, and keeps this one when it has none.
+    :class:`~gpt2_posheads.model.engine_nnsight.TracedModel` (then ``engine`` is ``"nnsight"``). A ``run`` with the
+    default options lends its ranking when it has one, and keeps this one when it has none.
 
     ``include_bos``: the post leaves key 0 out (heads park spare attention there). ``bf16``: the ranking's claims are
     then not testable (:func:`float32_masses`), as on a model whose weights are bfloat16 or float16; float32 where the
