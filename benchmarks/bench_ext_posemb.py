@@ -63,7 +63,7 @@ def main():
 
     t_ours, t_naive, t_floor = best_time(ours, 2), best_time(naive, 1), best_time(floor, 2)
     diff = float((ours() - naive()).abs().max())
-    from gpt2_posheads.model.precision import describe_line
+    from gpt2_posheads.model.state import describe_line
 
     print(describe_line())
     print(f"layer {layer}, {n_tok} tokens x {seq_len} positions, 12 x 768 GPT-2 shape, CPU threads 2")

@@ -76,7 +76,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     from gpt2_posheads.cli.experiment import model_from_args, shared_setup
     from gpt2_posheads.commands.run_all import run_here
-    from gpt2_posheads.model.precision import describe_line, machine_description
+    from gpt2_posheads.model.state import describe_line, machine_description
     from gpt2_posheads.organism.generator import gpt2_small_route, write
 
     print(describe_line(), flush=True)

@@ -168,7 +168,7 @@ def main():
     a = p.parse_args()
     if a.worker:
         return worker(a.worker, a.n_prompts, a.seq_len)
-    from gpt2_posheads.model.precision import bf16_native, describe_line
+    from gpt2_posheads.model.state import bf16_native, describe_line
 
     started = time.perf_counter()
     print(describe_line())

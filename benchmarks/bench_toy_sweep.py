@@ -40,7 +40,7 @@ def main():
         t = time.perf_counter()
         train_sweep(longer, progress=False, max_models_per_group=20, workers=workers)
         timed[workers] = time.perf_counter() - t
-    from gpt2_posheads.model.precision import describe_line
+    from gpt2_posheads.model.state import describe_line
 
     print(describe_line())
     print(f"40 models (k 0..9 x 4 seeds), 2 layers, {a.steps} steps, CPU threads 2")

@@ -298,7 +298,7 @@ def main() -> None:
     shape = dict(n_layers=a.n_layers, n_heads=a.n_heads, d_model=a.d_model, n_ctx=a.n_ctx)
     if a.worker:
         return worker(a.worker, shape, a.n_prompts, a.threads)
-    from gpt2_posheads.model.precision import describe_line
+    from gpt2_posheads.model.state import describe_line
 
     print(describe_line())
     model_dir(shape)

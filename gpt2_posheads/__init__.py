@@ -47,8 +47,15 @@ from .analysis.scores import attention_scores, classify_prev_heads, score_profil
 from .analysis.sources import composition_scores, path_ablation
 from .claims.catalogue import Option, Post, declare, register_post
 from .claims.verdicts import at_least, at_most, declare_claim, judge, predicate
-from .model.identity import is_gpt2_small, position_kind
-from .model.loading import ModelLoadError, gpt2_tokenizer, hub_reachable, load_model, make_random_model_dir
+from .model.loading import (
+    ModelLoadError,
+    gpt2_tokenizer,
+    hub_reachable,
+    is_gpt2_small,
+    load_model,
+    make_random_model_dir,
+    position_kind,
+)
 from .model.paths import register_builder_loader as _register_builder_loader
 from .model.validation import UsageError
 from .posts.gpt2_prev_heads import prompted_run

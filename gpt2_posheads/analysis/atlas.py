@@ -19,9 +19,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..model.engine import Reduction, engine_for
+from ..model.engine import Reduction, as_token_batches, engine_for
 from ..model.state import measures_caller_model
-from ..model.tokens import as_token_batches
 from .diagonals import head_columns, traced_stats
 from .induction import induction_from_patterns, repeated_random_tokens
 

@@ -18,9 +18,8 @@ from functools import partial
 import pandas as pd
 import torch
 
-from ..model.engine import Reduction, engine_for
+from ..model.engine import Reduction, as_token_batches, engine_for, to_token_list
 from ..model.state import measures_caller_model
-from ..model.tokens import as_token_batches, to_token_list
 from ..model.validation import NonFiniteError, NothingMeasuredError, check_int_range, head_name
 
 
@@ -126,7 +125,7 @@ def diagonal_attention(
     prompts weigh by their number of entries); offsets with no entry are NaN. ``exclude_bos`` (default) leaves key 0
     out: GPT-2 heads park spare attention on the first token, which would make every such head's longest diagonals
     look large. ``max_offset`` defaults to the longest prompt length - 1. ``bf16``: matmuls in bfloat16
-    (:func:`gpt2_posheads.model.precision.resolve_bf16`): ~3x faster on CPUs with AMX, within ~1e-3 of float32 on
+    (:func:`gpt2_posheads.model.state.resolve_bf16`): ~3x faster on CPUs with AMX, within ~1e-3 of float32 on
     diffuse heads but up to 0.5 off on sharp ones. ``engine``: :func:`gpt2_posheads.model.engine.engine_for`'s choice
     (the engines agree to ~1e-6). ``model`` may be stored activations (``prompts`` ``None``): the stored diagonals.
     """

@@ -14,7 +14,7 @@ from typing import Literal
 
 import pandas as pd
 
-from ..model.identity import is_gpt2_small
+from ..model.loading import is_gpt2_small
 from ..model.validation import HEAD_NAME, UsageError, head_name, parse_head
 from .diagonals import aggregator_and_early, choose_aggregator
 

@@ -33,8 +33,8 @@ import einops
 import torch
 
 from ..model.engine import Edit, as_edits
+from ..model.engine_nnsight import is_traced
 from ..model.state import measures_caller_model
-from ..model.traced import is_traced
 from ..model.validation import (
     UsageError,
     check_head,

@@ -9,8 +9,7 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
-from ..model.engine import Reduction, engine_for
-from ..model.tokens import as_token_batches, single_prompt, to_token_list
+from ..model.engine import Reduction, as_token_batches, engine_for, single_prompt, to_token_list
 from ..model.validation import require_finite
 
 

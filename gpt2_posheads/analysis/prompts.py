@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
+from ..model.engine import bos_token_id
 from ..model.hub import HubTimeout, download, error_chain, first_line, http_status, hub_endpoint, hub_problem
 from ..model.paths import WIKITEXT_DIR
-from ..model.tokens import bos_token_id
 from ..model.validation import UsageError, checked, note
 
 OPENWEBTEXT = "stas/openwebtext-10k"

@@ -2,7 +2,7 @@
 
 The GPT-2 post looks at raw scores ``S[q, k] = q_q · k_k / sqrt(d_head)`` *before* the causal mask (on a rotary
 model the queries and keys rotated; with grouped-query attention each query head's shared key head): the engine's
-``"q"``, ``"k"`` and ``"pattern"`` reads, with the scale of :func:`~gpt2_posheads.model.attention.scale_from_pattern`
+``"q"``, ``"k"`` and ``"pattern"`` reads, with the scale of :func:`~gpt2_posheads.model.engine.scale_from_pattern`
 (a trace, the strict fast path and stored activations cannot read them).
 Early previous-token heads (L2H2, L3H3, ...) show a *dark main diagonal*: ``S[q, q]`` dips below the
 trend of its neighbours (negative self-attention), and with the future masked off the previous token
@@ -18,10 +18,17 @@ import math
 import pandas as pd
 import torch
 
-from ..model.attention import attn_scale, raw_scores_from_qk, scale_from_pattern
-from ..model.engine import Reduction, engine_for, keep_reads
+from ..model.engine import (
+    Reduction,
+    as_token_batches,
+    attn_scale,
+    engine_for,
+    keep_reads,
+    raw_scores_from_qk,
+    scale_from_pattern,
+    single_prompt,
+)
 from ..model.state import measures_caller_model
-from ..model.tokens import as_token_batches, single_prompt
 from ..model.validation import UsageError, check_head, check_int_range, check_model, checked, head_name, require_finite
 
 

@@ -40,12 +40,10 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from ..model.attention import attn_scale, scale_from_pattern
-from ..model.engine import Reduction, engine_for, residual_write
+from ..model.engine import Reduction, as_token_batches, attn_scale, engine_for, residual_write, scale_from_pattern
 from ..model.engine_fast import ln_params, unsupported_reason
-from ..model.identity import has_learned_positions, position_kind
+from ..model.loading import has_learned_positions, position_kind
 from ..model.state import measures_caller_model
-from ..model.tokens import as_token_batches
 from ..model.validation import HEAD_NAME, UsageError, check_head, checked, head_name
 from .diagonals import diagonal_counts, diagonal_sums, prev_token_stats
 from .interventions import average_pos_embed, group_average_rows

@@ -65,9 +65,9 @@ import einops
 import pandas as pd
 import torch
 
-from ..model.attention import attn_scale
+from ..model.engine import attn_scale
 from ..model.engine_fast import ACTIVATIONS, ln_params
-from ..model.identity import has_learned_positions, position_kind
+from ..model.loading import has_learned_positions, position_kind
 from ..model.validation import UsageError, check_head, head_name
 from .diagonals import diagonal_counts, diagonal_sums, prev_token_stats
 from .posembed import default_bos

@@ -27,11 +27,10 @@ from ..analysis.diagonals import diagonal_attention, rank_from_diagonals
 from ..analysis.heads import HeadDefault, require_above_layer0, resolve_heads
 from ..analysis.prompts import documents, make_prompts
 from ..claims.catalogue import Option
-from ..model.fingerprint import folder_fingerprint
-from ..model.identity import compiled_standin, is_gpt2_small, position_kind
-from ..model.loading import ModelLoadError, load_model
-from ..model.traced import ENGINE as NNSIGHT
-from ..model.traced import check_remote, load_traced, require_nnsight
+from ..model.engine_nnsight import ENGINE as NNSIGHT
+from ..model.engine_nnsight import check_remote, load_traced, require_nnsight
+from ..model.folder import folder_fingerprint
+from ..model.loading import ModelLoadError, compiled_standin, is_gpt2_small, load_model, position_kind
 from ..model.validation import UsageError, capped_seq_len, check_fast_engine, head_name
 from .checks import CheckedArgs, model_folder, postcheck, precheck
 from .output import Output, check_one_model_per_name, default_target
@@ -100,8 +99,8 @@ def check_engine_args(args, model_dir_flag: str = "--model-dir") -> None:
 
 
 def load_engine_model(name: str, args, param: str = "--model"):
-    """A :class:`~gpt2_posheads.model.traced.TracedModel` with ``--engine nnsight`` (on NDIF with ``--remote``), else
-    ``None`` (the caller loads its TransformerLens model)."""
+    """A :class:`~gpt2_posheads.model.engine_nnsight.TracedModel` with ``--engine nnsight`` (on NDIF with
+    ``--remote``), else ``None`` (the caller loads its TransformerLens model)."""
     if getattr(args, "engine", None) != NNSIGHT:
         return None
     try:
@@ -145,7 +144,7 @@ def model_slug(args) -> str:
 
 def model_identity(args) -> dict:
     """``{"label", "fingerprint"}``: what tells two models of the same name apart (a folder's hashes its config and
-    weights, :mod:`~gpt2_posheads.model.fingerprint`; a hub model's is its name)."""
+    weights, :mod:`~gpt2_posheads.model.folder`; a hub model's is its name)."""
     label = model_label(args)
     folder = model_folder(args)
     if folder is None:

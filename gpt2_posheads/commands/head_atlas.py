@@ -31,8 +31,7 @@ from ..cli.checks import check_device, check_hub_names, check_model_dirs
 from ..cli.declared import parse
 from ..cli.experiment import check_engine_args, check_model_names, corpus_prompts, engine_options, load_engine_model
 from ..cli.output import Output, default_target
-from ..model.identity import has_learned_positions, position_kind
-from ..model.loading import ModelLoadError, load_model
+from ..model.loading import ModelLoadError, has_learned_positions, load_model, position_kind
 from ..model.paths import SHIPPED_MODELS
 from ..model.validation import UsageError, positive
 from ..posts.gpt2_prev_heads.weight_route import route_record

@@ -53,7 +53,7 @@ from ..cli.output import (
 )
 from ..model.loading import load_model
 from ..model.paths import SHIPPED_MODELS, shipped_model_dir
-from ..model.precision import machine_description
+from ..model.state import machine_description
 from ..model.validation import UsageError
 from ..report.explorer import write_explorer
 from ..report.index import collect_summaries, write_index

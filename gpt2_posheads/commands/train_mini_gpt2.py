@@ -36,7 +36,7 @@ from ..cli.args import output_options
 from ..cli.declared import parse
 from ..cli.output import Output, check_out_folder
 from ..model.paths import ORGANISM_DIR, shared_dir
-from ..model.precision import resolve_bf16
+from ..model.state import resolve_bf16
 from ..model.validation import UsageError, positive
 from ..organism import POS_INITS, REPEAT_KINDS, MiniConfig, split_docs, train_mini_gpt2
 from ..report.plotting import line_figure

@@ -42,32 +42,34 @@ activations (:class:`StoredEngine`) are here, with :func:`engine_for`, which pic
                 caller's (it would skip them), else TransformerLens hooks
 ``"fast"``      the fast path or an error (it applies no edits and runs no hook)
 ``"hooks"``     TransformerLens hooks
-``"nnsight"``   an nnsight-traced model (:class:`~gpt2_posheads.model.traced.TracedModel`), here or on NDIF;
+``"nnsight"``   an nnsight-traced model (:class:`~gpt2_posheads.model.engine_nnsight.TracedModel`), here or on NDIF;
                 a traced model gets this engine whatever is asked for ``"auto"``
 ``"stored"``    stored activations (:class:`StoredActivations`); a store gets this engine under ``"auto"``
 ==============  ==========================================================================================
 
 An operation that does not apply to an engine (running a store, editing it, bringing every token's residual back from a
 trace, reading queries and keys off a trace or the fast path) raises :class:`EngineError` naming the engine and the
-operation."""
+operation.
+
+The attention maths every engine and analysis shares lives here too, the one home of the score scale (``scores =
+(q . k) * attn_scale(cfg, layer)``) with grouped-query keys per query head and the rotary rotation, as does the turning
+of the prompts users pass (token tensors, lists of them, or strings) into checked batches."""
 
 from __future__ import annotations
 
+import math
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 from tqdm.auto import tqdm
 
-from .precision import resolve_bf16
-from .tokens import model_device
-from .traced import ENGINE as NNSIGHT
-from .traced import is_traced
-from .validation import check_int_range, check_model
+from .state import resolve_bf16
+from .validation import UsageError, check_int_range, check_model, note
 
-STORED = "stored"
+NNSIGHT, STORED = "nnsight", "stored"
 ENGINES = ("auto", "fast", "hooks", NNSIGHT, STORED)
 
 Batches = Sequence[torch.Tensor] | Callable[[], Sequence[torch.Tensor]]
@@ -312,13 +314,13 @@ class StoredEngine:
 def engine_for(model, engine: str = "auto", bf16: bool = False, with_edits: bool = False) -> Engine:
     """The :class:`Engine` that runs ``model`` (a TransformerLens model, a traced model, or stored activations).
     ``engine``: one of :data:`ENGINES` (module doc). ``bf16``: matmuls in bfloat16 where the CPU or GPU has native
-    support (else float32, said once: :func:`~gpt2_posheads.model.precision.resolve_bf16`); a trace runs the model in
+    support (else float32, said once: :func:`~gpt2_posheads.model.state.resolve_bf16`); a trace runs the model in
     its own dtype. ``with_edits``: the analysis compares passes with and without edits, so under ``"auto"`` both run
     through the engine that applies the edits (TransformerLens hooks): their difference is then the edits' alone, with
     no difference between two ways of computing the clean pass in it."""
     from .engine_fast import FastEngine
     from .engine_hooks import HooksEngine
-    from .engine_nnsight import TracedEngine
+    from .engine_nnsight import TracedEngine, is_traced
 
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r} is not one of {ENGINES}")
@@ -335,7 +337,11 @@ def engine_for(model, engine: str = "auto", bf16: bool = False, with_edits: bool
     if engine in (NNSIGHT, STORED):
         raise ValueError(
             f"engine={engine!r} needs "
-            + ("a traced model (gpt2_posheads.model.traced.load_traced)" if engine == NNSIGHT else "stored activations")
+            + (
+                "a traced model (gpt2_posheads.model.engine_nnsight.load_traced)"
+                if engine == NNSIGHT
+                else "stored activations"
+            )
             + "; this is a TransformerLens model"
         )
     check_model(model)  # a plain transformers model (no ``cfg``) is named here, before any work
@@ -343,3 +349,168 @@ def engine_for(model, engine: str = "auto", bf16: bool = False, with_edits: bool
     if engine == "hooks" or (engine == "auto" and with_edits):
         return HooksEngine(model, bf16)
     return FastEngine(model, strict=engine == "fast", bf16=bf16)
+
+
+def attn_scale(cfg, layer: int) -> float:
+    """Multiplier of ``q . k`` in ``layer``: ``1 / attn_scale`` (TransformerLens's default ``attn_scale`` is
+    ``sqrt(d_head)``; the 4.x bridge stores ``-1`` for "default"), ``1`` when ``use_attn_scale`` is off, and a further
+    ``1 / (layer + 1)`` with ``scale_attn_by_inverse_layer_idx`` (GPT-2's option, used by some checkpoints)."""
+    if not getattr(cfg, "use_attn_scale", True):
+        scale = 1.0
+    else:
+        given = float(getattr(cfg, "attn_scale", -1.0) or -1.0)
+        scale = 1.0 / (given if given > 0 else math.sqrt(cfg.d_head))
+    if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
+        scale /= layer + 1
+    return scale
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding of ``x`` ``[batch, pos, head, d_head]`` with the model's own ``cos``/``sin``
+    ``[batch, pos, r]`` (GPT-NeoX's rotate-half on the first ``r`` dimensions; ``r < d_head`` for Pythia's partial
+    rotary): ``x_r cos + rotate_half(x_r) sin``, the rest unchanged."""
+    r = cos.shape[-1]
+    xr, rest = x[..., :r], x[..., r:]
+    half = r // 2
+    rotated = torch.cat([-xr[..., half:], xr[..., :half]], dim=-1)
+    c, s = cos[:, :, None, :].to(x.dtype), sin[:, :, None, :].to(x.dtype)
+    return torch.cat([xr * c + rotated * s, rest], dim=-1)
+
+
+def expand_kv(k: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Keys ``[batch, pos, n_kv_heads, d_head]`` of grouped-query attention → one per query head ``[batch, pos,
+    n_heads, d_head]`` (query head ``h`` reads key head ``h // (n_heads / n_kv_heads)``, as the models compute it)."""
+    if k.shape[2] == n_heads:
+        return k
+    return k.repeat_interleave(n_heads // k.shape[2], dim=2)
+
+
+def scale_from_pattern(dot: torch.Tensor, pattern: torch.Tensor, declared: float) -> tuple[float, torch.Tensor, float]:
+    """``(scale, mask, error)``: how a head turns ``dot = q . k`` ``[..., q, k]`` into its own ``pattern`` (same shape).
+    The mask is where the pattern is exactly 0 (the future, and any attention window). The scale is ``declared``
+    (:func:`attn_scale`) when ``softmax(dot * declared + mask)`` reproduces the pattern; otherwise it is read off the
+    pattern (within each row ``log A - mean = scale * (dot - mean)``, a least-squares fit), which is how a configuration
+    that misstates the scale is caught (the TransformerLens 4 bridge gives GPT-Neo, which does not scale its scores, the
+    default 1/sqrt(d_head)). ``error``: the largest difference of the reproduced pattern. Never read a bridge's
+    ``hook_attn_scores`` for this: on GPT-Neo and OPT it holds the pattern."""
+    dot, pattern = dot.double(), pattern.double()
+    mask = pattern <= 0
+
+    def error(scale: float) -> float:
+        return float((torch.softmax((dot * scale).masked_fill(mask, float("-inf")), -1) - pattern).abs().max())
+
+    if error(declared) <= 1e-4:
+        return declared, mask, error(declared)
+    keep = (~mask).double()
+    n_keep = keep.sum(-1, keepdim=True).clamp_min(1)
+    logp = torch.where(mask, torch.zeros_like(dot), pattern.clamp_min(1e-300).log())
+    centred_logp = (logp - (logp * keep).sum(-1, keepdim=True) / n_keep) * keep
+    centred_dot = (dot - (dot * keep).sum(-1, keepdim=True) / n_keep) * keep
+    fitted = float((centred_dot * centred_logp).sum() / (centred_dot**2).sum().clamp_min(1e-30))
+    return fitted, mask, error(fitted)
+
+
+def raw_scores_from_qk(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """``[batch, pos, head, d_head]`` queries and keys (as an engine's ``"q"`` and ``"k"`` reads give them) →
+    pre-mask scores ``[batch, head, q, k]`` = ``(q . k) * scale`` (``scale``: :func:`attn_scale`)."""
+    return torch.einsum("bqhd,bkhd->bhqk", q.float(), expand_kv(k, q.shape[2]).float()) * scale
+
+
+def attention_pattern(q: torch.Tensor, k: torch.Tensor, scale: float, window: int | None) -> torch.Tensor:
+    """``softmax(q k^T * scale + mask)`` ``[batch, head, q, k]`` float32: keys after the query masked, and keys
+    ``window`` or more positions back where the layer has a window."""
+    n = q.shape[1]
+    pos = torch.arange(n, device=q.device)
+    dist = pos[:, None] - pos[None, :]
+    mask = dist < 0
+    if window is not None:
+        mask = mask | (dist >= window)
+    scores = raw_scores_from_qk(q, k, scale)
+    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+
+
+def z_gap(mine: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
+    """Relative gap of a recomputed activation to the model's own (a 0-d tensor): ``max |mine - theirs| / (1 + max
+    |theirs|)``."""
+    return (mine - theirs.float()).abs().max() / (1.0 + theirs.float().abs().max())
+
+
+_EOS_FOR_BOS_SAID: weakref.WeakSet = weakref.WeakSet()  # the tokenizers whose missing BOS was said
+
+
+def bos_token_id(tokenizer) -> int:
+    """The id a prompt starts with: the tokenizer's BOS token. A tokenizer without one (or whose BOS TransformerLens
+    set to its EOS when it loaded the model: none was declared) starts prompts with its EOS token, as TransformerLens's
+    own ``to_tokens`` does, said once per tokenizer; one with neither is a :class:`UsageError`."""
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    declared = getattr(tokenizer, "init_kwargs", {}).get("bos_token")
+    if bos is not None and (declared is not None or bos != eos):
+        return bos
+    first = bos if bos is not None else eos
+    if first is None:
+        raise UsageError("tokenizer", "has neither a BOS nor an EOS token to start a prompt with", "prepend_bos=False")
+    if tokenizer not in _EOS_FOR_BOS_SAID:
+        _EOS_FOR_BOS_SAID.add(tokenizer)
+        name = tokenizer.convert_ids_to_tokens(first)
+        note(f"the tokenizer has no BOS token: prompts start with its EOS token {name!r} (id {first}) in its place")
+    return first
+
+
+def as_token_batches(model, prompts, batch_size: int) -> Iterator[torch.Tensor]:
+    """Yield ``[batch, pos]`` token tensors; prompts of equal length share a batch. ``prompts``: a ``[n, pos]``
+    tensor, a list of 1-D tensors, or a list of strings (tokenized with the model's tokenizer, BOS prepended as
+    ``model.to_tokens`` does). Raises on an empty list or a prompt longer than ``n_ctx``."""
+    check_int_range("batch_size", batch_size, 1, 1 << 30)
+    by_len: dict[int, list[torch.Tensor]] = {}
+    for s in to_token_list(model, prompts):
+        by_len.setdefault(len(s), []).append(s)
+    for _, group in sorted(by_len.items()):
+        for i in range(0, len(group), batch_size):
+            yield torch.stack(group[i : i + batch_size])
+
+
+def to_token_list(model, prompts) -> list[torch.Tensor]:
+    if isinstance(prompts, torch.Tensor):
+        if prompts.ndim == 1:
+            prompts = prompts[None]
+        if prompts.ndim != 2:
+            raise ValueError(f"prompts tensor must be [batch, pos], got shape {tuple(prompts.shape)}")
+        seqs = list(prompts)
+    elif isinstance(prompts, Sequence) and not isinstance(prompts, str):
+        seqs = [model.to_tokens(p)[0] if isinstance(p, str) else torch.as_tensor(p) for p in prompts]
+    else:
+        raise TypeError("prompts must be a [batch, pos] tensor, a list of token tensors, or a list of strings")
+    if len(seqs) == 0:
+        raise ValueError("prompts is empty: pass at least one prompt")
+    n_ctx, d_vocab = model.cfg.n_ctx, model.cfg.d_vocab
+    for s in seqs:
+        if s.dtype.is_floating_point or s.dtype.is_complex or s.dtype == torch.bool:
+            raise UsageError(
+                "prompts",
+                f"token ids are {s.dtype}",
+                "an integer tensor of token ids",
+                "e.g. model.to_tokens(text), or tensor.long() if the values are whole numbers",
+            )
+        if len(s) > n_ctx:
+            raise UsageError(
+                "prompts", f"prompt length {len(s)} exceeds the model's context", f"allowed 1..{n_ctx} tokens (n_ctx)"
+            )
+        if len(s) < 1:
+            raise UsageError("prompts", "a prompt has length 0", "at least one token")
+        lo, hi = int(s.min()), int(s.max())
+        if lo < 0 or hi >= d_vocab:
+            raise UsageError(
+                "prompts",
+                f"token id {hi if hi >= d_vocab else lo} is outside the vocabulary",
+                f"allowed 0..{d_vocab - 1} (d_vocab {d_vocab})",
+            )
+    return [s.long() for s in seqs]
+
+
+def single_prompt(model, prompt) -> torch.Tensor:
+    """One prompt (a string or a 1-D token tensor) as a checked ``[1, pos]`` batch on the model's device."""
+    return to_token_list(model, [prompt] if isinstance(prompt, str) else prompt)[0][None].to(model_device(model))
+
+
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device

@@ -38,22 +38,23 @@ import einops
 import torch
 import torch.nn.functional as F
 
-from .attention import attn_scale, z_gap
 from .engine import (
     EngineError,
     Reduction,
     applied,
     as_edits,
+    attn_scale,
     keep_reads,
     materialise,
+    model_device,
     only_layers,
     pattern_layers,
     progress_bar,
     read_kinds,
+    z_gap,
 )
 from .engine_hooks import HooksEngine, params_key
 from .state import caller_hooks
-from .tokens import model_device
 
 ENGINES = ("auto", "fast", "hooks")
 _GELU_C = 2.0 * math.sqrt(2.0 / math.pi)

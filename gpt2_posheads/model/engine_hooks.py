@@ -25,7 +25,7 @@ that bridge: the edit would be discarded), the edit goes through the head output
     z' = edit(A) v                          replaces hook_z (the values per head, shared ones expanded)
 
 The scale and the mask (causal, plus any attention window, such as GPT-Neo's local layers) are calibrated once per model
-and layer on a clean pass (:func:`~gpt2_posheads.model.attention.scale_from_pattern`), and every pass checks that
+and layer on a clean pass (:func:`~gpt2_posheads.model.engine.scale_from_pattern`), and every pass checks that
 ``A v`` reproduces the model's own ``z`` before replacing it: a mismatch is an error, never a silent change.
 ``hook_pattern``, which fires after the output there, then shows ``edit(A)`` to the hooks after it, so a reduction of
 the patterns sees the pattern the head attended with on every model (and every engine)."""
@@ -39,21 +39,26 @@ from typing import Literal
 
 import torch
 
-from .attention import attention_pattern, attn_scale, expand_kv, raw_scores_from_qk, rotate, scale_from_pattern
 from .engine import (
     SITES,
     Edit,
     Reduction,
+    attention_pattern,
+    attn_scale,
     bind_all,
+    expand_kv,
     keep_reads,
     layers_read,
     materialise,
+    model_device,
     pattern_layers,
     progress_bar,
+    raw_scores_from_qk,
     read_kinds,
     replace_positions,
+    rotate,
+    scale_from_pattern,
 )
-from .tokens import model_device
 from .validation import UsageError
 
 

@@ -10,9 +10,8 @@ what a measurement measures, and none may do so silently:
   (a head zeroed, a pattern edited), so they are measured with, never removed, and named in the result. The hook-free
   fast path would skip them, so it is not used while the model carries any
   (:func:`~gpt2_posheads.model.engine_fast.fast_forward`);
-* **bfloat16 or float16 weights**: the one precision policy of :mod:`~gpt2_posheads.model.precision`
-  (:func:`~gpt2_posheads.model.precision.reduced_precision`) names the dtype; the claims it is known to move are
-  ``not testable``.
+* **bfloat16 or float16 weights**: the one precision policy (below, :func:`reduced_precision`) names the dtype; the
+  claims it is known to move are ``not testable``.
 
 :func:`caller_model` is the context manager every measurement entry point runs under; :func:`measures_caller_model`
 makes a public function one. Entry points nest (a claim function calls the analyses): only the outermost reads the state
@@ -25,22 +24,40 @@ measurements of one model from two threads (or an async notebook's worker thread
 other's edits: previous-token masses of 1.99, rankings that differ from the same call made alone. So every public
 measurement holds its model's lock for its whole duration (:func:`model_lock`, taken by :func:`measures_caller_model`):
 calls on one model run one after another and each gives the numbers it gives alone; calls on different models still run
-at once. The lock is re-entrant, as a claim function calls the analyses, and a call that has to wait says so once."""
+at once. The lock is re-entrant, as a claim function calls the analyses, and a call that has to wait says so once.
+
+**Precision.** Where bfloat16 is fast, what this machine is (for benchmarks and the bfloat16 fallback), and the one
+precision policy of the claims.
+
+On a CPU without bfloat16 matrix units (no AVX512-BF16, no AMX) PyTorch emulates bfloat16 matmuls:
+on a 2-core AMD EPYC with AVX2 only, ``bf16=True`` was at least 85x *slower* than float32. So a bfloat16 request is
+honoured only where the hardware has native support; elsewhere it falls back to float32 with one line saying why.
+``GPT2_POSHEADS_FORCE_BF16=1`` (or ``force=True``) overrides.
+
+**The precision policy.** The rules judge numbers computed in float32 (the default of ``load_model`` and of every
+command). A measurement whose matmuls ran in a half-precision type — because ``bf16=True`` / ``--bf16`` asked for it, or
+because the caller's model holds bfloat16 or float16 weights (``model.to(torch.bfloat16)``, ``model.half()``) — is
+:func:`reduced_precision`: the claims whose numbers that type is known to move (the ranking's diagonal masses:
+bfloat16 moved sharp heads' masses by up to 0.5 on the shipped compiled models) are ``not testable``, naming the type
+and the way back to float32; every other claim is judged and carries a note naming the type. One function says both, so
+a command's ``--bf16`` and a caller's bfloat16 model read the same."""
 
 from __future__ import annotations
 
 import functools
 import inspect
+import os
+import platform
 import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
-from .precision import reduced_precision
 from .validation import NonFiniteError, checked_call, note
 
 
@@ -66,20 +83,20 @@ def caller_hooks(model) -> tuple[str, ...]:
     (``model.add_hook``, permanent or not, or a ``with model.hooks(...)`` block around the call), not the bridge's own
     wiring. Empty for a model with none, and for anything that is not a TransformerLens model (a traced model, stored
     activations). A hook point listed under several names (the 4.x bridge's aliases) is named once, by its own name."""
-    hook_dict = getattr(model, "hook_dict", None)
-    if not isinstance(model, torch.nn.Module) or not isinstance(hook_dict, dict):
+    if not isinstance(model, torch.nn.Module) or not callable(getattr(model, "list_hooks", None)):
         return ()
-    first: dict[int, tuple] = {}  # each hook point once, under its first name
-    for name, point in hook_dict.items():
-        first.setdefault(id(point), (name, point))
-    hooked = [(n, p) for n, p in first.values() if any(_callers(h) for h in getattr(p, "fwd_hooks", None) or ())]
-    return tuple(getattr(p, "name", None) or n for n, p in hooked)
+    named: dict[int, str] = {}  # each hook point once, under its own name
+    for name, handles in model.list_hooks(dir="fwd").items():
+        if any(_callers(h) for h in handles):
+            point = model.hook_dict[name]
+            named.setdefault(id(point), getattr(point, "name", None) or name)
+    return tuple(named.values())
 
 
 @dataclass(frozen=True)
 class ModelState:
     """What a measurement found the caller's model to be: ``training`` (any module in training mode), ``hooks``
-    (:func:`caller_hooks`) and ``precision`` (:func:`~gpt2_posheads.model.precision.reduced_precision` of its
+    (:func:`caller_hooks`) and ``precision`` (:func:`~gpt2_posheads.model.state.reduced_precision` of its
     weights: ``(cause, fix)``, or ``None`` for float32)."""
 
     training: bool
@@ -136,7 +153,6 @@ def model_lock(model) -> Iterator[None]:
         lock.release()
 
 
-_LOCK = threading.Lock()
 _ACTIVE: dict[int, list] = {}  # id(model) -> [state, depth, the modules' training flags as the caller left them]
 
 
@@ -145,29 +161,28 @@ def caller_model(model) -> Iterator[ModelState | None]:
     """Measure ``model`` as given, in eval mode: yields its :class:`ModelState` as the caller left it, or ``None``
     inside another measurement of the same model (the outermost reports) and for anything that is not a torch
     module (a traced model, stored activations). On leaving the outermost, every module's training flag is what the
-    caller had, whatever happened inside. Hooks and weights are left as they are."""
+    caller had, whatever happened inside. Hooks and weights are left as they are. Run holding :func:`model_lock`, so
+    one thread at a time enters it for one model."""
     if not isinstance(model, torch.nn.Module):
         yield None
         return
     key = id(model)
-    with _LOCK:
-        entry = _ACTIVE.get(key)
-        outermost = entry is None
-        if outermost:
-            flags = [(m, m.training) for m in model.modules()]
-            entry = _ACTIVE[key] = [ModelState.of(model), 0, flags]
-            if entry[0].training:
-                model.eval()
-        entry[1] += 1
+    entry = _ACTIVE.get(key)
+    outermost = entry is None
+    if outermost:
+        flags = [(m, m.training) for m in model.modules()]
+        entry = _ACTIVE[key] = [ModelState.of(model), 0, flags]
+        if entry[0].training:
+            model.eval()
+    entry[1] += 1
     try:
         yield entry[0] if outermost else None
     finally:
-        with _LOCK:
-            entry[1] -= 1
-            if entry[1] == 0:
-                del _ACTIVE[key]
-                for m, was in entry[2]:
-                    m.training = was
+        entry[1] -= 1
+        if entry[1] == 0:
+            del _ACTIVE[key]
+            for m, was in entry[2]:
+                m.training = was
 
 
 def measures_caller_model(fn: Callable) -> Callable:
@@ -205,3 +220,135 @@ def measures_caller_model(fn: Callable) -> Callable:
         return out
 
     return wrapper
+
+
+FORCE_ENV = "GPT2_POSHEADS_FORCE_BF16"
+_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+@lru_cache(maxsize=2)
+def _cpuinfo(field: str) -> str | None:
+    """The first ``field`` line's value in ``/proc/cpuinfo`` (``None`` where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith(field)), None)
+    except OSError:
+        return None
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from ``/proc/cpuinfo`` (empty where that file does not exist)."""
+    return frozenset((_cpuinfo("flags") or "").split())
+
+
+def cpu_name() -> str:
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def cpu_has_native_bf16() -> bool:
+    """True when bfloat16 matmuls run on matrix/vector units (AVX512-BF16 or AMX), not emulated."""
+    if any(f in cpu_flags() for f in _BF16_FLAGS):
+        return True
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and bool(cpu_flags() & {"avx512_bf16", "amx_tile"})
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def bf16_native(device: str | torch.device = "cpu") -> bool:
+    d = torch.device(device)
+    if d.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return cpu_has_native_bf16()
+
+
+_WARNED: set[str] = set()
+
+
+def resolve_bf16(requested: bool, device: str | torch.device = "cpu", force: bool | None = None) -> bool:
+    """Whether to run in bfloat16: ``requested`` and (native support here, or forced). Falling back says so once."""
+    if not requested:
+        return False
+    if force is None:
+        force = os.environ.get(FORCE_ENV, "0") not in ("0", "", "false", "False")
+    if force or bf16_native(device):
+        return True
+    msg = (
+        f"bf16: {cpu_name()} has no native bfloat16 matrix units (no AVX512-BF16 or AMX), where emulated "
+        f"bfloat16 ran >= 85x slower than float32; running float32 instead (set {FORCE_ENV}=1 to force bfloat16)"
+    )
+    if msg not in _WARNED:
+        _WARNED.add(msg)
+        warnings.warn(msg, stacklevel=2)
+    return False
+
+
+def machine_description(device: str | torch.device = "cpu") -> dict:
+    """What a benchmark ran on: CPU model and its vector/matrix extensions (or the GPU), torch, threads."""
+    d = torch.device(device)
+    flags = cpu_flags()
+    ext = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16") if f in flags]
+    out = {
+        "cpu": cpu_name(),
+        "cpu_extensions": ext,
+        "cpu_native_bf16": cpu_has_native_bf16(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
+    if d.type == "cuda" and torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name(d)
+    return out
+
+
+def describe_line(device: str | torch.device = "cpu") -> str:
+    m = machine_description(device)
+    where = (
+        m.get("gpu")
+        or f"{m['cpu']} ({', '.join(m['cpu_extensions']) or 'no AVX2'}; native bf16: "
+        f"{'yes' if m['cpu_native_bf16'] else 'no'})"
+    )
+    return f"machine: {where} | {m['cores']} cores, torch {m['torch']}, {m['threads']} threads"
+
+
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def weights_dtype(model) -> torch.dtype | None:
+    """The dtype of ``model``'s first floating-point parameter (``None``: no parameter here, or none floating)."""
+    params = getattr(model, "parameters", None)
+    if params is None:
+        return None
+    try:
+        return next((p.dtype for p in params() if p.is_floating_point()), None)
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+
+
+def require_finite_half(model, prompts: torch.Tensor) -> None:
+    """A model with float16 or bfloat16 weights can overflow to NaN in its residual stream while its attention
+    patterns stay finite (float16 on a CPU: every logit NaN), and a ranking of such patterns names a wrong cause. So
+    such a model is run once on the first of ``prompts`` (``[batch, pos]``):
+    :class:`~gpt2_posheads.model.validation.NonFiniteError` when its logits are not finite."""
+    from .engine import engine_for
+    from .validation import require_finite
+
+    if weights_dtype(model) in HALF_DTYPES and isinstance(model, torch.nn.Module) and prompts is not None:
+        require_finite(engine_for(model, "hooks").run(prompts[:1]), "the model's logits")
+
+
+def reduced_precision(bf16_used: bool = False, model=None) -> tuple[str, str] | None:
+    """``(cause, fix)`` when a measurement did not run in float32 (see the module doc), else ``None``. ``bf16_used``:
+    the pass ran bfloat16 matmuls on request (what :func:`resolve_bf16` granted); ``model``: the model measured, whose
+    weights may be bfloat16 or float16. ``cause`` completes "the numbers were ..."; ``fix`` says how to measure in
+    float32."""
+    dtype = weights_dtype(model) if model is not None else None
+    if dtype in HALF_DTYPES:
+        name = str(dtype).removeprefix("torch.")
+        return (
+            f"computed in {name}, the dtype of the model's weights",
+            "measure in float32 to judge: model.float(), or load_model's float32 default",
+        )
+    if bf16_used:
+        return "computed with bfloat16 matmuls", "rank without bf16 to judge"
+    return None

@@ -87,8 +87,8 @@ def check_int_range(name: str, value: int, low: int, high: int) -> int:
 def check_model(model, name: str = "model"):
     """``model`` unless it is not a model the toolkit analyses: a TransformerLens ``HookedTransformer`` or
     ``TransformerBridge`` (what :func:`gpt2_posheads.load_model` returns), or a traced model of
-    :mod:`gpt2_posheads.model.traced`; anything else is a ``TypeError`` saying how to load one. A plain Hugging Face
-    model (``GPT2LMHeadModel``) has no ``cfg``: it is named, with the call that loads it."""
+    :mod:`gpt2_posheads.model.engine_nnsight`; anything else is a ``TypeError`` saying how to load one. A plain Hugging
+    Face model (``GPT2LMHeadModel``) has no ``cfg``: it is named, with the call that loads it."""
     cfg = getattr(model, "cfg", None)
     if isinstance(getattr(cfg, "n_layers", None), int) and isinstance(getattr(cfg, "n_heads", None), int):
         return model

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..claims.route import BOOST, NONE, POST, RELAY, ROUTES, UNDETERMINED, WPOS
-from ..model.identity import GPT2_SMALL_SHAPE
+from ..model.loading import GPT2_SMALL_SHAPE
 from ..model.validation import HEAD_NAME, head_name, parse_head
 from . import compiled as cp
 from . import weights as wt

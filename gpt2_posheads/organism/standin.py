@@ -11,12 +11,12 @@ GPT-2 small. This module builds one, for the tests' hub server (``tests/hubserve
 * the post's route (:func:`~gpt2_posheads.organism.generator.generate`, kind ``post``) placed **at the post's
   heads** (:data:`POST_PLACEMENT`): a layer-0 counter, the six self-suppressing early heads the post names, the
   aggregator at L4H11, an induction head at L5H5; the other heads inert or doing unrelated work;
-* the entries :func:`~gpt2_posheads.model.identity.is_gpt2_small` compares carry GPT-2's values (three ``W_E`` rows
+* the entries :func:`~gpt2_posheads.model.loading.is_gpt2_small` compares carry GPT-2's values (three ``W_E`` rows
   at six coordinates, ``W_pos`` row 0 at three): those coordinates are kept out of every block
   (:data:`RESERVED`), so no head or MLP reads them and the route is the generator's to the bit.
 
 Its card's first line, its ``config.json`` (:data:`MARKER`) and every summary measured on it say that it is a
-compiled stand-in: :func:`~gpt2_posheads.model.identity.compiled_standin` finds the marker on a loaded model. It is
+compiled stand-in: :func:`~gpt2_posheads.model.loading.compiled_standin` finds the marker on a loaded model. It is
 never shipped or offered under the name ``gpt2``; the tests build it from ``shared/``'s GPT-2 tokenizer files.
 """
 
@@ -26,8 +26,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..model.identity import GPT2_W_E, GPT2_W_POS, STANDIN_KEY
-from ..model.loading import gpt2_tokenizer
+from ..model.loading import GPT2_W_E, GPT2_W_POS, STANDIN_KEY, gpt2_tokenizer
 from ..model.paths import shared_file
 from .generator import GPT2_SMALL, Generated, card_markdown, gpt2_small_route, write
 from .weights import BOS

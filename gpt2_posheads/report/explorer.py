@@ -45,12 +45,10 @@ from ..analysis.interventions import (
 from ..analysis.posembed import extended_pos_embeddings_by_layer
 from ..analysis.repeat_prompt import edit_mapping, repeat_string_prompt, single_token_target
 from ..claims.gpt2_post import POS_GROUP
-from ..model.attention import attn_scale, raw_scores_from_qk
-from ..model.engine import Reduction, engine_for
-from ..model.identity import has_learned_positions, position_kind
+from ..model.engine import Reduction, attn_scale, engine_for, raw_scores_from_qk, to_token_list
+from ..model.loading import has_learned_positions, position_kind
 from ..model.paths import write_whole_text
 from ..model.state import measures_caller_model
-from ..model.tokens import to_token_list
 from ..model.validation import UsageError, head_name
 
 MIN_TOKENS = 3  # the profile's statistics need two offsets with entries (key 0 left out)

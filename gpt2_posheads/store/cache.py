@@ -31,7 +31,7 @@ from ..analysis.posembed import default_bos, extended_pos_embeddings_by_layer, l
 from ..analysis.repeat_prompt import repeat_string_prompt, single_token_target
 from ..analysis.scores import LABEL_THRESHOLD, attention_scores, classify_prev_heads, score_profile
 from ..analysis.sources import path_ablation
-from ..model.identity import has_learned_positions
+from ..model.loading import has_learned_positions
 from ..model.state import measures_caller_model
 from ..model.validation import head_name, parse_head
 

@@ -124,8 +124,7 @@ def hub_model(name):
     """The real model ``name`` from the hub. These tests check numbers published for OpenAI's weights: on the
     compiled stand-in a test hub serves as ``gpt2`` (``tests/hubserver.py``) they are skipped, saying so; the
     behaviour the post's defaults drive is tested on the stand-in in ``tests/online``."""
-    from gpt2_posheads.model.identity import compiled_standin
-    from gpt2_posheads.model.loading import hub_reachable
+    from gpt2_posheads.model.loading import compiled_standin, hub_reachable
 
     if not hub_reachable():
         pytest.skip("the Hugging Face hub is unreachable")

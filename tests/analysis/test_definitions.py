@@ -19,8 +19,8 @@ from gpt2_posheads.analysis.interventions import average_ext_pos_embed, group_av
 from gpt2_posheads.analysis.repeat_prompt import edit_mapping, repeat_string_prompt
 from gpt2_posheads.analysis.scores import attention_scores
 from gpt2_posheads.analysis.sources import path_ablation
-from gpt2_posheads.model.attention import attn_scale
-from gpt2_posheads.model.identity import is_gpt2_small
+from gpt2_posheads.model.engine import attn_scale
+from gpt2_posheads.model.loading import is_gpt2_small
 from gpt2_posheads.model.paths import GPT2_W_POS
 from gpt2_posheads.organism.probe import _sharpest
 from gpt2_posheads.posts.gpt2_prev_heads.organism_targets import random_prompts

@@ -332,7 +332,7 @@ def test_run_all_resume_after_the_weights_changed_measures_the_new_weights(
     folder), not the old ones; a second --resume keeps them. Nothing is written to ./results."""
     from gpt2_posheads.claims.record import recorded_fingerprint
     from gpt2_posheads.cli.args import main_entry
-    from gpt2_posheads.model.fingerprint import folder_fingerprint
+    from gpt2_posheads.model.folder import folder_fingerprint
 
     monkeypatch.chdir(tmp_path)
     model = handset_folder(tmp_path / "models" / "handset", small_tokenizer, 1.0)

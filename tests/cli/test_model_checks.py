@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gpt2_posheads.cli.args import main_entry
-from gpt2_posheads.model.fingerprint import folder_fingerprint
+from gpt2_posheads.model.folder import folder_fingerprint
 
 from conftest import MINI_DIR, load_script
 

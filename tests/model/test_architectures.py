@@ -10,7 +10,7 @@ from gpt2_posheads import diagonal_attention, extended_pos_embeddings, load_mode
 from gpt2_posheads.analysis.scores import attention_scores
 from gpt2_posheads.analysis.sources import path_ablation
 from gpt2_posheads.model.engine_hooks import hook_status
-from gpt2_posheads.model.identity import position_kind
+from gpt2_posheads.model.loading import position_kind
 
 from conftest import ARCHITECTURES, EXPERIMENTS, run_script
 

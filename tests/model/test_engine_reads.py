@@ -18,8 +18,15 @@ from gpt2_posheads import load_model
 from gpt2_posheads.analysis.induction import induction_scores
 from gpt2_posheads.analysis.scores import attention_scores, score_profile
 from gpt2_posheads.analysis.sources import path_ablation
-from gpt2_posheads.model.attention import attn_scale, scale_from_pattern
-from gpt2_posheads.model.engine import READS, EngineError, Reduction, engine_for, residual_write
+from gpt2_posheads.model.engine import (
+    READS,
+    EngineError,
+    Reduction,
+    attn_scale,
+    engine_for,
+    residual_write,
+    scale_from_pattern,
+)
 
 from conftest import ARCHITECTURES
 
@@ -125,7 +132,7 @@ def test_what_an_engine_cannot_read_is_one_clear_error(tl_models, arch_dirs):
     with pytest.raises(ValueError, match="resid layer: 4 is out of range"):
         engine_for(m, "hooks").activations([toks], {"resid": [4]}, Reduction(_keep, _kept))
     if HAS_NNSIGHT:
-        from gpt2_posheads.model.traced import load_traced
+        from gpt2_posheads.model.engine_nnsight import load_traced
 
         nm = load_traced(arch_dirs["gpt2"])
         with pytest.raises(EngineError, match="nnsight engine cannot read activations"):
@@ -139,7 +146,7 @@ def test_what_an_engine_cannot_read_is_one_clear_error(tl_models, arch_dirs):
 def test_induction_is_the_same_through_an_nnsight_trace(arch, tl_models, arch_dirs):
     """Patterns and logits of one traced pass per batch: the induction scores and copy losses of the hooks engine
     (logits differ by a constant per position, which the loss does not see)."""
-    from gpt2_posheads.model.traced import load_traced
+    from gpt2_posheads.model.engine_nnsight import load_traced
 
     kw = dict(n_seqs=5, seg_len=8, batch_size=2)  # a ragged last batch: the trace pairs each batch's logits right
     for bos in (True, False):

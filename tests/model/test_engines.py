@@ -66,7 +66,7 @@ def models(arch_dirs, route_dir):
         kind = "nnsight" if engine == "nnsight" else "tl"
         if (case, kind) not in loaded:
             if kind == "nnsight":
-                from gpt2_posheads.model.traced import load_traced
+                from gpt2_posheads.model.engine_nnsight import load_traced
 
                 loaded[case, kind] = load_traced(dirs[case])
             else:

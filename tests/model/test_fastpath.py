@@ -28,7 +28,7 @@ def _prompts(n, pos, vocab, seed):
 
 
 def test_fast_diagonals_equal_hooked(trained_model, monkeypatch):
-    from gpt2_posheads.model import precision
+    from gpt2_posheads.model import state as precision
 
     monkeypatch.setenv(precision.FORCE_ENV, "1")  # the bfloat16 path itself, even on a CPU that emulates it
     toks = _prompts(3, 48, trained_model.cfg.d_vocab, seed=0)
@@ -185,7 +185,7 @@ def test_release_forgets_the_model(tiny_dir):
 
 def test_bf16_falls_back_to_float32_without_native_support(tiny_dir, monkeypatch):
     from gpt2_posheads.analysis.diagonals import diagonal_attention
-    from gpt2_posheads.model import precision
+    from gpt2_posheads.model import state as precision
 
     model = load_model(tiny_dir, device="cpu")
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)

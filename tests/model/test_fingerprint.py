@@ -8,7 +8,7 @@ import types
 import pytest
 
 from gpt2_posheads.cli.experiment import model_identity
-from gpt2_posheads.model import fingerprint
+from gpt2_posheads.model import folder as fingerprint
 from gpt2_posheads.model.folder import safetensors_header
 from gpt2_posheads.model.paths import CACHE_ENV
 

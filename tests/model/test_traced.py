@@ -20,8 +20,7 @@ from gpt2_posheads import (  # noqa: E402
     prev_token_ranking,
 )
 from gpt2_posheads.analysis.diagonals import _finish_ranking  # noqa: E402
-from gpt2_posheads.model.engine_nnsight import result_bytes  # noqa: E402
-from gpt2_posheads.model.traced import load_traced  # noqa: E402
+from gpt2_posheads.model.engine_nnsight import load_traced, result_bytes  # noqa: E402
 
 from conftest import ARCHITECTURES, EXPERIMENTS, MINI_DIR, Started  # noqa: E402
 

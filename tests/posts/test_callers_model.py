@@ -14,8 +14,7 @@ from gpt2_posheads.claims.record import read_summary
 from gpt2_posheads.cli import main_entry
 from gpt2_posheads.cli.output import Output
 from gpt2_posheads.model.engine_fast import FastPathUnsupported
-from gpt2_posheads.model.precision import FORCE_ENV
-from gpt2_posheads.model.state import ModelStateWarning
+from gpt2_posheads.model.state import FORCE_ENV, ModelStateWarning
 from gpt2_posheads.posts.gpt2_prev_heads import edit, l4h11_edit, model_run, rank_prev_heads
 from gpt2_posheads.report.index import write_index
 

@@ -52,7 +52,7 @@ def test_a_bfloat16_ranking_is_written_but_not_judged(handset_model, prompts):
     (its rules judge float32 masses); where the CPU has none, float32 runs and the verdicts are float32's."""
     import warnings
 
-    from gpt2_posheads.model.precision import bf16_native
+    from gpt2_posheads.model.state import bf16_native
 
     f32 = rank_prev_heads(handset_model, prompts, progress=False)
     with warnings.catch_warnings():
@@ -68,7 +68,7 @@ def test_a_bfloat16_ranking_is_written_but_not_judged(handset_model, prompts):
 
 def test_a_forced_bfloat16_ranking_is_not_judged_either(handset_model, prompts, monkeypatch):
     """bfloat16 forced through the environment on any CPU: the pass runs in bfloat16, so its claims are not testable."""
-    from gpt2_posheads.model import precision
+    from gpt2_posheads.model import state as precision
 
     monkeypatch.setenv(precision.FORCE_ENV, "1")
     bf = rank_prev_heads(handset_model, prompts, progress=False, bf16=True)
@@ -114,7 +114,7 @@ def test_the_claim_through_nnsight_equals_the_claim_through_transformerlens(hand
     """A traced model runs the same claim (engine ``auto`` means nnsight for it): the same ranking and verdicts."""
     pytest.importorskip("nnsight", reason="nnsight is not installed (pip install 'gpt2_posheads[nnsight]')")
     from gpt2_posheads import load_model
-    from gpt2_posheads.model.traced import load_traced
+    from gpt2_posheads.model.engine_nnsight import load_traced
 
     tl = rank_prev_heads(load_model(handset_dir, device="cpu"), prompts, progress=False)
     nn = rank_prev_heads(load_traced(handset_dir), prompts)

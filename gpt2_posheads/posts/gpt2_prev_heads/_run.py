@@ -17,7 +17,7 @@ from ...analysis.prompts import make_prompts
 from ...analysis.repeat_prompt import RepeatPrompt, fit_repeat_prompt, target_words
 from ...claims.gpt2_post import prev_head_precondition
 from ...claims.verdicts import Precondition
-from ...model.precision import require_finite_half
+from ...model.state import require_finite_half
 from ...model.validation import (
     ARGUMENT_CHECKS,
     UsageError,
@@ -97,9 +97,10 @@ def model_run(
     source: str | None = None,
     traced: bool = False,
 ) -> ModelRun:
-    """A :class:`ModelRun` for ``model`` (or, ``traced``, an nnsight :class:`~gpt2_posheads.model.traced.TracedModel`):
-    ``prompts`` as given, or ``n_prompts`` natural-text prompts of ``seq_len`` tokens (capped at the model's context)
-    from the shipped text, or openwebtext-10k with the hub."""
+    """A :class:`ModelRun` for ``model`` (or, ``traced``, an nnsight
+    :class:`~gpt2_posheads.model.engine_nnsight.TracedModel`): ``prompts`` as given, or ``n_prompts`` natural-text
+    prompts of ``seq_len`` tokens (capped at the model's context) from the shipped text, or openwebtext-10k with the
+    hub."""
     if prompts is None:
         from ...analysis.prompts import documents
 

@@ -24,7 +24,7 @@ from ...analysis.posembed import centred_w_pos, default_bos, extended_pos_embedd
 from ...claims.catalogue import Option, declare
 from ...claims.gpt2_post import helix_precondition, post_claim
 from ...claims.verdicts import Claim, Precondition, at_least, at_most
-from ...model.identity import position_kind, wpos_reason
+from ...model.loading import position_kind, wpos_reason
 from ...model.validation import UsageError, capped_seq_len
 from ...report.plotting import line_figure
 from ..result import ClaimResult

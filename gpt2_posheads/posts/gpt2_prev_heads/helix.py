@@ -22,7 +22,7 @@ from ...analysis.posembed import centred_w_pos, default_bos, extended_pos_embedd
 from ...claims.catalogue import Option, declare
 from ...claims.gpt2_post import helix_evr_rule, post_claim
 from ...claims.verdicts import Claim, Precondition
-from ...model.identity import wpos_reason
+from ...model.loading import wpos_reason
 from ...report.plotting import scatter3d_positions
 from ..result import ClaimResult
 from ._run import ModelRun, repeated_token_run

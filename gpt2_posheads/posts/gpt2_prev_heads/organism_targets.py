@@ -22,7 +22,7 @@ from ...analysis.posembed import load_w_pos
 from ...analysis.repeat_prompt import repeat_string_prompt, single_token_target
 from ...claims.organism import REFERENCE_HELDOUT, Measured, Sharpest
 from ...model.engine import engine_for
-from ...model.identity import has_learned_positions
+from ...model.loading import has_learned_positions
 from ...model.validation import head_name
 
 

@@ -28,12 +28,12 @@ from ...analysis.diagonals import (
 from ...claims.catalogue import Option, declare
 from ...claims.gpt2_post import NO_PREV_HEAD, SHARP_RATIO, SHARPEST_RULE, post_claim
 from ...claims.verdicts import Claim, Precondition, finite, predicate, within
+from ...model.engine import model_device
 from ...model.engine_fast import ENGINES
-from ...model.identity import is_gpt2_small
-from ...model.precision import reduced_precision, resolve_bf16
-from ...model.tokens import model_device
-from ...model.traced import ENGINE as NNSIGHT
-from ...model.traced import is_traced
+from ...model.engine_nnsight import ENGINE as NNSIGHT
+from ...model.engine_nnsight import is_traced
+from ...model.loading import is_gpt2_small
+from ...model.state import reduced_precision, resolve_bf16
 from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ..result import ClaimResult
 from ._run import ModelRun, prompted_run, ratio_grid
@@ -124,7 +124,7 @@ def float32_masses(bf16_used: bool, model=None) -> Precondition:
     """The rules judge diagonal masses computed in float32: bfloat16 matmuls (8 bits of mantissa in every query and
     key) moved the shipped compiled models' sharp heads' masses by up to 0.5 and turned 4 of their 18 ranking verdicts
     (``benchmarks/bench_rank_heads.py --verdicts``), and so do bfloat16 or float16 weights
-    (:func:`~gpt2_posheads.model.precision.reduced_precision`)."""
+    (:func:`~gpt2_posheads.model.state.reduced_precision`)."""
     reduced = reduced_precision(bf16_used, model)
     cause, fix = reduced or ("", "")
     return Precondition(
@@ -236,14 +236,14 @@ def rank_prev_heads(
 ) -> ClaimResult:
     """Rank every head by how previous-token-like it is and judge the post's taxonomy claims on the ranking.
 
-    ``model`` (or an nnsight :class:`~gpt2_posheads.model.traced.TracedModel`: ``engine`` ``"nnsight"``), ``prompts``,
-    ``run``: as every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`); a ``run`` with the
-    default options lends its ranking, or keeps this one. ``include_bos``: the post leaves key 0 out (heads park spare
-    attention there). ``bf16``: the claims are then not testable (:func:`float32_masses`); float32 where the CPU has no
-    native bfloat16, said once. ``engine``: ``"auto"`` (the hook-free fast path where it reproduces the model),
-    ``"fast"``, ``"hooks"`` or ``"nnsight"`` (every pattern reduced inside a trace). ``numbers`` hold ``n_heads``,
-    ``n_prev_token_heads``, ``aggregator``, ``top`` (the eleven first heads, with the post's ratio on GPT-2 small), ...;
-    ``tables`` the ``ranking``.
+    ``model`` (or an nnsight :class:`~gpt2_posheads.model.engine_nnsight.TracedModel`: ``engine`` ``"nnsight"``),
+    ``prompts``, ``run``: as every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`); a ``run``
+    with the default options lends its ranking, or keeps this one. ``include_bos``: the post leaves key 0 out (heads
+    park spare attention there). ``bf16``: the claims are then not testable (:func:`float32_masses`); float32 where the
+    CPU has no native bfloat16, said once. ``engine``: ``"auto"`` (the hook-free fast path where it reproduces the
+    model), ``"fast"``, ``"hooks"`` or ``"nnsight"`` (every pattern reduced inside a trace). ``numbers`` hold
+    ``n_heads``, ``n_prev_token_heads``, ``aggregator``, ``top`` (the eleven first heads, with the post's ratio on GPT-2
+    small), ...; ``tables`` the ``ranking``.
     """
     if engine not in (*ENGINES, NNSIGHT):
         raise ValueError(f"engine: {engine!r} is not an engine; allowed {', '.join((*ENGINES, NNSIGHT))}")

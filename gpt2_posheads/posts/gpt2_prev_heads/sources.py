@@ -43,7 +43,7 @@ from ...claims.catalogue import Option, declare
 from ...claims.gpt2_post import HALF, KEEP, POS_GROUP, ROUTE, built_from_below, layer_above, post_claim
 from ...claims.measured import LayersBelowRemoved
 from ...claims.verdicts import Claim, Precondition, finite, predicate
-from ...model.identity import is_gpt2_small
+from ...model.loading import is_gpt2_small
 from ...model.validation import UsageError, head_name, note, positive
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run

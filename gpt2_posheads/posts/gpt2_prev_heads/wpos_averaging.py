@@ -32,7 +32,7 @@ from ...claims.catalogue import Option, declare
 from ...claims.gpt2_post import BREAK_KL, KEEP, POS_GROUP, ROUTE, model_copies, post_claim
 from ...claims.measured import PrevMassAveraged
 from ...claims.verdicts import Claim, Precondition, finite, predicate
-from ...model.identity import wpos_reason
+from ...model.loading import wpos_reason
 from ...model.validation import UsageError, head_name, note
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run, repeat_prompts
