@@ -204,6 +204,12 @@ def synthetic_ctx_at(cfg: MiniConfig, step: int) -> int:
 def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int, vocab_size: int = 4096) -> torch.Tensor:
     """The ``[batch, n_ctx + 1]`` batch of ``step`` (a function of the step number alone: resumes are exact)."""
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+
+    def skip(n: int, length: int) -> torch.Tensor:  # n windows of the skip-bigram language
+        return skip_bigram_windows(
+            n, length, skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule), cfg.skip_noise, gen, bos
+        )
+
     if step < cfg.synthetic_steps:
         ctx = synthetic_ctx_at(cfg, step)
         n = max(1, cfg.batch_size * cfg.n_ctx // ctx)
@@ -213,10 +219,7 @@ def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int, v
         if make is None:
             raise ValueError(f"repeat kind {cfg.repeat_kind!r} is not one of {sorted(REPEAT_KINDS)}")
         rep = make(n - n_skip, ctx + 1, cfg.synthetic_vocab, lo, hi, gen, bos)
-        if not n_skip:
-            return rep
-        table = skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule)
-        return torch.cat([skip_bigram_windows(n_skip, ctx + 1, table, cfg.skip_noise, gen, bos), rep])
+        return torch.cat([skip(n_skip, ctx + 1), rep]) if n_skip else rep
     n_syn = int(round(cfg.synthetic_fraction * cfg.batch_size))
     n_skip = int(round(cfg.skip_text_fraction * cfg.batch_size))
     n_rep = int(round(cfg.repeat_fraction * (cfg.batch_size - n_syn - n_skip)))
@@ -227,7 +230,4 @@ def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int, v
         text = torch.cat(
             [text, repeated_segments(n_syn, cfg.n_ctx + 1, vocab_size, cfg.seg_min, cfg.seg_max, gen, bos)]
         )
-    if n_skip:
-        table = skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule)
-        text = torch.cat([text, skip_bigram_windows(n_skip, cfg.n_ctx + 1, table, cfg.skip_noise, gen, bos)])
-    return text
+    return torch.cat([text, skip(n_skip, cfg.n_ctx + 1)]) if n_skip else text

@@ -2,27 +2,12 @@
 
 The result is a Hugging Face-format directory (``config.json``, ``model.safetensors``, tokenizer files,
 ``training.json``) that :func:`gpt2_posheads.load_model` boots like GPT-2, so every GPT-2 analysis can run offline on a
-*trained* model with the mechanism the GPT-2 post is about.
-
-Why the data mix. Previous-token heads exist to serve induction (the post's causal story: early heads find the previous
-token, L4H11 aggregates them, induction heads read it). A small model trained on a few million tokens of plain text
-barely needs to copy, so neither forms sharply. The recipe therefore gives the model reasons to copy, in windows short
-enough for the heads to find their keys:
-
-* ``synthetic_steps``: a first phase of synthetic windows. For ``skip_only_steps`` a skip-bigram language
-  ``t+1 = pi(t-1)`` alone (``skip_rule="copy"``: pi is the identity, so a previous-token head whose OV circuit copies
-  predicts it over the whole vocabulary); then windows of *repeated random segments* ``s s s' s' ...`` (ids below
-  ``synthetic_vocab``; only induction lowers the loss on a second copy) with a share ``skip_fraction`` of the
-  skip-bigram language. Windows start at ``synthetic_ctx`` tokens and double every ``ctx_double_every`` steps; with
-  ``position_offsets`` each starts at a random absolute position. Short windows are the ingredient: uniform attention
-  over 16 keys gives the right one 1/8 of its weight, over 256 keys 1/128, and the heads sit on a plateau.
-* afterwards, text windows, a fraction ``repeat_fraction`` of which have a span of their own text copied to a later
-  place, mixed with a fraction ``synthetic_fraction`` of synthetic windows.
-
-Every ``probe_every`` steps :func:`probe` measures the mechanism (sharpest previous-token ratio on held-out text and on
-random tokens, best induction score, loss on the first and second copy) on a TransformerLens copy (:func:`lens`), so
-the training record shows when each piece appears. Checkpoints are written every ``checkpoint_minutes`` of wall-clock
-time; a run resumes exactly (batches depend on the step number only).
+*trained* model with the mechanism the GPT-2 post is about. The data mix (:mod:`~gpt2_posheads.organism.data`) gives
+the model reasons to copy, in windows short enough for the heads to find their keys (why, and what did not work:
+``docs/organism.md``). Every ``probe_every`` steps :func:`~gpt2_posheads.organism.probe.probe` measures the mechanism
+on a TransformerLens copy (:func:`~gpt2_posheads.organism.probe.lens`), so the training record shows when each piece
+appears. Checkpoints are written every ``checkpoint_minutes`` of wall-clock time; a run resumes exactly (batches
+depend on the step number only).
 """
 
 from __future__ import annotations
@@ -109,28 +94,6 @@ def pos_average_at(cfg: MiniConfig, step: int) -> tuple[int, int] | None:
     return g, int(torch.randint(0, g, (1,), generator=gen))
 
 
-def _load_tokenizer(tok_dir: Path, train_docs: Sequence[str], cfg: MiniConfig, tokenizer_dir: str | Path | None):
-    from transformers import PreTrainedTokenizerFast
-
-    if (tok_dir / "tokenizer.json").exists():
-        return PreTrainedTokenizerFast.from_pretrained(tok_dir)
-    if tokenizer_dir is not None:
-        tok = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
-    else:
-        tok = train_tokenizer(train_docs, cfg.vocab_size)
-    tok.save_pretrained(tok_dir)
-    return tok
-
-
-def averaged_positions(group_size: int, offset: int):
-    """A forward hook for ``wpe`` that returns ``W_pos`` group-averaged (differentiably) at the looked-up positions."""
-
-    def hook(module, inputs, output):
-        return F.embedding(inputs[0], group_average_rows(module.weight, group_size, offset))
-
-    return hook
-
-
 def init_positions(model, cfg: MiniConfig, initializer_range: float) -> torch.nn.Parameter:
     """Set the model's ``W_pos`` (``wpe``) as ``cfg`` asks and whether it trains; returns it."""
     wpe = model.transformer.wpe.weight
@@ -166,7 +129,7 @@ def train_mini_gpt2(
     losses compare with another model token for token) instead of training a new BPE on ``docs``. Returns the training
     record (losses, validation losses, probes, timings), also saved as ``training.json``.
     """
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
     cfg = cfg if cfg is not None else MiniConfig()
     out_dir = Path(out_dir)
@@ -178,7 +141,15 @@ def train_mini_gpt2(
     else:
         train_docs = list(docs)
     tok_dir = work / "tokenizer"  # also what lens() gives the measured copies
-    tok = _load_tokenizer(tok_dir, train_docs, cfg, tokenizer_dir)
+    if (tok_dir / "tokenizer.json").exists():
+        tok = PreTrainedTokenizerFast.from_pretrained(tok_dir)
+    else:
+        tok = (
+            PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+            if tokenizer_dir is not None
+            else train_tokenizer(train_docs, cfg.vocab_size)
+        )
+        tok.save_pretrained(tok_dir)
     train_stream, val_stream = encode_stream(tok, train_docs), encode_stream(tok, val_docs)
     cfg = replace(cfg, synthetic_vocab=min(cfg.synthetic_vocab, len(tok)))  # a copy: the caller's stays as it was
 
@@ -233,8 +204,10 @@ def train_mini_gpt2(
             g["lr"] = lr_at(cfg, s) * g["lr_scale"]
         averaged = pos_average_at(cfg, s)
         handle = None
-        if averaged is not None:  # this step sees W_pos averaged in groups: gradients still reach every row
-            handle = model.transformer.wpe.register_forward_hook(averaged_positions(*averaged))
+        if averaged is not None:  # this step sees W_pos averaged in groups (differentiably): gradients reach every row
+            handle = model.transformer.wpe.register_forward_hook(
+                lambda m, inputs, _, g=averaged: F.embedding(inputs[0], group_average_rows(m.weight, *g))
+            )
         # The one pass on the Hugging Face module itself: the engine runs no backward pass, so the step that trains
         # (gradients, the augmentation hook on wpe, autocast) stays here; every measurement goes through lens().
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
