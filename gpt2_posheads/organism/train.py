@@ -39,11 +39,9 @@ def lr_at(cfg: MiniConfig, s: int) -> float:
 
 # W_pos: initialisations (random, sinusoidal, GPT-2's own helix, none), roughness, group averaging (augmentation)
 def sinusoidal_positions(n_ctx: int, d_model: int, rms: float) -> torch.Tensor:
-    """``[n_ctx, d_model]`` sines and cosines of geometric frequencies (Vaswani et al.), scaled to ``rms``.
-
-    A shift by one position is a rotation in each (sin, cos) pair, so "the previous position" is a
-    linear map of the current one: an initialisation from which previous-token attention is easy to learn.
-    """
+    """``[n_ctx, d_model]`` sines and cosines of geometric frequencies (Vaswani et al.), scaled to ``rms``. A shift by
+    one position is a rotation in each (sin, cos) pair, so "the previous position" is a linear map of the current
+    one: an initialisation from which previous-token attention is easy to learn."""
     pos = torch.arange(n_ctx, dtype=torch.float64)[:, None]
     freq = 10_000 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     out = torch.zeros(n_ctx, d_model, dtype=torch.float64)
@@ -52,13 +50,11 @@ def sinusoidal_positions(n_ctx: int, d_model: int, rms: float) -> torch.Tensor:
 
 
 def gpt2_positions(n_ctx: int, d_model: int, rms: float, w_pos: torch.Tensor | None = None) -> torch.Tensor:
-    """``[n_ctx, d_model]``: GPT-2 small's own positional geometry at this size.
-
-    The first ``n_ctx`` rows of GPT-2's ``W_pos`` ``[1024, 768]`` (``w_pos``, default the shipped
-    ``data/gpt2-small/W_pos.npy``), mean-centred and projected onto their top ``d_model`` principal components, scaled
-    to ``rms``. Neighbouring rows stay almost the same vector (cosine ~0.99, the smooth helix), so a head cannot read
-    "the previous position" off them as sharply as off a learned ``W_pos`` whose neighbours alternate in sign.
-    """
+    """``[n_ctx, d_model]``: GPT-2 small's own positional geometry at this size: the first ``n_ctx`` rows of GPT-2's
+    ``W_pos`` ``[1024, 768]`` (``w_pos``, default the shipped ``data/gpt2-small/W_pos.npy``), mean-centred and projected
+    onto their top ``d_model`` principal components, scaled to ``rms``. Neighbouring rows stay almost the same vector
+    (cosine ~0.99, the smooth helix), so a head cannot read "the previous position" off them as sharply as off a learned
+    ``W_pos`` whose neighbours alternate in sign."""
     if w_pos is None:
         w_pos = torch.from_numpy(gpt2_w_pos())
     if n_ctx > w_pos.shape[0] or d_model > min(n_ctx, w_pos.shape[1]):
@@ -71,11 +67,9 @@ def gpt2_positions(n_ctx: int, d_model: int, rms: float, w_pos: torch.Tensor | N
 
 
 def pos_roughness(w: torch.Tensor) -> torch.Tensor:
-    """``mean_p |W[p+1] - W[p]|^2 / mean_p |W[p] - mean W|^2`` of ``W`` ``[n_ctx, d_model]`` (scale-free).
-
-    About 2 for independent random rows, ``2 (1 - c)`` for a curve whose neighbours have cosine ``c``
-    (GPT-2's helix: ~0.02), up to 4 for rows alternating in sign. ``pos_smooth`` adds it to the loss.
-    """
+    """``mean_p |W[p+1] - W[p]|^2 / mean_p |W[p] - mean W|^2`` of ``W`` ``[n_ctx, d_model]`` (scale-free): about 2
+    for independent random rows, ``2 (1 - c)`` for a curve whose neighbours have cosine ``c`` (GPT-2's helix: ~0.02),
+    up to 4 for rows alternating in sign. ``pos_smooth`` adds it to the loss."""
     step = (w[1:] - w[:-1]).pow(2).sum(-1).mean()
     spread = (w - w.mean(0)).pow(2).sum(-1).mean()
     return step / spread.clamp_min(1e-12)
@@ -120,15 +114,13 @@ def train_mini_gpt2(
     val_docs: Sequence[str] | None = None,
     tokenizer_dir: str | Path | None = None,
 ) -> dict:
-    """Train and save a miniature GPT-2 into ``out_dir``; resumes from ``work_dir/checkpoint.pt`` if present.
-
-    ``cfg`` (default :class:`MiniConfig`'s defaults) is never changed: the synthetic vocabulary is capped at the
-    tokenizer's size in a copy. ``work_dir`` (default ``<out_dir>-work``) holds the checkpoint, written every
-    ``checkpoint_minutes`` and at the end (each write is said), and the tokenizer. ``val_docs``: held-out documents
-    (default: a seeded ``val_fraction`` of ``docs``). ``tokenizer_dir``: reuse that directory's tokenizer (so held-out
-    losses compare with another model token for token) instead of training a new BPE on ``docs``. Returns the training
-    record (losses, validation losses, probes, timings), also saved as ``training.json``.
-    """
+    """Train and save a miniature GPT-2 into ``out_dir``; resumes from ``work_dir/checkpoint.pt`` if present. ``cfg``
+    (default :class:`MiniConfig`'s defaults) is never changed: the synthetic vocabulary is capped at the tokenizer's
+    size in a copy. ``work_dir`` (default ``<out_dir>-work``) holds the checkpoint, written every ``checkpoint_minutes``
+    and at the end (each write is said), and the tokenizer. ``val_docs``: held-out documents (default: a seeded
+    ``val_fraction`` of ``docs``). ``tokenizer_dir``: reuse that directory's tokenizer (so held-out losses compare with
+    another model token for token) instead of training a new BPE on ``docs``. Returns the training record (losses,
+    validation losses, probes, timings), also saved as ``training.json``."""
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
     cfg = cfg if cfg is not None else MiniConfig()

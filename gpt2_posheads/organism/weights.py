@@ -156,15 +156,13 @@ def gelu_new(x: np.ndarray) -> np.ndarray:
 
 def position_mlp(targets: np.ndarray, n_ctx: int = N_CTX) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A GELU MLP that maps the count ``c = 1/(p+1)`` to ``targets[p]`` ``[n_ctx, n_out]`` exactly at every integer p.
-
-    Hidden unit ``j`` (``j = 0 .. n_ctx - 2``) is ``gelu(lam_j (c_j - c))`` with a knot at ``c_j = 1/(j+1)``: on for
-    the positions after ``j``, zero at ``j`` itself, and linear (a ReLU, to 1e-4) at every other position, since
-    ``lam_j = 4 / (c_j - c_{j+1})`` puts the nearest other position four units away. A last unit makes the output
-    flat below the last position's count: a prompt without BOS (count 0) gets the last position's features rather
-    than an extrapolation. The output weights solve the (triangular) interpolation exactly in float64, the GELU's
-    small tails included. Returns ``(w_in [n_hidden], b_in [n_hidden], w_out [n_hidden, n_out], b_out [n_out])`` for
-    ``hidden = gelu(c * w_in + b_in)``, ``out = hidden @ w_out + b_out``.
-    """
+    Hidden unit ``j`` (``j = 0 .. n_ctx - 2``) is ``gelu(lam_j (c_j - c))`` with a knot at ``c_j = 1/(j+1)``: on for the
+    positions after ``j``, zero at ``j`` itself, and linear (a ReLU, to 1e-4) at every other position, since ``lam_j = 4
+    / (c_j - c_{j+1})`` puts the nearest other position four units away. A last unit makes the output flat below the
+    last position's count: a prompt without BOS (count 0) gets the last position's features rather than an
+    extrapolation. The output weights solve the (triangular) interpolation exactly in float64, the GELU's small tails
+    included. Returns ``(w_in [n_hidden], b_in [n_hidden], w_out [n_hidden, n_out], b_out [n_out])`` for ``hidden =
+    gelu(c * w_in + b_in)``, ``out = hidden @ w_out + b_out``."""
     p = np.arange(n_ctx)
     c = np.append(1.0 / (p + 1.0), 0.0)  # the positions' counts, and 0: a prompt without BOS (no count at all)
     knots = c[:-1]  # c_0 .. c_{n_ctx-1}
@@ -181,11 +179,9 @@ def position_mlp(targets: np.ndarray, n_ctx: int = N_CTX) -> tuple[np.ndarray, n
 @dataclass
 class Head:
     """One head's weights in the real basis: ``q = x Wq + bq`` etc. ``[d_model, d_head]``, ``Wo [d_head, d_model]``.
-
-    Built from features: :meth:`query` / :meth:`key` / :meth:`value` add ``basis(block).T @ M`` for a block's
-    features ``M [n_features, d_head]``; :meth:`output` adds ``M @ basis(block)``. Query weights are multiplied by
-    ``sqrt(d_head)`` so that the score ``q . k / sqrt(d_head)`` GPT-2 computes is the dot product of the features.
-    """
+    Built from features: :meth:`query` / :meth:`key` / :meth:`value` add ``basis(block).T @ M`` for a block's features
+    ``M [n_features, d_head]``; :meth:`output` adds ``M @ basis(block)``. Query weights are multiplied by
+    ``sqrt(d_head)`` so that the score ``q . k / sqrt(d_head)`` GPT-2 computes is the dot product of the features."""
 
     res: Residual
     role: str = "inert: attends uniformly (zero query and key) and writes nothing"
