@@ -145,13 +145,12 @@ def generate(
     embedding and unembedding (default: the shipped tokenizer's 4,096; more are padding the tokenizer never produces, as
     GPT-2's 50,257, with no token code: zero rows of ``W_U``). Asked-for sizes replace drawn ones (the draws are the
     same): ``layout`` ``(d_model, n_heads)`` (``d_head >= 64``, the kind's blocks must fit), ``n_layers`` (3-48),
-    ``n_ctx`` (64-1024, default 256) and ``d_mlp`` (``>= n_ctx``, default ``max(512, n_ctx)``).
-
-    For a model in another model's image (:mod:`~gpt2_posheads.organism.standin`): ``placement`` names the heads
-    instead of drawing their slots (``counter``, ``early_heads``, ``aggregator``, ``induction_head``; kind ``post`` or
-    ``boost``), ``n_tokens`` is the number of ids a tokenizer produces (default: the shipped tokenizer's; rows past it
-    are padding with no code) and ``reserved`` ``(before, after)`` residual coordinates at either end belong to no
-    block. The slots are drawn and replaced, so the models without a placement keep their bytes."""
+    ``n_ctx`` (64-1024, default 256) and ``d_mlp`` (``>= n_ctx``, default ``max(512, n_ctx)``). For a model in another
+    model's image (:mod:`~gpt2_posheads.organism.standin`): ``placement`` names the heads instead of drawing their slots
+    (``counter``, ``early_heads``, ``aggregator``, ``induction_head``; kind ``post`` or ``boost``), ``n_tokens`` is the
+    number of ids a tokenizer produces (default: the shipped tokenizer's; rows past it are padding with no code) and
+    ``reserved`` ``(before, after)`` residual coordinates at either end belong to no block. The slots are drawn and
+    replaced, so the models without a placement keep their bytes."""
     if kind not in KINDS:
         raise ValueError(f"kind: {kind!r} is not a kind; allowed {', '.join(KINDS)}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -303,9 +302,8 @@ def generate(
         "d_mlp": (d_mlp, max(wt.D_MLP, n_ctx)),
     }
     card["asked"] = {k: list(v) if isinstance(v, tuple) else int(v) for k, (v, d) in asked.items() if v != d}
-    name = f"gen-{seed:05d}"
-    card["name"] = name
-    return Generated(p.model(name), card)
+    card["name"] = f"gen-{seed:05d}"
+    return Generated(p.model(card["name"]), card)
 
 
 PLACED_ROLES = ("counter", "early_heads", "aggregator", "induction_head")
