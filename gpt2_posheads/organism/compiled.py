@@ -1,20 +1,13 @@
 """Small GPT-2s whose weights are set by hand to carry a known mechanism: ground truth for the verdicts.
 
 Each model is an ordinary Hugging Face GPT-2 folder (4 layers, 4 heads, ``d_model`` 512, ``n_ctx`` 256, the shipped
-4,096-token tokenizer) built deterministically in seconds. Its weights are written feature by feature in named
-*blocks* of the residual stream that every LayerNorm passes through unchanged, so a head reads exactly what the
-blocks hold (:mod:`~gpt2_posheads.organism.weights`: the Helmert bases, the constant feature ``C``, heads and MLPs
-built from features).
-
-Blocks (features, in the card's words: :func:`block_words`): the constant ``C``, the BOS flag, GPT-2's helix, token
-codes and buckets, the counted position (``count``, ``pos``, ``waves``), W_pos's ``fine`` components, and what heads
-write (``est``, ``prev``, ``out``, ``relay``, ``junk``).
-
-Each head is built by a small function that says what it reads and writes (:func:`counter`, :func:`self_suppressing`,
-:func:`boosting`, :func:`aggregator`, :func:`wpos_reader`, :func:`induction`, :func:`self_attending`), each model by
-one function of :data:`BUILDERS`. :func:`build` writes a folder with its card (``README.md``): the blocks, every
-head's role, the verdict each claim must get (:mod:`~gpt2_posheads.organism.known_answers`, written down before
-anything was measured) and the numbers the toolkit measured on it.
+4,096-token tokenizer) built deterministically in seconds, its weights written feature by feature in the named blocks
+of the residual stream (:mod:`~gpt2_posheads.organism.weights`; what each holds, in the card's words:
+:func:`block_words`). Each head is built by a small function whose ``role`` (the card's words) says what it scores,
+reads and writes; each model by one function of :data:`BUILDERS`, whose docstring is its card's summary.
+:func:`build` writes a folder with its card (``README.md``): the blocks, every head's role, the verdict each claim
+must get (:mod:`~gpt2_posheads.organism.known_answers`, written down before anything was measured) and the numbers
+the toolkit measured on it.
 """
 
 from __future__ import annotations
@@ -30,31 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from ..model.paths import ORGANISM_DIR
-from .weights import (
-    K_TOK,
-    N_BUCKETS,
-    N_CTX,
-    N_WAVES_MLP,
-    N_WAVES_WPOS,
-    SMALL,
-    C,
-    Compiled,
-    Head,
-    Parts,
-    Shape,
-    kernel_freqs,
-    onto,
-    parts,
-    positions_mlp,
-    shift_rotation,
-    slot,
-    waves,
-)
-
-TOKENIZER_DIR = ORGANISM_DIR
-
-
-# --- the heads -----------------------------------------------------------------------------------------------------
+from . import weights as wt
+from .weights import SMALL, Compiled, Head, Parts, onto, parts, slot, waves
 
 # Head dimensions: 0 carries a position term, 1 a BOS term, 2.. a code (token, bucket or waves).
 POS_DIM, BOS_DIM, CODE = 0, 1, 2
@@ -68,12 +38,7 @@ READER_GAIN, READER_RECENCY = 12.0, 3.0  # a W_pos reader: height of its kernel 
 IND_GAIN, IND_RECENCY, IND_SINK = 30.0, 0.3, 8.0  # induction: the match, the most recent match first, BOS otherwise
 
 
-# --- layer 0: counting from BOS -------------------------------------------------------------------------------------
-
-
 def counter(p: Parts) -> Head:
-    """Zero query and key: attends uniformly to every position so far. Reads the BOS flag, so it writes
-    ``SMALL / (p + 1)`` to ``count``: a position from the causal mask alone."""
     h = Head(
         p.res,
         role="counter: attends uniformly (zero query and key); reads the BOS flag and writes count = "
@@ -91,10 +56,7 @@ def counted_position(p: Parts, freqs: np.ndarray | None = None, head: int = 0) -
     if freqs is not None:
         outputs["waves"] = SMALL * waves(n_ctx, freqs)
         role += f" and waves = {SMALL:g} (cos, sin)(w p) for w = pi (j + 1/2) / {len(freqs)}"
-    p.mlps[0] = positions_mlp(p, outputs, role + ", exact at every position")
-
-
-# --- layers 1-2: previous-token heads -------------------------------------------------------------------------------
+    p.mlps[0] = wt.positions_mlp(p, outputs, role + ", exact at every position")
 
 
 def rising(h: Head, slope: float, block: str = "pos") -> Head:
@@ -107,15 +69,13 @@ def avoiding_bos(h: Head) -> Head:
 
 
 def copies_into(h: Head, block: str) -> Head:
-    """Value: the attended token's code (its first ``size(block)`` dimensions, all of them for ``est``, ``prev`` and
-    ``out``); output: into ``block``."""
+    """Copy the attended token's code (its first ``size(block)`` dimensions) into ``block``."""
     n = h.res.size(block)
     return h.value("tok", onto(h.res.size("tok"), CODE)[:, : CODE + n]).output(onto(n, CODE).T, block)
 
 
 def self_suppressing(p: Parts, slope: float, writes: bool = True, penalty: float = SELF_PENALTY) -> Head:
-    """Score ``slope * k - penalty * [bucket_k == bucket_q]``: rising towards recent keys with a dip at the
-    query's own token (and at the 1/n_buckets of tokens sharing its bucket); BOS avoided."""
+    """A dip at the query's own token, and at the 1/n_buckets of tokens sharing its bucket; BOS avoided."""
     h = Head(
         p.res,
         role=f"self-suppressing previous-token head: score {slope:g} x (key position) - {penalty:g} where the "
@@ -126,8 +86,7 @@ def self_suppressing(p: Parts, slope: float, writes: bool = True, penalty: float
 
 
 def boosting(p: Parts, slope: float, margin: float, writes: bool = True) -> Head:
-    """Score ``slope * k + (slope + margin) * K(p - 1 - k)`` with ``K`` the waves' kernel (1 at 0, 0 within 15
-    positions): rising towards recent keys with a bump at p-1 that beats the current key by ``margin``."""
+    """A bump at p-1 (``K``: :func:`position_kernel`) that beats the current key by ``margin``; BOS avoided."""
     bump = slope + margin
     h = Head(
         p.res,
@@ -142,8 +101,7 @@ def boosting(p: Parts, slope: float, margin: float, writes: bool = True) -> Head
 
 
 def aggregator(p: Parts, gain: float = AGG_GAIN, recency: float = AGG_RECENCY) -> Head:
-    """Score ``gain * <est_q, code_k> + recency * k``: attends to the nearest key whose token the early heads point
-    at; copies its code into ``prev``."""
+    """Attends to the nearest key whose token the early heads point at."""
     h = Head(
         p.res,
         role=f"aggregator: score {gain:g} x <est, key's token code> + {recency:g} x (key position); writes "
@@ -163,9 +121,9 @@ def position_kernel(h: Head, block: str, gain: float, shift: int = 1, first: int
     query is scaled by ``1 / (SMALL^2 F)`` since ``<waves(p - shift), waves(k)> = SMALL^2 F K(p - shift - k)``."""
     n = h.res.size(block)
     ramp = int(block in ("fine", "relay"))  # a leading ramp feature, no part of the kernel
-    freqs = kernel_freqs((n - ramp) // 2)
+    freqs = wt.kernel_freqs((n - ramp) // 2)
     q = np.zeros((n, first + n - ramp))
-    q[ramp:, first:] = gain / (SMALL**2 * len(freqs)) * shift_rotation(freqs, shift)
+    q[ramp:, first:] = gain / (SMALL**2 * len(freqs)) * wt.shift_rotation(freqs, shift)
     k = np.zeros((n, first + n - ramp))
     k[ramp:] = onto(n - ramp, first)
     return h.query(block, q).key(block, k)
@@ -174,9 +132,7 @@ def position_kernel(h: Head, block: str, gain: float, shift: int = 1, first: int
 def wpos_reader(
     p: Parts, block: str = "fine", gain: float = READER_GAIN, recency: float = READER_RECENCY, writes: str = "prev"
 ) -> Head:
-    """Score ``gain * K(p - 1 - k) + recency * k`` read straight off W_pos's fine components (waves rotated back one
-    position, and the ramp), or off their copy in ``block="relay"``; copies the attended token's code into
-    ``writes``."""
+    """The previous position read straight off W_pos's fine components, or off their copy in ``block="relay"``."""
     where = "W_pos's" if block == "fine" else f"the {block} block's copy of W_pos's"
     h = Head(
         p.res,
@@ -189,8 +145,7 @@ def wpos_reader(
 
 
 def relay(p: Parts, gain: float = READER_GAIN, recency: float = READER_RECENCY, share: float = 1.0) -> Head:
-    """Score ``gain * K(p - k) + recency * k`` off W_pos's fine components: attends to its own position; copies
-    ``share`` of the fine components it reads there into ``relay`` (relaying W_pos: nothing is computed)."""
+    """Attends to its own position and relays W_pos's fine components: nothing is computed."""
     h = Head(
         p.res,
         role=f"relay: score {gain:g} at its own position (W_pos's waves) + {recency:g} x (key position, W_pos's "
@@ -203,9 +158,8 @@ def relay(p: Parts, gain: float = READER_GAIN, recency: float = READER_RECENCY, 
 
 
 def induction(p: Parts, position: str = "pos") -> Head:
-    """Score ``IND_GAIN * <code_q, prev_k> + IND_RECENCY * k``, and ``IND_SINK + IND_RECENCY * q`` on BOS: attends to
-    the token after the most recent earlier occurrence of the current token, to BOS when there is none; copies the
-    attended token's code into ``out``."""
+    """Attends to the token after the most recent earlier occurrence of the current token, to BOS when there is
+    none."""
     h = Head(
         p.res,
         role=f"induction head: score {IND_GAIN:g} x <query's token code, prev> + {IND_RECENCY:g} x (key position), "
@@ -222,9 +176,7 @@ def induction(p: Parts, position: str = "pos") -> Head:
 
 
 def self_attending(p: Parts, slope: float | None, penalty: float = SELF_PENALTY, writes: str | None = None) -> Head:
-    """Score ``slope * k + penalty * [bucket_k == bucket_q]``: attends to its own token (``slope=None``: no rise,
-    every earlier key of its bucket alike); writes nothing, or the attended token's first code dimensions into
-    ``writes`` (work nothing reads)."""
+    """Attends to its own token (``slope=None``: no rise, every earlier key of its bucket alike)."""
     rise = f"{slope:g} x (key position) + " if slope is not None else ""
     h = Head(
         p.res,
@@ -235,8 +187,7 @@ def self_attending(p: Parts, slope: float | None, penalty: float = SELF_PENALTY,
 
 
 def own_token(h: Head, slope: float | None, score: float, writes: str | None) -> Head:
-    """``h`` rising ``slope`` logits per position towards recent keys (``None``: no rise), BOS avoided, ``score``
-    logits on a key whose bucket is the query's own; copying the attended token's code into ``writes`` (or not)."""
+    """``h`` rising ``slope`` (``None``: no rise), BOS avoided, ``score`` on its own bucket, copying into ``writes``."""
     if slope is not None:
         rising(h, slope)
     avoiding_bos(h)
@@ -246,8 +197,6 @@ def own_token(h: Head, slope: float | None, score: float, writes: str | None) ->
 
 
 def uniform_writer(p: Parts, writes: str = "junk") -> Head:
-    """Zero query and key: attends uniformly to every position so far; writes the mean of the codes it sees into
-    ``writes`` (work nothing reads)."""
     h = Head(
         p.res, role=f"attends uniformly; writes the mean code of the tokens so far into {writes} (nothing reads it)"
     )
@@ -256,7 +205,7 @@ def uniform_writer(p: Parts, writes: str = "junk") -> Head:
 
 # --- the five models --------------------------------------------------------------------------------------------
 
-_ROUTE_BLOCKS = [("bucket", N_BUCKETS), ("count", 1), ("pos", 1), ("est", K_TOK), ("prev", K_TOK), ("out", K_TOK)]
+_ROUTE_BLOCKS = [("bucket", wt.N_BUCKETS), ("count", 1), ("pos", 1)] + [(b, wt.K_TOK) for b in ("est", "prev", "out")]
 
 
 def route_gpt2(n_vocab: int) -> Compiled:
@@ -282,7 +231,7 @@ def lookalike_wpos(n_vocab: int) -> Compiled:
     head reads the previous position straight off fine components of W_pos (a ramp and four waves added to GPT-2's
     helix); layers 0-1 write nothing.
     """
-    p = parts(n_vocab, [("fine", 1 + 2 * N_WAVES_WPOS), ("prev", K_TOK), ("out", K_TOK)])
+    p = parts(n_vocab, [("fine", 1 + 2 * wt.N_WAVES_WPOS), ("prev", wt.K_TOK), ("out", wt.K_TOK)])
     p.heads[2][0] = wpos_reader(p)
     p.heads[3][0] = induction(p, position="fine")
     return p.model("lookalike-wpos")
@@ -294,8 +243,8 @@ def lookalike_boost(n_vocab: int) -> Compiled:
     route-gpt2 with layer-1 heads that boost p-1 (a bump in their score, from waves of the counted position)
     instead of suppressing their own token; the aggregator and induction head are route-gpt2's.
     """
-    p = parts(n_vocab, _ROUTE_BLOCKS[1:3] + [("waves", 2 * N_WAVES_MLP)] + _ROUTE_BLOCKS[3:])
-    counted_position(p, kernel_freqs(N_WAVES_MLP))
+    p = parts(n_vocab, _ROUTE_BLOCKS[1:3] + [("waves", 2 * wt.N_WAVES_MLP)] + _ROUTE_BLOCKS[3:])
+    counted_position(p, wt.kernel_freqs(wt.N_WAVES_MLP))
     p.heads[1] = [boosting(p, s, m) for s, m in zip(EARLY_SLOPES, BOOST_MARGINS)]
     p.heads[2] = [aggregator(p)] + [boosting(p, s, m, writes=False) for s, m in zip(INERT_SLOPES, BOOST_MARGINS[1:])]
     p.heads[3][0] = induction(p)
@@ -308,7 +257,7 @@ def lookalike_decoy(n_vocab: int) -> Compiled:
     route-gpt2's layers 0-1 (the counter, and self-suppressing early heads that write their estimate), but the
     sharp layer-2 head ignores them and reads fine components of W_pos, as in lookalike-wpos.
     """
-    p = parts(n_vocab, _ROUTE_BLOCKS[:4] + [("fine", 1 + 2 * N_WAVES_WPOS)] + _ROUTE_BLOCKS[4:])
+    p = parts(n_vocab, _ROUTE_BLOCKS[:4] + [("fine", 1 + 2 * wt.N_WAVES_WPOS)] + _ROUTE_BLOCKS[4:])
     counted_position(p)
     p.heads[1] = [self_suppressing(p, s) for s in EARLY_SLOPES]
     p.heads[2] = [wpos_reader(p)] + [self_suppressing(p, s, writes=False) for s in INERT_SLOPES]
@@ -322,7 +271,7 @@ def lookalike_none(n_vocab: int) -> Compiled:
     Positions are counted as in route-gpt2, every later head attends to its own token, nothing copies and the
     unembedding is zero.
     """
-    p = parts(n_vocab, [("bucket", N_BUCKETS), ("count", 1), ("pos", 1)])
+    p = parts(n_vocab, [("bucket", wt.N_BUCKETS), ("count", 1), ("pos", 1)])
     counted_position(p)
     for layer in (1, 2, 3):
         p.heads[layer] = [self_attending(p, s) for s in EARLY_SLOPES]
@@ -344,11 +293,11 @@ def summary(name: str) -> tuple[str, str]:
     return title[0].lower() + title[1:-1], " ".join(body.split("\n"))
 
 
-def block_words(shape: Shape) -> dict[str, str]:
+def block_words(shape: wt.Shape) -> dict[str, str]:
     """What each block holds, in the card's words, for a model of ``shape``."""
     n_ctx = shape.n_ctx
     return {
-        "const": f"the constant C = {C:g} in every token embedding (LayerNorm's scale)",
+        "const": f"the constant C = {wt.C:g} in every token embedding (LayerNorm's scale)",
         "bos": "1 on the BOS token",
         "helix": f"W_pos: GPT-2's first {n_ctx} rows on their top 8 principal components",
         "tok": f"the token's random unit code ({shape.k_tok} dimensions)",
@@ -374,8 +323,8 @@ def compile_model(name: str) -> Compiled:
 
 @functools.lru_cache(maxsize=1)
 def tokenizer_vocab() -> int:
-    """The shipped tokenizer's number of tokens (:data:`TOKENIZER_DIR`): every compiled model's default vocabulary."""
-    return len(json.loads((TOKENIZER_DIR / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"])
+    """The shipped tokenizer's number of tokens (:data:`ORGANISM_DIR`): every compiled model's default vocabulary."""
+    return len(json.loads((ORGANISM_DIR / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"])
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -384,7 +333,7 @@ FOLDER_FILES = (*REBUILT_FILES, "README.md")
 
 
 def write_folder(
-    model: Compiled, out: Path, card: str, tokenizer_dir: Path = TOKENIZER_DIR, config: dict | None = None
+    model: Compiled, out: Path, card: str, tokenizer_dir: Path = ORGANISM_DIR, config: dict | None = None
 ) -> Path:
     """A Hugging Face GPT-2 folder (:data:`FOLDER_FILES`): ``config.json`` (the model's, with ``config``'s keys
     added or replaced), ``model.safetensors`` (float32, keys sorted, fixed metadata), the tokenizer files of
@@ -420,7 +369,7 @@ def layout_lines(model: Compiled) -> list[str]:
         f"GPT-2 architecture: {shape.n_layers} layers x {shape.n_heads} heads, d_model {shape.d_model}, d_mlp "
         f"{shape.d_mlp}, n_ctx {shape.n_ctx}, the 4,096-token tokenizer of `data/mini-gpt2`{padded}, an untied "
         "unembedding. Every "
-        f"LayerNorm has gain C / sqrt(d_model) with C = {C:g} in every embedding: the identity on the features to "
+        f"LayerNorm has gain C / sqrt(d_model) with C = {wt.C:g} in every embedding: the identity on the features to "
         "1e-6.",
         "",
         "## The residual stream",
@@ -486,10 +435,10 @@ def measure(folder: Path, n_prompts: int = 16) -> dict[str, str]:
     from ..model.validation import head_name
 
     model = load_model(folder, device="cpu")
-    prompts = make_prompts(model.tokenizer, n_prompts, N_CTX, docs=wikitext_documents())
+    prompts = make_prompts(model.tokenizer, n_prompts, wt.N_CTX, docs=wikitext_documents())
     diag = diagonal_attention(model, prompts, progress=False)
     rank = rank_from_diagonals(diag)
-    out: dict[str, str] = {"prompts": f"{n_prompts} WikiText-2 prompts of {N_CTX} tokens"}
+    out: dict[str, str] = {"prompts": f"{n_prompts} WikiText-2 prompts of {wt.N_CTX} tokens"}
     prev = rank[rank.is_prev_token]
     out["previous-token heads"] = f"{len(prev)} of {len(rank)}"
     if len(prev):
@@ -505,7 +454,7 @@ def measure(folder: Path, n_prompts: int = 16) -> dict[str, str]:
             f"{fmt(float(diag[l, h, 1]))} -> {fmt(float(avg[l, h, 1]))}"
         )
         if l > 0:
-            rows = masked_queries(5, N_CTX)
+            rows = masked_queries(5, wt.N_CTX)
             cmp = compare_head_patterns(model, prompts[:4], (l, h), [mask_previous_attention(5, range(l))], rows=rows)
             out["... on the rows masked every 5th query below it"] = (
                 f"{fmt(cmp['prev_rows_clean'])} -> {fmt(cmp['prev_rows_intervened'])}"
@@ -514,7 +463,7 @@ def measure(folder: Path, n_prompts: int = 16) -> dict[str, str]:
     out["best induction head"] = f"{ind.best[0]}, score {fmt(ind.best[1])}"
     out["copy losses on BOS r r (first, second copy)"] = f"{fmt(ind.loss_first)}, {fmt(ind.loss_second)} nats"
     words = single_token_target(model.tokenizer, " ninja turtle pirate")
-    rp = repeat_string_prompt(model.tokenizer, words, n_given=1, max_len=N_CTX)
+    rp = repeat_string_prompt(model.tokenizer, words, n_given=1, max_len=wt.N_CTX)
     p = float(next_token_probs(model, rp.tokens)[0][rp.next_token_id(model.tokenizer)])
     out[f"P({rp.next_word.strip()} | {rp.words[0].strip()}) on the repeat-string prompt"] = fmt(p)
     return out

@@ -97,11 +97,8 @@ def sample_batch(stream: torch.Tensor, batch_size: int, n_ctx: int, gen: torch.G
 def repeated_segments(
     batch_size: int, length: int, vocab_hi: int, seg_min: int, seg_max: int, gen: torch.Generator, bos: int = 0
 ) -> torch.Tensor:
-    """``[batch, length]`` windows made of ``BOS`` then pairs ``s s`` of random segments.
-
-    Each segment has ``seg_min..seg_max`` tokens drawn uniformly from ids ``1..vocab_hi-1``; the
-    last pair is cut at ``length``. The second copy of every segment is predictable only by induction.
-    """
+    """``[batch, length]`` windows made of ``BOS`` then pairs ``s s`` of random segments of ``seg_min..seg_max``
+    tokens (ids ``1..vocab_hi-1``), the last pair cut at ``length``: only induction predicts a second copy."""
     out = torch.empty(batch_size, length, dtype=torch.long)
     for b in range(batch_size):
         row = [bos]
@@ -163,10 +160,8 @@ def skip_bigram_windows(
 
 
 def insert_repeats(windows: torch.Tensor, seg_min: int, seg_max: int, gen: torch.Generator) -> torch.Tensor:
-    """Copy, in each row, a span of ``seg_min..seg_max`` of its own tokens to a later place (a new tensor).
-
-    The copy starts anywhere after the span ends, so the gap between the two occurrences varies.
-    """
+    """Copy, in each row, a span of ``seg_min..seg_max`` of its own tokens to a later place (a new tensor), anywhere
+    after the span ends: the gap between the two occurrences varies."""
     out = windows.clone()
     n = out.shape[1]
     for b in range(out.shape[0]):
@@ -190,11 +185,9 @@ def position_ids(cfg: MiniConfig, step: int, batch: torch.Tensor) -> torch.Tenso
 
 def synthetic_ctx_at(cfg: MiniConfig, step: int) -> int:
     """Phase-1 window length at ``step``: ``synthetic_ctx`` doubling every ``ctx_double_every`` steps, at most n_ctx.
-
-    Short windows first: in a 16-token window a head attending uniformly already gives the previous
-    token 1/8 of its weight on average, so the gradient towards previous-token attention is strong from
-    step 0 (in a 256-token window it is 1/128 and the model sits on a plateau for hundreds of steps).
-    """
+    Short windows first: in a 16-token window a head attending uniformly already gives the previous token 1/8 of its
+    weight on average, so the gradient towards previous-token attention is strong from step 0 (in a 256-token window
+    it is 1/128 and the model sits on a plateau for hundreds of steps)."""
     ctx = cfg.synthetic_ctx or cfg.n_ctx
     if cfg.ctx_double_every:
         ctx *= 2 ** (step // cfg.ctx_double_every)
@@ -204,6 +197,12 @@ def synthetic_ctx_at(cfg: MiniConfig, step: int) -> int:
 def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int, vocab_size: int = 4096) -> torch.Tensor:
     """The ``[batch, n_ctx + 1]`` batch of ``step`` (a function of the step number alone: resumes are exact)."""
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+
+    def skip(n: int, length: int) -> torch.Tensor:  # n windows of the skip-bigram language
+        return skip_bigram_windows(
+            n, length, skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule), cfg.skip_noise, gen, bos
+        )
+
     if step < cfg.synthetic_steps:
         ctx = synthetic_ctx_at(cfg, step)
         n = max(1, cfg.batch_size * cfg.n_ctx // ctx)
@@ -213,10 +212,7 @@ def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int, v
         if make is None:
             raise ValueError(f"repeat kind {cfg.repeat_kind!r} is not one of {sorted(REPEAT_KINDS)}")
         rep = make(n - n_skip, ctx + 1, cfg.synthetic_vocab, lo, hi, gen, bos)
-        if not n_skip:
-            return rep
-        table = skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule)
-        return torch.cat([skip_bigram_windows(n_skip, ctx + 1, table, cfg.skip_noise, gen, bos), rep])
+        return torch.cat([skip(n_skip, ctx + 1), rep]) if n_skip else rep
     n_syn = int(round(cfg.synthetic_fraction * cfg.batch_size))
     n_skip = int(round(cfg.skip_text_fraction * cfg.batch_size))
     n_rep = int(round(cfg.repeat_fraction * (cfg.batch_size - n_syn - n_skip)))
@@ -227,7 +223,4 @@ def training_batch(cfg: MiniConfig, stream: torch.Tensor, step: int, bos: int, v
         text = torch.cat(
             [text, repeated_segments(n_syn, cfg.n_ctx + 1, vocab_size, cfg.seg_min, cfg.seg_max, gen, bos)]
         )
-    if n_skip:
-        table = skip_table(cfg.skip_vocab, cfg.seed, cfg.skip_rule)
-        text = torch.cat([text, skip_bigram_windows(n_skip, cfg.n_ctx + 1, table, cfg.skip_noise, gen, bos)])
-    return text
+    return torch.cat([text, skip(n_skip, cfg.n_ctx + 1)]) if n_skip else text

@@ -1,19 +1,16 @@
 """A generator of compiled known-answer GPT-2s: deterministic from a seed, each with a card saying its route.
 
-Every model is built from the heads of :mod:`~gpt2_posheads.organism.compiled` (the same blocks, LayerNorm trick and
-head builders as ``route-gpt2`` and the look-alikes), with its sizes, head placement, strengths, perturbation and
-extra heads drawn from ``numpy``'s PCG64 seeded with the model's seed. The kinds (:data:`KINDS`: the route conclusion
-each must get, :func:`~gpt2_posheads.claims.route.conclude`, written down before anything was measured on them), the
-layouts, strengths and perturbations drawn are specified in ``docs/known-answers.md`` ("The generator"); the ranges
-stand beside each draw below. ``mixed`` is ambiguous by construction: the post's aggregator whose score also has the
-``W_pos`` reader's kernel reads both the early heads' estimate and ``W_pos``, so no single route is the true one.
+Every model is built from the heads of :mod:`~gpt2_posheads.organism.compiled`, its sizes, head placement, strengths,
+perturbation and extra heads drawn from ``numpy``'s PCG64 seeded with the model's seed. The kinds (:data:`KINDS`: the
+route conclusion each must get, :func:`~gpt2_posheads.claims.route.conclude`, written down before anything was
+measured on them), layouts, strengths and perturbations are specified in ``docs/known-answers.md`` ("The generator");
+the ranges stand beside each draw below. ``mixed`` is ambiguous by construction: its aggregator's score also has the
+``W_pos`` reader's kernel, so it reads both the early heads' estimate and ``W_pos`` and no single route is the true one.
 
-A shape can be asked for instead of drawn (``layout``, ``n_layers``, ``n_ctx``, ``d_mlp``; :func:`gpt2_small_route`:
-the post's route in GPT-2 small's shape, 12 layers x 12 heads, d_model 768, n_ctx 1024, 50,257 tokens). The draws
-are the same either way (a drawn size is drawn and replaced), so asking for the drawn shape gives the same bytes.
-The route's heads sit in the first :data:`ROUTE_LAYERS` layers (the counter, early heads, relays and the aggregator
-or reader in layers 0-5, the induction head in layer 6 at the highest); the layers above hold free slots only: inert
-heads (zero weights) and heads doing unrelated work, with zero MLPs. Checked at n_ctx 1024 on the kind ``post``.
+A shape can be asked for instead of drawn (:func:`generate`'s sizes; :func:`gpt2_small_route`: GPT-2 small's). The
+draws are the same either way (a drawn size is drawn and replaced), so asking for the drawn shape gives the same
+bytes. The route's heads sit in the first :data:`ROUTE_LAYERS` layers; the layers above hold free slots only (inert
+heads and heads doing unrelated work, zero MLPs). Checked at n_ctx 1024 on the kind ``post``.
 """
 
 from __future__ import annotations
@@ -56,8 +53,8 @@ GPT2_SMALL = dict(zip(("n_layers", "n_heads", "d_model", "n_ctx", "n_vocab"), GP
 
 @dataclass
 class Generated:
-    """A generated model and its card: ``card["route"]`` is the conclusion it must get, ``card["aggregator"]`` the sharp
-    head (None for ``none``), ``card["ambiguous"]`` whether ``undetermined`` is the right answer by construction."""
+    """A generated model and its card (``route``: the conclusion it must get; ``aggregator``: the sharp head, None for
+    ``none``; ``ambiguous``: whether ``undetermined`` is the right answer by construction)."""
 
     model: wt.Compiled
     card: dict
@@ -68,8 +65,8 @@ class Generated:
 
 
 def layouts(max_d_model: int | None = None) -> list[tuple[int, int]]:
-    """Every ``(d_model, n_heads)`` the generator draws from: d_model in :data:`D_MODELS` (at most ``max_d_model``),
-    2-8 heads dividing it, ``d_head >= 64``."""
+    """Every ``(d_model, n_heads)`` drawn from: d_model in :data:`D_MODELS` up to ``max_d_model``, 2-8 heads,
+    ``d_head >= 64``."""
     return [
         (d, h)
         for d in D_MODELS
@@ -148,13 +145,12 @@ def generate(
     embedding and unembedding (default: the shipped tokenizer's 4,096; more are padding the tokenizer never produces, as
     GPT-2's 50,257, with no token code: zero rows of ``W_U``). Asked-for sizes replace drawn ones (the draws are the
     same): ``layout`` ``(d_model, n_heads)`` (``d_head >= 64``, the kind's blocks must fit), ``n_layers`` (3-48),
-    ``n_ctx`` (64-1024, default 256) and ``d_mlp`` (``>= n_ctx``, default ``max(512, n_ctx)``).
-
-    For a model in another model's image (:mod:`~gpt2_posheads.organism.standin`): ``placement`` names the heads
-    instead of drawing their slots (``counter``, ``early_heads``, ``aggregator``, ``induction_head``; kind ``post`` or
-    ``boost``), ``n_tokens`` is the number of ids a tokenizer produces (default: the shipped tokenizer's; rows past it
-    are padding with no code) and ``reserved`` ``(before, after)`` residual coordinates at either end belong to no
-    block. The slots are drawn and replaced, so the models without a placement keep their bytes."""
+    ``n_ctx`` (64-1024, default 256) and ``d_mlp`` (``>= n_ctx``, default ``max(512, n_ctx)``). For a model in another
+    model's image (:mod:`~gpt2_posheads.organism.standin`): ``placement`` names the heads instead of drawing their slots
+    (``counter``, ``early_heads``, ``aggregator``, ``induction_head``; kind ``post`` or ``boost``), ``n_tokens`` is the
+    number of ids a tokenizer produces (default: the shipped tokenizer's; rows past it are padding with no code) and
+    ``reserved`` ``(before, after)`` residual coordinates at either end belong to no block. The slots are drawn and
+    replaced, so the models without a placement keep their bytes."""
     if kind not in KINDS:
         raise ValueError(f"kind: {kind!r} is not a kind; allowed {', '.join(KINDS)}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -201,8 +197,7 @@ def generate(
         p.heads[l][h] = head
         return name
 
-    def some_slots(top: int, lo: int, hi: int) -> list[tuple[int, int]]:
-        """``lo..hi-1`` free slots (at most all of them) drawn from layers ``1..top-1``, in order."""
+    def some_slots(top: int, lo: int, hi: int) -> list[tuple[int, int]]:  # lo..hi-1 free slots of layers 1..top-1
         slots = sorted(s for s in free if 1 <= s[0] < top)
         n = min(int(rng.integers(lo, hi)), len(slots))
         return [slots[i] for i in sorted(rng.choice(len(slots), n, replace=False))]
@@ -307,9 +302,8 @@ def generate(
         "d_mlp": (d_mlp, max(wt.D_MLP, n_ctx)),
     }
     card["asked"] = {k: list(v) if isinstance(v, tuple) else int(v) for k, (v, d) in asked.items() if v != d}
-    name = f"gen-{seed:05d}"
-    card["name"] = name
-    return Generated(p.model(name), card)
+    card["name"] = f"gen-{seed:05d}"
+    return Generated(p.model(card["name"]), card)
 
 
 PLACED_ROLES = ("counter", "early_heads", "aggregator", "induction_head")
@@ -361,11 +355,9 @@ def gpt2_small_route(
 ) -> Generated:
     """The post's route (kind ``post``) in GPT-2 small's shape: 12 layers x 12 heads, d_model 768, d_mlp 3,072
     (``4 d_model``), n_ctx 1024 and 50,257 embedding and unembedding rows (the shipped 4,096-token tokenizer, the
-    rest padding): what a user with the hub runs on ``gpt2``, at the cost of its shape. The route's heads sit in the
-    first :data:`ROUTE_LAYERS` layers; the layers above hold inert heads and heads doing unrelated work. Any size
-    can be made smaller for a quick check (e.g. ``n_layers=4, n_heads=4, d_model=256``); the same bytes for the same
-    arguments. A ValueError names an argument out of range. ``image``: :func:`generate`'s ``placement``, ``n_tokens``
-    and ``reserved``, for a model in GPT-2 small's image (:mod:`~gpt2_posheads.organism.standin`)."""
+    rest padding): what a user with the hub runs on ``gpt2``, at the cost of its shape. Any size can be made smaller
+    for a quick check (e.g. ``n_layers=4, n_heads=4, d_model=256``). ``image``: :func:`generate`'s ``placement``,
+    ``n_tokens`` and ``reserved``, for a model in GPT-2 small's image (:mod:`~gpt2_posheads.organism.standin`)."""
     d_model = _int("d_model", d_model, min(D_MODELS), 4096)
     n_heads = _int("n_heads", n_heads, 1, 64)
     if d_model % n_heads or d_model // n_heads < MIN_D_HEAD:
@@ -415,7 +407,7 @@ def member(i: int, seed: int = 0, max_d_model: int | None = None) -> Generated:
 
 
 def suite(n: int, seed: int = 0, max_d_model: int | None = None) -> list[Generated]:
-    """The first ``n`` models of the suite ``seed`` (:func:`member`)."""
+    """The first ``n`` models of the suite ``seed``."""
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n: {n!r} must be an integer >= 1")
     return [member(i, seed, max_d_model) for i in range(n)]

@@ -59,8 +59,7 @@ class Scored:
     def aggregator_right(self) -> bool:
         return self.found == self.aggregator
 
-    def as_dict(self) -> dict:
-        """Every field but ``records``, in their order."""
+    def as_dict(self) -> dict:  # every field but records, in their order
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "records"}
 
 
@@ -143,8 +142,8 @@ def label_confusion(
 
 
 def aggregator_found(scored: Sequence[Scored]) -> tuple[int, int, int, int]:
-    """``(found, with an aggregator, no sharp head found, without one)``: how many models with an aggregator had it
-    found as their sharpest previous-token head, and how many without one had no sharp head."""
+    """``(found, with an aggregator, no sharp head found, without one)``: models with an aggregator that had it found
+    as their sharpest previous-token head, and models without one that had no sharp head."""
     with_agg = [s for s in scored if s.aggregator is not None]
     without = [s for s in scored if s.aggregator is None]
     return sum(s.aggregator_right for s in with_agg), len(with_agg), sum(s.found is None for s in without), len(without)

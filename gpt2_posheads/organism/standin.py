@@ -3,17 +3,14 @@
 Nothing offline is GPT-2 small, so the defaults that the post's head names drive (:func:`~gpt2_posheads.model.
 identity.is_gpt2_small` true: L4H11 as the aggregator, L1H0, L2H2, L3H3, L2H4, L3H7, L3H2 as the early heads,
 ``sources_named_heads``, the post's per-head ratios) would never run anywhere without a model that takes itself for
-GPT-2 small. This module builds one, for the tests' hub server (``tests/hubserver.py``) to serve as ``gpt2``:
-
-* GPT-2 small's shape and config: 12 layers x 12 heads, d_model 768, d_mlp 3,072, n_ctx 1,024, 50,257 tokens;
-* GPT-2's own tokenizer (``vocab.json`` / ``merges.txt``, BOS ``<|endoftext|>`` = 50256) and GPT-2's ``W_pos`` helix
-  (as in every compiled model: the top eight principal components of the real ``W_pos``, all 1,024 rows);
-* the post's route (:func:`~gpt2_posheads.organism.generator.generate`, kind ``post``) placed **at the post's
-  heads** (:data:`POST_PLACEMENT`): a layer-0 counter, the six self-suppressing early heads the post names, the
-  aggregator at L4H11, an induction head at L5H5; the other heads inert or doing unrelated work;
-* the entries :func:`~gpt2_posheads.model.loading.is_gpt2_small` compares carry GPT-2's values (three ``W_E`` rows
-  at six coordinates, ``W_pos`` row 0 at three): those coordinates are kept out of every block
-  (:data:`RESERVED`), so no head or MLP reads them and the route is the generator's to the bit.
+GPT-2 small. This module builds one, for the tests' hub server (``tests/hubserver.py``) to serve as ``gpt2``: GPT-2
+small's shape and config (12 layers x 12 heads, d_model 768, d_mlp 3,072, n_ctx 1,024, 50,257 tokens), GPT-2's own
+tokenizer (BOS ``<|endoftext|>`` = 50256) and ``W_pos`` helix (the top eight principal components of all 1,024 rows),
+and the post's route (:func:`~gpt2_posheads.organism.generator.generate`, kind ``post``) placed **at the post's
+heads** (:data:`POST_PLACEMENT`), the other heads inert or doing unrelated work. The entries
+:func:`~gpt2_posheads.model.loading.is_gpt2_small` compares carry GPT-2's values (three ``W_E`` rows at six
+coordinates, ``W_pos`` row 0 at three): those coordinates are kept out of every block (:data:`RESERVED`), so no head
+or MLP reads them and the route is the generator's to the bit.
 
 Its card's first line, its ``config.json`` (:data:`MARKER`) and every summary measured on it say that it is a
 compiled stand-in: :func:`~gpt2_posheads.model.loading.compiled_standin` finds the marker on a loaded model. It is

@@ -2,27 +2,12 @@
 
 The result is a Hugging Face-format directory (``config.json``, ``model.safetensors``, tokenizer files,
 ``training.json``) that :func:`gpt2_posheads.load_model` boots like GPT-2, so every GPT-2 analysis can run offline on a
-*trained* model with the mechanism the GPT-2 post is about.
-
-Why the data mix. Previous-token heads exist to serve induction (the post's causal story: early heads find the previous
-token, L4H11 aggregates them, induction heads read it). A small model trained on a few million tokens of plain text
-barely needs to copy, so neither forms sharply. The recipe therefore gives the model reasons to copy, in windows short
-enough for the heads to find their keys:
-
-* ``synthetic_steps``: a first phase of synthetic windows. For ``skip_only_steps`` a skip-bigram language
-  ``t+1 = pi(t-1)`` alone (``skip_rule="copy"``: pi is the identity, so a previous-token head whose OV circuit copies
-  predicts it over the whole vocabulary); then windows of *repeated random segments* ``s s s' s' ...`` (ids below
-  ``synthetic_vocab``; only induction lowers the loss on a second copy) with a share ``skip_fraction`` of the
-  skip-bigram language. Windows start at ``synthetic_ctx`` tokens and double every ``ctx_double_every`` steps; with
-  ``position_offsets`` each starts at a random absolute position. Short windows are the ingredient: uniform attention
-  over 16 keys gives the right one 1/8 of its weight, over 256 keys 1/128, and the heads sit on a plateau.
-* afterwards, text windows, a fraction ``repeat_fraction`` of which have a span of their own text copied to a later
-  place, mixed with a fraction ``synthetic_fraction`` of synthetic windows.
-
-Every ``probe_every`` steps :func:`probe` measures the mechanism (sharpest previous-token ratio on held-out text and on
-random tokens, best induction score, loss on the first and second copy) on a TransformerLens copy (:func:`lens`), so
-the training record shows when each piece appears. Checkpoints are written every ``checkpoint_minutes`` of wall-clock
-time; a run resumes exactly (batches depend on the step number only).
+*trained* model with the mechanism the GPT-2 post is about. The data mix (:mod:`~gpt2_posheads.organism.data`) gives
+the model reasons to copy, in windows short enough for the heads to find their keys (why, and what did not work:
+``docs/organism.md``). Every ``probe_every`` steps :func:`~gpt2_posheads.organism.probe.probe` measures the mechanism
+on a TransformerLens copy (:func:`~gpt2_posheads.organism.probe.lens`), so the training record shows when each piece
+appears. Checkpoints are written every ``checkpoint_minutes`` of wall-clock time; a run resumes exactly (batches
+depend on the step number only).
 """
 
 from __future__ import annotations
@@ -54,11 +39,9 @@ def lr_at(cfg: MiniConfig, s: int) -> float:
 
 # W_pos: initialisations (random, sinusoidal, GPT-2's own helix, none), roughness, group averaging (augmentation)
 def sinusoidal_positions(n_ctx: int, d_model: int, rms: float) -> torch.Tensor:
-    """``[n_ctx, d_model]`` sines and cosines of geometric frequencies (Vaswani et al.), scaled to ``rms``.
-
-    A shift by one position is a rotation in each (sin, cos) pair, so "the previous position" is a
-    linear map of the current one: an initialisation from which previous-token attention is easy to learn.
-    """
+    """``[n_ctx, d_model]`` sines and cosines of geometric frequencies (Vaswani et al.), scaled to ``rms``. A shift by
+    one position is a rotation in each (sin, cos) pair, so "the previous position" is a linear map of the current
+    one: an initialisation from which previous-token attention is easy to learn."""
     pos = torch.arange(n_ctx, dtype=torch.float64)[:, None]
     freq = 10_000 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     out = torch.zeros(n_ctx, d_model, dtype=torch.float64)
@@ -67,13 +50,11 @@ def sinusoidal_positions(n_ctx: int, d_model: int, rms: float) -> torch.Tensor:
 
 
 def gpt2_positions(n_ctx: int, d_model: int, rms: float, w_pos: torch.Tensor | None = None) -> torch.Tensor:
-    """``[n_ctx, d_model]``: GPT-2 small's own positional geometry at this size.
-
-    The first ``n_ctx`` rows of GPT-2's ``W_pos`` ``[1024, 768]`` (``w_pos``, default the shipped
-    ``data/gpt2-small/W_pos.npy``), mean-centred and projected onto their top ``d_model`` principal components, scaled
-    to ``rms``. Neighbouring rows stay almost the same vector (cosine ~0.99, the smooth helix), so a head cannot read
-    "the previous position" off them as sharply as off a learned ``W_pos`` whose neighbours alternate in sign.
-    """
+    """``[n_ctx, d_model]``: GPT-2 small's own positional geometry at this size: the first ``n_ctx`` rows of GPT-2's
+    ``W_pos`` ``[1024, 768]`` (``w_pos``, default the shipped ``data/gpt2-small/W_pos.npy``), mean-centred and projected
+    onto their top ``d_model`` principal components, scaled to ``rms``. Neighbouring rows stay almost the same vector
+    (cosine ~0.99, the smooth helix), so a head cannot read "the previous position" off them as sharply as off a learned
+    ``W_pos`` whose neighbours alternate in sign."""
     if w_pos is None:
         w_pos = torch.from_numpy(gpt2_w_pos())
     if n_ctx > w_pos.shape[0] or d_model > min(n_ctx, w_pos.shape[1]):
@@ -86,11 +67,9 @@ def gpt2_positions(n_ctx: int, d_model: int, rms: float, w_pos: torch.Tensor | N
 
 
 def pos_roughness(w: torch.Tensor) -> torch.Tensor:
-    """``mean_p |W[p+1] - W[p]|^2 / mean_p |W[p] - mean W|^2`` of ``W`` ``[n_ctx, d_model]`` (scale-free).
-
-    About 2 for independent random rows, ``2 (1 - c)`` for a curve whose neighbours have cosine ``c``
-    (GPT-2's helix: ~0.02), up to 4 for rows alternating in sign. ``pos_smooth`` adds it to the loss.
-    """
+    """``mean_p |W[p+1] - W[p]|^2 / mean_p |W[p] - mean W|^2`` of ``W`` ``[n_ctx, d_model]`` (scale-free): about 2
+    for independent random rows, ``2 (1 - c)`` for a curve whose neighbours have cosine ``c`` (GPT-2's helix: ~0.02),
+    up to 4 for rows alternating in sign. ``pos_smooth`` adds it to the loss."""
     step = (w[1:] - w[:-1]).pow(2).sum(-1).mean()
     spread = (w - w.mean(0)).pow(2).sum(-1).mean()
     return step / spread.clamp_min(1e-12)
@@ -107,28 +86,6 @@ def pos_average_at(cfg: MiniConfig, step: int) -> tuple[int, int] | None:
         return None
     g = int(torch.randint(2, cfg.pos_avg_max + 1, (1,), generator=gen))
     return g, int(torch.randint(0, g, (1,), generator=gen))
-
-
-def _load_tokenizer(tok_dir: Path, train_docs: Sequence[str], cfg: MiniConfig, tokenizer_dir: str | Path | None):
-    from transformers import PreTrainedTokenizerFast
-
-    if (tok_dir / "tokenizer.json").exists():
-        return PreTrainedTokenizerFast.from_pretrained(tok_dir)
-    if tokenizer_dir is not None:
-        tok = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
-    else:
-        tok = train_tokenizer(train_docs, cfg.vocab_size)
-    tok.save_pretrained(tok_dir)
-    return tok
-
-
-def averaged_positions(group_size: int, offset: int):
-    """A forward hook for ``wpe`` that returns ``W_pos`` group-averaged (differentiably) at the looked-up positions."""
-
-    def hook(module, inputs, output):
-        return F.embedding(inputs[0], group_average_rows(module.weight, group_size, offset))
-
-    return hook
 
 
 def init_positions(model, cfg: MiniConfig, initializer_range: float) -> torch.nn.Parameter:
@@ -157,16 +114,14 @@ def train_mini_gpt2(
     val_docs: Sequence[str] | None = None,
     tokenizer_dir: str | Path | None = None,
 ) -> dict:
-    """Train and save a miniature GPT-2 into ``out_dir``; resumes from ``work_dir/checkpoint.pt`` if present.
-
-    ``cfg`` (default :class:`MiniConfig`'s defaults) is never changed: the synthetic vocabulary is capped at the
-    tokenizer's size in a copy. ``work_dir`` (default ``<out_dir>-work``) holds the checkpoint, written every
-    ``checkpoint_minutes`` and at the end (each write is said), and the tokenizer. ``val_docs``: held-out documents
-    (default: a seeded ``val_fraction`` of ``docs``). ``tokenizer_dir``: reuse that directory's tokenizer (so held-out
-    losses compare with another model token for token) instead of training a new BPE on ``docs``. Returns the training
-    record (losses, validation losses, probes, timings), also saved as ``training.json``.
-    """
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """Train and save a miniature GPT-2 into ``out_dir``; resumes from ``work_dir/checkpoint.pt`` if present. ``cfg``
+    (default :class:`MiniConfig`'s defaults) is never changed: the synthetic vocabulary is capped at the tokenizer's
+    size in a copy. ``work_dir`` (default ``<out_dir>-work``) holds the checkpoint, written every ``checkpoint_minutes``
+    and at the end (each write is said), and the tokenizer. ``val_docs``: held-out documents (default: a seeded
+    ``val_fraction`` of ``docs``). ``tokenizer_dir``: reuse that directory's tokenizer (so held-out losses compare with
+    another model token for token) instead of training a new BPE on ``docs``. Returns the training record (losses,
+    validation losses, probes, timings), also saved as ``training.json``."""
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
     cfg = cfg if cfg is not None else MiniConfig()
     out_dir = Path(out_dir)
@@ -178,7 +133,15 @@ def train_mini_gpt2(
     else:
         train_docs = list(docs)
     tok_dir = work / "tokenizer"  # also what lens() gives the measured copies
-    tok = _load_tokenizer(tok_dir, train_docs, cfg, tokenizer_dir)
+    if (tok_dir / "tokenizer.json").exists():
+        tok = PreTrainedTokenizerFast.from_pretrained(tok_dir)
+    else:
+        tok = (
+            PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+            if tokenizer_dir is not None
+            else train_tokenizer(train_docs, cfg.vocab_size)
+        )
+        tok.save_pretrained(tok_dir)
     train_stream, val_stream = encode_stream(tok, train_docs), encode_stream(tok, val_docs)
     cfg = replace(cfg, synthetic_vocab=min(cfg.synthetic_vocab, len(tok)))  # a copy: the caller's stays as it was
 
@@ -233,8 +196,10 @@ def train_mini_gpt2(
             g["lr"] = lr_at(cfg, s) * g["lr_scale"]
         averaged = pos_average_at(cfg, s)
         handle = None
-        if averaged is not None:  # this step sees W_pos averaged in groups: gradients still reach every row
-            handle = model.transformer.wpe.register_forward_hook(averaged_positions(*averaged))
+        if averaged is not None:  # this step sees W_pos averaged in groups (differentiably): gradients reach every row
+            handle = model.transformer.wpe.register_forward_hook(
+                lambda m, inputs, _, g=averaged: F.embedding(inputs[0], group_average_rows(m.weight, *g))
+            )
         # The one pass on the Hugging Face module itself: the engine runs no backward pass, so the step that trains
         # (gradients, the augmentation hook on wpe, autocast) stays here; every measurement goes through lens().
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):

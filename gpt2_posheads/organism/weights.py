@@ -4,12 +4,8 @@ The residual stream is cut into named *blocks* of coordinates; a block of ``m + 
 features along a Helmert basis (orthonormal vectors whose coordinates sum to zero), so LayerNorm's centring never
 mixes blocks. A large constant feature ``C`` in every token embedding makes LayerNorm's scaling constant to
 ``|signal|^2 / (2 C^2) < 1e-6``; every LayerNorm's gain is ``C / sqrt(d_model)``, so each LayerNorm is the identity
-on the features to that precision and a head reads exactly what the blocks hold.
-
-:class:`Residual` is the layout, :class:`Head` and :class:`Mlp` a head's and an MLP's weights built from features,
-:class:`Compiled` a whole model (its Hugging Face ``state_dict`` and ``config``) and :func:`parts` what every model
-starts from: the layout, token codes and buckets, GPT-2's helix, inert heads and zero MLPs. What the heads do and the
-models built from them are :mod:`~gpt2_posheads.organism.compiled`'s.
+on the features to that precision and a head reads exactly what the blocks hold. What the heads do and the models
+built from them are :mod:`~gpt2_posheads.organism.compiled`'s.
 """
 
 from __future__ import annotations
@@ -24,17 +20,14 @@ import torch
 from ..model.paths import GPT2_W_POS
 
 N_LAYERS, N_HEADS, D_MODEL, N_CTX, D_MLP = 4, 4, 512, 256, 512
-K_TOK = 96  # dimension of the token codes: cross-talk between two codes ~ N(0, 1/96)
-N_BUCKETS = 64  # the early heads' self-match reads a one-hot bucket per token: exact, 1/64 of pairs collide
+K_TOK = 96  # dimension of the token codes: cross-talk between two codes ~ N(0, 1/K_TOK)
+N_BUCKETS = 64  # the early heads' self-match reads a one-hot bucket per token: exact, 1/N_BUCKETS of pairs collide
 C = 1.0e4  # the constant feature: LayerNorm's scale varies by |signal|^2 / (2 C^2)
 SEED = 2024
 BOS = 0
 SMALL = 0.05  # count, pos, waves and W_pos's fine components are this small: the extended embeddings stay GPT-2's helix
 OUT_GAIN = 25.0  # logit of the copied token
 N_WAVES_MLP, N_WAVES_WPOS = 8, 4  # frequencies pi (j + 1/2) / n: their kernel is exactly 0 at 0 < |m| < 2n
-
-
-# --- the residual stream as named blocks --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -46,8 +39,8 @@ class Shape:
     n_layers: int = N_LAYERS
     n_heads: int = N_HEADS
     d_model: int = D_MODEL
-    k_tok: int = K_TOK  # dimension of the token codes: cross-talk between two codes ~ N(0, 1/k_tok)
-    n_buckets: int = N_BUCKETS  # the self-match reads a one-hot bucket per token: 1/n_buckets of pairs collide
+    k_tok: int = K_TOK
+    n_buckets: int = N_BUCKETS
     d_mlp: int = D_MLP
     n_ctx: int = N_CTX  # positions: W_pos rows, the counted position's range (pos = SMALL p / n_ctx)
 
@@ -79,7 +72,6 @@ class Residual:
         return self.shape.d_model
 
     def size(self, name: str) -> int:
-        """The number of features of block ``name``."""
         return self.blocks[name][1]
 
     def add(self, name: str, n: int) -> None:
@@ -93,9 +85,6 @@ class Residual:
         b = np.zeros((n, self.d_model))
         b[:, start : start + n + 1] = helmert(n + 1)
         return b
-
-
-# --- the ingredients every model shares ----------------------------------------------------------------------------
 
 
 def token_codes(n_vocab: int, k: int = K_TOK, seed: int = SEED) -> np.ndarray:
@@ -167,15 +156,13 @@ def gelu_new(x: np.ndarray) -> np.ndarray:
 
 def position_mlp(targets: np.ndarray, n_ctx: int = N_CTX) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A GELU MLP that maps the count ``c = 1/(p+1)`` to ``targets[p]`` ``[n_ctx, n_out]`` exactly at every integer p.
-
-    Hidden unit ``j`` (``j = 0 .. n_ctx - 2``) is ``gelu(lam_j (c_j - c))`` with a knot at ``c_j = 1/(j+1)``: on for
-    the positions after ``j``, zero at ``j`` itself, and linear (a ReLU, to 1e-4) at every other position, since
-    ``lam_j = 4 / (c_j - c_{j+1})`` puts the nearest other position four units away. A last unit makes the output
-    flat below the last position's count: a prompt without BOS (count 0) gets the last position's features rather
-    than an extrapolation. The output weights solve the (triangular) interpolation exactly in float64, the GELU's
-    small tails included. Returns ``(w_in [n_hidden], b_in [n_hidden], w_out [n_hidden, n_out], b_out [n_out])`` for
-    ``hidden = gelu(c * w_in + b_in)``, ``out = hidden @ w_out + b_out``.
-    """
+    Hidden unit ``j`` (``j = 0 .. n_ctx - 2``) is ``gelu(lam_j (c_j - c))`` with a knot at ``c_j = 1/(j+1)``: on for the
+    positions after ``j``, zero at ``j`` itself, and linear (a ReLU, to 1e-4) at every other position, since ``lam_j = 4
+    / (c_j - c_{j+1})`` puts the nearest other position four units away. A last unit makes the output flat below the
+    last position's count: a prompt without BOS (count 0) gets the last position's features rather than an
+    extrapolation. The output weights solve the (triangular) interpolation exactly in float64, the GELU's small tails
+    included. Returns ``(w_in [n_hidden], b_in [n_hidden], w_out [n_hidden, n_out], b_out [n_out])`` for ``hidden =
+    gelu(c * w_in + b_in)``, ``out = hidden @ w_out + b_out``."""
     p = np.arange(n_ctx)
     c = np.append(1.0 / (p + 1.0), 0.0)  # the positions' counts, and 0: a prompt without BOS (no count at all)
     knots = c[:-1]  # c_0 .. c_{n_ctx-1}
@@ -189,33 +176,26 @@ def position_mlp(targets: np.ndarray, n_ctx: int = N_CTX) -> tuple[np.ndarray, n
     return w_in, b_in, sol[:-1], sol[-1]
 
 
-# --- heads, MLPs and the model ---------------------------------------------------------------------------------------
-
-
 @dataclass
 class Head:
     """One head's weights in the real basis: ``q = x Wq + bq`` etc. ``[d_model, d_head]``, ``Wo [d_head, d_model]``.
-
-    Built from features: :meth:`query` / :meth:`key` / :meth:`value` add ``basis(block).T @ M`` for a block's
-    features ``M [n_features, d_head]``; :meth:`output` adds ``M @ basis(block)``. Query weights are multiplied by
-    ``sqrt(d_head)`` so that the score ``q . k / sqrt(d_head)`` GPT-2 computes is the dot product of the features.
-    """
+    Built from features: :meth:`query` / :meth:`key` / :meth:`value` add ``basis(block).T @ M`` for a block's features
+    ``M [n_features, d_head]``; :meth:`output` adds ``M @ basis(block)``. Query weights are multiplied by
+    ``sqrt(d_head)`` so that the score ``q . k / sqrt(d_head)`` GPT-2 computes is the dot product of the features."""
 
     res: Residual
     role: str = "inert: attends uniformly (zero query and key) and writes nothing"
 
     def __post_init__(self):  # the weights, zero until a builder adds features
         d, dh = self.res.d_model, self.d_head
-        self.Wq, self.Wk, self.Wv = np.zeros((d, dh)), np.zeros((d, dh)), np.zeros((d, dh))
+        self.Wq, self.Wk, self.Wv, self.Wo = np.zeros((d, dh)), np.zeros((d, dh)), np.zeros((d, dh)), np.zeros((dh, d))
         self.bq, self.bk = np.zeros(dh), np.zeros(dh)
-        self.Wo = np.zeros((dh, d))
 
     @property
     def d_head(self) -> int:
         return self.res.shape.d_head
 
-    def _wide(self, m: np.ndarray) -> np.ndarray:
-        """``m`` ``[n_features, width <= d_head]`` padded with zero columns to ``d_head``."""
+    def _wide(self, m: np.ndarray) -> np.ndarray:  # [n_features, width <= d_head] padded with zeros to d_head
         if m.shape[1] > self.d_head:
             raise ValueError(f"a head of {self.d_head} dimensions cannot hold {m.shape[1]}")
         return np.pad(m, ((0, 0), (0, self.d_head - m.shape[1])))
@@ -346,9 +326,6 @@ class Compiled:
             "use_cache": True,
             "vocab_size": n_vocab,
         }
-
-
-# --- what every model starts from -------------------------------------------------------------------------------------
 
 
 @dataclass

@@ -2,13 +2,17 @@
 nine scripts and of the organism report gets, on each of them and on data/mini-gpt2, the verdict its construction
 implies (``gpt2_posheads.organism.known_answers``, written down before anything was measured)."""
 
+import fnmatch
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
+from gpt2_posheads import organism
 from gpt2_posheads.claims.catalogue import model_scripts
 from gpt2_posheads.claims.gpt2_post import CLAIMS, ROUTE
+from gpt2_posheads.claims.verdicts import VERDICTS
 from gpt2_posheads.cli.experiment import shared_setup
 from gpt2_posheads.model.paths import ORGANISM_DIR, models_dir
 from gpt2_posheads.organism.compiled import BUILDERS, Head, compile_model, weights_digest, write_folder
@@ -59,10 +63,22 @@ def test_route_claims_tell_the_route_model_from_the_wpos_lookalike():
     """Every route claim is held on the route model and on none of the look-alike that reads W_pos."""
     for key, row in KNOWN.items():
         assert set(row) == set(MODELS), key
+        assert all(v is None or v[0] in VERDICTS for v in row.values()), key
         if key in CLAIMS and CLAIMS[key].role == ROUTE:
             assert row["lookalike-wpos"][0] != "held", key
             if key != "sources_named_heads":
                 assert row["route-gpt2"][0] == "held", key
+
+
+def test_the_table_ships_in_the_wheel():
+    """known_answers.json is package data: pyproject's package-data names every data file of the organism package."""
+    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    line = next(l for l in pyproject.splitlines() if l.startswith('"gpt2_posheads.organism"'))
+    globs = json.loads(line.split("=", 1)[1])
+    data = [p.name for p in Path(organism.__file__).parent.iterdir() if p.is_file() and p.suffix not in (".py", ".pyc")]
+    assert "known_answers.json" in data
+    for name in data:
+        assert any(fnmatch.fnmatch(name, g) for g in globs), name
 
 
 # Fewer prompts than the defaults: a verdict set by construction does not depend on how many prompts measure it.
