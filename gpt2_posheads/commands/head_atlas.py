@@ -93,6 +93,7 @@ def main(argv=None):
         out.csv(df, f"atlas_{label}")
         prev = df[df.is_prev_token].sort_values("prev_ratio")
         info = {
+            "model": name,  # as the user gave it; the key is the name its files are filed under
             "source": source,
             "positions": position_kind(model),
             "n_prev_token_heads": int(len(prev)),

@@ -151,3 +151,36 @@ def test_the_main_job_with_a_hub_model_beside_a_shipped_one(tiny_hub, tmp_path):
         assert s["prompt_source"] == OPENWEBTEXT, folder
     page = (tmp_path / "results" / "index.html").read_text(encoding="utf-8")
     assert "route-gpt2" in page and TINY in page
+
+
+def test_the_weight_route_atlas_of_a_hub_model(hub, tmp_path):
+    """``head_atlas --route weights`` with one model from the hub beside a shipped one, the real clients downloading
+    it: ``lookalike-wpos`` served as ``lab/wpos-reader`` (its route set by hand: its sharpest previous-token head L2H0
+    reads ``W_pos`` directly) keeps its label under a hub name, and ``route-gpt2``'s (built from earlier heads)
+    stands beside it."""
+    import json
+    import subprocess
+    import sys
+
+    from gpt2_posheads.model.paths import REPO_ROOT, shipped_model_dir
+
+    name = "lab/wpos-reader"
+    hub.add_model(name, shipped_model_dir("lookalike-wpos"))
+    out = tmp_path / "atlas"
+    argv = ["--models", f"route-gpt2,{name}", "--route", "weights", "--n-prompts", "4", "--no-png", "--out", str(out)]
+    r = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "experiments" / "head_atlas.py"), *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=hub.env(tmp_path / "hf"),
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    models = json.loads((out / "summary.json").read_text())["models"]
+    hub_model = models["lab--wpos-reader"]  # filed under the name its results folder has
+    assert hub_model["model"] == name
+    assert hub_model["weight_route"]["head"] == "L2H0"
+    assert hub_model["weight_route"]["label"] == "reads W_pos directly"
+    assert models["route-gpt2"]["weight_route"]["label"] == "built from earlier heads"
+    assert list((tmp_path / "hf" / "hub").rglob("model.safetensors")), "the hub model was not downloaded"
