@@ -32,9 +32,8 @@ from ..claims.catalogue import claims
 
 MODELS = ("route-gpt2", "lookalike-wpos", "lookalike-boost", "lookalike-decoy", "lookalike-none", "mini-gpt2")
 _TABLE = json.loads(Path(__file__).with_name("known_answers.json").read_text(encoding="utf-8"))
-_pair = lambda v: None if v is None else tuple(v)  # noqa: E731
 KNOWN: dict[str, dict[str, tuple[str, str] | None]] = {
-    k: {m: _pair(v) for m, v in row.items()} for k, row in _TABLE["known"].items()
+    k: {m: v if v is None else tuple(v) for m, v in row.items()} for k, row in _TABLE["known"].items()
 }
 ROUTE_CONCLUSIONS: dict[str, tuple[str, str]] = {m: tuple(v) for m, v in _TABLE["route_conclusions"].items()}
 _STANDIN_DIFFERS: dict[str, tuple[str, str]] = {k: tuple(v) for k, v in _TABLE["standin_differs"].items()}
