@@ -228,6 +228,26 @@ def compare_pair(
     )
 
 
+def pair_rule(
+    text: str, what: str, b_higher: bool, read: Callable, labels=("", ""), guard: Callable | None = None, **fixed
+) -> Rule:
+    """Every toy claim that compares two settings: held if ``what`` at ``b`` is higher (``b_higher``) or lower than
+    at ``a`` by :func:`compare_pair`'s margin. ``read(value) -> (a, b, keywords)``: the two sides' values over seeds
+    and the :func:`compare_pair` keywords known only once measured (labels, a floor, a resolution), over ``labels``
+    (``a``'s, ``b``'s) and ``fixed``;
+    ``guard(value)``: a :data:`Decision` that comes first where the comparison cannot be made, else None."""
+
+    def decide(value):
+        early = guard(value) if guard else None
+        if early:
+            return early
+        a, b, measured = read(value)
+        kw = {"a_label": labels[0], "b_label": labels[1], **fixed, **measured}
+        return compare_pair(a, b, what=what, b_higher=b_higher, **kw)
+
+    return Rule(text, decide)
+
+
 # --- reading training curves: plateaus -------------------------------------------------------------------
 
 

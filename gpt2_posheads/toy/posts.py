@@ -73,6 +73,14 @@ class GridClaim:
         return self.spec.judge(value, value, self.preconditions(results))
 
 
+def judged(rows: Iterable[tuple], quick: bool) -> list[Claim]:
+    """A toy post's default run judged: each row ``(spec, measured, value, readout[, preconditions])`` a claim as
+    :meth:`~gpt2_posheads.claims.verdicts.ClaimSpec.judge` makes it."""
+    return [
+        spec.judge(measured, value, *pre, quick=quick, readout=readout) for spec, measured, value, readout, *pre in rows
+    ]
+
+
 def settings(grid: Mapping[str, Sequence] = UNSTATED) -> list[dict]:
     """Every point of ``grid`` (the Cartesian product of its values), as dicts."""
     names = list(grid)

@@ -23,7 +23,7 @@ from ...claims.catalogue import Option, declare
 from ...claims.toy import num, spread
 from ...claims.verdicts import Claim
 from ...toy import ToyConfig
-from ...toy.posts import GridClaim, ToyRun
+from ...toy.posts import GridClaim, ToyRun, judged
 from ..result import ClaimResult
 from .rules import ONLY_LAST, POST, SPECS, SPIKIER, U_SHAPE, U_SHAPE_2, middle_spread
 
@@ -113,40 +113,32 @@ def judge(m: Retrieval, quick: bool = False) -> list[Claim]:
 
     one, two = "1 layer, n_embd 10", "2 layers, n_embd 10"
     m1 = losses[one].mean(1)
-    claims = []
-
-    def add(spec, name, value, **kw):
-        claims.append(spec.judge(table[name], value, quick=quick, **kw))
-
-    add(
-        ONLY_LAST.at(setting=one),
-        one,
-        (losses[one], V),
-        readout=f"k = {C - 1}: {num(m1[-1], 2)} nats; k = 0..{C - 2}: {num(m1[:-1].min(), 3)}–"
-        f"{num(m1[:-1].max(), 3)} nats (mean of {n} seeds)",
-    )
-    add(U_SHAPE_2.at(setting=two), two, (losses[two], V), readout=ends(two))
+    only = f"k = {C - 1}: {num(m1[-1], 2)} nats; k = 0..{C - 2}: {num(m1[:-1].min(), 3)}–{num(m1[:-1].max(), 3)} nats"
+    rows = [
+        (ONLY_LAST.at(setting=one), table[one], (losses[one], V), f"{only} (mean of {n} seeds)"),
+        (U_SHAPE_2.at(setting=two), table[two], (losses[two], V), ends(two)),
+    ]
     for l, e in PLAIN:
         name = f"{l} layers, n_embd {e}"
         if (l, e) != (2, 10) and name in table:
             at = U_SHAPE.at(name, f"{name} ({table[name]['steps']:,} steps)")
-            add(at, name, (losses[name], V), readout=ends(name))
+            rows.append((at, table[name], (losses[name], V), ends(name)))
     for name in table:
         layers = m.configs[name][0][0].n_layers
         plain = f"{layers} layers, n_embd 10"
         if "residual" not in name or plain not in losses:
             continue
         spread_res, spread_plain = middle_spread(losses[name]), middle_spread(losses[plain])
-        claims.append(
-            SPIKIER.at(name, name, layers=layers).judge(
+        rows.append(
+            (
+                SPIKIER.at(name, name, layers=layers),
                 {"middle_std": spread_res.tolist(), "middle_std_without": spread_plain.tolist()},
                 (losses[name], losses[plain], f"{layers} plain layers", V),
-                quick=quick,
-                readout=f"spread over the middle {num(spread(spread_res)[0], 2)} nats vs "
+                f"spread over the middle {num(spread(spread_res)[0], 2)} nats vs "
                 f"{num(spread(spread_plain)[0], 2)} without residual + MLP (mean of {n} seeds)",
             )
         )
-    return claims
+    return judged(rows, quick)
 
 
 def figure(m: Retrieval) -> go.Figure:

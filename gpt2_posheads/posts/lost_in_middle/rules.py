@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ...claims.catalogue import Post, register_post
-from ...claims.toy import N_EVAL, SPREAD_SDS, compare_pair, margin_words, mean_sd, num, seeds_phrase, spread, toy_claim
+from ...claims.toy import N_EVAL, SPREAD_SDS, margin_words, mean_sd, num, pair_rule, seeds_phrase, spread, toy_claim
 from ...claims.verdicts import Rule
 
 POST = register_post(
@@ -95,28 +95,18 @@ def spread_floor(V: int, n_eval: int = N_EVAL) -> float:
 def spikier_rule() -> Rule:
     """The middle spikier with residual + MLP than the plain stack. Value: ``(final losses [C, seed] with residual +
     MLP, of the plain stack, the plain stack's label, V)``."""
-
-    def decide(value):
-        with_res, plain, plain_label, V = value
-        return compare_pair(
-            middle_spread(plain),
-            middle_spread(with_res),
-            plain_label,
-            "residual + MLP",
-            "spread of the middle's final loss",
-            b_higher=True,
-            unit=" nats",
-            floor=spread_floor(V),
-            floor_words=" (ln V / sqrt(2048): evaluation noise of a flat profile)",
-        )
-
-    return Rule(
+    return pair_rule(
         "held if the spread (std over k = 2..C-3) of the final loss, mean over seeds, is larger with residual + MLP "
         f"than without (the plain stack of the same depth and width) {margin_words()}; not testable when both spreads "
         "sit at or below the floor ln V / sqrt(2048) (0.051 nats at V = 10: the standard error of one k's loss "
         "measured on 2,048 evaluation sequences whose losses spread by up to ln V, so a flat profile shows that much "
         "spread from evaluation noise alone)",
-        decide,
+        "spread of the middle's final loss",
+        True,
+        lambda v: (middle_spread(v[1]), middle_spread(v[0]), {"a_label": v[2], "floor": spread_floor(v[3])}),
+        ("", "residual + MLP"),
+        unit=" nats",
+        floor_words=" (ln V / sqrt(2048): evaluation noise of a flat profile)",
     )
 
 

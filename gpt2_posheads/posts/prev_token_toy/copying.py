@@ -27,7 +27,7 @@ from ...claims.verdicts import Claim, Precondition
 from ...toy import ToyConfig, relative_perplexity, separation_direction, wq_wk
 from ...toy.analysis import bilinear, loss_spikes, order_swaps, perplexity_curve
 from ...toy.figures import COLOURS, axis_titles, band, log_axis, points_with_sd
-from ...toy.posts import GridClaim, ToyRun
+from ...toy.posts import GridClaim, ToyRun, judged
 from ..result import ClaimResult
 from .rules import FAILS, LEARNED, LR, MONO, POST, SEPARATION, SIGN, SPECS, SPIKES
 
@@ -113,75 +113,64 @@ def measure(run: ToyRun, cfgs: dict) -> PrevToken:
 
 
 def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
-    rp, rn, base, proj, s, M = m.with_pos, m.no_pos, m.base, m.proj, m.s, m.M
-    n_cmp, claims = len(m.cmp_seeds), []
-
-    def add(spec, measured, value, **kw):
-        claims.append(spec.judge(measured, value, quick=quick, **kw))
-
+    rp, rn, base, proj, s, M, n_cmp = m.with_pos, m.no_pos, m.base, m.proj, m.s, m.M, len(m.cmp_seeds)
     rel_with, rel_without = (relative_perplexity(r["final_loss"], base.V) for r in (rp, rn))
     one = f"V = 30, C = 4, n_embd = 2 (seed {m.seed})"
-    add(
-        LEARNED.at(setting=one),
-        {"final_ppl": rp["final_perplexity"], "relative": rel_with},
-        (rp["final_perplexity"], base.V),
-        readout=f"final perplexity {num(rp['final_perplexity'], 4)}",
-    )
-    add(
-        FAILS.at(setting=one),
-        {"final_ppl": rn["final_perplexity"], "relative": rel_without},
-        (rn["final_perplexity"], base.V),
-        readout=f"relative perplexity {num(rel_without, 2)} (final perplexity {num(rn['final_perplexity'])})",
-    )
     ok, why = LEARNED.rule.decide((rp["final_perplexity"], base.V))
     failed = f"the model with positional embeddings did not learn the task ({why})"
-    learned_ok = Precondition("the model with positional embeddings learned the task", ok, failed)
-    add(
-        SEPARATION.at(setting=one),
-        {"s": s.tolist(), "projections p_-3..p_0": proj},
-        (proj, base.C - 2),
-        preconditions=[learned_ok],
-        readout=f"p_-1·s {num(proj[base.C - 2], 2)}; others "
-        + ", ".join(num(x, 2) for i, x in enumerate(proj) if i != base.C - 2)
-        + f" (s = ({num(float(s[0]), 2)}, {num(float(s[1]), 2)}))",
-    )
-    sign = bilinear(s, M)
-    add(
-        SIGN.at(setting=one),
-        {"W_Q W_K^T": M.tolist(), "s^T W_Q W_K^T s": sign},
-        sign,
-        preconditions=[learned_ok],
-        readout=f"s^T W_Q W_K^T s = {num(sign)}",
-    )
+    learned_ok = [Precondition("the model with positional embeddings learned the task", ok, failed)]
+    sign, prev, st = bilinear(s, M), base.C - 2, {f"V={v} lr={lr}": x for (v, lr), x in m.lr_stats.items()}
+    first = {f"V = {v}": (m.lr_stats[(v, 0.1)]["spikes"][0], m.lr_stats[(v, 0.1)]["order_swaps"][0]) for v in LR_VOCAB}
+    rows = [
+        (
+            LEARNED.at(setting=one),
+            {"final_ppl": rp["final_perplexity"], "relative": rel_with},
+            (rp["final_perplexity"], base.V),
+            f"final perplexity {num(rp['final_perplexity'], 4)}",
+        ),
+        (
+            FAILS.at(setting=one),
+            {"final_ppl": rn["final_perplexity"], "relative": rel_without},
+            (rn["final_perplexity"], base.V),
+            f"relative perplexity {num(rel_without, 2)} (final perplexity {num(rn['final_perplexity'])})",
+        ),
+        (
+            SEPARATION.at(setting=one),
+            {"s": s.tolist(), "projections p_-3..p_0": proj},
+            (proj, prev),
+            f"p_-1·s {num(proj[prev], 2)}; others {', '.join(num(x, 2) for i, x in enumerate(proj) if i != prev)} "
+            f"(s = ({num(float(s[0]), 2)}, {num(float(s[1]), 2)}))",
+            learned_ok,
+        ),
+        (
+            SIGN.at(setting=one),
+            {"W_Q W_K^T": M.tolist(), "s^T W_Q W_K^T s": sign},
+            sign,
+            f"s^T W_Q W_K^T s = {num(sign)}",
+            learned_ok,
+        ),
+    ]
     for name, spec in MONO.items():
-        h = m.sweeps[name]
+        h, xs = m.sweeps[name], ", ".join(map(str, m.sweeps[name]["x"]))
         fixed = ", ".join(f"{k} = {x}" for k, x in (("V", 30), ("C", 4), ("n_embd", 2)) if k != name)
-        add(
-            spec.at(setting=f"{name} = {', '.join(map(str, h['x']))} ({fixed}; {n_cmp} seeds)"),
-            h,
-            (h["relative_perplexity"], h["x"], h["V"]),
-            readout=f"(ppl-1)/V {nums(spread(y)[0] for y in h['relative_perplexity'])} at {name} = "
-            f"{', '.join(map(str, h['x']))} (floor {nums(dict.fromkeys(rel_ppl_floor(v) for v in h['V']), 2)})",
-        )
-    lr_stats = m.lr_stats
-    st = {f"V={v} lr={lr}": x for (v, lr), x in lr_stats.items()}
+        readout = f"(ppl-1)/V {nums(spread(y)[0] for y in h['relative_perplexity'])} at {name} = {xs} (floor "
+        floor = nums(dict.fromkeys(rel_ppl_floor(v) for v in h["V"]), 2)
+        at = spec.at(setting=f"{name} = {xs} ({fixed}; {n_cmp} seeds)")
+        rows.append((at, h, (h["relative_perplexity"], h["x"], h["V"]), f"{readout}{floor})"))
     for v, spec in LR.items():
-        fast, slow = lr_stats[(v, 0.1)]["mean_eval_loss"], lr_stats[(v, 0.01)]["mean_eval_loss"]
-        add(
-            spec.at(setting=f"V = {v} ({n_cmp} seeds)"),
-            {k: x for k, x in st.items() if k.startswith(f"V={v} ")},
-            (fast, slow),
-            readout=f"mean eval loss {num(spread(fast)[0])} nats at lr 0.1 vs {num(spread(slow)[0])} at 0.01 "
-            f"(mean of {n_cmp} seeds)",
+        fast, slow = m.lr_stats[(v, 0.1)]["mean_eval_loss"], m.lr_stats[(v, 0.01)]["mean_eval_loss"]
+        readout = f"mean eval loss {num(spread(fast)[0])} nats at lr 0.1 vs {num(spread(slow)[0])} at 0.01 (mean of "
+        measured = {k: x for k, x in st.items() if k.startswith(f"V={v} ")}
+        rows.append((spec.at(setting=f"V = {v} ({n_cmp} seeds)"), measured, (fast, slow), f"{readout}{n_cmp} seeds)"))
+    rows.append(
+        (
+            SPIKES.at(setting=f"V = 30 and 100 (seed {m.seed})", seed=m.seed),
+            {k: {"spikes": x["spikes"], "order_swaps": x["order_swaps"]} for k, x in st.items()},
+            first,
+            "lr 0.1: " + "; ".join(f"{k}: {a} spike(s), {b} swap(s)" for k, (a, b) in first.items()),
         )
-    first = {f"V = {v}": (lr_stats[(v, 0.1)]["spikes"][0], lr_stats[(v, 0.1)]["order_swaps"][0]) for v in LR_VOCAB}
-    add(
-        SPIKES.at(setting=f"V = 30 and 100 (seed {m.seed})", seed=m.seed),
-        {k: {"spikes": x["spikes"], "order_swaps": x["order_swaps"]} for k, x in st.items()},
-        first,
-        readout="lr 0.1: " + "; ".join(f"{k}: {a} spike(s), {b} swap(s)" for k, (a, b) in first.items()),
     )
-    return claims
+    return judged(rows, quick)
 
 
 def figures(m: PrevToken) -> dict[str, tuple[go.Figure, dict]]:

@@ -9,9 +9,9 @@ import numpy as np
 from ...claims.catalogue import Post, register_post
 from ...claims.toy import (
     FLOOR_WORDS,
-    compare_pair,
     margin_words,
     num,
+    pair_rule,
     rel_ppl_floor,
     seeds_words,
     sweep_trend,
@@ -124,15 +124,14 @@ def mono_rule(up: bool, name: str, values: tuple, one_seed: bool) -> Rule:
 def lr_rule(V: int, faster: bool) -> Rule:
     """Mean eval loss over training lower (``faster``) or higher at lr 0.1 than at 0.01. Value: ``(values at lr 0.1,
     values at lr 0.01)`` over seeds."""
-
-    def decide(value):
-        fast, slow = value
-        return compare_pair(slow, fast, "lr 0.01", "lr 0.1", "mean eval loss over training", not faster, " nats")
-
-    return Rule(
+    return pair_rule(
         f"held if the mean eval loss over training, mean over seeds, is {'lower' if faster else 'higher'} at lr 0.1 "
         f"than at 0.01 (V={V}) {margin_words()}",
-        decide,
+        "mean eval loss over training",
+        not faster,
+        lambda v: (v[1], v[0], {}),
+        ("lr 0.01", "lr 0.1"),
+        unit=" nats",
     )
 
 

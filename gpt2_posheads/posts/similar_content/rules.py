@@ -14,6 +14,7 @@ from ...claims.toy import (
     mean_sd,
     num,
     nums,
+    pair_rule,
     ppl_floor,
     seeds_phrase,
     seeds_words,
@@ -155,16 +156,13 @@ def close_rule(min_rho: float) -> Rule:
 def kernel_rule() -> Rule:
     """The best kernel beats the best inner product. Value: ``(kernel's final perplexities over seeds, its label,
     the inner product's, its label, V)``."""
-
-    def decide(value):
-        kernel, kernel_label, dot, dot_label, V = value
-        return compare_pair(dot, kernel, dot_label, kernel_label, "final perplexity", False, floor=ppl_floor(V))
-
-    return Rule(
+    return pair_rule(
         "held if the best distance or harmonic kernel's final perplexity (mean over seeds; the best of n_embd 1 and 2) "
         f"is below the best inner product's {margin_words()}; not testable when both sit at or below the floor "
         "(perplexity exp(ln V / 2048): the task learned as well as the evaluation can show)",
-        decide,
+        "final perplexity",
+        False,
+        lambda v: (v[2], v[0], {"a_label": v[3], "b_label": v[1], "floor": ppl_floor(v[4])}),
     )
 
 

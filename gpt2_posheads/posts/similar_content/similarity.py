@@ -27,7 +27,7 @@ from ...claims.verdicts import Claim
 from ...toy import ToyConfig
 from ...toy.analysis import distance_rank_correlation, perplexity_curve
 from ...toy.figures import COLOURS, log_axis, perplexity_bands, perplexity_by_vocab, points_with_sd
-from ...toy.posts import GridClaim, ToyRun
+from ...toy.posts import GridClaim, ToyRun, judged
 from ..result import ClaimResult
 from .rules import (
     CLOSE,
@@ -129,19 +129,11 @@ def measure(run: ToyRun, groups: dict[str, list[ToyConfig]]) -> Similar:
 
 
 def judge(m: Similar, quick: bool = False) -> list[Claim]:
-    claims, n_cmp, trend_v, cs = [], len(m.cmp_seeds), m.trend_v, m.cs
-
-    def add(spec, measured, value, **kw):
-        claims.append(spec.judge(measured, value, quick=quick, **kw))
-
+    n_cmp, trend_v, cs, rows = len(m.cmp_seeds), m.trend_v, m.cs, []
     for v in m.vocab:
         mean = spread(m.finals[v])[0]
-        add(
-            NEAR_HALF.at(f"V={v}", f"V = {v}", post=f"<= V/2 = {v / 2:g}"),
-            mean,
-            (mean, v, len(m.finals[v])),
-            readout=f"final perplexity {num(mean)} = {num(mean / v, 2)} V",
-        )
+        at = NEAR_HALF.at(f"V={v}", f"V = {v}", post=f"<= V/2 = {v / 2:g}")
+        rows.append((at, mean, (mean, v, len(m.finals[v])), f"final perplexity {num(mean)} = {num(mean / v, 2)} V"))
     ppl_vc = {v: [spread(m.by_c[v][C])[0] for C in cs] for v in trend_v}
     rho = trend_spearman(ppl_vc, cs)
     measured = {
@@ -150,52 +142,60 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
     }
     pre = [confused(ppl_vc, cs)]
     vs = ", ".join(map(str, trend_v))
-    add(
-        TREND.at(setting=f"V = {vs} ({n_cmp} seeds)", V=tuple(trend_v)),
-        {"C": cs, **measured},
-        (ppl_vc, cs),
-        preconditions=pre,
-        readout=f"Spearman {nums(rho.values(), 2)} at V = {vs} (each needs >= 0.8)",
-    )
     rise = {v: {C: m.by_c[v][C] for C in (3, 5)} for v in trend_v}
-    add(
-        RISE.at(setting=f"V = {vs} ({n_cmp} seeds)", V=tuple(trend_v)),
-        {f"V={v}": {"C=3": rise[v][3], "C=5": rise[v][5]} for v in trend_v},
-        rise,
-        preconditions=pre,
-        readout="perplexity / V at C=3 → C=5: "
-        + "; ".join(
-            f"V = {v}: {num(spread(rise[v][3])[0] / v, 2)} → {num(spread(rise[v][5])[0] / v, 2)}" for v in trend_v
-        ),
+    rises = "; ".join(
+        f"V = {v}: {num(spread(r[3])[0] / v, 2)} → {num(spread(r[5])[0] / v, 2)}" for v, r in rise.items()
     )
     ds, best = m.ds, m.best
-    add(
-        FALLS_EMBD.at(setting=f"V = {KERNEL_V} ({n_cmp} seeds)", ds=tuple(ds)),
-        dict(zip(ds, best)),
-        (best, KERNEL_V),
-        readout=f"best perplexity {nums([spread(b)[0] for b in best])} at n_embd = {', '.join(map(str, ds))}",
-    )
-    at = f"V = {KERNEL_V}, n_embd = 2 (seed {m.seed})"
-    add(CLOSE.at(setting=at), {"spearman(|i-j|, dist)": m.rho}, m.rho, readout=f"Spearman {num(m.rho, 2)}")
+    rows += [
+        (
+            TREND.at(setting=f"V = {vs} ({n_cmp} seeds)", V=tuple(trend_v)),
+            {"C": cs, **measured},
+            (ppl_vc, cs),
+            f"Spearman {nums(rho.values(), 2)} at V = {vs} (each needs >= 0.8)",
+            pre,
+        ),
+        (
+            RISE.at(setting=f"V = {vs} ({n_cmp} seeds)", V=tuple(trend_v)),
+            {f"V={v}": {"C=3": rise[v][3], "C=5": rise[v][5]} for v in trend_v},
+            rise,
+            f"perplexity / V at C=3 → C=5: {rises}",
+            pre,
+        ),
+        (
+            FALLS_EMBD.at(setting=f"V = {KERNEL_V} ({n_cmp} seeds)", ds=tuple(ds)),
+            dict(zip(ds, best)),
+            (best, KERNEL_V),
+            f"best perplexity {nums([spread(b)[0] for b in best])} at n_embd = {', '.join(map(str, ds))}",
+        ),
+        (
+            CLOSE.at(setting=f"V = {KERNEL_V}, n_embd = 2 (seed {m.seed})"),
+            {"spearman(|i-j|, dist)": m.rho},
+            m.rho,
+            f"Spearman {num(m.rho, 2)}",
+        ),
+    ]
     kfinal = {k: [r["final_perplexity"] for r in rs] for k, rs in m.kernels.items()}
     kmean = {k: spread(v)[0] for k, v in kfinal.items()}
     best_k = min((k for k in kmean if not k.startswith("inner")), key=kmean.get)
     best_dot = min((k for k in kmean if k.startswith("inner")), key=kmean.get)
     at = f"V = {KERNEL_V} ({n_cmp} seeds)"
-    add(
-        KERNEL.at(UNTESTED_IN_POST, at),
-        kfinal,
-        (kfinal[best_k], best_k, kfinal[best_dot], best_dot, KERNEL_V),
-        readout=f"final perplexity {num(kmean[best_k])} ({best_k}) vs {num(kmean[best_dot])} ({best_dot})",
-    )
     k1 = min((k for k in kmean if not k.startswith("inner") and k.endswith("n_embd=1")), key=kmean.get)
-    add(
-        ONE_D.at(UNTESTED_IN_POST, at),
-        {k1: kfinal[k1]},
-        (kfinal[k1], k1),
-        readout=f"final perplexity {num(kmean[k1])} ({k1})",
-    )
-    return claims
+    rows += [
+        (
+            KERNEL.at(UNTESTED_IN_POST, at),
+            kfinal,
+            (kfinal[best_k], best_k, kfinal[best_dot], best_dot, KERNEL_V),
+            f"final perplexity {num(kmean[best_k])} ({best_k}) vs {num(kmean[best_dot])} ({best_dot})",
+        ),
+        (
+            ONE_D.at(UNTESTED_IN_POST, at),
+            {k1: kfinal[k1]},
+            (kfinal[k1], k1),
+            f"final perplexity {num(kmean[k1])} ({k1})",
+        ),
+    ]
+    return judged(rows, quick)
 
 
 def figures(m: Similar) -> dict[str, tuple[go.Figure, dict]]:

@@ -29,7 +29,7 @@ from ...model.validation import UsageError
 from ...toy import ToyConfig
 from ...toy.analysis import pairing, perplexity_curve
 from ...toy.figures import COLOURS, axis_titles, band, perplexity_bands, perplexity_by_vocab
-from ...toy.posts import GridClaim, ToyRun
+from ...toy.posts import GridClaim, ToyRun, judged
 from ..result import ClaimResult
 from .rules import BACK, BRANCHING, GONE, PLATEAU, POST, RANK, SPECS, plateau_shown
 
@@ -126,46 +126,38 @@ def measure(run: ToyRun, base: ToyConfig, vocab: Sequence[int], settings: Sequen
 
 
 def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
-    claims = []
-
-    def add(spec, measured, value, **kw):
-        claims.append(spec.judge(measured, value, quick=quick, **kw))
-
+    rows = []
     for r in m.curves:
-        V, seed = r["config"]["V"], r["config"]["seed"]
-        ppl = perplexity_curve(r)
-        add(
-            PLATEAU.at(f"V={V} seed={seed}", f"V = {V}" + (f" (seed {seed})" if len(m.seeds) > 1 else "")),
-            {"plateau": v_half(r), "final_perplexity": r["final_perplexity"]},
-            (r["steps"], ppl, V),
-            post=f"perplexity V/2 = {V / 2:g}",
-            readout=plateau_shown(r["steps"], ppl, V),
-        )
+        V, seed, ppl = r["config"]["V"], r["config"]["seed"], perplexity_curve(r)
+        setting = f"V = {V}" + (f" (seed {seed})" if len(m.seeds) > 1 else "")
+        at = PLATEAU.at(f"V={V} seed={seed}", setting, post=f"perplexity V/2 = {V / 2:g}")
+        measured = {"plateau": v_half(r), "final_perplexity": r["final_perplexity"]}
+        rows.append((at, measured, (r["steps"], ppl, V), plateau_shown(r["steps"], ppl, V)))
     if m.branching is not None:
         b, rk = m.branching, m.ranks
         at_mid, mid_step, end_step, last = b["clusters_mid"], b["mid_step"], b["end_step"], b["clusters"][-1]
-        add(
-            BRANCHING.at("V=4", f"V = 4 (seed {m.seed})"),
-            {"clusters_mid_plateau": at_mid, "step_mid_plateau": mid_step, "clusters_end": last},
-            (at_mid, last, mid_step, end_step),
-            readout=f"{at_mid} clusters at step {mid_step} (mid-plateau), {last} at step {end_step}"
-            if at_mid is not None
-            else "no plateau",
-        )
         mids, ends, no_plateau = rk["mid"], rk["end"], rk["no_plateau"]
-        add(
-            RANK.at("V=4", f"V = 4 ({len(m.r4s)} seeds)"),
-            {
-                "effective_rank_W_Q_mid_plateau": mids,
-                "effective_rank_W_Q_end": ends,
-                "seeds_without_plateau": no_plateau,
-            },
-            (mids, ends, no_plateau),
-            readout=f"W_Q effective rank {num(spread(mids)[0])} mid-plateau vs {num(spread(ends)[0])} at the end "
-            f"(mean of {len(mids)} seeds)"
-            if mids
-            else "no plateau",
-        )
+        ranks = f"W_Q effective rank {num(spread(mids)[0])} mid-plateau vs {num(spread(ends)[0])} at the end (mean of "
+        rows += [
+            (
+                BRANCHING.at("V=4", f"V = 4 (seed {m.seed})"),
+                {"clusters_mid_plateau": at_mid, "step_mid_plateau": mid_step, "clusters_end": last},
+                (at_mid, last, mid_step, end_step),
+                f"{at_mid} clusters at step {mid_step} (mid-plateau), {last} at step {end_step}"
+                if at_mid is not None
+                else "no plateau",
+            ),
+            (
+                RANK.at("V=4", f"V = 4 ({len(m.r4s)} seeds)"),
+                {
+                    "effective_rank_W_Q_mid_plateau": mids,
+                    "effective_rank_W_Q_end": ends,
+                    "seeds_without_plateau": no_plateau,
+                },
+                (mids, ends, no_plateau),
+                f"{ranks}{len(mids)} seeds)" if mids else "no plateau",
+            ),
+        ]
     glens, n_cmp, every = m.lengths, len(m.cmp_seeds), m.base.log_every
     big = max(d for d, _ in m.settings)
     longest_c = max(c for d, c in m.settings if d == big)
@@ -173,20 +165,22 @@ def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
     def lens(d, c):
         return f"{num(spread(glens[(d, c)])[0])} steps at n_embd={d}, C={c}"
 
-    add(
-        GONE.at(setting=f"V = 16, C = 4 ({n_cmp} seeds)", big=big),
-        {f"plateau_steps n_embd={d} C=4": glens[(d, 4)] for d, c in m.settings if c == 4},
-        (glens[(2, 4)], glens[(big, 4)], every),
-        readout=f"longest plateau {lens(big, 4)} vs {lens(2, 4)} (mean of {n_cmp} seeds)",
-    )
-    add(
-        BACK.at(setting=f"V = 16, n_embd = {big} ({n_cmp} seeds)", big=big, C=longest_c),
-        {f"plateau_steps n_embd={big} C={c}": glens[(big, c)] for d, c in m.settings if d == big},
-        (glens[(big, 4)], glens[(big, longest_c)], every),
-        readout=f"longest plateau {lens(big, longest_c)} vs {lens(big, 4)} (mean of {n_cmp} seeds; each seed: "
-        f"{nums(glens[(big, longest_c)])} vs {nums(glens[(big, 4)])})",
-    )
-    return claims
+    each = f"{nums(glens[(big, longest_c)])} vs {nums(glens[(big, 4)])}"
+    rows += [
+        (
+            GONE.at(setting=f"V = 16, C = 4 ({n_cmp} seeds)", big=big),
+            {f"plateau_steps n_embd={d} C=4": glens[(d, 4)] for d, c in m.settings if c == 4},
+            (glens[(2, 4)], glens[(big, 4)], every),
+            f"longest plateau {lens(big, 4)} vs {lens(2, 4)} (mean of {n_cmp} seeds)",
+        ),
+        (
+            BACK.at(setting=f"V = 16, n_embd = {big} ({n_cmp} seeds)", big=big, C=longest_c),
+            {f"plateau_steps n_embd={big} C={c}": glens[(big, c)] for d, c in m.settings if d == big},
+            (glens[(big, 4)], glens[(big, longest_c)], every),
+            f"longest plateau {lens(big, longest_c)} vs {lens(big, 4)} (mean of {n_cmp} seeds; each seed: {each})",
+        ),
+    ]
+    return judged(rows, quick)
 
 
 def figures(m: Plateaus) -> dict[str, tuple[go.Figure, dict]]:

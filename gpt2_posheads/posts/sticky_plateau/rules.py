@@ -7,11 +7,11 @@ import numpy as np
 
 from ...claims.catalogue import Post, register_post
 from ...claims.toy import (
-    compare_pair,
     margin_words,
     near_half_runs,
     num,
     nums,
+    pair_rule,
     seeds_words,
     spread,
     toy_claim,
@@ -92,50 +92,58 @@ def rank_rule(min_seeds: int) -> Rule:
     """W_Q's effective rank rises from mid-plateau to the end. Value: ``(mid-plateau ranks, end ranks, seeds without
     a plateau)``, over the seeds that have one."""
 
-    def decide(value):
-        mid, end, no_plateau = value
+    def few(value):
+        mid, _, no_plateau = value
         if len(mid) < min_seeds:
             return None, f"not testable here: fewer than {min_seeds} seeds have a plateau (none in seeds {no_plateau})"
-        return compare_pair(mid, end, "mid-plateau", "the end", "W_Q's effective rank", b_higher=True)
 
-    return Rule(
+    return pair_rule(
         f"held if W_Q's effective rank, mean over seeds, is higher at the end of training than mid-plateau "
         f"{margin_words()}",
-        decide,
+        "W_Q's effective rank",
+        True,
+        lambda v: (v[0], v[1], {}),
+        ("mid-plateau", "the end"),
+        few,
     )
 
 
+def lengths(value) -> tuple:
+    """A plateau comparison's value ``(lengths, lengths, log_every)`` (steps over seeds) as :func:`pair_rule` reads
+    it: one logging interval is the resolution of a plateau length."""
+    return value[0], value[1], {"resolution": value[2]}
+
+
 def gone_rule(big: int, one_seed: bool) -> Rule:
-    """The plateau shorter at n_embd ``big`` than at 2 (C = 4). Value: ``(lengths at 2, lengths at big, log_every)``,
-    lengths in steps over seeds."""
+    """The plateau shorter at n_embd ``big`` than at 2 (C = 4). Value: ``(lengths at 2, lengths at big, log_every)``."""
 
-    def decide(value):
-        at_2, at_big, log_every = value
-        if spread(at_2)[0] <= 0:
-            return None, f"not testable here: no plateau at n_embd=2, C=4 either ({nums(np.ravel(at_2))} steps)"
-        return compare_pair(
-            at_2, at_big, "n_embd=2", f"n_embd={big}", "longest plateau", False, " steps", resolution=log_every
-        )
+    def nothing_to_lose(value):
+        if spread(value[0])[0] <= 0:
+            return None, f"not testable here: no plateau at n_embd=2, C=4 either ({nums(np.ravel(value[0]))} steps)"
 
-    return Rule(
+    return pair_rule(
         f"{seeds_words(one_seed)}held if {PLATEAU_WORDS}, mean over seeds, is shorter at n_embd={big} than at n_embd=2 "
         f"(C=4) {margin_words()} {RESOLUTION_WORDS}; not testable when n_embd=2 has no plateau (nothing to disappear)",
-        decide,
+        "longest plateau",
+        False,
+        lengths,
+        ("n_embd=2", f"n_embd={big}"),
+        nothing_to_lose,
+        unit=" steps",
     )
 
 
 def back_rule(big: int, C: int, one_seed: bool) -> Rule:
     """The plateau longer at n_embd ``big``, context ``C`` than at C = 4. Value: ``(lengths at C = 4, lengths at C,
     log_every)``."""
-
-    def decide(value):
-        at_c4, at_long, log_every = value
-        return compare_pair(at_c4, at_long, "C=4", f"C={C}", "longest plateau", True, " steps", resolution=log_every)
-
-    return Rule(
+    return pair_rule(
         f"{seeds_words(one_seed)}held if {PLATEAU_WORDS}, mean over seeds, is longer at n_embd={big}, C={C} than at "
         f"C=4 {margin_words()} {RESOLUTION_WORDS}",
-        decide,
+        "longest plateau",
+        True,
+        lengths,
+        ("C=4", f"C={C}"),
+        unit=" steps",
     )
 
 
