@@ -1,6 +1,6 @@
 """The toy posts' shared vocabulary for their rules: comparisons over seeds, the floor, numbers for a person.
 
-Each toy post declares its claims in ``posts/<post>/rules.py`` (:func:`toy_claim`); a rule's ``decide`` reads the
+Each toy post declares its claims in its module (:func:`toy_claim`); a rule's ``decide`` reads the
 measured numbers (final perplexities, loss curves, values over seeds) and its ``why`` says, with units, what it
 compared and what each side needed. The default run and the ``--robustness`` grid judge the same declarations.
 
@@ -294,7 +294,7 @@ def near_half_runs(steps, ppl, V: int, tol: float, below: float):
 
 
 def v_half_plateau(steps, ppl, V: int, *, tol: float, min_points: int, below: float) -> dict | None:
-    """A plateau at V/2 as ``plateau_near_V/2`` states it (:data:`gpt2_posheads.posts.sticky_plateau.rules.PLATEAU`):
+    """A plateau at V/2 as ``plateau_near_V/2`` states it (:data:`gpt2_posheads.posts.sticky_plateau.plateau.PLATEAU`):
     the first run of >= ``min_points`` logged steps within ``±tol`` of ``V/2`` after perplexity first falls below
     ``below`` V (so the initial phase at ~V is never taken for it); ``None`` when there is none."""
     steps, ppl = np.asarray(steps), np.asarray(ppl, dtype=float)

@@ -1,26 +1,18 @@
-"""What the four toy posts' claim functions share (:mod:`gpt2_posheads.posts.sticky_plateau`, ``similar_content``,
-``prev_token_toy``, ``lost_in_middle``): their training options and the ``--robustness`` grid.
+"""What the four toy posts share (``sticky_plateau``, ``similar_content``, ``prev_token_toy``, ``lost_in_middle``):
+their training options (:class:`ToyRun`: checked once, turned into the post's base
+:class:`~gpt2_posheads.toy.train.ToyConfig`, used to finish its result), the judging of a default run
+(:func:`judged`) and the ``--robustness`` grid.
 
-Each post trains its own toy models, so each claim function takes the same training options (steps, learning rate,
-initialisation scale, batch size, the attention output matrix, seeds, worker processes, the folder of resumable
-runs) besides its own: they are one :class:`ToyRun`, documented once, checked once (:meth:`ToyRun.of`), turned into
-the post's base :class:`~gpt2_posheads.toy.train.ToyConfig` (:meth:`ToyRun.base`) and used to finish the post's
-result, its headline claims over the ``--robustness`` grid included (:meth:`ToyRun.finish`).
-
-Which toy claims survive the settings the posts do not state? The posts give the task, V, C and n_embd, but not the
-learning rate, batch size, initialisation scale, or whether attention has an output projection.
-:func:`robustness_table` re-runs each claim's test at every point of a grid of those settings (:data:`UNSTATED`) and
-over several seeds, and counts "held in k of n runs" per setting and claim:
+The posts give the task, V, C and n_embd, but not the learning rate, batch size, initialisation scale, or whether
+attention has an output projection. :func:`robustness_table` re-runs each headline claim's test at every point of a
+grid of those settings (:data:`UNSTATED`) over several seeds and counts, per setting s and claim,
 
     setting s = (lr x f, batch b, init std sigma, W_O on/off),   k(claim, s) = #{seeds : held(claim, s, seed)}
 
-A claim is a :class:`GridClaim`: the post's declared claim at the grid's settings (the same declaration the default
-run judges, :meth:`~gpt2_posheads.claims.verdicts.ClaimSpec.at`), the named runs its test needs (built from one
-setting's base config and seed) and what its rule reads off their results. Each run is judged into the same
-:class:`~gpt2_posheads.claims.verdicts.Claim` record as every claim (a run whose numbers cannot decide the claim is
-``not testable``, not held). Every run of the grid goes through :func:`train_sweep`, so runs that share a shape train
-as one batched computation and finished runs are reused. Each post's claims, on its default run and on the grid, live
-in the post's folder.
+A :class:`GridClaim` is the post's declared claim at the grid's settings
+(:meth:`~gpt2_posheads.claims.verdicts.ClaimSpec.at`), judged into the same
+:class:`~gpt2_posheads.claims.verdicts.Claim` record (numbers that cannot decide it: ``not testable``). Every run goes
+through :func:`train_sweep`: runs that share a shape train as one batched computation, finished runs are reused.
 """
 
 from __future__ import annotations
@@ -53,10 +45,8 @@ UNSTATED: dict[str, tuple] = {
 
 @dataclass(frozen=True)
 class GridClaim:
-    """One declared claim, runnable at any setting: ``spec`` (the post's declaration at the grid's settings),
-    ``configs(base)`` the runs its test needs, by name, built from ``base`` (a setting's config with its seed), and
-    ``value(results)`` what its rule reads off those runs' results (same names), ``preconditions(results)`` what
-    must hold for the claim to be testable there (as on the default run)."""
+    """``spec`` at any setting: ``configs(base)`` the runs its test needs by name, from ``base`` (a setting's config
+    and seed); ``value(results)`` what its rule reads off their results; ``preconditions(results)`` as by default."""
 
     spec: ClaimSpec
     configs: Callable[[ToyConfig], Mapping[str, ToyConfig]]
@@ -68,7 +58,6 @@ class GridClaim:
         return self.spec.key
 
     def judge(self, results: Mapping[str, dict]) -> Claim:
-        """The claim on one setting's runs: the record every claim is."""
         value = self.value(results)
         return self.spec.judge(value, value, self.preconditions(results))
 

@@ -1,6 +1,6 @@
 """The toy posts' verdict rules on made-up numbers: the shared comparisons (gpt2_posheads.claims.toy) and each post's
-own rules (gpt2_posheads.posts.<post>.rules). Each rule gives every outcome, and its ``why`` names the numbers it
-compared and the threshold."""
+own rules (declared in each post's module, gpt2_posheads.posts.<post>). Each rule gives every outcome, and its
+``why`` names the numbers it compared and the threshold."""
 
 import math
 import re
@@ -9,10 +9,10 @@ import pytest
 
 from gpt2_posheads.claims import toy
 from gpt2_posheads.claims.verdicts import HELD, NOT_HELD, NOT_TESTABLE, ClaimSpec, Precondition, Rule
-from gpt2_posheads.posts.lost_in_middle import rules as lost
-from gpt2_posheads.posts.prev_token_toy import rules as prev
-from gpt2_posheads.posts.similar_content import rules as similar
-from gpt2_posheads.posts.sticky_plateau import rules as sticky
+from gpt2_posheads.posts.lost_in_middle import retrieval as lost
+from gpt2_posheads.posts.prev_token_toy import copying as prev
+from gpt2_posheads.posts.similar_content import similarity as similar
+from gpt2_posheads.posts.sticky_plateau import plateau as sticky
 
 
 def has(why: str, *numbers: str) -> bool:

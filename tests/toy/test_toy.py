@@ -202,7 +202,7 @@ def test_v_half_plateau_ignores_the_initial_phase():
     from functools import partial
 
     from gpt2_posheads.claims.toy import v_half_plateau
-    from gpt2_posheads.posts.sticky_plateau.rules import PLATEAU
+    from gpt2_posheads.posts.sticky_plateau.plateau import PLATEAU
 
     v_half_plateau = partial(v_half_plateau, **dict(PLATEAU.params))  # within ±20% of V/2, >= 5 points, after 0.8 V
     steps = list(range(0, 200, 10))

@@ -147,7 +147,7 @@ def test_index_page_shows_robustness_totals(tmp_path):
 
 @pytest.mark.parametrize("post", ["003", "001", "000", "002"])
 def test_every_grid_claim_is_the_default_runs_declaration_at_the_grids_settings(post):
-    """Each post's grid claim is its declared claim (posts/<post>/rules.py) at the grid's settings, judged into the
+    """Each post's grid claim is its declared claim (in the post's module) at the grid's settings, judged into the
     record every claim is, whose why carries the numbers (3-step models: the verdicts mean nothing, the wiring
     does)."""
     from dataclasses import replace as with_

@@ -94,7 +94,7 @@ def test_a_failed_precondition_says_what_was_found_and_shows_no_number(summaries
     """3-step models learn nothing: the claims that need a learned model (000's separation and sign) or the confused
     regime (001's C trend and rise) are not testable, saying what was found, with no number where a number would
     be."""
-    from gpt2_posheads.posts.similar_content.rules import PRE_CONFUSED
+    from gpt2_posheads.posts.similar_content.similarity import PRE_CONFUSED
 
     prev = {c["key"]: c for c in summaries["toy_prev_token"]["claims"]}
     learned = prev["learned_with_pos_emb"]

@@ -3,9 +3,9 @@
 import pytest
 
 from gpt2_posheads.claims.toy import plateaus
-from gpt2_posheads.posts.lost_in_middle import rules as lost
-from gpt2_posheads.posts.prev_token_toy import rules as prev
-from gpt2_posheads.posts.similar_content import rules as sim
+from gpt2_posheads.posts.lost_in_middle import retrieval as lost
+from gpt2_posheads.posts.prev_token_toy import copying as prev
+from gpt2_posheads.posts.similar_content import similarity as sim
 from gpt2_posheads.toy import ToyConfig, train_group
 from gpt2_posheads.toy.analysis import pairing, perplexity_curve
 
