@@ -13,7 +13,7 @@ difference counts only when it exceeds both
   agree closely have a tiny sd, and a 1% difference is not what "beats" or "rises" means.
 
 Two models that have both learned the task differ by noise: once every answer is right with probability ~1, the loss
-left measures how far the logits have grown. The floor (:func:`loss_floor`) is the loss of a model that answers one of
+left measures how far the logits have grown. The floor is the loss of a model that answers one of
 the ``n_eval`` = 2,048 evaluation sequences at chance and the rest with certainty, ``ln V / n_eval`` nats; a step
 where both sides sit at or below it is left out, and a claim with no step left is ``not testable``.
 
@@ -29,14 +29,20 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .catalogue import Post, register_post
 from .verdicts import ClaimSpec, Decision, Rule, declare_claim, fmt
 
 # --- shared vocabulary ----------------------------------------------------------------------------------------
 
 
 def toy_claim(key: str, claim: str, post, rule: Rule | Callable[..., Rule], **params) -> ClaimSpec:
-    """:func:`~gpt2_posheads.claims.verdicts.declare_claim` with no route to tell apart (role ``""``)."""
+    """:func:`~gpt2_posheads.claims.verdicts.declare_claim` with role ``""`` (no route to tell apart)."""
     return declare_claim(key, claim, post, rule, "", **params)
+
+
+def toy_post(key: str, title: str, date: str, seed: str, subject: str, order: int) -> Post:
+    """Register a toy post (by Ziming Liu, its scripts train toy models)."""
+    return register_post(Post(key, title, "Ziming Liu", date, seed, subject, needs_model=False, order=order))
 
 
 def num(x, digits: int = 3) -> str:
@@ -49,7 +55,6 @@ def num(x, digits: int = 3) -> str:
 
 
 def nums(xs, digits: int = 3) -> str:
-    """``a, b, c`` (:func:`num` each)."""
     return ", ".join(num(x, digits) for x in xs)
 
 
@@ -71,7 +76,7 @@ def grid_record(spec: ClaimSpec) -> dict:
 
 
 def grid_records(robustness: Mapping) -> list[dict]:
-    """The grid claims' records of a summary's ``robustness`` (one holding ``totals`` and ``rules`` by key: read as
+    """The grid claims' records of a summary's ``robustness`` (an older one's ``totals`` and ``rules`` by key: read as
     records with ``claim`` and ``post`` unknown)."""
     if "claims" in robustness:
         return list(robustness["claims"])
@@ -90,12 +95,10 @@ ONE_SEED = "one seed per test, so only the relative margin applies: "
 
 
 def seeds_words(one_seed: bool) -> str:
-    """What a comparison rule's text starts with on the grid."""
     return ONE_SEED if one_seed else ""
 
 
 def margin_words(rel: float = REL_MARGIN) -> str:
-    """The comparison margin as the rules state it."""
     return (
         f"by more than {SPREAD_SDS:g} standard deviations across seeds (the larger side's) and more than {rel:.0%} "
         "of the value it moves from"
@@ -115,19 +118,14 @@ def spread(values) -> tuple[float, float, int]:
     return float(v.mean()), (float(v.std(ddof=1)) if len(v) > 1 else 0.0), len(v)
 
 
-def loss_floor(V: int, n_eval: int = N_EVAL) -> float:
-    """The floor in nats: ``ln V / n_eval`` (see the module doc)."""
-    return math.log(V) / n_eval
-
-
 def rel_ppl_floor(V: int, n_eval: int = N_EVAL) -> float:
-    """The floor as a relative perplexity ``(exp(loss) - 1) / V`` (V=30: 5.5e-5)."""
-    return math.expm1(loss_floor(V, n_eval)) / V
+    """The floor ``ln V / n_eval`` nats as a relative perplexity ``(exp(loss) - 1) / V`` (V=30: 5.5e-5)."""
+    return math.expm1(math.log(V) / n_eval) / V
 
 
 def ppl_floor(V: int, n_eval: int = N_EVAL) -> float:
     """The floor as a perplexity ``exp(ln V / n_eval)`` (V=32: 1.0017)."""
-    return math.exp(loss_floor(V, n_eval))
+    return math.exp(math.log(V) / n_eval)
 
 
 def moved(a, b, up: bool, rel: float = REL_MARGIN, resolution: float = 0.0) -> tuple[bool, float, float]:

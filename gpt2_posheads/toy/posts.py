@@ -77,8 +77,7 @@ def settings(grid: Mapping[str, Sequence] = UNSTATED) -> list[dict]:
 
 
 def at_setting(base: ToyConfig, setting: Mapping, seed: int) -> ToyConfig:
-    """``base`` with a setting of :data:`UNSTATED` applied (``lr_factor`` scales ``base.lr``) and ``seed``;
-    no snapshots (grid tests read final parameters and logged losses only)."""
+    """``base`` at a setting (``lr_factor`` scales ``base.lr``) and ``seed``, no snapshots (the grid reads none)."""
     changes = {k: v for k, v in setting.items() if k != "lr_factor"}
     return replace(base, lr=base.lr * setting.get("lr_factor", 1.0), seed=seed, snapshot_every=0, **changes)
 
@@ -103,13 +102,9 @@ def robustness_table(
     progress: bool = True,
     workers: int = 1,
 ) -> pd.DataFrame:
-    """Held count of every claim at every setting of ``grid``, over ``seeds``.
-
-    Returns one row per (setting, claim): the setting's values, ``setting`` (a label), ``claim``, ``held``
-    (k), ``not_testable`` (seeds whose numbers could not decide it), ``n`` (number of seeds) and ``fraction`` = k / n.
-    The posts' setting is the row with ``lr_factor`` 1, ``out_proj`` False (the scripts' defaults). ``workers``: as
-    in :func:`train_sweep`.
-    """
+    """Held count of every claim at every setting of ``grid`` over ``seeds``: one row per (setting, claim) with the
+    setting's values, ``setting`` (a label), ``claim``, ``held`` (k), ``not_testable`` (seeds whose numbers could not
+    decide it), ``n`` (seeds) and ``fraction`` = k / n. The posts' setting: ``lr_factor`` 1, ``out_proj`` False."""
     points = settings(grid)
     needs = [
         (i, c, dict(c.configs(at_setting(base, p, s)))) for i, p in enumerate(points) for s in seeds for c in claims
@@ -130,8 +125,7 @@ def robustness_table(
 
 
 def robustness_totals(table: pd.DataFrame) -> dict[str, dict]:
-    """Per claim: runs held (and not testable) over the whole grid, and the settings where it held in every seed / in
-    none."""
+    """Per claim: runs held (and not testable) over the grid, settings held in every seed / in none."""
     return {
         claim: {
             "held_runs": int(g.held.sum()),
@@ -146,8 +140,7 @@ def robustness_totals(table: pd.DataFrame) -> dict[str, dict]:
 
 
 def robustness_figure(table: pd.DataFrame, title: str) -> go.Figure:
-    """Heatmap: claims (rows) x settings (columns), colour = fraction of seeds where the claim held, text k/n (and
-    how many seeds were not testable, where any)."""
+    """Heatmap claims x settings: colour the fraction of seeds held, text k/n (and seeds not testable)."""
     claims = list(dict.fromkeys(table.claim))
     labels = list(dict.fromkeys(table.setting))
 
@@ -193,28 +186,21 @@ ROBUSTNESS_SEEDS = 5  # seeds per setting of the --robustness grid
 
 
 def default_workers() -> int:
-    """Processes that train groups of models at once when none is given: one per thread, at most
-    :data:`MAX_DEFAULT_WORKERS` (small batched models use one thread best, and each process holds its group's
-    pre-drawn batches: up to ~1.8 GB for 64 models at batch 256)."""
+    """One process per thread, at most :data:`MAX_DEFAULT_WORKERS` (small batched models use one thread best; each
+    process holds its group's pre-drawn batches: up to ~1.8 GB for 64 models at batch 256)."""
     return min(torch.get_num_threads(), MAX_DEFAULT_WORKERS)
 
 
 @dataclass(frozen=True)
 class ToyRun:
-    """The training options every toy post's claim function takes as keywords, besides the post's own.
-
-    Attributes:
-        steps: training steps (None: the post's default, or its shorter one for ``quick``).
-        seed, seeds: the post's runs train at seeds ``seed .. seed + seeds - 1`` (:attr:`run_seeds`); every
-            comparison claim at ``max(seeds, 3)`` seeds from ``seed`` (``quick``: 2; :attr:`comparison_seeds`).
-        quick: a smoke run (fewer settings, short training): every claim ``not testable``.
-        lr, init_std, batch_size, out_proj: the training settings the posts do not state (Adam's learning rate, the
-            std of the N(0, s^2) initialisation, sequences per step, an attention output matrix W_O).
-        robustness: also run the post's headline claims over the grid of those settings (its ``*_grid`` function)
-            at ``robustness_seeds`` seeds (``quick``: 2).
-        workers: processes that train groups of models at once (default: one per thread, at most 8).
-        runs_dir: the folder of resumable runs (each finished run saved, and reused by the next call); None: none.
-    """
+    """The training options every toy post's claim function takes as keywords, besides the post's own: ``steps``
+    (None: the post's default, or its shorter one for ``quick``); ``seed``, ``seeds``: the post's runs train at
+    :attr:`run_seeds`, every comparison at :attr:`comparison_seeds` (``max(seeds, 3)``, ``quick``: 2); ``quick``: a
+    smoke run, every claim ``not testable``; ``lr``, ``init_std``, ``batch_size``, ``out_proj``: the settings the
+    posts do not state (Adam's learning rate, the std of the N(0, s^2) initialisation, sequences per step, an
+    attention output matrix W_O); ``robustness``: also the headline claims over the grid of those settings at
+    ``robustness_seeds`` seeds (``quick``: 2); ``workers``: processes training groups at once (default one per
+    thread, at most 8); ``runs_dir``: the folder of resumable runs (None: none)."""
 
     steps: int | None = None
     seed: int = 0
@@ -231,10 +217,8 @@ class ToyRun:
 
     @classmethod
     def of(cls, function: str, options: Mapping, steps: int, quick_steps: int, seeds: int = 1) -> ToyRun:
-        """The options a claim function ``function`` was called with, checked (a ``TypeError`` for a keyword it
-        does not take, as Python's own; a ``UsageError`` naming the argument for a value out of range, before
-        anything trains), with the post's defaults filled in: ``steps`` (``quick_steps`` for ``quick``),
-        ``seeds`` and the worker processes (:func:`default_workers`)."""
+        """``options`` of the claim function ``function``, checked (a ``TypeError`` for a keyword it does not take,
+        as Python's own; :meth:`check`), with the post's ``steps`` (``quick_steps``), ``seeds``, workers filled in."""
         known = {f.name for f in fields(cls)}
         for name in options:
             if name not in known:
@@ -247,9 +231,8 @@ class ToyRun:
 
     @staticmethod
     def check(values: Mapping, name: Callable[[str], str] = str) -> None:
-        """A :class:`UsageError` naming the option (``name(field)``: the keyword, or the command's flag) for a value
-        of ``values`` out of range, before anything trains: the counts (``steps``, ``seeds``, ``robustness_seeds``,
-        ``batch_size``, ``workers``; ``None`` is the post's default) integers from 1 to int64's top, ``lr`` and
+        """A :class:`UsageError` naming the option (``name(field)``: keyword or flag) for a value out of range,
+        before anything trains: the counts integers from 1 to int64's top (``None``: the post's default), ``lr`` and
         ``init_std`` above 0."""
         for field in ("steps", "seeds", "robustness_seeds", "batch_size", "workers"):
             value = values.get(field)
@@ -280,13 +263,10 @@ class ToyRun:
         return dict(zip([c.id() for c in configs], train_sweep(configs, self.runs_dir, workers=self.workers)))
 
     def finish(self, result, figures: Mapping, base: ToyConfig, grid: Sequence[GridClaim], title: str, **numbers):
-        """``result`` (the post's :class:`~gpt2_posheads.posts.result.ClaimResult`) with ``figures``
-        (``{stem: (figure, PNG size)}``) and, in its numbers, ``steps``, ``init_std``, ``lr`` and the post's own
-        ``numbers``; with :attr:`robustness`, also the post's headline claims ``grid`` over :data:`UNSTATED` around
-        ``base`` at :attr:`robustness_seeds` seeds from :attr:`seed` (``quick``: 2, still every setting): the held
-        counts (:func:`robustness_table`) as the table ``robustness``, their heatmap (``title`` names the post) as the
-        figure ``robustness``, and ``numbers["robustness"]``: the grid, the seeds, each claim's record with its
-        totals (:func:`~gpt2_posheads.claims.toy.grid_record`) and the table."""
+        """``result`` with ``figures`` (``{stem: (figure, PNG size)}``), ``steps``, ``init_std``, ``lr`` and
+        ``numbers``; with :attr:`robustness`, also ``grid`` over :data:`UNSTATED` around ``base`` (every setting, even
+        ``quick``): the table and heatmap ``robustness`` and ``numbers["robustness"]`` (grid, seeds, each claim's
+        :func:`~gpt2_posheads.claims.toy.grid_record` with its totals, the table)."""
         for stem, (fig, size) in figures.items():
             result.figure(fig, stem, **size)
         result.numbers.update(steps=self.steps, init_std=self.init_std, lr=self.lr, **numbers)

@@ -17,24 +17,31 @@ from dataclasses import dataclass, replace
 import numpy as np
 import plotly.graph_objects as go
 
-from ...claims.catalogue import Option, Post, declare, register_post
-from ...claims.toy import N_EVAL, SPREAD_SDS, margin_words, mean_sd, num, pair_rule, seeds_phrase, spread, toy_claim
+from ...claims.catalogue import Option, declare
+from ...claims.toy import (
+    N_EVAL,
+    SPREAD_SDS,
+    margin_words,
+    mean_sd,
+    num,
+    pair_rule,
+    seeds_phrase,
+    spread,
+    toy_claim,
+    toy_post,
+)
 from ...claims.verdicts import Claim, Rule
 from ...toy import ToyConfig
 from ...toy.posts import GridClaim, ToyRun, judged
 from ..result import ClaimResult
 
-POST = register_post(
-    Post(
-        key="002",
-        title="Sparse attention 7: stacked causal attention as implicit positions, and lost in the middle",
-        author="Ziming Liu",
-        date="2026-01-31",
-        seed="002_05fa633ad24e0e9c.txt",
-        subject="lost_in_middle",
-        needs_model=False,
-        order=4,
-    )
+POST = toy_post(
+    "002",
+    "Sparse attention 7: stacked causal attention as implicit positions, and lost in the middle",
+    "2026-01-31",
+    "002_05fa633ad24e0e9c.txt",
+    "lost_in_middle",
+    4,
 )
 
 

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from ...claims.catalogue import Option, Post, declare, register_post
+from ...claims.catalogue import Option, declare
 from ...claims.toy import (
     FLOOR_WORDS,
     margin_words,
@@ -30,6 +30,7 @@ from ...claims.toy import (
     spread,
     sweep_trend,
     toy_claim,
+    toy_post,
 )
 from ...claims.verdicts import Claim, Precondition, Rule
 from ...toy import ToyConfig, relative_perplexity, separation_direction, wq_wk
@@ -38,17 +39,8 @@ from ...toy.figures import COLOURS, axis_titles, band, log_axis, points_with_sd
 from ...toy.posts import GridClaim, ToyRun, judged
 from ..result import ClaimResult
 
-POST = register_post(
-    Post(
-        key="000",
-        title="Sparse attention 4: previous token head",
-        author="Ziming Liu",
-        date="2026-01-13",
-        seed="000_0f0fdff7da957e3e.txt",
-        subject="prev_token_toy",
-        needs_model=False,
-        order=3,
-    )
+POST = toy_post(
+    "000", "Sparse attention 4: previous token head", "2026-01-13", "000_0f0fdff7da957e3e.txt", "prev_token_toy", 3
 )
 
 

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 import torch
 
 from ...analysis.geometry import pca
-from ...claims.catalogue import Option, Post, declare, register_post
+from ...claims.catalogue import Option, declare
 from ...claims.toy import (
     COMPARE_SEEDS,
     FLOOR_WORDS,
@@ -36,6 +36,7 @@ from ...claims.toy import (
     spread,
     sweep_trend,
     toy_claim,
+    toy_post,
 )
 from ...claims.verdicts import Claim, Precondition, Rule
 from ...toy import ToyConfig
@@ -44,17 +45,13 @@ from ...toy.figures import COLOURS, log_axis, perplexity_bands, perplexity_by_vo
 from ...toy.posts import GridClaim, ToyRun, judged
 from ..result import ClaimResult
 
-POST = register_post(
-    Post(
-        key="001",
-        title="Sparse attention 3: inefficiency of extracting similar content",
-        author="Ziming Liu",
-        date="2026-01-12",
-        seed="001_40b321c40389bd3f.txt",
-        subject="similar_content",
-        needs_model=False,
-        order=2,
-    )
+POST = toy_post(
+    "001",
+    "Sparse attention 3: inefficiency of extracting similar content",
+    "2026-01-12",
+    "001_40b321c40389bd3f.txt",
+    "similar_content",
+    2,
 )
 
 PRE_CONFUSED = "the model sits in the confused regime at C=3 and C=5 for every V (1.5 < perplexity <= 0.9 V)"

@@ -17,7 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ...claims.catalogue import Option, Post, declare, register_post
+from ...claims.catalogue import Option, declare
 from ...claims.toy import (
     margin_words,
     near_half_runs,
@@ -28,6 +28,7 @@ from ...claims.toy import (
     seeds_words,
     spread,
     toy_claim,
+    toy_post,
     v_half_plateau,
 )
 from ...claims.verdicts import Claim, Rule
@@ -38,17 +39,13 @@ from ...toy.figures import COLOURS, axis_titles, band, perplexity_bands, perplex
 from ...toy.posts import GridClaim, ToyRun, judged
 from ..result import ClaimResult
 
-POST = register_post(
-    Post(
-        key="003",
-        title="Sparse attention 1: sticky plateau and rank collapse",
-        author="Ziming Liu",
-        date="2026-01-08",
-        seed="003_6c0dc1ca34b13b48.txt",
-        subject="sticky_plateau",
-        needs_model=False,
-        order=1,
-    )
+POST = toy_post(
+    "003",
+    "Sparse attention 1: sticky plateau and rank collapse",
+    "2026-01-08",
+    "003_6c0dc1ca34b13b48.txt",
+    "sticky_plateau",
+    1,
 )
 
 PLATEAU_WORDS = "the longest plateau (logged steps within ±10% of its first value, above perplexity 1.5)"
