@@ -171,14 +171,6 @@ def robustness_figure(table: pd.DataFrame, title: str) -> go.Figure:
     return fig
 
 
-def robustness_records(table: pd.DataFrame) -> list[dict]:
-    """The table as JSON-ready rows for ``summary.json``."""
-    return [
-        {k: (v.item() if isinstance(v, np.generic) else v) for k, v in row.items()}
-        for row in table.to_dict(orient="records")
-    ]
-
-
 MAX_DEFAULT_WORKERS = 8
 # the training settings the posts do not state, as every toy post trains by default (nanoGPT's initialisation)
 LR, INIT_STD, BATCH_SIZE = 0.01, 0.02, 128
@@ -277,13 +269,13 @@ class ToyRun:
         table = robustness_table(grid, base, seeds, self.runs_dir, workers=self.workers)
         result.table(table, "robustness")
         result.figure(robustness_figure(table, f"{title}: held in k of n seeds per setting"), "robustness")
-        totals = robustness_totals(table)
+        totals, rows = robustness_totals(table), table.to_dict(orient="records")
         result.numbers["robustness"] = {
             "grid": {k: list(v) for k, v in UNSTATED.items()},
             "seeds": seeds,
             "base_lr": base.lr,
             "claims": [{**grid_record(c.spec), **totals[c.key]} for c in grid],
-            "table": robustness_records(table),
+            "table": [{k: v.item() if isinstance(v, np.generic) else v for k, v in row.items()} for row in rows],
         }
         return result
 

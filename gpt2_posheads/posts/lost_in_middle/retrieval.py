@@ -329,7 +329,6 @@ The claim as a function: gpt2_posheads.posts.lost_in_middle.lost_in_middle
 )
 def lost_in_middle(*, three_layer_steps: int = THREE_LAYER_STEPS, **options) -> ClaimResult:
     """Train post 002's toy models and judge its claims (``toy_lost_in_middle`` with its defaults, called with none).
-
     ``three_layer_steps``: the plain 3-layer stacks' (default 5,000: converged; they are still at chance after 800),
     or ``steps`` if longer. ``options``: :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 800,
     ``quick``: 200 and 1 and 2 layers only; every setting trains at ``seeds`` seeds, default 3); ``numbers`` records

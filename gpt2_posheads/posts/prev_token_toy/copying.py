@@ -484,7 +484,6 @@ The claim as a function: gpt2_posheads.posts.prev_token_toy.prev_token (gpt2_pos
 )
 def prev_token(*, lr_steps: int | None = None, **options) -> ClaimResult:
     """Train post 000's toy models and judge its claims (``toy_prev_token`` with its defaults, called with none).
-
     ``lr_steps``: the learning-rate comparison's (default twice ``steps``; ``quick``: ``steps``). ``options``:
     :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 5,000, ``quick``: 300 and two values per sweep; the
     runs with and without positional embeddings train at ``seed``, every comparison (the sweeps, the learning rates)

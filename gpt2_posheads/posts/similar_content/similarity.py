@@ -475,7 +475,6 @@ The claim as a function: gpt2_posheads.posts.similar_content.similar_content
 )
 def similar_content(**options) -> ClaimResult:
     """Train post 001's toy models and judge its claims (``toy_similar_content`` with its defaults, called with none).
-
     ``options``: :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 4,000, ``quick``: 300 and fewer V, C
     and n_embd; the perplexity-by-V runs train at ``seeds`` seeds, every comparison (C, n_embd, kernels) at
     ``max(seeds, 3)``); ``numbers`` records them and the ``robustness`` grid (also a table and a figure).

@@ -207,9 +207,8 @@ BACK = toy_claim(
 SPECS = (PLATEAU, BRANCHING, RANK, GONE, BACK)
 
 
-def plateau_shown(steps, ppl, V: int) -> str:
-    """The V/2 plateau (:data:`PLATEAU`'s) for a person: where and at what perplexity, or that there is none."""
-    found = v_half_plateau(steps, ppl, V, **dict(PLATEAU.params))
+def plateau_shown(found: dict | None, ppl, V: int) -> str:
+    """The V/2 plateau ``found`` (:func:`v_half`) for a person: where and at what perplexity, or that there is none."""
     if found:
         return (
             f"perplexity {num(found['perplexity'])} (V/2 = {V / 2:g}) for steps {found['start_step']}–"
@@ -317,7 +316,7 @@ def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
         setting = f"V = {V}" + (f" (seed {seed})" if len(m.seeds) > 1 else "")
         at = PLATEAU.at(f"V={V} seed={seed}", setting, post=f"perplexity V/2 = {V / 2:g}")
         measured = {"plateau": v_half(r), "final_perplexity": r["final_perplexity"]}
-        rows.append((at, measured, (r["steps"], ppl, V), plateau_shown(r["steps"], ppl, V)))
+        rows.append((at, measured, (r["steps"], ppl, V), plateau_shown(measured["plateau"], ppl, V)))
     if m.branching is not None:
         b, rk = m.branching, m.ranks
         at_mid, mid_step, end_step, last = b["clusters_mid"], b["mid_step"], b["end_step"], b["clusters"][-1]
@@ -432,7 +431,6 @@ The claim as a function: gpt2_posheads.posts.sticky_plateau.sticky_plateau
 )
 def sticky_plateau(*, vocab: Sequence[int] = VOCAB, **options) -> ClaimResult:
     """Train post 003's toy models and judge its claims (``toy_sticky_plateau`` with its defaults, called with none).
-
     ``vocab``: the V of the perplexity curves (``quick``: the first two). ``options``:
     :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 5,000, ``quick``: 300 and fewer V and settings; the
     curves train at ``seeds`` seeds, every comparison at ``max(seeds, 3)``); ``numbers`` records them and the
