@@ -189,9 +189,7 @@ class Retrieval:
     table: dict[str, dict]
 
 
-def configs(
-    base: ToyConfig, seeds: Sequence[int], quick: bool, three_layer_steps: int
-) -> dict[str, list[list[ToyConfig]]]:
+def configs(base: ToyConfig, seeds: Sequence[int], quick: bool, three_layer_steps: int) -> dict[str, list]:
     """``{setting: [k][seed] config}`` from ``base``: every k of the context at every seed, evaluated
     :data:`EVALS` times per run."""
     steps = base.steps

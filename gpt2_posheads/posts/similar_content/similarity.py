@@ -11,7 +11,6 @@ The C trend and its rise from C=3 to C=5 are judged when the model is confused a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import plotly.graph_objects as go
@@ -284,31 +283,20 @@ class Similar:
     kernels: dict[str, list[dict]]
 
 
-def configs(
-    base: ToyConfig,
-    seeds: Sequence[int],
-    cmp_seeds: Sequence[int],
-    vocab: Sequence[int],
-    contexts: Sequence[int],
-    trend_v: Sequence[int],
-    dims: Sequence[int],
-) -> dict[str, list[ToyConfig]]:
-    """The runs, by what they vary: ``V`` (at ``seeds``), ``C`` (each V of ``trend_v`` x each of ``contexts``),
-    ``n_embd`` (``dims`` at V = 32) and ``kernel`` (distance and harmonic at n_embd 1 and 2), at ``cmp_seeds``."""
+def configs(base: ToyConfig, seeds, cmp_seeds, vocab, contexts, trend_v, dims) -> dict[str, list[ToyConfig]]:
+    """The runs, by what they vary (lists of ints but ``base``): ``V`` (at ``seeds``), ``C`` (each V of ``trend_v`` x
+    each of ``contexts``), ``n_embd`` (``dims`` at V = 32) and ``kernel`` (distance and harmonic at n_embd 1 and 2),
+    at ``cmp_seeds``."""
 
     def mk(ss, **kw):
         return [replace(base, **kw, seed=s) for s in ss]
 
+    kernels = [(kern, d) for kern in ("distance", "harmonic") for d in (1, 2)]
     return {
         "V": [c for v in vocab for c in mk(seeds, V=v)],
         "C": [c for v in trend_v for C in contexts for c in mk(cmp_seeds, V=v, C=C)],
         "n_embd": [c for d in dims for c in mk(cmp_seeds, V=KERNEL_V, n_embd=d)],
-        "kernel": [
-            c
-            for kern in ("distance", "harmonic")
-            for d in (1, 2)
-            for c in mk(cmp_seeds, V=KERNEL_V, n_embd=d, kernel=kern)
-        ],
+        "kernel": [c for kern, d in kernels for c in mk(cmp_seeds, V=KERNEL_V, n_embd=d, kernel=kern)],
     }
 
 
