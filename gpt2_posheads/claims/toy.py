@@ -1,8 +1,9 @@
 """The toy posts' shared vocabulary for their rules: comparisons over seeds, the floor, numbers for a person.
 
-Each toy post declares its claims in its module (:func:`toy_claim`); a rule's ``decide`` reads the
-measured numbers (final perplexities, loss curves, values over seeds) and its ``why`` says, with units, what it
-compared and what each side needed. The default run and the ``--robustness`` grid judge the same declarations.
+Each toy post declares its claims in its module (:func:`toy_claim`; :func:`pair_rule` for a comparison of two
+settings); a rule's ``decide`` reads the measured numbers (final perplexities, loss curves, values over seeds) and its
+``why`` says, with units, what it compared and what each side needed. The default run and the ``--robustness`` grid
+judge the same declarations.
 
 Comparisons (which setting beats which, what rises or falls along a sweep) are judged on the mean over seeds, and a
 difference counts only when it exceeds both
@@ -13,9 +14,9 @@ difference counts only when it exceeds both
   agree closely have a tiny sd, and a 1% difference is not what "beats" or "rises" means.
 
 Two models that have both learned the task differ by noise: once every answer is right with probability ~1, the loss
-left measures how far the logits have grown. The floor is the loss of a model that answers one of
-the ``n_eval`` = 2,048 evaluation sequences at chance and the rest with certainty, ``ln V / n_eval`` nats; a step
-where both sides sit at or below it is left out, and a claim with no step left is ``not testable``.
+left measures how far the logits have grown. The floor is the loss of a model that answers one of the ``n_eval`` =
+2,048 evaluation sequences at chance and the rest with certainty, ``ln V / n_eval`` nats; a step where both sides sit
+at or below it is left out, and a claim with no step left is ``not testable``.
 
 Plateaus of a training curve (:func:`plateaus`, :func:`v_half_plateau`) are read here too.
 """
@@ -76,7 +77,7 @@ def grid_record(spec: ClaimSpec) -> dict:
 
 
 def grid_records(robustness: Mapping) -> list[dict]:
-    """The grid claims' records of a summary's ``robustness`` (an older one's ``totals`` and ``rules`` by key: read as
+    """The grid claims' records of a summary's ``robustness`` (one holding ``totals`` and ``rules`` by key: read as
     records with ``claim`` and ``post`` unknown)."""
     if "claims" in robustness:
         return list(robustness["claims"])
@@ -232,8 +233,8 @@ def pair_rule(
     """Every toy claim that compares two settings: held if ``what`` at ``b`` is higher (``b_higher``) or lower than
     at ``a`` by :func:`compare_pair`'s margin. ``read(value) -> (a, b, keywords)``: the two sides' values over seeds
     and the :func:`compare_pair` keywords known only once measured (labels, a floor, a resolution), over ``labels``
-    (``a``'s, ``b``'s) and ``fixed``;
-    ``guard(value)``: a :data:`Decision` that comes first where the comparison cannot be made, else None."""
+    (``a``'s, ``b``'s) and ``fixed``; ``guard(value)``: a :data:`Decision` that comes first where the comparison
+    cannot be made, else None."""
 
     def decide(value):
         early = guard(value) if guard else None
