@@ -135,7 +135,6 @@ def extended_pos_embeddings_by_layer(
             check_layer(model, l, allow_final=True)
         n = model.cfg.n_ctx if seq_len is None else seq_len
         check_int_range("seq_len", n, 2, model.cfg.n_ctx)
-        check_int_range("batch_size", batch_size, 1, 1 << 20)
         b = default_bos(model) if bos is None else bool(bos)
         if b and not default_bos(model):
             raise ValueError("bos=True needs a model whose tokenizer has a BOS token")
