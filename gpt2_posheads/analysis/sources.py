@@ -306,9 +306,7 @@ def path_ablation(
         counts = counts + _prev_stats(clean)[1]
         add(("none", "-"), clean)
         # what removing each head (and the fine-grained part of W_pos) takes away from the residual, [b, p, d] each
-        change = [
-            outs[i] - _ablated(outs[i], ablation, None if means is None else means[i]) for i in range(len(sources))
-        ]
+        change = [o - _ablated(o, ablation, None if means is None else means[i]) for i, o in enumerate(outs)]
         removed = [(head_name(l, h), change[i]) for i, (l, h) in enumerate(sources)]
         removed += [(f"W_pos/{pos_group}", pos_delta[: resid.shape[1]])] if pos_delta is not None else []
         for name, delta in removed:

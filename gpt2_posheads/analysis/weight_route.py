@@ -266,11 +266,10 @@ def _token_terms(W: _Weights, l: int, patterns: list[torch.Tensor], sigmas: list
     return W.attn(l)["scale"] * t / (s[:, None] * s[None, :])
 
 
-def _head_outputs(W: _Weights, l: int, m: torch.Tensor, sigma: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
-    """Each head's write ``A^h (LN(m) W_V^h + b_V^h) W_O^h`` ``[H, n, d_model]`` (``b_O`` apart)."""
+def _head_values(W: _Weights, l: int, m: torch.Tensor, sigma: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+    """Each head's ``A^h (LN(m) W_V^h + b_V^h)`` ``[H, n, d_head]``: times ``W_O^h`` its write (``b_O`` apart)."""
     a = W.attn(l)
-    v = W.norm(m, sigma, a["w"], a["b"]) @ a["W_V"] + a["b_V"][:, None]  # [H, n, dh]
-    return (A @ v) @ a["W_O"]
+    return A @ (W.norm(m, sigma, a["w"], a["b"]) @ a["W_V"] + a["b_V"][:, None])
 
 
 def _mlp(W: _Weights, l: int, x: torch.Tensor) -> torch.Tensor:
@@ -312,8 +311,7 @@ def positional_circuits(model, n_positions: int = N_POSITIONS, bos: bool | None 
         A = P[l]
         patterns.append(A)
         a = W.attn(l)
-        v = W.norm(m, s, a["w"], a["b"]) @ a["W_V"] + a["b_V"][:, None]  # [H, n, dh]
-        attn_out = einops.einsum(A @ v, a["W_O"], "h p k, h k d -> p d") + a["b_O"]
+        attn_out = einops.einsum(_head_values(W, l, m, s, A), a["W_O"], "h p k, h k d -> p d") + a["b_O"]
         mlp_in = m if getattr(W.cfg, "parallel_attn_mlp", False) else m + attn_out
         m = m + attn_out + _mlp(W, l, mlp_in)
         streams.append(m)
@@ -344,7 +342,7 @@ def upstream_contributions(model, circuits: PositionalCircuits, layer: int, head
     c_self, pairs = W.copy_terms(layer)
     rows, writes = [], torch.zeros_like(m)
     for u, (c_q, c_k) in enumerate(pairs):
-        outs = _head_outputs(W, u, circuits.stream[u], sig[u], P[u])  # [U, n, d]
+        outs = _head_values(W, u, circuits.stream[u], sig[u], P[u]) @ W.attn(u)["W_O"]  # [U, n, d]
         writes += outs.sum(0) + W.attn(u)["b_O"]
         Au = P[u] * (W.has_tok / sig[u])[None, None, :]
         own = c_q[:, head, None, None].float() * Au  # each upstream head's copy terms in the head's scores [U, n, n]
