@@ -39,8 +39,7 @@ OOD_PROTOCOL = (
 
 
 def _reduce_patterns(model, make_tokens, state: dict, on_pattern, engine: str = "auto") -> dict:
-    """:func:`_mean_scores` after ``on_pattern(state, layer, pattern)`` for every layer and batch (of 8) of
-    ``make_tokens()`` ``[n, pos]``."""
+    """:func:`_mean_scores` of ``on_pattern(state, layer, pattern)`` over batches of 8 of ``make_tokens()``."""
     eng = engine_for(model, engine)
 
     def batches() -> list[torch.Tensor]:  # only an engine that runs a model makes them
@@ -51,7 +50,7 @@ def _reduce_patterns(model, make_tokens, state: dict, on_pattern, engine: str = 
 
 
 def _zeros(state: dict, device) -> None:
-    """``[n_layers, n_heads]`` zero sums of each score of ``state["scores"]``, where not made yet."""
+    """``[n_layers, n_heads]`` zero sums of each of ``state["scores"]``, where not made yet."""
     for name in state["scores"]:
         if name not in state:
             state[name] = torch.zeros(state["shape"], dtype=torch.float64, device=device)

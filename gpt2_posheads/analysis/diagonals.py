@@ -103,8 +103,7 @@ def _skewed_sums(pattern: torch.Tensor, n_offsets: int, exclude_bos: bool) -> to
 
 def diagonal_counts(n_pos: int, n_offsets: int, exclude_bos: bool) -> torch.Tensor:
     """Entries per diagonal in one ``n_pos``-token prompt: ``n_pos - d`` (minus one without key 0)."""
-    d = torch.arange(n_offsets, dtype=torch.float64)
-    return (n_pos - d - int(exclude_bos)).clamp(min=0)
+    return (n_pos - torch.arange(n_offsets, dtype=torch.float64) - int(exclude_bos)).clamp(min=0)
 
 
 @measures_caller_model
@@ -129,8 +128,8 @@ def diagonal_attention(
     diffuse heads but up to 0.5 off on sharp ones. ``engine``: :func:`gpt2_posheads.model.engine.engine_for`'s choice
     (the engines agree to ~1e-6). ``model`` may be stored activations (``prompts`` ``None``): the stored diagonals.
     """
-    res = _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, False, engine, bf16, edits, progress)
-    return res["diagonals"]
+    args = (max_offset, exclude_bos, batch_size, edits, engine, bf16, progress)
+    return traced_stats(model, prompts, *args, ranking=False)["diagonals"]
 
 
 def prev_token_stats(mass: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -154,8 +153,7 @@ def prev_token_stats(mass: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def rank_from_diagonals(diag: torch.Tensor) -> pd.DataFrame:
-    """The previous-token ranking from per-diagonal masses ``[n_layers, n_heads, n_offsets]``
-    (:func:`rank_from_stats`)."""
+    """:func:`rank_from_stats` of per-diagonal masses ``[n_layers, n_heads, n_offsets]``."""
     return rank_from_stats(prev_token_stats(diag))
 
 
@@ -202,7 +200,7 @@ PROFILE_OFFSETS = 16  # the diagonals a ranking brings back besides the statisti
 
 
 def _diagonal_step(state: dict, layer: int, pattern: torch.Tensor) -> None:
-    """One layer's :func:`diagonal_sums` of one batch added to ``state["sums"]`` (runs where the model runs)."""
+    """One layer's :func:`diagonal_sums` of one batch into ``state["sums"]`` (runs where the model runs)."""
     width = min(state["n_off"], pattern.shape[-1])
     if "sums" not in state:
         state["sums"] = torch.zeros(state["shape"], dtype=torch.float64, device=pattern.device)
@@ -210,8 +208,8 @@ def _diagonal_step(state: dict, layer: int, pattern: torch.Tensor) -> None:
 
 
 def _ranking_of(mass: torch.Tensor, keep: int = PROFILE_OFFSETS) -> dict:
-    """:func:`prev_token_stats` of the float32 means (the same numbers whichever engine reduced them) and ``profile``,
-    the first ``keep`` means (a copy: a view would carry every mean)."""
+    """:func:`prev_token_stats` of the float32 means (the same whichever engine reduced them) and ``profile``, a copy
+    of the first ``keep`` (a view would carry every mean)."""
     return {**prev_token_stats(mass), "profile": mass[..., :keep].clone()}
 
 
@@ -221,14 +219,12 @@ def _finish_diagonals(state: dict) -> dict:
     return {"diagonals": (sums.cpu() / state["counts"]).float(), "nonfinite": (~torch.isfinite(sums)).sum().cpu()}
 
 
-def _finish_ranking(state: dict) -> dict:
-    """:func:`_ranking_of` the means: all a trace brings back."""
+def _finish_ranking(state: dict) -> dict:  # all a trace brings back
     out = _finish_diagonals(state)
     return {**_ranking_of(out.pop("diagonals"), state["keep"]), **out}
 
 
 def _stored(store, prompts, max_offset, exclude_bos, ranking: bool) -> dict:
-    """Stored diagonals (prompts, offsets and BOS handling fixed when the store was built), or their ranking."""
     if prompts is not None or max_offset is not None or not exclude_bos:
         raise ValueError(
             "stored activations fix the prompts, offsets and BOS handling: call "
@@ -237,9 +233,21 @@ def _stored(store, prompts, max_offset, exclude_bos, ranking: bool) -> dict:
     return _ranking_of(store.diagonals) if ranking else {"diagonals": store.diagonals}
 
 
-def _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, ranking, engine, bf16, edits, progress) -> dict:
-    """One pass over ``prompts`` reducing every layer's pattern to diagonal sums: the means, or with ``ranking`` their
-    statistics and profile."""
+def traced_stats(
+    model,
+    prompts,
+    max_offset: int | None = None,
+    exclude_bos: bool = True,
+    batch_size: int = 8,
+    edits=(),
+    engine: str = "auto",
+    bf16: bool = False,
+    progress: bool = False,
+    ranking: bool = True,
+) -> dict[str, torch.Tensor]:
+    """:func:`prev_token_stats` of every diagonal's mean (``[n_layers, n_heads]`` each) and ``profile``, the first
+    :data:`PROFILE_OFFSETS` means ``[n_layers, n_heads, 16]``, from one pass reducing every layer's pattern to diagonal
+    sums where the model runs; ``ranking=False``: ``{"diagonals": every mean}`` instead."""
     eng = engine_for(model, engine, bf16=bf16)
     state: dict = dict(exclude_bos=bool(exclude_bos), keep=PROFILE_OFFSETS)
 
@@ -259,39 +267,18 @@ def _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, ranking,
 
     reader = partial(_stored, prompts=prompts, max_offset=max_offset, exclude_bos=exclude_bos, ranking=ranking)
     finish = _finish_ranking if ranking else _finish_diagonals
-    res = eng.patterns(
-        batches,
-        Reduction(_diagonal_step, finish, state, stored=reader),
-        edits,
-        "diagonal attention" if progress else None,
-    )
+    reduction = Reduction(_diagonal_step, finish, state, stored=reader)
+    res = eng.patterns(batches, reduction, edits, "diagonal attention" if progress else None)
     bad = int(res.pop("nonfinite", 0))
     if bad:
         raise NonFiniteError(f"the attention patterns is not finite ({bad:,} NaN or infinite diagonal sums)")
     return res
 
 
-def traced_stats(
-    model,
-    prompts,
-    max_offset: int | None = None,
-    exclude_bos: bool = True,
-    batch_size: int = 8,
-    edits=(),
-    engine: str = "auto",
-    bf16: bool = False,
-    progress: bool = False,
-) -> dict[str, torch.Tensor]:
-    """:func:`prev_token_stats` of every diagonal's mean (``[n_layers, n_heads]`` each) and ``profile``, the first
-    :data:`PROFILE_OFFSETS` means ``[n_layers, n_heads, 16]``, computed where the model runs."""
-    return _diagonal_pass(model, prompts, max_offset, exclude_bos, batch_size, True, engine, bf16, edits, progress)
-
-
 def traced_ranking(model, prompts, *args, **kwargs) -> tuple[pd.DataFrame, torch.Tensor]:
     """The ranking (:func:`prev_token_ranking`) and the profile of :func:`traced_stats` (which takes the arguments)."""
     st = traced_stats(model, prompts, *args, **kwargs)
-    profile = st.pop("profile")
-    return rank_from_stats(st), profile
+    return rank_from_stats(st), st.pop("profile")
 
 
 # A *clear* previous-token head: greatest diagonal offset 1 and ratio <= 0.6. The post's heads under test go from
@@ -315,7 +302,13 @@ def choose_aggregator(ranking: pd.DataFrame) -> tuple[int, int]:
     if not len(prev):
         prev = ranking[ranking.prev_mass > 0]  # the ranking's order: prev_mass descending (NaN is never > 0)
     if not len(prev):
-        raise NothingMeasuredError(_nothing_to_choose(ranking))
+        why = ranking["not_measured"] if "not_measured" in ranking else pd.Series([""] * len(ranking))
+        reasons = [r for r in dict.fromkeys(why) if r] or [ONLY_BOS]
+        raise NothingMeasuredError(
+            f"ranking: no head has attention off BOS on the previous token ({'; '.join(reasons)}); prompts of three "
+            "or more tokens where heads attend past BOS; no aggregator can be chosen, so nothing resting on one is "
+            "testable"
+        )
     row = prev.iloc[0]
     return int(row["layer"]), int(row["head"])
 
@@ -350,15 +343,6 @@ def _check_ranking(ranking) -> None:
         raise ValueError(f"ranking lacks the columns {', '.join(sorted(missing))}: pass prev_token_ranking' DataFrame")
     if ranking.empty:
         raise ValueError("ranking is empty: no head to choose from (prev_token_ranking gives one row per head)")
-
-
-def _nothing_to_choose(ranking: pd.DataFrame) -> str:
-    why = ranking["not_measured"] if "not_measured" in ranking else pd.Series([""] * len(ranking))
-    reasons = [r for r in dict.fromkeys(why) if r] or [ONLY_BOS]
-    return (
-        f"ranking: no head has attention off BOS on the previous token ({'; '.join(reasons)}); prompts of three or "
-        "more tokens where heads attend past BOS; no aggregator can be chosen, so nothing resting on one is testable"
-    )
 
 
 def early_prev_heads(ranking: pd.DataFrame, layer: int) -> pd.DataFrame:

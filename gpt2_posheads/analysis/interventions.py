@@ -89,7 +89,6 @@ def _check_positions(model) -> None:
 @checked
 def average_pos_embed(group_size: int, w_pos: torch.Tensor | None = None) -> Edit:
     """Average the rows of ``W_pos`` (the model's, or ``w_pos``) in consecutive groups of ``group_size``."""
-    check_int_range("group_size", group_size, 1, 1 << 30)
     fn = (  # runs where the model runs, on its own W_pos
         partial(group_average_rows, group_size=group_size)
         if w_pos is None
@@ -98,8 +97,8 @@ def average_pos_embed(group_size: int, w_pos: torch.Tensor | None = None) -> Edi
     return Edit(f"average W_pos in groups of {group_size}", "pos_embed", fn, check=_check_positions)
 
 
-def _given_rows(w: torch.Tensor, rows: torch.Tensor, group_size: int | None = None) -> torch.Tensor:
-    return rows.float() if group_size is None else group_average_rows(rows.float(), group_size)
+def _given_rows(w: torch.Tensor, rows: torch.Tensor, group_size: int) -> torch.Tensor:
+    return group_average_rows(rows.float(), group_size)
 
 
 def _ext_delta(model, layer: int, group_size: int, ext, bos, ext_kwargs: dict) -> torch.Tensor:
@@ -116,7 +115,6 @@ def average_ext_pos_embed(
     """Replace the extended positional embedding at ``layer`` by its group average (module doc). ``ext`` ``[pos,
     d_model]`` defaults to :func:`extended_pos_embeddings` ``(model, layer, bos=bos, **ext_kwargs)``; ``bos`` (default:
     the model has a BOS token) keeps row 0 out of the groups."""
-    check_int_range("group_size", group_size, 1, 1 << 30)
     fn = partial(_ext_delta, layer=layer, group_size=group_size, ext=ext, bos=bos, ext_kwargs=ext_kwargs)
     name = f"average extended pos emb at layer {layer} in groups of {group_size}"
     return Edit(name, "resid_add", fn, (layer,), partial(check_layer, layer=layer))
@@ -135,7 +133,6 @@ def mask_previous_attention(
     every: int = MASK_EVERY, layers: Iterable[int] = range(4), renormalize: bool = False
 ) -> Edit:
     """``A[p, p-1] <- 0`` in all heads of ``layers`` (see module doc)."""
-    check_int_range("every", every, 1, 1 << 30)
     layers = list(layers)
     edit = partial(_mask_previous, every=every, renormalize=renormalize)
     name = f"mask attention to p-1 every {every} positions in layers {layers}"

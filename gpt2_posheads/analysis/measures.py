@@ -105,8 +105,7 @@ def compare_head_patterns(
     eng = engine_for(model, engine, with_edits=True)
     per, first = [], None  # per prompt: {measure: value}
     for prompt in prompts:
-        clean = _head_patterns(eng, prompt, [head])[head]
-        new = _head_patterns(eng, prompt, [head], edits)[head]
+        clean, new = (_head_patterns(eng, prompt, [head], e)[head] for e in ((), edits))
         m = dict(prev_score_clean=prev_token_score(clean), prev_score_intervened=prev_token_score(new))
         m.update(pattern_distance(clean, new))
         if rows is not None:

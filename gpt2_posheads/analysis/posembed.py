@@ -91,16 +91,13 @@ def extended_pos_embeddings(
     engine: str = "auto",
     bos: bool | None = None,
 ):
-    """The extended positional embedding matrix at ``layer``: ``[seq_len, d_model]``.
-
-    For each token ``t`` (``tokens``, or ``n_prompts`` random ids from ``seed``) the prompt is ``BOS`` then ``t``
-    repeated to ``seq_len`` tokens (default ``n_ctx``; without BOS with ``bos=False``). ``E_t = R_t - mean R_t`` where
-    ``R_t`` ``[seq_len, d_model]`` is the residual stream entering block ``layer`` (``n_layers``: before
-    ``ln_final``), the mean over the repeated token's positions. Returns ``mean_t E_t``, with ``return_per_token``
-    also the stack ``[n_tokens, seq_len, d_model]`` (not through nnsight). At ``layer=0`` the repeated token's rows
-    equal ``W_pos`` minus their mean. ``model`` may be stored activations holding the layer: the stored matrix,
-    re-centred over the first ``seq_len`` positions; anything the store did not fix when built is an error.
-    """
+    """The extended positional embedding at ``layer`` ``[seq_len, d_model]`` (module doc): ``mean_t E_t``, ``E_t = R_t -
+    mean R_t`` with ``R_t`` the residual stream entering block ``layer`` (``n_layers``: before ``ln_final``) on ``BOS``
+    then ``t`` repeated to ``seq_len`` tokens (default ``n_ctx``; no BOS with ``bos=False``), the mean over the
+    repeated token's positions, ``t`` over ``tokens`` or ``n_prompts`` random ids from ``seed``. ``return_per_token``:
+    also the stack ``[n_tokens, seq_len, d_model]`` (not through nnsight). ``model`` may be stored activations holding
+    the layer: the stored matrix re-centred over the first ``seq_len`` positions (what the store did not fix when built
+    is an error)."""
     layer = as_index("layer", layer)  # a bool, a float or a string is not a layer (its range: the engine's model)
     res = extended_pos_embeddings_by_layer(
         model, [layer], tokens, n_prompts, seq_len, batch_size, seed, return_per_token, progress, engine, bos
@@ -135,7 +132,6 @@ def extended_pos_embeddings_by_layer(
             check_layer(model, l, allow_final=True)
         n = model.cfg.n_ctx if seq_len is None else seq_len
         check_int_range("seq_len", n, 2, model.cfg.n_ctx)
-        check_int_range("batch_size", batch_size, 1, 1 << 20)
         b = default_bos(model) if bos is None else bool(bos)
         if b and not default_bos(model):
             raise ValueError("bos=True needs a model whose tokenizer has a BOS token")

@@ -11,18 +11,11 @@
 The model should continue with `` turtle``: an induction head at the final `` ninja`` looks for the
 token that followed `` ninja`` earlier, which it finds through the previous-token head's write.
 
-Any vocabulary and context (:func:`fit_repeat_prompt`): the target words are what the tokenizer holds as single
-tokens (:func:`target_words`: the post's words, other nouns, the vocabulary's own words, single characters for a
-character-level vocabulary), and where the post's wording does not fit the context a shorter template keeps what the
-claims need, the target once and its start repeated::
-
-    "gorap"
-    "gorap"
-    "n t p"
-    "n
-
-and, shortest, ``n t p`` / ``n `` on two lines. Where even that does not fit, the answer is a
-:class:`NoRepeatPrompt` saying so with the numbers (context N, needs M), not an exception.
+Any vocabulary and context (:func:`fit_repeat_prompt`): the target words are single tokens of the tokenizer
+(:func:`target_words`), and where the post's wording does not fit the context a shorter template keeps what the claims
+need, the target once and its start repeated (``"gorap"`` / ``"gorap"`` / ``"n t p"`` / ``"n`` on four lines; shortest,
+``n t p`` / ``n `` on two). Where even that does not fit, the answer is a :class:`NoRepeatPrompt` saying so with the
+numbers (context N, needs M), not an exception.
 """
 
 from __future__ import annotations
@@ -110,8 +103,7 @@ def _check_counts(words: list, target, n_given: int, n_demos: int) -> list:
 
 
 def _post_head(demos: list[str]) -> str:
-    """The post's demonstrations before the final request: the first without quotes around the request, its reply
-    ending in a period; the others quoted."""
+    """The post's demonstrations: the first request unquoted, its reply ending in a period; the others quoted."""
     head = f'{POST_FIRST}"{demos[0]}"\nReply: "{demos[0]}".\n'
     return head + "".join(f'{POST_REQUEST}{d}{POST_REPLY}{d}"\n' for d in demos[1:])
 
@@ -159,8 +151,8 @@ def single_token_target(tokenizer, preferred: str | list[str]) -> str | list[str
 
 @dataclass(frozen=True)
 class NoRepeatPrompt:
-    """No faithful repeat-string prompt exists: ``reason`` says why, with ``n_ctx`` and ``needs`` (the tokens the
-    shortest prompt takes; ``None`` where the vocabulary lacks). Falsy."""
+    """Falsy: no faithful repeat-string prompt fits ``n_ctx``; ``reason`` says why, ``needs``: the shortest prompt's
+    tokens (``None`` where the vocabulary lacks)."""
 
     reason: str
     n_ctx: int | None = None
@@ -208,8 +200,7 @@ _VOCABULARY_WORDS_KEPT = 16
 
 
 def _vocabulary_words(tokenizer, spaced: bool) -> list[str]:
-    """The vocabulary's single-token words (letters only, with a leading space when ``spaced``), longest first, then
-    alphabetical."""
+    """The vocabulary's single-token words (letters; a leading space when ``spaced``), longest first, then by name."""
     fingerprint = tokenizer_fingerprint(tokenizer)
     key = (fingerprint, spaced) if fingerprint is not None else None
     if key in _VOCABULARY_WORDS:
@@ -232,7 +223,6 @@ def _vocabulary_words(tokenizer, spaced: bool) -> list[str]:
 
 
 def _spare_words(tokenizer, bare: bool, distinct: list[str]) -> list[str]:
-    """Single-token replacements in the order :func:`target_words` offers them."""
     vocabulary = _vocabulary_words(tokenizer, spaced=not bare)
     spare = [f.strip() if bare else f for f in _FALLBACK_WORDS] + vocabulary
     if bare:
@@ -289,8 +279,7 @@ def target_words(tokenizer, preferred: str | Sequence[str] = " ninja turtle pira
 
 
 def _short_demos(tokenizer, n: int, seed: int, avoid: str = "") -> list[str]:
-    """``n`` demonstration strings of 3-6 letters the vocabulary reads, none of ``avoid`` (the target's characters: a
-    demonstration must not teach what follows a target word)."""
+    """``n`` strings of 3-6 letters, none of ``avoid`` (a demonstration must not teach what follows a target word)."""
     letters = [c for c in string.ascii_lowercase if c not in avoid and representable(tokenizer, c)]
     if not letters:
         return []
@@ -299,8 +288,8 @@ def _short_demos(tokenizer, n: int, seed: int, avoid: str = "") -> list[str]:
 
 
 def _assemble(tokenizer, head: str, open_request: str, words, sep: str, middle: str, n_given: int) -> dict:
-    """Token ids and word positions of ``head + open_request + words (sep between) + middle + given words``, each
-    segment tokenized on its own."""
+    """Ids and word positions of ``head + open_request + words (sep between) + middle + given words``, each segment
+    tokenized on its own."""
 
     def tagged(ws: list[str], tag: str) -> list[tuple[str, str | None]]:  # sep after every word but the target's last
         return [
@@ -328,8 +317,8 @@ def _assemble(tokenizer, head: str, open_request: str, words, sep: str, middle: 
 
 
 def _candidates(tokenizer, words, sep: str, n_given: int, n_demos: int, seed: int):
-    """Every prompt to try, most faithful first: the post's wording (``n_demos`` down to one demonstration), then the
-    short template (quotes where the vocabulary has them, ``n_demos`` down to none)."""
+    """Every prompt to try, most faithful first: the post's wording (``n_demos`` down to 1), the short template (down
+    to 0 demonstrations)."""
     if sep == "" and words[0].startswith(" ") and representable(tokenizer, _post_head(FIRST_DEMOS[:1])):
         for k in range(n_demos, 0, -1):
             yield "post", k, _post_head(random_demo_strings(k, seed)), POST_REQUEST, POST_REPLY

@@ -29,7 +29,8 @@ from ..model.engine import (
     single_prompt,
 )
 from ..model.state import measures_caller_model
-from ..model.validation import UsageError, check_head, check_int_range, check_model, checked, head_name, require_finite
+from ..model.validation import UsageError, check_head, check_int_range, check_model, checked, require_finite
+from .diagonals import head_columns
 
 
 @measures_caller_model
@@ -159,10 +160,7 @@ def classify_prev_heads(profile: torch.Tensor, threshold: float = LABEL_THRESHOL
     ``neither``. ``threshold``: :data:`LABEL_THRESHOLD`. Limitation: within a window of 3 a bump centred on ``p-1``
     (falling on both sides) looks like a rising trend with a dip; a wider ``window`` shows its curvature.
     """
-    L, H, n = profile.shape
-    rows = []
-    for l in range(L):
-        for h in range(H):
-            f = profile_features(profile[l, h])
-            rows.append(dict(layer=l, head=h, name=head_name(l, h), **f, label=label_profile(f, threshold)))
-    return pd.DataFrame(rows)
+    rows = [profile_features(p) for p in profile.flatten(0, 1)]
+    for f in rows:
+        f["label"] = label_profile(f, threshold)
+    return pd.DataFrame({**head_columns(*profile.shape[:2]), **pd.DataFrame(rows).to_dict("list")})

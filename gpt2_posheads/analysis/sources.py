@@ -53,9 +53,6 @@ Ablation = Literal["mean", "zero", "resample"]
 ABLATIONS = ("mean", "zero", "resample")
 
 
-# --- composition -------------------------------------------------------------------------------------
-
-
 def _fro(x: torch.Tensor) -> torch.Tensor:
     return x.double().flatten(-2).norm(dim=-1)
 
@@ -72,13 +69,17 @@ def _circuits(model, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     return W_V @ W_O, W_Q @ W_K.transpose(-1, -2)
 
 
+def _check_upstream(model, layer: int, head: int) -> None:
+    check_head(model, layer, head)
+    if layer == 0:
+        raise UsageError("head", f"{head_name(layer, head)} is in layer 0", "a head in layer >= 1 has upstream heads")
+
+
 @checked
 def composition_scores(model, layer: int, head: int) -> pd.DataFrame:
     """Q-, K- and V-composition of every head in layers ``< layer`` into ``(layer, head)``, with the
     random baseline and each score's ratio to it; one row per upstream head, sorted by max(Q, K) ratio."""
-    check_head(model, layer, head)
-    if layer == 0:
-        raise UsageError("head", f"{head_name(layer, head)} is in layer 0", "a head in layer >= 1 has upstream heads")
+    _check_upstream(model, layer, head)
     if position_kind(model) == "rotary":
         raise UsageError(
             "model",
@@ -114,9 +115,6 @@ def composition_baseline(d_model: int, d_head: int, n_samples: int = 64, seed: i
         for _ in range(2)
     )
     return float(composition_score(ov, qk).mean())
-
-
-# --- direct-path ablation ----------------------------------------------------------------------------
 
 
 def _prev_stats(pattern: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -235,8 +233,7 @@ def path_ablation(
     check_head(model, layer, head)
     if ablation not in ABLATIONS:
         raise UsageError("ablation", f"{ablation!r} is not an ablation", f"allowed {', '.join(ABLATIONS)}")
-    if layer == 0:
-        raise UsageError("head", f"{head_name(layer, head)} is in layer 0", "a head in layer >= 1 has upstream heads")
+    _check_upstream(model, layer, head)
     sources = [(l, h) for l in range(layer) for h in range(model.cfg.n_heads)]
     index = {s: i for i, s in enumerate(sources)}
     groups = {name: list(g) for name, g in (groups or {}).items()}
@@ -309,9 +306,7 @@ def path_ablation(
         counts = counts + _prev_stats(clean)[1]
         add(("none", "-"), clean)
         # what removing each head (and the fine-grained part of W_pos) takes away from the residual, [b, p, d] each
-        change = [
-            outs[i] - _ablated(outs[i], ablation, None if means is None else means[i]) for i in range(len(sources))
-        ]
+        change = [o - _ablated(o, ablation, None if means is None else means[i]) for i, o in enumerate(outs)]
         removed = [(head_name(l, h), change[i]) for i, (l, h) in enumerate(sources)]
         removed += [(f"W_pos/{pos_group}", pos_delta[: resid.shape[1]])] if pos_delta is not None else []
         for name, delta in removed:

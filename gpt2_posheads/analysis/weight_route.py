@@ -69,7 +69,7 @@ from ..model.engine import attn_scale
 from ..model.engine_fast import ACTIVATIONS, ln_params
 from ..model.loading import has_learned_positions, position_kind
 from ..model.validation import UsageError, check_head, head_name
-from .diagonals import diagonal_counts, diagonal_sums, prev_token_stats
+from .diagonals import diagonal_counts, diagonal_sums, head_columns, prev_token_stats
 from .posembed import default_bos
 
 N_POSITIONS = 256  # positions the circuits span (capped at n_ctx): the length of the toolkit's natural-text prompts
@@ -113,30 +113,25 @@ class PositionalCircuits:
     def table(self) -> pd.DataFrame:
         """One row per head: ``head``, ``layer``, ``index``, ``direct_prev``, ``composed_prev``, ``direct_ratio``,
         ``composed_ratio``, ``composed_top`` (the composed pattern's greatest diagonal)."""
-        L, H = self.composed["prev_mass"].shape
-        columns = dict(
-            direct_prev=self.direct["prev_mass"],
-            composed_prev=self.composed["prev_mass"],
-            direct_ratio=self.direct["ratio"],
-            composed_ratio=self.composed["ratio"],
-            composed_top=self.composed["top_offset"],
-        )
-        heads = dict(
-            head=[head_name(l, h) for l in range(L) for h in range(H)], layer=[l for l in range(L) for _ in range(H)]
-        )
-        return pd.DataFrame(
-            dict(heads, index=list(range(H)) * L, **{k: v.flatten().tolist() for k, v in columns.items()})
-        )
+        c = head_columns(*self.composed["prev_mass"].shape)
+        columns = dict(head=c["name"], layer=c["layer"], index=c["head"])
+        for name, (st, key) in dict(
+            direct_prev=(self.direct, "prev_mass"),
+            composed_prev=(self.composed, "prev_mass"),
+            direct_ratio=(self.direct, "ratio"),
+            composed_ratio=(self.composed, "ratio"),
+            composed_top=(self.composed, "top_offset"),
+        ).items():
+            columns[name] = st[key].flatten().tolist()
+        return pd.DataFrame(columns)
 
 
-def _f32(t: torch.Tensor) -> torch.Tensor:
-    """``t`` as a float32 CPU tensor: the same storage where it is one already."""
+def _f32(t: torch.Tensor) -> torch.Tensor:  # the same storage where it is a float32 CPU tensor already
     return t.detach().to("cpu", torch.float32)
 
 
 class _Weights:
-    """The model's weights as float32 views, the token statistics (``mu``, ``Sigma'``) and the copy coefficients of
-    each layer, computed once."""
+    """Float32 views of the weights, the token statistics (``mu``, ``Sigma'``) and every layer's copy coefficients."""
 
     def __init__(self, model, n: int, bos: bool):
         cfg = model.cfg
@@ -188,9 +183,8 @@ class _Weights:
         return self.centre(m) / sigma[:, None] * w + b
 
     def copy_terms(self, l: int) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-        """``(c_self, [(c_Q, c_K) for u < l])``: ``c_self`` ``[n_heads]`` of every head of layer ``l`` and ``c_Q``,
-        ``c_K`` ``[n_heads(u), n_heads(l)]`` of every head of layer ``u`` into every head of layer ``l``, as the
-        module doc's Frobenius products with ``M_h = D W_K^h W_Q^h^T D`` (every layer's computed at the first call)."""
+        """``(c_self [n_heads], [(c_Q, c_K) [n_heads(u), n_heads(l)] for u < l])`` of layer ``l``, the module doc's
+        Frobenius products (every layer's computed at the first call)."""
         if self._copies is None:
             L = self.cfg.n_layers
             c_self, pairs = [None] * L, [[None] * k for k in range(L)]
@@ -213,9 +207,8 @@ class _Weights:
         return self._copies[l]
 
     def qk_blocks(self, l: int):
-        """``(columns, QK)`` for blocks of rows of layer ``l``'s ``M`` and ``M^T``: ``QK`` ``[2 n_heads, rows *
-        d_model]`` (every head's ``M`` rows then its ``M^T`` rows, flattened), ``columns`` their slice of a flattened
-        ``[d_model, d_model]``; as many rows at once as fit :data:`QK_BYTES`."""
+        """``(columns, QK [2 n_heads, rows * d_model])``: blocks of rows of layer ``l``'s ``M`` then ``M^T``, flattened,
+        as many as fit :data:`QK_BYTES`; ``columns`` their slice of a flattened ``[d_model, d_model]``."""
         a = self.attn(l)
         K, Q = a["W_K"] * a["w"][:, None], a["W_Q"] * a["w"][:, None]  # D W_K, D W_Q [H, d, dh]
         H, d = K.shape[:2]
@@ -273,11 +266,10 @@ def _token_terms(W: _Weights, l: int, patterns: list[torch.Tensor], sigmas: list
     return W.attn(l)["scale"] * t / (s[:, None] * s[None, :])
 
 
-def _head_outputs(W: _Weights, l: int, m: torch.Tensor, sigma: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
-    """Each head's write ``A^h (LN(m) W_V^h + b_V^h) W_O^h`` ``[H, n, d_model]`` (``b_O`` apart)."""
+def _head_values(W: _Weights, l: int, m: torch.Tensor, sigma: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+    """Each head's ``A^h (LN(m) W_V^h + b_V^h)`` ``[H, n, d_head]``: times ``W_O^h`` its write (``b_O`` apart)."""
     a = W.attn(l)
-    v = W.norm(m, sigma, a["w"], a["b"]) @ a["W_V"] + a["b_V"][:, None]  # [H, n, dh]
-    return (A @ v) @ a["W_O"]
+    return A @ (W.norm(m, sigma, a["w"], a["b"]) @ a["W_V"] + a["b_V"][:, None])
 
 
 def _mlp(W: _Weights, l: int, x: torch.Tensor) -> torch.Tensor:
@@ -319,8 +311,7 @@ def positional_circuits(model, n_positions: int = N_POSITIONS, bos: bool | None 
         A = P[l]
         patterns.append(A)
         a = W.attn(l)
-        v = W.norm(m, s, a["w"], a["b"]) @ a["W_V"] + a["b_V"][:, None]  # [H, n, dh]
-        attn_out = einops.einsum(A @ v, a["W_O"], "h p k, h k d -> p d") + a["b_O"]
+        attn_out = einops.einsum(_head_values(W, l, m, s, A), a["W_O"], "h p k, h k d -> p d") + a["b_O"]
         mlp_in = m if getattr(W.cfg, "parallel_attn_mlp", False) else m + attn_out
         m = m + attn_out + _mlp(W, l, mlp_in)
         streams.append(m)
@@ -351,7 +342,7 @@ def upstream_contributions(model, circuits: PositionalCircuits, layer: int, head
     c_self, pairs = W.copy_terms(layer)
     rows, writes = [], torch.zeros_like(m)
     for u, (c_q, c_k) in enumerate(pairs):
-        outs = _head_outputs(W, u, circuits.stream[u], sig[u], P[u])  # [U, n, d]
+        outs = _head_values(W, u, circuits.stream[u], sig[u], P[u]) @ W.attn(u)["W_O"]  # [U, n, d]
         writes += outs.sum(0) + W.attn(u)["b_O"]
         Au = P[u] * (W.has_tok / sig[u])[None, None, :]
         own = c_q[:, head, None, None].float() * Au  # each upstream head's copy terms in the head's scores [U, n, n]
