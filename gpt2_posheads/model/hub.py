@@ -54,22 +54,16 @@ def hub_offline() -> bool:
     """``HF_HUB_OFFLINE`` is set (in the environment or in ``huggingface_hub``'s constants)."""
     if os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() not in ("0", "", "false", "no", "off"):
         return True
-    try:
-        from huggingface_hub import constants
+    from huggingface_hub import constants  # a dependency of transformers: always there
 
-        return bool(constants.HF_HUB_OFFLINE)
-    except Exception:  # pragma: no cover - huggingface_hub always ships with transformers
-        return False
+    return bool(constants.HF_HUB_OFFLINE)
 
 
 def hub_endpoint() -> str:
     """The endpoint the Hugging Face clients talk to (``HF_ENDPOINT``, else the hub)."""
-    try:
-        from huggingface_hub import constants
+    from huggingface_hub import constants
 
-        return str(constants.ENDPOINT).rstrip("/")
-    except Exception:  # pragma: no cover
-        return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    return str(constants.ENDPOINT).rstrip("/")
 
 
 def error_chain(e: BaseException) -> list[BaseException]:
