@@ -1,59 +1,43 @@
 """One interface to every way this toolkit runs a model: TransformerLens hooks, the hook-free fast path, an nnsight
-trace, and stored activations.
-
-An analysis asks an :class:`Engine` for at most four things and never asks which engine it has:
+trace, and stored activations. An analysis asks an :class:`Engine` for at most four things, never which it has:
 
 * ``patterns(batches, reduction, edits)``: every layer's attention pattern ``[batch, head, q, k]`` (float32 rows that
   sum to 1) handed to ``reduction.step(state, layer, pattern)``; with ``reduction.logits`` the whole model runs and
-  each batch's logits go to the reduction in the same pass (patterns and what the model predicts from them, e.g. the
-  induction score and the copying loss, without a second pass);
+  each batch's logits go to the reduction in the same pass (e.g. the induction score and the copying loss at once);
 * ``residuals(batches, layers, reduction, edits)``: the residual stream entering each block of ``layers``
-  ``[batch, pos, d_model]`` (``layer == n_layers``: the final residual, before the final norm). It is the one
-  TransformerLens's processed model holds: on a LayerNorm model each row is centred over ``d_model`` (TransformerLens
-  centres every write to the stream), whichever engine ran;
+  ``[batch, pos, d_model]`` (``layer == n_layers``: the final residual, before the final norm), as TransformerLens's
+  processed model holds it whichever engine ran: on a LayerNorm model each row centred over ``d_model``;
 * ``activations(batches, reads, reduction, edits)``: the activations ``reads`` names (``{kind: layers}``, kinds
-  :data:`READS`), one dict per layer: what an analysis that recomputes attention itself reads (raw pre-mask scores, a
-  head's score profile, a path ablation, with the residual entering a layer replaced first: :func:`residual_write`);
+  :data:`READS`), one dict per layer, for an analysis that recomputes attention itself (raw scores, a score profile,
+  a path ablation with the residual entering a layer replaced first: :func:`residual_write`);
 * ``run(tokens, edits)``: the logits ``[batch, pos, d_vocab]`` (to a constant per position: TransformerLens centres its
   unembedding, a Hugging Face model does not; softmax and KL see no difference).
 
-Each returns ``reduction.finish(state)``. ``edits`` are :class:`Edit` s, interventions as data (what they edit, where,
-how): each engine applies those of the sites it edits (``engine.sites``) in its own way and refuses the others in one
-place (:func:`applied`).
+Each returns ``reduction.finish(state)``. ``edits`` are :class:`Edit` s, interventions as data, that each engine
+applies in its own way at the sites it edits (``engine.sites``) and refuses elsewhere in one place (:func:`applied`).
 
-Why reductions, not activations: an nnsight trace may run on NDIF, far from here, and a pattern of a long prompt is too
-big to bring back; so an analysis hands over a :class:`Reduction` (a small ``state`` dict and two pure functions) that
-runs where the model runs, and only ``finish``'s small tensors come back. The local engines call the same two functions
-on the same tensors, so an analysis is written once and gets the same numbers everywhere
-(``tests/model/test_engines.py`` checks every analysis on every engine).
-
-Why lazy inputs: ``batches`` may be a list of ``[batch, pos]`` token tensors or a function returning one. Stored
-activations never run a model; they answer a reduction that says how to read its result off a store
-(``Reduction.stored``), so the prompts (and the checks against the model's context that making them needs) are made only
-by an engine that runs a model.
-
-Each engine is one module: TransformerLens hooks (:mod:`~gpt2_posheads.model.engine_hooks`), the hook-free fast path
-(:mod:`~gpt2_posheads.model.engine_fast`), an nnsight trace (:mod:`~gpt2_posheads.model.engine_nnsight`); stored
-activations (:class:`StoredEngine`) are here, with :func:`engine_for`, which picks one per call of an analysis:
+Why reductions: an nnsight trace may run on NDIF, and a long prompt's pattern is too big to bring back, so a
+:class:`Reduction` (a small ``state`` dict and two pure functions) runs where the model runs and only ``finish``'s small
+tensors come back; the local engines call the same functions on the same tensors, so every engine gives the same
+numbers (``tests/model/test_engines.py``). Why lazy inputs: ``batches`` (``[batch, pos]`` token tensors) may be a
+function returning them, so that stored activations, which answer from the store (``Reduction.stored``), never make
+prompts. :func:`engine_for` picks one engine per call (each is one module; :class:`StoredEngine` is here):
 
 ==============  ==========================================================================================
 ``"auto"``      the fast path for passes without edits when it reproduces the model (verified on first use,
                 :func:`~gpt2_posheads.model.engine_fast.fast_forward`) and the model carries no hooks of the
                 caller's (it would skip them), else TransformerLens hooks
 ``"fast"``      the fast path or an error (it applies no edits and runs no hook)
-``"hooks"``     TransformerLens hooks
+``"hooks"``     TransformerLens hooks (:mod:`~gpt2_posheads.model.engine_hooks`)
 ``"nnsight"``   an nnsight-traced model (:class:`~gpt2_posheads.model.engine_nnsight.TracedModel`), here or on NDIF;
                 a traced model gets this engine whatever is asked for ``"auto"``
 ``"stored"``    stored activations (:class:`StoredActivations`); a store gets this engine under ``"auto"``
 ==============  ==========================================================================================
 
-An operation that does not apply to an engine (running a store, editing it, bringing every token's residual back from a
-trace, reading queries and keys off a trace or the fast path) raises :class:`EngineError` naming the engine and the
-operation.
-
-The attention maths every engine and analysis shares lives here too, the one home of the score scale (``scores =
-(q . k) * attn_scale(cfg, layer)``) with grouped-query keys per query head and the rotary rotation, as does the turning
-of the prompts users pass (token tensors, lists of them, or strings) into checked batches."""
+An operation an engine cannot do (running a store, editing it, bringing every token's residual back from a trace,
+reading queries and keys off a trace or the fast path) raises :class:`EngineError` naming the engine and the operation.
+The attention maths every engine shares lives here too (the score scale ``scores = (q . k) * attn_scale(cfg, layer)``,
+grouped-query keys, the rotary rotation), as does the turning of users' prompts into checked batches."""
 
 from __future__ import annotations
 
@@ -96,17 +80,14 @@ class EngineError(ValueError):
 
 @dataclass
 class Reduction:
-    """What a pass keeps of each layer's activation, as a small state and two pure functions. ``step(state, layer, x)``
-    folds one layer's activation of one batch into ``state`` (it must not keep ``x`` itself: local engines reuse its
-    buffer for the next layer); ``finish(state)`` turns the state into the ``{name: tensor}`` result. Under nnsight both
-    run where the model runs (shipped by value) and only ``finish``'s tensors come back. ``stored(store)``: the same
-    result read off stored activations (``None``: a store cannot answer it). ``bulk``: what the state keeps per token,
-    if anything (e.g. every prompt's residual stream); an engine that would have to ship it back from where the model
-    runs refuses it. ``layers``: the only layers whose patterns ``step`` reads (``None``: every layer); an engine may
-    skip the others and stop after the last. ``logits(state, tokens, logits)``: for ``patterns``, each batch's logits
-    ``[batch, pos, d_vocab]`` with its tokens ``[batch, pos]`` (both on the model's device), after that batch's patterns
-    (``None``: the pass stops after the last pattern). Under ``activations``, ``step``'s third argument is the layer's
-    ``{kind: tensor}`` reads."""
+    """What a pass keeps of each layer's activation: a small ``state``, ``step(state, layer, x)`` folding one layer's
+    activation of one batch into it (never keeping ``x``: local engines reuse its buffer), ``finish(state)`` making the
+    ``{name: tensor}`` result (under nnsight both run where the model runs and only ``finish``'s tensors come back).
+    ``stored(store)``: the same result read off stored activations (``None``: a store cannot answer). ``bulk``: what the
+    state keeps per token, if anything (an engine that would ship it back from where the model runs refuses it).
+    ``layers``: the only layers ``step`` reads (``None``: all; an engine may stop after the last). ``logits(state,
+    tokens, logits)``: for ``patterns``, each batch's logits ``[batch, pos, d_vocab]`` with its tokens, after its
+    patterns (``None``: the pass stops after the last pattern). Under ``activations``, ``x`` is ``{kind: tensor}``."""
 
     step: Step
     finish: Callable[[dict], dict]
@@ -119,9 +100,9 @@ class Reduction:
 
 @runtime_checkable
 class StoredActivations(Protocol):
-    """Stored activations in place of a model: ``diagonals`` ``[n_layers, n_heads, n_offsets]`` (per-diagonal
-    attention masses, key 0 left out) and ``ext_pos(layer)`` ``[n_ctx, d_model]`` (the extended positional embedding
-    at ``layer``, centred over all ``n_ctx`` positions). :class:`~gpt2_posheads.store.cache.PosheadsCache` is one."""
+    """Stored activations in place of a model (:class:`~gpt2_posheads.store.cache.PosheadsCache`): ``diagonals``
+    ``[n_layers, n_heads, n_offsets]`` (per-diagonal attention masses, key 0 left out) and ``ext_pos(layer)``
+    ``[n_ctx, d_model]`` (the extended positional embedding at ``layer``, centred over all ``n_ctx`` positions)."""
 
     @property
     def diagonals(self) -> torch.Tensor: ...
@@ -141,11 +122,9 @@ SITES = {
 
 @dataclass(frozen=True, eq=False)
 class Edit:
-    """An intervention as data: what it edits (``site``, one of :data:`SITES`, with what ``fn`` is there), where
-    (``layers``: the blocks, none for the positional embedding) and how (``fn``). Every engine applies it in its own
-    way (TransformerLens hooks, an nnsight trace) or refuses it in one place (:func:`applied`). ``fn`` must not change
-    its input in place; ``check(model)``, run before anything is applied, raises where the model cannot take the edit
-    (a layer or head it lacks, no learned positions)."""
+    """An intervention as data: what it edits (``site`` of :data:`SITES`), where (``layers``: the blocks, none for the
+    positional embedding) and how (``fn``, which must not change its input in place). ``check(model)``, run before
+    anything is applied, raises where the model cannot take it (a layer or head it lacks, no learned positions)."""
 
     name: str
     site: str
@@ -155,9 +134,9 @@ class Edit:
 
     def hooks(self, model) -> list:
         """TransformerLens hooks ``[(hook_name, fn), ...]`` of this edit, for ``model.run_with_hooks``."""
-        from .engine_hooks import hook_tuples
+        from .engine_hooks import HooksEngine
 
-        return hook_tuples(model, [self])
+        return HooksEngine(model).bind([self])
 
 
 def as_edits(edits) -> list[Edit]:
@@ -173,31 +152,16 @@ def as_edits(edits) -> list[Edit]:
 
 
 def applied(engine, edits) -> list[Edit]:
-    """``edits`` checked for ``engine`` (anything with ``name``, ``model``, ``sites`` and ``refuse_hint``): the one
-    place an engine refuses an edit of a site it does not edit (:class:`EngineError`), and where each edit checks
-    the model."""
+    """``edits`` checked for ``engine``: the one place an engine refuses an edit of a site it does not edit
+    (:class:`EngineError`), and where each edit checks the model."""
     edits = as_edits(edits)
     for e in edits:
         if e.site not in engine.sites:
             edited = ", ".join(SITES[s] for s in SITES if s in engine.sites) or "nothing"
-            raise EngineError(
-                engine.name, f"apply an intervention ({e.name})", f"it edits {edited}", engine.refuse_hint
-            )
+            engine.refuse(f"apply an intervention ({e.name})", f"it edits {edited}")
         if e.check is not None:
             e.check(engine.model)
     return edits
-
-
-def bind_all(engine, edits, bind: Callable[[Edit], list]) -> list:
-    """What ``bind(edit)`` makes of each of ``edits`` (checked: :func:`applied`), in order; each edit is bound once
-    per engine (an analysis may run it on many batches, and an addition to the stream may take passes to compute)."""
-    cache = engine.__dict__.setdefault("_bound", weakref.WeakKeyDictionary())
-    out = []
-    for e in applied(engine, edits):
-        if e not in cache:
-            cache[e] = bind(e)
-        out += cache[e]
-    return out
 
 
 def replace_positions(pos_out, w_new: torch.Tensor):
@@ -207,50 +171,16 @@ def replace_positions(pos_out, w_new: torch.Tensor):
 
 
 def residual_write(layer: int, value: torch.Tensor) -> Edit:
-    """An edit that replaces the residual stream entering block ``layer`` by ``value`` ``[batch, pos, d_model]``
-    (the batch it runs on must have that shape): what a head would compute from a residual the model never made
-    (a path ablation asks a head for its queries and keys with one upstream output taken out of its input). Blocks
-    below ``layer`` still run; their result is discarded. TransformerLens hooks apply it; a trace does not (its edits
-    add to the stream, they do not replace it)."""
+    """An edit that replaces the residual stream entering block ``layer`` by ``value`` ``[batch, pos, d_model]`` (the
+    batch it runs on must have that shape): what a head computes from a residual the model never made (a path ablation
+    takes one upstream output out of a head's input). Blocks below ``layer`` still run, their result discarded.
+    TransformerLens hooks apply it; a trace does not (its edits add to the stream, they do not replace it)."""
     check = lambda model: check_int_range("layer", layer, 0, model.cfg.n_layers)  # noqa: E731
     return Edit("a residual write", "resid_set", lambda model: value, (layer,), check)
 
 
-class Engine(Protocol):
-    """What an analysis may ask of a model (see the module doc for shapes and meaning)."""
-
-    name: str
-    model: Any
-    sites: frozenset  # the sites of SITES whose edits it applies
-    refuse_hint: str  # what to do instead, when it refuses an edit
-
-    # each returns reduction.finish(state) (module doc); progress: a bar with this label over the batches
-    def patterns(self, batches: Batches, reduction: Reduction, edits=(), progress: str | None = None) -> dict: ...
-
-    def residuals(
-        self, batches: Batches, layers: Sequence[int], reduction: Reduction, edits=(), progress=None
-    ) -> dict: ...
-
-    def activations(self, batches: Batches, reads: Mapping, reduction: Reduction, edits=(), progress=None) -> dict: ...
-
-    def run(self, tokens: torch.Tensor, edits=()) -> torch.Tensor: ...
-
-
 def materialise(batches: Batches) -> Sequence[torch.Tensor]:
     return batches() if callable(batches) else batches
-
-
-def progress_bar(batches: Sequence[torch.Tensor], progress: str | None):
-    return tqdm(batches, desc=progress, disable=progress is None)
-
-
-def pattern_layers(model, reduction: Reduction) -> list[int]:
-    return sorted(range(model.cfg.n_layers) if reduction.layers is None else set(reduction.layers))
-
-
-def only_layers(layers: Sequence[int], step: Step, state: dict, layer: int, x: torch.Tensor) -> None:
-    if layer in layers:
-        step(state, layer, x)
 
 
 def layers_read(model, reads: Mapping[str, Iterable[int]]) -> dict[int, set[str]]:
@@ -276,26 +206,65 @@ def read_kinds(reads: Mapping[str, Iterable[int]]) -> str:
     return "activations (" + ", ".join(sorted(reads)) + ")"
 
 
-class StoredEngine:
+class Engine:
+    """What an analysis may ask of a model (module doc for shapes and meaning), and what every engine shares: the
+    refusal of what it cannot do (:meth:`refuse`, :func:`applied`), each edit bound once per engine (:meth:`bind`;
+    a subclass's ``_bind(edit)`` makes its form of one edit), the progress bar over the batches and the layers a
+    reduction reads. Each of ``patterns``, ``residuals``, ``activations`` returns ``reduction.finish(state)``."""
+
+    name = ""
+    sites: frozenset = frozenset()  # the sites of SITES whose edits it applies
+    refuse_hint = ""  # what to do instead, when it refuses
+
+    def __init__(self, model):
+        self.model = model
+
+    def refuse(self, operation: str, why: str, hint: str | None = None):
+        raise EngineError(self.name, operation, why, self.refuse_hint if hint is None else hint)
+
+    def bind(self, edits) -> list:
+        """What ``_bind(edit)`` makes of each of ``edits`` (checked: :func:`applied`), in order; each edit is bound once
+        per engine (an analysis may run it on many batches; an addition to the stream may take passes to compute)."""
+        cache = self.__dict__.setdefault("_bound", weakref.WeakKeyDictionary())
+        out = []
+        for e in applied(self, edits):
+            if e not in cache:
+                cache[e] = self._bind(e)
+            out += cache[e]
+        return out
+
+    def pattern_layers(self, reduction: Reduction) -> list[int]:
+        return sorted(range(self.model.cfg.n_layers) if reduction.layers is None else set(reduction.layers))
+
+    @staticmethod
+    def batches(batches: Sequence[torch.Tensor], progress: str | None):
+        """The batches, under a progress bar labelled ``progress`` (none when ``None``)."""
+        return tqdm(batches, desc=progress, disable=progress is None)
+
+    def patterns(self, batches: Batches, reduction: Reduction, edits=(), progress: str | None = None) -> dict: ...
+
+    def residuals(
+        self, batches: Batches, layers: Sequence[int], reduction: Reduction, edits=(), progress=None
+    ) -> dict: ...
+
+    def activations(self, batches: Batches, reads: Mapping, reduction: Reduction, edits=(), progress=None) -> dict:
+        self.refuse(f"read {read_kinds(reads)}", self.reads_refused)
+
+    def run(self, tokens: torch.Tensor, edits=()) -> torch.Tensor: ...
+
+
+class StoredEngine(Engine):
     """Stored activations (:class:`StoredActivations`): they answer the reductions that say how to read their result off
     a store (``Reduction.stored``) and nothing else: no pattern or residual of new inputs, no run, no edit."""
 
     name = STORED
-    sites = frozenset()
     refuse_hint = "stored activations were measured once, unedited: pass the model instead"
-
-    def __init__(self, store):
-        self.model = store
 
     def _answer(self, reduction: Reduction, operation: str, edits) -> dict:
         applied(self, edits)
         if reduction.stored is None:
-            raise EngineError(
-                self.name,
-                operation,
-                "a store holds per-diagonal masses and extended positional embeddings, not activations of new inputs",
-                "pass the model instead",
-            )
+            why = "a store holds per-diagonal masses and extended positional embeddings, not activations of new inputs"
+            self.refuse(operation, why, "pass the model instead")
         return reduction.stored(self.model)
 
     def patterns(self, batches, reduction, edits=(), progress=None) -> dict:
@@ -308,16 +277,15 @@ class StoredEngine:
         return self._answer(reduction, f"read {read_kinds(reads)}", edits)
 
     def run(self, tokens, edits=()) -> torch.Tensor:
-        raise EngineError(self.name, "run a model", "stored activations hold no model", "pass the model instead")
+        self.refuse("run a model", "stored activations hold no model", "pass the model instead")
 
 
 def engine_for(model, engine: str = "auto", bf16: bool = False, with_edits: bool = False) -> Engine:
     """The :class:`Engine` that runs ``model`` (a TransformerLens model, a traced model, or stored activations).
-    ``engine``: one of :data:`ENGINES` (module doc). ``bf16``: matmuls in bfloat16 where the CPU or GPU has native
-    support (else float32, said once: :func:`~gpt2_posheads.model.state.resolve_bf16`); a trace runs the model in
-    its own dtype. ``with_edits``: the analysis compares passes with and without edits, so under ``"auto"`` both run
-    through the engine that applies the edits (TransformerLens hooks): their difference is then the edits' alone, with
-    no difference between two ways of computing the clean pass in it."""
+    ``engine``: one of :data:`ENGINES` (module doc). ``bf16``: matmuls in bfloat16 where the hardware supports it
+    natively (else float32, said once: :func:`~gpt2_posheads.model.state.resolve_bf16`); a trace runs in the model's
+    own dtype. ``with_edits``: the analysis compares passes with and without edits, so under ``"auto"`` both run
+    through the engine that applies the edits (hooks), and their difference is the edits' alone."""
     from .engine_fast import FastEngine
     from .engine_hooks import HooksEngine
     from .engine_nnsight import TracedEngine, is_traced
@@ -335,15 +303,8 @@ def engine_for(model, engine: str = "auto", bf16: bool = False, with_edits: bool
             raise ValueError(f"engine={engine!r} runs a TransformerLens model; this model is traced by nnsight")
         return TracedEngine(model)
     if engine in (NNSIGHT, STORED):
-        raise ValueError(
-            f"engine={engine!r} needs "
-            + (
-                "a traced model (gpt2_posheads.model.engine_nnsight.load_traced)"
-                if engine == NNSIGHT
-                else "stored activations"
-            )
-            + "; this is a TransformerLens model"
-        )
+        need = "a traced model (gpt2_posheads.model.engine_nnsight.load_traced)" if engine == NNSIGHT else None
+        raise ValueError(f"engine={engine!r} needs {need or 'stored activations'}; this is a TransformerLens model")
     check_model(model)  # a plain transformers model (no ``cfg``) is named here, before any work
     bf16 = resolve_bf16(bf16, model_device(model))
     if engine == "hooks" or (engine == "auto" and with_edits):
@@ -352,9 +313,8 @@ def engine_for(model, engine: str = "auto", bf16: bool = False, with_edits: bool
 
 
 def attn_scale(cfg, layer: int) -> float:
-    """Multiplier of ``q . k`` in ``layer``: ``1 / attn_scale`` (TransformerLens's default ``attn_scale`` is
-    ``sqrt(d_head)``; the 4.x bridge stores ``-1`` for "default"), ``1`` when ``use_attn_scale`` is off, and a further
-    ``1 / (layer + 1)`` with ``scale_attn_by_inverse_layer_idx`` (GPT-2's option, used by some checkpoints)."""
+    """Multiplier of ``q . k`` in ``layer``: ``1 / attn_scale`` (default ``sqrt(d_head)``; the 4.x bridge stores ``-1``
+    for it), ``1`` without ``use_attn_scale``, times ``1 / (layer + 1)`` with ``scale_attn_by_inverse_layer_idx``."""
     if not getattr(cfg, "use_attn_scale", True):
         scale = 1.0
     else:
@@ -366,9 +326,8 @@ def attn_scale(cfg, layer: int) -> float:
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary position embedding of ``x`` ``[batch, pos, head, d_head]`` with the model's own ``cos``/``sin``
-    ``[batch, pos, r]`` (GPT-NeoX's rotate-half on the first ``r`` dimensions; ``r < d_head`` for Pythia's partial
-    rotary): ``x_r cos + rotate_half(x_r) sin``, the rest unchanged."""
+    """Rotary embedding of ``x`` ``[batch, pos, head, d_head]`` with the model's ``cos``/``sin`` ``[batch, pos, r]``:
+    ``x_r cos + rotate_half(x_r) sin`` on the first ``r`` dimensions (Pythia's partial rotary: ``r < d_head``)."""
     r = cos.shape[-1]
     xr, rest = x[..., :r], x[..., r:]
     half = r // 2
@@ -378,21 +337,20 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 def expand_kv(k: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """Keys ``[batch, pos, n_kv_heads, d_head]`` of grouped-query attention → one per query head ``[batch, pos,
-    n_heads, d_head]`` (query head ``h`` reads key head ``h // (n_heads / n_kv_heads)``, as the models compute it)."""
+    """Grouped-query keys ``[batch, pos, n_kv_heads, d_head]`` → ``[batch, pos, n_heads, d_head]`` (query head ``h``
+    reads key head ``h // (n_heads / n_kv_heads)``)."""
     if k.shape[2] == n_heads:
         return k
     return k.repeat_interleave(n_heads // k.shape[2], dim=2)
 
 
 def scale_from_pattern(dot: torch.Tensor, pattern: torch.Tensor, declared: float) -> tuple[float, torch.Tensor, float]:
-    """``(scale, mask, error)``: how a head turns ``dot = q . k`` ``[..., q, k]`` into its own ``pattern`` (same shape).
-    The mask is where the pattern is exactly 0 (the future, and any attention window). The scale is ``declared``
-    (:func:`attn_scale`) when ``softmax(dot * declared + mask)`` reproduces the pattern; otherwise it is read off the
-    pattern (within each row ``log A - mean = scale * (dot - mean)``, a least-squares fit), which is how a configuration
-    that misstates the scale is caught (the TransformerLens 4 bridge gives GPT-Neo, which does not scale its scores, the
-    default 1/sqrt(d_head)). ``error``: the largest difference of the reproduced pattern. Never read a bridge's
-    ``hook_attn_scores`` for this: on GPT-Neo and OPT it holds the pattern."""
+    """``(scale, mask, error)``: how a head turns ``dot = q . k`` ``[..., q, k]`` into its ``pattern``. The mask is
+    where the pattern is exactly 0 (the future, any window); the scale is ``declared`` (:func:`attn_scale`) when
+    ``softmax(dot * declared + mask)`` reproduces the pattern, else read off it (per row ``log A - mean = scale * (dot -
+    mean)``, least squares): how a misstated scale is caught (the 4.x bridge gives GPT-Neo, which does not scale, the
+    default). ``error``: the largest difference reproduced. (A bridge's ``hook_attn_scores`` holds the pattern on
+    GPT-Neo and OPT: never read it for this.)"""
     dot, pattern = dot.double(), pattern.double()
     mask = pattern <= 0
 
@@ -411,14 +369,14 @@ def scale_from_pattern(dot: torch.Tensor, pattern: torch.Tensor, declared: float
 
 
 def raw_scores_from_qk(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """``[batch, pos, head, d_head]`` queries and keys (as an engine's ``"q"`` and ``"k"`` reads give them) →
-    pre-mask scores ``[batch, head, q, k]`` = ``(q . k) * scale`` (``scale``: :func:`attn_scale`)."""
+    """Queries and keys ``[batch, pos, head, d_head]`` (an engine's reads) → scores ``[batch, head, q, k]`` = ``(q . k)
+    * scale``."""
     return torch.einsum("bqhd,bkhd->bhqk", q.float(), expand_kv(k, q.shape[2]).float()) * scale
 
 
 def attention_pattern(q: torch.Tensor, k: torch.Tensor, scale: float, window: int | None) -> torch.Tensor:
-    """``softmax(q k^T * scale + mask)`` ``[batch, head, q, k]`` float32: keys after the query masked, and keys
-    ``window`` or more positions back where the layer has a window."""
+    """``softmax(q k^T * scale + mask)`` ``[batch, head, q, k]`` float32, masking keys after the query and those
+    ``window`` or more back."""
     n = q.shape[1]
     pos = torch.arange(n, device=q.device)
     dist = pos[:, None] - pos[None, :]
@@ -430,8 +388,7 @@ def attention_pattern(q: torch.Tensor, k: torch.Tensor, scale: float, window: in
 
 
 def z_gap(mine: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
-    """Relative gap of a recomputed activation to the model's own (a 0-d tensor): ``max |mine - theirs| / (1 + max
-    |theirs|)``."""
+    """``max |mine - theirs| / (1 + max |theirs|)`` (a 0-d tensor): a recomputed activation's gap to the model's."""
     return (mine - theirs.float()).abs().max() / (1.0 + theirs.float().abs().max())
 
 
@@ -439,9 +396,8 @@ _EOS_FOR_BOS_SAID: weakref.WeakSet = weakref.WeakSet()  # the tokenizers whose m
 
 
 def bos_token_id(tokenizer) -> int:
-    """The id a prompt starts with: the tokenizer's BOS token. A tokenizer without one (or whose BOS TransformerLens
-    set to its EOS when it loaded the model: none was declared) starts prompts with its EOS token, as TransformerLens's
-    own ``to_tokens`` does, said once per tokenizer; one with neither is a :class:`UsageError`."""
+    """The tokenizer's BOS id; without a declared one (TransformerLens sets BOS to EOS), its EOS, as ``to_tokens``
+    does, said once per tokenizer; neither is a :class:`UsageError`."""
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
     declared = getattr(tokenizer, "init_kwargs", {}).get("bos_token")
     if bos is not None and (declared is not None or bos != eos):
@@ -457,9 +413,7 @@ def bos_token_id(tokenizer) -> int:
 
 
 def as_token_batches(model, prompts, batch_size: int) -> Iterator[torch.Tensor]:
-    """Yield ``[batch, pos]`` token tensors; prompts of equal length share a batch. ``prompts``: a ``[n, pos]``
-    tensor, a list of 1-D tensors, or a list of strings (tokenized with the model's tokenizer, BOS prepended as
-    ``model.to_tokens`` does). Raises on an empty list or a prompt longer than ``n_ctx``."""
+    """``[batch, pos]`` token tensors, prompts of equal length together, of ``prompts`` (:func:`to_token_list`)."""
     check_int_range("batch_size", batch_size, 1, 1 << 30)
     by_len: dict[int, list[torch.Tensor]] = {}
     for s in to_token_list(model, prompts):
@@ -470,6 +424,8 @@ def as_token_batches(model, prompts, batch_size: int) -> Iterator[torch.Tensor]:
 
 
 def to_token_list(model, prompts) -> list[torch.Tensor]:
+    """``prompts`` (a ``[n, pos]`` tensor, 1-D tensors, or strings: tokenized with BOS as ``model.to_tokens`` does) as
+    checked 1-D ``long`` tensors: integers in the vocabulary, 1 to ``n_ctx`` long, at least one."""
     if isinstance(prompts, torch.Tensor):
         if prompts.ndim == 1:
             prompts = prompts[None]

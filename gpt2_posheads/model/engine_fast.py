@@ -1,10 +1,8 @@
 """A hook-free forward pass for the two read-only workloads: attention patterns and the residual stream.
 
-Diagonal statistics need every layer's attention pattern and nothing else; extended positional embeddings need the
-residual stream entering one block and nothing else. Through TransformerLens hooks both pay for machinery they do not
-use: the 4.x bridge forces eager attention, checks its masks on every call, and (under ``torch.autocast``) re-casts
-every weight on every call. This module recomputes the same GPT-2 block straight from the model's TransformerLens
-weights (a 4.x bridge and a 3.x ``HookedTransformer`` alike):
+Through TransformerLens hooks both pay for machinery they do not use (the 4.x bridge forces eager attention, checks its
+masks on every call, and under ``torch.autocast`` re-casts every weight on every call), so this module recomputes the
+GPT-2 block straight from the model's TransformerLens weights (4.x bridge and 3.x ``HookedTransformer`` alike):
 
     resid_0      = W_E[tok] + W_pos[pos]
     x            = LN1(resid_l)
@@ -13,17 +11,15 @@ weights (a 4.x bridge and a 3.x ``HookedTransformer`` alike):
     resid_mid    = resid_l + sum_h (A v)_h W_O[h] + b_O
     resid_{l+1}  = resid_mid + act(LN2(resid_mid) W_in + b_in) W_out + b_out
 
-When only the residual is wanted, ``A v`` goes through ``scaled_dot_product_attention`` (a fused kernel that never
-stores ``A``). Weights are gathered once per model (and per dtype) and reused until a parameter changes; in float32 they
-share the model's storage except the fused QKV matrix (a quarter of the block weights), and ``bf16`` adds a bfloat16
-copy. Where the fused matrices of all layers would exceed :data:`FUSED_QKV_CACHE_BYTES` (GPT-2 large and XL), each
-layer's is built when the layer runs, in one reused buffer, so memory stays at the weights plus one layer's work.
-:func:`release` drops them.
+When only the residual is wanted, ``A v`` goes through ``scaled_dot_product_attention`` (never storing ``A``). Weights
+are gathered once per model and dtype until a parameter changes, sharing the model's storage in float32 except the
+fused QKV matrix (``bf16`` adds a bfloat16 copy); above :data:`FUSED_QKV_CACHE_BYTES` (GPT-2 large, XL) each layer's
+fusion is built when it runs, in one reused buffer. :func:`release` drops them.
 
-The fast path is *verified, not trusted*: the first time it meets a model it runs a short random prompt both ways and
-compares every pattern and the final residual with the hooked pass. A model it does not reproduce (an architecture
-outside the GPT-2 family, an unusual attention scale) falls back to the hooks with a warning, so results never depend on
-which path ran. Edits, and hooks the caller left on the model, always take the hooked path."""
+*Verified, not trusted*: the first time it meets a model it runs a short random prompt both ways and compares every
+pattern and the final residual with the hooked pass; a model it does not reproduce falls back to the hooks with a
+warning, so results never depend on which path ran. Edits, and hooks the caller left on the model, take the hooked
+path."""
 
 from __future__ import annotations
 
@@ -32,27 +28,13 @@ import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import lru_cache
 
 import einops
 import torch
 import torch.nn.functional as F
 
-from .engine import (
-    EngineError,
-    Reduction,
-    applied,
-    as_edits,
-    attn_scale,
-    keep_reads,
-    materialise,
-    model_device,
-    only_layers,
-    pattern_layers,
-    progress_bar,
-    read_kinds,
-    z_gap,
-)
+from .engine import Engine, Reduction, applied, as_edits, attn_scale, keep_reads, materialise, model_device, z_gap
 from .engine_hooks import HooksEngine, params_key
 from .state import caller_hooks
 
@@ -61,10 +43,9 @@ _GELU_C = 2.0 * math.sqrt(2.0 / math.pi)
 
 
 def gelu_tanh_(x: torch.Tensor) -> torch.Tensor:
-    """GPT-2's ``gelu_new`` in place: ``0.5 x (1 + tanh(u)) = x * sigmoid(2u)``, ``u = sqrt(2/pi) (x + 0.044715 x^3)``.
-    The same function as ``F.gelu(x, approximate="tanh")`` (max difference ~5e-7 on N(0, 9) inputs, float rounding),
-    written with ``sigmoid`` and in-place passes: on a cache-sized chunk it runs about twice as fast on AVX2 CPUs, where
-    PyTorch's vectorised tanh is slow. ``x`` is overwritten and returned."""
+    """GPT-2's ``gelu_new`` in place (``x`` overwritten and returned): ``0.5 x (1 + tanh(u)) = x * sigmoid(2u)``,
+    ``u = sqrt(2/pi) (x + 0.044715 x^3)``; ``F.gelu(x, approximate="tanh")`` to ~5e-7 on N(0, 9), about twice as fast
+    on a cache-sized chunk on AVX2 CPUs, where PyTorch's vectorised tanh is slow."""
     t = x * x
     t.mul_(_GELU_C * 0.044715).add_(_GELU_C).mul_(x)
     return x.mul_(t.sigmoid_())
@@ -106,9 +87,8 @@ class FastPathUnsupported(ValueError):
 
 @dataclass
 class _Block:
-    """One block's weights in ``x @ W + b`` layout ([in, out]); only ``W_qkv`` is a copy (the fusion). ``W_qkv`` is
-    ``None`` when the fusion happens per call (:data:`FUSED_QKV_CACHE_BYTES`); ``qkv`` then holds the model's own
-    ``W_Q, W_K, W_V`` (each ``[n_heads, d_model, d_head]``, shared storage)."""
+    """One block's weights in ``x @ W + b`` layout ([in, out]); only ``W_qkv`` is a copy, ``None`` when fused per call
+    (``qkv`` then holds the model's own ``W_Q, W_K, W_V``, each ``[n_heads, d_model, d_head]``)."""
 
     ln1: tuple[torch.Tensor | None, torch.Tensor | None]
     W_qkv: torch.Tensor | None  # [d_model, 3 * n_heads * d_head]
@@ -201,9 +181,9 @@ class FastGPT2:
         return self.W_E[tokens] + self.W_pos[: tokens.shape[1]]
 
     def block(self, resid: torch.Tensor, layer: int, on_pattern=None, attn_only_patterns=False, workspace=None):
-        """One block on the float32 residual ``[batch, pos, d_model]``. With ``on_pattern``, the softmaxed pattern
-        ``[batch, head, q, k]`` (float32) is passed to it; with ``attn_only_patterns`` the block stops there (returns
-        ``None``). The pattern lives in a ``workspace`` buffer that the next layer overwrites: copy it to keep it."""
+        """One block on the float32 residual ``[batch, pos, d_model]``; ``on_pattern(layer, pattern)`` gets the float32
+        pattern ``[batch, head, q, k]`` (a ``workspace`` buffer the next layer overwrites), and with
+        ``attn_only_patterns`` the block stops there (returns ``None``)."""
         w = self.blocks[layer]
         ws = workspace if workspace is not None else Workspace()
         qkv = _affine(self._norm(resid, w.ln1), self._fused_qkv(w, ws), w.b_qkv)
@@ -228,12 +208,11 @@ class FastGPT2:
     @staticmethod
     def _pattern(q: torch.Tensor, k: torch.Tensor, scale: float, ws: Workspace) -> torch.Tensor:
         """``softmax(q k^T * scale + causal mask)`` ``[batch*head, n, n]`` float32 from ``q``, ``k`` ``[batch*head, n,
-        d_head]``, in the workspace's ``pattern`` buffer (zero above the diagonal). Scale and mask ride on the matmul
-        (baddbmm), into reused buffers: freshly allocated ones this large cost more in page faults than the softmax.
-        From :data:`CAUSAL_BLOCKS_FROM` positions on, query rows go in blocks of :data:`CAUSAL_BLOCK_ROWS` against the
-        keys they can see (rows ``r0 .. r1 - 1``: keys ``0 .. r1 - 1``), about half the scores, exponentials and writes
-        of the whole square; the buffer's part above the blocks is zero from its allocation and never written. A row's
-        softmax over its visible keys is the softmax over all of them (the others are ``-inf``: exactly 0)."""
+        d_head]``, in the workspace's ``pattern`` buffer. Scale and mask ride on the matmul (baddbmm) into reused
+        buffers (fresh ones this large cost more in page faults than the softmax). From :data:`CAUSAL_BLOCKS_FROM`
+        positions on, blocks of :data:`CAUSAL_BLOCK_ROWS` query rows ``r0..r1-1`` go against keys ``0..r1-1``, about
+        half the work; the rest stays zero from allocation (a row's softmax over its visible keys is the softmax over
+        all: the others are ``-inf``, exactly 0)."""
         bh, n, _ = q.shape
         bias = _causal_bias(n, q.dtype, str(q.device))
         if n < CAUSAL_BLOCKS_FROM:
@@ -258,8 +237,7 @@ class FastGPT2:
 
     @staticmethod
     def _attend(pattern: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """``pattern @ v`` ``[batch, head, n, d_head]``; on long prompts by the same query blocks as
-        :meth:`_pattern`, each against the values it can see (the rest of its rows is zero)."""
+        """``pattern @ v`` ``[batch, head, n, d_head]``, on long prompts by :meth:`_pattern`'s query blocks."""
         n = pattern.shape[-1]
         if n < CAUSAL_BLOCKS_FROM:
             return torch.matmul(pattern, v)
@@ -282,10 +260,9 @@ class FastGPT2:
 
     def _mlp(self, resid: torch.Tensor, w: _Block) -> torch.Tensor:
         """``resid + act(LN2(resid) W_in + b_in) W_out + b_out`` in chunks of :data:`MLP_CHUNK_PER_THREAD` rows per CPU
-        thread, in one chunk on a GPU (any chunking gives the same rows: each row's MLP is independent)."""
+        thread, one chunk on a GPU (each row's MLP is independent: any chunking gives the same rows)."""
         flat = resid.reshape(-1, self.d_model)
         out = torch.empty_like(flat)
-        # the cache argument is a CPU one: on a GPU all rows go at once
         chunk = MLP_CHUNK_PER_THREAD * torch.get_num_threads() if flat.device.type == "cpu" else max(flat.shape[0], 1)
         for i in range(0, flat.shape[0], chunk):
             rows = flat[i : i + chunk]
@@ -294,8 +271,8 @@ class FastGPT2:
         return out.view_as(resid)
 
     def residuals(self, tokens: torch.Tensor, layers) -> dict[int, torch.Tensor]:
-        """``{layer: resid entering block layer}`` (``n_layers``: the final residual), each
-        ``[batch, pos, d_model]`` float32; blocks after the largest layer never run."""
+        """``{layer: resid entering block layer}`` ``[batch, pos, d_model]`` float32 (``n_layers``: the final one);
+        blocks after the largest layer never run."""
         want, last = set(layers), max(layers)
         out, resid, ws = {}, self.embed(tokens), Workspace()
         for l in range(last + 1):
@@ -306,9 +283,8 @@ class FastGPT2:
         return out
 
     def patterns(self, tokens: torch.Tensor, on_pattern: Callable, workspace=None, last: int | None = None) -> None:
-        """Call ``on_pattern(layer, pattern [batch, head, q, k])`` for every layer up to ``last`` (default: the last
-        layer); stops after that layer's pattern (its values, output and MLP are never computed). Pass one ``workspace``
-        to successive calls to reuse its buffers across batches; each pattern is overwritten by the next."""
+        """``on_pattern(layer, pattern [batch, head, q, k])`` for every layer up to ``last`` (default: all), stopping
+        after that pattern; one ``workspace`` reuses its buffers across calls (each pattern overwritten by the next)."""
         last = self.n_layers - 1 if last is None else last
         resid, ws = self.embed(tokens), workspace if workspace is not None else Workspace()
         for l in range(last + 1):
@@ -322,8 +298,7 @@ class Workspace:
         self._buffers: dict[str, torch.Tensor] = {}
 
     def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device, zeroed: bool = False) -> torch.Tensor:
-        """The buffer ``name``; ``zeroed``: filled with zeros when (re)allocated, for a caller that writes only part of
-        it and leaves the rest as it found it."""
+        """The buffer ``name`` (``zeroed``: zeros when (re)allocated, for a caller that writes only part of it)."""
         buf = self._buffers.get(name)
         if buf is None or buf.shape != shape or buf.dtype != dtype or buf.device != torch.device(device):
             make = torch.zeros if zeroed else torch.empty
@@ -335,9 +310,8 @@ _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _verify(model, fast: FastGPT2) -> str | None:
-    """Compare the fast path with the hooked pass on two short random prompts; ``None`` when they agree. Tolerance 1e-3
-    (absolute on patterns, relative on the residual) for a float32 model; a model loaded in half precision computes its
-    own pass more coarsely, so 3e-2 there."""
+    """Why the fast path and the hooked pass disagree on two short random prompts, or ``None``: tolerance 1e-3
+    (absolute on patterns, relative on the residual), 3e-2 for a half-precision model (its own pass is coarser)."""
     L = model.cfg.n_layers
     tol = 1e-3 if next(model.parameters()).dtype == torch.float32 else 3e-2
     n = min(6, model.cfg.n_ctx)  # 2 x 6 tokens: batch, mask and scale all exercised; the passes cost ~ tokens here
@@ -346,10 +320,8 @@ def _verify(model, fast: FastGPT2) -> str | None:
     fast_p: dict[int, torch.Tensor] = {}
     ws = Workspace()
     with torch.inference_mode():
-        # One full fast pass on the explicit-softmax branch gives every pattern and the final residual;
-        # the fused SDPA branch (residual-only workloads) is checked against it on the last block, whose
-        # attention scale differs most across layers. A whole second fast pass for it cost a third of
-        # the check, and the check is most of a first call's set-up (these passes are weight-bound).
+        # one explicit-softmax pass gives every pattern and the final residual; the fused SDPA branch is checked on
+        # the last block only (its scale differs most; a second whole pass cost a third of the check)
         resid = fast.embed(toks)
         for l in range(L):
             last_in = resid
@@ -369,10 +341,8 @@ def _verify(model, fast: FastGPT2) -> str | None:
 
 def fast_forward(model, engine: str = "auto", dtype: torch.dtype = torch.float32):
     """The :class:`FastGPT2` for ``model``, or ``None`` when the hooked pass must run. ``engine``: ``"auto"`` (fast path
-    when the model is supported, verified and carries no hooks of its own), ``"fast"`` (raise instead of falling back),
-    ``"hooks"`` (always TransformerLens hooks). The fast path computes from the weights and runs no hook: hooks the
-    caller left on the model (:func:`~gpt2_posheads.model.state.caller_hooks`) would be skipped, so such a model takes
-    the hooked pass."""
+    when the model is supported, verified and carries no hooks the caller left on it, which it would skip),
+    ``"fast"`` (raise instead of falling back), ``"hooks"`` (always TransformerLens hooks)."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r} is not one of {ENGINES}")
     if engine == "hooks":
@@ -412,15 +382,15 @@ def release(model) -> None:
     _CACHE.pop(model, None)
 
 
-class FastEngine:
+class FastEngine(Engine):
     """The verified hook-free GPT-2 pass (:class:`FastGPT2`) for patterns and residuals without edits. It applies no
     edits, computes no logits and hands over no queries, keys or head outputs: with ``strict`` (``engine="fast"``)
     asking for any of these is an error; otherwise (``"auto"``) such a pass, ``run`` and a model the fast path does not
     reproduce go to TransformerLens hooks (the fast path says once why it stepped aside)."""
 
     name = "fast"
-    sites = frozenset()
     refuse_hint = "use engine='auto' or 'hooks'"
+    reads_refused = "it computes patterns and residuals in its own fused way, nothing else"
 
     def __init__(self, model, strict: bool = False, bf16: bool = False):
         self.model, self.strict, self.bf16 = model, strict, bf16
@@ -435,24 +405,18 @@ class FastEngine:
         dtype = torch.bfloat16 if self.bf16 else torch.float32
         return fast_forward(self.model, "fast" if self.strict else "auto", dtype)
 
-    def _refuse(self, operation: str, why: str) -> None:
-        if self.strict:
-            raise EngineError(self.name, operation, why, "use engine='auto' or 'hooks'")
-
     def patterns(self, batches, reduction, edits=(), progress=None) -> dict:
         batches = materialise(batches)
-        if reduction.logits is not None:
-            self._refuse("hand logits to a reduction", "the fast path has no unembedding")
-            return self.hooks.patterns(batches, reduction, edits, progress)
-        fast = self._fast(edits)
+        if reduction.logits is not None and self.strict:
+            self.refuse("hand logits to a reduction", "the fast path has no unembedding")
+        fast = None if reduction.logits is not None else self._fast(edits)
         if fast is None:
             return self.hooks.patterns(batches, reduction, edits, progress)
         device, ws, st = model_device(self.model), Workspace(), reduction.state
-        layers = pattern_layers(self.model, reduction)
-        on = partial(only_layers, layers, reduction.step, st)
+        layers = self.pattern_layers(reduction)
         with torch.inference_mode():
-            for toks in progress_bar(batches, progress):
-                fast.patterns(toks.to(device), on, ws, last=layers[-1])
+            for toks in self.batches(batches, progress):
+                fast.patterns(toks.to(device), lambda l, p: l in layers and reduction.step(st, l, p), ws, layers[-1])
         return reduction.finish(st)
 
     def residuals(self, batches, layers, reduction, edits=(), progress=None) -> dict:
@@ -462,15 +426,14 @@ class FastEngine:
             return self.hooks.residuals(batches, layers, reduction, edits, progress)
         device, st = model_device(self.model), reduction.state
         with torch.inference_mode():
-            for toks in progress_bar(batches, progress):
+            for toks in self.batches(batches, progress):
                 for l, resid in fast.residuals(toks.to(device), layers).items():
                     reduction.step(st, l, resid)
         return reduction.finish(st)
 
     def activations(self, batches, reads, reduction, edits=(), progress=None) -> dict:
-        self._refuse(
-            f"read {read_kinds(reads)}", "it computes patterns and residuals in its own fused way, nothing else"
-        )
+        if self.strict:
+            super().activations(batches, reads, reduction, edits, progress)
         return self.hooks.activations(batches, reads, reduction, edits, progress)
 
     def run(self, tokens, edits=()) -> torch.Tensor:

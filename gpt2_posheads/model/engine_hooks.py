@@ -1,34 +1,28 @@
 """The TransformerLens engine: passes with hooks, the edits as hooks, and which hooks a model really fires.
 
-**Passes** (:class:`HooksEngine`) stop as soon as the activation they need has been seen. ``stop_at_layer`` differs
-between TransformerLens versions (the 4.x bridge drops hooks at the stop layer and ignores
-``stop_at_layer == n_layers``), so early exit is an exception raised from a hook (:func:`run_until`): later blocks, the
-final LayerNorm and the unembedding (the costliest matmul of a small model) are skipped, in TL 3.x and 4.x alike.
+**Passes** (:class:`HooksEngine`) stop right after the activation they need (:func:`run_until`, an exception raised from
+a hook: ``stop_at_layer`` differs between TransformerLens versions, the 4.x bridge dropping hooks at the stop layer and
+ignoring ``stop_at_layer == n_layers``), skipping later blocks, the final norm and the unembedding.
 
-**Which hooks feed the model** (:func:`hook_status`). A hook name in ``model.hook_dict`` is no promise. On the
-TransformerLens 4 bridge (measured with TL 4.3 on random-weight models): Pythia and Llama never fire ``hook_pos_embed``
-(they have no ``W_pos``), Pythia lists ``hook_rot_q``/``hook_rot_k`` but never fires them, and GPT-Neo and OPT fire
-``hook_pattern`` only *after* the attention output is computed, so editing the pattern there changes nothing. An
-intervention that silently does nothing would make a claim look "not held" when it was never tested, so every
-intervention asks :func:`hook_status` first. The probe runs once per model (cached, reset when the weights change): one
-forward of 8 tokens watching the hooks of block ``min(1, n_layers - 1)`` and the embeddings, then one per hook with it
-edited, judged by the activation it feeds (:data:`DOWNSTREAM`): a verdict on the plumbing, not on the weights (editing
-the residual must reach ``resid_post`` through the skip connection whatever the block computes). A block hook that
-changes nothing there is probed in the other blocks too, since a block whose heads have zero value or output weights (a
-hand-built model's inert layer) hides the plumbing: it is ``live`` if it feeds its activation in any block.
+**Which hooks feed the model** (:func:`hook_status`). A hook name in ``model.hook_dict`` is no promise: on the 4.x
+bridge (TL 4.3, random-weight models) Pythia and Llama never fire ``hook_pos_embed``, Pythia lists but never fires
+``hook_rot_q``/``hook_rot_k``, and GPT-Neo and OPT fire ``hook_pattern`` only *after* the attention output is computed.
+An intervention that silently does nothing would make a claim look "not held" when it was never tested, so every one
+asks first. The probe runs once per model (cached until the weights change): one 8-token pass watching block
+``min(1, n_layers - 1)`` and the embeddings, then one per hook with it edited, judged by the activation it feeds
+(:data:`DOWNSTREAM`), a verdict on the plumbing, not the weights. A block hook that changes nothing there is probed in
+the other blocks too (a hand-built model's inert layer hides the plumbing): it is ``live`` if it feeds in any block.
 
-**Pattern edits** (:func:`pattern_edit_hooks`). Where ``hook_pattern`` feeds the output (GPT-2, Pythia, Llama on the
-TransformerLens 4 bridge), an edit is a hook on it. Where it fires only after the output is computed (GPT-Neo and OPT on
-that bridge: the edit would be discarded), the edit goes through the head outputs instead:
+**Pattern edits** (:func:`pattern_edit_hooks`): a hook on ``hook_pattern`` where it feeds the output (GPT-2, Pythia,
+Llama on the 4.x bridge); where it fires after the output (GPT-Neo, OPT) the edit goes through the head outputs:
 
     A = softmax(scale * q k^T + mask)      from this pass's queries and keys (rotated as the model rotates them)
     z' = edit(A) v                          replaces hook_z (the values per head, shared ones expanded)
 
-The scale and the mask (causal, plus any attention window, such as GPT-Neo's local layers) are calibrated once per model
-and layer on a clean pass (:func:`~gpt2_posheads.model.engine.scale_from_pattern`), and every pass checks that
-``A v`` reproduces the model's own ``z`` before replacing it: a mismatch is an error, never a silent change.
-``hook_pattern``, which fires after the output there, then shows ``edit(A)`` to the hooks after it, so a reduction of
-the patterns sees the pattern the head attended with on every model (and every engine)."""
+with the scale and mask (causal, plus any attention window) calibrated once per model and layer
+(:func:`~gpt2_posheads.model.engine.scale_from_pattern`), and every pass checking that ``A v`` reproduces the model's
+own ``z`` before replacing it (a mismatch is an error). ``hook_pattern`` then shows ``edit(A)`` to the hooks after it,
+so a reduction sees the pattern the head attended with on every model and engine."""
 
 from __future__ import annotations
 
@@ -42,17 +36,15 @@ import torch
 from .engine import (
     SITES,
     Edit,
+    Engine,
     Reduction,
     attention_pattern,
     attn_scale,
-    bind_all,
     expand_kv,
     keep_reads,
     layers_read,
     materialise,
     model_device,
-    pattern_layers,
-    progress_bar,
     raw_scores_from_qk,
     read_kinds,
     replace_positions,
@@ -132,9 +124,8 @@ def _edit(x, hook):
 
 
 def hook_status(model) -> dict[str, HookState]:
-    """``{suffix: state}`` for the hooks in :data:`PROBED` (block hooks as ``"attn.hook_pattern"``, checked on
-    one block, the same code in every block): ``live`` (editing it changes the activation it feeds), ``dead``
-    (it fires, but editing it changes nothing downstream), ``never fires`` or ``absent`` (not a hook of this model)."""
+    """``{suffix: state}`` of the hooks in :data:`PROBED` (block hooks as ``"attn.hook_pattern"``): ``live`` (editing
+    it changes the activation it feeds), ``dead`` (it fires, changing nothing after), ``never fires``, ``absent``."""
     key = params_key(model)
     entry = _CACHE.get(model)
     if entry is not None and entry[0] == key:
@@ -182,8 +173,7 @@ def _feeds(model, toks: torch.Tensor, name: str, downstream: str, clean: torch.T
 
 
 def require_live(model, suffix: str, what: str) -> None:
-    """Raise a one-line :class:`~gpt2_posheads.model.validation.UsageError` unless editing ``suffix`` changes what
-    it feeds in this model (``what``: the intervention, for the message)."""
+    """A :class:`~.validation.UsageError` unless editing ``suffix`` changes what it feeds (``what``: the edit)."""
     state = hook_status(model).get(suffix, "absent")
     if state != "live":
         raise UsageError(
@@ -202,9 +192,9 @@ _WORDS = {
 
 
 class QKCapture:
-    """Hooks that catch layer ``layer``'s queries and keys as its scores use them: rotated with the model's own
-    ``hook_cos``/``hook_sin`` where it fires them (rotary models), one key per query head (grouped-query attention).
-    ``hooks()`` for ``run_with_hooks``; after the pass, ``q`` and ``k`` are ``[batch, pos, head, d_head]``."""
+    """Hooks (``hooks()``) catching layer ``layer``'s queries and keys as its scores use them (rotated with the
+    model's own ``hook_cos``/``hook_sin`` where it fires them, one key per query head): after the pass ``q`` and ``k``
+    ``[batch, pos, head, d_head]``."""
 
     def __init__(self, model, layer: int):
         pre = f"blocks.{layer}.attn."
@@ -236,8 +226,8 @@ _CALIBRATION: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _calibrate(model, layer: int) -> tuple[float, int | None]:
-    """``(scale, window)`` of ``layer`` from a clean pass on up to 256 random tokens: ``window`` is the smallest
-    query-key distance the model never attends across (``None``: no window within the probe)."""
+    """``(scale, window)`` of ``layer`` from a clean pass on up to 256 random tokens (``window``: the smallest
+    query-key distance never attended across, ``None`` within the probe)."""
     per_model = _CALIBRATION.setdefault(model, {})
     if layer in per_model:
         return per_model[layer]
@@ -307,8 +297,7 @@ def pattern_edit_hooks(model, layer: int, edit: PatternEdit) -> list[tuple[str, 
 
 
 def _edit_hooks(model, e: Edit) -> list:
-    """The TransformerLens hooks of one checked edit; each edit of a site whose hook may not feed the model's
-    computation first asks that it does (:func:`require_live`), so none silently does nothing."""
+    """The hooks of one checked edit; one whose hook may not feed the model first asks (:func:`require_live`)."""
     if e.site == "pattern":  # exact on every model (through hook_z where hook_pattern does not feed the output)
         return [h for l in e.layers for h in pattern_edit_hooks(model, int(l), e.fn)]
     live = {"pos_embed": "hook_pos_embed", "resid_add": "hook_resid_pre", "z": "attn.hook_z"}.get(e.site)
@@ -330,30 +319,29 @@ def _edit_hooks(model, e: Edit) -> list:
 def hook_tuples(model, edits) -> list:
     """TransformerLens hooks ``[(hook_name, fn), ...]`` of ``edits`` (:class:`~gpt2_posheads.model.engine.Edit` s),
     in order, for ``model.run_with_hooks``."""
-    return HooksEngine(model)._hooks(edits)
+    return HooksEngine(model).bind(edits)
 
 
-class HooksEngine:
+class HooksEngine(Engine):
     """TransformerLens hooks; edits become hooks (each bound once), run before the reduction's (a pattern edit on
     ``hook_pattern`` is what the reduction sees). A pass stops right after the last activation it needs
     (:func:`run_until`), unless the reduction takes logits. ``bf16``: under ``torch.autocast`` in bfloat16."""
 
     name = "hooks"
     sites = frozenset(SITES)
-    refuse_hint = ""
 
     def __init__(self, model, bf16: bool = False):
         self.model, self.bf16 = model, bf16
 
-    def _hooks(self, edits) -> list:
-        return bind_all(self, edits, partial(_edit_hooks, self.model))
+    def _bind(self, e: Edit) -> list:
+        return _edit_hooks(self.model, e)
 
     def _pass(self, batches, hooks, stop_at: str | None, progress, after=None) -> None:
-        """Each batch run with ``hooks`` (the edits first), abandoned right after hook ``stop_at``, or the whole model
-        when ``stop_at`` is ``None``; then ``after(index, tokens, logits)`` (logits ``None`` when abandoned)."""
+        """Each batch with ``hooks``, abandoned after hook ``stop_at`` (``None``: the whole model), then ``after(index,
+        tokens, logits)`` (logits ``None`` when abandoned)."""
         device = model_device(self.model)
         with torch.inference_mode():
-            for i, toks in enumerate(progress_bar(batches, progress)):
+            for i, toks in enumerate(self.batches(batches, progress)):
                 toks = toks.to(device)
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
                     if stop_at is None:
@@ -365,8 +353,8 @@ class HooksEngine:
 
     def patterns(self, batches, reduction, edits=(), progress=None) -> dict:
         batches = materialise(batches)
-        layers, st = pattern_layers(self.model, reduction), reduction.state
-        hooks = self._hooks(edits) + [
+        layers, st = self.pattern_layers(reduction), reduction.state
+        hooks = self.bind(edits) + [
             (f"blocks.{l}.attn.hook_pattern", lambda x, hook, l=l: reduction.step(st, l, x)) for l in layers
         ]
         if reduction.logits is not None:
@@ -378,7 +366,7 @@ class HooksEngine:
     def residuals(self, batches, layers, reduction, edits=(), progress=None) -> dict:
         batches = materialise(batches)
         st, names = reduction.state, {l: resid_hook_name(self.model, l) for l in layers}
-        hooks = self._hooks(edits) + [(names[l], lambda x, hook, l=l: reduction.step(st, l, x)) for l in layers]
+        hooks = self.bind(edits) + [(names[l], lambda x, hook, l=l: reduction.step(st, l, x)) for l in layers]
         self._pass(batches, hooks, names[max(layers)], progress)
         return reduction.finish(st)
 
@@ -396,18 +384,17 @@ class HooksEngine:
             if late:  # a read that fires after the stop would be lost: say so instead of reducing less
                 raise RuntimeError(f"layers {late}: not every read of {read_kinds(reads)} fired before {stop!r}")
 
-        self._pass(batches, self._hooks(edits) + [h for r in readers for h in r.hooks()], stop, progress, all_delivered)
+        self._pass(batches, self.bind(edits) + [h for r in readers for h in r.hooks()], stop, progress, all_delivered)
         return reduction.finish(st)
 
     def run(self, tokens, edits=()) -> torch.Tensor:
         with torch.inference_mode():
-            return run_hooked(self.model, tokens.to(model_device(self.model)), self._hooks(edits))
+            return run_hooked(self.model, tokens.to(model_device(self.model)), self.bind(edits))
 
 
 class _LayerRead:
-    """One layer's reads, handed to ``deliver(layer, {kind: tensor})`` once every hook they need has fired (the order
-    differs between bridges: some fire ``hook_pattern`` after the block's output), so nothing is handed over half-read.
-    ``stop``: ``((layer, stage), hook)``, the latest hook this layer needs, in the order the pass reaches them."""
+    """One layer's reads, handed to ``deliver(layer, {kind: tensor})`` once all their hooks fired (bridges differ in
+    the order), never half-read. ``stop``: ``((layer, stage), hook)``, the latest hook it needs, in pass order."""
 
     def __init__(self, model, layer: int, kinds: set[str], deliver: Callable[[int, dict], None]):
         self.layer, self.kinds, self.deliver, self.delivered = layer, kinds, deliver, 0

@@ -1,28 +1,19 @@
 """The nnsight engine: a Hugging Face causal LM under nnsight (:class:`TracedModel`), run here or on NDIF, one trace per
 call of an analysis, its reductions and edits running where the model runs.
 
-``nnsight`` is imported only here, and only when a traced model is made (importing it patches ``torch`` and mounts a
-``save`` method on every object). Remote runs need ``NDIF_API_KEY``; :func:`check_remote` says so in one line, and
-bounds the connection attempt to a few seconds, before any work.
+``nnsight`` is imported only here, when a traced model is made (importing it patches ``torch``). Remote runs need
+``NDIF_API_KEY``; :func:`check_remote` says so in one line, bounding the connection attempt to seconds, before any work.
 
 Each layer's pattern is computed inside the trace from the model's own query and key projections (:func:`layer_qkv`,
-:func:`~gpt2_posheads.model.engine.attention_pattern`) and reduced on the spot, so only small tensors (per-head
-diagonal means, per-head scores) come back from NDIF, never a pattern; the block of :func:`run_traced` is what nnsight
-ships, and the functions it calls are shipped by value (this package need not be installed on the server). Scores are
-``q . k * scale`` with, per architecture (:data:`ARCHS`):
-
-* queries and keys as the model's projections output them (GPT-2's fused ``c_attn`` split in three, GPT-NeoX's fused
-  ``query_key_value`` split per head, separate ``q_proj``/``k_proj`` elsewhere);
-* rotary models rotated with the model's own ``cos``/``sin`` (the output of its ``rotary_emb``;
-  :func:`~gpt2_posheads.model.engine.rotate`), grouped-query keys expanded per query head
-  (:func:`~gpt2_posheads.model.engine.expand_kv`);
-* the scale the module itself uses (its ``scaling`` attribute: ``1/sqrt(d_head)``, GPT-2's inverse-layer option
-  included; GPT-Neo, which does not scale, ``1``); the causal mask, plus GPT-Neo's local window and a sliding window
-  where the configuration declares one.
-
-So a hosted model need not run eager attention. The recomputation is *verified, not trusted*: on the first batch of
-every pass the trace also forms ``A v`` and compares it with the input of the attention's output projection (the model's
-own head outputs); a gap above tolerance is an error."""
+:func:`~gpt2_posheads.model.engine.attention_pattern`) and reduced on the spot, so only small tensors come back from
+NDIF, never a pattern (the block of :func:`run_traced` is what nnsight ships, the functions it calls by value, so this
+package need not be installed there). Scores are ``q . k * scale`` with, per architecture (:data:`ARCHS`): queries and
+keys as the projections output them (GPT-2's fused ``c_attn`` split in three, GPT-NeoX's ``query_key_value`` split per
+head, separate ``q_proj``/``k_proj`` elsewhere); rotary models rotated with the model's own ``cos``/``sin`` (the output
+of its ``rotary_emb``), grouped-query keys expanded per query head; the scale the module itself uses (its ``scaling``;
+GPT-Neo, which does not scale, ``1``); the causal mask, plus GPT-Neo's local window or a declared sliding window. So a
+hosted model need not run eager attention. *Verified, not trusted*: on the first batch of every pass the trace also
+forms ``A v`` and compares it with the input of the attention's output projection; a gap past tolerance is an error."""
 
 from __future__ import annotations
 
@@ -36,19 +27,7 @@ from types import SimpleNamespace
 import torch
 
 from .engine import NNSIGHT as ENGINE
-from .engine import (
-    Edit,
-    EngineError,
-    LogitsStep,
-    attention_pattern,
-    bind_all,
-    expand_kv,
-    materialise,
-    read_kinds,
-    replace_positions,
-    rotate,
-    z_gap,
-)
+from .engine import Edit, Engine, attention_pattern, expand_kv, materialise, replace_positions, rotate, z_gap
 from .validation import UsageError
 
 REMOTE_TIMEOUT_S = 3.0
@@ -57,9 +36,8 @@ REMOTE_TIMEOUT_S = 3.0
 # --- architectures: where each model keeps what the scores use ------------------------------------------------
 @dataclass(frozen=True)
 class Arch:
-    """Module paths (relative to the Hugging Face model) of one architecture. ``qkv``: ``"split"`` (one fused
-    projection, ``[q | k | v]`` along features: GPT-2), ``"heads"`` (one fused projection, ``[q k v]`` within each head:
-    GPT-NeoX), or ``"separate"`` (``q_proj``, ``k_proj``, ``v_proj``)."""
+    """Module paths (in the Hugging Face model) of one architecture. ``qkv``: ``"split"`` (one fused projection,
+    ``[q | k | v]`` along features: GPT-2), ``"heads"`` (``[q k v]`` within each head: GPT-NeoX), or ``"separate"``."""
 
     layers: str
     attn: str  # inside a layer
@@ -140,11 +118,9 @@ def _windows(config, arch: Arch, n_layers: int) -> tuple[int | None, ...]:
 # --- the traced model -------------------------------------------------------------------------------------------
 @dataclass
 class TracedModel:
-    """An nnsight-wrapped Hugging Face causal LM with what the analyses ask of a model: ``cfg`` (``n_layers``,
-    ``n_heads``, ``n_kv_heads``, ``d_head``, ``d_model``, ``n_ctx``, ``d_vocab``, ``positional_embedding_type``,
-    ``model_name``), ``tokenizer``, ``to_tokens``, ``parameters()``; ``W_E``/``W_pos`` where the weights are here.
-    ``remote``: ``False`` (run here), ``True`` (NDIF) or ``"local"`` (nnsight's simulation of a remote run: serialised
-    and deserialised here, then run here; what the tests use)."""
+    """An nnsight-wrapped Hugging Face causal LM with what the analyses ask of a model: ``cfg`` (TransformerLens's
+    names), ``tokenizer``, ``to_tokens``, ``parameters()``; ``W_E``/``W_pos`` where the weights are here. ``remote``:
+    ``False`` (here), ``True`` (NDIF) or ``"local"`` (nnsight's simulation of a remote run, serialised, run here)."""
 
     nn: object
     arch: Arch
@@ -206,8 +182,8 @@ def require_nnsight(param: str, instead: str = "or use the TransformerLens engin
 
 
 def check_remote(param: str = "--remote", timeout: float = REMOTE_TIMEOUT_S) -> None:
-    """Everything a remote run needs before any work: nnsight, an ``NDIF_API_KEY``, and NDIF's host accepting a
-    connection within ``timeout`` seconds. Each failure is one line naming ``param``."""
+    """What a remote run needs, before any work (nnsight, an ``NDIF_API_KEY``, NDIF answering within ``timeout``
+    seconds, the hub), each failure one line naming ``param``."""
     require_nnsight(param)
     if not os.environ.get("NDIF_API_KEY"):
         from nnsight import CONFIG
@@ -234,9 +210,8 @@ def check_remote(param: str = "--remote", timeout: float = REMOTE_TIMEOUT_S) -> 
 
 
 def _connect_within(url: str, timeout: float) -> str | None:
-    """``None`` when NDIF at ``url`` answers its ``/status`` with a JSON object within ``timeout`` seconds, name
-    lookup included (the request runs in a daemon thread that is abandoned at the deadline), else why not. A bare
-    TCP connection is not enough: a proxy may accept connections to anywhere."""
+    """``None`` when NDIF's ``/status`` at ``url`` answers a JSON object within ``timeout`` seconds, name lookup
+    included (in a daemon thread abandoned at the deadline), else why not (a proxy may accept any TCP connection)."""
     box: dict[str, str | None] = {}
 
     def attempt():
@@ -261,9 +236,8 @@ def load_traced(
     device: str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> TracedModel:
-    """A :class:`TracedModel`: a local Hugging Face folder loaded here (``remote=False`` or ``"local"``), or an
-    NDIF-hosted model named by its hub id (``remote=True``: only its configuration and tokenizer come here, the
-    weights stay on NDIF's side; :func:`check_remote` first)."""
+    """A :class:`TracedModel` of a local Hugging Face folder (``remote=False`` or ``"local"``), or of an NDIF-hosted
+    model by hub id (``remote=True``: only its configuration and tokenizer come here; :func:`check_remote` first)."""
     nnsight = require_nnsight("--engine")
     from nnsight import TransformersModel
 
@@ -318,8 +292,8 @@ def traced_from(model, remote: bool | str = False, name: str | None = None) -> T
 
 # --- inside the trace (these run where the model runs: pure torch, no imports) ---------------------------------
 def layer_qkv(layer_attn, arch: Arch, n_heads: int, d_head: int, rot):
-    """Queries, keys and values of one attention module (an envoy in a trace), ``[batch, pos, head, d_head]``
-    float32, rotated as the model rotates them (``rot = (cos, sin)``), keys and values expanded per query head."""
+    """Queries, keys and values ``[batch, pos, head, d_head]`` float32 of one attention envoy, rotated by ``rot = (cos,
+    sin)``, keys and values expanded per query head."""
     if arch.qkv == "split":
         q, k, v = module_at(layer_attn, arch.proj[0]).output.float().chunk(3, dim=-1)
     elif arch.qkv == "heads":
@@ -337,8 +311,8 @@ def layer_qkv(layer_attn, arch: Arch, n_heads: int, d_head: int, rot):
 
 
 def _affine(module, x: torch.Tensor | None, conv1d: bool) -> torch.Tensor | None:
-    """``x W + b`` of a linear layer (``nn.Linear``, or GPT-2's ``Conv1D`` whose weight is ``[in, out]``); ``x``
-    ``None`` stands for zeros (then the bias, or ``None``)."""
+    """``x W + b`` of an ``nn.Linear`` or GPT-2's ``Conv1D`` (weight ``[in, out]``); ``x`` ``None`` stands for
+    zeros."""
     b = module.bias
     b = None if b is None else b.detach().float()
     if x is None:
@@ -349,10 +323,9 @@ def _affine(module, x: torch.Tensor | None, conv1d: bool) -> torch.Tensor | None
 
 
 def value_bias(block, layer_attn, arch: Arch, n_heads: int, d_head: int):
-    """What every value holds whatever its token, per query head ``[head, d_head]`` float32 (``None``: nothing):
-    the value projection of the pre-attention norm's bias, plus the projection's own bias. TransformerLens's
-    compatibility mode folds exactly this into the output bias (LayerNorm folded into ``W_V``, value biases into
-    ``b_O``), so it passes whole whatever the pattern's rows sum to."""
+    """What every value holds whatever its token, per query head ``[head, d_head]`` (``None``: nothing): the value
+    projection of the pre-attention norm's bias plus its own bias, which TransformerLens's compatibility mode folds
+    into ``b_O``, so it passes whole whatever the pattern's rows sum to."""
     ln = module_at(block, arch.attn_norm) if arch.attn_norm else None
     ln_b = None if ln is None or getattr(ln, "bias", None) is None else ln.bias
     if arch.qkv == "split":
@@ -370,10 +343,9 @@ def value_bias(block, layer_attn, arch: Arch, n_heads: int, d_head: int):
 
 
 def heads_output(pattern: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``A v`` merged over heads: ``[batch, pos, head * d_head]``, the input of the output projection. With the value
-    ``bias`` ``[head, d_head]``: ``A (v - b) + b``, the value bias passing whole whatever ``A``'s rows sum to, as in
-    TransformerLens's compatibility mode (value biases folded into the output bias): an edit that removes attention
-    mass then removes what the values carry, not the bias. Equal to ``A v`` for a pattern whose rows sum to 1."""
+    """``A v`` merged over heads ``[batch, pos, head * d_head]`` (the output projection's input); with the value
+    ``bias`` ``[head, d_head]``, ``A (v - b) + b`` (as compatibility mode folds it: an edit that removes attention
+    mass removes what the values carry, not the bias); equal to ``A v`` where ``A``'s rows sum to 1."""
     if bias is not None:
         return heads_output(pattern, v - bias) + bias.reshape(-1)
     z = torch.einsum("bhqk,bkhd->bqhd", pattern, v)
@@ -382,9 +354,8 @@ def heads_output(pattern: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | No
 
 # --- the one traced pass -------------------------------------------------------------------------------------
 def stream_as_transformer_lens(x: torch.Tensor, center: bool) -> torch.Tensor:
-    """A residual ``[batch, pos, d_model]`` as TransformerLens's processed model holds it (float32): on a LayerNorm
-    model (``center``) each row centred over ``d_model``, as compatibility mode centres every write to the stream
-    (LayerNorm reads the same thing either way)."""
+    """A residual ``[batch, pos, d_model]`` as TransformerLens's processed model holds it (float32; ``center``, on a
+    LayerNorm model: each row centred over ``d_model``, which LayerNorm reads the same)."""
     x = x.float()
     return x - x.mean(-1, keepdim=True) if center else x
 
@@ -401,19 +372,15 @@ def run_traced(
     check: bool = True,
     on_logits: Callable[[dict, torch.Tensor], None] | None = None,
 ) -> dict:
-    """One nnsight session over ``batches`` (``[batch, pos]`` token ids) that returns ``finish(state)``, the only
-    values that leave the session (``state``: a small dict the callbacks fill, shipped with the request). For every
-    batch, in one trace: ``on_resid(state, layer, resid [batch, pos, d_model])`` for each of ``resid_layers`` (the
-    residual entering that block, ``n_layers``: the final one; as :func:`stream_as_transformer_lens` holds it) and
-    ``on_pattern(state, layer, pattern [batch, head, q, k])`` for every layer, the pattern computed from the model's
-    queries and keys (module doc). ``edits``: ``(site, layer, how)`` of :class:`~gpt2_posheads.model.engine.Edit` s,
-    applied in the trace: ``how(W_pos)`` replaces the position rows, ``how`` ``[pos, d_model]`` is added to the stream
-    entering ``layer``, ``z = how(A) v`` replaces the input of the output projection once ``A v`` is checked to be the
-    model's own (the reductions then see ``how(A)``), ``how(z)`` replaces the head outputs ``[batch, pos, head,
-    d_head]`` (without the value bias, as TransformerLens holds them). The pass stops after the last layer it needs,
-    unless ``on_logits(state, logits [batch, pos, d_vocab])`` asks for the whole model's output. ``check``: on the
-    first batch, ``A v`` is verified against the model's head outputs in every layer (``RuntimeError`` past
-    tolerance)."""
+    """One nnsight session over ``batches`` ``[batch, pos]`` returning ``finish(state)``, the only values that leave it
+    (``state``: a small dict the callbacks fill). Per batch, in one trace: ``on_resid(state, layer, resid [batch, pos,
+    d_model])`` for each of ``resid_layers`` (:func:`stream_as_transformer_lens`; ``n_layers``: the final one) and
+    ``on_pattern(state, layer, pattern [batch, head, q, k])`` for every layer. ``edits``, ``(site, layer, how)``:
+    ``how(W_pos)`` replaces the position rows, ``how`` ``[pos, d_model]`` is added entering ``layer``, ``z = how(A) v``
+    replaces the output projection's input once ``A v`` is checked to be the model's own (the reductions see
+    ``how(A)``), ``how(z)`` replaces the head outputs ``[batch, pos, head, d_head]`` (without the value bias). The pass
+    stops after the last layer it needs unless ``on_logits(state, logits [batch, pos, d_vocab])`` asks for the output.
+    ``check``: ``A v`` checked against the head outputs on the first batch (``RuntimeError`` past tolerance)."""
     require_nnsight("--engine")
     from nnsight import save
 
@@ -496,79 +463,47 @@ def run_traced(
 
 
 def result_bytes(result: dict) -> int:
-    """Bytes of the tensors a traced pass returns (what travels back from NDIF, before compression)."""
+    """Bytes of the tensors a traced pass returns (what travels back from NDIF, uncompressed)."""
     return sum(t.numel() * t.element_size() for t in result.values() if isinstance(t, torch.Tensor))
 
 
-def _keep_logits(state: dict, logits: torch.Tensor) -> None:
-    state["logits"] = logits
-
-
-@dataclass
-class _WithTokens:
-    """``on_logits(state, logits)`` of :func:`run_traced` as ``step(state, tokens, logits)``: the trace hands over each
-    batch's logits in the order of ``batches``, so a count finds the tokens (shipped with the request)."""
-
-    step: LogitsStep
-    batches: list
-    seen: int = 0
-
-    def __call__(self, state: dict, logits: torch.Tensor) -> None:
-        toks = self.batches[self.seen]
-        self.seen += 1
-        self.step(state, toks.to(logits.device), logits)
-
-
-class TracedEngine:
-    """An nnsight-traced model (:class:`~gpt2_posheads.model.engine_nnsight.TracedModel`), here or on NDIF: one
-    :func:`run_traced` trace per call, the reduction and the edits (every site but a replacement of the residual
-    stream) running inside the trace. Patterns are computed from the model's own queries and keys (the pattern an
-    edit leaves is the one the model attends with)."""
+class TracedEngine(Engine):
+    """An nnsight-traced model (:class:`TracedModel`), here or on NDIF: one :func:`run_traced` trace per call, the
+    reduction and the edits (every site but a replacement of the residual stream: a trace's edits add to the stream)
+    running inside the trace, patterns computed from the model's own queries and keys (so the pattern an edit leaves
+    is the one the model attends with)."""
 
     name = ENGINE
-    sites = frozenset({"pos_embed", "resid_add", "pattern", "z"})  # its edits add to the stream, never replace it
+    sites = frozenset({"pos_embed", "resid_add", "pattern", "z"})
     refuse_hint = "use the TransformerLens engine (gpt2_posheads.load_model)"
-
-    def __init__(self, model):
-        self.model = model
-
-    def _edits(self, edits) -> list[tuple]:
-        """``(site, layer, how)`` of each checked edit in each of its layers; an addition to the stream is computed
-        here (``fn(model)``), everything else runs in the trace."""
-        return bind_all(self, edits, self._bind)
+    reads_refused = "a trace hands a reduction each layer's pattern and residual only"
 
     def _bind(self, e: Edit) -> list[tuple]:
+        """``(site, layer, how)`` in each of the edit's layers; an addition to the stream is computed here
+        (``fn(model)``), everything else runs in the trace."""
         how = e.fn(self.model) if e.site == "resid_add" else e.fn
         return [(e.site, int(l), how) for l in e.layers or (-1,)]
 
+    def _trace(self, batches, reduction, edits, **callbacks) -> dict:
+        state, finish = reduction.state, reduction.finish
+        return run_traced(self.model, list(materialise(batches)), state, finish, edits=self.bind(edits), **callbacks)
+
     def patterns(self, batches, reduction, edits=(), progress=None) -> dict:
-        batches = list(materialise(batches))
-        on_logits = _WithTokens(reduction.logits, batches) if reduction.logits is not None else None
+        batches, on_logits = list(materialise(batches)), None
+        if reduction.logits is not None:  # the trace hands over each batch's logits in order: a count finds its tokens
+            seen = iter(batches)
+            on_logits = lambda state, logits: reduction.logits(state, next(seen).to(logits.device), logits)  # noqa: E731
         return self._trace(batches, reduction, edits, on_pattern=reduction.step, on_logits=on_logits)
 
     def residuals(self, batches, layers, reduction, edits=(), progress=None) -> dict:
         if reduction.bulk:
-            raise EngineError(
-                self.name,
+            self.refuse(
                 f"keep {reduction.bulk}",
                 "it would bring back every token's residual stream from where the model runs",
                 "ask for the reduced result, or use the TransformerLens engine",
             )
         return self._trace(batches, reduction, edits, on_resid=reduction.step, resid_layers=list(layers))
 
-    def _trace(self, batches, reduction, edits, **callbacks) -> dict:
-        """One :func:`run_traced` session of ``reduction`` under ``edits``."""
-        state, finish = reduction.state, reduction.finish
-        return run_traced(self.model, list(materialise(batches)), state, finish, edits=self._edits(edits), **callbacks)
-
-    def activations(self, batches, reads, reduction, edits=(), progress=None) -> dict:
-        raise EngineError(
-            self.name,
-            f"read {read_kinds(reads)}",
-            "a trace hands a reduction each layer's pattern and residual only",
-            "use the TransformerLens engine (gpt2_posheads.load_model)",
-        )
-
     def run(self, tokens, edits=()) -> torch.Tensor:
-        edits = self._edits(edits)
-        return run_traced(self.model, [tokens], {}, dict, on_logits=_keep_logits, edits=edits)["logits"]
+        keep = lambda state, logits: state.__setitem__("logits", logits)  # noqa: E731
+        return run_traced(self.model, [tokens], {}, dict, on_logits=keep, edits=self.bind(edits))["logits"]

@@ -1,32 +1,22 @@
 """What a local Hugging Face model folder must hold before it is loaded, checked from its files alone.
 
-A folder that loads but is broken gives wrong numbers, not an error: weights with a NaN give patterns of zeros and
-confident verdicts, a folder without tokenizer files loads with a one-token tokenizer (every text becomes ``[0]``),
-GPT-2 weights under another architecture's config load as that architecture freshly initialised. :func:`folder_problem`
-finds, from the files and before any model is built, what would go wrong, in one line naming the file and the field:
+A folder that loads but is broken gives wrong numbers, not an error (weights with a NaN give patterns of zeros and
+confident verdicts; without tokenizer files every text becomes ``[0]``; GPT-2 weights under another architecture's
+config load as that architecture freshly initialised). :func:`folder_problem` says, before any model is built, in one
+line naming the file and the field: no tokenizer files; no weights, or a truncated or foreign weights file; a
+``config.json`` that contradicts itself (``architectures`` of another ``model_type``, a head count that does not divide
+the width without ``head_dim``, a ``vocab_size`` below the tokenizer's ids); weights that are not the config's model
+(no tensor a parameter of it, or parameters without tensors or tensors without parameters, matched as
+``from_pretrained`` matches them: base-model prefix, tied weights, ignore lists, renamings), or of other sizes (against
+the model built on the ``meta`` device); a weight that is not finite. The loader checks the names again
+(``memory.CheckpointLoader``).
 
-* no tokenizer files (``tokenizer.json``, or ``vocab.json`` with ``merges.txt``, or a SentencePiece model);
-* no weights, or a weights file that is truncated or not a weights file;
-* a ``config.json`` that contradicts itself: ``architectures`` naming a class of another ``model_type``, a head count
-  that does not divide the width (where no ``head_dim`` is given), a ``vocab_size`` below the tokenizer's ids;
-* weights that are not the config's model: no tensor is a parameter of it (another architecture), or some parameter has
-  no tensor or some tensor no parameter (named, a few of them, with the counts), matched by the rules
-  ``from_pretrained`` applies (the base-model prefix, tied weights, the model's ignore lists, renamings);
-* a ``config.json`` whose sizes disagree with the weights (each tensor's shape against the model the config describes,
-  built on PyTorch's ``meta`` device: no memory, no time);
-* a weight that is not finite (named, with its count of NaN/inf entries).
-
-The loader checks the parameter names again as ``from_pretrained`` matches them (``memory.CheckpointLoader``).
-
-**A model folder's fingerprint** (:func:`folder_fingerprint`): what tells two models of the same folder name apart, from
-every byte of its weights. Results are filed by model name, and a folder of results is refused to a model whose
-fingerprint differs (``cli.output``). The fingerprint is SHA-256 over ``config.json`` and every weight file
-(``*.safetensors``, ``*.bin``, their ``*.index.json``), each file hashed whole and streamed in 8 MiB reads, so a model
-that differs anywhere (a ``W_pos`` row in the middle of the file) has another fingerprint. Hashing GPT-2 XL's 6 GB takes
-seconds (``docs/benchmarks.md``), so each file's hash is remembered by (path, size, modification time) in a small JSON
-file under the user cache folder (:func:`~gpt2_posheads.model.paths.cache_dir`): ``$GPT2_POSHEADS_CACHE``, else
-``$XDG_CACHE_HOME/gpt2_posheads``, else ``~/.cache/gpt2_posheads``. A rerun on unchanged files reads none of them; a
-file rewritten in place gets a new modification time and is hashed again. Where the cache cannot be written, every call
+**A folder's fingerprint** (:func:`folder_fingerprint`) tells two models of one folder name apart (results are filed
+by model name, and ``cli.output`` refuses a results folder to a model of another fingerprint): SHA-256 over
+``config.json`` and every weight file (``*.safetensors``, ``*.bin``, their ``*.index.json``), each hashed whole in 8 MiB
+reads, so a model that differs anywhere has another. Hashing GPT-2 XL's 6 GB takes seconds, so each file's hash is
+remembered by (path, size, modification time) in a JSON file in :func:`~gpt2_posheads.model.paths.cache_dir`: a rerun
+reads none, a file rewritten gets a new time and is hashed again; where the cache cannot be written, every call
 hashes."""
 
 from __future__ import annotations
@@ -73,8 +63,8 @@ def safetensors_files(folder: Path) -> list[Path]:
 
 
 def safetensors_header(path: Path) -> dict:
-    """The header of a safetensors file (``{name: {"dtype", "shape", "data_offsets"}}``), checked against the file's
-    size; raises ``ValueError`` saying what is wrong."""
+    """The header of a safetensors file (``{name: {"dtype", "shape", "data_offsets"}}``), checked against its size
+    (a ``ValueError`` saying what is wrong)."""
     size = path.stat().st_size
     with path.open("rb") as f:
         head = f.read(8)
@@ -97,8 +87,8 @@ def safetensors_header(path: Path) -> dict:
 
 
 def meta_model(config: dict):
-    """The model ``config`` describes, built on PyTorch's ``meta`` device (no memory); ``None`` when transformers
-    cannot build it here (an architecture it does not know: the loader's own checks then apply)."""
+    """The model ``config`` describes on the ``meta`` device (no memory); ``None`` where transformers cannot build it
+    (the loader's own checks then apply)."""
     try:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
@@ -111,8 +101,7 @@ def meta_model(config: dict):
 
 
 def shape_problem(config: dict, shapes: dict[str, tuple[int, ...]], model=None) -> str | None:
-    """The first weight whose shape disagrees with the model ``config`` describes (``None`` when all agree, or when
-    the config names no architecture transformers can build)."""
+    """The first weight whose shape disagrees with the model ``config`` describes, or ``None``."""
     model = model if model is not None else meta_model(config)
     if model is None:
         return None
@@ -175,8 +164,8 @@ def heads_problem(config: dict) -> str | None:
 
 
 def tokenizer_size(folder: Path) -> tuple[int, str] | None:
-    """One more than the largest token id the folder's tokenizer files define, and the file that defines most of
-    them (``None`` for a SentencePiece model or unreadable files: the loader's tokenizer then decides)."""
+    """One more than the largest token id the tokenizer files define, and the file defining most (``None`` for a
+    SentencePiece model or unreadable files)."""
     ids: list[int] = []
     read = lambda name: json.loads((folder / name).read_text(encoding="utf-8"))  # noqa: E731
     try:
@@ -232,9 +221,9 @@ def _names(keys, n: int = 3) -> str:
 
 
 def matched_names(model, names: list[str]) -> tuple[set[str], set[str], set[str]] | None:
-    """How ``from_pretrained`` would match checkpoint tensor ``names`` to ``model``'s state dict (transformers 5's
-    renamings and base-model prefix, tied weights, ignore lists): ``(loaded, missing, unexpected)`` parameter names,
-    or ``None`` where a name needs a weight conversion (fused or split tensors) that only the loader can judge."""
+    """``(loaded, missing, unexpected)`` names as ``from_pretrained`` would match checkpoint tensor ``names`` to
+    ``model`` (renamings, base-model prefix, tied weights, ignore lists); ``None`` where a name needs a conversion
+    (fused or split tensors) only the loader can judge."""
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
         from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
@@ -284,8 +273,8 @@ def matched_names(model, names: list[str]) -> tuple[set[str], set[str], set[str]
 
 
 def mismatch_message(weights: str, kind: str, missing, unexpected, mismatched=()) -> str:
-    """One line: which parameters have no tensor in ``weights``, which tensors no parameter, which another shape
-    (a few of each, and the counts)."""
+    """One line naming (a few of each, with counts) parameters without a tensor, tensors without a parameter,
+    tensors of another shape."""
     parts = [
         f"{len(keys):,} {what} ({_names(keys)})"
         for keys, what in (
@@ -303,9 +292,8 @@ def mismatch_message(weights: str, kind: str, missing, unexpected, mismatched=()
 
 
 def weights_problem(config: dict, model, names: list[str], weights: str) -> str | None:
-    """Weights that are not the model ``config.json`` describes: none of their tensors is one of its parameters
-    (another architecture's weights), or some parameter has no tensor (it would be freshly initialised) or some
-    tensor no parameter (it would be dropped). ``weights``: the file named in the message."""
+    """Weights (in file ``weights``) that are not the model ``config.json`` describes: no tensor a parameter of it,
+    or a parameter without a tensor (freshly initialised) or a tensor without a parameter (dropped)."""
     matched = matched_names(model, names)
     if matched is None:
         return None
@@ -350,9 +338,8 @@ def _readinto(f, buf: memoryview) -> None:
 
 
 def iter_safetensors(path: Path, names=None):
-    """``(name, tensor)`` for each tensor of a safetensors file (or those in ``names``), in file order, each read
-    with plain reads into a tensor of its own: no mapping, so the file's pages stay in the page cache, outside the
-    process's resident set, and only the tensor being read is added to it."""
+    """``(name, tensor)`` of each tensor of a safetensors file (or those in ``names``), in file order, read with
+    plain reads into its own tensor (no mapping: the file's pages stay outside the process's resident set)."""
     import sys
 
     import torch
@@ -391,9 +378,8 @@ def nonfinite_problem(files: list[Path]) -> str | None:
 
 
 def folder_problem(folder: str | Path, check_values: bool = True) -> str | None:
-    """What is wrong with a local model folder, in one sentence, or ``None`` (see the module doc). Reads the
-    safetensors headers (and, with ``check_values``, every weight) and ``config.json``; builds nothing. The answer
-    is remembered until a file of the folder changes (the command line checks before loading, the loader again)."""
+    """What is wrong with a local model folder in one sentence, or ``None`` (module doc), from the safetensors headers
+    (every weight with ``check_values``) and ``config.json``; remembered until a file of the folder changes."""
     folder = Path(folder).resolve()
     stamp = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(folder.iterdir()) if f.is_file())
     return _folder_problem(folder, stamp, check_values)

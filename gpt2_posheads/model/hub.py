@@ -1,18 +1,12 @@
 """The Hugging Face hub as this package talks to it: whether it answers, and every download from it bounded in time.
 
-``huggingface_hub`` waits without limit for an API answer and 60 s for a file's metadata on its second try, and it
-starts its count of retries again whenever bytes arrive, so a hub that stalls, or a server that ignores ``Range`` and
-cuts a file at the same byte every time, would hold a run for good. Every download here runs under :func:`bounded`:
-
-* each request has connect and read timeouts of ``$GPT2_POSHEADS_HUB_TIMEOUT`` seconds (default 10);
-* the download stops when nothing has arrived past what was already received for twice that (a stalled answer), when
-  one file has been tried ``MAX_TRIES`` times in a row without getting further (tries cut where the last one was), or
-  after ``$GPT2_POSHEADS_HUB_DEADLINE`` seconds in all (default 1800);
-* it runs in a daemon thread that the calling thread waits on, so Ctrl-C or a stop signal ends the wait at once (the
-  thread left behind stops at its next request or chunk, and never keeps the process from exiting);
-* the client's log lines of the download (its retries and resumptions) are kept, not printed: a failure is one
-  :class:`HubTimeout` line that names what did not answer and ends with the client's last word.
-"""
+``huggingface_hub`` waits without limit for an API answer, 60 s for a file's metadata on its second try, and restarts
+its count of retries whenever bytes arrive, so a stalling hub, or a server that ignores ``Range`` and cuts a file at the
+same byte every time, would hold a run for good. Every download runs under :func:`bounded`: connect and read timeouts of
+``$GPT2_POSHEADS_HUB_TIMEOUT`` seconds (default 10) a request; a stop when nothing new arrives for twice that, when one
+file is tried ``MAX_TRIES`` times in a row without getting further, or after ``$GPT2_POSHEADS_HUB_DEADLINE`` seconds in
+all (default 1800); in a daemon thread the caller waits on, so Ctrl-C ends the wait at once; the client's log lines
+kept, not printed, for the one :class:`HubTimeout` line that names what did not answer and ends with its last word."""
 
 from __future__ import annotations
 
@@ -60,27 +54,21 @@ def hub_offline() -> bool:
     """``HF_HUB_OFFLINE`` is set (in the environment or in ``huggingface_hub``'s constants)."""
     if os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() not in ("0", "", "false", "no", "off"):
         return True
-    try:
-        from huggingface_hub import constants
+    from huggingface_hub import constants  # a dependency of transformers: always there
 
-        return bool(constants.HF_HUB_OFFLINE)
-    except Exception:  # pragma: no cover - huggingface_hub always ships with transformers
-        return False
+    return bool(constants.HF_HUB_OFFLINE)
 
 
 def hub_endpoint() -> str:
     """The endpoint the Hugging Face clients talk to (``HF_ENDPOINT``, else the hub)."""
-    try:
-        from huggingface_hub import constants
+    from huggingface_hub import constants
 
-        return str(constants.ENDPOINT).rstrip("/")
-    except Exception:  # pragma: no cover
-        return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    return str(constants.ENDPOINT).rstrip("/")
 
 
 def error_chain(e: BaseException) -> list[BaseException]:
-    """``e`` and the errors under it, outermost first: the hub clients wrap an HTTP error or a timeout in their own
-    (``raise ... from``), and the reason is found at whichever level names it."""
+    """``e`` and the errors under it (``raise ... from``), outermost first: the clients wrap an HTTP error or a
+    timeout in their own."""
     chain = [e]
     while chain[-1].__cause__ is not None and all(chain[-1].__cause__ is not c for c in chain):
         chain.append(chain[-1].__cause__)
@@ -102,9 +90,8 @@ def first_line(e: BaseException | str) -> str:
 
 # --- does the hub answer: asked of the API the run will use, in seconds ------------------------------------------
 class Unanswered(NamedTuple):
-    """Why the hub's API did not answer: ``why`` in words, to follow "and" (``HF_HUB_OFFLINE is set``); ``offline``:
-    there is no connection at all (``HF_HUB_OFFLINE``, no network, a dead proxy), as against an endpoint that is
-    reached and then stalls or fails."""
+    """Why the hub's API did not answer: ``why``, words to follow "and"; ``offline``: no connection at all
+    (``HF_HUB_OFFLINE``, no network, a dead proxy), as against an endpoint reached that stalls or fails."""
 
     why: str
     offline: bool
@@ -123,12 +110,10 @@ def api_url(repo: str = "gpt2", repo_type: str = "model", revision: str | None =
 def hub_problem(
     repo: str = "gpt2", repo_type: str = "model", revision: str | None = None, timeout: float | None = None
 ) -> Unanswered | None:
-    """``None`` when the hub's API for ``repo`` (:func:`api_url`: the first request of its download) answers HTTP
-    within ``timeout`` seconds (default 3, at most ``$GPT2_POSHEADS_HUB_TIMEOUT``), asked the way the clients ask:
-    through ``huggingface_hub``'s own HTTP session, so through the proxy they would use (``HTTPS_PROXY``,
-    ``NO_PROXY``); else :class:`Unanswered`. A TCP connection alone is not an answer, nor is a front page that answers
-    while the API stalls. Any status below 500 is an answer (a missing repo is said by whoever reads it). The answer
-    is reused for a minute."""
+    """``None`` when the hub's API for ``repo`` (:func:`api_url`, a download's first request) answers HTTP below 500
+    within ``timeout`` seconds (default 3, at most ``$GPT2_POSHEADS_HUB_TIMEOUT``), asked through ``huggingface_hub``'s
+    own session and so its proxy; else :class:`Unanswered` (neither a TCP connection nor a front page answering while
+    the API stalls is an answer). Reused for a minute."""
     if hub_offline():
         return Unanswered("HF_HUB_OFFLINE is set", True)
     url = api_url(repo, repo_type, revision)
@@ -158,15 +143,13 @@ def hub_problem(
 def hub_reachable(
     timeout: float | None = None, repo: str = "gpt2", repo_type: str = "model", revision: str | None = None
 ) -> bool:
-    """True when the hub's API for ``repo`` answers within ``timeout`` seconds (:func:`hub_problem`);
-    ``HF_HUB_OFFLINE``: False at once."""
+    """True when the hub's API for ``repo`` answers within ``timeout`` seconds (:func:`hub_problem`)."""
     return hub_problem(repo, repo_type, revision, timeout) is None
 
 
 # --- bounded downloads --------------------------------------------------------------------------------------------
 class _Guard:
-    """The bounds of one download, enforced from the client's own requests (:func:`_on_request`,
-    :func:`_on_response`) and from the thread that waits on it (:meth:`overdue`)."""
+    """The bounds of one download, enforced from the client's requests and the thread that waits (:meth:`overdue`)."""
 
     def __init__(self, timeout: float, deadline: float):
         self.timeout, self.deadline = timeout, deadline
@@ -193,16 +176,15 @@ class _Guard:
             raise HubTimeout(self.stopped)
 
     def explain(self) -> str:
-        """Why it stopped, with the client's log lines folded in: how many, and the last one (its addresses left out:
-        the reason names the one that did not answer)."""
+        """Why it stopped, with how many log lines the client said and the last (addresses left out)."""
         if not self.said:
             return self.stopped or ""
         last = re.sub(r"\s*(from )?https?://\S+?(:\s|\s|$)", r"\2", first_line(self.said[-1])).strip()
         return f"{self.stopped} (the client warned {len(self.said)} times, last: {last})"
 
     def body(self, url: str, start: int, chunks):
-        """``chunks`` of ``url`` from byte ``start``, counted: bytes past the furthest received are progress; a try
-        that ends short without getting further counts against :data:`MAX_TRIES`."""
+        """``chunks`` of ``url`` from byte ``start``: bytes past the furthest received are progress; a try ending short
+        without getting further counts against :data:`MAX_TRIES`."""
         pos, further = start, False
         try:
             for chunk in chunks:
@@ -221,8 +203,8 @@ _GUARDS: dict[int, _Guard] = {}  # thread ident -> the guard of the download tha
 
 
 def _on_request(request) -> None:
-    """A request hook of ``huggingface_hub``'s HTTP client: within a bounded download, refuse to go on once it is
-    stopped or a file has had its tries, and give every request connect and read timeouts of seconds."""
+    """A request hook: within a bounded download, stop once it is stopped or a file had its tries, and bound every
+    request's timeouts."""
     guard = _GUARDS.get(threading.get_ident())
     if guard is None:
         return
@@ -238,7 +220,7 @@ def _on_request(request) -> None:
 
 
 def _on_response(response) -> None:
-    """A response hook: within a bounded download, a body being received is counted (:meth:`_Guard.body`)."""
+    """A response hook: within a bounded download, the body is counted (:meth:`_Guard.body`)."""
     guard = _GUARDS.get(threading.get_ident())
     if guard is None or response.request.method != "GET" or response.status_code not in (200, 206):
         return
@@ -269,7 +251,7 @@ def _counted(base: type) -> type:
 
 
 class _KeepClientLines(logging.Filter):
-    """Keeps ``huggingface_hub``'s log lines of a bounded download for its error line instead of printing them."""
+    """Keeps ``huggingface_hub``'s log lines of a bounded download for its error line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         guard = _GUARDS.get(record.thread or 0)
@@ -285,8 +267,8 @@ _KEEP = _KeepClientLines()
 
 
 def _install() -> None:
-    """The hooks on ``huggingface_hub``'s HTTP client (on the client its factory makes, so a client it makes again
-    has them too) and the filter on the handlers its log lines reach. Outside a bounded download they do nothing."""
+    """The hooks on the clients ``huggingface_hub``'s factory makes, and the log filter; idle outside a bounded
+    download."""
     import huggingface_hub
     from huggingface_hub.utils import _http
 
@@ -311,9 +293,8 @@ T = TypeVar("T")
 
 
 def bounded(call: Callable[[], T]) -> T:
-    """``call()`` (requests to the hub through ``huggingface_hub``) under the bounds of this module: its value, or its
-    error, or :class:`HubTimeout` once a bound stops it. The calling thread waits in steps of 50 ms, so an interrupt
-    or a stop signal ends the wait at once."""
+    """``call()``'s value or error under the bounds (module doc), or :class:`HubTimeout`; the caller waits in steps
+    of 50 ms, so an interrupt ends the wait at once."""
     _install()
     guard = _Guard(seconds(TIMEOUT_ENV, 10.0), seconds(DEADLINE_ENV, 1800.0))
     box: dict = {}
@@ -353,9 +334,8 @@ def download(
     revision: str = "main",
     force: bool = False,
 ) -> dict[str, Path]:
-    """The files that ``pick`` chooses among ``repo_id``'s at ``revision``, downloaded into the Hugging Face cache
-    (each into a temporary file renamed when complete: a cut download is never read later; ``force``: again, over a
-    cached copy) under :func:`bounded`, one after another: ``{name in the repository: cached path}``."""
+    """``{name: cached path}`` of the files ``pick`` chooses among ``repo_id``'s at ``revision``, downloaded under
+    :func:`bounded` into the Hugging Face cache (each renamed when complete; ``force``: over a cached copy)."""
 
     def fetch() -> dict[str, Path]:
         from huggingface_hub import HfApi, hf_hub_download

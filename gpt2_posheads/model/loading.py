@@ -1,13 +1,10 @@
-"""Loading TransformerLens models from the hub or a local Hugging Face directory, offline-safe.
+"""Loading TransformerLens models from the hub or a local Hugging Face directory, offline-safe (a TL 4.x
+``TransformerBridge`` in compatibility mode and a TL 3.x ``HookedTransformer`` are interchangeable to the analyses).
 
-Analysis code in this package only touches TransformerLens hook names and ``model.cfg``, so the model returned here (a
-TL 4.x ``TransformerBridge`` in compatibility mode) and a TL 3.x ``HookedTransformer`` are interchangeable.
-
-**What kind of model this is** (:func:`is_gpt2_small`, :func:`position_kind`). The GPT-2 post names heads (L4H11, L2H2,
-...) that mean something only on GPT-2 small, so scripts use those names as defaults only when :func:`is_gpt2_small` is
-sure. Shape alone is not enough (a random 12 x 12 x 768 model has it, and so does one carrying GPT-2's real ``W_pos``):
-the check also needs GPT-2's token-embedding values and its tokenizer. Compatibility mode centres every row of ``W_E``
-and ``W_pos`` (subtracts its mean over ``d_model``), so values are compared up to one offset per row."""
+**What kind of model this is** (:func:`is_gpt2_small`, :func:`position_kind`). The GPT-2 post's head names (L4H11, ...)
+mean something only on GPT-2 small, so they are defaults only when :func:`is_gpt2_small` is sure: shape is not enough
+(a random model has it, even one carrying GPT-2's ``W_pos``), so it also checks token-embedding values and the
+tokenizer, up to one offset per row (compatibility mode centres the rows of ``W_E`` and ``W_pos``)."""
 
 from __future__ import annotations
 
@@ -39,9 +36,8 @@ _WEIGHT_PATTERNS = (["*.safetensors"], ["pytorch_model*.bin"])  # safetensors wh
 
 
 def _cached_copy(repo_id: str) -> tuple[Path | None, str | None]:
-    """``(snapshot, what it lacks)``: the local snapshot of ``repo_id``'s ``main`` in the Hugging Face cache, complete
-    or not (the client refuses an incomplete one), or ``None``; for an incomplete one, what :func:`folder_problem` says
-    of it (``None`` when it loads as it is)."""
+    """``(snapshot, what it lacks)``: ``repo_id``'s ``main`` snapshot in the Hugging Face cache (or ``None``), and
+    what :func:`folder_problem` says of an incomplete one."""
     try:
         from huggingface_hub import constants, snapshot_download
         from huggingface_hub.file_download import repo_folder_name
@@ -64,14 +60,12 @@ def hub_model_cached(name: str) -> bool:
 
 
 def hub_model_problem(name: str):
-    """Why the hub's API does not answer for the hub model ``name`` (:func:`~gpt2_posheads.model.hub.hub_problem`),
-    or ``None`` when it does."""
+    """Why the hub's API does not answer for ``name`` (:func:`~.hub.hub_problem`), or ``None``."""
     return hub_problem(_ALIASES.get(name, name))
 
 
 def _download(name: str, repo_id: str) -> Path:
-    """The files a model is loaded from, downloaded into the Hugging Face cache (:func:`.hub.download`: bounded in
-    time, a cut file never kept); every failure a one-line :class:`ModelLoadError` naming the model and what to do."""
+    """The model's files downloaded (:func:`.hub.download`); every failure a one-line :class:`ModelLoadError`."""
 
     def model_files(names: list[str]) -> list[str]:
         weights = next((w for w in _WEIGHT_PATTERNS if any(fnmatch.fnmatch(f, w[0]) for f in names)), [])
@@ -116,8 +110,8 @@ _ALIASES = {"gpt2-small": "gpt2", "openai-community/gpt2": "gpt2"}
 
 
 def resolve_model_source(name_or_path: str | os.PathLike) -> str:
-    """A local directory path: the folder given, a shipped model's, or a hub model's complete copy in the Hugging
-    Face cache (downloaded first when the hub answers); else :class:`ModelLoadError` in one line."""
+    """The local folder to load: the one given, a shipped model's, or a hub model's complete cached copy (downloaded
+    first when the hub answers); else :class:`ModelLoadError` in one line."""
     s = str(name_or_path)
     p = Path(s).expanduser()
     if not p.is_dir() and s in SHIPPED_MODELS:  # a shipped model by name (a compiled one is built on first use)
@@ -178,11 +172,9 @@ def load_model(
     center_writing_weights: bool = True,
     center_unembed: bool = True,
 ):
-    """A TransformerLens model from a hub name (``"gpt2"``) or a local Hugging Face directory. On TransformerLens 4.x
-    this is ``TransformerBridge.boot_transformers`` followed by ``enable_compatibility_mode``
-    (HookedTransformer-equivalent weight processing: LayerNorm folded, writing weights centred, so ``W_pos`` rows have
-    zero mean over ``d_model``). On TL 3.x it is ``HookedTransformer.from_pretrained``. Offline with no local or cached
-    copy it raises :class:`ModelLoadError` within seconds."""
+    """A TransformerLens model from a hub name (``"gpt2"``) or a local Hugging Face folder: on TL 4.x
+    :func:`boot_bridge` (LayerNorm folded, writing weights centred: ``W_pos`` rows have zero mean over ``d_model``),
+    on TL 3.x ``HookedTransformer.from_pretrained``. Offline without a copy: :class:`ModelLoadError` within seconds."""
     source = resolve_model_source(name_or_path)
     quiet_loading()
     if device is None:
@@ -227,12 +219,9 @@ def boot_bridge(
     dtype: torch.dtype = torch.float32,
     **processing,
 ):
-    """A TransformerLens 4.x ``TransformerBridge`` in compatibility mode and eval mode: ``boot_transformers`` of
-    ``source`` (a folder or hub name; with ``hf_model``, the Hugging Face module to wrap, ``source`` naming its
-    architecture), ``loader`` as its model class (the checkpoint read once and processed layer by layer,
-    :mod:`.memory`), then ``enable_compatibility_mode(**processing)`` (``fold_ln``, ``center_writing_weights``,
-    ``center_unembed``: all on by default). :func:`load_model` boots a folder this way, the organism the module it
-    trains."""
+    """A TL 4.x ``TransformerBridge`` in compatibility and eval mode: ``boot_transformers`` of ``source`` (a folder or
+    hub name; with ``hf_model``, the module to wrap), ``loader`` as its model class (:mod:`.memory`), then
+    ``enable_compatibility_mode(**processing)`` (``fold_ln``, ``center_writing_weights``, ``center_unembed``)."""
     from transformer_lens.model_bridge import TransformerBridge
 
     with warnings.catch_warnings():
@@ -275,10 +264,8 @@ _REPAIRED_WARNED: set[str] = set()
 
 
 def _read_merges(vocab: dict[str, int], merges_path: Path) -> list[tuple[str, str]]:
-    """Merge pairs, repairing lines whose left part is not a vocabulary token. Every merge ``a b`` must produce ``a+b``
-    from two existing tokens. A corrupted line (the copy in ``shared/`` has four, where ``Run``/``Config`` were
-    rewritten) is repaired when exactly one vocabulary token with the same right part is produced by no merge; otherwise
-    it is dropped."""
+    """Merge pairs, each ``a b`` producing ``a+b`` from two vocabulary tokens; a corrupted line (``shared/`` has four)
+    is repaired when one vocabulary token with the same right part is produced by no merge, else dropped."""
     lines = [ln for ln in merges_path.read_text(encoding="utf-8").split("\n") if ln and not ln.startswith("#version")]
     pairs = [tuple(ln.split(" ")) for ln in lines]
     produced = {a + b for a, b in pairs if a in vocab and b in vocab}
@@ -333,10 +320,9 @@ def make_random_model_dir(
     seed: int = 0,
     state_dict: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Write a GPT-2-architecture model directory (config, ``model.safetensors``, tokenizer files). Weights are GPT-2's
-    random initialisation under ``seed``; entries of ``state_dict`` (Hugging Face ``GPT2LMHeadModel`` names, e.g.
-    ``transformer.wpe.weight``) overwrite them, which is how tests set heads by hand. ``tokenizer`` defaults to the real
-    GPT-2 tokenizer from ``shared/``."""
+    """Write a GPT-2 model folder (config, ``model.safetensors``, tokenizer): GPT-2's random initialisation under
+    ``seed``, overwritten by ``state_dict`` entries (``GPT2LMHeadModel`` names, e.g. ``transformer.wpe.weight``: how
+    tests set heads by hand); ``tokenizer`` defaults to GPT-2's from ``shared/``."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     for name, v, lo in (
@@ -386,8 +372,8 @@ GPT2_W_E = {
 }
 GPT2_W_POS = {0: {0: -0.0188, 1: -0.1974, 2: 0.0040}}
 GPT2_TOKENS = ("Hello world", [15496, 995])
-# config.json's key that marks a compiled stand-in (gpt2_posheads.organism.standin): a model that passes the check
-# below by construction, for tests, and must never be taken for GPT-2 by whoever reads its results
+# config.json's key marking a compiled stand-in (organism.standin): it passes the check below by construction, for
+# tests, and must never be taken for GPT-2 by whoever reads its results
 STANDIN_KEY = "gpt2_posheads_compiled_standin"
 
 
@@ -418,8 +404,7 @@ def is_gpt2_small(model) -> bool:
 
 
 def compiled_standin(model) -> str | None:
-    """The marker of a compiled stand-in (:data:`STANDIN_KEY` in its ``config.json``: what it is, in words), or
-    ``None`` for any other model. Read off the Hugging Face config the model was loaded from."""
+    """What a compiled stand-in is (:data:`STANDIN_KEY` in the config it was loaded from), or ``None``."""
     for cfg in (getattr(getattr(model, "original_model", None), "config", None), getattr(model, "config", None)):
         marker = getattr(cfg, STANDIN_KEY, None) if cfg is not None else None
         if isinstance(marker, str) and marker:

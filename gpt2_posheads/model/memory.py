@@ -1,28 +1,22 @@
 """One copy of the weights, from the checkpoint to the processed model.
 
-TransformerLens 4's ``boot_transformers`` loads a checkpoint memory-mapped, and ``enable_compatibility_mode`` then
-processes it (LayerNorm folded, writing weights centred, the unembedding centred, value biases folded) through
+TransformerLens 4's ``boot_transformers`` maps a checkpoint, and ``enable_compatibility_mode`` processes it through
 ``ProcessWeights.process_weights``, whose ``fold_layer_norm``, ``center_unembed`` and ``fold_value_biases`` each begin
-with a clone of the whole state dict while the caller still holds the previous one. On GPT-2 XL that peaks at 3.2x the
-weights (``docs/benchmarks.md``). Here the same processing runs on one copy:
+by cloning the whole state dict while the caller holds the previous one: on GPT-2 XL a peak of 3.2x the weights
+(``docs/benchmarks.md``). Here the same processing runs on one copy, peaking at 1.24x:
 
-* :func:`read_checkpoint` reads a local ``.safetensors`` checkpoint with plain reads into memory the process owns, one
-  tensor at a time (no mapping: the file's pages stay in the page cache, outside the process's resident set), and
-  :class:`CheckpointLoader` hands those tensors to ``from_pretrained`` in place of the file, which keeps them as the
-  model's parameters without copying (and reports any parameter without a tensor or tensor without a parameter: refused,
-  never initialised afresh);
+* :func:`read_checkpoint` reads a local ``.safetensors`` checkpoint with plain reads, one tensor at a time (no mapping:
+  the file's pages stay outside the process's resident set), and :class:`CheckpointLoader` hands those tensors to
+  ``from_pretrained``, which keeps them as parameters without copying (a parameter without a tensor or a tensor
+  without a parameter is refused, never initialised afresh);
 * :func:`layerwise_processing` runs TransformerLens's own ``ProcessWeights.process_weights`` on one layer's tensors at a
-  time (and on the input side, embeddings, and the output side, final norm and unembedding, once each), distributes each
-  result to the model and drops the source tensors, and what the processed layer no longer uses of the checkpoint
-  (GPT-2's fused ``c_attn``, split into per-head Q, K, V), before the next layer. Every step of that processing reads
-  only its own layer's tensors or only one side's global ones, so the pieces give the same weights as the whole
-  (``tests/model/test_one_copy.py`` checks it against TransformerLens's processing on five architectures);
-* :func:`release_source_copies` checks that the model does not compute with what was dropped (the output is unchanged
-  when it is NaN; otherwise it is read back from the checkpoint), drops any other leftover of the checkpoint the same
-  way (views of a mapped checkpoint where TransformerLens loaded it), and hands freed heap back to the system (glibc's
-  ``malloc_trim``).
-
-On the GPT-2 XL shape the loading peak is 1.24x the weights (``docs/benchmarks.md``)."""
+  time (and once on each global side: embeddings; final norm and unembedding), hands each result to the model and
+  drops the source tensors and what the layer no longer uses (GPT-2's fused ``c_attn``) before the next. Every step
+  reads only its own layer's or one side's tensors, so the pieces give the whole's weights
+  (``tests/model/test_one_copy.py`` checks five architectures);
+* :func:`release_source_copies` checks the model does not compute with what was dropped (the output unchanged with it
+  NaN; else it is read back), drops any other leftover of the checkpoint the same way, and hands freed heap back
+  (glibc's ``malloc_trim``)."""
 
 from __future__ import annotations
 
@@ -42,10 +36,9 @@ from .folder import iter_safetensors, unused_weights
 
 
 def read_checkpoint(files: list[Path], dtype: torch.dtype | None = None, names=None) -> dict[str, torch.Tensor]:
-    """Every tensor of the safetensors ``files`` (or those in ``names``), read with plain reads into tensors of their
-    own (``folder.iter_safetensors``: no mapping). A floating tensor is cast to ``dtype`` as it is read when that cast
-    is exact (a wider float: float16 or bfloat16 into float32), so the narrower copy never coexists with the whole
-    wider model; a narrowing cast is left to ``from_pretrained``, which applies the model's own dtype plan."""
+    """Every tensor of the safetensors ``files`` (or those in ``names``), read unmapped (``folder.iter_safetensors``),
+    a float cast to ``dtype`` as it is read when that widens it (so the narrower copy never coexists with the whole
+    wider model); a narrowing cast is left to ``from_pretrained``'s own dtype plan."""
     widen = lambda t: (  # noqa: E731
         dtype is not None
         and t.is_floating_point()
@@ -61,13 +54,10 @@ def _placeholder(p: torch.Tensor, value: float = 0.0) -> torch.Tensor:
 
 
 class CheckpointLoader:
-    """Stands in for the Hugging Face model class ``boot_transformers`` loads with (its ``model_class``): the same class
-    (chosen as TransformerLens chooses it) and the same ``from_pretrained`` arguments, with the checkpoint read by
-    :func:`read_checkpoint` instead of mapped. ``from_pretrained`` reports which parameters the checkpoint did not
-    provide and which tensors no parameter took; either is an error (``on_mismatch`` raises it), never a model with
-    freshly initialised weights. It remembers the parameters as loaded (weakly: one still alive after processing was
-    never replaced) and which checkpoint tensor each one is, so that :meth:`drop_unreplaced` can let go of a processed
-    layer's leftovers at once and :meth:`restore` can read them back should the model turn out to compute with them."""
+    """The ``model_class`` ``boot_transformers`` loads with: the class TransformerLens chooses, with the checkpoint read
+    by :func:`read_checkpoint` instead of mapped; a parameter without a tensor or a tensor without a parameter is an
+    error (``on_mismatch``). It remembers (weakly) each parameter as loaded and its checkpoint tensor, so
+    :meth:`drop_unreplaced` lets go of a processed layer's leftovers and :meth:`restore` reads them back."""
 
     def __init__(self, files: list[Path], on_mismatch):
         self.files = list(files)
@@ -109,8 +99,8 @@ class CheckpointLoader:
         return model
 
     def drop_unreplaced(self, module) -> None:
-        """Replace the parameters of ``module`` that are still the checkpoint's own tensors by placeholders holding
-        no memory (after ``module``'s layer was processed, these are what the processing did not replace)."""
+        """Replace ``module``'s parameters that are still the checkpoint's tensors (what processing did not replace)
+        by placeholders holding no memory."""
         for p in module.parameters():
             ref, name = self.named.get(id(p), (None, None))
             if ref is not None and ref() is p and p.untyped_storage().nbytes():
@@ -137,9 +127,8 @@ class CheckpointLoader:
 
 
 def concrete_class(cls, config):
-    """The transformers model class an ``Auto*`` class ``cls`` loads ``config`` with (``cls`` itself when it is not
-    an Auto class); ``None`` where that choice involves remote code or a composite config's text part, which only
-    ``from_pretrained`` of the Auto class resolves."""
+    """The class an ``Auto*`` class ``cls`` loads ``config`` with (``cls`` if not Auto); ``None`` where remote code or
+    a composite config's text part decides (only the Auto class's ``from_pretrained`` resolves those)."""
     mapping = getattr(cls, "_model_mapping", None)
     if mapping is None:
         return cls
@@ -204,15 +193,12 @@ def process_weights_layerwise(
     fold_value_biases: bool = True,
     refactor_factored_attn_matrices: bool = False,
 ) -> None:
-    """``TransformerBridge.process_weights`` (TransformerLens 4.3) with ``ProcessWeights.process_weights`` applied to
-    one layer's tensors at a time instead of the whole state dict (module doc). The steps around it are the bridge's
-    own: the readable-weight check, no unembedding centring under logit softcapping, the result's Hugging Face prefixes
-    renamed, distributed to the components, and the adapter's ``postprocess_weights``. Each layer's pass sees that layer
-    renamed ``blocks.0`` with a one-layer configuration, and one-row copies of the global tensors where a step insists
-    on finding them (their results are discarded); two global passes, with a zero-layer configuration, see the input
-    side (embeddings) and the output side (final norm, unembedding) in turn, each with one-row copies of the other.
-    Raises :class:`_NotLayerwise`, having changed nothing, where the split does not apply. ``after_layer(index)`` runs
-    once each layer's processed weights are in the model."""
+    """``TransformerBridge.process_weights`` (TL 4.3) with ``ProcessWeights.process_weights`` run one layer at a time
+    (module doc), the bridge's own steps around it (readable-weight check, no unembedding centring under softcapping,
+    prefixes renamed, distribution, ``postprocess_weights``). Each layer's pass sees it as ``blocks.0`` of a one-layer
+    configuration; two zero-layer passes see the input side, then the output side; each pass gets one-row copies of
+    the global tensors a step insists on (results discarded). :class:`_NotLayerwise`, having changed nothing, where the
+    split does not apply; ``after_layer(index)`` once each layer's weights are in the model."""
     import logging
 
     from transformer_lens.utilities.activation_functions import softcap_enabled
@@ -307,11 +293,8 @@ def process_weights_layerwise(
 
 @contextlib.contextmanager
 def layerwise_processing(bridge, loader: CheckpointLoader | None = None) -> Iterator[None]:
-    """While open, ``bridge.process_weights`` (what ``enable_compatibility_mode`` calls) is
-    :func:`process_weights_layerwise`, falling back to TransformerLens's own method where the split does not apply.
-    With the ``loader`` that read the checkpoint, each processed layer's leftovers of the checkpoint are dropped at
-    once (:meth:`CheckpointLoader.drop_unreplaced`; :func:`release_source_copies` checks the model does not read
-    them). The bridge's method is set on this one object, not on the class."""
+    """While open, this ``bridge``'s ``process_weights`` is :func:`process_weights_layerwise` (TransformerLens's own
+    where the split does not apply), dropping each processed layer's leftovers of ``loader``'s checkpoint at once."""
     own = type(bridge).process_weights
 
     def after_layer(index: int) -> None:
@@ -348,11 +331,9 @@ def trim_heap() -> None:
 
 
 def release_source_copies(model, loader: CheckpointLoader | None = None) -> int:
-    """Drop the parameters that hold the checkpoint's own tensors and that the model does not compute with (module
-    doc); returns the bytes released. With the ``loader`` that read the checkpoint: the parameters it still holds as
-    loaded, and those it dropped during processing; without one, the parameters that are views of a mapped
-    ``.safetensors`` file. Checked on a 4-token prompt with all of them NaN: if the output moves, every one is kept
-    (the dropped ones read back from the checkpoint) and nothing is released."""
+    """Drop the parameters holding the checkpoint's own tensors that the model does not compute with (``loader``'s
+    leftovers and drops, else views of a mapped ``.safetensors``); the bytes released. Checked on a 4-token prompt with
+    them all NaN: if the output moves, every one is kept (the dropped read back) and nothing released."""
     if loader is not None:
         candidates = loader.leftovers(model)
         dropped = [p for p in (ref() for ref, _ in loader.dropped) if p is not None]

@@ -1,25 +1,18 @@
-"""Where data lives, found from the installed package — never from the folder a user stands in or a checkout's root.
+"""Where data lives, found from the installed package, never from the folder a user stands in or a checkout's root.
 
-* **Package data** (:data:`PACKAGE_DATA`, ``gpt2_posheads/data/``, inside the wheel): GPT-2 small's ``W_pos``,
-  WikiText-2's test and validation text, the trained organism ``mini-gpt2`` (``gpt2_posheads/data/README.md``).
-* **The models folder** (:func:`models_dir`): where the compiled models are built on first use.
-  ``$GPT2_POSHEADS_MODELS`` when set; else ``data/`` of a source checkout (the package sits in a clone beside its
-  ``pyproject.toml``); else the user cache, ``$GPT2_POSHEADS_CACHE`` or ``$XDG_CACHE_HOME/gpt2_posheads`` or
-  ``~/.cache/gpt2_posheads``, under ``models/``.
-* **Shipped models by name** (:func:`shipped_model_dir`): ``mini-gpt2`` and the compiled ``route-gpt2``, ``lookalike-*``
-  resolve to their folders (a compiled one is built first when missing).
-* ``../shared`` in development (:func:`shared_dir`): the larger data beside the project (full GPT-2 tokenizer).
+* **Package data** (:data:`PACKAGE_DATA`, inside the wheel): GPT-2 small's ``W_pos``, WikiText-2's test and validation
+  text, the trained organism ``mini-gpt2`` (``gpt2_posheads/data/README.md``).
+* **The models folder** (:func:`models_dir`), where compiled models are built on first use: ``$GPT2_POSHEADS_MODELS``;
+  else ``data/`` of a source checkout; else ``models/`` in the user cache (:func:`cache_dir`).
+* **Shipped models by name** (:func:`shipped_model_dir`): ``mini-gpt2`` and the compiled ``route-gpt2``,
+  ``lookalike-*``; ``../shared`` in development (:func:`shared_dir`).
 
-A compiled model is built once, whoever asks first (:func:`shipped_model_dir`): under a lock beside it
-(``.<name>.lock``, held with ``flock``, so a process that dies releases it), into a staging folder
-(``.<name>.partial-<pid>``) renamed into place when the build passes its check. A second process asking meanwhile waits
-and then uses the finished folder. A cached folder that fails the check (a truncated copy) is rebuilt, and said; one
-holding files a build does not write, or in a folder that cannot be written, is one line naming the folder and
-``gpt2-posheads build_compiled_models --only NAME``. No writable models folder is one line naming where it tried and
-``$GPT2_POSHEADS_MODELS`` (:class:`~gpt2_posheads.model.validation.UsageError`, parameter ``model``).
-
-What cannot be written (:data:`CANNOT_WRITE`: a full disk, a quota, a file-size limit, a read-only file system) is named
-here once, for every place the toolkit writes (:func:`cannot_write`)."""
+A compiled model is built once, whoever asks first: under a ``flock`` lock beside it (``.<name>.lock``; a process that
+dies releases it), into ``.<name>.partial-<pid>`` renamed into place once it passes its check; a second process waits,
+then uses it. A cached folder that fails the check is rebuilt, and said; one holding files a build does not write, or
+that cannot be written, is one line naming it and ``gpt2-posheads build_compiled_models --only NAME``; no writable
+models folder is one line naming where it tried and ``$GPT2_POSHEADS_MODELS`` (a ``UsageError`` on ``model``). What
+cannot be written (:data:`CANNOT_WRITE`) is named here once for every writer (:func:`cannot_write`)."""
 
 from __future__ import annotations
 
@@ -52,15 +45,13 @@ SHIPPED_MODELS = (*COMPILED_MODELS, ORGANISM)
 
 
 def source_checkout() -> Path | None:
-    """The root of the source checkout the package runs from (an editable install or ``PYTHONPATH``), or ``None``
-    for an installed package."""
+    """The root of the source checkout the package runs from, or ``None`` for an installed package."""
     ok = (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "gpt2_posheads").resolve() == PACKAGE_DIR
     return REPO_ROOT if ok else None
 
 
 def cache_dir() -> Path:
-    """The user's cache folder for this toolkit (``$GPT2_POSHEADS_CACHE``, ``$XDG_CACHE_HOME/gpt2_posheads``,
-    ``~/.cache/gpt2_posheads``); not created here."""
+    """``$GPT2_POSHEADS_CACHE``, else ``$XDG_CACHE_HOME/gpt2_posheads``, else ``~/.cache/gpt2_posheads``."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -68,7 +59,7 @@ def cache_dir() -> Path:
 
 
 def models_dir() -> Path:
-    """Where compiled models are built (see the module doc); not created here."""
+    """Where compiled models are built (module doc); not created here."""
     if os.environ.get(MODELS_ENV):
         return Path(os.environ[MODELS_ENV]).expanduser()
     root = source_checkout()
@@ -88,8 +79,8 @@ PERMISSION = (errno.EACCES, errno.EPERM)  # cannot write only where the file is 
 
 
 def cannot_write(e: BaseException, written: tuple[Path, ...] = ()) -> str | None:
-    """Why ``e`` says a file cannot be written (the words of :data:`CANNOT_WRITE`, or ``permission denied`` for a
-    file under one of the folders in ``written``), else ``None``."""
+    """Why ``e`` says a file cannot be written (:data:`CANNOT_WRITE`, or ``permission denied`` under one of the
+    folders ``written``), else ``None``."""
     if not isinstance(e, OSError):
         return None
     if e.errno in CANNOT_WRITE:
@@ -115,9 +106,8 @@ def pid_alive(pid: int) -> bool:
 
 
 def process_start(pid: int) -> int | None:
-    """When process ``pid`` started, in clock ticks since boot (field 22 of ``/proc/<pid>/stat``; the name of a
-    process in field 2 may hold spaces and parentheses, so fields are counted after its last ``)``): with the pid, what
-    names one process, as a pid is reused once its process ends. ``None`` where ``/proc`` cannot tell."""
+    """When process ``pid`` started, in clock ticks since boot (field 22 of ``/proc/<pid>/stat``, counted after the
+    name's last ``)``): with the pid, what names one process (pids are reused); ``None`` where ``/proc`` cannot tell."""
     try:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
     except (OSError, ValueError, IndexError):
@@ -128,18 +118,15 @@ TOOLKIT = "gpt2_posheads"  # the marker of a lock file this toolkit wrote
 
 
 def lock_record(**what) -> dict:
-    """What a lock file says of the process that holds it: the toolkit's marker, its pid and start
-    (:func:`process_start`), the machine, and ``what`` (the script, when it started)."""
+    """What a lock file says of its holder: the toolkit's marker, pid and start, machine, and ``what``."""
     pid = os.getpid()
     return {"toolkit": TOOLKIT, "pid": pid, "pid_start": process_start(pid), "host": socket.gethostname(), **what}
 
 
 def holder_state(holder: dict) -> str:
-    """Whether a lock's holder (:func:`lock_holder`) can be a live run of this toolkit: ``"live"`` (a process of this
-    machine that runs, and by its start time the one that wrote the lock), ``"dead"`` (a process of this machine that
-    is gone), ``"reused"`` (its pid now names a process that started at another time), ``"elsewhere"`` (another
-    machine, whose processes cannot be asked from here), ``"unreadable"`` (no lock of this toolkit: empty, not JSON,
-    no pid or machine)."""
+    """Whether a lock's holder (:func:`lock_holder`) can be a live run of this toolkit: ``"live"`` (running here, by
+    its start time the writer), ``"dead"`` (gone), ``"reused"`` (its pid names a process started at another time),
+    ``"elsewhere"`` (another machine), ``"unreadable"`` (no lock of this toolkit)."""
     pid, host = holder.get("pid"), holder.get("host")
     if type(pid) is not int or pid <= 0 or not isinstance(host, str) or holder.get("toolkit", TOOLKIT) != TOOLKIT:
         return "unreadable"
@@ -152,9 +139,8 @@ def holder_state(holder: dict) -> str:
 
 
 def remove_dead_staging(parent: Path, name: str | None = None) -> list[Path]:
-    """Remove the staging folders in ``parent`` (``.<name>.partial-<pid>``, ``.<name>.replaced-<pid>``; of ``name``
-    only, when given) whose process is gone, saying each in one line; the paths removed. Only a caller that holds
-    the lock of the folder they stage for calls this: no live run of this machine then stages for it."""
+    """Remove (saying each) the staging folders in ``parent`` (of ``name`` only, when given) whose process is gone;
+    the paths removed. Only the holder of the folder's lock calls this (no live run then stages for it)."""
     removed = []
     try:
         entries = sorted(parent.iterdir())
@@ -176,9 +162,9 @@ def remove_dead_staging(parent: Path, name: str | None = None) -> list[Path]:
 
 @contextlib.contextmanager
 def held(lock: Path, what: str) -> Iterator[None]:
-    """Hold ``lock`` (``flock`` on the file, which names this process): wait while another process holds it, saying
-    once whom this waits for. The file is removed on release; one left by a process that died (the kernel released
-    its lock) is taken over, and said. A path that was replaced while this waited is locked again (its new file)."""
+    """Hold ``lock`` (``flock`` on the file, which names this process), waiting while another holds it and saying
+    once whom for. Removed on release; one left by a process that died is taken over, and said; a path replaced
+    meanwhile is locked again."""
     import fcntl
 
     said = False
@@ -220,7 +206,7 @@ def held(lock: Path, what: str) -> Iterator[None]:
 
 
 def lock_holder(lock: Path) -> dict:
-    """What a lock file says of its holder (``pid``, ``host``, what it does), empty when it cannot be read."""
+    """What a lock file says of its holder, empty when it cannot be read."""
     with contextlib.suppress(OSError, ValueError):
         d = json.loads(lock.read_text() or "{}")
         return d if isinstance(d, dict) else {}
@@ -228,9 +214,8 @@ def lock_holder(lock: Path) -> dict:
 
 
 def shipped_model_dir(name: str, build: bool = True) -> Path:
-    """The folder of a shipped model: ``mini-gpt2`` inside the package, a compiled model in :func:`models_dir` (with
-    ``build``: built there first when missing, rebuilt when it fails its check; see the module doc). ``ValueError`` for
-    a name that is not shipped; :class:`UsageError` (parameter ``model``) for a folder that cannot be built."""
+    """The folder of a shipped model (``mini-gpt2`` in the package; a compiled one in :func:`models_dir`, with
+    ``build`` built first when missing or failing its check); ``ValueError`` for a name not shipped."""
     if name == ORGANISM:
         return ORGANISM_DIR
     if name not in COMPILED_MODELS:
@@ -304,7 +289,7 @@ def _problem(folder: Path) -> str | None:
 
 
 def _tried(folder: Path) -> str:
-    """``folder``, and ``data/`` of a source checkout when that was passed over for not being writable."""
+    """``folder``, and ``data/`` of a source checkout passed over for not being writable."""
     root = source_checkout()
     if root is not None and folder != root / "data" and not os.environ.get(MODELS_ENV):
         return f"{folder} (and {root / 'data'}, {'not writable' if (root / 'data').is_dir() else 'absent'})"
@@ -317,9 +302,8 @@ def folder_lock(folder: Path, what: str):
 
 
 def write_whole(folder: Path, make: Callable[[Path], object]) -> None:
-    """Write ``folder`` whole or not at all: ``make(staging)`` fills ``.<name>.partial-<pid>`` beside it, which then
-    replaces ``folder``; the staging folder is removed whatever happens, and those of
-    processes that died are removed first (:func:`remove_dead_staging`). The caller holds :func:`folder_lock`."""
+    """Write ``folder`` whole or not at all: ``make(staging)`` fills ``.<name>.partial-<pid>``, which then replaces
+    it, removed whatever happens (dead processes' first). The caller holds :func:`folder_lock`."""
     remove_dead_staging(folder.parent, folder.name)
     staging = folder.parent / f".{folder.name}.partial-{os.getpid()}"
     aside = folder.parent / f".{folder.name}.replaced-{os.getpid()}"
@@ -341,10 +325,8 @@ def write_whole(folder: Path, make: Callable[[Path], object]) -> None:
 
 
 def write_whole_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` (UTF-8, its folder made) whole or not at all: a temporary file of this process
-    (``.<name>.tmp-<pid>``: the name ``cli.output`` clears after a killed process) renamed over it, and removed
-    whatever happens. Every text file the toolkit writes whole goes through it: ``summary.json``, the JSON of a run,
-    the index page, the explorer's page and the figures' shared ``plotly.min.js``."""
+    """Write ``text`` to ``path`` (UTF-8, its folder made) whole or not at all, through ``.<name>.tmp-<pid>`` (the
+    name ``cli.output`` clears after a killed process) renamed over it: every text file the toolkit writes whole."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -356,16 +338,14 @@ def write_whole_text(path: str | Path, text: str) -> Path:
     return path
 
 
-# The compiler of the compiled models lives above this layer (gpt2_posheads.organism.compiled). The package names it
-# here (register_builder_loader), which registers it when first needed, so that a model asked for by name is
-# built without this layer importing it, and `import gpt2_posheads` does not load the organism.
+# The compiler lives above this layer (organism.compiled); the package registers a loader for it, called when first
+# needed, so this layer never imports it and `import gpt2_posheads` does not load the organism.
 _BUILDER: dict = {}  # "build", "check", "files": see register_builder
 _BUILDER_LOADER: list[Callable[[], None]] = []
 
 
 def register_builder_loader(load: Callable[[], None]) -> None:
-    """Set the function that imports the compiler and gives it to :func:`register_builder`, called on first use (the
-    package's ``_load_compiler``: this layer never imports the organism)."""
+    """Set the function that imports the compiler and gives it to :func:`register_builder`, on first use."""
     _BUILDER_LOADER[:] = [load]
 
 
@@ -378,15 +358,14 @@ def _builder() -> dict:
 def register_builder(
     build: Callable[[str, Path], Path], check: Callable[[Path], str | None] | None = None, files=()
 ) -> None:
-    """Set the function that builds a compiled model ``build(name, folder)`` (the organism layer's compiler), the
-    check a built folder must pass (``check(folder)``: what is wrong, or ``None``) and the names of the files a build
-    writes (a failed folder holding only those is rebuilt; one holding anything else is left to its owner)."""
+    """Set ``build(name, folder)``, the ``check(folder)`` a built folder passes (what is wrong, or ``None``), and the
+    files a build writes (a failed folder holding only those is rebuilt; anything else is left to its owner)."""
     _BUILDER.update(build=build, check=check or (lambda folder: None), files=frozenset(files))
 
 
 def shared_dir(required: bool = False) -> Path | None:
-    """The ``shared/`` folder: ``$GPT2_POSHEADS_SHARED``, else ``../shared`` beside a source checkout or the
-    current folder; ``None`` (or ``FileNotFoundError`` with ``required``) when none exists."""
+    """``$GPT2_POSHEADS_SHARED``, else ``../shared`` beside a source checkout or the current folder; ``None`` (with
+    ``required``, ``FileNotFoundError``) when none exists."""
     candidates = []
     if os.environ.get(SHARED_ENV):
         candidates.append(Path(os.environ[SHARED_ENV]))

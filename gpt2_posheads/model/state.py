@@ -3,44 +3,30 @@
 A model handed to a library function is the caller's object, in whatever state the caller left it. Three states change
 what a measurement measures, and none may do so silently:
 
-* **training mode** (``model.train()``): dropout makes two passes on the same prompts differ, so two calls give two
-  rankings. Every measurement runs in eval mode, as the rules assume; the caller's flags (module by module) are handed
-  back afterwards, on an exception too, and the result says the model was in training mode;
-* **hooks the caller attached** (``model.add_hook(...)``, a ``with model.hooks(...)`` block): they may be the experiment
-  (a head zeroed, a pattern edited), so they are measured with, never removed, and named in the result. The hook-free
-  fast path would skip them, so it is not used while the model carries any
-  (:func:`~gpt2_posheads.model.engine_fast.fast_forward`);
-* **bfloat16 or float16 weights**: the one precision policy (below, :func:`reduced_precision`) names the dtype; the
-  claims it is known to move are ``not testable``.
+* **training mode**: dropout makes two passes on the same prompts differ. Every measurement runs in eval mode, as the
+  rules assume; the caller's flags (module by module) are handed back afterwards, on an exception too, and said;
+* **hooks the caller attached** (``model.add_hook``, ``with model.hooks(...)``): they may be the experiment, so they
+  are measured with, never removed, and named in the result; the hook-free fast path, which would skip them, is not
+  used while the model carries any (:func:`~gpt2_posheads.model.engine_fast.fast_forward`);
+* **bfloat16 or float16 weights**: named by the precision policy (:func:`reduced_precision`, below).
 
-:func:`caller_model` is the context manager every measurement entry point runs under; :func:`measures_caller_model`
-makes a public function one. Entry points nest (a claim function calls the analyses): only the outermost reads the state
-and reports it — into a result's ``notes`` (a :class:`~gpt2_posheads.posts.result.ClaimResult`), or as one
+:func:`measures_caller_model` makes a public function run under :func:`caller_model`. Entry points nest (a claim
+function calls the analyses): only the outermost reads the state and reports it, into a result's ``notes`` or as one
 :class:`ModelStateWarning` per note for a function that returns plain numbers.
 
-**One model, one measurement at a time.** TransformerLens keeps hooks on the model object: while one measurement has its
-hooks on (an intervention, a captured pattern), every forward pass of that model runs them, whoever calls it. Two
-measurements of one model from two threads (or an async notebook's worker threads) would each compute through the
-other's edits: previous-token masses of 1.99, rankings that differ from the same call made alone. So every public
-measurement holds its model's lock for its whole duration (:func:`model_lock`, taken by :func:`measures_caller_model`):
-calls on one model run one after another and each gives the numbers it gives alone; calls on different models still run
-at once. The lock is re-entrant, as a claim function calls the analyses, and a call that has to wait says so once.
+**One model, one measurement at a time.** TransformerLens keeps hooks on the model object, so while one measurement
+has hooks on, every pass of that model runs them, whoever calls it: two measurements of one model from two threads
+would compute through each other's edits (previous-token masses of 1.99). So every public measurement holds its model's
+re-entrant lock for its whole duration (:func:`model_lock`), saying once when it waits; different models run at once.
 
-**Precision.** Where bfloat16 is fast, what this machine is (for benchmarks and the bfloat16 fallback), and the one
-precision policy of the claims.
-
-On a CPU without bfloat16 matrix units (no AVX512-BF16, no AMX) PyTorch emulates bfloat16 matmuls:
-on a 2-core AMD EPYC with AVX2 only, ``bf16=True`` was at least 85x *slower* than float32. So a bfloat16 request is
-honoured only where the hardware has native support; elsewhere it falls back to float32 with one line saying why.
-``GPT2_POSHEADS_FORCE_BF16=1`` (or ``force=True``) overrides.
-
-**The precision policy.** The rules judge numbers computed in float32 (the default of ``load_model`` and of every
-command). A measurement whose matmuls ran in a half-precision type — because ``bf16=True`` / ``--bf16`` asked for it, or
-because the caller's model holds bfloat16 or float16 weights (``model.to(torch.bfloat16)``, ``model.half()``) — is
-:func:`reduced_precision`: the claims whose numbers that type is known to move (the ranking's diagonal masses:
-bfloat16 moved sharp heads' masses by up to 0.5 on the shipped compiled models) are ``not testable``, naming the type
-and the way back to float32; every other claim is judged and carries a note naming the type. One function says both, so
-a command's ``--bf16`` and a caller's bfloat16 model read the same."""
+**Precision.** On a CPU without bfloat16 matrix units (no AVX512-BF16, no AMX) PyTorch emulates bfloat16 matmuls (on a
+2-core AVX2-only AMD EPYC ``bf16=True`` was at least 85x *slower* than float32), so a bfloat16 request is honoured only
+where the hardware has native support, else float32 with one line saying why (``GPT2_POSHEADS_FORCE_BF16=1`` or
+``force=True`` overrides). The rules judge numbers computed in float32 (every default). A measurement whose matmuls ran
+in a half-precision type (``--bf16``, or the caller's bfloat16/float16 weights) is :func:`reduced_precision`: the
+claims that type is known to move (the ranking's diagonal masses: bfloat16 moved sharp heads' masses by up to 0.5 on
+the compiled models) are ``not testable``, naming the type and the way back; every other claim is judged and carries a
+note naming the type. One function says both, so ``--bf16`` and a caller's bfloat16 model read the same."""
 
 from __future__ import annotations
 
@@ -79,13 +65,12 @@ def _callers(handle) -> bool:
 
 
 def caller_hooks(model) -> tuple[str, ...]:
-    """The names of the TransformerLens hook points on which ``model`` carries forward hooks: the caller's own
-    (``model.add_hook``, permanent or not, or a ``with model.hooks(...)`` block around the call), not the bridge's own
-    wiring. Empty for a model with none, and for anything that is not a TransformerLens model (a traced model, stored
-    activations). A hook point listed under several names (the 4.x bridge's aliases) is named once, by its own name."""
+    """The hook points on which ``model`` carries the caller's forward hooks (``model.add_hook``, permanent or not, or
+    a ``with model.hooks(...)`` block), not the bridge's own wiring, each once by its own name (the 4.x bridge lists
+    aliases); empty for anything that is not a TransformerLens model (a traced model, stored activations)."""
     if not isinstance(model, torch.nn.Module) or not callable(getattr(model, "list_hooks", None)):
         return ()
-    named: dict[int, str] = {}  # each hook point once, under its own name
+    named: dict[int, str] = {}
     for name, handles in model.list_hooks(dir="fwd").items():
         if any(_callers(h) for h in handles):
             point = model.hook_dict[name]
@@ -96,8 +81,7 @@ def caller_hooks(model) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class ModelState:
     """What a measurement found the caller's model to be: ``training`` (any module in training mode), ``hooks``
-    (:func:`caller_hooks`) and ``precision`` (:func:`~gpt2_posheads.model.state.reduced_precision` of its
-    weights: ``(cause, fix)``, or ``None`` for float32)."""
+    (:func:`caller_hooks`), ``precision`` (:func:`reduced_precision` of its weights, ``None`` for float32)."""
 
     training: bool
     hooks: tuple[str, ...]
@@ -109,8 +93,7 @@ class ModelState:
         return cls(training, caller_hooks(model), reduced_precision(model=model))
 
     def notes(self) -> list[str]:
-        """One sentence per state that is not the measurement's own (empty for a float32 model in eval mode with no
-        hooks)."""
+        """One sentence per state that is not the measurement's own."""
         out = []
         if self.training:
             out.append(
@@ -134,9 +117,8 @@ _GUARD = threading.Lock()
 
 @contextmanager
 def model_lock(model) -> Iterator[None]:
-    """Hold ``model``'s re-entrant lock for the block, saying so once (``note: model <name> is being measured by
-    another call; waiting``) when another thread holds it. Nothing is locked for ``None`` or an object that cannot
-    be referenced weakly (stored activations)."""
+    """Hold ``model``'s re-entrant lock for the block, saying once when another thread holds it; nothing is locked
+    for ``None`` or an object that cannot be referenced weakly (stored activations)."""
     try:
         with _GUARD:
             lock = _LOCKS.setdefault(model, threading.RLock())
@@ -158,11 +140,9 @@ _ACTIVE: dict[int, list] = {}  # id(model) -> [state, depth, the modules' traini
 
 @contextmanager
 def caller_model(model) -> Iterator[ModelState | None]:
-    """Measure ``model`` as given, in eval mode: yields its :class:`ModelState` as the caller left it, or ``None``
-    inside another measurement of the same model (the outermost reports) and for anything that is not a torch
-    module (a traced model, stored activations). On leaving the outermost, every module's training flag is what the
-    caller had, whatever happened inside. Hooks and weights are left as they are. Run holding :func:`model_lock`, so
-    one thread at a time enters it for one model."""
+    """Measure ``model`` in eval mode: yields its :class:`ModelState` as the caller left it (``None`` inside another
+    measurement of it, and for anything that is not a torch module); leaving the outermost hands every module's
+    training flag back, whatever happened. Hooks and weights are left as they are. Run holding :func:`model_lock`."""
     if not isinstance(model, torch.nn.Module):
         yield None
         return
@@ -187,11 +167,9 @@ def caller_model(model) -> Iterator[ModelState | None]:
 
 def measures_caller_model(fn: Callable) -> Callable:
     """``fn`` (a public function taking ``model`` or ``run``) with its arguments checked
-    (:func:`~gpt2_posheads.model.validation.check_arguments`), run holding the model's lock
-    (:func:`model_lock`: one measurement of a model at a time) under :func:`caller_model`;
-    what the model's state makes worth saying goes into the returned object's ``notes`` when it has that list (a
-    claim result), else it is warned (:class:`ModelStateWarning`, one per note, naming ``fn``). A NaN the model
-    computed in half precision (:class:`~gpt2_posheads.model.validation.NonFiniteError`) is said with the dtype."""
+    (:func:`~gpt2_posheads.model.validation.check_arguments`), run holding the model's lock under :func:`caller_model`;
+    the state's notes go into the result's ``notes`` list (a claim result), else are warned (:class:`ModelStateWarning`
+    naming ``fn``). A NaN computed in half precision (:class:`~.validation.NonFiniteError`) is said with the dtype."""
     signature = inspect.signature(fn)
 
     @functools.wraps(fn)
@@ -237,7 +215,6 @@ def _cpuinfo(field: str) -> str | None:
 
 
 def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags from ``/proc/cpuinfo`` (empty where that file does not exist)."""
     return frozenset((_cpuinfo("flags") or "").split())
 
 
@@ -315,7 +292,7 @@ HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def weights_dtype(model) -> torch.dtype | None:
-    """The dtype of ``model``'s first floating-point parameter (``None``: no parameter here, or none floating)."""
+    """The dtype of ``model``'s first floating-point parameter (``None``: none here)."""
     params = getattr(model, "parameters", None)
     if params is None:
         return None
@@ -326,10 +303,9 @@ def weights_dtype(model) -> torch.dtype | None:
 
 
 def require_finite_half(model, prompts: torch.Tensor) -> None:
-    """A model with float16 or bfloat16 weights can overflow to NaN in its residual stream while its attention
-    patterns stay finite (float16 on a CPU: every logit NaN), and a ranking of such patterns names a wrong cause. So
-    such a model is run once on the first of ``prompts`` (``[batch, pos]``):
-    :class:`~gpt2_posheads.model.validation.NonFiniteError` when its logits are not finite."""
+    """A model with float16 or bfloat16 weights can overflow to NaN in its residual stream while its patterns stay
+    finite (float16 on a CPU: every logit NaN), and a ranking of such patterns names a wrong cause: such a model runs
+    once on the first of ``prompts`` ``[batch, pos]``, a :class:`~.validation.NonFiniteError` if its logits are not."""
     from .engine import engine_for
     from .validation import require_finite
 
@@ -338,10 +314,9 @@ def require_finite_half(model, prompts: torch.Tensor) -> None:
 
 
 def reduced_precision(bf16_used: bool = False, model=None) -> tuple[str, str] | None:
-    """``(cause, fix)`` when a measurement did not run in float32 (see the module doc), else ``None``. ``bf16_used``:
-    the pass ran bfloat16 matmuls on request (what :func:`resolve_bf16` granted); ``model``: the model measured, whose
-    weights may be bfloat16 or float16. ``cause`` completes "the numbers were ..."; ``fix`` says how to measure in
-    float32."""
+    """``(cause, fix)`` when a measurement did not run in float32 (module doc), else ``None``: ``bf16_used``, bfloat16
+    matmuls granted by :func:`resolve_bf16`, or ``model``'s bfloat16/float16 weights. ``cause`` completes "the numbers
+    were ..."; ``fix`` says how to measure in float32."""
     dtype = weights_dtype(model) if model is not None else None
     if dtype in HALF_DTYPES:
         name = str(dtype).removeprefix("torch.")

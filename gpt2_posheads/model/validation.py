@@ -15,8 +15,8 @@ HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
 
 
 class UsageError(ValueError):
-    """A caller's mistake, told in one line: ``<parameter>: <what is wrong>; <allowed>; <hint>``. Scripts print it as
-    ``error: ...`` and exit with status 2, without a traceback; library callers get an ordinary ``ValueError``."""
+    """A caller's mistake in one line, ``<parameter>: <what is wrong>; <allowed>; <hint>``: scripts print ``error:
+    ...`` and exit 2 without a traceback; library callers get an ordinary ``ValueError``."""
 
     def __init__(self, param: str, problem: str, allowed: str = "", hint: str = ""):
         self.param, self.problem, self.allowed, self.hint = param, problem, allowed, hint
@@ -37,14 +37,13 @@ def capped_seq_len(model, seq_len: int, name: str = "--seq-len") -> int:
 
 
 class NonFiniteError(RuntimeError):
-    """An analysis met a NaN or infinite number in what the model computed (a pattern, a logit, a residual): no
-    claim resting on it can be judged. Scripts end with every claim ``not testable`` and this message."""
+    """A NaN or infinite number in what the model computed (a pattern, a logit, a residual): no claim resting on it
+    can be judged; scripts end with every claim ``not testable`` and this message."""
 
 
 class NothingMeasuredError(ValueError):
-    """A measurement had nothing in it (no previous diagonal at this prompt length, no head with attention off BOS):
-    nothing resting on it can be judged. A library caller gets a ``ValueError`` saying why; scripts end with every
-    claim ``not testable`` and this message (as for :class:`NonFiniteError`)."""
+    """A measurement with nothing in it (no previous diagonal at this prompt length, no head with attention off BOS):
+    a ``ValueError`` saying why; scripts end with every claim ``not testable`` and this message."""
 
 
 def require_finite(x, what: str):
@@ -59,9 +58,8 @@ def require_finite(x, what: str):
 
 
 def as_index(name: str, value) -> int:
-    """``value`` as a plain ``int``: an ``int``, a NumPy integer or a 0-d integer tensor. A ``bool`` is refused
-    (``True`` is not layer 1 here), as are floats (``2.5``, even ``2.0``), strings and anything else: a ``TypeError``
-    naming ``name``."""
+    """``value`` (an ``int``, a NumPy integer or a 0-d integer tensor) as an ``int``; a ``bool`` (``True`` is not layer
+    1), a float (even ``2.0``), a string or anything else is a ``TypeError`` naming ``name``."""
     if isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
         raise TypeError(f"{name} must be an integer, got a bool ({value!r})")
     if isinstance(value, int):
@@ -76,8 +74,8 @@ def as_index(name: str, value) -> int:
 
 
 def check_int_range(name: str, value: int, low: int, high: int) -> int:
-    """``value`` as an ``int`` (see :func:`as_index`: ``TypeError`` for a bool, a float or a string) unless it lies
-    outside ``low..high`` (inclusive): then a ``ValueError`` (:class:`UsageError`) naming ``name`` and the range."""
+    """``value`` as an ``int`` (:func:`as_index`), or a :class:`UsageError` naming ``name`` and the inclusive range
+    ``low..high`` it lies outside."""
     value = as_index(name, value)
     if not low <= value <= high:
         raise UsageError(name, f"{value} is out of range", f"allowed {low}..{high}")
@@ -85,10 +83,8 @@ def check_int_range(name: str, value: int, low: int, high: int) -> int:
 
 
 def check_model(model, name: str = "model"):
-    """``model`` unless it is not a model the toolkit analyses: a TransformerLens ``HookedTransformer`` or
-    ``TransformerBridge`` (what :func:`gpt2_posheads.load_model` returns), or a traced model of
-    :mod:`gpt2_posheads.model.engine_nnsight`; anything else is a ``TypeError`` saying how to load one. A plain Hugging
-    Face model (``GPT2LMHeadModel``) has no ``cfg``: it is named, with the call that loads it."""
+    """``model`` if the toolkit analyses it (a TransformerLens model, as :func:`gpt2_posheads.load_model` returns, or a
+    traced model), else a ``TypeError`` saying how to load one (a Hugging Face model, which has no ``cfg``, named)."""
     cfg = getattr(model, "cfg", None)
     if isinstance(getattr(cfg, "n_layers", None), int) and isinstance(getattr(cfg, "n_heads", None), int):
         return model
@@ -106,9 +102,8 @@ def check_model(model, name: str = "model"):
 
 
 def check_layer(model, layer: int, name: str = "layer", allow_final: bool = False) -> int:
-    """A block index ``0..n_layers-1`` (or ``n_layers`` = the final residual when ``allow_final``): an ``int`` or a 0-d
-    integer tensor, as an ``int``; a bool, a float or a string is a ``TypeError``, an index out of range a
-    ``ValueError``, each naming ``name``."""
+    """A block index ``0..n_layers-1`` (``n_layers``, the final residual, with ``allow_final``) as an ``int``
+    (:func:`check_int_range`)."""
     n = check_model(model).cfg.n_layers
     return check_int_range(name, layer, 0, n if allow_final else n - 1)
 
@@ -125,9 +120,8 @@ def check_head(model, layer: int, head: int) -> tuple[int, int]:
 
 
 def check_heads(model, heads, name: str = "heads") -> list[tuple[int, int]]:
-    """Heads as ``[(layer, head), ...]``: a list of names (``"L4H11"``) or ``(layer, head)`` pairs (one head may be
-    given alone), each within ``model``; an empty or malformed list is a ``ValueError``/``TypeError`` naming
-    ``name``."""
+    """Heads (names ``"L4H11"`` or ``(layer, head)`` pairs, or one head alone) as ``[(layer, head), ...]`` within
+    ``model``; an empty or malformed list is a ``ValueError``/``TypeError`` naming ``name``."""
     if isinstance(heads, str) or (isinstance(heads, tuple) and len(heads) == 2 and not isinstance(heads[0], Iterable)):
         heads = [heads]  # one head given alone
     if not isinstance(heads, Iterable):
@@ -173,9 +167,8 @@ def head_name(layer: int, head: int) -> str:
 
 
 def path_kind(path) -> str:
-    """What ``path`` is, in words a user reads: ``"folder"``, ``"file"``, ``"missing"``, or what else it is (a symlink
-    loop, a broken symbolic link, a character device such as /dev/null, a FIFO, a socket, a block device, a path that
-    cannot be read). Never raises: an option naming such a path gets one line saying so, not "does not exist"."""
+    """What ``path`` is, in words a user reads: ``"folder"``, ``"file"``, ``"missing"``, or what else (a symlink loop,
+    a broken link, a device, a FIFO, a socket, unreadable). Never raises: an option gets one line saying so."""
     import os
     import stat
 
@@ -220,9 +213,8 @@ INT64 = (-(1 << 63), (1 << 63) - 1)  # what torch and NumPy take as one integer
 
 
 def positive(name: str, value, low: float = 1, high: float | None = None, kind: str = "an integer"):
-    """``value`` unless it lies outside ``low..high`` (then a :class:`UsageError` naming ``name`` and that range). An
-    integer past int64 (what torch takes) is outside every integer option's range: refused, naming ``low`` and int64's
-    top."""
+    """``value`` unless it lies outside ``low..high`` (a :class:`UsageError` naming ``name`` and that range; an integer
+    past int64, what torch takes, is outside every range)."""
     if value is None:
         return None
     if isinstance(value, int) and value > INT64[1] and (high is None or high > INT64[1]):
@@ -237,12 +229,9 @@ def positive(name: str, value, low: float = 1, high: float | None = None, kind: 
     return value
 
 
-# --- the public functions' arguments, checked by name -------------------------------------------------------------
-# Every public function (the names exported by ``gpt2_posheads`` and ``gpt2_posheads.posts``) runs through one
-# decorator (:func:`~gpt2_posheads.model.state.measures_caller_model`, or :func:`checked` for those that measure
-# nothing) that checks each argument it knows by name before any work: a value of the wrong type is a ``TypeError``,
-# one out of range a :class:`UsageError`, each naming the argument. What needs the model (a layer's range, the heads'
-# names) is checked by the function itself, against the model.
+# --- the public functions' arguments, checked by name before any work (:func:`checked`, or
+# ``state.measures_caller_model`` for what measures): a wrong type is a ``TypeError``, a value out of range a
+# UsageError, each naming the argument. What needs the model (a layer's range, the heads) the function checks.
 
 
 def _integer(low: int):
@@ -305,8 +294,8 @@ def _engine(name, value, bound):
 
 
 def check_fast_engine(model, name: str = "engine") -> None:
-    """A :class:`UsageError` naming ``name`` when the hook-free fast path cannot run ``model`` at all (positions that
-    are not learned absolute ones, an architecture it does not reproduce): said before any work."""
+    """A :class:`UsageError` naming ``name`` when the hook-free fast path cannot run ``model`` at all (said before any
+    work)."""
     import torch
 
     if isinstance(model, torch.nn.Module):
@@ -349,9 +338,8 @@ ARGUMENT_CHECKS = {
 
 
 def check_arguments(bound) -> None:
-    """Check each argument of ``bound`` (an ``inspect.BoundArguments`` of a public function, the ``**options`` of a
-    claim function too) that :data:`ARGUMENT_CHECKS` knows by name, ``model`` first. ``None`` passes where it is the
-    default (the function chooses)."""
+    """Check each argument of ``bound`` (``inspect.BoundArguments``, ``**options`` included) that
+    :data:`ARGUMENT_CHECKS` knows by name, ``model`` first; ``None`` passes where it is the default."""
     params, given = bound.signature.parameters, {}
     for name, value in bound.arguments.items():
         given.update(value if params[name].kind is params[name].VAR_KEYWORD else {name: value})
@@ -362,8 +350,8 @@ def check_arguments(bound) -> None:
 
 
 def checked_call(signature: inspect.Signature, args: tuple, kwargs: dict) -> inspect.BoundArguments | None:
-    """``args`` and ``kwargs`` bound to ``signature`` and checked (:func:`check_arguments`); ``None`` when they do
-    not bind (the call itself is wrong: the function then says so, as Python does)."""
+    """``args`` and ``kwargs`` bound to ``signature`` and checked; ``None`` when they do not bind (the function then
+    says so, as Python does)."""
     try:
         bound = signature.bind_partial(*args, **kwargs)
     except TypeError:
@@ -373,8 +361,7 @@ def checked_call(signature: inspect.Signature, args: tuple, kwargs: dict) -> ins
 
 
 def checked(fn):
-    """``fn`` with its arguments checked (:func:`check_arguments`) before it runs: for a public function that
-    measures nothing (:func:`~gpt2_posheads.model.state.measures_caller_model` checks those that do)."""
+    """``fn`` with its arguments checked (:func:`check_arguments`) before it runs."""
     signature = inspect.signature(fn)
 
     @functools.wraps(fn)
