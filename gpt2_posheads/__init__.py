@@ -3,19 +3,19 @@
 
 The package is layered; each layer imports only the ones above it in this list:
 
-* ``model``: loading (hub name or local folder, offline-safe), identity (GPT-2 small? which positions?), tokens,
-  forward passes that stop early, hook liveness, pattern edits, the hook-free fast path, precision;
-* ``analysis``: the diagonals and the one previous-token ratio, extended positional embeddings and their geometry,
-  raw scores and the taxonomy, induction, interventions, sources (composition, path ablation), the head atlas;
+* ``model``: loading (hub name or local folder, offline-safe), identity, tokens, the engines (hooks, the hook-free fast
+  path, nnsight), pattern edits, precision;
+* ``analysis``: the diagonals and the previous-token ratio, extended positional embeddings, raw scores and the
+  taxonomy, induction, interventions, sources (composition, path ablation), the head atlas;
 * ``store``: the activation cache;
 * ``claims``: the verdict vocabulary and every post's claims as rules, the organism's targets;
 * ``report``: figures, the results page, the attention explorer;
-* ``organism``: training the miniature GPT-2 model organism, the compiled models with known mechanisms;
+* ``organism``: the miniature GPT-2 model organism, the compiled models with known mechanisms;
 * ``toy``: the sparse-attention toy models;
 * ``posts``: one folder per post, every claim a function returning its numbers, verdicts and figures
-  (``from gpt2_posheads import posts``; ``posts.gpt2_prev_heads.mask_prev_attention(model)``);
-* ``cli``: each command's options, parsed from its declaration, their checks, output folders, a script's set-up;
-* ``commands``: the programs (``gpt2-posheads NAME``): parse options, call a claim function, write a results folder.
+  (``posts.gpt2_prev_heads.mask_prev_attention(model)``);
+* ``cli``: options parsed from a command's declaration, their checks, output folders, a script's set-up;
+* ``commands``: the programs (``gpt2-posheads NAME``).
 
 The names below are the public face; everything is also importable from its module.
 """

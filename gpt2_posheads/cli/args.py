@@ -1,11 +1,9 @@
 """Options every script shares, their number checks, the console, and the entry that turns a mistake into one line.
 
-A script's life: parse → :func:`~gpt2_posheads.cli.checks.precheck` everything that does not need the model
-(model folder, device, prompt source, numbers, ``--heads`` and layers against the folder's ``config.json``) → open
-the output folder → load → check what needs the model → measure → judge → write. A user's mistake at any step is
-one line ``error: <parameter>: <what is wrong>; <allowed>; <hint>`` and exit status 2 (:func:`main_entry`);
-a legitimate input that must be adjusted is adjusted and said (:func:`note`); internal errors keep their
-traceback.
+A script's life: parse → :func:`~gpt2_posheads.cli.checks.precheck` (all that needs no model) → open the output
+folder → load → check what needs the model → measure → judge → write. A user's mistake at any step is one line
+``error: <parameter>: <what is wrong>; <allowed>; <hint>`` and exit status 2 (:func:`main_entry`); an input that must
+be adjusted is adjusted and said (``note``); internal errors keep their traceback.
 """
 
 from __future__ import annotations
@@ -41,10 +39,8 @@ _SEEN = "_options_given"  # namespace attribute that records the options given w
 
 
 def _int_type(low: int, high: int, name: str = "int"):
-    """An argparse ``type``: an integer within ``low..high`` (else argparse's ``invalid int value``, or the range).
-    ``INT64``: the command checks the option's own range after parsing (:func:`positive`, :func:`int_list`,
-    :func:`check_layer_arg`), so an integer past int64 is passed on and refused naming that range
-    (``--every``: ``allowed 2..9223372036854775807``), not int64's."""
+    """An argparse ``type``: an integer within ``low..high``. With ``INT64`` the option's own range is checked after
+    parsing, so an integer past int64 is refused naming that range (``--every``: ``allowed 2..9223372036854775807``)."""
     deferred = (low, high) == INT64
 
     def parse(text: str) -> int:
@@ -64,7 +60,7 @@ def _empty_ok(action: argparse.Action) -> bool:
 
 def _checked(base: type, repeats: bool = False) -> type:
     """argparse's ``base`` action refusing an empty value (unless :func:`_empty_ok`) and, unless it ``repeats``
-    (``append``: ``--prompt``), a second value (``--seq-len 64 --seq-len 128``), instead of one silently winning."""
+    (``--prompt``), a second value (``--seq-len 64 --seq-len 128``) instead of one silently winning."""
 
     class Checked(base):
         def __call__(self, parser, namespace, values, option_string=None):
@@ -84,8 +80,8 @@ _StoreOnce, _AppendNonEmpty = _checked(argparse._StoreAction), _checked(argparse
 
 
 class Parser(argparse.ArgumentParser):
-    """``argparse`` whose errors are one ``error: ...`` line, refusing what argparse lets through silently: an option
-    given twice, an empty value (:func:`_checked`), an integer outside what torch takes (a seed: 0..2**32-1)."""
+    """``argparse`` whose errors are one ``error: ...`` line, refusing an option given twice, an empty value
+    (:func:`_checked`), an integer outside what torch takes (a seed: 0..2**32-1)."""
 
     def __init__(self, *a, **kw):
         kw.setdefault("formatter_class", _Formatter)
@@ -120,11 +116,12 @@ MODEL_OPTIONS = (
         "offline)",
     ),
     Option("--model-dir", None, "local Hugging Face-format model directory (overrides --model)"),
-    Option("--device", None, "torch device: cpu, cuda, cuda:N (default: cuda if available)"),
+    DEVICE := Option("--device", None, "torch device: cpu, cuda, cuda:N (default: cuda if available)"),
 )
+NO_PNG = Option("--no-png", False, "write HTML figures only (skip kaleido/Chromium)")
 
 
-def output_options(out_help: str | None = None) -> tuple[Option, ...]:
+def output_options(out_help: str | None = None, seed_help: str = "random seed") -> tuple[Option, ...]:
     """The options of every command that writes a results folder (``out_help``: ``--out`` when it is not one)."""
     return (
         Option(
@@ -135,13 +132,13 @@ def output_options(out_help: str | None = None) -> tuple[Option, ...]:
             "write is refused unless --force",
         ),
         Option("--force", False, "write into an --out folder that holds other files (they are kept; none is replaced)"),
-        Option("--seed", 0, "random seed", int),
-        Option("--no-png", False, "write HTML figures only (skip kaleido/Chromium)"),
+        Option("--seed", 0, seed_help, int),
+        NO_PNG,
     )
 
 
 def prompt_options(n_prompts: int = 16, seq_len: int = 256) -> tuple[Option, ...]:
-    """The natural-text prompts' options at a command's defaults (checked by :func:`.checks.precheck`)."""
+    """The natural-text prompts' options at a command's defaults."""
     return (
         Option("--prompts", "auto", "auto | openwebtext | wikitext | path to .txt/.jsonl files"),
         Option("--n-prompts", n_prompts, "natural-text prompts", int),
@@ -161,15 +158,13 @@ SUBMATRIX_OPTIONS = (
 
 
 def main_entry(main: Callable, argv: Sequence[str] | None = None):
-    """Run a script's ``main``: a :class:`UsageError`, or a folder that cannot be written
-    (:func:`~gpt2_posheads.cli.output.write_failure`), is one ``error:`` line and exit status 2; a stop signal
-    (:func:`stop_on_signals`; a download stops too, :mod:`gpt2_posheads.model.hub`) is one line and 128 + its number;
-    either way staged outputs are dropped and earlier results kept. A measurement with nothing in it
-    (:class:`~gpt2_posheads.model.validation.NothingMeasuredError`) or a NaN the model computed ends the run with every
-    claim ``not testable`` and the reason. Anything else keeps its traceback (a bug). The console cannot end the run
-    (:class:`ConsoleStream`): a reader that stops early (``script | head -2``) gets exit
-    status 0, not 141 (SIGPIPE), which would tell a ``set -o pipefail`` pipeline that the work was cut short when only
-    the reading was."""
+    """Run a script's ``main``: a :class:`UsageError` or a folder that cannot be written
+    (:func:`~gpt2_posheads.cli.output.write_failure`) is one ``error:`` line and status 2; a stop signal
+    (:func:`stop_on_signals`; a download stops too) one line and 128 + its number; either way staged outputs are
+    dropped and earlier results kept. A measurement with nothing in it or a NaN the model computed ends the run with
+    every claim ``not testable`` and the reason. Anything else keeps its traceback (a bug). The console cannot end
+    the run (:class:`ConsoleStream`): ``script | head -2`` exits 0, not 141 (SIGPIPE), which would tell a ``set -o
+    pipefail`` pipeline that the work was cut short when only the reading was."""
     restore = stop_on_signals()
     restore_console = guard_console()
     stopped = None
@@ -220,8 +215,8 @@ STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (``timeout``, ``kill``, job schedulers) or SIGHUP (the terminal or ssh session closed), handled as
-    Ctrl-C is. ``name``: the signal's (``"SIGTERM"``)."""
+    """SIGTERM (``timeout``, ``kill``, schedulers) or SIGHUP (the terminal closed), handled as Ctrl-C is; ``name``:
+    ``"SIGTERM"``."""
 
     def __init__(self, signum: int = signal.SIGTERM):
         super().__init__(signum)
@@ -244,9 +239,9 @@ def stopped_by(status: int) -> KeyboardInterrupt | None:
 
 def stop_on_signals() -> Callable[[KeyboardInterrupt | None], None] | None:
     """In the main thread, make Ctrl-C raise ``KeyboardInterrupt`` and SIGTERM/SIGHUP :class:`Terminated`; the first
-    ignores all three from then on (the run cleans up undisturbed; a second never prints a traceback), and a signal
-    the process started ignoring (``nohup``) stays ignored. Returns ``restore(stopped)`` (after SIGTERM or SIGHUP
-    those two stay ignored: the process is ending as told); ``None`` off the main thread."""
+    ignores all three from then on (the run cleans up undisturbed, a second prints no traceback); one ignored from the
+    start (``nohup``) stays ignored. Returns ``restore(stopped)`` (after SIGTERM/SIGHUP those stay ignored: the
+    process is ending as told); ``None`` off the main thread."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -268,13 +263,10 @@ def stop_on_signals() -> Callable[[KeyboardInterrupt | None], None] | None:
     return restore
 
 
-# --- the console -----------------------------------------------------------------------------------------
-
-
 class ConsoleStream:
-    """``sys.stdout`` or ``sys.stderr`` that can never end a run: a reader that stops early (``script | head -2``), a
-    closed or failing console (any ``OSError``) sends the rest of the output to ``/dev/null``; a character the
-    encoding cannot show (``PYTHONIOENCODING=ascii``) is replaced instead of raising ``UnicodeEncodeError``."""
+    """``sys.stdout``/``sys.stderr`` that can never end a run: once the reader stops (``script | head -2``) or the
+    console fails (any ``OSError``) the rest goes to ``/dev/null``; a character the encoding cannot show
+    (``PYTHONIOENCODING=ascii``) is replaced instead of raising."""
 
     def __init__(self, stream):
         self.stream = stream
@@ -301,8 +293,7 @@ class ConsoleStream:
             self._went_away()
 
     def _went_away(self) -> None:
-        """Point the stream's file descriptor at ``/dev/null``, so that what its buffer still holds, and the
-        interpreter's flush at exit, go nowhere instead of raising again."""
+        """Point the stream's descriptor at ``/dev/null``: its buffer and the flush at exit go nowhere, not raising."""
         self.gone = True
         try:
             fd = self.stream.fileno()
@@ -320,8 +311,7 @@ class ConsoleStream:
 
 
 def guard_console():
-    """Put :class:`ConsoleStream` in front of ``sys.stdout`` and ``sys.stderr``; returns the function that flushes them
-    and puts the originals back."""
+    """Put :class:`ConsoleStream` in front of ``sys.stdout`` and ``sys.stderr``; returns the function that undoes it."""
     saved = sys.stdout, sys.stderr
     guards = [ConsoleStream(s) if s is not None and not isinstance(s, ConsoleStream) else s for s in saved]
     sys.stdout, sys.stderr = guards
@@ -333,9 +323,6 @@ def guard_console():
         sys.stdout, sys.stderr = saved
 
     return restore
-
-
-# --- numbers -------------------------------------------------------------------------------------------
 
 
 def int_list(name: str, text: str | None, low: int = 0, high: int | None = None) -> list[int] | None:
@@ -356,6 +343,16 @@ def int_list(name: str, text: str | None, low: int = 0, high: int | None = None)
                 allowed = f"allowed {low}..{top}" + (" (what torch takes)" if high is None else "")
             raise UsageError(name, f"{v} is out of range", allowed)
     return vals
+
+
+def name_list(text: str, param: str = "", allowed: Sequence[str] = (), what: str = "", empty: str = "") -> list[str]:
+    """The names in comma-separated ``text``; with ``allowed``, each one of them, else one line naming the unknown
+    ``what`` (``"script(s)"``), or ``empty`` when none is given."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in allowed]
+    if allowed and (unknown or not names):
+        raise UsageError(param, f"unknown {what} {unknown}" if names else empty, f"allowed {', '.join(allowed)}")
+    return names
 
 
 def float_list(name: str, text: str, low: float | None = None) -> list[float]:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -21,12 +23,10 @@ from ..model.paths import SHIPPED_MODELS, models_dir, shipped_model_dir
 from ..model.validation import UsageError, path_kind, positive
 from .args import PROMPT_SOURCES, int_list
 
-# --- model folder, device, prompts -------------------------------------------------------------------------
-
 
 def _nearest_dir(path: Path) -> str | None:
     """A model folder beside ``path`` (or in the models folder), else a shipped model, whose name is ``path``'s with a
-    typo (never another model's name: not ``data/route-gpt2`` for ``data/mini-gpt``)."""
+    typo (not ``data/route-gpt2`` for ``data/mini-gpt``)."""
     parent = path.parent if path.parent.is_dir() else models_dir()
     cands = [c for c in parent.iterdir() if c.is_dir() and (c / "config.json").exists()] if parent.is_dir() else []
     best = difflib.get_close_matches(path.name, [c.name for c in cands], n=1, cutoff=0.8)
@@ -36,30 +36,27 @@ def _nearest_dir(path: Path) -> str | None:
     return f"--model {shipped[0]} (a shipped model, by name)" if shipped else None
 
 
+WITH_WEIGHTS = "a folder with config.json and model weights"
+RESAVE = "re-save the model with save_pretrained"
+
+
 def check_model_dir(model_dir: str | None) -> dict | None:
-    """The parsed ``config.json`` of a ``--model-dir`` (never taken as a hub name), a complete Hugging Face folder;
-    ``None`` without one."""
+    """The parsed ``config.json`` of a ``--model-dir`` (never a hub name), a complete Hugging Face folder."""
     if model_dir is None:
         return None
     p = Path(model_dir).expanduser()
-    kind = path_kind(p)
+    kind, bad = path_kind(p), partial(UsageError, "--model-dir")
     if kind == "file":
-        raise UsageError(
-            "--model-dir",
-            f"{model_dir} is a file, not a folder",
-            "a folder with config.json and model weights",
-            f"its folder is {p.parent}",
-        )
+        raise bad(f"{model_dir} is a file, not a folder", WITH_WEIGHTS, f"its folder is {p.parent}")
     if kind not in ("folder", "missing"):  # /dev/null, a FIFO, a symlink loop: say what it is, suggest nothing
-        raise UsageError("--model-dir", f"{model_dir} is {kind}, not a folder", "a folder with config.json and weights")
+        raise bad(f"{model_dir} is {kind}, not a folder", "a folder with config.json and weights")
     if kind == "missing":
         from ..model.paths import COMPILED_MODELS
 
         near = _nearest_dir(p)
-        raise UsageError(
-            "--model-dir",
+        raise bad(
             f"{model_dir} does not exist",
-            "a folder with config.json and model weights",
+            WITH_WEIGHTS,
             f"--model {p.name} builds it on first use (seconds)"
             if p.name in COMPILED_MODELS
             else f"--model {p.name} loads the shipped one by name"
@@ -69,8 +66,7 @@ def check_model_dir(model_dir: str | None) -> dict | None:
             else "shipped models load by name: --model mini-gpt2, --model route-gpt2",
         )
     if not (p / "config.json").is_file():
-        raise UsageError(
-            "--model-dir",
+        raise bad(
             f"{model_dir} has no config.json",
             "a Hugging Face-format model folder",
             "or a shipped model by name: --model mini-gpt2",
@@ -78,33 +74,22 @@ def check_model_dir(model_dir: str | None) -> dict | None:
     try:
         cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise UsageError(
-            "--model-dir",
-            f"{p / 'config.json'} is not valid JSON ({type(e).__name__})",
-            "a Hugging Face config.json",
-            "re-save the model with save_pretrained",
+        raise bad(
+            f"{p / 'config.json'} is not valid JSON ({type(e).__name__})", "a Hugging Face config.json", RESAVE
         ) from None
     if not isinstance(cfg, dict):
-        raise UsageError("--model-dir", f"{p / 'config.json'} is not a JSON object", "a Hugging Face config.json")
+        raise bad(f"{p / 'config.json'} is not a JSON object", "a Hugging Face config.json")
     if not any((p / w).is_file() for w in WEIGHT_FILES) and not list(p.glob("*.safetensors")):
-        raise UsageError(
-            "--model-dir",
-            f"{model_dir} holds no model weights",
-            f"one of {', '.join(WEIGHT_FILES)}",
-            "re-save the model with save_pretrained",
-        )
+        raise bad(f"{model_dir} holds no model weights", f"one of {', '.join(WEIGHT_FILES)}", RESAVE)
     problem = folder_problem(p)
     if problem:
-        raise UsageError(
-            "--model-dir", problem, "a complete Hugging Face model folder", "re-save the model with save_pretrained"
-        )
+        raise bad(problem, "a complete Hugging Face model folder", RESAVE)
     return cfg
 
 
 def check_model_dirs(text: str, param: str = "--model-dirs") -> list[str]:
-    """Comma-separated model folders, each checked (:func:`check_model_dir`). A folder whose name holds a comma is one
-    folder: from each piece on, the most pieces that name an existing path joined are taken whole. A mistake names
-    the piece and the text it was split from."""
+    """Comma-separated model folders, each checked; a folder whose name holds a comma is one (from each piece on, the
+    most pieces that joined name an existing path). A mistake names the piece and the text it was split from."""
     pieces, dirs, i = text.split(","), [], 0
     while i < len(pieces):
         j = next(
@@ -123,16 +108,13 @@ def check_model_dirs(text: str, param: str = "--model-dirs") -> list[str]:
 
 
 def model_folder(args) -> Path | None:
-    """``--model-dir``, or the folder of a shipped ``--model`` (a compiled one built on first use); ``None`` for a hub
-    name."""
+    """``--model-dir``, or the folder of a shipped ``--model`` (built on first use); ``None`` for a hub name."""
     if getattr(args, "model_dir", None):
         return Path(args.model_dir)
     name = getattr(args, "model", None)
     if name in SHIPPED_MODELS:
-        try:
+        with said_of("--model"):  # a compiled model that cannot be built or rebuilt
             return shipped_model_dir(name)
-        except UsageError as e:  # a compiled model that cannot be built or rebuilt: said of --model, as given
-            raise UsageError("--model", e.problem, e.allowed, e.hint) from None
     return None
 
 
@@ -153,74 +135,59 @@ def check_hub_names(hub: Sequence[str]) -> None:
 def check_device(device: str | None) -> None:
     if device is None:
         return
+    bad = partial(UsageError, "--device")
     if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", device):
-        raise UsageError("--device", f"{device!r} is not a device", "allowed cpu, cuda, cuda:N, mps")
+        raise bad(f"{device!r} is not a device", "allowed cpu, cuda, cuda:N, mps")
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise UsageError(
-                "--device", f"{device} asked but CUDA is not available on this machine", "use --device cpu"
-            )
+            raise bad(f"{device} asked but CUDA is not available on this machine", "use --device cpu")
         if ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
-            raise UsageError(
-                "--device", f"{device} does not exist", f"allowed cuda:0..cuda:{torch.cuda.device_count() - 1}"
-            )
+            raise bad(f"{device} does not exist", f"allowed cuda:0..cuda:{torch.cuda.device_count() - 1}")
     if device == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        raise UsageError("--device", "mps asked but not available", "use --device cpu")
+        raise bad("mps asked but not available", "use --device cpu")
+
+
+@contextmanager
+def said_of(param: str) -> Iterator[None]:
+    """A :class:`UsageError` raised inside is said of ``param``, the option the user gave."""
+    try:
+        yield
+    except UsageError as e:
+        raise UsageError(param, e.problem, e.allowed, e.hint) from None
 
 
 def check_prompt_source(source: str) -> None:
     """A known source or a non-empty UTF-8 ``.txt``/``.jsonl`` file or folder; ``openwebtext`` is read here (then
-    remembered), so that a dataset that cannot be read is said before any model loads."""
-    if source == "openwebtext":
-        from ..analysis.prompts import documents
+    remembered): a dataset that cannot be read is said before any model loads."""
+    from ..analysis.prompts import documents, file_documents
 
-        try:
+    if source == "openwebtext":
+        with said_of("--prompts"):
             documents(source)
-        except UsageError as e:
-            raise UsageError("--prompts", e.problem, e.allowed, e.hint) from None
     if source in PROMPT_SOURCES:
         return
-    p = Path(source)
+    p, bad = Path(source), partial(UsageError, "--prompts")
     kind = path_kind(p)
     if kind not in ("file", "folder", "missing"):  # a FIFO would block the read; /dev/null reads as nothing
-        raise UsageError(
-            "--prompts", f"{source} is {kind}, not a file or folder", "a .txt/.jsonl file or a folder of them"
-        )
+        raise bad(f"{source} is {kind}, not a file or folder", "a .txt/.jsonl file or a folder of them")
     if kind == "missing":
         near = difflib.get_close_matches(source, PROMPT_SOURCES, n=1)
-        raise UsageError(
-            "--prompts",
+        raise bad(
             f"{source!r} is neither a known source nor an existing file",
             "allowed auto, openwebtext, wikitext, or a path to .txt/.jsonl files",
             f"did you mean {near[0]}?" if near else "check the path",
         )
+    documents_in = "documents separated by blank lines, or .jsonl with a 'text' field"
     if p.is_file():
         if p.suffix not in (".txt", ".jsonl"):
-            raise UsageError(
-                "--prompts", f"{source} is a {p.suffix or 'suffix-less'} file", "allowed .txt or .jsonl files"
-            )
+            raise bad(f"{source} is a {p.suffix or 'suffix-less'} file", "allowed .txt or .jsonl files")
         raw = p.read_bytes()
         if b"\x00" in raw[:65536]:
-            raise UsageError(
-                "--prompts",
-                f"{source} is a binary file",
-                "UTF-8 text: .txt of documents separated by blank lines, or .jsonl with a 'text' field",
-            )
+            raise bad(f"{source} is a binary file", f"UTF-8 text: .txt of {documents_in}")
         if not raw.decode("utf-8", errors="replace").strip():
-            raise UsageError(
-                "--prompts",
-                f"{source} is empty",
-                "a .txt of documents separated by blank lines, or .jsonl with a 'text' field",
-            )
-    from ..analysis.prompts import file_documents
-
-    try:
+            raise bad(f"{source} is empty", f"a .txt of {documents_in}")
+    with said_of("--prompts"):
         file_documents([p])  # reads and checks every document (a .jsonl line without 'text', ...)
-    except UsageError as e:
-        raise UsageError("--prompts", e.problem, e.allowed, e.hint) from None
-
-
-# --- what the checks know of the model -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,9 @@
 """Every command's options, parsed by one function from its declaration, and the run of a declared claim script.
 
-A command is a :class:`~gpt2_posheads.claims.catalogue.Command`: its help and its options, each an
-:class:`~gpt2_posheads.claims.catalogue.Option` stated where the command is declared. :func:`parse` parses and checks
-every option's range (one ``error:`` line) before anything else happens. The options of a claim script
-(:class:`~gpt2_posheads.claims.catalogue.Script`) are :func:`command_options`'. A model script runs
-``parse → check → setup → call → write`` (:func:`run_declared`), a toy post's script :func:`run_toy`.
+A command is a :class:`~gpt2_posheads.claims.catalogue.Command` (its help and its options). :func:`parse` parses and
+checks every option's range (one ``error:`` line) before anything else happens; a claim script's options are
+:func:`command_options`'. A model script runs ``parse → check → setup → call → write`` (:func:`run_declared`), a toy
+post's :func:`run_toy`.
 """
 
 from __future__ import annotations
@@ -60,9 +59,9 @@ def toy_options() -> tuple[Option, ...]:
 
 
 def command_options(command: Command) -> list[Option]:
-    """Every option of ``command``, in its ``--help``'s order: a model script's are the model's, the output's, the
-    prompts' at its defaults, ``--heads`` when it measures heads, its own, the submatrix's and the engine's; a toy
-    post's are the output's and :func:`toy_options`, each it states again (its ``--steps``) replaced in place."""
+    """Every option of ``command`` in ``--help`` order: a model script's are the model's, the output's, the prompts',
+    ``--heads``, its own, the submatrix's and the engine's; a toy post's the output's and :func:`toy_options`, each
+    it states again (its ``--steps``) replaced in place."""
     if not isinstance(command, Script):
         return list(command.options)
     if not command.post.needs_model:  # each option the script states again replaces the toys' in its place
@@ -118,9 +117,8 @@ def parse(command: Command, argv=None, prog: str | None = None) -> argparse.Name
 
 
 def run_declared(script: Script, argv=None):
-    """Run the command of ``script`` with ``argv``: every check that needs no model before it loads
-    (:func:`~gpt2_posheads.cli.experiment.setup`), the declaration's ``prepare`` with the model, the claim function on
-    the shared run, its console lines, its results folder (``ClaimResult.write``); returns the result."""
+    """Run ``script``'s command: the checks that need no model before it loads (:func:`.experiment.setup`),
+    ``prepare`` with the model, the claim function, its console lines, its results folder; returns the result."""
     args = parse(script, argv)
     if not script.post.needs_model:
         return run_toy(script, args)
@@ -168,9 +166,9 @@ def run_declared(script: Script, argv=None):
 
 
 def run_toy(script: Script, args) -> None:
-    """Run a toy post's claim function: the output folder and its ``runs/`` of finished runs (reused by the next run,
-    kept if this one fails, emptied by ``--fresh``), the post's own options and every
-    :class:`~gpt2_posheads.toy.posts.ToyRun` option (``steps``/``workers`` None: the post's defaults)."""
+    """Run a toy post's claim function with its own options and every :class:`~gpt2_posheads.toy.posts.ToyRun` one
+    (``steps``/``workers`` None: the post's defaults); ``runs/`` of the output keeps finished runs for the next run
+    (kept if this one fails, emptied by ``--fresh``)."""
     import torch
 
     from ..toy.posts import ToyRun

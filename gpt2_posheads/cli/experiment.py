@@ -1,11 +1,4 @@
-"""The set-up every model script shares: checks, output folder, model, prompts, the ranking, the heads.
-
-A script is ``parse → setup → measure → judge → write``::
-
-    exp = setup(args, __file__, heads=HEADS)     # everything checked before the model loads, then loaded
-    ... measure on exp.model / exp.prompts / exp.heads ...
-    exp.out.summary({**exp.describe(), ...}, claims)
-    exp.out.commit()
+"""The set-up every model script shares (:func:`setup`): checks, output folder, model, prompts, ranking, heads.
 
 ``--engine nnsight`` runs the measurements in nnsight traces, and ``--remote`` on NDIF: checked before any work
 (:func:`check_engine_args`; needs ``--engine nnsight``, nnsight, ``NDIF_API_KEY`` and NDIF answering within seconds).
@@ -40,11 +33,10 @@ _SHARED: dict | None = None  # the memos of :func:`shared_setup`; None outside i
 
 @contextmanager
 def shared_setup() -> Iterator[None]:
-    """Within this block every command's :func:`setup` reuses what an earlier command of the block made from the same
-    inputs: the model of the same source and device (loaded once), the prompts of the same model and options, and the
-    ranking of the same prompts. Each memo's key holds every input the result depends on, so a command measures the
-    same numbers as it does alone; a command must not change the model it is given (none does: interventions are
-    hooks). Used by the main job, which runs every claim of a model in one process."""
+    """Within this block (the main job) :func:`setup` reuses what an earlier command made from the same inputs: the
+    model of one source and device, the prompts of one model and options, the ranking of one set of prompts. Each
+    memo's key holds every input its result depends on, so a command measures the numbers it does alone; a command
+    must not change the model it is given (none does: interventions are hooks)."""
     global _SHARED
     previous, _SHARED = _SHARED, {"models": {}, "prompts": {}, "rankings": {}}
     try:
@@ -143,8 +135,8 @@ def model_slug(args) -> str:
 
 
 def model_identity(args) -> dict:
-    """``{"label", "fingerprint"}``: what tells two models of the same name apart (a folder's hashes its config and
-    weights, :mod:`~gpt2_posheads.model.folder`; a hub model's is its name)."""
+    """``{"label", "fingerprint"}``: what tells two models of one name apart (a folder's config and weights' hash, a
+    hub model's name)."""
     label = model_label(args)
     folder = model_folder(args)
     if folder is None:
@@ -155,9 +147,8 @@ def model_identity(args) -> dict:
 
 def check_model_names(models: list[tuple[str, str]]) -> dict[str, tuple[str, str]]:
     """``{value: (the name its results are filed under, its weights fingerprint)}`` for ``(--model or --model-dir,
-    value)`` pairs. Two models of one name with other weights are refused as a results folder refuses them
-    (:func:`~gpt2_posheads.cli.output.check_one_model_per_name`), named by the option of the second (``--models``,
-    ``--model-dirs``); one model given twice has one name."""
+    value)`` pairs; two of one name with other weights are refused (:func:`.output.check_one_model_per_name`), named
+    by the second's option (``--models``, ``--model-dirs``)."""
     first: dict[str, dict] = {}
     names = {}
     for flag, value in models:
@@ -245,8 +236,7 @@ def setup(
     layer_final: bool = False,
 ) -> Experiment:
     """Check every option that needs no model, open the output folder, load the model, check the rest, make the
-    prompts, rank the heads on them (every offset) and choose the heads. ``above_layer0``: ``--heads`` in layer 0 are
-    refused (the script needs heads with something upstream)."""
+    prompts, rank the heads (every offset) and choose them. ``above_layer0``: ``--heads`` in layer 0 are refused."""
     checked = precheck(args, layer_final=layer_final)
     if above_layer0:
         require_above_layer0(checked.heads)

@@ -1,21 +1,17 @@
 """Output folders that never lose or mix results: ``results/<script>/<model>/`` or ``--out``.
 
-* **Only the toolkit's own files are replaced.** A manifest (:data:`MANIFEST`) names the files and sub-folders the
-  toolkit wrote; a later run replaces exactly those. A folder holding anything else (a user's ``notes.csv``, a model's
-  ``config.json``) is refused unless ``--force``, and even then nothing of the user's is replaced or deleted.
+* **Only the toolkit's own files are replaced**: those its manifest (:data:`MANIFEST`) names. A folder holding anything
+  else (a user's ``notes.csv``) is refused unless ``--force``, and even then nothing of the user's is replaced.
 * **A run that fails changes nothing.** Files are staged beside the target (``.<name>.partial-<pid>``) and moved in
-  only when the run succeeds; an error or Ctrl-C removes the staging folder, the lock and the folders the run made
-  that stayed empty. Sub-folders that must outlive a failed run (a toy sweep's resumable ``runs/``) are written in
-  place (:meth:`Output.persistent_dir`).
-* **Two runs never mix.** A lock (:data:`LOCK`: pid, its start time, machine) refuses a second run in one line naming
-  it; a lock whose process is gone, or whose pid now names another process of this machine, is taken over and the
-  staging folders of that run (``kill -9``) removed, each said in one line (:func:`acquire_lock`,
-  :func:`remove_dead_runs`). A lock that cannot be checked (empty, not the toolkit's, another machine's) is refused
-  with how to remove it.
-* **Results first, then the console.** The claims table is printed once the files are in place, and the console can
-  never cost a result (:class:`~gpt2_posheads.cli.args.ConsoleStream`). A folder that cannot be written (full disk,
-  quota, file-size limit, read-only: :data:`~gpt2_posheads.model.paths.CANNOT_WRITE`) is one line naming it
-  (:func:`write_failure`), with the earlier results as they were.
+  when the run succeeds; an error or Ctrl-C removes the staging folder, the lock and the folders the run made empty.
+  Resumable work (a toy sweep's ``runs/``) is written in place (:meth:`Output.persistent_dir`).
+* **Two runs never mix.** A lock (:data:`LOCK`: pid, its start time, machine) refuses a second run in one line; a lock
+  whose process is gone (or whose pid names another process now) is taken over and that run's staging folders
+  removed, each said (:func:`acquire_lock`, :func:`remove_dead_runs`); one that cannot be checked (empty, not the
+  toolkit's, another machine's) is refused with how to remove it.
+* **Results first, then the console**, which can never cost a result (:class:`~gpt2_posheads.cli.args.ConsoleStream`).
+  A folder that cannot be written (:data:`~gpt2_posheads.model.paths.CANNOT_WRITE`) is one line naming it
+  (:func:`write_failure`), the earlier results as they were.
 """
 
 from __future__ import annotations
@@ -57,10 +53,8 @@ _COMMITTED: list[Path] = []  # folders this process committed (where a later "no
 
 
 def write_failure(e: BaseException, folder: Path | None = None, param: str = "--out") -> UsageError | None:
-    """The one line for an error that says a file cannot be written (``ENOSPC``, ``EDQUOT``, ``EFBIG``, ``EROFS``;
-    permission denied on a file this process writes: :func:`~gpt2_posheads.model.paths.cannot_write`), naming the
-    folder being written (``folder``, else this process's open output, else the last one it committed, else the
-    file's own folder) and that earlier results are kept; ``None`` for any other error."""
+    """The one line for an error that says a file cannot be written (:func:`~gpt2_posheads.model.paths.cannot_write`),
+    naming the folder (``folder``, else the open output, the last committed, the file's own); else ``None``."""
     ours = tuple(f for o in _OPEN for f in (o.target, o.out_dir)) + tuple(_COMMITTED)  # written, or being written
     why = cannot_write(e, ours + ((folder,) if folder is not None else ()))
     if why is None:
@@ -88,25 +82,17 @@ def write_failure(e: BaseException, folder: Path | None = None, param: str = "--
     )
 
 
-# --- JSON -----------------------------------------------------------------------------------------------
-
-
 def write_json(path: str | Path, obj) -> Path:
     """Write ``obj`` as JSON atomically (a temporary file renamed over the target)."""
     return write_whole_text(path, json.dumps(jsonable(obj), indent=2) + "\n")
 
 
-# --- the lock and the manifest --------------------------------------------------------------------------------
-
-
 LOCK = ".gpt2_posheads.lock"
+LOCK_TIMEOUT = 24 * 3600  # seconds after which another machine's lock is said to be probably left behind
 
 
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
-
-
-LOCK_TIMEOUT = 24 * 3600  # seconds after which another machine's lock is said to be probably left behind
 
 
 def lock_age(path: Path) -> float:
@@ -160,10 +146,9 @@ def say_dead(lock: Path, holder: dict, state: str = "dead") -> None:
 
 
 def remove_dead_runs(root: Path) -> int:
-    """Remove, under ``root``, what runs that ended without finishing (``kill -9``, a power cut) left: locks of gone
-    processes of this machine, their staging folders (unless another machine locks the folder) and temporary files
-    (``.<name>.tmp-<pid>``), each said in one line; the count removed. The main job calls it on its results folder
-    (a run that writes one folder does this for that folder when it opens it)."""
+    """Remove under ``root`` what runs that ended without finishing (``kill -9``) left: locks of gone processes of
+    this machine, their staging folders (unless another machine locks the folder) and ``.<name>.tmp-<pid>`` files,
+    each said; the count removed (the main job's; a run does this for its own folder when it opens it)."""
     removed = 0
     for top, dirs, files in os.walk(root):
         here = Path(top)
@@ -190,8 +175,7 @@ def remove_dead_runs(root: Path) -> int:
 
 
 def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
-    """Create ``folder/LOCK`` (:func:`~gpt2_posheads.model.paths.lock_record`) or refuse in one line
-    (:func:`locked_error`); a lock of a gone process of this machine, or whose pid names another, is taken over."""
+    """Create ``folder/LOCK`` or refuse in one line (:func:`locked_error`); a dead run's lock is taken over."""
     lock = folder / LOCK
     for _ in range(3):
         try:
@@ -220,8 +204,8 @@ def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
 
 
 def foreign_entries(folder: Path, script: str | None = None) -> list[str]:
-    """Names in ``folder`` this script may not replace: not in its manifest (another script's manifest protects its
-    files too), not the manifest, lock or a staging folder, not a nested toolkit output (a manifest of its own)."""
+    """Names in ``folder`` this script may not replace: not in its manifest (or another script's), not the manifest,
+    lock, a staging folder or a nested toolkit output."""
     if not folder.is_dir():
         return []
     m = read_manifest(folder)
@@ -258,8 +242,7 @@ def check_out_folder(path: str | Path, param: str = "--out") -> Path:
 
 def check_one_model_per_name(filed: dict, this: dict, param: str, where: str, hint: str) -> None:
     """Results are filed by a model's name: ``this`` model (``{"label", "fingerprint"}``) is refused, in one line
-    beginning with ``where``, where ``filed`` (the model filed there, or given beside it) has other weights. The one
-    such check, for a results folder (:class:`Output`) and the models of one command (head_atlas, run_all)."""
+    beginning with ``where``, where ``filed`` has other weights (a results folder, or the models of one command)."""
     theirs, ours = filed.get("fingerprint"), this.get("fingerprint")
     if theirs in (None, ours):
         return
@@ -272,13 +255,9 @@ def check_one_model_per_name(filed: dict, this: dict, param: str, where: str, hi
     )
 
 
-# --- the output folder -----------------------------------------------------------------------------------
-
-
 @dataclass
 class Output:
-    """One run's output folder (figures, CSV tables, ``summary.json``): written into ``out_dir`` (staging), moved to
-    ``target`` by :meth:`commit`. Made by :meth:`open`."""
+    """One run's output folder: written into ``out_dir`` (staging), moved to ``target`` by :meth:`commit`."""
 
     target: Path
     out_dir: Path
@@ -309,10 +288,9 @@ class Output:
         adopt: bool = False,
         model: dict | None = None,
     ) -> Output:
-        """Check ``target``, lock it and make a staging folder beside it. ``adopt``: its files count as this run's to
-        replace (``train_mini_gpt2 --overwrite``). ``model`` (``{"label", "fingerprint"}``): a folder holding another
-        model's results under the same name is refused unless ``force``; results of the same model folder measured on
-        weights it no longer has are replaced, and said."""
+        """Check ``target``, lock it, stage beside it. ``adopt``: its files are this run's to replace (``--overwrite``).
+        ``model`` (``{"label", "fingerprint"}``): another model's results of that name are refused unless ``force``;
+        those of the same folder on weights it no longer has are replaced, and said."""
         target = check_out_folder(target, param)
         made = [d for d in (target, *target.parents) if not d.exists()]  # removed again if they stay empty
         try:
@@ -321,70 +299,67 @@ class Output:
             raise write_failure(e, target, param) or UsageError(
                 param, f"{target} cannot be created ({e.strerror})", "a writable folder"
             ) from None
-        foreign, manifest = [] if adopt else foreign_entries(target, script), read_manifest(target)
-        other = manifest.get("script")
-        if other not in (None, script) and not force and not adopt:
-            raise UsageError(
-                param,
-                f"{target} holds the results of {other}",
-                "a folder of this script's own results",
-                "choose another --out",
-            )
-        filed = {"label": (manifest.get("model") or {}).get("label"), "fingerprint": recorded_fingerprint(target)}
-        if model and filed["label"] == model.get("label") and filed["fingerprint"] not in (None, model["fingerprint"]):
-            was, now = filed["fingerprint"], model["fingerprint"]
-            print(
-                f"note: {target} holds results of {filed['label']} on weights {was}, now {now}: replaced",
-                file=sys.stderr,
-            )
-        elif model and not force:
-            hint = "pass --out to choose another folder (or rename the model folder), or --force to replace them"
-            check_one_model_per_name(filed, model, param, f"{target} holds the results of", hint)
-        if foreign and not force:
-            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            raise UsageError(
-                param,
-                f"{target} holds files this toolkit did not write ({shown})",
-                "a new or empty folder, or one the toolkit wrote",
-                "choose another --out, or pass --force to write beside them (they are kept)",
-            )
-        if png:
-            can, why = png_support()  # decided once, before any work, with a bounded wait
-            if not can:
-                print(f"note: figures are written as HTML only ({why})", file=sys.stderr)
-                png = False
-        for folder in (target, target.parent):  # the lock goes in the folder, the staging folder beside it
-            if not os.access(folder, os.W_OK | os.X_OK):
-                _remove_empty(made)
+        try:  # the folders it made are removed again if it is refused
+            foreign, manifest = [] if adopt else foreign_entries(target, script), read_manifest(target)
+            other = manifest.get("script")
+            if other not in (None, script) and not force and not adopt:
                 raise UsageError(
                     param,
-                    f"{folder} is not writable",
-                    "a folder this user can write, in a writable parent",
+                    f"{target} holds the results of {other}",
+                    "a folder of this script's own results",
                     "choose another --out",
                 )
-        try:
+            filed = {"label": (manifest.get("model") or {}).get("label"), "fingerprint": recorded_fingerprint(target)}
+            was, now = filed["fingerprint"], (model or {}).get("fingerprint")
+            if model and filed["label"] == model.get("label") and was not in (None, now):
+                print(
+                    f"note: {target} holds results of {filed['label']} on weights {was}, now {now}: replaced",
+                    file=sys.stderr,
+                )
+            elif model and not force:
+                hint = "pass --out to choose another folder (or rename the model folder), or --force to replace them"
+                check_one_model_per_name(filed, model, param, f"{target} holds the results of", hint)
+            if foreign and not force:
+                shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+                raise UsageError(
+                    param,
+                    f"{target} holds files this toolkit did not write ({shown})",
+                    "a new or empty folder, or one the toolkit wrote",
+                    "choose another --out, or pass --force to write beside them (they are kept)",
+                )
+            if png:
+                can, why = png_support()  # decided once, before any work, with a bounded wait
+                if not can:
+                    print(f"note: figures are written as HTML only ({why})", file=sys.stderr)
+                    png = False
+            for folder in (target, target.parent):  # the lock goes in the folder, the staging folder beside it
+                if not os.access(folder, os.W_OK | os.X_OK):
+                    raise UsageError(
+                        param,
+                        f"{folder} is not writable",
+                        "a folder this user can write, in a writable parent",
+                        "choose another --out",
+                    )
             lock = acquire_lock(target, script, param)
+            remove_dead_staging(target.parent, target.name)  # this run holds the lock: other staging is a dead run's
+            staging = target.parent / f".{target.name}.partial-{os.getpid()}"
+            try:
+                shutil.rmtree(staging, ignore_errors=True)
+                staging.mkdir()
+            except OSError as e:
+                lock.unlink(missing_ok=True)
+                raise write_failure(e, target, param) or UsageError(
+                    param, f"{staging} cannot be created ({e.strerror})", "a writable parent folder"
+                ) from None
         except BaseException:
             _remove_empty(made)
             raise
-        remove_dead_staging(target.parent, target.name)  # this run holds the lock: any other staging is a dead run's
-        staging = target.parent / f".{target.name}.partial-{os.getpid()}"
-        try:
-            shutil.rmtree(staging, ignore_errors=True)
-            staging.mkdir()
-        except OSError as e:
-            lock.unlink(missing_ok=True)
-            _remove_empty(made)
-            raise write_failure(e, target, param) or UsageError(
-                param, f"{staging} cannot be created ({e.strerror})", "a writable parent folder"
-            ) from None
         out = cls(target, staging, lock, script, png, quick, foreign=frozenset(foreign), model=model or {}, made=made)
         _OPEN.append(out)
         return out
 
-    # --- writing ---
     def _not_yours(self, name: str, what: str) -> None:
-        """Refuse to write ``name`` where the target holds a ``what`` of the user's of that name."""
+        """Refuse ``name`` where the target holds the user's ``what`` of that name."""
         if name in self.foreign:
             raise UsageError(
                 "--out",
@@ -416,8 +391,7 @@ class Output:
         return d
 
     def figure(self, fig, stem: str, **kw) -> None:
-        """``stem.html`` now; ``stem.png`` after the run's numbers are committed (:meth:`commit`), so an interrupted
-        or failed PNG export never costs a result."""
+        """``stem.html`` now; ``stem.png`` once the numbers are committed (a failed PNG export costs no result)."""
         for p in save_figure(fig, self.out_dir, stem, png=False, **kw):
             if p.parent == self.out_dir:
                 self.path(p.name)
@@ -428,9 +402,8 @@ class Output:
         df.to_csv(self.path(f"{stem}.csv"), index=False)
 
     def summary(self, obj: dict, claims: Sequence[Claim] = (), stem: str = "summary") -> Path:
-        """Write ``summary.json`` (:func:`~gpt2_posheads.claims.record.write_summary`): ``obj`` plus ``claims``, their
-        verdict counts, the figures, when it was measured and how long it took. The claims table is printed by
-        :meth:`commit`, once the results are in place (a console that fails can then cost nothing)."""
+        """Write ``summary.json`` (:func:`~gpt2_posheads.claims.record.write_summary`): ``obj``, ``claims``, the
+        figures, when and how long; the claims table is printed by :meth:`commit`, once the results are in place."""
         obj = dict(obj)
         obj.setdefault("script", self.script)
         obj.setdefault("quick", self.quick)
@@ -444,10 +417,8 @@ class Output:
             self.tables.append(claims_table(list(claims)))
         return p
 
-    # --- finishing ---
     def commit(self, quiet: bool = False) -> None:
-        """Move this run's files into the target, replacing only what the previous manifest lists, write the
-        new manifest and release the lock; then list what was written."""
+        """Move this run's files in (replacing only what the old manifest lists), write the manifest, unlock, list."""
         if self.committed:
             return
         old = read_manifest(self.target)
@@ -506,7 +477,7 @@ class Output:
 
 
 def _remove_empty(folders: Sequence[Path]) -> None:
-    """Remove ``folders`` (deepest first) while each is empty: the folders a run made and left with nothing in them."""
+    """Remove ``folders`` (deepest first) while each is empty."""
     for d in folders:
         try:
             d.rmdir()
@@ -521,8 +492,8 @@ def abort_open_outputs() -> None:
 
 
 def finish_not_testable(reason: str) -> bool:
-    """End every open output of a claim script with all its claims ``not testable`` and ``reason`` (a measurement
-    the claims rest on could not be made: the model computed a NaN); whether there was such an output."""
+    """End every open output of a claim script with all its claims ``not testable`` for ``reason`` (the model
+    computed a NaN); whether there was one."""
     from ..claims.catalogue import script_claims
     from ..claims.gpt2_post import CLAIMS
 
@@ -542,12 +513,10 @@ RESULTS_ENV = "GPT2_POSHEADS_RESULTS"  # the results folder the main job (run_al
 
 
 def results_root() -> Path:
-    """Where every script writes unless told ``--out``: ``$GPT2_POSHEADS_RESULTS`` (set by ``run_all --out`` for the
-    scripts it runs), else ``./results`` of the folder the user stands in."""
+    """Where every script writes unless told ``--out``: ``$GPT2_POSHEADS_RESULTS``, else ``./results``."""
     return Path(os.environ.get(RESULTS_ENV) or Path.cwd() / "results")
 
 
 def default_target(script: str, model_slug: str | None = None) -> Path:
-    """``results/<script>/<model>/`` (or ``results/<script>/`` for a script without a model) under
-    :func:`results_root`."""
+    """``results/<script>/<model>/`` (``<model>`` left out for a script without one) under :func:`results_root`."""
     return results_root() / script / (model_slug or "")

@@ -1,6 +1,5 @@
 """The command-line programs (``gpt2-posheads NAME``, or ``experiments/NAME.py`` in a checkout): every declared claim
-script, and each module here (``main(argv)``: parse, call the library, write the results folder). Commands are found
-through the package (:func:`commands`), never through a path under a checkout.
+script, and each module here (``main(argv)``), found through the package (:func:`commands`), never through a path.
 """
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ def normalize(name: str) -> str:
 
 
 def load(name: str):
-    """Command ``name``'s program (``main(argv)``): its module, or the one a declared claim script's declaration builds;
-    ``KeyError`` naming the commands there are."""
+    """Command ``name``'s program (``main(argv)``): its module, or one built from a claim script's declaration."""
     from ..claims.catalogue import script
 
     name = normalize(name)
@@ -52,8 +50,7 @@ def load(name: str):
 
 
 def plugins_failed() -> bool:
-    """Whether a module of ``$GPT2_POSHEADS_POSTS`` could not be imported (its claims would be missing everywhere),
-    said in one ``error:`` line."""
+    """Whether a module of ``$GPT2_POSHEADS_POSTS`` could not be imported, said in one ``error:`` line."""
     from ..claims.catalogue import PLUGINS_ENV
     from ..posts import PLUGIN_ERRORS
 
@@ -83,7 +80,7 @@ def run(name: str, argv: Sequence[str] | None = None) -> int:
 
 def run_experiment(name: str, args: Sequence[str], check: bool = False, env: dict[str, str] | None = None) -> int:
     """Run command ``name`` in a fresh ``python -m gpt2_posheads`` (with ``env`` added); its exit status. Stopped here,
-    the child is terminated too and given time to drop its staged output and release its lock before this raises."""
+    the child is terminated too and given time to drop its staged output and release its lock."""
     import os
     import subprocess
 

@@ -15,6 +15,7 @@ models are described in gpt2_posheads/organism/compiled.py and docs/posts/004-gp
 from pathlib import Path
 
 from ..claims.catalogue import Command, Option
+from ..cli.args import name_list
 from ..cli.declared import parse
 from ..cli.output import check_out_folder
 from ..model.paths import folder_lock, models_dir, write_whole
@@ -80,12 +81,7 @@ def main(argv=None):
     args = parse(COMMAND, argv)
     names = list(BUILDERS)
     if args.only is not None:
-        names = [n.strip() for n in args.only.split(",") if n.strip()]
-        unknown = [n for n in names if n not in BUILDERS]
-        if unknown or not names:
-            raise UsageError(
-                "--only", f"unknown model(s) {unknown or '(none given)'}", f"allowed {', '.join(BUILDERS)}"
-            )
+        names = name_list(args.only, "--only", BUILDERS, "model(s)", "unknown model(s) (none given)")
     out_dir = check_out_folder(args.out_dir or str(models_dir()), "--out-dir")
     build_all(names, out_dir, measured=not args.no_measure, force=args.force)
     return 0

@@ -6,14 +6,11 @@ scores, under one stated protocol; one table per model and one mosaic across mod
     gpt2-posheads head_atlas --models gpt2 --protocol ood-composition              # + the published protocol
     gpt2-posheads head_atlas --models route-gpt2,lookalike-wpos --route weights     # + each route read from the weights
 
-Protocol "toolkit" (gpt2_posheads.analysis.atlas): previous-token statistics on natural-text prompts (every
-offset, key 0 left out), induction A[q, q-seg+1] and duplicate-token A[q, q-seg] on BOS r r (seg 50, 16
-sequences). "ood-composition" adds the scores of the protocol released with "Out-of-distribution generalization
-via composition" (50 x 25 random ids repeated, numpy seed 2024, no BOS, position 0 dropped, rows renormalised).
-Where a model has learned W_pos, its sharpest previous-token head's previous-token mass under W_pos averaged in
-groups of 10 is measured too. ``--route weights`` adds each model's route read from the weights (no data run:
-gpt2_posheads.posts.gpt2_prev_heads.weight_route.route_record). Writes atlas_<model>.csv per model, mosaic.html
-and summary.json.
+The protocols are gpt2_posheads.analysis.atlas's ("toolkit"; "ood-composition" adds the per-head scores of the
+protocol released with "Out-of-distribution generalization via composition"). Where a model has learned W_pos, its
+sharpest previous-token head's previous-token mass under W_pos averaged in groups of 10 is measured too; --route
+weights adds each model's route read from the weights (no data run: weight_route.route_record). Writes
+atlas_<model>.csv per model, mosaic.html and summary.json.
 """
 
 import math
@@ -26,7 +23,7 @@ from ..analysis.atlas import OOD_PROTOCOL, TOOLKIT_PROTOCOL, head_table
 from ..analysis.diagonals import diagonal_attention
 from ..analysis.interventions import average_pos_embed
 from ..claims.catalogue import Command, Option
-from ..cli.args import prompt_options
+from ..cli.args import DEVICE, name_list, output_options, prompt_options
 from ..cli.checks import check_device, check_hub_names, check_model_dirs
 from ..cli.declared import parse
 from ..cli.experiment import check_engine_args, check_model_names, corpus_prompts, engine_options, load_engine_model
@@ -53,11 +50,10 @@ COMMAND = Command(
         ),
         Option("--route", "none", "weights: each model's route read from the weights", choices=("none", "weights")),
         *prompt_options(n_prompts=16, seq_len=256),
-        Option("--device", None, "torch device: cpu, cuda, cuda:N"),
-        Option("--out", None, "output folder (default: results/head_atlas)"),
-        Option("--force", False, "write into an --out folder that holds other files (kept)"),
-        Option("--seed", 0, "random seed of the prompts and repeated sequences", int),
-        Option("--no-png", False, "HTML figures only"),
+        DEVICE,
+        *output_options(
+            "output folder (default: results/head_atlas)", "random seed of the prompts and repeated sequences"
+        ),
         *engine_options(("auto",), "auto: TransformerLens"),
     ),
 )
@@ -67,7 +63,7 @@ def main(argv=None):
     args = parse(COMMAND, argv)
     check_engine_args(args, "--model-dirs")
     dirs = check_model_dirs(args.model_dirs)
-    hub = [m.strip() for m in args.models.split(",") if m.strip()]
+    hub = name_list(args.models)
     if not dirs and not hub:
         raise UsageError("--model-dirs", "no model given", "--model-dirs and/or --models", "e.g. --models mini-gpt2")
     check_hub_names([m for m in hub if m not in SHIPPED_MODELS])  # shipped models load offline by name

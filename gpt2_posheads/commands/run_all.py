@@ -5,25 +5,20 @@ offline attention explorer per model.
     gpt2-posheads run_all --models gpt2         # also real GPT-2 small (needs the Hugging Face hub)
     gpt2-posheads run_all --quick               # smoke test: toy claims 'not testable'
 
-The GPT-2 post's scripts run on each model (--models, --model-dirs): by default the shipped route-gpt2 (weights set by
-hand to carry the post's route), lookalike-wpos (the same behaviour from a head that reads W_pos) and mini-gpt2
-(the trained organism, which takes the toy post's route); compiled models not built yet are built first
-(seconds, deterministic). The organism report then shows the post's story on the route model beside the organism
-and the post's numbers. The toy scripts train their own models at settings that test every headline claim
-(--quick makes them smoke tests). Every script runs in this process, in turn: each model is loaded once, its
-prompts made once per option set and its heads ranked once per prompts, so each script measures what it measures
-alone (the same numbers) without starting Python and loading the model again (--processes: one process per script,
-as `gpt2-posheads <script>` runs). A failing script is reported and the others still run. Ctrl-C stops the job and
-still rewrites the index page: what finished is shown with the time it was measured, the interrupted script and those
-that did not run are marked; --resume then runs only what did not finish, and what finished with other options or on
-weights that changed since (the fingerprint its results record; each said in one line). The run record is
-results/run_all.json. --out puts all of it in another folder: each script writes under it as under ./results
-($GPT2_POSHEADS_RESULTS, set for the scripts it runs).
+The GPT-2 post's scripts run on each model (--models, --model-dirs); by default route-gpt2 (weights set by hand to
+carry the post's route), lookalike-wpos (the same behaviour from a head that reads W_pos) and mini-gpt2 (the trained
+organism, which takes the toy post's route); compiled models are built first (seconds, deterministic). The organism
+report then shows the post's story on route-gpt2 beside the organism. The toy scripts train their own models at
+settings that test every headline claim. Every script runs in this process, in turn: each model loaded once, its
+prompts made once per option set, its heads ranked once per prompts, so each measures the numbers it does alone
+(--processes: one process per script). A failing script is reported and the others still run. Ctrl-C stops the job
+and still rewrites the page (what finished, with when; the interrupted script and those not run, marked); --resume
+then runs only what did not finish, or finished with other options or on weights changed since (each said). The run
+record is results/run_all.json; --out puts all of it elsewhere ($GPT2_POSHEADS_RESULTS, set for the scripts).
 
-The page, the explorers and the run record change together or not at all: the explorers are written into a staging
-folder (results/.explorer.partial-<pid>) and moved into place with the record and the page only once every summary
-under results/ has been read, so a job that fails (an unreadable summary) leaves them as they were. What a job killed
-outright (kill -9) left behind, its lock and staging folders, is removed by the next job, and said.
+The page, the explorers and the run record change together or not at all: the explorers are staged in
+results/.explorer.partial-<pid> until every summary has been read. What a job killed outright (kill -9) left, its lock
+and staging folders, is removed by the next job, and said.
 """
 
 import os
@@ -33,13 +28,14 @@ import time
 import traceback
 from contextlib import nullcontext
 from pathlib import Path
+from unittest.mock import patch
 
 import torch
 
 from ..claims.catalogue import Command, Option, model_scripts, toy_scripts
 from ..claims.record import recorded_fingerprint
-from ..cli.args import Terminated, exit_status, stopped_by
-from ..cli.checks import check_device, check_hub_names, check_model_dirs
+from ..cli.args import DEVICE, NO_PNG, Terminated, exit_status, name_list, stopped_by
+from ..cli.checks import check_device, check_hub_names, check_model_dirs, said_of
 from ..cli.declared import parse
 from ..cli.experiment import check_model_names, shared_setup
 from ..cli.output import (
@@ -81,10 +77,10 @@ COMMAND = Command(
             None,
             "results folder (default: ./results): every script's results, the page, the explorers and the run record",
         ),
-        Option("--device", None, "torch device: cpu, cuda, cuda:N"),
+        DEVICE,
         Option("--quick", False, "toy scripts as smoke tests (their claims: not testable)"),
         Option("--only", None, "comma-separated script names to run (default: all)"),
-        Option("--no-png", False, "HTML figures only"),
+        NO_PNG,
         Option("--no-explorer", False, "skip the attention explorer pages"),
         Option(
             "--resume",
@@ -100,25 +96,18 @@ COMMAND = Command(
 def main(argv=None):
     args = parse(COMMAND, argv)
     dirs = check_model_dirs(args.model_dirs)
-    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    names = name_list(args.models)
     results = check_out_folder(args.out) if args.out else results_root()
     for m in [m for m in names if m in SHIPPED_MODELS]:
-        try:
+        with said_of("--models"):
             shipped_model_dir(m)  # a compiled model is built now, once, not by each script
-        except UsageError as e:
-            raise UsageError("--models", e.problem, e.allowed, e.hint) from None
     check_hub_names([m for m in names if m not in SHIPPED_MODELS])
     models = [["--model", m] for m in names] + [["--model-dir", d] for d in dirs]
     known = check_model_names(models)
     check_device(args.device)
     scripts = list(model_scripts() + toy_scripts())
     if args.only is not None:
-        wanted = [s.strip() for s in args.only.split(",") if s.strip()]
-        unknown = [s for s in wanted if s not in scripts]
-        if not wanted:
-            raise UsageError("--only", f"{args.only!r} names no script", f"allowed {', '.join(scripts)}")
-        if unknown:
-            raise UsageError("--only", f"unknown script(s) {unknown}", f"allowed {', '.join(scripts)}")
+        wanted = name_list(args.only, "--only", scripts, "script(s)", f"{args.only!r} names no script")
         scripts = [s for s in scripts if s in wanted]
     device = ["--device", args.device] if args.device else []
     jobs = []  # (script, model label or None, arguments)
@@ -136,21 +125,17 @@ def main(argv=None):
         raise UsageError(
             "--out", f"{results} holds an index.html this toolkit did not write", "a results folder", "another --out"
         )
-    made = not results.exists()
+    made, lock = not results.exists(), None
     results.mkdir(parents=True, exist_ok=True)
-    try:
-        lock = acquire_lock(results, "run_all")
-    except BaseException:
-        if made:
-            results.rmdir()
-        raise
     staging = results / f".explorer.partial-{os.getpid()}"  # this job's explorers, until the page is written
     try:
+        lock = acquire_lock(results, "run_all")
         remove_dead_runs(results)  # a job killed outright left its lock and staging folders: removed, and said
         return run_jobs(args, results, jobs, models, known, staging=staging)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        lock.unlink(missing_ok=True)
+        if lock is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+            lock.unlink(missing_ok=True)
         if made and not any(results.iterdir()):  # a job stopped before it wrote anything leaves no empty folder
             results.rmdir()
 
@@ -178,10 +163,8 @@ def run_jobs(args, results: Path, jobs: list, models: list[list[str]], known: di
     slug = {m: name for m, (name, _) in known.items()}
     done = finished_before(results, record, slug) if args.resume else {}
     failed, t_all = [], time.time()
-    saved = {k: os.environ.get(k) for k in child_env}
-    os.environ.update(child_env)  # the scripts skip their own PNG check, in this process or their own
-    try:
-        with nullcontext() if args.processes else shared_setup():
+    try:  # the scripts skip their own PNG check, in this process or their own; a caller keeps its environment
+        with patch.dict(os.environ, child_env), nullcontext() if args.processes else shared_setup():
             for i, ((name, _, extra), rec) in enumerate(zip(jobs, record["jobs"]), start=1):
                 extra = extra + (["--no-png"] if no_png else [])
                 kept = done.get((name, rec["model"]))
@@ -215,12 +198,6 @@ def run_jobs(args, results: Path, jobs: list, models: list[list[str]], known: di
                 rec.update(status="interrupted", signal=e.name if isinstance(e, Terminated) else "SIGINT")
         print("\ninterrupted: the index page marks what did not finish", file=sys.stderr)
         return finish(results, record, staging, t_all, failed, exit_status(e))
-    finally:  # this process's environment as it was (a caller of main() in Python keeps its own)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return finish(results, record, staging, t_all, failed, 1 if failed else 0)
 
 

@@ -3,26 +3,18 @@
     gpt2-posheads train_mini_gpt2 --out data/mini-gpt2-new            # the shipped recipe
     gpt2-posheads train_mini_gpt2 --out gpt2_posheads/data/mini-gpt2 --overwrite    # replace the shipped model
 
-The recipe (defaults; gpt2_posheads/mini_gpt2.py and gpt2_posheads/data/mini-gpt2/README.md). Phase 1, 1,400 synthetic
-steps: 200 steps of a "copy the previous token" language over the whole vocabulary (t+1 = t-1 with 20%
-noise: only a previous-token head with a copying OV circuit predicts it), then 75% windows of random
-segment pairs "s s s' s' ..." (only induction predicts a second copy) + 25% that language. Windows start
-at 16 tokens and double every 400 steps (16, 32, 64, 128), each at a random absolute position so every
-W_pos row trains: in a 16-token window uniform attention already gives the right key 1/8 of its weight,
-so both heads form within a few hundred steps (in 48- or 256-token windows neither did in 1,000+ steps).
-Phase 2, 3,600 steps: text (WikiText-2 minus its held-out split; `--text wikitext,nltk` adds NLTK's English
-corpora) in 256-token windows, half of them with a span of their own text repeated, plus 12.5% synthetic
-pairs. Held-out: the WikiText-2 split the previous model held out, with the same tokenizer, so losses
-compare token for token. WikiText-2 alone is the default because the held-out text is WikiText: with the
-NLTK mix (3,400 steps) the held-out loss was 4.726; WikiText-2 alone, 5,000 steps: see the model card.
+The defaults are the shipped recipe: 1,400 synthetic steps (200 of a "copy the previous token" language, then segment
+pairs "s s s' s' ..." mixed with it in windows of 16 tokens doubling every 400 steps, at random absolute positions)
+and 3,600 steps of text (WikiText-2 minus its held-out split; `--text wikitext,nltk` adds NLTK's English corpora) in
+256-token windows, half with a span repeated; why each part is there: the model card
+(gpt2_posheads/data/mini-gpt2/README.md) and docs/organism.md. The held-out loss is on the WikiText-2 split the
+shipped model held out, with its tokenizer, so losses compare token for token.
 
-Speed (float32, 4 layers x 4 heads x d_model 128, batch 16 x 256): about 0.85 s per step on 2 cores of
-an AMD EPYC with AVX2 only, about 1.2 s with one thread, several times slower when another job shares
-the cores. --bf16 runs bfloat16 autocast only where the CPU has native bfloat16 units (AVX512-BF16/AMX;
-1.8x faster there); elsewhere it falls back to float32 and says so, since emulated bfloat16 is many
-times slower. Checkpoints every --checkpoint-minutes of wall-clock time to <out>-work/checkpoint.pt;
-rerunning the same command resumes exactly. Ctrl-C keeps the last checkpoint; a run that
-finishes writes the model into --out and removes <out>-work.
+Speed (float32, 4 layers x 4 heads x d_model 128, batch 16 x 256): about 0.85 s per step on 2 AVX2 cores, 1.2 s on
+one. --bf16 runs bfloat16 autocast only where the CPU has native bfloat16 units (AVX512-BF16/AMX; 1.8x faster there);
+elsewhere float32, said (emulated bfloat16 is many times slower). A checkpoint every --checkpoint-minutes of
+wall-clock time to <out>-work/checkpoint.pt: rerunning the same command resumes exactly; Ctrl-C keeps the last one.
+A run that finishes writes the model into --out and removes <out>-work.
 """
 
 import shutil

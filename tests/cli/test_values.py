@@ -7,9 +7,9 @@ import os
 import pytest
 
 import gpt2_posheads.cli.experiment as cliexp
-from gpt2_posheads.__main__ import EXPLORE
 from gpt2_posheads.cli import main_entry
 from gpt2_posheads.cli.declared import parse
+from gpt2_posheads.commands.explore import COMMAND as EXPLORE
 
 from conftest import MINI_DIR, load_script
 
@@ -158,6 +158,8 @@ def test_an_integer_past_int64_names_the_options_own_range(tmp_path, capsys, no_
             base = ["--out", str(tmp_path / "new"), "--no-png"]
         elif name == "head_atlas":
             base = ["--model-dirs", str(MINI_DIR)]
+        elif name == "explore":  # its --max-tokens range is the loaded model's context, checked once it loads
+            base, options = ["--model-dir", str(MINI_DIR)], [o for o in options if o != "--max-tokens"]
         else:
             base = M + ["--out", str(tmp_path / "out")]
         for option in options:
