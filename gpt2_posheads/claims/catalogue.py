@@ -63,13 +63,8 @@ class Option:
     kwarg: str | None = ""
     action: str = ""
 
-    @property
-    def dest(self) -> str:
-        return self.flag.lstrip("-").replace("-", "_")
-
-    @property
-    def keyword(self) -> str | None:
-        return self.dest if self.kwarg == "" else self.kwarg
+    dest = property(lambda self: self.flag.lstrip("-").replace("-", "_"))
+    keyword = property(lambda self: self.dest if self.kwarg == "" else self.kwarg)
 
 
 @dataclass(frozen=True)
@@ -80,10 +75,7 @@ class Command:
     usage: str = field(default="", kw_only=True)
     options: tuple[Option, ...] = field(default=(), kw_only=True)
 
-    @property
-    def line(self) -> str:
-        text = self.usage.strip()
-        return text.splitlines()[0] if text else ""
+    line = property(lambda self: (self.usage.strip().splitlines() or [""])[0])
 
 
 @dataclass(frozen=True)
