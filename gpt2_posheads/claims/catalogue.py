@@ -1,26 +1,18 @@
 """The catalogue: every post this toolkit tests and every claim script of each, filled by the declarations.
 
-A claim script is declared once, beside its measurement, in its post's module, by decorating its function::
-
-    POST = register_post(Post("004", "The positional embedding matrix and ...", author=..., date=..., seed=...,
-                              subject="gpt2_prev_heads", needs_model=True, order=0))
-
-    MASK_DISRUPTS = post_claim("mask_disrupts", "masking attention to p-1 ... disrupts the head",
-                               "L4H11 visibly disrupted", predicate("held if ...", _drops_half), ROUTE)
-
-    @declare(POST, "mask_prev_attention", claims=(MASK_DISRUPTS,), usage=__doc__, n_prompts=8, heads=HEADS,
-             options=(Option("--every", MASK_EVERY, "mask queries p with p %% every == 0", int, low=2),))
-    def mask_prev_attention(model=None, prompts=None, heads=None, *, every=MASK_EVERY, run=None): ...
-
-Everything else reads the declaration: the command and its ``--help`` (:func:`gpt2_posheads.cli.declared.parse`),
-the command list, the main job's scripts, the page's sections and rows, the claims a script's results must hold. Every
-other command is a :class:`Command` declared in its module, its options stated the same way. A researcher's own module
-declares its claims the same way (for the command line and the main job, named in ``$GPT2_POSHEADS_POSTS``). This
-module imports nothing that measures, so every layer can read it; :mod:`gpt2_posheads.posts` fills it on import.
+A claim script is declared once, beside its measurement, in its post's module (``posts/gpt2_prev_heads/masking.py``
+is an example): ``register_post(Post(...))``, its claims declared (:func:`~gpt2_posheads.claims.verdicts.declare_claim`)
+and its function decorated with :func:`declare` (its options as :class:`Option`). Everything else reads the
+declaration: the command and its ``--help`` (:func:`gpt2_posheads.cli.declared.parse`), the command list, the main
+job's scripts, the page's sections and rows, the claims a script's results must hold. Every other command is a
+:class:`Command` declared in its module, its options stated the same way; a researcher's own module declares its
+claims the same way (named in ``$GPT2_POSHEADS_POSTS``). This module imports nothing that measures, so every layer can
+read it; :mod:`gpt2_posheads.posts` fills it on import.
 """
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,8 +36,7 @@ class Post:
     order: int = 99
 
     @property
-    def scripts(self) -> tuple[str, ...]:
-        """The post's claim scripts, in its reading order."""
+    def scripts(self) -> tuple[str, ...]:  # in the post's reading order
         mine = [s for s in _SCRIPTS.values() if s.post.key == self.key and not s.report]
         return tuple(s.name for s in sorted(mine, key=lambda s: s.order))
 
@@ -72,28 +63,19 @@ class Option:
     kwarg: str | None = ""
     action: str = ""
 
-    @property
-    def dest(self) -> str:
-        return self.flag.lstrip("-").replace("-", "_")
-
-    @property
-    def keyword(self) -> str | None:
-        return self.dest if self.kwarg == "" else self.kwarg
+    dest = property(lambda self: self.flag.lstrip("-").replace("-", "_"))
+    keyword = property(lambda self: self.dest if self.kwarg == "" else self.kwarg)
 
 
 @dataclass(frozen=True)
 class Command:
-    """A command of ``gpt2-posheads``: its name, its help (``usage``; its first line is the command list's) and its
-    options."""
+    """A command of ``gpt2-posheads``: its name, its help (``usage``; its first line is the command list's), options."""
 
     name: str
     usage: str = field(default="", kw_only=True)
     options: tuple[Option, ...] = field(default=(), kw_only=True)
 
-    @property
-    def line(self) -> str:
-        text = self.usage.strip()
-        return text.splitlines()[0] if text else ""
+    line = property(lambda self: (self.usage.strip().splitlines() or [""])[0])
 
 
 @dataclass(frozen=True)
@@ -143,7 +125,7 @@ _SCRIPTS: dict[str, Script] = {}
 
 
 def register_post(post: Post) -> Post:
-    """Add ``post`` to the catalogue (again with the same values: nothing changes) and return it."""
+    """Add ``post`` to the catalogue (again with the same values: nothing changes)."""
     known = _POSTS.get(post.key)
     if known is not None and known != post:
         raise ValueError(f"post: {post.key!r} is declared twice with different values ({known.title!r})")
@@ -174,8 +156,7 @@ def declare(post: Post, name: str, **spec) -> Callable[[Callable], Callable]:
     return register
 
 
-def posts() -> tuple[Post, ...]:
-    """Every declared post, in reading order."""
+def posts() -> tuple[Post, ...]:  # in reading order
     return tuple(sorted(_POSTS.values(), key=lambda p: (p.order, p.key)))
 
 
@@ -184,18 +165,15 @@ def scripts() -> dict[str, Script]:
     return {name: _SCRIPTS[name] for p in posts() for name in p.scripts}
 
 
-def script(name: str) -> Script | None:
-    """The declaration of claim script ``name``; ``None`` for a command that is not a claim script."""
+def script(name: str) -> Script | None:  # None: a command that is not a claim script
     return _SCRIPTS.get(name)
 
 
-def model_scripts() -> tuple[str, ...]:
-    """The claim scripts that run on a transformer, in reading order."""
+def model_scripts() -> tuple[str, ...]:  # the claim scripts that run on a transformer
     return tuple(name for name, s in scripts().items() if s.post.needs_model)
 
 
-def toy_scripts() -> tuple[str, ...]:
-    """The claim scripts that train their own toy models, in reading order."""
+def toy_scripts() -> tuple[str, ...]:  # the claim scripts that train their own toy models
     return tuple(name for name, s in scripts().items() if not s.post.needs_model)
 
 
@@ -204,17 +182,9 @@ def script_claims() -> dict[str, tuple[str, ...]]:
     return {name: s.claims for name, s in scripts().items() if s.post.needs_model}
 
 
-@dataclass(frozen=True)
-class DeclaredClaim:
-    """A claim as its post declares it: the ``script`` that judges it, the post's sentence (``claim``), its rule's
-    text at the post's own settings and its ``role`` (``""`` for a toy post's claim)."""
-
-    key: str
-    post: Post
-    script: str
-    claim: str
-    rule: str
-    role: str
+# a claim as its post declares it: the ``script`` that judges it, the post's sentence (``claim``), its rule's text at
+# the post's own settings and its ``role`` (``""`` for a toy post's claim)
+DeclaredClaim = namedtuple("DeclaredClaim", "key post script claim rule role")
 
 
 def claims() -> dict[str, DeclaredClaim]:

@@ -40,8 +40,7 @@ V1_NAMES = {"shown": "readout", "tells": "role"}  # a claim's fields as version 
 MANIFEST = ".gpt2_posheads.json"  # in every folder the toolkit writes: {"files", "folders", "script", "model"?, ...}
 
 
-def read_manifest(folder: str | Path) -> dict:
-    """The manifest of ``folder`` (``{"files": [...], "folders": [...], ...}``), empty when there is none."""
+def read_manifest(folder: str | Path) -> dict:  # {"files": [...], "folders": [...], ...}, empty when there is none
     try:
         m = json.loads((Path(folder) / MANIFEST).read_text())
         return m if isinstance(m, dict) else {}
@@ -126,8 +125,7 @@ class Summary:
     figures = property(lambda self: list(self.data.get("figures", [])))
     finished_at = property(lambda self: str(self.data.get("finished_at", "")))
 
-    def get(self, name: str, default: Any = None) -> Any:
-        return self.data.get(name, default)
+    get = property(lambda self: self.data.get)  # (name, default=None)
 
     def __getitem__(self, name: str) -> Any:
         return self.data[name]
@@ -139,8 +137,7 @@ class Summary:
         """The claim with this key (without keys: this sentence), or ``None``."""
         return next((c for c in self.claims if (c.key or c.claim) == key), None)
 
-    def by_key(self) -> dict[str, Claim]:
-        """``{key (or sentence): claim}`` in the order written."""
+    def by_key(self) -> dict[str, Claim]:  # {key (or sentence): claim} in the order written
         return {c.key or c.claim: c for c in self.claims}
 
     def __iter__(self) -> Iterator[Claim]:

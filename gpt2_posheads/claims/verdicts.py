@@ -1,12 +1,11 @@
 """One verdict vocabulary for every claim of every post: ``held``, ``not held``, ``not testable``.
 
-The words and their colours are defined here and nowhere else. A claim is judged by a :class:`Rule`: a sentence
-written down *before* the measurement and a pure function of the measured numbers returning a :data:`Decision`
-``(held, why)``. Preconditions come first: if the model does not copy, a head is not a previous-token head, or the
-run is a ``--quick`` smoke test, the claim is ``not testable`` and says why, instead of a verdict that would look
-good on a model where the phenomenon is absent. :func:`judge` is the one path from a measurement to a :class:`Claim`
-(record keys ``claim, post, measured, rule, verdict, why``); :func:`not_testable` the one constructor of an untested
-claim. Usage::
+The words and their colours are defined here and nowhere else. A claim is judged by a :class:`Rule`, a sentence
+written down *before* the measurement and a pure function of the numbers returning a :data:`Decision` ``(held, why)``.
+Preconditions come first: if the model does not copy, a head is not a previous-token head, or the run is a
+``--quick`` smoke test, the claim is ``not testable`` and says why, instead of a verdict that would look good on a
+model where the phenomenon is absent. :func:`judge` is the one path from a measurement to a :class:`Claim`,
+:func:`not_testable` the one constructor of an untested claim. Usage::
 
     c = judge("a head attends almost only to the previous token", post="L4H11: 0.01",
               rule=at_most(0.10, "ratio of the sharpest previous-token head"), measured={"ratio": 0.04})
@@ -14,6 +13,7 @@ claim. Usage::
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -328,12 +328,8 @@ def _bound(threshold: float, what: str, op: str) -> Rule:
     return Rule(f"held if {what} {op} {threshold:g}", decide)
 
 
-def at_most(threshold: float, what: str) -> Rule:
-    return _bound(threshold, what, "<=")
-
-
-def at_least(threshold: float, what: str) -> Rule:
-    return _bound(threshold, what, ">=")
+at_most = functools.partial(_bound, op="<=")  # (threshold, what): held if value <= threshold
+at_least = functools.partial(_bound, op=">=")  # (threshold, what): held if value >= threshold
 
 
 def within(low: float, high: float, what: str) -> Rule:
@@ -378,9 +374,7 @@ def monotone(direction: Literal["up", "down"], what: str, tolerance: float = 0.0
     return Rule(f"held if {what} {'rises' if direction == 'up' else 'falls'} at every step{slack}", decide)
 
 
-def predicate(text: str, fn: Callable[[Any], Decision], allow_quick: bool = False) -> Rule:
-    """A rule from any pure function ``value -> (held, why)`` (a :data:`Decision`)."""
-    return Rule(text, fn, allow_quick)
+predicate = Rule  # a rule from any pure function ``value -> (held, why)`` (a :data:`Decision`)
 
 
 # --- presentation ------------------------------------------------------------------------------------

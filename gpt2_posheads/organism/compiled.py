@@ -2,23 +2,21 @@
 
 Each model is an ordinary Hugging Face GPT-2 folder (4 layers, 4 heads, ``d_model`` 512, ``n_ctx`` 256, the shipped
 4,096-token tokenizer) built deterministically in seconds, its weights written feature by feature in the named blocks
-of the residual stream (:mod:`~gpt2_posheads.organism.weights`; what each holds, in the card's words:
-:func:`block_words`). Each head is built by a small function whose ``role`` (the card's words) says what it scores,
-reads and writes; each model by one function of :data:`BUILDERS`, whose docstring is its card's summary.
-:func:`build` writes a folder with its card (``README.md``): the blocks, every head's role, the verdict each claim
-must get (:mod:`~gpt2_posheads.organism.known_answers`, written down before anything was measured) and the numbers
-the toolkit measured on it.
+of the residual stream (:mod:`~gpt2_posheads.organism.weights`). Each head is built by a small function whose ``role``
+(the card's words) says what it scores, reads and writes; each model by a row of :data:`BUILDERS`. :func:`build`
+writes a folder with its card (:data:`CARD`): the blocks, every head's role, the verdict each claim must get
+(:mod:`~gpt2_posheads.organism.known_answers`, written down before anything was measured) and the measured numbers.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import inspect
 import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from string import Template
 
 import numpy as np
 
@@ -205,120 +203,92 @@ def uniform_writer(p: Parts, writes: str = "junk") -> Head:
 
 # --- the five models --------------------------------------------------------------------------------------------
 
-_ROUTE_BLOCKS = [("bucket", wt.N_BUCKETS), ("count", 1), ("pos", 1)] + [(b, wt.K_TOK) for b in ("est", "prev", "out")]
+_FINE = ("fine", 1 + 2 * wt.N_WAVES_WPOS)
+_ROUTE = [("bucket", wt.N_BUCKETS), ("count", 1), ("pos", 1)] + [(b, wt.K_TOK) for b in ("est", "prev", "out")]
 
 
-def route_gpt2(n_vocab: int) -> Compiled:
-    """The GPT-2 post's route, compiled.
+def _counted(boost: bool = False, sharp: Callable[[Parts], Head] = aggregator) -> Callable[[Parts], None]:
+    """Layer 0 counts; four layer-1 early heads (self-suppressing, or boosting p-1) write their estimate; layer 2 holds
+    the ``sharp`` head beside three early-like heads that write nothing; a layer-3 induction head reads ``prev``."""
 
-    Layer 0 counts positions from BOS with a uniform head and an MLP; four layer-1 heads rise towards recent keys
-    and dip at their own token (self-suppressing, ratios 0.3-0.5); a layer-2 aggregator matches their estimate of
-    the previous token against each key's token and attends precisely to it; a layer-3 induction head reads the
-    aggregator. W_pos is GPT-2's own helix and nothing reads it.
-    """
-    p = parts(n_vocab, _ROUTE_BLOCKS)
-    counted_position(p)
-    p.heads[1] = [self_suppressing(p, s) for s in EARLY_SLOPES]
-    p.heads[2] = [aggregator(p)] + [self_suppressing(p, s, writes=False) for s in INERT_SLOPES]
-    p.heads[3][0] = induction(p)
-    return p.model("route-gpt2")
+    def fill(p: Parts) -> None:
+        counted_position(p, wt.kernel_freqs(wt.N_WAVES_MLP) if boost else None)
+
+        def early(s: float, m: float, writes: bool) -> Head:
+            return boosting(p, s, m, writes) if boost else self_suppressing(p, s, writes)
+
+        p.heads[1] = [early(s, m, True) for s, m in zip(EARLY_SLOPES, BOOST_MARGINS)]
+        p.heads[2] = [sharp(p)] + [early(s, m, False) for s, m in zip(INERT_SLOPES, BOOST_MARGINS[1:])]
+        p.heads[3][0] = induction(p)
+
+    return fill
 
 
-def lookalike_wpos(n_vocab: int) -> Compiled:
-    """A look-alike: the sharp head reads W_pos.
-
-    The same behaviour (a sharp previous-token head in layer 2, induction, copying) by another route: the sharp
-    head reads the previous position straight off fine components of W_pos (a ramp and four waves added to GPT-2's
-    helix); layers 0-1 write nothing.
-    """
-    p = parts(n_vocab, [("fine", 1 + 2 * wt.N_WAVES_WPOS), ("prev", wt.K_TOK), ("out", wt.K_TOK)])
+def _wpos(p: Parts) -> None:
     p.heads[2][0] = wpos_reader(p)
     p.heads[3][0] = induction(p, position="fine")
-    return p.model("lookalike-wpos")
 
 
-def lookalike_boost(n_vocab: int) -> Compiled:
-    """A look-alike: early heads that boost the previous position.
-
-    route-gpt2 with layer-1 heads that boost p-1 (a bump in their score, from waves of the counted position)
-    instead of suppressing their own token; the aggregator and induction head are route-gpt2's.
-    """
-    p = parts(n_vocab, _ROUTE_BLOCKS[1:3] + [("waves", 2 * wt.N_WAVES_MLP)] + _ROUTE_BLOCKS[3:])
-    counted_position(p, wt.kernel_freqs(wt.N_WAVES_MLP))
-    p.heads[1] = [boosting(p, s, m) for s, m in zip(EARLY_SLOPES, BOOST_MARGINS)]
-    p.heads[2] = [aggregator(p)] + [boosting(p, s, m, writes=False) for s, m in zip(INERT_SLOPES, BOOST_MARGINS[1:])]
-    p.heads[3][0] = induction(p)
-    return p.model("lookalike-boost")
-
-
-def lookalike_decoy(n_vocab: int) -> Compiled:
-    """A look-alike: self-suppressing early heads that the sharp head ignores.
-
-    route-gpt2's layers 0-1 (the counter, and self-suppressing early heads that write their estimate), but the
-    sharp layer-2 head ignores them and reads fine components of W_pos, as in lookalike-wpos.
-    """
-    p = parts(n_vocab, _ROUTE_BLOCKS[:4] + [("fine", 1 + 2 * wt.N_WAVES_WPOS)] + _ROUTE_BLOCKS[4:])
-    counted_position(p)
-    p.heads[1] = [self_suppressing(p, s) for s in EARLY_SLOPES]
-    p.heads[2] = [wpos_reader(p)] + [self_suppressing(p, s, writes=False) for s in INERT_SLOPES]
-    p.heads[3][0] = induction(p)
-    return p.model("lookalike-decoy")
-
-
-def lookalike_none(n_vocab: int) -> Compiled:
-    """A look-alike: no previous-token mechanism.
-
-    Positions are counted as in route-gpt2, every later head attends to its own token, nothing copies and the
-    unembedding is zero.
-    """
-    p = parts(n_vocab, [("bucket", wt.N_BUCKETS), ("count", 1), ("pos", 1)])
+def _none(p: Parts) -> None:
     counted_position(p)
     for layer in (1, 2, 3):
         p.heads[layer] = [self_attending(p, s) for s in EARLY_SLOPES]
-    return p.model("lookalike-none")
 
 
-BUILDERS: dict[str, Callable[[int], Compiled]] = {  # keys: model.paths.COMPILED_MODELS, the builders' names
-    f.__name__.replace("_", "-"): f
-    for f in (route_gpt2, lookalike_wpos, lookalike_boost, lookalike_decoy, lookalike_none)
+# name (model.paths.COMPILED_MODELS) -> (title, what it is: the card's summary, its blocks, what fills its layers)
+BUILDERS: dict[str, tuple[str, str, list[tuple[str, int]], Callable[[Parts], None]]] = {
+    "route-gpt2": (
+        "the GPT-2 post's route, compiled",
+        "Layer 0 counts positions from BOS with a uniform head and an MLP; four layer-1 heads rise towards recent keys "
+        "and dip at their own token (self-suppressing, ratios 0.3-0.5); a layer-2 aggregator matches their estimate "
+        "of the previous token against each key's token and attends precisely to it; a layer-3 induction head reads "
+        "the aggregator. W_pos is GPT-2's own helix and nothing reads it.",
+        _ROUTE,
+        _counted(),
+    ),
+    "lookalike-wpos": (
+        "a look-alike: the sharp head reads W_pos",
+        "The same behaviour (a sharp previous-token head in layer 2, induction, copying) by another route: the sharp "
+        "head reads the previous position straight off fine components of W_pos (a ramp and four waves added to "
+        "GPT-2's helix); layers 0-1 write nothing.",
+        [_FINE, ("prev", wt.K_TOK), ("out", wt.K_TOK)],
+        _wpos,
+    ),
+    "lookalike-boost": (
+        "a look-alike: early heads that boost the previous position",
+        "route-gpt2 with layer-1 heads that boost p-1 (a bump in their score, from waves of the counted position) "
+        "instead of suppressing their own token; the aggregator and induction head are route-gpt2's.",
+        _ROUTE[1:3] + [("waves", 2 * wt.N_WAVES_MLP)] + _ROUTE[3:],
+        _counted(boost=True),
+    ),
+    "lookalike-decoy": (
+        "a look-alike: self-suppressing early heads that the sharp head ignores",
+        "route-gpt2's layers 0-1 (the counter, and self-suppressing early heads that write their estimate), but the "
+        "sharp layer-2 head ignores them and reads fine components of W_pos, as in lookalike-wpos.",
+        _ROUTE[:4] + [_FINE] + _ROUTE[4:],
+        _counted(sharp=wpos_reader),
+    ),
+    "lookalike-none": (
+        "a look-alike: no previous-token mechanism",
+        "Positions are counted as in route-gpt2, every later head attends to its own token, nothing copies and the "
+        "unembedding is zero.",
+        _ROUTE[:3],
+        _none,
+    ),
 }
 
 
 # --- folders, cards, measurements -----------------------------------------------------------------------------------
 
 
-def summary(name: str) -> tuple[str, str]:
-    """``(title, summary)`` of compiled model ``name`` for its card: its builder's docstring (:data:`BUILDERS`)."""
-    title, body = inspect.cleandoc(BUILDERS[name].__doc__).split("\n\n", 1)
-    return title[0].lower() + title[1:-1], " ".join(body.split("\n"))
-
-
-def block_words(shape: wt.Shape) -> dict[str, str]:
-    """What each block holds, in the card's words, for a model of ``shape``."""
-    n_ctx = shape.n_ctx
-    return {
-        "const": f"the constant C = {wt.C:g} in every token embedding (LayerNorm's scale)",
-        "bos": "1 on the BOS token",
-        "helix": f"W_pos: GPT-2's first {n_ctx} rows on their top 8 principal components",
-        "tok": f"the token's random unit code ({shape.k_tok} dimensions)",
-        "bucket": f"the token's one-hot bucket ({shape.n_buckets}; what a self-suppressing head matches)",
-        "count": f"{SMALL:g} / (p + 1), written by the layer-0 counter",
-        "pos": f"{SMALL:g} p / {n_ctx}, written by the layer-0 MLP",
-        "waves": f"{SMALL:g} (cos, sin)(w p) of the counted position, written by the layer-0 MLP",
-        "fine": f"W_pos's fine components: {SMALL:g} p / {n_ctx} and {SMALL:g} (cos, sin)(w p), w = pi (j + 1/2) / 4",
-        "est": "the early heads' estimate of the previous token (a mix of codes)",
-        "prev": "the sharp head's previous-token code",
-        "out": "the induction head's copy (read by the unembedding)",
-        "relay": "a copy of W_pos's fine components, written by layer-0 heads that attend to their own position",
-        "junk": "what heads doing unrelated work write (nothing reads it)",
-    }
-
-
 def compile_model(name: str) -> Compiled:
     """The compiled model ``name`` (one of :data:`BUILDERS`), for the shipped tokenizer's vocabulary."""
     if name not in BUILDERS:
         raise ValueError(f"unknown compiled model {name!r}; allowed {', '.join(BUILDERS)}")
-    return BUILDERS[name](tokenizer_vocab())
+    *_, blocks, fill = BUILDERS[name]
+    p = parts(tokenizer_vocab(), blocks)
+    fill(p)
+    return p.model(name)
 
 
 @functools.lru_cache(maxsize=1)
@@ -380,44 +350,66 @@ def layout_lines(model: Compiled) -> list[str]:
         "| block | coordinates | features | holds |",
         "| --- | --- | --- | --- |",
     ]
-    words = block_words(shape)
+    words = {  # what each block holds, in the card's words
+        "const": f"the constant C = {wt.C:g} in every token embedding (LayerNorm's scale)",
+        "bos": "1 on the BOS token",
+        "helix": f"W_pos: GPT-2's first {shape.n_ctx} rows on their top 8 principal components",
+        "tok": f"the token's random unit code ({shape.k_tok} dimensions)",
+        "bucket": f"the token's one-hot bucket ({shape.n_buckets}; what a self-suppressing head matches)",
+        "count": f"{SMALL:g} / (p + 1), written by the layer-0 counter",
+        "pos": f"{SMALL:g} p / {shape.n_ctx}, written by the layer-0 MLP",
+        "waves": f"{SMALL:g} (cos, sin)(w p) of the counted position, written by the layer-0 MLP",
+        "fine": f"W_pos's fine components: {SMALL:g} p / {shape.n_ctx} and {SMALL:g} (cos, sin)(w p), "
+        "w = pi (j + 1/2) / 4",
+        "est": "the early heads' estimate of the previous token (a mix of codes)",
+        "prev": "the sharp head's previous-token code",
+        "out": "the induction head's copy (read by the unembedding)",
+        "relay": "a copy of W_pos's fine components, written by layer-0 heads that attend to their own position",
+        "junk": "what heads doing unrelated work write (nothing reads it)",
+    }
     lines += [f"| `{name}` | {s}-{s + n} | {n} | {words[name]} |" for name, (s, n) in model.res.blocks.items()]
     lines += ["", "## Heads and MLPs", "", "| layer | head | what it does |", "| --- | --- | --- |"]
     lines += [f"| {l} | L{l}H{h} | {head.role} |" for l, hs in enumerate(model.heads) for h, head in enumerate(hs)]
     return lines + [f"| {l} | MLP | {m.role} |" for l, m in enumerate(model.mlps)]
 
 
+CARD = """# $name: $title
+
+$about
+
+A GPT-2 whose weights are set by hand (`gpt2_posheads.organism.compiled`), built by \
+`python experiments/build_compiled_models.py`: deterministic, the same bytes on every rebuild. A ground truth for the \
+verdicts of the GPT-2 post's claims, not a language model (it predicts only copies).
+
+$layout
+
+## The verdict each claim must get
+
+Written down from the construction before anything was measured (`gpt2_posheads.organism.known_answers`); \
+`tests/organism/test_known_answers.py` runs every claim and asserts them.
+
+| script | claim | verdict | why |
+| --- | --- | --- | --- |
+$verdicts$measured
+"""
+
+
 def card(model: Compiled, measured: dict | None = None) -> str:
-    """The model's card: what it is, which block holds what, which head reads and writes what, the verdicts its
-    construction implies (:mod:`~gpt2_posheads.organism.known_answers`), and the numbers the toolkit measured."""
+    """The model's card (:data:`CARD`): what it is, its layout, the verdicts its construction implies
+    (:mod:`~gpt2_posheads.organism.known_answers`) and the numbers the toolkit ``measured``."""
     from .known_answers import expected
 
-    title, about = summary(model.name)
-    lines = [
-        f"# {model.name}: {title}",
-        "",
-        about,
-        "",
-        "A GPT-2 whose weights are set by hand (`gpt2_posheads.organism.compiled`), built by "
-        "`python experiments/build_compiled_models.py`: deterministic, the same bytes on every rebuild. A ground "
-        "truth for the verdicts of the GPT-2 post's claims, not a language model (it predicts only copies).",
-        "",
-    ] + layout_lines(model)
-    lines += [
-        "",
-        "## The verdict each claim must get",
-        "",
-        "Written down from the construction before anything was measured (`gpt2_posheads.organism.known_answers`); "
-        "`tests/organism/test_known_answers.py` runs every claim and asserts them.",
-        "",
-        "| script | claim | verdict | why |",
-        "| --- | --- | --- | --- |",
-    ]
-    lines += [f"| `{script}` | `{key}` | {v} | {why} |" for (script, key), (v, why) in expected(model.name).items()]
-    if measured:
-        lines += ["", "## Measured by the toolkit", ""]
-        lines += [f"- {k}: {v}" for k, v in measured.items()]
-    return "\n".join(lines) + "\n"
+    title, about, *_ = BUILDERS[model.name]
+    verdicts = [f"| `{script}` | `{key}` | {v} | {why} |" for (script, key), (v, why) in expected(model.name).items()]
+    more = "".join(f"\n- {k}: {v}" for k, v in measured.items()) if measured else ""
+    return Template(CARD).substitute(
+        name=model.name,
+        title=title,
+        about=about,
+        layout="\n".join(layout_lines(model)),
+        verdicts="\n".join(verdicts),
+        measured=f"\n\n## Measured by the toolkit\n{more}" if measured else "",
+    )
 
 
 def measure(folder: Path, n_prompts: int = 16) -> dict[str, str]:

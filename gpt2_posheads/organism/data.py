@@ -82,6 +82,7 @@ def train_tokenizer(docs: Sequence[str], vocab_size: int):
 
 
 def split_docs(docs: Sequence[str], val_fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """``(train, held-out)``: a seeded ``val_fraction`` of the documents held out (at least one)."""
     order = list(range(len(docs)))
     random.Random(seed).shuffle(order)
     n_val = max(1, int(round(val_fraction * len(docs))))

@@ -2,15 +2,12 @@
 
 Every model is built from the heads of :mod:`~gpt2_posheads.organism.compiled`, its sizes, head placement, strengths,
 perturbation and extra heads drawn from ``numpy``'s PCG64 seeded with the model's seed. The kinds (:data:`KINDS`: the
-route conclusion each must get, :func:`~gpt2_posheads.claims.route.conclude`, written down before anything was
-measured on them), layouts, strengths and perturbations are specified in ``docs/known-answers.md`` ("The generator");
-the ranges stand beside each draw below. ``mixed`` is ambiguous by construction: its aggregator's score also has the
-``W_pos`` reader's kernel, so it reads both the early heads' estimate and ``W_pos`` and no single route is the true one.
-
-A shape can be asked for instead of drawn (:func:`generate`'s sizes; :func:`gpt2_small_route`: GPT-2 small's). The
-draws are the same either way (a drawn size is drawn and replaced), so asking for the drawn shape gives the same
-bytes. The route's heads sit in the first :data:`ROUTE_LAYERS` layers; the layers above hold free slots only (inert
-heads and heads doing unrelated work, zero MLPs). Checked at n_ctx 1024 on the kind ``post``.
+route conclusion each must get, written down before anything was measured on them), layouts, strengths and
+perturbations are specified in ``docs/known-answers.md`` ("The generator"); the ranges stand beside each draw below.
+``mixed`` is ambiguous by construction: its aggregator also has the ``W_pos`` reader's kernel, so it reads both the
+early heads' estimate and ``W_pos`` and no single route is the true one. An asked-for shape (:func:`generate`'s sizes,
+:func:`gpt2_small_route`) replaces the drawn one after the draw, so asking for the drawn shape gives the same bytes.
+The route's heads sit in the first :data:`ROUTE_LAYERS` layers; the layers above hold free slots only.
 """
 
 from __future__ import annotations
@@ -58,15 +55,11 @@ class Generated:
 
     model: wt.Compiled
     card: dict
-
-    @property
-    def name(self) -> str:
-        return self.model.name
+    name = property(lambda self: self.model.name)
 
 
 def layouts(max_d_model: int | None = None) -> list[tuple[int, int]]:
-    """Every ``(d_model, n_heads)`` drawn from: d_model in :data:`D_MODELS` up to ``max_d_model``, 2-8 heads,
-    ``d_head >= 64``."""
+    """Every ``(d_model, n_heads)`` drawn from: :data:`D_MODELS` up to ``max_d_model``, 2-8 heads, ``d_head >= 64``."""
     return [
         (d, h)
         for d in D_MODELS
@@ -105,8 +98,7 @@ def _shape(
     raise ValueError(f"layout: d_model {d_model} cannot hold the blocks of {kind!r}")
 
 
-def _int(name: str, v, lo: int, hi: int) -> int:
-    """``v`` as an int in ``lo..hi``, or a ValueError naming the argument."""
+def _int(name: str, v, lo: int, hi: int) -> int:  # v as an int in lo..hi, or a ValueError naming the argument
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
         raise ValueError(f"{name}: {v!r} must be an integer in {lo}..{hi}")
     return int(v)
@@ -141,16 +133,14 @@ def generate(
     reserved: tuple[int, int] = (0, 0),
 ) -> Generated:
     """The generated model of ``kind`` (:data:`KINDS`) for ``seed`` (the same bytes for the same arguments). ``noise``:
-    the perturbation's fraction instead of the drawn one (the rest of the model is the same). ``n_vocab``: rows of the
-    embedding and unembedding (default: the shipped tokenizer's 4,096; more are padding the tokenizer never produces, as
-    GPT-2's 50,257, with no token code: zero rows of ``W_U``). Asked-for sizes replace drawn ones (the draws are the
-    same): ``layout`` ``(d_model, n_heads)`` (``d_head >= 64``, the kind's blocks must fit), ``n_layers`` (3-48),
-    ``n_ctx`` (64-1024, default 256) and ``d_mlp`` (``>= n_ctx``, default ``max(512, n_ctx)``). For a model in another
-    model's image (:mod:`~gpt2_posheads.organism.standin`): ``placement`` names the heads instead of drawing their slots
-    (``counter``, ``early_heads``, ``aggregator``, ``induction_head``; kind ``post`` or ``boost``), ``n_tokens`` is the
-    number of ids a tokenizer produces (default: the shipped tokenizer's; rows past it are padding with no code) and
-    ``reserved`` ``(before, after)`` residual coordinates at either end belong to no block. The slots are drawn and
-    replaced, so the models without a placement keep their bytes."""
+    the perturbation's fraction instead of the drawn one. ``n_vocab``: embedding and unembedding rows (default: the
+    shipped tokenizer's 4,096; more are padding with no token code, zero rows of ``W_U``, as GPT-2's 50,257). Asked-for
+    sizes replace drawn ones (the draws are the same): ``layout`` ``(d_model, n_heads)`` (``d_head >= 64``, the kind's
+    blocks must fit), ``n_layers`` (3-48), ``n_ctx`` (64-1024, default 256), ``d_mlp`` (``>= n_ctx``, default
+    ``max(512, n_ctx)``). For a model in another's image (:mod:`~gpt2_posheads.organism.standin`): ``placement`` names
+    the heads instead of drawing their slots (:data:`PLACED_ROLES`; kinds ``post``, ``boost``; drawn and replaced, so
+    other models keep their bytes), ``n_tokens`` the ids a tokenizer produces (rows past it: padding) and ``reserved``
+    ``(before, after)`` residual coordinates at either end that belong to no block."""
     if kind not in KINDS:
         raise ValueError(f"kind: {kind!r} is not a kind; allowed {', '.join(KINDS)}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -354,10 +344,9 @@ def gpt2_small_route(
     **image,
 ) -> Generated:
     """The post's route (kind ``post``) in GPT-2 small's shape: 12 layers x 12 heads, d_model 768, d_mlp 3,072
-    (``4 d_model``), n_ctx 1024 and 50,257 embedding and unembedding rows (the shipped 4,096-token tokenizer, the
-    rest padding): what a user with the hub runs on ``gpt2``, at the cost of its shape. Any size can be made smaller
-    for a quick check (e.g. ``n_layers=4, n_heads=4, d_model=256``). ``image``: :func:`generate`'s ``placement``,
-    ``n_tokens`` and ``reserved``, for a model in GPT-2 small's image (:mod:`~gpt2_posheads.organism.standin`)."""
+    (``4 d_model``), n_ctx 1024, 50,257 embedding and unembedding rows (the shipped 4,096-token tokenizer, the rest
+    padding): what a user with the hub runs on ``gpt2``. Any size can be made smaller for a quick check. ``image``:
+    :func:`generate`'s ``placement``, ``n_tokens`` and ``reserved`` (:mod:`~gpt2_posheads.organism.standin`)."""
     d_model = _int("d_model", d_model, min(D_MODELS), 4096)
     n_heads = _int("n_heads", n_heads, 1, 64)
     if d_model % n_heads or d_model // n_heads < MIN_D_HEAD:
@@ -406,8 +395,7 @@ def member(i: int, seed: int = 0, max_d_model: int | None = None) -> Generated:
     return generate(1000 * seed + i, KIND_ORDER[i % len(KIND_ORDER)], max_d_model)
 
 
-def suite(n: int, seed: int = 0, max_d_model: int | None = None) -> list[Generated]:
-    """The first ``n`` models of the suite ``seed``."""
+def suite(n: int, seed: int = 0, max_d_model: int | None = None) -> list[Generated]:  # the first n of suite seed
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n: {n!r} must be an integer >= 1")
     return [member(i, seed, max_d_model) for i in range(n)]

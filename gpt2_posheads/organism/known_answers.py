@@ -1,26 +1,16 @@
 """The verdict every claim must get on every compiled model and on ``mini-gpt2``, from how each model is built.
 
-Written down before any claim was measured on the models; the test ``tests/organism/test_known_answers.py`` builds
-the models, runs every claim script of the GPT-2 post and the organism report, and asserts this table. Where a
-verdict differs, either a rule is wrong (fix the rule) or a construction is (fix the construction); the table is
-never edited to match a measurement.
+Written down before any claim was measured on the models; ``tests/organism/test_known_answers.py`` runs every claim
+script of the GPT-2 post and the organism report on them and asserts this table. Where a verdict differs, a rule or a
+construction is wrong and is fixed; the table is never edited to match a measurement. ``mini-gpt2``, the trained
+organism (a layer-0 previous-token head reading an alternating ``W_pos``, the toy post's route), has no geometry set by
+hand: those rows are ``None``. The table is data, ``known_answers.json`` beside this module:
 
-Models: the five compiled ones (:mod:`~gpt2_posheads.organism.compiled`; each builder's docstring says what it is)
-and ``mini-gpt2``, the trained organism: a layer-0 previous-token head that reads an alternating ``W_pos`` (the toy
-post's route), induction and copying. Its geometry is not set by hand: those rows are ``None``.
-
-The table is data, ``known_answers.json`` beside this module, read at import:
-
-* :data:`KNOWN`: claim key -> {model: (verdict, reason from the construction)}, ``None`` where the construction does
-  not set it. The command that judges a claim is its declaration's (``claims.catalogue.claims``), the organism
-  report's for its targets.
-* :data:`ROUTE_CONCLUSIONS`: model -> (the route conclusion it must get, ``gpt2_posheads.claims.route.conclude``, and
-  why, from the construction).
-* The GPT-2-small stand-in (:mod:`~gpt2_posheads.organism.standin`): the route of route-gpt2 at the post's heads, in
-  GPT-2 small's shape, taken for GPT-2 small by ``is_gpt2_small``. ``standin_differs``: where its answer differs
-  from route-gpt2's, the reason; :data:`STANDIN_HEADS`: which heads each script measures with its defaults (the
-  post's names, chosen because ``is_gpt2_small`` is true; ``rank_prev_heads``: the aggregator the ranking finds);
-  :data:`STANDIN_ROUTE`: its route conclusion and why.
+* :data:`KNOWN`: claim key -> {model: (verdict, reason from the construction)}, ``None`` where it is not set;
+* :data:`ROUTE_CONCLUSIONS`: model -> (its route conclusion, :func:`~gpt2_posheads.claims.route.conclude`, and why);
+* the GPT-2-small stand-in (:mod:`~gpt2_posheads.organism.standin`), taken for GPT-2 small by ``is_gpt2_small``:
+  ``standin_differs`` (where its answer differs from route-gpt2's, and why), :data:`STANDIN_HEADS` (the heads each
+  script measures with its defaults; ``rank_prev_heads``: the aggregator the ranking finds), :data:`STANDIN_ROUTE`.
 """
 
 from __future__ import annotations
@@ -43,16 +33,14 @@ STANDIN_ROUTE: tuple[str, str] = tuple(_TABLE["standin_route"])
 REPORT = "mini_gpt2_report"  # the command that judges the organism's targets (claims.organism)
 
 
-def script_of(key: str) -> str:
-    """The command that judges claim ``key``: its declaration's, else the organism report (a behaviour target)."""
+def script_of(key: str) -> str:  # its declaration's, else the organism report's (a behaviour target)
     declared = claims().get(key)
     return declared.script if declared else REPORT
 
 
 def standin_expected() -> dict[tuple[str, str], tuple[str, str]]:
-    """``{(script, claim key): (verdict, reason)}`` for the stand-in: route-gpt2's answers (the same route) for the
-    post's nine scripts, with ``standin_differs`` where its shape or its head names change the answer (the organism
-    report compares the route model with the organism and is not run on it)."""
+    """``{(script, claim key): (verdict, reason)}`` for the stand-in: route-gpt2's (the same route; the organism report
+    is not run on it), with ``standin_differs`` where its shape or its head names change the answer."""
     out = {k: v[MODELS[0]] for k, v in KNOWN.items() if v.get(MODELS[0]) is not None and script_of(k) != REPORT}
     out.update(_STANDIN_DIFFERS)
     return {(script_of(k), k): v for k, v in out.items()}

@@ -1,7 +1,6 @@
-"""The mechanism's vital signs during training, measured with the analysis layer's own definitions (the one
-previous-token ratio, the induction score and copy losses) through the engine interface
-(:func:`~gpt2_posheads.model.engine.engine_for`), on a TransformerLens bridge over a copy of the Hugging Face
-``GPT2LMHeadModel`` being trained (:func:`lens`)."""
+"""The mechanism's vital signs during training, by the analysis layer's own definitions (the previous-token ratio,
+the induction score, copy losses) through the engine, on a TransformerLens bridge over a copy of the model
+(:func:`lens`)."""
 
 from __future__ import annotations
 

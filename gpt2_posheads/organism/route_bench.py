@@ -1,15 +1,10 @@
 """Score the route conclusion on generated known-answer models: one model at a time, then the confusion matrix.
 
-:func:`score` writes a generated model (:mod:`~gpt2_posheads.organism.generator`) to a folder, loads it as any local
-model, measures its route conclusion with the measuring function it is handed (the post's claim functions on one
-run: :func:`gpt2_posheads.posts.gpt2_prev_heads.route.route_records`, which this layer sits below, so the caller
-passes it) and :func:`~gpt2_posheads.claims.route.conclude`, and compares it with the card. :func:`confusion` counts
-true route x concluded route; :func:`aggregator_found` says how often the toolkit's sharpest previous-token head is
-the card's aggregator (and, on a model without one, how often no head was sharp).
-
-    from gpt2_posheads.posts.gpt2_prev_heads.route import route_records
-
-    s = score(member(0), "work", measure=route_records)
+:func:`score` writes a generated model (:mod:`~gpt2_posheads.organism.generator`), loads it, measures its route
+conclusion with the function it is handed (``measure``: the post's claims on one run,
+:func:`gpt2_posheads.posts.gpt2_prev_heads.route.route_records`, a layer above this one) and compares it with the card.
+:func:`confusion` counts true x concluded route; :func:`aggregator_found` how often the sharpest previous-token head
+found is the card's aggregator (and, without one, how often no head was sharp).
 """
 
 from __future__ import annotations

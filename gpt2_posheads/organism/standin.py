@@ -1,20 +1,16 @@
 """A compiled stand-in for GPT-2 small, for testing the toolkit as a user with the hub runs it. It is not GPT-2.
 
-Nothing offline is GPT-2 small, so the defaults that the post's head names drive (:func:`~gpt2_posheads.model.
-identity.is_gpt2_small` true: L4H11 as the aggregator, L1H0, L2H2, L3H3, L2H4, L3H7, L3H2 as the early heads,
-``sources_named_heads``, the post's per-head ratios) would never run anywhere without a model that takes itself for
-GPT-2 small. This module builds one, for the tests' hub server (``tests/hubserver.py``) to serve as ``gpt2``: GPT-2
-small's shape and config (12 layers x 12 heads, d_model 768, d_mlp 3,072, n_ctx 1,024, 50,257 tokens), GPT-2's own
-tokenizer (BOS ``<|endoftext|>`` = 50256) and ``W_pos`` helix (the top eight principal components of all 1,024 rows),
-and the post's route (:func:`~gpt2_posheads.organism.generator.generate`, kind ``post``) placed **at the post's
-heads** (:data:`POST_PLACEMENT`), the other heads inert or doing unrelated work. The entries
+Nothing offline is GPT-2 small, so the defaults the post's head names drive (``is_gpt2_small`` true: L4H11 as the
+aggregator, the post's early heads, ``sources_named_heads``, its per-head ratios) would run nowhere without a model
+that takes itself for GPT-2 small. This one is served as ``gpt2`` by the tests' hub (``tests/hubserver.py``): GPT-2
+small's shape and config (:func:`~gpt2_posheads.organism.generator.gpt2_small_route`), GPT-2's own tokenizer (BOS
+``<|endoftext|>`` = 50256, from ``shared/``) and ``W_pos`` helix (top eight principal components of its 1,024 rows),
+and the post's route (kind ``post``) placed **at the post's heads** (:data:`POST_PLACEMENT`). The entries
 :func:`~gpt2_posheads.model.loading.is_gpt2_small` compares carry GPT-2's values (three ``W_E`` rows at six
-coordinates, ``W_pos`` row 0 at three): those coordinates are kept out of every block (:data:`RESERVED`), so no head
-or MLP reads them and the route is the generator's to the bit.
-
-Its card's first line, its ``config.json`` (:data:`MARKER`) and every summary measured on it say that it is a
-compiled stand-in: :func:`~gpt2_posheads.model.loading.compiled_standin` finds the marker on a loaded model. It is
-never shipped or offered under the name ``gpt2``; the tests build it from ``shared/``'s GPT-2 tokenizer files.
+coordinates, ``W_pos`` row 0 at three), coordinates kept out of every block (:data:`RESERVED`): no head or MLP reads
+them and the route is the generator's to the bit. Its card's first line, its ``config.json`` (:data:`MARKER`, which
+:func:`~gpt2_posheads.model.loading.compiled_standin` finds) and every summary measured on it say that it is a
+compiled stand-in; it is never shipped or offered under the name ``gpt2``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """Training a miniature GPT-2 (Hugging Face ``GPT2LMHeadModel``) that has previous-token and induction heads.
 
-The result is a Hugging Face-format directory (``config.json``, ``model.safetensors``, tokenizer files,
-``training.json``) that :func:`gpt2_posheads.load_model` boots like GPT-2, so every GPT-2 analysis can run offline on a
-*trained* model with the mechanism the GPT-2 post is about. The data mix (:mod:`~gpt2_posheads.organism.data`) gives
-the model reasons to copy, in windows short enough for the heads to find their keys (why, and what did not work:
-``docs/organism.md``). Every ``probe_every`` steps :func:`~gpt2_posheads.organism.probe.probe` measures the mechanism
-on a TransformerLens copy (:func:`~gpt2_posheads.organism.probe.lens`), so the training record shows when each piece
-appears. Checkpoints are written every ``checkpoint_minutes`` of wall-clock time; a run resumes exactly (batches
-depend on the step number only).
+The result is a Hugging Face folder (with ``training.json``) that :func:`gpt2_posheads.load_model` boots like GPT-2,
+so every GPT-2 analysis runs offline on a *trained* model with the mechanism the GPT-2 post is about. The data mix
+(:mod:`~gpt2_posheads.organism.data`) gives the model reasons to copy, in windows short enough for the heads to find
+their keys (why, and what did not work: ``docs/organism.md``). Every ``probe_every`` steps
+:func:`~gpt2_posheads.organism.probe.probe` measures the mechanism, so the record shows when each piece appears.
+Checkpoints are written every ``checkpoint_minutes``; a run resumes exactly (batches depend on the step number only).
 """
 
 from __future__ import annotations
@@ -89,7 +87,7 @@ def pos_average_at(cfg: MiniConfig, step: int) -> tuple[int, int] | None:
 
 
 def init_positions(model, cfg: MiniConfig, initializer_range: float) -> torch.nn.Parameter:
-    """Set the model's ``W_pos`` (``wpe``) as ``cfg`` asks and whether it trains; returns it."""
+    """The model's ``W_pos`` (``wpe``), set as ``cfg`` asks, trained or frozen."""
     wpe = model.transformer.wpe.weight
     rms = cfg.pos_rms or initializer_range
     with torch.no_grad():
@@ -239,8 +237,7 @@ def train_mini_gpt2(
     return record
 
 
-def probe_line(pr: dict) -> str:
-    """One line of a probe's numbers (printed during training)."""
+def probe_line(pr: dict) -> str:  # one line of a probe's numbers, printed during training
     return (
         f"step {pr['step']}: train {pr['train_loss']:.3f} val {pr['val_loss']:.3f} | sharpest previous-token head "
         f"{pr['prev_head_text']} ratio {pr['prev_ratio_text']:.2f} (keeps {pr['prev_keep_avg10']:.0%} under W_pos/10), "

@@ -32,9 +32,8 @@ N_WAVES_MLP, N_WAVES_WPOS = 8, 4  # frequencies pi (j + 1/2) / n: their kernel i
 
 @dataclass(frozen=True)
 class Shape:
-    """A compiled model's sizes. The shipped models use the defaults; :mod:`~gpt2_posheads.organism.generator`
-    draws others and builds any asked for. ``n_ctx`` is at most GPT-2's 1,024 (the helix is its first ``n_ctx``
-    ``W_pos`` rows) and ``d_mlp >= n_ctx`` (the layer-0 position MLP has one hidden unit per position)."""
+    """A compiled model's sizes (the shipped models: the defaults). ``n_ctx`` is at most GPT-2's 1,024 (the helix is
+    its first ``n_ctx`` ``W_pos`` rows) and ``d_mlp >= n_ctx`` (the position MLP has one hidden unit per position)."""
 
     n_layers: int = N_LAYERS
     n_heads: int = N_HEADS
@@ -67,9 +66,7 @@ class Residual:
     blocks: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (first coordinate, n_features)
     used: int = 0
 
-    @property
-    def d_model(self) -> int:
-        return self.shape.d_model
+    d_model = property(lambda self: self.shape.d_model)
 
     def size(self, name: str) -> int:
         return self.blocks[name][1]
@@ -106,15 +103,15 @@ def token_buckets(n_vocab: int, n: int = N_BUCKETS, seed: int = SEED + 1) -> np.
 
 
 def gpt2_w_pos() -> np.ndarray:
-    """GPT-2 small's real ``W_pos`` ``[1024, 768]``, shipped in ``data/gpt2-small``: the one source every build uses."""
+    """GPT-2 small's real ``W_pos`` ``[1024, 768]`` (``data/gpt2-small``): the one source every build uses."""
     return np.load(GPT2_W_POS)
 
 
 @functools.lru_cache(maxsize=4)
 def gpt2_helix(n_ctx: int = N_CTX, k: int = 8) -> np.ndarray:
     """``[n_ctx, k]``: GPT-2's first ``n_ctx`` ``W_pos`` rows (:func:`gpt2_w_pos`), centred, on their top ``k``
-    principal components (each component's sign fixed so that its largest entry is positive). The same for every
-    model of that context: computed once, and read-only since the models share it."""
+    principal components (each component's sign fixed so that its largest entry is positive); read-only, shared by
+    every model of that context."""
     x = gpt2_w_pos()[:n_ctx].astype(np.float64)
     x = x - x.mean(0)
     u, s, _ = np.linalg.svd(x, full_matrices=False)
@@ -191,30 +188,29 @@ class Head:
         self.Wq, self.Wk, self.Wv, self.Wo = np.zeros((d, dh)), np.zeros((d, dh)), np.zeros((d, dh)), np.zeros((dh, d))
         self.bq, self.bk = np.zeros(dh), np.zeros(dh)
 
-    @property
-    def d_head(self) -> int:
-        return self.res.shape.d_head
+    d_head = property(lambda self: self.res.shape.d_head)
 
     def _wide(self, m: np.ndarray) -> np.ndarray:  # [n_features, width <= d_head] padded with zeros to d_head
         if m.shape[1] > self.d_head:
             raise ValueError(f"a head of {self.d_head} dimensions cannot hold {m.shape[1]}")
         return np.pad(m, ((0, 0), (0, self.d_head - m.shape[1])))
 
-    def query(self, block: str, m: np.ndarray) -> Head:
-        self.Wq += self.res.basis(block).T @ self._wide(m) * math.sqrt(self.d_head)
+    def _add(self, w: np.ndarray, block: str, m: np.ndarray, scale: float = 1.0) -> Head:
+        w += self.res.basis(block).T @ self._wide(m) * scale
         return self
+
+    def query(self, block: str, m: np.ndarray) -> Head:
+        return self._add(self.Wq, block, m, math.sqrt(self.d_head))
 
     def query_bias(self, dim: int, value: float) -> Head:
         self.bq[dim] += value * math.sqrt(self.d_head)
         return self
 
     def key(self, block: str, m: np.ndarray) -> Head:
-        self.Wk += self.res.basis(block).T @ self._wide(m)
-        return self
+        return self._add(self.Wk, block, m)
 
     def value(self, block: str, m: np.ndarray) -> Head:
-        self.Wv += self.res.basis(block).T @ self._wide(m)
-        return self
+        return self._add(self.Wv, block, m)
 
     def output(self, m: np.ndarray, block: str) -> Head:
         self.Wo += self._wide(m.T).T @ self.res.basis(block)

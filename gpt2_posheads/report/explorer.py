@@ -80,8 +80,8 @@ Prompt = tuple[str, torch.Tensor, "dict | None"]  # (name, tokens [pos], the edi
 
 @dataclass
 class ExplorerContext:
-    """What every prompt's data shares: the aggregator, the extended positional embeddings per layer, and why
-    model-wide interventions do not apply (``{variant: reason}``)."""
+    """What every prompt's data shares: the aggregator, the extended positional embeddings per layer, and
+    ``{variant: why it does not apply}`` for model-wide interventions."""
 
     aggregator: tuple[int, int]
     ext: dict[int, torch.Tensor] | None
@@ -189,8 +189,7 @@ def _pack(pat: torch.Tensor, raw: torch.Tensor, na: list[str | None]) -> dict:
     }
 
 
-def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None) -> dict:
-    """One intervention's packed data on one prompt."""
+def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None) -> dict:  # one prompt, one variant
     L, H = model.cfg.n_layers, model.cfg.n_heads
     n = len(tokens)
     if key in ctx.unavailable:
@@ -346,6 +345,4 @@ class Explorer:
         )
 
 
-def explore(model, label: str = "", prompts=None, aggregator: tuple[int, int] | None = None) -> Explorer:
-    """The attention explorer of ``model``, shown inline in Jupyter (see :class:`Explorer`)."""
-    return Explorer(model, label, prompts, aggregator)
+explore = Explorer  # explore(model, label, prompts, aggregator): the explorer shown inline in Jupyter

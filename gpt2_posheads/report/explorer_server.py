@@ -82,9 +82,6 @@ class LiveExplorer:
         self.lock = threading.Lock()  # one forward pass at a time: hooks live on the shared model
         self.count = 0
 
-    def page(self) -> str:
-        return page_html(self.initial, live=True)
-
     def explore(self, text) -> dict:
         toks = prompt_tokens(self.model, text, self.limit)
         with self.lock:
@@ -208,7 +205,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         path = urlsplit(self.path).path
         if path in ("/", "/index.html"):
-            self._send(200, self.explorer.page().encode("utf-8"), "text/html; charset=utf-8")
+            self._send(200, page_html(self.explorer.initial, live=True).encode("utf-8"), "text/html; charset=utf-8")
         elif path == "/api/health":
             self._json(200, {"ok": True, "model": self.explorer.label, "max_tokens": self.explorer.limit})
         else:

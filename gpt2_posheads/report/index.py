@@ -164,18 +164,6 @@ def _cell(c: Claim | None, s: Summary | None = None, prompts: bool = True) -> st
     )
 
 
-def _job_row(j: dict) -> str:
-    signal = f" ({j['signal']})" if j.get("signal") else ""
-    return _fill(
-        "job",
-        script=_e(j["script"]),
-        model=_e(j.get("model") or TOY_COLUMN),
-        kind=_e(j["status"].replace(" ", "-")),
-        status=_e(j["status"] + signal),
-        time=fmt(j["seconds"]) + " s" if "seconds" in j else "",
-    )
-
-
 def run_header(record: dict | None) -> str:
     if not record:
         return "<p>No run record (results/run_all.json): the rows below come from scripts run one by one.</p>"
@@ -194,7 +182,17 @@ def run_header(record: dict | None) -> str:
         machine=_e(machine),
         quick=" (toy scripts as --quick smoke tests)" if record.get("quick") else "",
         banner=_fill("unfinished", parts=", ".join(parts)) if unfinished else "",
-        rows="".join(map(_job_row, jobs)),
+        rows="".join(
+            _fill(
+                "job",
+                script=_e(j["script"]),
+                model=_e(j.get("model") or TOY_COLUMN),
+                kind=_e(j["status"].replace(" ", "-")),
+                status=_e(j["status"] + (f" ({j['signal']})" if j.get("signal") else "")),
+                time=fmt(j["seconds"]) + " s" if "seconds" in j else "",
+            )
+            for j in jobs
+        ),
     )
 
 
@@ -251,13 +249,15 @@ def claims_markdown(root: Path, post_key: str) -> str:
 # --- the page, one part at a time ---------------------------------------------------------------------------------
 
 
-def _templates(text: str) -> dict[str, Template]:
-    """The parts of ``index_page.html`` by name (its first comment says how line breaks are read)."""
-    parts = dict(re.findall(r"^<!-- (\w+) -->\n(.*?)\n(?=<!-- \w+ -->\n|\Z)", text, re.M | re.S))
-    return {k: Template(v if k == "page" else v.replace("\n", "")) for k, v in parts.items()}
-
-
-TEMPLATES = _templates(Path(__file__).with_name("index_page.html").read_text(encoding="utf-8"))
+# the parts of index_page.html by name (its first comment says how line breaks are read)
+TEMPLATES = {
+    k: Template(v if k == "page" else v.replace("\n", ""))
+    for k, v in re.findall(
+        r"^<!-- (\w+) -->\n(.*?)\n(?=<!-- \w+ -->\n|\Z)",
+        Path(__file__).with_name("index_page.html").read_text(encoding="utf-8"),
+        re.M | re.S,
+    )
+}
 
 
 def _fill(part: str, values: dict | None = None, **more) -> str:
@@ -271,15 +271,6 @@ def _claim_row(first: Claim, script: str, cells: dict, cols: list[str]) -> str:
     row = "".join(_cell(*cells[m][:2]) if m in cells else _cell(None) for m in cols)
     claim, rule, post = _e(first.claim), _e(first.rule), _e(present(first.post))
     return _fill("claim", claim=claim, tag=tag_html, rule=rule, script=_e(script), post=post, cells=row)
-
-
-def _no_results_row(script: str, missing: list[str], cols: list[str], status: dict) -> str:
-    """A script's row where this run produced no claims for some columns, with each one's job status."""
-    cells = "".join(
-        f'<td class="none">no results: {_e(status.get((script, m), "not run"))}</td>' if m in missing else "<td></td>"
-        for m in cols
-    )
-    return _fill("no_results", script=_e(script), cells=cells)
 
 
 def _figures_row(script: str, found: list[tuple[str, Summary, Path]], columns: Columns, n_cols: int, root) -> str:
@@ -301,18 +292,18 @@ def _post_section(post, keys, cells: Cells, cols: list[str], columns: Columns, s
         measured = {m for k in mine for m in cells[k]}
         missing = [m for m in cols if m not in measured]
         if missing and any((script, m) in status for m in missing):  # no results at all from this run for them
-            body.append(_no_results_row(script, missing, cols, status))
+            cells = "".join(
+                f'<td class="none">no results: {_e(status.get((script, m), "not run"))}</td>'
+                if m in missing
+                else "<td></td>"
+                for m in cols
+            )
+            body.append(_fill("no_results", script=_e(script), cells=cells))
         body += [_claim_row(next(iter(cells[k].values()))[0], script, cells[k], cols) for k in mine]
         found = [(m, s, folder) for k in mine for m, (_, s, folder) in cells[k].items()]
         body.append(_figures_row(script, found, columns, len(cols), root))
     heads = "".join(f"<th>{_e(columns.label(m))}</th>" for m in cols)
     return _fill("section", key=_e(post.key), title=_e(post.title), heads=heads, rows="".join(body))
-
-
-def _explorer_links(root: Path) -> str:
-    found = sorted((root / "explorer").glob("*.html")) if (root / "explorer").is_dir() else []
-    links = " · ".join(f'<a href="{_e(p.relative_to(root))}">{_e(p.stem)}</a>' for p in found)
-    return f"<p>Attention explorer (offline): {links}</p>" if found else ""
 
 
 def index_html(
@@ -327,6 +318,8 @@ def index_html(
         (j["script"], columns.key_of_name(j["model"]) if j.get("model") else TOY_COLUMN): j["status"]
         for j in (record or {}).get("jobs", [])
     }
+    found = sorted((root / "explorer").glob("*.html")) if (root / "explorer").is_dir() else []
+    links = " · ".join(f'<a href="{_e(p.relative_to(root))}">{_e(p.stem)}</a>' for p in found)
     sections = []
     for post in posts():
         keys = [k for k in cells if k[0] in post.scripts]
@@ -338,7 +331,7 @@ def index_html(
         written=time.strftime("%Y-%m-%d %H:%M"),
         counts=", ".join(f"{n} {v}" for v, n in counts.items()),
         header=run_header(record),
-        explorers=_explorer_links(root),
+        explorers=f"<p>Attention explorer (offline): {links}</p>" if links else "",
         routes=routes_html(summaries, root, record),  # each model's route conclusion, above the claims it is drawn from
         sections="".join(sections) + organism_html(summaries, root),
         robustness=robustness_html(summaries, root),
@@ -373,24 +366,21 @@ def _weights_script() -> str:
     return _e(getattr(claims().get(WEIGHT_KEY), "script", WEIGHT_KEY))
 
 
-def _weights_cell(c) -> str:
-    """The route read from the weights alone, and whether it agrees with the causal conclusion ``c``."""
+def _route_row(model: str, c) -> str:
+    """A model's route conclusion, and the route read from the weights alone: whether it agrees with ``c``."""
     from ..claims.route import weight_route_of, weights_agree
 
-    w = weight_route_of(c.records)
-    if w is None:
-        return f"<td><div class='why'>{_weights_script()} not run on this model</div></td>"
-    said = WEIGHTS_SAY[weights_agree(c.route, str(w["label"]))]
-    return (
-        f"<td><b>{_e(w['label'])}</b> <span class='head'>on {_e(w.get('head', ''))}</span>"
-        f"<div class='why'>{said}: {_e(w.get('reason', ''))}</div></td>"
-    )
-
-
-def _route_row(model: str, c) -> str:
     head = f' <span class="head">on {_e(c.head)}</span>' if c.head else ""
     rows = "".join(f"<div>{_verdict_badge(r.verdict)} {_e(r.key)}: {_e(r.evidence)}</div>" for r in c.rows)
-    weights = _weights_cell(c)
+    w = weight_route_of(c.records)
+    if w is None:
+        weights = f"<td><div class='why'>{_weights_script()} not run on this model</div></td>"
+    else:
+        weights = (
+            f"<td><b>{_e(w['label'])}</b> <span class='head'>on {_e(w.get('head', ''))}</span>"
+            f"<div class='why'>{WEIGHTS_SAY[weights_agree(c.route, str(w['label']))]}: "
+            f"{_e(w.get('reason', ''))}</div></td>"
+        )
     return _fill("route", model=_e(model), words=_e(c.words), head=head, why=_e(c.why), rows=rows, weights=weights)
 
 
@@ -416,26 +406,20 @@ def organism_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
     return TEMPLATES["organisms"].substitute(heads=heads, rows="".join(rows))
 
 
-def _robustness_row(s: Summary, t: dict, link: str) -> str:
-    untested = f" ({t['not_testable_runs']} not testable)" if t.get("not_testable_runs") else ""
-    quick = " <b>(quick)</b>" if s.quick else ""
-    return _fill(
-        "grid_claim",
-        t,
-        script=_e(s.script),
-        quick=quick,
-        key=_e(t["key"]),
-        rule=_e(t["rule"]),
-        untested=untested,
-        link=link,
-    )
-
-
 def robustness_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
     """The ``--robustness`` totals: per grid claim, held in k of n runs, and in how many settings for every seed /
     for none."""
     rows = [
-        _robustness_row(s, t, _e(path.parent.relative_to(root) / "robustness.html"))
+        _fill(
+            "grid_claim",
+            t,
+            script=_e(s.script),
+            quick=" <b>(quick)</b>" if s.quick else "",
+            key=_e(t["key"]),
+            rule=_e(t["rule"]),
+            untested=f" ({t['not_testable_runs']} not testable)" if t.get("not_testable_runs") else "",
+            link=_e(path.parent.relative_to(root) / "robustness.html"),
+        )
         for path, s in summaries
         if s.get("robustness")
         for t in grid_records(s["robustness"])
