@@ -13,7 +13,6 @@ model where the phenomenon is absent. :func:`judge` is the one path from a measu
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -328,8 +327,14 @@ def _bound(threshold: float, what: str, op: str) -> Rule:
     return Rule(f"held if {what} {op} {threshold:g}", decide)
 
 
-at_most = functools.partial(_bound, op="<=")  # (threshold, what): held if value <= threshold
-at_least = functools.partial(_bound, op=">=")  # (threshold, what): held if value >= threshold
+def at_most(threshold: float, what: str) -> Rule:
+    """Held if the measured value is at most ``threshold``."""
+    return _bound(threshold, what, "<=")
+
+
+def at_least(threshold: float, what: str) -> Rule:
+    """Held if the measured value is at least ``threshold``."""
+    return _bound(threshold, what, ">=")
 
 
 def within(low: float, high: float, what: str) -> Rule:
