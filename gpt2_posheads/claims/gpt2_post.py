@@ -9,25 +9,9 @@ either route. The rules other code reads too live here (:data:`SHARPEST_RULE`, :
 :func:`built_from_below`, :func:`helix_evr_rule`), with the preconditions that make a claim testable.
 
 Every threshold has a stated reason (the post's words and numbers, a chance level, or a level random models stay
-below), and where the post's claim has two parts ("tremendous damage" to early heads, "minimal damage" to L4H11)
-the rule tests both:
-
-* "attends almost exclusively to the previous token": ratio (second-greatest diagonal / greatest) <= 0.10
-  (L4H11: 0.01; the next head, L5H6, already 0.18);
-* "in a category all on its own": that, and the next previous-token head is not sharp (> 0.10) and >= 5x less so;
-* "output still pretty much unchanged": the right continuation keeps >= 80% of its clean probability;
-* "starts to break down around 50 or 100": at a group of >= 50 the output moves >= 0.1 nat per token (random models
-  stay below 0.01) and >= 2x as far as at groups of 20, on a model that copies;
-* "unaffected" / "nearly identical": a head keeps >= 80% of its previous-token mass;
-* "interferes" / "visibly disrupted": on the masked rows, the head loses >= half its previous-token attention;
-* "tremendous damage ... minimal damage": the early head's pattern moves >= 0.05 nat (JS, about 15% of each row's
-  mass) and >= 2x as far as the aggregator's, which keeps >= 80% of its previous-token mass;
-* "L4H11 uses information put in the residual stream by previous layers": removing what the layers below write
-  lowers its previous-token mass by >= half, and what they write is not W_pos relayed (fed W_pos averaged in groups
-  of 10, they leave it >= 80%); "an aggregator of the earlier previous-token heads": removing those
-  heads together does so, and >= 2x as much as removing as many other heads from below (the median of random
-  groups: the chance level);
-* "the next token is pirate": after the edit with output x2, P(third) > P(second) and rose >= 0.2.
+below; beside each constant below, and in each rule's text), and where the post's claim has two parts ("tremendous
+damage" to early heads, "minimal damage" to L4H11; "uses information put in the residual stream by previous layers"
+but not ``W_pos`` relayed; "an aggregator of the earlier previous-token heads" beyond chance) the rule tests both.
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ vocabulary is replaced by a single-token word (single characters in a character 
 gets a shorter prompt, each said; where no prompt fits, the claim is not testable with the numbers.
 Post: P(" turtle") 99% clean; with the edit and factor 2, P(" pirate") 65% and P(" turtle") 26%.
 Not testable on a model that does not copy the clean prompt, or for a head that is not a previous-token head.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.l4h11_edit (gpt2_posheads/posts/gpt2_prev_heads/edit.py).
 """
 
 from __future__ import annotations
@@ -22,13 +21,13 @@ from ...analysis.heads import HeadDefault
 from ...analysis.interventions import edit_head_pattern, scale_head_output
 from ...analysis.measures import next_token_probs, top_tokens
 from ...analysis.repeat_prompt import RepeatPrompt, edit_mapping, split_words
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import model_copies, post_claim
 from ...claims.verdicts import Claim, Precondition, predicate
 from ...model.validation import NonFiniteError, UsageError, head_name
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run, repeat_prompts
-from .about import POST
+from .about import claim_script
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="the previous-token head to edit (the first is used)")
 
@@ -154,13 +153,11 @@ def _console(result: ClaimResult, options: dict) -> None:
         )
 
 
-@declare(
-    POST,
+@claim_script(
     "l4h11_edit",
     takes=("seed",),
     order=8,
     claims=SPECS,
-    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(

@@ -11,8 +11,6 @@ moves) and "minimal damage" to the aggregator (it keeps its previous-token atten
 other than GPT-2 small: the sharpest clear previous-token head below the aggregator, then the aggregator (its
 sharpest previous-token head). Not testable unless both are clear previous-token heads and the first sits below
 the second.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.ext_pos_averaging
-(gpt2_posheads/posts/gpt2_prev_heads/ext_averaging.py).
 """
 
 from __future__ import annotations
@@ -22,14 +20,14 @@ import math
 from ...analysis.heads import HeadDefault
 from ...analysis.interventions import average_ext_pos_embed
 from ...analysis.measures import compare_head_patterns
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import DAMAGE_JS, KEEP, POS_GROUP, ROUTE, post_claim
 from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.validation import head_name, note
 from ...report.plotting import attention_panels
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run, side_by_side
-from .about import POST
+from .about import claim_script
 
 HEADS = HeadDefault(
     ("L2H2", "L4H11"),
@@ -106,13 +104,11 @@ def _console(result: ClaimResult, options: dict) -> None:
         )
 
 
-@declare(
-    POST,
+@claim_script(
     "ext_pos_averaging",
     takes=("seed",),
     order=7,
     claims=SPECS,
-    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(

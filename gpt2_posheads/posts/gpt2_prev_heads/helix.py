@@ -7,8 +7,6 @@ The extended positional embeddings (the residual stream on repeated-token prompt
 token's rows) exist for every model; W_pos's helix only for a model with learned absolute positions (else that claim
 is not testable). A helix: the top three principal components explain >= 60% of the variance and the third carries
 >= twice the fourth.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.pos_embed_helix
-(gpt2_posheads/posts/gpt2_prev_heads/helix.py).
 """
 
 from __future__ import annotations
@@ -19,14 +17,14 @@ import torch
 
 from ...analysis.geometry import pca
 from ...analysis.posembed import centred_w_pos, default_bos, extended_pos_embeddings, load_w_pos, token_rows
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import helix_evr_rule, post_claim
 from ...claims.verdicts import Claim, Precondition
 from ...model.loading import wpos_reason
 from ...report.plotting import scatter3d_positions
 from ..result import ClaimResult
 from ._run import ModelRun, repeated_token_run
-from .about import POST
+from .about import claim_script
 
 # the post's claims this script judges, each with its rule (written before anything is measured)
 SPECS = WPOS_HELIX, EXT_HELIX = (
@@ -96,13 +94,11 @@ def figure(evr: list[float], points: torch.Tensor, title: str):
     return scatter3d_positions({"positions": points}, title=title, axis_titles=labels)
 
 
-@declare(
-    POST,
+@claim_script(
     "pos_embed_helix",
     claims=SPECS,
     command=True,
     order=2,
-    usage=__doc__,
     options=(
         Option("--w-pos", None, ".npy file of W_pos: plot it without loading a model"),
         Option(

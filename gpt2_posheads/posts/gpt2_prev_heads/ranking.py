@@ -6,8 +6,6 @@
 For every head, the mean attention on each diagonal (every offset; key 0 left out) and the ratio of the
 second-greatest diagonal to the greatest (L4H11: 0.01). Writes ranking.csv, summary.json, the diagonal
 masses (heads x offsets) and a layer x head grid of ratios.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.rank_prev_heads
-(gpt2_posheads/posts/gpt2_prev_heads/ranking.py).
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ from ...analysis.diagonals import (
     sharpest_prev_ratio,
     traced_ranking,
 )
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import NO_PREV_HEAD, SHARP_RATIO, SHARPEST_RULE, post_claim
 from ...claims.verdicts import Claim, Precondition, finite, predicate, within
 from ...model.engine import model_device
@@ -37,7 +35,7 @@ from ...model.state import reduced_precision, resolve_bf16
 from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ..result import ClaimResult
 from ._run import ModelRun, prompted_run, ratio_grid
-from .about import POST
+from .about import claim_script
 
 
 def _stands_alone(v) -> tuple[bool, str]:
@@ -198,13 +196,11 @@ def _console(result: ClaimResult, options: dict) -> None:
     print(f"\n{n_prev} of {n_heads} heads have the previous-token diagonal greatest (GPT-2 post: 69 of 144)")
 
 
-@declare(
-    POST,
+@claim_script(
     "rank_prev_heads",
     takes=("progress",),
     order=1,
     claims=SPECS,
-    usage=__doc__,
     **PROMPTS,
     options=(
         Option("--include-bos", False, "count attention to key 0 in the diagonals"),

@@ -14,8 +14,6 @@ Figures: layer x head maps of the drop, query and key side by side. Default head
 small: its sharpest previous-token head (the aggregator) and the sharpest clear previous-token head below it. A head
 in layer 0 has nothing upstream: given with --heads it is an error; as the model's aggregator, it is built from the
 embeddings alone.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.prev_head_sources
-(gpt2_posheads/posts/gpt2_prev_heads/sources.py).
 """
 
 from __future__ import annotations
@@ -39,24 +37,18 @@ from ...analysis.sources import (
     sources_summary,
     upstream_summary,
 )
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import HALF, KEEP, POS_GROUP, ROUTE, built_from_below, layer_above, post_claim
-from ...claims.measured import LayersBelowRemoved
+from ...claims.route import LayersBelowRemoved
 from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.loading import is_gpt2_small
 from ...model.validation import UsageError, head_name, note, positive
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run
-from .about import POST
+from .about import claim_script
 
 HEADS = HeadDefault(("L4H11", "L2H2"), "aggregator+early", what="target heads (layer >= 1; the aggregator first)")
 POST_SOURCES = ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2")  # the early heads the post says L4H11 aggregates
-
-
-def _built_from_below(v) -> tuple[bool, str]:
-    """``v``: ``(name, layer, drop without the layers below[, drop with them fed averaged W_pos])``."""
-    name, layer, drop = v[:3]
-    return built_from_below(name, layer, drop, v[3] if len(v) > 3 else math.nan)
 
 
 def _pools_early_heads(v) -> tuple[bool, str]:
@@ -89,7 +81,7 @@ SPECS = FROM_BELOW, UPSTREAM, NAMED = (
             f"{HALF:.0%}, and feeding the layers below W_pos averaged in groups of 10 (their writes patched into "
             f"its inputs, its own W_pos left alone) lowers it by <= {1 - KEEP:.0%}: the layers below compute, "
             "they do not relay W_pos",
-            _built_from_below,
+            lambda v: built_from_below(*v[:3], v[3] if len(v) > 3 else math.nan),  # name, layer, drops
         ),
         ROUTE,
         "a head above layer 0 that reads W_pos loses nothing when the layers below are removed; one that reads "
@@ -222,13 +214,11 @@ def _prepare(model, kwargs: dict, args) -> None:
         kwargs["heads"] = aggregator_first(model, kwargs["heads"])
 
 
-@declare(
-    POST,
+@claim_script(
     "prev_head_sources",
     takes=("seed", "progress"),
     order=9,
     claims=SPECS,
-    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -251,14 +241,13 @@ def prev_head_sources(
     progress: bool = False,
     run: ModelRun | None = None,
 ) -> ClaimResult:
-    """Trace each target head's previous-token attention to the upstream heads that make it, side by side.
+    """Trace each target head's previous-token attention to the upstream heads that make it (the module doc).
 
-    ``model``, ``prompts``, ``heads`` (the targets, the aggregator first; a head in layer 0 has nothing upstream and
-    is not measured, and an aggregator there is judged as built from the embeddings alone), ``run``: as every claim
-    function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``ablation``: what replaces a source's output
-    (``"resample"``: two prompts or more); ``seed``: the random groups' (chance); ``progress``: print each target's
-    top sources. The result's ``numbers`` hold ``results``: per target its top sources and, for the aggregator,
-    ``below_relative_drop`` and ``upstream``; ``tables`` ``ablation_<head>`` and ``composition_<head>`` per target.
+    ``heads``: the targets, the aggregator first; ``model``, ``prompts``, ``run``: as every claim function takes them
+    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``ablation``: what replaces a source's output (``"resample"``: two
+    prompts or more); ``seed``: the random groups' (chance); ``progress``: print each target's top sources.
+    ``numbers`` hold ``results``: per target its top sources and, for the aggregator, ``below_relative_drop`` and
+    ``upstream``; ``tables`` ``ablation_<head>`` and ``composition_<head>`` per target.
     """
     if ablation not in ABLATIONS:
         raise UsageError("ablation", f"{ablation!r} is not an ablation", f"allowed {', '.join(ABLATIONS)}")
@@ -277,11 +266,8 @@ def prev_head_sources(
     agg = tuple(chosen[0])
     name = head_name(*agg)
     pre_agg = [run.prev_head(agg), layer_above(name, agg[0], 0)]
-    named_pre = Precondition(
-        "the model is GPT-2 small and the target is L4H11",
-        is_gpt2_small(run.model) and name == "L4H11",
-        "the post's head names only mean something on GPT-2 small's L4H11",
-    )
+    is_l4h11, why = is_gpt2_small(run.model) and name == "L4H11", "the post's head names only mean something on"
+    named_pre = Precondition("the model is GPT-2 small and the target is L4H11", is_l4h11, f"{why} GPT-2 small's L4H11")
     if not targets and progress:
         print(f"{name} sits in layer 0: nothing upstream to analyse")
     early = [(int(r.layer), int(r.head)) for r in early_prev_heads(rank, agg[0]).itertuples()]

@@ -9,8 +9,6 @@ trend of older keys: a dark main diagonal) vs spike (the previous key above that
 diagonal), in logits. CSV: the classification of all heads. Post: six self-suppressing early heads, L4H11
 prev-boosting. The aggregator is the model's sharpest previous-token head; "early" heads are the clear
 previous-token heads (ratio <= 0.6) in layers below it.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.raw_scores_taxonomy
-(gpt2_posheads/posts/gpt2_prev_heads/taxonomy.py).
 """
 
 from __future__ import annotations
@@ -23,15 +21,15 @@ import plotly.express as px
 from ...analysis.diagonals import CLEAR_PREV_RATIO, choose_aggregator, early_prev_heads
 from ...analysis.heads import HeadDefault
 from ...analysis.scores import LABEL_THRESHOLD, attention_scores, classify_prev_heads, score_profile
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import ROUTE, post_claim
-from ...claims.measured import EarlyLabels
+from ...claims.route import EarlyLabels
 from ...claims.verdicts import Claim, Precondition, predicate
 from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ...report.plotting import heatmap_grid, submatrix
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run
-from .about import POST
+from .about import claim_script
 
 HEADS = HeadDefault(
     ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2", "L4H11"), "top", n=4, what="heads whose raw scores are shown"
@@ -135,13 +133,11 @@ def _console(result: ClaimResult, options: dict) -> None:
     print(result.numbers["chosen_heads"].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
 
 
-@declare(
-    POST,
+@claim_script(
     "raw_scores_taxonomy",
     takes=("progress",),
     order=6,
     claims=SPECS,
-    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(

@@ -9,8 +9,6 @@ said), and the previous-token mass (offset-1 diagonal) of the tracked heads.
 Post: output unchanged up to groups of ~20, breaks down around 50-100; L2H2, L3H3, L4H11 unaffected.
 A claim whose reference group size (10 or 20) was not measured is not testable; the output claims are not
 testable on a model that does not copy the clean prompt (or whose context cannot hold it).
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.pos_embed_averaging
-(gpt2_posheads/posts/gpt2_prev_heads/wpos_averaging.py).
 """
 
 from __future__ import annotations
@@ -28,15 +26,15 @@ from ...analysis.heads import HeadDefault
 from ...analysis.interventions import average_pos_embed
 from ...analysis.measures import kl_divergence, next_token_probs
 from ...analysis.repeat_prompt import RepeatPrompt
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import BREAK_KL, KEEP, POS_GROUP, ROUTE, model_copies, post_claim
-from ...claims.measured import PrevMassAveraged
+from ...claims.route import PrevMassAveraged
 from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.loading import wpos_reason
 from ...model.validation import UsageError, head_name, note
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run, repeat_prompts
-from .about import POST
+from .about import claim_script
 
 HEADS = HeadDefault(("L2H2", "L3H3", "L4H11"), "aggregator+early", what="heads whose previous-token mass is tracked")
 
@@ -234,13 +232,11 @@ def _console(result: ClaimResult, options: dict) -> None:
         print(f"group {row['group_size']:>4}: KL {row['kl']:.4f} | {shown}")
 
 
-@declare(
-    POST,
+@claim_script(
     "pos_embed_averaging",
     takes=("seed",),
     order=4,
     claims=SPECS,
-    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
