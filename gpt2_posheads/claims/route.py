@@ -152,9 +152,6 @@ class Row:
     verdict: str
     evidence: str
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class RouteConclusion:
@@ -176,9 +173,8 @@ class RouteConclusion:
         return f"{self.words}{on}: {self.why} [rows: {', '.join(r.key for r in self.rows)}]"
 
     def as_dict(self) -> dict:
-        return dict(
-            route=self.route, words=self.words, head=self.head, why=self.why, rows=[r.as_dict() for r in self.rows]
-        )
+        rows = [asdict(r) for r in self.rows]
+        return dict(route=self.route, words=self.words, head=self.head, why=self.why, rows=rows)
 
 
 def _record(records: Mapping[str, Mapping], key: str) -> Mapping | None:
@@ -263,34 +259,27 @@ def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
             "it), but not W_pos through them" + ("" if relayed is None else f" (loses {relayed:.0%})"),
         )
     if kept < KEEP:
-        return done(
-            UNDETERMINED, f"{head} keeps {kept:.0%} under W_pos averaging: partly from W_pos (neither < 50% nor >= 80%)"
-        )
+        partly = f"{head} keeps {kept:.0%} under W_pos averaging: partly from W_pos (neither < 50% nor >= 80%)"
+        return done(UNDETERMINED, partly)
 
     # kept >= 80%: not W_pos's fine detail; built from what the layers below computed, from the early heads?
-    against = [
-        k for k in ("aggregator_above_layer0", "sources_upstream", "mask_disrupts") if _verdict(records, k) != HELD
-    ]
+    built = ("aggregator_above_layer0", "sources_upstream", "mask_disrupts")
+    against = ", ".join(f"{k} is {_verdict(records, k)}" for k in built if _verdict(records, k) != HELD)
     if against:
         return done(
-            UNDETERMINED,
-            f"{head} keeps {kept:.0%} under W_pos averaging (not from W_pos), but "
-            + ", ".join(f"{k} is {_verdict(records, k)}" for k in against),
-            ("aggregator_above_layer0", "sources_upstream", "mask_disrupts"),
+            UNDETERMINED, f"{head} keeps {kept:.0%} under W_pos averaging (not from W_pos), but {against}", built
         )
-    keys = ("aggregator_above_layer0", "sources_upstream", "mask_disrupts", "early_self_suppressing")
+    keys, labels = (*built, "early_self_suppressing"), _verdict(records, "early_self_suppressing")
     early = EarlyLabels.read(_measured(records, "early_self_suppressing"))
     n, n_self, n_boost = len(early.early), len(early.self_suppressing), len(early.prev_boosting)
-    if _verdict(records, "early_self_suppressing") == HELD and not (n_boost >= 2 and 2 * n_boost >= n):
+    boosting = n_boost >= 2 and 2 * n_boost >= n
+    if labels == HELD and not boosting:
         return done(POST, f"built from the early heads below it, {n_self} of {n} of them self-suppressing", keys)
-    if _verdict(records, "early_self_suppressing") == NOT_HELD and n_boost >= 2 and 2 * n_boost >= n:
+    if labels == NOT_HELD and boosting:
         return done(BOOST, f"built from the early heads below it, {n_boost} of {n} of them prev-boosting", keys)
-    return done(
-        UNDETERMINED,
-        f"built from the early heads below it, but they are neither mostly self-suppressing nor mostly prev-boosting "
-        f"({n_self} and {n_boost} of {n}; early_self_suppressing is {_verdict(records, 'early_self_suppressing')})",
-        keys,
-    )
+    neither = f"({n_self} and {n_boost} of {n}; early_self_suppressing is {labels})"
+    why = "built from the early heads below it, but they are neither mostly self-suppressing nor mostly prev-boosting"
+    return done(UNDETERMINED, f"{why} {neither}", keys)
 
 
 def _percent(x: float) -> str:

@@ -1,12 +1,11 @@
-"""Extended positional embeddings against W_pos, layer by layer (GPT-2 post: "Concept: extended
-positional embeddings").
+"""Extended positional embeddings against W_pos, layer by layer (GPT-2 post: "Concept: extended positional embeddings").
 
     gpt2-posheads ext_pos_vs_wpe --model mini-gpt2
 
-Figures: the three-panel comparison at --layer (both sets on W_pos's PCs, on the extended embeddings' PCs,
-on the PCs of both concatenated), and per layer 0..n_layers the principal angles to W_pos, the large-entry
-fraction (sparsity) and the token dependence. CSV + JSON of all numbers. On a model without learned
-absolute positions only the token dependence is measured (the rest compares with W_pos).
+Figures: the three-panel comparison at --layer (both sets on W_pos's PCs, on the extended embeddings' PCs, on the PCs of
+both concatenated), and per layer 0..n_layers the principal angles to W_pos, the large-entry fraction (sparsity) and the
+token dependence. CSV + JSON of all numbers. On a model without learned absolute positions only the token dependence is
+measured (the rest compares with W_pos).
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from ..result import ClaimResult
 from ._run import ModelRun, repeated_token_run
 from .about import claim_script
 
-# the post's claims this script judges, each with its rule (written before anything is measured)
 SPECS = SAME_SUBSPACE, SPARSER, TOKEN_INDEPENDENT = (
     post_claim(
         "ext_same_subspace",
@@ -131,14 +129,15 @@ def judge(m: dict, k: int, n_layers: int) -> tuple[list[Claim], list[float], flo
 
 
 def three_panel(w: torch.Tensor, ext: torch.Tensor, layer: int, label: str) -> go.Figure:
-    """Both point sets on three bases; each scene's axes span the 1st-99th percentile of its points, so one
-    outlying position (GPT-2's W_pos[0] has norm 9.9) does not squash the rest."""
+    """Both point sets on three bases; each scene's axes span the 1st-99th percentile of its points, so one outlying
+    position (GPT-2's W_pos[0] has norm 9.9) does not squash the rest."""
     bases = {"W_pos PCs": w, f"layer-{layer} extended PCs": ext, "concatenated PCs": torch.cat([w, ext])}
     bases = {name: pca(x, 3)[0] for name, x in bases.items()}
     fig = make_subplots(
         rows=1, cols=3, specs=[[{"type": "scene"}] * 3], subplot_titles=list(bases), horizontal_spacing=0.02
     )
     scenes, clipped = {}, 0
+    camera = dict(eye=dict(x=1.9, y=1.9, z=1.3), center=dict(x=0, y=0, z=-0.1))  # a third of the width each
     for i, (_name, comps) in enumerate(bases.items()):
         pts = []
         for lab, x, colour in ((f"extended L{layer}", ext, "red"), ("W_pos", w, "blue")):
@@ -154,15 +153,10 @@ def three_panel(w: torch.Tensor, ext: torch.Tensor, layer: int, label: str) -> g
         axes = {
             f"{a}axis": dict(title=f"PC{j + 1}", range=[lo[j] - pad[j], hi[j] + pad[j]]) for j, a in enumerate("xyz")
         }
-        scenes["scene" if i == 0 else f"scene{i + 1}"] = dict(
-            **axes,
-            aspectmode="cube",
-            camera=dict(eye=dict(x=1.9, y=1.9, z=1.3), center=dict(x=0, y=0, z=-0.1)),  # a third of the width each
-        )
+        scenes["scene" if i == 0 else f"scene{i + 1}"] = dict(**axes, aspectmode="cube", camera=camera)
     fig.update_layout(
         title=f"{label}: extended positional embeddings at layer {layer} (red) and W_pos (blue)<br><sup>"
-        f"axes cover the 1st-99th percentile of the points; {clipped} outlying position(s) lie "
-        f"off the axes</sup>",
+        f"axes cover the 1st-99th percentile of the points; {clipped} outlying position(s) lie off the axes</sup>",
         height=620,
         margin=dict(l=20, r=20, t=100, b=20),
         **scenes,

@@ -4,9 +4,9 @@
     gpt2-posheads pos_embed_helix --model mini-gpt2 --layer 2
 
 The extended positional embeddings (the residual stream on repeated-token prompts after BOS, centred; the repeated
-token's rows) exist for every model; W_pos's helix only for a model with learned absolute positions (else that claim
-is not testable). A helix: the top three principal components explain >= 60% of the variance and the third carries
->= twice the fourth.
+token's rows) exist for every model; W_pos's helix only for a model with learned absolute positions (else that claim is
+not testable). A helix: the top three principal components explain >= 60% of the variance and the third carries >= twice
+the fourth.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from ..result import ClaimResult
 from ._run import ModelRun, repeated_token_run
 from .about import claim_script
 
-# the post's claims this script judges, each with its rule (written before anything is measured)
 SPECS = WPOS_HELIX, EXT_HELIX = (
     post_claim(
         "wpos_helix",
@@ -46,8 +45,8 @@ SPECS = WPOS_HELIX, EXT_HELIX = (
 
 
 def helix(x: torch.Tensor) -> tuple[list[float], torch.Tensor]:
-    """``(top-4 explained-variance ratios, the centred rows on the top three components [n, 3])`` of ``x``
-    ``[n, d_model]``: what the helix rule reads and what the figure draws."""
+    """``(top-4 explained-variance ratios, the centred rows on the top three components [n, 3])`` of ``x`` ``[n,
+    d_model]``: what the helix rule reads and what the figure draws."""
     _, evr, proj = pca(x, 4)
     return [float(v) for v in evr], proj[:, :3]
 
@@ -80,11 +79,11 @@ def judge(w_evr: list[float] | None, reason: str | None, ext_evr: list[float] | 
     else:
         no_w = [Precondition("the model has W_pos", False, reason)]
         claims = [WPOS_HELIX.judge({"not_applicable": reason}, [float("nan")] * 4, no_w)]
-    if ext_evr is not None:
-        claims.append(
-            EXT_HELIX.judge({"layer": layer, "top4": ext_evr}, ext_evr, readout=f"layer {layer}: " + shown(ext_evr))
-        )
-    return claims
+    if ext_evr is None:
+        return claims
+    return claims + [
+        EXT_HELIX.judge({"layer": layer, "top4": ext_evr}, ext_evr, readout=f"layer {layer}: {shown(ext_evr)}")
+    ]
 
 
 def figure(evr: list[float], points: torch.Tensor, title: str):

@@ -3,11 +3,11 @@
     gpt2-posheads mask_prev_attention --model mini-gpt2
     gpt2-posheads mask_prev_attention --heads L4H11 --layers 0,1,2,3      # the post's setting
 
-Every query p with p % every == 0 loses its attention to p-1 in every head of --layers (post-softmax);
-W_pos is untouched. Default --layers: every layer below the head's own (masking the head's own layer
-would test the mask, not the mechanism). The claim is judged on the masked rows, the ones the post's figure shows
-disrupted (the rows in between are reported too). Side by side: the head's 50x50 pattern clean vs masked.
-Not testable for a head that is not a clear previous-token head or sits in layer 0.
+Every query p with p % every == 0 loses its attention to p-1 in every head of --layers (post-softmax); W_pos is
+untouched. Default --layers: every layer below the head's own (masking the head's own layer would test the mask, not the
+mechanism). The claim is judged on the masked rows, the ones the post's figure shows disrupted (the rows in between are
+reported too). Side by side: the head's 50x50 pattern clean vs masked. Not testable for a head that is not a clear
+previous-token head or sits in layer 0.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def _drops_half(v) -> tuple[bool, str]:
 
 
 def disrupts_at(every: int) -> ClaimSpec:
-    """``mask_disrupts`` as measured at masking period ``every``: its sentence and rule name the period (the post
-    masks every 5th query, :data:`~gpt2_posheads.analysis.interventions.MASK_EVERY`)."""
+    """``mask_disrupts`` as measured at masking period ``every``: its sentence and rule name the period (the post masks
+    every 5th query, :data:`~gpt2_posheads.analysis.interventions.MASK_EVERY`)."""
     nth = f"every {every}{'th' if 10 <= every % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(every % 10, 'th')}"
     return ClaimSpec(
         "mask_disrupts",
@@ -57,7 +57,7 @@ def disrupts_at(every: int) -> ClaimSpec:
     )
 
 
-# the post's claims this script judges, each with its rule (written before anything is measured): the post's period
+# registered with the post's period
 SPECS = (register_claim(disrupts_at(MASK_EVERY)),)
 
 MIN_EVERY = 2  # the claim's period: every=1 would mask every query, the previous position gone everywhere
@@ -108,8 +108,8 @@ def mask_prev_attention(
     """Mask attention to the previous position (queries ``p % every == 0``) in ``layers`` and measure each head.
 
     ``layers``, ``every`` (the post: 5), ``renormalize``: as the module doc and the command's options say; the other
-    arguments as every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). One ``mask_disrupts``
-    per head; ``numbers`` hold ``results``: per head the masses clean and masked.
+    arguments as every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). One ``mask_disrupts`` per
+    head; ``numbers`` hold ``results``: per head the masses clean and masked.
     """
     if every < MIN_EVERY:
         raise ValueError(f"every: {every} is out of range; allowed >= {MIN_EVERY} (every=1 would mask every query)")

@@ -5,8 +5,8 @@ head is sharp the rule stops there, and nothing more is measured); ``avg_prev_he
 on the aggregator and the sharpest clear previous-token head below it, at groups of 10 alone, the size the rule reads);
 ``aggregator_above_layer0`` and ``sources_upstream`` (:mod:`.sources` on the aggregator); ``mask_disrupts``
 (:mod:`.masking` on the aggregator, on the run's first ``n_pattern_prompts`` prompts: it runs every prompt twice and
-keeps whole patterns; the head and its preconditions are the whole run's); ``early_self_suppressing``
-(:mod:`.taxonomy`: every head labelled, one drawn).
+keeps whole patterns; the head and its preconditions are the whole run's); ``early_self_suppressing`` (:mod:`.taxonomy`:
+every head labelled, one drawn).
 
     from gpt2_posheads import load_model
     from gpt2_posheads.posts.gpt2_prev_heads.route import measure_route

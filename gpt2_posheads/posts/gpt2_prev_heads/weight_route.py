@@ -3,16 +3,16 @@
     gpt2-posheads weight_route --model route-gpt2
     gpt2-posheads weight_route --model gpt2 --n-positions 256
 
-The post's L4H11 "is best thought of as an aggregator of signals from the preceding previous-token heads", while
-early heads compute position themselves; the causal route conclusion (gpt2_posheads.claims.route) tells them apart by
+The post's L4H11 "is best thought of as an aggregator of signals from the preceding previous-token heads", while early
+heads compute position themselves; the causal route conclusion (gpt2_posheads.claims.route) tells them apart by
 intervening on prompts, this script by the weights alone. Every head's attention from positions alone: W_pos and the
-mean token through its layer's LayerNorm at its typical norm, the query-key circuit with its biases, the causal
-softmax (direct), and with what every earlier head writes from its own positional pattern through its OV circuit
-(composed; MLPs applied to the mean stream, a token copied by an upstream head matched by the head's query). The
-sharpest previous-token head by the composed circuit gets a label (route_label, a rule written before anything was
-measured): reads W_pos directly, built from earlier heads, or not positional; weight_route_built is held when it is
-built from earlier heads. Not testable on rotary, ALiBi or position-free models, or without a sharp previous-token
-head by the weights. Figure: each head's previous-token mass by the direct and by the composed circuit.
+mean token through its layer's LayerNorm at its typical norm, the query-key circuit with its biases, the causal softmax
+(direct), and with what every earlier head writes from its own positional pattern through its OV circuit (composed; MLPs
+applied to the mean stream, a token copied by an upstream head matched by the head's query). The sharpest previous-token
+head by the composed circuit gets a label (route_label, a rule written before anything was measured): reads W_pos
+directly, built from earlier heads, or not positional; weight_route_built is held when it is built from earlier heads.
+Not testable on rotary, ALiBi or position-free models, or without a sharp previous-token head by the weights. Figure:
+each head's previous-token mass by the direct and by the composed circuit.
 """
 
 from __future__ import annotations
@@ -32,10 +32,8 @@ from ..result import ClaimResult
 from ._run import ModelRun, unprompted_run
 from .about import claim_script
 
-# The rule's levels, set from the post before anything was measured: a head is the post's kind of sharp previous-token
-# head when its composed pattern's ratio is <= SHARP_RATIO (0.10; L4H11 0.01); "relies on" is at least HALF (50%):
-# the embeddings alone give at least half its composed previous-token mass -> it reads W_pos directly; removing every
-# upstream head's write takes at least half of it -> the earlier heads build it.
+# The levels of route_label, set from the post before anything was measured: sharp is a composed ratio <= SHARP_RATIO
+# (0.10; L4H11 0.01), "relies on" at least HALF (50%) of its composed previous-token mass.
 DIRECT_SHARE = HALF
 HEADS_SHARE = HALF
 N_CARRIERS = 3  # the upstream heads named in the record (those whose removal costs the most)
@@ -45,9 +43,9 @@ def route_label(
     top_offset: int, ratio: float, direct_prev: float, composed_prev: float, without_heads: float, layer: int
 ) -> tuple[str, str]:
     """``(label, reason)`` of the sharpest previous-token head by the composed circuit (``top_offset``: its pattern's
-    greatest diagonal; ``ratio``: second-greatest over greatest; ``direct_prev``/``composed_prev``: its
-    previous-token mass by each circuit; ``without_heads``: by the composed circuit with every upstream head's write
-    removed from its input; ``layer``: its layer). A pure function of these numbers:
+    greatest diagonal; ``ratio``: second-greatest over greatest; ``direct_prev``/``composed_prev``: its previous-token
+    mass by each circuit; ``without_heads``: by the composed circuit with every upstream head's write removed from its
+    input; ``layer``: its layer). A pure function of these numbers:
 
     1. its greatest diagonal is not the previous token, or its ratio > SHARP_RATIO: **not positional**;
     2. ``direct_prev >= DIRECT_SHARE x composed_prev`` (or layer 0): **reads W_pos directly**;
