@@ -1,33 +1,17 @@
-"""The GPT-2 post's (``004``) claims: how one is declared, judged and made testable, and the thresholds its rules
-share.
+"""The GPT-2 post's (``004``) claims: how one is declared, judged and made testable, and the thresholds its rules share.
 
-Each claim is declared beside its measurement (``posts/gpt2_prev_heads/<script>.py``) with :func:`post_claim`: the
-post's sentence and number, its :class:`Rule`, and its role: a *route* claim says whether the sharp head is built the
-post's way (from early heads that read extended positions) rather than another way with the same behaviour (reading
-the previous position straight off ``W_pos``); a *description* says what a head or a matrix looks like, and holds on
-either route. The rules other code reads too live here (:data:`SHARPEST_RULE`, :data:`INDUCTION_RULE`,
-:func:`built_from_below`, :func:`helix_evr_rule`), with the preconditions that make a claim testable.
+Each claim is declared beside its measurement (``posts/gpt2_prev_heads/<script>.py``: its ``SPECS``, the claims it
+judges, declared before anything is measured) with :func:`post_claim`: the post's sentence and number, its
+:class:`Rule`, and its role: a *route* claim says whether the sharp head is built the post's way (from early heads that
+read extended positions) rather than another way with the same behaviour (reading the previous position straight off
+``W_pos``); a *description* says what a head or a matrix looks like, and holds on either route. The rules other code
+reads too live here (:data:`SHARPEST_RULE`, :data:`INDUCTION_RULE`, :func:`built_from_below`, :func:`helix_evr_rule`),
+with the preconditions that make a claim testable.
 
-Every threshold has a stated reason (the post's words and numbers, a chance level, or a level random models stay
-below), and where the post's claim has two parts ("tremendous damage" to early heads, "minimal damage" to L4H11)
-the rule tests both:
-
-* "attends almost exclusively to the previous token": ratio (second-greatest diagonal / greatest) <= 0.10
-  (L4H11: 0.01; the next head, L5H6, already 0.18);
-* "in a category all on its own": that, and the next previous-token head is not sharp (> 0.10) and >= 5x less so;
-* "output still pretty much unchanged": the right continuation keeps >= 80% of its clean probability;
-* "starts to break down around 50 or 100": at a group of >= 50 the output moves >= 0.1 nat per token (random models
-  stay below 0.01) and >= 2x as far as at groups of 20, on a model that copies;
-* "unaffected" / "nearly identical": a head keeps >= 80% of its previous-token mass;
-* "interferes" / "visibly disrupted": on the masked rows, the head loses >= half its previous-token attention;
-* "tremendous damage ... minimal damage": the early head's pattern moves >= 0.05 nat (JS, about 15% of each row's
-  mass) and >= 2x as far as the aggregator's, which keeps >= 80% of its previous-token mass;
-* "L4H11 uses information put in the residual stream by previous layers": removing what the layers below write
-  lowers its previous-token mass by >= half, and what they write is not W_pos relayed (fed W_pos averaged in groups
-  of 10, they leave it >= 80%); "an aggregator of the earlier previous-token heads": removing those
-  heads together does so, and >= 2x as much as removing as many other heads from below (the median of random
-  groups: the chance level);
-* "the next token is pirate": after the edit with output x2, P(third) > P(second) and rose >= 0.2.
+Every threshold has a stated reason (the post's words and numbers, a chance level, or a level random models stay below;
+beside each constant below, and in each rule's text), and where the post's claim has two parts ("tremendous damage" to
+early heads, "minimal damage" to L4H11; "uses information put in the residual stream by previous layers" but not
+``W_pos`` relayed; "an aggregator of the earlier previous-token heads" beyond chance) the rule tests both.
 """
 
 from __future__ import annotations
@@ -99,11 +83,11 @@ def built_from_below(name: str, layer: int, drop_below: float, relayed: float | 
 
 
 def helix_evr_rule(what: str, allow_quick: bool = True) -> Rule:
-    """A low-dimensional helix: the top three principal components explain >= 60% of the variance (low-dimensional),
-    and the third carries >= 5% of it and >= twice the fourth (a curve that leaves the plane of its first two
-    components, not a line or a flat arc with noise around it; past the third is what is left over). GPT-2's W_pos:
-    third 24.6% of its 1,024 rows (fourth 3.5%), 8.6% of its first 256 (fourth 4.0%). ``value``: the top-4
-    explained-variance ratios."""
+    """A low-dimensional helix: the top three principal components explain >= 60% of the variance (low-dimensional), and
+    the third carries >= 5% of it and >= twice the fourth (a curve that leaves the plane of its first two components,
+    not a line or a flat arc with noise around it; past the third is what is left over). GPT-2's W_pos: third 24.6% of
+    its 1,024 rows (fourth 3.5%), 8.6% of its first 256 (fourth 4.0%). ``value``: the top-4 explained-variance
+    ratios."""
 
     def decide(evr):
         e = [float(x) for x in evr]
@@ -164,8 +148,7 @@ def prev_head_precondition(name: str, diag_row) -> Precondition:
 
 
 def helix_precondition(evr, what: str) -> Precondition:
-    """``what`` is a low-dimensional helix by :func:`helix_evr_rule` (comparing subspaces only means something
-    then)."""
+    """``what`` is a low-dimensional helix by :func:`helix_evr_rule` (comparing subspaces only means something then)."""
     ok, why = helix_evr_rule(what).decide(evr)
     return Precondition(f"{what}: a low-dimensional helix", ok, f"not a low-dimensional helix: {what} ({why})")
 

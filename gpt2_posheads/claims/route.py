@@ -2,8 +2,10 @@
 
 A pure function of one model's claim records (``{claim key: {"verdict", "measured", "head", ...}}``, from
 ``summary.json`` or :func:`records_from_claims`), written down before it was measured on the generated known-answer
-models (``docs/known-answers.md``): one of :data:`ROUTES`, with the rows that decided it. The numbers it reads come
-back through the typed records of :mod:`~gpt2_posheads.claims.measured`.
+models (``docs/known-answers.md``): one of :data:`ROUTES`, with the rows that decided it. The numbers it reads are
+three claims' measurements, each a frozen record that the judging script writes as the claim's ``measured``
+(``.measured()``) and the rule reads back (``.read()``), from memory or ``summary.json`` alike, so the fields are
+named once.
 
 The rule, with ``A`` the sharpest previous-token head (the aggregator), ``kept`` the share of its previous-token mass
 it keeps when ``W_pos`` is averaged in groups of 10 (``avg_prev_heads_unaffected``), ``below`` how much it loses when
@@ -32,8 +34,84 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from .gpt2_post import HALF, KEEP, POS_GROUP
-from .measured import EarlyLabels, LayersBelowRemoved, PrevMassAveraged
 from .verdicts import HELD, NOT_HELD, NOT_TESTABLE, Claim, finite
+
+BELOW_DROP, RELAYED_DROP = "relative_drop_without_layers_below", "relative_drop_wpos_averaged_below"
+
+
+@dataclass(frozen=True)
+class PrevMassAveraged:
+    """``avg_prev_heads_unaffected``'s measurement: each tracked head's previous-token mass (mean offset-1 diagonal)
+    clean and with ``W_pos`` averaged in groups of ``group``, recorded as ``{"<head> clean -> g<group>": pair}``."""
+
+    masses: Mapping[str, tuple[float, float]]
+    group: int = POS_GROUP
+
+    def measured(self) -> dict[str, tuple[float, float]]:
+        return {f"{head} clean -> g{self.group}": pair for head, pair in self.masses.items()}
+
+    @classmethod
+    def read(cls, measured, group: int = POS_GROUP) -> PrevMassAveraged:
+        """The pairs of a record's ``measured`` at ``group`` (one not two finite numbers: not measured, left out)."""
+        suffix, masses = f" clean -> g{group}", {}
+        for key, pair in measured.items() if isinstance(measured, Mapping) else ():
+            pair_ok = isinstance(pair, (list, tuple)) and len(pair) == 2 and all(finite(x) for x in pair)
+            if isinstance(key, str) and key.endswith(suffix) and pair_ok:
+                masses[key[: -len(suffix)]] = (float(pair[0]), float(pair[1]))
+        return cls(masses, group)
+
+    def kept(self, head: str) -> float | None:
+        """averaged / clean of ``head``; None where not measured or clean <= 0."""
+        clean, averaged = self.masses.get(head, (math.nan, math.nan))
+        return averaged / clean if clean > 0 else None
+
+
+@dataclass(frozen=True)
+class LayersBelowRemoved:
+    """``aggregator_above_layer0``'s measurement: the head, its layer, and (layer >= 1) the relative drops of its
+    previous-token mass without what the layers below write (``below``; None: not measured) and with them fed ``W_pos``
+    averaged in groups of 10 (``relayed``; None: no learned ``W_pos``). Read back, a drop not finite is NaN."""
+
+    head: str
+    layer: int
+    below: float | None = None
+    relayed: float | None = None
+
+    def measured(self) -> dict:
+        below = {} if self.below is None else {BELOW_DROP: self.below, RELAYED_DROP: self.relayed}
+        return {"head": self.head, "layer": self.layer, **below}
+
+    @classmethod
+    def read(cls, measured) -> LayersBelowRemoved | None:
+        if not isinstance(measured, Mapping) or measured.get("layer") is None:
+            return None
+        below, relayed = measured.get(BELOW_DROP), measured.get(RELAYED_DROP, math.nan)
+        as_float = lambda x: float(x) if finite(x) else math.nan  # noqa: E731
+        head = str(measured.get("head") or "")
+        return cls(head, int(measured["layer"]), as_float(below), None if relayed is None else as_float(relayed))
+
+
+EARLY_FIELDS = ("aggregator", "early_prev_heads", "self_suppressing", "prev_boosting")
+
+
+@dataclass(frozen=True)
+class EarlyLabels:
+    """``early_self_suppressing``'s measurement: the aggregator, the clear previous-token heads below it, and those
+    labelled self-suppressing and prev-boosting by their raw-score profile."""
+
+    aggregator: str
+    early: tuple[str, ...]
+    self_suppressing: tuple[str, ...]
+    prev_boosting: tuple[str, ...]
+
+    def measured(self) -> dict:
+        return {k: v if k == "aggregator" else list(v) for k, v in zip(EARLY_FIELDS, asdict(self).values())}
+
+    @classmethod
+    def read(cls, measured) -> EarlyLabels:
+        m = measured if isinstance(measured, Mapping) else {}
+        return cls(str(m.get("aggregator") or ""), *(tuple(m.get(k) or ()) for k in EARLY_FIELDS[1:]))
+
 
 POST, BOOST, WPOS, RELAY, NONE, UNDETERMINED = "post", "boost", "wpos", "relay", "none", "undetermined"
 ROUTES: dict[str, str] = {
@@ -74,9 +152,6 @@ class Row:
     verdict: str
     evidence: str
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class RouteConclusion:
@@ -98,9 +173,8 @@ class RouteConclusion:
         return f"{self.words}{on}: {self.why} [rows: {', '.join(r.key for r in self.rows)}]"
 
     def as_dict(self) -> dict:
-        return dict(
-            route=self.route, words=self.words, head=self.head, why=self.why, rows=[r.as_dict() for r in self.rows]
-        )
+        rows = [asdict(r) for r in self.rows]
+        return dict(route=self.route, words=self.words, head=self.head, why=self.why, rows=rows)
 
 
 def _record(records: Mapping[str, Mapping], key: str) -> Mapping | None:
@@ -185,34 +259,27 @@ def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
             "it), but not W_pos through them" + ("" if relayed is None else f" (loses {relayed:.0%})"),
         )
     if kept < KEEP:
-        return done(
-            UNDETERMINED, f"{head} keeps {kept:.0%} under W_pos averaging: partly from W_pos (neither < 50% nor >= 80%)"
-        )
+        partly = f"{head} keeps {kept:.0%} under W_pos averaging: partly from W_pos (neither < 50% nor >= 80%)"
+        return done(UNDETERMINED, partly)
 
     # kept >= 80%: not W_pos's fine detail; built from what the layers below computed, from the early heads?
-    against = [
-        k for k in ("aggregator_above_layer0", "sources_upstream", "mask_disrupts") if _verdict(records, k) != HELD
-    ]
+    built = ("aggregator_above_layer0", "sources_upstream", "mask_disrupts")
+    against = ", ".join(f"{k} is {_verdict(records, k)}" for k in built if _verdict(records, k) != HELD)
     if against:
         return done(
-            UNDETERMINED,
-            f"{head} keeps {kept:.0%} under W_pos averaging (not from W_pos), but "
-            + ", ".join(f"{k} is {_verdict(records, k)}" for k in against),
-            ("aggregator_above_layer0", "sources_upstream", "mask_disrupts"),
+            UNDETERMINED, f"{head} keeps {kept:.0%} under W_pos averaging (not from W_pos), but {against}", built
         )
-    keys = ("aggregator_above_layer0", "sources_upstream", "mask_disrupts", "early_self_suppressing")
+    keys, labels = (*built, "early_self_suppressing"), _verdict(records, "early_self_suppressing")
     early = EarlyLabels.read(_measured(records, "early_self_suppressing"))
     n, n_self, n_boost = len(early.early), len(early.self_suppressing), len(early.prev_boosting)
-    if _verdict(records, "early_self_suppressing") == HELD and not (n_boost >= 2 and 2 * n_boost >= n):
+    boosting = n_boost >= 2 and 2 * n_boost >= n
+    if labels == HELD and not boosting:
         return done(POST, f"built from the early heads below it, {n_self} of {n} of them self-suppressing", keys)
-    if _verdict(records, "early_self_suppressing") == NOT_HELD and n_boost >= 2 and 2 * n_boost >= n:
+    if labels == NOT_HELD and boosting:
         return done(BOOST, f"built from the early heads below it, {n_boost} of {n} of them prev-boosting", keys)
-    return done(
-        UNDETERMINED,
-        f"built from the early heads below it, but they are neither mostly self-suppressing nor mostly prev-boosting "
-        f"({n_self} and {n_boost} of {n}; early_self_suppressing is {_verdict(records, 'early_self_suppressing')})",
-        keys,
-    )
+    neither = f"({n_self} and {n_boost} of {n}; early_self_suppressing is {labels})"
+    why = "built from the early heads below it, but they are neither mostly self-suppressing nor mostly prev-boosting"
+    return done(UNDETERMINED, f"{why} {neither}", keys)
 
 
 def _percent(x: float) -> str:

@@ -8,7 +8,6 @@ import math
 import pytest
 
 from gpt2_posheads.claims.gpt2_post import CLAIMS, built_from_below
-from gpt2_posheads.claims.measured import EarlyLabels, LayersBelowRemoved, PrevMassAveraged
 from gpt2_posheads.claims.record import summary_from_dict
 from gpt2_posheads.claims.route import (
     BOOST,
@@ -18,6 +17,9 @@ from gpt2_posheads.claims.route import (
     ROUTES,
     UNDETERMINED,
     WPOS,
+    EarlyLabels,
+    LayersBelowRemoved,
+    PrevMassAveraged,
     conclude,
     kept_under_wpos_averaging,
     route_conclusion_from_summaries,

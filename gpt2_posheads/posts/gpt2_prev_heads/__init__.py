@@ -1,15 +1,14 @@
 """Post 004: "The positional embedding matrix and previous-token heads: how do they actually work?" (GPT-2 small).
 
-One function per claim script; each returns a :class:`~gpt2_posheads.posts.result.ClaimResult`. Each takes ``model``
-(a TransformerLens model or bridge, ``gpt2_posheads.load_model``) and, optionally, ``prompts`` (``[batch, pos]``
-token ids; default: its script's ``PROMPTS``, natural-text prompts from the shipped text, or openwebtext-10k with the
-hub). The ranking of every head on them (every offset) chooses the heads a claim is measured on when ``heads`` is not
-given (:meth:`~._run.ModelRun.heads`: ``"L4H11"``-style names, ``(layer, head)`` pairs or ``"auto:N"``), as the
-post's roles say in the script's ``HEADS`` (the aggregator: the sharpest previous-token head; the early heads below
-it; the post's heads on GPT-2 small). ``start``, ``size``: the attention submatrix a figure shows (the post: 50 x 50
-from position 60). A claim that makes its own prompts (repeated tokens) or reads only the weights takes from ``run``
-only its model and label. To measure several claims on one model with one set of prompts and one ranking, make the
-run once::
+One function per claim script; each returns a :class:`~gpt2_posheads.posts.result.ClaimResult`. Each takes ``model`` (a
+TransformerLens model or bridge, ``gpt2_posheads.load_model``) and, optionally, ``prompts`` (``[batch, pos]`` token ids;
+default: its script's ``PROMPTS``, natural-text prompts from the shipped text, or openwebtext-10k with the hub). The
+ranking of every head on them (every offset) chooses the heads a claim is measured on when ``heads`` is not given
+(:meth:`~._run.ModelRun.heads`: ``"L4H11"``-style names, ``(layer, head)`` pairs or ``"auto:N"``), as the post's roles
+say in the script's ``HEADS`` (the aggregator: the sharpest previous-token head; the early heads below it; the post's
+heads on GPT-2 small). ``start``, ``size``: the attention submatrix a figure shows (the post: 50 x 50 from position 60).
+A claim that makes its own prompts (repeated tokens) or reads only the weights takes from ``run`` only its model and
+label. To measure several claims on one model with one set of prompts and one ranking, make the run once::
 
     run = model_run(model)                       # prompts from the shipped text, the ranking on first use
     a = mask_prev_attention(run=run)

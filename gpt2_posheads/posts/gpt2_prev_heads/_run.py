@@ -75,8 +75,8 @@ class ModelRun:
         return prev_head_precondition(head_name(l, h), self.ranked().diag[l, h])
 
     def heads(self, heads: HeadsArg, default: HeadDefault) -> tuple[list[tuple[int, int]], str]:
-        """``(heads, how they were chosen)``: ``heads`` as given (names like ``"L4H11"``, ``(layer, head)`` pairs,
-        or ``"auto:N"``), else ``default`` (the post's heads on GPT-2 small, the same role elsewhere)."""
+        """``(heads, how they were chosen)``: ``heads`` as given (names like ``"L4H11"``, ``(layer, head)`` pairs, or
+        ``"auto:N"``), else ``default`` (the post's heads on GPT-2 small, the same role elsewhere)."""
         if heads is not None and not isinstance(heads, str) and all(isinstance(h, tuple) for h in heads):
             return [parse_head(head_name(*h), self.model) for h in heads], "heads given"
         spec = None if heads is None else HeadSpec.parse(heads if isinstance(heads, str) else ",".join(map(str, heads)))
@@ -129,8 +129,8 @@ def prompted_run(model, prompts, run: ModelRun | None, **options) -> ModelRun:
 
 
 def unprompted_run(model, run: ModelRun | None) -> ModelRun:
-    """``run`` when given (its model must be ``model``), else a run of ``model`` without natural-text prompts: for
-    the claims that make their own (repeated-token prompts) or read only the weights (``W_pos``)."""
+    """``run`` when given (its model must be ``model``), else a run of ``model`` without natural-text prompts: for the
+    claims that make their own (repeated-token prompts) or read only the weights (``W_pos``)."""
     if run is None:
         check_model(model, "model")
         return ModelRun(model, None, "", _label(model))
@@ -139,17 +139,16 @@ def unprompted_run(model, run: ModelRun | None) -> ModelRun:
 
 def repeated_token_run(model, run: ModelRun | None, layer: int, n_prompts: int, seq_len: int | None):
     """``(run, seq_len)`` for a claim on the extended positional embeddings (:func:`unprompted_run`: it makes its own
-    repeated-token prompts), ``layer`` checked in ``0..n_layers`` (``n_layers`` = the final residual) and
-    ``seq_len >= 2`` capped at the model's context, and said (``None``: the context)."""
+    repeated-token prompts), ``layer`` checked in ``0..n_layers`` (``n_layers`` = the final residual) and ``seq_len >=
+    2`` capped at the model's context, and said (``None``: the context)."""
     run = unprompted_run(model, run)
     check_layer(run.model, layer, allow_final=True)
     n_ctx = run.model.cfg.n_ctx
-    if seq_len is not None:
-        if seq_len < 2:
-            raise ValueError(f"seq_len: {seq_len} is out of range; allowed >= 2 (a position after the first)")
-        if seq_len > n_ctx:
-            note(f"seq_len {seq_len} is capped at the model's context, {n_ctx}")
-            seq_len = n_ctx
+    if seq_len is not None and seq_len < 2:
+        raise ValueError(f"seq_len: {seq_len} is out of range; allowed >= 2 (a position after the first)")
+    if seq_len is not None and seq_len > n_ctx:
+        note(f"seq_len {seq_len} is capped at the model's context, {n_ctx}")
+        seq_len = n_ctx
     return run, seq_len
 
 
@@ -163,13 +162,13 @@ def repeat_prompts(
     model, targets: Sequence[str], n_given: int, seed: int = 0, param: str = "targets", contiguous: bool = False
 ) -> tuple[list[RepeatPrompt], str]:
     """``(prompts, why there are none)``: one repeat-string prompt per target
-    (:func:`~gpt2_posheads.analysis.repeat_prompt.fit_repeat_prompt`), each word one token of the model's vocabulary
-    (a word several tokens long replaced by a single-token word, single characters in a character vocabulary; the same
-    word the same replacement in every target, so swapped targets stay swapped) and the prompt within its context;
-    what differs from the post's prompt is said (a note naming ``param``). ``contiguous``: no separator token between
-    the words even where the vocabulary would separate them: the token after a word is then the next word, as on
-    GPT-2, which the induction an edit redirects needs. No prompt (the vocabulary lacks the words, or even the
-    shortest template exceeds the context): ``([], reason with the numbers)``: the claims on it are not testable."""
+    (:func:`~gpt2_posheads.analysis.repeat_prompt.fit_repeat_prompt`), each word one token of the model's vocabulary (a
+    word several tokens long replaced by a single-token word, single characters in a character vocabulary; the same word
+    the same replacement in every target, so swapped targets stay swapped) and the prompt within its context; what
+    differs from the post's prompt is said (a note naming ``param``). ``contiguous``: no separator token between the
+    words even where the vocabulary would separate them: the token after a word is then the next word, as on GPT-2,
+    which the induction an edit redirects needs. No prompt (the vocabulary lacks the words, or even the shortest
+    template exceeds the context): ``([], reason with the numbers)``: the claims on it are not testable."""
     tok, n_ctx = model.tokenizer, model.cfg.n_ctx
     try:
         words, sep, how = target_words(tok, list(targets))
@@ -203,8 +202,8 @@ def side_by_side(panels: dict, cmp: dict, name: str, changed: str, start: int, s
 
 
 def ratio_grid(ranking: pd.DataFrame, n_layers: int, n_heads: int, title: str, **kw) -> go.Figure:
-    """The previous-token heads' ratios on a layer x head grid ``[n_layers, n_heads]`` (0..1, lower = sharper),
-    blank where a head is not a previous-token head."""
+    """The previous-token heads' ratios on a layer x head grid ``[n_layers, n_heads]`` (0..1, lower = sharper), blank
+    where a head is not a previous-token head."""
     grid = np.full((n_layers, n_heads), np.nan)
     for r in ranking[ranking.is_prev_token].itertuples():
         grid[r.layer, r.head] = r.ratio

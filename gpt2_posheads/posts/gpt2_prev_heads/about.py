@@ -1,6 +1,8 @@
 """The post: "The positional embedding matrix and previous-token heads: how do they actually work?"."""
 
-from ...claims.catalogue import Post, register_post
+import sys
+
+from ...claims.catalogue import Post, declare, register_post
 
 POST = register_post(
     Post(
@@ -14,3 +16,15 @@ POST = register_post(
         order=0,
     )
 )
+
+
+def claim_script(name: str, **spec):
+    """Declare a claim function of the post as command ``name`` (:func:`~gpt2_posheads.claims.catalogue.declare`),
+    its help its module's doc followed by where the claim is a function."""
+
+    def register(fn):
+        where, path = f"{fn.__module__.rpartition('.')[0]}.{fn.__name__}", fn.__module__.replace(".", "/") + ".py"
+        usage = f"{sys.modules[fn.__module__].__doc__.rstrip()}\nThe claim as a function: {where}\n({path}).\n"
+        return declare(POST, name, usage=usage, **spec)(fn)
+
+    return register

@@ -3,15 +3,14 @@
     gpt2-posheads l4h11_edit --model mini-gpt2          # the model's aggregator
     gpt2-posheads l4h11_edit --heads L4H11                        # GPT-2 small (the default there)
 
-On the repeat-string prompt ending in `Reply: " ninja`, the model should say " turtle". The edit shifts
-the head's attention in the request back by one position — " turtle" attends to the token before " ninja"
-and " pirate" attends to " ninja" — so an induction head looking for "the token after ninja" finds
-" pirate"; the head's output is multiplied by each factor. A word that is several tokens in the model's
-vocabulary is replaced by a single-token word (single characters in a character vocabulary) and a short context
-gets a shorter prompt, each said; where no prompt fits, the claim is not testable with the numbers.
-Post: P(" turtle") 99% clean; with the edit and factor 2, P(" pirate") 65% and P(" turtle") 26%.
-Not testable on a model that does not copy the clean prompt, or for a head that is not a previous-token head.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.l4h11_edit (gpt2_posheads/posts/gpt2_prev_heads/edit.py).
+On the repeat-string prompt ending in `Reply: " ninja`, the model should say " turtle". The edit shifts the head's
+attention in the request back by one position — " turtle" attends to the token before " ninja" and " pirate" attends to
+" ninja" — so an induction head looking for "the token after ninja" finds " pirate"; the head's output is multiplied by
+each factor. A word that is several tokens in the model's vocabulary is replaced by a single-token word (single
+characters in a character vocabulary) and a short context gets a shorter prompt, each said; where no prompt fits, the
+claim is not testable with the numbers. Post: P(" turtle") 99% clean; with the edit and factor 2, P(" pirate") 65% and
+P(" turtle") 26%. Not testable on a model that does not copy the clean prompt, or for a head that is not a
+previous-token head.
 """
 
 from __future__ import annotations
@@ -22,13 +21,13 @@ from ...analysis.heads import HeadDefault
 from ...analysis.interventions import edit_head_pattern, scale_head_output
 from ...analysis.measures import next_token_probs, top_tokens
 from ...analysis.repeat_prompt import RepeatPrompt, edit_mapping, split_words
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import model_copies, post_claim
 from ...claims.verdicts import Claim, Precondition, predicate
 from ...model.validation import NonFiniteError, UsageError, head_name
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run, repeat_prompts
-from .about import POST
+from .about import claim_script
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="the previous-token head to edit (the first is used)")
 
@@ -43,7 +42,6 @@ def _edit_moves_copy(v) -> tuple[bool, str]:
     )
 
 
-# the post's claims this script judges, each with its rule (written before anything is measured)
 SPECS = (MOVES_COPY,) = (
     post_claim(
         "edit_moves_copy",
@@ -75,12 +73,8 @@ def check_factors(factors, param: str = "factors") -> list[float]:
     top = f"{MAX_FACTOR:.0e}".replace("e+0", "e")
     for f in values:
         if not 0 <= f <= MAX_FACTOR:  # NaN fails too
-            raise UsageError(
-                param,
-                f"{f:g} is out of range",
-                f"allowed 0..{top} (the post's factor is 2)",
-                "a larger factor swamps the residual stream, and far larger ones overflow float32 (NaN logits)",
-            )
+            why = "a larger factor swamps the residual stream, and far larger ones overflow float32 (NaN logits)"
+            raise UsageError(param, f"{f:g} is out of range", f"allowed 0..{top} (the post's factor is 2)", why)
     if 2.0 not in values:
         raise UsageError(param, f"{values} lacks 2", "include 2 (the post's factor)", example)
     return values
@@ -88,9 +82,9 @@ def check_factors(factors, param: str = "factors") -> list[float]:
 
 def measure(model, rp: RepeatPrompt, head: tuple[int, int], factors: list[float]) -> list[dict]:
     """One row per condition (clean, then the edit at each factor): ``condition``, ``factor`` (``None`` clean),
-    ``P(<second word>)``, ``P(<third word>)`` (the next token after the prompt) and ``top5`` (token, probability).
-    An edited condition whose logits are not finite is that row's failure (NaN, ``not_measured`` says why); the clean
-    pass failing is the model's, and raises."""
+    ``P(<second word>)``, ``P(<third word>)`` (the next token after the prompt) and ``top5`` (token, probability). An
+    edited condition whose logits are not finite is that row's failure (NaN, ``not_measured`` says why); the clean pass
+    failing is the model's, and raises."""
     l, h = head
     ids = {w: model.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in (rp.words[1], rp.words[2])}
 
@@ -147,20 +141,15 @@ def _prepare(model, kwargs: dict, args) -> None:
 
 def _console(result: ClaimResult, options: dict) -> None:
     for r in result.numbers.get("rows", []):  # none where no repeat-string prompt fits the model
-        print(
-            f"{r['condition']:>20}: " + "  ".join(f"{k}={v:.3f}" for k, v in r.items() if k.startswith("P(")),
-            "| top:",
-            ", ".join(f"{t!r} {p:.2f}" for t, p in r["top5"][:3]),
-        )
+        probs = "  ".join(f"{k}={v:.3f}" for k, v in r.items() if k.startswith("P("))
+        print(f"{r['condition']:>20}: {probs}", "| top:", ", ".join(f"{t!r} {p:.2f}" for t, p in r["top5"][:3]))
 
 
-@declare(
-    POST,
+@claim_script(
     "l4h11_edit",
     takes=("seed",),
     order=8,
     claims=SPECS,
-    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -187,9 +176,9 @@ def l4h11_edit(
     ``model``, ``prompts`` (what the heads are ranked on; the edit runs on the repeat-string prompt), ``heads`` (the
     first is edited), ``run``: as every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
     ``target``: three words, each keeping its leading space. ``factors``: each in ``0..MAX_FACTOR``, 2 (the post's)
-    among them; the claim is judged on the x2 row (:func:`measure`: a row whose logits are not finite is not
-    measured). ``seed``: the demonstrations'. ``numbers`` hold ``target`` as used, ``prompt``, ``mapping`` ``{query
-    position: key position}``, ``mapping_tokens`` and ``rows``: per condition the two probabilities and the top 5.
+    among them; the claim is judged on the x2 row (:func:`measure`: a row whose logits are not finite is not measured).
+    ``seed``: the demonstrations'. ``numbers`` hold ``target`` as used, ``prompt``, ``mapping`` ``{query position: key
+    position}``, ``mapping_tokens`` and ``rows``: per condition the two probabilities and the top 5.
     """
     factors = check_factors(factors)
     if not isinstance(target, str) or len(split_words(target)) != 3:

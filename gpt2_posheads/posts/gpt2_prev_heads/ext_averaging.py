@@ -1,18 +1,15 @@
-"""Averaging extended positional embeddings in groups of 10 hurts early previous-token heads much more
-than the aggregator (GPT-2 post: L4H11 aggregates earlier heads' signals rather than reading positions).
+"""Averaging extended positional embeddings in groups of 10 hurts early previous-token heads much more than the
+aggregator (GPT-2 post: L4H11 aggregates earlier heads' signals rather than reading positions).
 
     gpt2-posheads ext_pos_averaging --model mini-gpt2
     gpt2-posheads ext_pos_averaging --heads L2H2,L4H11          # the post's pair
 
-For each head, the extended positional embeddings at the head's own layer (measured after BOS, as the prompts
-start with it; the BOS row is left alone) are group-averaged just before it, and its attention is compared with
-the clean run. The post's claim has two parts, both tested: "tremendous damage" to the early head (its pattern
-moves) and "minimal damage" to the aggregator (it keeps its previous-token attention). Default heads on a model
-other than GPT-2 small: the sharpest clear previous-token head below the aggregator, then the aggregator (its
-sharpest previous-token head). Not testable unless both are clear previous-token heads and the first sits below
-the second.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.ext_pos_averaging
-(gpt2_posheads/posts/gpt2_prev_heads/ext_averaging.py).
+For each head, the extended positional embeddings at the head's own layer (measured after BOS, as the prompts start with
+it; the BOS row is left alone) are group-averaged just before it, and its attention is compared with the clean run. The
+post's claim has two parts, both tested: "tremendous damage" to the early head (its pattern moves) and "minimal damage"
+to the aggregator (it keeps its previous-token attention). Default heads on a model other than GPT-2 small: the sharpest
+clear previous-token head below the aggregator, then the aggregator (its sharpest previous-token head). Not testable
+unless both are clear previous-token heads and the first sits below the second.
 """
 
 from __future__ import annotations
@@ -22,20 +19,17 @@ import math
 from ...analysis.heads import HeadDefault
 from ...analysis.interventions import average_ext_pos_embed
 from ...analysis.measures import compare_head_patterns
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import DAMAGE_JS, KEEP, POS_GROUP, ROUTE, post_claim
 from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.validation import head_name, note
 from ...report.plotting import attention_panels
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run, side_by_side
-from .about import POST
+from .about import claim_script
 
-HEADS = HeadDefault(
-    ("L2H2", "L4H11"),
-    "aggregator+early",
-    what="an early head and the aggregator (each averaged just before its own layer)",
-)
+EACH = "an early head and the aggregator (each averaged just before its own layer)"
+HEADS = HeadDefault(("L2H2", "L4H11"), "aggregator+early", what=EACH)
 
 
 def _hurts_early_more(v) -> tuple[bool, str]:
@@ -47,12 +41,10 @@ def _hurts_early_more(v) -> tuple[bool, str]:
     return ok, (
         f"early head JS {js_e:.3g} nats (needs >= {DAMAGE_JS:g}: damaged), "
         f"{js_e / js_a if js_a > 0 else math.inf:.3g}x the aggregator's {js_a:.3g} (needs >= 2x); the aggregator "
-        f"keeps {keep:.0%} of its previous-token mass "
-        f"(needs >= {KEEP:.0%}: minimal damage)"
+        f"keeps {keep:.0%} of its previous-token mass (needs >= {KEEP:.0%}: minimal damage)"
     )
 
 
-# the post's claims this script judges, each with its rule (written before anything is measured)
 SPECS = (HURTS_EARLY_MORE,) = (
     post_claim(
         "ext_avg_hurts_early_more",
@@ -83,6 +75,7 @@ def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> C
     if len(results) >= 2:  # with one head the first line already says there is no early head
         above = f"{first['head']} (layer {first['layer']}) does not sit below {last['head']} (layer {last['layer']})"
         pre.append(Precondition("the early head sits below the aggregator", first["layer"] < last["layer"], above))
+    js = f"JS {first['js_divergence']:.3g} ({first['head']}) vs {last['js_divergence']:.3g}"
     return HURTS_EARLY_MORE.judge(
         {
             "js": {r["head"]: r["js_divergence"] for r in results},
@@ -91,28 +84,21 @@ def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> C
         (first["js_divergence"], last["js_divergence"], keep),
         pre,
         head=",".join(head_name(l, h) for l, h in heads),
-        readout=f"JS {first['js_divergence']:.3g} ({first['head']}) vs {last['js_divergence']:.3g} ({last['head']}, "
-        f"keeps {keep:.0%})"
-        if len(results) >= 2
-        else "",
+        readout=f"{js} ({last['head']}, keeps {keep:.0%})" if len(results) >= 2 else "",
     )
 
 
 def _console(result: ClaimResult, options: dict) -> None:
     for r in result.numbers["results"]:
-        print(
-            f"{r['head']}: previous-token mass {r['prev_score_clean']:.3f} -> {r['prev_score_intervened']:.3f}, "
-            f"JS {r['js_divergence']:.4f}"
-        )
+        mass = f"{r['prev_score_clean']:.3f} -> {r['prev_score_intervened']:.3f}"
+        print(f"{r['head']}: previous-token mass {mass}, JS {r['js_divergence']:.4f}")
 
 
-@declare(
-    POST,
+@claim_script(
     "ext_pos_averaging",
     takes=("seed",),
     order=7,
     claims=SPECS,
-    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -138,11 +124,11 @@ def ext_pos_averaging(
 ) -> ClaimResult:
     """Average the extended positional embeddings just before each head and compare its attention with the clean run.
 
-    ``model``, ``prompts`` (starting with BOS where the model has one), ``heads`` (the early head first, the
-    aggregator last), ``start``, ``size``, ``run``: as every claim function takes them
+    ``model``, ``prompts`` (starting with BOS where the model has one), ``heads`` (the early head first, the aggregator
+    last), ``start``, ``size``, ``run``: as every claim function takes them
     (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``group_size`` (>= 2, the post: 10) above the model's context is
-    capped at it, and said. ``numbers`` hold ``results``: per head its layer, previous-token mass clean and averaged,
-    JS divergence.
+    capped at it, and said. ``numbers`` hold ``results``: per head its layer, previous-token mass clean and averaged, JS
+    divergence.
     """
     run = prompted_run(model, prompts, run, **PROMPTS)
     if isinstance(group_size, bool) or not (isinstance(group_size, int) and group_size >= 2):

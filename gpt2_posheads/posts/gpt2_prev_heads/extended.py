@@ -1,14 +1,11 @@
-"""Extended positional embeddings against W_pos, layer by layer (GPT-2 post: "Concept: extended
-positional embeddings").
+"""Extended positional embeddings against W_pos, layer by layer (GPT-2 post: "Concept: extended positional embeddings").
 
     gpt2-posheads ext_pos_vs_wpe --model mini-gpt2
 
-Figures: the three-panel comparison at --layer (both sets on W_pos's PCs, on the extended embeddings' PCs,
-on the PCs of both concatenated), and per layer 0..n_layers the principal angles to W_pos, the large-entry
-fraction (sparsity) and the token dependence. CSV + JSON of all numbers. On a model without learned
-absolute positions only the token dependence is measured (the rest compares with W_pos).
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.ext_pos_vs_wpe
-(gpt2_posheads/posts/gpt2_prev_heads/extended.py).
+Figures: the three-panel comparison at --layer (both sets on W_pos's PCs, on the extended embeddings' PCs, on the PCs of
+both concatenated), and per layer 0..n_layers the principal angles to W_pos, the large-entry fraction (sparsity) and the
+token dependence. CSV + JSON of all numbers. On a model without learned absolute positions only the token dependence is
+measured (the rest compares with W_pos).
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from plotly.subplots import make_subplots
 
 from ...analysis.geometry import large_entry_fraction, pca, principal_angles, project, token_dependence
 from ...analysis.posembed import centred_w_pos, default_bos, extended_pos_embeddings_by_layer, load_w_pos, token_rows
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import helix_precondition, post_claim
 from ...claims.verdicts import Claim, Precondition, at_least, at_most
 from ...model.loading import position_kind, wpos_reason
@@ -29,9 +26,8 @@ from ...model.validation import UsageError, capped_seq_len
 from ...report.plotting import line_figure
 from ..result import ClaimResult
 from ._run import ModelRun, repeated_token_run
-from .about import POST
+from .about import claim_script
 
-# the post's claims this script judges, each with its rule (written before anything is measured)
 SPECS = SAME_SUBSPACE, SPARSER, TOKEN_INDEPENDENT = (
     post_claim(
         "ext_same_subspace",
@@ -60,14 +56,12 @@ SPECS = SAME_SUBSPACE, SPARSER, TOKEN_INDEPENDENT = (
 def measure(
     model, seq_len: int, n_prompts: int, n_token_dependence: int, k: int, seed: int, label: str, progress: bool = True
 ) -> dict:
-    """The extended positional embeddings (the residual stream on repeated-token prompts, centred over the positions
-    and averaged over tokens) at the input of each block and the final residual, on the repeated token's rows.
-
-    Returns ``{"per_layer", "ext", "w_pos", "wpos_reason", "after_bos"}``: the per-layer DataFrame (``layer``,
-    ``large_entry_fraction``, ``norm``, ``token_dependence``, ``angle_<i>_deg`` with ``W_pos``,
-    ``sparsity_vs_layer0``), the extended embeddings ``{layer: [seq_len - after_bos, d_model]}`` and ``W_pos`` on
-    the same rows (``None``, and why, without learned positions). The token dependence runs on
-    ``n_token_dependence`` other tokens (seed ``seed + 1``), kept apart."""
+    """``{"per_layer", "ext", "w_pos", "wpos_reason", "after_bos"}``: the extended positional embeddings (the residual
+    stream on repeated-token prompts, centred over the positions and averaged over tokens) at the input of each block
+    and the final residual, on the repeated token's rows, ``{layer: [seq_len - after_bos, d_model]}``; ``W_pos`` on the
+    same rows (``None``, and why, without learned positions); the per-layer DataFrame (``layer``,
+    ``large_entry_fraction``, ``norm``, ``token_dependence`` on ``n_token_dependence`` other tokens kept apart, seed
+    ``seed + 1``; ``angle_<i>_deg`` with ``W_pos``; ``sparsity_vs_layer0``)."""
     reason = wpos_reason(model, label)
     layers = list(range(model.cfg.n_layers + 1))
     bos = default_bos(model)
@@ -135,14 +129,15 @@ def judge(m: dict, k: int, n_layers: int) -> tuple[list[Claim], list[float], flo
 
 
 def three_panel(w: torch.Tensor, ext: torch.Tensor, layer: int, label: str) -> go.Figure:
-    """Both point sets on three bases; each scene's axes span the 1st-99th percentile of its points, so one
-    outlying position (GPT-2's W_pos[0] has norm 9.9) does not squash the rest."""
+    """Both point sets on three bases; each scene's axes span the 1st-99th percentile of its points, so one outlying
+    position (GPT-2's W_pos[0] has norm 9.9) does not squash the rest."""
     bases = {"W_pos PCs": w, f"layer-{layer} extended PCs": ext, "concatenated PCs": torch.cat([w, ext])}
     bases = {name: pca(x, 3)[0] for name, x in bases.items()}
     fig = make_subplots(
         rows=1, cols=3, specs=[[{"type": "scene"}] * 3], subplot_titles=list(bases), horizontal_spacing=0.02
     )
     scenes, clipped = {}, 0
+    camera = dict(eye=dict(x=1.9, y=1.9, z=1.3), center=dict(x=0, y=0, z=-0.1))  # a third of the width each
     for i, (_name, comps) in enumerate(bases.items()):
         pts = []
         for lab, x, colour in ((f"extended L{layer}", ext, "red"), ("W_pos", w, "blue")):
@@ -158,15 +153,10 @@ def three_panel(w: torch.Tensor, ext: torch.Tensor, layer: int, label: str) -> g
         axes = {
             f"{a}axis": dict(title=f"PC{j + 1}", range=[lo[j] - pad[j], hi[j] + pad[j]]) for j, a in enumerate("xyz")
         }
-        scenes["scene" if i == 0 else f"scene{i + 1}"] = dict(
-            **axes,
-            aspectmode="cube",
-            camera=dict(eye=dict(x=1.9, y=1.9, z=1.3), center=dict(x=0, y=0, z=-0.1)),  # a third of the width each
-        )
+        scenes["scene" if i == 0 else f"scene{i + 1}"] = dict(**axes, aspectmode="cube", camera=camera)
     fig.update_layout(
         title=f"{label}: extended positional embeddings at layer {layer} (red) and W_pos (blue)<br><sup>"
-        f"axes cover the 1st-99th percentile of the points; {clipped} outlying position(s) lie "
-        f"off the axes</sup>",
+        f"axes cover the 1st-99th percentile of the points; {clipped} outlying position(s) lie off the axes</sup>",
         height=620,
         margin=dict(l=20, r=20, t=100, b=20),
         **scenes,
@@ -221,13 +211,11 @@ def _console(result: ClaimResult, options: dict) -> None:
     print(result.tables["per_layer"].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
 
 
-@declare(
-    POST,
+@claim_script(
     "ext_pos_vs_wpe",
     takes=("seed", "progress"),
     order=3,
     claims=SPECS,
-    usage=__doc__,
     options=(
         Option(
             "--layer", 2, "layer of the three-panel comparison (0..n_layers; n_layers = the final residual stream)", int

@@ -4,11 +4,9 @@
     gpt2-posheads pos_embed_helix --model mini-gpt2 --layer 2
 
 The extended positional embeddings (the residual stream on repeated-token prompts after BOS, centred; the repeated
-token's rows) exist for every model; W_pos's helix only for a model with learned absolute positions (else that claim
-is not testable). A helix: the top three principal components explain >= 60% of the variance and the third carries
->= twice the fourth.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.pos_embed_helix
-(gpt2_posheads/posts/gpt2_prev_heads/helix.py).
+token's rows) exist for every model; W_pos's helix only for a model with learned absolute positions (else that claim is
+not testable). A helix: the top three principal components explain >= 60% of the variance and the third carries >= twice
+the fourth.
 """
 
 from __future__ import annotations
@@ -19,16 +17,15 @@ import torch
 
 from ...analysis.geometry import pca
 from ...analysis.posembed import centred_w_pos, default_bos, extended_pos_embeddings, load_w_pos, token_rows
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import helix_evr_rule, post_claim
 from ...claims.verdicts import Claim, Precondition
 from ...model.loading import wpos_reason
 from ...report.plotting import scatter3d_positions
 from ..result import ClaimResult
 from ._run import ModelRun, repeated_token_run
-from .about import POST
+from .about import claim_script
 
-# the post's claims this script judges, each with its rule (written before anything is measured)
 SPECS = WPOS_HELIX, EXT_HELIX = (
     post_claim(
         "wpos_helix",
@@ -48,8 +45,8 @@ SPECS = WPOS_HELIX, EXT_HELIX = (
 
 
 def helix(x: torch.Tensor) -> tuple[list[float], torch.Tensor]:
-    """``(top-4 explained-variance ratios, the centred rows on the top three components [n, 3])`` of ``x``
-    ``[n, d_model]``: what the helix rule reads and what the figure draws."""
+    """``(top-4 explained-variance ratios, the centred rows on the top three components [n, 3])`` of ``x`` ``[n,
+    d_model]``: what the helix rule reads and what the figure draws."""
     _, evr, proj = pca(x, 4)
     return [float(v) for v in evr], proj[:, :3]
 
@@ -82,11 +79,11 @@ def judge(w_evr: list[float] | None, reason: str | None, ext_evr: list[float] | 
     else:
         no_w = [Precondition("the model has W_pos", False, reason)]
         claims = [WPOS_HELIX.judge({"not_applicable": reason}, [float("nan")] * 4, no_w)]
-    if ext_evr is not None:
-        claims.append(
-            EXT_HELIX.judge({"layer": layer, "top4": ext_evr}, ext_evr, readout=f"layer {layer}: " + shown(ext_evr))
-        )
-    return claims
+    if ext_evr is None:
+        return claims
+    return claims + [
+        EXT_HELIX.judge({"layer": layer, "top4": ext_evr}, ext_evr, readout=f"layer {layer}: {shown(ext_evr)}")
+    ]
 
 
 def figure(evr: list[float], points: torch.Tensor, title: str):
@@ -96,13 +93,11 @@ def figure(evr: list[float], points: torch.Tensor, title: str):
     return scatter3d_positions({"positions": points}, title=title, axis_titles=labels)
 
 
-@declare(
-    POST,
+@claim_script(
     "pos_embed_helix",
     claims=SPECS,
     command=True,
     order=2,
-    usage=__doc__,
     options=(
         Option("--w-pos", None, ".npy file of W_pos: plot it without loading a model"),
         Option(

@@ -3,13 +3,11 @@
     gpt2-posheads mask_prev_attention --model mini-gpt2
     gpt2-posheads mask_prev_attention --heads L4H11 --layers 0,1,2,3      # the post's setting
 
-Every query p with p % every == 0 loses its attention to p-1 in every head of --layers (post-softmax);
-W_pos is untouched. Default --layers: every layer below the head's own (masking the head's own layer
-would test the mask, not the mechanism). The claim is judged on the masked rows, the ones the post's figure shows
-disrupted (the rows in between are reported too). Side by side: the head's 50x50 pattern clean vs masked.
-Not testable for a head that is not a clear previous-token head or sits in layer 0.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.mask_prev_attention
-(gpt2_posheads/posts/gpt2_prev_heads/masking.py).
+Every query p with p % every == 0 loses its attention to p-1 in every head of --layers (post-softmax); W_pos is
+untouched. Default --layers: every layer below the head's own (masking the head's own layer would test the mask, not the
+mechanism). The claim is judged on the masked rows, the ones the post's figure shows disrupted (the rows in between are
+reported too). Side by side: the head's 50x50 pattern clean vs masked. Not testable for a head that is not a clear
+previous-token head or sits in layer 0.
 """
 
 from __future__ import annotations
@@ -18,14 +16,14 @@ from ...analysis.heads import HeadDefault
 from ...analysis.interventions import MASK_EVERY, masked_queries
 from ...analysis.interventions import mask_previous_attention as mask_intervention
 from ...analysis.measures import compare_head_patterns
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import HALF, ROUTE, ClaimSpec, layer_above, register_claim
 from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.validation import head_name
 from ...report.plotting import attention_panels
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run, side_by_side
-from .about import POST
+from .about import claim_script
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="head(s) whose pattern is measured")
 
@@ -42,8 +40,8 @@ def _drops_half(v) -> tuple[bool, str]:
 
 
 def disrupts_at(every: int) -> ClaimSpec:
-    """``mask_disrupts`` as measured at masking period ``every``: its sentence and rule name the period (the post
-    masks every 5th query, :data:`~gpt2_posheads.analysis.interventions.MASK_EVERY`)."""
+    """``mask_disrupts`` as measured at masking period ``every``: its sentence and rule name the period (the post masks
+    every 5th query, :data:`~gpt2_posheads.analysis.interventions.MASK_EVERY`)."""
     nth = f"every {every}{'th' if 10 <= every % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(every % 10, 'th')}"
     return ClaimSpec(
         "mask_disrupts",
@@ -59,7 +57,7 @@ def disrupts_at(every: int) -> ClaimSpec:
     )
 
 
-# the post's claims this script judges, each with its rule (written before anything is measured): the post's period
+# registered with the post's period
 SPECS = (register_claim(disrupts_at(MASK_EVERY)),)
 
 MIN_EVERY = 2  # the claim's period: every=1 would mask every query, the previous position gone everywhere
@@ -67,25 +65,23 @@ PROMPTS = dict(n_prompts=8, seq_len=256)  # the natural-text prompts it measures
 
 
 def preconditions(run: ModelRun, head: tuple[int, int], layers: list[int], every: int) -> list[Precondition]:
-    (l, _), name = head, head_name(*head)
+    (l, _), name, n = head, head_name(*head), run.prompts.shape[1]
     pre = [run.prev_head(head), layer_above(name, l, 0)]
     if l > 0:  # in layer 0 the line above already says there is nothing below
         above = f"the masked layers {', '.join(map(str, layers))} do not all lie below {name}'s layer {l}"
         pre.append(
             Precondition("every masked layer lies below the head's own", bool(layers) and max(layers) < l, above)
         )
-    n_rows = len(masked_queries(every, run.prompts.shape[1]))
-    none = f"no query is masked: --every {every} with prompts of {run.prompts.shape[1]} tokens (the first masked query "
-    none += f"is position {every})"
-    return pre + [Precondition("at least one query is masked", n_rows > 0, none)]
+    none = (
+        f"no query is masked: --every {every} with prompts of {n} tokens (the first masked query is position {every})"
+    )
+    return pre + [Precondition("at least one query is masked", len(masked_queries(every, n)) > 0, none)]
 
 
-@declare(
-    POST,
+@claim_script(
     "mask_prev_attention",
     order=5,
     claims=SPECS,
-    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -111,10 +107,9 @@ def mask_prev_attention(
 ) -> ClaimResult:
     """Mask attention to the previous position (queries ``p % every == 0``) in ``layers`` and measure each head.
 
-    ``model``, ``prompts``, ``heads``, ``start``, ``size``, ``run``: as every claim function takes them
-    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``layers`` default to every layer below each head's own (masking
-    the head's own layer would test the mask, not the mechanism); ``every``: the masking period (the post: 5). One
-    ``mask_disrupts`` per head; ``numbers`` hold ``results``: per head the masses clean and masked.
+    ``layers``, ``every`` (the post: 5), ``renormalize``: as the module doc and the command's options say; the other
+    arguments as every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). One ``mask_disrupts`` per
+    head; ``numbers`` hold ``results``: per head the masses clean and masked.
     """
     if every < MIN_EVERY:
         raise ValueError(f"every: {every} is out of range; allowed >= {MIN_EVERY} (every=1 would mask every query)")

@@ -8,11 +8,10 @@ story hold on it (does it take the post's route)?
 Part 1, the behaviour targets (measured by gpt2_posheads.posts.gpt2_prev_heads.organism_targets, judged by
 gpt2_posheads.claims.organism), each a rule fixed before any model was built or trained: a sharp previous-token head,
 induction and copying, held-out loss. Part 2, the story: every GPT-2 claim script on this model
-(results/<script>/<model>/), in three columns: this model, the --compare model (its latest results, when it has any)
-and the post's GPT-2 numbers; the claims that tell the post's route from a head reading W_pos are marked "route", and
-the route conclusion drawn from them (gpt2_posheads.claims.route) leads it.
-Writes report.html and summary.json under results/mini_gpt2_report/<model>/. As a function:
-posts.gpt2_prev_heads.mini_gpt2_report.
+(results/<script>/<model>/), in three columns: this model, the --compare model (its latest results, when it has any) and
+the post's GPT-2 numbers; the claims that tell the post's route from a head reading W_pos are marked "route", and the
+route conclusion drawn from them (gpt2_posheads.claims.route) leads it. Writes report.html and summary.json under
+results/mini_gpt2_report/<model>/. As a function: posts.gpt2_prev_heads.mini_gpt2_report.
 """
 
 from __future__ import annotations
@@ -56,8 +55,8 @@ def heldout_text(model, n_prompts: int, seq_len: int):
 def story(results: str | Path, name: str) -> dict[str, Claim]:
     """``{claim key: the claim of this model's latest run}`` for every step of :func:`story_steps`, as the claim's own
     command judged it on this model, read from ``results/<command>/<name>/summary.json`` through the claim record
-    (:func:`~gpt2_posheads.claims.record.read_summary`); a step without a run that judged it is ``not testable``,
-    saying why."""
+    (:func:`~gpt2_posheads.claims.record.read_summary`); a step without a run that judged it is ``not testable``, saying
+    why."""
     summaries, missing, steps = {}, {}, story_steps()
     for script in dict.fromkeys(s for s, _ in steps):
         path = Path(results) / script / name / "summary.json"
@@ -123,18 +122,16 @@ def mini_gpt2_report(
     """Judge the organism's behaviour targets on held-out text (:func:`heldout_text`, measured by
     :func:`~.organism_targets.measure_targets`) and put the post's story on it beside another model.
 
-    ``model``: the organism, as every claim function takes it (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). The story
-    is read from ``<results>/<command>/<name>/summary.json`` (:func:`story`; ``name``: default the last part of the
-    model's name, ``label`` in the titles); ``compare``, a second model (a folder or name), fills the middle column
-    from its latest results in ``results``, when it has any. ``seed``: the random-token and copy prompts'. ``claims``
-    are the behaviour targets; ``numbers`` hold ``targets`` (the measurements), ``reference_heldout``, ``compare``,
-    ``story`` (the story's claims) and ``route`` (the route conclusion drawn from them); ``files`` ``report.html``.
+    ``model``: the organism, as every claim function takes it (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). The story is
+    read from ``<results>/<command>/<name>/summary.json`` (:func:`story`; ``name``: default the last part of the model's
+    name, ``label`` in the titles); ``compare``, a second model (a folder or name), fills the middle column from its
+    latest results in ``results``, when it has any. ``seed``: the random-token and copy prompts'. ``claims`` are the
+    behaviour targets; ``numbers`` hold ``targets`` (the measurements), ``reference_heldout``, ``compare``, ``story``
+    (the story's claims) and ``route`` (the route conclusion drawn from them); ``files`` ``report.html``.
     """
     if not (hasattr(model, "cfg") and hasattr(model, "tokenizer")):
-        raise TypeError(
-            f"model: a TransformerLens model or bridge is needed, got {type(model).__name__}; "
-            "gpt2_posheads.load_model(name or folder) loads one"
-        )
+        how = "gpt2_posheads.load_model(name or folder) loads one"
+        raise TypeError(f"model: a TransformerLens model or bridge is needed, got {type(model).__name__}; {how}")
     label = label or str(getattr(model.cfg, "model_name", "") or "model")
     name = name or Path(label).name
     text, stream = heldout_text(model, n_prompts, seq_len)

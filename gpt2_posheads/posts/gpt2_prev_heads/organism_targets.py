@@ -3,8 +3,8 @@
 
 * the previous-token ranking on held-out natural text and on random tokens (the sharpest previous-token head and its
   ratio on each; the aggregator is the one on text, :func:`~gpt2_posheads.analysis.diagonals.choose_aggregator`);
-* induction: the best induction score, and the loss on the first and second copy of repeated random segments, after
-  BOS and without it (:func:`~gpt2_posheads.analysis.induction.induction_scores`);
+* induction: the best induction score, and the loss on the first and second copy of repeated random segments, after BOS
+  and without it (:func:`~gpt2_posheads.analysis.induction.induction_scores`);
 * copying: P(second word | first word) on the post's repeat-string prompt;
 * the held-out loss over non-overlapping windows of the held-out stream (:func:`heldout_loss`).
 """
@@ -61,10 +61,10 @@ def measure_targets(
     seed: int = 0,
     target: str = " ninja turtle pirate",
 ) -> tuple[Measured, dict]:
-    """``(what the targets are judged on, every measurement for the report)`` of ``model`` on ``text_prompts``
-    ``[n, pos]`` of held-out text and ``heldout``, a 1-D held-out token stream (``None``: no loss). The report's
-    numbers add the aggregator (``sharp_head``), the number of previous-token heads on text, how smooth ``W_pos`` is,
-    the induction scores per head and the ranking on text."""
+    """``(what the targets are judged on, every measurement for the report)`` of ``model`` on ``text_prompts`` ``[n,
+    pos]`` of held-out text and ``heldout``, a 1-D held-out token stream (``None``: no loss). The report's numbers add
+    the aggregator (``sharp_head``), the number of previous-token heads on text, how smooth ``W_pos`` is, the induction
+    scores per head and the ranking on text."""
     rand = random_prompts(model, len(text_prompts), text_prompts.shape[1], seed)
     rank_text, rank_rand = (
         rank_from_diagonals(diagonal_attention(model, p, progress=False)) for p in (text_prompts, rand)
@@ -96,12 +96,8 @@ def measure_targets(
         heldout_loss=heldout_loss(model, heldout) if heldout is not None else None,
     )
     n = measured.numbers()
-    m: dict = {
-        "sharp_head": head_name(*choose_aggregator(rank_text)),
-        "prev_text": n["prev_text"],
-        "prev_random": n["prev_random"],
-        "n_prev_heads_text": int(rank_text.is_prev_token.sum()),
-    }
+    m: dict = {"sharp_head": head_name(*choose_aggregator(rank_text)), "prev_text": n["prev_text"]}
+    m.update(prev_random=n["prev_random"], n_prev_heads_text=int(rank_text.is_prev_token.sum()))
     if has_learned_positions(model):  # how smooth W_pos is (GPT-2: +0.99; the toy route's alternating: negative)
         m["w_pos_neighbour_cosine"] = dict(zip(("1-16", "16-64", "64-255"), neighbour_cosines(load_w_pos(model))))
     m.update({k: n[k] for k in ("induction", "copy_loss", "copy_loss_no_bos", "copies")})

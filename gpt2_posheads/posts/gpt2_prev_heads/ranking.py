@@ -3,11 +3,9 @@
     gpt2-posheads rank_prev_heads                       # GPT-2 small from the hub
     gpt2-posheads rank_prev_heads --model mini-gpt2
 
-For every head, the mean attention on each diagonal (every offset; key 0 left out) and the ratio of the
-second-greatest diagonal to the greatest (L4H11: 0.01). Writes ranking.csv, summary.json, the diagonal
-masses (heads x offsets) and a layer x head grid of ratios.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.rank_prev_heads
-(gpt2_posheads/posts/gpt2_prev_heads/ranking.py).
+For every head, the mean attention on each diagonal (every offset; key 0 left out) and the ratio of the second-greatest
+diagonal to the greatest (L4H11: 0.01). Writes ranking.csv, summary.json, the diagonal masses (heads x offsets) and a
+layer x head grid of ratios.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ from ...analysis.diagonals import (
     sharpest_prev_ratio,
     traced_ranking,
 )
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import NO_PREV_HEAD, SHARP_RATIO, SHARPEST_RULE, post_claim
 from ...claims.verdicts import Claim, Precondition, finite, predicate, within
 from ...model.engine import model_device
@@ -37,7 +35,7 @@ from ...model.state import reduced_precision, resolve_bf16
 from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ..result import ClaimResult
 from ._run import ModelRun, prompted_run, ratio_grid
-from .about import POST
+from .about import claim_script
 
 
 def _stands_alone(v) -> tuple[bool, str]:
@@ -58,7 +56,6 @@ def _stands_alone(v) -> tuple[bool, str]:
     )
 
 
-# the post's claims this script judges, each with its rule (written before anything is measured)
 SPECS = SHARP, ALONE, HALF_PREV = (
     post_claim(
         "sharp_prev_head",
@@ -98,31 +95,9 @@ POST_TOP = dict(
 N_SHOWN_OFFSETS = 16  # the diagonals the masses figure shows (a traced ranking brings back as many)
 
 
-def measure(
-    model,
-    prompts: torch.Tensor,
-    *,
-    include_bos: bool = False,
-    batch_size: int = 8,
-    bf16: bool = False,
-    engine: str = "auto",
-    progress: bool = True,
-) -> tuple[pd.DataFrame, torch.Tensor, int]:
-    """``(ranking, diag, n_offsets)``: the ranking, the mean attention per diagonal (offset ``q - k``) ``[n_layers,
-    n_heads, n_offsets]`` (through nnsight only the first :data:`N_SHOWN_OFFSETS` come back; the statistics are
-    computed where the model runs, on every offset) and the number of offsets ranked on."""
-    if engine == NNSIGHT:
-        ranking, diag = traced_ranking(model, prompts, exclude_bos=not include_bos, batch_size=batch_size)
-        return ranking, diag, int(prompts.shape[1])
-    diag = diagonal_attention(
-        model, prompts, exclude_bos=not include_bos, batch_size=batch_size, progress=progress, bf16=bf16, engine=engine
-    )
-    return rank_from_diagonals(diag), diag, int(diag.shape[-1])
-
-
 def float32_masses(bf16_used: bool, model=None) -> Precondition:
-    """The rules judge diagonal masses computed in float32: bfloat16 matmuls (8 bits of mantissa in every query and
-    key) moved the shipped compiled models' sharp heads' masses by up to 0.5 and turned 4 of their 18 ranking verdicts
+    """The rules judge diagonal masses computed in float32: bfloat16 matmuls (8 bits of mantissa in every query and key)
+    moved the shipped compiled models' sharp heads' masses by up to 0.5 and turned 4 of their 18 ranking verdicts
     (``benchmarks/bench_rank_heads.py --verdicts``), and so do bfloat16 or float16 weights
     (:func:`~gpt2_posheads.model.state.reduced_precision`)."""
     reduced = reduced_precision(bf16_used, model)
@@ -136,8 +111,8 @@ def float32_masses(bf16_used: bool, model=None) -> Precondition:
 
 
 def judge(ranking: pd.DataFrame, preconditions: list[Precondition] = ()) -> list[Claim]:
-    """The three claims on the ranking: the sharpest previous-token head's ratio, its gap to the next, and the share
-    of previous-token heads."""
+    """The three claims on the ranking: the sharpest previous-token head's ratio, its gap to the next, and the share of
+    previous-token heads."""
     prev = ranking[ranking.is_prev_token]
     ratios = prev.ratio.tolist()
     n_prev, n_heads = count_prev_heads(ranking), len(ranking)
@@ -149,21 +124,12 @@ def judge(ranking: pd.DataFrame, preconditions: list[Precondition] = ()) -> list
         sharp = f"ratio {ratios[0]:.3g}"
         alone = f"{ratios[0]:.3g} vs next {next_ratio:.3g}" if next_ratio is not None else f"{ratios[0]:.3g}, alone"
     first = {"head": agg or None, "ratio": ratios[0] if ratios else None, "prev_token_heads": n_prev, "heads": n_heads}
+    two = {"ratios": ratios[:2], "heads": prev.name.tolist()[:2], "prev_token_heads": n_prev}
+    share = f"{n_prev} of {n_heads} heads ({n_prev / n_heads:.0%})"
     return [
         SHARP.judge(first, sharpest, preconditions, head=agg, readout=sharp),
-        ALONE.judge(
-            {"ratios": ratios[:2], "heads": prev.name.tolist()[:2], "prev_token_heads": n_prev},
-            (sharpest, next_ratio),
-            preconditions,
-            head=agg,
-            readout=alone,
-        ),
-        HALF_PREV.judge(
-            {"n_prev": n_prev, "n_heads": n_heads},
-            n_prev / n_heads,
-            preconditions,
-            readout=f"{n_prev} of {n_heads} heads ({n_prev / n_heads:.0%})",
-        ),
+        ALONE.judge(two, (sharpest, next_ratio), preconditions, head=agg, readout=alone),
+        HALF_PREV.judge({"n_prev": n_prev, "n_heads": n_heads}, n_prev / n_heads, preconditions, readout=share),
     ]
 
 
@@ -198,13 +164,11 @@ def _console(result: ClaimResult, options: dict) -> None:
     print(f"\n{n_prev} of {n_heads} heads have the previous-token diagonal greatest (GPT-2 post: 69 of 144)")
 
 
-@declare(
-    POST,
+@claim_script(
     "rank_prev_heads",
     takes=("progress",),
     order=1,
     claims=SPECS,
-    usage=__doc__,
     **PROMPTS,
     options=(
         Option("--include-bos", False, "count attention to key 0 in the diagonals"),
@@ -239,11 +203,9 @@ def rank_prev_heads(
     ``model`` (or an nnsight :class:`~gpt2_posheads.model.engine_nnsight.TracedModel`: ``engine`` ``"nnsight"``),
     ``prompts``, ``run``: as every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`); a ``run``
     with the default options lends its ranking, or keeps this one. ``include_bos``: the post leaves key 0 out (heads
-    park spare attention there). ``bf16``: the claims are then not testable (:func:`float32_masses`); float32 where the
-    CPU has no native bfloat16, said once. ``engine``: ``"auto"`` (the hook-free fast path where it reproduces the
-    model), ``"fast"``, ``"hooks"`` or ``"nnsight"`` (every pattern reduced inside a trace). ``numbers`` hold
-    ``n_heads``, ``n_prev_token_heads``, ``aggregator``, ``top`` (the eleven first heads, with the post's ratio on GPT-2
-    small), ...; ``tables`` the ``ranking``.
+    park spare attention there). ``bf16``, ``engine``: as the command's options say (``bf16``: the claims not testable,
+    :func:`float32_masses`). ``numbers`` hold ``n_heads``, ``n_prev_token_heads``, ``aggregator``, ``top`` (the eleven
+    first heads, with the post's ratio on GPT-2 small), ...; ``tables`` the ``ranking``.
     """
     if engine not in (*ENGINES, NNSIGHT):
         raise ValueError(f"engine: {engine!r} is not an engine; allowed {', '.join((*ENGINES, NNSIGHT))}")
@@ -262,9 +224,13 @@ def rank_prev_heads(
     shared = not include_bos and not bf16 and engine == "auto" and batch_size == 8  # what ModelRun.ranked() computes
     if shared and run.diag is not None and run.ranking is not None:
         ranking, diag, n_offsets = run.ranking, run.diag, int(run.diag.shape[-1])
+    elif engine == NNSIGHT:  # the statistics computed where the model runs, on every offset; N_SHOWN_OFFSETS come back
+        ranking, diag = traced_ranking(run.model, run.prompts, exclude_bos=not include_bos, batch_size=batch_size)
+        n_offsets = int(run.prompts.shape[1])
     else:
-        options = dict(include_bos=include_bos, batch_size=batch_size, bf16=bf16, engine=engine, progress=progress)
-        ranking, diag, n_offsets = measure(run.model, run.prompts, **options)
+        options = dict(exclude_bos=not include_bos, batch_size=batch_size, progress=progress, bf16=bf16, engine=engine)
+        diag = diagonal_attention(run.model, run.prompts, **options)  # [n_layers, n_heads, n_offsets], offset q - k
+        ranking, n_offsets = rank_from_diagonals(diag), int(diag.shape[-1])
         if shared:
             run.diag, run.ranking = diag, ranking
     result = ClaimResult("rank_prev_heads", run.label)
@@ -292,10 +258,8 @@ def rank_prev_heads(
         aggregator=agg,
         top=top,
     )
-    title = (
-        f"{run.label}: previous-token ratio (second / greatest diagonal)<br><sup>previous-token "
-        f"heads only; lower = sharper; blank = not a previous-token head</sup>"
-    )
+    title = f"{run.label}: previous-token ratio (second / greatest diagonal)<br><sup>previous-token heads only; "
+    title += "lower = sharper; blank = not a previous-token head</sup>"
     L, H = run.model.cfg.n_layers, run.model.cfg.n_heads
     text = [[f"L{l}H{h}" for h in range(H)] for l in range(L)]
     result.figure(ratio_grid(ranking, L, H, title, text=text, hovertemplate="%{text}: %{z:.3f}"), "ratio_grid")

@@ -1,21 +1,18 @@
-"""Which upstream heads make a head previous-token, and through query or key? (GPT-2 post: L4H11 aggregates
-L1H0, L2H2, L3H3, L2H4, L3H7, L3H2; early heads like L2H2 compute position themselves.)
+"""Which upstream heads make a head previous-token, and through query or key? (GPT-2 post: L4H11 aggregates L1H0, L2H2,
+L3H3, L2H4, L3H7, L3H2; early heads like L2H2 compute position themselves.)
 
     gpt2-posheads prev_head_sources --model route-gpt2    # its aggregator and an early head
     gpt2-posheads prev_head_sources --heads L4H11,L2H2              # GPT-2 small (the default there)
 
-For each target head: Q/K/V composition scores of every upstream head against a random baseline, and
-direct-path ablation: one upstream head's output (mean-ablated by default) removed only from the
-target's query input or only from its key input, and W_pos averaged in groups of 10 on that input alone;
-the drop in the target's previous-token mass, one row per (source, side). For the aggregator also, from both
-inputs at once: everything the layers below write (is it built from earlier layers?), the early clear
-previous-token heads together (does it aggregate them?) and random groups of as many heads from below (chance).
-Figures: layer x head maps of the drop, query and key side by side. Default heads on a model other than GPT-2
-small: its sharpest previous-token head (the aggregator) and the sharpest clear previous-token head below it. A head
-in layer 0 has nothing upstream: given with --heads it is an error; as the model's aggregator, it is built from the
-embeddings alone.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.prev_head_sources
-(gpt2_posheads/posts/gpt2_prev_heads/sources.py).
+For each target head: Q/K/V composition scores of every upstream head against a random baseline, and direct-path
+ablation: one upstream head's output (mean-ablated by default) removed only from the target's query input or only from
+its key input, and W_pos averaged in groups of 10 on that input alone; the drop in the target's previous-token mass, one
+row per (source, side). For the aggregator also, from both inputs at once: everything the layers below write (is it
+built from earlier layers?), the early clear previous-token heads together (does it aggregate them?) and random groups
+of as many heads from below (chance). Figures: layer x head maps of the drop, query and key side by side. Default heads
+off GPT-2 small: the aggregator (its sharpest previous-token head) and the sharpest clear previous-token head below it.
+A head in layer 0 has nothing upstream: given with --heads it is an error; as the model's aggregator, it is built from
+the embeddings alone.
 """
 
 from __future__ import annotations
@@ -39,24 +36,18 @@ from ...analysis.sources import (
     sources_summary,
     upstream_summary,
 )
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import HALF, KEEP, POS_GROUP, ROUTE, built_from_below, layer_above, post_claim
-from ...claims.measured import LayersBelowRemoved
+from ...claims.route import LayersBelowRemoved
 from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.loading import is_gpt2_small
 from ...model.validation import UsageError, head_name, note, positive
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run
-from .about import POST
+from .about import claim_script
 
 HEADS = HeadDefault(("L4H11", "L2H2"), "aggregator+early", what="target heads (layer >= 1; the aggregator first)")
 POST_SOURCES = ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2")  # the early heads the post says L4H11 aggregates
-
-
-def _built_from_below(v) -> tuple[bool, str]:
-    """``v``: ``(name, layer, drop without the layers below[, drop with them fed averaged W_pos])``."""
-    name, layer, drop = v[:3]
-    return built_from_below(name, layer, drop, v[3] if len(v) > 3 else math.nan)
 
 
 def _pools_early_heads(v) -> tuple[bool, str]:
@@ -66,18 +57,15 @@ def _pools_early_heads(v) -> tuple[bool, str]:
     if not finite(g):
         return False, "the group drop is not a finite number"
     ok = g >= HALF and (not finite(chance) or g >= 2 * chance)
-    chance_txt = (
-        f"{chance:.0%} for {v['n_groups']} random groups of {v['n_early']} heads from below (needs >= 2x)"
-        if finite(chance)
-        else "no other heads below to compare with"
-    )
+    chance_txt = "no other heads below to compare with"
+    if finite(chance):
+        chance_txt = f"{chance:.0%} for {v['n_groups']} random groups of {v['n_early']} heads from below (needs >= 2x)"
     return ok, (
         f"the {v['n_early']} early previous-token heads removed together lower its previous-token mass {g:.0%} "
         f"(needs >= {HALF:.0%}); chance: {chance_txt}; largest single head: {v.get('top_single', '-')}"
     )
 
 
-# the post's claims this script judges, each with its rule (written before anything is measured)
 SPECS = FROM_BELOW, UPSTREAM, NAMED = (
     post_claim(
         "aggregator_above_layer0",
@@ -89,7 +77,7 @@ SPECS = FROM_BELOW, UPSTREAM, NAMED = (
             f"{HALF:.0%}, and feeding the layers below W_pos averaged in groups of 10 (their writes patched into "
             f"its inputs, its own W_pos left alone) lowers it by <= {1 - KEEP:.0%}: the layers below compute, "
             "they do not relay W_pos",
-            _built_from_below,
+            lambda v: built_from_below(*v[:3], v[3] if len(v) > 3 else math.nan),  # name, layer, drops
         ),
         ROUTE,
         "a head above layer 0 that reads W_pos loses nothing when the layers below are removed; one that reads "
@@ -126,8 +114,8 @@ COMPOSITION = ["q_comp", "k_comp", "v_comp", "q_ratio", "k_ratio"]
 
 
 def aggregator_first(model, heads: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The role's heads (``[early, aggregator]`` off GPT-2 small) with the aggregator first: the claims are about
-    it. On GPT-2 small the post's order (L4H11, L2H2) already is."""
+    """The role's heads (``[early, aggregator]`` off GPT-2 small) with the aggregator first: the claims are about it. On
+    GPT-2 small the post's order (L4H11, L2H2) already is."""
     return heads if is_gpt2_small(model) else heads[::-1]
 
 
@@ -136,14 +124,12 @@ def measure(
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """``(ablation table, composition table)`` of one target head: the direct-path ablation
     (:func:`~gpt2_posheads.analysis.sources.path_ablation`, ``options`` its own; ``groups`` removed together), one row
-    per (source, side), largest drop first, with the sources' Q/K/V composition scores against a random baseline
-    merged in; the composition table is ``None`` on a model whose weights do not give it."""
+    per (source, side), largest drop first, with the sources' Q/K/V composition scores against a random baseline merged
+    in; the composition table is ``None`` on a model whose weights do not give it."""
     l, h = head
     if progress:
-        n = l * run.model.cfg.n_heads
-        print(
-            f"\n{head_name(l, h)}: path ablation over {n} upstream heads x 2 sides ({options['ablation']})", flush=True
-        )
+        n, how = l * run.model.cfg.n_heads, options["ablation"]
+        print(f"\n{head_name(l, h)}: path ablation over {n} upstream heads x 2 sides ({how})", flush=True)
     df = path_ablation(run.model, run.prompts, l, h, groups=groups, **options)
     try:
         comp = composition_scores(run.model, l, h)
@@ -171,8 +157,8 @@ def judge(
     pos_group: int = POS_GROUP,
 ) -> tuple[list[Claim], dict]:
     """The three claims on the aggregator's ablation table ``df``, and what the summary records beside them
-    (``below_relative_drop``, ``upstream``). ``df`` ``None``: the aggregator sits in layer 0, built from the
-    embeddings alone, with nothing upstream to read."""
+    (``below_relative_drop``, ``upstream``). ``df`` ``None``: the aggregator sits in layer 0, built from the embeddings
+    alone, with nothing upstream to read."""
     name = head_name(*agg)
     if df is None:  # in layer 0 nothing below was removed: absent by design, not NaN
         below = LayersBelowRemoved(name, agg[0]).measured()
@@ -215,20 +201,17 @@ def judge(
 def _prepare(model, kwargs: dict, args) -> None:
     if model is None:
         if kwargs["ablation"] == "resample" and args.n_prompts < 2:
-            raise UsageError(
-                "--ablation", "resample needs at least two prompts", "use mean or zero, or --n-prompts >= 2"
-            )
+            how = "use mean or zero, or --n-prompts >= 2"
+            raise UsageError("--ablation", "resample needs at least two prompts", how)
     elif args.heads is None:  # the role's heads, the aggregator first: the claims are about it
         kwargs["heads"] = aggregator_first(model, kwargs["heads"])
 
 
-@declare(
-    POST,
+@claim_script(
     "prev_head_sources",
     takes=("seed", "progress"),
     order=9,
     claims=SPECS,
-    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -251,14 +234,13 @@ def prev_head_sources(
     progress: bool = False,
     run: ModelRun | None = None,
 ) -> ClaimResult:
-    """Trace each target head's previous-token attention to the upstream heads that make it, side by side.
+    """Trace each target head's previous-token attention to the upstream heads that make it (the module doc).
 
-    ``model``, ``prompts``, ``heads`` (the targets, the aggregator first; a head in layer 0 has nothing upstream and
-    is not measured, and an aggregator there is judged as built from the embeddings alone), ``run``: as every claim
-    function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``ablation``: what replaces a source's output
-    (``"resample"``: two prompts or more); ``seed``: the random groups' (chance); ``progress``: print each target's
-    top sources. The result's ``numbers`` hold ``results``: per target its top sources and, for the aggregator,
-    ``below_relative_drop`` and ``upstream``; ``tables`` ``ablation_<head>`` and ``composition_<head>`` per target.
+    ``heads``: the targets, the aggregator first; ``model``, ``prompts``, ``run``: as every claim function takes them
+    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``ablation``: what replaces a source's output (``"resample"``: two
+    prompts or more); ``seed``: the random groups' (chance); ``progress``: print each target's top sources. ``numbers``
+    hold ``results``: per target its top sources and, for the aggregator, ``below_relative_drop`` and ``upstream``;
+    ``tables`` ``ablation_<head>`` and ``composition_<head>`` per target.
     """
     if ablation not in ABLATIONS:
         raise UsageError("ablation", f"{ablation!r} is not an ablation", f"allowed {', '.join(ABLATIONS)}")
@@ -277,11 +259,8 @@ def prev_head_sources(
     agg = tuple(chosen[0])
     name = head_name(*agg)
     pre_agg = [run.prev_head(agg), layer_above(name, agg[0], 0)]
-    named_pre = Precondition(
-        "the model is GPT-2 small and the target is L4H11",
-        is_gpt2_small(run.model) and name == "L4H11",
-        "the post's head names only mean something on GPT-2 small's L4H11",
-    )
+    is_l4h11, why = is_gpt2_small(run.model) and name == "L4H11", "the post's head names only mean something on"
+    named_pre = Precondition("the model is GPT-2 small and the target is L4H11", is_l4h11, f"{why} GPT-2 small's L4H11")
     if not targets and progress:
         print(f"{name} sits in layer 0: nothing upstream to analyse")
     early = [(int(r.layer), int(r.head)) for r in early_prev_heads(rank, agg[0]).itertuples()]
@@ -315,14 +294,10 @@ def prev_head_sources(
 
 
 def figure(dfs: dict, n_heads: int, ablation: str, label: str):
-    """Per target (a row), layer x head maps of the drop in its previous-token mass when one upstream head is
-    removed from its query input (left) or its key input (right)."""
-    fig = make_subplots(
-        rows=max(1, len(dfs)),
-        cols=2,
-        vertical_spacing=0.12,
-        subplot_titles=[f"{head_name(l, h)}: {s} side" for l, h in dfs for s in ("query", "key")],
-    )
+    """Per target (a row), layer x head maps of the drop in its previous-token mass when one upstream head is removed
+    from its query input (left) or its key input (right)."""
+    titles = [f"{head_name(l, h)}: {s} side" for l, h in dfs for s in ("query", "key")]
+    fig = make_subplots(rows=max(1, len(dfs)), cols=2, vertical_spacing=0.12, subplot_titles=titles)
     style = dict(zmid=0, colorscale="RdBu_r", colorbar=dict(title="drop in prev. mass", tickformat=".2g"))
     style["hovertemplate"] = "L%{y}H%{x}: drop %{z:.4f}<extra></extra>"
     for i, ((l, _), df) in enumerate(dfs.items()):
@@ -344,8 +319,8 @@ def figure(dfs: dict, n_heads: int, ablation: str, label: str):
 
 
 def group_figure(result: dict, agg: str, label: str):
-    """Bars: the aggregator's previous-token mass lost when what the layers below write, the early heads together,
-    and random groups of as many heads from below (median and range) are removed from its query and key inputs."""
+    """Bars: the aggregator's previous-token mass lost when what the layers below write, the early heads together, and
+    random groups of as many heads from below (median and range) are removed from its query and key inputs."""
     up = result.get("upstream") or {}
     bars = [("everything the layers below write", result["below_relative_drop"], 0, 0)]  # name, value, error -, +
     if up.get("n_early"):
@@ -356,16 +331,13 @@ def group_figure(result: dict, agg: str, label: str):
             bars.append((name, mid, mid - low, high - mid))
     names, values, minus, plus = (list(x) for x in zip(*bars))
     errors = dict(type="data", symmetric=False, array=plus, arrayminus=minus)
-    fig = go.Figure(
-        go.Bar(x=names, y=values, text=[f"{v:.0%}" for v in values], textposition="outside", error_y=errors)
-    )
+    text = [f"{v:.0%}" for v in values]
+    fig = go.Figure(go.Bar(x=names, y=values, text=text, textposition="outside", error_y=errors))
     fig.add_hline(y=0.5, line_dash="dot", annotation_text="half (the rules' level)")
     fig.update_layout(
         title=f"{label}: what {agg} loses when heads below it are removed together<br><sup>share of its "
         "previous-token mass lost; mean-ablated from its query and key inputs</sup>",
-        yaxis=dict(
-            title="share of previous-token mass lost", tickformat=".0%", range=[min(0, min(values)) - 0.05, 1.1]
-        ),
+        yaxis=dict(title="share of previous-token mass lost", tickformat=".0%", range=[min(0, *values) - 0.05, 1.1]),
         height=450,
     )
     return fig

@@ -1,16 +1,13 @@
-"""Raw attention scores: early previous-token heads suppress the current token, the aggregator boosts
-the previous one (GPT-2 post, "Early previous-token heads: how do they work?").
+"""Raw attention scores: early previous-token heads suppress the current token, the aggregator boosts the previous one
+(GPT-2 post, "Early previous-token heads: how do they work?").
 
     gpt2-posheads raw_scores_taxonomy --model mini-gpt2
 
-Figures: 50x50 raw-score submatrices (before the causal mask, so the upper triangle shows the scores the
-mask removes) of the chosen heads, and every head's score profile summarised as dip (the current key below the
-trend of older keys: a dark main diagonal) vs spike (the previous key above that trend: a bright previous
-diagonal), in logits. CSV: the classification of all heads. Post: six self-suppressing early heads, L4H11
-prev-boosting. The aggregator is the model's sharpest previous-token head; "early" heads are the clear
-previous-token heads (ratio <= 0.6) in layers below it.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.raw_scores_taxonomy
-(gpt2_posheads/posts/gpt2_prev_heads/taxonomy.py).
+Figures: 50x50 raw-score submatrices (before the causal mask, so the upper triangle shows the scores the mask removes)
+of the chosen heads, and every head's score profile summarised as dip (the current key below the trend of older keys: a
+dark main diagonal) vs spike (the previous key above that trend: a bright previous diagonal), in logits. CSV: the
+classification of all heads. Post: six self-suppressing early heads, L4H11 prev-boosting. The aggregator is the model's
+sharpest previous-token head; "early" heads are the clear previous-token heads (ratio <= 0.6) in layers below it.
 """
 
 from __future__ import annotations
@@ -23,19 +20,18 @@ import plotly.express as px
 from ...analysis.diagonals import CLEAR_PREV_RATIO, choose_aggregator, early_prev_heads
 from ...analysis.heads import HeadDefault
 from ...analysis.scores import LABEL_THRESHOLD, attention_scores, classify_prev_heads, score_profile
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import ROUTE, post_claim
-from ...claims.measured import EarlyLabels
+from ...claims.route import EarlyLabels
 from ...claims.verdicts import Claim, Precondition, predicate
 from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ...report.plotting import heatmap_grid, submatrix
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run
-from .about import POST
+from .about import claim_script
 
-HEADS = HeadDefault(
-    ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2", "L4H11"), "top", n=4, what="heads whose raw scores are shown"
-)
+POST_HEADS = ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2", "L4H11")  # the six early heads and the aggregator
+HEADS = HeadDefault(POST_HEADS, "top", n=4, what="heads whose raw scores are shown")
 
 
 def _early_self_suppressing(v) -> tuple[bool, str]:
@@ -49,7 +45,6 @@ def _prev_boosting(v) -> tuple[bool, str]:
     return got == "prev_boosting", f"{name} is labelled {str(got).replace('_', '-')}"
 
 
-# the post's claims this script judges, each with its rule (written before anything is measured)
 SPECS = SELF_SUPPRESSING, PREV_BOOSTING = (
     post_claim(
         "early_self_suppressing",
@@ -78,8 +73,8 @@ COLUMNS = ["name", "trend", "spike", "dip", "lead", "label"]  # the numbers summ
 
 
 def measure(run: ModelRun, window: int, threshold: float, progress: bool = False) -> pd.DataFrame:
-    """One row per head: its label and the features it rests on (``trend``, ``spike``, ``dip``, ``lead``, in
-    logits), its profile ``s(-w)``..``s(+w)`` (the mean centred raw score before the causal mask at key offsets
+    """One row per head: its label and the features it rests on (``trend``, ``spike``, ``dip``, ``lead``, in logits),
+    its profile ``s(-w)``..``s(+w)`` (the mean centred raw score before the causal mask at key offsets
     ``-window..+window``) and ``clear_prev_token`` (top offset 1, ratio <= 0.6 in the ranking). The post's early heads
     score more advanced keys higher and push their own token down (a dip: a dark main diagonal), so with the future
     masked the previous key wins; L4H11 has a bright previous diagonal instead (a spike)."""
@@ -104,11 +99,12 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
     agg_label = df.set_index("name").loc[agg, "label"]
     pre_agg = [run.prev_head((agg_l, agg_h))]
     none = f"no clear previous-token head sits below {agg} (layer {agg_l})"
+    below = Precondition("there are clear previous-token heads below the aggregator", len(early) > 0, none)
     claims = [
         SELF_SUPPRESSING.judge(
             EarlyLabels(agg, tuple(early.name), *named.values()).measured(),  # what the route conclusion reads
             (n_self, len(early)),
-            pre_agg + [Precondition("there are clear previous-token heads below the aggregator", len(early) > 0, none)],
+            pre_agg + [below],
             head=",".join(early.name),
             readout=f"{n_self} of {len(early)} self-suppressing",
         ),
@@ -135,13 +131,11 @@ def _console(result: ClaimResult, options: dict) -> None:
     print(result.numbers["chosen_heads"].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
 
 
-@declare(
-    POST,
+@claim_script(
     "raw_scores_taxonomy",
     takes=("progress",),
     order=6,
     claims=SPECS,
-    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -260,8 +254,8 @@ def taxonomy_figure(df: pd.DataFrame, threshold: float, run: ModelRun):
 
 
 def cluster_labels(df: pd.DataFrame) -> list[str]:
-    """One label per cluster of clear previous-token heads drawn at the same spot (within 2% of the axes' span):
-    every name of the cluster on its first point, so overlapping labels never hide each other."""
+    """One label per cluster of clear previous-token heads drawn at the same spot (within 2% of the axes' span): every
+    name of the cluster on its first point, so overlapping labels never hide each other."""
     span = max(float(df.dip.max() - df.dip.min()), float(df.spike.max() - df.spike.min()), 1e-9)
     spots: dict[tuple[int, int], list[int]] = {}
     for i, r in enumerate(df.itertuples()):

@@ -1,20 +1,18 @@
-"""The route read from the weights: does the sharpest previous-token head read ``W_pos`` or earlier heads? (GPT-2 post)
+"""The route read from the weights: the sharpest previous-token head's positional source, with no data run.
 
-The post's L4H11 "is best thought of as an aggregator of signals from the preceding previous-token heads", while
-early heads compute position themselves; the causal route conclusion (:mod:`gpt2_posheads.claims.route`) tells them
-apart by intervening on prompts. This script asks the weights alone, with no prompt:
+    gpt2-posheads weight_route --model route-gpt2
+    gpt2-posheads weight_route --model gpt2 --n-positions 256
 
-* **measure** — every head's direct and composed positional circuit
-  (:func:`~gpt2_posheads.analysis.weight_route.positional_circuits`: ``W_pos`` and the mean token through each
-  layer's LayerNorm at its typical norm, the query-key circuit with its biases, the causal softmax; composed: every
-  upstream head's pattern through its OV circuit, MLPs applied to the mean stream, a token copied by an upstream head
-  matched by the head's query), the sharpest previous-token head by the composed circuit, and what each upstream
-  head's write adds to its previous-token mass (:func:`~gpt2_posheads.analysis.weight_route.upstream_contributions`);
-* **judge** — the route label by :func:`route_label` (a rule written before anything was measured) and
-  ``weight_route_built`` (declared here, :data:`SPECS`): held when the label is ``built from earlier heads``; not
-  testable on a model without learned absolute positions (rotary, ALiBi, none) or without a sharp previous-token head
-  by the weights;
-* **figure** — each head's previous-token mass by the direct and by the composed circuit, layer by head.
+The post's L4H11 "is best thought of as an aggregator of signals from the preceding previous-token heads", while early
+heads compute position themselves; the causal route conclusion (gpt2_posheads.claims.route) tells them apart by
+intervening on prompts, this script by the weights alone. Every head's attention from positions alone: W_pos and the
+mean token through its layer's LayerNorm at its typical norm, the query-key circuit with its biases, the causal softmax
+(direct), and with what every earlier head writes from its own positional pattern through its OV circuit (composed; MLPs
+applied to the mean stream, a token copied by an upstream head matched by the head's query). The sharpest previous-token
+head by the composed circuit gets a label (route_label, a rule written before anything was measured): reads W_pos
+directly, built from earlier heads, or not positional; weight_route_built is held when it is built from earlier heads.
+Not testable on rotary, ALiBi or position-free models, or without a sharp previous-token head by the weights. Figure:
+each head's previous-token mass by the direct and by the composed circuit.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ import math
 import torch
 
 from ...analysis.weight_route import N_POSITIONS, not_applicable, positional_circuits, upstream_contributions
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import HALF, ROUTE, SHARP_RATIO, post_claim
 from ...claims.route import BUILT, LABELS, NOT_POSITIONAL, READS_WPOS, ROUTE_LABELS  # noqa: F401 - names of this claim
 from ...claims.verdicts import Precondition, finite, predicate
@@ -32,12 +30,10 @@ from ...model.state import measures_caller_model
 from ...report.plotting import heatmap
 from ..result import ClaimResult
 from ._run import ModelRun, unprompted_run
-from .about import POST
+from .about import claim_script
 
-# The rule's levels, set from the post before anything was measured: a head is the post's kind of sharp previous-token
-# head when its composed pattern's ratio is <= SHARP_RATIO (0.10; L4H11 0.01); "relies on" is at least HALF (50%):
-# the embeddings alone give at least half its composed previous-token mass -> it reads W_pos directly; removing every
-# upstream head's write takes at least half of it -> the earlier heads build it.
+# The levels of route_label, set from the post before anything was measured: sharp is a composed ratio <= SHARP_RATIO
+# (0.10; L4H11 0.01), "relies on" at least HALF (50%) of its composed previous-token mass.
 DIRECT_SHARE = HALF
 HEADS_SHARE = HALF
 N_CARRIERS = 3  # the upstream heads named in the record (those whose removal costs the most)
@@ -47,9 +43,9 @@ def route_label(
     top_offset: int, ratio: float, direct_prev: float, composed_prev: float, without_heads: float, layer: int
 ) -> tuple[str, str]:
     """``(label, reason)`` of the sharpest previous-token head by the composed circuit (``top_offset``: its pattern's
-    greatest diagonal; ``ratio``: second-greatest over greatest; ``direct_prev``/``composed_prev``: its
-    previous-token mass by each circuit; ``without_heads``: by the composed circuit with every upstream head's write
-    removed from its input; ``layer``: its layer). A pure function of these numbers:
+    greatest diagonal; ``ratio``: second-greatest over greatest; ``direct_prev``/``composed_prev``: its previous-token
+    mass by each circuit; ``without_heads``: by the composed circuit with every upstream head's write removed from its
+    input; ``layer``: its layer). A pure function of these numbers:
 
     1. its greatest diagonal is not the previous token, or its ratio > SHARP_RATIO: **not positional**;
     2. ``direct_prev >= DIRECT_SHARE x composed_prev`` (or layer 0): **reads W_pos directly**;
@@ -134,29 +130,8 @@ def figure(table, n_layers: int, n_heads: int, label: str):
     grid = lambda col: torch.tensor(table[col].to_numpy()).reshape(n_layers, n_heads)  # noqa: E731
     z = torch.cat([grid("direct_prev"), torch.full((n_layers, 1), float("nan")), grid("composed_prev")], dim=1)
     x = [f"direct H{h}" for h in range(n_heads)] + [" "] + [f"composed H{h}" for h in range(n_heads)]
-    return heatmap(
-        z,
-        x=x,
-        y=list(range(n_layers)),
-        title=f"{label}: previous-token mass by the weights",
-        ylabel="layer",
-        zmin=0,
-        zmax=1,
-    )
-
-
-USAGE = """The route read from the weights: the sharpest previous-token head's positional source, with no data run.
-
-    gpt2-posheads weight_route --model route-gpt2
-    gpt2-posheads weight_route --model gpt2 --n-positions 256
-
-Every head's attention from positions alone: W_pos and the mean token through its layer's LayerNorm (direct), and
-with what every earlier head writes from its own positional pattern (composed; MLPs applied to the mean stream).
-The sharpest previous-token head by the composed circuit gets a label: reads W_pos directly, built from earlier
-heads, or not positional. Not testable on rotary, ALiBi or position-free models.
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.weight_route
-(gpt2_posheads/posts/gpt2_prev_heads/weight_route.py).
-"""
+    title = f"{label}: previous-token mass by the weights"
+    return heatmap(z, x, list(range(n_layers)), title, ylabel="layer", zmin=0, zmax=1)
 
 
 def _console(result: ClaimResult, options: dict) -> None:
@@ -164,12 +139,10 @@ def _console(result: ClaimResult, options: dict) -> None:
     print(f"{r['head']}: {r['label']} ({r['reason']})" if r else f"not applicable: {result.numbers['not_applicable']}")
 
 
-@declare(
-    POST,
+@claim_script(
     "weight_route",
     order=10,
     claims=SPECS,
-    usage=USAGE,
     options=(Option("--n-positions", N_POSITIONS, "positions the circuits span (capped at n_ctx)", int, low=3),),
     ranking=False,
     console=_console,
@@ -178,17 +151,10 @@ def _console(result: ClaimResult, options: dict) -> None:
 def weight_route(model=None, *, n_positions: int = N_POSITIONS, run: ModelRun | None = None) -> ClaimResult:
     """The route of the sharpest previous-token head read from the weights, judged as ``weight_route_built``.
 
-    Args:
-        model: a TransformerLens model or bridge (``gpt2_posheads.load_model``).
-        n_positions: positions the circuits span (capped at the model's context).
-        run: a :class:`~gpt2_posheads.posts.gpt2_prev_heads._run.ModelRun` shared with other claims (its model and
-            label; nothing is run on prompts).
-
-    Returns:
-        a :class:`~gpt2_posheads.posts.result.ClaimResult`: ``claims`` (``weight_route_built``), ``numbers``
-        (``record``: the head, its label, the reason and its numbers; or ``not_applicable``), ``tables``
-        (``circuits``: every head's direct and composed statistics; ``upstream``: each upstream head's contribution),
-        ``figures`` (``prev_mass_by_weights``).
+    ``model``, ``run`` (its model and label; nothing runs on prompts): as every claim function takes them
+    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`); ``n_positions``: capped at the context. ``numbers`` hold ``record``
+    (the head, its label, the reason and its numbers) or ``not_applicable``; ``tables`` ``circuits`` (every head's
+    direct and composed statistics) and ``upstream`` (each upstream head's contribution).
     """
     run = unprompted_run(model, run)
     model = run.model
@@ -208,12 +174,7 @@ def weight_route(model=None, *, n_positions: int = N_POSITIONS, run: ModelRun | 
         result.table(m["upstream"], "upstream")
     cfg = model.cfg
     result.figure(figure(m["table"], cfg.n_layers, cfg.n_heads, run.label), "prev_mass_by_weights")
-    pre = [
-        Precondition(
-            "a sharp previous-token head by the weights", r["label"] != NOT_POSITIONAL, f"{r['head']}: {r['reason']}"
-        )
-    ]
-    result.claims = [
-        BUILT_SPEC.judge(r, value=r, preconditions=pre, head=r["head"], readout=f"{r['head']}: {r['label']}")
-    ]
+    sharp = f"{r['head']}: {r['reason']}"
+    pre = [Precondition("a sharp previous-token head by the weights", r["label"] != NOT_POSITIONAL, sharp)]
+    result.claims = [BUILT_SPEC.judge(r, r, pre, head=r["head"], readout=f"{r['head']}: {r['label']}")]
     return result

@@ -2,15 +2,12 @@
 
     gpt2-posheads pos_embed_averaging --model mini-gpt2
 
-For each group size: KL(clean || averaged) of next-token distributions over a corpus, the probability of
-the right first word of the reply on the repeat-string prompt (" apple orange" and the swapped " orange
-apple"; a word that is several tokens in the model's vocabulary is replaced by a single-token noun, and
-said), and the previous-token mass (offset-1 diagonal) of the tracked heads.
-Post: output unchanged up to groups of ~20, breaks down around 50-100; L2H2, L3H3, L4H11 unaffected.
-A claim whose reference group size (10 or 20) was not measured is not testable; the output claims are not
+For each group size: KL(clean || averaged) of next-token distributions over a corpus, the probability of the right first
+word of the reply on the repeat-string prompt (" apple orange" and the swapped " orange apple"; a word that is several
+tokens in the model's vocabulary is replaced by a single-token noun, and said), and the previous-token mass (offset-1
+diagonal) of the tracked heads. Post: output unchanged up to groups of ~20, breaks down around 50-100; L2H2, L3H3, L4H11
+unaffected. A claim whose reference group size (10 or 20) was not measured is not testable; the output claims are not
 testable on a model that does not copy the clean prompt (or whose context cannot hold it).
-The claim as a function: gpt2_posheads.posts.gpt2_prev_heads.pos_embed_averaging
-(gpt2_posheads/posts/gpt2_prev_heads/wpos_averaging.py).
 """
 
 from __future__ import annotations
@@ -28,15 +25,15 @@ from ...analysis.heads import HeadDefault
 from ...analysis.interventions import average_pos_embed
 from ...analysis.measures import kl_divergence, next_token_probs
 from ...analysis.repeat_prompt import RepeatPrompt
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import Option
 from ...claims.gpt2_post import BREAK_KL, KEEP, POS_GROUP, ROUTE, model_copies, post_claim
-from ...claims.measured import PrevMassAveraged
+from ...claims.route import PrevMassAveraged
 from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.loading import wpos_reason
 from ...model.validation import UsageError, head_name, note
 from ..result import ClaimResult
 from ._run import HeadsArg, ModelRun, prompted_run, repeat_prompts
-from .about import POST
+from .about import claim_script
 
 HEADS = HeadDefault(("L2H2", "L3H3", "L4H11"), "aggregator+early", what="heads whose previous-token mass is tracked")
 
@@ -60,7 +57,6 @@ def _breaks_down(v) -> tuple[bool, str]:
     )
 
 
-# the post's claims this script judges, each with its rule (written before anything is measured)
 SPECS = OUTPUT_UNCHANGED, BREAKS_DOWN, HEADS_UNAFFECTED = (
     post_claim(
         "avg_output_unchanged",
@@ -105,14 +101,12 @@ TARGETS = (" apple orange", " orange apple")
 
 
 def group_sizes_for(model, asked: Sequence[int], param: str = "group_sizes") -> list[int]:
-    """``asked``, each size above the model's context capped at it (one group then holds every position; said,
-    naming ``param``), and 1 (the clean model); sorted, distinct."""
+    """``asked``, each size above the model's context capped at it (one group then holds every position; said, naming
+    ``param``), and 1 (the clean model); sorted, distinct."""
     n_ctx = model.cfg.n_ctx
     if max(asked) > n_ctx:
-        note(
-            f"{param}: {', '.join(str(g) for g in asked if g > n_ctx)} capped at the model's context, {n_ctx} "
-            f"(one group holds every position)"
-        )
+        capped = ", ".join(str(g) for g in asked if g > n_ctx)
+        note(f"{param}: {capped} capped at the model's context, {n_ctx} (one group holds every position)")
     return sorted({min(g, n_ctx) for g in asked} | {1})
 
 
@@ -146,27 +140,20 @@ def copies_precondition(rows: list[dict], no_prompt: str) -> Precondition:
 def judge(
     rows: list[dict], groups: list[int], heads: list[tuple[int, int]], run: ModelRun, copies: Precondition
 ) -> list[Claim]:
-    """The three claims on the rows of :func:`measure`: the output at groups of 20 against clean, the KL at 20
-    against the largest size (>= 50), and each head's previous-token mass at groups of 10 against clean (unaffected:
-    the heads do not read the exact position off ``W_pos``)."""
+    """The three claims on the rows of :func:`measure`: the output at groups of 20 against clean, the KL at 20 against
+    the largest size (>= 50), and each head's previous-token mass at groups of 10 against clean (unaffected: the heads
+    do not read the exact position off ``W_pos``)."""
     by_g = {r["group_size"]: r for r in rows}
     clean, gmax = by_g[1], max(groups)
     names = [head_name(l, h) for l, h in heads]
     keep = {k: (clean[k], by_g[20][k]) for k in clean if k.startswith("P(")} if 20 in by_g else {}
     kept = {n: (clean[f"prev_mass {n}"], by_g[10][f"prev_mass {n}"]) for n in names} if 10 in by_g else {}
     big = gmax >= 50 and 20 in by_g
-    large = Precondition(
-        "a group size of 50 or more was measured",
-        gmax >= 50,
-        f"no group size of 50 or more was measured (largest {gmax})",
-    )
+    no_large = f"no group size of 50 or more was measured (largest {gmax})"
+    large = Precondition("a group size of 50 or more was measured", gmax >= 50, no_large)
+    unmeasured = f"were not measured (--group-sizes {','.join(map(str, groups))})"
     g10, g20 = (
-        Precondition(
-            f"groups of {g} were measured",
-            g in groups,
-            f"groups of {g} were not measured (--group-sizes {','.join(map(str, groups))})",
-        )
-        for g in (10, 20)
+        Precondition(f"groups of {g} were measured", g in groups, f"groups of {g} {unmeasured}") for g in (10, 20)
     )
     return [
         OUTPUT_UNCHANGED.judge(
@@ -192,9 +179,8 @@ def judge(
 
 
 def figure(rows: list[dict], copies: bool, label: str) -> go.Figure:
-    """KL, P(right continuation) and previous-token masses against the group size (log axis); when the model does
-    not copy even clean, the probability panel says so (a flat line at zero would read as "averaging kills
-    copying")."""
+    """KL, P(right continuation) and previous-token masses against the group size (log axis); when the model does not
+    copy even clean, the probability panel says so (a flat line at zero would read as "averaging kills copying")."""
     titles = ["KL(clean || averaged), nats", "P(right continuation)", "previous-token mass"]
     fig = make_subplots(rows=1, cols=3, subplot_titles=titles)
     gs = [r["group_size"] for r in rows]
@@ -234,13 +220,11 @@ def _console(result: ClaimResult, options: dict) -> None:
         print(f"group {row['group_size']:>4}: KL {row['kl']:.4f} | {shown}")
 
 
-@declare(
-    POST,
+@claim_script(
     "pos_embed_averaging",
     takes=("seed",),
     order=4,
     claims=SPECS,
-    usage=__doc__,
     **PROMPTS,
     heads=HEADS,
     options=(
@@ -269,11 +253,11 @@ def pos_embed_averaging(
     """Average ``W_pos`` rows in groups of each size and measure the output and the heads' previous-token mass.
 
     ``model``, ``prompts`` (what the KL runs over), ``heads``, ``run``: as every claim function takes them
-    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``group_sizes``: capped at the model's context, and said; 1 (clean)
-    is always measured; the claims compare with 10, 20 and the largest (>= 50). ``targets``: a leading space added
-    where missing; each word made one token and the prompt fit to the context, each said
-    (:func:`._run.repeat_prompts`). ``seed``: the demonstrations'. ``numbers`` hold ``targets``, ``group_sizes`` and
-    ``rows`` (one per group size; also a table), or ``not_applicable`` and why.
+    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``group_sizes``: capped at the model's context, and said; 1 (clean) is
+    always measured; the claims compare with 10, 20 and the largest (>= 50). ``targets``: a leading space added where
+    missing; each word made one token and the prompt fit to the context, each said (:func:`._run.repeat_prompts`).
+    ``seed``: the demonstrations'. ``numbers`` hold ``targets``, ``group_sizes`` and ``rows`` (one per group size; also
+    a table), or ``not_applicable`` and why.
     """
     group_sizes = list(group_sizes)
     if not group_sizes or not all(isinstance(g, int) and g >= 1 for g in group_sizes):
