@@ -24,7 +24,7 @@ def claim_script(name: str, **spec):
 
     def register(fn):
         where, path = f"{fn.__module__.rpartition('.')[0]}.{fn.__name__}", fn.__module__.replace(".", "/") + ".py"
-        usage = f"{sys.modules[fn.__module__].__doc__.rstrip()}\nThe claim as a function: {where}\n({path}).\n"
+        usage = f"{(sys.modules[fn.__module__].__doc__ or '').rstrip()}\nThe claim as a function: {where}\n({path}).\n"
         return declare(POST, name, usage=usage, **spec)(fn)
 
     return register
