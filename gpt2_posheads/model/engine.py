@@ -215,6 +215,7 @@ class Engine:
     name = ""
     sites: frozenset = frozenset()  # the sites of SITES whose edits it applies
     refuse_hint = ""  # what to do instead, when it refuses
+    reads_refused = ""  # why it reads no activations (an engine that reads them overrides ``activations``)
 
     def __init__(self, model):
         self.model = model
