@@ -5,11 +5,14 @@ stalled or half-cached model is one line naming the model and what to do, and a 
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 
 import pytest
 
 from gpt2_posheads import ModelLoadError, load_model
 from gpt2_posheads.model import hub as hub_client
+from gpt2_posheads.model.paths import REPO_ROOT
 
 TINY = "tiny-org/tiny-gpt2"
 STALLS = "tiny-org/stalls"
@@ -34,6 +37,14 @@ def tiny_hub(hub, tiny_dir):
 
 def cached_weights(home):
     return list((home / "hub").rglob("model.safetensors"))
+
+
+def experiment(name: str, argv: list[str], env: dict, cwd=None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python experiments/NAME.py ARGV`` as a user runs it, its output captured."""
+    script = REPO_ROOT / "experiments" / f"{name}.py"
+    return subprocess.run(
+        [sys.executable, str(script), *argv], cwd=cwd, capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def test_a_hub_model_downloads_once_and_loads_offline_from_the_cache(tiny_hub, tiny_model, tmp_path, monkeypatch):
@@ -105,19 +116,8 @@ def test_a_stalled_download_is_one_line_and_never_loaded_later(tiny_hub, tiny_mo
 
 
 def test_the_command_names_the_model_for_a_missing_one(tiny_hub, hub_env, tmp_path):
-    import subprocess
-    import sys
-
-    from gpt2_posheads.model.paths import REPO_ROOT
-
-    r = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "experiments" / "rank_prev_heads.py"), "--model", "nobody/no-such-model"]
-        + ["--out", str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        env=hub_env,
-        timeout=300,
-    )
+    argv = ["--model", "nobody/no-such-model", "--out", str(tmp_path / "out")]
+    r = experiment("rank_prev_heads", argv, hub_env, timeout=300)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --model: cannot load 'nobody/no-such-model'"), r.stderr
@@ -129,21 +129,11 @@ def test_the_main_job_with_a_hub_model_beside_a_shipped_one(tiny_hub, tmp_path):
     on the GPT-2-small stand-in is ``tests/online/test_post_online.py``, slow): both models measured on
     openwebtext-10k read from the hub, each its own column of the page."""
     import json
-    import subprocess
-    import sys
 
     from gpt2_posheads.analysis.prompts import OPENWEBTEXT
-    from gpt2_posheads.model.paths import REPO_ROOT
 
-    r = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "experiments" / "run_all.py"), "--models", f"route-gpt2,{TINY}"]
-        + ["--only", "rank_prev_heads", "--quick", "--no-png", "--no-explorer"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=tiny_hub.env(tmp_path / "hf"),
-        timeout=600,
-    )
+    argv = ["--models", f"route-gpt2,{TINY}", "--only", "rank_prev_heads", "--quick", "--no-png", "--no-explorer"]
+    r = experiment("run_all", argv, tiny_hub.env(tmp_path / "hf"), cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     results = tmp_path / "results" / "rank_prev_heads"
     for folder in ("route-gpt2", TINY.replace("/", "--")):
@@ -159,23 +149,14 @@ def test_the_weight_route_atlas_of_a_hub_model(hub, tmp_path):
     reads ``W_pos`` directly) keeps its label under a hub name, and ``route-gpt2``'s (built from earlier heads)
     stands beside it."""
     import json
-    import subprocess
-    import sys
 
-    from gpt2_posheads.model.paths import REPO_ROOT, shipped_model_dir
+    from gpt2_posheads.model.paths import shipped_model_dir
 
     name = "lab/wpos-reader"
     hub.add_model(name, shipped_model_dir("lookalike-wpos"))
     out = tmp_path / "atlas"
     argv = ["--models", f"route-gpt2,{name}", "--route", "weights", "--n-prompts", "4", "--no-png", "--out", str(out)]
-    r = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "experiments" / "head_atlas.py"), *argv],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=hub.env(tmp_path / "hf"),
-        timeout=600,
-    )
+    r = experiment("head_atlas", argv, hub.env(tmp_path / "hf"), cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     models = json.loads((out / "summary.json").read_text())["models"]
     hub_model = models["lab--wpos-reader"]  # filed under the name its results folder has
