@@ -1,4 +1,4 @@
-"""The attention explorer of a model, live on 127.0.0.1 (your prompts), or one offline page (--out)
+"""The attention explorer of a model, live on 127.0.0.1 (your prompts), or one offline page (--out).
 
 Every head of a model on a prompt, under each intervention of the toolkit: a grid of all heads, the chosen head large
 with its difference from clean, the raw scores and the diagonal profile.
