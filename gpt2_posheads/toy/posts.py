@@ -1,7 +1,7 @@
 """What the four toy posts share (``sticky_plateau``, ``similar_content``, ``prev_token_toy``, ``lost_in_middle``):
 their training options (:class:`ToyRun`: checked once, turned into the post's base
 :class:`~gpt2_posheads.toy.train.ToyConfig`, used to finish its result), the judging of a default run
-(:func:`judged`) and the ``--robustness`` grid.
+(:meth:`ToyRun.finish`) and the ``--robustness`` grid.
 
 The posts give the task, V, C and n_embd, but not the learning rate, batch size, initialisation scale, or whether
 attention has an output projection. :func:`robustness_table` re-runs each headline claim's test at every point of a
@@ -28,6 +28,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
+from ..claims.catalogue import Option
 from ..claims.toy import COMPARE_SEEDS, grid_record
 from ..claims.verdicts import HELD, NOT_TESTABLE, Claim, ClaimSpec, Precondition
 from ..model.validation import UsageError, positive
@@ -60,14 +61,6 @@ class GridClaim:
     def judge(self, results: Mapping[str, dict]) -> Claim:
         value = self.value(results)
         return self.spec.judge(value, value, self.preconditions(results))
-
-
-def judged(rows: Iterable[tuple], quick: bool) -> list[Claim]:
-    """A toy post's default run judged: each row ``(spec, measured, value, readout[, preconditions])`` a claim as
-    :meth:`~gpt2_posheads.claims.verdicts.ClaimSpec.judge` makes it."""
-    return [
-        spec.judge(measured, value, *pre, quick=quick, readout=readout) for spec, measured, value, readout, *pre in rows
-    ]
 
 
 def settings(grid: Mapping[str, Sequence] = UNSTATED) -> list[dict]:
@@ -254,11 +247,22 @@ class ToyRun:
         configs = list(configs)
         return dict(zip([c.id() for c in configs], train_sweep(configs, self.runs_dir, workers=self.workers)))
 
-    def finish(self, result, figures: Mapping, base: ToyConfig, grid: Sequence[GridClaim], title: str, **numbers):
-        """``result`` with ``figures`` (``{stem: (figure, PNG size)}``), ``steps``, ``init_std``, ``lr`` and
-        ``numbers``; with :attr:`robustness`, also ``grid`` over :data:`UNSTATED` around ``base`` (every setting, even
-        ``quick``): the table and heatmap ``robustness`` and ``numbers["robustness"]`` (grid, seeds, each claim's
+    @staticmethod
+    def steps_option(steps: int, quick_steps: int) -> Option:
+        """A toy post's ``--steps``, with its defaults in the help."""
+        return Option("--steps", None, f"training steps (default {steps}; --quick: {quick_steps})", int)
+
+    def finish(self, result, rows: Iterable[tuple], figures: Mapping, base: ToyConfig, grid, title: str, **numbers):
+        """``result`` with its claims judged from ``rows``, each ``(spec, measured, value, readout[, preconditions])``
+        a claim as :meth:`~gpt2_posheads.claims.verdicts.ClaimSpec.judge` makes it, ``figures`` (``{stem: (figure,
+        PNG size)}``), ``steps``, ``init_std``, ``lr`` and ``numbers``; with :attr:`robustness`, also the
+        :class:`GridClaim` list ``grid`` over :data:`UNSTATED` around ``base`` (every setting, even ``quick``): the
+        table and heatmap ``robustness`` and ``numbers["robustness"]`` (grid, seeds, each claim's
         :func:`~gpt2_posheads.claims.toy.grid_record` with its totals, the table)."""
+        result.claims = [
+            spec.judge(measured, value, *pre, quick=self.quick, readout=readout)
+            for spec, measured, value, readout, *pre in rows
+        ]
         for stem, (fig, size) in figures.items():
             result.figure(fig, stem, **size)
         result.numbers.update(steps=self.steps, init_std=self.init_std, lr=self.lr, **numbers)

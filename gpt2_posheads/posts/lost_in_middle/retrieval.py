@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import plotly.graph_objects as go
@@ -30,9 +30,9 @@ from ...claims.toy import (
     toy_claim,
     toy_post,
 )
-from ...claims.verdicts import Claim, Rule
+from ...claims.verdicts import Rule
 from ...toy import ToyConfig
-from ...toy.posts import GridClaim, ToyRun, judged
+from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 
 POST = toy_post(
@@ -175,20 +175,6 @@ EVALS = 10
 THREE_LAYER_STEPS = 5000
 
 
-@dataclass
-class Retrieval:
-    """What :func:`measure` trained: ``losses`` ``{setting: [k, seed] final loss}``, ``table`` (the same per
-    setting with its mean and sd over seeds and its steps, as ``summary.json`` records it), ``configs`` (the
-    setting's ``[k][seed]`` configs)."""
-
-    seeds: list[int]
-    steps: int
-    three_layer_steps: int
-    configs: dict[str, list[list[ToyConfig]]]
-    losses: dict[str, np.ndarray]
-    table: dict[str, dict]
-
-
 def configs(base: ToyConfig, seeds: Sequence[int], quick: bool, three_layer_steps: int) -> dict[str, list]:
     """``{setting: [k][seed] config}`` from ``base``: every k of the context at every seed, evaluated
     :data:`EVALS` times per run."""
@@ -213,27 +199,9 @@ def configs(base: ToyConfig, seeds: Sequence[int], quick: bool, three_layer_step
     }
 
 
-def measure(run: ToyRun, grid: dict[str, list[list[ToyConfig]]], three_layer_steps: int) -> Retrieval:
-    """Train every config of ``grid`` (:func:`configs`, built with ``three_layer_steps``) and collect the final
-    losses."""
-    seeds = run.run_seeds
-    res = run.train(c for rows in grid.values() for row in rows for c in row)
-    losses, table = {}, {}
-    for name, rows in grid.items():
-        loss = np.array([[res[c.id()]["final_loss"] for c in row] for row in rows])  # [k, seed]
-        losses[name] = loss
-        table[name] = {
-            "k": list(range(len(rows))),
-            "mean_final_loss": loss.mean(1).tolist(),
-            "std": loss.std(1, ddof=1).tolist() if len(seeds) > 1 else [0.0] * len(rows),
-            "final_loss_by_seed": loss.tolist(),
-            "steps": rows[0][0].steps,
-        }
-    return Retrieval(seeds, run.steps, three_layer_steps, grid, losses, table)
-
-
-def judge(m: Retrieval, quick: bool = False) -> list[Claim]:
-    losses, table, n = m.losses, m.table, len(m.seeds)
+def judge(grid: dict, losses: dict[str, np.ndarray], table: dict[str, dict], n: int) -> list[tuple]:
+    """The claims' rows (:meth:`~gpt2_posheads.toy.posts.ToyRun.finish`) from each setting's final losses ``[k, seed]``
+    (``n`` seeds) and their ``table``; ``grid``: the settings' configs (:func:`configs`)."""
 
     def ends(name):
         mean = losses[name].mean(1)
@@ -255,7 +223,7 @@ def judge(m: Retrieval, quick: bool = False) -> list[Claim]:
             at = U_SHAPE.at(name, f"{name} ({table[name]['steps']:,} steps)")
             rows.append((at, table[name], (losses[name], V), ends(name)))
     for name in table:
-        layers = m.configs[name][0][0].n_layers
+        layers = grid[name][0][0].n_layers
         plain = f"{layers} layers, n_embd 10"
         if "residual" not in name or plain not in losses:
             continue
@@ -269,24 +237,24 @@ def judge(m: Retrieval, quick: bool = False) -> list[Claim]:
                 f"{num(spread(spread_plain)[0], 2)} without residual + MLP (mean of {n} seeds)",
             )
         )
-    return judged(rows, quick)
+    return rows
 
 
-def figure(m: Retrieval) -> go.Figure:
-    """The final loss against k, mean ± sd over seeds, one curve per setting; chance (ln V) dotted."""
+def figure(grid: dict, table: dict[str, dict], n: int, steps: int, three_layer_steps: int) -> go.Figure:
+    """The final loss against k, mean ± sd over ``n`` seeds, one curve per setting; chance (ln V) dotted."""
     fig = go.Figure()
-    for name, row in m.table.items():
+    for name, row in table.items():
         sd = dict(type="data", array=row["std"])
         fig.add_trace(
             go.Scatter(x=list(range(C)), y=row["mean_final_loss"], error_y=sd, mode="lines+markers", name=name)
         )
     fig.add_hline(y=math.log(V), line_dash="dot", annotation_text="ln V (chance)")
-    three = any(r[0][0].n_layers == 3 and not r[0][0].residual for r in m.configs.values())
-    three_steps = max(m.steps, m.three_layer_steps)
-    step_note = f"{m.steps:,} steps" + (f" ({three_steps:,} for the plain 3-layer stacks)" if three else "")
+    three = any(r[0][0].n_layers == 3 and not r[0][0].residual for r in grid.values())
+    three_steps = max(steps, three_layer_steps)
+    step_note = f"{steps:,} steps" + (f" ({three_steps:,} for the plain 3-layer stacks)" if three else "")
     fig.update_layout(
         title=f"final loss of retrieving the k-th of {C} tokens (V={V}, no positional embeddings)"
-        f"<br><sup>mean ± sd over {len(m.seeds)} seeds; {step_note}</sup>",
+        f"<br><sup>mean ± sd over {n} seeds; {step_note}</sup>",
         xaxis=dict(title="k (position of the target token)", dtick=1),
         yaxis_title="final loss (nats)",
     )
@@ -313,7 +281,7 @@ The claim as a function: gpt2_posheads.posts.lost_in_middle.lost_in_middle
 (gpt2_posheads/posts/lost_in_middle/retrieval.py).
 """,
     options=(
-        Option("--steps", None, f"training steps (default {STEPS}; --quick: {QUICK_STEPS})", int),
+        ToyRun.steps_option(STEPS, QUICK_STEPS),
         Option("--seeds", SEEDS, "seeds per setting", int),
         Option(
             "--three-layer-steps",
@@ -343,11 +311,21 @@ def lost_in_middle(*, three_layer_steps: int = THREE_LAYER_STEPS, **options) -> 
         f"({', '.join(f'{s:,}' for s in n_steps)} steps); every k and seed of a setting trains as one group",
         flush=True,
     )
-    m = measure(run, grid, three_layer_steps)
-    result = ClaimResult("lost_in_middle", claims=judge(m, run.quick))
-    figures = {"lost_in_middle": (figure(m), {"width": 1100})}
-    numbers = dict(three_layer_steps=three_layer_steps, seeds=seeds, table=m.table)
-    return run.finish(result, figures, base, lost_in_middle_grid(C), "002: lost in the middle", **numbers)
+    res = run.train(flat)
+    losses, table = {}, {}  # per setting: the final losses [k, seed]; them with their mean and sd over seeds
+    for name, rows in grid.items():
+        loss = losses[name] = np.array([[res[c.id()]["final_loss"] for c in row] for row in rows])  # [k, seed]
+        table[name] = {
+            "k": list(range(len(rows))),
+            "mean_final_loss": loss.mean(1).tolist(),
+            "std": loss.std(1, ddof=1).tolist() if len(seeds) > 1 else [0.0] * len(rows),
+            "final_loss_by_seed": loss.tolist(),
+            "steps": rows[0][0].steps,
+        }
+    figures = {"lost_in_middle": (figure(grid, table, len(seeds), run.steps, three_layer_steps), {"width": 1100})}
+    numbers = dict(three_layer_steps=three_layer_steps, seeds=seeds, table=table)
+    rows, title = judge(grid, losses, table, len(seeds)), "002: lost in the middle"
+    return run.finish(ClaimResult("lost_in_middle"), rows, figures, base, lost_in_middle_grid(C), title, **numbers)
 
 
 # --- the --robustness grid --------------------------------------------------------------------------------------

@@ -10,8 +10,7 @@ positional embeddings did not learn the task.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import plotly.graph_objects as go
@@ -32,11 +31,11 @@ from ...claims.toy import (
     toy_claim,
     toy_post,
 )
-from ...claims.verdicts import Claim, Precondition, Rule
+from ...claims.verdicts import Precondition, Rule
 from ...toy import ToyConfig, relative_perplexity, separation_direction, wq_wk
 from ...toy.analysis import bilinear, loss_spikes, order_swaps, perplexity_curve
 from ...toy.figures import COLOURS, axis_titles, band, log_axis, points_with_sd
-from ...toy.posts import GridClaim, ToyRun, judged
+from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 
 POST = toy_post(
@@ -222,91 +221,29 @@ LR_COMPARED = (0.1, 0.01)  # the post's two learning rates, each at V 30 and V 1
 LR_VOCAB = (30, 100)
 
 
-@dataclass
-class PrevToken:
-    """What :func:`measure` trained and read off. ``with_pos``/``no_pos``: the runs with and without positional
-    embeddings; ``s`` ``[n_embd]``: the direction separating the previous position's embedding from the others, ``M``
-    ``[n_embd, n_embd]``: ``W_Q W_K^T``, ``proj``: each position's projection on s (positions 0..C-1, the previous
-    token at C-2); ``sweeps``: ``{V|C|n_embd: {x, seeds, relative_perplexity [x, seed], V}}``; ``lr_runs`` and
-    ``lr_stats``: per (V, lr) the runs and their mean eval loss, final loss, loss spikes and order swaps per seed."""
-
-    base: ToyConfig
-    seed: int
-    cmp_seeds: list[int]
-    with_pos: dict
-    no_pos: dict
-    s: torch.Tensor
-    M: torch.Tensor
-    proj: list[float]
-    sweeps: dict[str, dict]
-    lr_runs: dict[tuple[int, float], list[dict]]
-    lr_stats: dict[tuple[int, float], dict]
-
-
-def configs(base: ToyConfig, cmp_seeds: Sequence[int], sweep_values: dict[str, list], lr_steps: int) -> dict:
-    """The runs: ``base``, ``with_pos`` (snapshots of the embeddings), ``no_pos``; ``sweep``: ``{name: [[config per
-    seed] per value]}``; ``lr``: ``{(V, lr): [config per seed]}``, ``lr_steps`` steps each."""
-    with_pos = replace(base, snapshot_every=max(base.steps // 100, 1))
-    no_pos = replace(base, pos_emb=False)
-    sweep = {
-        name: [[replace(base, **{name: x}, seed=s) for s in cmp_seeds] for x in xs] for name, xs in sweep_values.items()
-    }
-    at_lr = replace(base, steps=lr_steps, log_every=max(lr_steps // 200, 1), snapshot_every=max(lr_steps // 100, 1))
-    lr_cfgs = {(v, lr): [replace(at_lr, V=v, lr=lr, seed=s) for s in cmp_seeds] for v in LR_VOCAB for lr in LR_COMPARED}
-    return {"base": base, "with_pos": with_pos, "no_pos": no_pos, "sweep": sweep, "lr": lr_cfgs}
-
-
 def previous_direction(result: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """A run's direction s separating the previous position from the others, and ``W_Q W_K^T`` (its sign on s)."""
+    """A run's direction s ``[n_embd]`` separating the previous position's embedding from the others, and
+    ``W_Q W_K^T`` ``[n_embd, n_embd]`` (its sign on s)."""
     W_pos, W_Q, W_K = (torch.tensor(result["params"][n]) for n in ("W_pos", "0.W_Q", "0.W_K"))
     return separation_direction(W_pos, 1), wq_wk(W_Q[0], W_K[0])
 
 
-def flat(cfgs: dict) -> list[ToyConfig]:
-    out = [cfgs["with_pos"], cfgs["no_pos"]] + [c for g in cfgs["sweep"].values() for row in g for c in row]
-    return out + [c for row in cfgs["lr"].values() for c in row]
+def rel_ppl(result: dict) -> float:
+    return relative_perplexity(result["final_loss"], result["config"]["V"])
 
 
-def measure(run: ToyRun, cfgs: dict) -> PrevToken:
-    res = run.train(flat(cfgs))
-
-    def R(c):
-        return res[c.id()]
-
-    rp = R(cfgs["with_pos"])
+def judge(rp, rn, base: ToyConfig, proj, sweeps: dict, lr_stats: dict, seed: int, n_cmp: int) -> list[tuple]:
+    """The claims' rows (:meth:`~gpt2_posheads.toy.posts.ToyRun.finish`) from the runs with (``rp``) and without
+    (``rn``) positional embeddings, each position's projection on s ``proj`` (positions 0..C-1, the previous token at
+    C-2), the ``sweeps`` and the learning-rate ``lr_stats`` (per (V, lr), over ``n_cmp`` seeds)."""
     s, M = previous_direction(rp)
-    sweeps = {}
-    for name, rows in cfgs["sweep"].items():
-        sweeps[name] = {
-            "x": [getattr(row[0], name) for row in rows],
-            "seeds": run.comparison_seeds,
-            "relative_perplexity": [[relative_perplexity(R(c)["final_loss"], c.V) for c in row] for row in rows],
-            "V": [row[0].V for row in rows],
-        }
-    lr_runs = {k: [R(c) for c in cs] for k, cs in cfgs["lr"].items()}
-    lr_stats = {
-        k: {
-            "mean_eval_loss": [float(np.mean(r["eval_loss"])) for r in rs],
-            "final_loss": [r["final_loss"] for r in rs],
-            "spikes": [len(loss_spikes(r["eval_loss"])) for r in rs],
-            "order_swaps": [order_swaps(r["snapshots"]) for r in rs],
-        }
-        for k, rs in lr_runs.items()
-    }
-    proj = (torch.tensor(rp["params"]["W_pos"]).double() @ s.double()).tolist()
-    runs = (cfgs["base"], run.seed, run.comparison_seeds, rp, R(cfgs["no_pos"]))
-    return PrevToken(*runs, s, M, proj, sweeps, lr_runs, lr_stats)  # in the order of its fields
-
-
-def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
-    rp, rn, base, proj, s, M, n_cmp = m.with_pos, m.no_pos, m.base, m.proj, m.s, m.M, len(m.cmp_seeds)
     rel_with, rel_without = (relative_perplexity(r["final_loss"], base.V) for r in (rp, rn))
-    one = f"V = 30, C = 4, n_embd = 2 (seed {m.seed})"
+    one = f"V = 30, C = 4, n_embd = 2 (seed {seed})"
     ok, why = LEARNED.rule.decide((rp["final_perplexity"], base.V))
     failed = f"the model with positional embeddings did not learn the task ({why})"
     learned_ok = [Precondition("the model with positional embeddings learned the task", ok, failed)]
-    sign, prev, st = bilinear(s, M), base.C - 2, {f"V={v} lr={lr}": x for (v, lr), x in m.lr_stats.items()}
-    first = {f"V = {v}": (m.lr_stats[(v, 0.1)]["spikes"][0], m.lr_stats[(v, 0.1)]["order_swaps"][0]) for v in LR_VOCAB}
+    sign, prev, st = bilinear(s, M), base.C - 2, {f"V={v} lr={lr}": x for (v, lr), x in lr_stats.items()}
+    first = {f"V = {v}": (lr_stats[(v, 0.1)]["spikes"][0], lr_stats[(v, 0.1)]["order_swaps"][0]) for v in LR_VOCAB}
     rows = [
         (
             LEARNED.at(setting=one),
@@ -337,31 +274,25 @@ def judge(m: PrevToken, quick: bool = False) -> list[Claim]:
         ),
     ]
     for name, spec in MONO.items():
-        h, xs = m.sweeps[name], ", ".join(map(str, m.sweeps[name]["x"]))
+        h, xs = sweeps[name], ", ".join(map(str, sweeps[name]["x"]))
         fixed = ", ".join(f"{k} = {x}" for k, x in (("V", 30), ("C", 4), ("n_embd", 2)) if k != name)
         readout = f"(ppl-1)/V {nums(spread(y)[0] for y in h['relative_perplexity'])} at {name} = {xs} (floor "
         floor = nums(dict.fromkeys(rel_ppl_floor(v) for v in h["V"]), 2)
         at = spec.at(setting=f"{name} = {xs} ({fixed}; {n_cmp} seeds)")
         rows.append((at, h, (h["relative_perplexity"], h["x"], h["V"]), f"{readout}{floor})"))
     for v, spec in LR.items():
-        fast, slow = m.lr_stats[(v, 0.1)]["mean_eval_loss"], m.lr_stats[(v, 0.01)]["mean_eval_loss"]
+        fast, slow = lr_stats[(v, 0.1)]["mean_eval_loss"], lr_stats[(v, 0.01)]["mean_eval_loss"]
         readout = f"mean eval loss {num(spread(fast)[0])} nats at lr 0.1 vs {num(spread(slow)[0])} at 0.01 (mean of "
         measured = {k: x for k, x in st.items() if k.startswith(f"V={v} ")}
         rows.append((spec.at(setting=f"V = {v} ({n_cmp} seeds)"), measured, (fast, slow), f"{readout}{n_cmp} seeds)"))
-    rows.append(
-        (
-            SPIKES.at(setting=f"V = 30 and 100 (seed {m.seed})", seed=m.seed),
-            {k: {"spikes": x["spikes"], "order_swaps": x["order_swaps"]} for k, x in st.items()},
-            first,
-            "lr 0.1: " + "; ".join(f"{k}: {a} spike(s), {b} swap(s)" for k, (a, b) in first.items()),
-        )
-    )
-    return judged(rows, quick)
+    spikes = {k: {"spikes": x["spikes"], "order_swaps": x["order_swaps"]} for k, x in st.items()}
+    shown = "lr 0.1: " + "; ".join(f"{k}: {a} spike(s), {b} swap(s)" for k, (a, b) in first.items())
+    return rows + [(SPIKES.at(setting=f"V = 30 and 100 (seed {seed})", seed=seed), spikes, first, shown)]
 
 
-def figures(m: PrevToken) -> dict[str, tuple[go.Figure, dict]]:
-    """``{stem: (figure, PNG size)}``."""
-    rp, rn, base, s, proj = m.with_pos, m.no_pos, m.base, m.s, m.proj
+def figures(rp, rn, base: ToyConfig, proj, sweeps: dict, lr_runs: dict, seed: int, n_cmp: int) -> dict:
+    """``{stem: (figure, PNG size)}`` of :func:`judge`'s numbers and ``lr_runs`` (per (V, lr), a run per seed)."""
+    s = previous_direction(rp)[0]
     fig = make_subplots(
         rows=1,
         cols=3,
@@ -379,11 +310,11 @@ def figures(m: PrevToken) -> dict[str, tuple[go.Figure, dict]]:
     log_axis(fig, "y", [1, base.V], row=1, col=1)
     axis_titles(fig, ("step", "perplexity (eval)"), ("dimension 1", "dimension 2"))
     axis_titles(fig, ("position (0: the current token)", "projection p·s"), col=3)
-    fig.update_layout(title=f"V=30, C=4, n_embd=2, seed {m.seed}: copying the previous token", height=450)
+    fig.update_layout(title=f"V=30, C=4, n_embd=2, seed {seed}: copying the previous token", height=450)
     out = {"positional_embeddings": (fig, {"width": 1500})}
 
     fig = make_subplots(rows=1, cols=3, subplot_titles=["vs V", "vs C", "vs n_embd"], horizontal_spacing=0.08)
-    for col, (name, h) in enumerate(m.sweeps.items(), start=1):
+    for col, (name, h) in enumerate(sweeps.items(), start=1):
         xs, ys = h["x"], h["relative_perplexity"]  # [x, seed]
         fig.add_trace(points_with_sd(xs, list(zip(*ys)), f"(ppl-1)/V vs {name}", COLOURS[col - 1]), 1, col)
         floors = [rel_ppl_floor(v) for v in h["V"]]
@@ -395,24 +326,24 @@ def figures(m: PrevToken) -> dict[str, tuple[go.Figure, dict]]:
         fig.update_xaxes(tickvals=xs, ticktext=[str(x) for x in xs], row=1, col=col)
         fig.update_yaxes(title_text="relative perplexity (ppl-1)/V", row=1, col=col)
     fig.update_layout(
-        title=f"relative perplexity (ppl - 1) / V, mean ± sd of {len(m.cmp_seeds)} seeds (dotted: the floor)",
+        title=f"relative perplexity (ppl - 1) / V, mean ± sd of {n_cmp} seeds (dotted: the floor)",
         height=450,
     )
     out["hyperparameters"] = (fig, {"width": 1400})
 
     fig = go.Figure()
-    for i, ((v, lr), rs) in enumerate(m.lr_runs.items()):
+    for i, ((v, lr), rs) in enumerate(lr_runs.items()):
         band(fig, rs[0]["steps"], [r["eval_loss"] for r in rs], f"V={v} lr={lr}", COLOURS[i])
-    losses = [x for rs in m.lr_runs.values() for r in rs for x in r["eval_loss"]]
+    losses = [x for rs in lr_runs.values() for r in rs for x in r["eval_loss"]]
     fig.update_layout(
-        title=f"learning rate 0.1 vs 0.01 ({len(m.cmp_seeds)} seeds)",
+        title=f"learning rate 0.1 vs 0.01 ({n_cmp} seeds)",
         xaxis_title="step",
         yaxis_title="eval loss (nats)",
     )
     log_axis(fig, "y", [max(min(losses), 1e-6), max(losses)])
     out["learning_rate"] = (fig, {})
-    big = m.lr_runs[(30, 0.1)][0]
-    out["embedding_animation"] = (embedding_animation(big, f"V=30, lr=0.1, seed {m.seed}: token embeddings"), {})
+    big = lr_runs[(30, 0.1)][0]
+    out["embedding_animation"] = (embedding_animation(big, f"V=30, lr=0.1, seed {seed}: token embeddings"), {})
     return out
 
 
@@ -478,7 +409,7 @@ n_embd; lr 0.1 beats 0.01 at V 30 but not at V 100, where loss spikes come with 
 The claim as a function: gpt2_posheads.posts.prev_token_toy.prev_token (gpt2_posheads/posts/prev_token_toy/copying.py).
 """,
     options=(
-        Option("--steps", None, f"training steps (default {STEPS}; --quick: {QUICK_STEPS})", int),
+        ToyRun.steps_option(STEPS, QUICK_STEPS),
         Option("--lr-steps", None, "steps of the learning-rate comparison (default 2x --steps)", int, low=1),
     ),
 )
@@ -498,24 +429,50 @@ def prev_token(*, lr_steps: int | None = None, **options) -> ClaimResult:
         "n_embd": [2, 4] if quick else [2, 4, 8],
     }
     lr_steps = lr_steps or (steps if quick else 2 * steps)
-    cfgs = configs(base, cmp_seeds, sweep_values, lr_steps)
+    with_pos, no_pos = replace(base, snapshot_every=max(base.steps // 100, 1)), replace(base, pos_emb=False)
+    sweep = {n: [[replace(base, **{n: x}, seed=s) for s in cmp_seeds] for x in xs] for n, xs in sweep_values.items()}
+    at_lr = replace(base, steps=lr_steps, log_every=max(lr_steps // 200, 1), snapshot_every=max(lr_steps // 100, 1))
+    lr_cfgs = {(v, lr): [replace(at_lr, V=v, lr=lr, seed=s) for s in cmp_seeds] for v in LR_VOCAB for lr in LR_COMPARED}
+    flat = [with_pos, no_pos, *(c for g in sweep.values() for row in g for c in row)]
+    flat += [c for row in lr_cfgs.values() for c in row]
     print(
-        f"toy_prev_token: {len({c.id() for c in flat(cfgs)})} models: with and without positions ({steps:,} steps), "
+        f"toy_prev_token: {len({c.id() for c in flat})} models: with and without positions ({steps:,} steps), "
         f"the V, C and n_embd sweeps ({len(cmp_seeds)} seeds each, {steps:,} steps) and lr 0.1 vs 0.01 at V 30 and "
         f"100 ({len(cmp_seeds)} seeds each, {lr_steps:,} steps)",
         flush=True,
     )
-    m = measure(run, cfgs)
-    result = ClaimResult("prev_token", claims=judge(m, quick))
+    res = run.train(flat)
+    rp, rn = res[with_pos.id()], res[no_pos.id()]
+    # {V|C|n_embd: {x, seeds, relative_perplexity [x, seed], V}}
+    sweeps = {
+        name: {
+            "x": [getattr(row[0], name) for row in rows],
+            "seeds": cmp_seeds,
+            "relative_perplexity": [[rel_ppl(res[c.id()]) for c in row] for row in rows],
+            "V": [row[0].V for row in rows],
+        }
+        for name, rows in sweep.items()
+    }
+    lr_runs = {k: [res[c.id()] for c in cs] for k, cs in lr_cfgs.items()}
+    lr_stats = {
+        k: {
+            "mean_eval_loss": [float(np.mean(r["eval_loss"])) for r in rs],
+            "final_loss": [r["final_loss"] for r in rs],
+            "spikes": [len(loss_spikes(r["eval_loss"])) for r in rs],
+            "order_swaps": [order_swaps(r["snapshots"]) for r in rs],
+        }
+        for k, rs in lr_runs.items()
+    }
+    proj = (torch.tensor(rp["params"]["W_pos"]).double() @ previous_direction(rp)[0].double()).tolist()
+    n_cmp = len(cmp_seeds)
+    rows = judge(rp, rn, base, proj, sweeps, lr_stats, run.seed, n_cmp)
+    figs = figures(rp, rn, base, proj, sweeps, lr_runs, run.seed, n_cmp)
+    numbers = dict(lr_steps=lr_steps, comparison_seeds=cmp_seeds)
     title = "000: previous-token copying"
-    return run.finish(result, figures(m), base, prev_token_grid(), title, lr_steps=lr_steps, comparison_seeds=cmp_seeds)
+    return run.finish(ClaimResult("prev_token"), rows, figs, base, prev_token_grid(), title, **numbers)
 
 
 # --- the --robustness grid --------------------------------------------------------------------------------------
-
-
-def rel_ppl(result: dict) -> float:
-    return relative_perplexity(result["final_loss"], result["config"]["V"])
 
 
 def prev_token_grid() -> list[GridClaim]:

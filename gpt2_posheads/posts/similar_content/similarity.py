@@ -11,13 +11,13 @@ The C trend and its rise from C=3 to C=5 are judged when the model is confused a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import plotly.graph_objects as go
 import torch
 
 from ...analysis.geometry import pca
-from ...claims.catalogue import Option, declare
+from ...claims.catalogue import declare
 from ...claims.toy import (
     COMPARE_SEEDS,
     FLOOR_WORDS,
@@ -37,11 +37,10 @@ from ...claims.toy import (
     toy_claim,
     toy_post,
 )
-from ...claims.verdicts import Claim, Precondition, Rule
-from ...toy import ToyConfig
+from ...claims.verdicts import Precondition, Rule
 from ...toy.analysis import distance_rank_correlation, perplexity_curve
 from ...toy.figures import COLOURS, log_axis, perplexity_bands, perplexity_by_vocab, points_with_sd
-from ...toy.posts import GridClaim, ToyRun, judged
+from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 
 POST = toy_post(
@@ -261,79 +260,18 @@ GRID_C = (3, 4, 5, 6, 8)  # the contexts of the C trend (the default run's and t
 STEPS, QUICK_STEPS = 4000, 300
 
 
-@dataclass
-class Similar:
-    """What :func:`measure` trained and read off. ``finals``: ``{V: [final perplexity per seed]}``; ``by_c``:
-    ``{V: {C: [final perplexity per seed]}}``; ``best``: ``[n_embd, seed]`` best perplexity over training at V = 32;
-    ``embeddings``: ``[V, 2]`` learned token embeddings (n_embd 2, ``seed``) and ``rho`` the Spearman correlation of
-    their distances with ``|i - j|``; ``kernels``: ``{"<kernel> n_embd=<d>": [run per seed]}``."""
-
-    seed: int
-    cmp_seeds: list[int]
-    vocab: list[int]
-    v_runs: list[dict]
-    finals: dict[int, list[float]]
-    trend_v: list[int]
-    cs: list[int]
-    by_c: dict[int, dict[int, list[float]]]
-    ds: list[int]
-    best: list[list[float]]
-    embeddings: torch.Tensor
-    rho: float
-    kernels: dict[str, list[dict]]
-
-
-def configs(base: ToyConfig, seeds, cmp_seeds, vocab, contexts, trend_v, dims) -> dict[str, list[ToyConfig]]:
-    """The runs, by what they vary (lists of ints but ``base``): ``V`` (at ``seeds``), ``C`` (each V of ``trend_v`` x
-    each of ``contexts``), ``n_embd`` (``dims`` at V = 32) and ``kernel`` (distance and harmonic at n_embd 1 and 2),
-    at ``cmp_seeds``."""
-
-    def mk(ss, **kw):
-        return [replace(base, **kw, seed=s) for s in ss]
-
-    kernels = [(kern, d) for kern in ("distance", "harmonic") for d in (1, 2)]
-    return {
-        "V": [c for v in vocab for c in mk(seeds, V=v)],
-        "C": [c for v in trend_v for C in contexts for c in mk(cmp_seeds, V=v, C=C)],
-        "n_embd": [c for d in dims for c in mk(cmp_seeds, V=KERNEL_V, n_embd=d)],
-        "kernel": [c for kern, d in kernels for c in mk(cmp_seeds, V=KERNEL_V, n_embd=d, kernel=kern)],
-    }
-
-
-def measure(run: ToyRun, groups: dict[str, list[ToyConfig]]) -> Similar:
-    res = run.train(c for g in groups.values() for c in g)
-
-    def get(cs):
-        return [res[c.id()] for c in cs]
-
-    def finals(cs):
-        return [r["final_perplexity"] for r in get(cs)]
-
-    vocab = list(dict.fromkeys(c.V for c in groups["V"]))
-    trend_v = list(dict.fromkeys(c.V for c in groups["C"]))
-    cs = sorted({c.C for c in groups["C"]})
-    ds = sorted({c.n_embd for c in groups["n_embd"]})
-    r2 = next(r for r in get([c for c in groups["n_embd"] if c.n_embd == 2]) if r["config"]["seed"] == run.seed)
-    emb = torch.tensor(r2["params"]["W_E"])
-    kernels: dict[str, list[dict]] = {}  # kernel and n_embd 1, 2 -> one result per seed
-    for c, r in zip(groups["kernel"] + groups["n_embd"], get(groups["kernel"] + groups["n_embd"])):
-        if c.n_embd in (1, 2):
-            kernels.setdefault(f"{'inner product' if c.kernel == 'dot' else c.kernel} n_embd={c.n_embd}", []).append(r)
-    v_runs = get([c for v in vocab for c in groups["V"] if v == c.V])
-    by_v = {v: finals([c for c in groups["V"] if v == c.V]) for v in vocab}
-    by_c = {v: {C: finals([c for c in groups["C"] if c.C == C and v == c.V]) for C in cs} for v in trend_v}
-    best = [[min(perplexity_curve(r)) for r in get([c for c in groups["n_embd"] if c.n_embd == d])] for d in ds]
-    found = (ds, best, emb, distance_rank_correlation(emb), kernels)
-    return Similar(run.seed, run.comparison_seeds, vocab, v_runs, by_v, trend_v, cs, by_c, *found)  # its fields' order
-
-
-def judge(m: Similar, quick: bool = False) -> list[Claim]:
-    n_cmp, trend_v, cs, rows = len(m.cmp_seeds), m.trend_v, m.cs, []
-    for v in m.vocab:
-        mean = spread(m.finals[v])[0]
+def judge(finals: dict, by_c: dict, ds, best, rho_close: float, kernels: dict, seed: int, n_cmp: int) -> list[tuple]:
+    """The claims' rows (:meth:`~gpt2_posheads.toy.posts.ToyRun.finish`) from ``finals`` ``{V: [final perplexity per
+    seed]}``, ``by_c`` ``{V: {C: [final perplexity per seed]}}``, ``best`` ``[n_embd, seed]`` the best perplexity over
+    training at V = 32 for each of ``ds``, ``rho_close`` the Spearman correlation of the learned embeddings' distances
+    (n_embd 2, ``seed``) with ``|i - j|`` and ``kernels`` ``{"<kernel> n_embd=<d>": [run per seed]}``."""
+    rows, trend_v = [], list(by_c)
+    cs = list(by_c[trend_v[0]])
+    for v, ppl in finals.items():
+        mean = spread(ppl)[0]
         at = NEAR_HALF.at(f"V={v}", f"V = {v}", post=f"<= V/2 = {v / 2:g}")
-        rows.append((at, mean, (mean, v, len(m.finals[v])), f"final perplexity {num(mean)} = {num(mean / v, 2)} V"))
-    ppl_vc = {v: [spread(m.by_c[v][C])[0] for C in cs] for v in trend_v}
+        rows.append((at, mean, (mean, v, len(ppl)), f"final perplexity {num(mean)} = {num(mean / v, 2)} V"))
+    ppl_vc = {v: [spread(by_c[v][C])[0] for C in cs] for v in trend_v}
     rho = trend_spearman(ppl_vc, cs)
     measured = {
         f"V={v}": {"perplexity": ppl_vc[v], "perplexity/V": [p / v for p in ppl_vc[v]], "spearman": rho[v]}
@@ -341,11 +279,10 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
     }
     pre = [confused(ppl_vc, cs)]
     vs = ", ".join(map(str, trend_v))
-    rise = {v: {C: m.by_c[v][C] for C in (3, 5)} for v in trend_v}
+    rise = {v: {C: by_c[v][C] for C in (3, 5)} for v in trend_v}
     rises = "; ".join(
         f"V = {v}: {num(spread(r[3])[0] / v, 2)} → {num(spread(r[5])[0] / v, 2)}" for v, r in rise.items()
     )
-    ds, best = m.ds, m.best
     rows += [
         (
             TREND.at(setting=f"V = {vs} ({n_cmp} seeds)", V=tuple(trend_v)),
@@ -368,13 +305,13 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
             f"best perplexity {nums([spread(b)[0] for b in best])} at n_embd = {', '.join(map(str, ds))}",
         ),
         (
-            CLOSE.at(setting=f"V = {KERNEL_V}, n_embd = 2 (seed {m.seed})"),
-            {"spearman(|i-j|, dist)": m.rho},
-            m.rho,
-            f"Spearman {num(m.rho, 2)}",
+            CLOSE.at(setting=f"V = {KERNEL_V}, n_embd = 2 (seed {seed})"),
+            {"spearman(|i-j|, dist)": rho_close},
+            rho_close,
+            f"Spearman {num(rho_close, 2)}",
         ),
     ]
-    kfinal = {k: [r["final_perplexity"] for r in rs] for k, rs in m.kernels.items()}
+    kfinal = {k: [r["final_perplexity"] for r in rs] for k, rs in kernels.items()}
     kmean = {k: spread(v)[0] for k, v in kfinal.items()}
     best_k = min((k for k in kmean if not k.startswith("inner")), key=kmean.get)
     best_dot = min((k for k in kmean if k.startswith("inner")), key=kmean.get)
@@ -394,16 +331,17 @@ def judge(m: Similar, quick: bool = False) -> list[Claim]:
             f"final perplexity {num(kmean[k1])} ({k1})",
         ),
     ]
-    return judged(rows, quick)
+    return rows
 
 
-def figures(m: Similar) -> dict[str, tuple[go.Figure, dict]]:
-    """``{stem: (figure, PNG size)}``."""
-    out = {"perplexity_vs_V": (perplexity_by_vocab(m.v_runs, m.vocab, "most-similar token, n_embd=2, C=3"), {})}
-    cs = m.cs
+def figures(v_runs, vocab, by_c: dict, ds, best, emb: torch.Tensor, kernels: dict, seed: int, n_cmp: int) -> dict:
+    """``{stem: (figure, PNG size)}`` of :func:`judge`'s numbers, the runs of each V (``v_runs``) and the learned
+    embeddings ``emb`` ``[V, 2]``."""
+    out = {"perplexity_vs_V": (perplexity_by_vocab(v_runs, vocab, "most-similar token, n_embd=2, C=3"), {})}
+    cs = list(next(iter(by_c.values())))
     fig = go.Figure()
-    for i, v in enumerate(m.trend_v):
-        runs_v = [[m.by_c[v][C][j] / v for C in cs] for j in range(len(m.cmp_seeds))]
+    for i, v in enumerate(by_c):
+        runs_v = [[by_c[v][C][j] / v for C in cs] for j in range(n_cmp)]
         fig.add_trace(points_with_sd(cs, runs_v, f"measured, V={v}", COLOURS[i]))
     guess = dict(mode="lines+markers", name="(C-2)/(C-1): the post's guess-from-context")
     fig.add_trace(go.Scatter(x=cs, y=[(C - 2) / (C - 1) for C in cs], line=dict(color="black", dash="dot"), **guess))
@@ -413,7 +351,6 @@ def figures(m: Similar) -> dict[str, tuple[go.Figure, dict]]:
         yaxis_title="final perplexity / V",
     )
     out["perplexity_vs_C"] = (fig, {})
-    ds, best = m.ds, m.best
     fig = go.Figure()
     fig.add_trace(points_with_sd(ds, list(zip(*best)), "best perplexity", COLOURS[0]))
     dotted = dict(dash="dot")
@@ -426,19 +363,18 @@ def figures(m: Similar) -> dict[str, tuple[go.Figure, dict]]:
     log_axis(fig, "x", ds)
     log_axis(fig, "y", [1, KERNEL_V, *[b for bs in best for b in bs]])
     out["perplexity_vs_n_embd"] = (fig, {})
-    emb = m.embeddings
     proj = pca(emb, 2)[2].numpy()
     labelled = dict(mode="markers+text", text=[str(i) for i in range(len(emb))], textposition="top center")
     colour = dict(color=list(range(len(emb))), colorscale="Viridis", size=9)
     fig = go.Figure(go.Scatter(x=proj[:, 0], y=proj[:, 1], marker=colour, **labelled))
     fig.update_layout(
-        title=f"V={KERNEL_V}, n_embd=2, seed {m.seed}: learned token embeddings (colour = token value)",
+        title=f"V={KERNEL_V}, n_embd=2, seed {seed}: learned token embeddings (colour = token value)",
         xaxis_title="principal component 1",
         yaxis_title="principal component 2",
     )
     out["embeddings"] = (fig, {})
     title = f"V={KERNEL_V}, C=3: inner-product vs distance kernels"
-    out["kernels"] = (perplexity_bands(m.kernels, KERNEL_V, title), {})
+    out["kernels"] = (perplexity_bands(kernels, KERNEL_V, title), {})
     return out
 
 
@@ -459,7 +395,7 @@ and 2. The comparisons (C, n_embd, kernels) are judged on 3 seeds per setting.
 The claim as a function: gpt2_posheads.posts.similar_content.similar_content
 (gpt2_posheads/posts/similar_content/similarity.py).
 """,
-    options=(Option("--steps", None, f"training steps (default {STEPS}; --quick: {QUICK_STEPS})", int),),
+    options=(ToyRun.steps_option(STEPS, QUICK_STEPS),),
 )
 def similar_content(**options) -> ClaimResult:
     """Train post 001's toy models and judge its claims (``toy_similar_content`` with its defaults, called with none).
@@ -473,18 +409,39 @@ def similar_content(**options) -> ClaimResult:
     vocab = [8, 32] if run.quick else [8, 16, 32, 64]
     contexts, trend_v = ([3, 5], [10, 20]) if run.quick else (list(GRID_C), list(TREND_V))
     dims = [1, 2, 4] if run.quick else [1, 2, 4, 8, 16]
-    groups = configs(base, seeds, cmp_seeds, vocab, contexts, trend_v, dims)
-    n_models = len({c.id() for g in groups.values() for c in g})
+    kernels = [(kern, d) for kern in ("distance", "harmonic") for d in (1, 2)]
+
+    def mk(ss, **kw):
+        return [replace(base, **kw, seed=s) for s in ss]
+
+    by_v = {v: mk(seeds, V=v) for v in vocab}
+    by_vc = {(v, C): mk(cmp_seeds, V=v, C=C) for v in trend_v for C in contexts}
+    by_d = {d: mk(cmp_seeds, V=KERNEL_V, n_embd=d) for d in dims}
+    by_kernel = {k: mk(cmp_seeds, V=KERNEL_V, n_embd=k[1], kernel=k[0]) for k in kernels}
+    flat = [c for g in (by_v, by_vc, by_d, by_kernel) for cs in g.values() for c in cs]
     print(
-        f"toy_similar_content: {n_models} models, {run.steps:,} steps: V {', '.join(map(str, vocab))} "
+        f"toy_similar_content: {len({c.id() for c in flat})} models, {run.steps:,} steps: V "
+        f"{', '.join(map(str, vocab))} "
         f"({len(seeds)} seed(s)); C {', '.join(map(str, contexts))} at V {', '.join(map(str, trend_v))}, n_embd "
         f"{', '.join(map(str, dims))} and the kernels ({len(cmp_seeds)} seeds each)",
         flush=True,
     )
-    m = measure(run, groups)
-    result = ClaimResult("similar_content", claims=judge(m, run.quick))
-    title = "001: most-similar token"
-    return run.finish(result, figures(m), base, similar_content_grid(), title, seeds=seeds, comparison_seeds=cmp_seeds)
+    res = run.train(flat)
+
+    def get(cs):
+        return [res[c.id()] for c in cs]
+
+    finals = {v: [r["final_perplexity"] for r in get(cs)] for v, cs in by_v.items()}
+    by_c = {v: {C: [r["final_perplexity"] for r in get(by_vc[(v, C)])] for C in contexts} for v in trend_v}
+    best = [[min(perplexity_curve(r)) for r in get(by_d[d])] for d in dims]
+    emb = torch.tensor(next(r for r in get(by_d[2]) if r["config"]["seed"] == run.seed)["params"]["W_E"])
+    named = {f"{kern} n_embd={d}": get(cs) for (kern, d), cs in by_kernel.items()}
+    named |= {f"inner product n_embd={d}": get(by_d[d]) for d in (1, 2)}
+    rows = judge(finals, by_c, dims, best, distance_rank_correlation(emb), named, run.seed, len(cmp_seeds))
+    figs = figures(get(flat[: len(vocab) * len(seeds)]), vocab, by_c, dims, best, emb, named, run.seed, len(cmp_seeds))
+    title, grid = "001: most-similar token", similar_content_grid()
+    numbers = dict(seeds=seeds, comparison_seeds=cmp_seeds)
+    return run.finish(ClaimResult("similar_content"), rows, figs, base, grid, title, **numbers)
 
 
 # --- the --robustness grid --------------------------------------------------------------------------------------

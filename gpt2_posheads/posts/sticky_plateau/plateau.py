@@ -11,7 +11,7 @@ seeds (3 per side of every comparison).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import plotly.graph_objects as go
@@ -31,12 +31,11 @@ from ...claims.toy import (
     toy_post,
     v_half_plateau,
 )
-from ...claims.verdicts import Claim, Rule
+from ...claims.verdicts import Rule
 from ...model.validation import UsageError
-from ...toy import ToyConfig
 from ...toy.analysis import pairing, perplexity_curve
 from ...toy.figures import COLOURS, axis_titles, band, perplexity_bands, perplexity_by_vocab
-from ...toy.posts import GridClaim, ToyRun, judged
+from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 
 POST = toy_post(
@@ -87,8 +86,7 @@ def plateau_rule(tol: float, min_points: int, below: float) -> Rule:
 
 
 def branching_rule(first: int, then: int) -> Rule:
-    """Two-stage branching. Value: ``(clusters mid-plateau or None without a plateau, clusters at the end, their
-    steps)``."""
+    """Value: ``(clusters mid-plateau or None without a plateau, clusters at the end, their steps)``."""
 
     def decide(value):
         mid, end, mid_step, end_step = value
@@ -113,15 +111,9 @@ def rank_rule(min_seeds: int) -> Rule:
         if len(mid) < min_seeds:
             return None, f"not testable here: fewer than {min_seeds} seeds have a plateau (none in seeds {no_plateau})"
 
-    return pair_rule(
-        f"held if W_Q's effective rank, mean over seeds, is higher at the end of training than mid-plateau "
-        f"{margin_words()}",
-        "W_Q's effective rank",
-        True,
-        lambda v: (v[0], v[1], {}),
-        ("mid-plateau", "the end"),
-        few,
-    )
+    text = "held if W_Q's effective rank, mean over seeds, is higher at the end of training than mid-plateau "
+    read, sides = lambda v: (v[0], v[1], {}), ("mid-plateau", "the end")
+    return pair_rule(text + margin_words(), "W_Q's effective rank", True, read, sides, few)
 
 
 def lengths(value) -> tuple:
@@ -152,15 +144,9 @@ def gone_rule(big: int, one_seed: bool) -> Rule:
 def back_rule(big: int, C: int, one_seed: bool) -> Rule:
     """The plateau longer at n_embd ``big``, context ``C`` than at C = 4. Value: ``(lengths at C = 4, lengths at C,
     log_every)``."""
-    return pair_rule(
-        f"{seeds_words(one_seed)}held if {PLATEAU_WORDS}, mean over seeds, is longer at n_embd={big}, C={C} than at "
-        f"C=4 {margin_words()} {RESOLUTION_WORDS}",
-        "longest plateau",
-        True,
-        lengths,
-        ("C=4", f"C={C}"),
-        unit=" steps",
-    )
+    text = f"{seeds_words(one_seed)}held if {PLATEAU_WORDS}, mean over seeds, is longer at n_embd={big}, C={C} than at "
+    text += f"C=4 {margin_words()} {RESOLUTION_WORDS}"
+    return pair_rule(text, "longest plateau", True, lengths, ("C=4", f"C={C}"), unit=" steps")
 
 
 PLATEAU = toy_claim(
@@ -206,40 +192,8 @@ BACK = toy_claim(
 )
 SPECS = (PLATEAU, BRANCHING, RANK, GONE, BACK)
 
-
-def plateau_shown(found: dict | None, ppl, V: int) -> str:
-    """The V/2 plateau ``found`` (:func:`v_half`) for a person: where and at what perplexity, or that there is none."""
-    if found:
-        return (
-            f"perplexity {num(found['perplexity'])} (V/2 = {V / 2:g}) for steps {found['start_step']}–"
-            f"{found['end_step']}"
-        )
-    return f"no plateau at V/2 = {V / 2:g}; final perplexity {num(np.asarray(ppl)[-1])}"
-
-
 VOCAB = (4, 8, 16, 32)
 STEPS, QUICK_STEPS = 5000, 300
-
-
-@dataclass
-class Plateaus:
-    """What :func:`measure` trained and read off: ``curves`` (the runs of every V at ``seeds``), ``r4s`` (every V = 4
-    run, comparison seeds included), ``branching`` (the V = 4 run of ``seed``: embeddings ``[snapshot, V, 2]`` and
-    their clusters; None without a V = 4 run), ``ranks`` (W_Q's effective rank mid-plateau and at the end per seed),
-    ``by_setting`` (the V = 16 runs per (n_embd, C)) and ``lengths`` (their longest plateaus, steps)."""
-
-    base: ToyConfig
-    vocab: list[int]
-    seed: int
-    seeds: list[int]
-    cmp_seeds: list[int]
-    settings: list[tuple[int, int]]
-    curves: list[dict]
-    r4s: list[dict]
-    branching: dict | None
-    ranks: dict | None
-    by_setting: dict[tuple[int, int], list[dict]]
-    lengths: dict[tuple[int, int], list[int]]
 
 
 def v_half(result: dict) -> dict | None:
@@ -252,10 +206,6 @@ def longest(result: dict) -> dict:
     return plateau(result["steps"], perplexity_curve(result))
 
 
-def plateau_steps(result: dict) -> int:
-    return longest(result)["length_steps"]
-
-
 def mid_plateau(steps, pl: dict) -> int | None:
     """The index of the logged ``steps`` nearest the middle of the plateau ``pl`` (None without a plateau)."""
     if pl["start_step"] is None:
@@ -263,68 +213,63 @@ def mid_plateau(steps, pl: dict) -> int | None:
     return int(np.argmin(np.abs(np.asarray(steps) - (pl["start_step"] + pl["end_step"]) / 2)))
 
 
-def measure(run: ToyRun, base: ToyConfig, vocab: Sequence[int], settings: Sequence[tuple[int, int]]) -> Plateaus:
-    """Train every V at the run's seeds (V = 4 also at its comparison seeds) and V = 16 at each (n_embd, C) of
-    ``settings`` at the comparison seeds, from ``base``; read the plateaus, the V = 4 embeddings' clusters and the
-    effective ranks."""
-    seed, seeds, cmp_seeds = run.seed, run.run_seeds, run.comparison_seeds
-    v_cfgs = [replace(base, V=v, seed=s) for v in vocab for s in seeds]
-    v_cfgs += [replace(base, V=4, seed=s) for s in cmp_seeds if s not in seeds and 4 in vocab]
-    g_cfgs = [replace(base, V=16, n_embd=d, C=c, seed=s, snapshot_every=0) for d, c in settings for s in cmp_seeds]
-    res = run.train(v_cfgs + g_cfgs)
-    v_res, g_res = [res[c.id()] for c in v_cfgs], [res[c.id()] for c in g_cfgs]
-    r4s = [r for r in v_res if r["config"]["V"] == 4]
+def branching(r4s: list[dict], seed: int) -> tuple[dict, dict] | tuple[None, None]:
+    """The V = 4 run of ``seed``: its embeddings ``[snapshot, V, 2]``, their direction clusters and its plateau; W_Q's
+    effective rank mid-plateau and at the end of every V = 4 run (``r4s``) with a plateau. ``(None, None)`` without
+    a V = 4 run of ``seed`` or its snapshots."""
     r4 = next((r for r in r4s if r["config"]["seed"] == seed), None)
-    by_setting: dict[tuple[int, int], list[dict]] = {}
-    for r in g_res:
-        by_setting.setdefault((r["config"]["n_embd"], r["config"]["C"]), []).append(r)
-    found = ranks = None
-    if r4 and r4["snapshots"]:
-        emb = np.array([s["W_E"] for s in r4["snapshots"]])  # [snap, V, 2]
-        clusters = [pairing(e) for e in emb]
-        pl = longest(r4)
-        at = mid_plateau(r4["snapshot_steps"], pl)
-        found = {
-            "run": r4,
-            "embeddings": emb,
-            "clusters": clusters,
-            "plateau": pl,
-            "clusters_mid": clusters[at] if at is not None else None,
-            "mid_step": r4["snapshot_steps"][at] if at is not None else None,
-            "end_step": r4["snapshot_steps"][-1],
-        }
-        ranks = {"mid": [], "end": [], "runs": [], "no_plateau": []}
-        for r in r4s:
-            er = r["effective_rank"]
-            ranks["runs"].append(er)
-            at_r = mid_plateau(er["step"], longest(r))
-            if at_r is None:
-                ranks["no_plateau"].append(r["config"]["seed"])
-                continue
+    if not (r4 and r4["snapshots"]):
+        return None, None
+    emb = np.array([s["W_E"] for s in r4["snapshots"]])  # [snap, V, 2]
+    clusters = [pairing(e) for e in emb]
+    pl = longest(r4)
+    at = mid_plateau(r4["snapshot_steps"], pl)
+    found = {
+        "run": r4,
+        "embeddings": emb,
+        "clusters": clusters,
+        "plateau": pl,
+        "clusters_mid": clusters[at] if at is not None else None,
+        "mid_step": r4["snapshot_steps"][at] if at is not None else None,
+        "end_step": r4["snapshot_steps"][-1],
+    }
+    ranks = {"mid": [], "end": [], "runs": [], "no_plateau": []}
+    for r in r4s:
+        er = r["effective_rank"]
+        ranks["runs"].append(er)
+        at_r = mid_plateau(er["step"], longest(r))
+        if at_r is None:
+            ranks["no_plateau"].append(r["config"]["seed"])
+        else:
             ranks["mid"].append(er["W_Q"][at_r])
             ranks["end"].append(er["W_Q"][-1])
-    asked = (base, list(vocab), seed, list(seeds), list(cmp_seeds), list(settings))
-    curves = [r for r in v_res if r["config"]["seed"] in seeds]
-    lengths = {k: [plateau_steps(r) for r in rs] for k, rs in by_setting.items()}
-    return Plateaus(*asked, curves, r4s, found, ranks, by_setting, lengths)  # in the order of its fields
+    return found, ranks
 
 
-def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
+def judged_rows(run: ToyRun, curves, r4s, b, rk, glens, settings, every) -> list[tuple]:
+    """The claims' rows (:func:`~gpt2_posheads.toy.posts.judged`): the V/2 plateau of every curve, the V = 4
+    branching ``b`` and ranks ``rk``, the plateau lengths ``glens`` per (n_embd, C) of ``settings``."""
     rows = []
-    for r in m.curves:
+    for r in curves:
         V, seed, ppl = r["config"]["V"], r["config"]["seed"], perplexity_curve(r)
-        setting = f"V = {V}" + (f" (seed {seed})" if len(m.seeds) > 1 else "")
+        setting = f"V = {V}" + (f" (seed {seed})" if run.seeds > 1 else "")
         at = PLATEAU.at(f"V={V} seed={seed}", setting, post=f"perplexity V/2 = {V / 2:g}")
-        measured = {"plateau": v_half(r), "final_perplexity": r["final_perplexity"]}
-        rows.append((at, measured, (r["steps"], ppl, V), plateau_shown(measured["plateau"], ppl, V)))
-    if m.branching is not None:
-        b, rk = m.branching, m.ranks
+        found = v_half(r)
+        if found:
+            shown = (
+                f"perplexity {num(found['perplexity'])} (V/2 = {V / 2:g}) for steps {found['start_step']}–"
+                f"{found['end_step']}"
+            )
+        else:
+            shown = f"no plateau at V/2 = {V / 2:g}; final perplexity {num(np.asarray(ppl)[-1])}"
+        rows.append((at, {"plateau": found, "final_perplexity": r["final_perplexity"]}, (r["steps"], ppl, V), shown))
+    if b is not None:
         at_mid, mid_step, end_step, last = b["clusters_mid"], b["mid_step"], b["end_step"], b["clusters"][-1]
         mids, ends, no_plateau = rk["mid"], rk["end"], rk["no_plateau"]
         ranks = f"W_Q effective rank {num(spread(mids)[0])} mid-plateau vs {num(spread(ends)[0])} at the end (mean of "
         rows += [
             (
-                BRANCHING.at("V=4", f"V = 4 (seed {m.seed})"),
+                BRANCHING.at("V=4", f"V = 4 (seed {run.seed})"),
                 {"clusters_mid_plateau": at_mid, "step_mid_plateau": mid_step, "clusters_end": last},
                 (at_mid, last, mid_step, end_step),
                 f"{at_mid} clusters at step {mid_step} (mid-plateau), {last} at step {end_step}"
@@ -332,7 +277,7 @@ def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
                 else "no plateau",
             ),
             (
-                RANK.at("V=4", f"V = 4 ({len(m.r4s)} seeds)"),
+                RANK.at("V=4", f"V = 4 ({len(r4s)} seeds)"),
                 {
                     "effective_rank_W_Q_mid_plateau": mids,
                     "effective_rank_W_Q_end": ends,
@@ -342,70 +287,56 @@ def judge(m: Plateaus, quick: bool = False) -> list[Claim]:
                 f"{ranks}{len(mids)} seeds)" if mids else "no plateau",
             ),
         ]
-    glens, n_cmp, every = m.lengths, len(m.cmp_seeds), m.base.log_every
-    big = max(d for d, _ in m.settings)
-    longest_c = max(c for d, c in m.settings if d == big)
+    n_cmp = len(run.comparison_seeds)
+    big = max(d for d, _ in settings)
+    long_c = max(c for d, c in settings if d == big)
 
     def lens(d, c):
         return f"{num(spread(glens[(d, c)])[0])} steps at n_embd={d}, C={c}"
 
-    each = f"{nums(glens[(big, longest_c)])} vs {nums(glens[(big, 4)])}"
-    rows += [
+    each = f"{nums(glens[(big, long_c)])} vs {nums(glens[(big, 4)])}"
+    return rows + [
         (
             GONE.at(setting=f"V = 16, C = 4 ({n_cmp} seeds)", big=big),
-            {f"plateau_steps n_embd={d} C=4": glens[(d, 4)] for d, c in m.settings if c == 4},
+            {f"plateau_steps n_embd={d} C=4": glens[(d, 4)] for d, c in settings if c == 4},
             (glens[(2, 4)], glens[(big, 4)], every),
             f"longest plateau {lens(big, 4)} vs {lens(2, 4)} (mean of {n_cmp} seeds)",
         ),
         (
-            BACK.at(setting=f"V = 16, n_embd = {big} ({n_cmp} seeds)", big=big, C=longest_c),
-            {f"plateau_steps n_embd={big} C={c}": glens[(big, c)] for d, c in m.settings if d == big},
-            (glens[(big, 4)], glens[(big, longest_c)], every),
-            f"longest plateau {lens(big, longest_c)} vs {lens(big, 4)} (mean of {n_cmp} seeds; each seed: {each})",
+            BACK.at(setting=f"V = 16, n_embd = {big} ({n_cmp} seeds)", big=big, C=long_c),
+            {f"plateau_steps n_embd={big} C={c}": glens[(big, c)] for d, c in settings if d == big},
+            (glens[(big, 4)], glens[(big, long_c)], every),
+            f"longest plateau {lens(big, long_c)} vs {lens(big, 4)} (mean of {n_cmp} seeds; each seed: {each})",
         ),
     ]
-    return judged(rows, quick)
 
 
-def figures(m: Plateaus) -> dict[str, tuple[go.Figure, dict]]:
-    """``{stem: (figure, PNG size)}``; the V = 4 branching and effective ranks with a V = 4 run."""
-    out = {"sticky_plateau": (perplexity_by_vocab(m.curves, m.vocab, "copying the current token, n_embd=2, C=4"), {})}
-    if m.branching is not None:
-        b = m.branching
-        emb, r4, pl = b["embeddings"], b["run"], b["plateau"]
-        fig = make_subplots(
-            rows=1,
-            cols=2,
-            subplot_titles=["token embeddings over training (start: small dot)", "direction clusters (cos > 0.95)"],
+def branching_figures(b: dict, rk: dict, seed: int) -> dict[str, tuple[go.Figure, dict]]:
+    """The V = 4 run's embeddings over training beside their direction clusters; the effective ranks."""
+    emb, r4, pl = b["embeddings"], b["run"], b["plateau"]
+    titles = ["token embeddings over training (start: small dot)", "direction clusters (cos > 0.95)"]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=titles)
+    for t in range(emb.shape[1]):
+        path = go.Scatter(x=emb[:, t, 0], y=emb[:, t, 1], mode="lines+markers", name=f"token {t}", marker=dict(size=3))
+        fig.add_trace(path, 1, 1)
+    fig.add_trace(go.Scatter(x=r4["snapshot_steps"], y=b["clusters"], name="clusters", mode="lines"), 1, 2)
+    if pl["start_step"] is not None:
+        fig.add_vrect(
+            x0=pl["start_step"], x1=pl["end_step"], fillcolor="grey", opacity=0.15, line_width=0, row=1, col=2
         )
-        for t in range(emb.shape[1]):
-            dot = dict(size=3)
-            path = go.Scatter(x=emb[:, t, 0], y=emb[:, t, 1], mode="lines+markers", name=f"token {t}", marker=dot)
-            fig.add_trace(path, 1, 1)
-        fig.add_trace(go.Scatter(x=r4["snapshot_steps"], y=b["clusters"], name="clusters", mode="lines"), 1, 2)
-        if pl["start_step"] is not None:
-            fig.add_vrect(
-                x0=pl["start_step"], x1=pl["end_step"], fillcolor="grey", opacity=0.15, line_width=0, row=1, col=2
-            )
-        axis_titles(fig, ("embedding dimension 1", "embedding dimension 2"))
-        fig.update_xaxes(title_text="step (grey: the plateau)", row=1, col=2)
-        fig.update_yaxes(title_text="number of clusters", dtick=1, tick0=0, range=[0, 4.5], row=1, col=2)
-        fig.update_layout(title=f"V=4, seed {m.seed}: two-stage branching of the embeddings", height=480)
-        out["branching"] = (fig, {"width": 1200})
-        er_runs = m.ranks["runs"]
-        fig = go.Figure()
-        for i, name in enumerate(("W_E", "W_Q", "W_K")):
-            band(fig, er_runs[0]["step"], [e[name] for e in er_runs], name, COLOURS[i])
-        fig.update_layout(
-            title="V=4: effective rank (exp entropy of the normalised singular values)",
-            xaxis_title="step",
-            yaxis_title="effective rank (1 to 2)",
-        )
-        out["effective_rank"] = (fig, {})
-    by_setting = {f"n_embd={d}, C={c}": rs for (d, c), rs in m.by_setting.items()}
-    title = "V=16: the plateau against embedding dimension and context length"
-    out["generality"] = (perplexity_bands(by_setting, 16, title), {})
-    return out
+    axis_titles(fig, ("embedding dimension 1", "embedding dimension 2"))
+    fig.update_xaxes(title_text="step (grey: the plateau)", row=1, col=2)
+    fig.update_yaxes(title_text="number of clusters", dtick=1, tick0=0, range=[0, 4.5], row=1, col=2)
+    fig.update_layout(title=f"V=4, seed {seed}: two-stage branching of the embeddings", height=480)
+    ranks = go.Figure()
+    for i, name in enumerate(("W_E", "W_Q", "W_K")):
+        band(ranks, rk["runs"][0]["step"], [e[name] for e in rk["runs"]], name, COLOURS[i])
+    ranks.update_layout(
+        title="V=4: effective rank (exp entropy of the normalised singular values)",
+        xaxis_title="step",
+        yaxis_title="effective rank (1 to 2)",
+    )
+    return {"branching": (fig, {"width": 1200}), "effective_rank": (ranks, {})}
 
 
 @declare(
@@ -425,7 +356,7 @@ The claim as a function: gpt2_posheads.posts.sticky_plateau.sticky_plateau
 (gpt2_posheads/posts/sticky_plateau/plateau.py).
 """,
     options=(
-        Option("--steps", None, f"training steps (default {STEPS}; --quick: {QUICK_STEPS})", int),
+        ToyRun.steps_option(STEPS, QUICK_STEPS),
         Option("--vocab", ",".join(map(str, VOCAB)), "comma-separated vocabulary sizes V", parse="int_list", low=2),
     ),
 )
@@ -435,6 +366,9 @@ def sticky_plateau(*, vocab: Sequence[int] = VOCAB, **options) -> ClaimResult:
     :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 5,000, ``quick``: 300 and fewer V and settings; the
     curves train at ``seeds`` seeds, every comparison at ``max(seeds, 3)``); ``numbers`` records them and the
     ``robustness`` grid (also a table and a figure).
+
+    Every V trains at the run's seeds (V = 4 also at the comparison seeds: the ranks), V = 16 at each (n_embd, C)
+    setting at the comparison seeds (the plateau lengths).
     """
     run = ToyRun.of("sticky_plateau", options, STEPS, QUICK_STEPS)
     vocab = list(vocab)
@@ -449,11 +383,28 @@ def sticky_plateau(*, vocab: Sequence[int] = VOCAB, **options) -> ClaimResult:
         f"{len(settings)} (n_embd, C) settings at V=16 ({len(cmp_seeds)} seeds each), {run.steps:,} steps",
         flush=True,
     )
-    m = measure(run, base, vocab, settings)
-    result = ClaimResult("sticky_plateau", claims=judge(m, run.quick))
-    return run.finish(
-        result, figures(m), base, sticky_plateau_grid(), "003: sticky plateau", seeds=seeds, comparison_seeds=cmp_seeds
-    )
+    v_cfgs = [replace(base, V=v, seed=s) for v in vocab for s in seeds]
+    v_cfgs += [replace(base, V=4, seed=s) for s in cmp_seeds if s not in seeds and 4 in vocab]
+    g_cfgs = [replace(base, V=16, n_embd=d, C=c, seed=s, snapshot_every=0) for d, c in settings for s in cmp_seeds]
+    res = run.train(v_cfgs + g_cfgs)
+    v_res = [res[c.id()] for c in v_cfgs]
+    r4s = [r for r in v_res if r["config"]["V"] == 4]
+    by_setting: dict[tuple[int, int], list[dict]] = {}  # the V = 16 runs per (n_embd, C)
+    for c in g_cfgs:
+        by_setting.setdefault((c.n_embd, c.C), []).append(res[c.id()])
+    glens = {k: [longest(r)["length_steps"] for r in rs] for k, rs in by_setting.items()}
+    curves = [r for r in v_res if r["config"]["seed"] in seeds]
+    b, rk = branching(r4s, run.seed)
+    rows = judged_rows(run, curves, r4s, b, rk, glens, settings, base.log_every)
+    figures = {"sticky_plateau": (perplexity_by_vocab(curves, vocab, "copying the current token, n_embd=2, C=4"), {})}
+    if b is not None:
+        figures.update(branching_figures(b, rk, run.seed))
+    by_name = {f"n_embd={d}, C={c}": rs for (d, c), rs in by_setting.items()}
+    title = "V=16: the plateau against embedding dimension and context length"
+    figures["generality"] = (perplexity_bands(by_name, 16, title), {})
+    result = ClaimResult("sticky_plateau")
+    grid = sticky_plateau_grid()
+    return run.finish(result, rows, figures, base, grid, "003: sticky plateau", seeds=seeds, comparison_seeds=cmp_seeds)
 
 
 # --- the --robustness grid --------------------------------------------------------------------------------------
@@ -474,27 +425,14 @@ def sticky_plateau_grid() -> list[GridClaim]:
             **{f"d8C{c}": replace(b, V=16, n_embd=8, C=c) for c in GRID_LONG_CS},
         }
 
-    return [
-        GridClaim(
-            PLATEAU.at("V=16"),
-            lambda b: {"v": replace(b, V=16)},
-            lambda r: (r["v"]["steps"], perplexity_curve(r["v"]), 16),
-        ),
-        GridClaim(
-            GONE.at(big=8, one_seed=True),
-            dims,
-            lambda r: ([plateau_steps(r["d2"])], [plateau_steps(r["d8"])], r["d2"]["config"]["log_every"]),
-        ),
-        *[
-            GridClaim(
-                BACK.at(f"C={c}", big=8, C=c, one_seed=True),
-                dims,
-                lambda r, c=c: (
-                    [plateau_steps(r["d8"])],
-                    [plateau_steps(r[f"d8C{c}"])],
-                    r["d8"]["config"]["log_every"],
-                ),
-            )
-            for c in GRID_LONG_CS
-        ],
+    def compared(r, a, b):
+        return [longest(r[a])["length_steps"]], [longest(r[b])["length_steps"]], r[a]["config"]["log_every"]
+
+    v16 = GridClaim(
+        PLATEAU.at("V=16"), lambda b: {"v": replace(b, V=16)}, lambda r: (r["v"]["steps"], perplexity_curve(r["v"]), 16)
+    )
+    back = [
+        GridClaim(BACK.at(f"C={c}", big=8, C=c, one_seed=True), dims, lambda r, c=c: compared(r, "d8", f"d8C{c}"))
+        for c in GRID_LONG_CS
     ]
+    return [v16, GridClaim(GONE.at(big=8, one_seed=True), dims, lambda r: compared(r, "d2", "d8")), *back]
