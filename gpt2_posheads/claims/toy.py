@@ -36,8 +36,11 @@ from .verdicts import ClaimSpec, Decision, Rule, declare_claim, fmt
 # --- shared vocabulary ----------------------------------------------------------------------------------------
 
 
-def toy_claim(key: str, claim: str, post, rule: Rule | Callable[..., Rule], **params) -> ClaimSpec:
-    """:func:`~gpt2_posheads.claims.verdicts.declare_claim` with role ``""`` (no route to tell apart)."""
+def toy_claim(key: str, claim: str, post, rule: Rule | Callable[..., Rule] | None = None, **params):
+    """:func:`~gpt2_posheads.claims.verdicts.declare_claim` with role ``""`` (no route to tell apart); without
+    ``rule``, a decorator: the function below it makes the rule from ``params``, and the name is the claim's."""
+    if rule is None:
+        return lambda make: declare_claim(key, claim, post, make, "", **params)
     return declare_claim(key, claim, post, rule, "", **params)
 
 

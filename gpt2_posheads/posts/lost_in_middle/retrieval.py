@@ -51,7 +51,10 @@ def _by_k(losses) -> np.ndarray:
     return a[:, None] if a.ndim == 1 else a
 
 
-def only_last_rule(last: float, rest: float) -> Rule:
+@toy_claim(
+    "1_layer_only_last", "only the current token (k = C-1) is retrieved", "only k = C-1 retrievable", last=0.3, rest=0.6
+)
+def ONLY_LAST(last: float, rest: float) -> Rule:
     """Only k = C-1 retrieved: its final loss < ``last`` ln V and every other k's > ``rest`` ln V. Value: ``(final
     loss at each k, [C] or [C, seed]; V)``."""
 
@@ -71,7 +74,10 @@ def only_last_rule(last: float, rest: float) -> Rule:
     )
 
 
-def u_rule(margin: float) -> Rule:
+@toy_claim(
+    "2_layers_U_shape", "first and last tokens easy, the middle hard (lost in the middle)", "U shape", margin=0.2
+)
+def U_SHAPE_2(margin: float) -> Rule:
     """A U shape: k = 0 and k = C-1 both below the middle k = 2..C-3 by the larger of ``margin`` ln V (0.46 nats at
     V = 10, well above the seed-to-seed noise of a model at chance) and 2 sd. Value: ``(final loss at each k, [C] or
     [C, seed]; V)``."""
@@ -129,21 +135,6 @@ def spikier_rule() -> Rule:
     )
 
 
-ONLY_LAST = toy_claim(
-    "1_layer_only_last",
-    "only the current token (k = C-1) is retrieved",
-    "only k = C-1 retrievable",
-    only_last_rule,
-    last=0.3,
-    rest=0.6,
-)
-U_SHAPE_2 = toy_claim(
-    "2_layers_U_shape",
-    "first and last tokens easy, the middle hard (lost in the middle)",
-    "U shape",
-    u_rule,
-    margin=0.2,
-)
 U_SHAPE = toy_claim(
     "U_shape",
     "the same U shape (only the first and last tokens retrieved reliably; a long plateau across the middle)",

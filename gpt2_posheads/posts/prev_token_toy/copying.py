@@ -43,7 +43,14 @@ POST = toy_post(
 )
 
 
-def learned_rule(max_ppl: float, max_rel: float) -> Rule:
+@toy_claim(
+    "learned_with_pos_emb",
+    "the task can be reasonably learned with positional embeddings",
+    "learned (plot: perplexity near 1)",
+    max_ppl=1.5,
+    max_rel=0.05,
+)
+def LEARNED(max_ppl: float, max_rel: float) -> Rule:
     """Learned: final perplexity <= ``max_ppl``, or relative perplexity (ppl - 1) / V <= ``max_rel``. Value:
     ``(final perplexity, V)``."""
 
@@ -62,7 +69,8 @@ def learned_rule(max_ppl: float, max_rel: float) -> Rule:
     )
 
 
-def fails_rule(min_rel: float) -> Rule:
+@toy_claim("fails_without_pos_emb", "it cannot be learned without positional embeddings", "not learned", min_rel=0.5)
+def FAILS(min_rel: float) -> Rule:
     """Not learned: relative perplexity (ppl - 1) / V >= ``min_rel``. Value: ``(final perplexity, V)``."""
 
     def decide(value):
@@ -79,7 +87,8 @@ def fails_rule(min_rel: float) -> Rule:
     )
 
 
-def separation_rule() -> Rule:
+@toy_claim("separation_direction", "p_-1 lies on one side of a direction s, p_0, p_-2, p_-3 on the other", "s ~ (1, 1)")
+def SEPARATION() -> Rule:
     """Value: ``(each position's projection on s (positions 0..C-1), the previous token's position C-2)``."""
 
     def decide(value):
@@ -95,7 +104,8 @@ def separation_rule() -> Rule:
     return Rule("held if the projection of p_-1 on s has the opposite sign of every other position's", decide)
 
 
-def sign_rule(learned: bool) -> Rule:
+@toy_claim("sT_WQWKT_s_negative", "s^T W_Q W_K^T s < 0", -1.1, learned=False)
+def SIGN(learned: bool) -> Rule:
     """s^T W_Q W_K^T s < 0. Value: the number; with ``learned`` (the grid, where learning is part of the rule, not a
     precondition): ``(final perplexity, V, the number)``."""
 
@@ -145,7 +155,13 @@ def lr_rule(V: int, faster: bool) -> Rule:
     )
 
 
-def spikes_rule(seed: int) -> Rule:
+@toy_claim(
+    "spikes_and_swaps_at_large_lr",
+    "at lr 0.1 loss spikes come with token-order swaps",
+    "a spike around step 6000 with a swap",
+    seed=0,
+)
+def SPIKES(seed: int) -> Rule:
     """Value: ``{run label: (loss spikes, order swaps)}`` of the lr-0.1 runs of ``seed``."""
 
     def decide(stats):
@@ -160,28 +176,6 @@ def spikes_rule(seed: int) -> Rule:
     )
 
 
-LEARNED = toy_claim(
-    "learned_with_pos_emb",
-    "the task can be reasonably learned with positional embeddings",
-    "learned (plot: perplexity near 1)",
-    learned_rule,
-    max_ppl=1.5,
-    max_rel=0.05,
-)
-FAILS = toy_claim(
-    "fails_without_pos_emb",
-    "it cannot be learned without positional embeddings",
-    "not learned",
-    fails_rule,
-    min_rel=0.5,
-)
-SEPARATION = toy_claim(
-    "separation_direction",
-    "p_-1 lies on one side of a direction s, p_0, p_-2, p_-3 on the other",
-    "s ~ (1, 1)",
-    separation_rule(),
-)
-SIGN = toy_claim("sT_WQWKT_s_negative", "s^T W_Q W_K^T s < 0", -1.1, sign_rule, learned=False)
 MONO = {
     name: toy_claim(
         f"rel_ppl_{'up' if up else 'down'}_with_{name}",
@@ -206,13 +200,6 @@ LR = {
     )
     for v, faster in ((30, True), (100, False))
 }
-SPIKES = toy_claim(
-    "spikes_and_swaps_at_large_lr",
-    "at lr 0.1 loss spikes come with token-order swaps",
-    "a spike around step 6000 with a swap",
-    spikes_rule,
-    seed=0,
-)
 SPECS = (LEARNED, FAILS, SEPARATION, SIGN, *MONO.values(), *LR.values(), SPIKES)
 
 
@@ -326,8 +313,7 @@ def figures(rp, rn, base: ToyConfig, proj, sweeps: dict, lr_runs: dict, seed: in
         fig.update_xaxes(tickvals=xs, ticktext=[str(x) for x in xs], row=1, col=col)
         fig.update_yaxes(title_text="relative perplexity (ppl-1)/V", row=1, col=col)
     fig.update_layout(
-        title=f"relative perplexity (ppl - 1) / V, mean ± sd of {n_cmp} seeds (dotted: the floor)",
-        height=450,
+        title=f"relative perplexity (ppl - 1) / V, mean ± sd of {n_cmp} seeds (dotted: the floor)", height=450
     )
     out["hyperparameters"] = (fig, {"width": 1400})
 
@@ -336,9 +322,7 @@ def figures(rp, rn, base: ToyConfig, proj, sweeps: dict, lr_runs: dict, seed: in
         band(fig, rs[0]["steps"], [r["eval_loss"] for r in rs], f"V={v} lr={lr}", COLOURS[i])
     losses = [x for rs in lr_runs.values() for r in rs for x in r["eval_loss"]]
     fig.update_layout(
-        title=f"learning rate 0.1 vs 0.01 ({n_cmp} seeds)",
-        xaxis_title="step",
-        yaxis_title="eval loss (nats)",
+        title=f"learning rate 0.1 vs 0.01 ({n_cmp} seeds)", xaxis_title="step", yaxis_title="eval loss (nats)"
     )
     log_axis(fig, "y", [max(min(losses), 1e-6), max(losses)])
     out["learning_rate"] = (fig, {})

@@ -58,7 +58,10 @@ TREND_V = (10, 20, 40)  # the vocabularies of the independent implementation's c
 GRID_TREND_V = (20,)  # the --robustness grid tests the trend at one of them (3x fewer runs)
 
 
-def near_half_rule(low: float, high: float, one_seed: bool) -> Rule:
+@toy_claim(
+    "converges_near_V/2", "perplexity converges to V/2 or a bit below", "<= V/2", low=1.5, high=0.6, one_seed=False
+)
+def NEAR_HALF(low: float, high: float, one_seed: bool) -> Rule:
     """Final perplexity in (``low``, ``high`` V]. Value: ``(mean final perplexity, V, seeds)``."""
 
     def decide(value):
@@ -83,7 +86,15 @@ def confused_words(confused: bool) -> str:
     return f", and {PRE_CONFUSED}" if confused else ""
 
 
-def trend_rule(V: tuple, min_rho: float, confused: bool) -> Rule:
+@toy_claim(
+    "follows_(C-2)/(C-1)V_qualitatively",
+    "perplexity follows (C-2)/(C-1) V qualitatively",
+    "(C-2)/(C-1) V: 0.5 V at C=3 rising to 0.86 V at C=8",
+    V=TREND_V,
+    min_rho=0.8,
+    confused=False,
+)
+def TREND(V: tuple, min_rho: float, confused: bool) -> Rule:
     """Perplexity follows (C-2)/(C-1) V. Value: ``({V: [final perplexity at each C]}, cs)``."""
 
     def decide(value):
@@ -103,7 +114,17 @@ def trend_rule(V: tuple, min_rho: float, confused: bool) -> Rule:
     )
 
 
-def rise_rule(V: tuple, margin: float, one_seed: bool, confused: bool) -> Rule:
+# the rise an independent implementation saw (0.30 V -> 0.41 V) is +37%; a margin of 5% keeps noise out
+@toy_claim(
+    "rises_from_C=3_to_C=5",
+    "perplexity rises with C (checked where an independent implementation saw it rise: C=3 to C=5)",
+    "rises with C",
+    V=TREND_V,
+    margin=0.05,
+    one_seed=False,
+    confused=False,
+)
+def RISE(V: tuple, margin: float, one_seed: bool, confused: bool) -> Rule:
     """Perplexity rises from C=3 to C=5 at every V. Value: ``{V: {C: [final perplexity of each seed]}}``."""
 
     def decide(ppl_seeds):
@@ -134,7 +155,13 @@ def confused(ppl_by_v_c: dict[int, list[float]], cs) -> Precondition:
     return Precondition(PRE_CONFUSED, not bad, f"{'; '.join(bad)} ({PRE_CONFUSED})")
 
 
-def falls_rule(ds: tuple) -> Rule:
+@toy_claim(
+    "best_perplexity_falls_with_n_embd",
+    "the best perplexity falls with n_embd, faster than V/n_embd",
+    "decreasing, faster than V/n_embd",
+    ds=(1, 2, 4, 8, 16),
+)
+def FALLS_EMBD(ds: tuple) -> Rule:
     """The best perplexity falls along n_embd ``ds`` and ends below V/n_embd. Value: ``(best perplexity of each seed
     at each n_embd, V)``."""
 
@@ -156,7 +183,13 @@ def falls_rule(ds: tuple) -> Rule:
     )
 
 
-def close_rule(min_rho: float) -> Rule:
+@toy_claim(
+    "close_tokens_embedded_close",
+    "numerically close tokens are embedded close together",
+    "continuous structure",
+    min_rho=0.3,
+)
+def CLOSE(min_rho: float) -> Rule:
     def decide(rho):
         ok = bool(rho > min_rho)
         return ok, (
@@ -167,7 +200,8 @@ def close_rule(min_rho: float) -> Rule:
     return Rule(f"held if Spearman(|i - j|, embedding distance) over token pairs > {min_rho:g}", decide)
 
 
-def kernel_rule() -> Rule:
+@toy_claim("distance_kernel_helps", "a distance kernel beats the inner product", "proposed, untested")
+def KERNEL() -> Rule:
     """The best kernel beats the best inner product. Value: ``(kernel's final perplexities over seeds, its label,
     the inner product's, its label, V)``."""
     return pair_rule(
@@ -180,7 +214,13 @@ def kernel_rule() -> Rule:
     )
 
 
-def one_d_rule(below: float) -> Rule:
+@toy_claim(
+    "1D_embedding_sufficient_with_distance_kernel",
+    "with a distance kernel a 1-D embedding suffices",
+    "proposed, untested",
+    below=2,
+)
+def ONE_D(below: float) -> Rule:
     """Value: ``(final perplexities over seeds, the kernel's label)``."""
 
     def decide(value):
@@ -199,59 +239,6 @@ def one_d_rule(below: float) -> Rule:
 
 
 UNTESTED_IN_POST = "untested in the post"
-NEAR_HALF = toy_claim(
-    "converges_near_V/2",
-    "perplexity converges to V/2 or a bit below",
-    "<= V/2",
-    near_half_rule,
-    low=1.5,
-    high=0.6,
-    one_seed=False,
-)
-TREND = toy_claim(
-    "follows_(C-2)/(C-1)V_qualitatively",
-    "perplexity follows (C-2)/(C-1) V qualitatively",
-    "(C-2)/(C-1) V: 0.5 V at C=3 rising to 0.86 V at C=8",
-    trend_rule,
-    V=TREND_V,
-    min_rho=0.8,
-    confused=False,
-)
-# the rise an independent implementation saw (0.30 V -> 0.41 V) is +37%; a margin of 5% keeps noise out
-RISE = toy_claim(
-    "rises_from_C=3_to_C=5",
-    "perplexity rises with C (checked where an independent implementation saw it rise: C=3 to C=5)",
-    "rises with C",
-    rise_rule,
-    V=TREND_V,
-    margin=0.05,
-    one_seed=False,
-    confused=False,
-)
-FALLS_EMBD = toy_claim(
-    "best_perplexity_falls_with_n_embd",
-    "the best perplexity falls with n_embd, faster than V/n_embd",
-    "decreasing, faster than V/n_embd",
-    falls_rule,
-    ds=(1, 2, 4, 8, 16),
-)
-CLOSE = toy_claim(
-    "close_tokens_embedded_close",
-    "numerically close tokens are embedded close together",
-    "continuous structure",
-    close_rule,
-    min_rho=0.3,
-)
-KERNEL = toy_claim(
-    "distance_kernel_helps", "a distance kernel beats the inner product", "proposed, untested", kernel_rule()
-)
-ONE_D = toy_claim(
-    "1D_embedding_sufficient_with_distance_kernel",
-    "with a distance kernel a 1-D embedding suffices",
-    "proposed, untested",
-    one_d_rule,
-    below=2,
-)
 SPECS = (NEAR_HALF, TREND, RISE, FALLS_EMBD, CLOSE, KERNEL, ONE_D)
 
 

@@ -51,7 +51,8 @@ PLATEAU_WORDS = "the longest plateau (logged steps within ±10% of its first val
 RESOLUTION_WORDS = "and more than one logging interval (the resolution of a plateau length)"
 
 
-def plateau_rule(tol: float, min_points: int, below: float) -> Rule:
+@toy_claim("plateau_near_V/2", "a sticky plateau at perplexity V/2", "perplexity V/2", tol=0.2, min_points=5, below=0.8)
+def PLATEAU(tol: float, min_points: int, below: float) -> Rule:
     """A plateau at V/2: after perplexity first falls below ``below`` V, >= ``min_points`` consecutive logged steps
     within ``±tol`` of V/2. Value: ``(steps, perplexity curve, V)``."""
 
@@ -85,7 +86,14 @@ def plateau_rule(tol: float, min_points: int, below: float) -> Rule:
     )
 
 
-def branching_rule(first: int, then: int) -> Rule:
+@toy_claim(
+    "two_stage_branching",
+    "tokens split in two groups on the plateau, then all four separate",
+    "2 groups of 2, then 4",
+    first=2,
+    then=4,
+)
+def BRANCHING(first: int, then: int) -> Rule:
     """Value: ``(clusters mid-plateau or None without a plateau, clusters at the end, their steps)``."""
 
     def decide(value):
@@ -102,7 +110,10 @@ def branching_rule(first: int, then: int) -> Rule:
     )
 
 
-def rank_rule(min_seeds: int) -> Rule:
+@toy_claim(
+    "rank_dynamics", "Q/K stay low-rank (sticky) during the plateau and grow after it", "sticky Q/K", min_seeds=2
+)
+def RANK(min_seeds: int) -> Rule:
     """W_Q's effective rank rises from mid-plateau to the end. Value: ``(mid-plateau ranks, end ranks, seeds without
     a plateau)``, over the seeds that have one."""
 
@@ -122,7 +133,14 @@ def lengths(value) -> tuple:
     return value[0], value[1], {"resolution": value[2]}
 
 
-def gone_rule(big: int, one_seed: bool) -> Rule:
+@toy_claim(
+    "plateau_gone_for_larger_n_embd",
+    "the plateau disappears at n_embd {big} (vs 2)",
+    "no plateau",
+    big=8,
+    one_seed=False,
+)
+def GONE(big: int, one_seed: bool) -> Rule:
     """The plateau shorter at n_embd ``big`` than at 2 (C = 4). Value: ``(lengths at 2, lengths at big, log_every)``."""
 
     def nothing_to_lose(value):
@@ -141,7 +159,10 @@ def gone_rule(big: int, one_seed: bool) -> Rule:
     )
 
 
-def back_rule(big: int, C: int, one_seed: bool) -> Rule:
+@toy_claim(
+    "plateau_back_for_larger_C", "the plateau returns at C = {C} (vs 4)", "plateau returns", big=8, C=64, one_seed=False
+)
+def BACK(big: int, C: int, one_seed: bool) -> Rule:
     """The plateau longer at n_embd ``big``, context ``C`` than at C = 4. Value: ``(lengths at C = 4, lengths at C,
     log_every)``."""
     text = f"{seeds_words(one_seed)}held if {PLATEAU_WORDS}, mean over seeds, is longer at n_embd={big}, C={C} than at "
@@ -149,47 +170,6 @@ def back_rule(big: int, C: int, one_seed: bool) -> Rule:
     return pair_rule(text, "longest plateau", True, lengths, ("C=4", f"C={C}"), unit=" steps")
 
 
-PLATEAU = toy_claim(
-    "plateau_near_V/2",
-    "a sticky plateau at perplexity V/2",
-    "perplexity V/2",
-    plateau_rule,
-    tol=0.2,
-    min_points=5,
-    below=0.8,
-)
-BRANCHING = toy_claim(
-    "two_stage_branching",
-    "tokens split in two groups on the plateau, then all four separate",
-    "2 groups of 2, then 4",
-    branching_rule,
-    first=2,
-    then=4,
-)
-RANK = toy_claim(
-    "rank_dynamics",
-    "Q/K stay low-rank (sticky) during the plateau and grow after it",
-    "sticky Q/K",
-    rank_rule,
-    min_seeds=2,
-)
-GONE = toy_claim(
-    "plateau_gone_for_larger_n_embd",
-    "the plateau disappears at n_embd {big} (vs 2)",
-    "no plateau",
-    gone_rule,
-    big=8,
-    one_seed=False,
-)
-BACK = toy_claim(
-    "plateau_back_for_larger_C",
-    "the plateau returns at C = {C} (vs 4)",
-    "plateau returns",
-    back_rule,
-    big=8,
-    C=64,
-    one_seed=False,
-)
 SPECS = (PLATEAU, BRANCHING, RANK, GONE, BACK)
 
 VOCAB = (4, 8, 16, 32)
