@@ -1,9 +1,9 @@
 """The toy posts' shared vocabulary for their rules: comparisons over seeds, the floor, numbers for a person.
 
-Each toy post declares its claims in its module (:func:`toy_claim`; :func:`pair_rule` for a comparison of two
-settings); a rule's ``decide`` reads the measured numbers (final perplexities, loss curves, values over seeds) and its
-``why`` says, with units, what it compared and what each side needed. The default run and the ``--robustness`` grid
-judge the same declarations.
+Each toy post declares its claims in its module, each rule made from its parameters (:func:`toy_claim`;
+:func:`pair_rule` for a comparison of two settings); a rule's ``decide`` reads the measured numbers (final
+perplexities, loss curves, values over seeds) and its ``why`` says, with units, what it compared and what each side
+needed. The default run and the ``--robustness`` grid judge the same declarations.
 
 Comparisons (which setting beats which, what rises or falls along a sweep) are judged on the mean over seeds, and a
 difference counts only when it exceeds both

@@ -34,15 +34,8 @@ def log_ticks(values) -> dict:
         ticks = [float(f"{t:.3g}") for t in ticks if lo_r <= math.log10(t) <= hi_r]
         if len(ticks) >= 3:
             break
-    return {"range": [lo_r, hi_r], "tickvals": ticks, "ticktext": [tick_label(t) for t in ticks]}
-
-
-def tick_label(t: float) -> str:
-    """A round tick value as written: 20, 0.5, 0.002, 1e-5."""
-    if t >= 1e-3:
-        return f"{t:g}"
-    mant, exp = f"{t:.0e}".split("e")
-    return f"{mant}e{int(exp)}"
+    text = [f"{t:g}" if t >= 1e-3 else f"{t:.0e}".replace("e-0", "e-") for t in ticks]  # 20, 0.5, 0.002, 1e-5
+    return {"range": [lo_r, hi_r], "tickvals": ticks, "ticktext": text}
 
 
 def log_axis(fig: go.Figure, axis: str, values, **where) -> None:

@@ -37,6 +37,7 @@ CODE_VERSION = 5
 # takes a torch.Generator, so each model of a sweep draws its own reproducible data whatever trains beside it.
 # x: [batch, C] token ids in 0..V-1; y: [batch].
 TASKS = ("copy_current", "copy_offset", "kth_token", "most_similar")
+SNAPSHOT = ("W_E", "W_pos", "0.W_Q", "0.W_K", "0.W_V")  # the parameters a snapshot records
 
 
 def check_task(task: str, V: int, C: int, k: int | None) -> None:
@@ -163,10 +164,6 @@ def _adamw_step(params, grads, state, t: int, lr: torch.Tensor, wd: torch.Tensor
     torch._foreach_addcdiv_(ps, updates, denom, value=-1.0)
 
 
-def _snapshot(params: dict[str, torch.Tensor], i: int) -> dict[str, list]:
-    return {n: params[n][i].tolist() for n in ("W_E", "W_pos", "0.W_Q", "0.W_K", "0.W_V") if n in params}
-
-
 def train_group(
     configs: list[ToyConfig],
     progress: bool = True,
@@ -228,7 +225,7 @@ def train_group(
                 if c0.snapshot_every and (t % c0.snapshot_every == 0 or t == 1):
                     eff["step"].append(t)
                     for i in range(M):
-                        snaps[i].append(_snapshot(params, i))
+                        snaps[i].append({n: params[n][i].tolist() for n in SNAPSHOT if n in params})
                         for n, w in (("W_E", "W_E"), ("W_Q", "0.W_Q"), ("W_K", "0.W_K")):  # heads' matrices stacked
                             eff[n][i].append(effective_rank(params[w][i].flatten(0, -2)))
             now = time.perf_counter()
@@ -298,12 +295,6 @@ def _train_quietly(group: list[ToyConfig]) -> list[dict]:
 
 
 HEARTBEAT_S = 10  # seconds between progress lines while groups train in other processes
-
-
-def _save(out: Path, result: dict) -> None:
-    tmp = out / f"{result['id']}.json.tmp"
-    tmp.write_text(json.dumps(result))
-    tmp.replace(out / f"{result['id']}.json")  # atomic: an interrupt never leaves half a file
 
 
 def _trained_groups(groups: list[list[ToyConfig]], workers: int, progress: bool) -> Iterator[list[dict]]:
@@ -413,7 +404,9 @@ def train_sweep(
             for r in results:
                 done[r["id"]] = r
                 if out:
-                    _save(out, r)
+                    tmp = out / f"{r['id']}.json.tmp"
+                    tmp.write_text(json.dumps(r))
+                    tmp.replace(out / f"{r['id']}.json")  # atomic: an interrupt never leaves half a file
             if on_group_done:
                 on_group_done(results)
     return [done[c.id()] for c in configs]

@@ -1,7 +1,6 @@
 """Post 002 ("Sparse attention 7"): stacked causal attention without positions loses the middle of its context
-(what the post finds: the command's usage, below). Its claims are declared first, each rule made from its
-parameters; the default run and the ``--robustness`` grid (:func:`lost_in_middle_grid`) judge the same declarations
-(:mod:`gpt2_posheads.claims.toy`).
+(what the post finds: the command's usage, below); :func:`lost_in_middle_grid`: its claims on the ``--robustness``
+grid.
 
 The default run trains every k at every seed of each setting (a setting's models as one batched computation) and
 judges the final loss per (k, seed): ``plateau_broken`` compares the stacks with residual connections and MLPs against

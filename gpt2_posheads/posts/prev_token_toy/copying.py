@@ -1,6 +1,5 @@
 """Post 000 ("Sparse attention 4"): a previous-token head from positional embeddings (what the post finds: the
-command's usage, below). Its claims are declared first, each rule made from its parameters; the default run and the
-``--robustness`` grid (:func:`prev_token_grid`) judge the same declarations (:mod:`gpt2_posheads.claims.toy`).
+command's usage, below); :func:`prev_token_grid`: its claims on the ``--robustness`` grid.
 
 The default run trains with and without positional embeddings (seed ``seed``), the V, C and n_embd sweeps and lr 0.1
 against 0.01 at V 30 and 100 (3 seeds per side of every comparison), reads s, ``W_Q W_K^T``, each position's

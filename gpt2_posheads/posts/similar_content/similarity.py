@@ -1,8 +1,7 @@
 """Post 001 ("Sparse attention 3"): one attention layer is inefficient at retrieving the most similar token (what
 the post finds, and the kernels it proposes without testing them: the command's usage, below; with a distance kernel
-a 1-D embedding would suffice). Its claims are declared first, each rule made from its parameters; the default run
-and the ``--robustness`` grid (:func:`similar_content_grid`) judge the same declarations
-(:mod:`gpt2_posheads.claims.toy`); ``confused``: the rule states the precondition it is judged under.
+a 1-D embedding would suffice); :func:`similar_content_grid`: its claims on the ``--robustness`` grid (``confused``:
+the rule states the precondition it is judged under).
 
 The default run trains the final perplexity for each V; each (V, C) of the trend; the best perplexity for each n_embd
 at V = 32; the learned embeddings at n_embd 2; the kernels at n_embd 1 and 2 (every comparison on 3 seeds per side).

@@ -1,7 +1,6 @@
 """Post 003 ("Sparse attention 1"): copying the current token with one attention layer gets stuck on a plateau
 (what the post finds: the command's usage, below; on the plateau at V = 4 the embeddings split into two groups of two,
-and only after it into four). Its claims are declared first, each rule made from its parameters; the default run and
-the ``--robustness`` grid (:func:`sticky_plateau_grid`) judge the same declarations (:mod:`gpt2_posheads.claims.toy`).
+and only after it into four); :func:`sticky_plateau_grid`: its claims on the ``--robustness`` grid.
 
 The default run trains one curve per V and seed; reads every V = 4 run's embeddings (direction clusters) and
 effective ranks over training, and the longest plateau at V = 16 for each (n_embd, C) setting over the comparison
@@ -176,11 +175,6 @@ VOCAB = (4, 8, 16, 32)
 STEPS, QUICK_STEPS = 5000, 300
 
 
-def v_half(result: dict) -> dict | None:
-    """A run's plateau at V/2 as :data:`PLATEAU` states it, or None."""
-    return v_half_plateau(result["steps"], perplexity_curve(result), result["config"]["V"], **dict(PLATEAU.params))
-
-
 def longest(result: dict) -> dict:
     """A run's longest plateau (:func:`~gpt2_posheads.claims.toy.plateau`)."""
     return plateau(result["steps"], perplexity_curve(result))
@@ -227,14 +221,14 @@ def branching(r4s: list[dict], seed: int) -> tuple[dict, dict] | tuple[None, Non
 
 
 def judged_rows(run: ToyRun, curves, r4s, b, rk, glens, settings, every) -> list[tuple]:
-    """The claims' rows (:func:`~gpt2_posheads.toy.posts.judged`): the V/2 plateau of every curve, the V = 4
+    """The claims' rows (:meth:`~gpt2_posheads.toy.posts.ToyRun.finish`): the V/2 plateau of every curve, the V = 4
     branching ``b`` and ranks ``rk``, the plateau lengths ``glens`` per (n_embd, C) of ``settings``."""
     rows = []
     for r in curves:
         V, seed, ppl = r["config"]["V"], r["config"]["seed"], perplexity_curve(r)
         setting = f"V = {V}" + (f" (seed {seed})" if run.seeds > 1 else "")
         at = PLATEAU.at(f"V={V} seed={seed}", setting, post=f"perplexity V/2 = {V / 2:g}")
-        found = v_half(r)
+        found = v_half_plateau(r["steps"], ppl, V, **dict(PLATEAU.params))  # as PLATEAU states it
         if found:
             shown = (
                 f"perplexity {num(found['perplexity'])} (V/2 = {V / 2:g}) for steps {found['start_step']}–"
