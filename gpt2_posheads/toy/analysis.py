@@ -106,20 +106,10 @@ def pairing(emb: torch.Tensor, cos_threshold: float = 0.95) -> int:
     Used for the two-stage branching of 003: on the sticky plateau V=4 tokens form 2 clusters."""
     e = torch.as_tensor(emb, dtype=torch.float64)
     e = e / e.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    cos = e @ e.T
-    n, seen, clusters = len(e), set(), 0
-    for i in range(n):
-        if i in seen:
-            continue
-        clusters += 1
-        stack = [i]
-        while stack:
-            a = stack.pop()
-            if a in seen:
-                continue
-            seen.add(a)
-            stack += [b for b in range(n) if b not in seen and cos[a, b] > cos_threshold]
-    return clusters
+    linked = (e @ e.T > cos_threshold) | torch.eye(len(e), dtype=torch.bool)  # the diagonal: numerically ~1
+    for _ in range(len(e).bit_length()):  # squaring doubles the paths' reach: the clusters' closure
+        linked = linked.double() @ linked.double() > 0
+    return len({tuple(row.tolist()) for row in linked})
 
 
 def distance_rank_correlation(emb: torch.Tensor) -> float:

@@ -36,12 +36,7 @@ from .train import ToyConfig, train_sweep
 
 # The posts' unstated settings and the values tried: learning rate as a factor of the script's default,
 # batch size, std of the N(0, s^2) initialisation, attention output projection W_O.
-UNSTATED: dict[str, tuple] = {
-    "lr_factor": (0.3, 1.0, 3.0),
-    "batch_size": (128, 256),
-    "init_std": (0.02, 1.0),
-    "out_proj": (False, True),
-}
+UNSTATED = {"lr_factor": (0.3, 1.0, 3.0), "batch_size": (128, 256), "init_std": (0.02, 1.0), "out_proj": (False, True)}
 
 
 @dataclass(frozen=True)
@@ -65,8 +60,7 @@ class GridClaim:
 
 def settings(grid: Mapping[str, Sequence] = UNSTATED) -> list[dict]:
     """Every point of ``grid`` (the Cartesian product of its values), as dicts."""
-    names = list(grid)
-    return [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
+    return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
 
 
 def at_setting(base: ToyConfig, setting: Mapping, seed: int) -> ToyConfig:

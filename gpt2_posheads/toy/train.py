@@ -38,6 +38,7 @@ CODE_VERSION = 5
 # x: [batch, C] token ids in 0..V-1; y: [batch].
 TASKS = ("copy_current", "copy_offset", "kth_token", "most_similar")
 SNAPSHOT = ("W_E", "W_pos", "0.W_Q", "0.W_K", "0.W_V")  # the parameters a snapshot records
+OFFSETS = (0, 1_000_003, 2_000_003)  # seed offsets of a model's generators: initialisation, data, evaluation
 
 
 def check_task(task: str, V: int, C: int, k: int | None) -> None:
@@ -182,9 +183,8 @@ def train_group(
         raise ValueError("train_group needs configs that share every shape setting (use train_sweep)")
     c0 = configs[0]
     M = len(configs)
-    init_gens = [torch.Generator().manual_seed(c.seed) for c in configs]
-    data_gens = [torch.Generator().manual_seed(c.seed + 1_000_003) for c in configs]
-    eval_gens = [torch.Generator().manual_seed(c.seed + 2_000_003) for c in configs]
+    # each model's own generators: its initialisation, training batches and evaluation set
+    init_gens, data_gens, eval_gens = ([torch.Generator().manual_seed(c.seed + o) for c in configs] for o in OFFSETS)
     params = {
         n: p.to(device).requires_grad_(True)
         for n, p in init_params(c0, init_gens, [c.init_std for c in configs]).items()
@@ -192,8 +192,7 @@ def train_group(
     lr = torch.tensor([c.lr for c in configs], device=device)
     wd = torch.tensor([c.weight_decay for c in configs], device=device)
     evals = [make_batch(c.task, c.V, c.C, c.eval_size, g, c.k) for c, g in zip(configs, eval_gens)]
-    ex = torch.stack([e[0] for e in evals]).to(device)
-    ey = torch.stack([e[1] for e in evals]).to(device)
+    ex, ey = (torch.stack(t).to(device) for t in zip(*evals))  # [M, eval_size, C], [M, eval_size]
     state: dict = {}
     logs = {"step": [], "loss": [], "eval_loss": []}
     snaps: list[list[dict]] = [[] for _ in configs]
@@ -205,8 +204,7 @@ def train_group(
     for start in range(0, c0.steps, chunk):
         n = min(chunk, c0.steps - start)
         batches = [make_batch(c.task, c.V, c.C, c.batch_size, g, c.k, n=n) for c, g in zip(configs, data_gens)]
-        xs = torch.stack([b[0] for b in batches], 1).to(device)  # [n, M, B, C]
-        ys = torch.stack([b[1] for b in batches], 1).to(device)
+        xs, ys = (torch.stack(t, 1).to(device) for t in zip(*batches))  # [n, M, B, C], [n, M, B]
         for j in range(n):
             t = start + j + 1
             loss = per_model_loss(forward(params, xs[j], c0), ys[j])

@@ -58,8 +58,8 @@ def test_prev_token_learned_with_pos_emb_and_not_without(seed):
         for p in (True, False)
     ]
     with_pos, without = train_group(cfgs[:1], progress=False)[0], train_group(cfgs[1:], progress=False)[0]
-    assert prev.learned(with_pos["final_perplexity"], 30)[0] and with_pos["final_perplexity"] < 1.1
-    assert prev.fails(without["final_perplexity"], 30)[0]
+    assert prev.LEARNED.rule.decide((with_pos["final_perplexity"], 30))[0] and with_pos["final_perplexity"] < 1.1
+    assert prev.FAILS.rule.decide((without["final_perplexity"], 30))[0]
 
 
 @pytest.mark.slow
@@ -71,15 +71,15 @@ def test_most_similar_converges_near_half_vocab_and_rises_from_c3_to_c5():
 
     cfg = lambda V, C, s=0: ToyConfig(task="most_similar", V=V, C=C, n_embd=2, steps=4000, log_every=100, seed=s)  # noqa: E731
     half = train_group([cfg(32, 3)], progress=False)[0]
-    assert sim.near_half(half["final_perplexity"], 32)[0]
+    assert sim.NEAR_HALF.rule.decide((half["final_perplexity"], 32, 1))[0]
     ppl = {
         C: [r["final_perplexity"] for r in train_group([cfg(20, C, s) for s in range(sim.TREND_SEEDS)], progress=False)]
         for C in (3, 5)
     }
     m3, m5 = sum(ppl[3]) / len(ppl[3]), sum(ppl[5]) / len(ppl[5])
-    assert sim.confused({20: [m3, 0.0, m5, 0.0, 0.0]}, GRID_C)[0]  # only C=3 and C=5 enter
+    assert sim.confused({20: [m3, 0.0, m5, 0.0, 0.0]}, GRID_C).ok  # only C=3 and C=5 enter
     assert m5 > 1.05 * m3 and min(ppl[5]) < 1.05 * m3
-    held, why = sim.rises_3_to_5({20: ppl})
+    held, why = sim.RISE.rule.decide({20: ppl})
     assert held is False and "mean ± sd of 3 seeds" in why
 
 
@@ -93,4 +93,4 @@ def test_lost_in_middle_three_layers_u_shape_after_convergence():
         ToyConfig(task="kth_token", V=10, C=10, n_embd=10, n_layers=3, k=k, steps=THREE_LAYER_STEPS, log_every=500)
         for k in range(10)
     ]
-    assert lost.u_shape([r["final_loss"] for r in train_group(cfgs, progress=False)], 10)[0]
+    assert lost.U_SHAPE_2.rule.decide(([r["final_loss"] for r in train_group(cfgs, progress=False)], 10))[0]
