@@ -38,33 +38,33 @@ OOD_PROTOCOL = (
 )
 
 
-def _reduce_patterns(model, make_tokens, state: dict, on_pattern, engine: str = "auto") -> dict:
-    """:func:`_mean_scores` of ``on_pattern(state, layer, pattern)`` over batches of 8 of ``make_tokens()``."""
-    eng = engine_for(model, engine)
+def _reduce_patterns(model, make_tokens, state: dict, engine: str = "auto") -> dict:
+    """``{score: [n_layers, n_heads]}``: :func:`_score_layer`'s sums over batches of 8 of ``make_tokens()``, divided
+    by ``state["n"]``."""
 
     def batches() -> list[torch.Tensor]:  # only an engine that runs a model makes them
         state["shape"] = (model.cfg.n_layers, model.cfg.n_heads)
         return list(as_token_batches(model, make_tokens(), 8))
 
-    return eng.patterns(batches, Reduction(on_pattern, _mean_scores, state))
+    def finish(state: dict) -> dict:
+        return {k: (state[k].cpu() / state["n"]).float() for k in state["scores"]}
+
+    return engine_for(model, engine).patterns(batches, Reduction(_score_layer, finish, state))
 
 
-def _zeros(state: dict, device) -> None:
-    """``[n_layers, n_heads]`` zero sums of each of ``state["scores"]``, where not made yet."""
+def _score_layer(state: dict, layer: int, p: torch.Tensor) -> None:
+    """Each score's per-head sums ``[n_heads]`` of one batch's pattern ``p`` ``[batch, head, q, k]`` into
+    ``state[score][layer]``: induction ``A[q, q - seg + 1]`` and duplicate-token ``A[q, q - seg]`` over the second copy
+    (toolkit), or the ood-composition score at offsets 1 and ``seg - 1``."""
     for name in state["scores"]:
         if name not in state:
-            state[name] = torch.zeros(state["shape"], dtype=torch.float64, device=device)
-
-
-def _mean_scores(state: dict) -> dict:
-    return {k: (state[k].cpu() / state["n"]).float() for k in state["scores"]}
-
-
-def _repeat_layer(state: dict, layer: int, p: torch.Tensor) -> None:
-    """Induction ``A[q, q - seg + 1]`` and duplicate-token ``A[q, q - seg]`` summed over the second copy."""
-    _zeros(state, p.device)
-    for name, back in (("induction", 0), ("duplicate", 1)):
-        state[name][layer] += induction_from_patterns(p, state["seg_len"], state["bos"], back)
+            state[name] = torch.zeros(state["shape"], dtype=torch.float64, device=p.device)
+    if "duplicate" in state["scores"]:
+        for name, back in (("induction", 0), ("duplicate", 1)):
+            state[name][layer] += induction_from_patterns(p, state["seg_len"], state["bos"], back)
+    else:
+        state["previous_token"][layer] += ood_composition_from_patterns(p, 1).sum(0)
+        state["induction"][layer] += ood_composition_from_patterns(p, state["seg_len"] - 1).sum(0)
 
 
 @measures_caller_model
@@ -74,7 +74,7 @@ def repeat_scores(
     """Toolkit protocol on ``[BOS] r r``: ``induction`` and ``duplicate`` ``[n_layers, n_heads]`` (module doc)."""
     state = dict(seg_len=seg_len, bos=bos, n=n_seqs * seg_len, scores=("induction", "duplicate"))
     tokens = partial(repeated_random_tokens, model, n_seqs, seg_len, seed, bos=bos)
-    return _reduce_patterns(model, tokens, state, _repeat_layer, engine)
+    return _reduce_patterns(model, tokens, state, engine)
 
 
 # the hub names of the models the published script (prep.py) prepends BOS to: its list names llama2-7b, llama2-70b,
@@ -125,13 +125,7 @@ def ood_composition_scores(
         return ood_composition_tokens(model.cfg.d_vocab, n_seqs, seg_len, seed, bos_id)
 
     state = dict(seg_len=seg_len, n=n_seqs, scores=("previous_token", "induction"))
-    return _reduce_patterns(model, tokens, state, _ood_layer, engine)
-
-
-def _ood_layer(state: dict, layer: int, p: torch.Tensor) -> None:
-    _zeros(state, p.device)
-    state["previous_token"][layer] += ood_composition_from_patterns(p, 1).sum(0)
-    state["induction"][layer] += ood_composition_from_patterns(p, state["seg_len"] - 1).sum(0)
+    return _reduce_patterns(model, tokens, state, engine)
 
 
 @measures_caller_model

@@ -30,22 +30,7 @@ class _IndexCache(dict):
         return (dict, ())
 
 
-_INDEX_CACHE = _IndexCache()
-
-
-def _diagonal_index(n_pos: int, n_offsets: int, exclude_bos: bool, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Key index ``k = q - d`` ``[q, d]`` (clamped to 0) and the float mask of the entries that count (``k >= 0``,
-    ``k >= 1`` when ``exclude_bos``)."""
-    key = (n_pos, n_offsets, exclude_bos, device)
-    hit = _INDEX_CACHE.get(key)
-    if hit is None:
-        q = torch.arange(n_pos, device=device)[:, None]
-        d = torch.arange(n_offsets, device=device)[None, :]
-        k = q - d
-        if len(_INDEX_CACHE) >= 8:
-            _INDEX_CACHE.pop(next(iter(_INDEX_CACHE)))
-        hit = _INDEX_CACHE[key] = (k.clamp(min=0), (k >= int(exclude_bos)).float())
-    return hit
+_INDEX_CACHE = _IndexCache()  # (n_pos, n_offsets, exclude_bos, device) -> the gather index and mask
 
 
 def diagonal_sums(pattern: torch.Tensor, n_offsets: int, exclude_bos: bool) -> torch.Tensor:
@@ -62,7 +47,13 @@ def diagonal_sums(pattern: torch.Tensor, n_offsets: int, exclude_bos: bool) -> t
         sums = _skewed_sums(pattern, n_offsets, exclude_bos)
         if sums is not None:
             return sums
-    idx, mask = _diagonal_index(n, n_offsets, exclude_bos, str(pattern.device))
+    key = (n, n_offsets, exclude_bos, str(pattern.device))
+    if key not in _INDEX_CACHE:  # the key index k = q - d [q, d] (clamped to 0), the float mask of k >= 0 (or 1)
+        k = torch.arange(n, device=pattern.device)[:, None] - torch.arange(n_offsets, device=pattern.device)[None, :]
+        if len(_INDEX_CACHE) >= 8:
+            _INDEX_CACHE.pop(next(iter(_INDEX_CACHE)))
+        _INDEX_CACHE[key] = (k.clamp(min=0), (k >= int(exclude_bos)).float())
+    idx, mask = _INDEX_CACHE[key]
     g = torch.gather(pattern, -1, idx.expand(*pattern.shape[:2], -1, -1)).float()  # [b, h, q, d] = A[q, q - d]
     # in place: g is this function's own tensor, and one [b, h, q, d] temporary fewer is a quarter of the time
     # at 1,024 offsets (the sums are bit for bit the same)
@@ -171,7 +162,10 @@ def rank_from_stats(st: dict[str, torch.Tensor]) -> pd.DataFrame:
     stats = {k: st[k].flatten().tolist() for k in ("top_offset", "top_mass", "second_mass", "ratio", "prev_mass")}
     df = pd.DataFrame({**head_columns(*st["ratio"].shape), **stats})
     df["is_prev_token"] = (df["top_offset"] == 1) & (df["top_mass"] > 0)
-    df["not_measured"] = [_why_not_measured(r.top_mass, r.prev_mass) for r in df.itertuples()]
+    df["not_measured"] = [  # NaN != NaN
+        NO_DIAGONAL if t != t else NO_PREVIOUS if p != p else ONLY_BOS if t <= 0 else ""
+        for t, p in zip(df.top_mass, df.prev_mass)
+    ]
     prev = df[df.is_prev_token].sort_values("ratio", kind="stable")
     rest = df[~df.is_prev_token].sort_values("prev_mass", ascending=False, kind="stable")
     out = pd.concat([prev, rest], ignore_index=True)
@@ -302,8 +296,7 @@ def choose_aggregator(ranking: pd.DataFrame) -> tuple[int, int]:
     if not len(prev):
         prev = ranking[ranking.prev_mass > 0]  # the ranking's order: prev_mass descending (NaN is never > 0)
     if not len(prev):
-        why = ranking["not_measured"] if "not_measured" in ranking else pd.Series([""] * len(ranking))
-        reasons = [r for r in dict.fromkeys(why) if r] or [ONLY_BOS]
+        reasons = [r for r in dict.fromkeys(ranking.get("not_measured", [])) if r] or [ONLY_BOS]
         raise NothingMeasuredError(
             f"ranking: no head has attention off BOS on the previous token ({'; '.join(reasons)}); prompts of three "
             "or more tokens where heads attend past BOS; no aggregator can be chosen, so nothing resting on one is "
@@ -325,14 +318,6 @@ def sharpest_prev_ratio(ranking: pd.DataFrame) -> float:
 NO_DIAGONAL = "no diagonal has an entry: the prompts are too short"
 NO_PREVIOUS = "no previous diagonal at this prompt length (with key 0 left out it needs three tokens)"
 ONLY_BOS = "no attention off BOS (every diagonal without key 0 is 0)"
-
-
-def _why_not_measured(top_mass: float, prev_mass: float) -> str:
-    if top_mass != top_mass:  # NaN
-        return NO_DIAGONAL
-    if prev_mass != prev_mass:
-        return NO_PREVIOUS
-    return ONLY_BOS if top_mass <= 0 else ""
 
 
 def _check_ranking(ranking) -> None:

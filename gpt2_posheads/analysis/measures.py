@@ -53,9 +53,7 @@ def _finish_heads(state: dict) -> dict:
 def _head_patterns(eng, prompt, heads: list[tuple[int, int]], edits=()) -> dict[tuple[int, int], torch.Tensor]:
     """``{(layer, head): [pos, pos]}`` of one prompt from one pass of ``eng``."""
     toks = single_prompt(eng.model, prompt)
-    wanted: dict[int, list[int]] = {}
-    for l, h in heads:
-        wanted.setdefault(int(l), []).append(int(h))
+    wanted = {int(l): [int(h) for k, h in heads if int(k) == int(l)] for l, _ in heads}  # layer -> its heads
     reduction = Reduction(_keep_heads, _finish_heads, {"heads": wanted}, layers=sorted(wanted))
     got = eng.patterns([toks], reduction, edits)
     return {(l, h): require_finite(got[f"L{l}H{h}"], f"L{l}H{h}'s attention pattern") for l, h in heads}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import gzip
+import itertools
 import json
 import random
 import re
@@ -115,14 +116,9 @@ def _hub_failure(dataset: str, e: BaseException) -> str:
     from huggingface_hub import errors
 
     chain, status, text = error_chain(e), http_status(e), first_line(e)
-    root = chain[-1]
-
-    def has(kind) -> bool:
-        return any(isinstance(c, kind) for c in chain)
-
+    root, has = chain[-1], lambda kind: any(isinstance(c, kind) for c in chain)  # noqa: E731
     if isinstance(e, HubTimeout):
         return f"reading {dataset} from the hub stopped: {e}"
-
     if has(errors.GatedRepoError):
         return f"{dataset} is gated on the hub (HTTP {status}): log in with `hf auth login` after accepting its terms"
     if has(errors.RepositoryNotFoundError):
@@ -149,11 +145,9 @@ def wikitext_documents(path: str | Path | None = None) -> list[str]:
     else:
         p = Path(path)
         files = _corpus_files(p, "*.txt", "*.txt.gz") if p.is_dir() else [p]
-    docs: list[str] = []
-    for f in files:
-        if f.exists():
-            stat = f.stat()
-            docs += _wikitext_file(str(f.resolve()), stat.st_size, stat.st_mtime_ns)
+    docs = [
+        d for f in files if f.exists() for d in _wikitext_file(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns)
+    ]
     if not docs:
         raise FileNotFoundError(f"no WikiText-2 text found in {', '.join(map(str, files))}")
     return docs
@@ -308,14 +302,15 @@ def make_prompts(
             encoded.append(ids)
             if len(out) == n_prompts:
                 return torch.tensor(out, dtype=torch.long)
-    window = 1
-    while len(out) < n_prompts and any(len(ids) >= (window + 1) * n_text for ids in encoded):
-        for ids in encoded:
-            if len(ids) >= (window + 1) * n_text:
-                out.append(bos + ids[window * n_text : (window + 1) * n_text])
-                if len(out) == n_prompts:
-                    return torch.tensor(out, dtype=torch.long)
-        window += 1
+    for window in itertools.count(1):  # further non-overlapping windows of the long documents, in the same order
+        more = [
+            bos + ids[window * n_text : (window + 1) * n_text] for ids in encoded if len(ids) >= (window + 1) * n_text
+        ]
+        out += more
+        if not more or len(out) >= n_prompts:
+            break
+    if len(out) >= n_prompts:
+        return torch.tensor(out[:n_prompts], dtype=torch.long)
     if not out:
         raise UsageError(
             "seq_len",
@@ -335,8 +330,5 @@ def make_prompts(
 
 def encode_stream(tok, docs: Sequence[str]) -> torch.Tensor:
     """All documents as one token stream, each preceded by ``<|endoftext|>`` as GPT-2 was trained."""
-    ids: list[int] = []
-    for enc in tok(list(docs), add_special_tokens=False)["input_ids"]:
-        ids.append(tok.bos_token_id)
-        ids += enc
-    return torch.tensor(ids, dtype=torch.long)
+    encoded = tok(list(docs), add_special_tokens=False)["input_ids"]
+    return torch.tensor([i for enc in encoded for i in [tok.bos_token_id, *enc]], dtype=torch.long)

@@ -82,11 +82,8 @@ def repeat_string_prompt(
     from the end until the prompt fits."""
     words = _check_counts(split_words(target), target, n_given, n_demos)
     for k in range(n_demos, 0, -1):
-        rp = RepeatPrompt(
-            **_assemble(
-                tokenizer, _post_head(random_demo_strings(k, seed)), POST_REQUEST, words, "", POST_REPLY, n_given
-            )
-        )
+        head = _post_head(random_demo_strings(k, seed))
+        rp = RepeatPrompt(**_assemble(tokenizer, head, POST_REQUEST, words, "", POST_REPLY, n_given))
         if max_len is None or len(rp.tokens) <= max_len:
             return rp
     raise ValueError(
@@ -137,11 +134,10 @@ def single_token_target(tokenizer, preferred: str | list[str]) -> str | list[str
     words = list(dict.fromkeys(w for t in targets for w in split_words(t)))
     mapping = {w: w for w in words if is_one(w)}
     spare = [w for w in _FALLBACK_WORDS if is_one(w) and w not in mapping.values()]
-    for w in words:
-        if w not in mapping:
-            if not spare:
-                raise ValueError(f"no single-token word left to replace {w!r} in this vocabulary")
-            mapping[w] = spare.pop(0)
+    for w in [w for w in words if w not in mapping]:
+        if not spare:
+            raise ValueError(f"no single-token word left to replace {w!r} in this vocabulary")
+        mapping[w] = spare.pop(0)
     out = ["".join(mapping[w] for w in split_words(t)) for t in targets]
     return out[0] if isinstance(preferred, str) else out
 
@@ -183,14 +179,11 @@ def _one_token(tokenizer, word: str) -> bool:
 
 def tokenizer_fingerprint(tokenizer) -> str | None:
     """A digest of ``tokenizer``'s class and a fast tokenizer's whole serialisation; ``None`` where it has none."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
     try:
-        text = backend.to_str() if backend is not None else None
-    except Exception:  # noqa: BLE001 - a tokenizer that cannot say what it is is not cached
-        text = None
-    if not isinstance(text, str):
+        text = tokenizer.backend_tokenizer.to_str()
+    except Exception:  # noqa: BLE001 - a tokenizer that has none, or cannot say what it is, is not cached
         return None
-    return f"{type(tokenizer).__name__}:{hashlib.sha256(text.encode()).hexdigest()}"
+    return f"{type(tokenizer).__name__}:{hashlib.sha256(text.encode()).hexdigest()}" if isinstance(text, str) else None
 
 
 # Scans of a vocabulary by tokenizer_fingerprint: each checks every token (tens of thousands of tokenizer calls, a
@@ -207,9 +200,7 @@ def _vocabulary_words(tokenizer, spaced: bool) -> list[str]:
         return list(_VOCABULARY_WORDS[key])
     special = set(getattr(tokenizer, "all_special_tokens", []) or [])
     found = set()
-    for piece, i in tokenizer.get_vocab().items():
-        if piece in special:
-            continue
+    for i in (i for piece, i in tokenizer.get_vocab().items() if piece not in special):
         w = tokenizer.decode([i], clean_up_tokenization_spaces=False)
         core = w[1:] if spaced and w.startswith(" ") else None if spaced else w
         if core and core.isascii() and core.isalpha() and _one_token(tokenizer, w):
@@ -252,9 +243,7 @@ def target_words(tokenizer, preferred: str | Sequence[str] = " ninja turtle pira
         bare = not space
         mapping = {w: space + w for w in distinct if _one_token(tokenizer, space + w)}
         spare = None  # looked up only when a preferred word is several tokens: it scans the whole vocabulary
-        for w in distinct:
-            if w in mapping:
-                continue
+        for w in [w for w in distinct if w not in mapping]:
             spare = _spare_words(tokenizer, bare, distinct) if spare is None else spare
             taken = set(mapping.values())
             free = [c for c in spare if c not in taken and bare and c == w[0]] or [c for c in spare if c not in taken]
@@ -265,10 +254,9 @@ def target_words(tokenizer, preferred: str | Sequence[str] = " ninja turtle pira
             continue
         out = [[mapping[w.strip()] for w in t] for t in targets]
         changed = [f"{space + w!r} -> {mapping[w]!r}" for w in distinct if mapping[w] != space + w]
-        how = ""
-        if bare:
-            kind = "single characters" if all(len(w) == 1 for w in mapping.values()) else "words without their space"
-            how = f"no word with its leading space is one token in this vocabulary: {kind}, separated by {sep!r}"
+        kind = "single characters" if all(len(w) == 1 for w in mapping.values()) else "words without their space"
+        how = f"no word with its leading space is one token in this vocabulary: {kind}, separated by {sep!r}"
+        how = how if bare else ""
         if changed:
             how += ("; " if how else "") + "several tokens each, replaced: " + ", ".join(changed)
         return (out if several else out[0]), sep, how

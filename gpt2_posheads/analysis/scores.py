@@ -160,7 +160,5 @@ def classify_prev_heads(profile: torch.Tensor, threshold: float = LABEL_THRESHOL
     ``neither``. ``threshold``: :data:`LABEL_THRESHOLD`. Limitation: within a window of 3 a bump centred on ``p-1``
     (falling on both sides) looks like a rising trend with a dip; a wider ``window`` shows its curvature.
     """
-    rows = [profile_features(p) for p in profile.flatten(0, 1)]
-    for f in rows:
-        f["label"] = label_profile(f, threshold)
+    rows = [{**f, "label": label_profile(f, threshold)} for f in map(profile_features, profile.flatten(0, 1))]
     return pd.DataFrame({**head_columns(*profile.shape[:2]), **pd.DataFrame(rows).to_dict("list")})

@@ -123,66 +123,55 @@ def _prev_stats(pattern: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return diagonal_sums(pattern[:, None], n, True)[0], pattern.shape[0] * diagonal_counts(n, n, True)
 
 
-class _Target:
-    """The target head's ``LN(x) W_Q + b_Q`` and ``LN(x) W_K + b_K`` from the weights (GPT-2's form): cheap, and
-    checked against the model's own pattern on every batch."""
+def _read(engine, toks: torch.Tensor, reads: dict, edits=()) -> dict:
+    """One batch's ``reads`` ``{kind: layers}`` as ``{layer: {kind: float32 CPU tensor}}``."""
 
-    def __init__(self, model, layer: int, head: int):
+    def keep(state: dict, layer: int, acts: dict) -> None:
+        state[layer] = {kind: x.float().cpu() for kind, x in acts.items()}
+
+    return engine.activations([toks], reads, Reduction(keep, dict, bulk="every token's activations"), edits)
+
+
+class _Target:
+    """The target head's queries and keys ``[batch, pos, d_head]`` from a residual ``x`` ``[batch, pos, d_model]``.
+
+    From the weights (``engine`` None): ``LN(x) W_Q + b_Q`` and ``LN(x) W_K + b_K`` (GPT-2's form), cheap, and checked
+    against the model's own pattern on every batch. From the model: as the scores use them (rotated, a shared key
+    head), one pass with the residual entering ``layer`` replaced by ``x``; exact for any attention whose scores are a
+    scaled ``q . k`` plus a mask, mask and scale read off the clean pattern (masked entries are exactly 0, and within
+    a row ``log A[q, k] - mean = scale * (q . k - mean)``)."""
+
+    def __init__(self, model, layer: int, head: int, engine=None):
+        self.layer, self.head, self.engine = layer, head, engine
+        self.declared = self.scale = attn_scale(model.cfg, layer)
+        self.mask = None  # causal
+        if engine is not None:
+            return
         a = model.blocks[layer].attn
         self.w, self.b = (t.cpu() if t is not None else None for t in ln_params(model.blocks[layer].ln1))
         self.eps, self.d_model = float(getattr(model.cfg, "eps", 1e-5)), model.cfg.d_model
         self.W_Q, self.b_Q, self.W_K, self.b_K = (t[head].detach().float().cpu() for t in (a.W_Q, a.b_Q, a.W_K, a.b_K))
-        self.scale = attn_scale(model.cfg, layer)
-        self.mask = None  # causal
 
     def start(self, toks: torch.Tensor, clean_pattern: torch.Tensor) -> None:
-        pass  # the recomputation needs only the residual
-
-    def qk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``x`` ``[batch, pos, d_model]`` → queries and keys ``[batch, pos, d_head]``."""
-        ln = F.layer_norm(x.float(), (self.d_model,), self.w, self.b, self.eps)
-        return ln @ self.W_Q + self.b_Q, ln @ self.W_K + self.b_K
-
-
-def _keep_cpu(state: dict, layer: int, acts: dict) -> None:
-    state[layer] = {kind: x.float().cpu() for kind, x in acts.items()}
-
-
-def _read(engine, toks: torch.Tensor, reads: dict, edits=()) -> dict:
-    """One batch's ``reads`` ``{kind: layers}`` as ``{layer: {kind: float32 CPU tensor}}``."""
-    return engine.activations([toks], reads, Reduction(_keep_cpu, dict, bulk="every token's activations"), edits)
-
-
-class _ModelTarget:
-    """The target head's queries and keys (as the scores use them: rotated, a shared key head) from one pass of the
-    model with the residual entering ``layer`` replaced by ``x``. Exact for any attention whose scores are a scaled
-    ``q . k`` plus a mask; mask and scale are read off the clean pattern (masked entries are exactly 0, and within a
-    row ``log A[q, k] - mean = scale * (q . k - mean)``)."""
-
-    def __init__(self, model, layer: int, head: int, engine):
-        self.model, self.layer, self.head, self.engine = model, layer, head, engine
-        self.toks = None
-
-    def start(self, toks: torch.Tensor, clean_pattern: torch.Tensor) -> None:
-        """The batch's tokens, and its mask and scale from the model's own ``clean_pattern`` ``[batch, q, k]``."""
-        self.toks = toks
-        q, k = self.qk(None)
-        self.scale, self.mask, _ = scale_from_pattern(
-            q @ k.transpose(1, 2), clean_pattern, attn_scale(self.model.cfg, self.layer)
-        )
+        """The batch's tokens, and (from the model) its mask and scale from ``clean_pattern`` ``[batch, q, k]``."""
+        if self.engine is not None:
+            self.toks = toks
+            q, k = self.qk(None)
+            self.scale, self.mask, _ = scale_from_pattern(q @ k.transpose(1, 2), clean_pattern, self.declared)
 
     def qk(self, x: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.engine is None:
+            ln = F.layer_norm(x.float(), (self.d_model,), self.w, self.b, self.eps)
+            return ln @ self.W_Q + self.b_Q, ln @ self.W_K + self.b_K
         edits = [] if x is None else [residual_write(self.layer, x)]
         acts = _read(self.engine, self.toks, {"q": [self.layer], "k": [self.layer]}, edits)[self.layer]
         return acts["q"][:, :, self.head], acts["k"][:, :, self.head]
 
-
-def _pattern(target, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """``softmax(q k^T * scale + mask)`` ``[batch, q, k]`` with the target's scale and mask (default causal)."""
-    n = q.shape[1]
-    scores = (q @ k.transpose(1, 2)) * target.scale
-    mask = target.mask if target.mask is not None else torch.ones(n, n, dtype=torch.bool).triu(1)
-    return scores.masked_fill(mask, float("-inf")).softmax(-1)
+    def pattern(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """``softmax(q k^T * scale + mask)`` ``[batch, q, k]``."""
+        n = q.shape[1]
+        mask = self.mask if self.mask is not None else torch.ones(n, n, dtype=torch.bool).triu(1)
+        return ((q @ k.transpose(1, 2)) * self.scale).masked_fill(mask, float("-inf")).softmax(-1)
 
 
 def _ablated(out: torch.Tensor, how: Ablation, mean: torch.Tensor | None) -> torch.Tensor:
@@ -191,8 +180,7 @@ def _ablated(out: torch.Tensor, how: Ablation, mean: torch.Tensor | None) -> tor
         return torch.zeros_like(out)
     if how == "mean":
         return mean.expand_as(out)
-    perm = torch.roll(torch.arange(out.shape[0]), 1)  # a derangement: every prompt takes the next one's output
-    return out[perm]
+    return out[torch.roll(torch.arange(out.shape[0]), 1)]  # a derangement: every prompt takes the next one's output
 
 
 BELOW = "layers below"  # the group of everything the layers below write (heads, MLPs and biases)
@@ -244,7 +232,7 @@ def path_ablation(
                 "groups", f"group {name!r} holds {outside or 'no heads'}", f"heads in layers below {layer}"
             )
     eng = engine_for(model, engine)
-    target = _Target(model, layer, head) if unsupported_reason(model) is None else _ModelTarget(model, layer, head, eng)
+    target = _Target(model, layer, head, None if unsupported_reason(model) is None else eng)
     W_O = [model.blocks[l].attn.W_O.detach().float() for l in range(layer)]  # [head, d_head, d_model]
     w_pos = load_w_pos(model) if pos_group > 1 and has_learned_positions(model) else None
     pos_delta = None if w_pos is None else w_pos - group_average_rows(w_pos, pos_group)
@@ -292,16 +280,16 @@ def path_ablation(
         for _ in range(2):  # from the weights first; where they do not give this model's attention, from the model
             target.start(toks, pattern)
             q0, k0 = target.qk(resid)
-            clean = _pattern(target, q0, k0)
+            clean = target.pattern(q0, k0)
             err = float((clean - pattern).abs().max())
-            if err <= 1e-4 or not isinstance(target, _Target):
+            if err <= 1e-4 or target.engine is not None:
                 break
             warnings.warn(
                 f"path_ablation: recomputing {head_name(layer, head)}'s attention from the weights is off by "
                 f"{err:.1e}; running one pass of the model per source instead (exact, slower)",
                 stacklevel=2,
             )
-            target = _ModelTarget(model, layer, head, eng)
+            target = _Target(model, layer, head, eng)
         max_err = max(max_err, err)
         counts = counts + _prev_stats(clean)[1]
         add(("none", "-"), clean)
@@ -311,8 +299,8 @@ def path_ablation(
         removed += [(f"W_pos/{pos_group}", pos_delta[: resid.shape[1]])] if pos_delta is not None else []
         for name, delta in removed:
             q1, k1 = target.qk(resid - delta)
-            add((name, "query"), _pattern(target, q1, k0))
-            add((name, "key"), _pattern(target, q0, k1))
+            add((name, "query"), target.pattern(q1, k0))
+            add((name, "key"), target.pattern(q0, k1))
         both = {name: resid - sum(change[index[s]] for s in g) for name, g in groups.items()}
         if below:
             both[BELOW] = resid - written + _ablated(written, ablation, mean_below)
@@ -320,7 +308,7 @@ def path_ablation(
             got = _read(eng, toks, {"resid": [0, layer]}, relay_edits)
             both[below_relayed(pos_group)] = resid - written + (got[layer]["resid"] - got[0]["resid"])
         for name, x in both.items():
-            add((name, "both"), _pattern(target, *target.qk(x)))
+            add((name, "both"), target.pattern(*target.qk(x)))
     if max_err > 1e-4:
         raise RuntimeError(
             f"recomputed pattern of {head_name(layer, head)} differs from the model's by {max_err:.2e}: "

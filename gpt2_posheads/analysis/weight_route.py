@@ -115,14 +115,10 @@ class PositionalCircuits:
         ``composed_ratio``, ``composed_top`` (the composed pattern's greatest diagonal)."""
         c = head_columns(*self.composed["prev_mass"].shape)
         columns = dict(head=c["name"], layer=c["layer"], index=c["head"])
-        for name, (st, key) in dict(
-            direct_prev=(self.direct, "prev_mass"),
-            composed_prev=(self.composed, "prev_mass"),
-            direct_ratio=(self.direct, "ratio"),
-            composed_ratio=(self.composed, "ratio"),
-            composed_top=(self.composed, "top_offset"),
-        ).items():
-            columns[name] = st[key].flatten().tolist()
+        for name, key in (("prev", "prev_mass"), ("ratio", "ratio")):
+            for side, st in (("direct", self.direct), ("composed", self.composed)):
+                columns[f"{side}_{name}"] = st[key].flatten().tolist()
+        columns["composed_top"] = self.composed["top_offset"].flatten().tolist()
         return pd.DataFrame(columns)
 
 
@@ -307,8 +303,7 @@ def positional_circuits(model, n_positions: int = N_POSITIONS, bos: bool | None 
         # the direct circuit: the embedding stream and the token's self-match, at this layer's typical norm
         self_only = W.attn(l)["scale"] * torch.diag_embed(W.copy_terms(l)[0].float()[:, None] * W.has_tok / s**2)
         direct.append(_diagonals(_softmax(_scores(W, l, W.m0, s) + self_only)))
-        P[l] = _softmax(_scores(W, l, m, s) + t)
-        A = P[l]
+        A = P[l] = _softmax(_scores(W, l, m, s) + t)
         patterns.append(A)
         a = W.attn(l)
         attn_out = einops.einsum(_head_values(W, l, m, s, A), a["W_O"], "h p k, h k d -> p d") + a["b_O"]

@@ -129,8 +129,7 @@ def build_cache(
     t["score_profile"] = score_profile(model, prompts, window=window)
     for l, h in heads:
         s = attention_scores(model, prompts[0], l, h)
-        t[f"pattern.{head_name(l, h)}"] = s["pattern"]
-        t[f"raw_scores.{head_name(l, h)}"] = s["raw"]
+        t[f"pattern.{head_name(l, h)}"], t[f"raw_scores.{head_name(l, h)}"] = s["pattern"], s["raw"]
     learned = has_learned_positions(model)
     if learned:
         t["w_pos"] = load_w_pos(model)
@@ -160,22 +159,14 @@ def build_cache(
     t["induction.losses_no_bos"] = torch.tensor([ind_nobos.loss_first, ind_nobos.loss_second])
     rank = rank_from_diagonals(t["diagonals"])
     agg_l, agg_h = choose_aggregator(rank)
-    masked_rows = [float("nan"), float("nan")]
+    masked_rows, averaged = [float("nan"), float("nan")], float("nan")
     if agg_l > 0:  # on the rows the mask touches (every 5th query), as the claim is judged
-        cmp = compare_head_patterns(
-            model,
-            prompts[:8],
-            (agg_l, agg_h),
-            [mask_previous_attention(5, range(agg_l))],
-            rows=masked_queries(5, prompts.shape[1]),
-        )
+        mask, rows = [mask_previous_attention(5, range(agg_l))], masked_queries(5, prompts.shape[1])
+        cmp = compare_head_patterns(model, prompts[:8], (agg_l, agg_h), mask, rows=rows)
         masked_rows = [cmp["prev_rows_clean"], cmp["prev_rows_intervened"]]
-    averaged = (
-        float(diagonal_attention(model, prompts, progress=False, edits=[average_pos_embed(10)])[agg_l, agg_h, 1])
-        if learned
-        else float("nan")
-    )
-    t["mechanism.aggregator_prev_mass"] = torch.tensor([float(t["diagonals"][agg_l, agg_h, 1]), averaged])
+    if learned:
+        averaged = diagonal_attention(model, prompts, progress=False, edits=[average_pos_embed(10)])[agg_l, agg_h, 1]
+    t["mechanism.aggregator_prev_mass"] = torch.tensor([float(t["diagonals"][agg_l, agg_h, 1]), float(averaged)])
     t["mechanism.masked_rows"] = torch.tensor(masked_rows)
     # which upstream heads feed the aggregator (direct-path ablation); none for a layer-0 aggregator
     order: list[str] = []
