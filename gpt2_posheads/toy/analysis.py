@@ -24,9 +24,17 @@ def effective_rank(m: torch.Tensor) -> float:
     return float(torch.exp(-(p * p.log()).sum()))
 
 
+def perplexity(loss: float) -> float:
+    """``exp(loss)``, ``inf`` past the largest float (a run that diverged, or barely trained from a wide init)."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
+
+
 def relative_perplexity(loss: float, V: int) -> float:
     """``(exp(loss) - 1) / V``: 0 for a solved task, about 1 for uniform guessing over ``V`` tokens."""
-    return (math.exp(loss) - 1) / V
+    return (perplexity(loss) - 1) / V
 
 
 def wq_wk(Wq: torch.Tensor, Wk: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -23,7 +22,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .analysis import effective_rank
+from .analysis import effective_rank, perplexity
 from .model import ToyShape, forward, init_params, per_model_loss
 
 # Bump when a change to the model, task or training code changes what a run computes: cached runs
@@ -242,7 +241,7 @@ def train_group(
                 "loss": [row[i] for row in logs["loss"]],
                 "eval_loss": [row[i] for row in logs["eval_loss"]],
                 "final_loss": logs["eval_loss"][-1][i],
-                "final_perplexity": math.exp(logs["eval_loss"][-1][i]),
+                "final_perplexity": perplexity(logs["eval_loss"][-1][i]),
                 "params": {n: p[i].detach().cpu().tolist() for n, p in params.items()},
                 "snapshot_steps": eff["step"],
                 "snapshots": snaps[i],

@@ -48,6 +48,9 @@ def test_effective_rank_known_matrices():
     assert effective_rank(torch.diag(torch.tensor([1.0, 1.0, 0.0]))) == pytest.approx(2.0)
     assert relative_perplexity(0.0, 10) == 0.0
     assert relative_perplexity(math.log(11), 10) == pytest.approx(1.0)
+    # a loss past exp's range (a diverged run) is an infinite perplexity, not an OverflowError ending the sweep
+    assert relative_perplexity(1e4, 10) == math.inf
+    assert math.isfinite(relative_perplexity(709.0, 10))
 
 
 def test_distance_kernels_on_hand_vectors():
