@@ -340,9 +340,8 @@ def _verify(model, fast: FastGPT2) -> str | None:
 
 
 def fast_forward(model, engine: str = "auto", dtype: torch.dtype = torch.float32):
-    """The :class:`FastGPT2` for ``model``, or ``None`` when the hooked pass must run. ``engine``: ``"auto"`` (fast path
-    when the model is supported, verified and carries no hooks the caller left on it, which it would skip),
-    ``"fast"`` (raise instead of falling back), ``"hooks"`` (always TransformerLens hooks)."""
+    """The :class:`FastGPT2` for ``model``, or ``None`` when the hooked pass must run (module doc). ``engine``:
+    ``"auto"``, ``"fast"`` (raise instead of falling back), ``"hooks"`` (always ``None``)."""
     if engine not in ENGINES:
         raise ValueError(f"engine={engine!r} is not one of {ENGINES}")
     if engine == "hooks":
@@ -383,10 +382,9 @@ def release(model) -> None:
 
 
 class FastEngine(Engine):
-    """The verified hook-free GPT-2 pass (:class:`FastGPT2`) for patterns and residuals without edits. It applies no
-    edits, computes no logits and hands over no queries, keys or head outputs: with ``strict`` (``engine="fast"``)
-    asking for any of these is an error; otherwise (``"auto"``) such a pass, ``run`` and a model the fast path does not
-    reproduce go to TransformerLens hooks (the fast path says once why it stepped aside)."""
+    """:class:`FastGPT2` for patterns and residuals without edits. It applies no edits, computes no logits and hands
+    over no queries, keys or head outputs: with ``strict`` (``engine="fast"``) asking for any of these is an error;
+    otherwise (``"auto"``) such a pass, ``run`` and a model the fast path does not reproduce go to the hooks."""
 
     name = "fast"
     refuse_hint = "use engine='auto' or 'hooks'"

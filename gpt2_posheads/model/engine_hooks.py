@@ -1,8 +1,9 @@
 """The TransformerLens engine: passes with hooks, the edits as hooks, and which hooks a model really fires.
 
-**Passes** (:class:`HooksEngine`) stop right after the activation they need (:func:`run_until`, an exception raised from
-a hook: ``stop_at_layer`` differs between TransformerLens versions, the 4.x bridge dropping hooks at the stop layer and
-ignoring ``stop_at_layer == n_layers``), skipping later blocks, the final norm and the unembedding.
+**Passes** (:class:`HooksEngine`) stop right after the activation they need (:func:`run_hooked`'s ``stop_at``, an
+exception raised from a hook: ``stop_at_layer`` differs between TransformerLens versions, the 4.x bridge dropping hooks
+at the stop layer and ignoring ``stop_at_layer == n_layers``), skipping later blocks, the final norm and the
+unembedding.
 
 **Which hooks feed the model** (:func:`hook_status`). A hook name in ``model.hook_dict`` is no promise: on the 4.x
 bridge (TL 4.3, random-weight models) Pythia and Llama never fire ``hook_pos_embed``, Pythia lists but never fires
@@ -58,28 +59,26 @@ class _Stop(Exception):
     pass
 
 
-def _raise_stop(x, hook):
-    raise _Stop
-
-
 def resid_hook_name(model, layer: int) -> str:
     """The residual stream entering block ``layer``; ``layer == n_layers`` is the final residual."""
     n = model.cfg.n_layers
     return f"blocks.{layer}.hook_resid_pre" if layer < n else f"blocks.{n - 1}.hook_resid_post"
 
 
-def run_hooked(model, tokens: torch.Tensor, hooks: Sequence[tuple[str, Callable]], return_type="logits"):
-    """``model`` on ``tokens`` with ``hooks`` ``[(hook_name, fn), ...]``, removed afterwards (the caller's stay)."""
-    with model.hooks(list(hooks)):
-        return model(tokens, return_type=return_type)
+def run_hooked(model, tokens: torch.Tensor, hooks: Sequence[tuple[str, Callable]], return_type="logits", stop_at=None):
+    """``model`` on ``tokens`` with ``hooks`` ``[(hook_name, fn), ...]``, removed afterwards (the caller's stay); with
+    ``stop_at``, the pass is abandoned right after that hook (``None`` returned)."""
+    if stop_at is None:
+        with model.hooks(list(hooks)):
+            return model(tokens, return_type=return_type)
 
+    def stop(x, hook):
+        raise _Stop
 
-def run_until(model, tokens: torch.Tensor, hooks: Sequence[tuple[str, Callable]], stop_at: str) -> None:
-    """Run ``model`` on ``tokens`` with ``hooks`` and abandon the pass right after hook ``stop_at``."""
     try:
-        run_hooked(model, tokens, list(hooks) + [(stop_at, _raise_stop)], return_type=None)
+        run_hooked(model, tokens, [*hooks, (stop_at, stop)], None)
     except _Stop:
-        return
+        return None
     raise RuntimeError(f"hook {stop_at!r} never ran: is it a valid hook name for this model?")
 
 
@@ -97,16 +96,15 @@ DOWNSTREAM = {
     "attn.hook_pattern": "attn.hook_z",
     "attn.hook_z": "hook_attn_out",
 }
-PROBED = tuple(DOWNSTREAM)
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_EMBEDS = ("hook_pos_embed", "hook_embed")
 
 
-def _name(model, suffix: str, embedding_block: bool = False, layer: int | None = None) -> str:
-    if suffix in ("hook_pos_embed", "hook_embed"):
+def _name(model, suffix: str, layer: int | None = None) -> str:
+    """Hook ``suffix`` in block ``layer`` (default: the probed block ``min(1, n_layers - 1)``); embeddings' as is."""
+    if suffix in _EMBEDS:
         return suffix
-    if layer is None:
-        layer = 0 if embedding_block else min(1, model.cfg.n_layers - 1)
-    return f"blocks.{layer}.{suffix}"
+    return f"blocks.{min(1, model.cfg.n_layers - 1) if layer is None else layer}.{suffix}"
 
 
 def params_key(model) -> tuple:
@@ -118,24 +116,18 @@ def _watch(box: dict, name: str):
     return lambda x, hook: box.__setitem__(name, x.detach().clone())
 
 
-def _edit(x, hook):
-    """Scale and shift every entry: no plumbing that uses the value can ignore it."""
-    return x * 0.5 + 0.1 if x.is_floating_point() else x
-
-
 def hook_status(model) -> dict[str, HookState]:
-    """``{suffix: state}`` of the hooks in :data:`PROBED` (block hooks as ``"attn.hook_pattern"``): ``live`` (editing
-    it changes the activation it feeds), ``dead`` (it fires, changing nothing after), ``never fires``, ``absent``."""
+    """``{suffix: state}`` of the hooks in :data:`DOWNSTREAM` (block hooks as ``"attn.hook_pattern"``): ``live``
+    (editing it changes the activation it feeds), ``dead`` (it fires, changing nothing after), ``never fires``,
+    ``absent``."""
     key = params_key(model)
     entry = _CACHE.get(model)
     if entry is not None and entry[0] == key:
         return entry[1]
     toks = torch.arange(1, 9, device=model_device(model))[None] % model.cfg.d_vocab
     hooks = getattr(model, "hook_dict", {})
-    present = {s: _name(model, s) for s in PROBED if _name(model, s) in hooks}
-    downstream = {
-        s: _name(model, DOWNSTREAM[s], embedding_block=s in ("hook_pos_embed", "hook_embed")) for s in present
-    }
+    present = {s: _name(model, s) for s in DOWNSTREAM if _name(model, s) in hooks}
+    downstream = {s: _name(model, DOWNSTREAM[s], 0 if s in _EMBEDS else None) for s in present}
     fired: set[str] = set()
     clean: dict[str, torch.Tensor] = {}
     status: dict[str, HookState] = {}
@@ -143,7 +135,7 @@ def hook_status(model) -> dict[str, HookState]:
     watch += [(n, _watch(clean, n)) for n in sorted({n for n in downstream.values() if n in hooks})]
     with torch.inference_mode():
         run_hooked(model, toks, watch, None)
-        for s in PROBED:
+        for s in DOWNSTREAM:
             if s not in present:
                 status[s] = "absent"
             elif s not in fired:
@@ -154,7 +146,7 @@ def hook_status(model) -> dict[str, HookState]:
                 status[s] = "live" if _feeds(model, toks, present[s], downstream[s], clean[downstream[s]]) else "dead"
                 if status[s] == "dead" and s.startswith("attn."):  # inert heads in the probed block hide the plumbing
                     others = (l for l in range(model.cfg.n_layers) if l != min(1, model.cfg.n_layers - 1))
-                    pairs = ((_name(model, s, layer=l), _name(model, DOWNSTREAM[s], layer=l)) for l in others)
+                    pairs = ((_name(model, s, l), _name(model, DOWNSTREAM[s], l)) for l in others)
                     if any(a in hooks and b in hooks and _feeds(model, toks, a, b) for a, b in pairs):
                         status[s] = "live"
     _CACHE[model] = (key, status)
@@ -162,13 +154,15 @@ def hook_status(model) -> dict[str, HookState]:
 
 
 def _feeds(model, toks: torch.Tensor, name: str, downstream: str, clean: torch.Tensor | None = None) -> bool:
-    """Whether editing hook ``name`` changes the activation at ``downstream`` (``clean``: its unedited value)."""
+    """Whether scaling and shifting every entry of hook ``name`` (no plumbing that uses the value can ignore it)
+    changes the activation at ``downstream`` (``clean``: its unedited value)."""
     if clean is None:
         box: dict[str, torch.Tensor] = {}
         run_hooked(model, toks, [(downstream, _watch(box, downstream))], None)
         clean = box[downstream]
     after: dict[str, torch.Tensor] = {}
-    run_hooked(model, toks, [(name, _edit), (downstream, _watch(after, downstream))], None)
+    edit = lambda x, hook: x * 0.5 + 0.1 if x.is_floating_point() else x  # noqa: E731
+    run_hooked(model, toks, [(name, edit), (downstream, _watch(after, downstream))], None)
     return float((after[downstream].float() - clean.float()).abs().max()) > 1e-6
 
 
@@ -176,25 +170,23 @@ def require_live(model, suffix: str, what: str) -> None:
     """A :class:`~.validation.UsageError` unless editing ``suffix`` changes what it feeds (``what``: the edit)."""
     state = hook_status(model).get(suffix, "absent")
     if state != "live":
+        words = {
+            "dead": "does not feed the activation after it (it fires after that is computed, or its weights ignore it)",
+            "never fires": "never fires",
+            "absent": "does not exist",
+        }
         raise UsageError(
             "model",
-            f"{what} has no effect on this model: its {suffix} {_WORDS[state]}",
+            f"{what} has no effect on this model: its {suffix} {words[state]}",
             "a model whose hook feeds its computation",
             "the intervention would change nothing",
         )
 
 
-_WORDS = {
-    "dead": "does not feed the activation after it (it fires after that is computed, or its weights ignore it)",
-    "never fires": "never fires",
-    "absent": "does not exist",
-}
-
-
 class QKCapture:
     """Hooks (``hooks()``) catching layer ``layer``'s queries and keys as its scores use them (rotated with the
-    model's own ``hook_cos``/``hook_sin`` where it fires them, one key per query head): after the pass ``q`` and ``k``
-    ``[batch, pos, head, d_head]``."""
+    model's own ``hook_cos``/``hook_sin`` where it fires them, one key per query head): after the pass ``qk()`` is
+    ``(q, k)``, each ``[batch, pos, head, d_head]``."""
 
     def __init__(self, model, layer: int):
         pre = f"blocks.{layer}.attn."
@@ -204,21 +196,16 @@ class QKCapture:
         self.box: dict[str, torch.Tensor] = {}
 
     def hooks(self) -> list:
-        return [
-            (name, lambda x, hook, key=key: self.box.__setitem__(key, x.detach())) for key, name in self.names.items()
-        ]
+        return [(name, partial(self._grab, key)) for key, name in self.names.items()]
 
-    def _rotated(self, key: str) -> torch.Tensor:
-        x = self.box[key]
-        return rotate(x, self.box["cos"], self.box["sin"]) if "cos" in self.box else x
+    def _grab(self, key: str, x: torch.Tensor, hook) -> None:
+        self.box[key] = x.detach()
 
-    @property
-    def q(self) -> torch.Tensor:
-        return self._rotated("q")
-
-    @property
-    def k(self) -> torch.Tensor:
-        return expand_kv(self._rotated("k"), self.box["q"].shape[2])
+    def qk(self) -> tuple[torch.Tensor, torch.Tensor]:
+        q, k = self.box["q"], self.box["k"]
+        if "cos" in self.box:
+            q, k = (rotate(x, self.box["cos"], self.box["sin"]) for x in (q, k))
+        return q, expand_kv(k, q.shape[2])
 
 
 PatternEdit = Callable[[torch.Tensor], torch.Tensor]  # [batch, head, q, k] -> [batch, head, q, k]
@@ -232,11 +219,9 @@ def _calibrate(model, layer: int) -> tuple[float, int | None]:
     if layer in per_model:
         return per_model[layer]
     n = min(model.cfg.n_ctx, 256)
-    toks = torch.randint(0, model.cfg.d_vocab, (1, n), generator=torch.Generator().manual_seed(0)).to(
-        model_device(model)
-    )
+    toks = torch.randint(0, model.cfg.d_vocab, (1, n), generator=torch.Generator().manual_seed(0))
     reads = {"q": [layer], "k": [layer], "pattern": [layer]}
-    acts = HooksEngine(model).activations([toks], reads, Reduction(keep_reads, dict))[layer]
+    acts = HooksEngine(model).activations([toks.to(model_device(model))], reads, Reduction(keep_reads, dict))[layer]
     dot = raw_scores_from_qk(acts["q"], acts["k"], 1.0).cpu()
     scale, mask, err = scale_from_pattern(dot, acts["pattern"].float().cpu(), attn_scale(model.cfg, layer))
     if err > 1e-4:
@@ -275,7 +260,7 @@ def pattern_edit_hooks(model, layer: int, edit: PatternEdit) -> list[tuple[str, 
         box["v"], box["z_done"] = v, False
 
     def replace_z(z, hook):  # z: [batch, pos, head, d_head]
-        q, k = cap.q.float(), cap.k.float()
+        q, k = (x.float() for x in cap.qk())
         v = expand_kv(box["v"], q.shape[2]).float()
         A = attention_pattern(q, k, scale, window)
         clean_z = torch.einsum("bhqk,bkhd->bqhd", A, v)
@@ -296,26 +281,6 @@ def pattern_edit_hooks(model, layer: int, edit: PatternEdit) -> list[tuple[str, 
     return cap.hooks() + [(pre + "hook_v", grab_v), (pre + "hook_z", replace_z), (pre + "hook_pattern", show_edit)]
 
 
-def _edit_hooks(model, e: Edit) -> list:
-    """The hooks of one checked edit; one whose hook may not feed the model first asks (:func:`require_live`)."""
-    if e.site == "pattern":  # exact on every model (through hook_z where hook_pattern does not feed the output)
-        return [h for l in e.layers for h in pattern_edit_hooks(model, int(l), e.fn)]
-    live = {"pos_embed": "hook_pos_embed", "resid_add": "hook_resid_pre", "z": "attn.hook_z"}.get(e.site)
-    if live is not None:
-        require_live(model, live, e.name)
-    if e.site == "pos_embed":  # the rows W_pos becomes, from the model's own (float32, as load_w_pos reads it)
-        table = e.fn(model.W_pos.detach().float().cpu()).to(model.W_pos.device)
-        return [("hook_pos_embed", lambda x, hook: replace_positions(x, table))]
-    if e.site == "z":
-        return [(f"blocks.{int(l)}.attn.hook_z", lambda z, hook: e.fn(z)) for l in e.layers]
-    value = e.fn(model).to(model_device(model))  # x: [batch, pos, d_model]
-
-    def write(x: torch.Tensor, hook) -> torch.Tensor:
-        return x + value[: x.shape[-2]].to(x.dtype) if e.site == "resid_add" else value.to(x.device, x.dtype)
-
-    return [(resid_hook_name(model, int(l)), write) for l in e.layers]
-
-
 def hook_tuples(model, edits) -> list:
     """TransformerLens hooks ``[(hook_name, fn), ...]`` of ``edits`` (:class:`~gpt2_posheads.model.engine.Edit` s),
     in order, for ``model.run_with_hooks``."""
@@ -325,7 +290,7 @@ def hook_tuples(model, edits) -> list:
 class HooksEngine(Engine):
     """TransformerLens hooks; edits become hooks (each bound once), run before the reduction's (a pattern edit on
     ``hook_pattern`` is what the reduction sees). A pass stops right after the last activation it needs
-    (:func:`run_until`), unless the reduction takes logits. ``bf16``: under ``torch.autocast`` in bfloat16."""
+    (:func:`run_hooked`), unless the reduction takes logits. ``bf16``: under ``torch.autocast`` in bfloat16."""
 
     name = "hooks"
     sites = frozenset(SITES)
@@ -334,7 +299,24 @@ class HooksEngine(Engine):
         self.model, self.bf16 = model, bf16
 
     def _bind(self, e: Edit) -> list:
-        return _edit_hooks(self.model, e)
+        """The hooks of one checked edit; one whose hook may not feed the model first asks (:func:`require_live`)."""
+        model = self.model
+        if e.site == "pattern":  # exact on every model (through hook_z where hook_pattern does not feed the output)
+            return [h for l in e.layers for h in pattern_edit_hooks(model, int(l), e.fn)]
+        if e.site != "resid_set":
+            hook = {"pos_embed": "hook_pos_embed", "resid_add": "hook_resid_pre"}.get(e.site, "attn.hook_z")
+            require_live(model, hook, e.name)
+        if e.site == "pos_embed":  # the rows W_pos becomes, from the model's own (float32, as load_w_pos reads it)
+            table = e.fn(model.W_pos.detach().float().cpu()).to(model.W_pos.device)
+            return [("hook_pos_embed", lambda x, hook: replace_positions(x, table))]
+        if e.site == "z":
+            return [(f"blocks.{int(l)}.attn.hook_z", lambda z, hook: e.fn(z)) for l in e.layers]
+        value = e.fn(model).to(model_device(model))  # x: [batch, pos, d_model]
+
+        def write(x: torch.Tensor, hook) -> torch.Tensor:
+            return x + value[: x.shape[-2]].to(x.dtype) if e.site == "resid_add" else value.to(x.device, x.dtype)
+
+        return [(resid_hook_name(model, int(l)), write) for l in e.layers]
 
     def _pass(self, batches, hooks, stop_at: str | None, progress, after=None) -> None:
         """Each batch with ``hooks``, abandoned after hook ``stop_at`` (``None``: the whole model), then ``after(index,
@@ -344,10 +326,7 @@ class HooksEngine(Engine):
             for i, toks in enumerate(self.batches(batches, progress)):
                 toks = toks.to(device)
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
-                    if stop_at is None:
-                        logits = run_hooked(self.model, toks, hooks)
-                    else:
-                        logits = run_until(self.model, toks, hooks, stop_at=stop_at)
+                    logits = run_hooked(self.model, toks, hooks, stop_at=stop_at)
                 if after is not None:
                     after(i, toks, logits)
 
@@ -392,16 +371,17 @@ class HooksEngine(Engine):
             return run_hooked(self.model, tokens.to(model_device(self.model)), self.bind(edits))
 
 
-class _LayerRead:
+class _LayerRead(QKCapture):
     """One layer's reads, handed to ``deliver(layer, {kind: tensor})`` once all their hooks fired (bridges differ in
     the order), never half-read. ``stop``: ``((layer, stage), hook)``, the latest hook it needs, in pass order."""
 
     def __init__(self, model, layer: int, kinds: set[str], deliver: Callable[[int, dict], None]):
+        if kinds & {"q", "k"}:
+            super().__init__(model, layer)
+        else:
+            self.names, self.box = {}, {}
         self.layer, self.kinds, self.deliver, self.delivered = layer, kinds, deliver, 0
         attn = f"blocks.{layer}.attn."
-        self.qk = QKCapture(model, layer) if kinds & {"q", "k"} else None
-        self.box = self.qk.box if self.qk is not None else {}  # one dict: QKCapture reads its q, k, cos, sin here
-        self.names = dict(self.qk.names) if self.qk is not None else {}
         if "resid" in kinds:
             self.names["resid"] = resid_hook_name(model, layer)
         if "z" in kinds:
@@ -414,18 +394,13 @@ class _LayerRead:
         else:
             self.stop = ((layer, 0), self.names["resid"])
 
-    def hooks(self) -> list:
-        return [(name, partial(self._grab, key)) for key, name in self.names.items()]
-
     def _grab(self, key: str, x: torch.Tensor, hook) -> None:
         self.box[key] = x.detach()
         if len(self.box) < len(self.names):
             return
         acts = {k: self.box[k] for k in ("resid", "z", "pattern") if k in self.kinds}
-        if "q" in self.kinds:
-            acts["q"] = self.qk.q
-        if "k" in self.kinds:
-            acts["k"] = self.qk.k
+        if self.kinds & {"q", "k"}:
+            acts.update((kind, x) for kind, x in zip("qk", self.qk()) if kind in self.kinds)
         self.box.clear()
         self.delivered += 1
         self.deliver(self.layer, acts)

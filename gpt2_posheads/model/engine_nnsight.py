@@ -310,34 +310,23 @@ def layer_qkv(layer_attn, arch: Arch, n_heads: int, d_head: int, rot):
     return q, expand_kv(k, n_heads), expand_kv(v, n_heads)
 
 
-def _affine(module, x: torch.Tensor | None, conv1d: bool) -> torch.Tensor | None:
-    """``x W + b`` of an ``nn.Linear`` or GPT-2's ``Conv1D`` (weight ``[in, out]``); ``x`` ``None`` stands for
-    zeros."""
-    b = module.bias
-    b = None if b is None else b.detach().float()
-    if x is None:
-        return b
-    w = module.weight.detach().float()
-    y = x.float() @ (w if conv1d else w.T)
-    return y if b is None else y + b
-
-
 def value_bias(block, layer_attn, arch: Arch, n_heads: int, d_head: int):
     """What every value holds whatever its token, per query head ``[head, d_head]`` (``None``: nothing): the value
     projection of the pre-attention norm's bias plus its own bias, which TransformerLens's compatibility mode folds
     into ``b_O``, so it passes whole whatever the pattern's rows sum to."""
-    ln = module_at(block, arch.attn_norm) if arch.attn_norm else None
-    ln_b = None if ln is None or getattr(ln, "bias", None) is None else ln.bias
-    if arch.qkv == "split":
-        b = _affine(module_at(layer_attn, arch.proj[0]), ln_b, True)
-        b = None if b is None else b.chunk(3)[2]
-    elif arch.qkv == "heads":
-        b = _affine(module_at(layer_attn, arch.proj[0]), ln_b, False)
-        b = None if b is None else b.view(n_heads, 3 * d_head)[:, 2 * d_head :]
-    else:
-        b = _affine(module_at(layer_attn, arch.proj[2]), ln_b, False)
+    ln_b = getattr(module_at(block, arch.attn_norm) if arch.attn_norm else None, "bias", None)
+    proj = module_at(layer_attn, arch.proj[2 if arch.qkv == "separate" else 0])
+    b = None if proj.bias is None else proj.bias.detach().float()
+    if ln_b is not None:  # ln_b W (+ b) of an nn.Linear, or of GPT-2's Conv1D (weight [in, out])
+        w = proj.weight.detach().float()
+        y = ln_b.float() @ (w if arch.qkv == "split" else w.T)
+        b = y if b is None else y + b
     if b is None:
         return None
+    if arch.qkv == "split":
+        b = b.chunk(3)[2]
+    elif arch.qkv == "heads":
+        b = b.view(n_heads, 3 * d_head)[:, 2 * d_head :]
     b = b.reshape(-1, d_head)
     return b.repeat_interleave(n_heads // b.shape[0], dim=0)
 
@@ -369,7 +358,6 @@ def run_traced(
     on_resid: Callable[[dict, int, torch.Tensor], None] | None = None,
     resid_layers: Sequence[int] = (),
     edits: Sequence[tuple] = (),
-    check: bool = True,
     on_logits: Callable[[dict, torch.Tensor], None] | None = None,
 ) -> dict:
     """One nnsight session over ``batches`` ``[batch, pos]`` returning ``finish(state)``, the only values that leave it
@@ -380,7 +368,7 @@ def run_traced(
     replaces the output projection's input once ``A v`` is checked to be the model's own (the reductions see
     ``how(A)``), ``how(z)`` replaces the head outputs ``[batch, pos, head, d_head]`` (without the value bias). The pass
     stops after the last layer it needs unless ``on_logits(state, logits [batch, pos, d_vocab])`` asks for the output.
-    ``check``: ``A v`` checked against the head outputs on the first batch (``RuntimeError`` past tolerance)."""
+    ``A v`` is checked against the head outputs on the first batch (``RuntimeError`` past tolerance)."""
     require_nnsight("--engine")
     from nnsight import save
 
@@ -423,7 +411,7 @@ def run_traced(
                     q, k, v = layer_qkv(attn, arch, n_heads, d_head, rot)
                     pattern = attention_pattern(q, k, scales[l], windows[l])
                     edit = pattern_edits.get(l)
-                    if edit is not None or (check and i == 0):
+                    if edit is not None or i == 0:
                         out = module_at(attn, arch.out)
                         z = out.input
                         gap = z_gap(heads_output(pattern, v), z)
@@ -468,10 +456,8 @@ def result_bytes(result: dict) -> int:
 
 
 class TracedEngine(Engine):
-    """An nnsight-traced model (:class:`TracedModel`), here or on NDIF: one :func:`run_traced` trace per call, the
-    reduction and the edits (every site but a replacement of the residual stream: a trace's edits add to the stream)
-    running inside the trace, patterns computed from the model's own queries and keys (so the pattern an edit leaves
-    is the one the model attends with)."""
+    """An nnsight-traced model (:class:`TracedModel`): one :func:`run_traced` trace per call (module doc). It edits
+    every site but a replacement of the residual stream (a trace's edits add to the stream)."""
 
     name = ENGINE
     sites = frozenset({"pos_embed", "resid_add", "pattern", "z"})

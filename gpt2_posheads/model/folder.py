@@ -41,15 +41,6 @@ WEIGHT_FILES = (
 )
 
 
-def tokenizer_problem(folder: Path) -> str | None:
-    if any(all((folder / f).is_file() for f in files) for files in TOKENIZER_SETS):
-        return None
-    return (
-        f"{folder} has no tokenizer files (tokenizer.json, or vocab.json and merges.txt, or tokenizer.model): "
-        "the model would load with a tokenizer that cannot read text"
-    )
-
-
 def safetensors_files(folder: Path) -> list[Path]:
     """The folder's safetensors weight files (one, or the shards an index names)."""
     index = folder / "model.safetensors.index.json"
@@ -100,11 +91,8 @@ def meta_model(config: dict):
         return None
 
 
-def shape_problem(config: dict, shapes: dict[str, tuple[int, ...]], model=None) -> str | None:
-    """The first weight whose shape disagrees with the model ``config`` describes, or ``None``."""
-    model = model if model is not None else meta_model(config)
-    if model is None:
-        return None
+def shape_problem(shapes: dict[str, tuple[int, ...]], model) -> str | None:
+    """The first weight whose shape disagrees with ``model`` (the one ``config.json`` describes), or ``None``."""
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     prefix = getattr(model, "base_model_prefix", "")
     for name, shape in shapes.items():
@@ -327,16 +315,6 @@ SAFETENSORS_DTYPES = {
 }
 
 
-def _readinto(f, buf: memoryview) -> None:
-    """Fill ``buf`` from ``f`` (``readinto`` may return less than asked: one read(2) is capped near 2 GiB)."""
-    done = 0
-    while done < len(buf):
-        n = f.readinto(buf[done:])
-        if not n:
-            raise ValueError(f"{Path(f.name).name} ended {len(buf) - done:,} bytes early")
-        done += n
-
-
 def iter_safetensors(path: Path, names=None):
     """``(name, tensor)`` of each tensor of a safetensors file (or those in ``names``), in file order, read with
     plain reads into its own tensor (no mapping: the file's pages stay outside the process's resident set)."""
@@ -362,7 +340,12 @@ def iter_safetensors(path: Path, names=None):
                 raise ValueError(f"{path.name}: {name} holds {hi - lo:,} bytes, its shape needs {raw.numel():,}")
             if raw.numel():
                 f.seek(start + lo)
-                _readinto(f, memoryview(raw.numpy()))
+                buf, done = memoryview(raw.numpy()), 0
+                while done < len(buf):  # readinto may return less than asked: one read(2) is capped near 2 GiB
+                    n = f.readinto(buf[done:])
+                    if not n:
+                        raise ValueError(f"{path.name} ended {len(buf) - done:,} bytes early")
+                    done += n
             yield name, t
 
 
@@ -387,9 +370,11 @@ def folder_problem(folder: str | Path, check_values: bool = True) -> str | None:
 
 @lru_cache(maxsize=32)
 def _folder_problem(folder: Path, stamp: tuple, check_values: bool) -> str | None:
-    problem = tokenizer_problem(folder)
-    if problem:
-        return problem
+    if not any(all((folder / f).is_file() for f in files) for files in TOKENIZER_SETS):
+        return (
+            f"{folder} has no tokenizer files (tokenizer.json, or vocab.json and merges.txt, or tokenizer.model): "
+            "the model would load with a tokenizer that cannot read text"
+        )
     files = safetensors_files(folder)
     if not files:
         if not any((folder / w).is_file() for w in WEIGHT_FILES):
@@ -408,15 +393,13 @@ def _folder_problem(folder: Path, stamp: tuple, check_values: bool) -> str | Non
     except (OSError, ValueError):
         config = None
     if isinstance(config, dict):
-        for problem in (architecture_problem(config), heads_problem(config), vocab_problem(folder, config)):
-            if problem:
-                return problem
-        model = meta_model(config)
+        problem = architecture_problem(config) or heads_problem(config) or vocab_problem(folder, config)
+        model = None if problem else meta_model(config)
         if model is not None:
             weights = files[0].name if len(files) == 1 else "model.safetensors.index.json"
-            problem = weights_problem(config, model, list(shapes), weights) or shape_problem(config, shapes, model)
-            if problem:
-                return problem
+            problem = weights_problem(config, model, list(shapes), weights) or shape_problem(shapes, model)
+        if problem:
+            return problem
     return nonfinite_problem(files) if check_values else None
 
 
@@ -458,19 +441,14 @@ def cached_file_sha256(path: str | os.PathLike) -> str:
     return digest
 
 
-def fingerprinted_files(folder: Path) -> list[Path]:
-    """The files a folder's fingerprint covers: ``config.json`` and the weight files with their indexes."""
-    return [
-        f
-        for f in sorted(folder.iterdir())
-        if f.is_file()
-        and (f.name == "config.json" or f.suffix in (".safetensors", ".bin") or f.name.endswith(".index.json"))
-    ]
-
-
 def folder_fingerprint(folder: str | os.PathLike) -> str:
-    """``"sha256:<16 hex digits>"``: SHA-256 over each fingerprinted file's name, size and whole-file hash."""
+    """``"sha256:<16 hex digits>"``: SHA-256 over the name, size and whole-file hash of each file it covers
+    (``config.json``, the weight files and their indexes)."""
     h = hashlib.sha256()
-    for f in fingerprinted_files(Path(folder).expanduser()):
+    for f in sorted(Path(folder).expanduser().iterdir()):
+        if not f.is_file() or not (
+            f.name == "config.json" or f.suffix in (".safetensors", ".bin") or f.name.endswith(".index.json")
+        ):
+            continue
         h.update(f"{f.name}:{f.stat().st_size}:{cached_file_sha256(f)}\n".encode())
     return f"{SCHEME}:{h.hexdigest()[:16]}"

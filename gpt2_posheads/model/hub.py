@@ -50,15 +50,6 @@ def seconds(name: str, default: float) -> float:
     return value
 
 
-def hub_offline() -> bool:
-    """``HF_HUB_OFFLINE`` is set (in the environment or in ``huggingface_hub``'s constants)."""
-    if os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() not in ("0", "", "false", "no", "off"):
-        return True
-    from huggingface_hub import constants  # a dependency of transformers: always there
-
-    return bool(constants.HF_HUB_OFFLINE)
-
-
 def hub_endpoint() -> str:
     """The endpoint the Hugging Face clients talk to (``HF_ENDPOINT``, else the hub)."""
     from huggingface_hub import constants
@@ -101,22 +92,20 @@ _REACHABLE: dict[tuple, tuple[float, Unanswered | None]] = {}  # (url, proxies) 
 _REACHABLE_TTL = 60.0  # seconds an answer is reused: every script of a job asks, the network rarely changes faster
 
 
-def api_url(repo: str = "gpt2", repo_type: str = "model", revision: str | None = None) -> str:
-    """The hub's API address of ``repo``'s information (at ``revision``): what a download asks first."""
-    url = f"{hub_endpoint()}/api/{repo_type}s/{repo}"
-    return f"{url}/revision/{quote(revision, safe='')}" if revision else url
-
-
 def hub_problem(
     repo: str = "gpt2", repo_type: str = "model", revision: str | None = None, timeout: float | None = None
 ) -> Unanswered | None:
-    """``None`` when the hub's API for ``repo`` (:func:`api_url`, a download's first request) answers HTTP below 500
+    """``None`` when the hub's API for ``repo`` (at ``revision``: a download's first request) answers HTTP below 500
     within ``timeout`` seconds (default 3, at most ``$GPT2_POSHEADS_HUB_TIMEOUT``), asked through ``huggingface_hub``'s
     own session and so its proxy; else :class:`Unanswered` (neither a TCP connection nor a front page answering while
     the API stalls is an answer). Reused for a minute."""
-    if hub_offline():
+    from huggingface_hub import constants  # a dependency of transformers: always there
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() not in ("0", "", "false", "no", "off")
+    if offline or constants.HF_HUB_OFFLINE:  # set in the environment or in huggingface_hub's constants
         return Unanswered("HF_HUB_OFFLINE is set", True)
-    url = api_url(repo, repo_type, revision)
+    url = f"{hub_endpoint()}/api/{repo_type}s/{repo}"
+    url = f"{url}/revision/{quote(revision, safe='')}" if revision else url
     wait = min(PROBE_TIMEOUT if timeout is None else timeout, seconds(TIMEOUT_ENV, 10.0))
     proxies = tuple(os.environ.get(k, "") for k in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"))
     key = (url, proxies, os.environ.get("NO_PROXY", os.environ.get("no_proxy", "")))

@@ -123,8 +123,8 @@ def resolve_model_source(name_or_path: str | os.PathLike) -> str:
         if problem:
             raise ModelLoadError(problem)
         return str(p.resolve())
-    looks_like_path = s.startswith((".", "/", "~")) or os.sep in s and not _looks_like_repo_id(s)
-    if looks_like_path:
+    repo_like = s.count("/") == 1 and all(s.split("/"))  # owner/name
+    if s.startswith((".", "/", "~")) or os.sep in s and not repo_like:
         raise ModelLoadError(f"model directory {s!r} does not exist")
     repo_id = _ALIASES.get(s, s)
     snap, incomplete = _cached_copy(repo_id)
@@ -157,11 +157,6 @@ def resolve_model_source(name_or_path: str | os.PathLike) -> str:
     if problem:
         raise ModelLoadError(f"cannot load {s!r}: what the hub served is not a loadable model ({problem})")
     return str(snap)
-
-
-def _looks_like_repo_id(s: str) -> bool:
-    parts = s.split("/")
-    return len(parts) == 2 and all(parts) and not s.startswith((".", "/", "~"))
 
 
 def load_model(
@@ -201,7 +196,12 @@ def load_model(
             files = safetensors_files(Path(source)) if local else []
             # read once into memory and processed layer by layer: one copy of the weights (model.memory)
             loader = CheckpointLoader(files, lambda *keys: _refuse_mismatch(source, files, *keys)) if files else None
-            tokenizer = _local_tokenizer(source) if local else None
+            tokenizer = None
+            if local:
+                from transformers import AutoTokenizer
+
+                with contextlib.suppress(Exception):
+                    tokenizer = AutoTokenizer.from_pretrained(source)
             model = boot_bridge(source, tokenizer, loader, device=device, dtype=dtype, **processing)
             release_source_copies(model, loader)  # the processed weights are the one copy kept (model.memory)
     given = str(name_or_path)
@@ -248,15 +248,6 @@ def _refuse_mismatch(source: str, files: list[Path], missing: list[str], unexpec
         weights = files[0].name if len(files) == 1 else "model.safetensors.index.json"
         kind = json.loads((Path(source) / "config.json").read_text(encoding="utf-8")).get("model_type", "?")
         raise ModelLoadError(mismatch_message(f"{Path(source) / weights}", kind, missing, unexpected, mismatched))
-
-
-def _local_tokenizer(path: str):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(path)
-    except Exception:
-        return None
 
 
 # --- the GPT-2 tokenizer from vocab.json + merges.txt, and small model directories for tests/demos ---------------

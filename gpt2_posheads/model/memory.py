@@ -315,15 +315,6 @@ def layerwise_processing(bridge, loader: CheckpointLoader | None = None) -> Iter
 
 
 # --- dropping what the processed model no longer computes with ------------------------------------------------------
-def _mapped_ranges(suffix: str = ".safetensors") -> list[tuple[int, int]]:
-    """Address ranges of this process's mappings of files ending in ``suffix`` (Linux; empty elsewhere)."""
-    try:
-        lines = [line.split() for line in Path("/proc/self/maps").read_text().splitlines()]
-    except OSError:
-        return []
-    return [tuple(int(x, 16) for x in p[0].split("-")) for p in lines if len(p) >= 6 and p[-1].endswith(suffix)]
-
-
 def trim_heap() -> None:
     """Give freed heap back to the system (glibc ``malloc_trim``; nothing elsewhere)."""
     with contextlib.suppress(OSError, AttributeError):
@@ -338,7 +329,12 @@ def release_source_copies(model, loader: CheckpointLoader | None = None) -> int:
         candidates = loader.leftovers(model)
         dropped = [p for p in (ref() for ref, _ in loader.dropped) if p is not None]
     else:
-        ranges = _mapped_ranges()
+        try:  # this process's mappings (Linux; none elsewhere): the address ranges of .safetensors files
+            maps = [line.split() for line in Path("/proc/self/maps").read_text().splitlines()]
+        except OSError:
+            maps = []
+        maps = [m for m in maps if len(m) >= 6 and m[-1].endswith(".safetensors")]
+        ranges = [tuple(int(x, 16) for x in m[0].split("-")) for m in maps]
         candidates = [
             p
             for p in model.parameters()

@@ -221,16 +221,8 @@ def shipped_model_dir(name: str, build: bool = True) -> Path:
     if name not in COMPILED_MODELS:
         raise ValueError(f"model: {name!r} is not a shipped model; shipped: {', '.join(SHIPPED_MODELS)}")
     folder = models_dir() / name
-    if build and _builder():
-        _ensure_built(name, folder)
-    return folder
-
-
-def _ensure_built(name: str, folder: Path) -> None:
-    """Build ``folder`` unless it passes the check (see the module doc)."""
-    problem = _problem(folder)
-    if problem is None:
-        return
+    if not (build and _builder()) or (problem := _problem(folder)) is None:
+        return folder
     hint = f"gpt2-posheads build_compiled_models --only {name} builds it"
     writable = f"set ${MODELS_ENV} to a writable folder"
 
@@ -240,13 +232,17 @@ def _ensure_built(name: str, folder: Path) -> None:
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # an unwritable or missing home, a file where a folder should be
-        why = f"no models folder can be made: tried {_tried(folder.parent)} ({cannot_write(e) or e.strerror})"
+        tried, root = folder.parent, source_checkout()  # and data/ of a source checkout, passed over if not writable
+        if root is not None and tried != root / "data" and not os.environ.get(MODELS_ENV):
+            state = "not writable" if (root / "data").is_dir() else "absent"
+            tried = f"{tried} (and {root / 'data'}, {state})"
+        why = f"no models folder can be made: tried {tried} ({cannot_write(e) or e.strerror})"
         raise unwritable(why) from None
     try:
         with folder_lock(folder, f"the build of {name}"):
             problem = _problem(folder)
             if problem is None:  # built by the process this one waited for
-                return
+                return folder
             if folder.exists():
                 foreign = sorted(p.name for p in folder.iterdir() if p.name not in _BUILDER["files"])
                 if foreign:  # not only what a build writes: someone else's, kept
@@ -281,19 +277,12 @@ def _ensure_built(name: str, folder: Path) -> None:
                 f"{hint} (run by a user who can write {folder.parent}), or {writable}",
             ) from None
         raise unwritable(f"{folder.parent} cannot be written ({why})") from None
+    return folder
 
 
 def _problem(folder: Path) -> str | None:
     """What is wrong with a compiled model's folder (``missing`` when there is none), or ``None``."""
     return _builder()["check"](folder) if folder.is_dir() else "missing"
-
-
-def _tried(folder: Path) -> str:
-    """``folder``, and ``data/`` of a source checkout passed over for not being writable."""
-    root = source_checkout()
-    if root is not None and folder != root / "data" and not os.environ.get(MODELS_ENV):
-        return f"{folder} (and {root / 'data'}, {'not writable' if (root / 'data').is_dir() else 'absent'})"
-    return str(folder)
 
 
 def folder_lock(folder: Path, what: str):

@@ -201,7 +201,6 @@ def measures_caller_model(fn: Callable) -> Callable:
 
 
 FORCE_ENV = "GPT2_POSHEADS_FORCE_BF16"
-_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 @lru_cache(maxsize=2)
@@ -214,20 +213,17 @@ def _cpuinfo(field: str) -> str | None:
         return None
 
 
-def cpu_flags() -> frozenset[str]:
-    return frozenset((_cpuinfo("flags") or "").split())
-
-
 def cpu_name() -> str:
     return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_has_native_bf16() -> bool:
     """True when bfloat16 matmuls run on matrix/vector units (AVX512-BF16 or AMX), not emulated."""
-    if any(f in cpu_flags() for f in _BF16_FLAGS):
+    flags = set((_cpuinfo("flags") or "").split())
+    if flags & {"avx512_bf16", "amx_bf16"}:
         return True
     try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and bool(cpu_flags() & {"avx512_bf16", "amx_tile"})
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and bool(flags & {"avx512_bf16", "amx_tile"})
     except (AttributeError, RuntimeError):
         return False
 
@@ -263,7 +259,7 @@ def resolve_bf16(requested: bool, device: str | torch.device = "cpu", force: boo
 def machine_description(device: str | torch.device = "cpu") -> dict:
     """What a benchmark ran on: CPU model and its vector/matrix extensions (or the GPU), torch, threads."""
     d = torch.device(device)
-    flags = cpu_flags()
+    flags = (_cpuinfo("flags") or "").split()
     ext = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16") if f in flags]
     out = {
         "cpu": cpu_name(),
