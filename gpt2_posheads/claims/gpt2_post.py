@@ -43,15 +43,9 @@ NO_PREV_HEAD = "no previous-token head: no head's greatest diagonal is the previ
 _SHARPEST = at_most(SHARP_RATIO, "ratio of the sharpest previous-token head")
 
 
-def _sharp(v) -> tuple[bool, str]:
-    """``v``: the sharpest previous-token ratio, ``inf`` where the model has no previous-token head."""
-    if v == math.inf:
-        return False, NO_PREV_HEAD
-    return _SHARPEST.decide(v)
-
-
-# "attends almost exclusively to the previous token" (``sharp_prev_head``), also an organism's first target
-SHARPEST_RULE = predicate(_SHARPEST.text, _sharp)
+# "attends almost exclusively to the previous token" (``sharp_prev_head``), also an organism's first target; the value:
+# the sharpest previous-token ratio, ``inf`` where the model has no previous-token head
+SHARPEST_RULE = predicate(_SHARPEST.text, lambda v: (False, NO_PREV_HEAD) if v == math.inf else _SHARPEST.decide(v))
 # the post's "induction heads" (best induction score >= 0.4): the organism's induction target (claims.organism)
 INDUCTION_RULE = at_least(0.4, "best induction score")
 
@@ -108,9 +102,6 @@ def helix_evr_rule(what: str, allow_quick: bool = True) -> Rule:
     )
 
 
-# --- preconditions -----------------------------------------------------------------------------------
-
-
 def model_copies(p_clean: dict[str, float]) -> Precondition:
     """The model continues the repeat-string prompt (P >= 0.5 on every prompt)."""
     worst = min(p_clean.values()) if p_clean else 0.0
@@ -129,9 +120,8 @@ def is_prev_token_head(name: str, top_offset: int, ratio: float | None = None) -
         f", ratio <= {CLEAR_PREV_RATIO})" if ratio is not None else ")"
     )
     if top_offset != 1:
-        return Precondition(
-            text, False, f"{name} is not a previous-token head (its greatest diagonal is offset {top_offset}, not 1)"
-        )
+        why = f"{name} is not a previous-token head (its greatest diagonal is offset {top_offset}, not 1)"
+        return Precondition(text, False, why)
     if ratio is not None and not is_clear_prev(top_offset, ratio):
         return Precondition(
             text, False, f"{name} is not a clear previous-token head (ratio {ratio:.2f} > {CLEAR_PREV_RATIO})"
@@ -154,10 +144,7 @@ def helix_precondition(evr, what: str) -> Precondition:
 
 
 def layer_above(name: str, layer: int, low: int) -> Precondition:
-    return Precondition(
-        f"{name} sits above layer {low}",
-        layer > low,
-        f"{name} sits in layer {layer}: there is no layer below it"
-        if layer == 0
-        else f"{name} sits in layer {layer}, not above layer {low}",
+    why = f"{name} sits in layer {layer}" + (
+        ": there is no layer below it" if layer == 0 else f", not above layer {low}"
     )
+    return Precondition(f"{name} sits above layer {low}", layer > low, why)

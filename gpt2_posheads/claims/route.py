@@ -60,8 +60,7 @@ class PrevMassAveraged:
                 masses[key[: -len(suffix)]] = (float(pair[0]), float(pair[1]))
         return cls(masses, group)
 
-    def kept(self, head: str) -> float | None:
-        """averaged / clean of ``head``; None where not measured or clean <= 0."""
+    def kept(self, head: str) -> float | None:  # averaged / clean; None where not measured or clean <= 0
         clean, averaged = self.masses.get(head, (math.nan, math.nan))
         return averaged / clean if clean > 0 else None
 
@@ -132,22 +131,18 @@ ROUTE_LABELS = {POST: BUILT, BOOST: BUILT, RELAY: BUILT, WPOS: READS_WPOS, NONE:
 WEIGHT_KEY = "weight_route_built"  # the claim whose record holds the weight route (its ``measured``: head, label)
 
 
-def weight_route_of(records: Mapping[str, Mapping]) -> Mapping | None:
-    """The weight route's record (``head``, ``label``, ``reason``), or ``None``."""
+def weight_route_of(records: Mapping[str, Mapping]) -> Mapping | None:  # its head, label, reason; or None
     measured = (_record(records, WEIGHT_KEY) or {}).get("measured")
     return measured if isinstance(measured, Mapping) and measured.get("label") else None
 
 
-def weights_agree(route: str, label: str) -> bool | None:
-    """Whether the weight ``label`` is the causal ``route``'s; ``None`` where the route has none."""
+def weights_agree(route: str, label: str) -> bool | None:  # None where the causal route has no weight label
     want = ROUTE_LABELS.get(route)
     return None if want is None else want == label
 
 
 @dataclass(frozen=True)
-class Row:
-    """One claim as the conclusion read it: key, verdict, and the number or reason that counted."""
-
+class Row:  # one claim as the conclusion read it: key, verdict, and the number or reason that counted
     key: str
     verdict: str
     evidence: str
@@ -182,8 +177,7 @@ def _record(records: Mapping[str, Mapping], key: str) -> Mapping | None:
     return r if isinstance(r, Mapping) else None
 
 
-def _verdict(records, key) -> str:
-    """The claim's verdict; a claim the records lack is not testable (:func:`_said` says why)."""
+def _verdict(records, key) -> str:  # a claim the records lack is not testable
     return str((_record(records, key) or {}).get("verdict", NOT_TESTABLE))
 
 
@@ -282,8 +276,7 @@ def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
     return done(UNDETERMINED, f"{why} {neither}", keys)
 
 
-def _percent(x: float) -> str:
-    """``x`` as a whole percentage; a rounding of zero is "0%", whatever the sign of what was rounded."""
+def _percent(x: float) -> str:  # a rounding of zero is "0%", whatever the sign of what was rounded
     s = f"{x:.0%}"
     return "0%" if s == "-0%" else s
 

@@ -43,16 +43,13 @@ class ClaimResult:
     files: dict[str, Any] = field(default_factory=dict)  # other files: name -> text or bytes (a report page)
     notes: list[str] = field(default_factory=list)  # what the model given was found to be (model.state)
 
-    # --- filled in by the claim's measure / judge / figure parts ---
-    def figure(self, fig, stem: str, **options) -> None:
-        """Keep ``fig`` as ``stem`` (``options``: ``width``/``height`` of its PNG)."""
+    def figure(self, fig, stem: str, **options) -> None:  # options: width/height of its PNG
         self.figures[stem] = fig
         self.figure_options[stem] = options
 
     def table(self, df: pd.DataFrame, stem: str) -> None:
         self.tables[stem] = df
 
-    # --- reading it ---
     def claim(self, key: str) -> Claim:
         """The claim with this key (``KeyError`` naming the keys there are)."""
         for c in self.claims:
@@ -64,12 +61,10 @@ class ClaimResult:
         """One row per claim: key, claim, verdict, the number as a person reads it, the head, why, the rule."""
         return pd.DataFrame([{k: getattr(c, k) for k in VERDICT_COLUMNS} for c in self.claims], columns=VERDICT_COLUMNS)
 
-    def counts(self) -> dict[str, int]:
-        """``{verdict: how many claims got it}``, every verdict of the vocabulary (zero included)."""
+    def counts(self) -> dict[str, int]:  # {verdict: how many claims got it}, every verdict (zero included)
         return verdict_counts(self.claims)
 
-    def show(self, *stems: str) -> None:
-        """Draw the figures (all, or those named) with plotly's own renderer (inline in Jupyter)."""
+    def show(self, *stems: str) -> None:  # the figures (all, or those named), by plotly (inline in Jupyter)
         for stem in stems or tuple(self.figures):
             self.figures[stem].show()
 
@@ -99,7 +94,6 @@ class ClaimResult:
             "(<code>.tables</code>); numbers: <code>.numbers</code></div></div>"
         )
 
-    # --- into a results folder ---
     def write(self, out, context: dict | None = None) -> None:
         """Write the tables, figures and ``summary.json`` (:attr:`numbers` with ``context`` — the model, the prompts,
         the heads as the command chose them — over them, and :attr:`notes` as ``notes``) into ``out``

@@ -13,7 +13,7 @@ import torch
 
 from ...analysis.diagonals import diagonal_attention, rank_from_diagonals
 from ...analysis.heads import HeadDefault, HeadSpec, resolve_heads
-from ...analysis.prompts import make_prompts
+from ...analysis.prompts import documents, make_prompts
 from ...analysis.repeat_prompt import RepeatPrompt, fit_repeat_prompt, target_words
 from ...claims.gpt2_post import prev_head_precondition
 from ...claims.verdicts import Precondition
@@ -65,14 +65,11 @@ class ModelRun:
             self.ranking = rank_from_diagonals(self.diag)
         return self
 
-    def tokens(self) -> list[str]:
-        """The first prompt's tokens as text (what a figure's hover shows)."""
+    def tokens(self) -> list[str]:  # the first prompt's, as text (a figure's hover)
         return [self.model.tokenizer.decode([int(t)]) for t in self.prompts[0]]
 
-    def prev_head(self, head: tuple[int, int]) -> Precondition:
-        """The precondition that ``head`` is a clear previous-token head on this run's ranking."""
-        l, h = head
-        return prev_head_precondition(head_name(l, h), self.ranked().diag[l, h])
+    def prev_head(self, head: tuple[int, int]) -> Precondition:  # head is a clear previous-token head here
+        return prev_head_precondition(head_name(*head), self.ranked().diag[head[0], head[1]])
 
     def heads(self, heads: HeadsArg, default: HeadDefault) -> tuple[list[tuple[int, int]], str]:
         """``(heads, how they were chosen)``: ``heads`` as given (names like ``"L4H11"``, ``(layer, head)`` pairs, or
@@ -102,8 +99,6 @@ def model_run(
     prompts of ``seq_len`` tokens (capped at the model's context) from the shipped text, or openwebtext-10k with the
     hub."""
     if prompts is None:
-        from ...analysis.prompts import documents
-
         docs, found = documents("auto")
         seq_len = capped_seq_len(model, seq_len, "seq_len")
         prompts = make_prompts(model.tokenizer, n_prompts, seq_len, seed=seed, docs=docs)
@@ -163,12 +158,11 @@ def repeat_prompts(
 ) -> tuple[list[RepeatPrompt], str]:
     """``(prompts, why there are none)``: one repeat-string prompt per target
     (:func:`~gpt2_posheads.analysis.repeat_prompt.fit_repeat_prompt`), each word one token of the model's vocabulary (a
-    word several tokens long replaced by a single-token word, single characters in a character vocabulary; the same word
-    the same replacement in every target, so swapped targets stay swapped) and the prompt within its context; what
-    differs from the post's prompt is said (a note naming ``param``). ``contiguous``: no separator token between the
-    words even where the vocabulary would separate them: the token after a word is then the next word, as on GPT-2,
-    which the induction an edit redirects needs. No prompt (the vocabulary lacks the words, or even the shortest
-    template exceeds the context): ``([], reason with the numbers)``: the claims on it are not testable."""
+    longer word replaced by a single-token one, single characters in a character vocabulary; the same word the same
+    replacement in every target, so swapped targets stay swapped), within the context; what differs from the post's
+    prompt is said (a note naming ``param``). ``contiguous``: no separator between the words, so the token after a word
+    is the next word, as on GPT-2, which the induction an edit redirects needs. No prompt (the vocabulary lacks the
+    words, or the shortest template exceeds the context): ``([], reason with the numbers)``: not testable."""
     tok, n_ctx = model.tokenizer, model.cfg.n_ctx
     try:
         words, sep, how = target_words(tok, list(targets))
@@ -193,9 +187,9 @@ def repeat_prompts(
 
 
 def side_by_side(panels: dict, cmp: dict, name: str, changed: str, start: int, size: int) -> int:
-    """Put a head's ``[size, size]`` attention submatrices from ``start`` into ``panels``, ``"<name> clean"`` and
-    ``"<name> <changed>"``, popping the first prompt's ``[pos, pos]`` patterns from ``cmp``
-    (:func:`~gpt2_posheads.analysis.measures.compare_head_patterns`); returns the first position shown."""
+    """Put a head's ``[size, size]`` attention submatrices from ``start`` into ``panels`` (``"<name> clean"``,
+    ``"<name> <changed>"``), popping the first prompt's ``[pos, pos]`` patterns from ``cmp``; returns the first position
+    shown."""
     panels[f"{name} clean"], first = submatrix(cmp.pop("clean"), start, size)
     panels[f"{name} {changed}"], _ = submatrix(cmp.pop("intervened"), start, size)
     return first

@@ -15,6 +15,8 @@ previous-token head.
 
 from __future__ import annotations
 
+from functools import partial
+
 import plotly.graph_objects as go
 
 from ...analysis.heads import HeadDefault
@@ -32,6 +34,7 @@ from .about import claim_script
 HEADS = HeadDefault(("L4H11",), "aggregator", what="the previous-token head to edit (the first is used)")
 
 
+@partial(predicate, "held if, with the edit and output x2, P(third word) > P(second word) and P(third) rose by >= 0.2")
 def _edit_moves_copy(v) -> tuple[bool, str]:
     clean_third, p_second, p_third = v
     ok = p_third > p_second and p_third >= clean_third + 0.2
@@ -47,10 +50,7 @@ SPECS = (MOVES_COPY,) = (
         "edit_moves_copy",
         "editing the aggregator's pattern with output x2 moves the copy to the third word",
         "P(pirate) 65%, P(turtle) 26%",
-        predicate(
-            "held if, with the edit and output x2, P(third word) > P(second word) and P(third) rose by >= 0.2",
-            _edit_moves_copy,
-        ),
+        _edit_moves_copy,
         why_kind="it shows the head feeds induction, whichever way the head finds p-1",
     ),
 )
@@ -81,20 +81,15 @@ def check_factors(factors, param: str = "factors") -> list[float]:
 
 
 def measure(model, rp: RepeatPrompt, head: tuple[int, int], factors: list[float]) -> list[dict]:
-    """One row per condition (clean, then the edit at each factor): ``condition``, ``factor`` (``None`` clean),
-    ``P(<second word>)``, ``P(<third word>)`` (the next token after the prompt) and ``top5`` (token, probability). An
-    edited condition whose logits are not finite is that row's failure (NaN, ``not_measured`` says why); the clean pass
-    failing is the model's, and raises."""
+    """One row per condition (clean, then the edit at each factor): ``factor`` (``None`` clean), ``P(<second word>)``,
+    ``P(<third word>)`` (the next token) and ``top5``. An edited condition whose logits are not finite is that row's
+    failure (NaN, ``not_measured`` says why); the clean pass failing is the model's, and raises."""
     l, h = head
     ids = {w: model.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in (rp.words[1], rp.words[2])}
 
     def row(condition: str, factor: float | None, probs) -> dict:  # probs [d_vocab]
-        return {
-            "condition": condition,
-            "factor": factor,
-            **{f"P({w.strip()})": float(probs[i]) for w, i in ids.items()},
-            "top5": top_tokens(model, probs),
-        }
+        p = {f"P({w.strip()})": float(probs[i]) for w, i in ids.items()}
+        return {"condition": condition, "factor": factor, **p, "top5": top_tokens(model, probs)}
 
     rows, mapping = [row("clean", None, next_token_probs(model, rp.tokens)[0])], edit_mapping(rp)
     for f in factors:
@@ -117,16 +112,12 @@ def judge(run: ModelRun, head: tuple[int, int], rp: RepeatPrompt, rows: list[dic
         run.prev_head(head),
         Precondition("the edit with output x2 is measured", "not_measured" not in x2, x2.get("not_measured", "")),
     ]
-    return MOVES_COPY.judge(
-        {
-            "clean": {k: v for k, v in rows[0].items() if k.startswith("P(")},
-            "edit_x2": {k: v for k, v in x2.items() if k.startswith("P(")},
-        },
-        (rows[0][f"P({t})"], x2[f"P({s})"], x2[f"P({t})"]),
-        pre,
-        head=head_name(*head),
-        readout=f"P({t}) {rows[0][f'P({t})']:.3g} -> {x2[f'P({t})']:.3g}, P({s}) {x2[f'P({s})']:.3g}",
-    )
+    probs = {
+        name: {k: v for k, v in r.items() if k.startswith("P(")} for name, r in (("clean", rows[0]), ("edit_x2", x2))
+    }
+    shown = f"P({t}) {rows[0][f'P({t})']:.3g} -> {x2[f'P({t})']:.3g}, P({s}) {x2[f'P({s})']:.3g}"
+    value = (rows[0][f"P({t})"], x2[f"P({s})"], x2[f"P({t})"])
+    return MOVES_COPY.judge(probs, value, pre, head=head_name(*head), readout=shown)
 
 
 def _prepare(model, kwargs: dict, args) -> None:
@@ -173,12 +164,10 @@ def l4h11_edit(
 ) -> ClaimResult:
     """Edit the head's attention on the repeat-string prompt, scale its output by each factor, and read the copy.
 
-    ``model``, ``prompts`` (what the heads are ranked on; the edit runs on the repeat-string prompt), ``heads`` (the
-    first is edited), ``run``: as every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
-    ``target``: three words, each keeping its leading space. ``factors``: each in ``0..MAX_FACTOR``, 2 (the post's)
-    among them; the claim is judged on the x2 row (:func:`measure`: a row whose logits are not finite is not measured).
-    ``seed``: the demonstrations'. ``numbers`` hold ``target`` as used, ``prompt``, ``mapping`` ``{query position: key
-    position}``, ``mapping_tokens`` and ``rows``: per condition the two probabilities and the top 5.
+    ``prompts``: what the heads are ranked on (the edit runs on the repeat-string prompt); ``heads``: the first is
+    edited. ``target``: three words, each keeping its leading space. ``factors``: each in ``0..MAX_FACTOR``, 2 (the
+    post's) among them; the claim is judged on the x2 row. ``seed``: the demonstrations'. ``numbers``: ``target`` as
+    used, ``prompt``, ``mapping`` ``{query position: key position}``, ``mapping_tokens``, ``rows``.
     """
     factors = check_factors(factors)
     if not isinstance(target, str) or len(split_words(target)) != 3:
@@ -208,13 +197,10 @@ def l4h11_edit(
 
 def figure(rows: list[dict], rp: RepeatPrompt, target: str, head: tuple[int, int], run: ModelRun):
     """P(second word) and P(third word) per condition."""
-    fig = go.Figure()
+    fig, x = go.Figure(), [r["condition"] for r in rows]
     for w in dict.fromkeys((rp.words[1], rp.words[2])):  # one trace per distinct word
         probs = [r[f"P({w.strip()})"] for r in rows]
-        text = [f"{p:.3f}" for p in probs]
-        fig.add_trace(
-            go.Bar(x=[r["condition"] for r in rows], y=probs, name=f"P({w!r})", text=text, textposition="outside")
-        )
+        fig.add_trace(go.Bar(x=x, y=probs, name=f"P({w!r})", text=[f"{p:.3f}" for p in probs], textposition="outside"))
     fig.update_layout(
         barmode="group",
         title=f"{run.label}: {head_name(*head)} edited on {target!r}<br><sup>next word after "

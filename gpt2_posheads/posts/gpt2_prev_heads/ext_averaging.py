@@ -15,6 +15,7 @@ unless both are clear previous-token heads and the first sits below the second.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 from ...analysis.heads import HeadDefault
 from ...analysis.interventions import average_ext_pos_embed
@@ -32,8 +33,13 @@ EACH = "an early head and the aggregator (each averaged just before its own laye
 HEADS = HeadDefault(("L2H2", "L4H11"), "aggregator+early", what=EACH)
 
 
-def _hurts_early_more(v) -> tuple[bool, str]:
-    """``v``: ``(JS of the early head, JS of the aggregator, share of the aggregator's previous-token mass kept)``."""
+@partial(
+    predicate,
+    f"held if averaging the extended embeddings (groups of 10) just before each head's layer moves the early head's "
+    f"pattern >= {DAMAGE_JS:g} nats (JS) and >= 2x as far as the aggregator's, and the aggregator keeps >= {KEEP:.0%} "
+    "of its previous-token mass",
+)
+def _hurts_early_more(v) -> tuple[bool, str]:  # v: (JS of the early head, of the aggregator, share the latter kept)
     js_e, js_a, keep = v
     if not all(finite(x) for x in v):
         return False, f"JS {js_e} (early), {js_a} (aggregator), kept {keep}: not finite"
@@ -50,12 +56,7 @@ SPECS = (HURTS_EARLY_MORE,) = (
         "ext_avg_hurts_early_more",
         "averaging extended embeddings hurts early heads far more than the aggregator",
         "L2H2 badly, L4H11 barely",
-        predicate(
-            f"held if averaging the extended embeddings (groups of 10) just before each head's layer moves the "
-            f"early head's pattern >= {DAMAGE_JS:g} nats (JS) and >= 2x as far as the aggregator's, and the "
-            f"aggregator keeps >= {KEEP:.0%} of its previous-token mass",
-            _hurts_early_more,
-        ),
+        _hurts_early_more,
         ROUTE,
         "a sharp head that reads positions (W_pos is part of the extended embeddings) is hurt as badly",
     ),
@@ -76,16 +77,13 @@ def judge(run: ModelRun, heads: list[tuple[int, int]], results: list[dict]) -> C
         above = f"{first['head']} (layer {first['layer']}) does not sit below {last['head']} (layer {last['layer']})"
         pre.append(Precondition("the early head sits below the aggregator", first["layer"] < last["layer"], above))
     js = f"JS {first['js_divergence']:.3g} ({first['head']}) vs {last['js_divergence']:.3g}"
-    return HURTS_EARLY_MORE.judge(
-        {
-            "js": {r["head"]: r["js_divergence"] for r in results},
-            "prev_mass": {r["head"]: [r["prev_score_clean"], r["prev_score_intervened"]] for r in results},
-        },
-        (first["js_divergence"], last["js_divergence"], keep),
-        pre,
-        head=",".join(head_name(l, h) for l, h in heads),
-        readout=f"{js} ({last['head']}, keeps {keep:.0%})" if len(results) >= 2 else "",
-    )
+    measured = {
+        "js": {r["head"]: r["js_divergence"] for r in results},
+        "prev_mass": {r["head"]: [r["prev_score_clean"], r["prev_score_intervened"]] for r in results},
+    }
+    shown = f"{js} ({last['head']}, keeps {keep:.0%})" if len(results) >= 2 else ""
+    value, names = (first["js_divergence"], last["js_divergence"], keep), ",".join(head_name(l, h) for l, h in heads)
+    return HURTS_EARLY_MORE.judge(measured, value, pre, head=names, readout=shown)
 
 
 def _console(result: ClaimResult, options: dict) -> None:
@@ -124,11 +122,9 @@ def ext_pos_averaging(
 ) -> ClaimResult:
     """Average the extended positional embeddings just before each head and compare its attention with the clean run.
 
-    ``model``, ``prompts`` (starting with BOS where the model has one), ``heads`` (the early head first, the aggregator
-    last), ``start``, ``size``, ``run``: as every claim function takes them
-    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``group_size`` (>= 2, the post: 10) above the model's context is
-    capped at it, and said. ``numbers`` hold ``results``: per head its layer, previous-token mass clean and averaged, JS
-    divergence.
+    ``prompts``: starting with BOS where the model has one; ``heads``: the early head first, the aggregator last.
+    ``group_size`` (>= 2, the post: 10) above the model's context is capped at it, and said. ``numbers``: ``results``,
+    per head its layer, previous-token mass clean and averaged, JS divergence.
     """
     run = prompted_run(model, prompts, run, **PROMPTS)
     if isinstance(group_size, bool) or not (isinstance(group_size, int) and group_size >= 2):

@@ -57,11 +57,10 @@ def measure(
     model, seq_len: int, n_prompts: int, n_token_dependence: int, k: int, seed: int, label: str, progress: bool = True
 ) -> dict:
     """``{"per_layer", "ext", "w_pos", "wpos_reason", "after_bos"}``: the extended positional embeddings (the residual
-    stream on repeated-token prompts, centred over the positions and averaged over tokens) at the input of each block
-    and the final residual, on the repeated token's rows, ``{layer: [seq_len - after_bos, d_model]}``; ``W_pos`` on the
-    same rows (``None``, and why, without learned positions); the per-layer DataFrame (``layer``,
-    ``large_entry_fraction``, ``norm``, ``token_dependence`` on ``n_token_dependence`` other tokens kept apart, seed
-    ``seed + 1``; ``angle_<i>_deg`` with ``W_pos``; ``sparsity_vs_layer0``)."""
+    stream on repeated-token prompts, centred over the positions, averaged over tokens) at each block's input and the
+    final residual, the repeated token's rows ``{layer: [seq_len - after_bos, d_model]}``; ``W_pos`` on the same rows
+    (``None``, and why, without learned positions); the per-layer table (``token_dependence`` on
+    ``n_token_dependence`` other tokens kept apart, seed ``seed + 1``; ``angle_<i>_deg`` with ``W_pos``)."""
     reason = wpos_reason(model, label)
     layers = list(range(model.cfg.n_layers + 1))
     bos = default_bos(model)
@@ -77,12 +76,8 @@ def measure(
     w = token_rows(centred_w_pos(load_w_pos(model), seq_len, bos=bos), bos) if reason is None else None
     rows = []
     for l in layers:
-        row = {
-            "layer": l,
-            "large_entry_fraction": large_entry_fraction(ext[l]),
-            "norm": float(ext[l].norm()),
-            "token_dependence": token_dependence(per_tok[l]),
-        }
+        row = {"layer": l, "large_entry_fraction": large_entry_fraction(ext[l]), "norm": float(ext[l].norm())}
+        row["token_dependence"] = token_dependence(per_tok[l])
         if w is not None:
             row.update({f"angle_{i + 1}_deg": a for i, a in enumerate(principal_angles(w, ext[l], k=k).tolist())})
         rows.append(row)
@@ -108,22 +103,13 @@ def judge(m: dict, k: int, n_layers: int) -> tuple[list[Claim], list[float], flo
     angles = [float(a2[f"angle_{i + 1}_deg"]) for i in range(k)] if w is not None else [float("nan")]
     sparsity = float(df.sparsity_vs_layer0[1:].mean())
     spread = float(a2.token_dependence)
+    shown = f"layer {l2}: " + ", ".join(f"{a:.3g}°" for a in angles)
+    sparse = {"ratio": sparsity, "per_layer": df.large_entry_fraction.tolist()}
+    spread_shown = f"relative spread {spread:.3g}"
     claims = [
-        SAME_SUBSPACE.judge(
-            {"layer": l2, "angles_deg": angles},
-            max(angles),
-            has_w + w_helix,
-            readout=f"layer {l2}: " + ", ".join(f"{a:.3g}°" for a in angles),
-        ),
-        SPARSER.judge(
-            {"ratio": sparsity, "per_layer": df.large_entry_fraction.tolist()},
-            sparsity,
-            has_w,
-            readout=f"{sparsity:.3g}x fewer large entries",
-        ),
-        TOKEN_INDEPENDENT.judge(
-            {"layer": l2, "spread": spread}, spread, [ext_helix], readout=f"relative spread {spread:.3g}"
-        ),
+        SAME_SUBSPACE.judge({"layer": l2, "angles_deg": angles}, max(angles), has_w + w_helix, readout=shown),
+        SPARSER.judge(sparse, sparsity, has_w, readout=f"{sparsity:.3g}x fewer large entries"),
+        TOKEN_INDEPENDENT.judge({"layer": l2, "spread": spread}, spread, [ext_helix], readout=spread_shown),
     ]
     return claims, angles, sparsity
 
@@ -138,13 +124,15 @@ def three_panel(w: torch.Tensor, ext: torch.Tensor, layer: int, label: str) -> g
     )
     scenes, clipped = {}, 0
     camera = dict(eye=dict(x=1.9, y=1.9, z=1.3), center=dict(x=0, y=0, z=-0.1))  # a third of the width each
-    for i, (_name, comps) in enumerate(bases.items()):
+    for i, comps in enumerate(bases.values()):
         pts = []
         for lab, x, colour in ((f"extended L{layer}", ext, "red"), ("W_pos", w, "blue")):
             p = project(x, comps).numpy()
             pts.append(p)
-            xs, ys, zs, marker = p[:, 0], p[:, 1], p[:, 2], dict(size=2, color=colour)
-            trace = go.Scatter3d(x=xs, y=ys, z=zs, mode="markers", name=lab, marker=marker, showlegend=i == 0)
+            marker = dict(size=2, color=colour)
+            trace = go.Scatter3d(
+                x=p[:, 0], y=p[:, 1], z=p[:, 2], mode="markers", name=lab, marker=marker, showlegend=i == 0
+            )
             fig.add_trace(trace, row=1, col=i + 1)
         allp = np.concatenate(pts)
         lo, hi = np.percentile(allp, 1, axis=0), np.percentile(allp, 99, axis=0)
@@ -165,24 +153,23 @@ def three_panel(w: torch.Tensor, ext: torch.Tensor, layer: int, label: str) -> g
 
 
 def figure(m: dict, layer: int, k: int, label: str) -> dict:
-    """``{stem: figure}``: with ``W_pos``, the three-panel comparison at ``layer`` (``three_panel_L<layer>``) and the
-    principal angles per layer; always the sparsity and the token dependence per layer."""
+    """``{stem: figure}``: with ``W_pos``, the three-panel comparison at ``layer`` and the principal angles per layer;
+    always the sparsity and the token dependence per layer."""
     df, w, figs, lines = m["per_layer"], m["w_pos"], {}, {}
     if w is not None:
         figs[f"three_panel_L{layer}"] = three_panel(w, m["ext"][layer], layer, label)
+        angles = {f"angle {i + 1}": f"angle_{i + 1}_deg" for i in range(k)}
         lines["principal_angles"] = (
-            {f"angle {i + 1}": f"angle_{i + 1}_deg" for i in range(k)},
+            angles,
             "principal angles between W_pos and the extended positional embeddings",
             "degrees",
         )
-    lines["sparsity"] = (
-        {"large entry fraction": "large_entry_fraction"},
-        "share of large entries (|x| > the matrix's RMS); lower = sparser",
-        "share of entries with |x| > RMS",
-    )
+    sparsity = "share of large entries (|x| > the matrix's RMS); lower = sparser"
+    lines["sparsity"] = ({"large entry fraction": "large_entry_fraction"}, sparsity, "share of entries with |x| > RMS")
+    dependence = "token dependence of the extended positional embeddings"
     lines["token_dependence"] = (
         {"token dependence": "token_dependence"},
-        "token dependence of the extended positional embeddings",
+        dependence,
         "relative spread across repeated tokens",
     )
     for name, (series, title, ylabel) in lines.items():
@@ -207,10 +194,6 @@ def _prepare(model, kwargs: dict, args) -> None:
         raise UsageError("--k", f"{kwargs['k']} is out of range", f"allowed 1..{top}")
 
 
-def _console(result: ClaimResult, options: dict) -> None:
-    print(result.tables["per_layer"].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-
-
 @claim_script(
     "ext_pos_vs_wpe",
     takes=("seed", "progress"),
@@ -228,7 +211,7 @@ def _console(result: ClaimResult, options: dict) -> None:
     ranking=False,
     layer_final=True,
     prepare=_prepare,
-    console=_console,
+    console=lambda result, _: print(result.tables["per_layer"].to_string(index=False, float_format="{:.3f}".format)),
 )
 def ext_pos_vs_wpe(
     model=None,
@@ -244,12 +227,11 @@ def ext_pos_vs_wpe(
 ) -> ClaimResult:
     """The extended positional embeddings against ``W_pos``, layer by layer, and the post's three claims on them.
 
-    ``model``, ``run`` (its model and label; the claim makes its own repeated-token prompts): as every claim function
-    takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``layer`` is the three-panel figure's (``0..n_layers``;
-    ``n_layers`` = the final residual); the claims are judged at layer 2 (or the final residual of a shallower model),
-    as the post. ``k``: the dimension of the subspaces compared (``1..min(d_model, seq_len)``). ``seed``: the repeated
-    tokens' (``seed + 1`` for the ``n_token_dependence`` kept apart). ``numbers`` hold ``per_layer`` (also a table),
-    ``layer2_angles_deg`` and ``mean_sparsity_ratio_layers_gt0`` beside the post's, ...
+    ``run``: its model and label (the claim makes its own repeated-token prompts). ``layer``: the three-panel figure's
+    (``0..n_layers``, ``n_layers`` = the final residual); the claims are judged at layer 2 (or the final residual of a
+    shallower model), as the post. ``k``: the subspaces' dimension (``1..min(d_model, seq_len)``). ``seed``: the
+    repeated tokens' (``seed + 1`` for those kept apart). ``numbers``: ``per_layer`` (also a table),
+    ``layer2_angles_deg``, ``mean_sparsity_ratio_layers_gt0`` beside the post's, ...
     """
     if n_token_dependence < 2:
         raise ValueError(f"n_token_dependence: {n_token_dependence} is out of range; allowed >= 2 (a spread)")

@@ -45,8 +45,7 @@ SPECS = WPOS_HELIX, EXT_HELIX = (
 
 
 def helix(x: torch.Tensor) -> tuple[list[float], torch.Tensor]:
-    """``(top-4 explained-variance ratios, the centred rows on the top three components [n, 3])`` of ``x`` ``[n,
-    d_model]``: what the helix rule reads and what the figure draws."""
+    """``(top-4 explained-variance ratios, the rows on the top three components [n, 3])`` of ``x`` ``[n, d_model]``."""
     _, evr, proj = pca(x, 4)
     return [float(v) for v in evr], proj[:, :3]
 
@@ -54,13 +53,11 @@ def helix(x: torch.Tensor) -> tuple[list[float], torch.Tensor]:
 def measure(
     model, layer: int, n_prompts: int, seq_len: int | None, seed: int, label: str, progress: bool = True
 ) -> dict:
-    """``{"w_pos": (evr, points) or None, "wpos_reason": why there is none, "ext": (evr, points), "after_bos"}``:
-    :func:`helix` of the model's centred ``W_pos`` (its first ``seq_len`` rows) and of the extended positional
-    embeddings at ``layer`` (:func:`~gpt2_posheads.analysis.posembed.extended_pos_embeddings`; the repeated token's
-    rows, ``[seq_len - after_bos, d_model]``)."""
-    reason = wpos_reason(model, label)
+    """``{"w_pos": (evr, points) or None, "wpos_reason", "ext": (evr, points), "after_bos"}``: :func:`helix` of the
+    model's centred ``W_pos`` (its first ``seq_len`` rows) and of the extended positional embeddings at ``layer`` (the
+    repeated token's rows, ``[seq_len - after_bos, d_model]``)."""
+    reason, bos = wpos_reason(model, label), default_bos(model)
     w = helix(centred_w_pos(load_w_pos(model), seq_len)) if reason is None else None
-    bos = default_bos(model)
     ext = extended_pos_embeddings(
         model, layer, n_prompts=n_prompts, seq_len=seq_len, seed=seed, progress=progress, bos=bos
     )
@@ -79,16 +76,15 @@ def judge(w_evr: list[float] | None, reason: str | None, ext_evr: list[float] | 
     else:
         no_w = [Precondition("the model has W_pos", False, reason)]
         claims = [WPOS_HELIX.judge({"not_applicable": reason}, [float("nan")] * 4, no_w)]
-    if ext_evr is None:
-        return claims
-    return claims + [
-        EXT_HELIX.judge({"layer": layer, "top4": ext_evr}, ext_evr, readout=f"layer {layer}: {shown(ext_evr)}")
-    ]
+    if ext_evr is not None:
+        claims.append(
+            EXT_HELIX.judge({"layer": layer, "top4": ext_evr}, ext_evr, readout=f"layer {layer}: {shown(ext_evr)}")
+        )
+    return claims
 
 
 def figure(evr: list[float], points: torch.Tensor, title: str):
-    """The points on their top three components, coloured by position, each axis titled with its share of the
-    variance."""
+    """The points on their top three components, coloured by position, each axis titled with its share of variance."""
     labels = [f"PC{i + 1} ({100 * float(v):.0f}% of variance)" for i, v in enumerate(evr[:3])]
     return scatter3d_positions({"positions": points}, title=title, axis_titles=labels)
 
@@ -123,11 +119,10 @@ def pos_embed_helix(
 ) -> ClaimResult:
     """The top-3 PCA of ``W_pos`` and of the extended positional embeddings at ``layer``, judged as helices.
 
-    ``model`` (not with ``w_pos``), ``run`` (its model and label; the claim makes its own repeated-token prompts): as
-    every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``w_pos``: instead of a model,
+    ``run``: its model and label (the claim makes its own repeated-token prompts). ``w_pos``: instead of a model,
     ``W_pos`` ``[n_ctx, d_model]`` or a ``.npy``/``.pt`` file of it; only ``wpos_helix`` is then judged (GPT-2 small's
     own: ``gpt2_posheads.model.paths.GPT2_W_POS``). ``layer``: ``0..n_layers`` (``n_layers`` = the final residual).
-    ``numbers`` hold ``w_pos`` and ``ext``, each with its ``explained_variance_top4``.
+    ``numbers``: ``w_pos`` and ``ext``, each with its ``explained_variance_top4``.
     """
     if w_pos is not None:
         if model is not None or run is not None:

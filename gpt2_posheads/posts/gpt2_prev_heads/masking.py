@@ -28,8 +28,7 @@ from .about import claim_script
 HEADS = HeadDefault(("L4H11",), "aggregator", what="head(s) whose pattern is measured")
 
 
-def _drops_half(v) -> tuple[bool, str]:
-    """``v``: ``(clean, intervened)`` previous-token mass on the masked rows."""
+def _drops_half(v) -> tuple[bool, str]:  # v: (clean, intervened) previous-token mass on the masked rows
     clean, new = v
     if not (finite(clean) and finite(new)) or clean <= 0:
         return False, f"previous-token mass on the masked rows {clean} -> {new}: nothing to compare"
@@ -105,12 +104,9 @@ def mask_prev_attention(
     size: int = 50,
     run: ModelRun | None = None,
 ) -> ClaimResult:
-    """Mask attention to the previous position (queries ``p % every == 0``) in ``layers`` and measure each head.
-
-    ``layers``, ``every`` (the post: 5), ``renormalize``: as the module doc and the command's options say; the other
-    arguments as every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). One ``mask_disrupts`` per
-    head; ``numbers`` hold ``results``: per head the masses clean and masked.
-    """
+    """Mask attention to the previous position (queries ``p % every == 0``, the post: 5) in ``layers`` and measure each
+    head (the module doc). One ``mask_disrupts`` per head; ``numbers``: ``results``, per head the masses clean and
+    masked."""
     if every < MIN_EVERY:
         raise ValueError(f"every: {every} is out of range; allowed >= {MIN_EVERY} (every=1 would mask every query)")
     run = prompted_run(model, prompts, run, **PROMPTS).ranked()
@@ -145,18 +141,11 @@ def mask_prev_attention(
 
 def judge(name: str, masked_layers: list[int], cmp: dict, pre: list[Precondition], every: int = MASK_EVERY) -> Claim:
     """``mask_disrupts`` on one head, masked at period ``every``."""
-    return disrupts_at(every).judge(
-        {
-            "head": name,
-            "masked_layers": masked_layers,
-            "prev_mass_masked_rows": [cmp["prev_rows_clean"], cmp["prev_rows_intervened"]],
-            "prev_mass_all_rows": [cmp["prev_score_clean"], cmp["prev_score_intervened"]],
-        },
-        (cmp["prev_rows_clean"], cmp["prev_rows_intervened"]),
-        pre,
-        head=name,
-        readout=f"{cmp['rows_relative_drop']:.0%} lower on the masked rows ({cmp['relative_drop']:.0%} on all)",
-    )
+    both = ("clean", "intervened")
+    rows, all_rows = [cmp[f"prev_rows_{w}"] for w in both], [cmp[f"prev_score_{w}"] for w in both]
+    measured = dict(head=name, masked_layers=masked_layers, prev_mass_masked_rows=rows, prev_mass_all_rows=all_rows)
+    shown = f"{cmp['rows_relative_drop']:.0%} lower on the masked rows ({cmp['relative_drop']:.0%} on all)"
+    return disrupts_at(every).judge(measured, tuple(rows), pre, head=name, readout=shown)
 
 
 def _layers_words(layers: list[int]) -> str:

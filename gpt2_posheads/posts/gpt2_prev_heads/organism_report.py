@@ -53,10 +53,9 @@ def heldout_text(model, n_prompts: int, seq_len: int):
 
 
 def story(results: str | Path, name: str) -> dict[str, Claim]:
-    """``{claim key: the claim of this model's latest run}`` for every step of :func:`story_steps`, as the claim's own
-    command judged it on this model, read from ``results/<command>/<name>/summary.json`` through the claim record
-    (:func:`~gpt2_posheads.claims.record.read_summary`); a step without a run that judged it is ``not testable``, saying
-    why."""
+    """``{claim key: the claim of this model's latest run}`` for every step of :func:`story_steps`, as its command
+    judged it, read from ``results/<command>/<name>/summary.json``; a step without a run that judged it is ``not
+    testable``, saying why."""
     summaries, missing, steps = {}, {}, story_steps()
     for script in dict.fromkeys(s for s, _ in steps):
         path = Path(results) / script / name / "summary.json"
@@ -78,8 +77,7 @@ def story(results: str | Path, name: str) -> dict[str, Claim]:
     return rows
 
 
-def _shown(path: Path) -> str:
-    """``path`` as a person finds it: relative to the current folder when under it."""
+def _shown(path: Path) -> str:  # relative to the current folder when under it
     try:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
@@ -119,15 +117,14 @@ def mini_gpt2_report(
     seed: int = 0,
     label: str = "",
 ) -> ClaimResult:
-    """Judge the organism's behaviour targets on held-out text (:func:`heldout_text`, measured by
+    """Judge the organism's behaviour targets on held-out text (:func:`heldout_text`,
     :func:`~.organism_targets.measure_targets`) and put the post's story on it beside another model.
 
-    ``model``: the organism, as every claim function takes it (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). The story is
-    read from ``<results>/<command>/<name>/summary.json`` (:func:`story`; ``name``: default the last part of the model's
-    name, ``label`` in the titles); ``compare``, a second model (a folder or name), fills the middle column from its
-    latest results in ``results``, when it has any. ``seed``: the random-token and copy prompts'. ``claims`` are the
-    behaviour targets; ``numbers`` hold ``targets`` (the measurements), ``reference_heldout``, ``compare``, ``story``
-    (the story's claims) and ``route`` (the route conclusion drawn from them); ``files`` ``report.html``.
+    The story is read from ``<results>/<command>/<name>/summary.json`` (:func:`story`; ``name``: default the last part
+    of the model's name, ``label`` in the titles); ``compare``, a second model (a folder or name), fills the middle
+    column from its latest results, when it has any. ``seed``: the random-token and copy prompts'. ``claims``: the
+    behaviour targets; ``numbers``: ``targets``, ``reference_heldout``, ``compare``, ``story`` (its claims), ``route``
+    (the route conclusion drawn from them); ``files``: ``report.html``.
     """
     if not (hasattr(model, "cfg") and hasattr(model, "tokenizer")):
         how = "gpt2_posheads.load_model(name or folder) loads one"

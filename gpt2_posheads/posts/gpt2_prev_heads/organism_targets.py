@@ -27,7 +27,7 @@ from ...model.validation import head_name
 
 
 def random_prompts(model, n: int, seq_len: int, seed: int = 0) -> torch.Tensor:
-    """``[n, seq_len]`` prompts of uniform random tokens after BOS, special tokens excluded."""
+    """``[n, seq_len]`` uniform random tokens after BOS, special tokens excluded."""
     gen = torch.Generator().manual_seed(seed)
     special = set(getattr(model.tokenizer, "all_special_ids", []) or [])
     allowed = torch.tensor([t for t in range(model.cfg.d_vocab) if t not in special])
@@ -61,30 +61,26 @@ def measure_targets(
     seed: int = 0,
     target: str = " ninja turtle pirate",
 ) -> tuple[Measured, dict]:
-    """``(what the targets are judged on, every measurement for the report)`` of ``model`` on ``text_prompts`` ``[n,
-    pos]`` of held-out text and ``heldout``, a 1-D held-out token stream (``None``: no loss). The report's numbers add
-    the aggregator (``sharp_head``), the number of previous-token heads on text, how smooth ``W_pos`` is, the induction
-    scores per head and the ranking on text."""
+    """``(what the targets are judged on, every measurement for the report)`` on ``text_prompts`` ``[n, pos]`` of
+    held-out text and ``heldout``, a 1-D held-out token stream (``None``: no loss). The report adds the aggregator
+    (``sharp_head``), the previous-token heads on text, how smooth ``W_pos`` is, the induction scores, the ranking."""
     rand = random_prompts(model, len(text_prompts), text_prompts.shape[1], seed)
     rank_text, rank_rand = (
         rank_from_diagonals(diagonal_attention(model, p, progress=False)) for p in (text_prompts, rand)
     )
-    prev_text, prev_random = _sharpest(rank_text), _sharpest(rank_rand)  # on text: the aggregator, where there is one
-
     # the repeat-string prompt: P(second | first)
     tok = model.tokenizer
     words = single_token_target(tok, target)
     rp = repeat_string_prompt(tok, words, n_given=1, seed=seed, max_len=model.cfg.n_ctx)
     p_copy = float(next_token_probs(model, rp.tokens)[0][rp.next_token_id(tok)])
-
     # induction and copying
     seg = min(50, (model.cfg.n_ctx - 1) // 2)
     ind = induction_scores(model, n_seqs=16, seg_len=seg, seed=seed)
     ind_nobos = induction_scores(model, n_seqs=16, seg_len=seg, seed=seed, bos=False)
     ind_head, ind_best = ind.best
     measured = Measured(
-        prev_text=prev_text,
-        prev_random=prev_random,
+        prev_text=_sharpest(rank_text),  # on text: the aggregator, where there is one
+        prev_random=_sharpest(rank_rand),
         induction_head=ind_head,
         induction_score=ind_best,
         seg_len=seg,

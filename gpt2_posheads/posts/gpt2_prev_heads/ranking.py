@@ -10,19 +10,14 @@ layer x head grid of ratios.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from ...analysis.diagonals import (
-    choose_aggregator,
-    count_prev_heads,
-    diagonal_attention,
-    rank_from_diagonals,
-    sharpest_prev_ratio,
-    traced_ranking,
-)
+from ...analysis import diagonals
 from ...claims.catalogue import Option
 from ...claims.gpt2_post import NO_PREV_HEAD, SHARP_RATIO, SHARPEST_RULE, post_claim
 from ...claims.verdicts import Claim, Precondition, finite, predicate, within
@@ -38,8 +33,12 @@ from ._run import ModelRun, prompted_run, ratio_grid
 from .about import claim_script
 
 
-def _stands_alone(v) -> tuple[bool, str]:
-    """``v``: ``(sharpest ratio, next previous-token head's ratio or None)``."""
+@partial(
+    predicate,
+    f"held if the sharpest previous-token ratio is <= {SHARP_RATIO:g} and the next previous-token head (if any) is not "
+    f"sharp (> {SHARP_RATIO:g}) and >= 5x less sharp",
+)
+def _stands_alone(v) -> tuple[bool, str]:  # v: (sharpest ratio, the next previous-token head's or None)
     first, second = v
     if not finite(first):  # inf: no previous-token head (a NaN never reaches a rule)
         return False, NO_PREV_HEAD
@@ -68,11 +67,7 @@ SPECS = SHARP, ALONE, HALF_PREV = (
         "sharpest_stands_alone",
         "the sharpest head is in a class of its own",
         "0.01 vs next 0.18",
-        predicate(
-            f"held if the sharpest previous-token ratio is <= {SHARP_RATIO:g} and the next previous-token head "
-            f"(if any) is not sharp (> {SHARP_RATIO:g}) and >= 5x less sharp",
-            _stands_alone,
-        ),
+        _stands_alone,
         why_kind="a ranking fact, on either route",
     ),
     post_claim(
@@ -111,15 +106,15 @@ def float32_masses(bf16_used: bool, model=None) -> Precondition:
 
 
 def judge(ranking: pd.DataFrame, preconditions: list[Precondition] = ()) -> list[Claim]:
-    """The three claims on the ranking: the sharpest previous-token head's ratio, its gap to the next, and the share of
-    previous-token heads."""
+    """The sharpest previous-token head's ratio, its gap to the next, and the share of previous-token heads."""
     prev = ranking[ranking.is_prev_token]
     ratios = prev.ratio.tolist()
-    n_prev, n_heads = count_prev_heads(ranking), len(ranking)
-    agg = head_name(*choose_aggregator(ranking)) if ratios else ""
-    sharpest = sharpest_prev_ratio(ranking)  # no previous-token head is a measured fact, judged (not held): inf
+    n_prev, n_heads = diagonals.count_prev_heads(ranking), len(ranking)
+    agg = head_name(*diagonals.choose_aggregator(ranking)) if ratios else ""
+    # no previous-token head is a measured fact, judged (not held): inf
+    sharpest = diagonals.sharpest_prev_ratio(ranking)
     next_ratio = ratios[1] if len(ratios) >= 2 else None
-    sharp, alone = ("no previous-token head",) * 2
+    sharp = alone = "no previous-token head"
     if ratios:
         sharp = f"ratio {ratios[0]:.3g}"
         alone = f"{ratios[0]:.3g} vs next {next_ratio:.3g}" if next_ratio is not None else f"{ratios[0]:.3g}, alone"
@@ -135,8 +130,7 @@ def judge(ranking: pd.DataFrame, preconditions: list[Precondition] = ()) -> list
 
 def masses_figure(ranking: pd.DataFrame, diag: torch.Tensor, label: str) -> go.Figure:
     """The first :data:`N_SHOWN_OFFSETS` diagonal masses of every head, in ranking order."""
-    n_show = min(diag.shape[-1], N_SHOWN_OFFSETS)
-    order = ranking["name"].tolist()
+    n_show, order = min(diag.shape[-1], N_SHOWN_OFFSETS), ranking["name"].tolist()
     z = np.stack([diag[r.layer, r.head, :n_show].numpy() for r in ranking.itertuples()])
     scale = dict(colorscale="Viridis", zmin=0, zmax=1, colorbar=dict(title="mean attention"))
     fig = go.Figure(go.Heatmap(z=z, x=list(range(n_show)), y=order, **scale))
@@ -200,12 +194,11 @@ def rank_prev_heads(
 ) -> ClaimResult:
     """Rank every head by how previous-token-like it is and judge the post's taxonomy claims on the ranking.
 
-    ``model`` (or an nnsight :class:`~gpt2_posheads.model.engine_nnsight.TracedModel`: ``engine`` ``"nnsight"``),
-    ``prompts``, ``run``: as every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`); a ``run``
-    with the default options lends its ranking, or keeps this one. ``include_bos``: the post leaves key 0 out (heads
-    park spare attention there). ``bf16``, ``engine``: as the command's options say (``bf16``: the claims not testable,
-    :func:`float32_masses`). ``numbers`` hold ``n_heads``, ``n_prev_token_heads``, ``aggregator``, ``top`` (the eleven
-    first heads, with the post's ratio on GPT-2 small), ...; ``tables`` the ``ranking``.
+    ``model``: also an nnsight :class:`~gpt2_posheads.model.engine_nnsight.TracedModel` (``engine`` ``"nnsight"``); a
+    ``run`` with the default options lends its ranking, or keeps this one. ``include_bos``: the post leaves key 0 out
+    (heads park spare attention there). ``bf16``, ``engine``: as the command's options say (``bf16``: the claims not
+    testable, :func:`float32_masses`). ``numbers``: ``n_heads``, ``n_prev_token_heads``, ``aggregator``, ``top`` (the
+    eleven first heads, with the post's ratio on GPT-2 small), ...; ``tables``: ``ranking``.
     """
     if engine not in (*ENGINES, NNSIGHT):
         raise ValueError(f"engine: {engine!r} is not an engine; allowed {', '.join((*ENGINES, NNSIGHT))}")
@@ -225,18 +218,20 @@ def rank_prev_heads(
     if shared and run.diag is not None and run.ranking is not None:
         ranking, diag, n_offsets = run.ranking, run.diag, int(run.diag.shape[-1])
     elif engine == NNSIGHT:  # the statistics computed where the model runs, on every offset; N_SHOWN_OFFSETS come back
-        ranking, diag = traced_ranking(run.model, run.prompts, exclude_bos=not include_bos, batch_size=batch_size)
+        options = dict(exclude_bos=not include_bos, batch_size=batch_size)
+        ranking, diag = diagonals.traced_ranking(run.model, run.prompts, **options)
         n_offsets = int(run.prompts.shape[1])
     else:
         options = dict(exclude_bos=not include_bos, batch_size=batch_size, progress=progress, bf16=bf16, engine=engine)
-        diag = diagonal_attention(run.model, run.prompts, **options)  # [n_layers, n_heads, n_offsets], offset q - k
-        ranking, n_offsets = rank_from_diagonals(diag), int(diag.shape[-1])
+        # [n_layers, n_heads, n_offsets], offset q - k
+        diag = diagonals.diagonal_attention(run.model, run.prompts, **options)
+        ranking, n_offsets = diagonals.rank_from_diagonals(diag), int(diag.shape[-1])
         if shared:
             run.diag, run.ranking = diag, ranking
     result = ClaimResult("rank_prev_heads", run.label)
     result.table(ranking, "ranking")  # kept even when nothing was measured: its not_measured column says why
     try:
-        agg = head_name(*choose_aggregator(ranking))
+        agg = head_name(*diagonals.choose_aggregator(ranking))
     except NothingMeasuredError as e:
         e.result = result  # what was measured, for a caller that writes it before reporting the claims not testable
         raise
@@ -253,7 +248,7 @@ def rank_prev_heads(
         bf16=bf16_used,
         n_offsets=n_offsets,
         n_heads=len(ranking),
-        n_prev_token_heads=count_prev_heads(ranking),
+        n_prev_token_heads=diagonals.count_prev_heads(ranking),
         post_n_prev_token_heads=69,
         aggregator=agg,
         top=top,

@@ -43,10 +43,9 @@ def route_records(
     n_pattern_prompts: int = N_PATTERN_PROMPTS,
     run: ModelRun | None = None,
 ) -> dict[str, dict]:
-    """``{claim key: record}`` of every claim the route reads (the module doc), measured on one run of ``model``
-    (``prompts`` ``[batch, pos]``, BOS first; default 8 natural-text prompts of 256 tokens) or on ``run``: what
-    :func:`~gpt2_posheads.claims.route.conclude` reads. ``seed``: the random groups of the chance level
-    (``sources_upstream``)."""
+    """``{claim key: record}`` of every claim :func:`~gpt2_posheads.claims.route.conclude` reads, measured on one run of
+    ``model`` (``prompts`` ``[batch, pos]``, BOS first; default 8 natural-text prompts of 256 tokens) or on ``run``.
+    ``seed``: the random groups of the chance level (``sources_upstream``)."""
     if not (isinstance(n_pattern_prompts, int) and n_pattern_prompts >= 1):
         raise ValueError(f"n_pattern_prompts: {n_pattern_prompts!r} is out of range; allowed an integer >= 1")
     run = prompted_run(model, prompts, run, n_prompts=8, seq_len=256).ranked()
@@ -70,8 +69,7 @@ def measure_route(
     seed: int = 0,
     run: ModelRun | None = None,
 ) -> RouteConclusion:
-    """Which route ``model``'s sharpest previous-token head takes, with the rows that decided it:
-    :func:`~gpt2_posheads.claims.route.conclude` on :func:`route_records` (``prompts`` as there; default ``n_prompts``
-    natural-text prompts of ``seq_len`` tokens, at most the context)."""
+    """Which route ``model``'s sharpest previous-token head takes, with the rows that decided it: ``conclude`` on
+    :func:`route_records` (default ``n_prompts`` natural-text prompts of ``seq_len`` tokens, at most the context)."""
     run = prompted_run(model, prompts, run, n_prompts=n_prompts, seq_len=seq_len, seed=seed)
     return conclude(route_records(run=run, seed=seed))

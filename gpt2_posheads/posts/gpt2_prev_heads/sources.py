@@ -18,24 +18,15 @@ the embeddings alone.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ...analysis import sources as upstream
 from ...analysis.diagonals import early_prev_heads
 from ...analysis.heads import HeadDefault
-from ...analysis.sources import (
-    ABLATIONS,
-    BELOW,
-    below_relayed,
-    composition_scores,
-    drop_grid,
-    early_and_chance_groups,
-    path_ablation,
-    sources_summary,
-    upstream_summary,
-)
 from ...claims.catalogue import Option
 from ...claims.gpt2_post import HALF, KEEP, POS_GROUP, ROUTE, built_from_below, layer_above, post_claim
 from ...claims.route import LayersBelowRemoved
@@ -50,9 +41,13 @@ HEADS = HeadDefault(("L4H11", "L2H2"), "aggregator+early", what="target heads (l
 POST_SOURCES = ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2")  # the early heads the post says L4H11 aggregates
 
 
-def _pools_early_heads(v) -> tuple[bool, str]:
-    """``v``: dict with ``group_drop`` (relative drop with the early heads removed together), ``chance`` (median
-    relative drop of random groups of as many heads from below), ``n_early``, ``n_groups``, ``top_single``."""
+@partial(
+    predicate,
+    "held if removing the clear previous-token heads below the aggregator together (mean-ablated, from its query and "
+    f"key inputs) lowers its previous-token mass by >= {HALF:.0%}, and by >= 2x the median drop of random groups of as "
+    "many heads from the layers below (chance)",
+)
+def _pools_early_heads(v) -> tuple[bool, str]:  # v: analysis.sources.upstream_summary
     g, chance = v["group_drop"], v["chance"]
     if not finite(g):
         return False, "the group drop is not a finite number"
@@ -87,12 +82,7 @@ SPECS = FROM_BELOW, UPSTREAM, NAMED = (
         "sources_upstream",
         "the aggregator reads earlier previous-token heads",
         "L4H11 aggregates six early heads",
-        predicate(
-            "held if removing the clear previous-token heads below the aggregator together (mean-ablated, from "
-            f"its query and key inputs) lowers its previous-token mass by >= {HALF:.0%}, and by >= 2x the median "
-            "drop of random groups of as many heads from the layers below (chance)",
-            _pools_early_heads,
-        ),
+        _pools_early_heads,
         ROUTE,
         "a head that reads W_pos loses nothing when the early heads are removed",
     ),
@@ -114,25 +104,24 @@ COMPOSITION = ["q_comp", "k_comp", "v_comp", "q_ratio", "k_ratio"]
 
 
 def aggregator_first(model, heads: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The role's heads (``[early, aggregator]`` off GPT-2 small) with the aggregator first: the claims are about it. On
-    GPT-2 small the post's order (L4H11, L2H2) already is."""
+    """The role's heads (``[early, aggregator]`` off GPT-2 small; the post's order L4H11, L2H2 on it) with the
+    aggregator first: the claims are about it."""
     return heads if is_gpt2_small(model) else heads[::-1]
 
 
 def measure(
     run: ModelRun, head: tuple[int, int], groups: dict, progress: bool = False, **options
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """``(ablation table, composition table)`` of one target head: the direct-path ablation
-    (:func:`~gpt2_posheads.analysis.sources.path_ablation`, ``options`` its own; ``groups`` removed together), one row
-    per (source, side), largest drop first, with the sources' Q/K/V composition scores against a random baseline merged
-    in; the composition table is ``None`` on a model whose weights do not give it."""
+    """``(ablation, composition)`` of one target head: :func:`~gpt2_posheads.analysis.sources.path_ablation` (``groups``
+    removed together), one row per (source, side), largest drop first, the sources' Q/K/V composition scores against a
+    random baseline merged in; composition ``None`` where the model's weights do not give it."""
     l, h = head
     if progress:
         n, how = l * run.model.cfg.n_heads, options["ablation"]
         print(f"\n{head_name(l, h)}: path ablation over {n} upstream heads x 2 sides ({how})", flush=True)
-    df = path_ablation(run.model, run.prompts, l, h, groups=groups, **options)
+    df = upstream.path_ablation(run.model, run.prompts, l, h, groups=groups, **options)
     try:
-        comp = composition_scores(run.model, l, h)
+        comp = upstream.composition_scores(run.model, l, h)
         df = df.merge(comp[["source", *COMPOSITION]], on="source", how="left")
     except UsageError as e:
         note(f"composition scores skipped: {e}")
@@ -156,9 +145,8 @@ def judge(
     named_pre: Precondition,
     pos_group: int = POS_GROUP,
 ) -> tuple[list[Claim], dict]:
-    """The three claims on the aggregator's ablation table ``df``, and what the summary records beside them
-    (``below_relative_drop``, ``upstream``). ``df`` ``None``: the aggregator sits in layer 0, built from the embeddings
-    alone, with nothing upstream to read."""
+    """The three claims on the aggregator's ablation table ``df`` (``None``: it sits in layer 0, nothing upstream), and
+    what the summary records beside them."""
     name = head_name(*agg)
     if df is None:  # in layer 0 nothing below was removed: absent by design, not NaN
         below = LayersBelowRemoved(name, agg[0]).measured()
@@ -168,32 +156,23 @@ def judge(
             NAMED.judge({"head": name}, [], [named_pre] + pre_agg, head=name),
         ], {}
     rel = df.set_index(["source", "side"])["relative_drop"]
-    below_drop = float(rel[(BELOW, "both")])
-    relay_key = (below_relayed(pos_group), "both")
+    below_drop = float(rel[(upstream.BELOW, "both")])
+    relay_key = (upstream.below_relayed(pos_group), "both")
     relayed = float(rel[relay_key]) if relay_key in rel.index else None  # None: no learned W_pos to relay
-    up = upstream_summary(df, early)
+    up = upstream.upstream_summary(df, early)
     top10 = set(head_sources(df).groupby("source")["drop"].max().nlargest(10).index)
     named = [s for s in POST_SOURCES if s in top10]
     none = f"no clear previous-token head sits below {name} (layer {agg[0]})"
     none_below = Precondition("clear previous-token heads sit below the aggregator", bool(early), none)
     fed = f", {relayed:.0%} with them fed averaged W_pos" if relayed is not None else ""
     chance = f"{up['group_drop']:.0%} lower without the early heads (chance {up['chance']:.0%})" if early else ""
+    below = LayersBelowRemoved(name, agg[0], below_drop, relayed).measured()  # what the route conclusion reads
+    shown = f"layer {agg[0]}; {below_drop:.0%} lower without the layers below{fed}"
+    named_in = {"named_in_top10": named} if named_pre.ok else "n/a: not GPT-2 small's L4H11"
     claims = [
-        FROM_BELOW.judge(
-            LayersBelowRemoved(name, agg[0], below_drop, relayed).measured(),  # what the route conclusion reads
-            (name, agg[0], below_drop, relayed),
-            pre_agg[:1],
-            head=name,
-            readout=f"layer {agg[0]}; {below_drop:.0%} lower without the layers below{fed}",
-        ),
+        FROM_BELOW.judge(below, (name, agg[0], below_drop, relayed), pre_agg[:1], head=name, readout=shown),
         UPSTREAM.judge(up, up, pre_agg + [none_below], head=name, readout=chance),
-        NAMED.judge(
-            {"named_in_top10": named} if named_pre.ok else "n/a: not GPT-2 small's L4H11",
-            named,
-            [named_pre],
-            head=name,
-            readout=f"{len(named)} of 6",
-        ),
+        NAMED.judge(named_in, named, [named_pre], head=name, readout=f"{len(named)} of 6"),
     ]
     return claims, {"below_relative_drop": below_drop, "upstream": up}
 
@@ -215,7 +194,7 @@ def _prepare(model, kwargs: dict, args) -> None:
     **PROMPTS,
     heads=HEADS,
     options=(
-        Option("--ablation", "mean", "what replaces a source's output", str, choices=ABLATIONS),
+        Option("--ablation", "mean", "what replaces a source's output", str, choices=upstream.ABLATIONS),
         Option("--pos-group", POS_GROUP, "W_pos group size of the positional route", int, low=2),
         Option("--batch-size", 8, "prompts per forward", int, low=1),
     ),
@@ -236,14 +215,13 @@ def prev_head_sources(
 ) -> ClaimResult:
     """Trace each target head's previous-token attention to the upstream heads that make it (the module doc).
 
-    ``heads``: the targets, the aggregator first; ``model``, ``prompts``, ``run``: as every claim function takes them
-    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``ablation``: what replaces a source's output (``"resample"``: two
-    prompts or more); ``seed``: the random groups' (chance); ``progress``: print each target's top sources. ``numbers``
-    hold ``results``: per target its top sources and, for the aggregator, ``below_relative_drop`` and ``upstream``;
-    ``tables`` ``ablation_<head>`` and ``composition_<head>`` per target.
+    ``heads``: the targets, the aggregator first. ``ablation``: what replaces a source's output (``"resample"``: two
+    prompts or more); ``seed``: the random groups' (chance); ``progress``: print each target's top sources. ``numbers``:
+    ``results`` per target (the aggregator's with ``below_relative_drop``, ``upstream``); ``tables``:
+    ``ablation_<head>``, ``composition_<head>``.
     """
-    if ablation not in ABLATIONS:
-        raise UsageError("ablation", f"{ablation!r} is not an ablation", f"allowed {', '.join(ABLATIONS)}")
+    if ablation not in upstream.ABLATIONS:
+        raise UsageError("ablation", f"{ablation!r} is not an ablation", f"allowed {', '.join(upstream.ABLATIONS)}")
     positive("pos_group", pos_group, 2)  # batch_size >= 1: checked by name before the call (ARGUMENT_CHECKS)
     run = prompted_run(model, prompts, run, **PROMPTS).ranked()
     if ablation == "resample" and len(run.prompts) < 2:
@@ -251,12 +229,10 @@ def prev_head_sources(
     chosen, how = run.heads(heads, HEADS)
     if heads is None:
         chosen = aggregator_first(run.model, chosen)
-    result = ClaimResult("prev_head_sources", run.label)
-    rank = run.ranking
+    result, rank = ClaimResult("prev_head_sources", run.label), run.ranking
     prev_heads = rank[rank.is_prev_token].name.tolist()
     targets = [(l, h) for l, h in chosen if l >= 1]
-    results, dfs = {}, {}
-    agg = tuple(chosen[0])
+    results, dfs, agg = {}, {}, tuple(chosen[0])
     name = head_name(*agg)
     pre_agg = [run.prev_head(agg), layer_above(name, agg[0], 0)]
     is_l4h11, why = is_gpt2_small(run.model) and name == "L4H11", "the post's head names only mean something on"
@@ -268,7 +244,7 @@ def prev_head_sources(
         # removed together from the aggregator: the early heads, and random groups of as many heads from the layers
         # below (chance; a draw equal to the early heads left out)
         is_agg = (l, h) == agg
-        groups = early_and_chance_groups(early, l, run.model.cfg.n_heads, seed=seed) if is_agg else {}
+        groups = upstream.early_and_chance_groups(early, l, run.model.cfg.n_heads, seed=seed) if is_agg else {}
         options = dict(ablation=ablation, pos_group=pos_group, batch_size=batch_size, below=is_agg, progress=progress)
         df, comp = measure(run, (l, h), groups, **options)
         if comp is not None:
@@ -276,7 +252,7 @@ def prev_head_sources(
         result.table(df, f"ablation_{head_name(l, h)}")
         dfs[(l, h)] = df
         results[head_name(l, h)] = {
-            **sources_summary(df, prev_heads),
+            **upstream.sources_summary(df, prev_heads),
             "pattern_check_max_abs_err": df.attrs.get("pattern_check_max_abs_err"),
             "top_rows": df[df.side != "both"].head(10)[["source", "side", "drop", "relative_drop", "prev_mass"]],
         }
@@ -304,7 +280,7 @@ def figure(dfs: dict, n_heads: int, ablation: str, label: str):
         heads_only = head_sources(df)
         zmax = max(1e-6, float(heads_only["drop"].abs().max()) if len(heads_only) else 0.0)
         for j, side in enumerate(("query", "key")):
-            z = drop_grid(df, l, n_heads, side).numpy()
+            z = upstream.drop_grid(df, l, n_heads, side).numpy()
             y, first = list(range(l)), i == j == 0
             heat = go.Heatmap(z=z, x=list(range(n_heads)), y=y, zmin=-zmax, zmax=zmax, showscale=first, **style)
             fig.add_trace(heat, row=i + 1, col=j + 1)

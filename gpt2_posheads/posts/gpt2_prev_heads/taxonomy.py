@@ -13,6 +13,7 @@ sharpest previous-token head; "early" heads are the clear previous-token heads (
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pandas as pd
 import plotly.express as px
@@ -34,12 +35,18 @@ POST_HEADS = ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2", "L4H11")  # the si
 HEADS = HeadDefault(POST_HEADS, "top", n=4, what="heads whose raw scores are shown")
 
 
+@partial(
+    predicate,
+    f"held if at least two, and at least half, of the clear previous-token heads (ratio <= {CLEAR_PREV_RATIO:g}) below "
+    "the aggregator are labelled self-suppressing by their raw-score profile",
+)
 def _early_self_suppressing(v) -> tuple[bool, str]:
     n_self, n = v
     ok = n_self >= 2 and 2 * n_self >= n
     return ok, f"{n_self} of {n} early clear previous-token heads are self-suppressing (needs >= 2, and >= half)"
 
 
+@partial(predicate, "held if the sharpest previous-token head is labelled prev-boosting")
 def _prev_boosting(v) -> tuple[bool, str]:
     name, got = v
     return got == "prev_boosting", f"{name} is labelled {str(got).replace('_', '-')}"
@@ -50,11 +57,7 @@ SPECS = SELF_SUPPRESSING, PREV_BOOSTING = (
         "early_self_suppressing",
         "early previous-token heads suppress attention to the current token",
         "all six (L1H0, L2H2, L3H3, L2H4, L3H7, L3H2)",
-        predicate(
-            f"held if at least two, and at least half, of the clear previous-token heads (ratio <= "
-            f"{CLEAR_PREV_RATIO:g}) below the aggregator are labelled self-suppressing by their raw-score profile",
-            _early_self_suppressing,
-        ),
+        _early_self_suppressing,
         ROUTE,
         "tells self-suppressing early heads from early heads that boost p-1 (it says how the early heads work, "
         "not whether the aggregator reads them)",
@@ -63,7 +66,7 @@ SPECS = SELF_SUPPRESSING, PREV_BOOSTING = (
         "aggregator_prev_boosting",
         "the sharp head boosts the previous token instead",
         "L4H11: bright p-1 line",
-        predicate("held if the sharpest previous-token head is labelled prev-boosting", _prev_boosting),
+        _prev_boosting,
         why_kind="a head reading a shifted W_pos also shows a bright p-1 line",
     ),
 )
@@ -73,11 +76,11 @@ COLUMNS = ["name", "trend", "spike", "dip", "lead", "label"]  # the numbers summ
 
 
 def measure(run: ModelRun, window: int, threshold: float, progress: bool = False) -> pd.DataFrame:
-    """One row per head: its label and the features it rests on (``trend``, ``spike``, ``dip``, ``lead``, in logits),
-    its profile ``s(-w)``..``s(+w)`` (the mean centred raw score before the causal mask at key offsets
-    ``-window..+window``) and ``clear_prev_token`` (top offset 1, ratio <= 0.6 in the ranking). The post's early heads
-    score more advanced keys higher and push their own token down (a dip: a dark main diagonal), so with the future
-    masked the previous key wins; L4H11 has a bright previous diagonal instead (a spike)."""
+    """One row per head: its label, the features it rests on (``trend``, ``spike``, ``dip``, ``lead``, logits), its
+    profile ``s(-w)``..``s(+w)`` (the mean centred raw score before the causal mask at key offsets ``-window..+window``)
+    and ``clear_prev_token`` (top offset 1, ratio <= 0.6). The post's early heads score more advanced keys higher and
+    push their own token down (a dip: a dark main diagonal), so with the future masked the previous key wins; L4H11 has
+    a bright previous diagonal instead (a spike)."""
     profile = score_profile(run.model, run.prompts, window=window, progress=progress)  # [layers, heads, 2w+1]
     df = classify_prev_heads(profile, threshold=threshold)
     for i, o in enumerate(range(-window, window + 1)):
@@ -89,8 +92,7 @@ def measure(run: ModelRun, window: int, threshold: float, progress: bool = False
 
 
 def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
-    """The two claims on the classification ``df`` (:func:`measure`), and what they rest on: ``aggregator`` and
-    ``early_prev_heads`` (their rows of ``df``)."""
+    """The two claims on the classification ``df``, and what they rest on (``aggregator``, ``early_prev_heads``)."""
     agg_l, agg_h = choose_aggregator(run.ranking)
     agg = head_name(agg_l, agg_h)
     early = df[df.name.isin(early_prev_heads(run.ranking, agg_l).name.tolist())]
@@ -100,13 +102,11 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
     pre_agg = [run.prev_head((agg_l, agg_h))]
     none = f"no clear previous-token head sits below {agg} (layer {agg_l})"
     below = Precondition("there are clear previous-token heads below the aggregator", len(early) > 0, none)
+    labels = EarlyLabels(agg, tuple(early.name), *named.values()).measured()  # what the route conclusion reads
+    shown = f"{n_self} of {len(early)} self-suppressing"
     claims = [
         SELF_SUPPRESSING.judge(
-            EarlyLabels(agg, tuple(early.name), *named.values()).measured(),  # what the route conclusion reads
-            (n_self, len(early)),
-            pre_agg + [below],
-            head=",".join(early.name),
-            readout=f"{n_self} of {len(early)} self-suppressing",
+            labels, (n_self, len(early)), pre_agg + [below], head=",".join(early.name), readout=shown
         ),
         PREV_BOOSTING.judge(
             {"head": agg, "label": agg_label},
@@ -125,10 +125,6 @@ def _prepare(model, kwargs: dict, args) -> None:
     fits = (min(args.seq_len, model.cfg.n_ctx) - 9) // 2  # the widest window the prompts hold
     if fits >= 3 and kwargs["window"] > fits:  # no window fits at all: the claims are not testable, and say why
         raise UsageError("--window", f"{kwargs['window']} is out of range", f"allowed 3..{fits}")
-
-
-def _console(result: ClaimResult, options: dict) -> None:
-    print(result.numbers["chosen_heads"].to_string(index=False, float_format=lambda x: f"{x:.2f}"))
 
 
 @claim_script(
@@ -150,7 +146,9 @@ def _console(result: ClaimResult, options: dict) -> None:
     ),
     submatrix=True,
     prepare=_prepare,
-    console=_console,
+    console=lambda result, _: print(
+        result.numbers["chosen_heads"].to_string(index=False, float_format="{:.2f}".format)
+    ),
 )
 def raw_scores_taxonomy(
     model=None,
@@ -166,12 +164,11 @@ def raw_scores_taxonomy(
 ) -> ClaimResult:
     """Classify every head from its raw attention scores and judge the post's two claims about them.
 
-    ``model``, ``prompts``, ``heads`` (those whose raw-score submatrices are drawn; every head is classified),
-    ``start``, ``size``, ``run``: as every claim function takes them (:mod:`gpt2_posheads.posts.gpt2_prev_heads`).
-    ``window``: key offsets ``-window..+window`` in the profile (``3 <= window <= (pos - 9) // 2``: the trend needs two
-    keys older than the previous one). ``threshold``: logits a spike or dip needs to label a head (>= 0; default ln 2:
-    attention odds changed 2x). ``numbers`` hold ``label_counts``, ``aggregator``, and ``early_prev_heads`` and
-    ``chosen_heads`` as DataFrames of :data:`COLUMNS`; ``tables`` the ``classification`` of every head.
+    ``heads``: those whose raw-score submatrices are drawn (every head is classified). ``window``: key offsets
+    ``-window..+window`` in the profile (``3 <= window <= (pos - 9) // 2``: the trend needs two keys older than the
+    previous one). ``threshold``: logits a spike or dip needs to label a head (>= 0; default ln 2: attention odds
+    changed 2x). ``numbers``: ``label_counts``, ``aggregator``, and ``early_prev_heads`` and ``chosen_heads`` as
+    DataFrames of :data:`COLUMNS`; ``tables``: the ``classification`` of every head.
     """
     if not (isinstance(threshold, (int, float)) and math.isfinite(threshold) and threshold >= 0):
         raise ValueError(f"threshold: {threshold!r} is out of range; allowed a number >= 0 (logits)")
@@ -186,7 +183,6 @@ def raw_scores_taxonomy(
     if not (isinstance(window, int) and 3 <= window <= high):
         raise UsageError("window", f"{window!r} is out of range", f"allowed 3..{high} for prompts of this length")
     chosen, how = run.ranked().heads(heads, HEADS)
-    names = [head_name(l, h) for l, h in chosen]
     result = ClaimResult("raw_scores_taxonomy", run.label)
     result.figure(raw_scores_figure(run, chosen, start, size), "raw_scores", width=1500)
     df = measure(run, window, threshold, progress)
@@ -199,14 +195,13 @@ def raw_scores_taxonomy(
         threshold=threshold,
         label_counts=df.label.value_counts().to_dict(),
         **judged,
-        chosen_heads=df[df.name.isin(names)][COLUMNS],
+        chosen_heads=df[df.name.isin([head_name(l, h) for l, h in chosen])][COLUMNS],
     )
     return result
 
 
 def raw_scores_figure(run: ModelRun, heads: list[tuple[int, int]], start: int, size: int):
-    """The heads' ``[size, size]`` raw-score submatrices from ``start`` on the first prompt, the upper triangle (what
-    the causal mask removes) included."""
+    """The heads' ``[size, size]`` raw scores from ``start`` on prompt 0, the masked upper triangle included."""
     panels, first = {}, 0
     for l, h in heads:
         raw = attention_scores(run.model, run.prompts[0], l, h)["raw"]

@@ -18,6 +18,7 @@ each head's previous-token mass by the direct and by the composed circuit.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 
@@ -66,6 +67,12 @@ def route_label(
     return READS_WPOS, f"{shown}: the MLPs below build it from the embeddings at its own position, not earlier heads"
 
 
+@partial(
+    predicate,
+    f"held if the route label of the sharpest previous-token head by the composed weight circuit (ratio <= "
+    f"{SHARP_RATIO:g}) is '{BUILT}': its direct circuit gives < {DIRECT_SHARE:.0%} of its composed previous-token "
+    f"mass and removing the upstream heads' writes takes >= {HEADS_SHARE:.0%}",
+)
 def _built(record) -> tuple[bool, str]:
     return record["label"] == BUILT, f"{record['head']}: {record['label']} ({record['reason']})"
 
@@ -75,12 +82,7 @@ BUILT_SPEC = post_claim(
     "the sharpest previous-token head reads the previous position from earlier heads, not directly from W_pos "
     "(by the weights)",
     "L4H11: an aggregator of the earlier heads' signals",
-    predicate(
-        f"held if the route label of the sharpest previous-token head by the composed weight circuit (ratio <= "
-        f"{SHARP_RATIO:g}) is '{BUILT}': its direct circuit gives < {DIRECT_SHARE:.0%} of its composed "
-        f"previous-token mass and removing the upstream heads' writes takes >= {HEADS_SHARE:.0%}",
-        _built,
-    ),
+    _built,
     ROUTE,
     "a head that reads W_pos finds p-1 in its direct circuit",
 )
@@ -96,24 +98,16 @@ def measure(model, n_positions: int = N_POSITIONS) -> dict:
     prev = table[table.composed_top == 1]
     pick = (prev if len(prev) else table).sort_values(["composed_ratio", "composed_prev"], ascending=[True, False])
     row = pick.iloc[0]
-    layer, index = int(row.layer), int(row["index"])
-    upstream, without = (None, float(row.composed_prev))
+    layer, upstream, without = int(row.layer), None, float(row.composed_prev)
     if layer > 0:
-        upstream, without = upstream_contributions(model, c, layer, index)
+        upstream, without = upstream_contributions(model, c, layer, int(row["index"]))
     x = {k: float(row[k]) for k in ("direct_prev", "composed_prev", "composed_ratio")}
     label, reason = route_label(
         int(row.composed_top), x["composed_ratio"], x["direct_prev"], x["composed_prev"], without, layer
     )
     carried = [] if upstream is None else [(r.source, float(r.drop)) for r in upstream.head(N_CARRIERS).itertuples()]
-    record = dict(
-        head=str(row["head"]),
-        label=label,
-        reason=reason,
-        **x,
-        without_heads=without,
-        carried_by=carried,
-        n_positions=int(c.patterns.shape[-1]),
-    )
+    record = dict(head=str(row["head"]), label=label, reason=reason, **x, without_heads=without, carried_by=carried)
+    record["n_positions"] = int(c.patterns.shape[-1])
     return {"circuits": c, "table": table, "record": record, "upstream": upstream}
 
 
@@ -151,14 +145,12 @@ def _console(result: ClaimResult, options: dict) -> None:
 def weight_route(model=None, *, n_positions: int = N_POSITIONS, run: ModelRun | None = None) -> ClaimResult:
     """The route of the sharpest previous-token head read from the weights, judged as ``weight_route_built``.
 
-    ``model``, ``run`` (its model and label; nothing runs on prompts): as every claim function takes them
-    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`); ``n_positions``: capped at the context. ``numbers`` hold ``record``
-    (the head, its label, the reason and its numbers) or ``not_applicable``; ``tables`` ``circuits`` (every head's
-    direct and composed statistics) and ``upstream`` (each upstream head's contribution).
+    ``run``: its model and label (nothing runs on prompts); ``n_positions``: capped at the context. ``numbers``:
+    ``record`` (the head, its label, the reason and its numbers) or ``not_applicable``; ``tables``: ``circuits`` (every
+    head's direct and composed statistics) and ``upstream`` (each upstream head's contribution).
     """
     run = unprompted_run(model, run)
-    model = run.model
-    result = ClaimResult("weight_route", run.label)
+    model, result = run.model, ClaimResult("weight_route", run.label)
     why = not_applicable(model)
     if why is not None:
         result.numbers["not_applicable"] = why
@@ -172,8 +164,7 @@ def weight_route(model=None, *, n_positions: int = N_POSITIONS, run: ModelRun | 
     result.table(m["table"], "circuits")
     if m["upstream"] is not None:
         result.table(m["upstream"], "upstream")
-    cfg = model.cfg
-    result.figure(figure(m["table"], cfg.n_layers, cfg.n_heads, run.label), "prev_mass_by_weights")
+    result.figure(figure(m["table"], model.cfg.n_layers, model.cfg.n_heads, run.label), "prev_mass_by_weights")
     sharp = f"{r['head']}: {r['reason']}"
     pre = [Precondition("a sharp previous-token head by the weights", r["label"] != NOT_POSITIONAL, sharp)]
     result.claims = [BUILT_SPEC.judge(r, r, pre, head=r["head"], readout=f"{r['head']}: {r['label']}")]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -38,14 +39,18 @@ from .about import claim_script
 HEADS = HeadDefault(("L2H2", "L3H3", "L4H11"), "aggregator+early", what="heads whose previous-token mass is tracked")
 
 
-def _keeps_each(v) -> tuple[bool, str]:
-    """``v``: ``{name: (clean, intervened)}``; held if every one keeps >= 80%."""
+def _keeps_each(v) -> tuple[bool, str]:  # v: {name: (clean, intervened)}
     if not v:
         return False, "nothing measured"
     parts = [f"{k}: {a:.3g} -> {b:.3g}" + (f" ({b / a:.0%} kept)" if a > 0 else "") for k, (a, b) in v.items()]
     return all(a > 0 and b >= KEEP * a for a, b in v.values()), "; ".join(parts) + f" (each needs >= {KEEP:.0%})"
 
 
+@partial(
+    predicate,
+    f"held if, at the largest group size (>= 50), KL(clean || averaged) >= {BREAK_KL:g} nats per token and >= 2x the "
+    "KL at groups of 20",
+)
 def _breaks_down(v) -> tuple[bool, str]:
     kl20, kl_max, g = v
     if not (finite(kl20) and finite(kl_max)):
@@ -74,11 +79,7 @@ SPECS = OUTPUT_UNCHANGED, BREAKS_DOWN, HEADS_UNAFFECTED = (
         "avg_breaks_down",
         "performance breaks down around groups of 50-100",
         "breaks around 50-100",
-        predicate(
-            f"held if, at the largest group size (>= 50), KL(clean || averaged) >= {BREAK_KL:g} nats per token and "
-            ">= 2x the KL at groups of 20",
-            _breaks_down,
-        ),
+        _breaks_down,
         why_kind="how much the model still uses W_pos coarsely; the route does not need it",
     ),
     post_claim(
@@ -101,8 +102,8 @@ TARGETS = (" apple orange", " orange apple")
 
 
 def group_sizes_for(model, asked: Sequence[int], param: str = "group_sizes") -> list[int]:
-    """``asked``, each size above the model's context capped at it (one group then holds every position; said, naming
-    ``param``), and 1 (the clean model); sorted, distinct."""
+    """``asked`` and 1 (clean), sorted, distinct, a size above the model's context capped at it (one group then holds
+    every position; said, naming ``param``)."""
     n_ctx = model.cfg.n_ctx
     if max(asked) > n_ctx:
         capped = ", ".join(str(g) for g in asked if g > n_ctx)
@@ -111,9 +112,9 @@ def group_sizes_for(model, asked: Sequence[int], param: str = "group_sizes") -> 
 
 
 def measure(run: ModelRun, heads: list[tuple[int, int]], groups: list[int], reps: list[RepeatPrompt]) -> list[dict]:
-    """Each row of ``W_pos`` replaced by the mean of its group of consecutive positions; one row per group size:
-    ``group_size``, ``kl`` (nats, mean over the prompts' positions), ``P(<word> first | <target>)`` per repeat-string
-    prompt, ``prev_mass <head>`` per head (the offset-1 diagonal; at size 1 the run's ranking diagonals)."""
+    """Each row of ``W_pos`` replaced by the mean of its group of consecutive positions; per group size ``kl`` (nats,
+    mean over the prompts' positions), ``P(<word> first | <target>)`` per prompt, ``prev_mass <head>`` per head (the
+    offset-1 diagonal; at size 1 the run's ranking diagonals)."""
     model, rows = run.model, []
     for g in groups:
         edits = [average_pos_embed(g)] if g > 1 else []
@@ -130,19 +131,12 @@ def measure(run: ModelRun, heads: list[tuple[int, int]], groups: list[int], reps
     return rows
 
 
-def copies_precondition(rows: list[dict], no_prompt: str) -> Precondition:
-    """The model copies every repeat-string prompt clean (or: why there was no prompt)."""
-    if no_prompt:
-        return Precondition("the repeat-string prompt fits the context", False, f"not testable here: {no_prompt}")
-    return model_copies({k: v for k, v in rows[0].items() if k.startswith("P(")})
-
-
 def judge(
     rows: list[dict], groups: list[int], heads: list[tuple[int, int]], run: ModelRun, copies: Precondition
 ) -> list[Claim]:
-    """The three claims on the rows of :func:`measure`: the output at groups of 20 against clean, the KL at 20 against
-    the largest size (>= 50), and each head's previous-token mass at groups of 10 against clean (unaffected: the heads
-    do not read the exact position off ``W_pos``)."""
+    """The output at groups of 20 against clean, the KL at 20 against the largest size (>= 50), each head's
+    previous-token mass at groups of 10 against clean (unaffected: the heads do not read the exact position off
+    ``W_pos``)."""
     by_g = {r["group_size"]: r for r in rows}
     clean, gmax = by_g[1], max(groups)
     names = [head_name(l, h) for l, h in heads]
@@ -155,6 +149,11 @@ def judge(
     g10, g20 = (
         Precondition(f"groups of {g} were measured", g in groups, f"groups of {g} {unmeasured}") for g in (10, 20)
     )
+    kls = {"kl_g20": by_g.get(20, {}).get("kl"), f"kl_g{gmax}": by_g[gmax]["kl"]}
+    kl_value = (by_g[20]["kl"], by_g[gmax]["kl"], gmax) if big else (float("nan"), float("nan"), gmax)
+    kl_shown = f"KL {by_g[20]['kl']:.3g} nats at 20, {by_g[gmax]['kl']:.3g} at {gmax}" if big else ""
+    kept_shown = ", ".join(f"{n} keeps {b / a:.0%}" for n, (a, b) in kept.items() if a > 0)
+    pairs = PrevMassAveraged(kept, group=POS_GROUP).measured()  # the pairs the route conclusion reads
     return [
         OUTPUT_UNCHANGED.judge(
             {f"{k} clean -> g20": v for k, v in keep.items()},
@@ -162,18 +161,9 @@ def judge(
             [g20, copies],
             readout=", ".join(f"{k.split(' first')[0]} keeps {b / a:.0%}" for k, (a, b) in keep.items() if a > 0),
         ),
-        BREAKS_DOWN.judge(
-            {"kl_g20": by_g.get(20, {}).get("kl"), f"kl_g{gmax}": by_g[gmax]["kl"]},
-            (by_g[20]["kl"], by_g[gmax]["kl"], gmax) if big else (float("nan"), float("nan"), gmax),
-            [g20, large, copies],
-            readout=f"KL {by_g[20]['kl']:.3g} nats at 20, {by_g[gmax]['kl']:.3g} at {gmax}" if big else "",
-        ),
+        BREAKS_DOWN.judge(kls, kl_value, [g20, large, copies], readout=kl_shown),
         HEADS_UNAFFECTED.judge(
-            PrevMassAveraged(kept, group=POS_GROUP).measured(),  # the pairs the route conclusion reads
-            kept,
-            [g10] + [run.prev_head(head) for head in heads],
-            head=",".join(names),
-            readout=", ".join(f"{n} keeps {b / a:.0%}" for n, (a, b) in kept.items() if a > 0),
+            pairs, kept, [g10] + [run.prev_head(x) for x in heads], head=",".join(names), readout=kept_shown
         ),
     ]
 
@@ -250,14 +240,12 @@ def pos_embed_averaging(
     seed: int = 0,
     run: ModelRun | None = None,
 ) -> ClaimResult:
-    """Average ``W_pos`` rows in groups of each size and measure the output and the heads' previous-token mass.
+    """Average ``W_pos`` rows in groups of each size; measure the output and the heads' previous-token mass.
 
-    ``model``, ``prompts`` (what the KL runs over), ``heads``, ``run``: as every claim function takes them
-    (:mod:`gpt2_posheads.posts.gpt2_prev_heads`). ``group_sizes``: capped at the model's context, and said; 1 (clean) is
-    always measured; the claims compare with 10, 20 and the largest (>= 50). ``targets``: a leading space added where
-    missing; each word made one token and the prompt fit to the context, each said (:func:`._run.repeat_prompts`).
-    ``seed``: the demonstrations'. ``numbers`` hold ``targets``, ``group_sizes`` and ``rows`` (one per group size; also
-    a table), or ``not_applicable`` and why.
+    ``prompts``: what the KL runs over. ``group_sizes``: capped at the model's context, and said; 1 (clean) always
+    measured; the claims compare 10, 20 and the largest (>= 50). ``targets``: a leading space added where missing; each
+    word made one token and the prompt fit to the context, each said (:func:`._run.repeat_prompts`). ``seed``: the
+    demonstrations'. ``numbers``: ``targets``, ``group_sizes``, ``rows`` (also a table), or ``not_applicable``.
     """
     group_sizes = list(group_sizes)
     if not group_sizes or not all(isinstance(g, int) and g >= 1 for g in group_sizes):
@@ -278,7 +266,11 @@ def pos_embed_averaging(
     reps, no_prompt = repeat_prompts(run.model, targets, n_given=0, seed=seed)
     targets = [r.sep.join(r.words) for r in reps] or targets  # as measured (single-token words)
     rows = measure(run, chosen, groups, reps)
-    copies = copies_precondition(rows, no_prompt)
+    copies = (
+        Precondition("the repeat-string prompt fits the context", False, f"not testable here: {no_prompt}")
+        if no_prompt
+        else model_copies({k: v for k, v in rows[0].items() if k.startswith("P(")})
+    )
     result.figure(figure(rows, copies.ok, run.label), "pos_embed_averaging", width=1400)
     result.claims = judge(rows, groups, chosen, run, copies)
     result.table(pd.DataFrame(rows), "pos_embed_averaging")
