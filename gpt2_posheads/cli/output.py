@@ -272,10 +272,8 @@ class Output:
             filed = {"label": (manifest.get("model") or {}).get("label"), "fingerprint": recorded_fingerprint(target)}
             was, now = filed["fingerprint"], (model or {}).get("fingerprint")
             if model and filed["label"] == model.get("label") and was not in (None, now):
-                print(
-                    f"note: {target} holds results of {filed['label']} on weights {was}, now {now}: replaced",
-                    file=sys.stderr,
-                )
+                note = f"note: {target} holds results of {filed['label']} on weights {was}, now {now}: replaced"
+                print(note, file=sys.stderr)
             elif model and not force:
                 hint = "pass --out to choose another folder (or rename the model folder), or --force to replace them"
                 check_one_model_per_name(filed, model, param, f"{target} holds the results of", hint)
@@ -293,13 +291,11 @@ class Output:
                     print(f"note: figures are written as HTML only ({why})", file=sys.stderr)
             for folder in (target, target.parent):  # the lock goes in the folder, the staging folder beside it
                 if not os.access(folder, os.W_OK | os.X_OK):
-                    raise _refuse(
-                        param, f"{folder} is not writable", "a folder this user can write, in a writable parent"
-                    )
+                    allowed = "a folder this user can write, in a writable parent"
+                    raise _refuse(param, f"{folder} is not writable", allowed)
             lock = acquire_lock(target, script, param)
-            paths.remove_dead_staging(
-                target.parent, target.name
-            )  # this run holds the lock: other staging is a dead run's
+            # this run holds the lock: other staging is a dead run's
+            paths.remove_dead_staging(target.parent, target.name)
             staging = target.parent / f".{target.name}.partial-{os.getpid()}"
             try:
                 shutil.rmtree(staging, ignore_errors=True)
