@@ -9,6 +9,7 @@ be adjusted is adjusted and said (``note``); internal errors keep their tracebac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import re
@@ -38,33 +39,28 @@ SEED_RANGE = (0, (1 << 32) - 1)  # what every random generator here takes as a s
 _SEEN = "_options_given"  # namespace attribute that records the options given while parsing (removed after)
 
 
-def _int_type(low: int, high: int, name: str = "int"):
-    """An argparse ``type``: an integer within ``low..high``. With ``INT64`` the option's own range is checked after
-    parsing, so an integer past int64 is refused naming that range (``--every``: ``allowed 2..9223372036854775807``)."""
-    deferred = (low, high) == INT64
-
-    def parse(text: str) -> int:
-        v = int(text)  # ValueError: argparse says "invalid int value: 'abc'"
-        if not low <= v <= high and not deferred:
-            raise argparse.ArgumentTypeError(f"{v} is out of range; allowed {low}..{high}")
-        return v
-
-    parse.__name__ = name
-    return parse
+def _seed(text: str) -> int:
+    """A seed (an argparse ``type`` named ``int``): an integer within :data:`SEED_RANGE`. Other integers keep ``int``;
+    their own range is checked after parsing, so one past int64 is refused naming that range (``--every``:
+    ``allowed 2..9223372036854775807``)."""
+    v = int(text)  # ValueError: argparse says "invalid int value: 'abc'"
+    if not SEED_RANGE[0] <= v <= SEED_RANGE[1]:
+        raise argparse.ArgumentTypeError(f"{v} is out of range; allowed {SEED_RANGE[0]}..{SEED_RANGE[1]}")
+    return v
 
 
-def _empty_ok(action: argparse.Action) -> bool:
-    """An empty value means something: the default is empty (``--models``), or the help says what ``''`` does."""
-    return action.default == "" or "''" in (action.help or "")
+_seed.__name__ = "int"
 
 
 def _checked(base: type, repeats: bool = False) -> type:
-    """argparse's ``base`` action refusing an empty value (unless :func:`_empty_ok`) and, unless it ``repeats``
-    (``--prompt``), a second value (``--seq-len 64 --seq-len 128``) instead of one silently winning."""
+    """argparse's ``base`` action refusing an empty value (unless it means something: the default is empty,
+    ``--models``, or the help says what ``''`` does) and, unless it ``repeats`` (``--prompt``), a second value
+    (``--seq-len 64 --seq-len 128``) instead of one silently winning."""
 
     class Checked(base):
         def __call__(self, parser, namespace, values, option_string=None):
-            if isinstance(values, str) and not values.strip() and not _empty_ok(self):
+            empty_ok = self.default == "" or "''" in (self.help or "")
+            if isinstance(values, str) and not values.strip() and not empty_ok:
                 empty = f"the value is empty ({values!r}); a non-empty value; leave the option out to use its default"
                 raise argparse.ArgumentError(self, empty)
             seen = namespace.__dict__.setdefault(_SEEN, {})
@@ -91,10 +87,9 @@ class Parser(argparse.ArgumentParser):
         self.register("action", "append", _AppendNonEmpty)
 
     def add_argument(self, *args, **kwargs):
-        if kwargs.get("type") is int:
-            dest = kwargs.get("dest") or next((a for a in args if a.startswith("--")), args[0] if args else "")
-            seed = dest.lstrip("-").replace("-", "_") == "seed"
-            kwargs["type"] = _int_type(*(SEED_RANGE if seed else INT64))
+        dest = kwargs.get("dest") or next((a for a in args if a.startswith("--")), args[0] if args else "")
+        if kwargs.get("type") is int and dest.lstrip("-").replace("-", "_") == "seed":
+            kwargs["type"] = _seed
         return super().add_argument(*args, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):
@@ -165,43 +160,35 @@ def main_entry(main: Callable, argv: Sequence[str] | None = None):
     every claim ``not testable`` and the reason. Anything else keeps its traceback (a bug). The console cannot end
     the run (:class:`ConsoleStream`): ``script | head -2`` exits 0, not 141 (SIGPIPE), which would tell a ``set -o
     pipefail`` pipeline that the work was cut short when only the reading was."""
-    restore = stop_on_signals()
-    restore_console = guard_console()
-    stopped = None
+    restore, restore_console, stopped = stop_on_signals(), guard_console(), None
+
+    def fail(message: str, code: int = 2) -> SystemExit:
+        abort_open_outputs()
+        print(message, file=sys.stderr)
+        return SystemExit(code)
+
     try:
         return main(argv)
     except UsageError as e:
-        abort_open_outputs()
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise fail(f"error: {e}") from None
     except (NonFiniteError, NothingMeasuredError) as e:  # every claim of the run is not testable, and says why
-        if not finish_not_testable(f"not testable: {e}"):
-            abort_open_outputs()
-            if isinstance(e, NothingMeasuredError):
-                print(f"error: {e}", file=sys.stderr)
-                raise SystemExit(2) from None
-            print(f"error: model: {e}; a model whose outputs are finite", file=sys.stderr)
-            raise SystemExit(1) from None
-        print(f"not testable: {e}", file=sys.stderr)
-        return 0
+        if finish_not_testable(f"not testable: {e}"):
+            print(f"not testable: {e}", file=sys.stderr)
+            return 0
+        if isinstance(e, NothingMeasuredError):
+            raise fail(f"error: {e}") from None
+        raise fail(f"error: model: {e}; a model whose outputs are finite", 1) from None
     except OSError as e:
         message = write_failure(e)  # names the open output's folder: before it is aborted
-        abort_open_outputs()
         if message is None:
+            abort_open_outputs()
             raise
-        print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise fail(f"error: {message}") from None
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated)
         stopped = e
-        abort_open_outputs()
-        if isinstance(e, Terminated):
-            print(f"\nterminated ({e.name}): earlier results are kept as they were", file=sys.stderr)
-        else:
-            print(
-                "\ninterrupted: earlier results are kept as they were (resumable work resumes on the next run)",
-                file=sys.stderr,
-            )
-        raise SystemExit(exit_status(e)) from None
+        why = f"terminated ({e.name})" if isinstance(e, Terminated) else "interrupted"
+        more = "" if isinstance(e, Terminated) else " (resumable work resumes on the next run)"
+        raise fail(f"\n{why}: earlier results are kept as they were{more}", exit_status(e)) from None
     except BaseException:
         abort_open_outputs()
         raise
@@ -295,16 +282,13 @@ class ConsoleStream:
     def _went_away(self) -> None:
         """Point the stream's descriptor at ``/dev/null``: its buffer and the flush at exit go nowhere, not raising."""
         self.gone = True
-        try:
-            fd = self.stream.fileno()
-            null = os.open(os.devnull, os.O_WRONLY)
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            fd, null = self.stream.fileno(), os.open(os.devnull, os.O_WRONLY)
             try:
                 os.dup2(null, fd)
             finally:
                 os.close(null)
             self.stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
 
     def __getattr__(self, name):
         return getattr(self.stream, name)
@@ -336,12 +320,12 @@ def int_list(name: str, text: str | None, low: int = 0, high: int | None = None)
     if not vals:
         raise UsageError(name, "is empty", "give at least one value, e.g. 0,1")
     top = INT64[1] if high is None else high  # past int64 no integer is taken, whatever the list
-    for v in vals:
-        if v < low or v > top:
-            allowed = f"allowed {low}..{high}" if high is not None else f"allowed integers >= {low}"
-            if v > top:
-                allowed = f"allowed {low}..{top}" + (" (what torch takes)" if high is None else "")
-            raise UsageError(name, f"{v} is out of range", allowed)
+    bad = next((v for v in vals if not low <= v <= top), None)
+    if bad is not None:
+        allowed = f"allowed {low}..{high}" if high is not None else f"allowed integers >= {low}"
+        if high is None and bad > top:
+            allowed = f"allowed {low}..{top} (what torch takes)"
+        raise UsageError(name, f"{bad} is out of range", allowed)
     return vals
 
 

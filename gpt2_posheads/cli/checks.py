@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -54,17 +55,11 @@ def check_model_dir(model_dir: str | None) -> dict | None:
         from ..model.paths import COMPILED_MODELS
 
         near = _nearest_dir(p)
-        raise bad(
-            f"{model_dir} does not exist",
-            WITH_WEIGHTS,
-            f"--model {p.name} builds it on first use (seconds)"
-            if p.name in COMPILED_MODELS
-            else f"--model {p.name} loads the shipped one by name"
-            if p.name in SHIPPED_MODELS
-            else f"did you mean {near}?"
-            if near
-            else "shipped models load by name: --model mini-gpt2, --model route-gpt2",
-        )
+        hint = f"did you mean {near}?" if near else "shipped models load by name: --model mini-gpt2, --model route-gpt2"
+        if p.name in SHIPPED_MODELS:
+            how = "builds it on first use (seconds)" if p.name in COMPILED_MODELS else "loads the shipped one by name"
+            hint = f"--model {p.name} {how}"
+        raise bad(f"{model_dir} does not exist", WITH_WEIGHTS, hint)
     if not (p / "config.json").is_file():
         raise bad(
             f"{model_dir} has no config.json",
@@ -74,9 +69,8 @@ def check_model_dir(model_dir: str | None) -> dict | None:
     try:
         cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise bad(
-            f"{p / 'config.json'} is not valid JSON ({type(e).__name__})", "a Hugging Face config.json", RESAVE
-        ) from None
+        problem = f"{p / 'config.json'} is not valid JSON ({type(e).__name__})"
+        raise bad(problem, "a Hugging Face config.json", RESAVE) from None
     if not isinstance(cfg, dict):
         raise bad(f"{p / 'config.json'} is not a JSON object", "a Hugging Face config.json")
     if not any((p / w).is_file() for w in WEIGHT_FILES) and not list(p.glob("*.safetensors")):
@@ -190,50 +184,42 @@ def check_prompt_source(source: str) -> None:
         file_documents([p])  # reads and checks every document (a .jsonl line without 'text', ...)
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    """A model's shape, from ``config.json`` before loading or ``model.cfg`` after."""
-
-    n_layers: int
-    n_heads: int
-    n_ctx: int
-    d_model: int | None = None
-
-    @classmethod
-    def of(cls, model) -> ModelShape:
-        return cls(model.cfg.n_layers, model.cfg.n_heads, model.cfg.n_ctx, model.cfg.d_model)
-
-    @classmethod
-    def from_config(cls, cfg: dict | None) -> ModelShape | None:
-        """From a Hugging Face ``config.json`` (GPT-2, GPT-Neo(X), OPT, Llama names), or ``None``."""
-        if not cfg:
-            return None
-        get = lambda *ks: next((cfg[k] for k in ks if isinstance(cfg.get(k), int)), None)  # noqa: E731
-        shape = (
-            get("n_layer", "num_hidden_layers", "num_layers"),
-            get("n_head", "num_attention_heads", "num_heads"),
-            get("n_positions", "max_position_embeddings", "n_ctx"),
-            get("n_embd", "hidden_size", "d_model"),
-        )
-        return cls(*shape) if all(v is not None for v in shape[:3]) else None
-
-
-def check_layer_arg(name: str, layer: int | None, shape: ModelShape | None, allow_final: bool = False) -> None:
-    if shape is None or layer is None:
-        return
-    top = shape.n_layers if allow_final else shape.n_layers - 1
-    if not 0 <= layer <= top:
-        what = f"0..{top}" + (" (the last is the final residual stream)" if allow_final else "")
-        raise UsageError(name, f"{layer} is out of range for this {shape.n_layers}-layer model", f"allowed {what}")
+def config_shape(cfg: dict | None) -> SimpleNamespace | None:
+    """``n_layers``, ``n_heads`` from a Hugging Face ``config.json`` (GPT-2, GPT-Neo(X), OPT, Llama names), or
+    ``None`` where it does not state them and the context length."""
+    names = (("n_layer", "num_hidden_layers", "num_layers"), ("n_head", "num_attention_heads", "num_heads"))
+    names += (("n_positions", "max_position_embeddings", "n_ctx"),)
+    shape = [next((cfg[k] for k in ks if isinstance(cfg.get(k), int)), None) for ks in names] if cfg else [None]
+    return SimpleNamespace(n_layers=shape[0], n_heads=shape[1]) if None not in shape else None
 
 
 @dataclass(frozen=True)
 class CheckedArgs:
     """What :func:`precheck` parsed (``args`` is never changed)."""
 
-    shape: ModelShape | None = None
+    shape: SimpleNamespace | None = None
     heads: HeadSpec | None = None
     layers: tuple[int, ...] | None = None
+
+
+def _check_shaped(args, shape, layer_final: bool) -> CheckedArgs:
+    """``--heads``, ``--layer`` (``layer_final``: the final residual stream counts) and ``--layers`` against ``shape``
+    (``n_layers``, ``n_heads``; ``None``: what needs no shape)."""
+    heads = HeadSpec.parse(getattr(args, "heads", None))
+    if heads is not None:
+        heads.check(shape)
+    layer = getattr(args, "layer", None)
+    if shape is not None and layer is not None:
+        top = shape.n_layers if layer_final else shape.n_layers - 1
+        if not 0 <= layer <= top:
+            what = f"0..{top}" + (" (the last is the final residual stream)" if layer_final else "")
+            raise UsageError(
+                "--layer", f"{layer} is out of range for this {shape.n_layers}-layer model", f"allowed {what}"
+            )
+    layers = None
+    if getattr(args, "layers", None) is not None:
+        layers = tuple(int_list("--layers", args.layers, 0, shape.n_layers - 1 if shape else None))
+    return CheckedArgs(shape, heads, layers)
 
 
 def precheck(args, *, layer_final: bool = False) -> CheckedArgs:
@@ -241,7 +227,7 @@ def precheck(args, *, layer_final: bool = False) -> CheckedArgs:
     shape = None
     if hasattr(args, "model_dir"):
         folder = model_folder(args)
-        shape = ModelShape.from_config(check_model_dir(None if folder is None else str(folder)))
+        shape = config_shape(check_model_dir(None if folder is None else str(folder)))
         check_device(args.device)
     if hasattr(args, "prompts"):
         check_prompt_source(args.prompts)
@@ -249,25 +235,9 @@ def precheck(args, *, layer_final: bool = False) -> CheckedArgs:
         positive("--n-prompts", args.n_prompts)
     if getattr(args, "seq_len", None) is not None:
         positive("--seq-len", args.seq_len, 2)
-    heads = HeadSpec.parse(getattr(args, "heads", None))
-    if heads is not None:
-        heads.check(shape)
-    if getattr(args, "layer", None) is not None:
-        check_layer_arg("--layer", args.layer, shape, allow_final=layer_final)
-    layers = None
-    if getattr(args, "layers", None) is not None:
-        layers = tuple(int_list("--layers", args.layers, 0, shape.n_layers - 1 if shape else None))
-    return CheckedArgs(shape, heads, layers)
+    return _check_shaped(args, shape, layer_final)
 
 
-def postcheck(args, checked: CheckedArgs, model, *, layer_final: bool = False) -> ModelShape:
+def postcheck(args, checked: CheckedArgs, model, *, layer_final: bool = False) -> None:
     """The checks of :func:`precheck` that needed the model (a hub model has no ``config.json``)."""
-    shape = ModelShape.of(model)
-    if checked.heads is not None:
-        checked.heads.check(shape)
-    if getattr(args, "layer", None) is not None:
-        check_layer_arg("--layer", args.layer, shape, allow_final=layer_final)
-    for v in checked.layers or ():
-        if v >= shape.n_layers:
-            raise UsageError("--layers", f"{v} is out of range", f"allowed 0..{shape.n_layers - 1}")
-    return shape
+    _check_shaped(args, model.cfg, layer_final)

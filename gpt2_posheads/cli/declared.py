@@ -80,17 +80,13 @@ def command_options(command: Command) -> list[Option]:
 def _add(p: argparse.ArgumentParser, o: Option) -> None:
     """``o`` on the parser (a list option is parsed after: :func:`option_value`)."""
     if not o.flag.startswith("-"):
-        p.add_argument(o.flag, help=o.help)
-    elif o.action == "append":
-        p.add_argument(o.flag, action="append", default=o.default, help=o.help)
-    elif o.action == "negatable":
-        p.add_argument(o.flag, action=argparse.BooleanOptionalAction, default=o.default, help=o.help)
-    elif o.type is None and o.default is False:
-        p.add_argument(o.flag, action="store_true", help=o.help)
-    elif o.parse:
-        p.add_argument(o.flag, default=o.default, help=o.help)
-    else:
-        p.add_argument(o.flag, type=o.type, default=o.default, choices=o.choices, help=o.help)
+        return p.add_argument(o.flag, help=o.help)
+    kw = {"append": dict(action="append"), "negatable": dict(action=argparse.BooleanOptionalAction)}.get(o.action)
+    if kw is None and o.type is None and o.default is False:
+        return p.add_argument(o.flag, action="store_true", help=o.help)
+    if kw is None and not o.parse:
+        kw = dict(type=o.type, choices=o.choices)
+    p.add_argument(o.flag, default=o.default, help=o.help, **(kw or {}))
 
 
 def option_value(o: Option, value):
@@ -106,8 +102,7 @@ def option_value(o: Option, value):
 
 def parse(command: Command, argv=None, prog: str | None = None) -> argparse.Namespace:
     """``argv`` parsed by ``command``'s options, each checked (a list option's value is the parsed list)."""
-    p = Parser(description=command.usage, prog=prog)
-    opts = command_options(command)
+    p, opts = Parser(description=command.usage, prog=prog), command_options(command)
     for o in opts:
         _add(p, o)
     args = p.parse_args(argv)

@@ -97,9 +97,9 @@ def load_engine_model(name: str, args, param: str = "--model"):
         return None
     try:
         return load_traced(name, remote=bool(getattr(args, "remote", False)), device=getattr(args, "device", None))
+    except UsageError:
+        raise
     except (OSError, ValueError) as e:
-        if isinstance(e, UsageError):
-            raise
         raise UsageError(param, f"{name} could not be loaded through nnsight ({type(e).__name__}: {e})") from None
 
 
@@ -137,20 +137,17 @@ def model_slug(args) -> str:
 def model_identity(args) -> dict:
     """``{"label", "fingerprint"}``: what tells two models of one name apart (a folder's config and weights' hash, a
     hub model's name)."""
-    label = model_label(args)
     folder = model_folder(args)
     if folder is None:
-        return {"label": label, "fingerprint": label}
-    folder = folder.expanduser()
-    return {"label": str(folder.resolve()), "fingerprint": folder_fingerprint(folder)}
+        return {"label": model_label(args), "fingerprint": model_label(args)}
+    return {"label": str(folder.expanduser().resolve()), "fingerprint": folder_fingerprint(folder.expanduser())}
 
 
 def check_model_names(models: list[tuple[str, str]]) -> dict[str, tuple[str, str]]:
     """``{value: (the name its results are filed under, its weights fingerprint)}`` for ``(--model or --model-dir,
     value)`` pairs; two of one name with other weights are refused (:func:`.output.check_one_model_per_name`), named
     by the second's option (``--models``, ``--model-dirs``)."""
-    first: dict[str, dict] = {}
-    names = {}
+    first, names = {}, {}
     for flag, value in models:
         args = SimpleNamespace(model_dir=value if flag == "--model-dir" else None, model=value)
         name, this = model_slug(args), model_identity(args)
@@ -162,8 +159,7 @@ def check_model_names(models: list[tuple[str, str]]) -> dict[str, tuple[str, str
 
 def open_output(args, script_file: str, per_model: bool = True, quick: bool = False) -> Output:
     """The run's output folder (:class:`Output`): ``--out`` or ``results/<script>/<model>/``."""
-    script = Path(script_file).stem
-    has_model = per_model and hasattr(args, "model")
+    script, has_model = Path(script_file).stem, per_model and hasattr(args, "model")
     target = Path(args.out) if args.out else default_target(script, model_slug(args) if has_model else None)
     model = model_identity(args) if has_model else None
     return Output.open(target, script, not args.no_png, quick, getattr(args, "force", False), model=model)
@@ -208,12 +204,8 @@ class Experiment:
 
     def describe(self) -> dict:
         """The facts every summary of a model script records."""
-        d = {
-            "model": self.label,
-            "is_gpt2_small": is_gpt2_small(self.model),
-            "positions": position_kind(self.model),
-            "seed": getattr(self.args, "seed", 0),
-        }
+        d = {"model": self.label, "is_gpt2_small": is_gpt2_small(self.model), "positions": position_kind(self.model)}
+        d["seed"] = getattr(self.args, "seed", 0)
         standin = compiled_standin(self.model)
         if standin:  # a model built to pass for GPT-2 small: every reader of the results is told what it is
             d["compiled_standin"] = standin

@@ -28,74 +28,57 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
-
 from ..claims.record import MANIFEST, jsonable, read_manifest, recorded_fingerprint, write_summary
-from ..claims.verdicts import Claim, claims_table
-from ..model.paths import (
-    STAGING,
-    cannot_write,
-    holder_state,
-    lock_holder,
-    lock_record,
-    pid_alive,
-    remove_dead_staging,
-    write_whole_text,
-)
+from ..claims.verdicts import claims_table
+from ..model import paths
+from ..model.paths import STAGING, cannot_write, holder_state, lock_holder, lock_record, pid_alive
 from ..model.validation import UsageError, path_kind
 from ..report.plotting import png_support, save_figure, write_png
 
 _OPEN: list[Output] = []  # outputs of this process not yet committed (aborted by main_entry on failure)
 _COMMITTED: list[Path] = []  # folders this process committed (where a later "no space left" is said to be)
-
-
-# --- a folder that cannot be written ------------------------------------------------------------------------------
+LOCK = ".gpt2_posheads.lock"
+LOCK_TIMEOUT = 24 * 3600  # seconds after which another machine's lock is said to be probably left behind
+RESULTS_ENV = "GPT2_POSHEADS_RESULTS"  # the results folder the main job (run_all --out) gives the scripts it runs
 
 
 def write_failure(e: BaseException, folder: Path | None = None, param: str = "--out") -> UsageError | None:
     """The one line for an error that says a file cannot be written (:func:`~gpt2_posheads.model.paths.cannot_write`),
     naming the folder (``folder``, else the open output, the last committed, the file's own); else ``None``."""
-    ours = tuple(f for o in _OPEN for f in (o.target, o.out_dir)) + tuple(_COMMITTED)  # written, or being written
-    why = cannot_write(e, ours + ((folder,) if folder is not None else ()))
+    ours = [f for o in _OPEN for f in (o.target, o.out_dir)] + _COMMITTED + ([folder] if folder is not None else [])
+    why = cannot_write(e, tuple(ours))
     if why is None:
         return None
     if folder is None:
         folder = _OPEN[0].target if _OPEN else _COMMITTED[-1] if _COMMITTED else None
     if folder is None and getattr(e, "filename", None):
         folder = Path(os.fsdecode(e.filename)).parent
-    where = str(folder) if folder is not None else "the output disk"
-    kept = "results written before are kept as they were"
+    where, kept = (
+        str(folder) if folder is not None else "the output disk",
+        "results written before are kept as they were",
+    )
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return UsageError(
-            param,
-            f"no space left on {where} ({why.split(': ')[-1]})",
-            "a folder on a disk with free space",
-            f"free some space or choose another --out; {kept}",
-        )
+        problem, allowed = f"no space left on {where} ({why.split(': ')[-1]})", "a folder on a disk with free space"
+        return UsageError(param, problem, allowed, f"free some space or choose another --out; {kept}")
+    ulimit = "raise the limit (ulimit -f unlimited) or " if e.errno == errno.EFBIG else ""
     return UsageError(
         param,
         f"{where} cannot be written ({why})",
         "a folder this process can write",
-        f"raise the limit (ulimit -f unlimited) or choose another --out; {kept}"
-        if e.errno == errno.EFBIG
-        else f"choose another --out; {kept}",
+        f"{ulimit}choose another --out; {kept}",
     )
 
 
 def write_json(path: str | Path, obj) -> Path:
     """Write ``obj`` as JSON atomically (a temporary file renamed over the target)."""
-    return write_whole_text(path, json.dumps(jsonable(obj), indent=2) + "\n")
-
-
-LOCK = ".gpt2_posheads.lock"
-LOCK_TIMEOUT = 24 * 3600  # seconds after which another machine's lock is said to be probably left behind
+    return paths.write_whole_text(path, json.dumps(jsonable(obj), indent=2) + "\n")
 
 
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
-def lock_age(path: Path) -> float:
+def _age(path: Path) -> float:
     """Seconds since ``path`` was last written (0 when it cannot be read)."""
     try:
         return time.time() - path.stat().st_mtime
@@ -105,44 +88,41 @@ def lock_age(path: Path) -> float:
 
 def locked_error(folder: Path, lock: Path, holder: dict, state: str, param: str) -> UsageError:
     """The one line for ``folder`` locked by ``holder`` (``state``: ``live``, ``elsewhere`` or ``unreadable``)."""
-    who = f"{holder.get('script', '?')}, pid {holder.get('pid')} on {holder.get('host')}"
-    who += f", started {holder.get('started', '?')}"
-    clear = f"remove it (rm '{lock}')"
+    host = holder.get("host")
+    who = f"{holder.get('script', '?')}, pid {holder.get('pid')} on {host}, started {holder.get('started', '?')}"
+    one, clear = "one run per output folder", f"remove it (rm '{lock}')"
     if state == "live":
-        return UsageError(
-            param,
-            f"{folder} is being written by another run ({who})",
-            "one run per output folder",
-            f"wait for it to finish, or choose another --out; its lock is {lock}",
-        )
+        hint = f"wait for it to finish, or choose another --out; its lock is {lock}"
+        return UsageError(param, f"{folder} is being written by another run ({who})", one, hint)
     if state == "elsewhere":
-        hours = lock_age(lock) / 3600
+        hours = _age(lock) / 3600
         old = f", {hours:.0f} h ago, probably left by a run that ended" if hours * 3600 > LOCK_TIMEOUT else ""
+        problem = f"{folder} is locked by a run on another machine ({who}{old}), which cannot be checked from here"
         return UsageError(
-            param,
-            f"{folder} is locked by a run on another machine ({who}{old}), which cannot be checked from here",
-            "one run per output folder",
-            f"if no run on {holder.get('host')} writes this folder, {clear}; or choose another --out",
+            param, problem, one, f"if no run on {host} writes this folder, {clear}; or choose another --out"
         )
     try:
         why = "it is empty" if not lock.read_text().strip() else "it is not a lock this toolkit writes"
     except (OSError, UnicodeDecodeError) as e:
         why = f"it cannot be read ({getattr(e, 'strerror', None) or type(e).__name__})"
-    return UsageError(
-        param,
-        f"{lock} names no run of this toolkit ({why}), so no run can be shown to be writing {folder}",
-        "one run per output folder, with a lock the toolkit wrote",
-        f"if no run writes this folder, {clear}; or choose another --out",
-    )
+    problem = f"{lock} names no run of this toolkit ({why}), so no run can be shown to be writing {folder}"
+    hint = f"if no run writes this folder, {clear}; or choose another --out"
+    return UsageError(param, problem, f"{one}, with a lock the toolkit wrote", hint)
 
 
-def say_dead(lock: Path, holder: dict, state: str = "dead") -> None:
+def _remove_if_dead(lock: Path, holder: dict) -> bool:
+    """Remove ``lock`` when its holder's process is gone (or its pid names another process now), said; whether so."""
+    state = holder_state(holder)
+    if state not in ("dead", "reused"):
+        return False
+    lock.unlink(missing_ok=True)
     reused = f"; pid {holder.get('pid')} is now another process" if state == "reused" else ""
     print(
         f"note: removed {lock}, left by a run that ended without finishing ({holder.get('script', '?')}, pid "
         f"{holder.get('pid')}, started {holder.get('started', '?')}{reused})",
         file=sys.stderr,
     )
+    return True
 
 
 def remove_dead_runs(root: Path) -> int:
@@ -153,12 +133,7 @@ def remove_dead_runs(root: Path) -> int:
     for top, dirs, files in os.walk(root):
         here = Path(top)
         if LOCK in files:
-            holder = lock_holder(here / LOCK)
-            state = holder_state(holder)
-            if state in ("dead", "reused"):
-                (here / LOCK).unlink(missing_ok=True)
-                say_dead(here / LOCK, holder, state)
-                removed += 1
+            removed += _remove_if_dead(here / LOCK, lock_holder(here / LOCK))
         for name in files:
             m = re.fullmatch(r"\.(.+)\.tmp-(\d+)", name)
             if m and int(m[2]) != os.getpid() and not pid_alive(int(m[2])):
@@ -168,9 +143,9 @@ def remove_dead_runs(root: Path) -> int:
         dirs[:] = [d for d in dirs if d not in staged]  # a staging folder's own files are not walked
         for d in staged:
             name = STAGING.match(d)["name"]
-            if holder_state(lock_holder(here / name / LOCK)) == "elsewhere":
-                continue  # its folder is locked from another machine, whose processes cannot be asked from here
-            removed += len(remove_dead_staging(here, name))
+            # a folder locked from another machine, whose processes cannot be asked from here, keeps its staging
+            if holder_state(lock_holder(here / name / LOCK)) != "elsewhere":
+                removed += len(paths.remove_dead_staging(here, name))
     return removed
 
 
@@ -182,17 +157,12 @@ def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             holder = lock_holder(lock)
-            if holder_state(holder) == "unreadable" and lock_age(lock) < 2:  # a run between creating it and writing it
+            if holder_state(holder) == "unreadable" and _age(lock) < 2:  # a run between creating it and writing it
                 time.sleep(2)
                 holder = lock_holder(lock)
-            state = holder_state(holder)
-            if not lock.exists():
-                continue  # released meanwhile
-            if state in ("dead", "reused"):
-                lock.unlink(missing_ok=True)  # a stale lock from a killed run
-                say_dead(lock, holder, state)
-                continue
-            raise locked_error(folder, lock, holder, state, param) from None
+            if not lock.exists() or _remove_if_dead(lock, holder):
+                continue  # released meanwhile, or a stale lock from a killed run
+            raise locked_error(folder, lock, holder, holder_state(holder), param) from None
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(lock_record(script=script, started=now_iso()), f)
@@ -203,40 +173,33 @@ def acquire_lock(folder: Path, script: str, param: str = "--out") -> Path:
     raise UsageError(param, f"could not lock {folder}", "a writable folder")
 
 
-def foreign_entries(folder: Path, script: str | None = None) -> list[str]:
+def _foreign_entries(folder: Path, script: str) -> list[str]:
     """Names in ``folder`` this script may not replace: not in its manifest (or another script's), not the manifest,
     lock, a staging folder or a nested toolkit output."""
-    if not folder.is_dir():
-        return []
     m = read_manifest(folder)
-    mine = script is None or m.get("script") in (None, script)
-    ours = (set(m.get("files", [])) | set(m.get("folders", [])) if mine else set()) | {MANIFEST, LOCK}
-    out = []
-    for p in sorted(folder.iterdir()):
-        if p.name in ours or (p.name.startswith(".") and ".partial-" in p.name):
-            continue
-        if p.is_dir() and (p / MANIFEST).exists():
-            continue
-        out.append(p.name)
-    return out
+    ours = {MANIFEST, LOCK, *(m.get("files", []) + m.get("folders", []) if m.get("script") in (None, script) else [])}
+    return [
+        p.name
+        for p in sorted(folder.iterdir())
+        if p.name not in ours
+        and not (p.name.startswith(".") and ".partial-" in p.name)
+        and not (p.is_dir() and (p / MANIFEST).exists())
+    ]
 
 
 def check_out_folder(path: str | Path, param: str = "--out") -> Path:
     """``path`` expanded, unless it or a path above it is not a folder (a file, a device, a broken link)."""
     p = Path(path).expanduser()
-    for q in (p, *p.parents):
-        kind = path_kind(q)
-        if kind == "missing":
-            continue
-        if kind != "folder":
-            what = "a file" if kind == "file" else kind
-            raise UsageError(
-                param,
-                f"{q} is {what}" + (f", so {p} cannot be made" if q != p else ""),
-                "a folder (new, empty, or one the toolkit wrote)",
-                f"choose another {param}",
-            )
-        break
+    q = next((q for q in (p, *p.parents) if path_kind(q) != "missing"), None)
+    kind = path_kind(q) if q is not None else "folder"
+    if kind != "folder":
+        what = "a file" if kind == "file" else kind
+        raise UsageError(
+            param,
+            f"{q} is {what}" + (f", so {p} cannot be made" if q != p else ""),
+            "a folder (new, empty, or one the toolkit wrote)",
+            f"choose another {param}",
+        )
     return p
 
 
@@ -244,15 +207,18 @@ def check_one_model_per_name(filed: dict, this: dict, param: str, where: str, hi
     """Results are filed by a model's name: ``this`` model (``{"label", "fingerprint"}``) is refused, in one line
     beginning with ``where``, where ``filed`` has other weights (a results folder, or the models of one command)."""
     theirs, ours = filed.get("fingerprint"), this.get("fingerprint")
-    if theirs in (None, ours):
-        return
-    raise UsageError(
-        param,
-        f"{where} another model of the same name ({filed.get('label', '?')}, weights {theirs}; this one "
-        f"{this.get('label', '?')}, weights {ours})",
-        "one model per name: results are filed by the model's name",
-        hint,
-    )
+    if theirs not in (None, ours):
+        raise UsageError(
+            param,
+            f"{where} another model of the same name ({filed.get('label', '?')}, weights {theirs}; this one "
+            f"{this.get('label', '?')}, weights {ours})",
+            "one model per name: results are filed by the model's name",
+            hint,
+        )
+
+
+def _refuse(param: str, problem: str, allowed: str, hint: str = "choose another --out") -> UsageError:
+    return UsageError(param, problem, allowed, hint)
 
 
 @dataclass
@@ -265,16 +231,16 @@ class Output:
     script: str
     png: bool = True
     quick: bool = False
+    foreign: frozenset[str] = frozenset()  # the user's files in the target (kept; never written over)
+    model: dict = field(default_factory=dict)  # the model the results are of (label, weights fingerprint)
+    made: list[Path] = field(default_factory=list)  # the folders Output.open made (deepest first)
     written: list[Path] = field(default_factory=list)
     folders: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     committed: bool = False
-    foreign: frozenset[str] = frozenset()  # the user's files in the target (kept; never written over)
     context: dict = field(default_factory=dict)  # what every summary of this run records (model, prompts, ...)
     pngs: list = field(default_factory=list)  # (figure, stem, size) exported as PNG once the numbers are committed
-    model: dict = field(default_factory=dict)  # the model the results are of (label, weights fingerprint)
     tables: list = field(default_factory=list)  # claims tables, printed once the results are in place
-    made: list[Path] = field(default_factory=list)  # the folders Output.open made (deepest first)
 
     @classmethod
     def open(
@@ -296,76 +262,62 @@ class Output:
         try:
             target.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise write_failure(e, target, param) or UsageError(
-                param, f"{target} cannot be created ({e.strerror})", "a writable folder"
-            ) from None
+            cannot = _refuse(param, f"{target} cannot be created ({e.strerror})", "a writable folder")
+            raise write_failure(e, target, param) or cannot from None
         try:  # the folders it made are removed again if it is refused
-            foreign, manifest = [] if adopt else foreign_entries(target, script), read_manifest(target)
+            foreign, manifest = [] if adopt else _foreign_entries(target, script), read_manifest(target)
             other = manifest.get("script")
             if other not in (None, script) and not force and not adopt:
-                raise UsageError(
-                    param,
-                    f"{target} holds the results of {other}",
-                    "a folder of this script's own results",
-                    "choose another --out",
-                )
+                raise _refuse(param, f"{target} holds the results of {other}", "a folder of this script's own results")
             filed = {"label": (manifest.get("model") or {}).get("label"), "fingerprint": recorded_fingerprint(target)}
             was, now = filed["fingerprint"], (model or {}).get("fingerprint")
             if model and filed["label"] == model.get("label") and was not in (None, now):
-                print(
-                    f"note: {target} holds results of {filed['label']} on weights {was}, now {now}: replaced",
-                    file=sys.stderr,
-                )
+                note = f"note: {target} holds results of {filed['label']} on weights {was}, now {now}: replaced"
+                print(note, file=sys.stderr)
             elif model and not force:
                 hint = "pass --out to choose another folder (or rename the model folder), or --force to replace them"
                 check_one_model_per_name(filed, model, param, f"{target} holds the results of", hint)
             if foreign and not force:
                 shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-                raise UsageError(
+                raise _refuse(
                     param,
                     f"{target} holds files this toolkit did not write ({shown})",
                     "a new or empty folder, or one the toolkit wrote",
                     "choose another --out, or pass --force to write beside them (they are kept)",
                 )
             if png:
-                can, why = png_support()  # decided once, before any work, with a bounded wait
-                if not can:
+                png, why = png_support()  # decided once, before any work, with a bounded wait
+                if not png:
                     print(f"note: figures are written as HTML only ({why})", file=sys.stderr)
-                    png = False
             for folder in (target, target.parent):  # the lock goes in the folder, the staging folder beside it
                 if not os.access(folder, os.W_OK | os.X_OK):
-                    raise UsageError(
-                        param,
-                        f"{folder} is not writable",
-                        "a folder this user can write, in a writable parent",
-                        "choose another --out",
-                    )
+                    allowed = "a folder this user can write, in a writable parent"
+                    raise _refuse(param, f"{folder} is not writable", allowed)
             lock = acquire_lock(target, script, param)
-            remove_dead_staging(target.parent, target.name)  # this run holds the lock: other staging is a dead run's
+            # this run holds the lock: other staging is a dead run's
+            paths.remove_dead_staging(target.parent, target.name)
             staging = target.parent / f".{target.name}.partial-{os.getpid()}"
             try:
                 shutil.rmtree(staging, ignore_errors=True)
                 staging.mkdir()
             except OSError as e:
                 lock.unlink(missing_ok=True)
-                raise write_failure(e, target, param) or UsageError(
-                    param, f"{staging} cannot be created ({e.strerror})", "a writable parent folder"
-                ) from None
+                cannot = _refuse(param, f"{staging} cannot be created ({e.strerror})", "a writable parent folder")
+                raise write_failure(e, target, param) or cannot from None
         except BaseException:
             _remove_empty(made)
             raise
-        out = cls(target, staging, lock, script, png, quick, foreign=frozenset(foreign), model=model or {}, made=made)
+        out = cls(target, staging, lock, script, png, quick, frozenset(foreign), model or {}, made)
         _OPEN.append(out)
         return out
 
     def _not_yours(self, name: str, what: str) -> None:
         """Refuse ``name`` where the target holds the user's ``what`` of that name."""
         if name in self.foreign:
-            raise UsageError(
+            raise _refuse(
                 "--out",
                 f"{self.target / name} belongs to you, not to this toolkit",
                 f"a folder without {what} of that name",
-                "choose another --out",
             )
 
     def path(self, name: str) -> Path:
@@ -375,16 +327,16 @@ class Output:
         return self.out_dir / name
 
     def persistent_dir(self, name: str) -> Path:
-        """A sub-folder written in place (it survives a failed run: resumable work), recorded in the manifest."""
+        """A sub-folder written in place (it survives a failed run: resumable work), recorded in the manifest at once,
+        so a run that fails after writing resumable work leaves a folder the next run may use."""
         self._not_yours(name, "an entry")
         d = self.target / name
         d.mkdir(parents=True, exist_ok=True)
         if name not in self.folders:
             self.folders.append(name)
-        # recorded at once, so a run that fails after writing resumable work leaves a folder the next run may use
         m = read_manifest(self.target)
         if m.get("script") in (None, self.script) and name not in m.get("folders", []):
-            folders = sorted(set(m.get("folders", [])) | {name})
+            folders = sorted({*m.get("folders", []), name})
             write_json(
                 self.target / MANIFEST, {**m, "script": self.script, "files": m.get("files", []), "folders": folders}
             )
@@ -398,20 +350,19 @@ class Output:
         if self.png:
             self.pngs.append((fig, stem, kw))
 
-    def csv(self, df: pd.DataFrame, stem: str) -> None:
+    def csv(self, df, stem: str) -> None:
         df.to_csv(self.path(f"{stem}.csv"), index=False)
 
-    def summary(self, obj: dict, claims: Sequence[Claim] = (), stem: str = "summary") -> Path:
+    def summary(self, obj: dict, claims: Sequence = (), stem: str = "summary") -> Path:
         """Write ``summary.json`` (:func:`~gpt2_posheads.claims.record.write_summary`): ``obj``, ``claims``, the
         figures, when and how long; the claims table is printed by :meth:`commit`, once the results are in place."""
         obj = dict(obj)
-        obj.setdefault("script", self.script)
-        obj.setdefault("quick", self.quick)
+        for key, value in (("script", self.script), ("quick", self.quick)):
+            obj.setdefault(key, value)
         obj.setdefault("elapsed_s", round(time.time() - self.started, 2))
         obj["finished_at"] = now_iso()
-        obj["figures"] = [p.name for p in self.written if p.suffix in (".html", ".png")] + [
-            f"{stem}.png" for _, stem, _ in self.pngs
-        ]
+        pngs = [f"{s}.png" for _, s, _ in self.pngs]
+        obj["figures"] = [p.name for p in self.written if p.suffix in (".html", ".png")] + pngs
         p = write_summary(self.path(f"{stem}.json"), obj, list(claims))
         if claims:
             self.tables.append(claims_table(list(claims)))
@@ -446,7 +397,6 @@ class Output:
         self.committed = True  # the numbers are in place: an interruption from here on keeps them
         _COMMITTED.append(self.target)
         self.written = [self.target / n for n in names]
-        self.out_dir_staged, self.out_dir = self.out_dir, self.target
         try:
             for table in self.tables:  # printed once the results are in place
                 print("\n" + table, flush=True)
@@ -455,6 +405,7 @@ class Output:
                     write_png(fig, self.target / f"{stem}.png", kw.get("width", 1000), kw.get("height"))
         finally:
             self._close()
+            self.out_dir = self.target
         if not quiet:
             print(f"\nwrote {len(names)} files to {self.target}:")
             for n in names:
@@ -466,9 +417,8 @@ class Output:
             self._close()
 
     def _close(self) -> None:
-        staged = getattr(self, "out_dir_staged", self.out_dir)
-        if staged != self.target:
-            shutil.rmtree(staged, ignore_errors=True)
+        if self.out_dir != self.target:
+            shutil.rmtree(self.out_dir, ignore_errors=True)
         self.lock.unlink(missing_ok=True)
         if not self.committed:  # an interrupted or failed first run leaves no empty results folder
             _remove_empty(self.made)
@@ -497,19 +447,12 @@ def finish_not_testable(reason: str) -> bool:
     from ..claims.catalogue import script_claims
     from ..claims.gpt2_post import CLAIMS
 
-    done = False
-    for out in list(_OPEN):
-        keys = script_claims().get(out.script)
-        if not keys:
-            continue
+    ends = [(out, script_claims().get(out.script)) for out in _OPEN]
+    for out, keys in [(out, keys) for out, keys in ends if keys]:
         claims = [CLAIMS[k].untested(reason, {"not_testable": reason}) for k in keys]
         out.summary({**out.context, "not_testable": reason}, claims)
         out.commit(quiet=True)
-        done = True
-    return done
-
-
-RESULTS_ENV = "GPT2_POSHEADS_RESULTS"  # the results folder the main job (run_all --out) gives the scripts it runs
+    return any(keys for _, keys in ends)
 
 
 def results_root() -> Path:

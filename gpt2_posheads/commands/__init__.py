@@ -78,7 +78,7 @@ def run(name: str, argv: Sequence[str] | None = None) -> int:
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
-def run_experiment(name: str, args: Sequence[str], check: bool = False, env: dict[str, str] | None = None) -> int:
+def run_experiment(name: str, args: Sequence[str], env: dict[str, str] | None = None) -> int:
     """Run command ``name`` in a fresh ``python -m gpt2_posheads`` (with ``env`` added); its exit status. Stopped here,
     the child is terminated too and given time to drop its staged output and release its lock."""
     import os
@@ -90,10 +90,11 @@ def run_experiment(name: str, args: Sequence[str], check: bool = False, env: dic
     # the package this process imported, first on the child's path: a checkout without an install runs itself
     package_parent = str(Path(__path__[0]).resolve().parents[1])
     path_env = os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "gpt2_posheads", name, *args]
-    child = subprocess.Popen(cmd, env={**os.environ, **(env or {}), "PYTHONPATH": path_env})
+    child = subprocess.Popen(
+        [sys.executable, "-m", "gpt2_posheads", name, *args], env={**os.environ, **(env or {}), "PYTHONPATH": path_env}
+    )
     try:
-        code = child.wait()
+        return child.wait()
     except BaseException:
         child.terminate()  # SIGTERM: the child cleans up as it does on Ctrl-C
         try:
@@ -101,6 +102,3 @@ def run_experiment(name: str, args: Sequence[str], check: bool = False, env: dic
         except subprocess.TimeoutExpired:
             child.kill()
         raise
-    if check and code:
-        raise subprocess.CalledProcessError(code, cmd)
-    return code

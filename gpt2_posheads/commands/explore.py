@@ -55,8 +55,15 @@ def main(argv=None) -> int:
         from ..report.explorer import MIN_TOKENS, write_explorer
         from ..report.explorer_server import LiveExplorer, max_tokens, prompt_tokens, serve
 
-        if args.out is None:  # a port in use is refused before the model loads
-            _check_port_free(args.port)
+        if args.out is None and args.port != 0:  # a port in use is refused before the model loads
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("127.0.0.1", args.port))
+                except OSError as e:
+                    what = "in use" if e.errno == errno.EADDRINUSE else "not available"
+                    problem, hint = f"{args.port} is {what} on 127.0.0.1", "pick another --port, or --port 0"
+                    raise UsageError("--port", problem, PORTS, hint) from None
         model = model_from_args(args)
         top = max_tokens(model) if args.max_tokens is None else args.max_tokens
         if not MIN_TOKENS <= top <= model.cfg.n_ctx:
@@ -72,19 +79,3 @@ def main(argv=None) -> int:
         by = f" ({e.name})" if isinstance(e, Terminated) else ""
         print(f"\nstopped{by} before the server started", file=sys.stderr)
         return exit_status(e)
-
-
-def _check_port_free(port: int) -> None:
-    """A one-line error now when ``port`` on 127.0.0.1 cannot be bound."""
-    if port == 0:
-        return
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError as e:
-            busy = e.errno == errno.EADDRINUSE
-            what = "in use" if busy else "not available"
-            raise UsageError(
-                "--port", f"{port} is {what} on 127.0.0.1", PORTS, "pick another --port, or --port 0"
-            ) from None

@@ -88,30 +88,25 @@ def main(argv=None):
         tables[label] = df
         out.csv(df, f"atlas_{label}")
         prev = df[df.is_prev_token].sort_values("prev_ratio")
-        info = {
-            "model": name,  # as the user gave it; the key is the name its files are filed under
-            "source": source,
-            "positions": position_kind(model),
-            "n_prev_token_heads": int(len(prev)),
-            "sharpest_prev_head": prev.iloc[0]["name"] if len(prev) else None,
-            "sharpest_prev_ratio": float(prev.iloc[0].prev_ratio) if len(prev) else None,
-            "top_induction": df.nlargest(5, "induction")[["name", "induction"]].to_dict("records"),
-            "top_duplicate": df.nlargest(5, "duplicate")[["name", "duplicate"]].to_dict("records"),
-        }
-        if len(prev) and has_learned_positions(model):
-            l, h = int(prev.iloc[0]["layer"]), int(prev.iloc[0]["head"])
+        top = prev.iloc[0] if len(prev) else None
+        info = {"model": name, "source": source, "positions": position_kind(model)}  # model: as the user gave it
+        info["n_prev_token_heads"] = int(len(prev))  # (the key is the name its files are filed under)
+        info["sharpest_prev_head"] = None if top is None else top["name"]
+        info["sharpest_prev_ratio"] = None if top is None else float(top.prev_ratio)
+        for key in ("induction", "duplicate"):
+            info[f"top_{key}"] = df.nlargest(5, key)[["name", key]].to_dict("records")
+        if top is not None and has_learned_positions(model):
             avg = diagonal_attention(model, prompts, edits=[average_pos_embed(10)], progress=False)
-            info["wpos_avg10_keep"] = float(avg[l, h, 1]) / float(prev.iloc[0].prev_mass)
+            info["wpos_avg10_keep"] = float(avg[int(top["layer"]), int(top["head"]), 1]) / float(top.prev_mass)
         if args.route == "weights":
             info["weight_route"] = w = route_record(model)
             print(f"{label}: by the weights, {w['label']} {w['head']} ({w['reason']})")
         summary["models"][label] = info
-        ratio = info["sharpest_prev_ratio"]
+        ratio = "n/a" if top is None else f"{info['sharpest_prev_ratio']:.4f}"
         keep = f", keeps {info['wpos_avg10_keep']:.0%} under W_pos averaged /10" if "wpos_avg10_keep" in info else ""
         best = info["top_induction"][0]
         print(
-            f"{label}: sharpest previous-token head {info['sharpest_prev_head']} "
-            f"(ratio {'n/a' if ratio is None else f'{ratio:.4f}'}{keep}); "
+            f"{label}: sharpest previous-token head {info['sharpest_prev_head']} (ratio {ratio}{keep}); "
             f"best induction {best['name']} {best['induction']:.3f}"
         )
 
@@ -123,6 +118,8 @@ def main(argv=None):
         vertical_spacing=0.08,
         horizontal_spacing=0.05,
     )
+    cell = dict(zmin=0, zmax=1, colorscale="Viridis", colorbar=dict(title="score"))
+    cell["hovertemplate"] = "%{text}: %{z:.3f}<extra></extra>"
     for c, label in enumerate(labels, start=1):
         df = tables[label]
         L, H = int(df["layer"].max()) + 1, int(df["head"].max()) + 1
@@ -130,17 +127,7 @@ def main(argv=None):
             vals = np.where(df.is_prev_token, 1 - df.prev_ratio, 0.0) if key == "sharpness" else df[key].to_numpy()
             z, at = np.asarray(vals, dtype=float).reshape(L, H), dict(row=r, col=c)
             fig.add_trace(
-                go.Heatmap(
-                    z=z,
-                    zmin=0,
-                    zmax=1,
-                    colorscale="Viridis",
-                    showscale=(r == 1 and c == 1),
-                    colorbar=dict(title="score"),
-                    text=df.name.to_numpy().reshape(L, H),
-                    hovertemplate="%{text}: %{z:.3f}<extra></extra>",
-                ),
-                **at,
+                go.Heatmap(z=z, showscale=(r == 1 and c == 1), text=df.name.to_numpy().reshape(L, H), **cell), **at
             )
             fig.update_yaxes(
                 autorange="reversed", title_text="layer" if c == 1 else None, dtick=max(1, math.ceil(L / 12)), **at

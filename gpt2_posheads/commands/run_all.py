@@ -112,19 +112,16 @@ def main(argv=None):
     device = ["--device", args.device] if args.device else []
     jobs = []  # (script, model label or None, arguments)
     for name in scripts:
-        if name in model_scripts():
-            jobs += [(name, m[1], m + device) for m in models]
-        else:
-            jobs.append((name, None, ["--quick"] if args.quick else []))
+        toy = [(name, None, ["--quick"] if args.quick else [])]
+        jobs += [(name, m[1], m + device) for m in models] if name in model_scripts() else toy
     if REPORT[0] in names and args.only is None:  # the post's story on the route model, beside the organism
         compare = ["--compare", str(shipped_model_dir(REPORT[1]))] if REPORT[1] in names else []
         jobs.append(("mini_gpt2_report", REPORT[0], ["--model", REPORT[0], "--skip-scripts", *compare, *device]))
     if not jobs:
         raise UsageError("--models", "no model and no toy script to run", "at least one model or script")
     if (results / "index.html").exists() and not (results / "run_all.json").exists():
-        raise UsageError(
-            "--out", f"{results} holds an index.html this toolkit did not write", "a results folder", "another --out"
-        )
+        problem = f"{results} holds an index.html this toolkit did not write"
+        raise UsageError("--out", problem, "a results folder", "another --out")
     made, lock = not results.exists(), None
     results.mkdir(parents=True, exist_ok=True)
     staging = results / f".explorer.partial-{os.getpid()}"  # this job's explorers, until the page is written
@@ -180,12 +177,10 @@ def run_jobs(args, results: Path, jobs: list, models: list[list[str]], known: di
                 rec.update(seconds=round(time.time() - t, 1), exit=rc, status="ok" if rc == 0 else "failed")
                 if stop is not None:
                     rec.update(status="interrupted", signal=getattr(stop, "name", "SIGINT"))
-                by = f" ({rec['signal']})" if stop is not None else ""
-                print(f"=== {name}: {rec['status']}{by} in {rec['seconds']:.0f} s", flush=True)
-                if stop is not None:
+                    print(f"=== {name}: interrupted ({rec['signal']}) in {rec['seconds']:.0f} s", flush=True)
                     raise stop
-                if rc != 0:
-                    failed.append(name)
+                print(f"=== {name}: {rec['status']} in {rec['seconds']:.0f} s", flush=True)
+                failed += [name] if rc != 0 else []
             if not args.no_explorer:
                 staging.mkdir(exist_ok=True)
                 for _, name in models:
@@ -274,8 +269,6 @@ def finish(results: Path, record: dict, staging: Path, t_all: float, failed: lis
     index = write_index(results, record, summaries)
     for path in written:
         print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
-    print(
-        f"\nwrote {index} ({record['seconds'] / 60:.1f} min in all)"
-        + (f"; failed: {', '.join(failed)}" if failed else "")
-    )
+    failures = f"; failed: {', '.join(failed)}" if failed else ""
+    print(f"\nwrote {index} ({record['seconds'] / 60:.1f} min in all){failures}")
     return code
