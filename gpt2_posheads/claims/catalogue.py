@@ -165,8 +165,7 @@ def scripts() -> dict[str, Script]:
     return {name: _SCRIPTS[name] for p in posts() for name in p.scripts}
 
 
-def script(name: str) -> Script | None:  # None: a command that is not a claim script
-    return _SCRIPTS.get(name)
+script = _SCRIPTS.get  # (name) -> its Script, None for a command that is not a claim script
 
 
 def model_scripts() -> tuple[str, ...]:  # the claim scripts that run on a transformer

@@ -116,14 +116,12 @@ class Measured:
 
     def numbers(self) -> dict:
         """The measurements as the report records them."""
-        first, second = self.copy_loss
-        first_nb, second_nb = self.copy_loss_no_bos
         return {
             "prev_text": self.prev_text.measured(),
             "prev_random": self.prev_random.measured(),
             "induction": {"head": self.induction_head, "score": self.induction_score, "seg_len": self.seg_len},
-            "copy_loss": {"first": first, "second": second},
-            "copy_loss_no_bos": {"first": first_nb, "second": second_nb},
+            "copy_loss": dict(zip(("first", "second"), self.copy_loss)),
+            "copy_loss_no_bos": dict(zip(("first", "second"), self.copy_loss_no_bos)),
             "copies": {"target": self.words, self.pair: self.p_copy},
         }
 

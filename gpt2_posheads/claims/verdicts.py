@@ -328,12 +328,10 @@ def _bound(threshold: float, what: str, op: str) -> Rule:
 
 
 def at_most(threshold: float, what: str) -> Rule:
-    """Held if the measured value is at most ``threshold``."""
     return _bound(threshold, what, "<=")
 
 
 def at_least(threshold: float, what: str) -> Rule:
-    """Held if the measured value is at least ``threshold``."""
     return _bound(threshold, what, ">=")
 
 

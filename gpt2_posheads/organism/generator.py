@@ -85,36 +85,10 @@ def _blocks(kind: str, early_kind: str, k: int, n_buckets: int) -> list[tuple[st
     return [("bucket", n_buckets)] + per_kind + [("junk", JUNK)]
 
 
-def _shape(
-    kind: str, early_kind: str, d_model: int, n_heads: int, n_layers: int, d_mlp: int, n_ctx: int, reserved: int
-) -> wt.Shape:
-    """The largest token codes (<= 96, <= d_head - 10) whose blocks fit the residual less ``reserved`` coordinates."""
-    d_head = d_model // n_heads
-    for k in range(min(96, d_head - 10), 7, -1):
-        n_buckets = min(64, k)
-        sizes = [1, 1, 8, k] + [n for _, n in _blocks(kind, early_kind, k, n_buckets)]
-        if sum(n + 1 for n in sizes) <= d_model - reserved:
-            return wt.Shape(n_layers, n_heads, d_model, k, n_buckets, d_mlp, n_ctx)
-    raise ValueError(f"layout: d_model {d_model} cannot hold the blocks of {kind!r}")
-
-
 def _int(name: str, v, lo: int, hi: int) -> int:  # v as an int in lo..hi, or a ValueError naming the argument
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
         raise ValueError(f"{name}: {v!r} must be an integer in {lo}..{hi}")
     return int(v)
-
-
-def _check_layout(layout) -> tuple[int, int]:
-    """``(d_model, n_heads)``: heads dividing d_model with ``d_head >= 64`` (a ValueError naming ``layout``)."""
-    if not isinstance(layout, (tuple, list)) or len(layout) != 2:
-        raise ValueError(f"layout: {layout!r} must be a pair (d_model, n_heads)")
-    d_model = _int("layout", layout[0], min(D_MODELS), 4096)
-    n_heads = _int("layout", layout[1], 1, 64)
-    if d_model % n_heads or d_model // n_heads < MIN_D_HEAD:
-        raise ValueError(
-            f"layout: {n_heads} heads of d_model {d_model} must divide it into heads of >= {MIN_D_HEAD} dimensions"
-        )
-    return d_model, n_heads
 
 
 def generate(
@@ -149,7 +123,14 @@ def generate(
     if not pairs:
         raise ValueError(f"max_d_model: {max_d_model} allows no layout; allowed >= {min(D_MODELS)}")
     if layout is not None:
-        layout = _check_layout(layout)
+        if not isinstance(layout, (tuple, list)) or len(layout) != 2:
+            raise ValueError(f"layout: {layout!r} must be a pair (d_model, n_heads)")
+        layout = _int("layout", layout[0], min(D_MODELS), 4096), _int("layout", layout[1], 1, 64)
+        if layout[0] % layout[1] or layout[0] // layout[1] < MIN_D_HEAD:
+            raise ValueError(
+                f"layout: {layout[1]} heads of d_model {layout[0]} must divide it into heads of >= {MIN_D_HEAD} "
+                "dimensions"
+            )
         if max_d_model is not None and layout[0] > max_d_model:
             raise ValueError(f"layout: d_model {layout[0]} is above max_d_model {max_d_model}")
     if n_layers is not None:
@@ -164,8 +145,13 @@ def generate(
     early_kind = {"post": "self_suppressing", "mixed": "self_suppressing", "boost": "boosting"}.get(kind)
     if kind == "decoy":
         early_kind = ("self_suppressing", "boosting")[int(rng.integers(2))]
-    shape = _shape(kind, early_kind, d_model, n_heads, n_layers, d_mlp, n_ctx, sum(reserved))
-    blocks = _blocks(kind, early_kind, shape.k_tok, shape.n_buckets)
+    for k in range(min(96, d_model // n_heads - 10), 7, -1):  # the largest token codes (<= 96, <= d_head - 10)
+        blocks = _blocks(kind, early_kind, k, min(64, k))  # whose blocks fit the residual less the reserved ones
+        if sum(n + 1 for n in [1, 1, 8, k] + [n for _, n in blocks]) <= d_model - sum(reserved):
+            break
+    else:
+        raise ValueError(f"layout: d_model {d_model} cannot hold the blocks of {kind!r}")
+    shape = wt.Shape(n_layers, n_heads, d_model, k, min(64, k), d_mlp, n_ctx)
     p = wt.parts(n_vocab, blocks, shape, first=reserved[0])
     # padding (ids the tokenizer never produces) carries no code and no bucket: the constant alone in W_E, zero rows
     # of W_U (logit 0: 46k random codes would outbid the copied token, as GPT-2's unused rows never do)
@@ -351,17 +337,8 @@ def gpt2_small_route(
     n_heads = _int("n_heads", n_heads, 1, 64)
     if d_model % n_heads or d_model // n_heads < MIN_D_HEAD:
         raise ValueError(f"n_heads: {n_heads} heads must divide d_model {d_model} into heads of >= {MIN_D_HEAD}")
-    return generate(
-        seed,
-        "post",
-        n_vocab=n_vocab,
-        noise=noise,
-        layout=(d_model, n_heads),
-        n_layers=n_layers,
-        n_ctx=n_ctx,
-        d_mlp=4 * d_model,
-        **image,
-    )
+    sizes = dict(layout=(d_model, n_heads), n_layers=n_layers, n_ctx=n_ctx, d_mlp=4 * d_model)
+    return generate(seed, "post", n_vocab=n_vocab, noise=noise, **sizes, **image)
 
 
 def token_rows(res: wt.Residual) -> np.ndarray:

@@ -47,12 +47,10 @@ def evaluate(model, stream: torch.Tensor, n_ctx: int, max_windows: int = 64) -> 
 def _sharpest(mass: torch.Tensor, min_layer: int = 0) -> tuple[float, int, int]:
     """``(ratio, layer, head)`` of the sharpest previous-token head in layers ``>= min_layer`` (``inf`` if none)."""
     st = prev_token_stats(mass)
-    best = (float("inf"), -1, -1)
-    for layer in range(min_layer, mass.shape[0]):
-        for h in range(mass.shape[1]):
-            if int(st["top_offset"][layer, h]) == 1:
-                best = min(best, (float(st["ratio"][layer, h]), layer, h))
-    return best
+    heads = [(l, h) for l in range(min_layer, mass.shape[0]) for h in range(mass.shape[1])]
+    return min(
+        [(float("inf"), -1, -1)] + [(float(st["ratio"][l, h]), l, h) for l, h in heads if st["top_offset"][l, h] == 1]
+    )
 
 
 def _induction_step(state: dict, layer: int, pattern: torch.Tensor) -> None:

@@ -46,13 +46,8 @@ class Scored:
     conclusion: dict = field(default_factory=dict)  # RouteConclusion.as_dict()
     records: dict = field(default_factory=dict)  # every claim record the conclusion read
 
-    @property
-    def right(self) -> bool:
-        return self.concluded == self.route
-
-    @property
-    def aggregator_right(self) -> bool:
-        return self.found == self.aggregator
+    right = property(lambda self: self.concluded == self.route)
+    aggregator_right = property(lambda self: self.found == self.aggregator)
 
     def as_dict(self) -> dict:  # every field but records, in their order
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "records"}
@@ -100,22 +95,11 @@ def score(
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
     sharp = records["sharp_prev_head"]
-    return Scored(
-        name=g.name,
-        kind=g.card["kind"],
-        route=g.card["route"],
-        ambiguous=g.card["ambiguous"],
-        aggregator=g.card.get("aggregator"),
-        concluded=c.route,
-        found=(sharp.get("head") or None) if sharp["verdict"] == HELD else None,
-        conclusion=c.as_dict(),
-        records=records,
-        seconds=time.perf_counter() - start,
-        causal_seconds=t_causal,
-        weight=weight.get("label", ""),
-        weight_head=weight.get("head", ""),
-        weight_seconds=t_weight,
-    )
+    found = (sharp.get("head") or None) if sharp["verdict"] == HELD else None
+    answer = [g.card[k] for k in ("kind", "route", "ambiguous")] + [g.card.get("aggregator")]
+    weights = dict(weight=weight.get("label", ""), weight_head=weight.get("head", ""), weight_seconds=t_weight)
+    timed = dict(seconds=time.perf_counter() - start, causal_seconds=t_causal)
+    return Scored(g.name, *answer, c.route, found, conclusion=c.as_dict(), records=records, **timed, **weights)
 
 
 def confusion(scored: Sequence[Scored]) -> pd.DataFrame:

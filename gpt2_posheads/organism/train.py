@@ -86,23 +86,6 @@ def pos_average_at(cfg: MiniConfig, step: int) -> tuple[int, int] | None:
     return g, int(torch.randint(0, g, (1,), generator=gen))
 
 
-def init_positions(model, cfg: MiniConfig, initializer_range: float) -> torch.nn.Parameter:
-    """The model's ``W_pos`` (``wpe``), set as ``cfg`` asks, trained or frozen."""
-    wpe = model.transformer.wpe.weight
-    rms = cfg.pos_rms or initializer_range
-    with torch.no_grad():
-        if cfg.pos_init == "sinusoidal":
-            wpe.copy_(sinusoidal_positions(cfg.n_ctx, cfg.d_model, rms))
-        elif cfg.pos_init == "gpt2":
-            wpe.copy_(gpt2_positions(cfg.n_ctx, cfg.d_model, rms))
-        elif cfg.pos_init == "none":
-            wpe.zero_()
-        elif cfg.pos_init != "random":
-            raise ValueError(f"pos_init {cfg.pos_init!r} is not one of {POS_INITS}")
-    wpe.requires_grad_(cfg.pos_lr > 0 and cfg.pos_init != "none")
-    return wpe
-
-
 def train_mini_gpt2(
     docs: Sequence[str],
     out_dir: str | Path,
@@ -143,18 +126,23 @@ def train_mini_gpt2(
     train_stream, val_stream = encode_stream(tok, train_docs), encode_stream(tok, val_docs)
     cfg = replace(cfg, synthetic_vocab=min(cfg.synthetic_vocab, len(tok)))  # a copy: the caller's stays as it was
 
-    hf_cfg = GPT2Config(
-        n_layer=cfg.n_layers,
-        n_head=cfg.n_heads,
-        n_embd=cfg.d_model,
-        n_positions=cfg.n_ctx,
-        vocab_size=len(tok),
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        **dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.0),
+    sizes = dict(
+        n_layer=cfg.n_layers, n_head=cfg.n_heads, n_embd=cfg.d_model, n_positions=cfg.n_ctx, vocab_size=len(tok)
     )
+    no_dropout = dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), 0.0)
+    hf_cfg = GPT2Config(**sizes, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, **no_dropout)
     model = GPT2LMHeadModel(hf_cfg)
-    wpe = init_positions(model, cfg, hf_cfg.initializer_range)
+    wpe = model.transformer.wpe.weight  # W_pos, set as cfg asks, trained or frozen
+    rms = cfg.pos_rms or hf_cfg.initializer_range
+    init = {"sinusoidal": sinusoidal_positions, "gpt2": gpt2_positions}.get(cfg.pos_init)
+    with torch.no_grad():
+        if init is not None:
+            wpe.copy_(init(cfg.n_ctx, cfg.d_model, rms))
+        elif cfg.pos_init == "none":
+            wpe.zero_()
+        elif cfg.pos_init != "random":
+            raise ValueError(f"pos_init {cfg.pos_init!r} is not one of {POS_INITS}")
+    wpe.requires_grad_(cfg.pos_lr > 0 and cfg.pos_init != "none")
     params = [p for p in model.parameters() if p.requires_grad and p is not wpe]
     groups = [
         {"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.weight_decay, "lr_scale": 1.0},
@@ -178,13 +166,6 @@ def train_mini_gpt2(
     model.train()
     t0 = time.time() - record["seconds"]
     bar = tqdm(range(step, cfg.steps), initial=step, total=cfg.steps, desc="train mini-gpt2", disable=not progress)
-
-    def save_checkpoint(done: int) -> None:
-        record["seconds"] = time.time() - t0
-        tmp = ckpt.with_suffix(".tmp")
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "record": record, "step": done}, tmp)
-        tmp.replace(ckpt)  # never leave a half-written checkpoint behind
-        bar.write(f"checkpoint: step {done} saved to {ckpt} (rerun the same command to resume from it)")
 
     last_ckpt = time.time()
     bos = tok.bos_token_id
@@ -223,9 +204,20 @@ def train_mini_gpt2(
             pr["seconds"] = round(time.time() - t0, 1)
             record["probes"].append(pr)
             record["val_loss"].append([done, pr["val_loss"]])
-            bar.write(probe_line(pr))
+            bar.write(
+                f"step {pr['step']}: train {pr['train_loss']:.3f} val {pr['val_loss']:.3f} | sharpest previous-token "
+                f"head {pr['prev_head_text']} ratio {pr['prev_ratio_text']:.2f} (keeps {pr['prev_keep_avg10']:.0%} "
+                f"under W_pos/10), random {pr['prev_ratio_random']:.2f} | above L0 {pr['prev_head_above0']} "
+                f"{pr['prev_ratio_above0']:.2f} (keeps {pr['prev_keep_avg10_above0']:.0%}) | induction "
+                f"{pr['induction']:.2f} ({pr['induction_head']}) | copy loss {pr['loss_first']:.2f} -> "
+                f"{pr['loss_second']:.2f} | {pr['seconds'] / 60:.1f} min"
+            )
         if time.time() - last_ckpt >= 60 * cfg.checkpoint_minutes or done == cfg.steps:
-            save_checkpoint(done)
+            record["seconds"] = time.time() - t0
+            tmp = ckpt.with_suffix(".tmp")
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "record": record, "step": done}, tmp)
+            tmp.replace(ckpt)  # never leave a half-written checkpoint behind
+            bar.write(f"checkpoint: step {done} saved to {ckpt} (rerun the same command to resume from it)")
             last_ckpt = time.time()
     record["seconds"] = time.time() - t0
     record["final_val_loss"] = evaluate(lens(model, tok_dir), val_stream, cfg.n_ctx)
@@ -235,13 +227,3 @@ def train_mini_gpt2(
     tok.save_pretrained(out_dir)
     (out_dir / "training.json").write_text(json.dumps({k: v for k, v in record.items() if k != "loss"}, indent=2))
     return record
-
-
-def probe_line(pr: dict) -> str:  # one line of a probe's numbers, printed during training
-    return (
-        f"step {pr['step']}: train {pr['train_loss']:.3f} val {pr['val_loss']:.3f} | sharpest previous-token head "
-        f"{pr['prev_head_text']} ratio {pr['prev_ratio_text']:.2f} (keeps {pr['prev_keep_avg10']:.0%} under W_pos/10), "
-        f"random {pr['prev_ratio_random']:.2f} | above L0 {pr['prev_head_above0']} {pr['prev_ratio_above0']:.2f} "
-        f"(keeps {pr['prev_keep_avg10_above0']:.0%}) | induction {pr['induction']:.2f} ({pr['induction_head']}) | "
-        f"copy loss {pr['loss_first']:.2f} -> {pr['loss_second']:.2f} | {pr['seconds'] / 60:.1f} min"
-    )

@@ -42,10 +42,7 @@ class Shape:
     n_buckets: int = N_BUCKETS
     d_mlp: int = D_MLP
     n_ctx: int = N_CTX  # positions: W_pos rows, the counted position's range (pos = SMALL p / n_ctx)
-
-    @property
-    def d_head(self) -> int:
-        return self.d_model // self.n_heads
+    d_head = property(lambda self: self.d_model // self.n_heads)
 
 
 SHAPE = Shape()
@@ -160,12 +157,9 @@ def position_mlp(targets: np.ndarray, n_ctx: int = N_CTX) -> tuple[np.ndarray, n
     extrapolation. The output weights solve the (triangular) interpolation exactly in float64, the GELU's small tails
     included. Returns ``(w_in [n_hidden], b_in [n_hidden], w_out [n_hidden, n_out], b_out [n_out])`` for ``hidden =
     gelu(c * w_in + b_in)``, ``out = hidden @ w_out + b_out``."""
-    p = np.arange(n_ctx)
-    c = np.append(1.0 / (p + 1.0), 0.0)  # the positions' counts, and 0: a prompt without BOS (no count at all)
-    knots = c[:-1]  # c_0 .. c_{n_ctx-1}
+    c = np.append(1.0 / (np.arange(n_ctx) + 1.0), 0.0)  # the positions' counts, and 0: a prompt without BOS
     lam = 4.0 / (c[:-1] - c[1:])  # each unit's own slope: the next count sits 4 units into its linear part
-    w_in = -lam
-    b_in = lam * knots
+    w_in, b_in = -lam, lam * c[:-1]  # knots at c_0 .. c_{n_ctx-1}
     hidden = gelu_new(c[:, None] * w_in[None, :] + b_in[None, :])  # [n_ctx + 1, n_hidden]
     a = np.concatenate([hidden, np.ones((n_ctx + 1, 1))], axis=1)  # the last column: the output bias
     # without BOS nothing is counted: the MLP writes what it writes at the last position (flat beyond it)
@@ -370,14 +364,8 @@ def parts(n_vocab: int, blocks: list[tuple[str, int]], shape: Shape = SHAPE, fir
     for name, n in [("const", 1), ("bos", 1), ("helix", 8), ("tok", shape.k_tok)] + blocks:
         res.add(name, n)
     heads = [[Head(res) for _ in range(shape.n_heads)] for _ in range(shape.n_layers)]
-    p = Parts(
-        res,
-        token_codes(n_vocab, shape.k_tok),
-        token_buckets(n_vocab, shape.n_buckets),
-        gpt2_helix(shape.n_ctx),
-        heads,
-        [Mlp(res) for _ in heads],
-    )
+    codes, buckets = token_codes(n_vocab, shape.k_tok), token_buckets(n_vocab, shape.n_buckets)
+    p = Parts(res, codes, buckets, gpt2_helix(shape.n_ctx), heads, [Mlp(res) for _ in heads])
     if "fine" in res.blocks:
         n_ctx = shape.n_ctx
         ramp = np.arange(n_ctx)[:, None] / n_ctx

@@ -2,8 +2,9 @@
 
 Each claim's ``measured`` value is flattened to scalar leaves (``ratios[0]``, ``L0H1 clean -> g10[1]``, ...); two
 leaves agree when both are NaN, or equal, or floats within ``rtol``/``atol``. Only results of one model are compared
-(:func:`same_model`); folders that hold different models are refused in one line naming the first pair, unless the
-caller asks anyway: numbers of two models moving apart is not a change that moved them.
+(the same weights fingerprint, or without one the same folder name); folders that hold different models are refused
+in one line naming the first pair, unless the caller asks anyway: numbers of two models moving apart is not a change
+that moved them.
 """
 
 from __future__ import annotations
@@ -62,14 +63,6 @@ def _row(key: str, before: str, after: str, n_numbers: int = 0, moved=(), added=
     }
 
 
-def same_model(a: tuple[str, str | None], b: tuple[str, str | None]) -> bool:
-    """Whether two ``(model name, recorded fingerprint or None)`` are one model: their fingerprints agree where both
-    are recorded, else their names name the same folder (``mini-gpt2`` and ``gpt2_posheads/data/mini-gpt2`` do)."""
-    if a[1] is not None and b[1] is not None:
-        return a[1] == b[1]
-    return Path(a[0]).name == Path(b[0]).name
-
-
 def _summaries(root: Path) -> dict[str, tuple[Path, Summary]]:
     return {str(p.relative_to(root)): (p, s) for p, s in collect_summaries(root)}
 
@@ -81,14 +74,12 @@ def different_models(before: Path, after: Path, found: list[dict] | None = None)
     out = []
     for rel in sorted(set(found[0]) & set(found[1])):
         a, b = ((found[i][rel][1].model, recorded_fingerprint(found[i][rel][0].parent)) for i in (0, 1))
-        if not same_model(a, b):
-            out.append(f"{rel}: {_named(a)} in {before}, {_named(b)} in {after}")
+        # one model: their fingerprints agree where both are recorded, else their names name the same folder
+        # (mini-gpt2 and gpt2_posheads/data/mini-gpt2 do)
+        if not (a[1] == b[1] if a[1] is not None and b[1] is not None else Path(a[0]).name == Path(b[0]).name):
+            named = [(name or "no model") + (f" (weights {fp})" if fp and fp != name else "") for name, fp in (a, b)]
+            out.append(f"{rel}: {named[0]} in {before}, {named[1]} in {after}")
     return out
-
-
-def _named(model: tuple[str, str | None]) -> str:
-    name, fingerprint = model
-    return (name or "no model") + (f" (weights {fingerprint})" if fingerprint and fingerprint != name else "")
 
 
 def differing_models_line(before: Path, after: Path, differ: list[str]) -> str:

@@ -205,11 +205,10 @@ def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None
             for layer in range(L):  # a run per layer: each layer's heads under the intervention at their own layer
                 if all(na[layer * H + h] is not None for h in range(H)):
                     continue
-                iv = (
-                    mask_previous_attention(MASK_EVERY, range(layer))
-                    if key == "mask"
-                    else average_ext_pos_embed(layer, POS_GROUP, ext=None if ctx.ext is None else ctx.ext[layer])
-                )
+                if key == "mask":
+                    iv = mask_previous_attention(MASK_EVERY, range(layer))
+                else:
+                    iv = average_ext_pos_embed(layer, POS_GROUP, ext=None if ctx.ext is None else ctx.ext[layer])
                 p, r = _capture(model, tokens, [iv], upto=layer)
                 pat[layer], raw[layer] = p[layer], r[layer]
         elif key == "edit":
@@ -221,8 +220,6 @@ def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None
             for q, k in edit.items():
                 pat[al, ah, q] = 0.0
                 pat[al, ah, q, k] = 1.0
-        else:
-            raise ValueError(f"unknown variant {key!r}; allowed {', '.join(VARIANT_KEYS)}")
     except UsageError as e:  # the intervention cannot act on this model (a hook that feeds nothing, ...)
         ctx.unavailable[key] = str(e)
         return {"na": [str(e)] * (L * H)}

@@ -220,17 +220,15 @@ class _Handler(BaseHTTPRequestHandler):
         if (self.headers.get("Content-Type") or "").split(";")[0].strip() != "application/json":
             return self._error(415, "request", "is not JSON", 'Content-Type: application/json, {"prompt": "..."}')
         try:
-            raw = self._read_body()
-            try:
-                body = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
-                raise BadRequest(400, "request", "body is not valid JSON", '{"prompt": "your text"}') from None
-            except RecursionError:
-                raise BadRequest(400, "request", "body is JSON nested too deep", '{"prompt": "your text"}') from None
+            body = json.loads(self._read_body().decode("utf-8"))
         except BadRequest as e:
             return self._error(e.status, *e.parts)
         except TimeoutError:
             return self._error(408, "request", f"the body did not arrive within {READ_TIMEOUT} s", "send it at once")
+        except (UnicodeDecodeError, ValueError):
+            return self._error(400, "request", "body is not valid JSON", '{"prompt": "your text"}')
+        except RecursionError:
+            return self._error(400, "request", "body is JSON nested too deep", '{"prompt": "your text"}')
         if not isinstance(body, dict) or "prompt" not in body:
             return self._error(400, "prompt", "is missing", '{"prompt": "your text"}')
         try:
@@ -253,10 +251,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class ExplorerServer(ThreadingHTTPServer):
     daemon_threads = True  # Ctrl-C does not wait for a page still loading
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.server_address[1]}/"
+    url = property(lambda self: f"http://{HOST}:{self.server_address[1]}/")
 
 
 def start_server(explorer: LiveExplorer, port: int = 0) -> ExplorerServer:

@@ -12,6 +12,7 @@ gpt2_posheads/data/mini-gpt2`` are one column headed with both names; two models
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import math
@@ -265,26 +266,6 @@ def _fill(part: str, values: dict | None = None, **more) -> str:
     return TEMPLATES[part].substitute(dict(values or {}, **more))
 
 
-def _claim_row(first: Claim, script: str, cells: dict, cols: list[str]) -> str:
-    role, words = first.role, ROLE_WORDS.get(first.role)
-    tag_html = f"<span class='tag {role}' title='{_e(words)}'>{role}</span>" if words else ""
-    row = "".join(_cell(*cells[m][:2]) if m in cells else _cell(None) for m in cols)
-    claim, rule, post = _e(first.claim), _e(first.rule), _e(present(first.post))
-    return _fill("claim", claim=claim, tag=tag_html, rule=rule, script=_e(script), post=post, cells=row)
-
-
-def _figures_row(script: str, found: list[tuple[str, Summary, Path]], columns: Columns, n_cols: int, root) -> str:
-    """A script's figures, one group per results folder (``found``: ``(model, summary, folder)``)."""
-    thumbs, seen = [], set()
-    for m, s, folder in found:
-        if folder in seen:
-            continue
-        seen.add(folder)
-        if t := _thumbs(s, folder, root):
-            thumbs.append(f"<div class='figs'><span>{_e(script)} · {_e(columns.label(m))}</span>{t}</div>")
-    return f"<tr class='figrow'><td colspan='{2 + n_cols}'>{''.join(thumbs)}</td></tr>" if thumbs else ""
-
-
 def _post_section(post, keys, cells: Cells, cols: list[str], columns: Columns, status: dict, root: Path) -> str:
     body = []
     for script in post.scripts:
@@ -292,16 +273,28 @@ def _post_section(post, keys, cells: Cells, cols: list[str], columns: Columns, s
         measured = {m for k in mine for m in cells[k]}
         missing = [m for m in cols if m not in measured]
         if missing and any((script, m) in status for m in missing):  # no results at all from this run for them
-            cells = "".join(
+            row = "".join(
                 f'<td class="none">no results: {_e(status.get((script, m), "not run"))}</td>'
                 if m in missing
                 else "<td></td>"
                 for m in cols
             )
-            body.append(_fill("no_results", script=_e(script), cells=cells))
-        body += [_claim_row(next(iter(cells[k].values()))[0], script, cells[k], cols) for k in mine]
-        found = [(m, s, folder) for k in mine for m, (_, s, folder) in cells[k].items()]
-        body.append(_figures_row(script, found, columns, len(cols), root))
+            body.append(_fill("no_results", script=_e(script), cells=row))
+        for k in mine:
+            first = next(iter(cells[k].values()))[0]
+            words = ROLE_WORDS.get(first.role)
+            tag = f"<span class='tag {first.role}' title='{_e(words)}'>{first.role}</span>" if words else ""
+            row = "".join(_cell(*cells[k][m][:2]) if m in cells[k] else _cell(None) for m in cols)
+            said = dict(claim=_e(first.claim), tag=tag, rule=_e(first.rule), post=_e(present(first.post)))
+            body.append(_fill("claim", said, script=_e(script), cells=row))
+        thumbs, seen = [], set()  # the script's figures, one group per results folder
+        for k in mine:
+            for m, (_, s, folder) in cells[k].items():
+                if folder not in seen and (t := _thumbs(s, folder, root)):
+                    thumbs.append(f"<div class='figs'><span>{_e(script)} · {_e(columns.label(m))}</span>{t}</div>")
+                seen.add(folder)
+        if thumbs:
+            body.append(f"<tr class='figrow'><td colspan='{2 + len(cols)}'>{''.join(thumbs)}</td></tr>")
     heads = "".join(f"<th>{_e(columns.label(m))}</th>" for m in cols)
     return _fill("section", key=_e(post.key), title=_e(post.title), heads=heads, rows="".join(body))
 
@@ -432,9 +425,7 @@ def write_index(root: Path, record: dict | None = None, summaries: list[tuple[Pa
     run record (default: ``root/run_all.json``)."""
     root.mkdir(parents=True, exist_ok=True)
     if record is None and (root / "run_all.json").exists():
-        try:
+        with contextlib.suppress(ValueError):  # an unreadable record: the page says there is none
             record = json.loads((root / "run_all.json").read_text())
-        except ValueError:
-            record = None
     page = index_html(collect_summaries(root) if summaries is None else summaries, root, record)
     return write_whole_text(root / "index.html", page)

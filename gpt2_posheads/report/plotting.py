@@ -21,17 +21,6 @@ PNG_ENV = "GPT2_POSHEADS_PNG"  # "off" (or a reason) makes every figure HTML onl
 PNG_CHECK_TIMEOUT = 60  # seconds one tiny test export may take before PNGs are given up for the run
 
 
-def find_browser() -> str | None:
-    """The Chromium kaleido would use: ``$BROWSER_PATH`` if it names an executable, else one on ``PATH``."""
-    import shutil
-
-    path = os.environ.get("BROWSER_PATH")
-    if path:
-        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
-    names = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
-    return next(filter(None, map(shutil.which, names)), None)
-
-
 @functools.cache
 def png_support() -> tuple[bool, str]:
     """``(can write PNGs, why not)``, decided once per process: kaleido must import, a browser must exist, and one
@@ -44,7 +33,14 @@ def png_support() -> tuple[bool, str]:
         import kaleido  # noqa: F401
     except ImportError:
         return False, "kaleido is not installed"
-    browser = find_browser()
+    import shutil
+
+    # the Chromium kaleido would use: $BROWSER_PATH if it names an executable, else one on PATH
+    if path := os.environ.get("BROWSER_PATH"):
+        browser = path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    else:
+        names = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+        browser = next(filter(None, map(shutil.which, names)), None)
     if browser is None:
         where = f"$BROWSER_PATH ({os.environ['BROWSER_PATH']}) does not exist" if os.environ.get("BROWSER_PATH") else ""
         return False, where or "no Chromium found (apt-get install chromium)"
@@ -182,35 +178,17 @@ def heatmap_grid(
         if tokens is not None:
             tk = lambda j: repr(tokens[j]) if 0 <= j < len(tokens) else ""  # noqa: E731
             hover = [[f"query {q} {tk(q)}<br>key {k} {tk(k)}" for k in xs] for q in ys]
-        fig.add_trace(
-            go.Heatmap(
-                z=a,
-                x=xs,
-                y=ys,
-                colorscale=colorscale,
-                zmin=zmin,
-                zmax=zmax,
-                showscale=(i == 0),
-                text=hover,
-                hovertemplate="%{text}<br>value %{z:.3f}<extra></extra>" if hover else None,
-                colorbar=dict(title=colorbar_title) if colorbar_title else None,
-            ),
-            **at,
-        )
+        tip = "%{text}<br>value %{z:.3f}<extra></extra>" if hover else None
+        bar = dict(title=colorbar_title) if colorbar_title else None
+        scale = dict(colorscale=colorscale, zmin=zmin, zmax=zmax, showscale=(i == 0))
+        fig.add_trace(go.Heatmap(z=a, x=xs, y=ys, text=hover, hovertemplate=tip, colorbar=bar, **scale), **at)
         if mark_offset is not None:
             lo, hi = max(xs[0], ys[0] - mark_offset), min(xs[-1], ys[-1] - mark_offset)
             if hi > lo:
-                fig.add_trace(
-                    go.Scatter(
-                        x=[lo, hi],
-                        y=[lo + mark_offset, hi + mark_offset],
-                        mode="lines",
-                        line=dict(color="red", width=1, dash="dot"),
-                        showlegend=False,
-                        hoverinfo="skip",
-                    ),
-                    **at,
+                dots = dict(
+                    mode="lines", line=dict(color="red", width=1, dash="dot"), showlegend=False, hoverinfo="skip"
                 )
+                fig.add_trace(go.Scatter(x=[lo, hi], y=[lo + mark_offset, hi + mark_offset], **dots), **at)
         fig.update_yaxes(autorange="reversed", title_text="query position", **at)
         fig.update_xaxes(title_text="key position", **at)
     fig.update_layout(title=title, height=height_per_row * rows + 80)
@@ -244,33 +222,11 @@ def scatter3d_positions(
     fig = go.Figure()
     for (name, p), cs in zip(points.items(), list(colorscales) * 4):
         p = _array(p, None)
-        fig.add_trace(
-            go.Scatter3d(
-                x=p[:, 0],
-                y=p[:, 1],
-                z=p[:, 2],
-                mode="markers",
-                name=name,
-                marker=dict(
-                    size=2.5,
-                    color=np.arange(len(p)),
-                    colorscale=cs,
-                    showscale=len(points) == 1,
-                    colorbar=dict(title="position"),
-                ),
-            )
-        )
-    fig.update_layout(
-        title=title,
-        scene={
-            **{f"{a}axis_title": t for a, t in zip("xyz", axis_titles)},
-            "aspectmode": "cube",
-            "camera": SCENE_CAMERA,
-        },
-        height=700,
-        margin=dict(l=10, r=10, t=60, b=10),
-    )
-    return fig
+        marker = dict(size=2.5, color=np.arange(len(p)), colorscale=cs, showscale=len(points) == 1)
+        marker["colorbar"] = dict(title="position")
+        fig.add_trace(go.Scatter3d(x=p[:, 0], y=p[:, 1], z=p[:, 2], mode="markers", name=name, marker=marker))
+    scene = {**{f"{a}axis_title": t for a, t in zip("xyz", axis_titles)}, "aspectmode": "cube", "camera": SCENE_CAMERA}
+    return fig.update_layout(title=title, scene=scene, height=700, margin=dict(l=10, r=10, t=60, b=10))
 
 
 # the default camera (eye at 1.25, 1.25, 1.25) puts the cube's corners outside a scene's frame: the z-axis title and

@@ -91,3 +91,15 @@ def test_the_route_read_from_the_weights_stands_beside_the_causal_one_and_a_disa
     assert "agrees: the weights say reads W_pos directly" in rows["reader"]
     assert "<b>disagrees</b> with the causal conclusion: the weights say built from earlier heads" in rows["mixed"]
     assert "not run" in rows["flat"]
+
+
+def test_a_script_that_failed_on_one_model_keeps_the_other_models_rows(tmp_path):
+    write_summary(tmp_path, "rank_prev_heads", "a", [claim("sharp_prev_head", "held", readout="ratio 0.01")])
+    jobs = [
+        {"script": "rank_prev_heads", "model": m, "status": s, "seconds": 1.0}
+        for m, s in (("a", "ok"), ("b", "failed"))
+    ]
+    page = index_html(collect_summaries(tmp_path), tmp_path, {"models": ["a", "b"], "jobs": jobs})
+    section = page[page.index("004: The positional embedding") :]
+    assert "no results: failed" in section  # model b's cell says why it has no numbers
+    assert "ratio 0.01" in section  # model a's row is still there
