@@ -17,7 +17,14 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 
-from ...analysis import diagonals
+from ...analysis.diagonals import (
+    choose_aggregator,
+    count_prev_heads,
+    diagonal_attention,
+    rank_from_diagonals,
+    sharpest_prev_ratio,
+    traced_ranking,
+)
 from ...claims.catalogue import Option
 from ...claims.gpt2_post import NO_PREV_HEAD, SHARP_RATIO, SHARPEST_RULE, post_claim
 from ...claims.verdicts import Claim, Precondition, finite, predicate, within
@@ -109,10 +116,10 @@ def judge(ranking: pd.DataFrame, preconditions: list[Precondition] = ()) -> list
     """The sharpest previous-token head's ratio, its gap to the next, and the share of previous-token heads."""
     prev = ranking[ranking.is_prev_token]
     ratios = prev.ratio.tolist()
-    n_prev, n_heads = diagonals.count_prev_heads(ranking), len(ranking)
-    agg = head_name(*diagonals.choose_aggregator(ranking)) if ratios else ""
+    n_prev, n_heads = count_prev_heads(ranking), len(ranking)
+    agg = head_name(*choose_aggregator(ranking)) if ratios else ""
     # no previous-token head is a measured fact, judged (not held): inf
-    sharpest = diagonals.sharpest_prev_ratio(ranking)
+    sharpest = sharpest_prev_ratio(ranking)
     next_ratio = ratios[1] if len(ratios) >= 2 else None
     sharp = alone = "no previous-token head"
     if ratios:
@@ -219,19 +226,19 @@ def rank_prev_heads(
         ranking, diag, n_offsets = run.ranking, run.diag, int(run.diag.shape[-1])
     elif engine == NNSIGHT:  # the statistics computed where the model runs, on every offset; N_SHOWN_OFFSETS come back
         options = dict(exclude_bos=not include_bos, batch_size=batch_size)
-        ranking, diag = diagonals.traced_ranking(run.model, run.prompts, **options)
+        ranking, diag = traced_ranking(run.model, run.prompts, **options)
         n_offsets = int(run.prompts.shape[1])
     else:
         options = dict(exclude_bos=not include_bos, batch_size=batch_size, progress=progress, bf16=bf16, engine=engine)
         # [n_layers, n_heads, n_offsets], offset q - k
-        diag = diagonals.diagonal_attention(run.model, run.prompts, **options)
-        ranking, n_offsets = diagonals.rank_from_diagonals(diag), int(diag.shape[-1])
+        diag = diagonal_attention(run.model, run.prompts, **options)
+        ranking, n_offsets = rank_from_diagonals(diag), int(diag.shape[-1])
         if shared:
             run.diag, run.ranking = diag, ranking
     result = ClaimResult("rank_prev_heads", run.label)
     result.table(ranking, "ranking")  # kept even when nothing was measured: its not_measured column says why
     try:
-        agg = head_name(*diagonals.choose_aggregator(ranking))
+        agg = head_name(*choose_aggregator(ranking))
     except NothingMeasuredError as e:
         e.result = result  # what was measured, for a caller that writes it before reporting the claims not testable
         raise
@@ -248,7 +255,7 @@ def rank_prev_heads(
         bf16=bf16_used,
         n_offsets=n_offsets,
         n_heads=len(ranking),
-        n_prev_token_heads=diagonals.count_prev_heads(ranking),
+        n_prev_token_heads=count_prev_heads(ranking),
         post_n_prev_token_heads=69,
         aggregator=agg,
         top=top,
