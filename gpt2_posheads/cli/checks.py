@@ -185,8 +185,8 @@ def check_prompt_source(source: str) -> None:
 
 
 def config_shape(cfg: dict | None) -> SimpleNamespace | None:
-    """``n_layers``, ``n_heads`` from a Hugging Face ``config.json`` (GPT-2, GPT-Neo(X), OPT, Llama names), or
-    ``None`` where it does not state them and the context length."""
+    """``n_layers`` and ``n_heads`` from a Hugging Face ``config.json`` (GPT-2, GPT-Neo(X), OPT, Llama names);
+    ``None`` unless it states both and a context length (such a model's options are checked once it is loaded)."""
     names = (("n_layer", "num_hidden_layers", "num_layers"), ("n_head", "num_attention_heads", "num_heads"))
     names += (("n_positions", "max_position_embeddings", "n_ctx"),)
     shape = [next((cfg[k] for k in ks if isinstance(cfg.get(k), int)), None) for ks in names] if cfg else [None]
