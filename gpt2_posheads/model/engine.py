@@ -14,14 +14,14 @@ trace, and stored activations. An analysis asks an :class:`Engine` for at most f
   unembedding, a Hugging Face model does not; softmax and KL see no difference).
 
 Each returns ``reduction.finish(state)``. ``edits`` are :class:`Edit` s, interventions as data, that each engine
-applies in its own way at the sites it edits (``engine.sites``) and refuses elsewhere in one place (:func:`applied`).
+applies in its own way at the sites it edits (``engine.sites``) and refuses elsewhere (:func:`applied`).
 
 Why reductions: an nnsight trace may run on NDIF, and a long prompt's pattern is too big to bring back, so a
 :class:`Reduction` (a small ``state`` dict and two pure functions) runs where the model runs and only ``finish``'s small
 tensors come back; the local engines call the same functions on the same tensors, so every engine gives the same
 numbers (``tests/model/test_engines.py``). Why lazy inputs: ``batches`` (``[batch, pos]`` token tensors) may be a
 function returning them, so that stored activations, which answer from the store (``Reduction.stored``), never make
-prompts. :func:`engine_for` picks one engine per call (each is one module; :class:`StoredEngine` is here):
+prompts. :func:`engine_for` picks one engine per call:
 
 ==============  ==========================================================================================
 ``"auto"``      the fast path for passes without edits when it reproduces the model (verified on first use,
@@ -34,10 +34,8 @@ prompts. :func:`engine_for` picks one engine per call (each is one module; :clas
 ``"stored"``    stored activations (:class:`StoredActivations`); a store gets this engine under ``"auto"``
 ==============  ==========================================================================================
 
-An operation an engine cannot do (running a store, editing it, bringing every token's residual back from a trace,
-reading queries and keys off a trace or the fast path) raises :class:`EngineError` naming the engine and the operation.
-The attention maths every engine shares lives here too (the score scale ``scores = (q . k) * attn_scale(cfg, layer)``,
-grouped-query keys, the rotary rotation), as does the turning of users' prompts into checked batches."""
+An operation an engine cannot do raises :class:`EngineError`. The attention maths every engine shares lives here too
+(``scores = (q . k) * attn_scale(cfg, layer)``, grouped-query keys, the rotary rotation)."""
 
 from __future__ import annotations
 
@@ -57,8 +55,6 @@ NNSIGHT, STORED = "nnsight", "stored"
 ENGINES = ("auto", "fast", "hooks", NNSIGHT, STORED)
 
 Batches = Sequence[torch.Tensor] | Callable[[], Sequence[torch.Tensor]]
-Step = Callable[[dict, int, Any], None]
-LogitsStep = Callable[[dict, torch.Tensor, torch.Tensor], None]
 
 # What ``activations`` reads at a layer (shapes per batch):
 #   "resid"   [batch, pos, d_model]        the residual entering the block (layer n_layers: the final residual)
@@ -89,13 +85,13 @@ class Reduction:
     tokens, logits)``: for ``patterns``, each batch's logits ``[batch, pos, d_vocab]`` with its tokens, after its
     patterns (``None``: the pass stops after the last pattern). Under ``activations``, ``x`` is ``{kind: tensor}``."""
 
-    step: Step
+    step: Callable[[dict, int, Any], None]
     finish: Callable[[dict], dict]
     state: dict = field(default_factory=dict)
     stored: Callable[[Any], dict] | None = None
     bulk: str = ""
     layers: Sequence[int] | None = None
-    logits: LogitsStep | None = None
+    logits: Callable[[dict, torch.Tensor, torch.Tensor], None] | None = None
 
 
 @runtime_checkable
@@ -217,8 +213,8 @@ class Engine:
     refuse_hint = ""  # what to do instead, when it refuses
     reads_refused = ""  # why it reads no activations (an engine that reads them overrides ``activations``)
 
-    def __init__(self, model):
-        self.model = model
+    def __init__(self, model, bf16: bool = False):
+        self.model, self.bf16 = model, bf16
 
     def refuse(self, operation: str, why: str, hint: str | None = None):
         raise EngineError(self.name, operation, why, self.refuse_hint if hint is None else hint)
@@ -282,11 +278,10 @@ class StoredEngine(Engine):
 
 
 def engine_for(model, engine: str = "auto", bf16: bool = False, with_edits: bool = False) -> Engine:
-    """The :class:`Engine` that runs ``model`` (a TransformerLens model, a traced model, or stored activations).
-    ``engine``: one of :data:`ENGINES` (module doc). ``bf16``: matmuls in bfloat16 where the hardware supports it
-    natively (else float32, said once: :func:`~gpt2_posheads.model.state.resolve_bf16`); a trace runs in the model's
-    own dtype. ``with_edits``: the analysis compares passes with and without edits, so under ``"auto"`` both run
-    through the engine that applies the edits (hooks), and their difference is the edits' alone."""
+    """The :class:`Engine` that runs ``model`` (module doc for ``engine``). ``bf16``: matmuls in bfloat16 where the
+    hardware supports it natively (:func:`~gpt2_posheads.model.state.resolve_bf16`); a trace runs in the model's own
+    dtype. ``with_edits``: the analysis compares passes with and without edits, so under ``"auto"`` both run through
+    the engine that applies the edits (hooks), and their difference is the edits' alone."""
     from .engine_fast import FastEngine
     from .engine_hooks import HooksEngine
     from .engine_nnsight import TracedEngine, is_traced
@@ -340,9 +335,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 def expand_kv(k: torch.Tensor, n_heads: int) -> torch.Tensor:
     """Grouped-query keys ``[batch, pos, n_kv_heads, d_head]`` → ``[batch, pos, n_heads, d_head]`` (query head ``h``
     reads key head ``h // (n_heads / n_kv_heads)``)."""
-    if k.shape[2] == n_heads:
-        return k
-    return k.repeat_interleave(n_heads // k.shape[2], dim=2)
+    return k if k.shape[2] == n_heads else k.repeat_interleave(n_heads // k.shape[2], dim=2)
 
 
 def scale_from_pattern(dot: torch.Tensor, pattern: torch.Tensor, declared: float) -> tuple[float, torch.Tensor, float]:
@@ -378,14 +371,10 @@ def raw_scores_from_qk(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.
 def attention_pattern(q: torch.Tensor, k: torch.Tensor, scale: float, window: int | None) -> torch.Tensor:
     """``softmax(q k^T * scale + mask)`` ``[batch, head, q, k]`` float32, masking keys after the query and those
     ``window`` or more back."""
-    n = q.shape[1]
-    pos = torch.arange(n, device=q.device)
+    pos = torch.arange(q.shape[1], device=q.device)
     dist = pos[:, None] - pos[None, :]
-    mask = dist < 0
-    if window is not None:
-        mask = mask | (dist >= window)
-    scores = raw_scores_from_qk(q, k, scale)
-    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+    mask = (dist < 0) | (dist >= window) if window is not None else dist < 0
+    return torch.softmax(raw_scores_from_qk(q, k, scale).masked_fill(mask, float("-inf")), dim=-1)
 
 
 def z_gap(mine: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
@@ -442,12 +431,8 @@ def to_token_list(model, prompts) -> list[torch.Tensor]:
     n_ctx, d_vocab = model.cfg.n_ctx, model.cfg.d_vocab
     for s in seqs:
         if s.dtype.is_floating_point or s.dtype.is_complex or s.dtype == torch.bool:
-            raise UsageError(
-                "prompts",
-                f"token ids are {s.dtype}",
-                "an integer tensor of token ids",
-                "e.g. model.to_tokens(text), or tensor.long() if the values are whole numbers",
-            )
+            hint = "e.g. model.to_tokens(text), or tensor.long() if the values are whole numbers"
+            raise UsageError("prompts", f"token ids are {s.dtype}", "an integer tensor of token ids", hint)
         if len(s) > n_ctx:
             raise UsageError(
                 "prompts", f"prompt length {len(s)} exceeds the model's context", f"allowed 1..{n_ctx} tokens (n_ctx)"
@@ -456,11 +441,8 @@ def to_token_list(model, prompts) -> list[torch.Tensor]:
             raise UsageError("prompts", "a prompt has length 0", "at least one token")
         lo, hi = int(s.min()), int(s.max())
         if lo < 0 or hi >= d_vocab:
-            raise UsageError(
-                "prompts",
-                f"token id {hi if hi >= d_vocab else lo} is outside the vocabulary",
-                f"allowed 0..{d_vocab - 1} (d_vocab {d_vocab})",
-            )
+            why = f"token id {hi if hi >= d_vocab else lo} is outside the vocabulary"
+            raise UsageError("prompts", why, f"allowed 0..{d_vocab - 1} (d_vocab {d_vocab})")
     return [s.long() for s in seqs]
 
 

@@ -113,11 +113,9 @@ def unsupported_reason(model) -> str | None:
     """Why the fast path cannot run ``model`` (``None`` when it can)."""
     cfg = model.cfg
     c = lambda name, default=None: getattr(cfg, name, default)  # noqa: E731
+    learned = c("positional_embedding_type", "standard") == "standard"
     checks = [
-        (
-            c("positional_embedding_type", "standard") == "standard",
-            "positional embeddings are not learned absolute ones",
-        ),
+        (learned, "positional embeddings are not learned absolute ones"),
         (c("normalization_type", "LN") in ("LN", "LNPre", None), f"normalization_type {c('normalization_type')!r}"),
         (c("attn_only", False) or c("act_fn") in ACTIVATIONS, f"act_fn {c('act_fn')!r}"),
         (not c("parallel_attn_mlp", False), "parallel attention and MLP"),

@@ -51,6 +51,7 @@ from .engine import (
     replace_positions,
     rotate,
     scale_from_pattern,
+    z_gap,
 )
 from .validation import UsageError
 
@@ -170,42 +171,11 @@ def require_live(model, suffix: str, what: str) -> None:
     """A :class:`~.validation.UsageError` unless editing ``suffix`` changes what it feeds (``what``: the edit)."""
     state = hook_status(model).get(suffix, "absent")
     if state != "live":
-        words = {
-            "dead": "does not feed the activation after it (it fires after that is computed, or its weights ignore it)",
-            "never fires": "never fires",
-            "absent": "does not exist",
-        }
-        raise UsageError(
-            "model",
-            f"{what} has no effect on this model: its {suffix} {words[state]}",
-            "a model whose hook feeds its computation",
-            "the intervention would change nothing",
-        )
-
-
-class QKCapture:
-    """Hooks (``hooks()``) catching layer ``layer``'s queries and keys as its scores use them (rotated with the
-    model's own ``hook_cos``/``hook_sin`` where it fires them, one key per query head): after the pass ``qk()`` is
-    ``(q, k)``, each ``[batch, pos, head, d_head]``."""
-
-    def __init__(self, model, layer: int):
-        pre = f"blocks.{layer}.attn."
-        self.names = {"q": pre + "hook_q", "k": pre + "hook_k"}
-        if hook_status(model).get("attn.hook_cos") in ("live", "dead"):
-            self.names.update(cos=pre + "hook_cos", sin=pre + "hook_sin")
-        self.box: dict[str, torch.Tensor] = {}
-
-    def hooks(self) -> list:
-        return [(name, partial(self._grab, key)) for key, name in self.names.items()]
-
-    def _grab(self, key: str, x: torch.Tensor, hook) -> None:
-        self.box[key] = x.detach()
-
-    def qk(self) -> tuple[torch.Tensor, torch.Tensor]:
-        q, k = self.box["q"], self.box["k"]
-        if "cos" in self.box:
-            q, k = (rotate(x, self.box["cos"], self.box["sin"]) for x in (q, k))
-        return q, expand_kv(k, q.shape[2])
+        dead = "does not feed the activation after it (it fires after that is computed, or its weights ignore it)"
+        words = {"dead": dead, "never fires": "never fires", "absent": "does not exist"}
+        why = f"{what} has no effect on this model: its {suffix} {words[state]}"
+        allowed = "a model whose hook feeds its computation"
+        raise UsageError("model", why, allowed, "the intervention would change nothing")
 
 
 PatternEdit = Callable[[torch.Tensor], torch.Tensor]  # [batch, head, q, k] -> [batch, head, q, k]
@@ -225,12 +195,9 @@ def _calibrate(model, layer: int) -> tuple[float, int | None]:
     dot = raw_scores_from_qk(acts["q"], acts["k"], 1.0).cpu()
     scale, mask, err = scale_from_pattern(dot, acts["pattern"].float().cpu(), attn_scale(model.cfg, layer))
     if err > 1e-4:
-        raise UsageError(
-            "model",
-            f"layer {layer}'s attention is not softmax(scale * q . k + mask) (off by {err:.1e})",
-            "models whose pattern a hook can edit, or of that form",
-            "pattern edits cannot be made exact",
-        )
+        why = f"layer {layer}'s attention is not softmax(scale * q . k + mask) (off by {err:.1e})"
+        allowed = "models whose pattern a hook can edit, or of that form"
+        raise UsageError("model", why, allowed, "pattern edits cannot be made exact")
     q_idx, k_idx = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
     inside = (k_idx <= q_idx)[None, None].expand_as(mask)
     far = (q_idx - k_idx)[None, None].expand_as(mask)[mask & inside]
@@ -247,24 +214,21 @@ def pattern_edit_hooks(model, layer: int, edit: PatternEdit) -> list[tuple[str, 
     if status.get("attn.hook_pattern") == "live":
         return [(pre + "hook_pattern", lambda p, hook: edit(p))]
     if not (status.get("attn.hook_z") == "live" and status.get("attn.hook_v") in ("live", "dead")):
-        raise UsageError(
-            "model",
-            "its attention pattern cannot be edited (hook_pattern does not feed the output and "
-            "hook_z/hook_v are not available)",
-            "a model whose hook_pattern or hook_z is live",
-        )
+        why = "its attention pattern cannot be edited (hook_pattern does not feed the output and "
+        why += "hook_z/hook_v are not available)"
+        raise UsageError("model", why, "a model whose hook_pattern or hook_z is live")
     scale, window = _calibrate(model, layer)
-    cap, box = QKCapture(model, layer), {}
+    box: dict = {}
+    cap = LayerRead(model, layer, {"q", "k"}, lambda layer, qk: box.update(qk))
 
     def grab_v(v, hook):  # fires before z in every pass: a new pass starts
         box["v"], box["z_done"] = v, False
 
     def replace_z(z, hook):  # z: [batch, pos, head, d_head]
-        q, k = (x.float() for x in cap.qk())
+        q, k = box["q"].float(), box["k"].float()
         v = expand_kv(box["v"], q.shape[2]).float()
         A = attention_pattern(q, k, scale, window)
-        clean_z = torch.einsum("bhqk,bkhd->bqhd", A, v)
-        gap = float((clean_z - z.float()).abs().max()) / (1.0 + float(z.abs().max()))
+        gap = float(z_gap(torch.einsum("bhqk,bkhd->bqhd", A, v), z))
         if gap > 1e-3:
             raise RuntimeError(
                 f"pattern edit on layer {layer}: the recomputed attention does not reproduce the model's "
@@ -294,9 +258,6 @@ class HooksEngine(Engine):
 
     name = "hooks"
     sites = frozenset(SITES)
-
-    def __init__(self, model, bf16: bool = False):
-        self.model, self.bf16 = model, bf16
 
     def _bind(self, e: Edit) -> list:
         """The hooks of one checked edit; one whose hook may not feed the model first asks (:func:`require_live`)."""
@@ -353,7 +314,7 @@ class HooksEngine(Engine):
         batches = materialise(batches)
         st = reduction.state
         readers = [
-            _LayerRead(self.model, l, kinds, partial(reduction.step, st))
+            LayerRead(self.model, l, kinds, partial(reduction.step, st))
             for l, kinds in sorted(layers_read(self.model, reads).items())
         ]
         stop = max((r.stop for r in readers), key=lambda s: s[0])[1]
@@ -371,17 +332,20 @@ class HooksEngine(Engine):
             return run_hooked(self.model, tokens.to(model_device(self.model)), self.bind(edits))
 
 
-class _LayerRead(QKCapture):
-    """One layer's reads, handed to ``deliver(layer, {kind: tensor})`` once all their hooks fired (bridges differ in
-    the order), never half-read. ``stop``: ``((layer, stage), hook)``, the latest hook it needs, in pass order."""
+class LayerRead:
+    """One layer's reads (``kinds`` of :data:`~.engine.READS`), handed to ``deliver(layer, {kind: tensor})`` once all
+    their hooks fired (bridges differ in the order), never half-read; queries and keys as the scores use them (rotated
+    with the model's own ``hook_cos``/``hook_sin`` where it fires them, one key per query head). ``stop``: ``((layer,
+    stage), hook)``, the latest hook it needs, in pass order."""
 
     def __init__(self, model, layer: int, kinds: set[str], deliver: Callable[[int, dict], None]):
-        if kinds & {"q", "k"}:
-            super().__init__(model, layer)
-        else:
-            self.names, self.box = {}, {}
         self.layer, self.kinds, self.deliver, self.delivered = layer, kinds, deliver, 0
         attn = f"blocks.{layer}.attn."
+        self.names, self.box = {}, {}
+        if kinds & {"q", "k"}:
+            self.names.update(q=attn + "hook_q", k=attn + "hook_k")
+            if hook_status(model).get("attn.hook_cos") in ("live", "dead"):
+                self.names.update(cos=attn + "hook_cos", sin=attn + "hook_sin")
         if "resid" in kinds:
             self.names["resid"] = resid_hook_name(model, layer)
         if "z" in kinds:
@@ -394,13 +358,19 @@ class _LayerRead(QKCapture):
         else:
             self.stop = ((layer, 0), self.names["resid"])
 
+    def hooks(self) -> list:
+        return [(name, partial(self._grab, key)) for key, name in self.names.items()]
+
     def _grab(self, key: str, x: torch.Tensor, hook) -> None:
         self.box[key] = x.detach()
         if len(self.box) < len(self.names):
             return
         acts = {k: self.box[k] for k in ("resid", "z", "pattern") if k in self.kinds}
         if self.kinds & {"q", "k"}:
-            acts.update((kind, x) for kind, x in zip("qk", self.qk()) if kind in self.kinds)
+            q, k = self.box["q"], self.box["k"]
+            if "cos" in self.box:
+                q, k = (rotate(x, self.box["cos"], self.box["sin"]) for x in (q, k))
+            acts.update((kind, x) for kind, x in zip("qk", (q, expand_kv(k, q.shape[2]))) if kind in self.kinds)
         self.box.clear()
         self.delivered += 1
         self.deliver(self.layer, acts)

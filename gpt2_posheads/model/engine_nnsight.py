@@ -5,15 +5,14 @@ call of an analysis, its reductions and edits running where the model runs.
 ``NDIF_API_KEY``; :func:`check_remote` says so in one line, bounding the connection attempt to seconds, before any work.
 
 Each layer's pattern is computed inside the trace from the model's own query and key projections (:func:`layer_qkv`,
-:func:`~gpt2_posheads.model.engine.attention_pattern`) and reduced on the spot, so only small tensors come back from
+where :data:`ARCHS` says each architecture keeps them) and reduced on the spot, so only small tensors come back from
 NDIF, never a pattern (the block of :func:`run_traced` is what nnsight ships, the functions it calls by value, so this
-package need not be installed there). Scores are ``q . k * scale`` with, per architecture (:data:`ARCHS`): queries and
-keys as the projections output them (GPT-2's fused ``c_attn`` split in three, GPT-NeoX's ``query_key_value`` split per
-head, separate ``q_proj``/``k_proj`` elsewhere); rotary models rotated with the model's own ``cos``/``sin`` (the output
-of its ``rotary_emb``), grouped-query keys expanded per query head; the scale the module itself uses (its ``scaling``;
-GPT-Neo, which does not scale, ``1``); the causal mask, plus GPT-Neo's local window or a declared sliding window. So a
-hosted model need not run eager attention. *Verified, not trusted*: on the first batch of every pass the trace also
-forms ``A v`` and compares it with the input of the attention's output projection; a gap past tolerance is an error."""
+package need not be installed there). Scores are ``q . k * scale`` with rotary models rotated with the model's own
+``cos``/``sin`` (the output of its ``rotary_emb``), grouped-query keys expanded per query head, the scale the module
+itself uses (its ``scaling``; GPT-Neo, which does not scale, ``1``), the causal mask plus GPT-Neo's local window or a
+declared sliding window: a hosted model need not run eager attention. *Verified, not trusted*: on the first batch of
+every pass the trace also forms ``A v`` and compares it with the input of the attention's output projection; a gap
+past tolerance is an error."""
 
 from __future__ import annotations
 
@@ -94,12 +93,9 @@ def arch_of(config) -> Arch:
     """The :class:`Arch` of a Hugging Face ``config`` (by ``model_type``); a one-line error for any other."""
     kind = getattr(config, "model_type", None)
     if kind not in ARCHS:
-        raise UsageError(
-            "--engine",
-            f"nnsight engine does not know where {kind!r} models keep their queries and keys",
-            f"allowed model types {', '.join(sorted(ARCHS))}",
-            "use the TransformerLens engine for this model",
-        )
+        why = f"nnsight engine does not know where {kind!r} models keep their queries and keys"
+        allowed = f"allowed model types {', '.join(sorted(ARCHS))}"
+        raise UsageError("--engine", why, allowed, "use the TransformerLens engine for this model")
     return ARCHS[kind]
 
 
@@ -146,13 +142,8 @@ class TracedModel:
             raise AttributeError("the weights are not on this machine (the model is hosted)")
         return w.detach()[offset:]
 
-    @property
-    def W_E(self) -> torch.Tensor:
-        return self._weight(self.arch.embed)
-
-    @property
-    def W_pos(self) -> torch.Tensor:
-        return self._weight(self.arch.pos_embed, self.arch.pos_offset)
+    W_E = property(lambda self: self._weight(self.arch.embed))
+    W_pos = property(lambda self: self._weight(self.arch.pos_embed, self.arch.pos_offset))
 
     def to_tokens(self, text: str) -> torch.Tensor:
         """``[1, pos]`` token ids, BOS first (as TransformerLens's ``to_tokens``)."""
@@ -189,12 +180,8 @@ def check_remote(param: str = "--remote", timeout: float = REMOTE_TIMEOUT_S) -> 
         from nnsight import CONFIG
 
         if not CONFIG.API.APIKEY:
-            raise UsageError(
-                param,
-                "NDIF_API_KEY is not set",
-                "an NDIF API key (https://login.ndif.us)",
-                "export NDIF_API_KEY=...; or drop --remote to run through nnsight on a local folder",
-            )
+            hint = "export NDIF_API_KEY=...; or drop --remote to run through nnsight on a local folder"
+            raise UsageError(param, "NDIF_API_KEY is not set", "an NDIF API key (https://login.ndif.us)", hint)
     host = os.environ.get("NDIF_HOST") or "https://api.ndif.us"
     local = "drop --remote to run through nnsight on a local Hugging Face folder"
     why = _connect_within(host, timeout)
@@ -249,12 +236,9 @@ def load_traced(
     else:
         path = Path(name_or_path).expanduser()
         if not (path / "config.json").is_file():
-            raise UsageError(
-                "--model-dir",
-                f"{name_or_path} is not a local Hugging Face folder",
-                "a folder with config.json and weights",
-                "a hub name needs --remote (NDIF) or the TransformerLens engine",
-            )
+            why = f"{name_or_path} is not a local Hugging Face folder"
+            hint = "a hub name needs --remote (NDIF) or the TransformerLens engine"
+            raise UsageError("--model-dir", why, "a folder with config.json and weights", hint)
         from .loading import quiet_loading
 
         quiet_loading()
@@ -483,11 +467,8 @@ class TracedEngine(Engine):
 
     def residuals(self, batches, layers, reduction, edits=(), progress=None) -> dict:
         if reduction.bulk:
-            self.refuse(
-                f"keep {reduction.bulk}",
-                "it would bring back every token's residual stream from where the model runs",
-                "ask for the reduced result, or use the TransformerLens engine",
-            )
+            why = "it would bring back every token's residual stream from where the model runs"
+            self.refuse(f"keep {reduction.bulk}", why, "ask for the reduced result, or use the TransformerLens engine")
         return self._trace(batches, reduction, edits, on_resid=reduction.step, resid_layers=list(layers))
 
     def run(self, tokens, edits=()) -> torch.Tensor:

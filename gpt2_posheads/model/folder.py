@@ -2,22 +2,16 @@
 
 A folder that loads but is broken gives wrong numbers, not an error (weights with a NaN give patterns of zeros and
 confident verdicts; without tokenizer files every text becomes ``[0]``; GPT-2 weights under another architecture's
-config load as that architecture freshly initialised). :func:`folder_problem` says, before any model is built, in one
-line naming the file and the field: no tokenizer files; no weights, or a truncated or foreign weights file; a
-``config.json`` that contradicts itself (``architectures`` of another ``model_type``, a head count that does not divide
-the width without ``head_dim``, a ``vocab_size`` below the tokenizer's ids); weights that are not the config's model
-(no tensor a parameter of it, or parameters without tensors or tensors without parameters, matched as
-``from_pretrained`` matches them: base-model prefix, tied weights, ignore lists, renamings), or of other sizes (against
-the model built on the ``meta`` device); a weight that is not finite. The loader checks the names again
-(``memory.CheckpointLoader``).
+config load as that architecture freshly initialised). :func:`folder_problem` says so before any model is built, in
+one line naming the file and the field; weights are matched to the config's model as ``from_pretrained`` matches them
+(base-model prefix, tied weights, ignore lists, renamings) and their sizes checked against that model built on the
+``meta`` device. The loader checks the names again (``memory.CheckpointLoader``).
 
 **A folder's fingerprint** (:func:`folder_fingerprint`) tells two models of one folder name apart (results are filed
 by model name, and ``cli.output`` refuses a results folder to a model of another fingerprint): SHA-256 over
-``config.json`` and every weight file (``*.safetensors``, ``*.bin``, their ``*.index.json``), each hashed whole in 8 MiB
-reads, so a model that differs anywhere has another. Hashing GPT-2 XL's 6 GB takes seconds, so each file's hash is
-remembered by (path, size, modification time) in a JSON file in :func:`~gpt2_posheads.model.paths.cache_dir`: a rerun
-reads none, a file rewritten gets a new time and is hashed again; where the cache cannot be written, every call
-hashes."""
+``config.json`` and every weight file, each hashed whole, so a model that differs anywhere has another. Hashing GPT-2
+XL's 6 GB takes seconds, so each file's hash is remembered by (path, size, modification time) in
+:func:`~gpt2_posheads.model.paths.cache_dir`: a rerun reads none, a rewritten file is hashed again."""
 
 from __future__ import annotations
 
@@ -33,12 +27,7 @@ from pathlib import Path
 from .paths import cache_dir, write_whole_text
 
 TOKENIZER_SETS = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("tokenizer.model",), ("spiece.model",))
-WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-)
+WEIGHT_FILES = tuple(w + index for w in ("model.safetensors", "pytorch_model.bin") for index in ("", ".index.json"))
 
 
 def safetensors_files(folder: Path) -> list[Path]:
@@ -102,11 +91,6 @@ def shape_problem(shapes: dict[str, tuple[int, ...]], model) -> str | None:
     return None
 
 
-def _field(config_class, name: str) -> str:
-    """The ``config.json`` key of a standard config attribute (GPT-2 writes ``n_head`` for ``num_attention_heads``)."""
-    return getattr(config_class, "attribute_map", {}).get(name, name)
-
-
 def architecture_problem(config: dict) -> str | None:
     """``architectures`` naming a transformers class of another ``model_type`` than the config's."""
     model_type = config.get("model_type")
@@ -140,7 +124,8 @@ def heads_problem(config: dict) -> str | None:
     heads, width = getattr(cfg, "num_attention_heads", None), getattr(cfg, "hidden_size", None)
     if not isinstance(heads, int) or not isinstance(width, int) or config.get("head_dim") is not None:
         return None
-    h, w = _field(type(cfg), "num_attention_heads"), _field(type(cfg), "hidden_size")
+    # the config.json keys (GPT-2 writes n_head for num_attention_heads)
+    h, w = (getattr(type(cfg), "attribute_map", {}).get(k, k) for k in ("num_attention_heads", "hidden_size"))
     if heads < 1:
         return f"config.json: {h} is {heads}; a model needs at least one attention head"
     if width % heads:
@@ -223,8 +208,7 @@ def matched_names(model, names: list[str]) -> tuple[set[str], set[str], set[str]
     renamings = [m for m in mapping if isinstance(m, WeightRenaming)]
     converters = [m for m in mapping if isinstance(m, WeightConverter)]
     meta, prefix = model.state_dict(), getattr(model, "base_model_prefix", "") or ""
-    loaded: set[str] = set()
-    unexpected: set[str] = set()
+    loaded, unexpected = set(), set()
     for name in names:
         if rename_source_key is not None:
             key, converter = rename_source_key(name, renamings, converters, prefix, meta)
@@ -248,30 +232,19 @@ def matched_names(model, names: list[str]) -> tuple[set[str], set[str], set[str]
     }
     ignore_missing = set(getattr(model, "_keys_to_ignore_on_load_missing", None) or ())
     ignore_unexpected = set(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ())
-    buffers = [b for b, _ in model.named_buffers()]
-    if any(b.endswith("rotary_emb.inv_freq") for b in buffers):
-        ignore_unexpected.add(r"rotary_emb\.inv_freq")
-    if any(b.endswith("position_ids") for b in buffers):
-        ignore_unexpected.add(r"(^|\.)position_ids$")
     for patterns, keys in ((ignore_missing, missing), (ignore_unexpected, unexpected)):
         if patterns:
             regex = re.compile("|".join(f"({p})" for p in patterns))
             keys.difference_update({k for k in keys if regex.search(k)})
-    return loaded, missing, set(unused_weights(unexpected))
+    return loaded, missing, set(unused_weights(unexpected))  # rebuilt buffers (rotary frequencies, ...) left out
 
 
 def mismatch_message(weights: str, kind: str, missing, unexpected, mismatched=()) -> str:
     """One line naming (a few of each, with counts) parameters without a tensor, tensors without a parameter,
     tensors of another shape."""
-    parts = [
-        f"{len(keys):,} {what} ({_names(keys)})"
-        for keys, what in (
-            (missing, "parameter(s) of the model have no tensor"),
-            (unexpected, "tensor(s) are no parameter of it"),
-            (mismatched, "tensor(s) have another shape"),
-        )
-        if keys
-    ]
+    said = {"parameter(s) of the model have no tensor": missing, "tensor(s) are no parameter of it": unexpected}
+    said["tensor(s) have another shape"] = mismatched
+    parts = [f"{len(keys):,} {what} ({_names(keys)})" for what, keys in said.items() if keys]
     return (
         f"{weights} does not hold the weights of the model config.json describes ({kind!r}): "
         + " and ".join(parts)
@@ -299,20 +272,9 @@ def weights_problem(config: dict, model, names: list[str], weights: str) -> str 
 
 
 # safetensors dtype names -> torch dtype names (the file format's own table)
-SAFETENSORS_DTYPES = {
-    "F64": "float64",
-    "F32": "float32",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "I64": "int64",
-    "I32": "int32",
-    "I16": "int16",
-    "I8": "int8",
-    "U8": "uint8",
-    "BOOL": "bool",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E5M2": "float8_e5m2",
-}
+SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64"}
+SAFETENSORS_DTYPES |= {"I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+SAFETENSORS_DTYPES |= {"F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 
 
 def iter_safetensors(path: Path, names=None):
@@ -446,9 +408,7 @@ def folder_fingerprint(folder: str | os.PathLike) -> str:
     (``config.json``, the weight files and their indexes)."""
     h = hashlib.sha256()
     for f in sorted(Path(folder).expanduser().iterdir()):
-        if not f.is_file() or not (
-            f.name == "config.json" or f.suffix in (".safetensors", ".bin") or f.name.endswith(".index.json")
-        ):
-            continue
-        h.update(f"{f.name}:{f.stat().st_size}:{cached_file_sha256(f)}\n".encode())
+        covered = f.name == "config.json" or f.suffix in (".safetensors", ".bin") or f.name.endswith(".index.json")
+        if covered and f.is_file():
+            h.update(f"{f.name}:{f.stat().st_size}:{cached_file_sha256(f)}\n".encode())
     return f"{SCHEME}:{h.hexdigest()[:16]}"

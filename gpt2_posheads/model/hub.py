@@ -332,14 +332,8 @@ def download(
         timeout = seconds(TIMEOUT_ENV, 10.0)
         info = HfApi().repo_info(repo_id, repo_type=repo_type, revision=revision, timeout=timeout)
         names = pick(sorted(s.rfilename for s in info.siblings or []))
-        return {
-            n: Path(
-                hf_hub_download(
-                    repo_id, n, repo_type=repo_type, revision=revision, force_download=force, etag_timeout=timeout
-                )
-            )
-            for n in names
-        }
+        options = dict(repo_type=repo_type, revision=revision, force_download=force, etag_timeout=timeout)
+        return {n: Path(hf_hub_download(repo_id, n, **options)) for n in names}
 
     return bounded(fetch)
 

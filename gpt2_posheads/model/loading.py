@@ -316,26 +316,14 @@ def make_random_model_dir(
     tests set heads by hand); ``tokenizer`` defaults to GPT-2's from ``shared/``."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    for name, v, lo in (
-        ("n_layers", n_layers, 1),
-        ("n_heads", n_heads, 1),
-        ("d_model", d_model, 1),
-        ("n_ctx", n_ctx, 2),
-    ):
-        if v < lo:
+    for name, v in dict(n_layers=n_layers, n_heads=n_heads, d_model=d_model, n_ctx=n_ctx).items():
+        if v < (lo := 2 if name == "n_ctx" else 1):
             raise ValueError(f"{name}={v} must be >= {lo}")
     if d_model % n_heads:
         raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
     tok = tokenizer if tokenizer is not None else gpt2_tokenizer()
-    cfg = GPT2Config(
-        n_layer=n_layers,
-        n_head=n_heads,
-        n_embd=d_model,
-        n_positions=n_ctx,
-        vocab_size=len(tok),
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-    )
+    ids = dict(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    cfg = GPT2Config(n_layer=n_layers, n_head=n_heads, n_embd=d_model, n_positions=n_ctx, **ids)
     torch.manual_seed(seed)
     model = GPT2LMHeadModel(cfg).eval()
     if state_dict:

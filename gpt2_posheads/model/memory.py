@@ -3,20 +3,13 @@
 TransformerLens 4's ``boot_transformers`` maps a checkpoint, and ``enable_compatibility_mode`` processes it through
 ``ProcessWeights.process_weights``, whose ``fold_layer_norm``, ``center_unembed`` and ``fold_value_biases`` each begin
 by cloning the whole state dict while the caller holds the previous one: on GPT-2 XL a peak of 3.2x the weights
-(``docs/benchmarks.md``). Here the same processing runs on one copy, peaking at 1.24x:
-
-* :func:`read_checkpoint` reads a local ``.safetensors`` checkpoint with plain reads, one tensor at a time (no mapping:
-  the file's pages stay outside the process's resident set), and :class:`CheckpointLoader` hands those tensors to
-  ``from_pretrained``, which keeps them as parameters without copying (a parameter without a tensor or a tensor
-  without a parameter is refused, never initialised afresh);
-* :func:`layerwise_processing` runs TransformerLens's own ``ProcessWeights.process_weights`` on one layer's tensors at a
-  time (and once on each global side: embeddings; final norm and unembedding), hands each result to the model and
-  drops the source tensors and what the layer no longer uses (GPT-2's fused ``c_attn``) before the next. Every step
-  reads only its own layer's or one side's tensors, so the pieces give the whole's weights
-  (``tests/model/test_one_copy.py`` checks five architectures);
-* :func:`release_source_copies` checks the model does not compute with what was dropped (the output unchanged with it
-  NaN; else it is read back), drops any other leftover of the checkpoint the same way, and hands freed heap back
-  (glibc's ``malloc_trim``)."""
+(``docs/benchmarks.md``). Here the same processing runs on one copy, peaking at 1.24x: the checkpoint is read unmapped
+into tensors that ``from_pretrained`` keeps as parameters without copying (:class:`CheckpointLoader`); TransformerLens's
+own ``ProcessWeights.process_weights`` runs on one layer's tensors at a time (and once on each global side: embeddings;
+final norm and unembedding), each result handed to the model and the layer's sources (GPT-2's fused ``c_attn``)
+dropped before the next (:func:`layerwise_processing`). Every step reads only its own layer's or one side's tensors, so
+the pieces give the whole's weights (``tests/model/test_one_copy.py`` checks five architectures). What the processed
+model no longer computes with is dropped, checked, and the freed heap handed back (:func:`release_source_copies`)."""
 
 from __future__ import annotations
 
@@ -183,29 +176,22 @@ def _to_tl_prefix(bridge, state_dict: dict[str, torch.Tensor]) -> dict[str, torc
     return out
 
 
-def process_weights_layerwise(
-    bridge,
-    verbose: bool = False,
-    after_layer=None,
-    fold_ln: bool = True,
-    center_writing_weights: bool = True,
-    center_unembed: bool = True,
-    fold_value_biases: bool = True,
-    refactor_factored_attn_matrices: bool = False,
-) -> None:
-    """``TransformerBridge.process_weights`` (TL 4.3) with ``ProcessWeights.process_weights`` run one layer at a time
-    (module doc), the bridge's own steps around it (readable-weight check, no unembedding centring under softcapping,
-    prefixes renamed, distribution, ``postprocess_weights``). Each layer's pass sees it as ``blocks.0`` of a one-layer
-    configuration; two zero-layer passes see the input side, then the output side; each pass gets one-row copies of
-    the global tensors a step insists on (results discarded). :class:`_NotLayerwise`, having changed nothing, where the
-    split does not apply; ``after_layer(index)`` once each layer's weights are in the model."""
+def process_weights_layerwise(bridge, verbose: bool = False, after_layer=None, **flags) -> None:
+    """``TransformerBridge.process_weights`` (TL 4.3, ``flags`` its keywords) with ``ProcessWeights.process_weights``
+    run one layer at a time (module doc), the bridge's own steps around it (readable-weight check, no unembedding
+    centring under softcapping, prefixes renamed, distribution, ``postprocess_weights``). Each layer's pass sees it as
+    ``blocks.0`` of a one-layer configuration; two zero-layer passes see the input side, then the output side; each
+    pass gets one-row copies of the global tensors a step insists on (results discarded). :class:`_NotLayerwise`,
+    having changed nothing, where the split does not apply; ``after_layer(index)`` once each layer's weights are in
+    the model."""
     import logging
 
     from transformer_lens.utilities.activation_functions import softcap_enabled
     from transformer_lens.utilities.quantization import require_readable_weight
     from transformer_lens.weight_processing import ProcessWeights
 
-    why = _layerwise_supported(bridge, refactor_factored_attn_matrices)
+    flags = dict(fold_ln=True, center_writing_weights=True, center_unembed=True, fold_value_biases=True) | flags
+    why = _layerwise_supported(bridge, flags.pop("refactor_factored_attn_matrices", False))
     if why:
         raise _NotLayerwise(why)
     if bridge._weights_processed:
@@ -213,16 +199,9 @@ def process_weights_layerwise(
         return
     for name, param in bridge.original_model.named_parameters():
         require_readable_weight(param, operation=f"process weights ({name})", owner=bridge.original_model)
-    if center_unembed and softcap_enabled(getattr(bridge.cfg, "output_logits_soft_cap", None)):
-        center_unembed = False
-    flags = dict(
-        fold_ln=fold_ln,
-        center_writing_weights=center_writing_weights,
-        center_unembed=center_unembed,
-        fold_value_biases=fold_value_biases,
-        refactor_factored_attn_matrices=False,
-        adapter=bridge.adapter,
-    )
+    if flags["center_unembed"] and softcap_enabled(getattr(bridge.cfg, "output_logits_soft_cap", None)):
+        flags["center_unembed"] = False
+    flags.update(refactor_factored_attn_matrices=False, adapter=bridge.adapter)
     state_dict = bridge.state_dict()
     # TransformerLens clones a tied unembedding here so that processing it leaves the embedding alone; every pass
     # below starts from copies (fold_layer_norm and center_unembed clone their input, the other steps write new

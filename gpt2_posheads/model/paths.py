@@ -246,13 +246,9 @@ def shipped_model_dir(name: str, build: bool = True) -> Path:
             if folder.exists():
                 foreign = sorted(p.name for p in folder.iterdir() if p.name not in _BUILDER["files"])
                 if foreign:  # not only what a build writes: someone else's, kept
-                    raise UsageError(
-                        "model",
-                        f"{folder} fails the check of a compiled model ({problem}) and holds files a build does not "
-                        f"write ({', '.join(foreign[:5])})",
-                        "the folder a build wrote",
-                        f"move it away; {hint}",
-                    )
+                    why = f"{folder} fails the check of a compiled model ({problem}) and holds files a build does not "
+                    why += f"write ({', '.join(foreign[:5])})"
+                    raise UsageError("model", why, "the folder a build wrote", f"move it away; {hint}")
                 print(f"note: {name} in {folder} fails its check ({problem}): rebuilding it (a compiled model, "
                       "deterministic, seconds)", file=sys.stderr, flush=True)  # fmt: skip
             else:
@@ -270,12 +266,9 @@ def shipped_model_dir(name: str, build: bool = True) -> Path:
         if why is None:
             raise
         if folder.exists():
-            raise UsageError(
-                "model",
-                f"{folder} fails the check of a compiled model ({problem}) and cannot be rebuilt there ({why})",
-                "a complete compiled model",
-                f"{hint} (run by a user who can write {folder.parent}), or {writable}",
-            ) from None
+            why = f"{folder} fails the check of a compiled model ({problem}) and cannot be rebuilt there ({why})"
+            hint = f"{hint} (run by a user who can write {folder.parent}), or {writable}"
+            raise UsageError("model", why, "a complete compiled model", hint) from None
         raise unwritable(f"{folder.parent} cannot be written ({why})") from None
     return folder
 

@@ -5,27 +5,24 @@ what a measurement measures, and none may do so silently:
 
 * **training mode**: dropout makes two passes on the same prompts differ. Every measurement runs in eval mode, as the
   rules assume; the caller's flags (module by module) are handed back afterwards, on an exception too, and said;
-* **hooks the caller attached** (``model.add_hook``, ``with model.hooks(...)``): they may be the experiment, so they
-  are measured with, never removed, and named in the result; the hook-free fast path, which would skip them, is not
-  used while the model carries any (:func:`~gpt2_posheads.model.engine_fast.fast_forward`);
-* **bfloat16 or float16 weights**: named by the precision policy (:func:`reduced_precision`, below).
+* **hooks the caller attached**: they may be the experiment, so they are measured with, never removed, and named in
+  the result; the hook-free fast path, which would skip them, is not used while the model carries any;
+* **bfloat16 or float16 weights**: named by the precision policy (below).
 
-:func:`measures_caller_model` makes a public function run under :func:`caller_model`. Entry points nest (a claim
-function calls the analyses): only the outermost reads the state and reports it, into a result's ``notes`` or as one
-:class:`ModelStateWarning` per note for a function that returns plain numbers.
+Entry points nest (a claim function calls the analyses): only the outermost (:func:`measures_caller_model`) reads the
+state and reports it, into a result's ``notes`` or as :class:`ModelStateWarning` s.
 
 **One model, one measurement at a time.** TransformerLens keeps hooks on the model object, so while one measurement
 has hooks on, every pass of that model runs them, whoever calls it: two measurements of one model from two threads
 would compute through each other's edits (previous-token masses of 1.99). So every public measurement holds its model's
-re-entrant lock for its whole duration (:func:`model_lock`), saying once when it waits; different models run at once.
+re-entrant lock for its whole duration (:func:`model_lock`); different models run at once.
 
 **Precision.** On a CPU without bfloat16 matrix units (no AVX512-BF16, no AMX) PyTorch emulates bfloat16 matmuls (on a
 2-core AVX2-only AMD EPYC ``bf16=True`` was at least 85x *slower* than float32), so a bfloat16 request is honoured only
-where the hardware has native support, else float32 with one line saying why (``GPT2_POSHEADS_FORCE_BF16=1`` or
-``force=True`` overrides). The rules judge numbers computed in float32 (every default). A measurement whose matmuls ran
-in a half-precision type (``--bf16``, or the caller's bfloat16/float16 weights) is :func:`reduced_precision`: the
-claims that type is known to move (the ranking's diagonal masses: bfloat16 moved sharp heads' masses by up to 0.5 on
-the compiled models) are ``not testable``, naming the type and the way back; every other claim is judged and carries a
+where the hardware has native support (:func:`resolve_bf16`). The rules judge numbers computed in float32. A
+measurement whose matmuls ran in a half-precision type (``--bf16``, or the caller's bfloat16/float16 weights) is
+:func:`reduced_precision`: the claims that type is known to move (the ranking's diagonal masses: bfloat16 moved sharp
+heads' masses by up to 0.5 on the compiled models) are ``not testable``; every other claim is judged and carries a
 note naming the type. One function says both, so ``--bf16`` and a caller's bfloat16 model read the same."""
 
 from __future__ import annotations
@@ -229,8 +226,7 @@ def cpu_has_native_bf16() -> bool:
 
 
 def bf16_native(device: str | torch.device = "cpu") -> bool:
-    d = torch.device(device)
-    if d.type == "cuda":
+    if torch.device(device).type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     return cpu_has_native_bf16()
 
@@ -261,14 +257,8 @@ def machine_description(device: str | torch.device = "cpu") -> dict:
     d = torch.device(device)
     flags = (_cpuinfo("flags") or "").split()
     ext = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16") if f in flags]
-    out = {
-        "cpu": cpu_name(),
-        "cpu_extensions": ext,
-        "cpu_native_bf16": cpu_has_native_bf16(),
-        "cores": os.cpu_count(),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-    }
+    out = dict(cpu=cpu_name(), cpu_extensions=ext, cpu_native_bf16=cpu_has_native_bf16(), cores=os.cpu_count())
+    out.update(torch=torch.__version__, threads=torch.get_num_threads())
     if d.type == "cuda" and torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name(d)
     return out

@@ -109,7 +109,7 @@ def check_layer(model, layer: int, name: str = "layer", allow_final: bool = Fals
 
 
 def check_layers(model, layers: Iterable[int], name: str = "layers") -> list[int]:
-    if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+    if not _listlike(layers):
         raise TypeError(f"{name} must be a sequence of layer indices, got {type(layers).__name__} ({layers!r})")
     return [check_layer(model, x, f"{name} entry") for x in layers]
 
@@ -144,21 +144,16 @@ def parse_head(spec, model=None) -> tuple[int, int]:
     if isinstance(spec, str):
         m = HEAD_NAME.match(spec.strip().upper())
         if not m:
+            hint = "or use auto:N for the model's N most previous-token-like heads"
             raise UsageError(
-                "head",
-                f"{spec!r} is not a head name",
-                "names look like L<layer>H<head>, e.g. L4H11",
-                "or use auto:N for the model's N most previous-token-like heads",
+                "head", f"{spec!r} is not a head name", "names look like L<layer>H<head>, e.g. L4H11", hint
             )
         layer, head = int(m.group(1)), int(m.group(2))
     else:
         layer, head = (as_index("head", x) for x in spec)
     if model is not None and not (0 <= layer < model.cfg.n_layers and 0 <= head < model.cfg.n_heads):
-        raise UsageError(
-            "head",
-            f"unknown head {head_name(layer, head)}",
-            f"this model has layers 0..{model.cfg.n_layers - 1} and heads 0..{model.cfg.n_heads - 1}",
-        )
+        allowed = f"this model has layers 0..{model.cfg.n_layers - 1} and heads 0..{model.cfg.n_heads - 1}"
+        raise UsageError("head", f"unknown head {head_name(layer, head)}", allowed)
     return layer, head
 
 
@@ -178,23 +173,14 @@ def path_kind(path) -> str:
     except OSError as e:
         if e.errno == errno.ENOENT and os.path.islink(p):
             return f"a broken symbolic link (to {os.readlink(p)})"
-        words = {
-            errno.ELOOP: "a symbolic link loop",
-            errno.ENOENT: "missing",
-            errno.ENOTDIR: "missing",  # a part of the path is a file
-            errno.ENAMETOOLONG: "a name too long for this file system",
-        }
+        # ENOTDIR: a part of the path is a file
+        words = {errno.ELOOP: "a symbolic link loop", errno.ENOENT: "missing", errno.ENOTDIR: "missing"}
+        words[errno.ENAMETOOLONG] = "a name too long for this file system"
         return words.get(e.errno, f"not accessible ({e.strerror})")
     except ValueError:  # a NUL character in the path
         return "not a valid path (it holds a NUL character)"
-    kinds = {
-        stat.S_ISDIR: "folder",
-        stat.S_ISREG: "file",
-        stat.S_ISCHR: "a character device",
-        stat.S_ISBLK: "a block device",
-        stat.S_ISFIFO: "a FIFO (named pipe)",
-        stat.S_ISSOCK: "a socket",
-    }
+    kinds = {stat.S_ISDIR: "folder", stat.S_ISREG: "file", stat.S_ISCHR: "a character device"}
+    kinds |= {stat.S_ISBLK: "a block device", stat.S_ISFIFO: "a FIFO (named pipe)", stat.S_ISSOCK: "a socket"}
     return next((what for test, what in kinds.items() if test(st.st_mode)), "neither a file nor a folder")
 
 
@@ -202,11 +188,10 @@ def check_learned_pos_embed(model) -> None:
     """Extended positional embeddings and ``W_pos`` interventions need learned absolute positions."""
     kind = getattr(model.cfg, "positional_embedding_type", "standard")
     if kind != "standard" or getattr(model, "W_pos", None) is None:
-        raise UsageError(
-            "model",
-            f"has {kind!r} positional embeddings",
-            "this analysis needs learned absolute positional embeddings (cfg.positional_embedding_type == 'standard')",
+        need = (
+            "this analysis needs learned absolute positional embeddings (cfg.positional_embedding_type == 'standard')"
         )
+        raise UsageError("model", f"has {kind!r} positional embeddings", need)
 
 
 INT64 = (-(1 << 63), (1 << 63) - 1)  # what torch and NumPy take as one integer
@@ -219,11 +204,8 @@ def positive(name: str, value, low: float = 1, high: float | None = None, kind: 
         return None
     if isinstance(value, int) and value > INT64[1] and (high is None or high > INT64[1]):
         raise UsageError(name, f"{value} is out of range", f"allowed {low:g}..{INT64[1]} (what torch takes)")
-    if (
-        not (isinstance(value, (int, float)) and math.isfinite(value))
-        or value < low
-        or (high is not None and value > high)
-    ):
+    finite = isinstance(value, (int, float)) and math.isfinite(value)
+    if not finite or value < low or (high is not None and value > high):
         allowed = f"allowed {low:g}..{high:g}" if high is not None else f"allowed {kind} >= {low:g}"
         raise UsageError(name, f"{value} is out of range", allowed)
     return value
