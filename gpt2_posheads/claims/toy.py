@@ -265,14 +265,8 @@ def plateaus(steps, ppl, tol: float = 0.1, floor: float = 1.5, min_steps: int = 
             j += 1
         length = int(steps[j] - steps[i])
         if ppl[i] > floor and length >= max(min_steps, 1):
-            out.append(
-                {
-                    "length_steps": length,
-                    "start_step": int(steps[i]),
-                    "end_step": int(steps[j]),
-                    "perplexity": float(np.median(ppl[i : j + 1])),
-                }
-            )
+            median = float(np.median(ppl[i : j + 1]))
+            out.append(dict(length_steps=length, start_step=int(steps[i]), end_step=int(steps[j]), perplexity=median))
         i = j + 1
     return out
 
@@ -303,11 +297,6 @@ def v_half_plateau(steps, ppl, V: int, *, tol: float, min_points: int, below: fl
     _, runs = near_half_runs(steps, ppl, V, tol, below)
     for i, j in runs:
         if j - i + 1 >= min_points:
-            return {
-                "start_step": int(steps[i]),
-                "end_step": int(steps[j]),
-                "n_points": j - i + 1,
-                "length_steps": int(steps[j] - steps[i]),
-                "perplexity": float(np.median(ppl[i : j + 1])),
-            }
+            found = dict(start_step=int(steps[i]), end_step=int(steps[j]), n_points=j - i + 1)
+            return {**found, "length_steps": int(steps[j] - steps[i]), "perplexity": float(np.median(ppl[i : j + 1]))}
     return None

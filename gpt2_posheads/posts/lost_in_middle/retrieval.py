@@ -1,10 +1,6 @@
 """Post 002 ("Sparse attention 7"): stacked causal attention without positions loses the middle of its context
-(what the post finds: the command's usage, below); :func:`lost_in_middle_grid`: its claims on the ``--robustness``
-grid.
-
-The default run trains every k at every seed of each setting (a setting's models as one batched computation) and
-judges the final loss per (k, seed): ``plateau_broken`` compares the stacks with residual connections and MLPs against
-the plain stack of the same depth.
+(what the post finds: the command's usage, below), judged on the final loss per (k, seed);
+:func:`lost_in_middle_grid`: its claims on the ``--robustness`` grid.
 """
 
 from __future__ import annotations
@@ -163,6 +159,8 @@ EVALS = 10
 # chance by step 2,500; with n_embd 2, k = 0 leaves it between steps 3,000 and 4,000 and settles by 5,000);
 # the post trains to convergence, so they get THREE_LAYER_STEPS (three_layer_steps; or the steps given, if longer).
 THREE_LAYER_STEPS = 5000
+THREE_LAYER_HELP = "training steps of the plain 3-layer stacks "
+THREE_LAYER_HELP += f"(default {THREE_LAYER_STEPS}: converged; they are still at chance after 800)"
 
 
 def configs(base: ToyConfig, seeds: Sequence[int], quick: bool, three_layer_steps: int) -> dict[str, list]:
@@ -176,17 +174,14 @@ def configs(base: ToyConfig, seeds: Sequence[int], quick: bool, three_layer_step
     named = [("1 layer, n_embd 10", dict(n_layers=1, n_embd=10)), ("2 layers, n_embd 10", plain(2, 10))]
     if not quick:
         named += [(f"{l} layers, n_embd {e}", plain(l, e)) for l, e in PLAIN if (l, e) != (2, 10)]
-        named += [
-            ("2 layers, n_embd 10, residual + MLP", dict(n_layers=2, n_embd=10, residual=True, mlp=True)),
-            ("3 layers, n_embd 10, residual + MLP", dict(n_layers=3, n_embd=10, residual=True, mlp=True)),
-        ]
-    return {
-        name: [
-            [replace(base, **kw, k=k, seed=s, log_every=max(kw.get("steps", steps) // EVALS, 1)) for s in seeds]
-            for k in range(base.C)
-        ]
-        for name, kw in named
-    }
+        res = dict(n_embd=10, residual=True, mlp=True)
+        named += [(f"{l} layers, n_embd 10, residual + MLP", dict(n_layers=l, **res)) for l in (2, 3)]
+
+    def every_k(kw: dict) -> list[list]:
+        every = max(kw.get("steps", steps) // EVALS, 1)
+        return [[replace(base, **kw, k=k, seed=s, log_every=every) for s in seeds] for k in range(base.C)]
+
+    return {name: every_k(kw) for name, kw in named}
 
 
 def judge(grid: dict, losses: dict[str, np.ndarray], table: dict[str, dict], n: int) -> list[tuple]:
@@ -217,16 +212,11 @@ def judge(grid: dict, losses: dict[str, np.ndarray], table: dict[str, dict], n: 
         plain = f"{layers} layers, n_embd 10"
         if "residual" not in name or plain not in losses:
             continue
-        spread_res, spread_plain = middle_spread(losses[name]), middle_spread(losses[plain])
-        rows.append(
-            (
-                SPIKIER.at(name, name, layers=layers),
-                {"middle_std": spread_res.tolist(), "middle_std_without": spread_plain.tolist()},
-                (losses[name], losses[plain], f"{layers} plain layers", V),
-                f"spread over the middle {num(spread(spread_res)[0], 2)} nats vs "
-                f"{num(spread(spread_plain)[0], 2)} without residual + MLP (mean of {n} seeds)",
-            )
-        )
+        res, flat = middle_spread(losses[name]), middle_spread(losses[plain])
+        shown = f"spread over the middle {num(spread(res)[0], 2)} nats vs {num(spread(flat)[0], 2)} without residual "
+        measured = {"middle_std": res.tolist(), "middle_std_without": flat.tolist()}
+        value = (losses[name], losses[plain], f"{layers} plain layers", V)
+        rows.append((SPIKIER.at(name, name, layers=layers), measured, value, f"{shown}+ MLP (mean of {n} seeds)"))
     return rows
 
 
@@ -273,23 +263,14 @@ The claim as a function: gpt2_posheads.posts.lost_in_middle.lost_in_middle
     options=(
         ToyRun.steps_option(STEPS, QUICK_STEPS),
         Option("--seeds", SEEDS, "seeds per setting", int),
-        Option(
-            "--three-layer-steps",
-            THREE_LAYER_STEPS,
-            "training steps of the plain 3-layer stacks "
-            f"(default {THREE_LAYER_STEPS}: converged; they are still at chance after 800)",
-            int,
-            low=1,
-        ),
+        Option("--three-layer-steps", THREE_LAYER_STEPS, THREE_LAYER_HELP, int, low=1),
     ),
 )
 def lost_in_middle(*, three_layer_steps: int = THREE_LAYER_STEPS, **options) -> ClaimResult:
-    """Train post 002's toy models and judge its claims (``toy_lost_in_middle`` with its defaults, called with none).
-    ``three_layer_steps``: the plain 3-layer stacks' (default 5,000: converged; they are still at chance after 800),
-    or ``steps`` if longer. ``options``: :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 800,
-    ``quick``: 200 and 1 and 2 layers only; every setting trains at ``seeds`` seeds, default 3); ``numbers`` records
-    them, the final losses per setting and k (``table``) and the ``robustness`` grid (also a table and a figure).
-    """
+    """Train post 002's toy models and judge its claims (``toy_lost_in_middle``'s defaults). ``three_layer_steps``:
+    the plain 3-layer stacks' (or ``steps`` if longer). ``options``: :class:`~gpt2_posheads.toy.posts.ToyRun`'s
+    (``quick``: also 1 and 2 layers only; every setting trains at ``seeds`` seeds, default 3); ``numbers`` also records
+    the final losses per setting and k (``table``)."""
     run = ToyRun.of("lost_in_middle", options, STEPS, QUICK_STEPS, seeds=SEEDS)
     base = run.base(log_points=50, task="kth_token", V=V, C=C, n_heads=1, pos_emb=False)
     seeds = run.run_seeds
@@ -305,13 +286,9 @@ def lost_in_middle(*, three_layer_steps: int = THREE_LAYER_STEPS, **options) -> 
     losses, table = {}, {}  # per setting: the final losses [k, seed]; them with their mean and sd over seeds
     for name, rows in grid.items():
         loss = losses[name] = np.array([[res[c.id()]["final_loss"] for c in row] for row in rows])  # [k, seed]
-        table[name] = {
-            "k": list(range(len(rows))),
-            "mean_final_loss": loss.mean(1).tolist(),
-            "std": loss.std(1, ddof=1).tolist() if len(seeds) > 1 else [0.0] * len(rows),
-            "final_loss_by_seed": loss.tolist(),
-            "steps": rows[0][0].steps,
-        }
+        sd = loss.std(1, ddof=1).tolist() if len(seeds) > 1 else [0.0] * len(rows)
+        table[name] = dict(k=list(range(len(rows))), mean_final_loss=loss.mean(1).tolist(), std=sd)
+        table[name] |= dict(final_loss_by_seed=loss.tolist(), steps=rows[0][0].steps)
     figures = {"lost_in_middle": (figure(grid, table, len(seeds), run.steps, three_layer_steps), {"width": 1100})}
     numbers = dict(three_layer_steps=three_layer_steps, seeds=seeds, table=table)
     rows, title = judge(grid, losses, table, len(seeds)), "002: lost in the middle"
