@@ -1,9 +1,6 @@
-"""The toy posts' shared vocabulary for their rules: comparisons over seeds, the floor, numbers for a person.
-
-Each toy post declares its claims in its module, each rule made from its parameters (:func:`toy_claim`;
-:func:`pair_rule` for a comparison of two settings); a rule's ``decide`` reads the measured numbers (final
-perplexities, loss curves, values over seeds) and its ``why`` says, with units, what it compared and what each side
-needed. The default run and the ``--robustness`` grid judge the same declarations.
+"""The toy posts' shared vocabulary for their rules: comparisons over seeds, the floor, plateaus, numbers for a
+person. A rule's ``why`` says, with units, what it compared and what each side needed; the default run and the
+``--robustness`` grid judge the same declarations.
 
 Comparisons (which setting beats which, what rises or falls along a sweep) are judged on the mean over seeds, and a
 difference counts only when it exceeds both
@@ -17,8 +14,6 @@ Two models that have both learned the task differ by noise: once every answer is
 left measures how far the logits have grown. The floor is the loss of a model that answers one of the ``n_eval`` =
 2,048 evaluation sequences at chance and the rest with certainty, ``ln V / n_eval`` nats; a step where both sides sit
 at or below it is left out, and a claim with no step left is ``not testable``.
-
-Plateaus of a training curve (:func:`plateaus`, :func:`v_half_plateau`) are read here too.
 """
 
 from __future__ import annotations
@@ -80,8 +75,7 @@ def grid_record(spec: ClaimSpec) -> dict:
 
 
 def grid_records(robustness: Mapping) -> list[dict]:
-    """The grid claims' records of a summary's ``robustness`` (one holding ``totals`` and ``rules`` by key: read as
-    records with ``claim`` and ``post`` unknown)."""
+    """The grid claims' records of a summary's ``robustness`` (from ``totals``, ``rules`` by key: no claim, post)."""
     if "claims" in robustness:
         return list(robustness["claims"])
     rules = robustness.get("rules", {})

@@ -52,6 +52,11 @@ def axis_titles(fig: go.Figure, *titles: tuple[str, str], col: int = 1) -> None:
         fig.update_yaxes(title_text=y, row=1, col=c)
 
 
+def titled(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
+    """``fig`` with its title and its axes' titles."""
+    return fig.update_layout(title=title, xaxis_title=x, yaxis_title=y)
+
+
 def band(fig: go.Figure, x, runs, name: str, colour: str) -> None:
     """A line at the mean of ``runs`` ``[seed, x]`` and a shaded band from the lowest to the highest seed (a band
     that stays inside the values, so it is drawn on log axes and never leaves a bounded measure's range)."""

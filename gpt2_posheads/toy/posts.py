@@ -109,17 +109,12 @@ def robustness_table(
 
 def robustness_totals(table: pd.DataFrame) -> dict[str, dict]:
     """Per claim: runs held (and not testable) over the grid, settings held in every seed / in none."""
-    return {
-        claim: {
-            "held_runs": int(g.held.sum()),
-            "not_testable_runs": int(g.not_testable.sum()),
-            "runs": int(g.n.sum()),
-            "settings_all_seeds": int((g.held == g.n).sum()),
-            "settings_no_seed": int((g.held == 0).sum()),
-            "settings": len(g),
-        }
-        for claim, g in table.groupby("claim", sort=False)
-    }
+
+    def totals(g: pd.DataFrame) -> dict:
+        runs = dict(held_runs=int(g.held.sum()), not_testable_runs=int(g.not_testable.sum()), runs=int(g.n.sum()))
+        return {**runs, "settings_all_seeds": int((g.held == g.n).sum()), "settings_no_seed": int((g.held == 0).sum())}
+
+    return {claim: {**totals(g), "settings": len(g)} for claim, g in table.groupby("claim", sort=False)}
 
 
 def robustness_figure(table: pd.DataFrame, title: str) -> go.Figure:
@@ -131,19 +126,9 @@ def robustness_figure(table: pd.DataFrame, title: str) -> go.Figure:
         return table.assign(v=values).pivot(index="claim", columns="setting", values="v").loc[claims, labels]
 
     text = [f"{k}/{n}" + (f"<br>{u} n.t." if u else "") for k, n, u in zip(table.held, table.n, table.not_testable)]
-    fig = go.Figure(
-        go.Heatmap(
-            z=grid(table.fraction).to_numpy(dtype=float),
-            x=labels,
-            y=claims,
-            text=grid(text).to_numpy(),
-            texttemplate="%{text}",
-            zmin=0,
-            zmax=1,
-            colorscale="RdYlGn",
-            colorbar=dict(title="held<br>fraction"),
-        )
-    )
+    cells = dict(texttemplate="%{text}", zmin=0, zmax=1, colorscale="RdYlGn", colorbar=dict(title="held<br>fraction"))
+    z = grid(table.fraction).to_numpy(dtype=float)
+    fig = go.Figure(go.Heatmap(z=z, x=labels, y=claims, text=grid(text).to_numpy(), **cells))
     fig.update_layout(
         title=title,
         height=220 + 40 * len(claims),

@@ -112,10 +112,19 @@ def spread_floor(V: int, n_eval: int = N_EVAL) -> float:
     return math.log(V) / math.sqrt(n_eval)
 
 
-def spikier_rule() -> Rule:
-    """The middle spikier with residual + MLP than the plain stack. Value: ``(final losses [C, seed] with residual +
-    MLP, of the plain stack, the plain stack's label, V)``."""
-    return pair_rule(
+U_SHAPE = toy_claim(
+    "U_shape",
+    "the same U shape (only the first and last tokens retrieved reliably; a long plateau across the middle)",
+    "U shape for n_embd {2, 10} x n_layers {2, 3}",
+    U_SHAPE_2.rule,
+)
+# The middle spikier with residual + MLP than the plain stack. Value: ``(final losses [C, seed] with residual + MLP, of
+# the plain stack, the plain stack's label, V)``.
+SPIKIER = toy_claim(
+    "plateau_broken",
+    "the middle plateau replaced by a spikier profile (than {layers} plain layers)",
+    "spiky",
+    pair_rule(
         "held if the spread (std over k = 2..C-3) of the final loss, mean over seeds, is larger with residual + MLP "
         f"than without (the plain stack of the same depth and width) {margin_words()}; not testable when both spreads "
         "sit at or below the floor ln V / sqrt(2048) (0.051 nats at V = 10: the standard error of one k's loss "
@@ -127,20 +136,7 @@ def spikier_rule() -> Rule:
         ("", "residual + MLP"),
         unit=" nats",
         floor_words=" (ln V / sqrt(2048): evaluation noise of a flat profile)",
-    )
-
-
-U_SHAPE = toy_claim(
-    "U_shape",
-    "the same U shape (only the first and last tokens retrieved reliably; a long plateau across the middle)",
-    "U shape for n_embd {2, 10} x n_layers {2, 3}",
-    U_SHAPE_2.rule,
-)
-SPIKIER = toy_claim(
-    "plateau_broken",
-    "the middle plateau replaced by a spikier profile (than {layers} plain layers)",
-    "spiky",
-    spikier_rule(),
+    ),
     layers=2,
 )
 SPECS = (ONLY_LAST, U_SHAPE_2, U_SHAPE, SPIKIER)
@@ -222,12 +218,10 @@ def judge(grid: dict, losses: dict[str, np.ndarray], table: dict[str, dict], n: 
 
 def figure(grid: dict, table: dict[str, dict], n: int, steps: int, three_layer_steps: int) -> go.Figure:
     """The final loss against k, mean ± sd over ``n`` seeds, one curve per setting; chance (ln V) dotted."""
-    fig = go.Figure()
+    fig, points = go.Figure(), dict(x=list(range(C)), mode="lines+markers")
     for name, row in table.items():
         sd = dict(type="data", array=row["std"])
-        fig.add_trace(
-            go.Scatter(x=list(range(C)), y=row["mean_final_loss"], error_y=sd, mode="lines+markers", name=name)
-        )
+        fig.add_trace(go.Scatter(y=row["mean_final_loss"], error_y=sd, name=name, **points))
     fig.add_hline(y=math.log(V), line_dash="dot", annotation_text="ln V (chance)")
     three = any(r[0][0].n_layers == 3 and not r[0][0].residual for r in grid.values())
     three_steps = max(steps, three_layer_steps)

@@ -29,7 +29,7 @@ from ...claims.toy import (
 from ...claims.verdicts import Precondition, Rule
 from ...toy import ToyConfig, relative_perplexity, separation_direction, wq_wk
 from ...toy.analysis import bilinear, loss_spikes, order_swaps, perplexity_curve
-from ...toy.figures import COLOURS, axis_titles, band, log_axis, points_with_sd
+from ...toy.figures import COLOURS, axis_titles, band, log_axis, points_with_sd, titled
 from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 
@@ -257,12 +257,8 @@ def judge(rp, rn, base: ToyConfig, proj, sweeps: dict, lr_stats: dict, seed: int
 def figures(rp, rn, base: ToyConfig, proj, sweeps: dict, lr_runs: dict, seed: int, n_cmp: int) -> dict:
     """``{stem: (figure, PNG size)}`` of :func:`judge`'s numbers and ``lr_runs`` (per (V, lr), a run per seed)."""
     s = previous_direction(rp)[0]
-    fig = make_subplots(
-        rows=1,
-        cols=3,
-        subplot_titles=["perplexity", "positional embeddings over training", "projection on s"],
-        horizontal_spacing=0.09,
-    )
+    titles = ["perplexity", "positional embeddings over training", "projection on s"]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=titles, horizontal_spacing=0.09)
     fig.add_trace(go.Scatter(x=rn["steps"], y=perplexity_curve(rn), name="no positional embedding"), 1, 1)
     fig.add_trace(go.Scatter(x=rp["steps"], y=perplexity_curve(rp), name="with positional embedding"), 1, 1)
     traj = np.array([sn["W_pos"] for sn in rp["snapshots"]])
@@ -298,9 +294,7 @@ def figures(rp, rn, base: ToyConfig, proj, sweeps: dict, lr_runs: dict, seed: in
     for i, ((v, lr), rs) in enumerate(lr_runs.items()):
         band(fig, rs[0]["steps"], [r["eval_loss"] for r in rs], f"V={v} lr={lr}", COLOURS[i])
     losses = [x for rs in lr_runs.values() for r in rs for x in r["eval_loss"]]
-    fig.update_layout(
-        title=f"learning rate 0.1 vs 0.01 ({n_cmp} seeds)", xaxis_title="step", yaxis_title="eval loss (nats)"
-    )
+    titled(fig, f"learning rate 0.1 vs 0.01 ({n_cmp} seeds)", "step", "eval loss (nats)")
     log_axis(fig, "y", [max(min(losses), 1e-6), max(losses)])
     out["learning_rate"] = (fig, {})
     big = lr_runs[(30, 0.1)][0]
@@ -322,7 +316,7 @@ def embedding_animation(result: dict, title: str) -> go.Figure:
         return go.Scatter(x=e[:, 0], y=e[:, 1], marker=dict(size=7, color="black"), name="tokens", **labelled)
 
     frames = [
-        go.Frame(data=[markers(traj[i])], traces=[n_tok], name=str(st)) for i, st in enumerate(result["snapshot_steps"])
+        go.Frame(data=[markers(e)], traces=[n_tok], name=str(st)) for e, st in zip(traj, result["snapshot_steps"])
     ]
     lim = float(np.abs(traj).max()) * 1.1
     last = result["snapshot_steps"][-1]
@@ -391,16 +385,10 @@ def prev_token(*, lr_steps: int | None = None, **options) -> ClaimResult:
     )
     res = run.train(flat)
     rp, rn = res[with_pos.id()], res[no_pos.id()]
-    # {V|C|n_embd: {x, seeds, relative_perplexity [x, seed], V}}
-    sweeps = {
-        name: {
-            "x": [getattr(row[0], name) for row in rows],
-            "seeds": cmp_seeds,
-            "relative_perplexity": [[rel_ppl(res[c.id()]) for c in row] for row in rows],
-            "V": [row[0].V for row in rows],
-        }
-        for name, rows in sweep.items()
-    }
+    sweeps = {}  # {V|C|n_embd: {x, seeds, relative_perplexity [x, seed], V}}
+    for name, rows in sweep.items():
+        xs, rel = [getattr(row[0], name) for row in rows], [[rel_ppl(res[c.id()]) for c in row] for row in rows]
+        sweeps[name] = dict(x=xs, seeds=cmp_seeds, relative_perplexity=rel, V=[row[0].V for row in rows])
     lr_runs = {k: [res[c.id()] for c in cs] for k, cs in lr_cfgs.items()}
     lr_stats = {
         k: {

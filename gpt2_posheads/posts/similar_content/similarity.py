@@ -34,7 +34,7 @@ from ...claims.toy import (
 )
 from ...claims.verdicts import Precondition, Rule
 from ...toy.analysis import distance_rank_correlation, perplexity_curve
-from ...toy.figures import COLOURS, log_axis, perplexity_bands, perplexity_by_vocab, points_with_sd
+from ...toy.figures import COLOURS, log_axis, perplexity_bands, perplexity_by_vocab, points_with_sd, titled
 from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 
@@ -243,10 +243,10 @@ STEPS, QUICK_STEPS = 4000, 300
 
 
 def judge(finals: dict, by_c: dict, ds, best, rho_close: float, kernels: dict, seed: int, n_cmp: int) -> list[tuple]:
-    """The claims' rows (:meth:`~gpt2_posheads.toy.posts.ToyRun.finish`) from ``finals`` ``{V: [final perplexity per
-    seed]}``, ``by_c`` ``{V: {C: [final perplexity per seed]}}``, ``best`` ``[n_embd, seed]`` the best perplexity over
-    training at V = 32 for each of ``ds``, ``rho_close`` the Spearman correlation of the learned embeddings' distances
-    (n_embd 2, ``seed``) with ``|i - j|`` and ``kernels`` ``{"<kernel> n_embd=<d>": [run per seed]}``."""
+    """The claims' rows (:meth:`~gpt2_posheads.toy.posts.ToyRun.finish`) from the final perplexities ``finals``
+    ``{V: [seed]}`` and ``by_c`` ``{V: {C: [seed]}}``, the best perplexity over training ``best`` ``[n_embd, seed]``
+    at V = 32 for each of ``ds``, ``rho_close`` (:func:`~gpt2_posheads.toy.analysis.distance_rank_correlation` at
+    n_embd 2, ``seed``) and ``kernels`` ``{"<kernel> n_embd=<d>": [run per seed]}``."""
     rows, trend_v = [], list(by_c)
     cs = list(by_c[trend_v[0]])
     for v, ppl in finals.items():
@@ -309,11 +309,7 @@ def figures(v_runs, vocab, by_c: dict, ds, best, emb: torch.Tensor, kernels: dic
     fig.add_trace(points_with_sd(ds, list(zip(*best)), "best perplexity", COLOURS[0]))
     dotted = dict(dash="dot")
     fig.add_trace(go.Scatter(x=ds, y=[KERNEL_V / d for d in ds], mode="lines", name="V / n_embd", line=dotted))
-    fig.update_layout(
-        title=f"V={KERNEL_V}, C=3: best perplexity against n_embd",
-        xaxis_title="n_embd",
-        yaxis_title="best perplexity over training",
-    )
+    titled(fig, f"V={KERNEL_V}, C=3: best perplexity against n_embd", "n_embd", "best perplexity over training")
     log_axis(fig, "x", ds)
     log_axis(fig, "y", [1, KERNEL_V, *[b for bs in best for b in bs]])
     out["perplexity_vs_n_embd"] = (fig, {})
@@ -321,11 +317,8 @@ def figures(v_runs, vocab, by_c: dict, ds, best, emb: torch.Tensor, kernels: dic
     labelled = dict(mode="markers+text", text=[str(i) for i in range(len(emb))], textposition="top center")
     colour = dict(color=list(range(len(emb))), colorscale="Viridis", size=9)
     fig = go.Figure(go.Scatter(x=proj[:, 0], y=proj[:, 1], marker=colour, **labelled))
-    fig.update_layout(
-        title=f"V={KERNEL_V}, n_embd=2, seed {seed}: learned token embeddings (colour = token value)",
-        xaxis_title="principal component 1",
-        yaxis_title="principal component 2",
-    )
+    title = f"V={KERNEL_V}, n_embd=2, seed {seed}: learned token embeddings (colour = token value)"
+    titled(fig, title, "principal component 1", "principal component 2")
     out["embeddings"] = (fig, {})
     title = f"V={KERNEL_V}, C=3: inner-product vs distance kernels"
     out["kernels"] = (perplexity_bands(kernels, KERNEL_V, title), {})
@@ -372,10 +365,9 @@ def similar_content(**options) -> ClaimResult:
     by_kernel = {k: mk(cmp_seeds, V=KERNEL_V, n_embd=k[1], kernel=k[0]) for k in kernels}
     flat = [c for g in (by_v, by_vc, by_d, by_kernel) for cs in g.values() for c in cs]
     print(
-        f"toy_similar_content: {len({c.id() for c in flat})} models, {run.steps:,} steps: V "
-        f"{', '.join(map(str, vocab))} "
-        f"({len(seeds)} seed(s)); C {', '.join(map(str, contexts))} at V {', '.join(map(str, trend_v))}, n_embd "
-        f"{', '.join(map(str, dims))} and the kernels ({len(cmp_seeds)} seeds each)",
+        f"toy_similar_content: {len({c.id() for c in flat})} models, {run.steps:,} steps: V {labels(vocab)} "
+        f"({len(seeds)} seed(s)); C {labels(contexts)} at V {labels(trend_v)}, n_embd {labels(dims)} and the kernels "
+        f"({len(cmp_seeds)} seeds each)",
         flush=True,
     )
     res = run.train(flat)

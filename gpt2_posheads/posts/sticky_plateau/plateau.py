@@ -29,7 +29,7 @@ from ...claims.toy import (
 from ...claims.verdicts import Rule
 from ...model.validation import UsageError
 from ...toy.analysis import pairing, perplexity_curve
-from ...toy.figures import COLOURS, axis_titles, band, perplexity_bands, perplexity_by_vocab
+from ...toy.figures import COLOURS, axis_titles, band, perplexity_bands, perplexity_by_vocab, titled
 from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 
@@ -185,8 +185,7 @@ def mid_plateau(steps, pl: dict) -> int | None:
 
 def branching(r4s: list[dict], seed: int) -> tuple[dict, dict] | tuple[None, None]:
     """The V = 4 run of ``seed``: its embeddings ``[snapshot, V, 2]``, their direction clusters and its plateau; W_Q's
-    effective rank mid-plateau and at the end of every V = 4 run (``r4s``) with a plateau. ``(None, None)`` without
-    a V = 4 run of ``seed`` or its snapshots."""
+    effective rank mid-plateau and at the end of every V = 4 run with a plateau (``(None, None)``: no such run)."""
     r4 = next((r for r in r4s if r["config"]["seed"] == seed), None)
     if not (r4 and r4["snapshots"]):
         return None, None
@@ -266,9 +265,8 @@ def branching_figures(b: dict, rk: dict, seed: int) -> dict[str, tuple[go.Figure
         fig.add_trace(path, 1, 1)
     fig.add_trace(go.Scatter(x=r4["snapshot_steps"], y=b["clusters"], name="clusters", mode="lines"), 1, 2)
     if pl["start_step"] is not None:
-        fig.add_vrect(
-            x0=pl["start_step"], x1=pl["end_step"], fillcolor="grey", opacity=0.15, line_width=0, row=1, col=2
-        )
+        grey = dict(fillcolor="grey", opacity=0.15, line_width=0, row=1, col=2)
+        fig.add_vrect(x0=pl["start_step"], x1=pl["end_step"], **grey)
     axis_titles(fig, ("embedding dimension 1", "embedding dimension 2"))
     fig.update_xaxes(title_text="step (grey: the plateau)", row=1, col=2)
     fig.update_yaxes(title_text="number of clusters", dtick=1, tick0=0, range=[0, 4.5], row=1, col=2)
@@ -276,10 +274,8 @@ def branching_figures(b: dict, rk: dict, seed: int) -> dict[str, tuple[go.Figure
     ranks = go.Figure()
     for i, name in enumerate(("W_E", "W_Q", "W_K")):
         band(ranks, rk["runs"][0]["step"], [e[name] for e in rk["runs"]], name, COLOURS[i])
-    ranks.update_layout(
-        title="V=4: effective rank (exp entropy of the normalised singular values)",
-        xaxis_title="step",
-        yaxis_title="effective rank (1 to 2)",
+    titled(
+        ranks, "V=4: effective rank (exp entropy of the normalised singular values)", "step", "effective rank (1 to 2)"
     )
     return {"branching": (fig, {"width": 1200}), "effective_rank": (ranks, {})}
 
@@ -342,16 +338,14 @@ def sticky_plateau(*, vocab: Sequence[int] = VOCAB, **options) -> ClaimResult:
     by_name = {f"n_embd={d}, C={c}": rs for (d, c), rs in by_setting.items()}
     title = "V=16: the plateau against embedding dimension and context length"
     figures["generality"] = (perplexity_bands(by_name, 16, title), {})
-    result = ClaimResult("sticky_plateau")
-    grid = sticky_plateau_grid()
-    return run.finish(result, rows, figures, base, grid, "003: sticky plateau", seeds=seeds, comparison_seeds=cmp_seeds)
+    result, numbers = ClaimResult("sticky_plateau"), dict(seeds=seeds, comparison_seeds=cmp_seeds)
+    return run.finish(result, rows, figures, base, sticky_plateau_grid(), "003: sticky plateau", **numbers)
 
 
 # --- the --robustness grid --------------------------------------------------------------------------------------
 
-# The grid tests "the plateau returns at larger C" at the default run's C=64 and at C=16. C=64 became affordable
-# when the last layer started attending from the last query alone (30 models, n_embd 8, one AVX2 core: ~0.55 s
-# per step before, ~0.05 s after).
+# The grid tests "the plateau returns at larger C" at the default run's C=64 and at C=16 (30 models, n_embd 8, one
+# AVX2 core: ~0.05 s per step, the last layer attending from the last query alone; ~0.55 s with the full pattern).
 GRID_LONG_CS = (16, 64)
 
 
