@@ -390,15 +390,11 @@ def prev_token(*, lr_steps: int | None = None, **options) -> ClaimResult:
         xs, rel = [getattr(row[0], name) for row in rows], [[rel_ppl(res[c.id()]) for c in row] for row in rows]
         sweeps[name] = dict(x=xs, seeds=cmp_seeds, relative_perplexity=rel, V=[row[0].V for row in rows])
     lr_runs = {k: [res[c.id()] for c in cs] for k, cs in lr_cfgs.items()}
-    lr_stats = {
-        k: {
-            "mean_eval_loss": [float(np.mean(r["eval_loss"])) for r in rs],
-            "final_loss": [r["final_loss"] for r in rs],
-            "spikes": [len(loss_spikes(r["eval_loss"])) for r in rs],
-            "order_swaps": [order_swaps(r["snapshots"]) for r in rs],
-        }
-        for k, rs in lr_runs.items()
-    }
+    lr_stats = {}  # per (V, lr), over seeds
+    for k, rs in lr_runs.items():
+        ev, swaps = [r["eval_loss"] for r in rs], [order_swaps(r["snapshots"]) for r in rs]
+        lr_stats[k] = dict(mean_eval_loss=[float(np.mean(e)) for e in ev], final_loss=[r["final_loss"] for r in rs])
+        lr_stats[k] |= dict(spikes=[len(loss_spikes(e)) for e in ev], order_swaps=swaps)
     proj = (torch.tensor(rp["params"]["W_pos"]).double() @ previous_direction(rp)[0].double()).tolist()
     n_cmp = len(cmp_seeds)
     rows = judge(rp, rn, base, proj, sweeps, lr_stats, run.seed, n_cmp)
@@ -414,13 +410,21 @@ def prev_token(*, lr_steps: int | None = None, **options) -> ClaimResult:
 def prev_token_grid() -> list[GridClaim]:
     """000's headline claims (base: V 30, C 4, n_embd 2, positional embeddings; one seed per test)."""
 
-    def sweep(name, values):
-        return lambda b: {f"{name}={v}": replace(b, **{name: v}) for v in values}
-
     def final(r, name):
         return r[name]["final_perplexity"], r[name]["config"]["V"]
 
-    Vs, Cs = SWEEPS["V"], SWEEPS["C"]
+    def trend(name: str) -> GridClaim:  # (ppl-1)/V along the sweep of name, the vocabulary of each run for its floor
+        xs = SWEEPS[name]
+
+        def value(r):
+            runs = [r[f"{name}={x}"] for x in xs]
+            return [[rel_ppl(run)] for run in runs], xs, [run["config"]["V"] for run in runs]
+
+        def configs(b):
+            return {f"{name}={x}": replace(b, **{name: x}) for x in xs}
+
+        return GridClaim(MONO[name].at(values=xs, one_seed=True), configs, value)
+
     return [
         GridClaim(LEARNED.at(), lambda b: {"pos": b}, lambda r: final(r, "pos")),
         GridClaim(FAILS.at(), lambda b: {"no_pos": replace(b, pos_emb=False)}, lambda r: final(r, "no_pos")),
@@ -429,14 +433,5 @@ def prev_token_grid() -> list[GridClaim]:
             lambda b: {"pos": b},
             lambda r: (*final(r, "pos"), bilinear(*previous_direction(r["pos"]))),
         ),
-        GridClaim(
-            MONO["V"].at(values=Vs, one_seed=True),
-            sweep("V", Vs),
-            lambda r: ([[rel_ppl(r[f"V={v}"])] for v in Vs], Vs, Vs),
-        ),
-        GridClaim(
-            MONO["C"].at(values=Cs, one_seed=True),
-            sweep("C", Cs),
-            lambda r: ([[rel_ppl(r[f"C={c}"])] for c in Cs], Cs, [r["C=3"]["config"]["V"]] * 3),
-        ),
+        *map(trend, ("V", "C")),
     ]
