@@ -1,9 +1,6 @@
-"""The toy posts' shared vocabulary for their rules: comparisons over seeds, the floor, numbers for a person.
-
-Each toy post declares its claims in its module, each rule made from its parameters (:func:`toy_claim`;
-:func:`pair_rule` for a comparison of two settings); a rule's ``decide`` reads the measured numbers (final
-perplexities, loss curves, values over seeds) and its ``why`` says, with units, what it compared and what each side
-needed. The default run and the ``--robustness`` grid judge the same declarations.
+"""The toy posts' shared vocabulary for their rules: comparisons over seeds, the floor, plateaus, numbers for a
+person. A rule's ``why`` says, with units, what it compared and what each side needed; the default run and the
+``--robustness`` grid judge the same declarations.
 
 Comparisons (which setting beats which, what rises or falls along a sweep) are judged on the mean over seeds, and a
 difference counts only when it exceeds both
@@ -17,8 +14,6 @@ Two models that have both learned the task differ by noise: once every answer is
 left measures how far the logits have grown. The floor is the loss of a model that answers one of the ``n_eval`` =
 2,048 evaluation sequences at chance and the rest with certainty, ``ln V / n_eval`` nats; a step where both sides sit
 at or below it is left out, and a claim with no step left is ``not testable``.
-
-Plateaus of a training curve (:func:`plateaus`, :func:`v_half_plateau`) are read here too.
 """
 
 from __future__ import annotations
@@ -80,8 +75,7 @@ def grid_record(spec: ClaimSpec) -> dict:
 
 
 def grid_records(robustness: Mapping) -> list[dict]:
-    """The grid claims' records of a summary's ``robustness`` (one holding ``totals`` and ``rules`` by key: read as
-    records with ``claim`` and ``post`` unknown)."""
+    """The grid claims' records of a summary's ``robustness`` (from ``totals``, ``rules`` by key: no claim, post)."""
     if "claims" in robustness:
         return list(robustness["claims"])
     rules = robustness.get("rules", {})
@@ -265,14 +259,8 @@ def plateaus(steps, ppl, tol: float = 0.1, floor: float = 1.5, min_steps: int = 
             j += 1
         length = int(steps[j] - steps[i])
         if ppl[i] > floor and length >= max(min_steps, 1):
-            out.append(
-                {
-                    "length_steps": length,
-                    "start_step": int(steps[i]),
-                    "end_step": int(steps[j]),
-                    "perplexity": float(np.median(ppl[i : j + 1])),
-                }
-            )
+            median = float(np.median(ppl[i : j + 1]))
+            out.append(dict(length_steps=length, start_step=int(steps[i]), end_step=int(steps[j]), perplexity=median))
         i = j + 1
     return out
 
@@ -303,11 +291,6 @@ def v_half_plateau(steps, ppl, V: int, *, tol: float, min_points: int, below: fl
     _, runs = near_half_runs(steps, ppl, V, tol, below)
     for i, j in runs:
         if j - i + 1 >= min_points:
-            return {
-                "start_step": int(steps[i]),
-                "end_step": int(steps[j]),
-                "n_points": j - i + 1,
-                "length_steps": int(steps[j] - steps[i]),
-                "perplexity": float(np.median(ppl[i : j + 1])),
-            }
+            found = dict(start_step=int(steps[i]), end_step=int(steps[j]), n_points=j - i + 1)
+            return {**found, "length_steps": int(steps[j] - steps[i]), "perplexity": float(np.median(ppl[i : j + 1]))}
     return None

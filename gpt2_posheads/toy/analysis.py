@@ -98,12 +98,8 @@ def order_swaps(snapshots: list[dict], key: str = "W_E", min_norm_fraction: floa
     only once tokens are separated: from the first snapshot whose mean embedding norm reaches
     ``min_norm_fraction`` of the last one's (near zero, the angular order is noise, not a swap)."""
     embs = [torch.tensor(s[key], dtype=torch.float64) for s in snapshots]
-    if not embs:
-        return 0
-    final = float(embs[-1].norm(dim=-1).mean())
-    start = next(
-        (i for i, e in enumerate(embs) if float(e.norm(dim=-1).mean()) >= min_norm_fraction * final), len(embs)
-    )
+    norms = [float(e.norm(dim=-1).mean()) for e in embs]
+    start = next((i for i, n in enumerate(norms) if n >= min_norm_fraction * norms[-1]), len(embs))
     orders = [angular_order(e.float()) for e in embs[start:]]
     return sum(not same_cyclic_order(orders[i], orders[i + 1]) for i in range(len(orders) - 1))
 

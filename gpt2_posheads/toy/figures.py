@@ -52,38 +52,22 @@ def axis_titles(fig: go.Figure, *titles: tuple[str, str], col: int = 1) -> None:
         fig.update_yaxes(title_text=y, row=1, col=c)
 
 
+def titled(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
+    """``fig`` with its title and its axes' titles."""
+    return fig.update_layout(title=title, xaxis_title=x, yaxis_title=y)
+
+
 def band(fig: go.Figure, x, runs, name: str, colour: str) -> None:
     """A line at the mean of ``runs`` ``[seed, x]`` and a shaded band from the lowest to the highest seed (a band
     that stays inside the values, so it is drawn on log axes and never leaves a bounded measure's range)."""
-    a = np.atleast_2d(np.asarray(runs, dtype=float))
-    mean = a.mean(0)
+    a, x = np.atleast_2d(np.asarray(runs, dtype=float)), np.asarray(x)
     if len(a) > 1:
-        lo, hi = a.min(0), a.max(0)
-        fig.add_trace(
-            go.Scatter(
-                x=np.concatenate([np.asarray(x), np.asarray(x)[::-1]]),
-                y=np.concatenate([hi, lo[::-1]]),
-                fill="toself",
-                fillcolor=colour,
-                opacity=0.2,
-                line=dict(width=0),
-                hoverinfo="skip",
-                showlegend=False,
-                legendgroup=name,
-            )
-        )
+        shade = dict(fill="toself", fillcolor=colour, opacity=0.2, line=dict(width=0), hoverinfo="skip")
+        edge = np.concatenate([a.max(0), a.min(0)[::-1]])
+        fig.add_trace(go.Scatter(x=np.concatenate([x, x[::-1]]), y=edge, showlegend=False, legendgroup=name, **shade))
     label = name if len(a) == 1 else f"{name} (mean; band: lowest to highest of {len(a)} seeds)"
-    fig.add_trace(
-        go.Scatter(
-            x=np.asarray(x),
-            y=mean,
-            mode="lines",
-            name=label,
-            line=dict(color=colour),
-            legendgroup=name,
-            showlegend=True,  # named in the legend even where it is the figure's only curve
-        )
-    )
+    mean = go.Scatter(x=x, y=a.mean(0), mode="lines", name=label, line=dict(color=colour), legendgroup=name)
+    fig.add_trace(mean.update(showlegend=True))  # named in the legend even where it is the figure's only curve
 
 
 def points_with_sd(x, runs, name: str, colour: str | None = None) -> go.Scatter:

@@ -1,6 +1,4 @@
-"""What the four toy posts share (``sticky_plateau``, ``similar_content``, ``prev_token_toy``, ``lost_in_middle``):
-their training options (:class:`ToyRun`: checked once, turned into the post's base
-:class:`~gpt2_posheads.toy.train.ToyConfig`, used to finish its result), the judging of a default run
+"""What the four toy posts share: their training options (:class:`ToyRun`), the judging of a default run
 (:meth:`ToyRun.finish`) and the ``--robustness`` grid.
 
 The posts give the task, V, C and n_embd, but not the learning rate, batch size, initialisation scale, or whether
@@ -9,10 +7,8 @@ grid of those settings (:data:`UNSTATED`) over several seeds and counts, per set
 
     setting s = (lr x f, batch b, init std sigma, W_O on/off),   k(claim, s) = #{seeds : held(claim, s, seed)}
 
-A :class:`GridClaim` is the post's declared claim at the grid's settings
-(:meth:`~gpt2_posheads.claims.verdicts.ClaimSpec.at`), judged into the same
-:class:`~gpt2_posheads.claims.verdicts.Claim` record (numbers that cannot decide it: ``not testable``). Every run goes
-through :func:`train_sweep`: runs that share a shape train as one batched computation, finished runs are reused.
+A :class:`GridClaim` is the post's declared claim at the grid's settings, judged into the same
+:class:`~gpt2_posheads.claims.verdicts.Claim` record (numbers that cannot decide it: ``not testable``).
 """
 
 from __future__ import annotations
@@ -113,17 +109,12 @@ def robustness_table(
 
 def robustness_totals(table: pd.DataFrame) -> dict[str, dict]:
     """Per claim: runs held (and not testable) over the grid, settings held in every seed / in none."""
-    return {
-        claim: {
-            "held_runs": int(g.held.sum()),
-            "not_testable_runs": int(g.not_testable.sum()),
-            "runs": int(g.n.sum()),
-            "settings_all_seeds": int((g.held == g.n).sum()),
-            "settings_no_seed": int((g.held == 0).sum()),
-            "settings": len(g),
-        }
-        for claim, g in table.groupby("claim", sort=False)
-    }
+
+    def totals(g: pd.DataFrame) -> dict:
+        runs = dict(held_runs=int(g.held.sum()), not_testable_runs=int(g.not_testable.sum()), runs=int(g.n.sum()))
+        return {**runs, "settings_all_seeds": int((g.held == g.n).sum()), "settings_no_seed": int((g.held == 0).sum())}
+
+    return {claim: {**totals(g), "settings": len(g)} for claim, g in table.groupby("claim", sort=False)}
 
 
 def robustness_figure(table: pd.DataFrame, title: str) -> go.Figure:
@@ -135,19 +126,9 @@ def robustness_figure(table: pd.DataFrame, title: str) -> go.Figure:
         return table.assign(v=values).pivot(index="claim", columns="setting", values="v").loc[claims, labels]
 
     text = [f"{k}/{n}" + (f"<br>{u} n.t." if u else "") for k, n, u in zip(table.held, table.n, table.not_testable)]
-    fig = go.Figure(
-        go.Heatmap(
-            z=grid(table.fraction).to_numpy(dtype=float),
-            x=labels,
-            y=claims,
-            text=grid(text).to_numpy(),
-            texttemplate="%{text}",
-            zmin=0,
-            zmax=1,
-            colorscale="RdYlGn",
-            colorbar=dict(title="held<br>fraction"),
-        )
-    )
+    cells = dict(texttemplate="%{text}", zmin=0, zmax=1, colorscale="RdYlGn", colorbar=dict(title="held<br>fraction"))
+    z = grid(table.fraction).to_numpy(dtype=float)
+    fig = go.Figure(go.Heatmap(z=z, x=labels, y=claims, text=grid(text).to_numpy(), **cells))
     fig.update_layout(
         title=title,
         height=220 + 40 * len(claims),
@@ -172,14 +153,10 @@ def default_workers() -> int:
 
 @dataclass(frozen=True)
 class ToyRun:
-    """The training options every toy post's claim function takes as keywords, besides the post's own: ``steps``
-    (None: the post's default, or its shorter one for ``quick``); ``seed``, ``seeds``: the post's runs train at
-    :attr:`run_seeds`, every comparison at :attr:`comparison_seeds` (``max(seeds, 3)``, ``quick``: 2); ``quick``: a
-    smoke run, every claim ``not testable``; ``lr``, ``init_std``, ``batch_size``, ``out_proj``: the settings the
-    posts do not state (Adam's learning rate, the std of the N(0, s^2) initialisation, sequences per step, an
-    attention output matrix W_O); ``robustness``: also the headline claims over the grid of those settings at
-    ``robustness_seeds`` seeds (``quick``: 2); ``workers``: processes training groups at once (default one per
-    thread, at most 8); ``runs_dir``: the folder of resumable runs (None: none)."""
+    """The training options every toy post's claim function takes as keywords, besides the post's own (each the
+    command's option of that name; ``steps`` None: the post's default). The post's runs train at :attr:`run_seeds`,
+    every comparison at :attr:`comparison_seeds` (``max(seeds, 3)``, ``quick``: 2); the ``robustness`` grid at
+    ``robustness_seeds`` seeds (``quick``: 2); ``runs_dir``: the folder of resumable runs (None: none)."""
 
     steps: int | None = None
     seed: int = 0
@@ -248,11 +225,10 @@ class ToyRun:
 
     def finish(self, result, rows: Iterable[tuple], figures: Mapping, base: ToyConfig, grid, title: str, **numbers):
         """``result`` with its claims judged from ``rows``, each ``(spec, measured, value, readout[, preconditions])``
-        a claim as :meth:`~gpt2_posheads.claims.verdicts.ClaimSpec.judge` makes it, ``figures`` (``{stem: (figure,
-        PNG size)}``), ``steps``, ``init_std``, ``lr`` and ``numbers``; with :attr:`robustness`, also the
-        :class:`GridClaim` list ``grid`` over :data:`UNSTATED` around ``base`` (every setting, even ``quick``): the
-        table and heatmap ``robustness`` and ``numbers["robustness"]`` (grid, seeds, each claim's
-        :func:`~gpt2_posheads.claims.toy.grid_record` with its totals, the table)."""
+        as :meth:`~gpt2_posheads.claims.verdicts.ClaimSpec.judge` takes them, ``figures`` (``{stem: (figure, PNG
+        size)}``), ``steps``, ``init_std``, ``lr`` and ``numbers``; with :attr:`robustness`, also the :class:`GridClaim`
+        list ``grid`` over :data:`UNSTATED` around ``base`` (every setting, even ``quick``): the table, heatmap and
+        ``numbers["robustness"]``."""
         result.claims = [
             spec.judge(measured, value, *pre, quick=self.quick, readout=readout)
             for spec, measured, value, readout, *pre in rows

@@ -1,11 +1,7 @@
-"""Training toy models — many at once.
-
-:func:`train_sweep` groups configurations that share a shape (seeds, ``k`` values, learning rates,
-tasks...), stacks each group along the model axis of :mod:`.model` and trains it as one batched
-computation with an element-wise AdamW whose learning rate is per model. Each model draws its
-initialisation and data from its own generators (seeded from its config), so a model trained in a
-sweep follows the trajectory it would follow alone. Results are written per model as each group
-finishes; a rerun skips models whose result file exists, so an interrupted sweep resumes.
+"""Training toy models, many at once: :func:`train_sweep` stacks configurations that share a shape along the model
+axis of :mod:`.model` and trains each group as one batched computation with an element-wise AdamW whose learning rate
+is per model. Each model draws its initialisation and data from its own generators (seeded from its config), so a
+model trained in a sweep follows the trajectory it would follow alone.
 """
 
 from __future__ import annotations
@@ -173,15 +169,13 @@ def train_group(
     label: str = "",
 ) -> list[dict]:
     """Train configs that share a shape as one batched computation; one result dict per config. ``on_chunk`` is told
-    the model-steps done (steps x models) since its last call, about once a second and at the end (the sweep's
-    progress across processes). With ``progress``, a line every :data:`HEARTBEAT_S` seconds says which step the
-    group has reached (``label`` names the group)."""
+    the model-steps done since its last call, about once a second and at the end; with ``progress``, a line every
+    :data:`HEARTBEAT_S` seconds says which step the group (``label``) has reached."""
     for c in configs:
         c.validate()
     if len({c.group_key() for c in configs}) != 1:
         raise ValueError("train_group needs configs that share every shape setting (use train_sweep)")
-    c0 = configs[0]
-    M = len(configs)
+    c0, M = configs[0], len(configs)
     # each model's own generators: its initialisation, training batches and evaluation set
     init_gens, data_gens, eval_gens = ([torch.Generator().manual_seed(c.seed + o) for c in configs] for o in OFFSETS)
     params = {
@@ -196,10 +190,8 @@ def train_group(
     logs = {"step": [], "loss": [], "eval_loss": []}
     snaps: list[list[dict]] = [[] for _ in configs]
     eff = {"step": [], **{n: [[] for _ in configs] for n in ("W_E", "W_Q", "W_K")}}  # eff["step"]: snapshot steps
-    running = torch.zeros(M, device=device)
-    n_running = 0
+    running, n_running, told = torch.zeros(M, device=device), 0, 0  # told: steps already reported to on_chunk
     started = last_told = last_line = time.perf_counter()
-    told = 0  # steps already reported to on_chunk
     for start in range(0, c0.steps, chunk):
         n = min(chunk, c0.steps - start)
         batches = [make_batch(c.task, c.V, c.C, c.batch_size, g, c.k, n=n) for c, g in zip(configs, data_gens)]
@@ -217,8 +209,7 @@ def train_group(
                     logs["step"].append(t)
                     logs["loss"].append((running / n_running).tolist())
                     logs["eval_loss"].append(el.tolist())
-                    running.zero_()
-                    n_running = 0
+                    running, n_running = running.zero_(), 0
                 if c0.snapshot_every and (t % c0.snapshot_every == 0 or t == 1):
                     eff["step"].append(t)
                     for i in range(M):
@@ -366,12 +357,9 @@ def train_sweep(
     on_group_done: Callable[[list[dict]], None] | None = None,
     workers: int = 1,
 ) -> list[dict]:
-    """Train every config (grouped and batched by shape); results in the order of ``configs``.
-
-    With ``out_dir`` each result is saved as ``<out_dir>/<config id>.json`` when its group finishes,
-    and configs whose file already exists are loaded instead of trained (resume after interruption).
-    ``workers`` > 1 trains groups in that many processes at once (see :func:`_trained_groups`).
-    """
+    """Train every config (grouped and batched by shape); results in the order of ``configs``. With ``out_dir`` each
+    result is saved as ``<out_dir>/<config id>.json`` when its group finishes, and configs whose file already exists
+    are loaded instead of trained (an interrupted sweep resumes). ``workers``: as :func:`_trained_groups`."""
     configs = [c.validate() for c in configs]
     if workers < 1:
         raise ValueError(f"workers={workers} must be >= 1")

@@ -1,10 +1,6 @@
 """Post 002 ("Sparse attention 7"): stacked causal attention without positions loses the middle of its context
-(what the post finds: the command's usage, below); :func:`lost_in_middle_grid`: its claims on the ``--robustness``
-grid.
-
-The default run trains every k at every seed of each setting (a setting's models as one batched computation) and
-judges the final loss per (k, seed): ``plateau_broken`` compares the stacks with residual connections and MLPs against
-the plain stack of the same depth.
+(what the post finds: the command's usage, below), judged on the final loss per (k, seed);
+:func:`lost_in_middle_grid`: its claims on the ``--robustness`` grid.
 """
 
 from __future__ import annotations
@@ -116,10 +112,19 @@ def spread_floor(V: int, n_eval: int = N_EVAL) -> float:
     return math.log(V) / math.sqrt(n_eval)
 
 
-def spikier_rule() -> Rule:
-    """The middle spikier with residual + MLP than the plain stack. Value: ``(final losses [C, seed] with residual +
-    MLP, of the plain stack, the plain stack's label, V)``."""
-    return pair_rule(
+U_SHAPE = toy_claim(
+    "U_shape",
+    "the same U shape (only the first and last tokens retrieved reliably; a long plateau across the middle)",
+    "U shape for n_embd {2, 10} x n_layers {2, 3}",
+    U_SHAPE_2.rule,
+)
+# The middle spikier with residual + MLP than the plain stack. Value: ``(final losses [C, seed] with residual + MLP, of
+# the plain stack, the plain stack's label, V)``.
+SPIKIER = toy_claim(
+    "plateau_broken",
+    "the middle plateau replaced by a spikier profile (than {layers} plain layers)",
+    "spiky",
+    pair_rule(
         "held if the spread (std over k = 2..C-3) of the final loss, mean over seeds, is larger with residual + MLP "
         f"than without (the plain stack of the same depth and width) {margin_words()}; not testable when both spreads "
         "sit at or below the floor ln V / sqrt(2048) (0.051 nats at V = 10: the standard error of one k's loss "
@@ -131,20 +136,7 @@ def spikier_rule() -> Rule:
         ("", "residual + MLP"),
         unit=" nats",
         floor_words=" (ln V / sqrt(2048): evaluation noise of a flat profile)",
-    )
-
-
-U_SHAPE = toy_claim(
-    "U_shape",
-    "the same U shape (only the first and last tokens retrieved reliably; a long plateau across the middle)",
-    "U shape for n_embd {2, 10} x n_layers {2, 3}",
-    U_SHAPE_2.rule,
-)
-SPIKIER = toy_claim(
-    "plateau_broken",
-    "the middle plateau replaced by a spikier profile (than {layers} plain layers)",
-    "spiky",
-    spikier_rule(),
+    ),
     layers=2,
 )
 SPECS = (ONLY_LAST, U_SHAPE_2, U_SHAPE, SPIKIER)
@@ -163,6 +155,8 @@ EVALS = 10
 # chance by step 2,500; with n_embd 2, k = 0 leaves it between steps 3,000 and 4,000 and settles by 5,000);
 # the post trains to convergence, so they get THREE_LAYER_STEPS (three_layer_steps; or the steps given, if longer).
 THREE_LAYER_STEPS = 5000
+THREE_LAYER_HELP = "training steps of the plain 3-layer stacks "
+THREE_LAYER_HELP += f"(default {THREE_LAYER_STEPS}: converged; they are still at chance after 800)"
 
 
 def configs(base: ToyConfig, seeds: Sequence[int], quick: bool, three_layer_steps: int) -> dict[str, list]:
@@ -176,17 +170,14 @@ def configs(base: ToyConfig, seeds: Sequence[int], quick: bool, three_layer_step
     named = [("1 layer, n_embd 10", dict(n_layers=1, n_embd=10)), ("2 layers, n_embd 10", plain(2, 10))]
     if not quick:
         named += [(f"{l} layers, n_embd {e}", plain(l, e)) for l, e in PLAIN if (l, e) != (2, 10)]
-        named += [
-            ("2 layers, n_embd 10, residual + MLP", dict(n_layers=2, n_embd=10, residual=True, mlp=True)),
-            ("3 layers, n_embd 10, residual + MLP", dict(n_layers=3, n_embd=10, residual=True, mlp=True)),
-        ]
-    return {
-        name: [
-            [replace(base, **kw, k=k, seed=s, log_every=max(kw.get("steps", steps) // EVALS, 1)) for s in seeds]
-            for k in range(base.C)
-        ]
-        for name, kw in named
-    }
+        res = dict(n_embd=10, residual=True, mlp=True)
+        named += [(f"{l} layers, n_embd 10, residual + MLP", dict(n_layers=l, **res)) for l in (2, 3)]
+
+    def every_k(kw: dict) -> list[list]:
+        every = max(kw.get("steps", steps) // EVALS, 1)
+        return [[replace(base, **kw, k=k, seed=s, log_every=every) for s in seeds] for k in range(base.C)]
+
+    return {name: every_k(kw) for name, kw in named}
 
 
 def judge(grid: dict, losses: dict[str, np.ndarray], table: dict[str, dict], n: int) -> list[tuple]:
@@ -217,27 +208,20 @@ def judge(grid: dict, losses: dict[str, np.ndarray], table: dict[str, dict], n: 
         plain = f"{layers} layers, n_embd 10"
         if "residual" not in name or plain not in losses:
             continue
-        spread_res, spread_plain = middle_spread(losses[name]), middle_spread(losses[plain])
-        rows.append(
-            (
-                SPIKIER.at(name, name, layers=layers),
-                {"middle_std": spread_res.tolist(), "middle_std_without": spread_plain.tolist()},
-                (losses[name], losses[plain], f"{layers} plain layers", V),
-                f"spread over the middle {num(spread(spread_res)[0], 2)} nats vs "
-                f"{num(spread(spread_plain)[0], 2)} without residual + MLP (mean of {n} seeds)",
-            )
-        )
+        res, flat = middle_spread(losses[name]), middle_spread(losses[plain])
+        shown = f"spread over the middle {num(spread(res)[0], 2)} nats vs {num(spread(flat)[0], 2)} without residual "
+        measured = {"middle_std": res.tolist(), "middle_std_without": flat.tolist()}
+        value = (losses[name], losses[plain], f"{layers} plain layers", V)
+        rows.append((SPIKIER.at(name, name, layers=layers), measured, value, f"{shown}+ MLP (mean of {n} seeds)"))
     return rows
 
 
 def figure(grid: dict, table: dict[str, dict], n: int, steps: int, three_layer_steps: int) -> go.Figure:
     """The final loss against k, mean ± sd over ``n`` seeds, one curve per setting; chance (ln V) dotted."""
-    fig = go.Figure()
+    fig, points = go.Figure(), dict(x=list(range(C)), mode="lines+markers")
     for name, row in table.items():
         sd = dict(type="data", array=row["std"])
-        fig.add_trace(
-            go.Scatter(x=list(range(C)), y=row["mean_final_loss"], error_y=sd, mode="lines+markers", name=name)
-        )
+        fig.add_trace(go.Scatter(y=row["mean_final_loss"], error_y=sd, name=name, **points))
     fig.add_hline(y=math.log(V), line_dash="dot", annotation_text="ln V (chance)")
     three = any(r[0][0].n_layers == 3 and not r[0][0].residual for r in grid.values())
     three_steps = max(steps, three_layer_steps)
@@ -273,23 +257,14 @@ The claim as a function: gpt2_posheads.posts.lost_in_middle.lost_in_middle
     options=(
         ToyRun.steps_option(STEPS, QUICK_STEPS),
         Option("--seeds", SEEDS, "seeds per setting", int),
-        Option(
-            "--three-layer-steps",
-            THREE_LAYER_STEPS,
-            "training steps of the plain 3-layer stacks "
-            f"(default {THREE_LAYER_STEPS}: converged; they are still at chance after 800)",
-            int,
-            low=1,
-        ),
+        Option("--three-layer-steps", THREE_LAYER_STEPS, THREE_LAYER_HELP, int, low=1),
     ),
 )
 def lost_in_middle(*, three_layer_steps: int = THREE_LAYER_STEPS, **options) -> ClaimResult:
-    """Train post 002's toy models and judge its claims (``toy_lost_in_middle`` with its defaults, called with none).
-    ``three_layer_steps``: the plain 3-layer stacks' (default 5,000: converged; they are still at chance after 800),
-    or ``steps`` if longer. ``options``: :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 800,
-    ``quick``: 200 and 1 and 2 layers only; every setting trains at ``seeds`` seeds, default 3); ``numbers`` records
-    them, the final losses per setting and k (``table``) and the ``robustness`` grid (also a table and a figure).
-    """
+    """Train post 002's toy models and judge its claims (``toy_lost_in_middle``'s defaults). ``three_layer_steps``:
+    the plain 3-layer stacks' (or ``steps`` if longer). ``options``: :class:`~gpt2_posheads.toy.posts.ToyRun`'s
+    (``quick``: also 1 and 2 layers only; every setting trains at ``seeds`` seeds, default 3); ``numbers`` also records
+    the final losses per setting and k (``table``)."""
     run = ToyRun.of("lost_in_middle", options, STEPS, QUICK_STEPS, seeds=SEEDS)
     base = run.base(log_points=50, task="kth_token", V=V, C=C, n_heads=1, pos_emb=False)
     seeds = run.run_seeds
@@ -305,13 +280,9 @@ def lost_in_middle(*, three_layer_steps: int = THREE_LAYER_STEPS, **options) -> 
     losses, table = {}, {}  # per setting: the final losses [k, seed]; them with their mean and sd over seeds
     for name, rows in grid.items():
         loss = losses[name] = np.array([[res[c.id()]["final_loss"] for c in row] for row in rows])  # [k, seed]
-        table[name] = {
-            "k": list(range(len(rows))),
-            "mean_final_loss": loss.mean(1).tolist(),
-            "std": loss.std(1, ddof=1).tolist() if len(seeds) > 1 else [0.0] * len(rows),
-            "final_loss_by_seed": loss.tolist(),
-            "steps": rows[0][0].steps,
-        }
+        sd = loss.std(1, ddof=1).tolist() if len(seeds) > 1 else [0.0] * len(rows)
+        table[name] = dict(k=list(range(len(rows))), mean_final_loss=loss.mean(1).tolist(), std=sd)
+        table[name] |= dict(final_loss_by_seed=loss.tolist(), steps=rows[0][0].steps)
     figures = {"lost_in_middle": (figure(grid, table, len(seeds), run.steps, three_layer_steps), {"width": 1100})}
     numbers = dict(three_layer_steps=three_layer_steps, seeds=seeds, table=table)
     rows, title = judge(grid, losses, table, len(seeds)), "002: lost in the middle"

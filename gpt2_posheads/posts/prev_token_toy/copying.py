@@ -1,10 +1,6 @@
 """Post 000 ("Sparse attention 4"): a previous-token head from positional embeddings (what the post finds: the
-command's usage, below); :func:`prev_token_grid`: its claims on the ``--robustness`` grid.
-
-The default run trains with and without positional embeddings (seed ``seed``), the V, C and n_embd sweeps and lr 0.1
-against 0.01 at V 30 and 100 (3 seeds per side of every comparison), reads s, ``W_Q W_K^T``, each position's
-projection on s, loss spikes and order swaps; the separation and the sign are not testable when the model with
-positional embeddings did not learn the task.
+command's usage, below); :func:`prev_token_grid`: its claims on the ``--robustness`` grid. The separation and the
+sign are not testable when the model with positional embeddings did not learn the task.
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ from ...claims.toy import (
 from ...claims.verdicts import Precondition, Rule
 from ...toy import ToyConfig, relative_perplexity, separation_direction, wq_wk
 from ...toy.analysis import bilinear, loss_spikes, order_swaps, perplexity_curve
-from ...toy.figures import COLOURS, axis_titles, band, log_axis, points_with_sd
+from ...toy.figures import COLOURS, axis_titles, band, log_axis, points_with_sd, titled
 from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 
@@ -205,6 +201,7 @@ SPECS = (LEARNED, FAILS, SEPARATION, SIGN, *MONO.values(), *LR.values(), SPIKES)
 STEPS, QUICK_STEPS = 5000, 300
 LR_COMPARED = (0.1, 0.01)  # the post's two learning rates, each at V 30 and V 100
 LR_VOCAB = (30, 100)
+SWEEPS = {"V": (10, 30, 100), "C": (3, 4, 8), "n_embd": (2, 4, 8)}  # --quick: the first two of each
 
 
 def previous_direction(result: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -223,42 +220,23 @@ def judge(rp, rn, base: ToyConfig, proj, sweeps: dict, lr_stats: dict, seed: int
     (``rn``) positional embeddings, each position's projection on s ``proj`` (positions 0..C-1, the previous token at
     C-2), the ``sweeps`` and the learning-rate ``lr_stats`` (per (V, lr), over ``n_cmp`` seeds)."""
     s, M = previous_direction(rp)
-    rel_with, rel_without = (relative_perplexity(r["final_loss"], base.V) for r in (rp, rn))
+    (p_with, rel_with), (p_without, rel_without) = ((r["final_perplexity"], rel_ppl(r)) for r in (rp, rn))
     one = f"V = 30, C = 4, n_embd = 2 (seed {seed})"
-    ok, why = LEARNED.rule.decide((rp["final_perplexity"], base.V))
+    ok, why = LEARNED.rule.decide((p_with, base.V))
     failed = f"the model with positional embeddings did not learn the task ({why})"
     learned_ok = [Precondition("the model with positional embeddings learned the task", ok, failed)]
     sign, prev, st = bilinear(s, M), base.C - 2, {f"V={v} lr={lr}": x for (v, lr), x in lr_stats.items()}
     first = {f"V = {v}": (lr_stats[(v, 0.1)]["spikes"][0], lr_stats[(v, 0.1)]["order_swaps"][0]) for v in LR_VOCAB}
+    others = ", ".join(num(x, 2) for i, x in enumerate(proj) if i != prev)
+    shown_sep = f"p_-1·s {num(proj[prev], 2)}; others {others} (s = ({num(float(s[0]), 2)}, {num(float(s[1]), 2)}))"
+    shown_fails = f"relative perplexity {num(rel_without, 2)} (final perplexity {num(p_without)})"
     rows = [
-        (
-            LEARNED.at(setting=one),
-            {"final_ppl": rp["final_perplexity"], "relative": rel_with},
-            (rp["final_perplexity"], base.V),
-            f"final perplexity {num(rp['final_perplexity'], 4)}",
-        ),
-        (
-            FAILS.at(setting=one),
-            {"final_ppl": rn["final_perplexity"], "relative": rel_without},
-            (rn["final_perplexity"], base.V),
-            f"relative perplexity {num(rel_without, 2)} (final perplexity {num(rn['final_perplexity'])})",
-        ),
-        (
-            SEPARATION.at(setting=one),
-            {"s": s.tolist(), "projections p_-3..p_0": proj},
-            (proj, prev),
-            f"p_-1·s {num(proj[prev], 2)}; others {', '.join(num(x, 2) for i, x in enumerate(proj) if i != prev)} "
-            f"(s = ({num(float(s[0]), 2)}, {num(float(s[1]), 2)}))",
-            learned_ok,
-        ),
-        (
-            SIGN.at(setting=one),
-            {"W_Q W_K^T": M.tolist(), "s^T W_Q W_K^T s": sign},
-            sign,
-            f"s^T W_Q W_K^T s = {num(sign)}",
-            learned_ok,
-        ),
+        (LEARNED, {"final_ppl": p_with, "relative": rel_with}, (p_with, base.V), f"final perplexity {num(p_with, 4)}"),
+        (FAILS, {"final_ppl": p_without, "relative": rel_without}, (p_without, base.V), shown_fails),
+        (SEPARATION, {"s": s.tolist(), "projections p_-3..p_0": proj}, (proj, prev), shown_sep, learned_ok),
+        (SIGN, {"W_Q W_K^T": M.tolist(), "s^T W_Q W_K^T s": sign}, sign, f"s^T W_Q W_K^T s = {num(sign)}", learned_ok),
     ]
+    rows = [(spec.at(setting=one), *rest) for spec, *rest in rows]
     for name, spec in MONO.items():
         h, xs = sweeps[name], ", ".join(map(str, sweeps[name]["x"]))
         fixed = ", ".join(f"{k} = {x}" for k, x in (("V", 30), ("C", 4), ("n_embd", 2)) if k != name)
@@ -279,12 +257,8 @@ def judge(rp, rn, base: ToyConfig, proj, sweeps: dict, lr_stats: dict, seed: int
 def figures(rp, rn, base: ToyConfig, proj, sweeps: dict, lr_runs: dict, seed: int, n_cmp: int) -> dict:
     """``{stem: (figure, PNG size)}`` of :func:`judge`'s numbers and ``lr_runs`` (per (V, lr), a run per seed)."""
     s = previous_direction(rp)[0]
-    fig = make_subplots(
-        rows=1,
-        cols=3,
-        subplot_titles=["perplexity", "positional embeddings over training", "projection on s"],
-        horizontal_spacing=0.09,
-    )
+    titles = ["perplexity", "positional embeddings over training", "projection on s"]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=titles, horizontal_spacing=0.09)
     fig.add_trace(go.Scatter(x=rn["steps"], y=perplexity_curve(rn), name="no positional embedding"), 1, 1)
     fig.add_trace(go.Scatter(x=rp["steps"], y=perplexity_curve(rp), name="with positional embedding"), 1, 1)
     traj = np.array([sn["W_pos"] for sn in rp["snapshots"]])
@@ -320,9 +294,7 @@ def figures(rp, rn, base: ToyConfig, proj, sweeps: dict, lr_runs: dict, seed: in
     for i, ((v, lr), rs) in enumerate(lr_runs.items()):
         band(fig, rs[0]["steps"], [r["eval_loss"] for r in rs], f"V={v} lr={lr}", COLOURS[i])
     losses = [x for rs in lr_runs.values() for r in rs for x in r["eval_loss"]]
-    fig.update_layout(
-        title=f"learning rate 0.1 vs 0.01 ({n_cmp} seeds)", xaxis_title="step", yaxis_title="eval loss (nats)"
-    )
+    titled(fig, f"learning rate 0.1 vs 0.01 ({n_cmp} seeds)", "step", "eval loss (nats)")
     log_axis(fig, "y", [max(min(losses), 1e-6), max(losses)])
     out["learning_rate"] = (fig, {})
     big = lr_runs[(30, 0.1)][0]
@@ -344,11 +316,13 @@ def embedding_animation(result: dict, title: str) -> go.Figure:
         return go.Scatter(x=e[:, 0], y=e[:, 1], marker=dict(size=7, color="black"), name="tokens", **labelled)
 
     frames = [
-        go.Frame(data=[markers(traj[i])], traces=[n_tok], name=str(st)) for i, st in enumerate(result["snapshot_steps"])
+        go.Frame(data=[markers(e)], traces=[n_tok], name=str(st)) for e, st in zip(traj, result["snapshot_steps"])
     ]
     lim = float(np.abs(traj).max()) * 1.1
     last = result["snapshot_steps"][-1]
     fig = go.Figure(data=paths + [markers(traj[-1])], frames=frames)
+    play = dict(label="play", method="animate", args=[None, {"frame": {"duration": 60}}])
+    slider = [dict(method="animate", args=[[f.name], {"mode": "immediate"}], label=f.name) for f in frames]
     fig.update_layout(
         # the figure opens on the last frame (the PNG shows it), so the slider starts there too
         title=f"{title}<br><sup>lines: each token's path from step 1; dots: positions at step {last:,} "
@@ -357,18 +331,8 @@ def embedding_animation(result: dict, title: str) -> go.Figure:
         yaxis=dict(range=[-lim, lim], title="dimension 2", scaleanchor="x"),
         height=650,
         width=700,
-        updatemenus=[
-            dict(
-                type="buttons", buttons=[dict(label="play", method="animate", args=[None, {"frame": {"duration": 60}}])]
-            )
-        ],
-        sliders=[
-            dict(
-                steps=[dict(method="animate", args=[[f.name], {"mode": "immediate"}], label=f.name) for f in frames],
-                active=len(frames) - 1,
-                currentvalue=dict(prefix="step "),
-            )
-        ],
+        updatemenus=[dict(type="buttons", buttons=[play])],
+        sliders=[dict(steps=slider, active=len(frames) - 1, currentvalue=dict(prefix="step "))],
     )
     return fig
 
@@ -397,20 +361,15 @@ The claim as a function: gpt2_posheads.posts.prev_token_toy.prev_token (gpt2_pos
     ),
 )
 def prev_token(*, lr_steps: int | None = None, **options) -> ClaimResult:
-    """Train post 000's toy models and judge its claims (``toy_prev_token`` with its defaults, called with none).
-    ``lr_steps``: the learning-rate comparison's (default twice ``steps``; ``quick``: ``steps``). ``options``:
-    :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 5,000, ``quick``: 300 and two values per sweep; the
-    runs with and without positional embeddings train at ``seed``, every comparison (the sweeps, the learning rates)
-    at ``max(seeds, 3)`` seeds); ``numbers`` records them and the ``robustness`` grid (also a table and a figure).
+    """Train post 000's toy models and judge its claims (``toy_prev_token``'s defaults). ``lr_steps``: the
+    learning-rate comparison's (default twice ``steps``; ``quick``: ``steps``). ``options``:
+    :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``quick``: also two values per sweep); the runs with and without
+    positional embeddings train at ``seed``, every comparison (the sweeps, the learning rates) at the comparison seeds.
     """
     run = ToyRun.of("prev_token", options, STEPS, QUICK_STEPS)
     steps, quick, cmp_seeds = run.steps, run.quick, run.comparison_seeds
     base = run.base(task="copy_offset", k=1, V=30, C=4, n_embd=2, pos_emb=True, seed=run.seed)
-    sweep_values = {
-        "V": [10, 30] if quick else [10, 30, 100],
-        "C": [3, 4] if quick else [3, 4, 8],
-        "n_embd": [2, 4] if quick else [2, 4, 8],
-    }
+    sweep_values = {n: xs[: 2 if quick else None] for n, xs in SWEEPS.items()}
     lr_steps = lr_steps or (steps if quick else 2 * steps)
     with_pos, no_pos = replace(base, snapshot_every=max(base.steps // 100, 1)), replace(base, pos_emb=False)
     sweep = {n: [[replace(base, **{n: x}, seed=s) for s in cmp_seeds] for x in xs] for n, xs in sweep_values.items()}
@@ -426,26 +385,16 @@ def prev_token(*, lr_steps: int | None = None, **options) -> ClaimResult:
     )
     res = run.train(flat)
     rp, rn = res[with_pos.id()], res[no_pos.id()]
-    # {V|C|n_embd: {x, seeds, relative_perplexity [x, seed], V}}
-    sweeps = {
-        name: {
-            "x": [getattr(row[0], name) for row in rows],
-            "seeds": cmp_seeds,
-            "relative_perplexity": [[rel_ppl(res[c.id()]) for c in row] for row in rows],
-            "V": [row[0].V for row in rows],
-        }
-        for name, rows in sweep.items()
-    }
+    sweeps = {}  # {V|C|n_embd: {x, seeds, relative_perplexity [x, seed], V}}
+    for name, rows in sweep.items():
+        xs, rel = [getattr(row[0], name) for row in rows], [[rel_ppl(res[c.id()]) for c in row] for row in rows]
+        sweeps[name] = dict(x=xs, seeds=cmp_seeds, relative_perplexity=rel, V=[row[0].V for row in rows])
     lr_runs = {k: [res[c.id()] for c in cs] for k, cs in lr_cfgs.items()}
-    lr_stats = {
-        k: {
-            "mean_eval_loss": [float(np.mean(r["eval_loss"])) for r in rs],
-            "final_loss": [r["final_loss"] for r in rs],
-            "spikes": [len(loss_spikes(r["eval_loss"])) for r in rs],
-            "order_swaps": [order_swaps(r["snapshots"]) for r in rs],
-        }
-        for k, rs in lr_runs.items()
-    }
+    lr_stats = {}  # per (V, lr), over seeds
+    for k, rs in lr_runs.items():
+        ev, swaps = [r["eval_loss"] for r in rs], [order_swaps(r["snapshots"]) for r in rs]
+        lr_stats[k] = dict(mean_eval_loss=[float(np.mean(e)) for e in ev], final_loss=[r["final_loss"] for r in rs])
+        lr_stats[k] |= dict(spikes=[len(loss_spikes(e)) for e in ev], order_swaps=swaps)
     proj = (torch.tensor(rp["params"]["W_pos"]).double() @ previous_direction(rp)[0].double()).tolist()
     n_cmp = len(cmp_seeds)
     rows = judge(rp, rn, base, proj, sweeps, lr_stats, run.seed, n_cmp)
@@ -461,13 +410,21 @@ def prev_token(*, lr_steps: int | None = None, **options) -> ClaimResult:
 def prev_token_grid() -> list[GridClaim]:
     """000's headline claims (base: V 30, C 4, n_embd 2, positional embeddings; one seed per test)."""
 
-    def sweep(name, values):
-        return lambda b: {f"{name}={v}": replace(b, **{name: v}) for v in values}
-
     def final(r, name):
         return r[name]["final_perplexity"], r[name]["config"]["V"]
 
-    Vs, Cs = (10, 30, 100), (3, 4, 8)
+    def trend(name: str) -> GridClaim:  # (ppl-1)/V along the sweep of name, the vocabulary of each run for its floor
+        xs = SWEEPS[name]
+
+        def value(r):
+            runs = [r[f"{name}={x}"] for x in xs]
+            return [[rel_ppl(run)] for run in runs], xs, [run["config"]["V"] for run in runs]
+
+        def configs(b):
+            return {f"{name}={x}": replace(b, **{name: x}) for x in xs}
+
+        return GridClaim(MONO[name].at(values=xs, one_seed=True), configs, value)
+
     return [
         GridClaim(LEARNED.at(), lambda b: {"pos": b}, lambda r: final(r, "pos")),
         GridClaim(FAILS.at(), lambda b: {"no_pos": replace(b, pos_emb=False)}, lambda r: final(r, "no_pos")),
@@ -476,14 +433,5 @@ def prev_token_grid() -> list[GridClaim]:
             lambda b: {"pos": b},
             lambda r: (*final(r, "pos"), bilinear(*previous_direction(r["pos"]))),
         ),
-        GridClaim(
-            MONO["V"].at(values=Vs, one_seed=True),
-            sweep("V", Vs),
-            lambda r: ([[rel_ppl(r[f"V={v}"])] for v in Vs], Vs, Vs),
-        ),
-        GridClaim(
-            MONO["C"].at(values=Cs, one_seed=True),
-            sweep("C", Cs),
-            lambda r: ([[rel_ppl(r[f"C={c}"])] for c in Cs], Cs, [r["C=3"]["config"]["V"]] * 3),
-        ),
+        *map(trend, ("V", "C")),
     ]

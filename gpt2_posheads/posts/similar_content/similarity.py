@@ -1,11 +1,7 @@
 """Post 001 ("Sparse attention 3"): one attention layer is inefficient at retrieving the most similar token (what
-the post finds, and the kernels it proposes without testing them: the command's usage, below; with a distance kernel
-a 1-D embedding would suffice); :func:`similar_content_grid`: its claims on the ``--robustness`` grid (``confused``:
-the rule states the precondition it is judged under).
-
-The default run trains the final perplexity for each V; each (V, C) of the trend; the best perplexity for each n_embd
-at V = 32; the learned embeddings at n_embd 2; the kernels at n_embd 1 and 2 (every comparison on 3 seeds per side).
-The C trend and its rise from C=3 to C=5 are judged when the model is confused at both.
+the post finds, and the kernels it proposes without testing them: the command's usage, below);
+:func:`similar_content_grid`: its claims on the ``--robustness`` grid (``confused``: the rule states the precondition
+it is judged under). The C trend and its rise from C=3 to C=5 are judged when the model is confused at both.
 """
 
 from __future__ import annotations
@@ -38,7 +34,7 @@ from ...claims.toy import (
 )
 from ...claims.verdicts import Precondition, Rule
 from ...toy.analysis import distance_rank_correlation, perplexity_curve
-from ...toy.figures import COLOURS, log_axis, perplexity_bands, perplexity_by_vocab, points_with_sd
+from ...toy.figures import COLOURS, log_axis, perplexity_bands, perplexity_by_vocab, points_with_sd, titled
 from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 
@@ -247,10 +243,10 @@ STEPS, QUICK_STEPS = 4000, 300
 
 
 def judge(finals: dict, by_c: dict, ds, best, rho_close: float, kernels: dict, seed: int, n_cmp: int) -> list[tuple]:
-    """The claims' rows (:meth:`~gpt2_posheads.toy.posts.ToyRun.finish`) from ``finals`` ``{V: [final perplexity per
-    seed]}``, ``by_c`` ``{V: {C: [final perplexity per seed]}}``, ``best`` ``[n_embd, seed]`` the best perplexity over
-    training at V = 32 for each of ``ds``, ``rho_close`` the Spearman correlation of the learned embeddings' distances
-    (n_embd 2, ``seed``) with ``|i - j|`` and ``kernels`` ``{"<kernel> n_embd=<d>": [run per seed]}``."""
+    """The claims' rows (:meth:`~gpt2_posheads.toy.posts.ToyRun.finish`) from the final perplexities ``finals``
+    ``{V: [seed]}`` and ``by_c`` ``{V: {C: [seed]}}``, the best perplexity over training ``best`` ``[n_embd, seed]``
+    at V = 32 for each of ``ds``, ``rho_close`` (:func:`~gpt2_posheads.toy.analysis.distance_rank_correlation` at
+    n_embd 2, ``seed``) and ``kernels`` ``{"<kernel> n_embd=<d>": [run per seed]}``."""
     rows, trend_v = [], list(by_c)
     cs = list(by_c[trend_v[0]])
     for v, ppl in finals.items():
@@ -266,58 +262,30 @@ def judge(finals: dict, by_c: dict, ds, best, rho_close: float, kernels: dict, s
     pre = [confused(ppl_vc, cs)]
     vs = ", ".join(map(str, trend_v))
     rise = {v: {C: by_c[v][C] for C in (3, 5)} for v in trend_v}
-    rises = "; ".join(
-        f"V = {v}: {num(spread(r[3])[0] / v, 2)} → {num(spread(r[5])[0] / v, 2)}" for v, r in rise.items()
-    )
+    rises = "; ".join(f"V = {v}: " + " → ".join(num(spread(r[C])[0] / v, 2) for C in (3, 5)) for v, r in rise.items())
+    rises = f"perplexity / V at C=3 → C=5: {rises}"
+    trend = {"setting": f"V = {vs} ({n_cmp} seeds)", "V": tuple(trend_v)}
+    falls = f"best perplexity {nums([spread(b)[0] for b in best])} at n_embd = {', '.join(map(str, ds))}"
+    shown_rho = f"Spearman {nums(rho.values(), 2)} at V = {vs} (each needs >= 0.8)"
+    at, close = f"V = {KERNEL_V} ({n_cmp} seeds)", f"V = {KERNEL_V}, n_embd = 2 (seed {seed})"
     rows += [
-        (
-            TREND.at(setting=f"V = {vs} ({n_cmp} seeds)", V=tuple(trend_v)),
-            {"C": cs, **measured},
-            (ppl_vc, cs),
-            f"Spearman {nums(rho.values(), 2)} at V = {vs} (each needs >= 0.8)",
-            pre,
-        ),
-        (
-            RISE.at(setting=f"V = {vs} ({n_cmp} seeds)", V=tuple(trend_v)),
-            {f"V={v}": {"C=3": rise[v][3], "C=5": rise[v][5]} for v in trend_v},
-            rise,
-            f"perplexity / V at C=3 → C=5: {rises}",
-            pre,
-        ),
-        (
-            FALLS_EMBD.at(setting=f"V = {KERNEL_V} ({n_cmp} seeds)", ds=tuple(ds)),
-            dict(zip(ds, best)),
-            (best, KERNEL_V),
-            f"best perplexity {nums([spread(b)[0] for b in best])} at n_embd = {', '.join(map(str, ds))}",
-        ),
-        (
-            CLOSE.at(setting=f"V = {KERNEL_V}, n_embd = 2 (seed {seed})"),
-            {"spearman(|i-j|, dist)": rho_close},
-            rho_close,
-            f"Spearman {num(rho_close, 2)}",
-        ),
+        (TREND.at(**trend), {"C": cs, **measured}, (ppl_vc, cs), shown_rho, pre),
+        (RISE.at(**trend), {f"V={v}": {"C=3": r[3], "C=5": r[5]} for v, r in rise.items()}, rise, rises, pre),
+        (FALLS_EMBD.at(setting=at, ds=tuple(ds)), dict(zip(ds, best)), (best, KERNEL_V), falls),
+        (CLOSE.at(setting=close), {"spearman(|i-j|, dist)": rho_close}, rho_close, f"Spearman {num(rho_close, 2)}"),
     ]
     kfinal = {k: [r["final_perplexity"] for r in rs] for k, rs in kernels.items()}
     kmean = {k: spread(v)[0] for k, v in kfinal.items()}
     best_k = min((k for k in kmean if not k.startswith("inner")), key=kmean.get)
     best_dot = min((k for k in kmean if k.startswith("inner")), key=kmean.get)
-    at = f"V = {KERNEL_V} ({n_cmp} seeds)"
     k1 = min((k for k in kmean if not k.startswith("inner") and k.endswith("n_embd=1")), key=kmean.get)
-    rows += [
-        (
-            KERNEL.at(UNTESTED_IN_POST, at),
-            kfinal,
-            (kfinal[best_k], best_k, kfinal[best_dot], best_dot, KERNEL_V),
-            f"final perplexity {num(kmean[best_k])} ({best_k}) vs {num(kmean[best_dot])} ({best_dot})",
-        ),
-        (
-            ONE_D.at(UNTESTED_IN_POST, at),
-            {k1: kfinal[k1]},
-            (kfinal[k1], k1),
-            f"final perplexity {num(kmean[k1])} ({k1})",
-        ),
+    shown = f"final perplexity {num(kmean[best_k])} ({best_k}) vs {num(kmean[best_dot])} ({best_dot})"
+    one_d = f"final perplexity {num(kmean[k1])} ({k1})"
+    kernel = (kfinal[best_k], best_k, kfinal[best_dot], best_dot, KERNEL_V)
+    return rows + [
+        (KERNEL.at(UNTESTED_IN_POST, at), kfinal, kernel, shown),
+        (ONE_D.at(UNTESTED_IN_POST, at), {k1: kfinal[k1]}, (kfinal[k1], k1), one_d),
     ]
-    return rows
 
 
 def figures(v_runs, vocab, by_c: dict, ds, best, emb: torch.Tensor, kernels: dict, seed: int, n_cmp: int) -> dict:
@@ -341,11 +309,7 @@ def figures(v_runs, vocab, by_c: dict, ds, best, emb: torch.Tensor, kernels: dic
     fig.add_trace(points_with_sd(ds, list(zip(*best)), "best perplexity", COLOURS[0]))
     dotted = dict(dash="dot")
     fig.add_trace(go.Scatter(x=ds, y=[KERNEL_V / d for d in ds], mode="lines", name="V / n_embd", line=dotted))
-    fig.update_layout(
-        title=f"V={KERNEL_V}, C=3: best perplexity against n_embd",
-        xaxis_title="n_embd",
-        yaxis_title="best perplexity over training",
-    )
+    titled(fig, f"V={KERNEL_V}, C=3: best perplexity against n_embd", "n_embd", "best perplexity over training")
     log_axis(fig, "x", ds)
     log_axis(fig, "y", [1, KERNEL_V, *[b for bs in best for b in bs]])
     out["perplexity_vs_n_embd"] = (fig, {})
@@ -353,11 +317,8 @@ def figures(v_runs, vocab, by_c: dict, ds, best, emb: torch.Tensor, kernels: dic
     labelled = dict(mode="markers+text", text=[str(i) for i in range(len(emb))], textposition="top center")
     colour = dict(color=list(range(len(emb))), colorscale="Viridis", size=9)
     fig = go.Figure(go.Scatter(x=proj[:, 0], y=proj[:, 1], marker=colour, **labelled))
-    fig.update_layout(
-        title=f"V={KERNEL_V}, n_embd=2, seed {seed}: learned token embeddings (colour = token value)",
-        xaxis_title="principal component 1",
-        yaxis_title="principal component 2",
-    )
+    title = f"V={KERNEL_V}, n_embd=2, seed {seed}: learned token embeddings (colour = token value)"
+    titled(fig, title, "principal component 1", "principal component 2")
     out["embeddings"] = (fig, {})
     title = f"V={KERNEL_V}, C=3: inner-product vs distance kernels"
     out["kernels"] = (perplexity_bands(kernels, KERNEL_V, title), {})
@@ -384,11 +345,9 @@ The claim as a function: gpt2_posheads.posts.similar_content.similar_content
     options=(ToyRun.steps_option(STEPS, QUICK_STEPS),),
 )
 def similar_content(**options) -> ClaimResult:
-    """Train post 001's toy models and judge its claims (``toy_similar_content`` with its defaults, called with none).
-    ``options``: :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 4,000, ``quick``: 300 and fewer V, C
-    and n_embd; the perplexity-by-V runs train at ``seeds`` seeds, every comparison (C, n_embd, kernels) at
-    ``max(seeds, 3)``); ``numbers`` records them and the ``robustness`` grid (also a table and a figure).
-    """
+    """Train post 001's toy models and judge its claims (``toy_similar_content``'s defaults). ``options``:
+    :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``quick``: also fewer V, C and n_embd); the perplexity-by-V runs train
+    at the run's seeds, every comparison (C, n_embd, kernels) at the comparison seeds."""
     run = ToyRun.of("similar_content", options, STEPS, QUICK_STEPS)
     base = run.base(task="most_similar", C=3, n_embd=2)
     seeds, cmp_seeds = run.run_seeds, run.comparison_seeds
@@ -406,10 +365,9 @@ def similar_content(**options) -> ClaimResult:
     by_kernel = {k: mk(cmp_seeds, V=KERNEL_V, n_embd=k[1], kernel=k[0]) for k in kernels}
     flat = [c for g in (by_v, by_vc, by_d, by_kernel) for cs in g.values() for c in cs]
     print(
-        f"toy_similar_content: {len({c.id() for c in flat})} models, {run.steps:,} steps: V "
-        f"{', '.join(map(str, vocab))} "
-        f"({len(seeds)} seed(s)); C {', '.join(map(str, contexts))} at V {', '.join(map(str, trend_v))}, n_embd "
-        f"{', '.join(map(str, dims))} and the kernels ({len(cmp_seeds)} seeds each)",
+        f"toy_similar_content: {len({c.id() for c in flat})} models, {run.steps:,} steps: V {labels(vocab)} "
+        f"({len(seeds)} seed(s)); C {labels(contexts)} at V {labels(trend_v)}, n_embd {labels(dims)} and the kernels "
+        f"({len(cmp_seeds)} seeds each)",
         flush=True,
     )
     res = run.train(flat)

@@ -1,10 +1,6 @@
 """Post 003 ("Sparse attention 1"): copying the current token with one attention layer gets stuck on a plateau
 (what the post finds: the command's usage, below; on the plateau at V = 4 the embeddings split into two groups of two,
 and only after it into four); :func:`sticky_plateau_grid`: its claims on the ``--robustness`` grid.
-
-The default run trains one curve per V and seed; reads every V = 4 run's embeddings (direction clusters) and
-effective ranks over training, and the longest plateau at V = 16 for each (n_embd, C) setting over the comparison
-seeds (3 per side of every comparison).
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ from ...claims.toy import (
 from ...claims.verdicts import Rule
 from ...model.validation import UsageError
 from ...toy.analysis import pairing, perplexity_curve
-from ...toy.figures import COLOURS, axis_titles, band, perplexity_bands, perplexity_by_vocab
+from ...toy.figures import COLOURS, axis_titles, band, perplexity_bands, perplexity_by_vocab, titled
 from ...toy.posts import GridClaim, ToyRun
 from ..result import ClaimResult
 
@@ -189,8 +185,7 @@ def mid_plateau(steps, pl: dict) -> int | None:
 
 def branching(r4s: list[dict], seed: int) -> tuple[dict, dict] | tuple[None, None]:
     """The V = 4 run of ``seed``: its embeddings ``[snapshot, V, 2]``, their direction clusters and its plateau; W_Q's
-    effective rank mid-plateau and at the end of every V = 4 run (``r4s``) with a plateau. ``(None, None)`` without
-    a V = 4 run of ``seed`` or its snapshots."""
+    effective rank mid-plateau and at the end of every V = 4 run with a plateau (``(None, None)``: no such run)."""
     r4 = next((r for r in r4s if r["config"]["seed"] == seed), None)
     if not (r4 and r4["snapshots"]):
         return None, None
@@ -198,15 +193,9 @@ def branching(r4s: list[dict], seed: int) -> tuple[dict, dict] | tuple[None, Non
     clusters = [pairing(e) for e in emb]
     pl = longest(r4)
     at = mid_plateau(r4["snapshot_steps"], pl)
-    found = {
-        "run": r4,
-        "embeddings": emb,
-        "clusters": clusters,
-        "plateau": pl,
-        "clusters_mid": clusters[at] if at is not None else None,
-        "mid_step": r4["snapshot_steps"][at] if at is not None else None,
-        "end_step": r4["snapshot_steps"][-1],
-    }
+    mid = (clusters[at], r4["snapshot_steps"][at]) if at is not None else (None, None)
+    found = dict(run=r4, embeddings=emb, clusters=clusters, plateau=pl, clusters_mid=mid[0], mid_step=mid[1])
+    found["end_step"] = r4["snapshot_steps"][-1]
     ranks = {"mid": [], "end": [], "runs": [], "no_plateau": []}
     for r in r4s:
         er = r["effective_rank"]
@@ -229,37 +218,24 @@ def judged_rows(run: ToyRun, curves, r4s, b, rk, glens, settings, every) -> list
         setting = f"V = {V}" + (f" (seed {seed})" if run.seeds > 1 else "")
         at = PLATEAU.at(f"V={V} seed={seed}", setting, post=f"perplexity V/2 = {V / 2:g}")
         found = v_half_plateau(r["steps"], ppl, V, **dict(PLATEAU.params))  # as PLATEAU states it
+        shown = f"no plateau at V/2 = {V / 2:g}; final perplexity {num(np.asarray(ppl)[-1])}"
         if found:
-            shown = (
-                f"perplexity {num(found['perplexity'])} (V/2 = {V / 2:g}) for steps {found['start_step']}–"
-                f"{found['end_step']}"
-            )
-        else:
-            shown = f"no plateau at V/2 = {V / 2:g}; final perplexity {num(np.asarray(ppl)[-1])}"
+            shown = f"perplexity {num(found['perplexity'])} (V/2 = {V / 2:g}) for steps {found['start_step']}–"
+            shown += f"{found['end_step']}"
         rows.append((at, {"plateau": found, "final_perplexity": r["final_perplexity"]}, (r["steps"], ppl, V), shown))
     if b is not None:
         at_mid, mid_step, end_step, last = b["clusters_mid"], b["mid_step"], b["end_step"], b["clusters"][-1]
         mids, ends, no_plateau = rk["mid"], rk["end"], rk["no_plateau"]
         ranks = f"W_Q effective rank {num(spread(mids)[0])} mid-plateau vs {num(spread(ends)[0])} at the end (mean of "
+        ranks = f"{ranks}{len(mids)} seeds)" if mids else "no plateau"
+        clusters = f"{at_mid} clusters at step {mid_step} (mid-plateau), {last} at step {end_step}"
+        clusters = clusters if at_mid is not None else "no plateau"
+        measured = {"clusters_mid_plateau": at_mid, "step_mid_plateau": mid_step, "clusters_end": last}
+        rank = dict(effective_rank_W_Q_mid_plateau=mids, effective_rank_W_Q_end=ends, seeds_without_plateau=no_plateau)
+        at_b, at_r = BRANCHING.at("V=4", f"V = 4 (seed {run.seed})"), RANK.at("V=4", f"V = 4 ({len(r4s)} seeds)")
         rows += [
-            (
-                BRANCHING.at("V=4", f"V = 4 (seed {run.seed})"),
-                {"clusters_mid_plateau": at_mid, "step_mid_plateau": mid_step, "clusters_end": last},
-                (at_mid, last, mid_step, end_step),
-                f"{at_mid} clusters at step {mid_step} (mid-plateau), {last} at step {end_step}"
-                if at_mid is not None
-                else "no plateau",
-            ),
-            (
-                RANK.at("V=4", f"V = 4 ({len(r4s)} seeds)"),
-                {
-                    "effective_rank_W_Q_mid_plateau": mids,
-                    "effective_rank_W_Q_end": ends,
-                    "seeds_without_plateau": no_plateau,
-                },
-                (mids, ends, no_plateau),
-                f"{ranks}{len(mids)} seeds)" if mids else "no plateau",
-            ),
+            (at_b, measured, (at_mid, last, mid_step, end_step), clusters),
+            (at_r, rank, (mids, ends, no_plateau), ranks),
         ]
     n_cmp = len(run.comparison_seeds)
     big = max(d for d, _ in settings)
@@ -269,20 +245,14 @@ def judged_rows(run: ToyRun, curves, r4s, b, rk, glens, settings, every) -> list
         return f"{num(spread(glens[(d, c)])[0])} steps at n_embd={d}, C={c}"
 
     each = f"{nums(glens[(big, long_c)])} vs {nums(glens[(big, 4)])}"
-    return rows + [
-        (
-            GONE.at(setting=f"V = 16, C = 4 ({n_cmp} seeds)", big=big),
-            {f"plateau_steps n_embd={d} C=4": glens[(d, 4)] for d, c in settings if c == 4},
-            (glens[(2, 4)], glens[(big, 4)], every),
-            f"longest plateau {lens(big, 4)} vs {lens(2, 4)} (mean of {n_cmp} seeds)",
-        ),
-        (
-            BACK.at(setting=f"V = 16, n_embd = {big} ({n_cmp} seeds)", big=big, C=long_c),
-            {f"plateau_steps n_embd={big} C={c}": glens[(big, c)] for d, c in settings if d == big},
-            (glens[(big, 4)], glens[(big, long_c)], every),
-            f"longest plateau {lens(big, long_c)} vs {lens(big, 4)} (mean of {n_cmp} seeds; each seed: {each})",
-        ),
-    ]
+    gone = {f"plateau_steps n_embd={d} C=4": glens[(d, 4)] for d, c in settings if c == 4}
+    back = {f"plateau_steps n_embd={big} C={c}": glens[(big, c)] for d, c in settings if d == big}
+    shown_gone = f"longest plateau {lens(big, 4)} vs {lens(2, 4)} (mean of {n_cmp} seeds)"
+    shown_back = f"longest plateau {lens(big, long_c)} vs {lens(big, 4)} (mean of {n_cmp} seeds; each seed: {each})"
+    at_gone = GONE.at(setting=f"V = 16, C = 4 ({n_cmp} seeds)", big=big)
+    at_back = BACK.at(setting=f"V = 16, n_embd = {big} ({n_cmp} seeds)", big=big, C=long_c)
+    rows.append((at_gone, gone, (glens[(2, 4)], glens[(big, 4)], every), shown_gone))
+    return rows + [(at_back, back, (glens[(big, 4)], glens[(big, long_c)], every), shown_back)]
 
 
 def branching_figures(b: dict, rk: dict, seed: int) -> dict[str, tuple[go.Figure, dict]]:
@@ -295,9 +265,8 @@ def branching_figures(b: dict, rk: dict, seed: int) -> dict[str, tuple[go.Figure
         fig.add_trace(path, 1, 1)
     fig.add_trace(go.Scatter(x=r4["snapshot_steps"], y=b["clusters"], name="clusters", mode="lines"), 1, 2)
     if pl["start_step"] is not None:
-        fig.add_vrect(
-            x0=pl["start_step"], x1=pl["end_step"], fillcolor="grey", opacity=0.15, line_width=0, row=1, col=2
-        )
+        grey = dict(fillcolor="grey", opacity=0.15, line_width=0, row=1, col=2)
+        fig.add_vrect(x0=pl["start_step"], x1=pl["end_step"], **grey)
     axis_titles(fig, ("embedding dimension 1", "embedding dimension 2"))
     fig.update_xaxes(title_text="step (grey: the plateau)", row=1, col=2)
     fig.update_yaxes(title_text="number of clusters", dtick=1, tick0=0, range=[0, 4.5], row=1, col=2)
@@ -305,10 +274,8 @@ def branching_figures(b: dict, rk: dict, seed: int) -> dict[str, tuple[go.Figure
     ranks = go.Figure()
     for i, name in enumerate(("W_E", "W_Q", "W_K")):
         band(ranks, rk["runs"][0]["step"], [e[name] for e in rk["runs"]], name, COLOURS[i])
-    ranks.update_layout(
-        title="V=4: effective rank (exp entropy of the normalised singular values)",
-        xaxis_title="step",
-        yaxis_title="effective rank (1 to 2)",
+    titled(
+        ranks, "V=4: effective rank (exp entropy of the normalised singular values)", "step", "effective rank (1 to 2)"
     )
     return {"branching": (fig, {"width": 1200}), "effective_rank": (ranks, {})}
 
@@ -335,15 +302,10 @@ The claim as a function: gpt2_posheads.posts.sticky_plateau.sticky_plateau
     ),
 )
 def sticky_plateau(*, vocab: Sequence[int] = VOCAB, **options) -> ClaimResult:
-    """Train post 003's toy models and judge its claims (``toy_sticky_plateau`` with its defaults, called with none).
-    ``vocab``: the V of the perplexity curves (``quick``: the first two). ``options``:
-    :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``steps`` default 5,000, ``quick``: 300 and fewer V and settings; the
-    curves train at ``seeds`` seeds, every comparison at ``max(seeds, 3)``); ``numbers`` records them and the
-    ``robustness`` grid (also a table and a figure).
-
-    Every V trains at the run's seeds (V = 4 also at the comparison seeds: the ranks), V = 16 at each (n_embd, C)
-    setting at the comparison seeds (the plateau lengths).
-    """
+    """Train post 003's toy models and judge its claims (``toy_sticky_plateau``'s defaults). ``vocab``: the V of the
+    perplexity curves (``quick``: the first two), each at the run's seeds (V = 4 also at the comparison seeds: the
+    ranks); V = 16 trains at each (n_embd, C) setting at the comparison seeds (the plateau lengths). ``options``:
+    :class:`~gpt2_posheads.toy.posts.ToyRun`'s (``quick``: also fewer settings)."""
     run = ToyRun.of("sticky_plateau", options, STEPS, QUICK_STEPS)
     vocab = list(vocab)
     if not vocab or any(not isinstance(v, int) or v < 2 for v in vocab):
@@ -376,16 +338,14 @@ def sticky_plateau(*, vocab: Sequence[int] = VOCAB, **options) -> ClaimResult:
     by_name = {f"n_embd={d}, C={c}": rs for (d, c), rs in by_setting.items()}
     title = "V=16: the plateau against embedding dimension and context length"
     figures["generality"] = (perplexity_bands(by_name, 16, title), {})
-    result = ClaimResult("sticky_plateau")
-    grid = sticky_plateau_grid()
-    return run.finish(result, rows, figures, base, grid, "003: sticky plateau", seeds=seeds, comparison_seeds=cmp_seeds)
+    result, numbers = ClaimResult("sticky_plateau"), dict(seeds=seeds, comparison_seeds=cmp_seeds)
+    return run.finish(result, rows, figures, base, sticky_plateau_grid(), "003: sticky plateau", **numbers)
 
 
 # --- the --robustness grid --------------------------------------------------------------------------------------
 
-# The grid tests "the plateau returns at larger C" at the default run's C=64 and at C=16. C=64 became affordable
-# when the last layer started attending from the last query alone (30 models, n_embd 8, one AVX2 core: ~0.55 s
-# per step before, ~0.05 s after).
+# The grid tests "the plateau returns at larger C" at the default run's C=64 and at C=16 (30 models, n_embd 8, one
+# AVX2 core: ~0.05 s per step, the last layer attending from the last query alone; ~0.55 s with the full pattern).
 GRID_LONG_CS = (16, 64)
 
 
@@ -393,11 +353,8 @@ def sticky_plateau_grid() -> list[GridClaim]:
     """003's headline claims (base: V 16, C 4, n_embd 2, no positions; one seed per test)."""
 
     def dims(b):
-        return {
-            "d2": replace(b, V=16, n_embd=2, C=4),
-            "d8": replace(b, V=16, n_embd=8, C=4),
-            **{f"d8C{c}": replace(b, V=16, n_embd=8, C=c) for c in GRID_LONG_CS},
-        }
+        named = {"d2": (2, 4), "d8": (8, 4), **{f"d8C{c}": (8, c) for c in GRID_LONG_CS}}
+        return {k: replace(b, V=16, n_embd=d, C=c) for k, (d, c) in named.items()}
 
     def compared(r, a, b):
         return [longest(r[a])["length_steps"]], [longest(r[b])["length_steps"]], r[a]["config"]["log_every"]
