@@ -28,8 +28,7 @@ from ...claims.gpt2_post import model_copies, post_claim
 from ...claims.verdicts import Claim, Precondition, predicate
 from ...model.validation import NonFiniteError, UsageError, head_name
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, prompted_run, repeat_prompts
-from .about import claim_script
+from ._run import HeadsArg, ModelRun, claim_script, prompted_run, repeat_prompts
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="the previous-token head to edit (the first is used)")
 

@@ -26,8 +26,7 @@ from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.validation import head_name, note
 from ...report.plotting import attention_panels
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, prompted_run, side_by_side
-from .about import claim_script
+from ._run import HeadsArg, ModelRun, claim_script, prompted_run, side_by_side
 
 EACH = "an early head and the aggregator (each averaged just before its own layer)"
 HEADS = HeadDefault(("L2H2", "L4H11"), "aggregator+early", what=EACH)

@@ -25,8 +25,7 @@ from ...model.loading import position_kind, wpos_reason
 from ...model.validation import UsageError, capped_seq_len
 from ...report.plotting import line_figure
 from ..result import ClaimResult
-from ._run import ModelRun, repeated_token_run
-from .about import claim_script
+from ._run import ModelRun, claim_script, repeated_token_run
 
 SPECS = SAME_SUBSPACE, SPARSER, TOKEN_INDEPENDENT = (
     post_claim(
@@ -129,11 +128,8 @@ def three_panel(w: torch.Tensor, ext: torch.Tensor, layer: int, label: str) -> g
         for lab, x, colour in ((f"extended L{layer}", ext, "red"), ("W_pos", w, "blue")):
             p = project(x, comps).numpy()
             pts.append(p)
-            marker = dict(size=2, color=colour)
-            trace = go.Scatter3d(
-                x=p[:, 0], y=p[:, 1], z=p[:, 2], mode="markers", name=lab, marker=marker, showlegend=i == 0
-            )
-            fig.add_trace(trace, row=1, col=i + 1)
+            style = dict(mode="markers", name=lab, marker=dict(size=2, color=colour), showlegend=i == 0)
+            fig.add_trace(go.Scatter3d(x=p[:, 0], y=p[:, 1], z=p[:, 2], **style), row=1, col=i + 1)
         allp = np.concatenate(pts)
         lo, hi = np.percentile(allp, 1, axis=0), np.percentile(allp, 99, axis=0)
         pad = 0.1 * (hi - lo)
@@ -159,29 +155,20 @@ def figure(m: dict, layer: int, k: int, label: str) -> dict:
     if w is not None:
         figs[f"three_panel_L{layer}"] = three_panel(w, m["ext"][layer], layer, label)
         angles = {f"angle {i + 1}": f"angle_{i + 1}_deg" for i in range(k)}
-        lines["principal_angles"] = (
-            angles,
-            "principal angles between W_pos and the extended positional embeddings",
-            "degrees",
-        )
+        what = "principal angles between W_pos and the extended positional embeddings"
+        lines["principal_angles"] = (angles, what, "degrees")
     sparsity = "share of large entries (|x| > the matrix's RMS); lower = sparser"
     lines["sparsity"] = ({"large entry fraction": "large_entry_fraction"}, sparsity, "share of entries with |x| > RMS")
-    dependence = "token dependence of the extended positional embeddings"
+    what = "token dependence of the extended positional embeddings"
     lines["token_dependence"] = (
         {"token dependence": "token_dependence"},
-        dependence,
+        what,
         "relative spread across repeated tokens",
     )
     for name, (series, title, ylabel) in lines.items():
-        fig = line_figure(
-            {n: (df.layer, df[c]) for n, c in series.items()},
-            title=f"{label}: {title}",
-            xlabel="layer (input of the block)",
-            ylabel=ylabel,
-            mode="lines+markers",
-        )
-        fig.update_xaxes(dtick=1)
-        figs[name] = fig
+        xy = {n: (df.layer, df[c]) for n, c in series.items()}
+        fig = line_figure(xy, f"{label}: {title}", "layer (input of the block)", ylabel, mode="lines+markers")
+        figs[name] = fig.update_xaxes(dtick=1)
     return figs
 
 
@@ -229,9 +216,8 @@ def ext_pos_vs_wpe(
 
     ``run``: its model and label (the claim makes its own repeated-token prompts). ``layer``: the three-panel figure's
     (``0..n_layers``, ``n_layers`` = the final residual); the claims are judged at layer 2 (or the final residual of a
-    shallower model), as the post. ``k``: the subspaces' dimension (``1..min(d_model, seq_len)``). ``seed``: the
-    repeated tokens' (``seed + 1`` for those kept apart). ``numbers``: ``per_layer`` (also a table),
-    ``layer2_angles_deg``, ``mean_sparsity_ratio_layers_gt0`` beside the post's, ...
+    shallower model), as the post. ``k``: the subspaces' dimension, ``1..min(d_model, seq_len)``. ``seed``: the
+    repeated tokens' (``seed + 1`` for those kept apart).
     """
     if n_token_dependence < 2:
         raise ValueError(f"n_token_dependence: {n_token_dependence} is out of range; allowed >= 2 (a spread)")

@@ -23,8 +23,7 @@ from ...claims.verdicts import Claim, Precondition
 from ...model.loading import wpos_reason
 from ...report.plotting import scatter3d_positions
 from ..result import ClaimResult
-from ._run import ModelRun, repeated_token_run
-from .about import claim_script
+from ._run import ModelRun, claim_script, repeated_token_run
 
 SPECS = WPOS_HELIX, EXT_HELIX = (
     post_claim(

@@ -22,8 +22,7 @@ from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.validation import head_name
 from ...report.plotting import attention_panels
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, prompted_run, side_by_side
-from .about import claim_script
+from ._run import HeadsArg, ModelRun, claim_script, prompted_run, side_by_side
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="head(s) whose pattern is measured")
 

@@ -27,8 +27,7 @@ from ...claims.record import SummaryError, read_summary
 from ...claims.route import RouteConclusion, conclude, records_from_claims
 from ...claims.verdicts import NOT_TESTABLE, VERDICT_COLOURS, Claim
 from ..result import ClaimResult
-from ._run import head_grid, ratio_grid
-from .about import POST
+from ._run import POST, head_grid, ratio_grid
 from .organism_targets import measure_targets
 
 

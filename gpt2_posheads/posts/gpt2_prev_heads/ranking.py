@@ -36,8 +36,7 @@ from ...model.loading import is_gpt2_small
 from ...model.state import reduced_precision, resolve_bf16
 from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ..result import ClaimResult
-from ._run import ModelRun, prompted_run, ratio_grid
-from .about import claim_script
+from ._run import ModelRun, claim_script, prompted_run, ratio_grid
 
 
 @partial(
@@ -115,12 +114,10 @@ def float32_masses(bf16_used: bool, model=None) -> Precondition:
 def judge(ranking: pd.DataFrame, preconditions: list[Precondition] = ()) -> list[Claim]:
     """The sharpest previous-token head's ratio, its gap to the next, and the share of previous-token heads."""
     prev = ranking[ranking.is_prev_token]
-    ratios = prev.ratio.tolist()
-    n_prev, n_heads = count_prev_heads(ranking), len(ranking)
+    ratios, n_prev, n_heads = prev.ratio.tolist(), count_prev_heads(ranking), len(ranking)
     agg = head_name(*choose_aggregator(ranking)) if ratios else ""
     # no previous-token head is a measured fact, judged (not held): inf
-    sharpest = sharpest_prev_ratio(ranking)
-    next_ratio = ratios[1] if len(ratios) >= 2 else None
+    sharpest, next_ratio = sharpest_prev_ratio(ranking), ratios[1] if len(ratios) >= 2 else None
     sharp = alone = "no previous-token head"
     if ratios:
         sharp = f"ratio {ratios[0]:.3g}"
@@ -142,14 +139,10 @@ def masses_figure(ranking: pd.DataFrame, diag: torch.Tensor, label: str) -> go.F
     scale = dict(colorscale="Viridis", zmin=0, zmax=1, colorbar=dict(title="mean attention"))
     fig = go.Figure(go.Heatmap(z=z, x=list(range(n_show)), y=order, **scale))
     fig.update_layout(
-        title=f"{label}: mean attention per diagonal (heads in ranking order)",
-        xaxis_title="offset q - k (1 = previous token)",
-        yaxis_title="head",
-        height=max(500, 12 * len(order)),
+        title=f"{label}: mean attention per diagonal (heads in ranking order)", height=max(500, 12 * len(order))
     )
-    fig.update_xaxes(dtick=1)
-    fig.update_yaxes(autorange="reversed")
-    return fig
+    fig.update_xaxes(title="offset q - k (1 = previous token)", dtick=1)
+    return fig.update_yaxes(title="head", autorange="reversed")
 
 
 def _prepare(model, kwargs: dict, args) -> None:

@@ -28,8 +28,7 @@ from ...claims.verdicts import Claim, Precondition, predicate
 from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ...report.plotting import heatmap_grid, submatrix
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, prompted_run
-from .about import claim_script
+from ._run import HeadsArg, ModelRun, claim_script, prompted_run
 
 POST_HEADS = ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2", "L4H11")  # the six early heads and the aggregator
 HEADS = HeadDefault(POST_HEADS, "top", n=4, what="heads whose raw scores are shown")

@@ -30,8 +30,7 @@ from ...claims.verdicts import Precondition, finite, predicate
 from ...model.state import measures_caller_model
 from ...report.plotting import heatmap
 from ..result import ClaimResult
-from ._run import ModelRun, unprompted_run
-from .about import claim_script
+from ._run import ModelRun, claim_script, unprompted_run
 
 # The levels of route_label, set from the post before anything was measured: sharp is a composed ratio <= SHARP_RATIO
 # (0.10; L4H11 0.01), "relies on" at least HALF (50%) of its composed previous-token mass.
