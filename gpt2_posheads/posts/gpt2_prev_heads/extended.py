@@ -10,6 +10,8 @@ measured (the rest compares with W_pos).
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -60,15 +62,10 @@ def measure(
     final residual, the repeated token's rows ``{layer: [seq_len - after_bos, d_model]}``; ``W_pos`` on the same rows
     (``None``, and why, without learned positions); the per-layer table (``token_dependence`` on
     ``n_token_dependence`` other tokens kept apart, seed ``seed + 1``; ``angle_<i>_deg`` with ``W_pos``)."""
-    reason = wpos_reason(model, label)
-    layers = list(range(model.cfg.n_layers + 1))
-    bos = default_bos(model)
-    ext = extended_pos_embeddings_by_layer(
-        model, layers, n_prompts=n_prompts, seq_len=seq_len, seed=seed, progress=progress, bos=bos
-    )
-    _, per_tok = extended_pos_embeddings_by_layer(
-        model, layers, n_prompts=n_token_dependence, seq_len=seq_len, seed=seed + 1, return_per_token=True, bos=bos
-    )
+    reason, layers, bos = wpos_reason(model, label), list(range(model.cfg.n_layers + 1)), default_bos(model)
+    by_layer = partial(extended_pos_embeddings_by_layer, model, layers, seq_len=seq_len, bos=bos)
+    ext = by_layer(n_prompts=n_prompts, seed=seed, progress=progress)
+    _, per_tok = by_layer(n_prompts=n_token_dependence, seed=seed + 1, return_per_token=True)
     # geometry on the repeated token's rows (after BOS), and W_pos on the same positions
     ext = {l: token_rows(e, bos) for l, e in ext.items()}
     per_tok = {l: e[:, int(bos) :] for l, e in per_tok.items()}
@@ -84,9 +81,8 @@ def measure(
     df["not_measured"] = ""
     if reason is not None:  # no W_pos: layer 0's residual holds no position (zeros up to rounding), nothing to compare
         df.loc[df.layer == 0, ["large_entry_fraction", "norm", "token_dependence"]] = float("nan")
-        df.loc[df.layer == 0, "not_measured"] = (
-            f"no learned W_pos ({position_kind(model)} positions): layer 0 holds no position"
-        )
+        kind = position_kind(model)
+        df.loc[df.layer == 0, "not_measured"] = f"no learned W_pos ({kind} positions): layer 0 holds no position"
     df["sparsity_vs_layer0"] = df["large_entry_fraction"][0] / df["large_entry_fraction"]
     return {"per_layer": df, "ext": ext, "w_pos": w, "wpos_reason": reason, "after_bos": bos}
 

@@ -70,10 +70,8 @@ def preconditions(run: ModelRun, head: tuple[int, int], layers: list[int], every
         pre.append(
             Precondition("every masked layer lies below the head's own", bool(layers) and max(layers) < l, above)
         )
-    none = (
-        f"no query is masked: --every {every} with prompts of {n} tokens (the first masked query is position {every})"
-    )
-    return pre + [Precondition("at least one query is masked", len(masked_queries(every, n)) > 0, none)]
+    none = f"no query is masked: --every {every} with prompts of {n} tokens (the first masked query is position "
+    return pre + [Precondition("at least one query is masked", len(masked_queries(every, n)) > 0, f"{none}{every})")]
 
 
 @claim_script(

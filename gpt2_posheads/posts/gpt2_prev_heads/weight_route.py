@@ -150,12 +150,10 @@ def weight_route(model=None, *, n_positions: int = N_POSITIONS, run: ModelRun | 
     """
     run = unprompted_run(model, run)
     model, result = run.model, ClaimResult("weight_route", run.label)
-    why = not_applicable(model)
-    if why is not None:
+    if (why := not_applicable(model)) is not None:
         result.numbers["not_applicable"] = why
-        result.claims = [
-            BUILT_SPEC.judge({"not_applicable": why}, preconditions=[Precondition("learned W_pos", False, why)])
-        ]
+        no_wpos = [Precondition("learned W_pos", False, why)]
+        result.claims = [BUILT_SPEC.judge({"not_applicable": why}, preconditions=no_wpos)]
         return result
     m = measure(model, n_positions)
     r = m["record"]

@@ -149,17 +149,12 @@ def judge(rows: list[dict], groups: list[int], heads: list, run: ModelRun, copie
     kl_shown = f"KL {by_g[20]['kl']:.3g} nats at 20, {by_g[gmax]['kl']:.3g} at {gmax}" if big else ""
     kept_shown = ", ".join(f"{n} keeps {b / a:.0%}" for n, (a, b) in kept.items() if a > 0)
     pairs = PrevMassAveraged(kept, group=POS_GROUP).measured()  # the pairs the route conclusion reads
+    keep_shown = ", ".join(f"{k.split(' first')[0]} keeps {b / a:.0%}" for k, (a, b) in keep.items() if a > 0)
+    prev_heads, probs = [g10] + [run.prev_head(x) for x in heads], {f"{k} clean -> g20": v for k, v in keep.items()}
     return [
-        OUTPUT_UNCHANGED.judge(
-            {f"{k} clean -> g20": v for k, v in keep.items()},
-            keep,
-            [g20, copies],
-            readout=", ".join(f"{k.split(' first')[0]} keeps {b / a:.0%}" for k, (a, b) in keep.items() if a > 0),
-        ),
+        OUTPUT_UNCHANGED.judge(probs, keep, [g20, copies], readout=keep_shown),
         BREAKS_DOWN.judge(kls, kl_value, [g20, large, copies], readout=kl_shown),
-        HEADS_UNAFFECTED.judge(
-            pairs, kept, [g10] + [run.prev_head(x) for x in heads], head=",".join(names), readout=kept_shown
-        ),
+        HEADS_UNAFFECTED.judge(pairs, kept, prev_heads, head=",".join(names), readout=kept_shown),
     ]
 
 
