@@ -192,10 +192,8 @@ def repeat_prompts(
     except ValueError as e:
         return [], f"no repeat-string target: {e}"
     if contiguous and sep:
-        how = how.replace(
-            f", separated by {sep!r}", ", one after another with no separator (the token after a word is the next word)"
-        )
-        sep = ""
+        joined = ", one after another with no separator (the token after a word is the next word)"
+        how, sep = how.replace(f", separated by {sep!r}", joined), ""
     if how:
         note(f"{param}: {how}")
     prompts = []

@@ -215,7 +215,7 @@ def prev_head_sources(
         if progress:
             n = l * run.model.cfg.n_heads
             print(f"\n{target}: path ablation over {n} upstream heads x 2 sides ({ablation})", flush=True)
-        options = dict(ablation=ablation, pos_group=pos_group, batch_size=batch_size, below=is_agg, progress=progress)
+        options = dict(ablation=ablation, pos_group=pos_group, batch_size=batch_size, below=is_agg)
         df = upstream.path_ablation(run.model, run.prompts, l, h, groups=groups, **options)
         try:  # the sources' Q/K/V composition scores against a random baseline, where the weights give them
             comp = upstream.composition_scores(run.model, l, h)
