@@ -155,12 +155,8 @@ def figure(m: dict, layer: int, k: int, label: str) -> dict:
         lines["principal_angles"] = (angles, what, "degrees")
     sparsity = "share of large entries (|x| > the matrix's RMS); lower = sparser"
     lines["sparsity"] = ({"large entry fraction": "large_entry_fraction"}, sparsity, "share of entries with |x| > RMS")
-    what = "token dependence of the extended positional embeddings"
-    lines["token_dependence"] = (
-        {"token dependence": "token_dependence"},
-        what,
-        "relative spread across repeated tokens",
-    )
+    what, spread = "token dependence of the extended positional embeddings", "relative spread across repeated tokens"
+    lines["token_dependence"] = ({"token dependence": "token_dependence"}, what, spread)
     for name, (series, title, ylabel) in lines.items():
         xy = {n: (df.layer, df[c]) for n, c in series.items()}
         fig = line_figure(xy, f"{label}: {title}", "layer (input of the block)", ylabel, mode="lines+markers")

@@ -68,11 +68,8 @@ def story(results: str | Path, name: str) -> dict[str, Claim]:
     rows = {}
     for script, key in steps:
         found = summaries[script].claim(key) if script in summaries else None
-        rows[key] = found or CLAIMS[key].untested(
-            missing.get(script) or f"{script} judged no claim {key} on this model ({_shown(summaries[script].path)})",
-            measured="",
-            here=False,
-        )
+        why = missing.get(script) or f"{script} judged no claim {key} on this model ({_shown(summaries[script].path)})"
+        rows[key] = found or CLAIMS[key].untested(why, measured="", here=False)
     return rows
 
 
