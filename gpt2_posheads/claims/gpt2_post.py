@@ -116,17 +116,15 @@ def model_copies(p_clean: dict[str, float]) -> Precondition:
 def is_prev_token_head(name: str, top_offset: int, ratio: float | None = None) -> Precondition:
     """The head's greatest diagonal is the previous one, and clearly (ratio <= ``CLEAR_PREV_RATIO``) when ``ratio`` is
     given: a weak head 'unaffected' by an intervention tells nothing."""
-    text = f"{name} is a previous-token head (greatest diagonal offset 1" + (
-        f", ratio <= {CLEAR_PREV_RATIO})" if ratio is not None else ")"
-    )
+    clear = f", ratio <= {CLEAR_PREV_RATIO})" if ratio is not None else ")"
+    text = f"{name} is a previous-token head (greatest diagonal offset 1{clear}"
     if top_offset != 1:
         why = f"{name} is not a previous-token head (its greatest diagonal is offset {top_offset}, not 1)"
-        return Precondition(text, False, why)
-    if ratio is not None and not is_clear_prev(top_offset, ratio):
-        return Precondition(
-            text, False, f"{name} is not a clear previous-token head (ratio {ratio:.2f} > {CLEAR_PREV_RATIO})"
-        )
-    return Precondition(text, True)
+    elif ratio is not None and not is_clear_prev(top_offset, ratio):
+        why = f"{name} is not a clear previous-token head (ratio {ratio:.2f} > {CLEAR_PREV_RATIO})"
+    else:
+        return Precondition(text, True)
+    return Precondition(text, False, why)
 
 
 def prev_head_precondition(name: str, diag_row) -> Precondition:

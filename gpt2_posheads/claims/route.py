@@ -132,7 +132,7 @@ WEIGHT_KEY = "weight_route_built"  # the claim whose record holds the weight rou
 
 
 def weight_route_of(records: Mapping[str, Mapping]) -> Mapping | None:  # its head, label, reason; or None
-    measured = (_record(records, WEIGHT_KEY) or {}).get("measured")
+    measured = _measured(records, WEIGHT_KEY)
     return measured if isinstance(measured, Mapping) and measured.get("label") else None
 
 
@@ -172,25 +172,24 @@ class RouteConclusion:
         return dict(route=self.route, words=self.words, head=self.head, why=self.why, rows=rows)
 
 
-def _record(records: Mapping[str, Mapping], key: str) -> Mapping | None:
+def _record(records: Mapping[str, Mapping], key: str) -> Mapping:  # {} where the records lack the claim
     r = records.get(key)
-    return r if isinstance(r, Mapping) else None
+    return r if isinstance(r, Mapping) else {}
 
 
 def _verdict(records, key) -> str:  # a claim the records lack is not testable
-    return str((_record(records, key) or {}).get("verdict", NOT_TESTABLE))
+    return str(_record(records, key).get("verdict", NOT_TESTABLE))
 
 
 def _said(records, key) -> str:
     """What a row says for a person: its number, else its reason."""
-    r = _record(records, key)
-    if r is None:
+    if not isinstance(r := records.get(key), Mapping):
         return f"not testable: no record of {key} (its command has not run on this model)"
     return str(r.get("readout") or r.get("why") or "")
 
 
 def _measured(records, key):
-    return (_record(records, key) or {}).get("measured")
+    return _record(records, key).get("measured")
 
 
 def kept_under_wpos_averaging(records: Mapping[str, Mapping], head: str) -> float | None:
@@ -202,7 +201,7 @@ def kept_under_wpos_averaging(records: Mapping[str, Mapping], head: str) -> floa
 def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
     """The route conclusion of one model from its claim records (the module doc's rule)."""
     sharp = _record(records, "sharp_prev_head")
-    head = str(sharp.get("head") or (sharp.get("measured") or {}).get("head") or "") if sharp else ""
+    head = str(sharp.get("head") or (sharp.get("measured") or {}).get("head") or "")
 
     def row(key: str, evidence: str | None = None) -> Row:
         return Row(key, _verdict(records, key), _said(records, key) if evidence is None else evidence)
@@ -277,8 +276,7 @@ def conclude(records: Mapping[str, Mapping]) -> RouteConclusion:
 
 
 def _percent(x: float) -> str:  # a rounding of zero is "0%", whatever the sign of what was rounded
-    s = f"{x:.0%}"
-    return "0%" if s == "-0%" else s
+    return "0%" if (s := f"{x:.0%}") == "-0%" else s
 
 
 def _above_words(layer, below, relayed) -> str:

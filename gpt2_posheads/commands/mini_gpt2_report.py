@@ -23,15 +23,9 @@ def main(argv=None):
             print(f"\n=== [{i}/{len(model_scripts())}] {name}", flush=True)
             if run_experiment(name, margs) == 130:
                 raise KeyboardInterrupt
+    own = {o.keyword: getattr(args, o.dest) for o in claim.mini_gpt2_report.script.options if o.keyword}
     result = claim.mini_gpt2_report(
-        exp.model,
-        results=results_root(),
-        name=model_slug(args),
-        compare=args.compare,
-        n_prompts=args.n_prompts,
-        seq_len=args.seq_len,
-        seed=args.seed,
-        label=exp.label,
+        exp.model, results=results_root(), name=model_slug(args), seed=args.seed, label=exp.label, **own
     )
     print("\nthe post's causal story on this model:\n" + claims_table(result.numbers["story"]))
     route = result.numbers["route"]

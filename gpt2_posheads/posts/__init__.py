@@ -1,15 +1,8 @@
-"""The posts this toolkit reproduces, one folder each named by its subject, every claim a function.
-
-* :mod:`~gpt2_posheads.posts.gpt2_prev_heads` — how GPT-2 small's previous-token heads work (the ranking, extended
-  positional embeddings, ``W_pos`` averaging, masking the previous position, the raw-score taxonomy, the L4H11 edit,
-  the aggregator's sources): each claim a function of a model and prompts.
-* :mod:`~gpt2_posheads.posts.sticky_plateau`, :mod:`~gpt2_posheads.posts.similar_content`,
-  :mod:`~gpt2_posheads.posts.prev_token_toy`, :mod:`~gpt2_posheads.posts.lost_in_middle` — the toy sparse-attention
-  posts: each trains its toy models and judges the post's claims on them.
-
-Every function returns a :class:`~gpt2_posheads.posts.result.ClaimResult` (``.claims``, ``.numbers``, ``.tables``,
-``.figures``). A claim's module holds its three parts side by side: *measure* (the numbers), *judge* (the post's
-rules, :mod:`gpt2_posheads.claims`, applied to them) and *figure*::
+"""The posts this toolkit reproduces, one folder each named by its subject (the GPT-2 post's
+:mod:`~gpt2_posheads.posts.gpt2_prev_heads`, whose claims are functions of a model and prompts; the toy sparse-attention
+posts, which train their own models), every claim a function returning a
+:class:`~gpt2_posheads.posts.result.ClaimResult`. A claim's module holds its three parts side by side: *measure* (the
+numbers), *judge* (the post's rules, :mod:`gpt2_posheads.claims`, applied to them) and *figure*::
 
     from gpt2_posheads import load_model, posts
     model = load_model("route-gpt2")
@@ -31,11 +24,10 @@ PLUGIN_ERRORS: list[str] = []  # the modules of $GPT2_POSHEADS_POSTS that could 
 
 def import_plugins() -> None:
     """Import the researcher's own modules of declared claims named in ``$GPT2_POSHEADS_POSTS`` (comma-separated
-    module names, importable from ``sys.path`` or the current folder): their declarations join the catalogue, so the
-    command line, the main job and the page find them like the posts' own. A module that cannot be imported leaves
-    the package usable and is listed in :data:`PLUGIN_ERRORS`, which the command line says as one ``error:`` line
-    before anything runs. Called once the package is whole (at the end of ``gpt2_posheads/__init__.py``), so that a
-    researcher's module may import any public name of ``gpt2_posheads``."""
+    module names, importable from ``sys.path`` or the current folder): their declarations join the catalogue like the
+    posts' own. A module that cannot be imported leaves the package usable and is listed in :data:`PLUGIN_ERRORS`
+    (said as one ``error:`` line). Called once the package is whole, so that such a module may import any public name
+    of ``gpt2_posheads``."""
     names = [n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",") if n.strip()]
     if names and os.getcwd() not in sys.path:  # the console script's path starts at its bin folder, not here
         sys.path.append(os.getcwd())

@@ -1,15 +1,5 @@
 """What a claim function returns: its numbers, its verdicts and its figures, one object from a notebook to a folder.
 
-Every claim function of every post (``posts.gpt2_prev_heads.mask_prev_attention(model, prompts)``,
-``posts.sticky_plateau.sticky_plateau()``, ...) measures, judges and draws, and hands back a :class:`ClaimResult`:
-``.claims`` the verdicts (:class:`~gpt2_posheads.claims.verdicts.Claim`: verdict, rule, reason, the number; as a
-table: :meth:`ClaimResult.verdicts`); ``.numbers`` what the measurement found, as ``summary.json`` records it beside
-the claims; ``.tables`` DataFrames (``ranking``, ``per_layer``, ...), written as ``<name>.csv``; ``.figures`` plotly
-figures by file stem (``result.show()`` draws them in a notebook); ``.notes`` what the measurement says about the
-model it was given, as sentences (a model left in training mode, measured in eval mode; the hooks it carries,
-measured with; half-precision weights: :mod:`gpt2_posheads.model.state`), written into ``summary.json`` as ``notes``
-and shown on the page beside each verdict.
-
 The command-line scripts write the same object into a results folder (:meth:`ClaimResult.write`), so a verdict in a
 notebook and on the results page come from one computation. In Jupyter the object shows itself as its verdict table
 (``_repr_html_``), offline.
@@ -30,8 +20,14 @@ VERDICT_COLUMNS = ["key", "claim", "verdict", "readout", "head", "why", "rule"] 
 
 @dataclass
 class ClaimResult:
-    """One claim function's result (see the module doc). ``name`` is the claim function's (and command's) name,
-    ``model`` the model it ran on (empty for the toy posts, which train their own)."""
+    """One claim function's result. ``name`` is the claim function's (and command's) name, ``model`` the model it ran
+    on (empty for the toy posts, which train their own); ``claims`` the verdicts
+    (:class:`~gpt2_posheads.claims.verdicts.Claim`; as a table: :meth:`verdicts`); ``numbers`` what the measurement
+    found, as ``summary.json`` records it beside the claims; ``tables`` DataFrames, written as ``<name>.csv``;
+    ``figures`` plotly figures by file stem (:meth:`show`); ``notes`` what the measurement says about the model it was
+    given, as sentences (a model left in training mode, measured in eval mode; the hooks it carries, measured with;
+    half-precision weights: :mod:`gpt2_posheads.model.state`), written into ``summary.json`` as ``notes`` and shown on
+    the page beside each verdict."""
 
     name: str
     model: str = ""
@@ -41,7 +37,7 @@ class ClaimResult:
     figures: dict[str, Any] = field(default_factory=dict)
     figure_options: dict[str, dict] = field(default_factory=dict)  # size of each figure's PNG (width, height)
     files: dict[str, Any] = field(default_factory=dict)  # other files: name -> text or bytes (a report page)
-    notes: list[str] = field(default_factory=list)  # what the model given was found to be (model.state)
+    notes: list[str] = field(default_factory=list)
 
     def figure(self, fig, stem: str, **options) -> None:  # options: width/height of its PNG
         self.figures[stem] = fig
@@ -95,19 +91,15 @@ class ClaimResult:
         )
 
     def write(self, out, context: dict | None = None) -> None:
-        """Write the tables, figures and ``summary.json`` (:attr:`numbers` with ``context`` — the model, the prompts,
-        the heads as the command chose them — over them, and :attr:`notes` as ``notes``) into ``out``
-        (:class:`~gpt2_posheads.cli.output.Output`), and commit it."""
+        """Write the tables, figures and ``summary.json`` (:attr:`numbers`, ``context`` — the model, the prompts, the
+        heads as the command chose them — over them) into ``out`` (:class:`~gpt2_posheads.cli.output.Output`)."""
         for stem, df in self.tables.items():
             out.csv(df, stem)
         for stem, fig in self.figures.items():
             out.figure(fig, stem, **self.figure_options.get(stem, {}))
         for name, body in self.files.items():
             p = out.path(name)
-            if isinstance(body, bytes):
-                p.write_bytes(body)
-            else:
-                p.write_text(body, encoding="utf-8")
+            p.write_bytes(body) if isinstance(body, bytes) else p.write_text(body, encoding="utf-8")
         out.summary(
             {**self.numbers, **(context or {}), **({"notes": list(self.notes)} if self.notes else {})}, self.claims
         )

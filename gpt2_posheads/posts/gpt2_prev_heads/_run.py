@@ -1,8 +1,9 @@
-"""What every claim of the GPT-2 post measures on: a model, natural-text prompts, and the previous-token ranking
-(:class:`ModelRun`), and the pieces the claim scripts share (the arguments they take: the package's doc)."""
+"""The post (:data:`POST`), what every claim of it measures on: a model, natural-text prompts, and the previous-token
+ranking (:class:`ModelRun`), and the pieces the claim scripts share (the arguments they take: the package's doc)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ from ...analysis.diagonals import diagonal_attention, rank_from_diagonals
 from ...analysis.heads import HeadDefault, HeadSpec, resolve_heads
 from ...analysis.prompts import documents, make_prompts
 from ...analysis.repeat_prompt import RepeatPrompt, fit_repeat_prompt, target_words
+from ...claims.catalogue import Post, declare, register_post
 from ...claims.gpt2_post import prev_head_precondition
 from ...claims.verdicts import Precondition
 from ...model.state import require_finite_half
@@ -32,6 +34,31 @@ from ...model.validation import (
 from ...report.plotting import heatmap, submatrix
 
 HeadsArg = str | Sequence[str | tuple[int, int]] | None
+
+POST = register_post(
+    Post(
+        key="004",
+        title="The positional embedding matrix and previous-token heads: how do they actually work?",
+        author="not named in the seed",
+        date="not given in the seed",
+        seed="004_4e3a045ca875b10c.txt",
+        subject="gpt2_prev_heads",
+        needs_model=True,
+        order=0,
+    )
+)
+
+
+def claim_script(name: str, **spec):
+    """Declare a claim function of the post as command ``name`` (:func:`~gpt2_posheads.claims.catalogue.declare`),
+    its help its module's doc followed by where the claim is a function."""
+
+    def register(fn):
+        where, path = f"{fn.__module__.rpartition('.')[0]}.{fn.__name__}", fn.__module__.replace(".", "/") + ".py"
+        usage = f"{(sys.modules[fn.__module__].__doc__ or '').rstrip()}\nThe claim as a function: {where}\n({path}).\n"
+        return declare(POST, name, usage=usage, **spec)(fn)
+
+    return register
 
 
 @dataclass
@@ -138,13 +165,9 @@ def repeated_token_run(model, run: ModelRun | None, layer: int, n_prompts: int, 
     2`` capped at the model's context, and said (``None``: the context)."""
     run = unprompted_run(model, run)
     check_layer(run.model, layer, allow_final=True)
-    n_ctx = run.model.cfg.n_ctx
     if seq_len is not None and seq_len < 2:
         raise ValueError(f"seq_len: {seq_len} is out of range; allowed >= 2 (a position after the first)")
-    if seq_len is not None and seq_len > n_ctx:
-        note(f"seq_len {seq_len} is capped at the model's context, {n_ctx}")
-        seq_len = n_ctx
-    return run, seq_len
+    return run, None if seq_len is None else capped_seq_len(run.model, seq_len, "seq_len")
 
 
 def _same_model(model, run: ModelRun) -> ModelRun:
@@ -169,10 +192,8 @@ def repeat_prompts(
     except ValueError as e:
         return [], f"no repeat-string target: {e}"
     if contiguous and sep:
-        how = how.replace(
-            f", separated by {sep!r}", ", one after another with no separator (the token after a word is the next word)"
-        )
-        sep = ""
+        joined = ", one after another with no separator (the token after a word is the next word)"
+        how, sep = how.replace(f", separated by {sep!r}", joined), ""
     if how:
         note(f"{param}: {how}")
     prompts = []

@@ -28,8 +28,7 @@ from ...claims.gpt2_post import model_copies, post_claim
 from ...claims.verdicts import Claim, Precondition, predicate
 from ...model.validation import NonFiniteError, UsageError, head_name
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, prompted_run, repeat_prompts
-from .about import claim_script
+from ._run import HeadsArg, ModelRun, claim_script, prompted_run, repeat_prompts
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="the previous-token head to edit (the first is used)")
 
@@ -165,9 +164,9 @@ def l4h11_edit(
     """Edit the head's attention on the repeat-string prompt, scale its output by each factor, and read the copy.
 
     ``prompts``: what the heads are ranked on (the edit runs on the repeat-string prompt); ``heads``: the first is
-    edited. ``target``: three words, each keeping its leading space. ``factors``: each in ``0..MAX_FACTOR``, 2 (the
-    post's) among them; the claim is judged on the x2 row. ``seed``: the demonstrations'. ``numbers``: ``target`` as
-    used, ``prompt``, ``mapping`` ``{query position: key position}``, ``mapping_tokens``, ``rows``.
+    edited. ``target``: three words, each keeping its leading space. ``factors``: :func:`check_factors`; the claim is
+    judged on the x2 row. ``seed``: the demonstrations'. ``numbers``: ``mapping`` ``{query position: key position}``,
+    ``rows``, ...
     """
     factors = check_factors(factors)
     if not isinstance(target, str) or len(split_words(target)) != 3:
@@ -186,12 +185,11 @@ def l4h11_edit(
         result.claims.append(MOVES_COPY.judge({"no_prompt": no_prompt}, (float("nan"),) * 3, pre))
         return result
     rp, decode = reps[0], lambda i: run.model.tokenizer.decode([int(rp.tokens[i])])
-    target, mapping = rp.sep.join(rp.words), edit_mapping(rp)
-    rows = measure(run.model, rp, chosen[0], factors)
+    target, mapping, rows = rp.sep.join(rp.words), edit_mapping(rp), measure(run.model, rp, chosen[0], factors)
     result.figure(figure(rows, rp, target, chosen[0], run), "l4h11_edit")
     result.claims.append(judge(run, chosen[0], rp, rows))
-    mapping_tokens = {decode(q): decode(k) for q, k in mapping.items()}
-    result.numbers.update(target=target, prompt=rp.text, mapping=mapping, mapping_tokens=mapping_tokens, rows=rows)
+    tokens = {decode(q): decode(k) for q, k in mapping.items()}
+    result.numbers.update(target=target, prompt=rp.text, mapping=mapping, mapping_tokens=tokens, rows=rows)
     return result
 
 

@@ -26,8 +26,7 @@ from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.validation import head_name, note
 from ...report.plotting import attention_panels
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, prompted_run, side_by_side
-from .about import claim_script
+from ._run import HeadsArg, ModelRun, claim_script, prompted_run, side_by_side
 
 EACH = "an early head and the aggregator (each averaged just before its own layer)"
 HEADS = HeadDefault(("L2H2", "L4H11"), "aggregator+early", what=EACH)
@@ -123,8 +122,8 @@ def ext_pos_averaging(
     """Average the extended positional embeddings just before each head and compare its attention with the clean run.
 
     ``prompts``: starting with BOS where the model has one; ``heads``: the early head first, the aggregator last.
-    ``group_size`` (>= 2, the post: 10) above the model's context is capped at it, and said. ``numbers``: ``results``,
-    per head its layer, previous-token mass clean and averaged, JS divergence.
+    ``group_size``: >= 2 (the post: 10). ``numbers``: ``results``, per head its layer, previous-token mass clean and
+    averaged, JS divergence.
     """
     run = prompted_run(model, prompts, run, **PROMPTS)
     if isinstance(group_size, bool) or not (isinstance(group_size, int) and group_size >= 2):

@@ -10,6 +10,8 @@ measured (the rest compares with W_pos).
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -25,8 +27,7 @@ from ...model.loading import position_kind, wpos_reason
 from ...model.validation import UsageError, capped_seq_len
 from ...report.plotting import line_figure
 from ..result import ClaimResult
-from ._run import ModelRun, repeated_token_run
-from .about import claim_script
+from ._run import ModelRun, claim_script, repeated_token_run
 
 SPECS = SAME_SUBSPACE, SPARSER, TOKEN_INDEPENDENT = (
     post_claim(
@@ -61,15 +62,10 @@ def measure(
     final residual, the repeated token's rows ``{layer: [seq_len - after_bos, d_model]}``; ``W_pos`` on the same rows
     (``None``, and why, without learned positions); the per-layer table (``token_dependence`` on
     ``n_token_dependence`` other tokens kept apart, seed ``seed + 1``; ``angle_<i>_deg`` with ``W_pos``)."""
-    reason = wpos_reason(model, label)
-    layers = list(range(model.cfg.n_layers + 1))
-    bos = default_bos(model)
-    ext = extended_pos_embeddings_by_layer(
-        model, layers, n_prompts=n_prompts, seq_len=seq_len, seed=seed, progress=progress, bos=bos
-    )
-    _, per_tok = extended_pos_embeddings_by_layer(
-        model, layers, n_prompts=n_token_dependence, seq_len=seq_len, seed=seed + 1, return_per_token=True, bos=bos
-    )
+    reason, layers, bos = wpos_reason(model, label), list(range(model.cfg.n_layers + 1)), default_bos(model)
+    by_layer = partial(extended_pos_embeddings_by_layer, model, layers, seq_len=seq_len, bos=bos)
+    ext = by_layer(n_prompts=n_prompts, seed=seed, progress=progress)
+    _, per_tok = by_layer(n_prompts=n_token_dependence, seed=seed + 1, return_per_token=True)
     # geometry on the repeated token's rows (after BOS), and W_pos on the same positions
     ext = {l: token_rows(e, bos) for l, e in ext.items()}
     per_tok = {l: e[:, int(bos) :] for l, e in per_tok.items()}
@@ -85,9 +81,8 @@ def measure(
     df["not_measured"] = ""
     if reason is not None:  # no W_pos: layer 0's residual holds no position (zeros up to rounding), nothing to compare
         df.loc[df.layer == 0, ["large_entry_fraction", "norm", "token_dependence"]] = float("nan")
-        df.loc[df.layer == 0, "not_measured"] = (
-            f"no learned W_pos ({position_kind(model)} positions): layer 0 holds no position"
-        )
+        kind = position_kind(model)
+        df.loc[df.layer == 0, "not_measured"] = f"no learned W_pos ({kind} positions): layer 0 holds no position"
     df["sparsity_vs_layer0"] = df["large_entry_fraction"][0] / df["large_entry_fraction"]
     return {"per_layer": df, "ext": ext, "w_pos": w, "wpos_reason": reason, "after_bos": bos}
 
@@ -129,11 +124,8 @@ def three_panel(w: torch.Tensor, ext: torch.Tensor, layer: int, label: str) -> g
         for lab, x, colour in ((f"extended L{layer}", ext, "red"), ("W_pos", w, "blue")):
             p = project(x, comps).numpy()
             pts.append(p)
-            marker = dict(size=2, color=colour)
-            trace = go.Scatter3d(
-                x=p[:, 0], y=p[:, 1], z=p[:, 2], mode="markers", name=lab, marker=marker, showlegend=i == 0
-            )
-            fig.add_trace(trace, row=1, col=i + 1)
+            style = dict(mode="markers", name=lab, marker=dict(size=2, color=colour), showlegend=i == 0)
+            fig.add_trace(go.Scatter3d(x=p[:, 0], y=p[:, 1], z=p[:, 2], **style), row=1, col=i + 1)
         allp = np.concatenate(pts)
         lo, hi = np.percentile(allp, 1, axis=0), np.percentile(allp, 99, axis=0)
         pad = 0.1 * (hi - lo)
@@ -159,29 +151,16 @@ def figure(m: dict, layer: int, k: int, label: str) -> dict:
     if w is not None:
         figs[f"three_panel_L{layer}"] = three_panel(w, m["ext"][layer], layer, label)
         angles = {f"angle {i + 1}": f"angle_{i + 1}_deg" for i in range(k)}
-        lines["principal_angles"] = (
-            angles,
-            "principal angles between W_pos and the extended positional embeddings",
-            "degrees",
-        )
+        what = "principal angles between W_pos and the extended positional embeddings"
+        lines["principal_angles"] = (angles, what, "degrees")
     sparsity = "share of large entries (|x| > the matrix's RMS); lower = sparser"
     lines["sparsity"] = ({"large entry fraction": "large_entry_fraction"}, sparsity, "share of entries with |x| > RMS")
-    dependence = "token dependence of the extended positional embeddings"
-    lines["token_dependence"] = (
-        {"token dependence": "token_dependence"},
-        dependence,
-        "relative spread across repeated tokens",
-    )
+    what, spread = "token dependence of the extended positional embeddings", "relative spread across repeated tokens"
+    lines["token_dependence"] = ({"token dependence": "token_dependence"}, what, spread)
     for name, (series, title, ylabel) in lines.items():
-        fig = line_figure(
-            {n: (df.layer, df[c]) for n, c in series.items()},
-            title=f"{label}: {title}",
-            xlabel="layer (input of the block)",
-            ylabel=ylabel,
-            mode="lines+markers",
-        )
-        fig.update_xaxes(dtick=1)
-        figs[name] = fig
+        xy = {n: (df.layer, df[c]) for n, c in series.items()}
+        fig = line_figure(xy, f"{label}: {title}", "layer (input of the block)", ylabel, mode="lines+markers")
+        figs[name] = fig.update_xaxes(dtick=1)
     return figs
 
 
@@ -229,9 +208,8 @@ def ext_pos_vs_wpe(
 
     ``run``: its model and label (the claim makes its own repeated-token prompts). ``layer``: the three-panel figure's
     (``0..n_layers``, ``n_layers`` = the final residual); the claims are judged at layer 2 (or the final residual of a
-    shallower model), as the post. ``k``: the subspaces' dimension (``1..min(d_model, seq_len)``). ``seed``: the
-    repeated tokens' (``seed + 1`` for those kept apart). ``numbers``: ``per_layer`` (also a table),
-    ``layer2_angles_deg``, ``mean_sparsity_ratio_layers_gt0`` beside the post's, ...
+    shallower model), as the post. ``k``: the subspaces' dimension, ``1..min(d_model, seq_len)``. ``seed``: the
+    repeated tokens' (``seed + 1`` for those kept apart).
     """
     if n_token_dependence < 2:
         raise ValueError(f"n_token_dependence: {n_token_dependence} is out of range; allowed >= 2 (a spread)")

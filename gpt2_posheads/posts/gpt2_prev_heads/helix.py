@@ -23,8 +23,7 @@ from ...claims.verdicts import Claim, Precondition
 from ...model.loading import wpos_reason
 from ...report.plotting import scatter3d_positions
 from ..result import ClaimResult
-from ._run import ModelRun, repeated_token_run
-from .about import claim_script
+from ._run import ModelRun, claim_script, repeated_token_run
 
 SPECS = WPOS_HELIX, EXT_HELIX = (
     post_claim(
@@ -48,20 +47,6 @@ def helix(x: torch.Tensor) -> tuple[list[float], torch.Tensor]:
     """``(top-4 explained-variance ratios, the rows on the top three components [n, 3])`` of ``x`` ``[n, d_model]``."""
     _, evr, proj = pca(x, 4)
     return [float(v) for v in evr], proj[:, :3]
-
-
-def measure(
-    model, layer: int, n_prompts: int, seq_len: int | None, seed: int, label: str, progress: bool = True
-) -> dict:
-    """``{"w_pos": (evr, points) or None, "wpos_reason", "ext": (evr, points), "after_bos"}``: :func:`helix` of the
-    model's centred ``W_pos`` (its first ``seq_len`` rows) and of the extended positional embeddings at ``layer`` (the
-    repeated token's rows, ``[seq_len - after_bos, d_model]``)."""
-    reason, bos = wpos_reason(model, label), default_bos(model)
-    w = helix(centred_w_pos(load_w_pos(model), seq_len)) if reason is None else None
-    ext = extended_pos_embeddings(
-        model, layer, n_prompts=n_prompts, seq_len=seq_len, seed=seed, progress=progress, bos=bos
-    )
-    return {"w_pos": w, "wpos_reason": reason, "ext": helix(token_rows(ext, bos)), "after_bos": bos}
 
 
 def shown(evr: list[float]) -> str:
@@ -129,18 +114,20 @@ def pos_embed_helix(
             raise ValueError("w_pos: measured alone, without a model; pass either w_pos or model/run")
         return _w_pos_only(w_pos)
     run, seq_len = repeated_token_run(model, run, layer, n_prompts, seq_len)
-    m = measure(run.model, layer, n_prompts, seq_len, seed, run.label, progress)
+    reason, bos, w_evr = wpos_reason(run.model, run.label), default_bos(run.model), None
     result = ClaimResult("pos_embed_helix", run.label)
     result.numbers.update(layer=layer, n_prompts=n_prompts)
-    if m["w_pos"] is not None:
-        evr, points = m["w_pos"]
-        result.figure(figure(evr, points, f"{run.label}: W_pos, top-3 PCA"), "w_pos_helix")
-        result.numbers["w_pos"] = {"explained_variance_top4": evr}
-    ext_evr, ext_points = m["ext"]
+    if reason is None:  # W_pos's first seq_len rows, centred
+        w_evr, points = helix(centred_w_pos(load_w_pos(run.model), seq_len))
+        result.figure(figure(w_evr, points, f"{run.label}: W_pos, top-3 PCA"), "w_pos_helix")
+        result.numbers["w_pos"] = {"explained_variance_top4": w_evr}
+    # the extended positional embeddings at layer: the repeated token's rows, [seq_len - bos, d_model]
+    options = dict(n_prompts=n_prompts, seq_len=seq_len, seed=seed, progress=progress, bos=bos)
+    ext_evr, ext_points = helix(token_rows(extended_pos_embeddings(run.model, layer, **options), bos))
     title = f"{run.label}: extended positional embeddings at layer {layer}, top-3 PCA"
     result.figure(figure(ext_evr, ext_points, title), f"ext_pos_helix_L{layer}")
-    result.numbers["ext"] = {"explained_variance_top4": ext_evr, "after_bos": m["after_bos"]}
-    result.claims = judge(m["w_pos"][0] if m["w_pos"] else None, m["wpos_reason"], ext_evr, layer)
+    result.numbers["ext"] = {"explained_variance_top4": ext_evr, "after_bos": bos}
+    result.claims = judge(w_evr, reason, ext_evr, layer)
     return result
 
 

@@ -22,8 +22,7 @@ from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.validation import head_name
 from ...report.plotting import attention_panels
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, prompted_run, side_by_side
-from .about import claim_script
+from ._run import HeadsArg, ModelRun, claim_script, prompted_run, side_by_side
 
 HEADS = HeadDefault(("L4H11",), "aggregator", what="head(s) whose pattern is measured")
 
@@ -71,10 +70,8 @@ def preconditions(run: ModelRun, head: tuple[int, int], layers: list[int], every
         pre.append(
             Precondition("every masked layer lies below the head's own", bool(layers) and max(layers) < l, above)
         )
-    none = (
-        f"no query is masked: --every {every} with prompts of {n} tokens (the first masked query is position {every})"
-    )
-    return pre + [Precondition("at least one query is masked", len(masked_queries(every, n)) > 0, none)]
+    none = f"no query is masked: --every {every} with prompts of {n} tokens (the first masked query is position "
+    return pre + [Precondition("at least one query is masked", len(masked_queries(every, n)) > 0, f"{none}{every})")]
 
 
 @claim_script(

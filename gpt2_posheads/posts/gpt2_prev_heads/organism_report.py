@@ -16,7 +16,7 @@ results/mini_gpt2_report/<model>/. As a function: posts.gpt2_prev_heads.mini_gpt
 
 from __future__ import annotations
 
-import html
+from html import escape as esc
 from pathlib import Path
 
 from ...analysis.prompts import encode_stream, wikitext_documents
@@ -27,8 +27,7 @@ from ...claims.record import SummaryError, read_summary
 from ...claims.route import RouteConclusion, conclude, records_from_claims
 from ...claims.verdicts import NOT_TESTABLE, VERDICT_COLOURS, Claim
 from ..result import ClaimResult
-from ._run import head_grid, ratio_grid
-from .about import POST
+from ._run import POST, head_grid, ratio_grid
 from .organism_targets import measure_targets
 
 
@@ -69,19 +68,13 @@ def story(results: str | Path, name: str) -> dict[str, Claim]:
     rows = {}
     for script, key in steps:
         found = summaries[script].claim(key) if script in summaries else None
-        rows[key] = found or CLAIMS[key].untested(
-            missing.get(script) or f"{script} judged no claim {key} on this model ({_shown(summaries[script].path)})",
-            measured="",
-            here=False,
-        )
+        why = missing.get(script) or f"{script} judged no claim {key} on this model ({_shown(summaries[script].path)})"
+        rows[key] = found or CLAIMS[key].untested(why, measured="", here=False)
     return rows
 
 
 def _shown(path: Path) -> str:  # relative to the current folder when under it
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
+    return str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path)
 
 
 SPECS = TARGETS  # the organism's behaviour targets, declared with their rules before any model was built or trained
@@ -103,7 +96,7 @@ SPECS = TARGETS  # the organism's behaviour targets, declared with their rules b
             "a second model folder whose latest claim results fill the middle column (default: the other shipped "
             "organism)",
         ),
-        Option("--skip-scripts", False, "only the targets; reuse the claim scripts' last results"),
+        Option("--skip-scripts", False, "only the targets; reuse the claim scripts' last results", kwarg=None),
     ),
 )
 def mini_gpt2_report(
@@ -122,9 +115,8 @@ def mini_gpt2_report(
 
     The story is read from ``<results>/<command>/<name>/summary.json`` (:func:`story`; ``name``: default the last part
     of the model's name, ``label`` in the titles); ``compare``, a second model (a folder or name), fills the middle
-    column from its latest results, when it has any. ``seed``: the random-token and copy prompts'. ``claims``: the
-    behaviour targets; ``numbers``: ``targets``, ``reference_heldout``, ``compare``, ``story`` (its claims), ``route``
-    (the route conclusion drawn from them); ``files``: ``report.html``.
+    column from its latest results, when it has any. ``seed``: the random-token and copy prompts'. ``numbers``:
+    ``story`` (its claims), ``route`` (the route conclusion drawn from them), ...; ``files``: ``report.html``.
     """
     if not (hasattr(model, "cfg") and hasattr(model, "tokenizer")):
         how = "gpt2_posheads.load_model(name or folder) loads one"
@@ -161,12 +153,8 @@ def mini_gpt2_report(
 def _cell(c: Claim | None) -> str:
     if c is None:
         return "<td>-</td>"
-    colour = VERDICT_COLOURS.get(c.verdict, VERDICT_COLOURS[NOT_TESTABLE])
-    head = f" ({html.escape(c.head)})" if c.head else ""
-    return (
-        f"<td><b style='color:{colour}'>{html.escape(c.verdict)}</b>{head}<br>{html.escape(c.readout)}"
-        f"<br><i>{html.escape(c.why)}</i></td>"
-    )
+    colour, head = VERDICT_COLOURS.get(c.verdict, VERDICT_COLOURS[NOT_TESTABLE]), f" ({esc(c.head)})" if c.head else ""
+    return f"<td><b style='color:{colour}'>{esc(c.verdict)}</b>{head}<br>{esc(c.readout)}<br><i>{esc(c.why)}</i></td>"
 
 
 def page(
@@ -181,29 +169,24 @@ def page(
     """``report.html``: the targets, then the story beside ``contrast`` (a second model's story) and the post, led by
     ``route`` (the route conclusion drawn from ``story``, when given)."""
     t_rows = "".join(
-        f"<tr><td>{html.escape(c.claim)}</td><td>{html.escape(c.post)}</td>{_cell(c)}"
-        f"<td>{html.escape(c.rule)}</td></tr>"
-        for c in targets
+        f"<tr><td>{esc(c.claim)}</td><td>{esc(c.post)}</td>{_cell(c)}<td>{esc(c.rule)}</td></tr>" for c in targets
     )
     s_rows = "".join(
-        f"<tr><td>{html.escape(CLAIMS[k].claim)}{' <small>(route)</small>' if CLAIMS[k].role == ROUTE else ''}"
-        f"</td>{_cell(story[k])}"
-        f"{_cell(contrast.get(k)) if contrast else '<td>(not run)</td>'}<td>{html.escape(CLAIMS[k].post)}</td>"
-        f"<td>{html.escape(CLAIMS[k].rule.text)}</td></tr>"
+        f"<tr><td>{esc(CLAIMS[k].claim)}{' <small>(route)</small>' if CLAIMS[k].role == ROUTE else ''}</td>"
+        f"{_cell(story[k])}{_cell(contrast.get(k)) if contrast else '<td>(not run)</td>'}<td>{esc(CLAIMS[k].post)}</td>"
+        f"<td>{esc(CLAIMS[k].rule.text)}</td></tr>"
         for k in story
     )
-    links = " · ".join(f'<a href="{html.escape(f)}">{html.escape(f)}</a>' for f in figs)
+    links = " · ".join(f'<a href="{esc(f)}">{esc(f)}</a>' for f in figs)
     said = (
-        f"<p><b>Route conclusion</b> (claims.route, from this model's story): {html.escape(route.line())}</p>"
-        if route
-        else ""
+        f"<p><b>Route conclusion</b> (claims.route, from this model's story): {esc(route.line())}</p>" if route else ""
     )
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>{esc(title)}</title><style>
 body{{font-family:sans-serif;margin:2em;max-width:1400px}}table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:4px 6px;vertical-align:top}}th{{background:#f3f3f3}}</style></head><body>
-<h1>{html.escape(title)}</h1><h2>1. The targets</h2>
+<h1>{esc(title)}</h1><h2>1. The targets</h2>
 <table><tr><th>target</th><th>GPT-2 (post)</th><th>this model</th><th>rule</th></tr>{t_rows}</table>
 <h2>2. The post's causal story, claim by claim</h2>{said}
-<table><tr><th>claim</th><th>this model</th><th>{html.escape(contrast_name)}</th><th>GPT-2 small (post)</th>
+<table><tr><th>claim</th><th>this model</th><th>{esc(contrast_name)}</th><th>GPT-2 small (post)</th>
 <th>rule</th></tr>
 {s_rows}</table><p>Figures: {links}</p></body></html>"""

@@ -69,8 +69,7 @@ def measure_targets(
         rank_from_diagonals(diagonal_attention(model, p, progress=False)) for p in (text_prompts, rand)
     )
     # the repeat-string prompt: P(second | first)
-    tok = model.tokenizer
-    words = single_token_target(tok, target)
+    tok, words = model.tokenizer, single_token_target(model.tokenizer, target)
     rp = repeat_string_prompt(tok, words, n_given=1, seed=seed, max_len=model.cfg.n_ctx)
     p_copy = float(next_token_probs(model, rp.tokens)[0][rp.next_token_id(tok)])
     # induction and copying

@@ -36,8 +36,7 @@ from ...model.loading import is_gpt2_small
 from ...model.state import reduced_precision, resolve_bf16
 from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ..result import ClaimResult
-from ._run import ModelRun, prompted_run, ratio_grid
-from .about import claim_script
+from ._run import ModelRun, claim_script, prompted_run, ratio_grid
 
 
 @partial(
@@ -115,12 +114,10 @@ def float32_masses(bf16_used: bool, model=None) -> Precondition:
 def judge(ranking: pd.DataFrame, preconditions: list[Precondition] = ()) -> list[Claim]:
     """The sharpest previous-token head's ratio, its gap to the next, and the share of previous-token heads."""
     prev = ranking[ranking.is_prev_token]
-    ratios = prev.ratio.tolist()
-    n_prev, n_heads = count_prev_heads(ranking), len(ranking)
+    ratios, n_prev, n_heads = prev.ratio.tolist(), count_prev_heads(ranking), len(ranking)
     agg = head_name(*choose_aggregator(ranking)) if ratios else ""
     # no previous-token head is a measured fact, judged (not held): inf
-    sharpest = sharpest_prev_ratio(ranking)
-    next_ratio = ratios[1] if len(ratios) >= 2 else None
+    sharpest, next_ratio = sharpest_prev_ratio(ranking), ratios[1] if len(ratios) >= 2 else None
     sharp = alone = "no previous-token head"
     if ratios:
         sharp = f"ratio {ratios[0]:.3g}"
@@ -142,14 +139,10 @@ def masses_figure(ranking: pd.DataFrame, diag: torch.Tensor, label: str) -> go.F
     scale = dict(colorscale="Viridis", zmin=0, zmax=1, colorbar=dict(title="mean attention"))
     fig = go.Figure(go.Heatmap(z=z, x=list(range(n_show)), y=order, **scale))
     fig.update_layout(
-        title=f"{label}: mean attention per diagonal (heads in ranking order)",
-        xaxis_title="offset q - k (1 = previous token)",
-        yaxis_title="head",
-        height=max(500, 12 * len(order)),
+        title=f"{label}: mean attention per diagonal (heads in ranking order)", height=max(500, 12 * len(order))
     )
-    fig.update_xaxes(dtick=1)
-    fig.update_yaxes(autorange="reversed")
-    return fig
+    fig.update_xaxes(title="offset q - k (1 = previous token)", dtick=1)
+    return fig.update_yaxes(title="head", autorange="reversed")
 
 
 def _prepare(model, kwargs: dict, args) -> None:
@@ -203,17 +196,15 @@ def rank_prev_heads(
 
     ``model``: also an nnsight :class:`~gpt2_posheads.model.engine_nnsight.TracedModel` (``engine`` ``"nnsight"``); a
     ``run`` with the default options lends its ranking, or keeps this one. ``include_bos``: the post leaves key 0 out
-    (heads park spare attention there). ``bf16``, ``engine``: as the command's options say (``bf16``: the claims not
-    testable, :func:`float32_masses`). ``numbers``: ``n_heads``, ``n_prev_token_heads``, ``aggregator``, ``top`` (the
-    eleven first heads, with the post's ratio on GPT-2 small), ...; ``tables``: ``ranking``.
+    (heads park spare attention there). ``bf16``: the claims not testable (:func:`float32_masses`). ``numbers``: ``top``
+    (the eleven first heads, with the post's ratio on GPT-2 small), ...; ``tables``: ``ranking``.
     """
     if engine not in (*ENGINES, NNSIGHT):
         raise ValueError(f"engine: {engine!r} is not an engine; allowed {', '.join((*ENGINES, NNSIGHT))}")
     if include_bos and engine == "fast":
         raise ValueError("include_bos: the fast engine leaves key 0 out; use engine='auto' or 'hooks' to include it")
     given = run.model if run is not None else model
-    traced = is_traced(given)
-    if traced and engine == "auto":
+    if (traced := is_traced(given)) and engine == "auto":
         engine = NNSIGHT  # the only engine of a traced model
     if traced != (engine == NNSIGHT):
         raise ValueError(
@@ -222,16 +213,14 @@ def rank_prev_heads(
         )
     run = prompted_run(model, prompts, run, **PROMPTS, traced=traced)
     shared = not include_bos and not bf16 and engine == "auto" and batch_size == 8  # what ModelRun.ranked() computes
+    options = dict(exclude_bos=not include_bos, batch_size=batch_size)
     if shared and run.diag is not None and run.ranking is not None:
         ranking, diag, n_offsets = run.ranking, run.diag, int(run.diag.shape[-1])
     elif engine == NNSIGHT:  # the statistics computed where the model runs, on every offset; N_SHOWN_OFFSETS come back
-        options = dict(exclude_bos=not include_bos, batch_size=batch_size)
         ranking, diag = traced_ranking(run.model, run.prompts, **options)
         n_offsets = int(run.prompts.shape[1])
-    else:
-        options = dict(exclude_bos=not include_bos, batch_size=batch_size, progress=progress, bf16=bf16, engine=engine)
-        # [n_layers, n_heads, n_offsets], offset q - k
-        diag = diagonal_attention(run.model, run.prompts, **options)
+    else:  # diag [n_layers, n_heads, n_offsets], offset q - k
+        diag = diagonal_attention(run.model, run.prompts, **options, progress=progress, bf16=bf16, engine=engine)
         ranking, n_offsets = rank_from_diagonals(diag), int(diag.shape[-1])
         if shared:
             run.diag, run.ranking = diag, ranking
@@ -246,10 +235,9 @@ def rank_prev_heads(
     bf16_used = engine != NNSIGHT and resolve_bf16(bf16, model_device(run.model))
     result.claims = judge(ranking, [float32_masses(bf16_used, run.model)])
     # the post's per-head ratios belong to GPT-2 small's heads only, never to another model's head of that name
-    post = POST_TOP if is_gpt2_small(run.model) else None
     top = [{"name": r.name, "ratio": r.ratio, "top_offset": r.top_offset} for r in ranking.head(11).itertuples()]
-    for row in top if post else ():
-        row["post_ratio"] = post.get(row["name"])
+    for row in top if is_gpt2_small(run.model) else ():
+        row["post_ratio"] = POST_TOP.get(row["name"])
     result.numbers.update(
         exclude_bos=not include_bos,
         bf16=bf16_used,

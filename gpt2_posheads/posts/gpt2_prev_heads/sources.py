@@ -34,8 +34,7 @@ from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.loading import is_gpt2_small
 from ...model.validation import UsageError, head_name, note, positive
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, prompted_run
-from .about import claim_script
+from ._run import HeadsArg, ModelRun, claim_script, prompted_run
 
 HEADS = HeadDefault(("L4H11", "L2H2"), "aggregator+early", what="target heads (layer >= 1; the aggregator first)")
 POST_SOURCES = ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2")  # the early heads the post says L4H11 aggregates
@@ -109,45 +108,18 @@ def aggregator_first(model, heads: list[tuple[int, int]]) -> list[tuple[int, int
     return heads if is_gpt2_small(model) else heads[::-1]
 
 
-def measure(
-    run: ModelRun, head: tuple[int, int], groups: dict, progress: bool = False, **options
-) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """``(ablation, composition)`` of one target head: :func:`~gpt2_posheads.analysis.sources.path_ablation` (``groups``
-    removed together), one row per (source, side), largest drop first, the sources' Q/K/V composition scores against a
-    random baseline merged in; composition ``None`` where the model's weights do not give it."""
-    l, h = head
-    if progress:
-        n, how = l * run.model.cfg.n_heads, options["ablation"]
-        print(f"\n{head_name(l, h)}: path ablation over {n} upstream heads x 2 sides ({how})", flush=True)
-    df = upstream.path_ablation(run.model, run.prompts, l, h, groups=groups, **options)
-    try:
-        comp = upstream.composition_scores(run.model, l, h)
-        df = df.merge(comp[["source", *COMPOSITION]], on="source", how="left")
-    except UsageError as e:
-        note(f"composition scores skipped: {e}")
-        comp = None
-    if progress:
-        cols = [c for c in ("source", "side", "drop", "relative_drop", "q_ratio", "k_ratio") if c in df]
-        print(head_sources(df).head(10)[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
-    return df, comp
-
-
 def head_sources(df: pd.DataFrame) -> pd.DataFrame:
     """The rows of one upstream head on one side (query or key), largest drop first."""
     return df[df.side.isin(["query", "key"]) & df.source.str.match(HEAD_SOURCE)]
 
 
-def judge(
-    agg: tuple[int, int],
-    df: pd.DataFrame | None,
-    early: list[tuple[int, int]],
-    pre_agg: list[Precondition],
-    named_pre: Precondition,
-    pos_group: int = POS_GROUP,
-) -> tuple[list[Claim], dict]:
+def judge(run: ModelRun, agg: tuple[int, int], df, early: list, pos_group: int) -> tuple[list[Claim], dict]:
     """The three claims on the aggregator's ablation table ``df`` (``None``: it sits in layer 0, nothing upstream), and
     what the summary records beside them."""
     name = head_name(*agg)
+    pre_agg = [run.prev_head(agg), layer_above(name, agg[0], 0)]
+    is_l4h11, why = is_gpt2_small(run.model) and name == "L4H11", "the post's head names only mean something on"
+    named_pre = Precondition("the model is GPT-2 small and the target is L4H11", is_l4h11, f"{why} GPT-2 small's L4H11")
     if df is None:  # in layer 0 nothing below was removed: absent by design, not NaN
         below = LayersBelowRemoved(name, agg[0]).measured()
         return [
@@ -215,10 +187,8 @@ def prev_head_sources(
 ) -> ClaimResult:
     """Trace each target head's previous-token attention to the upstream heads that make it (the module doc).
 
-    ``heads``: the targets, the aggregator first. ``ablation``: what replaces a source's output (``"resample"``: two
-    prompts or more); ``seed``: the random groups' (chance); ``progress``: print each target's top sources. ``numbers``:
-    ``results`` per target (the aggregator's with ``below_relative_drop``, ``upstream``); ``tables``:
-    ``ablation_<head>``, ``composition_<head>``.
+    ``heads``: the targets, the aggregator first. ``ablation``: ``"resample"`` needs two prompts or more; ``seed``: the
+    random groups' (chance). ``numbers``: ``results`` per target; tables: ``ablation_<head>``, ``composition_<head>``.
     """
     if ablation not in upstream.ABLATIONS:
         raise UsageError("ablation", f"{ablation!r} is not an ablation", f"allowed {', '.join(upstream.ABLATIONS)}")
@@ -234,30 +204,37 @@ def prev_head_sources(
     targets = [(l, h) for l, h in chosen if l >= 1]
     results, dfs, agg = {}, {}, tuple(chosen[0])
     name = head_name(*agg)
-    pre_agg = [run.prev_head(agg), layer_above(name, agg[0], 0)]
-    is_l4h11, why = is_gpt2_small(run.model) and name == "L4H11", "the post's head names only mean something on"
-    named_pre = Precondition("the model is GPT-2 small and the target is L4H11", is_l4h11, f"{why} GPT-2 small's L4H11")
     if not targets and progress:
         print(f"{name} sits in layer 0: nothing upstream to analyse")
     early = [(int(r.layer), int(r.head)) for r in early_prev_heads(rank, agg[0]).itertuples()]
     for l, h in targets:
         # removed together from the aggregator: the early heads, and random groups of as many heads from the layers
         # below (chance; a draw equal to the early heads left out)
-        is_agg = (l, h) == agg
+        is_agg, target = (l, h) == agg, head_name(l, h)
         groups = upstream.early_and_chance_groups(early, l, run.model.cfg.n_heads, seed=seed) if is_agg else {}
-        options = dict(ablation=ablation, pos_group=pos_group, batch_size=batch_size, below=is_agg, progress=progress)
-        df, comp = measure(run, (l, h), groups, **options)
-        if comp is not None:
-            result.table(comp, f"composition_{head_name(l, h)}")
-        result.table(df, f"ablation_{head_name(l, h)}")
+        if progress:
+            n = l * run.model.cfg.n_heads
+            print(f"\n{target}: path ablation over {n} upstream heads x 2 sides ({ablation})", flush=True)
+        options = dict(ablation=ablation, pos_group=pos_group, batch_size=batch_size, below=is_agg)
+        df = upstream.path_ablation(run.model, run.prompts, l, h, groups=groups, **options)
+        try:  # the sources' Q/K/V composition scores against a random baseline, where the weights give them
+            comp = upstream.composition_scores(run.model, l, h)
+            df = df.merge(comp[["source", *COMPOSITION]], on="source", how="left")
+            result.table(comp, f"composition_{target}")
+        except UsageError as e:
+            note(f"composition scores skipped: {e}")
+        if progress:
+            cols = [c for c in ("source", "side", "drop", "relative_drop", "q_ratio", "k_ratio") if c in df]
+            print(head_sources(df).head(10)[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+        result.table(df, f"ablation_{target}")
         dfs[(l, h)] = df
-        results[head_name(l, h)] = {
+        results[target] = {
             **upstream.sources_summary(df, prev_heads),
             "pattern_check_max_abs_err": df.attrs.get("pattern_check_max_abs_err"),
             "top_rows": df[df.side != "both"].head(10)[["source", "side", "drop", "relative_drop", "prev_mass"]],
         }
     # the aggregator in layer 0 (not a target): built from the embeddings alone; nothing upstream to read
-    result.claims, found = judge(agg, dfs.get(agg), early, pre_agg, named_pre, pos_group)
+    result.claims, found = judge(run, agg, dfs.get(agg), early, pos_group)
     if found:
         results[name].update(found)
         result.figure(group_figure(results[name], name, run.label), "sources_groups", width=900)

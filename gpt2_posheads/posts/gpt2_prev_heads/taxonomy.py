@@ -28,8 +28,7 @@ from ...claims.verdicts import Claim, Precondition, predicate
 from ...model.validation import NothingMeasuredError, UsageError, head_name
 from ...report.plotting import heatmap_grid, submatrix
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, prompted_run
-from .about import claim_script
+from ._run import HeadsArg, ModelRun, claim_script, prompted_run
 
 POST_HEADS = ("L1H0", "L2H2", "L3H3", "L2H4", "L3H7", "L3H2", "L4H11")  # the six early heads and the aggregator
 HEADS = HeadDefault(POST_HEADS, "top", n=4, what="heads whose raw scores are shown")
@@ -97,24 +96,17 @@ def judge(run: ModelRun, df: pd.DataFrame) -> tuple[list[Claim], dict]:
     agg = head_name(agg_l, agg_h)
     early = df[df.name.isin(early_prev_heads(run.ranking, agg_l).name.tolist())]
     named = {label: tuple(early[early.label == label].name) for label in ("self_suppressing", "prev_boosting")}
-    n_self = len(named["self_suppressing"])
-    agg_label = df.set_index("name").loc[agg, "label"]
+    n_self, agg_label = len(named["self_suppressing"]), df.set_index("name").loc[agg, "label"]
     pre_agg = [run.prev_head((agg_l, agg_h))]
     none = f"no clear previous-token head sits below {agg} (layer {agg_l})"
     below = Precondition("there are clear previous-token heads below the aggregator", len(early) > 0, none)
     labels = EarlyLabels(agg, tuple(early.name), *named.values()).measured()  # what the route conclusion reads
-    shown = f"{n_self} of {len(early)} self-suppressing"
+    shown, boosting = f"{n_self} of {len(early)} self-suppressing", {"head": agg, "label": agg_label}
     claims = [
         SELF_SUPPRESSING.judge(
             labels, (n_self, len(early)), pre_agg + [below], head=",".join(early.name), readout=shown
         ),
-        PREV_BOOSTING.judge(
-            {"head": agg, "label": agg_label},
-            (agg, agg_label),
-            pre_agg,
-            head=agg,
-            readout=str(agg_label).replace("_", "-"),
-        ),
+        PREV_BOOSTING.judge(boosting, (agg, agg_label), pre_agg, head=agg, readout=str(agg_label).replace("_", "-")),
     ]
     return claims, {"aggregator": agg, "early_prev_heads": early[COLUMNS]}
 
@@ -166,9 +158,8 @@ def raw_scores_taxonomy(
 
     ``heads``: those whose raw-score submatrices are drawn (every head is classified). ``window``: key offsets
     ``-window..+window`` in the profile (``3 <= window <= (pos - 9) // 2``: the trend needs two keys older than the
-    previous one). ``threshold``: logits a spike or dip needs to label a head (>= 0; default ln 2: attention odds
-    changed 2x). ``numbers``: ``label_counts``, ``aggregator``, and ``early_prev_heads`` and ``chosen_heads`` as
-    DataFrames of :data:`COLUMNS`; ``tables``: the ``classification`` of every head.
+    previous one). ``threshold``: logits a spike or dip needs to label a head (>= 0). ``numbers``: ``early_prev_heads``
+    and ``chosen_heads`` as DataFrames of :data:`COLUMNS`, ...; ``tables``: the ``classification`` of every head.
     """
     if not (isinstance(threshold, (int, float)) and math.isfinite(threshold) and threshold >= 0):
         raise ValueError(f"threshold: {threshold!r} is out of range; allowed a number >= 0 (logits)")
@@ -206,18 +197,10 @@ def raw_scores_figure(run: ModelRun, heads: list[tuple[int, int]], start: int, s
     for l, h in heads:
         raw = attention_scores(run.model, run.prompts[0], l, h)["raw"]
         panels[head_name(l, h)], first = submatrix(raw, start, size)
+    title = f"{run.label}: raw attention scores before the causal mask<br><sup>prompt 0 ({run.source}); dotted: "
+    style = dict(cols=4, colorscale="Greys_r", shared_scale=False, colorbar_title="raw score", height_per_row=330)
     return heatmap_grid(
-        panels,
-        cols=4,
-        colorscale="Greys_r",
-        shared_scale=False,
-        x0=first,
-        tokens=run.tokens(),
-        mark_offset=1,
-        colorbar_title="raw score",
-        height_per_row=330,
-        title=f"{run.label}: raw attention scores before the causal mask<br><sup>prompt 0 "
-        f"({run.source}); dotted: previous token</sup>",
+        panels, x0=first, tokens=run.tokens(), mark_offset=1, title=title + "previous token</sup>", **style
     )
 
 
@@ -227,19 +210,15 @@ def taxonomy_figure(df: pd.DataFrame, threshold: float, run: ModelRun):
         kind=df.label.map({"self_suppressing": "self-suppressing", "prev_boosting": "prev-boosting"}).fillna("neither"),
         head_kind=df.clear_prev_token.map({True: "clear previous-token head", False: "other head"}),
     )
+    hover = {"trend": ":.2f", "lead": ":.2f", "dip": ":.2f", "spike": ":.2f", "kind": False, "head_kind": False}
+    title = (
+        f"{run.label}: raw-score profile of every head<br><sup>dip: the current key below the trend of older keys (a "
+        "dark main diagonal); spike: the previous key above it (a bright previous diagonal); logits; dotted: the "
+        "threshold ln 2</sup>"
+    )
+    labels, axes = {"kind": "label", "head_kind": "head"}, dict(x="dip", y="spike", color="kind", symbol="head_kind")
     fig = px.scatter(
-        shown,
-        x="dip",
-        y="spike",
-        color="kind",
-        symbol="head_kind",
-        hover_name="name",
-        hover_data={"trend": ":.2f", "lead": ":.2f", "dip": ":.2f", "spike": ":.2f", "kind": False, "head_kind": False},
-        text=cluster_labels(shown),
-        labels={"kind": "label", "head_kind": "head"},
-        title=f"{run.label}: raw-score profile of every head<br><sup>dip: the current key below the trend of older "
-        "keys (a dark main diagonal); spike: the previous key above it (a bright previous diagonal); logits; "
-        "dotted: the threshold ln 2</sup>",
+        shown, **axes, hover_name="name", hover_data=hover, text=cluster_labels(shown), labels=labels, title=title
     )
     fig.update_traces(textposition="top center", textfont_size=9)
     fig.add_vline(threshold, line_dash="dot", line_color="grey")

@@ -30,8 +30,7 @@ from ...claims.verdicts import Precondition, finite, predicate
 from ...model.state import measures_caller_model
 from ...report.plotting import heatmap
 from ..result import ClaimResult
-from ._run import ModelRun, unprompted_run
-from .about import claim_script
+from ._run import ModelRun, claim_script, unprompted_run
 
 # The levels of route_label, set from the post before anything was measured: sharp is a composed ratio <= SHARP_RATIO
 # (0.10; L4H11 0.01), "relies on" at least HALF (50%) of its composed previous-token mass.
@@ -151,12 +150,10 @@ def weight_route(model=None, *, n_positions: int = N_POSITIONS, run: ModelRun | 
     """
     run = unprompted_run(model, run)
     model, result = run.model, ClaimResult("weight_route", run.label)
-    why = not_applicable(model)
-    if why is not None:
+    if (why := not_applicable(model)) is not None:
         result.numbers["not_applicable"] = why
-        result.claims = [
-            BUILT_SPEC.judge({"not_applicable": why}, preconditions=[Precondition("learned W_pos", False, why)])
-        ]
+        no_wpos = [Precondition("learned W_pos", False, why)]
+        result.claims = [BUILT_SPEC.judge({"not_applicable": why}, preconditions=no_wpos)]
         return result
     m = measure(model, n_positions)
     r = m["record"]

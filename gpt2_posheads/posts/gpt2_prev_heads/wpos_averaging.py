@@ -33,8 +33,7 @@ from ...claims.verdicts import Claim, Precondition, finite, predicate
 from ...model.loading import wpos_reason
 from ...model.validation import UsageError, head_name, note
 from ..result import ClaimResult
-from ._run import HeadsArg, ModelRun, prompted_run, repeat_prompts
-from .about import claim_script
+from ._run import HeadsArg, ModelRun, claim_script, prompted_run, repeat_prompts
 
 HEADS = HeadDefault(("L2H2", "L3H3", "L4H11"), "aggregator+early", what="heads whose previous-token mass is tracked")
 
@@ -131,19 +130,15 @@ def measure(run: ModelRun, heads: list[tuple[int, int]], groups: list[int], reps
     return rows
 
 
-def judge(
-    rows: list[dict], groups: list[int], heads: list[tuple[int, int]], run: ModelRun, copies: Precondition
-) -> list[Claim]:
+def judge(rows: list[dict], groups: list[int], heads: list, run: ModelRun, copies: Precondition) -> list[Claim]:
     """The output at groups of 20 against clean, the KL at 20 against the largest size (>= 50), each head's
     previous-token mass at groups of 10 against clean (unaffected: the heads do not read the exact position off
     ``W_pos``)."""
-    by_g = {r["group_size"]: r for r in rows}
-    clean, gmax = by_g[1], max(groups)
-    names = [head_name(l, h) for l, h in heads]
+    by_g, gmax, names = {r["group_size"]: r for r in rows}, max(groups), [head_name(l, h) for l, h in heads]
+    clean = by_g[1]
     keep = {k: (clean[k], by_g[20][k]) for k in clean if k.startswith("P(")} if 20 in by_g else {}
     kept = {n: (clean[f"prev_mass {n}"], by_g[10][f"prev_mass {n}"]) for n in names} if 10 in by_g else {}
-    big = gmax >= 50 and 20 in by_g
-    no_large = f"no group size of 50 or more was measured (largest {gmax})"
+    big, no_large = gmax >= 50 and 20 in by_g, f"no group size of 50 or more was measured (largest {gmax})"
     large = Precondition("a group size of 50 or more was measured", gmax >= 50, no_large)
     unmeasured = f"were not measured (--group-sizes {','.join(map(str, groups))})"
     g10, g20 = (
@@ -154,17 +149,12 @@ def judge(
     kl_shown = f"KL {by_g[20]['kl']:.3g} nats at 20, {by_g[gmax]['kl']:.3g} at {gmax}" if big else ""
     kept_shown = ", ".join(f"{n} keeps {b / a:.0%}" for n, (a, b) in kept.items() if a > 0)
     pairs = PrevMassAveraged(kept, group=POS_GROUP).measured()  # the pairs the route conclusion reads
+    keep_shown = ", ".join(f"{k.split(' first')[0]} keeps {b / a:.0%}" for k, (a, b) in keep.items() if a > 0)
+    prev_heads, probs = [g10] + [run.prev_head(x) for x in heads], {f"{k} clean -> g20": v for k, v in keep.items()}
     return [
-        OUTPUT_UNCHANGED.judge(
-            {f"{k} clean -> g20": v for k, v in keep.items()},
-            keep,
-            [g20, copies],
-            readout=", ".join(f"{k.split(' first')[0]} keeps {b / a:.0%}" for k, (a, b) in keep.items() if a > 0),
-        ),
+        OUTPUT_UNCHANGED.judge(probs, keep, [g20, copies], readout=keep_shown),
         BREAKS_DOWN.judge(kls, kl_value, [g20, large, copies], readout=kl_shown),
-        HEADS_UNAFFECTED.judge(
-            pairs, kept, [g10] + [run.prev_head(x) for x in heads], head=",".join(names), readout=kept_shown
-        ),
+        HEADS_UNAFFECTED.judge(pairs, kept, prev_heads, head=",".join(names), readout=kept_shown),
     ]
 
 
@@ -242,9 +232,8 @@ def pos_embed_averaging(
 ) -> ClaimResult:
     """Average ``W_pos`` rows in groups of each size; measure the output and the heads' previous-token mass.
 
-    ``prompts``: what the KL runs over. ``group_sizes``: capped at the model's context, and said; 1 (clean) always
-    measured; the claims compare 10, 20 and the largest (>= 50). ``targets``: a leading space added where missing; each
-    word made one token and the prompt fit to the context, each said (:func:`._run.repeat_prompts`). ``seed``: the
+    ``prompts``: what the KL runs over. ``group_sizes``: as :func:`group_sizes_for`; the claims compare 10, 20 and the
+    largest (>= 50). ``targets``: a leading space added where missing, then :func:`._run.repeat_prompts`. ``seed``: the
     demonstrations'. ``numbers``: ``targets``, ``group_sizes``, ``rows`` (also a table), or ``not_applicable``.
     """
     group_sizes = list(group_sizes)
@@ -257,8 +246,7 @@ def pos_embed_averaging(
     chosen, how = run.heads(heads, HEADS)
     result = ClaimResult("pos_embed_averaging", run.label)
     result.numbers.update(heads=[head_name(l, h) for l, h in chosen], heads_chosen=how)
-    reason = wpos_reason(run.model, run.label)
-    if reason:  # W_pos averaging does not apply to the model: every claim not testable
+    if reason := wpos_reason(run.model, run.label):  # W_pos averaging does not apply: every claim not testable
         result.numbers["not_applicable"] = reason
         result.claims = [c.untested(f"not applicable: {reason}", {"not_applicable": reason}) for c in SPECS]
         return result
