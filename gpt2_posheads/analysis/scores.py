@@ -113,9 +113,8 @@ def score_profile(
 LABEL_THRESHOLD = math.log(2.0)
 
 
-def profile_features(p: torch.Tensor) -> dict[str, float]:
-    """``trend``, ``spike``, ``dip`` and ``lead`` of one profile ``p`` ``[2w+1]``, ``w >= 3``
-    (:func:`classify_prev_heads`)."""
+def _profile_row(p: torch.Tensor, threshold: float) -> dict:
+    """``trend``, ``spike``, ``dip``, ``lead`` and ``label`` of one profile ``p`` ``[2w+1]`` (module doc)."""
     w = len(p) // 2
     if w < 3:
         raise ValueError(f"a profile needs window >= 3 (two keys before the previous one), got {w}")
@@ -124,23 +123,14 @@ def profile_features(p: torch.Tensor) -> dict[str, float]:
     y = s[: w - 1]
     slope = float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
     line = lambda o: float(y.mean()) + slope * (o - float(x.mean()))  # noqa: E731
-    return {
-        "trend": slope,
-        "spike": float(s[w - 1]) - line(-1),
-        "dip": line(0) - float(s[w]),
-        "lead": float(s[w - 1] - s[w]),
-    }
-
-
-def label_profile(f: dict[str, float], threshold: float = LABEL_THRESHOLD) -> str:
-    """``prev_boosting``, ``self_suppressing`` or ``neither`` (:func:`classify_prev_heads`)."""
+    f = dict(trend=slope, spike=float(s[w - 1]) - line(-1), dip=line(0) - float(s[w]), lead=float(s[w - 1] - s[w]))
     if f["lead"] <= 0:
-        return "neither"  # the previous key does not even beat the current one
-    if f["spike"] >= threshold:
-        return "prev_boosting"
-    if f["trend"] > 0 and f["dip"] >= threshold:
-        return "self_suppressing"
-    return "neither"
+        label = "neither"  # the previous key does not even beat the current one
+    elif f["spike"] >= threshold:
+        label = "prev_boosting"
+    else:
+        label = "self_suppressing" if f["trend"] > 0 and f["dip"] >= threshold else "neither"
+    return {**f, "label": label}
 
 
 @checked
@@ -160,5 +150,5 @@ def classify_prev_heads(profile: torch.Tensor, threshold: float = LABEL_THRESHOL
     ``neither``. ``threshold``: :data:`LABEL_THRESHOLD`. Limitation: within a window of 3 a bump centred on ``p-1``
     (falling on both sides) looks like a rising trend with a dip; a wider ``window`` shows its curvature.
     """
-    rows = [{**f, "label": label_profile(f, threshold)} for f in map(profile_features, profile.flatten(0, 1))]
+    rows = [_profile_row(p, threshold) for p in profile.flatten(0, 1)]
     return pd.DataFrame({**head_columns(*profile.shape[:2]), **pd.DataFrame(rows).to_dict("list")})
