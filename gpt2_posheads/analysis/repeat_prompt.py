@@ -264,15 +264,6 @@ def target_words(tokenizer, preferred: str | Sequence[str] = " ninja turtle pira
     )
 
 
-def _short_demos(tokenizer, n: int, seed: int, avoid: str = "") -> list[str]:
-    """``n`` strings of 3-6 letters, none of ``avoid`` (a demonstration must not teach what follows a target word)."""
-    letters = [c for c in string.ascii_lowercase if c not in avoid and representable(tokenizer, c)]
-    if not letters:
-        return []
-    rng = random.Random(seed)
-    return ["".join(rng.choice(letters) for _ in range(rng.randint(3, 6))) for _ in range(n)]
-
-
 def _assemble(tokenizer, head: str, open_request: str, words, sep: str, middle: str, n_given: int) -> dict:
     """Ids and word positions of ``head + open_request + words (sep between) + middle + given words``."""
 
@@ -309,9 +300,12 @@ def _candidates(tokenizer, words, sep: str, n_given: int, n_demos: int, seed: in
             yield "post", k, _post_head(random_demo_strings(k, seed)), POST_REQUEST, POST_REPLY
     nl = "\n" if representable(tokenizer, "\n") else " "
     quote = next((q for q in ('"', "'") if representable(tokenizer, q)), "")
+    # short demonstrations: strings of 3-6 letters, none a target letter (it must not teach what follows a target word)
     avoid = "".join(words) if all(len(w.strip()) == 1 for w in words) else ""
+    letters = [c for c in string.ascii_lowercase if c not in avoid and representable(tokenizer, c)]
     for k in range(n_demos, -1, -1):
-        demos = _short_demos(tokenizer, k, seed, avoid)
+        rng = random.Random(seed)
+        demos = ["".join(rng.choice(letters) for _ in range(rng.randint(3, 6))) for _ in range(k)] if letters else []
         head = "".join(f"{quote}{d}{quote}{nl}{quote}{d}{quote}{nl}" for d in demos)
         yield ("short" if quote else "bare"), len(demos), head, quote, f"{quote}{nl}{quote}"
     if quote:  # the shortest: the target, a line break, the reply's start
