@@ -14,14 +14,12 @@ Maths, per intervention (``A`` a head's attention pattern ``[q, k]``, ``g`` a gr
   position information at ``L`` is blurred to ``g``-wide blocks while everything else in the residual stream is kept.
 * ``mask_previous_attention(every, layers)``: ``A[p, p-1] <- 0`` for queries ``p > 0`` with ``p % every == 0``
   in every head of ``layers`` (post-softmax; rows optionally renormalised to sum to 1).
-
-Pattern edits are exact on every model (through ``hook_z`` where ``hook_pattern`` does not feed the output:
-:func:`~gpt2_posheads.model.engine_hooks.pattern_edit_hooks`); every other intervention's hook is first checked to
-change the model's output (:func:`~gpt2_posheads.model.engine_hooks.require_live`), so none can silently do nothing.
 * ``edit_head_pattern(L, H, mapping)``: row ``A[q]`` of head ``(L, H)`` becomes one-hot at ``mapping[q]``
-  (or the given distribution over keys).
+  (or the given distribution over keys, normalised to sum to 1; keys must not lie after their query).
 * ``scale_head_output(L, H, f)``: ``z_{L,H} <- f * z_{L,H}`` (``hook_z``); the head's write to the residual
   stream, ``z W_O``, scales by ``f`` exactly.
+
+Pattern edits are exact on every model, and no edit can silently do nothing (:mod:`~gpt2_posheads.model.engine_hooks`).
 """
 
 from __future__ import annotations
@@ -165,8 +163,7 @@ def _check_rows(model, layer: int, head: int, rows) -> None:
 
 @checked
 def edit_head_pattern(layer: int, head: int, mapping: Mapping[int, int | Mapping[int, float]]) -> Edit:
-    """Make query ``q`` of head ``(layer, head)`` attend to ``mapping[q]``: a key position (one-hot) or a
-    ``{key: weight}`` distribution (normalised to sum to 1). Keys must not lie after their query."""
+    """Make query ``q`` of head ``(layer, head)`` attend to ``mapping[q]``: a key or ``{key: weight}`` (module doc)."""
     rows: dict[int, dict[int, float]] = {}
     for q, target in mapping.items():
         dist = {int(target): 1.0} if not isinstance(target, Mapping) else {int(k): float(w) for k, w in target.items()}

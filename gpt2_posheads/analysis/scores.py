@@ -3,12 +3,10 @@
 The GPT-2 post looks at raw scores ``S[q, k] = q_q · k_k / sqrt(d_head)`` *before* the causal mask (on a rotary
 model the queries and keys rotated; with grouped-query attention each query head's shared key head): the engine's
 ``"q"``, ``"k"`` and ``"pattern"`` reads, with the scale of :func:`~gpt2_posheads.model.engine.scale_from_pattern`
-(a trace, the strict fast path and stored activations cannot read them).
-Early previous-token heads (L2H2, L3H3, ...) show a *dark main diagonal*: ``S[q, q]`` dips below the
-trend of its neighbours (negative self-attention), and with the future masked off the previous token
-is left as the most advanced key. L4H11 instead shows a *bright previous diagonal*: ``S[q, q-1]`` is
-a peak. :func:`score_profile` turns this into numbers: the mean raw score at key offset
-``o = k - q`` in ``-w..+w`` around each query, centred per query (softmax ignores per-row shifts).
+(a trace, the strict fast path and stored activations cannot read them). Early previous-token heads (L2H2, L3H3, ...)
+show a *dark main diagonal*: ``S[q, q]`` dips below the trend of its neighbours (negative self-attention), and with the
+future masked off the previous token is left as the most advanced key. L4H11 instead shows a *bright previous
+diagonal*: ``S[q, q-1]`` is a peak. :func:`score_profile` turns this into numbers, :func:`classify_prev_heads` labels.
 """
 
 from __future__ import annotations
