@@ -1,13 +1,10 @@
 """A head atlas: for every head of a model, how previous-token-like, induction-like and duplicate-token-like it is,
 under one stated protocol.
 
-Two protocols: ``"toolkit"`` (:data:`TOOLKIT_PROTOCOL`: :func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`
-on natural-text prompts, and :func:`repeat_scores`) and ``"ood-composition"`` (:data:`OOD_PROTOCOL`,
-:func:`ood_composition_scores`): the protocol whose per-head scores were released with "Out-of-distribution
-generalization via composition" (repository ``JiajunSong629/ood-generalization-via-composition``,
-``llm-interventions/removal-ih/IH_list/prep.py``): numpy's global generator seeded with 2024, ids in
-``0..vocab_size-1``, the BOS token first where that script prepends it (:func:`ood_composition_bos`); each row
-renormalised as ``A[q, 1:] / sum_k (A[q, k] + 1e-6)``.
+Two protocols, each stated in words by its constant: ``"toolkit"`` (:data:`TOOLKIT_PROTOCOL`) and
+``"ood-composition"`` (:data:`OOD_PROTOCOL`): the protocol whose per-head scores were released with
+"Out-of-distribution generalization via composition" (repository ``JiajunSong629/ood-generalization-via-composition``,
+``llm-interventions/removal-ih/IH_list/prep.py``), each row renormalised as ``A[q, 1:] / sum_k (A[q, k] + 1e-6)``.
 """
 
 from __future__ import annotations
@@ -39,8 +36,7 @@ OOD_PROTOCOL = (
 
 
 def _reduce_patterns(model, make_tokens, state: dict, engine: str = "auto") -> dict:
-    """``{score: [n_layers, n_heads]}``: :func:`_score_layer`'s sums over batches of 8 of ``make_tokens()``, divided
-    by ``state["n"]``."""
+    """``{score: [n_layers, n_heads]}``: :func:`_score_layer`'s sums over ``make_tokens()``, over ``state["n"]``."""
 
     def batches() -> list[torch.Tensor]:  # only an engine that runs a model makes them
         state["shape"] = (model.cfg.n_layers, model.cfg.n_heads)

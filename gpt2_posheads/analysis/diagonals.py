@@ -93,7 +93,7 @@ def _skewed_sums(pattern: torch.Tensor, n_offsets: int, exclude_bos: bool) -> to
 
 
 def diagonal_counts(n_pos: int, n_offsets: int, exclude_bos: bool) -> torch.Tensor:
-    """Entries per diagonal in one ``n_pos``-token prompt: ``n_pos - d`` (minus one without key 0)."""
+    """Entries per diagonal ``d`` of one ``n_pos``-token prompt: ``n_pos - d`` (minus one without key 0)."""
     return (n_pos - torch.arange(n_offsets, dtype=torch.float64) - int(exclude_bos)).clamp(min=0)
 
 
@@ -114,10 +114,9 @@ def diagonal_attention(
     Entry ``[l, h, d]`` is the mean of ``A_{l,h}[q, q - d]`` over all queries ``q >= d`` of all prompts (pooled: long
     prompts weigh by their number of entries); offsets with no entry are NaN. ``exclude_bos`` (default) leaves key 0
     out: GPT-2 heads park spare attention on the first token, which would make every such head's longest diagonals
-    look large. ``max_offset`` defaults to the longest prompt length - 1. ``bf16``: matmuls in bfloat16
-    (:func:`gpt2_posheads.model.state.resolve_bf16`): ~3x faster on CPUs with AMX, within ~1e-3 of float32 on
-    diffuse heads but up to 0.5 off on sharp ones. ``engine``: :func:`gpt2_posheads.model.engine.engine_for`'s choice
-    (the engines agree to ~1e-6). ``model`` may be stored activations (``prompts`` ``None``): the stored diagonals.
+    look large. ``bf16`` (:func:`~gpt2_posheads.model.engine.engine_for`): ~3x faster on CPUs with AMX, within ~1e-3
+    of float32 on diffuse heads but up to 0.5 off on sharp ones; the engines agree to ~1e-6. ``model`` may be stored
+    activations (``prompts`` ``None``): the stored diagonals.
     """
     args = (max_offset, exclude_bos, batch_size, edits, engine, bf16, progress)
     return traced_stats(model, prompts, *args, ranking=False)["diagonals"]
@@ -193,29 +192,27 @@ def prev_token_ranking(
 PROFILE_OFFSETS = 16  # the diagonals a ranking brings back besides the statistics (the figure shows 16)
 
 
-def _diagonal_step(state: dict, layer: int, pattern: torch.Tensor) -> None:
-    """One layer's :func:`diagonal_sums` of one batch into ``state["sums"]`` (runs where the model runs)."""
+def _diagonal_step(state: dict, layer: int, pattern: torch.Tensor) -> None:  # runs where the model runs
     width = min(state["n_off"], pattern.shape[-1])
     if "sums" not in state:
         state["sums"] = torch.zeros(state["shape"], dtype=torch.float64, device=pattern.device)
     state["sums"][layer, :, :width] += diagonal_sums(pattern, width, state["exclude_bos"])
 
 
-def _ranking_of(mass: torch.Tensor, keep: int = PROFILE_OFFSETS) -> dict:
+def _ranking_of(mass: torch.Tensor) -> dict:
     """:func:`prev_token_stats` of the float32 means (the same whichever engine reduced them) and ``profile``, a copy
-    of the first ``keep`` (a view would carry every mean)."""
-    return {**prev_token_stats(mass), "profile": mass[..., :keep].clone()}
+    of the first :data:`PROFILE_OFFSETS` (a view would carry every mean)."""
+    return {**prev_token_stats(mass), "profile": mass[..., :PROFILE_OFFSETS].clone()}
 
 
-def _finish_diagonals(state: dict) -> dict:
-    """``diagonals``: every diagonal's mean ``[n_layers, n_heads, n_offsets]`` float32 (NaN where it has no entry)."""
+def _finish_diagonals(state: dict) -> dict:  # every diagonal's mean [n_layers, n_heads, n_offsets], NaN: no entry
     sums = state["sums"]
     return {"diagonals": (sums.cpu() / state["counts"]).float(), "nonfinite": (~torch.isfinite(sums)).sum().cpu()}
 
 
 def _finish_ranking(state: dict) -> dict:  # all a trace brings back
     out = _finish_diagonals(state)
-    return {**_ranking_of(out.pop("diagonals"), state["keep"]), **out}
+    return {**_ranking_of(out.pop("diagonals")), **out}
 
 
 def _stored(store, prompts, max_offset, exclude_bos, ranking: bool) -> dict:
@@ -240,10 +237,9 @@ def traced_stats(
     ranking: bool = True,
 ) -> dict[str, torch.Tensor]:
     """:func:`prev_token_stats` of every diagonal's mean (``[n_layers, n_heads]`` each) and ``profile``, the first
-    :data:`PROFILE_OFFSETS` means ``[n_layers, n_heads, 16]``, from one pass reducing every layer's pattern to diagonal
-    sums where the model runs; ``ranking=False``: ``{"diagonals": every mean}`` instead."""
+    :data:`PROFILE_OFFSETS` means, from one pass (module doc); ``ranking=False``: ``{"diagonals": every mean}``."""
     eng = engine_for(model, engine, bf16=bf16)
-    state: dict = dict(exclude_bos=bool(exclude_bos), keep=PROFILE_OFFSETS)
+    state: dict = dict(exclude_bos=bool(exclude_bos))
 
     def batches() -> list[torch.Tensor]:  # only an engine that runs a model makes them
         if prompts is None:

@@ -1,8 +1,5 @@
-"""Which heads a claim measures: ``--heads`` or the script's stated default, resolved in one place.
-
-``--heads`` takes names (``L4H11,L2H2``) or ``auto:N`` (the model's N most previous-token-like heads). Without it a
-script measures its :class:`HeadDefault`: the post's heads on GPT-2 small (where those names mean something), and on
-any other model the heads with the same *role* (:data:`ROLE_WORDS`). :func:`resolve_heads` returns the heads and a
+"""Which heads a claim measures: ``--heads`` (names, or ``auto:N``) or the script's :class:`HeadDefault`, the post's
+heads on GPT-2 small (where those names mean something) and the heads of the same *role* on any other model; with a
 sentence saying how they were chosen, which every summary records next to its claims.
 """
 

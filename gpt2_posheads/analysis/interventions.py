@@ -1,8 +1,8 @@
 """Causal interventions of the GPT-2 post, as data.
 
-Each factory validates its arguments at once and returns an :class:`~gpt2_posheads.model.engine.Edit` (what it edits,
-where, how) that any analysis takes in its ``edits`` and every engine applies in its own way, or refuses in one place
-(:func:`~gpt2_posheads.model.engine.applied`). Layers and heads are checked against the model when it is applied.
+Each factory validates its arguments at once and returns an :class:`~gpt2_posheads.model.engine.Edit` that any
+analysis takes in its ``edits`` and every engine applies, or refuses in one place; layers and heads are checked against
+the model when it is applied.
 
 Maths, per intervention (``A`` a head's attention pattern ``[q, k]``, ``g`` a group size):
 
@@ -14,14 +14,12 @@ Maths, per intervention (``A`` a head's attention pattern ``[q, k]``, ``g`` a gr
   position information at ``L`` is blurred to ``g``-wide blocks while everything else in the residual stream is kept.
 * ``mask_previous_attention(every, layers)``: ``A[p, p-1] <- 0`` for queries ``p > 0`` with ``p % every == 0``
   in every head of ``layers`` (post-softmax; rows optionally renormalised to sum to 1).
-
-Pattern edits are exact on every model (through ``hook_z`` where ``hook_pattern`` does not feed the output:
-:func:`~gpt2_posheads.model.engine_hooks.pattern_edit_hooks`); every other intervention's hook is first checked to
-change the model's output (:func:`~gpt2_posheads.model.engine_hooks.require_live`), so none can silently do nothing.
 * ``edit_head_pattern(L, H, mapping)``: row ``A[q]`` of head ``(L, H)`` becomes one-hot at ``mapping[q]``
-  (or the given distribution over keys).
+  (or the given distribution over keys, normalised to sum to 1; keys must not lie after their query).
 * ``scale_head_output(L, H, f)``: ``z_{L,H} <- f * z_{L,H}`` (``hook_z``); the head's write to the residual
   stream, ``z W_O``, scales by ``f`` exactly.
+
+Pattern edits are exact on every model, and no edit can silently do nothing (:mod:`~gpt2_posheads.model.engine_hooks`).
 """
 
 from __future__ import annotations
@@ -59,8 +57,7 @@ def hooks_for(model, *interventions: Edit) -> list[tuple]:
 
 def group_average_rows(x: torch.Tensor, group_size: int, offset: int = 0) -> torch.Tensor:
     """``[pos, d]`` → same shape, rows replaced by the mean of their group: ``[0, offset)`` (when ``offset > 0``), then
-    ``[offset + k g, offset + (k+1) g)``, the last one partial (the post's averaging: ``offset = 0``). Differentiable in
-    ``x`` (the organism trains through it as augmentation)."""
+    ``[offset + k g, offset + (k+1) g)``, the last one partial. Differentiable (the organism trains through it)."""
     check_int_range("group_size", group_size, 1, 1 << 30)
     n = x.shape[0]
     check_int_range("offset", offset, 0, max(n - 1, 0))
@@ -101,8 +98,7 @@ def _given_rows(w: torch.Tensor, rows: torch.Tensor, group_size: int) -> torch.T
     return group_average_rows(rows.float(), group_size)
 
 
-def _ext_delta(model, layer: int, group_size: int, ext, bos, ext_kwargs: dict) -> torch.Tensor:
-    """``Ē - E`` ``[pos, d_model]``, added to the residual stream entering ``layer``."""
+def _ext_delta(model, layer: int, group_size: int, ext, bos, ext_kwargs: dict) -> torch.Tensor:  # Ē - E [pos, d]
     b = default_bos(model) if bos is None else bool(bos)
     e = extended_pos_embeddings(model, layer, bos=b, **ext_kwargs) if ext is None else ext.float()
     return group_average_rows(e, group_size, offset=int(b)) - e
@@ -112,9 +108,8 @@ def _ext_delta(model, layer: int, group_size: int, ext, bos, ext_kwargs: dict) -
 def average_ext_pos_embed(
     layer: int, group_size: int, ext: torch.Tensor | None = None, bos: bool | None = None, **ext_kwargs
 ) -> Edit:
-    """Replace the extended positional embedding at ``layer`` by its group average (module doc). ``ext`` ``[pos,
-    d_model]`` defaults to :func:`extended_pos_embeddings` ``(model, layer, bos=bos, **ext_kwargs)``; ``bos`` (default:
-    the model has a BOS token) keeps row 0 out of the groups."""
+    """The module doc's ``average_ext_pos_embed``; ``ext`` ``[pos, d_model]`` defaults to
+    :func:`extended_pos_embeddings` ``(model, layer, bos=bos, **ext_kwargs)``; ``bos`` keeps row 0 out of the groups."""
     fn = partial(_ext_delta, layer=layer, group_size=group_size, ext=ext, bos=bos, ext_kwargs=ext_kwargs)
     name = f"average extended pos emb at layer {layer} in groups of {group_size}"
     return Edit(name, "resid_add", fn, (layer,), partial(check_layer, layer=layer))
@@ -132,7 +127,7 @@ def masked_queries(every: int, n_pos: int) -> torch.Tensor:
 def mask_previous_attention(
     every: int = MASK_EVERY, layers: Iterable[int] = range(4), renormalize: bool = False
 ) -> Edit:
-    """``A[p, p-1] <- 0`` in all heads of ``layers`` (see module doc)."""
+    """``A[p, p-1] <- 0`` in all heads of ``layers`` (module doc)."""
     layers = list(layers)
     edit = partial(_mask_previous, every=every, renormalize=renormalize)
     name = f"mask attention to p-1 every {every} positions in layers {layers}"
@@ -149,8 +144,7 @@ def _mask_previous(pattern: torch.Tensor, every: int, renormalize: bool) -> torc
     return pattern
 
 
-def _set_rows(pattern: torch.Tensor, head: int, rows: dict[int, dict[int, float]]) -> torch.Tensor:
-    """``pattern`` ``[batch, head, q, k]`` with row ``q`` of ``head`` replaced by ``rows[q]`` ``{key: weight}``."""
+def _set_rows(pattern: torch.Tensor, head: int, rows: dict[int, dict[int, float]]) -> torch.Tensor:  # [b, h, q, k]
     pattern = pattern.clone()
     for q, dist in rows.items():
         if q >= pattern.shape[-2]:
@@ -169,8 +163,7 @@ def _check_rows(model, layer: int, head: int, rows) -> None:
 
 @checked
 def edit_head_pattern(layer: int, head: int, mapping: Mapping[int, int | Mapping[int, float]]) -> Edit:
-    """Make query ``q`` of head ``(layer, head)`` attend to ``mapping[q]``: a key position (one-hot) or a
-    ``{key: weight}`` distribution (normalised to sum to 1). Keys must not lie after their query."""
+    """Make query ``q`` of head ``(layer, head)`` attend to ``mapping[q]``: a key or ``{key: weight}`` (module doc)."""
     rows: dict[int, dict[int, float]] = {}
     for q, target in mapping.items():
         dist = {int(target): 1.0} if not isinstance(target, Mapping) else {int(k): float(w) for k, w in target.items()}

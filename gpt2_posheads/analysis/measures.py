@@ -40,8 +40,7 @@ def kl_divergence(model, prompts, edits, batch_size: int = 4, progress: bool = F
     return max(require_finite(total / count, "the KL divergence (the model's logits)"), 0.0)
 
 
-def _keep_heads(state: dict, layer: int, pattern: torch.Tensor) -> None:
-    """The first prompt's pattern ``[q, k]`` of each head of ``state["heads"][layer]``, copied (buffers are reused)."""
+def _keep_heads(state: dict, layer: int, pattern: torch.Tensor) -> None:  # copied: the engines reuse buffers
     for h in state["heads"].get(layer, ()):
         state[f"L{layer}H{h}"] = pattern[0, h].detach().float().clone()
 
@@ -51,7 +50,6 @@ def _finish_heads(state: dict) -> dict:
 
 
 def _head_patterns(eng, prompt, heads: list[tuple[int, int]], edits=()) -> dict[tuple[int, int], torch.Tensor]:
-    """``{(layer, head): [pos, pos]}`` of one prompt from one pass of ``eng``."""
     toks = single_prompt(eng.model, prompt)
     wanted = {int(l): [int(h) for k, h in heads if int(k) == int(l)] for l, _ in heads}  # layer -> its heads
     reduction = Reduction(_keep_heads, _finish_heads, {"heads": wanted}, layers=sorted(wanted))

@@ -13,7 +13,6 @@ is measured on the repeated token's rows (:func:`token_rows`), and group averagi
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 
 import einops
@@ -152,7 +151,35 @@ def extended_pos_embeddings_by_layer(
         state.update(bos=int(b), n=len(toks))
         return out
 
-    reader = partial(_ext_from_store, layers, tokens, n_prompts, seq_len, seed, bos, return_per_token)
+    def reader(store) -> dict:
+        meta = getattr(store, "meta", {}) or {}
+        # (given, this function's default, what the store was built with): a value other than both is refused
+        fixed = {
+            "tokens": (tokens, None, None),
+            "return_per_token": (return_per_token, False, False),
+            "n_prompts": (n_prompts, 16, meta.get("ext_n_prompts")),
+            "seed": (seed, 0, meta.get("seed")),
+            "bos": (bos, None, meta.get("ext_bos")),
+        }
+        wrong = [k for k, (got, default, kept) in fixed.items() if got is not default and got not in (default, kept)]
+        if wrong:
+            raise ValueError(
+                f"stored activations fix {', '.join(wrong)} (built with n_prompts={meta.get('ext_n_prompts')}, "
+                f"seed={meta.get('seed')}, bos={meta.get('ext_bos')}): call extended_pos_embeddings(store, layer"
+                "[, seq_len]) or pass the model instead"
+            )
+        out = {}
+        for layer in layers:
+            stored = store.ext_pos(layer)
+            if seq_len is not None:
+                check_int_range("seq_len", seq_len, 2, stored.shape[0])
+                # causal attention: the first seq_len positions of a longer repeated-token prompt are the residuals
+                # of a seq_len-token prompt; only the centring differs, so centre again over those positions
+                b = int(bool(meta.get("ext_bos", False)))
+                stored = stored[:seq_len] - stored[b:seq_len].mean(0)
+            out[f"L{layer}"] = stored
+        return out
+
     bulk = "every prompt's embedding (return_per_token)" if return_per_token else ""
     reduction = Reduction(_ext_step, _ext_finish, state, stored=reader, bulk=bulk)
     res = eng.residuals(batches, layers, reduction, progress="extended pos emb" if progress else None)
@@ -174,39 +201,9 @@ def _ext_step(state: dict, layer: int, resid: torch.Tensor) -> None:
         state.setdefault(f"per_token.L{layer}", []).append(centred.cpu())
 
 
-def _ext_finish(state: dict) -> dict:
+def _ext_finish(state: dict) -> dict:  # {"L{layer}": the mean}, and the per-token stacks
     out = {f"L{l}": (t.cpu() / state["n"]).float() for l, t in state.items() if isinstance(l, int)}
     out.update({k: torch.cat(v) for k, v in state.items() if isinstance(k, str) and k.startswith("per_token.")})
-    return out
-
-
-def _ext_from_store(layers, tokens, n_prompts, seq_len, seed, bos, return_per_token, store) -> dict:
-    meta = getattr(store, "meta", {}) or {}
-    # (given, this function's default, what the store was built with): a value other than both is refused
-    fixed = {
-        "tokens": (tokens, None, None),
-        "return_per_token": (return_per_token, False, False),
-        "n_prompts": (n_prompts, 16, meta.get("ext_n_prompts")),
-        "seed": (seed, 0, meta.get("seed")),
-        "bos": (bos, None, meta.get("ext_bos")),
-    }
-    wrong = [k for k, (got, default, kept) in fixed.items() if got is not default and got not in (default, kept)]
-    if wrong:
-        raise ValueError(
-            f"stored activations fix {', '.join(wrong)} (built with n_prompts={meta.get('ext_n_prompts')}, "
-            f"seed={meta.get('seed')}, bos={meta.get('ext_bos')}): call extended_pos_embeddings(store, layer"
-            "[, seq_len]) or pass the model instead"
-        )
-    out = {}
-    for layer in layers:
-        stored = store.ext_pos(layer)
-        if seq_len is not None:
-            check_int_range("seq_len", seq_len, 2, stored.shape[0])
-            # causal attention: the first seq_len positions of a longer repeated-token prompt are the residuals
-            # of a seq_len-token prompt; only the centring differs, so centre again over those positions
-            b = int(bool(meta.get("ext_bos", False)))
-            stored = stored[:seq_len] - stored[b:seq_len].mean(0)
-        out[f"L{layer}"] = stored
     return out
 
 

@@ -44,16 +44,11 @@ class HubDatasetError(RuntimeError):
         self.offline = offline
 
 
-def openwebtext_documents(dataset: str = OPENWEBTEXT) -> list[str]:
-    """Documents (the ``text`` column, blank ones dropped) of ``dataset``'s parquet conversion: a complete cached copy
-    without the network, else downloaded (:mod:`gpt2_posheads.model.hub`); a cached file that does not read as parquet
-    is downloaded again. Every failure is a :class:`HubDatasetError`."""
-    return list(_openwebtext(dataset, hub_endpoint()))
-
-
 @functools.lru_cache(maxsize=4)
 def _openwebtext(dataset: str, endpoint: str) -> tuple[str, ...]:
-    """Read once per process and endpoint (every script of a job asks)."""
+    """Documents (the ``text`` column, blank ones dropped) of ``dataset``'s parquet conversion: a complete cached copy
+    without the network, else downloaded (:mod:`gpt2_posheads.model.hub`); a cached file that does not read as parquet
+    is downloaded again. Every failure is a :class:`HubDatasetError`. Read once per process and endpoint."""
     try:
         cached = _parquet_snapshot(dataset, local_only=True)
     except HubDatasetError:
@@ -96,7 +91,6 @@ def _parquet_snapshot(dataset: str, local_only: bool, again: bool = False) -> li
 
 
 def _parquet_texts(files: list[Path]) -> tuple[str, ...]:
-    """The non-blank ``text`` values of ``files`` in order."""
     import pyarrow.parquet as pq
 
     docs: list[str] = []
@@ -112,7 +106,6 @@ def _parquet_texts(files: list[Path]) -> tuple[str, ...]:
 
 
 def _hub_failure(dataset: str, e: BaseException) -> str:
-    """What went wrong reading ``dataset`` from the hub, in words."""
     from huggingface_hub import errors
 
     chain, status, text = error_chain(e), http_status(e), first_line(e)
@@ -168,8 +161,7 @@ def _wikitext_file(path: str, size: int, mtime_ns: int) -> tuple[str, ...]:
     return tuple(_detok_wikitext("\n".join(lines)) for lines in articles if lines)
 
 
-def _detok_wikitext(text: str) -> str:
-    """Undo WikiText's spaced punctuation so the text reads like web text to a BPE tokenizer."""
+def _detok_wikitext(text: str) -> str:  # WikiText's spaced punctuation undone: web text to a BPE tokenizer
     text = text.replace(" @-@ ", "-").replace(" @,@ ", ",").replace(" @.@ ", ".")
     text = re.sub(r" ([.,;:!?)\]'])", r"\1", text)
     text = re.sub(r"([(\[]) ", r"\1", text)
@@ -239,7 +231,7 @@ def documents(source: str | Sequence[str] = "auto") -> tuple[list[str], str]:
         return file_documents(source), f"files:{','.join(map(str, source))}"
     if source in ("auto", "openwebtext"):
         try:
-            return openwebtext_documents(), OPENWEBTEXT
+            return list(_openwebtext(OPENWEBTEXT, hub_endpoint())), OPENWEBTEXT
         except HubDatasetError as e:
             if source == "openwebtext":
                 raise UsageError(

@@ -76,10 +76,9 @@ def repeat_string_prompt(
     seed: int = 0,
     max_len: int | None = None,
 ) -> RepeatPrompt:
-    """The post's prompt with ``n_demos`` demonstrations and the first ``n_given`` words of ``target`` in the reply.
-    Segments are tokenized separately (boundaries are quotes/spaces, where GPT-2's pre-tokenizer splits anyway) so
-    every word's token positions are known exactly. ``max_len`` (a model's ``n_ctx``): demonstrations are dropped
-    from the end until the prompt fits."""
+    """The post's prompt with ``n_demos`` demonstrations (dropped from the end until it fits ``max_len``) and the first
+    ``n_given`` words of ``target`` in the reply. Segments are tokenized separately (boundaries are quotes/spaces, where
+    GPT-2's pre-tokenizer splits anyway) so every word's token positions are known exactly."""
     words = _check_counts(split_words(target), target, n_given, n_demos)
     for k in range(n_demos, 0, -1):
         head = _post_head(random_demo_strings(k, seed))
@@ -163,8 +162,7 @@ def _ids(tokenizer, text: str) -> list[int]:
 
 
 def representable(tokenizer, text: str) -> bool:
-    """Whether ``tokenizer`` reads ``text`` without losing a character: no unknown token, and (for tokenizers that drop
-    what they do not know) the decoded text holds the same characters."""
+    """Whether ``tokenizer`` reads ``text`` without losing a character (no unknown token; decoded, the same)."""
     ids = _ids(tokenizer, text)
     unk = getattr(tokenizer, "unk_token_id", None)
     if unk is not None and unk in ids and getattr(tokenizer, "unk_token", None) not in text:
@@ -266,18 +264,8 @@ def target_words(tokenizer, preferred: str | Sequence[str] = " ninja turtle pira
     )
 
 
-def _short_demos(tokenizer, n: int, seed: int, avoid: str = "") -> list[str]:
-    """``n`` strings of 3-6 letters, none of ``avoid`` (a demonstration must not teach what follows a target word)."""
-    letters = [c for c in string.ascii_lowercase if c not in avoid and representable(tokenizer, c)]
-    if not letters:
-        return []
-    rng = random.Random(seed)
-    return ["".join(rng.choice(letters) for _ in range(rng.randint(3, 6))) for _ in range(n)]
-
-
 def _assemble(tokenizer, head: str, open_request: str, words, sep: str, middle: str, n_given: int) -> dict:
-    """Ids and word positions of ``head + open_request + words (sep between) + middle + given words``, each segment
-    tokenized on its own."""
+    """Ids and word positions of ``head + open_request + words (sep between) + middle + given words``."""
 
     def tagged(ws: list[str], tag: str) -> list[tuple[str, str | None]]:  # sep after every word but the target's last
         return [
@@ -312,9 +300,12 @@ def _candidates(tokenizer, words, sep: str, n_given: int, n_demos: int, seed: in
             yield "post", k, _post_head(random_demo_strings(k, seed)), POST_REQUEST, POST_REPLY
     nl = "\n" if representable(tokenizer, "\n") else " "
     quote = next((q for q in ('"', "'") if representable(tokenizer, q)), "")
+    # short demonstrations: strings of 3-6 letters, none a target letter (it must not teach what follows a target word)
     avoid = "".join(words) if all(len(w.strip()) == 1 for w in words) else ""
+    letters = [c for c in string.ascii_lowercase if c not in avoid and representable(tokenizer, c)]
     for k in range(n_demos, -1, -1):
-        demos = _short_demos(tokenizer, k, seed, avoid)
+        rng = random.Random(seed)
+        demos = ["".join(rng.choice(letters) for _ in range(rng.randint(3, 6))) for _ in range(k)] if letters else []
         head = "".join(f"{quote}{d}{quote}{nl}{quote}{d}{quote}{nl}" for d in demos)
         yield ("short" if quote else "bare"), len(demos), head, quote, f"{quote}{nl}{quote}"
     if quote:  # the shortest: the target, a line break, the reply's start
@@ -331,12 +322,8 @@ def fit_repeat_prompt(
     sep: str | None = None,
 ) -> RepeatPrompt | NoRepeatPrompt:
     """The repeat-string prompt for any tokenizer and context (module doc), or a :class:`NoRepeatPrompt` saying why
-    there is none.
-
-    ``target``: a string of words (made one token each by :func:`target_words`), or the words it chose (with its
-    ``sep``). The post's prompt with as many of ``n_demos`` demonstrations as ``max_len`` holds; else the short
-    template with as many short demonstrations as fit; else the bare target and reply. ``adjusted`` lists, in words,
-    what differs from the post's prompt."""
+    there is none. ``target``: a string of words (made one token each by :func:`target_words`), or the words it chose
+    (with its ``sep``). ``adjusted`` lists, in words, what differs from the post's prompt."""
     if isinstance(target, str):
         try:
             words, sep, how = target_words(tokenizer, target)

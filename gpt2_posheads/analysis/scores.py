@@ -3,12 +3,10 @@
 The GPT-2 post looks at raw scores ``S[q, k] = q_q · k_k / sqrt(d_head)`` *before* the causal mask (on a rotary
 model the queries and keys rotated; with grouped-query attention each query head's shared key head): the engine's
 ``"q"``, ``"k"`` and ``"pattern"`` reads, with the scale of :func:`~gpt2_posheads.model.engine.scale_from_pattern`
-(a trace, the strict fast path and stored activations cannot read them).
-Early previous-token heads (L2H2, L3H3, ...) show a *dark main diagonal*: ``S[q, q]`` dips below the
-trend of its neighbours (negative self-attention), and with the future masked off the previous token
-is left as the most advanced key. L4H11 instead shows a *bright previous diagonal*: ``S[q, q-1]`` is
-a peak. :func:`score_profile` turns this into numbers: the mean raw score at key offset
-``o = k - q`` in ``-w..+w`` around each query, centred per query (softmax ignores per-row shifts).
+(a trace, the strict fast path and stored activations cannot read them). Early previous-token heads (L2H2, L3H3, ...)
+show a *dark main diagonal*: ``S[q, q]`` dips below the trend of its neighbours (negative self-attention), and with the
+future masked off the previous token is left as the most advanced key. L4H11 instead shows a *bright previous
+diagonal*: ``S[q, q-1]`` is a peak. :func:`score_profile` turns this into numbers, :func:`classify_prev_heads` labels.
 """
 
 from __future__ import annotations
@@ -113,9 +111,8 @@ def score_profile(
 LABEL_THRESHOLD = math.log(2.0)
 
 
-def profile_features(p: torch.Tensor) -> dict[str, float]:
-    """``trend``, ``spike``, ``dip`` and ``lead`` of one profile ``p`` ``[2w+1]``, ``w >= 3``
-    (:func:`classify_prev_heads`)."""
+def _profile_row(p: torch.Tensor, threshold: float) -> dict:
+    """``trend``, ``spike``, ``dip``, ``lead`` and ``label`` of one profile ``p`` ``[2w+1]`` (module doc)."""
     w = len(p) // 2
     if w < 3:
         raise ValueError(f"a profile needs window >= 3 (two keys before the previous one), got {w}")
@@ -124,23 +121,14 @@ def profile_features(p: torch.Tensor) -> dict[str, float]:
     y = s[: w - 1]
     slope = float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
     line = lambda o: float(y.mean()) + slope * (o - float(x.mean()))  # noqa: E731
-    return {
-        "trend": slope,
-        "spike": float(s[w - 1]) - line(-1),
-        "dip": line(0) - float(s[w]),
-        "lead": float(s[w - 1] - s[w]),
-    }
-
-
-def label_profile(f: dict[str, float], threshold: float = LABEL_THRESHOLD) -> str:
-    """``prev_boosting``, ``self_suppressing`` or ``neither`` (:func:`classify_prev_heads`)."""
+    f = dict(trend=slope, spike=float(s[w - 1]) - line(-1), dip=line(0) - float(s[w]), lead=float(s[w - 1] - s[w]))
     if f["lead"] <= 0:
-        return "neither"  # the previous key does not even beat the current one
-    if f["spike"] >= threshold:
-        return "prev_boosting"
-    if f["trend"] > 0 and f["dip"] >= threshold:
-        return "self_suppressing"
-    return "neither"
+        label = "neither"  # the previous key does not even beat the current one
+    elif f["spike"] >= threshold:
+        label = "prev_boosting"
+    else:
+        label = "self_suppressing" if f["trend"] > 0 and f["dip"] >= threshold else "neither"
+    return {**f, "label": label}
 
 
 @checked
@@ -160,5 +148,5 @@ def classify_prev_heads(profile: torch.Tensor, threshold: float = LABEL_THRESHOL
     ``neither``. ``threshold``: :data:`LABEL_THRESHOLD`. Limitation: within a window of 3 a bump centred on ``p-1``
     (falling on both sides) looks like a rising trend with a dip; a wider ``window`` shows its curvature.
     """
-    rows = [{**f, "label": label_profile(f, threshold)} for f in map(profile_features, profile.flatten(0, 1))]
+    rows = [_profile_row(p, threshold) for p in profile.flatten(0, 1)]
     return pd.DataFrame({**head_columns(*profile.shape[:2]), **pd.DataFrame(rows).to_dict("list")})

@@ -18,13 +18,12 @@ the mean score of random Gaussian matrices of the same shapes (the same low rank
 above or below chance. LayerNorm: the weights as loaded (scale folded into the reading weights); the per-token
 division by the residual's norm is a positive scalar and is left out, as in the paper.
 
-**Causal direct-path ablation.** One forward (the engine's ``activations`` reads) captures the residual stream
-entering layer ``L`` and every upstream head's output ``z^u W_O^u`` ``[batch, pos, d_model]``. The target's pattern is
-then recomputed from that residual with one upstream head's output replaced *only in its query input* (or only in its
-key input): ``x_q <- x - (o^u - ablated o^u)``; every other path, including that head's effect on later heads, is
-untouched. The recomputed clean pattern is checked against the model's own (to 1e-4). Ablations: ``mean`` (the head's
-mean output over prompts and positions, the default), ``zero``, ``resample`` (the same position of another prompt).
-The positional route is ablated the same way: ``W_pos`` group-averaged (groups of 10) only in the query or key input.
+**Causal direct-path ablation.** One forward captures the residual stream entering layer ``L`` and every upstream
+head's output ``o^u = z^u W_O^u`` ``[batch, pos, d_model]``; the target's pattern is recomputed from that residual with
+one output replaced *only in its query input* (or only in its key input): ``x_q <- x - (o^u - ablated o^u)``; every
+other path, including that head's effect on later heads, is untouched. The recomputed clean pattern is checked against
+the model's own (to 1e-4). Ablations: ``mean`` (over prompts and positions), ``zero``, ``resample`` (the same position
+of another prompt). The positional route is ablated the same way: ``W_pos`` less its group average.
 """
 
 from __future__ import annotations
@@ -53,13 +52,10 @@ Ablation = Literal["mean", "zero", "resample"]
 ABLATIONS = ("mean", "zero", "resample")
 
 
-def _fro(x: torch.Tensor) -> torch.Tensor:
-    return x.double().flatten(-2).norm(dim=-1)
-
-
 def composition_score(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     """``||left @ right|| / (||left|| ||right||)`` (Frobenius); broadcasts over leading axes."""
-    return _fro(left.double() @ right.double()) / (_fro(left) * _fro(right)).clamp_min(1e-30)
+    fro = lambda x: x.double().flatten(-2).norm(dim=-1)  # noqa: E731
+    return fro(left.double() @ right.double()) / (fro(left) * fro(right)).clamp_min(1e-30)
 
 
 def _circuits(model, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,8 +102,7 @@ def composition_scores(model, layer: int, head: int) -> pd.DataFrame:
 
 
 def composition_baseline(d_model: int, d_head: int, n_samples: int = 64, seed: int = 0) -> float:
-    """Mean composition score of random Gaussian circuits of the model's shapes: ``W_OV = A B`` and
-    ``W_QK = C D^T`` with ``A, C, D`` ``[d_model, d_head]``, ``B`` ``[d_head, d_model]``."""
+    """Mean score of random Gaussian ``W_OV = A B``, ``W_QK = C D^T`` (``A, C, D`` ``[d_model, d_head]``)."""
     g = torch.Generator().manual_seed(seed)
     ov, qk = (
         torch.randn(n_samples, d_model, d_head, generator=g, dtype=torch.float64)
@@ -204,19 +199,16 @@ def path_ablation(
     below: bool = False,
     engine: str = "auto",
 ) -> pd.DataFrame:
-    """Effect on ``(layer, head)``'s previous-token attention of removing each upstream head's output (and the
-    fine-grained part of ``W_pos``) from only its query or only its key input, and of removing groups of heads, or
-    everything the layers below write, from both (module doc).
+    """Effect on ``(layer, head)``'s previous-token attention of removing each upstream head's output (and ``W_pos``
+    less its average in groups of ``pos_group``) from only its query or only its key input (module doc).
 
-    One row per (source, side): ``prev_mass`` (mean ``A[q, q-1]``, key 0 left out) and ``ratio``
-    (:func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`) under the ablation, the clean values, and ``drop =
-    clean prev_mass - ablated prev_mass`` (``relative_drop = drop / clean``); rows ``"none"`` (the clean numbers) and
-    ``"W_pos/<g>"`` included. ``groups`` ``{name: [(layer, head), ...]}`` add one row each, side ``"both"``: the group's
-    outputs replaced together in both inputs. ``below`` adds the row ``"layers below"``: the residual entering
-    ``layer`` replaced by the embeddings plus the ablated value of everything blocks ``0 .. layer-1`` added; and, with
-    learned ``W_pos`` and ``pos_group > 1``, the row ``below_relayed(pos_group)``: the embeddings plus what those blocks
-    write when *they* run on ``W_pos`` averaged in groups (does the head read computation, or ``W_pos`` relayed?).
-    Sorted by ``drop``, largest first. ``ablation="mean"`` reads the prompts twice.
+    One row per (source, side): ``prev_mass`` and ``ratio`` (:func:`prev_token_stats`, key 0 left out) under the
+    ablation, the clean values, ``drop = clean prev_mass - ablated prev_mass`` and ``relative_drop = drop / clean``;
+    rows ``"none"`` (clean) and ``"W_pos/<g>"`` included, sorted by ``drop``, largest first. ``groups`` ``{name:
+    [(layer, head), ...]}`` add one row each, side ``"both"``: the group's outputs replaced together in both inputs.
+    ``below`` adds the row ``"layers below"``: everything blocks ``0 .. layer-1`` wrote ablated; and, with learned
+    ``W_pos`` and ``pos_group > 1``, the row ``below_relayed(pos_group)``: the embeddings plus what those blocks write
+    when *they* run on ``W_pos`` averaged in groups (does the head read computation, or ``W_pos`` relayed?).
     """
     check_head(model, layer, head)
     if ablation not in ABLATIONS:

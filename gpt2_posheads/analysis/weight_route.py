@@ -41,20 +41,12 @@ diagonal means with key 0 left out (the toolkit's one definition), over ``n_posi
   ``m_l + attention`` (not linearised: the post's counted position, 1/(p+1) turned into p, is no line). ``m_l``
   centred over the token rows is the post's extended positional embedding, built from the weights.
 
-**Upstream contributions** to a head's composed previous-token mass: the mass lost when one upstream head's write is
-removed from that head's input only (its mean-stream write and its copy terms; every other path kept), and
-``without_heads``: the mass left when every upstream head's write is removed (the MLPs' writes kept).
-
 **Cost.** With ``M_h = D W_K^h W_Q^h^T D`` and ``A_u = D_u W_V^u W_O^u C`` (``[d_model, d_model]`` each), the copy
 coefficients are Frobenius products, ``c_Q(u) = <Sigma' A_u, M_h>``, ``c_K(u) = <Sigma' A_u, M_h^T>`` and ``c_self =
-<Sigma', M_h>`` (the traces above, turned cyclically): one matmul gives every pair of heads of a pair of layers.
-They depend on the weights alone, so all of them are computed first, with memory bounded by bytes, not by the model:
-``Sigma' A_u`` of as many upstream layers at once as fit :data:`CACHE_BYTES` (each computed once), and for every
-layer above them ``M`` and ``M^T`` of all its heads in blocks of rows that fit :data:`QK_BYTES` (rebuilt for each
-group of upstream layers: ``d_model^3`` multiplications, half of what one ``Sigma' A_u`` costs). Where one block
-holds every row (every model up to GPT-2 medium) each coefficient is one dot product; where there are several, its
-partial sums over the blocks are added in float32 (a re-association of the same sum). Everything is float32, the
-weights read in place; the token moments are summed in float64 over blocks of rows.
+<Sigma', M_h>`` (the traces above, turned cyclically): one matmul per pair of layers, all computed first, memory
+bounded by bytes (:data:`CACHE_BYTES` of ``Sigma' A_u``, :data:`QK_BYTES` of ``M``, ``M^T`` rows), not by the model.
+Where one block holds every row (every model up to GPT-2 medium) each coefficient is one dot product; else its partial
+sums over the blocks are added in float32. Everything is float32; the token moments are summed in float64.
 """
 
 from __future__ import annotations
@@ -94,25 +86,18 @@ def not_applicable(model) -> str | None:
 
 @dataclass
 class PositionalCircuits:
-    """Every head's positional circuits from the weights (see the module doc).
+    """Every head's positional circuits from the weights (module doc)."""
 
-    ``direct``/``composed``: per-head statistics of :func:`prev_token_stats` (``prev_mass``, ``ratio``,
-    ``top_offset``, ...) ``[n_layers, n_heads]`` each; ``patterns`` the composed patterns ``[n_layers, n_heads, n, n]``;
-    ``stream`` the composed mean stream entering each layer ``[n_layers + 1, n, d_model]`` (row ``l`` centred over the
-    token rows is the extended positional embedding at layer ``l``); ``sigma`` its typical norms ``[n_layers, n]``;
-    ``bos`` whether row 0 is BOS."""
-
-    direct: dict[str, torch.Tensor]
+    direct: dict[str, torch.Tensor]  # prev_token_stats (prev_mass, ratio, top_offset, ...) [n_layers, n_heads] each
     composed: dict[str, torch.Tensor]
-    patterns: torch.Tensor
-    stream: torch.Tensor
-    sigma: torch.Tensor
-    bos: bool
+    patterns: torch.Tensor  # the composed patterns [n_layers, n_heads, n, n]
+    stream: torch.Tensor  # the composed mean stream entering each layer [n_layers + 1, n, d_model]
+    sigma: torch.Tensor  # its typical norms [n_layers, n]
+    bos: bool  # row 0 is BOS
     _weights: _Weights | None = field(default=None, repr=False)  # what they were read from, for the contributions
 
     def table(self) -> pd.DataFrame:
-        """One row per head: ``head``, ``layer``, ``index``, ``direct_prev``, ``composed_prev``, ``direct_ratio``,
-        ``composed_ratio``, ``composed_top`` (the composed pattern's greatest diagonal)."""
+        """One row per head: ``direct_``/``composed_`` ``prev`` and ``ratio``, ``composed_top`` (greatest diagonal)."""
         c = head_columns(*self.composed["prev_mass"].shape)
         columns = dict(head=c["name"], layer=c["layer"], index=c["head"])
         for name, key in (("prev", "prev_mass"), ("ratio", "ratio")):
@@ -158,13 +143,17 @@ class _Weights:
     def attn(self, l: int) -> dict:
         """Layer ``l``'s attention weights (``W_Q``, ``W_K``, ``W_V`` ``[H, d, dh]``, ``W_O`` ``[H, dh, d]``, biases),
         its LayerNorm's gain ``w`` and bias ``b`` ``[d]`` and its score scale."""
-        a, blk = self.model.blocks[l].attn, self.model.blocks[l]
+        a = self.model.blocks[l].attn
         out = {k: _f32(getattr(a, k)) for k in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")}
-        w, b = ln_params(blk.ln1) if self.has_norm else (None, None)
-        out["w"] = torch.ones(self.cfg.d_model) if w is None else _f32(w)
-        out["b"] = torch.zeros(self.cfg.d_model) if b is None else _f32(b)
+        out["w"], out["b"] = self.ln(self.model.blocks[l], "ln1")
         out["scale"] = attn_scale(self.cfg, l)
         return out
+
+    def ln(self, block, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """``block``'s LayerNorm ``name``'s gain and bias ``[d_model]`` (1 and 0 where it has none, or is folded)."""
+        w, b = ln_params(getattr(block, name)) if self.has_norm else (None, None)
+        d = self.cfg.d_model
+        return torch.ones(d) if w is None else _f32(w), torch.zeros(d) if b is None else _f32(b)
 
     def sigma(self, m: torch.Tensor) -> torch.Tensor:
         """Typical norms ``[n]`` of the mean stream ``m`` ``[n, d_model]`` with a token's deviation added."""
@@ -274,11 +263,8 @@ def _mlp(W: _Weights, l: int, x: torch.Tensor) -> torch.Tensor:
     blk = W.model.blocks[l]
     if getattr(W.cfg, "attn_only", False) or getattr(blk, "mlp", None) is None:
         return torch.zeros_like(x)
-    w, b = ln_params(blk.ln2) if W.has_norm else (None, None)
-    ones, zeros = torch.ones(x.shape[-1]), torch.zeros(x.shape[-1])
-    ln = W.norm(x, W.sigma(x), ones if w is None else _f32(w), zeros if b is None else _f32(b))
     mlp = blk.mlp
-    hidden = ACTIVATIONS[W.cfg.act_fn](ln @ _f32(mlp.W_in) + _f32(mlp.b_in))
+    hidden = ACTIVATIONS[W.cfg.act_fn](W.norm(x, W.sigma(x), *W.ln(blk, "ln2")) @ _f32(mlp.W_in) + _f32(mlp.b_in))
     return hidden @ _f32(mlp.W_out) + _f32(mlp.b_out)
 
 
@@ -322,10 +308,10 @@ def positional_circuits(model, n_positions: int = N_POSITIONS, bos: bool | None 
 
 
 def upstream_contributions(model, circuits: PositionalCircuits, layer: int, head: int) -> tuple[pd.DataFrame, float]:
-    """``(table, without_heads)`` for head ``(layer, head)``: one row per upstream head (``source``, ``layer``,
-    ``head``, ``prev_without``: the head's composed previous-token mass with that head's write removed from its input,
-    ``drop``: composed minus that), sorted by ``drop`` descending; ``without_heads``: the mass with every upstream
-    head's write removed (MLPs kept). The circuits must be ``model``'s (:func:`positional_circuits`)."""
+    """``(table, without_heads)`` for head ``(layer, head)``: one row per upstream head, ``prev_without`` the head's
+    composed previous-token mass with that head's write (its mean-stream write and its copy terms) removed from its
+    input only, ``drop`` composed minus that, sorted by ``drop`` descending; ``without_heads``: the mass with every
+    upstream head's write removed (MLPs kept). The circuits must be ``model``'s (:func:`positional_circuits`)."""
     check_head(model, layer, head)
     n = circuits.patterns.shape[-1]
     W = circuits._weights if circuits._weights is not None else _Weights(model, n, circuits.bos)

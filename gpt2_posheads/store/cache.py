@@ -29,7 +29,7 @@ from ..analysis.interventions import average_pos_embed, mask_previous_attention,
 from ..analysis.measures import compare_head_patterns, next_token_probs
 from ..analysis.posembed import default_bos, extended_pos_embeddings_by_layer, load_w_pos
 from ..analysis.repeat_prompt import repeat_string_prompt, single_token_target
-from ..analysis.scores import LABEL_THRESHOLD, attention_scores, classify_prev_heads, score_profile
+from ..analysis.scores import attention_scores, score_profile
 from ..analysis.sources import path_ablation
 from ..model.loading import has_learned_positions
 from ..model.state import measures_caller_model
@@ -101,9 +101,6 @@ class PosheadsCache:
     def raw_scores(self, head) -> torch.Tensor:
         return self.tensors[f"raw_scores.{head_name(*parse_head(head))}"]
 
-    def classification(self, threshold: float = LABEL_THRESHOLD) -> pd.DataFrame:
-        return classify_prev_heads(self.tensors["score_profile"], threshold)
-
     def repeat_probs(self, name: str) -> torch.Tensor:
         return self.tensors[f"repeat.{name}.probs"]
 
@@ -152,11 +149,10 @@ def build_cache(
     # the mechanism of the GPT-2 post, measured once: induction (with and without BOS), and the aggregator
     # under previous-position masking in the layers below it and under W_pos averaging
     seg = min(50, (model.cfg.n_ctx - 1) // 2)
-    ind = induction_scores(model, n_seqs=8, seg_len=seg, seed=seed)
-    ind_nobos = induction_scores(model, n_seqs=8, seg_len=seg, seed=seed, bos=False)
-    t["induction.scores"] = ind.scores
-    t["induction.losses"] = torch.tensor([ind.loss_first, ind.loss_second])
-    t["induction.losses_no_bos"] = torch.tensor([ind_nobos.loss_first, ind_nobos.loss_second])
+    for key, bos in (("losses", True), ("losses_no_bos", False)):
+        ind = induction_scores(model, n_seqs=8, seg_len=seg, seed=seed, bos=bos)
+        t.setdefault("induction.scores", ind.scores)
+        t[f"induction.{key}"] = torch.tensor([ind.loss_first, ind.loss_second])
     rank = rank_from_diagonals(t["diagonals"])
     agg_l, agg_h = choose_aggregator(rank)
     masked_rows, averaged = [float("nan"), float("nan")], float("nan")
