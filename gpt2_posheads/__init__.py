@@ -1,21 +1,10 @@
 # ruff: noqa: F401 - the names imported here are the public face (__all__ lists them)
 """gpt2_posheads: positional information and previous-token heads, in GPT-2, in other transformers and in toy models.
 
-The package is layered; each layer imports only the ones above it in this list:
-
-* ``model``: loading (hub name or local folder, offline-safe), identity, tokens, the engines (hooks, the hook-free fast
-  path, nnsight), pattern edits, precision;
-* ``analysis``: the diagonals and the previous-token ratio, extended positional embeddings, raw scores and the
-  taxonomy, induction, interventions, sources (composition, path ablation), the head atlas;
-* ``store``: the activation cache;
-* ``claims``: the verdict vocabulary and every post's claims as rules, the organism's targets;
-* ``report``: figures, the results page, the attention explorer;
-* ``organism``: the miniature GPT-2 model organism, the compiled models with known mechanisms;
-* ``toy``: the sparse-attention toy models;
-* ``posts``: one folder per post, every claim a function returning its numbers, verdicts and figures
-  (``posts.gpt2_prev_heads.mask_prev_attention(model)``);
-* ``cli``: options parsed from a command's declaration, their checks, output folders, a script's set-up;
-* ``commands``: the programs (``gpt2-posheads NAME``).
+The package is layered: ``model`` < ``analysis`` < ``store`` < ``claims`` < ``report`` < ``organism`` < ``toy`` <
+``posts`` < ``cli`` < ``commands``; each imports only those before it (docs/architecture.md says what each holds).
+Every claim is a function of ``posts`` returning its numbers, verdicts and figures
+(``posts.gpt2_prev_heads.mask_prev_attention(model)``), and a command (``gpt2-posheads NAME``).
 
 The names below are the public face; everything is also importable from its module.
 """

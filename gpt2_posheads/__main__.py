@@ -45,11 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     name, found = normalize(argv[0]), sorted(commands(), key=lambda n: n in LAST)
     if name not in found:
         near = difflib.get_close_matches(name, found, n=1)
-        print(
-            f"error: command: {argv[0]!r} is unknown; allowed {', '.join(found)}"
-            + (f"; did you mean {near[0]}?" if near else "; gpt2-posheads lists them"),
-            file=sys.stderr,
-        )
+        hint = f"did you mean {near[0]}?" if near else "gpt2-posheads lists them"
+        print(f"error: command: {argv[0]!r} is unknown; allowed {', '.join(found)}; {hint}", file=sys.stderr)
         return 2
     try:
         return run(name, argv[1:])

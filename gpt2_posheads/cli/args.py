@@ -87,8 +87,7 @@ class Parser(argparse.ArgumentParser):
         self.register("action", "append", _AppendNonEmpty)
 
     def add_argument(self, *args, **kwargs):
-        dest = kwargs.get("dest") or next((a for a in args if a.startswith("--")), args[0] if args else "")
-        if kwargs.get("type") is int and dest.lstrip("-").replace("-", "_") == "seed":
+        if kwargs.get("type") is int and "--seed" in args:  # a seed: an integer within SEED_RANGE
             kwargs["type"] = _seed
         return super().add_argument(*args, **kwargs)
 
@@ -103,13 +102,9 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+SHIPPED_BY_NAME = "a shipped model by name (mini-gpt2, route-gpt2, lookalike-wpos, ...: offline)"
 MODEL_OPTIONS = (
-    Option(
-        "--model",
-        "gpt2",
-        "Hugging Face hub name of the model, or a shipped model by name (mini-gpt2, route-gpt2, lookalike-wpos, ...: "
-        "offline)",
-    ),
+    Option("--model", "gpt2", f"Hugging Face hub name of the model, or {SHIPPED_BY_NAME}"),
     Option("--model-dir", None, "local Hugging Face-format model directory (overrides --model)"),
     DEVICE := Option("--device", None, "torch device: cpu, cuda, cuda:N (default: cuda if available)"),
 )
@@ -118,18 +113,16 @@ NO_PNG = Option("--no-png", False, "write HTML figures only (skip kaleido/Chromi
 
 def output_options(out_help: str | None = None, seed_help: str = "random seed") -> tuple[Option, ...]:
     """The options of every command that writes a results folder (``out_help``: ``--out`` when it is not one)."""
+    refused = "a folder holding files this toolkit did not write is refused unless --force"
     return (
-        Option(
-            "--out",
-            None,
-            out_help
-            or "output folder (default: results/<script>/<model>); a folder holding files this toolkit did not "
-            "write is refused unless --force",
-        ),
+        Option("--out", None, out_help or f"output folder (default: results/<script>/<model>); {refused}"),
         Option("--force", False, "write into an --out folder that holds other files (they are kept; none is replaced)"),
         Option("--seed", 0, seed_help, int),
         NO_PNG,
     )
+
+
+CAPPED = "a value above the model's context is capped at it, and said"
 
 
 def prompt_options(n_prompts: int = 16, seq_len: int = 256) -> tuple[Option, ...]:
@@ -137,12 +130,7 @@ def prompt_options(n_prompts: int = 16, seq_len: int = 256) -> tuple[Option, ...
     return (
         Option("--prompts", "auto", "auto | openwebtext | wikitext | path to .txt/.jsonl files"),
         Option("--n-prompts", n_prompts, "natural-text prompts", int),
-        Option(
-            "--seq-len",
-            seq_len,
-            "tokens per prompt, BOS included (a value above the model's context is capped at it, and said)",
-            int,
-        ),
+        Option("--seq-len", seq_len, f"tokens per prompt, BOS included ({CAPPED})", int),
     )
 
 

@@ -20,7 +20,7 @@ import torch
 from ..analysis.heads import HeadSpec
 from ..model.folder import WEIGHT_FILES, folder_problem
 from ..model.loading import hub_model_cached, hub_model_problem
-from ..model.paths import SHIPPED_MODELS, models_dir, shipped_model_dir
+from ..model.paths import COMPILED_MODELS, SHIPPED_MODELS, models_dir, shipped_model_dir
 from ..model.validation import UsageError, path_kind, positive
 from .args import PROMPT_SOURCES, int_list
 
@@ -52,8 +52,6 @@ def check_model_dir(model_dir: str | None) -> dict | None:
     if kind not in ("folder", "missing"):  # /dev/null, a FIFO, a symlink loop: say what it is, suggest nothing
         raise bad(f"{model_dir} is {kind}, not a folder", "a folder with config.json and weights")
     if kind == "missing":
-        from ..model.paths import COMPILED_MODELS
-
         near = _nearest_dir(p)
         hint = f"did you mean {near}?" if near else "shipped models load by name: --model mini-gpt2, --model route-gpt2"
         if p.name in SHIPPED_MODELS:
@@ -61,11 +59,8 @@ def check_model_dir(model_dir: str | None) -> dict | None:
             hint = f"--model {p.name} {how}"
         raise bad(f"{model_dir} does not exist", WITH_WEIGHTS, hint)
     if not (p / "config.json").is_file():
-        raise bad(
-            f"{model_dir} has no config.json",
-            "a Hugging Face-format model folder",
-            "or a shipped model by name: --model mini-gpt2",
-        )
+        shipped = "or a shipped model by name: --model mini-gpt2"
+        raise bad(f"{model_dir} has no config.json", "a Hugging Face-format model folder", shipped)
     try:
         cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
@@ -117,16 +112,14 @@ def check_hub_names(hub: Sequence[str]) -> None:
     missing = [name for name in hub if not hub_model_cached(name)]  # a complete cached copy loads offline
     problem = next(filter(None, map(hub_model_problem, missing)), None)  # asked of each model's API, in turn
     if problem is not None:
-        raise UsageError(
-            "--models",
-            f"{', '.join(missing)} need the Hugging Face hub, which does not answer ({problem.why}), and are not "
-            "cached",
-            "hub names on a machine with internet",
-            "or --model-dirs with local copies",
+        hub = (
+            f"{', '.join(missing)} need the Hugging Face hub, which does not answer ({problem.why}), and are not cached"
         )
+        raise UsageError("--models", hub, "hub names on a machine with internet", "or --model-dirs with local copies")
 
 
 def check_device(device: str | None) -> None:
+    """``--device``: a device torch names that this machine has."""
     if device is None:
         return
     bad = partial(UsageError, "--device")
@@ -166,11 +159,9 @@ def check_prompt_source(source: str) -> None:
         raise bad(f"{source} is {kind}, not a file or folder", "a .txt/.jsonl file or a folder of them")
     if kind == "missing":
         near = difflib.get_close_matches(source, PROMPT_SOURCES, n=1)
-        raise bad(
-            f"{source!r} is neither a known source nor an existing file",
-            "allowed auto, openwebtext, wikitext, or a path to .txt/.jsonl files",
-            f"did you mean {near[0]}?" if near else "check the path",
-        )
+        allowed = "allowed auto, openwebtext, wikitext, or a path to .txt/.jsonl files"
+        hint = f"did you mean {near[0]}?" if near else "check the path"
+        raise bad(f"{source!r} is neither a known source nor an existing file", allowed, hint)
     documents_in = "documents separated by blank lines, or .jsonl with a 'text' field"
     if p.is_file():
         if p.suffix not in (".txt", ".jsonl"):
@@ -212,10 +203,8 @@ def _check_shaped(args, shape, layer_final: bool) -> CheckedArgs:
     if shape is not None and layer is not None:
         top = shape.n_layers if layer_final else shape.n_layers - 1
         if not 0 <= layer <= top:
-            what = f"0..{top}" + (" (the last is the final residual stream)" if layer_final else "")
-            raise UsageError(
-                "--layer", f"{layer} is out of range for this {shape.n_layers}-layer model", f"allowed {what}"
-            )
+            what = f"allowed 0..{top}" + (" (the last is the final residual stream)" if layer_final else "")
+            raise UsageError("--layer", f"{layer} is out of range for this {shape.n_layers}-layer model", what)
     layers = None
     if getattr(args, "layers", None) is not None:
         layers = tuple(int_list("--layers", args.layers, 0, shape.n_layers - 1 if shape else None))

@@ -1,9 +1,5 @@
-"""Every command's options, parsed by one function from its declaration, and the run of a declared claim script.
-
-A command is a :class:`~gpt2_posheads.claims.catalogue.Command` (its help and its options). :func:`parse` parses and
-checks every option's range (one ``error:`` line) before anything else happens; a claim script's options are
-:func:`command_options`'. A model script runs ``parse → check → setup → call → write`` (:func:`run_declared`), a toy
-post's :func:`run_toy`.
+"""Every command's options, parsed and range-checked by one function from its declaration (one ``error:`` line before
+anything else happens), and the run of a declared claim script: ``parse → check → setup → call → write``.
 """
 
 from __future__ import annotations
@@ -23,29 +19,19 @@ def toy_options() -> tuple[Option, ...]:
     """The training options of every toy post's command (:class:`~gpt2_posheads.toy.posts.ToyRun`'s)."""
     from ..toy.posts import BATCH_SIZE, INIT_STD, LR, MAX_DEFAULT_WORKERS, ROBUSTNESS_SEEDS
 
+    quick = "a few hundred steps and fewer settings: a smoke test whose claims are 'not testable'"
+    workers = f"(default: one per thread, at most {MAX_DEFAULT_WORKERS}; 1 trains in this process)"
+    w_o = "(the posts' model has none: embedding, one attention layer, unembedding)"
     return (
         Option("--steps", None, "training steps", int),
-        Option(
-            "--quick", False, "a few hundred steps and fewer settings: a smoke test whose claims are 'not testable'"
-        ),
+        Option("--quick", False, quick),
         Option("--init-std", INIT_STD, "std of the N(0, s^2) initialisation (nanoGPT: 0.02)", float),
         Option("--lr", LR, "Adam learning rate", float),
         Option("--batch-size", BATCH_SIZE, "sequences per step", int),
         Option("--seeds", 1, "seeds per setting", int),
         Option("--threads", None, "CPU threads in all (default: every core)", int, low=1),
-        Option(
-            "--workers",
-            None,
-            "processes that train groups of models at once "
-            f"(default: one per thread, at most {MAX_DEFAULT_WORKERS}; 1 trains in this process)",
-            int,
-        ),
-        Option(
-            "--out-proj",
-            False,
-            "add an attention output matrix W_O (the posts' model has none: embedding, one attention layer, "
-            "unembedding)",
-        ),
+        Option("--workers", None, f"processes that train groups of models at once {workers}", int),
+        Option("--out-proj", False, f"add an attention output matrix W_O {w_o}"),
         Option("--fresh", False, "ignore finished runs in <out>/runs and train everything again"),
         Option(
             "--robustness",
@@ -124,15 +110,8 @@ def run_declared(script: Script, argv=None):
         kwargs["engine"] = args.engine
     if script.prepare is not None:  # the checks that need no model, before it loads
         script.prepare(None, kwargs, args)
-    exp = setup(
-        args,
-        f"{script.name}.py",
-        heads=script.heads,
-        prompts=script.n_prompts is not None,
-        ranking=script.ranking,
-        above_layer0=script.above_layer0,
-        layer_final=script.layer_final,
-    )
+    shape = {k: getattr(script, k) for k in ("heads", "ranking", "above_layer0", "layer_final")}
+    exp = setup(args, f"{script.name}.py", prompts=script.n_prompts is not None, **shape)
     if exp.prompts is not None:
         print(f"{exp.label}: {len(exp.prompts)} prompts x {exp.prompts.shape[1]} tokens from {exp.source}")
     if script.heads is not None:

@@ -1,8 +1,5 @@
-"""The set-up every model script shares (:func:`setup`): checks, output folder, model, prompts, ranking, heads.
-
-``--engine nnsight`` runs the measurements in nnsight traces, and ``--remote`` on NDIF: checked before any work
-(:func:`check_engine_args`; needs ``--engine nnsight``, nnsight, ``NDIF_API_KEY`` and NDIF answering within seconds).
-"""
+"""The set-up every model script shares (:func:`setup`): checks, output folder, model, prompts, ranking, heads;
+``--engine nnsight`` (``--remote``: on NDIF) checked before any work."""
 
 from __future__ import annotations
 
@@ -17,7 +14,7 @@ import pandas as pd
 import torch
 
 from ..analysis.diagonals import diagonal_attention, rank_from_diagonals
-from ..analysis.heads import HeadDefault, require_above_layer0, resolve_heads
+from ..analysis.heads import require_above_layer0, resolve_heads
 from ..analysis.prompts import documents, make_prompts
 from ..claims.catalogue import Option
 from ..model.engine_nnsight import ENGINE as NNSIGHT
@@ -56,19 +53,11 @@ def _shared(kind: str, key: tuple, make):
 
 def engine_options(engines: tuple[str, ...], help: str) -> tuple[Option, ...]:
     """``--engine`` (``engines`` and nnsight) and ``--remote``."""
+    nnsight = "; nnsight: every pattern computed and reduced inside an nnsight trace (a local Hugging Face folder, or "
+    remote = "run the nnsight traces on NDIF (needs --engine nnsight, NDIF_API_KEY and a hub name in --model/--models)"
     return (
-        Option(
-            "--engine",
-            "auto",
-            help + "; nnsight: every pattern computed and reduced inside an nnsight trace (a local Hugging Face "
-            "folder, or an NDIF-hosted model with --remote)",
-            choices=(*engines, NNSIGHT),
-        ),
-        Option(
-            "--remote",
-            False,
-            "run the nnsight traces on NDIF (needs --engine nnsight, NDIF_API_KEY and a hub name in --model/--models)",
-        ),
+        Option("--engine", "auto", help + nnsight + "an NDIF-hosted model with --remote)", choices=(*engines, NNSIGHT)),
+        Option("--remote", False, remote),
     )
 
 
@@ -81,12 +70,9 @@ def check_engine_args(args, model_dir_flag: str = "--model-dir") -> None:
     if getattr(args, "engine", None) != NNSIGHT:
         raise UsageError("--remote", "needs --engine nnsight", "--engine nnsight --remote", "or drop --remote")
     if getattr(args, model_dir_flag.lstrip("-").replace("-", "_"), None):
-        raise UsageError(
-            "--remote",
-            f"runs a model hosted on NDIF, named by its hub id, not a local folder ({model_dir_flag})",
-            "--model <hub id> --remote",
-            f"or drop --remote to run {model_dir_flag} through nnsight here",
-        )
+        problem = f"runs a model hosted on NDIF, named by its hub id, not a local folder ({model_dir_flag})"
+        hint = f"or drop --remote to run {model_dir_flag} through nnsight here"
+        raise UsageError("--remote", problem, "--model <hub id> --remote", hint)
     check_remote("--remote")
 
 
@@ -123,6 +109,7 @@ def model_from_args(args):
 
 
 def model_label(args) -> str:
+    """The model as the user named it: ``--model-dir`` or ``--model``."""
     return str(args.model_dir or args.model)
 
 
@@ -185,7 +172,7 @@ def corpus_prompts(model, args) -> tuple[torch.Tensor, str]:
 
 @dataclass
 class Experiment:
-    """Everything a model script measures on, set up and checked."""
+    """Everything a model script measures on, set up and checked (:func:`setup`)."""
 
     args: object
     checked: CheckedArgs
@@ -210,25 +197,17 @@ class Experiment:
         if standin:  # a model built to pass for GPT-2 small: every reader of the results is told what it is
             d["compiled_standin"] = standin
         if self.prompts is not None:
-            d.update(
-                prompt_source=self.source, n_prompts=int(self.prompts.shape[0]), seq_len=int(self.prompts.shape[1])
-            )
+            n_prompts, seq_len = self.prompts.shape
+            d.update(prompt_source=self.source, n_prompts=int(n_prompts), seq_len=int(seq_len))
         if self.heads:
             d.update(heads=[head_name(l, h) for l, h in self.heads], heads_chosen=self.heads_chosen)
         return d
 
 
-def setup(
-    args,
-    script_file: str,
-    heads: HeadDefault | None = None,
-    prompts: bool = True,
-    ranking: bool = True,
-    above_layer0: bool = False,
-    layer_final: bool = False,
-) -> Experiment:
+def setup(args, script_file: str, heads=None, prompts=True, ranking=True, above_layer0=False, layer_final=False):
     """Check every option that needs no model, open the output folder, load the model, check the rest, make the
-    prompts, rank the heads (every offset) and choose them. ``above_layer0``: ``--heads`` in layer 0 are refused."""
+    prompts, rank the heads (every offset) and choose them (``heads``: a
+    :class:`~gpt2_posheads.analysis.heads.HeadDefault`). ``above_layer0``: ``--heads`` in layer 0 are refused."""
     checked = precheck(args, layer_final=layer_final)
     if above_layer0:
         require_above_layer0(checked.heads)

@@ -1,21 +1,19 @@
 """Output folders that never lose or mix results: ``results/<script>/<model>/`` or ``--out``.
 
-* **Only the toolkit's own files are replaced**: those its manifest (:data:`MANIFEST`) names. A folder holding anything
-  else (a user's ``notes.csv``) is refused unless ``--force``, and even then nothing of the user's is replaced.
+* **Only the toolkit's own files are replaced**: those its manifest names; anything else (a user's ``notes.csv``) is
+  refused unless ``--force``, and even then kept.
 * **A run that fails changes nothing.** Files are staged beside the target (``.<name>.partial-<pid>``) and moved in
   when the run succeeds; an error or Ctrl-C removes the staging folder, the lock and the folders the run made empty.
-  Resumable work (a toy sweep's ``runs/``) is written in place (:meth:`Output.persistent_dir`).
-* **Two runs never mix.** A lock (:data:`LOCK`: pid, its start time, machine) refuses a second run in one line; a lock
-  whose process is gone (or whose pid names another process now) is taken over and that run's staging folders
-  removed, each said (:func:`acquire_lock`, :func:`remove_dead_runs`); one that cannot be checked (empty, not the
-  toolkit's, another machine's) is refused with how to remove it.
-* **Results first, then the console**, which can never cost a result (:class:`~gpt2_posheads.cli.args.ConsoleStream`).
-  A folder that cannot be written (:data:`~gpt2_posheads.model.paths.CANNOT_WRITE`) is one line naming it
-  (:func:`write_failure`), the earlier results as they were.
+  Resumable work (a toy sweep's ``runs/``) is written in place.
+* **Two runs never mix.** A lock (pid, its start time, machine) refuses a second run in one line; a lock whose process
+  is gone (or whose pid names another process now) is taken over and its staging removed, said; one that cannot be
+  checked (empty, not the toolkit's, another machine's) is refused with how to remove it.
+* **Results first, then the console**, which can never cost a result; a folder that cannot be written is one line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import json
@@ -53,20 +51,14 @@ def write_failure(e: BaseException, folder: Path | None = None, param: str = "--
         folder = _OPEN[0].target if _OPEN else _COMMITTED[-1] if _COMMITTED else None
     if folder is None and getattr(e, "filename", None):
         folder = Path(os.fsdecode(e.filename)).parent
-    where, kept = (
-        str(folder) if folder is not None else "the output disk",
-        "results written before are kept as they were",
-    )
+    where = str(folder) if folder is not None else "the output disk"
+    kept = "results written before are kept as they were"
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         problem, allowed = f"no space left on {where} ({why.split(': ')[-1]})", "a folder on a disk with free space"
         return UsageError(param, problem, allowed, f"free some space or choose another --out; {kept}")
     ulimit = "raise the limit (ulimit -f unlimited) or " if e.errno == errno.EFBIG else ""
-    return UsageError(
-        param,
-        f"{where} cannot be written ({why})",
-        "a folder this process can write",
-        f"{ulimit}choose another --out; {kept}",
-    )
+    hint = f"{ulimit}choose another --out; {kept}"
+    return UsageError(param, f"{where} cannot be written ({why})", "a folder this process can write", hint)
 
 
 def write_json(path: str | Path, obj) -> Path:
@@ -98,9 +90,8 @@ def locked_error(folder: Path, lock: Path, holder: dict, state: str, param: str)
         hours = _age(lock) / 3600
         old = f", {hours:.0f} h ago, probably left by a run that ended" if hours * 3600 > LOCK_TIMEOUT else ""
         problem = f"{folder} is locked by a run on another machine ({who}{old}), which cannot be checked from here"
-        return UsageError(
-            param, problem, one, f"if no run on {host} writes this folder, {clear}; or choose another --out"
-        )
+        hint = f"if no run on {host} writes this folder, {clear}; or choose another --out"
+        return UsageError(param, problem, one, hint)
     try:
         why = "it is empty" if not lock.read_text().strip() else "it is not a lock this toolkit writes"
     except (OSError, UnicodeDecodeError) as e:
@@ -117,11 +108,8 @@ def _remove_if_dead(lock: Path, holder: dict) -> bool:
         return False
     lock.unlink(missing_ok=True)
     reused = f"; pid {holder.get('pid')} is now another process" if state == "reused" else ""
-    print(
-        f"note: removed {lock}, left by a run that ended without finishing ({holder.get('script', '?')}, pid "
-        f"{holder.get('pid')}, started {holder.get('started', '?')}{reused})",
-        file=sys.stderr,
-    )
+    run = f"{holder.get('script', '?')}, pid {holder.get('pid')}, started {holder.get('started', '?')}{reused}"
+    print(f"note: removed {lock}, left by a run that ended without finishing ({run})", file=sys.stderr)
     return True
 
 
@@ -193,13 +181,8 @@ def check_out_folder(path: str | Path, param: str = "--out") -> Path:
     q = next((q for q in (p, *p.parents) if path_kind(q) != "missing"), None)
     kind = path_kind(q) if q is not None else "folder"
     if kind != "folder":
-        what = "a file" if kind == "file" else kind
-        raise UsageError(
-            param,
-            f"{q} is {what}" + (f", so {p} cannot be made" if q != p else ""),
-            "a folder (new, empty, or one the toolkit wrote)",
-            f"choose another {param}",
-        )
+        problem = f"{q} is {'a file' if kind == 'file' else kind}" + (f", so {p} cannot be made" if q != p else "")
+        raise UsageError(param, problem, "a folder (new, empty, or one the toolkit wrote)", f"choose another {param}")
     return p
 
 
@@ -208,13 +191,9 @@ def check_one_model_per_name(filed: dict, this: dict, param: str, where: str, hi
     beginning with ``where``, where ``filed`` has other weights (a results folder, or the models of one command)."""
     theirs, ours = filed.get("fingerprint"), this.get("fingerprint")
     if theirs not in (None, ours):
-        raise UsageError(
-            param,
-            f"{where} another model of the same name ({filed.get('label', '?')}, weights {theirs}; this one "
-            f"{this.get('label', '?')}, weights {ours})",
-            "one model per name: results are filed by the model's name",
-            hint,
-        )
+        same = f"({filed.get('label', '?')}, weights {theirs}; this one {this.get('label', '?')}, weights {ours})"
+        one = "one model per name: results are filed by the model's name"
+        raise UsageError(param, f"{where} another model of the same name {same}", one, hint)
 
 
 def _refuse(param: str, problem: str, allowed: str, hint: str = "choose another --out") -> UsageError:
@@ -243,20 +222,10 @@ class Output:
     tables: list = field(default_factory=list)  # claims tables, printed once the results are in place
 
     @classmethod
-    def open(
-        cls,
-        target: str | Path,
-        script: str,
-        png: bool = True,
-        quick: bool = False,
-        force: bool = False,
-        param: str = "--out",
-        adopt: bool = False,
-        model: dict | None = None,
-    ) -> Output:
-        """Check ``target``, lock it, stage beside it. ``adopt``: its files are this run's to replace (``--overwrite``).
-        ``model`` (``{"label", "fingerprint"}``): another model's results of that name are refused unless ``force``;
-        those of the same folder on weights it no longer has are replaced, and said."""
+    def open(cls, target, script: str, png=True, quick=False, force=False, param="--out", adopt=False, model=None):
+        """Check ``target`` (a path), lock it, stage beside it. ``adopt``: its files are this run's to replace
+        (``--overwrite``). ``model`` (``{"label", "fingerprint"}``): another model's results of that name are refused
+        unless ``force``; those of the same folder on weights it no longer has are replaced, and said."""
         target = check_out_folder(target, param)
         made = [d for d in (target, *target.parents) if not d.exists()]  # removed again if they stay empty
         try:
@@ -279,12 +248,9 @@ class Output:
                 check_one_model_per_name(filed, model, param, f"{target} holds the results of", hint)
             if foreign and not force:
                 shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-                raise _refuse(
-                    param,
-                    f"{target} holds files this toolkit did not write ({shown})",
-                    "a new or empty folder, or one the toolkit wrote",
-                    "choose another --out, or pass --force to write beside them (they are kept)",
-                )
+                hint = "choose another --out, or pass --force to write beside them (they are kept)"
+                problem = f"{target} holds files this toolkit did not write ({shown})"
+                raise _refuse(param, problem, "a new or empty folder, or one the toolkit wrote", hint)
             if png:
                 png, why = png_support()  # decided once, before any work, with a bounded wait
                 if not png:
@@ -314,11 +280,8 @@ class Output:
     def _not_yours(self, name: str, what: str) -> None:
         """Refuse ``name`` where the target holds the user's ``what`` of that name."""
         if name in self.foreign:
-            raise _refuse(
-                "--out",
-                f"{self.target / name} belongs to you, not to this toolkit",
-                f"a folder without {what} of that name",
-            )
+            mine = f"{self.target / name} belongs to you, not to this toolkit"
+            raise _refuse("--out", mine, f"a folder without {what} of that name")
 
     def path(self, name: str) -> Path:
         """A file of this run (in the staging folder), recorded as written."""
@@ -336,10 +299,8 @@ class Output:
             self.folders.append(name)
         m = read_manifest(self.target)
         if m.get("script") in (None, self.script) and name not in m.get("folders", []):
-            folders = sorted({*m.get("folders", []), name})
-            write_json(
-                self.target / MANIFEST, {**m, "script": self.script, "files": m.get("files", []), "folders": folders}
-            )
+            m.update(script=self.script, files=m.get("files", []), folders=sorted({*m.get("folders", []), name}))
+            write_json(self.target / MANIFEST, m)
         return d
 
     def figure(self, fig, stem: str, **kw) -> None:
@@ -377,14 +338,10 @@ class Output:
             old = {}  # another script's files stay (they were foreign to this run)
         pngs = [f"{stem}.png" for _, stem, _ in self.pngs if f"{stem}.png" not in self.foreign]
         names = sorted({p.name for p in self.written} | set(pngs))
-        manifest = {
-            "files": names,
-            "folders": sorted(set(self.folders) | set(old.get("folders", []))),
-            "script": self.script,
-            "written_at": now_iso(),
-            "quick": self.quick,
-            **({"model": self.model} if self.model else {}),
-        }
+        folders = sorted(set(self.folders) | set(old.get("folders", [])))
+        manifest = dict(files=names, folders=folders, script=self.script, written_at=now_iso(), quick=self.quick)
+        if self.model:
+            manifest["model"] = self.model
         # written beside the staged files first: a full disk fails here, before anything in the target is touched
         staged_manifest = write_json(self.out_dir / MANIFEST, manifest)
         for name in old.get("files", []):
@@ -407,9 +364,7 @@ class Output:
             self._close()
             self.out_dir = self.target
         if not quiet:
-            print(f"\nwrote {len(names)} files to {self.target}:")
-            for n in names:
-                print(f"  {n}")
+            print(f"\nwrote {len(names)} files to {self.target}:" + "".join(f"\n  {n}" for n in names))
 
     def abort(self) -> None:
         """Drop this run's staged files; the target keeps what it had."""
@@ -428,11 +383,9 @@ class Output:
 
 def _remove_empty(folders: Sequence[Path]) -> None:
     """Remove ``folders`` (deepest first) while each is empty."""
-    for d in folders:
-        try:
+    with contextlib.suppress(OSError):
+        for d in folders:
             d.rmdir()
-        except OSError:
-            return
 
 
 def abort_open_outputs() -> None:

@@ -55,10 +55,8 @@ def plugins_failed() -> bool:
     from ..posts import PLUGIN_ERRORS
 
     if PLUGIN_ERRORS:
-        print(
-            f"error: ${PLUGINS_ENV}: {PLUGIN_ERRORS[0]}; module names importable from here or PYTHONPATH",
-            file=sys.stderr,
-        )
+        importable = "module names importable from here or PYTHONPATH"
+        print(f"error: ${PLUGINS_ENV}: {PLUGIN_ERRORS[0]}; {importable}", file=sys.stderr)
     return bool(PLUGIN_ERRORS)
 
 
@@ -90,9 +88,8 @@ def run_experiment(name: str, args: Sequence[str], env: dict[str, str] | None = 
     # the package this process imported, first on the child's path: a checkout without an install runs itself
     package_parent = str(Path(__path__[0]).resolve().parents[1])
     path_env = os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))
-    child = subprocess.Popen(
-        [sys.executable, "-m", "gpt2_posheads", name, *args], env={**os.environ, **(env or {}), "PYTHONPATH": path_env}
-    )
+    env = {**os.environ, **(env or {}), "PYTHONPATH": path_env}
+    child = subprocess.Popen([sys.executable, "-m", "gpt2_posheads", name, *args], env=env)
     try:
         return child.wait()
     except BaseException:

@@ -34,12 +34,11 @@ def build_all(names: list[str], out_dir: Path, measured: bool = True, force: boo
     for name in names:
         target = out_dir / name
         if target.exists() and not is_ours(target, name) and not force:
-            raise UsageError(
-                "--out-dir",
+            problem, hint = (
                 f"{target} exists and was not written by this script",
-                "a folder this script wrote, or none",
-                "choose another --out-dir, or --force to replace it",
+                "choose another --out-dir, or --force",
             )
+            raise UsageError("--out-dir", problem, "a folder this script wrote, or none", hint + " to replace it")
     status = {}
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in names:
@@ -68,7 +67,7 @@ COMMAND = Command(
         Option("--only", None, f"comma-separated models (default all: {', '.join(BUILDERS)})"),
         Option(
             "--out-dir",
-            None,  # the models folder, when the command runs
+            None,
             "parent folder of the model folders (default: the models folder, data/ in a source checkout)",
         ),
         Option("--no-measure", False, "leave the measured numbers out of the cards (faster)"),

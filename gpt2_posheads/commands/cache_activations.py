@@ -28,14 +28,13 @@ HEADS = HeadDefault(
     n=4,
     what="heads whose patterns and raw scores are stored",
 )
+REPLACED = "(an existing file is replaced only if it is a cache of this toolkit)"
 COMMAND = Command(
     "cache_activations",
     usage=__doc__,
     options=(
         *MODEL_OPTIONS,
-        *output_options(
-            "the .safetensors file to write (an existing file is replaced only if it is a cache of this toolkit)"
-        ),
+        *output_options(f"the .safetensors file to write {REPLACED}"),
         *prompt_options(n_prompts=32, seq_len=256),
         Option("--heads", None, HEADS.help()),
         Option("--ext-prompts", 16, "repeated-token prompts for the extended embeddings", int, low=1),
@@ -55,12 +54,8 @@ def main(argv=None):
         raise UsageError("--out", f"{out} is a folder", "a .safetensors file path")
     check_out_folder(out.parent)
     if out.exists() and not PosheadsCache.is_cache_file(out):
-        raise UsageError(
-            "--out",
-            f"{out} exists and is not a cache of this toolkit",
-            "a new path or an earlier cache",
-            "choose another --out",
-        )
+        problem = f"{out} exists and is not a cache of this toolkit"
+        raise UsageError("--out", problem, "a new path or an earlier cache", "choose another --out")
     identity = model_identity(args)
     if out.exists() and not args.force:
         hint = "choose another --out, or --force to replace it"
@@ -71,16 +66,8 @@ def main(argv=None):
     ranking = rank_from_diagonals(diagonal_attention(model, prompts, progress=False))
     heads, chosen = resolve_heads(model, checked.heads, HEADS, ranking)
     print(f"stored heads: {chosen}")
-    cache = build_cache(
-        model,
-        prompts,
-        heads,
-        model_label(args),
-        ext_n_prompts=args.ext_prompts,
-        seed=args.seed,
-        prompt_source=source,
-        heads_chosen=chosen,
-    )
+    kw = dict(ext_n_prompts=args.ext_prompts, seed=args.seed, prompt_source=source, heads_chosen=chosen)
+    cache = build_cache(model, prompts, heads, model_label(args), **kw)
     cache.meta["fingerprint"] = identity["fingerprint"]  # what tells this model from another of its name
     path = cache.save(out)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {', '.join(sorted(cache.tensors))[:300]}...")

@@ -30,9 +30,7 @@ COMMAND = Command(
         Option("--all", False, "list every claim, not only those that moved"),
         Option("--csv", None, "also write the table to this CSV file"),
         Option(
-            "--allow-different-models",
-            False,
-            "compare folders that hold results of different models (said first; refused without it)",
+            "--allow-different-models", False, "compare folders of different models (said first; refused without it)"
         ),
     ),
 )

@@ -49,9 +49,8 @@ def main(argv=None) -> int:
         if args.out is None and not (args.port == 0 or 1024 <= args.port <= 65535):
             raise UsageError("--port", f"{args.port} is out of range", PORTS)
         if args.out is not None and not args.out.endswith((".html", ".htm")):
-            raise UsageError(
-                "--out", f"{args.out!r} is not an .html file", "a path ending in .html", "e.g. --out explorer.html"
-            )
+            html = "a path ending in .html"
+            raise UsageError("--out", f"{args.out!r} is not an .html file", html, "e.g. --out explorer.html")
         from ..report.explorer import MIN_TOKENS, write_explorer
         from ..report.explorer_server import LiveExplorer, max_tokens, prompt_tokens, serve
 

@@ -33,6 +33,7 @@ from ..model.paths import SHIPPED_MODELS
 from ..model.validation import UsageError, positive
 from ..posts.gpt2_prev_heads.weight_route import route_record
 
+PROTOCOLS = ("toolkit", "ood-composition")
 METRICS = (("sharpness", "previous-token: 1 - ratio"), ("induction", "induction"), ("duplicate", "duplicate-token"))
 
 
@@ -43,10 +44,7 @@ COMMAND = Command(
         Option("--model-dirs", "", "comma-separated local Hugging Face model folders"),
         Option("--models", "", "comma-separated shipped models (mini-gpt2, route-gpt2, ...) or hub names"),
         Option(
-            "--protocol",
-            "toolkit",
-            "ood-composition adds that paper's per-head scores to the table",
-            choices=("toolkit", "ood-composition"),
+            "--protocol", "toolkit", "ood-composition adds that paper's per-head scores to the table", choices=PROTOCOLS
         ),
         Option("--route", "none", "weights: each model's route read from the weights", choices=("none", "weights")),
         *prompt_options(n_prompts=16, seq_len=256),
@@ -104,20 +102,13 @@ def main(argv=None):
         summary["models"][label] = info
         ratio = "n/a" if top is None else f"{info['sharpest_prev_ratio']:.4f}"
         keep = f", keeps {info['wpos_avg10_keep']:.0%} under W_pos averaged /10" if "wpos_avg10_keep" in info else ""
-        best = info["top_induction"][0]
-        print(
-            f"{label}: sharpest previous-token head {info['sharpest_prev_head']} (ratio {ratio}{keep}); "
-            f"best induction {best['name']} {best['induction']:.3f}"
-        )
+        best = f"best induction {info['top_induction'][0]['name']} {info['top_induction'][0]['induction']:.3f}"
+        print(f"{label}: sharpest previous-token head {info['sharpest_prev_head']} (ratio {ratio}{keep}); {best}")
 
     labels = list(tables)
-    fig = make_subplots(
-        rows=len(METRICS),
-        cols=len(labels),
-        subplot_titles=[f"{m}: {t}" for t, _ in METRICS for m in labels],
-        vertical_spacing=0.08,
-        horizontal_spacing=0.05,
-    )
+    titles = [f"{m}: {t}" for t, _ in METRICS for m in labels]
+    grid = dict(rows=len(METRICS), cols=len(labels), vertical_spacing=0.08, horizontal_spacing=0.05)
+    fig = make_subplots(subplot_titles=titles, **grid)
     cell = dict(zmin=0, zmax=1, colorscale="Viridis", colorbar=dict(title="score"))
     cell["hovertemplate"] = "%{text}: %{z:.3f}<extra></extra>"
     for c, label in enumerate(labels, start=1):
@@ -129,14 +120,11 @@ def main(argv=None):
             fig.add_trace(
                 go.Heatmap(z=z, showscale=(r == 1 and c == 1), text=df.name.to_numpy().reshape(L, H), **cell), **at
             )
-            fig.update_yaxes(
-                autorange="reversed", title_text="layer" if c == 1 else None, dtick=max(1, math.ceil(L / 12)), **at
-            )
+            layer = "layer" if c == 1 else None
+            fig.update_yaxes(autorange="reversed", title_text=layer, dtick=max(1, math.ceil(L / 12)), **at)
             fig.update_xaxes(title_text="head" if r == len(METRICS) else None, dtick=max(1, math.ceil(H / 12)), **at)
-    fig.update_layout(
-        title="Head atlas<br><sup>1 - ratio for previous-token heads (0 for the others)</sup>",
-        height=330 * len(METRICS) + 100,
-    )
+    title = "Head atlas<br><sup>1 - ratio for previous-token heads (0 for the others)</sup>"
+    fig.update_layout(title=title, height=330 * len(METRICS) + 100)
     out.figure(fig, "mosaic", width=max(500, 380 * len(labels)))
     out.summary(summary)
     out.commit()

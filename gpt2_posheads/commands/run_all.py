@@ -5,16 +5,14 @@ offline attention explorer per model.
     gpt2-posheads run_all --models gpt2         # also real GPT-2 small (needs the Hugging Face hub)
     gpt2-posheads run_all --quick               # smoke test: toy claims 'not testable'
 
-The GPT-2 post's scripts run on each model (--models, --model-dirs); by default route-gpt2 (weights set by hand to
-carry the post's route), lookalike-wpos (the same behaviour from a head that reads W_pos) and mini-gpt2 (the trained
-organism, which takes the toy post's route); compiled models are built first (seconds, deterministic). The organism
-report then shows the post's story on route-gpt2 beside the organism. The toy scripts train their own models at
-settings that test every headline claim. Every script runs in this process, in turn: each model loaded once, its
-prompts made once per option set, its heads ranked once per prompts, so each measures the numbers it does alone
-(--processes: one process per script). A failing script is reported and the others still run. Ctrl-C stops the job
-and still rewrites the page (what finished, with when; the interrupted script and those not run, marked); --resume
-then runs only what did not finish, or finished with other options or on weights changed since (each said). The run
-record is results/run_all.json; --out puts all of it elsewhere ($GPT2_POSHEADS_RESULTS, set for the scripts).
+The GPT-2 post's scripts run on each model: by default route-gpt2 (weights set by hand to carry the post's route),
+lookalike-wpos (the same behaviour from a head that reads W_pos) and mini-gpt2 (the trained organism, which takes the
+toy post's route); compiled models are built first (seconds, deterministic). The organism report then shows the post's
+story on route-gpt2 beside the organism. The toy scripts train their own models at settings that test every headline
+claim. Every script runs in this process, in turn: each model loaded once, its prompts made once per option set, its
+heads ranked once per prompts, so each measures the numbers it does alone. A failing script is reported and the others
+still run. Ctrl-C stops the job and still rewrites the page (what finished, with when; the interrupted script and
+those not run, marked). The run record is results/run_all.json ($GPT2_POSHEADS_RESULTS, set for the scripts: --out).
 
 The page, the explorers and the run record change together or not at all: the explorers are staged in
 results/.explorer.partial-<pid> until every summary has been read. What a job killed outright (kill -9) left, its lock
@@ -60,34 +58,29 @@ SHIPPED = ("route-gpt2", "lookalike-wpos", "mini-gpt2")
 REPORT = ("route-gpt2", "mini-gpt2")  # the organism report: this model, beside that one
 
 
+MODELS_HELP = (
+    "comma-separated models the GPT-2 post's scripts run on ('' for none): shipped models by name "
+    f"({', '.join(SHIPPED_MODELS)}; offline, compiled ones built on first use) or Hugging Face hub names, e.g. gpt2 "
+    "(needs the hub)"
+)
+OUT_HELP = "results folder (default: ./results): every script's results, the page, the explorers and the run record"
+RESUME_HELP = (
+    "run only what the last job (run_all.json in the results folder) did not finish, or finished with other options "
+    "or on other weights (each said)"
+)
 COMMAND = Command(
     "run_all",
     usage=__doc__,
     options=(
-        Option(
-            "--models",
-            ",".join(SHIPPED),
-            "comma-separated models the GPT-2 post's scripts run on ('' for none): shipped models by name "
-            f"({', '.join(SHIPPED_MODELS)}; offline, compiled ones built on first use) or Hugging Face hub names, "
-            "e.g. gpt2 (needs the hub)",
-        ),
+        Option("--models", ",".join(SHIPPED), MODELS_HELP),
         Option("--model-dirs", "", "comma-separated local model folders too"),
-        Option(
-            "--out",
-            None,
-            "results folder (default: ./results): every script's results, the page, the explorers and the run record",
-        ),
+        Option("--out", None, OUT_HELP),
         DEVICE,
         Option("--quick", False, "toy scripts as smoke tests (their claims: not testable)"),
         Option("--only", None, "comma-separated script names to run (default: all)"),
         NO_PNG,
         Option("--no-explorer", False, "skip the attention explorer pages"),
-        Option(
-            "--resume",
-            False,
-            "run only what the last job (run_all.json in the results folder) did not finish, or finished with "
-            "other options or on other weights (each said)",
-        ),
+        Option("--resume", False, RESUME_HELP),
         Option("--processes", False, "each script in its own Python process (slower)"),
     ),
 )

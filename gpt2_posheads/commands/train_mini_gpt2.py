@@ -33,7 +33,6 @@ from ..model.validation import UsageError, positive
 from ..organism import POS_INITS, REPEAT_KINDS, MiniConfig, split_docs, train_mini_gpt2
 from ..report.plotting import line_figure
 
-SHIPPED = ORGANISM_DIR
 TEXT_SOURCES = ("wikitext", "nltk", "openwebtext")
 
 
@@ -55,11 +54,8 @@ def training_documents(spec: str, seed: int) -> tuple[list[str], list[str], str]
         elif Path(part).exists():
             docs += file_documents([part])
         else:
-            raise UsageError(
-                "--text",
-                f"{part!r} is neither a source nor an existing path",
-                f"allowed {', '.join(TEXT_SOURCES)} or .txt/.jsonl paths, comma-separated",
-            )
+            allowed = f"allowed {', '.join(TEXT_SOURCES)} or .txt/.jsonl paths, comma-separated"
+            raise UsageError("--text", f"{part!r} is neither a source nor an existing path", allowed)
         names.append(part)
     return docs, held, "+".join(names)
 
@@ -108,6 +104,30 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+POS_INIT_HELP = (
+    "W_pos initialisation: random, sinusoidal, gpt2 (GPT-2's own rows projected onto their top d_model principal "
+    "components) or none (no positional embeddings at all)"
+)
+SKIP_RULE_HELP = (
+    "the skip-bigram language's pi: a random permutation, or the identity (t+1 = t-1, copy the previous token)"
+)
+REPEAT_HELP = (
+    "synthetic repeats: segment pairs tiled across the window, or random tokens with one span copied at a random place"
+)
+OFFSETS_HELP = (
+    "short synthetic windows start at a random absolute position, so every W_pos row trains while windows are short"
+)
+TEXT_PATHS = ".txt/.jsonl paths (WikiText-2's held-out split is never trained on)"
+BF16_HELP = (
+    "bfloat16 autocast where the CPU has native bfloat16 units (AVX512-BF16/AMX); float32 elsewhere, with a note "
+    "(emulated bfloat16 is many times slower)"
+)
+KEEP_WORK_HELP = (
+    "keep <out>-work (the checkpoint and tokenizer used to resume) after a successful run; by default it is removed "
+    "once the model is written"
+)
+
+
 COMMAND = Command(
     "train_mini_gpt2",
     usage=__doc__,
@@ -118,54 +138,16 @@ COMMAND = Command(
         ),
         *(Option(_flag(n), getattr(D, n), h, int, low=low) for n, (h, low) in INTS.items()),
         *(Option(_flag(n), getattr(D, n), h, float, *(r or (None, None))) for n, (h, r) in FLOATS.items()),
-        Option(
-            "--pos-init",
-            D.pos_init,
-            "W_pos initialisation: random, sinusoidal, gpt2 (GPT-2's own rows projected onto their top d_model "
-            "principal components) or none (no positional embeddings at all)",
-            choices=POS_INITS,
-        ),
-        Option(
-            "--skip-rule",
-            D.skip_rule,
-            "the skip-bigram language's pi: a random permutation, or the identity (t+1 = t-1, copy the previous token)",
-            choices=("permutation", "copy"),
-        ),
-        Option(
-            "--repeat-kind",
-            D.repeat_kind,
-            "synthetic repeats: segment pairs tiled across the window, or random tokens with one span copied at a "
-            "random place",
-            choices=tuple(REPEAT_KINDS),
-        ),
-        Option(
-            "--position-offsets",
-            D.position_offsets,
-            "short synthetic windows start at a random absolute position, so every W_pos row trains while windows "
-            "are short",
-            action="negatable",
-        ),
-        Option(
-            "--text",
-            "wikitext",
-            f"comma-separated training text: {', '.join(TEXT_SOURCES)} or .txt/.jsonl paths (WikiText-2's held-out "
-            "split is never trained on)",
-        ),
-        Option("--tokenizer-dir", str(SHIPPED), "reuse this model folder's tokenizer ('' trains a new BPE)"),
+        Option("--pos-init", D.pos_init, POS_INIT_HELP, choices=POS_INITS),
+        Option("--skip-rule", D.skip_rule, SKIP_RULE_HELP, choices=("permutation", "copy")),
+        Option("--repeat-kind", D.repeat_kind, REPEAT_HELP, choices=tuple(REPEAT_KINDS)),
+        Option("--position-offsets", D.position_offsets, OFFSETS_HELP, action="negatable"),
+        Option("--text", "wikitext", f"comma-separated training text: {', '.join(TEXT_SOURCES)} or {TEXT_PATHS}"),
+        Option("--tokenizer-dir", str(ORGANISM_DIR), "reuse this model folder's tokenizer ('' trains a new BPE)"),
         Option("--threads", None, "torch CPU threads", int, low=1),
-        Option(
-            "--bf16",
-            False,
-            "bfloat16 autocast where the CPU has native bfloat16 units (AVX512-BF16/AMX); float32 elsewhere, with a "
-            "note (emulated bfloat16 is many times slower)",
-        ),
+        Option("--bf16", False, BF16_HELP),
         Option("--overwrite", False, "replace the model in --out (e.g. the shipped mini-gpt2)"),
-        Option(
-            "--keep-work",
-            False,
-            "keep <out>-work (the checkpoint and tokenizer used to resume) after a successful run; by default it is "
-            "removed once the model is written",
-        ),
+        Option("--keep-work", False, KEEP_WORK_HELP),
     ),
 )
 
@@ -179,35 +161,23 @@ def main(argv=None):
             raise UsageError(_flag(name), f"{getattr(args, name)} is out of range", "allowed >= 0")
     positive("--pos-avg-max", args.pos_avg_max, 2)
     if args.synthetic_fraction + args.skip_text_fraction > 1:
-        raise UsageError(
-            "--skip-text-fraction",
-            f"{args.skip_text_fraction} + --synthetic-fraction {args.synthetic_fraction} exceeds 1",
-            "shares of the text phase that sum to at most 1",
-        )
+        both = f"{args.skip_text_fraction} + --synthetic-fraction {args.synthetic_fraction} exceeds 1"
+        raise UsageError("--skip-text-fraction", both, "shares of the text phase that sum to at most 1")
     if args.d_model % args.n_heads:
-        raise UsageError(
-            "--d-model",
-            f"{args.d_model} is not divisible by --n-heads {args.n_heads}",
-            "a width that the heads divide",
-            f"e.g. --d-model {args.n_heads * max(1, args.d_model // args.n_heads)}",
-        )
+        problem = f"{args.d_model} is not divisible by --n-heads {args.n_heads}"
+        hint = f"e.g. --d-model {args.n_heads * max(1, args.d_model // args.n_heads)}"
+        raise UsageError("--d-model", problem, "a width that the heads divide", hint)
     if args.pos_init == "gpt2" and (args.n_ctx > 1024 or args.d_model > min(args.n_ctx, 768)):
-        raise UsageError(
-            "--pos-init",
-            f"gpt2 needs --n-ctx <= 1024 and --d-model <= min(n_ctx, 768) (GPT-2's W_pos is "
-            f"1024 x 768), got {args.n_ctx} and {args.d_model}",
-            "smaller --n-ctx / --d-model, or another --pos-init",
-        )
+        problem = "gpt2 needs --n-ctx <= 1024 and --d-model <= min(n_ctx, 768) (GPT-2's W_pos is 1024 x 768), got"
+        allowed = "smaller --n-ctx / --d-model, or another --pos-init"
+        raise UsageError("--pos-init", f"{problem} {args.n_ctx} and {args.d_model}", allowed)
     if args.out is None:
         raise UsageError("--out", "is required", "a new folder for the model", "e.g. --out data/mini-gpt2-new")
     out_dir = check_out_folder(args.out)
-    if out_dir.resolve() == SHIPPED.resolve() and (SHIPPED / "model.safetensors").exists() and not args.overwrite:
-        raise UsageError(
-            "--out",
-            f"{args.out} is the shipped model",
-            "pass --overwrite to replace it",
-            "or --out another folder, e.g. data/mini-gpt2-new",
-        )
+    shipped = ORGANISM_DIR
+    if out_dir.resolve() == shipped.resolve() and (shipped / "model.safetensors").exists() and not args.overwrite:
+        hint = "or --out another folder, e.g. data/mini-gpt2-new"
+        raise UsageError("--out", f"{args.out} is the shipped model", "pass --overwrite to replace it", hint)
     if args.threads:
         torch.set_num_threads(args.threads)
     own = [*INTS, *FLOATS, "pos_init", "skip_rule", "repeat_kind", "position_offsets", "seed"]
@@ -231,10 +201,8 @@ def main(argv=None):
         "best induction score": (steps, [x["induction"] for x in pr]),
     }
     out.figure(line_figure(mechanism, "the mechanism during training", "step", "ratio / score"), "mechanism")
-    print(
-        f"held-out loss {rec['final_val_loss']:.3f} (perplexity {torch.tensor(rec['final_val_loss']).exp():.1f}) "
-        f"after {rec['seconds'] / 60:.1f} min"
-    )
+    loss, minutes = rec["final_val_loss"], rec["seconds"] / 60
+    print(f"held-out loss {loss:.3f} (perplexity {torch.tensor(loss).exp():.1f}) after {minutes:.1f} min")
     out.commit()
     if not args.keep_work:
         shutil.rmtree(work, ignore_errors=True)
