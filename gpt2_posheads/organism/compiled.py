@@ -3,9 +3,7 @@
 Each model is an ordinary Hugging Face GPT-2 folder (4 layers, 4 heads, ``d_model`` 512, ``n_ctx`` 256, the shipped
 4,096-token tokenizer) built deterministically in seconds, its weights written feature by feature in the named blocks
 of the residual stream (:mod:`~gpt2_posheads.organism.weights`). Each head is built by a small function whose ``role``
-(the card's words) says what it scores, reads and writes; each model by a row of :data:`BUILDERS`. :func:`build`
-writes a folder with its card (:data:`CARD`): the blocks, every head's role, the verdict each claim must get
-(:mod:`~gpt2_posheads.organism.known_answers`, written down before anything was measured) and the measured numbers.
+(the card's words) says what it scores, reads and writes; each model by a row of :data:`BUILDERS`.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """A generator of compiled known-answer GPT-2s: deterministic from a seed, each with a card saying its route.
 
 Every model is built from the heads of :mod:`~gpt2_posheads.organism.compiled`, its sizes, head placement, strengths,
-perturbation and extra heads drawn from ``numpy``'s PCG64 seeded with the model's seed. The kinds (:data:`KINDS`: the
-route conclusion each must get, written down before anything was measured on them), layouts, strengths and
-perturbations are specified in ``docs/known-answers.md`` ("The generator"); the ranges stand beside each draw below.
-``mixed`` is ambiguous by construction: its aggregator also has the ``W_pos`` reader's kernel, so it reads both the
-early heads' estimate and ``W_pos`` and no single route is the true one. An asked-for shape (:func:`generate`'s sizes,
-:func:`gpt2_small_route`) replaces the drawn one after the draw, so asking for the drawn shape gives the same bytes.
-The route's heads sit in the first :data:`ROUTE_LAYERS` layers; the layers above hold free slots only.
+perturbation and extra heads drawn from ``numpy``'s PCG64 seeded with the model's seed (the kinds, layouts, strengths
+and perturbations: ``docs/known-answers.md``, "The generator"; the ranges stand beside each draw below). ``mixed`` is
+ambiguous by construction: its aggregator reads both the early heads' estimate and ``W_pos``. An asked-for shape
+replaces the drawn one after the draw, so asking for the drawn shape gives the same bytes.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """A compiled stand-in for GPT-2 small, for testing the toolkit as a user with the hub runs it. It is not GPT-2.
 
 Nothing offline is GPT-2 small, so the defaults the post's head names drive (``is_gpt2_small`` true: L4H11 as the
-aggregator, the post's early heads, ``sources_named_heads``, its per-head ratios) would run nowhere without a model
-that takes itself for GPT-2 small. This one is served as ``gpt2`` by the tests' hub (``tests/hubserver.py``): GPT-2
-small's shape and config (:func:`~gpt2_posheads.organism.generator.gpt2_small_route`), GPT-2's own tokenizer (BOS
-``<|endoftext|>`` = 50256, from ``shared/``) and ``W_pos`` helix (top eight principal components of its 1,024 rows),
-and the post's route (kind ``post``) placed **at the post's heads** (:data:`POST_PLACEMENT`). The entries
-:func:`~gpt2_posheads.model.loading.is_gpt2_small` compares carry GPT-2's values (three ``W_E`` rows at six
-coordinates, ``W_pos`` row 0 at three), coordinates kept out of every block (:data:`RESERVED`): no head or MLP reads
-them and the route is the generator's to the bit. Its card's first line, its ``config.json`` (:data:`MARKER`, which
-:func:`~gpt2_posheads.model.loading.compiled_standin` finds) and every summary measured on it say that it is a
-compiled stand-in; it is never shipped or offered under the name ``gpt2``.
+aggregator, the post's early heads, its per-head ratios) would run nowhere without a model that takes itself for GPT-2
+small. This one, served as ``gpt2`` by the tests' hub (``tests/hubserver.py``), has GPT-2 small's shape, tokenizer and
+``W_pos`` helix and the post's route placed **at the post's heads** (:data:`POST_PLACEMENT`). The entries
+:func:`~gpt2_posheads.model.loading.is_gpt2_small` compares carry GPT-2's values, in coordinates no block holds
+(:data:`RESERVED`), so the route is the generator's to the bit. Its card, its ``config.json`` (:data:`MARKER`) and
+every summary measured on it say that it is a compiled stand-in; it is never shipped or offered as ``gpt2``.
 """
 
 from __future__ import annotations

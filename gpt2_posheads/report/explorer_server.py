@@ -1,11 +1,8 @@
-"""The attention explorer, live on 127.0.0.1 (``docs/explorer.md``, "Live mode"): ``GET /`` is the static page of
-the opening prompts with a prompt box; ``POST /api/explore`` with ``{"prompt": "text"}`` answers
-:func:`~gpt2_posheads.report.explorer.explorer_data` of that prompt, or ``400 {"error": "<parameter>: <what is
-wrong>; <allowed values>; <hint>"}``. Only 127.0.0.1 is bound; a request naming another host (DNS rebinding) or
-posting anything but JSON is refused. Every bad request gets a 4xx and one line of JSON, never a traceback or a 500:
-malformed, non-UTF-8 or too deeply nested JSON, a prompt that is not text or holds a lone surrogate, a body too
-large or of a missing or malformed length (``Content-Length`` or ``Transfer-Encoding: chunked``), a method or
-request line not taken, a client that stops sending.
+"""The attention explorer, live on 127.0.0.1 (``docs/explorer.md``, "Live mode"): ``GET /`` is the page with a
+prompt box; ``POST /api/explore`` with ``{"prompt": "text"}`` answers
+:func:`~gpt2_posheads.report.explorer.explorer_data` of that prompt. Only 127.0.0.1 is bound, a request naming another
+host (DNS rebinding) is refused, and every bad request gets a 4xx and one line of JSON ``{"error": "<parameter>: <what
+is wrong>; <allowed values>; <hint>"}``, never a traceback or a 500.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The ``results/index.html`` page: every post's claims, one column per model, readable in a minute.
-
-Grouped by post, then claim. Each cell: the verdict, the measured number for a person and the head, the reason,
-when it was measured, and thumbnails of the script's figures. The header gives the date, the machine and each
-script's run time from ``run_all.json``, marking an interrupted run and the scripts that did not run. The page links
-only to files beside it, so it works from ``file://``; its HTML is in ``index_page.html``.
+"""The ``results/index.html`` page: every post's claims, one column per model, readable in a minute (its HTML is
+in ``index_page.html``; it links only to files beside it, so it works from ``file://``).
 
 A model column is one model, told by its weights fingerprint (the results folder's manifest, or the run record's
 ``fingerprints``), not by the words it was given in: ``--model mini-gpt2`` and ``--model-dir
