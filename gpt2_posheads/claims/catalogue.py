@@ -19,18 +19,16 @@ PLUGINS_ENV = "GPT2_POSHEADS_POSTS"  # comma-separated modules of a researcher's
 
 @dataclass(frozen=True)
 class Post:
-    """A post this toolkit tests: its seed's number (``key``), title, author, date, seed file, its package's name
-    (``gpt2_posheads.posts.<subject>``), whether its scripts run on a transformer (``needs_model``; else they train
-    toy models) and its place in the reading order."""
+    """A post this toolkit tests."""
 
-    key: str
+    key: str  # its seed's number
     title: str
     author: str
     date: str
-    seed: str
-    subject: str
-    needs_model: bool
-    order: int = 99
+    seed: str  # the seed file
+    subject: str  # its package: gpt2_posheads.posts.<subject>
+    needs_model: bool  # its scripts run on a transformer (else they train toy models)
+    order: int = 99  # its place in the reading order
 
     @property
     def scripts(self) -> tuple[str, ...]:  # in the post's reading order

@@ -86,8 +86,7 @@ def jsonable(x):
 
 
 def claim_from_dict(d: dict, where: str = "claim") -> Claim:
-    """The :class:`Claim` a record holds; one without a :data:`CLAIM_FIELDS` field or with another verdict is a
-    :class:`SummaryError` naming ``where``."""
+    """The :class:`Claim` a record holds; a field missing or another verdict: :class:`SummaryError` naming ``where``."""
     if not isinstance(d, dict):
         raise SummaryError(f"{where}: a claim must be a JSON object, got {type(d).__name__}")
     missing = [k for k in CLAIM_FIELDS if k not in d]

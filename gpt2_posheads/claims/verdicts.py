@@ -55,8 +55,7 @@ OPTIONAL_FIELDS = ("key", "head", "readout", "role")  # a record has these when 
 
 @dataclass
 class Claim:
-    """One verdict with its rule and reason: the record of every claim, from its rule to ``summary.json`` and the
-    page."""
+    """One verdict with its rule and reason: the record of every claim, from its rule to ``summary.json``."""
 
     claim: str
     post: str

@@ -154,8 +154,7 @@ def relay(p: Parts, gain: float = READER_GAIN, recency: float = READER_RECENCY, 
 
 
 def induction(p: Parts, position: str = "pos") -> Head:
-    """Attends to the token after the most recent earlier occurrence of the current token, to BOS when there is
-    none."""
+    """Attends to the token after the most recent earlier occurrence of the current token, to BOS when none."""
     h = Head(
         p.res,
         role=f"induction head: score {IND_GAIN:g} x <query's token code, prev> + {IND_RECENCY:g} x (key position), "
@@ -393,8 +392,7 @@ $verdicts$measured
 
 
 def card(model: Compiled, measured: dict | None = None) -> str:
-    """The model's card (:data:`CARD`): what it is, its layout, the verdicts its construction implies
-    (:mod:`~gpt2_posheads.organism.known_answers`) and the numbers the toolkit ``measured``."""
+    """The model's card (:data:`CARD`), with the numbers the toolkit ``measured``."""
     from .known_answers import expected
 
     title, about, *_ = BUILDERS[model.name]
@@ -460,8 +458,7 @@ def measure(folder: Path, n_prompts: int = 16) -> dict[str, str]:
 
 
 def build(name: str, out: Path, measured: bool = True) -> Path:
-    """Write the compiled model ``name`` to ``out`` with its card (and, with ``measured``, the toolkit's numbers,
-    measured on the folder just written)."""
+    """Write the compiled model ``name`` to ``out`` with its card (``measured``: and the numbers measured on it)."""
     model = compile_model(name)
     write_folder(model, out, card(model))
     if measured:

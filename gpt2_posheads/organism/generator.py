@@ -364,8 +364,7 @@ def perturb(p: wt.Parts, frac: float, rng: np.random.Generator) -> None:
 
 
 def member(i: int, seed: int = 0, max_d_model: int | None = None) -> Generated:
-    """Model ``i`` of the suite ``seed``: kind ``KIND_ORDER[i % 8]`` (any 8 in a row cover every kind), model seed
-    ``1000 * seed + i``."""
+    """Model ``i`` of suite ``seed``: kind ``KIND_ORDER[i % 8]`` (8 in a row: every kind), seed ``1000 seed + i``."""
     return generate(1000 * seed + i, KIND_ORDER[i % len(KIND_ORDER)], max_d_model)
 
 

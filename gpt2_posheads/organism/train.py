@@ -86,13 +86,11 @@ def pos_average_at(cfg: MiniConfig, step: int) -> tuple[int, int] | None:
 def train_mini_gpt2(
     docs: Sequence[str], out_dir: str | Path, cfg=None, work_dir=None, progress=True, val_docs=None, tokenizer_dir=None
 ) -> dict:
-    """Train and save a miniature GPT-2 into ``out_dir``; resumes from ``work_dir/checkpoint.pt`` if present. ``cfg``
-    (default :class:`MiniConfig`'s defaults) is never changed: the synthetic vocabulary is capped at the tokenizer's
-    size in a copy. ``work_dir`` (default ``<out_dir>-work``) holds the checkpoint, written every ``checkpoint_minutes``
-    and at the end (each write is said), and the tokenizer. ``val_docs``: held-out documents (default: a seeded
-    ``val_fraction`` of ``docs``). ``tokenizer_dir``: reuse that directory's tokenizer (so held-out losses compare with
-    another model token for token) instead of training a new BPE on ``docs``. Returns the training record (losses,
-    validation losses, probes, timings), also saved as ``training.json``."""
+    """Train and save a miniature GPT-2 into ``out_dir``, resuming from ``work_dir/checkpoint.pt`` (default work dir
+    ``<out_dir>-work``; a checkpoint every ``checkpoint_minutes`` and at the end, each said). ``cfg`` (a
+    :class:`MiniConfig`) is never changed. ``val_docs``: held-out documents (default: a seeded ``val_fraction`` of
+    ``docs``). ``tokenizer_dir``: reuse its tokenizer (held-out losses compare with another model token for token)
+    instead of training a BPE on ``docs``. Returns the training record, also saved as ``training.json``."""
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
     cfg = cfg if cfg is not None else MiniConfig()

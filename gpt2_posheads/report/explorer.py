@@ -88,8 +88,7 @@ class ExplorerContext:
 def explorer_context(
     model, prompts: Sequence[Prompt] | None = None, aggregator: tuple[int, int] | None = None, ext_prompts: int = 8
 ) -> ExplorerContext:
-    """The shared part of :func:`explorer_data`; ``aggregator`` defaults to the sharpest previous-token head on
-    ``prompts`` (default :func:`default_prompts`)."""
+    """The shared part of :func:`explorer_data`; ``aggregator`` defaults to the sharpest head on ``prompts``."""
     if aggregator is None:
         prompts = default_prompts(model) if prompts is None else prompts
         n_min = min(len(t) for _, t, _ in prompts)

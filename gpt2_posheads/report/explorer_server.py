@@ -252,8 +252,7 @@ class ExplorerServer(ThreadingHTTPServer):
 
 
 def start_server(explorer: LiveExplorer, port: int = 0) -> ExplorerServer:
-    """A server of ``explorer`` on 127.0.0.1:``port`` (0: any free port), not yet serving; a port in use is a
-    :class:`UsageError`."""
+    """A server of ``explorer`` on 127.0.0.1:``port`` (0: any free one), not yet serving; a port in use: UsageError."""
     handler = type("Handler", (_Handler,), {"explorer": explorer})
     try:
         return ExplorerServer((HOST, port), handler)

@@ -396,8 +396,7 @@ def organism_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
 
 
 def robustness_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
-    """The ``--robustness`` totals: per grid claim, held in k of n runs, and in how many settings for every seed /
-    for none."""
+    """The ``--robustness`` totals: per grid claim, held in k of n runs, and in how many settings for every seed."""
     rows = [
         _fill(
             "grid_claim",
@@ -417,8 +416,7 @@ def robustness_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
 
 
 def write_index(root: Path, record: dict | None = None, summaries: list[tuple[Path, Summary]] | None = None) -> Path:
-    """Write ``root/index.html``, whole or not at all, from ``summaries`` (default: every one under ``root``) and the
-    run record (default: ``root/run_all.json``)."""
+    """Write ``root/index.html`` whole or not at all (defaults: every summary under ``root``, ``root/run_all.json``)."""
     root.mkdir(parents=True, exist_ok=True)
     if record is None and (root / "run_all.json").exists():
         with contextlib.suppress(ValueError):  # an unreadable record: the page says there is none
