@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal
 
 Verdict = Literal["held", "not held", "not testable"]
@@ -115,11 +116,7 @@ def judge(
     if not readout and finite(value) and not isinstance(value, bool):
         readout = fmt(value)
 
-    def untested_claim(why: str, here: bool = True, show: str = "") -> Claim:
-        return not_testable(
-            claim, post, rule, why, key=key, head=head, readout=show, measured=measured, here=here, role=role
-        )
-
+    untested_claim = partial(not_testable, claim, post, rule, key=key, head=head, measured=measured, role=role)
     failed = [p for p in preconditions if not p.ok]
     if failed:
         return untested_claim("; ".join(dict.fromkeys(_bare(p.failure()) for p in failed)))
@@ -130,7 +127,7 @@ def judge(
         return untested_claim(empty)
     held, why = rule.decide(value)
     if held is None:
-        return untested_claim(why, show=readout)
+        return untested_claim(why, readout=readout)
     return Claim(claim, post, measured, rule.text, HELD if held else NOT_HELD, why, key, head, readout, role)
 
 

@@ -409,9 +409,7 @@ def card(model: Compiled, measured: dict | None = None) -> str:
 
 
 def measure(folder: Path, n_prompts: int = 16) -> dict[str, str]:
-    """The numbers a card reports, measured by the toolkit on the built folder: the sharp head and its ratio, the
-    early heads' ratios, what W_pos averaging (groups of 10) and masking p-1 every 5th query below leave of the sharp
-    head's previous-token attention, induction, copying (WikiText-2 prompts, ``n_prompts`` x 256 tokens)."""
+    """The numbers a card reports, measured by the toolkit on the built folder (``n_prompts`` WikiText-2 prompts)."""
     from ..analysis.diagonals import choose_aggregator, diagonal_attention, early_prev_heads, rank_from_diagonals
     from ..analysis.induction import induction_scores
     from ..analysis.interventions import average_pos_embed, mask_previous_attention, masked_queries
@@ -467,9 +465,8 @@ def build(name: str, out: Path, measured: bool = True) -> Path:
 
 
 def check_folder(folder: Path) -> str | None:
-    """What is wrong with a compiled model's folder, in a few words, or ``None``: a file a build writes is missing,
-    or the folder fails :func:`~gpt2_posheads.model.folder.folder_problem` (a truncated weights file, a
-    non-finite weight, a config that does not match the weights). A folder that fails is rebuilt on first use."""
+    """What is wrong with a compiled model's folder, in a few words, or ``None``: a file a build writes is missing, or
+    :func:`~gpt2_posheads.model.folder.folder_problem`'s answer. A folder that fails is rebuilt on first use."""
     from ..model.folder import folder_problem
 
     missing = [f for f in FOLDER_FILES if not (Path(folder) / f).is_file()]

@@ -19,10 +19,9 @@ from .data import sample_batch
 
 
 def lens(model, tokenizer_dir: str | Path):
-    """A TransformerLens bridge over a copy of the Hugging Face ``model`` (its tokenizer saved in ``tokenizer_dir``),
-    its weights processed as :func:`~gpt2_posheads.model.loading.load_model`'s (LayerNorm folded, writing weights
-    centred), for the engine to run. The copy keeps the bridge's wrappers and its weight processing out of the module
-    the optimiser steps."""
+    """A TransformerLens bridge over a copy of the Hugging Face ``model``, its weights processed as
+    :func:`~gpt2_posheads.model.loading.load_model`'s, for the engine to run. The copy keeps the bridge's wrappers and
+    its weight processing out of the module the optimiser steps."""
     from transformers import PreTrainedTokenizerFast
 
     from ..model.loading import boot_bridge

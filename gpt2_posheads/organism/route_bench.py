@@ -58,19 +58,11 @@ def prompts_for(tokenizer, n_prompts: int = N_PROMPTS, seq_len: int = SEQ_LEN):
 
 
 def score(
-    g: Generated,
-    workdir: Path,
-    n_prompts=N_PROMPTS,
-    seq_len=SEQ_LEN,
-    keep=False,
-    *,
-    measure: MeasureRecords,
-    weigh=None,
+    g: Generated, workdir, n_prompts=N_PROMPTS, seq_len=SEQ_LEN, keep=False, *, measure: MeasureRecords, weigh=None
 ) -> Scored:
-    """Write ``g`` under ``workdir``, measure its route conclusion (``measure``: the claims it reads, as records),
-    compare with its card (the folder is removed afterwards unless ``keep``); with ``weigh`` (model -> a record with
-    ``label`` and ``head``: the weight route, :func:`gpt2_posheads.posts.gpt2_prev_heads.weight_route.measure`'s) the
-    route read from the weights too, each timed apart."""
+    """Write ``g`` under ``workdir`` (removed afterwards unless ``keep``), measure its route conclusion (``measure``:
+    the claims it reads, as records) and, with ``weigh`` (model -> a record with ``label`` and ``head``:
+    :func:`gpt2_posheads.posts.gpt2_prev_heads.weight_route.measure`'s), its weight route, each timed apart."""
     from ..claims.route import conclude
     from ..model.loading import load_model
 

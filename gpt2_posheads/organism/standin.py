@@ -68,10 +68,8 @@ def card(g: Generated) -> str:
 def write_standin(
     out: str | Path, vocab_file: str | Path | None = None, merges_file: str | Path | None = None, seed: int = SEED
 ) -> Path:
-    """A Hugging Face GPT-2 folder of the stand-in: ``config.json`` (GPT-2's ids for BOS and EOS, the marker),
-    ``model.safetensors``, GPT-2's tokenizer (``vocab.json``, ``merges.txt``, ``tokenizer.json``), the card
-    ``README.md`` and ``card.json``. ``vocab_file``/``merges_file``: GPT-2's tokenizer files (default:
-    ``shared/gpt2-small``)."""
+    """A Hugging Face GPT-2 folder of the stand-in with GPT-2's ids for BOS and EOS, the marker, its card, and GPT-2's
+    tokenizer (``vocab_file``/``merges_file``, default: ``shared/gpt2-small``)."""
     vocab_file = Path(vocab_file) if vocab_file else shared_file("gpt2-small", "vocab.json")
     merges_file = Path(merges_file) if merges_file else shared_file("gpt2-small", "merges.txt")
     tok = gpt2_tokenizer(vocab_file, merges_file)  # a FileNotFoundError saying where the files are looked for

@@ -190,28 +190,26 @@ class _Handler(BaseHTTPRequestHandler):
             raise BadRequest(400, "request", "body of 0 bytes", allowed)
         return bytes(body)
 
-    def _host_ok(self) -> bool:
+    def _path(self) -> str | None:  # the request's path; None: refused, its Host is not this machine
         host = (self.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]")
         if host in (HOST, "localhost"):
-            return True
+            return urlsplit(self.path).path
         self._error(403, "Host", f"{host!r} is not this machine", f"allowed {HOST} or localhost")
-        return False
+        return None
 
     def do_GET(self):  # noqa: N802 - BaseHTTPRequestHandler's API
-        if not self._host_ok():
-            return
-        path = urlsplit(self.path).path
+        path = self._path()
         if path in ("/", "/index.html"):
             self._send(200, page_html(self.explorer.initial, live=True).encode("utf-8"), "text/html; charset=utf-8")
         elif path == "/api/health":
             self._json(200, {"ok": True, "model": self.explorer.label, "max_tokens": self.explorer.limit})
-        else:
+        elif path is not None:
             self._error(404, "path", f"{path} is not served", "allowed /, /api/explore (POST), /api/health")
 
     def do_POST(self):  # noqa: N802
-        if not self._host_ok():
+        path = self._path()
+        if path is None:
             return
-        path = urlsplit(self.path).path
         if path != "/api/explore":
             return self._error(404, "path", f"{path} takes no POST", "allowed /api/explore")
         if (self.headers.get("Content-Type") or "").split(";")[0].strip() != "application/json":
