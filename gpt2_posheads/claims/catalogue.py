@@ -2,9 +2,9 @@
 
 A claim script is declared once, beside its measurement, in its post's module: ``register_post(Post(...))``, its
 claims (:func:`~gpt2_posheads.claims.verdicts.declare_claim`), and its function decorated with :func:`declare`.
-Everything else (the command, its ``--help``, the command list, the main job, the page) reads the declaration; a
-researcher's own module (named in ``$GPT2_POSHEADS_POSTS``) declares the same way. This module imports nothing that
-measures, so every layer can read it.
+Everything else (the command, its ``--help``, the command list, the main job, the page) reads the declaration; every
+other command (a :class:`Command`) and a researcher's own module (named in ``$GPT2_POSHEADS_POSTS``) declare the same
+way. This module imports nothing that measures, so every layer can read it.
 """
 
 from __future__ import annotations
