@@ -405,9 +405,8 @@ def card_markdown(g: Generated) -> str:
 
 
 def write(g: Generated, out: Path, markdown: str | None = None, **options) -> Path:
-    """A Hugging Face GPT-2 folder for ``g`` with its card: ``README.md`` (words: ``markdown``, default
-    :func:`card_markdown`) and ``card.json`` (the answer). A tool scored blind gets the folder without those two
-    files. ``options``: :func:`~gpt2_posheads.organism.compiled.write_folder`'s ``tokenizer_dir`` and ``config``."""
+    """A GPT-2 folder for ``g`` (``options``: :func:`~gpt2_posheads.organism.compiled.write_folder`'s) with its card:
+    ``README.md`` (``markdown``, default :func:`card_markdown`) and ``card.json``, which a tool scored blind lacks."""
     folder = cp.write_folder(g.model, out, card_markdown(g) if markdown is None else markdown, **options)
     (Path(folder) / "card.json").write_text(json.dumps(g.card, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return Path(folder)

@@ -353,10 +353,9 @@ class Parts:
 
 
 def parts(n_vocab: int, blocks: list[tuple[str, int]], shape: Shape = SHAPE, first: int = 0) -> Parts:
-    """The residual layout (``const``, ``bos``, ``helix``, ``tok``, then ``blocks``), token codes and buckets of the
-    shape's sizes, GPT-2's helix (:func:`gpt2_helix`), inert heads and zero MLPs; W_pos's fine components where
-    ``blocks`` has ``fine``. ``first``: the blocks start at this coordinate, the ones before it belong to no block (no
-    head or MLP reads or writes them)."""
+    """The residual layout (``const``, ``bos``, ``helix``, ``tok``, then ``blocks``, from coordinate ``first``: none
+    reads or writes the ones before it), token codes and buckets, GPT-2's helix, inert heads and zero MLPs; W_pos's
+    fine components where ``blocks`` has ``fine``."""
     res = Residual(shape, used=first)
     for name, n in [("const", 1), ("bos", 1), ("helix", 8), ("tok", shape.k_tok)] + blocks:
         res.add(name, n)
