@@ -1,13 +1,10 @@
 """The catalogue: every post this toolkit tests and every claim script of each, filled by the declarations.
 
-A claim script is declared once, beside its measurement, in its post's module (``posts/gpt2_prev_heads/masking.py``
-is an example): ``register_post(Post(...))``, its claims declared (:func:`~gpt2_posheads.claims.verdicts.declare_claim`)
-and its function decorated with :func:`declare` (its options as :class:`Option`). Everything else reads the
-declaration: the command and its ``--help`` (:func:`gpt2_posheads.cli.declared.parse`), the command list, the main
-job's scripts, the page's sections and rows, the claims a script's results must hold. Every other command is a
-:class:`Command` declared in its module, its options stated the same way; a researcher's own module declares its
-claims the same way (named in ``$GPT2_POSHEADS_POSTS``). This module imports nothing that measures, so every layer can
-read it; :mod:`gpt2_posheads.posts` fills it on import.
+A claim script is declared once, beside its measurement, in its post's module: ``register_post(Post(...))``, its
+claims (:func:`~gpt2_posheads.claims.verdicts.declare_claim`), and its function decorated with :func:`declare`.
+Everything else (the command, its ``--help``, the command list, the main job, the page) reads the declaration; every
+other command (a :class:`Command`) and a researcher's own module (named in ``$GPT2_POSHEADS_POSTS``) declare the same
+way. This module imports nothing that measures, so every layer can read it.
 """
 
 from __future__ import annotations
@@ -22,18 +19,16 @@ PLUGINS_ENV = "GPT2_POSHEADS_POSTS"  # comma-separated modules of a researcher's
 
 @dataclass(frozen=True)
 class Post:
-    """A post this toolkit tests: its seed's number (``key``), title, author, date, seed file, its package's name
-    (``gpt2_posheads.posts.<subject>``), whether its scripts run on a transformer (``needs_model``; else they train
-    toy models) and its place in the reading order."""
+    """A post this toolkit tests."""
 
-    key: str
+    key: str  # its seed's number
     title: str
     author: str
     date: str
-    seed: str
-    subject: str
-    needs_model: bool
-    order: int = 99
+    seed: str  # the seed file
+    subject: str  # its package: gpt2_posheads.posts.<subject>
+    needs_model: bool  # its scripts run on a transformer (else they train toy models)
+    order: int = 99  # its place in the reading order
 
     @property
     def scripts(self) -> tuple[str, ...]:  # in the post's reading order
@@ -43,25 +38,19 @@ class Post:
 
 @dataclass(frozen=True)
 class Option:
-    """One option of a command: ``flag`` (``--group-size``; without dashes: positional), default and help.
+    """One option of a command; its range and list checks run as soon as the options are parsed, before the model
+    loads."""
 
-    ``type`` int, float or str (``None`` with a ``False`` default: a switch); ``low``/``high``: the range checked as
-    soon as the options are parsed, before the model loads. ``parse``: ``"int_list"``/``"float_list"`` (a checked
-    comma-separated list, each >= ``low``) or ``"layers"`` (checked against the model's by the set-up). ``action``:
-    ``"append"`` (given once per value) or ``"negatable"`` (a ``--no-`` form). ``kwarg``: the claim function's keyword
-    ("": the flag's name, ``group_size``; ``None``: an option of the command alone, read by :attr:`Script.console`).
-    """
-
-    flag: str
+    flag: str  # ``--group-size``; without dashes: positional
     default: Any
     help: str
-    type: type | None = None
+    type: type | None = None  # int, float or str; ``None`` with a ``False`` default: a switch
     low: float | None = None
     high: float | None = None
     choices: tuple | None = None
-    parse: str = ""
-    kwarg: str | None = ""
-    action: str = ""
+    parse: str = ""  # "int_list"/"float_list" (comma-separated, each >= low) or "layers" (checked by the set-up)
+    kwarg: str | None = ""  # the claim function's keyword ("": the flag's; None: read by Script.console alone)
+    action: str = ""  # "append" (once per value) or "negatable" (a --no- form)
 
     dest = property(lambda self: self.flag.lstrip("-").replace("-", "_"))
     keyword = property(lambda self: self.dest if self.kwarg == "" else self.kwarg)
@@ -82,37 +71,28 @@ class Command:
 class Script(Command):
     """A claim script: the command of a post's claim function and the claims it judges (in the order it writes them).
     Its options: the model's, the prompts', ``--heads``, its own, the submatrix's and the engine's (a toy post's: the
-    training options of every toy post, then its own).
-
-    ``n_prompts``/``seq_len``: its natural-text prompts' defaults (``n_prompts=None``: it makes its own inputs).
-    ``heads``: its ``--heads`` default (a ``HeadDefault``). ``submatrix``: it shows a ``--start``/``--size``
-    submatrix. ``engines``: its ``--engine`` choices. ``ranking``/``above_layer0``/``layer_final``: the set-up ranks
-    the heads first / refuses ``--heads`` in layer 0 / lets ``--layer`` name the final residual stream. ``takes``:
-    ``"seed"`` and ``"progress"``, set-up values passed as keywords. ``report``: a report over the post's scripts'
-    results with claims of its own (the organism report: in :func:`claims`, not in ``Post.scripts``; the main job runs
-    it after them, the page gives it its own table). ``prepare(model, kwargs, args)``: checks beyond the options'
-    ranges (``UsageError`` naming the option), called with ``model=None`` before the model loads and again with it.
-    ``console(result, options)``: what the command prints. ``command``: run by its own module in
-    :mod:`gpt2_posheads.commands`. ``order``: its place in the post's reading order.
-    """
+    training options of every toy post, then its own). ``report``: a report over the post's scripts' results with
+    claims of its own (the organism report: in :func:`claims`, not in ``Post.scripts``; the main job runs it after
+    them, the page gives it its own table)."""
 
     post: Post = None
     function: Callable = None
     claims: tuple[str, ...] = ()
-    n_prompts: int | None = None
+    n_prompts: int | None = None  # its natural-text prompts' defaults (None: it makes its own inputs)
     seq_len: int = 256
-    heads: Any = None
-    submatrix: bool = False
-    engines: tuple[str, ...] = ()
-    ranking: bool = True
-    above_layer0: bool = False
-    layer_final: bool = False
-    takes: tuple[str, ...] = ()
+    heads: Any = None  # its --heads default (a HeadDefault)
+    submatrix: bool = False  # it shows a --start/--size submatrix
+    engines: tuple[str, ...] = ()  # its --engine choices
+    ranking: bool = True  # the set-up ranks the heads first
+    above_layer0: bool = False  # --heads in layer 0 are refused
+    layer_final: bool = False  # --layer may name the final residual stream
+    takes: tuple[str, ...] = ()  # "seed", "progress": set-up values passed as keywords
     report: bool = False
-    prepare: Callable | None = None
-    console: Callable | None = None
-    command: bool = False
-    order: int = 99
+    prepare: Callable | None = None  # (model, kwargs, args): checks beyond ranges (UsageError naming the option),
+    # called with model=None before the model loads and again with it
+    console: Callable | None = None  # (result, options): what the command prints
+    command: bool = False  # run by its own module in gpt2_posheads.commands
+    order: int = 99  # its place in the post's reading order
 
     def __post_init__(self):
         unknown = set(self.takes) - {"seed", "progress"}

@@ -1,18 +1,8 @@
 """A model organism's behaviour targets, judged: does it have the mechanism the GPT-2 post studies?
 
-Each target is a rule fixed here before anything is measured ("the sharp head": the model's aggregator, its
-sharpest previous-token head on held-out text):
-
-* a sharp previous-token head: ratio <= 0.10 on held-out natural text (the post's rule) and <= 0.20 on random
-  tokens (GPT-2's L4H11: 0.01);
-* an induction head: score >= 0.4 (the post's rule); loss on the second copy of ``BOS r r`` <= 1.0 nat (its first
-  token left out: nothing predicts it) against >= 7 on the first copy; the same without BOS is reported;
-* copying on the post's repeat-string prompt: P(second word | first word) >= 0.5;
-* held-out loss no worse than the reference model on the same text and tokenizer.
-
-Whether the organism takes the post's *route* is decided by the post's own route claims, not here. The targets are
-measured by :func:`gpt2_posheads.posts.gpt2_prev_heads.organism_targets.measure_targets` and judged here from the
-numbers alone (:func:`judge_targets`).
+Each target is a rule declared here before anything is measured, and judged from the numbers alone (they are
+measured by :func:`gpt2_posheads.posts.gpt2_prev_heads.organism_targets.measure_targets`). Whether the organism takes
+the post's *route* is decided by the post's own route claims, not here.
 """
 
 from __future__ import annotations
@@ -97,25 +87,21 @@ class Sharpest:
 
 @dataclass(frozen=True)
 class Measured:
-    """What the targets are judged on: the sharpest previous-token head on held-out text and on random tokens, the
-    best induction head (score on repeated random segments of ``seg_len``), the loss (nats) on the first and second
-    copy of ``BOS r r`` and ``r r``, P(second word | first word) on the repeat-string prompt (``pair``: the words,
-    ``words``: the target), and the held-out loss (None: not measured)."""
+    """What the targets are judged on (losses in nats)."""
 
-    prev_text: Sharpest
-    prev_random: Sharpest
+    prev_text: Sharpest  # on held-out text
+    prev_random: Sharpest  # on random tokens
     induction_head: str
-    induction_score: float
+    induction_score: float  # on repeated random segments of seg_len
     seg_len: int
-    copy_loss: tuple[float, float]
-    copy_loss_no_bos: tuple[float, float]
-    words: str
-    pair: str
+    copy_loss: tuple[float, float]  # on the first and second copy of BOS r r
+    copy_loss_no_bos: tuple[float, float]  # ... of r r
+    words: str  # the repeat-string prompt's target
+    pair: str  # its words, P(second word | first word) = p_copy
     p_copy: float
-    heldout_loss: float | None = None
+    heldout_loss: float | None = None  # None: not measured
 
-    def numbers(self) -> dict:
-        """The measurements as the report records them."""
+    def numbers(self) -> dict:  # the measurements as the report records them
         return {
             "prev_text": self.prev_text.measured(),
             "prev_random": self.prev_random.measured(),

@@ -1,11 +1,7 @@
-"""The claim record on disk: one pair of functions writes and reads ``summary.json``.
-
-:func:`write_summary` turns a run's claims (:class:`~gpt2_posheads.claims.verdicts.Claim`) and numbers into
-``summary.json``; :func:`read_summary` turns it back into a :class:`Summary` of :class:`Claim` objects. Nothing else
-parses a summary, so a field is named in one place and a malformed file is refused in one place
-(:class:`SummaryError`, naming the file). Beside it, every results folder holds the toolkit's manifest
-(:data:`MANIFEST`: the files a run wrote, the script, the model with its weights fingerprint, which
-:func:`recorded_fingerprint` reads to tell whether two folders hold results of one model).
+"""The claim record on disk: :func:`write_summary` and :func:`read_summary` alone write and parse ``summary.json``,
+so a field is named, and a malformed file refused (:class:`SummaryError`, naming the file), in one place. Beside it,
+every results folder holds the manifest (:data:`MANIFEST`), whose weights fingerprint tells whether two folders hold
+results of one model.
 
 ``summary.json``::
 
@@ -49,9 +45,8 @@ def read_manifest(folder: str | Path) -> dict:  # {"files": [...], "folders": [.
 
 
 def recorded_fingerprint(folder: str | Path) -> str | None:
-    """The weights fingerprint (a hub model's: its name) of the model whose results ``folder`` holds, as its manifest
-    records it, or ``None``: no manifest, no model, or a hash of part of the weights (12 hex digits), which no
-    whole-file fingerprint can be compared with."""
+    """The weights fingerprint (a hub model's: its name) its manifest records, or ``None``: none recorded, or a hash
+    of part of the weights (12 hex digits), which no whole-file fingerprint can be compared with."""
     model = read_manifest(folder).get("model")
     fingerprint = model.get("fingerprint") if isinstance(model, dict) else None
     if not isinstance(fingerprint, str) or not fingerprint or re.fullmatch(r"[0-9a-f]{12}", fingerprint):
@@ -64,8 +59,7 @@ class SummaryError(ValueError):
 
 
 def jsonable(x):
-    """``x`` made JSON-safe: claims as records, tensors and arrays as lists, DataFrames as rows, paths as strings,
-    non-finite floats as ``null`` (JSON has no NaN)."""
+    """``x`` made JSON-safe; non-finite floats become ``null`` (JSON has no NaN)."""
     import pandas as pd
 
     if isinstance(x, Claim):
@@ -92,8 +86,7 @@ def jsonable(x):
 
 
 def claim_from_dict(d: dict, where: str = "claim") -> Claim:
-    """The :class:`Claim` a record holds; one without a :data:`CLAIM_FIELDS` field or with another verdict is a
-    :class:`SummaryError` naming ``where``."""
+    """The :class:`Claim` a record holds; a field missing or another verdict: :class:`SummaryError` naming ``where``."""
     if not isinstance(d, dict):
         raise SummaryError(f"{where}: a claim must be a JSON object, got {type(d).__name__}")
     missing = [k for k in CLAIM_FIELDS if k not in d]
@@ -145,8 +138,8 @@ class Summary:
 
 
 def write_summary(path: str | Path, data: dict, claims: Sequence[Claim]) -> Path:
-    """Write ``summary.json`` at ``path``, the one writer of a summary: :data:`SCHEMA_VERSION` (``data``'s own does not
-    replace it), ``data``, the claims and their verdict counts, whole or not at all."""
+    """Write ``summary.json`` at ``path``, whole or not at all: :data:`SCHEMA_VERSION` (not ``data``'s own), ``data``,
+    the claims and their verdict counts."""
     for c in claims:
         if not isinstance(c, Claim):
             raise TypeError(f"claims: every claim must be a Claim, got {type(c).__name__}")
@@ -170,7 +163,6 @@ def schema_version(obj: dict, where: str = "summary") -> int:
 
 
 def summary_from_dict(obj: Any, where: str = "summary") -> Summary:
-    """A :class:`Summary` from a parsed ``summary.json`` (see :func:`read_summary`)."""
     if not isinstance(obj, dict):
         raise SummaryError(f"{where} is not a JSON object")
     version = schema_version(obj, where)
@@ -187,8 +179,7 @@ def summary_from_dict(obj: Any, where: str = "summary") -> Summary:
 
 
 def read_summary(path: str | Path) -> Summary:
-    """The :class:`Summary` in ``path``, the one reader of a summary; a file that cannot be read, is not JSON, holds a
-    claim not of this toolkit or comes from a later one is a :class:`SummaryError` naming the file."""
+    """The :class:`Summary` in ``path``; a file that cannot be read or parsed is a :class:`SummaryError` naming it."""
     path = Path(path)
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))

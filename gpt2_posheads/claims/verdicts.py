@@ -4,11 +4,7 @@ The words and their colours are defined here and nowhere else. A claim is judged
 written down *before* the measurement and a pure function of the numbers returning a :data:`Decision` ``(held, why)``.
 Preconditions come first: if the model does not copy, a head is not a previous-token head, or the run is a
 ``--quick`` smoke test, the claim is ``not testable`` and says why, instead of a verdict that would look good on a
-model where the phenomenon is absent. :func:`judge` is the one path from a measurement to a :class:`Claim`,
-:func:`not_testable` the one constructor of an untested claim. Usage::
-
-    c = judge("a head attends almost only to the previous token", post="L4H11: 0.01",
-              rule=at_most(0.10, "ratio of the sharpest previous-token head"), measured={"ratio": 0.04})
+model where the phenomenon is absent.
 """
 
 from __future__ import annotations
@@ -16,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal
 
 Verdict = Literal["held", "not held", "not testable"]
@@ -59,8 +56,7 @@ OPTIONAL_FIELDS = ("key", "head", "readout", "role")  # a record has these when 
 
 @dataclass
 class Claim:
-    """One verdict with its rule and reason: the record of every claim, from its rule to ``summary.json`` and the
-    page."""
+    """One verdict with its rule and reason: the record of every claim, from its rule to ``summary.json``."""
 
     claim: str
     post: str
@@ -90,17 +86,7 @@ def finite(x) -> bool:
 
 
 def not_testable(
-    claim: str,
-    post: str,
-    rule: Rule | str,
-    why: str,
-    *,
-    key: str = "",
-    head: str = "",
-    readout: str = "",
-    measured: Any = None,
-    role: str = "",
-    here: bool = True,
+    claim: str, post: str, rule: Rule | str, why: str, *, key="", head="", readout="", measured=None, role="", here=True
 ) -> Claim:
     """The one place a ``not testable`` :class:`Claim` is made. Its why reads ``not testable here: <why>`` (once,
     whatever prefix ``why`` carries), or with ``here=False`` ``why`` as written (a reason that names its own cause:
@@ -112,17 +98,7 @@ def not_testable(
 
 
 def judge(
-    claim: str,
-    post: str,
-    rule: Rule,
-    measured: Any,
-    value: Any = None,
-    preconditions: Sequence[Precondition] = (),
-    quick: bool = False,
-    key: str = "",
-    head: str = "",
-    readout: str = "",
-    role: str = "",
+    claim, post, rule: Rule, measured, value=None, preconditions=(), quick=False, key="", head="", readout="", role=""
 ) -> Claim:
     """The one path from a measurement to a :class:`Claim`. The first of these that applies decides:
 
@@ -140,11 +116,7 @@ def judge(
     if not readout and finite(value) and not isinstance(value, bool):
         readout = fmt(value)
 
-    def untested_claim(why: str, here: bool = True, show: str = "") -> Claim:
-        return not_testable(
-            claim, post, rule, why, key=key, head=head, readout=show, measured=measured, here=here, role=role
-        )
-
+    untested_claim = partial(not_testable, claim, post, rule, key=key, head=head, measured=measured, role=role)
     failed = [p for p in preconditions if not p.ok]
     if failed:
         return untested_claim("; ".join(dict.fromkeys(_bare(p.failure()) for p in failed)))
@@ -155,7 +127,7 @@ def judge(
         return untested_claim(empty)
     held, why = rule.decide(value)
     if held is None:
-        return untested_claim(why, show=readout)
+        return untested_claim(why, readout=readout)
     return Claim(claim, post, measured, rule.text, HELD if held else NOT_HELD, why, key, head, readout, role)
 
 
@@ -172,17 +144,15 @@ ROLE_WORDS = {
 
 @dataclass(frozen=True)
 class ClaimSpec:
-    """A claim of a post, declared before anything is measured: ``key``, the post's sentence (``claim``) and number
-    (``post``), the ``rule`` that decides it, its ``role`` (what it tells apart) and why (``why_kind``). A claim
-    measured at settings (a toy post's V or seed, the ``--robustness`` grid) has ``make``, the function of those
-    settings (``params``) that builds its rule, so that the rule's text is made from the numbers it tests; ``claim``
-    and ``post`` may name the settings in braces."""
+    """A claim of a post, declared before anything is measured. A claim measured at settings (a toy post's V or seed,
+    the ``--robustness`` grid) has ``make``, the function of those settings (``params``) that builds its rule, so that
+    the rule's text is made from the numbers it tests; ``claim`` and ``post`` may name the settings in braces."""
 
     key: str
-    claim: str
-    post: str
+    claim: str  # the post's sentence
+    post: str  # the post's number
     rule: Rule
-    role: str = DESCRIBES
+    role: str = DESCRIBES  # what it tells apart
     why_kind: str = ""  # why it is (or is not) a route claim, in a sentence
     make: Callable[..., Rule] | None = field(default=None, compare=False)
     params: tuple = ()  # (name, value) pairs: the settings ``rule``, ``claim`` and ``post`` were made at
@@ -209,17 +179,7 @@ class ClaimSpec:
             params=tuple(p.items()),
         )
 
-    def judge(
-        self,
-        measured,
-        value=None,
-        preconditions: Sequence[Precondition] = (),
-        quick: bool = False,
-        *,
-        post: str | None = None,
-        head: str = "",
-        readout: str = "",
-    ) -> Claim:
+    def judge(self, measured, value=None, preconditions=(), quick=False, *, post=None, head="", readout="") -> Claim:
         """:func:`judge` this claim on ``measured``; ``post`` overrides the post's number."""
         number = self.post if post is None else post
         return judge(

@@ -3,9 +3,7 @@
 Each model is an ordinary Hugging Face GPT-2 folder (4 layers, 4 heads, ``d_model`` 512, ``n_ctx`` 256, the shipped
 4,096-token tokenizer) built deterministically in seconds, its weights written feature by feature in the named blocks
 of the residual stream (:mod:`~gpt2_posheads.organism.weights`). Each head is built by a small function whose ``role``
-(the card's words) says what it scores, reads and writes; each model by a row of :data:`BUILDERS`. :func:`build`
-writes a folder with its card (:data:`CARD`): the blocks, every head's role, the verdict each claim must get
-(:mod:`~gpt2_posheads.organism.known_answers`, written down before anything was measured) and the measured numbers.
+(the card's words) says what it scores, reads and writes; each model by a row of :data:`BUILDERS`.
 """
 
 from __future__ import annotations
@@ -156,8 +154,7 @@ def relay(p: Parts, gain: float = READER_GAIN, recency: float = READER_RECENCY, 
 
 
 def induction(p: Parts, position: str = "pos") -> Head:
-    """Attends to the token after the most recent earlier occurrence of the current token, to BOS when there is
-    none."""
+    """Attends to the token after the most recent earlier occurrence of the current token, to BOS when none."""
     h = Head(
         p.res,
         role=f"induction head: score {IND_GAIN:g} x <query's token code, prev> + {IND_RECENCY:g} x (key position), "
@@ -395,8 +392,7 @@ $verdicts$measured
 
 
 def card(model: Compiled, measured: dict | None = None) -> str:
-    """The model's card (:data:`CARD`): what it is, its layout, the verdicts its construction implies
-    (:mod:`~gpt2_posheads.organism.known_answers`) and the numbers the toolkit ``measured``."""
+    """The model's card (:data:`CARD`), with the numbers the toolkit ``measured``."""
     from .known_answers import expected
 
     title, about, *_ = BUILDERS[model.name]
@@ -413,9 +409,7 @@ def card(model: Compiled, measured: dict | None = None) -> str:
 
 
 def measure(folder: Path, n_prompts: int = 16) -> dict[str, str]:
-    """The numbers a card reports, measured by the toolkit on the built folder: the sharp head and its ratio, the
-    early heads' ratios, what W_pos averaging (groups of 10) and masking p-1 every 5th query below leave of the sharp
-    head's previous-token attention, induction, copying (WikiText-2 prompts, ``n_prompts`` x 256 tokens)."""
+    """The numbers a card reports, measured by the toolkit on the built folder (``n_prompts`` WikiText-2 prompts)."""
     from ..analysis.diagonals import choose_aggregator, diagonal_attention, early_prev_heads, rank_from_diagonals
     from ..analysis.induction import induction_scores
     from ..analysis.interventions import average_pos_embed, mask_previous_attention, masked_queries
@@ -462,8 +456,7 @@ def measure(folder: Path, n_prompts: int = 16) -> dict[str, str]:
 
 
 def build(name: str, out: Path, measured: bool = True) -> Path:
-    """Write the compiled model ``name`` to ``out`` with its card (and, with ``measured``, the toolkit's numbers,
-    measured on the folder just written)."""
+    """Write the compiled model ``name`` to ``out`` with its card (``measured``: and the numbers measured on it)."""
     model = compile_model(name)
     write_folder(model, out, card(model))
     if measured:
@@ -472,9 +465,8 @@ def build(name: str, out: Path, measured: bool = True) -> Path:
 
 
 def check_folder(folder: Path) -> str | None:
-    """What is wrong with a compiled model's folder, in a few words, or ``None``: a file a build writes is missing,
-    or the folder fails :func:`~gpt2_posheads.model.folder.folder_problem` (a truncated weights file, a
-    non-finite weight, a config that does not match the weights). A folder that fails is rebuilt on first use."""
+    """What is wrong with a compiled model's folder, in a few words, or ``None``: a file a build writes is missing, or
+    :func:`~gpt2_posheads.model.folder.folder_problem`'s answer. A folder that fails is rebuilt on first use."""
     from ..model.folder import folder_problem
 
     missing = [f for f in FOLDER_FILES if not (Path(folder) / f).is_file()]

@@ -1,11 +1,6 @@
 """The organism's training configuration (:class:`MiniConfig`, recorded in ``training.json``) and data: a tokenizer,
 text streams, and the synthetic languages that give the heads reasons to form (a step's batch depends on the step
 number alone, so resumes are exact).
-
-* ``skip_bigram_windows``: ``t_{i+1} = pi(t_{i-1})`` (``pi`` the identity for ``skip_rule="copy"``): predicting
-  the next token needs the previous one at the current position, the plainest reason for a previous-token head.
-* ``repeated_segments`` / ``repeated_span``: random tokens whose second copy only induction predicts.
-* ``insert_repeats``: a span of a text window copied to a later place.
 """
 
 from __future__ import annotations

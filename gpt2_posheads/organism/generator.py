@@ -1,13 +1,10 @@
 """A generator of compiled known-answer GPT-2s: deterministic from a seed, each with a card saying its route.
 
 Every model is built from the heads of :mod:`~gpt2_posheads.organism.compiled`, its sizes, head placement, strengths,
-perturbation and extra heads drawn from ``numpy``'s PCG64 seeded with the model's seed. The kinds (:data:`KINDS`: the
-route conclusion each must get, written down before anything was measured on them), layouts, strengths and
-perturbations are specified in ``docs/known-answers.md`` ("The generator"); the ranges stand beside each draw below.
-``mixed`` is ambiguous by construction: its aggregator also has the ``W_pos`` reader's kernel, so it reads both the
-early heads' estimate and ``W_pos`` and no single route is the true one. An asked-for shape (:func:`generate`'s sizes,
-:func:`gpt2_small_route`) replaces the drawn one after the draw, so asking for the drawn shape gives the same bytes.
-The route's heads sit in the first :data:`ROUTE_LAYERS` layers; the layers above hold free slots only.
+perturbation and extra heads drawn from ``numpy``'s PCG64 seeded with the model's seed (the kinds, layouts, strengths
+and perturbations: ``docs/known-answers.md``, "The generator"; the ranges stand beside each draw below). ``mixed`` is
+ambiguous by construction: its aggregator reads both the early heads' estimate and ``W_pos``. An asked-for shape
+replaces the drawn one after the draw, so asking for the drawn shape gives the same bytes.
 """
 
 from __future__ import annotations
@@ -367,8 +364,7 @@ def perturb(p: wt.Parts, frac: float, rng: np.random.Generator) -> None:
 
 
 def member(i: int, seed: int = 0, max_d_model: int | None = None) -> Generated:
-    """Model ``i`` of the suite ``seed``: kind ``KIND_ORDER[i % 8]`` (any 8 in a row cover every kind), model seed
-    ``1000 * seed + i``."""
+    """Model ``i`` of suite ``seed``: kind ``KIND_ORDER[i % 8]`` (8 in a row: every kind), seed ``1000 seed + i``."""
     return generate(1000 * seed + i, KIND_ORDER[i % len(KIND_ORDER)], max_d_model)
 
 
@@ -409,9 +405,8 @@ def card_markdown(g: Generated) -> str:
 
 
 def write(g: Generated, out: Path, markdown: str | None = None, **options) -> Path:
-    """A Hugging Face GPT-2 folder for ``g`` with its card: ``README.md`` (words: ``markdown``, default
-    :func:`card_markdown`) and ``card.json`` (the answer). A tool scored blind gets the folder without those two
-    files. ``options``: :func:`~gpt2_posheads.organism.compiled.write_folder`'s ``tokenizer_dir`` and ``config``."""
+    """A GPT-2 folder for ``g`` (``options``: :func:`~gpt2_posheads.organism.compiled.write_folder`'s) with its card:
+    ``README.md`` (``markdown``, default :func:`card_markdown`) and ``card.json``, which a tool scored blind lacks."""
     folder = cp.write_folder(g.model, out, card_markdown(g) if markdown is None else markdown, **options)
     (Path(folder) / "card.json").write_text(json.dumps(g.card, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return Path(folder)

@@ -4,13 +4,9 @@ Written down before any claim was measured on the models; ``tests/organism/test_
 script of the GPT-2 post and the organism report on them and asserts this table. Where a verdict differs, a rule or a
 construction is wrong and is fixed; the table is never edited to match a measurement. ``mini-gpt2``, the trained
 organism (a layer-0 previous-token head reading an alternating ``W_pos``, the toy post's route), has no geometry set by
-hand: those rows are ``None``. The table is data, ``known_answers.json`` beside this module:
-
-* :data:`KNOWN`: claim key -> {model: (verdict, reason from the construction)}, ``None`` where it is not set;
-* :data:`ROUTE_CONCLUSIONS`: model -> (its route conclusion, :func:`~gpt2_posheads.claims.route.conclude`, and why);
-* the GPT-2-small stand-in (:mod:`~gpt2_posheads.organism.standin`), taken for GPT-2 small by ``is_gpt2_small``:
-  ``standin_differs`` (where its answer differs from route-gpt2's, and why), :data:`STANDIN_HEADS` (the heads each
-  script measures with its defaults; ``rank_prev_heads``: the aggregator the ranking finds), :data:`STANDIN_ROUTE`.
+hand: those rows are ``None``. The table is data, ``known_answers.json`` beside this module, with the answers of the
+GPT-2-small stand-in (:mod:`~gpt2_posheads.organism.standin`): where they differ from route-gpt2's, the heads each
+script measures with its defaults, its route.
 """
 
 from __future__ import annotations
@@ -22,9 +18,11 @@ from ..claims.catalogue import claims
 
 MODELS = ("route-gpt2", "lookalike-wpos", "lookalike-boost", "lookalike-decoy", "lookalike-none", "mini-gpt2")
 _TABLE = json.loads(Path(__file__).with_name("known_answers.json").read_text(encoding="utf-8"))
+# claim key -> {model: (verdict, reason from the construction)}, None where it is not set
 KNOWN: dict[str, dict[str, tuple[str, str] | None]] = {
     k: {m: v if v is None else tuple(v) for m, v in row.items()} for k, row in _TABLE["known"].items()
 }
+# model -> (its route conclusion, claims.route.conclude, and why)
 ROUTE_CONCLUSIONS: dict[str, tuple[str, str]] = {m: tuple(v) for m, v in _TABLE["route_conclusions"].items()}
 _STANDIN_DIFFERS: dict[str, tuple[str, str]] = {k: tuple(v) for k, v in _TABLE["standin_differs"].items()}
 STANDIN_HEADS: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in _TABLE["standin_heads"].items()}

@@ -19,10 +19,9 @@ from .data import sample_batch
 
 
 def lens(model, tokenizer_dir: str | Path):
-    """A TransformerLens bridge over a copy of the Hugging Face ``model`` (its tokenizer saved in ``tokenizer_dir``),
-    its weights processed as :func:`~gpt2_posheads.model.loading.load_model`'s (LayerNorm folded, writing weights
-    centred), for the engine to run. The copy keeps the bridge's wrappers and its weight processing out of the module
-    the optimiser steps."""
+    """A TransformerLens bridge over a copy of the Hugging Face ``model``, its weights processed as
+    :func:`~gpt2_posheads.model.loading.load_model`'s, for the engine to run. The copy keeps the bridge's wrappers and
+    its weight processing out of the module the optimiser steps."""
     from transformers import PreTrainedTokenizerFast
 
     from ..model.loading import boot_bridge
@@ -63,8 +62,7 @@ def _copy_step(state: dict, tokens: torch.Tensor, logits: torch.Tensor) -> None:
 
 @torch.no_grad()
 def probe(model, val_stream: torch.Tensor, n_ctx: int, vocab_hi: int, seed: int = 0, n: int = 8, seg: int = 50) -> dict:
-    """The mechanism's vital signs on held-out text and on random tokens repeated twice (``model``: a TransformerLens
-    model, :func:`lens` of the one being trained).
+    """The mechanism's vital signs on held-out text and on random tokens repeated twice (``model``: :func:`lens`):
 
     * ``prev_ratio_text`` / ``prev_ratio_random``: the sharpest previous-token head's ratio (the one definition,
       :func:`~gpt2_posheads.analysis.diagonals.prev_token_stats`) on ``n`` held-out text windows and ``n`` windows of

@@ -1,10 +1,7 @@
 """Score the route conclusion on generated known-answer models: one model at a time, then the confusion matrix.
 
-:func:`score` writes a generated model (:mod:`~gpt2_posheads.organism.generator`), loads it, measures its route
-conclusion with the function it is handed (``measure``: the post's claims on one run,
-:func:`gpt2_posheads.posts.gpt2_prev_heads.route.route_records`, a layer above this one) and compares it with the card.
-:func:`confusion` counts true x concluded route; :func:`aggregator_found` how often the sharpest previous-token head
-found is the card's aggregator (and, without one, how often no head was sharp).
+The route is measured by the function :func:`score` is handed (the post's claims on one run,
+:func:`gpt2_posheads.posts.gpt2_prev_heads.route.route_records`, a layer above this one) and compared with the card.
 """
 
 from __future__ import annotations
@@ -61,19 +58,11 @@ def prompts_for(tokenizer, n_prompts: int = N_PROMPTS, seq_len: int = SEQ_LEN):
 
 
 def score(
-    g: Generated,
-    workdir: Path,
-    n_prompts: int = N_PROMPTS,
-    seq_len: int = SEQ_LEN,
-    keep: bool = False,
-    *,
-    measure: MeasureRecords,
-    weigh: Callable[..., Mapping] | None = None,
+    g: Generated, workdir, n_prompts=N_PROMPTS, seq_len=SEQ_LEN, keep=False, *, measure: MeasureRecords, weigh=None
 ) -> Scored:
-    """Write ``g`` under ``workdir``, measure its route conclusion (``measure``: the claims it reads, as records),
-    compare with its card (the folder is removed afterwards unless ``keep``); with ``weigh`` (model -> a record with
-    ``label`` and ``head``: the weight route, :func:`gpt2_posheads.posts.gpt2_prev_heads.weight_route.measure`'s) the
-    route read from the weights too, each timed apart."""
+    """Write ``g`` under ``workdir`` (removed afterwards unless ``keep``), measure its route conclusion (``measure``:
+    the claims it reads, as records) and, with ``weigh`` (model -> a record with ``label`` and ``head``:
+    :func:`gpt2_posheads.posts.gpt2_prev_heads.weight_route.measure`'s), its weight route, each timed apart."""
     from ..claims.route import conclude
     from ..model.loading import load_model
 

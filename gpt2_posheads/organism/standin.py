@@ -1,16 +1,12 @@
 """A compiled stand-in for GPT-2 small, for testing the toolkit as a user with the hub runs it. It is not GPT-2.
 
 Nothing offline is GPT-2 small, so the defaults the post's head names drive (``is_gpt2_small`` true: L4H11 as the
-aggregator, the post's early heads, ``sources_named_heads``, its per-head ratios) would run nowhere without a model
-that takes itself for GPT-2 small. This one is served as ``gpt2`` by the tests' hub (``tests/hubserver.py``): GPT-2
-small's shape and config (:func:`~gpt2_posheads.organism.generator.gpt2_small_route`), GPT-2's own tokenizer (BOS
-``<|endoftext|>`` = 50256, from ``shared/``) and ``W_pos`` helix (top eight principal components of its 1,024 rows),
-and the post's route (kind ``post``) placed **at the post's heads** (:data:`POST_PLACEMENT`). The entries
-:func:`~gpt2_posheads.model.loading.is_gpt2_small` compares carry GPT-2's values (three ``W_E`` rows at six
-coordinates, ``W_pos`` row 0 at three), coordinates kept out of every block (:data:`RESERVED`): no head or MLP reads
-them and the route is the generator's to the bit. Its card's first line, its ``config.json`` (:data:`MARKER`, which
-:func:`~gpt2_posheads.model.loading.compiled_standin` finds) and every summary measured on it say that it is a
-compiled stand-in; it is never shipped or offered under the name ``gpt2``.
+aggregator, the post's early heads, its per-head ratios) would run nowhere without a model that takes itself for GPT-2
+small. This one, served as ``gpt2`` by the tests' hub (``tests/hubserver.py``), has GPT-2 small's shape, tokenizer and
+``W_pos`` helix and the post's route placed **at the post's heads** (:data:`POST_PLACEMENT`). The entries
+:func:`~gpt2_posheads.model.loading.is_gpt2_small` compares carry GPT-2's values, in coordinates no block holds
+(:data:`RESERVED`), so the route is the generator's to the bit. Its card, its ``config.json`` (:data:`MARKER`) and
+every summary measured on it say that it is a compiled stand-in; it is never shipped or offered as ``gpt2``.
 """
 
 from __future__ import annotations
@@ -72,10 +68,8 @@ def card(g: Generated) -> str:
 def write_standin(
     out: str | Path, vocab_file: str | Path | None = None, merges_file: str | Path | None = None, seed: int = SEED
 ) -> Path:
-    """A Hugging Face GPT-2 folder of the stand-in: ``config.json`` (GPT-2's ids for BOS and EOS, the marker),
-    ``model.safetensors``, GPT-2's tokenizer (``vocab.json``, ``merges.txt``, ``tokenizer.json``), the card
-    ``README.md`` and ``card.json``. ``vocab_file``/``merges_file``: GPT-2's tokenizer files (default:
-    ``shared/gpt2-small``)."""
+    """A Hugging Face GPT-2 folder of the stand-in with GPT-2's ids for BOS and EOS, the marker, its card, and GPT-2's
+    tokenizer (``vocab_file``/``merges_file``, default: ``shared/gpt2-small``)."""
     vocab_file = Path(vocab_file) if vocab_file else shared_file("gpt2-small", "vocab.json")
     merges_file = Path(merges_file) if merges_file else shared_file("gpt2-small", "merges.txt")
     tok = gpt2_tokenizer(vocab_file, merges_file)  # a FileNotFoundError saying where the files are looked for

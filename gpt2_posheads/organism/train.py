@@ -1,11 +1,8 @@
 """Training a miniature GPT-2 (Hugging Face ``GPT2LMHeadModel``) that has previous-token and induction heads.
 
-The result is a Hugging Face folder (with ``training.json``) that :func:`gpt2_posheads.load_model` boots like GPT-2,
-so every GPT-2 analysis runs offline on a *trained* model with the mechanism the GPT-2 post is about. The data mix
-(:mod:`~gpt2_posheads.organism.data`) gives the model reasons to copy, in windows short enough for the heads to find
-their keys (why, and what did not work: ``docs/organism.md``). Every ``probe_every`` steps
-:func:`~gpt2_posheads.organism.probe.probe` measures the mechanism, so the record shows when each piece appears.
-Checkpoints are written every ``checkpoint_minutes``; a run resumes exactly (batches depend on the step number only).
+The result is a Hugging Face folder that :func:`gpt2_posheads.load_model` boots like GPT-2, so every GPT-2 analysis
+runs offline on a *trained* model with the mechanism the GPT-2 post is about (the data mix, and what did not work:
+``docs/organism.md``).
 """
 
 from __future__ import annotations
@@ -87,21 +84,13 @@ def pos_average_at(cfg: MiniConfig, step: int) -> tuple[int, int] | None:
 
 
 def train_mini_gpt2(
-    docs: Sequence[str],
-    out_dir: str | Path,
-    cfg: MiniConfig | None = None,
-    work_dir: str | Path | None = None,
-    progress: bool = True,
-    val_docs: Sequence[str] | None = None,
-    tokenizer_dir: str | Path | None = None,
+    docs: Sequence[str], out_dir: str | Path, cfg=None, work_dir=None, progress=True, val_docs=None, tokenizer_dir=None
 ) -> dict:
-    """Train and save a miniature GPT-2 into ``out_dir``; resumes from ``work_dir/checkpoint.pt`` if present. ``cfg``
-    (default :class:`MiniConfig`'s defaults) is never changed: the synthetic vocabulary is capped at the tokenizer's
-    size in a copy. ``work_dir`` (default ``<out_dir>-work``) holds the checkpoint, written every ``checkpoint_minutes``
-    and at the end (each write is said), and the tokenizer. ``val_docs``: held-out documents (default: a seeded
-    ``val_fraction`` of ``docs``). ``tokenizer_dir``: reuse that directory's tokenizer (so held-out losses compare with
-    another model token for token) instead of training a new BPE on ``docs``. Returns the training record (losses,
-    validation losses, probes, timings), also saved as ``training.json``."""
+    """Train and save a miniature GPT-2 into ``out_dir``, resuming from ``work_dir/checkpoint.pt`` (default work dir
+    ``<out_dir>-work``; a checkpoint every ``checkpoint_minutes`` and at the end, each said). ``cfg`` (a
+    :class:`MiniConfig`) is never changed. ``val_docs``: held-out documents (default: a seeded ``val_fraction`` of
+    ``docs``). ``tokenizer_dir``: reuse its tokenizer (held-out losses compare with another model token for token)
+    instead of training a BPE on ``docs``. Returns the training record, also saved as ``training.json``."""
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
     cfg = cfg if cfg is not None else MiniConfig()

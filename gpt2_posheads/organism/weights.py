@@ -56,8 +56,7 @@ def helmert(m: int) -> np.ndarray:
 
 @dataclass
 class Residual:
-    """Blocks of residual coordinates; ``basis(name)`` ``[n_features, d_model]`` maps a block's features to the
-    stream."""
+    """Blocks of residual coordinates; ``basis(name)`` ``[n_features, d_model]`` maps a block's features in."""
 
     shape: Shape = SHAPE
     blocks: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (first coordinate, n_features)
@@ -128,8 +127,7 @@ def waves(n_ctx: int, freqs: np.ndarray) -> np.ndarray:
 
 
 def shift_rotation(freqs: np.ndarray, shift: int) -> np.ndarray:
-    """``[2F, 2F]`` block-diagonal ``R`` with ``waves(p) @ R == waves(p - shift)`` (each pair rotated by
-    ``-w shift``)."""
+    """``[2F, 2F]`` block-diagonal ``R``: ``waves(p) @ R == waves(p - shift)`` (each pair rotated by ``-w shift``)."""
     r = np.zeros((2 * len(freqs), 2 * len(freqs)))
     for i, w in enumerate(freqs):
         c, s = math.cos(w * shift), math.sin(w * shift)
@@ -212,8 +210,7 @@ class Head:
 
 
 def slot(n_features: int, dim: int, scale: float = 1.0) -> np.ndarray:
-    """``[n_features, dim + 1]`` that puts feature 0 of a block at head dimension ``dim`` (a :class:`Head` pads to
-    its ``d_head``)."""
+    """``[n_features, dim + 1]``: feature 0 of a block at head dimension ``dim`` (a :class:`Head` pads the rest)."""
     m = np.zeros((n_features, dim + 1))
     m[0, dim] = scale
     return m
@@ -356,10 +353,9 @@ class Parts:
 
 
 def parts(n_vocab: int, blocks: list[tuple[str, int]], shape: Shape = SHAPE, first: int = 0) -> Parts:
-    """The residual layout (``const``, ``bos``, ``helix``, ``tok``, then ``blocks``), token codes and buckets of the
-    shape's sizes, GPT-2's helix (:func:`gpt2_helix`), inert heads and zero MLPs; W_pos's fine components where
-    ``blocks`` has ``fine``. ``first``: the blocks start at this coordinate, the ones before it belong to no block (no
-    head or MLP reads or writes them)."""
+    """The residual layout (``const``, ``bos``, ``helix``, ``tok``, then ``blocks``, from coordinate ``first``: none
+    reads or writes the ones before it), token codes and buckets, GPT-2's helix, inert heads and zero MLPs; W_pos's
+    fine components where ``blocks`` has ``fine``."""
     res = Residual(shape, used=first)
     for name, n in [("const", 1), ("bos", 1), ("helix", 8), ("tok", shape.k_tok)] + blocks:
         res.add(name, n)

@@ -50,17 +50,12 @@ def compare_claims(before: Summary, after: Summary, rtol: float = 1e-6, atol: fl
     return pd.DataFrame(rows)
 
 
+ROW = ("key", "verdict_before", "verdict_after", "n_numbers", "n_moved", "moved", "n_added", "added")
+
+
 def _row(key: str, before: str, after: str, n_numbers: int = 0, moved=(), added=()) -> dict:
-    return {
-        "key": key,
-        "verdict_before": before,
-        "verdict_after": after,
-        "n_numbers": n_numbers,
-        "n_moved": len(moved),
-        "moved": "; ".join(moved[:3]),
-        "n_added": len(added),
-        "added": "; ".join(added[:3]),
-    }
+    counted = (len(moved), "; ".join(moved[:3]), len(added), "; ".join(added[:3]))
+    return dict(zip(ROW, (key, before, after, n_numbers, *counted)))
 
 
 def _summaries(root: Path) -> dict[str, tuple[Path, Summary]]:

@@ -1,15 +1,11 @@
 """The attention explorer: every head of a model on a few prompts, under each intervention of the toolkit
 (``docs/explorer.md`` is the reader's guide: what the page draws, its address as its state, data and size).
 
-:func:`write_explorer` writes it as one self-contained HTML file (data, script and style inlined; it opens from
-``file://`` with no network); :mod:`gpt2_posheads.report.explorer_server` serves the same page, fed the reader's own
-prompts by the same :func:`explorer_data`. An intervention that cannot change a head is shown as not applicable with
-the reason (:func:`not_applicable`), never as the clean pattern. Interventions (:data:`VARIANTS`): ``wpos``
-``average_pos_embed(10)``; ``extavg`` ``average_ext_pos_embed(layer, 10)``, one run per layer; ``mask``
-``mask_previous_attention(5, range(layer))``; ``edit`` the aggregator's pattern edited as in the post (on other
-prompts every query attends two tokens back), output x2. Patterns are bytes (weight x 255), raw scores bytes between
-each head's minimum and maximum, both zlib-compressed and base64-encoded; the diagonal profile (float32) and the
-previous-token statistics are the toolkit's one definition (:mod:`gpt2_posheads.analysis.diagonals`).
+One self-contained HTML file (it opens from ``file://``), or served live by
+:mod:`~gpt2_posheads.report.explorer_server` from the same :func:`explorer_data`. An intervention that cannot change a
+head is shown as not applicable with the reason, never as the clean pattern. Patterns are bytes (weight x 255), raw
+scores bytes between each head's minimum and maximum, both zlib-compressed and base64-encoded; the diagonal profile
+and the previous-token statistics are the toolkit's one definition (:mod:`gpt2_posheads.analysis.diagonals`).
 """
 
 from __future__ import annotations
@@ -92,8 +88,7 @@ class ExplorerContext:
 def explorer_context(
     model, prompts: Sequence[Prompt] | None = None, aggregator: tuple[int, int] | None = None, ext_prompts: int = 8
 ) -> ExplorerContext:
-    """The shared part of :func:`explorer_data`; ``aggregator`` defaults to the sharpest previous-token head on
-    ``prompts`` (default :func:`default_prompts`)."""
+    """The shared part of :func:`explorer_data`; ``aggregator`` defaults to the sharpest head on ``prompts``."""
     if aggregator is None:
         prompts = default_prompts(model) if prompts is None else prompts
         n_min = min(len(t) for _, t, _ in prompts)
@@ -228,12 +223,7 @@ def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None
 
 @measures_caller_model
 def explorer_data(
-    model,
-    prompts: Sequence[Prompt],
-    label: str,
-    aggregator: tuple[int, int] | None = None,
-    ext_prompts: int = 8,
-    context: ExplorerContext | None = None,
+    model, prompts: Sequence[Prompt], label: str, aggregator=None, ext_prompts=8, context: ExplorerContext | None = None
 ) -> dict:
     """Everything the page draws, as JSON-ready data. ``prompts``: ``(name, tokens [pos], edit mapping or None)``;
     ``context``: :func:`explorer_context` (given, the live server computes it once)."""
@@ -304,12 +294,7 @@ def page_html(data: dict, live: bool = False) -> str:
 
 @measures_caller_model
 def write_explorer(
-    model,
-    path: str | Path,
-    label: str,
-    prompts=None,
-    aggregator: tuple[int, int] | None = None,
-    context: ExplorerContext | None = None,
+    model, path: str | Path, label: str, prompts=None, aggregator=None, context: ExplorerContext | None = None
 ) -> Path:
     """Write the explorer of ``model`` on ``prompts`` (default :func:`default_prompts`) to ``path``."""
     prompts = default_prompts(model) if prompts is None else prompts

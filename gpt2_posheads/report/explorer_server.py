@@ -1,11 +1,8 @@
-"""The attention explorer, live on 127.0.0.1 (``docs/explorer.md``, "Live mode"): ``GET /`` is the static page of
-the opening prompts with a prompt box; ``POST /api/explore`` with ``{"prompt": "text"}`` answers
-:func:`~gpt2_posheads.report.explorer.explorer_data` of that prompt, or ``400 {"error": "<parameter>: <what is
-wrong>; <allowed values>; <hint>"}``. Only 127.0.0.1 is bound; a request naming another host (DNS rebinding) or
-posting anything but JSON is refused. Every bad request gets a 4xx and one line of JSON, never a traceback or a 500:
-malformed, non-UTF-8 or too deeply nested JSON, a prompt that is not text or holds a lone surrogate, a body too
-large or of a missing or malformed length (``Content-Length`` or ``Transfer-Encoding: chunked``), a method or
-request line not taken, a client that stops sending.
+"""The attention explorer, live on 127.0.0.1 (``docs/explorer.md``, "Live mode"): ``GET /`` is the page with a
+prompt box; ``POST /api/explore`` with ``{"prompt": "text"}`` answers
+:func:`~gpt2_posheads.report.explorer.explorer_data` of that prompt. Only 127.0.0.1 is bound, a request naming another
+host (DNS rebinding) is refused, and every bad request gets a 4xx and one line of JSON ``{"error": "<parameter>: <what
+is wrong>; <allowed values>; <hint>"}``, never a traceback or a 500.
 """
 
 from __future__ import annotations
@@ -193,28 +190,26 @@ class _Handler(BaseHTTPRequestHandler):
             raise BadRequest(400, "request", "body of 0 bytes", allowed)
         return bytes(body)
 
-    def _host_ok(self) -> bool:
+    def _path(self) -> str | None:  # the request's path; None: refused, its Host is not this machine
         host = (self.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]")
         if host in (HOST, "localhost"):
-            return True
+            return urlsplit(self.path).path
         self._error(403, "Host", f"{host!r} is not this machine", f"allowed {HOST} or localhost")
-        return False
+        return None
 
     def do_GET(self):  # noqa: N802 - BaseHTTPRequestHandler's API
-        if not self._host_ok():
-            return
-        path = urlsplit(self.path).path
+        path = self._path()
         if path in ("/", "/index.html"):
             self._send(200, page_html(self.explorer.initial, live=True).encode("utf-8"), "text/html; charset=utf-8")
         elif path == "/api/health":
             self._json(200, {"ok": True, "model": self.explorer.label, "max_tokens": self.explorer.limit})
-        else:
+        elif path is not None:
             self._error(404, "path", f"{path} is not served", "allowed /, /api/explore (POST), /api/health")
 
     def do_POST(self):  # noqa: N802
-        if not self._host_ok():
+        path = self._path()
+        if path is None:
             return
-        path = urlsplit(self.path).path
         if path != "/api/explore":
             return self._error(404, "path", f"{path} takes no POST", "allowed /api/explore")
         if (self.headers.get("Content-Type") or "").split(";")[0].strip() != "application/json":
@@ -255,8 +250,7 @@ class ExplorerServer(ThreadingHTTPServer):
 
 
 def start_server(explorer: LiveExplorer, port: int = 0) -> ExplorerServer:
-    """A server of ``explorer`` on 127.0.0.1:``port`` (0: any free port), not yet serving; a port in use is a
-    :class:`UsageError`."""
+    """A server of ``explorer`` on 127.0.0.1:``port`` (0: any free one), not yet serving; a port in use: UsageError."""
     handler = type("Handler", (_Handler,), {"explorer": explorer})
     try:
         return ExplorerServer((HOST, port), handler)

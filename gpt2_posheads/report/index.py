@@ -1,9 +1,5 @@
-"""The ``results/index.html`` page: every post's claims, one column per model, readable in a minute.
-
-Grouped by post, then claim. Each cell: the verdict, the measured number for a person and the head, the reason,
-when it was measured, and thumbnails of the script's figures. The header gives the date, the machine and each
-script's run time from ``run_all.json``, marking an interrupted run and the scripts that did not run. The page links
-only to files beside it, so it works from ``file://``; its HTML is in ``index_page.html``.
+"""The ``results/index.html`` page: every post's claims, one column per model, readable in a minute (its HTML is
+in ``index_page.html``; it links only to files beside it, so it works from ``file://``).
 
 A model column is one model, told by its weights fingerprint (the results folder's manifest, or the run record's
 ``fingerprints``), not by the words it was given in: ``--model mini-gpt2`` and ``--model-dir
@@ -400,8 +396,7 @@ def organism_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
 
 
 def robustness_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
-    """The ``--robustness`` totals: per grid claim, held in k of n runs, and in how many settings for every seed /
-    for none."""
+    """The ``--robustness`` totals: per grid claim, held in k of n runs, and in how many settings for every seed."""
     rows = [
         _fill(
             "grid_claim",
@@ -421,8 +416,7 @@ def robustness_html(summaries: list[tuple[Path, Summary]], root: Path) -> str:
 
 
 def write_index(root: Path, record: dict | None = None, summaries: list[tuple[Path, Summary]] | None = None) -> Path:
-    """Write ``root/index.html``, whole or not at all, from ``summaries`` (default: every one under ``root``) and the
-    run record (default: ``root/run_all.json``)."""
+    """Write ``root/index.html`` whole or not at all (defaults: every summary under ``root``, ``root/run_all.json``)."""
     root.mkdir(parents=True, exist_ok=True)
     if record is None and (root / "run_all.json").exists():
         with contextlib.suppress(ValueError):  # an unreadable record: the page says there is none

@@ -243,8 +243,7 @@ def line_figure(series: dict[str, tuple], title: str = "", xlabel: str = "", yla
 
 
 def submatrix(m: torch.Tensor, start: int, size: int) -> tuple[torch.Tensor, int]:
-    """The ``size`` square of ``m`` ``[pos, pos]`` from ``start`` and its first position (moved back or shrunk to
-    fit, and said)."""
+    """The ``size`` square of ``m`` ``[pos, pos]`` from ``start``, and its first position (moved to fit, and said)."""
     n = m.shape[0]
     first = max(0, min(start, n - size))
     if first != start or size > n:
