@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 
 from ..analysis.diagonals import diagonal_attention, rank_from_diagonals
-from ..analysis.heads import require_above_layer0, resolve_heads
+from ..analysis.heads import HeadDefault, require_above_layer0, resolve_heads
 from ..analysis.prompts import documents, make_prompts
 from ..claims.catalogue import Option
 from ..model.engine_nnsight import ENGINE as NNSIGHT
@@ -204,10 +204,17 @@ class Experiment:
         return d
 
 
-def setup(args, script_file: str, heads=None, prompts=True, ranking=True, above_layer0=False, layer_final=False):
+def setup(
+    args,
+    script_file: str,
+    heads: HeadDefault | None = None,
+    prompts: bool = True,
+    ranking: bool = True,
+    above_layer0: bool = False,
+    layer_final: bool = False,
+) -> Experiment:
     """Check every option that needs no model, open the output folder, load the model, check the rest, make the
-    prompts, rank the heads (every offset) and choose them (``heads``: a
-    :class:`~gpt2_posheads.analysis.heads.HeadDefault`). ``above_layer0``: ``--heads`` in layer 0 are refused."""
+    prompts, rank the heads (every offset) and choose them. ``above_layer0``: ``--heads`` in layer 0 are refused."""
     checked = precheck(args, layer_final=layer_final)
     if above_layer0:
         require_above_layer0(checked.heads)

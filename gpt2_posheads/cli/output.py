@@ -222,10 +222,20 @@ class Output:
     tables: list = field(default_factory=list)  # claims tables, printed once the results are in place
 
     @classmethod
-    def open(cls, target, script: str, png=True, quick=False, force=False, param="--out", adopt=False, model=None):
-        """Check ``target`` (a path), lock it, stage beside it. ``adopt``: its files are this run's to replace
-        (``--overwrite``). ``model`` (``{"label", "fingerprint"}``): another model's results of that name are refused
-        unless ``force``; those of the same folder on weights it no longer has are replaced, and said."""
+    def open(
+        cls,
+        target: str | Path,
+        script: str,
+        png: bool = True,
+        quick: bool = False,
+        force: bool = False,
+        param: str = "--out",
+        adopt: bool = False,
+        model: dict | None = None,
+    ) -> Output:
+        """Check ``target``, lock it, stage beside it. ``adopt``: its files are this run's to replace (``--overwrite``).
+        ``model`` (``{"label", "fingerprint"}``): another model's results of that name are refused unless ``force``;
+        those of the same folder on weights it no longer has are replaced, and said."""
         target = check_out_folder(target, param)
         made = [d for d in (target, *target.parents) if not d.exists()]  # removed again if they stay empty
         try:
