@@ -86,7 +86,17 @@ def finite(x) -> bool:
 
 
 def not_testable(
-    claim: str, post: str, rule: Rule | str, why: str, *, key="", head="", readout="", measured=None, role="", here=True
+    claim: str,
+    post: str,
+    rule: Rule | str,
+    why: str,
+    *,
+    key: str = "",
+    head: str = "",
+    readout: str = "",
+    measured: Any = None,
+    role: str = "",
+    here: bool = True,
 ) -> Claim:
     """The one place a ``not testable`` :class:`Claim` is made. Its why reads ``not testable here: <why>`` (once,
     whatever prefix ``why`` carries), or with ``here=False`` ``why`` as written (a reason that names its own cause:
@@ -98,7 +108,17 @@ def not_testable(
 
 
 def judge(
-    claim, post, rule: Rule, measured, value=None, preconditions=(), quick=False, key="", head="", readout="", role=""
+    claim: str,
+    post: str,
+    rule: Rule,
+    measured: Any,
+    value: Any = None,
+    preconditions: Sequence[Precondition] = (),
+    quick: bool = False,
+    key: str = "",
+    head: str = "",
+    readout: str = "",
+    role: str = "",
 ) -> Claim:
     """The one path from a measurement to a :class:`Claim`. The first of these that applies decides:
 
@@ -179,7 +199,17 @@ class ClaimSpec:
             params=tuple(p.items()),
         )
 
-    def judge(self, measured, value=None, preconditions=(), quick=False, *, post=None, head="", readout="") -> Claim:
+    def judge(
+        self,
+        measured,
+        value=None,
+        preconditions: Sequence[Precondition] = (),
+        quick: bool = False,
+        *,
+        post: str | None = None,
+        head: str = "",
+        readout: str = "",
+    ) -> Claim:
         """:func:`judge` this claim on ``measured``; ``post`` overrides the post's number."""
         number = self.post if post is None else post
         return judge(

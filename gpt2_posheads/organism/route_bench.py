@@ -58,7 +58,14 @@ def prompts_for(tokenizer, n_prompts: int = N_PROMPTS, seq_len: int = SEQ_LEN):
 
 
 def score(
-    g: Generated, workdir, n_prompts=N_PROMPTS, seq_len=SEQ_LEN, keep=False, *, measure: MeasureRecords, weigh=None
+    g: Generated,
+    workdir: Path,
+    n_prompts: int = N_PROMPTS,
+    seq_len: int = SEQ_LEN,
+    keep: bool = False,
+    *,
+    measure: MeasureRecords,
+    weigh: Callable[..., Mapping] | None = None,
 ) -> Scored:
     """Write ``g`` under ``workdir`` (removed afterwards unless ``keep``), measure its route conclusion (``measure``:
     the claims it reads, as records) and, with ``weigh`` (model -> a record with ``label`` and ``head``:

@@ -84,7 +84,13 @@ def pos_average_at(cfg: MiniConfig, step: int) -> tuple[int, int] | None:
 
 
 def train_mini_gpt2(
-    docs: Sequence[str], out_dir: str | Path, cfg=None, work_dir=None, progress=True, val_docs=None, tokenizer_dir=None
+    docs: Sequence[str],
+    out_dir: str | Path,
+    cfg: MiniConfig | None = None,
+    work_dir: str | Path | None = None,
+    progress: bool = True,
+    val_docs: Sequence[str] | None = None,
+    tokenizer_dir: str | Path | None = None,
 ) -> dict:
     """Train and save a miniature GPT-2 into ``out_dir``, resuming from ``work_dir/checkpoint.pt`` (default work dir
     ``<out_dir>-work``; a checkpoint every ``checkpoint_minutes`` and at the end, each said). ``cfg`` (a

@@ -223,7 +223,12 @@ def _variant(model, tokens, key: str, ctx: ExplorerContext, mapping: dict | None
 
 @measures_caller_model
 def explorer_data(
-    model, prompts: Sequence[Prompt], label: str, aggregator=None, ext_prompts=8, context: ExplorerContext | None = None
+    model,
+    prompts: Sequence[Prompt],
+    label: str,
+    aggregator: tuple[int, int] | None = None,
+    ext_prompts: int = 8,
+    context: ExplorerContext | None = None,
 ) -> dict:
     """Everything the page draws, as JSON-ready data. ``prompts``: ``(name, tokens [pos], edit mapping or None)``;
     ``context``: :func:`explorer_context` (given, the live server computes it once)."""
@@ -294,7 +299,12 @@ def page_html(data: dict, live: bool = False) -> str:
 
 @measures_caller_model
 def write_explorer(
-    model, path: str | Path, label: str, prompts=None, aggregator=None, context: ExplorerContext | None = None
+    model,
+    path: str | Path,
+    label: str,
+    prompts=None,
+    aggregator: tuple[int, int] | None = None,
+    context: ExplorerContext | None = None,
 ) -> Path:
     """Write the explorer of ``model`` on ``prompts`` (default :func:`default_prompts`) to ``path``."""
     prompts = default_prompts(model) if prompts is None else prompts
