@@ -29,7 +29,7 @@ from ..analysis.interventions import average_pos_embed, mask_previous_attention,
 from ..analysis.measures import compare_head_patterns, next_token_probs
 from ..analysis.posembed import default_bos, extended_pos_embeddings_by_layer, load_w_pos
 from ..analysis.repeat_prompt import repeat_string_prompt, single_token_target
-from ..analysis.scores import attention_scores, score_profile
+from ..analysis.scores import LABEL_THRESHOLD, attention_scores, classify_prev_heads, score_profile
 from ..analysis.sources import path_ablation
 from ..model.loading import has_learned_positions
 from ..model.state import measures_caller_model
@@ -100,6 +100,9 @@ class PosheadsCache:
 
     def raw_scores(self, head) -> torch.Tensor:
         return self.tensors[f"raw_scores.{head_name(*parse_head(head))}"]
+
+    def classification(self, threshold: float = LABEL_THRESHOLD) -> pd.DataFrame:
+        return classify_prev_heads(self.tensors["score_profile"], threshold)
 
     def repeat_probs(self, name: str) -> torch.Tensor:
         return self.tensors[f"repeat.{name}.probs"]

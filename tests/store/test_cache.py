@@ -12,7 +12,7 @@ from gpt2_posheads.analysis.diagonals import choose_aggregator, diagonal_attenti
 from gpt2_posheads.analysis.geometry import principal_angles
 from gpt2_posheads.analysis.measures import next_token_probs
 from gpt2_posheads.analysis.posembed import extended_pos_embeddings
-from gpt2_posheads.analysis.scores import attention_scores
+from gpt2_posheads.analysis.scores import attention_scores, classify_prev_heads, score_profile
 from gpt2_posheads.model.paths import ORGANISM_DIR, REPO_ROOT
 from gpt2_posheads.model.validation import parse_head
 from gpt2_posheads.store.cache import PosheadsCache
@@ -146,6 +146,18 @@ ROUTE = {"mini-gpt2": "toy"}
 
 def organism_name(cache) -> str:
     return cache.meta["model"].rstrip("/").split("/")[-1]
+
+
+def test_classification_read_through_the_store_is_the_models(mini):
+    """``PosheadsCache.classification`` labels every head as the taxonomy measured afresh on the cache's prompts."""
+    model, cache = mini
+    window = (cache.tensors["score_profile"].shape[-1] - 1) // 2
+    fresh = classify_prev_heads(score_profile(model, cache.tensors["prompts"], window=window))
+    got = cache.classification()
+    assert len(got) == model.cfg.n_layers * model.cfg.n_heads
+    assert got["label"].tolist() == fresh["label"].tolist()
+    assert set(got["label"]) == {"prev_boosting", "self_suppressing", "neither"}  # the organism has all three kinds
+    assert cache.classification(threshold=1e9)["label"].eq("neither").all()  # no head clears a bar of 1e9 logits
 
 
 def test_organism_has_the_mechanism(mini):
