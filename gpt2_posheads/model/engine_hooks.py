@@ -264,9 +264,9 @@ class HooksEngine(Engine):
         model = self.model
         if e.site == "pattern":  # exact on every model (through hook_z where hook_pattern does not feed the output)
             return [h for l in e.layers for h in pattern_edit_hooks(model, int(l), e.fn)]
-        if e.site != "resid_set":
-            hook = {"pos_embed": "hook_pos_embed", "resid_add": "hook_resid_pre"}.get(e.site, "attn.hook_z")
-            require_live(model, hook, e.name)
+        live = {"pos_embed": "hook_pos_embed", "resid_add": "hook_resid_pre", "z": "attn.hook_z"}.get(e.site)
+        if live is not None:  # the hook each of these sites writes must feed the model's computation
+            require_live(model, live, e.name)
         if e.site == "pos_embed":  # the rows W_pos becomes, from the model's own (float32, as load_w_pos reads it)
             table = e.fn(model.W_pos.detach().float().cpu()).to(model.W_pos.device)
             return [("hook_pos_embed", lambda x, hook: replace_positions(x, table))]
